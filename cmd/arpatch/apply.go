@@ -1,0 +1,140 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"sort"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/patches"
+)
+
+func applyCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "apply",
+		Usage: "clone SGLang at the recipe's commit and apply its patch series",
+		UsageText: `arpatch apply [--recipe NAME | --recipe-file PATH] [--src DIR] [--repo URL|PATH]
+              [--commit SHA] [--series NAME] [--patches-dir DIR] [--dry-run]`,
+		Description: `If --src does not exist, apply clones SGLang into it (from the recipe's URL,
+or from --repo: a local mirror path is cloned by hardlinking, like git clone
+--local) and checks out the pinned commit, detached. It then refuses a tree
+with uncommitted changes or at another commit, verifies every patch's sha256,
+checks every hunk in memory (exact context; offsets are allowed and reported;
+no fuzz) and only then writes all files. After any failure the tree is
+byte-identical to before. Applying an applied series is a no-op.
+
+Examples:
+   arpatch apply --recipe pcie --repo ~/mirrors/sglang.git
+   arpatch apply --recipe pcie --src ~/sglang --dry-run
+   arpatch apply --recipe pcie --commit 8905cbd42f4a27dbecad6487cd3904278756fef8 --src sglang-b
+   arpatch apply --recipe-file my.toml --patches-dir ./my-series`,
+		Flags: []cli.Flag{
+			recipeFlag(), recipeFileFlag(), srcFlag(), patchesDirFlag(),
+			&cli.StringFlag{Name: "repo", Usage: "clone from `URL|PATH` instead of the recipe's upstream URL, e.g. --repo ~/mirrors/sglang.git"},
+			&cli.StringFlag{Name: "commit", Usage: "patch commit `SHA` instead of the recipe's pin (the checkout must be at it)"},
+			&cli.StringFlag{Name: "series", Usage: "force series `NAME` instead of choosing by commit, e.g. --series pcie-2026-07"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "check and report, write nothing (no clone either)"},
+		},
+		Before: noArgs,
+		Action: func(c *cli.Context) error {
+			r, err := loadRecipe(c)
+			if err != nil {
+				return err
+			}
+			cat, err := loadCatalog(c)
+			if err != nil {
+				return err
+			}
+			opts := checkout.ApplyOptions{
+				Recipe: r, Catalog: cat,
+				Src: c.String("src"), Repo: c.String("repo"), Commit: c.String("commit"),
+				Series: c.String("series"), DryRun: c.Bool("dry-run"),
+				Version: arpatchVersion(), Progress: nil,
+			}
+			rep, err := checkout.Apply(c.Context, opts)
+			if err != nil {
+				return err
+			}
+			printApply(c.App.Writer, rep, r.Name, r.Source, r.Env)
+			return nil
+		},
+	}
+}
+
+func printApply(w io.Writer, rep *checkout.ApplyReport, recipe, source string, env map[string]string) {
+	if rep.Cloned {
+		how := "over the network"
+		if rep.Clone.Local {
+			how = "local: objects hardlinked"
+		}
+		fmt.Fprintf(w, "cloned %s into %s in %s (%s)\n", rep.Clone.Source, rep.Src, rep.Clone.Duration.Round(time.Millisecond), how)
+	}
+	if rep.WouldClone {
+		fmt.Fprintf(w, "dry run: would clone into %s and check out %s\n", rep.Src, rep.Commit)
+	}
+	fmt.Fprintf(w, "recipe   %s (%s)\n", recipe, source)
+	fmt.Fprintf(w, "commit   %s\n", rep.Commit)
+	if rep.Series == nil && len(rep.Patches) == 0 {
+		fmt.Fprintln(w, "series   (none: the recipe applies no patches)")
+	} else if rep.Series != nil {
+		fmt.Fprintf(w, "series   %s (%s)\n", rep.Series.Name, rep.Reason)
+	}
+	for _, p := range rep.Patches {
+		fmt.Fprintf(w, "  %s  sha256 %s ok\n", p.Name, p.SHA256[:16])
+	}
+	switch {
+	case rep.AlreadyApplied && rep.ByHand:
+		fmt.Fprintln(w, "already applied: the tree holds every patch (no arpatch state; applied by hand or committed); nothing written")
+		return
+	case rep.AlreadyApplied:
+		fmt.Fprintln(w, "already applied: files match the recorded state; nothing written")
+		return
+	}
+	if rep.Result != nil {
+		verb := "applied"
+		if rep.DryRun {
+			verb = "dry run: would apply"
+		}
+		fmt.Fprintf(w, "%s %d patches to %d files", verb, len(rep.Patches), len(rep.Result.Files))
+		if rep.ApplyTime > 0 {
+			fmt.Fprintf(w, " in %s", rep.ApplyTime.Round(time.Millisecond))
+		}
+		fmt.Fprintln(w)
+		for _, f := range rep.Result.Files {
+			fmt.Fprintf(w, "  %s %s\n", opLetter(f.Op), f.Path)
+		}
+		if offs := rep.Result.Offsets(); len(offs) > 0 {
+			fmt.Fprintln(w, "offsets (hunks that matched exactly, at other lines than their headers say):")
+			for _, h := range offs {
+				fmt.Fprintf(w, "  %s %s %s: %+d lines (now at line %d)\n", h.Patch, h.Path, h.Hunk, h.Offset, h.Line)
+			}
+		}
+	}
+	if len(rep.Untracked) > 0 {
+		fmt.Fprintf(w, "note: %d untracked files in the tree were left alone\n", len(rep.Untracked))
+	}
+	if len(env) > 0 && !rep.DryRun {
+		keys := make([]string, 0, len(env))
+		for k := range env {
+			keys = append(keys, k)
+		}
+		sort.Strings(keys)
+		fmt.Fprintln(w, "runtime environment from the recipe (export it for the server):")
+		for _, k := range keys {
+			fmt.Fprintf(w, "  %s=%s\n", k, env[k])
+		}
+	}
+}
+
+func opLetter(o patches.Op) string {
+	switch o {
+	case patches.Create:
+		return "A"
+	case patches.Delete:
+		return "D"
+	}
+	return "M"
+}

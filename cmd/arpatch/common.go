@@ -1,0 +1,72 @@
+package main
+
+import (
+	"encoding/json"
+	"io"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/arpatch/arpatch/patches"
+	"github.com/arpatch/arpatch/recipes"
+)
+
+// Flags shared by several commands; functions, so that each command gets
+// its own flag values.
+func recipeFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name:  "recipe",
+		Usage: "embedded recipe `NAME` (see `arpatch recipes`), e.g. --recipe pcie",
+		Value: "pcie",
+	}
+}
+
+func recipeFileFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name:  "recipe-file",
+		Usage: "load the recipe from `PATH` instead, e.g. --recipe-file my-recipe.toml",
+	}
+}
+
+func srcFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name:  "src",
+		Usage: "SGLang checkout `DIR`, e.g. --src ~/work/sglang",
+		Value: "sglang",
+	}
+}
+
+func patchesDirFlag() cli.Flag {
+	return &cli.StringFlag{
+		Name:  "patches-dir",
+		Usage: "use the series under `DIR` (shaped like patches/sglang/) instead of the embedded ones",
+	}
+}
+
+func jsonFlag() cli.Flag {
+	return &cli.BoolFlag{Name: "json", Usage: "print machine-readable JSON instead of text"}
+}
+
+// loadRecipe returns the recipe chosen by --recipe-file or --recipe.
+func loadRecipe(c *cli.Context) (*recipes.Recipe, error) {
+	if p := c.String("recipe-file"); p != "" {
+		if c.IsSet("recipe") {
+			return nil, usagef("--recipe and --recipe-file are exclusive; pass one")
+		}
+		return recipes.File(p)
+	}
+	return recipes.Embedded(c.String("recipe"))
+}
+
+// loadCatalog returns the series from --patches-dir, or the embedded ones.
+func loadCatalog(c *cli.Context) (*patches.Catalog, error) {
+	if d := c.String("patches-dir"); d != "" {
+		return patches.LoadDir(d)
+	}
+	return patches.Embedded()
+}
+
+func writeJSON(w io.Writer, v any) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	return enc.Encode(v)
+}

@@ -1,0 +1,141 @@
+// Command arpatch makes SGLang's custom allreduce work on PCIe-only
+// multi-GPU hosts reproducibly: it clones SGLang at a pinned commit and
+// applies a versioned patch series (apply, status, revert, patches check).
+//
+// Exit codes: 0 success, 1 failure, 2 usage error (a bad flag or argument).
+package main
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/signal"
+	"runtime/debug"
+	"strings"
+	"syscall"
+
+	"github.com/urfave/cli/v2"
+)
+
+// Exit codes, documented in the README and in `arpatch --help`.
+const (
+	exitOK      = 0
+	exitFailure = 1
+	exitUsage   = 2
+)
+
+// version is set with -ldflags "-X main.version=v1.2.3"; otherwise it comes
+// from the module's build info.
+var version = ""
+
+func arpatchVersion() string {
+	if version != "" {
+		return version
+	}
+	if bi, ok := debug.ReadBuildInfo(); ok {
+		v := bi.Main.Version
+		for _, s := range bi.Settings {
+			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
+				v += "+" + s.Value[:12]
+			}
+		}
+		if v != "" {
+			return v
+		}
+	}
+	return "(devel)"
+}
+
+func main() {
+	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM)
+	code := run(ctx, os.Args, os.Stdout, os.Stderr)
+	stop()
+	os.Exit(code)
+}
+
+// usageError marks an error as the user's invocation being wrong (exit 2).
+type usageError struct{ err error }
+
+func (e usageError) Error() string { return e.err.Error() }
+func (e usageError) Unwrap() error { return e.err }
+
+func usagef(format string, args ...any) error {
+	return usageError{fmt.Errorf(format, args...)}
+}
+
+func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	app := newApp(stdout, stderr)
+	err := app.RunContext(ctx, args)
+	if err == nil {
+		return exitOK
+	}
+	if msg := err.Error(); msg != "" {
+		fmt.Fprintln(stderr, "arpatch: "+msg)
+	}
+	var ue usageError
+	var ec cli.ExitCoder
+	switch {
+	case errors.As(err, &ue):
+		return exitUsage
+	case errors.As(err, &ec):
+		return ec.ExitCode()
+	case isFlagError(err):
+		return exitUsage
+	}
+	return exitFailure
+}
+
+// isFlagError recognizes urfave/cli's flag errors, which it returns as
+// plain errors.
+func isFlagError(err error) bool {
+	m := err.Error()
+	for _, s := range []string{"flag provided but not defined", "Required flag", "Required flags", "invalid value", "flag needs an argument", "No help topic for"} {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	return false
+}
+
+func newApp(stdout, stderr io.Writer) *cli.App {
+	return &cli.App{
+		Name:    "arpatch",
+		Usage:   "patch, build and benchmark SGLang custom allreduce on PCIe-only GPU hosts",
+		Version: arpatchVersion(),
+		Description: `arpatch clones SGLang at a recipe's pinned commit and applies a versioned
+patch series that opens custom allreduce on PCIe-only hosts above two GPUs
+(a Python gate bypass plus the C++ PCIe dispatch branch).
+
+Start with:
+   arpatch apply --recipe pcie --repo /path/to/sglang-mirror
+   arpatch status
+   arpatch revert
+
+Exit codes: 0 success, 1 failure, 2 usage error.`,
+		Writer:               stdout,
+		ErrWriter:            stderr,
+		EnableBashCompletion: true,
+		HideHelpCommand:      true,
+		OnUsageError: func(c *cli.Context, err error, isSub bool) error {
+			return usageError{err}
+		},
+		ExitErrHandler: func(*cli.Context, error) {}, // run() prints and exits
+		Commands: []*cli.Command{
+			applyCommand(),
+			statusCommand(),
+			revertCommand(),
+			patchesCommand(),
+			recipesCommand(),
+		},
+	}
+}
+
+// noArgs refuses positional arguments for commands that take none.
+func noArgs(c *cli.Context) error {
+	if c.Args().Len() > 0 {
+		return usagef("%s takes no arguments, got %q (flags go before arguments: --flag value)", c.Command.Name, c.Args().Slice())
+	}
+	return nil
+}

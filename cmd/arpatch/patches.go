@@ -1,0 +1,184 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/patches"
+)
+
+func patchesCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "patches",
+		Usage: "list, check and seal patch series",
+		Subcommands: []*cli.Command{
+			{
+				Name:      "list",
+				Usage:     "list the known series with their patches",
+				UsageText: "arpatch patches list [--patches-dir DIR]",
+				Flags:     []cli.Flag{patchesDirFlag()},
+				Before:    noArgs,
+				Action: func(c *cli.Context) error {
+					cat, err := loadCatalog(c)
+					if err != nil {
+						return err
+					}
+					w := c.App.Writer
+					for _, s := range cat.Series {
+						fmt.Fprintf(w, "%s  family %s  (%s)\n  %s\n  tested on: %s\n", s.Name, s.Family, s.Dir, s.Description, strings.Join(s.TestedOn, ", "))
+						for _, p := range s.Patches {
+							fmt.Fprintf(w, "    %s  sha256 %s  provides %s\n", p.File, p.SHA256[:16], strings.Join(p.Provides, ","))
+						}
+					}
+					return nil
+				},
+			},
+			{
+				Name:      "check",
+				Usage:     "report how each series fits each commit (exact, offset, applied, conflict), writing nothing",
+				UsageText: "arpatch patches check --repo PATH --commit REV [--commit REV...] [--series NAME...] [--json]",
+				Description: `check reads files straight from the repository's object store (a checkout or
+a bare mirror), so nothing is checked out or written. Each commit may be a
+hash, branch or tag. It exits 1 when any series conflicts.
+
+Examples:
+   arpatch patches check --repo ~/mirrors/sglang.git --commit 84118acf50b3a4c74e85e9ff9033792552de1a76
+   arpatch patches check --repo sglang --commit main --commit 8905cbd42f4a --series pcie-2026-07 --json`,
+				Flags: []cli.Flag{
+					&cli.StringFlag{Name: "repo", Usage: "local repository `PATH` (checkout or bare mirror)", Required: true},
+					&cli.StringSliceFlag{Name: "commit", Usage: "commit `REV` to check; repeat for several", Required: true},
+					&cli.StringSliceFlag{Name: "series", Usage: "check only series `NAME`; repeat for several"},
+					patchesDirFlag(), jsonFlag(),
+				},
+				Before: noArgs,
+				Action: func(c *cli.Context) error {
+					cat, err := loadCatalog(c)
+					if err != nil {
+						return err
+					}
+					rows, err := checkout.CheckCommits(c.String("repo"), c.StringSlice("commit"), cat, c.StringSlice("series"))
+					if err != nil {
+						return err
+					}
+					if c.Bool("json") {
+						if err := writeJSON(c.App.Writer, driftJSON(rows)); err != nil {
+							return err
+						}
+					} else {
+						printDrift(c.App.Writer, rows)
+					}
+					for _, r := range rows {
+						if r.Verdict == "conflict" || r.Verdict == "error" {
+							return cli.Exit("", exitFailure)
+						}
+					}
+					return nil
+				},
+			},
+			{
+				Name:      "seal",
+				Usage:     "record the sha256 of every patch in a series directory's series.toml",
+				UsageText: "arpatch patches seal DIR...",
+				Description: `After editing a patch, seal writes its new sha256 into series.toml, so that
+apply accepts it. Apply refuses any patch whose bytes differ from the
+recorded sha256.
+
+Example:
+   arpatch patches seal patches/sglang/pcie-2026-04`,
+				Action: func(c *cli.Context) error {
+					if c.Args().Len() == 0 {
+						return usagef("seal needs at least one series directory, e.g. patches/sglang/pcie-2026-04")
+					}
+					for _, dir := range c.Args().Slice() {
+						changed, err := patches.Seal(os.DirFS(dir), ".", func(name string, data []byte) error {
+							return safefs.WriteFile(filepath.Join(dir, name), data, 0o644)
+						})
+						if err != nil {
+							return fmt.Errorf("%s: %w", dir, err)
+						}
+						if len(changed) == 0 {
+							fmt.Fprintf(c.App.Writer, "%s: all sha256 up to date\n", dir)
+						}
+						for _, n := range changed {
+							fmt.Fprintf(c.App.Writer, "%s: sealed %s\n", dir, n)
+						}
+					}
+					return nil
+				},
+			},
+		},
+	}
+}
+
+func printDrift(w io.Writer, rows []checkout.DriftRow) {
+	fmt.Fprintf(w, "%-14s %-20s %-9s %s\n", "SERIES", "COMMIT", "VERDICT", "PATCHES")
+	for _, r := range rows {
+		commit := r.Commit[:12]
+		if r.Rev != r.Commit && !strings.HasPrefix(r.Commit, r.Rev) {
+			commit += " (" + r.Rev + ")"
+		}
+		if r.Err != nil {
+			fmt.Fprintf(w, "%-14s %-20s %-9s %v\n", r.Series, commit, r.Verdict, r.Err)
+			continue
+		}
+		var parts []string
+		for _, f := range r.Fits {
+			s := f.Patch + "=" + f.Fit.String()
+			if f.Fit == patches.FitOffset {
+				s += fmt.Sprintf("(max %d lines)", f.MaxOffset())
+			}
+			parts = append(parts, s)
+		}
+		fmt.Fprintf(w, "%-14s %-20s %-9s %s\n", r.Series, commit, r.Verdict, strings.Join(parts, " "))
+	}
+	for _, r := range rows {
+		for _, f := range r.Fits {
+			if f.Fit == patches.FitConflict {
+				fmt.Fprintf(w, "\n%s at %s:\n  %s\n", r.Series, r.Commit[:12], strings.ReplaceAll(f.Err.Error(), "\n", "\n  "))
+			}
+		}
+	}
+}
+
+// driftJSONRow is the JSON shape of one series x commit check.
+type driftJSONRow struct {
+	Series  string           `json:"series"`
+	Commit  string           `json:"commit"`
+	Rev     string           `json:"rev"`
+	Verdict string           `json:"verdict"`
+	Error   string           `json:"error,omitempty"`
+	Patches []driftJSONPatch `json:"patches"`
+}
+
+type driftJSONPatch struct {
+	Patch string               `json:"patch"`
+	Fit   string               `json:"fit"`
+	Hunks []patches.HunkResult `json:"hunks,omitempty"`
+	Error string               `json:"error,omitempty"`
+}
+
+func driftJSON(rows []checkout.DriftRow) []driftJSONRow {
+	out := []driftJSONRow{}
+	for _, r := range rows {
+		jr := driftJSONRow{Series: r.Series, Commit: r.Commit, Rev: r.Rev, Verdict: r.Verdict, Patches: []driftJSONPatch{}}
+		if r.Err != nil {
+			jr.Error = r.Err.Error()
+		}
+		for _, f := range r.Fits {
+			jp := driftJSONPatch{Patch: f.Patch, Fit: f.Fit.String(), Hunks: f.Hunks}
+			if f.Err != nil {
+				jp.Error = f.Err.Error()
+			}
+			jr.Patches = append(jr.Patches, jp)
+		}
+		out = append(out, jr)
+	}
+	return out
+}

@@ -1,0 +1,63 @@
+package main
+
+import (
+	"fmt"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/arpatch/arpatch/internal/checkout"
+)
+
+func revertCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "revert",
+		Usage:     "restore upstream's exact bytes for every file apply changed",
+		UsageText: "arpatch revert [--src DIR] [--force] [--dry-run]",
+		Description: `revert reads the apply state in DIR/.git/arpatch/state.json and writes back
+each changed file from the pinned commit in git's object store, checking its
+sha256 against the one apply recorded. It refuses when a patched file was
+edited since apply, so your edits are never lost silently; --force discards
+them.
+
+Examples:
+   arpatch revert
+   arpatch revert --src ~/sglang --dry-run
+   arpatch revert --src ~/sglang --force`,
+		Flags: []cli.Flag{
+			srcFlag(),
+			&cli.BoolFlag{Name: "force", Usage: "discard edits made to patched files since apply"},
+			&cli.BoolFlag{Name: "dry-run", Usage: "report what would be restored, write nothing"},
+		},
+		Before: noArgs,
+		Action: func(c *cli.Context) error {
+			rep, err := checkout.Revert(checkout.RevertOptions{Src: c.String("src"), Force: c.Bool("force"), DryRun: c.Bool("dry-run")})
+			if err != nil {
+				return err
+			}
+			w := c.App.Writer
+			if rep.State == nil {
+				fmt.Fprintf(w, "%s: no apply state; nothing to revert\n", rep.Src)
+				return nil
+			}
+			verb := "restored"
+			if c.Bool("dry-run") {
+				verb = "dry run: would restore"
+			}
+			fmt.Fprintf(w, "%s %d files of series %s to commit %s:\n", verb, len(rep.Restored), orNone(rep.State.Series), rep.State.Commit)
+			for _, p := range rep.Restored {
+				fmt.Fprintf(w, "  %s\n", p)
+			}
+			for _, d := range rep.Discarded {
+				fmt.Fprintf(w, "discarded edits: %s\n", d)
+			}
+			return nil
+		},
+	}
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
+	}
+	return s
+}

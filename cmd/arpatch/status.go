@@ -1,0 +1,96 @@
+package main
+
+import (
+	"fmt"
+	"io"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/arpatch/arpatch/internal/checkout"
+)
+
+func statusCommand() *cli.Command {
+	return &cli.Command{
+		Name:      "status",
+		Usage:     "show the recipe, commit and patches applied to a checkout, and any drift",
+		UsageText: "arpatch status [--src DIR] [--patches-dir DIR] [--json]",
+		Description: `status reads DIR/.git/arpatch/state.json and compares every patched file with
+the bytes apply wrote. It exits 1 when files drifted or HEAD moved.
+
+Examples:
+   arpatch status
+   arpatch status --src ~/sglang --json`,
+		Flags:  []cli.Flag{srcFlag(), patchesDirFlag(), jsonFlag()},
+		Before: noArgs,
+		Action: func(c *cli.Context) error {
+			cat, err := loadCatalog(c)
+			if err != nil {
+				return err
+			}
+			rep, err := checkout.Status(c.String("src"), cat)
+			if err != nil {
+				return err
+			}
+			if c.Bool("json") {
+				if err := writeJSON(c.App.Writer, rep); err != nil {
+					return err
+				}
+			} else {
+				printStatus(c.App.Writer, rep)
+			}
+			if rep.State != nil && !rep.Clean() {
+				return cli.Exit("", exitFailure)
+			}
+			return nil
+		},
+	}
+}
+
+func printStatus(w io.Writer, rep *checkout.StatusReport) {
+	fmt.Fprintf(w, "checkout %s\nHEAD     %s\n", rep.Src, rep.Head)
+	st := rep.State
+	if st == nil {
+		fmt.Fprintln(w, "state    none: arpatch has not applied anything here")
+		for _, c := range rep.Other {
+			fmt.Fprintf(w, "  uncommitted: %s\n", c)
+		}
+		return
+	}
+	fmt.Fprintf(w, "recipe   %s (%s, sha256 %s)\n", st.Recipe, st.RecipeSource, st.RecipeSHA256[:16])
+	fmt.Fprintf(w, "commit   %s\n", st.Commit)
+	if rep.Head != st.Commit {
+		fmt.Fprintf(w, "WARNING  HEAD moved since apply (was %s)\n", st.Commit)
+	}
+	fmt.Fprintf(w, "series   %s (%s)\n", orNone(st.Series), st.SeriesReason)
+	for _, p := range st.Patches {
+		fmt.Fprintf(w, "  %s  sha256 %s\n", p.Name, p.SHA256[:16])
+	}
+	fmt.Fprintf(w, "applied  %s by arpatch %s\n", st.AppliedAt.Format("2006-01-02 15:04:05 UTC"), st.ArpatchVersion)
+	drifted := map[string]string{}
+	for _, d := range rep.Drift {
+		drifted[d.Path] = d.String()
+	}
+	fmt.Fprintf(w, "files    %d\n", len(st.Files))
+	for _, f := range st.Files {
+		state := "ok"
+		if d, ok := drifted[f.Path]; ok {
+			state = "DRIFT: " + d
+		}
+		fmt.Fprintf(w, "  %-6s %s  %s\n", f.Op, f.Path, state)
+	}
+	for _, o := range st.Offsets {
+		fmt.Fprintf(w, "  offset %+d: %s %s %s\n", o.Offset, o.Patch, o.Path, o.Hunk)
+	}
+	for _, n := range rep.SeriesChanged {
+		fmt.Fprintf(w, "note: %s differs from this arpatch's copy of the series; revert and apply again to take the new one\n", n)
+	}
+	if len(rep.Other) > 0 {
+		fmt.Fprintf(w, "other uncommitted changes (%d):\n", len(rep.Other))
+		for _, c := range rep.Other {
+			fmt.Fprintf(w, "  %s\n", c)
+		}
+	}
+	if rep.Clean() {
+		fmt.Fprintln(w, "clean: the tree is exactly what apply wrote")
+	}
+}

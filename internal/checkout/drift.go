@@ -1,0 +1,63 @@
+package checkout
+
+import (
+	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/patches"
+)
+
+// DriftRow is how one series fits one commit.
+type DriftRow struct {
+	Series  string
+	Commit  string // 40 hex
+	Rev     string // the revision as given (a hash, branch or tag)
+	Verdict string // exact, offset, applied, partial or conflict
+	Fits    []patches.PatchFit
+	Err     error // a series that failed to load (tampered, bad requires)
+}
+
+// CheckCommits checks every series in cat (or only those named) against
+// each revision of the repository at repoPath, reading files from git's
+// object store: nothing is checked out or written. Revisions may be hashes,
+// branches or tags. It returns an error for a repository or revision that
+// cannot be read; a series that does not load is reported in its rows.
+func CheckCommits(repoPath string, revs []string, cat *patches.Catalog, only []string) ([]DriftRow, error) {
+	repo, err := gitsrc.OpenAny(repoPath)
+	if err != nil {
+		return nil, err
+	}
+	var series []*patches.Series
+	if len(only) == 0 {
+		series = cat.Series
+	} else {
+		for _, n := range only {
+			s, err := cat.Get(n)
+			if err != nil {
+				return nil, err
+			}
+			series = append(series, s)
+		}
+	}
+	var rows []DriftRow
+	for _, rev := range revs {
+		commit, err := repo.Resolve(rev)
+		if err != nil {
+			return nil, err
+		}
+		tree, err := repo.TreeAt(commit)
+		if err != nil {
+			return nil, err
+		}
+		for _, s := range series {
+			row := DriftRow{Series: s.Name, Commit: commit, Rev: rev}
+			ps, err := s.Load(nil)
+			if err != nil {
+				row.Verdict, row.Err = "error", err
+			} else {
+				row.Fits = patches.Check(tree, ps)
+				row.Verdict = patches.Verdict(row.Fits)
+			}
+			rows = append(rows, row)
+		}
+	}
+	return rows, nil
+}

@@ -1,0 +1,151 @@
+// Package checkout applies a recipe's patch series to an SGLang checkout
+// and undoes it: clone at the pinned commit, refuse dirty or mismatched
+// trees, apply all-or-nothing, record apply state in .git/arpatch/, report
+// status and drift, and revert to upstream's exact bytes. It builds on
+// patches (series and engine), gitsrc (git) and safefs (atomic writes).
+package checkout
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/arpatch/arpatch/internal/safefs"
+)
+
+// StateSchema is the version of state.json's layout.
+const StateSchema = 1
+
+// State is what apply records inside the checkout's .git/arpatch/state.json,
+// where git status does not see it. status and revert read it.
+type State struct {
+	Schema         int          `json:"schema"`
+	Recipe         string       `json:"recipe"`
+	RecipeSource   string       `json:"recipe_source"`
+	RecipeSHA256   string       `json:"recipe_sha256"`
+	UpstreamURL    string       `json:"upstream_url"`
+	Commit         string       `json:"commit"`
+	Series         string       `json:"series,omitempty"`
+	SeriesSource   string       `json:"series_source,omitempty"`
+	SeriesReason   string       `json:"series_reason,omitempty"`
+	Patches        []PatchState `json:"patches"`
+	Files          []FileState  `json:"files"`
+	Offsets        []Offset     `json:"offsets,omitempty"`
+	ArpatchVersion string       `json:"arpatch_version"`
+	AppliedAt      time.Time    `json:"applied_at"`
+}
+
+// PatchState records one applied patch.
+type PatchState struct {
+	Name   string `json:"name"`
+	SHA256 string `json:"sha256"`
+}
+
+// FileState records one changed file: its op and the sha256 of its bytes
+// before and after (empty when absent).
+type FileState struct {
+	Path   string `json:"path"`
+	Op     string `json:"op"`
+	Before string `json:"before_sha256,omitempty"`
+	After  string `json:"after_sha256,omitempty"`
+}
+
+// Offset records a hunk that landed away from its header's line.
+type Offset struct {
+	Patch  string `json:"patch"`
+	Path   string `json:"path"`
+	Hunk   string `json:"hunk"`
+	Offset int    `json:"offset"`
+}
+
+// StatePath returns where the state of the checkout with git directory
+// gitDir lives.
+func StatePath(gitDir string) string {
+	return filepath.Join(gitDir, "arpatch", "state.json")
+}
+
+// ReadState returns the checkout's apply state, or (nil, nil) when there is
+// none. A state file that does not parse is an error naming it.
+func ReadState(gitDir string) (*State, error) {
+	p := StatePath(gitDir)
+	b, err := os.ReadFile(p)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var s State
+	if err := json.Unmarshal(b, &s); err != nil {
+		return nil, fmt.Errorf("%s: %w; the apply state is damaged: restore the files with `git checkout -- .` and delete it", p, err)
+	}
+	if s.Schema != StateSchema {
+		return nil, fmt.Errorf("%s: schema %d, this arpatch reads %d; use the arpatch that applied it to revert", p, s.Schema, StateSchema)
+	}
+	return &s, nil
+}
+
+func writeState(gitDir string, s *State) error {
+	b, err := json.MarshalIndent(s, "", "  ")
+	if err != nil {
+		return err
+	}
+	return safefs.WriteFile(StatePath(gitDir), append(b, '\n'), 0o644)
+}
+
+func removeState(gitDir string) error {
+	err := os.Remove(StatePath(gitDir))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil
+	}
+	return err
+}
+
+func sum(b []byte) string {
+	if b == nil {
+		return ""
+	}
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// FileDrift is a recorded file whose bytes are no longer what apply wrote.
+type FileDrift struct {
+	Path string
+	Want string // sha256 apply wrote ("" = deleted)
+	Got  string // sha256 now ("" = missing)
+}
+
+func (d FileDrift) String() string {
+	switch {
+	case d.Got == "":
+		return d.Path + " (missing)"
+	case d.Want == "":
+		return d.Path + " (exists, but the series deleted it)"
+	}
+	return d.Path + " (changed since apply)"
+}
+
+// drift compares each recorded file with the tree.
+func (s *State) drift(root safefs.Root) ([]FileDrift, error) {
+	var out []FileDrift
+	for _, f := range s.Files {
+		b, err := root.ReadFile(f.Path)
+		got := sum(b)
+		if errors.Is(err, fs.ErrNotExist) {
+			got = ""
+		} else if err != nil {
+			return nil, err
+		}
+		if got != f.After {
+			out = append(out, FileDrift{Path: f.Path, Want: f.After, Got: got})
+		}
+	}
+	return out, nil
+}

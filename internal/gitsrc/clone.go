@@ -1,0 +1,233 @@
+// Package gitsrc is arpatch's access to SGLang git repositories, through
+// go-git: clone (with a hardlinking fast path for local repositories, as
+// `git clone --local` does), check out a pinned commit detached, list
+// uncommitted changes, resolve refs, and read files at a commit without a
+// checkout. It knows nothing about patches or recipes.
+package gitsrc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"net/url"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/config"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/transport"
+)
+
+// CloneInfo says how a clone was made.
+type CloneInfo struct {
+	Source   string        // the URL or path cloned from
+	Local    bool          // true when objects were hardlinked or copied from a local repository
+	Duration time.Duration // wall time of the clone, checkout excluded
+}
+
+// LocalGitDir returns the git directory of src when src is a local
+// repository: a path (not a file:// URL) to a bare repository or to a
+// checkout with a .git directory. It returns "" otherwise.
+func LocalGitDir(src string) string {
+	if strings.Contains(src, "://") || strings.HasPrefix(src, "git@") {
+		return ""
+	}
+	abs, err := filepath.Abs(src)
+	if err != nil {
+		return ""
+	}
+	for _, d := range []string{filepath.Join(abs, ".git"), abs} {
+		if fi, err := os.Stat(filepath.Join(d, "objects")); err == nil && fi.IsDir() {
+			if _, err := os.Stat(filepath.Join(d, "HEAD")); err == nil {
+				return d
+			}
+		}
+	}
+	return ""
+}
+
+// Clone clones src into dir, which must not exist, without checking out a
+// work tree; call Checkout next. A local repository path is cloned by
+// hardlinking its object files (copying where links fail), like
+// `git clone --local`; a URL, file:// included, goes through go-git's
+// transports. progress, when not nil, receives go-git's progress text. On
+// failure dir is removed and the error says what to do: a network or
+// authentication failure suggests --repo with a local mirror.
+func Clone(ctx context.Context, src, dir string, progress io.Writer) (*Repo, CloneInfo, error) {
+	info := CloneInfo{Source: src}
+	if _, err := os.Lstat(dir); err == nil {
+		return nil, info, fmt.Errorf("clone into %s: the directory already exists", dir)
+	}
+	start := time.Now()
+	var repo *git.Repository
+	var err error
+	if gd := LocalGitDir(src); gd != "" {
+		info.Local = true
+		repo, err = cloneLocal(gd, src, dir)
+	} else {
+		if strings.HasPrefix(src, "/") || strings.HasPrefix(src, ".") {
+			err = fmt.Errorf("%s is not a git repository (no objects/ and HEAD found)", src)
+		} else {
+			repo, err = git.PlainCloneContext(ctx, dir, false, &git.CloneOptions{
+				URL:        src,
+				NoCheckout: true,
+				Progress:   progress,
+				Tags:       git.NoTags,
+			})
+		}
+	}
+	info.Duration = time.Since(start)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, info, cloneError(src, err)
+	}
+	return &Repo{Dir: dir, r: repo}, info, nil
+}
+
+func cloneError(src string, err error) error {
+	if errors.Is(err, context.Canceled) {
+		return fmt.Errorf("clone %s: interrupted; nothing was kept", src)
+	}
+	msg := err.Error()
+	hint := ""
+	var netHint bool
+	switch {
+	case errors.Is(err, transport.ErrAuthenticationRequired), errors.Is(err, transport.ErrAuthorizationFailed):
+		netHint = true
+	case errors.Is(err, transport.ErrRepositoryNotFound):
+		hint = "check the URL, or clone from a local mirror with --repo PATH"
+	case strings.Contains(msg, "dial tcp"), strings.Contains(msg, "no such host"), strings.Contains(msg, "connection refused"),
+		strings.Contains(msg, "i/o timeout"), strings.Contains(msg, "network is unreachable"), strings.Contains(msg, "TLS"):
+		netHint = true
+	}
+	if netHint {
+		hint = "this machine cannot fetch from it; on a machine with network run `git clone --mirror " + src + " sglang.git`, copy it here, and pass --repo sglang.git"
+	}
+	if u, perr := url.Parse(src); perr == nil && u.Scheme == "file" && hint == "" {
+		hint = "check that " + u.Path + " is a git repository"
+	}
+	if hint == "" {
+		return fmt.Errorf("clone %s: %w", src, err)
+	}
+	return fmt.Errorf("clone %s: %w\n  remedy: %s", src, err, hint)
+}
+
+// cloneLocal makes a repository at dir whose objects are hardlinks to (or
+// copies of) the source's pack and loose object files, with the source's
+// branches as refs/remotes/origin/* and its tags, like `git clone --local`.
+func cloneLocal(srcGitDir, srcLabel, dir string) (*git.Repository, error) {
+	src, err := git.PlainOpen(srcGitDir)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", srcGitDir, err)
+	}
+	repo, err := git.PlainInit(dir, false)
+	if err != nil {
+		return nil, err
+	}
+	dstObjects := filepath.Join(dir, ".git", "objects")
+	if err := linkTree(filepath.Join(srcGitDir, "objects"), dstObjects); err != nil {
+		return nil, fmt.Errorf("link objects from %s: %w", srcGitDir, err)
+	}
+	for _, f := range []string{"shallow"} {
+		if b, err := os.ReadFile(filepath.Join(srcGitDir, f)); err == nil {
+			if err := os.WriteFile(filepath.Join(dir, ".git", f), b, 0o644); err != nil {
+				return nil, err
+			}
+		}
+	}
+	abs, _ := filepath.Abs(srcLabel)
+	if _, err := repo.CreateRemote(&config.RemoteConfig{
+		Name:  "origin",
+		URLs:  []string{abs},
+		Fetch: []config.RefSpec{"+refs/heads/*:refs/remotes/origin/*"},
+	}); err != nil {
+		return nil, err
+	}
+	refs, err := src.References()
+	if err != nil {
+		return nil, err
+	}
+	err = refs.ForEach(func(ref *plumbing.Reference) error {
+		if ref.Type() != plumbing.HashReference {
+			return nil
+		}
+		name := ref.Name()
+		switch {
+		case name.IsBranch():
+			name = plumbing.NewRemoteReferenceName("origin", name.Short())
+		case name.IsTag(), name.IsRemote():
+		default:
+			return nil
+		}
+		return repo.Storer.SetReference(plumbing.NewHashReference(name, ref.Hash()))
+	})
+	if err != nil {
+		return nil, err
+	}
+	// Reopen so go-git indexes the packs that were linked in.
+	return git.PlainOpen(dir)
+}
+
+// linkTree hardlinks every regular file under src into dst, copying when a
+// hardlink is not possible (another file system). Object files are
+// immutable in git, so sharing them is safe.
+func linkTree(src, dst string) error {
+	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(src, p)
+		target := filepath.Join(dst, rel)
+		if d.IsDir() {
+			return os.MkdirAll(target, 0o755)
+		}
+		if !d.Type().IsRegular() {
+			return nil
+		}
+		if rel == filepath.Join("info", "alternates") {
+			return copyAlternates(src, p, target)
+		}
+		if err := os.Link(p, target); err == nil {
+			return nil
+		}
+		return copyFile(p, target)
+	})
+}
+
+// copyAlternates rewrites relative alternate paths so they still resolve
+// from the new repository.
+func copyAlternates(srcObjects, p, target string) error {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return err
+	}
+	var out []string
+	for _, l := range strings.Split(strings.TrimSpace(string(b)), "\n") {
+		if l != "" && !filepath.IsAbs(l) {
+			l = filepath.Join(srcObjects, l)
+		}
+		out = append(out, l)
+	}
+	return os.WriteFile(target, []byte(strings.Join(out, "\n")+"\n"), 0o644)
+}
+
+func copyFile(src, dst string) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o444)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	return out.Close()
+}

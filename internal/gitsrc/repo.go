@@ -1,0 +1,214 @@
+package gitsrc
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+)
+
+// Repo is a git repository with a work tree, or a bare one.
+type Repo struct {
+	Dir string // the work tree (or, bare, the git directory)
+	r   *git.Repository
+}
+
+// Open opens the checkout at dir. It returns an error naming dir when dir
+// is missing or is not a git checkout.
+func Open(dir string) (*Repo, error) {
+	r, err := git.PlainOpen(dir)
+	if err != nil {
+		if errors.Is(err, git.ErrRepositoryNotExists) {
+			return nil, fmt.Errorf("%s is not a git checkout; remove it, or point --src at an SGLang checkout", dir)
+		}
+		return nil, fmt.Errorf("open %s: %w", dir, err)
+	}
+	return &Repo{Dir: dir, r: r}, nil
+}
+
+// OpenAny opens a checkout or a bare repository (a mirror) at path.
+func OpenAny(path string) (*Repo, error) {
+	gd := LocalGitDir(path)
+	if gd == "" {
+		return nil, fmt.Errorf("%s is not a git repository", path)
+	}
+	r, err := git.PlainOpen(gd)
+	if err != nil {
+		return nil, fmt.Errorf("open %s: %w", path, err)
+	}
+	return &Repo{Dir: path, r: r}, nil
+}
+
+// GitDir returns the repository's git directory (dir/.git for a checkout).
+func (r *Repo) GitDir() string {
+	if fi, err := os.Stat(filepath.Join(r.Dir, ".git")); err == nil && fi.IsDir() {
+		return filepath.Join(r.Dir, ".git")
+	}
+	return r.Dir
+}
+
+// Head returns the 40-hex commit HEAD points at.
+func (r *Repo) Head() (string, error) {
+	h, err := r.r.Head()
+	if err != nil {
+		return "", fmt.Errorf("%s: reading HEAD: %w", r.Dir, err)
+	}
+	return h.Hash().String(), nil
+}
+
+// Resolve turns a revision (a full or abbreviated hash, a branch, a tag,
+// or origin/<branch>) into a 40-hex commit. The error names the revision.
+func (r *Repo) Resolve(rev string) (string, error) {
+	tries := []string{rev}
+	if !strings.Contains(rev, "/") {
+		tries = append(tries, "origin/"+rev, "refs/remotes/origin/"+rev)
+	}
+	for _, t := range tries {
+		h, err := r.r.ResolveRevision(plumbing.Revision(t))
+		if err == nil {
+			if _, err := r.r.CommitObject(*h); err == nil {
+				return h.String(), nil
+			}
+		}
+	}
+	return "", fmt.Errorf("commit %s is not in %s; fetch it there first, or check the hash", rev, r.Dir)
+}
+
+// Checkout checks out commit (40 hex) detached, overwriting the work tree.
+// Use it only on a fresh clone. The error names the commit when it is not
+// in the repository.
+func (r *Repo) Checkout(commit string) error {
+	h := plumbing.NewHash(commit)
+	if _, err := r.r.CommitObject(h); err != nil {
+		return fmt.Errorf("commit %s is not in the repository cloned from %s; pass --repo with a mirror that has it", commit, r.remoteURL())
+	}
+	w, err := r.r.Worktree()
+	if err != nil {
+		return err
+	}
+	if err := w.Checkout(&git.CheckoutOptions{Hash: h, Force: true}); err != nil {
+		return fmt.Errorf("check out %s in %s: %w", commit, r.Dir, err)
+	}
+	return nil
+}
+
+func (r *Repo) remoteURL() string {
+	rem, err := r.r.Remote("origin")
+	if err != nil || len(rem.Config().URLs) == 0 {
+		return "(no origin)"
+	}
+	return rem.Config().URLs[0]
+}
+
+// Change is one uncommitted change in a work tree, as `git status
+// --porcelain` shows it: two status letters and a path.
+type Change struct {
+	Staging, Worktree byte // ' ', 'M', 'A', 'D', 'R', 'C', 'U', '?'
+	Path              string
+}
+
+func (c Change) String() string { return fmt.Sprintf("%c%c %s", c.Staging, c.Worktree, c.Path) }
+
+// Untracked reports whether the path is untracked (and not ignored).
+func (c Change) Untracked() bool { return c.Staging == '?' && c.Worktree == '?' }
+
+// Changes lists uncommitted changes, sorted by path; ignored files are not
+// listed.
+func (r *Repo) Changes() ([]Change, error) {
+	w, err := r.r.Worktree()
+	if err != nil {
+		return nil, err
+	}
+	st, err := w.Status()
+	if err != nil {
+		return nil, fmt.Errorf("git status in %s: %w", r.Dir, err)
+	}
+	var out []Change
+	for p, s := range st {
+		if s.Staging == git.Unmodified && s.Worktree == git.Unmodified {
+			continue
+		}
+		out = append(out, Change{Staging: byte(s.Staging), Worktree: byte(s.Worktree), Path: p})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+// Fetch updates refs/remotes/origin/* from the origin remote.
+func (r *Repo) Fetch(ctx context.Context, progress io.Writer) error {
+	err := r.r.FetchContext(ctx, &git.FetchOptions{RemoteName: "origin", Progress: progress, Tags: git.NoTags})
+	if err != nil && !errors.Is(err, git.NoErrAlreadyUpToDate) {
+		return cloneError(r.remoteURL(), err)
+	}
+	return nil
+}
+
+// CommitTime returns the commit's committer time as RFC 3339.
+func (r *Repo) CommitTime(commit string) (string, error) {
+	c, err := r.r.CommitObject(plumbing.NewHash(commit))
+	if err != nil {
+		return "", err
+	}
+	return c.Committer.When.UTC().Format("2006-01-02T15:04:05Z"), nil
+}
+
+// TreeAt returns read access to the files of commit, from the object store,
+// with no checkout. The error names the commit when it is missing.
+func (r *Repo) TreeAt(commit string) (*CommitTree, error) {
+	c, err := r.r.CommitObject(plumbing.NewHash(commit))
+	if err != nil {
+		return nil, fmt.Errorf("commit %s is not in %s: %w", commit, r.Dir, err)
+	}
+	t, err := c.Tree()
+	if err != nil {
+		return nil, err
+	}
+	return &CommitTree{Commit: commit, t: t}, nil
+}
+
+// CommitTree reads files of one commit. It implements patches.Tree.
+type CommitTree struct {
+	Commit string
+	t      *object.Tree
+}
+
+// ReadFile returns the blob at path, an error wrapping fs.ErrNotExist when
+// the commit has no such file, or an error for a symlink or submodule.
+func (c *CommitTree) ReadFile(path string) ([]byte, error) {
+	f, err := c.t.File(path)
+	if err != nil {
+		if errors.Is(err, object.ErrFileNotFound) || errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrEntryNotFound) {
+			return nil, fmt.Errorf("%s at %s: %w", path, c.Commit[:12], fs.ErrNotExist)
+		}
+		return nil, err
+	}
+	if f.Mode != filemode.Regular && f.Mode != filemode.Executable {
+		return nil, fmt.Errorf("%s at %s is not a regular file (mode %s)", path, c.Commit[:12], f.Mode)
+	}
+	rd, err := f.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	return io.ReadAll(rd)
+}
+
+// Mode returns the git mode of path at the commit ("100644", "100755"), or
+// "" when absent.
+func (c *CommitTree) Mode(path string) string {
+	f, err := c.t.File(path)
+	if err != nil {
+		return ""
+	}
+	return strings.TrimPrefix(f.Mode.String(), "0")
+}

@@ -1,0 +1,266 @@
+// Package safefs reads and writes files under one root directory without
+// ever leaving it: a path that is absolute, climbs out with "..", or passes
+// through a symlink is refused before anything is read or written. Writes
+// are atomic per file (temp file in the same directory, fsync, rename) and
+// all-or-nothing per group: a failure part way restores every file already
+// written, so the tree is byte-identical to before.
+package safefs
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"strings"
+)
+
+// Root is a directory that file operations stay inside.
+type Root struct {
+	Dir string
+}
+
+// PathError is a path refused before any I/O.
+type PathError struct {
+	Path   string
+	Reason string
+}
+
+func (e *PathError) Error() string {
+	return fmt.Sprintf("%s: refused: %s", e.Path, e.Reason)
+}
+
+// resolve maps a slash-separated relative path to a path under the root,
+// refusing absolute paths, "..", and any existing component that is a
+// symlink. The last component may be missing.
+func (r Root) resolve(rel string) (string, error) {
+	if rel == "" || path.IsAbs(rel) || strings.Contains(rel, "\\") {
+		return "", &PathError{rel, "not a relative slash-separated path"}
+	}
+	if c := path.Clean(rel); c != rel || c == ".." || strings.HasPrefix(c, "../") {
+		return "", &PathError{rel, "leaves the tree or is not clean"}
+	}
+	cur := r.Dir
+	for _, part := range strings.Split(rel, "/") {
+		cur = filepath.Join(cur, part)
+		fi, err := os.Lstat(cur)
+		if errors.Is(err, fs.ErrNotExist) {
+			return filepath.Join(r.Dir, filepath.FromSlash(rel)), nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if fi.Mode()&fs.ModeSymlink != 0 {
+			return "", &PathError{rel, "goes through the symlink " + cur}
+		}
+	}
+	return cur, nil
+}
+
+// ReadFile reads a file under the root. A missing file gives an error
+// wrapping fs.ErrNotExist; a refused path a *PathError.
+func (r Root) ReadFile(rel string) ([]byte, error) {
+	p, err := r.resolve(rel)
+	if err != nil {
+		return nil, err
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return nil, err
+	}
+	if !fi.Mode().IsRegular() {
+		return nil, &PathError{rel, "not a regular file"}
+	}
+	return os.ReadFile(p)
+}
+
+// Change is one file to write (Data not nil) or delete (Data nil).
+type Change struct {
+	Path string
+	Data []byte
+	// Mode for a created file; an existing file keeps its mode.
+	Mode fs.FileMode
+}
+
+type undo struct {
+	abs     string
+	existed bool
+	data    []byte
+	mode    fs.FileMode
+}
+
+// failHook lets tests fail a write part way through a group.
+var failHook func(rel string) error
+
+// Write applies every change or none. Paths are checked first; then each
+// file is written to a temp file next to it, fsynced and renamed into place.
+// If any step fails, files already changed are put back byte for byte and
+// created directories removed, and the returned error says so. It returns
+// a *PathError for a refused path.
+func (r Root) Write(changes []Change) error {
+	plan := make([]undo, len(changes))
+	for i, c := range changes {
+		abs, err := r.resolve(c.Path)
+		if err != nil {
+			return err
+		}
+		u := undo{abs: abs}
+		if fi, err := os.Lstat(abs); err == nil {
+			if !fi.Mode().IsRegular() {
+				return &PathError{c.Path, "not a regular file"}
+			}
+			if u.data, err = os.ReadFile(abs); err != nil {
+				return err
+			}
+			u.existed, u.mode = true, fi.Mode().Perm()
+		} else if !errors.Is(err, fs.ErrNotExist) {
+			return err
+		}
+		plan[i] = u
+	}
+	var made []string
+	done := 0
+	var err error
+	for i, c := range changes {
+		if failHook != nil {
+			if err = failHook(c.Path); err != nil {
+				break
+			}
+		}
+		u := plan[i]
+		if c.Data == nil {
+			if u.existed {
+				if err = os.Remove(u.abs); err != nil {
+					break
+				}
+			}
+		} else {
+			var dirs []string
+			if dirs, err = mkdirs(filepath.Dir(u.abs)); err != nil {
+				break
+			}
+			made = append(made, dirs...)
+			mode := c.Mode
+			if u.existed {
+				mode = u.mode
+			}
+			if mode == 0 {
+				mode = 0o644
+			}
+			if err = writeAtomic(u.abs, c.Data, mode); err != nil {
+				break
+			}
+		}
+		done = i + 1
+	}
+	if err == nil {
+		return nil
+	}
+	if rerr := rollback(plan[:done+boolInt(done < len(plan))], made); rerr != nil {
+		return fmt.Errorf("%w; restoring the tree also failed: %v (files: %s)", err, rerr, listPaths(changes))
+	}
+	return fmt.Errorf("%w; the tree was restored to its state before the write", err)
+}
+
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}
+
+func rollback(plan []undo, made []string) error {
+	var first error
+	for i := len(plan) - 1; i >= 0; i-- {
+		u := plan[i]
+		var err error
+		if u.existed {
+			cur, rerr := os.ReadFile(u.abs)
+			if rerr != nil || string(cur) != string(u.data) {
+				err = writeAtomic(u.abs, u.data, u.mode)
+			} else {
+				err = os.Chmod(u.abs, u.mode)
+			}
+		} else if rerr := os.Remove(u.abs); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			err = rerr
+		}
+		if err != nil && first == nil {
+			first = err
+		}
+	}
+	for i := len(made) - 1; i >= 0; i-- {
+		os.Remove(made[i]) // only succeeds when empty, which is what we want
+	}
+	return first
+}
+
+// mkdirs creates dir and its missing parents, returning those it created,
+// outermost first.
+func mkdirs(dir string) ([]string, error) {
+	var missing []string
+	for d := dir; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil {
+			break
+		}
+		missing = append([]string{d}, missing...)
+		if filepath.Dir(d) == d {
+			break
+		}
+	}
+	for _, d := range missing {
+		if err := os.Mkdir(d, 0o755); err != nil {
+			return nil, err
+		}
+	}
+	return missing, nil
+}
+
+// writeAtomic writes data to a temp file in path's directory, fsyncs it,
+// sets its mode and renames it over path.
+func writeAtomic(p string, data []byte, mode fs.FileMode) error {
+	f, err := os.CreateTemp(filepath.Dir(p), "."+filepath.Base(p)+".arpatch-*")
+	if err != nil {
+		return err
+	}
+	tmp := f.Name()
+	_, err = f.Write(data)
+	if err == nil {
+		err = f.Sync()
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp, mode)
+	}
+	if err == nil {
+		err = os.Rename(tmp, p)
+	}
+	if err != nil {
+		os.Remove(tmp)
+		return err
+	}
+	if d, derr := os.Open(filepath.Dir(p)); derr == nil {
+		d.Sync()
+		d.Close()
+	}
+	return nil
+}
+
+// WriteFile writes one file atomically (temp, fsync, rename) outside any
+// Root, for state and cache files arpatch owns.
+func WriteFile(p string, data []byte, mode fs.FileMode) error {
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	return writeAtomic(p, data, mode)
+}
+
+func listPaths(cs []Change) string {
+	var p []string
+	for _, c := range cs {
+		p = append(p, c.Path)
+	}
+	return strings.Join(p, ", ")
+}

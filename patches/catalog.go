@@ -1,0 +1,92 @@
+package patches
+
+import (
+	"embed"
+	"fmt"
+	"io/fs"
+	"os"
+	"path"
+	"strings"
+)
+
+// embedded holds the series shipped with arpatch, under sglang/<series>/.
+//
+//go:embed sglang
+var embedded embed.FS
+
+// Catalog is the set of series a run can use: those shipped with arpatch,
+// or those in a --patches-dir.
+type Catalog struct {
+	Series []*Series
+}
+
+// Embedded returns the series shipped in the arpatch binary. An error here
+// is a bug in the shipped series.
+func Embedded() (*Catalog, error) {
+	return loadCatalog(embedded, "sglang", "patches/sglang/")
+}
+
+// LoadDir returns the series in dir, one per subdirectory holding a
+// series.toml (a tree shaped like arpatch's patches/sglang/).
+func LoadDir(dir string) (*Catalog, error) {
+	if _, err := os.Stat(dir); err != nil {
+		return nil, fmt.Errorf("--patches-dir %s: %w", dir, err)
+	}
+	return loadCatalog(os.DirFS(dir), ".", dir+"/")
+}
+
+func loadCatalog(fsys fs.FS, root, label string) (*Catalog, error) {
+	ents, err := fs.ReadDir(fsys, root)
+	if err != nil {
+		return nil, err
+	}
+	c := &Catalog{}
+	for _, e := range ents {
+		if !e.IsDir() {
+			continue
+		}
+		dir := path.Join(root, e.Name())
+		if _, err := fs.Stat(fsys, path.Join(dir, SeriesFile)); err != nil {
+			continue
+		}
+		s, err := LoadSeries(fsys, dir, label+e.Name())
+		if err != nil {
+			return nil, err
+		}
+		c.Series = append(c.Series, s)
+	}
+	if len(c.Series) == 0 {
+		return nil, fmt.Errorf("%s: no series found (each series is a directory with a %s)", strings.TrimSuffix(label, "/"), SeriesFile)
+	}
+	sortSeries(c.Series)
+	return c, nil
+}
+
+// Get returns the series with this name.
+func (c *Catalog) Get(name string) (*Series, error) {
+	for _, s := range c.Series {
+		if s.Name == name {
+			return s, nil
+		}
+	}
+	return nil, fmt.Errorf("no series named %q; known series: %s", name, c.names())
+}
+
+// Members returns the series whose family or name is want.
+func (c *Catalog) Members(want string) []*Series {
+	var out []*Series
+	for _, s := range c.Series {
+		if s.Family == want || s.Name == want {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+func (c *Catalog) names() string {
+	var n []string
+	for _, s := range c.Series {
+		n = append(n, s.Name)
+	}
+	return strings.Join(n, ", ")
+}

@@ -1,0 +1,371 @@
+package patches
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"sort"
+)
+
+// Tree is read access to a source tree: a checkout on disk, or a commit in a
+// git object store.
+type Tree interface {
+	// ReadFile returns the bytes of the file at a slash-separated,
+	// tree-relative path, or an error wrapping fs.ErrNotExist when it is
+	// absent.
+	ReadFile(path string) ([]byte, error)
+}
+
+// Patch is one verified patch of a series, parsed.
+type Patch struct {
+	Name     string   // file name, e.g. "0001-pcie-dispatch-branch.patch"
+	SHA256   string   // hex sha256 of the file's bytes, as listed in series.toml
+	Provides []string // capability tags from series.toml, e.g. "pcie-dispatch-branch"
+	Diff     *Diff
+}
+
+// FileResult is the net effect of a series on one file.
+type FileResult struct {
+	Path   string
+	Op     Op     // Create, Delete or Modify, from the tree's state before to after
+	Before []byte // nil when the file did not exist
+	After  []byte // nil when the series deletes the file
+	Mode   string // git mode for a created file
+}
+
+// Result is the outcome of applying patches in memory. Nothing is written.
+type Result struct {
+	Files []*FileResult // sorted by path
+	Hunks []HunkResult  // in application order
+}
+
+// Offsets returns the hunks that landed away from where their header said.
+func (r *Result) Offsets() []HunkResult {
+	var out []HunkResult
+	for _, h := range r.Hunks {
+		if h.Offset != 0 {
+			out = append(out, h)
+		}
+	}
+	return out
+}
+
+// ErrFileExists and ErrFileMissing classify a file-level conflict.
+var (
+	ErrFileExists  = errors.New("file already exists")
+	ErrFileMissing = errors.New("file does not exist")
+)
+
+// FileError is a conflict on a whole file: a created file that exists, or a
+// modified or deleted one that does not.
+type FileError struct {
+	Patch string
+	Path  string
+	Op    Op
+	Err   error
+}
+
+func (e *FileError) Error() string {
+	return fmt.Sprintf("patch %s: cannot %s %s: %v", e.Patch, e.Op, e.Path, e.Err)
+}
+
+func (e *FileError) Unwrap() error { return e.Err }
+
+type entry struct {
+	data   []byte
+	exists bool
+	mode   string
+}
+
+// overlay is a copy-on-write view of a Tree.
+type overlay struct {
+	base  Tree
+	cur   map[string]*entry
+	orig  map[string]*entry
+	order []string
+}
+
+func newOverlay(base Tree) *overlay {
+	return &overlay{base: base, cur: map[string]*entry{}, orig: map[string]*entry{}}
+}
+
+func (o *overlay) get(path string) (*entry, error) {
+	if e, ok := o.cur[path]; ok {
+		return e, nil
+	}
+	data, err := o.base.ReadFile(path)
+	e := &entry{data: data, exists: true}
+	if errors.Is(err, fs.ErrNotExist) {
+		e = &entry{}
+	} else if err != nil {
+		return nil, err
+	}
+	o.cur[path] = e
+	o.orig[path] = e
+	o.order = append(o.order, path)
+	return e, nil
+}
+
+func (o *overlay) set(path string, e *entry) { o.cur[path] = e }
+
+// snapshot lets a failed patch be rolled back inside Check.
+func (o *overlay) snapshot() map[string]*entry {
+	m := make(map[string]*entry, len(o.cur))
+	for k, v := range o.cur {
+		m[k] = v
+	}
+	return m
+}
+
+func (o *overlay) result() *Result {
+	r := &Result{}
+	paths := append([]string(nil), o.order...)
+	sort.Strings(paths)
+	for _, p := range paths {
+		before, after := o.orig[p], o.cur[p]
+		if before == after {
+			continue
+		}
+		if before.exists == after.exists && string(before.data) == string(after.data) {
+			continue
+		}
+		fr := &FileResult{Path: p, Op: Modify, Mode: after.mode}
+		if before.exists {
+			fr.Before = before.data
+		} else {
+			fr.Op = Create
+		}
+		if after.exists {
+			fr.After = after.data
+			if after.data == nil {
+				fr.After = []byte{}
+			}
+		} else {
+			fr.Op = Delete
+		}
+		r.Files = append(r.Files, fr)
+	}
+	return r
+}
+
+// applyPatch applies one patch to the overlay; on error the overlay may hold
+// part of it, so callers snapshot first.
+func applyPatch(o *overlay, p *Patch, d *Diff) ([]HunkResult, error) {
+	var all []HunkResult
+	for _, fc := range d.Changes {
+		e, err := o.get(fc.Path)
+		if err != nil {
+			return nil, fmt.Errorf("patch %s: reading %s: %w", p.Name, fc.Path, err)
+		}
+		switch fc.Op {
+		case Create:
+			if e.exists {
+				return nil, &FileError{Patch: p.Name, Path: fc.Path, Op: Create, Err: ErrFileExists}
+			}
+			var lines []string
+			if len(fc.Hunks) == 1 {
+				lines = fc.Hunks[0].New
+			}
+			o.set(fc.Path, &entry{data: joinLines(lines), exists: true, mode: fc.Mode})
+			if len(fc.Hunks) == 1 {
+				all = append(all, HunkResult{Patch: p.Name, Path: fc.Path, Hunk: fc.Hunks[0].Header, Line: 1})
+			}
+		case Delete, Modify:
+			if !e.exists {
+				return nil, &FileError{Patch: p.Name, Path: fc.Path, Op: fc.Op, Err: ErrFileMissing}
+			}
+			out, res, err := applyHunks(p.Name, fc.Path, e.data, fc.Hunks)
+			if err != nil {
+				return nil, err
+			}
+			if fc.Op == Delete {
+				if len(out) != 0 {
+					return nil, &ConflictError{Patch: p.Name, Path: fc.Path, Hunk: fc.Hunks[0].Header, Line: 1,
+						Expected: fc.Hunks[0].Old, Found: splitLines(e.data), Reason: "the file to delete holds more than the patch lists"}
+				}
+				o.set(fc.Path, &entry{})
+			} else {
+				o.set(fc.Path, &entry{data: out, exists: true, mode: e.mode})
+			}
+			all = append(all, res...)
+		}
+	}
+	return all, nil
+}
+
+// Apply applies the patches in order to an in-memory view of tree and
+// returns every file's before and after bytes. It writes nothing. It stops at
+// the first patch that does not fit, returning a *ConflictError (a hunk's
+// context differs) or a *FileError (a file exists or is missing).
+func Apply(tree Tree, patches []*Patch) (*Result, error) {
+	o := newOverlay(tree)
+	var hunks []HunkResult
+	for _, p := range patches {
+		res, err := applyPatch(o, p, p.Diff)
+		if err != nil {
+			return nil, err
+		}
+		hunks = append(hunks, res...)
+	}
+	r := o.result()
+	r.Hunks = hunks
+	return r, nil
+}
+
+// Unapply removes the patches from tree in reverse order: it applies each
+// patch's reverse diff, so it succeeds exactly when tree holds every patch.
+// Errors are as for Apply, with hunk headers of the reversed diff.
+func Unapply(tree Tree, patches []*Patch) (*Result, error) {
+	o := newOverlay(tree)
+	var hunks []HunkResult
+	for i := len(patches) - 1; i >= 0; i-- {
+		p := patches[i]
+		res, err := applyPatch(o, p, p.Diff.Reverse())
+		if err != nil {
+			return nil, err
+		}
+		hunks = append(hunks, res...)
+	}
+	r := o.result()
+	r.Hunks = hunks
+	return r, nil
+}
+
+// Reverse returns the diff that undoes d.
+func (d *Diff) Reverse() *Diff {
+	r := &Diff{Header: d.Header}
+	for _, fc := range d.Changes {
+		rc := &FileChange{Path: fc.Path, Op: fc.Op, Mode: fc.Mode}
+		switch fc.Op {
+		case Create:
+			rc.Op = Delete
+		case Delete:
+			rc.Op = Create
+		}
+		for _, h := range fc.Hunks {
+			rc.Hunks = append(rc.Hunks, &Hunk{
+				Header:    fmt.Sprintf("@@ -%s +%s @@ (reversed)", rangeText(int32(h.NewStart), int32(h.NewLines)), rangeText(int32(h.OrigStart), int32(h.OrigLines))),
+				OrigStart: h.NewStart, OrigLines: h.NewLines,
+				NewStart: h.OrigStart, NewLines: h.OrigLines,
+				Old: h.New, New: h.Old,
+			})
+		}
+		r.Changes = append(r.Changes, rc)
+	}
+	return r
+}
+
+// Fit says how one patch relates to a tree.
+type Fit int
+
+const (
+	// FitExact: every hunk matches where its header says.
+	FitExact Fit = iota
+	// FitOffset: every hunk matches exactly, some at other lines.
+	FitOffset
+	// FitApplied: the patch does not apply but its reverse does: the tree
+	// already holds it (upstream merged it, or it was applied before).
+	FitApplied
+	// FitConflict: neither the patch nor its reverse applies.
+	FitConflict
+)
+
+func (f Fit) String() string {
+	return [...]string{"exact", "offset", "applied", "conflict"}[f]
+}
+
+// PatchFit is the result of checking one patch.
+type PatchFit struct {
+	Patch string
+	Fit   Fit
+	Hunks []HunkResult // where each hunk landed (FitExact, FitOffset)
+	Err   error        // why it does not apply (FitConflict)
+}
+
+// MaxOffset returns the largest absolute hunk offset in lines.
+func (p PatchFit) MaxOffset() int {
+	m := 0
+	for _, h := range p.Hunks {
+		o := h.Offset
+		if o < 0 {
+			o = -o
+		}
+		if o > m {
+			m = o
+		}
+	}
+	return m
+}
+
+// Check reports, for each patch in order, whether it applies to tree after
+// the patches before it. A patch that conflicts is skipped and the next one
+// is checked against the tree without it, so one conflict does not hide the
+// state of the rest. It writes nothing and returns no error of its own: read
+// errors show up as conflicts.
+func Check(tree Tree, patches []*Patch) []PatchFit {
+	o := newOverlay(tree)
+	var out []PatchFit
+	for _, p := range patches {
+		snap := o.snapshot()
+		res, err := applyPatch(o, p, p.Diff)
+		if err == nil {
+			pf := PatchFit{Patch: p.Name, Fit: FitExact, Hunks: res}
+			for _, h := range res {
+				if h.Offset != 0 {
+					pf.Fit = FitOffset
+				}
+			}
+			out = append(out, pf)
+			continue
+		}
+		o.cur = snap
+		// Does the tree already hold it?
+		probe := newOverlay(overlayTree{o})
+		if _, rerr := applyPatch(probe, p, p.Diff.Reverse()); rerr == nil {
+			out = append(out, PatchFit{Patch: p.Name, Fit: FitApplied})
+			continue
+		}
+		out = append(out, PatchFit{Patch: p.Name, Fit: FitConflict, Err: err})
+	}
+	return out
+}
+
+// Verdict folds per-patch fits into one word: "conflict" if any patch
+// conflicts, "applied" if the tree holds every patch, "partial" if it holds
+// some, "offset" if any hunk moved, else "exact".
+func Verdict(fits []PatchFit) string {
+	applied, offset := 0, 0
+	for _, f := range fits {
+		switch f.Fit {
+		case FitConflict:
+			return "conflict"
+		case FitApplied:
+			applied++
+		case FitOffset:
+			offset++
+		}
+	}
+	switch {
+	case applied == len(fits) && applied > 0:
+		return "applied"
+	case applied > 0:
+		return "partial"
+	case offset > 0:
+		return "offset"
+	}
+	return "exact"
+}
+
+// overlayTree reads through an overlay's current state.
+type overlayTree struct{ o *overlay }
+
+func (t overlayTree) ReadFile(path string) ([]byte, error) {
+	e, err := t.o.get(path)
+	if err != nil {
+		return nil, err
+	}
+	if !e.exists {
+		return nil, fs.ErrNotExist
+	}
+	return e.data, nil
+}

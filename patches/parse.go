@@ -1,0 +1,359 @@
+package patches
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"path"
+	"strconv"
+	"strings"
+
+	"github.com/sourcegraph/go-diff/diff"
+)
+
+// Op says what a FileChange does to its file.
+type Op int
+
+const (
+	// Modify edits an existing file in place.
+	Modify Op = iota
+	// Create adds a file that must not exist yet.
+	Create
+	// Delete removes a file whose whole content the hunk lists.
+	Delete
+)
+
+func (o Op) String() string {
+	switch o {
+	case Create:
+		return "create"
+	case Delete:
+		return "delete"
+	default:
+		return "modify"
+	}
+}
+
+// Header holds the DEP-3 fields at the top of a patch file
+// (https://dep-team.pages.debian.net/deps/dep3/): Description, Author,
+// Upstream-Status and Applies-To are required for patches in a series.
+type Header struct {
+	Description    string
+	Author         string
+	UpstreamStatus string
+	AppliesTo      string
+	// Fields holds every field as written, including the four above,
+	// keyed by field name.
+	Fields map[string]string
+}
+
+// Diff is a parsed patch file: its DEP-3 header and the changes to each file.
+type Diff struct {
+	Header  Header
+	Changes []*FileChange
+}
+
+// FileChange is one file's part of a patch.
+type FileChange struct {
+	// Path is the repository-relative, slash-separated path ("a/" and
+	// "b/" prefixes removed).
+	Path string
+	Op   Op
+	// Mode is the git file mode of a created file ("100644" when the
+	// patch names none).
+	Mode  string
+	Hunks []*Hunk
+}
+
+// Hunk is one "@@ -a,b +c,d @@" block. Old and New hold the lines of each side
+// with their line endings, exactly as bytes; the last line of a side lacks its
+// newline when the patch carries "\ No newline at end of file" for it.
+type Hunk struct {
+	// Header is the hunk header line without its section text,
+	// e.g. "@@ -471,7 +471,8 @@".
+	Header    string
+	OrigStart int // 1-based line of the hunk's first old line (0 for an empty file)
+	OrigLines int
+	NewStart  int
+	NewLines  int
+	Old       []string
+	New       []string
+}
+
+// ParseDiff parses a patch file: an optional DEP-3 header followed by a
+// git-style unified diff, as written by `git diff`. CRLF content lines are
+// kept byte for byte. name is used in errors only.
+//
+// It returns an error, naming the patch and the line, for a diff it cannot
+// parse, a path that is absolute or leaves the tree, a rename, copy, mode
+// change or binary patch (none of which a series may carry), or a hunk whose
+// line counts disagree with its header.
+func ParseDiff(name string, data []byte) (*Diff, error) {
+	headerText, body, bodyLine := splitHeader(data)
+	hdr, err := parseHeader(headerText)
+	if err != nil {
+		return nil, fmt.Errorf("patch %s: header: %w", name, err)
+	}
+	if len(bytes.TrimSpace(body)) == 0 {
+		return nil, fmt.Errorf("patch %s: no diff found (expected a line starting with \"diff --git\" or \"--- \")", name)
+	}
+	fds, err := diff.ParseMultiFileDiffOptions(body, diff.ParseOptions{KeepCR: true})
+	if err != nil {
+		return nil, fmt.Errorf("patch %s: diff starting at line %d: %w", name, bodyLine, err)
+	}
+	d := &Diff{Header: hdr}
+	seen := map[string]bool{}
+	for _, fd := range fds {
+		fc, err := fileChange(fd)
+		if err != nil {
+			return nil, fmt.Errorf("patch %s: %w", name, err)
+		}
+		if seen[fc.Path] {
+			return nil, fmt.Errorf("patch %s: %s appears twice; merge its hunks into one file diff", name, fc.Path)
+		}
+		seen[fc.Path] = true
+		d.Changes = append(d.Changes, fc)
+	}
+	if len(d.Changes) == 0 {
+		return nil, fmt.Errorf("patch %s: the diff changes no file", name)
+	}
+	return d, nil
+}
+
+// splitHeader returns the text before the first diff line, the diff itself
+// and the 1-based line where the diff starts.
+func splitHeader(data []byte) (header, body []byte, line int) {
+	off := 0
+	line = 1
+	for off < len(data) {
+		end := bytes.IndexByte(data[off:], '\n')
+		next := len(data)
+		if end >= 0 {
+			next = off + end + 1
+		}
+		l := data[off:next]
+		if bytes.HasPrefix(l, []byte("diff --git ")) || bytes.HasPrefix(l, []byte("--- ")) {
+			return data[:off], data[off:], line
+		}
+		off = next
+		line++
+	}
+	return data, nil, line
+}
+
+// parseHeader reads RFC 822 style "Field: value" lines; indented lines
+// continue the previous field. Blank lines and lines starting with '#' are
+// skipped.
+func parseHeader(text []byte) (Header, error) {
+	h := Header{Fields: map[string]string{}}
+	var last string
+	sc := bufio.NewScanner(bytes.NewReader(text))
+	n := 0
+	for sc.Scan() {
+		n++
+		l := strings.TrimRight(sc.Text(), "\r")
+		if strings.TrimSpace(l) == "" || strings.HasPrefix(l, "#") {
+			continue
+		}
+		if (l[0] == ' ' || l[0] == '\t') && last != "" {
+			h.Fields[last] += "\n" + strings.TrimSpace(l)
+			continue
+		}
+		k, v, ok := strings.Cut(l, ":")
+		if !ok || strings.ContainsAny(k, " \t") {
+			return h, fmt.Errorf("line %d: expected \"Field: value\", found %q", n, l)
+		}
+		last = k
+		h.Fields[k] = strings.TrimSpace(v)
+	}
+	h.Description = h.Fields["Description"]
+	if h.Description == "" {
+		h.Description = h.Fields["Subject"]
+	}
+	h.Author = h.Fields["Author"]
+	if h.Author == "" {
+		h.Author = h.Fields["From"]
+	}
+	h.UpstreamStatus = h.Fields["Upstream-Status"]
+	h.AppliesTo = h.Fields["Applies-To"]
+	return h, nil
+}
+
+// Missing lists the required DEP-3 fields the header lacks.
+func (h Header) Missing() []string {
+	var m []string
+	for _, f := range []struct{ name, v string }{
+		{"Description", h.Description},
+		{"Author", h.Author},
+		{"Upstream-Status", h.UpstreamStatus},
+		{"Applies-To", h.AppliesTo},
+	} {
+		if f.v == "" {
+			m = append(m, f.name)
+		}
+	}
+	return m
+}
+
+func fileChange(fd *diff.FileDiff) (*FileChange, error) {
+	for _, e := range fd.Extended {
+		for _, bad := range []string{"rename from", "copy from", "old mode", "GIT binary patch", "Binary files"} {
+			if strings.HasPrefix(e, bad) {
+				return nil, fmt.Errorf("%s: %q is not supported in a series; write the change as a plain text diff", fileName(fd), e)
+			}
+		}
+	}
+	fc := &FileChange{Op: Modify, Mode: "100644"}
+	switch {
+	case fd.OrigName == "/dev/null":
+		fc.Op = Create
+		fc.Path = fd.NewName
+	case fd.NewName == "/dev/null":
+		fc.Op = Delete
+		fc.Path = fd.OrigName
+	default:
+		if stripAB(fd.OrigName, "a/") != stripAB(fd.NewName, "b/") {
+			return nil, fmt.Errorf("%s: old and new names differ (%s, %s); renames are not supported", fileName(fd), fd.OrigName, fd.NewName)
+		}
+		fc.Path = fd.NewName
+	}
+	prefix := "b/"
+	if fc.Op == Delete {
+		prefix = "a/"
+	}
+	p, err := cleanPath(stripAB(fc.Path, prefix))
+	if err != nil {
+		return nil, err
+	}
+	fc.Path = p
+	for _, e := range fd.Extended {
+		if m, ok := strings.CutPrefix(e, "new file mode "); ok {
+			fc.Mode = strings.TrimSpace(m)
+		}
+	}
+	if fc.Mode != "100644" && fc.Mode != "100755" {
+		return nil, fmt.Errorf("%s: file mode %s is not supported (only 100644 and 100755)", fc.Path, fc.Mode)
+	}
+	if len(fd.Hunks) == 0 && fc.Op != Create {
+		return nil, fmt.Errorf("%s: the file diff has no hunks", fc.Path)
+	}
+	for _, h := range fd.Hunks {
+		hk, err := convertHunk(h)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w", fc.Path, err)
+		}
+		fc.Hunks = append(fc.Hunks, hk)
+	}
+	switch fc.Op {
+	case Create:
+		if len(fc.Hunks) > 1 || (len(fc.Hunks) == 1 && len(fc.Hunks[0].Old) != 0) {
+			return nil, fmt.Errorf("%s: a created file must be one hunk with no old lines", fc.Path)
+		}
+	case Delete:
+		if len(fc.Hunks) != 1 || len(fc.Hunks[0].New) != 0 {
+			return nil, fmt.Errorf("%s: a deleted file must be one hunk with no new lines", fc.Path)
+		}
+	}
+	return fc, nil
+}
+
+func fileName(fd *diff.FileDiff) string {
+	if fd.NewName != "/dev/null" {
+		return fd.NewName
+	}
+	return fd.OrigName
+}
+
+func stripAB(name, prefix string) string {
+	return strings.TrimPrefix(name, prefix)
+}
+
+// cleanPath refuses absolute paths, backslashes and any path that leaves the
+// tree or enters .git.
+func cleanPath(p string) (string, error) {
+	if p == "" || strings.HasPrefix(p, "/") || strings.Contains(p, "\\") || strings.ContainsRune(p, 0) {
+		return "", fmt.Errorf("path %q is not a relative slash-separated path", p)
+	}
+	c := path.Clean(p)
+	if c != p || c == "." || c == ".." || strings.HasPrefix(c, "../") {
+		return "", fmt.Errorf("path %q leaves the tree or is not clean", p)
+	}
+	for _, part := range strings.Split(c, "/") {
+		if part == ".git" || part == ".arpatch" {
+			return "", fmt.Errorf("path %q enters %s, which a patch may not touch", p, part)
+		}
+	}
+	return c, nil
+}
+
+// convertHunk turns go-diff's body into the byte-exact old and new lines.
+func convertHunk(h *diff.Hunk) (*Hunk, error) {
+	hk := &Hunk{
+		Header:    fmt.Sprintf("@@ -%s +%s @@", rangeText(h.OrigStartLine, h.OrigLines), rangeText(h.NewStartLine, h.NewLines)),
+		OrigStart: int(h.OrigStartLine),
+		OrigLines: int(h.OrigLines),
+		NewStart:  int(h.NewStartLine),
+		NewLines:  int(h.NewLines),
+	}
+	body := h.Body
+	off := 0
+	for off < len(body) {
+		end := bytes.IndexByte(body[off:], '\n')
+		next := len(body)
+		hasNL := false
+		if end >= 0 {
+			next = off + end + 1
+			hasNL = true
+		}
+		raw := body[off:next]
+		// go-diff records the old side's "\ No newline at end of file" as an
+		// offset just past the line; the new side's by dropping the newline.
+		origNoNL := h.OrigNoNewlineAt > 0 && int(h.OrigNoNewlineAt) == next
+		off = next
+		if len(raw) == 0 {
+			continue
+		}
+		kind := raw[0]
+		text := string(raw[1:])
+		if kind == '\n' || (kind == '\r' && len(raw) > 1 && raw[1] == '\n') {
+			// A blank context line whose leading space was stripped.
+			kind, text = ' ', string(raw)
+		}
+		withoutNL := strings.TrimSuffix(text, "\n")
+		switch kind {
+		case ' ':
+			oldL, newL := text, text
+			if !hasNL {
+				oldL, newL = withoutNL, withoutNL
+			}
+			hk.Old = append(hk.Old, oldL)
+			hk.New = append(hk.New, newL)
+		case '-':
+			l := text
+			if origNoNL || !hasNL {
+				l = withoutNL
+			}
+			hk.Old = append(hk.Old, l)
+		case '+':
+			l := text
+			if !hasNL {
+				l = withoutNL
+			}
+			hk.New = append(hk.New, l)
+		default:
+			return nil, fmt.Errorf("hunk %s: unexpected line %q", hk.Header, raw)
+		}
+	}
+	if len(hk.Old) != hk.OrigLines || len(hk.New) != hk.NewLines {
+		return nil, fmt.Errorf("hunk %s: body has %d old and %d new lines, header says %d and %d",
+			hk.Header, len(hk.Old), len(hk.New), hk.OrigLines, hk.NewLines)
+	}
+	return hk, nil
+}
+
+func rangeText(start, n int32) string {
+	if n == 1 {
+		return strconv.Itoa(int(start))
+	}
+	return fmt.Sprintf("%d,%d", start, n)
+}

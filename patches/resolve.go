@@ -1,0 +1,145 @@
+package patches
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// Choice is the series picked for a tree, with its verified patches.
+type Choice struct {
+	Series  *Series
+	Patches []*Patch
+	// Reason says why this series: "tested on <commit>", "forced by
+	// --series", or "applies to <commit>, which it was not tested on".
+	Reason string
+}
+
+// NoSeriesError says that no series of the family fits the commit.
+type NoSeriesError struct {
+	Want    string
+	Commit  string
+	Known   []*Series
+	Details []string // why each candidate did not fit
+}
+
+func (e *NoSeriesError) Error() string {
+	var b strings.Builder
+	fmt.Fprintf(&b, "no %q series fits commit %s", e.Want, e.Commit)
+	for _, d := range e.Details {
+		b.WriteString("\n  " + d)
+	}
+	b.WriteString("\nknown series:")
+	for _, s := range e.Known {
+		fmt.Fprintf(&b, "\n  %-16s family %-8s tested on %s", s.Name, s.Family, shortList(s.TestedOn))
+	}
+	fmt.Fprintf(&b, "\nrun `arpatch patches check --repo <sglang repo> --commit %s` to see how each series fits, or pick one with --series", short(e.Commit))
+	return b.String()
+}
+
+// AmbiguousError says that more than one series fits and none was tested on
+// the commit; arpatch refuses to guess.
+type AmbiguousError struct {
+	Commit string
+	Fits   []string
+}
+
+func (e *AmbiguousError) Error() string {
+	return fmt.Sprintf("series %s all apply to commit %s and none was tested on it; pick one with --series", strings.Join(e.Fits, " and "), short(e.Commit))
+}
+
+// Resolve picks the series for a tree at commit. want is the recipe's
+// `series` (a family such as "pcie", or one series' name); force is
+// --series. Without force, a series whose tested_on lists the commit wins;
+// otherwise each member is checked against tree and the single one that
+// applies (exactly or with offsets) is taken. Patches named in skip are left
+// out. It returns a *NoSeriesError when none fits, an *AmbiguousError when
+// several do, or the loading errors of Series.Load.
+func (c *Catalog) Resolve(want, force, commit string, tree Tree, skip []string) (*Choice, error) {
+	if force != "" {
+		s, err := c.Get(force)
+		if err != nil {
+			return nil, err
+		}
+		ps, err := s.Load(skip)
+		if err != nil {
+			return nil, err
+		}
+		return &Choice{Series: s, Patches: ps, Reason: "forced by --series"}, nil
+	}
+	members := c.Members(want)
+	if len(members) == 0 {
+		return nil, fmt.Errorf("recipe names series %q, but no series has that name or family; known series: %s", want, c.names())
+	}
+	for _, s := range members {
+		if slices.Contains(s.TestedOn, commit) {
+			ps, err := s.Load(skip)
+			if err != nil {
+				return nil, err
+			}
+			return &Choice{Series: s, Patches: ps, Reason: "tested on " + short(commit)}, nil
+		}
+	}
+	var fits []*Choice
+	var details []string
+	for _, s := range members {
+		ps, err := s.Load(skip)
+		if err != nil {
+			return nil, err
+		}
+		fit, why := fitsTree(tree, ps)
+		if fit {
+			fits = append(fits, &Choice{Series: s, Patches: ps, Reason: fmt.Sprintf("applies to %s, which it was not tested on (%s)", short(commit), why)})
+		} else {
+			details = append(details, fmt.Sprintf("%s: %s", s.Name, why))
+		}
+	}
+	switch len(fits) {
+	case 1:
+		return fits[0], nil
+	case 0:
+		return nil, &NoSeriesError{Want: want, Commit: commit, Known: c.Series, Details: details}
+	default:
+		var names []string
+		for _, f := range fits {
+			names = append(names, f.Series.Name)
+		}
+		return nil, &AmbiguousError{Commit: commit, Fits: names}
+	}
+}
+
+// fitsTree says whether every patch applies, exactly or with offsets, or
+// the tree already holds every patch; the string says how, or why not.
+func fitsTree(tree Tree, ps []*Patch) (bool, string) {
+	res := Check(tree, ps)
+	v := Verdict(res)
+	switch v {
+	case "conflict":
+		for _, r := range res {
+			if r.Fit == FitConflict {
+				return false, r.Err.Error()
+			}
+		}
+	case "partial":
+		return false, "some patches are already in the tree, others are not"
+	}
+	return true, v
+}
+
+func short(c string) string {
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return c
+}
+
+func shortList(cs []string) string {
+	if len(cs) == 0 {
+		return "(none)"
+	}
+	var out []string
+	for _, c := range cs {
+		out = append(out, short(c))
+	}
+	return strings.Join(out, ", ")
+}

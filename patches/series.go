@@ -1,0 +1,387 @@
+package patches
+
+import (
+	"bytes"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/arpatch/arpatch/internal/tomlx"
+)
+
+// SeriesFile is the name of the file that describes a series.
+const SeriesFile = "series.toml"
+
+// Series is an ordered, versioned set of patches for one shape of upstream
+// code, described by a series.toml in its own directory.
+type Series struct {
+	// Name is the series' directory name, e.g. "pcie-2026-04".
+	Name string `toml:"name"`
+	// Family groups series that do the same job for different upstream
+	// eras; a recipe's `series` names a family or one series.
+	Family      string `toml:"family"`
+	Description string `toml:"description"`
+	// Upstream is the repository the series is written against.
+	Upstream string `toml:"upstream"`
+	// TestedOn lists the 40-hex upstream commits the series was tested on.
+	// A checkout at one of them picks this series without a trial apply.
+	TestedOn []string `toml:"tested_on"`
+	// Requires lists pairs [A, B]: when patch A is in the series, patch B
+	// must be too, and come before it. A and B are patch file names or
+	// `provides` tags.
+	Requires [][]string   `toml:"requires"`
+	Patches  []PatchEntry `toml:"patch"`
+
+	// Dir says where the series came from, for messages: "embedded:pcie-2026-04" or a path.
+	Dir  string `toml:"-"`
+	fsys fs.FS
+	root string // the series' directory inside fsys
+}
+
+// PatchEntry is one [[patch]] table of series.toml.
+type PatchEntry struct {
+	File     string   `toml:"file"`
+	SHA256   string   `toml:"sha256"`
+	Provides []string `toml:"provides"`
+}
+
+var (
+	hex40      = regexp.MustCompile(`^[0-9a-f]{40}$`)
+	hex64      = regexp.MustCompile(`^[0-9a-f]{64}$`)
+	patchName  = regexp.MustCompile(`^[0-9]{4}-[a-z0-9][a-z0-9.-]*\.patch$`)
+	seriesName = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*$`)
+)
+
+// LoadSeries reads dir/series.toml from fsys and validates it: known keys
+// only, a 40-hex commit list, patch names of the form NNNN-name.patch, a
+// 64-hex sha256 for each, and requires pairs that name patches or tags of
+// this series. label says where fsys is, for messages. Errors name the file,
+// key and line.
+func LoadSeries(fsys fs.FS, dir, label string) (*Series, error) {
+	file := path.Join(dir, SeriesFile)
+	data, err := fs.ReadFile(fsys, file)
+	if err != nil {
+		return nil, fmt.Errorf("series %s: %w", label, err)
+	}
+	where := label + "/" + SeriesFile
+	var s Series
+	md, err := toml.Decode(string(data), &s)
+	if err != nil {
+		return nil, tomlx.DecodeError(where, err)
+	}
+	if err := tomlx.Strict(where, data, md); err != nil {
+		return nil, err
+	}
+	s.Dir = label
+	s.fsys = fsys
+	s.root = dir
+	if s.Name == "" {
+		s.Name = path.Base(dir)
+	}
+	fail := func(key, format string, args ...any) error {
+		return fmt.Errorf("%s:%d: %s: %s", where, tomlx.Line(data, key), key, fmt.Sprintf(format, args...))
+	}
+	if !seriesName.MatchString(s.Name) {
+		return nil, fail("name", "%q must be lower case letters, digits, '.' and '-'", s.Name)
+	}
+	if s.Name != path.Base(dir) {
+		return nil, fail("name", "%q differs from the directory name %q", s.Name, path.Base(dir))
+	}
+	if s.Family == "" {
+		return nil, fail("family", "missing; name the job the series does, e.g. \"pcie\"")
+	}
+	for _, c := range s.TestedOn {
+		if !hex40.MatchString(c) {
+			return nil, fail("tested_on", "%q is not a full 40-hex commit", c)
+		}
+	}
+	if len(s.Patches) == 0 {
+		return nil, fail("patch", "the series lists no [[patch]]")
+	}
+	names := map[string]bool{}
+	tags := map[string]bool{}
+	for _, p := range s.Patches {
+		if !patchName.MatchString(p.File) {
+			return nil, fail("patch.file", "%q: patch files are named NNNN-name.patch", p.File)
+		}
+		if names[p.File] {
+			return nil, fail("patch.file", "%q is listed twice", p.File)
+		}
+		names[p.File] = true
+		if !hex64.MatchString(p.SHA256) {
+			return nil, fail("patch.sha256", "%s: %q is not a 64-hex sha256; run `arpatch patches seal %s`", p.File, p.SHA256, label)
+		}
+		for _, t := range p.Provides {
+			tags[t] = true
+		}
+	}
+	for _, pair := range s.Requires {
+		if len(pair) != 2 {
+			return nil, fail("requires", "%q: each entry is a pair [\"A\", \"B\"]", pair)
+		}
+		for _, x := range pair {
+			if !names[x] && !tags[x] {
+				return nil, fail("requires", "%q names no patch file or provides tag of this series", x)
+			}
+		}
+	}
+	return &s, nil
+}
+
+// Family names the job; Series.String gives "name (family, N patches)".
+func (s *Series) String() string {
+	return fmt.Sprintf("%s (%s, %d patches)", s.Name, s.Family, len(s.Patches))
+}
+
+// TamperError is a patch file whose bytes differ from the sha256 that its
+// series.toml records.
+type TamperError struct {
+	Series, Patch, Want, Got string
+}
+
+func (e *TamperError) Error() string {
+	return fmt.Sprintf("patch %s/%s: sha256 is %s but series.toml records %s; the patch was changed after it was sealed. "+
+		"Restore the original file, or if you changed it on purpose, run `arpatch patches seal %s`",
+		e.Series, e.Patch, e.Got, e.Want, e.Series)
+}
+
+// RequiresError is a selection of patches that leaves out a patch another
+// one needs, such as the Python gate bypass without the C++ dispatch branch.
+type RequiresError struct {
+	Series, Patch, Needs, Why string
+}
+
+func (e *RequiresError) Error() string {
+	return fmt.Sprintf("series %s: %s requires %s: %s", e.Series, e.Patch, e.Needs, e.Why)
+}
+
+// Load reads, verifies and parses the series' patches, leaving out those
+// named in skip. It checks every sha256 before parsing anything, then each
+// DEP-3 header, then the requires pairs and arpatch's own safety rule (see
+// CheckRequires). It returns a *TamperError, a *RequiresError or a parse
+// error naming the patch.
+func (s *Series) Load(skip []string) ([]*Patch, error) {
+	for _, k := range skip {
+		if !slices.ContainsFunc(s.Patches, func(p PatchEntry) bool { return p.File == k }) {
+			return nil, fmt.Errorf("series %s: skip names %q, which is not in the series (it has %s)", s.Name, k, strings.Join(s.Files(), ", "))
+		}
+	}
+	raw := map[string][]byte{}
+	for _, e := range s.Patches {
+		data, err := fs.ReadFile(s.fsys, path.Join(s.root, e.File))
+		if err != nil {
+			return nil, fmt.Errorf("series %s: %w", s.Name, err)
+		}
+		if got := sha256Hex(data); got != e.SHA256 {
+			return nil, &TamperError{Series: s.Dir, Patch: e.File, Want: e.SHA256, Got: got}
+		}
+		raw[e.File] = data
+	}
+	var out []*Patch
+	for _, e := range s.Patches {
+		if slices.Contains(skip, e.File) {
+			continue
+		}
+		d, err := ParseDiff(e.File, raw[e.File])
+		if err != nil {
+			return nil, err
+		}
+		if m := d.Header.Missing(); len(m) > 0 {
+			return nil, fmt.Errorf("patch %s/%s: the DEP-3 header lacks %s", s.Dir, e.File, strings.Join(m, ", "))
+		}
+		out = append(out, &Patch{Name: e.File, SHA256: e.SHA256, Provides: e.Provides, Diff: d})
+	}
+	if err := CheckRequires(s.Name, out, s.Requires); err != nil {
+		return nil, err
+	}
+	return out, nil
+}
+
+// Files lists the patch file names in order.
+func (s *Series) Files() []string {
+	var f []string
+	for _, p := range s.Patches {
+		f = append(f, p.File)
+	}
+	return f
+}
+
+// Tag names arpatch knows from upstream facts.
+const (
+	TagDispatchBranch = "pcie-dispatch-branch"
+	TagGateBypass     = "pcie-gate-bypass"
+)
+
+// builtinRequires holds the pairs arpatch enforces on every series,
+// whatever its series.toml says. Upstream's CustomAllreduce::allreduce
+// (sgl-kernel/csrc/allreduce/custom_all_reduce.cuh) launches no kernel when
+// !full_nvlink_ && world_size_ > 2, so opening the Python gate alone returns
+// unreduced data without an error.
+var builtinRequires = [][]string{{TagGateBypass, TagDispatchBranch}}
+
+// gateFiles are the Python files that hold SGLang's two custom allreduce
+// gates; dispatchFile is the kernel header whose dispatch must change with
+// them (sgl-kernel/csrc/allreduce/custom_all_reduce.cuh, eras A and B).
+var (
+	gateFiles = []string{
+		"python/sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py",
+		"python/sglang/srt/distributed/device_communicators/custom_all_reduce.py",
+	}
+	dispatchFile = "custom_all_reduce.cuh"
+)
+
+// CheckRequires enforces the series' requires pairs and arpatch's built-in
+// rules on a selection of patches: a patch tagged pcie-gate-bypass needs one
+// tagged pcie-dispatch-branch before it, and a selection that changes the
+// Python gate files must also change custom_all_reduce.cuh. It returns a
+// *RequiresError naming both patches.
+func CheckRequires(series string, ps []*Patch, requires [][]string) error {
+	index := func(x string) int {
+		for i, p := range ps {
+			if p.Name == x || slices.Contains(p.Provides, x) {
+				return i
+			}
+		}
+		return -1
+	}
+	pairs := append(append([][]string(nil), requires...), builtinRequires...)
+	for _, pair := range pairs {
+		a, b := index(pair[0]), index(pair[1])
+		if a < 0 {
+			continue
+		}
+		why := "the series does not include it"
+		if b >= 0 && b > a {
+			why = "it must come first in the series"
+		} else if b >= 0 {
+			continue
+		}
+		if slices.Equal(pair, builtinRequires[0]) {
+			why += "; the gate bypass alone routes PCIe allreduces to a kernel branch that launches nothing, which returns unreduced data"
+		}
+		return &RequiresError{Series: series, Patch: ps[a].Name, Needs: pair[1], Why: why}
+	}
+	gate, dispatch := "", false
+	for _, p := range ps {
+		for _, fc := range p.Diff.Changes {
+			if slices.Contains(gateFiles, fc.Path) && gate == "" {
+				gate = p.Name
+			}
+			if path.Base(fc.Path) == dispatchFile {
+				dispatch = true
+			}
+		}
+	}
+	if gate != "" && !dispatch {
+		return &RequiresError{Series: series, Patch: gate, Needs: "a patch to " + dispatchFile,
+			Why: "it changes SGLang's custom allreduce gates, and upstream's kernel launches nothing on PCIe above 2 GPUs, so the result would be unreduced data"}
+	}
+	return nil
+}
+
+func sha256Hex(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// Seal recomputes every patch's sha256 in dir/series.toml on disk, keeping
+// the rest of the file as written. It is the maintainer's step after editing
+// a patch. It returns the names whose hash changed.
+func Seal(fsys fs.FS, dir string, write func(name string, data []byte) error) ([]string, error) {
+	s, err := LoadSeriesLoose(fsys, dir)
+	if err != nil {
+		return nil, err
+	}
+	data, err := fs.ReadFile(fsys, path.Join(dir, SeriesFile))
+	if err != nil {
+		return nil, err
+	}
+	var changed []string
+	for _, p := range s.Patches {
+		b, err := fs.ReadFile(fsys, path.Join(dir, p.File))
+		if err != nil {
+			return nil, fmt.Errorf("seal %s: %w", dir, err)
+		}
+		sum := sha256Hex(b)
+		if sum == p.SHA256 {
+			continue
+		}
+		changed = append(changed, p.File)
+		data, err = replaceSHA(data, p.File, sum)
+		if err != nil {
+			return nil, fmt.Errorf("seal %s: %w", dir, err)
+		}
+	}
+	if len(changed) == 0 {
+		return nil, nil
+	}
+	return changed, write(path.Join(dir, SeriesFile), data)
+}
+
+// LoadSeriesLoose decodes series.toml without validating hashes, for Seal.
+func LoadSeriesLoose(fsys fs.FS, dir string) (*Series, error) {
+	data, err := fs.ReadFile(fsys, path.Join(dir, SeriesFile))
+	if err != nil {
+		return nil, err
+	}
+	var s Series
+	if _, err := toml.Decode(string(data), &s); err != nil {
+		return nil, tomlx.DecodeError(path.Join(dir, SeriesFile), err)
+	}
+	return &s, nil
+}
+
+var shaLine = regexp.MustCompile(`(?m)^(\s*sha256\s*=\s*)"[^"]*"`)
+
+// replaceSHA rewrites the sha256 line of the [[patch]] table whose file is
+// name.
+func replaceSHA(data []byte, name, sum string) ([]byte, error) {
+	i := bytes.Index(data, []byte(`"`+name+`"`))
+	if i < 0 {
+		return nil, fmt.Errorf("series.toml does not name %s", name)
+	}
+	next := bytes.Index(data[i:], []byte("[[patch]]"))
+	end := len(data)
+	if next >= 0 {
+		end = i + next
+	}
+	if start := bytes.LastIndex(data[:i], []byte("[[patch]]")); start >= 0 {
+		seg := data[start:end]
+		if loc := shaLine.FindSubmatchIndex(seg); loc != nil {
+			out := append([]byte(nil), data[:start]...)
+			out = append(out, seg[:loc[3]]...)
+			out = append(out, `"`+sum+`"`...)
+			out = append(out, seg[loc[1]:]...)
+			return append(out, data[end:]...), nil
+		}
+		// No sha256 line yet: add one after the file line.
+		lineEnd := bytes.IndexByte(data[i:], '\n')
+		if lineEnd < 0 {
+			return nil, errors.New("malformed [[patch]] table for " + name)
+		}
+		at := i + lineEnd + 1
+		out := append([]byte(nil), data[:at]...)
+		out = append(out, `sha256 = "`+sum+`"`+"\n"...)
+		return append(out, data[at:]...), nil
+	}
+	return nil, fmt.Errorf("%s is not inside a [[patch]] table", name)
+}
+
+// sortSeries orders series by family then name.
+func sortSeries(ss []*Series) {
+	sort.Slice(ss, func(i, j int) bool {
+		if ss[i].Family != ss[j].Family {
+			return ss[i].Family < ss[j].Family
+		}
+		return ss[i].Name < ss[j].Name
+	})
+}

@@ -1,0 +1,310 @@
+// Package recipes defines arpatch's recipes: TOML files that pin an
+// upstream SGLang commit, name the patch series to apply, and hold the
+// runtime environment, build and bench settings that go with them.
+//
+// Two recipes ship embedded in the binary: "baseline" (no patches) and
+// "pcie" (custom allreduce on PCIe-only GPUs). Both pin
+// https://github.com/sgl-project/sglang.git at
+// 84118acf50b3a4c74e85e9ff9033792552de1a76 (2026-04-03, sglang-kernel
+// 0.4.1), the tree of the published PCIe account. A user's recipe is read
+// from a file with the same schema.
+//
+// The package validates and fills defaults; it does not clone, patch,
+// build or bench.
+package recipes
+
+import (
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/arpatch/arpatch/internal/tomlx"
+)
+
+//go:embed *.toml
+var embedded embed.FS
+
+// DefaultUpstreamURL is SGLang's upstream repository.
+const DefaultUpstreamURL = "https://github.com/sgl-project/sglang.git"
+
+// Recipe is one recipe file, decoded.
+type Recipe struct {
+	Name        string `toml:"name"`
+	Description string `toml:"description"`
+	// Series names a patch series family (e.g. "pcie") or one series
+	// (e.g. "pcie-2026-04"); empty means no patches.
+	Series string `toml:"series"`
+	// Skip lists patch files of the series to leave out; arpatch still
+	// refuses a selection that breaks a requires pair.
+	Skip     []string          `toml:"skip"`
+	Upstream Upstream          `toml:"upstream"`
+	Env      map[string]string `toml:"env"`
+	Build    Build             `toml:"build"`
+	Bench    Bench             `toml:"bench"`
+
+	// Source is where the recipe came from: "embedded:pcie" or a path.
+	Source string `toml:"-"`
+	// SHA256 is the hex sha256 of the recipe file's bytes.
+	SHA256 string `toml:"-"`
+}
+
+// Upstream pins the SGLang source.
+type Upstream struct {
+	URL    string `toml:"url"`
+	Commit string `toml:"commit"` // 40 hex
+}
+
+// Build holds sgl-kernel build settings (used by `arpatch build`).
+type Build struct {
+	// Archs are CUDA arch names without "sm_", e.g. "120a" for sm_120a.
+	Archs []string `toml:"archs"`
+	// Jobs is the build parallelism; 0 means one job per CPU core.
+	Jobs    int    `toml:"jobs"`
+	Offline bool   `toml:"offline"`
+	DepsDir string `toml:"deps_dir"`
+	// Tool is "auto", "uv" or "pip".
+	Tool string `toml:"tool"`
+}
+
+// Bench holds EAGLE-3 benchmark settings (used by `arpatch bench`).
+type Bench struct {
+	Model                     string `toml:"model"`
+	DraftModel                string `toml:"draft_model"`
+	TP                        int    `toml:"tp"`
+	SpeculativeAlgorithm      string `toml:"speculative_algorithm"`
+	SpeculativeNumSteps       int    `toml:"speculative_num_steps"`
+	SpeculativeEagleTopK      int    `toml:"speculative_eagle_topk"`
+	SpeculativeNumDraftTokens int    `toml:"speculative_num_draft_tokens"`
+	// Workload is "builtin" or a path to a JSONL or ShareGPT JSON file.
+	Workload     string `toml:"workload"`
+	NumPrompts   int    `toml:"num_prompts"`
+	MaxNewTokens int    `toml:"max_new_tokens"`
+	Concurrency  int    `toml:"concurrency"`
+	Warmup       int    `toml:"warmup"`
+	Trials       int    `toml:"trials"`
+	BaselineArm  string `toml:"baseline_arm"`
+	Arms         []Arm  `toml:"arm"`
+}
+
+// Arm is one configuration the bench compares: a name, the environment it
+// adds and extra server arguments.
+type Arm struct {
+	Name   string            `toml:"name"`
+	Python string            `toml:"python"`
+	Env    map[string]string `toml:"env"`
+	Args   []string          `toml:"args"`
+}
+
+var (
+	hex40    = regexp.MustCompile(`^[0-9a-f]{40}$`)
+	nameRe   = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
+	envKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	archRe   = regexp.MustCompile(`^[0-9]{2,3}[af]?$`)
+)
+
+// KnownArchs are the CUDA arch names arpatch accepts in [build] archs.
+var KnownArchs = []string{"75", "80", "86", "87", "89", "90", "90a", "100", "100a", "100f", "101a", "103a", "110a", "120", "120a", "120f", "121a"}
+
+// Names lists the embedded recipes.
+func Names() []string {
+	ents, _ := fs.ReadDir(embedded, ".")
+	var n []string
+	for _, e := range ents {
+		n = append(n, strings.TrimSuffix(e.Name(), ".toml"))
+	}
+	sort.Strings(n)
+	return n
+}
+
+// Embedded loads the embedded recipe called name. The error for an unknown
+// name lists the known ones.
+func Embedded(name string) (*Recipe, error) {
+	data, err := embedded.ReadFile(name + ".toml")
+	if err != nil {
+		return nil, fmt.Errorf("no recipe named %q; known recipes: %s (or use --recipe-file PATH)", name, strings.Join(Names(), ", "))
+	}
+	return Parse("embedded:"+name, data)
+}
+
+// File loads a user's recipe from path.
+func File(path string) (*Recipe, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--recipe-file: %w", err)
+	}
+	return Parse(filepath.Clean(path), data)
+}
+
+// Parse decodes and validates a recipe and fills its defaults. source names
+// it in errors, which take the form "source:line: key: problem". It returns
+// an error for a TOML syntax error, an unknown key, a missing name or
+// upstream.commit, a commit that is not 40 hex, and any value out of range.
+func Parse(source string, data []byte) (*Recipe, error) {
+	var r Recipe
+	md, err := toml.Decode(string(data), &r)
+	if err != nil {
+		return nil, tomlx.DecodeError(source, err)
+	}
+	if err := tomlx.Strict(source, data, md); err != nil {
+		return nil, err
+	}
+	r.Source = source
+	sum := sha256.Sum256(data)
+	r.SHA256 = hex.EncodeToString(sum[:])
+	if err := r.validate(data, md); err != nil {
+		return nil, err
+	}
+	r.fillDefaults()
+	return &r, nil
+}
+
+func (r *Recipe) validate(data []byte, md toml.MetaData) error {
+	fail := func(key, format string, args ...any) error {
+		line := tomlx.Line(data, key)
+		loc := fmt.Sprintf("%s:%d", r.Source, line)
+		if line == 0 {
+			loc = r.Source
+		}
+		return fmt.Errorf("%s: %s: %s", loc, key, fmt.Sprintf(format, args...))
+	}
+	if r.Name == "" {
+		return fail("name", "missing; every recipe has a name")
+	}
+	if !nameRe.MatchString(r.Name) {
+		return fail("name", "%q: use lower case letters, digits, '_', '.' and '-'", r.Name)
+	}
+	if !md.IsDefined("upstream") {
+		return fail("upstream", "missing table [upstream] with url and commit")
+	}
+	if r.Upstream.Commit == "" {
+		return fail("upstream.commit", "missing; pin a full 40-hex commit")
+	}
+	if !hex40.MatchString(r.Upstream.Commit) {
+		return fail("upstream.commit", "%q is not a full 40-hex commit hash (lower case); abbreviated hashes and branch names are ambiguous", r.Upstream.Commit)
+	}
+	if r.Series == "" && len(r.Skip) > 0 {
+		return fail("skip", "names patches but the recipe has no series")
+	}
+	for k := range r.Env {
+		if !envKeyRe.MatchString(k) {
+			return fail("env."+k, "%q is not a valid environment variable name", k)
+		}
+	}
+	for _, a := range r.Build.Archs {
+		if !archRe.MatchString(a) || !contains(KnownArchs, a) {
+			return fail("build.archs", "%q is not a known CUDA arch; write it without sm_, e.g. \"120a\" (known: %s)", a, strings.Join(KnownArchs, ", "))
+		}
+	}
+	if r.Build.Jobs < 0 {
+		return fail("build.jobs", "%d: must be 0 (one per core) or more", r.Build.Jobs)
+	}
+	switch r.Build.Tool {
+	case "", "auto", "uv", "pip":
+	default:
+		return fail("build.tool", "%q: use \"auto\", \"uv\" or \"pip\"", r.Build.Tool)
+	}
+	b := r.Bench
+	switch b.SpeculativeAlgorithm {
+	case "", "EAGLE3", "EAGLE", "NEXTN", "STANDALONE", "NGRAM":
+	default:
+		return fail("bench.speculative_algorithm", "%q: use EAGLE3 for an EAGLE-3 draft model", b.SpeculativeAlgorithm)
+	}
+	for _, f := range []struct {
+		key string
+		v   int
+	}{
+		{"bench.tp", b.TP}, {"bench.speculative_num_steps", b.SpeculativeNumSteps},
+		{"bench.speculative_eagle_topk", b.SpeculativeEagleTopK}, {"bench.speculative_num_draft_tokens", b.SpeculativeNumDraftTokens},
+		{"bench.num_prompts", b.NumPrompts}, {"bench.max_new_tokens", b.MaxNewTokens}, {"bench.concurrency", b.Concurrency},
+		{"bench.warmup", b.Warmup}, {"bench.trials", b.Trials},
+	} {
+		if f.v < 0 {
+			return fail(f.key, "%d: must not be negative", f.v)
+		}
+	}
+	if b.TP != 0 && b.TP != 1 && b.TP != 2 && b.TP != 4 && b.TP != 6 && b.TP != 8 {
+		return fail("bench.tp", "%d: custom allreduce supports world sizes 2, 4, 6 and 8", b.TP)
+	}
+	names := map[string]bool{}
+	for _, a := range b.Arms {
+		if !nameRe.MatchString(a.Name) {
+			return fail("bench.arm.name", "%q: every arm needs a name of lower case letters, digits, '_', '.' and '-'", a.Name)
+		}
+		if names[a.Name] {
+			return fail("bench.arm.name", "%q is defined twice", a.Name)
+		}
+		names[a.Name] = true
+		for k := range a.Env {
+			if !envKeyRe.MatchString(k) {
+				return fail("bench.arm.env", "arm %s: %q is not a valid environment variable name", a.Name, k)
+			}
+		}
+	}
+	if b.BaselineArm != "" && len(b.Arms) > 0 && !names[b.BaselineArm] {
+		return fail("bench.baseline_arm", "%q names no [[bench.arm]]", b.BaselineArm)
+	}
+	return nil
+}
+
+func (r *Recipe) fillDefaults() {
+	if r.Upstream.URL == "" {
+		r.Upstream.URL = DefaultUpstreamURL
+	}
+	if len(r.Build.Archs) == 0 {
+		r.Build.Archs = []string{"120a"}
+	}
+	if r.Build.Tool == "" {
+		r.Build.Tool = "auto"
+	}
+	b := &r.Bench
+	setInt := func(p *int, v int) {
+		if *p == 0 {
+			*p = v
+		}
+	}
+	setInt(&b.TP, 8)
+	setInt(&b.SpeculativeNumSteps, 3)
+	setInt(&b.SpeculativeEagleTopK, 1)
+	setInt(&b.SpeculativeNumDraftTokens, 4)
+	setInt(&b.NumPrompts, 32)
+	setInt(&b.MaxNewTokens, 256)
+	setInt(&b.Concurrency, 1)
+	setInt(&b.Trials, 5)
+	if b.SpeculativeAlgorithm == "" {
+		b.SpeculativeAlgorithm = "EAGLE3"
+	}
+	if b.Workload == "" {
+		b.Workload = "builtin"
+	}
+	if b.BaselineArm == "" {
+		b.BaselineArm = "baseline"
+	}
+}
+
+// Encode writes the resolved recipe as TOML, defaults filled in.
+func (r *Recipe) Encode() ([]byte, error) {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "# source: %s\n# sha256: %s\n", r.Source, r.SHA256)
+	if err := toml.NewEncoder(&sb).Encode(r); err != nil {
+		return nil, err
+	}
+	return []byte(sb.String()), nil
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}
