@@ -77,11 +77,11 @@ func locate(lines []string, old []string, expect, min int) (int, bool) {
 
 // HunkResult says where one hunk landed.
 type HunkResult struct {
-	Patch  string // patch file name
-	Path   string // file the hunk changed
-	Hunk   string // hunk header, e.g. "@@ -471,7 +471,8 @@"
-	Line   int    // 1-based line of the hunk's first old line in the file as found
-	Offset int    // lines from where the header said; 0 for an exact fit
+	Patch  string `json:"patch"`  // patch file name
+	Path   string `json:"path"`   // file the hunk changed
+	Hunk   string `json:"hunk"`   // hunk header, e.g. "@@ -471,7 +471,8 @@"
+	Line   int    `json:"line"`   // 1-based line of the hunk's first old line in the file as found
+	Offset int    `json:"offset"` // lines from where the header said; 0 for an exact fit
 }
 
 // applyHunks applies hunks in order to content. It returns the new content

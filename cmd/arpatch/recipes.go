@@ -17,8 +17,10 @@ func recipesCommand() *cli.Command {
    arpatch recipes
    arpatch recipes show pcie
    arpatch recipes show --recipe-file my-recipe.toml`,
-		Before: noArgs,
 		Action: func(c *cli.Context) error {
+			if err := noArgs(c); err != nil {
+				return err
+			}
 			for _, n := range recipes.Names() {
 				r, err := recipes.Embedded(n)
 				if err != nil {

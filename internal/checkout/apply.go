@@ -74,7 +74,7 @@ func (e *DirtyError) Error() string {
 			if f.Fit == patches.FitApplied {
 				state = "applied"
 			} else if f.Fit == patches.FitConflict {
-				state = "conflicts"
+				state = "partly applied or changed: neither it nor its reverse applies"
 			}
 			fmt.Fprintf(&b, "\n  %s: %s", f.Patch, state)
 		}
@@ -97,10 +97,10 @@ type CommitMismatchError struct {
 
 func (e *CommitMismatchError) Error() string {
 	src := "the recipe pins"
-	fix := fmt.Sprintf("check out the pin (git -C %s checkout --detach %s) or, to patch this commit, pass --commit %s", e.Src, e.Want, e.Head)
+	fix := fmt.Sprintf("Check out the pin (git -C %s checkout --detach %s) or, to patch this commit, pass --commit %s", e.Src, e.Want, e.Head)
 	if e.FromFlag {
 		src = "--commit asks for"
-		fix = fmt.Sprintf("check it out first (git -C %s checkout --detach %s)", e.Src, e.Want)
+		fix = fmt.Sprintf("Check it out first (git -C %s checkout --detach %s)", e.Src, e.Want)
 	}
 	return fmt.Sprintf("%s is at commit %s, but %s %s; nothing was changed. %s", e.Src, e.Head, src, e.Want, fix)
 }

@@ -1,0 +1,30 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"testing"
+)
+
+// TestExitCodes checks the documented exit codes: 0 ok, 1 failure, 2 usage.
+func TestExitCodes(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"arpatch", "--help"}, exitOK},
+		{[]string{"arpatch", "recipes"}, exitOK},
+		{[]string{"arpatch", "apply", "--no-such-flag"}, exitUsage},
+		{[]string{"arpatch", "apply", "positional"}, exitUsage},
+		{[]string{"arpatch", "patches", "check", "--commit", "abc"}, exitUsage}, // --repo is required
+		{[]string{"arpatch", "recipes", "show"}, exitUsage},
+		{[]string{"arpatch", "apply", "--recipe", "pcie", "--recipe-file", "x.toml"}, exitUsage},
+		{[]string{"arpatch", "apply", "--recipe", "nosuch"}, exitFailure},
+		{[]string{"arpatch", "status", "--src", t.TempDir()}, exitFailure}, // not a git checkout
+	} {
+		var out, errb bytes.Buffer
+		if got := run(context.Background(), tc.args, &out, &errb); got != tc.want {
+			t.Errorf("%v: exit %d, want %d (stderr: %s)", tc.args, got, tc.want, errb.String())
+		}
+	}
+}

@@ -1,0 +1,117 @@
+package main
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/testscript"
+
+	"github.com/arpatch/arpatch/internal/testrepo"
+)
+
+func TestMain(m *testing.M) {
+	testscript.Main(m, map[string]func(){
+		"arpatch": func() { os.Exit(run(context.Background(), os.Args, os.Stdout, os.Stderr)) },
+	})
+}
+
+// TestScripts runs the CLI scripts in testdata/script. Each script carries
+// its fixture upstream tree, recipe and patch series inline.
+//
+// Extra commands:
+//
+//	mkrepo DIR [VAR]     git init DIR, commit its files, set $VAR (default COMMIT) to the hash
+//	commit DIR VAR       commit every change in DIR, set $VAR to the hash
+//	subst FILE...        expand $VARS in the files
+//	treehash DIR VAR     set $VAR to a hash of DIR's files (not .git/) and its apply state
+//	sametree DIR VAR     fail unless DIR hashes to $VAR
+func TestScripts(t *testing.T) {
+	testscript.Run(t, testscript.Params{
+		Dir: "testdata/script",
+		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
+			"mkrepo": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) < 1 || len(args) > 2 {
+					ts.Fatalf("usage: mkrepo DIR [VAR]")
+				}
+				c, err := testrepo.Init(ts.MkAbs(args[0]))
+				ts.Check(err)
+				v := "COMMIT"
+				if len(args) == 2 {
+					v = args[1]
+				}
+				ts.Setenv(v, c)
+			},
+			"commit": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 2 {
+					ts.Fatalf("usage: commit DIR VAR")
+				}
+				c, err := testrepo.Commit(ts.MkAbs(args[0]), "fixture change")
+				ts.Check(err)
+				ts.Setenv(args[1], c)
+			},
+			"subst": func(ts *testscript.TestScript, neg bool, args []string) {
+				for _, f := range args {
+					b, err := os.ReadFile(ts.MkAbs(f))
+					ts.Check(err)
+					ts.Check(os.WriteFile(ts.MkAbs(f), []byte(os.Expand(string(b), ts.Getenv)), 0o644))
+				}
+			},
+			"treehash": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 2 {
+					ts.Fatalf("usage: treehash DIR VAR")
+				}
+				ts.Setenv(args[1], treeHash(ts, ts.MkAbs(args[0])))
+			},
+			"sametree": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 2 {
+					ts.Fatalf("usage: sametree DIR VAR")
+				}
+				same := treeHash(ts, ts.MkAbs(args[0])) == ts.Getenv(args[1])
+				if same == neg {
+					ts.Fatalf("tree %s: same as $%s = %v, want %v", args[0], args[1], same, !neg)
+				}
+			},
+		},
+	})
+}
+
+// treeHash hashes every path, mode and content under dir except .git/,
+// plus the apply state file, so a changed, added or removed byte shows.
+func treeHash(ts *testscript.TestScript, dir string) string {
+	h := sha256.New()
+	var paths []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if d.IsDir() && rel == ".git" {
+			return fs.SkipDir
+		}
+		paths = append(paths, rel)
+		return nil
+	})
+	ts.Check(err)
+	paths = append(paths, filepath.Join(".git", "arpatch", "state.json"))
+	sort.Strings(paths)
+	for _, rel := range paths {
+		fi, err := os.Lstat(filepath.Join(dir, rel))
+		if err != nil {
+			h.Write([]byte(rel + " absent\n"))
+			continue
+		}
+		h.Write([]byte(rel + " " + fi.Mode().String() + "\n"))
+		if fi.Mode().IsRegular() {
+			b, err := os.ReadFile(filepath.Join(dir, rel))
+			ts.Check(err)
+			h.Write(b)
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}

@@ -1,0 +1,61 @@
+// Package testrepo makes small fixture git repositories for arpatch's
+// tests, with go-git and fixed author and time, so the same files always
+// give the same commit hash. Fixtures are trees the tests write, shaped
+// like upstream SGLang; they never hold upstream code.
+package testrepo
+
+import (
+	"os"
+	"path/filepath"
+	"time"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing/object"
+)
+
+var sig = &object.Signature{Name: "arpatch fixture", Email: "fixture@arpatch.invalid", When: time.Date(2026, 4, 3, 12, 0, 0, 0, time.UTC)}
+
+// Init makes dir (with the files already in it) a git repository and
+// commits everything. It returns the 40-hex commit.
+func Init(dir string) (string, error) {
+	if _, err := git.PlainInit(dir, false); err != nil {
+		return "", err
+	}
+	return Commit(dir, "fixture: initial tree")
+}
+
+// Commit stages every change in dir (additions, edits, deletions) and
+// commits it, returning the 40-hex commit.
+func Commit(dir, msg string) (string, error) {
+	r, err := git.PlainOpen(dir)
+	if err != nil {
+		return "", err
+	}
+	w, err := r.Worktree()
+	if err != nil {
+		return "", err
+	}
+	if err := w.AddWithOptions(&git.AddOptions{All: true}); err != nil {
+		return "", err
+	}
+	h, err := w.Commit(msg, &git.CommitOptions{Author: sig, Committer: sig, AllowEmptyCommits: true})
+	if err != nil {
+		return "", err
+	}
+	return h.String(), nil
+}
+
+// WriteFiles writes files (slash paths relative to dir) with their
+// contents, creating directories.
+func WriteFiles(dir string, files map[string]string) error {
+	for p, c := range files {
+		full := filepath.Join(dir, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(full, []byte(c), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
