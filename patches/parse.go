@@ -237,11 +237,28 @@ func fileChange(fd *diff.FileDiff) (*FileChange, error) {
 	if len(fd.Hunks) == 0 && fc.Op != Create {
 		return nil, fmt.Errorf("%s: the file diff has no hunks", fc.Path)
 	}
+	delta, lastEnd := 0, 0
 	for _, h := range fd.Hunks {
 		hk, err := convertHunk(h)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fc.Path, err)
 		}
+		// The new side's start must follow from the old side's and the
+		// hunks before, as diff writes it: first affected line, shifted
+		// by the lines earlier hunks added or removed.
+		first := hk.OrigStart
+		if hk.OrigLines == 0 {
+			first++
+		}
+		want := first + delta
+		if hk.NewLines == 0 {
+			want--
+		}
+		if hk.NewStart != want || first <= lastEnd {
+			return nil, fmt.Errorf("%s: hunk %s: header is inconsistent with the hunks before it (new side should start at %d); regenerate the patch with git diff", fc.Path, hk.Header, want)
+		}
+		delta += hk.NewLines - hk.OrigLines
+		lastEnd = first + hk.OrigLines - 1
 		fc.Hunks = append(fc.Hunks, hk)
 	}
 	switch fc.Op {
@@ -342,6 +359,19 @@ func convertHunk(h *diff.Hunk) (*Hunk, error) {
 			hk.New = append(hk.New, l)
 		default:
 			return nil, fmt.Errorf("hunk %s: unexpected line %q", hk.Header, raw)
+		}
+	}
+	if changed := strings.Join(hk.Old, "") != strings.Join(hk.New, ""); !changed {
+		return nil, fmt.Errorf("hunk %s: changes nothing", hk.Header)
+	}
+	if (hk.OrigStart == 0 && hk.OrigLines != 0) || (hk.NewStart == 0 && hk.NewLines != 0) {
+		return nil, fmt.Errorf("hunk %s: a range starting at line 0 must be empty", hk.Header)
+	}
+	for _, side := range [][]string{hk.Old, hk.New} {
+		for i, l := range side {
+			if l == "" || (i < len(side)-1 && !strings.HasSuffix(l, "\n")) {
+				return nil, fmt.Errorf("hunk %s: line %d has no newline but is not the file's last line", hk.Header, i+1)
+			}
 		}
 	}
 	if len(hk.Old) != hk.OrigLines || len(hk.New) != hk.NewLines {

@@ -119,7 +119,7 @@ func (r Root) Write(changes []Change) error {
 		}
 		plan[i] = u
 	}
-	var made []string
+	var made, removed []string
 	done := 0
 	var err error
 	for i, c := range changes {
@@ -134,6 +134,7 @@ func (r Root) Write(changes []Change) error {
 				if err = os.Remove(u.abs); err != nil {
 					break
 				}
+				removed = append(removed, pruneEmpty(r.Dir, filepath.Dir(u.abs))...)
 			}
 		} else {
 			var dirs []string
@@ -156,6 +157,9 @@ func (r Root) Write(changes []Change) error {
 	}
 	if err == nil {
 		return nil
+	}
+	for i := len(removed) - 1; i >= 0; i-- {
+		os.Mkdir(removed[i], 0o755)
 	}
 	if rerr := rollback(plan[:done+boolInt(done < len(plan))], made); rerr != nil {
 		return fmt.Errorf("%w; restoring the tree also failed: %v (files: %s)", err, rerr, listPaths(changes))
@@ -193,6 +197,20 @@ func rollback(plan []undo, made []string) error {
 		os.Remove(made[i]) // only succeeds when empty, which is what we want
 	}
 	return first
+}
+
+// pruneEmpty removes dir and its parents below root while they are empty,
+// as git does when the last file of a directory goes, and returns the
+// directories it removed, innermost first.
+func pruneEmpty(root, dir string) []string {
+	var out []string
+	for d := dir; d != root && strings.HasPrefix(d, root+string(filepath.Separator)); d = filepath.Dir(d) {
+		if os.Remove(d) != nil {
+			break
+		}
+		out = append(out, d)
+	}
+	return out
 }
 
 // mkdirs creates dir and its missing parents, returning those it created,

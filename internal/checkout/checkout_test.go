@@ -1,0 +1,279 @@
+package checkout
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"testing"
+
+	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/internal/testrepo"
+	"github.com/arpatch/arpatch/patches"
+	"github.com/arpatch/arpatch/recipes"
+)
+
+// The fixture upstream holds a CRLF file, an executable script and a file
+// the series deletes; the series also creates a file in a new directory.
+var upstreamFiles = map[string]string{
+	"tools/run.bat":        "@echo off\r\nset A=1\r\nset B=2\r\n",
+	"tools/launch.sh":      "#!/bin/sh\nexec python -m server \"$@\"\n",
+	"docs/obsolete.md":     "old\ndoc\n",
+	"kernel/dispatch.cuh":  "if (ws == 2) {\n  one();\n} else if (nvlink) {\n  pick();\n}\n",
+	"kernel/untouched.cuh": "// left alone\n",
+}
+
+const fixturePatch = `Description: fixture changes of every kind
+Author: arpatch tests
+Upstream-Status: Inappropriate [test fixture]
+Applies-To: fixture
+
+diff --git a/docs/obsolete.md b/docs/obsolete.md
+deleted file mode 100644
+--- a/docs/obsolete.md
++++ /dev/null
+@@ -1,2 +0,0 @@
+-old
+-doc
+diff --git a/kernel/dispatch.cuh b/kernel/dispatch.cuh
+--- a/kernel/dispatch.cuh
++++ b/kernel/dispatch.cuh
+@@ -1,5 +1,5 @@
+ if (ws == 2) {
+   one();
+-} else if (nvlink) {
++} else {
+   pick();
+ }
+diff --git a/new/pcie/notes.sh b/new/pcie/notes.sh
+new file mode 100755
+--- /dev/null
++++ b/new/pcie/notes.sh
+@@ -0,0 +1,2 @@
++#!/bin/sh
++echo pcie
+diff --git a/tools/launch.sh b/tools/launch.sh
+--- a/tools/launch.sh
++++ b/tools/launch.sh
+@@ -1,2 +1,3 @@
+ #!/bin/sh
++export SGLANG_FORCE_CUSTOM_AR_PCIE=1
+ exec python -m server "$@"
+diff --git a/tools/run.bat b/tools/run.bat
+--- a/tools/run.bat
++++ b/tools/run.bat
+@@ -1,3 +1,3 @@
+ @echo off` + "\r" + `
+-set A=1` + "\r" + `
++set A=8` + "\r" + `
+ set B=2` + "\r" + `
+`
+
+type fixtureEnv struct {
+	up, work, commit string
+	recipe           *recipes.Recipe
+	cat              *patches.Catalog
+}
+
+func newFixture(t testing.TB) *fixtureEnv {
+	t.Helper()
+	tmp := t.TempDir()
+	up := filepath.Join(tmp, "up")
+	if err := testrepo.WriteFiles(up, upstreamFiles); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(up, "tools/launch.sh"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	commit, err := testrepo.Init(up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	series := filepath.Join(tmp, "series", "fx")
+	sum := sha256.Sum256([]byte(fixturePatch))
+	toml := `name = "fx"
+family = "fx"
+tested_on = ["` + commit + `"]
+
+[[patch]]
+file = "0001-all-kinds.patch"
+sha256 = "` + hex.EncodeToString(sum[:]) + `"
+`
+	if err := testrepo.WriteFiles(series, map[string]string{"series.toml": toml, "0001-all-kinds.patch": fixturePatch}); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := patches.LoadDir(filepath.Join(tmp, "series"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	r, err := recipes.Parse("fx.toml", []byte("name = \"fx\"\nseries = \"fx\"\n[upstream]\ncommit = \""+commit+"\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return &fixtureEnv{up: up, work: filepath.Join(tmp, "work"), commit: commit, recipe: r, cat: cat}
+}
+
+func (f *fixtureEnv) apply(t testing.TB) (*ApplyReport, error) {
+	t.Helper()
+	return Apply(context.Background(), ApplyOptions{Recipe: f.recipe, Catalog: f.cat, Src: f.work, Repo: f.up, Version: "test"})
+}
+
+// snapshot maps every path under dir (not .git) to its mode and content.
+func snapshot(t testing.TB, dir string) map[string]string {
+	t.Helper()
+	m := map[string]string{}
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			t.Fatal(err)
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if d.IsDir() {
+			if rel == ".git" {
+				return fs.SkipDir
+			}
+			m[rel+"/"] = "dir"
+			return nil
+		}
+		fi, _ := d.Info()
+		b, _ := os.ReadFile(p)
+		m[rel] = fi.Mode().String() + " " + string(b)
+		return nil
+	})
+	return m
+}
+
+func diffSnapshots(a, b map[string]string) []string {
+	var out []string
+	for k, v := range a {
+		if b[k] != v {
+			out = append(out, k)
+		}
+	}
+	for k := range b {
+		if _, ok := a[k]; !ok {
+			out = append(out, k)
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func TestApplyEveryKindOfChangeAndRevert(t *testing.T) {
+	f := newFixture(t)
+	pristine := snapshot(t, f.up)
+	rep, err := f.apply(t)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Cloned || rep.Series.Name != "fx" || len(rep.Result.Files) != 5 {
+		t.Fatalf("report = %+v", rep)
+	}
+	got := snapshot(t, f.work)
+	want := map[string]string{
+		"tools/run.bat":       "-rw-r--r-- @echo off\r\nset A=8\r\nset B=2\r\n",
+		"tools/launch.sh":     "-rwxr-xr-x #!/bin/sh\nexport SGLANG_FORCE_CUSTOM_AR_PCIE=1\nexec python -m server \"$@\"\n",
+		"kernel/dispatch.cuh": "-rw-r--r-- if (ws == 2) {\n  one();\n} else {\n  pick();\n}\n",
+		"new/pcie/notes.sh":   "-rwxr-xr-x #!/bin/sh\necho pcie\n",
+	}
+	for p, w := range want {
+		if got[p] != w {
+			t.Errorf("%s = %q, want %q", p, got[p], w)
+		}
+	}
+	if _, ok := got["docs/obsolete.md"]; ok {
+		t.Error("docs/obsolete.md was not deleted")
+	}
+	st, err := ReadState(filepath.Join(f.work, ".git"))
+	if err != nil || st == nil || len(st.Files) != 5 || st.Commit != f.commit || st.Patches[0].Name != "0001-all-kinds.patch" {
+		t.Fatalf("state = %+v, %v", st, err)
+	}
+
+	rev, err := Revert(RevertOptions{Src: f.work})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(rev.Restored) != 5 {
+		t.Errorf("restored %v", rev.Restored)
+	}
+	if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
+		t.Errorf("after revert these differ from upstream: %v", d)
+	}
+	if st, _ := ReadState(filepath.Join(f.work, ".git")); st != nil {
+		t.Error("state left after revert")
+	}
+}
+
+func TestApplyRefusesSymlinkInPath(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.apply(t); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Revert(RevertOptions{Src: f.work}); err != nil {
+		t.Fatal(err)
+	}
+	// The series creates new/pcie/notes.sh; make new/ an untracked symlink
+	// to a directory outside the tree.
+	outside := t.TempDir()
+	if err := os.Symlink(outside, filepath.Join(f.work, "new")); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, f.work)
+	_, err := f.apply(t)
+	var pe *safefs.PathError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "goes through the symlink") {
+		t.Fatalf("err = %v, want a refused symlink path", err)
+	}
+	if d := diffSnapshots(before, snapshot(t, f.work)); len(d) > 0 {
+		t.Errorf("refused apply changed %v", d)
+	}
+	if ents, _ := os.ReadDir(outside); len(ents) != 0 {
+		t.Error("a file outside the tree was written")
+	}
+}
+
+func TestLockRefusesASecondRun(t *testing.T) {
+	gitDir := t.TempDir()
+	unlock, err := lock(gitDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := lock(gitDir); err == nil || !strings.Contains(err.Error(), "another arpatch") {
+		t.Errorf("second lock: %v", err)
+	}
+	unlock()
+	// A lock left by a dead process is taken over.
+	os.WriteFile(filepath.Join(gitDir, "arpatch", "lock"), []byte("999999999\n"), 0o644)
+	unlock, err = lock(gitDir)
+	if err != nil {
+		t.Fatalf("stale lock: %v", err)
+	}
+	unlock()
+}
+
+func TestStatusReportsDriftAndOtherChanges(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.apply(t); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(f.work, "kernel/dispatch.cuh"), []byte("mine\n"), 0o644)
+	os.Remove(filepath.Join(f.work, "new/pcie/notes.sh"))
+	os.WriteFile(filepath.Join(f.work, "kernel/untouched.cuh"), []byte("also mine\n"), 0o644)
+	rep, err := Status(f.work, f.cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.Clean() || len(rep.Drift) != 2 {
+		t.Fatalf("drift = %+v", rep.Drift)
+	}
+	if rep.Drift[0].String() != "kernel/dispatch.cuh (changed since apply)" || rep.Drift[1].String() != "new/pcie/notes.sh (missing)" {
+		t.Errorf("drift = %v", rep.Drift)
+	}
+	if len(rep.Other) != 1 || rep.Other[0].Path != "kernel/untouched.cuh" {
+		t.Errorf("other = %v", rep.Other)
+	}
+}

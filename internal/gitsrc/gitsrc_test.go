@@ -1,0 +1,142 @@
+package gitsrc
+
+import (
+	"context"
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+
+	"github.com/arpatch/arpatch/internal/testrepo"
+)
+
+func fixture(t *testing.T) (dir, c1, c2 string) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "up")
+	if err := testrepo.WriteFiles(dir, map[string]string{"a/x.txt": "one\n", "b.txt": "b\n"}); err != nil {
+		t.Fatal(err)
+	}
+	c1, err := testrepo.Init(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testrepo.WriteFiles(dir, map[string]string{"a/x.txt": "two\n"}); err != nil {
+		t.Fatal(err)
+	}
+	c2, err = testrepo.Commit(dir, "second")
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, c1, c2
+}
+
+func TestCloneLocalHardlinksAndChecksOut(t *testing.T) {
+	up, c1, c2 := fixture(t)
+	dst := filepath.Join(t.TempDir(), "work")
+	repo, info, err := Clone(context.Background(), up, dst, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !info.Local {
+		t.Error("a local path was not cloned locally")
+	}
+	// Loose objects of the source are shared, not copied.
+	var linked int
+	filepath.WalkDir(filepath.Join(dst, ".git", "objects"), func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			fi, _ := os.Stat(p)
+			if fi.Sys().(*syscall.Stat_t).Nlink > 1 {
+				linked++
+			}
+		}
+		return nil
+	})
+	if linked == 0 {
+		t.Error("no object file is hardlinked")
+	}
+	if err := repo.Checkout(c1); err != nil {
+		t.Fatal(err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dst, "a", "x.txt")); string(b) != "one\n" {
+		t.Errorf("checked out a/x.txt = %q, want the first commit's", b)
+	}
+	if h, _ := repo.Head(); h != c1 {
+		t.Errorf("HEAD = %s, want %s", h, c1)
+	}
+	if ch, err := repo.Changes(); err != nil || len(ch) != 0 {
+		t.Errorf("fresh checkout has changes %v (err %v)", ch, err)
+	}
+	// The source's branch is origin/master in the clone.
+	if got, err := repo.Resolve("master"); err != nil || got != c2 {
+		t.Errorf("Resolve(master) = %s, %v; want %s", got, err, c2)
+	}
+	if got, err := repo.Resolve(c2[:10]); err != nil || got != c2 {
+		t.Errorf("Resolve(short) = %s, %v", got, err)
+	}
+	if _, err := repo.Resolve("nosuch"); err == nil || !strings.Contains(err.Error(), "commit nosuch is not in") {
+		t.Errorf("Resolve(nosuch): %v", err)
+	}
+	// Changes lists edits and untracked files with porcelain letters.
+	os.WriteFile(filepath.Join(dst, "b.txt"), []byte("edited\n"), 0o644)
+	os.WriteFile(filepath.Join(dst, "u.txt"), []byte("new\n"), 0o644)
+	ch, _ := repo.Changes()
+	if len(ch) != 2 || ch[0].String() != " M b.txt" || !ch[1].Untracked() {
+		t.Errorf("changes = %v", ch)
+	}
+}
+
+func TestCloneThroughTransportAndErrors(t *testing.T) {
+	up, c1, _ := fixture(t)
+	dst := filepath.Join(t.TempDir(), "work")
+	repo, info, err := Clone(context.Background(), "file://"+up, dst, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Local {
+		t.Error("a file:// URL must go through go-git's transport, like git clone does")
+	}
+	if err := repo.Checkout(c1); err != nil {
+		t.Fatal(err)
+	}
+	if err := repo.Checkout(strings.Repeat("ab", 20)); err == nil || !strings.Contains(err.Error(), "pass --repo with a mirror that has it") {
+		t.Errorf("missing commit: %v", err)
+	}
+
+	if _, _, err := Clone(context.Background(), up, dst, nil); err == nil || !strings.Contains(err.Error(), "already exists") {
+		t.Errorf("clone into an existing dir: %v", err)
+	}
+	bad := filepath.Join(t.TempDir(), "nope")
+	_, _, err = Clone(context.Background(), "/nonexistent/repo", bad, nil)
+	if err == nil || !strings.Contains(err.Error(), "is not a git repository") {
+		t.Errorf("bad path: %v", err)
+	}
+	if _, err := os.Stat(bad); !errors.Is(err, fs.ErrNotExist) {
+		t.Error("a failed clone left its directory")
+	}
+}
+
+func TestCommitTree(t *testing.T) {
+	up, c1, c2 := fixture(t)
+	repo, err := OpenAny(up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for c, want := range map[string]string{c1: "one\n", c2: "two\n"} {
+		tr, err := repo.TreeAt(c)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if b, err := tr.ReadFile("a/x.txt"); err != nil || string(b) != want {
+			t.Errorf("a/x.txt at %s = %q, %v; want %q", c[:8], b, err, want)
+		}
+		if _, err := tr.ReadFile("no/such.txt"); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("missing file: err = %v, want fs.ErrNotExist", err)
+		}
+		if m := tr.Mode("b.txt"); m != "100644" {
+			t.Errorf("mode = %q, want 100644", m)
+		}
+	}
+}

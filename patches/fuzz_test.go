@@ -1,0 +1,77 @@
+package patches
+
+import (
+	"testing"
+)
+
+// FuzzParseApply feeds arbitrary patch text and file content through parse
+// and apply. It must never panic. Whenever a patch applies with every hunk
+// where its header says (no offset, so no ambiguity about which copy of
+// repeated context it took), its reverse must apply to the result at the
+// same places and give back the original bytes exactly.
+//
+//	go test -fuzz FuzzParseApply ./patches
+func FuzzParseApply(f *testing.F) {
+	f.Add(editFour, base)
+	f.Add("--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n a\n-b\n\\ No newline at end of file\n+b\n", "a\nb")
+	f.Add("--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n one\r\n-two\r\n+TWO\r\n three\r\n", "one\r\ntwo\r\nthree\r\n")
+	f.Add("--- /dev/null\n+++ b/f\n@@ -0,0 +1 @@\n+x\n", "")
+	f.Add("Description: d\n\n--- a/f\n+++ b/f\n@@ -2,0 +3 @@\n+ins\n", "a\nb\nc\n")
+	f.Fuzz(func(t *testing.T, patch, content string) {
+		d, err := ParseDiff("0001-fuzz.patch", []byte(patch))
+		if err != nil {
+			return
+		}
+		tree := memTree{}
+		for _, fc := range d.Changes {
+			if fc.Op != Create {
+				tree[fc.Path] = content
+			}
+		}
+		p := &Patch{Name: "0001-fuzz.patch", Diff: d}
+		res, err := Apply(tree, []*Patch{p})
+		if err != nil {
+			return
+		}
+		if len(res.Offsets()) > 0 {
+			return
+		}
+		after := memTree{}
+		for k, v := range tree {
+			after[k] = v
+		}
+		for _, f := range res.Files {
+			if f.After == nil {
+				delete(after, f.Path)
+			} else {
+				after[f.Path] = string(f.After)
+			}
+		}
+		back, err := Unapply(after, []*Patch{p})
+		if err != nil {
+			t.Fatalf("patch applied but its reverse does not: %v", err)
+		}
+		if len(back.Offsets()) > 0 {
+			t.Fatalf("an exact patch's reverse landed elsewhere: %+v", back.Offsets())
+		}
+		restored := memTree{}
+		for k, v := range after {
+			restored[k] = v
+		}
+		for _, f := range back.Files {
+			if f.After == nil {
+				delete(restored, f.Path)
+			} else {
+				restored[f.Path] = string(f.After)
+			}
+		}
+		for k, v := range tree {
+			if restored[k] != v {
+				t.Fatalf("%s: round trip gave %q, want %q", k, restored[k], v)
+			}
+		}
+		if len(restored) != len(tree) {
+			t.Fatalf("round trip left %d files, want %d", len(restored), len(tree))
+		}
+	})
+}

@@ -1,0 +1,170 @@
+package patches
+
+import (
+	"errors"
+	"strings"
+	"testing"
+	"testing/fstest"
+)
+
+const dispatchPatch = `Description: dispatch
+Author: t
+Upstream-Status: Pending
+Applies-To: fixture
+
+--- a/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh
++++ b/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh
+@@ -1 +1 @@
+-} else if (full_nvlink_) {
++} else {
+`
+
+const gatePatch = `Description: gate
+Author: t
+Upstream-Status: Pending
+Applies-To: fixture
+
+--- a/python/sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py
++++ b/python/sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py
+@@ -1 +1 @@
+-    if world_size > 2 and not full_nvlink:
++    if world_size > 2 and not full_nvlink and not forced:
+`
+
+// seriesFS builds a one-series file system; files maps patch names to text.
+func seriesFS(toml string, files map[string]string) fstest.MapFS {
+	m := fstest.MapFS{"s/series.toml": {Data: []byte(toml)}}
+	for n, c := range files {
+		m["s/"+n] = &fstest.MapFile{Data: []byte(c)}
+	}
+	return m
+}
+
+func seriesTOML(requires string, entries ...[3]string) string {
+	var b strings.Builder
+	b.WriteString("name = \"s\"\nfamily = \"pcie\"\n" + requires + "\n")
+	for _, e := range entries {
+		b.WriteString("\n[[patch]]\nfile = \"" + e[0] + "\"\nsha256 = \"" + e[1] + "\"\nprovides = [" + e[2] + "]\n")
+	}
+	return b.String()
+}
+
+func TestSeriesLoadVerifiesAndParses(t *testing.T) {
+	toml := seriesTOML(`requires = [["pcie-gate-bypass", "pcie-dispatch-branch"]]`,
+		[3]string{"0001-dispatch.patch", sha256Hex([]byte(dispatchPatch)), `"pcie-dispatch-branch"`},
+		[3]string{"0002-gate.patch", sha256Hex([]byte(gatePatch)), `"pcie-gate-bypass"`})
+	fsys := seriesFS(toml, map[string]string{"0001-dispatch.patch": dispatchPatch, "0002-gate.patch": gatePatch})
+	s, err := LoadSeries(fsys, "s", "test/s")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ps, err := s.Load(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(ps) != 2 || ps[0].Name != "0001-dispatch.patch" || ps[1].Provides[0] != TagGateBypass {
+		t.Fatalf("patches = %+v", ps)
+	}
+
+	// Skipping the dispatch branch leaves the gate bypass alone: refused.
+	_, err = s.Load([]string{"0001-dispatch.patch"})
+	var re *RequiresError
+	if !errors.As(err, &re) || re.Patch != "0002-gate.patch" || re.Needs != TagDispatchBranch || !strings.Contains(err.Error(), "unreduced data") {
+		t.Errorf("skip dispatch: err = %v, want RequiresError naming both", err)
+	}
+	if _, err := s.Load([]string{"0009-nope.patch"}); err == nil || !strings.Contains(err.Error(), "not in the series") {
+		t.Errorf("skip unknown: err = %v", err)
+	}
+
+	// One byte changed in a patch: a TamperError with both hashes.
+	fsys["s/0002-gate.patch"].Data = []byte(strings.Replace(gatePatch, "forced", "forcd", 1))
+	_, err = s.Load(nil)
+	var te *TamperError
+	if !errors.As(err, &te) || te.Patch != "0002-gate.patch" || te.Want != sha256Hex([]byte(gatePatch)) || te.Got == te.Want {
+		t.Errorf("tampered: err = %v, want TamperError", err)
+	}
+}
+
+func TestRequiresOrderAndBuiltinRule(t *testing.T) {
+	dispatch := &Patch{Name: "0001-d.patch", Provides: []string{TagDispatchBranch}, Diff: mustParse(t, dispatchPatch)}
+	gate := &Patch{Name: "0002-g.patch", Provides: []string{TagGateBypass}, Diff: mustParse(t, gatePatch)}
+	if err := CheckRequires("s", []*Patch{dispatch, gate}, nil); err != nil {
+		t.Errorf("dispatch then gate: %v", err)
+	}
+	err := CheckRequires("s", []*Patch{gate, dispatch}, nil)
+	if err == nil || !strings.Contains(err.Error(), "must come first") {
+		t.Errorf("gate before dispatch: err = %v", err)
+	}
+	// Built in, whatever series.toml says: no declared requires here.
+	err = CheckRequires("s", []*Patch{gate}, nil)
+	if err == nil || !strings.Contains(err.Error(), "unreduced data") {
+		t.Errorf("gate alone: err = %v", err)
+	}
+	// A patch to the gate files without any tag still needs the .cuh.
+	untagged := &Patch{Name: "0001-u.patch", Diff: mustParse(t, gatePatch)}
+	err = CheckRequires("s", []*Patch{untagged}, nil)
+	var re *RequiresError
+	if !errors.As(err, &re) || re.Needs != "a patch to custom_all_reduce.cuh" {
+		t.Errorf("untagged gate patch: err = %v", err)
+	}
+	if err := CheckRequires("s", []*Patch{{Name: "0001-d.patch", Diff: mustParse(t, dispatchPatch)}}, nil); err != nil {
+		t.Errorf("dispatch alone is fine: %v", err)
+	}
+}
+
+func mustParse(t *testing.T, s string) *Diff {
+	t.Helper()
+	d, err := ParseDiff("p", []byte(s))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return d
+}
+
+func TestLoadSeriesErrorsNameFileKeyAndLine(t *testing.T) {
+	good := sha256Hex([]byte(dispatchPatch))
+	for _, tc := range []struct {
+		name, toml, want string
+	}{
+		{"unknown key", "name = \"s\"\nfamily = \"pcie\"\ncolour = \"red\"\n", `test/s/series.toml:3: unknown key "colour"`},
+		{"bad commit", "name = \"s\"\nfamily = \"pcie\"\ntested_on = [\"84118acf\"]\n", `test/s/series.toml:3: tested_on: "84118acf" is not a full 40-hex commit`},
+		{"no family", "name = \"s\"\n", "family: missing"},
+		{"name differs", "name = \"t\"\nfamily = \"pcie\"\n", `differs from the directory name "s"`},
+		{"no patches", "name = \"s\"\nfamily = \"pcie\"\n", "lists no [[patch]]"},
+		{"bad patch name", seriesTOML("", [3]string{"dispatch.diff", good, ""}), "NNNN-name.patch"},
+		{"unsealed", seriesTOML("", [3]string{"0001-d.patch", "", ""}), "run `arpatch patches seal test/s`"},
+		{"requires unknown", seriesTOML(`requires = [["a", "b"]]`, [3]string{"0001-d.patch", good, ""}), `"a" names no patch file or provides tag`},
+		{"syntax", "name = \n", "test/s/series.toml:1:"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := LoadSeries(seriesFS(tc.toml, nil), "s", "test/s")
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
+
+func TestSealRewritesOnlyHashes(t *testing.T) {
+	toml := "# keep this comment\n" + seriesTOML("", [3]string{"0001-dispatch.patch", "", `"x"`}, [3]string{"0002-gate.patch", strings.Repeat("0", 64), ""})
+	fsys := seriesFS(toml, map[string]string{"0001-dispatch.patch": dispatchPatch, "0002-gate.patch": gatePatch})
+	var written string
+	changed, err := Seal(fsys, "s", func(name string, data []byte) error {
+		if name != "s/series.toml" {
+			t.Errorf("wrote %s", name)
+		}
+		written = string(data)
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(changed, ",") != "0001-dispatch.patch,0002-gate.patch" {
+		t.Errorf("changed = %v", changed)
+	}
+	want := strings.Replace(strings.Replace(toml, `sha256 = ""`, `sha256 = "`+sha256Hex([]byte(dispatchPatch))+`"`, 1),
+		strings.Repeat("0", 64), sha256Hex([]byte(gatePatch)), 1)
+	if written != want {
+		t.Errorf("sealed series.toml:\n%s\nwant:\n%s", written, want)
+	}
+}
