@@ -6,6 +6,7 @@ package tomlx
 import (
 	"errors"
 	"fmt"
+	"regexp"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -18,8 +19,14 @@ func DecodeError(file string, err error) error {
 	if errors.As(err, &pe) {
 		return fmt.Errorf("%s:%d: %s", file, pe.Position.Line, pe.Message)
 	}
+	// Type mismatches come as `toml: line N (last key "k"): message`.
+	if m := typeErr.FindStringSubmatch(err.Error()); m != nil {
+		return fmt.Errorf("%s:%s: %s: %s", file, m[1], m[2], m[3])
+	}
 	return fmt.Errorf("%s: %w", file, err)
 }
+
+var typeErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
 
 // Strict returns an error for the first key in data that decoding did not
 // use, naming the file, the line and the key.
@@ -36,13 +43,18 @@ func Strict(file string, data []byte, md toml.MetaData) error {
 	return fmt.Errorf("%s:%d: unknown key %q (unknown keys: %s)", file, Line(data, k), k, strings.Join(keys, ", "))
 }
 
-// Line returns the 1-based line where the dotted key is set in data, or
-// where its table starts, or 0 when neither is found. It understands
+// Line returns the 1-based line where the dotted key is set in data; for a
+// key that is not set, the line of the table it belongs in; 0 when neither
+// is found. It understands
 // [table], [[array]] headers and bare "key =" lines, which is all arpatch's
 // files use.
 func Line(data []byte, dotted string) int {
 	table := ""
-	tableLine := 0
+	tableLine, parentLine := 0, 0
+	parent := ""
+	if i := strings.LastIndex(dotted, "."); i >= 0 {
+		parent = dotted[:i]
+	}
 	for i, raw := range strings.Split(string(data), "\n") {
 		l := strings.TrimSpace(raw)
 		if strings.HasPrefix(l, "[") {
@@ -53,6 +65,9 @@ func Line(data []byte, dotted string) int {
 			table = name
 			if table == dotted && tableLine == 0 {
 				tableLine = i + 1
+			}
+			if table == parent && parentLine == 0 {
+				parentLine = i + 1
 			}
 			continue
 		}
@@ -68,6 +83,9 @@ func Line(data []byte, dotted string) int {
 		if full == dotted {
 			return i + 1
 		}
+	}
+	if tableLine == 0 {
+		return parentLine
 	}
 	return tableLine
 }

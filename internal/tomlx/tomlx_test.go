@@ -32,6 +32,7 @@ func TestLine(t *testing.T) {
 		"patch.extra":     13,
 		"comment":         0,
 		"missing.key":     0,
+		"upstream.nope":   4,
 	} {
 		if got := Line([]byte(doc), key); got != want {
 			t.Errorf("Line(%q) = %d, want %d", key, got, want)

@@ -1,0 +1,91 @@
+package recipes
+
+import (
+	"strings"
+	"testing"
+)
+
+func TestEmbeddedRecipes(t *testing.T) {
+	if got := strings.Join(Names(), ","); got != "baseline,pcie" {
+		t.Fatalf("Names() = %s", got)
+	}
+	for _, n := range Names() {
+		r, err := Embedded(n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if r.Upstream.URL != DefaultUpstreamURL || r.Upstream.Commit != "84118acf50b3a4c74e85e9ff9033792552de1a76" {
+			t.Errorf("%s pins %s at %s", n, r.Upstream.URL, r.Upstream.Commit)
+		}
+		if r.Source != "embedded:"+n || len(r.SHA256) != 64 {
+			t.Errorf("%s: source %q sha %q", n, r.Source, r.SHA256)
+		}
+		if r.Build.Archs[0] != "120a" || r.Bench.TP != 8 || r.Bench.SpeculativeAlgorithm != "EAGLE3" {
+			t.Errorf("%s: build %+v bench tp %d algo %s", n, r.Build, r.Bench.TP, r.Bench.SpeculativeAlgorithm)
+		}
+	}
+	p, _ := Embedded("pcie")
+	b, _ := Embedded("baseline")
+	if p.Series != "pcie" || p.Env["SGLANG_FORCE_CUSTOM_AR_PCIE"] != "1" || p.Env["SGLANG_PCIE_CUSTOM_AR_MAX_BYTES"] != "262144" {
+		t.Errorf("pcie: series %q env %v", p.Series, p.Env)
+	}
+	if b.Series != "" || len(b.Env) != 0 {
+		t.Errorf("baseline: series %q env %v, want no patches and no env", b.Series, b.Env)
+	}
+	if _, err := Embedded("nope"); err == nil || !strings.Contains(err.Error(), "known recipes: baseline, pcie") {
+		t.Errorf("unknown recipe: %v", err)
+	}
+}
+
+func TestDefaultsAndEncodeRoundTrip(t *testing.T) {
+	r, err := Parse("min.toml", []byte("name = \"min\"\n[upstream]\ncommit = \"8905cbd42f4a27dbecad6487cd3904278756fef8\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Upstream.URL != DefaultUpstreamURL || r.Build.Tool != "auto" || r.Bench.Trials != 5 || r.Bench.Concurrency != 1 ||
+		r.Bench.SpeculativeNumDraftTokens != 4 || r.Bench.MaxNewTokens != 256 || r.Bench.BaselineArm != "baseline" {
+		t.Errorf("defaults not filled: %+v", r)
+	}
+	out, err := r.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	back, err := Parse("encoded", []byte(out))
+	if err != nil {
+		t.Fatalf("encoded recipe does not parse: %v\n%s", err, out)
+	}
+	if back.Upstream != r.Upstream || back.Bench.Trials != r.Bench.Trials || back.Build.Archs[0] != "120a" {
+		t.Errorf("round trip changed the recipe: %+v", back)
+	}
+}
+
+func TestValidationNamesFileLineAndKey(t *testing.T) {
+	const pin = "[upstream]\ncommit = \"84118acf50b3a4c74e85e9ff9033792552de1a76\"\n"
+	for _, tc := range []struct {
+		name, toml, want string
+	}{
+		{"no name", pin, "r.toml: name: missing"},
+		{"bad name", "name = \"My Recipe\"\n" + pin, `r.toml:1: name: "My Recipe"`},
+		{"short commit", "name = \"r\"\n[upstream]\ncommit = \"84118acf\"\n", `r.toml:3: upstream.commit: "84118acf" is not a full 40-hex`},
+		{"upper-case commit", "name = \"r\"\n[upstream]\ncommit = \"84118ACF50B3A4C74E85E9FF9033792552DE1A76\"\n", "upstream.commit"},
+		{"no commit", "name = \"r\"\n[upstream]\nurl = \"x\"\n", "r.toml:2: upstream.commit: missing"},
+		{"unknown key", "name = \"r\"\n" + pin + "[build]\narch = [\"120a\"]\n", `r.toml:5: unknown key "build.arch"`},
+		{"bad arch", "name = \"r\"\n" + pin + "[build]\narchs = [\"sm_120a\"]\n", `r.toml:5: build.archs: "sm_120a" is not a known CUDA arch`},
+		{"bad tool", "name = \"r\"\n" + pin + "[build]\ntool = \"make\"\n", "build.tool"},
+		{"bad tp", "name = \"r\"\n" + pin + "[bench]\ntp = 3\n", "r.toml:5: bench.tp: 3: custom allreduce supports world sizes 2, 4, 6 and 8"},
+		{"bad algo", "name = \"r\"\n" + pin + "[bench]\nspeculative_algorithm = \"eagle3\"\n", "use EAGLE3"},
+		{"bad env", "name = \"r\"\n" + pin + "[env]\n\"A-B\" = \"1\"\n", `"A-B" is not a valid environment variable name`},
+		{"skip without series", "name = \"r\"\nskip = [\"0001-x.patch\"]\n" + pin, "skip: names patches but the recipe has no series"},
+		{"arm twice", "name = \"r\"\n" + pin + "[[bench.arm]]\nname = \"a\"\n[[bench.arm]]\nname = \"a\"\n", `"a" is defined twice`},
+		{"baseline arm missing", "name = \"r\"\n" + pin + "[bench]\nbaseline_arm = \"zz\"\n[[bench.arm]]\nname = \"a\"\n", `"zz" names no [[bench.arm]]`},
+		{"wrong type", "name = \"r\"\n" + pin + "[bench]\ntp = \"8\"\n", "r.toml:5: bench.tp: incompatible types"},
+		{"no upstream", "name = \"r\"\n", "missing table [upstream]"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			_, err := Parse("r.toml", []byte(tc.toml))
+			if err == nil || !strings.Contains(err.Error(), tc.want) {
+				t.Fatalf("err = %v, want one containing %q", err, tc.want)
+			}
+		})
+	}
+}
