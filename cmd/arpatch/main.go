@@ -128,6 +128,9 @@ Exit codes: 0 success, 1 failure, 2 usage error.`,
 			revertCommand(),
 			patchesCommand(),
 			recipesCommand(),
+			buildCommand(),
+			abCommand(),
+			gencodeFilterCommand(),
 		},
 	}
 }

@@ -31,6 +31,7 @@ func TestMain(m *testing.M) {
 //	subst FILE...        expand $VARS in the files
 //	treehash DIR VAR     set $VAR to a hash of DIR's files (not .git/) and its apply state
 //	sametree DIR VAR     fail unless DIR hashes to $VAR
+//	fakebin              put the fake CUDA toolchain of kernels/testdata first on PATH
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
@@ -67,6 +68,22 @@ func TestScripts(t *testing.T) {
 					ts.Fatalf("usage: treehash DIR VAR")
 				}
 				ts.Setenv(args[1], treeHash(ts, ts.MkAbs(args[0])))
+			},
+			"fakebin": func(ts *testscript.TestScript, neg bool, args []string) {
+				// Put arpatch's fake CUDA toolchain (kernels/testdata/fakebin)
+				// first on PATH.
+				src, err := filepath.Abs(filepath.Join("..", "..", "kernels", "testdata", "fakebin"))
+				ts.Check(err)
+				dst := ts.MkAbs("fakebin")
+				ts.Check(os.MkdirAll(dst, 0o755))
+				ents, err := os.ReadDir(src)
+				ts.Check(err)
+				for _, e := range ents {
+					b, err := os.ReadFile(filepath.Join(src, e.Name()))
+					ts.Check(err)
+					ts.Check(os.WriteFile(filepath.Join(dst, e.Name()), b, 0o755))
+				}
+				ts.Setenv("PATH", dst+string(os.PathListSeparator)+ts.Getenv("PATH"))
 			},
 			"sametree": func(ts *testscript.TestScript, neg bool, args []string) {
 				if len(args) != 2 {

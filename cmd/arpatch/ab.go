@@ -1,0 +1,106 @@
+package main
+
+import (
+	"fmt"
+	"path/filepath"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/arpatch/arpatch/kernels"
+	"github.com/arpatch/arpatch/recipes"
+)
+
+func abCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "ab",
+		Usage: "reproducible A/B builds of two recipes",
+		Subcommands: []*cli.Command{{
+			Name:      "build",
+			Usage:     "check out one commit twice, apply recipe A and recipe B, build both with one toolchain",
+			UsageText: "arpatch ab build --a NAME --b NAME [--a-file PATH] [--b-file PATH] [--dir DIR] [--repo URL|PATH] [--commit SHA] [build flags]",
+			Description: `ab build makes DIR/a and DIR/b, two checkouts of the same pinned commit,
+applies recipe A to the first and recipe B to the second, and plans both
+builds. It refuses unless the two differ only in their patches: the same
+commit, archs, builder, dependencies, build environment and toolchain
+(--python-a and --python-b, if they point at different environments, are
+refused here). Both are built through the cache, and DIR/ab-manifest.json
+records the two arms and the inputs they share.
+
+Examples:
+   arpatch ab build --a baseline --b pcie --repo ~/mirrors/sglang.git
+   arpatch ab build --a baseline --b pcie --arch 120a --plan`,
+			Flags: append(buildFlags(),
+				&cli.StringFlag{Name: "a", Usage: "embedded recipe `NAME` for arm A", Value: "baseline"},
+				&cli.StringFlag{Name: "b", Usage: "embedded recipe `NAME` for arm B", Value: "pcie"},
+				&cli.StringFlag{Name: "a-file", Usage: "recipe `PATH` for arm A instead"},
+				&cli.StringFlag{Name: "b-file", Usage: "recipe `PATH` for arm B instead"},
+				&cli.StringFlag{Name: "dir", Usage: "`DIR` for the two checkouts and ab-manifest.json", Value: "ab"},
+				&cli.StringFlag{Name: "repo", Usage: "clone from `URL|PATH` (e.g. a local mirror)"},
+				&cli.StringFlag{Name: "commit", Usage: "build this commit `SHA` in both arms instead of the recipes' pin"},
+				&cli.StringFlag{Name: "python-a", Usage: "Python `INTERPRETER` for arm A only"},
+				&cli.StringFlag{Name: "python-b", Usage: "Python `INTERPRETER` for arm B only"},
+				patchesDirFlag(),
+			),
+			Before: noArgs,
+			Action: func(c *cli.Context) error {
+				load := func(name, file string) (*recipes.Recipe, error) {
+					if p := c.String(file); p != "" {
+						return recipes.File(p)
+					}
+					return recipes.Embedded(c.String(name))
+				}
+				a, err := load("a", "a-file")
+				if err != nil {
+					return err
+				}
+				b, err := load("b", "b-file")
+				if err != nil {
+					return err
+				}
+				bo, _, err := buildOpts(c)
+				if err != nil {
+					return err
+				}
+				if !c.IsSet("arch") && fmt.Sprint(a.Build.Archs) != fmt.Sprint(b.Build.Archs) {
+					return fmt.Errorf("recipe %s builds %v and recipe %s builds %v; pass --arch to build both for the same archs", a.Name, a.Build.Archs, b.Name, b.Build.Archs)
+				}
+				if !c.IsSet("arch") {
+					if bo.Archs, err = kernels.ParseArchs(a.Build.Archs); err != nil {
+						return err
+					}
+				}
+				cat, err := loadCatalog(c)
+				if err != nil {
+					return err
+				}
+				w := c.App.Writer
+				ab, results, err := kernels.ABBuild(c.Context, kernels.ABOptions{
+					A: a, B: b, Catalog: cat, Dir: c.String("dir"), Repo: c.String("repo"), Commit: c.String("commit"),
+					PythonA: c.String("python-a"), PythonB: c.String("python-b"), Build: bo, PlanOnly: c.Bool("plan"),
+				}, func(arm string) kernels.Progress { return newProgress(c.App.ErrWriter, "arm "+arm) })
+				if err != nil {
+					return err
+				}
+				m := ab.Manifest
+				fmt.Fprintf(w, "A/B at %s: inputs differ only in %v\n", m.Commit, m.DifferOnlyIn)
+				for _, arm := range []kernels.ABArm{m.A, m.B} {
+					fmt.Fprintf(w, "  %-9s series %-13s %d patches  key %s  %s\n", arm.Recipe, orNone(arm.Series), len(arm.Patches), arm.Key[:16], arm.Src)
+				}
+				if c.Bool("plan") {
+					printPlan(w, ab.A, bo.Cache)
+					printPlan(w, ab.B, bo.Cache)
+					return nil
+				}
+				for i, r := range results {
+					hit := "built"
+					if r.Hit {
+						hit = "cache hit"
+					}
+					fmt.Fprintf(w, "  %s: %s %s\n", []string{"a", "b"}[i], hit, r.Wheel)
+				}
+				fmt.Fprintf(w, "comparison manifest %s\n", filepath.Join(c.String("dir"), "ab-manifest.json"))
+				return nil
+			},
+		}},
+	}
+}

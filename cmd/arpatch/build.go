@@ -1,0 +1,332 @@
+package main
+
+import (
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/arpatch/arpatch/kernels"
+	"github.com/arpatch/arpatch/recipes"
+)
+
+func buildFlags() []cli.Flag {
+	return []cli.Flag{
+		recipeFlag(), recipeFileFlag(), srcFlag(),
+		&cli.StringSliceFlag{Name: "arch", Usage: "CUDA `ARCHS` to compile, without sm_ (default: the recipe's [build] archs), e.g. --arch 120a,90a"},
+		&cli.IntFlag{Name: "jobs", Usage: "parallel compile `N`: sets MAX_JOBS and CMAKE_BUILD_PARALLEL_LEVEL, and bounds SGL_KERNEL_COMPILE_THREADS (default: the recipe's, 0 = one per core)"},
+		&cli.StringFlag{Name: "tool", Usage: "wheel build frontend `auto|uv|pip` (default: the recipe's)"},
+		&cli.BoolFlag{Name: "offline", Usage: "refuse to download any FetchContent dependency"},
+		&cli.StringFlag{Name: "deps-dir", Usage: "local checkouts of the FetchContent dependencies, one `DIR`/<name> each"},
+		&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` of the serving environment (with torch)", Value: "python3"},
+		&cli.StringFlag{Name: "cache-dir", Usage: "build cache `DIR` (default $ARPATCH_CACHE or ~/.cache/arpatch/builds)"},
+		&cli.BoolFlag{Name: "plan", Usage: "print the exact command, environment, archs and cache key; build nothing"},
+	}
+}
+
+func buildCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "build",
+		Usage: "build sgl-kernel from a patched tree for the recipe's archs, cached by content",
+		UsageText: `arpatch build [--recipe NAME] [--src DIR] [--arch 120a,90a] [--jobs N] [--tool auto|uv|pip]
+              [--offline --deps-dir D] [--out DIR] [--python PY] [--cache-dir DIR] [--plan]
+arpatch build --check [--src DIR] [--arch 120a,90a]
+arpatch build --allreduce-ext [--src DIR] [--arch 90a] [--out DIR]
+arpatch build --list | --gc [--keep N]`,
+		Description: `build drives upstream's own wheel build (uv build --wheel --no-build-isolation,
+or pip wheel) in DIR/sgl-kernel. Upstream hard-codes its gencode list and
+ignores TORCH_CUDA_ARCH_LIST, so arpatch runs nvcc through a launcher
+(arpatch gencode-filter, set as CMAKE_CUDA_COMPILER_LAUNCHER) that keeps only
+the requested archs; every arm of an A/B build gets the same one.
+
+The toolchain is probed first, and the build refused with a remedy when it
+cannot work (e.g. sm_120a with nvcc < 12.8, torch built for another CUDA major
+than nvcc). The cache key is the sha256 of the upstream commit, the series and
+patch hashes, the archs, the build environment and the toolchain versions; a
+second build with the same key is a cache hit. Each entry holds the wheel,
+manifest.json and build.log.
+
+--check compiles only sgl-kernel/csrc/allreduce/custom_all_reduce.cu,
+compile-only, once per arch: a minute, not an hour.
+--allreduce-ext builds a small torch extension of the patched allreduce
+(with arpatch's binding) for arpatch bench allreduce.
+
+The full build downloads its dependencies at configure time unless
+--deps-dir provides them; --offline refuses any download.
+
+Examples:
+   arpatch build --plan
+   arpatch build --arch 120a --jobs 32 --out dist/
+   arpatch build --check --arch 120a,90a
+   arpatch build --allreduce-ext --arch 90a
+   arpatch build --offline --deps-dir ~/sgl-deps
+   arpatch build --list`,
+		Flags: append(buildFlags(),
+			&cli.StringFlag{Name: "out", Usage: "also place the built wheel (or .so) in `DIR`"},
+			&cli.BoolFlag{Name: "check", Usage: "compile only the patched allreduce translation unit, once per arch"},
+			&cli.BoolFlag{Name: "allreduce-ext", Usage: "build the allreduce torch extension instead of the wheel"},
+			&cli.BoolFlag{Name: "list", Usage: "list the cache entries"},
+			&cli.BoolFlag{Name: "gc", Usage: "remove cache entries beyond the newest --keep, damaged ones and stale temp dirs"},
+			&cli.IntFlag{Name: "keep", Usage: "entries --gc keeps", Value: 10},
+		),
+		Before: noArgs,
+		Action: runBuild,
+	}
+}
+
+// buildOpts resolves the flags and the recipe's [build] table into options.
+func buildOpts(c *cli.Context) (kernels.BuildOptions, *recipes.Recipe, error) {
+	r, err := loadRecipe(c)
+	if err != nil {
+		return kernels.BuildOptions{}, nil, err
+	}
+	archList := c.StringSlice("arch")
+	if len(archList) == 0 {
+		archList = r.Build.Archs
+	}
+	archs, err := kernels.ParseArchs(archList)
+	if err != nil {
+		return kernels.BuildOptions{}, nil, usageError{err}
+	}
+	o := kernels.BuildOptions{
+		Src: c.String("src"), Archs: archs, Jobs: r.Build.Jobs, Tool: r.Build.Tool,
+		Offline: r.Build.Offline || c.Bool("offline"), DepsDir: r.Build.DepsDir,
+		Python: c.String("python"), Out: c.String("out"), Version: arpatchVersion(),
+		Cache: kernels.Cache{Dir: kernels.DefaultCacheDir()}, Launcher: launcher(),
+	}
+	if c.IsSet("jobs") {
+		o.Jobs = c.Int("jobs")
+	}
+	if c.IsSet("tool") {
+		o.Tool = c.String("tool")
+	}
+	if c.IsSet("deps-dir") {
+		o.DepsDir = c.String("deps-dir")
+	}
+	if d := c.String("cache-dir"); d != "" {
+		o.Cache.Dir = d
+	}
+	// The build runs in DIR/sgl-kernel: every path it gets must be absolute.
+	for _, p := range []*string{&o.Src, &o.Cache.Dir, &o.Out, &o.DepsDir} {
+		if *p != "" {
+			if *p, err = filepath.Abs(*p); err != nil {
+				return o, nil, err
+			}
+		}
+	}
+	return o, r, nil
+}
+
+// launcher returns the argv prefix that runs nvcc through arpatch's
+// gencode filter: this binary, found the way it was started.
+func launcher() []string {
+	self, err := os.Executable()
+	if filepath.Base(os.Args[0]) == "arpatch" {
+		if p, lerr := exec.LookPath(os.Args[0]); lerr == nil {
+			self, err = filepath.Abs(p)
+		}
+	}
+	if err != nil {
+		self = "arpatch"
+	}
+	return []string{self, "gencode-filter"}
+}
+
+func runBuild(c *cli.Context) error {
+	modes := 0
+	for _, f := range []string{"check", "allreduce-ext", "list", "gc", "plan"} {
+		if c.Bool(f) {
+			modes++
+		}
+	}
+	if modes > 1 && !(c.Bool("plan") && c.Bool("allreduce-ext")) {
+		return usagef("--check, --allreduce-ext, --list, --gc and --plan are exclusive (except --plan with --allreduce-ext)")
+	}
+	o, _, err := buildOpts(c)
+	if err != nil {
+		return err
+	}
+	w := c.App.Writer
+	switch {
+	case c.Bool("list"):
+		return listCache(w, o.Cache)
+	case c.Bool("gc"):
+		removed, err := o.Cache.GC(c.Int("keep"))
+		for _, p := range removed {
+			fmt.Fprintf(w, "removed %s\n", p)
+		}
+		if err == nil {
+			fmt.Fprintf(w, "gc: %d removed, newest %d kept in %s\n", len(removed), c.Int("keep"), o.Cache.Dir)
+		}
+		return err
+	case c.Bool("check"):
+		return runCheck(c, o)
+	}
+	var plan *kernels.Plan
+	if c.Bool("allreduce-ext") {
+		plan, err = kernels.PlanExt(c.Context, o)
+	} else {
+		plan, err = kernels.PlanBuild(c.Context, o)
+	}
+	if err != nil {
+		return err
+	}
+	if c.Bool("plan") {
+		printPlan(w, plan, o.Cache)
+		return nil
+	}
+	res, err := kernels.Build(c.Context, plan, o, newProgress(c.App.ErrWriter, "sgl-kernel "+strings.Join(kernels.ArchStrings(o.Archs), ",")))
+	if err != nil {
+		if err == kernels.ErrInterrupted {
+			return fmt.Errorf("build interrupted: the build's processes were stopped; no cache entry or temp files were left")
+		}
+		return err
+	}
+	m := res.Manifest
+	if res.Hit {
+		fmt.Fprintf(w, "cache hit %s (%s): built %s in %s; took %s now\n", res.Plan.Key[:16], m.Inputs.Kind,
+			m.FinishedAt.Format("2006-01-02 15:04 UTC"), time.Duration(m.BuildSeconds*float64(time.Second)).Round(time.Second), res.Elapsed.Round(time.Millisecond))
+	} else {
+		fmt.Fprintf(w, "built %s in %s (cache key %s)\n", m.Inputs.Kind, time.Duration(m.BuildSeconds*float64(time.Second)).Round(time.Second), res.Plan.Key[:16])
+	}
+	for _, out := range m.Outputs {
+		fmt.Fprintf(w, "  %s  sha256 %s  %d bytes\n", filepath.Join(o.Cache.EntryDir(m.Key), out.File), out.SHA256[:16], out.Bytes)
+	}
+	fmt.Fprintf(w, "  manifest %s\n", filepath.Join(o.Cache.EntryDir(m.Key), "manifest.json"))
+	if res.Copied != "" {
+		fmt.Fprintf(w, "  copied to %s\n", res.Copied)
+	}
+	return nil
+}
+
+func newProgress(w io.Writer, label string) kernels.Progress {
+	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
+		return kernels.NewBarProgress(w, label)
+	}
+	return &kernels.LineProgress{W: w, Interval: 30 * time.Second}
+}
+
+func printPlan(w io.Writer, p *kernels.Plan, cache kernels.Cache) {
+	st := p.State
+	fmt.Fprintf(w, "build plan (%s)\n", p.Inputs.Kind)
+	fmt.Fprintf(w, "  tree      %s at %s, series %s (%d patches)\n", p.Src, st.Commit, orNone(st.Series), len(st.Patches))
+	var sms, ups []string
+	for _, a := range p.Archs {
+		sms = append(sms, a.SM())
+	}
+	for _, a := range p.Upstream {
+		ups = append(ups, a.SM())
+	}
+	fmt.Fprintf(w, "  archs     %s\n", strings.Join(sms, " "))
+	for _, a := range p.Archs {
+		fmt.Fprintf(w, "            %s\n", a.Gencode())
+	}
+	if len(ups) > 0 {
+		fmt.Fprintf(w, "  upstream  compiles %s; the gencode filter drops all but the archs above\n", strings.Join(ups, " "))
+	}
+	fmt.Fprintf(w, "  dir       %s\n", p.Dir)
+	fmt.Fprintf(w, "  command   %s\n", strings.Join(p.Command(filepath.Join(cache.Dir, ".tmp-"+p.Key[:16]+"-*")), " "))
+	fmt.Fprintln(w, "  env")
+	for _, e := range p.EnvList() {
+		fmt.Fprintf(w, "    %s\n", e)
+	}
+	if len(p.Deps) > 0 {
+		fmt.Fprintln(w, "  deps (FetchContent)")
+		for _, d := range p.Deps {
+			src := "download " + d.Repo + " @ " + d.Tag
+			if d.Dir != "" {
+				src = "local " + d.Dir + " @ " + d.Commit[:12]
+			}
+			fmt.Fprintf(w, "    %-22s %s\n", d.Name, src)
+		}
+	}
+	tc := p.Toolchain
+	fmt.Fprintf(w, "  toolchain nvcc %s, python %s, torch %s (CUDA %s), cmake %s, ninja %s, builder %s\n",
+		orNone(tc.NVCC.Version), orNone(tc.Python.Version), orNone(tc.Torch.Version), orNone(tc.Torch.CUDA),
+		orNone(tc.CMake.Version), orNone(tc.Ninja.Version), p.Inputs.Toolchain.Builder)
+	state := "miss: would build"
+	if m, err := cache.Lookup(p.Key); err == nil && m != nil {
+		state = "hit: nothing to build"
+	}
+	fmt.Fprintf(w, "  cache key %s (%s)\n", p.Key, state)
+	if p.Problems != nil {
+		fmt.Fprintf(w, "  REFUSED   %s\n", strings.ReplaceAll(p.Problems.Error(), "\n", "\n            "))
+	}
+}
+
+func runCheck(c *cli.Context, o kernels.BuildOptions) error {
+	w := c.App.Writer
+	results, tc, err := kernels.Check(c.Context, kernels.CheckOptions{Src: o.Src, Archs: o.Archs, Python: o.Python})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "check %s: nvcc %s, torch %s\n", kernels.AllreduceTU, tc.NVCC.Version, tc.Torch.Version)
+	failed := 0
+	for _, r := range results {
+		state := "ok"
+		if !r.OK {
+			state = "FAILED"
+			failed++
+		}
+		fmt.Fprintf(w, "  %-8s %-6s %6.1fs\n", r.Arch.SM(), state, r.Seconds)
+		for _, e := range r.Errors {
+			fmt.Fprintf(w, "           %s\n", e)
+		}
+	}
+	if failed > 0 {
+		return fmt.Errorf("%d of %d archs failed to compile %s", failed, len(results), kernels.AllreduceTU)
+	}
+	return nil
+}
+
+func listCache(w io.Writer, cache kernels.Cache) error {
+	ents, err := cache.List()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "%d entries in %s\n", len(ents), cache.Dir)
+	for _, e := range ents {
+		if e.Err != nil {
+			fmt.Fprintf(w, "  %s  DAMAGED: %v\n", e.Key[:16], e.Err)
+			continue
+		}
+		in := e.Manifest.Inputs
+		fmt.Fprintf(w, "  %s  %-13s %s  series %-13s archs %-10s %7.1f MB  %s\n", e.Key[:16], in.Kind, in.Commit[:12], orNone(in.Series),
+			strings.Join(in.Archs, ","), float64(e.Bytes)/1e6, e.Manifest.FinishedAt.Format("2006-01-02 15:04"))
+	}
+	return nil
+}
+
+// gencodeFilterCommand is the compiler launcher the wheel build runs nvcc
+// through; it is not for users.
+func gencodeFilterCommand() *cli.Command {
+	return &cli.Command{
+		Name:            "gencode-filter",
+		Hidden:          true,
+		SkipFlagParsing: true,
+		Usage:           "run a compiler command keeping only the -gencode options of $" + kernels.GencodeEnv,
+		Action: func(c *cli.Context) error {
+			args := c.Args().Slice()
+			if len(args) == 0 {
+				return usagef("gencode-filter needs a compiler command")
+			}
+			archs, err := kernels.ParseArchs([]string{os.Getenv(kernels.GencodeEnv)})
+			if err != nil {
+				return fmt.Errorf("gencode-filter: $%s: %w", kernels.GencodeEnv, err)
+			}
+			out, _ := kernels.FilterGencode(args, archs)
+			prog, err := exec.LookPath(out[0])
+			if err != nil {
+				return fmt.Errorf("gencode-filter: %w", err)
+			}
+			return syscall.Exec(prog, out, os.Environ())
+		},
+	}
+}

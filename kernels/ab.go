@@ -1,0 +1,201 @@
+package kernels
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/patches"
+	"github.com/arpatch/arpatch/recipes"
+)
+
+// ABOptions holds every input of ABBuild.
+type ABOptions struct {
+	A, B    *recipes.Recipe
+	Catalog *patches.Catalog
+	Dir     string // holds the two checkouts, Dir/a and Dir/b, and ab-manifest.json
+	Repo    string // clone source for both (--repo)
+	Commit  string // commit for both, instead of the recipes' pins
+	// PythonA and PythonB override Build.Python for one arm; arpatch
+	// refuses the A/B build when that gives two toolchains.
+	PythonA, PythonB string
+	Build            BuildOptions // Src and Python are set per arm
+	PlanOnly         bool
+}
+
+// ABArm is one side of an A/B build.
+type ABArm struct {
+	Recipe  string       `json:"recipe"`
+	Src     string       `json:"src"`
+	Series  string       `json:"series"`
+	Patches []PatchInput `json:"patches"`
+	Key     string       `json:"key"`
+	Output  Output       `json:"output"`
+	Hit     bool         `json:"cache_hit"`
+}
+
+// ABManifest is Dir/ab-manifest.json: the two arms and the inputs they
+// share, showing that they differ only in their patches.
+type ABManifest struct {
+	Schema       int       `json:"schema"`
+	Commit       string    `json:"commit"`
+	A            ABArm     `json:"a"`
+	B            ABArm     `json:"b"`
+	Common       Inputs    `json:"common_inputs"` // every input but series and patches
+	DifferOnlyIn []string  `json:"differ_only_in"`
+	CreatedAt    time.Time `json:"created_at"`
+}
+
+// ABMismatchError is an A/B pair whose inputs differ beyond the patches.
+type ABMismatchError struct {
+	Fields []string // "toolchain.torch: 2.11.0+cu130 vs 2.9.1+cu128"
+}
+
+func (e *ABMismatchError) Error() string {
+	return "A/B builds must differ only in their patches, but these inputs differ:\n  " + strings.Join(e.Fields, "\n  ") +
+		"\nbuild both arms with one toolchain and the same [build] settings"
+}
+
+// ABPlan is the two plans of an A/B build.
+type ABPlan struct {
+	A, B     *Plan
+	Manifest *ABManifest
+}
+
+// ABBuild makes two checkouts of one pinned commit under opts.Dir, applies
+// recipe A to one and B to the other, plans both builds and refuses
+// (*ABMismatchError) unless their inputs differ only in series and
+// patches: same commit, archs, builder, dependencies, build environment
+// and toolchain. Then it builds both (through the cache) and writes
+// Dir/ab-manifest.json. With PlanOnly it stops after the check.
+func ABBuild(ctx context.Context, opts ABOptions, progress func(arm string) Progress) (*ABPlan, []*Result, error) {
+	commit := opts.Commit
+	if commit == "" {
+		if opts.A.Upstream.Commit != opts.B.Upstream.Commit {
+			return nil, nil, fmt.Errorf("recipe %s pins %s and recipe %s pins %s; an A/B build needs one commit: pass --commit", opts.A.Name, opts.A.Upstream.Commit, opts.B.Name, opts.B.Upstream.Commit)
+		}
+		commit = opts.A.Upstream.Commit
+	}
+	plans := [2]*Plan{}
+	arms := [2]struct {
+		name   string
+		recipe *recipes.Recipe
+		python string
+	}{{"a", opts.A, opts.PythonA}, {"b", opts.B, opts.PythonB}}
+	for i, arm := range arms {
+		src := filepath.Join(opts.Dir, arm.name)
+		_, err := checkout.Apply(ctx, checkout.ApplyOptions{Recipe: arm.recipe, Catalog: opts.Catalog, Src: src, Repo: opts.Repo, Commit: commit, Version: opts.Build.Version})
+		if err != nil {
+			return nil, nil, fmt.Errorf("arm %s (recipe %s): %w", arm.name, arm.recipe.Name, err)
+		}
+		bo := opts.Build
+		bo.Src = src
+		if arm.python != "" {
+			bo.Python = arm.python
+		}
+		if plans[i], err = PlanBuild(ctx, bo); err != nil {
+			return nil, nil, fmt.Errorf("arm %s (recipe %s): %w", arm.name, arm.recipe.Name, err)
+		}
+	}
+	if diff := diffInputs(plans[0].Inputs, plans[1].Inputs); len(diff) > 0 {
+		return nil, nil, &ABMismatchError{Fields: diff}
+	}
+	ab := &ABPlan{A: plans[0], B: plans[1]}
+	common := plans[0].Inputs
+	common.Series, common.Patches = "", nil
+	ab.Manifest = &ABManifest{Schema: 1, Commit: plans[0].Inputs.Commit, Common: common, DifferOnlyIn: []string{"series", "patches"}}
+	for i, p := range plans {
+		arm := ABArm{Recipe: arms[i].recipe.Name, Src: p.Src, Series: p.Inputs.Series, Patches: p.Inputs.Patches, Key: p.Key}
+		if i == 0 {
+			ab.Manifest.A = arm
+		} else {
+			ab.Manifest.B = arm
+		}
+	}
+	if opts.PlanOnly {
+		return ab, nil, nil
+	}
+	var results []*Result
+	for i, p := range plans {
+		bo := opts.Build
+		bo.Src = p.Src
+		var prog Progress
+		if progress != nil {
+			prog = progress(arms[i].name)
+		}
+		r, err := Build(ctx, p, bo, prog)
+		if err != nil {
+			return ab, results, fmt.Errorf("arm %s (recipe %s): %w", arms[i].name, arms[i].recipe.Name, err)
+		}
+		results = append(results, r)
+		arm := &ab.Manifest.A
+		if i == 1 {
+			arm = &ab.Manifest.B
+		}
+		arm.Hit = r.Hit
+		if len(r.Manifest.Outputs) > 0 {
+			arm.Output = r.Manifest.Outputs[0]
+		}
+	}
+	ab.Manifest.CreatedAt = time.Now().UTC()
+	b, _ := json.MarshalIndent(ab.Manifest, "", "  ")
+	if err := safefs.WriteFile(filepath.Join(opts.Dir, "ab-manifest.json"), append(b, '\n'), 0o644); err != nil {
+		return ab, results, err
+	}
+	return ab, results, nil
+}
+
+// diffInputs lists the fields, other than series and patches, in which two
+// builds' inputs differ, as "field: a vs b".
+func diffInputs(a, b Inputs) []string {
+	a.Series, a.Patches, b.Series, b.Patches = "", nil, "", nil
+	var out []string
+	flatten := func(in Inputs) map[string]string {
+		var m map[string]any
+		raw, _ := json.Marshal(in)
+		json.Unmarshal(raw, &m)
+		flat := map[string]string{}
+		var walk func(prefix string, v any)
+		walk = func(prefix string, v any) {
+			if mm, ok := v.(map[string]any); ok {
+				for k, x := range mm {
+					walk(strings.TrimPrefix(prefix+"."+k, "."), x)
+				}
+				return
+			}
+			raw, _ := json.Marshal(v)
+			flat[prefix] = string(raw)
+		}
+		walk("", m)
+		return flat
+	}
+	fa, fb := flatten(a), flatten(b)
+	keys := map[string]bool{}
+	for k := range fa {
+		keys[k] = true
+	}
+	for k := range fb {
+		keys[k] = true
+	}
+	for k := range keys {
+		if !reflect.DeepEqual(fa[k], fb[k]) {
+			out = append(out, fmt.Sprintf("%s: %s vs %s", k, orDash(fa[k]), orDash(fb[k])))
+		}
+	}
+	sort.Strings(out)
+	return out
+}
+
+func orDash(s string) string {
+	if s == "" {
+		return "(unset)"
+	}
+	return s
+}

@@ -1,0 +1,99 @@
+package kernels
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/arpatch/arpatch/internal/testrepo"
+	"github.com/arpatch/arpatch/patches"
+	"github.com/arpatch/arpatch/recipes"
+)
+
+// abFixture adds a one-patch series to the build fixture and returns a
+// catalog with it plus recipes A (no patches) and B (the series).
+func abFixture(t *testing.T, e *env) (*patches.Catalog, *recipes.Recipe, *recipes.Recipe) {
+	t.Helper()
+	patch := "Description: d\nAuthor: t\nUpstream-Status: Pending\nApplies-To: fixture\n\n" +
+		"--- a/sgl-kernel/include/utils.h\n+++ b/sgl-kernel/include/utils.h\n@@ -1 +1,2 @@\n // fixture header\n+// patched\n"
+	dir := filepath.Join(t.TempDir(), "series")
+	toml := "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + e.commit + "\"]\n\n[[patch]]\nfile = \"0001-x.patch\"\nsha256 = \"" + sha256Text(patch) + "\"\n"
+	if err := testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-x.patch": patch}); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := patches.LoadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	pin := "[upstream]\ncommit = \"" + e.commit + "\"\n"
+	a, _ := recipes.Parse("a.toml", []byte("name = \"base\"\n"+pin))
+	b, _ := recipes.Parse("b.toml", []byte("name = \"pcie\"\nseries = \"fx\"\n"+pin))
+	return cat, a, b
+}
+
+func sha256Text(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return hex.EncodeToString(h[:])
+}
+
+func TestABBuild(t *testing.T) {
+	e := newEnv(t)
+	cat, a, b := abFixture(t, e)
+	dir := filepath.Join(t.TempDir(), "ab")
+	o := e.opts()
+	ab, results, err := ABBuild(context.Background(), ABOptions{A: a, B: b, Catalog: cat, Dir: dir, Repo: e.up, Build: o}, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(results) != 2 || results[0].Hit || results[1].Hit || ab.A.Key == ab.B.Key {
+		t.Fatalf("results %+v", results)
+	}
+	var m ABManifest
+	if err := json.Unmarshal([]byte(readFile(t, filepath.Join(dir, "ab-manifest.json"))), &m); err != nil {
+		t.Fatal(err)
+	}
+	if m.Commit != e.commit || m.A.Series != "" || m.B.Series != "fx" || len(m.B.Patches) != 1 || len(m.A.Patches) != 0 ||
+		strings.Join(m.DifferOnlyIn, ",") != "series,patches" || m.Common.Toolchain.Torch != "2.11.0+cu130" || m.A.Output.SHA256 == "" {
+		t.Errorf("manifest = %+v", m)
+	}
+	// Again: both are cache hits, and the checkouts are reused as applied.
+	_, results, err = ABBuild(context.Background(), ABOptions{A: a, B: b, Catalog: cat, Dir: dir, Repo: e.up, Build: o}, nil)
+	if err != nil || !results[0].Hit || !results[1].Hit {
+		t.Fatalf("second A/B: %v %+v", err, results)
+	}
+}
+
+func TestABRefusesToolchainMismatch(t *testing.T) {
+	e := newEnv(t)
+	cat, a, b := abFixture(t, e)
+	// Arm B's interpreter reports another torch.
+	old := filepath.Join(t.TempDir(), "python3-old")
+	os.WriteFile(old, []byte("#!/bin/sh\nFAKE_TORCH_VERSION=2.10.0+cu130 exec "+filepath.Join(e.fake, "python3")+" \"$@\"\n"), 0o755)
+	dir := filepath.Join(t.TempDir(), "ab")
+	_, _, err := ABBuild(context.Background(), ABOptions{A: a, B: b, Catalog: cat, Dir: dir, Repo: e.up, PythonB: old, Build: e.opts()}, nil)
+	var me *ABMismatchError
+	if !errors.As(err, &me) {
+		t.Fatalf("err = %v, want ABMismatchError", err)
+	}
+	if len(me.Fields) != 1 || me.Fields[0] != `toolchain.torch: "2.11.0+cu130" vs "2.10.0+cu130"` {
+		t.Errorf("fields = %q", me.Fields)
+	}
+	if _, err := os.Stat(filepath.Join(dir, "ab-manifest.json")); err == nil {
+		t.Error("a refused A/B wrote its manifest")
+	}
+	if ents, _ := e.cache.List(); len(ents) != 0 {
+		t.Error("a refused A/B built something")
+	}
+	// Different pins without --commit are refused too.
+	b2 := *b
+	b2.Upstream.Commit = strings.Repeat("0", 40)
+	if _, _, err := ABBuild(context.Background(), ABOptions{A: a, B: &b2, Catalog: cat, Dir: dir, Repo: e.up, Build: e.opts()}, nil); err == nil || !strings.Contains(err.Error(), "needs one commit: pass --commit") {
+		t.Errorf("different pins: %v", err)
+	}
+}

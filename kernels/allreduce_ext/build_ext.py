@@ -1,0 +1,45 @@
+"""Build the allreduce extension for `arpatch build --allreduce-ext`.
+
+Compiles the tree's sgl-kernel/csrc/allreduce/custom_all_reduce.cu with
+arpatch's binding.cpp through torch.utils.cpp_extension.load (ninja), for
+the archs in TORCH_CUDA_ARCH_LIST, then imports the module to prove it loads
+and prints one JSON line: {"so": path, "functions": [...]}.
+
+Usage: python build_ext.py --src TREE --binding binding.cpp --build-dir DIR --name NAME
+"""
+import argparse
+import json
+import os
+import sys
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--src", required=True, help="SGLang tree (holds sgl-kernel/)")
+    ap.add_argument("--binding", required=True)
+    ap.add_argument("--build-dir", required=True)
+    ap.add_argument("--name", required=True)
+    args = ap.parse_args()
+
+    from torch.utils.cpp_extension import load
+
+    kdir = os.path.join(args.src, "sgl-kernel")
+    tu = os.path.join(kdir, "csrc", "allreduce", "custom_all_reduce.cu")
+    os.makedirs(args.build_dir, exist_ok=True)
+    mod = load(
+        name=args.name,
+        sources=[args.binding, tu],
+        extra_include_paths=[os.path.join(kdir, "include"), os.path.join(kdir, "csrc")],
+        extra_cflags=["-O3", "-std=c++17"],
+        extra_cuda_cflags=["-O3", "-std=c++17", "--expt-relaxed-constexpr", "--expt-extended-lambda"],
+        build_directory=args.build_dir,
+        verbose=True,
+    )
+    so = mod.__file__
+    funcs = sorted(f for f in dir(mod) if not f.startswith("_"))
+    print(json.dumps({"so": so, "functions": funcs}))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,333 @@
+package kernels
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/arpatch/arpatch/internal/testrepo"
+)
+
+type recordProgress struct {
+	steps []int
+	done  bool
+	ok    bool
+}
+
+func (r *recordProgress) Line(l string) {
+	if n, _, _, ok := ParseNinjaStep(l); ok {
+		r.steps = append(r.steps, n)
+	}
+}
+func (r *recordProgress) Done(ok bool) { r.done, r.ok = true, ok }
+
+func TestBuildMissThenHit(t *testing.T) {
+	e := newEnv(t)
+	o := e.opts("120a")
+	o.Out = filepath.Join(t.TempDir(), "dist")
+	plan := mustPlan(t, o)
+	if plan.Builder != "uv" || plan.Problems != nil {
+		t.Fatalf("builder %q problems %v", plan.Builder, plan.Problems)
+	}
+	prog := &recordProgress{}
+	res, err := Build(context.Background(), plan, o, prog)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if res.Hit || len(prog.steps) != 8 || prog.steps[7] != 8 || !prog.ok {
+		t.Errorf("hit %v, progress %v ok %v", res.Hit, prog.steps, prog.ok)
+	}
+	m := res.Manifest
+	if m.Key != plan.Key || m.Inputs.Commit != e.commit || len(m.Outputs) != 1 || m.Outputs[0].File != "sglang_kernel-0.4.1-cp310-abi3-linux_x86_64.whl" {
+		t.Fatalf("manifest = %+v", m)
+	}
+	wheel := readFile(t, res.Wheel)
+	contains(t, wheel, "wheel for 120a", "-DENABLE_CCACHE=OFF", "-DCMAKE_CUDA_COMPILER_LAUNCHER=/opt/arpatch;gencode-filter")
+	if readFile(t, res.Copied) != wheel {
+		t.Error("--out copy differs")
+	}
+	contains(t, readFile(t, filepath.Join(e.cache.EntryDir(plan.Key), "build.log")), "[8/8] Building CUDA object", "# command: ")
+	// Nothing but the entry, the probe cache and its lock-free state remains.
+	ents, _ := os.ReadDir(e.cache.Dir)
+	for _, x := range ents {
+		if strings.HasPrefix(x.Name(), ".tmp-") || strings.HasSuffix(x.Name(), ".lock") {
+			t.Errorf("left behind: %s", x.Name())
+		}
+	}
+
+	// Second build: same key, a hit, no command run.
+	plan2 := mustPlan(t, o)
+	if plan2.Key != plan.Key {
+		t.Fatalf("key changed between identical builds: %s vs %s", plan.Key, plan2.Key)
+	}
+	prog2 := &recordProgress{}
+	res2, err := Build(context.Background(), plan2, o, prog2)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !res2.Hit || len(prog2.steps) != 0 || res2.Wheel != res.Wheel {
+		t.Errorf("second build: hit %v steps %v", res2.Hit, prog2.steps)
+	}
+
+	// A damaged entry is refused, never used.
+	os.WriteFile(res.Wheel, []byte("corrupt"), 0o644)
+	if _, err := Build(context.Background(), plan2, o, nil); err == nil || !strings.Contains(err.Error(), "no longer has sha256") {
+		t.Errorf("damaged entry: %v", err)
+	}
+	ents2, _ := e.cache.List()
+	if len(ents2) != 1 || ents2[0].Err == nil {
+		t.Errorf("List should show the damaged entry: %+v", ents2)
+	}
+	removed, err := e.cache.GC(10)
+	if err != nil || len(removed) != 1 {
+		t.Errorf("GC removed %v, %v", removed, err)
+	}
+}
+
+func TestBuildFailureShowsTailAndKeepsLog(t *testing.T) {
+	e := newEnv(t).with("FAKE_BUILD_FAIL=1")
+	o := e.opts()
+	_, err := Build(context.Background(), mustPlan(t, o), o, nil)
+	var be *BuildError
+	if !errors.As(err, &be) {
+		t.Fatalf("err = %v, want BuildError", err)
+	}
+	if len(be.Tail) != 40 || be.Tail[39] != `csrc/allreduce/custom_all_reduce.cuh(471): error: expected a "}"` || be.Tail[0] != "log line 22" {
+		t.Errorf("tail = %q ... %q (%d lines)", be.Tail[0], be.Tail[len(be.Tail)-1], len(be.Tail))
+	}
+	if !strings.HasPrefix(be.Log, filepath.Join(e.cache.Dir, "logs")) {
+		t.Errorf("log kept at %s", be.Log)
+	}
+	contains(t, readFile(t, be.Log), "log line 1\n", "[8/8]")
+	if ents, _ := e.cache.List(); len(ents) != 0 {
+		t.Errorf("a failed build left a cache entry: %+v", ents)
+	}
+}
+
+func TestBuildInterruptKillsProcessGroup(t *testing.T) {
+	pids := filepath.Join(t.TempDir(), "pids")
+	e := newEnv(t).with("FAKE_BUILD_HANG=1", "FAKE_PIDS="+pids)
+	o := e.opts()
+	plan := mustPlan(t, o)
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		_, err := Build(ctx, plan, o, nil)
+		done <- err
+	}()
+	// Wait until the build and its child are running.
+	deadline := time.Now().Add(20 * time.Second)
+	for {
+		if b, _ := os.ReadFile(pids); len(strings.Fields(string(b))) >= 2 {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatal("fake build did not start")
+		}
+		time.Sleep(20 * time.Millisecond)
+	}
+	cancel()
+	select {
+	case err := <-done:
+		if !errors.Is(err, ErrInterrupted) {
+			t.Fatalf("err = %v, want ErrInterrupted", err)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Build did not return after cancel")
+	}
+	for _, f := range strings.Fields(readFile(t, pids)) {
+		pid, _ := strconv.Atoi(f)
+		if alive(pid) {
+			t.Errorf("process %d survived the interrupt", pid)
+		}
+	}
+	ents, _ := os.ReadDir(e.cache.Dir)
+	for _, x := range ents {
+		if x.Name() != "toolchain-probe.json" {
+			t.Errorf("interrupted build left %s", x.Name())
+		}
+	}
+}
+
+func TestPlanRefusals(t *testing.T) {
+	e := newEnv(t)
+	// sm_120a with nvcc 12.4.
+	p := mustPlan(t, e.with("FAKE_NVCC_VERSION=12.4.131").opts("120a", "90a"))
+	contains(t, errString(p.Problems), "sm_120a needs nvcc >= 12.8, but", "is 12.4.131")
+	if strings.Contains(errString(p.Problems), "sm_90a") {
+		t.Errorf("sm_90a works with 12.4 but was refused: %v", p.Problems)
+	}
+	if _, err := Build(context.Background(), p, e.opts("120a", "90a"), nil); err == nil {
+		t.Error("Build ran despite toolchain problems")
+	}
+	// torch built for CUDA 12 with nvcc 13.
+	p = mustPlan(t, e.with("FAKE_TORCH_VERSION=2.9.1+cu128", "FAKE_TORCH_CUDA=12.8").opts())
+	contains(t, errString(p.Problems), "torch 2.9.1+cu128 is built for CUDA 12.8 but nvcc is 13.0.88")
+	// no torch
+	p = mustPlan(t, e.with("FAKE_NO_TORCH=1").opts())
+	contains(t, errString(p.Problems), "cannot import torch (ModuleNotFoundError")
+	// no apply state
+	plain := filepath.Join(t.TempDir(), "plain")
+	testrepo.WriteFiles(plain, map[string]string{"sgl-kernel/CMakeLists.txt": fixtureCMake})
+	testrepo.Init(plain)
+	o := e.opts()
+	o.Src = plain
+	if _, err := PlanBuild(context.Background(), o); err == nil || !strings.Contains(err.Error(), "has no apply state") || !strings.Contains(err.Error(), "arpatch apply --src "+plain) {
+		t.Errorf("no state: %v", err)
+	}
+	// a tree edited since apply
+	os.WriteFile(filepath.Join(e.src, "sgl-kernel/include/utils.h"), []byte("// edited\n"), 0o644)
+	if _, err := PlanBuild(context.Background(), e.opts()); err == nil || !strings.Contains(err.Error(), "uncommitted changes to files the series did not touch") {
+		t.Errorf("edited tree: %v", err)
+	}
+}
+
+func errString(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+func TestOfflineAndDepsDir(t *testing.T) {
+	e := newEnv(t)
+	o := e.opts()
+	o.Offline = true
+	_, err := PlanBuild(context.Background(), o)
+	var me *MissingDepsError
+	if !errors.As(err, &me) || len(me.Missing) != 3 {
+		t.Fatalf("err = %v, want 3 missing deps", err)
+	}
+	contains(t, err.Error(), "repo-cutlass", "https://github.com/NVIDIA/cutlass @ 57e3cfb47a2d9e0d46eb6335c3dc411498efa198", "repo-triton", "@ v3.5.1", "(sgl-kernel/cmake/deps.cmake)")
+
+	// Provide every dep: cutlass by its name, triton by its repo base
+	// name, fmt without the "repo-" prefix.
+	deps := t.TempDir()
+	mk := func(dir string) string {
+		testrepo.WriteFiles(filepath.Join(deps, dir), map[string]string{"README": dir + "\n"})
+		c, err := testrepo.Init(filepath.Join(deps, dir))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return c
+	}
+	cut, tri, fmtc := mk("repo-cutlass"), mk("triton"), mk("fmt")
+	// The fixture pins commits these copies do not have: refused by name.
+	o.DepsDir = deps
+	_, err = PlanBuild(context.Background(), o)
+	if err == nil || !strings.Contains(err.Error(), "repo-cutlass") || !strings.Contains(err.Error(), "pins 57e3cfb47a2d9e0d46eb6335c3dc411498efa198, which that checkout does not have") {
+		t.Fatalf("wrong pin: %v", err)
+	}
+	// Re-pin the fixture to the copies' commits (a tag for triton).
+	cm := strings.NewReplacer("57e3cfb47a2d9e0d46eb6335c3dc411498efa198", cut, "v3.5.1", tri).Replace(fixtureCMake)
+	more := strings.Replace(fixtureMoreCMake, "553ec11ec06fbe0beebfbb45f9dc3c9eabd83d28", fmtc, 1)
+	testrepo.WriteFiles(e.up, map[string]string{"sgl-kernel/CMakeLists.txt": cm, "sgl-kernel/cmake/deps.cmake": more})
+	c2, _ := testrepo.Commit(e.up, "repin")
+	e2 := *e
+	e2.commit = c2
+	e2.src = filepath.Join(t.TempDir(), "src2")
+	e2.apply(t, e2.src, "", nil)
+	o2 := e2.opts()
+	o2.Offline, o2.DepsDir = true, deps
+	p := mustPlan(t, o2)
+	contains(t, p.Env["CMAKE_ARGS"], "-DFETCHCONTENT_SOURCE_DIR_REPO-CUTLASS="+filepath.Join(deps, "repo-cutlass"),
+		"-DFETCHCONTENT_SOURCE_DIR_REPO-TRITON="+filepath.Join(deps, "triton"), "-DFETCHCONTENT_SOURCE_DIR_REPO-FMT="+filepath.Join(deps, "fmt"),
+		"-DFETCHCONTENT_FULLY_DISCONNECTED=ON")
+	for _, d := range p.Inputs.Deps {
+		if d.Commit == "" {
+			t.Errorf("dep %s has no recorded commit", d.Name)
+		}
+	}
+}
+
+func TestCheckCompilesEachArch(t *testing.T) {
+	e := newEnv(t).with("FAKE_NVCC_FAIL_ARCHS=120a")
+	res, tc, err := Check(context.Background(), CheckOptions{Src: e.src, Archs: []Arch{"120a", "90a"}, Python: "python3", Env: e.env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if tc.NVCC.Version != "13.0.88" || len(res) != 2 {
+		t.Fatalf("tc %+v res %+v", tc.NVCC, res)
+	}
+	if res[0].Arch != "120a" || res[0].OK || len(res[0].Errors) != 1 || !strings.Contains(res[0].Errors[0], `identifier "full_nvlink" is undefined`) {
+		t.Errorf("120a = %+v", res[0])
+	}
+	if !res[1].OK {
+		t.Errorf("90a = %+v", res[1])
+	}
+	cmd := strings.Join(res[1].Command, " ")
+	contains(t, cmd, "-c -o", "-gencode=arch=compute_90a,code=sm_90a", "-D_GLIBCXX_USE_CXX11_ABI=1", "-I/fake/torch/include",
+		"-I"+filepath.Join(e.src, "sgl-kernel", "include"), filepath.Join(e.src, AllreduceTU), "--expt-relaxed-constexpr")
+	if strings.Contains(cmd, "compute_120a") {
+		t.Errorf("90a command compiles 120a too: %s", cmd)
+	}
+}
+
+func TestAllreduceExtBuildAndCache(t *testing.T) {
+	e := newEnv(t)
+	o := e.opts("90a")
+	p, err := PlanExt(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.Env["TORCH_CUDA_ARCH_LIST"] != "9.0a" || p.Inputs.Kind != "allreduce-ext" || p.Inputs.Extra["binding.cpp_sha256"] == "" {
+		t.Fatalf("plan = %+v", p)
+	}
+	wheel := mustPlan(t, o)
+	if wheel.Key == p.Key {
+		t.Error("the extension and the wheel share a cache key")
+	}
+	res, err := Build(context.Background(), p, o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if filepath.Base(res.Wheel) != "arpatch_custom_ar.so" || readFile(t, res.Wheel) != "fake ext for 9.0a\n" {
+		t.Errorf("ext output %s = %q", res.Wheel, readFile(t, res.Wheel))
+	}
+	if res2, err := Build(context.Background(), p, o, nil); err != nil || !res2.Hit {
+		t.Errorf("second ext build: hit %v err %v", res2 != nil && res2.Hit, err)
+	}
+}
+
+func TestLineProgress(t *testing.T) {
+	var b bytes.Buffer
+	now := time.Unix(0, 0)
+	lp := &LineProgress{W: &b, Interval: 10 * time.Second, Now: func() time.Time { return now }}
+	for i := 1; i <= 100; i++ {
+		now = now.Add(time.Second)
+		lp.Line("[" + strconv.Itoa(i) + "/100] Building CUDA object x.o")
+		lp.Line("unrelated output")
+	}
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	// A line at the first step, then one every 10 s, and the last step.
+	if len(lines) != 11 || lines[0] != "[  1/100]   1%" || lines[len(lines)-1] != "[100/100] 100% eta 0s" {
+		t.Errorf("lines = %q", lines)
+	}
+	if lines[1] != "[ 11/100]  11% eta 1m29s" {
+		t.Errorf("second line %q, want an ETA of 89 steps at 1 s each", lines[1])
+	}
+}
+
+// alive reports whether pid runs; a zombie waiting for init to reap it
+// counts as dead.
+func alive(pid int) bool {
+	if syscall.Kill(pid, 0) != nil {
+		return false
+	}
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return false
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
+}

@@ -1,0 +1,276 @@
+package kernels
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/arpatch/arpatch/internal/safefs"
+)
+
+// ManifestSchema versions manifest.json.
+const ManifestSchema = 1
+
+// Output is one file a build produced.
+type Output struct {
+	File   string `json:"file"` // name inside the cache entry
+	SHA256 string `json:"sha256"`
+	Bytes  int64  `json:"bytes"`
+}
+
+// Manifest is a cache entry's manifest.json: every input, the key, the
+// outputs with their sha256, what ran, and how long it took.
+type Manifest struct {
+	Schema         int               `json:"schema"`
+	Key            string            `json:"key"`
+	Inputs         Inputs            `json:"inputs"`
+	Outputs        []Output          `json:"outputs"`
+	Dir            string            `json:"dir"`     // where the command ran
+	Command        []string          `json:"command"` // argv
+	Env            map[string]string `json:"env"`     // variables arpatch set
+	Jobs           int               `json:"jobs"`
+	Src            string            `json:"src"` // the checkout built
+	StartedAt      time.Time         `json:"started_at"`
+	FinishedAt     time.Time         `json:"finished_at"`
+	ProbeSeconds   float64           `json:"probe_seconds"`
+	BuildSeconds   float64           `json:"build_seconds"`
+	Log            string            `json:"log"` // build.log, inside the entry
+	ArpatchVersion string            `json:"arpatch_version"`
+}
+
+// Cache is a directory of build results, one subdirectory per key:
+// <dir>/<key>/{manifest.json, build.log, outputs...}. Entries appear by
+// an atomic rename of a finished temp directory, so a crashed or
+// interrupted build leaves no entry.
+type Cache struct {
+	Dir string
+}
+
+// DefaultCacheDir is $ARPATCH_CACHE, else the user cache dir's
+// arpatch/builds (~/.cache/arpatch/builds on Linux).
+func DefaultCacheDir() string {
+	if d := os.Getenv("ARPATCH_CACHE"); d != "" {
+		return d
+	}
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "arpatch", "builds")
+	}
+	return filepath.Join(os.TempDir(), "arpatch-builds")
+}
+
+// EntryDir returns where the entry for key lives.
+func (c Cache) EntryDir(key string) string { return filepath.Join(c.Dir, key) }
+
+// Lookup returns the manifest of key's entry when the entry exists and
+// every output still has its recorded sha256; a damaged entry is an error
+// that names the file, so it is never used silently.
+func (c Cache) Lookup(key string) (*Manifest, error) {
+	dir := c.EntryDir(key)
+	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var m Manifest
+	if err := json.Unmarshal(b, &m); err != nil {
+		return nil, fmt.Errorf("cache entry %s: manifest.json: %w; remove the entry (arpatch build --gc) and build again", dir, err)
+	}
+	for _, o := range m.Outputs {
+		sum, _, err := fileSHA256(filepath.Join(dir, o.File))
+		if err != nil || sum != o.SHA256 {
+			return nil, fmt.Errorf("cache entry %s: %s no longer has sha256 %s; remove the entry (arpatch build --gc) and build again", dir, o.File, o.SHA256)
+		}
+	}
+	return &m, nil
+}
+
+// Begin makes a temp directory for a build of key inside the cache (same
+// file system, so Commit's rename is atomic) and takes the key's lock. It
+// returns an error when another build of the same key is running.
+func (c Cache) Begin(key string) (tmp string, release func(), err error) {
+	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
+		return "", nil, fmt.Errorf("cache %s: %w", c.Dir, err)
+	}
+	lockPath := filepath.Join(c.Dir, "."+key+".lock")
+	f, err := os.OpenFile(lockPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	if err != nil {
+		if errors.Is(err, fs.ErrExist) {
+			b, _ := os.ReadFile(lockPath)
+			return "", nil, fmt.Errorf("another build of the same inputs is running (%s, pid %s); wait for it, or remove the lock if it died", lockPath, strings.TrimSpace(string(b)))
+		}
+		return "", nil, err
+	}
+	fmt.Fprintf(f, "%d\n", os.Getpid())
+	f.Close()
+	tmp, err = os.MkdirTemp(c.Dir, ".tmp-"+key[:16]+"-")
+	if err != nil {
+		os.Remove(lockPath)
+		return "", nil, err
+	}
+	return tmp, func() { os.Remove(lockPath) }, nil
+}
+
+// Commit writes the manifest into tmp and renames tmp to key's entry.
+func (c Cache) Commit(tmp string, m *Manifest) error {
+	b, err := json.MarshalIndent(m, "", "  ")
+	if err != nil {
+		return err
+	}
+	if err := safefs.WriteFile(filepath.Join(tmp, "manifest.json"), append(b, '\n'), 0o644); err != nil {
+		return err
+	}
+	dst := c.EntryDir(m.Key)
+	os.RemoveAll(dst) // a damaged entry Lookup refused
+	return os.Rename(tmp, dst)
+}
+
+// Entry is one cache entry, for --list.
+type Entry struct {
+	Key      string
+	Manifest *Manifest
+	Bytes    int64
+	Err      error
+}
+
+// List returns the entries, newest first.
+func (c Cache) List() ([]Entry, error) {
+	ents, err := os.ReadDir(c.Dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, nil
+	}
+	if err != nil {
+		return nil, err
+	}
+	var out []Entry
+	for _, e := range ents {
+		if !e.IsDir() || !isKey(e.Name()) {
+			continue
+		}
+		en := Entry{Key: e.Name(), Bytes: dirSize(filepath.Join(c.Dir, e.Name()))}
+		en.Manifest, en.Err = c.Lookup(e.Name())
+		if en.Manifest == nil && en.Err == nil {
+			en.Err = errors.New("no manifest.json")
+		}
+		out = append(out, en)
+	}
+	sort.Slice(out, func(i, j int) bool {
+		return finished(out[i]).After(finished(out[j]))
+	})
+	return out, nil
+}
+
+func finished(e Entry) time.Time {
+	if e.Manifest == nil {
+		return time.Time{}
+	}
+	return e.Manifest.FinishedAt
+}
+
+// GC keeps the newest keep valid entries and removes the rest, every
+// damaged entry, and temp directories of builds that are no longer
+// running. It returns the removed paths.
+func (c Cache) GC(keep int) ([]string, error) {
+	ents, err := c.List()
+	if err != nil {
+		return nil, err
+	}
+	var removed []string
+	valid := 0
+	for _, e := range ents {
+		if e.Err == nil && valid < keep {
+			valid++
+			continue
+		}
+		p := c.EntryDir(e.Key)
+		if err := os.RemoveAll(p); err != nil {
+			return removed, err
+		}
+		removed = append(removed, p)
+	}
+	all, _ := os.ReadDir(c.Dir)
+	for _, e := range all {
+		if !strings.HasPrefix(e.Name(), ".tmp-") {
+			continue
+		}
+		key16 := strings.SplitN(strings.TrimPrefix(e.Name(), ".tmp-"), "-", 2)[0]
+		if locked(c.Dir, key16) {
+			continue
+		}
+		p := filepath.Join(c.Dir, e.Name())
+		os.RemoveAll(p)
+		removed = append(removed, p)
+	}
+	return removed, nil
+}
+
+func locked(dir, key16 string) bool {
+	m, _ := filepath.Glob(filepath.Join(dir, "."+key16+"*.lock"))
+	return len(m) > 0
+}
+
+func dirSize(dir string) int64 {
+	var n int64
+	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err == nil && d.Type().IsRegular() {
+			if fi, err := d.Info(); err == nil {
+				n += fi.Size()
+			}
+		}
+		return nil
+	})
+	return n
+}
+
+func fileSHA256(p string) (string, int64, error) {
+	f, err := os.Open(p)
+	if err != nil {
+		return "", 0, err
+	}
+	defer f.Close()
+	h := sha256.New()
+	n, err := io.Copy(h, f)
+	if err != nil {
+		return "", 0, err
+	}
+	return hex.EncodeToString(h.Sum(nil)), n, nil
+}
+
+// copyOut copies (hardlinks where possible) a cached output into dir.
+func copyOut(src, dir string) (string, error) {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return "", err
+	}
+	dst := filepath.Join(dir, filepath.Base(src))
+	os.Remove(dst)
+	if err := os.Link(src, dst); err == nil {
+		return dst, nil
+	}
+	b, err := os.ReadFile(src)
+	if err != nil {
+		return "", err
+	}
+	return dst, safefs.WriteFile(dst, b, 0o644)
+}
+
+func isKey(name string) bool {
+	if len(name) != 64 {
+		return false
+	}
+	for _, c := range name {
+		if (c < '0' || c > '9') && (c < 'a' || c > 'f') {
+			return false
+		}
+	}
+	return true
+}

@@ -1,0 +1,121 @@
+package kernels
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"sync"
+	"time"
+)
+
+// AllreduceTU is the translation unit that holds sgl-kernel's custom
+// allreduce entry points, in the trees arpatch patches (eras A and B).
+const AllreduceTU = "sgl-kernel/csrc/allreduce/custom_all_reduce.cu"
+
+// CheckResult is the compile of the allreduce translation unit for one arch.
+type CheckResult struct {
+	Arch    Arch
+	OK      bool
+	Seconds float64
+	Errors  []string // nvcc's error lines, at most 20
+	Command []string
+	Log     string // nvcc's whole output
+}
+
+// CheckOptions holds the inputs of Check.
+type CheckOptions struct {
+	Src    string
+	Archs  []Arch
+	Python string
+	Env    []string
+	// Parallel is how many archs compile at once; 0 means all.
+	Parallel int
+}
+
+// nvccFlags are those sgl-kernel's CMakeLists.txt passes for its CUDA
+// sources (SGL_KERNEL_CUDA_FLAGS) that matter for this translation unit.
+var nvccFlags = []string{"-std=c++17", "-O3", "-DNDEBUG", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr", "--expt-extended-lambda"}
+
+// Check compiles AllreduceTU of the tree compile-only (nvcc -c), with
+// torch's include paths and C++ ABI, once per arch, and reports time and
+// errors for each. It is the minute-scale test that a patch compiles
+// before an hour-long build. It returns an error only when it cannot run
+// nvcc at all (toolchain problems, missing file); compile errors are in
+// the results.
+func Check(ctx context.Context, opts CheckOptions) ([]CheckResult, *Toolchain, error) {
+	tu := filepath.Join(opts.Src, AllreduceTU)
+	if _, err := os.Stat(tu); err != nil {
+		return nil, nil, fmt.Errorf("%s: %v; --check needs an SGLang tree with sgl-kernel/ (up to 2026-07-28)", tu, err)
+	}
+	env := opts.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	tc, err := Probe(ctx, ProbeOptions{Python: opts.Python, Env: env})
+	if err != nil {
+		return nil, nil, err
+	}
+	if err := tc.Validate(Needs{Archs: opts.Archs, Torch: true}); err != nil {
+		return nil, tc, err
+	}
+	tmp, err := os.MkdirTemp("", "arpatch-check-")
+	if err != nil {
+		return nil, tc, err
+	}
+	defer os.RemoveAll(tmp)
+	base := append([]string{}, nvccFlags...)
+	abi := "0"
+	if tc.Torch.CXX11ABI {
+		abi = "1"
+	}
+	base = append(base, "-D_GLIBCXX_USE_CXX11_ABI="+abi,
+		"-I"+filepath.Join(opts.Src, "sgl-kernel", "include"), "-I"+filepath.Join(opts.Src, "sgl-kernel", "csrc"))
+	for _, p := range tc.Torch.IncludePaths {
+		base = append(base, "-I"+p)
+	}
+	results := make([]CheckResult, len(opts.Archs))
+	par := opts.Parallel
+	if par <= 0 {
+		par = len(opts.Archs)
+	}
+	sem := make(chan struct{}, par)
+	var wg sync.WaitGroup
+	for i, a := range opts.Archs {
+		wg.Add(1)
+		go func(i int, a Arch) {
+			defer wg.Done()
+			sem <- struct{}{}
+			defer func() { <-sem }()
+			argv := append([]string{tc.NVCC.Path, "-c", "-o", filepath.Join(tmp, string(a)+".o"), a.Gencode()}, base...)
+			argv = append(argv, tu)
+			t0 := time.Now()
+			out, err := runTool(ctx, env, argv[0], argv[1:]...)
+			r := CheckResult{Arch: a, OK: err == nil, Seconds: time.Since(t0).Seconds(), Command: argv, Log: out}
+			if err != nil {
+				r.Errors = errorLines(out, 20)
+				if len(r.Errors) == 0 {
+					r.Errors = []string{err.Error()}
+				}
+			}
+			results[i] = r
+		}(i, a)
+	}
+	wg.Wait()
+	return results, tc, ctx.Err()
+}
+
+// errorLines keeps nvcc's lines that report errors.
+func errorLines(out string, max int) []string {
+	var e []string
+	for _, l := range strings.Split(out, "\n") {
+		if strings.Contains(l, "error") || strings.Contains(l, "Error") {
+			e = append(e, strings.TrimSpace(l))
+			if len(e) == max {
+				break
+			}
+		}
+	}
+	return e
+}

@@ -1,0 +1,121 @@
+package kernels
+
+import (
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+)
+
+//go:embed allreduce_ext/binding.cpp allreduce_ext/build_ext.py
+var extFiles embed.FS
+
+// ExtModule is the Python module name of the allreduce extension.
+const ExtModule = "arpatch_custom_ar"
+
+// torchArch maps an arch to TORCH_CUDA_ARCH_LIST's spelling: 120a is
+// "12.0a", 90a "9.0a", 80 "8.0".
+func torchArch(a Arch) string {
+	s := string(a)
+	suffix := ""
+	if n := len(s); n > 0 && (s[n-1] == 'a' || s[n-1] == 'f') {
+		suffix, s = s[n-1:], s[:n-1]
+	}
+	if len(s) < 2 {
+		return string(a)
+	}
+	return s[:len(s)-1] + "." + s[len(s)-1:] + suffix
+}
+
+// PlanExt decides the build of the allreduce extension: the tree's
+// AllreduceTU plus arpatch's binding.cpp, compiled by
+// torch.utils.cpp_extension for the archs, cached like a wheel under its own
+// key (kind "allreduce-ext", with the binding's and build script's sha256).
+// The tree must carry apply state, as for PlanBuild.
+func PlanExt(ctx context.Context, opts BuildOptions) (*Plan, error) {
+	src, err := filepath.Abs(opts.Src)
+	if err != nil {
+		return nil, err
+	}
+	opts.Src = src
+	st, err := appliedState(src)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := os.Stat(filepath.Join(opts.Src, AllreduceTU)); err != nil {
+		return nil, fmt.Errorf("%s: %v; --allreduce-ext needs an SGLang tree with sgl-kernel/ (up to 2026-07-28)", opts.Src, err)
+	}
+	env := opts.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	t0 := time.Now()
+	tc, err := Probe(ctx, ProbeOptions{Python: opts.Python, Env: env, CacheFile: filepath.Join(opts.Cache.Dir, "toolchain-probe.json")})
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{Src: opts.Src, Dir: opts.Src, Archs: opts.Archs, Toolchain: tc, State: st,
+		ProbeSeconds: time.Since(t0).Seconds(), Builder: "torch.utils.cpp_extension", Output: "build/" + ExtModule + "*.so"}
+	p.Problems = tc.Validate(Needs{Archs: opts.Archs, Torch: true, Ninja: true})
+	p.Jobs = opts.Jobs
+	if p.Jobs <= 0 {
+		p.Jobs = 0
+	}
+	var tal []string
+	for _, a := range opts.Archs {
+		tal = append(tal, torchArch(a))
+	}
+	p.Env = map[string]string{"TORCH_CUDA_ARCH_LIST": strings.Join(tal, ";")}
+	if p.Jobs > 0 {
+		p.Env["MAX_JOBS"] = strconv.Itoa(p.Jobs)
+	}
+	if tc.NVCC.Path != "" {
+		p.Env["CUDA_HOME"] = filepath.Dir(filepath.Dir(tc.NVCC.Path))
+	}
+	p.Argv = []string{tc.Python.Path, TmpMarker + "/src/build_ext.py", "--src", opts.Src,
+		"--binding", TmpMarker + "/src/binding.cpp", "--build-dir", TmpMarker + "/build", "--name", ExtModule}
+	extra := map[string]string{}
+	for _, f := range []string{"binding.cpp", "build_ext.py"} {
+		b, _ := extFiles.ReadFile("allreduce_ext/" + f)
+		h := sha256.Sum256(b)
+		extra[f+"_sha256"] = hex.EncodeToString(h[:])
+	}
+	buildEnv := map[string]string{}
+	for _, k := range passthroughEnv {
+		if v := getenv(env, k); v != "" && k != "TORCH_CUDA_ARCH_LIST" {
+			buildEnv[k] = v
+		}
+	}
+	p.Inputs = Inputs{
+		Schema: KeySchema, Kind: "allreduce-ext", Commit: st.Commit, Series: st.Series,
+		Patches: patchInputs(st), Archs: ArchStrings(opts.Archs), Builder: p.Builder,
+		BuildEnv: buildEnv, Toolchain: tc.Versions(""), Extra: extra,
+	}
+	p.Key = p.Inputs.Key()
+	return p, nil
+}
+
+// writeExtSources puts the binding and build script into tmp/src, where
+// the plan's command expects them.
+func writeExtSources(tmp string) error {
+	dir := filepath.Join(tmp, "src")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	for _, f := range []string{"binding.cpp", "build_ext.py"} {
+		b, err := extFiles.ReadFile("allreduce_ext/" + f)
+		if err != nil {
+			return err
+		}
+		if err := os.WriteFile(filepath.Join(dir, f), b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}

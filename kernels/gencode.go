@@ -1,0 +1,95 @@
+package kernels
+
+import (
+	"regexp"
+	"strings"
+)
+
+// GencodeEnv names the environment variable that tells the gencode filter
+// which archs to keep, e.g. ARPATCH_GENCODE_ARCHS=120a,90a.
+const GencodeEnv = "ARPATCH_GENCODE_ARCHS"
+
+// gencodeArch reads the sm/compute number out of a -gencode value such as
+// "arch=compute_90a,code=sm_90a" or "arch=compute_120a,code=[sm_120a,compute_120a]".
+var gencodeArch = regexp.MustCompile(`arch=compute_([0-9]+[af]?)`)
+
+// FilterGencode drops nvcc -gencode options whose arch is not in keep. It
+// understands "-gencode=V", "-gencode V", "--generate-code=V" and
+// "--generate-code V". When a command line names none of the kept archs
+// (a translation unit upstream builds for one other arch only, e.g. an
+// sm_90a-only kernel), it is returned unchanged, since removing every
+// -gencode would silently compile for nvcc's default arch. It returns the
+// new arguments and the archs dropped.
+//
+// This is how arpatch restricts upstream's hard-coded gencode list
+// (SGL_KERNEL_CUDA_FLAGS in sgl-kernel/CMakeLists.txt) without patching the
+// tree: the build runs nvcc through `arpatch gencode-filter`, set as
+// CMAKE_CUDA_COMPILER_LAUNCHER, the same for every arm of an A/B build.
+func FilterGencode(args []string, keep []Arch) (out []string, dropped []string) {
+	want := map[string]bool{}
+	for _, a := range keep {
+		want[string(a)] = true
+	}
+	type opt struct {
+		start, n int // position and number of args
+		arch     string
+	}
+	var opts []opt
+	for i := 0; i < len(args); i++ {
+		a := args[i]
+		for _, flag := range []string{"-gencode", "--generate-code"} {
+			switch {
+			case strings.HasPrefix(a, flag+"="):
+				opts = append(opts, opt{i, 1, archOf(strings.TrimPrefix(a, flag+"="))})
+			case a == flag && i+1 < len(args):
+				opts = append(opts, opt{i, 2, archOf(args[i+1])})
+				i++
+			}
+		}
+	}
+	anyKept := false
+	for _, o := range opts {
+		if want[o.arch] {
+			anyKept = true
+		}
+	}
+	if !anyKept {
+		return args, nil
+	}
+	skip := map[int]bool{}
+	for _, o := range opts {
+		if !want[o.arch] {
+			dropped = append(dropped, o.arch)
+			for k := 0; k < o.n; k++ {
+				skip[o.start+k] = true
+			}
+		}
+	}
+	for i, a := range args {
+		if !skip[i] {
+			out = append(out, a)
+		}
+	}
+	return out, dropped
+}
+
+func archOf(v string) string {
+	if m := gencodeArch.FindStringSubmatch(v); m != nil {
+		return m[1]
+	}
+	return ""
+}
+
+// UpstreamArchs lists the archs named by -gencode strings in a CMake file's
+// text, in order of first appearance: what upstream would compile.
+func UpstreamArchs(cmake string) []Arch {
+	seen := map[string]bool{}
+	var out []Arch
+	for _, m := range regexp.MustCompile(`-gencode=arch=compute_([0-9]+[af]?),code=sm_`).FindAllStringSubmatch(cmake, -1) {
+		if !seen[m[1]] {
+			seen[m[1]] = true
+			out = append(out, Arch(m[1]))
+		}
+	}
+	return out
+}

@@ -1,0 +1,242 @@
+package kernels
+
+import (
+	"context"
+	"fmt"
+	"os"
+	"path/filepath"
+	"runtime"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/arpatch/arpatch/internal/checkout"
+)
+
+// BuildOptions holds every input of PlanBuild and Build.
+type BuildOptions struct {
+	Src     string // patched SGLang checkout (arpatch apply)
+	Archs   []Arch
+	Jobs    int    // 0: one per CPU core
+	Tool    string // "auto", "uv" or "pip"
+	Offline bool
+	DepsDir string
+	Python  string // interpreter of the serving environment
+	Cache   Cache
+	Out     string // also copy the wheel here, when set
+	// Env is the environment the build starts from; nil means os.Environ().
+	Env []string
+	// Launcher is the argv prefix that runs nvcc through the gencode
+	// filter, e.g. ["/usr/local/bin/arpatch", "gencode-filter"].
+	Launcher []string
+	Version  string // arpatch version, for the manifest
+}
+
+// passthroughEnv lists the caller's variables that change what nvcc or the
+// host compiler emits; their values go into the key.
+var passthroughEnv = []string{"CMAKE_ARGS", "CC", "CXX", "CUDAHOSTCXX", "CFLAGS", "CXXFLAGS", "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "TORCH_CUDA_ARCH_LIST"}
+
+// Plan is a build, decided but not run.
+type Plan struct {
+	Src       string
+	Dir       string   // <src>/sgl-kernel, where the command runs
+	Argv      []string // with "@TMP@" where the temp output dir goes
+	Env       map[string]string
+	Archs     []Arch
+	Upstream  []Arch // what upstream's CMakeLists would compile
+	Deps      []Dep
+	Toolchain *Toolchain
+	Builder   string
+	Jobs      int
+	Inputs    Inputs
+	Key       string
+	State     *checkout.State
+	// Problems lists why the toolchain cannot run this build; a --plan
+	// prints them, a build refuses.
+	Problems     error
+	ProbeSeconds float64
+	// Output is the glob, relative to the temp dir, of the one file the
+	// build must produce: "out/*.whl" for the wheel.
+	Output string
+}
+
+// TmpMarker stands for the per-build temp directory in Plan.Argv.
+const TmpMarker = "@TMP@"
+
+// PlanBuild decides the build of opts.Src: it reads the apply state
+// (refusing a tree arpatch did not apply, or one that drifted since), scans
+// the FetchContent dependencies, probes the toolchain and computes the
+// cache key. Toolchain problems are returned in Plan.Problems, not as an
+// error, so that --plan can show them.
+func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
+	src, err := filepath.Abs(opts.Src)
+	if err != nil {
+		return nil, err
+	}
+	opts.Src = src
+	st, err := appliedState(src)
+	if err != nil {
+		return nil, err
+	}
+	kdir := filepath.Join(opts.Src, "sgl-kernel")
+	cm, err := os.ReadFile(filepath.Join(kdir, "CMakeLists.txt"))
+	if err != nil {
+		return nil, fmt.Errorf("%s: no sgl-kernel/CMakeLists.txt (%v); is this an SGLang tree of 2026-07-28 or older? Newer trees moved sgl-kernel to python/sglang/kernels/aot/", opts.Src, err)
+	}
+	deps, err := ScanDeps(kdir)
+	if err != nil {
+		return nil, err
+	}
+	if deps, err = MapDeps(deps, opts.DepsDir, opts.Offline); err != nil {
+		return nil, err
+	}
+	env := opts.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	t0 := time.Now()
+	tc, err := Probe(ctx, ProbeOptions{Python: opts.Python, Env: env, CacheFile: filepath.Join(opts.Cache.Dir, "toolchain-probe.json")})
+	if err != nil {
+		return nil, err
+	}
+	p := &Plan{
+		Src: opts.Src, Dir: kdir, Archs: opts.Archs, Upstream: UpstreamArchs(string(cm)),
+		Deps: deps, Toolchain: tc, State: st, ProbeSeconds: time.Since(t0).Seconds(),
+		Output: "out/*.whl",
+	}
+	p.Builder, err = tc.PickBuilder(opts.Tool)
+	if err != nil {
+		p.Problems = err
+		p.Builder = opts.Tool
+	}
+	if verr := tc.Validate(Needs{Archs: opts.Archs, Builder: p.Builder, CMake: true, Torch: true}); verr != nil && p.Problems == nil {
+		p.Problems = verr
+	}
+	p.Jobs = opts.Jobs
+	if p.Jobs <= 0 {
+		p.Jobs = runtime.NumCPU()
+	}
+	threads := len(opts.Archs)
+	if max := runtime.NumCPU() / p.Jobs; threads > max {
+		threads = max
+	}
+	if threads < 1 {
+		threads = 1
+	}
+	cmakeArgs := []string{
+		"-DSGL_KERNEL_COMPILE_THREADS=" + strconv.Itoa(threads),
+		"-DENABLE_CCACHE=OFF",
+		"-DCMAKE_CUDA_COMPILER_LAUNCHER=" + strings.Join(opts.Launcher, ";"),
+	}
+	keyArgs := []string{"-DENABLE_CCACHE=OFF"}
+	for _, d := range deps {
+		if d.Dir != "" {
+			cmakeArgs = append(cmakeArgs, "-D"+d.Var()+"="+d.Dir)
+		}
+	}
+	if opts.Offline {
+		cmakeArgs = append(cmakeArgs, "-DFETCHCONTENT_FULLY_DISCONNECTED=ON")
+		keyArgs = append(keyArgs, "-DFETCHCONTENT_FULLY_DISCONNECTED=ON")
+	}
+	buildEnv := map[string]string{}
+	for _, k := range passthroughEnv {
+		if v := getenv(env, k); v != "" {
+			buildEnv[k] = v
+		}
+	}
+	if user := buildEnv["CMAKE_ARGS"]; user != "" {
+		cmakeArgs = append(cmakeArgs, user)
+		keyArgs = append(keyArgs, user)
+	}
+	buildEnv["CMAKE_ARGS"] = strings.Join(keyArgs, " ")
+	p.Env = map[string]string{
+		"MAX_JOBS":                   strconv.Itoa(p.Jobs),
+		"CMAKE_BUILD_PARALLEL_LEVEL": strconv.Itoa(p.Jobs),
+		"CMAKE_ARGS":                 strings.Join(cmakeArgs, " "),
+		GencodeEnv:                   strings.Join(ArchStrings(opts.Archs), ","),
+	}
+	if home := filepath.Dir(filepath.Dir(tc.NVCC.Path)); tc.NVCC.Path != "" {
+		p.Env["CUDA_HOME"] = home
+	}
+	switch p.Builder {
+	case "pip":
+		p.Argv = []string{tc.Python.Path, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v",
+			"--wheel-dir", TmpMarker + "/out", "-Cbuild-dir=" + TmpMarker + "/build", "."}
+	default:
+		p.Argv = []string{orName(tc.UV.Path, "uv"), "build", "--wheel", "--no-build-isolation", "--verbose",
+			"--python", tc.Python.Path, "-Cbuild-dir=" + TmpMarker + "/build", "--out-dir", TmpMarker + "/out", "."}
+	}
+	var depIn []DepInput
+	for _, d := range deps {
+		depIn = append(depIn, DepInput{Name: d.Name, Tag: d.Tag, Commit: d.Commit})
+	}
+	p.Inputs = Inputs{
+		Schema: KeySchema, Kind: "wheel", Commit: st.Commit, Series: st.Series,
+		Patches: patchInputs(st), Archs: ArchStrings(opts.Archs), Builder: p.Builder, Offline: opts.Offline,
+		Deps: depIn, BuildEnv: buildEnv, Toolchain: tc.Versions(p.Builder),
+	}
+	p.Key = p.Inputs.Key()
+	return p, nil
+}
+
+func orName(path, name string) string {
+	if path == "" {
+		return name
+	}
+	return path
+}
+
+// Command returns the argv with the temp marker replaced.
+func (p *Plan) Command(tmp string) []string {
+	out := make([]string, len(p.Argv))
+	for i, a := range p.Argv {
+		out[i] = strings.ReplaceAll(a, TmpMarker, tmp)
+	}
+	return out
+}
+
+// EnvList returns the plan's variables as sorted KEY=VALUE strings.
+func (p *Plan) EnvList() []string {
+	var out []string
+	for k, v := range p.Env {
+		out = append(out, k+"="+v)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// appliedState returns the apply state of src, refusing a tree arpatch did
+// not apply, one that drifted since, and one with other uncommitted
+// changes: each would put unrecorded bytes into the build.
+func appliedState(src string) (*checkout.State, error) {
+	st, err := checkout.Status(src, nil)
+	if err != nil {
+		return nil, err
+	}
+	if st.State == nil {
+		return nil, fmt.Errorf("%s has no apply state: arpatch builds only trees it applied, so that every input is recorded; run `arpatch apply --src %s` first (the baseline recipe applies no patches)", src, src)
+	}
+	if !st.Clean() {
+		var d []string
+		for _, x := range st.Drift {
+			d = append(d, x.String())
+		}
+		if st.Head != st.State.Commit {
+			d = append(d, "HEAD moved to "+st.Head)
+		}
+		return nil, fmt.Errorf("%s changed since apply (%s); the build would not match its recorded inputs. Run `arpatch status --src %s`", src, strings.Join(d, ", "), src)
+	}
+	if len(st.Other) > 0 {
+		return nil, fmt.Errorf("%s has uncommitted changes to files the series did not touch (%s); they would go into the build unrecorded. Commit or stash them", src, st.Other[0])
+	}
+	return st.State, nil
+}
+
+func patchInputs(st *checkout.State) []PatchInput {
+	out := []PatchInput{}
+	for _, x := range st.Patches {
+		out = append(out, PatchInput{Name: x.Name, SHA256: x.SHA256})
+	}
+	return out
+}

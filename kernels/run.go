@@ -1,0 +1,240 @@
+package kernels
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"sort"
+	"strings"
+	"syscall"
+	"time"
+)
+
+// Result is a finished build, from the cache or just made.
+type Result struct {
+	Plan     *Plan
+	Manifest *Manifest
+	Hit      bool          // true when the entry was already in the cache
+	Wheel    string        // path of the wheel in the cache entry
+	Copied   string        // path of the copy in BuildOptions.Out, if any
+	Elapsed  time.Duration // wall time of Build
+}
+
+// ErrInterrupted is returned when the context is cancelled during a build.
+var ErrInterrupted = errors.New("build interrupted")
+
+// BuildError is a build command that failed; Tail holds the last lines of
+// its log.
+type BuildError struct {
+	Err  error
+	Log  string
+	Tail []string
+}
+
+func (e *BuildError) Error() string {
+	return fmt.Sprintf("the build failed (%v); last %d lines of %s:\n%s", e.Err, len(e.Tail), e.Log, strings.Join(e.Tail, "\n"))
+}
+
+// killGrace is how long the build's process group gets between SIGTERM and
+// SIGKILL on interrupt.
+var killGrace = 5 * time.Second
+
+// Build runs plan (from PlanBuild) unless its key is already cached. A hit
+// copies the wheel to opts.Out and returns at once. A miss refuses a
+// toolchain with problems, then runs the command in its own process group
+// with the full log in the temp entry's build.log and ninja's "[n/m]"
+// progress sent to progress; on success the entry is committed atomically.
+// On failure it returns a *BuildError with the last 40 log lines and keeps
+// the log under <cache>/logs/; on cancellation it kills the whole process
+// group and leaves no entry and no temp files (ErrInterrupted).
+func Build(ctx context.Context, plan *Plan, opts BuildOptions, progress Progress) (*Result, error) {
+	start := time.Now()
+	res := &Result{Plan: plan}
+	m, err := opts.Cache.Lookup(plan.Key)
+	if err != nil {
+		return nil, err
+	}
+	if m != nil {
+		res.Manifest, res.Hit = m, true
+		return res, finish(res, opts, start)
+	}
+	if plan.Problems != nil {
+		return nil, plan.Problems
+	}
+	tmp, release, err := opts.Cache.Begin(plan.Key)
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	committed := false
+	defer func() {
+		if !committed {
+			os.RemoveAll(tmp)
+		}
+	}()
+	if plan.Inputs.Kind == "allreduce-ext" {
+		if err := writeExtSources(tmp); err != nil {
+			return nil, err
+		}
+	}
+	logPath := filepath.Join(tmp, "build.log")
+	m = &Manifest{
+		Schema: ManifestSchema, Key: plan.Key, Inputs: plan.Inputs, Dir: plan.Dir,
+		Command: plan.Command("<tmp>"), Env: plan.Env, Jobs: plan.Jobs, Src: plan.Src,
+		StartedAt: time.Now().UTC(), ProbeSeconds: plan.ProbeSeconds, Log: "build.log", ArpatchVersion: opts.Version,
+	}
+	env := opts.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	runErr := runLogged(ctx, plan.Dir, plan.Command(tmp), append(append([]string(nil), env...), plan.EnvList()...), logPath, progress)
+	m.FinishedAt = time.Now().UTC()
+	m.BuildSeconds = m.FinishedAt.Sub(m.StartedAt).Seconds()
+	if runErr != nil {
+		if errors.Is(runErr, ErrInterrupted) {
+			return nil, runErr
+		}
+		kept := keepLog(opts.Cache, plan.Key, logPath)
+		return nil, &BuildError{Err: runErr, Log: kept, Tail: tailLines(kept, 40)}
+	}
+	wheels, _ := filepath.Glob(filepath.Join(tmp, plan.Output))
+	if len(wheels) != 1 {
+		kept := keepLog(opts.Cache, plan.Key, logPath)
+		return nil, &BuildError{Err: fmt.Errorf("expected one file matching %s, found %d", plan.Output, len(wheels)), Log: kept, Tail: tailLines(kept, 40)}
+	}
+	name := filepath.Base(wheels[0])
+	if err := os.Rename(wheels[0], filepath.Join(tmp, name)); err != nil {
+		return nil, err
+	}
+	for _, d := range []string{"out", "build", "src"} {
+		os.RemoveAll(filepath.Join(tmp, d)) // gigabytes; the output is what is kept
+	}
+	sum, n, err := fileSHA256(filepath.Join(tmp, name))
+	if err != nil {
+		return nil, err
+	}
+	m.Outputs = []Output{{File: name, SHA256: sum, Bytes: n}}
+	if err := opts.Cache.Commit(tmp, m); err != nil {
+		return nil, fmt.Errorf("saving the build in the cache: %w", err)
+	}
+	committed = true
+	res.Manifest = m
+	return res, finish(res, opts, start)
+}
+
+func finish(res *Result, opts BuildOptions, start time.Time) error {
+	dir := opts.Cache.EntryDir(res.Manifest.Key)
+	for _, o := range res.Manifest.Outputs {
+		if strings.HasSuffix(o.File, ".whl") || strings.HasSuffix(o.File, ".so") {
+			res.Wheel = filepath.Join(dir, o.File)
+		}
+	}
+	if opts.Out != "" && res.Wheel != "" {
+		p, err := copyOut(res.Wheel, opts.Out)
+		if err != nil {
+			return fmt.Errorf("copying %s to --out %s: %w", res.Wheel, opts.Out, err)
+		}
+		res.Copied = p
+	}
+	res.Elapsed = time.Since(start)
+	return nil
+}
+
+// runLogged runs argv in dir in a new process group, writing stdout and
+// stderr to logPath and feeding each line to progress. On ctx cancellation
+// it sends SIGTERM to the group, then SIGKILL after killGrace, waits for
+// the group's leader and returns ErrInterrupted.
+func runLogged(ctx context.Context, dir string, argv, env []string, logPath string, progress Progress) error {
+	logf, err := os.Create(logPath)
+	if err != nil {
+		return err
+	}
+	defer logf.Close()
+	fmt.Fprintf(logf, "# dir: %s\n# command: %s\n", dir, strings.Join(argv, " "))
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Dir = dir
+	cmd.Env = env
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	pr, pw := io.Pipe()
+	cmd.Stdout, cmd.Stderr = pw, pw
+	if err := cmd.Start(); err != nil {
+		return fmt.Errorf("starting %s: %w", argv[0], err)
+	}
+	pgid := cmd.Process.Pid
+	scanDone := make(chan struct{})
+	go func() {
+		defer close(scanDone)
+		sc := bufio.NewScanner(pr)
+		sc.Buffer(make([]byte, 1<<20), 1<<20)
+		for sc.Scan() {
+			line := sc.Text()
+			fmt.Fprintln(logf, line)
+			if progress != nil {
+				progress.Line(line)
+			}
+		}
+		io.Copy(io.Discard, pr)
+	}()
+	waitDone := make(chan error, 1)
+	go func() { waitDone <- cmd.Wait(); pw.Close() }()
+	select {
+	case err := <-waitDone:
+		<-scanDone
+		if progress != nil {
+			progress.Done(err == nil)
+		}
+		return err
+	case <-ctx.Done():
+		syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-waitDone:
+		case <-time.After(killGrace):
+			syscall.Kill(-pgid, syscall.SIGKILL)
+			<-waitDone
+		}
+		// Children that outlived the leader still belong to the group.
+		syscall.Kill(-pgid, syscall.SIGKILL)
+		<-scanDone
+		if progress != nil {
+			progress.Done(false)
+		}
+		return ErrInterrupted
+	}
+}
+
+func keepLog(c Cache, key, logPath string) string {
+	dir := filepath.Join(c.Dir, "logs")
+	os.MkdirAll(dir, 0o755)
+	dst := filepath.Join(dir, key[:16]+"-"+time.Now().UTC().Format("20060102T150405Z")+".log")
+	if err := os.Rename(logPath, dst); err != nil {
+		return logPath
+	}
+	return dst
+}
+
+func tailLines(path string, n int) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return lines
+}
+
+// SortedKeys is a helper for printing maps in a stable order.
+func SortedKeys(m map[string]string) []string {
+	k := make([]string, 0, len(m))
+	for x := range m {
+		k = append(k, x)
+	}
+	sort.Strings(k)
+	return k
+}

@@ -1,0 +1,399 @@
+package kernels
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"time"
+
+	"github.com/arpatch/arpatch/internal/safefs"
+)
+
+// Tool is one program of the toolchain.
+type Tool struct {
+	Path    string `json:"path,omitempty"`    // resolved absolute path; empty when not found
+	Version string `json:"version,omitempty"` // parsed version, e.g. "13.0.88"
+	Raw     string `json:"raw,omitempty"`     // first line of its version output
+}
+
+// Found reports whether the tool was found and answered.
+func (t Tool) Found() bool { return t.Path != "" && t.Version != "" }
+
+// Torch describes the torch that the build's Python imports.
+type Torch struct {
+	Version      string   `json:"version,omitempty"` // "2.11.0+cu130"
+	CUDA         string   `json:"cuda,omitempty"`    // torch.version.cuda, "13.0"
+	CXX11ABI     bool     `json:"cxx11_abi"`
+	IncludePaths []string `json:"include_paths,omitempty"` // torch.utils.cpp_extension.include_paths()
+	Origin       string   `json:"origin,omitempty"`        // torch/__init__.py
+	Error        string   `json:"error,omitempty"`         // why it could not be imported
+}
+
+// Toolchain is what a build depends on outside the tree. Every field goes
+// into the build cache key.
+type Toolchain struct {
+	NVCC    Tool  `json:"nvcc"`
+	Python  Tool  `json:"python"`
+	Torch   Torch `json:"torch"`
+	CMake   Tool  `json:"cmake"`
+	Ninja   Tool  `json:"ninja"`
+	UV      Tool  `json:"uv"`
+	Pip     Tool  `json:"pip"`
+	HostCXX Tool  `json:"host_cxx"`
+}
+
+// ProbeOptions holds the inputs of Probe.
+type ProbeOptions struct {
+	// Python is the interpreter of the serving environment ("python3").
+	Python string
+	// Env is the environment tools run with; nil means os.Environ().
+	Env []string
+	// CacheFile, when set, remembers the last probe keyed by the tools'
+	// paths, sizes and modification times, so a repeat probe costs one
+	// short Python start instead of a torch import.
+	CacheFile string
+}
+
+// probeScript prints the Python side of the toolchain as JSON.
+const probeScript = `import json, sys
+out = {"python": sys.version.split()[0], "executable": sys.executable}
+try:
+    import pip
+    out["pip"] = pip.__version__
+except Exception:
+    pass
+try:
+    import torch
+    from torch.utils.cpp_extension import include_paths
+    out["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda or "",
+                    "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
+                    "include_paths": include_paths(), "origin": torch.__file__}
+except Exception as e:
+    out["torch"] = {"error": "%s: %s" % (type(e).__name__, e)}
+print(json.dumps(out))
+`
+
+// fingerprintScript prints where torch would be imported from, without
+// importing it.
+const fingerprintScript = `import importlib.util, sys
+s = importlib.util.find_spec("torch")
+print(sys.executable); print(s.origin if s else "")
+`
+
+// Probe reads the versions of nvcc, Python, torch (and its CUDA and C++
+// ABI), CMake, ninja, uv, pip and the host C++ compiler. A tool that is
+// missing is left empty, not an error: Validate decides what a job needs.
+// It returns an error only when the Python interpreter cannot run at all.
+func Probe(ctx context.Context, opts ProbeOptions) (*Toolchain, error) {
+	env := opts.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	python := opts.Python
+	if python == "" {
+		python = "python3"
+	}
+	pyPath, err := lookPath(python, env)
+	if err != nil {
+		return nil, fmt.Errorf("python interpreter %q not found on PATH; pass --python with the interpreter of your serving environment", python)
+	}
+	tools := map[string]string{"python": pyPath}
+	nvccName := "nvcc"
+	if home := getenv(env, "CUDA_HOME"); home != "" {
+		nvccName = filepath.Join(home, "bin", "nvcc")
+	}
+	cxx := getenv(env, "CUDAHOSTCXX")
+	if cxx == "" {
+		cxx = "c++"
+	}
+	for name, prog := range map[string]string{"nvcc": nvccName, "cmake": "cmake", "ninja": "ninja", "uv": "uv", "cxx": cxx} {
+		if p, err := lookPath(prog, env); err == nil {
+			tools[name] = p
+		}
+	}
+	var fp string
+	if opts.CacheFile != "" {
+		out, err := runTool(ctx, env, pyPath, "-c", fingerprintScript)
+		if err == nil {
+			fp = fingerprint(tools, strings.Fields(out))
+			if tc := readProbeCache(opts.CacheFile, fp); tc != nil {
+				return tc, nil
+			}
+		}
+	}
+	tc := &Toolchain{}
+	if p := tools["nvcc"]; p != "" {
+		out, _ := runTool(ctx, env, p, "--version")
+		tc.NVCC = Tool{Path: p, Version: ParseNVCCVersion(out), Raw: lastLine(out)}
+	}
+	for name, dst := range map[string]*Tool{"cmake": &tc.CMake, "ninja": &tc.Ninja, "uv": &tc.UV, "cxx": &tc.HostCXX} {
+		if p := tools[name]; p != "" {
+			out, _ := runTool(ctx, env, p, "--version")
+			*dst = Tool{Path: p, Version: ParseVersion(versionField(out)).String(), Raw: firstLine(out)}
+		}
+	}
+	out, err := runTool(ctx, env, pyPath, "-c", probeScript)
+	if err != nil {
+		return nil, fmt.Errorf("%s could not run the toolchain probe: %v\n%s", pyPath, err, out)
+	}
+	if err := tc.parsePythonProbe(pyPath, out); err != nil {
+		return nil, err
+	}
+	if opts.CacheFile != "" && fp != "" {
+		writeProbeCache(opts.CacheFile, fp, tc)
+	}
+	return tc, nil
+}
+
+// parsePythonProbe fills Python, Pip and Torch from probeScript's JSON.
+func (tc *Toolchain) parsePythonProbe(pyPath, out string) error {
+	var p struct {
+		Python     string `json:"python"`
+		Executable string `json:"executable"`
+		Pip        string `json:"pip"`
+		Torch      Torch  `json:"torch"`
+	}
+	line := lastLine(out)
+	if err := json.Unmarshal([]byte(line), &p); err != nil {
+		return fmt.Errorf("%s: unexpected toolchain probe output %q: %v", pyPath, line, err)
+	}
+	tc.Python = Tool{Path: pyPath, Version: p.Python, Raw: p.Executable}
+	if p.Pip != "" {
+		tc.Pip = Tool{Path: pyPath, Version: p.Pip, Raw: "pip " + p.Pip}
+	}
+	tc.Torch = p.Torch
+	return nil
+}
+
+var nvccRelease = regexp.MustCompile(`release (\d+\.\d+), V(\d+\.\d+\.\d+)`)
+
+// ParseNVCCVersion reads "13.0.88" from `nvcc --version` output ("Cuda
+// compilation tools, release 13.0, V13.0.88"); "" when absent.
+func ParseNVCCVersion(out string) string {
+	if m := nvccRelease.FindStringSubmatch(out); m != nil {
+		return m[2]
+	}
+	return ""
+}
+
+// versionField finds the first token of the output that starts with a
+// digit: "cmake version 4.4.3" gives "4.4.3", "uv 0.11.15 (...)" gives
+// "0.11.15", "1.13.2.git.kitware" gives it whole.
+func versionField(out string) string {
+	for _, f := range strings.Fields(firstLine(out)) {
+		if f[0] >= '0' && f[0] <= '9' {
+			return f
+		}
+	}
+	return ""
+}
+
+func firstLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return strings.TrimSpace(s[:i])
+	}
+	return s
+}
+
+func lastLine(s string) string {
+	s = strings.TrimSpace(s)
+	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
+		return strings.TrimSpace(s[i+1:])
+	}
+	return s
+}
+
+func runTool(ctx context.Context, env []string, prog string, args ...string) (string, error) {
+	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd.Env = env
+	var b bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &b, &b
+	err := cmd.Run()
+	return b.String(), err
+}
+
+// lookPath resolves prog against env's PATH (not this process's).
+func lookPath(prog string, env []string) (string, error) {
+	if strings.Contains(prog, "/") {
+		abs, err := filepath.Abs(prog)
+		if err != nil {
+			return "", err
+		}
+		if fi, err := os.Stat(abs); err != nil || fi.IsDir() || fi.Mode()&0o111 == 0 {
+			return "", fmt.Errorf("%s is not an executable file", abs)
+		}
+		return abs, nil
+	}
+	for _, dir := range filepath.SplitList(getenv(env, "PATH")) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, prog)
+		if fi, err := os.Stat(p); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return filepath.Abs(p)
+		}
+	}
+	return "", exec.ErrNotFound
+}
+
+func getenv(env []string, key string) string {
+	for i := len(env) - 1; i >= 0; i-- {
+		if k, v, ok := strings.Cut(env[i], "="); ok && k == key {
+			return v
+		}
+	}
+	return ""
+}
+
+// fingerprint hashes each tool's path, size and modification time.
+func fingerprint(tools map[string]string, extra []string) string {
+	h := sha256.New()
+	names := []string{"cmake", "cxx", "ninja", "nvcc", "python", "uv"}
+	files := []string{}
+	for _, n := range names {
+		files = append(files, n+"="+tools[n])
+	}
+	files = append(files, extra...)
+	for _, f := range files {
+		p := f
+		if _, v, ok := strings.Cut(f, "="); ok {
+			p = v
+		}
+		fmt.Fprintf(h, "%s\n", f)
+		if fi, err := os.Stat(p); err == nil {
+			fmt.Fprintf(h, "%d %d\n", fi.Size(), fi.ModTime().UnixNano())
+		}
+	}
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+type probeCache struct {
+	Fingerprint string     `json:"fingerprint"`
+	Toolchain   *Toolchain `json:"toolchain"`
+}
+
+func readProbeCache(file, fp string) *Toolchain {
+	b, err := os.ReadFile(file)
+	if err != nil {
+		return nil
+	}
+	var pc probeCache
+	if json.Unmarshal(b, &pc) != nil || pc.Fingerprint != fp {
+		return nil
+	}
+	return pc.Toolchain
+}
+
+func writeProbeCache(file, fp string, tc *Toolchain) {
+	b, err := json.Marshal(probeCache{Fingerprint: fp, Toolchain: tc})
+	if err == nil {
+		safefs.WriteFile(file, b, 0o644)
+	}
+}
+
+// Needs says which tools a job requires.
+type Needs struct {
+	Archs   []Arch
+	Builder string // "uv", "pip", or "" when the job builds no wheel
+	CMake   bool   // the wheel build needs cmake and ninja
+	Ninja   bool   // torch.utils.cpp_extension needs ninja
+	Torch   bool
+}
+
+// ToolchainError is a toolchain that cannot do the job, with the remedy.
+type ToolchainError struct {
+	Problems []string
+}
+
+func (e *ToolchainError) Error() string {
+	return "the toolchain cannot build this:\n  " + strings.Join(e.Problems, "\n  ")
+}
+
+// Validate refuses a toolchain that cannot do the job: no nvcc, an nvcc
+// too old for an arch (sm_120a needs nvcc >= 12.8; see minNVCC), torch
+// missing, torch built for another CUDA major than nvcc's (the extension
+// would not load), or no cmake, ninja or build frontend. It returns a
+// *ToolchainError listing every problem with its remedy.
+func (tc *Toolchain) Validate(n Needs) error {
+	var probs []string
+	nv := ParseVersion(tc.NVCC.Version)
+	if !tc.NVCC.Found() {
+		probs = append(probs, "nvcc not found (looked in $CUDA_HOME/bin and PATH); install the CUDA toolkit or set CUDA_HOME")
+	} else {
+		for _, a := range n.Archs {
+			if min := minNVCC[a]; nv.majorMinor() < min {
+				probs = append(probs, fmt.Sprintf("%s needs nvcc >= %d.%d, but %s is %s; install CUDA %d.%d or newer and set CUDA_HOME",
+					a.SM(), min/10, min%10, tc.NVCC.Path, tc.NVCC.Version, min/10, min%10))
+			}
+		}
+	}
+	if n.Torch || n.Builder != "" {
+		switch {
+		case tc.Torch.Version == "":
+			why := tc.Torch.Error
+			if why == "" {
+				why = "not installed"
+			}
+			probs = append(probs, fmt.Sprintf("%s cannot import torch (%s); pass --python with the interpreter of your serving environment", tc.Python.Path, why))
+		case tc.Torch.CUDA == "":
+			probs = append(probs, fmt.Sprintf("torch %s is a CPU-only build; install a CUDA build of torch", tc.Torch.Version))
+		case tc.NVCC.Found() && ParseVersion(tc.Torch.CUDA).Major() != nv.Major():
+			probs = append(probs, fmt.Sprintf("torch %s is built for CUDA %s but nvcc is %s: a kernel built this way fails to load (CUDA 13 trees have hit a hard-coded libcudart.so.12); use nvcc %d.x or a torch built for CUDA %d",
+				tc.Torch.Version, tc.Torch.CUDA, tc.NVCC.Version, ParseVersion(tc.Torch.CUDA).Major(), nv.Major()))
+		}
+	}
+	if n.CMake {
+		if !tc.CMake.Found() {
+			probs = append(probs, "cmake not found on PATH; install it (pip install cmake)")
+		}
+		if !tc.Ninja.Found() {
+			probs = append(probs, "ninja not found on PATH; install it (pip install ninja)")
+		}
+	}
+	if n.Ninja && !n.CMake && !tc.Ninja.Found() {
+		probs = append(probs, "ninja not found on PATH; torch.utils.cpp_extension needs it (pip install ninja)")
+	}
+	switch n.Builder {
+	case "uv":
+		if !tc.UV.Found() {
+			probs = append(probs, "uv not found on PATH; install it, or build with --tool pip")
+		}
+	case "pip":
+		if !tc.Pip.Found() {
+			probs = append(probs, fmt.Sprintf("%s has no pip; install pip there, or build with --tool uv", tc.Python.Path))
+		}
+	}
+	if len(probs) > 0 {
+		return &ToolchainError{Problems: probs}
+	}
+	return nil
+}
+
+// PickBuilder resolves "auto" to uv when present, else pip.
+func (tc *Toolchain) PickBuilder(tool string) (string, error) {
+	switch tool {
+	case "uv", "pip":
+		return tool, nil
+	case "", "auto":
+		if tc.UV.Found() {
+			return "uv", nil
+		}
+		if tc.Pip.Found() {
+			return "pip", nil
+		}
+		return "", errors.New("neither uv nor pip is available to build the wheel; install uv (https://docs.astral.sh/uv/) or pip")
+	}
+	return "", fmt.Errorf("--tool %q: use auto, uv or pip", tool)
+}

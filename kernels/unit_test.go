@@ -1,0 +1,179 @@
+package kernels
+
+import (
+	"encoding/json"
+	"os"
+	"reflect"
+	"strings"
+	"testing"
+)
+
+func TestParseNVCCVersion(t *testing.T) {
+	for file, want := range map[string]string{"nvcc-13.0.txt": "13.0.88", "nvcc-12.4.txt": "12.4.131"} {
+		b, err := os.ReadFile("testdata/recorded/" + file)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if got := ParseNVCCVersion(string(b)); got != want {
+			t.Errorf("%s: %q, want %q", file, got, want)
+		}
+	}
+	if got := ParseNVCCVersion("bash: nvcc: command not found"); got != "" {
+		t.Errorf("garbage gave %q", got)
+	}
+	for in, want := range map[string]string{
+		"cmake version 4.4.3\n\nCMake suite":    "4.4.3",
+		"uv 0.11.15 (x86_64-unknown-linux-gnu)": "0.11.15",
+		"1.13.2.git.kitware.jobserver-pipe-1":   "1.13.2",
+		"c++ (GCC) 13.3.0":                      "13.3.0",
+	} {
+		if got := ParseVersion(versionField(in)).String(); got != want {
+			t.Errorf("version of %q = %q, want %q", in, got, want)
+		}
+	}
+	if v := ParseVersion("2.11.0+cu130"); v.String() != "2.11.0" || v.Major() != 2 {
+		t.Errorf("torch version %v", v)
+	}
+}
+
+func TestParseNinjaSteps(t *testing.T) {
+	b, err := os.ReadFile("testdata/recorded/ninja-build.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, l := range strings.Split(string(b), "\n") {
+		if n, m, d, ok := ParseNinjaStep(l); ok {
+			got = append(got, strings.Join([]string{itoa(n), itoa(m), d}, "|"))
+		}
+	}
+	want := []string{
+		"1|412|Building CXX object CMakeFiles/common_ops.dir/csrc/common_extension.cc.o",
+		"2|412|Building CUDA object CMakeFiles/common_ops.dir/csrc/allreduce/custom_all_reduce.cu.o",
+		"17|412|Building CUDA object CMakeFiles/common_ops.dir/csrc/gemm/fp8_gemm_kernel.cu.o",
+		"412|412|Linking CXX shared module common_ops.abi3.so",
+		"1|3|Install the project...",
+	}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("steps:\n%q\nwant\n%q", got, want)
+	}
+	if _, _, _, ok := ParseNinjaStep("[5/3] impossible"); ok {
+		t.Error("accepted n > m")
+	}
+}
+
+func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
+
+func TestFilterGencode(t *testing.T) {
+	args := []string{"nvcc", "-O3", "-gencode=arch=compute_90,code=sm_90", "-gencode", "arch=compute_120a,code=sm_120a",
+		"--generate-code=arch=compute_100a,code=[sm_100a,compute_100a]", "-c", "x.cu"}
+	out, dropped := FilterGencode(args, []Arch{"120a"})
+	if want := []string{"nvcc", "-O3", "-gencode", "arch=compute_120a,code=sm_120a", "-c", "x.cu"}; !reflect.DeepEqual(out, want) {
+		t.Errorf("out = %q, want %q", out, want)
+	}
+	if !reflect.DeepEqual(dropped, []string{"90", "100a"}) {
+		t.Errorf("dropped = %v", dropped)
+	}
+	// A translation unit built only for another arch is left alone.
+	fa3 := []string{"nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-c", "fa3.cu"}
+	if out, dropped := FilterGencode(fa3, []Arch{"120a"}); !reflect.DeepEqual(out, fa3) || dropped != nil {
+		t.Errorf("sm_90a-only TU changed: %q %v", out, dropped)
+	}
+	if got := UpstreamArchs(fixtureCMake); !reflect.DeepEqual(got, []Arch{"90", "80", "100a", "120a", "90a"}) {
+		t.Errorf("UpstreamArchs = %v", got)
+	}
+}
+
+func TestParseArchs(t *testing.T) {
+	got, err := ParseArchs([]string{"120a,sm_90a", "120a"})
+	if err != nil || !reflect.DeepEqual(got, []Arch{"120a", "90a"}) {
+		t.Errorf("ParseArchs = %v, %v", got, err)
+	}
+	if _, err := ParseArchs([]string{"120x"}); err == nil || !strings.Contains(err.Error(), `unknown CUDA arch "120x"`) {
+		t.Errorf("bad arch: %v", err)
+	}
+	if _, err := ParseArchs(nil); err == nil {
+		t.Error("empty arch list accepted")
+	}
+	if Arch("120a").Gencode() != "-gencode=arch=compute_120a,code=sm_120a" || torchArch("120a") != "12.0a" || torchArch("90a") != "9.0a" || torchArch("80") != "8.0" {
+		t.Error("arch spellings")
+	}
+}
+
+// TestKeySensitivity changes each input alone and checks that the key
+// changes; a key that forgets an input serves a wrong build.
+func TestKeySensitivity(t *testing.T) {
+	base := Inputs{
+		Schema: KeySchema, Kind: "wheel", Commit: strings.Repeat("a", 40), Series: "pcie-2026-04",
+		Patches: []PatchInput{{"0001-x.patch", strings.Repeat("1", 64)}, {"0002-y.patch", strings.Repeat("2", 64)}},
+		Archs:   []string{"120a"}, Builder: "uv", Deps: []DepInput{{Name: "repo-cutlass", Tag: "v1"}},
+		BuildEnv:  map[string]string{"CMAKE_ARGS": "-DENABLE_CCACHE=OFF"},
+		Toolchain: ToolVersions{NVCC: "13.0.88", Python: "3.12.3", Torch: "2.11.0+cu130", TorchCUDA: "13.0", CXX11ABI: true, CMake: "4.4.3", Ninja: "1.13.2", Builder: "uv 0.11.15", HostCXX: "gcc 13.3.0"},
+	}
+	k0 := base.Key()
+	muts := map[string]func(*Inputs){
+		"commit": func(in *Inputs) { in.Commit = strings.Repeat("b", 40) },
+		"series": func(in *Inputs) { in.Series = "pcie-2026-07" },
+		"patch hash": func(in *Inputs) {
+			in.Patches = []PatchInput{{"0001-x.patch", strings.Repeat("3", 64)}, base.Patches[1]}
+		},
+		"patch dropped": func(in *Inputs) { in.Patches = base.Patches[:1] },
+		"archs":         func(in *Inputs) { in.Archs = []string{"120a", "90a"} },
+		"builder":       func(in *Inputs) { in.Builder = "pip" },
+		"offline":       func(in *Inputs) { in.Offline = true },
+		"dep tag":       func(in *Inputs) { in.Deps = []DepInput{{Name: "repo-cutlass", Tag: "v2"}} },
+		"dep commit":    func(in *Inputs) { in.Deps = []DepInput{{Name: "repo-cutlass", Tag: "v1", Commit: "c"}} },
+		"build env": func(in *Inputs) {
+			in.BuildEnv = map[string]string{"CMAKE_ARGS": "-DENABLE_CCACHE=OFF", "CXX": "clang++"}
+		},
+		"nvcc":        func(in *Inputs) { in.Toolchain.NVCC = "13.0.89" },
+		"python":      func(in *Inputs) { in.Toolchain.Python = "3.12.4" },
+		"torch":       func(in *Inputs) { in.Toolchain.Torch = "2.11.1+cu130" },
+		"torch cuda":  func(in *Inputs) { in.Toolchain.TorchCUDA = "13.1" },
+		"abi":         func(in *Inputs) { in.Toolchain.CXX11ABI = false },
+		"cmake":       func(in *Inputs) { in.Toolchain.CMake = "4.4.4" },
+		"ninja":       func(in *Inputs) { in.Toolchain.Ninja = "1.13.3" },
+		"builder ver": func(in *Inputs) { in.Toolchain.Builder = "uv 0.11.16" },
+		"host cxx":    func(in *Inputs) { in.Toolchain.HostCXX = "gcc 14.1.0" },
+		"kind":        func(in *Inputs) { in.Kind = "allreduce-ext" },
+		"extra":       func(in *Inputs) { in.Extra = map[string]string{"binding.cpp_sha256": "x"} },
+	}
+	for name, mut := range muts {
+		in := base
+		in.Patches = append([]PatchInput(nil), base.Patches...)
+		mut(&in)
+		if in.Key() == k0 {
+			t.Errorf("changing %s did not change the key", name)
+		}
+	}
+	// Order of archs and deps does not matter; they are sets.
+	in := base
+	in.Archs = []string{"90a", "120a"}
+	in2 := base
+	in2.Archs = []string{"120a", "90a"}
+	if in.Key() != in2.Key() {
+		t.Error("arch order changed the key")
+	}
+	if base.Key() != k0 {
+		t.Error("the key is not stable")
+	}
+}
+
+func TestPlanKeyIgnoresParallelism(t *testing.T) {
+	e := newEnv(t)
+	o := e.opts()
+	a := mustPlan(t, o)
+	o.Jobs = 1
+	b := mustPlan(t, o)
+	if a.Key != b.Key || a.Env["MAX_JOBS"] == b.Env["MAX_JOBS"] {
+		t.Errorf("jobs changed the key (%s vs %s) or not the env", a.Key[:8], b.Key[:8])
+	}
+	c := mustPlan(t, e.with("CXX=clang++").opts())
+	if c.Key == a.Key || c.Inputs.BuildEnv["CXX"] != "clang++" {
+		t.Error("a CXX from the environment did not reach the key")
+	}
+	d := mustPlan(t, e.opts("120a", "90a"))
+	if d.Key == a.Key || d.Env[GencodeEnv] != "120a,90a" {
+		t.Errorf("archs: key same or env %q", d.Env[GencodeEnv])
+	}
+}
