@@ -130,6 +130,8 @@ Exit codes: 0 success, 1 failure, 2 usage error.`,
 			recipesCommand(),
 			buildCommand(),
 			abCommand(),
+			benchCommand(),
+			doctorCommand(),
 			gencodeFilterCommand(),
 		},
 	}

@@ -1,0 +1,195 @@
+package main
+
+import (
+	"encoding/json"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/arpatch/arpatch/harness/allreduce"
+	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/kernels"
+)
+
+func benchAllreduceCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "allreduce",
+		Usage: "measure NCCL against the patched custom allreduce, checking every sum",
+		UsageText: `arpatch bench allreduce [--world-size N] [--sizes 4K..1M] [--shape 4x5120] [--count 122]
+                        [--impl nccl,custom-1stage,custom-2stage,custom-auto] [--branches nvlink,pcie]
+                        [--modes eager,graph] (--ext PATH | --src DIR [--arch 90a]) [--json FILE]`,
+		Description: `Go starts bench.py on N ranks with torchrun. For each implementation, branch
+and size, every rank first checks the result is the exact sum over ranks (a
+kernel that launched nothing shows as WRONG, never as fast), then times eager
+loops and CUDA-graph-captured loops (as nccl-tests -G). Medians and p10/p90
+are in microseconds. NCCL runs with NCCL_DEBUG=INFO so the transport it chose
+(P2P, SHM, NET) is recorded; SHM or NET within one host is flagged. The run
+is guarded by --timeout; a hang is reported with its case.
+
+The verify shape (--shape, default 4 tokens x hidden 5120 x bf16 = 40K) is
+always measured, and the predicted allreduce time of one EAGLE-3 verify pass
+is --count (default 122) x its latency.
+
+"pcie" initializes custom allreduce with full_nvlink=false, "nvlink" with
+true. The kernel's PCIe branch is reached only above world size 2; a world
+size above the GPU count runs ranks two to a GPU, over gloo, to check
+correctness there (no timings, no NCCL).
+
+It exits 1 when any case is WRONG, hangs or errors.
+
+Examples:
+   arpatch bench allreduce --world-size 2 --ext ~/.cache/arpatch/builds/<key>/arpatch_custom_ar.so
+   arpatch bench allreduce --world-size 8 --src sglang --arch 120a --json allreduce.json
+   arpatch bench allreduce --world-size 4 --impl custom-auto --branches pcie --modes eager --src sglang --arch 90a`,
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "world-size", Usage: "ranks `N` (one per GPU up to the GPU count)", Value: 2},
+			&cli.StringFlag{Name: "sizes", Usage: "`SIZES` in bytes: list and ranges of powers of two", Value: "4K..1M"},
+			&cli.StringFlag{Name: "shape", Usage: "verify-pass allreduce `TOKENSxHIDDEN` (bf16)", Value: "4x5120"},
+			&cli.IntFlag{Name: "count", Usage: "allreduces `N` per EAGLE-3 verify pass", Value: 122},
+			&cli.StringFlag{Name: "impl", Usage: "`IMPLS` to run", Value: strings.Join(allreduce.KnownImpls, ",")},
+			&cli.StringFlag{Name: "branches", Usage: "custom allreduce `BRANCHES`: nvlink (full_nvlink=true), pcie (false)", Value: "nvlink,pcie"},
+			&cli.StringFlag{Name: "modes", Usage: "`MODES`: eager, graph (CUDA-graph-captured loops)", Value: "eager,graph"},
+			&cli.StringFlag{Name: "ext", Usage: "allreduce extension `PATH` (.so) from arpatch build --allreduce-ext"},
+			&cli.StringFlag{Name: "src", Usage: "find the extension of this patched checkout `DIR` in the build cache"},
+			&cli.StringSliceFlag{Name: "arch", Usage: "with --src: the `ARCHS` the extension was built for", Value: cli.NewStringSlice("90a")},
+			&cli.StringFlag{Name: "cache-dir", Usage: "build cache `DIR`"},
+			&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` with torch", Value: "python3"},
+			&cli.DurationFlag{Name: "timeout", Usage: "kill the run after `DURATION` and report the case in progress as a hang", Value: 10 * time.Minute},
+			&cli.IntFlag{Name: "warmup", Usage: "untimed calls `N` per case", Value: 10},
+			&cli.IntFlag{Name: "inner", Usage: "allreduces `N` per timed batch or graph", Value: 20},
+			&cli.IntFlag{Name: "reps", Usage: "timed batches `N` per case", Value: 30},
+			&cli.BoolFlag{Name: "nccl-debug", Usage: "record NCCL's transport (NCCL_DEBUG=INFO)", Value: true},
+			&cli.StringFlag{Name: "json", Usage: "write the report to `FILE`"},
+			&cli.StringFlag{Name: "log", Usage: "write the ranks' output to `FILE`"},
+		},
+		Before: noArgs,
+		Action: runBenchAllreduce,
+	}
+}
+
+func runBenchAllreduce(c *cli.Context) error {
+	sizes, err := allreduce.ParseSizes(c.String("sizes"))
+	if err != nil {
+		return usageError{err}
+	}
+	shape, err := allreduce.ParseShape(c.String("shape"))
+	if err != nil {
+		return usageError{err}
+	}
+	verify := allreduce.Verify{Count: c.Int("count"), Shape: shape, Bytes: (shape.Bytes() + 15) / 16 * 16}
+	sizes, _ = allreduce.ParseSizes(c.String("sizes") + "," + fmt.Sprint(verify.Bytes))
+	impls := splitList(c.String("impl"))
+	for _, i := range impls {
+		if !contains(allreduce.KnownImpls, i) {
+			return usagef("--impl %q: known implementations are %s", i, strings.Join(allreduce.KnownImpls, ", "))
+		}
+	}
+	ws := c.Int("world-size")
+	if ws != 2 && ws != 4 && ws != 6 && ws != 8 {
+		return usagef("--world-size %d: custom allreduce supports 2, 4, 6 and 8", ws)
+	}
+	opts := allreduce.Options{
+		Python: c.String("python"), WorldSize: ws, Sizes: sizes, Impls: impls,
+		Branches: splitList(c.String("branches")), Modes: splitList(c.String("modes")),
+		Warmup: c.Int("warmup"), Inner: c.Int("inner"), Reps: c.Int("reps"), Timeout: c.Duration("timeout"), NCCLDebug: c.Bool("nccl-debug"),
+	}
+	needsExt := false
+	for _, i := range impls {
+		needsExt = needsExt || strings.HasPrefix(i, "custom")
+	}
+	if needsExt {
+		if opts.Ext, err = findExt(c); err != nil {
+			return err
+		}
+	}
+	if p := c.String("log"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		opts.Log = f
+	}
+	fmt.Fprintf(c.App.ErrWriter, "running %s on %d ranks (timeout %s)...\n", strings.Join(impls, ", "), ws, opts.Timeout)
+	run, err := allreduce.Execute(c.Context, opts)
+	if err != nil {
+		return err
+	}
+	rep := allreduce.NewReport(opts, verify, run, arpatchVersion())
+	rep.WriteTable(c.App.Writer)
+	if p := c.String("json"); p != "" {
+		b, _ := json.MarshalIndent(rep, "", "  ")
+		if err := safefs.WriteFile(p, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if len(run.Results) == 0 {
+		tail := run.Output
+		if len(tail) > 30 {
+			tail = tail[len(tail)-30:]
+		}
+		return fmt.Errorf("the benchmark produced no result (%s); last lines of its output:\n%s", run.Exit, strings.Join(tail, "\n"))
+	}
+	if rep.Failed() {
+		return cli.Exit("", exitFailure)
+	}
+	return nil
+}
+
+// findExt returns --ext, or the cached extension of --src for --arch.
+func findExt(c *cli.Context) (string, error) {
+	if p := c.String("ext"); p != "" {
+		if _, err := os.Stat(p); err != nil {
+			return "", fmt.Errorf("--ext: %w", err)
+		}
+		return filepath.Abs(p)
+	}
+	src := c.String("src")
+	if src == "" {
+		return "", usagef("the custom implementations need the allreduce extension: pass --ext PATH, or --src DIR of a tree built with `arpatch build --allreduce-ext`")
+	}
+	archs, err := kernels.ParseArchs(c.StringSlice("arch"))
+	if err != nil {
+		return "", usageError{err}
+	}
+	cache := kernels.Cache{Dir: kernels.DefaultCacheDir()}
+	if d := c.String("cache-dir"); d != "" {
+		cache.Dir = d
+	}
+	plan, err := kernels.PlanExt(c.Context, kernels.BuildOptions{Src: src, Archs: archs, Python: c.String("python"), Cache: cache})
+	if err != nil {
+		return "", err
+	}
+	m, err := cache.Lookup(plan.Key)
+	if err != nil {
+		return "", err
+	}
+	if m == nil {
+		return "", fmt.Errorf("no allreduce extension of %s for %s in the cache; build it: arpatch build --allreduce-ext --src %s --arch %s",
+			src, strings.Join(kernels.ArchStrings(archs), ","), src, strings.Join(kernels.ArchStrings(archs), ","))
+	}
+	return filepath.Join(cache.EntryDir(m.Key), m.Outputs[0].File), nil
+}
+
+func splitList(s string) []string {
+	var out []string
+	for _, x := range strings.Split(s, ",") {
+		if x = strings.TrimSpace(x); x != "" {
+			out = append(out, x)
+		}
+	}
+	return out
+}
+
+func contains(list []string, s string) bool {
+	for _, x := range list {
+		if x == s {
+			return true
+		}
+	}
+	return false
+}

@@ -1,0 +1,363 @@
+"""arpatch allreduce micro-benchmark: one process per rank, started by
+`python -m torch.distributed.run --nproc-per-node N bench.py ...` from
+`arpatch bench allreduce`.
+
+For each implementation, branch and size it first checks that the result is
+the exact sum over ranks (a kernel that launches nothing leaves the output
+as it was: WRONG, never fast), then times it: eager loops, and loops
+captured in a CUDA graph (as nccl-tests -G does) where that works. Rank 0
+appends one JSON object per line to --out as soon as each result is known,
+after a "start" record, so a hang still tells which case hung.
+
+Implementations:
+  nccl            torch.distributed.all_reduce on the NCCL process group
+  custom-1stage   the patched sgl-kernel custom allreduce, forced 1-stage
+  custom-2stage   forced 2-stage (SGLANG_CUSTOM_ALLREDUCE_ALGO)
+  custom-auto     the kernel's own choice by world size, NVLink and size
+Custom implementations run once per branch: "nvlink" (init with
+full_nvlink=True) and "pcie" (full_nvlink=False, the branch the arpatch pcie
+series adds for world sizes above 2).
+
+The custom allreduce comes from the extension built by
+`arpatch build --allreduce-ext` (--ext PATH), whose functions mirror
+sgl-kernel's: init_custom_ar, register_buffer, all_reduce, dispose,
+meta_size, get_graph_buffer_ipc_meta, register_graph_buffers.
+"""
+import argparse
+import ctypes
+import glob
+import importlib.util
+import json
+import math
+import os
+import sys
+import time
+
+import torch
+import torch.distributed as dist
+
+
+# ---------------------------------------------------------------- CUDA IPC
+
+class _IpcHandle(ctypes.Structure):
+    _fields_ = [("reserved", ctypes.c_char * 64)]
+
+
+class CudaIpc:
+    """The few CUDA runtime calls needed to share device buffers between
+    processes, through ctypes: cudaMalloc, cudaMemset, cudaFree,
+    cudaIpcGetMemHandle, cudaIpcOpenMemHandle, cudaIpcCloseMemHandle."""
+
+    def __init__(self, device):
+        self.lib = self._load()
+        vp, sz = ctypes.c_void_p, ctypes.c_size_t
+        self.lib.cudaMalloc.argtypes = [ctypes.POINTER(vp), sz]
+        self.lib.cudaMemset.argtypes = [vp, ctypes.c_int, sz]
+        self.lib.cudaFree.argtypes = [vp]
+        self.lib.cudaIpcGetMemHandle.argtypes = [ctypes.POINTER(_IpcHandle), vp]
+        self.lib.cudaIpcOpenMemHandle.argtypes = [ctypes.POINTER(vp), _IpcHandle, ctypes.c_uint]
+        self.lib.cudaIpcCloseMemHandle.argtypes = [vp]
+        self.lib.cudaGetErrorString.restype = ctypes.c_char_p
+        self.lib.cudaDeviceSynchronize.argtypes = []
+        # This libcudart may be another copy than torch's, with its own
+        # current device: set it, or rank 1's buffers land on GPU 0.
+        self._check(self.lib.cudaSetDevice(device), "cudaSetDevice(%d)" % device)
+
+    @staticmethod
+    def _load():
+        names = ["libcudart.so.13", "libcudart.so.12", "libcudart.so"]
+        dirs = [os.path.join(os.path.dirname(torch.__file__), "lib")]
+        for sp in sys.path:
+            dirs += glob.glob(os.path.join(sp, "nvidia", "*", "lib"))
+            dirs += glob.glob(os.path.join(sp, "nvidia", "cuda_runtime", "lib"))
+        dirs += [os.path.join(os.environ.get("CUDA_HOME", "/usr/local/cuda"), "lib64")]
+        for n in names:
+            try:
+                return ctypes.CDLL(n)
+            except OSError:
+                pass
+            for d in dirs:
+                for p in glob.glob(os.path.join(d, n + "*")):
+                    try:
+                        return ctypes.CDLL(p)
+                    except OSError:
+                        pass
+        raise RuntimeError("libcudart not found (looked for %s in torch/lib, nvidia/*/lib, $CUDA_HOME/lib64)" % names)
+
+    def _check(self, err, what):
+        if err != 0:
+            raise RuntimeError("%s: CUDA error %d: %s" % (what, err, self.lib.cudaGetErrorString(err).decode()))
+
+    def malloc(self, n):
+        p = ctypes.c_void_p()
+        self._check(self.lib.cudaMalloc(ctypes.byref(p), n), "cudaMalloc(%d)" % n)
+        return p.value
+
+    def memset(self, ptr, value, n):
+        self._check(self.lib.cudaMemset(ptr, value, n), "cudaMemset")
+        self._check(self.lib.cudaDeviceSynchronize(), "cudaDeviceSynchronize")
+
+    def free(self, ptr):
+        self._check(self.lib.cudaFree(ptr), "cudaFree")
+
+    def handle(self, ptr):
+        h = _IpcHandle()
+        self._check(self.lib.cudaIpcGetMemHandle(ctypes.byref(h), ptr), "cudaIpcGetMemHandle")
+        return bytes(h.reserved)
+
+    def open(self, handle):
+        h = _IpcHandle()
+        ctypes.memmove(h.reserved, handle, 64)
+        p = ctypes.c_void_p()
+        self._check(self.lib.cudaIpcOpenMemHandle(ctypes.byref(p), h, 1), "cudaIpcOpenMemHandle")
+        return p.value
+
+    def close(self, ptr):
+        self._check(self.lib.cudaIpcCloseMemHandle(ptr), "cudaIpcCloseMemHandle")
+
+
+# ------------------------------------------------------ custom allreduce
+
+class CustomAllreduce:
+    """One communicator of the extension's custom allreduce: a Signal block
+    plus scratch (meta_size() + max_size bytes) and an input buffer of
+    max_size bytes on each rank, shared through CUDA IPC."""
+
+    def __init__(self, ext, ipc, group, rank, world, max_size, full_nvlink):
+        self.ext, self.ipc, self.group, self.rank = ext, ipc, group, rank
+        self.max_size = max_size
+        self.opened = []
+        self.mine = []
+        self.meta_ptrs = self._shared(ext.meta_size() + max_size, zero=True)
+        self.buf_ptrs = self._shared(max_size, zero=False)
+        self.rank_data = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
+        self.fa = ext.init_custom_ar(self.meta_ptrs, self.rank_data, rank, full_nvlink)
+        ext.register_buffer(self.fa, self.buf_ptrs)
+
+    def _shared(self, n, zero):
+        ptr = self.ipc.malloc(n)
+        self.mine.append(ptr)
+        if zero:
+            self.ipc.memset(ptr, 0, n)
+        handles = [None] * dist.get_world_size(self.group)
+        dist.all_gather_object(handles, self.ipc.handle(ptr), group=self.group)
+        ptrs = []
+        for i, h in enumerate(handles):
+            if i == self.rank:
+                ptrs.append(ptr)
+            else:
+                p = self.ipc.open(h)
+                self.opened.append(p)
+                ptrs.append(p)
+        return ptrs
+
+    def eager(self, inp, out):
+        self.ext.all_reduce(self.fa, inp, out, self.buf_ptrs[self.rank], self.max_size)
+
+    def registered(self, inp, out):
+        self.ext.all_reduce(self.fa, inp, out, 0, 0)
+
+    def register_graph(self):
+        handle, offsets = self.ext.get_graph_buffer_ipc_meta(self.fa)
+        all_meta = [None] * dist.get_world_size(self.group)
+        dist.all_gather_object(all_meta, (handle, offsets), group=self.group)
+        self.ext.register_graph_buffers(self.fa, [m[0] for m in all_meta], [m[1] for m in all_meta])
+
+    def close(self):
+        torch.cuda.synchronize()
+        dist.barrier(group=self.group)
+        self.ext.dispose(self.fa)
+        for p in self.opened:
+            self.ipc.close(p)
+        for p in self.mine:
+            self.ipc.free(p)
+
+
+def load_ext(path):
+    name = os.path.basename(path).split(".")[0]
+    spec = importlib.util.spec_from_file_location(name, path)
+    mod = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(mod)
+    return mod
+
+
+# ---------------------------------------------------------------- measure
+
+def expected_sum(n, world, device, dtype):
+    base = (torch.arange(n, device=device) % 7).to(torch.float32)
+    return (base * world + world * (world + 1) / 2).to(dtype)
+
+
+def fill_input(t, rank):
+    n = t.numel()
+    t.copy_(((torch.arange(n, device=t.device) % 7) + rank + 1).to(t.dtype))
+
+
+def percentile(xs, q):
+    xs = sorted(xs)
+    if not xs:
+        return float("nan")
+    k = (len(xs) - 1) * q
+    lo, hi = math.floor(k), math.ceil(k)
+    return xs[lo] + (xs[hi] - xs[lo]) * (k - lo)
+
+
+def time_loop(fn, inner, reps):
+    """Per-op microseconds for reps batches of inner calls, CUDA events."""
+    samples = []
+    for _ in range(reps):
+        a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        a.record()
+        for _ in range(inner):
+            fn()
+        b.record()
+        b.synchronize()
+        samples.append(a.elapsed_time(b) * 1000.0 / inner)
+    return samples
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--sizes", required=True, help="comma-separated byte counts")
+    ap.add_argument("--impls", default="nccl,custom-1stage,custom-2stage,custom-auto")
+    ap.add_argument("--branches", default="nvlink,pcie")
+    ap.add_argument("--modes", default="eager,graph")
+    ap.add_argument("--ext", default="")
+    ap.add_argument("--dtype", default="bfloat16")
+    ap.add_argument("--warmup", type=int, default=10)
+    ap.add_argument("--inner", type=int, default=20)
+    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--max-size", type=int, default=8 << 20)
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args()
+
+    rank = int(os.environ["RANK"])
+    world = int(os.environ["WORLD_SIZE"])
+    local = int(os.environ.get("LOCAL_RANK", rank))
+    ndev = torch.cuda.device_count()
+    torch.cuda.set_device(local % ndev)
+    # NCCL refuses two ranks on one GPU; an oversubscribed run (more ranks
+    # than GPUs, to reach the world-size > 2 branches on a small machine)
+    # checks correctness of the custom allreduce only, over gloo.
+    oversubscribed = world > ndev
+    if oversubscribed:
+        dist.init_process_group("gloo")
+    else:
+        dist.init_process_group("nccl", device_id=torch.device("cuda", local % ndev))
+    cpu = dist.new_group(backend="gloo")
+    dtype = getattr(torch, args.dtype)
+    elem = torch.tensor([], dtype=dtype).element_size()
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    impls = [s for s in args.impls.split(",") if s]
+    modes = [s for s in args.modes.split(",") if s]
+    out = open(args.out, "a") if rank == 0 else None
+
+    def emit(rec):
+        if out:
+            out.write(json.dumps(rec, allow_nan=False) + "\n")
+            out.flush()
+
+    emit({"event": "env", "world_size": world, "devices": ndev, "oversubscribed": oversubscribed,
+          "device": torch.cuda.get_device_name(), "torch": torch.__version__, "cuda": torch.version.cuda,
+          "nccl": ".".join(map(str, torch.cuda.nccl.version())), "dtype": args.dtype})
+
+    ext = load_ext(args.ext) if any(i.startswith("custom") for i in impls) else None
+    ipc = CudaIpc(local % ndev) if ext else None
+    cases = []
+    for impl in impls:
+        if impl == "nccl":
+            cases.append((impl, "-"))
+        else:
+            cases += [(impl, b) for b in args.branches.split(",") if b]
+
+    for impl, branch in cases:
+        if impl == "nccl" and oversubscribed:
+            emit({"event": "result", "impl": impl, "branch": branch, "ok": False, "skipped": True,
+                  "error": "NCCL does not allow two ranks on one GPU (world size %d on %d GPUs)" % (world, ndev)})
+            continue
+        comm = None
+        if impl.startswith("custom"):
+            algo = impl.split("-", 1)[1]
+            if algo == "auto":
+                os.environ.pop("SGLANG_CUSTOM_ALLREDUCE_ALGO", None)
+            else:
+                os.environ["SGLANG_CUSTOM_ALLREDUCE_ALGO"] = algo
+            comm = CustomAllreduce(ext, ipc, cpu, rank, world, args.max_size, branch == "nvlink")
+        for size in sizes:
+            n = size // elem
+            inp = torch.empty(n, dtype=dtype, device="cuda")
+            res = torch.empty(n, dtype=dtype, device="cuda")
+            want = expected_sum(n, world, inp.device, dtype)
+            if impl == "nccl":
+                def op():
+                    res.copy_(inp)
+                    dist.all_reduce(res)
+                op_graph = op
+            else:
+                def op():
+                    comm.eager(inp, res)
+
+                def op_graph():
+                    comm.registered(inp, res)
+            for mode in modes:
+                key = {"impl": impl, "branch": branch, "bytes": size, "mode": mode}
+                emit(dict(key, event="start", t=time.time()))
+                rec = dict(key, event="result")
+                try:
+                    if mode == "eager":
+                        call = op
+                    else:
+                        for _ in range(3):
+                            op()  # warm up outside capture (NCCL init, kernel load)
+                        torch.cuda.synchronize()
+                        g = torch.cuda.CUDAGraph()
+                        with torch.cuda.graph(g):
+                            for _ in range(args.inner):
+                                op_graph()
+                        if comm is not None:
+                            comm.register_graph()
+                        call = g.replay
+                    # Correctness: the output must hold the exact sum.
+                    fill_input(inp, rank)
+                    res.fill_(float("nan"))
+                    torch.cuda.synchronize()
+                    dist.barrier(group=cpu)
+                    call()
+                    torch.cuda.synchronize()
+                    bad = (res != want).nonzero()
+                    ok = torch.tensor([1 if bad.numel() == 0 else 0])
+                    dist.all_reduce(ok, op=dist.ReduceOp.MIN, group=cpu)
+                    rec["ok"] = bool(ok.item())
+                    if bad.numel():
+                        i = int(bad[0])
+                        # repr, not a float: JSON has no NaN, and NaN is what an
+                        # output no kernel wrote to holds.
+                        rec["wrong"] = {"rank": rank, "index": i, "got": repr(float(res[i])), "want": repr(float(want[i])),
+                                        "mismatches": int(bad.numel()), "of": n}
+                    if not rec["ok"] or oversubscribed:
+                        # Time-sliced ranks make timings meaningless.
+                        emit(rec)
+                        continue
+                    inner = 1 if mode == "graph" else args.inner
+                    for _ in range(args.warmup):
+                        call()
+                    torch.cuda.synchronize()
+                    dist.barrier(group=cpu)
+                    samples = time_loop(call, inner, args.reps)
+                    if mode == "graph":
+                        samples = [s / args.inner for s in samples]
+                    rec.update(median_us=percentile(samples, 0.5), p10_us=percentile(samples, 0.1),
+                               p90_us=percentile(samples, 0.9), samples_us=samples)
+                except Exception as e:  # a failure in one case must not hide the others
+                    rec["ok"] = False
+                    rec["error"] = "%s: %s" % (type(e).__name__, e)
+                emit(rec)
+        if comm is not None:
+            comm.close()
+    emit({"event": "done"})
+    dist.barrier(group=cpu)
+    dist.destroy_process_group()
+
+
+if __name__ == "__main__":
+    main()

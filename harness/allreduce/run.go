@@ -1,0 +1,282 @@
+package allreduce
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	_ "embed"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+	"time"
+)
+
+//go:embed bench.py
+var benchScript []byte
+
+// Options holds every input of Run.
+type Options struct {
+	Python    string // interpreter with torch
+	WorldSize int    // ranks; above the GPU count the run is oversubscribed (correctness only)
+	Sizes     []int  // bytes, multiples of 16
+	Impls     []string
+	Branches  []string // "nvlink", "pcie"
+	Modes     []string // "eager", "graph"
+	Ext       string   // the allreduce extension (.so) from `arpatch build --allreduce-ext`
+	Warmup    int
+	Inner     int // allreduces per timed batch (eager) or per graph
+	Reps      int // timed batches
+	Timeout   time.Duration
+	NCCLDebug bool // run with NCCL_DEBUG=INFO and record the transport
+	Env       []string
+	// Log receives the ranks' combined output as it comes; nil for none.
+	Log io.Writer
+}
+
+// Impl names.
+const (
+	NCCL         = "nccl"
+	Custom1Stage = "custom-1stage"
+	Custom2Stage = "custom-2stage"
+	CustomAuto   = "custom-auto"
+)
+
+// KnownImpls lists the implementations bench.py understands.
+var KnownImpls = []string{NCCL, Custom1Stage, Custom2Stage, CustomAuto}
+
+// Wrong describes the first element whose sum was wrong.
+type Wrong struct {
+	Rank       int    `json:"rank"`
+	Index      int    `json:"index"`
+	Got        string `json:"got"` // Python repr: "nan", "3.0"
+	Want       string `json:"want"`
+	Mismatches int    `json:"mismatches"`
+	Of         int    `json:"of"`
+}
+
+// Result is one implementation x branch x size x mode.
+type Result struct {
+	Impl     string    `json:"impl"`
+	Branch   string    `json:"branch"` // "nvlink", "pcie", or "-" for NCCL
+	Bytes    int       `json:"bytes"`
+	Mode     string    `json:"mode"` // "eager" or "graph"
+	OK       bool      `json:"ok"`   // the output held the exact sum
+	Wrong    *Wrong    `json:"wrong,omitempty"`
+	Error    string    `json:"error,omitempty"`
+	Skipped  bool      `json:"skipped,omitempty"`
+	MedianUS float64   `json:"median_us,omitempty"`
+	P10US    float64   `json:"p10_us,omitempty"`
+	P90US    float64   `json:"p90_us,omitempty"`
+	Samples  []float64 `json:"samples_us,omitempty"`
+}
+
+// Timed reports whether the result has a latency.
+func (r Result) Timed() bool { return r.OK && r.MedianUS > 0 }
+
+// Status is "ok", "WRONG", "ERROR", "skipped" or "HANG".
+func (r Result) Status() string {
+	switch {
+	case r.Skipped:
+		return "skipped"
+	case r.Error == "hang":
+		return "HANG"
+	case r.Error != "":
+		return "ERROR"
+	case !r.OK:
+		return "WRONG"
+	}
+	return "ok"
+}
+
+// RunEnv is what the ranks reported about themselves.
+type RunEnv struct {
+	WorldSize      int    `json:"world_size"`
+	Devices        int    `json:"devices"`
+	Oversubscribed bool   `json:"oversubscribed"`
+	Device         string `json:"device"`
+	Torch          string `json:"torch"`
+	CUDA           string `json:"cuda"`
+	NCCL           string `json:"nccl"`
+	DType          string `json:"dtype"`
+}
+
+// Run is the outcome of one benchmark run.
+type Run struct {
+	Command []string      `json:"command"`
+	Env     RunEnv        `json:"env"`
+	Results []Result      `json:"results"`
+	NCCL    NCCLTransport `json:"nccl_transport"`
+	Hang    *Result       `json:"hang,omitempty"` // the case in progress when the timeout fired
+	Seconds float64       `json:"seconds"`
+	Exit    string        `json:"exit"` // "ok", "timeout", or the error
+	// BadLines counts result lines that did not parse (cut by a kill).
+	BadLines int      `json:"bad_lines,omitempty"`
+	Output   []string `json:"-"`
+}
+
+// torchrunArgs builds the command that starts bench.py on every rank.
+func torchrunArgs(opts Options, script, out string) []string {
+	args := []string{opts.Python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", strconv.Itoa(opts.WorldSize),
+		script, "--out", out, "--sizes", joinInts(opts.Sizes), "--impls", strings.Join(opts.Impls, ","),
+		"--branches", strings.Join(opts.Branches, ","), "--modes", strings.Join(opts.Modes, ",")}
+	if opts.Ext != "" {
+		args = append(args, "--ext", opts.Ext)
+	}
+	for _, f := range []struct {
+		name string
+		v    int
+	}{{"--warmup", opts.Warmup}, {"--inner", opts.Inner}, {"--reps", opts.Reps}} {
+		if f.v > 0 {
+			args = append(args, f.name, strconv.Itoa(f.v))
+		}
+	}
+	return args
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+// Execute runs the benchmark. It returns the results read so far even when
+// the run fails: a timeout marks the case that was in progress as a hang
+// (Run.Hang, Exit "timeout"), and a rank that dies leaves Exit with its
+// error. It returns an error only when nothing could be started.
+func Execute(ctx context.Context, opts Options) (*Run, error) {
+	if opts.Python == "" {
+		opts.Python = "python3"
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = 10 * time.Minute
+	}
+	tmp, err := os.MkdirTemp("", "arpatch-allreduce-")
+	if err != nil {
+		return nil, err
+	}
+	defer os.RemoveAll(tmp)
+	script := filepath.Join(tmp, "bench.py")
+	if err := os.WriteFile(script, benchScript, 0o644); err != nil {
+		return nil, err
+	}
+	out := filepath.Join(tmp, "results.jsonl")
+	argv := torchrunArgs(opts, script, out)
+	run := &Run{Command: argv}
+	env := opts.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	if opts.NCCLDebug {
+		env = append(env, "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,GRAPH")
+	}
+	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd.Env = append(env, "PYTHONUNBUFFERED=1", "OMP_NUM_THREADS=1")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	var buf bytes.Buffer
+	var w io.Writer = &buf
+	if opts.Log != nil {
+		w = io.MultiWriter(&buf, opts.Log)
+	}
+	cmd.Stdout, cmd.Stderr = w, w
+	start := time.Now()
+	if err := cmd.Start(); err != nil {
+		return nil, fmt.Errorf("starting %s: %w; is torch installed for --python %s?", argv[0], err, opts.Python)
+	}
+	done := make(chan error, 1)
+	go func() { done <- cmd.Wait() }()
+	timer := time.NewTimer(opts.Timeout)
+	defer timer.Stop()
+	select {
+	case err := <-done:
+		run.Exit = "ok"
+		if err != nil {
+			run.Exit = err.Error()
+		}
+	case <-timer.C:
+		killGroup(cmd, done)
+		run.Exit = "timeout"
+	case <-ctx.Done():
+		killGroup(cmd, done)
+		run.Exit = "interrupted"
+	}
+	run.Seconds = time.Since(start).Seconds()
+	run.Output = strings.Split(buf.String(), "\n")
+	run.NCCL = ParseNCCLTransport(run.Output)
+	if err := readResults(out, run); err != nil {
+		return run, err
+	}
+	return run, nil
+}
+
+func killGroup(cmd *exec.Cmd, done chan error) {
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
+	select {
+	case <-done:
+	case <-time.After(5 * time.Second):
+		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+		<-done
+	}
+	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
+}
+
+// readResults reads bench.py's JSON lines. A "start" without its "result"
+// is the case that hung.
+func readResults(path string, run *Run) error {
+	f, err := os.Open(path)
+	if errors.Is(err, os.ErrNotExist) {
+		return nil
+	}
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	var pending *Result
+	sc := bufio.NewScanner(f)
+	sc.Buffer(make([]byte, 1<<20), 1<<24)
+	for sc.Scan() {
+		line := sc.Bytes()
+		var head struct {
+			Event string `json:"event"`
+		}
+		if json.Unmarshal(line, &head) != nil {
+			run.BadLines++ // a line cut by a kill
+			continue
+		}
+		switch head.Event {
+		case "env":
+			json.Unmarshal(line, &run.Env)
+		case "start":
+			var r Result
+			if json.Unmarshal(line, &r) != nil {
+				run.BadLines++
+			}
+			pending = &r
+		case "result":
+			var r Result
+			if json.Unmarshal(line, &r) != nil {
+				run.BadLines++
+				continue
+			}
+			run.Results = append(run.Results, r)
+			pending = nil
+		}
+	}
+	if pending != nil && run.Exit != "ok" {
+		pending.Error = "hang"
+		if run.Exit != "timeout" {
+			pending.Error = "the run ended during this case: " + run.Exit
+		}
+		run.Hang = pending
+		run.Results = append(run.Results, *pending)
+	}
+	return sc.Err()
+}

@@ -1,0 +1,126 @@
+// Package allreduce drives arpatch's allreduce micro-benchmark: it starts
+// bench.py (embedded) on N ranks with torchrun, guards the run with a
+// timeout, reads the per-case results, records which transport NCCL chose,
+// and renders the size x implementation table with the predicted cost of an
+// EAGLE-3 verify pass.
+//
+// Facts it rests on: sgl-kernel's CustomAllreduce::allreduce
+// (sgl-kernel/csrc/allreduce/custom_all_reduce.cuh) picks 1-stage or
+// 2-stage by world size, full_nvlink_ and bytes, and SGLANG_CUSTOM_ALLREDUCE_ALGO
+// forces one; an EAGLE-3 verify pass in the published PCIe account did 122
+// allreduces of about 42 KB (4 tokens x hidden 5120 x bf16 = 40 KiB);
+// nccl-tests' -G flag times CUDA-graph-captured loops.
+package allreduce
+
+import (
+	"fmt"
+	"sort"
+	"strconv"
+	"strings"
+)
+
+// ParseBytes reads "42K", "40KiB", "1M", "4096" as a byte count (K and M
+// are binary: 1K = 1024 bytes).
+func ParseBytes(s string) (int, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
+	mult := 1
+	switch {
+	case strings.HasSuffix(t, "K"):
+		mult, t = 1<<10, strings.TrimSuffix(t, "K")
+	case strings.HasSuffix(t, "M"):
+		mult, t = 1<<20, strings.TrimSuffix(t, "M")
+	case strings.HasSuffix(t, "G"):
+		mult, t = 1<<30, strings.TrimSuffix(t, "G")
+	}
+	n, err := strconv.ParseFloat(t, 64)
+	if err != nil || n <= 0 {
+		return 0, fmt.Errorf("%q is not a size in bytes (examples: 4096, 42K, 1M)", s)
+	}
+	return int(n * float64(mult)), nil
+}
+
+// ParseSizes reads a size list: comma-separated sizes and ranges "A..B",
+// which expand to the powers of two from A to B. Each size is rounded up to
+// a multiple of 16 bytes (custom allreduce needs it) and the result is
+// sorted and unique.
+func ParseSizes(spec string) ([]int, error) {
+	seen := map[int]bool{}
+	var out []int
+	add := func(n int) {
+		n = (n + 15) / 16 * 16
+		if !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	for _, part := range strings.Split(spec, ",") {
+		part = strings.TrimSpace(part)
+		if part == "" {
+			continue
+		}
+		if lo, hi, ok := strings.Cut(part, ".."); ok {
+			a, err := ParseBytes(lo)
+			if err != nil {
+				return nil, err
+			}
+			b, err := ParseBytes(hi)
+			if err != nil {
+				return nil, err
+			}
+			if a > b {
+				return nil, fmt.Errorf("size range %q runs backwards", part)
+			}
+			for n := a; n <= b; n *= 2 {
+				add(n)
+			}
+			continue
+		}
+		n, err := ParseBytes(part)
+		if err != nil {
+			return nil, err
+		}
+		add(n)
+	}
+	if len(out) == 0 {
+		return nil, fmt.Errorf("no sizes in %q", spec)
+	}
+	sort.Ints(out)
+	return out, nil
+}
+
+// Shape is an allreduce of tokens x hidden elements of elemBytes each.
+type Shape struct {
+	Tokens, Hidden, ElemBytes int
+}
+
+// ParseShape reads "4x5120" (bf16, 2 bytes per element).
+func ParseShape(s string) (Shape, error) {
+	a, b, ok := strings.Cut(strings.ToLower(s), "x")
+	t, err1 := strconv.Atoi(strings.TrimSpace(a))
+	h, err2 := strconv.Atoi(strings.TrimSpace(b))
+	if !ok || err1 != nil || err2 != nil || t <= 0 || h <= 0 {
+		return Shape{}, fmt.Errorf("--shape %q: want TOKENSxHIDDEN, e.g. 4x5120", s)
+	}
+	return Shape{Tokens: t, Hidden: h, ElemBytes: 2}, nil
+}
+
+// Bytes is tokens x hidden x element size.
+func (s Shape) Bytes() int { return s.Tokens * s.Hidden * s.ElemBytes }
+
+func (s Shape) String() string {
+	return fmt.Sprintf("%d tokens x hidden %d x bf16 = %s", s.Tokens, s.Hidden, FormatBytes(s.Bytes()))
+}
+
+// FormatBytes prints 40960 as "40K", 1048576 as "1M", 42000 as "41.0K".
+func FormatBytes(n int) string {
+	switch {
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%dM", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%dK", n>>10)
+	case n >= 1<<10:
+		return fmt.Sprintf("%.1fK", float64(n)/1024)
+	}
+	return fmt.Sprintf("%dB", n)
+}

@@ -1,0 +1,229 @@
+package doctor
+
+import (
+	"fmt"
+	"regexp"
+	"sort"
+	"strings"
+
+	"github.com/arpatch/arpatch/kernels"
+)
+
+// findings turns what was read into findings with remedies.
+func findings(h *Host, env []string, serverCmd string) []Finding {
+	var f []Finding
+	add := func(id string, s Severity, title, detail, remedy string) {
+		f = append(f, Finding{ID: id, Severity: s, Title: title, Detail: detail, Remedy: remedy})
+	}
+	for _, e := range h.Errors {
+		add("read.error", Warn, "could not read part of the host", e, "run doctor where nvidia-smi works, or check the driver")
+	}
+	// GPUs and PCIe links.
+	for _, g := range h.GPUs {
+		if g.PCIeWidth > 0 && g.PCIeWidth < g.PCIeWidthMax {
+			add("gpu.pcie-width", Warn, fmt.Sprintf("GPU%d runs PCIe x%d of x%d", g.Index, g.PCIeWidth, g.PCIeWidthMax),
+				"a narrowed link cuts P2P bandwidth for every allreduce", "reseat the card or check the slot and riser; nvidia-smi -q -d PCIE shows the link")
+		}
+		if g.PCIeGen > 0 && g.PCIeGen < g.PCIeGenMax {
+			add("gpu.pcie-gen", Info, fmt.Sprintf("GPU%d's PCIe link is at gen %d of %d", g.Index, g.PCIeGen, g.PCIeGenMax),
+				"idle GPUs lower their link generation to save power; it rises under load", "check again under load before acting")
+		}
+	}
+	// Topology.
+	if t := h.Topology; t != nil {
+		counts := t.LinkCounts()
+		var parts []string
+		for _, k := range sortedKeys(counts) {
+			parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
+		}
+		desc := strings.Join(parts, ", ")
+		switch {
+		case t.FullNVLink():
+			add("topo.full-nvlink", Info, fmt.Sprintf("full NVLink between all %d GPUs", len(t.GPUs)), "GPU pairs by link: "+desc,
+				"conclusions about PCIe contention need a PCIe-only host with more than two GPUs")
+		case t.PCIeOnly() && len(t.GPUs) > 2:
+			add("topo.pcie-only", Warn, fmt.Sprintf("PCIe-only host with %d GPUs", len(t.GPUs)),
+				"GPU pairs by link: "+desc+". Upstream SGLang turns custom allreduce off here and every allreduce goes to NCCL",
+				"apply the pcie series (arpatch apply --recipe pcie), then measure 1-stage vs 2-stage with arpatch bench allreduce before serving")
+		case !t.PCIeOnly():
+			add("topo.mixed", Warn, "some GPU pairs lack NVLink", "GPU pairs by link: "+desc+"; SGLang's is_full_nvlink is False, so this counts as PCIe",
+				"treat it as a PCIe host")
+		}
+		if numa := t.NUMANodes(); len(numa) > 1 {
+			add("topo.numa-split", Warn, fmt.Sprintf("GPUs span %d NUMA nodes (%s)", len(numa), strings.Join(numa, ", ")),
+				"SYS pairs cross the inter-socket link; an all-to-all 1-stage allreduce sends every rank's data across it at once",
+				"prefer 2-stage (SGLANG_CUSTOM_ALLREDUCE_ALGO=2stage) or NCCL there, and measure both")
+		}
+	}
+	for _, m := range []struct {
+		name string
+		p    *P2PMatrix
+	}{{"read", h.P2PRead}, {"write", h.P2PWrite}} {
+		if m.p == nil {
+			continue
+		}
+		if b := m.p.Blocked(); len(b) > 0 {
+			add("p2p.blocked", Error, fmt.Sprintf("P2P %s is not supported between %d GPU pairs", m.name, len(b)), strings.Join(b, "; "),
+				"custom allreduce needs P2P and NCCL falls back to SHM without it; check ACS in the BIOS or kernel, IOMMU (iommu=pt), and that the GPUs share a root complex")
+		}
+	}
+	if c := h.Cmdline; c != "" {
+		if (strings.Contains(c, "intel_iommu=on") || strings.Contains(c, "amd_iommu=on")) && !strings.Contains(c, "iommu=pt") {
+			add("iommu.translate", Warn, "the IOMMU translates DMA", "kernel command line: "+c,
+				"add iommu=pt (passthrough) to the kernel command line; translated P2P is slower and can fail")
+		}
+	}
+	if h.IOMMUGroups > 0 {
+		add("iommu.groups", Info, fmt.Sprintf("%d IOMMU groups", h.IOMMUGroups), "", "if P2P is blocked, check that ACS does not isolate the GPUs behind one switch")
+	}
+	// Toolchain and torch.
+	hasArch := func(cc string) bool {
+		for _, g := range h.GPUs {
+			if g.ComputeCap == cc {
+				return true
+			}
+		}
+		return false
+	}
+	if tc := h.Toolchain; tc != nil {
+		if !tc.NVCC.Found() {
+			add("toolchain.nvcc", Warn, "nvcc not found", "arpatch build needs the CUDA toolkit", "install it and set CUDA_HOME")
+		} else {
+			v := kernels.ParseVersion(tc.NVCC.Version)
+			ok120 := v.Major() > 12 || (v.Major() == 12 && len(v) > 1 && v[1] >= 8)
+			sev, title := Info, "nvcc "+tc.NVCC.Version+" supports sm_120a"
+			if !ok120 {
+				sev, title = Info, "nvcc "+tc.NVCC.Version+" cannot compile sm_120a (needs 12.8)"
+				if hasArch("12.0") {
+					sev = Error
+				}
+			}
+			add("toolchain.nvcc", sev, title, tc.NVCC.Path, "sm_120a needs CUDA 12.8+, FlashInfer on sm_120 needs 12.9+")
+		}
+		switch {
+		case tc.Torch.Version == "":
+			add("toolchain.torch", Warn, "torch not importable", tc.Torch.Error, "pass --python with the serving environment's interpreter")
+		default:
+			sev := Info
+			detail := ""
+			if tc.NVCC.Found() && kernels.ParseVersion(tc.Torch.CUDA).Major() != kernels.ParseVersion(tc.NVCC.Version).Major() {
+				sev, detail = Warn, "torch's CUDA major differs from nvcc's: kernels built here will not load in this torch"
+			}
+			add("toolchain.torch", sev, fmt.Sprintf("torch %s (CUDA %s)", tc.Torch.Version, tc.Torch.CUDA), detail, "")
+		}
+	}
+	// Installed kernels.
+	if h.SGLKernel == "" {
+		add("sgl-kernel.missing", Info, "sgl-kernel is not installed for this Python", "", "arpatch build produces a wheel; pip install it")
+	} else {
+		need := map[string]bool{}
+		for _, g := range h.GPUs {
+			need[strings.ReplaceAll(g.ComputeCap, ".", "")] = true
+		}
+		all := map[string]bool{}
+		for _, archs := range h.KernelArchs {
+			for _, a := range archs {
+				all[strings.TrimRight(a, "af")] = true
+			}
+		}
+		for cc := range need {
+			if len(h.KernelArchs) > 0 && !all[cc] {
+				add("sgl-kernel.arch", Error, fmt.Sprintf("installed sgl-kernel has no sm_%s code", cc),
+					fmt.Sprintf("%s holds %s; kernels fail with 'no kernel image is available' on these GPUs", h.SGLKernel, archList(h.KernelArchs)),
+					fmt.Sprintf("arpatch build --arch %sa and install that wheel", cc))
+			}
+		}
+	}
+	// Environment hazards.
+	get := func(k string) string {
+		for i := len(env) - 1; i >= 0; i-- {
+			if a, b, ok := strings.Cut(env[i], "="); ok && a == k {
+				return b
+			}
+		}
+		return ""
+	}
+	if v := get("NCCL_P2P_DISABLE"); v == "1" || strings.EqualFold(v, "true") {
+		add("env.nccl-p2p-disable", Error, "NCCL_P2P_DISABLE="+v, "NCCL goes through host memory (SHM): ~200 us per 42 KB allreduce instead of ~25 us",
+			"unset NCCL_P2P_DISABLE; if P2P hangs without it, fix ACS/IOMMU instead")
+	}
+	pcieOnly := h.Topology != nil && !h.Topology.FullNVLink()
+	if v := get("NCCL_PROTO"); strings.Contains(strings.ToUpper(v), "LL128") && !strings.HasPrefix(v, "^") && pcieOnly {
+		add("env.nccl-proto-ll128", Warn, "NCCL_PROTO="+v+" on a host without full NVLink",
+			"NCCL enables LL128 only where the path is known safe; forcing it over PCIe risks corrupt or slow allreduces", "unset NCCL_PROTO")
+	}
+	if v := get("PYTORCH_CUDA_ALLOC_CONF"); strings.Contains(v, "expandable_segments:True") {
+		add("env.expandable-segments", Warn, "PYTORCH_CUDA_ALLOC_CONF="+v,
+			"expandable segments are not plain cudaMalloc blocks: CUDA-graph capture with the PCIe custom allreduce registers their IPC handles and fails",
+			"remove expandable_segments:True when serving with custom allreduce")
+	}
+	if serverCmd != "" {
+		f = append(f, serverFindings(serverCmd, get("SGLANG_FORCE_CUSTOM_AR_PCIE"), len(h.GPUs))...)
+	}
+	return f
+}
+
+var flagRe = regexp.MustCompile(`--([a-z0-9-]+)(?:[ =]([^ -][^ ]*))?`)
+
+// serverFindings checks an SGLang launch command line.
+func serverFindings(cmd, forcePCIe string, gpus int) []Finding {
+	flags := map[string]string{}
+	for _, m := range flagRe.FindAllStringSubmatch(cmd, -1) {
+		flags[m[1]] = m[2]
+	}
+	var f []Finding
+	algo := strings.ToUpper(flags["speculative-algorithm"])
+	draft := flags["speculative-draft-model-path"]
+	if algo == "EAGLE" && strings.Contains(strings.ToLower(draft), "eagle3") {
+		f = append(f, Finding{ID: "server.eagle-vs-eagle3", Severity: Error,
+			Title:  "--speculative-algorithm EAGLE with an EAGLE-3 draft model (" + draft + ")",
+			Detail: "SGLang then accepts almost nothing: accept length 1.00, and tok/s below no speculation",
+			Remedy: "use --speculative-algorithm EAGLE3"})
+	}
+	if (algo == "EAGLE3" || algo == "EAGLE") && draft == "" {
+		f = append(f, Finding{ID: "server.no-draft", Severity: Error, Title: "--speculative-algorithm " + algo + " without --speculative-draft-model-path", Remedy: "pass the draft model"})
+	}
+	if _, off := flags["disable-custom-all-reduce"]; off && forcePCIe == "1" {
+		f = append(f, Finding{ID: "server.custom-ar-off", Severity: Warn, Title: "--disable-custom-all-reduce with SGLANG_FORCE_CUSTOM_AR_PCIE=1",
+			Detail: "the flag wins: every allreduce goes to NCCL", Remedy: "drop one of them"})
+	}
+	tp := flags["tp-size"]
+	if tp == "" {
+		tp = flags["tp"]
+	}
+	if tp != "" && gpus > 0 {
+		var n int
+		fmt.Sscan(tp, &n)
+		if n > gpus {
+			f = append(f, Finding{ID: "server.tp", Severity: Error, Title: fmt.Sprintf("--tp-size %d but this host has %d GPUs", n, gpus), Remedy: "lower --tp-size"})
+		}
+	}
+	return f
+}
+
+func archList(m map[string][]string) string {
+	seen := map[string]bool{}
+	var out []string
+	for _, archs := range m {
+		for _, a := range archs {
+			if !seen[a] {
+				seen[a] = true
+				out = append(out, "sm_"+a)
+			}
+		}
+	}
+	sort.Strings(out)
+	if len(out) == 0 {
+		return "no CUDA code"
+	}
+	return strings.Join(out, ", ")
+}
+
+func sortedKeys(m map[string]int) []string {
+	var k []string
+	for x := range m {
+		k = append(k, x)
+	}
+	sort.Strings(k)
+	return k
+}

@@ -1,0 +1,244 @@
+// Package doctor inspects a GPU host before a long tuning run: GPUs and
+// their PCIe links, the NVLink/PCIe topology and NUMA split, P2P support,
+// IOMMU hints, the CUDA toolchain and torch, the archs compiled into the
+// installed sgl-kernel, and environment settings known to hurt custom
+// allreduce or EAGLE-3. Each finding has a severity and a remedy.
+//
+// Its parsers read nvidia-smi's documented text formats
+// (`--query-gpu ... --format=csv`, `topo -m`, `topo -p2p r|w`) and
+// `cuobjdump --list-elf`; they are tested on recorded outputs.
+package doctor
+
+import (
+	"encoding/csv"
+	"fmt"
+	"regexp"
+	"strconv"
+	"strings"
+)
+
+// GPU is one row of `nvidia-smi --query-gpu=... --format=csv`.
+type GPU struct {
+	Index        int    `json:"index"`
+	Name         string `json:"name"`
+	BusID        string `json:"bus_id"`
+	ComputeCap   string `json:"compute_cap"` // "12.0", "9.0"
+	Driver       string `json:"driver"`
+	PCIeGen      int    `json:"pcie_gen"`
+	PCIeGenMax   int    `json:"pcie_gen_max"`
+	PCIeWidth    int    `json:"pcie_width"`
+	PCIeWidthMax int    `json:"pcie_width_max"`
+	MemoryMiB    int    `json:"memory_mib"`
+}
+
+// QueryGPUFields is the --query-gpu list ParseQueryGPU expects.
+const QueryGPUFields = "index,name,pci.bus_id,compute_cap,driver_version,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,memory.total"
+
+// ParseQueryGPU reads nvidia-smi --query-gpu=QueryGPUFields --format=csv
+// output, with or without its header line.
+func ParseQueryGPU(out string) ([]GPU, error) {
+	r := csv.NewReader(strings.NewReader(strings.TrimSpace(out)))
+	r.TrimLeadingSpace = true
+	rows, err := r.ReadAll()
+	if err != nil {
+		return nil, fmt.Errorf("nvidia-smi --query-gpu: %w", err)
+	}
+	var gpus []GPU
+	for _, row := range rows {
+		if len(row) < 10 || row[0] == "index" {
+			continue
+		}
+		g := GPU{Name: row[1], BusID: row[2], ComputeCap: row[3], Driver: row[4]}
+		g.Index, _ = strconv.Atoi(row[0])
+		g.PCIeGen, _ = strconv.Atoi(row[5])
+		g.PCIeGenMax, _ = strconv.Atoi(row[6])
+		g.PCIeWidth, _ = strconv.Atoi(row[7])
+		g.PCIeWidthMax, _ = strconv.Atoi(row[8])
+		g.MemoryMiB, _ = strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(row[9]), " MiB"))
+		gpus = append(gpus, g)
+	}
+	if len(gpus) == 0 {
+		return nil, fmt.Errorf("nvidia-smi --query-gpu printed no GPU rows")
+	}
+	return gpus, nil
+}
+
+// Topology is `nvidia-smi topo -m`: the link between each pair of GPUs and
+// each GPU's CPU and NUMA affinity.
+type Topology struct {
+	GPUs  []string            `json:"gpus"`  // "GPU0", ...
+	Links map[string][]string `json:"links"` // GPU -> link to each GPU ("X", "NV18", "PIX", "PXB", "PHB", "NODE", "SYS")
+	CPU   map[string]string   `json:"cpu_affinity"`
+	NUMA  map[string]string   `json:"numa_affinity"`
+}
+
+var ansi = regexp.MustCompile(`\x1b\[[0-9;]*m`)
+
+// ParseTopoMatrix reads `nvidia-smi topo -m`. Columns other than GPUs (NICs)
+// are ignored; ANSI underline codes that nvidia-smi prints on a terminal
+// are stripped.
+func ParseTopoMatrix(out string) (*Topology, error) {
+	lines := strings.Split(ansi.ReplaceAllString(out, ""), "\n")
+	var header []string
+	t := &Topology{Links: map[string][]string{}, CPU: map[string]string{}, NUMA: map[string]string{}}
+	for _, l := range lines {
+		f := strings.Split(strings.TrimRight(l, " \t\r"), "\t")
+		for i := range f {
+			f[i] = strings.TrimSpace(f[i])
+		}
+		if header == nil {
+			if len(f) > 1 && f[0] == "" && strings.HasPrefix(f[1], "GPU") {
+				header = f[1:]
+			}
+			continue
+		}
+		if len(f) == 0 || !strings.HasPrefix(f[0], "GPU") {
+			if strings.HasPrefix(strings.TrimSpace(l), "Legend") {
+				break
+			}
+			continue
+		}
+		row := f[0]
+		t.GPUs = append(t.GPUs, row)
+		for i, h := range header {
+			if i+1 >= len(f) {
+				break
+			}
+			switch {
+			case strings.HasPrefix(h, "GPU") && !strings.Contains(h, "NUMA"):
+				t.Links[row] = append(t.Links[row], f[i+1])
+			case h == "CPU Affinity":
+				t.CPU[row] = f[i+1]
+			case h == "NUMA Affinity":
+				t.NUMA[row] = f[i+1]
+			}
+		}
+	}
+	if len(t.GPUs) == 0 {
+		return nil, fmt.Errorf("nvidia-smi topo -m: no GPU rows found")
+	}
+	for _, g := range t.GPUs {
+		if len(t.Links[g]) != len(t.GPUs) {
+			return nil, fmt.Errorf("nvidia-smi topo -m: row %s has %d links for %d GPUs", g, len(t.Links[g]), len(t.GPUs))
+		}
+	}
+	return t, nil
+}
+
+// FullNVLink reports whether every pair of GPUs is joined by NVLink (NV#),
+// which is what SGLang's is_full_nvlink checks through NVML.
+func (t *Topology) FullNVLink() bool {
+	for i, g := range t.GPUs {
+		for j, l := range t.Links[g] {
+			if i != j && !strings.HasPrefix(l, "NV") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// PCIeOnly reports whether no pair is joined by NVLink.
+func (t *Topology) PCIeOnly() bool {
+	for i, g := range t.GPUs {
+		for j, l := range t.Links[g] {
+			if i != j && strings.HasPrefix(l, "NV") {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// NUMANodes returns the distinct NUMA affinities of the GPUs.
+func (t *Topology) NUMANodes() []string {
+	seen := map[string]bool{}
+	var out []string
+	for _, g := range t.GPUs {
+		n := t.NUMA[g]
+		if n != "" && n != "N/A" && !seen[n] {
+			seen[n] = true
+			out = append(out, n)
+		}
+	}
+	return out
+}
+
+// LinkCounts counts the GPU pairs (i < j) by link type.
+func (t *Topology) LinkCounts() map[string]int {
+	c := map[string]int{}
+	for i, g := range t.GPUs {
+		for j, l := range t.Links[g] {
+			if j > i {
+				if strings.HasPrefix(l, "NV") {
+					l = "NVLink"
+				}
+				c[l]++
+			}
+		}
+	}
+	return c
+}
+
+// P2PMatrix is `nvidia-smi topo -p2p r` or `w`: per pair "OK", "NS" (not
+// supported), "CNS" (chipset), "GNS" (GPU), "TNS" (topology), "U".
+type P2PMatrix struct {
+	GPUs   []string            `json:"gpus"`
+	Status map[string][]string `json:"status"`
+}
+
+// ParseP2P reads `nvidia-smi topo -p2p r|w|n`.
+func ParseP2P(out string) (*P2PMatrix, error) {
+	m := &P2PMatrix{Status: map[string][]string{}}
+	var n int
+	for _, l := range strings.Split(ansi.ReplaceAllString(out, ""), "\n") {
+		f := strings.Fields(l)
+		if len(f) == 0 {
+			continue
+		}
+		if f[0] == "Legend:" {
+			break
+		}
+		if n == 0 && strings.HasPrefix(f[0], "GPU") && len(f) >= 1 && !strings.Contains(l, "X") {
+			n = len(f)
+			continue
+		}
+		if n > 0 && strings.HasPrefix(f[0], "GPU") && len(f) == n+1 {
+			m.GPUs = append(m.GPUs, f[0])
+			m.Status[f[0]] = f[1:]
+		}
+	}
+	if len(m.GPUs) == 0 {
+		return nil, fmt.Errorf("nvidia-smi topo -p2p: no GPU rows found")
+	}
+	return m, nil
+}
+
+// Blocked lists the pairs "GPU0->GPU1: NS" whose status is not OK.
+func (m *P2PMatrix) Blocked() []string {
+	var out []string
+	for i, g := range m.GPUs {
+		for j, s := range m.Status[g] {
+			if i != j && s != "OK" && s != "X" {
+				out = append(out, fmt.Sprintf("%s->%s: %s", g, m.GPUs[j], s))
+			}
+		}
+	}
+	return out
+}
+
+var elfRe = regexp.MustCompile(`sm_([0-9]+[af]?)\.cubin`)
+
+// ParseListELF reads `cuobjdump --list-elf FILE` ("ELF file 1:
+// common_ops.1.sm_90a.cubin") and returns the archs, unique, in order.
+func ParseListELF(out string) []string {
+	seen := map[string]bool{}
+	var archs []string
+	for _, m := range elfRe.FindAllStringSubmatch(out, -1) {
+		if !seen[m[1]] {
+			seen[m[1]] = true
+			archs = append(archs, m[1])
+		}
+	}
+	return archs
+}
