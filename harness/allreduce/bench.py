@@ -40,7 +40,9 @@ import torch.distributed as dist
 # ---------------------------------------------------------------- CUDA IPC
 
 class _IpcHandle(ctypes.Structure):
-    _fields_ = [("reserved", ctypes.c_char * 64)]
+    # c_ubyte, not c_char: a c_char array reads back as a NUL-terminated
+    # bytes copy, which would cut and lose the handle.
+    _fields_ = [("reserved", ctypes.c_ubyte * 64)]
 
 
 class CudaIpc:
@@ -103,11 +105,10 @@ class CudaIpc:
     def handle(self, ptr):
         h = _IpcHandle()
         self._check(self.lib.cudaIpcGetMemHandle(ctypes.byref(h), ptr), "cudaIpcGetMemHandle")
-        return bytes(h.reserved)
+        return bytes(h)
 
     def open(self, handle):
-        h = _IpcHandle()
-        ctypes.memmove(h.reserved, handle, 64)
+        h = _IpcHandle.from_buffer_copy(handle)
         p = ctypes.c_void_p()
         self._check(self.lib.cudaIpcOpenMemHandle(ctypes.byref(p), h, 1), "cudaIpcOpenMemHandle")
         return p.value

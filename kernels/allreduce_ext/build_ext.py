@@ -21,7 +21,7 @@ def main() -> int:
     ap.add_argument("--name", required=True)
     args = ap.parse_args()
 
-    from torch.utils.cpp_extension import load
+    from torch.utils.cpp_extension import CUDA_HOME, load
 
     kdir = os.path.join(args.src, "sgl-kernel")
     tu = os.path.join(kdir, "csrc", "allreduce", "custom_all_reduce.cu")
@@ -32,6 +32,10 @@ def main() -> int:
         extra_include_paths=[os.path.join(kdir, "include"), os.path.join(kdir, "csrc")],
         extra_cflags=["-O3", "-std=c++17"],
         extra_cuda_cflags=["-O3", "-std=c++17", "--expt-relaxed-constexpr", "--expt-extended-lambda"],
+        # custom_all_reduce.cuh calls the driver API (cuPointerGetAttribute):
+        # link libcuda, through the toolkit's stub when the driver's is not
+        # on the linker path.
+        extra_ldflags=["-L" + os.path.join(CUDA_HOME or "/usr/local/cuda", "lib64", "stubs"), "-lcuda"],
         build_directory=args.build_dir,
         verbose=True,
     )

@@ -1,0 +1,208 @@
+package allreduce
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"math"
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseSizesAndShape(t *testing.T) {
+	got, err := ParseSizes("4K..64K, 42000, 1M, 4K")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := []int{4096, 8192, 16384, 32768, 42000, 65536, 1 << 20}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("sizes %v, want %v", got, want)
+	}
+	if got, _ := ParseSizes("100"); got[0] != 112 {
+		t.Errorf("100 bytes rounds to %d, want 112 (multiple of 16)", got[0])
+	}
+	for _, bad := range []string{"", "1M..4K", "12Q", "-4K"} {
+		if _, err := ParseSizes(bad); err == nil {
+			t.Errorf("ParseSizes(%q) accepted", bad)
+		}
+	}
+	s, err := ParseShape("4x5120")
+	if err != nil || s.Bytes() != 40960 || s.String() != "4 tokens x hidden 5120 x bf16 = 40K" {
+		t.Errorf("shape %+v %v %q", s, err, s.String())
+	}
+	if _, err := ParseShape("4*5120"); err == nil {
+		t.Error("bad shape accepted")
+	}
+	for n, want := range map[int]string{40960: "40K", 1 << 20: "1M", 42000: "41.0K", 512: "512B"} {
+		if FormatBytes(n) != want {
+			t.Errorf("FormatBytes(%d) = %s, want %s", n, FormatBytes(n), want)
+		}
+	}
+}
+
+// TestNCCLTransportRecorded reads NCCL_DEBUG=INFO lines captured on the
+// 2x H200 machine (NVLink: P2P over CUMEM, 24 channels).
+func TestNCCLTransportRecorded(t *testing.T) {
+	b, err := os.ReadFile("testdata/nccl-info-h200x2.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	tr := ParseNCCLTransport(strings.Split(string(b), "\n"))
+	if tr.Version != "2.28.9" || tr.Channels != 24 || tr.Transports["P2P"] == 0 || len(tr.Findings) != 0 {
+		t.Errorf("transport = %+v", tr)
+	}
+	if !reflect.DeepEqual(tr.Details, []string{"P2P/CUMEM"}) {
+		t.Errorf("details %v", tr.Details)
+	}
+	shm := ParseNCCLTransport([]string{
+		"[rank0]: host:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct",
+		"host:1:1 [0] NCCL INFO 1 coll channels, 0 nvls channels",
+	})
+	if shm.Transports["SHM"] != 1 || len(shm.Findings) != 2 || !strings.Contains(shm.Findings[0], "~200 us") {
+		t.Errorf("SHM run: %+v", shm)
+	}
+}
+
+// TestRecordedReport re-derives the verify costs and findings from the
+// world-size-2 run recorded on 2x H200.
+func TestRecordedReport(t *testing.T) {
+	b, err := os.ReadFile("testdata/h200x2-ws2-report.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec Report
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	if rec.Schema != Schema || len(rec.Run.Results) != 140 {
+		t.Fatalf("schema %q, %d results", rec.Schema, len(rec.Run.Results))
+	}
+	for _, r := range rec.Run.Results {
+		if r.Status() != "ok" || !r.Timed() {
+			t.Errorf("recorded case not ok: %+v", r)
+		}
+	}
+	costs := VerifyCosts(rec.Run.Results, rec.Verify)
+	if len(costs) != 14 {
+		t.Fatalf("%d costs, want 7 cases x 2 modes", len(costs))
+	}
+	for _, c := range costs {
+		if math.Abs(c.TotalUS-c.PerCallUS*122) > 1e-6 {
+			t.Errorf("%+v: total is not 122 x per call", c)
+		}
+		if c.Impl != NCCL && c.Speedup <= 1 {
+			t.Errorf("%+v: custom allreduce was faster than NCCL on the H200 pair", c)
+		}
+	}
+	var buf bytes.Buffer
+	rep := NewReport(Options{WorldSize: 2}, rec.Verify, rec.Run, "test")
+	rep.WriteTable(&buf)
+	out := buf.String()
+	for _, want := range []string{"mode graph", "40K*", "custom-1stage/pcie", "predicted allreduce time per EAGLE-3 verify pass: 122 allreduces", "NCCL transport: P2P/CUMEM (24 channels)"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	if rep.Failed() || len(rep.Findings) != 0 {
+		t.Errorf("failed %v findings %v", rep.Failed(), rep.Findings)
+	}
+	best, nccl, ok := rep.BestCustom("graph")
+	if !ok || best.PerCallUS >= nccl {
+		t.Errorf("best custom %+v vs NCCL %.1f", best, nccl)
+	}
+}
+
+func TestFindingsForBadRuns(t *testing.T) {
+	v := Verify{Count: 122, Bytes: 40960}
+	run := &Run{Exit: "timeout", Env: RunEnv{WorldSize: 4, Devices: 2, Oversubscribed: true}, Results: []Result{
+		{Impl: NCCL, Branch: "-", Bytes: 40960, Mode: "eager", OK: true, MedianUS: 30},
+		{Impl: CustomAuto, Branch: "pcie", Bytes: 40960, Mode: "eager", OK: false, Wrong: &Wrong{Rank: 0, Index: 0, Got: "nan", Want: "10.0", Mismatches: 20480, Of: 20480}},
+		{Impl: Custom1Stage, Branch: "pcie", Bytes: 40960, Mode: "eager", OK: true, MedianUS: 45},
+		{Impl: Custom2Stage, Branch: "pcie", Bytes: 40960, Mode: "graph", Error: "hang"},
+	}}
+	run.Hang = &run.Results[3]
+	rep := NewReport(Options{}, v, run, "test")
+	got := strings.Join(rep.Findings, "\n")
+	for _, want := range []string{
+		"WRONG custom-auto/pcie at 40K (eager): rank 0 element 0 is nan, want 10.0 (20480 of 20480 elements wrong)",
+		"HANG custom-2stage/pcie at 40K (graph)",
+		"oversubscribed: 4 ranks on 2 GPUs",
+		"SLOWER custom-1stage/pcie (eager) takes 45.0 us at the verify size, NCCL 30.0 us: 50% slower",
+	} {
+		if !strings.Contains(got, want) {
+			t.Errorf("findings lack %q:\n%s", want, got)
+		}
+	}
+	if !rep.Failed() {
+		t.Error("a run with WRONG and HANG did not fail")
+	}
+	var buf bytes.Buffer
+	rep.WriteTable(&buf)
+	if !strings.Contains(buf.String(), "WRONG") || !strings.Contains(buf.String(), "HANG") {
+		t.Errorf("table:\n%s", buf.String())
+	}
+}
+
+// fakeTorchrun writes a script standing in for python -m torch.distributed.run:
+// it appends body to the --out file, then runs tail (shell).
+func fakeTorchrun(t *testing.T, body, tail string) string {
+	t.Helper()
+	p := filepath.Join(t.TempDir(), "python3")
+	script := "#!/bin/sh\nout=\"\"; prev=\"\"\nfor a in \"$@\"; do [ \"$prev\" = \"--out\" ] && out=$a; prev=$a; done\n" +
+		"echo 'host:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read'\n" +
+		"cat >> \"$out\" <<'JSON'\n" + body + "JSON\n" + tail + "\n"
+	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	return p
+}
+
+func TestExecuteHangAndDeath(t *testing.T) {
+	env := `{"event": "env", "world_size": 2, "devices": 2, "device": "Fake GPU"}` + "\n"
+	ok := `{"event": "start", "impl": "nccl", "branch": "-", "bytes": 4096, "mode": "eager"}` + "\n" +
+		`{"event": "result", "impl": "nccl", "branch": "-", "bytes": 4096, "mode": "eager", "ok": true, "median_us": 30.5, "p10_us": 30, "p90_us": 31}` + "\n"
+	hang := `{"event": "start", "impl": "nccl", "branch": "-", "bytes": 4096, "mode": "graph"}` + "\n"
+
+	t.Run("hang", func(t *testing.T) {
+		py := fakeTorchrun(t, env+ok+hang, "sleep 60")
+		start := time.Now()
+		run, err := Execute(context.Background(), Options{Python: py, WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Timeout: 2 * time.Second})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if time.Since(start) > 20*time.Second {
+			t.Errorf("the timeout did not stop the run (%s)", time.Since(start))
+		}
+		if run.Exit != "timeout" || run.Hang == nil || run.Hang.Mode != "graph" || len(run.Results) != 2 || run.Results[1].Status() != "HANG" {
+			t.Errorf("run = %+v", run)
+		}
+		if run.Env.Device != "Fake GPU" || run.NCCL.Transports["P2P"] != 1 {
+			t.Errorf("env %+v nccl %+v", run.Env, run.NCCL)
+		}
+	})
+	t.Run("rank dies", func(t *testing.T) {
+		py := fakeTorchrun(t, env+ok+hang+`{"event": "result", "impl": "nccl", "broken`+"\n", "exit 1")
+		run, err := Execute(context.Background(), Options{Python: py, WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Timeout: time.Minute})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.Exit != "exit status 1" || run.BadLines != 1 || run.Hang == nil || !strings.HasPrefix(run.Hang.Error, "the run ended during this case") {
+			t.Errorf("run = %+v", run)
+		}
+		rep := NewReport(Options{}, Verify{Count: 122, Bytes: 4096}, run, "test")
+		if !rep.Failed() || !strings.Contains(strings.Join(rep.Findings, "\n"), "1 result lines could not be read") {
+			t.Errorf("findings %v", rep.Findings)
+		}
+	})
+	t.Run("command line", func(t *testing.T) {
+		args := torchrunArgs(Options{Python: "py", WorldSize: 4, Sizes: []int{4096, 40960}, Impls: []string{CustomAuto}, Branches: []string{"pcie"}, Modes: []string{"eager"}, Ext: "/x.so", Reps: 5}, "b.py", "o.jsonl")
+		want := "py -m torch.distributed.run --standalone --nproc-per-node 4 b.py --out o.jsonl --sizes 4096,40960 --impls custom-auto --branches pcie --modes eager --ext /x.so --reps 5"
+		if strings.Join(args, " ") != want {
+			t.Errorf("args:\n%s\nwant\n%s", strings.Join(args, " "), want)
+		}
+	})
+}
