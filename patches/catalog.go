@@ -29,8 +29,12 @@ func Embedded() (*Catalog, error) {
 // LoadDir returns the series in dir, one per subdirectory holding a
 // series.toml (a tree shaped like arpatch's patches/sglang/).
 func LoadDir(dir string) (*Catalog, error) {
-	if _, err := os.Stat(dir); err != nil {
+	fi, err := os.Stat(dir)
+	if err != nil {
 		return nil, fmt.Errorf("--patches-dir %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("--patches-dir %s is a file; pass the directory that holds one directory per series", dir)
 	}
 	return loadCatalog(os.DirFS(dir), ".", dir+"/")
 }

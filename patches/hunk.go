@@ -135,7 +135,7 @@ type ConflictError struct {
 func newConflict(patch, path string, h *Hunk, lines []string, expect int) *ConflictError {
 	c := &ConflictError{Patch: patch, Path: path, Hunk: h.Header, Line: expect + 1, Expected: h.Old, Reason: "context does not match"}
 	if expect >= len(lines) && len(h.Old) > 0 {
-		c.Reason = fmt.Sprintf("the file has only %d lines", len(lines))
+		c.Reason = fmt.Sprintf("context expected past the end of the file (it has %d lines)", len(lines))
 	}
 	for i := expect; i >= 0 && i < len(lines) && i < expect+len(h.Old); i++ {
 		c.Found = append(c.Found, lines[i])
@@ -145,7 +145,7 @@ func newConflict(patch, path string, h *Hunk, lines []string, expect int) *Confl
 
 func (c *ConflictError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "patch %s, hunk %s in %s: %s at line %d (and nowhere else in the file)", c.Patch, c.Hunk, c.Path, c.Reason, c.Line)
+	fmt.Fprintf(&b, "patch %s, hunk %s in %s: %s at line %d, and the context is nowhere else in the file", c.Patch, c.Hunk, c.Path, c.Reason, c.Line)
 	first := -1
 	for i := range c.Expected {
 		if i >= len(c.Found) || c.Found[i] != c.Expected[i] {

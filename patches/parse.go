@@ -97,9 +97,23 @@ func ParseDiff(name string, data []byte) (*Diff, error) {
 	if len(bytes.TrimSpace(body)) == 0 {
 		return nil, fmt.Errorf("patch %s: no diff found (expected a line starting with \"diff --git\" or \"--- \")", name)
 	}
+	// go-diff tolerates stray lines (it ends a file's hunks there and
+	// drops the rest); check the structure first so nothing is lost.
+	hunks, err := scanStructure(body, bodyLine)
+	if err != nil {
+		return nil, fmt.Errorf("patch %s: %w", name, err)
+	}
 	fds, err := diff.ParseMultiFileDiffOptions(body, diff.ParseOptions{KeepCR: true})
 	if err != nil {
 		return nil, fmt.Errorf("patch %s: diff starting at line %d: %w", name, bodyLine, err)
+	}
+	if len(fds) != len(hunks) {
+		return nil, fmt.Errorf("patch %s: %d file sections found, but the parser read %d; the diff is malformed", name, len(hunks), len(fds))
+	}
+	for i, fd := range fds {
+		if len(fd.Hunks) != hunks[i] {
+			return nil, fmt.Errorf("patch %s: %s has %d hunk headers, but the parser read %d hunks; the diff is malformed", name, fileName(fd), hunks[i], len(fd.Hunks))
+		}
 	}
 	d := &Diff{Header: hdr}
 	seen := map[string]bool{}
@@ -285,8 +299,14 @@ func stripAB(name, prefix string) string {
 	return strings.TrimPrefix(name, prefix)
 }
 
-// cleanPath refuses absolute paths, backslashes and any path that leaves the
-// tree or enters .git.
+// CleanPath checks a tree-relative path from a patch or a state file: it
+// refuses absolute paths, backslashes, NUL, any path that leaves the tree,
+// and any component that is .git or .arpatch in any letter case (git
+// itself refuses .GIT, which is .git on case-insensitive file systems).
+func CleanPath(p string) (string, error) {
+	return cleanPath(p)
+}
+
 func cleanPath(p string) (string, error) {
 	if p == "" || strings.HasPrefix(p, "/") || strings.Contains(p, "\\") || strings.ContainsRune(p, 0) {
 		return "", fmt.Errorf("path %q is not a relative slash-separated path", p)
@@ -296,7 +316,7 @@ func cleanPath(p string) (string, error) {
 		return "", fmt.Errorf("path %q leaves the tree or is not clean", p)
 	}
 	for _, part := range strings.Split(c, "/") {
-		if part == ".git" || part == ".arpatch" {
+		if strings.EqualFold(part, ".git") || strings.EqualFold(part, ".arpatch") {
 			return "", fmt.Errorf("path %q enters %s, which a patch may not touch", p, part)
 		}
 	}

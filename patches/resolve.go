@@ -42,9 +42,13 @@ func (e *NoSeriesError) Error() string {
 type AmbiguousError struct {
 	Commit string
 	Fits   []string
+	Tested bool // all of them list the commit in tested_on
 }
 
 func (e *AmbiguousError) Error() string {
+	if e.Tested {
+		return fmt.Sprintf("series %s all list commit %s in tested_on; arpatch will not guess: pick one with --series", strings.Join(e.Fits, " and "), short(e.Commit))
+	}
 	return fmt.Sprintf("series %s all apply to commit %s and none was tested on it; pick one with --series", strings.Join(e.Fits, " and "), short(e.Commit))
 }
 
@@ -57,28 +61,41 @@ func (e *AmbiguousError) Error() string {
 // several do, or the loading errors of Series.Load.
 func (c *Catalog) Resolve(want, force, commit string, tree Tree, skip []string) (*Choice, error) {
 	if force != "" {
-		s, err := c.Get(force)
-		if err != nil {
-			return nil, err
+		if s, err := c.Get(force); err == nil {
+			ps, err := s.Load(skip)
+			if err != nil {
+				return nil, err
+			}
+			return &Choice{Series: s, Patches: ps, Reason: "forced by --series"}, nil
 		}
-		ps, err := s.Load(skip)
-		if err != nil {
-			return nil, err
+		if len(c.Members(force)) == 0 {
+			return nil, fmt.Errorf("--series %q names no series or family; known series: %s", force, c.names())
 		}
-		return &Choice{Series: s, Patches: ps, Reason: "forced by --series"}, nil
+		want = force // a family: choose within it by commit
 	}
 	members := c.Members(want)
 	if len(members) == 0 {
 		return nil, fmt.Errorf("recipe names series %q, but no series has that name or family; known series: %s", want, c.names())
 	}
+	var tested []*Series
 	for _, s := range members {
 		if slices.Contains(s.TestedOn, commit) {
-			ps, err := s.Load(skip)
-			if err != nil {
-				return nil, err
-			}
-			return &Choice{Series: s, Patches: ps, Reason: "tested on " + short(commit)}, nil
+			tested = append(tested, s)
 		}
+	}
+	if len(tested) > 1 {
+		var names []string
+		for _, s := range tested {
+			names = append(names, s.Name)
+		}
+		return nil, &AmbiguousError{Commit: commit, Fits: names, Tested: true}
+	}
+	if len(tested) == 1 {
+		ps, err := tested[0].Load(skip)
+		if err != nil {
+			return nil, err
+		}
+		return &Choice{Series: tested[0], Patches: ps, Reason: "tested on " + short(commit)}, nil
 	}
 	var fits []*Choice
 	var details []string

@@ -70,6 +70,21 @@ func TestResolve(t *testing.T) {
 	}
 }
 
+func TestResolveTwoTestedOnOneCommit(t *testing.T) {
+	cat := twoEras(t)
+	cat.Series[1].TestedOn = append(cat.Series[1].TestedOn, commitA)
+	_, err := cat.Resolve("pcie", "", commitA, memTree{"k.cuh": "if (full_nvlink_) launch();\n"}, nil)
+	var ae *AmbiguousError
+	if !errors.As(err, &ae) || !ae.Tested || !strings.Contains(err.Error(), "all list commit 84118acf50b3 in tested_on") {
+		t.Errorf("err = %v, want AmbiguousError", err)
+	}
+	// --series with a family name chooses inside that family.
+	c, err := cat.Resolve("other", "pcie", commitB, memTree{"k.cuh": "if (full_nvlink_ && !musa) launch();\n"}, nil)
+	if err != nil || c.Series.Name != "era-b" {
+		t.Errorf("family via --series: %v %v", c, err)
+	}
+}
+
 func TestResolveAmbiguousIsRefused(t *testing.T) {
 	cat := twoEras(t)
 	// A tree where each series' line appears: both apply, neither tested.

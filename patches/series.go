@@ -124,6 +124,13 @@ func LoadSeries(fsys fs.FS, dir, label string) (*Series, error) {
 			tags[t] = true
 		}
 	}
+	if ents, err := fs.ReadDir(fsys, dir); err == nil {
+		for _, e := range ents {
+			if strings.HasSuffix(e.Name(), ".patch") && !names[e.Name()] {
+				return nil, fmt.Errorf("%s: %s is in the series directory but not listed in %s; list it as a [[patch]] (and seal) or remove it", label, e.Name(), SeriesFile)
+			}
+		}
+	}
 	for _, pair := range s.Requires {
 		if len(pair) != 2 {
 			return nil, fail("requires", "%q: each entry is a pair [\"A\", \"B\"]", pair)
@@ -276,16 +283,50 @@ func CheckRequires(series string, ps []*Patch, requires [][]string) error {
 			if slices.Contains(gateFiles, fc.Path) && gate == "" {
 				gate = p.Name
 			}
-			if path.Base(fc.Path) == dispatchFile {
+			if path.Base(fc.Path) == dispatchFile && removesNVLinkTest(fc) {
 				dispatch = true
 			}
 		}
 	}
 	if gate != "" && !dispatch {
-		return &RequiresError{Series: series, Patch: gate, Needs: "a patch to " + dispatchFile,
-			Why: "it changes SGLang's custom allreduce gates, and upstream's kernel launches nothing on PCIe above 2 GPUs, so the result would be unreduced data"}
+		return &RequiresError{Series: series, Patch: gate, Needs: "a patch that changes the full_nvlink_ test in " + dispatchFile,
+			Why: "it changes SGLang's custom allreduce gates, and upstream's kernel launches nothing on PCIe above 2 GPUs (its dispatch tests full_nvlink_), so the result would be unreduced data"}
+	}
+	for _, p := range ps {
+		if slices.Contains(p.Provides, TagDispatchBranch) && !changesNVLinkTest(p) {
+			return &RequiresError{Series: series, Patch: p.Name, Needs: "a change to the full_nvlink_ test in " + dispatchFile,
+				Why: "it is tagged " + TagDispatchBranch + " but leaves upstream's dispatch test alone, so PCIe groups above 2 GPUs would still get no kernel"}
+		}
 	}
 	return nil
+}
+
+// removesNVLinkTest reports whether the change removes a line that tests
+// full_nvlink_: in both pinned trees the branch that skips the launch is
+// "} else if (full_nvlink_) {" inside REDUCE_CASE. A comment-only edit of
+// the file does not count.
+func removesNVLinkTest(fc *FileChange) bool {
+	for _, h := range fc.Hunks {
+		added := map[string]bool{}
+		for _, l := range h.New {
+			added[l] = true
+		}
+		for _, l := range h.Old {
+			if strings.Contains(l, "full_nvlink_") && !added[l] {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+func changesNVLinkTest(p *Patch) bool {
+	for _, fc := range p.Diff.Changes {
+		if path.Base(fc.Path) == dispatchFile && removesNVLinkTest(fc) {
+			return true
+		}
+	}
+	return false
 }
 
 func sha256Hex(b []byte) string {
@@ -310,6 +351,14 @@ func Seal(fsys fs.FS, dir string, write func(name string, data []byte) error) ([
 		b, err := fs.ReadFile(fsys, path.Join(dir, p.File))
 		if err != nil {
 			return nil, fmt.Errorf("seal %s: %w", dir, err)
+		}
+		// Seal only what apply can read: a malformed patch is refused here.
+		d, err := ParseDiff(p.File, b)
+		if err != nil {
+			return nil, fmt.Errorf("seal %s: %w", dir, err)
+		}
+		if m := d.Header.Missing(); len(m) > 0 {
+			return nil, fmt.Errorf("seal %s: %s: the DEP-3 header lacks %s", dir, p.File, strings.Join(m, ", "))
 		}
 		sum := sha256Hex(b)
 		if sum == p.SHA256 {

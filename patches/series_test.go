@@ -104,11 +104,22 @@ func TestRequiresOrderAndBuiltinRule(t *testing.T) {
 	untagged := &Patch{Name: "0001-u.patch", Diff: mustParse(t, gatePatch)}
 	err = CheckRequires("s", []*Patch{untagged}, nil)
 	var re *RequiresError
-	if !errors.As(err, &re) || re.Needs != "a patch to custom_all_reduce.cuh" {
+	if !errors.As(err, &re) || re.Needs != "a patch that changes the full_nvlink_ test in custom_all_reduce.cuh" {
 		t.Errorf("untagged gate patch: err = %v", err)
 	}
 	if err := CheckRequires("s", []*Patch{{Name: "0001-d.patch", Diff: mustParse(t, dispatchPatch)}}, nil); err != nil {
 		t.Errorf("dispatch alone is fine: %v", err)
+	}
+	// A comment-only edit of the .cuh, tagged as the dispatch branch, does
+	// not satisfy the rule.
+	comment := &Patch{Name: "0001-c.patch", Provides: []string{TagDispatchBranch}, Diff: mustParse(t,
+		"--- a/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh\n+++ b/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh\n@@ -1 +1,2 @@\n } else if (full_nvlink_) {\n+// looks fixed\n")}
+	err = CheckRequires("s", []*Patch{comment, gate}, nil)
+	if !errors.As(err, &re) || !strings.Contains(err.Error(), "full_nvlink_") {
+		t.Errorf("comment-only dispatch patch: err = %v", err)
+	}
+	if err := CheckRequires("s", []*Patch{comment}, nil); err == nil || !strings.Contains(err.Error(), "leaves upstream's dispatch test alone") {
+		t.Errorf("comment-only dispatch patch alone: err = %v", err)
 	}
 }
 
@@ -142,6 +153,26 @@ func TestLoadSeriesErrorsNameFileKeyAndLine(t *testing.T) {
 				t.Fatalf("err = %v, want one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+func TestSeriesRefusesUnlistedPatch(t *testing.T) {
+	toml := seriesTOML("", [3]string{"0001-dispatch.patch", sha256Hex([]byte(dispatchPatch)), ""})
+	fsys := seriesFS(toml, map[string]string{"0001-dispatch.patch": dispatchPatch, "0002-forgotten.patch": gatePatch})
+	if _, err := LoadSeries(fsys, "s", "test/s"); err == nil || !strings.Contains(err.Error(), "0002-forgotten.patch is in the series directory but not listed") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestSealRefusesMalformedPatch(t *testing.T) {
+	bad := strings.Replace(gatePatch, "@@ -1 +1 @@\n", "@@ -1 +1 @@\njunk\n", 1)
+	toml := seriesTOML("", [3]string{"0001-g.patch", "", ""})
+	_, err := Seal(seriesFS(toml, map[string]string{"0001-g.patch": bad}), "s", func(string, []byte) error {
+		t.Error("wrote series.toml for a malformed patch")
+		return nil
+	})
+	if err == nil || !strings.Contains(err.Error(), "inside a hunk") {
+		t.Errorf("err = %v", err)
 	}
 }
 

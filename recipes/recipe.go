@@ -23,6 +23,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -194,9 +195,27 @@ func (r *Recipe) validate(data []byte, md toml.MetaData) error {
 	if r.Series == "" && len(r.Skip) > 0 {
 		return fail("skip", "names patches but the recipe has no series")
 	}
-	for k := range r.Env {
+	for k, v := range r.Env {
 		if !envKeyRe.MatchString(k) {
 			return fail("env."+k, "%q is not a valid environment variable name", k)
+		}
+		if err := checkKnownEnv(k, v); err != nil {
+			return fail("env."+k, "%v", err)
+		}
+	}
+	if md.IsDefined("upstream", "url") && strings.TrimSpace(r.Upstream.URL) == "" {
+		return fail("upstream.url", "is empty; remove the key to use %s, or name a repository", DefaultUpstreamURL)
+	}
+	for _, k := range []string{"tp", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "num_prompts", "max_new_tokens", "concurrency", "trials"} {
+		if md.IsDefined("bench", k) {
+			var v int64
+			switch md.Type("bench", k) {
+			case "Integer":
+				v = int64(intField(&r.Bench, k))
+			}
+			if v < 1 {
+				return fail("bench."+k, "%d: must be at least 1 (remove the key for the default)", v)
+			}
 		}
 	}
 	for _, a := range r.Build.Archs {
@@ -253,6 +272,56 @@ func (r *Recipe) validate(data []byte, md toml.MetaData) error {
 		return fail("bench.baseline_arm", "%q names no [[bench.arm]]", b.BaselineArm)
 	}
 	return nil
+}
+
+// checkKnownEnv validates the variables whose meaning arpatch knows: the
+// pcie series' two (custom_all_reduce_utils.py raises on a bad byte cap at
+// server start, far from the recipe) and SGLang's algorithm override
+// (custom_all_reduce.cuh throws on an unknown value).
+func checkKnownEnv(k, v string) error {
+	switch k {
+	case "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES":
+		n, err := strconv.ParseInt(v, 10, 64)
+		if err != nil || n <= 0 {
+			return fmt.Errorf("%q: want a positive number of bytes, e.g. \"262144\"", v)
+		}
+	case "SGLANG_FORCE_CUSTOM_AR_PCIE":
+		switch strings.ToLower(v) {
+		case "0", "1", "true", "false", "yes", "no", "on", "off":
+		default:
+			return fmt.Errorf("%q: want \"1\" (on) or \"0\" (off)", v)
+		}
+	case "SGLANG_CUSTOM_ALLREDUCE_ALGO":
+		switch v {
+		case "1stage", "oneshot", "2stage", "twoshot":
+		default:
+			return fmt.Errorf("%q: sgl-kernel accepts 1stage, oneshot, 2stage, twoshot", v)
+		}
+	}
+	return nil
+}
+
+// intField returns the Bench field whose TOML key is key.
+func intField(b *Bench, key string) int {
+	switch key {
+	case "tp":
+		return b.TP
+	case "speculative_num_steps":
+		return b.SpeculativeNumSteps
+	case "speculative_eagle_topk":
+		return b.SpeculativeEagleTopK
+	case "speculative_num_draft_tokens":
+		return b.SpeculativeNumDraftTokens
+	case "num_prompts":
+		return b.NumPrompts
+	case "max_new_tokens":
+		return b.MaxNewTokens
+	case "concurrency":
+		return b.Concurrency
+	case "trials":
+		return b.Trials
+	}
+	return 0
 }
 
 func (r *Recipe) fillDefaults() {

@@ -80,6 +80,10 @@ func TestValidationNamesFileLineAndKey(t *testing.T) {
 		{"baseline arm missing", "name = \"r\"\n" + pin + "[bench]\nbaseline_arm = \"zz\"\n[[bench.arm]]\nname = \"a\"\n", `"zz" names no [[bench.arm]]`},
 		{"wrong type", "name = \"r\"\n" + pin + "[bench]\ntp = \"8\"\n", "r.toml:5: bench.tp: incompatible types"},
 		{"no upstream", "name = \"r\"\n", "missing table [upstream]"},
+		{"bad byte cap", "name = \"r\"\n" + pin + "[env]\nSGLANG_PCIE_CUSTOM_AR_MAX_BYTES = \"lots\"\n", `env.SGLANG_PCIE_CUSTOM_AR_MAX_BYTES: "lots": want a positive number of bytes`},
+		{"bad algo env", "name = \"r\"\n" + pin + "[env]\nSGLANG_CUSTOM_ALLREDUCE_ALGO = \"3stage\"\n", "sgl-kernel accepts 1stage, oneshot, 2stage, twoshot"},
+		{"zero trials", "name = \"r\"\n" + pin + "[bench]\ntrials = 0\n", "r.toml:5: bench.trials: 0: must be at least 1"},
+		{"empty url", "name = \"r\"\n[upstream]\nurl = \"\"\ncommit = \"84118acf50b3a4c74e85e9ff9033792552de1a76\"\n", "upstream.url: is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			_, err := Parse("r.toml", []byte(tc.toml))

@@ -75,7 +75,7 @@ Examples:
 				}
 				w := c.App.Writer
 				ab, results, err := kernels.ABBuild(c.Context, kernels.ABOptions{
-					A: a, B: b, Catalog: cat, Dir: c.String("dir"), Repo: c.String("repo"), Commit: c.String("commit"),
+					A: a, B: b, Catalog: cat, Dir: pathFlag(c, "dir"), Repo: pathFlag(c, "repo"), Commit: c.String("commit"),
 					PythonA: c.String("python-a"), PythonB: c.String("python-b"), Build: bo, PlanOnly: c.Bool("plan"),
 				}, func(arm string) kernels.Progress { return newProgress(c.App.ErrWriter, "arm "+arm) })
 				if err != nil {
@@ -98,7 +98,7 @@ Examples:
 					}
 					fmt.Fprintf(w, "  %s: %s %s\n", []string{"a", "b"}[i], hit, r.Wheel)
 				}
-				fmt.Fprintf(w, "comparison manifest %s\n", filepath.Join(c.String("dir"), "ab-manifest.json"))
+				fmt.Fprintf(w, "comparison manifest %s\n", filepath.Join(pathFlag(c, "dir"), "ab-manifest.json"))
 				return nil
 			},
 		}},

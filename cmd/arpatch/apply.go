@@ -50,7 +50,7 @@ Examples:
 			}
 			opts := checkout.ApplyOptions{
 				Recipe: r, Catalog: cat,
-				Src: c.String("src"), Repo: c.String("repo"), Commit: c.String("commit"),
+				Src: pathFlag(c, "src"), Repo: pathFlag(c, "repo"), Commit: c.String("commit"),
 				Series: c.String("series"), DryRun: c.Bool("dry-run"),
 				Version: arpatchVersion(), Progress: nil,
 			}

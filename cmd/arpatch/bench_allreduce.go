@@ -106,7 +106,7 @@ func runBenchAllreduce(c *cli.Context) error {
 			return err
 		}
 	}
-	if p := c.String("log"); p != "" {
+	if p := pathFlag(c, "log"); p != "" {
 		f, err := os.Create(p)
 		if err != nil {
 			return err
@@ -121,7 +121,7 @@ func runBenchAllreduce(c *cli.Context) error {
 	}
 	rep := allreduce.NewReport(opts, verify, run, arpatchVersion())
 	rep.WriteTable(c.App.Writer)
-	if p := c.String("json"); p != "" {
+	if p := pathFlag(c, "json"); p != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
 		if err := safefs.WriteFile(p, append(b, '\n'), 0o644); err != nil {
 			return err
@@ -142,13 +142,13 @@ func runBenchAllreduce(c *cli.Context) error {
 
 // findExt returns --ext, or the cached extension of --src for --arch.
 func findExt(c *cli.Context) (string, error) {
-	if p := c.String("ext"); p != "" {
+	if p := pathFlag(c, "ext"); p != "" {
 		if _, err := os.Stat(p); err != nil {
 			return "", fmt.Errorf("--ext: %w", err)
 		}
 		return filepath.Abs(p)
 	}
-	src := c.String("src")
+	src := pathFlag(c, "src")
 	if src == "" {
 		return "", usagef("the custom implementations need the allreduce extension: pass --ext PATH, or --src DIR of a tree built with `arpatch build --allreduce-ext`")
 	}
@@ -157,7 +157,7 @@ func findExt(c *cli.Context) (string, error) {
 		return "", usageError{err}
 	}
 	cache := kernels.Cache{Dir: kernels.DefaultCacheDir()}
-	if d := c.String("cache-dir"); d != "" {
+	if d := pathFlag(c, "cache-dir"); d != "" {
 		cache.Dir = d
 	}
 	plan, err := kernels.PlanExt(c.Context, kernels.BuildOptions{Src: src, Archs: archs, Python: c.String("python"), Cache: cache})

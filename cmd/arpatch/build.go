@@ -96,9 +96,9 @@ func buildOpts(c *cli.Context) (kernels.BuildOptions, *recipes.Recipe, error) {
 		return kernels.BuildOptions{}, nil, usageError{err}
 	}
 	o := kernels.BuildOptions{
-		Src: c.String("src"), Archs: archs, Jobs: r.Build.Jobs, Tool: r.Build.Tool,
+		Src: pathFlag(c, "src"), Archs: archs, Jobs: r.Build.Jobs, Tool: r.Build.Tool,
 		Offline: r.Build.Offline || c.Bool("offline"), DepsDir: r.Build.DepsDir,
-		Python: c.String("python"), Out: c.String("out"), Version: arpatchVersion(),
+		Python: c.String("python"), Out: pathFlag(c, "out"), Version: arpatchVersion(),
 		Cache: kernels.Cache{Dir: kernels.DefaultCacheDir()}, Launcher: launcher(),
 	}
 	if c.IsSet("jobs") {
@@ -108,9 +108,9 @@ func buildOpts(c *cli.Context) (kernels.BuildOptions, *recipes.Recipe, error) {
 		o.Tool = c.String("tool")
 	}
 	if c.IsSet("deps-dir") {
-		o.DepsDir = c.String("deps-dir")
+		o.DepsDir = pathFlag(c, "deps-dir")
 	}
-	if d := c.String("cache-dir"); d != "" {
+	if d := pathFlag(c, "cache-dir"); d != "" {
 		o.Cache.Dir = d
 	}
 	// The build runs in DIR/sgl-kernel: every path it gets must be absolute.

@@ -52,7 +52,7 @@ func loadRecipe(c *cli.Context) (*recipes.Recipe, error) {
 		if c.IsSet("recipe") {
 			return nil, usagef("--recipe and --recipe-file are exclusive; pass one")
 		}
-		return recipes.File(p)
+		return recipes.File(expandHome(p))
 	}
 	return recipes.Embedded(c.String("recipe"))
 }
@@ -60,7 +60,7 @@ func loadRecipe(c *cli.Context) (*recipes.Recipe, error) {
 // loadCatalog returns the series from --patches-dir, or the embedded ones.
 func loadCatalog(c *cli.Context) (*patches.Catalog, error) {
 	if d := c.String("patches-dir"); d != "" {
-		return patches.LoadDir(d)
+		return patches.LoadDir(expandHome(d))
 	}
 	return patches.Embedded()
 }
@@ -69,4 +69,9 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// pathFlag returns a path flag's value with "~/" expanded.
+func pathFlag(c *cli.Context, name string) string {
+	return expandHome(c.String(name))
 }

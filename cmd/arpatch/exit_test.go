@@ -20,6 +20,12 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"arpatch", "recipes", "show"}, exitUsage},
 		{[]string{"arpatch", "apply", "--recipe", "pcie", "--recipe-file", "x.toml"}, exitUsage},
 		{[]string{"arpatch", "apply", "--recipe", "nosuch"}, exitFailure},
+		{[]string{"arpatch", "bogus"}, exitUsage},
+		{[]string{"arpatch", "patches", "bogus"}, exitUsage},
+		{[]string{"arpatch", "apply", "--dry-run=maybe"}, exitUsage},
+		{[]string{"arpatch", "apply", "--series", ""}, exitUsage},
+		{[]string{"arpatch", "apply", "--commit", " "}, exitUsage},
+		{[]string{"arpatch", "patches", "seal", "dir", "--dry-run"}, exitUsage},
 		{[]string{"arpatch", "status", "--src", t.TempDir()}, exitFailure}, // not a git checkout
 	} {
 		var out, errb bytes.Buffer

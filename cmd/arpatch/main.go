@@ -12,6 +12,7 @@ import (
 	"io"
 	"os"
 	"os/signal"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -77,12 +78,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var ue usageError
 	var ec cli.ExitCoder
 	switch {
-	case errors.As(err, &ue):
+	case errors.As(err, &ue), isFlagError(err):
 		return exitUsage
 	case errors.As(err, &ec):
+		// urfave/cli answers an unknown command with exit 3; arpatch's
+		// documented code for any usage error is 2.
+		if strings.Contains(err.Error(), "No help topic for") {
+			return exitUsage
+		}
 		return ec.ExitCode()
-	case isFlagError(err):
-		return exitUsage
 	}
 	return exitFailure
 }
@@ -96,7 +100,8 @@ func isFlagError(err error) bool {
 			return true
 		}
 	}
-	return false
+	// "invalid boolean value "maybe" for -dry-run: parse error"
+	return strings.HasPrefix(m, "invalid ") && strings.Contains(m, " for -")
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
@@ -137,10 +142,29 @@ Exit codes: 0 success, 1 failure, 2 usage error.`,
 	}
 }
 
-// noArgs refuses positional arguments for commands that take none.
+// noArgs refuses positional arguments for commands that take none, and
+// flags given an empty value, which would silently mean "not given".
 func noArgs(c *cli.Context) error {
 	if c.Args().Len() > 0 {
 		return usagef("%s takes no arguments, got %q (flags go before arguments: --flag value)", c.Command.Name, c.Args().Slice())
 	}
+	for _, name := range c.FlagNames() {
+		if c.IsSet(name) {
+			if v, ok := c.Value(name).(string); ok && strings.TrimSpace(v) == "" {
+				return usagef("--%s was given an empty value", name)
+			}
+		}
+	}
 	return nil
+}
+
+// expandHome turns a leading "~/" into the home directory: the shell does
+// not expand it in --flag=~/path.
+func expandHome(p string) string {
+	if rest, ok := strings.CutPrefix(p, "~/"); ok {
+		if h, err := os.UserHomeDir(); err == nil {
+			return filepath.Join(h, rest)
+		}
+	}
+	return p
 }

@@ -42,11 +42,12 @@ func patchesCommand() *cli.Command {
 			},
 			{
 				Name:      "check",
-				Usage:     "report how each series fits each commit (exact, offset, applied, conflict), writing nothing",
+				Usage:     "report how each series fits each commit (exact, offset, applied, partial, conflict), writing nothing",
 				UsageText: "arpatch patches check --repo PATH --commit REV [--commit REV...] [--series NAME...] [--json]",
 				Description: `check reads files straight from the repository's object store (a checkout or
 a bare mirror), so nothing is checked out or written. Each commit may be a
-hash, branch or tag. It exits 1 when any series conflicts.
+hash, branch or tag (abbreviated hashes are refused: they can be ambiguous).
+It exits 1 when any series conflicts or is partly in the tree.
 
 Examples:
    arpatch patches check --repo ~/mirrors/sglang.git --commit 84118acf50b3a4c74e85e9ff9033792552de1a76
@@ -63,7 +64,7 @@ Examples:
 					if err != nil {
 						return err
 					}
-					rows, err := checkout.CheckCommits(c.String("repo"), c.StringSlice("commit"), cat, c.StringSlice("series"))
+					rows, err := checkout.CheckCommits(pathFlag(c, "repo"), c.StringSlice("commit"), cat, c.StringSlice("series"))
 					if err != nil {
 						return err
 					}
@@ -75,7 +76,7 @@ Examples:
 						printDrift(c.App.Writer, rows)
 					}
 					for _, r := range rows {
-						if r.Verdict == "conflict" || r.Verdict == "error" {
+						if r.Verdict == "conflict" || r.Verdict == "error" || r.Verdict == "partial" {
 							return cli.Exit("", exitFailure)
 						}
 					}
@@ -95,6 +96,11 @@ Example:
 				Action: func(c *cli.Context) error {
 					if c.Args().Len() == 0 {
 						return usagef("seal needs at least one series directory, e.g. patches/sglang/pcie-2026-04")
+					}
+					for _, a := range c.Args().Slice() {
+						if strings.HasPrefix(a, "-") {
+							return usagef("seal takes directories only, got %q (seal has no flags)", a)
+						}
 					}
 					for _, dir := range c.Args().Slice() {
 						changed, err := patches.Seal(os.DirFS(dir), ".", func(name string, data []byte) error {

@@ -30,7 +30,7 @@ Examples:
 		},
 		Before: noArgs,
 		Action: func(c *cli.Context) error {
-			rep, err := checkout.Revert(checkout.RevertOptions{Src: c.String("src"), Force: c.Bool("force"), DryRun: c.Bool("dry-run")})
+			rep, err := checkout.Revert(checkout.RevertOptions{Src: pathFlag(c, "src"), Force: c.Bool("force"), DryRun: c.Bool("dry-run")})
 			if err != nil {
 				return err
 			}
@@ -39,16 +39,19 @@ Examples:
 				fmt.Fprintf(w, "%s: no apply state; nothing to revert\n", rep.Src)
 				return nil
 			}
-			verb := "restored"
+			verb, discard := "restored", "discarded edits"
 			if c.Bool("dry-run") {
-				verb = "dry run: would restore"
+				verb, discard = "dry run: would restore", "dry run: would discard edits"
 			}
 			fmt.Fprintf(w, "%s %d files of series %s to commit %s:\n", verb, len(rep.Restored), orNone(rep.State.Series), rep.State.Commit)
 			for _, p := range rep.Restored {
 				fmt.Fprintf(w, "  %s\n", p)
 			}
+			for _, p := range rep.AlreadyUpstream {
+				fmt.Fprintf(w, "  %s (already upstream's bytes)\n", p)
+			}
 			for _, d := range rep.Discarded {
-				fmt.Fprintf(w, "discarded edits: %s\n", d)
+				fmt.Fprintf(w, "%s: %s\n", discard, d)
 			}
 			return nil
 		},

@@ -1,13 +1,16 @@
 package checkout
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
 	"io"
 	"io/fs"
 	"os"
+	"path/filepath"
 	"regexp"
+	"sort"
 	"strings"
 	"time"
 
@@ -57,6 +60,9 @@ type DirtyError struct {
 	// Fits, when the changes touch the series' files, says how each patch
 	// relates to the tree (a half-applied series shows here).
 	Fits []patches.PatchFit
+	// Committed is set when the tree is clean but its commit already holds
+	// some of the patches.
+	Committed bool
 }
 
 func (e *DirtyError) Error() string {
@@ -67,16 +73,18 @@ func (e *DirtyError) Error() string {
 			applied++
 		}
 	}
+	if e.Committed {
+		fmt.Fprintf(&b, "%s is at a commit that already holds part of the series (merged upstream, or committed by hand):", e.Src)
+		for _, f := range e.Fits {
+			fmt.Fprintf(&b, "\n  %s: %s", f.Patch, fitWords(f.Fit))
+		}
+		b.WriteString("\nnothing was changed. Use a series made for this commit (arpatch patches check), or skip the patches it already holds with the recipe's skip list")
+		return b.String()
+	}
 	if applied > 0 && applied < len(e.Fits) {
 		fmt.Fprintf(&b, "%s is half-applied: arpatch has no state for it and will not guess which bytes are yours:", e.Src)
 		for _, f := range e.Fits {
-			state := "not applied"
-			if f.Fit == patches.FitApplied {
-				state = "applied"
-			} else if f.Fit == patches.FitConflict {
-				state = "partly applied or changed: neither it nor its reverse applies"
-			}
-			fmt.Fprintf(&b, "\n  %s: %s", f.Patch, state)
+			fmt.Fprintf(&b, "\n  %s: %s", f.Patch, fitWords(f.Fit))
 		}
 		b.WriteString("\nuncommitted changes:")
 	} else {
@@ -85,8 +93,18 @@ func (e *DirtyError) Error() string {
 	for _, c := range e.Changes {
 		b.WriteString("\n  " + c.String())
 	}
-	fmt.Fprintf(&b, "\nnothing was changed. Commit or stash them (git -C %s stash), or restore upstream's files (git -C %s checkout -- .), then run apply again", e.Src, e.Src)
+	fmt.Fprintf(&b, "\nnothing was changed. Stash them (git -C %s stash), or drop them (git -C %s reset --hard; this loses them), then run apply again", e.Src, e.Src)
 	return b.String()
+}
+
+func fitWords(f patches.Fit) string {
+	switch f {
+	case patches.FitApplied:
+		return "applied"
+	case patches.FitConflict:
+		return "partly applied or changed: neither it nor its reverse applies"
+	}
+	return "not applied"
 }
 
 // CommitMismatchError is a checkout at another commit than the one asked for.
@@ -108,44 +126,42 @@ func (e *CommitMismatchError) Error() string {
 var hex40 = regexp.MustCompile(`^[0-9a-f]{40}$`)
 
 // Apply brings opts.Src to the recipe's commit with its patch series
-// applied. It clones when Src is missing, then refuses a checkout at
-// another commit (*CommitMismatchError) or with uncommitted tracked changes
-// (*DirtyError), verifies every patch's sha256 (*patches.TamperError),
-// checks every hunk in memory (*patches.ConflictError, *patches.FileError)
-// and only then writes all files atomically and records the state. An
-// already-applied series is reported and nothing is written. After any
-// error the checkout is byte-identical to before.
+// applied. It clones when Src is missing (into a temp directory beside it,
+// renamed into place when the checkout is complete), then refuses a
+// checkout at another commit (*CommitMismatchError) or with uncommitted
+// tracked changes (*DirtyError, which also reports a half-applied series
+// patch by patch), verifies every patch's sha256 (*patches.TamperError),
+// checks that the files the series touches hold HEAD's bytes (git status
+// can hide edits behind skip-worktree), checks every hunk in memory
+// (*patches.ConflictError, *patches.FileError), and only then writes. The
+// writes are journaled: the state is recorded as incomplete first, files
+// go in patch order (so a kill can never leave a later patch without the
+// one it requires), and the state is completed last. An already-applied
+// series is reported and nothing is written. After any error the checkout
+// is byte-identical to before.
 func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 	r := opts.Recipe
 	rep := &ApplyReport{Src: opts.Src, DryRun: opts.DryRun}
 	want := r.Upstream.Commit
 	if opts.Commit != "" {
-		want = strings.ToLower(opts.Commit)
+		want = opts.Commit
+		if hex40.MatchString(strings.ToLower(want)) {
+			want = strings.ToLower(want)
+		}
 	}
 	source := r.Upstream.URL
 	if opts.Repo != "" {
 		source = opts.Repo
 	}
-
 	if _, err := os.Lstat(opts.Src); errors.Is(err, fs.ErrNotExist) {
 		if opts.DryRun {
 			return dryRunClone(opts, rep, source, want)
 		}
-		repo, info, err := gitsrc.Clone(ctx, source, opts.Src, opts.Progress)
+		info, err := cloneInto(ctx, source, opts.Src, want, opts.Progress)
 		if err != nil {
 			return nil, err
 		}
 		rep.Cloned, rep.Clone = true, info
-		if !hex40.MatchString(want) {
-			if want, err = repo.Resolve(want); err != nil {
-				os.RemoveAll(opts.Src)
-				return nil, err
-			}
-		}
-		if err := repo.Checkout(want); err != nil {
-			os.RemoveAll(opts.Src)
-			return nil, err
-		}
 	} else if err != nil {
 		return nil, err
 	}
@@ -176,7 +192,6 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 		defer unlock()
 	}
 	root := safefs.Root{Dir: opts.Src}
-
 	st, err := ReadState(gitDir)
 	if err != nil {
 		return nil, err
@@ -196,8 +211,7 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 			tracked = append(tracked, c)
 		}
 	}
-
-	if r.Series == "" {
+	if r.Series == "" && opts.Series == "" {
 		if len(tracked) > 0 {
 			return nil, &DirtyError{Src: opts.Src, Changes: tracked}
 		}
@@ -212,7 +226,6 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 		return nil, err
 	}
 	rep.Series, rep.Reason, rep.Patches = choice.Series, choice.Reason, choice.Patches
-
 	if len(tracked) > 0 {
 		fits := patches.Check(root, choice.Patches)
 		if allApplied(fits) && onlySeriesFiles(tracked, choice.Patches) {
@@ -221,13 +234,20 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 		}
 		return nil, &DirtyError{Src: opts.Src, Changes: tracked, Fits: touching(tracked, choice.Patches, fits)}
 	}
+	if err := sameAsHead(repo, head, root, choice.Patches); err != nil {
+		return nil, err
+	}
 	res, err := patches.Apply(root, choice.Patches)
 	if err != nil {
-		if fits := patches.Check(root, choice.Patches); allApplied(fits) {
-			// A clean tree that already holds the series: the patches
-			// are committed at this commit.
+		fits := patches.Check(root, choice.Patches)
+		switch patches.Verdict(fits) {
+		case "applied":
+			// A clean tree that holds the series: the patches are
+			// committed at this commit.
 			rep.AlreadyApplied, rep.ByHand = true, true
 			return rep, nil
+		case "partial":
+			return nil, &DirtyError{Src: opts.Src, Fits: fits, Committed: true}
 		}
 		return nil, fmt.Errorf("%w\nthe tree is unchanged. Run `arpatch patches check --repo %s --commit %s` to see which series fits this commit", err, opts.Src, head)
 	}
@@ -235,25 +255,126 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 	if opts.DryRun {
 		return rep, nil
 	}
-	var writes []safefs.Change
-	for _, f := range res.Files {
-		writes = append(writes, safefs.Change{Path: f.Path, Data: f.After, Mode: gitMode(f.Mode)})
+	if ctx.Err() != nil {
+		return nil, fmt.Errorf("interrupted before writing; %s is unchanged", opts.Src)
 	}
-	if err := root.Write(writes); err != nil {
+	st = newState(opts, rep, head)
+	st.Incomplete = true
+	if err := writeState(gitDir, st); err != nil {
+		return nil, fmt.Errorf("recording apply state in %s: %w; nothing was changed", StatePath(gitDir), err)
+	}
+	if err := root.Write(orderedWrites(res, choice.Patches, false)); err != nil {
+		removeState(gitDir)
 		return nil, fmt.Errorf("writing the patched files: %w", err)
 	}
-	if err := writeState(gitDir, newState(opts, rep, head)); err != nil {
-		var undo []safefs.Change
-		for _, f := range res.Files {
-			undo = append(undo, safefs.Change{Path: f.Path, Data: f.Before})
+	st.Incomplete = false
+	if err := writeState(gitDir, st); err != nil {
+		if uerr := root.Write(orderedWrites(res, choice.Patches, true)); uerr != nil {
+			return nil, fmt.Errorf("recording apply state: %v; restoring the files also failed: %v; run `arpatch revert --src %s`", err, uerr, opts.Src)
 		}
-		if uerr := root.Write(undo); uerr != nil {
-			return nil, fmt.Errorf("recording apply state: %v; restoring the files also failed: %v", err, uerr)
-		}
+		removeState(gitDir)
 		return nil, fmt.Errorf("recording apply state in %s: %w; the files were restored", StatePath(gitDir), err)
 	}
 	rep.ApplyTime = time.Since(start)
 	return rep, nil
+}
+
+// cloneInto clones source and checks out want in a temp directory beside
+// dst, then renames it to dst: a clone that fails or is interrupted leaves
+// nothing at dst, and two runs cloning to one dst cannot mix.
+func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer) (gitsrc.CloneInfo, error) {
+	parent := filepath.Dir(dst)
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return gitsrc.CloneInfo{}, err
+	}
+	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dst)+".arpatch-clone-")
+	if err != nil {
+		return gitsrc.CloneInfo{}, err
+	}
+	os.Remove(tmp) // Clone wants to create it
+	defer os.RemoveAll(tmp)
+	repo, info, err := gitsrc.Clone(ctx, source, tmp, progress)
+	if err != nil {
+		return info, err
+	}
+	if !hex40.MatchString(want) {
+		if want, err = repo.Resolve(want); err != nil {
+			return info, err
+		}
+	}
+	if err := repo.Checkout(want); err != nil {
+		return info, err
+	}
+	if ctx.Err() != nil {
+		return info, fmt.Errorf("clone %s: interrupted; nothing was kept", source)
+	}
+	if err := os.Rename(tmp, dst); err != nil {
+		return info, fmt.Errorf("clone into %s: %w (did another arpatch create it meanwhile?)", dst, err)
+	}
+	return info, nil
+}
+
+// sameAsHead checks that every file the series touches holds HEAD's
+// bytes. git status can miss an edit (skip-worktree, assume-unchanged);
+// patching over it would record an edit as upstream's bytes.
+func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.Patch) error {
+	tree, err := repo.TreeAt(head)
+	if err != nil {
+		return err
+	}
+	var differ []string
+	for p := range seriesFiles(ps) {
+		want, werr := tree.ReadFile(p)
+		got, gerr := root.ReadFile(p)
+		if errors.Is(werr, fs.ErrNotExist) && errors.Is(gerr, fs.ErrNotExist) {
+			continue
+		}
+		var pe *safefs.PathError
+		if errors.As(gerr, &pe) {
+			return gerr
+		}
+		if werr != nil || gerr != nil || !bytes.Equal(want, got) {
+			differ = append(differ, p)
+		}
+	}
+	if len(differ) == 0 {
+		return nil
+	}
+	sort.Strings(differ)
+	return fmt.Errorf("%s: these files differ from commit %s although git status does not list them (skip-worktree or assume-unchanged bits hide the edit): %s; nothing was changed. Clear the bits (git update-index --no-skip-worktree --no-assume-unchanged FILE), then stash or restore the edits",
+		root.Dir, head[:12], strings.Join(differ, ", "))
+}
+
+// orderedWrites lists the result's files in patch order: the files of the
+// first patch first. undo gives the original bytes, in reverse order.
+func orderedWrites(res *patches.Result, ps []*patches.Patch, undo bool) []safefs.Change {
+	rank := map[string]int{}
+	for i, p := range ps {
+		for _, fc := range p.Diff.Changes {
+			if _, ok := rank[fc.Path]; !ok {
+				rank[fc.Path] = i
+			}
+		}
+	}
+	files := append([]*patches.FileResult(nil), res.Files...)
+	sort.SliceStable(files, func(i, j int) bool { return rank[files[i].Path] < rank[files[j].Path] })
+	var out []safefs.Change
+	for _, f := range files {
+		c := safefs.Change{Path: f.Path, Data: f.After}
+		if f.Op == patches.Create {
+			c.Mode = gitMode(f.Mode)
+		}
+		if undo {
+			c = safefs.Change{Path: f.Path, Data: f.Before}
+		}
+		out = append(out, c)
+	}
+	if undo {
+		for i, j := 0, len(out)-1; i < j; i, j = i+1, j-1 {
+			out[i], out[j] = out[j], out[i]
+		}
+	}
+	return out
 }
 
 // dryRunClone reports what a real run would do with a missing Src, checking
@@ -292,13 +413,22 @@ func dryRunClone(opts ApplyOptions, rep *ApplyReport, source, want string) (*App
 }
 
 // alreadyApplied handles a checkout that has apply state: the same recipe
-// and series with undrifted files is a no-op; anything else is refused.
+// and the same patches (names and sha256) with undrifted files is a no-op;
+// an interrupted apply, another recipe, another patch set or drift is
+// refused, naming what differs.
 func alreadyApplied(opts ApplyOptions, rep *ApplyReport, st *State, root safefs.Root) error {
+	if st.Incomplete {
+		return fmt.Errorf("%s: an apply of series %s was interrupted part way (the state says incomplete); run `arpatch revert --src %s` to restore upstream's bytes, then apply again", opts.Src, orNone(st.Series), opts.Src)
+	}
 	if st.Recipe != opts.Recipe.Name {
 		return fmt.Errorf("%s already has recipe %q applied (series %s); run `arpatch revert --src %s` first", opts.Src, st.Recipe, orNone(st.Series), opts.Src)
 	}
-	if opts.Series != "" && opts.Series != st.Series {
-		return fmt.Errorf("%s has series %s applied, not %s; run `arpatch revert --src %s` first", opts.Src, orNone(st.Series), opts.Series, opts.Src)
+	want, err := requestedPatches(opts, st)
+	if err != nil {
+		return err
+	}
+	if got := patchList(st.Patches); got != want {
+		return fmt.Errorf("%s has another patch set applied than this run asks for:\n  applied:   %s\n  requested: %s\nnothing was changed; run `arpatch revert --src %s` first", opts.Src, got, want, opts.Src)
 	}
 	drift, err := st.drift(root)
 	if err != nil {
@@ -310,7 +440,7 @@ func alreadyApplied(opts ApplyOptions, rep *ApplyReport, st *State, root safefs.
 		for _, d := range drift {
 			b.WriteString("\n  " + d.String())
 		}
-		fmt.Fprintf(&b, "\nnothing was changed. Keep your edits and commit them, or run `arpatch revert --src %s --force` to discard them", opts.Src)
+		fmt.Fprintf(&b, "\nnothing was changed. Run `arpatch revert --src %s` (it keeps nothing of these edits only with --force), then apply again", opts.Src)
 		return errors.New(b.String())
 	}
 	rep.AlreadyApplied = true
@@ -321,6 +451,45 @@ func alreadyApplied(opts ApplyOptions, rep *ApplyReport, st *State, root safefs.
 		}
 	}
 	return nil
+}
+
+// requestedPatches lists, as patchList does, the patches this run would
+// apply to a tree whose state names st.Series.
+func requestedPatches(opts ApplyOptions, st *State) (string, error) {
+	name := opts.Series
+	if name == "" {
+		name = st.Series
+	}
+	if opts.Recipe.Series == "" && opts.Series == "" {
+		return patchList(nil), nil
+	}
+	if name == "" {
+		return "", fmt.Errorf("%s has no series applied, but recipe %s asks for series %s; run `arpatch revert --src %s` first", opts.Src, opts.Recipe.Name, opts.Recipe.Series, opts.Src)
+	}
+	s, err := opts.Catalog.Get(name)
+	if err != nil {
+		return "", fmt.Errorf("%s has series %s applied, which this run's catalog lacks (%v); pass the --patches-dir it came from, or run `arpatch revert --src %s`", opts.Src, name, err, opts.Src)
+	}
+	ps, err := s.Load(opts.Recipe.Skip)
+	if err != nil {
+		return "", err
+	}
+	var out []PatchState
+	for _, p := range ps {
+		out = append(out, PatchState{Name: p.Name, SHA256: p.SHA256})
+	}
+	return patchList(out), nil
+}
+
+func patchList(ps []PatchState) string {
+	if len(ps) == 0 {
+		return "(no patches)"
+	}
+	var s []string
+	for _, p := range ps {
+		s = append(s, p.Name+"@"+p.SHA256[:12])
+	}
+	return strings.Join(s, " ")
 }
 
 func newState(opts ApplyOptions, rep *ApplyReport, commit string) *State {

@@ -11,31 +11,39 @@ import (
 	"syscall"
 )
 
-// lock takes .git/arpatch/lock with O_EXCL so two arpatch runs never change
-// one checkout at once. A lock left by a process that no longer exists is
-// taken over. It returns the unlock function.
+// lock takes .git/arpatch/lock so two arpatch runs never change one
+// checkout at once. The lock file appears whole, holding its owner's pid
+// (written to a temp file, then hard-linked into place, which fails if the
+// lock exists), so a second run never sees an empty lock and mistakes it
+// for a stale one. A lock whose pid no longer runs is taken over. It
+// returns the unlock function.
 func lock(gitDir string) (func(), error) {
 	dir := filepath.Join(gitDir, "arpatch")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return nil, err
 	}
 	p := filepath.Join(dir, "lock")
+	tmp, err := os.CreateTemp(dir, ".lock-*")
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(tmp, "%d\n", os.Getpid())
+	tmp.Close()
+	defer os.Remove(tmp.Name())
 	for attempt := 0; attempt < 2; attempt++ {
-		f, err := os.OpenFile(p, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+		err := os.Link(tmp.Name(), p)
 		if err == nil {
-			fmt.Fprintf(f, "%d\n", os.Getpid())
-			f.Close()
 			return func() { os.Remove(p) }, nil
 		}
 		if !errors.Is(err, fs.ErrExist) {
 			return nil, err
 		}
 		b, _ := os.ReadFile(p)
-		pid, _ := strconv.Atoi(strings.TrimSpace(string(b)))
-		if pid > 0 && processAlive(pid) {
-			return nil, fmt.Errorf("%s: another arpatch (pid %d) is changing this checkout; wait for it to finish", p, pid)
+		pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+		if perr != nil || processAlive(pid) {
+			return nil, fmt.Errorf("%s: another arpatch (pid %s) is changing this checkout; wait for it to finish (remove the lock only if no arpatch runs)", p, strings.TrimSpace(string(b)))
 		}
-		os.Remove(p) // stale
+		os.Remove(p) // its owner died
 	}
 	return nil, fmt.Errorf("%s: could not take the lock; remove it if no arpatch is running", p)
 }

@@ -4,6 +4,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
+	"path/filepath"
 	"strings"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
@@ -20,10 +22,23 @@ type RevertOptions struct {
 
 // RevertReport says what Revert did.
 type RevertReport struct {
-	Src       string
-	State     *State // nil when there was nothing to revert
-	Restored  []string
-	Discarded []FileDrift // edits thrown away under --force
+	Src             string
+	State           *State // nil when there was nothing to revert
+	Restored        []string
+	AlreadyUpstream []string    // files that held upstream's bytes already
+	Discarded       []FileDrift // edits thrown away under --force
+}
+
+// removeTemps deletes temp files a killed apply left beside the files it
+// was writing (".<name>.arpatch-*", see safefs).
+func removeTemps(src string, st *State) {
+	for _, f := range st.Files {
+		dir := filepath.Join(src, filepath.Dir(filepath.FromSlash(f.Path)))
+		m, _ := filepath.Glob(filepath.Join(dir, "."+filepath.Base(f.Path)+".arpatch-*"))
+		for _, p := range m {
+			os.Remove(p)
+		}
+	}
 }
 
 // Revert puts every file the recorded apply changed back to the exact
@@ -64,16 +79,25 @@ func Revert(opts RevertOptions) (*RevertReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if len(drift) > 0 && !opts.Force {
+	upstream := map[string]bool{}
+	for _, d := range drift {
+		if d.Upstream {
+			upstream[d.Path] = true
+		}
+	}
+	// Files of an interrupted apply may hold either side; only other
+	// bytes are edits.
+	lost := edits(drift)
+	if len(lost) > 0 && !opts.Force {
 		var b strings.Builder
 		fmt.Fprintf(&b, "%s: files changed since apply, and revert would lose those edits:", opts.Src)
-		for _, d := range drift {
+		for _, d := range lost {
 			b.WriteString("\n  " + d.String())
 		}
 		fmt.Fprintf(&b, "\nnothing was changed. Save your edits (git -C %s diff > my.diff), then run `arpatch revert --src %s --force`", opts.Src, opts.Src)
 		return nil, errors.New(b.String())
 	}
-	rep.Discarded = drift
+	rep.Discarded = lost
 	tree, err := repo.TreeAt(st.Commit)
 	if err != nil {
 		return nil, err
@@ -91,8 +115,20 @@ func Revert(opts RevertOptions) (*RevertReport, error) {
 			return nil, fmt.Errorf("%s at %s has sha256 %q, but apply recorded %q before patching; the state does not match this commit, nothing was changed",
 				f.Path, st.Commit, sum(data), f.Before)
 		}
-		writes = append(writes, safefs.Change{Path: f.Path, Data: data, Mode: gitMode(tree.Mode(f.Path))})
-		rep.Restored = append(rep.Restored, f.Path)
+		if upstream[f.Path] {
+			rep.AlreadyUpstream = append(rep.AlreadyUpstream, f.Path)
+		} else {
+			rep.Restored = append(rep.Restored, f.Path)
+		}
+		c := safefs.Change{Path: f.Path, Data: data}
+		if data != nil {
+			c.Mode = gitMode(tree.Mode(f.Path))
+		}
+		writes = append(writes, c)
+	}
+	// Restore in reverse patch order, the opposite of apply's.
+	for i, j := 0, len(writes)-1; i < j; i, j = i+1, j-1 {
+		writes[i], writes[j] = writes[j], writes[i]
 	}
 	if opts.DryRun {
 		return rep, nil
@@ -100,6 +136,7 @@ func Revert(opts RevertOptions) (*RevertReport, error) {
 	if err := root.Write(writes); err != nil {
 		return nil, fmt.Errorf("restoring upstream files: %w", err)
 	}
+	removeTemps(opts.Src, st)
 	if err := removeState(gitDir); err != nil {
 		return nil, fmt.Errorf("files restored, but removing %s failed: %w", StatePath(gitDir), err)
 	}

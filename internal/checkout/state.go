@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/patches"
 )
 
 // StateSchema is the version of state.json's layout.
@@ -39,6 +40,10 @@ type State struct {
 	Offsets        []Offset     `json:"offsets,omitempty"`
 	ArpatchVersion string       `json:"arpatch_version"`
 	AppliedAt      time.Time    `json:"applied_at"`
+	// Incomplete is set while apply writes files: a state found with it
+	// set means an apply was killed part way. status reports it, apply
+	// refuses, revert restores every listed file.
+	Incomplete bool `json:"incomplete,omitempty"`
 }
 
 // PatchState records one applied patch.
@@ -88,6 +93,11 @@ func ReadState(gitDir string) (*State, error) {
 	if s.Schema != StateSchema {
 		return nil, fmt.Errorf("%s: schema %d, this arpatch reads %d; use the arpatch that applied it to revert", p, s.Schema, StateSchema)
 	}
+	for _, f := range s.Files {
+		if _, err := patches.CleanPath(f.Path); err != nil {
+			return nil, fmt.Errorf("%s: %w; the apply state is damaged or was edited: restore the files with `git checkout -- .` and delete it", p, err)
+		}
+	}
 	return &s, nil
 }
 
@@ -117,19 +127,37 @@ func sum(b []byte) string {
 
 // FileDrift is a recorded file whose bytes are no longer what apply wrote.
 type FileDrift struct {
-	Path string
-	Want string // sha256 apply wrote ("" = deleted)
-	Got  string // sha256 now ("" = missing)
+	Path string `json:"path"`
+	Want string `json:"want_sha256"` // sha256 apply wrote ("" = deleted)
+	Got  string `json:"got_sha256"`  // sha256 now ("" = missing)
+	// Upstream is set when the file holds upstream's bytes again (its
+	// sha256 before apply): restored by hand, or never written by an
+	// interrupted apply. Nothing of the user's would be lost by revert.
+	Upstream bool `json:"upstream"`
 }
 
 func (d FileDrift) String() string {
 	switch {
+	case d.Upstream:
+		return d.Path + " (upstream bytes again: not patched)"
 	case d.Got == "":
 		return d.Path + " (missing)"
 	case d.Want == "":
 		return d.Path + " (exists, but the series deleted it)"
 	}
 	return d.Path + " (changed since apply)"
+}
+
+// edits returns the drift that holds bytes neither apply nor upstream
+// wrote: what revert would throw away.
+func edits(ds []FileDrift) []FileDrift {
+	var out []FileDrift
+	for _, d := range ds {
+		if !d.Upstream {
+			out = append(out, d)
+		}
+	}
+	return out
 }
 
 // drift compares each recorded file with the tree.
@@ -144,7 +172,7 @@ func (s *State) drift(root safefs.Root) ([]FileDrift, error) {
 			return nil, err
 		}
 		if got != f.After {
-			out = append(out, FileDrift{Path: f.Path, Want: f.After, Got: got})
+			out = append(out, FileDrift{Path: f.Path, Want: f.After, Got: got, Upstream: got == f.Before})
 		}
 	}
 	return out, nil

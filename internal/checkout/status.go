@@ -8,21 +8,21 @@ import (
 
 // StatusReport describes a checkout.
 type StatusReport struct {
-	Src   string
-	Head  string
-	State *State // nil when arpatch applied nothing here
+	Src   string `json:"src"`
+	Head  string `json:"head"`
+	State *State `json:"state"` // nil when arpatch applied nothing here
 	// Drift lists recorded files whose bytes changed since apply.
-	Drift []FileDrift
+	Drift []FileDrift `json:"drift"`
 	// Other lists uncommitted changes to files the series did not touch.
-	Other []gitsrc.Change
+	Other []gitsrc.Change `json:"other_changes"`
 	// SeriesChanged lists patches whose sha256 in this arpatch's series
 	// differs from the one applied (arpatch or the series was updated).
-	SeriesChanged []string
+	SeriesChanged []string `json:"series_changed"`
 }
 
-// Clean reports whether the checkout is exactly what apply left.
+// Clean reports whether the checkout is exactly what a finished apply left.
 func (s *StatusReport) Clean() bool {
-	return s.State != nil && len(s.Drift) == 0 && s.Head == s.State.Commit
+	return s.State != nil && !s.State.Incomplete && len(s.Drift) == 0 && s.Head == s.State.Commit
 }
 
 // Status reads the checkout's apply state and compares it with the tree.

@@ -73,8 +73,11 @@ func TestCloneLocalHardlinksAndChecksOut(t *testing.T) {
 	if got, err := repo.Resolve("master"); err != nil || got != c2 {
 		t.Errorf("Resolve(master) = %s, %v; want %s", got, err, c2)
 	}
-	if got, err := repo.Resolve(c2[:10]); err != nil || got != c2 {
-		t.Errorf("Resolve(short) = %s, %v", got, err)
+	if _, err := repo.Resolve(c2[:10]); err == nil || !strings.Contains(err.Error(), "pass the full 40-hex hash") {
+		t.Errorf("Resolve(short) = %v, want a refusal", err)
+	}
+	if got, err := repo.Resolve(strings.ToUpper(c2)); err != nil || got != c2 {
+		t.Errorf("Resolve(upper-case full hash) = %s, %v", got, err)
 	}
 	if _, err := repo.Resolve("nosuch"); err == nil || !strings.Contains(err.Error(), "commit nosuch is not in") {
 		t.Errorf("Resolve(nosuch): %v", err)

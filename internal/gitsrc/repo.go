@@ -8,6 +8,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"sort"
 	"strings"
 
@@ -26,12 +27,23 @@ type Repo struct {
 // Open opens the checkout at dir. It returns an error naming dir when dir
 // is missing or is not a git checkout.
 func Open(dir string) (*Repo, error) {
-	r, err := git.PlainOpen(dir)
+	fi, err := os.Stat(dir)
+	if err != nil {
+		return nil, fmt.Errorf("--src %s: %w", dir, err)
+	}
+	if !fi.IsDir() {
+		return nil, fmt.Errorf("--src %s is a file, not a checkout", dir)
+	}
+	if _, err := os.Lstat(filepath.Join(dir, ".git")); err != nil {
+		return nil, fmt.Errorf("%s is not the top of a git checkout (no .git there); point --src at the SGLang checkout's top directory", dir)
+	}
+	// EnableDotGitCommonDir opens linked worktrees (git worktree add).
+	r, err := git.PlainOpenWithOptions(dir, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
 	if err != nil {
 		if errors.Is(err, git.ErrRepositoryNotExists) {
-			return nil, fmt.Errorf("%s is not a git checkout; remove it, or point --src at an SGLang checkout", dir)
+			return nil, fmt.Errorf("%s is not a git checkout; point --src at an SGLang checkout", dir)
 		}
-		return nil, fmt.Errorf("open %s: %w", dir, err)
+		return nil, fmt.Errorf("open %s: %w (arpatch reads repositories through go-git, which does not support every git extension, e.g. sparse checkout)", dir, err)
 	}
 	return &Repo{Dir: dir, r: r}, nil
 }
@@ -49,10 +61,23 @@ func OpenAny(path string) (*Repo, error) {
 	return &Repo{Dir: path, r: r}, nil
 }
 
-// GitDir returns the repository's git directory (dir/.git for a checkout).
+// GitDir returns the checkout's own git directory: dir/.git, or for a
+// linked worktree the directory its .git file points at
+// (.git/worktrees/<name> of the main repository), so that state kept there
+// belongs to this worktree alone.
 func (r *Repo) GitDir() string {
-	if fi, err := os.Stat(filepath.Join(r.Dir, ".git")); err == nil && fi.IsDir() {
-		return filepath.Join(r.Dir, ".git")
+	p := filepath.Join(r.Dir, ".git")
+	fi, err := os.Stat(p)
+	if err == nil && fi.IsDir() {
+		return p
+	}
+	if b, err := os.ReadFile(p); err == nil {
+		if d, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir: "); ok {
+			if !filepath.IsAbs(d) {
+				d = filepath.Join(r.Dir, d)
+			}
+			return d
+		}
 	}
 	return r.Dir
 }
@@ -66,9 +91,20 @@ func (r *Repo) Head() (string, error) {
 	return h.Hash().String(), nil
 }
 
-// Resolve turns a revision (a full or abbreviated hash, a branch, a tag,
-// or origin/<branch>) into a 40-hex commit. The error names the revision.
+var shortHex = regexp.MustCompile(`^[0-9a-fA-F]{4,39}$`)
+
+// Resolve turns a revision (a full hash, a branch, a tag, HEAD, or
+// origin/<branch>) into a 40-hex commit. An abbreviated hash is refused:
+// go-git takes the first object that matches a prefix, where git would
+// report the prefix as ambiguous, and a pin must never depend on which
+// objects a clone happens to hold. The error names the revision.
 func (r *Repo) Resolve(rev string) (string, error) {
+	if shortHex.MatchString(rev) {
+		return "", fmt.Errorf("%q looks like an abbreviated commit hash; pass the full 40-hex hash (git rev-parse %s prints it): a prefix can match several objects", rev, rev)
+	}
+	if rev == "" {
+		return "", fmt.Errorf("empty revision")
+	}
 	tries := []string{rev}
 	if !strings.Contains(rev, "/") {
 		tries = append(tries, "origin/"+rev, "refs/remotes/origin/"+rev)
@@ -113,8 +149,14 @@ func (r *Repo) remoteURL() string {
 // Change is one uncommitted change in a work tree, as `git status
 // --porcelain` shows it: two status letters and a path.
 type Change struct {
-	Staging, Worktree byte // ' ', 'M', 'A', 'D', 'R', 'C', 'U', '?'
-	Path              string
+	Staging  byte   `json:"-"` // ' ', 'M', 'A', 'D', 'R', 'C', 'U', '?'
+	Worktree byte   `json:"-"`
+	Path     string `json:"path"`
+}
+
+// MarshalJSON writes {"path", "status": "XY"} as `git status --porcelain` does.
+func (c Change) MarshalJSON() ([]byte, error) {
+	return []byte(fmt.Sprintf(`{"status":%q,"path":%q}`, string([]byte{c.Staging, c.Worktree}), c.Path)), nil
 }
 
 func (c Change) String() string { return fmt.Sprintf("%c%c %s", c.Staging, c.Worktree, c.Path) }

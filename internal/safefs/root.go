@@ -79,7 +79,8 @@ func (r Root) ReadFile(rel string) ([]byte, error) {
 type Change struct {
 	Path string
 	Data []byte
-	// Mode for a created file; an existing file keeps its mode.
+	// Mode, when not zero, is set on the file; zero keeps an existing
+	// file's mode and gives a new one 0644.
 	Mode fs.FileMode
 }
 
@@ -143,7 +144,7 @@ func (r Root) Write(changes []Change) error {
 			}
 			made = append(made, dirs...)
 			mode := c.Mode
-			if u.existed {
+			if mode == 0 && u.existed {
 				mode = u.mode
 			}
 			if mode == 0 {

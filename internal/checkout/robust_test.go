@@ -1,0 +1,228 @@
+package checkout
+
+import (
+	"context"
+	"encoding/json"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"sync"
+	"testing"
+
+	git "github.com/go-git/go-git/v5"
+
+	"github.com/arpatch/arpatch/internal/testrepo"
+	"github.com/arpatch/arpatch/recipes"
+)
+
+func TestAlreadyAppliedComparesPatchSets(t *testing.T) {
+	f := newFixture(t)
+	// A series of two patches: apply with 0002 skipped, then ask for both.
+	second := "Description: d\nAuthor: t\nUpstream-Status: Pending\nApplies-To: fixture\n\n" +
+		"--- a/kernel/untouched.cuh\n+++ b/kernel/untouched.cuh\n@@ -1 +1 @@\n-// left alone\n+// touched\n"
+	dir := filepath.Join(t.TempDir(), "series")
+	toml := "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + f.commit + "\"]\n\n[[patch]]\nfile = \"0001-all-kinds.patch\"\nsha256 = \"" + sum([]byte(fixturePatch)) +
+		"\"\n\n[[patch]]\nfile = \"0002-second.patch\"\nsha256 = \"" + sum([]byte(second)) + "\"\n"
+	testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-all-kinds.patch": fixturePatch, "0002-second.patch": second})
+	cat, err := loadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	skip, _ := recipes.Parse("s.toml", []byte("name = \"fx\"\nseries = \"fx\"\nskip = [\"0002-second.patch\"]\n[upstream]\ncommit = \""+f.commit+"\"\n"))
+	if _, err := Apply(context.Background(), ApplyOptions{Recipe: skip, Catalog: cat, Src: f.work, Repo: f.up}); err != nil {
+		t.Fatal(err)
+	}
+	full, _ := recipes.Parse("f.toml", []byte("name = \"fx\"\nseries = \"fx\"\n[upstream]\ncommit = \""+f.commit+"\"\n"))
+	before := snapshot(t, f.work)
+	_, err = Apply(context.Background(), ApplyOptions{Recipe: full, Catalog: cat, Src: f.work})
+	if err == nil || !strings.Contains(err.Error(), "another patch set applied") || !strings.Contains(err.Error(), "requested: 0001-all-kinds.patch@") || !strings.Contains(err.Error(), "0002-second.patch@") {
+		t.Fatalf("err = %v", err)
+	}
+	if d := diffSnapshots(before, snapshot(t, f.work)); len(d) > 0 {
+		t.Errorf("refused apply changed %v", d)
+	}
+}
+
+func TestRevertAndStatusAcceptUpstreamBytes(t *testing.T) {
+	f := newFixture(t)
+	pristine := snapshot(t, f.up)
+	if _, err := f.apply(t); err != nil {
+		t.Fatal(err)
+	}
+	// The user restores one file to upstream by hand.
+	os.WriteFile(filepath.Join(f.work, "kernel/dispatch.cuh"), []byte(upstreamFiles["kernel/dispatch.cuh"]), 0o644)
+	st, err := Status(f.work, f.cat)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if st.Clean() || len(st.Drift) != 1 || !st.Drift[0].Upstream {
+		t.Errorf("drift = %+v", st.Drift)
+	}
+	rep, err := Revert(RevertOptions{Src: f.work})
+	if err != nil {
+		t.Fatalf("revert refused a file that holds upstream's bytes: %v", err)
+	}
+	if len(rep.AlreadyUpstream) != 1 || len(rep.Restored) != 4 || len(rep.Discarded) != 0 {
+		t.Errorf("report = %+v", rep)
+	}
+	if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
+		t.Errorf("differs from upstream after revert: %v", d)
+	}
+}
+
+func TestInterruptedApplyIsReportedAndReverted(t *testing.T) {
+	f := newFixture(t)
+	pristine := snapshot(t, f.up)
+	if _, err := f.apply(t); err != nil {
+		t.Fatal(err)
+	}
+	// Make it look like a kill during the writes: the state says
+	// incomplete, one file is patched, one still upstream, and a temp file
+	// is left beside a third.
+	gitDir := filepath.Join(f.work, ".git")
+	st, _ := ReadState(gitDir)
+	st.Incomplete = true
+	if err := writeState(gitDir, st); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(f.work, "tools/run.bat"), []byte(upstreamFiles["tools/run.bat"]), 0o644)
+	os.WriteFile(filepath.Join(f.work, "kernel/.dispatch.cuh.arpatch-123"), []byte("partial"), 0o644)
+
+	sr, err := Status(f.work, f.cat)
+	if err != nil || sr.Clean() {
+		t.Fatalf("status clean = %v, err %v", sr.Clean(), err)
+	}
+	if _, err := f.apply(t); err == nil || !strings.Contains(err.Error(), "was interrupted part way") {
+		t.Errorf("apply on an interrupted tree: %v", err)
+	}
+	if _, err := Revert(RevertOptions{Src: f.work}); err != nil {
+		t.Fatal(err)
+	}
+	if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
+		t.Errorf("differs from upstream after revert: %v", d)
+	}
+}
+
+func TestSkipWorktreeEditIsRefused(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.apply(t); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Revert(RevertOptions{Src: f.work}); err != nil {
+		t.Fatal(err)
+	}
+	r, err := git.PlainOpen(f.work)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, err := r.Storer.Index()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range idx.Entries {
+		if e.Name == "kernel/dispatch.cuh" {
+			e.SkipWorktree = true
+		}
+	}
+	if err := r.Storer.SetIndex(idx); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(f.work, "kernel/dispatch.cuh"), []byte(upstreamFiles["kernel/dispatch.cuh"]+"// local\n"), 0o644)
+	before := snapshot(t, f.work)
+	_, err = f.apply(t)
+	if err == nil || !strings.Contains(err.Error(), "differ from commit") || !strings.Contains(err.Error(), "kernel/dispatch.cuh") {
+		t.Fatalf("err = %v", err)
+	}
+	if d := diffSnapshots(before, snapshot(t, f.work)); len(d) > 0 {
+		t.Errorf("refused apply changed %v", d)
+	}
+}
+
+func TestConcurrentAppliesOneWins(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.apply(t); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Revert(RevertOptions{Src: f.work}); err != nil {
+		t.Fatal(err)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, 8)
+	reps := make([]*ApplyReport, 8)
+	for i := range errs {
+		wg.Add(1)
+		go func(i int) {
+			defer wg.Done()
+			reps[i], errs[i] = f.apply(t)
+		}(i)
+	}
+	wg.Wait()
+	applied := 0
+	for i, err := range errs {
+		switch {
+		case err == nil && !reps[i].AlreadyApplied:
+			applied++
+		case err == nil && reps[i].ByHand:
+			t.Errorf("run %d saw the tree without its state: %+v", i, reps[i])
+		case err != nil && !strings.Contains(err.Error(), "another arpatch"):
+			t.Errorf("run %d: unexpected error %v", i, err)
+		}
+	}
+	if applied != 1 {
+		t.Errorf("%d runs applied the series, want 1", applied)
+	}
+}
+
+func TestStateWithBadPathIsRefused(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.apply(t); err != nil {
+		t.Fatal(err)
+	}
+	p := StatePath(filepath.Join(f.work, ".git"))
+	var st map[string]any
+	b, _ := os.ReadFile(p)
+	json.Unmarshal(b, &st)
+	st["files"] = []map[string]string{{"path": ".git/config", "op": "create"}}
+	b, _ = json.Marshal(st)
+	os.WriteFile(p, b, 0o644)
+	if _, err := Revert(RevertOptions{Src: f.work, Force: true}); err == nil || !strings.Contains(err.Error(), "enters .git") {
+		t.Errorf("revert with a tampered state: %v", err)
+	}
+	if _, err := os.Stat(filepath.Join(f.work, ".git", "config")); err != nil {
+		t.Errorf(".git/config: %v", err)
+	}
+}
+
+// TestLinkedWorktree needs the git binary to make the worktree; go-git
+// cannot. arpatch itself only reads it.
+func TestLinkedWorktree(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed")
+	}
+	f := newFixture(t)
+	if _, err := f.apply(t); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Revert(RevertOptions{Src: f.work}); err != nil {
+		t.Fatal(err)
+	}
+	wt := filepath.Join(t.TempDir(), "wt")
+	if out, err := exec.Command("git", "-C", f.work, "worktree", "add", "--detach", wt, f.commit).CombinedOutput(); err != nil {
+		t.Skipf("git worktree add: %v %s", err, out)
+	}
+	if _, err := Apply(context.Background(), ApplyOptions{Recipe: f.recipe, Catalog: f.cat, Src: wt}); err != nil {
+		t.Fatal(err)
+	}
+	// The state belongs to the worktree, not to the main checkout.
+	if st, _ := ReadState(filepath.Join(f.work, ".git")); st != nil {
+		t.Error("the worktree's state landed in the main checkout")
+	}
+	sr, err := Status(wt, f.cat)
+	if err != nil || !sr.Clean() {
+		t.Fatalf("status: %v %+v", err, sr)
+	}
+	if _, err := Revert(RevertOptions{Src: wt}); err != nil {
+		t.Fatal(err)
+	}
+}
