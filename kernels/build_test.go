@@ -144,6 +144,9 @@ func TestBuildInterruptKillsProcessGroup(t *testing.T) {
 	}
 	for _, f := range strings.Fields(readFile(t, pids)) {
 		pid, _ := strconv.Atoi(f)
+		for i := 0; i < 100 && alive(pid); i++ { // SIGKILL lands asynchronously
+			time.Sleep(20 * time.Millisecond)
+		}
 		if alive(pid) {
 			t.Errorf("process %d survived the interrupt", pid)
 		}

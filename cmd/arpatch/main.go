@@ -138,6 +138,7 @@ Exit codes: 0 success, 1 failure, 2 usage error.`,
 			benchCommand(),
 			doctorCommand(),
 			gencodeFilterCommand(),
+			fakeSGLangCommand(),
 		},
 	}
 }

@@ -1,0 +1,57 @@
+package main
+
+import (
+	"fmt"
+	"net"
+	"net/http"
+	"os"
+
+	"github.com/urfave/cli/v2"
+	"golang.org/x/term"
+
+	"github.com/arpatch/arpatch/harness/sglangtest"
+)
+
+func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
+
+// fakeSGLangCommand serves the SGLang streaming protocol with a set token
+// rate: for demos, CI and trying arpatch without GPUs. It is hidden from
+// help.
+func fakeSGLangCommand() *cli.Command {
+	return &cli.Command{
+		Name:   "fake-sglang",
+		Hidden: true,
+		Usage:  "serve SGLang's /generate streaming protocol at a set token rate, for demos and tests",
+		Flags: []cli.Flag{
+			&cli.IntFlag{Name: "port", Usage: "`PORT` to listen on (127.0.0.1)", Required: true},
+			&cli.Float64Flag{Name: "rate", Usage: "decode rate in tokens/s", Value: 90},
+			&cli.DurationFlag{Name: "ttft", Usage: "time to first token", Value: 20e6},
+			&cli.IntFlag{Name: "tokens-per-chunk", Usage: "tokens per chunk (a verify step's accepted tokens)", Value: 3},
+			&cli.Float64Flag{Name: "accept", Usage: "accept length reported through spec_verify_ct", Value: 3},
+			&cli.StringFlag{Name: "variant", Usage: "perturb the output text (a wrong arm)"},
+			&cli.DurationFlag{Name: "start-delay", Usage: "answer /health_generate only after this"},
+			&cli.IntFlag{Name: "http500-every", Usage: "fail every Nth request with HTTP 500"},
+		},
+		Action: func(c *cli.Context) error {
+			srv := sglangtest.New(sglangtest.Config{
+				TokPerSec: c.Float64("rate"), TTFT: c.Duration("ttft"), TokensPerChunk: c.Int("tokens-per-chunk"),
+				AcceptLength: c.Float64("accept"), Variant: c.String("variant"), StartDelay: c.Duration("start-delay"),
+				HTTP500Every: c.Int("http500-every"),
+			})
+			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", c.Int("port")))
+			if err != nil {
+				return err
+			}
+			fmt.Fprintf(c.App.ErrWriter, "fake-sglang on %s: %.1f tok/s, %d tokens per chunk\n", l.Addr(), c.Float64("rate"), c.Int("tokens-per-chunk"))
+			hs := &http.Server{Handler: srv}
+			go func() {
+				<-c.Context.Done() // SIGTERM or Ctrl-C
+				hs.Close()
+			}()
+			if err := hs.Serve(l); err != nil && err != http.ErrServerClosed {
+				return err
+			}
+			return nil
+		},
+	}
+}

@@ -1,0 +1,157 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"math"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/arpatch/arpatch/harness/allreduce"
+	"github.com/arpatch/arpatch/harness/sglangtest"
+	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/harness/workload"
+)
+
+func serve(t *testing.T, cfg sglangtest.Config) (*sglangtest.Server, string) {
+	t.Helper()
+	s := sglangtest.New(cfg)
+	ts := httptest.NewServer(s)
+	t.Cleanup(ts.Close)
+	return s, ts.URL
+}
+
+// TestRunVerdicts attaches to in-test servers: a baseline, an identical
+// arm, a 40% slower arm and an arm that returns other text.
+func TestRunVerdicts(t *testing.T) {
+	base := sglangtest.Config{TokPerSec: 1000, TTFT: 2 * time.Millisecond, TokensPerChunk: 3, AcceptLength: 2.5}
+	_, b := serve(t, base)
+	_, same := serve(t, base)
+	slowCfg := base
+	slowCfg.TokPerSec = 600
+	_, slow := serve(t, slowCfg)
+	wrongCfg := base
+	wrongCfg.Variant, wrongCfg.DivergeAt = "broken allreduce", 5
+	_, wrong := serve(t, wrongCfg)
+	res, err := Run(context.Background(), Options{
+		Arms:    []Arm{{Name: "baseline", URL: b}, {Name: "same", URL: same}, {Name: "slow", URL: slow}, {Name: "wrong", URL: wrong}},
+		Prompts: workload.Take(workload.Builtin(), 4), MaxNewTokens: 40, Trials: 5, SpecAlgorithm: "EAGLE3",
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for name, want := range map[string]string{"same": stats.NoChange, "slow": stats.Slower, "wrong": stats.NoChange} {
+		a := res.Arm(name)
+		if got := a.Deltas["tok_s"].Verdict; got != want {
+			t.Errorf("%s: verdict %s, want %s (%+v)", name, got, want, a.Deltas["tok_s"])
+		}
+	}
+	if d := res.Arm("slow").Deltas["tok_s"]; d.Pct > -30 || d.P >= 0.05 {
+		t.Errorf("slow arm: %+v", d)
+	}
+	if !res.Arm("wrong").Invalid || res.Arm("same").Invalid || res.Arm("slow").Invalid {
+		t.Errorf("invalid: wrong %v same %v slow %v", res.Arm("wrong").Invalid, res.Arm("same").Invalid, res.Arm("slow").Invalid)
+	}
+	// Exact accept length: 40 tokens, ceil(39/2.5)+1 = 17 verify steps.
+	for _, a := range res.Arms {
+		for _, m := range a.Metrics {
+			if m.AcceptLength != 40.0/17 || m.Errors != 0 || m.Requests != 4 {
+				t.Fatalf("%s: %+v", a.Arm.Name, m)
+			}
+		}
+	}
+	// Measured decode rate within 2% of the servers' rates.
+	for name, rate := range map[string]float64{"baseline": 1000, "slow": 600} {
+		got := res.Arm(name).Summaries["decode_tok_s"].Center
+		if math.Abs(got/rate-1) > 0.02 {
+			t.Errorf("%s: decode %.1f tok/s, true %v", name, got, rate)
+		}
+	}
+	if !strings.Contains(strings.Join(res.Arm("wrong").Warnings, "\n"), "INVALID: only 0 of 4 prompts") {
+		t.Errorf("warnings %v", res.Arm("wrong").Warnings)
+	}
+}
+
+func TestRunCountsFailures(t *testing.T) {
+	_, b := serve(t, sglangtest.Config{TokPerSec: 2000, HTTP500Every: 3})
+	_, drop := serve(t, sglangtest.Config{TokPerSec: 2000, DropAfter: 2})
+	_, bad := serve(t, sglangtest.Config{TokPerSec: 2000, Malformed: true})
+	res, err := Run(context.Background(), Options{
+		Arms:    []Arm{{Name: "baseline", URL: b}, {Name: "drop", URL: drop}, {Name: "bad", URL: bad}},
+		Prompts: workload.Take(workload.Builtin(), 6), MaxNewTokens: 12, Trials: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if e := res.Arm("baseline").Metrics[0].Errors; e != 2 {
+		t.Errorf("HTTP 500 every 3rd request: %d errors in 6", e)
+	}
+	for _, name := range []string{"drop", "bad"} {
+		a := res.Arm(name)
+		if a.Metrics[0].Errors != 6 || !strings.Contains(strings.Join(a.Warnings, " "), "6 requests failed") && !strings.Contains(strings.Join(a.Warnings, " "), "12 requests failed") {
+			t.Errorf("%s: %+v %v", name, a.Metrics[0], a.Warnings)
+		}
+	}
+}
+
+func TestAcceptLengthOneWarns(t *testing.T) {
+	_, b := serve(t, sglangtest.Config{TokPerSec: 2000, AcceptLength: 1})
+	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}}, Prompts: []string{"a", "b"}, MaxNewTokens: 8, Trials: 1, SpecAlgorithm: "EAGLE3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(res.Arms[0].Warnings, " "), "accept length 1.00 with speculation on") {
+		t.Errorf("warnings %v", res.Arms[0].Warnings)
+	}
+}
+
+func TestPreflightStops(t *testing.T) {
+	_, b := serve(t, sglangtest.Config{TokPerSec: 2000})
+	slowCustom := func(ctx context.Context) (*allreduce.Report, error) {
+		v := allreduce.Verify{Count: 122, Bytes: 40960}
+		run := &allreduce.Run{Exit: "ok", Results: []allreduce.Result{
+			{Impl: allreduce.NCCL, Branch: "-", Bytes: 40960, Mode: "graph", OK: true, MedianUS: 25},
+			{Impl: allreduce.CustomAuto, Branch: "pcie", Bytes: 40960, Mode: "graph", OK: true, MedianUS: 38},
+		}}
+		return allreduce.NewReport(allreduce.Options{}, v, run, "test"), nil
+	}
+	o := Options{Arms: []Arm{{Name: "baseline", URL: b}}, Prompts: []string{"a"}, MaxNewTokens: 4, Trials: 1, Preflight: slowCustom}
+	res, err := Run(context.Background(), o)
+	var pe *PreflightError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "takes 38.0 us at the verify shape, NCCL 25.0 us") || len(res.Arms) != 0 {
+		t.Fatalf("err = %v", err)
+	}
+	o.Force = true
+	res, err = Run(context.Background(), o)
+	if err != nil || len(res.Arms) != 1 || len(res.Findings) != 1 {
+		t.Errorf("forced: %v %+v", err, res)
+	}
+}
+
+func TestLaunchedServerDies(t *testing.T) {
+	o := Options{Arms: []Arm{{Name: "baseline", LaunchCmd: "echo 'Traceback: fatal (fake)' >&2; exit 5"}},
+		Prompts: []string{"a"}, Trials: 1, LogDir: t.TempDir(), ReadyTimeout: 5 * time.Second}
+	_, err := Run(context.Background(), o)
+	var ie *InfraError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "Traceback: fatal (fake)") || !strings.Contains(err.Error(), "exited (exit status 5)") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestArgv(t *testing.T) {
+	o := Options{Model: "/m", DraftModel: "/d", TP: 8, SpecAlgorithm: "EAGLE3", SpecSteps: 3, SpecTopK: 1, SpecDraftTokens: 4, Host: "127.0.0.1"}
+	got := strings.Join(o.Argv(Arm{Name: "pcie", Python: "/venv/bin/python", Args: []string{"--cuda-graph-max-bs", "8"}}, 31000), " ")
+	want := "/venv/bin/python -m sglang.launch_server --model-path /m --host 127.0.0.1 --port 31000 --tp-size 8 --speculative-algorithm EAGLE3 --speculative-draft-model-path /d --speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4 --cuda-graph-max-bs 8"
+	if got != want {
+		t.Errorf("argv:\n%s\nwant\n%s", got, want)
+	}
+	if got := o.Argv(Arm{Name: "x", LaunchCmd: "serve --port {port} --tp {tp} --arm {arm}"}, 9); strings.Join(got, " ") != "sh -c serve --port 9 --tp 8 --arm x" {
+		t.Errorf("template: %q", got)
+	}
+	bad := Options{Arms: []Arm{{Name: "a"}}, Prompts: []string{"x"}}
+	if _, err := Run(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "needs a server: pass --model") {
+		t.Errorf("no model: %v", err)
+	}
+}

@@ -1,0 +1,130 @@
+package report
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"golang.org/x/perf/benchfmt"
+
+	"github.com/arpatch/arpatch/harness/bench"
+	"github.com/arpatch/arpatch/harness/sglangtest"
+)
+
+func run(t *testing.T) (*bench.Result, Settings) {
+	t.Helper()
+	urls := map[string]string{}
+	for name, cfg := range map[string]sglangtest.Config{
+		"baseline": {TokPerSec: 3000, TTFT: time.Millisecond, TokensPerChunk: 2},
+		"pcie":     {TokPerSec: 3000, TTFT: time.Millisecond, TokensPerChunk: 2},
+		"broken":   {TokPerSec: 3000, TTFT: time.Millisecond, TokensPerChunk: 2, Variant: "nan"},
+	} {
+		ts := httptest.NewServer(sglangtest.New(cfg))
+		t.Cleanup(ts.Close)
+		urls[name] = ts.URL
+	}
+	o := bench.Options{Arms: []bench.Arm{{Name: "baseline", URL: urls["baseline"]}, {Name: "pcie", URL: urls["pcie"]}, {Name: "broken", URL: urls["broken"]}},
+		Prompts: []string{"a b", "c d", "e f"}, MaxNewTokens: 20, Trials: 3}
+	res, err := bench.Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return res, Settings{Prompts: 3, Trials: 3, MaxNewTokens: 20, Concurrency: 1, Model: "fake/model"}
+}
+
+func TestTableAndMarkdown(t *testing.T) {
+	res, s := run(t)
+	var b bytes.Buffer
+	WriteTable(&b, res, s)
+	out := b.String()
+	for _, want := range []string{"arm", "tok/s", "delta", "decode tok/s", "accept len", "TTFT p50/p99 ms", "ITL p50 ms", "agree", "verdict",
+		"baseline", "pcie", "3/3", "too few trials to tell", "INVALID", "WARNING broken: INVALID", "broken prompt 0 diverges at byte"} {
+		if !strings.Contains(out, want) {
+			t.Errorf("table lacks %q:\n%s", want, out)
+		}
+	}
+	b.Reset()
+	WriteMarkdown(&b, res, s)
+	if md := b.String(); !strings.Contains(md, "| arm | tok/s |") || !strings.Contains(md, "**INVALID**") || !strings.Contains(md, "> **broken**: INVALID") {
+		t.Errorf("markdown:\n%s", md)
+	}
+}
+
+// TestBenchfmtReadsBack parses the Go benchmark lines with benchfmt, as
+// benchstat does.
+func TestBenchfmtReadsBack(t *testing.T) {
+	res, s := run(t)
+	var b bytes.Buffer
+	if err := WriteBenchfmt(&b, res, s); err != nil {
+		t.Fatal(err)
+	}
+	r := benchfmt.NewReader(&b, "bench.txt")
+	n := 0
+	units := map[string]string{}
+	for r.Scan() {
+		switch rec := r.Result().(type) {
+		case *benchfmt.Result:
+			n++
+			if !strings.HasPrefix(rec.Name.String(), "EAGLE3/arm=") || rec.Iters != 3 || rec.GetConfig("model") != "fake/model" {
+				t.Errorf("result %s iters %d model %q", rec.Name, rec.Iters, rec.GetConfig("model"))
+			}
+			if v, ok := rec.Value("tok/s"); !ok || v <= 0 {
+				t.Errorf("tok/s %v %v", v, ok)
+			}
+			if v, ok := rec.Value("accept-len"); !ok || v <= 1 {
+				t.Errorf("accept-len %v", v)
+			}
+		case *benchfmt.UnitMetadata:
+			units[rec.Unit] = rec.Value
+		case *benchfmt.SyntaxError:
+			t.Errorf("syntax error: %v", rec)
+		}
+	}
+	if n != 9 || units["tok/s"] != "higher" || units["ttft-sec"] != "lower" {
+		t.Errorf("%d results, units %v", n, units)
+	}
+}
+
+func TestJSONDocument(t *testing.T) {
+	res, s := run(t)
+	var b bytes.Buffer
+	if err := NewDocument(res, s, "test").WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Schema      string `json:"schema"`
+		Environment struct {
+			OS       string            `json:"os"`
+			Versions map[string]string `json:"versions"`
+		} `json:"environment"`
+		Result struct {
+			Baseline string `json:"baseline"`
+			Arms     []struct {
+				Arm    struct{ Name string } `json:"arm"`
+				Trials []struct {
+					Samples []struct {
+						TTFT             float64 `json:"ttft_s"`
+						CompletionTokens int     `json:"completion_tokens"`
+						SpecVerifyCt     int     `json:"spec_verify_ct"`
+						Text             string  `json:"text"`
+					} `json:"samples"`
+				} `json:"trials"`
+				Invalid bool `json:"invalid"`
+			} `json:"arms"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.Schema != Schema || doc.Result.Baseline != "baseline" || len(doc.Result.Arms) != 3 || doc.Environment.Versions["sglang@pcie"] != "sglangtest" {
+		t.Fatalf("doc %+v", doc)
+	}
+	smp := doc.Result.Arms[1].Trials[2].Samples[1]
+	if smp.CompletionTokens != 20 || smp.SpecVerifyCt == 0 || smp.TTFT <= 0 || smp.Text == "" || !doc.Result.Arms[2].Invalid {
+		t.Errorf("sample %+v", smp)
+	}
+}

@@ -1,0 +1,174 @@
+// Package server starts and stops SGLang servers for a benchmark: it runs
+// the launch command in its own process group with the log in a file,
+// waits until /health_generate answers (a one-token generation, so the
+// model is loaded), reports a server that exits or stays unready with the
+// last lines of its log, and stops it with SIGTERM to the group, then
+// SIGKILL after a grace period, so no process is left behind, Ctrl-C
+// included.
+package server
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"strings"
+	"syscall"
+	"time"
+
+	"github.com/arpatch/arpatch/harness/sglang"
+)
+
+// Spec is one server to start.
+type Spec struct {
+	Name         string   // the arm, for messages
+	Argv         []string // the command
+	Env          []string // full environment
+	Host         string   // "127.0.0.1"
+	Port         int
+	LogPath      string
+	ReadyTimeout time.Duration // default 20 minutes: loading a large model takes long
+	PollInterval time.Duration // default 250 ms
+	Grace        time.Duration // SIGTERM to SIGKILL; default 15 s
+}
+
+// Proc is a started server.
+type Proc struct {
+	Spec Spec
+	URL  string
+	cmd  *exec.Cmd
+	done chan struct{}
+	err  error // the wait error once done is closed
+	log  *os.File
+}
+
+// ExitError is a server that exited or never became ready.
+type ExitError struct {
+	Name, Log, Why string
+	Tail           []string
+}
+
+func (e *ExitError) Error() string {
+	return fmt.Sprintf("server for arm %s %s; last %d lines of %s:\n%s", e.Name, e.Why, len(e.Tail), e.Log, strings.Join(e.Tail, "\n"))
+}
+
+// FreePort asks the kernel for a free TCP port on host.
+func FreePort(host string) (int, error) {
+	l, err := net.Listen("tcp", net.JoinHostPort(host, "0"))
+	if err != nil {
+		return 0, err
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// Start launches the server and waits until it is ready. It returns an
+// *ExitError with the log's last 40 lines when the process exits first or
+// the wait times out (the process group is then killed), and ctx's error,
+// after killing it, when ctx is cancelled.
+func Start(ctx context.Context, spec Spec) (*Proc, error) {
+	if spec.Host == "" {
+		spec.Host = "127.0.0.1"
+	}
+	if spec.ReadyTimeout == 0 {
+		spec.ReadyTimeout = 20 * time.Minute
+	}
+	if spec.PollInterval == 0 {
+		spec.PollInterval = 250 * time.Millisecond
+	}
+	if spec.Grace == 0 {
+		spec.Grace = 15 * time.Second
+	}
+	logf, err := os.Create(spec.LogPath)
+	if err != nil {
+		return nil, fmt.Errorf("server log: %w", err)
+	}
+	fmt.Fprintf(logf, "# arm %s: %s\n", spec.Name, strings.Join(spec.Argv, " "))
+	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	cmd.Env = spec.Env
+	cmd.Stdout, cmd.Stderr = logf, logf
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		logf.Close()
+		return nil, fmt.Errorf("starting the server for arm %s (%s): %w", spec.Name, spec.Argv[0], err)
+	}
+	p := &Proc{Spec: spec, URL: fmt.Sprintf("http://%s", net.JoinHostPort(spec.Host, fmt.Sprint(spec.Port))), cmd: cmd, done: make(chan struct{}), log: logf}
+	go func() {
+		p.err = cmd.Wait()
+		close(p.done)
+	}()
+	client := sglang.NewClient(p.URL)
+	deadline := time.NewTimer(spec.ReadyTimeout)
+	defer deadline.Stop()
+	tick := time.NewTicker(spec.PollInterval)
+	defer tick.Stop()
+	for {
+		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		herr := client.Health(hctx)
+		cancel()
+		if herr == nil {
+			return p, nil
+		}
+		select {
+		case <-p.done:
+			p.log.Close()
+			return nil, &ExitError{Name: spec.Name, Log: spec.LogPath, Why: fmt.Sprintf("exited (%v) before it was ready", p.err), Tail: Tail(spec.LogPath, 40)}
+		case <-deadline.C:
+			p.Stop()
+			return nil, &ExitError{Name: spec.Name, Log: spec.LogPath, Why: fmt.Sprintf("was not ready after %s (/health_generate: %v)", spec.ReadyTimeout, herr), Tail: Tail(spec.LogPath, 40)}
+		case <-ctx.Done():
+			p.Stop()
+			return nil, ctx.Err()
+		case <-tick.C:
+		}
+	}
+}
+
+// Exited reports whether the server process has ended, and how.
+func (p *Proc) Exited() (bool, error) {
+	select {
+	case <-p.done:
+		return true, p.err
+	default:
+		return false, nil
+	}
+}
+
+// Stop ends the server: SIGTERM to its process group, SIGKILL to the group
+// after the grace period, and SIGKILL again for anything left in the group
+// once the leader is gone. It waits for the leader and is safe to call
+// twice.
+func (p *Proc) Stop() error {
+	pgid := p.cmd.Process.Pid
+	select {
+	case <-p.done:
+	default:
+		syscall.Kill(-pgid, syscall.SIGTERM)
+		select {
+		case <-p.done:
+		case <-time.After(p.Spec.Grace):
+			syscall.Kill(-pgid, syscall.SIGKILL)
+			<-p.done
+		}
+	}
+	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+		return err
+	}
+	p.log.Close()
+	return nil
+}
+
+// Tail returns the last n lines of a file.
+func Tail(path string, n int) []string {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return []string{"(no log: " + err.Error() + ")"}
+	}
+	lines := strings.Split(strings.TrimRight(string(b), "\n"), "\n")
+	if len(lines) > n {
+		lines = lines[len(lines)-n:]
+	}
+	return lines
+}

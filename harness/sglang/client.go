@@ -1,0 +1,304 @@
+// Package sglang is a client for SGLang's native streaming /generate
+// endpoint, built to measure: every chunk is time-stamped as it is read,
+// and a request yields one Sample with TTFT, end-to-end latency, token and
+// verify counts, inter-token latencies and the generated text.
+//
+// Protocol facts (sglang/srt/entrypoints/http_server.py and
+// sglang/bench_serving.py at 84118acf): POST /generate with {"text",
+// "sampling_params": {"max_new_tokens", "temperature", "ignore_eos"},
+// "stream": true} answers with "data: {json}" lines and a final
+// "data: [DONE]". Each chunk's "text" is the whole output so far and its
+// meta_info holds id, finish_reason, prompt_tokens, completion_tokens and
+// cached_tokens; the last adds e2e_latency and spec_verify_ct (newer trees
+// also spec_accept_length). A chunk that brings N tokens after a gap g
+// counts as N inter-token latencies of g/N, as bench_serving counts them.
+package sglang
+
+import (
+	"bufio"
+	"bytes"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"net/http"
+	"strings"
+	"time"
+)
+
+// Request is one generation.
+type Request struct {
+	Text         string
+	MaxNewTokens int
+	Temperature  float64
+	IgnoreEOS    bool
+}
+
+// Sample is the measurement of one request. Durations are seconds.
+type Sample struct {
+	Prompt           int       `json:"prompt"` // index in the workload
+	Start            time.Time `json:"start"`
+	TTFT             float64   `json:"ttft_s"` // to the first chunk that carries output
+	E2E              float64   `json:"e2e_s"`  // to [DONE] or the end of the stream
+	PromptTokens     int       `json:"prompt_tokens"`
+	CompletionTokens int       `json:"completion_tokens"`
+	SpecVerifyCt     int       `json:"spec_verify_ct"`
+	SpecAcceptLength float64   `json:"spec_accept_length,omitempty"` // when the server reports it
+	FinishReason     string    `json:"finish_reason,omitempty"`
+	Chunks           int       `json:"chunks"`
+	ITL              []float64 `json:"itl_s,omitempty"`
+	Text             string    `json:"text"`
+	// Text32 is the output when it first reached AgreeTokens tokens (all
+	// of it when shorter): what the output check compares.
+	Text32 string `json:"text_at_agree_tokens"`
+	Err    string `json:"error,omitempty"`
+}
+
+// DecodeTokPerSec is (tokens - 1) / (E2E - TTFT): the decode rate after
+// the first token, in tokens per second; 0 when undefined.
+func (s Sample) DecodeTokPerSec() float64 {
+	if s.CompletionTokens < 2 || s.E2E <= s.TTFT {
+		return 0
+	}
+	return float64(s.CompletionTokens-1) / (s.E2E - s.TTFT)
+}
+
+// TPOT is (E2E - TTFT) / (tokens - 1) in seconds; 0 when undefined.
+func (s Sample) TPOT() float64 {
+	if s.CompletionTokens < 2 {
+		return 0
+	}
+	return (s.E2E - s.TTFT) / float64(s.CompletionTokens-1)
+}
+
+// AgreeTokens is how many leading tokens the output check compares.
+var AgreeTokens = 32
+
+// Client talks to one server.
+type Client struct {
+	URL  string // e.g. http://127.0.0.1:30000
+	HTTP *http.Client
+	Now  func() time.Time
+}
+
+// NewClient returns a client for base URL u with no overall timeout (each
+// request is bounded by its context).
+func NewClient(u string) *Client {
+	return &Client{URL: strings.TrimRight(u, "/"), HTTP: &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}, Now: time.Now}
+}
+
+type genRequest struct {
+	Text           string         `json:"text"`
+	SamplingParams samplingParams `json:"sampling_params"`
+	Stream         bool           `json:"stream"`
+}
+
+type samplingParams struct {
+	MaxNewTokens int     `json:"max_new_tokens"`
+	Temperature  float64 `json:"temperature"`
+	IgnoreEOS    bool    `json:"ignore_eos,omitempty"`
+}
+
+// Generate sends one streaming request. Failures (HTTP status, a dropped
+// stream, malformed JSON, a timeout) are recorded in Sample.Err, with what
+// was measured before them; Generate itself does not fail.
+func (c *Client) Generate(ctx context.Context, prompt int, r Request) Sample {
+	s := Sample{Prompt: prompt}
+	body, _ := json.Marshal(genRequest{Text: r.Text, SamplingParams: samplingParams{MaxNewTokens: r.MaxNewTokens, Temperature: r.Temperature, IgnoreEOS: r.IgnoreEOS}, Stream: true})
+	req, err := http.NewRequestWithContext(ctx, http.MethodPost, c.URL+"/generate", bytes.NewReader(body))
+	if err != nil {
+		s.Err = err.Error()
+		return s
+	}
+	req.Header.Set("Content-Type", "application/json")
+	now := c.Now
+	if now == nil {
+		now = time.Now
+	}
+	s.Start = now()
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		s.Err = "request failed: " + err.Error()
+		s.E2E = now().Sub(s.Start).Seconds()
+		return s
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
+		s.Err = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
+		s.E2E = now().Sub(s.Start).Seconds()
+		return s
+	}
+	ReadStream(resp.Body, s.Start, now, &s)
+	return s
+}
+
+// chunk is the part of a streamed object the client reads.
+type chunk struct {
+	Text     string `json:"text"`
+	MetaInfo struct {
+		PromptTokens     int             `json:"prompt_tokens"`
+		CompletionTokens int             `json:"completion_tokens"`
+		SpecVerifyCt     int             `json:"spec_verify_ct"`
+		SpecAcceptLength float64         `json:"spec_accept_length"`
+		FinishReason     json.RawMessage `json:"finish_reason"`
+	} `json:"meta_info"`
+	Error json.RawMessage `json:"error"`
+}
+
+// ErrNoDone marks a stream that ended without "data: [DONE]" or a finish
+// reason.
+var ErrNoDone = errors.New("the stream ended before [DONE]")
+
+// ReadStream parses a /generate event stream into s, stamping each chunk
+// with now() as it is read, relative to start. It stops at "data: [DONE]"
+// and records a stream that ends early, a malformed chunk, or an error
+// object in s.Err.
+func ReadStream(r io.Reader, start time.Time, now func() time.Time, s *Sample) {
+	br := bufio.NewReaderSize(r, 64<<10)
+	var last time.Time
+	lastTokens := 0
+	finished := false
+	for {
+		line, err := br.ReadSlice('\n')
+		if err == bufio.ErrBufferFull {
+			// A chunk longer than the buffer: read the rest.
+			rest, err2 := br.ReadBytes('\n')
+			line = append(append([]byte(nil), line...), rest...)
+			err = err2
+		}
+		t := now()
+		line = bytes.TrimSpace(line)
+		if len(line) > 0 {
+			data, ok := bytes.CutPrefix(line, []byte("data:"))
+			if ok {
+				data = bytes.TrimSpace(data)
+				if bytes.Equal(data, []byte("[DONE]")) {
+					s.E2E = t.Sub(start).Seconds()
+					finished = true
+					break
+				}
+				var c chunk
+				if jerr := json.Unmarshal(data, &c); jerr != nil {
+					s.Err = fmt.Sprintf("malformed chunk %d: %v", s.Chunks+1, jerr)
+					s.E2E = t.Sub(start).Seconds()
+					return
+				}
+				if len(c.Error) > 0 && string(c.Error) != "null" {
+					s.Err = "server error: " + string(c.Error)
+					s.E2E = t.Sub(start).Seconds()
+					return
+				}
+				s.Chunks++
+				m := c.MetaInfo
+				if m.PromptTokens > 0 {
+					s.PromptTokens = m.PromptTokens
+				}
+				if s.TTFT == 0 && (m.CompletionTokens > 0 || c.Text != "") {
+					s.TTFT = t.Sub(start).Seconds()
+					last = t
+				} else if n := m.CompletionTokens - lastTokens; n > 0 && !last.IsZero() {
+					gap := t.Sub(last).Seconds() / float64(n)
+					for i := 0; i < n; i++ {
+						s.ITL = append(s.ITL, gap)
+					}
+					last = t
+				}
+				if m.CompletionTokens > 0 {
+					lastTokens = m.CompletionTokens
+				}
+				s.CompletionTokens = m.CompletionTokens
+				s.Text = c.Text
+				if s.Text32 == "" && m.CompletionTokens >= AgreeTokens {
+					s.Text32 = c.Text
+				}
+				if m.SpecVerifyCt > 0 {
+					s.SpecVerifyCt = m.SpecVerifyCt
+				}
+				if m.SpecAcceptLength > 0 {
+					s.SpecAcceptLength = m.SpecAcceptLength
+				}
+				if fr := finishReason(m.FinishReason); fr != "" {
+					s.FinishReason = fr
+					s.E2E = t.Sub(start).Seconds()
+				}
+			}
+		}
+		if err != nil {
+			s.E2E = t.Sub(start).Seconds()
+			if s.FinishReason == "" {
+				if errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF) {
+					s.Err = fmt.Sprintf("%v after %d chunks", ErrNoDone, s.Chunks)
+				} else {
+					s.Err = fmt.Sprintf("reading the stream after %d chunks: %v", s.Chunks, err)
+				}
+			}
+			break
+		}
+	}
+	if s.Text32 == "" {
+		s.Text32 = s.Text
+	}
+	_ = finished
+}
+
+// finishReason reads meta_info.finish_reason: null while streaming, then
+// an object {"type": "length", ...} or, in some trees, a string.
+func finishReason(raw json.RawMessage) string {
+	if len(raw) == 0 || string(raw) == "null" {
+		return ""
+	}
+	var obj struct {
+		Type string `json:"type"`
+	}
+	if json.Unmarshal(raw, &obj) == nil && obj.Type != "" {
+		return obj.Type
+	}
+	var str string
+	if json.Unmarshal(raw, &str) == nil {
+		return str
+	}
+	return string(raw)
+}
+
+// Health calls GET /health_generate (a one-token generation) and reports
+// whether it answered 200.
+func (c *Client) Health(ctx context.Context) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL+"/health_generate", nil)
+	if err != nil {
+		return err
+	}
+	resp, err := c.HTTP.Do(req)
+	if err != nil {
+		return err
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("/health_generate answered HTTP %d", resp.StatusCode)
+	}
+	return nil
+}
+
+// ServerInfo returns /get_server_info (or /server_info on newer trees) as
+// a map; nil when neither answers.
+func (c *Client) ServerInfo(ctx context.Context) map[string]any {
+	for _, p := range []string{"/get_server_info", "/server_info"} {
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL+p, nil)
+		if err != nil {
+			return nil
+		}
+		resp, err := c.HTTP.Do(req)
+		if err != nil {
+			return nil
+		}
+		var m map[string]any
+		err = json.NewDecoder(resp.Body).Decode(&m)
+		resp.Body.Close()
+		if resp.StatusCode == http.StatusOK && err == nil {
+			return m
+		}
+	}
+	return nil
+}

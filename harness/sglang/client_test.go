@@ -1,0 +1,186 @@
+package sglang_test
+
+import (
+	"context"
+	"math"
+	"net/http/httptest"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/arpatch/arpatch/harness/sglang"
+	"github.com/arpatch/arpatch/harness/sglangtest"
+)
+
+// fakeClock returns times from a list, one per call.
+func fakeClock(ts ...time.Duration) func() time.Time {
+	base := time.Unix(1000, 0)
+	i := 0
+	return func() time.Time {
+		t := base.Add(ts[min(i, len(ts)-1)])
+		i++
+		return t
+	}
+}
+
+func TestReadStreamMetrics(t *testing.T) {
+	stream := `data: {"text": " a", "meta_info": {"id": "r", "prompt_tokens": 5, "completion_tokens": 1, "finish_reason": null}}
+
+data: {"text": " a b c d", "meta_info": {"completion_tokens": 4, "finish_reason": null}}
+
+data: {"text": " a b c d", "meta_info": {"completion_tokens": 4, "finish_reason": null}}
+
+data: {"text": " a b c d e f", "meta_info": {"completion_tokens": 6, "spec_verify_ct": 3, "spec_accept_length": 2.0, "finish_reason": {"type": "length", "length": 6}}}
+
+data: [DONE]
+`
+	var s sglang.Sample
+	start := time.Unix(1000, 0)
+	// One clock reading per line read, blank lines included.
+	clock := fakeClock(100*time.Millisecond, 101*time.Millisecond, 130*time.Millisecond, 131*time.Millisecond, 135*time.Millisecond, 136*time.Millisecond,
+		150*time.Millisecond, 151*time.Millisecond, 160*time.Millisecond)
+	sglang.ReadStream(strings.NewReader(stream), start, clock, &s)
+	if s.Err != "" {
+		t.Fatal(s.Err)
+	}
+	if s.TTFT != 0.1 || s.E2E != 0.16 || s.CompletionTokens != 6 || s.PromptTokens != 5 || s.SpecVerifyCt != 3 || s.SpecAcceptLength != 2 || s.FinishReason != "length" || s.Chunks != 4 || s.Text != " a b c d e f" {
+		t.Errorf("sample = %+v", s)
+	}
+	// 3 tokens 30 ms after the first (10 ms each), then a chunk with no new
+	// token (skipped), then 2 tokens 20 ms after the last that brought any.
+	want := []float64{0.01, 0.01, 0.01, 0.01, 0.01}
+	if len(s.ITL) != len(want) {
+		t.Fatalf("itl = %v", s.ITL)
+	}
+	for i := range want {
+		if math.Abs(s.ITL[i]-want[i]) > 1e-9 {
+			t.Errorf("itl[%d] = %v, want %v", i, s.ITL[i], want[i])
+		}
+	}
+	if d := s.DecodeTokPerSec(); math.Abs(d-5/0.06) > 1e-6 {
+		t.Errorf("decode tok/s = %v, want %v", d, 5/0.06)
+	}
+}
+
+func TestReadStreamFailures(t *testing.T) {
+	for _, tc := range []struct{ name, stream, want string }{
+		{"dropped", "data: {\"text\": \" a\", \"meta_info\": {\"completion_tokens\": 1}}\n\n", "the stream ended before [DONE] after 1 chunks"},
+		{"malformed", "data: {\"text\": \" a\", \"meta_info\": {\"completion_tokens\": 1}}\n\ndata: {nope\n\n", "malformed chunk 2"},
+		{"error object", "data: {\"error\": {\"message\": \"out of memory\"}}\n\n", `server error: {"message": "out of memory"}`},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			var s sglang.Sample
+			sglang.ReadStream(strings.NewReader(tc.stream), time.Now(), time.Now, &s)
+			if !strings.Contains(s.Err, tc.want) {
+				t.Errorf("err = %q, want %q", s.Err, tc.want)
+			}
+		})
+	}
+	// A legacy string finish reason and a stream without [DONE] after it
+	// count as finished.
+	var s sglang.Sample
+	sglang.ReadStream(strings.NewReader("data: {\"text\": \" a\", \"meta_info\": {\"completion_tokens\": 1, \"finish_reason\": \"stop\"}}\n"), time.Now(), time.Now, &s)
+	if s.Err != "" || s.FinishReason != "stop" {
+		t.Errorf("legacy finish: %+v", s)
+	}
+}
+
+// TestMeasuredRate checks, against the in-test server, that decode tok/s
+// is within 2% of the rate the server was told to produce, and that the
+// accept length is exactly the server's tokens / verify count.
+func TestMeasuredRate(t *testing.T) {
+	for _, tc := range []struct {
+		rate  float64
+		chunk int
+	}{{200, 1}, {150, 3}, {90, 4}} {
+		srv := sglangtest.New(sglangtest.Config{TokPerSec: tc.rate, TTFT: 30 * time.Millisecond, TokensPerChunk: tc.chunk, AcceptLength: float64(tc.chunk) - 0.5})
+		ts := httptest.NewServer(srv)
+		c := sglang.NewClient(ts.URL)
+		s := c.Generate(context.Background(), 0, sglang.Request{Text: "hello world", MaxNewTokens: 61})
+		ts.Close()
+		if s.Err != "" {
+			t.Fatal(s.Err)
+		}
+		got := s.DecodeTokPerSec()
+		if math.Abs(got/tc.rate-1) > 0.02 {
+			t.Errorf("rate %v, %d tokens/chunk: measured %.2f tok/s, off by %.1f%%", tc.rate, tc.chunk, got, (got/tc.rate-1)*100)
+		}
+		if s.CompletionTokens != 61 || s.SpecVerifyCt != srv.VerifyCount(61) {
+			t.Errorf("tokens %d verify %d, want 61 and %d", s.CompletionTokens, s.SpecVerifyCt, srv.VerifyCount(61))
+		}
+		if s.TTFT < 0.03 || s.TTFT > 0.1 {
+			t.Errorf("TTFT %.3f s, want about 0.03", s.TTFT)
+		}
+	}
+}
+
+func TestHTTPErrorAndHealth(t *testing.T) {
+	srv := sglangtest.New(sglangtest.Config{HTTP500Every: 1, StartDelay: time.Hour})
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	c := sglang.NewClient(ts.URL)
+	s := c.Generate(context.Background(), 0, sglang.Request{Text: "x", MaxNewTokens: 4})
+	if !strings.HasPrefix(s.Err, "HTTP 500: internal error (injected)") {
+		t.Errorf("err = %q", s.Err)
+	}
+	if err := c.Health(context.Background()); err == nil || !strings.Contains(err.Error(), "503") {
+		t.Errorf("health before start delay: %v", err)
+	}
+}
+
+// BenchmarkStreamParse measures how many chunks per second ReadStream
+// parses on one core, from memory.
+//
+//	go test -run XXX -bench StreamParse ./harness/sglang
+func BenchmarkStreamParse(b *testing.B) {
+	var sb strings.Builder
+	text := ""
+	const chunks = 1000
+	for i := 1; i <= chunks; i++ {
+		text += " w"
+		sb.WriteString(`data: {"text": "` + text[max(0, len(text)-400):] + `", "meta_info": {"id": "r", "prompt_tokens": 12, "completion_tokens": ` + itoa(i) + `, "cached_tokens": 0, "finish_reason": null}}` + "\n\n")
+	}
+	sb.WriteString("data: [DONE]\n\n")
+	stream := sb.String()
+	b.SetBytes(int64(len(stream)))
+	b.ResetTimer()
+	start := time.Now()
+	for i := 0; i < b.N; i++ {
+		var s sglang.Sample
+		sglang.ReadStream(strings.NewReader(stream), start, time.Now, &s)
+		if s.Chunks != chunks {
+			b.Fatalf("parsed %d chunks", s.Chunks)
+		}
+	}
+	b.ReportMetric(float64(chunks*b.N)/b.Elapsed().Seconds(), "chunks/s")
+}
+
+// BenchmarkTimingSkew streams from the in-test server at 2,000 chunks/s
+// (one token each) and reports how far the measured decode rate is from
+// the true one, in percent.
+func BenchmarkTimingSkew(b *testing.B) {
+	srv := sglangtest.New(sglangtest.Config{TokPerSec: 2000, TTFT: time.Millisecond, TokensPerChunk: 1})
+	ts := httptest.NewServer(srv)
+	defer ts.Close()
+	c := sglang.NewClient(ts.URL)
+	var worst float64
+	for i := 0; i < b.N; i++ {
+		s := c.Generate(context.Background(), 0, sglang.Request{Text: "skew", MaxNewTokens: 1000})
+		if s.Err != "" {
+			b.Fatal(s.Err)
+		}
+		worst = math.Max(worst, math.Abs(s.DecodeTokPerSec()/2000-1)*100)
+	}
+	b.ReportMetric(worst, "skew-%")
+}
+
+func itoa(n int) string {
+	s := ""
+	for {
+		s = string(rune('0'+n%10)) + s
+		n /= 10
+		if n == 0 {
+			return s
+		}
+	}
+}

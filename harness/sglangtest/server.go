@@ -1,0 +1,207 @@
+// Package sglangtest is an SGLang-protocol server for tests and demos: it
+// speaks the native streaming /generate protocol (see package sglang) and
+// /health_generate, with its token rate, TTFT, tokens per chunk
+// (speculative bursts), accept length and failures under control. It
+// generates deterministic text from the prompt, so two servers with the
+// same Variant agree token for token, and a different Variant diverges.
+package sglangtest
+
+import (
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+// Config controls the server. Zero fields take the defaults noted.
+type Config struct {
+	TokPerSec      float64       // decode rate after the first token (90)
+	TTFT           time.Duration // time to the first chunk (20 ms)
+	TokensPerChunk int           // tokens per streamed chunk, as a verify step emits them (1)
+	AcceptLength   float64       // completion tokens per verify step, for spec_verify_ct (TokensPerChunk)
+	Variant        string        // perturbs the generated text from the Nth token (see DivergeAt)
+	DivergeAt      int           // token index where Variant starts to show (0)
+	StartDelay     time.Duration // /health_generate answers 503 until this much after New
+	// Failures.
+	HTTP500Every  int  // every Nth /generate answers HTTP 500
+	DropAfter     int  // close the stream after this many chunks, without [DONE]
+	Malformed     bool // send one chunk that is not JSON
+	LegacyFinish  bool // finish_reason as a string, not an object
+	OmitAcceptLen bool // leave spec_accept_length out of meta_info, as older trees do
+	Now           func() time.Time
+}
+
+// Server is an http.Handler.
+type Server struct {
+	cfg     Config
+	started time.Time
+	reqs    atomic.Int64
+	mu      sync.Mutex
+	Served  int // completed /generate streams
+}
+
+// New returns a server with cfg's defaults filled in.
+func New(cfg Config) *Server {
+	if cfg.TokPerSec == 0 {
+		cfg.TokPerSec = 90
+	}
+	if cfg.TTFT == 0 {
+		cfg.TTFT = 20 * time.Millisecond
+	}
+	if cfg.TokensPerChunk <= 0 {
+		cfg.TokensPerChunk = 1
+	}
+	if cfg.AcceptLength == 0 {
+		cfg.AcceptLength = float64(cfg.TokensPerChunk)
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	return &Server{cfg: cfg, started: cfg.Now()}
+}
+
+var words = strings.Fields(`the of and to in is that for on with as was by at it from this be are or an
+were which has have not had but its also more one all two their new other after first
+model token draft verify kernel reduce cache batch rank stage link graph stream layer`)
+
+// Word returns the i-th generated word for a prompt and variant.
+func Word(prompt, variant string, i, divergeAt int) string {
+	h := fnv.New32a()
+	h.Write([]byte(prompt))
+	if variant != "" && i >= divergeAt {
+		h.Write([]byte(variant))
+	}
+	n := int(h.Sum32()%uint32(len(words))) + i*7
+	return words[n%len(words)]
+}
+
+type genReq struct {
+	Text           string `json:"text"`
+	SamplingParams struct {
+		MaxNewTokens int     `json:"max_new_tokens"`
+		Temperature  float64 `json:"temperature"`
+	} `json:"sampling_params"`
+	Stream bool `json:"stream"`
+}
+
+func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/health_generate", "/health":
+		if s.cfg.Now().Sub(s.started) < s.cfg.StartDelay {
+			http.Error(w, "loading", http.StatusServiceUnavailable)
+			return
+		}
+		w.WriteHeader(http.StatusOK)
+	case "/get_server_info", "/server_info":
+		json.NewEncoder(w).Encode(map[string]any{"version": "sglangtest", "tok_per_sec": s.cfg.TokPerSec, "variant": s.cfg.Variant})
+	case "/flush_cache":
+		w.WriteHeader(http.StatusOK)
+	case "/generate":
+		s.generate(w, r)
+	default:
+		http.NotFound(w, r)
+	}
+}
+
+func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
+	n := s.reqs.Add(1)
+	var req genReq
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
+		return
+	}
+	if s.cfg.HTTP500Every > 0 && n%int64(s.cfg.HTTP500Every) == 0 {
+		http.Error(w, "internal error (injected)", http.StatusInternalServerError)
+		return
+	}
+	max := req.SamplingParams.MaxNewTokens
+	if max <= 0 {
+		max = 128
+	}
+	if !req.Stream {
+		http.Error(w, "only stream=true is implemented", http.StatusBadRequest)
+		return
+	}
+	fl, _ := w.(http.Flusher)
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.WriteHeader(http.StatusOK)
+	start := s.cfg.Now()
+	prompt := req.Text
+	promptTokens := len(strings.Fields(prompt))
+	var text strings.Builder
+	id := fmt.Sprintf("req-%d", n)
+	tokens, chunks := 0, 0
+	// The first chunk carries one token at TTFT; then a chunk of
+	// TokensPerChunk tokens every TokensPerChunk/TokPerSec seconds, on an
+	// absolute schedule so sleeps do not accumulate error.
+	for tokens < max {
+		step := s.cfg.TokensPerChunk
+		if tokens == 0 {
+			step = 1
+		}
+		if tokens+step > max {
+			step = max - tokens
+		}
+		due := s.cfg.TTFT + time.Duration(float64(tokens+step-1)/s.cfg.TokPerSec*float64(time.Second))
+		if d := due - s.cfg.Now().Sub(start); d > 0 {
+			select {
+			case <-time.After(d):
+			case <-r.Context().Done():
+				return
+			}
+		}
+		for i := 0; i < step; i++ {
+			text.WriteString(" " + Word(prompt, s.cfg.Variant, tokens+i, s.cfg.DivergeAt))
+		}
+		tokens += step
+		chunks++
+		if s.cfg.Malformed && chunks == 2 {
+			fmt.Fprint(w, "data: {not json\n\n")
+			if fl != nil {
+				fl.Flush()
+			}
+			return
+		}
+		meta := map[string]any{"id": id, "prompt_tokens": promptTokens, "completion_tokens": tokens, "cached_tokens": 0, "finish_reason": nil}
+		if tokens == max {
+			verify := int(math.Ceil(float64(tokens-1)/s.cfg.AcceptLength)) + 1
+			meta["e2e_latency"] = s.cfg.Now().Sub(start).Seconds()
+			meta["spec_verify_ct"] = verify
+			if !s.cfg.OmitAcceptLen {
+				meta["spec_accept_length"] = float64(tokens) / float64(verify)
+			}
+			if s.cfg.LegacyFinish {
+				meta["finish_reason"] = "length"
+			} else {
+				meta["finish_reason"] = map[string]any{"type": "length", "length": tokens}
+			}
+		}
+		b, _ := json.Marshal(map[string]any{"text": text.String(), "meta_info": meta})
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		if fl != nil {
+			fl.Flush()
+		}
+		if s.cfg.DropAfter > 0 && chunks >= s.cfg.DropAfter {
+			return
+		}
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	if fl != nil {
+		fl.Flush()
+	}
+	s.mu.Lock()
+	s.Served++
+	s.mu.Unlock()
+}
+
+// VerifyCount is the spec_verify_ct the server reports for a request of
+// tokens completion tokens: the first token comes from prefill, the rest
+// from ceil((tokens-1)/AcceptLength) verify steps, plus that first step.
+func (s *Server) VerifyCount(tokens int) int {
+	return int(math.Ceil(float64(tokens-1)/s.cfg.AcceptLength)) + 1
+}
