@@ -35,6 +35,7 @@ type Torch struct {
 	CXX11ABI     bool     `json:"cxx11_abi"`
 	IncludePaths []string `json:"include_paths,omitempty"` // torch.utils.cpp_extension.include_paths()
 	Origin       string   `json:"origin,omitempty"`        // torch/__init__.py
+	NCCL         string   `json:"nccl,omitempty"`          // torch.cuda.nccl.version(), when built with NCCL
 	Error        string   `json:"error,omitempty"`         // why it could not be imported
 }
 
@@ -77,6 +78,10 @@ try:
     out["torch"] = {"version": torch.__version__, "cuda": torch.version.cuda or "",
                     "cxx11_abi": bool(torch._C._GLIBCXX_USE_CXX11_ABI),
                     "include_paths": include_paths(), "origin": torch.__file__}
+    try:
+        out["torch"]["nccl"] = ".".join(str(x) for x in torch.cuda.nccl.version())
+    except Exception:
+        pass
 except Exception as e:
     out["torch"] = {"error": "%s: %s" % (type(e).__name__, e)}
 print(json.dumps(out))

@@ -210,7 +210,13 @@ type Delta struct {
 // 0.05. higherIsBetter says which direction is "faster" (true for tok/s,
 // false for latencies).
 func Compare(base, arm []float64, higherIsBetter bool) Delta {
+	return CompareAt(base, arm, higherIsBetter, benchmath.DefaultThresholds.CompareAlpha)
+}
+
+// CompareAt is Compare at significance level alpha.
+func CompareAt(base, arm []float64, higherIsBetter bool, alpha float64) Delta {
 	th := benchmath.DefaultThresholds
+	th.CompareAlpha = alpha
 	c := benchmath.AssumeNothing.Compare(benchmath.NewSample(append([]float64(nil), base...), &th), benchmath.NewSample(append([]float64(nil), arm...), &th))
 	b, a := Quantile(base, 0.5), Quantile(arm, 0.5)
 	d := Delta{P: c.P, Alpha: c.Alpha, Verdict: NoChange}

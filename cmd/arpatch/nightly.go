@@ -1,0 +1,187 @@
+package main
+
+import (
+	"fmt"
+	"os"
+	"strconv"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/arpatch/arpatch/history"
+	"github.com/arpatch/arpatch/nightly"
+)
+
+func nightlyCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "nightly",
+		Usage: "drift check, cached A/B build, bench, history and regression verdict, for cron and CI",
+		UsageText: `arpatch nightly --config nightly.toml [--skip-build] [--skip-bench]
+                [--github-benchmark FILE] [--bencher FILE] [--junit FILE] [--summary FILE]`,
+		Description: `Each run: (1) fetches the tracked ref into the upstream repository (when
+upstream.fetch is set) and checks every series against the pinned commit and
+the ref's head, recording exact / offset / applied / conflict per patch;
+(2) builds arms A and B through the build cache (arpatch ab build);
+(3) benches them (arpatch bench); (4) stores everything in the SQLite
+history; (5) decides regressions: each arm's metrics against the last
+history.window complete runs on the same hardware key (Mann-Whitney U and a
+relative threshold, 3% by default), and B against A tonight; (6) writes the
+reports (output dir: nightly.json and summary.md; and the CI files).
+
+A lock next to the history database keeps two nightlies off one host. A run
+killed midway is marked incomplete by the next one and is never a reference.
+
+Exit codes: 0 no regression, 1 regression or invalid output, 3 drift (the
+series no longer applies), 4 infrastructure failure (fetch, build, server),
+2 usage.
+
+Examples:
+   arpatch nightly --config nightly.toml
+   arpatch nightly --config nightly.toml --skip-build --skip-bench      # drift only
+   arpatch nightly --config nightly.toml --junit junit.xml --summary "$GITHUB_STEP_SUMMARY"`,
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "config", Usage: "nightly `FILE` (TOML; see docs/nightly.md)", Required: true},
+			&cli.BoolFlag{Name: "skip-build", Usage: "skip the build step"},
+			&cli.BoolFlag{Name: "skip-bench", Usage: "skip the bench step (and so the regression verdict)"},
+			&cli.StringFlag{Name: "github-benchmark", Usage: "github-action-benchmark `PREFIX`: writes PREFIX-bigger.json and PREFIX-smaller.json"},
+			&cli.StringFlag{Name: "bencher", Usage: "Bencher Metric Format `FILE`"},
+			&cli.StringFlag{Name: "junit", Usage: "JUnit XML `FILE`"},
+			&cli.StringFlag{Name: "summary", Usage: "also write the markdown summary to `FILE` (e.g. $GITHUB_STEP_SUMMARY)"},
+		},
+		Before: noArgs,
+		Action: func(c *cli.Context) error {
+			cfg, err := nightly.LoadConfig(pathFlag(c, "config"))
+			if err != nil {
+				return err
+			}
+			rep, err := nightly.Run(c.Context, nightly.Options{
+				Config: cfg, SkipBuild: c.Bool("skip-build"), SkipBench: c.Bool("skip-bench"),
+				Version: arpatchVersion(), Log: c.App.ErrWriter, Launcher: launcher(),
+			})
+			if rep != nil {
+				nightly.WriteTable(c.App.Writer, rep)
+				extra := map[string]string{"github-benchmark": pathFlag(c, "github-benchmark"), "bencher": pathFlag(c, "bencher"), "junit": pathFlag(c, "junit"), "summary": c.String("summary")}
+				if werr := nightly.WriteOutputs(rep, cfg, extra); werr != nil && err == nil {
+					err = werr
+				}
+				if cfg.Outputs.Plot != "" && err == nil {
+					if store, oerr := history.Open(cfg.Path(cfg.History.Path)); oerr == nil {
+						if perr := store.Plot("tok_s", cfg.Path(cfg.Outputs.Plot)); perr != nil {
+							fmt.Fprintln(c.App.ErrWriter, "arpatch: plot:", perr)
+						}
+						store.Close()
+					}
+				}
+			}
+			if err != nil {
+				return err
+			}
+			if rep.ExitCode != 0 {
+				return cli.Exit("", rep.ExitCode)
+			}
+			return nil
+		},
+	}
+}
+
+func historyCommand() *cli.Command {
+	db := &cli.StringFlag{Name: "db", Usage: "history database `FILE`", Value: "arpatch-history.db"}
+	open := func(c *cli.Context) (*history.Store, error) {
+		p := pathFlag(c, "db")
+		if _, err := os.Stat(p); err != nil {
+			return nil, fmt.Errorf("--db %s: %w", p, err)
+		}
+		return history.Open(p)
+	}
+	return &cli.Command{
+		Name:  "history",
+		Usage: "list, show, export and plot nightly runs",
+		Subcommands: []*cli.Command{
+			{
+				Name: "list", Usage: "list runs, newest first", UsageText: "arpatch history list [--db FILE] [--limit N]",
+				Flags: []cli.Flag{db, &cli.IntFlag{Name: "limit", Value: 30}}, Before: noArgs,
+				Action: func(c *cli.Context) error {
+					s, err := open(c)
+					if err != nil {
+						return err
+					}
+					defer s.Close()
+					runs, err := s.Runs(c.Int("limit"))
+					if err != nil {
+						return err
+					}
+					w := c.App.Writer
+					fmt.Fprintf(w, "%-5s %-20s %-10s %-4s %-24s %-12s %s\n", "RUN", "STARTED", "STATUS", "EXIT", "HARDWARE", "COMMIT", "VERDICT")
+					for _, r := range runs {
+						exit := "-"
+						if r.ExitCode != nil {
+							exit = strconv.Itoa(*r.ExitCode)
+						}
+						fmt.Fprintf(w, "%-5d %-20s %-10s %-4s %-24s %-12.12s %s\n", r.ID, r.StartedAt.Format("2006-01-02 15:04:05"), r.Status, exit, r.HardwareKey, r.SGLangCommit, r.Verdict)
+					}
+					return nil
+				},
+			},
+			{
+				Name: "show", Usage: "show one run: environment, drift, arms, checks", UsageText: "arpatch history show RUN [--db FILE]",
+				Flags: []cli.Flag{db},
+				Action: func(c *cli.Context) error {
+					id, err := strconv.ParseInt(c.Args().First(), 10, 64)
+					if c.Args().Len() != 1 || err != nil {
+						return usagef("history show takes one run number")
+					}
+					s, err := open(c)
+					if err != nil {
+						return err
+					}
+					defer s.Close()
+					d, err := s.Show(id)
+					if err != nil {
+						return err
+					}
+					return writeJSON(c.App.Writer, d)
+				},
+			},
+			{
+				Name: "export", Usage: "export every trial as CSV or JSON", UsageText: "arpatch history export --format csv|json [--db FILE]",
+				Flags: []cli.Flag{db, &cli.StringFlag{Name: "format", Value: "csv", Usage: "`csv` or `json`"}}, Before: noArgs,
+				Action: func(c *cli.Context) error {
+					f := c.String("format")
+					if f != "csv" && f != "json" {
+						return usagef("--format %q: use csv or json", f)
+					}
+					s, err := open(c)
+					if err != nil {
+						return err
+					}
+					defer s.Close()
+					rows, err := s.Export()
+					if err != nil {
+						return err
+					}
+					if f == "csv" {
+						return history.WriteCSV(c.App.Writer, rows)
+					}
+					return history.WriteJSON(c.App.Writer, rows)
+				},
+			},
+			{
+				Name: "plot", Usage: "plot a metric over time per arm, with CI bands and drift/regression marks",
+				UsageText: "arpatch history plot --metric tok_s --out FILE.svg|png [--db FILE]",
+				Flags: []cli.Flag{db, &cli.StringFlag{Name: "metric", Value: "tok_s", Usage: "`METRIC` (tok_s, decode_tok_s, accept_length, ttft_ms_p50, ...)"},
+					&cli.StringFlag{Name: "out", Usage: "`FILE` (.svg, .png or .pdf)", Required: true}}, Before: noArgs,
+				Action: func(c *cli.Context) error {
+					s, err := open(c)
+					if err != nil {
+						return err
+					}
+					defer s.Close()
+					if err := s.Plot(c.String("metric"), pathFlag(c, "out")); err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "wrote %s\n", pathFlag(c, "out"))
+					return nil
+				},
+			},
+		},
+	}
+}

@@ -1,0 +1,150 @@
+package history
+
+import (
+	"bytes"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+)
+
+func seed(t *testing.T, s *Store, n int, tokS float64) []int64 {
+	t.Helper()
+	var ids []int64
+	for i := 0; i < n; i++ {
+		id, err := s.BeginRun(Run{HardwareKey: "8x GPU", SGLangCommit: "c0ffee", StartedAt: time.Date(2026, 11, 1+len(ids), 3, 0, 0, 0, time.UTC), Env: map[string]string{"gpu_model": "GPU"}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		var trials []TrialRecord
+		for k := 0; k < 5; k++ {
+			trials = append(trials, TrialRecord{Index: k + 1, TokS: tokS + float64(k)/10, TTFTp50ms: 20, Samples: []SampleRecord{{Prompt: 0, TTFT: 0.02, E2E: 1, CompletionTokens: 90, SpecVerifyCt: 30}}})
+		}
+		if err := s.AddArm(id, "pcie", "pcie", "key", false, 1, trials); err != nil {
+			t.Fatal(err)
+		}
+		if err := s.FinishRun(id, Complete, 0, "no regression"); err != nil {
+			t.Fatal(err)
+		}
+		ids = append(ids, id)
+	}
+	return ids
+}
+
+func TestWindowSkipsIncompleteAndOtherHardware(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "h.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ids := seed(t, s, 3, 90)
+	// An incomplete run and a run on other hardware never count.
+	bad, _ := s.BeginRun(Run{HardwareKey: "8x GPU"})
+	s.AddArm(bad, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: 1}})
+	other, _ := s.BeginRun(Run{HardwareKey: "2x Other"})
+	s.AddArm(other, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: 2}})
+	s.FinishRun(other, Complete, 0, "")
+	if stale, err := s.MarkStale(); err != nil || len(stale) != 1 || stale[0] != bad {
+		t.Fatalf("MarkStale = %v, %v", stale, err)
+	}
+	vals, runs, err := s.Window("8x GPU", "pcie", "tok_s", 2, 0)
+	if err != nil || len(runs) != 2 || runs[0] != ids[2] || len(vals) != 10 {
+		t.Fatalf("window: %v %v %v", vals, runs, err)
+	}
+	for _, v := range vals {
+		if v < 90 || v > 91 {
+			t.Errorf("value %v from a run that should not count", v)
+		}
+	}
+	if _, _, err := s.Window("8x GPU", "pcie", "speed", 2, 0); err == nil || !strings.Contains(err.Error(), `unknown metric "speed"`) {
+		t.Errorf("unknown metric: %v", err)
+	}
+}
+
+// TestMigrationFromV1 opens a database made at schema version 1, with data,
+// and checks that the current arpatch migrates it and keeps the data.
+func TestMigrationFromV1(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "old.db")
+	old, err := openAt(p, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if v, _ := old.Version(); v != 1 {
+		t.Fatalf("version %d", v)
+	}
+	if _, err := old.db.Exec(`INSERT INTO runs (started_at, status, pid, hardware_key) VALUES ('2026-10-01T00:00:00Z', 'complete', 1, 'hw')`); err != nil {
+		t.Fatal(err)
+	}
+	old.db.Exec(`INSERT INTO arms (run_id, name) VALUES (1, 'pcie')`)
+	old.db.Exec(`INSERT INTO trials (arm_id, idx, tok_s) VALUES (1, 1, 42.5)`)
+	if _, err := old.db.Exec(`INSERT INTO checks (run_id, name, kind, status) VALUES (1, 'x', 'y', 'z')`); err == nil {
+		t.Fatal("version 1 already has the checks table")
+	}
+	old.Close()
+	s, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if v, _ := s.Version(); v != SchemaVersion || SchemaVersion != 2 {
+		t.Fatalf("migrated to %d", v)
+	}
+	if err := s.AddCheck(1, Check{Name: "drift", Kind: "drift", Status: "pass"}); err != nil {
+		t.Fatalf("checks after migration: %v", err)
+	}
+	d, err := s.Show(1)
+	if err != nil || len(d.Arms) != 1 || d.Arms[0].Trials[0].TokS != 42.5 || d.Arms[0].Agreement != nil || len(d.Checks) != 1 {
+		t.Errorf("data after migration: %+v %v", d, err)
+	}
+	// A database from a newer arpatch is refused.
+	s.db.Exec(`INSERT INTO schema_migrations (version, applied_at) VALUES (99, 'x')`)
+	s.Close()
+	if _, err := Open(p); err == nil || !strings.Contains(err.Error(), "schema version 99") {
+		t.Errorf("newer schema: %v", err)
+	}
+}
+
+func TestExportAndPlot(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(filepath.Join(dir, "h.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ids := seed(t, s, 4, 90)
+	s.AddCheck(ids[3], Check{Name: "pcie tok_s vs history", Kind: "regression", Status: "fail"})
+	rows, err := s.Export()
+	if err != nil || len(rows) != 20 || rows[0].RunID != ids[0] || rows[0].Arm != "pcie" || rows[0].Samples != 1 {
+		t.Fatalf("export: %d rows %+v %v", len(rows), rows[0], err)
+	}
+	var b bytes.Buffer
+	WriteCSV(&b, rows)
+	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
+	if len(lines) != 21 || !strings.HasPrefix(lines[0], "run_id,started_at,status") || !strings.Contains(lines[1], ",pcie,false,1,") {
+		t.Errorf("csv: %q", lines[:2])
+	}
+	b.Reset()
+	WriteJSON(&b, rows)
+	var back []ExportRow
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil || len(back) != 20 {
+		t.Errorf("json: %v", err)
+	}
+	pts, err := s.Points("tok_s")
+	if err != nil || len(pts["pcie"]) != 4 || pts["pcie"][3].Mark != "regression" || pts["pcie"][0].Lo > pts["pcie"][0].Center {
+		t.Fatalf("points %+v %v", pts, err)
+	}
+	for _, f := range []string{"p.svg", "p.png"} {
+		out := filepath.Join(dir, f)
+		if err := s.Plot("tok_s", out); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Stat(out); err != nil || fi.Size() < 1000 {
+			t.Errorf("%s: %v", f, err)
+		}
+	}
+	if err := s.Plot("tok_s", filepath.Join(dir, "p.txt")); err == nil {
+		t.Error("plot to .txt accepted")
+	}
+}

@@ -1,0 +1,178 @@
+package history
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+	"path/filepath"
+	"sort"
+	"strings"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/arpatch/arpatch/harness/stats"
+)
+
+// Point is one run of one arm on a plot: the median of the metric across
+// its trials with the interval stats.Summarize gives.
+type Point struct {
+	RunID          int64
+	X              float64 // run start, Unix seconds
+	Center, Lo, Hi float64
+	Mark           string // "drift" or "regression" when the run failed such a check
+}
+
+// Points returns, per arm, one point per complete or failed run (not
+// incomplete ones), oldest first.
+func (s *Store) Points(metric string) (map[string][]Point, error) {
+	if _, err := column(metric); err != nil {
+		return nil, err
+	}
+	runs, err := s.Runs(0)
+	if err != nil {
+		return nil, err
+	}
+	out := map[string][]Point{}
+	for i := len(runs) - 1; i >= 0; i-- {
+		r := runs[i]
+		if r.Status == Incomplete || r.Status == Running {
+			continue
+		}
+		d, err := s.Show(r.ID)
+		if err != nil {
+			return nil, err
+		}
+		mark := ""
+		for _, c := range d.Checks {
+			if c.Status == "fail" && (c.Kind == "drift" || c.Kind == "regression") && (mark == "" || c.Kind == "regression") {
+				mark = c.Kind
+			}
+		}
+		for _, a := range d.Arms {
+			var vals []float64
+			for _, t := range a.Trials {
+				vals = append(vals, metricOf(t, metric))
+			}
+			if len(vals) == 0 {
+				continue
+			}
+			sm := stats.Summarize(vals)
+			lo, hi := sm.Lo, sm.Hi
+			if math.IsInf(lo, 0) || math.IsInf(hi, 0) {
+				lo, hi = minMax(vals)
+			}
+			out[a.Name] = append(out[a.Name], Point{RunID: r.ID, X: float64(r.StartedAt.Unix()), Center: sm.Center, Lo: lo, Hi: hi, Mark: mark})
+		}
+	}
+	return out, nil
+}
+
+func metricOf(t TrialMetrics, metric string) float64 {
+	switch metric {
+	case "tok_s":
+		return t.TokS
+	case "decode_tok_s":
+		return t.DecodeTokS
+	case "accept_length":
+		return t.AcceptLength
+	case "ttft_ms_p50":
+		return t.TTFTp50ms
+	case "ttft_ms_p99":
+		return t.TTFTp99ms
+	case "itl_ms_p50":
+		return t.ITLp50ms
+	case "tpot_ms":
+		return t.TPOTms
+	}
+	return math.NaN()
+}
+
+func minMax(xs []float64) (float64, float64) {
+	lo, hi := math.Inf(1), math.Inf(-1)
+	for _, x := range xs {
+		lo, hi = math.Min(lo, x), math.Max(hi, x)
+	}
+	return lo, hi
+}
+
+var palette = []color.RGBA{{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {148, 103, 189, 255}, {140, 86, 75, 255}}
+
+// Plot draws metric over time per arm: the median of each run as a line,
+// its confidence interval as a band, and a red cross on runs with drift or
+// a regression. The format follows out's extension (.svg, .png, .pdf).
+// It returns an error for an unknown metric, an empty history or an
+// unsupported extension.
+func (s *Store) Plot(metric, out string) error {
+	pts, err := s.Points(metric)
+	if err != nil {
+		return err
+	}
+	if len(pts) == 0 {
+		return fmt.Errorf("history %s has no complete run to plot", s.Path)
+	}
+	switch strings.ToLower(filepath.Ext(out)) {
+	case ".svg", ".png", ".pdf", ".eps", ".jpg", ".jpeg", ".tif", ".tiff":
+	default:
+		return fmt.Errorf("--out %s: use .svg, .png or .pdf", out)
+	}
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("arpatch nightly: %s per run (median, CI band)", metric)
+	p.X.Label.Text = "run start (UTC)"
+	p.Y.Label.Text = metric
+	p.X.Tick.Marker = plot.TimeTicks{Format: "01-02"}
+	p.Legend.Top = true
+	arms := make([]string, 0, len(pts))
+	for a := range pts {
+		arms = append(arms, a)
+	}
+	sort.Strings(arms)
+	var marked plotter.XYs
+	for i, arm := range arms {
+		ps := pts[arm]
+		c := palette[i%len(palette)]
+		band := make(plotter.XYs, 0, 2*len(ps))
+		line := make(plotter.XYs, 0, len(ps))
+		for _, q := range ps {
+			band = append(band, plotter.XY{X: q.X, Y: q.Hi})
+			line = append(line, plotter.XY{X: q.X, Y: q.Center})
+			if q.Mark != "" {
+				marked = append(marked, plotter.XY{X: q.X, Y: q.Center})
+			}
+		}
+		for j := len(ps) - 1; j >= 0; j-- {
+			band = append(band, plotter.XY{X: ps[j].X, Y: ps[j].Lo})
+		}
+		if len(ps) > 1 {
+			poly, err := plotter.NewPolygon(band)
+			if err != nil {
+				return err
+			}
+			poly.Color = color.RGBA{c.R, c.G, c.B, 60}
+			poly.LineStyle.Width = 0
+			p.Add(poly)
+		}
+		l, sc, err := plotter.NewLinePoints(line)
+		if err != nil {
+			return err
+		}
+		l.Color, sc.Color = c, c
+		sc.Shape = draw.CircleGlyph{}
+		p.Add(l, sc)
+		p.Legend.Add(arm, l, sc)
+	}
+	if len(marked) > 0 {
+		m, err := plotter.NewScatter(marked)
+		if err != nil {
+			return err
+		}
+		m.Shape = draw.CrossGlyph{}
+		m.Radius = vg.Points(6)
+		m.Color = color.RGBA{214, 39, 40, 255}
+		p.Add(m)
+		p.Legend.Add("drift or regression", m)
+	}
+	return p.Save(8*vg.Inch, 4*vg.Inch, out)
+}

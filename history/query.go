@@ -1,0 +1,193 @@
+package history
+
+import (
+	"database/sql"
+	"encoding/csv"
+	"encoding/json"
+	"fmt"
+	"io"
+	"strconv"
+	"time"
+)
+
+// ArmDetail is an arm of a run with its trial metrics.
+type ArmDetail struct {
+	Name      string         `json:"name"`
+	Recipe    string         `json:"recipe"`
+	BuildKey  string         `json:"build_key"`
+	Invalid   bool           `json:"invalid"`
+	Agreement *float64       `json:"agreement,omitempty"`
+	Trials    []TrialMetrics `json:"trials"`
+}
+
+// TrialMetrics is a stored trial without its samples.
+type TrialMetrics struct {
+	Index        int     `json:"index"`
+	Wall         float64 `json:"wall_s"`
+	TokS         float64 `json:"tok_s"`
+	DecodeTokS   float64 `json:"decode_tok_s"`
+	AcceptLength float64 `json:"accept_length"`
+	TTFTp50ms    float64 `json:"ttft_ms_p50"`
+	TTFTp99ms    float64 `json:"ttft_ms_p99"`
+	ITLp50ms     float64 `json:"itl_ms_p50"`
+	TPOTms       float64 `json:"tpot_ms"`
+	Errors       int     `json:"errors"`
+	Samples      int     `json:"samples"`
+}
+
+// Detail is everything stored about one run.
+type Detail struct {
+	Run    Run           `json:"run"`
+	Drift  []DriftRecord `json:"drift"`
+	Checks []Check       `json:"checks"`
+	Arms   []ArmDetail   `json:"arms"`
+}
+
+// Show returns run id with its environment, drift, checks and arms.
+func (s *Store) Show(id int64) (*Detail, error) {
+	runs, err := s.Runs(0)
+	if err != nil {
+		return nil, err
+	}
+	d := &Detail{}
+	found := false
+	for _, r := range runs {
+		if r.ID == id {
+			d.Run, found = r, true
+		}
+	}
+	if !found {
+		return nil, fmt.Errorf("no run %d in %s", id, s.Path)
+	}
+	d.Run.Env = map[string]string{}
+	rows, err := s.db.Query(`SELECT key, value FROM environment WHERE run_id = ? ORDER BY key`, id)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var k, v string
+		rows.Scan(&k, &v)
+		d.Run.Env[k] = v
+	}
+	rows.Close()
+	rows, err = s.db.Query(`SELECT series, commit_hash, rev, patch, fit, detail FROM drift WHERE run_id = ? ORDER BY rowid`, id)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var x DriftRecord
+		rows.Scan(&x.Series, &x.Commit, &x.Rev, &x.Patch, &x.Fit, &x.Detail)
+		d.Drift = append(d.Drift, x)
+	}
+	rows.Close()
+	rows, err = s.db.Query(`SELECT name, kind, status, detail FROM checks WHERE run_id = ? ORDER BY rowid`, id)
+	if err != nil {
+		return nil, err
+	}
+	for rows.Next() {
+		var c Check
+		rows.Scan(&c.Name, &c.Kind, &c.Status, &c.Detail)
+		d.Checks = append(d.Checks, c)
+	}
+	rows.Close()
+	rows, err = s.db.Query(`SELECT id, name, recipe, build_key, invalid, agreement FROM arms WHERE run_id = ? ORDER BY id`, id)
+	if err != nil {
+		return nil, err
+	}
+	type armRow struct {
+		id int64
+		a  ArmDetail
+	}
+	var arms []armRow
+	for rows.Next() {
+		var r armRow
+		var ag sql.NullFloat64
+		if err := rows.Scan(&r.id, &r.a.Name, &r.a.Recipe, &r.a.BuildKey, &r.a.Invalid, &ag); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		if ag.Valid {
+			r.a.Agreement = &ag.Float64
+		}
+		arms = append(arms, r)
+	}
+	rows.Close()
+	for _, ar := range arms {
+		t, err := s.db.Query(`SELECT idx, COALESCE(wall_s, 0), COALESCE(tok_s, 0), COALESCE(decode_tok_s, 0), COALESCE(accept_length, 0),
+			COALESCE(ttft_ms_p50, 0), COALESCE(ttft_ms_p99, 0), COALESCE(itl_ms_p50, 0), COALESCE(tpot_ms, 0), COALESCE(errors, 0),
+			(SELECT COUNT(*) FROM samples WHERE trial_id = trials.id) FROM trials WHERE arm_id = ? ORDER BY idx`, ar.id)
+		if err != nil {
+			return nil, err
+		}
+		for t.Next() {
+			var m TrialMetrics
+			if err := t.Scan(&m.Index, &m.Wall, &m.TokS, &m.DecodeTokS, &m.AcceptLength, &m.TTFTp50ms, &m.TTFTp99ms, &m.ITLp50ms, &m.TPOTms, &m.Errors, &m.Samples); err != nil {
+				t.Close()
+				return nil, err
+			}
+			ar.a.Trials = append(ar.a.Trials, m)
+		}
+		t.Close()
+		d.Arms = append(d.Arms, ar.a)
+	}
+	return d, nil
+}
+
+// ExportRow is one trial of one arm of one run, flat.
+type ExportRow struct {
+	RunID       int64     `json:"run_id"`
+	StartedAt   time.Time `json:"started_at"`
+	Status      string    `json:"status"`
+	HardwareKey string    `json:"hardware_key"`
+	Commit      string    `json:"sglang_commit"`
+	Arm         string    `json:"arm"`
+	Invalid     bool      `json:"invalid"`
+	TrialMetrics
+}
+
+// Export returns every trial of every run, oldest first.
+func (s *Store) Export() ([]ExportRow, error) {
+	runs, err := s.Runs(0)
+	if err != nil {
+		return nil, err
+	}
+	var out []ExportRow
+	for i := len(runs) - 1; i >= 0; i-- {
+		d, err := s.Show(runs[i].ID)
+		if err != nil {
+			return nil, err
+		}
+		for _, a := range d.Arms {
+			for _, t := range a.Trials {
+				out = append(out, ExportRow{RunID: d.Run.ID, StartedAt: d.Run.StartedAt, Status: d.Run.Status, HardwareKey: d.Run.HardwareKey,
+					Commit: d.Run.SGLangCommit, Arm: a.Name, Invalid: a.Invalid, TrialMetrics: t})
+			}
+		}
+	}
+	return out, nil
+}
+
+// WriteCSV writes rows with a header line.
+func WriteCSV(w io.Writer, rows []ExportRow) error {
+	cw := csv.NewWriter(w)
+	cw.Write([]string{"run_id", "started_at", "status", "hardware_key", "sglang_commit", "arm", "invalid", "trial", "wall_s", "tok_s", "decode_tok_s",
+		"accept_length", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "tpot_ms", "errors", "samples"})
+	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
+	for _, r := range rows {
+		cw.Write([]string{strconv.FormatInt(r.RunID, 10), r.StartedAt.Format(time.RFC3339), r.Status, r.HardwareKey, r.Commit, r.Arm,
+			strconv.FormatBool(r.Invalid), strconv.Itoa(r.Index), f(r.Wall), f(r.TokS), f(r.DecodeTokS), f(r.AcceptLength),
+			f(r.TTFTp50ms), f(r.TTFTp99ms), f(r.ITLp50ms), f(r.TPOTms), strconv.Itoa(r.Errors), strconv.Itoa(r.Samples)})
+	}
+	cw.Flush()
+	return cw.Error()
+}
+
+// WriteJSON writes rows as a JSON array.
+func WriteJSON(w io.Writer, rows []ExportRow) error {
+	enc := json.NewEncoder(w)
+	enc.SetIndent("", "  ")
+	if rows == nil {
+		rows = []ExportRow{}
+	}
+	return enc.Encode(rows)
+}

@@ -1,0 +1,290 @@
+package history
+
+import (
+	"database/sql"
+	"fmt"
+	"os"
+	"sort"
+	"strings"
+	"time"
+
+)
+
+// Run statuses.
+const (
+	Running    = "running"
+	Complete   = "complete"
+	Failed     = "failed"
+	Incomplete = "incomplete"
+)
+
+// Run is one nightly.
+type Run struct {
+	ID             int64             `json:"id"`
+	StartedAt      time.Time         `json:"started_at"`
+	FinishedAt     *time.Time        `json:"finished_at,omitempty"`
+	Status         string            `json:"status"`
+	PID            int               `json:"pid"`
+	ExitCode       *int              `json:"exit_code,omitempty"`
+	HardwareKey    string            `json:"hardware_key"`
+	SGLangCommit   string            `json:"sglang_commit"`
+	UpstreamHead   string            `json:"upstream_head"`
+	SeriesHash     string            `json:"series_hash"`
+	ArpatchVersion string            `json:"arpatch_version"`
+	Verdict        string            `json:"verdict"`
+	Env            map[string]string `json:"environment,omitempty"`
+}
+
+// BeginRun records a run as running, with this process's pid, and returns
+// its id.
+func (s *Store) BeginRun(r Run) (int64, error) {
+	if r.StartedAt.IsZero() {
+		r.StartedAt = time.Now().UTC()
+	}
+	if r.PID == 0 {
+		r.PID = os.Getpid()
+	}
+	tx, err := s.db.Begin()
+	if err != nil {
+		return 0, err
+	}
+	defer tx.Rollback()
+	res, err := tx.Exec(`INSERT INTO runs (started_at, status, pid, hardware_key, sglang_commit, upstream_head, series_hash, arpatch_version)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, r.StartedAt.Format(time.RFC3339Nano), Running, r.PID, r.HardwareKey, r.SGLangCommit, r.UpstreamHead, r.SeriesHash, r.ArpatchVersion)
+	if err != nil {
+		return 0, err
+	}
+	id, _ := res.LastInsertId()
+	for k, v := range r.Env {
+		if _, err := tx.Exec(`INSERT INTO environment (run_id, key, value) VALUES (?, ?, ?)`, id, k, v); err != nil {
+			return 0, err
+		}
+	}
+	return id, tx.Commit()
+}
+
+// Update sets run fields learned after the start (upstream head, commit).
+func (s *Store) Update(id int64, sglangCommit, upstreamHead, seriesHash string) error {
+	_, err := s.db.Exec(`UPDATE runs SET sglang_commit = COALESCE(NULLIF(?, ''), sglang_commit), upstream_head = COALESCE(NULLIF(?, ''), upstream_head), series_hash = COALESCE(NULLIF(?, ''), series_hash) WHERE id = ?`,
+		sglangCommit, upstreamHead, seriesHash, id)
+	return err
+}
+
+// SetEnv records more environment of a run.
+func (s *Store) SetEnv(id int64, env map[string]string) error {
+	for k, v := range env {
+		if _, err := s.db.Exec(`INSERT OR REPLACE INTO environment (run_id, key, value) VALUES (?, ?, ?)`, id, k, v); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// FinishRun ends a run: status complete, failed or incomplete.
+func (s *Store) FinishRun(id int64, status string, exitCode int, verdict string) error {
+	_, err := s.db.Exec(`UPDATE runs SET status = ?, exit_code = ?, verdict = ?, finished_at = ? WHERE id = ?`,
+		status, exitCode, verdict, time.Now().UTC().Format(time.RFC3339Nano), id)
+	return err
+}
+
+// MarkStale marks every run still "running" as incomplete and returns
+// their ids. Call it while holding the nightly lock (Lock): no other
+// nightly can then be running, so such a run was killed midway.
+func (s *Store) MarkStale() ([]int64, error) {
+	rows, err := s.db.Query(`SELECT id FROM runs WHERE status = ?`, Running)
+	if err != nil {
+		return nil, err
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		if err := rows.Scan(&id); err != nil {
+			rows.Close()
+			return nil, err
+		}
+		ids = append(ids, id)
+	}
+	rows.Close()
+	for _, id := range ids {
+		if _, err := s.db.Exec(`UPDATE runs SET status = ?, verdict = 'killed midway', finished_at = COALESCE(finished_at, ?) WHERE id = ?`,
+			Incomplete, time.Now().UTC().Format(time.RFC3339Nano), id); err != nil {
+			return ids, err
+		}
+	}
+	return ids, nil
+}
+
+// DriftRecord is one patch of one series at one commit.
+type DriftRecord struct {
+	Series string `json:"series"`
+	Commit string `json:"commit"`
+	Rev    string `json:"rev"`
+	Patch  string `json:"patch"`
+	Fit    string `json:"fit"`
+	Detail string `json:"detail,omitempty"`
+}
+
+// AddDrift records drift results.
+func (s *Store) AddDrift(runID int64, recs []DriftRecord) error {
+	for _, d := range recs {
+		if _, err := s.db.Exec(`INSERT INTO drift (run_id, series, commit_hash, rev, patch, fit, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			runID, d.Series, d.Commit, d.Rev, d.Patch, d.Fit, d.Detail); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Check is one outcome for JUnit and plots: drift per series, a build, an
+// arm's validity, a regression check.
+type Check struct {
+	Name   string `json:"name"`
+	Kind   string `json:"kind"`   // drift, build, validity, regression, ab
+	Status string `json:"status"` // pass, fail, skip
+	Detail string `json:"detail,omitempty"`
+}
+
+// AddCheck records a check.
+func (s *Store) AddCheck(runID int64, c Check) error {
+	_, err := s.db.Exec(`INSERT INTO checks (run_id, name, kind, status, detail) VALUES (?, ?, ?, ?, ?)`, runID, c.Name, c.Kind, c.Status, c.Detail)
+	return err
+}
+
+// TrialRecord is one trial's metrics with its samples.
+type TrialRecord struct {
+	Index                                           int
+	Wall, TokS, DecodeTokS, AcceptLength            float64
+	TTFTp50ms, TTFTp99ms, ITLp50ms, TPOTms          float64
+	Errors                                          int
+	Samples                                         []SampleRecord
+}
+
+// SampleRecord is one request.
+type SampleRecord struct {
+	Prompt                         int
+	TTFT, E2E                      float64
+	CompletionTokens, SpecVerifyCt int
+	Error                          string
+}
+
+// AddArm records an arm with its trials and samples, in one transaction.
+func (s *Store) AddArm(runID int64, name, recipe, buildKey string, invalid bool, agreement float64, trials []TrialRecord) error {
+	tx, err := s.db.Begin()
+	if err != nil {
+		return err
+	}
+	defer tx.Rollback()
+	res, err := tx.Exec(`INSERT INTO arms (run_id, name, recipe, build_key, invalid, agreement) VALUES (?, ?, ?, ?, ?, ?)`, runID, name, recipe, buildKey, invalid, agreement)
+	if err != nil {
+		return err
+	}
+	armID, _ := res.LastInsertId()
+	for _, t := range trials {
+		r, err := tx.Exec(`INSERT INTO trials (arm_id, idx, wall_s, tok_s, decode_tok_s, accept_length, ttft_ms_p50, ttft_ms_p99, itl_ms_p50, tpot_ms, errors)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, armID, t.Index, t.Wall, t.TokS, t.DecodeTokS, t.AcceptLength, t.TTFTp50ms, t.TTFTp99ms, t.ITLp50ms, t.TPOTms, t.Errors)
+		if err != nil {
+			return err
+		}
+		tid, _ := r.LastInsertId()
+		for _, sm := range t.Samples {
+			if _, err := tx.Exec(`INSERT INTO samples (trial_id, prompt, ttft_s, e2e_s, completion_tokens, spec_verify_ct, error) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+				tid, sm.Prompt, sm.TTFT, sm.E2E, sm.CompletionTokens, sm.SpecVerifyCt, sm.Error); err != nil {
+				return err
+			}
+		}
+	}
+	return tx.Commit()
+}
+
+// MetricColumns maps metric names to trial columns.
+var MetricColumns = map[string]string{
+	"tok_s": "tok_s", "decode_tok_s": "decode_tok_s", "accept_length": "accept_length",
+	"ttft_ms_p50": "ttft_ms_p50", "ttft_ms_p99": "ttft_ms_p99", "itl_ms_p50": "itl_ms_p50", "tpot_ms": "tpot_ms",
+}
+
+func column(metric string) (string, error) {
+	c, ok := MetricColumns[metric]
+	if !ok {
+		var names []string
+		for k := range MetricColumns {
+			names = append(names, k)
+		}
+		sort.Strings(names)
+		return "", fmt.Errorf("unknown metric %q; known: %s", metric, strings.Join(names, ", "))
+	}
+	return c, nil
+}
+
+// Window returns the per-trial values of metric for arm over the last n
+// complete runs on hardwareKey before run id before (0: all), newest run
+// first, and the ids of those runs.
+func (s *Store) Window(hardwareKey, arm, metric string, n int, before int64) ([]float64, []int64, error) {
+	col, err := column(metric)
+	if err != nil {
+		return nil, nil, err
+	}
+	q := `SELECT id FROM runs WHERE hardware_key = ? AND status = ? AND (? = 0 OR id < ?)
+		AND EXISTS (SELECT 1 FROM arms WHERE arms.run_id = runs.id AND arms.name = ? AND arms.invalid = 0)
+		ORDER BY id DESC LIMIT ?`
+	rows, err := s.db.Query(q, hardwareKey, Complete, before, before, arm, n)
+	if err != nil {
+		return nil, nil, err
+	}
+	var ids []int64
+	for rows.Next() {
+		var id int64
+		rows.Scan(&id)
+		ids = append(ids, id)
+	}
+	rows.Close()
+	var vals []float64
+	for _, id := range ids {
+		r, err := s.db.Query(`SELECT t.`+col+` FROM trials t JOIN arms a ON t.arm_id = a.id WHERE a.run_id = ? AND a.name = ? ORDER BY t.idx`, id, arm)
+		if err != nil {
+			return nil, nil, err
+		}
+		for r.Next() {
+			var v sql.NullFloat64
+			r.Scan(&v)
+			if v.Valid {
+				vals = append(vals, v.Float64)
+			}
+		}
+		r.Close()
+	}
+	return vals, ids, nil
+}
+
+// Runs lists the newest runs first, at most limit (0: all).
+func (s *Store) Runs(limit int) ([]Run, error) {
+	q := `SELECT id, started_at, finished_at, status, pid, exit_code, hardware_key, sglang_commit, upstream_head, series_hash, arpatch_version, verdict FROM runs ORDER BY id DESC`
+	if limit > 0 {
+		q += fmt.Sprintf(" LIMIT %d", limit)
+	}
+	rows, err := s.db.Query(q)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	var out []Run
+	for rows.Next() {
+		var r Run
+		var started string
+		var finished sql.NullString
+		var exit sql.NullInt64
+		if err := rows.Scan(&r.ID, &started, &finished, &r.Status, &r.PID, &exit, &r.HardwareKey, &r.SGLangCommit, &r.UpstreamHead, &r.SeriesHash, &r.ArpatchVersion, &r.Verdict); err != nil {
+			return nil, err
+		}
+		r.StartedAt, _ = time.Parse(time.RFC3339Nano, started)
+		if finished.Valid {
+			t, _ := time.Parse(time.RFC3339Nano, finished.String)
+			r.FinishedAt = &t
+		}
+		if exit.Valid {
+			e := int(exit.Int64)
+			r.ExitCode = &e
+		}
+		out = append(out, r)
+	}
+	return out, rows.Err()
+}

@@ -1,0 +1,172 @@
+// Package history keeps nightly runs in an SQLite database
+// (modernc.org/sqlite: pure Go, no cgo) in WAL mode: runs and their
+// environment, the drift of every series at every commit checked, the
+// arms with their trials and samples, and every check's outcome. Schema
+// changes are versioned migrations. A run starts as "running" and ends
+// "complete" or "failed"; a run whose process died is marked "incomplete"
+// and is never a reference for regressions.
+package history
+
+import (
+	"database/sql"
+	"fmt"
+	"time"
+
+	_ "modernc.org/sqlite"
+
+	"github.com/arpatch/arpatch/internal/lockfile"
+)
+
+// Store is an open history database.
+type Store struct {
+	Path string
+	db   *sql.DB
+}
+
+// migrations[i] brings the schema from version i to i+1.
+var migrations = []string{
+	// 1: runs, environment, drift, arms, trials, samples.
+	`CREATE TABLE runs (
+		id INTEGER PRIMARY KEY,
+		started_at TEXT NOT NULL,
+		finished_at TEXT,
+		status TEXT NOT NULL,           -- running, complete, failed, incomplete
+		pid INTEGER NOT NULL,
+		exit_code INTEGER,
+		hardware_key TEXT NOT NULL,
+		sglang_commit TEXT NOT NULL DEFAULT '',
+		upstream_head TEXT NOT NULL DEFAULT '',
+		series_hash TEXT NOT NULL DEFAULT '',
+		arpatch_version TEXT NOT NULL DEFAULT '',
+		verdict TEXT NOT NULL DEFAULT ''
+	);
+	CREATE TABLE environment (
+		run_id INTEGER NOT NULL REFERENCES runs(id),
+		key TEXT NOT NULL,
+		value TEXT NOT NULL,
+		PRIMARY KEY (run_id, key)
+	);
+	CREATE TABLE drift (
+		run_id INTEGER NOT NULL REFERENCES runs(id),
+		series TEXT NOT NULL,
+		commit_hash TEXT NOT NULL,
+		rev TEXT NOT NULL,
+		patch TEXT NOT NULL,
+		fit TEXT NOT NULL,              -- exact, offset, applied, conflict
+		detail TEXT NOT NULL DEFAULT ''
+	);
+	CREATE TABLE arms (
+		id INTEGER PRIMARY KEY,
+		run_id INTEGER NOT NULL REFERENCES runs(id),
+		name TEXT NOT NULL,
+		recipe TEXT NOT NULL DEFAULT '',
+		build_key TEXT NOT NULL DEFAULT '',
+		invalid INTEGER NOT NULL DEFAULT 0
+	);
+	CREATE TABLE trials (
+		id INTEGER PRIMARY KEY,
+		arm_id INTEGER NOT NULL REFERENCES arms(id),
+		idx INTEGER NOT NULL,
+		wall_s REAL, tok_s REAL, decode_tok_s REAL, accept_length REAL,
+		ttft_ms_p50 REAL, ttft_ms_p99 REAL, itl_ms_p50 REAL, tpot_ms REAL,
+		errors INTEGER
+	);
+	CREATE TABLE samples (
+		trial_id INTEGER NOT NULL REFERENCES trials(id),
+		prompt INTEGER, ttft_s REAL, e2e_s REAL, completion_tokens INTEGER, spec_verify_ct INTEGER, error TEXT
+	);
+	CREATE INDEX runs_by_hw ON runs(hardware_key, status, id);`,
+	// 2: every check's outcome (for JUnit and plot marks), and the
+	// agreement share per arm.
+	`CREATE TABLE checks (
+		run_id INTEGER NOT NULL REFERENCES runs(id),
+		name TEXT NOT NULL,
+		kind TEXT NOT NULL,             -- drift, build, validity, regression, ab
+		status TEXT NOT NULL,           -- pass, fail, skip
+		detail TEXT NOT NULL DEFAULT ''
+	);
+	ALTER TABLE arms ADD COLUMN agreement REAL;`,
+}
+
+// SchemaVersion is the version this arpatch writes.
+var SchemaVersion = len(migrations)
+
+// Open opens (creating if needed) the database at path in WAL mode and
+// migrates it to SchemaVersion, one transaction per step. A database
+// newer than this arpatch is refused.
+func Open(path string) (*Store, error) {
+	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)")
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	if _, err := db.Exec(`PRAGMA journal_mode=WAL`); err != nil {
+		db.Close()
+		return nil, fmt.Errorf("history %s: %w", path, err)
+	}
+	s := &Store{Path: path, db: db}
+	if err := s.migrate(SchemaVersion); err != nil {
+		db.Close()
+		return nil, err
+	}
+	return s, nil
+}
+
+// openAt opens and migrates only up to version v: for migration tests.
+func openAt(path string, v int) (*Store, error) {
+	db, err := sql.Open("sqlite", "file:"+path)
+	if err != nil {
+		return nil, err
+	}
+	db.SetMaxOpenConns(1)
+	s := &Store{Path: path, db: db}
+	return s, s.migrate(v)
+}
+
+// Version returns the schema version of the database.
+func (s *Store) Version() (int, error) {
+	var v int
+	err := s.db.QueryRow(`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v)
+	return v, err
+}
+
+func (s *Store) migrate(to int) error {
+	if _, err := s.db.Exec(`CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
+		return fmt.Errorf("history %s: %w", s.Path, err)
+	}
+	cur, err := s.Version()
+	if err != nil {
+		return err
+	}
+	if cur > SchemaVersion {
+		return fmt.Errorf("history %s has schema version %d; this arpatch knows up to %d: use a newer arpatch", s.Path, cur, SchemaVersion)
+	}
+	for v := cur; v < to; v++ {
+		tx, err := s.db.Begin()
+		if err != nil {
+			return err
+		}
+		if _, err := tx.Exec(migrations[v]); err != nil {
+			tx.Rollback()
+			return fmt.Errorf("history %s: migration to version %d: %w", s.Path, v+1, err)
+		}
+		if _, err := tx.Exec(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, v+1, time.Now().UTC().Format(time.RFC3339)); err != nil {
+			tx.Rollback()
+			return err
+		}
+		if err := tx.Commit(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Close closes the database.
+func (s *Store) Close() error { return s.db.Close() }
+
+// Lock takes the lock that keeps two nightlies off one history (and so
+// one host): a file next to the database. It returns a *lockfile.HeldError
+// when another live process holds it.
+func Lock(dbPath string) (func(), error) {
+	return lockfile.Acquire(dbPath + ".lock")
+}

@@ -1,0 +1,68 @@
+// Package lockfile is a pid lock file that two processes cannot both take:
+// the file appears whole (written to a temp file, then hard-linked into
+// place, which fails when the lock exists), so nobody ever reads an empty
+// lock and mistakes it for a stale one; a lock whose pid no longer runs is
+// taken over.
+package lockfile
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"syscall"
+)
+
+// HeldError is a lock another live process holds.
+type HeldError struct {
+	Path string
+	PID  string
+}
+
+func (e *HeldError) Error() string {
+	return fmt.Sprintf("%s: held by pid %s", e.Path, e.PID)
+}
+
+// Acquire takes the lock at path, creating its directory. It returns the
+// release function, or a *HeldError.
+func Acquire(path string) (func(), error) {
+	dir := filepath.Dir(path)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return nil, err
+	}
+	tmp, err := os.CreateTemp(dir, ".lock-*")
+	if err != nil {
+		return nil, err
+	}
+	fmt.Fprintf(tmp, "%d\n", os.Getpid())
+	tmp.Close()
+	defer os.Remove(tmp.Name())
+	for attempt := 0; attempt < 2; attempt++ {
+		err := os.Link(tmp.Name(), path)
+		if err == nil {
+			return func() { os.Remove(path) }, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return nil, err
+		}
+		b, _ := os.ReadFile(path)
+		pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
+		if perr != nil || Alive(pid) {
+			return nil, &HeldError{Path: path, PID: strings.TrimSpace(string(b))}
+		}
+		os.Remove(path) // its owner died
+	}
+	return nil, fmt.Errorf("%s: could not take the lock; remove it if nothing holds it", path)
+}
+
+// Alive reports whether pid is a running process.
+func Alive(pid int) bool {
+	if pid <= 0 {
+		return false
+	}
+	err := syscall.Kill(pid, 0)
+	return err == nil || errors.Is(err, syscall.EPERM)
+}

@@ -1,0 +1,252 @@
+// Package nightly runs arpatch's nightly job: does the patch series still
+// apply to upstream SGLang (drift), did the patched build get slower than
+// its recent history, and is it still faster than the baseline? It fetches
+// the tracked ref, checks every series, builds both arms through the build
+// cache, benches them, stores everything in the history database, decides
+// regressions with a Mann-Whitney U test and a relative threshold, and
+// writes reports for CI.
+package nightly
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"time"
+
+	"github.com/BurntSushi/toml"
+
+	"github.com/arpatch/arpatch/internal/tomlx"
+)
+
+// Config is nightly.toml. Every field has a default (see Defaults).
+type Config struct {
+	Upstream   Upstream   `toml:"upstream"`
+	Arms       Arms       `toml:"arms"`
+	Build      Build      `toml:"build"`
+	Bench      Bench      `toml:"bench"`
+	History    History    `toml:"history"`
+	Regression Regression `toml:"regression"`
+	Outputs    Outputs    `toml:"outputs"`
+
+	// Dir is the config file's directory: relative paths are relative to it.
+	Dir string `toml:"-"`
+}
+
+// Upstream names what to track.
+type Upstream struct {
+	// Repo is the local repository (a mirror or a checkout) that holds
+	// upstream's history; the nightly fetches into it and reads from it.
+	Repo string `toml:"repo"`
+	// Fetch updates Repo from its origin remote before the checks; leave
+	// it false for a mirror kept current by other means.
+	Fetch bool   `toml:"fetch"`
+	Ref   string `toml:"ref"` // the ref to track, e.g. "main"
+	// Also lists more revisions to check for drift each night (e.g. the
+	// other pinned commits); they do not fail the run.
+	Also []string `toml:"also_check"`
+}
+
+// Arms names the recipes of arm A (the reference) and arm B (the patch).
+type Arms struct {
+	A          string `toml:"a"` // embedded recipe name
+	B          string `toml:"b"`
+	AFile      string `toml:"a_file"` // or a recipe file
+	BFile      string `toml:"b_file"`
+	PatchesDir string `toml:"patches_dir"`
+	// Commit is "pinned" (the recipes' commit) or "head" (the tracked
+	// ref's head) for the build and the bench.
+	Commit string `toml:"commit"`
+}
+
+// Build holds build options.
+type Build struct {
+	Archs    []string `toml:"archs"`
+	Jobs     int      `toml:"jobs"`
+	Tool     string   `toml:"tool"`
+	Offline  bool     `toml:"offline"`
+	DepsDir  string   `toml:"deps_dir"`
+	Python   string   `toml:"python"`
+	CacheDir string   `toml:"cache_dir"`
+	WorkDir  string   `toml:"work_dir"` // where the A/B checkouts live
+}
+
+// Bench holds bench options; unset ones come from recipe B's [bench].
+type Bench struct {
+	Model          string  `toml:"model"`
+	DraftModel     string  `toml:"draft_model"`
+	LaunchCmd      string  `toml:"launch_cmd"`   // for both arms, e.g. a wrapper that installs the arm's wheel
+	LaunchCmdA     string  `toml:"launch_cmd_a"` // per arm
+	LaunchCmdB     string  `toml:"launch_cmd_b"`
+	URLA           string  `toml:"url_a"`
+	URLB           string  `toml:"url_b"`
+	PythonA        string  `toml:"python_a"`
+	PythonB        string  `toml:"python_b"`
+	Trials         int     `toml:"trials"`
+	NumPrompts     int     `toml:"num_prompts"`
+	MaxNewTokens   int     `toml:"max_new_tokens"`
+	Concurrency    int     `toml:"concurrency"`
+	Warmup         int     `toml:"warmup"`
+	AgreeThreshold float64 `toml:"agree_threshold"`
+	ReadyTimeout   string  `toml:"ready_timeout"`
+	LogDir         string  `toml:"log_dir"`
+}
+
+// History says where runs are kept.
+type History struct {
+	Path        string `toml:"path"`
+	Window      int    `toml:"window"`       // complete runs compared against
+	HardwareKey string `toml:"hardware_key"` // default: GPU model x count from nvidia-smi
+}
+
+// Regression is the policy.
+type Regression struct {
+	// ThresholdPct is the relative change that counts, in percent (3).
+	ThresholdPct float64 `toml:"threshold_pct"`
+	// Metrics maps metric names to their own thresholds; the metrics
+	// judged are these keys (default: tok_s at ThresholdPct).
+	Metrics map[string]float64 `toml:"metrics"`
+	// Alpha is the Mann-Whitney U significance level (0.05).
+	Alpha float64 `toml:"alpha"`
+	// RequireBFaster makes B significantly slower than A tonight a
+	// regression (true).
+	RequireBFaster *bool `toml:"require_b_faster"`
+}
+
+// Outputs lists report files; empty means none.
+type Outputs struct {
+	Dir             string `toml:"dir"`              // JSON report and markdown summary
+	GitHubBenchmark string `toml:"github_benchmark"` // prefix: <prefix>-bigger.json, <prefix>-smaller.json
+	Bencher         string `toml:"bencher"`
+	JUnit           string `toml:"junit"`
+	Plot            string `toml:"plot"` // .svg or .png of tok_s over time
+}
+
+// Defaults fills every unset field.
+func (c *Config) Defaults() {
+	if c.Upstream.Ref == "" {
+		c.Upstream.Ref = "main"
+	}
+	if c.Upstream.Repo == "" {
+		c.Upstream.Repo = "sglang.git"
+	}
+	if c.Arms.A == "" && c.Arms.AFile == "" {
+		c.Arms.A = "baseline"
+	}
+	if c.Arms.B == "" && c.Arms.BFile == "" {
+		c.Arms.B = "pcie"
+	}
+	if c.Arms.Commit == "" {
+		c.Arms.Commit = "pinned"
+	}
+	if c.Build.Python == "" {
+		c.Build.Python = "python3"
+	}
+	if c.Build.WorkDir == "" {
+		c.Build.WorkDir = "nightly-work"
+	}
+	if c.Bench.Trials == 0 {
+		c.Bench.Trials = 5
+	}
+	if c.Bench.Warmup == 0 {
+		c.Bench.Warmup = 2
+	}
+	if c.Bench.AgreeThreshold == 0 {
+		c.Bench.AgreeThreshold = 0.9
+	}
+	if c.Bench.LogDir == "" {
+		c.Bench.LogDir = "nightly-work/logs"
+	}
+	if c.History.Path == "" {
+		c.History.Path = "arpatch-history.db"
+	}
+	if c.History.Window == 0 {
+		c.History.Window = 7
+	}
+	if c.Regression.ThresholdPct == 0 {
+		c.Regression.ThresholdPct = 3
+	}
+	if len(c.Regression.Metrics) == 0 {
+		c.Regression.Metrics = map[string]float64{"tok_s": c.Regression.ThresholdPct}
+	}
+	if c.Regression.Alpha == 0 {
+		c.Regression.Alpha = 0.05
+	}
+	if c.Regression.RequireBFaster == nil {
+		t := true
+		c.Regression.RequireBFaster = &t
+	}
+	if c.Outputs.Dir == "" {
+		c.Outputs.Dir = "nightly-out"
+	}
+}
+
+// Path resolves p against the config's directory.
+func (c *Config) Path(p string) string {
+	if p == "" || filepath.IsAbs(p) {
+		return p
+	}
+	return filepath.Join(c.Dir, p)
+}
+
+// ReadyTimeout parses bench.ready_timeout (default 20m).
+func (c *Config) ReadyTimeout() time.Duration {
+	d, err := time.ParseDuration(c.Bench.ReadyTimeout)
+	if err != nil || d <= 0 {
+		return 20 * time.Minute
+	}
+	return d
+}
+
+// LoadConfig reads nightly.toml strictly (an unknown key is an error
+// naming file, line and key), checks the values and fills defaults.
+func LoadConfig(path string) (*Config, error) {
+	data, err := os.ReadFile(path)
+	if err != nil {
+		return nil, fmt.Errorf("--config: %w", err)
+	}
+	var c Config
+	md, err := toml.Decode(string(data), &c)
+	if err != nil {
+		return nil, tomlx.DecodeError(path, err)
+	}
+	if err := tomlx.Strict(path, data, md); err != nil {
+		return nil, err
+	}
+	abs, _ := filepath.Abs(filepath.Dir(path))
+	c.Dir = abs
+	fail := func(key, format string, args ...any) error {
+		return fmt.Errorf("%s:%d: %s: %s", path, tomlx.Line(data, key), key, fmt.Sprintf(format, args...))
+	}
+	switch c.Arms.Commit {
+	case "", "pinned", "head":
+	default:
+		return nil, fail("arms.commit", "%q: use \"pinned\" or \"head\"", c.Arms.Commit)
+	}
+	if c.Regression.ThresholdPct < 0 {
+		return nil, fail("regression.threshold_pct", "must not be negative")
+	}
+	for m, v := range c.Regression.Metrics {
+		if _, ok := metricDirections[m]; !ok {
+			return nil, fail("regression.metrics", "unknown metric %q (known: tok_s, decode_tok_s, accept_length, ttft_ms_p50, ttft_ms_p99, itl_ms_p50, tpot_ms)", m)
+		}
+		if v < 0 {
+			return nil, fail("regression.metrics", "%s: threshold must not be negative", m)
+		}
+	}
+	if a := c.Regression.Alpha; a < 0 || a >= 1 {
+		return nil, fail("regression.alpha", "%v: use a level in (0, 1), e.g. 0.05", a)
+	}
+	if c.Bench.ReadyTimeout != "" {
+		if _, err := time.ParseDuration(c.Bench.ReadyTimeout); err != nil {
+			return nil, fail("bench.ready_timeout", "%v", err)
+		}
+	}
+	c.Defaults()
+	return &c, nil
+}
+
+// metricDirections says, per metric, whether higher is better.
+var metricDirections = map[string]bool{
+	"tok_s": true, "decode_tok_s": true, "accept_length": true,
+	"ttft_ms_p50": false, "ttft_ms_p99": false, "itl_ms_p50": false, "tpot_ms": false,
+}

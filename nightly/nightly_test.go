@@ -1,0 +1,421 @@
+package nightly
+
+import (
+	"context"
+	"crypto/sha256"
+	"encoding/hex"
+	"encoding/json"
+	"encoding/xml"
+	"net/http/httptest"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/arpatch/arpatch/harness/sglangtest"
+	"github.com/arpatch/arpatch/history"
+	"github.com/arpatch/arpatch/internal/testrepo"
+)
+
+const fixtureCu = "// fixture translation unit\nif (ws == 2) {\n  one();\n} else if (full_nvlink_) {\n  pick();\n}\n"
+
+const fixturePatch = `Description: fixture dispatch
+Author: arpatch tests
+Upstream-Status: Inappropriate [test fixture]
+Applies-To: fixture
+
+--- a/sgl-kernel/csrc/allreduce/custom_all_reduce.cu
++++ b/sgl-kernel/csrc/allreduce/custom_all_reduce.cu
+@@ -2,5 +2,5 @@
+ if (ws == 2) {
+   one();
+-} else if (full_nvlink_) {
++} else {
+   pick();
+ }
+`
+
+// world is a nightly fixture: an upstream repository, a series, two
+// recipes, a fake toolchain and two in-test SGLang servers.
+type world struct {
+	t       *testing.T
+	dir     string
+	up      string
+	commit  string
+	cfg     *Config
+	env     []string
+	servers map[string]*httptest.Server
+}
+
+func newWorld(t *testing.T) *world {
+	t.Helper()
+	w := &world{t: t, dir: t.TempDir(), servers: map[string]*httptest.Server{}}
+	w.up = filepath.Join(w.dir, "upstream")
+	if err := testrepo.WriteFiles(w.up, map[string]string{
+		"sgl-kernel/CMakeLists.txt":                      "project(sgl-kernel)\nset(F \"-gencode=arch=compute_120a,code=sm_120a\")\n",
+		"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": fixtureCu,
+		"sgl-kernel/include/utils.h":                     "// header\n",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if w.commit, err = testrepo.Init(w.up); err != nil {
+		t.Fatal(err)
+	}
+	sum := sha256.Sum256([]byte(fixturePatch))
+	files := map[string]string{
+		"series/fx/series.toml":         "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + w.commit + "\"]\n\n[[patch]]\nfile = \"0001-dispatch.patch\"\nsha256 = \"" + hex.EncodeToString(sum[:]) + "\"\n",
+		"series/fx/0001-dispatch.patch": fixturePatch,
+		"a.toml":                        "name = \"base\"\n[upstream]\ncommit = \"" + w.commit + "\"\n",
+		"b.toml":                        "name = \"patched\"\nseries = \"fx\"\n[upstream]\ncommit = \"" + w.commit + "\"\n[env]\nSGLANG_FORCE_CUSTOM_AR_PCIE = \"1\"\n",
+		"nightly.toml": `[upstream]
+repo = "upstream"
+ref = "master"
+[arms]
+a_file = "a.toml"
+b_file = "b.toml"
+patches_dir = "series"
+[build]
+archs = ["120a"]
+cache_dir = "cache"
+[bench]
+trials = 5
+num_prompts = 3
+max_new_tokens = 16
+warmup = 1
+[history]
+path = "history.db"
+hardware_key = "test-gpu"
+[outputs]
+github_benchmark = "out/ghbench"
+bencher = "out/bencher.json"
+junit = "out/junit.xml"
+plot = "out/tok_s.svg"
+`,
+	}
+	if err := testrepo.WriteFiles(w.dir, files); err != nil {
+		t.Fatal(err)
+	}
+	if w.cfg, err = LoadConfig(filepath.Join(w.dir, "nightly.toml")); err != nil {
+		t.Fatal(err)
+	}
+	fake, _ := filepath.Abs("../kernels/testdata/fakebin")
+	w.env = []string{"PATH=" + fake + ":/usr/bin:/bin", "HOME=" + w.dir}
+	return w
+}
+
+// serve (re)starts the arm's in-test server at a decode rate.
+func (w *world) serve(arm string, rate float64) {
+	if s := w.servers[arm]; s != nil {
+		s.Close()
+	}
+	s := httptest.NewServer(sglangtest.New(sglangtest.Config{TokPerSec: rate, TTFT: time.Millisecond, TokensPerChunk: 2}))
+	w.t.Cleanup(s.Close)
+	w.servers[arm] = s
+	if arm == "a" {
+		w.cfg.Bench.URLA = s.URL
+	} else {
+		w.cfg.Bench.URLB = s.URL
+	}
+}
+
+func (w *world) run(ctx context.Context, skipBuild bool) *Report {
+	w.t.Helper()
+	rep, err := Run(ctx, Options{Config: w.cfg, Env: w.env, SkipBuild: skipBuild, Launcher: []string{"/bin/true"}, Version: "test",
+		Probe: func(context.Context) Environment { return Environment{GPUModel: "Test GPU", GPUCount: 8} }})
+	if err != nil && ctx.Err() == nil {
+		w.t.Fatal(err)
+	}
+	return rep
+}
+
+func (w *world) check(rep *Report, name string) history.Check {
+	for _, c := range rep.Checks {
+		if c.Name == name {
+			return c
+		}
+	}
+	w.t.Fatalf("no check %q in %+v", name, rep.Checks)
+	return history.Check{}
+}
+
+func TestNightlyEndToEnd(t *testing.T) {
+	w := newWorld(t)
+	w.serve("a", 1000)
+	w.serve("b", 1600)
+
+	// Night 1: nothing to compare with yet; builds, benches, exit 0.
+	rep := w.run(context.Background(), false)
+	if rep.ExitCode != ExitOK || rep.Status != history.Complete || len(rep.Builds) != 2 || rep.Builds[0].Hit {
+		t.Fatalf("night 1: exit %d status %s builds %+v errors %v", rep.ExitCode, rep.Status, rep.Builds, rep.Errors)
+	}
+	if r := findReg(rep, "patched", "tok_s", "history"); r.Verdict != "not enough data" {
+		t.Errorf("night 1 history check: %+v", r)
+	}
+	if r := findReg(rep, "patched", "tok_s", "base"); r.Verdict != "improvement" || r.Pct < 30 {
+		t.Errorf("B against A: %+v", r)
+	}
+	// Nights 2 and 3 seed the history; builds are cache hits.
+	for i := 0; i < 2; i++ {
+		rep = w.run(context.Background(), false)
+		if rep.ExitCode != ExitOK || !rep.Builds[1].Hit {
+			t.Fatalf("seeding night: exit %d builds %+v %v", rep.ExitCode, rep.Builds, rep.Errors)
+		}
+	}
+	// No change tonight: exit 0, "no significant change".
+	rep = w.run(context.Background(), true)
+	if rep.ExitCode != ExitOK {
+		t.Fatalf("no-change night: exit %d %s", rep.ExitCode, rep.Verdict)
+	}
+	if r := findReg(rep, "patched", "tok_s", "history"); r.Verdict != "no significant change" || r.RefRuns != 3 || r.RefSamples != 15 {
+		t.Errorf("no-change night: %+v", r)
+	}
+	// A planted 10% regression of B: exit 1, named.
+	w.serve("b", 1440)
+	rep = w.run(context.Background(), true)
+	if rep.ExitCode != ExitRegression || !strings.Contains(rep.Verdict, "patched tok_s vs history") {
+		t.Fatalf("regression night: exit %d verdict %q", rep.ExitCode, rep.Verdict)
+	}
+	if r := findReg(rep, "patched", "tok_s", "history"); r.Verdict != "regression" || r.Pct > -8 || r.P >= 0.05 {
+		t.Errorf("regression: %+v", r)
+	}
+	if c := w.check(rep, "patched tok_s vs history"); c.Status != "fail" {
+		t.Errorf("check %+v", c)
+	}
+	checkOutputs(t, w, rep)
+
+	// The server of an arm dies (launch command fails): exit 4.
+	w.serve("b", 1600)
+	w.cfg.Bench.URLB = ""
+	w.cfg.Bench.LaunchCmdB = "echo 'fatal: no GPU (fake)' >&2; exit 3"
+	rep = w.run(context.Background(), true)
+	if rep.ExitCode != ExitInfra || rep.Status != history.Failed || !strings.Contains(strings.Join(rep.Errors, " "), "fatal: no GPU (fake)") {
+		t.Fatalf("dead server: exit %d status %s errors %v", rep.ExitCode, rep.Status, rep.Errors)
+	}
+	w.cfg.Bench.LaunchCmdB = ""
+	w.cfg.Bench.URLB = w.servers["b"].URL
+
+	// Upstream moves and breaks the hunk: exit 3, with patch, file, hunk.
+	testrepo.WriteFiles(w.up, map[string]string{"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": strings.Replace(fixtureCu, "full_nvlink_", "nvlink_ok_", 1)})
+	if _, err := testrepo.Commit(w.up, "upstream refactor"); err != nil {
+		t.Fatal(err)
+	}
+	rep = w.run(context.Background(), true)
+	if rep.ExitCode != ExitDrift {
+		t.Fatalf("drift night: exit %d %v", rep.ExitCode, rep.Errors)
+	}
+	c := w.check(rep, "fx at master ("+short(rep.Head)+")")
+	if c.Status != "fail" || !strings.Contains(c.Detail, "patch 0001-dispatch.patch, hunk @@ -2,5 +2,5 @@ in sgl-kernel/csrc/allreduce/custom_all_reduce.cu") {
+		t.Errorf("drift check: %+v", c)
+	}
+	if w.check(rep, "fx at pinned commit "+short(w.commit)).Status != "pass" {
+		t.Error("the pinned commit should still fit")
+	}
+
+	// History holds every run; show and export see them.
+	store, err := history.Open(filepath.Join(w.dir, "history.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	runs, _ := store.Runs(0)
+	if len(runs) != 7 {
+		t.Fatalf("%d runs recorded, want 7", len(runs))
+	}
+	d, err := store.Show(runs[0].ID)
+	if err != nil || len(d.Drift) == 0 || d.Run.Env["gpu_model"] != "Test GPU" || d.Run.UpstreamHead != rep.Head {
+		t.Errorf("show: %+v %v", d, err)
+	}
+	rows, _ := store.Export()
+	if len(rows) != 6*2*5 {
+		t.Errorf("export: %d trial rows, want 60", len(rows))
+	}
+}
+
+func findReg(rep *Report, arm, metric, against string) Check {
+	for _, r := range rep.Regressions {
+		if r.Arm == arm && r.Metric == metric && r.Against == against {
+			return r
+		}
+	}
+	return Check{Verdict: "missing"}
+}
+
+// checkOutputs validates the CI files field by field.
+func checkOutputs(t *testing.T, w *world, rep *Report) {
+	t.Helper()
+	if err := WriteOutputs(rep, w.cfg, nil); err != nil {
+		t.Fatal(err)
+	}
+	read := func(p string) []byte {
+		b, err := os.ReadFile(filepath.Join(w.dir, p))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return b
+	}
+	for _, f := range []struct {
+		file  string
+		units []string
+	}{{"out/ghbench-bigger.json", []string{"tok/s", "tok/s", "tokens/verify"}}, {"out/ghbench-smaller.json", []string{"ms", "ms", "ms", "ms"}}} {
+		var entries []map[string]any
+		if err := json.Unmarshal(read(f.file), &entries); err != nil {
+			t.Fatal(err)
+		}
+		if len(entries) != 2*len(f.units) {
+			t.Fatalf("%s: %d entries", f.file, len(entries))
+		}
+		for i, e := range entries {
+			for _, k := range []string{"name", "unit", "value"} {
+				if _, ok := e[k]; !ok {
+					t.Errorf("%s[%d] lacks %s", f.file, i, k)
+				}
+			}
+			if e["unit"] != f.units[i%len(f.units)] || !strings.Contains(e["name"].(string), "/") {
+				t.Errorf("%s[%d] = %v", f.file, i, e)
+			}
+			if v, ok := e["value"].(float64); !ok || v <= 0 {
+				t.Errorf("%s[%d] value %v", f.file, i, e["value"])
+			}
+		}
+	}
+	var bmf map[string]map[string]map[string]float64
+	if err := json.Unmarshal(read("out/bencher.json"), &bmf); err != nil {
+		t.Fatal(err)
+	}
+	tok := bmf["eagle3/patched"]["tok-s"]
+	if tok["value"] <= 0 || tok["lower_value"] > tok["value"] || tok["upper_value"] < tok["value"] || len(bmf["eagle3/base"]) != 7 {
+		t.Errorf("bencher: %v", bmf)
+	}
+	var ju struct {
+		Tests  int `xml:"tests,attr"`
+		Fails  int `xml:"failures,attr"`
+		Suites []struct {
+			Cases []struct {
+				Class   string    `xml:"classname,attr"`
+				Name    string    `xml:"name,attr"`
+				Failure *struct{} `xml:"failure"`
+			} `xml:"testcase"`
+		} `xml:"testsuite"`
+	}
+	if err := xml.Unmarshal(read("out/junit.xml"), &ju); err != nil {
+		t.Fatal(err)
+	}
+	classes := map[string]int{}
+	fails := 0
+	for _, c := range ju.Suites[0].Cases {
+		classes[c.Class]++
+		if c.Failure != nil {
+			fails++
+		}
+	}
+	if ju.Tests != len(ju.Suites[0].Cases) || ju.Fails != fails || fails == 0 || classes["arpatch.drift"] == 0 || classes["arpatch.validity"] != 2 || classes["arpatch.regression"] < 3 {
+		t.Errorf("junit: tests %d fails %d classes %v", ju.Tests, ju.Fails, classes)
+	}
+	sum := string(read("nightly-out/summary.md"))
+	for _, want := range []string{"## arpatch nightly: REGRESSION", "### Drift", "### Regression checks", "| patched | tok_s | history |"} {
+		if !strings.Contains(sum, want) {
+			t.Errorf("summary lacks %q", want)
+		}
+	}
+	var js Report
+	if err := json.Unmarshal(read("nightly-out/nightly.json"), &js); err != nil || js.Schema != ReportSchema || js.ExitCode != ExitRegression {
+		t.Errorf("nightly.json: %v %+v", err, js.Schema)
+	}
+	if err := os.WriteFile(filepath.Join(w.dir, "x"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestKilledRunIsIncompleteAndIgnored(t *testing.T) {
+	w := newWorld(t)
+	w.serve("a", 1000)
+	w.serve("b", 1600)
+	rep := w.run(context.Background(), true)
+	if rep.ExitCode != ExitOK {
+		t.Fatal(rep.Verdict)
+	}
+	// Cancel midway (as Ctrl-C would), during the bench.
+	ctx, cancel := context.WithCancel(context.Background())
+	w.serve("b", 50) // slow enough to be cancelled
+	go func() { time.Sleep(300 * time.Millisecond); cancel() }()
+	rep = w.run(ctx, true)
+	if rep.Status != history.Incomplete {
+		t.Fatalf("cancelled run: status %s", rep.Status)
+	}
+	// A run killed outright stays "running"; the next nightly marks it.
+	store, err := history.Open(filepath.Join(w.dir, "history.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	killed, _ := store.BeginRun(history.Run{HardwareKey: "test-gpu", PID: 999999999})
+	store.Close()
+	w.serve("b", 1600)
+	rep = w.run(context.Background(), true)
+	if rep.ExitCode != ExitOK {
+		t.Fatal(rep.Verdict)
+	}
+	store, _ = history.Open(filepath.Join(w.dir, "history.db"))
+	defer store.Close()
+	runs, _ := store.Runs(0)
+	status := map[int64]string{}
+	for _, r := range runs {
+		status[r.ID] = r.Status
+	}
+	if status[killed] != history.Incomplete || status[2] != history.Incomplete {
+		t.Errorf("statuses %v", status)
+	}
+	// Only complete runs are references: run 1 and none of the others.
+	if r := findReg(rep, "patched", "tok_s", "history"); r.RefRuns != 1 {
+		t.Errorf("reference runs %d, want 1 (incomplete ones excluded): %+v", r.RefRuns, r)
+	}
+}
+
+func TestSecondNightlyIsRefused(t *testing.T) {
+	w := newWorld(t)
+	unlock, err := history.Lock(filepath.Join(w.dir, "history.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	_, err = Run(context.Background(), Options{Config: w.cfg, Env: w.env, SkipBuild: true, SkipBench: true,
+		Probe: func(context.Context) Environment { return Environment{} }})
+	if err == nil || !strings.Contains(err.Error(), "another nightly is running") {
+		t.Errorf("err = %v", err)
+	}
+}
+
+func TestDriftOnlyRun(t *testing.T) {
+	w := newWorld(t)
+	rep, err := Run(context.Background(), Options{Config: w.cfg, Env: w.env, SkipBuild: true, SkipBench: true,
+		Probe: func(context.Context) Environment { return Environment{} }})
+	if err != nil || rep.ExitCode != ExitOK || len(rep.Drift) != 1 || rep.Drift[0].Verdict != "exact" || rep.HardwareKey != "test-gpu" {
+		t.Fatalf("drift-only: %v %+v", err, rep)
+	}
+	if c := w.check(rep, "bench"); c.Status != "skip" {
+		t.Errorf("bench check %+v", c)
+	}
+}
+
+func TestConfigErrors(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct{ toml, want string }{
+		{"[upstream]\nrepo = \"x\"\nrefs = \"main\"\n", `nightly.toml:3: unknown key "upstream.refs"`},
+		{"[arms]\ncommit = \"latest\"\n", `nightly.toml:2: arms.commit: "latest": use "pinned" or "head"`},
+		{"[regression]\nmetrics = { tok_s = 3.0, speed = 2.0 }\n", `unknown metric "speed"`},
+		{"[regression]\nalpha = 1.5\n", "regression.alpha"},
+		{"[bench]\nready_timeout = \"soon\"\n", "bench.ready_timeout"},
+	} {
+		p := filepath.Join(dir, "nightly.toml")
+		os.WriteFile(p, []byte(tc.toml), 0o644)
+		if _, err := LoadConfig(p); err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("%q: err = %v, want %q", tc.toml, err, tc.want)
+		}
+	}
+	os.WriteFile(filepath.Join(dir, "nightly.toml"), []byte(""), 0o644)
+	c, err := LoadConfig(filepath.Join(dir, "nightly.toml"))
+	if err != nil || c.Upstream.Ref != "main" || c.Arms.A != "baseline" || c.Arms.B != "pcie" || c.History.Window != 7 || c.Regression.Metrics["tok_s"] != 3 || !*c.Regression.RequireBFaster {
+		t.Errorf("defaults: %+v %v", c, err)
+	}
+}

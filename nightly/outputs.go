@@ -1,0 +1,257 @@
+package nightly
+
+import (
+	"bytes"
+	"encoding/json"
+	"encoding/xml"
+	"fmt"
+	"io"
+	"math"
+	"strings"
+
+	"github.com/arpatch/arpatch/harness/bench"
+	"github.com/arpatch/arpatch/harness/report"
+	"github.com/arpatch/arpatch/internal/safefs"
+)
+
+// GHBenchEntry is one entry of github-action-benchmark's "custom" tools
+// (customBiggerIsBetter, customSmallerIsBetter): a JSON array of these.
+type GHBenchEntry struct {
+	Name  string  `json:"name"`
+	Unit  string  `json:"unit"`
+	Value float64 `json:"value"`
+	Range string  `json:"range,omitempty"`
+	Extra string  `json:"extra,omitempty"`
+}
+
+type unitOf struct{ metric, unit string }
+
+var bigger = []unitOf{{"tok_s", "tok/s"}, {"decode_tok_s", "tok/s"}, {"accept_length", "tokens/verify"}}
+var smaller = []unitOf{{"ttft_ms_p50", "ms"}, {"ttft_ms_p99", "ms"}, {"itl_ms_p50", "ms"}, {"tpot_ms", "ms"}}
+
+// GitHubBenchmark returns the customBiggerIsBetter and customSmallerIsBetter
+// arrays: per arm and metric, the median across trials, with the
+// confidence interval as the range.
+func GitHubBenchmark(res *bench.Result, runID int64) (big, small []GHBenchEntry) {
+	mk := func(list []unitOf) []GHBenchEntry {
+		out := []GHBenchEntry{}
+		for _, a := range res.Arms {
+			for _, u := range list {
+				s := a.Summaries[u.metric]
+				e := GHBenchEntry{Name: a.Arm.Name + "/" + u.metric, Unit: u.unit, Value: s.Center,
+					Extra: fmt.Sprintf("run %d, %d trials", runID, s.N)}
+				if !math.IsInf(s.Lo, 0) && !math.IsInf(s.Hi, 0) {
+					e.Range = fmt.Sprintf("± %.4g", math.Max(s.Hi-s.Center, s.Center-s.Lo))
+				}
+				out = append(out, e)
+			}
+		}
+		return out
+	}
+	return mk(bigger), mk(smaller)
+}
+
+// BMFMetric is one measure in Bencher Metric Format.
+type BMFMetric struct {
+	Value      float64  `json:"value"`
+	LowerValue *float64 `json:"lower_value,omitempty"`
+	UpperValue *float64 `json:"upper_value,omitempty"`
+}
+
+// Bencher returns Bencher Metric Format: {benchmark: {measure: {value,
+// lower_value, upper_value}}}, one benchmark per arm ("eagle3/<arm>"),
+// measures named by slug (tok-s, ttft-ms-p50, ...), bounds from the CI.
+func Bencher(res *bench.Result) map[string]map[string]BMFMetric {
+	out := map[string]map[string]BMFMetric{}
+	for _, a := range res.Arms {
+		m := map[string]BMFMetric{}
+		for _, u := range append(append([]unitOf{}, bigger...), smaller...) {
+			s := a.Summaries[u.metric]
+			v := BMFMetric{Value: s.Center}
+			if !math.IsInf(s.Lo, 0) && !math.IsInf(s.Hi, 0) {
+				lo, hi := s.Lo, s.Hi
+				v.LowerValue, v.UpperValue = &lo, &hi
+			}
+			m[strings.ReplaceAll(u.metric, "_", "-")] = v
+		}
+		out["eagle3/"+a.Arm.Name] = m
+	}
+	return out
+}
+
+// JUnit XML, as CI systems read it.
+type junitSuites struct {
+	XMLName xml.Name     `xml:"testsuites"`
+	Name    string       `xml:"name,attr"`
+	Tests   int          `xml:"tests,attr"`
+	Fails   int          `xml:"failures,attr"`
+	Skipped int          `xml:"skipped,attr"`
+	Suites  []junitSuite `xml:"testsuite"`
+}
+
+type junitSuite struct {
+	Name    string      `xml:"name,attr"`
+	Tests   int         `xml:"tests,attr"`
+	Fails   int         `xml:"failures,attr"`
+	Skipped int         `xml:"skipped,attr"`
+	Time    float64     `xml:"time,attr"`
+	Cases   []junitCase `xml:"testcase"`
+}
+
+type junitCase struct {
+	Class   string        `xml:"classname,attr"`
+	Name    string        `xml:"name,attr"`
+	Failure *junitMessage `xml:"failure,omitempty"`
+	Skipped *junitMessage `xml:"skipped,omitempty"`
+	Output  string        `xml:"system-out,omitempty"`
+}
+
+type junitMessage struct {
+	Message string `xml:"message,attr"`
+	Text    string `xml:",chardata"`
+}
+
+// JUnit writes one test case per check: drift per series and commit, each
+// build, each arm's output validity, each regression check. Failed checks
+// are failures, skipped ones skipped.
+func JUnit(w io.Writer, rep *Report) error {
+	suite := junitSuite{Name: fmt.Sprintf("arpatch nightly run %d on %s", rep.RunID, rep.HardwareKey), Time: rep.Seconds}
+	for _, c := range rep.Checks {
+		tc := junitCase{Class: "arpatch." + c.Kind, Name: c.Name, Output: c.Detail}
+		switch c.Status {
+		case "fail":
+			tc.Failure = &junitMessage{Message: firstLine(c.Detail), Text: c.Detail}
+			suite.Fails++
+		case "skip":
+			tc.Skipped = &junitMessage{Message: c.Detail}
+			suite.Skipped++
+		}
+		suite.Cases = append(suite.Cases, tc)
+		suite.Tests++
+	}
+	doc := junitSuites{Name: "arpatch nightly", Tests: suite.Tests, Fails: suite.Fails, Skipped: suite.Skipped, Suites: []junitSuite{suite}}
+	io.WriteString(w, xml.Header)
+	enc := xml.NewEncoder(w)
+	enc.Indent("", "  ")
+	if err := enc.Encode(doc); err != nil {
+		return err
+	}
+	_, err := io.WriteString(w, "\n")
+	return err
+}
+
+func firstLine(s string) string {
+	if i := strings.IndexByte(s, '\n'); i >= 0 {
+		return s[:i]
+	}
+	return s
+}
+
+// Summary writes the markdown summary for a CI job page: the verdict and
+// exit code, drift per series, the bench table, and the regression checks.
+func Summary(w io.Writer, rep *Report) error {
+	icon := map[int]string{ExitOK: "PASS", ExitRegression: "REGRESSION", ExitDrift: "DRIFT", ExitInfra: "INFRA FAILURE"}[rep.ExitCode]
+	fmt.Fprintf(w, "## arpatch nightly: %s\n\nRun %d on `%s`, %s; exit code %d: %s.\n\n", icon, rep.RunID, rep.HardwareKey, rep.StartedAt.Format("2006-01-02 15:04 UTC"), rep.ExitCode, rep.Verdict)
+	fmt.Fprintf(w, "Tracking `%s` at `%s`; pinned `%s`; built and benched at `%s`.\n\n", rep.Ref, short(rep.Head), short(rep.Pinned), short(rep.BuildCommit))
+	if len(rep.Drift) > 0 {
+		fmt.Fprintln(w, "### Drift\n\n| series | commit | verdict | patches |\n|---|---|---|---|")
+		for _, d := range rep.Drift {
+			var ps []string
+			for _, p := range d.Patches {
+				ps = append(ps, p.Patch+": "+p.Fit)
+			}
+			fmt.Fprintf(w, "| %s | `%s` (%s) | %s | %s |\n", d.Series, short(d.Commit), d.Rev, d.Verdict, strings.Join(ps, ", "))
+		}
+		fmt.Fprintln(w)
+	}
+	if rep.Bench != nil && len(rep.Bench.Arms) > 0 && rep.Bench.Arms[0].Summaries != nil {
+		report.WriteMarkdown(w, rep.Bench, report.Settings{Prompts: promptsOf(rep.Bench), Trials: len(rep.Bench.Arms[0].Trials), Concurrency: 1, MaxNewTokens: 0})
+		fmt.Fprintln(w)
+	}
+	if len(rep.Regressions) > 0 {
+		fmt.Fprintln(w, "### Regression checks\n\n| arm | metric | against | tonight | reference | change | p | threshold | verdict |\n|---|---|---|---|---|---|---|---|---|")
+		for _, r := range rep.Regressions {
+			fmt.Fprintf(w, "| %s | %s | %s | %.2f | %.2f | %+.1f%% | %.3f | %.1f%% | %s |\n", r.Arm, r.Metric, r.Against, r.Tonight, r.Reference, r.Pct, r.P, r.ThresholdPct, r.Verdict)
+		}
+		fmt.Fprintln(w)
+	}
+	for _, e := range rep.Errors {
+		fmt.Fprintf(w, "> %s\n", strings.ReplaceAll(e, "\n", "\n> "))
+	}
+	return nil
+}
+
+func promptsOf(res *bench.Result) int {
+	if len(res.Arms) == 0 || len(res.Arms[0].Trials) == 0 {
+		return 0
+	}
+	return len(res.Arms[0].Trials[0].Samples)
+}
+
+// WriteTable prints the run for a terminal: verdict, drift, the bench
+// table and the regression checks.
+func WriteTable(w io.Writer, rep *Report) {
+	fmt.Fprintf(w, "nightly run %d on %s: exit %d, %s\n", rep.RunID, rep.HardwareKey, rep.ExitCode, rep.Verdict)
+	for _, d := range rep.Drift {
+		fmt.Fprintf(w, "  drift %-14s %s (%s): %s\n", d.Series, short(d.Commit), d.Rev, d.Verdict)
+	}
+	for _, b := range rep.Builds {
+		fmt.Fprintf(w, "  build %-10s key %.16s cache hit %v\n", b.Arm, b.Key, b.Hit)
+	}
+	if rep.Bench != nil && len(rep.Bench.Arms) > 0 && rep.Bench.Arms[0].Summaries != nil {
+		report.WriteTable(w, rep.Bench, report.Settings{Prompts: promptsOf(rep.Bench), Trials: len(rep.Bench.Arms[0].Trials), Concurrency: 1})
+	}
+	for _, r := range rep.Regressions {
+		fmt.Fprintf(w, "  %-10s %-13s vs %-8s %8.2f -> %8.2f  %+6.1f%%  p=%.3f  %s\n", r.Arm, r.Metric, r.Against, r.Reference, r.Tonight, r.Pct, r.P, r.Verdict)
+	}
+	for _, e := range rep.Errors {
+		fmt.Fprintf(w, "  error: %s\n", e)
+	}
+}
+
+// WriteOutputs writes every configured report file: the JSON report and
+// markdown summary in the output directory, and the CI files.
+func WriteOutputs(rep *Report, cfg *Config, extra map[string]string) error {
+	files := map[string]func(io.Writer) error{}
+	dir := cfg.Path(cfg.Outputs.Dir)
+	files[dir+"/nightly.json"] = func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(rep)
+	}
+	files[dir+"/summary.md"] = func(w io.Writer) error { return Summary(w, rep) }
+	gh := or(extra["github-benchmark"], cfg.Path(cfg.Outputs.GitHubBenchmark))
+	if gh != "" && rep.Bench != nil && len(rep.Bench.Arms) > 0 && rep.Bench.Arms[0].Summaries != nil {
+		big, small := GitHubBenchmark(rep.Bench, rep.RunID)
+		prefix := strings.TrimSuffix(gh, ".json")
+		files[prefix+"-bigger.json"] = jsonWriter(big)
+		files[prefix+"-smaller.json"] = jsonWriter(small)
+	}
+	if b := or(extra["bencher"], cfg.Path(cfg.Outputs.Bencher)); b != "" && rep.Bench != nil && len(rep.Bench.Arms) > 0 && rep.Bench.Arms[0].Summaries != nil {
+		files[b] = jsonWriter(Bencher(rep.Bench))
+	}
+	if j := or(extra["junit"], cfg.Path(cfg.Outputs.JUnit)); j != "" {
+		files[j] = func(w io.Writer) error { return JUnit(w, rep) }
+	}
+	if s := extra["summary"]; s != "" {
+		files[s] = func(w io.Writer) error { return Summary(w, rep) }
+	}
+	for path, write := range files {
+		var b bytes.Buffer
+		if err := write(&b); err != nil {
+			return err
+		}
+		if err := safefs.WriteFile(path, b.Bytes(), 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func jsonWriter(v any) func(io.Writer) error {
+	return func(w io.Writer) error {
+		enc := json.NewEncoder(w)
+		enc.SetIndent("", "  ")
+		return enc.Encode(v)
+	}
+}

@@ -1,0 +1,665 @@
+package nightly
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"sort"
+	"strings"
+	"time"
+
+	"github.com/arpatch/arpatch/harness/bench"
+	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/harness/workload"
+	"github.com/arpatch/arpatch/history"
+	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/kernels"
+	"github.com/arpatch/arpatch/patches"
+	"github.com/arpatch/arpatch/recipes"
+)
+
+// Exit codes of a nightly, in increasing precedence.
+const (
+	ExitOK         = 0 // no regression
+	ExitRegression = 1 // a regression, or an arm's output is invalid
+	ExitDrift      = 3 // the series no longer applies to upstream
+	ExitInfra      = 4 // a fetch, build or server failed
+)
+
+// Options holds every input of Run.
+type Options struct {
+	Config    *Config
+	SkipBuild bool
+	SkipBench bool
+	Version   string
+	Log       io.Writer // progress lines; nil for none
+	Launcher  []string  // the gencode filter, for builds
+	Env       []string  // nil: os.Environ()
+	// Probe overrides the environment discovery (tests).
+	Probe func(ctx context.Context) Environment
+}
+
+// DriftRow is one series at one commit.
+type DriftRow struct {
+	Series  string                `json:"series"`
+	Commit  string                `json:"commit"`
+	Rev     string                `json:"rev"` // "pinned" or the tracked ref
+	Verdict string                `json:"verdict"`
+	Patches []history.DriftRecord `json:"patches"`
+}
+
+// BuildRow is one arm's build.
+type BuildRow struct {
+	Arm    string `json:"arm"`
+	Key    string `json:"key,omitempty"`
+	Hit    bool   `json:"cache_hit"`
+	Output string `json:"output,omitempty"`
+	Error  string `json:"error,omitempty"`
+}
+
+// Report is the outcome of a nightly: what the JSON report holds.
+type Report struct {
+	Schema      string            `json:"schema"`
+	RunID       int64             `json:"run_id"`
+	StartedAt   time.Time         `json:"started_at"`
+	Seconds     float64           `json:"seconds"`
+	Status      string            `json:"status"`
+	ExitCode    int               `json:"exit_code"`
+	Verdict     string            `json:"verdict"`
+	HardwareKey string            `json:"hardware_key"`
+	Environment Environment       `json:"environment"`
+	Ref         string            `json:"ref"`
+	Head        string            `json:"head"`
+	Pinned      string            `json:"pinned"`
+	BuildCommit string            `json:"build_commit"`
+	Drift       []DriftRow        `json:"drift"`
+	Builds      []BuildRow        `json:"builds,omitempty"`
+	Bench       *bench.Result     `json:"bench,omitempty"`
+	Regressions []Check           `json:"regressions,omitempty"`
+	Checks      []history.Check   `json:"checks"`
+	Errors      []string          `json:"errors,omitempty"`
+	ArmRecipes  map[string]string `json:"arm_recipes"`
+}
+
+// ReportSchema names the JSON layout.
+const ReportSchema = "arpatch.nightly/v1"
+
+func (r *Report) check(c history.Check) { r.Checks = append(r.Checks, c) }
+
+func (r *Report) exit(code int) {
+	if code > r.ExitCode {
+		r.ExitCode = code
+	}
+}
+
+// Run does one nightly. It returns the report with its exit code, and an
+// error only when it could not run at all (bad config, locked history).
+// A run killed midway leaves its row "running"; the next nightly marks it
+// incomplete. A run whose context is cancelled is marked incomplete.
+func Run(ctx context.Context, o Options) (*Report, error) {
+	cfg := o.Config
+	logf := func(format string, args ...any) {
+		if o.Log != nil {
+			fmt.Fprintf(o.Log, "nightly: "+format+"\n", args...)
+		}
+	}
+	rep := &Report{Schema: ReportSchema, StartedAt: time.Now().UTC(), Ref: cfg.Upstream.Ref, ArmRecipes: map[string]string{}}
+	dbPath := cfg.Path(cfg.History.Path)
+	unlock, err := history.Lock(dbPath)
+	if err != nil {
+		return nil, fmt.Errorf("another nightly is running on this history (%v); wait for it, or remove the lock if it died", err)
+	}
+	defer unlock()
+	store, err := history.Open(dbPath)
+	if err != nil {
+		return nil, err
+	}
+	defer store.Close()
+	if stale, err := store.MarkStale(); err != nil {
+		return nil, err
+	} else if len(stale) > 0 {
+		logf("marked %d runs killed midway as incomplete: %v", len(stale), stale)
+	}
+	a, b, err := loadArms(cfg)
+	if err != nil {
+		return nil, err
+	}
+	rep.ArmRecipes["a"], rep.ArmRecipes["b"] = a.Name, b.Name
+	cat, err := catalog(cfg)
+	if err != nil {
+		return nil, err
+	}
+	probe := o.Probe
+	if probe == nil {
+		probe = func(ctx context.Context) Environment { return Discover(ctx, cfg.Build.Python) }
+	}
+	rep.Environment = probe(ctx)
+	rep.HardwareKey = cfg.History.HardwareKey
+	if rep.HardwareKey == "" {
+		rep.HardwareKey = rep.Environment.HardwareKey()
+	}
+	rep.Pinned = b.Upstream.Commit
+	id, err := store.BeginRun(history.Run{HardwareKey: rep.HardwareKey, SGLangCommit: rep.Pinned, SeriesHash: seriesHash(cat), ArpatchVersion: o.Version, Env: rep.Environment.Map()})
+	if err != nil {
+		return nil, err
+	}
+	rep.RunID = id
+	logf("run %d on %s", id, rep.HardwareKey)
+	finished := false
+	defer func() {
+		if !finished {
+			store.FinishRun(id, history.Incomplete, rep.ExitCode, "interrupted")
+		}
+	}()
+
+	// 1. Drift.
+	repoPath := cfg.Path(cfg.Upstream.Repo)
+	repo, err := gitsrc.OpenAny(repoPath)
+	if err != nil {
+		rep.Errors = append(rep.Errors, err.Error())
+		rep.check(history.Check{Name: "fetch " + cfg.Upstream.Ref, Kind: "drift", Status: "fail", Detail: err.Error()})
+		rep.exit(ExitInfra)
+	} else {
+		if cfg.Upstream.Fetch {
+			if err := repo.Fetch(ctx, nil); err != nil {
+				rep.Errors = append(rep.Errors, "fetch: "+err.Error())
+				rep.check(history.Check{Name: "fetch " + cfg.Upstream.Ref, Kind: "drift", Status: "fail", Detail: err.Error()})
+				rep.exit(ExitInfra)
+			}
+		}
+		rep.Head, err = repo.Resolve(cfg.Upstream.Ref)
+		if err != nil {
+			rep.Errors = append(rep.Errors, err.Error())
+			rep.exit(ExitInfra)
+		}
+		drift(rep, repoPath, cat, b, store, cfg.Upstream.Also)
+	}
+	store.Update(id, "", rep.Head, "")
+	rep.BuildCommit = rep.Pinned
+	if cfg.Arms.Commit == "head" {
+		rep.BuildCommit = rep.Head
+	}
+	canContinue := rep.ExitCode < ExitDrift || (rep.ExitCode == ExitDrift && cfg.Arms.Commit == "pinned")
+
+	// 2. Build.
+	if !o.SkipBuild && canContinue && ctx.Err() == nil {
+		logf("building %s and %s at %s", a.Name, b.Name, short(rep.BuildCommit))
+		build(ctx, rep, cfg, o, a, b, cat)
+	} else if o.SkipBuild {
+		rep.check(history.Check{Name: "build", Kind: "build", Status: "skip", Detail: "--skip-build"})
+	}
+
+	// 3. Bench, 4. store, 5. verdict.
+	if !o.SkipBench && rep.ExitCode < ExitInfra && canContinue && ctx.Err() == nil {
+		logf("benching %s against %s", b.Name, a.Name)
+		res, err := runBench(ctx, cfg, o, a, b)
+		rep.Bench = res
+		if err != nil {
+			var ie *bench.InfraError
+			if errors.As(err, &ie) || ctx.Err() == nil {
+				rep.Errors = append(rep.Errors, "bench: "+err.Error())
+				rep.check(history.Check{Name: "bench", Kind: "validity", Status: "fail", Detail: err.Error()})
+				rep.exit(ExitInfra)
+			}
+		} else {
+			if err := store.SetEnv(id, benchEnv(res)); err != nil {
+				return rep, err
+			}
+			if err := storeBench(store, id, rep, res); err != nil {
+				return rep, err
+			}
+			judge(rep, cfg, store, res, a.Name, b.Name)
+		}
+	} else if o.SkipBench {
+		rep.check(history.Check{Name: "bench", Kind: "validity", Status: "skip", Detail: "--skip-bench"})
+	}
+	if ctx.Err() != nil {
+		rep.Status = history.Incomplete
+		rep.Verdict = "interrupted"
+		store.FinishRun(id, history.Incomplete, rep.ExitCode, rep.Verdict)
+		finished = true
+		return rep, ctx.Err()
+	}
+	for _, c := range rep.Checks {
+		if err := store.AddCheck(id, c); err != nil {
+			return rep, err
+		}
+	}
+	rep.Verdict = verdictText(rep)
+	rep.Status = history.Complete
+	if rep.ExitCode == ExitInfra {
+		rep.Status = history.Failed
+	}
+	rep.Seconds = time.Since(rep.StartedAt).Seconds()
+	if err := store.FinishRun(id, rep.Status, rep.ExitCode, rep.Verdict); err != nil {
+		return rep, err
+	}
+	finished = true
+	return rep, nil
+}
+
+func verdictText(rep *Report) string {
+	switch rep.ExitCode {
+	case ExitInfra:
+		return "infrastructure failure: " + strings.Join(rep.Errors, "; ")
+	case ExitDrift:
+		return "drift: the series no longer applies to " + rep.Ref
+	case ExitRegression:
+		var why []string
+		for _, c := range rep.Checks {
+			if c.Status == "fail" {
+				why = append(why, c.Name)
+			}
+		}
+		return "regression: " + strings.Join(why, ", ")
+	}
+	return "no regression"
+}
+
+func loadArms(cfg *Config) (*recipes.Recipe, *recipes.Recipe, error) {
+	load := func(name, file string) (*recipes.Recipe, error) {
+		if file != "" {
+			return recipes.File(cfg.Path(file))
+		}
+		return recipes.Embedded(name)
+	}
+	a, err := load(cfg.Arms.A, cfg.Arms.AFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("arms.a: %w", err)
+	}
+	b, err := load(cfg.Arms.B, cfg.Arms.BFile)
+	if err != nil {
+		return nil, nil, fmt.Errorf("arms.b: %w", err)
+	}
+	if a.Upstream.Commit != b.Upstream.Commit {
+		return nil, nil, fmt.Errorf("arms: recipe %s pins %s and %s pins %s; the A/B needs one commit", a.Name, a.Upstream.Commit, b.Name, b.Upstream.Commit)
+	}
+	if a.Name == b.Name {
+		return nil, nil, fmt.Errorf("arms: A and B are both recipe %s", a.Name)
+	}
+	return a, b, nil
+}
+
+func catalog(cfg *Config) (*patches.Catalog, error) {
+	if cfg.Arms.PatchesDir != "" {
+		return patches.LoadDir(cfg.Path(cfg.Arms.PatchesDir))
+	}
+	return patches.Embedded()
+}
+
+func seriesHash(cat *patches.Catalog) string {
+	var parts []string
+	for _, s := range cat.Series {
+		for _, p := range s.Patches {
+			parts = append(parts, s.Name+"/"+p.File+"@"+p.SHA256)
+		}
+	}
+	return shortHash(strings.Join(parts, "\n"))
+}
+
+// drift checks every series at the pinned commit and at the tracked
+// ref's head, records each patch's fit, and fails the run (exit 3) when
+// no series of recipe B's family fits head, naming the patches, files and
+// hunks that conflict.
+func drift(rep *Report, repoPath string, cat *patches.Catalog, b *recipes.Recipe, store *history.Store, also []string) {
+	revs := []string{rep.Pinned}
+	if rep.Head != "" && rep.Head != rep.Pinned {
+		revs = append(revs, rep.Head)
+	}
+	judged := len(revs)
+	for _, a := range also {
+		if a != rep.Pinned && a != rep.Head {
+			revs = append(revs, a)
+		}
+	}
+	rows, err := checkout.CheckCommits(repoPath, revs, cat, nil)
+	if err != nil {
+		rep.Errors = append(rep.Errors, "drift check: "+err.Error())
+		rep.exit(ExitInfra)
+		return
+	}
+	var recs []history.DriftRecord
+	fits := map[string]map[string]bool{} // commit -> series -> fits
+	for _, r := range rows {
+		rev := "pinned"
+		switch {
+		case r.Commit == rep.Head && r.Commit != rep.Pinned:
+			rev = rep.Ref
+		case r.Commit == rep.Head:
+			rev = "pinned=" + rep.Ref
+		case r.Commit != rep.Pinned:
+			rev = "also " + r.Rev
+		}
+		dr := DriftRow{Series: r.Series, Commit: r.Commit, Rev: rev, Verdict: r.Verdict}
+		for _, f := range r.Fits {
+			rec := history.DriftRecord{Series: r.Series, Commit: r.Commit, Rev: rev, Patch: f.Patch, Fit: f.Fit.String()}
+			if f.Err != nil {
+				rec.Detail = f.Err.Error()
+			}
+			dr.Patches = append(dr.Patches, rec)
+			recs = append(recs, rec)
+		}
+		if r.Err != nil {
+			rec := history.DriftRecord{Series: r.Series, Commit: r.Commit, Rev: rev, Patch: "(series)", Fit: "error", Detail: r.Err.Error()}
+			dr.Patches = append(dr.Patches, rec)
+			recs = append(recs, rec)
+		}
+		rep.Drift = append(rep.Drift, dr)
+		if fits[r.Commit] == nil {
+			fits[r.Commit] = map[string]bool{}
+		}
+		fits[r.Commit][r.Series] = r.Verdict == "exact" || r.Verdict == "offset" || r.Verdict == "applied"
+	}
+	store.AddDrift(rep.RunID, recs)
+	members := cat.Members(b.Series)
+	for i, commit := range rowsCommits(rows, revs) {
+		if i >= judged {
+			// Extra revisions are recorded and reported, never judged.
+			for _, s := range members {
+				c := history.Check{Name: fmt.Sprintf("%s at %s", s.Name, short(commit)), Kind: "drift", Status: "pass"}
+				if !fits[commit][s.Name] {
+					c.Status, c.Detail = "skip", "recorded only (also_check)"
+				}
+				rep.check(c)
+			}
+			continue
+		}
+		label := "pinned commit " + short(commit)
+		if commit == rep.Head && commit != rep.Pinned {
+			label = rep.Ref + " (" + short(commit) + ")"
+		}
+		anyFit := ""
+		for _, s := range members {
+			if fits[commit][s.Name] {
+				anyFit = s.Name
+			}
+		}
+		for _, s := range members {
+			c := history.Check{Name: fmt.Sprintf("%s at %s", s.Name, label), Kind: "drift"}
+			switch {
+			case fits[commit][s.Name]:
+				c.Status = "pass"
+			case anyFit != "":
+				c.Status, c.Detail = "skip", "superseded here by "+anyFit
+			default:
+				c.Status, c.Detail = "fail", conflictDetail(rep.Drift, s.Name, commit)
+			}
+			rep.check(c)
+		}
+		if anyFit == "" && len(members) > 0 {
+			rep.exit(ExitDrift)
+			rep.Errors = append(rep.Errors, fmt.Sprintf("no %q series applies to %s", b.Series, label))
+		}
+	}
+}
+
+// rowsCommits returns the 40-hex commit of each revision, in revs' order.
+func rowsCommits(rows []checkout.DriftRow, revs []string) []string {
+	var out []string
+	seen := map[string]bool{}
+	for _, r := range rows {
+		if !seen[r.Commit] {
+			seen[r.Commit] = true
+			out = append(out, r.Commit)
+		}
+	}
+	return out
+}
+
+func conflictDetail(rows []DriftRow, series, commit string) string {
+	for _, r := range rows {
+		if r.Series != series || r.Commit != commit {
+			continue
+		}
+		for _, p := range r.Patches {
+			if p.Fit == "conflict" || p.Fit == "error" {
+				return p.Detail
+			}
+		}
+		return "verdict " + r.Verdict
+	}
+	return ""
+}
+
+func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recipes.Recipe, cat *patches.Catalog) {
+	archs := cfg.Build.Archs
+	if len(archs) == 0 {
+		archs = b.Build.Archs
+	}
+	as, err := kernels.ParseArchs(archs)
+	if err != nil {
+		rep.Errors = append(rep.Errors, "build: "+err.Error())
+		rep.exit(ExitInfra)
+		return
+	}
+	cache := kernels.Cache{Dir: kernels.DefaultCacheDir()}
+	if cfg.Build.CacheDir != "" {
+		cache.Dir = cfg.Path(cfg.Build.CacheDir)
+	}
+	bo := kernels.BuildOptions{Archs: as, Jobs: cfg.Build.Jobs, Tool: cfg.Build.Tool, Offline: cfg.Build.Offline,
+		DepsDir: cfg.Path(cfg.Build.DepsDir), Python: cfg.Build.Python, Cache: cache, Env: o.Env, Launcher: o.Launcher, Version: o.Version}
+	if bo.Tool == "" {
+		bo.Tool = "auto"
+	}
+	commit := ""
+	if cfg.Arms.Commit == "head" {
+		commit = rep.Head
+	}
+	_, results, err := kernels.ABBuild(ctx, kernels.ABOptions{A: a, B: b, Catalog: cat, Dir: cfg.Path(cfg.Build.WorkDir), Repo: cfg.Path(cfg.Upstream.Repo), Commit: commit, Build: bo}, nil)
+	for i, r := range results {
+		arm := []string{a.Name, b.Name}[i]
+		row := BuildRow{Arm: arm, Key: r.Plan.Key, Hit: r.Hit, Output: r.Wheel}
+		rep.Builds = append(rep.Builds, row)
+		rep.check(history.Check{Name: "build " + arm, Kind: "build", Status: "pass", Detail: fmt.Sprintf("key %s, cache hit %v", r.Plan.Key[:16], r.Hit)})
+	}
+	if err != nil {
+		rep.Errors = append(rep.Errors, "build: "+err.Error())
+		rep.check(history.Check{Name: "build", Kind: "build", Status: "fail", Detail: err.Error()})
+		rep.exit(ExitInfra)
+	}
+}
+
+func runBench(ctx context.Context, cfg *Config, o Options, a, b *recipes.Recipe) (*bench.Result, error) {
+	rb := b.Bench
+	c := cfg.Bench
+	arm := func(r *recipes.Recipe, launch, url, python string) bench.Arm {
+		if launch == "" {
+			launch = c.LaunchCmd
+		}
+		if python == "" {
+			python = cfg.Build.Python
+		}
+		return bench.Arm{Name: r.Name, Python: python, Env: r.Env, URL: url, LaunchCmd: launch}
+	}
+	bo := bench.Options{
+		Arms:     []bench.Arm{arm(a, c.LaunchCmdA, c.URLA, c.PythonA), arm(b, c.LaunchCmdB, c.URLB, c.PythonB)},
+		Baseline: a.Name, Model: or(c.Model, rb.Model), DraftModel: or(c.DraftModel, rb.DraftModel), TP: rb.TP,
+		SpecAlgorithm: rb.SpeculativeAlgorithm, SpecSteps: rb.SpeculativeNumSteps, SpecTopK: rb.SpeculativeEagleTopK, SpecDraftTokens: rb.SpeculativeNumDraftTokens,
+		Prompts: workload.Take(workload.Builtin(), orInt(c.NumPrompts, rb.NumPrompts)), MaxNewTokens: orInt(c.MaxNewTokens, rb.MaxNewTokens),
+		Concurrency: orInt(c.Concurrency, rb.Concurrency), Warmup: c.Warmup, Trials: c.Trials, Interleave: true,
+		Env: o.Env, LogDir: cfg.Path(c.LogDir), ReadyTimeout: cfg.ReadyTimeout(), AgreeThreshold: c.AgreeThreshold,
+	}
+	return bench.Run(ctx, bo)
+}
+
+func or(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+func orInt(a, b int) int {
+	if a != 0 {
+		return a
+	}
+	return b
+}
+
+func benchEnv(res *bench.Result) map[string]string {
+	m := map[string]string{}
+	for _, a := range res.Arms {
+		if v, ok := a.ServerInfo["version"].(string); ok {
+			m["sglang_version@"+a.Arm.Name] = v
+		}
+	}
+	return m
+}
+
+func storeBench(store *history.Store, id int64, rep *Report, res *bench.Result) error {
+	keys := map[string]string{}
+	for _, b := range rep.Builds {
+		keys[b.Arm] = b.Key
+	}
+	for _, ar := range res.Arms {
+		var trials []history.TrialRecord
+		for i, t := range ar.Trials {
+			m := ar.Metrics[i]
+			tr := history.TrialRecord{Index: t.Index, Wall: t.Wall, TokS: m.TokPerSec, DecodeTokS: m.DecodeTokPerS, AcceptLength: m.AcceptLength,
+				TTFTp50ms: m.TTFTp50ms, TTFTp99ms: m.TTFTp99ms, ITLp50ms: m.ITLp50ms, TPOTms: m.TPOTms, Errors: m.Errors}
+			for _, s := range t.Samples {
+				tr.Samples = append(tr.Samples, history.SampleRecord{Prompt: s.Prompt, TTFT: s.TTFT, E2E: s.E2E, CompletionTokens: s.CompletionTokens, SpecVerifyCt: s.SpecVerifyCt, Error: s.Err})
+			}
+			trials = append(trials, tr)
+		}
+		agreement := 1.0
+		if ar.Agreement != nil {
+			agreement = ar.Agreement.Share
+		}
+		if err := store.AddArm(id, ar.Arm.Name, ar.Arm.Name, keys[ar.Arm.Name], ar.Invalid, agreement, trials); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Check is one comparison of one metric of one arm against a reference.
+type Check struct {
+	Arm          string  `json:"arm"`
+	Metric       string  `json:"metric"`
+	Against      string  `json:"against"` // "history" or the other arm's name
+	Tonight      float64 `json:"tonight_median"`
+	Reference    float64 `json:"reference_median"`
+	Pct          float64 `json:"pct"`
+	P            float64 `json:"p"`
+	ThresholdPct float64 `json:"threshold_pct"`
+	RefRuns      int     `json:"reference_runs,omitempty"`
+	RefSamples   int     `json:"reference_samples"`
+	Verdict      string  `json:"verdict"` // regression, improvement, no significant change, not enough data
+	Note         string  `json:"note,omitempty"`
+}
+
+// judge decides regressions against history and B against A tonight.
+func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aName, bName string) {
+	for _, ar := range res.Arms {
+		c := history.Check{Name: "output of " + ar.Arm.Name, Kind: "validity", Status: "pass"}
+		if ar.Invalid {
+			c.Status = "fail"
+			c.Detail = strings.Join(ar.Warnings, "; ")
+			rep.exit(ExitRegression)
+		}
+		rep.check(c)
+	}
+	metrics := make([]string, 0, len(cfg.Regression.Metrics))
+	for m := range cfg.Regression.Metrics {
+		metrics = append(metrics, m)
+	}
+	sort.Strings(metrics)
+	for _, ar := range res.Arms {
+		for _, m := range metrics {
+			tonight := metricValues(ar.Metrics, m)
+			ref, runs, err := store.Window(rep.HardwareKey, ar.Arm.Name, m, cfg.History.Window, rep.RunID)
+			r := Check{Arm: ar.Arm.Name, Metric: m, Against: "history", ThresholdPct: cfg.Regression.Metrics[m], RefRuns: len(runs), RefSamples: len(ref)}
+			if err != nil {
+				r.Verdict, r.Note = "not enough data", err.Error()
+			} else {
+				compare(&r, ref, tonight, cfg.Regression.Alpha, metricDirections[m])
+			}
+			rep.addRegression(r)
+		}
+	}
+	if a, b := res.Arm(aName), res.Arm(bName); a != nil && b != nil {
+		r := Check{Arm: bName, Metric: "tok_s", Against: aName, ThresholdPct: cfg.Regression.Metrics["tok_s"], RefSamples: len(a.Metrics)}
+		if r.ThresholdPct == 0 {
+			r.ThresholdPct = cfg.Regression.ThresholdPct
+		}
+		compare(&r, metricValues(a.Metrics, "tok_s"), metricValues(b.Metrics, "tok_s"), cfg.Regression.Alpha, true)
+		if r.Verdict == "regression" && !*cfg.Regression.RequireBFaster {
+			r.Note = "B slower than A, but regression.require_b_faster is false"
+			r.Verdict = "no significant change"
+		}
+		rep.addRegression(r)
+	}
+}
+
+func (rep *Report) addRegression(r Check) {
+	rep.Regressions = append(rep.Regressions, r)
+	c := history.Check{Name: fmt.Sprintf("%s %s vs %s", r.Arm, r.Metric, r.Against), Kind: "regression", Status: "pass",
+		Detail: fmt.Sprintf("%s: %+.1f%% (p=%.3f, threshold %.1f%%, %d reference samples)", r.Verdict, r.Pct, r.P, r.ThresholdPct, r.RefSamples)}
+	if r.Note != "" {
+		c.Detail += "; " + r.Note
+	}
+	if r.Verdict == "regression" {
+		c.Status = "fail"
+		rep.exit(ExitRegression)
+	}
+	rep.check(c)
+}
+
+// compare fills the verdict: a regression needs both significance (Mann-
+// Whitney U below alpha) and a change beyond the threshold in the worse
+// direction; too few samples give "not enough data".
+func compare(r *Check, ref, tonight []float64, alpha float64, higherIsBetter bool) {
+	r.Tonight = stats.Quantile(tonight, 0.5)
+	r.Reference = stats.Quantile(ref, 0.5)
+	if len(ref) == 0 || len(tonight) == 0 {
+		r.Verdict, r.Note = "not enough data", "no reference runs yet on this hardware"
+		return
+	}
+	d := stats.CompareAt(ref, tonight, higherIsBetter, alpha)
+	r.Pct, r.P = d.Pct, d.P
+	worse := r.Pct < 0
+	if !higherIsBetter {
+		worse = r.Pct > 0
+	}
+	big := abs(r.Pct) >= r.ThresholdPct
+	switch {
+	case d.TooFew != "" && d.Verdict == stats.NoChange:
+		r.Verdict, r.Note = "not enough data", d.TooFew
+	case d.Verdict != stats.NoChange && big && worse:
+		r.Verdict = "regression"
+	case d.Verdict != stats.NoChange && big:
+		r.Verdict = "improvement"
+	default:
+		r.Verdict = "no significant change"
+	}
+}
+
+func abs(x float64) float64 {
+	if x < 0 {
+		return -x
+	}
+	return x
+}
+
+func metricValues(ms []stats.Metrics, metric string) []float64 {
+	for _, m := range bench.Metrics {
+		if m.Name == metric {
+			out := make([]float64, 0, len(ms))
+			for _, x := range ms {
+				out = append(out, m.Get(x))
+			}
+			return out
+		}
+	}
+	return nil
+}
+
+func short(c string) string {
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return c
+}
