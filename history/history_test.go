@@ -115,6 +115,7 @@ func TestExportAndPlot(t *testing.T) {
 	defer s.Close()
 	ids := seed(t, s, 4, 90)
 	s.AddCheck(ids[3], Check{Name: "pcie tok_s vs history", Kind: "regression", Status: "fail"})
+	s.AddCheck(ids[2], Check{Name: "pcie-2026-07 at master", Kind: "drift", Status: "fail"})
 	rows, err := s.Export()
 	if err != nil || len(rows) != 20 || rows[0].RunID != ids[0] || rows[0].Arm != "pcie" || rows[0].Samples != 1 {
 		t.Fatalf("export: %d rows %+v %v", len(rows), rows[0], err)
@@ -134,6 +135,16 @@ func TestExportAndPlot(t *testing.T) {
 	pts, err := s.Points("tok_s")
 	if err != nil || len(pts["pcie"]) != 4 || pts["pcie"][3].Mark != "regression" || pts["pcie"][0].Lo > pts["pcie"][0].Center {
 		t.Fatalf("points %+v %v", pts, err)
+	}
+	if pts["pcie"][2].Mark != "drift" || pts["pcie"][1].Mark != "" {
+		t.Errorf("marks: %+v", pts["pcie"])
+	}
+	// A regression marks only the arm its check names.
+	if err := s.AddArm(ids[3], "baseline", "baseline", "key0", true, 1, []TrialRecord{{Index: 1, TokS: 60}}); err != nil {
+		t.Fatal(err)
+	}
+	if pts, _ = s.Points("tok_s"); len(pts["baseline"]) != 1 || pts["baseline"][0].Mark != "" || pts["pcie"][3].Mark != "regression" {
+		t.Errorf("per-arm marks: %+v", pts)
 	}
 	for _, f := range []string{"p.svg", "p.png"} {
 		out := filepath.Join(dir, f)

@@ -22,7 +22,7 @@ type Point struct {
 	RunID          int64
 	X              float64 // run start, Unix seconds
 	Center, Lo, Hi float64
-	Mark           string // "drift" or "regression" when the run failed such a check
+	Mark           string // "regression" when this arm failed a regression check, else "drift" when the run failed a drift check
 }
 
 // Points returns, per arm, one point per complete or failed run (not
@@ -45,13 +45,20 @@ func (s *Store) Points(metric string) (map[string][]Point, error) {
 		if err != nil {
 			return nil, err
 		}
-		mark := ""
-		for _, c := range d.Checks {
-			if c.Status == "fail" && (c.Kind == "drift" || c.Kind == "regression") && (mark == "" || c.Kind == "regression") {
-				mark = c.Kind
-			}
-		}
 		for _, a := range d.Arms {
+			// Drift marks every arm of the run; a regression marks the arm
+			// its check names ("<arm> <metric> vs <reference>").
+			mark := ""
+			for _, c := range d.Checks {
+				if c.Status != "fail" {
+					continue
+				}
+				if c.Kind == "regression" && strings.HasPrefix(c.Name, a.Name+" ") {
+					mark = "regression"
+				} else if c.Kind == "drift" && mark == "" {
+					mark = "drift"
+				}
+			}
 			var vals []float64
 			for _, t := range a.Trials {
 				vals = append(vals, metricOf(t, metric))
@@ -124,6 +131,7 @@ func (s *Store) Plot(metric, out string) error {
 	p.Y.Label.Text = metric
 	p.X.Tick.Marker = plot.TimeTicks{Format: "01-02"}
 	p.Legend.Top = true
+	p.Legend.Left = true
 	arms := make([]string, 0, len(pts))
 	for a := range pts {
 		arms = append(arms, a)
@@ -150,7 +158,7 @@ func (s *Store) Plot(metric, out string) error {
 			if err != nil {
 				return err
 			}
-			poly.Color = color.RGBA{c.R, c.G, c.B, 60}
+			poly.Color = color.NRGBA{c.R, c.G, c.B, 50}
 			poly.LineStyle.Width = 0
 			p.Add(poly)
 		}
@@ -173,6 +181,10 @@ func (s *Store) Plot(metric, out string) error {
 		m.Color = color.RGBA{214, 39, 40, 255}
 		p.Add(m)
 		p.Legend.Add("drift or regression", m)
+	}
+	// Headroom above the data for the legend, which sits top left.
+	if span := p.Y.Max - p.Y.Min; span > 0 {
+		p.Y.Max += 0.12 * span * float64(len(arms)+1)
 	}
 	return p.Save(8*vg.Inch, 4*vg.Inch, out)
 }

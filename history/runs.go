@@ -7,7 +7,6 @@ import (
 	"sort"
 	"strings"
 	"time"
-
 )
 
 // Run statuses.
@@ -152,11 +151,11 @@ func (s *Store) AddCheck(runID int64, c Check) error {
 
 // TrialRecord is one trial's metrics with its samples.
 type TrialRecord struct {
-	Index                                           int
-	Wall, TokS, DecodeTokS, AcceptLength            float64
-	TTFTp50ms, TTFTp99ms, ITLp50ms, TPOTms          float64
-	Errors                                          int
-	Samples                                         []SampleRecord
+	Index                                  int
+	Wall, TokS, DecodeTokS, AcceptLength   float64
+	TTFTp50ms, TTFTp99ms, ITLp50ms, TPOTms float64
+	Errors                                 int
+	Samples                                []SampleRecord
 }
 
 // SampleRecord is one request.

@@ -165,7 +165,7 @@ func Summary(w io.Writer, rep *Report) error {
 		fmt.Fprintln(w)
 	}
 	if rep.Bench != nil && len(rep.Bench.Arms) > 0 && rep.Bench.Arms[0].Summaries != nil {
-		report.WriteMarkdown(w, rep.Bench, report.Settings{Prompts: promptsOf(rep.Bench), Trials: len(rep.Bench.Arms[0].Trials), Concurrency: 1, MaxNewTokens: 0})
+		report.WriteMarkdown(w, rep.Bench, benchSettings(rep))
 		fmt.Fprintln(w)
 	}
 	if len(rep.Regressions) > 0 {
@@ -179,6 +179,15 @@ func Summary(w io.Writer, rep *Report) error {
 		fmt.Fprintf(w, "> %s\n", strings.ReplaceAll(e, "\n", "\n> "))
 	}
 	return nil
+}
+
+// benchSettings gives the settings the bench ran with; a report read from
+// an older JSON file without them gets what the result itself shows.
+func benchSettings(rep *Report) report.Settings {
+	if rep.BenchSettings != nil {
+		return *rep.BenchSettings
+	}
+	return report.Settings{Prompts: promptsOf(rep.Bench), Trials: len(rep.Bench.Arms[0].Trials), Concurrency: 1}
 }
 
 func promptsOf(res *bench.Result) int {
@@ -199,7 +208,7 @@ func WriteTable(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "  build %-10s key %.16s cache hit %v\n", b.Arm, b.Key, b.Hit)
 	}
 	if rep.Bench != nil && len(rep.Bench.Arms) > 0 && rep.Bench.Arms[0].Summaries != nil {
-		report.WriteTable(w, rep.Bench, report.Settings{Prompts: promptsOf(rep.Bench), Trials: len(rep.Bench.Arms[0].Trials), Concurrency: 1})
+		report.WriteTable(w, rep.Bench, benchSettings(rep))
 	}
 	for _, r := range rep.Regressions {
 		fmt.Fprintf(w, "  %-10s %-13s vs %-8s %8.2f -> %8.2f  %+6.1f%%  p=%.3f  %s\n", r.Arm, r.Metric, r.Against, r.Reference, r.Tonight, r.Pct, r.P, r.Verdict)

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/harness/bench"
+	"github.com/arpatch/arpatch/harness/report"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/harness/workload"
 	"github.com/arpatch/arpatch/history"
@@ -39,6 +40,9 @@ type Options struct {
 	Env       []string  // nil: os.Environ()
 	// Probe overrides the environment discovery (tests).
 	Probe func(ctx context.Context) Environment
+	// Now gives the run's start time; nil is time.Now (the demo sets
+	// past nights).
+	Now func() time.Time
 }
 
 // DriftRow is one series at one commit.
@@ -61,26 +65,28 @@ type BuildRow struct {
 
 // Report is the outcome of a nightly: what the JSON report holds.
 type Report struct {
-	Schema      string            `json:"schema"`
-	RunID       int64             `json:"run_id"`
-	StartedAt   time.Time         `json:"started_at"`
-	Seconds     float64           `json:"seconds"`
-	Status      string            `json:"status"`
-	ExitCode    int               `json:"exit_code"`
-	Verdict     string            `json:"verdict"`
-	HardwareKey string            `json:"hardware_key"`
-	Environment Environment       `json:"environment"`
-	Ref         string            `json:"ref"`
-	Head        string            `json:"head"`
-	Pinned      string            `json:"pinned"`
-	BuildCommit string            `json:"build_commit"`
-	Drift       []DriftRow        `json:"drift"`
-	Builds      []BuildRow        `json:"builds,omitempty"`
-	Bench       *bench.Result     `json:"bench,omitempty"`
-	Regressions []Check           `json:"regressions,omitempty"`
-	Checks      []history.Check   `json:"checks"`
-	Errors      []string          `json:"errors,omitempty"`
-	ArmRecipes  map[string]string `json:"arm_recipes"`
+	Schema      string        `json:"schema"`
+	RunID       int64         `json:"run_id"`
+	StartedAt   time.Time     `json:"started_at"`
+	Seconds     float64       `json:"seconds"`
+	Status      string        `json:"status"`
+	ExitCode    int           `json:"exit_code"`
+	Verdict     string        `json:"verdict"`
+	HardwareKey string        `json:"hardware_key"`
+	Environment Environment   `json:"environment"`
+	Ref         string        `json:"ref"`
+	Head        string        `json:"head"`
+	Pinned      string        `json:"pinned"`
+	BuildCommit string        `json:"build_commit"`
+	Drift       []DriftRow    `json:"drift"`
+	Builds      []BuildRow    `json:"builds,omitempty"`
+	Bench       *bench.Result `json:"bench,omitempty"`
+	// BenchSettings are the workload settings the bench ran with.
+	BenchSettings *report.Settings  `json:"bench_settings,omitempty"`
+	Regressions   []Check           `json:"regressions,omitempty"`
+	Checks        []history.Check   `json:"checks"`
+	Errors        []string          `json:"errors,omitempty"`
+	ArmRecipes    map[string]string `json:"arm_recipes"`
 }
 
 // ReportSchema names the JSON layout.
@@ -105,7 +111,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			fmt.Fprintf(o.Log, "nightly: "+format+"\n", args...)
 		}
 	}
-	rep := &Report{Schema: ReportSchema, StartedAt: time.Now().UTC(), Ref: cfg.Upstream.Ref, ArmRecipes: map[string]string{}}
+	now := time.Now
+	if o.Now != nil {
+		now = o.Now
+	}
+	rep := &Report{Schema: ReportSchema, StartedAt: now().UTC(), Ref: cfg.Upstream.Ref, ArmRecipes: map[string]string{}}
 	dbPath := cfg.Path(cfg.History.Path)
 	unlock, err := history.Lock(dbPath)
 	if err != nil {
@@ -141,7 +151,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.HardwareKey = rep.Environment.HardwareKey()
 	}
 	rep.Pinned = b.Upstream.Commit
-	id, err := store.BeginRun(history.Run{HardwareKey: rep.HardwareKey, SGLangCommit: rep.Pinned, SeriesHash: seriesHash(cat), ArpatchVersion: o.Version, Env: rep.Environment.Map()})
+	id, err := store.BeginRun(history.Run{StartedAt: rep.StartedAt, HardwareKey: rep.HardwareKey, SGLangCommit: rep.Pinned, SeriesHash: seriesHash(cat), ArpatchVersion: o.Version, Env: rep.Environment.Map()})
 	if err != nil {
 		return nil, err
 	}
@@ -194,7 +204,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// 3. Bench, 4. store, 5. verdict.
 	if !o.SkipBench && rep.ExitCode < ExitInfra && canContinue && ctx.Err() == nil {
 		logf("benching %s against %s", b.Name, a.Name)
-		res, err := runBench(ctx, cfg, o, a, b)
+		res, settings, err := runBench(ctx, cfg, o, a, b)
+		rep.BenchSettings = &settings
 		rep.Bench = res
 		if err != nil {
 			var ie *bench.InfraError
@@ -232,7 +243,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if rep.ExitCode == ExitInfra {
 		rep.Status = history.Failed
 	}
-	rep.Seconds = time.Since(rep.StartedAt).Seconds()
+	rep.Seconds = now().Sub(rep.StartedAt).Seconds()
 	if err := store.FinishRun(id, rep.Status, rep.ExitCode, rep.Verdict); err != nil {
 		return rep, err
 	}
@@ -354,7 +365,7 @@ func drift(rep *Report, repoPath string, cat *patches.Catalog, b *recipes.Recipe
 	}
 	store.AddDrift(rep.RunID, recs)
 	members := cat.Members(b.Series)
-	for i, commit := range rowsCommits(rows, revs) {
+	for i, commit := range rowsCommits(rows) {
 		if i >= judged {
 			// Extra revisions are recorded and reported, never judged.
 			for _, s := range members {
@@ -395,8 +406,8 @@ func drift(rep *Report, repoPath string, cat *patches.Catalog, b *recipes.Recipe
 	}
 }
 
-// rowsCommits returns the 40-hex commit of each revision, in revs' order.
-func rowsCommits(rows []checkout.DriftRow, revs []string) []string {
+// rowsCommits returns the 40-hex commits of the rows, in order.
+func rowsCommits(rows []checkout.DriftRow) []string {
 	var out []string
 	seen := map[string]bool{}
 	for _, r := range rows {
@@ -461,7 +472,7 @@ func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recip
 	}
 }
 
-func runBench(ctx context.Context, cfg *Config, o Options, a, b *recipes.Recipe) (*bench.Result, error) {
+func runBench(ctx context.Context, cfg *Config, o Options, a, b *recipes.Recipe) (*bench.Result, report.Settings, error) {
 	rb := b.Bench
 	c := cfg.Bench
 	arm := func(r *recipes.Recipe, launch, url, python string) bench.Arm {
@@ -481,7 +492,9 @@ func runBench(ctx context.Context, cfg *Config, o Options, a, b *recipes.Recipe)
 		Concurrency: orInt(c.Concurrency, rb.Concurrency), Warmup: c.Warmup, Trials: c.Trials, Interleave: true,
 		Env: o.Env, LogDir: cfg.Path(c.LogDir), ReadyTimeout: cfg.ReadyTimeout(), AgreeThreshold: c.AgreeThreshold,
 	}
-	return bench.Run(ctx, bo)
+	s := report.Settings{Prompts: len(bo.Prompts), Trials: bo.Trials, Concurrency: bo.Concurrency, MaxNewTokens: bo.MaxNewTokens, Model: bo.Model}
+	res, err := bench.Run(ctx, bo)
+	return res, s, err
 }
 
 func or(a, b string) string {
