@@ -118,7 +118,7 @@ func (s *Store) Plot(metric, out string) error {
 		return err
 	}
 	if len(pts) == 0 {
-		return fmt.Errorf("history %s has no complete run to plot", s.Path)
+		return fmt.Errorf("history %s has no run with bench results to plot (runs with --skip-bench have none)", s.Path)
 	}
 	switch strings.ToLower(filepath.Ext(out)) {
 	case ".svg", ".png", ".pdf", ".eps", ".jpg", ".jpeg", ".tif", ".tiff":

@@ -82,13 +82,13 @@ cache_dir = "cache"
 [bench]
 trials = 5
 num_prompts = 3
-max_new_tokens = 16
+max_new_tokens = 48
 warmup = 1
 [regression]
-# The in-test servers pace tokens by wall clock; on a loaded two-core CI
-# machine their rate wobbles by a few percent, so the test judges at 8%
-# and plants a 25% regression.
-threshold_pct = 8
+# The in-test servers pace tokens by wall clock; under a parallel
+# "go test ./..." on a two-core machine tok/s wobbles by a few percent, so
+# the test judges at 5% (the default is 3%) against a planted 10%.
+threshold_pct = 5
 [history]
 path = "history.db"
 hardware_key = "test-gpu"
@@ -176,13 +176,13 @@ func TestNightlyEndToEnd(t *testing.T) {
 	if r := findReg(rep, "patched", "tok_s", "history"); r.Verdict != "no significant change" || r.RefRuns != 3 || r.RefSamples != 15 {
 		t.Errorf("no-change night: %+v", r)
 	}
-	// A planted 25% regression of B: exit 1, named.
-	w.serve("b", 1200)
+	// A planted 10% regression of B: exit 1, named.
+	w.serve("b", 1440)
 	rep = w.run(context.Background(), true)
 	if rep.ExitCode != ExitRegression || !strings.Contains(rep.Verdict, "patched tok_s vs history") {
 		t.Fatalf("regression night: exit %d verdict %q", rep.ExitCode, rep.Verdict)
 	}
-	if r := findReg(rep, "patched", "tok_s", "history"); r.Verdict != "regression" || r.Pct > -15 || r.P >= 0.05 {
+	if r := findReg(rep, "patched", "tok_s", "history"); r.Verdict != "regression" || r.Pct > -6 || r.P >= 0.05 {
 		t.Errorf("regression: %+v", r)
 	}
 	if c := w.check(rep, "patched tok_s vs history"); c.Status != "fail" {

@@ -214,7 +214,7 @@ func WriteTable(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "  %-10s %-13s vs %-8s %8.2f -> %8.2f  %+6.1f%%  p=%.3f  %s\n", r.Arm, r.Metric, r.Against, r.Reference, r.Tonight, r.Pct, r.P, r.Verdict)
 	}
 	for _, e := range rep.Errors {
-		fmt.Fprintf(w, "  error: %s\n", e)
+		fmt.Fprintf(w, "  error: %s\n", strings.ReplaceAll(e, "\n", "\n  "))
 	}
 }
 

@@ -401,7 +401,13 @@ func drift(rep *Report, repoPath string, cat *patches.Catalog, b *recipes.Recipe
 		}
 		if anyFit == "" && len(members) > 0 {
 			rep.exit(ExitDrift)
-			rep.Errors = append(rep.Errors, fmt.Sprintf("no %q series applies to %s", b.Series, label))
+			msg := fmt.Sprintf("no %q series applies to %s:", b.Series, label)
+			for _, s := range members {
+				first, _, _ := strings.Cut(conflictDetail(rep.Drift, s.Name, commit), "\n")
+				msg += fmt.Sprintf("\n  %s: %s", s.Name, first)
+			}
+			msg += fmt.Sprintf("\n  remedy: refresh the series against this commit (arpatch patches check --repo %s --commit %s shows every hunk), or keep the recipe pinned to a commit it fits", repoPath, short(commit))
+			rep.Errors = append(rep.Errors, msg)
 		}
 	}
 }
