@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"os"
 	"strings"
 
 	"github.com/arpatch/arpatch/harness/bench"
@@ -219,7 +220,12 @@ func WriteTable(w io.Writer, rep *Report) {
 }
 
 // WriteOutputs writes every configured report file: the JSON report and
-// markdown summary in the output directory, and the CI files.
+// markdown summary in the output directory and the CI files, each
+// replaced atomically; extra["summary"], when set, gets the markdown
+// summary appended. extra's keys ("github-benchmark", "bencher", "junit",
+// "summary") are the command-line paths, which override the config's.
+// Bench files are written only when the bench ran. It returns the first
+// write error, naming the file.
 func WriteOutputs(rep *Report, cfg *Config, extra map[string]string) error {
 	files := map[string]func(io.Writer) error{}
 	dir := cfg.Path(cfg.Outputs.Dir)
@@ -242,9 +248,6 @@ func WriteOutputs(rep *Report, cfg *Config, extra map[string]string) error {
 	if j := or(extra["junit"], cfg.Path(cfg.Outputs.JUnit)); j != "" {
 		files[j] = func(w io.Writer) error { return JUnit(w, rep) }
 	}
-	if s := extra["summary"]; s != "" {
-		files[s] = func(w io.Writer) error { return Summary(w, rep) }
-	}
 	for path, write := range files {
 		var b bytes.Buffer
 		if err := write(&b); err != nil {
@@ -252,6 +255,25 @@ func WriteOutputs(rep *Report, cfg *Config, extra map[string]string) error {
 		}
 		if err := safefs.WriteFile(path, b.Bytes(), 0o644); err != nil {
 			return err
+		}
+	}
+	// The extra summary is appended, as GitHub Actions asks of
+	// $GITHUB_STEP_SUMMARY (other steps may have written to it).
+	if s := extra["summary"]; s != "" {
+		var b bytes.Buffer
+		if err := Summary(&b, rep); err != nil {
+			return err
+		}
+		f, err := os.OpenFile(s, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+		if err != nil {
+			return fmt.Errorf("--summary: %w", err)
+		}
+		_, err = f.Write(b.Bytes())
+		if cerr := f.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("--summary %s: %w", s, err)
 		}
 	}
 	return nil

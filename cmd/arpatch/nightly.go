@@ -51,7 +51,7 @@ Examples:
 		Action: func(c *cli.Context) error {
 			cfg, err := nightly.LoadConfig(pathFlag(c, "config"))
 			if err != nil {
-				return err
+				return usageError{err}
 			}
 			rep, err := nightly.Run(c.Context, nightly.Options{
 				Config: cfg, SkipBuild: c.Bool("skip-build"), SkipBench: c.Bool("skip-bench"),
@@ -73,7 +73,9 @@ Examples:
 				}
 			}
 			if err != nil {
-				return err
+				// It could not run (the lock is held, the history will not
+				// open) or could not write its reports: infrastructure.
+				return cli.Exit(err.Error(), nightly.ExitInfra)
 			}
 			if rep.ExitCode != 0 {
 				return cli.Exit("", rep.ExitCode)

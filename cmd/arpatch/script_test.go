@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
@@ -31,6 +32,7 @@ func TestMain(m *testing.M) {
 //	subst FILE...        expand $VARS in the files
 //	treehash DIR VAR     set $VAR to a hash of DIR's files (not .git/) and its apply state
 //	sametree DIR VAR     fail unless DIR hashes to $VAR
+//	lockpid FILE         write a lock file naming a live pid (the test's)
 //	fakebin              put the fake CUDA toolchain of kernels/testdata first on PATH
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
@@ -68,6 +70,13 @@ func TestScripts(t *testing.T) {
 					ts.Fatalf("usage: treehash DIR VAR")
 				}
 				ts.Setenv(args[1], treeHash(ts, ts.MkAbs(args[0])))
+			},
+			"lockpid": func(ts *testscript.TestScript, neg bool, args []string) {
+				// Write a lock file held by a live process: this test's.
+				if len(args) != 1 {
+					ts.Fatalf("usage: lockpid FILE")
+				}
+				ts.Check(os.WriteFile(ts.MkAbs(args[0]), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644))
 			},
 			"fakebin": func(ts *testscript.TestScript, neg bool, args []string) {
 				// Put arpatch's fake CUDA toolchain (kernels/testdata/fakebin)
