@@ -1,6 +1,8 @@
 package kernels
 
 import (
+	git "github.com/go-git/go-git/v5"
+
 	"bytes"
 	"context"
 	"errors"
@@ -190,6 +192,34 @@ func TestPlanRefusals(t *testing.T) {
 	if _, err := PlanBuild(context.Background(), e.opts()); err == nil || !strings.Contains(err.Error(), "uncommitted changes to files the series did not touch") {
 		t.Errorf("edited tree: %v", err)
 	}
+	// The same edit hidden from git status by skip-worktree.
+	r, err := git.PlainOpen(e.src)
+	if err != nil {
+		t.Fatal(err)
+	}
+	idx, _ := r.Storer.Index()
+	for _, x := range idx.Entries {
+		if x.Name == "sgl-kernel/include/utils.h" {
+			x.SkipWorktree = true
+		}
+	}
+	r.Storer.SetIndex(idx)
+	if _, err := PlanBuild(context.Background(), e.opts()); err == nil || !strings.Contains(err.Error(), "skip-worktree entries under sgl-kernel/ (sgl-kernel/include/utils.h)") || !strings.Contains(err.Error(), "update-index --no-skip-worktree") {
+		t.Errorf("skip-worktree: %v", err)
+	}
+	for _, x := range idx.Entries {
+		x.SkipWorktree = false
+	}
+	r.Storer.SetIndex(idx)
+	os.WriteFile(filepath.Join(e.src, "sgl-kernel/include/utils.h"), []byte("// fixture header\n"), 0o644)
+	// An untracked file under sgl-kernel/ could go into the wheel; one
+	// elsewhere cannot.
+	os.WriteFile(filepath.Join(e.src, "notes.txt"), []byte("mine\n"), 0o644)
+	mustPlan(t, e.opts())
+	os.WriteFile(filepath.Join(e.src, "sgl-kernel/extra.py"), []byte("x = 1\n"), 0o644)
+	if _, err := PlanBuild(context.Background(), e.opts()); err == nil || !strings.Contains(err.Error(), "untracked files under sgl-kernel/ (sgl-kernel/extra.py)") {
+		t.Errorf("untracked: %v", err)
+	}
 }
 
 func errString(err error) string {
@@ -333,4 +363,76 @@ func alive(pid int) bool {
 		return s[i+2] != 'Z'
 	}
 	return true
+}
+
+// TestDepsOfArchiveURLs covers the July 2026 form of sgl-kernel's deps
+// (archive URL + URL_HASH) and what a --deps-dir copy must be: an
+// unpacked archive is hashed into the key, a git checkout must be at the
+// pin and clean.
+func TestDepsOfArchiveURLs(t *testing.T) {
+	dir := t.TempDir()
+	testrepo.WriteFiles(dir, map[string]string{"CMakeLists.txt": `FetchContent_Declare(
+    repo-cutlass
+    URL      https://${GITHUB_ARTIFACTORY}/NVIDIA/cutlass/archive/1111111111111111111111111111111111111111.tar.gz
+    URL_HASH SHA256=aaaa0000aaaa0000aaaa0000aaaa0000aaaa0000aaaa0000aaaa0000aaaa0000
+)
+FetchContent_Declare(repo-triton URL https://${GITHUB_ARTIFACTORY}/triton-lang/triton/archive/v3.6.0.tar.gz URL_HASH SHA256=bbbb)
+FetchContent_Declare(repo-odd URL https://example.invalid/odd.tar.gz)
+`})
+	deps, err := ScanDeps(dir)
+	if err != nil || len(deps) != 3 {
+		t.Fatalf("ScanDeps = %+v, %v", deps, err)
+	}
+	if deps[0].Name != "repo-cutlass" || deps[0].Pin() != "1111111111111111111111111111111111111111" || deps[0].URLHash != "SHA256=aaaa0000aaaa0000aaaa0000aaaa0000aaaa0000aaaa0000aaaa0000aaaa0000" {
+		t.Errorf("cutlass = %+v pin %q", deps[0], deps[0].Pin())
+	}
+	if deps[2].Name != "repo-triton" || deps[2].Pin() != "v3.6.0" || deps[1].Pin() != "" {
+		t.Errorf("pins: %q %q", deps[2].Pin(), deps[1].Pin())
+	}
+
+	// An unpacked archive (no .git): recorded by the hash of its files,
+	// which changes with any byte.
+	dd := t.TempDir()
+	testrepo.WriteFiles(filepath.Join(dd, "cutlass"), map[string]string{"include/cute/a.h": "// a\n"})
+	got, err := MapDeps(deps[:1], dd, false)
+	if err != nil || !strings.HasPrefix(got[0].Commit, "sha256:") || len(got[0].Commit) != 7+64 {
+		t.Fatalf("archive copy: %+v %v", got, err)
+	}
+	os.WriteFile(filepath.Join(dd, "cutlass", "include/cute/a.h"), []byte("// b\n"), 0o644)
+	again, _ := MapDeps(deps[:1], dd, false)
+	if again[0].Commit == got[0].Commit {
+		t.Error("an edited archive copy kept its hash")
+	}
+
+	// A git checkout is held to the pin from the URL ...
+	testrepo.WriteFiles(filepath.Join(dd, "triton"), map[string]string{"README": "triton\n"})
+	c, err := testrepo.Init(filepath.Join(dd, "triton"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := MapDeps(deps[2:], dd, false); err == nil || !strings.Contains(err.Error(), "pins v3.6.0, which that checkout does not have") {
+		t.Errorf("unpinned checkout: %v", err)
+	}
+	// ... and when it is at the pin, it must be clean.
+	pinned := deps[2]
+	pinned.Repo = "https://x/triton-lang/triton/archive/" + c + ".tar.gz"
+	if got, err := MapDeps([]Dep{pinned}, dd, false); err != nil || got[0].Commit != c {
+		t.Fatalf("clean pinned checkout: %+v %v", got, err)
+	}
+	os.WriteFile(filepath.Join(dd, "triton", "README"), []byte("edited\n"), 0o644)
+	os.WriteFile(filepath.Join(dd, "triton", "untracked.txt"), []byte("x\n"), 0o644)
+	_, err = MapDeps([]Dep{pinned}, dd, false)
+	if err == nil || !strings.Contains(err.Error(), "has local changes") || !strings.Contains(err.Error(), "README") || strings.Contains(err.Error(), "untracked.txt") {
+		t.Errorf("edited checkout: %v", err)
+	}
+
+	// Two deps from one repository (upstream pins two cutlass commits):
+	// neither takes the shared base name "cutlass"; each needs its own.
+	two := []Dep{deps[0], {Name: "repo-flashmla-cutlass", Repo: "https://x/NVIDIA/cutlass/archive/2222222222222222222222222222222222222222.tar.gz"}}
+	if got, err := MapDeps(two, dd, false); err != nil || got[0].Dir != filepath.Join(dd, "cutlass") || got[1].Dir != "" {
+		t.Errorf("shared base name: %+v %v", got, err)
+	}
+	if _, err := MapDeps(deps, filepath.Join(dd, "nosuch"), true); err == nil || !strings.Contains(err.Error(), "--deps-dir") || !strings.Contains(err.Error(), "not a directory") {
+		t.Errorf("missing deps dir: %v", err)
+	}
 }

@@ -11,9 +11,11 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
+	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/internal/safefs"
 )
 
@@ -97,28 +99,34 @@ func (c Cache) Lookup(key string) (*Manifest, error) {
 
 // Begin makes a temp directory for a build of key inside the cache (same
 // file system, so Commit's rename is atomic) and takes the key's lock. It
-// returns an error when another build of the same key is running.
+// returns an error naming the lock and its pid when another live build of
+// the same key holds it. A lock whose build died (its pid is gone) is
+// taken over, and that build's temp directories are removed.
 func (c Cache) Begin(key string) (tmp string, release func(), err error) {
 	if err := os.MkdirAll(c.Dir, 0o755); err != nil {
 		return "", nil, fmt.Errorf("cache %s: %w", c.Dir, err)
 	}
 	lockPath := filepath.Join(c.Dir, "."+key+".lock")
-	f, err := os.OpenFile(lockPath, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o644)
+	release, err = lockfile.Acquire(lockPath)
 	if err != nil {
-		if errors.Is(err, fs.ErrExist) {
-			b, _ := os.ReadFile(lockPath)
-			return "", nil, fmt.Errorf("another build of the same inputs is running (%s, pid %s); wait for it, or remove the lock if it died", lockPath, strings.TrimSpace(string(b)))
+		var held *lockfile.HeldError
+		if errors.As(err, &held) {
+			return "", nil, fmt.Errorf("another build of the same inputs is running (%s, pid %s); wait for it to finish", lockPath, held.PID)
 		}
 		return "", nil, err
 	}
-	fmt.Fprintf(f, "%d\n", os.Getpid())
-	f.Close()
+	// Nothing else builds this key now: any temp dir of it is a dead
+	// build's leftover.
+	old, _ := filepath.Glob(filepath.Join(c.Dir, ".tmp-"+key[:16]+"-*"))
+	for _, d := range old {
+		os.RemoveAll(d)
+	}
 	tmp, err = os.MkdirTemp(c.Dir, ".tmp-"+key[:16]+"-")
 	if err != nil {
-		os.Remove(lockPath)
+		release()
 		return "", nil, err
 	}
-	return tmp, func() { os.Remove(lockPath) }, nil
+	return tmp, release, nil
 }
 
 // Commit writes the manifest into tmp and renames tmp to key's entry.
@@ -214,9 +222,17 @@ func (c Cache) GC(keep int) ([]string, error) {
 	return removed, nil
 }
 
+// locked reports whether a live build holds a lock of a key starting
+// with key16.
 func locked(dir, key16 string) bool {
 	m, _ := filepath.Glob(filepath.Join(dir, "."+key16+"*.lock"))
-	return len(m) > 0
+	for _, p := range m {
+		b, _ := os.ReadFile(p)
+		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && lockfile.Alive(pid) {
+			return true
+		}
+	}
+	return false
 }
 
 func dirSize(dir string) int64 {
@@ -246,21 +262,38 @@ func fileSHA256(p string) (string, int64, error) {
 	return hex.EncodeToString(h.Sum(nil)), n, nil
 }
 
-// copyOut copies (hardlinks where possible) a cached output into dir.
+// copyOut copies a cached output into dir, replacing a file of that name
+// atomically. It copies rather than hardlinks: a tool that edits the copy
+// in place (wheel retagging, auditwheel) must not reach the cache entry.
 func copyOut(src, dir string) (string, error) {
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return "", err
 	}
 	dst := filepath.Join(dir, filepath.Base(src))
-	os.Remove(dst)
-	if err := os.Link(src, dst); err == nil {
-		return dst, nil
-	}
-	b, err := os.ReadFile(src)
+	in, err := os.Open(src)
 	if err != nil {
 		return "", err
 	}
-	return dst, safefs.WriteFile(dst, b, 0o644)
+	defer in.Close()
+	tmp, err := os.CreateTemp(dir, "."+filepath.Base(src)+".tmp-*")
+	if err != nil {
+		return "", err
+	}
+	_, err = io.Copy(tmp, in)
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Chmod(tmp.Name(), 0o644)
+	}
+	if err == nil {
+		err = os.Rename(tmp.Name(), dst)
+	}
+	if err != nil {
+		os.Remove(tmp.Name())
+		return "", err
+	}
+	return dst, nil
 }
 
 func isKey(name string) bool {

@@ -86,12 +86,9 @@ func PlanExt(ctx context.Context, opts BuildOptions) (*Plan, error) {
 		h := sha256.Sum256(b)
 		extra[f+"_sha256"] = hex.EncodeToString(h[:])
 	}
-	buildEnv := map[string]string{}
-	for _, k := range passthroughEnv {
-		if v := getenv(env, k); v != "" && k != "TORCH_CUDA_ARCH_LIST" {
-			buildEnv[k] = v
-		}
-	}
+	// The extension is built by build_ext.py with its own arch flags:
+	// TORCH_CUDA_ARCH_LIST does not reach it.
+	buildEnv := outputEnv(env, "TORCH_CUDA_ARCH_LIST")
 	p.Inputs = Inputs{
 		Schema: KeySchema, Kind: "allreduce-ext", Commit: st.Commit, Series: st.Series,
 		Patches: patchInputs(st), Archs: ArchStrings(opts.Archs), Builder: p.Builder,

@@ -1,7 +1,10 @@
 package kernels
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"path"
@@ -15,15 +18,41 @@ import (
 
 // Dep is one FetchContent_Declare of sgl-kernel's CMake files: a
 // third-party source that CMake downloads at configure time unless
-// FETCHCONTENT_SOURCE_DIR_<NAME> points at a local copy.
+// FETCHCONTENT_SOURCE_DIR_<NAME> points at a local copy. Upstream declares
+// them either by GIT_REPOSITORY + GIT_TAG (the April 2026 tree) or by an
+// archive URL + URL_HASH (the July 2026 tree, sgl-kernel/CMakeLists.txt).
 type Dep struct {
-	Name string `json:"name"`          // "repo-cutlass"
-	Repo string `json:"repo"`          // GIT_REPOSITORY or URL
-	Tag  string `json:"tag,omitempty"` // GIT_TAG (a commit or a tag)
-	File string `json:"file"`          // CMake file that declares it, relative to the tree
-	// Dir and Commit are set when a --deps-dir copy was found.
+	Name    string `json:"name"`               // "repo-cutlass"
+	Repo    string `json:"repo"`               // GIT_REPOSITORY or URL
+	Tag     string `json:"tag,omitempty"`      // GIT_TAG (a commit or a tag)
+	URLHash string `json:"url_hash,omitempty"` // URL_HASH, e.g. "SHA256=09237099..."
+	File    string `json:"file"`               // CMake file that declares it, relative to the tree
+	// Dir and Commit are set when a --deps-dir copy was found: Commit is
+	// the copy's git HEAD, or "sha256:<hex>" of its files when the copy
+	// is not a git checkout (an unpacked archive).
 	Dir    string `json:"dir,omitempty"`
 	Commit string `json:"commit,omitempty"`
+}
+
+// Pin is the revision upstream pins: GIT_TAG, or for an archive URL of
+// GitHub's form ".../archive/<rev>.tar.gz" that <rev>; "" when neither.
+func (d Dep) Pin() string {
+	if d.Tag != "" {
+		return d.Tag
+	}
+	if i := strings.Index(d.Repo, "/archive/"); i >= 0 {
+		rev := d.Repo[i+len("/archive/"):]
+		for _, ext := range []string{".tar.gz", ".tgz", ".zip", ".tar.bz2", ".tar.xz"} {
+			if strings.HasSuffix(rev, ext) {
+				rev = strings.TrimSuffix(rev, ext)
+				rev = strings.TrimPrefix(rev, "refs/tags/")
+				if rev != "" && !strings.Contains(rev, "/") {
+					return rev
+				}
+			}
+		}
+	}
+	return ""
 }
 
 // Var is the CMake variable that points FetchContent at a local copy,
@@ -34,6 +63,7 @@ var (
 	declareRe = regexp.MustCompile(`(?is)FetchContent_Declare\s*\(\s*([A-Za-z0-9_.+-]+)([^)]*)\)`)
 	repoRe    = regexp.MustCompile(`(?i)\b(?:GIT_REPOSITORY|URL)\s+"?([^\s")]+)"?`)
 	tagRe     = regexp.MustCompile(`(?i)\bGIT_TAG\s+"?([^\s")]+)"?`)
+	hashRe    = regexp.MustCompile(`(?i)\bURL_HASH\s+"?([^\s")]+)"?`)
 )
 
 // ScanDeps lists the FetchContent_Declare names in CMakeLists.txt and
@@ -81,6 +111,9 @@ func ScanDeps(dir string) ([]Dep, error) {
 			if t := tagRe.FindStringSubmatch(m[2]); t != nil {
 				d.Tag = t[1]
 			}
+			if h := hashRe.FindStringSubmatch(m[2]); h != nil {
+				d.URLHash = h[1]
+			}
 			deps = append(deps, d)
 		}
 	}
@@ -112,24 +145,43 @@ func (e *MissingDepsError) Error() string {
 	}
 	fmt.Fprintf(&b, "--offline: %d dependencies would be downloaded at configure time (%s):", len(e.Missing), where)
 	for _, d := range e.Missing {
-		fmt.Fprintf(&b, "\n  %-24s %s @ %s  (%s)", d.Name, d.Repo, d.Tag, d.File)
+		fmt.Fprintf(&b, "\n  %-24s %s @ %s  (%s)", d.Name, d.Repo, pinOrNone(d.Pin()), d.File)
 	}
 	b.WriteString("\nclone each at its pinned commit into the deps dir, named as above (or by the repository's base name), then pass --deps-dir")
 	return b.String()
 }
 
 // MapDeps finds a local copy of each dep in depsDir, as depsDir/<name>,
-// depsDir/<repo base name> or depsDir/<name without "repo-">, and records
-// its git HEAD. A copy whose HEAD is not the pinned commit or tag is an
-// error naming both. With offline set, any dep without a copy is a
-// *MissingDepsError listing every one with the commit it pins.
+// depsDir/<name without "repo-"> or depsDir/<repo base name> (when only
+// one dep has that base name), and records
+// what the build will compile from it, so that the cache key covers it:
+//
+//   - a git checkout must be at the pinned revision (Dep.Pin) and have no
+//     changes to tracked files; its HEAD is recorded. A checkout at
+//     another commit, without the pinned one, or with local edits is an
+//     error naming the dep, the directory, the CMake file and the remedy.
+//   - any other directory (an unpacked archive) is hashed file by file,
+//     and "sha256:<hex>" is recorded; its match with the pin cannot be
+//     checked, which the plan says.
+//
+// A depsDir that does not exist is an error. With offline set, any dep
+// without a copy is a *MissingDepsError listing every one with its pin.
 func MapDeps(deps []Dep, depsDir string, offline bool) ([]Dep, error) {
+	if depsDir != "" {
+		if fi, err := os.Stat(depsDir); err != nil || !fi.IsDir() {
+			return nil, fmt.Errorf("--deps-dir %s: not a directory; clone each dependency at its pinned commit into it (arpatch build --plan lists them)", depsDir)
+		}
+	}
 	out := make([]Dep, len(deps))
 	var missing []Dep
+	shared := map[string]int{}
+	for _, d := range deps {
+		shared[repoBase(d)]++
+	}
 	for i, d := range deps {
 		out[i] = d
 		if depsDir != "" {
-			for _, cand := range candidates(d) {
+			for _, cand := range candidates(d, shared) {
 				p := filepath.Join(depsDir, cand)
 				if fi, err := os.Stat(p); err == nil && fi.IsDir() {
 					abs, _ := filepath.Abs(p)
@@ -142,23 +194,11 @@ func MapDeps(deps []Dep, depsDir string, offline bool) ([]Dep, error) {
 			missing = append(missing, d)
 			continue
 		}
-		if repo, err := gitsrc.Open(out[i].Dir); err == nil {
-			head, err := repo.Head()
-			if err != nil {
-				return nil, fmt.Errorf("dependency %s at %s: %w", d.Name, out[i].Dir, err)
-			}
-			out[i].Commit = head
-			if d.Tag != "" {
-				want, err := repo.Resolve(d.Tag)
-				if err != nil {
-					return nil, fmt.Errorf("dependency %s at %s: %s pins %s, which that checkout does not have; fetch it there", d.Name, out[i].Dir, d.File, d.Tag)
-				}
-				if want != head {
-					return nil, fmt.Errorf("dependency %s at %s is at %s, but %s pins %s (%s); run `git -C %s checkout %s`",
-						d.Name, out[i].Dir, head[:12], d.File, d.Tag, want[:12], out[i].Dir, d.Tag)
-				}
-			}
+		commit, err := depRevision(out[i])
+		if err != nil {
+			return nil, err
 		}
+		out[i].Commit = commit
 	}
 	if offline && len(missing) > 0 {
 		return nil, &MissingDepsError{DepsDir: depsDir, Missing: missing}
@@ -166,11 +206,122 @@ func MapDeps(deps []Dep, depsDir string, offline bool) ([]Dep, error) {
 	return out, nil
 }
 
-func candidates(d Dep) []string {
-	c := []string{d.Name}
-	if d.Repo != "" {
-		c = append(c, strings.TrimSuffix(path.Base(d.Repo), ".git"))
+// depRevision checks a found copy and returns what to record for it.
+func depRevision(d Dep) (string, error) {
+	repo, err := gitsrc.Open(d.Dir)
+	if err != nil {
+		sum, herr := hashTree(d.Dir)
+		if herr != nil {
+			return "", fmt.Errorf("dependency %s at %s: %w", d.Name, d.Dir, herr)
+		}
+		return "sha256:" + sum, nil
 	}
-	c = append(c, strings.TrimPrefix(d.Name, "repo-"))
+	head, err := repo.Head()
+	if err != nil {
+		return "", fmt.Errorf("dependency %s at %s: %w", d.Name, d.Dir, err)
+	}
+	if pin := d.Pin(); pin != "" {
+		want, err := repo.Resolve(pin)
+		if err != nil {
+			return "", fmt.Errorf("dependency %s at %s: %s pins %s, which that checkout does not have; fetch it there (git -C %s fetch origin %s)", d.Name, d.Dir, d.File, pin, d.Dir, pin)
+		}
+		if want != head {
+			return "", fmt.Errorf("dependency %s at %s is at %s, but %s pins %s (%s); run `git -C %s checkout %s`",
+				d.Name, d.Dir, head[:12], d.File, pin, want[:12], d.Dir, pin)
+		}
+	}
+	changes, err := repo.Changes()
+	if err != nil {
+		return "", fmt.Errorf("dependency %s at %s: git status: %w", d.Name, d.Dir, err)
+	}
+	var edited []string
+	for _, c := range changes {
+		if !c.Untracked() {
+			edited = append(edited, c.String())
+		}
+	}
+	if len(edited) > 0 {
+		if len(edited) > 5 {
+			edited = append(edited[:5], fmt.Sprintf("... and %d more", len(edited)-5))
+		}
+		return "", fmt.Errorf("dependency %s at %s has local changes, which the cache key would not see:\n  %s\nrun `git -C %s stash` (or use a clean clone at %s)",
+			d.Name, d.Dir, strings.Join(edited, "\n  "), d.Dir, head[:12])
+	}
+	return head, nil
+}
+
+// hashTree returns the hex sha256 over every regular file's path, mode
+// and content under dir, in path order, and every symlink's target.
+func hashTree(dir string) (string, error) {
+	h := sha256.New()
+	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if e.IsDir() {
+			if e.Name() == ".git" {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		info, err := e.Info()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(h, "%s\x00%o\x00", filepath.ToSlash(rel), info.Mode())
+		switch {
+		case info.Mode()&fs.ModeSymlink != 0:
+			t, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			io.WriteString(h, t)
+		case info.Mode().IsRegular():
+			f, err := os.Open(p)
+			if err != nil {
+				return err
+			}
+			_, err = io.Copy(h, f)
+			f.Close()
+			if err != nil {
+				return err
+			}
+		}
+		h.Write([]byte{0})
+		return nil
+	})
+	if err != nil {
+		return "", err
+	}
+	return hex.EncodeToString(h.Sum(nil)), nil
+}
+
+// candidates are the directory names a copy of d may have in --deps-dir:
+// its name, its name without "repo-", and its repository's base name
+// ("cutlass"), the last only when no other dep shares it (upstream pins
+// two cutlass commits in the July tree).
+func candidates(d Dep, shared map[string]int) []string {
+	c := []string{d.Name, strings.TrimPrefix(d.Name, "repo-")}
+	if b := repoBase(d); b != "" && shared[b] == 1 {
+		c = append(c, b)
+	}
 	return c
+}
+
+func repoBase(d Dep) string {
+	if i := strings.Index(d.Repo, "/archive/"); i >= 0 { // https://host/NVIDIA/cutlass/archive/<rev>.tar.gz
+		return path.Base(d.Repo[:i])
+	}
+	if d.Repo != "" {
+		return strings.TrimSuffix(path.Base(d.Repo), ".git")
+	}
+	return ""
+}
+
+func pinOrNone(s string) string {
+	if s == "" {
+		return "(no pin)"
+	}
+	return s
 }

@@ -9,7 +9,7 @@ import (
 
 // KeySchema versions the layout of Inputs; changing it invalidates every
 // cache entry, as it must.
-const KeySchema = 1
+const KeySchema = 2
 
 // PatchInput is one applied patch, by name and sha256.
 type PatchInput struct {
@@ -19,9 +19,13 @@ type PatchInput struct {
 
 // DepInput is one third-party source as the build will see it.
 type DepInput struct {
-	Name   string `json:"name"`
-	Tag    string `json:"tag"`              // what upstream pins
-	Commit string `json:"commit,omitempty"` // HEAD of the --deps-dir copy, when one is used
+	Name    string `json:"name"`
+	Repo    string `json:"repo"`               // GIT_REPOSITORY or archive URL
+	Tag     string `json:"tag"`                // GIT_TAG, when upstream pins one
+	URLHash string `json:"url_hash,omitempty"` // URL_HASH of an archive URL
+	// Commit is what the --deps-dir copy holds, when one is used: its git
+	// HEAD, or "sha256:<hex>" of its files.
+	Commit string `json:"commit,omitempty"`
 }
 
 // ToolVersions is the part of the toolchain that can change a build's

@@ -33,9 +33,42 @@ type BuildOptions struct {
 	Version  string // arpatch version, for the manifest
 }
 
-// passthroughEnv lists the caller's variables that change what nvcc or the
-// host compiler emits; their values go into the key.
-var passthroughEnv = []string{"CMAKE_ARGS", "CC", "CXX", "CUDAHOSTCXX", "CFLAGS", "CXXFLAGS", "NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "TORCH_CUDA_ARCH_LIST"}
+// passthroughEnv lists the caller's variables that change what CMake,
+// nvcc, the host compiler or the linker produce; their values go into the
+// key. (CMake reads CC, CXX, CUDACXX, CUDAHOSTCXX, *FLAGS, CUDAARCHS,
+// CMAKE_BUILD_TYPE and CMAKE_GENERATOR from the environment; nvcc reads
+// NVCC_*_FLAGS; scikit-build-core reads SKBUILD_* and CMAKE_ARGS.)
+var passthroughEnv = []string{
+	"CMAKE_ARGS", "CMAKE_BUILD_TYPE", "CMAKE_GENERATOR", "CMAKE_TOOLCHAIN_FILE",
+	"CC", "CXX", "CUDACXX", "CUDAHOSTCXX", "CUDAARCHS",
+	"CFLAGS", "CXXFLAGS", "CPPFLAGS", "CUDAFLAGS", "LDFLAGS",
+	"NVCC_APPEND_FLAGS", "NVCC_PREPEND_FLAGS", "NVCC_CCBIN", "TORCH_CUDA_ARCH_LIST",
+}
+
+// passthroughPrefixes are variable families that go into the key whole.
+var passthroughPrefixes = []string{"SKBUILD_"}
+
+// outputEnv returns the output-relevant variables set in env, less skip.
+func outputEnv(env []string, skip ...string) map[string]string {
+	out := map[string]string{}
+	for _, k := range passthroughEnv {
+		if v := getenv(env, k); v != "" {
+			out[k] = v
+		}
+	}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		for _, p := range passthroughPrefixes {
+			if strings.HasPrefix(k, p) && v != "" {
+				out[k] = getenv(env, k)
+			}
+		}
+	}
+	for _, k := range skip {
+		delete(out, k)
+	}
+	return out
+}
 
 // Plan is a build, decided but not run.
 type Plan struct {
@@ -139,12 +172,7 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 		cmakeArgs = append(cmakeArgs, "-DFETCHCONTENT_FULLY_DISCONNECTED=ON")
 		keyArgs = append(keyArgs, "-DFETCHCONTENT_FULLY_DISCONNECTED=ON")
 	}
-	buildEnv := map[string]string{}
-	for _, k := range passthroughEnv {
-		if v := getenv(env, k); v != "" {
-			buildEnv[k] = v
-		}
-	}
+	buildEnv := outputEnv(env)
 	if user := buildEnv["CMAKE_ARGS"]; user != "" {
 		cmakeArgs = append(cmakeArgs, user)
 		keyArgs = append(keyArgs, user)
@@ -169,7 +197,7 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	}
 	var depIn []DepInput
 	for _, d := range deps {
-		depIn = append(depIn, DepInput{Name: d.Name, Tag: d.Tag, Commit: d.Commit})
+		depIn = append(depIn, DepInput{Name: d.Name, Repo: d.Repo, Tag: d.Tag, URLHash: d.URLHash, Commit: d.Commit})
 	}
 	p.Inputs = Inputs{
 		Schema: KeySchema, Kind: "wheel", Commit: st.Commit, Series: st.Series,
@@ -230,6 +258,15 @@ func appliedState(src string) (*checkout.State, error) {
 	if len(st.Other) > 0 {
 		return nil, fmt.Errorf("%s has uncommitted changes to files the series did not touch (%s); they would go into the build unrecorded. Commit or stash them", src, st.Other[0])
 	}
+	// sgl-kernel/ is what the build reads: an untracked file there can go
+	// into the wheel (its python/ package is taken whole), and a
+	// skip-worktree entry hides edits from git status.
+	if u := under(st.Untracked, "sgl-kernel/"); len(u) > 0 {
+		return nil, fmt.Errorf("%s has untracked files under sgl-kernel/ (%s); they could go into the build unrecorded. Remove them, move them out, or list them in .git/info/exclude if the build cannot read them", src, strings.Join(firstN(u, 3), ", "))
+	}
+	if sw := under(st.SkipWorktree, "sgl-kernel/"); len(sw) > 0 {
+		return nil, fmt.Errorf("%s has skip-worktree entries under sgl-kernel/ (%s), whose edits git status cannot see; run `git -C %s update-index --no-skip-worktree %s` and `arpatch status --src %s`", src, strings.Join(firstN(sw, 3), ", "), src, strings.Join(sw, " "), src)
+	}
 	return st.State, nil
 }
 
@@ -239,4 +276,21 @@ func patchInputs(st *checkout.State) []PatchInput {
 		out = append(out, PatchInput{Name: x.Name, SHA256: x.SHA256})
 	}
 	return out
+}
+
+func under(paths []string, prefix string) []string {
+	var out []string
+	for _, p := range paths {
+		if strings.HasPrefix(p, prefix) {
+			out = append(out, p)
+		}
+	}
+	return out
+}
+
+func firstN(xs []string, n int) []string {
+	if len(xs) <= n {
+		return xs
+	}
+	return append(append([]string(nil), xs[:n]...), fmt.Sprintf("and %d more", len(xs)-n))
 }

@@ -3,7 +3,10 @@ package kernels
 import (
 	"encoding/json"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
+	"strconv"
 	"strings"
 	"testing"
 )
@@ -123,6 +126,10 @@ func TestKeySensitivity(t *testing.T) {
 		"offline":       func(in *Inputs) { in.Offline = true },
 		"dep tag":       func(in *Inputs) { in.Deps = []DepInput{{Name: "repo-cutlass", Tag: "v2"}} },
 		"dep commit":    func(in *Inputs) { in.Deps = []DepInput{{Name: "repo-cutlass", Tag: "v1", Commit: "c"}} },
+		"dep url": func(in *Inputs) {
+			in.Deps = []DepInput{{Name: "repo-cutlass", Tag: "v1", Repo: "https://x/archive/v1.tar.gz"}}
+		},
+		"dep url hash": func(in *Inputs) { in.Deps = []DepInput{{Name: "repo-cutlass", Tag: "v1", URLHash: "SHA256=ab"}} },
 		"build env": func(in *Inputs) {
 			in.BuildEnv = map[string]string{"CMAKE_ARGS": "-DENABLE_CCACHE=OFF", "CXX": "clang++"}
 		},
@@ -172,8 +179,62 @@ func TestPlanKeyIgnoresParallelism(t *testing.T) {
 	if c.Key == a.Key || c.Inputs.BuildEnv["CXX"] != "clang++" {
 		t.Error("a CXX from the environment did not reach the key")
 	}
+	for _, kv := range []string{"LDFLAGS=-Wl,-O1", "CUDAFLAGS=-lineinfo", "CMAKE_BUILD_TYPE=Debug", "SKBUILD_CMAKE_BUILD_TYPE=Debug", "CUDACXX=/opt/cuda-13.1/bin/nvcc"} {
+		k, v, _ := strings.Cut(kv, "=")
+		if p := mustPlan(t, e.with(kv).opts()); p.Key == a.Key || p.Inputs.BuildEnv[k] != v {
+			t.Errorf("%s did not reach the key", k)
+		}
+	}
+	if p := mustPlan(t, e.with("TERM=dumb", "SKBUILD_X=").opts()); p.Key != a.Key {
+		t.Error("a variable that cannot change the output changed the key")
+	}
 	d := mustPlan(t, e.opts("120a", "90a"))
 	if d.Key == a.Key || d.Env[GencodeEnv] != "120a,90a" {
 		t.Errorf("archs: key same or env %q", d.Env[GencodeEnv])
+	}
+}
+
+func TestCacheLockAndStaleBuilds(t *testing.T) {
+	c := Cache{Dir: t.TempDir()}
+	key := strings.Repeat("ab", 32)
+	tmp, release, err := c.Begin(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// A second build of the same key while the first runs: refused, with
+	// the lock and this process's pid.
+	if _, _, err := c.Begin(key); err == nil || !strings.Contains(err.Error(), "another build of the same inputs is running") || !strings.Contains(err.Error(), "pid "+strconv.Itoa(os.Getpid())) {
+		t.Fatalf("second Begin: %v", err)
+	}
+	// GC leaves a live build's temp dir alone.
+	if removed, _ := c.GC(10); len(removed) != 0 {
+		t.Errorf("GC removed %v during a live build", removed)
+	}
+	release()
+
+	// A build that died: its lock names a pid that is gone, its temp dir
+	// is left. GC removes the temp dir; Begin takes the lock over and
+	// clears the leftovers.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Skip("no `true` to get a dead pid from")
+	}
+	pid := []byte(strconv.Itoa(dead.Process.Pid) + "\n")
+	os.WriteFile(filepath.Join(c.Dir, "."+key+".lock"), pid, 0o644)
+	if removed, _ := c.GC(10); len(removed) != 1 || removed[0] != tmp {
+		t.Errorf("GC after a dead build removed %v, want [%s]", removed, tmp)
+	}
+	leftover := filepath.Join(c.Dir, ".tmp-"+key[:16]+"-dead")
+	os.MkdirAll(leftover, 0o755)
+	tmp2, release2, err := c.Begin(key)
+	if err != nil {
+		t.Fatalf("Begin over a dead build's lock: %v", err)
+	}
+	defer release2()
+	if _, err := os.Stat(leftover); !os.IsNotExist(err) {
+		t.Errorf("the dead build's temp dir is still there: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(c.Dir, "."+key+".lock")); strings.TrimSpace(string(b)) != strconv.Itoa(os.Getpid()) || tmp2 == "" {
+		t.Errorf("lock after takeover holds %q", b)
 	}
 }

@@ -149,6 +149,18 @@ func runBuild(c *cli.Context) error {
 	if modes > 1 && !(c.Bool("plan") && c.Bool("allreduce-ext")) {
 		return usagef("--check, --allreduce-ext, --list, --gc and --plan are exclusive (except --plan with --allreduce-ext)")
 	}
+	if c.Int("keep") < 0 {
+		return usagef("--keep %d: use 0 or more (0 removes every entry)", c.Int("keep"))
+	}
+	if c.IsSet("keep") && !c.Bool("gc") {
+		return usagef("--keep goes with --gc")
+	}
+	if c.IsSet("jobs") && c.Int("jobs") < 0 {
+		return usagef("--jobs %d: use 1 or more, or 0 for one per CPU core", c.Int("jobs"))
+	}
+	if t := c.String("tool"); c.IsSet("tool") && t != "auto" && t != "uv" && t != "pip" {
+		return usagef("--tool %q: use auto, uv or pip", t)
+	}
 	o, _, err := buildOpts(c)
 	if err != nil {
 		return err
@@ -180,6 +192,11 @@ func runBuild(c *cli.Context) error {
 	}
 	if c.Bool("plan") {
 		printPlan(w, plan, o.Cache)
+		if plan.Problems != nil {
+			// The plan is printed; the exit code tells a script the build
+			// would be refused.
+			return cli.Exit("", exitFailure)
+		}
 		return nil
 	}
 	res, err := kernels.Build(c.Context, plan, o, newProgress(c.App.ErrWriter, "sgl-kernel "+strings.Join(kernels.ArchStrings(o.Archs), ",")))
@@ -240,9 +257,18 @@ func printPlan(w io.Writer, p *kernels.Plan, cache kernels.Cache) {
 	if len(p.Deps) > 0 {
 		fmt.Fprintln(w, "  deps (FetchContent)")
 		for _, d := range p.Deps {
-			src := "download " + d.Repo + " @ " + d.Tag
-			if d.Dir != "" {
-				src = "local " + d.Dir + " @ " + d.Commit[:12]
+			src := "download " + d.Repo
+			if d.Tag != "" {
+				src += " @ " + d.Tag
+			}
+			if d.URLHash != "" {
+				src += " (" + shortHash(d.URLHash) + ")"
+			}
+			switch {
+			case strings.HasPrefix(d.Commit, "sha256:"):
+				src = "local " + d.Dir + ", not a git checkout: files " + shortHash(d.Commit) + " (pin " + orNone(d.Pin()) + " not checked)"
+			case d.Dir != "":
+				src = "local " + d.Dir + " @ " + shortHash(d.Commit)
 			}
 			fmt.Fprintf(w, "    %-22s %s\n", d.Name, src)
 		}
@@ -329,4 +355,14 @@ func gencodeFilterCommand() *cli.Command {
 			return syscall.Exec(prog, out, os.Environ())
 		},
 	}
+}
+
+// shortHash shortens "sha256:<hex>", "SHA256=<hex>" or a commit to 12 hex
+// digits, keeping the prefix.
+func shortHash(h string) string {
+	i := strings.LastIndexAny(h, ":=") + 1
+	if len(h)-i > 12 {
+		return h[:i+12]
+	}
+	return h
 }

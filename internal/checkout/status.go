@@ -15,6 +15,11 @@ type StatusReport struct {
 	Drift []FileDrift `json:"drift"`
 	// Other lists uncommitted changes to files the series did not touch.
 	Other []gitsrc.Change `json:"other_changes"`
+	// Untracked lists untracked files git does not ignore.
+	Untracked []string `json:"untracked"`
+	// SkipWorktree lists index entries marked skip-worktree, whose edits
+	// git status does not show (git update-index --skip-worktree).
+	SkipWorktree []string `json:"skip_worktree"`
 	// SeriesChanged lists patches whose sha256 in this arpatch's series
 	// differs from the one applied (arpatch or the series was updated).
 	SeriesChanged []string `json:"series_changed"`
@@ -68,9 +73,15 @@ func Status(src string, cat *patches.Catalog) (*StatusReport, error) {
 		}
 	}
 	for _, c := range changes {
-		if !recorded[c.Path] && !c.Untracked() {
+		switch {
+		case c.Untracked():
+			rep.Untracked = append(rep.Untracked, c.Path)
+		case !recorded[c.Path]:
 			rep.Other = append(rep.Other, c)
 		}
+	}
+	if rep.SkipWorktree, err = repo.SkipWorktree(); err != nil {
+		return nil, err
 	}
 	return rep, nil
 }

@@ -186,6 +186,24 @@ func (r *Repo) Changes() ([]Change, error) {
 	return out, nil
 }
 
+// SkipWorktree lists the index entries marked skip-worktree, sorted: git
+// status does not look at their files, so edits there go unseen.
+// (assume-unchanged needs no check: go-git's status hashes every file.)
+func (r *Repo) SkipWorktree() ([]string, error) {
+	idx, err := r.r.Storer.Index()
+	if err != nil {
+		return nil, fmt.Errorf("reading the index of %s: %w", r.Dir, err)
+	}
+	var out []string
+	for _, e := range idx.Entries {
+		if e.SkipWorktree {
+			out = append(out, e.Name)
+		}
+	}
+	sort.Strings(out)
+	return out, nil
+}
+
 // Fetch updates refs/remotes/origin/* from the origin remote.
 func (r *Repo) Fetch(ctx context.Context, progress io.Writer) error {
 	err := r.r.FetchContext(ctx, &git.FetchOptions{RemoteName: "origin", Progress: progress, Tags: git.NoTags})
