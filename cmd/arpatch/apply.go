@@ -9,6 +9,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/recipes"
 	"github.com/arpatch/arpatch/patches"
 )
 
@@ -58,13 +59,14 @@ Examples:
 			if err != nil {
 				return err
 			}
-			printApply(c.App.Writer, rep, r.Name, r.Source, r.Env)
+			printApply(c.App.Writer, rep, r, opts.Repo)
 			return nil
 		},
 	}
 }
 
-func printApply(w io.Writer, rep *checkout.ApplyReport, recipe, source string, env map[string]string) {
+func printApply(w io.Writer, rep *checkout.ApplyReport, r *recipes.Recipe, repoFlag string) {
+	recipe, source, env := r.Name, r.Source, r.Env
 	if rep.Cloned {
 		how := "over the network"
 		if rep.Clone.Local {
@@ -77,7 +79,13 @@ func printApply(w io.Writer, rep *checkout.ApplyReport, recipe, source string, e
 	}
 	fmt.Fprintf(w, "recipe   %s (%s)\n", recipe, source)
 	fmt.Fprintf(w, "commit   %s\n", rep.Commit)
-	if rep.Series == nil && len(rep.Patches) == 0 {
+	if rep.WouldClone && rep.Result == nil && r.Series != "" {
+		from := repoFlag
+		if from == "" {
+			from = r.Upstream.URL
+		}
+		fmt.Fprintf(w, "series   not checked: %s is not a local repository, and a dry run downloads nothing.\n         Run `arpatch patches check --repo MIRROR --commit %s` on a local mirror, or apply without --dry-run\n", from, shortRev(rep.Commit))
+	} else if rep.Series == nil && len(rep.Patches) == 0 {
 		fmt.Fprintln(w, "series   (none: the recipe applies no patches)")
 	} else if rep.Series != nil {
 		fmt.Fprintf(w, "series   %s (%s)\n", rep.Series.Name, rep.Reason)
@@ -137,4 +145,11 @@ func opLetter(o patches.Op) string {
 		return "D"
 	}
 	return "M"
+}
+
+func shortRev(c string) string {
+	if len(c) == 40 {
+		return c[:12]
+	}
+	return c
 }

@@ -66,6 +66,9 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 		fmt.Fprintf(w, "  %s  sha256 %s\n", p.Name, p.SHA256[:16])
 	}
 	fmt.Fprintf(w, "applied  %s by arpatch %s\n", st.AppliedAt.Format("2006-01-02 15:04:05 UTC"), st.ArpatchVersion)
+	if st.Reverting {
+		fmt.Fprintf(w, "INTERRUPTED: a revert was killed while restoring files; some may be restored, some not. Run `arpatch revert --src %s` again to finish it\n", rep.Src)
+	}
 	if st.Incomplete {
 		fmt.Fprintf(w, "INTERRUPTED: this apply was killed while writing files; some may be patched, some not. Run `arpatch revert --src %s`\n", rep.Src)
 	}

@@ -3,6 +3,7 @@ package doctor
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -45,6 +46,9 @@ type Host struct {
 	SGLKernel   string              `json:"sgl_kernel_dir,omitempty"`
 	KernelArchs map[string][]string `json:"sgl_kernel_archs,omitempty"` // .so file -> archs
 	Errors      []string            `json:"errors,omitempty"`           // what could not be read
+	// DriverHung names the nvidia-smi call that did not answer in time;
+	// the later ones were not tried.
+	DriverHung string `json:"driver_hung,omitempty"`
 }
 
 // Report is doctor's output.
@@ -59,16 +63,29 @@ type Report struct {
 // Runner runs a command and returns its combined output.
 type Runner func(ctx context.Context, name string, args ...string) (string, error)
 
-// ExecRunner runs real commands with a timeout.
+// ErrTimedOut marks a command that did not finish within its time.
+var ErrTimedOut = errors.New("timed out")
+
+// CommandTimeout bounds each command ExecRunner runs. nvidia-smi answers
+// in well under a second with persistence mode on, and in a few seconds
+// on 8 GPUs without it; one that takes longer is stuck in the driver.
+const CommandTimeout = 20 * time.Second
+
+// ExecRunner runs real commands, each bounded by CommandTimeout; one that
+// runs longer is killed and its error wraps ErrTimedOut.
 func ExecRunner(env []string) Runner {
 	return func(ctx context.Context, name string, args ...string) (string, error) {
-		ctx, cancel := context.WithTimeout(ctx, 60*time.Second)
+		ctx, cancel := context.WithTimeout(ctx, CommandTimeout)
 		defer cancel()
 		cmd := exec.CommandContext(ctx, name, args...)
 		cmd.Env = env
+		cmd.WaitDelay = 2 * time.Second // a child that keeps the pipes open
 		var b bytes.Buffer
 		cmd.Stdout, cmd.Stderr = &b, &b
 		err := cmd.Run()
+		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return b.String(), fmt.Errorf("%s did not answer in %s: %w", name, CommandTimeout, ErrTimedOut)
+		}
 		return b.String(), err
 	}
 }
@@ -91,23 +108,51 @@ type Options struct {
 func Inspect(ctx context.Context, o Options) *Report {
 	rep := &Report{Schema: "arpatch.doctor/v1", Created: time.Now().UTC()}
 	h := &rep.Host
-	if out, err := o.Run(ctx, "nvidia-smi", "--query-gpu="+QueryGPUFields, "--format=csv"); err != nil {
-		h.Errors = append(h.Errors, "nvidia-smi --query-gpu: "+firstLine(out, err))
-	} else if h.GPUs, err = ParseQueryGPU(out); err != nil {
-		h.Errors = append(h.Errors, err.Error())
+	// nvidia-smi: a call that hangs means the driver is stuck; the other
+	// calls would hang too, so doctor stops asking and says so.
+	// A missing nvidia-smi is reported once, not once per call.
+	missing := false
+	smi := func(args ...string) (string, bool) {
+		if h.DriverHung != "" || missing {
+			return "", false
+		}
+		label := "nvidia-smi " + strings.Join(args, " ")
+		if strings.HasPrefix(args[0], "--query-gpu") {
+			label = "nvidia-smi --query-gpu"
+		}
+		out, err := o.Run(ctx, "nvidia-smi", args...)
+		switch {
+		case errors.Is(err, ErrTimedOut):
+			h.DriverHung = label + ": " + err.Error()
+			return "", false
+		case errors.Is(err, exec.ErrNotFound) || strings.Contains(fmt.Sprint(err), "executable file not found"):
+			missing = true
+			h.Errors = append(h.Errors, "nvidia-smi: not found on PATH (is the NVIDIA driver installed?)")
+			return "", false
+		case err != nil:
+			h.Errors = append(h.Errors, label+": "+firstLine(out, err))
+			return "", false
+		}
+		return out, true
 	}
-	if out, err := o.Run(ctx, "nvidia-smi", "topo", "-m"); err == nil {
+	if out, ok := smi("--query-gpu="+QueryGPUFields, "--format=csv"); ok {
+		var err error
+		if h.GPUs, err = ParseQueryGPU(out); err != nil {
+			h.Errors = append(h.Errors, err.Error())
+		}
+	}
+	if out, ok := smi("topo", "-m"); ok {
+		var err error
 		if h.Topology, err = ParseTopoMatrix(out); err != nil {
 			h.Errors = append(h.Errors, err.Error())
 		}
-	} else {
-		h.Errors = append(h.Errors, "nvidia-smi topo -m: "+firstLine(out, err))
 	}
 	for _, m := range []struct {
 		flag string
 		dst  **P2PMatrix
 	}{{"r", &h.P2PRead}, {"w", &h.P2PWrite}} {
-		if out, err := o.Run(ctx, "nvidia-smi", "topo", "-p2p", m.flag); err == nil {
+		if out, ok := smi("topo", "-p2p", m.flag); ok {
+			var err error
 			if *m.dst, err = ParseP2P(out); err != nil {
 				h.Errors = append(h.Errors, err.Error())
 			}
@@ -180,6 +225,9 @@ func OSFS() fs.FS { return os.DirFS("/") }
 func verdict(h *Host) string {
 	t := h.Topology
 	if t == nil {
+		if h.DriverHung != "" {
+			return "the NVIDIA driver does not answer (nvidia-smi hung): fix that before anything else"
+		}
 		if len(h.GPUs) == 0 {
 			return "no NVIDIA GPU found (nvidia-smi did not answer)"
 		}

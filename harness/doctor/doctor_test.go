@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
 	"strings"
 	"testing"
 	"testing/fstest"
+	"time"
 
 	"github.com/arpatch/arpatch/kernels"
 )
@@ -175,11 +177,53 @@ func TestNothingReadable(t *testing.T) {
 	rep := Inspect(context.Background(), Options{Run: func(context.Context, string, ...string) (string, error) {
 		return "", errors.New("exec: \"nvidia-smi\": executable file not found in $PATH")
 	}})
-	if rep.Verdict != "no NVIDIA GPU found (nvidia-smi did not answer)" || len(rep.Host.Errors) != 2 {
+	if rep.Verdict != "no NVIDIA GPU found (nvidia-smi did not answer)" || len(rep.Host.Errors) != 1 || !strings.Contains(rep.Host.Errors[0], "not found on PATH") {
 		t.Errorf("verdict %q errors %v", rep.Verdict, rep.Host.Errors)
 	}
 	if f := ids(rep); f["read.error"].Severity != Warn || f["sgl-kernel.missing"].Severity != Info {
 		t.Errorf("findings %+v", rep.Findings)
+	}
+}
+
+// A driver that hangs: the first nvidia-smi call times out, no other is
+// made, and the finding is an error with the way out.
+func TestHungDriver(t *testing.T) {
+	var calls []string
+	rep := Inspect(context.Background(), Options{Run: func(_ context.Context, name string, args ...string) (string, error) {
+		calls = append(calls, name)
+		if name == "nvidia-smi" {
+			return "", fmt.Errorf("nvidia-smi did not answer in 20s: %w", ErrTimedOut)
+		}
+		return "", errors.New("not here")
+	}})
+	smi := 0
+	for _, c := range calls {
+		if c == "nvidia-smi" {
+			smi++
+		}
+	}
+	if smi != 1 {
+		t.Errorf("nvidia-smi called %d times after it hung", smi)
+	}
+	f := ids(rep)["driver.hung"]
+	if f.Severity != Error || !strings.Contains(f.Detail, "nvidia-smi --query-gpu: nvidia-smi did not answer in 20s") || !strings.Contains(f.Remedy, "Xid") {
+		t.Errorf("finding %+v", f)
+	}
+	if !strings.HasPrefix(rep.Verdict, "the NVIDIA driver does not answer") {
+		t.Errorf("verdict %q", rep.Verdict)
+	}
+}
+
+func TestExecRunnerTimesOut(t *testing.T) {
+	if testing.Short() {
+		t.Skip("waits for the timeout")
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 100*time.Millisecond)
+	defer cancel()
+	// The caller's deadline comes first here; a deadline is a deadline.
+	_, err := ExecRunner(nil)(ctx, "sleep", "5")
+	if !errors.Is(err, ErrTimedOut) {
+		t.Errorf("err = %v, want ErrTimedOut", err)
 	}
 }
 

@@ -15,6 +15,10 @@ func findings(h *Host, env []string, serverCmd string) []Finding {
 	add := func(id string, s Severity, title, detail, remedy string) {
 		f = append(f, Finding{ID: id, Severity: s, Title: title, Detail: detail, Remedy: remedy})
 	}
+	if h.DriverHung != "" {
+		add("driver.hung", Error, "the NVIDIA driver does not answer", h.DriverHung+"; nothing else was asked of nvidia-smi",
+			"look for Xid errors (sudo dmesg | grep -i xid) and stuck processes (fuser -v /dev/nvidia*); a GPU in this state needs its processes killed, a GPU reset (nvidia-smi -r) or a reboot, and any benchmark run now would hang")
+	}
 	for _, e := range h.Errors {
 		add("read.error", Warn, "could not read part of the host", e, "run doctor where nvidia-smi works, or check the driver")
 	}

@@ -347,7 +347,10 @@ func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.
 
 // orderedWrites lists the result's files in patch order: the files of the
 // first patch first. undo gives the original bytes, in reverse order.
-func orderedWrites(res *patches.Result, ps []*patches.Patch, undo bool) []safefs.Change {
+// inPatchOrder returns the result's files ordered by the first patch that
+// touches each (stable within a patch): the order apply writes them in,
+// and, reversed, the order revert restores them in.
+func inPatchOrder(res *patches.Result, ps []*patches.Patch) []*patches.FileResult {
 	rank := map[string]int{}
 	for i, p := range ps {
 		for _, fc := range p.Diff.Changes {
@@ -358,8 +361,12 @@ func orderedWrites(res *patches.Result, ps []*patches.Patch, undo bool) []safefs
 	}
 	files := append([]*patches.FileResult(nil), res.Files...)
 	sort.SliceStable(files, func(i, j int) bool { return rank[files[i].Path] < rank[files[j].Path] })
+	return files
+}
+
+func orderedWrites(res *patches.Result, ps []*patches.Patch, undo bool) []safefs.Change {
 	var out []safefs.Change
-	for _, f := range files {
+	for _, f := range inPatchOrder(res, ps) {
 		c := safefs.Change{Path: f.Path, Data: f.After}
 		if f.Op == patches.Create {
 			c.Mode = gitMode(f.Mode)
@@ -417,6 +424,9 @@ func dryRunClone(opts ApplyOptions, rep *ApplyReport, source, want string) (*App
 // an interrupted apply, another recipe, another patch set or drift is
 // refused, naming what differs.
 func alreadyApplied(opts ApplyOptions, rep *ApplyReport, st *State, root safefs.Root) error {
+	if st.Reverting {
+		return fmt.Errorf("%s: a revert of series %s was interrupted part way (the state says reverting); run `arpatch revert --src %s` to finish it, then apply again", opts.Src, orNone(st.Series), opts.Src)
+	}
 	if st.Incomplete {
 		return fmt.Errorf("%s: an apply of series %s was interrupted part way (the state says incomplete); run `arpatch revert --src %s` to restore upstream's bytes, then apply again", opts.Src, orNone(st.Series), opts.Src)
 	}
@@ -515,7 +525,9 @@ func newState(opts ApplyOptions, rep *ApplyReport, commit string) *State {
 	for _, p := range rep.Patches {
 		st.Patches = append(st.Patches, PatchState{Name: p.Name, SHA256: p.SHA256})
 	}
-	for _, f := range rep.Result.Files {
+	// In patch order, so that revert, restoring them in reverse, undoes
+	// apply step by step.
+	for _, f := range inPatchOrder(rep.Result, rep.Patches) {
 		st.Files = append(st.Files, FileState{Path: f.Path, Op: f.Op.String(), Before: sum(f.Before), After: sum(f.After)})
 	}
 	for _, h := range rep.Result.Offsets() {

@@ -133,8 +133,16 @@ func Revert(opts RevertOptions) (*RevertReport, error) {
 	if opts.DryRun {
 		return rep, nil
 	}
+	// Journal: the state says "reverting" while files are restored, so a
+	// revert killed part way is reported by status and finished by the
+	// next revert (files already restored hold upstream's bytes, which
+	// are never taken for edits).
+	st.Reverting = true
+	if err := writeState(gitDir, st); err != nil {
+		return nil, fmt.Errorf("recording the revert in %s: %w; nothing was changed", StatePath(gitDir), err)
+	}
 	if err := root.Write(writes); err != nil {
-		return nil, fmt.Errorf("restoring upstream files: %w", err)
+		return nil, fmt.Errorf("restoring upstream files: %w; run `arpatch revert --src %s` again to finish", err, opts.Src)
 	}
 	removeTemps(opts.Src, st)
 	if err := removeState(gitDir); err != nil {

@@ -12,7 +12,9 @@ import (
 
 	git "github.com/go-git/go-git/v5"
 
+	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/testrepo"
+	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
 )
 
@@ -224,5 +226,65 @@ func TestLinkedWorktree(t *testing.T) {
 	}
 	if _, err := Revert(RevertOptions{Src: wt}); err != nil {
 		t.Fatal(err)
+	}
+	// A linked worktree is a local repository too: patches check reads
+	// it, and a clone from it hardlinks objects instead of a transport.
+	if gitsrc.LocalGitDir(wt) != filepath.Join(f.work, ".git") {
+		t.Errorf("LocalGitDir(worktree) = %q", gitsrc.LocalGitDir(wt))
+	}
+	if _, err := CheckCommits(wt, []string{f.commit}, f.cat, nil); err != nil {
+		t.Errorf("drift check on a linked worktree: %v", err)
+	}
+}
+
+// The state lists files in patch order, and revert restores them in the
+// reverse: patch 1 touches z.py, patch 2 touches a.cuh, so the state reads
+// [z.py, a.cuh] (not path order) and revert writes a.cuh first.
+func TestStateFilesInPatchOrder(t *testing.T) {
+	ps := []*patches.Patch{
+		{Name: "0001-gate.patch", Diff: &patches.Diff{Changes: []*patches.FileChange{{Path: "python/z.py"}}}},
+		{Name: "0002-dispatch.patch", Diff: &patches.Diff{Changes: []*patches.FileChange{{Path: "kernel/a.cuh"}, {Path: "python/z.py"}}}},
+	}
+	res := &patches.Result{Files: []*patches.FileResult{{Path: "kernel/a.cuh", After: []byte("a")}, {Path: "python/z.py", After: []byte("z")}}}
+	st := newState(ApplyOptions{Recipe: &recipes.Recipe{Name: "r"}}, &ApplyReport{Patches: ps, Result: res}, "c")
+	if len(st.Files) != 2 || st.Files[0].Path != "python/z.py" || st.Files[1].Path != "kernel/a.cuh" {
+		t.Errorf("state files %+v, want z.py then a.cuh", st.Files)
+	}
+	undo := orderedWrites(res, ps, true)
+	if undo[0].Path != "kernel/a.cuh" || undo[1].Path != "python/z.py" {
+		t.Errorf("undo order %s, %s", undo[0].Path, undo[1].Path)
+	}
+}
+
+func TestInterruptedRevertIsReportedAndFinished(t *testing.T) {
+	f := newFixture(t)
+	pristine := snapshot(t, f.up)
+	if _, err := f.apply(t); err != nil {
+		t.Fatal(err)
+	}
+	// A revert killed part way: the state says reverting, one file is
+	// already restored, the others still patched.
+	gitDir := filepath.Join(f.work, ".git")
+	st, _ := ReadState(gitDir)
+	st.Reverting = true
+	if err := writeState(gitDir, st); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(f.work, "tools/run.bat"), []byte(upstreamFiles["tools/run.bat"]), 0o644)
+	sr, err := Status(f.work, f.cat)
+	if err != nil || sr.Clean() || !sr.State.Reverting {
+		t.Fatalf("status: clean %v, err %v", sr.Clean(), err)
+	}
+	if _, err := f.apply(t); err == nil || !strings.Contains(err.Error(), "a revert of series") || !strings.Contains(err.Error(), "to finish it") {
+		t.Errorf("apply during an interrupted revert: %v", err)
+	}
+	if _, err := Revert(RevertOptions{Src: f.work}); err != nil {
+		t.Fatal(err)
+	}
+	if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
+		t.Errorf("differs from upstream after the second revert: %v", d)
+	}
+	if st, _ := ReadState(gitDir); st != nil {
+		t.Errorf("state left after revert: %+v", st)
 	}
 }

@@ -44,6 +44,10 @@ type State struct {
 	// set means an apply was killed part way. status reports it, apply
 	// refuses, revert restores every listed file.
 	Incomplete bool `json:"incomplete,omitempty"`
+	// Reverting is set while revert restores files: a state found with it
+	// set means a revert was killed part way. status reports it, apply
+	// refuses, and revert, run again, finishes the job.
+	Reverting bool `json:"reverting,omitempty"`
 }
 
 // PatchState records one applied patch.

@@ -27,7 +27,7 @@ type StatusReport struct {
 
 // Clean reports whether the checkout is exactly what a finished apply left.
 func (s *StatusReport) Clean() bool {
-	return s.State != nil && !s.State.Incomplete && len(s.Drift) == 0 && s.Head == s.State.Commit
+	return s.State != nil && !s.State.Incomplete && !s.State.Reverting && len(s.Drift) == 0 && s.Head == s.State.Commit
 }
 
 // Status reads the checkout's apply state and compares it with the tree.

@@ -29,9 +29,11 @@ type CloneInfo struct {
 	Duration time.Duration // wall time of the clone, checkout excluded
 }
 
-// LocalGitDir returns the git directory of src when src is a local
-// repository: a path (not a file:// URL) to a bare repository or to a
-// checkout with a .git directory. It returns "" otherwise.
+// LocalGitDir returns the git directory that holds the objects of src
+// when src is a local repository: a path (not a file:// URL) to a bare
+// repository, to a checkout with a .git directory, or to a linked worktree
+// (git worktree add; its .git file points into the main repository, whose
+// git directory is returned). It returns "" otherwise.
 func LocalGitDir(src string) string {
 	if strings.Contains(src, "://") || strings.HasPrefix(src, "git@") {
 		return ""
@@ -40,7 +42,11 @@ func LocalGitDir(src string) string {
 	if err != nil {
 		return ""
 	}
-	for _, d := range []string{filepath.Join(abs, ".git"), abs} {
+	cands := []string{filepath.Join(abs, ".git"), abs}
+	if wt := worktreeCommonDir(filepath.Join(abs, ".git")); wt != "" {
+		cands = []string{wt}
+	}
+	for _, d := range cands {
 		if fi, err := os.Stat(filepath.Join(d, "objects")); err == nil && fi.IsDir() {
 			if _, err := os.Stat(filepath.Join(d, "HEAD")); err == nil {
 				return d
@@ -48,6 +54,32 @@ func LocalGitDir(src string) string {
 		}
 	}
 	return ""
+}
+
+// worktreeCommonDir reads a linked worktree's .git file ("gitdir: X")
+// and X/commondir, returning the main repository's git directory, or "".
+func worktreeCommonDir(dotGit string) string {
+	b, err := os.ReadFile(dotGit)
+	if err != nil {
+		return "" // a directory, or nothing
+	}
+	gd, ok := strings.CutPrefix(strings.TrimSpace(string(b)), "gitdir:")
+	if !ok {
+		return ""
+	}
+	gd = strings.TrimSpace(gd)
+	if !filepath.IsAbs(gd) {
+		gd = filepath.Join(filepath.Dir(dotGit), gd)
+	}
+	c, err := os.ReadFile(filepath.Join(gd, "commondir"))
+	if err != nil {
+		return ""
+	}
+	common := strings.TrimSpace(string(c))
+	if !filepath.IsAbs(common) {
+		common = filepath.Join(gd, common)
+	}
+	return filepath.Clean(common)
 }
 
 // Clone clones src into dir, which must not exist, without checking out a
