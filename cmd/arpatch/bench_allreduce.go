@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
+	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/kernels"
 )
@@ -55,7 +56,7 @@ Examples:
 			&cli.StringFlag{Name: "modes", Usage: "`MODES`: eager, graph (CUDA-graph-captured loops)", Value: "eager,graph"},
 			&cli.StringFlag{Name: "ext", Usage: "allreduce extension `PATH` (.so) from arpatch build --allreduce-ext"},
 			&cli.StringFlag{Name: "src", Usage: "find the extension of this patched checkout `DIR` in the build cache"},
-			&cli.StringSliceFlag{Name: "arch", Usage: "with --src: the `ARCHS` the extension was built for", Value: cli.NewStringSlice("90a")},
+			&cli.StringSliceFlag{Name: "arch", Usage: "with --src: the `ARCHS` the extension was built for (default: the one build of --src in the cache)"},
 			&cli.StringFlag{Name: "cache-dir", Usage: "build cache `DIR`"},
 			&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` with torch", Value: "python3"},
 			&cli.DurationFlag{Name: "timeout", Usage: "kill the run after `DURATION` and report the case in progress as a hang", Value: 10 * time.Minute},
@@ -87,6 +88,35 @@ func runBenchAllreduce(c *cli.Context) error {
 		if !contains(allreduce.KnownImpls, i) {
 			return usagef("--impl %q: known implementations are %s", i, strings.Join(allreduce.KnownImpls, ", "))
 		}
+	}
+	for _, chk := range []struct {
+		flag  string
+		val   int
+		least int
+	}{{"count", c.Int("count"), 1}, {"inner", c.Int("inner"), 1}, {"reps", c.Int("reps"), 1}, {"warmup", c.Int("warmup"), 0}} {
+		if chk.val < chk.least {
+			return usagef("--%s %d: use %d or more", chk.flag, chk.val, chk.least)
+		}
+	}
+	if c.Duration("timeout") <= 0 {
+		return usagef("--timeout %s: use a positive duration, e.g. 10m", c.Duration("timeout"))
+	}
+	for _, l := range []struct {
+		flag  string
+		known []string
+	}{{"branches", []string{"nvlink", "pcie"}}, {"modes", []string{"eager", "graph"}}} {
+		vals := splitList(c.String(l.flag))
+		if len(vals) == 0 {
+			return usagef("--%s is empty: use %s", l.flag, strings.Join(l.known, ", "))
+		}
+		for _, v := range vals {
+			if !contains(l.known, v) {
+				return usagef("--%s %q: use %s", l.flag, v, strings.Join(l.known, ", "))
+			}
+		}
+	}
+	if len(impls) == 0 {
+		return usagef("--impl is empty: use %s", strings.Join(allreduce.KnownImpls, ", "))
 	}
 	ws := c.Int("world-size")
 	if ws != 2 && ws != 4 && ws != 6 && ws != 8 {
@@ -152,27 +182,68 @@ func findExt(c *cli.Context) (string, error) {
 	if src == "" {
 		return "", usagef("the custom implementations need the allreduce extension: pass --ext PATH, or --src DIR of a tree built with `arpatch build --allreduce-ext`")
 	}
-	archs, err := kernels.ParseArchs(c.StringSlice("arch"))
-	if err != nil {
-		return "", usageError{err}
-	}
 	cache := kernels.Cache{Dir: kernels.DefaultCacheDir()}
 	if d := pathFlag(c, "cache-dir"); d != "" {
 		cache.Dir = d
 	}
-	plan, err := kernels.PlanExt(c.Context, kernels.BuildOptions{Src: src, Archs: archs, Python: c.String("python"), Cache: cache})
-	if err != nil {
-		return "", err
+	var tries [][]kernels.Arch
+	if c.IsSet("arch") {
+		archs, err := kernels.ParseArchs(c.StringSlice("arch"))
+		if err != nil {
+			return "", usageError{err}
+		}
+		tries = append(tries, archs)
+	} else {
+		// Every arch set an extension was built for at this tree's commit;
+		// the plan below tells which of them match the tree and toolchain.
+		st, err := checkout.Status(src, nil)
+		if err != nil {
+			return "", err
+		}
+		if st.State == nil {
+			return "", fmt.Errorf("%s has no apply state; run `arpatch apply --src %s`, then `arpatch build --allreduce-ext --src %s`", src, src, src)
+		}
+		ents, _ := cache.List()
+		seen := map[string]bool{}
+		for _, e := range ents {
+			if e.Err != nil || e.Manifest.Inputs.Kind != "allreduce-ext" || e.Manifest.Inputs.Commit != st.State.Commit {
+				continue
+			}
+			k := strings.Join(e.Manifest.Inputs.Archs, ",")
+			if archs, err := kernels.ParseArchs(e.Manifest.Inputs.Archs); err == nil && !seen[k] {
+				seen[k] = true
+				tries = append(tries, archs)
+			}
+		}
 	}
-	m, err := cache.Lookup(plan.Key)
-	if err != nil {
-		return "", err
+	var found []string
+	var foundArchs []string
+	for _, archs := range tries {
+		plan, err := kernels.PlanExt(c.Context, kernels.BuildOptions{Src: src, Archs: archs, Python: c.String("python"), Cache: cache})
+		if err != nil {
+			return "", err
+		}
+		m, err := cache.Lookup(plan.Key)
+		if err != nil {
+			return "", err
+		}
+		if m != nil {
+			found = append(found, filepath.Join(cache.EntryDir(m.Key), m.Outputs[0].File))
+			foundArchs = append(foundArchs, strings.Join(kernels.ArchStrings(archs), ","))
+		}
 	}
-	if m == nil {
-		return "", fmt.Errorf("no allreduce extension of %s for %s in the cache; build it: arpatch build --allreduce-ext --src %s --arch %s",
-			src, strings.Join(kernels.ArchStrings(archs), ","), src, strings.Join(kernels.ArchStrings(archs), ","))
+	switch {
+	case len(found) == 1:
+		return found[0], nil
+	case len(found) > 1:
+		return "", usagef("the cache holds allreduce extensions of %s for several arch sets (%s); pick one with --arch", src, strings.Join(foundArchs, "; "))
 	}
-	return filepath.Join(cache.EntryDir(m.Key), m.Outputs[0].File), nil
+	want := "ARCH"
+	if c.IsSet("arch") {
+		want = strings.Join(c.StringSlice("arch"), ",")
+	}
+	return "", fmt.Errorf("no allreduce extension of %s matching its tree and this toolchain in the cache %s; build it: arpatch build --allreduce-ext --src %s --arch %s",
+		src, cache.Dir, src, want)
 }
 
 func splitList(s string) []string {

@@ -148,6 +148,12 @@ Exit codes: 0 success, 1 failure, 2 usage error.`,
 // noArgs refuses positional arguments for commands that take none, and
 // flags given an empty value, which would silently mean "not given".
 func noArgs(c *cli.Context) error {
+	// urfave/cli runs a command's Before before it dispatches to a
+	// subcommand ("bench allreduce"): the subcommand's name is no stray
+	// argument.
+	if c.Command != nil && findCommand(c.Command.Subcommands, c.Args().First()) != nil {
+		return nil
+	}
 	if c.Args().Len() > 0 {
 		return usagef("%s takes no arguments, got %q (flags go before arguments: --flag value)", c.Command.Name, c.Args().Slice())
 	}

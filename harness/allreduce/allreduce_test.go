@@ -99,7 +99,9 @@ func TestRecordedReport(t *testing.T) {
 		}
 	}
 	var buf bytes.Buffer
-	rep := NewReport(Options{WorldSize: 2}, rec.Verify, rec.Run, "test")
+	o := rec.Options
+	opts := Options{WorldSize: o.WorldSize, Sizes: o.Sizes, Impls: o.Impls, Branches: o.Branches, Modes: o.Modes}
+	rep := NewReport(opts, rec.Verify, rec.Run, "test")
 	rep.WriteTable(&buf)
 	out := buf.String()
 	for _, want := range []string{"mode graph", "40K*", "custom-1stage/pcie", "predicted allreduce time per EAGLE-3 verify pass: 122 allreduces", "NCCL transport: P2P/CUMEM (24 channels)"} {
@@ -113,6 +115,36 @@ func TestRecordedReport(t *testing.T) {
 	best, nccl, ok := rep.BestCustom("graph")
 	if !ok || best.PerCallUS >= nccl {
 		t.Errorf("best custom %+v vs NCCL %.1f", best, nccl)
+	}
+
+	// The same run missing its last two results (a rank that died quietly
+	// after them): the cases are named and the run fails.
+	cut := *rec.Run
+	cut.Results = cut.Results[:len(cut.Results)-2]
+	rep = NewReport(opts, rec.Verify, &cut, "test")
+	last, prev := rec.Run.Results[139], rec.Run.Results[138]
+	want := []string{
+		caseName(prev) + " at " + FormatBytes(prev.Bytes) + " (" + prev.Mode + ")",
+		caseName(last) + " at " + FormatBytes(last.Bytes) + " (" + last.Mode + ")",
+	}
+	if !rep.Failed() || !reflect.DeepEqual(rep.Missing, want) && !reflect.DeepEqual(rep.Missing, []string{want[1], want[0]}) {
+		t.Errorf("missing %v, want %v", rep.Missing, want)
+	}
+	if f := strings.Join(rep.Findings, "\n"); !strings.Contains(f, "MISSING 2 of the cases asked for never reported a result") {
+		t.Errorf("findings %v", rep.Findings)
+	}
+}
+
+// NCCL on an oversubscribed run reports one skipped result for all its
+// sizes and modes: nothing is missing.
+func TestMissingCasesSkippedWhole(t *testing.T) {
+	opts := Options{Impls: []string{NCCL, CustomAuto}, Branches: []string{"pcie"}, Sizes: []int{4096, 8192}, Modes: []string{"eager"}}
+	res := []Result{
+		{Impl: NCCL, Branch: "-", Skipped: true, Error: "NCCL does not allow two ranks on one GPU"},
+		{Impl: CustomAuto, Branch: "pcie", Bytes: 4096, Mode: "eager", OK: true},
+	}
+	if got := MissingCases(opts, res); !reflect.DeepEqual(got, []string{"custom-auto/pcie at 8K (eager)"}) {
+		t.Errorf("missing %v", got)
 	}
 }
 

@@ -44,9 +44,13 @@ type Report struct {
 		Modes     []string `json:"modes"`
 		Ext       string   `json:"ext,omitempty"`
 	} `json:"options"`
-	Verify   Verify   `json:"verify"`
-	Run      *Run     `json:"run"`
-	Costs    []Cost   `json:"verify_costs"`
+	Verify Verify `json:"verify"`
+	Run    *Run   `json:"run"`
+	Costs  []Cost `json:"verify_costs"`
+	// Missing lists the cases asked for that never reported a result
+	// ("custom-2stage/pcie at 1M (graph)"): a rank that died or hung
+	// before them. A run with any is a failed run.
+	Missing  []string `json:"missing,omitempty"`
 	Findings []string `json:"findings"`
 }
 
@@ -57,8 +61,55 @@ func NewReport(opts Options, v Verify, run *Run, version string) *Report {
 	rep.Options.WorldSize, rep.Options.Sizes, rep.Options.Impls = opts.WorldSize, opts.Sizes, opts.Impls
 	rep.Options.Branches, rep.Options.Modes, rep.Options.Ext = opts.Branches, opts.Modes, opts.Ext
 	rep.Costs = VerifyCosts(run.Results, v)
+	rep.Missing = MissingCases(opts, run.Results)
 	rep.Findings = Findings(run, v, rep.Costs)
+	if n := len(rep.Missing); n > 0 {
+		shown := rep.Missing
+		if n > 5 {
+			shown = append(append([]string(nil), shown[:5]...), fmt.Sprintf("and %d more", n-5))
+		}
+		rep.Findings = append(rep.Findings, fmt.Sprintf("MISSING %d of the cases asked for never reported a result: %s", n, strings.Join(shown, ", ")))
+	}
 	return rep
+}
+
+// MissingCases returns the cases of opts (implementation x branch x size
+// x mode; NCCL has no branch) that results do not hold, in the order
+// bench.py runs them. A skipped result without a size (NCCL on an
+// oversubscribed run) covers every size and mode of its case.
+func MissingCases(opts Options, results []Result) []string {
+	type key struct {
+		impl, branch, mode string
+		bytes              int
+	}
+	seen := map[key]bool{}
+	whole := map[[2]string]bool{}
+	for _, r := range results {
+		if r.Skipped && r.Bytes == 0 {
+			whole[[2]string{r.Impl, r.Branch}] = true
+		}
+		seen[key{r.Impl, r.Branch, r.Mode, r.Bytes}] = true
+	}
+	var out []string
+	for _, impl := range opts.Impls {
+		branches := opts.Branches
+		if impl == NCCL {
+			branches = []string{"-"}
+		}
+		for _, b := range branches {
+			if whole[[2]string{impl, b}] {
+				continue
+			}
+			for _, size := range opts.Sizes {
+				for _, m := range opts.Modes {
+					if !seen[key{impl, b, m, size}] {
+						out = append(out, fmt.Sprintf("%s at %s (%s)", caseName(Result{Impl: impl, Branch: b}), FormatBytes(size), m))
+					}
+				}
+			}
+		}
+	}
+	return out
 }
 
 // VerifyCosts predicts each case's verify-pass allreduce time from its
@@ -237,8 +288,11 @@ func orQ(s string) string {
 	return s
 }
 
-// Failed reports whether any case was wrong, hung or errored.
+// Failed reports whether any case was wrong, hung, errored or missing.
 func (rep *Report) Failed() bool {
+	if len(rep.Missing) > 0 {
+		return true
+	}
 	for _, r := range rep.Run.Results {
 		if s := r.Status(); s != "ok" && s != "skipped" {
 			return true

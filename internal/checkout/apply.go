@@ -322,7 +322,7 @@ func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.
 	if err != nil {
 		return err
 	}
-	var differ []string
+	var differ, extra []string
 	for p := range seriesFiles(ps) {
 		want, werr := tree.ReadFile(p)
 		got, gerr := root.ReadFile(p)
@@ -333,9 +333,17 @@ func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.
 		if errors.As(gerr, &pe) {
 			return gerr
 		}
-		if werr != nil || gerr != nil || !bytes.Equal(want, got) {
+		switch {
+		case errors.Is(werr, fs.ErrNotExist) && gerr == nil:
+			extra = append(extra, p)
+		case werr != nil || gerr != nil || !bytes.Equal(want, got):
 			differ = append(differ, p)
 		}
+	}
+	if len(extra) > 0 {
+		sort.Strings(extra)
+		return fmt.Errorf("%s: the series creates %s, but the tree already has a file there that commit %s does not (untracked or ignored); nothing was changed. Move it away (mv %s %s.mine), then apply",
+			root.Dir, strings.Join(extra, ", "), head[:12], filepath.Join(root.Dir, extra[0]), filepath.Join(root.Dir, extra[0]))
 	}
 	if len(differ) == 0 {
 		return nil

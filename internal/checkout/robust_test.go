@@ -288,3 +288,26 @@ func TestInterruptedRevertIsReportedAndFinished(t *testing.T) {
 		t.Errorf("state left after revert: %+v", st)
 	}
 }
+
+// An untracked file where the series creates one: refused with the path,
+// the file kept byte for byte.
+func TestUntrackedFileWhereSeriesCreates(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.apply(t); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Revert(RevertOptions{Src: f.work}); err != nil {
+		t.Fatal(err)
+	}
+	mine := filepath.Join(f.work, "new/pcie/notes.sh")
+	os.MkdirAll(filepath.Dir(mine), 0o755)
+	os.WriteFile(mine, []byte("my own notes\n"), 0o644)
+	before := snapshot(t, f.work)
+	_, err := f.apply(t)
+	if err == nil || !strings.Contains(err.Error(), "the series creates new/pcie/notes.sh, but the tree already has a file there") || !strings.Contains(err.Error(), "mv "+mine+" "+mine+".mine") {
+		t.Errorf("err = %v", err)
+	}
+	if d := diffSnapshots(before, snapshot(t, f.work)); len(d) > 0 {
+		t.Errorf("refused apply changed %v", d)
+	}
+}
