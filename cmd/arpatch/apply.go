@@ -9,8 +9,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/internal/checkout"
-	"github.com/arpatch/arpatch/recipes"
 	"github.com/arpatch/arpatch/patches"
+	"github.com/arpatch/arpatch/recipes"
 )
 
 func applyCommand() *cli.Command {
