@@ -107,6 +107,10 @@ func ABBuild(ctx context.Context, opts ABOptions, progress func(arm string) Prog
 	if diff := diffInputs(plans[0].Inputs, plans[1].Inputs); len(diff) > 0 {
 		return nil, nil, &ABMismatchError{Fields: diff}
 	}
+	if plans[0].Key == plans[1].Key {
+		return nil, nil, fmt.Errorf("recipes %s and %s give the same build (series %s, same patches, key %.16s): an A/B of them measures nothing; pick recipes that differ in their patches (e.g. --a baseline --b pcie)",
+			opts.A.Name, opts.B.Name, orNone(plans[0].Inputs.Series), plans[0].Key)
+	}
 	ab := &ABPlan{A: plans[0], B: plans[1]}
 	common := plans[0].Inputs
 	common.Series, common.Patches = "", nil
@@ -196,6 +200,13 @@ func diffInputs(a, b Inputs) []string {
 func orDash(s string) string {
 	if s == "" {
 		return "(unset)"
+	}
+	return s
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "(none)"
 	}
 	return s
 }

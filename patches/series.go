@@ -338,17 +338,34 @@ func sha256Hex(b []byte) string {
 // the rest of the file as written. It is the maintainer's step after editing
 // a patch. It returns the names whose hash changed.
 func Seal(fsys fs.FS, dir string, write func(name string, data []byte) error) ([]string, error) {
+	data, err := fs.ReadFile(fsys, path.Join(dir, SeriesFile))
+	if errors.Is(err, fs.ErrNotExist) {
+		return nil, fmt.Errorf("no %s here: a series directory holds %s and the .patch files it lists (see patches/sglang/pcie-2026-04)", SeriesFile, SeriesFile)
+	}
+	if err != nil {
+		return nil, err
+	}
 	s, err := LoadSeriesLoose(fsys, dir)
 	if err != nil {
 		return nil, err
 	}
-	data, err := fs.ReadFile(fsys, path.Join(dir, SeriesFile))
-	if err != nil {
-		return nil, err
+	listed := map[string]bool{}
+	for _, p := range s.Patches {
+		listed[p.File] = true
+	}
+	if ents, err := fs.ReadDir(fsys, dir); err == nil {
+		for _, e := range ents {
+			if strings.HasSuffix(e.Name(), ".patch") && !listed[e.Name()] {
+				return nil, fmt.Errorf("%s is here but not listed in %s; add a [[patch]] entry for it (file = %q, sha256 = \"\") or remove it, then seal again; nothing was written", e.Name(), SeriesFile, e.Name())
+			}
+		}
 	}
 	var changed []string
 	for _, p := range s.Patches {
 		b, err := fs.ReadFile(fsys, path.Join(dir, p.File))
+		if errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s lists %s, which is not here; add the file or remove its [[patch]] entry; nothing was written", SeriesFile, p.File)
+		}
 		if err != nil {
 			return nil, fmt.Errorf("seal %s: %w", dir, err)
 		}

@@ -199,3 +199,26 @@ func TestSealRewritesOnlyHashes(t *testing.T) {
 		t.Errorf("sealed series.toml:\n%s\nwant:\n%s", written, want)
 	}
 }
+
+func TestSealRefusesIncompleteSeries(t *testing.T) {
+	nowrite := func(string, []byte) error {
+		t.Error("wrote series.toml")
+		return nil
+	}
+	toml := seriesTOML("", [3]string{"0001-dispatch.patch", "", ""})
+	// A .patch file series.toml does not list.
+	_, err := Seal(seriesFS(toml, map[string]string{"0001-dispatch.patch": dispatchPatch, "0002-gate.patch": gatePatch}), "s", nowrite)
+	if err == nil || !strings.Contains(err.Error(), "0002-gate.patch is here but not listed in series.toml") {
+		t.Errorf("unlisted: %v", err)
+	}
+	// A listed patch that is not there.
+	_, err = Seal(seriesFS(toml, map[string]string{}), "s", nowrite)
+	if err == nil || !strings.Contains(err.Error(), "series.toml lists 0001-dispatch.patch, which is not here") {
+		t.Errorf("missing patch: %v", err)
+	}
+	// No series.toml at all.
+	_, err = Seal(fstest.MapFS{"s/0001-dispatch.patch": {Data: []byte(dispatchPatch)}}, "s", nowrite)
+	if err == nil || !strings.Contains(err.Error(), "no series.toml here") {
+		t.Errorf("no series.toml: %v", err)
+	}
+}

@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 	"golang.org/x/term"
 
+	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/kernels"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -83,7 +84,7 @@ Examples:
 
 // buildOpts resolves the flags and the recipe's [build] table into options.
 func buildOpts(c *cli.Context) (kernels.BuildOptions, *recipes.Recipe, error) {
-	r, err := loadRecipe(c)
+	r, err := buildRecipe(c)
 	if err != nil {
 		return kernels.BuildOptions{}, nil, err
 	}
@@ -122,6 +123,32 @@ func buildOpts(c *cli.Context) (kernels.BuildOptions, *recipes.Recipe, error) {
 		}
 	}
 	return o, r, nil
+}
+
+// buildRecipe returns the recipe whose [build] options apply: the one
+// named by --recipe or --recipe-file, which must be the one applied to
+// --src; without either, the recipe applied to --src (its build options
+// belong to its patches), else the default.
+func buildRecipe(c *cli.Context) (*recipes.Recipe, error) {
+	explicit := c.IsSet("recipe") || c.String("recipe-file") != ""
+	var applied string
+	if st, err := checkout.Status(pathFlag(c, "src"), nil); err == nil && st.State != nil {
+		applied = st.State.Recipe
+	}
+	if !explicit && applied != "" {
+		if r, err := recipes.Embedded(applied); err == nil {
+			return r, nil
+		}
+	}
+	r, err := loadRecipe(c)
+	if err != nil {
+		return nil, err
+	}
+	if explicit && applied != "" && applied != r.Name {
+		return nil, usagef("%s has recipe %q applied, but --recipe names %q: the build options would not match the tree; pass --recipe %s, or apply %s first (arpatch revert, then arpatch apply --recipe %s)",
+			pathFlag(c, "src"), applied, r.Name, applied, r.Name, r.Name)
+	}
+	return r, nil
 }
 
 // launcher returns the argv prefix that runs nvcc through arpatch's

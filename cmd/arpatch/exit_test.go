@@ -13,6 +13,10 @@ func TestExitCodes(t *testing.T) {
 		want int
 	}{
 		{[]string{"arpatch", "--help"}, exitOK},
+		{[]string{"arpatch", "help"}, exitOK},
+		{[]string{"arpatch", "help", "apply"}, exitOK},
+		{[]string{"arpatch", "help", "nosuch"}, exitUsage},
+		{[]string{"arpatch", "history", "show", "1", "--bogus"}, exitUsage},
 		{[]string{"arpatch", "recipes"}, exitOK},
 		{[]string{"arpatch", "apply", "--no-such-flag"}, exitUsage},
 		{[]string{"arpatch", "apply", "positional"}, exitUsage},

@@ -122,7 +122,7 @@ Exit codes: 0 success, 1 failure, 2 usage error.`,
 		Writer:               stdout,
 		ErrWriter:            stderr,
 		EnableBashCompletion: true,
-		HideHelpCommand:      true,
+		HideHelpCommand:      false,
 		OnUsageError: func(c *cli.Context, err error, isSub bool) error {
 			return usageError{err}
 		},

@@ -138,7 +138,11 @@ func printDrift(w io.Writer, rows []checkout.DriftRow) {
 		for _, f := range r.Fits {
 			s := f.Patch + "=" + f.Fit.String()
 			if f.Fit == patches.FitOffset {
-				s += fmt.Sprintf("(max %d lines)", f.MaxOffset())
+				if n := f.MaxOffset(); n == 1 {
+					s += "(max 1 line)"
+				} else {
+					s += fmt.Sprintf("(max %d lines)", n)
+				}
 			}
 			parts = append(parts, s)
 		}

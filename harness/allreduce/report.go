@@ -199,6 +199,10 @@ func caseName(r Result) string {
 func (rep *Report) WriteTable(w io.Writer) {
 	run := rep.Run
 	e := run.Env
+	if len(run.Results) == 0 && e.WorldSize == 0 {
+		fmt.Fprintln(w, "allreduce: the ranks reported nothing (not even their environment)")
+		return
+	}
 	fmt.Fprintf(w, "allreduce, world size %d on %d x %s, torch %s, CUDA %s, NCCL %s, %s; median us [p10-p90]\n",
 		e.WorldSize, e.Devices, orQ(e.Device), orQ(e.Torch), orQ(e.CUDA), orQ(e.NCCL), orQ(e.DType))
 	modes := map[string]bool{}

@@ -11,10 +11,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
@@ -287,7 +289,17 @@ func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer
 	if err := os.MkdirAll(parent, 0o755); err != nil {
 		return gitsrc.CloneInfo{}, err
 	}
-	tmp, err := os.MkdirTemp(parent, "."+filepath.Base(dst)+".arpatch-clone-")
+	// Temp dirs carry the pid of their clone: one whose process is gone
+	// (killed with SIGKILL, a power cut) is removed here.
+	prefix := "." + filepath.Base(dst) + ".arpatch-clone-"
+	stale, _ := filepath.Glob(filepath.Join(parent, prefix+"*"))
+	for _, d := range stale {
+		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), prefix), "-")
+		if n, err := strconv.Atoi(pid); err == nil && !lockfile.Alive(n) {
+			os.RemoveAll(d)
+		}
+	}
+	tmp, err := os.MkdirTemp(parent, prefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return gitsrc.CloneInfo{}, err
 	}

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -309,5 +310,50 @@ func TestUntrackedFileWhereSeriesCreates(t *testing.T) {
 	}
 	if d := diffSnapshots(before, snapshot(t, f.work)); len(d) > 0 {
 		t.Errorf("refused apply changed %v", d)
+	}
+}
+
+// A patched file the user deleted holds nothing to lose: revert restores
+// upstream's bytes without --force.
+func TestRevertRestoresDeletedPatchedFile(t *testing.T) {
+	f := newFixture(t)
+	pristine := snapshot(t, f.up)
+	if _, err := f.apply(t); err != nil {
+		t.Fatal(err)
+	}
+	os.Remove(filepath.Join(f.work, "kernel/dispatch.cuh"))
+	rep, err := Revert(RevertOptions{Src: f.work})
+	if err != nil {
+		t.Fatalf("revert: %v", err)
+	}
+	if len(rep.Discarded) != 0 {
+		t.Errorf("discarded %v", rep.Discarded)
+	}
+	if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
+		t.Errorf("differs from upstream after revert: %v", d)
+	}
+}
+
+// A clone killed with SIGKILL leaves its temp dir; the next clone to the
+// same place removes it (its pid is gone) and leaves live ones alone.
+func TestStaleCloneTempIsRemoved(t *testing.T) {
+	f := newFixture(t)
+	parent := t.TempDir()
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Skip("no `true` for a dead pid")
+	}
+	stale := filepath.Join(parent, ".sg.arpatch-clone-"+strconv.Itoa(dead.Process.Pid)+"-123")
+	live := filepath.Join(parent, ".sg.arpatch-clone-"+strconv.Itoa(os.Getpid())+"-456")
+	os.MkdirAll(filepath.Join(stale, "objects"), 0o755)
+	os.MkdirAll(live, 0o755)
+	if _, err := Apply(context.Background(), ApplyOptions{Recipe: f.recipe, Catalog: f.cat, Src: filepath.Join(parent, "sg"), Repo: f.up}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stale); !os.IsNotExist(err) {
+		t.Errorf("stale clone temp dir still there: %v", err)
+	}
+	if _, err := os.Stat(live); err != nil {
+		t.Errorf("a live clone's temp dir was removed: %v", err)
 	}
 }

@@ -153,11 +153,12 @@ func (d FileDrift) String() string {
 }
 
 // edits returns the drift that holds bytes neither apply nor upstream
-// wrote: what revert would throw away.
+// wrote: what revert would throw away. A patched file that is now missing
+// holds nothing to lose; revert brings upstream's back.
 func edits(ds []FileDrift) []FileDrift {
 	var out []FileDrift
 	for _, d := range ds {
-		if !d.Upstream {
+		if !d.Upstream && d.Got != "" {
 			out = append(out, d)
 		}
 	}

@@ -10,6 +10,9 @@ import (
 	"syscall"
 	"testing"
 
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+
 	"github.com/arpatch/arpatch/internal/testrepo"
 )
 
@@ -141,5 +144,31 @@ func TestCommitTree(t *testing.T) {
 		if m := tr.Mode("b.txt"); m != "100644" {
 			t.Errorf("mode = %q, want 100644", m)
 		}
+	}
+}
+
+func TestResolveRefsBeforeHashPrefixes(t *testing.T) {
+	up, c1, c2 := fixture(t)
+	repo, err := OpenAny(up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// An abbreviated hash is refused, with the way to get the full one.
+	if _, err := repo.Resolve(c1[:8]); err == nil || !strings.Contains(err.Error(), "looks like an abbreviated commit hash") {
+		t.Errorf("Resolve(%s) = %v", c1[:8], err)
+	}
+	// A branch whose name looks like hex is a branch.
+	g, err := git.PlainOpen(up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Storer.SetReference(plumbing.NewHashReference("refs/heads/cafe", plumbing.NewHash(c1))); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := repo.Resolve("cafe"); err != nil || got != c1 {
+		t.Errorf("Resolve(cafe) = %s, %v; want %s", got, err, c1)
+	}
+	if got, err := repo.Resolve(c2); err != nil || got != c2 {
+		t.Errorf("Resolve(full hash) = %s, %v", got, err)
 	}
 }

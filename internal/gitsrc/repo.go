@@ -94,11 +94,26 @@ func (r *Repo) Head() (string, error) {
 var shortHex = regexp.MustCompile(`^[0-9a-fA-F]{4,39}$`)
 
 // Resolve turns a revision (a full hash, a branch, a tag, HEAD, or
-// origin/<branch>) into a 40-hex commit. An abbreviated hash is refused:
+// origin/<branch>) into a 40-hex commit; a branch or tag of that name wins
+// over a hash prefix, as in git. An abbreviated hash is refused:
 // go-git takes the first object that matches a prefix, where git would
 // report the prefix as ambiguous, and a pin must never depend on which
 // objects a clone happens to hold. The error names the revision.
 func (r *Repo) Resolve(rev string) (string, error) {
+	// A branch or tag may look like hex ("cafe", "dead1234"): refs first.
+	for _, name := range []string{"refs/heads/" + rev, "refs/tags/" + rev, "refs/remotes/origin/" + rev} {
+		if ref, err := r.r.Reference(plumbing.ReferenceName(name), true); err == nil {
+			h := ref.Hash()
+			if tag, err := r.r.TagObject(h); err == nil { // annotated tag
+				if c, err := tag.Commit(); err == nil {
+					return c.Hash.String(), nil
+				}
+			}
+			if _, err := r.r.CommitObject(h); err == nil {
+				return h.String(), nil
+			}
+		}
+	}
 	if shortHex.MatchString(rev) {
 		return "", fmt.Errorf("%q looks like an abbreviated commit hash; pass the full 40-hex hash (git rev-parse %s prints it): a prefix can match several objects", rev, rev)
 	}
