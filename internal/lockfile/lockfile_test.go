@@ -1,0 +1,53 @@
+package lockfile
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+)
+
+func TestAcquire(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "sub", "x.lock")
+	release, err := Acquire(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(p)
+	if string(b) != strconv.Itoa(os.Getpid())+"\n" {
+		t.Errorf("lock holds %q", b)
+	}
+	// Held by a live process (this one): refused with the pid.
+	var held *HeldError
+	if _, err := Acquire(p); !errors.As(err, &held) || held.PID != strconv.Itoa(os.Getpid()) || held.Path != p {
+		t.Fatalf("second Acquire: %v", err)
+	}
+	release()
+	if _, err := os.Stat(p); !os.IsNotExist(err) {
+		t.Errorf("release left the lock: %v", err)
+	}
+	// A lock whose process is gone is taken over.
+	dead := exec.Command("true")
+	if err := dead.Run(); err != nil {
+		t.Skip("no `true` for a dead pid")
+	}
+	os.WriteFile(p, []byte(strconv.Itoa(dead.Process.Pid)+"\n"), 0o644)
+	release, err = Acquire(p)
+	if err != nil {
+		t.Fatalf("takeover: %v", err)
+	}
+	release()
+	// No temp files are left beside the lock.
+	ents, _ := os.ReadDir(filepath.Dir(p))
+	if len(ents) != 0 {
+		t.Errorf("left %d files", len(ents))
+	}
+}
+
+func TestAlive(t *testing.T) {
+	if !Alive(os.Getpid()) || Alive(0) || Alive(-1) {
+		t.Error("Alive is wrong about this process or a non-pid")
+	}
+}
