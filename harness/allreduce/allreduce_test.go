@@ -238,3 +238,56 @@ func TestExecuteHangAndDeath(t *testing.T) {
 		}
 	})
 }
+
+func loadRecorded(t *testing.T, name string) (*Report, Options) {
+	t.Helper()
+	b, err := os.ReadFile(filepath.Join("testdata", name))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rec Report
+	if err := json.Unmarshal(b, &rec); err != nil {
+		t.Fatal(err)
+	}
+	o := rec.Options
+	return &rec, Options{WorldSize: o.WorldSize, Sizes: o.Sizes, Impls: o.Impls, Branches: o.Branches, Modes: o.Modes}
+}
+
+// World size 4 on 4x H200 (nvidia-h200-x4, 2026-11-29): the patched tree
+// gives the exact sum in all 140 cases, both branches, both modes, and
+// custom allreduce beats NCCL at the verify size; the unpatched tree's
+// PCIe branch (custom-auto, full_nvlink=false) launches nothing.
+func TestRecordedWorldSize4(t *testing.T) {
+	rec, opts := loadRecorded(t, "h200x4-ws4-report.json")
+	e := rec.Run.Env
+	if e.WorldSize != 4 || e.Devices != 4 || e.Oversubscribed || len(rec.Run.Results) != 140 {
+		t.Fatalf("env %+v, %d results", e, len(rec.Run.Results))
+	}
+	rep := NewReport(opts, rec.Verify, rec.Run, "test")
+	if rep.Failed() || len(rep.Missing) != 0 {
+		t.Fatalf("failed %v, missing %v, findings %v", rep.Failed(), rep.Missing, rep.Findings)
+	}
+	for _, c := range rep.Costs {
+		if c.Impl != NCCL && c.Speedup <= 1 {
+			t.Errorf("%+v: not faster than NCCL on 4x H200", c)
+		}
+	}
+	if best, nccl, ok := rep.BestCustom("graph"); !ok || nccl/best.PerCallUS < 2 {
+		t.Errorf("graph: best custom %+v vs NCCL %.1f us", best, nccl)
+	}
+
+	base, bopts := loadRecorded(t, "h200x4-ws4-unpatched-report.json")
+	brep := NewReport(bopts, base.Verify, base.Run, "test")
+	var wrong []string
+	for _, r := range base.Run.Results {
+		if r.Status() == "WRONG" {
+			wrong = append(wrong, caseName(r)+" "+FormatBytes(r.Bytes))
+			if r.Wrong == nil || r.Wrong.Got != "nan" || r.Wrong.Mismatches != r.Wrong.Of {
+				t.Errorf("%s: %+v, want every element NaN (no kernel ran)", caseName(r), r.Wrong)
+			}
+		}
+	}
+	if !brep.Failed() || !reflect.DeepEqual(wrong, []string{"custom-auto/pcie 4K", "custom-auto/pcie 40K", "custom-auto/pcie 1M"}) {
+		t.Errorf("unpatched: failed %v, wrong %v", brep.Failed(), wrong)
+	}
+}
