@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -49,7 +50,7 @@ func TestWindowSkipsIncompleteAndOtherHardware(t *testing.T) {
 	if stale, err := s.MarkStale(); err != nil || len(stale) != 1 || stale[0] != bad {
 		t.Fatalf("MarkStale = %v, %v", stale, err)
 	}
-	vals, runs, err := s.Window("8x GPU", "pcie", "tok_s", 2, 0)
+	vals, runs, err := s.Window("8x GPU", "", "pcie", "tok_s", 2, 0)
 	if err != nil || len(runs) != 2 || runs[0] != ids[2] || len(vals) != 10 {
 		t.Fatalf("window: %v %v %v", vals, runs, err)
 	}
@@ -58,8 +59,65 @@ func TestWindowSkipsIncompleteAndOtherHardware(t *testing.T) {
 			t.Errorf("value %v from a run that should not count", v)
 		}
 	}
-	if _, _, err := s.Window("8x GPU", "pcie", "speed", 2, 0); err == nil || !strings.Contains(err.Error(), `unknown metric "speed"`) {
+	if _, _, err := s.Window("8x GPU", "", "pcie", "speed", 2, 0); err == nil || !strings.Contains(err.Error(), `unknown metric "speed"`) {
 		t.Errorf("unknown metric: %v", err)
+	}
+}
+
+// A regressed night (exit 1) is no reference; another workload never
+// counts; an accepted run starts a new reference.
+func TestWindowRegressionsWorkloadsAndAccept(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "h.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	ids := seed(t, s, 3, 90)
+	night := func(tokS float64, exit int, workload string) int64 {
+		id, _ := s.BeginRun(Run{HardwareKey: "8x GPU", Workload: workload})
+		s.AddArm(id, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: tokS}})
+		s.FinishRun(id, Complete, exit, "")
+		return id
+	}
+	slow := night(70, 1, "")
+	night(10, 0, "max_new_tokens=8")
+	if _, runs, _ := s.Window("8x GPU", "", "pcie", "tok_s", 7, 0); !reflect.DeepEqual(runs, []int64{ids[2], ids[1], ids[0]}) {
+		t.Errorf("window %v: a regressed night or another workload counted", runs)
+	}
+	if _, runs, _ := s.Window("8x GPU", "max_new_tokens=8", "pcie", "tok_s", 7, 0); len(runs) != 1 {
+		t.Errorf("other workload's window %v", runs)
+	}
+	// Accepting the slow night: it and what follows are the reference.
+	if err := s.Accept(slow); err != nil {
+		t.Fatal(err)
+	}
+	after := night(71, 0, "")
+	vals, runs, _ := s.Window("8x GPU", "", "pcie", "tok_s", 7, 0)
+	if !reflect.DeepEqual(runs, []int64{after, slow}) || len(vals) != 2 {
+		t.Errorf("window after accept: %v %v", runs, vals)
+	}
+	bad, _ := s.BeginRun(Run{HardwareKey: "8x GPU"})
+	if err := s.Accept(bad); err == nil || !strings.Contains(err.Error(), "only a complete run") {
+		t.Errorf("accepting a running run: %v", err)
+	}
+	if err := s.Accept(999); err == nil || !strings.Contains(err.Error(), "no run 999") {
+		t.Errorf("accepting no run: %v", err)
+	}
+	if _, _, err := s.Window("8x GPU", "", "pcie", "tok_s", 0, 0); err == nil {
+		t.Error("a window of 0 runs was accepted")
+	}
+}
+
+// A path with the characters a file: URI gives meaning to.
+func TestOpenOddPath(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "h#1?x.db")
+	s, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s.Close()
+	if _, err := os.Stat(p); err != nil {
+		t.Errorf("database not at %s: %v", p, err)
 	}
 }
 
@@ -88,14 +146,14 @@ func TestMigrationFromV1(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, _ := s.Version(); v != SchemaVersion || SchemaVersion != 2 {
+	if v, _ := s.Version(); v != SchemaVersion || SchemaVersion != 3 {
 		t.Fatalf("migrated to %d", v)
 	}
 	if err := s.AddCheck(1, Check{Name: "drift", Kind: "drift", Status: "pass"}); err != nil {
 		t.Fatalf("checks after migration: %v", err)
 	}
 	d, err := s.Show(1)
-	if err != nil || len(d.Arms) != 1 || d.Arms[0].Trials[0].TokS != 42.5 || d.Arms[0].Agreement != nil || len(d.Checks) != 1 {
+	if err != nil || len(d.Arms) != 1 || d.Arms[0].Trials[0].TokS != 42.5 || d.Arms[0].Agreement != nil || len(d.Checks) != 1 || d.Run.Workload != "" || d.Run.Accepted {
 		t.Errorf("data after migration: %+v %v", d, err)
 	}
 	// A database from a newer arpatch is refused.
@@ -132,7 +190,7 @@ func TestExportAndPlot(t *testing.T) {
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil || len(back) != 20 {
 		t.Errorf("json: %v", err)
 	}
-	pts, err := s.Points("tok_s")
+	pts, sel, err := s.Points("tok_s", Series{})
 	if err != nil || len(pts["pcie"]) != 4 || pts["pcie"][3].Mark != "regression" || pts["pcie"][0].Lo > pts["pcie"][0].Center {
 		t.Fatalf("points %+v %v", pts, err)
 	}
@@ -143,19 +201,32 @@ func TestExportAndPlot(t *testing.T) {
 	if err := s.AddArm(ids[3], "baseline", "baseline", "key0", true, 1, []TrialRecord{{Index: 1, TokS: 60}}); err != nil {
 		t.Fatal(err)
 	}
-	if pts, _ = s.Points("tok_s"); len(pts["baseline"]) != 1 || pts["baseline"][0].Mark != "" || pts["pcie"][3].Mark != "regression" {
+	if sel.HardwareKey != "8x GPU" {
+		t.Errorf("series %+v", sel)
+	}
+	// Runs of other hardware stay off the plot.
+	other, _ := s.BeginRun(Run{HardwareKey: "1x other"})
+	s.AddArm(other, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: 5}})
+	s.FinishRun(other, Complete, 0, "")
+	if pts, _, _ := s.Points("tok_s", Series{HardwareKey: "8x GPU"}); len(pts["pcie"]) != 4 {
+		t.Errorf("other hardware on the plot: %d points", len(pts["pcie"]))
+	}
+	if pts, sel, _ := s.Points("tok_s", Series{}); len(pts["pcie"]) != 1 || sel.HardwareKey != "1x other" {
+		t.Errorf("default series is the newest run's: %+v %d", sel, len(pts["pcie"]))
+	}
+	if pts, _, _ = s.Points("tok_s", Series{HardwareKey: "8x GPU"}); len(pts["baseline"]) != 1 || pts["baseline"][0].Mark != "" || pts["pcie"][3].Mark != "regression" {
 		t.Errorf("per-arm marks: %+v", pts)
 	}
 	for _, f := range []string{"p.svg", "p.png"} {
 		out := filepath.Join(dir, f)
-		if err := s.Plot("tok_s", out); err != nil {
+		if err := s.Plot("tok_s", out, Series{HardwareKey: "8x GPU"}); err != nil {
 			t.Fatal(err)
 		}
 		if fi, err := os.Stat(out); err != nil || fi.Size() < 1000 {
 			t.Errorf("%s: %v", f, err)
 		}
 	}
-	if err := s.Plot("tok_s", filepath.Join(dir, "p.txt")); err == nil {
+	if err := s.Plot("tok_s", filepath.Join(dir, "p.txt"), Series{}); err == nil {
 		t.Error("plot to .txt accepted")
 	}
 }

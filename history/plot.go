@@ -25,25 +25,45 @@ type Point struct {
 	Mark           string // "regression" when this arm failed a regression check, else "drift" when the run failed a drift check
 }
 
+// Series picks the runs a plot shows: one hardware key and one workload,
+// since numbers from other machines or other workloads do not belong on
+// one line. Empty fields take the newest finished run's.
+type Series struct {
+	HardwareKey string
+	Workload    string
+}
+
 // Points returns, per arm, one point per complete or failed run (not
-// incomplete ones), oldest first.
-func (s *Store) Points(metric string) (map[string][]Point, error) {
+// incomplete ones) of the series' hardware and workload, oldest first,
+// and the series it used.
+func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, error) {
 	if _, err := column(metric); err != nil {
-		return nil, err
+		return nil, sel, err
 	}
 	runs, err := s.Runs(0)
 	if err != nil {
-		return nil, err
+		return nil, sel, err
+	}
+	for _, r := range runs { // newest first
+		if r.Status != Incomplete && r.Status != Running && (sel.HardwareKey == "" || sel.HardwareKey == r.HardwareKey) {
+			if sel.HardwareKey == "" {
+				sel.HardwareKey = r.HardwareKey
+			}
+			if sel.Workload == "" {
+				sel.Workload = r.Workload
+			}
+			break
+		}
 	}
 	out := map[string][]Point{}
 	for i := len(runs) - 1; i >= 0; i-- {
 		r := runs[i]
-		if r.Status == Incomplete || r.Status == Running {
+		if r.Status == Incomplete || r.Status == Running || r.HardwareKey != sel.HardwareKey || r.Workload != sel.Workload {
 			continue
 		}
 		d, err := s.Show(r.ID)
 		if err != nil {
-			return nil, err
+			return nil, sel, err
 		}
 		for _, a := range d.Arms {
 			// Drift marks every arm of the run; a regression marks the arm
@@ -74,7 +94,7 @@ func (s *Store) Points(metric string) (map[string][]Point, error) {
 			out[a.Name] = append(out[a.Name], Point{RunID: r.ID, X: float64(r.StartedAt.Unix()), Center: sm.Center, Lo: lo, Hi: hi, Mark: mark})
 		}
 	}
-	return out, nil
+	return out, sel, nil
 }
 
 func metricOf(t TrialMetrics, metric string) float64 {
@@ -107,29 +127,50 @@ func minMax(xs []float64) (float64, float64) {
 
 var palette = []color.RGBA{{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {148, 103, 189, 255}, {140, 86, 75, 255}}
 
-// Plot draws metric over time per arm: the median of each run as a line,
-// its confidence interval as a band, and a red cross on runs with drift or
-// a regression. The format follows out's extension (.svg, .png, .pdf).
-// It returns an error for an unknown metric, an empty history or an
-// unsupported extension.
-func (s *Store) Plot(metric, out string) error {
-	pts, err := s.Points(metric)
+// PlotFormat checks that out's extension is one Plot writes.
+func PlotFormat(out string) error {
+	switch strings.ToLower(filepath.Ext(out)) {
+	case ".svg", ".png", ".pdf", ".eps", ".jpg", ".jpeg", ".tif", ".tiff":
+		return nil
+	}
+	return fmt.Errorf("%s: a plot is .svg, .png or .pdf", out)
+}
+
+// Plot draws metric over time per arm for one hardware key and workload
+// (sel; empty fields take the newest run's): the median of each run as a
+// line, its confidence interval as a band, and a red cross on runs with
+// drift or a regression. The format follows out's extension (.svg, .png,
+// .pdf). It returns an error for an unknown metric, a history without
+// bench results or an unsupported extension.
+func (s *Store) Plot(metric, out string, sel Series) error {
+	if err := PlotFormat(out); err != nil {
+		return err
+	}
+	pts, sel, err := s.Points(metric, sel)
 	if err != nil {
 		return err
 	}
 	if len(pts) == 0 {
-		return fmt.Errorf("history %s has no run with bench results to plot (runs with --skip-bench have none)", s.Path)
-	}
-	switch strings.ToLower(filepath.Ext(out)) {
-	case ".svg", ".png", ".pdf", ".eps", ".jpg", ".jpeg", ".tif", ".tiff":
-	default:
-		return fmt.Errorf("--out %s: use .svg, .png or .pdf", out)
+		return fmt.Errorf("history %s has no run with bench results to plot on %q (runs with --skip-bench have none)", s.Path, sel.HardwareKey)
 	}
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("arpatch nightly: %s per run (median, CI band)", metric)
+	p.Title.Text = fmt.Sprintf("arpatch nightly: %s per run on %s (median, CI band)", metric, sel.HardwareKey)
 	p.X.Label.Text = "run start (UTC)"
 	p.Y.Label.Text = metric
-	p.X.Tick.Marker = plot.TimeTicks{Format: "01-02"}
+	var first, last float64
+	for _, ps := range pts {
+		for _, q := range ps {
+			if first == 0 || q.X < first {
+				first = q.X
+			}
+			last = max(last, q.X)
+		}
+	}
+	format := "01-02"
+	if last-first < 3*24*3600 {
+		format = "01-02 15:04" // runs within days: the hour tells them apart
+	}
+	p.X.Tick.Marker = plot.TimeTicks{Format: format}
 	p.Legend.Top = true
 	p.Legend.Left = true
 	arms := make([]string, 0, len(pts))

@@ -22,7 +22,7 @@ type ArmDetail struct {
 
 // TrialMetrics is a stored trial without its samples.
 type TrialMetrics struct {
-	Index        int     `json:"index"`
+	Index        int     `json:"trial"` // 1-based trial number, as the CSV's "trial"
 	Wall         float64 `json:"wall_s"`
 	TokS         float64 `json:"tok_s"`
 	DecodeTokS   float64 `json:"decode_tok_s"`
@@ -139,6 +139,7 @@ type ExportRow struct {
 	StartedAt   time.Time `json:"started_at"`
 	Status      string    `json:"status"`
 	HardwareKey string    `json:"hardware_key"`
+	Workload    string    `json:"workload"`
 	Commit      string    `json:"sglang_commit"`
 	Arm         string    `json:"arm"`
 	Invalid     bool      `json:"invalid"`
@@ -159,7 +160,7 @@ func (s *Store) Export() ([]ExportRow, error) {
 		}
 		for _, a := range d.Arms {
 			for _, t := range a.Trials {
-				out = append(out, ExportRow{RunID: d.Run.ID, StartedAt: d.Run.StartedAt, Status: d.Run.Status, HardwareKey: d.Run.HardwareKey,
+				out = append(out, ExportRow{RunID: d.Run.ID, StartedAt: d.Run.StartedAt, Status: d.Run.Status, HardwareKey: d.Run.HardwareKey, Workload: d.Run.Workload,
 					Commit: d.Run.SGLangCommit, Arm: a.Name, Invalid: a.Invalid, TrialMetrics: t})
 			}
 		}
@@ -170,11 +171,11 @@ func (s *Store) Export() ([]ExportRow, error) {
 // WriteCSV writes rows with a header line.
 func WriteCSV(w io.Writer, rows []ExportRow) error {
 	cw := csv.NewWriter(w)
-	cw.Write([]string{"run_id", "started_at", "status", "hardware_key", "sglang_commit", "arm", "invalid", "trial", "wall_s", "tok_s", "decode_tok_s",
+	cw.Write([]string{"run_id", "started_at", "status", "hardware_key", "workload", "sglang_commit", "arm", "invalid", "trial", "wall_s", "tok_s", "decode_tok_s",
 		"accept_length", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "tpot_ms", "errors", "samples"})
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 	for _, r := range rows {
-		cw.Write([]string{strconv.FormatInt(r.RunID, 10), r.StartedAt.Format(time.RFC3339), r.Status, r.HardwareKey, r.Commit, r.Arm,
+		cw.Write([]string{strconv.FormatInt(r.RunID, 10), r.StartedAt.Format(time.RFC3339), r.Status, r.HardwareKey, r.Workload, r.Commit, r.Arm,
 			strconv.FormatBool(r.Invalid), strconv.Itoa(r.Index), f(r.Wall), f(r.TokS), f(r.DecodeTokS), f(r.AcceptLength),
 			f(r.TTFTp50ms), f(r.TTFTp99ms), f(r.ITLp50ms), f(r.TPOTms), strconv.Itoa(r.Errors), strconv.Itoa(r.Samples)})
 	}

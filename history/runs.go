@@ -2,6 +2,7 @@ package history
 
 import (
 	"database/sql"
+	"errors"
 	"fmt"
 	"os"
 	"sort"
@@ -19,19 +20,26 @@ const (
 
 // Run is one nightly.
 type Run struct {
-	ID             int64             `json:"id"`
-	StartedAt      time.Time         `json:"started_at"`
-	FinishedAt     *time.Time        `json:"finished_at,omitempty"`
-	Status         string            `json:"status"`
-	PID            int               `json:"pid"`
-	ExitCode       *int              `json:"exit_code,omitempty"`
-	HardwareKey    string            `json:"hardware_key"`
-	SGLangCommit   string            `json:"sglang_commit"`
-	UpstreamHead   string            `json:"upstream_head"`
-	SeriesHash     string            `json:"series_hash"`
-	ArpatchVersion string            `json:"arpatch_version"`
-	Verdict        string            `json:"verdict"`
-	Env            map[string]string `json:"environment,omitempty"`
+	ID             int64      `json:"id"`
+	StartedAt      time.Time  `json:"started_at"`
+	FinishedAt     *time.Time `json:"finished_at,omitempty"`
+	Status         string     `json:"status"`
+	PID            int        `json:"pid"`
+	ExitCode       *int       `json:"exit_code,omitempty"`
+	HardwareKey    string     `json:"hardware_key"`
+	SGLangCommit   string     `json:"sglang_commit"`
+	UpstreamHead   string     `json:"upstream_head"`
+	SeriesHash     string     `json:"series_hash"`
+	ArpatchVersion string     `json:"arpatch_version"`
+	Verdict        string     `json:"verdict"`
+	// Workload names what was benched (model, prompts, tokens,
+	// concurrency, speculative settings): runs compare only within one.
+	Workload string `json:"workload"`
+	// Accepted marks a run taken as the new reference after a deliberate
+	// change (arpatch history accept): later nights compare with it and
+	// the runs after it, not with the runs before.
+	Accepted bool              `json:"accepted,omitempty"`
+	Env      map[string]string `json:"environment,omitempty"`
 }
 
 // BeginRun records a run as running, with this process's pid, and returns
@@ -48,8 +56,8 @@ func (s *Store) BeginRun(r Run) (int64, error) {
 		return 0, err
 	}
 	defer tx.Rollback()
-	res, err := tx.Exec(`INSERT INTO runs (started_at, status, pid, hardware_key, sglang_commit, upstream_head, series_hash, arpatch_version)
-		VALUES (?, ?, ?, ?, ?, ?, ?, ?)`, r.StartedAt.Format(time.RFC3339Nano), Running, r.PID, r.HardwareKey, r.SGLangCommit, r.UpstreamHead, r.SeriesHash, r.ArpatchVersion)
+	res, err := tx.Exec(`INSERT INTO runs (started_at, status, pid, hardware_key, sglang_commit, upstream_head, series_hash, arpatch_version, workload)
+		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.StartedAt.Format(time.RFC3339Nano), Running, r.PID, r.HardwareKey, r.SGLangCommit, r.UpstreamHead, r.SeriesHash, r.ArpatchVersion, r.Workload)
 	if err != nil {
 		return 0, err
 	}
@@ -83,6 +91,24 @@ func (s *Store) SetEnv(id int64, env map[string]string) error {
 func (s *Store) FinishRun(id int64, status string, exitCode int, verdict string) error {
 	_, err := s.db.Exec(`UPDATE runs SET status = ?, exit_code = ?, verdict = ?, finished_at = ? WHERE id = ?`,
 		status, exitCode, verdict, time.Now().UTC().Format(time.RFC3339Nano), id)
+	return err
+}
+
+// Accept marks run id as the new reference: the regression window of
+// later runs on its hardware and workload starts at it, so a deliberate
+// change (a new upstream, a new toolchain) stops being flagged. The run
+// must be complete; failed, incomplete and running ones are refused.
+func (s *Store) Accept(id int64) error {
+	var status string
+	if err := s.db.QueryRow(`SELECT status FROM runs WHERE id = ?`, id).Scan(&status); errors.Is(err, sql.ErrNoRows) {
+		return fmt.Errorf("no run %d in %s", id, s.Path)
+	} else if err != nil {
+		return err
+	}
+	if status != Complete {
+		return fmt.Errorf("run %d is %s: only a complete run can be a reference", id, status)
+	}
+	_, err := s.db.Exec(`UPDATE runs SET accepted = 1 WHERE id = ?`, id)
 	return err
 }
 
@@ -204,28 +230,46 @@ var MetricColumns = map[string]string{
 func column(metric string) (string, error) {
 	c, ok := MetricColumns[metric]
 	if !ok {
-		var names []string
-		for k := range MetricColumns {
-			names = append(names, k)
-		}
-		sort.Strings(names)
-		return "", fmt.Errorf("unknown metric %q; known: %s", metric, strings.Join(names, ", "))
+		return "", fmt.Errorf("unknown metric %q; known: %s", metric, strings.Join(Metrics, ", "))
 	}
 	return c, nil
 }
 
+// Metrics lists the metric names of MetricColumns, sorted.
+var Metrics = func() []string {
+	var names []string
+	for k := range MetricColumns {
+		names = append(names, k)
+	}
+	sort.Strings(names)
+	return names
+}()
+
 // Window returns the per-trial values of metric for arm over the last n
-// complete runs on hardwareKey before run id before (0: all), newest run
-// first, and the ids of those runs.
-func (s *Store) Window(hardwareKey, arm, metric string, n int, before int64) ([]float64, []int64, error) {
+// reference runs before run id before (0: all), newest run first, and the
+// ids of those runs. A reference run is complete, on hardwareKey, of the
+// same workload, did not fail its checks (exit code 1) unless accepted,
+// and is not older than the newest accepted run. n must be 1 or more.
+func (s *Store) Window(hardwareKey, workload, arm, metric string, n int, before int64) ([]float64, []int64, error) {
 	col, err := column(metric)
 	if err != nil {
 		return nil, nil, err
 	}
-	q := `SELECT id FROM runs WHERE hardware_key = ? AND status = ? AND (? = 0 OR id < ?)
+	if n < 1 {
+		return nil, nil, fmt.Errorf("history window %d: use 1 or more runs", n)
+	}
+	// The reference starts at the newest accepted run, if any.
+	var since int64
+	err = s.db.QueryRow(`SELECT COALESCE(MAX(id), 0) FROM runs WHERE hardware_key = ? AND workload = ? AND accepted = 1 AND (? = 0 OR id < ?)`,
+		hardwareKey, workload, before, before).Scan(&since)
+	if err != nil {
+		return nil, nil, err
+	}
+	q := `SELECT id FROM runs WHERE hardware_key = ? AND workload = ? AND status = ? AND (? = 0 OR id < ?) AND id >= ?
+		AND (COALESCE(exit_code, 0) != 1 OR accepted = 1)
 		AND EXISTS (SELECT 1 FROM arms WHERE arms.run_id = runs.id AND arms.name = ? AND arms.invalid = 0)
 		ORDER BY id DESC LIMIT ?`
-	rows, err := s.db.Query(q, hardwareKey, Complete, before, before, arm, n)
+	rows, err := s.db.Query(q, hardwareKey, workload, Complete, before, before, since, arm, n)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -256,7 +300,7 @@ func (s *Store) Window(hardwareKey, arm, metric string, n int, before int64) ([]
 
 // Runs lists the newest runs first, at most limit (0: all).
 func (s *Store) Runs(limit int) ([]Run, error) {
-	q := `SELECT id, started_at, finished_at, status, pid, exit_code, hardware_key, sglang_commit, upstream_head, series_hash, arpatch_version, verdict FROM runs ORDER BY id DESC`
+	q := `SELECT id, started_at, finished_at, status, pid, exit_code, hardware_key, sglang_commit, upstream_head, series_hash, arpatch_version, verdict, workload, accepted FROM runs ORDER BY id DESC`
 	if limit > 0 {
 		q += fmt.Sprintf(" LIMIT %d", limit)
 	}
@@ -271,7 +315,7 @@ func (s *Store) Runs(limit int) ([]Run, error) {
 		var started string
 		var finished sql.NullString
 		var exit sql.NullInt64
-		if err := rows.Scan(&r.ID, &started, &finished, &r.Status, &r.PID, &exit, &r.HardwareKey, &r.SGLangCommit, &r.UpstreamHead, &r.SeriesHash, &r.ArpatchVersion, &r.Verdict); err != nil {
+		if err := rows.Scan(&r.ID, &started, &finished, &r.Status, &r.PID, &exit, &r.HardwareKey, &r.SGLangCommit, &r.UpstreamHead, &r.SeriesHash, &r.ArpatchVersion, &r.Verdict, &r.Workload, &r.Accepted); err != nil {
 			return nil, err
 		}
 		r.StartedAt, _ = time.Parse(time.RFC3339Nano, started)

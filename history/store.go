@@ -10,6 +10,7 @@ package history
 import (
 	"database/sql"
 	"fmt"
+	"strings"
 	"time"
 
 	_ "modernc.org/sqlite"
@@ -86,6 +87,10 @@ var migrations = []string{
 		detail TEXT NOT NULL DEFAULT ''
 	);
 	ALTER TABLE arms ADD COLUMN agreement REAL;`,
+	// 3: the workload a run benched (only runs of one workload compare),
+	// and runs accepted as a new reference after a deliberate change.
+	`ALTER TABLE runs ADD COLUMN workload TEXT NOT NULL DEFAULT '';
+	ALTER TABLE runs ADD COLUMN accepted INTEGER NOT NULL DEFAULT 0;`,
 }
 
 // SchemaVersion is the version this arpatch writes.
@@ -95,7 +100,8 @@ var SchemaVersion = len(migrations)
 // migrates it to SchemaVersion, one transaction per step. A database
 // newer than this arpatch is refused.
 func Open(path string) (*Store, error) {
-	db, err := sql.Open("sqlite", "file:"+path+"?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)")
+	// The path goes into a file: URI, where '#' and '?' would cut it.
+	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)")
 	if err != nil {
 		return nil, err
 	}
@@ -114,7 +120,7 @@ func Open(path string) (*Store, error) {
 
 // openAt opens and migrates only up to version v: for migration tests.
 func openAt(path string, v int) (*Store, error) {
-	db, err := sql.Open("sqlite", "file:"+path)
+	db, err := sql.Open("sqlite", "file:"+uriPath(path))
 	if err != nil {
 		return nil, err
 	}
@@ -169,4 +175,9 @@ func (s *Store) Close() error { return s.db.Close() }
 // when another live process holds it.
 func Lock(dbPath string) (func(), error) {
 	return lockfile.Acquire(dbPath + ".lock")
+}
+
+// uriPath escapes the characters a SQLite file: URI gives meaning to.
+func uriPath(p string) string {
+	return strings.NewReplacer("%", "%25", "?", "%3f", "#", "%23").Replace(p)
 }

@@ -11,10 +11,12 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/tomlx"
 )
 
@@ -89,6 +91,8 @@ type Bench struct {
 	AgreeThreshold float64 `toml:"agree_threshold"`
 	ReadyTimeout   string  `toml:"ready_timeout"`
 	LogDir         string  `toml:"log_dir"`
+
+	warmupSet, agreeSet bool // the file gave them, so 0 means 0
 }
 
 // History says where runs are kept.
@@ -121,8 +125,12 @@ type Outputs struct {
 	Plot            string `toml:"plot"` // .svg or .png of tok_s over time
 }
 
-// Defaults fills every unset field.
-func (c *Config) Defaults() {
+// Defaults fills every unset field; a zero value counts as unset.
+// LoadConfig fills only the keys the file leaves out, so a file can set
+// bench.warmup = 0 or regression.threshold_pct = 0.
+func (c *Config) Defaults() { c.defaults(func(string) bool { return false }) }
+
+func (c *Config) defaults(set func(key string) bool) {
 	if c.Upstream.Ref == "" {
 		c.Upstream.Ref = "main"
 	}
@@ -144,13 +152,11 @@ func (c *Config) Defaults() {
 	if c.Build.WorkDir == "" {
 		c.Build.WorkDir = "nightly-work"
 	}
-	if c.Bench.Trials == 0 {
-		c.Bench.Trials = 5
-	}
-	if c.Bench.Warmup == 0 {
-		c.Bench.Warmup = 2
-	}
-	if c.Bench.AgreeThreshold == 0 {
+	// bench.trials and bench.warmup, when unset, come from recipe B's
+	// [bench], else 5 and 2 (see Trials and WarmupFor).
+	c.Bench.warmupSet = c.Bench.warmupSet || set("bench.warmup")
+	c.Bench.agreeSet = c.Bench.agreeSet || set("bench.agree_threshold")
+	if c.Bench.AgreeThreshold == 0 && !c.Bench.agreeSet {
 		c.Bench.AgreeThreshold = 0.9
 	}
 	if c.Bench.LogDir == "" {
@@ -162,7 +168,7 @@ func (c *Config) Defaults() {
 	if c.History.Window == 0 {
 		c.History.Window = 7
 	}
-	if c.Regression.ThresholdPct == 0 {
+	if c.Regression.ThresholdPct == 0 && !set("regression.threshold_pct") {
 		c.Regression.ThresholdPct = 3
 	}
 	if len(c.Regression.Metrics) == 0 {
@@ -178,6 +184,29 @@ func (c *Config) Defaults() {
 	if c.Outputs.Dir == "" {
 		c.Outputs.Dir = "nightly-out"
 	}
+}
+
+// TrialsFor is bench.trials, else recipe B's (recipe), else 5.
+func (b Bench) TrialsFor(recipe int) int {
+	switch {
+	case b.Trials > 0:
+		return b.Trials
+	case recipe > 0:
+		return recipe
+	}
+	return 5
+}
+
+// WarmupFor is bench.warmup when the file sets it (0 included), else
+// recipe B's (recipe) when positive, else 2.
+func (b Bench) WarmupFor(recipe int) int {
+	switch {
+	case b.warmupSet || b.Warmup > 0:
+		return b.Warmup
+	case recipe > 0:
+		return recipe
+	}
+	return 2
 }
 
 // Path resolves p against the config's directory.
@@ -237,11 +266,56 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, fail("regression.alpha", "%v: use a level in (0, 1), e.g. 0.05", a)
 	}
 	if c.Bench.ReadyTimeout != "" {
-		if _, err := time.ParseDuration(c.Bench.ReadyTimeout); err != nil {
+		d, err := time.ParseDuration(c.Bench.ReadyTimeout)
+		if err != nil {
 			return nil, fail("bench.ready_timeout", "%v", err)
 		}
+		if d <= 0 {
+			return nil, fail("bench.ready_timeout", "%q: use a positive duration, e.g. \"20m\"", c.Bench.ReadyTimeout)
+		}
 	}
-	c.Defaults()
+	set := func(key string) bool { return md.IsDefined(strings.Split(key, ".")...) }
+	for _, r := range []struct {
+		key   string
+		v     float64
+		least float64
+	}{
+		{"history.window", float64(c.History.Window), 1}, {"bench.trials", float64(c.Bench.Trials), 1},
+		{"bench.warmup", float64(c.Bench.Warmup), 0}, {"bench.num_prompts", float64(c.Bench.NumPrompts), 1},
+		{"bench.max_new_tokens", float64(c.Bench.MaxNewTokens), 1}, {"bench.concurrency", float64(c.Bench.Concurrency), 1},
+		{"build.jobs", float64(c.Build.Jobs), 0},
+	} {
+		if set(r.key) && r.v < r.least {
+			return nil, fail(r.key, "%v: use %v or more", r.v, r.least)
+		}
+	}
+	if set("regression.alpha") && c.Regression.Alpha == 0 {
+		return nil, fail("regression.alpha", "0: use a level in (0, 1), e.g. 0.05")
+	}
+	if a := c.Bench.AgreeThreshold; a < 0 || a > 1 {
+		return nil, fail("bench.agree_threshold", "%v: use a share in [0, 1], e.g. 0.9 (0 turns the output check off)", a)
+	}
+	switch c.Build.Tool {
+	case "", "auto", "uv", "pip":
+	default:
+		return nil, fail("build.tool", "%q: use auto, uv or pip", c.Build.Tool)
+	}
+	if c.Bench.URLA != "" && c.Bench.URLA == c.Bench.URLB {
+		return nil, fail("bench.url_b", "%s is also bench.url_a: an A/B of one server measures nothing", c.Bench.URLB)
+	}
+	if c.Outputs.Plot != "" {
+		if err := history.PlotFormat(c.Outputs.Plot); err != nil {
+			return nil, fail("outputs.plot", "%v", err)
+		}
+	}
+	// An interpreter given as a path (venv/bin/python3) is relative to
+	// the config, like every other path; a bare name is looked up on PATH.
+	for _, py := range []*string{&c.Build.Python, &c.Bench.PythonA, &c.Bench.PythonB} {
+		if strings.Contains(*py, "/") {
+			*py = c.Path(*py)
+		}
+	}
+	c.defaults(set)
 	return &c, nil
 }
 

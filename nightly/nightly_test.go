@@ -1,11 +1,13 @@
 package nightly
 
 import (
+	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"encoding/xml"
+	"errors"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -15,6 +17,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/sglangtest"
 	"github.com/arpatch/arpatch/history"
+	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/testrepo"
 )
 
@@ -135,6 +138,16 @@ func (w *world) run(ctx context.Context, skipBuild bool) *Report {
 	return rep
 }
 
+func (w *world) runSkipBench(skipBuild bool) *Report {
+	w.t.Helper()
+	rep, err := Run(context.Background(), Options{Config: w.cfg, Env: w.env, SkipBuild: skipBuild, SkipBench: true, Launcher: []string{"/bin/true"},
+		Probe: func(context.Context) Environment { return Environment{GPUModel: "Test GPU", GPUCount: 8} }})
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return rep
+}
+
 func (w *world) check(rep *Report, name string) history.Check {
 	for _, c := range rep.Checks {
 		if c.Name == name {
@@ -189,6 +202,52 @@ func TestNightlyEndToEnd(t *testing.T) {
 		t.Errorf("check %+v", c)
 	}
 	checkOutputs(t, w, rep)
+	regressed := rep.RunID
+
+	// The regression persists: a failed night is no reference, so the
+	// next night is flagged too (the window still holds the good nights).
+	rep = w.run(context.Background(), true)
+	if r := findReg(rep, "patched", "tok_s", "history"); rep.ExitCode != ExitRegression || r.Verdict != "regression" || r.RefRuns != 4 {
+		t.Fatalf("second slow night: exit %d %+v", rep.ExitCode, r)
+	}
+	// Accepted as the new level, the slow nights are the reference.
+	store, err := history.Open(filepath.Join(w.dir, "history.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Accept(regressed); err != nil {
+		t.Fatal(err)
+	}
+	store.Close()
+	rep = w.run(context.Background(), true)
+	if r := findReg(rep, "patched", "tok_s", "history"); rep.ExitCode != ExitOK || r.RefRuns != 1 {
+		t.Fatalf("after accept: exit %d %+v", rep.ExitCode, r)
+	}
+
+	// Another workload (fewer tokens) has no reference yet: not judged.
+	w.cfg.Bench.MaxNewTokens = 24
+	rep = w.run(context.Background(), true)
+	if r := findReg(rep, "patched", "tok_s", "history"); rep.ExitCode != ExitOK || r.Verdict != "not enough data" || !strings.Contains(rep.Workload, "max_new_tokens=24") {
+		t.Fatalf("new workload: exit %d %+v", rep.ExitCode, r)
+	}
+	if b, _ := json.Marshal(findReg(rep, "patched", "tok_s", "history")); strings.Contains(string(b), `"p"`) {
+		t.Errorf("an unjudged check carries a p-value: %s", b)
+	}
+	w.cfg.Bench.MaxNewTokens = 48
+
+	// An attached server that does not answer: infrastructure (exit 4),
+	// no bench numbers, and JUnit shows the failure.
+	w.cfg.Bench.URLB = "http://127.0.0.1:1"
+	rep = w.run(context.Background(), true)
+	if rep.ExitCode != ExitInfra || !strings.Contains(strings.Join(rep.Errors, " "), "all 3 requests of trial 1 failed") {
+		t.Fatalf("unreachable server: exit %d %v", rep.ExitCode, rep.Errors)
+	}
+	var junit bytes.Buffer
+	JUnit(&junit, rep)
+	if !strings.Contains(junit.String(), "<failure") {
+		t.Errorf("junit of an infrastructure failure has no failure:\n%s", junit.String())
+	}
+	w.serve("b", 1600)
 
 	// The server of an arm dies (launch command fails): exit 4.
 	w.serve("b", 1600)
@@ -219,22 +278,22 @@ func TestNightlyEndToEnd(t *testing.T) {
 	}
 
 	// History holds every run; show and export see them.
-	store, err := history.Open(filepath.Join(w.dir, "history.db"))
+	store, err = history.Open(filepath.Join(w.dir, "history.db"))
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer store.Close()
 	runs, _ := store.Runs(0)
-	if len(runs) != 7 {
-		t.Fatalf("%d runs recorded, want 7", len(runs))
+	if len(runs) != 11 {
+		t.Fatalf("%d runs recorded, want 11", len(runs))
 	}
 	d, err := store.Show(runs[0].ID)
 	if err != nil || len(d.Drift) == 0 || d.Run.Env["gpu_model"] != "Test GPU" || d.Run.UpstreamHead != rep.Head {
 		t.Errorf("show: %+v %v", d, err)
 	}
 	rows, _ := store.Export()
-	if len(rows) != 6*2*5 {
-		t.Errorf("export: %d trial rows, want 60", len(rows))
+	if len(rows) != 9*2*5 {
+		t.Errorf("export: %d trial rows, want 90", len(rows))
 	}
 }
 
@@ -346,8 +405,13 @@ func TestKilledRunIsIncompleteAndIgnored(t *testing.T) {
 	w.serve("b", 50) // slow enough to be cancelled
 	go func() { time.Sleep(300 * time.Millisecond); cancel() }()
 	rep = w.run(ctx, true)
-	if rep.Status != history.Incomplete {
-		t.Fatalf("cancelled run: status %s", rep.Status)
+	if rep.Status != history.Incomplete || rep.ExitCode != ExitInfra || rep.Verdict != "interrupted" {
+		t.Fatalf("cancelled run: status %s exit %d verdict %q", rep.Status, rep.ExitCode, rep.Verdict)
+	}
+	var sum bytes.Buffer
+	Summary(&sum, rep)
+	if !strings.Contains(sum.String(), "## arpatch nightly: INTERRUPTED") {
+		t.Errorf("summary of an interrupted run:\n%s", sum.String())
 	}
 	// A run killed outright stays "running"; the next nightly marks it.
 	store, err := history.Open(filepath.Join(w.dir, "history.db"))
@@ -411,6 +475,14 @@ func TestConfigErrors(t *testing.T) {
 		{"[regression]\nmetrics = { tok_s = 3.0, speed = 2.0 }\n", `unknown metric "speed"`},
 		{"[regression]\nalpha = 1.5\n", "regression.alpha"},
 		{"[bench]\nready_timeout = \"soon\"\n", "bench.ready_timeout"},
+		{"[bench]\nready_timeout = \"-5m\"\n", `nightly.toml:2: bench.ready_timeout: "-5m": use a positive duration`},
+		{"[history]\nwindow = 0\n", "nightly.toml:2: history.window: 0: use 1 or more"},
+		{"[bench]\ntrials = -1\n", "bench.trials: -1: use 1 or more"},
+		{"[bench]\nagree_threshold = 7\n", "bench.agree_threshold: 7: use a share in [0, 1]"},
+		{"[build]\njobs = -4\n", "build.jobs: -4: use 0 or more"},
+		{"[build]\ntool = \"conda\"\n", `build.tool: "conda": use auto, uv or pip`},
+		{"[bench]\nurl_a = \"http://h:1\"\nurl_b = \"http://h:1\"\n", "nightly.toml:3: bench.url_b: http://h:1 is also bench.url_a"},
+		{"[outputs]\nplot = \"x.gif\"\n", "outputs.plot: x.gif: a plot is .svg, .png or .pdf"},
 	} {
 		p := filepath.Join(dir, "nightly.toml")
 		os.WriteFile(p, []byte(tc.toml), 0o644)
@@ -422,5 +494,84 @@ func TestConfigErrors(t *testing.T) {
 	c, err := LoadConfig(filepath.Join(dir, "nightly.toml"))
 	if err != nil || c.Upstream.Ref != "main" || c.Arms.A != "baseline" || c.Arms.B != "pcie" || c.History.Window != 7 || c.Regression.Metrics["tok_s"] != 3 || !*c.Regression.RequireBFaster {
 		t.Errorf("defaults: %+v %v", c, err)
+	}
+	if c.Bench.TrialsFor(0) != 5 || c.Bench.TrialsFor(3) != 3 || c.Bench.WarmupFor(0) != 2 || c.Bench.WarmupFor(4) != 4 || c.Bench.AgreeThreshold != 0.9 {
+		t.Errorf("bench defaults and recipe values: trials %d/%d warmup %d/%d", c.Bench.TrialsFor(0), c.Bench.TrialsFor(3), c.Bench.WarmupFor(0), c.Bench.WarmupFor(4))
+	}
+	// Zero where zero means something is kept, not replaced by a default;
+	// an interpreter path is relative to the config.
+	os.WriteFile(filepath.Join(dir, "nightly.toml"), []byte("[bench]\nwarmup = 0\nagree_threshold = 0\n[regression]\nthreshold_pct = 0\n[build]\npython = \"venv/bin/python3\"\n"), 0o644)
+	c, err = LoadConfig(filepath.Join(dir, "nightly.toml"))
+	if err != nil || c.Bench.WarmupFor(4) != 0 || c.Bench.AgreeThreshold != 0 || c.Regression.ThresholdPct != 0 || c.Build.Python != filepath.Join(dir, "venv/bin/python3") {
+		t.Errorf("explicit zeros: %v warmup %d agree %v threshold %v python %s", err, c.Bench.WarmupFor(4), c.Bench.AgreeThreshold, c.Regression.ThresholdPct, c.Build.Python)
+	}
+}
+
+// Mistakes only a run can see (recipes, series, interpreters, a bench
+// without a server) are found before anything runs, as *ConfigError.
+func TestPreflightErrors(t *testing.T) {
+	w := newWorld(t)
+	for _, tc := range []struct {
+		edit      func(c *Config)
+		skipBuild bool
+		want      string
+	}{
+		{func(c *Config) { c.Arms.AFile, c.Arms.A = "", "nosuch" }, true, "arms.a: "},
+		{func(c *Config) { c.Arms.PatchesDir = "nodir" }, true, "nodir"},
+		{func(c *Config) { c.Build.Archs = []string{"999z"} }, false, "build.archs: "},
+		{func(c *Config) { c.Build.Python = "/no/python3" }, false, "build.python: /no/python3"},
+		{func(c *Config) { c.Build.DepsDir = "nodeps" }, false, "build.deps_dir "},
+		{func(c *Config) { c.Bench.URLA, c.Bench.URLB = "http://127.0.0.1:1", "" }, true, "bench: arm b has no server"},
+	} {
+		cfg := *w.cfg
+		tc.edit(&cfg)
+		_, err := Run(context.Background(), Options{Config: &cfg, Env: w.env, SkipBuild: tc.skipBuild,
+			Probe: func(context.Context) Environment { return Environment{} }})
+		var ce *ConfigError
+		if !errors.As(err, &ce) || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("err = %v, want a ConfigError with %q", err, tc.want)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(w.dir, "history.db")); err == nil {
+		t.Error("a refused config still opened the history")
+	}
+}
+
+// A revision in also_check that does not resolve is a warning, not a
+// failure; one already checked is not checked twice.
+func TestAlsoCheck(t *testing.T) {
+	w := newWorld(t)
+	w.cfg.Upstream.Also = []string{"no-such-branch", "master", w.commit}
+	rep, err := Run(context.Background(), Options{Config: w.cfg, Env: w.env, SkipBuild: true, SkipBench: true,
+		Probe: func(context.Context) Environment { return Environment{} }})
+	if err != nil || rep.ExitCode != ExitOK || len(rep.Drift) != 1 || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "no-such-branch") {
+		t.Fatalf("exit %d, %d drift rows, warnings %v, err %v", rep.ExitCode, len(rep.Drift), rep.Warnings, err)
+	}
+	if c := w.check(rep, "also_check no-such-branch"); c.Status != "skip" {
+		t.Errorf("check %+v", c)
+	}
+}
+
+// With arms.commit = "head", a night after upstream moved builds the new
+// head: the A/B checkouts of the last night are cloned afresh.
+func TestHeadModeFollowsUpstream(t *testing.T) {
+	w := newWorld(t)
+	w.cfg.Arms.Commit = "head"
+	rep := w.runSkipBench(false)
+	if rep.ExitCode != ExitOK || rep.BuildCommit != w.commit {
+		t.Fatalf("first night: exit %d build commit %s %v", rep.ExitCode, rep.BuildCommit, rep.Errors)
+	}
+	testrepo.WriteFiles(w.up, map[string]string{"README.md": "moved on\n"})
+	moved, err := testrepo.Commit(w.up, "upstream moves")
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep = w.runSkipBench(false)
+	if rep.ExitCode != ExitOK || rep.BuildCommit != moved || len(rep.Builds) != 2 {
+		t.Fatalf("after upstream moved: exit %d build commit %s builds %+v errors %v", rep.ExitCode, rep.BuildCommit, rep.Builds, rep.Errors)
+	}
+	st, err := checkout.Status(filepath.Join(w.dir, "nightly-work", "b"), nil)
+	if err != nil || st.State.Commit != moved {
+		t.Errorf("arm b checkout: %+v %v", st, err)
 	}
 }

@@ -12,6 +12,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/report"
+	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/safefs"
 )
 
@@ -152,8 +153,11 @@ func firstLine(s string) string {
 // exit code, drift per series, the bench table, and the regression checks.
 func Summary(w io.Writer, rep *Report) error {
 	icon := map[int]string{ExitOK: "PASS", ExitRegression: "REGRESSION", ExitDrift: "DRIFT", ExitInfra: "INFRA FAILURE"}[rep.ExitCode]
+	if rep.Verdict == "interrupted" {
+		icon = "INTERRUPTED"
+	}
 	fmt.Fprintf(w, "## arpatch nightly: %s\n\nRun %d on `%s`, %s; exit code %d: %s.\n\n", icon, rep.RunID, rep.HardwareKey, rep.StartedAt.Format("2006-01-02 15:04 UTC"), rep.ExitCode, rep.Verdict)
-	fmt.Fprintf(w, "Tracking `%s` at `%s`; pinned `%s`; built and benched at `%s`.\n\n", rep.Ref, short(rep.Head), short(rep.Pinned), short(rep.BuildCommit))
+	fmt.Fprintf(w, "Tracking `%s` at `%s`; pinned `%s`; %s.\n\n", rep.Ref, short(rep.Head), short(rep.Pinned), benchedAt(rep))
 	if len(rep.Drift) > 0 {
 		fmt.Fprintln(w, "### Drift\n\n| series | commit | verdict | patches |\n|---|---|---|---|")
 		for _, d := range rep.Drift {
@@ -161,9 +165,16 @@ func Summary(w io.Writer, rep *Report) error {
 			for _, p := range d.Patches {
 				ps = append(ps, p.Patch+": "+p.Fit)
 			}
-			fmt.Fprintf(w, "| %s | `%s` (%s) | %s | %s |\n", d.Series, short(d.Commit), d.Rev, d.Verdict, strings.Join(ps, ", "))
+			v := d.Verdict
+			if d.Note != "" {
+				v += " (" + d.Note + ")"
+			}
+			fmt.Fprintf(w, "| %s | `%s` (%s) | %s | %s |\n", d.Series, short(d.Commit), d.Rev, v, strings.Join(ps, ", "))
 		}
 		fmt.Fprintln(w)
+	}
+	for _, wn := range rep.Warnings {
+		fmt.Fprintf(w, "> warning: %s\n\n", wn)
 	}
 	if rep.Bench != nil && len(rep.Bench.Arms) > 0 && rep.Bench.Arms[0].Summaries != nil {
 		report.WriteMarkdown(w, rep.Bench, benchSettings(rep))
@@ -172,7 +183,8 @@ func Summary(w io.Writer, rep *Report) error {
 	if len(rep.Regressions) > 0 {
 		fmt.Fprintln(w, "### Regression checks\n\n| arm | metric | against | tonight | reference | change | p | threshold | verdict |\n|---|---|---|---|---|---|---|---|---|")
 		for _, r := range rep.Regressions {
-			fmt.Fprintf(w, "| %s | %s | %s | %.2f | %.2f | %+.1f%% | %.3f | %.1f%% | %s |\n", r.Arm, r.Metric, r.Against, r.Tonight, r.Reference, r.Pct, r.P, r.ThresholdPct, r.Verdict)
+			pct, p := r.pctP()
+			fmt.Fprintf(w, "| %s | %s | %s | %.2f | %s | %s | %s | %.1f%% | %s |\n", r.Arm, r.Metric, r.Against, r.Tonight, r.refText(), pct, p, r.ThresholdPct, r.Verdict)
 		}
 		fmt.Fprintln(w)
 	}
@@ -191,6 +203,20 @@ func benchSettings(rep *Report) report.Settings {
 	return report.Settings{Prompts: promptsOf(rep.Bench), Trials: len(rep.Bench.Arms[0].Trials), Concurrency: 1}
 }
 
+// benchedAt says where the build and bench ran, or that they did not.
+func benchedAt(rep *Report) string {
+	built, benched := len(rep.Builds) > 0, rep.Bench != nil && len(rep.Bench.Arms) > 0 && rep.Bench.Arms[0].Summaries != nil
+	switch {
+	case built && benched:
+		return "built and benched at `" + short(rep.BuildCommit) + "`"
+	case built:
+		return "built at `" + short(rep.BuildCommit) + "`, not benched"
+	case benched:
+		return "benched (no build this run)"
+	}
+	return "nothing built or benched"
+}
+
 func promptsOf(res *bench.Result) int {
 	if len(res.Arms) == 0 || len(res.Arms[0].Trials) == 0 {
 		return 0
@@ -203,7 +229,14 @@ func promptsOf(res *bench.Result) int {
 func WriteTable(w io.Writer, rep *Report) {
 	fmt.Fprintf(w, "nightly run %d on %s: exit %d, %s\n", rep.RunID, rep.HardwareKey, rep.ExitCode, rep.Verdict)
 	for _, d := range rep.Drift {
-		fmt.Fprintf(w, "  drift %-14s %s (%s): %s\n", d.Series, short(d.Commit), d.Rev, d.Verdict)
+		note := ""
+		if d.Note != "" {
+			note = " (" + d.Note + ")"
+		}
+		fmt.Fprintf(w, "  drift %-14s %s (%s): %s%s\n", d.Series, short(d.Commit), d.Rev, d.Verdict, note)
+	}
+	for _, wn := range rep.Warnings {
+		fmt.Fprintf(w, "  warning: %s\n", wn)
 	}
 	for _, b := range rep.Builds {
 		fmt.Fprintf(w, "  build %-10s key %.16s cache hit %v\n", b.Arm, b.Key, b.Hit)
@@ -212,7 +245,8 @@ func WriteTable(w io.Writer, rep *Report) {
 		report.WriteTable(w, rep.Bench, benchSettings(rep))
 	}
 	for _, r := range rep.Regressions {
-		fmt.Fprintf(w, "  %-10s %-13s vs %-8s %8.2f -> %8.2f  %+6.1f%%  p=%.3f  %s\n", r.Arm, r.Metric, r.Against, r.Reference, r.Tonight, r.Pct, r.P, r.Verdict)
+		pct, p := r.pctP()
+		fmt.Fprintf(w, "  %-10s %-13s vs %-8s %8s -> %8.2f  %7s  p=%-5s  %s\n", r.Arm, r.Metric, r.Against, r.refText(), r.Tonight, pct, p, r.Verdict)
 	}
 	for _, e := range rep.Errors {
 		fmt.Fprintf(w, "  error: %s\n", strings.ReplaceAll(e, "\n", "\n  "))
@@ -285,4 +319,29 @@ func jsonWriter(v any) func(io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	}
+}
+
+// MarkExit records, after the run, a failure that changed its exit code
+// (its reports could not be written): the history then agrees with the
+// process's exit code. Errors are ignored: this is the last word on a run
+// that already failed.
+func MarkExit(cfg *Config, rep *Report, code int, why error) {
+	if rep.RunID == 0 || code <= rep.ExitCode {
+		return
+	}
+	rep.ExitCode = code
+	rep.Status = history.Failed
+	rep.Verdict = "infrastructure failure: " + why.Error()
+	if s, err := history.Open(cfg.Path(cfg.History.Path)); err == nil {
+		s.FinishRun(rep.RunID, rep.Status, rep.ExitCode, rep.Verdict)
+		s.Close()
+	}
+}
+
+// refText is the reference median, or "-" when there is none.
+func (c Check) refText() string {
+	if c.RefSamples == 0 {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", c.Reference)
 }

@@ -2,9 +2,13 @@ package nightly
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"os"
+	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 	"time"
@@ -16,6 +20,7 @@ import (
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/kernels"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
@@ -52,6 +57,9 @@ type DriftRow struct {
 	Rev     string                `json:"rev"` // "pinned" or the tracked ref
 	Verdict string                `json:"verdict"`
 	Patches []history.DriftRecord `json:"patches"`
+	// Note says why a conflict does not fail the run: another member of
+	// the family fits this commit, or the commit is only recorded.
+	Note string `json:"note,omitempty"`
 }
 
 // BuildRow is one arm's build.
@@ -73,6 +81,7 @@ type Report struct {
 	ExitCode    int           `json:"exit_code"`
 	Verdict     string        `json:"verdict"`
 	HardwareKey string        `json:"hardware_key"`
+	Workload    string        `json:"workload"`
 	Environment Environment   `json:"environment"`
 	Ref         string        `json:"ref"`
 	Head        string        `json:"head"`
@@ -86,7 +95,10 @@ type Report struct {
 	Regressions   []Check           `json:"regressions,omitempty"`
 	Checks        []history.Check   `json:"checks"`
 	Errors        []string          `json:"errors,omitempty"`
-	ArmRecipes    map[string]string `json:"arm_recipes"`
+	// Warnings are problems that do not change the exit code (an
+	// also_check revision that does not resolve).
+	Warnings   []string          `json:"warnings,omitempty"`
+	ArmRecipes map[string]string `json:"arm_recipes"`
 }
 
 // ReportSchema names the JSON layout.
@@ -116,10 +128,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		now = o.Now
 	}
 	rep := &Report{Schema: ReportSchema, StartedAt: now().UTC(), Ref: cfg.Upstream.Ref, ArmRecipes: map[string]string{}}
+	// Everything the config decides is checked before anything runs: a
+	// mistake found an hour into a build wastes the night.
+	a, b, cat, err := preflight(cfg, o)
+	if err != nil {
+		return nil, &ConfigError{err}
+	}
 	dbPath := cfg.Path(cfg.History.Path)
 	unlock, err := history.Lock(dbPath)
 	if err != nil {
-		return nil, fmt.Errorf("another nightly is running on this history (%v); wait for it, or remove the lock if it died", err)
+		var held *lockfile.HeldError
+		if errors.As(err, &held) {
+			return nil, fmt.Errorf("another nightly is running on this history (%v); wait for it to finish", err)
+		}
+		return nil, fmt.Errorf("history.path %s: cannot take its lock: %w", dbPath, err)
 	}
 	defer unlock()
 	store, err := history.Open(dbPath)
@@ -132,15 +154,8 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	} else if len(stale) > 0 {
 		logf("marked %d runs killed midway as incomplete: %v", len(stale), stale)
 	}
-	a, b, err := loadArms(cfg)
-	if err != nil {
-		return nil, err
-	}
 	rep.ArmRecipes["a"], rep.ArmRecipes["b"] = a.Name, b.Name
-	cat, err := catalog(cfg)
-	if err != nil {
-		return nil, err
-	}
+	rep.Workload = workloadKey(cfg, b)
 	probe := o.Probe
 	if probe == nil {
 		probe = func(ctx context.Context) Environment { return Discover(ctx, cfg.Build.Python) }
@@ -151,7 +166,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.HardwareKey = rep.Environment.HardwareKey()
 	}
 	rep.Pinned = b.Upstream.Commit
-	id, err := store.BeginRun(history.Run{StartedAt: rep.StartedAt, HardwareKey: rep.HardwareKey, SGLangCommit: rep.Pinned, SeriesHash: seriesHash(cat), ArpatchVersion: o.Version, Env: rep.Environment.Map()})
+	id, err := store.BeginRun(history.Run{StartedAt: rep.StartedAt, HardwareKey: rep.HardwareKey, SGLangCommit: rep.Pinned, SeriesHash: seriesHash(cat), ArpatchVersion: o.Version, Workload: rep.Workload, Env: rep.Environment.Map()})
 	if err != nil {
 		return nil, err
 	}
@@ -174,17 +189,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	} else {
 		if cfg.Upstream.Fetch {
 			if err := repo.Fetch(ctx, nil); err != nil {
-				rep.Errors = append(rep.Errors, "fetch: "+err.Error())
+				rep.Errors = append(rep.Errors, fmt.Sprintf("upstream.fetch: fetching origin into %s: %v", repoPath, err))
 				rep.check(history.Check{Name: "fetch " + cfg.Upstream.Ref, Kind: "drift", Status: "fail", Detail: err.Error()})
 				rep.exit(ExitInfra)
 			}
 		}
 		rep.Head, err = repo.Resolve(cfg.Upstream.Ref)
 		if err != nil {
-			rep.Errors = append(rep.Errors, err.Error())
+			rep.Errors = append(rep.Errors, "upstream.ref: "+err.Error())
+			rep.check(history.Check{Name: "resolve " + cfg.Upstream.Ref, Kind: "drift", Status: "fail", Detail: err.Error()})
 			rep.exit(ExitInfra)
 		}
-		drift(rep, repoPath, cat, b, store, cfg.Upstream.Also)
+		drift(rep, repo, repoPath, cat, b, store, cfg.Upstream.Also)
 	}
 	store.Update(id, "", rep.Head, "")
 	rep.BuildCommit = rep.Pinned
@@ -227,11 +243,24 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.check(history.Check{Name: "bench", Kind: "validity", Status: "skip", Detail: "--skip-bench"})
 	}
 	if ctx.Err() != nil {
+		// Interrupted: no verdict, never a reference; an infrastructure
+		// exit, so CI does not read it as a pass.
+		rep.exit(ExitInfra)
 		rep.Status = history.Incomplete
 		rep.Verdict = "interrupted"
+		rep.Errors = append(rep.Errors, "interrupted ("+context.Cause(ctx).Error()+"): the run stopped before its verdict")
+		rep.check(history.Check{Name: "run", Kind: "infra", Status: "fail", Detail: "interrupted"})
+		for _, c := range rep.Checks {
+			store.AddCheck(id, c)
+		}
+		rep.Seconds = now().Sub(rep.StartedAt).Seconds()
 		store.FinishRun(id, history.Incomplete, rep.ExitCode, rep.Verdict)
 		finished = true
-		return rep, ctx.Err()
+		return rep, nil
+	}
+	if rep.ExitCode == ExitInfra && !failedCheck(rep.Checks) {
+		// Every infrastructure failure shows as a failed test case in CI.
+		rep.check(history.Check{Name: "run", Kind: "infra", Status: "fail", Detail: strings.Join(rep.Errors, "; ")})
 	}
 	for _, c := range rep.Checks {
 		if err := store.AddCheck(id, c); err != nil {
@@ -251,10 +280,113 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
+func failedCheck(cs []history.Check) bool {
+	for _, c := range cs {
+		if c.Status == "fail" {
+			return true
+		}
+	}
+	return false
+}
+
+// ConfigError is a nightly.toml that cannot run; the CLI exits 2.
+type ConfigError struct{ Err error }
+
+func (e *ConfigError) Error() string { return e.Err.Error() }
+func (e *ConfigError) Unwrap() error { return e.Err }
+
+// preflight checks what the config decides before anything runs: the
+// recipes and patch series, and, for the steps that will run, the archs,
+// the interpreters, the deps dir and what the bench needs. Errors name
+// the config key.
+func preflight(cfg *Config, o Options) (a, b *recipes.Recipe, cat *patches.Catalog, err error) {
+	if a, b, err = loadArms(cfg); err != nil {
+		return nil, nil, nil, err
+	}
+	if cat, err = catalog(cfg); err != nil {
+		return nil, nil, nil, err
+	}
+	if b.Series != "" && len(cat.Members(b.Series)) == 0 {
+		return nil, nil, nil, fmt.Errorf("arms.b: recipe %s names series %q, which no series in %s has as name or family", b.Name, b.Series, orStr(cfg.Arms.PatchesDir, "arpatch's embedded series"))
+	}
+	if !o.SkipBuild {
+		archs := cfg.Build.Archs
+		if len(archs) == 0 {
+			archs = b.Build.Archs
+		}
+		if _, err := kernels.ParseArchs(archs); err != nil {
+			return nil, nil, nil, fmt.Errorf("build.archs: %w", err)
+		}
+		if err := lookPython(cfg.Build.Python, o.Env); err != nil {
+			return nil, nil, nil, fmt.Errorf("build.python: %w", err)
+		}
+		if d := cfg.Build.DepsDir; d != "" {
+			if fi, err := os.Stat(cfg.Path(d)); err != nil || !fi.IsDir() {
+				return nil, nil, nil, fmt.Errorf("build.deps_dir %s: not a directory", cfg.Path(d))
+			}
+		}
+	}
+	if !o.SkipBench {
+		c := cfg.Bench
+		for _, arm := range []struct{ key, url, launch string }{{"a", c.URLA, c.LaunchCmdA}, {"b", c.URLB, c.LaunchCmdB}} {
+			if arm.url == "" && arm.launch == "" && c.LaunchCmd == "" && or(c.Model, b.Bench.Model) == "" {
+				return nil, nil, nil, fmt.Errorf("bench: arm %s has no server: set bench.model (and bench.draft_model) to launch SGLang, bench.launch_cmd or bench.launch_cmd_%s, or bench.url_%s; or run with --skip-bench", arm.key, arm.key, arm.key)
+			}
+		}
+		for _, py := range []struct{ key, v string }{{"bench.python_a", c.PythonA}, {"bench.python_b", c.PythonB}} {
+			if py.v != "" {
+				if err := lookPython(py.v, o.Env); err != nil {
+					return nil, nil, nil, fmt.Errorf("%s: %w", py.key, err)
+				}
+			}
+		}
+	}
+	return a, b, cat, nil
+}
+
+// lookPython finds an interpreter by path, or by name on env's PATH.
+func lookPython(py string, env []string) error {
+	if strings.Contains(py, "/") {
+		if _, err := os.Stat(py); err != nil {
+			return fmt.Errorf("%s: %w", py, err)
+		}
+		return nil
+	}
+	path := os.Getenv("PATH")
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if fi, err := os.Stat(filepath.Join(dir, py)); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+			return nil
+		}
+	}
+	return fmt.Errorf("%q is not on PATH; give its full path (a relative path is relative to the config file)", py)
+}
+
+func orStr(a, b string) string {
+	if a != "" {
+		return a
+	}
+	return b
+}
+
+// workloadKey names what the bench measures: runs compare only within one
+// key, since a change of model, prompts or tokens moves every number.
+func workloadKey(cfg *Config, b *recipes.Recipe) string {
+	rb, c := b.Bench, cfg.Bench
+	return fmt.Sprintf("model=%s draft=%s tp=%d spec=%s/%d/%d/%d prompts=%s:%d max_new_tokens=%d concurrency=%d",
+		or(c.Model, rb.Model), or(c.DraftModel, rb.DraftModel), rb.TP, rb.SpeculativeAlgorithm, rb.SpeculativeNumSteps, rb.SpeculativeEagleTopK, rb.SpeculativeNumDraftTokens,
+		orStr(rb.Workload, "builtin"), orInt(c.NumPrompts, rb.NumPrompts), orInt(c.MaxNewTokens, rb.MaxNewTokens), orInt(c.Concurrency, rb.Concurrency))
+}
+
 func verdictText(rep *Report) string {
 	switch rep.ExitCode {
 	case ExitInfra:
-		return "infrastructure failure: " + strings.Join(rep.Errors, "; ")
+		first, _, _ := strings.Cut(strings.Join(rep.Errors, "; "), "\n")
+		return "infrastructure failure: " + first
 	case ExitDrift:
 		return "drift: the series no longer applies to " + rep.Ref
 	case ExitRegression:
@@ -314,16 +446,28 @@ func seriesHash(cat *patches.Catalog) string {
 // ref's head, records each patch's fit, and fails the run (exit 3) when
 // no series of recipe B's family fits head, naming the patches, files and
 // hunks that conflict.
-func drift(rep *Report, repoPath string, cat *patches.Catalog, b *recipes.Recipe, store *history.Store, also []string) {
+func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog, b *recipes.Recipe, store *history.Store, also []string) {
 	revs := []string{rep.Pinned}
 	if rep.Head != "" && rep.Head != rep.Pinned {
 		revs = append(revs, rep.Head)
 	}
 	judged := len(revs)
+	alsoName := map[string]string{}
 	for _, a := range also {
-		if a != rep.Pinned && a != rep.Head {
-			revs = append(revs, a)
+		// also_check is recorded, never failing: a revision that does not
+		// resolve is noted and skipped; one already checked is not checked
+		// twice.
+		commit, err := repo.Resolve(a)
+		if err != nil {
+			rep.check(history.Check{Name: "also_check " + a, Kind: "drift", Status: "skip", Detail: err.Error()})
+			rep.Warnings = append(rep.Warnings, "upstream.also_check: "+err.Error())
+			continue
 		}
+		if slices.Contains(revs, commit) {
+			continue
+		}
+		revs = append(revs, commit)
+		alsoName[commit] = a
 	}
 	rows, err := checkout.CheckCommits(repoPath, revs, cat, nil)
 	if err != nil {
@@ -341,7 +485,7 @@ func drift(rep *Report, repoPath string, cat *patches.Catalog, b *recipes.Recipe
 		case r.Commit == rep.Head:
 			rev = "pinned=" + rep.Ref
 		case r.Commit != rep.Pinned:
-			rev = "also " + r.Rev
+			rev = "also " + orStr(alsoName[r.Commit], short(r.Commit))
 		}
 		dr := DriftRow{Series: r.Series, Commit: r.Commit, Rev: rev, Verdict: r.Verdict}
 		for _, f := range r.Fits {
@@ -372,6 +516,7 @@ func drift(rep *Report, repoPath string, cat *patches.Catalog, b *recipes.Recipe
 				c := history.Check{Name: fmt.Sprintf("%s at %s", s.Name, short(commit)), Kind: "drift", Status: "pass"}
 				if !fits[commit][s.Name] {
 					c.Status, c.Detail = "skip", "recorded only (also_check)"
+					setNote(rep.Drift, s.Name, commit, c.Detail)
 				}
 				rep.check(c)
 			}
@@ -394,6 +539,7 @@ func drift(rep *Report, repoPath string, cat *patches.Catalog, b *recipes.Recipe
 				c.Status = "pass"
 			case anyFit != "":
 				c.Status, c.Detail = "skip", "superseded here by "+anyFit
+				setNote(rep.Drift, s.Name, commit, c.Detail)
 			default:
 				c.Status, c.Detail = "fail", conflictDetail(rep.Drift, s.Name, commit)
 			}
@@ -406,8 +552,16 @@ func drift(rep *Report, repoPath string, cat *patches.Catalog, b *recipes.Recipe
 				first, _, _ := strings.Cut(conflictDetail(rep.Drift, s.Name, commit), "\n")
 				msg += fmt.Sprintf("\n  %s: %s", s.Name, first)
 			}
-			msg += fmt.Sprintf("\n  remedy: refresh the series against this commit (arpatch patches check --repo %s --commit %s shows every hunk), or keep the recipe pinned to a commit it fits", repoPath, short(commit))
+			msg += fmt.Sprintf("\n  remedy: refresh the series against this commit (arpatch patches check --repo %s --commit %s shows every hunk), or keep the recipe pinned to a commit it fits", repoPath, commit)
 			rep.Errors = append(rep.Errors, msg)
+		}
+	}
+}
+
+func setNote(rows []DriftRow, series, commit, note string) {
+	for i := range rows {
+		if rows[i].Series == series && rows[i].Commit == commit {
+			rows[i].Note = note
 		}
 	}
 }
@@ -464,6 +618,12 @@ func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recip
 	if cfg.Arms.Commit == "head" {
 		commit = rep.Head
 	}
+	if err := refreshArms(cfg.Path(cfg.Build.WorkDir), rep.BuildCommit); err != nil {
+		rep.Errors = append(rep.Errors, "build: "+err.Error())
+		rep.check(history.Check{Name: "build", Kind: "build", Status: "fail", Detail: err.Error()})
+		rep.exit(ExitInfra)
+		return
+	}
 	_, results, err := kernels.ABBuild(ctx, kernels.ABOptions{A: a, B: b, Catalog: cat, Dir: cfg.Path(cfg.Build.WorkDir), Repo: cfg.Path(cfg.Upstream.Repo), Commit: commit, Build: bo}, nil)
 	for i, r := range results {
 		arm := []string{a.Name, b.Name}[i]
@@ -476,6 +636,30 @@ func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recip
 		rep.check(history.Check{Name: "build", Kind: "build", Status: "fail", Detail: err.Error()})
 		rep.exit(ExitInfra)
 	}
+}
+
+// refreshArms removes the nightly's A/B checkouts (work/a, work/b) when
+// they hold another commit than tonight's (arms.commit = "head" after
+// upstream moved), so that they are cloned afresh. A checkout with
+// changes arpatch did not make is kept, and the error names it.
+func refreshArms(work, commit string) error {
+	for _, arm := range []string{"a", "b"} {
+		dir := filepath.Join(work, arm)
+		if _, err := os.Stat(dir); err != nil {
+			continue
+		}
+		st, err := checkout.Status(dir, nil)
+		if err != nil || st.State == nil || st.State.Commit == commit {
+			continue // not ours, or already right: ABBuild decides
+		}
+		if !st.Clean() || len(st.Other) > 0 {
+			return fmt.Errorf("%s holds commit %s with changes arpatch did not make; tonight needs %s. Move it away (the nightly re-clones it)", dir, short(st.State.Commit), short(commit))
+		}
+		if err := os.RemoveAll(dir); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 func runBench(ctx context.Context, cfg *Config, o Options, a, b *recipes.Recipe) (*bench.Result, report.Settings, error) {
@@ -495,7 +679,7 @@ func runBench(ctx context.Context, cfg *Config, o Options, a, b *recipes.Recipe)
 		Baseline: a.Name, Model: or(c.Model, rb.Model), DraftModel: or(c.DraftModel, rb.DraftModel), TP: rb.TP,
 		SpecAlgorithm: rb.SpeculativeAlgorithm, SpecSteps: rb.SpeculativeNumSteps, SpecTopK: rb.SpeculativeEagleTopK, SpecDraftTokens: rb.SpeculativeNumDraftTokens,
 		Prompts: workload.Take(workload.Builtin(), orInt(c.NumPrompts, rb.NumPrompts)), MaxNewTokens: orInt(c.MaxNewTokens, rb.MaxNewTokens),
-		Concurrency: orInt(c.Concurrency, rb.Concurrency), Warmup: c.Warmup, Trials: c.Trials, Interleave: true,
+		Concurrency: orInt(c.Concurrency, rb.Concurrency), Warmup: c.WarmupFor(rb.Warmup), Trials: c.TrialsFor(rb.Trials), Interleave: true,
 		Env: o.Env, LogDir: cfg.Path(c.LogDir), ReadyTimeout: cfg.ReadyTimeout(), AgreeThreshold: c.AgreeThreshold,
 	}
 	s := report.Settings{Prompts: len(bo.Prompts), Trials: bo.Trials, Concurrency: bo.Concurrency, MaxNewTokens: bo.MaxNewTokens, Model: bo.Model}
@@ -568,6 +752,31 @@ type Check struct {
 	RefSamples   int     `json:"reference_samples"`
 	Verdict      string  `json:"verdict"` // regression, improvement, no significant change, not enough data
 	Note         string  `json:"note,omitempty"`
+
+	judged bool // a test ran: Pct and P mean something
+}
+
+// MarshalJSON leaves pct and p out of a check that was not judged (not
+// enough data): a 0 there would read as a certain result.
+func (c Check) MarshalJSON() ([]byte, error) {
+	type plain Check
+	out := struct {
+		plain
+		Pct *float64 `json:"pct,omitempty"`
+		P   *float64 `json:"p,omitempty"`
+	}{plain: plain(c)}
+	if c.judged {
+		out.Pct, out.P = &c.Pct, &c.P
+	}
+	return json.Marshal(out)
+}
+
+// pctP formats the change and p-value, or dashes when not judged.
+func (c Check) pctP() (string, string) {
+	if !c.judged {
+		return "-", "-"
+	}
+	return fmt.Sprintf("%+.1f%%", c.Pct), fmt.Sprintf("%.3f", c.P)
 }
 
 // judge decides regressions against history and B against A tonight.
@@ -589,7 +798,7 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 	for _, ar := range res.Arms {
 		for _, m := range metrics {
 			tonight := metricValues(ar.Metrics, m)
-			ref, runs, err := store.Window(rep.HardwareKey, ar.Arm.Name, m, cfg.History.Window, rep.RunID)
+			ref, runs, err := store.Window(rep.HardwareKey, rep.Workload, ar.Arm.Name, m, cfg.History.Window, rep.RunID)
 			r := Check{Arm: ar.Arm.Name, Metric: m, Against: "history", ThresholdPct: cfg.Regression.Metrics[m], RefRuns: len(runs), RefSamples: len(ref)}
 			if err != nil {
 				r.Verdict, r.Note = "not enough data", err.Error()
@@ -615,8 +824,9 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 
 func (rep *Report) addRegression(r Check) {
 	rep.Regressions = append(rep.Regressions, r)
+	pct, p := r.pctP()
 	c := history.Check{Name: fmt.Sprintf("%s %s vs %s", r.Arm, r.Metric, r.Against), Kind: "regression", Status: "pass",
-		Detail: fmt.Sprintf("%s: %+.1f%% (p=%.3f, threshold %.1f%%, %d reference samples)", r.Verdict, r.Pct, r.P, r.ThresholdPct, r.RefSamples)}
+		Detail: fmt.Sprintf("%s: %s (p=%s, threshold %.1f%%, %d reference samples)", r.Verdict, pct, p, r.ThresholdPct, r.RefSamples)}
 	if r.Note != "" {
 		c.Detail += "; " + r.Note
 	}
@@ -638,7 +848,7 @@ func compare(r *Check, ref, tonight []float64, alpha float64, higherIsBetter boo
 		return
 	}
 	d := stats.CompareAt(ref, tonight, higherIsBetter, alpha)
-	r.Pct, r.P = d.Pct, d.P
+	r.Pct, r.P, r.judged = d.Pct, d.P, true
 	worse := r.Pct < 0
 	if !higherIsBetter {
 		worse = r.Pct > 0
@@ -646,7 +856,7 @@ func compare(r *Check, ref, tonight []float64, alpha float64, higherIsBetter boo
 	big := abs(r.Pct) >= r.ThresholdPct
 	switch {
 	case d.TooFew != "" && d.Verdict == stats.NoChange:
-		r.Verdict, r.Note = "not enough data", d.TooFew
+		r.Verdict, r.Note, r.judged = "not enough data", d.TooFew, false
 	case d.Verdict != stats.NoChange && big && worse:
 		r.Verdict = "regression"
 	case d.Verdict != stats.NoChange && big:

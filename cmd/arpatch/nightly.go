@@ -1,13 +1,18 @@
 package main
 
 import (
+	"encoding/json"
+	"slices"
+	"errors"
 	"fmt"
 	"os"
 	"strconv"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/history"
+	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/nightly"
 )
 
@@ -16,7 +21,7 @@ func nightlyCommand() *cli.Command {
 		Name:  "nightly",
 		Usage: "drift check, cached A/B build, bench, history and regression verdict, for cron and CI",
 		UsageText: `arpatch nightly --config nightly.toml [--skip-build] [--skip-bench]
-                [--github-benchmark FILE] [--bencher FILE] [--junit FILE] [--summary FILE]`,
+                [--github-benchmark PREFIX] [--bencher FILE] [--junit FILE] [--summary FILE]`,
 		Description: `Each run: (1) fetches the tracked ref into the upstream repository (when
 upstream.fetch is set) and checks every series against the pinned commit and
 the ref's head, recording exact / offset / applied / conflict per patch;
@@ -27,8 +32,10 @@ history.window complete runs on the same hardware key (Mann-Whitney U and a
 relative threshold, 3% by default), and B against A tonight; (6) writes the
 reports (output dir: nightly.json and summary.md; and the CI files).
 
-A lock next to the history database keeps two nightlies off one host. A run
-killed midway is marked incomplete by the next one and is never a reference.
+A lock next to the history database keeps two nightlies off one history. A
+run killed midway is marked incomplete by the next one and is never a
+reference; so is a night that failed its checks (exit 1), until
+"arpatch history accept RUN" makes a run the new reference.
 
 Exit codes: 0 no regression, 1 regression or invalid output, 3 drift (the
 series no longer applies), 4 infrastructure failure (fetch, build, server),
@@ -53,6 +60,9 @@ Examples:
 			if err != nil {
 				return usageError{err}
 			}
+			if p := c.String("github-benchmark"); p != "" && strings.HasSuffix(p, "/") {
+				return usagef("--github-benchmark %s: give a file prefix, e.g. out/bench (writes out/bench-bigger.json and out/bench-smaller.json)", p)
+			}
 			rep, err := nightly.Run(c.Context, nightly.Options{
 				Config: cfg, SkipBuild: c.Bool("skip-build"), SkipBench: c.Bool("skip-bench"),
 				Version: arpatchVersion(), Log: c.App.ErrWriter, Launcher: launcher(),
@@ -63,18 +73,26 @@ Examples:
 				if werr := nightly.WriteOutputs(rep, cfg, extra); werr != nil && err == nil {
 					err = werr
 				}
-				if cfg.Outputs.Plot != "" && err == nil {
+				if cfg.Outputs.Plot != "" && err == nil && rep.Bench != nil {
 					if store, oerr := history.Open(cfg.Path(cfg.History.Path)); oerr == nil {
-						if perr := store.Plot("tok_s", cfg.Path(cfg.Outputs.Plot)); perr != nil {
-							fmt.Fprintln(c.App.ErrWriter, "arpatch: plot:", perr)
+						sel := history.Series{HardwareKey: rep.HardwareKey, Workload: rep.Workload}
+						if perr := store.Plot("tok_s", cfg.Path(cfg.Outputs.Plot), sel); perr != nil {
+							fmt.Fprintln(c.App.ErrWriter, "arpatch: outputs.plot:", perr)
 						}
 						store.Close()
 					}
 				}
 			}
-			if err != nil {
+			var ce *nightly.ConfigError
+			switch {
+			case errors.As(err, &ce):
+				return usageError{fmt.Errorf("%s: %w", pathFlag(c, "config"), err)}
+			case err != nil:
 				// It could not run (the lock is held, the history will not
 				// open) or could not write its reports: infrastructure.
+				if rep != nil {
+					nightly.MarkExit(cfg, rep, nightly.ExitInfra, err)
+				}
 				return cli.Exit(err.Error(), nightly.ExitInfra)
 			}
 			if rep.ExitCode != 0 {
@@ -96,7 +114,7 @@ func historyCommand() *cli.Command {
 	}
 	return &cli.Command{
 		Name:  "history",
-		Usage: "list, show, export and plot nightly runs",
+		Usage: "list, show, export, plot and accept nightly runs",
 		Subcommands: []*cli.Command{
 			{
 				Name: "list", Usage: "list runs, newest first", UsageText: "arpatch history list [--db FILE] [--limit N]",
@@ -118,7 +136,15 @@ func historyCommand() *cli.Command {
 						if r.ExitCode != nil {
 							exit = strconv.Itoa(*r.ExitCode)
 						}
-						fmt.Fprintf(w, "%-5d %-20s %-10s %-4s %-24s %-12.12s %s\n", r.ID, r.StartedAt.Format("2006-01-02 15:04:05"), r.Status, exit, r.HardwareKey, r.SGLangCommit, r.Verdict)
+						status, verdict := r.Status, r.Verdict
+						if status == history.Running && !lockfile.Alive(r.PID) {
+							// The next nightly marks it incomplete; say now.
+							status, verdict = "killed?", fmt.Sprintf("pid %d is gone; the next nightly marks this run incomplete", r.PID)
+						}
+						if r.Accepted {
+							verdict += " (accepted reference)"
+						}
+						fmt.Fprintf(w, "%-5d %-20s %-10s %-4s %-24s %-12.12s %s\n", r.ID, r.StartedAt.Format("2006-01-02 15:04:05"), status, exit, r.HardwareKey, r.SGLangCommit, verdict)
 					}
 					return nil
 				},
@@ -140,7 +166,10 @@ func historyCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					return writeJSON(c.App.Writer, d)
+					enc := json.NewEncoder(c.App.Writer)
+					enc.SetIndent("", "  ")
+					enc.SetEscapeHTML(false) // conflict details hold C++'s < > &
+					return enc.Encode(d)
 				},
 			},
 			{
@@ -168,19 +197,57 @@ func historyCommand() *cli.Command {
 			},
 			{
 				Name: "plot", Usage: "plot a metric over time per arm, with CI bands and drift/regression marks",
-				UsageText: "arpatch history plot --metric tok_s --out FILE.svg|png [--db FILE]",
-				Flags: []cli.Flag{db, &cli.StringFlag{Name: "metric", Value: "tok_s", Usage: "`METRIC` (tok_s, decode_tok_s, accept_length, ttft_ms_p50, ...)"},
-					&cli.StringFlag{Name: "out", Usage: "`FILE` (.svg, .png or .pdf)", Required: true}}, Before: noArgs,
+				UsageText: "arpatch history plot --metric tok_s --out FILE.svg|png [--hardware KEY] [--workload KEY] [--db FILE]",
+				Description: `One line per arm, for one hardware key and one workload (numbers from other
+machines or workloads do not belong on one line); by default those of the
+newest run.`,
+				Flags: []cli.Flag{db, &cli.StringFlag{Name: "metric", Value: "tok_s", Usage: "`METRIC`: " + strings.Join(history.Metrics, ", ")},
+					&cli.StringFlag{Name: "out", Usage: "`FILE` (.svg, .png or .pdf)", Required: true},
+					&cli.StringFlag{Name: "hardware", Usage: "hardware `KEY` to plot (default: the newest run's)"},
+					&cli.StringFlag{Name: "workload", Usage: "workload `KEY` to plot (default: the newest run's on that hardware)"}}, Before: noArgs,
 				Action: func(c *cli.Context) error {
+					if !slices.Contains(history.Metrics, c.String("metric")) {
+						return usagef("--metric %q: use one of %s", c.String("metric"), strings.Join(history.Metrics, ", "))
+					}
+					if err := history.PlotFormat(pathFlag(c, "out")); err != nil {
+						return usagef("--out %v", err)
+					}
 					s, err := open(c)
 					if err != nil {
 						return err
 					}
 					defer s.Close()
-					if err := s.Plot(c.String("metric"), pathFlag(c, "out")); err != nil {
+					sel := history.Series{HardwareKey: c.String("hardware"), Workload: c.String("workload")}
+					if err := s.Plot(c.String("metric"), pathFlag(c, "out"), sel); err != nil {
 						return err
 					}
 					fmt.Fprintf(c.App.Writer, "wrote %s\n", pathFlag(c, "out"))
+					return nil
+				},
+			},
+			{
+				Name: "accept", Usage: "take a run as the new reference after a deliberate change",
+				UsageText: "arpatch history accept RUN [--db FILE]",
+				Description: `A nightly compares each arm with the last history.window complete runs on
+the same hardware and workload; nights that failed their checks (exit 1)
+are never references, so a real slowdown keeps failing. When the change is
+deliberate (a new upstream, a new toolchain), accept the first night of the
+new level: later nights then compare with it and the runs after it.`,
+				Flags: []cli.Flag{db},
+				Action: func(c *cli.Context) error {
+					id, err := strconv.ParseInt(c.Args().First(), 10, 64)
+					if c.Args().Len() != 1 || err != nil {
+						return usagef("history accept takes one run number")
+					}
+					s, err := open(c)
+					if err != nil {
+						return err
+					}
+					defer s.Close()
+					if err := s.Accept(id); err != nil {
+						return err
+					}
+					fmt.Fprintf(c.App.Writer, "run %d is the new reference for its hardware and workload\n", id)
 					return nil
 				},
 			},

@@ -211,6 +211,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if err != nil {
 			return res, err
 		}
+		if ctx.Err() == nil && len(trial.Samples) > 0 && allFailed(trial.Samples) {
+			// Not a slow arm: a server that does not serve. No number of
+			// this trial may stand for the arm.
+			return res, &InfraError{fmt.Errorf("arm %s: all %d requests of trial %d failed, the first with: %s; is the server at %s up and serving /generate?",
+				ar.Arm.Name, len(trial.Samples), s.trial, trial.Samples[0].Err, url)}
+		}
 		if p := running[s.arm]; p != nil {
 			if exited, werr := p.Exited(); exited {
 				return res, &InfraError{&server.ExitError{Name: ar.Arm.Name, Log: p.Spec.LogPath,
@@ -228,6 +234,15 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	analyze(res, o)
 	return res, nil
+}
+
+func allFailed(ss []sglang.Sample) bool {
+	for _, x := range ss {
+		if x.Err == "" {
+			return false
+		}
+	}
+	return true
 }
 
 func launching(o Options) bool {

@@ -42,11 +42,15 @@ func TestRunVerdicts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	for name, want := range map[string]string{"same": stats.NoChange, "slow": stats.Slower, "wrong": stats.NoChange} {
-		a := res.Arm(name)
-		if got := a.Deltas["tok_s"].Verdict; got != want {
-			t.Errorf("%s: verdict %s, want %s (%+v)", name, got, want, a.Deltas["tok_s"])
+	// Arms at the baseline's rate: no change, or (on a loaded machine,
+	// where the wall clock wobbles) a significant change of under 3%.
+	for _, name := range []string{"same", "wrong"} {
+		if d := res.Arm(name).Deltas["tok_s"]; d.Verdict != stats.NoChange && math.Abs(d.Pct) >= 3 {
+			t.Errorf("%s: %+v, want no change", name, d)
 		}
+	}
+	if got := res.Arm("slow").Deltas["tok_s"].Verdict; got != stats.Slower {
+		t.Errorf("slow: verdict %s", got)
 	}
 	if d := res.Arm("slow").Deltas["tok_s"]; d.Pct > -30 || d.P >= 0.05 {
 		t.Errorf("slow arm: %+v", d)
@@ -74,25 +78,41 @@ func TestRunVerdicts(t *testing.T) {
 	}
 }
 
+// Some failed requests are counted and warned about; an arm whose every
+// request fails is a server that does not serve: an infrastructure error,
+// never a (zero) speed.
 func TestRunCountsFailures(t *testing.T) {
 	_, b := serve(t, sglangtest.Config{TokPerSec: 2000, HTTP500Every: 3})
-	_, drop := serve(t, sglangtest.Config{TokPerSec: 2000, DropAfter: 2})
-	_, bad := serve(t, sglangtest.Config{TokPerSec: 2000, Malformed: true})
+	_, ok := serve(t, sglangtest.Config{TokPerSec: 2000})
 	res, err := Run(context.Background(), Options{
-		Arms:    []Arm{{Name: "baseline", URL: b}, {Name: "drop", URL: drop}, {Name: "bad", URL: bad}},
+		Arms:    []Arm{{Name: "baseline", URL: ok}, {Name: "flaky", URL: b}},
 		Prompts: workload.Take(workload.Builtin(), 6), MaxNewTokens: 12, Trials: 2,
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if e := res.Arm("baseline").Metrics[0].Errors; e != 2 {
-		t.Errorf("HTTP 500 every 3rd request: %d errors in 6", e)
+	a := res.Arm("flaky")
+	if e := a.Metrics[0].Errors; e != 2 || !strings.Contains(strings.Join(a.Warnings, " "), "requests failed") {
+		t.Errorf("HTTP 500 every 3rd request: %d errors in 6, warnings %v", e, a.Warnings)
 	}
-	for _, name := range []string{"drop", "bad"} {
-		a := res.Arm(name)
-		if a.Metrics[0].Errors != 6 || !strings.Contains(strings.Join(a.Warnings, " "), "6 requests failed") && !strings.Contains(strings.Join(a.Warnings, " "), "12 requests failed") {
-			t.Errorf("%s: %+v %v", name, a.Metrics[0], a.Warnings)
+	for name, cfg := range map[string]sglangtest.Config{
+		"the stream ended before [DONE]": {TokPerSec: 2000, DropAfter: 2},
+		"malformed chunk":                {TokPerSec: 2000, Malformed: true},
+	} {
+		_, u := serve(t, cfg)
+		_, err := Run(context.Background(), Options{
+			Arms:    []Arm{{Name: "baseline", URL: ok}, {Name: "broken", URL: u}},
+			Prompts: workload.Take(workload.Builtin(), 6), MaxNewTokens: 12, Trials: 2,
+		})
+		var ie *InfraError
+		if !errors.As(err, &ie) || !strings.Contains(err.Error(), "arm broken: all 6 requests of trial 1 failed") || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: err = %v", name, err)
 		}
+	}
+	// Nothing listening at all.
+	_, err = Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: "http://127.0.0.1:1"}}, Prompts: []string{"a"}, MaxNewTokens: 4, Trials: 1})
+	if err == nil || !strings.Contains(err.Error(), "request failed") || !strings.Contains(err.Error(), "is the server at http://127.0.0.1:1 up") {
+		t.Errorf("no server: %v", err)
 	}
 }
 
