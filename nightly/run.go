@@ -91,10 +91,10 @@ type Report struct {
 	Builds      []BuildRow    `json:"builds,omitempty"`
 	Bench       *bench.Result `json:"bench,omitempty"`
 	// BenchSettings are the workload settings the bench ran with.
-	BenchSettings *report.Settings  `json:"bench_settings,omitempty"`
-	Regressions   []Check           `json:"regressions,omitempty"`
-	Checks        []history.Check   `json:"checks"`
-	Errors        []string          `json:"errors,omitempty"`
+	BenchSettings *report.Settings `json:"bench_settings,omitempty"`
+	Regressions   []Check          `json:"regressions,omitempty"`
+	Checks        []history.Check  `json:"checks"`
+	Errors        []string         `json:"errors,omitempty"`
 	// Warnings are problems that do not change the exit code (an
 	// also_check revision that does not resolve).
 	Warnings   []string          `json:"warnings,omitempty"`

@@ -2,10 +2,10 @@ package main
 
 import (
 	"encoding/json"
-	"slices"
 	"errors"
 	"fmt"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 

@@ -38,9 +38,9 @@ func TestLoadJSONL(t *testing.T) {
 		t.Errorf("Load = %q, %v", got, err)
 	}
 	for body, want := range map[string]string{
-		"{\"prompt\": \"a\"}\n{not json\n": "p.jsonl:2: ",
+		"{\"prompt\": \"a\"}\n{not json\n":   "p.jsonl:2: ",
 		"{\"prompt\": \"a\"}\n{\"id\": 1}\n": "p.jsonl:2: no \"prompt\" or \"text\" field",
-		"\n\n":                                "p.jsonl: no prompts",
+		"\n\n":                               "p.jsonl: no prompts",
 	} {
 		if _, err := Load(write(t, "p.jsonl", body)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%q: err = %v, want %q", body, err, want)
