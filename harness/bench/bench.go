@@ -462,7 +462,14 @@ func analyze(res *Result, o Options) {
 			empty += m.Empty
 		}
 		if errs > 0 {
-			ar.Warnings = append(ar.Warnings, fmt.Sprintf("%d requests failed (server errors, dropped streams, timeouts)", errs))
+			// A request that fails is a result the arm did not deliver:
+			// its speed over the rest means nothing.
+			total := 0
+			for _, m := range ar.Metrics {
+				total += m.Requests
+			}
+			ar.Invalid = true
+			ar.Warnings = append(ar.Warnings, fmt.Sprintf("INVALID: %d of %d requests failed (server errors, dropped streams, timeouts): the arm's speed leaves them out", errs, total))
 		}
 		if empty > 0 {
 			ar.Warnings = append(ar.Warnings, fmt.Sprintf("%d requests returned no output", empty))
@@ -481,8 +488,8 @@ func analyze(res *Result, o Options) {
 		ar.Agreement = &ag
 		if ag.Invalid {
 			ar.Invalid = true
-			ar.Warnings = append(ar.Warnings, fmt.Sprintf("INVALID: only %d of %d prompts give the baseline's output over the first %d tokens (threshold %.0f%%): the arm computes something else, so its speed means nothing",
-				ag.IdenticalN, ag.Prompts, sglang.AgreeTokens, o.AgreeThreshold*100))
+			ar.Warnings = append(ar.Warnings, fmt.Sprintf("INVALID: only %d of %d outputs (%d prompts x trials) give the baseline's output over the first %d tokens (threshold %.0f%%): the arm computes something else, so its speed means nothing",
+				ag.IdenticalN, ag.Outputs, ag.Prompts, sglang.AgreeTokens, o.AgreeThreshold*100))
 		}
 	}
 }

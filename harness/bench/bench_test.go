@@ -73,7 +73,7 @@ func TestRunVerdicts(t *testing.T) {
 			t.Errorf("%s: decode %.1f tok/s, true %v", name, got, rate)
 		}
 	}
-	if !strings.Contains(strings.Join(res.Arm("wrong").Warnings, "\n"), "INVALID: only 0 of 4 prompts") {
+	if !strings.Contains(strings.Join(res.Arm("wrong").Warnings, "\n"), "INVALID: only 0 of 20 outputs (4 prompts x trials)") {
 		t.Errorf("warnings %v", res.Arm("wrong").Warnings)
 	}
 }

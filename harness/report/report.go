@@ -132,7 +132,7 @@ func agreement(a *bench.ArmResult) string {
 	if a.Agreement == nil {
 		return "-"
 	}
-	return fmt.Sprintf("%d/%d", a.Agreement.IdenticalN, a.Agreement.Prompts)
+	return fmt.Sprintf("%d/%d", a.Agreement.IdenticalN, a.Agreement.Outputs)
 }
 
 // WriteTable prints the terminal table: per arm, tok/s median [95% CI],
@@ -167,7 +167,7 @@ func WriteTable(w io.Writer, res *bench.Result, s Settings) {
 					fmt.Fprintf(w, "  ... %d more divergent prompts\n", len(ag.Divergences)-3)
 					break
 				}
-				fmt.Fprintf(w, "  %s prompt %d diverges at byte %d: baseline %q, arm %q\n", a.Arm.Name, dv.Prompt, dv.Offset, dv.Base, dv.Arm)
+				fmt.Fprintf(w, "  %s prompt %d diverges at byte %d (trial %d): baseline %q, arm %q\n", a.Arm.Name, dv.Prompt, dv.Offset, dv.Trial, dv.Base, dv.Arm)
 			}
 		}
 	}

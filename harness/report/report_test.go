@@ -42,7 +42,7 @@ func TestTableAndMarkdown(t *testing.T) {
 	WriteTable(&b, res, s)
 	out := b.String()
 	for _, want := range []string{"arm", "tok/s", "delta", "decode tok/s", "accept len", "TTFT p50/p99 ms", "ITL p50 ms", "agree", "verdict",
-		"baseline", "pcie", "3/3", "too few trials to tell", "INVALID", "WARNING broken: INVALID", "broken prompt 0 diverges at byte"} {
+		"baseline", "pcie", "9/9", "too few trials to tell", "INVALID", "WARNING broken: INVALID", "broken prompt 0 diverges at byte"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}

@@ -6,61 +6,71 @@ import (
 	"github.com/arpatch/arpatch/harness/sglang"
 )
 
-// Divergence is where an arm's output first differs from the baseline's
-// for one prompt.
+// Divergence is where one of an arm's outputs first differs from the
+// baseline's for the same prompt.
 type Divergence struct {
 	Prompt int    `json:"prompt"`
+	Trial  int    `json:"trial"`  // the arm's trial (1-based) that diverged first for this prompt
 	Offset int    `json:"offset"` // byte offset of the first difference
 	Base   string `json:"base"`   // baseline text around it
 	Arm    string `json:"arm"`    // arm text around it
 }
 
-// Agreement is an arm's greedy output compared with the baseline's, prompt
-// by prompt. At temperature 0 a correct allreduce gives the same text; a
-// broken one can be fast and wrong.
+// Agreement is an arm's greedy output compared with the baseline's. At
+// temperature 0 a correct allreduce gives the same text; a broken one can
+// be fast and wrong, and can turn wrong in any trial (a race, a buffer
+// that fills), so every output of every trial is compared, not one per
+// prompt.
 type Agreement struct {
-	Prompts     int          `json:"prompts"`      // prompts both arms answered
-	Identical   int          `json:"identical"`    // whole output identical
-	IdenticalN  int          `json:"identical_at"` // identical over the first AgreeTokens tokens
-	Share       float64      `json:"share"`        // IdenticalN / Prompts
+	Prompts     int          `json:"prompts"`      // prompts the baseline answered
+	Outputs     int          `json:"outputs"`      // the arm's successful outputs for those prompts, over all trials
+	Identical   int          `json:"identical"`    // outputs identical to the baseline's as a whole
+	IdenticalN  int          `json:"identical_at"` // outputs identical over the first AgreeTokens tokens
+	Share       float64      `json:"share"`        // IdenticalN / Outputs
 	Threshold   float64      `json:"threshold"`
 	Invalid     bool         `json:"invalid"`
-	Divergences []Divergence `json:"divergences,omitempty"`
+	Divergences []Divergence `json:"divergences,omitempty"` // the first per prompt
 }
 
-// Agree compares the first successful output per prompt of arm with
-// base's. Over the first sglang.AgreeTokens tokens it uses the baseline's
-// text at that point as the length to compare. The arm is invalid when the
-// share identical there is below threshold (e.g. 0.9).
+// Agree compares every successful output of arm, in every trial, with
+// the baseline's first successful output for the same prompt. Over the
+// first sglang.AgreeTokens tokens it uses the baseline's text at that
+// point as the length to compare. The arm is invalid when the share of
+// its outputs identical there is below threshold (e.g. 0.9), or when no
+// output could be compared. (Failed requests are not outputs; the bench
+// invalidates an arm with failed requests on its own.)
 func Agree(base, arm []Trial, threshold float64) Agreement {
-	b, a := firstOutputs(base), firstOutputs(arm)
-	ag := Agreement{Threshold: threshold}
-	var prompts []int
-	for p := range b {
-		if _, ok := a[p]; ok {
-			prompts = append(prompts, p)
+	b := firstOutputs(base)
+	ag := Agreement{Prompts: len(b), Threshold: threshold}
+	diverged := map[int]bool{}
+	for _, t := range arm {
+		for _, as := range t.Samples {
+			bs, ok := b[as.Prompt]
+			if !ok || as.Err != "" {
+				continue
+			}
+			ag.Outputs++
+			if bs.Text == as.Text {
+				ag.Identical++
+				ag.IdenticalN++
+				continue
+			}
+			n := len(bs.Text32)
+			if len(as.Text) >= n && as.Text[:n] == bs.Text32 {
+				ag.IdenticalN++
+			}
+			if !diverged[as.Prompt] {
+				diverged[as.Prompt] = true
+				off := firstDiff(bs.Text, as.Text)
+				ag.Divergences = append(ag.Divergences, Divergence{Prompt: as.Prompt, Trial: t.Index, Offset: off, Base: around(bs.Text, off), Arm: around(as.Text, off)})
+			}
 		}
 	}
-	sort.Ints(prompts)
-	for _, p := range prompts {
-		bs, as := b[p], a[p]
-		ag.Prompts++
-		if bs.Text == as.Text {
-			ag.Identical++
-			ag.IdenticalN++
-			continue
-		}
-		n := len(bs.Text32)
-		if len(as.Text) >= n && as.Text[:n] == bs.Text32 {
-			ag.IdenticalN++
-		}
-		off := firstDiff(bs.Text, as.Text)
-		ag.Divergences = append(ag.Divergences, Divergence{Prompt: p, Offset: off, Base: around(bs.Text, off), Arm: around(as.Text, off)})
+	sort.SliceStable(ag.Divergences, func(i, j int) bool { return ag.Divergences[i].Prompt < ag.Divergences[j].Prompt })
+	if ag.Outputs > 0 {
+		ag.Share = float64(ag.IdenticalN) / float64(ag.Outputs)
 	}
-	if ag.Prompts > 0 {
-		ag.Share = float64(ag.IdenticalN) / float64(ag.Prompts)
-	}
-	ag.Invalid = ag.Prompts == 0 || ag.Share < threshold
+	ag.Invalid = ag.Outputs == 0 || ag.Share < threshold
 	return ag
 }
 
