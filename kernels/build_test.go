@@ -113,6 +113,28 @@ func TestBuildFailureShowsTailAndKeepsLog(t *testing.T) {
 	}
 }
 
+// A tree edited while it builds: the wheel is not cached under the key
+// of the tree as it was; a second arpatch cannot apply or revert
+// meanwhile (the build holds the checkout's lock).
+func TestTreeEditedDuringBuildIsNotCached(t *testing.T) {
+	e := newEnv(t)
+	utils := filepath.Join(e.src, "sgl-kernel/include/utils.h")
+	e = e.with("FAKE_BUILD_DURING=echo '// edited mid-build' >> " + utils + "; test -f " + filepath.Join(e.src, ".git/arpatch/lock") + " && echo LOCKED")
+	o := e.opts()
+	_, err := Build(context.Background(), mustPlan(t, o), o, nil)
+	var be *BuildError
+	if !errors.As(err, &be) || !strings.Contains(err.Error(), "the tree changed during the build") || !strings.Contains(err.Error(), "not cached") {
+		t.Fatalf("err = %v", err)
+	}
+	if ents, _ := e.cache.List(); len(ents) != 0 {
+		t.Errorf("a wheel of a changed tree was cached: %+v", ents)
+	}
+	contains(t, readFile(t, be.Log), "LOCKED")
+	if _, err := os.Stat(filepath.Join(e.src, ".git/arpatch/lock")); !os.IsNotExist(err) {
+		t.Errorf("the checkout lock outlived the build: %v", err)
+	}
+}
+
 func TestBuildInterruptKillsProcessGroup(t *testing.T) {
 	pids := filepath.Join(t.TempDir(), "pids")
 	e := newEnv(t).with("FAKE_BUILD_HANG=1", "FAKE_PIDS="+pids)
@@ -422,8 +444,22 @@ FetchContent_Declare(repo-odd URL https://example.invalid/odd.tar.gz)
 	os.WriteFile(filepath.Join(dd, "triton", "README"), []byte("edited\n"), 0o644)
 	os.WriteFile(filepath.Join(dd, "triton", "untracked.txt"), []byte("x\n"), 0o644)
 	_, err = MapDeps([]Dep{pinned}, dd, false)
-	if err == nil || !strings.Contains(err.Error(), "has local changes") || !strings.Contains(err.Error(), "README") || strings.Contains(err.Error(), "untracked.txt") {
+	if err == nil || !strings.Contains(err.Error(), "has local changes or untracked files") || !strings.Contains(err.Error(), "README") || !strings.Contains(err.Error(), "untracked.txt") {
 		t.Errorf("edited checkout: %v", err)
+	}
+
+	// A copy that is a symlink to an unpacked archive: its files count.
+	real := t.TempDir()
+	os.WriteFile(filepath.Join(real, "x.h"), []byte("v1\n"), 0o644)
+	ld := t.TempDir()
+	os.Symlink(real, filepath.Join(ld, "cutlass"))
+	h1, err := MapDeps(deps[:1], ld, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(real, "x.h"), []byte("v2\n"), 0o644)
+	if h2, _ := MapDeps(deps[:1], ld, false); h2[0].Commit == h1[0].Commit {
+		t.Error("a symlinked copy kept its hash after its files changed")
 	}
 
 	// Two deps from one repository (upstream pins two cutlass commits):

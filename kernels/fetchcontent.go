@@ -236,25 +236,29 @@ func depRevision(d Dep) (string, error) {
 	}
 	var edited []string
 	for _, c := range changes {
-		if !c.Untracked() {
-			edited = append(edited, c.String())
-		}
+		edited = append(edited, c.String())
 	}
 	if len(edited) > 0 {
 		if len(edited) > 5 {
 			edited = append(edited[:5], fmt.Sprintf("... and %d more", len(edited)-5))
 		}
-		return "", fmt.Errorf("dependency %s at %s has local changes, which the cache key would not see:\n  %s\nrun `git -C %s stash` (or use a clean clone at %s)",
+		return "", fmt.Errorf("dependency %s at %s has local changes or untracked files, which the cache key would not see:\n  %s\nrun `git -C %s stash -u` (or use a clean clone at %s)",
 			d.Name, d.Dir, strings.Join(edited, "\n  "), d.Dir, head[:12])
 	}
 	return head, nil
 }
 
 // hashTree returns the hex sha256 over every regular file's path, mode
-// and content under dir, in path order, and every symlink's target.
+// and content under dir, in path order. dir itself may be a symlink (it is
+// resolved); a symlink inside counts by its target and, when that is a
+// file, the file's content, since the build reads through it.
 func hashTree(dir string) (string, error) {
 	h := sha256.New()
-	err := filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
+	dir, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "", err
+	}
+	err = filepath.WalkDir(dir, func(p string, e fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -277,14 +281,13 @@ func hashTree(dir string) (string, error) {
 				return err
 			}
 			io.WriteString(h, t)
-		case info.Mode().IsRegular():
-			f, err := os.Open(p)
-			if err != nil {
-				return err
+			if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+				if err := hashFile(h, p); err != nil {
+					return err
+				}
 			}
-			_, err = io.Copy(h, f)
-			f.Close()
-			if err != nil {
+		case info.Mode().IsRegular():
+			if err := hashFile(h, p); err != nil {
 				return err
 			}
 		}
@@ -324,4 +327,14 @@ func pinOrNone(s string) string {
 		return "(no pin)"
 	}
 	return s
+}
+
+func hashFile(w io.Writer, p string) error {
+	f, err := os.Open(p)
+	if err != nil {
+		return err
+	}
+	defer f.Close()
+	_, err = io.Copy(w, f)
+	return err
 }

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"runtime"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -146,6 +147,9 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	if verr := tc.Validate(Needs{Archs: opts.Archs, Builder: p.Builder, CMake: true, Torch: true}); verr != nil && p.Problems == nil {
 		p.Problems = verr
 	}
+	if err := archsUpstreamHas(opts.Archs, p.Upstream); err != nil && p.Problems == nil {
+		p.Problems = err
+	}
 	p.Jobs = opts.Jobs
 	if p.Jobs <= 0 {
 		p.Jobs = runtime.NumCPU()
@@ -160,12 +164,12 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	cmakeArgs := []string{
 		"-DSGL_KERNEL_COMPILE_THREADS=" + strconv.Itoa(threads),
 		"-DENABLE_CCACHE=OFF",
-		"-DCMAKE_CUDA_COMPILER_LAUNCHER=" + strings.Join(opts.Launcher, ";"),
+		shellQuote("-DCMAKE_CUDA_COMPILER_LAUNCHER=" + strings.Join(opts.Launcher, ";")),
 	}
 	keyArgs := []string{"-DENABLE_CCACHE=OFF"}
 	for _, d := range deps {
 		if d.Dir != "" {
-			cmakeArgs = append(cmakeArgs, "-D"+d.Var()+"="+d.Dir)
+			cmakeArgs = append(cmakeArgs, shellQuote("-D"+d.Var()+"="+d.Dir))
 		}
 	}
 	if opts.Offline {
@@ -206,6 +210,38 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	}
 	p.Key = p.Inputs.Key()
 	return p, nil
+}
+
+// archsUpstreamHas refuses archs upstream's CMake files do not compile:
+// the gencode filter only drops -gencode options, it cannot add one, so
+// such an arch would silently build upstream's whole list.
+func archsUpstreamHas(want, upstream []Arch) error {
+	if len(upstream) == 0 {
+		return nil // CMake files we cannot read for archs: nothing to check
+	}
+	for _, a := range want {
+		if slices.Contains(upstream, a) {
+			continue
+		}
+		hint := ""
+		for _, u := range upstream {
+			if strings.TrimSuffix(string(u), "a") == strings.TrimSuffix(string(a), "a") {
+				hint = fmt.Sprintf(" (did you mean %s?)", u)
+			}
+		}
+		return fmt.Errorf("--arch %s: upstream's CMake files do not compile %s%s; the gencode filter can only drop archs, so pick from: %s",
+			a, a.SM(), hint, strings.Join(ArchStrings(upstream), " "))
+	}
+	return nil
+}
+
+// shellQuote quotes an argument for CMAKE_ARGS, which scikit-build-core
+// splits like a shell (shlex): one with spaces or quotes stays one.
+func shellQuote(s string) string {
+	if !strings.ContainsAny(s, " \t\"'\\$`") {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'"
 }
 
 func orName(path, name string) string {

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/checkout"
 	"io"
 	"os"
 	"os/exec"
@@ -66,6 +67,14 @@ func Build(ctx context.Context, plan *Plan, opts BuildOptions, progress Progress
 	if plan.Problems != nil {
 		return nil, plan.Problems
 	}
+	// The tree must hold still while it builds: apply and revert are
+	// refused meanwhile, and the tree is checked again before the entry
+	// is committed, so no wheel lands under a key its tree no longer has.
+	unlockTree, err := checkout.Lock(plan.Src)
+	if err != nil {
+		return nil, err
+	}
+	defer unlockTree()
 	tmp, release, err := opts.Cache.Begin(plan.Key)
 	if err != nil {
 		return nil, err
@@ -119,12 +128,40 @@ func Build(ctx context.Context, plan *Plan, opts BuildOptions, progress Progress
 		return nil, err
 	}
 	m.Outputs = []Output{{File: name, SHA256: sum, Bytes: n}}
+	if err := sameTree(plan); err != nil {
+		kept := keepLog(opts.Cache, plan.Key, logPath)
+		return nil, &BuildError{Err: fmt.Errorf("%w; the build was not cached (its log is kept)", err), Log: kept}
+	}
 	if err := opts.Cache.Commit(tmp, m); err != nil {
 		return nil, fmt.Errorf("saving the build in the cache: %w", err)
 	}
 	committed = true
 	res.Manifest = m
 	return res, finish(res, opts, start)
+}
+
+// sameTree checks, after a build, that the tree still is what the plan
+// keyed: same apply state, no edits since.
+func sameTree(plan *Plan) error {
+	if plan.State == nil {
+		return nil
+	}
+	st, err := appliedState(plan.Src)
+	if err != nil {
+		return fmt.Errorf("the tree changed during the build: %w", err)
+	}
+	if st.Commit != plan.State.Commit || patchList(st) != patchList(plan.State) {
+		return fmt.Errorf("the tree changed during the build: %s now has series %s at %s", plan.Src, orNone(st.Series), st.Commit)
+	}
+	return nil
+}
+
+func patchList(st *checkout.State) string {
+	var b strings.Builder
+	for _, p := range st.Patches {
+		b.WriteString(p.Name + "@" + p.SHA256 + " ")
+	}
+	return b.String()
 }
 
 func finish(res *Result, opts BuildOptions, start time.Time) error {

@@ -238,3 +238,23 @@ func TestCacheLockAndStaleBuilds(t *testing.T) {
 		t.Errorf("lock after takeover holds %q", b)
 	}
 }
+
+func TestArchsUpstreamHasAndQuoting(t *testing.T) {
+	up := []Arch{"90", "100a", "120a", "90a"}
+	if err := archsUpstreamHas([]Arch{"120a", "90a"}, up); err != nil {
+		t.Error(err)
+	}
+	err := archsUpstreamHas([]Arch{"100"}, up)
+	if err == nil || !strings.Contains(err.Error(), "--arch 100: upstream's CMake files do not compile sm_100 (did you mean 100a?)") {
+		t.Errorf("err = %v", err)
+	}
+	for in, want := range map[string]string{
+		"-DX=/plain/path":            "-DX=/plain/path",
+		"-DX=/tmp/my bin/arpatch;gf": "'-DX=/tmp/my bin/arpatch;gf'",
+		"-DX=/it's":                  `'-DX=/it'"'"'s'`,
+	} {
+		if got := shellQuote(in); got != want {
+			t.Errorf("shellQuote(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -324,8 +324,11 @@ func armNames(as []Arm) string {
 // the speculative settings and TP.
 func (o *Options) Argv(a Arm, port int) []string {
 	if a.LaunchCmd != "" {
-		r := strings.NewReplacer("{port}", strconv.Itoa(port), "{host}", o.Host, "{model}", o.Model,
-			"{draft}", o.DraftModel, "{tp}", strconv.Itoa(o.TP), "{arm}", a.Name)
+		// Values are shell-quoted: a model path with a space or a ';' is
+		// one argument, never a command.
+		q := shellQuote
+		r := strings.NewReplacer("{port}", strconv.Itoa(port), "{host}", q(o.Host), "{model}", q(o.Model),
+			"{draft}", q(o.DraftModel), "{tp}", strconv.Itoa(o.TP), "{arm}", q(a.Name))
 		return []string{"sh", "-c", r.Replace(a.LaunchCmd)}
 	}
 	py := a.Python
@@ -500,4 +503,12 @@ func values(ms []stats.Metrics, get func(stats.Metrics) float64) []float64 {
 		out = append(out, get(m))
 	}
 	return out
+}
+
+// shellQuote quotes s for sh when it holds anything but plain characters.
+func shellQuote(s string) string {
+	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=+@%,") == "" {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'"
 }

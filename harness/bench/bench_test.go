@@ -170,6 +170,11 @@ func TestArgv(t *testing.T) {
 	if got := o.Argv(Arm{Name: "x", LaunchCmd: "serve --port {port} --tp {tp} --arm {arm}"}, 9); strings.Join(got, " ") != "sh -c serve --port 9 --tp 8 --arm x" {
 		t.Errorf("template: %q", got)
 	}
+	// A model path with a space and a ';' stays one argument.
+	o.Model = "/m/my model;touch /tmp/x"
+	if got := o.Argv(Arm{Name: "x", LaunchCmd: "serve --model {model}"}, 9); got[2] != `serve --model '/m/my model;touch /tmp/x'` {
+		t.Errorf("quoted template: %q", got)
+	}
 	bad := Options{Arms: []Arm{{Name: "a"}}, Prompts: []string{"x"}}
 	if _, err := Run(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "needs a server: pass --model") {
 		t.Errorf("no model: %v", err)
