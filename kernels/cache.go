@@ -86,16 +86,34 @@ func (c Cache) Lookup(key string) (*Manifest, error) {
 	}
 	var m Manifest
 	if err := json.Unmarshal(b, &m); err != nil {
-		return nil, fmt.Errorf("cache entry %s: manifest.json: %w; remove the entry (arpatch build --gc) and build again", dir, err)
+		return nil, damaged(dir, fmt.Sprintf("manifest.json: %v", err))
+	}
+	switch {
+	case m.Key != key:
+		return nil, damaged(dir, fmt.Sprintf("its manifest is for key %.16s", m.Key))
+	case len(m.Outputs) == 0:
+		return nil, damaged(dir, "its manifest lists no output")
 	}
 	for _, o := range m.Outputs {
+		if o.File == "" || o.File != filepath.Base(o.File) || strings.HasPrefix(o.File, ".") {
+			return nil, damaged(dir, fmt.Sprintf("output %q is not a file name inside the entry", o.File))
+		}
 		sum, _, err := fileSHA256(filepath.Join(dir, o.File))
 		if err != nil || sum != o.SHA256 {
-			return nil, fmt.Errorf("cache entry %s: %s no longer has sha256 %s; remove the entry (arpatch build --gc) and build again", dir, o.File, o.SHA256)
+			return nil, damaged(dir, fmt.Sprintf("%s no longer has sha256 %s", o.File, o.SHA256))
 		}
 	}
 	return &m, nil
 }
+
+// DamagedError is a cache entry that cannot be trusted; it is never used.
+type DamagedError struct{ Dir, Why string }
+
+func (e *DamagedError) Error() string {
+	return fmt.Sprintf("cache entry %s is damaged: %s; remove it (rm -r %s, or arpatch build --gc) and build again", e.Dir, e.Why, e.Dir)
+}
+
+func damaged(dir, why string) error { return &DamagedError{Dir: dir, Why: why} }
 
 // Begin makes a temp directory for a build of key inside the cache (same
 // file system, so Commit's rename is atomic) and takes the key's lock. It

@@ -57,7 +57,17 @@ Examples:
 				if err != nil {
 					return err
 				}
-				bo, _, err := buildOpts(c)
+				// Both arms build with the same options: the recipes' [build]
+				// tables must agree, or the flags decide.
+				for _, f := range []struct {
+					flag   string
+					va, vb any
+				}{{"tool", a.Build.Tool, b.Build.Tool}, {"jobs", a.Build.Jobs, b.Build.Jobs}, {"offline", a.Build.Offline, b.Build.Offline}, {"deps-dir", a.Build.DepsDir, b.Build.DepsDir}} {
+					if fmt.Sprint(f.va) != fmt.Sprint(f.vb) && !c.IsSet(f.flag) {
+						return usagef("recipe %s has [build] %s %v and recipe %s has %v; pass --%s to build both arms alike", a.Name, f.flag, f.va, b.Name, f.vb, f.flag)
+					}
+				}
+				bo, err := optsFromRecipe(c, b)
 				if err != nil {
 					return err
 				}
@@ -89,6 +99,9 @@ Examples:
 				if c.Bool("plan") {
 					printPlan(w, ab.A, bo.Cache)
 					printPlan(w, ab.B, bo.Cache)
+					if ab.A.Problems != nil || ab.B.Problems != nil {
+						return cli.Exit("", exitFailure)
+					}
 					return nil
 				}
 				for i, r := range results {

@@ -166,6 +166,28 @@ func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Sett
 		ReadyTimeout: c.Duration("ready-timeout"), RequestTimeout: c.Duration("request-timeout"),
 		LogDir: pathFlag(c, "log-dir"), AgreeThreshold: c.Float64("agree-threshold"), Force: c.Bool("force"),
 	}
+	if !c.IsSet("warmup") && b.Warmup > 0 {
+		o.Warmup = b.Warmup
+	}
+	for _, v := range []struct {
+		flag   string
+		bad    bool
+		range_ string
+	}{
+		{"warmup", c.Int("warmup") < 0, "0 or more"},
+		{"num-prompts", c.IsSet("num-prompts") && c.Int("num-prompts") < 1, "1 or more"},
+		{"agree-tokens", c.Int("agree-tokens") < 1, "1 or more"},
+		{"agree-threshold", c.Float64("agree-threshold") < 0 || c.Float64("agree-threshold") > 1, "a share in [0, 1] (0 turns the check off)"},
+		{"request-timeout", c.Duration("request-timeout") <= 0, "a positive duration"},
+		{"ready-timeout", c.Duration("ready-timeout") <= 0, "a positive duration"},
+	} {
+		if v.bad {
+			return o, report.Settings{}, usagef("--%s %v: use %s", v.flag, c.Value(v.flag), v.range_)
+		}
+	}
+	if c.String("url") != "" && c.String("launch-cmd") != "" {
+		return o, report.Settings{}, usagef("--url attaches to a running server and --launch-cmd starts one: pass one of them")
+	}
 	for _, s := range []struct {
 		flag string
 		dst  *string
@@ -234,6 +256,26 @@ func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Sett
 		}
 		o.Arms = append(o.Arms, *a)
 	}
+	// One server for several arms measures the server against itself.
+	if u := c.String("url"); u != "" && len(o.Arms) > 1 {
+		shared := 0
+		for _, a := range o.Arms {
+			if a.URL == u {
+				shared++
+			}
+		}
+		if shared > 1 {
+			return o, report.Settings{}, usagef("--url %s would serve %d arms, so the A/B would compare one server with itself (and no arm's env applies); give each arm its own server: --arm NAME:url=URL, or --launch-cmd", u, shared)
+		}
+	}
+	if o.Baseline != "" && !contains(order, o.Baseline) {
+		return o, report.Settings{}, usagef("--baseline %q is not an arm (arms: %s)", o.Baseline, strings.Join(order, ", "))
+	}
+	for _, a := range o.Arms {
+		if a.URL == "" && a.LaunchCmd == "" && o.Model == "" {
+			return o, report.Settings{}, usagef("arm %s needs a server: pass --model (and --draft-model) to launch SGLang, --launch-cmd TEMPLATE, or --url URL", a.Name)
+		}
+	}
 	if c.IsSet("agree-tokens") {
 		sglang.AgreeTokens = c.Int("agree-tokens")
 	}
@@ -275,19 +317,25 @@ func runBench(c *cli.Context) error {
 	}
 	o.Progress = benchProgress(c)
 	res, err := bench.Run(c.Context, o)
-	if res != nil && len(res.Arms) > 0 && res.Arms[0].Summaries != nil {
+	if c.Context.Err() != nil {
+		err = fmt.Errorf("interrupted: the servers were stopped; no result (the --json file, if any, says so)")
+	}
+	if err == nil && res != nil && len(res.Arms) > 0 && res.Arms[0].Summaries != nil {
 		report.WriteTable(c.App.Writer, res, settings)
 	}
 	if res != nil {
 		doc := report.NewDocument(res, settings, arpatchVersion())
-		if werr := writeReports(c, doc, res, settings); werr != nil && err == nil {
+		if err != nil {
+			doc.Error = err.Error()
+		}
+		if werr := writeReports(c, doc, res, settings, err == nil); werr != nil && err == nil {
 			err = werr
 		}
 	}
 	if err != nil {
 		var ie *bench.InfraError
-		if errors.As(err, &ie) {
-			return cli.Exit("arpatch: "+err.Error(), exitInfra)
+		if errors.As(err, &ie) || c.Context.Err() != nil {
+			return cli.Exit(err.Error(), exitInfra)
 		}
 		return err
 	}
@@ -299,7 +347,10 @@ func runBench(c *cli.Context) error {
 	return nil
 }
 
-func writeReports(c *cli.Context, doc *report.Document, res *bench.Result, s report.Settings) error {
+// writeReports writes the report files asked for. A run that did not
+// finish (complete false) writes only the JSON, marked with its error:
+// the markdown and benchfmt files hold results, and it has none.
+func writeReports(c *cli.Context, doc *report.Document, res *bench.Result, s report.Settings, complete bool) error {
 	for _, f := range []struct {
 		flag  string
 		write func(io.Writer) error
@@ -309,7 +360,7 @@ func writeReports(c *cli.Context, doc *report.Document, res *bench.Result, s rep
 		{"benchfmt", func(w io.Writer) error { return report.WriteBenchfmt(w, res, s) }},
 	} {
 		p := pathFlag(c, f.flag)
-		if p == "" {
+		if p == "" || (!complete && f.flag != "json") {
 			continue
 		}
 		var b bytes.Buffer

@@ -88,13 +88,19 @@ func buildOpts(c *cli.Context) (kernels.BuildOptions, *recipes.Recipe, error) {
 	if err != nil {
 		return kernels.BuildOptions{}, nil, err
 	}
+	o, err := optsFromRecipe(c, r)
+	return o, r, err
+}
+
+// optsFromRecipe is r's [build] table with the command-line flags over it.
+func optsFromRecipe(c *cli.Context, r *recipes.Recipe) (kernels.BuildOptions, error) {
 	archList := c.StringSlice("arch")
 	if len(archList) == 0 {
 		archList = r.Build.Archs
 	}
 	archs, err := kernels.ParseArchs(archList)
 	if err != nil {
-		return kernels.BuildOptions{}, nil, usageError{err}
+		return kernels.BuildOptions{}, usageError{err}
 	}
 	o := kernels.BuildOptions{
 		Src: pathFlag(c, "src"), Archs: archs, Jobs: r.Build.Jobs, Tool: r.Build.Tool,
@@ -118,11 +124,11 @@ func buildOpts(c *cli.Context) (kernels.BuildOptions, *recipes.Recipe, error) {
 	for _, p := range []*string{&o.Src, &o.Cache.Dir, &o.Out, &o.DepsDir} {
 		if *p != "" {
 			if *p, err = filepath.Abs(*p); err != nil {
-				return o, nil, err
+				return o, err
 			}
 		}
 	}
-	return o, r, nil
+	return o, nil
 }
 
 // buildRecipe returns the recipe whose [build] options apply: the one
@@ -132,13 +138,21 @@ func buildOpts(c *cli.Context) (kernels.BuildOptions, *recipes.Recipe, error) {
 func buildRecipe(c *cli.Context) (*recipes.Recipe, error) {
 	explicit := c.IsSet("recipe") || c.String("recipe-file") != ""
 	var applied string
-	if st, err := checkout.Status(pathFlag(c, "src"), nil); err == nil && st.State != nil {
-		applied = st.State.Recipe
+	var st *checkout.State
+	if rep, err := checkout.Status(pathFlag(c, "src"), nil); err == nil && rep.State != nil {
+		st, applied = rep.State, rep.State.Recipe
 	}
-	if !explicit && applied != "" {
-		if r, err := recipes.Embedded(applied); err == nil {
+	if !explicit && st != nil {
+		if r, err := recipes.Embedded(applied); err == nil && st.RecipeSHA256 == r.SHA256 {
 			return r, nil
 		}
+		// Applied from a recipe file: use that file if it is unchanged.
+		if src := st.RecipeSource; src != "" && !strings.HasPrefix(src, "embedded:") {
+			if r, err := recipes.File(src); err == nil && r.SHA256 == st.RecipeSHA256 {
+				return r, nil
+			}
+		}
+		return nil, usagef("%s has recipe %q applied (from %s), which this arpatch cannot read back unchanged; pass the same recipe: --recipe-file PATH or --recipe NAME", pathFlag(c, "src"), applied, st.RecipeSource)
 	}
 	r, err := loadRecipe(c)
 	if err != nil {
@@ -305,7 +319,9 @@ func printPlan(w io.Writer, p *kernels.Plan, cache kernels.Cache) {
 		orNone(tc.NVCC.Version), orNone(tc.Python.Version), orNone(tc.Torch.Version), orNone(tc.Torch.CUDA),
 		orNone(tc.CMake.Version), orNone(tc.Ninja.Version), p.Inputs.Toolchain.Builder)
 	state := "miss: would build"
-	if m, err := cache.Lookup(p.Key); err == nil && m != nil {
+	if m, err := cache.Lookup(p.Key); err != nil {
+		state = "DAMAGED entry: " + err.Error()
+	} else if m != nil {
 		state = "hit: nothing to build"
 	}
 	fmt.Fprintf(w, "  cache key %s (%s)\n", p.Key, state)

@@ -63,6 +63,10 @@ type Document struct {
 	Environment Environment   `json:"environment"`
 	Settings    Settings      `json:"settings"`
 	Result      *bench.Result `json:"result"`
+	// Error is set when the run did not finish (a server that died, an
+	// interruption): Result then holds only what was measured before, and
+	// no number in it is a result.
+	Error string `json:"error,omitempty"`
 }
 
 // NewDocument wraps a result with its environment.

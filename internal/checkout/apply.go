@@ -530,7 +530,7 @@ func newState(opts ApplyOptions, rep *ApplyReport, commit string) *State {
 	st := &State{
 		Schema:         StateSchema,
 		Recipe:         opts.Recipe.Name,
-		RecipeSource:   opts.Recipe.Source,
+		RecipeSource:   absSource(opts.Recipe.Source),
 		RecipeSHA256:   opts.Recipe.SHA256,
 		UpstreamURL:    opts.Recipe.Upstream.URL,
 		Commit:         commit,
@@ -554,6 +554,18 @@ func newState(opts ApplyOptions, rep *ApplyReport, commit string) *State {
 		st.Offsets = append(st.Offsets, Offset{Patch: h.Patch, Path: h.Path, Hunk: h.Hunk, Offset: h.Offset})
 	}
 	return st
+}
+
+// absSource makes a recipe file's path absolute, so that a later build
+// run from elsewhere can read it back; "embedded:NAME" stays.
+func absSource(src string) string {
+	if src == "" || strings.HasPrefix(src, "embedded:") || filepath.IsAbs(src) {
+		return src
+	}
+	if abs, err := filepath.Abs(src); err == nil {
+		return abs
+	}
+	return src
 }
 
 func allApplied(fits []patches.PatchFit) bool {
