@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -38,7 +39,7 @@ Examples:
 			} else {
 				printStatus(c.App.Writer, rep)
 			}
-			if rep.State != nil && !rep.Clean() {
+			if rep.State != nil && (!rep.Clean() || len(rep.Other) > 0) {
 				return cli.Exit("", exitFailure)
 			}
 			return nil
@@ -96,7 +97,22 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 			fmt.Fprintf(w, "  %s\n", c)
 		}
 	}
-	if rep.Clean() {
+	untracked := 0
+	for _, u := range rep.Untracked {
+		if strings.HasPrefix(u, "sgl-kernel/") {
+			untracked++
+		}
+	}
+	if untracked > 0 {
+		fmt.Fprintf(w, "untracked under sgl-kernel/ (%d): arpatch build refuses these, as they could reach the wheel\n", untracked)
+	}
+	for _, p := range rep.SkipWorktree {
+		fmt.Fprintf(w, "skip-worktree: %s (git status cannot see edits to it)\n", p)
+	}
+	switch {
+	case rep.Clean() && len(rep.Other) == 0:
 		fmt.Fprintln(w, "clean: the tree is exactly what apply wrote")
+	case rep.Clean():
+		fmt.Fprintln(w, "the patched files are as apply wrote them, but the other changes above would reach a build unrecorded (arpatch build refuses them): commit or stash them")
 	}
 }
