@@ -242,6 +242,16 @@ func TestPlanRefusals(t *testing.T) {
 	if _, err := PlanBuild(context.Background(), e.opts()); err == nil || !strings.Contains(err.Error(), "untracked files under sgl-kernel/ (sgl-kernel/extra.py)") {
 		t.Errorf("untracked: %v", err)
 	}
+	os.Remove(filepath.Join(e.src, "sgl-kernel/extra.py"))
+	// An ignored file in the package directory would be packaged too.
+	os.WriteFile(filepath.Join(e.src, ".git/info/exclude"), []byte("*.so\n__pycache__/\n"), 0o644)
+	os.MkdirAll(filepath.Join(e.src, "sgl-kernel/python/sgl_kernel/__pycache__"), 0o755)
+	os.WriteFile(filepath.Join(e.src, "sgl-kernel/python/sgl_kernel/__pycache__/x.pyc"), []byte("pyc"), 0o644)
+	mustPlan(t, e.opts())
+	os.WriteFile(filepath.Join(e.src, "sgl-kernel/python/sgl_kernel/stale_ops.so"), []byte("old"), 0o644)
+	if _, err := PlanBuild(context.Background(), e.opts()); err == nil || !strings.Contains(err.Error(), "files git does not track under sgl-kernel/python/ (sgl-kernel/python/sgl_kernel/stale_ops.so)") {
+		t.Errorf("ignored .so in the package: %v", err)
+	}
 }
 
 func errString(err error) string {

@@ -3,6 +3,7 @@ package kernels
 import (
 	"context"
 	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/gitsrc"
 )
 
 // BuildOptions holds every input of PlanBuild and Build.
@@ -298,7 +300,14 @@ func appliedState(src string) (*checkout.State, error) {
 	// into the wheel (its python/ package is taken whole), and a
 	// skip-worktree entry hides edits from git status.
 	if u := under(st.Untracked, "sgl-kernel/"); len(u) > 0 {
-		return nil, fmt.Errorf("%s has untracked files under sgl-kernel/ (%s); they could go into the build unrecorded. Remove them, move them out, or list them in .git/info/exclude if the build cannot read them", src, strings.Join(firstN(u, 3), ", "))
+		return nil, fmt.Errorf("%s has untracked files under sgl-kernel/ (%s); they could go into the build unrecorded. Remove them or move them out of the tree", src, strings.Join(firstN(u, 3), ", "))
+	}
+	// The wheel takes sgl-kernel/python/ whole, ignored files included
+	// (a stale .so from an old build): everything there must be tracked.
+	if extra, err := untrackedUnder(src, "sgl-kernel/python"); err != nil {
+		return nil, err
+	} else if len(extra) > 0 {
+		return nil, fmt.Errorf("%s has files git does not track under sgl-kernel/python/ (%s), which the wheel would package unrecorded (ignored files too); remove them (git -C %s clean -ndX sgl-kernel/python lists the ignored ones)", src, strings.Join(firstN(extra, 3), ", "), src)
 	}
 	if sw := under(st.SkipWorktree, "sgl-kernel/"); len(sw) > 0 {
 		return nil, fmt.Errorf("%s has skip-worktree entries under sgl-kernel/ (%s), whose edits git status cannot see; run `git -C %s update-index --no-skip-worktree %s` and `arpatch status --src %s`", src, strings.Join(firstN(sw, 3), ", "), src, strings.Join(sw, " "), src)
@@ -312,6 +321,42 @@ func patchInputs(st *checkout.State) []PatchInput {
 		out = append(out, PatchInput{Name: x.Name, SHA256: x.SHA256})
 	}
 	return out
+}
+
+// untrackedUnder lists the files under dir (relative to the checkout src)
+// that the index does not hold, skipping __pycache__.
+func untrackedUnder(src, dir string) ([]string, error) {
+	root := filepath.Join(src, dir)
+	if _, err := os.Stat(root); err != nil {
+		return nil, nil
+	}
+	repo, err := gitsrc.Open(src)
+	if err != nil {
+		return nil, err
+	}
+	tracked, err := repo.Tracked()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			if d.Name() == "__pycache__" {
+				return fs.SkipDir
+			}
+			return nil
+		}
+		rel, _ := filepath.Rel(src, p)
+		if rel = filepath.ToSlash(rel); !tracked[rel] {
+			out = append(out, rel)
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out, err
 }
 
 func under(paths []string, prefix string) []string {

@@ -219,6 +219,19 @@ func (r *Repo) SkipWorktree() ([]string, error) {
 	return out, nil
 }
 
+// Tracked reports, per path in the index, that git tracks it.
+func (r *Repo) Tracked() (map[string]bool, error) {
+	idx, err := r.r.Storer.Index()
+	if err != nil {
+		return nil, fmt.Errorf("reading the index of %s: %w", r.Dir, err)
+	}
+	out := make(map[string]bool, len(idx.Entries))
+	for _, e := range idx.Entries {
+		out[e.Name] = true
+	}
+	return out, nil
+}
+
 // Fetch updates refs/remotes/origin/* from the origin remote.
 func (r *Repo) Fetch(ctx context.Context, progress io.Writer) error {
 	err := r.r.FetchContext(ctx, &git.FetchOptions{RemoteName: "origin", Progress: progress, Tags: git.NoTags})
