@@ -244,7 +244,7 @@ func TestPlanRefusals(t *testing.T) {
 	}
 	os.Remove(filepath.Join(e.src, "sgl-kernel/extra.py"))
 	// An ignored file in the package directory would be packaged too.
-	os.WriteFile(filepath.Join(e.src, ".git/info/exclude"), []byte("*.so\n__pycache__/\n"), 0o644)
+	os.WriteFile(filepath.Join(e.src, ".gitignore"), []byte("*.so\n__pycache__/\n"), 0o644)
 	os.MkdirAll(filepath.Join(e.src, "sgl-kernel/python/sgl_kernel/__pycache__"), 0o755)
 	os.WriteFile(filepath.Join(e.src, "sgl-kernel/python/sgl_kernel/__pycache__/x.pyc"), []byte("pyc"), 0o644)
 	mustPlan(t, e.opts())
