@@ -13,6 +13,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/arpatch/arpatch/internal/lockfile"
@@ -133,10 +134,15 @@ func (c Cache) Begin(key string) (tmp string, release func(), err error) {
 		}
 		return "", nil, err
 	}
-	// Nothing else builds this key now: any temp dir of it is a dead
-	// build's leftover.
+	// No arpatch builds this key now: any temp dir of it is a dead
+	// build's leftover, unless that build's compilers outlived it (arpatch
+	// killed with SIGKILL): then they still write there.
 	old, _ := filepath.Glob(filepath.Join(c.Dir, ".tmp-"+key[:16]+"-*"))
 	for _, d := range old {
+		if g := liveGroup(d); g > 0 {
+			release()
+			return "", nil, fmt.Errorf("a killed build of the same inputs left its processes running (process group %d, in %s); stop them (kill -- -%d) and build again", g, d, g)
+		}
 		os.RemoveAll(d)
 	}
 	tmp, err = os.MkdirTemp(c.Dir, ".tmp-"+key[:16]+"-")
@@ -230,7 +236,7 @@ func (c Cache) GC(keep int) ([]string, error) {
 			continue
 		}
 		key16 := strings.SplitN(strings.TrimPrefix(e.Name(), ".tmp-"), "-", 2)[0]
-		if locked(c.Dir, key16) {
+		if locked(c.Dir, key16) || liveGroup(filepath.Join(c.Dir, e.Name())) > 0 {
 			continue
 		}
 		p := filepath.Join(c.Dir, e.Name())
@@ -238,6 +244,23 @@ func (c Cache) GC(keep int) ([]string, error) {
 		removed = append(removed, p)
 	}
 	return removed, nil
+}
+
+// liveGroup returns the process group recorded in a build's temp dir
+// when any process of it still runs, else 0.
+func liveGroup(tmp string) int {
+	b, err := os.ReadFile(filepath.Join(tmp, PGIDFile))
+	if err != nil {
+		return 0
+	}
+	g, err := strconv.Atoi(strings.TrimSpace(string(b)))
+	if err != nil || g <= 1 {
+		return 0
+	}
+	if err := syscall.Kill(-g, 0); err == nil || errors.Is(err, syscall.EPERM) {
+		return g
+	}
+	return 0
 }
 
 // locked reports whether a live build holds a lock of a key starting

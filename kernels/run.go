@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"sort"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -186,6 +187,10 @@ func finish(res *Result, opts BuildOptions, start time.Time) error {
 // stderr to logPath and feeding each line to progress. On ctx cancellation
 // it sends SIGTERM to the group, then SIGKILL after killGrace, waits for
 // the group's leader and returns ErrInterrupted.
+// PGIDFile, in a build's temp dir, holds the process group of its
+// command.
+const PGIDFile = ".pgid"
+
 func runLogged(ctx context.Context, dir string, argv, env []string, logPath string, progress Progress) error {
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -203,6 +208,10 @@ func runLogged(ctx context.Context, dir string, argv, env []string, logPath stri
 		return fmt.Errorf("starting %s: %w", argv[0], err)
 	}
 	pgid := cmd.Process.Pid
+	// Left beside the log: if arpatch itself is killed (SIGKILL), the next
+	// build of this key finds the group and will not pull the temp dir
+	// from under its still-running compilers.
+	os.WriteFile(filepath.Join(filepath.Dir(logPath), PGIDFile), []byte(strconv.Itoa(pgid)+"\n"), 0o644)
 	scanDone := make(chan struct{})
 	go func() {
 		defer close(scanDone)

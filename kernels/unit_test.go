@@ -8,6 +8,7 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -226,6 +227,22 @@ func TestCacheLockAndStaleBuilds(t *testing.T) {
 	}
 	leftover := filepath.Join(c.Dir, ".tmp-"+key[:16]+"-dead")
 	os.MkdirAll(leftover, 0o755)
+	// Its compilers outlived it (arpatch got SIGKILL): refused until they
+	// are stopped, and the temp dir they write to is kept.
+	orphan := exec.Command("sleep", "30")
+	orphan.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(leftover, PGIDFile), []byte(strconv.Itoa(orphan.Process.Pid)+"\n"), 0o644)
+	if _, _, err := c.Begin(key); err == nil || !strings.Contains(err.Error(), "left its processes running (process group "+strconv.Itoa(orphan.Process.Pid)) {
+		t.Errorf("Begin with a live orphan group: %v", err)
+	}
+	if _, err := os.Stat(leftover); err != nil {
+		t.Errorf("the orphans' temp dir was removed: %v", err)
+	}
+	syscall.Kill(-orphan.Process.Pid, syscall.SIGKILL)
+	orphan.Wait()
 	tmp2, release2, err := c.Begin(key)
 	if err != nil {
 		t.Fatalf("Begin over a dead build's lock: %v", err)

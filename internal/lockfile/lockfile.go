@@ -23,7 +23,7 @@ type HeldError struct {
 }
 
 func (e *HeldError) Error() string {
-	return fmt.Sprintf("%s: held by pid %s", e.Path, e.PID)
+	return fmt.Sprintf("%s: held by pid %s (if no arpatch runs as that pid, the pid was reused: remove %s)", e.Path, e.PID, e.Path)
 }
 
 // Acquire takes the lock at path, creating its directory. It returns the
@@ -50,10 +50,12 @@ func Acquire(path string) (func(), error) {
 		}
 		b, _ := os.ReadFile(path)
 		pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
-		if perr != nil || Alive(pid) {
+		// A lock appears whole (by link), so one that is not a pid was
+		// written by something else: it holds nothing.
+		if perr == nil && Alive(pid) {
 			return nil, &HeldError{Path: path, PID: strings.TrimSpace(string(b))}
 		}
-		os.Remove(path) // its owner died
+		os.Remove(path) // its owner died, or it is not a lock
 	}
 	return nil, fmt.Errorf("%s: could not take the lock; remove it if nothing holds it", path)
 }

@@ -39,6 +39,13 @@ func TestAcquire(t *testing.T) {
 		t.Fatalf("takeover: %v", err)
 	}
 	release()
+	// A lock that is not a pid (written by something else) holds nothing.
+	os.WriteFile(p, []byte("garbage\n"), 0o644)
+	release, err = Acquire(p)
+	if err != nil {
+		t.Fatalf("garbage lock: %v", err)
+	}
+	release()
 	// No temp files are left beside the lock.
 	ents, _ := os.ReadDir(filepath.Dir(p))
 	if len(ents) != 0 {
