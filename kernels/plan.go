@@ -190,8 +190,14 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 		"CMAKE_ARGS":                 strings.Join(cmakeArgs, " "),
 		GencodeEnv:                   strings.Join(ArchStrings(opts.Archs), ","),
 	}
-	if home := filepath.Dir(filepath.Dir(tc.NVCC.Path)); tc.NVCC.Path != "" {
-		p.Env["CUDA_HOME"] = home
+	if tc.NVCC.Path != "" {
+		// nvcc found through a symlink (/usr/bin/nvcc): CUDA_HOME is where
+		// the real one lives.
+		nvcc := tc.NVCC.Path
+		if real, err := filepath.EvalSymlinks(nvcc); err == nil {
+			nvcc = real
+		}
+		p.Env["CUDA_HOME"] = filepath.Dir(filepath.Dir(nvcc))
 	}
 	switch p.Builder {
 	case "pip":
@@ -294,7 +300,7 @@ func appliedState(src string) (*checkout.State, error) {
 		return nil, fmt.Errorf("%s changed since apply (%s); the build would not match its recorded inputs. Run `arpatch status --src %s`", src, strings.Join(d, ", "), src)
 	}
 	if len(st.Other) > 0 {
-		return nil, fmt.Errorf("%s has uncommitted changes to files the series did not touch (%s); they would go into the build unrecorded. Commit or stash them", src, st.Other[0])
+		return nil, fmt.Errorf("%s has uncommitted changes to files the series did not touch (%s); they would go into the build unrecorded. Commit or stash them", src, st.Other[0].Path)
 	}
 	// sgl-kernel/ is what the build reads: an untracked file there can go
 	// into the wheel (its python/ package is taken whole), and a

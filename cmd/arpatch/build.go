@@ -336,7 +336,14 @@ func runCheck(c *cli.Context, o kernels.BuildOptions) error {
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "check %s: nvcc %s, torch %s\n", kernels.AllreduceTU, tc.NVCC.Version, tc.Torch.Version)
+	tree := "a tree without apply state"
+	if st, err := checkout.Status(o.Src, nil); err == nil && st.State != nil {
+		tree = fmt.Sprintf("series %s at %.12s", orNone(st.State.Series), st.State.Commit)
+		if !st.Clean() || len(st.Other) > 0 {
+			tree += ", CHANGED since apply (arpatch status)"
+		}
+	}
+	fmt.Fprintf(w, "check %s of %s (%s): nvcc %s, torch %s\n", kernels.AllreduceTU, o.Src, tree, tc.NVCC.Version, tc.Torch.Version)
 	failed := 0
 	for _, r := range results {
 		state := "ok"

@@ -220,7 +220,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if p := running[s.arm]; p != nil {
 			if exited, werr := p.Exited(); exited {
 				return res, &InfraError{&server.ExitError{Name: ar.Arm.Name, Log: p.Spec.LogPath,
-					Why: fmt.Sprintf("died during trial %d (%v)", s.trial, werr), Tail: server.Tail(p.Spec.LogPath, 40)}}
+					Why: fmt.Sprintf("died during trial %d (%s)", s.trial, exitText(werr)), Tail: server.Tail(p.Spec.LogPath, 40)}}
 			}
 		}
 		ar.Trials = append(ar.Trials, trial)
@@ -234,6 +234,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	}
 	analyze(res, o)
 	return res, nil
+}
+
+func exitText(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
 }
 
 func allFailed(ss []sglang.Sample) bool {

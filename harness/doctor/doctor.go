@@ -49,6 +49,9 @@ type Host struct {
 	// DriverHung names the nvidia-smi call that did not answer in time;
 	// the later ones were not tried.
 	DriverHung string `json:"driver_hung,omitempty"`
+	// NoNvidiaSMI is set when nvidia-smi is not on PATH: no driver, or
+	// not this machine's GPUs.
+	NoNvidiaSMI bool `json:"no_nvidia_smi,omitempty"`
 }
 
 // Report is doctor's output.
@@ -126,8 +129,7 @@ func Inspect(ctx context.Context, o Options) *Report {
 			h.DriverHung = label + ": " + err.Error()
 			return "", false
 		case errors.Is(err, exec.ErrNotFound) || strings.Contains(fmt.Sprint(err), "executable file not found"):
-			missing = true
-			h.Errors = append(h.Errors, "nvidia-smi: not found on PATH (is the NVIDIA driver installed?)")
+			missing, h.NoNvidiaSMI = true, true
 			return "", false
 		case err != nil:
 			h.Errors = append(h.Errors, label+": "+firstLine(out, err))

@@ -177,10 +177,10 @@ func TestNothingReadable(t *testing.T) {
 	rep := Inspect(context.Background(), Options{Run: func(context.Context, string, ...string) (string, error) {
 		return "", errors.New("exec: \"nvidia-smi\": executable file not found in $PATH")
 	}})
-	if rep.Verdict != "no NVIDIA GPU found (nvidia-smi did not answer)" || len(rep.Host.Errors) != 1 || !strings.Contains(rep.Host.Errors[0], "not found on PATH") {
+	if rep.Verdict != "no NVIDIA GPU found (nvidia-smi did not answer)" || len(rep.Host.Errors) != 0 || !rep.Host.NoNvidiaSMI {
 		t.Errorf("verdict %q errors %v", rep.Verdict, rep.Host.Errors)
 	}
-	if f := ids(rep); f["read.error"].Severity != Warn || f["sgl-kernel.missing"].Severity != Info {
+	if f := ids(rep); f["driver.missing"].Severity != Error || f["sgl-kernel.missing"].Severity != Info || rep.Findings[0].ID != "driver.missing" {
 		t.Errorf("findings %+v", rep.Findings)
 	}
 }

@@ -19,6 +19,10 @@ func findings(h *Host, env []string, serverCmd string) []Finding {
 		add("driver.hung", Error, "the NVIDIA driver does not answer", h.DriverHung+"; nothing else was asked of nvidia-smi",
 			"look for Xid errors (sudo dmesg | grep -i xid) and stuck processes (fuser -v /dev/nvidia*); a GPU in this state needs its processes killed, a GPU reset (nvidia-smi -r) or a reboot, and any benchmark run now would hang")
 	}
+	if h.NoNvidiaSMI {
+		add("driver.missing", Error, "nvidia-smi is not on PATH", "without it nothing about the GPUs can be read, and without a driver nothing can run on them",
+			"install the NVIDIA driver (nvidia-smi comes with it), or run doctor on the GPU host")
+	}
 	for _, e := range h.Errors {
 		add("read.error", Warn, "could not read part of the host", e, "run doctor where nvidia-smi works, or check the driver")
 	}

@@ -139,11 +139,11 @@ func agreement(a *bench.ArmResult) string {
 	return fmt.Sprintf("%d/%d", a.Agreement.IdenticalN, a.Agreement.Outputs)
 }
 
-// WriteTable prints the terminal table: per arm, tok/s median [95% CI],
+// WriteTable prints the terminal table: per arm, tok/s median [CI],
 // delta % and p against the baseline, decode tok/s, accept length, TTFT
 // p50/p99, ITL p50, output agreement and the verdict; then warnings.
 func WriteTable(w io.Writer, res *bench.Result, s Settings) {
-	fmt.Fprintf(w, "EAGLE-3 bench: %d prompts x %d trials, concurrency %d, max %d new tokens, temperature %g; medians across trials [95%% CI]\n",
+	fmt.Fprintf(w, "%s: %d prompts x %d trials, concurrency %d, max %d new tokens, temperature %g; medians across trials [confidence interval, 95%% where the trials allow]\n", benchName(s),
 		s.Prompts, s.Trials, s.Concurrency, s.MaxNewTokens, s.Temperature)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "arm\ttok/s\tdelta\tp\tdecode tok/s\taccept len\tTTFT p50/p99 ms\tITL p50 ms\tagree\tverdict\t")
@@ -182,7 +182,7 @@ func WriteTable(w io.Writer, res *bench.Result, s Settings) {
 
 // WriteMarkdown writes the table as GitHub markdown.
 func WriteMarkdown(w io.Writer, res *bench.Result, s Settings) error {
-	fmt.Fprintf(w, "### EAGLE-3 bench\n\n%d prompts x %d trials, concurrency %d, max %d new tokens. Medians across trials with 95%% confidence intervals; p from a Mann-Whitney U test against `%s`.\n\n",
+	fmt.Fprintf(w, "### %s\n\n%d prompts x %d trials, concurrency %d, max %d new tokens. Medians across trials with confidence intervals (95%% where the number of trials allows; each interval shows its level); p from a Mann-Whitney U test against `%s`.\n\n", benchName(s),
 		s.Prompts, s.Trials, s.Concurrency, s.MaxNewTokens, res.Baseline)
 	fmt.Fprintln(w, "| arm | tok/s | delta | p | decode tok/s | accept length | TTFT p50 / p99 (ms) | ITL p50 (ms) | output agreement | verdict |")
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
@@ -237,4 +237,15 @@ func WriteBenchfmt(w io.Writer, res *bench.Result, s Settings) error {
 		}
 	}
 	return nil
+}
+
+// benchName is "EAGLE-3 bench", or "bench" when speculation is off.
+func benchName(s Settings) string {
+	if s.SpecAlgorithm == "" || strings.EqualFold(s.SpecAlgorithm, "EAGLE3") {
+		return "EAGLE-3 bench"
+	}
+	if strings.EqualFold(s.SpecAlgorithm, "none") {
+		return "bench (no speculative decoding)"
+	}
+	return s.SpecAlgorithm + " bench"
 }

@@ -117,7 +117,7 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 			return nil, &ExitError{Name: spec.Name, Log: spec.LogPath, Why: fmt.Sprintf("exited (%v) before it was ready", p.err), Tail: Tail(spec.LogPath, 40)}
 		case <-deadline.C:
 			p.Stop()
-			return nil, &ExitError{Name: spec.Name, Log: spec.LogPath, Why: fmt.Sprintf("was not ready after %s (/health_generate: %v)", spec.ReadyTimeout, herr), Tail: Tail(spec.LogPath, 40)}
+			return nil, &ExitError{Name: spec.Name, Log: spec.LogPath, Why: fmt.Sprintf("was not ready after %s (%v)", spec.ReadyTimeout, herr), Tail: Tail(spec.LogPath, 40)}
 		case <-ctx.Done():
 			p.Stop()
 			return nil, ctx.Err()
