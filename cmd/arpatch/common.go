@@ -54,7 +54,11 @@ func loadRecipe(c *cli.Context) (*recipes.Recipe, error) {
 		}
 		return recipes.File(expandHome(p))
 	}
-	return recipes.Embedded(c.String("recipe"))
+	r, err := recipes.Embedded(c.String("recipe"))
+	if err != nil {
+		return nil, usageError{err} // a --recipe that names no recipe
+	}
+	return r, nil
 }
 
 // loadCatalog returns the series from --patches-dir, or the embedded ones.

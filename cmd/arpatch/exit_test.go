@@ -23,7 +23,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"arpatch", "patches", "check", "--commit", "abc"}, exitUsage}, // --repo is required
 		{[]string{"arpatch", "recipes", "show"}, exitUsage},
 		{[]string{"arpatch", "apply", "--recipe", "pcie", "--recipe-file", "x.toml"}, exitUsage},
-		{[]string{"arpatch", "apply", "--recipe", "nosuch"}, exitFailure},
+		{[]string{"arpatch", "apply", "--recipe", "nosuch"}, exitUsage},
+		{[]string{"arpatch", "patches", "check", "--repo", ".", "--commit", "main", "--series", "nosuch"}, exitUsage},
 		{[]string{"arpatch", "bogus"}, exitUsage},
 		{[]string{"arpatch", "patches", "bogus"}, exitUsage},
 		{[]string{"arpatch", "apply", "--dry-run=maybe"}, exitUsage},

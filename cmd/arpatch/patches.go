@@ -51,7 +51,7 @@ It exits 1 when any series conflicts or is partly in the tree.
 
 Examples:
    arpatch patches check --repo ~/mirrors/sglang.git --commit 84118acf50b3a4c74e85e9ff9033792552de1a76
-   arpatch patches check --repo sglang --commit main --commit 8905cbd42f4a --series pcie-2026-07 --json`,
+   arpatch patches check --repo sglang --commit main --commit 84118acf50b3a4c74e85e9ff9033792552de1a76 --series pcie-2026-07 --json`,
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "repo", Usage: "local repository `PATH` (checkout or bare mirror)", Required: true},
 					&cli.StringSliceFlag{Name: "commit", Usage: "commit `REV` to check; repeat for several", Required: true},
@@ -63,6 +63,11 @@ Examples:
 					cat, err := loadCatalog(c)
 					if err != nil {
 						return err
+					}
+					for _, n := range c.StringSlice("series") {
+						if _, err := cat.Get(n); err != nil {
+							return usageError{fmt.Errorf("--series: %w", err)}
+						}
 					}
 					rows, err := checkout.CheckCommits(pathFlag(c, "repo"), c.StringSlice("commit"), cat, c.StringSlice("series"))
 					if err != nil {
