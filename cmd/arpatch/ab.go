@@ -44,10 +44,17 @@ Examples:
 			Before: noArgs,
 			Action: func(c *cli.Context) error {
 				load := func(name, file string) (*recipes.Recipe, error) {
-					if p := c.String(file); p != "" {
+					if p := pathFlag(c, file); p != "" {
+						if c.IsSet(name) {
+							return nil, usagef("--%s and --%s are exclusive; pass one", name, file)
+						}
 						return recipes.File(p)
 					}
-					return recipes.Embedded(c.String(name))
+					r, err := recipes.Embedded(c.String(name))
+					if err != nil {
+						return nil, usageError{fmt.Errorf("--%s: %w", name, err)}
+					}
+					return r, nil
 				}
 				a, err := load("a", "a-file")
 				if err != nil {
