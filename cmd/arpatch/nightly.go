@@ -153,11 +153,7 @@ func historyCommand() *cli.Command {
 				Name: "show", Usage: "show one run: environment, drift, arms, checks", UsageText: "arpatch history show RUN [--db FILE]",
 				Flags: []cli.Flag{db},
 				Action: func(c *cli.Context) error {
-					id, err := strconv.ParseInt(c.Args().First(), 10, 64)
-					if c.Args().Len() != 1 || err != nil {
-						return usagef("history show takes one run number")
-					}
-					s, err := open(c)
+					s, id, err := openRun(c, open)
 					if err != nil {
 						return err
 					}
@@ -235,11 +231,7 @@ deliberate (a new upstream, a new toolchain), accept the first night of the
 new level: later nights then compare with it and the runs after it.`,
 				Flags: []cli.Flag{db},
 				Action: func(c *cli.Context) error {
-					id, err := strconv.ParseInt(c.Args().First(), 10, 64)
-					if c.Args().Len() != 1 || err != nil {
-						return usagef("history accept takes one run number")
-					}
-					s, err := open(c)
+					s, id, err := openRun(c, open)
 					if err != nil {
 						return err
 					}
@@ -253,4 +245,15 @@ new level: later nights then compare with it and the runs after it.`,
 			},
 		},
 	}
+}
+
+// openRun reads the one RUN argument of "history show|accept" and opens
+// the history.
+func openRun(c *cli.Context, open func(*cli.Context) (*history.Store, error)) (*history.Store, int64, error) {
+	id, err := strconv.ParseInt(c.Args().First(), 10, 64)
+	if c.Args().Len() != 1 || err != nil || id < 1 {
+		return nil, 0, usagef("history %s takes one run number (arpatch history list shows them)", c.Command.Name)
+	}
+	s, err := open(c)
+	return s, id, err
 }
