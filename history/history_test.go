@@ -81,6 +81,9 @@ func TestWindowRegressionsWorkloadsAndAccept(t *testing.T) {
 	}
 	slow := night(70, 1, "")
 	night(10, 0, "max_new_tokens=8")
+	// A night with drift (exit 3) that also regressed is no reference.
+	drifted := night(69, 3, "")
+	s.AddCheck(drifted, Check{Name: "pcie tok_s vs history", Kind: "regression", Status: "fail"})
 	if _, runs, _ := s.Window("8x GPU", "", "pcie", "tok_s", 7, 0); !reflect.DeepEqual(runs, []int64{ids[2], ids[1], ids[0]}) {
 		t.Errorf("window %v: a regressed night or another workload counted", runs)
 	}

@@ -248,7 +248,8 @@ var Metrics = func() []string {
 // Window returns the per-trial values of metric for arm over the last n
 // reference runs before run id before (0: all), newest run first, and the
 // ids of those runs. A reference run is complete, on hardwareKey, of the
-// same workload, did not fail its checks (exit code 1) unless accepted,
+// same workload, failed no regression or validity check (whatever its
+// exit code: a night with drift can regress too) unless accepted,
 // and is not older than the newest accepted run. n must be 1 or more.
 func (s *Store) Window(hardwareKey, workload, arm, metric string, n int, before int64) ([]float64, []int64, error) {
 	col, err := column(metric)
@@ -266,7 +267,8 @@ func (s *Store) Window(hardwareKey, workload, arm, metric string, n int, before 
 		return nil, nil, err
 	}
 	q := `SELECT id FROM runs WHERE hardware_key = ? AND workload = ? AND status = ? AND (? = 0 OR id < ?) AND id >= ?
-		AND (COALESCE(exit_code, 0) != 1 OR accepted = 1)
+		AND (accepted = 1 OR (COALESCE(exit_code, 0) != 1 AND NOT EXISTS (SELECT 1 FROM checks
+			WHERE checks.run_id = runs.id AND checks.status = 'fail' AND checks.kind IN ('regression', 'validity'))))
 		AND EXISTS (SELECT 1 FROM arms WHERE arms.run_id = runs.id AND arms.name = ? AND arms.invalid = 0)
 		ORDER BY id DESC LIMIT ?`
 	rows, err := s.db.Query(q, hardwareKey, workload, Complete, before, before, since, arm, n)

@@ -149,7 +149,7 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	if verr := tc.Validate(Needs{Archs: opts.Archs, Builder: p.Builder, CMake: true, Torch: true}); verr != nil && p.Problems == nil {
 		p.Problems = verr
 	}
-	if err := archsUpstreamHas(opts.Archs, p.Upstream); err != nil && p.Problems == nil {
+	if err := CheckUpstreamArchs(opts.Archs, p.Upstream); err != nil && p.Problems == nil {
 		p.Problems = err
 	}
 	p.Jobs = opts.Jobs
@@ -220,10 +220,12 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	return p, nil
 }
 
-// archsUpstreamHas refuses archs upstream's CMake files do not compile:
-// the gencode filter only drops -gencode options, it cannot add one, so
-// such an arch would silently build upstream's whole list.
-func archsUpstreamHas(want, upstream []Arch) error {
+// CheckUpstreamArchs refuses archs upstream's CMake files (UpstreamArchs
+// of sgl-kernel/CMakeLists.txt) do not name: the gencode filter only drops
+// -gencode options, it cannot add one, so such an arch would silently
+// build upstream's whole list. The error names the arch, the nearest one
+// upstream has, and the list.
+func CheckUpstreamArchs(want, upstream []Arch) error {
 	if len(upstream) == 0 {
 		return nil // CMake files we cannot read for archs: nothing to check
 	}

@@ -258,10 +258,10 @@ func TestCacheLockAndStaleBuilds(t *testing.T) {
 
 func TestArchsUpstreamHasAndQuoting(t *testing.T) {
 	up := []Arch{"90", "100a", "120a", "90a"}
-	if err := archsUpstreamHas([]Arch{"120a", "90a"}, up); err != nil {
+	if err := CheckUpstreamArchs([]Arch{"120a", "90a"}, up); err != nil {
 		t.Error(err)
 	}
-	err := archsUpstreamHas([]Arch{"100"}, up)
+	err := CheckUpstreamArchs([]Arch{"100"}, up)
 	if err == nil || !strings.Contains(err.Error(), "--arch 100: upstream's CMake files do not compile sm_100 (did you mean 100a?)") {
 		t.Errorf("err = %v", err)
 	}

@@ -16,6 +16,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/tomlx"
 )
@@ -300,7 +301,12 @@ func LoadConfig(path string) (*Config, error) {
 	default:
 		return nil, fail("build.tool", "%q: use auto, uv or pip", c.Build.Tool)
 	}
-	if c.Bench.URLA != "" && c.Bench.URLA == c.Bench.URLB {
+	for _, arm := range []string{"a", "b"} {
+		if set("arms."+arm) && set("arms."+arm+"_file") {
+			return nil, fail("arms."+arm+"_file", "arms.%s and arms.%s_file are exclusive; keep one", arm, arm)
+		}
+	}
+	if c.Bench.URLA != "" && bench.SameServer(c.Bench.URLA, c.Bench.URLB) {
 		return nil, fail("bench.url_b", "%s is also bench.url_a: an A/B of one server measures nothing", c.Bench.URLB)
 	}
 	if c.Outputs.Plot != "" {

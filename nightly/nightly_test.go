@@ -252,7 +252,7 @@ func TestNightlyEndToEnd(t *testing.T) {
 	// The server of an arm dies (launch command fails): exit 4.
 	w.serve("b", 1600)
 	w.cfg.Bench.URLB = ""
-	w.cfg.Bench.LaunchCmdB = "echo 'fatal: no GPU (fake)' >&2; exit 3"
+	w.cfg.Bench.LaunchCmdB = "echo 'fatal: no GPU (fake)' >&2; exit 3 # --port {port}"
 	rep = w.run(context.Background(), true)
 	if rep.ExitCode != ExitInfra || rep.Status != history.Failed || !strings.Contains(strings.Join(rep.Errors, " "), "fatal: no GPU (fake)") {
 		t.Fatalf("dead server: exit %d status %s errors %v", rep.ExitCode, rep.Status, rep.Errors)
@@ -519,6 +519,8 @@ func TestPreflightErrors(t *testing.T) {
 		{func(c *Config) { c.Arms.AFile, c.Arms.A = "", "nosuch" }, true, "arms.a: "},
 		{func(c *Config) { c.Arms.PatchesDir = "nodir" }, true, "nodir"},
 		{func(c *Config) { c.Build.Archs = []string{"999z"} }, false, "build.archs: "},
+		{func(c *Config) { c.Build.Archs = []string{"90a"} }, false, "build.archs: --arch 90a: upstream's CMake files do not compile sm_90a"},
+		{func(c *Config) { c.Upstream.Repo = "nosuch" }, true, "upstream.repo "},
 		{func(c *Config) { c.Build.Python = "/no/python3" }, false, "build.python: /no/python3"},
 		{func(c *Config) { c.Build.DepsDir = "nodeps" }, false, "build.deps_dir "},
 		{func(c *Config) { c.Bench.URLA, c.Bench.URLB = "http://127.0.0.1:1", "" }, true, "bench: arm b has no server"},

@@ -8,7 +8,9 @@ import (
 	"io"
 	"math"
 	"os"
+	"sort"
 	"strings"
+	"time"
 
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/report"
@@ -282,14 +284,26 @@ func WriteOutputs(rep *Report, cfg *Config, extra map[string]string) error {
 	if j := or(extra["junit"], cfg.Path(cfg.Outputs.JUnit)); j != "" {
 		files[j] = func(w io.Writer) error { return JUnit(w, rep) }
 	}
-	for path, write := range files {
+	// Every file is written that can be (JUnit above all), in a fixed
+	// order; the first failure is returned, naming its file.
+	paths := make([]string, 0, len(files))
+	for p := range files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	var first error
+	for _, path := range paths {
 		var b bytes.Buffer
-		if err := write(&b); err != nil {
-			return err
+		err := files[path](&b)
+		if err == nil {
+			err = safefs.WriteFile(path, b.Bytes(), 0o644)
 		}
-		if err := safefs.WriteFile(path, b.Bytes(), 0o644); err != nil {
-			return err
+		if err != nil && first == nil {
+			first = fmt.Errorf("writing report %s: %w", path, err)
 		}
+	}
+	if first != nil {
+		return first
 	}
 	// The extra summary is appended, as GitHub Actions asks of
 	// $GITHUB_STEP_SUMMARY (other steps may have written to it).
@@ -319,6 +333,17 @@ func jsonWriter(v any) func(io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	}
+}
+
+// FailedToRun is the report of a nightly that could not start (the
+// history's lock is held, the history cannot be opened): exit 4, one
+// failed check, so that CI's JUnit and summary show it.
+func FailedToRun(err error) *Report {
+	rep := &Report{Schema: ReportSchema, StartedAt: time.Now().UTC(), Status: history.Failed, ExitCode: ExitInfra,
+		Errors: []string{err.Error()}, ArmRecipes: map[string]string{}}
+	rep.Verdict = "infrastructure failure: " + err.Error()
+	rep.check(history.Check{Name: "run", Kind: "infra", Status: "fail", Detail: err.Error()})
+	return rep
 }
 
 // MarkExit records, after the run, a failure that changed its exit code

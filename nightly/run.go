@@ -204,8 +204,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	store.Update(id, "", rep.Head, "")
 	rep.BuildCommit = rep.Pinned
-	if cfg.Arms.Commit == "head" {
+	if cfg.Arms.Commit == "head" && rep.Head != "" {
 		rep.BuildCommit = rep.Head
+		store.Update(id, rep.BuildCommit, "", "") // what is built and benched
 	}
 	canContinue := rep.ExitCode < ExitDrift || (rep.ExitCode == ExitDrift && cfg.Arms.Commit == "pinned")
 
@@ -280,6 +281,17 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	return rep, nil
 }
 
+// failedNames lists the failed checks of the kinds given.
+func failedNames(rep *Report, kinds ...string) string {
+	var out []string
+	for _, c := range rep.Checks {
+		if c.Status == "fail" && slices.Contains(kinds, c.Kind) {
+			out = append(out, c.Name)
+		}
+	}
+	return strings.Join(out, ", ")
+}
+
 func failedCheck(cs []history.Check) bool {
 	for _, c := range cs {
 		if c.Status == "fail" {
@@ -306,6 +318,10 @@ func preflight(cfg *Config, o Options) (a, b *recipes.Recipe, cat *patches.Catal
 	if cat, err = catalog(cfg); err != nil {
 		return nil, nil, nil, err
 	}
+	repo, err := gitsrc.OpenAny(cfg.Path(cfg.Upstream.Repo))
+	if err != nil {
+		return nil, nil, nil, fmt.Errorf("upstream.repo %s: %w; clone a mirror there (git clone --mirror https://github.com/sgl-project/sglang.git)", cfg.Path(cfg.Upstream.Repo), err)
+	}
 	if b.Series != "" && len(cat.Members(b.Series)) == 0 {
 		return nil, nil, nil, fmt.Errorf("arms.b: recipe %s names series %q, which no series in %s has as name or family", b.Name, b.Series, orStr(cfg.Arms.PatchesDir, "arpatch's embedded series"))
 	}
@@ -314,8 +330,20 @@ func preflight(cfg *Config, o Options) (a, b *recipes.Recipe, cat *patches.Catal
 		if len(archs) == 0 {
 			archs = b.Build.Archs
 		}
-		if _, err := kernels.ParseArchs(archs); err != nil {
+		as, err := kernels.ParseArchs(archs)
+		if err != nil {
 			return nil, nil, nil, fmt.Errorf("build.archs: %w", err)
+		}
+		// Against the pinned tree's CMake (the head's is checked by the
+		// build itself, after drift).
+		if c, err := repo.Resolve(b.Upstream.Commit); err == nil {
+			if tree, err := repo.TreeAt(c); err == nil {
+				if cm, err := tree.ReadFile("sgl-kernel/CMakeLists.txt"); err == nil {
+					if err := kernels.CheckUpstreamArchs(as, kernels.UpstreamArchs(string(cm))); err != nil {
+						return nil, nil, nil, fmt.Errorf("build.archs: %w", err)
+					}
+				}
+			}
 		}
 		if err := lookPython(cfg.Build.Python, o.Env); err != nil {
 			return nil, nil, nil, fmt.Errorf("build.python: %w", err)
@@ -388,7 +416,11 @@ func verdictText(rep *Report) string {
 		first, _, _ := strings.Cut(strings.Join(rep.Errors, "; "), "\n")
 		return "infrastructure failure: " + first
 	case ExitDrift:
-		return "drift: the series no longer applies to " + rep.Ref
+		v := "drift: the series no longer applies to " + rep.Ref
+		if why := failedNames(rep, "regression", "validity"); why != "" {
+			v += "; and regression: " + why
+		}
+		return v
 	case ExitRegression:
 		var why []string
 		for _, c := range rep.Checks {

@@ -268,6 +268,9 @@ func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Sett
 			return o, report.Settings{}, usagef("--url %s would serve %d arms, so the A/B would compare one server with itself (and no arm's env applies); give each arm its own server: --arm NAME:url=URL, or --launch-cmd", u, shared)
 		}
 	}
+	if err := o.CheckArms(); err != nil {
+		return o, report.Settings{}, usageError{err}
+	}
 	if o.Baseline != "" && !contains(order, o.Baseline) {
 		return o, report.Settings{}, usagef("--baseline %q is not an arm (arms: %s)", o.Baseline, strings.Join(order, ", "))
 	}

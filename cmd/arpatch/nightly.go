@@ -92,6 +92,10 @@ Examples:
 				// open) or could not write its reports: infrastructure.
 				if rep != nil {
 					nightly.MarkExit(cfg, rep, nightly.ExitInfra, err)
+				} else {
+					failed := nightly.FailedToRun(err)
+					extra := map[string]string{"junit": pathFlag(c, "junit"), "summary": c.String("summary")}
+					nightly.WriteOutputs(failed, cfg, extra)
 				}
 				return cli.Exit(err.Error(), nightly.ExitInfra)
 			}

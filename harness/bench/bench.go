@@ -10,6 +10,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net/url"
 	"os"
 	"path/filepath"
 	"sort"
@@ -236,6 +237,44 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	return res, nil
 }
 
+// CheckArms refuses arms that cannot give a comparison: two attached to
+// one server (it would be compared with itself), and a launch template
+// without {port} (its server would not listen where arpatch waits).
+func (o Options) CheckArms() error {
+	for i, a := range o.Arms {
+		for _, b := range o.Arms[i+1:] {
+			if SameServer(a.URL, b.URL) {
+				return fmt.Errorf("arms %s and %s attach to one server (%s): the A/B would compare it with itself; give each arm its own", a.Name, b.Name, a.URL)
+			}
+		}
+		if a.URL == "" && a.LaunchCmd != "" && !strings.Contains(a.LaunchCmd, "{port}") {
+			return fmt.Errorf("arm %s: the launch command has no {port}; its server must listen on the port arpatch gives it (e.g. --port {port})", a.Name)
+		}
+	}
+	return nil
+}
+
+// SameServer reports whether two server URLs name one server: scheme and
+// host compared without case, localhost as 127.0.0.1, default ports and a
+// trailing slash ignored.
+func SameServer(a, b string) bool {
+	norm := func(s string) string {
+		u, err := url.Parse(strings.TrimSpace(s))
+		if err != nil || u.Host == "" {
+			return strings.TrimRight(strings.ToLower(s), "/")
+		}
+		host, port := strings.ToLower(u.Hostname()), u.Port()
+		if host == "localhost" || host == "::1" {
+			host = "127.0.0.1"
+		}
+		if port == "" {
+			port = map[string]string{"http": "80", "https": "443"}[strings.ToLower(u.Scheme)]
+		}
+		return strings.ToLower(u.Scheme) + "://" + host + ":" + port + strings.TrimRight(u.Path, "/")
+	}
+	return a != "" && b != "" && norm(a) == norm(b)
+}
+
 func exitText(err error) string {
 	if err == nil {
 		return "exit status 0"
@@ -271,6 +310,9 @@ func (o *Options) fill() error {
 			return fmt.Errorf("arm %q is defined twice", a.Name)
 		}
 		seen[a.Name] = true
+	}
+	if err := o.CheckArms(); err != nil {
+		return err
 	}
 	if o.Baseline == "" {
 		o.Baseline = o.Arms[0].Name

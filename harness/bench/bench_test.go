@@ -151,7 +151,7 @@ func TestPreflightStops(t *testing.T) {
 }
 
 func TestLaunchedServerDies(t *testing.T) {
-	o := Options{Arms: []Arm{{Name: "baseline", LaunchCmd: "echo 'Traceback: fatal (fake)' >&2; exit 5"}},
+	o := Options{Arms: []Arm{{Name: "baseline", LaunchCmd: "echo 'Traceback: fatal (fake)' >&2; exit 5 # {port}"}},
 		Prompts: []string{"a"}, Trials: 1, LogDir: t.TempDir(), ReadyTimeout: 5 * time.Second}
 	_, err := Run(context.Background(), o)
 	var ie *InfraError
@@ -174,6 +174,17 @@ func TestArgv(t *testing.T) {
 	o.Model = "/m/my model;touch /tmp/x"
 	if got := o.Argv(Arm{Name: "x", LaunchCmd: "serve --model {model}"}, 9); got[2] != `serve --model '/m/my model;touch /tmp/x'` {
 		t.Errorf("quoted template: %q", got)
+	}
+	for _, arms := range [][]Arm{
+		{{Name: "a", URL: "http://localhost:8000/"}, {Name: "b", URL: "http://127.0.0.1:8000"}},
+		{{Name: "a", LaunchCmd: "serve --port 30000"}},
+	} {
+		if err := (Options{Arms: arms}).CheckArms(); err == nil {
+			t.Errorf("arms %+v accepted", arms)
+		}
+	}
+	if SameServer("http://h:8000", "http://h:8001") || !SameServer("http://H:80/", "http://h") {
+		t.Error("SameServer")
 	}
 	bad := Options{Arms: []Arm{{Name: "a"}}, Prompts: []string{"x"}}
 	if _, err := Run(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "needs a server: pass --model") {
