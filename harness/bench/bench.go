@@ -275,6 +275,15 @@ func SameServer(a, b string) bool {
 	return a != "" && b != "" && norm(a) == norm(b)
 }
 
+// agreeTokens is how many tokens the output check compares: the first
+// sglang.AgreeTokens, or all when a request generates fewer.
+func (o Options) agreeTokens() int {
+	if o.MaxNewTokens > 0 && o.MaxNewTokens < sglang.AgreeTokens {
+		return o.MaxNewTokens
+	}
+	return sglang.AgreeTokens
+}
+
 func exitText(err error) string {
 	if err == nil {
 		return "exit status 0"
@@ -530,6 +539,15 @@ func analyze(res *Result, o Options) {
 			ar.Warnings = append(ar.Warnings, fmt.Sprintf("accept length %.2f with speculation on: the draft is accepted almost never (is the algorithm EAGLE with an EAGLE-3 draft? use EAGLE3)", acc))
 		}
 		if ar == base {
+			// The reference must repeat itself: at temperature 0 its
+			// outputs in every trial should be its first ones. If not, no
+			// arm can be judged against it.
+			self := stats.Agree(base.Trials, base.Trials, o.AgreeThreshold)
+			if self.Invalid && self.Outputs > 0 {
+				ar.Invalid = true
+				ar.Warnings = append(ar.Warnings, fmt.Sprintf("INVALID: the baseline's own outputs differ across trials (%d of %d match its first over %d tokens): it is no reference, and the other arms' agreement means nothing",
+					self.IdenticalN, self.Outputs, o.agreeTokens()))
+			}
 			continue
 		}
 		ar.Deltas = map[string]stats.Delta{}
@@ -541,7 +559,7 @@ func analyze(res *Result, o Options) {
 		if ag.Invalid {
 			ar.Invalid = true
 			ar.Warnings = append(ar.Warnings, fmt.Sprintf("INVALID: only %d of %d outputs (%d prompts x trials) give the baseline's output over the first %d tokens (threshold %.0f%%): the arm computes something else, so its speed means nothing",
-				ag.IdenticalN, ag.Outputs, ag.Prompts, sglang.AgreeTokens, o.AgreeThreshold*100))
+				ag.IdenticalN, ag.Outputs, ag.Prompts, o.agreeTokens(), o.AgreeThreshold*100))
 		}
 	}
 }

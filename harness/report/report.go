@@ -118,10 +118,12 @@ func ci(s stats.Summary, prec int) string {
 }
 
 func verdict(a *bench.ArmResult) string {
-	if a.Deltas == nil {
+	switch {
+	case a.Deltas == nil && a.Invalid:
+		return "INVALID baseline"
+	case a.Deltas == nil:
 		return "baseline"
-	}
-	if a.Invalid {
+	case a.Invalid:
 		return "INVALID"
 	}
 	d := a.Deltas["tok_s"]
