@@ -123,13 +123,17 @@ func TestTreeEditedDuringBuildIsNotCached(t *testing.T) {
 	o := e.opts()
 	_, err := Build(context.Background(), mustPlan(t, o), o, nil)
 	var be *BuildError
-	if !errors.As(err, &be) || !strings.Contains(err.Error(), "the tree changed during the build") || !strings.Contains(err.Error(), "not cached") {
+	if err == nil || errors.As(err, &be) || !strings.Contains(err.Error(), "the tree changed during the build") || !strings.Contains(err.Error(), "the build finished but was not cached") {
 		t.Fatalf("err = %v", err)
 	}
 	if ents, _ := e.cache.List(); len(ents) != 0 {
 		t.Errorf("a wheel of a changed tree was cached: %+v", ents)
 	}
-	contains(t, readFile(t, be.Log), "LOCKED")
+	logs, _ := filepath.Glob(filepath.Join(e.cache.Dir, "logs", "*.log"))
+	if len(logs) != 1 {
+		t.Fatalf("kept logs %v", logs)
+	}
+	contains(t, readFile(t, logs[0]), "LOCKED")
 	if _, err := os.Stat(filepath.Join(e.src, ".git/arpatch/lock")); !os.IsNotExist(err) {
 		t.Errorf("the checkout lock outlived the build: %v", err)
 	}

@@ -9,6 +9,36 @@ import (
 // which archs to keep, e.g. ARPATCH_GENCODE_ARCHS=120a,90a.
 const GencodeEnv = "ARPATCH_GENCODE_ARCHS"
 
+// GencodeLogEnv names the file the gencode filter appends each kept arch
+// to, one line per nvcc command and arch: after the build it shows which
+// requested archs some translation unit was really compiled for.
+const GencodeLogEnv = "ARPATCH_GENCODE_LOG"
+
+// KeptArchs returns the archs of args' -gencode options that are in keep:
+// what an nvcc command after FilterGencode compiles of the requested ones.
+func KeptArchs(args []string, keep []Arch) []Arch {
+	want := map[string]bool{}
+	for _, a := range keep {
+		want[string(a)] = true
+	}
+	var out []Arch
+	for i, a := range args {
+		var v string
+		for _, flag := range []string{"-gencode", "--generate-code"} {
+			switch {
+			case strings.HasPrefix(a, flag+"="):
+				v = strings.TrimPrefix(a, flag+"=")
+			case a == flag && i+1 < len(args):
+				v = args[i+1]
+			}
+		}
+		if arch := archOf(v); arch != "" && want[arch] {
+			out = append(out, Arch(arch))
+		}
+	}
+	return out
+}
+
 // gencodeArch reads the sm/compute number out of a -gencode value such as
 // "arch=compute_90a,code=sm_90a" or "arch=compute_120a,code=[sm_120a,compute_120a]".
 var gencodeArch = regexp.MustCompile(`arch=compute_([0-9]+[af]?)`)

@@ -102,7 +102,9 @@ func Build(ctx context.Context, plan *Plan, opts BuildOptions, progress Progress
 	if env == nil {
 		env = os.Environ()
 	}
-	runErr := runLogged(ctx, plan.Dir, plan.Command(tmp), append(append([]string(nil), env...), plan.EnvList()...), logPath, progress)
+	gencodeLog := filepath.Join(tmp, "gencode.log")
+	runEnv := append(append(append([]string(nil), env...), plan.EnvList()...), GencodeLogEnv+"="+gencodeLog)
+	runErr := runLogged(ctx, plan.Dir, plan.Command(tmp), runEnv, logPath, progress)
 	m.FinishedAt = time.Now().UTC()
 	m.BuildSeconds = m.FinishedAt.Sub(m.StartedAt).Seconds()
 	if runErr != nil {
@@ -131,14 +133,50 @@ func Build(ctx context.Context, plan *Plan, opts BuildOptions, progress Progress
 	m.Outputs = []Output{{File: name, SHA256: sum, Bytes: n}}
 	if err := sameTree(plan); err != nil {
 		kept := keepLog(opts.Cache, plan.Key, logPath)
-		return nil, &BuildError{Err: fmt.Errorf("%w; the build was not cached (its log is kept)", err), Log: kept}
+		return nil, fmt.Errorf("%w; the build finished but was not cached (its log: %s)", err, kept)
 	}
+	if err := compiledArchs(plan, gencodeLog); err != nil {
+		kept := keepLog(opts.Cache, plan.Key, logPath)
+		return nil, fmt.Errorf("%w; the build finished but was not cached (its log: %s)", err, kept)
+	}
+	os.Remove(gencodeLog)
+	os.Remove(filepath.Join(tmp, PGIDFile))
 	if err := opts.Cache.Commit(tmp, m); err != nil {
 		return nil, fmt.Errorf("saving the build in the cache: %w", err)
 	}
 	committed = true
 	res.Manifest = m
 	return res, finish(res, opts, start)
+}
+
+// compiledArchs checks, after a wheel build, that every requested arch was
+// compiled by some nvcc command: an arch upstream names only under a
+// condition not met here (sm_86 with FA3 off, aarch64-only archs) leaves
+// every command unfiltered and the wheel without it. Without a log (nvcc
+// never ran through arpatch's filter, e.g. a test launcher) there is
+// nothing to judge.
+func compiledArchs(plan *Plan, log string) error {
+	if plan.Inputs.Kind != "wheel" {
+		return nil
+	}
+	b, err := os.ReadFile(log)
+	if err != nil {
+		return nil
+	}
+	seen := map[string]bool{}
+	for _, l := range strings.Fields(string(b)) {
+		seen[l] = true
+	}
+	var missing []string
+	for _, a := range plan.Archs {
+		if !seen[string(a)] {
+			missing = append(missing, a.SM())
+		}
+	}
+	if len(missing) > 0 {
+		return fmt.Errorf("no translation unit was compiled for %s: upstream's CMake names it only under a condition this build does not meet (an option that is off, another host arch), so the wheel has no code for it; build for an arch upstream compiles here", strings.Join(missing, ", "))
+	}
+	return nil
 }
 
 // sameTree checks, after a build, that the tree still is what the plan

@@ -398,6 +398,14 @@ func gencodeFilterCommand() *cli.Command {
 				return fmt.Errorf("gencode-filter: $%s: %w", kernels.GencodeEnv, err)
 			}
 			out, _ := kernels.FilterGencode(args, archs)
+			if log := os.Getenv(kernels.GencodeLogEnv); log != "" {
+				if f, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err == nil {
+					for _, a := range kernels.KeptArchs(out, archs) {
+						fmt.Fprintln(f, a)
+					}
+					f.Close()
+				}
+			}
 			prog, err := exec.LookPath(out[0])
 			if err != nil {
 				return fmt.Errorf("gencode-filter: %w", err)
