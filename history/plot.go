@@ -133,7 +133,7 @@ func PlotFormat(out string) error {
 	case ".svg", ".png", ".pdf", ".eps", ".jpg", ".jpeg", ".tif", ".tiff":
 		return nil
 	}
-	return fmt.Errorf("%s: a plot is .svg, .png or .pdf", out)
+	return fmt.Errorf("%s: a plot is .svg, .png or .pdf (or .eps, .jpg, .tif)", out)
 }
 
 // Plot draws metric over time per arm for one hardware key and workload

@@ -80,6 +80,9 @@ func (c Cache) Lookup(key string) (*Manifest, error) {
 	dir := c.EntryDir(key)
 	b, err := os.ReadFile(filepath.Join(dir, "manifest.json"))
 	if errors.Is(err, fs.ErrNotExist) {
+		if _, derr := os.Stat(dir); derr == nil {
+			return nil, damaged(dir, "it has no manifest.json")
+		}
 		return nil, nil
 	}
 	if err != nil {
@@ -94,6 +97,8 @@ func (c Cache) Lookup(key string) (*Manifest, error) {
 		return nil, damaged(dir, fmt.Sprintf("its manifest is for key %.16s", m.Key))
 	case len(m.Outputs) == 0:
 		return nil, damaged(dir, "its manifest lists no output")
+	case m.Inputs.Key() != key:
+		return nil, damaged(dir, "the inputs its manifest records do not hash to its key (edited?)")
 	}
 	for _, o := range m.Outputs {
 		if o.File == "" || o.File != filepath.Base(o.File) || strings.HasPrefix(o.File, ".") {

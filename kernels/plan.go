@@ -3,7 +3,6 @@ package kernels
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -14,7 +13,6 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/checkout"
-	"github.com/arpatch/arpatch/internal/gitsrc"
 )
 
 // BuildOptions holds every input of PlanBuild and Build.
@@ -312,7 +310,7 @@ func appliedState(src string) (*checkout.State, error) {
 	}
 	// The wheel takes sgl-kernel/python/ whole, ignored files included
 	// (a stale .so from an old build): everything there must be tracked.
-	if extra, err := untrackedUnder(src, "sgl-kernel/python"); err != nil {
+	if extra, err := checkout.UntrackedUnder(src, "sgl-kernel/python"); err != nil {
 		return nil, err
 	} else if len(extra) > 0 {
 		return nil, fmt.Errorf("%s has files git does not track under sgl-kernel/python/ (%s), which the wheel would package unrecorded (ignored files too); remove them (git -C %s clean -ndX sgl-kernel/python lists the ignored ones)", src, strings.Join(firstN(extra, 3), ", "), src)
@@ -329,42 +327,6 @@ func patchInputs(st *checkout.State) []PatchInput {
 		out = append(out, PatchInput{Name: x.Name, SHA256: x.SHA256})
 	}
 	return out
-}
-
-// untrackedUnder lists the files under dir (relative to the checkout src)
-// that the index does not hold, skipping __pycache__.
-func untrackedUnder(src, dir string) ([]string, error) {
-	root := filepath.Join(src, dir)
-	if _, err := os.Stat(root); err != nil {
-		return nil, nil
-	}
-	repo, err := gitsrc.Open(src)
-	if err != nil {
-		return nil, err
-	}
-	tracked, err := repo.Tracked()
-	if err != nil {
-		return nil, err
-	}
-	var out []string
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if d.Name() == "__pycache__" {
-				return fs.SkipDir
-			}
-			return nil
-		}
-		rel, _ := filepath.Rel(src, p)
-		if rel = filepath.ToSlash(rel); !tracked[rel] {
-			out = append(out, rel)
-		}
-		return nil
-	})
-	sort.Strings(out)
-	return out, err
 }
 
 func under(paths []string, prefix string) []string {

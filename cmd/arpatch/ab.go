@@ -43,6 +43,11 @@ Examples:
 			),
 			Before: noArgs,
 			Action: func(c *cli.Context) error {
+				for _, f := range []string{"recipe", "recipe-file", "src"} {
+					if c.IsSet(f) {
+						return usagef("ab build takes its recipes from --a/--b (or --a-file/--b-file) and clones into --dir; --%s is for arpatch build", f)
+					}
+				}
 				load := func(name, file string) (*recipes.Recipe, error) {
 					if p := pathFlag(c, file); p != "" {
 						if c.IsSet(name) {
@@ -71,7 +76,7 @@ Examples:
 					va, vb any
 				}{{"tool", a.Build.Tool, b.Build.Tool}, {"jobs", a.Build.Jobs, b.Build.Jobs}, {"offline", a.Build.Offline, b.Build.Offline}, {"deps-dir", a.Build.DepsDir, b.Build.DepsDir}} {
 					if fmt.Sprint(f.va) != fmt.Sprint(f.vb) && !c.IsSet(f.flag) {
-						return usagef("recipe %s has [build] %s %v and recipe %s has %v; pass --%s to build both arms alike", a.Name, f.flag, f.va, b.Name, f.vb, f.flag)
+						return usagef("recipe %s has [build] %s %q and recipe %s has %q; pass --%s to build both arms alike", a.Name, f.flag, fmt.Sprint(f.va), b.Name, fmt.Sprint(f.vb), f.flag)
 					}
 				}
 				bo, err := optsFromRecipe(c, b)
@@ -79,7 +84,7 @@ Examples:
 					return err
 				}
 				if !c.IsSet("arch") && fmt.Sprint(a.Build.Archs) != fmt.Sprint(b.Build.Archs) {
-					return fmt.Errorf("recipe %s builds %v and recipe %s builds %v; pass --arch to build both for the same archs", a.Name, a.Build.Archs, b.Name, b.Build.Archs)
+					return usagef("recipe %s builds %v and recipe %s builds %v; pass --arch to build both for the same archs", a.Name, a.Build.Archs, b.Name, b.Build.Archs)
 				}
 				if !c.IsSet("arch") {
 					if bo.Archs, err = kernels.ParseArchs(a.Build.Archs); err != nil {

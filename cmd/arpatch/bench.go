@@ -53,19 +53,23 @@ Metrics per request: TTFT, E2E, tokens, spec_verify_ct, decode tok/s =
 (tokens-1)/(E2E-TTFT). Per trial: tok/s = total tokens / wall time, median
 decode tok/s, accept length = total tokens / total verify steps, TPOT, ITL
 (a multi-token chunk's gap spread over its tokens), TTFT p50/p99, errors.
-Across trials: medians with 95% confidence intervals and a Mann-Whitney U
-test against the baseline (golang.org/x/perf/benchmath).
+Across trials: medians with confidence intervals (95% from 6 trials; each
+shows its level) and a Mann-Whitney U test against the baseline
+(golang.org/x/perf/benchmath).
 
-Output check: at temperature 0 every arm must give the baseline's text; an
-arm whose outputs match the baseline's over the first 32 tokens for fewer
-than --agree-threshold (90%) of prompts is INVALID, whatever its speed.
+Output check: at temperature 0 every output of every trial must be the
+baseline's text for its prompt; an arm whose outputs match over the first
+32 tokens less than --agree-threshold (90%) of the time is INVALID, whatever
+its speed, and so is an arm with failed requests, and a baseline whose own
+trials disagree.
 
 --preflight runs arpatch bench allreduce at the verify shape first and stops
 when the patched allreduce is slower than NCCL, is WRONG or hangs (--force
 runs anyway).
 
 Exit codes: 0 ok, 1 an arm is INVALID or significantly slower, or the
-preflight failed, 2 usage, 4 a server failed to start or died.
+preflight failed, 2 usage, 4 a server failed to start, died or answered
+nothing, a server of a killed run still runs, or the run was interrupted.
 
 Examples:
    arpatch bench --model /models/target --draft-model /models/target-eagle3 --json bench.json

@@ -158,9 +158,18 @@ func buildRecipe(c *cli.Context) (*recipes.Recipe, error) {
 	if err != nil {
 		return nil, err
 	}
-	if explicit && applied != "" && applied != r.Name {
-		return nil, usagef("%s has recipe %q applied, but --recipe names %q: the build options would not match the tree; pass --recipe %s, or apply %s first (arpatch revert, then arpatch apply --recipe %s)",
-			pathFlag(c, "src"), applied, r.Name, applied, r.Name, r.Name)
+	if explicit && st != nil {
+		same := "--recipe " + applied
+		if src := st.RecipeSource; src != "" && !strings.HasPrefix(src, "embedded:") {
+			same = "--recipe-file " + src
+		}
+		switch {
+		case applied != r.Name:
+			return nil, usagef("%s has recipe %q applied, but the build names %q: the build options would not match the tree; pass %s, or apply %s first (arpatch revert, then arpatch apply)",
+				pathFlag(c, "src"), applied, r.Name, same, r.Name)
+		case c.String("recipe-file") != "" && r.SHA256 != st.RecipeSHA256:
+			return nil, usagef("%s changed since it was applied to %s (sha256 %.12s, applied %.12s): revert and apply it again, or restore it", r.Source, pathFlag(c, "src"), r.SHA256, st.RecipeSHA256)
+		}
 	}
 	return r, nil
 }

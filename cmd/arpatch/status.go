@@ -39,7 +39,7 @@ Examples:
 			} else {
 				printStatus(c.App.Writer, rep)
 			}
-			if rep.State != nil && (!rep.Clean() || len(rep.Other) > 0) {
+			if rep.State != nil && !rep.Buildable() {
 				return cli.Exit("", exitFailure)
 			}
 			return nil
@@ -109,10 +109,17 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 	for _, p := range rep.SkipWorktree {
 		fmt.Fprintf(w, "skip-worktree: %s (git status cannot see edits to it)\n", p)
 	}
+	for _, p := range rep.PackageExtra {
+		fmt.Fprintf(w, "not tracked in the wheel's package: %s\n", p)
+	}
 	switch {
-	case rep.Clean() && len(rep.Other) == 0:
+	case rep.Buildable():
 		fmt.Fprintln(w, "clean: the tree is exactly what apply wrote")
 	case rep.Clean():
-		fmt.Fprintln(w, "the patched files are as apply wrote them, but the other changes above would reach a build unrecorded (arpatch build refuses them): commit or stash them")
+		fmt.Fprintln(w, "NOT CLEAN: the patched files are as apply wrote them, but what is listed above would reach a build unrecorded (arpatch build refuses it): commit, stash or remove it")
+	case rep.Head != st.Commit:
+		fmt.Fprintf(w, "NOT CLEAN: HEAD is %s, not the commit the series was applied at; check that out again (git -C %s checkout --detach %s)\n", rep.Head, rep.Src, st.Commit)
+	default:
+		fmt.Fprintf(w, "NOT CLEAN: see above; arpatch revert --src %s restores upstream's bytes\n", rep.Src)
 	}
 }

@@ -150,6 +150,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return res, err
 	}
 	res.Baseline = o.Baseline
+	if launching(o) {
+		if orphans := server.Orphans(o.LogDir); len(orphans) > 0 {
+			g := orphans[0]
+			return res, &InfraError{fmt.Errorf("a server of an earlier, killed run still runs (process group %d, log %s) and may hold the GPUs: stop it (kill -- -%d) and run again", g.PGID, g.Log, g.PGID)}
+		}
+	}
 	if o.Preflight != nil {
 		rep, err := o.Preflight(ctx)
 		if err != nil {

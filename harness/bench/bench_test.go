@@ -5,11 +5,17 @@ import (
 	"errors"
 	"math"
 	"net/http/httptest"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
+	"github.com/arpatch/arpatch/harness/server"
 	"github.com/arpatch/arpatch/harness/sglangtest"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/harness/workload"
@@ -189,5 +195,24 @@ func TestArgv(t *testing.T) {
 	bad := Options{Arms: []Arm{{Name: "a"}}, Prompts: []string{"x"}}
 	if _, err := Run(context.Background(), bad); err == nil || !strings.Contains(err.Error(), "needs a server: pass --model") {
 		t.Errorf("no model: %v", err)
+	}
+}
+
+// A server left running by a run that was killed outright (its record
+// beside its log) stops the next launch, which names its process group.
+func TestOrphanedServerStopsTheRun(t *testing.T) {
+	dir := t.TempDir()
+	orphan := exec.Command("sleep", "30")
+	orphan.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := orphan.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { syscall.Kill(-orphan.Process.Pid, syscall.SIGKILL); orphan.Wait() }()
+	os.WriteFile(filepath.Join(dir, "baseline-t1.log"+server.PGIDSuffix), []byte(strconv.Itoa(orphan.Process.Pid)+"\n"), 0o644)
+	o := Options{Arms: []Arm{{Name: "baseline", LaunchCmd: "true {port}"}}, Prompts: []string{"a"}, Trials: 1, LogDir: dir}
+	_, err := Run(context.Background(), o)
+	var ie *InfraError
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "still runs (process group "+strconv.Itoa(orphan.Process.Pid)) {
+		t.Errorf("err = %v", err)
 	}
 }

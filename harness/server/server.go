@@ -14,6 +14,8 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -94,6 +96,9 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 		logf.Close()
 		return nil, fmt.Errorf("starting the server for arm %s (%s): %w", spec.Name, spec.Argv[0], err)
 	}
+	// Beside the log: if arpatch is killed outright, the next run finds
+	// the group that still holds the GPUs (Orphans).
+	os.WriteFile(spec.LogPath+PGIDSuffix, []byte(fmt.Sprintf("%d\n", cmd.Process.Pid)), 0o644)
 	p := &Proc{Spec: spec, URL: fmt.Sprintf("http://%s", net.JoinHostPort(spec.Host, fmt.Sprint(spec.Port))), cmd: cmd, done: make(chan struct{}), log: logf}
 	go func() {
 		p.err = cmd.Wait()
@@ -156,8 +161,39 @@ func (p *Proc) Stop() error {
 	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
 		return err
 	}
+	os.Remove(p.Spec.LogPath + PGIDSuffix)
 	p.log.Close()
 	return nil
+}
+
+// PGIDSuffix names the file beside a server's log that holds its process
+// group while it runs.
+const PGIDSuffix = ".pgid"
+
+// Orphan is a server of an earlier run whose process group still runs:
+// its arpatch was killed before it could stop it.
+type Orphan struct {
+	PGID int
+	Log  string
+}
+
+// Orphans lists the servers started with logs in dir whose process groups
+// still run; the record of a group that is gone is removed.
+func Orphans(dir string) []Orphan {
+	files, _ := filepath.Glob(filepath.Join(dir, "*"+PGIDSuffix))
+	var out []Orphan
+	for _, f := range files {
+		b, _ := os.ReadFile(f)
+		g, err := strconv.Atoi(strings.TrimSpace(string(b)))
+		if err == nil && g > 1 {
+			if kerr := syscall.Kill(-g, 0); kerr == nil || errors.Is(kerr, syscall.EPERM) {
+				out = append(out, Orphan{PGID: g, Log: strings.TrimSuffix(f, PGIDSuffix)})
+				continue
+			}
+		}
+		os.Remove(f)
+	}
+	return out
 }
 
 // Tail returns the last n lines of a file.

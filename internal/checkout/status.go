@@ -4,6 +4,11 @@ import (
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/patches"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
 )
 
 // StatusReport describes a checkout.
@@ -20,9 +25,31 @@ type StatusReport struct {
 	// SkipWorktree lists index entries marked skip-worktree, whose edits
 	// git status does not show (git update-index --skip-worktree).
 	SkipWorktree []string `json:"skip_worktree"`
+	// PackageExtra lists files under sgl-kernel/python/ git does not
+	// track, ignored ones included: the wheel would package them.
+	PackageExtra []string `json:"package_extra"`
 	// SeriesChanged lists patches whose sha256 in this arpatch's series
 	// differs from the one applied (arpatch or the series was updated).
 	SeriesChanged []string `json:"series_changed"`
+}
+
+// Buildable reports whether arpatch build would take the tree: clean, and
+// nothing else that would reach the build unrecorded (other tracked
+// changes, untracked files or skip-worktree entries under sgl-kernel/,
+// untracked or ignored files in its Python package).
+func (s *StatusReport) Buildable() bool {
+	return s.Clean() && len(s.Other) == 0 && len(under(s.Untracked, "sgl-kernel/")) == 0 &&
+		len(under(s.SkipWorktree, "sgl-kernel/")) == 0 && len(s.PackageExtra) == 0
+}
+
+func under(paths []string, prefix string) []string {
+	var out []string
+	for _, p := range paths {
+		if strings.HasPrefix(p, prefix) {
+			out = append(out, p)
+		}
+	}
+	return out
 }
 
 // Clean reports whether the checkout is exactly what a finished apply left.
@@ -83,5 +110,46 @@ func Status(src string, cat *patches.Catalog) (*StatusReport, error) {
 	if rep.SkipWorktree, err = repo.SkipWorktree(); err != nil {
 		return nil, err
 	}
+	if rep.PackageExtra, err = UntrackedUnder(src, "sgl-kernel/python"); err != nil {
+		return nil, err
+	}
 	return rep, nil
+}
+
+// UntrackedUnder lists the files under dir (relative to the checkout src)
+// that the index does not hold, ignored ones included, but for .pyc files
+// in __pycache__: what a wheel build that packages dir whole would take in
+// unrecorded. A missing dir has none.
+func UntrackedUnder(src, dir string) ([]string, error) {
+	root := filepath.Join(src, dir)
+	if _, err := os.Stat(root); err != nil {
+		return nil, nil
+	}
+	repo, err := gitsrc.Open(src)
+	if err != nil {
+		return nil, err
+	}
+	tracked, err := repo.Tracked()
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() {
+			return nil
+		}
+		if filepath.Base(filepath.Dir(p)) == "__pycache__" && strings.HasSuffix(p, ".pyc") {
+			return nil // bytecode Python writes next to tracked sources
+		}
+		rel, _ := filepath.Rel(src, p)
+		if rel = filepath.ToSlash(rel); !tracked[rel] {
+			out = append(out, rel)
+		}
+		return nil
+	})
+	sort.Strings(out)
+	return out, err
 }
