@@ -278,45 +278,16 @@ func (p *Plan) EnvList() []string {
 	return out
 }
 
-// appliedState returns the apply state of src, refusing a tree arpatch did
-// not apply, one that drifted since, and one with other uncommitted
-// changes: each would put unrecorded bytes into the build.
+// appliedState returns the apply state of src, refusing what
+// checkout's BuildProblem names: a tree arpatch did not apply, one that
+// drifted since, and anything that would go into the build unrecorded.
 func appliedState(src string) (*checkout.State, error) {
 	st, err := checkout.Status(src, nil)
 	if err != nil {
 		return nil, err
 	}
-	if st.State == nil {
-		return nil, fmt.Errorf("%s has no apply state: arpatch builds only trees it applied, so that every input is recorded; run `arpatch apply --src %s` first (the baseline recipe applies no patches)", src, src)
-	}
-	if !st.Clean() {
-		var d []string
-		for _, x := range st.Drift {
-			d = append(d, x.String())
-		}
-		if st.Head != st.State.Commit {
-			d = append(d, "HEAD moved to "+st.Head)
-		}
-		return nil, fmt.Errorf("%s changed since apply (%s); the build would not match its recorded inputs. Run `arpatch status --src %s`", src, strings.Join(d, ", "), src)
-	}
-	if len(st.Other) > 0 {
-		return nil, fmt.Errorf("%s has uncommitted changes to files the series did not touch (%s); they would go into the build unrecorded. Commit or stash them", src, st.Other[0].Path)
-	}
-	// sgl-kernel/ is what the build reads: an untracked file there can go
-	// into the wheel (its python/ package is taken whole), and a
-	// skip-worktree entry hides edits from git status.
-	if u := under(st.Untracked, "sgl-kernel/"); len(u) > 0 {
-		return nil, fmt.Errorf("%s has untracked files under sgl-kernel/ (%s); they could go into the build unrecorded. Remove them or move them out of the tree", src, strings.Join(firstN(u, 3), ", "))
-	}
-	// The wheel takes sgl-kernel/python/ whole, ignored files included
-	// (a stale .so from an old build): everything there must be tracked.
-	if extra, err := checkout.UntrackedUnder(src, "sgl-kernel/python"); err != nil {
+	if err := st.BuildProblem(); err != nil {
 		return nil, err
-	} else if len(extra) > 0 {
-		return nil, fmt.Errorf("%s has files git does not track under sgl-kernel/python/ (%s), which the wheel would package unrecorded (ignored files too); remove them (git -C %s clean -ndX sgl-kernel/python lists the ignored ones)", src, strings.Join(firstN(extra, 3), ", "), src)
-	}
-	if sw := under(st.SkipWorktree, "sgl-kernel/"); len(sw) > 0 {
-		return nil, fmt.Errorf("%s has skip-worktree entries under sgl-kernel/ (%s), whose edits git status cannot see; run `git -C %s update-index --no-skip-worktree %s` and `arpatch status --src %s`", src, strings.Join(firstN(sw, 3), ", "), src, strings.Join(sw, " "), src)
 	}
 	return st.State, nil
 }
@@ -327,21 +298,4 @@ func patchInputs(st *checkout.State) []PatchInput {
 		out = append(out, PatchInput{Name: x.Name, SHA256: x.SHA256})
 	}
 	return out
-}
-
-func under(paths []string, prefix string) []string {
-	var out []string
-	for _, p := range paths {
-		if strings.HasPrefix(p, prefix) {
-			out = append(out, p)
-		}
-	}
-	return out
-}
-
-func firstN(xs []string, n int) []string {
-	if len(xs) <= n {
-		return xs
-	}
-	return append(append([]string(nil), xs[:n]...), fmt.Sprintf("and %d more", len(xs)-n))
 }

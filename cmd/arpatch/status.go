@@ -3,7 +3,6 @@ package main
 import (
 	"fmt"
 	"io"
-	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -97,14 +96,8 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 			fmt.Fprintf(w, "  %s\n", c)
 		}
 	}
-	untracked := 0
-	for _, u := range rep.Untracked {
-		if strings.HasPrefix(u, "sgl-kernel/") {
-			untracked++
-		}
-	}
-	if untracked > 0 {
-		fmt.Fprintf(w, "untracked under sgl-kernel/ (%d): arpatch build refuses these, as they could reach the wheel\n", untracked)
+	if u := rep.KernelUntracked(); len(u) > 0 {
+		fmt.Fprintf(w, "untracked under sgl-kernel/ (%d): arpatch build refuses these, as they could reach the wheel\n", len(u))
 	}
 	for _, p := range rep.SkipWorktree {
 		fmt.Fprintf(w, "skip-worktree: %s (git status cannot see edits to it)\n", p)

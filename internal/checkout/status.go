@@ -1,6 +1,7 @@
 package checkout
 
 import (
+	"fmt"
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/patches"
@@ -33,13 +34,56 @@ type StatusReport struct {
 	SeriesChanged []string `json:"series_changed"`
 }
 
-// Buildable reports whether arpatch build would take the tree: clean, and
-// nothing else that would reach the build unrecorded (other tracked
-// changes, untracked files or skip-worktree entries under sgl-kernel/,
-// untracked or ignored files in its Python package).
-func (s *StatusReport) Buildable() bool {
-	return s.Clean() && len(s.Other) == 0 && len(under(s.Untracked, "sgl-kernel/")) == 0 &&
-		len(under(s.SkipWorktree, "sgl-kernel/")) == 0 && len(s.PackageExtra) == 0
+// Buildable reports whether arpatch build would take the tree (see
+// BuildProblem).
+func (s *StatusReport) Buildable() bool { return s.BuildProblem() == nil }
+
+// BuildProblem returns why arpatch build would refuse the tree, or nil: no
+// apply state; drift, an unfinished apply or revert, or a moved HEAD; other
+// tracked changes; and what would reach the wheel unrecorded (untracked
+// files under sgl-kernel/, untracked or ignored files in its Python
+// package, skip-worktree entries hiding edits). The error names the files
+// and the remedy.
+func (s *StatusReport) BuildProblem() error {
+	src := s.Src
+	switch {
+	case s.State == nil:
+		return fmt.Errorf("%s has no apply state: arpatch builds only trees it applied, so that every input is recorded; run `arpatch apply --src %s` first (the baseline recipe applies no patches)", src, src)
+	case !s.Clean():
+		var d []string
+		for _, x := range s.Drift {
+			d = append(d, x.String())
+		}
+		if s.Head != s.State.Commit {
+			d = append(d, "HEAD moved to "+s.Head)
+		}
+		return fmt.Errorf("%s changed since apply (%s); the build would not match its recorded inputs. Run `arpatch status --src %s`", src, strings.Join(d, ", "), src)
+	case len(s.Other) > 0:
+		return fmt.Errorf("%s has uncommitted changes to files the series did not touch (%s); they would go into the build unrecorded. Commit or stash them", src, s.Other[0].Path)
+	}
+	// sgl-kernel/ is what the build reads, and its python/ package goes
+	// into the wheel whole; a skip-worktree entry hides edits from git
+	// status.
+	if u := s.KernelUntracked(); len(u) > 0 {
+		return fmt.Errorf("%s has untracked files under sgl-kernel/ (%s); they could go into the build unrecorded. Remove them or move them out of the tree", src, strings.Join(firstN(u, 3), ", "))
+	}
+	if len(s.PackageExtra) > 0 {
+		return fmt.Errorf("%s has files git does not track under sgl-kernel/python/ (%s), which the wheel would package unrecorded (ignored files too); remove them (git -C %s clean -ndX sgl-kernel/python lists the ignored ones)", src, strings.Join(firstN(s.PackageExtra, 3), ", "), src)
+	}
+	if sw := under(s.SkipWorktree, "sgl-kernel/"); len(sw) > 0 {
+		return fmt.Errorf("%s has skip-worktree entries under sgl-kernel/ (%s), whose edits git status cannot see; run `git -C %s update-index --no-skip-worktree %s` and `arpatch status --src %s`", src, strings.Join(firstN(sw, 3), ", "), src, strings.Join(sw, " "), src)
+	}
+	return nil
+}
+
+// KernelUntracked lists the untracked files under sgl-kernel/.
+func (s *StatusReport) KernelUntracked() []string { return under(s.Untracked, "sgl-kernel/") }
+
+func firstN(xs []string, n int) []string {
+	if len(xs) <= n {
+		return xs
+	}
+	return append(append([]string(nil), xs[:n]...), fmt.Sprintf("and %d more", len(xs)-n))
 }
 
 func under(paths []string, prefix string) []string {
