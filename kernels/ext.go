@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"time"
 )
 
 //go:embed allreduce_ext/binding.cpp allreduce_ext/build_ext.py
@@ -39,34 +38,17 @@ func torchArch(a Arch) string {
 // key (kind "allreduce-ext", with the binding's and build script's sha256).
 // The tree must carry apply state, as for PlanBuild.
 func PlanExt(ctx context.Context, opts BuildOptions) (*Plan, error) {
-	src, err := filepath.Abs(opts.Src)
+	p, env, err := startPlan(ctx, &opts)
 	if err != nil {
 		return nil, err
 	}
-	opts.Src = src
-	st, err := appliedState(src)
-	if err != nil {
-		return nil, err
-	}
+	st, tc := p.State, p.Toolchain
 	if _, err := os.Stat(filepath.Join(opts.Src, AllreduceTU)); err != nil {
 		return nil, fmt.Errorf("%s: %v; --allreduce-ext needs an SGLang tree with sgl-kernel/ (up to 2026-07-28)", opts.Src, err)
 	}
-	env := opts.Env
-	if env == nil {
-		env = os.Environ()
-	}
-	t0 := time.Now()
-	tc, err := Probe(ctx, ProbeOptions{Python: opts.Python, Env: env, CacheFile: filepath.Join(opts.Cache.Dir, "toolchain-probe.json")})
-	if err != nil {
-		return nil, err
-	}
-	p := &Plan{Src: opts.Src, Dir: opts.Src, Archs: opts.Archs, Toolchain: tc, State: st,
-		ProbeSeconds: time.Since(t0).Seconds(), Builder: "torch.utils.cpp_extension", Output: "build/" + ExtModule + "*.so"}
+	p.Dir, p.Builder, p.Output = opts.Src, "torch.utils.cpp_extension", "build/"+ExtModule+"*.so"
 	p.Problems = tc.Validate(Needs{Archs: opts.Archs, Torch: true, Ninja: true})
-	p.Jobs = opts.Jobs
-	if p.Jobs <= 0 {
-		p.Jobs = 0
-	}
+	p.Jobs = max(opts.Jobs, 0) // 0: build_ext.py's own default
 	var tal []string
 	for _, a := range opts.Archs {
 		tal = append(tal, torchArch(a))
@@ -75,8 +57,8 @@ func PlanExt(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	if p.Jobs > 0 {
 		p.Env["MAX_JOBS"] = strconv.Itoa(p.Jobs)
 	}
-	if tc.NVCC.Path != "" {
-		p.Env["CUDA_HOME"] = filepath.Dir(filepath.Dir(tc.NVCC.Path))
+	if home := tc.CUDAHome(); home != "" {
+		p.Env["CUDA_HOME"] = home
 	}
 	p.Argv = []string{tc.Python.Path, TmpMarker + "/src/build_ext.py", "--src", opts.Src,
 		"--binding", TmpMarker + "/src/binding.cpp", "--build-dir", TmpMarker + "/build", "--name", ExtModule}

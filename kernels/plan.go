@@ -95,6 +95,31 @@ type Plan struct {
 	Output string
 }
 
+// startPlan begins every plan: the tree as an absolute path (set in
+// opts), its apply state (refused as appliedState says), the environment
+// the build starts from, and the probed toolchain.
+func startPlan(ctx context.Context, opts *BuildOptions) (*Plan, []string, error) {
+	src, err := filepath.Abs(opts.Src)
+	if err != nil {
+		return nil, nil, err
+	}
+	opts.Src = src
+	st, err := appliedState(src)
+	if err != nil {
+		return nil, nil, err
+	}
+	env := opts.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	t0 := time.Now()
+	tc, err := Probe(ctx, ProbeOptions{Python: opts.Python, Env: env, CacheFile: filepath.Join(opts.Cache.Dir, "toolchain-probe.json")})
+	if err != nil {
+		return nil, nil, err
+	}
+	return &Plan{Src: src, Archs: opts.Archs, Toolchain: tc, State: st, ProbeSeconds: time.Since(t0).Seconds()}, env, nil
+}
+
 // TmpMarker stands for the per-build temp directory in Plan.Argv.
 const TmpMarker = "@TMP@"
 
@@ -104,15 +129,11 @@ const TmpMarker = "@TMP@"
 // cache key. Toolchain problems are returned in Plan.Problems, not as an
 // error, so that --plan can show them.
 func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
-	src, err := filepath.Abs(opts.Src)
+	p, env, err := startPlan(ctx, &opts)
 	if err != nil {
 		return nil, err
 	}
-	opts.Src = src
-	st, err := appliedState(src)
-	if err != nil {
-		return nil, err
-	}
+	st, tc := p.State, p.Toolchain
 	kdir := filepath.Join(opts.Src, "sgl-kernel")
 	cm, err := os.ReadFile(filepath.Join(kdir, "CMakeLists.txt"))
 	if err != nil {
@@ -125,20 +146,7 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	if deps, err = MapDeps(deps, opts.DepsDir, opts.Offline); err != nil {
 		return nil, err
 	}
-	env := opts.Env
-	if env == nil {
-		env = os.Environ()
-	}
-	t0 := time.Now()
-	tc, err := Probe(ctx, ProbeOptions{Python: opts.Python, Env: env, CacheFile: filepath.Join(opts.Cache.Dir, "toolchain-probe.json")})
-	if err != nil {
-		return nil, err
-	}
-	p := &Plan{
-		Src: opts.Src, Dir: kdir, Archs: opts.Archs, Upstream: UpstreamArchs(string(cm)),
-		Deps: deps, Toolchain: tc, State: st, ProbeSeconds: time.Since(t0).Seconds(),
-		Output: "out/*.whl",
-	}
+	p.Dir, p.Upstream, p.Deps, p.Output = kdir, UpstreamArchs(string(cm)), deps, "out/*.whl"
 	p.Builder, err = tc.PickBuilder(opts.Tool)
 	if err != nil {
 		p.Problems = err
@@ -188,14 +196,8 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 		"CMAKE_ARGS":                 strings.Join(cmakeArgs, " "),
 		GencodeEnv:                   strings.Join(ArchStrings(opts.Archs), ","),
 	}
-	if tc.NVCC.Path != "" {
-		// nvcc found through a symlink (/usr/bin/nvcc): CUDA_HOME is where
-		// the real one lives.
-		nvcc := tc.NVCC.Path
-		if real, err := filepath.EvalSymlinks(nvcc); err == nil {
-			nvcc = real
-		}
-		p.Env["CUDA_HOME"] = filepath.Dir(filepath.Dir(nvcc))
+	if home := tc.CUDAHome(); home != "" {
+		p.Env["CUDA_HOME"] = home
 	}
 	switch p.Builder {
 	case "pip":

@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -189,18 +190,10 @@ func sameTree(plan *Plan) error {
 	if err != nil {
 		return fmt.Errorf("the tree changed during the build: %w", err)
 	}
-	if st.Commit != plan.State.Commit || patchList(st) != patchList(plan.State) {
+	if st.Commit != plan.Inputs.Commit || !slices.Equal(patchInputs(st), plan.Inputs.Patches) {
 		return fmt.Errorf("the tree changed during the build: %s now has series %s at %s", plan.Src, orNone(st.Series), st.Commit)
 	}
 	return nil
-}
-
-func patchList(st *checkout.State) string {
-	var b strings.Builder
-	for _, p := range st.Patches {
-		b.WriteString(p.Name + "@" + p.SHA256 + " ")
-	}
-	return b.String()
 }
 
 func finish(res *Result, opts BuildOptions, start time.Time) error {

@@ -402,3 +402,17 @@ func (tc *Toolchain) PickBuilder(tool string) (string, error) {
 	}
 	return "", fmt.Errorf("--tool %q: use auto, uv or pip", tool)
 }
+
+// CUDAHome is the CUDA installation nvcc belongs to, for CUDA_HOME: the
+// directory above the real nvcc's bin/, through symlinks (/usr/bin/nvcc
+// pointing into /usr/local/cuda-13.0). "" when no nvcc was found.
+func (tc *Toolchain) CUDAHome() string {
+	if tc.NVCC.Path == "" {
+		return ""
+	}
+	nvcc := tc.NVCC.Path
+	if real, err := filepath.EvalSymlinks(nvcc); err == nil {
+		nvcc = real
+	}
+	return filepath.Dir(filepath.Dir(nvcc))
+}
