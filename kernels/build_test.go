@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"github.com/arpatch/arpatch/internal/lockfile"
 	git "github.com/go-git/go-git/v5"
 
 	"bytes"
@@ -10,7 +11,6 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -172,10 +172,10 @@ func TestBuildInterruptKillsProcessGroup(t *testing.T) {
 	}
 	for _, f := range strings.Fields(readFile(t, pids)) {
 		pid, _ := strconv.Atoi(f)
-		for i := 0; i < 100 && alive(pid); i++ { // SIGKILL lands asynchronously
+		for i := 0; i < 100 && lockfile.Alive(pid); i++ { // SIGKILL lands asynchronously
 			time.Sleep(20 * time.Millisecond)
 		}
-		if alive(pid) {
+		if lockfile.Alive(pid) {
 			t.Errorf("process %d survived the interrupt", pid)
 		}
 	}
@@ -382,23 +382,6 @@ func TestLineProgress(t *testing.T) {
 	if lines[1] != "[ 11/100]  11% eta 1m29s" {
 		t.Errorf("second line %q, want an ETA of 89 steps at 1 s each", lines[1])
 	}
-}
-
-// alive reports whether pid runs; a zombie waiting for init to reap it
-// counts as dead.
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
-	}
-	return true
 }
 
 // TestDepsOfArchiveURLs covers the July 2026 form of sgl-kernel's deps

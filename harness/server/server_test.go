@@ -3,12 +3,12 @@ package server
 import (
 	"context"
 	"errors"
+	"github.com/arpatch/arpatch/internal/lockfile"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 
@@ -42,19 +42,6 @@ func spec(t *testing.T, args ...string) Spec {
 		LogPath: filepath.Join(t.TempDir(), "server.log"), ReadyTimeout: 10 * time.Second, PollInterval: 50 * time.Millisecond, Grace: time.Second}
 }
 
-func alive(pid int) bool {
-	if syscall.Kill(pid, 0) != nil {
-		return false
-	}
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
-	if err != nil {
-		return false
-	}
-	s := string(b)
-	i := strings.LastIndexByte(s, ')')
-	return i < 0 || i+2 >= len(s) || s[i+2] != 'Z'
-}
-
 func TestStartServeStop(t *testing.T) {
 	sp := spec(t, "-start-delay", "300ms")
 	start := time.Now()
@@ -73,7 +60,7 @@ func TestStartServeStop(t *testing.T) {
 	if err := p.Stop(); err != nil {
 		t.Fatal(err)
 	}
-	if alive(pid) {
+	if lockfile.Alive(pid) {
 		t.Error("server alive after Stop")
 	}
 	log, _ := os.ReadFile(sp.LogPath)
@@ -137,10 +124,10 @@ func TestNothingLeftBehind(t *testing.T) {
 		for _, f := range strings.Fields(string(b)) {
 			pid, _ := strconv.Atoi(f)
 			// SIGKILL is delivered asynchronously: give the kernel a moment.
-			for i := 0; i < 100 && alive(pid); i++ {
+			for i := 0; i < 100 && lockfile.Alive(pid); i++ {
 				time.Sleep(20 * time.Millisecond)
 			}
-			if alive(pid) {
+			if lockfile.Alive(pid) {
 				t.Errorf("cancel=%v: process %d survived", cancel, pid)
 			}
 		}

@@ -60,11 +60,23 @@ func Acquire(path string) (func(), error) {
 	return nil, fmt.Errorf("%s: could not take the lock; remove it if nothing holds it", path)
 }
 
-// Alive reports whether pid is a running process.
+// Alive reports whether pid is a running process. A zombie (exited, not
+// yet reaped by its parent) is not: it holds nothing any more.
 func Alive(pid int) bool {
 	if pid <= 0 {
 		return false
 	}
-	err := syscall.Kill(pid, 0)
-	return err == nil || errors.Is(err, syscall.EPERM)
+	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return false
+	}
+	// /proc/PID/stat: "pid (comm) state ...", comm may hold ')'.
+	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	if err != nil {
+		return true // no /proc here: kill(0) is all there is
+	}
+	s := string(b)
+	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
+		return s[i+2] != 'Z'
+	}
+	return true
 }
