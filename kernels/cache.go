@@ -11,9 +11,7 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/arpatch/arpatch/internal/lockfile"
@@ -144,7 +142,7 @@ func (c Cache) Begin(key string) (tmp string, release func(), err error) {
 	// killed with SIGKILL): then they still write there.
 	old, _ := filepath.Glob(filepath.Join(c.Dir, ".tmp-"+key[:16]+"-*"))
 	for _, d := range old {
-		if g := liveGroup(d); g > 0 {
+		if g := lockfile.LiveGroup(filepath.Join(d, PGIDFile)); g > 0 {
 			release()
 			return "", nil, fmt.Errorf("a killed build of the same inputs left its processes running (process group %d, in %s); stop them (kill -- -%d) and build again", g, d, g)
 		}
@@ -241,7 +239,7 @@ func (c Cache) GC(keep int) ([]string, error) {
 			continue
 		}
 		key16 := strings.SplitN(strings.TrimPrefix(e.Name(), ".tmp-"), "-", 2)[0]
-		if locked(c.Dir, key16) || liveGroup(filepath.Join(c.Dir, e.Name())) > 0 {
+		if locked(c.Dir, key16) || lockfile.LiveGroup(filepath.Join(c.Dir, e.Name(), PGIDFile)) > 0 {
 			continue
 		}
 		p := filepath.Join(c.Dir, e.Name())
@@ -251,30 +249,12 @@ func (c Cache) GC(keep int) ([]string, error) {
 	return removed, nil
 }
 
-// liveGroup returns the process group recorded in a build's temp dir
-// when any process of it still runs, else 0.
-func liveGroup(tmp string) int {
-	b, err := os.ReadFile(filepath.Join(tmp, PGIDFile))
-	if err != nil {
-		return 0
-	}
-	g, err := strconv.Atoi(strings.TrimSpace(string(b)))
-	if err != nil || g <= 1 {
-		return 0
-	}
-	if err := syscall.Kill(-g, 0); err == nil || errors.Is(err, syscall.EPERM) {
-		return g
-	}
-	return 0
-}
-
 // locked reports whether a live build holds a lock of a key starting
 // with key16.
 func locked(dir, key16 string) bool {
 	m, _ := filepath.Glob(filepath.Join(dir, "."+key16+"*.lock"))
 	for _, p := range m {
-		b, _ := os.ReadFile(p)
-		if pid, err := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && lockfile.Alive(pid) {
+		if pid, ok := lockfile.ReadPID(p); ok && lockfile.Alive(pid) {
 			return true
 		}
 	}

@@ -6,13 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/lockfile"
 	"io"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"slices"
 	"sort"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -242,7 +242,7 @@ func runLogged(ctx context.Context, dir string, argv, env []string, logPath stri
 	// Left beside the log: if arpatch itself is killed (SIGKILL), the next
 	// build of this key finds the group and will not pull the temp dir
 	// from under its still-running compilers.
-	os.WriteFile(filepath.Join(filepath.Dir(logPath), PGIDFile), []byte(strconv.Itoa(pgid)+"\n"), 0o644)
+	lockfile.WritePID(filepath.Join(filepath.Dir(logPath), PGIDFile), pgid)
 	scanDone := make(chan struct{})
 	go func() {
 		defer close(scanDone)

@@ -11,11 +11,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/lockfile"
 	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
-	"strconv"
 	"strings"
 	"syscall"
 	"time"
@@ -98,7 +98,7 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 	}
 	// Beside the log: if arpatch is killed outright, the next run finds
 	// the group that still holds the GPUs (Orphans).
-	os.WriteFile(spec.LogPath+PGIDSuffix, []byte(fmt.Sprintf("%d\n", cmd.Process.Pid)), 0o644)
+	lockfile.WritePID(spec.LogPath+PGIDSuffix, cmd.Process.Pid)
 	p := &Proc{Spec: spec, URL: fmt.Sprintf("http://%s", net.JoinHostPort(spec.Host, fmt.Sprint(spec.Port))), cmd: cmd, done: make(chan struct{}), log: logf}
 	go func() {
 		p.err = cmd.Wait()
@@ -183,15 +183,11 @@ func Orphans(dir string) []Orphan {
 	files, _ := filepath.Glob(filepath.Join(dir, "*"+PGIDSuffix))
 	var out []Orphan
 	for _, f := range files {
-		b, _ := os.ReadFile(f)
-		g, err := strconv.Atoi(strings.TrimSpace(string(b)))
-		if err == nil && g > 1 {
-			if kerr := syscall.Kill(-g, 0); kerr == nil || errors.Is(kerr, syscall.EPERM) {
-				out = append(out, Orphan{PGID: g, Log: strings.TrimSuffix(f, PGIDSuffix)})
-				continue
-			}
+		if g := lockfile.LiveGroup(f); g > 0 {
+			out = append(out, Orphan{PGID: g, Log: strings.TrimSuffix(f, PGIDSuffix)})
+		} else {
+			os.Remove(f)
 		}
-		os.Remove(f)
 	}
 	return out
 }

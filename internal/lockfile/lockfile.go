@@ -2,7 +2,8 @@
 // the file appears whole (written to a temp file, then hard-linked into
 // place, which fails when the lock exists), so nobody ever reads an empty
 // lock and mistakes it for a stale one; a lock whose pid no longer runs is
-// taken over.
+// taken over. It also reads and writes the pid files builds and servers
+// leave, and tells whether a recorded process or process group still runs.
 package lockfile
 
 import (
@@ -48,12 +49,10 @@ func Acquire(path string) (func(), error) {
 		if !errors.Is(err, fs.ErrExist) {
 			return nil, err
 		}
-		b, _ := os.ReadFile(path)
-		pid, perr := strconv.Atoi(strings.TrimSpace(string(b)))
 		// A lock appears whole (by link), so one that is not a pid was
 		// written by something else: it holds nothing.
-		if perr == nil && Alive(pid) {
-			return nil, &HeldError{Path: path, PID: strings.TrimSpace(string(b))}
+		if pid, ok := ReadPID(path); ok && Alive(pid) {
+			return nil, &HeldError{Path: path, PID: strconv.Itoa(pid)}
 		}
 		os.Remove(path) // its owner died, or it is not a lock
 	}
@@ -79,4 +78,34 @@ func Alive(pid int) bool {
 		return s[i+2] != 'Z'
 	}
 	return true
+}
+
+// ReadPID reads the process id a pid file (or lock) holds; ok is false
+// when the file is missing or holds no number.
+func ReadPID(path string) (pid int, ok bool) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return 0, false
+	}
+	pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+	return pid, err == nil
+}
+
+// WritePID records a process (or process group) id in path.
+func WritePID(path string, pid int) error {
+	return os.WriteFile(path, []byte(strconv.Itoa(pid)+"\n"), 0o644)
+}
+
+// LiveGroup returns the process group that the pid file at path records
+// when any process of it still runs, else 0: the trace of a run killed
+// before it could stop its children.
+func LiveGroup(path string) int {
+	g, ok := ReadPID(path)
+	if !ok || g <= 1 {
+		return 0
+	}
+	if err := syscall.Kill(-g, 0); err == nil || errors.Is(err, syscall.EPERM) {
+		return g
+	}
+	return 0
 }
