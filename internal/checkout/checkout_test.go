@@ -118,6 +118,18 @@ sha256 = "` + hex.EncodeToString(sum[:]) + `"
 	return &fixtureEnv{up: up, work: filepath.Join(tmp, "work"), commit: commit, recipe: r, cat: cat}
 }
 
+// cloneAndRevert leaves f.work a clean checkout of f.commit with no apply
+// state: cloned by an apply, then reverted.
+func (f *fixtureEnv) cloneAndRevert(t testing.TB) {
+	t.Helper()
+	if _, err := f.apply(t); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Revert(RevertOptions{Src: f.work}); err != nil {
+		t.Fatal(err)
+	}
+}
+
 func (f *fixtureEnv) apply(t testing.TB) (*ApplyReport, error) {
 	t.Helper()
 	return Apply(context.Background(), ApplyOptions{Recipe: f.recipe, Catalog: f.cat, Src: f.work, Repo: f.up, Version: "test"})

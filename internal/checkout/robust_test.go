@@ -109,12 +109,7 @@ func TestInterruptedApplyIsReportedAndReverted(t *testing.T) {
 
 func TestSkipWorktreeEditIsRefused(t *testing.T) {
 	f := newFixture(t)
-	if _, err := f.apply(t); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Revert(RevertOptions{Src: f.work}); err != nil {
-		t.Fatal(err)
-	}
+	f.cloneAndRevert(t)
 	r, err := git.PlainOpen(f.work)
 	if err != nil {
 		t.Fatal(err)
@@ -144,12 +139,7 @@ func TestSkipWorktreeEditIsRefused(t *testing.T) {
 
 func TestConcurrentAppliesOneWins(t *testing.T) {
 	f := newFixture(t)
-	if _, err := f.apply(t); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Revert(RevertOptions{Src: f.work}); err != nil {
-		t.Fatal(err)
-	}
+	f.cloneAndRevert(t)
 	var wg sync.WaitGroup
 	errs := make([]error, 8)
 	reps := make([]*ApplyReport, 8)
@@ -204,12 +194,7 @@ func TestLinkedWorktree(t *testing.T) {
 		t.Skip("git not installed")
 	}
 	f := newFixture(t)
-	if _, err := f.apply(t); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Revert(RevertOptions{Src: f.work}); err != nil {
-		t.Fatal(err)
-	}
+	f.cloneAndRevert(t)
 	wt := filepath.Join(t.TempDir(), "wt")
 	if out, err := exec.Command("git", "-C", f.work, "worktree", "add", "--detach", wt, f.commit).CombinedOutput(); err != nil {
 		t.Skipf("git worktree add: %v %s", err, out)
@@ -294,12 +279,7 @@ func TestInterruptedRevertIsReportedAndFinished(t *testing.T) {
 // the file kept byte for byte.
 func TestUntrackedFileWhereSeriesCreates(t *testing.T) {
 	f := newFixture(t)
-	if _, err := f.apply(t); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := Revert(RevertOptions{Src: f.work}); err != nil {
-		t.Fatal(err)
-	}
+	f.cloneAndRevert(t)
 	mine := filepath.Join(f.work, "new/pcie/notes.sh")
 	os.MkdirAll(filepath.Dir(mine), 0o755)
 	os.WriteFile(mine, []byte("my own notes\n"), 0o644)
