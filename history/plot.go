@@ -3,9 +3,10 @@ package history
 import (
 	"fmt"
 	"image/color"
+	"maps"
 	"math"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -173,11 +174,7 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 	p.X.Tick.Marker = plot.TimeTicks{Format: format}
 	p.Legend.Top = true
 	p.Legend.Left = true
-	arms := make([]string, 0, len(pts))
-	for a := range pts {
-		arms = append(arms, a)
-	}
-	sort.Strings(arms)
+	arms := slices.Sorted(maps.Keys(pts))
 	var marked plotter.XYs
 	for i, arm := range arms {
 		ps := pts[arm]

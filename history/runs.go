@@ -4,8 +4,9 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 )
@@ -237,11 +238,7 @@ func column(metric string) (string, error) {
 
 // Metrics lists the metric names of MetricColumns, sorted.
 var Metrics = func() []string {
-	var names []string
-	for k := range MetricColumns {
-		names = append(names, k)
-	}
-	sort.Strings(names)
+	names := slices.Sorted(maps.Keys(MetricColumns))
 	return names
 }()
 

@@ -12,7 +12,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"syscall"
 	"time"
@@ -304,14 +303,4 @@ func tailLines(path string, n int) []string {
 		lines = lines[len(lines)-n:]
 	}
 	return lines
-}
-
-// SortedKeys is a helper for printing maps in a stable order.
-func SortedKeys(m map[string]string) []string {
-	k := make([]string, 0, len(m))
-	for x := range m {
-		k = append(k, x)
-	}
-	sort.Strings(k)
-	return k
 }

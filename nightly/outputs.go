@@ -6,9 +6,10 @@ import (
 	"encoding/xml"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"os"
-	"sort"
+	"slices"
 	"strings"
 	"time"
 
@@ -286,11 +287,7 @@ func WriteOutputs(rep *Report, cfg *Config, extra map[string]string) error {
 	}
 	// Every file is written that can be (JUnit above all), in a fixed
 	// order; the first failure is returned, naming its file.
-	paths := make([]string, 0, len(files))
-	for p := range files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
+	paths := slices.Sorted(maps.Keys(files))
 	var first error
 	for _, path := range paths {
 		var b bytes.Buffer

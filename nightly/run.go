@@ -6,10 +6,10 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"path/filepath"
 	"slices"
-	"sort"
 	"strings"
 	"time"
 
@@ -822,11 +822,7 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 		}
 		rep.check(c)
 	}
-	metrics := make([]string, 0, len(cfg.Regression.Metrics))
-	for m := range cfg.Regression.Metrics {
-		metrics = append(metrics, m)
-	}
-	sort.Strings(metrics)
+	metrics := slices.Sorted(maps.Keys(cfg.Regression.Metrics))
 	for _, ar := range res.Arms {
 		for _, m := range metrics {
 			tonight := metricValues(ar.Metrics, m)

@@ -3,7 +3,8 @@ package main
 import (
 	"fmt"
 	"io"
-	"sort"
+	"maps"
+	"slices"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -125,11 +126,7 @@ func printApply(w io.Writer, rep *checkout.ApplyReport, r *recipes.Recipe, repoF
 		fmt.Fprintf(w, "note: %d untracked files in the tree were left alone\n", len(rep.Untracked))
 	}
 	if len(env) > 0 && !rep.DryRun {
-		keys := make([]string, 0, len(env))
-		for k := range env {
-			keys = append(keys, k)
-		}
-		sort.Strings(keys)
+		keys := slices.Sorted(maps.Keys(env))
 		fmt.Fprintln(w, "runtime environment from the recipe (export it for the server):")
 		for _, k := range keys {
 			fmt.Fprintf(w, "  %s=%s\n", k, env[k])

@@ -10,9 +10,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"net/url"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -417,11 +419,7 @@ func (o *Options) start(ctx context.Context, a Arm, trial int) (*server.Proc, er
 		return nil, err
 	}
 	env := append([]string(nil), o.Env...)
-	keys := make([]string, 0, len(a.Env))
-	for k := range a.Env {
-		keys = append(keys, k)
-	}
-	sort.Strings(keys)
+	keys := slices.Sorted(maps.Keys(a.Env))
 	for _, k := range keys {
 		env = append(env, k+"="+a.Env[k])
 	}

@@ -2,7 +2,9 @@ package doctor
 
 import (
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
 
@@ -41,7 +43,7 @@ func findings(h *Host, env []string, serverCmd string) []Finding {
 	if t := h.Topology; t != nil {
 		counts := t.LinkCounts()
 		var parts []string
-		for _, k := range sortedKeys(counts) {
+		for _, k := range slices.Sorted(maps.Keys(counts)) {
 			parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
 		}
 		desc := strings.Join(parts, ", ")
@@ -225,13 +227,4 @@ func archList(m map[string][]string) string {
 		return "no CUDA code"
 	}
 	return strings.Join(out, ", ")
-}
-
-func sortedKeys(m map[string]int) []string {
-	var k []string
-	for x := range m {
-		k = append(k, x)
-	}
-	sort.Strings(k)
-	return k
 }
