@@ -241,15 +241,6 @@ func (r *Repo) Fetch(ctx context.Context, progress io.Writer) error {
 	return nil
 }
 
-// CommitTime returns the commit's committer time as RFC 3339.
-func (r *Repo) CommitTime(commit string) (string, error) {
-	c, err := r.r.CommitObject(plumbing.NewHash(commit))
-	if err != nil {
-		return "", err
-	}
-	return c.Committer.When.UTC().Format("2006-01-02T15:04:05Z"), nil
-}
-
 // TreeAt returns read access to the files of commit, from the object store,
 // with no checkout. The error names the commit when it is missing.
 func (r *Repo) TreeAt(commit string) (*CommitTree, error) {
