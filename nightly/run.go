@@ -130,7 +130,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep := &Report{Schema: ReportSchema, StartedAt: now().UTC(), Ref: cfg.Upstream.Ref, ArmRecipes: map[string]string{}}
 	// Everything the config decides is checked before anything runs: a
 	// mistake found an hour into a build wastes the night.
-	a, b, cat, err := preflight(cfg, o)
+	a, b, cat, repo, err := preflight(cfg, o)
 	if err != nil {
 		return nil, &ConfigError{err}
 	}
@@ -181,27 +181,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	// 1. Drift.
 	repoPath := cfg.Path(cfg.Upstream.Repo)
-	repo, err := gitsrc.OpenAny(repoPath)
-	if err != nil {
-		rep.Errors = append(rep.Errors, err.Error())
-		rep.check(history.Check{Name: "fetch " + cfg.Upstream.Ref, Kind: "drift", Status: "fail", Detail: err.Error()})
-		rep.exit(ExitInfra)
-	} else {
-		if cfg.Upstream.Fetch {
-			if err := repo.Fetch(ctx, nil); err != nil {
-				rep.Errors = append(rep.Errors, fmt.Sprintf("upstream.fetch: fetching origin into %s: %v", repoPath, err))
-				rep.check(history.Check{Name: "fetch " + cfg.Upstream.Ref, Kind: "drift", Status: "fail", Detail: err.Error()})
-				rep.exit(ExitInfra)
-			}
-		}
-		rep.Head, err = repo.Resolve(cfg.Upstream.Ref)
-		if err != nil {
-			rep.Errors = append(rep.Errors, "upstream.ref: "+err.Error())
-			rep.check(history.Check{Name: "resolve " + cfg.Upstream.Ref, Kind: "drift", Status: "fail", Detail: err.Error()})
+	if cfg.Upstream.Fetch {
+		if err := repo.Fetch(ctx, nil); err != nil {
+			rep.Errors = append(rep.Errors, fmt.Sprintf("upstream.fetch: fetching origin into %s: %v", repoPath, err))
+			rep.check(history.Check{Name: "fetch " + cfg.Upstream.Ref, Kind: "drift", Status: "fail", Detail: err.Error()})
 			rep.exit(ExitInfra)
 		}
-		drift(rep, repo, repoPath, cat, b, store, cfg.Upstream.Also)
 	}
+	rep.Head, err = repo.Resolve(cfg.Upstream.Ref)
+	if err != nil {
+		rep.Errors = append(rep.Errors, "upstream.ref: "+err.Error())
+		rep.check(history.Check{Name: "resolve " + cfg.Upstream.Ref, Kind: "drift", Status: "fail", Detail: err.Error()})
+		rep.exit(ExitInfra)
+	}
+	drift(rep, repo, repoPath, cat, b, store, cfg.Upstream.Also)
 	store.Update(id, "", rep.Head, "")
 	rep.BuildCommit = rep.Pinned
 	if cfg.Arms.Commit == "head" && rep.Head != "" {
@@ -243,23 +236,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	} else if o.SkipBench {
 		rep.check(history.Check{Name: "bench", Kind: "validity", Status: "skip", Detail: "--skip-bench"})
 	}
-	if ctx.Err() != nil {
-		// Interrupted: no verdict, never a reference; an infrastructure
-		// exit, so CI does not read it as a pass.
+	interrupted := ctx.Err() != nil
+	switch {
+	case interrupted:
+		// No verdict, never a reference; an infrastructure exit, so CI
+		// does not read it as a pass.
 		rep.exit(ExitInfra)
-		rep.Status = history.Incomplete
-		rep.Verdict = "interrupted"
 		rep.Errors = append(rep.Errors, "interrupted ("+context.Cause(ctx).Error()+"): the run stopped before its verdict")
 		rep.check(history.Check{Name: "run", Kind: "infra", Status: "fail", Detail: "interrupted"})
-		for _, c := range rep.Checks {
-			store.AddCheck(id, c)
-		}
-		rep.Seconds = now().Sub(rep.StartedAt).Seconds()
-		store.FinishRun(id, history.Incomplete, rep.ExitCode, rep.Verdict)
-		finished = true
-		return rep, nil
-	}
-	if rep.ExitCode == ExitInfra && !failedCheck(rep.Checks) {
+	case rep.ExitCode == ExitInfra && !failedCheck(rep.Checks):
 		// Every infrastructure failure shows as a failed test case in CI.
 		rep.check(history.Check{Name: "run", Kind: "infra", Status: "fail", Detail: strings.Join(rep.Errors, "; ")})
 	}
@@ -268,10 +253,13 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			return rep, err
 		}
 	}
-	rep.Verdict = verdictText(rep)
-	rep.Status = history.Complete
-	if rep.ExitCode == ExitInfra {
-		rep.Status = history.Failed
+	switch {
+	case interrupted:
+		rep.Status, rep.Verdict = history.Incomplete, "interrupted"
+	case rep.ExitCode == ExitInfra:
+		rep.Status, rep.Verdict = history.Failed, verdictText(rep)
+	default:
+		rep.Status, rep.Verdict = history.Complete, verdictText(rep)
 	}
 	rep.Seconds = now().Sub(rep.StartedAt).Seconds()
 	if err := store.FinishRun(id, rep.Status, rep.ExitCode, rep.Verdict); err != nil {
@@ -311,19 +299,18 @@ func (e *ConfigError) Unwrap() error { return e.Err }
 // recipes and patch series, and, for the steps that will run, the archs,
 // the interpreters, the deps dir and what the bench needs. Errors name
 // the config key.
-func preflight(cfg *Config, o Options) (a, b *recipes.Recipe, cat *patches.Catalog, err error) {
+func preflight(cfg *Config, o Options) (a, b *recipes.Recipe, cat *patches.Catalog, repo *gitsrc.Repo, err error) {
 	if a, b, err = loadArms(cfg); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
 	if cat, err = catalog(cfg); err != nil {
-		return nil, nil, nil, err
+		return nil, nil, nil, nil, err
 	}
-	repo, err := gitsrc.OpenAny(cfg.Path(cfg.Upstream.Repo))
-	if err != nil {
-		return nil, nil, nil, fmt.Errorf("upstream.repo %s: %w; clone a mirror there (git clone --mirror https://github.com/sgl-project/sglang.git)", cfg.Path(cfg.Upstream.Repo), err)
+	if repo, err = gitsrc.OpenAny(cfg.Path(cfg.Upstream.Repo)); err != nil {
+		return nil, nil, nil, nil, fmt.Errorf("upstream.repo %s: %w; clone a mirror there (git clone --mirror https://github.com/sgl-project/sglang.git)", cfg.Path(cfg.Upstream.Repo), err)
 	}
 	if b.Series != "" && len(cat.Members(b.Series)) == 0 {
-		return nil, nil, nil, fmt.Errorf("arms.b: recipe %s names series %q, which no series in %s has as name or family", b.Name, b.Series, orStr(cfg.Arms.PatchesDir, "arpatch's embedded series"))
+		return nil, nil, nil, nil, fmt.Errorf("arms.b: recipe %s names series %q, which no series in %s has as name or family", b.Name, b.Series, orStr(cfg.Arms.PatchesDir, "arpatch's embedded series"))
 	}
 	if !o.SkipBuild {
 		archs := cfg.Build.Archs
@@ -332,7 +319,7 @@ func preflight(cfg *Config, o Options) (a, b *recipes.Recipe, cat *patches.Catal
 		}
 		as, err := kernels.ParseArchs(archs)
 		if err != nil {
-			return nil, nil, nil, fmt.Errorf("build.archs: %w", err)
+			return nil, nil, nil, nil, fmt.Errorf("build.archs: %w", err)
 		}
 		// Against the pinned tree's CMake (the head's is checked by the
 		// build itself, after drift).
@@ -340,17 +327,17 @@ func preflight(cfg *Config, o Options) (a, b *recipes.Recipe, cat *patches.Catal
 			if tree, err := repo.TreeAt(c); err == nil {
 				if cm, err := tree.ReadFile("sgl-kernel/CMakeLists.txt"); err == nil {
 					if err := kernels.CheckUpstreamArchs(as, kernels.UpstreamArchs(string(cm))); err != nil {
-						return nil, nil, nil, fmt.Errorf("build.archs: %w", err)
+						return nil, nil, nil, nil, fmt.Errorf("build.archs: %w", err)
 					}
 				}
 			}
 		}
 		if err := lookPython(cfg.Build.Python, o.Env); err != nil {
-			return nil, nil, nil, fmt.Errorf("build.python: %w", err)
+			return nil, nil, nil, nil, fmt.Errorf("build.python: %w", err)
 		}
 		if d := cfg.Build.DepsDir; d != "" {
 			if fi, err := os.Stat(cfg.Path(d)); err != nil || !fi.IsDir() {
-				return nil, nil, nil, fmt.Errorf("build.deps_dir %s: not a directory", cfg.Path(d))
+				return nil, nil, nil, nil, fmt.Errorf("build.deps_dir %s: not a directory", cfg.Path(d))
 			}
 		}
 	}
@@ -358,18 +345,18 @@ func preflight(cfg *Config, o Options) (a, b *recipes.Recipe, cat *patches.Catal
 		c := cfg.Bench
 		for _, arm := range []struct{ key, url, launch string }{{"a", c.URLA, c.LaunchCmdA}, {"b", c.URLB, c.LaunchCmdB}} {
 			if arm.url == "" && arm.launch == "" && c.LaunchCmd == "" && or(c.Model, b.Bench.Model) == "" {
-				return nil, nil, nil, fmt.Errorf("bench: arm %s has no server: set bench.model (and bench.draft_model) to launch SGLang, bench.launch_cmd or bench.launch_cmd_%s, or bench.url_%s; or run with --skip-bench", arm.key, arm.key, arm.key)
+				return nil, nil, nil, nil, fmt.Errorf("bench: arm %s has no server: set bench.model (and bench.draft_model) to launch SGLang, bench.launch_cmd or bench.launch_cmd_%s, or bench.url_%s; or run with --skip-bench", arm.key, arm.key, arm.key)
 			}
 		}
 		for _, py := range []struct{ key, v string }{{"bench.python_a", c.PythonA}, {"bench.python_b", c.PythonB}} {
 			if py.v != "" {
 				if err := lookPython(py.v, o.Env); err != nil {
-					return nil, nil, nil, fmt.Errorf("%s: %w", py.key, err)
+					return nil, nil, nil, nil, fmt.Errorf("%s: %w", py.key, err)
 				}
 			}
 		}
 	}
-	return a, b, cat, nil
+	return a, b, cat, repo, nil
 }
 
 // lookPython finds an interpreter by path, or by name on env's PATH.
