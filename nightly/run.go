@@ -130,10 +130,11 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep := &Report{Schema: ReportSchema, StartedAt: now().UTC(), Ref: cfg.Upstream.Ref, ArmRecipes: map[string]string{}}
 	// Everything the config decides is checked before anything runs: a
 	// mistake found an hour into a build wastes the night.
-	a, b, cat, repo, err := preflight(cfg, o)
+	in, err := preflight(cfg, o)
 	if err != nil {
 		return nil, &ConfigError{err}
 	}
+	a, b, cat, repo := in.a, in.b, in.cat, in.repo
 	dbPath := cfg.Path(cfg.History.Path)
 	unlock, err := history.Lock(dbPath)
 	if err != nil {
@@ -295,22 +296,33 @@ type ConfigError struct{ Err error }
 func (e *ConfigError) Error() string { return e.Err.Error() }
 func (e *ConfigError) Unwrap() error { return e.Err }
 
+// runInputs is what a run starts from once preflight has read the config:
+// the arms' recipes, the patch series and the upstream repository.
+type runInputs struct {
+	a, b *recipes.Recipe
+	cat  *patches.Catalog
+	repo *gitsrc.Repo
+}
+
 // preflight checks what the config decides before anything runs: the
 // recipes and patch series, and, for the steps that will run, the archs,
 // the interpreters, the deps dir and what the bench needs. Errors name
 // the config key.
-func preflight(cfg *Config, o Options) (a, b *recipes.Recipe, cat *patches.Catalog, repo *gitsrc.Repo, err error) {
-	if a, b, err = loadArms(cfg); err != nil {
-		return nil, nil, nil, nil, err
+func preflight(cfg *Config, o Options) (*runInputs, error) {
+	a, b, err := loadArms(cfg)
+	if err != nil {
+		return nil, err
 	}
-	if cat, err = catalog(cfg); err != nil {
-		return nil, nil, nil, nil, err
+	cat, err := catalog(cfg)
+	if err != nil {
+		return nil, err
 	}
-	if repo, err = gitsrc.OpenAny(cfg.Path(cfg.Upstream.Repo)); err != nil {
-		return nil, nil, nil, nil, fmt.Errorf("upstream.repo %s: %w; clone a mirror there (git clone --mirror https://github.com/sgl-project/sglang.git)", cfg.Path(cfg.Upstream.Repo), err)
+	repo, err := gitsrc.OpenAny(cfg.Path(cfg.Upstream.Repo))
+	if err != nil {
+		return nil, fmt.Errorf("upstream.repo %s: %w; clone a mirror there (git clone --mirror https://github.com/sgl-project/sglang.git)", cfg.Path(cfg.Upstream.Repo), err)
 	}
 	if b.Series != "" && len(cat.Members(b.Series)) == 0 {
-		return nil, nil, nil, nil, fmt.Errorf("arms.b: recipe %s names series %q, which no series in %s has as name or family", b.Name, b.Series, orStr(cfg.Arms.PatchesDir, "arpatch's embedded series"))
+		return nil, fmt.Errorf("arms.b: recipe %s names series %q, which no series in %s has as name or family", b.Name, b.Series, orStr(cfg.Arms.PatchesDir, "arpatch's embedded series"))
 	}
 	if !o.SkipBuild {
 		archs := cfg.Build.Archs
@@ -319,7 +331,7 @@ func preflight(cfg *Config, o Options) (a, b *recipes.Recipe, cat *patches.Catal
 		}
 		as, err := kernels.ParseArchs(archs)
 		if err != nil {
-			return nil, nil, nil, nil, fmt.Errorf("build.archs: %w", err)
+			return nil, fmt.Errorf("build.archs: %w", err)
 		}
 		// Against the pinned tree's CMake (the head's is checked by the
 		// build itself, after drift).
@@ -327,17 +339,17 @@ func preflight(cfg *Config, o Options) (a, b *recipes.Recipe, cat *patches.Catal
 			if tree, err := repo.TreeAt(c); err == nil {
 				if cm, err := tree.ReadFile("sgl-kernel/CMakeLists.txt"); err == nil {
 					if err := kernels.CheckUpstreamArchs(as, kernels.UpstreamArchs(string(cm))); err != nil {
-						return nil, nil, nil, nil, fmt.Errorf("build.archs: %w", err)
+						return nil, fmt.Errorf("build.archs: %w", err)
 					}
 				}
 			}
 		}
 		if err := lookPython(cfg.Build.Python, o.Env); err != nil {
-			return nil, nil, nil, nil, fmt.Errorf("build.python: %w", err)
+			return nil, fmt.Errorf("build.python: %w", err)
 		}
 		if d := cfg.Build.DepsDir; d != "" {
 			if fi, err := os.Stat(cfg.Path(d)); err != nil || !fi.IsDir() {
-				return nil, nil, nil, nil, fmt.Errorf("build.deps_dir %s: not a directory", cfg.Path(d))
+				return nil, fmt.Errorf("build.deps_dir %s: not a directory", cfg.Path(d))
 			}
 		}
 	}
@@ -345,18 +357,18 @@ func preflight(cfg *Config, o Options) (a, b *recipes.Recipe, cat *patches.Catal
 		c := cfg.Bench
 		for _, arm := range []struct{ key, url, launch string }{{"a", c.URLA, c.LaunchCmdA}, {"b", c.URLB, c.LaunchCmdB}} {
 			if arm.url == "" && arm.launch == "" && c.LaunchCmd == "" && or(c.Model, b.Bench.Model) == "" {
-				return nil, nil, nil, nil, fmt.Errorf("bench: arm %s has no server: set bench.model (and bench.draft_model) to launch SGLang, bench.launch_cmd or bench.launch_cmd_%s, or bench.url_%s; or run with --skip-bench", arm.key, arm.key, arm.key)
+				return nil, fmt.Errorf("bench: arm %s has no server: set bench.model (and bench.draft_model) to launch SGLang, bench.launch_cmd or bench.launch_cmd_%s, or bench.url_%s; or run with --skip-bench", arm.key, arm.key, arm.key)
 			}
 		}
 		for _, py := range []struct{ key, v string }{{"bench.python_a", c.PythonA}, {"bench.python_b", c.PythonB}} {
 			if py.v != "" {
 				if err := lookPython(py.v, o.Env); err != nil {
-					return nil, nil, nil, nil, fmt.Errorf("%s: %w", py.key, err)
+					return nil, fmt.Errorf("%s: %w", py.key, err)
 				}
 			}
 		}
 	}
-	return a, b, cat, repo, nil
+	return &runInputs{a, b, cat, repo}, nil
 }
 
 // lookPython finds an interpreter by path, or by name on env's PATH.
