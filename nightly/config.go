@@ -19,6 +19,7 @@ import (
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/tomlx"
+	"github.com/arpatch/arpatch/recipes"
 )
 
 // Config is nightly.toml. Every field has a default (see Defaults).
@@ -296,9 +297,7 @@ func LoadConfig(path string) (*Config, error) {
 	if a := c.Bench.AgreeThreshold; a < 0 || a > 1 {
 		return nil, fail("bench.agree_threshold", "%v: use a share in [0, 1], e.g. 0.9 (0 turns the output check off)", a)
 	}
-	switch c.Build.Tool {
-	case "", "auto", "uv", "pip":
-	default:
+	if !recipes.ValidTool(c.Build.Tool) {
 		return nil, fail("build.tool", "%q: use auto, uv or pip", c.Build.Tool)
 	}
 	for _, arm := range []string{"a", "b"} {

@@ -76,6 +76,16 @@ type Build struct {
 	Tool string `toml:"tool"`
 }
 
+// ValidTool reports whether tool names a wheel build frontend arpatch
+// drives: "auto" (or "", the same), "uv" or "pip".
+func ValidTool(tool string) bool {
+	switch tool {
+	case "", "auto", "uv", "pip":
+		return true
+	}
+	return false
+}
+
 // Bench holds EAGLE-3 benchmark settings (used by `arpatch bench`).
 type Bench struct {
 	Model                     string `toml:"model"`
@@ -226,9 +236,7 @@ func (r *Recipe) validate(data []byte, md toml.MetaData) error {
 	if r.Build.Jobs < 0 {
 		return fail("build.jobs", "%d: must be 0 (one per core) or more", r.Build.Jobs)
 	}
-	switch r.Build.Tool {
-	case "", "auto", "uv", "pip":
-	default:
+	if !ValidTool(r.Build.Tool) {
 		return fail("build.tool", "%q: use \"auto\", \"uv\" or \"pip\"", r.Build.Tool)
 	}
 	b := r.Bench

@@ -208,7 +208,7 @@ func runBuild(c *cli.Context) error {
 	if c.IsSet("jobs") && c.Int("jobs") < 0 {
 		return usagef("--jobs %d: use 1 or more, or 0 for one per CPU core", c.Int("jobs"))
 	}
-	if t := c.String("tool"); c.IsSet("tool") && t != "auto" && t != "uv" && t != "pip" {
+	if t := c.String("tool"); c.IsSet("tool") && (t == "" || !recipes.ValidTool(t)) {
 		return usagef("--tool %q: use auto, uv or pip", t)
 	}
 	o, _, err := buildOpts(c)
