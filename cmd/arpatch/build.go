@@ -147,7 +147,7 @@ func buildRecipe(c *cli.Context) (*recipes.Recipe, error) {
 			return r, nil
 		}
 		// Applied from a recipe file: use that file if it is unchanged.
-		if src := st.RecipeSource; src != "" && !strings.HasPrefix(src, "embedded:") {
+		if src := st.RecipeFile(); src != "" {
 			if r, err := recipes.File(src); err == nil && r.SHA256 == st.RecipeSHA256 {
 				return r, nil
 			}
@@ -160,7 +160,7 @@ func buildRecipe(c *cli.Context) (*recipes.Recipe, error) {
 	}
 	if explicit && st != nil {
 		same := "--recipe " + applied
-		if src := st.RecipeSource; src != "" && !strings.HasPrefix(src, "embedded:") {
+		if src := st.RecipeFile(); src != "" {
 			same = "--recipe-file " + src
 		}
 		switch {

@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"strings"
 	"time"
 
 	"github.com/arpatch/arpatch/internal/safefs"
@@ -48,6 +49,15 @@ type State struct {
 	// set means a revert was killed part way. status reports it, apply
 	// refuses, and revert, run again, finishes the job.
 	Reverting bool `json:"reverting,omitempty"`
+}
+
+// RecipeFile is the path of the recipe file the series was applied from,
+// or "" for an embedded recipe.
+func (s *State) RecipeFile() string {
+	if strings.HasPrefix(s.RecipeSource, "embedded:") {
+		return ""
+	}
+	return s.RecipeSource
 }
 
 // PatchState records one applied patch.
