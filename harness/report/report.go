@@ -134,6 +134,16 @@ func verdict(a *bench.ArmResult) string {
 	return v
 }
 
+// deltaP formats an arm's tok/s change against the baseline and its
+// p-value, or none twice for the baseline.
+func deltaP(a *bench.ArmResult, none string) (string, string) {
+	d, ok := a.Deltas["tok_s"]
+	if !ok {
+		return none, none
+	}
+	return fmt.Sprintf("%+.1f%%", d.Pct), fmt.Sprintf("%.3f", d.P)
+}
+
 func agreement(a *bench.ArmResult) string {
 	if a.Agreement == nil {
 		return "-"
@@ -151,10 +161,7 @@ func WriteTable(w io.Writer, res *bench.Result, s Settings) {
 	fmt.Fprintln(tw, "arm\ttok/s\tdelta\tp\tdecode tok/s\taccept len\tTTFT p50/p99 ms\tITL p50 ms\tagree\tverdict\t")
 	for _, a := range res.Arms {
 		sm := a.Summaries
-		delta, p := "-", "-"
-		if d, ok := a.Deltas["tok_s"]; ok {
-			delta, p = fmt.Sprintf("%+.1f%%", d.Pct), fmt.Sprintf("%.3f", d.P)
-		}
+		delta, p := deltaP(a, "-")
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f\t%.2f\t%.1f/%.1f\t%.2f\t%s\t%s\t\n", a.Arm.Name, ci(sm["tok_s"], 1), delta, p,
 			sm["decode_tok_s"].Center, sm["accept_length"].Center, sm["ttft_ms_p50"].Center, sm["ttft_ms_p99"].Center,
 			sm["itl_ms_p50"].Center, agreement(a), verdict(a))
@@ -190,10 +197,7 @@ func WriteMarkdown(w io.Writer, res *bench.Result, s Settings) error {
 	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
 	for _, a := range res.Arms {
 		sm := a.Summaries
-		delta, p := "", ""
-		if d, ok := a.Deltas["tok_s"]; ok {
-			delta, p = fmt.Sprintf("%+.1f%%", d.Pct), fmt.Sprintf("%.3f", d.P)
-		}
+		delta, p := deltaP(a, "")
 		fmt.Fprintf(w, "| %s | %s | %s | %s | %.1f | %.2f | %.1f / %.1f | %.2f | %s | **%s** |\n", a.Arm.Name, ci(sm["tok_s"], 1), delta, p,
 			sm["decode_tok_s"].Center, sm["accept_length"].Center, sm["ttft_ms_p50"].Center, sm["ttft_ms_p99"].Center, sm["itl_ms_p50"].Center, agreement(a), verdict(a))
 	}
