@@ -220,17 +220,19 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		if err != nil {
 			return res, err
 		}
-		if ctx.Err() == nil && len(trial.Samples) > 0 && allFailed(trial.Samples) {
-			// Not a slow arm: a server that does not serve. No number of
-			// this trial may stand for the arm.
-			return res, &InfraError{fmt.Errorf("arm %s: all %d requests of trial %d failed, the first with: %s; is the server at %s up and serving /generate?",
-				ar.Arm.Name, len(trial.Samples), s.trial, trial.Samples[0].Err, url)}
-		}
+		// A server that died says so with its log, before its failed
+		// requests are counted.
 		if p := running[s.arm]; p != nil {
 			if exited, werr := p.Exited(); exited {
 				return res, &InfraError{&server.ExitError{Name: ar.Arm.Name, Log: p.Spec.LogPath,
 					Why: fmt.Sprintf("died during trial %d (%s)", s.trial, exitText(werr)), Tail: server.Tail(p.Spec.LogPath, 40)}}
 			}
+		}
+		if ctx.Err() == nil && len(trial.Samples) > 0 && allFailed(trial.Samples) {
+			// Not a slow arm: a server that does not serve. No number of
+			// this trial may stand for the arm.
+			return res, &InfraError{fmt.Errorf("arm %s: all %d requests of trial %d failed, the first with: %s; is the server at %s up and serving /generate?",
+				ar.Arm.Name, len(trial.Samples), s.trial, trial.Samples[0].Err, url)}
 		}
 		ar.Trials = append(ar.Trials, trial)
 		// Stop the server when the next slot needs another arm's, or
