@@ -470,7 +470,7 @@ func alreadyApplied(opts ApplyOptions, rep *ApplyReport, st *State, root safefs.
 		for _, d := range drift {
 			b.WriteString("\n  " + d.String())
 		}
-		fmt.Fprintf(&b, "\nnothing was changed. Run `arpatch revert --src %s` (it keeps nothing of these edits only with --force), then apply again", opts.Src)
+		fmt.Fprintf(&b, "\nnothing was changed. Run `arpatch revert --src %s` (add --force to discard the edits above; save them first with git diff), then apply again", opts.Src)
 		return errors.New(b.String())
 	}
 	rep.AlreadyApplied = true

@@ -100,16 +100,21 @@ func ReadState(gitDir string) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
+	// A damaged state cannot say which files apply changed: git can, and
+	// only those should go back (not the user's other edits).
+	damaged := func(what string, err error) error {
+		return fmt.Errorf("%s: %w; the apply state is %s. See what apply changed with `git -C <checkout> status`, restore those files one by one (`git -C <checkout> checkout -- FILE`), then remove %s", p, err, what, p)
+	}
 	var s State
 	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, fmt.Errorf("%s: %w; the apply state is damaged: restore the files with `git checkout -- .` and delete it", p, err)
+		return nil, damaged("damaged", err)
 	}
 	if s.Schema != StateSchema {
 		return nil, fmt.Errorf("%s: schema %d, this arpatch reads %d; use the arpatch that applied it to revert", p, s.Schema, StateSchema)
 	}
 	for _, f := range s.Files {
 		if _, err := patches.CleanPath(f.Path); err != nil {
-			return nil, fmt.Errorf("%s: %w; the apply state is damaged or was edited: restore the files with `git checkout -- .` and delete it", p, err)
+			return nil, damaged("damaged or was edited", err)
 		}
 	}
 	return &s, nil
