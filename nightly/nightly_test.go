@@ -568,6 +568,15 @@ func TestHeadModeFollowsUpstream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A file of the user's in the old checkout: kept, and the night fails
+	// naming it; moved away, the checkout is cloned afresh.
+	mine := filepath.Join(w.dir, "nightly-work", "b", "NOTES.txt")
+	os.WriteFile(mine, []byte("mine\n"), 0o644)
+	rep = w.runSkipBench(false)
+	if _, err := os.Stat(mine); rep.ExitCode != ExitInfra || err != nil || !strings.Contains(strings.Join(rep.Errors, " "), "files arpatch did not make") {
+		t.Fatalf("untracked file in an arm: exit %d, kept %v, errors %v", rep.ExitCode, err == nil, rep.Errors)
+	}
+	os.Remove(mine)
 	rep = w.runSkipBench(false)
 	if rep.ExitCode != ExitOK || rep.BuildCommit != moved || len(rep.Builds) != 2 {
 		t.Fatalf("after upstream moved: exit %d build commit %s builds %+v errors %v", rep.ExitCode, rep.BuildCommit, rep.Builds, rep.Errors)

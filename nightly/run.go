@@ -672,7 +672,8 @@ func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recip
 // refreshArms removes the nightly's A/B checkouts (work/a, work/b) when
 // they hold another commit than tonight's (arms.commit = "head" after
 // upstream moved), so that they are cloned afresh. A checkout with
-// changes arpatch did not make is kept, and the error names it.
+// anything arpatch did not put there (edits, untracked files) is kept, and
+// the error names it; ignored files (build products) go with the tree.
 func refreshArms(work, commit string) error {
 	for _, arm := range []string{"a", "b"} {
 		dir := filepath.Join(work, arm)
@@ -683,8 +684,8 @@ func refreshArms(work, commit string) error {
 		if err != nil || st.State == nil || st.State.Commit == commit {
 			continue // not ours, or already right: ABBuild decides
 		}
-		if !st.Clean() || len(st.Other) > 0 {
-			return fmt.Errorf("%s holds commit %s with changes arpatch did not make; tonight needs %s. Move it away (the nightly re-clones it)", dir, short(st.State.Commit), short(commit))
+		if !st.Clean() || len(st.Other) > 0 || len(st.Untracked) > 0 {
+			return fmt.Errorf("%s holds commit %s with changes or files arpatch did not make; tonight needs %s. Move it away (the nightly re-clones it)", dir, short(st.State.Commit), short(commit))
 		}
 		if err := os.RemoveAll(dir); err != nil {
 			return err
