@@ -223,7 +223,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		// A server that died says so with its log, before its failed
 		// requests are counted.
 		if p := running[s.arm]; p != nil {
-			if exited, werr := p.Exited(); exited {
+			wait := time.Duration(0)
+			if !allOK(trial.Samples) {
+				wait = serverDeathWait
+			}
+			if exited, werr := p.Exited(wait); exited {
 				return res, &InfraError{&server.ExitError{Name: ar.Arm.Name, Log: p.Spec.LogPath,
 					Why: fmt.Sprintf("died during trial %d (%s)", s.trial, exitText(werr)), Tail: server.Tail(p.Spec.LogPath, 40)}}
 			}
@@ -299,6 +303,20 @@ func exitText(err error) string {
 		return "exit status 0"
 	}
 	return err.Error()
+}
+
+// serverDeathWait is how long a trial with failed requests waits for its
+// server's process to end, to report a death (with its log) rather than
+// failed requests.
+var serverDeathWait = 5 * time.Second
+
+func allOK(ss []sglang.Sample) bool {
+	for _, x := range ss {
+		if x.Err != "" {
+			return false
+		}
+	}
+	return true
 }
 
 func allFailed(ss []sglang.Sample) bool {
