@@ -9,6 +9,7 @@ import (
 	"maps"
 	"math"
 	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"time"
@@ -330,6 +331,34 @@ func jsonWriter(v any) func(io.Writer) error {
 		enc.SetIndent("", "  ")
 		return enc.Encode(v)
 	}
+}
+
+// CheckOutputs checks, before the run, that every report path can be
+// written (WriteOutputs' files, the plot, --summary), naming the config
+// key or flag of one that cannot: a typo there must not cost a night.
+func CheckOutputs(cfg *Config, extra map[string]string) error {
+	type out struct{ name, path string }
+	gh := or(extra["github-benchmark"], cfg.Path(cfg.Outputs.GitHubBenchmark))
+	outs := []out{
+		{"outputs.dir", filepath.Join(cfg.Path(cfg.Outputs.Dir), "nightly.json")},
+		{"--github-benchmark / outputs.github_benchmark", gh},
+		{"--bencher / outputs.bencher", or(extra["bencher"], cfg.Path(cfg.Outputs.Bencher))},
+		{"--junit / outputs.junit", or(extra["junit"], cfg.Path(cfg.Outputs.JUnit))},
+		{"outputs.plot", cfg.Path(cfg.Outputs.Plot)},
+		{"--summary", extra["summary"]},
+	}
+	if gh != "" {
+		outs[1].path = strings.TrimSuffix(gh, ".json") + "-bigger.json"
+	}
+	for _, o := range outs {
+		if o.path == "" {
+			continue
+		}
+		if err := safefs.CanWrite(o.path); err != nil {
+			return fmt.Errorf("%s: %w", o.name, err)
+		}
+	}
+	return nil
 }
 
 // FailedToRun is the report of a nightly that could not start (the

@@ -322,6 +322,13 @@ func runBench(c *cli.Context) error {
 			return rep, nil
 		}
 	}
+	for _, f := range []string{"json", "markdown", "benchfmt"} {
+		if p := pathFlag(c, f); p != "" {
+			if err := safefs.CanWrite(p); err != nil {
+				return usagef("--%s: %v", f, err)
+			}
+		}
+	}
 	o.Progress = benchProgress(c)
 	res, err := bench.Run(c.Context, o)
 	if c.Context.Err() != nil {

@@ -63,13 +63,16 @@ Examples:
 			if p := c.String("github-benchmark"); p != "" && strings.HasSuffix(p, "/") {
 				return usagef("--github-benchmark %s: give a file prefix, e.g. out/bench (writes out/bench-bigger.json and out/bench-smaller.json)", p)
 			}
+			extra := map[string]string{"github-benchmark": pathFlag(c, "github-benchmark"), "bencher": pathFlag(c, "bencher"), "junit": pathFlag(c, "junit"), "summary": c.String("summary")}
+			if err := nightly.CheckOutputs(cfg, extra); err != nil {
+				return usageError{err}
+			}
 			rep, err := nightly.Run(c.Context, nightly.Options{
 				Config: cfg, SkipBuild: c.Bool("skip-build"), SkipBench: c.Bool("skip-bench"),
 				Version: arpatchVersion(), Log: c.App.ErrWriter, Launcher: launcher(),
 			})
 			if rep != nil {
 				nightly.WriteTable(c.App.Writer, rep)
-				extra := map[string]string{"github-benchmark": pathFlag(c, "github-benchmark"), "bencher": pathFlag(c, "bencher"), "junit": pathFlag(c, "junit"), "summary": c.String("summary")}
 				if werr := nightly.WriteOutputs(rep, cfg, extra); werr != nil && err == nil {
 					err = werr
 				}
@@ -93,9 +96,7 @@ Examples:
 				if rep != nil {
 					nightly.MarkExit(cfg, rep, nightly.ExitInfra, err)
 				} else {
-					failed := nightly.FailedToRun(err)
-					extra := map[string]string{"junit": pathFlag(c, "junit"), "summary": c.String("summary")}
-					nightly.WriteOutputs(failed, cfg, extra)
+					nightly.WriteOutputs(nightly.FailedToRun(err), cfg, extra)
 				}
 				return cli.Exit(err.Error(), nightly.ExitInfra)
 			}

@@ -276,6 +276,28 @@ func WriteFile(p string, data []byte, mode fs.FileMode) error {
 	return writeAtomic(p, data, mode)
 }
 
+// CanWrite checks, without writing, that WriteFile(p) could make p: p is
+// not a directory, and its nearest existing ancestor is a directory. Long
+// runs call it before they start, so that a report path mistake does not
+// cost the run.
+func CanWrite(p string) error {
+	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
+		return fmt.Errorf("%s is a directory", p)
+	}
+	for dir := filepath.Dir(p); ; dir = filepath.Dir(dir) {
+		fi, err := os.Stat(dir)
+		if err == nil {
+			if !fi.IsDir() {
+				return fmt.Errorf("%s: %s is not a directory", p, dir)
+			}
+			return nil
+		}
+		if !errors.Is(err, fs.ErrNotExist) || filepath.Dir(dir) == dir {
+			return fmt.Errorf("%s: %w", p, err)
+		}
+	}
+}
+
 func listPaths(cs []Change) string {
 	var p []string
 	for _, c := range cs {

@@ -116,3 +116,20 @@ func TestRefusesPathsThatLeaveTheRoot(t *testing.T) {
 		t.Errorf("missing file: err = %v, want fs.ErrNotExist", err)
 	}
 }
+
+func TestCanWrite(t *testing.T) {
+	dir := t.TempDir()
+	file := filepath.Join(dir, "f")
+	os.WriteFile(file, nil, 0o644)
+	for p, ok := range map[string]bool{
+		filepath.Join(dir, "new.json"):         true,
+		filepath.Join(dir, "a", "b", "x.json"): true, // parents are made
+		file:                                   true, // replaced
+		dir:                                    false,
+		filepath.Join(file, "x.json"):          false,
+	} {
+		if err := CanWrite(p); (err == nil) != ok {
+			t.Errorf("CanWrite(%s) = %v", p, err)
+		}
+	}
+}
