@@ -68,16 +68,28 @@ func Alive(pid int) bool {
 	if err := syscall.Kill(pid, 0); err != nil && !errors.Is(err, syscall.EPERM) {
 		return false
 	}
-	// /proc/PID/stat: "pid (comm) state ...", comm may hold ')'.
+	state, _, ok := procStat(pid)
+	return !ok || state != 'Z' // without /proc, kill(0) is all there is
+}
+
+// procStat reads the state letter and process group of pid from
+// /proc/PID/stat ("pid (comm) state ppid pgrp ...", comm may hold ')').
+func procStat(pid int) (state byte, pgrp int, ok bool) {
 	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
 	if err != nil {
-		return true // no /proc here: kill(0) is all there is
+		return 0, 0, false
 	}
 	s := string(b)
-	if i := strings.LastIndexByte(s, ')'); i >= 0 && i+2 < len(s) {
-		return s[i+2] != 'Z'
+	i := strings.LastIndexByte(s, ')')
+	if i < 0 {
+		return 0, 0, false
 	}
-	return true
+	f := strings.Fields(s[i+1:])
+	if len(f) < 3 {
+		return 0, 0, false
+	}
+	pgrp, err = strconv.Atoi(f[2])
+	return f[0][0], pgrp, err == nil
 }
 
 // ReadPID reads the process id a pid file (or lock) holds; ok is false
@@ -97,15 +109,28 @@ func WritePID(path string, pid int) error {
 }
 
 // LiveGroup returns the process group that the pid file at path records
-// when any process of it still runs, else 0: the trace of a run killed
-// before it could stop its children.
+// when a process of it still runs (zombies do not count), else 0: the
+// trace of a run killed before it could stop its children.
 func LiveGroup(path string) int {
 	g, ok := ReadPID(path)
 	if !ok || g <= 1 {
 		return 0
 	}
-	if err := syscall.Kill(-g, 0); err == nil || errors.Is(err, syscall.EPERM) {
-		return g
+	if err := syscall.Kill(-g, 0); err != nil && !errors.Is(err, syscall.EPERM) {
+		return 0
+	}
+	procs, err := os.ReadDir("/proc")
+	if err != nil {
+		return g // without /proc, kill(0) is all there is
+	}
+	for _, e := range procs {
+		pid, err := strconv.Atoi(e.Name())
+		if err != nil {
+			continue
+		}
+		if state, pgrp, ok := procStat(pid); ok && pgrp == g && state != 'Z' {
+			return g
+		}
 	}
 	return 0
 }

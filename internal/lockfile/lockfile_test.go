@@ -6,7 +6,9 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func TestAcquire(t *testing.T) {
@@ -57,4 +59,27 @@ func TestAlive(t *testing.T) {
 	if !Alive(os.Getpid()) || Alive(0) || Alive(-1) {
 		t.Error("Alive is wrong about this process or a non-pid")
 	}
+}
+
+// A process group whose only member is a zombie runs nothing.
+func TestLiveGroup(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "g.pgid")
+	cmd := exec.Command("sleep", "30")
+	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	if err := cmd.Start(); err != nil {
+		t.Skip(err)
+	}
+	g := cmd.Process.Pid
+	WritePID(p, g)
+	if LiveGroup(p) != g {
+		t.Errorf("a running group reads as gone")
+	}
+	syscall.Kill(-g, syscall.SIGKILL)
+	for i := 0; i < 100 && Alive(g); i++ {
+		time.Sleep(10 * time.Millisecond)
+	}
+	if LiveGroup(p) != 0 { // killed, not yet reaped: a zombie
+		t.Errorf("a group of one zombie reads as running")
+	}
+	cmd.Wait()
 }
