@@ -98,6 +98,9 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 	}
 	if u := rep.KernelUntracked(); len(u) > 0 {
 		fmt.Fprintf(w, "untracked under sgl-kernel/ (%d): arpatch build refuses these, as they could reach the wheel\n", len(u))
+		for _, p := range u {
+			fmt.Fprintf(w, "  %s\n", p)
+		}
 	}
 	for _, p := range rep.SkipWorktree {
 		fmt.Fprintf(w, "skip-worktree: %s (git status cannot see edits to it)\n", p)
