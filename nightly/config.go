@@ -200,15 +200,12 @@ func (b Bench) TrialsFor(recipe int) int {
 }
 
 // WarmupFor is bench.warmup when the file sets it (0 included), else
-// recipe B's (recipe) when positive, else 2.
+// recipe B's (recipe; a parsed recipe always has one, 2 by default).
 func (b Bench) WarmupFor(recipe int) int {
-	switch {
-	case b.warmupSet || b.Warmup > 0:
+	if b.warmupSet || b.Warmup > 0 {
 		return b.Warmup
-	case recipe > 0:
-		return recipe
 	}
-	return 2
+	return recipe
 }
 
 // Path resolves p against the config's directory.

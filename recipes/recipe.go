@@ -174,7 +174,7 @@ func Parse(source string, data []byte) (*Recipe, error) {
 	if err := r.validate(data, md); err != nil {
 		return nil, err
 	}
-	r.fillDefaults()
+	r.fillDefaults(md)
 	return &r, nil
 }
 
@@ -332,7 +332,10 @@ func intField(b *Bench, key string) int {
 	return 0
 }
 
-func (r *Recipe) fillDefaults() {
+// fillDefaults fills what the file leaves out. Zero is "unset" for the
+// fields where zero means nothing; bench.warmup = 0 (no warm-up) is kept,
+// so it is filled only when the file does not define it.
+func (r *Recipe) fillDefaults(md toml.MetaData) {
 	if r.Upstream.URL == "" {
 		r.Upstream.URL = DefaultUpstreamURL
 	}
@@ -356,6 +359,9 @@ func (r *Recipe) fillDefaults() {
 	setInt(&b.MaxNewTokens, 256)
 	setInt(&b.Concurrency, 1)
 	setInt(&b.Trials, 5)
+	if !md.IsDefined("bench", "warmup") {
+		b.Warmup = 2
+	}
 	if b.SpeculativeAlgorithm == "" {
 		b.SpeculativeAlgorithm = "EAGLE3"
 	}

@@ -57,6 +57,11 @@ func TestDefaultsAndEncodeRoundTrip(t *testing.T) {
 	if back.Upstream != r.Upstream || back.Bench.Trials != r.Bench.Trials || back.Build.Archs[0] != "120a" {
 		t.Errorf("round trip changed the recipe: %+v", back)
 	}
+	// bench.warmup: 2 when left out, and 0 kept when given (no warm-up).
+	zero, err := Parse("w0.toml", []byte("name = \"w0\"\n[upstream]\ncommit = \"8905cbd42f4a27dbecad6487cd3904278756fef8\"\n[bench]\nwarmup = 0\n"))
+	if err != nil || r.Bench.Warmup != 2 || zero.Bench.Warmup != 0 {
+		t.Errorf("warmup: default %d, given 0 -> %d (%v)", r.Bench.Warmup, zero.Bench.Warmup, err)
+	}
 }
 
 func TestValidationNamesFileLineAndKey(t *testing.T) {

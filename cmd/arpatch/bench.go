@@ -170,8 +170,8 @@ func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Sett
 		ReadyTimeout: c.Duration("ready-timeout"), RequestTimeout: c.Duration("request-timeout"),
 		LogDir: pathFlag(c, "log-dir"), AgreeThreshold: c.Float64("agree-threshold"), Force: c.Bool("force"),
 	}
-	if !c.IsSet("warmup") && b.Warmup > 0 {
-		o.Warmup = b.Warmup
+	if !c.IsSet("warmup") {
+		o.Warmup = b.Warmup // the recipe's, 2 unless it says otherwise
 	}
 	for _, v := range []struct {
 		flag   string
