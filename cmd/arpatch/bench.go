@@ -138,6 +138,9 @@ func parseArm(spec string, into map[string]*bench.Arm) (string, error) {
 		if !ok {
 			return "", fmt.Errorf("--arm %s: %q is not key=val", name, kv)
 		}
+		if strings.TrimSpace(v) == "" {
+			return "", fmt.Errorf("--arm %s: %s= was given an empty value", name, k)
+		}
 		switch {
 		case k == "python":
 			a.Python = v

@@ -3,11 +3,17 @@ package main
 import (
 	"bytes"
 	"context"
+	"github.com/arpatch/arpatch/internal/testrepo"
 	"testing"
 )
 
 // TestExitCodes checks the documented exit codes: 0 ok, 1 failure, 2 usage.
 func TestExitCodes(t *testing.T) {
+	repo := t.TempDir()
+	testrepo.WriteFiles(repo, map[string]string{"README": "x\n"})
+	if _, err := testrepo.Init(repo); err != nil {
+		t.Fatal(err)
+	}
 	for _, tc := range []struct {
 		args []string
 		want int
@@ -17,6 +23,8 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"arpatch", "help", "apply"}, exitOK},
 		{[]string{"arpatch", "help", "nosuch"}, exitUsage},
 		{[]string{"arpatch", "history", "show", "1", "--bogus"}, exitUsage},
+		{[]string{"arpatch", "patches", "check", "--repo", repo, "--commit", "84118acf"}, exitUsage}, // abbreviated hash
+		{[]string{"arpatch", "bench", "--arm", "x:launch-cmd="}, exitUsage},
 		{[]string{"arpatch", "recipes"}, exitOK},
 		{[]string{"arpatch", "apply", "--no-such-flag"}, exitUsage},
 		{[]string{"arpatch", "apply", "positional"}, exitUsage},

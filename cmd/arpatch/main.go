@@ -18,6 +18,8 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+
+	"github.com/arpatch/arpatch/internal/gitsrc"
 )
 
 // Exit codes, documented in the README and in `arpatch --help`.
@@ -78,7 +80,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	var ue usageError
 	var ec cli.ExitCoder
 	switch {
-	case errors.As(err, &ue), isFlagError(err):
+	case errors.As(err, &ue), isFlagError(err), errors.Is(err, gitsrc.ErrAbbreviated):
 		return exitUsage
 	case errors.As(err, &ec):
 		// urfave/cli answers an unknown command with exit 3; arpatch's

@@ -93,6 +93,10 @@ func (r *Repo) Head() (string, error) {
 
 var shortHex = regexp.MustCompile(`^[0-9a-fA-F]{4,39}$`)
 
+// ErrAbbreviated marks a revision refused as an abbreviated hash: the
+// caller's input is wrong (a usage error), not the repository.
+var ErrAbbreviated = errors.New("abbreviated hashes are refused")
+
 // Resolve turns a revision (a full hash, a branch, a tag, HEAD, or
 // origin/<branch>) into a 40-hex commit; a branch or tag of that name wins
 // over a hash prefix, as in git. An abbreviated hash is refused:
@@ -115,7 +119,7 @@ func (r *Repo) Resolve(rev string) (string, error) {
 		}
 	}
 	if shortHex.MatchString(rev) {
-		return "", fmt.Errorf("%q looks like an abbreviated commit hash; pass the full 40-hex hash (git rev-parse %s prints it): a prefix can match several objects", rev, rev)
+		return "", fmt.Errorf("%q looks like an abbreviated commit hash; pass the full 40-hex hash (git rev-parse %s prints it): a prefix can match several objects: %w", rev, rev, ErrAbbreviated)
 	}
 	if rev == "" {
 		return "", fmt.Errorf("empty revision")
