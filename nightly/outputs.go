@@ -180,7 +180,7 @@ func Summary(w io.Writer, rep *Report) error {
 	for _, wn := range rep.Warnings {
 		fmt.Fprintf(w, "> warning: %s\n\n", wn)
 	}
-	if rep.Bench != nil && len(rep.Bench.Arms) > 0 && rep.Bench.Arms[0].Summaries != nil {
+	if rep.Benched() {
 		report.WriteMarkdown(w, rep.Bench, benchSettings(rep))
 		fmt.Fprintln(w)
 	}
@@ -207,9 +207,15 @@ func benchSettings(rep *Report) report.Settings {
 	return report.Settings{Prompts: promptsOf(rep.Bench), Trials: len(rep.Bench.Arms[0].Trials), Concurrency: 1}
 }
 
+// Benched reports whether the bench ran to results (not skipped, not
+// failed part way): only then do the bench tables and files exist.
+func (r *Report) Benched() bool {
+	return r.Bench != nil && len(r.Bench.Arms) > 0 && r.Bench.Arms[0].Summaries != nil
+}
+
 // benchedAt says where the build and bench ran, or that they did not.
 func benchedAt(rep *Report) string {
-	built, benched := len(rep.Builds) > 0, rep.Bench != nil && len(rep.Bench.Arms) > 0 && rep.Bench.Arms[0].Summaries != nil
+	built, benched := len(rep.Builds) > 0, rep.Benched()
 	switch {
 	case built && benched:
 		return "built and benched at `" + short(rep.BuildCommit) + "`"
@@ -245,7 +251,7 @@ func WriteTable(w io.Writer, rep *Report) {
 	for _, b := range rep.Builds {
 		fmt.Fprintf(w, "  build %-10s key %.16s cache hit %v\n", b.Arm, b.Key, b.Hit)
 	}
-	if rep.Bench != nil && len(rep.Bench.Arms) > 0 && rep.Bench.Arms[0].Summaries != nil {
+	if rep.Benched() {
 		report.WriteTable(w, rep.Bench, benchSettings(rep))
 	}
 	for _, r := range rep.Regressions {
@@ -274,13 +280,13 @@ func WriteOutputs(rep *Report, cfg *Config, extra map[string]string) error {
 	}
 	files[dir+"/summary.md"] = func(w io.Writer) error { return Summary(w, rep) }
 	gh := or(extra["github-benchmark"], cfg.Path(cfg.Outputs.GitHubBenchmark))
-	if gh != "" && rep.Bench != nil && len(rep.Bench.Arms) > 0 && rep.Bench.Arms[0].Summaries != nil {
+	if gh != "" && rep.Benched() {
 		big, small := GitHubBenchmark(rep.Bench, rep.RunID)
 		prefix := strings.TrimSuffix(gh, ".json")
 		files[prefix+"-bigger.json"] = jsonWriter(big)
 		files[prefix+"-smaller.json"] = jsonWriter(small)
 	}
-	if b := or(extra["bencher"], cfg.Path(cfg.Outputs.Bencher)); b != "" && rep.Bench != nil && len(rep.Bench.Arms) > 0 && rep.Bench.Arms[0].Summaries != nil {
+	if b := or(extra["bencher"], cfg.Path(cfg.Outputs.Bencher)); b != "" && rep.Benched() {
 		files[b] = jsonWriter(Bencher(rep.Bench))
 	}
 	if j := or(extra["junit"], cfg.Path(cfg.Outputs.JUnit)); j != "" {

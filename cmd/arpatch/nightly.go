@@ -76,7 +76,7 @@ Examples:
 				if werr := nightly.WriteOutputs(rep, cfg, extra); werr != nil && err == nil {
 					err = werr
 				}
-				if cfg.Outputs.Plot != "" && err == nil && rep.Bench != nil {
+				if cfg.Outputs.Plot != "" && err == nil && rep.Benched() {
 					if store, oerr := history.Open(cfg.Path(cfg.History.Path)); oerr == nil {
 						sel := history.Series{HardwareKey: rep.HardwareKey, Workload: rep.Workload}
 						if perr := store.Plot("tok_s", cfg.Path(cfg.Outputs.Plot), sel); perr != nil {
