@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"sort"
 )
 
@@ -174,15 +175,21 @@ func applyPatch(o *overlay, p *Patch, d *Diff) ([]HunkResult, error) {
 			if !e.exists {
 				return nil, &FileError{Patch: p.Name, Path: fc.Path, Op: fc.Op, Err: ErrFileMissing}
 			}
+			if fc.Op == Delete {
+				// A deletion lists the whole file; git apply refuses one
+				// that leaves contents ("removal patch leaves file
+				// contents").
+				old := fc.Hunks[0].Old
+				if have := splitLines(e.data); len(have) > len(old) && slices.Equal(have[:len(old)], old) {
+					return nil, &ConflictError{Patch: p.Name, Path: fc.Path, Hunk: fc.Hunks[0].Header, Line: 1,
+						Expected: old, Found: have, Reason: "the file to delete holds more than the patch lists"}
+				}
+			}
 			out, res, err := applyHunks(p.Name, fc.Path, e.data, fc.Hunks)
 			if err != nil {
 				return nil, err
 			}
 			if fc.Op == Delete {
-				if len(out) != 0 {
-					return nil, &ConflictError{Patch: p.Name, Path: fc.Path, Hunk: fc.Hunks[0].Header, Line: 1,
-						Expected: fc.Hunks[0].Old, Found: splitLines(e.data), Reason: "the file to delete holds more than the patch lists"}
-				}
 				o.set(fc.Path, &entry{})
 			} else {
 				o.set(fc.Path, &entry{data: out, exists: true, mode: e.mode})
@@ -248,6 +255,7 @@ func (d *Diff) Reverse() *Diff {
 				OrigStart: h.NewStart, OrigLines: h.NewLines,
 				NewStart: h.OrigStart, NewLines: h.OrigLines,
 				Old: h.New, New: h.Old,
+				Leading: h.Leading, Trailing: h.Trailing,
 			})
 		}
 		r.Changes = append(r.Changes, rc)

@@ -3,6 +3,7 @@ package patches
 import (
 	"fmt"
 	"strings"
+	"unicode"
 )
 
 // splitLines splits content into lines that keep their "\n" (and any "\r"
@@ -35,46 +36,6 @@ func joinLines(lines []string) []byte {
 	return b
 }
 
-// matchAt reports whether want matches lines exactly at position pos.
-func matchAt(lines []string, want []string, pos int) bool {
-	if pos < 0 || pos+len(want) > len(lines) {
-		return false
-	}
-	for i, w := range want {
-		if lines[pos+i] != w {
-			return false
-		}
-	}
-	return true
-}
-
-// locate finds where old matches lines exactly at or after line min, trying
-// the expected position first and then ever larger offsets on both sides, as
-// patch(1) does, but without fuzz: every context line must match. It returns
-// the 0-based position and true, or -1 and false. A hunk without old lines (a
-// pure insertion) must sit exactly at its expected position.
-func locate(lines []string, old []string, expect, min int) (int, bool) {
-	if expect < min {
-		expect = min
-	}
-	if len(old) == 0 {
-		return expect, expect <= len(lines)
-	}
-	max := len(lines) - len(old)
-	for d := 0; ; d++ {
-		lo, hi := expect-d, expect+d
-		if lo < min && hi > max {
-			return -1, false
-		}
-		if lo >= min && matchAt(lines, old, lo) {
-			return lo, true
-		}
-		if d > 0 && matchAt(lines, old, hi) {
-			return hi, true
-		}
-	}
-}
-
 // HunkResult says where one hunk landed.
 type HunkResult struct {
 	Patch  string `json:"patch"`  // patch file name
@@ -84,44 +45,143 @@ type HunkResult struct {
 	Offset int    `json:"offset"` // lines from where the header said; 0 for an exact fit
 }
 
-// applyHunks applies hunks in order to content. It returns the new content
-// and where each hunk landed, or a *ConflictError for the first hunk that
-// does not match. Hunks must not overlap and must come in file order.
+// image is a file being patched, hunk by hunk, as git apply holds it: its
+// current lines, and for each whether an earlier hunk wrote it (a later
+// hunk may not match a line an earlier one produced, so hunks never
+// overlap).
+type image struct {
+	lines   []string
+	patched []bool
+}
+
+// placement is the rule set one hunk is placed by, as git apply places it
+// (apply.c, apply_one_fragment and match_fragment, without --unidiff-zero,
+// -C or whitespace options):
+//   - beginning: a hunk whose old side starts at line 0 or 1 must match at
+//     the first line of the file;
+//   - end: a hunk with no context after its last change must match at the
+//     end of the file;
+//   - every old line must equal the file's line byte for byte (no fuzz, no
+//     whitespace folding), and none may be a line an earlier hunk of the
+//     same file wrote.
+//
+// The header's own position is tried first. Where the hunk does not fit
+// there, git takes the nearest fit; arpatch takes a fit elsewhere only when
+// it is the only one, and refuses when there are several (see
+// ConflictError.Candidates).
+type placement struct {
+	old            []string
+	beginning, end bool
+	header         int // 0-based line the header names in the current image
+}
+
+func newPlacement(h *Hunk) placement {
+	p := placement{
+		old:       h.Old,
+		beginning: h.OrigStart <= 1,
+		end:       h.Trailing == 0,
+	}
+	if h.NewStart > 0 {
+		p.header = h.NewStart - 1
+	}
+	return p
+}
+
+// fits reports whether the hunk's old lines can be placed at line pos of
+// img under the anchoring rules.
+func (p placement) fits(img *image, pos int, anchored bool) bool {
+	n := len(img.lines)
+	if pos < 0 || pos+len(p.old) > n {
+		return false
+	}
+	if anchored {
+		if p.beginning && pos != 0 {
+			return false
+		}
+		if p.end && pos+len(p.old) != n {
+			return false
+		}
+	}
+	for i, w := range p.old {
+		if img.patched[pos+i] || img.lines[pos+i] != w {
+			return false
+		}
+	}
+	return true
+}
+
+// candidates lists every line (0-based) where the hunk fits.
+func (p placement) candidates(img *image, anchored bool) []int {
+	var out []int
+	for pos := 0; pos+len(p.old) <= len(img.lines); pos++ {
+		if p.fits(img, pos, anchored) {
+			out = append(out, pos)
+		}
+	}
+	return out
+}
+
+// applyHunks applies hunks in order to content, placing each by git apply's
+// rules (see placement). It returns the new content and where each hunk
+// landed, or a *ConflictError for the first hunk that does not fit or fits
+// at more than one place other than its header's.
 func applyHunks(patch, path string, content []byte, hunks []*Hunk) ([]byte, []HunkResult, error) {
 	lines := splitLines(content)
-	out := make([]string, 0, len(lines)+8)
+	img := &image{lines: lines, patched: make([]bool, len(lines))}
 	var results []HunkResult
-	cursor := 0 // first line of lines not yet copied to out
-	delta := 0  // offset of the previous hunk, carried to the next
 	for _, h := range hunks {
-		expect := h.OrigStart - 1
+		p := newPlacement(h)
+		pos := p.header
+		if !p.fits(img, pos, true) {
+			cands := p.candidates(img, true)
+			switch len(cands) {
+			case 0:
+				return nil, nil, newConflict(patch, path, h, img, p)
+			case 1:
+				pos = cands[0]
+			default:
+				c := newConflict(patch, path, h, img, p)
+				c.Reason = "context does not match"
+				for _, x := range cands {
+					c.Candidates = append(c.Candidates, x+1)
+				}
+				return nil, nil, c
+			}
+		}
+		off := pos - p.header
+		img.replace(pos, len(h.Old), h.New)
+		line := h.OrigStart + off
 		if h.OrigLines == 0 {
-			// "@@ -N,0" inserts after line N.
-			expect = h.OrigStart
+			line++
 		}
-		expect += delta
-		pos, ok := locate(lines, h.Old, expect, cursor)
-		if !ok {
-			return nil, nil, newConflict(patch, path, h, lines, expect)
-		}
-		out = append(out, lines[cursor:pos]...)
-		out = append(out, h.New...)
-		cursor = pos + len(h.Old)
-		off := pos - (expect - delta)
-		delta = off
-		results = append(results, HunkResult{Patch: patch, Path: path, Hunk: h.Header, Line: pos + 1, Offset: off})
+		results = append(results, HunkResult{Patch: patch, Path: path, Hunk: h.Header, Line: line, Offset: off})
 	}
-	out = append(out, lines[cursor:]...)
 	// A hunk that drops the last line's newline must be the file's end.
-	for i := 0; i < len(out)-1; i++ {
-		if !strings.HasSuffix(out[i], "\n") {
+	for i := 0; i < len(img.lines)-1; i++ {
+		if !strings.HasSuffix(img.lines[i], "\n") {
 			return nil, nil, fmt.Errorf("patch %s: %s: a line without newline would land mid-file; the patch's \"No newline at end of file\" marker does not fit this file", patch, path)
 		}
 	}
-	return joinLines(out), results, nil
+	return joinLines(img.lines), results, nil
 }
 
-// ConflictError is a hunk whose old lines are not found in the file.
+// replace puts repl in place of the n lines at pos and marks them written.
+func (img *image) replace(pos, n int, repl []string) {
+	lines := make([]string, 0, len(img.lines)-n+len(repl))
+	lines = append(append(append(lines, img.lines[:pos]...), repl...), img.lines[pos+n:]...)
+	patched := make([]bool, 0, len(lines))
+	patched = append(patched, img.patched[:pos]...)
+	for range repl {
+		patched = append(patched, true)
+	}
+	patched = append(patched, img.patched[pos+n:]...)
+	img.lines, img.patched = lines, patched
+}
+
+// ConflictError is a hunk that does not fit: its old lines are nowhere in
+// the file where git apply's placement rules allow them, or they fit at
+// several places other than the header's line (Candidates), and arpatch
+// will not choose one.
 type ConflictError struct {
 	Patch    string   // patch file name
 	Path     string   // file in the tree
@@ -130,22 +190,62 @@ type ConflictError struct {
 	Expected []string // the hunk's old lines
 	Found    []string // the file's lines at Line, as many as Expected
 	Reason   string
+	// Candidates, when not empty, lists the 1-based lines (of the file
+	// as the earlier hunks of this patch left it) where the hunk fits
+	// equally well: the placement is ambiguous.
+	Candidates []int
+	// Anchored says where the hunk fits only when git apply's
+	// beginning/end rule is set aside: the 1-based lines, or none.
+	Anchored []int
 }
 
-func newConflict(patch, path string, h *Hunk, lines []string, expect int) *ConflictError {
-	c := &ConflictError{Patch: patch, Path: path, Hunk: h.Header, Line: expect + 1, Expected: h.Old, Reason: "context does not match"}
-	if expect >= len(lines) && len(h.Old) > 0 {
-		c.Reason = fmt.Sprintf("context expected past the end of the file (it has %d lines)", len(lines))
+// Ambiguous reports whether the hunk fits at more than one place.
+func (c *ConflictError) Ambiguous() bool { return len(c.Candidates) > 1 }
+
+func newConflict(patch, path string, h *Hunk, img *image, p placement) *ConflictError {
+	expect := p.header
+	if p.beginning {
+		expect = 0
+	} else if p.end {
+		expect = len(img.lines) - len(h.Old)
+		if expect < 0 {
+			expect = 0
+		}
 	}
-	for i := expect; i >= 0 && i < len(lines) && i < expect+len(h.Old); i++ {
-		c.Found = append(c.Found, lines[i])
+	c := &ConflictError{Patch: patch, Path: path, Hunk: h.Header, Line: expect + 1, Expected: h.Old, Reason: "context does not match"}
+	if expect >= len(img.lines) && len(h.Old) > 0 {
+		c.Reason = fmt.Sprintf("context expected past the end of the file (it has %d lines)", len(img.lines))
+	}
+	for i := expect; i >= 0 && i < len(img.lines) && i < expect+len(h.Old); i++ {
+		c.Found = append(c.Found, img.lines[i])
+	}
+	for _, x := range p.candidates(img, false) {
+		c.Anchored = append(c.Anchored, x+1)
+	}
+	if len(c.Anchored) > 0 {
+		switch {
+		case p.beginning && p.end:
+			c.Reason = "the hunk starts at line 1 and has no context after its last change, so it must match the whole file, and it does not"
+		case p.beginning:
+			c.Reason = "the hunk's old side starts at line 1, so it must match at the beginning of the file, and it does not"
+		default:
+			c.Reason = fmt.Sprintf("the hunk has no context after its last change, so it must match at the end of the file (line %d on), and it does not", expect+1)
+		}
 	}
 	return c
 }
 
 func (c *ConflictError) Error() string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "patch %s, hunk %s in %s: %s at line %d, and the context is nowhere else in the file", c.Patch, c.Hunk, c.Path, c.Reason, c.Line)
+	switch {
+	case c.Ambiguous():
+		fmt.Fprintf(&b, "patch %s, hunk %s in %s: %s at line %d, and it fits equally at lines %s; arpatch does not choose between copies of repeated code. Regenerate the patch with more context (git diff -U5) against this commit",
+			c.Patch, c.Hunk, c.Path, c.Reason, c.Line, joinInts(c.Candidates))
+	case len(c.Anchored) > 0:
+		fmt.Fprintf(&b, "patch %s, hunk %s in %s: %s (its lines are found at line %s, where git apply would refuse it too)", c.Patch, c.Hunk, c.Path, c.Reason, joinInts(c.Anchored))
+	default:
+		fmt.Fprintf(&b, "patch %s, hunk %s in %s: %s at line %d, and the context is nowhere else in the file", c.Patch, c.Hunk, c.Path, c.Reason, c.Line)
+	}
 	first := -1
 	for i := range c.Expected {
 		if i >= len(c.Found) || c.Found[i] != c.Expected[i] {
@@ -155,10 +255,12 @@ func (c *ConflictError) Error() string {
 	}
 	if first >= 0 {
 		fmt.Fprintf(&b, "\n  first difference at line %d:", c.Line+first)
-		fmt.Fprintf(&b, "\n    expected: %s", showLine(c.Expected[first]))
 		if first < len(c.Found) {
-			fmt.Fprintf(&b, "\n    found:    %s", showLine(c.Found[first]))
+			w, g := showPair(c.Expected[first], c.Found[first])
+			fmt.Fprintf(&b, "\n    expected: %s", w)
+			fmt.Fprintf(&b, "\n    found:    %s", g)
 		} else {
+			fmt.Fprintf(&b, "\n    expected: %s", showLine(c.Expected[first]))
 			b.WriteString("\n    found:    (end of file)")
 		}
 	}
@@ -171,6 +273,14 @@ func (c *ConflictError) Error() string {
 		b.WriteString("\n    | " + showLine(l))
 	}
 	return b.String()
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = fmt.Sprint(x)
+	}
+	return strings.Join(s, ", ")
 }
 
 // showLine prints a line without its newline, making a CR or a missing
@@ -186,4 +296,50 @@ func showLine(l string) string {
 		suffix += " [no newline at end of file]"
 	}
 	return s + suffix
+}
+
+// showPair prints an expected and a found line. When they would print the
+// same (they differ only in whitespace or invisible bytes), every space,
+// tab, CR and control byte is made visible: a space as "·", a tab as
+// "[TAB]", a CR as "[CR]", others as Go escapes.
+func showPair(want, got string) (string, string) {
+	w, g := showLine(want), showLine(got)
+	if inked(w) != inked(g) {
+		return w, g
+	}
+	return visible(want), visible(got)
+}
+
+// inked drops what prints as blank: spaces, tabs, control and other
+// non-printing characters.
+func inked(s string) string {
+	return strings.Map(func(r rune) rune {
+		if unicode.IsSpace(r) || !unicode.IsPrint(r) {
+			return -1
+		}
+		return r
+	}, s)
+}
+
+func visible(l string) string {
+	s := strings.TrimSuffix(l, "\n")
+	var b strings.Builder
+	for _, r := range s {
+		switch {
+		case r == ' ':
+			b.WriteString("·")
+		case r == '\t':
+			b.WriteString("[TAB]")
+		case r == '\r':
+			b.WriteString("[CR]")
+		case unicode.IsSpace(r) || !unicode.IsPrint(r):
+			fmt.Fprintf(&b, "%+q", string(r))
+		default:
+			b.WriteRune(r)
+		}
+	}
+	if !strings.HasSuffix(l, "\n") {
+		b.WriteString(" [no newline at end of file]")
+	}
+	return b.String() + " (whitespace shown: · space)"
 }

@@ -78,6 +78,10 @@ type Hunk struct {
 	NewLines  int
 	Old       []string
 	New       []string
+	// Leading and Trailing count the context lines before the hunk's
+	// first change and after its last. git apply anchors a hunk without
+	// trailing context at the end of the file.
+	Leading, Trailing int
 }
 
 // ParseDiff parses a patch file: an optional DEP-3 header followed by a
@@ -251,28 +255,29 @@ func fileChange(fd *diff.FileDiff) (*FileChange, error) {
 	if len(fd.Hunks) == 0 && fc.Op != Create {
 		return nil, fmt.Errorf("%s: the file diff has no hunks", fc.Path)
 	}
-	delta, lastEnd := 0, 0
-	for _, h := range fd.Hunks {
+	lastEnd := 0
+	for i, h := range fd.Hunks {
 		hk, err := convertHunk(h)
 		if err != nil {
 			return nil, fmt.Errorf("%s: %w", fc.Path, err)
 		}
-		// The new side's start must follow from the old side's and the
-		// hunks before, as diff writes it: first affected line, shifted
-		// by the lines earlier hunks added or removed.
+		// git apply places each hunk on the file as the hunks before it
+		// left it and takes the new side's start only as a first guess,
+		// so it accepts any new start. Hunks must come in file order and
+		// not overlap, as git diff writes them: arpatch refuses hunks out
+		// of order (git apply would take them).
 		first := hk.OrigStart
 		if hk.OrigLines == 0 {
 			first++
 		}
-		want := first + delta
-		if hk.NewLines == 0 {
-			want--
+		if i > 0 && first <= lastEnd {
+			return nil, fmt.Errorf("%s: hunk %s is out of order: its old side starts at line %d, but the hunk before it reaches line %d; hunks must follow each other down the file without overlapping (regenerate the patch with git diff)", fc.Path, hk.Header, first, lastEnd)
 		}
-		if hk.NewStart != want || first <= lastEnd {
-			return nil, fmt.Errorf("%s: hunk %s: header is inconsistent with the hunks before it (new side should start at %d); regenerate the patch with git diff", fc.Path, hk.Header, want)
+		if hk.OrigLines > 0 {
+			lastEnd = hk.OrigStart + hk.OrigLines - 1
+		} else {
+			lastEnd = hk.OrigStart
 		}
-		delta += hk.NewLines - hk.OrigLines
-		lastEnd = first + hk.OrigLines - 1
 		fc.Hunks = append(fc.Hunks, hk)
 	}
 	switch fc.Op {
@@ -334,6 +339,7 @@ func convertHunk(h *diff.Hunk) (*Hunk, error) {
 	}
 	body := h.Body
 	off := 0
+	seenChange := false
 	for off < len(body) {
 		end := bytes.IndexByte(body[off:], '\n')
 		next := len(body)
@@ -365,13 +371,19 @@ func convertHunk(h *diff.Hunk) (*Hunk, error) {
 			}
 			hk.Old = append(hk.Old, oldL)
 			hk.New = append(hk.New, newL)
+			if !seenChange {
+				hk.Leading++
+			}
+			hk.Trailing++
 		case '-':
+			seenChange, hk.Trailing = true, 0
 			l := text
 			if origNoNL || !hasNL {
 				l = withoutNL
 			}
 			hk.Old = append(hk.Old, l)
 		case '+':
+			seenChange, hk.Trailing = true, 0
 			l := text
 			if !hasNL {
 				l = withoutNL

@@ -18,7 +18,7 @@ const (
 func twoEras(t *testing.T) *Catalog {
 	t.Helper()
 	mk := func(name, tested, old string) (*Series, fstest.MapFS) {
-		p := "Description: d\nAuthor: t\nUpstream-Status: Pending\nApplies-To: x\n\n--- a/k.cuh\n+++ b/k.cuh\n@@ -1 +1 @@\n-" + old + "\n+launch();\n"
+		p := "Description: d\nAuthor: t\nUpstream-Status: Pending\nApplies-To: x\n\n--- a/k.cuh\n+++ b/k.cuh\n@@ -2,3 +2,3 @@\n {\n-" + old + "\n+launch();\n }\n"
 		toml := "name = \"" + name + "\"\nfamily = \"pcie\"\ntested_on = [\"" + tested + "\"]\n\n[[patch]]\nfile = \"0001-k.patch\"\nsha256 = \"" + sha256Hex([]byte(p)) + "\"\n"
 		fsys := fstest.MapFS{name + "/series.toml": {Data: []byte(toml)}, name + "/0001-k.patch": {Data: []byte(p)}}
 		s, err := LoadSeries(fsys, name, "test/"+name)
@@ -34,8 +34,8 @@ func twoEras(t *testing.T) *Catalog {
 
 func TestResolve(t *testing.T) {
 	cat := twoEras(t)
-	treeA := memTree{"k.cuh": "if (full_nvlink_) launch();\n"}
-	treeB := memTree{"k.cuh": "if (full_nvlink_ && !musa) launch();\n"}
+	treeA := memTree{"k.cuh": "//k\n{\nif (full_nvlink_) launch();\n}\n"}
+	treeB := memTree{"k.cuh": "//k\n{\nif (full_nvlink_ && !musa) launch();\n}\n"}
 
 	c, err := cat.Resolve("pcie", "", commitA, treeA, nil)
 	if err != nil || c.Series.Name != "era-a" || c.Reason != "tested on 84118acf50b3" {
@@ -73,13 +73,13 @@ func TestResolve(t *testing.T) {
 func TestResolveTwoTestedOnOneCommit(t *testing.T) {
 	cat := twoEras(t)
 	cat.Series[1].TestedOn = append(cat.Series[1].TestedOn, commitA)
-	_, err := cat.Resolve("pcie", "", commitA, memTree{"k.cuh": "if (full_nvlink_) launch();\n"}, nil)
+	_, err := cat.Resolve("pcie", "", commitA, memTree{"k.cuh": "//k\n{\nif (full_nvlink_) launch();\n}\n"}, nil)
 	var ae *AmbiguousError
 	if !errors.As(err, &ae) || !ae.Tested || !strings.Contains(err.Error(), "all list commit 84118acf50b3 in tested_on") {
 		t.Errorf("err = %v, want AmbiguousError", err)
 	}
 	// --series with a family name chooses inside that family.
-	c, err := cat.Resolve("other", "pcie", commitB, memTree{"k.cuh": "if (full_nvlink_ && !musa) launch();\n"}, nil)
+	c, err := cat.Resolve("other", "pcie", commitB, memTree{"k.cuh": "//k\n{\nif (full_nvlink_ && !musa) launch();\n}\n"}, nil)
 	if err != nil || c.Series.Name != "era-b" {
 		t.Errorf("family via --series: %v %v", c, err)
 	}
@@ -88,7 +88,7 @@ func TestResolveTwoTestedOnOneCommit(t *testing.T) {
 func TestResolveAmbiguousIsRefused(t *testing.T) {
 	cat := twoEras(t)
 	// A tree where each series' line appears: both apply, neither tested.
-	tree := memTree{"k.cuh": "if (full_nvlink_) launch();\nif (full_nvlink_ && !musa) launch();\n"}
+	tree := memTree{"k.cuh": "//k\n{\nif (full_nvlink_) launch();\n}\n{\nif (full_nvlink_ && !musa) launch();\n}\n"}
 	_, err := cat.Resolve("pcie", "", commitC, tree, nil)
 	var ae *AmbiguousError
 	if !errors.As(err, &ae) || len(ae.Fits) != 2 || !strings.Contains(err.Error(), "pick one with --series") {
