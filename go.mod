@@ -13,6 +13,7 @@ require (
 	golang.org/x/term v0.48.0
 	gonum.org/v1/plot v0.10.1
 	modernc.org/sqlite v1.62.0
+	mvdan.cc/sh/v3 v3.14.1
 )
 
 require (

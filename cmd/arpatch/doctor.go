@@ -5,6 +5,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
+	"slices"
+	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -17,28 +20,49 @@ func doctorCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "doctor",
 		Usage:     "check the GPU host before a long run: topology, P2P, toolchain, installed kernels, hazards",
-		UsageText: `arpatch doctor [--python PY] [--server-cmd "python -m sglang.launch_server ..."] [--json]`,
+		UsageText: `arpatch doctor [--python PY] [--server-cmd "python -m sglang.launch_server ..." [--src DIR]] [--json]`,
 		Description: `doctor reads nvidia-smi (GPUs, PCIe links, topo -m, topo -p2p r/w), the kernel
 command line and IOMMU groups, the CUDA toolchain and torch, the archs compiled
 into the installed sgl-kernel (cuobjdump --list-elf), and environment
-variables known to hurt custom allreduce. Each finding has a severity and a
-remedy; the verdict sums up the topology. It exits 1 when a finding is an
-error.
+variables known to hurt custom allreduce. It judges only the GPUs the job
+uses: those CUDA_VISIBLE_DEVICES leaves visible (by index or UUID, in its
+order), narrowed to the TP group when --server-cmd gives a TP size. A value
+nvidia-smi cannot read ([N/A], [Not Supported], ...) is listed as
+unreadable and draws no finding. --server-cmd is read as SGLang's argparse
+reads it (aliases, unique prefixes, --opt=value, VAR=value before the
+program), with the options of --src's server_args.py when given, else a
+built-in table. Each finding has a severity and a remedy; the verdict sums
+up the judged GPUs' topology. It exits 1 when a finding is an error.
 
 Examples:
    arpatch doctor
+   CUDA_VISIBLE_DEVICES=0,1 arpatch doctor --server-cmd "python -m sglang.launch_server --model-path m --tp 2"
    arpatch doctor --server-cmd "python -m sglang.launch_server --speculative-algorithm EAGLE --speculative-draft-model-path my-eagle3"
+   arpatch doctor --src sglang --server-cmd "python -m sglang.launch_server --speculative-algo EAGLE3 --speculative-draft-model d"
    arpatch doctor --json > doctor.json`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` of the serving environment", Value: "python3"},
-			&cli.StringFlag{Name: "server-cmd", Usage: "an SGLang server `COMMAND` line to check"},
+			&cli.StringFlag{Name: "server-cmd", Usage: "an SGLang server `COMMAND` line to check, as typed in a shell"},
+			&cli.StringFlag{Name: "src", Usage: "read --server-cmd with the options of the SGLang checkout `DIR` (its python/sglang/srt/server_args.py)"},
 			jsonFlag(),
 		},
 		Before: noArgs,
 		Action: func(c *cli.Context) error {
 			env := os.Environ()
+			var table *doctor.ServerOptions
+			if src := c.String("src"); src != "" {
+				p := filepath.Join(pathFlag(c, "src"), "python", "sglang", "srt", "server_args.py")
+				b, err := os.ReadFile(p)
+				if err != nil {
+					return usagef("--src %s: %v; pass the SGLang checkout the server runs from (arpatch apply's --src)", src, err)
+				}
+				if table, err = doctor.ParseServerArgsPy(p, b); err != nil {
+					return err
+				}
+			}
 			rep := doctor.Inspect(c.Context, doctor.Options{
 				Run: doctor.ExecRunner(env), Env: env, Python: c.String("python"), ServerCmd: c.String("server-cmd"), FS: doctor.OSFS(),
+				ServerOptions: table,
 				Probe: func(ctx context.Context) (*kernels.Toolchain, error) {
 					return kernels.Probe(ctx, kernels.ProbeOptions{Python: c.String("python")})
 				},
@@ -61,10 +85,27 @@ Examples:
 }
 
 func printDoctor(w io.Writer, rep *doctor.Report) {
-	h := rep.Host
+	h, j := rep.Host, rep.Judged
 	for _, g := range h.GPUs {
-		fmt.Fprintf(w, "GPU%d  %s  sm_%s  driver %s  PCIe gen %d/%d x%d/%d  %d MiB  %s\n", g.Index, g.Name,
-			strings.ReplaceAll(g.ComputeCap, ".", ""), g.Driver, g.PCIeGen, g.PCIeGenMax, g.PCIeWidth, g.PCIeWidthMax, g.MemoryMiB, g.BusID)
+		mark := " "
+		if slices.Contains(j.GPUs, g.Index) {
+			mark = "*"
+		}
+		fmt.Fprintf(w, "%s GPU%d  %s  sm_%s  driver %s  PCIe gen %d/%d x%d/%d  %d MiB  %s\n", mark, g.Index, g.Name,
+			orUnread(strings.ReplaceAll(g.ComputeCap, ".", "")), orUnread(g.Driver), g.PCIeGen, g.PCIeGenMax, g.PCIeWidth, g.PCIeWidthMax, g.MemoryMiB, g.BusID)
+	}
+	if len(h.GPUs) > 0 {
+		fmt.Fprintf(w, "judged (*): GPUs %s: %s\n", joinInts(j.GPUs), j.Why)
+	}
+	if j.ServerArgs != nil {
+		fmt.Fprintf(w, "server flags read with %s", j.OptionsFrom)
+		if len(j.ServerArgs.NotJudged) > 0 {
+			fmt.Fprintf(w, "; not judged: %s", strings.Join(j.ServerArgs.NotJudged, " "))
+		}
+		fmt.Fprintln(w)
+	}
+	for _, u := range j.Unreadable {
+		fmt.Fprintf(w, "unreadable: %s\n", u)
 	}
 	if t := h.Topology; t != nil {
 		fmt.Fprintln(w, "topology (nvidia-smi topo -m):")
@@ -91,4 +132,24 @@ func printDoctor(w io.Writer, rep *doctor.Report) {
 		}
 	}
 	fmt.Fprintf(w, "verdict: %s\n", rep.Verdict)
+}
+
+func joinInts(xs []int) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	if len(s) == 0 {
+		return "none"
+	}
+	return strings.Join(s, ",")
+}
+
+// orUnread prints a value nvidia-smi could not read as "?"; the
+// "unreadable:" lines say what it printed.
+func orUnread(s string) string {
+	if s == "" {
+		return "?"
+	}
+	return s
 }

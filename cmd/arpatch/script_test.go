@@ -34,6 +34,7 @@ func TestMain(m *testing.M) {
 //	sametree DIR VAR     fail unless DIR hashes to $VAR
 //	lockpid FILE         write a lock file naming a live pid (the test's)
 //	fakebin              put the fake CUDA toolchain of kernels/testdata first on PATH
+//	fakesmi HOST         put a fake nvidia-smi first on PATH, printing harness/doctor/testdata/HOST
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
@@ -92,6 +93,25 @@ func TestScripts(t *testing.T) {
 					ts.Check(err)
 					ts.Check(os.WriteFile(filepath.Join(dst, e.Name()), b, 0o755))
 				}
+				ts.Setenv("PATH", dst+string(os.PathListSeparator)+ts.Getenv("PATH"))
+			},
+			"fakesmi": func(ts *testscript.TestScript, neg bool, args []string) {
+				// Put a fake nvidia-smi first on PATH that prints the
+				// outputs recorded in harness/doctor/testdata/HOST.
+				if len(args) != 1 {
+					ts.Fatalf("usage: fakesmi HOST")
+				}
+				src, err := filepath.Abs(filepath.Join("..", "..", "harness", "doctor", "testdata", args[0]))
+				ts.Check(err)
+				dst := ts.MkAbs("smibin")
+				ts.Check(os.MkdirAll(dst, 0o755))
+				script := "#!/bin/sh\nd='" + src + "'\ncase \"$*\" in\n" +
+					"--query-gpu=*) cat \"$d/query-gpu.csv\";;\n" +
+					"'topo -m') cat \"$d/topo-m.txt\";;\n" +
+					"'topo -p2p r') cat \"$d/topo-p2p-r.txt\";;\n" +
+					"'topo -p2p w') cat \"$d/topo-p2p-w.txt\";;\n" +
+					"*) echo \"fake nvidia-smi: nothing recorded for: $*\" >&2; exit 9;;\nesac\n"
+				ts.Check(os.WriteFile(filepath.Join(dst, "nvidia-smi"), []byte(script), 0o755))
 				ts.Setenv("PATH", dst+string(os.PathListSeparator)+ts.Getenv("PATH"))
 			},
 			"sametree": func(ts *testscript.TestScript, neg bool, args []string) {

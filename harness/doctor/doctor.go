@@ -9,7 +9,9 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"time"
 
@@ -45,7 +47,9 @@ type Host struct {
 	Toolchain   *kernels.Toolchain  `json:"toolchain,omitempty"`
 	SGLKernel   string              `json:"sgl_kernel_dir,omitempty"`
 	KernelArchs map[string][]string `json:"sgl_kernel_archs,omitempty"` // .so file -> archs
-	Errors      []string            `json:"errors,omitempty"`           // what could not be read
+	Errors      []string            `json:"errors,omitempty"`           // what nvidia-smi could not read
+	// ToolchainError says why the toolchain probe failed.
+	ToolchainError string `json:"toolchain_error,omitempty"`
 	// DriverHung names the nvidia-smi call that did not answer in time;
 	// the later ones were not tried.
 	DriverHung string `json:"driver_hung,omitempty"`
@@ -56,11 +60,35 @@ type Host struct {
 
 // Report is doctor's output.
 type Report struct {
-	Schema   string    `json:"schema"`
-	Created  time.Time `json:"created_at"`
-	Host     Host      `json:"host"`
+	Schema  string    `json:"schema"`
+	Created time.Time `json:"created_at"`
+	Host    Host      `json:"host"`
+	// Judged says which GPUs, flags and environment the findings and the
+	// verdict describe.
+	Judged   Judged    `json:"judged"`
 	Findings []Finding `json:"findings"`
 	Verdict  string    `json:"verdict"`
+}
+
+// Judged is what the findings describe: the GPUs the job uses (those
+// CUDA_VISIBLE_DEVICES leaves visible, narrowed to the TP group when the
+// server command gives a TP size), the server's flags as SGLang reads
+// them, and what could not be read.
+type Judged struct {
+	Visible Visibility `json:"visible"`
+	// GPUs are the nvidia-smi indexes judged, in CUDA's order; Why says
+	// how they were chosen.
+	GPUs []int  `json:"gpus"`
+	Why  string `json:"why"`
+	// Server is the --server-cmd as split and parsed; OptionsFrom names
+	// the option table it was read with.
+	Server      *ServerCommand `json:"server,omitempty"`
+	ServerArgs  *ServerArgs    `json:"server_args,omitempty"`
+	OptionsFrom string         `json:"options_from,omitempty"`
+	// Unreadable lists every value nvidia-smi could not read among the
+	// judged GPUs ("GPU1 compute_cap: [N/A]", "P2P read GPU0->GPU1: U");
+	// no finding is drawn from them.
+	Unreadable []string `json:"unreadable,omitempty"`
 }
 
 // Runner runs a command and returns its combined output.
@@ -100,8 +128,12 @@ type Options struct {
 	Python string
 	// ServerCmd is a server command line to check (EAGLE vs EAGLE3 and
 	// other flags), e.g. "python -m sglang.launch_server --model-path ...".
+	// Leading VAR=value words are the server's environment.
 	ServerCmd string
-	FS        fs.FS // the host's root file system, for /proc and /sys
+	// ServerOptions is the option table ServerCmd is read with; nil uses
+	// BuiltinServerOptions. ParseServerArgsPy reads a tree's.
+	ServerOptions *ServerOptions
+	FS            fs.FS // the host's root file system, for /proc and /sys
 	// Probe reads the toolchain; nil uses kernels.Probe.
 	Probe func(ctx context.Context) (*kernels.Toolchain, error)
 }
@@ -172,7 +204,7 @@ func Inspect(ctx context.Context, o Options) *Report {
 		if tc, err := o.Probe(ctx); err == nil {
 			h.Toolchain = tc
 		} else {
-			h.Errors = append(h.Errors, "toolchain: "+err.Error())
+			h.ToolchainError = err.Error()
 		}
 	}
 	python := o.Python
@@ -192,10 +224,126 @@ func Inspect(ctx context.Context, o Options) *Report {
 			}
 		}
 	}
-	rep.Findings = findings(h, o.Env, o.ServerCmd)
+	env := o.Env
+	var extra []Finding
+	j := &rep.Judged
+	if o.ServerCmd != "" {
+		sc, err := SplitServerCmd(o.ServerCmd, func(k string) string { v, _ := lookupEnv(env, k); return v })
+		if err != nil {
+			extra = append(extra, Finding{ID: "server.cmd", Severity: Error, Title: "cannot read the server command", Detail: err.Error(),
+				Remedy: "pass --server-cmd the command line as you would type it in a shell, quoted once"})
+		} else {
+			table := o.ServerOptions
+			if table == nil {
+				table = BuiltinServerOptions()
+			}
+			j.Server, j.ServerArgs, j.OptionsFrom = sc, table.Parse(sc.Args), table.Source
+			env = append(slices.Clip(env), sc.Env...)
+		}
+	}
+	spec, set := lookupEnv(env, "CUDA_VISIBLE_DEVICES")
+	j.Visible = ResolveVisible(spec, set, h.GPUs)
+	judgedHost := judge(h, j)
+	rep.Findings = append(findings(judgedHost, j, env), extra...)
 	sort.SliceStable(rep.Findings, func(i, j int) bool { return rank(rep.Findings[i].Severity) > rank(rep.Findings[j].Severity) })
-	rep.Verdict = verdict(h)
+	rep.Verdict = verdict(judgedHost, j)
 	return rep
+}
+
+// lookupEnv returns the last value of k in env and whether it is set.
+func lookupEnv(env []string, k string) (string, bool) {
+	for i := len(env) - 1; i >= 0; i-- {
+		if a, b, ok := strings.Cut(env[i], "="); ok && a == k {
+			return b, true
+		}
+	}
+	return "", false
+}
+
+// judge picks the GPUs the job uses and returns the host restricted to
+// them: the visible GPUs in CUDA's order, then, when the server command
+// gives a TP size (and no DP, PP or second node), the TP group SGLang
+// places on them: visible[base_gpu_id + i*gpu_id_step] for i < TP.
+// It fills j.GPUs, j.Why and j.Unreadable.
+//
+// Upstream: python/sglang/srt/entrypoints/engine.py@84118acf50b3a4c74e85e9ff9033792552de1a76 (Engine._launch_scheduler_processes: gpu_id = base_gpu_id + tp_rank * gpu_id_step on one node).
+func judge(h *Host, j *Judged) *Host {
+	v := j.Visible
+	vis := v.Indexes
+	switch {
+	case v.Unknown != "":
+		j.Why = v.Unknown
+	case !v.Set:
+		j.Why = fmt.Sprintf("CUDA_VISIBLE_DEVICES unset: all %d GPUs", len(vis))
+	default:
+		j.Why = fmt.Sprintf("CUDA_VISIBLE_DEVICES=%s: %d visible", v.Spec, len(vis))
+		if v.Note != "" {
+			j.Why += " (" + v.Note + ")"
+		}
+	}
+	group := vis
+	if a := j.ServerArgs; a != nil && v.Unknown == "" {
+		num := func(name string, def int) int {
+			if s, ok := a.Values[name]; ok {
+				if n, err := strconv.Atoi(s); err == nil {
+					return n
+				}
+			}
+			return def
+		}
+		tp, base, step := num("--tp-size", 0), num("--base-gpu-id", 0), num("--gpu-id-step", 1)
+		single := num("--dp-size", 1) == 1 && num("--pp-size", 1) == 1 && num("--nnodes", 1) == 1
+		if tp > 0 && single && step > 0 && base >= 0 && base+(tp-1)*step < len(vis) {
+			group = nil
+			for i := range tp {
+				group = append(group, vis[base+i*step])
+			}
+			if len(group) != len(vis) {
+				j.Why += fmt.Sprintf("; TP %d uses CUDA devices %s", tp, cudaDevices(base, step, tp))
+			}
+		}
+	}
+	j.GPUs = slices.Clone(group)
+	if j.GPUs == nil {
+		j.GPUs = []int{}
+	}
+	out := *h
+	out.GPUs = nil
+	var names []string
+	for _, i := range group {
+		for _, g := range h.GPUs {
+			if g.Index == i {
+				out.GPUs = append(out.GPUs, g)
+				for _, u := range g.Unreadable {
+					j.Unreadable = append(j.Unreadable, fmt.Sprintf("GPU%d %s (nvidia-smi --query-gpu)", i, u))
+				}
+			}
+		}
+		names = append(names, fmt.Sprintf("GPU%d", i))
+	}
+	if h.Topology != nil {
+		out.Topology = h.Topology.Sub(names)
+	}
+	for _, m := range []struct {
+		name     string
+		src, dst **P2PMatrix
+	}{{"read", &h.P2PRead, &out.P2PRead}, {"write", &h.P2PWrite, &out.P2PWrite}} {
+		if *m.src != nil {
+			*m.dst = (*m.src).Sub(names)
+			for _, p := range (*m.dst).Unknown() {
+				j.Unreadable = append(j.Unreadable, fmt.Sprintf("P2P %s %s: U (nvidia-smi topo -p2p)", m.name, p))
+			}
+		}
+	}
+	return &out
+}
+
+func cudaDevices(base, step, n int) string {
+	var s []string
+	for i := range n {
+		s = append(s, strconv.Itoa(base+i*step))
+	}
+	return strings.Join(s, ",")
 }
 
 func rank(s Severity) int {
@@ -223,9 +371,15 @@ func lastLine(s string) string {
 // OSFS is the host's root file system for Options.FS.
 func OSFS() fs.FS { return os.DirFS("/") }
 
-// verdict sums the topology up in one line.
-func verdict(h *Host) string {
+// verdict sums the judged GPUs' topology up in one line.
+func verdict(h *Host, j *Judged) string {
 	t := h.Topology
+	if j.Visible.Unknown != "" && len(h.GPUs) == 0 && t != nil {
+		return "the GPUs the job sees are unknown: " + j.Visible.Unknown
+	}
+	if t != nil && len(t.GPUs) == 0 {
+		return "no GPU is visible to the job (" + j.Why + ")"
+	}
 	if t == nil {
 		if h.DriverHung != "" {
 			return "the NVIDIA driver does not answer (nvidia-smi hung): fix that before anything else"
@@ -236,6 +390,9 @@ func verdict(h *Host) string {
 		return fmt.Sprintf("%d GPUs; topology unknown (nvidia-smi topo -m failed)", len(h.GPUs))
 	}
 	n := len(t.GPUs)
+	if n == 1 {
+		return fmt.Sprintf("1 GPU (%s): no allreduce between GPUs, custom allreduce is not used", j.Why)
+	}
 	numa := len(t.NUMANodes())
 	split := ""
 	if numa > 1 {

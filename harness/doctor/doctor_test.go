@@ -228,8 +228,12 @@ func TestExecRunnerTimesOut(t *testing.T) {
 }
 
 func TestServerFindingsQuiet(t *testing.T) {
-	if f := serverFindings("python -m sglang.launch_server --speculative-algorithm EAGLE3 --speculative-draft-model-path x/eagle3 --tp-size 8", "1", 8); len(f) != 0 {
-		t.Errorf("a correct command line gave findings: %+v", f)
+	rep := Inspect(context.Background(), Options{Run: recorded(t, "pcie8", nil), Env: []string{"SGLANG_FORCE_CUSTOM_AR_PCIE=1"},
+		ServerCmd: "python -m sglang.launch_server --speculative-algorithm EAGLE3 --speculative-draft-model-path x/eagle3 --tp-size 8"})
+	for _, f := range rep.Findings {
+		if strings.HasPrefix(f.ID, "server.") {
+			t.Errorf("a correct command line gave %+v", f)
+		}
 	}
 }
 

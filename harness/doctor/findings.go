@@ -3,16 +3,17 @@ package doctor
 import (
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/arpatch/arpatch/kernels"
 )
 
-// findings turns what was read into findings with remedies.
-func findings(h *Host, env []string, serverCmd string) []Finding {
+// findings turns what was read into findings with remedies. h holds only
+// the judged GPUs (see judge); env is the server's environment.
+func findings(h *Host, j *Judged, env []string) []Finding {
 	var f []Finding
 	add := func(id string, s Severity, title, detail, remedy string) {
 		f = append(f, Finding{ID: id, Severity: s, Title: title, Detail: detail, Remedy: remedy})
@@ -28,6 +29,10 @@ func findings(h *Host, env []string, serverCmd string) []Finding {
 	for _, e := range h.Errors {
 		add("read.error", Warn, "could not read part of the host", e, "run doctor where nvidia-smi works, or check the driver")
 	}
+	if h.ToolchainError != "" {
+		add("read.toolchain", Warn, "could not read the CUDA toolchain and torch", h.ToolchainError,
+			"pass --python with the interpreter of the serving environment")
+	}
 	// GPUs and PCIe links.
 	for _, g := range h.GPUs {
 		if g.PCIeWidth > 0 && g.PCIeWidth < g.PCIeWidthMax {
@@ -40,7 +45,7 @@ func findings(h *Host, env []string, serverCmd string) []Finding {
 		}
 	}
 	// Topology.
-	if t := h.Topology; t != nil {
+	if t := h.Topology; t != nil && len(t.GPUs) > 1 {
 		counts := t.LinkCounts()
 		var parts []string
 		for _, k := range slices.Sorted(maps.Keys(counts)) {
@@ -128,7 +133,9 @@ func findings(h *Host, env []string, serverCmd string) []Finding {
 	} else {
 		need := map[string]bool{}
 		for _, g := range h.GPUs {
-			need[strings.ReplaceAll(g.ComputeCap, ".", "")] = true
+			if g.ComputeCap != "" { // unreadable: no finding (Judged.Unreadable names it)
+				need[strings.ReplaceAll(g.ComputeCap, ".", "")] = true
+			}
 		}
 		all := map[string]bool{}
 		for _, archs := range h.KernelArchs {
@@ -145,14 +152,7 @@ func findings(h *Host, env []string, serverCmd string) []Finding {
 		}
 	}
 	// Environment hazards.
-	get := func(k string) string {
-		for i := len(env) - 1; i >= 0; i-- {
-			if a, b, ok := strings.Cut(env[i], "="); ok && a == k {
-				return b
-			}
-		}
-		return ""
-	}
+	get := func(k string) string { v, _ := lookupEnv(env, k); return v }
 	if v := get("NCCL_P2P_DISABLE"); v == "1" || strings.EqualFold(v, "true") {
 		add("env.nccl-p2p-disable", Error, "NCCL_P2P_DISABLE="+v, "NCCL goes through host memory (SHM): ~200 us per 42 KB allreduce instead of ~25 us",
 			"unset NCCL_P2P_DISABLE; if P2P hangs without it, fix ACS/IOMMU instead")
@@ -167,45 +167,57 @@ func findings(h *Host, env []string, serverCmd string) []Finding {
 			"expandable segments are not plain cudaMalloc blocks: CUDA-graph capture with the PCIe custom allreduce registers their IPC handles and fails",
 			"remove expandable_segments:True when serving with custom allreduce")
 	}
-	if serverCmd != "" {
-		f = append(f, serverFindings(serverCmd, get("SGLANG_FORCE_CUSTOM_AR_PCIE"), len(h.GPUs))...)
+	if j.ServerArgs != nil {
+		f = append(f, serverFindings(j, get("SGLANG_FORCE_CUSTOM_AR_PCIE"))...)
 	}
 	return f
 }
 
-var flagRe = regexp.MustCompile(`--([a-z0-9-]+)(?:[ =]([^ -][^ ]*))?`)
-
-// serverFindings checks an SGLang launch command line.
-func serverFindings(cmd, forcePCIe string, gpus int) []Finding {
-	flags := map[string]string{}
-	for _, m := range flagRe.FindAllStringSubmatch(cmd, -1) {
-		flags[m[1]] = m[2]
-	}
+// serverFindings checks an SGLang launch command line as argparse read it
+// (j.ServerArgs), against the GPUs the job can see.
+func serverFindings(j *Judged, forcePCIe string) []Finding {
+	a := j.ServerArgs
 	var f []Finding
-	algo := strings.ToUpper(flags["speculative-algorithm"])
-	draft := flags["speculative-draft-model-path"]
+	written := func(name string) string {
+		if w := a.Written[name]; w != "" && w != name {
+			return w + " (" + name + ")"
+		}
+		return name
+	}
+	if len(a.Problems) > 0 {
+		f = append(f, Finding{ID: "server.args", Severity: Error, Title: "SGLang's argument parser would refuse this command line",
+			Detail: strings.Join(a.Problems, "; ") + " (read with " + j.OptionsFrom + ")",
+			Remedy: "write each option in full, as python -m sglang.launch_server --help lists it"})
+	}
+	algo := strings.ToUpper(a.Values["--speculative-algorithm"])
+	draft, hasDraft := a.Values["--speculative-draft-model-path"]
 	if algo == "EAGLE" && strings.Contains(strings.ToLower(draft), "eagle3") {
 		f = append(f, Finding{ID: "server.eagle-vs-eagle3", Severity: Error,
-			Title:  "--speculative-algorithm EAGLE with an EAGLE-3 draft model (" + draft + ")",
+			Title:  written("--speculative-algorithm") + " EAGLE with an EAGLE-3 draft model (" + draft + ")",
 			Detail: "SGLang then accepts almost nothing: accept length 1.00, and tok/s below no speculation",
 			Remedy: "use --speculative-algorithm EAGLE3"})
 	}
-	if (algo == "EAGLE3" || algo == "EAGLE") && draft == "" {
-		f = append(f, Finding{ID: "server.no-draft", Severity: Error, Title: "--speculative-algorithm " + algo + " without --speculative-draft-model-path", Remedy: "pass the draft model"})
+	if (algo == "EAGLE3" || algo == "EAGLE") && (!hasDraft || draft == "") {
+		f = append(f, Finding{ID: "server.no-draft", Severity: Error, Title: written("--speculative-algorithm") + " " + algo + " without --speculative-draft-model-path (or its alias --speculative-draft-model)", Remedy: "pass the draft model"})
 	}
-	if _, off := flags["disable-custom-all-reduce"]; off && forcePCIe == "1" {
-		f = append(f, Finding{ID: "server.custom-ar-off", Severity: Warn, Title: "--disable-custom-all-reduce with SGLANG_FORCE_CUSTOM_AR_PCIE=1",
+	if _, off := a.Values["--disable-custom-all-reduce"]; off && forcePCIe == "1" {
+		f = append(f, Finding{ID: "server.custom-ar-off", Severity: Warn, Title: written("--disable-custom-all-reduce") + " with SGLANG_FORCE_CUSTOM_AR_PCIE=1",
 			Detail: "the flag wins: every allreduce goes to NCCL", Remedy: "drop one of them"})
 	}
-	tp := flags["tp-size"]
-	if tp == "" {
-		tp = flags["tp"]
-	}
-	if tp != "" && gpus > 0 {
-		var n int
-		fmt.Sscan(tp, &n)
-		if n > gpus {
-			f = append(f, Finding{ID: "server.tp", Severity: Error, Title: fmt.Sprintf("--tp-size %d but this host has %d GPUs", n, gpus), Remedy: "lower --tp-size"})
+	if s, ok := a.Values["--tp-size"]; ok && j.Visible.Unknown == "" {
+		n, err := strconv.Atoi(s)
+		base, _ := strconv.Atoi(a.Values["--base-gpu-id"])
+		vis := len(j.Visible.Indexes)
+		switch {
+		case err != nil:
+		case n > vis:
+			f = append(f, Finding{ID: "server.tp", Severity: Error,
+				Title:  fmt.Sprintf("%s %d but the job sees %d GPUs", written("--tp-size"), n, vis),
+				Detail: j.Why, Remedy: fmt.Sprintf("lower --tp-size to at most %d, or make more GPUs visible (CUDA_VISIBLE_DEVICES)", vis)})
+		case base > 0 && base+n > vis:
+			f = append(f, Finding{ID: "server.tp", Severity: Error,
+				Title:  fmt.Sprintf("%s %d from --base-gpu-id %d needs CUDA devices up to %d, but the job sees %d GPUs", written("--tp-size"), n, base, base+n-1, vis),
+				Detail: j.Why, Remedy: "lower --base-gpu-id or --tp-size"})
 		}
 	}
 	return f

@@ -4,6 +4,13 @@
 // installed sgl-kernel, and environment settings known to hurt custom
 // allreduce or EAGLE-3. Each finding has a severity and a remedy.
 //
+// It judges what the job uses, not the whole host: the GPUs
+// CUDA_VISIBLE_DEVICES leaves visible (torch's rules) and the TP group on
+// them, the server's flags as SGLang's argparse reads them (ServerOptions,
+// from a tree's server_args.py or a built-in table), and the server's
+// environment. A value nvidia-smi cannot read is unknown: it is reported
+// (Judged.Unreadable) and draws no finding.
+//
 // Its parsers read nvidia-smi's documented text formats
 // (`--query-gpu ... --format=csv`, `topo -m`, `topo -p2p r|w`) and
 // `cuobjdump --list-elf`; they are tested on recorded outputs.
@@ -17,10 +24,15 @@ import (
 	"strings"
 )
 
-// GPU is one row of `nvidia-smi --query-gpu=... --format=csv`.
+// GPU is one row of `nvidia-smi --query-gpu=... --format=csv`. A field
+// nvidia-smi could not read (printed as "[N/A]", "[Not Supported]",
+// "[Unknown Error]", "[Insufficient Permissions]", ... or a number that is
+// not one) is left at its zero value and named in Unreadable, so no
+// finding is drawn from it.
 type GPU struct {
 	Index        int    `json:"index"`
 	Name         string `json:"name"`
+	UUID         string `json:"uuid,omitempty"` // "GPU-8932f937-...", what CUDA_VISIBLE_DEVICES may name
 	BusID        string `json:"bus_id"`
 	ComputeCap   string `json:"compute_cap"` // "12.0", "9.0"
 	Driver       string `json:"driver"`
@@ -29,32 +41,95 @@ type GPU struct {
 	PCIeWidth    int    `json:"pcie_width"`
 	PCIeWidthMax int    `json:"pcie_width_max"`
 	MemoryMiB    int    `json:"memory_mib"`
+	// Unreadable lists "field: text as printed" for each field nvidia-smi
+	// could not read, e.g. "compute_cap: [N/A]".
+	Unreadable []string `json:"unreadable,omitempty"`
 }
 
-// QueryGPUFields is the --query-gpu list ParseQueryGPU expects.
-const QueryGPUFields = "index,name,pci.bus_id,compute_cap,driver_version,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,memory.total"
+// QueryGPUFields is the --query-gpu list doctor asks for. ParseQueryGPU
+// maps columns by the CSV header, so recordings made with an older, shorter
+// list (no uuid) still parse.
+const QueryGPUFields = "index,name,pci.bus_id,compute_cap,driver_version,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,memory.total,uuid"
+
+// unreadableRe matches what nvidia-smi prints for a value it cannot read:
+// a bracketed reason such as [N/A], [Not Supported], [Unknown Error],
+// [Insufficient Permissions], [GPU is lost] or [Requires Pro].
+var unreadableRe = regexp.MustCompile(`^\[[^\]]*\]$`)
 
 // ParseQueryGPU reads nvidia-smi --query-gpu=QueryGPUFields --format=csv
-// output, with or without its header line.
+// output. With its header line, columns are found by name (units such as
+// " [MiB]" stripped); without it (csv,noheader), they are taken in
+// QueryGPUFields order. A row without an index is skipped. Errors: a CSV
+// that does not parse, or no GPU row.
 func ParseQueryGPU(out string) ([]GPU, error) {
 	r := csv.NewReader(strings.NewReader(strings.TrimSpace(out)))
 	r.TrimLeadingSpace = true
+	r.FieldsPerRecord = -1
 	rows, err := r.ReadAll()
 	if err != nil {
 		return nil, fmt.Errorf("nvidia-smi --query-gpu: %w", err)
 	}
+	cols := strings.Split(QueryGPUFields, ",")
 	var gpus []GPU
 	for _, row := range rows {
-		if len(row) < 10 || row[0] == "index" {
+		if len(row) > 0 && strings.TrimSpace(row[0]) == "index" {
+			cols = cols[:0:0]
+			for _, h := range row {
+				h, _, _ = strings.Cut(strings.TrimSpace(h), " [")
+				cols = append(cols, h)
+			}
 			continue
 		}
-		g := GPU{Name: row[1], BusID: row[2], ComputeCap: row[3], Driver: row[4]}
-		g.Index, _ = strconv.Atoi(row[0])
-		g.PCIeGen, _ = strconv.Atoi(row[5])
-		g.PCIeGenMax, _ = strconv.Atoi(row[6])
-		g.PCIeWidth, _ = strconv.Atoi(row[7])
-		g.PCIeWidthMax, _ = strconv.Atoi(row[8])
-		g.MemoryMiB, _ = strconv.Atoi(strings.TrimSuffix(strings.TrimSpace(row[9]), " MiB"))
+		var g GPU
+		field := map[string]string{}
+		for i, c := range cols {
+			if i < len(row) {
+				field[c] = strings.TrimSpace(row[i])
+			}
+		}
+		idx, ok := field["index"]
+		if !ok {
+			continue
+		}
+		text := func(name string, dst *string) {
+			v, ok := field[name]
+			switch {
+			case !ok:
+			case unreadableRe.MatchString(v) || v == "":
+				g.Unreadable = append(g.Unreadable, name+": "+v)
+			default:
+				*dst = v
+			}
+		}
+		num := func(name string, dst *int) {
+			v, ok := field[name]
+			if !ok {
+				return
+			}
+			n, err := strconv.Atoi(strings.TrimSuffix(v, " MiB"))
+			if err != nil || n < 0 {
+				g.Unreadable = append(g.Unreadable, name+": "+v)
+				return
+			}
+			*dst = n
+		}
+		if g.Index, err = strconv.Atoi(idx); err != nil {
+			continue
+		}
+		text("name", &g.Name)
+		text("uuid", &g.UUID)
+		text("pci.bus_id", &g.BusID)
+		text("compute_cap", &g.ComputeCap)
+		text("driver_version", &g.Driver)
+		num("pcie.link.gen.current", &g.PCIeGen)
+		num("pcie.link.gen.max", &g.PCIeGenMax)
+		num("pcie.link.width.current", &g.PCIeWidth)
+		num("pcie.link.width.max", &g.PCIeWidthMax)
+		num("memory.total", &g.MemoryMiB)
+		if g.ComputeCap != "" && !ccRe.MatchString(g.ComputeCap) {
+			g.Unreadable = append(g.Unreadable, "compute_cap: "+g.ComputeCap)
+			g.ComputeCap = ""
+		}
 		gpus = append(gpus, g)
 	}
 	if len(gpus) == 0 {
@@ -62,6 +137,8 @@ func ParseQueryGPU(out string) ([]GPU, error) {
 	}
 	return gpus, nil
 }
+
+var ccRe = regexp.MustCompile(`^[0-9]+\.[0-9]+$`)
 
 // Topology is `nvidia-smi topo -m`: the link between each pair of GPUs and
 // each GPU's CPU and NUMA affinity.
@@ -214,15 +291,75 @@ func ParseP2P(out string) (*P2PMatrix, error) {
 	return m, nil
 }
 
-// Blocked lists the pairs "GPU0->GPU1: NS" whose status is not OK.
+// Blocked lists the pairs "GPU0->GPU1: NS" whose status says P2P is not
+// supported (NS, CNS, GNS, TNS, or anything else but OK). "U" (unknown) is
+// not a verdict and is listed by Unknown instead.
 func (m *P2PMatrix) Blocked() []string {
 	var out []string
 	for i, g := range m.GPUs {
 		for j, s := range m.Status[g] {
-			if i != j && s != "OK" && s != "X" {
+			if i != j && s != "OK" && s != "X" && s != "U" {
 				out = append(out, fmt.Sprintf("%s->%s: %s", g, m.GPUs[j], s))
 			}
 		}
+	}
+	return out
+}
+
+// Unknown lists the pairs "GPU0->GPU1" whose status nvidia-smi printed as
+// U (unknown).
+func (m *P2PMatrix) Unknown() []string {
+	var out []string
+	for i, g := range m.GPUs {
+		for j, s := range m.Status[g] {
+			if i != j && s == "U" {
+				out = append(out, fmt.Sprintf("%s->%s", g, m.GPUs[j]))
+			}
+		}
+	}
+	return out
+}
+
+// Sub returns the matrix restricted to the named GPUs, in that order; a
+// name the matrix lacks is left out.
+func (m *P2PMatrix) Sub(names []string) *P2PMatrix {
+	pos := map[string]int{}
+	for i, g := range m.GPUs {
+		pos[g] = i
+	}
+	out := &P2PMatrix{Status: map[string][]string{}}
+	for _, a := range names {
+		if _, ok := pos[a]; !ok {
+			continue
+		}
+		out.GPUs = append(out.GPUs, a)
+	}
+	for _, a := range out.GPUs {
+		for _, b := range out.GPUs {
+			out.Status[a] = append(out.Status[a], m.Status[a][pos[b]])
+		}
+	}
+	return out
+}
+
+// Sub returns the topology restricted to the named GPUs, in that order; a
+// name the matrix lacks is left out.
+func (t *Topology) Sub(names []string) *Topology {
+	pos := map[string]int{}
+	for i, g := range t.GPUs {
+		pos[g] = i
+	}
+	out := &Topology{Links: map[string][]string{}, CPU: map[string]string{}, NUMA: map[string]string{}}
+	for _, a := range names {
+		if _, ok := pos[a]; ok {
+			out.GPUs = append(out.GPUs, a)
+		}
+	}
+	for _, a := range out.GPUs {
+		for _, b := range out.GPUs {
+			out.Links[a] = append(out.Links[a], t.Links[a][pos[b]])
+		}
+		out.CPU[a], out.NUMA[a] = t.CPU[a], t.NUMA[a]
 	}
 	return out
 }
