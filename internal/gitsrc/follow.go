@@ -1,0 +1,210 @@
+package gitsrc
+
+import (
+	"errors"
+	"fmt"
+	"strings"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
+)
+
+// Rename is one move of a file in upstream's history: the commit whose
+// first parent holds From and which holds To instead. Upstream:
+// python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh@c32c4ef79cf5218c24f467aad7f3ff392a62bed7
+// ("Move sgl-kernel under sglang.kernels.aot") is such a move of
+// sgl-kernel/csrc/allreduce/custom_all_reduce.cuh, byte for byte.
+type Rename struct {
+	From    string `json:"from"`    // slash path before the move
+	To      string `json:"to"`      // slash path after it
+	Commit  string `json:"commit"`  // 40-hex commit that moved the file
+	Subject string `json:"subject"` // first line of that commit's message
+}
+
+func (m Rename) String() string {
+	return fmt.Sprintf("moved to %s at %s", m.To, m.Commit[:12])
+}
+
+// DeletedError is a file that a commit on the way removed without a rename
+// go-git's detection finds.
+type DeletedError struct {
+	Path, Commit, Subject string
+}
+
+func (e *DeletedError) Error() string {
+	return fmt.Sprintf("%s was deleted at %s (%q) and go-git's rename detection finds no file it moved to", e.Path, e.Commit[:12], e.Subject)
+}
+
+// NotAncestorError says that from is not on to's first-parent chain, so
+// history between them has no single line to follow.
+type NotAncestorError struct {
+	From, To string
+}
+
+func (e *NotAncestorError) Error() string {
+	return fmt.Sprintf("commit %s is not a first-parent ancestor of %s; renames are followed along the first-parent chain only (pick a tested_on commit that %s descends from)", e.From[:12], e.To[:12], e.To[:12])
+}
+
+// renameScore is the similarity (percent) above which a deleted file and
+// an added one in the same commit are a rename: git's default (-M50%).
+const renameScore = 50
+
+// maxChain bounds the first-parent walk from to back to from.
+const maxChain = 200000
+
+// Follow follows path from commit from (40 hex; the file exists there)
+// to commit to along to's first-parent chain, with go-git's rename
+// detection, and returns each move in order (a chain over several commits
+// gives several); none when the file is still at path at to. Where the
+// file vanishes, the commit that removed it is found by bisection over the
+// chain (log2 of its length tree lookups) and only that commit is diffed.
+//
+// It returns a *DeletedError when a commit removed the file without a
+// rename, a *NotAncestorError when from is not on to's first-parent chain,
+// and an error naming the path when from does not hold it.
+func (r *Repo) Follow(from, to, path string) ([]Rename, error) {
+	chain, err := r.firstParentChain(from, to)
+	if err != nil {
+		return nil, err
+	}
+	trees := make([]*object.Tree, len(chain))
+	tree := func(i int) (*object.Tree, error) {
+		if trees[i] == nil {
+			t, err := chain[i].Tree()
+			if err != nil {
+				return nil, err
+			}
+			trees[i] = t
+		}
+		return trees[i], nil
+	}
+	has := func(i int, p string) (bool, error) {
+		t, err := tree(i)
+		if err != nil {
+			return false, err
+		}
+		_, err = t.FindEntry(p)
+		if err == nil {
+			return true, nil
+		}
+		if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrFileNotFound) {
+			return false, nil
+		}
+		return false, err
+	}
+	if ok, err := has(0, path); err != nil {
+		return nil, err
+	} else if !ok {
+		return nil, fmt.Errorf("%s does not exist at %s, so there is nothing to follow", path, from[:12])
+	}
+	var moves []Rename
+	cur, lo := path, 0
+	for {
+		last := len(chain) - 1
+		ok, err := has(last, cur)
+		if err != nil {
+			return nil, err
+		}
+		if ok {
+			return moves, nil
+		}
+		// cur exists at lo and not at last: bisect for the commit that
+		// removed it.
+		hi := last
+		for hi-lo > 1 {
+			mid := (lo + hi) / 2
+			ok, err := has(mid, cur)
+			if err != nil {
+				return nil, err
+			}
+			if ok {
+				lo = mid
+			} else {
+				hi = mid
+			}
+		}
+		pt, err := tree(hi - 1)
+		if err != nil {
+			return nil, err
+		}
+		ct, err := tree(hi)
+		if err != nil {
+			return nil, err
+		}
+		c := chain[hi]
+		subject, _, _ := strings.Cut(strings.TrimSpace(c.Message), "\n")
+		to, err := renamedTo(pt, ct, cur)
+		if err != nil {
+			return nil, fmt.Errorf("rename detection at %s: %w", c.Hash.String()[:12], err)
+		}
+		if to == "" {
+			return moves, &DeletedError{Path: cur, Commit: c.Hash.String(), Subject: subject}
+		}
+		moves = append(moves, Rename{From: cur, To: to, Commit: c.Hash.String(), Subject: subject})
+		cur, lo = to, hi
+	}
+}
+
+// firstParentChain returns the commits from from to to, oldest first,
+// following first parents back from to.
+func (r *Repo) firstParentChain(from, to string) ([]*object.Commit, error) {
+	if _, err := r.r.CommitObject(plumbing.NewHash(from)); err != nil {
+		return nil, fmt.Errorf("commit %s is not in %s: %w", from, r.Dir, err)
+	}
+	c, err := r.r.CommitObject(plumbing.NewHash(to))
+	if err != nil {
+		return nil, fmt.Errorf("commit %s is not in %s: %w", to, r.Dir, err)
+	}
+	var rev []*object.Commit
+	for {
+		rev = append(rev, c)
+		if c.Hash.String() == from {
+			break
+		}
+		if c.NumParents() == 0 || len(rev) > maxChain {
+			return nil, &NotAncestorError{From: from, To: to}
+		}
+		if c, err = c.Parent(0); err != nil {
+			return nil, err
+		}
+	}
+	for i, j := 0, len(rev)-1; i < j; i, j = i+1, j-1 {
+		rev[i], rev[j] = rev[j], rev[i]
+	}
+	return rev, nil
+}
+
+// renamedTo diffs parent against child and returns where go-git's rename
+// detection (git's default threshold, 50% similar) says path went, or ""
+// when it was only deleted.
+// Only the deletion of path and the commit's additions are given to the
+// detector, so a commit that moves thousands of files costs one row of
+// its similarity matrix.
+func renamedTo(parent, child *object.Tree, path string) (string, error) {
+	changes, err := object.DiffTree(parent, child)
+	if err != nil {
+		return "", err
+	}
+	var pick object.Changes
+	for _, ch := range changes {
+		switch {
+		case ch.From.Name == path && ch.To.Name == "":
+			pick = append(pick, ch)
+		case ch.From.Name == "" && ch.To.Name != "":
+			pick = append(pick, ch)
+		}
+	}
+	if len(pick) == 0 {
+		return "", nil
+	}
+	found, err := object.DetectRenames(pick, &object.DiffTreeOptions{DetectRenames: true, RenameScore: renameScore})
+	if err != nil {
+		return "", err
+	}
+	for _, ch := range found {
+		if ch.From.Name == path && ch.To.Name != "" {
+			return ch.To.Name, nil
+		}
+	}
+	return "", nil
+}

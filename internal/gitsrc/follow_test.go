@@ -1,0 +1,150 @@
+package gitsrc
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/arpatch/arpatch/internal/testrepo"
+)
+
+// history is a fixture repository built step by step: each step writes
+// files (content "" removes the file) and commits.
+type history struct {
+	t   *testing.T
+	dir string
+	c   []string
+}
+
+func newHistory(t *testing.T, files map[string]string) *history {
+	t.Helper()
+	h := &history{t: t, dir: filepath.Join(t.TempDir(), "up")}
+	if err := testrepo.WriteFiles(h.dir, files); err != nil {
+		t.Fatal(err)
+	}
+	c, err := testrepo.Init(h.dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.c = append(h.c, c)
+	return h
+}
+
+func (h *history) step(msg string, files map[string]string) string {
+	h.t.Helper()
+	for p, c := range files {
+		if c == "" {
+			if err := os.Remove(filepath.Join(h.dir, p)); err != nil {
+				h.t.Fatal(err)
+			}
+			delete(files, p)
+		}
+	}
+	if err := testrepo.WriteFiles(h.dir, files); err != nil {
+		h.t.Fatal(err)
+	}
+	c, err := testrepo.Commit(h.dir, msg)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	h.c = append(h.c, c)
+	return c
+}
+
+func (h *history) repo() *Repo {
+	r, err := OpenAny(h.dir)
+	if err != nil {
+		h.t.Fatal(err)
+	}
+	return r
+}
+
+// body is a file long enough for rename detection to score edits.
+func body(n int, tag string) string {
+	var b strings.Builder
+	for i := 0; i < n; i++ {
+		b.WriteString("line " + string(rune('a'+i%26)) + tag + "\n")
+	}
+	return b.String()
+}
+
+func TestFollowRenameUnchanged(t *testing.T) {
+	h := newHistory(t, map[string]string{"sgl-kernel/csrc/ar.cuh": body(20, ""), "README": "r\n"})
+	h.step("unrelated", map[string]string{"README": "r2\n"})
+	mv := h.step("Move sgl-kernel under aot\n\nlong body", map[string]string{"sgl-kernel/csrc/ar.cuh": "", "python/aot/csrc/ar.cuh": body(20, "")})
+	last := h.step("later", map[string]string{"README": "r3\n"})
+	moves, err := h.repo().Follow(h.c[0], last, "sgl-kernel/csrc/ar.cuh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Rename{From: "sgl-kernel/csrc/ar.cuh", To: "python/aot/csrc/ar.cuh", Commit: mv, Subject: "Move sgl-kernel under aot"}
+	if len(moves) != 1 || moves[0] != want {
+		t.Fatalf("moves %+v, want [%+v]", moves, want)
+	}
+	if s := moves[0].String(); s != "moved to python/aot/csrc/ar.cuh at "+mv[:12] {
+		t.Errorf("String() = %q", s)
+	}
+	// A file still in place has no moves.
+	if moves, err := h.repo().Follow(h.c[0], last, "README"); err != nil || len(moves) != 0 {
+		t.Errorf("README: %v %v", moves, err)
+	}
+}
+
+func TestFollowRenameWithEdit(t *testing.T) {
+	// The move also changes two lines of twenty: still a rename (>= 50%).
+	h := newHistory(t, map[string]string{"old/a.py": body(20, "")})
+	edited := strings.Replace(strings.Replace(body(20, ""), "line c\n", "line C\n", 1), "line d\n", "line D\n", 1)
+	mv := h.step("move and edit", map[string]string{"old/a.py": "", "new/b.py": edited})
+	moves, err := h.repo().Follow(h.c[0], mv, "old/a.py")
+	if err != nil || len(moves) != 1 || moves[0].To != "new/b.py" || moves[0].Commit != mv {
+		t.Fatalf("moves %+v err %v", moves, err)
+	}
+}
+
+func TestFollowRenameChain(t *testing.T) {
+	h := newHistory(t, map[string]string{"a/x.cuh": body(12, "")})
+	m1 := h.step("first move", map[string]string{"a/x.cuh": "", "b/x.cuh": body(12, "")})
+	h.step("edit in between", map[string]string{"b/x.cuh": body(12, "") + "tail\n"})
+	m2 := h.step("second move", map[string]string{"b/x.cuh": "", "c/y.cuh": body(12, "") + "tail\n"})
+	last := h.step("after", map[string]string{"other": "o\n"})
+	moves, err := h.repo().Follow(h.c[0], last, "a/x.cuh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(moves) != 2 || moves[0].To != "b/x.cuh" || moves[0].Commit != m1 || moves[1].From != "b/x.cuh" || moves[1].To != "c/y.cuh" || moves[1].Commit != m2 {
+		t.Fatalf("moves %+v", moves)
+	}
+}
+
+func TestFollowDeletedAndPicksTheRightTwin(t *testing.T) {
+	h := newHistory(t, map[string]string{"a/x.cuh": body(12, ""), "a/y.cuh": body(12, "y")})
+	// x is deleted, y moves in the same commit: x has no rename.
+	del := h.step("drop x, move y", map[string]string{"a/x.cuh": "", "a/y.cuh": "", "b/y.cuh": body(12, "y")})
+	_, err := h.repo().Follow(h.c[0], del, "a/x.cuh")
+	var de *DeletedError
+	if !errors.As(err, &de) || de.Commit != del || de.Path != "a/x.cuh" {
+		t.Fatalf("err %v, want a DeletedError at %s", err, del[:12])
+	}
+	if !strings.Contains(err.Error(), "a/x.cuh was deleted at "+del[:12]) {
+		t.Errorf("message %q", err)
+	}
+	moves, err := h.repo().Follow(h.c[0], del, "a/y.cuh")
+	if err != nil || len(moves) != 1 || moves[0].To != "b/y.cuh" {
+		t.Fatalf("y: %+v %v", moves, err)
+	}
+}
+
+func TestFollowRefusesNonAncestorAndMissingFile(t *testing.T) {
+	h := newHistory(t, map[string]string{"a": "1\n"})
+	c2 := h.step("two", map[string]string{"a": "2\n"})
+	_, err := h.repo().Follow(c2, h.c[0], "a")
+	var ne *NotAncestorError
+	if !errors.As(err, &ne) {
+		t.Fatalf("err %v, want NotAncestorError", err)
+	}
+	if _, err := h.repo().Follow(h.c[0], c2, "nope"); err == nil || !strings.Contains(err.Error(), "nope does not exist at "+h.c[0][:12]) {
+		t.Fatalf("missing file: %v", err)
+	}
+}
