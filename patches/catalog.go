@@ -18,6 +18,9 @@ var embedded embed.FS
 // or those in a --patches-dir.
 type Catalog struct {
 	Series []*Series
+	// Dir is the --patches-dir the series came from; "" for the embedded
+	// ones. Remedies that name a series pass it on.
+	Dir string
 }
 
 // Embedded returns the series shipped in the arpatch binary. An error here
@@ -36,7 +39,12 @@ func LoadDir(dir string) (*Catalog, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("--patches-dir %s is a file; pass the directory that holds one directory per series", dir)
 	}
-	return loadCatalog(os.DirFS(dir), ".", dir+"/")
+	c, err := loadCatalog(os.DirFS(dir), ".", dir+"/")
+	if err != nil {
+		return nil, err
+	}
+	c.Dir = dir
+	return c, nil
 }
 
 func loadCatalog(fsys fs.FS, root, label string) (*Catalog, error) {

@@ -1,0 +1,465 @@
+// Package port carries a patch series from the upstream commit it was
+// tested on to a later one, in memory: `arpatch patches port` and the
+// nightly's drift verdict use it. It never touches a work tree; it reads
+// both commits from git's object store.
+//
+// For each file a patch changes, in series order:
+//   - a file missing at the target is followed through history with
+//     go-git's rename detection (gitsrc.Follow): the hunks go to the new
+//     path, and the report says "moved to P at C";
+//   - when every hunk's context is found at the target (exactly, or at
+//     other lines) the hunks are kept and re-headed there: exact / offset;
+//   - otherwise the file is merged three-way (internal/merge3): base = the
+//     file at the series' tested_on commit (with the series' earlier
+//     patches), ours = base plus the patch, theirs = the file at the
+//     target (with the earlier ported patches). A clean merge yields hunks
+//     regenerated against the target with fresh context (3 lines, as git
+//     diff); changes of both sides that overlap are conflicts, reported
+//     with base's, ours' and theirs' lines and never written into a patch.
+//
+// The draft is a series directory (series.toml plus patches) with
+// tested_on = [target] and the source's provides and requires, unsealed
+// unless asked; each ported patch is re-read and re-applied to the target
+// before the draft is offered, so it reproduces the merged bytes. It is
+// not a general merge tool: a patch that creates or deletes a file is
+// carried only when it still fits as is.
+//
+// Upstream: python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh@c32c4ef79cf5218c24f467aad7f3ff392a62bed7
+// is the move this exists for (sgl-kernel/ moved under
+// python/sglang/kernels/aot/, the file byte-identical).
+package port
+
+import (
+	"bytes"
+	"errors"
+	"fmt"
+	"io/fs"
+	"strings"
+
+	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/merge3"
+	"github.com/arpatch/arpatch/patches"
+)
+
+// Status says how one hunk of the source series reached the target.
+type Status string
+
+// The hunk statuses, in the report's words.
+const (
+	Exact    Status = "exact"  // context found where the header says
+	Offset   Status = "offset" // context found at other lines
+	Merged   Status = "merged" // context changed upstream; merged three-way
+	Conflict Status = "conflict"
+)
+
+// Hunk is one hunk of the source series at the target.
+type Hunk struct {
+	Patch  string `json:"patch"`
+	File   string `json:"file"`           // path in the source series
+	Path   string `json:"path"`           // path at the target (differs when moved)
+	Hunk   string `json:"hunk"`           // header in the source series
+	Status Status `json:"status"`         // exact, offset, merged or conflict
+	Offset int    `json:"offset"`         // lines from the header's position (exact, offset)
+	Line   int    `json:"line,omitempty"` // 1-based line at the target where its old lines start (exact, offset)
+	// Moved lists the renames that took File to Path.
+	Moved []gitsrc.Rename `json:"moved,omitempty"`
+}
+
+// ConflictDetail is a range the patch and upstream both changed, or a
+// file the patch cannot reach; nothing of it is written into a patch.
+type ConflictDetail struct {
+	Patch  string   `json:"patch"`
+	Path   string   `json:"path"`            // path at the target
+	Hunks  []string `json:"hunks,omitempty"` // source hunk headers that touch the range
+	Reason string   `json:"reason"`
+	// BaseLine is the 1-based line at the tested_on commit (after the
+	// series' earlier patches) where the range starts.
+	BaseLine int      `json:"base_line,omitempty"`
+	Base     []string `json:"base,omitempty"`   // the lines at tested_on
+	Ours     []string `json:"ours,omitempty"`   // the patch's version
+	Theirs   []string `json:"theirs,omitempty"` // upstream's version at the target
+}
+
+// Patch is one patch of the series at the target.
+type Patch struct {
+	Patch     string           `json:"patch"`
+	Clean     bool             `json:"clean"`
+	Hunks     []Hunk           `json:"hunks"`
+	Conflicts []ConflictDetail `json:"conflicts,omitempty"`
+	// Text is the ported patch file (clean patches only).
+	Text []byte `json:"-"`
+}
+
+// Report is the outcome of a port, printed and written as JSON.
+type Report struct {
+	Series  string          `json:"series"`
+	From    string          `json:"from"` // the tested_on commit used as base
+	To      string          `json:"to"`
+	Clean   bool            `json:"clean"`
+	Moves   []gitsrc.Rename `json:"moves,omitempty"`
+	Patches []Patch         `json:"patches"`
+}
+
+// Counts returns how many hunks have each status.
+func (r *Report) Counts() map[Status]int {
+	m := map[Status]int{}
+	for _, p := range r.Patches {
+		for _, h := range p.Hunks {
+			m[h.Status]++
+		}
+	}
+	return m
+}
+
+// Options holds every input of Run.
+type Options struct {
+	Repo   *gitsrc.Repo
+	Series *patches.Series
+	// From is the 40-hex base commit; "" takes the last of the series'
+	// tested_on commits that the repository holds.
+	From string
+	To   string // 40-hex target commit
+}
+
+// Run ports the series to opts.To in memory. It returns the report (a
+// conflict is a report with Clean false, not an error), or an error when
+// the series does not load (*patches.TamperError, ...), a commit is not in
+// the repository, or the series does not apply to its own base commit.
+func Run(opts Options) (*Report, error) {
+	s := opts.Series
+	ps, err := s.Load(nil)
+	if err != nil {
+		return nil, err
+	}
+	from := opts.From
+	if from == "" {
+		if from = BaseCommit(opts.Repo, s); from == "" {
+			return nil, fmt.Errorf("series %s: the repository %s holds none of its tested_on commits (%s); fetch one, or pass --from with a commit the series applies to", s.Name, opts.Repo.Dir, strings.Join(s.TestedOn, ", "))
+		}
+	}
+	baseTree, err := opts.Repo.TreeAt(from)
+	if err != nil {
+		return nil, err
+	}
+	toTree, err := opts.Repo.TreeAt(opts.To)
+	if err != nil {
+		return nil, err
+	}
+	rep := &Report{Series: s.Name, From: from, To: opts.To, Clean: true}
+	base, theirs := newMem(baseTree), newMem(toTree)
+	moved, follow := FollowMissing(opts.Repo, from, opts.To, ps, toTree)
+	seen := map[string]bool{}
+	for _, p := range ps {
+		raw, err := s.ReadPatch(p.Name)
+		if err != nil {
+			return nil, err
+		}
+		header, _ := patches.SplitHeader(raw)
+		pr := Patch{Patch: p.Name, Clean: true}
+		var body strings.Builder
+		for _, fc := range p.Diff.Changes {
+			newPath := fc.Path
+			if ms := moved[fc.Path]; len(ms) > 0 {
+				newPath = ms[len(ms)-1].To
+				if !seen[fc.Path] {
+					rep.Moves = append(rep.Moves, ms...)
+				}
+			}
+			seen[fc.Path] = true
+			if err := follow[fc.Path]; err != nil {
+				pr.Clean = false
+				pr.Conflicts = append(pr.Conflicts, ConflictDetail{Patch: p.Name, Path: fc.Path, Reason: err.Error()})
+				for _, h := range fc.Hunks {
+					pr.Hunks = append(pr.Hunks, Hunk{Patch: p.Name, File: fc.Path, Path: fc.Path, Hunk: h.Header, Status: Conflict})
+				}
+				continue
+			}
+			sec, err := portFile(p, fc, newPath, moved[fc.Path], base, theirs, &pr)
+			if err != nil {
+				return nil, err
+			}
+			body.WriteString(sec)
+		}
+		if pr.Clean && body.Len() == 0 {
+			pr.Clean = false
+			pr.Conflicts = append(pr.Conflicts, ConflictDetail{Patch: p.Name, Reason: "upstream already holds every change of this patch at " + short(opts.To) + "; drop it from the series by hand (and its requires pairs)"})
+		}
+		if pr.Clean {
+			pr.Text = append(rewriteAppliesTo(header, s.Name, from, opts.To), body.String()...)
+			if err := verify(p.Name, pr.Text, theirs); err != nil {
+				return nil, err
+			}
+			theirs.commit()
+		} else {
+			// The next patch is ported onto the target without this one.
+			clear(theirs.pending)
+			rep.Clean = false
+		}
+		rep.Patches = append(rep.Patches, pr)
+	}
+	return rep, nil
+}
+
+// BaseCommit returns the last of the series' tested_on commits that repo
+// holds, or "" when it holds none.
+func BaseCommit(repo *gitsrc.Repo, s *patches.Series) string {
+	from := ""
+	for _, c := range s.TestedOn {
+		if _, err := repo.TreeAt(c); err == nil {
+			from = c
+		}
+	}
+	return from
+}
+
+// FollowMissing follows each file the patches modify or delete that tree
+// (the commit to) lacks, from commit from, with gitsrc.Follow. It returns
+// the renames per old path, in order, and for each file it could not
+// follow (deleted without a rename, no first-parent line from from) the
+// reason.
+func FollowMissing(repo *gitsrc.Repo, from, to string, ps []*patches.Patch, tree patches.Tree) (map[string][]gitsrc.Rename, map[string]error) {
+	moved, lost := map[string][]gitsrc.Rename{}, map[string]error{}
+	for _, p := range ps {
+		for _, fc := range p.Diff.Changes {
+			if _, done := moved[fc.Path]; done || lost[fc.Path] != nil || fc.Op == patches.Create {
+				continue
+			}
+			if _, err := tree.ReadFile(fc.Path); !errors.Is(err, fs.ErrNotExist) {
+				continue
+			}
+			ms, err := repo.Follow(from, to, fc.Path)
+			var de *gitsrc.DeletedError
+			switch {
+			case err != nil && errors.As(err, &de) && len(ms) > 0:
+				lost[fc.Path] = fmt.Errorf("%s %s, then %w", fc.Path, ms[len(ms)-1], err)
+			case err != nil:
+				lost[fc.Path] = err
+			default:
+				moved[fc.Path] = ms
+			}
+		}
+	}
+	return moved, lost
+}
+
+// portFile ports one file change, records its hunks and conflicts in pr,
+// updates the base and target views, and returns the file's section of
+// the ported patch ("" when it conflicts).
+func portFile(p *patches.Patch, fc *patches.FileChange, newPath string, moves []gitsrc.Rename, base, theirs *mem, pr *Patch) (string, error) {
+	one := func(path string, hunks []*patches.Hunk) []*patches.Patch {
+		c := *fc
+		c.Path, c.Hunks = path, hunks
+		return []*patches.Patch{{Name: p.Name, Diff: &patches.Diff{Header: p.Diff.Header, Changes: []*patches.FileChange{&c}}}}
+	}
+	hunkReport := func(h *patches.Hunk, st Status) Hunk {
+		return Hunk{Patch: p.Name, File: fc.Path, Path: newPath, Hunk: h.Header, Status: st, Moved: moves}
+	}
+	// ours = base + this file change.
+	ours, err := patches.Apply(base, one(fc.Path, fc.Hunks))
+	if err != nil {
+		return "", fmt.Errorf("series patch %s does not apply to its own base commit (with the patches before it), so it cannot be ported: %w", p.Name, err)
+	}
+	baseBytes, _ := base.ReadFile(fc.Path)
+	oursFile := ours.Files[0]
+	base.set(fc.Path, oursFile.After, oursFile.Op != patches.Delete)
+
+	// Direct: every hunk's context is at the target.
+	if res, err := patches.Apply(theirs, one(newPath, fc.Hunks)); err == nil {
+		var hunks []*patches.Hunk
+		for i, h := range fc.Hunks {
+			hr := res.Hunks[i]
+			st := Exact
+			if hr.Offset != 0 {
+				st = Offset
+			}
+			r := hunkReport(h, st)
+			r.Offset, r.Line = hr.Offset, hr.Line
+			pr.Hunks = append(pr.Hunks, r)
+			hunks = append(hunks, h)
+		}
+		if len(res.Files) == 0 {
+			return "", nil // the target already holds this change
+		}
+		f := res.Files[0]
+		before, _ := theirs.ReadFile(newPath)
+		theirs.stage(newPath, f.After, f.Op != patches.Delete)
+		return section(newPath, f, before, reheader(hunks, res.Hunks)), nil
+	}
+	if fc.Op != patches.Modify {
+		pr.Clean = false
+		pr.Conflicts = append(pr.Conflicts, ConflictDetail{Patch: p.Name, Path: newPath, Reason: fmt.Sprintf("the patch %ss %s, which does not fit the target as is; port %s by hand", fc.Op, newPath, fc.Op)})
+		for _, h := range fc.Hunks {
+			pr.Hunks = append(pr.Hunks, hunkReport(h, Conflict))
+		}
+		return "", nil
+	}
+	theirsBytes, err := theirs.ReadFile(newPath)
+	if err != nil {
+		pr.Clean = false
+		pr.Conflicts = append(pr.Conflicts, ConflictDetail{Patch: p.Name, Path: newPath, Reason: err.Error()})
+		return "", nil
+	}
+	m := merge3.Merge(lines(baseBytes), lines(oursFile.After), lines(theirsBytes))
+	// Where each source hunk sat in base.
+	spans := hunkSpans(fc, ours)
+	conflicted := make([]bool, len(fc.Hunks))
+	for _, c := range m.Conflicts {
+		d := ConflictDetail{Patch: p.Name, Path: newPath, Reason: "the patch and upstream changed the same lines", BaseLine: c.BaseStart + 1, Base: c.Base, Ours: c.Ours, Theirs: c.Theirs}
+		for i, sp := range spans {
+			if sp[0] <= c.BaseEnd && c.BaseStart <= sp[1] {
+				conflicted[i] = true
+				d.Hunks = append(d.Hunks, fc.Hunks[i].Header)
+			}
+		}
+		pr.Conflicts = append(pr.Conflicts, d)
+	}
+	for i, h := range fc.Hunks {
+		st := Merged
+		if conflicted[i] {
+			st = Conflict
+		} else if res, err := patches.Apply(theirs, one(newPath, []*patches.Hunk{h})); err == nil {
+			// This hunk alone still fits; the file needed the merge
+			// for another.
+			st = Exact
+			r := hunkReport(h, st)
+			if r.Offset, r.Line = res.Hunks[0].Offset, res.Hunks[0].Line; r.Offset != 0 {
+				r.Status = Offset
+			}
+			pr.Hunks = append(pr.Hunks, r)
+			continue
+		}
+		pr.Hunks = append(pr.Hunks, hunkReport(h, st))
+	}
+	if !m.Clean() {
+		pr.Clean = false
+		return "", nil
+	}
+	merged := []byte(strings.Join(m.Lines, ""))
+	if bytes.Equal(merged, theirsBytes) {
+		return "", nil
+	}
+	theirs.stage(newPath, merged, true)
+	f := &patches.FileResult{Path: newPath, Op: patches.Modify, Before: theirsBytes, After: merged}
+	return section(newPath, f, theirsBytes, unified(lines(theirsBytes), m.Lines)), nil
+}
+
+// hunkSpans returns, per hunk, the 0-based base line range [start, end]
+// it covers (inclusive of its context), from where Apply placed it.
+func hunkSpans(fc *patches.FileChange, r *patches.Result) [][2]int {
+	out := make([][2]int, len(fc.Hunks))
+	for i, h := range fc.Hunks {
+		start := h.OrigStart - 1
+		if i < len(r.Hunks) {
+			start = r.Hunks[i].Line - 1
+		}
+		out[i] = [2]int{start, start + len(h.Old)}
+	}
+	return out
+}
+
+// verify re-parses a ported patch and applies it to the target (with the
+// earlier ported patches): a port that does not read back or apply is a
+// bug, never a draft.
+func verify(name string, text []byte, theirs *mem) error {
+	d, err := patches.ParseDiff(name, text)
+	if err != nil {
+		return fmt.Errorf("ported %s does not parse (a bug in arpatch's port): %w", name, err)
+	}
+	res, err := patches.Apply(theirs.committed(), []*patches.Patch{{Name: name, Diff: d}})
+	if err != nil {
+		return fmt.Errorf("ported %s does not apply to the target (a bug in arpatch's port): %w", name, err)
+	}
+	for _, f := range res.Files {
+		want, _ := theirs.ReadFile(f.Path)
+		if !bytes.Equal(f.After, want) {
+			return fmt.Errorf("ported %s gives other bytes for %s than the port computed (a bug in arpatch's port)", name, f.Path)
+		}
+	}
+	return nil
+}
+
+// rewriteAppliesTo points the DEP-3 Applies-To field at the target.
+func rewriteAppliesTo(header []byte, series, from, to string) []byte {
+	var out []string
+	skip := false
+	for _, l := range strings.SplitAfter(string(header), "\n") {
+		if skip && (strings.HasPrefix(l, " ") || strings.HasPrefix(l, "\t")) {
+			continue
+		}
+		skip = false
+		if strings.HasPrefix(l, "Applies-To:") {
+			l = fmt.Sprintf("Applies-To: sglang %s (ported by `arpatch patches port` from %s, tested on %s)\n", to, series, short(from))
+			skip = true
+		}
+		out = append(out, l)
+	}
+	return []byte(strings.Join(out, ""))
+}
+
+func short(c string) string {
+	if len(c) > 12 {
+		return c[:12]
+	}
+	return c
+}
+
+// mem is a copy-on-write view of a commit's files; stage/commit let a
+// patch's files become visible to the next patch only once it is clean.
+type mem struct {
+	base    patches.Tree
+	files   map[string]*memFile
+	pending map[string]*memFile
+}
+
+type memFile struct {
+	data   []byte
+	exists bool
+}
+
+func newMem(t patches.Tree) *mem {
+	return &mem{base: t, files: map[string]*memFile{}, pending: map[string]*memFile{}}
+}
+
+// ReadFile reads staged, then committed, then the commit's bytes.
+func (m *mem) ReadFile(path string) ([]byte, error) {
+	for _, layer := range []map[string]*memFile{m.pending, m.files} {
+		if f, ok := layer[path]; ok {
+			if !f.exists {
+				return nil, fmt.Errorf("%s: %w", path, fs.ErrNotExist)
+			}
+			return f.data, nil
+		}
+	}
+	return m.base.ReadFile(path)
+}
+
+func (m *mem) set(path string, data []byte, exists bool) {
+	m.files[path] = &memFile{data: data, exists: exists}
+}
+
+func (m *mem) stage(path string, data []byte, exists bool) {
+	m.pending[path] = &memFile{data: data, exists: exists}
+}
+
+// commit makes the staged files of a clean patch part of the view.
+func (m *mem) commit() {
+	for p, f := range m.pending {
+		m.files[p] = f
+	}
+	clear(m.pending)
+}
+
+// committed is the view without staged files.
+func (m *mem) committed() patches.Tree { return committedView{m} }
+
+type committedView struct{ m *mem }
+
+func (c committedView) ReadFile(path string) ([]byte, error) {
+	if f, ok := c.m.files[path]; ok {
+		if !f.exists {
+			return nil, fmt.Errorf("%s: %w", path, fs.ErrNotExist)
+		}
+		return f.data, nil
+	}
+	return c.m.base.ReadFile(path)
+}

@@ -1,0 +1,361 @@
+package port
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/internal/testrepo"
+	"github.com/arpatch/arpatch/patches"
+)
+
+const oldPath = "sgl-kernel/csrc/allreduce/custom_all_reduce.cuh"
+
+// dispatch is a fixture shaped like sgl-kernel's allreduce dispatch.
+const dispatch = `// arpatch test fixture: shaped like sgl-kernel's allreduce dispatch.
+#pragma once
+namespace fixture {
+struct Dispatch {
+  int world_size_;
+  bool full_nvlink_;
+  const char* pick(long bytes) const {
+    if (world_size_ == 2) {
+      return "1stage";
+    } else if (full_nvlink_) {
+      if (bytes < 256 * 1024) {
+        return "1stage";
+      }
+      return "2stage";
+    }
+    return "none";
+  }
+};
+}  // namespace fixture
+`
+
+const patch0001 = `Description: fixture: launch a kernel on PCIe-only GPUs above world size 2
+Author: arpatch tests
+Upstream-Status: Inappropriate [test fixture]
+Applies-To: the fixture tree
+
+diff --git a/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh b/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh
+--- a/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh
++++ b/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh
+@@ -7,7 +7,7 @@ struct Dispatch {
+   const char* pick(long bytes) const {
+     if (world_size_ == 2) {
+       return "1stage";
+-    } else if (full_nvlink_) {
++    } else {  // full NVLink, or PCIe-only above 2 GPUs
+       if (bytes < 256 * 1024) {
+         return "1stage";
+       }
+`
+
+// fixture is an upstream history and a sealed one-patch series tested on
+// its first commit.
+type fixture struct {
+	t      *testing.T
+	dir    string
+	base   string
+	series *patches.Series
+}
+
+func newFixture(t *testing.T) *fixture {
+	t.Helper()
+	f := &fixture{t: t, dir: filepath.Join(t.TempDir(), "up")}
+	if err := testrepo.WriteFiles(f.dir, map[string]string{oldPath: dispatch, "README.md": "fixture\n"}); err != nil {
+		t.Fatal(err)
+	}
+	var err error
+	if f.base, err = testrepo.Init(f.dir); err != nil {
+		t.Fatal(err)
+	}
+	sdir := filepath.Join(t.TempDir(), "series", "fix-pcie")
+	toml := `name = "fix-pcie"
+family = "pcie"
+description = "fixture series"
+tested_on = ["` + f.base + `"]
+
+[[patch]]
+file = "0001-dispatch.patch"
+sha256 = ""
+provides = ["pcie-dispatch-branch"]
+`
+	if err := testrepo.WriteFiles(sdir, map[string]string{"series.toml": toml, "0001-dispatch.patch": patch0001}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := patches.Seal(os.DirFS(sdir), ".", func(name string, data []byte) error {
+		return safefs.WriteFile(filepath.Join(sdir, name), data, 0o644)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := patches.LoadDir(filepath.Dir(sdir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.series = cat.Series[0]
+	return f
+}
+
+// step writes files ("" removes one) and commits.
+func (f *fixture) step(files map[string]string) string {
+	f.t.Helper()
+	for p, c := range files {
+		if c == "" {
+			if err := os.Remove(filepath.Join(f.dir, p)); err != nil {
+				f.t.Fatal(err)
+			}
+			delete(files, p)
+		}
+	}
+	if err := testrepo.WriteFiles(f.dir, files); err != nil {
+		f.t.Fatal(err)
+	}
+	c, err := testrepo.Commit(f.dir, "fixture step")
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return c
+}
+
+func (f *fixture) port(to string) *Report {
+	f.t.Helper()
+	repo, err := gitsrc.OpenAny(f.dir)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	rep, err := Run(Options{Repo: repo, Series: f.series, To: to})
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	return rep
+}
+
+// draftApplies writes the draft, loads it as a series (sealed) and
+// applies it to the target commit, returning the patched file.
+func (f *fixture) draftApplies(rep *Report, to, path string) string {
+	f.t.Helper()
+	d, err := rep.Draft(f.series, "fix-pcie-next", true)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	root := filepath.Join(f.t.TempDir(), "series")
+	if err := d.Write(filepath.Join(root, "fix-pcie-next")); err != nil {
+		f.t.Fatal(err)
+	}
+	cat, err := patches.LoadDir(root)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	s := cat.Series[0]
+	if len(s.TestedOn) != 1 || s.TestedOn[0] != to || s.Family != "pcie" || s.Patches[0].Provides[0] != "pcie-dispatch-branch" {
+		f.t.Fatalf("draft series %+v", s)
+	}
+	ps, err := s.Load(nil)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	repo, _ := gitsrc.OpenAny(f.dir)
+	tree, _ := repo.TreeAt(to)
+	res, err := patches.Apply(tree, ps)
+	if err != nil {
+		f.t.Fatal(err)
+	}
+	if len(res.Files) != 1 || res.Files[0].Path != path {
+		f.t.Fatalf("draft changed %+v, want %s", res.Files, path)
+	}
+	gitApplyAgrees(f.t, tree, d.Files["0001-dispatch.patch"], path, res.Files[0].After)
+	return string(res.Files[0].After)
+}
+
+// gitApplyAgrees applies the ported patch with `git apply` to the target
+// file and requires the bytes arpatch's engine produced.
+func gitApplyAgrees(t *testing.T, tree patches.Tree, patch []byte, path string, want []byte) {
+	t.Helper()
+	git, err := exec.LookPath("git")
+	if err != nil {
+		t.Log("git is not installed; skipping the git apply cross-check")
+		return
+	}
+	dir := t.TempDir()
+	before, err := tree.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := testrepo.WriteFiles(dir, map[string]string{path: string(before), "p.patch": string(patch)}); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(git, "apply", "p.patch")
+	cmd.Dir = dir
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Fatalf("git apply refuses the ported patch: %v\n%s\n%s", err, out, patch)
+	}
+	got, _ := os.ReadFile(filepath.Join(dir, path))
+	if string(got) != string(want) {
+		t.Fatalf("git apply gives\n%s\narpatch gives\n%s", got, want)
+	}
+}
+
+func patched(s string) string {
+	return strings.Replace(s, "} else if (full_nvlink_) {", "} else {  // full NVLink, or PCIe-only above 2 GPUs", 1)
+}
+
+func onlyHunk(t *testing.T, rep *Report) Hunk {
+	t.Helper()
+	if len(rep.Patches) != 1 || len(rep.Patches[0].Hunks) != 1 {
+		t.Fatalf("report %+v", rep)
+	}
+	return rep.Patches[0].Hunks[0]
+}
+
+func TestPortRenameUnchanged(t *testing.T) {
+	f := newFixture(t)
+	const newPath = "python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh"
+	mv := f.step(map[string]string{oldPath: "", newPath: dispatch})
+	rep := f.port(mv)
+	h := onlyHunk(t, rep)
+	if !rep.Clean || h.Status != Exact || h.Path != newPath || h.File != oldPath || len(h.Moved) != 1 || h.Moved[0].Commit != mv {
+		t.Fatalf("hunk %+v clean %v", h, rep.Clean)
+	}
+	if got := f.draftApplies(rep, mv, newPath); got != patched(dispatch) {
+		t.Fatalf("patched file:\n%s", got)
+	}
+	text := string(rep.Patches[0].Text)
+	for _, want := range []string{"diff --git a/" + newPath + " b/" + newPath, "@@ -7,7 +7,7 @@ struct Dispatch {", "Applies-To: sglang " + mv + " (ported by `arpatch patches port` from fix-pcie, tested on " + f.base[:12] + ")"} {
+		if !strings.Contains(text, want) {
+			t.Errorf("ported patch lacks %q:\n%s", want, text)
+		}
+	}
+}
+
+func TestPortRenamePlusOffset(t *testing.T) {
+	f := newFixture(t)
+	const newPath = "python/aot/custom_all_reduce.cuh"
+	moved := "// one\n// two\n// three\n" + dispatch
+	mv := f.step(map[string]string{oldPath: "", newPath: moved})
+	rep := f.port(mv)
+	h := onlyHunk(t, rep)
+	if h.Status != Offset || h.Offset != 3 || h.Line != 10 || h.Path != newPath || len(h.Moved) != 1 {
+		t.Fatalf("hunk %+v", h)
+	}
+	if !strings.Contains(string(rep.Patches[0].Text), "@@ -10,7 +10,7 @@ struct Dispatch {") {
+		t.Errorf("the hunk was not re-headed at line 10:\n%s", rep.Patches[0].Text)
+	}
+	if got := f.draftApplies(rep, mv, newPath); got != patched(moved) {
+		t.Fatalf("patched file:\n%s", got)
+	}
+}
+
+func TestPortThreeWayClean(t *testing.T) {
+	f := newFixture(t)
+	// Upstream changes a context line of the hunk (line 8) and adds a
+	// line at the end: the hunk no longer fits, the merge is clean.
+	theirs := strings.Replace(dispatch, "  const char* pick(long bytes) const {", "  const char* pick(long nbytes, long bytes) const {", 1) + "// end\n"
+	c := f.step(map[string]string{oldPath: theirs})
+	rep := f.port(c)
+	h := onlyHunk(t, rep)
+	if !rep.Clean || h.Status != Merged || h.Path != oldPath || len(h.Moved) != 0 {
+		t.Fatalf("hunk %+v clean %v", h, rep.Clean)
+	}
+	text := string(rep.Patches[0].Text)
+	// The regenerated hunk carries upstream's new context line.
+	if !strings.Contains(text, "\n   const char* pick(long nbytes, long bytes) const {\n") || !strings.Contains(text, "@@ -7,7 +7,7 @@ struct Dispatch {") {
+		t.Fatalf("regenerated hunk:\n%s", text)
+	}
+	if got := f.draftApplies(rep, c, oldPath); got != patched(theirs) {
+		t.Fatalf("patched file:\n%s", got)
+	}
+}
+
+func TestPortOverlapConflictWritesNothing(t *testing.T) {
+	f := newFixture(t)
+	theirs := strings.Replace(dispatch, "} else if (full_nvlink_) {", "} else if (full_nvlink_ && world_size_ <= 8) {", 1)
+	c := f.step(map[string]string{oldPath: theirs})
+	rep := f.port(c)
+	h := onlyHunk(t, rep)
+	if rep.Clean || h.Status != Conflict || len(rep.Patches[0].Conflicts) != 1 || rep.Patches[0].Text != nil {
+		t.Fatalf("report %+v", rep)
+	}
+	cd := rep.Patches[0].Conflicts[0]
+	if cd.BaseLine != 10 || len(cd.Base) != 1 || !strings.Contains(cd.Ours[0], "} else {  // full NVLink") || !strings.Contains(cd.Theirs[0], "world_size_ <= 8") || cd.Hunks[0] != "@@ -7,7 +7,7 @@" {
+		t.Fatalf("conflict %+v", cd)
+	}
+	_, err := rep.Draft(f.series, "fix-pcie-next", true)
+	if !errors.Is(err, ErrConflicts) {
+		t.Fatalf("Draft of a conflicted port: %v", err)
+	}
+	var b strings.Builder
+	rep.WriteText(&b)
+	for _, want := range []string{"conflict: 0001-dispatch.patch " + oldPath + " @@ -7,7 +7,7 @@: the patch and upstream changed the same lines (from line 10 at " + f.base[:12] + ")",
+		"  ours (the patch):\n    |     } else {  // full NVLink, or PCIe-only above 2 GPUs\n",
+		"  theirs (" + c[:12] + "):\n    |     } else if (full_nvlink_ && world_size_ <= 8) {\n"} {
+		if !strings.Contains(b.String(), want) {
+			t.Errorf("report lacks %q:\n%s", want, b.String())
+		}
+	}
+	js, _ := json.Marshal(rep)
+	if !strings.Contains(string(js), `"status":"conflict"`) || !strings.Contains(string(js), `"clean":false`) {
+		t.Errorf("json %s", js)
+	}
+}
+
+func TestPortRenameChain(t *testing.T) {
+	f := newFixture(t)
+	m1 := f.step(map[string]string{oldPath: "", "kernels/custom_all_reduce.cuh": dispatch})
+	edited := strings.Replace(dispatch, "#pragma once\n", "#pragma once\n#include <cstdint>\n", 1)
+	f.step(map[string]string{"kernels/custom_all_reduce.cuh": edited})
+	m2 := f.step(map[string]string{"kernels/custom_all_reduce.cuh": "", "python/aot/custom_all_reduce.cuh": edited})
+	rep := f.port(m2)
+	h := onlyHunk(t, rep)
+	if !rep.Clean || h.Status != Offset || h.Offset != 1 || h.Path != "python/aot/custom_all_reduce.cuh" || len(h.Moved) != 2 || h.Moved[0].Commit != m1 || h.Moved[1].Commit != m2 {
+		t.Fatalf("hunk %+v", h)
+	}
+	if len(rep.Moves) != 2 || !strings.Contains(rep.Summary(), "clean: 1 offset hunks; 2 moves") {
+		t.Fatalf("moves %+v summary %q", rep.Moves, rep.Summary())
+	}
+	if got := f.draftApplies(rep, m2, "python/aot/custom_all_reduce.cuh"); got != patched(edited) {
+		t.Fatalf("patched file:\n%s", got)
+	}
+}
+
+func TestPortDeletedFileIsAConflict(t *testing.T) {
+	f := newFixture(t)
+	c := f.step(map[string]string{oldPath: ""})
+	rep := f.port(c)
+	if rep.Clean || len(rep.Patches[0].Conflicts) != 1 || !strings.Contains(rep.Patches[0].Conflicts[0].Reason, oldPath+" was deleted at "+c[:12]) {
+		t.Fatalf("report %+v", rep.Patches)
+	}
+}
+
+func TestDraftRefusesAFullDirectory(t *testing.T) {
+	f := newFixture(t)
+	mv := f.step(map[string]string{"README.md": "changed\n"})
+	rep := f.port(mv)
+	d, err := rep.Draft(f.series, "next", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(string(d.Files["series.toml"]), `sha256 = ""`) {
+		t.Errorf("an unsealed draft records a sha256:\n%s", d.Files["series.toml"])
+	}
+	dir := filepath.Join(t.TempDir(), "next")
+	if err := testrepo.WriteFiles(dir, map[string]string{"mine.txt": "keep\n"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := d.Write(dir); err == nil || !strings.Contains(err.Error(), "already holds files; nothing was written") {
+		t.Fatalf("Write into a full directory: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(dir, "mine.txt")); string(b) != "keep\n" {
+		t.Fatal("the user's file changed")
+	}
+	if _, err := rep.Draft(f.series, "Bad Name", false); err == nil {
+		t.Fatal("a bad series name was accepted")
+	}
+}

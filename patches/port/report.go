@@ -1,0 +1,99 @@
+package port
+
+import (
+	"fmt"
+	"io"
+	"strings"
+)
+
+// Command is the `arpatch patches port` command line that writes the
+// draft of series for commit to into out, reading repo; patchesDir is the
+// --patches-dir the series comes from ("" for the embedded ones).
+func Command(series, repo, to, out, patchesDir string) string {
+	s := fmt.Sprintf("arpatch patches port --series %s --to %s --repo %s --out %s", series, to, repo, out)
+	if patchesDir != "" {
+		s += " --patches-dir " + patchesDir
+	}
+	return s
+}
+
+// Summary says in one line whether a clean draft exists and what each hunk
+// did, e.g. "clean: 1 exact, 5 offset; 1 file moved".
+func (r *Report) Summary() string {
+	c := r.Counts()
+	var parts []string
+	for _, s := range []Status{Exact, Offset, Merged, Conflict} {
+		if c[s] > 0 {
+			parts = append(parts, fmt.Sprintf("%d %s", c[s], s))
+		}
+	}
+	word := "clean"
+	if !r.Clean {
+		word = "conflict"
+	}
+	s := word + ": " + strings.Join(parts, ", ") + " hunks"
+	if n := len(r.Moves); n == 1 {
+		s += "; 1 file moved"
+	} else if n > 1 {
+		s += fmt.Sprintf("; %d moves", n)
+	}
+	return s
+}
+
+// WriteText prints the report for a terminal: the moves, one line per
+// hunk, then every conflict with the lines of base, ours and theirs.
+func (r *Report) WriteText(w io.Writer) {
+	fmt.Fprintf(w, "port %s (tested on %s) to %s: %s\n", r.Series, short(r.From), short(r.To), r.Summary())
+	for _, m := range r.Moves {
+		fmt.Fprintf(w, "  %s %s (%s)\n", m.From, m, m.Subject)
+	}
+	for _, p := range r.Patches {
+		for _, h := range p.Hunks {
+			st := string(h.Status)
+			switch h.Status {
+			case Exact, Offset:
+				if h.Offset != 0 {
+					st = fmt.Sprintf("offset %+d (line %d)", h.Offset, h.Line)
+				}
+			case Merged:
+				st = "merged three-way"
+			}
+			if len(h.Moved) > 0 {
+				st += ", moved"
+			}
+			fmt.Fprintf(w, "  %s %s %s: %s\n", h.Patch, h.Path, h.Hunk, st)
+		}
+	}
+	for _, p := range r.Patches {
+		for _, c := range p.Conflicts {
+			where := c.Path
+			if len(c.Hunks) > 0 {
+				where += " " + strings.Join(c.Hunks, ", ")
+			}
+			fmt.Fprintf(w, "conflict: %s %s: %s", c.Patch, where, c.Reason)
+			if c.BaseLine > 0 || len(c.Base)+len(c.Ours)+len(c.Theirs) > 0 {
+				fmt.Fprintf(w, " (from line %d at %s)", c.BaseLine, short(r.From))
+			}
+			fmt.Fprintln(w)
+			for _, side := range []struct {
+				name  string
+				lines []string
+			}{{"base (" + short(r.From) + ")", c.Base}, {"ours (the patch)", c.Ours}, {"theirs (" + short(r.To) + ")", c.Theirs}} {
+				if c.BaseLine == 0 && len(side.lines) == 0 {
+					continue
+				}
+				fmt.Fprintf(w, "  %s:\n", side.name)
+				for _, l := range side.lines {
+					fmt.Fprintf(w, "    | %s\n", strings.TrimRight(l, "\r\n"))
+				}
+			}
+		}
+	}
+}
+
+// DraftDir is where the remedies arpatch prints put a draft:
+// arpatch-port/<series>-<12 hex of the commit>, a series directory under
+// a directory that `--patches-dir arpatch-port` then reads.
+func DraftDir(series, commit string) string {
+	return "arpatch-port/" + series + "-" + short(commit)
+}
