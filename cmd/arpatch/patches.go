@@ -1,6 +1,7 @@
 package main
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -10,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/patches"
 )
@@ -78,16 +80,17 @@ Examples:
 							return err
 						}
 					} else {
-						printDrift(c.App.Writer, rows)
+						printDrift(c.App.Writer, rows, c.String("repo"), cat.Dir)
 					}
 					for _, r := range rows {
-						if r.Verdict == "conflict" || r.Verdict == "error" || r.Verdict == "partial" {
+						if r.Verdict == "conflict" || r.Verdict == "error" || r.Verdict == "partial" || r.Verdict == "moved" {
 							return cli.Exit("", exitFailure)
 						}
 					}
 					return nil
 				},
 			},
+			portCommand(),
 			{
 				Name:      "seal",
 				Usage:     "record the sha256 of every patch in a series directory's series.toml",
@@ -128,7 +131,7 @@ Example:
 	}
 }
 
-func printDrift(w io.Writer, rows []checkout.DriftRow) {
+func printDrift(w io.Writer, rows []checkout.DriftRow, repo, patchesDir string) {
 	fmt.Fprintf(w, "%-14s %-20s %-9s %s\n", "SERIES", "COMMIT", "VERDICT", "PATCHES")
 	for _, r := range rows {
 		commit := r.Commit[:12]
@@ -140,26 +143,47 @@ func printDrift(w io.Writer, rows []checkout.DriftRow) {
 			continue
 		}
 		var parts []string
-		for _, f := range r.Fits {
-			s := f.Patch + "=" + f.Fit.String()
-			if f.Fit == patches.FitOffset {
-				if n := f.MaxOffset(); n == 1 {
-					s += "(max 1 line)"
-				} else {
-					s += fmt.Sprintf("(max %d lines)", n)
-				}
+		for i, f := range r.Fits {
+			s := f.Patch + "=" + fitText(f)
+			if movedAway(r, f) {
+				s = f.Patch + "=moved(" + fitText(r.Moved.Fits[i]) + ")"
 			}
 			parts = append(parts, s)
 		}
 		fmt.Fprintf(w, "%-14s %-20s %-9s %s\n", r.Series, commit, r.Verdict, strings.Join(parts, " "))
 	}
 	for _, r := range rows {
-		for _, f := range r.Fits {
+		if r.Moved != nil {
+			fmt.Fprintf(w, "\n%s at %s:\n  %s\n", r.Series, r.Commit[:12], strings.Join(r.Moved.Explain(r.Series, repo, r.Commit, patchesDir), "\n  "))
+		}
+		for i, f := range r.Fits {
+			if movedAway(r, f) {
+				f = r.Moved.Fits[i] // how it fits at the new path
+			}
 			if f.Fit == patches.FitConflict {
 				fmt.Fprintf(w, "\n%s at %s:\n  %s\n", r.Series, r.Commit[:12], strings.ReplaceAll(f.Err.Error(), "\n", "\n  "))
 			}
 		}
 	}
+}
+
+// movedAway reports whether a patch conflicts only because a file it
+// changes moved.
+func movedAway(r checkout.DriftRow, f patches.PatchFit) bool {
+	return r.Moved != nil && f.Fit == patches.FitConflict && errors.Is(f.Err, patches.ErrFileMissing)
+}
+
+// fitText is a patch's fit, with the largest offset for an offset fit.
+func fitText(f patches.PatchFit) string {
+	s := f.Fit.String()
+	if f.Fit == patches.FitOffset {
+		if n := f.MaxOffset(); n == 1 {
+			s += "(max 1 line)"
+		} else {
+			s += fmt.Sprintf("(max %d lines)", n)
+		}
+	}
+	return s
 }
 
 // driftJSONRow is the JSON shape of one series x commit check.
@@ -169,6 +193,15 @@ type driftJSONRow struct {
 	Rev     string           `json:"rev"`
 	Verdict string           `json:"verdict"`
 	Error   string           `json:"error,omitempty"`
+	Patches []driftJSONPatch `json:"patches"`
+	// Moved: files the series changes that moved since its tested_on
+	// commit, and how each patch fits at the new paths.
+	Moved *driftJSONMoved `json:"moved,omitempty"`
+}
+
+type driftJSONMoved struct {
+	Moves   []gitsrc.Rename  `json:"moves"`
+	Lost    []string         `json:"lost,omitempty"`
 	Patches []driftJSONPatch `json:"patches"`
 }
 
@@ -186,14 +219,23 @@ func driftJSON(rows []checkout.DriftRow) []driftJSONRow {
 		if r.Err != nil {
 			jr.Error = r.Err.Error()
 		}
-		for _, f := range r.Fits {
-			jp := driftJSONPatch{Patch: f.Patch, Fit: f.Fit.String(), Hunks: f.Hunks}
-			if f.Err != nil {
-				jp.Error = f.Err.Error()
-			}
-			jr.Patches = append(jr.Patches, jp)
+		jr.Patches = fitsJSON(r.Fits)
+		if r.Moved != nil {
+			jr.Moved = &driftJSONMoved{Moves: r.Moved.Moves, Lost: r.Moved.Lost, Patches: fitsJSON(r.Moved.Fits)}
 		}
 		out = append(out, jr)
+	}
+	return out
+}
+
+func fitsJSON(fits []patches.PatchFit) []driftJSONPatch {
+	out := []driftJSONPatch{}
+	for _, f := range fits {
+		jp := driftJSONPatch{Patch: f.Patch, Fit: f.Fit.String(), Hunks: f.Hunks}
+		if f.Err != nil {
+			jp.Error = f.Err.Error()
+		}
+		out = append(out, jp)
 	}
 	return out
 }

@@ -35,6 +35,7 @@ func TestMain(m *testing.M) {
 //	lockpid FILE         write a lock file naming a live pid (the test's)
 //	fakebin              put the fake CUDA toolchain of kernels/testdata first on PATH
 //	fakesmi HOST         put a fake nvidia-smi first on PATH, printing harness/doctor/testdata/HOST
+//	short VAR NEW        set $NEW to the first 12 hex digits of $VAR (a commit)
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
@@ -113,6 +114,12 @@ func TestScripts(t *testing.T) {
 					"*) echo \"fake nvidia-smi: nothing recorded for: $*\" >&2; exit 9;;\nesac\n"
 				ts.Check(os.WriteFile(filepath.Join(dst, "nvidia-smi"), []byte(script), 0o755))
 				ts.Setenv("PATH", dst+string(os.PathListSeparator)+ts.Getenv("PATH"))
+			},
+			"short": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 2 || len(ts.Getenv(args[0])) < 12 {
+					ts.Fatalf("usage: short VAR NEW (with $VAR a commit hash)")
+				}
+				ts.Setenv(args[1], ts.Getenv(args[0])[:12])
 			},
 			"sametree": func(ts *testscript.TestScript, neg bool, args []string) {
 				if len(args) != 2 {

@@ -225,6 +225,10 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 	}
 	choice, err := opts.Catalog.Resolve(r.Series, opts.Series, head, root, r.Skip)
 	if err != nil {
+		var nse *patches.NoSeriesError
+		if errors.As(err, &nse) {
+			explainMoves(nse, opts.Catalog, repo, opts.Src, head)
+		}
 		return nil, err
 	}
 	rep.Series, rep.Reason, rep.Patches = choice.Series, choice.Reason, choice.Patches

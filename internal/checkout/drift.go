@@ -10,16 +10,22 @@ type DriftRow struct {
 	Series  string
 	Commit  string // 40 hex
 	Rev     string // the revision as given (a hash, branch or tag)
-	Verdict string // exact, offset, applied, partial or conflict
+	Verdict string // exact, offset, applied, partial, conflict, or moved (see Moved)
 	Fits    []patches.PatchFit
 	Err     error // a series that failed to load (tampered, bad requires)
+	// Moved is set when files the series changes are missing here and
+	// were followed from its tested_on commit; Verdict is "moved" when
+	// every patch fits at the new paths.
+	Moved *Moved
 }
 
 // CheckCommits checks every series in cat (or only those named) against
 // each revision of the repository at repoPath, reading files from git's
 // object store: nothing is checked out or written. Revisions may be hashes,
 // branches or tags. It returns an error for a repository or revision that
-// cannot be read; a series that does not load is reported in its rows.
+// cannot be read; a series that does not load is reported in its rows. A
+// series whose files are missing at a commit is followed through renames
+// from its tested_on commit (DriftRow.Moved).
 func CheckCommits(repoPath string, revs []string, cat *patches.Catalog, only []string) ([]DriftRow, error) {
 	repo, err := gitsrc.OpenAny(repoPath)
 	if err != nil {
@@ -55,6 +61,11 @@ func CheckCommits(repoPath string, revs []string, cat *patches.Catalog, only []s
 			} else {
 				row.Fits = patches.Check(tree, ps)
 				row.Verdict = patches.Verdict(row.Fits)
+				if row.Verdict == "conflict" {
+					if row.Moved = movesFor(repo, s, ps, commit, tree); row.Moved != nil && row.Moved.Verdict() == "moved" {
+						row.Verdict = "moved"
+					}
+				}
 			}
 			rows = append(rows, row)
 		}
