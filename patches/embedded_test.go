@@ -17,6 +17,14 @@ func TestShippedSeries(t *testing.T) {
 	want := map[string]string{
 		"pcie-2026-04": "84118acf50b3a4c74e85e9ff9033792552de1a76",
 		"pcie-2026-07": "8905cbd42f4a27dbecad6487cd3904278756fef8",
+		"pcie-2026-08": "0bda0b168ad5bf7311ae639904489a4698a05546",
+	}
+	// Upstream: python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh@c32c4ef79cf5218c24f467aad7f3ff392a62bed7
+	// is where the aot layout keeps the kernel header.
+	kernel := map[string]string{
+		"pcie-2026-04": "sgl-kernel/csrc/allreduce/custom_all_reduce.cuh",
+		"pcie-2026-07": "sgl-kernel/csrc/allreduce/custom_all_reduce.cuh",
+		"pcie-2026-08": "python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh",
 	}
 	if len(cat.Series) != len(want) {
 		t.Errorf("shipped %d series, want %d", len(cat.Series), len(want))
@@ -47,7 +55,7 @@ func TestShippedSeries(t *testing.T) {
 				}
 			}
 			for _, f := range []string{
-				"sgl-kernel/csrc/allreduce/custom_all_reduce.cuh",
+				kernel[s.Name],
 				"python/sglang/srt/distributed/device_communicators/custom_all_reduce.py",
 				"python/sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py",
 			} {
