@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"time"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
@@ -148,9 +149,14 @@ func (r *Repo) Follow(from, to, path string) ([]Rename, error) {
 // firstParentChain returns the commits from from to to, oldest first,
 // following first parents back from to.
 func (r *Repo) firstParentChain(from, to string) ([]*object.Commit, error) {
-	if _, err := r.r.CommitObject(plumbing.NewHash(from)); err != nil {
+	fc, err := r.r.CommitObject(plumbing.NewHash(from))
+	if err != nil {
 		return nil, fmt.Errorf("commit %s is not in %s: %w", from, r.Dir, err)
 	}
+	// A commit made well before from cannot descend from it: stop there
+	// rather than walk the whole history (committer clocks may be off a
+	// little, so allow a month).
+	floor := fc.Committer.When.Add(-30 * 24 * time.Hour)
 	c, err := r.r.CommitObject(plumbing.NewHash(to))
 	if err != nil {
 		return nil, fmt.Errorf("commit %s is not in %s: %w", to, r.Dir, err)
@@ -161,7 +167,7 @@ func (r *Repo) firstParentChain(from, to string) ([]*object.Commit, error) {
 		if c.Hash.String() == from {
 			break
 		}
-		if c.NumParents() == 0 || len(rev) > maxChain {
+		if c.NumParents() == 0 || len(rev) > maxChain || c.Committer.When.Before(floor) {
 			return nil, &NotAncestorError{From: from, To: to}
 		}
 		if c, err = c.Parent(0); err != nil {
