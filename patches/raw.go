@@ -32,3 +32,8 @@ func SplitHeader(data []byte) (header, body []byte) {
 	header, body, _ = splitHeader(data)
 	return header, body
 }
+
+// SplitLines splits content into lines that keep their newline (and any
+// CR before it); the last has none when the content does not end in one.
+// Joining them gives the content back byte for byte.
+func SplitLines(content []byte) []string { return splitLines(content) }

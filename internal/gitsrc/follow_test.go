@@ -2,7 +2,6 @@ package gitsrc
 
 import (
 	"errors"
-	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -34,18 +33,7 @@ func newHistory(t *testing.T, files map[string]string) *history {
 
 func (h *history) step(msg string, files map[string]string) string {
 	h.t.Helper()
-	for p, c := range files {
-		if c == "" {
-			if err := os.Remove(filepath.Join(h.dir, p)); err != nil {
-				h.t.Fatal(err)
-			}
-			delete(files, p)
-		}
-	}
-	if err := testrepo.WriteFiles(h.dir, files); err != nil {
-		h.t.Fatal(err)
-	}
-	c, err := testrepo.Commit(h.dir, msg)
+	c, err := testrepo.Change(h.dir, msg, files)
 	if err != nil {
 		h.t.Fatal(err)
 	}

@@ -9,21 +9,11 @@ import (
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/arpatch/arpatch/patches"
 )
 
-func lines(s string) []string {
-	var out []string
-	for s != "" {
-		i := strings.IndexByte(s, '\n')
-		if i < 0 {
-			out = append(out, s)
-			break
-		}
-		out = append(out, s[:i+1])
-		s = s[i+1:]
-	}
-	return out
-}
+func lines(s string) []string { return patches.SplitLines([]byte(s)) }
 
 func TestMergeCases(t *testing.T) {
 	base := "a\nb\nc\nd\ne\nf\ng\n"

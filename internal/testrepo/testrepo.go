@@ -59,3 +59,22 @@ func WriteFiles(dir string, files map[string]string) error {
 	}
 	return nil
 }
+
+// Change writes files into dir (content "" removes the file) and commits
+// everything as Commit does, returning the 40-hex commit.
+func Change(dir, msg string, files map[string]string) (string, error) {
+	write := map[string]string{}
+	for p, c := range files {
+		if c == "" {
+			if err := os.Remove(filepath.Join(dir, filepath.FromSlash(p))); err != nil {
+				return "", err
+			}
+			continue
+		}
+		write[p] = c
+	}
+	if err := WriteFiles(dir, write); err != nil {
+		return "", err
+	}
+	return Commit(dir, msg)
+}

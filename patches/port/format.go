@@ -14,18 +14,8 @@ import (
 // regenerated hunk, as git diff's default -U3.
 const context = 3
 
-// lines splits content into lines that keep their newline; the last has
-// none when the content does not end in one.
-func lines(b []byte) []string {
-	if len(b) == 0 {
-		return nil
-	}
-	out := strings.SplitAfter(string(b), "\n")
-	if out[len(out)-1] == "" {
-		out = out[:len(out)-1]
-	}
-	return out
-}
+// lines splits content into lines that keep their newline.
+var lines = patches.SplitLines
 
 // reheader gives each hunk the position Apply found for it at the target:
 // the old side starts where its old lines were found, the new side there

@@ -107,18 +107,7 @@ provides = ["pcie-dispatch-branch"]
 // step writes files ("" removes one) and commits.
 func (f *fixture) step(files map[string]string) string {
 	f.t.Helper()
-	for p, c := range files {
-		if c == "" {
-			if err := os.Remove(filepath.Join(f.dir, p)); err != nil {
-				f.t.Fatal(err)
-			}
-			delete(files, p)
-		}
-	}
-	if err := testrepo.WriteFiles(f.dir, files); err != nil {
-		f.t.Fatal(err)
-	}
-	c, err := testrepo.Commit(f.dir, "fixture step")
+	c, err := testrepo.Change(f.dir, "fixture step", files)
 	if err != nil {
 		f.t.Fatal(err)
 	}
