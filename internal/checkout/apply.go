@@ -257,6 +257,9 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 		}
 		return nil, fmt.Errorf("%w\nthe tree is unchanged. Run `arpatch patches check --repo %s --commit %s` to see which series fits this commit", err, opts.Src, head)
 	}
+	if err := patches.CheckResult(root, res, choice.Patches); err != nil {
+		return nil, fmt.Errorf("series %s: %w\nthe tree is unchanged", choice.Series.Name, err)
+	}
 	rep.Result = res
 	if opts.DryRun {
 		return rep, nil
@@ -435,7 +438,7 @@ func dryRunClone(opts ApplyOptions, rep *ApplyReport, source, want string) (*App
 		return nil, err
 	}
 	rep.Series, rep.Reason, rep.Patches = choice.Series, choice.Reason, choice.Patches
-	res, err := patches.Apply(tree, choice.Patches)
+	res, err := patches.ApplyChecked(tree, choice.Patches)
 	if err != nil {
 		return nil, err
 	}

@@ -66,6 +66,12 @@ func CheckCommits(repoPath string, revs []string, cat *patches.Catalog, only []s
 						row.Verdict = "moved"
 					}
 				}
+				if row.Verdict == "exact" || row.Verdict == "offset" {
+					// It applies; the built-in rule judges what it does.
+					if _, err := patches.ApplyChecked(tree, ps); err != nil {
+						row.Verdict, row.Err = "error", err
+					}
+				}
 			}
 			rows = append(rows, row)
 		}

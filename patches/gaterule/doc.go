@@ -1,0 +1,33 @@
+// Package gaterule holds arpatch's SGLang-specific safety rule: a patched
+// tree may open SGLang's custom allreduce gates on PCIe-only hosts only if
+// the kernel's dispatch then launches a kernel, or throws, for every
+// world size above 2 without full NVLink. Upstream's dispatch does
+// neither there, so opening the gates alone returns unreduced data, fast
+// and without an error.
+//
+// It judges effects, not labels: it reads the patched dispatch itself (the
+// in-memory result, before anything is written), preprocesses it as the
+// host pass of a CUDA build does, expands its macros and follows every
+// path through `switch (world_size_)` with full_nvlink_ false, taking
+// both branches of every condition it cannot decide (a forced algorithm,
+// a byte threshold, an environment variable). A path that reaches `break`,
+// `return` or the end of the switch without a `<<<...>>>` launch (or a
+// cudaLaunchKernel call) and without a throw fails the rule.
+//
+// It does not know arpatch's patch engine; package patches applies the
+// rule (patches.CheckResult) to the result of a series.
+//
+// Upstream facts it rests on:
+//   - The dispatch is CustomAllreduce::allreduce, a `switch (world_size_)`
+//     over REDUCE_CASE(2), (4), (6), (8) with a throwing default.
+//     Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3 (CustomAllreduce::allreduce)
+//     and @8905cbd42f4a, where REDUCE_CASE is defined twice under
+//     #ifndef USE_MUSA.
+//   - From c32c4ef79cf5 the file lives under python/sglang/kernels/aot/.
+//     Upstream: python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh@0bda0b168ad5
+//     (byte-identical to the era-B file).
+//   - The Python gates are in
+//     python/sglang/srt/distributed/device_communicators/custom_all_reduce.py
+//     (CustomAllreduce.should_custom_ar) and custom_all_reduce_utils.py
+//     (can_use_custom_all_reduce_with_nvlink), in every era.
+package gaterule

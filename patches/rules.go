@@ -1,0 +1,125 @@
+package patches
+
+import (
+	"errors"
+	"io/fs"
+	"slices"
+
+	"github.com/arpatch/arpatch/patches/gaterule"
+)
+
+// Tag names arpatch knows from upstream facts (see package gaterule).
+const (
+	TagDispatchBranch = gaterule.TagDispatchBranch
+	TagGateBypass     = gaterule.TagGateBypass
+)
+
+// builtinRequires holds the pairs arpatch enforces on every series,
+// whatever its series.toml says: a patch tagged as the gate bypass needs
+// one tagged as the dispatch branch before it. It is an early check on
+// what the series declares; CheckResult judges what the patched tree
+// does.
+var builtinRequires = [][]string{{TagGateBypass, TagDispatchBranch}}
+
+// CheckRequires enforces the series' requires pairs and arpatch's built-in
+// pair on a selection of patches: when patch (or tag) A is selected, B
+// must be too, and come first. It returns a *RequiresError naming both.
+// It reads labels only; the effect rule is CheckResult.
+func CheckRequires(series string, ps []*Patch, requires [][]string) error {
+	index := func(x string) int {
+		for i, p := range ps {
+			if p.Name == x || slices.Contains(p.Provides, x) {
+				return i
+			}
+		}
+		return -1
+	}
+	pairs := append(append([][]string(nil), requires...), builtinRequires...)
+	for _, pair := range pairs {
+		a, b := index(pair[0]), index(pair[1])
+		if a < 0 {
+			continue
+		}
+		why := "the series does not include it"
+		if b >= 0 && b > a {
+			why = "it must come first in the series"
+		} else if b >= 0 {
+			continue
+		}
+		if slices.Equal(pair, builtinRequires[0]) {
+			why += "; the gate bypass alone routes PCIe allreduces to a kernel branch that launches nothing, which returns unreduced data"
+		}
+		return &RequiresError{Series: series, Patch: ps[a].Name, Needs: pair[1], Why: why}
+	}
+	return nil
+}
+
+// opensGates reports whether a selection touches SGLang's custom
+// allreduce gates or says it does: a patch tagged as the gate bypass or
+// the dispatch branch, or one that changes a gate file.
+func opensGates(ps []*Patch) bool {
+	for _, p := range ps {
+		if slices.Contains(p.Provides, TagGateBypass) || slices.Contains(p.Provides, TagDispatchBranch) {
+			return true
+		}
+		for _, fc := range p.Diff.Changes {
+			if gaterule.IsGateFile(fc.Path) {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// CheckResult applies arpatch's built-in effect rule to the in-memory
+// result res of applying ps to tree, before anything is written: when the
+// selection touches SGLang's custom allreduce gates (see opensGates), the
+// patched CustomAllreduce::allreduce dispatch, wherever the tree keeps it,
+// must launch a kernel or throw at every world size above 2 without full
+// NVLink. It returns a *gaterule.DispatchError when it does not, or an
+// error reading the tree.
+func CheckResult(tree Tree, res *Result, ps []*Patch) error {
+	if !opensGates(ps) {
+		return nil
+	}
+	files := map[string]*FileResult{}
+	for _, f := range res.Files {
+		files[f.Path] = f
+	}
+	var changed []string
+	for _, p := range ps {
+		for _, fc := range p.Diff.Changes {
+			changed = append(changed, fc.Path)
+		}
+	}
+	read := func(path string) ([]byte, error) {
+		if f, ok := files[path]; ok {
+			if f.After == nil {
+				return nil, fs.ErrNotExist
+			}
+			return f.After, nil
+		}
+		return tree.ReadFile(path)
+	}
+	return gaterule.Check(read, changed)
+}
+
+// ApplyChecked is Apply followed by CheckResult: what every command that
+// is about to write, or to report a series as fitting, runs.
+func ApplyChecked(tree Tree, ps []*Patch) (*Result, error) {
+	res, err := Apply(tree, ps)
+	if err != nil {
+		return nil, err
+	}
+	if err := CheckResult(tree, res, ps); err != nil {
+		return nil, err
+	}
+	return res, nil
+}
+
+// IsRuleError reports whether err is a refusal by the built-in effect
+// rule (as opposed to a patch that does not apply).
+func IsRuleError(err error) bool {
+	var de *gaterule.DispatchError
+	return errors.As(err, &de)
+}

@@ -1,0 +1,146 @@
+package patches
+
+import (
+	"errors"
+	"os"
+	"os/exec"
+	"strings"
+	"testing"
+
+	"github.com/arpatch/arpatch/patches/gaterule"
+)
+
+// A fixture tree shaped like upstream: the dispatch header (our own small
+// code in the shape of CustomAllreduce::allreduce) and the Python gate.
+const (
+	cuhPath  = "sgl-kernel/csrc/allreduce/custom_all_reduce.cuh"
+	gatePath = "python/sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py"
+	cuh      = `// fixture
+#define KL(ngpus, name) name<T, ngpus><<<blocks, threads, 0, stream>>>(out);
+#define REDUCE_CASE(ngpus)              \
+  case ngpus: {                         \
+    if (world_size_ == 2) {             \
+      KL(ngpus, one_stage);             \
+    } else if (full_nvlink_) {          \
+      KL(ngpus, two_stage);             \
+    }                                   \
+    break;                              \
+  }
+    switch (world_size_) {
+      REDUCE_CASE(2)
+      REDUCE_CASE(4)
+      REDUCE_CASE(8)
+      default:
+        throw std::runtime_error("ws");
+    }
+`
+	gatePy = "def can_use(world_size, full_nvlink):\n    if world_size > 2 and not full_nvlink:\n        return None\n    return full_nvlink\n"
+)
+
+func cuhPatch(from, to string) string {
+	return "Description: d\nAuthor: t\nUpstream-Status: Pending\nApplies-To: fixture\n\n--- a/" + cuhPath + "\n+++ b/" + cuhPath + "\n@@ -6,3 +6,3 @@\n       KL(ngpus, one_stage);             \\\n-" + from + "\n+" + to + "\n       KL(ngpus, two_stage);             \\\n"
+}
+
+const gateOpen = "--- a/" + gatePath + "\n+++ b/" + gatePath + "\n@@ -1,4 +1,4 @@\n def can_use(world_size, full_nvlink):\n-    if world_size > 2 and not full_nvlink:\n+    if world_size > 2 and not full_nvlink and not forced:\n         return None\n     return full_nvlink\n"
+
+func TestCheckResultJudgesEffects(t *testing.T) {
+	tree := memTree{cuhPath: cuh, gatePath: gatePy}
+	fixed := mustPatch(t, "0001-d.patch", cuhPatch("    } else if (full_nvlink_) {          \\", "    } else {                            \\"))
+	fixed.Provides = []string{TagDispatchBranch}
+	// Issue 11, input 5: one space inside the test, tagged as the fix.
+	tamper := mustPatch(t, "0001-d.patch", cuhPatch("    } else if (full_nvlink_) {          \\", "    } else if (full_nvlink_ ) {         \\"))
+	tamper.Provides = []string{TagDispatchBranch}
+	gate := mustPatch(t, "0002-g.patch", gateOpen)
+	gate.Provides = []string{TagGateBypass}
+	untaggedGate := mustPatch(t, "0001-g.patch", gateOpen)
+
+	for _, tc := range []struct {
+		name string
+		ps   []*Patch
+		want string // "" = accepted
+	}{
+		{"dispatch fixed, gate opened", []*Patch{fixed, gate}, ""},
+		{"dispatch fixed alone", []*Patch{fixed}, ""},
+		{"one-space tamper with the gate", []*Patch{tamper, gate}, "at world size 4 without full NVLink reaches `break` at line 10"},
+		{"one-space tamper alone, tagged", []*Patch{tamper}, "reaches `break`"},
+		{"untagged gate patch on upstream's dispatch", []*Patch{untaggedGate}, "in " + cuhPath + " as patched"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			res, err := ApplyChecked(tree, tc.ps)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				if len(res.Files) == 0 {
+					t.Error("no files changed")
+				}
+				return
+			}
+			var de *gaterule.DispatchError
+			if !errors.As(err, &de) || !IsRuleError(err) || !strings.Contains(err.Error(), tc.want) {
+				t.Errorf("err = %v, want a DispatchError with %q", err, tc.want)
+			}
+		})
+	}
+	// A series that does not touch the gates is not judged.
+	other := mustPatch(t, "0001-o.patch", "--- a/README.md\n+++ b/README.md\n@@ -1 +1 @@\n-a\n+b\n")
+	if _, err := ApplyChecked(memTree{"README.md": "a\n"}, []*Patch{other}); err != nil {
+		t.Errorf("unrelated series: %v", err)
+	}
+}
+
+// TestShippedSeriesOnRealUpstream applies every shipped series to the
+// upstream commits it is tested on, read from a local SGLang mirror
+// (ARPATCH_SGLANG_MIRROR, e.g. a clone of flytiger-eco/sglang-for-sail),
+// and judges the real patched dispatch; it also judges upstream's own
+// dispatch at those commits and at the era C head, which must be refused.
+// Without the mirror it skips: CI has none.
+func TestShippedSeriesOnRealUpstream(t *testing.T) {
+	mirror := os.Getenv("ARPATCH_SGLANG_MIRROR")
+	if mirror == "" {
+		t.Skip("ARPATCH_SGLANG_MIRROR is not set (a local SGLang clone with the pinned commits); skipping the real-upstream check")
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	cat, err := Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	show := func(commit, path string) ([]byte, error) {
+		return exec.Command("git", "-C", mirror, "show", commit+":"+path).Output()
+	}
+	for _, s := range cat.Series {
+		ps, err := s.Load(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range s.TestedOn {
+			tree := gitTree{show: show, commit: c}
+			if _, err := ApplyChecked(tree, ps); err != nil {
+				t.Errorf("%s at %s: %v", s.Name, c[:12], err)
+			}
+			if err := CheckResult(tree, &Result{}, ps); err == nil || !IsRuleError(err) {
+				t.Errorf("upstream's dispatch at %s was not refused: %v", c[:12], err)
+			}
+		}
+	}
+	const eraC = "0bda0b168ad5bf7311ae639904489a4698a05546"
+	gate := &Patch{Name: "g", Provides: []string{TagGateBypass}, Diff: &Diff{}}
+	if err := CheckResult(gitTree{show: show, commit: eraC}, &Result{}, []*Patch{gate}); err == nil || !strings.Contains(err.Error(), "python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh") {
+		t.Errorf("era C upstream dispatch: %v", err)
+	}
+}
+
+type gitTree struct {
+	show   func(commit, path string) ([]byte, error)
+	commit string
+}
+
+func (g gitTree) ReadFile(p string) ([]byte, error) {
+	b, err := g.show(g.commit, p)
+	if err != nil {
+		return nil, os.ErrNotExist
+	}
+	return b, nil
+}
