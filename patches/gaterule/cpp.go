@@ -430,6 +430,16 @@ func (p *exprParser) peek() string {
 	return ""
 }
 
+// expect moves past token s, or marks the expression unreadable.
+func (p *exprParser) expect(s string) bool {
+	if p.peek() != s {
+		p.i = len(p.ts) + 1
+		return false
+	}
+	p.i++
+	return true
+}
+
 func (p *exprParser) ternary() value {
 	c := p.binary(0)
 	if p.peek() != "?" {
@@ -437,11 +447,9 @@ func (p *exprParser) ternary() value {
 	}
 	p.i++
 	a := p.ternary()
-	if p.peek() != ":" {
-		p.i = len(p.ts) + 1
+	if !p.expect(":") {
 		return unknown
 	}
-	p.i++
 	b := p.ternary()
 	switch {
 	case !c.ok:
@@ -601,11 +609,9 @@ func (p *exprParser) primary() value {
 	case t == "(":
 		p.i++
 		v := p.ternary()
-		if p.peek() != ")" {
-			p.i = len(p.ts) + 1
+		if !p.expect(")") {
 			return unknown
 		}
-		p.i++
 		return v
 	case t == "true":
 		p.i++
