@@ -276,6 +276,14 @@ func TestNightlyEndToEnd(t *testing.T) {
 	if w.check(rep, "fx at pinned commit "+short(w.commit)).Status != "pass" {
 		t.Error("the pinned commit should still fit")
 	}
+	// The port meets the same change: no clean draft, and the verdict says so.
+	if len(rep.Ports) != 1 || rep.Ports[0].Clean || rep.Ports[0].Summary != "conflict: 1 conflict hunks" ||
+		!strings.Contains(rep.Verdict, "; no clean draft (port of fx, conflict: 1 conflict hunks); see the conflicts with `arpatch patches port --series fx --to "+rep.Head+" --repo ") {
+		t.Errorf("port hint %+v, verdict %q", rep.Ports, rep.Verdict)
+	}
+	if !strings.HasPrefix(c.Detail, "no clean draft (port of fx") {
+		t.Errorf("the drift check's detail (the JUnit message) does not lead with the port hint: %q", c.Detail)
+	}
 
 	// History holds every run; show and export see them.
 	store, err = history.Open(filepath.Join(w.dir, "history.db"))

@@ -177,6 +177,9 @@ func Summary(w io.Writer, rep *Report) error {
 		}
 		fmt.Fprintln(w)
 	}
+	for _, h := range rep.Ports {
+		fmt.Fprintf(w, "Port to `%s`: %s.\n\n", short(h.Commit), h)
+	}
 	for _, wn := range rep.Warnings {
 		fmt.Fprintf(w, "> warning: %s\n\n", wn)
 	}
@@ -244,6 +247,9 @@ func WriteTable(w io.Writer, rep *Report) {
 			note = " (" + d.Note + ")"
 		}
 		fmt.Fprintf(w, "  drift %-14s %s (%s): %s%s\n", d.Series, short(d.Commit), d.Rev, d.Verdict, note)
+	}
+	for _, h := range rep.Ports {
+		fmt.Fprintf(w, "  port to %s: %s\n", short(h.Commit), h)
 	}
 	for _, wn := range rep.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", wn)

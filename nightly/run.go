@@ -23,6 +23,7 @@ import (
 	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/kernels"
 	"github.com/arpatch/arpatch/patches"
+	"github.com/arpatch/arpatch/patches/port"
 	"github.com/arpatch/arpatch/recipes"
 )
 
@@ -99,6 +100,27 @@ type Report struct {
 	// also_check revision that does not resolve).
 	Warnings   []string          `json:"warnings,omitempty"`
 	ArmRecipes map[string]string `json:"arm_recipes"`
+	// Ports says, for each judged commit no series fits (drift), whether
+	// `arpatch patches port` finds a clean draft there.
+	Ports []PortHint `json:"ports,omitempty"`
+}
+
+// PortHint is the outcome of porting a series, in memory, to a commit the
+// family no longer fits.
+type PortHint struct {
+	Series  string `json:"series"`
+	Commit  string `json:"commit"`
+	Clean   bool   `json:"clean"`
+	Summary string `json:"summary"` // e.g. "clean: 4 exact, 2 offset hunks; 1 file moved"
+	// Command writes the draft (clean) or prints the conflicts.
+	Command string `json:"command"`
+}
+
+func (h PortHint) String() string {
+	if h.Clean {
+		return fmt.Sprintf("a clean draft exists (port of %s, %s); write it with `%s`", h.Series, h.Summary, h.Command)
+	}
+	return fmt.Sprintf("no clean draft (port of %s, %s); see the conflicts with `%s`", h.Series, h.Summary, h.Command)
 }
 
 // ReportSchema names the JSON layout.
@@ -416,6 +438,9 @@ func verdictText(rep *Report) string {
 		return "infrastructure failure: " + first
 	case ExitDrift:
 		v := "drift: the series no longer applies to " + rep.Ref
+		for _, h := range rep.Ports {
+			v += "; " + h.String()
+		}
 		if why := failedNames(rep, "regression", "validity"); why != "" {
 			v += "; and regression: " + why
 		}
@@ -524,6 +549,9 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 			if f.Err != nil {
 				rec.Detail = f.Err.Error()
 			}
+			if r.Moved != nil && errors.Is(f.Err, patches.ErrFileMissing) {
+				rec.Detail = strings.Join(r.Moved.Explain(r.Series, repoPath, r.Commit, cat.Dir), "; ")
+			}
 			dr.Patches = append(dr.Patches, rec)
 			recs = append(recs, rec)
 		}
@@ -578,15 +606,51 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 		}
 		if anyFit == "" && len(members) > 0 {
 			rep.exit(ExitDrift)
+			hint := portHint(repo, repoPath, cat, members, commit)
 			msg := fmt.Sprintf("no %q series applies to %s:", b.Series, label)
 			for _, s := range members {
 				first, _, _ := strings.Cut(conflictDetail(rep.Drift, s.Name, commit), "\n")
 				msg += fmt.Sprintf("\n  %s: %s", s.Name, first)
 			}
+			if hint != nil {
+				rep.Ports = append(rep.Ports, *hint)
+				msg += "\n  port: " + hint.String()
+				// The JUnit message of each failing drift check leads with it.
+				for i := range rep.Checks {
+					if c := &rep.Checks[i]; c.Kind == "drift" && c.Status == "fail" && strings.HasSuffix(c.Name, " at "+label) {
+						c.Detail = hint.String() + "\n" + c.Detail
+					}
+				}
+			}
 			msg += fmt.Sprintf("\n  remedy: refresh the series against this commit (arpatch patches check --repo %s --commit %s shows every hunk), or keep the recipe pinned to a commit it fits", repoPath, commit)
 			rep.Errors = append(rep.Errors, msg)
 		}
 	}
+}
+
+// portHint ports each member of the family to commit in memory, the
+// newest series (by name, which carries its date) first, and returns the
+// first clean result, else the newest series' conflicts; nil when no
+// member can be ported at all (no tested_on commit in the repository).
+func portHint(repo *gitsrc.Repo, repoPath string, cat *patches.Catalog, members []*patches.Series, commit string) *PortHint {
+	var first *PortHint
+	for i := len(members) - 1; i >= 0; i-- {
+		s := members[i]
+		rep, err := port.Run(port.Options{Repo: repo, Series: s, To: commit})
+		if err != nil {
+			continue
+		}
+		h := &PortHint{Series: s.Name, Commit: commit, Clean: rep.Clean, Summary: rep.Summary()}
+		if rep.Clean {
+			h.Command = port.Command(s.Name, repoPath, commit, port.DraftDir(s.Name, commit), cat.Dir)
+			return h
+		}
+		h.Command = port.Command(s.Name, repoPath, commit, "", cat.Dir)
+		if first == nil {
+			first = h
+		}
+	}
+	return first
 }
 
 func setNote(rows []DriftRow, series, commit, note string) {

@@ -7,10 +7,14 @@ import (
 )
 
 // Command is the `arpatch patches port` command line that writes the
-// draft of series for commit to into out, reading repo; patchesDir is the
-// --patches-dir the series comes from ("" for the embedded ones).
+// draft of series for commit to into out (none: "", the command then only
+// reports), reading repo; patchesDir is the --patches-dir the series comes
+// from ("" for the embedded ones).
 func Command(series, repo, to, out, patchesDir string) string {
-	s := fmt.Sprintf("arpatch patches port --series %s --to %s --repo %s --out %s", series, to, repo, out)
+	s := fmt.Sprintf("arpatch patches port --series %s --to %s --repo %s", series, to, repo)
+	if out != "" {
+		s += " --out " + out
+	}
 	if patchesDir != "" {
 		s += " --patches-dir " + patchesDir
 	}
