@@ -6,7 +6,10 @@ import (
 	"io/fs"
 	"os"
 	"path"
+	"strconv"
 	"strings"
+
+	"mvdan.cc/sh/v3/syntax"
 )
 
 // embedded holds the series shipped with arpatch, under sglang/<series>/.
@@ -21,6 +24,33 @@ type Catalog struct {
 	// Dir is the --patches-dir the series came from; "" for the embedded
 	// ones. Remedies that name a series pass it on.
 	Dir string
+}
+
+// CheckCommand returns the `arpatch patches check` command line that
+// shows how this catalog's series fit commit in repo: the remedy printed
+// when no series fits. It names the full 40-hex commit (an abbreviation
+// is refused) and --patches-dir when the catalog came from one, each word
+// quoted for a POSIX shell, so it runs as printed.
+func (c *Catalog) CheckCommand(repo, commit string) string {
+	words := []string{"arpatch", "patches", "check", "--repo", repo, "--commit", commit}
+	if c != nil && c.Dir != "" {
+		words = append(words, "--patches-dir", c.Dir)
+	}
+	return ShellJoin(words)
+}
+
+// ShellJoin joins words into a POSIX shell command line, quoting each word
+// that needs it (mvdan.cc/sh's syntax.Quote).
+func ShellJoin(words []string) string {
+	out := make([]string, len(words))
+	for i, w := range words {
+		q, err := syntax.Quote(w, syntax.LangPOSIX)
+		if err != nil { // a NUL byte or a non-printable: shown as Go would
+			q = strconv.Quote(w)
+		}
+		out[i] = q
+	}
+	return strings.Join(out, " ")
 }
 
 // Embedded returns the series shipped in the arpatch binary. An error here

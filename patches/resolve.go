@@ -21,6 +21,10 @@ type NoSeriesError struct {
 	Commit  string
 	Known   []*Series
 	Details []string // why each candidate did not fit
+	// Check is the `arpatch patches check` command that shows every hunk
+	// (Catalog.CheckCommand), filled by the caller that knows the
+	// repository.
+	Check string
 }
 
 func (e *NoSeriesError) Error() string {
@@ -33,7 +37,11 @@ func (e *NoSeriesError) Error() string {
 	for _, s := range e.Known {
 		fmt.Fprintf(&b, "\n  %-16s family %-8s tested on %s", s.Name, s.Family, shortList(s.TestedOn))
 	}
-	fmt.Fprintf(&b, "\nrun `arpatch patches check --repo <sglang repo> --commit %s` to see how each series fits, or pick one with --series", short(e.Commit))
+	check := e.Check
+	if check == "" {
+		check = (&Catalog{}).CheckCommand("SGLANG_REPO", e.Commit)
+	}
+	fmt.Fprintf(&b, "\nrun `%s` to see how each series fits, or pick one with --series", check)
 	return b.String()
 }
 

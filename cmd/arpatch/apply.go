@@ -60,13 +60,13 @@ Examples:
 			if err != nil {
 				return err
 			}
-			printApply(c.App.Writer, rep, r, opts.Repo)
+			printApply(c.App.Writer, rep, r, opts.Repo, cat)
 			return nil
 		},
 	}
 }
 
-func printApply(w io.Writer, rep *checkout.ApplyReport, r *recipes.Recipe, repoFlag string) {
+func printApply(w io.Writer, rep *checkout.ApplyReport, r *recipes.Recipe, repoFlag string, cat *patches.Catalog) {
 	recipe, source, env := r.Name, r.Source, r.Env
 	if rep.Cloned {
 		how := "over the network"
@@ -85,7 +85,8 @@ func printApply(w io.Writer, rep *checkout.ApplyReport, r *recipes.Recipe, repoF
 		if from == "" {
 			from = r.Upstream.URL
 		}
-		fmt.Fprintf(w, "series   not checked: %s is not a local repository, and a dry run downloads nothing.\n         Run `arpatch patches check --repo MIRROR --commit %s` on a local mirror, or apply without --dry-run\n", from, shortRev(rep.Commit))
+		fmt.Fprintf(w, "series   not checked: %s is not a local repository, and a dry run downloads nothing.\n         Mirror it once (`%s`), then run `%s`, or apply without --dry-run\n",
+			from, patches.ShellJoin([]string{"git", "clone", "--mirror", from, "sglang.git"}), cat.CheckCommand("sglang.git", rep.Commit))
 	} else if rep.Series == nil && len(rep.Patches) == 0 {
 		fmt.Fprintln(w, "series   (none: the recipe applies no patches)")
 	} else if rep.Series != nil {
@@ -142,11 +143,4 @@ func opLetter(o patches.Op) string {
 		return "D"
 	}
 	return "M"
-}
-
-func shortRev(c string) string {
-	if len(c) == 40 {
-		return c[:12]
-	}
-	return c
 }

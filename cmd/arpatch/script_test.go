@@ -4,14 +4,20 @@ import (
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
+	"errors"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"sort"
 	"strconv"
+	"strings"
 	"testing"
 
 	"github.com/rogpeppe/go-internal/testscript"
+	"mvdan.cc/sh/v3/shell"
 
 	"github.com/arpatch/arpatch/internal/testrepo"
 )
@@ -36,6 +42,10 @@ func TestMain(m *testing.M) {
 //	fakebin              put the fake CUDA toolchain of kernels/testdata first on PATH
 //	fakesmi HOST         put a fake nvidia-smi first on PATH, printing harness/doctor/testdata/HOST
 //	short VAR NEW        set $NEW to the first 12 hex digits of $VAR (a commit)
+//	remedy [-sub OLD=NEW] [REGEXP]
+//	                     run the `arpatch ...` command the previous command printed in
+//	                     backquotes (the one matching REGEXP; exactly one must), split as a
+//	                     shell would; -sub replaces a word first (a mirror a test cannot make)
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
@@ -121,6 +131,11 @@ func TestScripts(t *testing.T) {
 				}
 				ts.Setenv(args[1], ts.Getenv(args[0])[:12])
 			},
+			"remedy": func(ts *testscript.TestScript, neg bool, args []string) {
+				// Run the arpatch command the previous command printed
+				// in backquotes, as printed: a remedy must run.
+				runRemedy(ts, neg, args)
+			},
 			"sametree": func(ts *testscript.TestScript, neg bool, args []string) {
 				if len(args) != 2 {
 					ts.Fatalf("usage: sametree DIR VAR")
@@ -167,4 +182,54 @@ func treeHash(ts *testscript.TestScript, dir string) string {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+var remedyRe = regexp.MustCompile("`(arpatch [^`]+)`")
+
+// runRemedy is the script command remedy.
+func runRemedy(ts *testscript.TestScript, neg bool, args []string) {
+	sub := map[string]string{}
+	for len(args) >= 2 && args[0] == "-sub" {
+		old, new, ok := strings.Cut(args[1], "=")
+		if !ok {
+			ts.Fatalf("remedy: -sub wants OLD=NEW")
+		}
+		sub[old] = new
+		args = args[2:]
+	}
+	var filter *regexp.Regexp
+	if len(args) == 1 {
+		filter = regexp.MustCompile(args[0])
+	} else if len(args) > 1 {
+		ts.Fatalf("usage: remedy [-sub OLD=NEW] [REGEXP]")
+	}
+	out := ts.ReadFile("stdout") + ts.ReadFile("stderr")
+	var cmds []string
+	for _, m := range remedyRe.FindAllStringSubmatch(out, -1) {
+		if (filter == nil || filter.MatchString(m[1])) && !slices.Contains(cmds, m[1]) {
+			cmds = append(cmds, m[1])
+		}
+	}
+	if len(cmds) != 1 {
+		ts.Fatalf("remedy: want one `arpatch ...` command in the last output, found %q", cmds)
+	}
+	words, err := shell.Fields(cmds[0], func(string) string { return "" })
+	ts.Check(err)
+	for i, w := range words {
+		if n, ok := sub[w]; ok {
+			words[i] = n
+		}
+	}
+	ts.Logf("remedy: %s", strings.Join(words, " "))
+	err = ts.Exec(words[0], words[1:]...)
+	var ee *exec.ExitError
+	if errors.As(err, &ee) && ee.ExitCode() == exitUsage {
+		ts.Fatalf("remedy %q is refused as a usage error (exit 2)", cmds[0])
+	}
+	if err != nil && !neg {
+		ts.Fatalf("remedy %q failed: %v", cmds[0], err)
+	}
+	if err == nil && neg {
+		ts.Fatalf("remedy %q succeeded unexpectedly", cmds[0])
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/patches"
 )
 
 func statusCommand() *cli.Command {
@@ -66,11 +67,19 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 		fmt.Fprintf(w, "  %s  sha256 %s\n", p.Name, p.SHA256[:16])
 	}
 	fmt.Fprintf(w, "applied  %s by arpatch %s\n", st.AppliedAt.Format("2006-01-02 15:04:05 UTC"), st.ArpatchVersion)
+	// The revert that restores this tree: with --force when patched files
+	// hold edits, which revert refuses to lose otherwise.
+	revert, save := patches.ShellJoin([]string{"arpatch", "revert", "--src", rep.Src}), ""
+	if len(rep.Edits()) > 0 {
+		revert += " --force"
+		save = fmt.Sprintf(" (patched files hold edits, which revert discards only with --force: save them first with `%s > my.diff`)",
+			patches.ShellJoin([]string{"git", "-C", rep.Src, "diff"}))
+	}
 	if st.Reverting {
-		fmt.Fprintf(w, "INTERRUPTED: a revert was killed while restoring files; some may be restored, some not. Run `arpatch revert --src %s` again to finish it\n", rep.Src)
+		fmt.Fprintf(w, "INTERRUPTED: a revert was killed while restoring files; some may be restored, some not. Run `%s` again to finish it%s\n", revert, save)
 	}
 	if st.Incomplete {
-		fmt.Fprintf(w, "INTERRUPTED: this apply was killed while writing files; some may be patched, some not. Run `arpatch revert --src %s`\n", rep.Src)
+		fmt.Fprintf(w, "INTERRUPTED: this apply was killed while writing files; some may be patched, some not. Run `%s`%s\n", revert, save)
 	}
 	drifted := map[string]string{}
 	for _, d := range rep.Drift {
@@ -116,6 +125,6 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 	case rep.Head != st.Commit:
 		fmt.Fprintf(w, "NOT CLEAN: HEAD is %s, not the commit the series was applied at; check that out again (git -C %s checkout --detach %s)\n", rep.Head, rep.Src, st.Commit)
 	default:
-		fmt.Fprintf(w, "NOT CLEAN: see above; arpatch revert --src %s restores upstream's bytes\n", rep.Src)
+		fmt.Fprintf(w, "NOT CLEAN: see above; `%s` restores upstream's bytes%s\n", revert, save)
 	}
 }

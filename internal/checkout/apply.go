@@ -229,7 +229,7 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 		if errors.As(err, &nse) {
 			explainMoves(nse, opts.Catalog, repo, opts.Src, head)
 		}
-		return nil, err
+		return nil, withCheck(err, opts.Catalog, opts.Src, head)
 	}
 	rep.Series, rep.Reason, rep.Patches = choice.Series, choice.Reason, choice.Patches
 	if len(tracked) > 0 {
@@ -255,7 +255,7 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 		case "partial":
 			return nil, &DirtyError{Src: opts.Src, Fits: fits, Committed: true}
 		}
-		return nil, fmt.Errorf("%w\nthe tree is unchanged. Run `arpatch patches check --repo %s --commit %s` to see which series fits this commit", err, opts.Src, head)
+		return nil, fmt.Errorf("%w\nthe tree is unchanged. Run `%s` to see which series fits this commit", err, opts.Catalog.CheckCommand(opts.Src, head))
 	}
 	if err := patches.CheckResult(root, res, choice.Patches); err != nil {
 		return nil, fmt.Errorf("series %s: %w\nthe tree is unchanged", choice.Series.Name, err)
@@ -435,7 +435,7 @@ func dryRunClone(opts ApplyOptions, rep *ApplyReport, source, want string) (*App
 	}
 	choice, err := opts.Catalog.Resolve(opts.Recipe.Series, opts.Series, want, tree, opts.Recipe.Skip)
 	if err != nil {
-		return nil, err
+		return nil, withCheck(err, opts.Catalog, source, want)
 	}
 	rep.Series, rep.Reason, rep.Patches = choice.Series, choice.Reason, choice.Patches
 	res, err := patches.ApplyChecked(tree, choice.Patches)
@@ -628,4 +628,14 @@ func orNone(s string) string {
 		return "(none)"
 	}
 	return s
+}
+
+// withCheck fills a *patches.NoSeriesError's remedy with the patches check
+// command for repo at commit, through the catalog that was used.
+func withCheck(err error, c *patches.Catalog, repo, commit string) error {
+	var ns *patches.NoSeriesError
+	if errors.As(err, &ns) {
+		ns.Check = c.CheckCommand(repo, commit)
+	}
+	return err
 }

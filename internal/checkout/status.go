@@ -34,6 +34,11 @@ type StatusReport struct {
 	SeriesChanged []string `json:"series_changed"`
 }
 
+// Edits lists the drifted files that hold bytes neither apply nor
+// upstream wrote: what `arpatch revert` refuses to throw away without
+// --force.
+func (s *StatusReport) Edits() []FileDrift { return edits(s.Drift) }
+
 // Buildable reports whether arpatch build would take the tree (see
 // BuildProblem).
 func (s *StatusReport) Buildable() bool { return s.BuildProblem() == nil }
