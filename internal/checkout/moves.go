@@ -21,14 +21,20 @@ type Moved struct {
 	// Lost lists files that could not be followed (deleted without a
 	// rename, or history that does not lead from tested_on to here).
 	Lost []string
+	// Err is the built-in effect rule's refusal of the series at the new
+	// paths (patches.ApplyChecked), when it fits there otherwise.
+	Err error
 }
 
 // Verdict is "moved" when every patch fits at the new paths (exactly or
 // with offsets), else the verdict of Fits.
 func (m *Moved) Verdict() string {
 	v := patches.Verdict(m.Fits)
-	if len(m.Lost) == 0 && (v == "exact" || v == "offset") {
+	if len(m.Lost) == 0 && m.Err == nil && (v == "exact" || v == "offset") {
 		return "moved"
+	}
+	if m.Err != nil {
+		return "error"
 	}
 	return v
 }
@@ -69,7 +75,13 @@ func movesFor(repo *gitsrc.Repo, s *patches.Series, ps []*patches.Patch, commit 
 			}
 		}
 	}
-	m.Fits = patches.Check(tree, remap(ps, newPath))
+	atNew := remap(ps, newPath)
+	m.Fits = patches.Check(tree, atNew)
+	if v := patches.Verdict(m.Fits); v == "exact" || v == "offset" {
+		if _, err := patches.ApplyChecked(tree, atNew); err != nil {
+			m.Err = err
+		}
+	}
 	return m
 }
 
@@ -108,6 +120,9 @@ func (m *Moved) Explain(series, repo, commit, patchesDir string) []string {
 	}
 	if len(m.Fits) > 0 {
 		out = append(out, "at the new paths: "+strings.Join(fits, " "))
+	}
+	if m.Err != nil {
+		out = append(out, "but there "+m.Err.Error())
 	}
 	if m.Verdict() == "moved" {
 		out = append(out, "write a series for this commit: "+port.Command(series, repo, commit, port.DraftDir(series, commit), patchesDir))

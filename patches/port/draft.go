@@ -40,6 +40,9 @@ var ErrConflicts = errors.New("the port has conflicts")
 // (wrapped, with the count) when any patch conflicted, and an error for a
 // name that is not a series name.
 func (r *Report) Draft(s *patches.Series, name string, seal bool) (*Draft, error) {
+	if r.Refused != "" {
+		return nil, fmt.Errorf("%w: the ported series is refused by arpatch's effect rule at %s: %s; nothing is written", ErrConflicts, short(r.To), r.Refused)
+	}
 	if !r.Clean {
 		n := 0
 		for _, p := range r.Patches {

@@ -98,6 +98,10 @@ type Report struct {
 	Clean   bool            `json:"clean"`
 	Moves   []gitsrc.Rename `json:"moves,omitempty"`
 	Patches []Patch         `json:"patches"`
+	// Refused is set when every patch ported cleanly but arpatch's
+	// built-in effect rule (patches.ApplyChecked) refuses the ported series
+	// at the target, as apply would: no draft is offered then.
+	Refused string `json:"refused,omitempty"`
 }
 
 // Counts returns how many hunks have each status.
@@ -196,6 +200,20 @@ func Run(opts Options) (*Report, error) {
 			rep.Clean = false
 		}
 		rep.Patches = append(rep.Patches, pr)
+	}
+	if rep.Clean {
+		var ported []*patches.Patch
+		for i, pr := range rep.Patches {
+			d, err := patches.ParseDiff(pr.Patch, pr.Text)
+			if err != nil {
+				return nil, err // verify parsed it already
+			}
+			ported = append(ported, &patches.Patch{Name: pr.Patch, Provides: ps[i].Provides, Diff: d})
+		}
+		if _, err := patches.ApplyChecked(toTree, ported); err != nil {
+			rep.Clean = false
+			rep.Refused = err.Error()
+		}
 	}
 	return rep, nil
 }

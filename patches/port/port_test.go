@@ -19,22 +19,22 @@ const oldPath = "sgl-kernel/csrc/allreduce/custom_all_reduce.cuh"
 
 // dispatch is a fixture shaped like sgl-kernel's allreduce dispatch.
 const dispatch = `// arpatch test fixture: shaped like sgl-kernel's allreduce dispatch.
-#pragma once
+#define KL(name) name<<<blocks, threads, 0, stream>>>(out)
 namespace fixture {
-struct Dispatch {
+struct CustomAllreduce {
   int world_size_;
   bool full_nvlink_;
-  const char* pick(long bytes) const {
+  void allreduce(long bytes) { switch (world_size_) { case 2: case 4: case 8: {
     if (world_size_ == 2) {
-      return "1stage";
+      KL(one_stage);
     } else if (full_nvlink_) {
       if (bytes < 256 * 1024) {
-        return "1stage";
+        KL(one_stage);
+      } else {
+        KL(two_stage);
       }
-      return "2stage";
     }
-    return "none";
-  }
+    break; } default: throw std::runtime_error("world size"); } }
 };
 }  // namespace fixture
 `
@@ -47,15 +47,15 @@ Applies-To: the fixture tree
 diff --git a/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh b/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh
 --- a/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh
 +++ b/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh
-@@ -7,7 +7,7 @@ struct Dispatch {
-   const char* pick(long bytes) const {
+@@ -7,7 +7,7 @@ struct CustomAllreduce {
+   void allreduce(long bytes) { switch (world_size_) { case 2: case 4: case 8: {
      if (world_size_ == 2) {
-       return "1stage";
+       KL(one_stage);
 -    } else if (full_nvlink_) {
 +    } else {  // full NVLink, or PCIe-only above 2 GPUs
        if (bytes < 256 * 1024) {
-         return "1stage";
-       }
+         KL(one_stage);
+       } else {
 `
 
 // fixture is an upstream history and a sealed one-patch series tested on
@@ -217,7 +217,7 @@ func TestPortRenameUnchanged(t *testing.T) {
 		t.Fatalf("patched file:\n%s", got)
 	}
 	text := string(rep.Patches[0].Text)
-	for _, want := range []string{"diff --git a/" + newPath + " b/" + newPath, "@@ -7,7 +7,7 @@ struct Dispatch {", "Applies-To: sglang " + mv + " (ported by `arpatch patches port` from fix-pcie, tested on " + f.base[:12] + ")"} {
+	for _, want := range []string{"diff --git a/" + newPath + " b/" + newPath, "@@ -7,7 +7,7 @@ struct CustomAllreduce {", "Applies-To: sglang " + mv + " (ported by `arpatch patches port` from fix-pcie, tested on " + f.base[:12] + ")"} {
 		if !strings.Contains(text, want) {
 			t.Errorf("ported patch lacks %q:\n%s", want, text)
 		}
@@ -234,7 +234,7 @@ func TestPortRenamePlusOffset(t *testing.T) {
 	if h.Status != Offset || h.Offset != 3 || h.Line != 10 || h.Path != newPath || len(h.Moved) != 1 {
 		t.Fatalf("hunk %+v", h)
 	}
-	if !strings.Contains(string(rep.Patches[0].Text), "@@ -10,7 +10,7 @@ struct Dispatch {") {
+	if !strings.Contains(string(rep.Patches[0].Text), "@@ -10,7 +10,7 @@ struct CustomAllreduce {") {
 		t.Errorf("the hunk was not re-headed at line 10:\n%s", rep.Patches[0].Text)
 	}
 	if got := f.draftApplies(rep, mv, newPath); got != patched(moved) {
@@ -244,9 +244,10 @@ func TestPortRenamePlusOffset(t *testing.T) {
 
 func TestPortThreeWayClean(t *testing.T) {
 	f := newFixture(t)
-	// Upstream changes a context line of the hunk (line 8) and adds a
-	// line at the end: the hunk no longer fits, the merge is clean.
-	theirs := strings.Replace(dispatch, "  const char* pick(long bytes) const {", "  const char* pick(long nbytes, long bytes) const {", 1) + "// end\n"
+	// Upstream changes a context line of the hunk (line 12, two lines
+	// below the patched one) and adds a line at the end: the hunk no
+	// longer fits, the merge is clean.
+	theirs := strings.Replace(dispatch, "        KL(one_stage);\n      } else {", "        KL(one_stage_small);\n      } else {", 1) + "// end\n"
 	c := f.step(map[string]string{oldPath: theirs})
 	rep := f.port(c)
 	h := onlyHunk(t, rep)
@@ -255,7 +256,7 @@ func TestPortThreeWayClean(t *testing.T) {
 	}
 	text := string(rep.Patches[0].Text)
 	// The regenerated hunk carries upstream's new context line.
-	if !strings.Contains(text, "\n   const char* pick(long nbytes, long bytes) const {\n") || !strings.Contains(text, "@@ -7,7 +7,7 @@ struct Dispatch {") {
+	if !strings.Contains(text, "\n         KL(one_stage_small);\n") || !strings.Contains(text, "@@ -7,7 +7,7 @@ struct CustomAllreduce {") {
 		t.Fatalf("regenerated hunk:\n%s", text)
 	}
 	if got := f.draftApplies(rep, c, oldPath); got != patched(theirs) {
@@ -298,7 +299,7 @@ func TestPortOverlapConflictWritesNothing(t *testing.T) {
 func TestPortRenameChain(t *testing.T) {
 	f := newFixture(t)
 	m1 := f.step(map[string]string{oldPath: "", "kernels/custom_all_reduce.cuh": dispatch})
-	edited := strings.Replace(dispatch, "#pragma once\n", "#pragma once\n#include <cstdint>\n", 1)
+	edited := strings.Replace(dispatch, "namespace fixture {\n", "#include <cstdint>\nnamespace fixture {\n", 1)
 	f.step(map[string]string{"kernels/custom_all_reduce.cuh": edited})
 	m2 := f.step(map[string]string{"kernels/custom_all_reduce.cuh": "", "python/aot/custom_all_reduce.cuh": edited})
 	rep := f.port(m2)
@@ -346,5 +347,24 @@ func TestDraftRefusesAFullDirectory(t *testing.T) {
 	}
 	if _, err := rep.Draft(f.series, "Bad Name", false); err == nil {
 		t.Fatal("a bad series name was accepted")
+	}
+}
+
+func TestPortRefusedByTheEffectRule(t *testing.T) {
+	f := newFixture(t)
+	// Upstream stops throwing for world sizes its switch does not list:
+	// the hunk still fits, but at world size 6 the patched dispatch would
+	// launch nothing, so apply would refuse the ported series.
+	theirs := strings.Replace(dispatch, `default: throw std::runtime_error("world size");`, "default: break;", 1)
+	c := f.step(map[string]string{oldPath: theirs})
+	rep := f.port(c)
+	if rep.Clean || rep.Refused == "" || onlyHunk(t, rep).Status != Exact {
+		t.Fatalf("report %+v", rep)
+	}
+	if !strings.HasPrefix(rep.Summary(), "refused by arpatch's effect rule: 1 exact hunks") {
+		t.Errorf("summary %q", rep.Summary())
+	}
+	if _, err := rep.Draft(f.series, "next", true); !errors.Is(err, ErrConflicts) || !strings.Contains(err.Error(), "refused by arpatch's effect rule") {
+		t.Fatalf("Draft of a refused port: %v", err)
 	}
 }

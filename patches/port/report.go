@@ -32,7 +32,10 @@ func (r *Report) Summary() string {
 		}
 	}
 	word := "clean"
-	if !r.Clean {
+	switch {
+	case r.Refused != "":
+		word = "refused by arpatch's effect rule"
+	case !r.Clean:
 		word = "conflict"
 	}
 	s := word + ": " + strings.Join(parts, ", ") + " hunks"
@@ -50,6 +53,9 @@ func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "port %s (tested on %s) to %s: %s\n", r.Series, short(r.From), short(r.To), r.Summary())
 	for _, m := range r.Moves {
 		fmt.Fprintf(w, "  %s %s (%s)\n", m.From, m, m.Subject)
+	}
+	if r.Refused != "" {
+		fmt.Fprintf(w, "refused: the ported series applies, but %s\n", strings.ReplaceAll(r.Refused, "\n", "\n  "))
 	}
 	for _, p := range r.Patches {
 		for _, h := range p.Hunks {
