@@ -295,3 +295,18 @@ func (c *CommitTree) Mode(path string) string {
 	}
 	return strings.TrimPrefix(f.Mode.String(), "0")
 }
+
+// Paths lists every file of the commit (slash paths, sorted; submodules
+// are not files and are left out).
+func (c *CommitTree) Paths() ([]string, error) {
+	var out []string
+	err := c.t.Files().ForEach(func(f *object.File) error {
+		out = append(out, f.Name)
+		return nil
+	})
+	if err != nil {
+		return nil, fmt.Errorf("listing the files of %s: %w", c.Commit[:12], err)
+	}
+	sort.Strings(out)
+	return out, nil
+}
