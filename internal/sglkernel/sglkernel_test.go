@@ -93,7 +93,7 @@ func TestFindRefusals(t *testing.T) {
 	}{
 		"none": {tree(), []string{"fixture has no sgl-kernel project: looked for a directory holding csrc/allreduce/custom_all_reduce.cu, CMakeLists.txt and a pyproject.toml built by scikit-build-core with [project] name sglang-kernel or sgl-kernel",
 			"python/sglang/kernels/aot/", "Point --src at an SGLang checkout"}},
-		"two": {tree("sgl-kernel", "python/sglang/kernels/aot"), []string{"fixture holds 2 sgl-kernel projects (python/sglang/kernels/aot/, sgl-kernel/); arpatch builds one and will not guess"}},
+		"two":          {tree("sgl-kernel", "python/sglang/kernels/aot"), []string{"fixture holds 2 sgl-kernel projects (python/sglang/kernels/aot/, sgl-kernel/); arpatch builds one and will not guess"}},
 		"no pyproject": {without(tree("sgl-kernel"), "sgl-kernel/pyproject.toml"), []string{"sgl-kernel/ holds csrc/allreduce/custom_all_reduce.cu but no pyproject.toml"}},
 		"no cmake":     {without(tree("sgl-kernel"), "sgl-kernel/CMakeLists.txt"), []string{"sgl-kernel/ holds csrc/allreduce/custom_all_reduce.cu but no CMakeLists.txt"}},
 		"other name":   {with(tree("vendor/k"), "vendor/k/pyproject.toml", pyproject("vllm-kernels", "scikit_build_core.build")), []string{`vendor/k/pyproject.toml names project "vllm-kernels"`}},
