@@ -206,15 +206,29 @@ func TestPlanRefusals(t *testing.T) {
 	contains(t, errString(p.Problems), "cannot import torch (ModuleNotFoundError")
 	// no apply state
 	plain := filepath.Join(t.TempDir(), "plain")
-	testrepo.WriteFiles(plain, map[string]string{"sgl-kernel/CMakeLists.txt": fixtureCMake})
+	testrepo.WriteFiles(plain, kernelFiles(t, oldLayout))
 	testrepo.Init(plain)
 	o := e.opts()
 	o.Src = plain
 	if _, err := PlanBuild(context.Background(), o); err == nil || !strings.Contains(err.Error(), "has no apply state") || !strings.Contains(err.Error(), "arpatch apply --src "+plain) {
 		t.Errorf("no state: %v", err)
 	}
+}
+
+// TestTreeGuards refuses, in both layouts, what would reach the build
+// unrecorded: edits, edits hidden by skip-worktree, untracked files under
+// the sgl-kernel project, ignored files in its wheel package.
+func TestTreeGuards(t *testing.T) {
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) { testTreeGuards(t, newEnvIn(t, l)) })
+	}
+}
+
+func testTreeGuards(t *testing.T, e *env) {
+	kd := e.kdir + "/"
+	utils := e.k("include/utils.h")
 	// a tree edited since apply
-	os.WriteFile(filepath.Join(e.src, "sgl-kernel/include/utils.h"), []byte("// edited\n"), 0o644)
+	os.WriteFile(utils, []byte("// edited\n"), 0o644)
 	if _, err := PlanBuild(context.Background(), e.opts()); err == nil || !strings.Contains(err.Error(), "uncommitted changes to files the series did not touch") {
 		t.Errorf("edited tree: %v", err)
 	}
@@ -225,35 +239,35 @@ func TestPlanRefusals(t *testing.T) {
 	}
 	idx, _ := r.Storer.Index()
 	for _, x := range idx.Entries {
-		if x.Name == "sgl-kernel/include/utils.h" {
+		if x.Name == kd+"include/utils.h" {
 			x.SkipWorktree = true
 		}
 	}
 	r.Storer.SetIndex(idx)
-	if _, err := PlanBuild(context.Background(), e.opts()); err == nil || !strings.Contains(err.Error(), "skip-worktree entries under sgl-kernel/ (sgl-kernel/include/utils.h)") || !strings.Contains(err.Error(), "update-index --no-skip-worktree") {
+	if _, err := PlanBuild(context.Background(), e.opts()); err == nil || !strings.Contains(err.Error(), "skip-worktree entries under "+kd+" ("+kd+"include/utils.h)") || !strings.Contains(err.Error(), "update-index --no-skip-worktree") {
 		t.Errorf("skip-worktree: %v", err)
 	}
 	for _, x := range idx.Entries {
 		x.SkipWorktree = false
 	}
 	r.Storer.SetIndex(idx)
-	os.WriteFile(filepath.Join(e.src, "sgl-kernel/include/utils.h"), []byte("// fixture header\n"), 0o644)
-	// An untracked file under sgl-kernel/ could go into the wheel; one
+	os.WriteFile(utils, []byte("// fixture header\n"), 0o644)
+	// An untracked file under the project could go into the wheel; one
 	// elsewhere cannot.
 	os.WriteFile(filepath.Join(e.src, "notes.txt"), []byte("mine\n"), 0o644)
 	mustPlan(t, e.opts())
-	os.WriteFile(filepath.Join(e.src, "sgl-kernel/extra.py"), []byte("x = 1\n"), 0o644)
-	if _, err := PlanBuild(context.Background(), e.opts()); err == nil || !strings.Contains(err.Error(), "untracked files under sgl-kernel/ (sgl-kernel/extra.py)") {
+	os.WriteFile(e.k("extra.py"), []byte("x = 1\n"), 0o644)
+	if _, err := PlanBuild(context.Background(), e.opts()); err == nil || !strings.Contains(err.Error(), "untracked files under "+kd+" ("+kd+"extra.py)") {
 		t.Errorf("untracked: %v", err)
 	}
-	os.Remove(filepath.Join(e.src, "sgl-kernel/extra.py"))
+	os.Remove(e.k("extra.py"))
 	// An ignored file in the package directory would be packaged too.
 	os.WriteFile(filepath.Join(e.src, ".gitignore"), []byte("*.so\n__pycache__/\n"), 0o644)
-	os.MkdirAll(filepath.Join(e.src, "sgl-kernel/python/sgl_kernel/__pycache__"), 0o755)
-	os.WriteFile(filepath.Join(e.src, "sgl-kernel/python/sgl_kernel/__pycache__/x.pyc"), []byte("pyc"), 0o644)
+	os.MkdirAll(e.k("python/sgl_kernel/__pycache__"), 0o755)
+	os.WriteFile(e.k("python/sgl_kernel/__pycache__/x.pyc"), []byte("pyc"), 0o644)
 	mustPlan(t, e.opts())
-	os.WriteFile(filepath.Join(e.src, "sgl-kernel/python/sgl_kernel/stale_ops.so"), []byte("old"), 0o644)
-	if _, err := PlanBuild(context.Background(), e.opts()); err == nil || !strings.Contains(err.Error(), "files git does not track under sgl-kernel/python/ (sgl-kernel/python/sgl_kernel/stale_ops.so)") {
+	os.WriteFile(e.k("python/sgl_kernel/stale_ops.so"), []byte("old"), 0o644)
+	if _, err := PlanBuild(context.Background(), e.opts()); err == nil || !strings.Contains(err.Error(), "files git does not track under "+kd+"python/sgl_kernel ("+kd+"python/sgl_kernel/stale_ops.so)") {
 		t.Errorf("ignored .so in the package: %v", err)
 	}
 }
@@ -317,51 +331,67 @@ func TestOfflineAndDepsDir(t *testing.T) {
 }
 
 func TestCheckCompilesEachArch(t *testing.T) {
-	e := newEnv(t).with("FAKE_NVCC_FAIL_ARCHS=120a")
-	res, tc, err := Check(context.Background(), CheckOptions{Src: e.src, Archs: []Arch{"120a", "90a"}, Python: "python3", Env: e.env})
-	if err != nil {
-		t.Fatal(err)
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			e := newEnvIn(t, l).with("FAKE_NVCC_FAIL_ARCHS=120a")
+			res, tc, err := Check(context.Background(), CheckOptions{Src: e.src, Archs: []Arch{"120a", "90a"}, Python: "python3", Env: e.env})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if tc.NVCC.Version != "13.0.88" || len(res) != 2 {
+				t.Fatalf("tc %+v res %+v", tc.NVCC, res)
+			}
+			if res[0].Arch != "120a" || res[0].OK || len(res[0].Errors) != 1 || !strings.Contains(res[0].Errors[0], `identifier "full_nvlink" is undefined`) {
+				t.Errorf("120a = %+v", res[0])
+			}
+			if !res[1].OK || res[1].TU != l.dir+"/csrc/allreduce/custom_all_reduce.cu" {
+				t.Errorf("90a = %+v", res[1])
+			}
+			cmd := strings.Join(res[1].Command, " ")
+			contains(t, cmd, "-c -o", "-gencode=arch=compute_90a,code=sm_90a", "-D_GLIBCXX_USE_CXX11_ABI=1", "-I/fake/torch/include",
+				"-I"+e.k("include"), "-I"+e.k("csrc"), e.k("csrc/allreduce/custom_all_reduce.cu"), "--expt-relaxed-constexpr")
+			if strings.Contains(cmd, "compute_120a") {
+				t.Errorf("90a command compiles 120a too: %s", cmd)
+			}
+		})
 	}
-	if tc.NVCC.Version != "13.0.88" || len(res) != 2 {
-		t.Fatalf("tc %+v res %+v", tc.NVCC, res)
-	}
-	if res[0].Arch != "120a" || res[0].OK || len(res[0].Errors) != 1 || !strings.Contains(res[0].Errors[0], `identifier "full_nvlink" is undefined`) {
-		t.Errorf("120a = %+v", res[0])
-	}
-	if !res[1].OK {
-		t.Errorf("90a = %+v", res[1])
-	}
-	cmd := strings.Join(res[1].Command, " ")
-	contains(t, cmd, "-c -o", "-gencode=arch=compute_90a,code=sm_90a", "-D_GLIBCXX_USE_CXX11_ABI=1", "-I/fake/torch/include",
-		"-I"+filepath.Join(e.src, "sgl-kernel", "include"), filepath.Join(e.src, AllreduceTU), "--expt-relaxed-constexpr")
-	if strings.Contains(cmd, "compute_120a") {
-		t.Errorf("90a command compiles 120a too: %s", cmd)
-	}
+	// A tree with no sgl-kernel project says what it looked for.
+	dir := t.TempDir()
+	testrepo.WriteFiles(dir, map[string]string{"python/sglang/version.py": "x\n", "csrc/allreduce/custom_all_reduce.cu": "//\n"})
+	testrepo.Init(dir)
+	_, _, err := Check(context.Background(), CheckOptions{Src: dir, Archs: []Arch{"90a"}, Python: "python3"})
+	contains(t, errString(err), dir+" has no sgl-kernel project: looked for a directory holding csrc/allreduce/custom_all_reduce.cu, CMakeLists.txt and a pyproject.toml",
+		"./ holds csrc/allreduce/custom_all_reduce.cu but no CMakeLists.txt")
 }
 
 func TestAllreduceExtBuildAndCache(t *testing.T) {
-	e := newEnv(t)
-	o := e.opts("90a")
-	p, err := PlanExt(context.Background(), o)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.Env["TORCH_CUDA_ARCH_LIST"] != "9.0a" || p.Inputs.Kind != "allreduce-ext" || p.Inputs.Extra["binding.cpp_sha256"] == "" {
-		t.Fatalf("plan = %+v", p)
-	}
-	wheel := mustPlan(t, o)
-	if wheel.Key == p.Key {
-		t.Error("the extension and the wheel share a cache key")
-	}
-	res, err := Build(context.Background(), p, o, nil)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if filepath.Base(res.Wheel) != "arpatch_custom_ar.so" || readFile(t, res.Wheel) != "fake ext for 9.0a\n" {
-		t.Errorf("ext output %s = %q", res.Wheel, readFile(t, res.Wheel))
-	}
-	if res2, err := Build(context.Background(), p, o, nil); err != nil || !res2.Hit {
-		t.Errorf("second ext build: hit %v err %v", res2 != nil && res2.Hit, err)
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			e := newEnvIn(t, l)
+			o := e.opts("90a")
+			p, err := PlanExt(context.Background(), o)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if p.Env["TORCH_CUDA_ARCH_LIST"] != "9.0a" || p.Inputs.Kind != "allreduce-ext" || p.Inputs.Extra["binding.cpp_sha256"] == "" || p.Inputs.Project != l.dir {
+				t.Fatalf("plan = %+v", p)
+			}
+			contains(t, strings.Join(p.Argv, " "), "build_ext.py --kernel-dir "+e.k("")+" --binding")
+			wheel := mustPlan(t, o)
+			if wheel.Key == p.Key {
+				t.Error("the extension and the wheel share a cache key")
+			}
+			res, err := Build(context.Background(), p, o, nil)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if filepath.Base(res.Wheel) != "arpatch_custom_ar.so" || readFile(t, res.Wheel) != "fake ext for 9.0a\n" {
+				t.Errorf("ext output %s = %q", res.Wheel, readFile(t, res.Wheel))
+			}
+			if res2, err := Build(context.Background(), p, o, nil); err != nil || !res2.Hit {
+				t.Errorf("second ext build: hit %v err %v", res2 != nil && res2.Hit, err)
+			}
+		})
 	}
 }
 
@@ -398,7 +428,7 @@ func TestDepsOfArchiveURLs(t *testing.T) {
 FetchContent_Declare(repo-triton URL https://${GITHUB_ARTIFACTORY}/triton-lang/triton/archive/v3.6.0.tar.gz URL_HASH SHA256=bbbb)
 FetchContent_Declare(repo-odd URL https://example.invalid/odd.tar.gz)
 `})
-	deps, err := ScanDeps(dir)
+	deps, err := ScanDeps(dir, "k")
 	if err != nil || len(deps) != 3 {
 		t.Fatalf("ScanDeps = %+v, %v", deps, err)
 	}

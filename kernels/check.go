@@ -8,14 +8,15 @@ import (
 	"strings"
 	"sync"
 	"time"
-)
 
-// AllreduceTU is the translation unit that holds sgl-kernel's custom
-// allreduce entry points, in the trees arpatch patches (eras A and B).
-const AllreduceTU = "sgl-kernel/csrc/allreduce/custom_all_reduce.cu"
+	"github.com/arpatch/arpatch/internal/sglkernel"
+)
 
 // CheckResult is the compile of the allreduce translation unit for one arch.
 type CheckResult struct {
+	// TU is the translation unit compiled, relative to the tree:
+	// <project>/csrc/allreduce/custom_all_reduce.cu.
+	TU      string
 	Arch    Arch
 	OK      bool
 	Seconds float64
@@ -38,16 +39,23 @@ type CheckOptions struct {
 // sources (SGL_KERNEL_CUDA_FLAGS) that matter for this translation unit.
 var nvccFlags = []string{"-std=c++17", "-O3", "-DNDEBUG", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr", "--expt-extended-lambda"}
 
-// Check compiles AllreduceTU of the tree compile-only (nvcc -c), with
+// Check compiles the allreduce translation unit of the tree's sgl-kernel
+// project (sglkernel.InCheckout: sgl-kernel/ or python/sglang/kernels/aot/)
+// compile-only (nvcc -c), with the project's include/ and csrc/ and
 // torch's include paths and C++ ABI, once per arch, and reports time and
 // errors for each. It is the minute-scale test that a patch compiles
 // before an hour-long build. It returns an error only when it cannot run
-// nvcc at all (toolchain problems, missing file); compile errors are in
-// the results.
+// nvcc at all (toolchain problems, no single sgl-kernel project, missing
+// file); compile errors are in the results.
 func Check(ctx context.Context, opts CheckOptions) ([]CheckResult, *Toolchain, error) {
-	tu := filepath.Join(opts.Src, AllreduceTU)
+	proj, err := sglkernel.InCheckout(opts.Src)
+	if err != nil {
+		return nil, nil, err
+	}
+	kdir := filepath.Join(opts.Src, filepath.FromSlash(proj.Dir))
+	tu := filepath.Join(opts.Src, filepath.FromSlash(proj.AllreduceTU()))
 	if _, err := os.Stat(tu); err != nil {
-		return nil, nil, fmt.Errorf("%s: %v; --check needs an SGLang tree with sgl-kernel/ (up to 2026-07-28)", tu, err)
+		return nil, nil, fmt.Errorf("%s: %v; restore it (git -C %s checkout -- %s)", tu, err, opts.Src, proj.AllreduceTU())
 	}
 	env := opts.Env
 	if env == nil {
@@ -71,7 +79,7 @@ func Check(ctx context.Context, opts CheckOptions) ([]CheckResult, *Toolchain, e
 		abi = "1"
 	}
 	base = append(base, "-D_GLIBCXX_USE_CXX11_ABI="+abi,
-		"-I"+filepath.Join(opts.Src, "sgl-kernel", "include"), "-I"+filepath.Join(opts.Src, "sgl-kernel", "csrc"))
+		"-I"+filepath.Join(kdir, "include"), "-I"+filepath.Join(kdir, "csrc"))
 	for _, p := range tc.Torch.IncludePaths {
 		base = append(base, "-I"+p)
 	}
@@ -92,7 +100,7 @@ func Check(ctx context.Context, opts CheckOptions) ([]CheckResult, *Toolchain, e
 			argv = append(argv, tu)
 			t0 := time.Now()
 			out, err := runTool(ctx, env, argv[0], argv[1:]...)
-			r := CheckResult{Arch: a, OK: err == nil, Seconds: time.Since(t0).Seconds(), Command: argv, Log: out}
+			r := CheckResult{TU: proj.AllreduceTU(), Arch: a, OK: err == nil, Seconds: time.Since(t0).Seconds(), Command: argv, Log: out}
 			if err != nil {
 				r.Errors = errorLines(out, 20)
 				if len(r.Errors) == 0 {

@@ -32,8 +32,9 @@ func torchArch(a Arch) string {
 	return s[:len(s)-1] + "." + s[len(s)-1:] + suffix
 }
 
-// PlanExt decides the build of the allreduce extension: the tree's
-// AllreduceTU plus arpatch's binding.cpp, compiled by
+// PlanExt decides the build of the allreduce extension: the allreduce
+// translation unit of the tree's sgl-kernel project (sglkernel, wherever
+// the tree keeps it) plus arpatch's binding.cpp, compiled by
 // torch.utils.cpp_extension for the archs, cached like a wheel under its own
 // key (kind "allreduce-ext", with the binding's and build script's sha256).
 // The tree must carry apply state, as for PlanBuild.
@@ -43,8 +44,9 @@ func PlanExt(ctx context.Context, opts BuildOptions) (*Plan, error) {
 		return nil, err
 	}
 	st, tc := p.State, p.Toolchain
-	if _, err := os.Stat(filepath.Join(opts.Src, AllreduceTU)); err != nil {
-		return nil, fmt.Errorf("%s: %v; --allreduce-ext needs an SGLang tree with sgl-kernel/ (up to 2026-07-28)", opts.Src, err)
+	kdir := filepath.Join(opts.Src, filepath.FromSlash(p.Project.Dir))
+	if _, err := os.Stat(filepath.Join(opts.Src, filepath.FromSlash(p.Project.AllreduceTU()))); err != nil {
+		return nil, fmt.Errorf("%s: %v", p.Project.AllreduceTU(), err)
 	}
 	p.Dir, p.Builder, p.Output = opts.Src, "torch.utils.cpp_extension", "build/"+ExtModule+"*.so"
 	p.Problems = tc.Validate(Needs{Archs: opts.Archs, Torch: true, Ninja: true})
@@ -60,7 +62,7 @@ func PlanExt(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	if home := tc.CUDAHome(); home != "" {
 		p.Env["CUDA_HOME"] = home
 	}
-	p.Argv = []string{tc.Python.Path, TmpMarker + "/src/build_ext.py", "--src", opts.Src,
+	p.Argv = []string{tc.Python.Path, TmpMarker + "/src/build_ext.py", "--kernel-dir", kdir,
 		"--binding", TmpMarker + "/src/binding.cpp", "--build-dir", TmpMarker + "/build", "--name", ExtModule}
 	extra := map[string]string{}
 	for _, f := range []string{"binding.cpp", "build_ext.py"} {
@@ -72,7 +74,7 @@ func PlanExt(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	// TORCH_CUDA_ARCH_LIST does not reach it.
 	buildEnv := outputEnv(env, "TORCH_CUDA_ARCH_LIST")
 	p.Inputs = Inputs{
-		Schema: KeySchema, Kind: "allreduce-ext", Commit: st.Commit, Series: st.Series,
+		Schema: KeySchema, Kind: "allreduce-ext", Commit: st.Commit, Series: st.Series, Project: p.Project.Dir,
 		Patches: patchInputs(st), Archs: ArchStrings(opts.Archs), Builder: p.Builder,
 		BuildEnv: buildEnv, Toolchain: tc.Versions(""), Extra: extra,
 	}

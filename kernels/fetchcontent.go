@@ -19,19 +19,30 @@ import (
 // Dep is one FetchContent_Declare of sgl-kernel's CMake files: a
 // third-party source that CMake downloads at configure time unless
 // FETCHCONTENT_SOURCE_DIR_<NAME> points at a local copy. Upstream declares
-// them either by GIT_REPOSITORY + GIT_TAG (the April 2026 tree) or by an
-// archive URL + URL_HASH (the July 2026 tree, sgl-kernel/CMakeLists.txt).
+// them in one of two forms:
+//   - GIT_REPOSITORY + GIT_TAG. Upstream: sgl-kernel/CMakeLists.txt@84118acf50b3.
+//   - URL https://${GITHUB_ARTIFACTORY}/<org>/<repo>/archive/<rev>.tar.gz +
+//     URL_HASH SHA256=<hex>, with GITHUB_ARTIFACTORY a cache variable
+//     defaulting to github.com. Upstream: sgl-kernel/CMakeLists.txt@8905cbd42f4a
+//     and python/sglang/kernels/aot/CMakeLists.txt@0bda0b168ad5 (and
+//     cmake/flashmla.cmake beside each).
 type Dep struct {
 	Name    string `json:"name"`               // "repo-cutlass"
-	Repo    string `json:"repo"`               // GIT_REPOSITORY or URL
+	Repo    string `json:"repo"`               // GIT_REPOSITORY or URL, as the CMake file spells it
 	Tag     string `json:"tag,omitempty"`      // GIT_TAG (a commit or a tag)
 	URLHash string `json:"url_hash,omitempty"` // URL_HASH, e.g. "SHA256=09237099..."
 	File    string `json:"file"`               // CMake file that declares it, relative to the tree
+	// URL is Repo with the ${VAR}s the CMake files set() expanded
+	// (GITHUB_ARTIFACTORY: github.com): where to download it by hand.
+	URL string `json:"url,omitempty"`
 	// Dir and Commit are set when a --deps-dir copy was found: Commit is
 	// the copy's git HEAD, or "sha256:<hex>" of its files when the copy
-	// is not a git checkout (an unpacked archive).
-	Dir    string `json:"dir,omitempty"`
-	Commit string `json:"commit,omitempty"`
+	// is not a git checkout (an unpacked archive), or
+	// "archive-sha256:<hex>" of the archive Archive, which the build
+	// unpacks into Dir (under its temp directory, TmpMarker).
+	Dir     string `json:"dir,omitempty"`
+	Commit  string `json:"commit,omitempty"`
+	Archive string `json:"archive,omitempty"`
 }
 
 // Pin is the revision upstream pins: GIT_TAG, or for an archive URL of
@@ -61,16 +72,20 @@ func (d Dep) Var() string { return "FETCHCONTENT_SOURCE_DIR_" + strings.ToUpper(
 
 var (
 	declareRe = regexp.MustCompile(`(?is)FetchContent_Declare\s*\(\s*([A-Za-z0-9_.+-]+)([^)]*)\)`)
+	setRe     = regexp.MustCompile(`(?i)\bset\s*\(\s*([A-Za-z0-9_]+)\s+"([^"$]*)"`)
+	varRe     = regexp.MustCompile(`\$\{([A-Za-z0-9_]+)\}`)
 	repoRe    = regexp.MustCompile(`(?i)\b(?:GIT_REPOSITORY|URL)\s+"?([^\s")]+)"?`)
 	tagRe     = regexp.MustCompile(`(?i)\bGIT_TAG\s+"?([^\s")]+)"?`)
 	hashRe    = regexp.MustCompile(`(?i)\bURL_HASH\s+"?([^\s")]+)"?`)
 )
 
 // ScanDeps lists the FetchContent_Declare names in CMakeLists.txt and
-// cmake/*.cmake under dir (the tree's sgl-kernel/), sorted by name. A name
-// declared twice (e.g. under different conditions) is listed once, from the
-// first file.
-func ScanDeps(dir string) ([]Dep, error) {
+// cmake/*.cmake under dir, the sgl-kernel project's directory (rel is
+// that directory relative to the tree, for Dep.File), sorted by name. A
+// name declared twice (e.g. under different conditions) is listed once,
+// from the first file. ${VAR} in a URL is expanded into Dep.URL from the
+// first set(VAR "literal" ...) of those files.
+func ScanDeps(dir, rel string) ([]Dep, error) {
 	var files []string
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
@@ -93,18 +108,25 @@ func ScanDeps(dir string) ([]Dep, error) {
 	}
 	sort.Strings(files)
 	seen := map[string]bool{}
+	vars := map[string]string{}
 	var deps []Dep
 	for _, f := range files {
 		b, err := os.ReadFile(filepath.Join(dir, f))
 		if err != nil {
 			return nil, err
 		}
-		for _, m := range declareRe.FindAllStringSubmatch(stripCMakeComments(string(b)), -1) {
+		text := stripCMakeComments(string(b))
+		for _, m := range setRe.FindAllStringSubmatch(text, -1) {
+			if _, ok := vars[m[1]]; !ok {
+				vars[m[1]] = m[2]
+			}
+		}
+		for _, m := range declareRe.FindAllStringSubmatch(text, -1) {
 			if seen[m[1]] {
 				continue
 			}
 			seen[m[1]] = true
-			d := Dep{Name: m[1], File: path.Join("sgl-kernel", filepath.ToSlash(f))}
+			d := Dep{Name: m[1], File: path.Join(rel, filepath.ToSlash(f))}
 			if r := repoRe.FindStringSubmatch(m[2]); r != nil {
 				d.Repo = r[1]
 			}
@@ -116,6 +138,14 @@ func ScanDeps(dir string) ([]Dep, error) {
 			}
 			deps = append(deps, d)
 		}
+	}
+	for i, d := range deps {
+		deps[i].URL = varRe.ReplaceAllStringFunc(d.Repo, func(v string) string {
+			if val, ok := vars[v[2:len(v)-1]]; ok && val != "" {
+				return val
+			}
+			return v
+		})
 	}
 	sort.Slice(deps, func(i, j int) bool { return deps[i].Name < deps[j].Name })
 	return deps, nil
@@ -139,22 +169,47 @@ type MissingDepsError struct {
 
 func (e *MissingDepsError) Error() string {
 	var b strings.Builder
-	where := "no --deps-dir was given"
+	where, dir := "no --deps-dir was given", "deps"
 	if e.DepsDir != "" {
-		where = "not found in --deps-dir " + e.DepsDir
+		where, dir = "not found in --deps-dir "+e.DepsDir, e.DepsDir
 	}
 	fmt.Fprintf(&b, "--offline: %d dependencies would be downloaded at configure time (%s):", len(e.Missing), where)
 	for _, d := range e.Missing {
-		fmt.Fprintf(&b, "\n  %-24s %s @ %s  (%s)", d.Name, d.Repo, pinOrNone(d.Pin()), d.File)
+		fmt.Fprintf(&b, "\n  %-24s %s @ %s  (%s)", d.Name, d.URL, pinOrNone(d.Pin()), d.File)
 	}
-	b.WriteString("\nclone each at its pinned commit into the deps dir, named as above (or by the repository's base name), then pass --deps-dir")
+	fmt.Fprintf(&b, "\nfetch each into the deps dir (on a machine with network, then copy the dir here), as an archive where upstream pins one by URL_HASH (arpatch checks its SHA256) or as a clone at the pin:\n  mkdir -p %s", dir)
+	for _, d := range e.Missing {
+		b.WriteString("\n  " + fetchCommand(d, dir))
+	}
+	fmt.Fprintf(&b, "\nthen run the build again with --deps-dir %s", dir)
 	return b.String()
 }
 
-// MapDeps finds a local copy of each dep in depsDir, as depsDir/<name>,
-// depsDir/<name without "repo-"> or depsDir/<repo base name> (when only
-// one dep has that base name), and records
-// what the build will compile from it, so that the cache key covers it:
+// fetchCommand is the shell command that puts d into dir under the name
+// MapDeps looks for first.
+func fetchCommand(d Dep, dir string) string {
+	if isArchiveURL(d.URL) {
+		return fmt.Sprintf("curl -fL -o %s %s", filepath.Join(dir, d.Name+".tar.gz"), d.URL)
+	}
+	to := filepath.Join(dir, d.Name)
+	if d.Tag == "" {
+		return fmt.Sprintf("git clone %s %s", d.URL, to)
+	}
+	return fmt.Sprintf("git clone %s %s && git -C %s checkout %s", d.URL, to, to, d.Tag)
+}
+
+func isArchiveURL(u string) bool {
+	return strings.HasSuffix(u, ".tar.gz") || strings.HasSuffix(u, ".tgz")
+}
+
+// MapDeps finds a local copy of each dep in depsDir and records what the
+// build will compile from it, so that the cache key covers it. A copy is
+// looked up as a directory depsDir/<name>, depsDir/<name without
+// "repo-"> or depsDir/<repo base name> (the last only when one dep alone
+// has that base name: upstream pins two cutlass commits), then, for a dep
+// pinned by an archive URL, as an archive: those names plus ".tar.gz", the
+// URL's own file name (<rev>.tar.gz, as curl -O saves it) or GitHub's
+// <repo>-<rev>.tar.gz.
 //
 //   - a git checkout must be at the pinned revision (Dep.Pin) and have no
 //     changes to tracked files; its HEAD is recorded. A checkout at
@@ -163,13 +218,19 @@ func (e *MissingDepsError) Error() string {
 //   - any other directory (an unpacked archive) is hashed file by file,
 //     and "sha256:<hex>" is recorded; its match with the pin cannot be
 //     checked, which the plan says.
+//   - an archive must have the SHA256 of the dep's URL_HASH (an archive
+//     for a dep without one is taken, its pin unchecked); an archive that
+//     differs is an error naming both hashes and the download command.
+//     "archive-sha256:<hex>" is recorded, and Dir is where Build unpacks
+//     it: TmpMarker/deps/<name>.
 //
 // A depsDir that does not exist is an error. With offline set, any dep
-// without a copy is a *MissingDepsError listing every one with its pin.
+// without a copy is a *MissingDepsError listing every one with the
+// command that fetches it.
 func MapDeps(deps []Dep, depsDir string, offline bool) ([]Dep, error) {
 	if depsDir != "" {
 		if fi, err := os.Stat(depsDir); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("--deps-dir %s: not a directory; clone each dependency at its pinned commit into it (arpatch build --plan lists them)", depsDir)
+			return nil, fmt.Errorf("--deps-dir %s: not a directory; fetch each dependency into it (arpatch build --offline lists them with the commands)", depsDir)
 		}
 	}
 	out := make([]Dep, len(deps))
@@ -190,6 +251,23 @@ func MapDeps(deps []Dep, depsDir string, offline bool) ([]Dep, error) {
 				}
 			}
 		}
+		if out[i].Dir == "" && depsDir != "" {
+			a, err := findArchive(d, depsDir, shared)
+			if err != nil {
+				return nil, err
+			}
+			if a != "" {
+				sum, _, err := fileSHA256(a)
+				if err != nil {
+					return nil, fmt.Errorf("dependency %s: %w", d.Name, err)
+				}
+				if err := checkURLHash(d, a, sum); err != nil {
+					return nil, err
+				}
+				out[i].Archive, out[i].Dir, out[i].Commit = a, TmpMarker+"/deps/"+d.Name, "archive-sha256:"+sum
+				continue
+			}
+		}
 		if out[i].Dir == "" {
 			missing = append(missing, d)
 			continue
@@ -204,6 +282,45 @@ func MapDeps(deps []Dep, depsDir string, offline bool) ([]Dep, error) {
 		return nil, &MissingDepsError{DepsDir: depsDir, Missing: missing}
 	}
 	return out, nil
+}
+
+// findArchive returns the absolute path of d's archive in depsDir, or ""
+// when there is none (or d is not pinned by an archive URL).
+func findArchive(d Dep, depsDir string, shared map[string]int) (string, error) {
+	if !isArchiveURL(d.URL) {
+		return "", nil
+	}
+	var names []string
+	for _, c := range candidates(d, shared) {
+		names = append(names, c+".tar.gz")
+	}
+	names = append(names, path.Base(d.URL))
+	if b, rev := repoBase(d), d.Pin(); b != "" && rev != "" && shared[b] == 1 {
+		names = append(names, b+"-"+rev+".tar.gz", b+"-"+strings.TrimPrefix(rev, "v")+".tar.gz")
+	}
+	for _, n := range names {
+		p := filepath.Join(depsDir, n)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() {
+			return filepath.Abs(p)
+		}
+	}
+	return "", nil
+}
+
+// checkURLHash holds archive (of sha256 sum) to d's URL_HASH.
+func checkURLHash(d Dep, archive, sum string) error {
+	if d.URLHash == "" {
+		return nil
+	}
+	algo, want, ok := strings.Cut(d.URLHash, "=")
+	if !ok || !strings.EqualFold(algo, "SHA256") {
+		return fmt.Errorf("dependency %s: %s pins URL_HASH %s, which arpatch cannot check; unpack %s into %s instead", d.Name, d.File, d.URLHash, archive, strings.TrimSuffix(archive, ".tar.gz"))
+	}
+	if !strings.EqualFold(want, sum) {
+		return fmt.Errorf("dependency %s: %s has sha256 %s, but %s pins URL_HASH SHA256=%s: it is not the archive upstream pins (a truncated download, or another revision). Fetch it again: rm %s && %s",
+			d.Name, archive, sum, d.File, strings.ToLower(want), archive, fetchCommand(d, filepath.Dir(archive)))
+	}
+	return nil
 }
 
 // depRevision checks a found copy and returns what to record for it.

@@ -1,11 +1,17 @@
 package kernels
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/testrepo"
@@ -47,8 +53,107 @@ list(APPEND SGL_KERNEL_CUDA_FLAGS
 const fixtureMoreCMake = `FetchContent_Declare(repo-fmt GIT_REPOSITORY https://github.com/fmtlib/fmt GIT_TAG 553ec11ec06fbe0beebfbb45f9dc3c9eabd83d28)
 `
 
+// fixtureAOTCMake is shaped like python/sglang/kernels/aot/CMakeLists.txt
+// (the aot layout, 2026-07-29 on): archive URLs under the
+// GITHUB_ARTIFACTORY cache variable, each with URL_HASH SHA256. The hashes
+// are the fixture archives' (fixtureArchive), filled in by newEnvIn.
+const fixtureAOTCMake = `cmake_minimum_required(VERSION 3.26 FATAL_ERROR)
+project(sgl-kernel LANGUAGES CXX CUDA)
+include(FetchContent)
+set(GITHUB_ARTIFACTORY "github.com" CACHE STRING "GitHub mirror URL")
+FetchContent_Declare(
+    repo-cutlass
+    URL      https://${GITHUB_ARTIFACTORY}/NVIDIA/cutlass/archive/57e3cfb47a2d9e0d46eb6335c3dc411498efa198.tar.gz
+    URL_HASH SHA256=@repo-cutlass@
+)
+FetchContent_Populate(repo-cutlass)
+set(SGL_KERNEL_CUDA_FLAGS
+    "-O3"
+    "-gencode=arch=compute_90,code=sm_90"
+)
+list(APPEND SGL_KERNEL_CUDA_FLAGS
+    "-gencode=arch=compute_120a,code=sm_120a"
+    "-gencode=arch=compute_90a,code=sm_90a"
+)
+`
+
+// fixtureAOTMoreCMake is shaped like the aot layout's cmake/flashmla.cmake:
+// a second cutlass pin, unpacked into another dep's tree.
+const fixtureAOTMoreCMake = `FetchContent_Declare(
+    repo-flashmla-cutlass
+    URL      https://${GITHUB_ARTIFACTORY}/NVIDIA/cutlass/archive/147f5673d0c1c3dcf66f78d677fd647e4a020219.tar.gz
+    URL_HASH SHA256=@repo-flashmla-cutlass@
+    SOURCE_DIR ${repo-flashmla_SOURCE_DIR}/csrc/cutlass
+)
+`
+
+// layout is where a fixture tree keeps its sgl-kernel project, with the
+// CMake files of that era.
+type layout struct {
+	name, dir, cmake, more string
+}
+
+var (
+	oldLayout = layout{"sgl-kernel", "sgl-kernel", fixtureCMake, fixtureMoreCMake}
+	aotLayout = layout{"aot", "python/sglang/kernels/aot", fixtureAOTCMake, fixtureAOTMoreCMake}
+	layouts   = []layout{oldLayout, aotLayout}
+)
+
+// fixtureArchive is a GitHub-style source archive of dep name: a gzip'd
+// tar with one top-level directory <repo>-<rev>/, bytes fixed by name.
+func fixtureArchive(t testing.TB, name string) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	mt := time.Date(2026, 7, 29, 0, 0, 0, 0, time.UTC)
+	top := strings.TrimPrefix(name, "repo-") + "-rev/"
+	must := func(err error) {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	must(tw.WriteHeader(&tar.Header{Typeflag: tar.TypeXGlobalHeader, PAXRecords: map[string]string{"comment": "0123456789abcdef"}}))
+	must(tw.WriteHeader(&tar.Header{Typeflag: tar.TypeDir, Name: top, Mode: 0o755, ModTime: mt}))
+	body := "// " + name + " header\n"
+	must(tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: top + "include/cute/a.h", Mode: 0o644, Size: int64(len(body)), ModTime: mt}))
+	_, err := tw.Write([]byte(body))
+	must(err)
+	must(tw.WriteHeader(&tar.Header{Typeflag: tar.TypeSymlink, Name: top + "include/b.h", Linkname: "cute/a.h", ModTime: mt}))
+	must(tw.Close())
+	must(zw.Close())
+	return buf.Bytes()
+}
+
+func sha256Hex(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
+
+// kernelFiles is a fixture SGLang tree with its sgl-kernel project where
+// l keeps it; @<dep>@ in the CMake files becomes the sha256 of that dep's
+// fixture archive.
+func kernelFiles(t testing.TB, l layout) map[string]string {
+	fill := func(s string) string {
+		for _, d := range []string{"repo-cutlass", "repo-flashmla-cutlass"} {
+			s = strings.ReplaceAll(s, "@"+d+"@", sha256Hex(fixtureArchive(t, d)))
+		}
+		return s
+	}
+	return map[string]string{
+		l.dir + "/CMakeLists.txt":                      fill(l.cmake),
+		l.dir + "/cmake/deps.cmake":                    fill(l.more),
+		l.dir + "/pyproject.toml":                      testrepo.KernelPyproject,
+		l.dir + "/csrc/allreduce/custom_all_reduce.cu": "// fixture translation unit\n",
+		l.dir + "/include/utils.h":                     "// fixture header\n",
+		l.dir + "/python/sgl_kernel/__init__.py":       "# fixture package\n",
+		"python/sglang/version.py":                     "__version__ = \"0.0.0\"\n",
+	}
+}
+
 // env is a build fixture: a checkout with apply state and fake tools.
 type env struct {
+	kdir   string // the sgl-kernel project's directory, relative to the tree
 	src    string
 	up     string
 	commit string
@@ -66,29 +171,28 @@ func fakeBin(t testing.TB) string {
 	return p
 }
 
-func newEnv(t testing.TB) *env {
+func newEnv(t testing.TB) *env { return newEnvIn(t, oldLayout) }
+
+// newEnvIn is newEnv with the sgl-kernel project where l keeps it.
+func newEnvIn(t testing.TB, l layout) *env {
 	t.Helper()
 	tmp := t.TempDir()
 	up := filepath.Join(tmp, "up")
-	err := testrepo.WriteFiles(up, map[string]string{
-		"sgl-kernel/CMakeLists.txt":                      fixtureCMake,
-		"sgl-kernel/cmake/deps.cmake":                    fixtureMoreCMake,
-		"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": "// fixture translation unit\n",
-		"sgl-kernel/include/utils.h":                     "// fixture header\n",
-		"python/sglang/version.py":                       "__version__ = \"0.0.0\"\n",
-	})
-	if err != nil {
+	if err := testrepo.WriteFiles(up, kernelFiles(t, l)); err != nil {
 		t.Fatal(err)
 	}
 	commit, err := testrepo.Init(up)
 	if err != nil {
 		t.Fatal(err)
 	}
-	e := &env{up: up, commit: commit, src: filepath.Join(tmp, "src"), cache: Cache{Dir: filepath.Join(tmp, "cache")}, fake: fakeBin(t)}
+	e := &env{kdir: l.dir, up: up, commit: commit, src: filepath.Join(tmp, "src"), cache: Cache{Dir: filepath.Join(tmp, "cache")}, fake: fakeBin(t)}
 	e.env = []string{"PATH=" + e.fake + ":/usr/bin:/bin", "HOME=" + tmp}
 	e.apply(t, e.src, "", nil)
 	return e
 }
+
+// k is path rel inside the fixture checkout's sgl-kernel project.
+func (e *env) k(rel string) string { return filepath.Join(e.src, e.kdir, rel) }
 
 // apply clones the fixture into src and applies a recipe with the given
 // series (none when empty).

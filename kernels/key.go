@@ -9,7 +9,7 @@ import (
 
 // KeySchema versions the layout of Inputs; changing it invalidates every
 // cache entry, as it must.
-const KeySchema = 2
+const KeySchema = 3
 
 // PatchInput is one applied patch, by name and sha256.
 type PatchInput struct {
@@ -63,10 +63,13 @@ func (tc *Toolchain) Versions(builder string) ToolVersions {
 // the output (parallelism, paths) must not, or the cache misses for
 // nothing.
 type Inputs struct {
-	Schema    int               `json:"schema"`
-	Kind      string            `json:"kind"` // "wheel" or "allreduce-ext"
-	Commit    string            `json:"commit"`
-	Series    string            `json:"series"`
+	Schema int    `json:"schema"`
+	Kind   string `json:"kind"` // "wheel" or "allreduce-ext"
+	Commit string `json:"commit"`
+	Series string `json:"series"`
+	// Project is the sgl-kernel project's directory in the tree
+	// (sglkernel.Project.Dir): "sgl-kernel" or "python/sglang/kernels/aot".
+	Project   string            `json:"project"`
 	Patches   []PatchInput      `json:"patches"`
 	Archs     []string          `json:"archs"`
 	Builder   string            `json:"builder"`

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/sglkernel"
 )
 
 // BuildOptions holds every input of PlanBuild and Build.
@@ -73,8 +74,11 @@ func outputEnv(env []string, skip ...string) map[string]string {
 
 // Plan is a build, decided but not run.
 type Plan struct {
-	Src       string
-	Dir       string   // <src>/sgl-kernel, where the command runs
+	Src string
+	// Project is the tree's sgl-kernel project (sglkernel.InCheckout):
+	// its Dir is "sgl-kernel" or "python/sglang/kernels/aot".
+	Project   sglkernel.Project
+	Dir       string   // where the command runs: <src>/<Project.Dir> for the wheel
 	Argv      []string // with "@TMP@" where the temp output dir goes
 	Env       map[string]string
 	Archs     []Arch
@@ -96,17 +100,22 @@ type Plan struct {
 }
 
 // startPlan begins every plan: the tree as an absolute path (set in
-// opts), its apply state (refused as appliedState says), the environment
-// the build starts from, and the probed toolchain.
+// opts), its apply state (refused as appliedState says), its sgl-kernel
+// project (a tree with none, or more than one, is refused naming what was
+// looked for), the environment the build starts from, and the probed
+// toolchain.
 func startPlan(ctx context.Context, opts *BuildOptions) (*Plan, []string, error) {
 	src, err := filepath.Abs(opts.Src)
 	if err != nil {
 		return nil, nil, err
 	}
 	opts.Src = src
-	st, err := appliedState(src)
+	rep, err := appliedState(src)
 	if err != nil {
 		return nil, nil, err
+	}
+	if rep.KernelErr != nil {
+		return nil, nil, rep.KernelErr
 	}
 	env := opts.Env
 	if env == nil {
@@ -117,16 +126,17 @@ func startPlan(ctx context.Context, opts *BuildOptions) (*Plan, []string, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &Plan{Src: src, Archs: opts.Archs, Toolchain: tc, State: st, ProbeSeconds: time.Since(t0).Seconds()}, env, nil
+	return &Plan{Src: src, Project: *rep.Kernel, Archs: opts.Archs, Toolchain: tc, State: rep.State, ProbeSeconds: time.Since(t0).Seconds()}, env, nil
 }
 
 // TmpMarker stands for the per-build temp directory in Plan.Argv.
 const TmpMarker = "@TMP@"
 
 // PlanBuild decides the build of opts.Src: it reads the apply state
-// (refusing a tree arpatch did not apply, or one that drifted since), scans
-// the FetchContent dependencies, probes the toolchain and computes the
-// cache key. Toolchain problems are returned in Plan.Problems, not as an
+// (refusing a tree arpatch did not apply, or one that drifted since),
+// locates the sgl-kernel project (sgl-kernel/ or python/sglang/kernels/aot/,
+// read from the tree), scans its FetchContent dependencies, probes the
+// toolchain and computes the cache key. Toolchain problems are returned in Plan.Problems, not as an
 // error, so that --plan can show them.
 func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	p, env, err := startPlan(ctx, &opts)
@@ -134,12 +144,12 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 		return nil, err
 	}
 	st, tc := p.State, p.Toolchain
-	kdir := filepath.Join(opts.Src, "sgl-kernel")
+	kdir := filepath.Join(opts.Src, filepath.FromSlash(p.Project.Dir))
 	cm, err := os.ReadFile(filepath.Join(kdir, "CMakeLists.txt"))
 	if err != nil {
-		return nil, fmt.Errorf("%s: no sgl-kernel/CMakeLists.txt (%v); is this an SGLang tree of 2026-07-28 or older? Newer trees moved sgl-kernel to python/sglang/kernels/aot/", opts.Src, err)
+		return nil, fmt.Errorf("%s: %v", p.Project.Path("CMakeLists.txt"), err)
 	}
-	deps, err := ScanDeps(kdir)
+	deps, err := ScanDeps(kdir, p.Project.Dir)
 	if err != nil {
 		return nil, err
 	}
@@ -176,7 +186,12 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	}
 	keyArgs := []string{"-DENABLE_CCACHE=OFF"}
 	for _, d := range deps {
-		if d.Dir != "" {
+		switch {
+		case d.Archive != "":
+			// Unpacked into the build's temp dir, whose path may need
+			// the quotes once the marker is replaced.
+			cmakeArgs = append(cmakeArgs, "'-D"+d.Var()+"="+d.Dir+"'")
+		case d.Dir != "":
 			cmakeArgs = append(cmakeArgs, shellQuote("-D"+d.Var()+"="+d.Dir))
 		}
 	}
@@ -212,7 +227,7 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 		depIn = append(depIn, DepInput{Name: d.Name, Repo: d.Repo, Tag: d.Tag, URLHash: d.URLHash, Commit: d.Commit})
 	}
 	p.Inputs = Inputs{
-		Schema: KeySchema, Kind: "wheel", Commit: st.Commit, Series: st.Series,
+		Schema: KeySchema, Kind: "wheel", Commit: st.Commit, Series: st.Series, Project: p.Project.Dir,
 		Patches: patchInputs(st), Archs: ArchStrings(opts.Archs), Builder: p.Builder, Offline: opts.Offline,
 		Deps: depIn, BuildEnv: buildEnv, Toolchain: tc.Versions(p.Builder),
 	}
@@ -221,7 +236,7 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 }
 
 // CheckUpstreamArchs refuses archs upstream's CMake files (UpstreamArchs
-// of sgl-kernel/CMakeLists.txt) do not name: the gencode filter only drops
+// of the project's CMakeLists.txt) do not name: the gencode filter only drops
 // -gencode options, it cannot add one, so such an arch would silently
 // build upstream's whole list. The error names the arch, the nearest one
 // upstream has, and the list.
@@ -270,28 +285,33 @@ func (p *Plan) Command(tmp string) []string {
 	return out
 }
 
-// EnvList returns the plan's variables as sorted KEY=VALUE strings.
-func (p *Plan) EnvList() []string {
+// EnvList returns the plan's variables as sorted KEY=VALUE strings, with
+// TmpMarker where the temp dir goes.
+func (p *Plan) EnvList() []string { return p.EnvIn(TmpMarker) }
+
+// EnvIn returns the plan's variables as sorted KEY=VALUE strings, with the
+// temp marker replaced by tmp.
+func (p *Plan) EnvIn(tmp string) []string {
 	var out []string
 	for k, v := range p.Env {
-		out = append(out, k+"="+v)
+		out = append(out, k+"="+strings.ReplaceAll(v, TmpMarker, tmp))
 	}
 	sort.Strings(out)
 	return out
 }
 
-// appliedState returns the apply state of src, refusing what
-// checkout's BuildProblem names: a tree arpatch did not apply, one that
-// drifted since, and anything that would go into the build unrecorded.
-func appliedState(src string) (*checkout.State, error) {
-	st, err := checkout.Status(src, nil)
+// appliedState returns the status of src, refusing what checkout's
+// BuildProblem names: a tree arpatch did not apply, one that drifted
+// since, and anything that would go into the build unrecorded.
+func appliedState(src string) (*checkout.StatusReport, error) {
+	rep, err := checkout.Status(src, nil)
 	if err != nil {
 		return nil, err
 	}
-	if err := st.BuildProblem(); err != nil {
+	if err := rep.BuildProblem(); err != nil {
 		return nil, err
 	}
-	return st.State, nil
+	return rep, nil
 }
 
 func patchInputs(st *checkout.State) []PatchInput {

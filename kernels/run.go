@@ -92,6 +92,9 @@ func Build(ctx context.Context, plan *Plan, opts BuildOptions, progress Progress
 			return nil, err
 		}
 	}
+	if err := unpackDeps(plan, tmp); err != nil {
+		return nil, err
+	}
 	logPath := filepath.Join(tmp, "build.log")
 	m = &Manifest{
 		Schema: ManifestSchema, Key: plan.Key, Inputs: plan.Inputs, Dir: plan.Dir,
@@ -103,7 +106,7 @@ func Build(ctx context.Context, plan *Plan, opts BuildOptions, progress Progress
 		env = os.Environ()
 	}
 	gencodeLog := filepath.Join(tmp, "gencode.log")
-	runEnv := append(append(append([]string(nil), env...), plan.EnvList()...), GencodeLogEnv+"="+gencodeLog)
+	runEnv := append(append(append([]string(nil), env...), plan.EnvIn(tmp)...), GencodeLogEnv+"="+gencodeLog)
 	runErr := runLogged(ctx, plan.Dir, plan.Command(tmp), runEnv, logPath, progress)
 	m.FinishedAt = time.Now().UTC()
 	m.BuildSeconds = m.FinishedAt.Sub(m.StartedAt).Seconds()
@@ -123,7 +126,7 @@ func Build(ctx context.Context, plan *Plan, opts BuildOptions, progress Progress
 	if err := os.Rename(wheels[0], filepath.Join(tmp, name)); err != nil {
 		return nil, err
 	}
-	for _, d := range []string{"out", "build", "src"} {
+	for _, d := range []string{"out", "build", "src", "deps"} {
 		os.RemoveAll(filepath.Join(tmp, d)) // gigabytes; the output is what is kept
 	}
 	sum, n, err := fileSHA256(filepath.Join(tmp, name))
@@ -185,10 +188,11 @@ func sameTree(plan *Plan) error {
 	if plan.State == nil {
 		return nil
 	}
-	st, err := appliedState(plan.Src)
+	rep, err := appliedState(plan.Src)
 	if err != nil {
 		return fmt.Errorf("the tree changed during the build: %w", err)
 	}
+	st := rep.State
 	if st.Commit != plan.Inputs.Commit || !slices.Equal(patchInputs(st), plan.Inputs.Patches) {
 		return fmt.Errorf("the tree changed during the build: %s now has series %s at %s", plan.Src, orNone(st.Series), st.Commit)
 	}

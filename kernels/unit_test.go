@@ -108,7 +108,7 @@ func TestParseArchs(t *testing.T) {
 // changes; a key that forgets an input serves a wrong build.
 func TestKeySensitivity(t *testing.T) {
 	base := Inputs{
-		Schema: KeySchema, Kind: "wheel", Commit: strings.Repeat("a", 40), Series: "pcie-2026-04",
+		Schema: KeySchema, Kind: "wheel", Commit: strings.Repeat("a", 40), Series: "pcie-2026-04", Project: "sgl-kernel",
 		Patches: []PatchInput{{"0001-x.patch", strings.Repeat("1", 64)}, {"0002-y.patch", strings.Repeat("2", 64)}},
 		Archs:   []string{"120a"}, Builder: "uv", Deps: []DepInput{{Name: "repo-cutlass", Tag: "v1"}},
 		BuildEnv:  map[string]string{"CMAKE_ARGS": "-DENABLE_CCACHE=OFF"},
@@ -118,6 +118,9 @@ func TestKeySensitivity(t *testing.T) {
 	muts := map[string]func(*Inputs){
 		"commit": func(in *Inputs) { in.Commit = strings.Repeat("b", 40) },
 		"series": func(in *Inputs) { in.Series = "pcie-2026-07" },
+		// The same commit, series and patches with the sgl-kernel project
+		// elsewhere (upstream moved it on 2026-07-29) is another build.
+		"project": func(in *Inputs) { in.Project = "python/sglang/kernels/aot" },
 		"patch hash": func(in *Inputs) {
 			in.Patches = []PatchInput{{"0001-x.patch", strings.Repeat("3", 64)}, base.Patches[1]}
 		},

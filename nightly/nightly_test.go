@@ -59,6 +59,7 @@ func newWorld(t *testing.T) *world {
 		"sgl-kernel/CMakeLists.txt":                      "project(sgl-kernel)\nset(F \"-gencode=arch=compute_120a,code=sm_120a\")\n",
 		"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": fixtureCu,
 		"sgl-kernel/include/utils.h":                     "// header\n",
+		"sgl-kernel/pyproject.toml":                      testrepo.KernelPyproject,
 	}); err != nil {
 		t.Fatal(err)
 	}

@@ -21,6 +21,7 @@ import (
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/lockfile"
+	"github.com/arpatch/arpatch/internal/sglkernel"
 	"github.com/arpatch/arpatch/kernels"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/patches/port"
@@ -357,13 +358,12 @@ func preflight(cfg *Config, o Options) (*runInputs, error) {
 		}
 		// Against the pinned tree's CMake (the head's is checked by the
 		// build itself, after drift).
-		if c, err := repo.Resolve(b.Upstream.Commit); err == nil {
-			if tree, err := repo.TreeAt(c); err == nil {
-				if cm, err := tree.ReadFile("sgl-kernel/CMakeLists.txt"); err == nil {
-					if err := kernels.CheckUpstreamArchs(as, kernels.UpstreamArchs(string(cm))); err != nil {
-						return nil, fmt.Errorf("build.archs: %w", err)
-					}
-				}
+		// The CMakeLists.txt is the sgl-kernel project's, wherever that
+		// tree keeps it; a tree without a single project is refused by
+		// the build itself, naming what it looked for.
+		if cm := pinnedCMake(repo, b.Upstream.Commit); cm != "" {
+			if err := kernels.CheckUpstreamArchs(as, kernels.UpstreamArchs(cm)); err != nil {
+				return nil, fmt.Errorf("build.archs: %w", err)
 			}
 		}
 		if err := lookPython(cfg.Build.Python, o.Env); err != nil {
@@ -391,6 +391,28 @@ func preflight(cfg *Config, o Options) (*runInputs, error) {
 		}
 	}
 	return &runInputs{a, b, cat, repo}, nil
+}
+
+// pinnedCMake returns the sgl-kernel project's CMakeLists.txt at rev, or
+// "" when rev, its project or the file cannot be read.
+func pinnedCMake(repo *gitsrc.Repo, rev string) string {
+	c, err := repo.Resolve(rev)
+	if err != nil {
+		return ""
+	}
+	tree, err := repo.TreeAt(c)
+	if err != nil {
+		return ""
+	}
+	proj, err := sglkernel.AtCommit(tree)
+	if err != nil {
+		return ""
+	}
+	cm, err := tree.ReadFile(proj.Path("CMakeLists.txt"))
+	if err != nil {
+		return ""
+	}
+	return string(cm)
 }
 
 // lookPython finds an interpreter by path, or by name on env's PATH.

@@ -25,7 +25,7 @@ func buildFlags() []cli.Flag {
 		&cli.IntFlag{Name: "jobs", Usage: "parallel compile `N`: sets MAX_JOBS and CMAKE_BUILD_PARALLEL_LEVEL, and bounds SGL_KERNEL_COMPILE_THREADS (default: the recipe's, 0 = one per core)"},
 		&cli.StringFlag{Name: "tool", Usage: "wheel build frontend `auto|uv|pip` (default: the recipe's)"},
 		&cli.BoolFlag{Name: "offline", Usage: "refuse to download any FetchContent dependency"},
-		&cli.StringFlag{Name: "deps-dir", Usage: "local checkouts of the FetchContent dependencies, one `DIR`/<name> each"},
+		&cli.StringFlag{Name: "deps-dir", Usage: "the FetchContent dependencies, each as `DIR`/<name> (a clone at the pin or an unpacked archive) or DIR/<name>.tar.gz (the archive upstream's URL_HASH pins)"},
 		&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` of the serving environment (with torch)", Value: "python3"},
 		&cli.StringFlag{Name: "cache-dir", Usage: "build cache `DIR` (default $ARPATCH_CACHE or ~/.cache/arpatch/builds)"},
 		&cli.BoolFlag{Name: "plan", Usage: "print the exact command, environment, archs and cache key; build nothing"},
@@ -42,7 +42,10 @@ arpatch build --check [--src DIR] [--arch 120a,90a]
 arpatch build --allreduce-ext [--src DIR] [--arch 90a] [--out DIR]
 arpatch build --list | --gc [--keep N]`,
 		Description: `build drives upstream's own wheel build (uv build --wheel --no-build-isolation,
-or pip wheel) in DIR/sgl-kernel. Upstream hard-codes its gencode list and
+or pip wheel) in the tree's sgl-kernel project, found by what it holds:
+DIR/sgl-kernel up to 2026-07-28, DIR/python/sglang/kernels/aot since (the
+directory holding csrc/allreduce/custom_all_reduce.cu, CMakeLists.txt and a
+scikit-build pyproject.toml named sglang-kernel). Upstream hard-codes its gencode list and
 ignores TORCH_CUDA_ARCH_LIST, so arpatch runs nvcc through a launcher
 (arpatch gencode-filter, set as CMAKE_CUDA_COMPILER_LAUNCHER) that keeps only
 the requested archs; every arm of an A/B build gets the same one.
@@ -54,13 +57,15 @@ patch hashes, the archs, the build environment and the toolchain versions; a
 second build with the same key is a cache hit. Each entry holds the wheel,
 manifest.json and build.log.
 
---check compiles only sgl-kernel/csrc/allreduce/custom_all_reduce.cu,
+--check compiles only the project's csrc/allreduce/custom_all_reduce.cu,
 compile-only, once per arch: a minute, not an hour.
 --allreduce-ext builds a small torch extension of the patched allreduce
 (with arpatch's binding) for arpatch bench allreduce.
 
 The full build downloads its dependencies at configure time unless
---deps-dir provides them; --offline refuses any download.
+--deps-dir provides them (a clone at the pin, an unpacked archive, or the
+.tar.gz whose SHA256 upstream's URL_HASH pins); --offline refuses any
+download and prints the command that fetches each missing one.
 
 Examples:
    arpatch build --plan
@@ -120,7 +125,8 @@ func optsFromRecipe(c *cli.Context, r *recipes.Recipe) (kernels.BuildOptions, er
 	if d := pathFlag(c, "cache-dir"); d != "" {
 		o.Cache.Dir = d
 	}
-	// The build runs in DIR/sgl-kernel: every path it gets must be absolute.
+	// The build runs in the sgl-kernel project's directory: every path it
+	// gets must be absolute.
 	for _, p := range []*string{&o.Src, &o.Cache.Dir, &o.Out, &o.DepsDir} {
 		if *p != "" {
 			if *p, err = filepath.Abs(*p); err != nil {
@@ -298,10 +304,12 @@ func printPlan(w io.Writer, p *kernels.Plan, cache kernels.Cache) {
 	if len(ups) > 0 {
 		fmt.Fprintf(w, "  upstream  compiles %s; the gencode filter drops all but the archs above\n", strings.Join(ups, " "))
 	}
+	fmt.Fprintf(w, "  project   %s (%s)\n", p.Project.Prefix(), p.Project.Name)
 	fmt.Fprintf(w, "  dir       %s\n", p.Dir)
-	fmt.Fprintf(w, "  command   %s\n", strings.Join(p.Command(filepath.Join(cache.Dir, ".tmp-"+p.Key[:16]+"-*")), " "))
+	tmp := filepath.Join(cache.Dir, ".tmp-"+p.Key[:16]+"-*")
+	fmt.Fprintf(w, "  command   %s\n", strings.Join(p.Command(tmp), " "))
 	fmt.Fprintln(w, "  env")
-	for _, e := range p.EnvList() {
+	for _, e := range p.EnvIn(tmp) {
 		fmt.Fprintf(w, "    %s\n", e)
 	}
 	if len(p.Deps) > 0 {
@@ -315,6 +323,10 @@ func printPlan(w io.Writer, p *kernels.Plan, cache kernels.Cache) {
 				src += " (" + shortHash(d.URLHash) + ")"
 			}
 			switch {
+			case d.Archive != "" && d.URLHash != "":
+				src = "archive " + d.Archive + " (" + shortHash(d.Commit) + ", matches URL_HASH), unpacked into the build's temp dir"
+			case d.Archive != "":
+				src = "archive " + d.Archive + " (" + shortHash(d.Commit) + "; no URL_HASH: pin " + orNone(d.Pin()) + " not checked), unpacked into the build's temp dir"
 			case strings.HasPrefix(d.Commit, "sha256:"):
 				src = "local " + d.Dir + ", not a git checkout: files " + shortHash(d.Commit) + " (pin " + orNone(d.Pin()) + " not checked)"
 			case d.Dir != "":
@@ -352,7 +364,7 @@ func runCheck(c *cli.Context, o kernels.BuildOptions) error {
 			tree += ", CHANGED since apply (arpatch status)"
 		}
 	}
-	fmt.Fprintf(w, "check %s of %s (%s): nvcc %s, torch %s\n", kernels.AllreduceTU, o.Src, tree, tc.NVCC.Version, tc.Torch.Version)
+	fmt.Fprintf(w, "check %s of %s (%s): nvcc %s, torch %s\n", results[0].TU, o.Src, tree, tc.NVCC.Version, tc.Torch.Version)
 	failed := 0
 	for _, r := range results {
 		state := "ok"
@@ -366,7 +378,7 @@ func runCheck(c *cli.Context, o kernels.BuildOptions) error {
 		}
 	}
 	if failed > 0 {
-		return fmt.Errorf("%d of %d archs failed to compile %s", failed, len(results), kernels.AllreduceTU)
+		return fmt.Errorf("%d of %d archs failed to compile %s", failed, len(results), results[0].TU)
 	}
 	return nil
 }

@@ -2,14 +2,16 @@ package checkout
 
 import (
 	"fmt"
-	"github.com/arpatch/arpatch/internal/gitsrc"
-	"github.com/arpatch/arpatch/internal/safefs"
-	"github.com/arpatch/arpatch/patches"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"sort"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/internal/sglkernel"
+	"github.com/arpatch/arpatch/patches"
 )
 
 // StatusReport describes a checkout.
@@ -26,8 +28,16 @@ type StatusReport struct {
 	// SkipWorktree lists index entries marked skip-worktree, whose edits
 	// git status does not show (git update-index --skip-worktree).
 	SkipWorktree []string `json:"skip_worktree"`
-	// PackageExtra lists files under sgl-kernel/python/ git does not
-	// track, ignored ones included: the wheel would package them.
+	// Kernel is the tree's sgl-kernel project (sglkernel.InCheckout):
+	// sgl-kernel/ or python/sglang/kernels/aot/. It is nil when the tree
+	// has none or more than one, and KernelErr says why; the guards on
+	// what reaches a build then have nothing to guard (the build itself
+	// refuses such a tree with KernelErr).
+	Kernel    *sglkernel.Project `json:"kernel"`
+	KernelErr error              `json:"-"`
+	// PackageExtra lists files in the project's wheel packages
+	// (Kernel.Packages, e.g. sgl-kernel/python/sgl_kernel) that git does
+	// not track, ignored ones included: the wheel would package them.
 	PackageExtra []string `json:"package_extra"`
 	// SeriesChanged lists patches whose sha256 in this arpatch's series
 	// differs from the one applied (arpatch or the series was updated).
@@ -46,9 +56,9 @@ func (s *StatusReport) Buildable() bool { return s.BuildProblem() == nil }
 // BuildProblem returns why arpatch build would refuse the tree, or nil: no
 // apply state; drift, an unfinished apply or revert, or a moved HEAD; other
 // tracked changes; and what would reach the wheel unrecorded (untracked
-// files under sgl-kernel/, untracked or ignored files in its Python
-// package, skip-worktree entries hiding edits). The error names the files
-// and the remedy.
+// files under the sgl-kernel project's directory, untracked or ignored
+// files in its Python package, skip-worktree entries hiding edits). The
+// error names the files and the remedy.
 func (s *StatusReport) BuildProblem() error {
 	src := s.Src
 	switch {
@@ -66,23 +76,39 @@ func (s *StatusReport) BuildProblem() error {
 	case len(s.Other) > 0:
 		return fmt.Errorf("%s has uncommitted changes to files the series did not touch (%s); they would go into the build unrecorded. Commit or stash them", src, s.Other[0].Path)
 	}
-	// sgl-kernel/ is what the build reads, and its python/ package goes
-	// into the wheel whole; a skip-worktree entry hides edits from git
-	// status.
+	// The project directory is what the build reads, and its Python
+	// package goes into the wheel whole; a skip-worktree entry hides
+	// edits from git status.
+	if s.Kernel == nil {
+		return nil
+	}
+	kd := s.Kernel.Prefix()
 	if u := s.KernelUntracked(); len(u) > 0 {
-		return fmt.Errorf("%s has untracked files under sgl-kernel/ (%s); they could go into the build unrecorded. Remove them or move them out of the tree", src, strings.Join(firstN(u, 3), ", "))
+		return fmt.Errorf("%s has untracked files under %s (%s); they could go into the build unrecorded. Remove them or move them out of the tree", src, kd, strings.Join(firstN(u, 3), ", "))
 	}
 	if len(s.PackageExtra) > 0 {
-		return fmt.Errorf("%s has files git does not track under sgl-kernel/python/ (%s), which the wheel would package unrecorded (ignored files too); remove them (git -C %s clean -ndX sgl-kernel/python lists the ignored ones)", src, strings.Join(firstN(s.PackageExtra, 3), ", "), src)
+		return fmt.Errorf("%s has files git does not track under %s (%s), which the wheel would package unrecorded (ignored files too); remove them (git -C %s clean -ndX %s lists the ignored ones)", src, strings.Join(s.Kernel.Packages, ", "), strings.Join(firstN(s.PackageExtra, 3), ", "), src, strings.Join(s.Kernel.Packages, " "))
 	}
-	if sw := under(s.SkipWorktree, "sgl-kernel/"); len(sw) > 0 {
-		return fmt.Errorf("%s has skip-worktree entries under sgl-kernel/ (%s), whose edits git status cannot see; run `git -C %s update-index --no-skip-worktree %s` and `arpatch status --src %s`", src, strings.Join(firstN(sw, 3), ", "), src, strings.Join(sw, " "), src)
+	if sw := s.KernelSkipWorktree(); len(sw) > 0 {
+		return fmt.Errorf("%s has skip-worktree entries under %s (%s), whose edits git status cannot see; run `git -C %s update-index --no-skip-worktree %s` and `arpatch status --src %s`", src, kd, strings.Join(firstN(sw, 3), ", "), src, strings.Join(sw, " "), src)
 	}
 	return nil
 }
 
-// KernelUntracked lists the untracked files under sgl-kernel/.
-func (s *StatusReport) KernelUntracked() []string { return under(s.Untracked, "sgl-kernel/") }
+// KernelUntracked lists the untracked files under the sgl-kernel
+// project's directory (none when the tree has no single project).
+func (s *StatusReport) KernelUntracked() []string { return s.underKernel(s.Untracked) }
+
+// KernelSkipWorktree lists the skip-worktree entries under the sgl-kernel
+// project's directory.
+func (s *StatusReport) KernelSkipWorktree() []string { return s.underKernel(s.SkipWorktree) }
+
+func (s *StatusReport) underKernel(paths []string) []string {
+	if s.Kernel == nil {
+		return nil
+	}
+	return under(paths, s.Kernel.Prefix())
+}
 
 func firstN(xs []string, n int) []string {
 	if len(xs) <= n {
@@ -159,8 +185,17 @@ func Status(src string, cat *patches.Catalog) (*StatusReport, error) {
 	if rep.SkipWorktree, err = repo.SkipWorktree(); err != nil {
 		return nil, err
 	}
-	if rep.PackageExtra, err = UntrackedUnder(src, "sgl-kernel/python"); err != nil {
-		return nil, err
+	if k, err := sglkernel.InCheckout(src); err != nil {
+		rep.KernelErr = err
+	} else {
+		rep.Kernel = &k
+		for _, pkg := range k.Packages {
+			extra, err := UntrackedUnder(src, pkg)
+			if err != nil {
+				return nil, err
+			}
+			rep.PackageExtra = append(rep.PackageExtra, extra...)
+		}
 	}
 	return rep, nil
 }

@@ -78,3 +78,21 @@ func Change(dir, msg string, files map[string]string) (string, error) {
 	}
 	return Commit(dir, msg)
 }
+
+// KernelPyproject is a pyproject.toml shaped like upstream's sgl-kernel
+// project's (sgl-kernel/ and, from 2026-07-29, python/sglang/kernels/aot/):
+// built by scikit-build-core, distribution sglang-kernel, wheel package
+// python/sgl_kernel. A fixture tree needs it next to CMakeLists.txt and
+// csrc/allreduce/custom_all_reduce.cu for arpatch to find its project.
+const KernelPyproject = `[build-system]
+requires = ["scikit-build-core>=0.10", "torch>=2.8.0", "wheel"]
+build-backend = "scikit_build_core.build"
+
+[project]
+name = "sglang-kernel"
+version = "0.4.1"
+
+[tool.scikit-build]
+cmake.build-type = "Release"
+wheel.packages = ["python/sgl_kernel"]
+`

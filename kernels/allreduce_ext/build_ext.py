@@ -1,11 +1,13 @@
 """Build the allreduce extension for `arpatch build --allreduce-ext`.
 
-Compiles the tree's sgl-kernel/csrc/allreduce/custom_all_reduce.cu with
+Compiles csrc/allreduce/custom_all_reduce.cu of the tree's sgl-kernel
+project (sgl-kernel/ up to 2026-07-28, python/sglang/kernels/aot/ since;
+arpatch finds it and passes its directory as --kernel-dir) with
 arpatch's binding.cpp through torch.utils.cpp_extension.load (ninja), for
 the archs in TORCH_CUDA_ARCH_LIST, then imports the module to prove it loads
 and prints one JSON line: {"so": path, "functions": [...]}.
 
-Usage: python build_ext.py --src TREE --binding binding.cpp --build-dir DIR --name NAME
+Usage: python build_ext.py --kernel-dir DIR --binding binding.cpp --build-dir DIR --name NAME
 """
 import argparse
 import json
@@ -15,7 +17,7 @@ import sys
 
 def main() -> int:
     ap = argparse.ArgumentParser()
-    ap.add_argument("--src", required=True, help="SGLang tree (holds sgl-kernel/)")
+    ap.add_argument("--kernel-dir", required=True, help="the sgl-kernel project directory (holds csrc/ and include/)")
     ap.add_argument("--binding", required=True)
     ap.add_argument("--build-dir", required=True)
     ap.add_argument("--name", required=True)
@@ -23,7 +25,7 @@ def main() -> int:
 
     from torch.utils.cpp_extension import CUDA_HOME, load
 
-    kdir = os.path.join(args.src, "sgl-kernel")
+    kdir = args.kernel_dir
     tu = os.path.join(kdir, "csrc", "allreduce", "custom_all_reduce.cu")
     os.makedirs(args.build_dir, exist_ok=True)
     mod = load(

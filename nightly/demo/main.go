@@ -70,6 +70,7 @@ func main() {
 		"sgl-kernel/CMakeLists.txt":                      "project(sgl-kernel)\nset(F \"-gencode=arch=compute_120a,code=sm_120a\")\n",
 		"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": cu,
 		"sgl-kernel/include/utils.h":                     "// header\n",
+		"sgl-kernel/pyproject.toml":                      testrepo.KernelPyproject,
 	}))
 	commit, err := testrepo.Init(up)
 	must(err)

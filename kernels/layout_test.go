@@ -1,0 +1,212 @@
+package kernels
+
+import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
+	"context"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+// TestPlanFindsTheProject plans the wheel in both layouts: the command runs
+// in the project's directory, the deps come from its CMake files, and the
+// key records where it is.
+func TestPlanFindsTheProject(t *testing.T) {
+	for _, l := range layouts {
+		t.Run(l.name, func(t *testing.T) {
+			e := newEnvIn(t, l)
+			p := mustPlan(t, e.opts())
+			if p.Project.Dir != l.dir || p.Project.Name != "sglang-kernel" || p.Dir != e.k("") || p.Inputs.Project != l.dir {
+				t.Errorf("project %+v, dir %s, key input %q", p.Project, p.Dir, p.Inputs.Project)
+			}
+			files := map[string]bool{}
+			for _, d := range p.Deps {
+				files[d.File] = true
+			}
+			if len(files) != 2 || !files[l.dir+"/CMakeLists.txt"] || !files[l.dir+"/cmake/deps.cmake"] {
+				t.Errorf("deps from %v", files)
+			}
+		})
+	}
+	e := newEnvIn(t, aotLayout)
+	p := mustPlan(t, e.opts())
+	cut := p.Deps[0]
+	if cut.Name != "repo-cutlass" || cut.URL != "https://github.com/NVIDIA/cutlass/archive/57e3cfb47a2d9e0d46eb6335c3dc411498efa198.tar.gz" ||
+		cut.Repo != "https://${GITHUB_ARTIFACTORY}/NVIDIA/cutlass/archive/57e3cfb47a2d9e0d46eb6335c3dc411498efa198.tar.gz" ||
+		cut.Pin() != "57e3cfb47a2d9e0d46eb6335c3dc411498efa198" || cut.URLHash != "SHA256="+sha256Hex(fixtureArchive(t, "repo-cutlass")) {
+		t.Errorf("cutlass %+v", cut)
+	}
+	if got := ArchStrings(p.Upstream); strings.Join(got, " ") != "90 120a 90a" {
+		t.Errorf("upstream archs %v", got)
+	}
+}
+
+// TestDepsDirArchives gives the aot layout's URL-pinned deps as archives:
+// by name or by the URL's file name, checked against URL_HASH, unpacked
+// (top directory stripped) where the build looks; a wrong archive, a
+// missing dep and an archive changed after the plan are refused with the
+// command that fixes each.
+func TestDepsDirArchives(t *testing.T) {
+	e := newEnvIn(t, aotLayout)
+	dd := t.TempDir()
+	o := e.opts()
+	o.Offline, o.DepsDir = true, dd
+
+	// Nothing there: every dep is named with the command that fetches it.
+	_, err := PlanBuild(context.Background(), o)
+	var me *MissingDepsError
+	if !errors.As(err, &me) || len(me.Missing) != 2 {
+		t.Fatalf("empty deps dir: %v", err)
+	}
+	contains(t, err.Error(), "2 dependencies would be downloaded at configure time (not found in --deps-dir "+dd+")",
+		"repo-flashmla-cutlass", "(python/sglang/kernels/aot/cmake/deps.cmake)",
+		"mkdir -p "+dd,
+		"curl -fL -o "+filepath.Join(dd, "repo-cutlass.tar.gz")+" https://github.com/NVIDIA/cutlass/archive/57e3cfb47a2d9e0d46eb6335c3dc411498efa198.tar.gz",
+		"curl -fL -o "+filepath.Join(dd, "repo-flashmla-cutlass.tar.gz")+" https://github.com/NVIDIA/cutlass/archive/147f5673d0c1c3dcf66f78d677fd647e4a020219.tar.gz",
+		"then run the build again with --deps-dir "+dd)
+
+	// One by its name, one by the URL's file name (as curl -O saves it);
+	// one missing is still named.
+	cut := fixtureArchive(t, "repo-cutlass")
+	os.WriteFile(filepath.Join(dd, "repo-cutlass.tar.gz"), cut, 0o644)
+	_, err = PlanBuild(context.Background(), o)
+	if !errors.As(err, &me) || len(me.Missing) != 1 || me.Missing[0].Name != "repo-flashmla-cutlass" {
+		t.Fatalf("one missing: %v", err)
+	}
+	fm := fixtureArchive(t, "repo-flashmla-cutlass")
+	os.WriteFile(filepath.Join(dd, "147f5673d0c1c3dcf66f78d677fd647e4a020219.tar.gz"), fm, 0o644)
+	p := mustPlan(t, o)
+	if p.Deps[0].Archive != filepath.Join(dd, "repo-cutlass.tar.gz") || p.Deps[0].Commit != "archive-sha256:"+sha256Hex(cut) ||
+		p.Deps[1].Archive != filepath.Join(dd, "147f5673d0c1c3dcf66f78d677fd647e4a020219.tar.gz") || p.Deps[1].Commit != "archive-sha256:"+sha256Hex(fm) {
+		t.Fatalf("deps %+v", p.Deps)
+	}
+	contains(t, p.Env["CMAKE_ARGS"], "'-DFETCHCONTENT_SOURCE_DIR_REPO-CUTLASS="+TmpMarker+"/deps/repo-cutlass'", "-DFETCHCONTENT_FULLY_DISCONNECTED=ON")
+	if p.Inputs.Deps[0].Commit != "archive-sha256:"+sha256Hex(cut) {
+		t.Errorf("key input %+v", p.Inputs.Deps[0])
+	}
+
+	// The build sees each archive unpacked, its top directory stripped.
+	seen := filepath.Join(t.TempDir(), "seen")
+	eb := *e
+	eb.env = append(append([]string(nil), e.env...), `FAKE_BUILD_DURING=printf '%s\n' "$CMAKE_ARGS" | grep -o "FETCHCONTENT_SOURCE_DIR_[^=]*=[^']*" | while IFS== read -r k v; do cat "$v/include/cute/a.h" "$v/include/b.h"; done > `+seen)
+	eb.cache = Cache{Dir: filepath.Join(t.TempDir(), "cache with space")}
+	ob := eb.opts()
+	ob.Offline, ob.DepsDir = true, dd
+	pb := mustPlan(t, ob)
+	if pb.Key != p.Key {
+		t.Error("FAKE_BUILD_DURING changed the key")
+	}
+	if _, err := Build(context.Background(), pb, ob, nil); err != nil {
+		t.Fatal(err)
+	}
+	if got := readFile(t, seen); got != "// repo-cutlass header\n// repo-cutlass header\n// repo-flashmla-cutlass header\n// repo-flashmla-cutlass header\n" {
+		t.Errorf("the build saw %q", got)
+	}
+	if ents, _ := filepath.Glob(filepath.Join(eb.cache.Dir, pb.Key, "deps")); len(ents) != 0 {
+		t.Errorf("unpacked deps kept in the entry: %v", ents)
+	}
+
+	// An archive that is not upstream's: both hashes and the fix.
+	bad := append(append([]byte(nil), cut...), 0)
+	os.WriteFile(filepath.Join(dd, "repo-cutlass.tar.gz"), bad, 0o644)
+	_, err = PlanBuild(context.Background(), o)
+	contains(t, errString(err), "dependency repo-cutlass: "+filepath.Join(dd, "repo-cutlass.tar.gz")+" has sha256 "+sha256Hex(bad),
+		"but python/sglang/kernels/aot/CMakeLists.txt pins URL_HASH SHA256="+sha256Hex(cut),
+		"Fetch it again: rm "+filepath.Join(dd, "repo-cutlass.tar.gz")+" && curl -fL -o "+filepath.Join(dd, "repo-cutlass.tar.gz")+" https://github.com/NVIDIA/cutlass/archive/57e3cfb47a2d9e0d46eb6335c3dc411498efa198.tar.gz")
+
+	// Changed between the plan and the build: refused, nothing cached.
+	os.WriteFile(filepath.Join(dd, "repo-cutlass.tar.gz"), cut, 0o644)
+	o2 := e.with("X_FRESH_CACHE=1").opts()
+	o2.Offline, o2.DepsDir = true, dd
+	p2 := mustPlan(t, o2)
+	os.WriteFile(filepath.Join(dd, "repo-cutlass.tar.gz"), bad, 0o644)
+	_, err = Build(context.Background(), p2, o2, nil)
+	contains(t, errString(err), "dependency repo-cutlass: "+filepath.Join(dd, "repo-cutlass.tar.gz")+" changed since the plan")
+	if m, _ := o2.Cache.Lookup(p2.Key); m != nil {
+		t.Error("a build with a changed archive was cached")
+	}
+}
+
+// tgz builds a gzip'd tar of the given headers (with bodies for files).
+func tgz(t *testing.T, hdrs ...*tar.Header) []byte {
+	t.Helper()
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	for _, h := range hdrs {
+		body := h.Name + "\n"
+		if h.Typeflag == tar.TypeReg {
+			h.Size = int64(len(body))
+		}
+		if err := tw.WriteHeader(h); err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			tw.Write([]byte(body))
+		}
+	}
+	tw.Close()
+	zw.Close()
+	return buf.Bytes()
+}
+
+func TestUnpackTarGz(t *testing.T) {
+	dir := t.TempDir()
+	unpack := func(b []byte, want string) (string, error) {
+		src := filepath.Join(dir, "a.tar.gz")
+		os.WriteFile(src, b, 0o644)
+		dst := filepath.Join(dir, "out")
+		os.RemoveAll(dst)
+		return dst, unpackTarGz(src, dst, want)
+	}
+	reg := func(name string, mode int64) *tar.Header {
+		return &tar.Header{Typeflag: tar.TypeReg, Name: name, Mode: mode}
+	}
+	// Two top-level entries: unpacked as they are; modes kept as 644/755.
+	dst, err := unpack(tgz(t, reg("a/x.h", 0o600), reg("run.sh", 0o700)), "")
+	if err != nil || readFile(t, filepath.Join(dst, "a/x.h")) != "a/x.h\n" {
+		t.Fatalf("two tops: %v", err)
+	}
+	if fi, _ := os.Stat(filepath.Join(dst, "run.sh")); fi == nil || fi.Mode().Perm() != 0o755 {
+		t.Errorf("run.sh mode %v", fi)
+	}
+	// A hard link inside is unpacked as a link to its target.
+	if dst, err = unpack(tgz(t, reg("top/x.h", 0o644), &tar.Header{Typeflag: tar.TypeLink, Name: "top/y.h", Linkname: "top/x.h"}), ""); err != nil || readFile(t, filepath.Join(dst, "y.h")) != "top/x.h\n" {
+		t.Errorf("hard link: %v", err)
+	}
+	for name, c := range map[string]struct {
+		hdrs []*tar.Header
+		want string
+	}{
+		"dotdot":       {[]*tar.Header{reg("top/../../evil", 0o644)}, "entry top/../../evil leaves the directory"},
+		"absolute":     {[]*tar.Header{reg("/etc/evil", 0o644)}, "entry /etc/evil leaves the directory"},
+		"symlink out":  {[]*tar.Header{{Typeflag: tar.TypeSymlink, Name: "top/l", Linkname: "../../etc"}}, "link top/l -> ../../etc leaves the directory"},
+		"symlink abs":  {[]*tar.Header{{Typeflag: tar.TypeSymlink, Name: "top/l", Linkname: "/etc/passwd"}}, "link top/l -> /etc/passwd leaves"},
+		"hardlink out": {[]*tar.Header{{Typeflag: tar.TypeLink, Name: "top/l", Linkname: "../x"}}, "link top/l -> ../x leaves"},
+		"device":       {[]*tar.Header{{Typeflag: tar.TypeChar, Name: "top/tty"}}, "entry top/tty is neither a file, a directory nor a link"},
+	} {
+		dst, err := unpack(tgz(t, c.hdrs...), "")
+		if err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v", name, err)
+		}
+		if _, serr := os.Stat(dst); serr == nil {
+			t.Errorf("%s: %s left behind", name, dst)
+		}
+		if _, serr := os.Stat(dst + ".unpack"); serr == nil {
+			t.Errorf("%s: staging dir left behind", name)
+		}
+	}
+	// Bytes after the archive are hashed too; a wrong hash unpacks nothing.
+	good := fixtureArchive(t, "repo-x")
+	padded := append(append([]byte(nil), good...), make([]byte, 9000)...)
+	if _, err := unpack(padded, sha256Hex(good)); err == nil || !strings.Contains(err.Error(), "changed since the plan: sha256 "+sha256Hex(padded)) {
+		t.Errorf("trailing bytes: %v", err)
+	}
+	if _, err := unpack([]byte("not gzip"), ""); err == nil || !strings.Contains(err.Error(), "not a gzip'd tar archive") {
+		t.Errorf("not gzip: %v", err)
+	}
+}
