@@ -315,7 +315,7 @@ func printPlan(w io.Writer, p *kernels.Plan, cache kernels.Cache) {
 	if len(p.Deps) > 0 {
 		fmt.Fprintln(w, "  deps (FetchContent)")
 		for _, d := range p.Deps {
-			src := "download " + d.Repo
+			src := "download " + d.URL
 			if d.Tag != "" {
 				src += " @ " + d.Tag
 			}

@@ -1,6 +1,9 @@
 package main
 
 import (
+	"archive/tar"
+	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -15,6 +18,7 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/rogpeppe/go-internal/testscript"
 	"mvdan.cc/sh/v3/shell"
@@ -46,6 +50,8 @@ func TestMain(m *testing.M) {
 //	                     run the `arpatch ...` command the previous command printed in
 //	                     backquotes (the one matching REGEXP; exactly one must), split as a
 //	                     shell would; -sub replaces a word first (a mirror a test cannot make)
+//	tgz DIR FILE VAR     write FILE, a gzip'd tar of DIR's files under one top directory
+//	                     (GitHub's archive shape, fixed bytes), and set $VAR to its sha256
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
@@ -136,6 +142,15 @@ func TestScripts(t *testing.T) {
 				// in backquotes, as printed: a remedy must run.
 				runRemedy(ts, neg, args)
 			},
+			"tgz": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 3 {
+					ts.Fatalf("usage: tgz DIR FILE VAR")
+				}
+				b := tgz(ts, ts.MkAbs(args[0]))
+				ts.Check(os.WriteFile(ts.MkAbs(args[1]), b, 0o644))
+				sum := sha256.Sum256(b)
+				ts.Setenv(args[2], hex.EncodeToString(sum[:]))
+			},
 			"sametree": func(ts *testscript.TestScript, neg bool, args []string) {
 				if len(args) != 2 {
 					ts.Fatalf("usage: sametree DIR VAR")
@@ -147,6 +162,34 @@ func TestScripts(t *testing.T) {
 			},
 		},
 	})
+}
+
+// tgz returns a gzip'd tar of the regular files under dir, in path order,
+// each under the top directory <base of dir>-rev/ with a fixed time.
+func tgz(ts *testscript.TestScript, dir string) []byte {
+	var buf bytes.Buffer
+	zw := gzip.NewWriter(&buf)
+	tw := tar.NewWriter(zw)
+	top := filepath.Base(dir) + "-rev/"
+	mt := time.Date(2026, 7, 29, 0, 0, 0, 0, time.UTC)
+	ts.Check(filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || !d.Type().IsRegular() {
+			return err
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if err := tw.WriteHeader(&tar.Header{Typeflag: tar.TypeReg, Name: top + filepath.ToSlash(rel), Mode: 0o644, Size: int64(len(b)), ModTime: mt}); err != nil {
+			return err
+		}
+		_, err = tw.Write(b)
+		return err
+	}))
+	ts.Check(tw.Close())
+	ts.Check(zw.Close())
+	return buf.Bytes()
 }
 
 // treeHash hashes every path, mode and content under dir except .git/,
