@@ -66,7 +66,7 @@ func Check(ctx context.Context, opts CheckOptions) ([]CheckResult, *Toolchain, e
 		return nil, nil, err
 	}
 	if err := tc.Validate(Needs{Archs: opts.Archs, Torch: true}); err != nil {
-		return nil, tc, err
+		return nil, tc, fmt.Errorf("--check of %s: %w", proj.AllreduceTU(), err)
 	}
 	tmp, err := os.MkdirTemp("", "arpatch-check-")
 	if err != nil {
