@@ -52,7 +52,7 @@ var gencodeArch = regexp.MustCompile(`arch=compute_([0-9]+[af]?)`)
 // new arguments and the archs dropped.
 //
 // This is how arpatch restricts upstream's hard-coded gencode list
-// (SGL_KERNEL_CUDA_FLAGS in sgl-kernel/CMakeLists.txt) without patching the
+// (SGL_KERNEL_CUDA_FLAGS in the sgl-kernel project's CMakeLists.txt) without patching the
 // tree: the build runs nvcc through `arpatch gencode-filter`, set as
 // CMAKE_CUDA_COMPILER_LAUNCHER, the same for every arm of an A/B build.
 func FilterGencode(args []string, keep []Arch) (out []string, dropped []string) {
