@@ -12,21 +12,11 @@ import (
 	"github.com/arpatch/arpatch/internal/testrepo"
 )
 
-// pyproject is shaped like upstream's sgl-kernel pyproject.toml (both
-// layouts): scikit-build-core, the distribution name, wheel.packages.
+// pyproject is testrepo's upstream-shaped sgl-kernel pyproject.toml with
+// another distribution name and build backend.
 func pyproject(name, backend string) string {
-	return `[build-system]
-requires = ["scikit-build-core>=0.10"]
-build-backend = "` + backend + `"
-
-[project]
-name = "` + name + `"
-version = "0.4.6"
-
-[tool.scikit-build]
-cmake.build-type = "Release"
-wheel.packages = ["python/sgl_kernel"]
-`
+	return strings.NewReplacer(`name = "sglang-kernel"`, `name = "`+name+`"`,
+		`"scikit_build_core.build"`, `"`+backend+`"`).Replace(testrepo.KernelPyproject)
 }
 
 // tree is a fixture SGLang tree with a kernel project at each dir given.
