@@ -12,12 +12,14 @@ func revertCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "revert",
 		Usage:     "restore upstream's exact bytes for every file apply changed",
-		UsageText: "arpatch revert [--src DIR] [--force] [--dry-run]",
+		UsageText: "arpatch revert [--src DIR] [--patches-dir DIR] [--force] [--dry-run]",
 		Description: `revert reads the apply state in DIR/.git/arpatch/state.json and writes back
 each changed file from the pinned commit in git's object store, checking its
-sha256 against the one apply recorded. It refuses when a patched file was
-edited since apply, so your edits are never lost silently; --force discards
-them.
+sha256 against the one apply recorded. The state is checked first, against
+itself, the commit and the series it names (from --patches-dir when you
+applied your own); a state that disagrees is refused and nothing changes.
+It refuses when a patched file was edited since apply, so your edits are
+never lost silently; --force discards them.
 
 Examples:
    arpatch revert
@@ -25,12 +27,17 @@ Examples:
    arpatch revert --src ~/sglang --force`,
 		Flags: []cli.Flag{
 			srcFlag(),
+			patchesDirFlag(),
 			&cli.BoolFlag{Name: "force", Usage: "discard edits made to patched files since apply"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "report what would be restored, write nothing"},
 		},
 		Before: noArgs,
 		Action: func(c *cli.Context) error {
-			rep, err := checkout.Revert(checkout.RevertOptions{Src: pathFlag(c, "src"), Force: c.Bool("force"), DryRun: c.Bool("dry-run")})
+			cat, err := loadCatalog(c)
+			if err != nil {
+				return err
+			}
+			rep, err := checkout.Revert(checkout.RevertOptions{Src: pathFlag(c, "src"), Catalog: cat, Force: c.Bool("force"), DryRun: c.Bool("dry-run")})
 			if err != nil {
 				return err
 			}

@@ -16,7 +16,8 @@ func statusCommand() *cli.Command {
 		Usage:     "show the recipe, commit and patches applied to a checkout, and any drift",
 		UsageText: "arpatch status [--src DIR] [--patches-dir DIR] [--json]",
 		Description: `status reads DIR/.git/arpatch/state.json and compares every patched file with
-the bytes apply wrote. It exits 1 when files drifted or HEAD moved.
+the bytes apply wrote. It exits 1 when files drifted or HEAD moved, or
+when tracked files have uncommitted changes (with or without apply state).
 
 Examples:
    arpatch status
@@ -39,7 +40,7 @@ Examples:
 			} else {
 				printStatus(c.App.Writer, rep)
 			}
-			if rep.State != nil && !rep.Buildable() {
+			if (rep.State != nil && !rep.Buildable()) || (rep.State == nil && len(rep.Other) > 0) {
 				return cli.Exit("", exitFailure)
 			}
 			return nil

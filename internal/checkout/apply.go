@@ -194,12 +194,15 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 		defer unlock()
 	}
 	root := safefs.Root{Dir: opts.Src}
-	st, err := ReadState(gitDir)
+	if !opts.DryRun {
+		removeStrayTemps(gitDir)
+	}
+	st, err := readTrusted(repo, opts.Src, opts.Catalog)
 	if err != nil {
 		return nil, err
 	}
 	if st != nil {
-		return rep, alreadyApplied(opts, rep, st, root)
+		return rep, alreadyApplied(opts, rep, st, root, head)
 	}
 	changes, err := repo.Changes()
 	if err != nil {
@@ -273,6 +276,13 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 		return nil, fmt.Errorf("recording apply state in %s: %w; nothing was changed", StatePath(gitDir), err)
 	}
 	if err := root.Write(orderedWrites(res, choice.Patches, false)); err != nil {
+		var we *safefs.WriteError
+		if errors.As(err, &we) && !we.Restored {
+			// A double fault: some files hold patched bytes. The state,
+			// still marked incomplete, is the record status and revert
+			// need; it stays.
+			return nil, fmt.Errorf("writing the patched files: %w; the apply state stays, marked incomplete, so that nothing is lost: once the cause is fixed, run `arpatch revert --src %s`", err, opts.Src)
+		}
 		removeState(gitDir)
 		return nil, fmt.Errorf("writing the patched files: %w", err)
 	}
@@ -447,10 +457,14 @@ func dryRunClone(opts ApplyOptions, rep *ApplyReport, source, want string) (*App
 }
 
 // alreadyApplied handles a checkout that has apply state: the same recipe
-// and the same patches (names and sha256) with undrifted files is a no-op;
-// an interrupted apply, another recipe, another patch set or drift is
-// refused, naming what differs.
-func alreadyApplied(opts ApplyOptions, rep *ApplyReport, st *State, root safefs.Root) error {
+// and the same patches (names and sha256) with undrifted files at the
+// commit they were applied at is a no-op; a moved HEAD, an interrupted
+// apply, another recipe, another patch set or drift is refused, naming
+// what differs.
+func alreadyApplied(opts ApplyOptions, rep *ApplyReport, st *State, root safefs.Root, head string) error {
+	if head != st.Commit {
+		return movedHead(opts.Src, head, st)
+	}
 	if st.Reverting {
 		return fmt.Errorf("%s: a revert of series %s was interrupted part way (the state says reverting); run `arpatch revert --src %s` to finish it, then apply again", opts.Src, orNone(st.Series), opts.Src)
 	}
@@ -554,9 +568,7 @@ func newState(opts ApplyOptions, rep *ApplyReport, commit string) *State {
 	}
 	// In patch order, so that revert, restoring them in reverse, undoes
 	// apply step by step.
-	for _, f := range inPatchOrder(rep.Result, rep.Patches) {
-		st.Files = append(st.Files, FileState{Path: f.Path, Op: f.Op.String(), Before: sum(f.Before), After: sum(f.After)})
-	}
+	st.Files = fileStates(rep.Result, rep.Patches)
 	for _, h := range rep.Result.Offsets() {
 		st.Offsets = append(st.Offsets, Offset{Patch: h.Patch, Path: h.Path, Hunk: h.Hunk, Offset: h.Offset})
 	}
@@ -638,4 +650,11 @@ func withCheck(err error, c *patches.Catalog, repo, commit string) error {
 		ns.Check = c.CheckCommand(repo, commit)
 	}
 	return err
+}
+
+// movedHead is the refusal apply and revert share for a checkout whose
+// HEAD is not the commit its state was applied at.
+func movedHead(src, head string, st *State) error {
+	return fmt.Errorf("%s is at commit %s, but series %s was applied at %s; nothing was changed. Check that commit out again (git -C %s checkout --detach %s), then revert or apply",
+		src, head, orNone(st.Series), st.Commit, src, st.Commit)
 }

@@ -10,11 +10,15 @@ import (
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/patches"
 )
 
 // RevertOptions holds every input of Revert.
 type RevertOptions struct {
 	Src string
+	// Catalog, when set, holds the series the state names, so that the
+	// state is checked against it before it is trusted.
+	Catalog *patches.Catalog
 	// Force discards edits made to patched files since apply.
 	Force  bool
 	DryRun bool
@@ -54,7 +58,15 @@ func Revert(opts RevertOptions) (*RevertReport, error) {
 		return nil, err
 	}
 	gitDir := repo.GitDir()
-	st, err := ReadState(gitDir)
+	if !opts.DryRun {
+		unlock, err := lock(gitDir)
+		if err != nil {
+			return nil, err
+		}
+		defer unlock()
+		removeStrayTemps(gitDir)
+	}
+	st, err := readTrusted(repo, opts.Src, opts.Catalog)
 	if err != nil || st == nil {
 		return rep, err
 	}
@@ -64,15 +76,7 @@ func Revert(opts RevertOptions) (*RevertReport, error) {
 		return nil, err
 	}
 	if head != st.Commit {
-		return nil, fmt.Errorf("%s is at commit %s, but the series was applied at %s; check that commit out again (git -C %s checkout --detach %s), then revert",
-			opts.Src, head, st.Commit, opts.Src, st.Commit)
-	}
-	if !opts.DryRun {
-		unlock, err := lock(gitDir)
-		if err != nil {
-			return nil, err
-		}
-		defer unlock()
+		return nil, movedHead(opts.Src, head, st)
 	}
 	root := safefs.Root{Dir: opts.Src}
 	drift, err := st.drift(root)
@@ -110,10 +114,6 @@ func Revert(opts RevertOptions) (*RevertReport, error) {
 			data = nil
 		case err != nil:
 			return nil, err
-		}
-		if sum(data) != f.Before {
-			return nil, fmt.Errorf("%s at %s has sha256 %q, but apply recorded %q before patching; the state does not match this commit, nothing was changed",
-				f.Path, st.Commit, sum(data), f.Before)
 		}
 		if upstream[f.Path] {
 			rep.AlreadyUpstream = append(rep.AlreadyUpstream, f.Path)

@@ -14,6 +14,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -21,8 +22,9 @@ import (
 	"github.com/arpatch/arpatch/patches"
 )
 
-// StateSchema is the version of state.json's layout.
-const StateSchema = 1
+// StateSchema is the version of state.json's layout. Version 2 added the
+// digest.
+const StateSchema = 2
 
 // State is what apply records inside the checkout's .git/arpatch/state.json,
 // where git status does not see it. status and revert read it.
@@ -49,6 +51,9 @@ type State struct {
 	// set means a revert was killed part way. status reports it, apply
 	// refuses, and revert, run again, finishes the job.
 	Reverting bool `json:"reverting,omitempty"`
+	// Digest is the hex sha256 of the state's JSON with Digest empty: a
+	// state edited by hand no longer matches it.
+	Digest string `json:"digest"`
 }
 
 // RecipeFile is the path of the recipe file the series was applied from,
@@ -89,8 +94,39 @@ func StatePath(gitDir string) string {
 	return filepath.Join(gitDir, "arpatch", "state.json")
 }
 
+// StateError is an apply state that cannot be trusted: it does not parse,
+// disagrees with itself, with its digest, with the upstream commit it
+// names, or with the series and patch hashes it names. Nothing is changed
+// on the strength of such a state.
+type StateError struct {
+	File    string // the state file
+	Src     string // the checkout, when known (for the remedy)
+	Problem string
+	// Schema is set when the state is another version's, not damaged.
+	Schema int
+}
+
+func (e *StateError) Error() string {
+	if e.Schema != 0 {
+		return fmt.Sprintf("%s: schema %d, this arpatch reads %d; use the arpatch that applied it to revert", e.File, e.Schema, StateSchema)
+	}
+	src := e.Src
+	if src == "" {
+		src = "<checkout>"
+	}
+	// A damaged state cannot say which files apply changed: git can, and
+	// only those should go back (not the user's other edits).
+	return fmt.Sprintf("%s: %s; the apply state is damaged or was edited, so arpatch will not act on it and changed nothing. "+
+		"See what apply changed with `git -C %s status --short`, put back those files (`git -C %s checkout HEAD -- FILE...`; this loses edits to them), then remove the state: `rm %s`",
+		e.File, e.Problem, src, src, e.File)
+}
+
 // ReadState returns the checkout's apply state, or (nil, nil) when there is
-// none. A state file that does not parse is an error naming it.
+// none. It checks the state against itself: it must parse, carry this
+// schema, name a full commit, hold clean, distinct paths with ops and
+// sha256s that agree (a created file has no before, a deleted one no
+// after), list files exactly when it lists patches, and match its digest.
+// A state that fails is a *StateError.
 func ReadState(gitDir string) (*State, error) {
 	p := StatePath(gitDir)
 	b, err := os.ReadFile(p)
@@ -100,32 +136,77 @@ func ReadState(gitDir string) (*State, error) {
 	if err != nil {
 		return nil, err
 	}
-	// A damaged state cannot say which files apply changed: git can, and
-	// only those should go back (not the user's other edits).
-	damaged := func(what string, err error) error {
-		return fmt.Errorf("%s: %w; the apply state is %s. See what apply changed with `git -C <checkout> status`, restore those files one by one (`git -C <checkout> checkout -- FILE`), then remove %s", p, err, what, p)
+	damaged := func(format string, args ...any) error {
+		return &StateError{File: p, Problem: fmt.Sprintf(format, args...)}
 	}
 	var s State
 	if err := json.Unmarshal(b, &s); err != nil {
-		return nil, damaged("damaged", err)
+		return nil, damaged("%v", err)
 	}
 	if s.Schema != StateSchema {
-		return nil, fmt.Errorf("%s: schema %d, this arpatch reads %d; use the arpatch that applied it to revert", p, s.Schema, StateSchema)
+		return nil, &StateError{File: p, Schema: s.Schema}
 	}
+	if !hex40.MatchString(s.Commit) {
+		return nil, damaged("commit %q is not a full 40-hex hash", s.Commit)
+	}
+	seen := map[string]bool{}
 	for _, f := range s.Files {
 		if _, err := patches.CleanPath(f.Path); err != nil {
-			return nil, damaged("damaged or was edited", err)
+			return nil, damaged("%v", err)
 		}
+		if seen[f.Path] {
+			return nil, damaged("%s is listed twice", f.Path)
+		}
+		seen[f.Path] = true
+		ok := map[string]bool{"create": f.Before == "" && f.After != "", "modify": f.Before != "" && f.After != "", "delete": f.Before != "" && f.After == ""}[f.Op]
+		for _, h := range []string{f.Before, f.After} {
+			ok = ok && (h == "" || hex64.MatchString(h))
+		}
+		if !ok {
+			return nil, damaged("%s: op %q with before %q and after %q do not agree", f.Path, f.Op, f.Before, f.After)
+		}
+	}
+	for _, ps := range s.Patches {
+		if ps.Name == "" || !hex64.MatchString(ps.SHA256) {
+			return nil, damaged("patch %q has sha256 %q", ps.Name, ps.SHA256)
+		}
+	}
+	if (len(s.Patches) == 0) != (len(s.Files) == 0) {
+		return nil, damaged("it lists %d patches but %d changed files", len(s.Patches), len(s.Files))
+	}
+	if want := s.digest(); s.Digest != want {
+		return nil, damaged("its digest is %q, but its contents hash to %q", s.Digest, want)
 	}
 	return &s, nil
 }
 
+var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
+
+// digest returns the hex sha256 of the state's JSON with Digest empty.
+func (s *State) digest() string {
+	c := *s
+	c.Digest = ""
+	b, _ := json.Marshal(&c)
+	return sum(b)
+}
+
 func writeState(gitDir string, s *State) error {
+	s.Digest = s.digest()
 	b, err := json.MarshalIndent(s, "", "  ")
 	if err != nil {
 		return err
 	}
 	return safefs.WriteFile(StatePath(gitDir), append(b, '\n'), 0o644)
+}
+
+// removeStrayTemps deletes temp files that a killed write of the state
+// left in .git/arpatch/ (".state.json.arpatch-*", see safefs). Callers
+// hold the lock, so no other arpatch is writing there.
+func removeStrayTemps(gitDir string) {
+	m, _ := filepath.Glob(filepath.Join(filepath.Dir(StatePath(gitDir)), ".state.json.arpatch-*"))
+	for _, p := range m {
+		os.Remove(p)
+	}
 }
 
 func removeState(gitDir string) error {

@@ -143,7 +143,7 @@ func Status(src string, cat *patches.Catalog) (*StatusReport, error) {
 	if rep.Head, err = repo.Head(); err != nil {
 		return nil, err
 	}
-	st, err := ReadState(repo.GitDir())
+	st, err := readTrusted(repo, src, cat)
 	if err != nil {
 		return nil, err
 	}

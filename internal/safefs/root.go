@@ -91,8 +91,38 @@ type undo struct {
 	mode    fs.FileMode
 }
 
-// failHook lets tests fail a write part way through a group.
-var failHook func(rel string) error
+// Faults, when set (by tests, in this package and in those that build on
+// it), is called before each step of Root.Write: op is "write" for a
+// change and "restore" for the rollback of one; an error it returns fails
+// that step as the file system would.
+var Faults func(op, rel string) error
+
+func fault(op, rel string) error {
+	if Faults == nil {
+		return nil
+	}
+	return Faults(op, rel)
+}
+
+// WriteError is a Root.Write that failed part way. Restored says whether
+// every file already changed was put back; when it is false (the rollback
+// failed too, e.g. the disk is full), some files hold the new bytes and
+// the caller must keep whatever record it has of them.
+type WriteError struct {
+	Err        error // the write that failed
+	Restored   bool
+	RestoreErr error  // why the rollback failed, when it did
+	Paths      string // the group's paths, for messages
+}
+
+func (e *WriteError) Error() string {
+	if e.Restored {
+		return fmt.Sprintf("%v; the tree was restored to its state before the write", e.Err)
+	}
+	return fmt.Sprintf("%v; restoring the tree also failed: %v (files: %s)", e.Err, e.RestoreErr, e.Paths)
+}
+
+func (e *WriteError) Unwrap() error { return e.Err }
 
 // Write applies every change or none. Paths are checked first; then each
 // file is written to a temp file next to it, fsynced and renamed into place.
@@ -124,10 +154,8 @@ func (r Root) Write(changes []Change) error {
 	done := 0
 	var err error
 	for i, c := range changes {
-		if failHook != nil {
-			if err = failHook(c.Path); err != nil {
-				break
-			}
+		if err = fault("write", c.Path); err != nil {
+			break
 		}
 		u := plan[i]
 		if c.Data == nil {
@@ -162,10 +190,10 @@ func (r Root) Write(changes []Change) error {
 	for i := len(removed) - 1; i >= 0; i-- {
 		os.Mkdir(removed[i], 0o755)
 	}
-	if rerr := rollback(plan[:done+boolInt(done < len(plan))], made); rerr != nil {
-		return fmt.Errorf("%w; restoring the tree also failed: %v (files: %s)", err, rerr, listPaths(changes))
+	if rerr := rollback(plan[:done+boolInt(done < len(plan))], changes, made); rerr != nil {
+		return &WriteError{Err: err, RestoreErr: rerr, Paths: listPaths(changes)}
 	}
-	return fmt.Errorf("%w; the tree was restored to its state before the write", err)
+	return &WriteError{Err: err, Restored: true}
 }
 
 func boolInt(b bool) int {
@@ -175,20 +203,24 @@ func boolInt(b bool) int {
 	return 0
 }
 
-func rollback(plan []undo, made []string) error {
+func rollback(plan []undo, changes []Change, made []string) error {
 	var first error
 	for i := len(plan) - 1; i >= 0; i-- {
 		u := plan[i]
-		var err error
-		if u.existed {
+		err := fault("restore", changes[i].Path)
+		switch {
+		case err != nil:
+		case u.existed:
 			cur, rerr := os.ReadFile(u.abs)
 			if rerr != nil || string(cur) != string(u.data) {
 				err = writeAtomic(u.abs, u.data, u.mode)
 			} else {
 				err = os.Chmod(u.abs, u.mode)
 			}
-		} else if rerr := os.Remove(u.abs); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
-			err = rerr
+		default:
+			if rerr := os.Remove(u.abs); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+				err = rerr
+			}
 		}
 		if err != nil && first == nil {
 			first = err

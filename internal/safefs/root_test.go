@@ -44,14 +44,14 @@ func TestWriteAllOrNothing(t *testing.T) {
 	}
 
 	// Fail on the last change: everything before it is put back.
-	failHook = func(rel string) error {
-		if rel == "new/deep/n.txt" {
+	Faults = func(op, rel string) error {
+		if op == "write" && rel == "new/deep/n.txt" {
 			return errors.New("disk full")
 		}
 		return nil
 	}
 	err := root.Write(changes)
-	failHook = nil
+	Faults = nil
 	if err == nil || !strings.Contains(err.Error(), "disk full") || !strings.Contains(err.Error(), "restored") {
 		t.Fatalf("err = %v, want the failure and a note that the tree was restored", err)
 	}

@@ -1,0 +1,116 @@
+package checkout
+
+import (
+	"errors"
+	"fmt"
+	"io/fs"
+	"slices"
+
+	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/patches"
+)
+
+// readTrusted is the one judgement of a checkout's apply state that
+// status, apply and revert share. It reads the state (ReadState checks it
+// against itself), then against the upstream commit it names (each
+// file's before-sha256 must be that commit's blob, and the commit must
+// exist), and, when cat holds the series it names with the same patch
+// hashes, against the series: applying those patches to that commit must
+// change exactly the files it lists, with the same ops and sha256s. It
+// returns (nil, nil) when there is no state, and a *StateError naming src
+// in its remedy when the state cannot be trusted.
+func readTrusted(repo *gitsrc.Repo, src string, cat *patches.Catalog) (*State, error) {
+	st, err := ReadState(repo.GitDir())
+	var se *StateError
+	if errors.As(err, &se) {
+		se.Src = src
+	}
+	if err != nil || st == nil {
+		return nil, err
+	}
+	damaged := func(format string, args ...any) error {
+		return &StateError{File: StatePath(repo.GitDir()), Src: src, Problem: fmt.Sprintf(format, args...)}
+	}
+	tree, err := repo.TreeAt(st.Commit)
+	if err != nil {
+		return nil, damaged("it names commit %s, which this repository does not have (%v)", st.Commit, err)
+	}
+	for _, f := range st.Files {
+		data, err := tree.ReadFile(f.Path)
+		if err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, err
+		}
+		if errors.Is(err, fs.ErrNotExist) {
+			data = nil
+		}
+		if got := sum(data); got != f.Before {
+			return nil, damaged("%s at commit %s has sha256 %q, but the state says %q before apply", f.Path, st.Commit[:12], got, f.Before)
+		}
+	}
+	ps := statePatches(st, cat)
+	if ps == nil {
+		return st, nil
+	}
+	res, err := patches.Apply(tree, ps)
+	if err != nil {
+		return nil, damaged("its patches (series %s) do not apply to commit %s: %v", st.Series, st.Commit[:12], err)
+	}
+	want := fileStates(res, ps)
+	if !slices.Equal(want, st.Files) {
+		return nil, damaged("it lists %s, but series %s at commit %s changes %s", fileList(st.Files), st.Series, st.Commit[:12], fileList(want))
+	}
+	return st, nil
+}
+
+// statePatches returns the patches the state names, from cat's copy of
+// its series, when every one is there with the recorded sha256; else nil
+// (the series changed or is elsewhere: the digest alone vouches).
+func statePatches(st *State, cat *patches.Catalog) []*patches.Patch {
+	if cat == nil || st.Series == "" || len(st.Patches) == 0 {
+		return nil
+	}
+	s, err := cat.Get(st.Series)
+	if err != nil {
+		return nil
+	}
+	var skip []string
+	for _, e := range s.Patches {
+		if !slices.ContainsFunc(st.Patches, func(p PatchState) bool { return p.Name == e.File }) {
+			skip = append(skip, e.File)
+		}
+	}
+	ps, err := s.Load(skip)
+	if err != nil || len(ps) != len(st.Patches) {
+		return nil
+	}
+	for i, p := range ps {
+		if p.Name != st.Patches[i].Name || p.SHA256 != st.Patches[i].SHA256 {
+			return nil
+		}
+	}
+	return ps
+}
+
+// fileStates lists a result's files as the state records them, in patch
+// order.
+func fileStates(res *patches.Result, ps []*patches.Patch) []FileState {
+	out := []FileState{}
+	for _, f := range inPatchOrder(res, ps) {
+		out = append(out, FileState{Path: f.Path, Op: f.Op.String(), Before: sum(f.Before), After: sum(f.After)})
+	}
+	return out
+}
+
+func fileList(fs []FileState) string {
+	if len(fs) == 0 {
+		return "no files"
+	}
+	s := ""
+	for i, f := range fs {
+		if i > 0 {
+			s += ", "
+		}
+		s += f.Op + " " + f.Path
+	}
+	return s
+}

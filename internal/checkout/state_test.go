@@ -1,0 +1,186 @@
+package checkout
+
+import (
+	"encoding/json"
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/arpatch/arpatch/internal/safefs"
+)
+
+// editState rewrites the state file through fn; with redigest it also
+// recomputes the digest, as a careful hand editor would.
+func editState(t *testing.T, gitDir string, redigest bool, fn func(st *State)) {
+	t.Helper()
+	st, err := ReadState(gitDir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	digest := st.Digest
+	fn(st)
+	if redigest {
+		digest = st.digest()
+	}
+	st.Digest = digest
+	b, _ := json.MarshalIndent(st, "", "  ")
+	if err := os.WriteFile(StatePath(gitDir), b, 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// Issue 11, point 6: a state edited to list no files, or with an edited
+// before-hash, or naming another commit, is one judgement for status,
+// apply and revert: each refuses, and nothing changes.
+func TestEditedStateIsOneJudgement(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		redigest bool
+		edit     func(st *State, f *fixtureEnv)
+		want     string
+	}{
+		{"files emptied", false, func(st *State, _ *fixtureEnv) { st.Files = []FileState{} }, "lists 1 patches but 0 changed files"},
+		{"one file dropped", false, func(st *State, _ *fixtureEnv) { st.Files = st.Files[1:] }, "its digest is"},
+		{"one file dropped, digest redone", true, func(st *State, _ *fixtureEnv) { st.Files = st.Files[1:] }, "but series fx at commit"},
+		{"before-hash edited, digest redone", true, func(st *State, _ *fixtureEnv) {
+			st.Files[1].Before = strings.Repeat("a", 64)
+		}, "but the state says"},
+		{"another commit, digest redone", true, func(st *State, _ *fixtureEnv) {
+			st.Commit = strings.Repeat("b", 40)
+		}, "which this repository does not have"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			if _, err := f.apply(t); err != nil {
+				t.Fatal(err)
+			}
+			gitDir := filepath.Join(f.work, ".git")
+			editState(t, gitDir, tc.redigest, func(st *State) { tc.edit(st, f) })
+			before := snapshot(t, f.work)
+			stateBytes, _ := os.ReadFile(StatePath(gitDir))
+
+			_, serr := Status(f.work, f.cat)
+			_, aerr := f.apply(t)
+			_, rerr := Revert(RevertOptions{Src: f.work, Catalog: f.cat})
+			_, ferr := Revert(RevertOptions{Src: f.work, Catalog: f.cat, Force: true})
+			for name, err := range map[string]error{"status": serr, "apply": aerr, "revert": rerr, "revert --force": ferr} {
+				var se *StateError
+				if !errors.As(err, &se) || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "git -C "+f.work+" status --short") {
+					t.Errorf("%s: err = %v, want a damaged state with %q", name, err, tc.want)
+				}
+			}
+			if d := diffSnapshots(before, snapshot(t, f.work)); len(d) > 0 {
+				t.Errorf("the tree changed: %v", d)
+			}
+			if b, _ := os.ReadFile(StatePath(gitDir)); string(b) != string(stateBytes) {
+				t.Error("the state changed")
+			}
+		})
+	}
+}
+
+// A checkout moved to another commit: status is not clean, and apply and
+// revert refuse with the same words.
+func TestMovedHeadIsOneJudgement(t *testing.T) {
+	f := newFixture(t)
+	if _, err := f.apply(t); err != nil {
+		t.Fatal(err)
+	}
+	gitDir := filepath.Join(f.work, ".git")
+	st, _ := ReadState(gitDir)
+	sr, err := Status(f.work, f.cat)
+	if err != nil || !sr.Clean() || sr.State.Commit != st.Commit {
+		t.Fatalf("status before the move: %v %v", sr, err)
+	}
+	// HEAD moves (detached, to a commit this test names by hash).
+	other := strings.Repeat("c", 40)
+	os.WriteFile(filepath.Join(gitDir, "HEAD"), []byte(other+"\n"), 0o644)
+	_, aerr := Apply(t.Context(), ApplyOptions{Recipe: f.recipe, Catalog: f.cat, Src: f.work, Commit: other, Version: "test"})
+	_, rerr := Revert(RevertOptions{Src: f.work, Catalog: f.cat})
+	for name, err := range map[string]error{"apply": aerr, "revert": rerr} {
+		if err == nil || !strings.Contains(err.Error(), "was applied at "+st.Commit) || !strings.Contains(err.Error(), "checkout --detach "+st.Commit) {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
+// Issue 11, point 6: a write fails and its rollback fails too. The state
+// survives, marked incomplete; status reports it and revert restores.
+func TestDoubleFaultKeepsTheState(t *testing.T) {
+	f := newFixture(t)
+	pristine := snapshot(t, f.up)
+	f.cloneAndRevert(t)
+	safefs.Faults = func(op, rel string) error {
+		if op == "write" && rel == "tools/run.bat" {
+			return errors.New("no space left on device")
+		}
+		if op == "restore" {
+			return errors.New("no free inodes")
+		}
+		return nil
+	}
+	_, err := f.apply(t)
+	safefs.Faults = nil
+	if err == nil || !strings.Contains(err.Error(), "restoring the tree also failed") || !strings.Contains(err.Error(), "run `arpatch revert --src "+f.work+"`") {
+		t.Fatalf("apply: %v", err)
+	}
+	st, err := ReadState(filepath.Join(f.work, ".git"))
+	if err != nil || st == nil || !st.Incomplete || len(st.Files) != 5 {
+		t.Fatalf("state after a double fault: %+v %v", st, err)
+	}
+	sr, err := Status(f.work, f.cat)
+	if err != nil || sr.Clean() || !sr.State.Incomplete {
+		t.Errorf("status: %+v %v", sr, err)
+	}
+	if _, err := f.apply(t); err == nil || !strings.Contains(err.Error(), "interrupted part way") {
+		t.Errorf("apply again: %v", err)
+	}
+	rep, err := Revert(RevertOptions{Src: f.work, Catalog: f.cat})
+	if err != nil || len(rep.Restored) == 0 {
+		t.Fatalf("revert: %+v %v", rep, err)
+	}
+	if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
+		t.Errorf("differs from upstream after revert: %v", d)
+	}
+	// A single fault (the rollback works) leaves no state.
+	safefs.Faults = func(op, rel string) error {
+		if op == "write" && rel == "tools/run.bat" {
+			return errors.New("no space left on device")
+		}
+		return nil
+	}
+	_, err = f.apply(t)
+	safefs.Faults = nil
+	if err == nil || !strings.Contains(err.Error(), "the tree was restored") {
+		t.Fatalf("single fault: %v", err)
+	}
+	if st, err := ReadState(filepath.Join(f.work, ".git")); st != nil || err != nil {
+		t.Errorf("state after a restored write: %+v %v", st, err)
+	}
+}
+
+// Temp files a killed state write left are removed by the next apply or
+// revert.
+func TestStrayStateTempsAreRemoved(t *testing.T) {
+	f := newFixture(t)
+	f.cloneAndRevert(t)
+	dir := filepath.Dir(StatePath(filepath.Join(f.work, ".git")))
+	os.MkdirAll(dir, 0o755)
+	stray := filepath.Join(dir, ".state.json.arpatch-12345")
+	os.WriteFile(stray, []byte("{half"), 0o644)
+	if _, err := f.apply(t); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stray); !os.IsNotExist(err) {
+		t.Errorf("apply left %s: %v", stray, err)
+	}
+	os.WriteFile(stray, []byte("{half"), 0o644)
+	if _, err := Revert(RevertOptions{Src: f.work, Catalog: f.cat}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := os.Stat(stray); !os.IsNotExist(err) {
+		t.Errorf("revert left %s: %v", stray, err)
+	}
+}
