@@ -230,7 +230,7 @@ func isArchiveURL(u string) bool {
 func MapDeps(deps []Dep, depsDir string, offline bool) ([]Dep, error) {
 	if depsDir != "" {
 		if fi, err := os.Stat(depsDir); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("--deps-dir %s: not a directory; fetch each dependency into it (arpatch build --offline lists them with the commands)", depsDir)
+			return nil, fmt.Errorf("--deps-dir %s: not a directory; create it (mkdir -p %s) and fetch each dependency into it: the build with --offline lists them, each with the command that fetches it", depsDir, depsDir)
 		}
 	}
 	out := make([]Dep, len(deps))
