@@ -304,7 +304,7 @@ func printPlan(w io.Writer, p *kernels.Plan, cache kernels.Cache) {
 	if len(ups) > 0 {
 		fmt.Fprintf(w, "  upstream  compiles %s; the gencode filter drops all but the archs above\n", strings.Join(ups, " "))
 	}
-	fmt.Fprintf(w, "  project   %s (%s)\n", p.Project.Prefix(), p.Project.Name)
+	fmt.Fprintf(w, "  project   %s (%s)\n", p.Project, p.Project.Name)
 	fmt.Fprintf(w, "  dir       %s\n", p.Dir)
 	tmp := filepath.Join(cache.Dir, ".tmp-"+p.Key[:16]+"-*")
 	fmt.Fprintf(w, "  command   %s\n", strings.Join(p.Command(tmp), " "))

@@ -61,7 +61,7 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 	fmt.Fprintf(w, "recipe   %s (%s, sha256 %s)\n", st.Recipe, st.RecipeSource, st.RecipeSHA256[:16])
 	fmt.Fprintf(w, "commit   %s\n", st.Commit)
 	if k := rep.Kernel; k != nil {
-		fmt.Fprintf(w, "kernel   %s (%s), what arpatch build reads\n", k.Prefix(), k.Name)
+		fmt.Fprintf(w, "kernel   %s (%s), what arpatch build reads\n", k, k.Name)
 	}
 	if rep.Head != st.Commit {
 		fmt.Fprintf(w, "WARNING  HEAD moved since apply (was %s)\n", st.Commit)
@@ -110,7 +110,7 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 		}
 	}
 	if u := rep.KernelUntracked(); len(u) > 0 {
-		fmt.Fprintf(w, "untracked under %s (%d): arpatch build refuses these, as they could reach the wheel\n", rep.Kernel.Prefix(), len(u))
+		fmt.Fprintf(w, "untracked under %s (%d): arpatch build refuses these, as they could reach the wheel\n", rep.Kernel, len(u))
 		for _, p := range u {
 			fmt.Fprintf(w, "  %s\n", p)
 		}

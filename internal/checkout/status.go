@@ -82,7 +82,7 @@ func (s *StatusReport) BuildProblem() error {
 	if s.Kernel == nil {
 		return nil
 	}
-	kd := s.Kernel.Prefix()
+	kd := s.Kernel.String()
 	if u := s.KernelUntracked(); len(u) > 0 {
 		return fmt.Errorf("%s has untracked files under %s (%s); they could go into the build unrecorded. Remove them or move them out of the tree", src, kd, strings.Join(firstN(u, 3), ", "))
 	}

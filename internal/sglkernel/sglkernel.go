@@ -67,8 +67,18 @@ type Project struct {
 // tree's root: Path("CMakeLists.txt") is "sgl-kernel/CMakeLists.txt".
 func (p Project) Path(rel string) string { return path.Join(p.Dir, rel) }
 
-// Prefix is Dir with a trailing slash, for matching the paths under it.
-func (p Project) Prefix() string { return p.Dir + "/" }
+// Prefix is Dir with a trailing slash, for matching the paths under it;
+// "" for a project at the tree's root, which every path is under.
+func (p Project) Prefix() string {
+	if p.Dir == "." {
+		return ""
+	}
+	return p.Dir + "/"
+}
+
+// String is Dir with a trailing slash, as messages show it:
+// "python/sglang/kernels/aot/", or "./" at the tree's root.
+func (p Project) String() string { return p.Dir + "/" }
 
 // AllreduceTU returns the allreduce translation unit's path relative to
 // the tree's root.

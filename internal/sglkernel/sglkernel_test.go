@@ -62,9 +62,20 @@ func TestFindBothLayouts(t *testing.T) {
 		if !reflect.DeepEqual(p, want) {
 			t.Errorf("%s: %+v, want %+v", dir, p, want)
 		}
-		if p.AllreduceTU() != dir+"/csrc/allreduce/custom_all_reduce.cu" || p.Path("cmake/utils.cmake") != dir+"/cmake/utils.cmake" || p.Prefix() != dir+"/" {
+		if p.AllreduceTU() != dir+"/csrc/allreduce/custom_all_reduce.cu" || p.Path("cmake/utils.cmake") != dir+"/cmake/utils.cmake" || p.Prefix() != dir+"/" || p.String() != dir+"/" {
 			t.Errorf("%s: paths %q %q %q", dir, p.AllreduceTU(), p.Path("cmake/utils.cmake"), p.Prefix())
 		}
+	}
+	// A project at the tree's root (a standalone sgl-kernel checkout):
+	// every path is under it.
+	root := map[string]string{}
+	for k, v := range tree("k") {
+		if r, ok := strings.CutPrefix(k, "k/"); ok {
+			root[r] = v
+		}
+	}
+	if p, err := find(root); err != nil || p.Dir != "." || p.Prefix() != "" || p.String() != "./" || p.AllreduceTU() != "csrc/allreduce/custom_all_reduce.cu" || p.Packages[0] != "python/sgl_kernel" {
+		t.Errorf("root project: %+v %q %v", p, p.Prefix(), err)
 	}
 	// The name before 0.4.0, spelled as PEP 503 allows; no wheel.packages
 	// means the project's python/.
