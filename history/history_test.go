@@ -50,7 +50,7 @@ func TestWindowSkipsIncompleteAndOtherHardware(t *testing.T) {
 	if stale, err := s.MarkStale(); err != nil || len(stale) != 1 || stale[0] != bad {
 		t.Fatalf("MarkStale = %v, %v", stale, err)
 	}
-	vals, runs, err := s.Window("8x GPU", "", "pcie", "tok_s", 2, 0)
+	vals, runs, err := s.Window("8x GPU", "", "pcie", "tok_s", 1, 2, 0)
 	if err != nil || len(runs) != 2 || runs[0] != ids[2] || len(vals) != 10 {
 		t.Fatalf("window: %v %v %v", vals, runs, err)
 	}
@@ -59,7 +59,7 @@ func TestWindowSkipsIncompleteAndOtherHardware(t *testing.T) {
 			t.Errorf("value %v from a run that should not count", v)
 		}
 	}
-	if _, _, err := s.Window("8x GPU", "", "pcie", "speed", 2, 0); err == nil || !strings.Contains(err.Error(), `unknown metric "speed"`) {
+	if _, _, err := s.Window("8x GPU", "", "pcie", "speed", 1, 2, 0); err == nil || !strings.Contains(err.Error(), `unknown metric "speed"`) {
 		t.Errorf("unknown metric: %v", err)
 	}
 }
@@ -84,10 +84,10 @@ func TestWindowRegressionsWorkloadsAndAccept(t *testing.T) {
 	// A night with drift (exit 3) that also regressed is no reference.
 	drifted := night(69, 3, "")
 	s.AddCheck(drifted, Check{Name: "pcie tok_s vs history", Kind: "regression", Status: "fail"})
-	if _, runs, _ := s.Window("8x GPU", "", "pcie", "tok_s", 7, 0); !reflect.DeepEqual(runs, []int64{ids[2], ids[1], ids[0]}) {
+	if _, runs, _ := s.Window("8x GPU", "", "pcie", "tok_s", 1, 7, 0); !reflect.DeepEqual(runs, []int64{ids[2], ids[1], ids[0]}) {
 		t.Errorf("window %v: a regressed night or another workload counted", runs)
 	}
-	if _, runs, _ := s.Window("8x GPU", "max_new_tokens=8", "pcie", "tok_s", 7, 0); len(runs) != 1 {
+	if _, runs, _ := s.Window("8x GPU", "max_new_tokens=8", "pcie", "tok_s", 1, 7, 0); len(runs) != 1 {
 		t.Errorf("other workload's window %v", runs)
 	}
 	// Accepting the slow night: it and what follows are the reference.
@@ -95,7 +95,7 @@ func TestWindowRegressionsWorkloadsAndAccept(t *testing.T) {
 		t.Fatal(err)
 	}
 	after := night(71, 0, "")
-	vals, runs, _ := s.Window("8x GPU", "", "pcie", "tok_s", 7, 0)
+	vals, runs, _ := s.Window("8x GPU", "", "pcie", "tok_s", 1, 7, 0)
 	if !reflect.DeepEqual(runs, []int64{after, slow}) || len(vals) != 2 {
 		t.Errorf("window after accept: %v %v", runs, vals)
 	}
@@ -106,7 +106,7 @@ func TestWindowRegressionsWorkloadsAndAccept(t *testing.T) {
 	if err := s.Accept(999); err == nil || !strings.Contains(err.Error(), "no run 999") {
 		t.Errorf("accepting no run: %v", err)
 	}
-	if _, _, err := s.Window("8x GPU", "", "pcie", "tok_s", 0, 0); err == nil {
+	if _, _, err := s.Window("8x GPU", "", "pcie", "tok_s", 1, 0, 0); err == nil {
 		t.Error("a window of 0 runs was accepted")
 	}
 }
@@ -149,11 +149,15 @@ func TestMigrationFromV1(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer s.Close()
-	if v, _ := s.Version(); v != SchemaVersion || SchemaVersion != 3 {
+	if v, _ := s.Version(); v != SchemaVersion || SchemaVersion != 4 {
 		t.Fatalf("migrated to %d", v)
 	}
 	if err := s.AddCheck(1, Check{Name: "drift", Kind: "drift", Status: "pass"}); err != nil {
 		t.Fatalf("checks after migration: %v", err)
+	}
+	// A trial stored before levels existed ran at concurrency 1.
+	if vals, _, err := s.Window("hw", "", "pcie", "tok_s", 1, 7, 0); err != nil || !reflect.DeepEqual(vals, []float64{42.5}) {
+		t.Errorf("old trial at level 1: %v %v", vals, err)
 	}
 	d, err := s.Show(1)
 	if err != nil || len(d.Arms) != 1 || d.Arms[0].Trials[0].TokS != 42.5 || d.Arms[0].Agreement != nil || len(d.Checks) != 1 || d.Run.Workload != "" || d.Run.Accepted {
@@ -231,5 +235,42 @@ func TestExportAndPlot(t *testing.T) {
 	}
 	if err := s.Plot("tok_s", filepath.Join(dir, "p.txt"), Series{}); err == nil {
 		t.Error("plot to .txt accepted")
+	}
+}
+
+// A run that sweeps concurrency stores each trial's level; the window
+// compares a level only with the same level of earlier runs.
+func TestWindowPerLevel(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "h.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	var ids []int64
+	for i := 0; i < 2; i++ {
+		id, _ := s.BeginRun(Run{HardwareKey: "8x GPU", Workload: "sweep"})
+		var trials []TrialRecord
+		for k := 1; k <= 3; k++ {
+			trials = append(trials, TrialRecord{Index: k, Concurrency: 1, TokS: 90}, TrialRecord{Index: k, Concurrency: 16, TokS: 600})
+		}
+		if err := s.AddArm(id, "pcie", "pcie", "", false, 1, trials); err != nil {
+			t.Fatal(err)
+		}
+		s.FinishRun(id, Complete, 0, "")
+		ids = append(ids, id)
+	}
+	for level, want := range map[int]float64{1: 90, 16: 600} {
+		vals, runs, err := s.Window("8x GPU", "sweep", "pcie", "tok_s", level, 7, 0)
+		if err != nil || len(vals) != 6 || !reflect.DeepEqual(runs, []int64{ids[1], ids[0]}) {
+			t.Fatalf("level %d: %v %v %v", level, vals, runs, err)
+		}
+		for _, v := range vals {
+			if v != want {
+				t.Errorf("level %d: value %v", level, v)
+			}
+		}
+	}
+	if vals, runs, _ := s.Window("8x GPU", "sweep", "pcie", "tok_s", 4, 7, 0); len(vals) != 0 || len(runs) != 0 {
+		t.Errorf("level 4 never ran: %v %v", vals, runs)
 	}
 }

@@ -23,6 +23,7 @@ type ArmDetail struct {
 // TrialMetrics is a stored trial without its samples.
 type TrialMetrics struct {
 	Index        int     `json:"trial"` // 1-based trial number, as the CSV's "trial"
+	Concurrency  int     `json:"concurrency"`
 	Wall         float64 `json:"wall_s"`
 	TokS         float64 `json:"tok_s"`
 	DecodeTokS   float64 `json:"decode_tok_s"`
@@ -113,15 +114,15 @@ func (s *Store) Show(id int64) (*Detail, error) {
 	}
 	rows.Close()
 	for _, ar := range arms {
-		t, err := s.db.Query(`SELECT idx, COALESCE(wall_s, 0), COALESCE(tok_s, 0), COALESCE(decode_tok_s, 0), COALESCE(accept_length, 0),
+		t, err := s.db.Query(`SELECT idx, concurrency, COALESCE(wall_s, 0), COALESCE(tok_s, 0), COALESCE(decode_tok_s, 0), COALESCE(accept_length, 0),
 			COALESCE(ttft_ms_p50, 0), COALESCE(ttft_ms_p99, 0), COALESCE(itl_ms_p50, 0), COALESCE(tpot_ms, 0), COALESCE(errors, 0),
-			(SELECT COUNT(*) FROM samples WHERE trial_id = trials.id) FROM trials WHERE arm_id = ? ORDER BY idx`, ar.id)
+			(SELECT COUNT(*) FROM samples WHERE trial_id = trials.id) FROM trials WHERE arm_id = ? ORDER BY idx, concurrency`, ar.id)
 		if err != nil {
 			return nil, err
 		}
 		for t.Next() {
 			var m TrialMetrics
-			if err := t.Scan(&m.Index, &m.Wall, &m.TokS, &m.DecodeTokS, &m.AcceptLength, &m.TTFTp50ms, &m.TTFTp99ms, &m.ITLp50ms, &m.TPOTms, &m.Errors, &m.Samples); err != nil {
+			if err := t.Scan(&m.Index, &m.Concurrency, &m.Wall, &m.TokS, &m.DecodeTokS, &m.AcceptLength, &m.TTFTp50ms, &m.TTFTp99ms, &m.ITLp50ms, &m.TPOTms, &m.Errors, &m.Samples); err != nil {
 				t.Close()
 				return nil, err
 			}
@@ -171,12 +172,12 @@ func (s *Store) Export() ([]ExportRow, error) {
 // WriteCSV writes rows with a header line.
 func WriteCSV(w io.Writer, rows []ExportRow) error {
 	cw := csv.NewWriter(w)
-	cw.Write([]string{"run_id", "started_at", "status", "hardware_key", "workload", "sglang_commit", "arm", "invalid", "trial", "wall_s", "tok_s", "decode_tok_s",
+	cw.Write([]string{"run_id", "started_at", "status", "hardware_key", "workload", "sglang_commit", "arm", "invalid", "trial", "concurrency", "wall_s", "tok_s", "decode_tok_s",
 		"accept_length", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "tpot_ms", "errors", "samples"})
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 	for _, r := range rows {
 		cw.Write([]string{strconv.FormatInt(r.RunID, 10), r.StartedAt.Format(time.RFC3339), r.Status, r.HardwareKey, r.Workload, r.Commit, r.Arm,
-			strconv.FormatBool(r.Invalid), strconv.Itoa(r.Index), f(r.Wall), f(r.TokS), f(r.DecodeTokS), f(r.AcceptLength),
+			strconv.FormatBool(r.Invalid), strconv.Itoa(r.Index), strconv.Itoa(r.Concurrency), f(r.Wall), f(r.TokS), f(r.DecodeTokS), f(r.AcceptLength),
 			f(r.TTFTp50ms), f(r.TTFTp99ms), f(r.ITLp50ms), f(r.TPOTms), strconv.Itoa(r.Errors), strconv.Itoa(r.Samples)})
 	}
 	cw.Flush()

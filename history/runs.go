@@ -179,6 +179,7 @@ func (s *Store) AddCheck(runID int64, c Check) error {
 // TrialRecord is one trial's metrics with its samples.
 type TrialRecord struct {
 	Index                                  int
+	Concurrency                            int // requests in flight (0 is stored as 1)
 	Wall, TokS, DecodeTokS, AcceptLength   float64
 	TTFTp50ms, TTFTp99ms, ITLp50ms, TPOTms float64
 	Errors                                 int
@@ -206,8 +207,8 @@ func (s *Store) AddArm(runID int64, name, recipe, buildKey string, invalid bool,
 	}
 	armID, _ := res.LastInsertId()
 	for _, t := range trials {
-		r, err := tx.Exec(`INSERT INTO trials (arm_id, idx, wall_s, tok_s, decode_tok_s, accept_length, ttft_ms_p50, ttft_ms_p99, itl_ms_p50, tpot_ms, errors)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, armID, t.Index, t.Wall, t.TokS, t.DecodeTokS, t.AcceptLength, t.TTFTp50ms, t.TTFTp99ms, t.ITLp50ms, t.TPOTms, t.Errors)
+		r, err := tx.Exec(`INSERT INTO trials (arm_id, idx, concurrency, wall_s, tok_s, decode_tok_s, accept_length, ttft_ms_p50, ttft_ms_p99, itl_ms_p50, tpot_ms, errors)
+			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, armID, t.Index, max(t.Concurrency, 1), t.Wall, t.TokS, t.DecodeTokS, t.AcceptLength, t.TTFTp50ms, t.TTFTp99ms, t.ITLp50ms, t.TPOTms, t.Errors)
 		if err != nil {
 			return err
 		}
@@ -242,13 +243,14 @@ var Metrics = func() []string {
 	return names
 }()
 
-// Window returns the per-trial values of metric for arm over the last n
-// reference runs before run id before (0: all), newest run first, and the
-// ids of those runs. A reference run is complete, on hardwareKey, of the
+// Window returns the per-trial values of metric for arm at concurrency
+// level over the last n reference runs before run id before (0: all),
+// newest run first, and the ids of those runs: like is compared with
+// like, level by level. A reference run is complete, on hardwareKey, of the
 // same workload, failed no regression or validity check (whatever its
 // exit code: a night with drift can regress too) unless accepted,
 // and is not older than the newest accepted run. n must be 1 or more.
-func (s *Store) Window(hardwareKey, workload, arm, metric string, n int, before int64) ([]float64, []int64, error) {
+func (s *Store) Window(hardwareKey, workload, arm, metric string, level, n int, before int64) ([]float64, []int64, error) {
 	col, err := column(metric)
 	if err != nil {
 		return nil, nil, err
@@ -266,9 +268,10 @@ func (s *Store) Window(hardwareKey, workload, arm, metric string, n int, before 
 	q := `SELECT id FROM runs WHERE hardware_key = ? AND workload = ? AND status = ? AND (? = 0 OR id < ?) AND id >= ?
 		AND (accepted = 1 OR (COALESCE(exit_code, 0) != 1 AND NOT EXISTS (SELECT 1 FROM checks
 			WHERE checks.run_id = runs.id AND checks.status = 'fail' AND checks.kind IN ('regression', 'validity'))))
-		AND EXISTS (SELECT 1 FROM arms WHERE arms.run_id = runs.id AND arms.name = ? AND arms.invalid = 0)
+		AND EXISTS (SELECT 1 FROM arms JOIN trials ON trials.arm_id = arms.id
+			WHERE arms.run_id = runs.id AND arms.name = ? AND arms.invalid = 0 AND trials.concurrency = ?)
 		ORDER BY id DESC LIMIT ?`
-	rows, err := s.db.Query(q, hardwareKey, workload, Complete, before, before, since, arm, n)
+	rows, err := s.db.Query(q, hardwareKey, workload, Complete, before, before, since, arm, level, n)
 	if err != nil {
 		return nil, nil, err
 	}
@@ -281,7 +284,7 @@ func (s *Store) Window(hardwareKey, workload, arm, metric string, n int, before 
 	rows.Close()
 	var vals []float64
 	for _, id := range ids {
-		r, err := s.db.Query(`SELECT t.`+col+` FROM trials t JOIN arms a ON t.arm_id = a.id WHERE a.run_id = ? AND a.name = ? ORDER BY t.idx`, id, arm)
+		r, err := s.db.Query(`SELECT t.`+col+` FROM trials t JOIN arms a ON t.arm_id = a.id WHERE a.run_id = ? AND a.name = ? AND t.concurrency = ? ORDER BY t.idx`, id, arm, level)
 		if err != nil {
 			return nil, nil, err
 		}

@@ -91,6 +91,9 @@ var migrations = []string{
 	// and runs accepted as a new reference after a deliberate change.
 	`ALTER TABLE runs ADD COLUMN workload TEXT NOT NULL DEFAULT '';
 	ALTER TABLE runs ADD COLUMN accepted INTEGER NOT NULL DEFAULT 0;`,
+	// 4: the concurrency level of each trial (a run may sweep several);
+	// trials stored before it ran at one level, recorded as 1.
+	`ALTER TABLE trials ADD COLUMN concurrency INTEGER NOT NULL DEFAULT 1;`,
 }
 
 // SchemaVersion is the version this arpatch writes.

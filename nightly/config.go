@@ -18,6 +18,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/history"
+	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/tomlx"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -76,23 +77,23 @@ type Build struct {
 
 // Bench holds bench options; unset ones come from recipe B's [bench].
 type Bench struct {
-	Model          string  `toml:"model"`
-	DraftModel     string  `toml:"draft_model"`
-	LaunchCmd      string  `toml:"launch_cmd"`   // for both arms, e.g. a wrapper that installs the arm's wheel
-	LaunchCmdA     string  `toml:"launch_cmd_a"` // per arm
-	LaunchCmdB     string  `toml:"launch_cmd_b"`
-	URLA           string  `toml:"url_a"`
-	URLB           string  `toml:"url_b"`
-	PythonA        string  `toml:"python_a"`
-	PythonB        string  `toml:"python_b"`
-	Trials         int     `toml:"trials"`
-	NumPrompts     int     `toml:"num_prompts"`
-	MaxNewTokens   int     `toml:"max_new_tokens"`
-	Concurrency    int     `toml:"concurrency"`
-	Warmup         int     `toml:"warmup"`
-	AgreeThreshold float64 `toml:"agree_threshold"`
-	ReadyTimeout   string  `toml:"ready_timeout"`
-	LogDir         string  `toml:"log_dir"`
+	Model          string         `toml:"model"`
+	DraftModel     string         `toml:"draft_model"`
+	LaunchCmd      string         `toml:"launch_cmd"`   // for both arms, e.g. a wrapper that installs the arm's wheel
+	LaunchCmdA     string         `toml:"launch_cmd_a"` // per arm
+	LaunchCmdB     string         `toml:"launch_cmd_b"`
+	URLA           string         `toml:"url_a"`
+	URLB           string         `toml:"url_b"`
+	PythonA        string         `toml:"python_a"`
+	PythonB        string         `toml:"python_b"`
+	Trials         int            `toml:"trials"`
+	NumPrompts     int            `toml:"num_prompts"`
+	MaxNewTokens   int            `toml:"max_new_tokens"`
+	Concurrency    recipes.Levels `toml:"concurrency"` // one level or a list, e.g. [1, 4, 16]
+	Warmup         int            `toml:"warmup"`
+	AgreeThreshold float64        `toml:"agree_threshold"`
+	ReadyTimeout   string         `toml:"ready_timeout"`
+	LogDir         string         `toml:"log_dir"`
 
 	warmupSet, agreeSet bool // the file gave them, so 0 means 0
 }
@@ -269,23 +270,35 @@ func LoadConfig(path string) (*Config, error) {
 		if err != nil {
 			return nil, fail("bench.ready_timeout", "%v", err)
 		}
-		if d <= 0 {
-			return nil, fail("bench.ready_timeout", "%q: use a positive duration, e.g. \"20m\"", c.Bench.ReadyTimeout)
+		if err := bounds.CheckDuration("ready_timeout", d); err != nil {
+			return nil, fail("bench.ready_timeout", "%v, e.g. \"20m\"", err)
 		}
 	}
 	set := func(key string) bool { return md.IsDefined(strings.Split(key, ".")...) }
 	for _, r := range []struct {
-		key   string
-		v     float64
-		least float64
+		key            string
+		v, least, most int
 	}{
-		{"history.window", float64(c.History.Window), 1}, {"bench.trials", float64(c.Bench.Trials), 1},
-		{"bench.warmup", float64(c.Bench.Warmup), 0}, {"bench.num_prompts", float64(c.Bench.NumPrompts), 1},
-		{"bench.max_new_tokens", float64(c.Bench.MaxNewTokens), 1}, {"bench.concurrency", float64(c.Bench.Concurrency), 1},
-		{"build.jobs", float64(c.Build.Jobs), 0},
+		{"history.window", c.History.Window, 1, 1000}, {"build.jobs", c.Build.Jobs, 0, 4096},
 	} {
-		if set(r.key) && r.v < r.least {
-			return nil, fail(r.key, "%v: use %v or more", r.v, r.least)
+		if set(r.key) && (r.v < r.least || r.v > r.most) {
+			return nil, fail(r.key, "%d: use %d to %d", r.v, r.least, r.most)
+		}
+	}
+	// The bench's counts have the ranges a recipe's have (package bounds).
+	for _, r := range []struct {
+		key string
+		v   int
+	}{{"trials", c.Bench.Trials}, {"warmup", c.Bench.Warmup}, {"num_prompts", c.Bench.NumPrompts}, {"max_new_tokens", c.Bench.MaxNewTokens}} {
+		if set("bench." + r.key) {
+			if err := bounds.Check(r.key, int64(r.v)); err != nil {
+				return nil, fail("bench."+r.key, "%v", err)
+			}
+		}
+	}
+	if set("bench.concurrency") {
+		if err := recipes.CheckLevels(c.Bench.Concurrency); err != nil {
+			return nil, fail("bench.concurrency", "%v", err)
 		}
 	}
 	if set("regression.alpha") && c.Regression.Alpha == 0 {

@@ -35,21 +35,32 @@ type unitOf struct{ metric, unit string }
 var bigger = []unitOf{{"tok_s", "tok/s"}, {"decode_tok_s", "tok/s"}, {"accept_length", "tokens/verify"}}
 var smaller = []unitOf{{"ttft_ms_p50", "ms"}, {"ttft_ms_p99", "ms"}, {"itl_ms_p50", "ms"}, {"tpot_ms", "ms"}}
 
+// levelName is "<arm>" for a run at one level, "<arm>/concurrency=<N>"
+// for one of several: a series keeps its name while the levels stay.
+func levelName(res *bench.Result, arm string, c int) string {
+	if len(res.Levels()) > 1 {
+		return fmt.Sprintf("%s/concurrency=%d", arm, c)
+	}
+	return arm
+}
+
 // GitHubBenchmark returns the customBiggerIsBetter and customSmallerIsBetter
-// arrays: per arm and metric, the median across trials, with the
+// arrays: per arm, level and metric, the median across trials, with the
 // confidence interval as the range.
 func GitHubBenchmark(res *bench.Result, runID int64) (big, small []GHBenchEntry) {
 	mk := func(list []unitOf) []GHBenchEntry {
 		out := []GHBenchEntry{}
 		for _, a := range res.Arms {
-			for _, u := range list {
-				s := a.Summaries[u.metric]
-				e := GHBenchEntry{Name: a.Arm.Name + "/" + u.metric, Unit: u.unit, Value: s.Center,
-					Extra: fmt.Sprintf("run %d, %d trials", runID, s.N)}
-				if !math.IsInf(s.Lo, 0) && !math.IsInf(s.Hi, 0) {
-					e.Range = fmt.Sprintf("± %.4g", math.Max(s.Hi-s.Center, s.Center-s.Lo))
+			for _, l := range a.Levels {
+				for _, u := range list {
+					s := l.Summaries[u.metric]
+					e := GHBenchEntry{Name: levelName(res, a.Arm.Name, l.Concurrency) + "/" + u.metric, Unit: u.unit, Value: s.Center,
+						Extra: fmt.Sprintf("run %d, %d trials", runID, s.N)}
+					if !math.IsInf(s.Lo, 0) && !math.IsInf(s.Hi, 0) {
+						e.Range = fmt.Sprintf("± %.4g", math.Max(s.Hi-s.Center, s.Center-s.Lo))
+					}
+					out = append(out, e)
 				}
-				out = append(out, e)
 			}
 		}
 		return out
@@ -70,17 +81,19 @@ type BMFMetric struct {
 func Bencher(res *bench.Result) map[string]map[string]BMFMetric {
 	out := map[string]map[string]BMFMetric{}
 	for _, a := range res.Arms {
-		m := map[string]BMFMetric{}
-		for _, u := range append(append([]unitOf{}, bigger...), smaller...) {
-			s := a.Summaries[u.metric]
-			v := BMFMetric{Value: s.Center}
-			if !math.IsInf(s.Lo, 0) && !math.IsInf(s.Hi, 0) {
-				lo, hi := s.Lo, s.Hi
-				v.LowerValue, v.UpperValue = &lo, &hi
+		for _, l := range a.Levels {
+			m := map[string]BMFMetric{}
+			for _, u := range append(append([]unitOf{}, bigger...), smaller...) {
+				s := l.Summaries[u.metric]
+				v := BMFMetric{Value: s.Center}
+				if !math.IsInf(s.Lo, 0) && !math.IsInf(s.Hi, 0) {
+					lo, hi := s.Lo, s.Hi
+					v.LowerValue, v.UpperValue = &lo, &hi
+				}
+				m[strings.ReplaceAll(u.metric, "_", "-")] = v
 			}
-			m[strings.ReplaceAll(u.metric, "_", "-")] = v
+			out["eagle3/"+levelName(res, a.Arm.Name, l.Concurrency)] = m
 		}
-		out["eagle3/"+a.Arm.Name] = m
 	}
 	return out
 }
@@ -207,13 +220,13 @@ func benchSettings(rep *Report) report.Settings {
 	if rep.BenchSettings != nil {
 		return *rep.BenchSettings
 	}
-	return report.Settings{Prompts: promptsOf(rep.Bench), Trials: len(rep.Bench.Arms[0].Trials), Concurrency: 1}
+	return report.Settings{Prompts: promptsOf(rep.Bench), Trials: len(rep.Bench.Arms[0].Trials), Concurrency: rep.Bench.Levels()}
 }
 
 // Benched reports whether the bench ran to results (not skipped, not
 // failed part way): only then do the bench tables and files exist.
 func (r *Report) Benched() bool {
-	return r.Bench != nil && len(r.Bench.Arms) > 0 && r.Bench.Arms[0].Summaries != nil
+	return r.Bench != nil && len(r.Bench.Arms) > 0 && r.Bench.Arms[0].Levels != nil
 }
 
 // benchedAt says where the build and bench ran, or that they did not.

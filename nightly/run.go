@@ -15,6 +15,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/report"
+	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/harness/workload"
 	"github.com/arpatch/arpatch/history"
@@ -448,9 +449,13 @@ func orStr(a, b string) string {
 // key, since a change of model, prompts or tokens moves every number.
 func workloadKey(cfg *Config, b *recipes.Recipe) string {
 	rb, c := b.Bench, cfg.Bench
-	return fmt.Sprintf("model=%s draft=%s tp=%d spec=%s/%d/%d/%d prompts=%s:%d max_new_tokens=%d concurrency=%d",
+	levels := []int(rb.Concurrency)
+	if len(c.Concurrency) > 0 {
+		levels = c.Concurrency
+	}
+	return fmt.Sprintf("model=%s draft=%s tp=%d spec=%s/%d/%d/%d prompts=%s:%d max_new_tokens=%d concurrency=%s",
 		or(c.Model, rb.Model), or(c.DraftModel, rb.DraftModel), rb.TP, rb.SpeculativeAlgorithm, rb.SpeculativeNumSteps, rb.SpeculativeEagleTopK, rb.SpeculativeNumDraftTokens,
-		orStr(rb.Workload, "builtin"), orInt(c.NumPrompts, rb.NumPrompts), orInt(c.MaxNewTokens, rb.MaxNewTokens), orInt(c.Concurrency, rb.Concurrency))
+		orStr(rb.Workload, "builtin"), orInt(c.NumPrompts, rb.NumPrompts), orInt(c.MaxNewTokens, rb.MaxNewTokens), strings.Trim(strings.Join(strings.Fields(fmt.Sprint(levels)), ","), "[]"))
 }
 
 func verdictText(rep *Report) string {
@@ -780,8 +785,11 @@ func refreshArms(work, commit string) error {
 	return nil
 }
 
-func runBench(ctx context.Context, cfg *Config, o Options, a, b *recipes.Recipe) (*bench.Result, report.Settings, error) {
-	rb := b.Bench
+// benchOptions turns recipe B's [bench] and nightly.toml's [bench] into
+// the bench's options with bench.FromRecipe, as `arpatch bench` does with
+// its flags: arm A (the reference) and arm B, each with its recipe's
+// environment.
+func benchOptions(cfg *Config, o Options, a, b *recipes.Recipe) (bench.Options, error) {
 	c := cfg.Bench
 	arm := func(r *recipes.Recipe, launch, url, python string) bench.Arm {
 		if launch == "" {
@@ -792,15 +800,34 @@ func runBench(ctx context.Context, cfg *Config, o Options, a, b *recipes.Recipe)
 		}
 		return bench.Arm{Name: r.Name, Python: python, Env: r.Env, URL: url, LaunchCmd: launch}
 	}
-	bo := bench.Options{
+	str := func(v string) *string {
+		if v == "" {
+			return nil
+		}
+		return &v
+	}
+	num := func(v int) *int {
+		if v == 0 {
+			return nil
+		}
+		return &v
+	}
+	trials, warmup := c.TrialsFor(b.Bench.Trials), c.WarmupFor(b.Bench.Warmup)
+	ov := bench.Overrides{
 		Arms:     []bench.Arm{arm(a, c.LaunchCmdA, c.URLA, c.PythonA), arm(b, c.LaunchCmdB, c.URLB, c.PythonB)},
-		Baseline: a.Name, Model: or(c.Model, rb.Model), DraftModel: or(c.DraftModel, rb.DraftModel), TP: rb.TP,
-		SpecAlgorithm: rb.SpeculativeAlgorithm, SpecSteps: rb.SpeculativeNumSteps, SpecTopK: rb.SpeculativeEagleTopK, SpecDraftTokens: rb.SpeculativeNumDraftTokens,
-		Prompts: workload.Take(workload.Builtin(), orInt(c.NumPrompts, rb.NumPrompts)), MaxNewTokens: orInt(c.MaxNewTokens, rb.MaxNewTokens),
-		Concurrency: orInt(c.Concurrency, rb.Concurrency), Warmup: c.WarmupFor(rb.Warmup), Trials: c.TrialsFor(rb.Trials), Interleave: true,
+		Baseline: &a.Name, Model: str(c.Model), DraftModel: str(c.DraftModel), NumPrompts: num(c.NumPrompts), MaxNewTokens: num(c.MaxNewTokens),
+		Trials: &trials, Warmup: &warmup, Concurrency: c.Concurrency, Prompts: workload.Builtin(), Interleave: true,
 		Env: o.Env, LogDir: cfg.Path(c.LogDir), ReadyTimeout: cfg.ReadyTimeout(), AgreeThreshold: c.AgreeThreshold,
 	}
-	s := report.Settings{Prompts: len(bo.Prompts), Trials: bo.Trials, Concurrency: bo.Concurrency, MaxNewTokens: bo.MaxNewTokens, Model: bo.Model}
+	return bench.FromRecipe(b.Bench, ov)
+}
+
+func runBench(ctx context.Context, cfg *Config, o Options, a, b *recipes.Recipe) (*bench.Result, report.Settings, error) {
+	bo, err := benchOptions(cfg, o, a, b)
+	if err != nil {
+		return nil, report.Settings{}, fmt.Errorf("bench: %w", err)
+	}
+	s := report.SettingsOf(bo, sglang.AgreeTokens)
 	res, err := bench.Run(ctx, bo)
 	return res, s, err
 }
@@ -838,7 +865,7 @@ func storeBench(store *history.Store, id int64, rep *Report, res *bench.Result) 
 		var trials []history.TrialRecord
 		for i, t := range ar.Trials {
 			m := ar.Metrics[i]
-			tr := history.TrialRecord{Index: t.Index, Wall: t.Wall, TokS: m.TokPerSec, DecodeTokS: m.DecodeTokPerS, AcceptLength: m.AcceptLength,
+			tr := history.TrialRecord{Index: t.Index, Concurrency: t.Concurrency, Wall: t.Wall, TokS: m.TokPerSec, DecodeTokS: m.DecodeTokPerS, AcceptLength: m.AcceptLength,
 				TTFTp50ms: m.TTFTp50ms, TTFTp99ms: m.TTFTp99ms, ITLp50ms: m.ITLp50ms, TPOTms: m.TPOTms, Errors: m.Errors}
 			for _, s := range t.Samples {
 				tr.Samples = append(tr.Samples, history.SampleRecord{Prompt: s.Prompt, TTFT: s.TTFT, E2E: s.E2E, CompletionTokens: s.CompletionTokens, SpecVerifyCt: s.SpecVerifyCt, Error: s.Err})
@@ -909,30 +936,44 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 		rep.check(c)
 	}
 	metrics := slices.Sorted(maps.Keys(cfg.Regression.Metrics))
+	levels := res.Levels()
+	// With one level the checks keep their names; with several each
+	// names its level, and compares it with the same level only.
+	named := func(metric string, c int) string {
+		if len(levels) > 1 {
+			return fmt.Sprintf("%s@concurrency=%d", metric, c)
+		}
+		return metric
+	}
 	for _, ar := range res.Arms {
-		for _, m := range metrics {
-			tonight := metricValues(ar.Metrics, m)
-			ref, runs, err := store.Window(rep.HardwareKey, rep.Workload, ar.Arm.Name, m, cfg.History.Window, rep.RunID)
-			r := Check{Arm: ar.Arm.Name, Metric: m, Against: "history", ThresholdPct: cfg.Regression.Metrics[m], RefRuns: len(runs), RefSamples: len(ref)}
-			if err != nil {
-				r.Verdict, r.Note = "not enough data", err.Error()
-			} else {
-				compare(&r, ref, tonight, cfg.Regression.Alpha, metricDirections[m])
+		for _, c := range levels {
+			for _, m := range metrics {
+				tonight := metricValues(ar.MetricsAt(c), m)
+				ref, runs, err := store.Window(rep.HardwareKey, rep.Workload, ar.Arm.Name, m, c, cfg.History.Window, rep.RunID)
+				r := Check{Arm: ar.Arm.Name, Metric: named(m, c), Against: "history", ThresholdPct: cfg.Regression.Metrics[m], RefRuns: len(runs), RefSamples: len(ref)}
+				if err != nil {
+					r.Verdict, r.Note = "not enough data", err.Error()
+				} else {
+					compare(&r, ref, tonight, cfg.Regression.Alpha, metricDirections[m])
+				}
+				rep.addRegression(r)
 			}
-			rep.addRegression(r)
 		}
 	}
 	if a, b := res.Arm(aName), res.Arm(bName); a != nil && b != nil {
-		r := Check{Arm: bName, Metric: "tok_s", Against: aName, ThresholdPct: cfg.Regression.Metrics["tok_s"], RefSamples: len(a.Metrics)}
-		if r.ThresholdPct == 0 {
-			r.ThresholdPct = cfg.Regression.ThresholdPct
+		for _, c := range levels {
+			am, bm := a.MetricsAt(c), b.MetricsAt(c)
+			r := Check{Arm: bName, Metric: named("tok_s", c), Against: aName, ThresholdPct: cfg.Regression.Metrics["tok_s"], RefSamples: len(am)}
+			if r.ThresholdPct == 0 {
+				r.ThresholdPct = cfg.Regression.ThresholdPct
+			}
+			compare(&r, metricValues(am, "tok_s"), metricValues(bm, "tok_s"), cfg.Regression.Alpha, true)
+			if r.Verdict == "regression" && !*cfg.Regression.RequireBFaster {
+				r.Note = "B slower than A, but regression.require_b_faster is false"
+				r.Verdict = "no significant change"
+			}
+			rep.addRegression(r)
 		}
-		compare(&r, metricValues(a.Metrics, "tok_s"), metricValues(b.Metrics, "tok_s"), cfg.Regression.Alpha, true)
-		if r.Verdict == "regression" && !*cfg.Regression.RequireBFaster {
-			r.Note = "B slower than A, but regression.require_b_faster is false"
-			r.Verdict = "no significant change"
-		}
-		rep.addRegression(r)
 	}
 }
 

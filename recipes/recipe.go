@@ -28,6 +28,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/tomlx"
 )
 
@@ -99,11 +100,84 @@ type Bench struct {
 	Workload     string `toml:"workload"`
 	NumPrompts   int    `toml:"num_prompts"`
 	MaxNewTokens int    `toml:"max_new_tokens"`
-	Concurrency  int    `toml:"concurrency"`
-	Warmup       int    `toml:"warmup"`
-	Trials       int    `toml:"trials"`
-	BaselineArm  string `toml:"baseline_arm"`
-	Arms         []Arm  `toml:"arm"`
+	// Concurrency lists the levels (requests in flight) each trial runs:
+	// concurrency = 4 or concurrency = [1, 4, 16].
+	Concurrency Levels `toml:"concurrency"`
+	Warmup      int    `toml:"warmup"`
+	Trials      int    `toml:"trials"`
+	BaselineArm string `toml:"baseline_arm"`
+	Arms        []Arm  `toml:"arm"`
+}
+
+// Levels is a list of concurrency levels. In TOML it is one integer or an
+// array of integers; CheckLevels bounds them.
+type Levels []int
+
+// UnmarshalTOML reads an integer or an array of integers. A value that
+// does not fit an int is refused here, before any range check.
+func (l *Levels) UnmarshalTOML(v any) error {
+	one := func(x any) (int, error) {
+		n, ok := x.(int64)
+		if !ok {
+			return 0, fmt.Errorf("%v is not an integer; write concurrency = 4 or concurrency = [1, 4, 16]", x)
+		}
+		if int64(int(n)) != n {
+			return 0, fmt.Errorf("%d is out of range", n)
+		}
+		return int(n), nil
+	}
+	switch x := v.(type) {
+	case []any:
+		*l = nil
+		for _, e := range x {
+			n, err := one(e)
+			if err != nil {
+				return err
+			}
+			*l = append(*l, n)
+		}
+		return nil
+	default:
+		n, err := one(x)
+		if err != nil {
+			return err
+		}
+		*l = Levels{n}
+		return nil
+	}
+}
+
+// CheckLevels checks concurrency levels: at least one, each within
+// bounds.Bench["concurrency"], none twice. The error names neither file
+// nor key; the caller adds them.
+func CheckLevels(l []int) error {
+	if len(l) == 0 {
+		return fmt.Errorf("no level: give at least one, e.g. [1, 4, 16]")
+	}
+	seen := map[int]bool{}
+	for _, c := range l {
+		if err := bounds.Check("concurrency", int64(c)); err != nil {
+			return err
+		}
+		if seen[c] {
+			return fmt.Errorf("%d is listed twice", c)
+		}
+		seen[c] = true
+	}
+	return nil
+}
+
+// ParseLevels reads "1,4,16" (a flag's value) into levels and checks them.
+func ParseLevels(s string) ([]int, error) {
+	var l []int
+	for _, f := range strings.Split(s, ",") {
+		n, err := strconv.Atoi(strings.TrimSpace(f))
+		if err != nil {
+			return nil, fmt.Errorf("%q is not a list of integers, e.g. 1,4,16", s)
+		}
+		l = append(l, n)
+	}
+	return l, CheckLevels(l)
 }
 
 // Arm is one configuration the bench compares: a name, the environment it
@@ -216,16 +290,18 @@ func (r *Recipe) validate(data []byte, md toml.MetaData) error {
 	if md.IsDefined("upstream", "url") && strings.TrimSpace(r.Upstream.URL) == "" {
 		return fail("upstream.url", "is empty; remove the key to use %s, or name a repository", DefaultUpstreamURL)
 	}
-	for _, k := range []string{"tp", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "num_prompts", "max_new_tokens", "concurrency", "trials"} {
+	// Every count the file gives is bounded (package bounds): a huge one
+	// would reach an allocation or a loop that never ends.
+	for _, k := range []string{"tp", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "num_prompts", "max_new_tokens", "warmup", "trials"} {
 		if md.IsDefined("bench", k) {
-			var v int64
-			switch md.Type("bench", k) {
-			case "Integer":
-				v = int64(intField(&r.Bench, k))
+			if err := bounds.Check(k, int64(intField(&r.Bench, k))); err != nil {
+				return fail("bench."+k, "%v (remove the key for the default)", err)
 			}
-			if v < 1 {
-				return fail("bench."+k, "%d: must be at least 1 (remove the key for the default)", v)
-			}
+		}
+	}
+	if md.IsDefined("bench", "concurrency") {
+		if err := CheckLevels(r.Bench.Concurrency); err != nil {
+			return fail("bench.concurrency", "%v", err)
 		}
 	}
 	for _, a := range r.Build.Archs {
@@ -251,7 +327,7 @@ func (r *Recipe) validate(data []byte, md toml.MetaData) error {
 	}{
 		{"bench.tp", b.TP}, {"bench.speculative_num_steps", b.SpeculativeNumSteps},
 		{"bench.speculative_eagle_topk", b.SpeculativeEagleTopK}, {"bench.speculative_num_draft_tokens", b.SpeculativeNumDraftTokens},
-		{"bench.num_prompts", b.NumPrompts}, {"bench.max_new_tokens", b.MaxNewTokens}, {"bench.concurrency", b.Concurrency},
+		{"bench.num_prompts", b.NumPrompts}, {"bench.max_new_tokens", b.MaxNewTokens},
 		{"bench.warmup", b.Warmup}, {"bench.trials", b.Trials},
 	} {
 		if f.v < 0 {
@@ -324,8 +400,8 @@ func intField(b *Bench, key string) int {
 		return b.NumPrompts
 	case "max_new_tokens":
 		return b.MaxNewTokens
-	case "concurrency":
-		return b.Concurrency
+	case "warmup":
+		return b.Warmup
 	case "trials":
 		return b.Trials
 	}
@@ -357,7 +433,9 @@ func (r *Recipe) fillDefaults(md toml.MetaData) {
 	setInt(&b.SpeculativeNumDraftTokens, 4)
 	setInt(&b.NumPrompts, 32)
 	setInt(&b.MaxNewTokens, 256)
-	setInt(&b.Concurrency, 1)
+	if len(b.Concurrency) == 0 {
+		b.Concurrency = Levels{1}
+	}
 	setInt(&b.Trials, 5)
 	if !md.IsDefined("bench", "warmup") {
 		b.Warmup = 2

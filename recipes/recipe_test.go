@@ -1,6 +1,7 @@
 package recipes
 
 import (
+	"slices"
 	"strings"
 	"testing"
 )
@@ -37,12 +38,40 @@ func TestEmbeddedRecipes(t *testing.T) {
 	}
 }
 
+// concurrency is one level or a list, and either reads back from
+// 'recipes show' output.
+func TestConcurrencyLevels(t *testing.T) {
+	pin := "[upstream]\ncommit = \"84118acf50b3a4c74e85e9ff9033792552de1a76\"\n"
+	for in, want := range map[string][]int{"4": {4}, "[1, 4, 16]": {1, 4, 16}} {
+		r, err := Parse("r.toml", []byte("name = \"r\"\n"+pin+"[bench]\nconcurrency = "+in+"\n"))
+		if err != nil || !slices.Equal(r.Bench.Concurrency, want) {
+			t.Fatalf("concurrency = %s: %v %v", in, r.Bench.Concurrency, err)
+		}
+		out, err := r.Encode()
+		if err != nil {
+			t.Fatal(err)
+		}
+		back, err := Parse("back.toml", out)
+		if err != nil || !slices.Equal(back.Bench.Concurrency, want) {
+			t.Errorf("round trip of %s: %v %v\n%s", in, back, err, out)
+		}
+	}
+	if l, err := ParseLevels("1, 4,16"); err != nil || !slices.Equal(l, []int{1, 4, 16}) {
+		t.Errorf("ParseLevels: %v %v", l, err)
+	}
+	for in, want := range map[string]string{"1,x": `"1,x" is not a list of integers`, "0": "0: use 1 to 4096", "1,1": "1 is listed twice", "": "is not a list"} {
+		if _, err := ParseLevels(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("ParseLevels(%q) = %v, want %q", in, err, want)
+		}
+	}
+}
+
 func TestDefaultsAndEncodeRoundTrip(t *testing.T) {
 	r, err := Parse("min.toml", []byte("name = \"min\"\n[upstream]\ncommit = \"8905cbd42f4a27dbecad6487cd3904278756fef8\"\n"))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if r.Upstream.URL != DefaultUpstreamURL || r.Build.Tool != "auto" || r.Bench.Trials != 5 || r.Bench.Concurrency != 1 ||
+	if r.Upstream.URL != DefaultUpstreamURL || r.Build.Tool != "auto" || r.Bench.Trials != 5 || !slices.Equal(r.Bench.Concurrency, []int{1}) ||
 		r.Bench.SpeculativeNumDraftTokens != 4 || r.Bench.MaxNewTokens != 256 || r.Bench.BaselineArm != "baseline" {
 		t.Errorf("defaults not filled: %+v", r)
 	}
@@ -87,7 +116,17 @@ func TestValidationNamesFileLineAndKey(t *testing.T) {
 		{"no upstream", "name = \"r\"\n", "missing table [upstream]"},
 		{"bad byte cap", "name = \"r\"\n" + pin + "[env]\nSGLANG_PCIE_CUSTOM_AR_MAX_BYTES = \"lots\"\n", `env.SGLANG_PCIE_CUSTOM_AR_MAX_BYTES: "lots": want a positive number of bytes`},
 		{"bad algo env", "name = \"r\"\n" + pin + "[env]\nSGLANG_CUSTOM_ALLREDUCE_ALGO = \"3stage\"\n", "sgl-kernel accepts 1stage, oneshot, 2stage, twoshot"},
-		{"zero trials", "name = \"r\"\n" + pin + "[bench]\ntrials = 0\n", "r.toml:5: bench.trials: 0: must be at least 1"},
+		{"zero trials", "name = \"r\"\n" + pin + "[bench]\ntrials = 0\n", "r.toml:5: bench.trials: 0: use 1 to 1000"},
+		// Every count is bounded: the largest int64 used to panic in makeslice.
+		{"huge num_prompts", "name = \"r\"\n" + pin + "[bench]\nnum_prompts = 9223372036854775807\n", "r.toml:5: bench.num_prompts: 9223372036854775807: use 1 to 100000 (remove the key for the default)"},
+		{"huge max_new_tokens", "name = \"r\"\n" + pin + "[bench]\nmax_new_tokens = 9223372036854775807\n", "bench.max_new_tokens: 9223372036854775807: use 1 to 1048576"},
+		{"huge warmup", "name = \"r\"\n" + pin + "[bench]\nwarmup = 9223372036854775807\n", "bench.warmup: 9223372036854775807: use 0 to 10000"},
+		{"huge trials", "name = \"r\"\n" + pin + "[bench]\ntrials = 100000\n", "bench.trials: 100000: use 1 to 1000"},
+		{"huge draft tokens", "name = \"r\"\n" + pin + "[bench]\nspeculative_num_draft_tokens = 9223372036854775807\n", "bench.speculative_num_draft_tokens: 9223372036854775807: use 1 to 1024"},
+		{"huge concurrency", "name = \"r\"\n" + pin + "[bench]\nconcurrency = [1, 9223372036854775807]\n", "r.toml:5: bench.concurrency: 9223372036854775807: use 1 to 4096"},
+		{"level twice", "name = \"r\"\n" + pin + "[bench]\nconcurrency = [4, 4]\n", "bench.concurrency: 4 is listed twice"},
+		{"no level", "name = \"r\"\n" + pin + "[bench]\nconcurrency = []\n", "bench.concurrency: no level"},
+		{"level not int", "name = \"r\"\n" + pin + "[bench]\nconcurrency = [\"4\"]\n", "is not an integer; write concurrency = 4 or concurrency = [1, 4, 16]"},
 		{"empty url", "name = \"r\"\n[upstream]\nurl = \"\"\ncommit = \"84118acf50b3a4c74e85e9ff9033792552de1a76\"\n", "upstream.url: is empty"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {

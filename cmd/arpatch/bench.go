@@ -7,6 +7,9 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
 	"strings"
 	"time"
 
@@ -17,6 +20,8 @@ import (
 	"github.com/arpatch/arpatch/harness/report"
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/workload"
+	"github.com/arpatch/arpatch/history"
+	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -30,50 +35,66 @@ func benchCommand() *cli.Command {
 		Name:  "bench",
 		Usage: "EAGLE-3 serving benchmark: tok/s, accept length and latency of each arm against the baseline",
 		UsageText: `arpatch bench [--recipe NAME] [--model M --draft-model D] [--arm NAME:key=val,...] [--baseline NAME]
-              [--trials 5] [--num-prompts 32] [--max-new-tokens 256] [--concurrency 1] [--warmup 2]
+              [--trials 5] [--num-prompts 32] [--max-new-tokens 256] [--concurrency 1[,4,16]] [--warmup 2]
               [--prompts FILE] [--launch-cmd 'TEMPLATE {port}' | --url URL] [--preflight --ext PATH]
-              [--json FILE] [--markdown FILE] [--benchfmt FILE]
+              [--json FILE] [--markdown FILE] [--benchfmt FILE] [--plot FILE.svg]
 arpatch bench allreduce ...`,
 		Description: `For each trial and arm, bench starts python -m sglang.launch_server with the
 recipe's model, draft model, --speculative-algorithm EAGLE3, speculative
-settings and TP (log in --log-dir), waits for /health_generate, sends the
-workload at temperature 0 through the native streaming /generate API, and
+settings and TP (log in --log-dir), waits for /health_generate, sends
+--warmup untimed requests, then the workload at temperature 0 through the
+native streaming /generate API at each --concurrency level in turn, and
 stops the server (SIGTERM to its process group, then SIGKILL). Arms are
-interleaved across trials (A B A B ...), restarting servers each time, unless
---no-interleave.
+interleaved across trials (A B A B ...), restarting servers each time,
+unless --no-interleave. On a GPU host with SGLang installed:
+arpatch bench --model /models/target --draft-model /models/target-eagle3 --json bench.json
 
 The recipe's [bench] table defines the arms: for pcie, "baseline" (the same
 build with custom allreduce on upstream's path, NCCL on PCIe) and "pcie"
-(SGLANG_FORCE_CUSTOM_AR_PCIE=1). --arm adds or changes one:
-   --arm algo1:env.SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage,env.SGLANG_FORCE_CUSTOM_AR_PCIE=1
-   --arm mine:python=/venv/bin/python,args=--cuda-graph-max-bs 8
-   --arm remote:url=http://10.0.0.2:30000
+(SGLANG_FORCE_CUSTOM_AR_PCIE=1). --arm adds or changes one, with keys
+python, url, launch-cmd, args and env.VAR; a comma starts a new key only
+where one of those follows, so launch-cmd= and args= values may hold
+commas. Each launched arm inherits the caller's environment without the
+variables the arms control (SGLANG_FORCE_CUSTOM_AR_PCIE,
+SGLANG_CUSTOM_ALLREDUCE_ALGO, SGLANG_PCIE_CUSTOM_AR_MAX_BYTES, and every
+variable an arm sets) unless it sets them itself; the JSON records each
+arm's effective SGLANG_*, NCCL_*, CUDA_* and PYTORCH_* variables. In a
+--launch-cmd template, {arpatch} is this arpatch binary.
 
 Metrics per request: TTFT, E2E, tokens, spec_verify_ct, decode tok/s =
-(tokens-1)/(E2E-TTFT). Per trial: tok/s = total tokens / wall time, median
-decode tok/s, accept length = total tokens / total verify steps, TPOT, ITL
-(a multi-token chunk's gap spread over its tokens), TTFT p50/p99, errors.
-Across trials: medians with confidence intervals (95% from 6 trials; each
-shows its level) and a Mann-Whitney U test against the baseline
-(golang.org/x/perf/benchmath).
+(tokens-1)/(E2E-TTFT), as SGLang's bench_serving defines TPOT. Per trial
+and level: tok/s = total tokens / wall time, median decode tok/s, accept
+length = total tokens / total verify steps, TPOT, ITL (a multi-token
+chunk's gap spread over its tokens), TTFT p50/p99, errors. Across trials,
+per level: medians with confidence intervals (95% from 6 trials; 4 or 5
+give a lower level, which is shown; 2 or 3 give no interval, and say so)
+and a Mann-Whitney U test against the baseline at the same level
+(golang.org/x/perf/benchmath); with several levels, an overall verdict per
+arm (slower if any level is slower). A server started with
+--incremental-streaming-output (read from /server_info) streams text
+deltas, which are joined.
 
 Output check: at temperature 0 every output of every trial must be the
-baseline's text for its prompt; an arm whose outputs match over the first
-32 tokens less than --agree-threshold (90%) of the time is INVALID, whatever
-its speed, and so is an arm with failed requests, and a baseline whose own
-trials disagree.
+baseline's text for its prompt at the same level; an arm whose outputs
+match over the first 32 tokens less than --agree-threshold (90%) of the
+time is INVALID, whatever its speed. An output shorter than that agrees
+only with one that ended at the same token for the same reason. An arm
+with failed requests is INVALID, an abort in the stream
+(finish_reason abort) included; so is a baseline whose own trials
+disagree or that has no output, and then no arm gets a speed verdict.
 
 --preflight runs arpatch bench allreduce at the verify shape first and stops
 when the patched allreduce is slower than NCCL, is WRONG or hangs (--force
 runs anyway).
 
-Exit codes: 0 ok, 1 an arm is INVALID or significantly slower, or the
-preflight failed, 2 usage, 4 a server failed to start, died or answered
-nothing, a server of a killed run still runs, or the run was interrupted.
+Exit codes: 0 ok, 1 an arm is INVALID or significantly slower at a level,
+the baseline is INVALID, or the preflight failed, 2 usage, 4 a server
+failed to start, died or answered nothing, a server of a killed run still
+runs, or the run was interrupted.
 
-Examples:
-   arpatch bench --model /models/target --draft-model /models/target-eagle3 --json bench.json
-   arpatch bench --trials 3 --launch-cmd 'arpatch fake-sglang --port {port}' --markdown bench.md`,
+Examples (each runs in seconds against arpatch's built-in fake server):
+   arpatch bench --trials 2 --num-prompts 4 --max-new-tokens 32 --warmup 1 --launch-cmd '{arpatch} fake-sglang --port {port} --rate 2000 --ttft 2ms' --markdown bench.md
+   arpatch bench --trials 2 --num-prompts 4 --max-new-tokens 32 --concurrency 1,4 --launch-cmd '{arpatch} fake-sglang --port {port} --rate 2000 --ttft 2ms' --arm 'algo1:env.SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage,env.SGLANG_FORCE_CUSTOM_AR_PCIE=1' --json bench.json --plot bench.svg`,
 		Flags: []cli.Flag{
 			recipeFlag(), recipeFileFlag(),
 			&cli.StringFlag{Name: "model", Usage: "target model `PATH` (default: the recipe's [bench] model)"},
@@ -83,17 +104,17 @@ Examples:
 			&cli.IntFlag{Name: "speculative-num-steps", Usage: "draft steps `N`", DefaultText: "the recipe's [bench] value"},
 			&cli.IntFlag{Name: "speculative-eagle-topk", Usage: "top-k `N`", DefaultText: "the recipe's [bench] value"},
 			&cli.IntFlag{Name: "speculative-num-draft-tokens", Usage: "draft tokens `N`", DefaultText: "the recipe's [bench] value"},
-			&cli.StringSliceFlag{Name: "arm", Usage: "add or change an arm: `NAME:key=val,...` (keys: python, url, launch-cmd, args, env.VAR)"},
+			&cli.GenericFlag{Name: "arm", Value: &armFlag{}, Usage: "add or change an arm: `NAME:key=val,...` (keys: python, url, launch-cmd, args, env.VAR; repeat for several)"},
 			&cli.StringFlag{Name: "baseline", Usage: "baseline arm `NAME`"},
 			&cli.StringFlag{Name: "prompts", Usage: "prompt `FILE`: JSONL ({\"prompt\": ...}) or ShareGPT JSON (default: 32 built-in prompts)"},
 			&cli.IntFlag{Name: "num-prompts", Usage: "prompts `N` per trial (cycling the set)", DefaultText: "the recipe's [bench] value"},
 			&cli.IntFlag{Name: "max-new-tokens", Usage: "tokens `N` per request", DefaultText: "the recipe's [bench] value"},
-			&cli.IntFlag{Name: "concurrency", Usage: "requests `N` in flight (1: single-stream tok/s)", DefaultText: "the recipe's [bench] value"},
+			&cli.StringFlag{Name: "concurrency", Usage: "requests in flight, one level or several: `N[,N...]` (1: single-stream tok/s; 1,4,16: a sweep on one server start per arm and trial)", DefaultText: "the recipe's [bench] value"},
 			&cli.BoolFlag{Name: "ignore-eos", Usage: "generate max-new-tokens even past EOS"},
-			&cli.IntFlag{Name: "warmup", Usage: "untimed requests `N` after each server start", Value: 2},
+			&cli.IntFlag{Name: "warmup", Usage: "untimed requests `N` after each server start (or attach), before the first timed level", Value: 2, DefaultText: "the recipe's [bench] value, 2"},
 			&cli.IntFlag{Name: "trials", Usage: "trials `N` per arm", DefaultText: "the recipe's [bench] value"},
 			&cli.BoolFlag{Name: "no-interleave", Usage: "run all trials of an arm on one server start"},
-			&cli.StringFlag{Name: "launch-cmd", Usage: "launch every arm with this sh `TEMPLATE` ({port}, {host}, {model}, {draft}, {tp}, {arm})"},
+			&cli.StringFlag{Name: "launch-cmd", Usage: "launch every arm with this sh `TEMPLATE` ({port}, {host}, {model}, {draft}, {tp}, {arm}, {arpatch})"},
 			&cli.StringFlag{Name: "url", Usage: "attach every arm without its own url to the server at `URL`"},
 			&cli.DurationFlag{Name: "ready-timeout", Usage: "wait `DURATION` for /health_generate", Value: 20 * time.Minute},
 			&cli.DurationFlag{Name: "request-timeout", Usage: "give up on a request after `DURATION`", Value: 10 * time.Minute},
@@ -107,6 +128,7 @@ Examples:
 			&cli.StringFlag{Name: "json", Usage: "write every sample and the environment to `FILE`"},
 			&cli.StringFlag{Name: "markdown", Usage: "write a markdown table to `FILE`"},
 			&cli.StringFlag{Name: "benchfmt", Usage: "write Go benchmark lines (for benchstat) to `FILE`"},
+			&cli.StringFlag{Name: "plot", Usage: "write tok/s against concurrency per arm to `FILE` (.svg or .png)"},
 		},
 		Before:      noArgs,
 		Action:      runBench,
@@ -114,8 +136,20 @@ Examples:
 	}
 }
 
-// parseArm reads "NAME:key=val,key=val" (args= may hold spaces and take
-// the rest of the string).
+// armFlag collects --arm values whole: urfave/cli would split a slice
+// flag's value at every comma, and an arm's value holds commas between
+// its keys and within launch-cmd= and args= values.
+type armFlag []string
+
+func (a *armFlag) Set(v string) error { *a = append(*a, v); return nil }
+func (a *armFlag) String() string     { return strings.Join(*a, " ") }
+
+// armKey matches where a new key starts after a comma in an --arm value.
+var armKey = regexp.MustCompile(`^(python|url|launch-cmd|args|env\.[A-Za-z_][A-Za-z0-9_]*)=`)
+
+// parseArm reads "NAME:key=val,key=val". A comma ends a value only when
+// a known key (python, url, launch-cmd, args, env.VAR) follows it, so
+// launch-cmd= and args= values may hold commas.
 func parseArm(spec string, into map[string]*bench.Arm) (string, error) {
 	name, rest, _ := strings.Cut(spec, ":")
 	name = strings.TrimSpace(name)
@@ -127,13 +161,24 @@ func parseArm(spec string, into map[string]*bench.Arm) (string, error) {
 		a = &bench.Arm{Name: name}
 		into[name] = a
 	}
+	var kvs []string
 	for rest != "" {
-		var kv string
-		if strings.HasPrefix(rest, "args=") {
-			kv, rest = rest, ""
-		} else {
-			kv, rest, _ = strings.Cut(rest, ",")
+		end := len(rest)
+		for i := strings.IndexByte(rest, ','); i >= 0; {
+			if armKey.MatchString(rest[i+1:]) {
+				end = i
+				break
+			}
+			j := strings.IndexByte(rest[i+1:], ',')
+			if j < 0 {
+				break
+			}
+			i += 1 + j
 		}
+		kvs = append(kvs, rest[:end])
+		rest = strings.TrimPrefix(rest[end:], ",")
+	}
+	for _, kv := range kvs {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
 			return "", fmt.Errorf("--arm %s: %q is not key=val", name, kv)
@@ -162,86 +207,84 @@ func parseArm(spec string, into map[string]*bench.Arm) (string, error) {
 	return name, nil
 }
 
-// benchOptions merges the recipe's [bench] table and the flags.
-func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Settings, error) {
-	b := r.Bench
-	o := bench.Options{
-		Model: b.Model, DraftModel: b.DraftModel, TP: b.TP, SpecAlgorithm: b.SpeculativeAlgorithm,
-		SpecSteps: b.SpeculativeNumSteps, SpecTopK: b.SpeculativeEagleTopK, SpecDraftTokens: b.SpeculativeNumDraftTokens,
-		MaxNewTokens: b.MaxNewTokens, Concurrency: b.Concurrency, Trials: b.Trials, Warmup: c.Int("warmup"),
-		Baseline: b.BaselineArm, Interleave: !c.Bool("no-interleave"), IgnoreEOS: c.Bool("ignore-eos"),
+// benchOverrides turns the flags into overrides of the recipe's [bench],
+// refusing a value out of its range with the flag's name.
+func benchOverrides(c *cli.Context) (bench.Overrides, error) {
+	ov := bench.Overrides{Interleave: !c.Bool("no-interleave"), IgnoreEOS: c.Bool("ignore-eos"),
 		ReadyTimeout: c.Duration("ready-timeout"), RequestTimeout: c.Duration("request-timeout"),
-		LogDir: pathFlag(c, "log-dir"), AgreeThreshold: c.Float64("agree-threshold"), Force: c.Bool("force"),
-	}
-	if !c.IsSet("warmup") {
-		o.Warmup = b.Warmup // the recipe's, 2 unless it says otherwise
-	}
-	for _, v := range []struct {
-		flag   string
-		bad    bool
-		range_ string
-	}{
-		{"warmup", c.Int("warmup") < 0, "0 or more"},
-		{"num-prompts", c.IsSet("num-prompts") && c.Int("num-prompts") < 1, "1 or more"},
-		{"agree-tokens", c.Int("agree-tokens") < 1, "1 or more"},
-		{"agree-threshold", c.Float64("agree-threshold") < 0 || c.Float64("agree-threshold") > 1, "a share in [0, 1] (0 turns the check off)"},
-		{"request-timeout", c.Duration("request-timeout") <= 0, "a positive duration"},
-		{"ready-timeout", c.Duration("ready-timeout") <= 0, "a positive duration"},
-	} {
-		if v.bad {
-			return o, report.Settings{}, usagef("--%s %v: use %s", v.flag, c.Value(v.flag), v.range_)
+		LogDir: pathFlag(c, "log-dir"), AgreeThreshold: c.Float64("agree-threshold")}
+	for _, s := range []struct {
+		flag string
+		dst  **string
+	}{{"model", &ov.Model}, {"draft-model", &ov.DraftModel}, {"speculative-algorithm", &ov.SpecAlgorithm}, {"baseline", &ov.Baseline}} {
+		if c.IsSet(s.flag) {
+			v := c.String(s.flag)
+			*s.dst = &v
 		}
+	}
+	for _, s := range []struct {
+		flag string
+		dst  **int
+	}{{"tp", &ov.TP}, {"speculative-num-steps", &ov.SpecSteps}, {"speculative-eagle-topk", &ov.SpecTopK},
+		{"speculative-num-draft-tokens", &ov.SpecDraftTokens}, {"num-prompts", &ov.NumPrompts}, {"max-new-tokens", &ov.MaxNewTokens},
+		{"trials", &ov.Trials}, {"warmup", &ov.Warmup}, {"agree-tokens", nil}} {
+		if !c.IsSet(s.flag) && s.flag != "agree-tokens" {
+			continue
+		}
+		v := c.Int(s.flag)
+		if err := bounds.Check(strings.ReplaceAll(s.flag, "-", "_"), int64(v)); err != nil {
+			return ov, usagef("--%s %v", s.flag, err)
+		}
+		if s.dst != nil {
+			*s.dst = &v
+		}
+	}
+	if c.IsSet("concurrency") {
+		l, err := recipes.ParseLevels(c.String("concurrency"))
+		if err != nil {
+			return ov, usagef("--concurrency %v", err)
+		}
+		ov.Concurrency = l
+	}
+	for _, d := range []string{"ready-timeout", "request-timeout"} {
+		if err := bounds.CheckDuration(strings.ReplaceAll(d, "-", "_"), c.Duration(d)); err != nil {
+			return ov, usagef("--%s %v", d, err)
+		}
+	}
+	if a := c.Float64("agree-threshold"); a < 0 || a > 1 {
+		return ov, usagef("--agree-threshold %v: use a share in [0, 1] (0 turns the check off)", a)
+	}
+	if p := pathFlag(c, "prompts"); p != "" {
+		prompts, err := workload.Load(p)
+		if err != nil {
+			return ov, err
+		}
+		ov.Prompts = prompts
+	}
+	return ov, nil
+}
+
+// benchOptions merges the recipe's [bench] table and the flags
+// (bench.FromRecipe), then the arms the flags add or change.
+func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Settings, error) {
+	ov, err := benchOverrides(c)
+	if err != nil {
+		return bench.Options{}, report.Settings{}, err
 	}
 	if c.String("url") != "" && c.String("launch-cmd") != "" {
-		return o, report.Settings{}, usagef("--url attaches to a running server and --launch-cmd starts one: pass one of them")
+		return bench.Options{}, report.Settings{}, usagef("--url attaches to a running server and --launch-cmd starts one: pass one of them")
 	}
-	for _, s := range []struct {
-		flag string
-		dst  *string
-	}{{"model", &o.Model}, {"draft-model", &o.DraftModel}, {"speculative-algorithm", &o.SpecAlgorithm}, {"baseline", &o.Baseline}} {
-		if c.IsSet(s.flag) {
-			*s.dst = c.String(s.flag)
-		}
+	o, err := bench.FromRecipe(r.Bench, ov)
+	if err != nil {
+		return o, report.Settings{}, usagef("%v", err)
 	}
-	for _, s := range []struct {
-		flag string
-		dst  *int
-	}{{"tp", &o.TP}, {"speculative-num-steps", &o.SpecSteps}, {"speculative-eagle-topk", &o.SpecTopK},
-		{"speculative-num-draft-tokens", &o.SpecDraftTokens}, {"max-new-tokens", &o.MaxNewTokens}, {"concurrency", &o.Concurrency}, {"trials", &o.Trials}} {
-		if c.IsSet(s.flag) {
-			if c.Int(s.flag) < 1 {
-				return o, report.Settings{}, usagef("--%s must be at least 1", s.flag)
-			}
-			*s.dst = c.Int(s.flag)
-		}
-	}
-	if strings.EqualFold(o.SpecAlgorithm, "EAGLE") && strings.Contains(strings.ToLower(o.DraftModel), "eagle3") {
-		return o, report.Settings{}, usagef("--speculative-algorithm EAGLE with the EAGLE-3 draft %s gives accept length 1.00; use EAGLE3", o.DraftModel)
-	}
-	prompts := workload.Builtin()
-	if p := pathFlag(c, "prompts"); p != "" {
-		var err error
-		if prompts, err = workload.Load(p); err != nil {
-			return o, report.Settings{}, err
-		}
-	}
-	n := b.NumPrompts
-	if c.IsSet("num-prompts") {
-		n = c.Int("num-prompts")
-	}
-	o.Prompts = workload.Take(prompts, n)
 	arms := map[string]*bench.Arm{}
 	var order []string
-	for _, ra := range b.Arms {
-		a := &bench.Arm{Name: ra.Name, Python: ra.Python, Env: ra.Env, Args: ra.Args}
-		arms[a.Name] = a
-		order = append(order, a.Name)
+	for i := range o.Arms {
+		arms[o.Arms[i].Name] = &o.Arms[i]
+		order = append(order, o.Arms[i].Name)
 	}
-	if len(order) == 0 {
-		arms["baseline"] = &bench.Arm{Name: "baseline"}
-		order = []string{"baseline"}
-	}
-	for _, spec := range c.StringSlice("arm") {
+	for _, spec := range *c.Generic("arm").(*armFlag) {
 		name, err := parseArm(spec, arms)
 		if err != nil {
 			return o, report.Settings{}, usageError{err}
@@ -250,6 +293,7 @@ func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Sett
 			order = append(order, name)
 		}
 	}
+	var out []bench.Arm
 	for _, name := range order {
 		a := arms[name]
 		if a.Python == "" {
@@ -261,8 +305,9 @@ func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Sett
 		if a.LaunchCmd == "" && c.String("launch-cmd") != "" {
 			a.LaunchCmd = c.String("launch-cmd")
 		}
-		o.Arms = append(o.Arms, *a)
+		out = append(out, *a)
 	}
+	o.Arms = out
 	// One server for several arms measures the server against itself.
 	if u := c.String("url"); u != "" && len(o.Arms) > 1 {
 		shared := 0
@@ -289,11 +334,7 @@ func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Sett
 	if c.IsSet("agree-tokens") {
 		sglang.AgreeTokens = c.Int("agree-tokens")
 	}
-	s := report.Settings{Model: o.Model, DraftModel: o.DraftModel, TP: o.TP, SpecAlgorithm: o.SpecAlgorithm, SpecSteps: o.SpecSteps,
-		SpecTopK: o.SpecTopK, SpecDraftTokens: o.SpecDraftTokens, Prompts: len(o.Prompts), MaxNewTokens: o.MaxNewTokens,
-		Concurrency: o.Concurrency, Warmup: o.Warmup, Trials: o.Trials, IgnoreEOS: o.IgnoreEOS, Interleave: o.Interleave,
-		AgreeTokens: sglang.AgreeTokens, AgreeThreshold: o.AgreeThreshold}
-	return o, s, nil
+	return o, report.SettingsOf(o, sglang.AgreeTokens), nil
 }
 
 func runBench(c *cli.Context) error {
@@ -332,12 +373,18 @@ func runBench(c *cli.Context) error {
 			}
 		}
 	}
+	if p := pathFlag(c, "plot"); p != "" {
+		if err := history.PlotFormat(p); err != nil {
+			return usagef("--plot %v", err)
+		}
+	}
 	o.Progress = benchProgress(c)
+	o.Self = selfPath()
 	res, err := bench.Run(c.Context, o)
 	if c.Context.Err() != nil {
 		err = fmt.Errorf("interrupted: the servers were stopped; no result (the --json file, if any, says so)")
 	}
-	if err == nil && res != nil && len(res.Arms) > 0 && res.Arms[0].Summaries != nil {
+	if err == nil && res != nil && len(res.Arms) > 0 && res.Arms[0].Levels != nil {
 		report.WriteTable(c.App.Writer, res, settings)
 	}
 	if res != nil {
@@ -357,7 +404,7 @@ func runBench(c *cli.Context) error {
 		return err
 	}
 	for _, a := range res.Arms {
-		if a.Invalid || (a.Deltas != nil && a.Deltas["tok_s"].Verdict == "slower") {
+		if a.Verdict.Fails() {
 			return cli.Exit("", exitFailure)
 		}
 	}
@@ -375,9 +422,16 @@ func writeReports(c *cli.Context, doc *report.Document, res *bench.Result, s rep
 		{"json", doc.WriteJSON},
 		{"markdown", func(w io.Writer) error { return report.WriteMarkdown(w, res, s) }},
 		{"benchfmt", func(w io.Writer) error { return report.WriteBenchfmt(w, res, s) }},
+		{"plot", nil},
 	} {
 		p := pathFlag(c, f.flag)
 		if p == "" || (!complete && f.flag != "json") {
+			continue
+		}
+		if f.write == nil { // the plot: gonum writes the file itself
+			if err := report.PlotConcurrency(p, "arpatch bench: tok/s against concurrency (median across trials, CI)", "tok/s", report.Curves(res, "tok_s")); err != nil {
+				return fmt.Errorf("--plot: %w", err)
+			}
 			continue
 		}
 		var b bytes.Buffer
@@ -391,24 +445,41 @@ func writeReports(c *cli.Context, doc *report.Document, res *bench.Result, s rep
 	return nil
 }
 
-// benchProgress draws "trial 2/5 pcie [#####     ] 16/32" on the
-// terminal, or prints a line per finished trial otherwise.
-func benchProgress(c *cli.Context) func(trial, trials int, arm string, done, total int) {
+// benchProgress draws "trial 2/5 pcie c=4 [#####     ] 16/32" on the
+// terminal, or prints a line per finished trial and level otherwise.
+func benchProgress(c *cli.Context) func(bench.Progress) {
 	w := c.App.ErrWriter
 	tty := false
 	if f, ok := w.(*os.File); ok {
 		tty = isTerminal(f)
 	}
-	return func(trial, trials int, arm string, done, total int) {
+	return func(p bench.Progress) {
 		if tty {
 			width := 30
-			fill := width * done / total
-			fmt.Fprintf(w, "\rtrial %d/%d %-12s [%s%s] %d/%d requests", trial, trials, arm, strings.Repeat("#", fill), strings.Repeat(" ", width-fill), done, total)
-			if done == total {
+			fill := width * p.Done / p.Total
+			fmt.Fprintf(w, "\rtrial %d/%d %-12s c=%-4d [%s%s] %d/%d requests", p.Trial, p.Trials, p.Arm, p.Concurrency, strings.Repeat("#", fill), strings.Repeat(" ", width-fill), p.Done, p.Total)
+			if p.Done == p.Total {
 				fmt.Fprintln(w)
 			}
-		} else if done == total {
-			fmt.Fprintf(w, "trial %d/%d %s: %d requests done\n", trial, trials, arm, total)
+		} else if p.Done == p.Total {
+			fmt.Fprintf(w, "trial %d/%d %s concurrency %d: %d requests done\n", p.Trial, p.Trials, p.Arm, p.Concurrency, p.Total)
 		}
 	}
+}
+
+// selfPath is this arpatch binary, for {arpatch} in a launch template: the
+// path it was started by (made absolute, or looked up on PATH), else the
+// executable's.
+func selfPath() string {
+	if a := os.Args[0]; strings.Contains(a, "/") {
+		if abs, err := filepath.Abs(a); err == nil {
+			return abs
+		}
+	} else if p, err := exec.LookPath(a); err == nil {
+		if abs, err := filepath.Abs(p); err == nil {
+			return abs
+		}
+	}
+	p, _ := os.Executable()
+	return p
 }

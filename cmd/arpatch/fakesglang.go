@@ -31,12 +31,16 @@ func fakeSGLangCommand() *cli.Command {
 			&cli.StringFlag{Name: "variant", Usage: "perturb the output text (a wrong arm)"},
 			&cli.DurationFlag{Name: "start-delay", Usage: "answer /health_generate only after this"},
 			&cli.IntFlag{Name: "http500-every", Usage: "fail every Nth request with HTTP 500"},
+			&cli.IntFlag{Name: "abort-every", Usage: "abort every Nth request in the stream (finish_reason abort)"},
+			&cli.BoolFlag{Name: "empty", Usage: "answer every request with no output"},
+			&cli.BoolFlag{Name: "incremental-streaming-output", Usage: "stream text deltas, as SGLang's flag of that name"},
 		},
 		Action: func(c *cli.Context) error {
 			srv := sglangtest.New(sglangtest.Config{
 				TokPerSec: c.Float64("rate"), TTFT: c.Duration("ttft"), TokensPerChunk: c.Int("tokens-per-chunk"),
 				AcceptLength: c.Float64("accept"), Variant: c.String("variant"), StartDelay: c.Duration("start-delay"),
-				HTTP500Every: c.Int("http500-every"),
+				HTTP500Every: c.Int("http500-every"), AbortEvery: c.Int("abort-every"), Empty: c.Bool("empty"),
+				Incremental: c.Bool("incremental-streaming-output"),
 			})
 			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", c.Int("port")))
 			if err != nil {

@@ -1,9 +1,16 @@
 // Package bench runs an EAGLE-3 serving benchmark: for each trial and arm
-// it starts (or attaches to) an SGLang server, sends the workload, and
-// records every request; then it summarizes each metric across trials,
-// compares every arm with the baseline, and checks that each arm's greedy
-// outputs match the baseline's, so a fast result from a broken allreduce is
-// reported INVALID rather than as a win.
+// it starts (or attaches to) an SGLang server, sends the workload at each
+// concurrency level, and records every request; then, per level, it
+// summarizes each metric across trials, compares every arm with the
+// baseline, and checks that each arm's greedy outputs match the
+// baseline's, so a fast result from a broken allreduce is reported
+// INVALID rather than as a win. An arm whose requests fail or abort, or a
+// baseline that cannot be compared, gets no speed verdict.
+//
+// Each launched arm runs in the caller's environment less the variables
+// the recipes and arms control (ControlledEnv and every variable an arm
+// sets), plus its own: a variable exported in the shell cannot make the
+// baseline run patched.
 package bench
 
 import (
@@ -25,6 +32,7 @@ import (
 	"github.com/arpatch/arpatch/harness/server"
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/internal/bounds"
 )
 
 // Arm is one configuration under test.
@@ -34,7 +42,7 @@ type Arm struct {
 	Env       map[string]string `json:"env,omitempty"`
 	Args      []string          `json:"args,omitempty"`       // extra server arguments
 	URL       string            `json:"url,omitempty"`        // attach to this running server instead of launching
-	LaunchCmd string            `json:"launch_cmd,omitempty"` // sh command template replacing the launch, e.g. "my-serve --port {port}"
+	LaunchCmd string            `json:"launch_cmd,omitempty"` // sh command template replacing the launch, e.g. "my-serve --port {port}"; {arpatch} is Options.Self
 }
 
 // Options holds every input of Run.
@@ -53,13 +61,16 @@ type Options struct {
 	MaxNewTokens int
 	Temperature  float64
 	IgnoreEOS    bool
-	Concurrency  int
-	Warmup       int // untimed requests after a server starts
-	Trials       int
-	Interleave   bool // restart servers each trial so arms alternate A B A B
+	// Concurrency lists the levels (requests in flight) to run, in order:
+	// each trial of each arm runs every level on one server start ([1]).
+	Concurrency []int
+	Warmup      int // untimed single requests after each server start (or attach), before its first timed level
+	Trials      int
+	Interleave  bool // restart servers each trial so arms alternate A B A B
 
 	Host           string
 	Env            []string // the base environment of launched servers
+	Self           string   // the arpatch binary, for {arpatch} in a launch template
 	LogDir         string
 	ReadyTimeout   time.Duration
 	RequestTimeout time.Duration
@@ -71,23 +82,121 @@ type Options struct {
 	Force     bool
 
 	// Progress is told about each request; nil for none.
-	Progress func(trial, trials int, arm string, done, total int)
+	Progress func(p Progress)
 }
+
+// Progress is where a run is: trial Trial of Trials, arm Arm at
+// concurrency Concurrency, Done of Total requests finished.
+type Progress struct {
+	Trial, Trials int
+	Arm           string
+	Concurrency   int
+	Done, Total   int
+}
+
+// ControlledEnv are the variables the recipes' arms set to choose the
+// allreduce path. They are removed from the inherited environment of
+// every launched arm that does not set them itself, as is every variable
+// any arm sets: exported in the shell, SGLANG_FORCE_CUSTOM_AR_PCIE=1
+// would otherwise run the baseline patched too.
+var ControlledEnv = []string{"SGLANG_FORCE_CUSTOM_AR_PCIE", "SGLANG_CUSTOM_ALLREDUCE_ALGO", "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES"}
+
+// RecordedEnvPrefixes are the prefixes of the variables the result
+// records per arm (ArmResult.Env): those that change SGLang, NCCL, CUDA
+// or PyTorch.
+var RecordedEnvPrefixes = []string{"SGLANG_", "NCCL_", "CUDA_", "PYTORCH_"}
 
 // ArmResult is everything measured for one arm.
 type ArmResult struct {
-	Arm     Arm             `json:"arm"`
+	Arm Arm `json:"arm"`
+	// Env is the arm's effective SGLANG_*, NCCL_*, CUDA_* and PYTORCH_*
+	// variables, as its server was launched with them; nil for an arm
+	// attached by URL, whose environment arpatch does not know.
+	Env map[string]string `json:"effective_env,omitempty"`
+	// Trials holds one pass of the workload per trial and level, in the
+	// order they ran; Metrics is parallel to it.
 	Trials  []stats.Trial   `json:"trials"`
 	Metrics []stats.Metrics `json:"trial_metrics"`
+	// Levels holds the summaries and verdict per concurrency level, in
+	// Options.Concurrency order.
+	Levels []*Level `json:"levels"`
+	// Agreement sums the output check over all levels (each level is
+	// compared with the baseline at the same level).
+	Agreement  *stats.Agreement `json:"agreement,omitempty"`
+	Invalid    bool             `json:"invalid"`
+	Verdict    Verdict          `json:"verdict"` // over all levels
+	Warnings   []string         `json:"warnings,omitempty"`
+	ServerInfo map[string]any   `json:"server_info,omitempty"`
+}
+
+// Level is one arm at one concurrency level.
+type Level struct {
+	Concurrency int `json:"concurrency"`
 	// Summaries per metric across trials: tok_s, decode_tok_s,
 	// accept_length, ttft_ms_p50, ttft_ms_p99, itl_ms_p50, tpot_ms.
 	Summaries map[string]stats.Summary `json:"summaries"`
-	// Deltas against the baseline, per metric (absent for the baseline).
-	Deltas     map[string]stats.Delta `json:"deltas,omitempty"`
-	Agreement  *stats.Agreement       `json:"agreement,omitempty"`
-	Invalid    bool                   `json:"invalid"`
-	Warnings   []string               `json:"warnings,omitempty"`
-	ServerInfo map[string]any         `json:"server_info,omitempty"`
+	// Deltas against the baseline at this level, per metric (absent for
+	// the baseline).
+	Deltas    map[string]stats.Delta `json:"deltas,omitempty"`
+	Agreement *stats.Agreement       `json:"agreement,omitempty"`
+	Verdict   Verdict                `json:"verdict"`
+}
+
+// Level returns the arm's level at concurrency c, or nil.
+func (a *ArmResult) Level(c int) *Level {
+	for _, l := range a.Levels {
+		if l.Concurrency == c {
+			return l
+		}
+	}
+	return nil
+}
+
+// MetricsAt returns the metrics of the arm's trials at concurrency c, in
+// trial order.
+func (a *ArmResult) MetricsAt(c int) []stats.Metrics {
+	var out []stats.Metrics
+	for i, t := range a.Trials {
+		if t.Concurrency == c && i < len(a.Metrics) {
+			out = append(out, a.Metrics[i])
+		}
+	}
+	return out
+}
+
+// Verdict is an arm's verdict at a level or overall.
+type Verdict string
+
+// The verdicts. Faster, Slower and NoChange are tok/s against the
+// baseline (Mann-Whitney U); TooFew is "no change" from trials too few
+// for any difference to be significant.
+const (
+	Baseline        Verdict = "baseline"
+	InvalidBaseline Verdict = "INVALID baseline"
+	Invalid         Verdict = "INVALID"
+	// NoReference is an arm measured against a baseline that is INVALID:
+	// it has no verdict.
+	NoReference Verdict = "no verdict (INVALID baseline)"
+	Faster      Verdict = stats.Faster
+	Slower      Verdict = stats.Slower
+	NoChange    Verdict = stats.NoChange
+	TooFew      Verdict = "too few trials to tell"
+)
+
+// Fails reports whether the verdict fails a run (exit code 1).
+func (v Verdict) Fails() bool {
+	return v == InvalidBaseline || v == Invalid || v == NoReference || v == Slower
+}
+
+// Levels returns the concurrency levels the result holds, in run order.
+func (r *Result) Levels() []int {
+	var out []int
+	if len(r.Arms) > 0 {
+		for _, l := range r.Arms[0].Levels {
+			out = append(out, l.Concurrency)
+		}
+	}
+	return out
 }
 
 // Result is a whole run.
@@ -172,7 +281,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	for _, a := range o.Arms {
-		res.Arms = append(res.Arms, &ArmResult{Arm: a})
+		ar := &ArmResult{Arm: a}
+		if a.URL == "" {
+			ar.Env = recordedEnv(o.armEnv(a))
+		}
+		res.Arms = append(res.Arms, ar)
 	}
 	type slot struct{ trial, arm int }
 	var order []slot
@@ -195,6 +308,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			p.Stop()
 		}
 	}()
+	warmed := map[int]bool{} // arms whose current server (or attached one) had its warm-up
 	for k, s := range order {
 		ar := res.Arms[s.arm]
 		url := ar.Arm.URL
@@ -209,36 +323,52 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 					return res, &InfraError{err}
 				}
 				running[s.arm] = p
+				warmed[s.arm] = false
 			}
 			url = p.URL
 		}
 		client := sglang.NewClient(url)
+		// Every server start says how it streams: whole texts, or deltas
+		// (--incremental-streaming-output).
+		info := client.ServerInfo(ctx)
 		if ar.ServerInfo == nil {
-			ar.ServerInfo = client.ServerInfo(ctx)
+			ar.ServerInfo = info
 		}
-		trial, err := o.trial(ctx, client, ar.Arm.Name, s.trial)
-		if err != nil {
-			return res, err
+		if incr, ok := sglang.IncrementalStreaming(info); ok {
+			client.Incremental = incr
+		} else if info == nil && !slices.Contains(ar.Warnings, noServerInfo) {
+			ar.Warnings = append(ar.Warnings, noServerInfo)
 		}
-		// A server that died says so with its log, before its failed
-		// requests are counted.
-		if p := running[s.arm]; p != nil {
-			wait := time.Duration(0)
-			if !allOK(trial.Samples) {
-				wait = serverDeathWait
+		if !warmed[s.arm] {
+			if err := o.warmup(ctx, client); err != nil {
+				return res, err
 			}
-			if exited, werr := p.Exited(wait); exited {
-				return res, &InfraError{&server.ExitError{Name: ar.Arm.Name, Log: p.Spec.LogPath,
-					Why: fmt.Sprintf("died during trial %d (%s)", s.trial, exitText(werr)), Tail: server.Tail(p.Spec.LogPath, 40)}}
+			warmed[s.arm] = true
+		}
+		for _, level := range o.Concurrency {
+			trial, err := o.trial(ctx, client, ar.Arm.Name, s.trial, level)
+			if err != nil {
+				return res, err
 			}
+			// A server that died says so with its log, before its failed
+			// requests are counted.
+			if p := running[s.arm]; p != nil && !allOK(trial.Samples) {
+				if exited, werr := p.Exited(ctx, o.deathWait(ctx, client)); exited {
+					return res, &InfraError{&server.ExitError{Name: ar.Arm.Name, Log: p.Spec.LogPath,
+						Why: fmt.Sprintf("died during trial %d (%s)", s.trial, exitText(werr)), Tail: server.Tail(p.Spec.LogPath, 40)}}
+				}
+			}
+			if ctx.Err() != nil {
+				return res, ctx.Err()
+			}
+			if len(trial.Samples) > 0 && unanswered(trial.Samples) {
+				// Not a slow arm: a server that does not serve. No number of
+				// this trial may stand for the arm.
+				return res, &InfraError{fmt.Errorf("arm %s: all %d requests of trial %d (concurrency %d) failed, the first with: %s; is the server at %s up and serving /generate?",
+					ar.Arm.Name, len(trial.Samples), s.trial, level, trial.Samples[0].Err, url)}
+			}
+			ar.Trials = append(ar.Trials, trial)
 		}
-		if ctx.Err() == nil && len(trial.Samples) > 0 && allFailed(trial.Samples) {
-			// Not a slow arm: a server that does not serve. No number of
-			// this trial may stand for the arm.
-			return res, &InfraError{fmt.Errorf("arm %s: all %d requests of trial %d failed, the first with: %s; is the server at %s up and serving /generate?",
-				ar.Arm.Name, len(trial.Samples), s.trial, trial.Samples[0].Err, url)}
-		}
-		ar.Trials = append(ar.Trials, trial)
 		// Stop the server when the next slot needs another arm's, or
 		// when this arm is done.
 		last := k == len(order)-1 || order[k+1].arm != s.arm
@@ -250,6 +380,8 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 	analyze(res, o)
 	return res, nil
 }
+
+const noServerInfo = "neither /server_info nor /get_server_info answered: the stream is read as whole texts (a server streaming deltas fails its requests)"
 
 // CheckArms refuses arms that cannot give a comparison: two attached to
 // one server (it would be compared with itself), and a launch template
@@ -305,10 +437,23 @@ func exitText(err error) string {
 	return err.Error()
 }
 
-// serverDeathWait is how long a trial with failed requests waits for its
-// server's process to end, to report a death (with its log) rather than
-// failed requests.
+// serverDeathWait bounds how long a trial with failed requests waits for
+// its launched server's process to end, when the server no longer answers
+// /health_generate, to report a death (with its log) rather than failed
+// requests. A server that answers is alive: no wait.
 var serverDeathWait = 5 * time.Second
+
+// deathWait returns how long to wait for a launched server with failed
+// requests to exit: 0 when it still answers /health_generate within a
+// second, else serverDeathWait (Proc.Exited returns as soon as it exits).
+func (o *Options) deathWait(ctx context.Context, c *sglang.Client) time.Duration {
+	hctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if c.Health(hctx) == nil {
+		return 0
+	}
+	return serverDeathWait
+}
 
 func allOK(ss []sglang.Sample) bool {
 	for _, x := range ss {
@@ -319,9 +464,12 @@ func allOK(ss []sglang.Sample) bool {
 	return true
 }
 
-func allFailed(ss []sglang.Sample) bool {
+// unanswered reports whether every request failed without the server
+// answering it: no output and no abort (an abort is the server's answer,
+// and makes the arm INVALID, not the run an infrastructure failure).
+func unanswered(ss []sglang.Sample) bool {
 	for _, x := range ss {
-		if x.Err == "" {
+		if x.Err == "" || x.Aborted() {
 			return false
 		}
 	}
@@ -362,11 +510,14 @@ func (o *Options) fill() error {
 	if o.Trials <= 0 {
 		o.Trials = 5
 	}
-	if o.Concurrency <= 0 {
-		o.Concurrency = 1
+	if len(o.Concurrency) == 0 {
+		o.Concurrency = []int{1}
 	}
 	if o.MaxNewTokens <= 0 {
 		o.MaxNewTokens = 256
+	}
+	if err := o.checkBounds(); err != nil {
+		return err
 	}
 	if o.Host == "" {
 		o.Host = "127.0.0.1"
@@ -379,6 +530,9 @@ func (o *Options) fill() error {
 	}
 	if len(o.Prompts) == 0 {
 		return errors.New("no prompts")
+	}
+	if o.RequestTimeout < 0 || o.ReadyTimeout < 0 {
+		return errors.New("bench: a negative timeout")
 	}
 	if o.LogDir == "" {
 		o.LogDir = os.TempDir()
@@ -397,6 +551,30 @@ func (o *Options) fill() error {
 	return os.MkdirAll(o.LogDir, 0o755)
 }
 
+// checkBounds refuses a count out of its range (package bounds), and a
+// concurrency level given twice, before anything is allocated or started.
+func (o *Options) checkBounds() error {
+	for _, v := range []struct {
+		key string
+		n   int
+	}{{"trials", o.Trials}, {"warmup", o.Warmup}, {"max_new_tokens", o.MaxNewTokens}, {"num_prompts", len(o.Prompts)}} {
+		if err := bounds.Check(v.key, int64(v.n)); err != nil {
+			return fmt.Errorf("bench %s %v", v.key, err)
+		}
+	}
+	seen := map[int]bool{}
+	for _, c := range o.Concurrency {
+		if err := bounds.Check("concurrency", int64(c)); err != nil {
+			return fmt.Errorf("bench concurrency %v", err)
+		}
+		if seen[c] {
+			return fmt.Errorf("bench concurrency %d is listed twice", c)
+		}
+		seen[c] = true
+	}
+	return nil
+}
+
 func armNames(as []Arm) string {
 	var n []string
 	for _, a := range as {
@@ -413,8 +591,12 @@ func (o *Options) Argv(a Arm, port int) []string {
 		// Values are shell-quoted: a model path with a space or a ';' is
 		// one argument, never a command.
 		q := shellQuote
+		self := o.Self
+		if self == "" {
+			self = "arpatch"
+		}
 		r := strings.NewReplacer("{port}", strconv.Itoa(port), "{host}", q(o.Host), "{model}", q(o.Model),
-			"{draft}", q(o.DraftModel), "{tp}", strconv.Itoa(o.TP), "{arm}", q(a.Name))
+			"{draft}", q(o.DraftModel), "{tp}", strconv.Itoa(o.TP), "{arm}", q(a.Name), "{arpatch}", q(self))
 		return []string{"sh", "-c", r.Replace(a.LaunchCmd)}
 	}
 	py := a.Python
@@ -433,74 +615,118 @@ func (o *Options) Argv(a Arm, port int) []string {
 	return append(argv, a.Args...)
 }
 
+// armEnv is the environment a launched arm runs in: Options.Env without
+// ControlledEnv and without every variable any arm sets, then the arm's
+// own variables.
+func (o *Options) armEnv(a Arm) []string {
+	drop := map[string]bool{}
+	for _, k := range ControlledEnv {
+		drop[k] = true
+	}
+	for _, b := range o.Arms {
+		for k := range b.Env {
+			drop[k] = true
+		}
+	}
+	var env []string
+	for _, kv := range o.Env {
+		k, _, _ := strings.Cut(kv, "=")
+		if !drop[k] {
+			env = append(env, kv)
+		}
+	}
+	for _, k := range slices.Sorted(maps.Keys(a.Env)) {
+		env = append(env, k+"="+a.Env[k])
+	}
+	return env
+}
+
+// recordedEnv picks the variables with RecordedEnvPrefixes from env (the
+// last of a repeated name wins, as exec does).
+func recordedEnv(env []string) map[string]string {
+	m := map[string]string{}
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		for _, p := range RecordedEnvPrefixes {
+			if strings.HasPrefix(k, p) {
+				m[k] = v
+			}
+		}
+	}
+	return m
+}
+
 func (o *Options) start(ctx context.Context, a Arm, trial int) (*server.Proc, error) {
 	port, err := server.FreePort(o.Host)
 	if err != nil {
 		return nil, err
 	}
-	env := append([]string(nil), o.Env...)
-	keys := slices.Sorted(maps.Keys(a.Env))
-	for _, k := range keys {
-		env = append(env, k+"="+a.Env[k])
-	}
 	return server.Start(ctx, server.Spec{
-		Name: a.Name, Argv: o.Argv(a, port), Env: env, Host: o.Host, Port: port,
+		Name: a.Name, Argv: o.Argv(a, port), Env: o.armEnv(a), Host: o.Host, Port: port,
 		LogPath:      filepath.Join(o.LogDir, fmt.Sprintf("server-%s-trial%d.log", a.Name, trial)),
 		ReadyTimeout: o.ReadyTimeout,
 	})
 }
 
-// trial sends the warmup and then every prompt, Concurrency at a time.
-func (o *Options) trial(ctx context.Context, c *sglang.Client, arm string, index int) (stats.Trial, error) {
-	req := func(p string) sglang.Request {
-		return sglang.Request{Text: p, MaxNewTokens: o.MaxNewTokens, Temperature: o.Temperature, IgnoreEOS: o.IgnoreEOS}
-	}
+// warmup sends Warmup untimed requests, one at a time, cycling the
+// prompts; it stops at once when ctx is cancelled.
+func (o *Options) warmup(ctx context.Context, c *sglang.Client) error {
 	for i := 0; i < o.Warmup; i++ {
+		if err := ctx.Err(); err != nil {
+			return err
+		}
 		rctx, cancel := context.WithTimeout(ctx, o.RequestTimeout)
-		c.Generate(rctx, -1, req(o.Prompts[i%len(o.Prompts)]))
+		c.Generate(rctx, -1, o.request(o.Prompts[i%len(o.Prompts)]))
 		cancel()
 	}
-	t := stats.Trial{Arm: arm, Index: index, Start: time.Now().UTC()}
+	return ctx.Err()
+}
+
+func (o *Options) request(p string) sglang.Request {
+	return sglang.Request{Text: p, MaxNewTokens: o.MaxNewTokens, Temperature: o.Temperature, IgnoreEOS: o.IgnoreEOS}
+}
+
+// trial sends every prompt, level at a time. On cancellation it stops
+// sending, waits for the requests in flight (each bounded by ctx) and
+// returns ctx's error.
+func (o *Options) trial(ctx context.Context, c *sglang.Client, arm string, index, level int) (stats.Trial, error) {
+	t := stats.Trial{Arm: arm, Index: index, Concurrency: level, Start: time.Now().UTC()}
 	samples := make([]sglang.Sample, len(o.Prompts))
 	next := make(chan int)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	done := 0
 	start := time.Now()
-	for w := 0; w < o.Concurrency; w++ {
+	for w := 0; w < min(level, len(o.Prompts)); w++ {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
 			for i := range next {
 				rctx, cancel := context.WithTimeout(ctx, o.RequestTimeout)
-				samples[i] = c.Generate(rctx, i, req(o.Prompts[i]))
+				samples[i] = c.Generate(rctx, i, o.request(o.Prompts[i]))
 				cancel()
 				mu.Lock()
 				done++
 				if o.Progress != nil {
-					o.Progress(index, o.Trials, arm, done, len(o.Prompts))
+					o.Progress(Progress{Trial: index, Trials: o.Trials, Arm: arm, Concurrency: level, Done: done, Total: len(o.Prompts)})
 				}
 				mu.Unlock()
 			}
 		}()
 	}
+send:
 	for i := range o.Prompts {
 		select {
 		case next <- i:
 		case <-ctx.Done():
-		}
-		if ctx.Err() != nil {
-			break
+			break send
 		}
 	}
 	close(next)
 	wg.Wait()
 	t.Wall = time.Since(start).Seconds()
 	t.Samples = samples
-	if ctx.Err() != nil {
-		return t, ctx.Err()
-	}
-	return t, nil
+	return t, ctx.Err()
 }
 
 // preflightFinding returns why the allreduce preflight fails: a WRONG or
@@ -528,64 +754,186 @@ func preflightFinding(rep *allreduce.Report) string {
 	return ""
 }
 
-// analyze computes metrics, summaries, comparisons, agreement and
-// warnings.
+// analyze computes metrics, summaries per level, comparisons, agreement,
+// warnings and verdicts.
 func analyze(res *Result, o Options) {
 	base := res.Arm(res.Baseline)
+	tokens := o.agreeTokens()
 	for _, ar := range res.Arms {
 		ar.Metrics = nil
 		for _, t := range ar.Trials {
 			ar.Metrics = append(ar.Metrics, stats.Compute(t))
 		}
-		ar.Summaries = map[string]stats.Summary{}
-		for _, m := range Metrics {
-			ar.Summaries[m.Name] = stats.Summarize(values(ar.Metrics, m.Get))
-		}
-		errs, empty := 0, 0
+		failures(ar)
+		var toks, verify int
 		for _, m := range ar.Metrics {
-			errs += m.Errors
-			empty += m.Empty
+			toks += m.Tokens
+			verify += m.VerifyCt
 		}
-		if errs > 0 {
-			// A request that fails is a result the arm did not deliver:
-			// its speed over the rest means nothing.
-			total := 0
-			for _, m := range ar.Metrics {
-				total += m.Requests
-			}
-			ar.Invalid = true
-			ar.Warnings = append(ar.Warnings, fmt.Sprintf("INVALID: %d of %d requests failed (server errors, dropped streams, timeouts): the arm's speed leaves them out", errs, total))
-		}
-		if empty > 0 {
-			ar.Warnings = append(ar.Warnings, fmt.Sprintf("%d requests returned no output", empty))
-		}
-		if acc := ar.Summaries["accept_length"].Center; o.SpecAlgorithm != "" && !strings.EqualFold(o.SpecAlgorithm, "none") && acc > 0 && acc < 1.05 {
+		if acc := float64(toks) / float64(verify); o.SpecAlgorithm != "" && !strings.EqualFold(o.SpecAlgorithm, "none") && verify > 0 && acc < 1.05 {
 			ar.Warnings = append(ar.Warnings, fmt.Sprintf("accept length %.2f with speculation on: the draft is accepted almost never (is the algorithm EAGLE with an EAGLE-3 draft? use EAGLE3)", acc))
 		}
-		if ar == base {
-			// The reference must repeat itself: at temperature 0 its
-			// outputs in every trial should be its first ones. If not, no
-			// arm can be judged against it.
-			self := stats.Agree(base.Trials, base.Trials, o.AgreeThreshold)
-			if self.Invalid && self.Outputs > 0 {
-				ar.Invalid = true
-				ar.Warnings = append(ar.Warnings, fmt.Sprintf("INVALID: the baseline's own outputs differ across trials (%d of %d match its first over %d tokens): it is no reference, and the other arms' agreement means nothing",
-					self.IdenticalN, self.Outputs, o.agreeTokens()))
+	}
+	if base != nil {
+		baselineComparable(base, o, tokens)
+	}
+	for _, ar := range res.Arms {
+		ar.Levels = nil
+		if ar != base {
+			ar.Agreement = &stats.Agreement{Threshold: o.AgreeThreshold}
+		}
+		for _, c := range o.Concurrency {
+			lv := &Level{Concurrency: c, Summaries: map[string]stats.Summary{}}
+			ms := ar.MetricsAt(c)
+			for _, m := range Metrics {
+				lv.Summaries[m.Name] = stats.Summarize(values(ms, m.Get))
 			}
-			continue
+			ar.Levels = append(ar.Levels, lv)
+			if ar == base {
+				continue
+			}
+			lv.Deltas = map[string]stats.Delta{}
+			bm := base.MetricsAt(c)
+			for _, m := range Metrics {
+				lv.Deltas[m.Name] = stats.Compare(values(bm, m.Get), values(ms, m.Get), m.HigherIsBetter)
+			}
+			ag := stats.Agree(trialsAt(base.Trials, c), trialsAt(ar.Trials, c), o.AgreeThreshold, tokens)
+			lv.Agreement = &ag
+			ar.Agreement.Add(ag)
 		}
-		ar.Deltas = map[string]stats.Delta{}
-		for _, m := range Metrics {
-			ar.Deltas[m.Name] = stats.Compare(values(base.Metrics, m.Get), values(ar.Metrics, m.Get), m.HigherIsBetter)
-		}
-		ag := stats.Agree(base.Trials, ar.Trials, o.AgreeThreshold)
-		ar.Agreement = &ag
-		if ag.Invalid {
+		if ar != base && ar.Agreement.Invalid {
+			ag := ar.Agreement
 			ar.Invalid = true
-			ar.Warnings = append(ar.Warnings, fmt.Sprintf("INVALID: only %d of %d outputs (%d prompts x trials) give the baseline's output over the first %d tokens (threshold %.0f%%): the arm computes something else, so its speed means nothing",
-				ag.IdenticalN, ag.Outputs, ag.Prompts, o.agreeTokens(), o.AgreeThreshold*100))
+			what := "prompts x trials"
+			if len(o.Concurrency) > 1 {
+				what = "prompts x trials x levels"
+			}
+			ar.Warnings = append(ar.Warnings, fmt.Sprintf("INVALID: only %d of %d outputs (%d %s) give the baseline's output over the first %d tokens (threshold %.0f%%): the arm computes something else, so its speed means nothing",
+				ag.IdenticalN, ag.Outputs, ag.Prompts, what, tokens, o.AgreeThreshold*100))
 		}
 	}
+	for _, ar := range res.Arms {
+		verdicts(ar, ar == base, base != nil && base.Invalid)
+	}
+}
+
+// failures makes an arm with failed or aborted requests INVALID and says
+// how many, with the first failure's message, and warns of empty outputs.
+func failures(ar *ArmResult) {
+	errs, aborts, empty, total := 0, 0, 0, 0
+	first := ""
+	for i, m := range ar.Metrics {
+		errs += m.Errors
+		empty += m.Empty
+		total += m.Requests
+		for _, x := range ar.Trials[i].Samples {
+			if x.Aborted() {
+				aborts++
+			}
+			if x.Err != "" && first == "" {
+				first = x.Err
+			}
+		}
+	}
+	if errs > 0 {
+		// A request that fails is a result the arm did not deliver: its
+		// speed over the rest means nothing.
+		ar.Invalid = true
+		ar.Warnings = append(ar.Warnings, fmt.Sprintf("INVALID: %d of %d requests failed (%d aborted by the server; the others server errors, dropped streams, timeouts): the arm's speed leaves them out; the first: %s",
+			errs, total, aborts, first))
+	}
+	if empty > 0 {
+		ar.Warnings = append(ar.Warnings, fmt.Sprintf("%d requests returned no output", empty))
+	}
+}
+
+// baselineComparable makes the baseline INVALID when it is no reference:
+// at temperature 0 its outputs in every trial should be its first ones
+// (at each level), and it must have output to compare with.
+func baselineComparable(base *ArmResult, o Options, tokens int) {
+	outputs := 0
+	for _, t := range base.Trials {
+		for _, x := range t.Samples {
+			if x.Err == "" && x.CompletionTokens > 0 && x.Text != "" {
+				outputs++
+			}
+		}
+	}
+	if outputs == 0 {
+		base.Invalid = true
+		base.Warnings = append(base.Warnings, "INVALID: the baseline has no output to compare with (every request failed, aborted or came back empty): it is no reference, and no arm can be faster or slower than it")
+		return
+	}
+	for _, c := range o.Concurrency {
+		ts := trialsAt(base.Trials, c)
+		self := stats.Agree(ts, ts, o.AgreeThreshold, tokens)
+		if self.Invalid && self.Outputs > 0 {
+			base.Invalid = true
+			base.Warnings = append(base.Warnings, fmt.Sprintf("INVALID: the baseline's own outputs differ across trials (%d of %d match its first over %d tokens%s): it is no reference, and the other arms' agreement means nothing",
+				self.IdenticalN, self.Outputs, tokens, levelText(o, c)))
+			return
+		}
+	}
+}
+
+// levelText is ", concurrency c" when the run has several levels.
+func levelText(o Options, c int) string {
+	if len(o.Concurrency) > 1 {
+		return fmt.Sprintf(", concurrency %d", c)
+	}
+	return ""
+}
+
+// verdicts sets the verdict of each level and the overall one: an INVALID
+// arm or baseline has no speed verdict, nor has an arm measured against
+// an INVALID baseline; otherwise tok/s against the baseline per level,
+// and overall slower when any level is slower, else faster when any is
+// faster.
+func verdicts(ar *ArmResult, isBase, baseInvalid bool) {
+	level := func(lv *Level) Verdict {
+		switch {
+		case isBase && ar.Invalid:
+			return InvalidBaseline
+		case isBase:
+			return Baseline
+		case ar.Invalid:
+			return Invalid
+		case baseInvalid:
+			return NoReference
+		}
+		d := lv.Deltas["tok_s"]
+		if d.Verdict == stats.NoChange && d.TooFew != "" {
+			return TooFew
+		}
+		return Verdict(d.Verdict)
+	}
+	seen := map[Verdict]bool{}
+	for _, lv := range ar.Levels {
+		lv.Verdict = level(lv)
+		seen[lv.Verdict] = true
+	}
+	switch {
+	case isBase || ar.Invalid || baseInvalid:
+		ar.Verdict = level(nil)
+	case seen[Slower]:
+		ar.Verdict = Slower
+	case seen[Faster]:
+		ar.Verdict = Faster
+	case seen[NoChange]:
+		ar.Verdict = NoChange
+	default:
+		ar.Verdict = TooFew
+	}
+}
+
+func trialsAt(ts []stats.Trial, c int) []stats.Trial {
+	var out []stats.Trial
+	for _, t := range ts {
+		if t.Concurrency == c {
+			out = append(out, t)
+		}
+	}
+	return out
 }
 
 func values(ms []stats.Metrics, get func(stats.Metrics) float64) []float64 {

@@ -51,14 +51,14 @@ func TestRunVerdicts(t *testing.T) {
 	// Arms at the baseline's rate: no change, or (on a loaded machine,
 	// where the wall clock wobbles) a significant change of under 3%.
 	for _, name := range []string{"same", "wrong"} {
-		if d := res.Arm(name).Deltas["tok_s"]; d.Verdict != stats.NoChange && math.Abs(d.Pct) >= 3 {
+		if d := res.Arm(name).Levels[0].Deltas["tok_s"]; d.Verdict != stats.NoChange && math.Abs(d.Pct) >= 3 {
 			t.Errorf("%s: %+v, want no change", name, d)
 		}
 	}
-	if got := res.Arm("slow").Deltas["tok_s"].Verdict; got != stats.Slower {
+	if got := res.Arm("slow").Levels[0].Deltas["tok_s"].Verdict; got != stats.Slower {
 		t.Errorf("slow: verdict %s", got)
 	}
-	if d := res.Arm("slow").Deltas["tok_s"]; d.Pct > -30 || d.P >= 0.05 {
+	if d := res.Arm("slow").Levels[0].Deltas["tok_s"]; d.Pct > -30 || d.P >= 0.05 {
 		t.Errorf("slow arm: %+v", d)
 	}
 	if !res.Arm("wrong").Invalid || res.Arm("same").Invalid || res.Arm("slow").Invalid {
@@ -74,7 +74,7 @@ func TestRunVerdicts(t *testing.T) {
 	}
 	// Measured decode rate within 2% of the servers' rates.
 	for name, rate := range map[string]float64{"baseline": 1000, "slow": 600} {
-		got := res.Arm(name).Summaries["decode_tok_s"].Center
+		got := res.Arm(name).Levels[0].Summaries["decode_tok_s"].Center
 		if math.Abs(got/rate-1) > 0.02 {
 			t.Errorf("%s: decode %.1f tok/s, true %v", name, got, rate)
 		}
@@ -111,7 +111,7 @@ func TestRunCountsFailures(t *testing.T) {
 			Prompts: workload.Take(workload.Builtin(), 6), MaxNewTokens: 12, Trials: 2,
 		})
 		var ie *InfraError
-		if !errors.As(err, &ie) || !strings.Contains(err.Error(), "arm broken: all 6 requests of trial 1 failed") || !strings.Contains(err.Error(), name) {
+		if !errors.As(err, &ie) || !strings.Contains(err.Error(), "arm broken: all 6 requests of trial 1 (concurrency 1) failed") || !strings.Contains(err.Error(), name) {
 			t.Errorf("%s: err = %v", name, err)
 		}
 	}

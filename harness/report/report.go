@@ -22,8 +22,11 @@ import (
 	"github.com/arpatch/arpatch/harness/stats"
 )
 
-// Schema names the JSON layout.
-const Schema = "arpatch.bench/v1"
+// Schema names the JSON layout. v2: settings.concurrency is a list of
+// levels, each trial carries its level, and each arm's summaries, deltas
+// and verdict are per level (result.arms[].levels[]), with an overall
+// verdict and the arm's effective environment.
+const Schema = "arpatch.bench/v2"
 
 // Environment is where the run happened.
 type Environment struct {
@@ -46,7 +49,7 @@ type Settings struct {
 	SpecDraftTokens int     `json:"speculative_num_draft_tokens,omitempty"`
 	Prompts         int     `json:"prompts"`
 	MaxNewTokens    int     `json:"max_new_tokens"`
-	Concurrency     int     `json:"concurrency"`
+	Concurrency     []int   `json:"concurrency"` // levels, in run order
 	Warmup          int     `json:"warmup"`
 	Trials          int     `json:"trials"`
 	Temperature     float64 `json:"temperature"`
@@ -54,6 +57,25 @@ type Settings struct {
 	Interleave      bool    `json:"interleave"`
 	AgreeTokens     int     `json:"agree_tokens"`
 	AgreeThreshold  float64 `json:"agree_threshold"`
+}
+
+// SettingsOf returns the settings of a run's options: the one place they
+// are turned into what reports print, for bench and nightly alike.
+// agreeTokens is the output check's token count.
+func SettingsOf(o bench.Options, agreeTokens int) Settings {
+	return Settings{Model: o.Model, DraftModel: o.DraftModel, TP: o.TP, SpecAlgorithm: o.SpecAlgorithm, SpecSteps: o.SpecSteps,
+		SpecTopK: o.SpecTopK, SpecDraftTokens: o.SpecDraftTokens, Prompts: len(o.Prompts), MaxNewTokens: o.MaxNewTokens,
+		Concurrency: o.Concurrency, Warmup: o.Warmup, Trials: o.Trials, Temperature: o.Temperature, IgnoreEOS: o.IgnoreEOS,
+		Interleave: o.Interleave, AgreeTokens: agreeTokens, AgreeThreshold: o.AgreeThreshold}
+}
+
+// levels is the concurrency list as "1,4,16".
+func levels(cs []int) string {
+	var parts []string
+	for _, c := range cs {
+		parts = append(parts, fmt.Sprint(c))
+	}
+	return strings.Join(parts, ",")
 }
 
 // Document is the JSON file.
@@ -103,12 +125,15 @@ func (d *Document) WriteJSON(w io.Writer) error {
 	return enc.Encode(d)
 }
 
+// ci formats a median with its interval: "54.1 [52.0, 55.3]", the level
+// when below 95% ("... 94%]"), or "[n=3, no interval]" when the trials
+// allow none.
 func ci(s stats.Summary, prec int) string {
 	if s.N == 0 {
 		return "-"
 	}
 	if math.IsInf(s.Lo, 0) || math.IsInf(s.Hi, 0) {
-		return fmt.Sprintf("%.*f [n=%d, no CI]", prec, s.Center, s.N)
+		return fmt.Sprintf("%.*f [n=%d, no interval]", prec, s.Center, s.N)
 	}
 	conf := ""
 	if s.Confidence > 0 && math.Round(s.Confidence*100) != 95 && s.Confidence < stats.Confidence {
@@ -117,59 +142,77 @@ func ci(s stats.Summary, prec int) string {
 	return fmt.Sprintf("%.*f [%.*f, %.*f%s]", prec, s.Center, prec, s.Lo, prec, s.Hi, conf)
 }
 
-func verdict(a *bench.ArmResult) string {
-	switch {
-	case a.Deltas == nil && a.Invalid:
-		return "INVALID baseline"
-	case a.Deltas == nil:
-		return "baseline"
-	case a.Invalid:
-		return "INVALID"
-	}
-	d := a.Deltas["tok_s"]
-	v := d.Verdict
-	if d.TooFew != "" && v == stats.NoChange {
-		v = "too few trials to tell"
-	}
-	return v
-}
-
-// deltaP formats an arm's tok/s change against the baseline and its
+// deltaP formats a level's tok/s change against the baseline and its
 // p-value, or none twice for the baseline.
-func deltaP(a *bench.ArmResult, none string) (string, string) {
-	d, ok := a.Deltas["tok_s"]
+func deltaP(l *bench.Level, none string) (string, string) {
+	d, ok := l.Deltas["tok_s"]
 	if !ok {
 		return none, none
 	}
 	return fmt.Sprintf("%+.1f%%", d.Pct), fmt.Sprintf("%.3f", d.P)
 }
 
-func agreement(a *bench.ArmResult) string {
-	if a.Agreement == nil {
+func agreement(ag *stats.Agreement) string {
+	if ag == nil {
 		return "-"
 	}
-	return fmt.Sprintf("%d/%d", a.Agreement.IdenticalN, a.Agreement.Outputs)
+	return fmt.Sprintf("%d/%d", ag.IdenticalN, ag.Outputs)
 }
 
-// WriteTable prints the terminal table: per arm, tok/s median [CI],
-// delta % and p against the baseline, decode tok/s, accept length, TTFT
-// p50/p99, ITL p50, output agreement and the verdict; then warnings.
-func WriteTable(w io.Writer, res *bench.Result, s Settings) {
-	fmt.Fprintf(w, "%s: %d prompts x %d trials, concurrency %d, max %d new tokens, temperature %g; medians across trials [confidence interval, 95%% where the trials allow]\n", benchName(s),
-		s.Prompts, s.Trials, s.Concurrency, s.MaxNewTokens, s.Temperature)
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "arm\ttok/s\tdelta\tp\tdecode tok/s\taccept len\tTTFT p50/p99 ms\tITL p50 ms\tagree\tverdict\t")
+// row is one arm at one level, as the table and the markdown print it.
+type row struct {
+	arm, conc, tokS, delta, p, decode, accept, ttft, itl, agree, verdict string
+}
+
+func rows(res *bench.Result, none string) []row {
+	var out []row
 	for _, a := range res.Arms {
-		sm := a.Summaries
-		delta, p := deltaP(a, "-")
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%.1f\t%.2f\t%.1f/%.1f\t%.2f\t%s\t%s\t\n", a.Arm.Name, ci(sm["tok_s"], 1), delta, p,
-			sm["decode_tok_s"].Center, sm["accept_length"].Center, sm["ttft_ms_p50"].Center, sm["ttft_ms_p99"].Center,
-			sm["itl_ms_p50"].Center, agreement(a), verdict(a))
+		for _, l := range a.Levels {
+			sm := l.Summaries
+			delta, p := deltaP(l, none)
+			out = append(out, row{a.Arm.Name, fmt.Sprint(l.Concurrency), ci(sm["tok_s"], 1), delta, p,
+				fmt.Sprintf("%.1f", sm["decode_tok_s"].Center), fmt.Sprintf("%.2f", sm["accept_length"].Center),
+				fmt.Sprintf("%.1f/%.1f", sm["ttft_ms_p50"].Center, sm["ttft_ms_p99"].Center), fmt.Sprintf("%.2f", sm["itl_ms_p50"].Center),
+				agreement(l.Agreement), string(l.Verdict)})
+		}
+	}
+	return out
+}
+
+// overall is the line "overall: pcie slower (1: faster, 4: no
+// significant change, 16: slower)" of an arm run at several levels.
+func overall(a *bench.ArmResult) string {
+	var per []string
+	for _, l := range a.Levels {
+		per = append(per, fmt.Sprintf("%d: %s", l.Concurrency, l.Verdict))
+	}
+	return fmt.Sprintf("overall: %s %s (concurrency %s)", a.Arm.Name, a.Verdict, strings.Join(per, ", "))
+}
+
+// WriteTable prints the terminal table: per arm and concurrency level,
+// tok/s median [CI], delta % and p against the baseline, decode tok/s,
+// accept length, TTFT p50/p99, ITL p50, output agreement and the verdict;
+// with several levels an overall line per arm; then warnings.
+func WriteTable(w io.Writer, res *bench.Result, s Settings) {
+	fmt.Fprintf(w, "%s: %d prompts x %d trials, concurrency %s, max %d new tokens, temperature %g; medians across trials [confidence interval, 95%% where the trials allow]\n", benchName(s),
+		s.Prompts, s.Trials, levels(s.Concurrency), s.MaxNewTokens, s.Temperature)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "arm\tconc\ttok/s\tdelta\tp\tdecode tok/s\taccept len\tTTFT p50/p99 ms\tITL p50 ms\tagree\tverdict\t")
+	for _, r := range rows(res, "-") {
+		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.arm, r.conc, r.tokS, r.delta, r.p, r.decode, r.accept, r.ttft, r.itl, r.agree, r.verdict)
 	}
 	tw.Flush()
 	for _, a := range res.Arms {
-		if d, ok := a.Deltas["tok_s"]; ok && d.TooFew != "" {
-			fmt.Fprintf(w, "note: %s: %s\n", a.Arm.Name, d.TooFew)
+		if len(a.Levels) > 1 {
+			fmt.Fprintln(w, overall(a))
+		}
+	}
+	for _, a := range res.Arms {
+		for _, l := range a.Levels {
+			if d, ok := l.Deltas["tok_s"]; ok && d.TooFew != "" {
+				fmt.Fprintf(w, "note: %s: %s\n", a.Arm.Name, d.TooFew)
+				break
+			}
 		}
 		for _, warn := range a.Warnings {
 			fmt.Fprintf(w, "WARNING %s: %s\n", a.Arm.Name, warn)
@@ -180,7 +223,7 @@ func WriteTable(w io.Writer, res *bench.Result, s Settings) {
 					fmt.Fprintf(w, "  ... %d more divergent prompts\n", len(ag.Divergences)-3)
 					break
 				}
-				fmt.Fprintf(w, "  %s prompt %d diverges at byte %d (trial %d): baseline %q, arm %q\n", a.Arm.Name, dv.Prompt, dv.Offset, dv.Trial, dv.Base, dv.Arm)
+				fmt.Fprintf(w, "  %s prompt %d diverges at byte %d (trial %d, concurrency %d): baseline %q, arm %q\n", a.Arm.Name, dv.Prompt, dv.Offset, dv.Trial, dv.Concurrency, dv.Base, dv.Arm)
 			}
 		}
 	}
@@ -189,17 +232,22 @@ func WriteTable(w io.Writer, res *bench.Result, s Settings) {
 	}
 }
 
-// WriteMarkdown writes the table as GitHub markdown.
+// WriteMarkdown writes the table as GitHub markdown, a row per arm and
+// concurrency level, with the overall verdicts when there are several.
 func WriteMarkdown(w io.Writer, res *bench.Result, s Settings) error {
-	fmt.Fprintf(w, "### %s\n\n%d prompts x %d trials, concurrency %d, max %d new tokens. Medians across trials with confidence intervals (95%% where the number of trials allows; each interval shows its level); p from a Mann-Whitney U test against `%s`.\n\n", benchName(s),
-		s.Prompts, s.Trials, s.Concurrency, s.MaxNewTokens, res.Baseline)
-	fmt.Fprintln(w, "| arm | tok/s | delta | p | decode tok/s | accept length | TTFT p50 / p99 (ms) | ITL p50 (ms) | output agreement | verdict |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|")
-	for _, a := range res.Arms {
-		sm := a.Summaries
-		delta, p := deltaP(a, "")
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %.1f | %.2f | %.1f / %.1f | %.2f | %s | **%s** |\n", a.Arm.Name, ci(sm["tok_s"], 1), delta, p,
-			sm["decode_tok_s"].Center, sm["accept_length"].Center, sm["ttft_ms_p50"].Center, sm["ttft_ms_p99"].Center, sm["itl_ms_p50"].Center, agreement(a), verdict(a))
+	fmt.Fprintf(w, "### %s\n\n%d prompts x %d trials, concurrency %s, max %d new tokens. Medians across trials with confidence intervals (95%% where the number of trials allows; each interval shows its level); p from a Mann-Whitney U test against `%s`.\n\n", benchName(s),
+		s.Prompts, s.Trials, levels(s.Concurrency), s.MaxNewTokens, res.Baseline)
+	fmt.Fprintln(w, "| arm | concurrency | tok/s | delta | p | decode tok/s | accept length | TTFT p50 / p99 (ms) | ITL p50 (ms) | output agreement | verdict |")
+	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	for _, r := range rows(res, "") {
+		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | **%s** |\n", r.arm, r.conc, r.tokS, r.delta, r.p, r.decode, r.accept,
+			strings.Replace(r.ttft, "/", " / ", 1), r.itl, r.agree, r.verdict)
+	}
+	if len(res.Levels()) > 1 {
+		fmt.Fprintln(w)
+		for _, a := range res.Arms {
+			fmt.Fprintf(w, "- %s\n", overall(a))
+		}
 	}
 	for _, a := range res.Arms {
 		for _, warn := range a.Warnings {
@@ -209,9 +257,10 @@ func WriteMarkdown(w io.Writer, res *bench.Result, s Settings) error {
 	return nil
 }
 
-// WriteBenchfmt writes one Go benchmark line per arm and trial, named
-// BenchmarkEAGLE3/arm=<name>, with tok/s, decode-tok/s, accept-len,
-// ttft-sec and itl-sec, so that `benchstat -col /arm file` compares arms.
+// WriteBenchfmt writes one Go benchmark line per arm, trial and level,
+// named BenchmarkEAGLE3/arm=<name>/concurrency=<N>, with tok/s,
+// decode-tok/s, accept-len, ttft-sec and itl-sec, so that `benchstat -col
+// /arm file` compares arms level by level.
 func WriteBenchfmt(w io.Writer, res *bench.Result, s Settings) error {
 	bw := benchfmt.NewWriter(w)
 	cfg := []benchfmt.Config{
@@ -228,8 +277,9 @@ func WriteBenchfmt(w io.Writer, res *bench.Result, s Settings) error {
 		}
 	}
 	for _, a := range res.Arms {
-		for _, m := range a.Metrics {
-			r := &benchfmt.Result{Config: cfg, Name: benchfmt.Name("EAGLE3/arm=" + a.Arm.Name), Iters: m.Requests,
+		for i, m := range a.Metrics {
+			name := fmt.Sprintf("EAGLE3/arm=%s/concurrency=%d", a.Arm.Name, a.Trials[i].Concurrency)
+			r := &benchfmt.Result{Config: cfg, Name: benchfmt.Name(name), Iters: m.Requests,
 				Values: []benchfmt.Value{
 					{Value: m.TokPerSec, Unit: "tok/s"},
 					{Value: m.DecodeTokPerS, Unit: "decode-tok/s"},

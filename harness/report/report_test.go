@@ -33,7 +33,7 @@ func run(t *testing.T) (*bench.Result, Settings) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return res, Settings{Prompts: 3, Trials: 3, MaxNewTokens: 20, Concurrency: 1, Model: "fake/model"}
+	return res, Settings{Prompts: 3, Trials: 3, MaxNewTokens: 20, Concurrency: []int{1}, Model: "fake/model"}
 }
 
 func TestTableAndMarkdown(t *testing.T) {
@@ -49,7 +49,7 @@ func TestTableAndMarkdown(t *testing.T) {
 	}
 	b.Reset()
 	WriteMarkdown(&b, res, s)
-	if md := b.String(); !strings.Contains(md, "| arm | tok/s |") || !strings.Contains(md, "**INVALID**") || !strings.Contains(md, "> **broken**: INVALID") {
+	if md := b.String(); !strings.Contains(md, "| arm | concurrency | tok/s |") || !strings.Contains(md, "**INVALID**") || !strings.Contains(md, "> **broken**: INVALID") {
 		t.Errorf("markdown:\n%s", md)
 	}
 }

@@ -132,16 +132,24 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 }
 
 // Exited reports whether the server process has ended, and how, waiting
-// up to wait for it to end (0: just look). A server that is dying fails
-// requests before its process is reaped: a caller that saw failures waits
-// a little to tell a dead server from a flaky one.
-func (p *Proc) Exited(wait time.Duration) (bool, error) {
+// up to wait for it to end (0: just look), or until ctx is done. A server
+// that is dying fails requests before its process is reaped: a caller
+// that saw failures waits a little to tell a dead server from a flaky one;
+// the wait ends as soon as the process does.
+func (p *Proc) Exited(ctx context.Context, wait time.Duration) (bool, error) {
 	t := time.NewTimer(wait)
 	defer t.Stop()
 	select {
 	case <-p.done:
 		return true, p.err
+	default:
+	}
+	select {
+	case <-p.done:
+		return true, p.err
 	case <-t.C:
+		return false, nil
+	case <-ctx.Done():
 		return false, nil
 	}
 }

@@ -7,11 +7,21 @@
 // sglang/bench_serving.py at 84118acf): POST /generate with {"text",
 // "sampling_params": {"max_new_tokens", "temperature", "ignore_eos"},
 // "stream": true} answers with "data: {json}" lines and a final
-// "data: [DONE]". Each chunk's "text" is the whole output so far and its
-// meta_info holds id, finish_reason, prompt_tokens, completion_tokens and
-// cached_tokens; the last adds e2e_latency and spec_verify_ct (newer trees
-// also spec_accept_length). A chunk that brings N tokens after a gap g
-// counts as N inter-token latencies of g/N, as bench_serving counts them.
+// "data: [DONE]". Each chunk's "text" is the whole output so far, or only
+// the new text when the server runs with --incremental-streaming-output
+// (Client.Incremental; /server_info reports the setting), and its
+// meta_info holds id, finish_reason, prompt_tokens, completion_tokens
+// (always the total so far) and cached_tokens; the last adds e2e_latency
+// and spec_verify_ct (newer trees also spec_accept_length). A request the
+// server gives up on (an over-long prompt, an internal error) ends in the
+// stream with finish_reason {"type": "abort", "message": ...}: a failed
+// request, recorded in Sample.Err. A chunk that brings N tokens after a
+// gap g counts as N inter-token latencies of g/N, as bench_serving counts
+// them.
+//
+// Upstream: python/sglang/srt/managers/tokenizer_manager.py@84118acf50b3a4c74e85e9ff9033792552de1a76 (_handle_batch_output: state.text[last_text_offset:] when incremental_streaming_output and stream)
+// Upstream: python/sglang/srt/managers/schedule_batch.py@84118acf50b3a4c74e85e9ff9033792552de1a76 (FINISH_ABORT.to_json)
+// Upstream: python/sglang/srt/entrypoints/http_server.py@84118acf50b3a4c74e85e9ff9033792552de1a76 (server_info: dataclasses.asdict(server_args)), the same at 8905cbd42f4a and 0bda0b168ad5
 package sglang
 
 import (
@@ -45,15 +55,24 @@ type Sample struct {
 	CompletionTokens int       `json:"completion_tokens"`
 	SpecVerifyCt     int       `json:"spec_verify_ct"`
 	SpecAcceptLength float64   `json:"spec_accept_length,omitempty"` // when the server reports it
-	FinishReason     string    `json:"finish_reason,omitempty"`
+	FinishReason     string    `json:"finish_reason,omitempty"`      // length, stop, abort
 	Chunks           int       `json:"chunks"`
 	ITL              []float64 `json:"itl_s,omitempty"`
 	Text             string    `json:"text"`
 	// Text32 is the output when it first reached AgreeTokens tokens (all
 	// of it when shorter): what the output check compares.
 	Text32 string `json:"text_at_agree_tokens"`
-	Err    string `json:"error,omitempty"`
+	// Tokens32 is the completion token count at Text32.
+	Tokens32 int    `json:"tokens_at_agree_tokens"`
+	Err      string `json:"error,omitempty"`
 }
+
+// Aborted reports whether the server ended the request with
+// finish_reason abort: it answered, but gave up on the request.
+func (s Sample) Aborted() bool { return s.FinishReason == FinishAbort }
+
+// FinishAbort is the finish_reason type of a request the server aborted.
+const FinishAbort = "abort"
 
 // DecodeTokPerSec is (tokens - 1) / (E2E - TTFT): the decode rate after
 // the first token, in tokens per second; 0 when undefined.
@@ -80,6 +99,9 @@ type Client struct {
 	URL  string // e.g. http://127.0.0.1:30000
 	HTTP *http.Client
 	Now  func() time.Time
+	// Incremental says the server streams text deltas
+	// (--incremental-streaming-output): the client joins them.
+	Incremental bool
 }
 
 // NewClient returns a client for base URL u with no overall timeout (each
@@ -130,7 +152,7 @@ func (c *Client) Generate(ctx context.Context, prompt int, r Request) Sample {
 		s.E2E = now().Sub(s.Start).Seconds()
 		return s
 	}
-	ReadStream(resp.Body, s.Start, now, &s)
+	ReadStream(resp.Body, s.Start, now, c.Incremental, &s)
 	return s
 }
 
@@ -152,10 +174,13 @@ type chunk struct {
 var ErrNoDone = errors.New("the stream ended before [DONE]")
 
 // ReadStream parses a /generate event stream into s, stamping each chunk
-// with now() as it is read, relative to start. It stops at "data: [DONE]"
-// and records a stream that ends early, a malformed chunk, or an error
-// object in s.Err.
-func ReadStream(r io.Reader, start time.Time, now func() time.Time, s *Sample) {
+// with now() as it is read, relative to start. With incremental, each
+// chunk's text is appended (text deltas); else it replaces the text so
+// far, and a chunk whose text does not extend the previous one is an
+// error (a server streaming deltas that did not say so). It stops at
+// "data: [DONE]" and records in s.Err a stream that ends early, a
+// malformed chunk, an error object, or an abort (with its message).
+func ReadStream(r io.Reader, start time.Time, now func() time.Time, incremental bool, s *Sample) {
 	br := bufio.NewReaderSize(r, 64<<10)
 	var last time.Time
 	lastTokens := 0
@@ -209,9 +234,18 @@ func ReadStream(r io.Reader, start time.Time, now func() time.Time, s *Sample) {
 					lastTokens = m.CompletionTokens
 				}
 				s.CompletionTokens = m.CompletionTokens
-				s.Text = c.Text
+				switch {
+				case incremental:
+					s.Text += c.Text
+				case !strings.HasPrefix(c.Text, s.Text):
+					s.Err = fmt.Sprintf("chunk %d's text does not extend the text so far: the server streams text deltas (--incremental-streaming-output) though /server_info does not say incremental_streaming_output", s.Chunks)
+					s.E2E = t.Sub(start).Seconds()
+					return
+				default:
+					s.Text = c.Text
+				}
 				if s.Text32 == "" && m.CompletionTokens >= AgreeTokens {
-					s.Text32 = c.Text
+					s.Text32, s.Tokens32 = s.Text, m.CompletionTokens
 				}
 				if m.SpecVerifyCt > 0 {
 					s.SpecVerifyCt = m.SpecVerifyCt
@@ -219,9 +253,12 @@ func ReadStream(r io.Reader, start time.Time, now func() time.Time, s *Sample) {
 				if m.SpecAcceptLength > 0 {
 					s.SpecAcceptLength = m.SpecAcceptLength
 				}
-				if fr := finishReason(m.FinishReason); fr != "" {
+				if fr, msg := finishReason(m.FinishReason); fr != "" {
 					s.FinishReason = fr
 					s.E2E = t.Sub(start).Seconds()
+					if fr == FinishAbort {
+						s.Err = "aborted by the server: " + msg
+					}
 				}
 			}
 		}
@@ -238,28 +275,34 @@ func ReadStream(r io.Reader, start time.Time, now func() time.Time, s *Sample) {
 		}
 	}
 	if s.Text32 == "" {
-		s.Text32 = s.Text
+		s.Text32, s.Tokens32 = s.Text, s.CompletionTokens
 	}
 	_ = finished
 }
 
 // finishReason reads meta_info.finish_reason: null while streaming, then
-// an object {"type": "length", ...} or, in some trees, a string.
-func finishReason(raw json.RawMessage) string {
+// an object {"type": "length", ...} or, in some trees, a string. It
+// returns the type and, for an abort, its message (or the whole object
+// when it has none).
+func finishReason(raw json.RawMessage) (string, string) {
 	if len(raw) == 0 || string(raw) == "null" {
-		return ""
+		return "", ""
 	}
 	var obj struct {
-		Type string `json:"type"`
+		Type    string `json:"type"`
+		Message string `json:"message"`
 	}
 	if json.Unmarshal(raw, &obj) == nil && obj.Type != "" {
-		return obj.Type
+		if obj.Message == "" {
+			obj.Message = string(raw)
+		}
+		return obj.Type, obj.Message
 	}
 	var str string
 	if json.Unmarshal(raw, &str) == nil {
-		return str
+		return str, str
 	}
-	return string(raw)
+	return string(raw), string(raw)
 }
 
 // Health calls GET /health_generate (a one-token generation) and reports
@@ -281,10 +324,10 @@ func (c *Client) Health(ctx context.Context) error {
 	return nil
 }
 
-// ServerInfo returns /get_server_info (or /server_info on newer trees) as
-// a map; nil when neither answers.
+// ServerInfo returns /server_info (or /get_server_info, its deprecated
+// name) as a map; nil when neither answers.
 func (c *Client) ServerInfo(ctx context.Context) map[string]any {
-	for _, p := range []string{"/get_server_info", "/server_info"} {
+	for _, p := range []string{"/server_info", "/get_server_info"} {
 		req, err := http.NewRequestWithContext(ctx, http.MethodGet, c.URL+p, nil)
 		if err != nil {
 			return nil
@@ -294,11 +337,22 @@ func (c *Client) ServerInfo(ctx context.Context) map[string]any {
 			return nil
 		}
 		var m map[string]any
-		err = json.NewDecoder(resp.Body).Decode(&m)
+		err = json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&m)
 		resp.Body.Close()
 		if resp.StatusCode == http.StatusOK && err == nil {
 			return m
 		}
 	}
 	return nil
+}
+
+// IncrementalStreaming reads incremental_streaming_output from a
+// /server_info answer: whether the server streams text deltas. ok is false
+// when the answer lacks the field (or info is nil), so the mode is
+// unknown.
+//
+// Upstream: python/sglang/srt/server_args.py@84118acf50b3a4c74e85e9ff9033792552de1a76 (ServerArgs.incremental_streaming_output, --incremental-streaming-output), also at 8905cbd42f4a and 0bda0b168ad5
+func IncrementalStreaming(info map[string]any) (incremental, ok bool) {
+	v, ok := info["incremental_streaming_output"].(bool)
+	return v, ok
 }

@@ -39,7 +39,7 @@ data: [DONE]
 	// One clock reading per line read, blank lines included.
 	clock := fakeClock(100*time.Millisecond, 101*time.Millisecond, 130*time.Millisecond, 131*time.Millisecond, 135*time.Millisecond, 136*time.Millisecond,
 		150*time.Millisecond, 151*time.Millisecond, 160*time.Millisecond)
-	sglang.ReadStream(strings.NewReader(stream), start, clock, &s)
+	sglang.ReadStream(strings.NewReader(stream), start, clock, false, &s)
 	if s.Err != "" {
 		t.Fatal(s.Err)
 	}
@@ -70,7 +70,7 @@ func TestReadStreamFailures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var s sglang.Sample
-			sglang.ReadStream(strings.NewReader(tc.stream), time.Now(), time.Now, &s)
+			sglang.ReadStream(strings.NewReader(tc.stream), time.Now(), time.Now, false, &s)
 			if !strings.Contains(s.Err, tc.want) {
 				t.Errorf("err = %q, want %q", s.Err, tc.want)
 			}
@@ -79,9 +79,69 @@ func TestReadStreamFailures(t *testing.T) {
 	// A legacy string finish reason and a stream without [DONE] after it
 	// count as finished.
 	var s sglang.Sample
-	sglang.ReadStream(strings.NewReader("data: {\"text\": \" a\", \"meta_info\": {\"completion_tokens\": 1, \"finish_reason\": \"stop\"}}\n"), time.Now(), time.Now, &s)
+	sglang.ReadStream(strings.NewReader("data: {\"text\": \" a\", \"meta_info\": {\"completion_tokens\": 1, \"finish_reason\": \"stop\"}}\n"), time.Now(), time.Now, false, &s)
 	if s.Err != "" || s.FinishReason != "stop" {
 		t.Errorf("legacy finish: %+v", s)
+	}
+}
+
+// An abort in the stream (SGLang's FINISH_ABORT.to_json: an object with
+// type, message, status_code, err_type, then [DONE]) is a failed request
+// with the server's message; a legacy string "abort" likewise.
+func TestReadStreamAbort(t *testing.T) {
+	for _, tc := range []struct{ name, stream, want string }{
+		{"object", `data: {"text": " a", "meta_info": {"completion_tokens": 1, "finish_reason": null}}
+
+data: {"text": " a", "meta_info": {"completion_tokens": 1, "finish_reason": {"type": "abort", "message": "The input (9000 tokens) is longer than the model's context length (8192 tokens).", "status_code": 400, "err_type": null}}}
+
+data: [DONE]
+`, "aborted by the server: The input (9000 tokens) is longer than the model's context length (8192 tokens)."},
+		{"string", "data: {\"text\": \"\", \"meta_info\": {\"completion_tokens\": 0, \"finish_reason\": \"abort\"}}\n\ndata: [DONE]\n", "aborted by the server: abort"},
+	} {
+		var s sglang.Sample
+		sglang.ReadStream(strings.NewReader(tc.stream), time.Now(), time.Now, false, &s)
+		if s.Err != tc.want || !s.Aborted() {
+			t.Errorf("%s: err %q aborted %v, want %q", tc.name, s.Err, s.Aborted(), tc.want)
+		}
+	}
+}
+
+// With --incremental-streaming-output each chunk's text is a delta
+// (completion_tokens stays the total): the client joins the deltas. Read
+// as whole texts, the same stream is refused, not cut to its last delta.
+func TestReadStreamIncremental(t *testing.T) {
+	stream := `data: {"text": " a", "meta_info": {"completion_tokens": 1, "finish_reason": null}}
+
+data: {"text": " b c", "meta_info": {"completion_tokens": 3, "finish_reason": null}}
+
+data: {"text": " d", "meta_info": {"completion_tokens": 4, "finish_reason": {"type": "length", "length": 4}}}
+
+data: [DONE]
+`
+	sglang.AgreeTokens = 3
+	defer func() { sglang.AgreeTokens = 32 }()
+	var s sglang.Sample
+	sglang.ReadStream(strings.NewReader(stream), time.Now(), time.Now, true, &s)
+	if s.Err != "" || s.Text != " a b c d" || s.Text32 != " a b c" || s.Tokens32 != 3 || s.CompletionTokens != 4 {
+		t.Errorf("incremental: %+v", s)
+	}
+	var whole sglang.Sample
+	sglang.ReadStream(strings.NewReader(stream), time.Now(), time.Now, false, &whole)
+	if !strings.Contains(whole.Err, "chunk 2's text does not extend the text so far: the server streams text deltas") {
+		t.Errorf("deltas read as whole texts: %+v", whole)
+	}
+	for _, tc := range []struct {
+		info        map[string]any
+		incr, known bool
+	}{
+		{map[string]any{"incremental_streaming_output": true}, true, true},
+		{map[string]any{"incremental_streaming_output": false}, false, true},
+		{map[string]any{"version": "0.5"}, false, false},
+		{nil, false, false},
+	} {
+		if incr, known := sglang.IncrementalStreaming(tc.info); incr != tc.incr || known != tc.known {
+			t.Errorf("IncrementalStreaming(%v) = %v, %v", tc.info, incr, known)
+		}
 	}
 }
 
@@ -147,7 +207,7 @@ func BenchmarkStreamParse(b *testing.B) {
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
 		var s sglang.Sample
-		sglang.ReadStream(strings.NewReader(stream), start, time.Now, &s)
+		sglang.ReadStream(strings.NewReader(stream), start, time.Now, false, &s)
 		if s.Chunks != chunks {
 			b.Fatalf("parsed %d chunks", s.Chunks)
 		}

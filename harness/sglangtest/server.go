@@ -33,7 +33,17 @@ type Config struct {
 	Malformed     bool // send one chunk that is not JSON
 	LegacyFinish  bool // finish_reason as a string, not an object
 	OmitAcceptLen bool // leave spec_accept_length out of meta_info, as older trees do
-	Now           func() time.Time
+	// AbortEvery makes every Nth /generate end, after its first chunk,
+	// with finish_reason {"type": "abort", ...} and [DONE], as SGLang
+	// aborts a request in the stream.
+	AbortEvery int
+	// Empty makes every /generate finish at once with no output
+	// (finish_reason stop, completion_tokens 0).
+	Empty bool
+	// Incremental streams text deltas, as --incremental-streaming-output
+	// does, and /server_info says so.
+	Incremental bool
+	Now         func() time.Time
 }
 
 // Server is an http.Handler.
@@ -98,7 +108,8 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 		}
 		w.WriteHeader(http.StatusOK)
 	case "/get_server_info", "/server_info":
-		json.NewEncoder(w).Encode(map[string]any{"version": "sglangtest", "tok_per_sec": s.cfg.TokPerSec, "variant": s.cfg.Variant})
+		json.NewEncoder(w).Encode(map[string]any{"version": "sglangtest", "tok_per_sec": s.cfg.TokPerSec, "variant": s.cfg.Variant,
+			"incremental_streaming_output": s.cfg.Incremental})
 	case "/flush_cache":
 		w.WriteHeader(http.StatusOK)
 	case "/generate":
@@ -136,6 +147,14 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	var text strings.Builder
 	id := fmt.Sprintf("req-%d", n)
 	tokens, chunks := 0, 0
+	abort := s.cfg.AbortEvery > 0 && n%int64(s.cfg.AbortEvery) == 0
+	if s.cfg.Empty {
+		max = 0
+		b, _ := json.Marshal(map[string]any{"text": "", "meta_info": map[string]any{"id": id, "prompt_tokens": promptTokens, "completion_tokens": 0,
+			"spec_verify_ct": 0, "finish_reason": map[string]any{"type": "stop", "matched": nil}}})
+		fmt.Fprintf(w, "data: %s\n\n", b)
+	}
+	sent := 0 // bytes of text already streamed, for deltas
 	// The first chunk carries one token at TTFT; then a chunk of
 	// TokensPerChunk tokens every TokensPerChunk/TokPerSec seconds, on an
 	// absolute schedule so sleeps do not accumulate error.
@@ -168,7 +187,10 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 		meta := map[string]any{"id": id, "prompt_tokens": promptTokens, "completion_tokens": tokens, "cached_tokens": 0, "finish_reason": nil}
-		if tokens == max {
+		if abort && chunks == 2 {
+			meta["finish_reason"] = map[string]any{"type": "abort", "message": fmt.Sprintf("injected abort of request %d", n), "status_code": 500, "err_type": nil}
+			max = tokens // the stream ends here, with [DONE]
+		} else if tokens == max {
 			verify := int(math.Ceil(float64(tokens-1)/s.cfg.AcceptLength)) + 1
 			meta["e2e_latency"] = s.cfg.Now().Sub(start).Seconds()
 			meta["spec_verify_ct"] = verify
@@ -181,7 +203,11 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 				meta["finish_reason"] = map[string]any{"type": "length", "length": tokens}
 			}
 		}
-		b, _ := json.Marshal(map[string]any{"text": text.String(), "meta_info": meta})
+		out := text.String()
+		if s.cfg.Incremental {
+			out, sent = out[sent:], len(out)
+		}
+		b, _ := json.Marshal(map[string]any{"text": out, "meta_info": meta})
 		fmt.Fprintf(w, "data: %s\n\n", b)
 		if fl != nil {
 			fl.Flush()

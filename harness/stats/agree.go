@@ -2,6 +2,7 @@ package stats
 
 import (
 	"sort"
+	"strings"
 
 	"github.com/arpatch/arpatch/harness/sglang"
 )
@@ -9,11 +10,13 @@ import (
 // Divergence is where one of an arm's outputs first differs from the
 // baseline's for the same prompt.
 type Divergence struct {
-	Prompt int    `json:"prompt"`
-	Trial  int    `json:"trial"`  // the arm's trial (1-based) that diverged first for this prompt
-	Offset int    `json:"offset"` // byte offset of the first difference
-	Base   string `json:"base"`   // baseline text around it
-	Arm    string `json:"arm"`    // arm text around it
+	Prompt int `json:"prompt"`
+	Trial  int `json:"trial"` // the arm's trial (1-based) that diverged first for this prompt
+	// Concurrency is the level of that trial.
+	Concurrency int    `json:"concurrency,omitempty"`
+	Offset      int    `json:"offset"` // byte offset of the first difference
+	Base        string `json:"base"`   // baseline text around it
+	Arm         string `json:"arm"`    // arm text around it
 }
 
 // Agreement is an arm's greedy output compared with the baseline's. At
@@ -33,13 +36,17 @@ type Agreement struct {
 }
 
 // Agree compares every successful output of arm, in every trial, with
-// the baseline's first successful output for the same prompt. Over the
-// first sglang.AgreeTokens tokens it uses the baseline's text at that
-// point as the length to compare. The arm is invalid when the share of
-// its outputs identical there is below threshold (e.g. 0.9), or when no
-// output could be compared. (Failed requests are not outputs; the bench
-// invalidates an arm with failed requests on its own.)
-func Agree(base, arm []Trial, threshold float64) Agreement {
+// the baseline's first successful output for the same prompt. An output
+// agrees over the first tokens (IdenticalN) when both sides generated at
+// least tokens tokens and the arm's text starts with the baseline's text
+// at that point (Sample.Text32), or when both ended for the same reason
+// at the same token count with the same text: a baseline that generated
+// nothing, or stopped short, agrees only with an arm that did the same.
+// The arm is invalid when the share of its outputs that agree is below
+// threshold (e.g. 0.9), or when no output could be compared. (Failed
+// requests are not outputs; the bench invalidates an arm with failed
+// requests on its own.)
+func Agree(base, arm []Trial, threshold float64, tokens int) Agreement {
 	b := firstOutputs(base)
 	ag := Agreement{Prompts: len(b), Threshold: threshold}
 	diverged := map[int]bool{}
@@ -50,19 +57,18 @@ func Agree(base, arm []Trial, threshold float64) Agreement {
 				continue
 			}
 			ag.Outputs++
-			if bs.Text == as.Text {
+			if bs.Text == as.Text && bs.CompletionTokens == as.CompletionTokens && bs.FinishReason == as.FinishReason {
 				ag.Identical++
 				ag.IdenticalN++
 				continue
 			}
-			n := len(bs.Text32)
-			if len(as.Text) >= n && as.Text[:n] == bs.Text32 {
+			if bs.CompletionTokens >= tokens && as.CompletionTokens >= tokens && strings.HasPrefix(as.Text, bs.Text32) {
 				ag.IdenticalN++
 			}
 			if !diverged[as.Prompt] {
 				diverged[as.Prompt] = true
 				off := firstDiff(bs.Text, as.Text)
-				ag.Divergences = append(ag.Divergences, Divergence{Prompt: as.Prompt, Trial: t.Index, Offset: off, Base: around(bs.Text, off), Arm: around(as.Text, off)})
+				ag.Divergences = append(ag.Divergences, Divergence{Prompt: as.Prompt, Trial: t.Index, Concurrency: t.Concurrency, Offset: off, Base: around(bs.Text, off), Arm: around(as.Text, off)})
 			}
 		}
 	}
@@ -104,4 +110,21 @@ func around(s string, off int) string {
 		return ""
 	}
 	return s[lo:hi]
+}
+
+// Add adds b's counts and divergences to a (the output checks of one arm
+// at several concurrency levels): Prompts is the larger, Invalid is
+// either's, Share is recomputed.
+func (a *Agreement) Add(b Agreement) {
+	a.Prompts = max(a.Prompts, b.Prompts)
+	a.Outputs += b.Outputs
+	a.Identical += b.Identical
+	a.IdenticalN += b.IdenticalN
+	a.Threshold = b.Threshold
+	a.Invalid = a.Invalid || b.Invalid
+	a.Divergences = append(a.Divergences, b.Divergences...)
+	a.Share = 0
+	if a.Outputs > 0 {
+		a.Share = float64(a.IdenticalN) / float64(a.Outputs)
+	}
 }

@@ -19,11 +19,13 @@ import (
 
 // Trial is one pass of the workload against one arm.
 type Trial struct {
-	Arm     string          `json:"arm"`
-	Index   int             `json:"index"` // 1-based
-	Start   time.Time       `json:"start"`
-	Wall    float64         `json:"wall_s"` // first request sent to last response done
-	Samples []sglang.Sample `json:"samples"`
+	Arm   string `json:"arm"`
+	Index int    `json:"index"` // 1-based
+	// Concurrency is the level the trial ran at: requests in flight.
+	Concurrency int             `json:"concurrency"`
+	Start       time.Time       `json:"start"`
+	Wall        float64         `json:"wall_s"` // first request sent to last response done
+	Samples     []sglang.Sample `json:"samples"`
 }
 
 // Metrics are one trial's results.

@@ -78,26 +78,54 @@ func TestCompareVerdicts(t *testing.T) {
 }
 
 func TestAgree(t *testing.T) {
-	sglang.AgreeTokens = 32
+	// One character is one token here; the check compares 10.
 	mk := func(texts ...string) []Trial {
 		var s []sglang.Sample
 		for i, x := range texts {
-			s = append(s, sglang.Sample{Prompt: i, Text: x, Text32: x[:min(len(x), 10)]})
+			s = append(s, sglang.Sample{Prompt: i, Text: x, Text32: x[:min(len(x), 10)], CompletionTokens: len(x), FinishReason: "length"})
 		}
 		return []Trial{{Samples: s}}
 	}
 	base := mk("0123456789abcdef", "same text here", "another prompt out")
-	ag := Agree(base, mk("0123456789abcdef", "same text here", "another prompt out"), 0.9)
+	ag := Agree(base, mk("0123456789abcdef", "same text here", "another prompt out"), 0.9, 10)
 	if ag.Prompts != 3 || ag.Identical != 3 || ag.Share != 1 || ag.Invalid {
 		t.Errorf("identical: %+v", ag)
 	}
 	// Diverges after the compared prefix: still agrees over the first tokens.
-	ag = Agree(base, mk("0123456789XXXX", "same text here", "another prompt out"), 0.9)
+	ag = Agree(base, mk("0123456789XXXX", "same text here", "another prompt out"), 0.9, 10)
 	if ag.Identical != 2 || ag.IdenticalN != 3 || ag.Invalid || len(ag.Divergences) != 1 || ag.Divergences[0].Offset != 10 {
 		t.Errorf("late divergence: %+v", ag)
 	}
-	ag = Agree(base, mk("X123456789abcdef", "Xame text here", "another prompt out"), 0.9)
+	ag = Agree(base, mk("X123456789abcdef", "Xame text here", "another prompt out"), 0.9, 10)
 	if ag.IdenticalN != 1 || !ag.Invalid || ag.Divergences[0].Offset != 0 || ag.Divergences[0].Arm != "X123456789abcdef" {
 		t.Errorf("early divergence: %+v", ag)
+	}
+	// An empty or short baseline agrees with nothing longer: its few
+	// characters are no comparison (it used to score 3/3 here).
+	short := mk("", "sa", "anoth")
+	if ag = Agree(short, mk("completely other text", "something else", "different"), 0.9, 10); ag.IdenticalN != 0 || !ag.Invalid {
+		t.Errorf("empty/short baseline: %+v", ag)
+	}
+	// ... but one that stopped at the same point for the same reason agrees.
+	if ag = Agree(short, mk("", "sa", "anoth"), 0.9, 10); ag.IdenticalN != 3 || ag.Invalid {
+		t.Errorf("same short outputs: %+v", ag)
+	}
+	stop := mk("", "sa", "anoth")
+	for i := range stop[0].Samples {
+		stop[0].Samples[i].FinishReason = "stop"
+	}
+	if ag = Agree(short, stop, 0.9, 10); ag.IdenticalN != 0 || !ag.Invalid {
+		t.Errorf("same text, other finish reason: %+v", ag)
+	}
+	// An arm that stops short of the compared count where the baseline
+	// went on does not agree either.
+	if ag = Agree(base, mk("01234", "same text here", "another prompt out"), 0.5, 10); ag.IdenticalN != 2 {
+		t.Errorf("arm stops short: %+v", ag)
+	}
+	var sum Agreement
+	sum.Add(Agree(base, mk("0123456789abcdef", "same text here", "another prompt out"), 0.9, 10))
+	sum.Add(Agree(base, mk("X123456789abcdef", "same text here", "another prompt out"), 0.5, 10))
+	if sum.Outputs != 6 || sum.IdenticalN != 5 || sum.Prompts != 3 || sum.Invalid || math.Abs(sum.Share-5.0/6) > 1e-12 || len(sum.Divergences) != 1 {
+		t.Errorf("sum: %+v", sum)
 	}
 }

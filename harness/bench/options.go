@@ -1,0 +1,104 @@
+package bench
+
+import (
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/arpatch/arpatch/harness/workload"
+	"github.com/arpatch/arpatch/internal/bounds"
+	"github.com/arpatch/arpatch/recipes"
+)
+
+// Overrides are the settings a caller puts over a recipe's [bench]: the
+// flags of `arpatch bench`, or nightly.toml's [bench]. A nil pointer or
+// slice leaves the recipe's value.
+type Overrides struct {
+	Model, DraftModel, SpecAlgorithm, Baseline *string
+	TP, SpecSteps, SpecTopK, SpecDraftTokens   *int
+	NumPrompts, MaxNewTokens, Trials, Warmup   *int
+	Concurrency                                []int
+	Prompts                                    []string // the workload before NumPrompts (default: the recipe's workload)
+	Arms                                       []Arm    // replace the recipe's arms (nil: the recipe's, or one "baseline")
+	Interleave, IgnoreEOS                      bool
+	ReadyTimeout, RequestTimeout               time.Duration
+	AgreeThreshold                             float64
+	LogDir                                     string
+	Env                                        []string
+}
+
+// FromRecipe turns a recipe's [bench] and the overrides into Options: the
+// one place where a recipe becomes a run, for bench and nightly alike. The
+// arms are the recipe's [[bench.arm]] (one "baseline" when it has none)
+// unless ov.Arms replaces them. It returns an error naming the setting for
+// a count out of its range (package bounds) and for a workload file that
+// cannot be read.
+func FromRecipe(rb recipes.Bench, ov Overrides) (Options, error) {
+	pick := func(p *int, v int) int {
+		if p != nil {
+			return *p
+		}
+		return v
+	}
+	pickS := func(p *string, v string) string {
+		if p != nil {
+			return *p
+		}
+		return v
+	}
+	o := Options{
+		Model: pickS(ov.Model, rb.Model), DraftModel: pickS(ov.DraftModel, rb.DraftModel),
+		SpecAlgorithm: pickS(ov.SpecAlgorithm, rb.SpeculativeAlgorithm), Baseline: pickS(ov.Baseline, rb.BaselineArm),
+		TP: pick(ov.TP, rb.TP), SpecSteps: pick(ov.SpecSteps, rb.SpeculativeNumSteps), SpecTopK: pick(ov.SpecTopK, rb.SpeculativeEagleTopK),
+		SpecDraftTokens: pick(ov.SpecDraftTokens, rb.SpeculativeNumDraftTokens), MaxNewTokens: pick(ov.MaxNewTokens, rb.MaxNewTokens),
+		Trials: pick(ov.Trials, rb.Trials), Warmup: pick(ov.Warmup, rb.Warmup), Concurrency: []int(rb.Concurrency),
+		Interleave: ov.Interleave, IgnoreEOS: ov.IgnoreEOS, ReadyTimeout: ov.ReadyTimeout, RequestTimeout: ov.RequestTimeout,
+		AgreeThreshold: ov.AgreeThreshold, LogDir: ov.LogDir, Env: ov.Env,
+	}
+	if ov.Concurrency != nil {
+		o.Concurrency = ov.Concurrency
+	}
+	if len(o.Concurrency) == 0 {
+		o.Concurrency = []int{1}
+	}
+	if err := recipes.CheckLevels(o.Concurrency); err != nil {
+		return o, fmt.Errorf("concurrency: %v", err)
+	}
+	n := pick(ov.NumPrompts, rb.NumPrompts)
+	for _, v := range []struct {
+		key string
+		n   int
+	}{{"tp", o.TP}, {"speculative_num_steps", o.SpecSteps}, {"speculative_eagle_topk", o.SpecTopK}, {"speculative_num_draft_tokens", o.SpecDraftTokens},
+		{"num_prompts", n}, {"max_new_tokens", o.MaxNewTokens}, {"trials", o.Trials}, {"warmup", o.Warmup}} {
+		if v.key == "tp" && v.n == 0 {
+			continue // no TP: the launch leaves --tp-size out
+		}
+		if err := bounds.Check(v.key, int64(v.n)); err != nil {
+			return o, fmt.Errorf("%s: %v", v.key, err)
+		}
+	}
+	prompts := ov.Prompts
+	if prompts == nil {
+		prompts = workload.Builtin()
+		if w := rb.Workload; w != "" && w != "builtin" {
+			var err error
+			if prompts, err = workload.Load(w); err != nil {
+				return o, fmt.Errorf("workload: %w", err)
+			}
+		}
+	}
+	o.Prompts = workload.Take(prompts, n)
+	o.Arms = ov.Arms
+	if o.Arms == nil {
+		for _, ra := range rb.Arms {
+			o.Arms = append(o.Arms, Arm{Name: ra.Name, Python: ra.Python, Env: ra.Env, Args: ra.Args})
+		}
+		if len(o.Arms) == 0 {
+			o.Arms = []Arm{{Name: "baseline"}}
+		}
+	}
+	if strings.EqualFold(o.SpecAlgorithm, "EAGLE") && strings.Contains(strings.ToLower(o.DraftModel), "eagle3") {
+		return o, fmt.Errorf("speculative algorithm EAGLE with the EAGLE-3 draft %s gives accept length 1.00; use EAGLE3", o.DraftModel)
+	}
+	return o, nil
+}

@@ -1,0 +1,169 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/arpatch/arpatch/harness/sglangtest"
+	"github.com/arpatch/arpatch/harness/workload"
+)
+
+func warnings(a *ArmResult) string { return strings.Join(a.Warnings, "\n") }
+
+// A baseline whose requests all abort, or whose outputs are all empty,
+// cannot be compared: it is INVALID, and an arm with entirely other text
+// is INVALID too, never "faster" (it used to agree 16/16 over the
+// baseline's zero characters).
+func TestBaselineThatCannotBeCompared(t *testing.T) {
+	_, other := serve(t, sglangtest.Config{TokPerSec: 3000, Variant: "other", TTFT: time.Millisecond})
+	for name, cfg := range map[string]sglangtest.Config{
+		"aborted": {TokPerSec: 3000, AbortEvery: 1, TTFT: time.Millisecond},
+		"empty":   {TokPerSec: 3000, Empty: true, TTFT: time.Millisecond},
+	} {
+		_, b := serve(t, cfg)
+		res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: other}},
+			Prompts: workload.Take(workload.Builtin(), 4), MaxNewTokens: 24, Trials: 2})
+		if err != nil {
+			t.Fatalf("%s: %v", name, err)
+		}
+		base, arm := res.Arm("baseline"), res.Arm("pcie")
+		if !base.Invalid || base.Verdict != InvalidBaseline || !strings.Contains(warnings(base), "INVALID") {
+			t.Errorf("%s baseline: %v %v", name, base.Verdict, base.Warnings)
+		}
+		if !arm.Invalid || arm.Verdict != Invalid || arm.Agreement.IdenticalN != 0 || !arm.Verdict.Fails() {
+			t.Errorf("%s: arm with other text: verdict %v, agreement %+v", name, arm.Verdict, arm.Agreement)
+		}
+	}
+	// A valid arm against an INVALID baseline has no speed verdict.
+	_, b := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, Variant: "a"})
+	_, same := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, Variant: "a"})
+	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: same}},
+		Prompts: []string{"a", "b"}, MaxNewTokens: 8, Trials: 2, AgreeThreshold: 0.9})
+	if err != nil {
+		t.Fatal(err)
+	}
+	res.Arm("baseline").Invalid = true
+	verdicts(res.Arm("pcie"), false, true)
+	if v := res.Arm("pcie").Verdict; v != NoReference || !v.Fails() {
+		t.Errorf("against an INVALID baseline: %v", v)
+	}
+}
+
+// An arm whose requests end with finish_reason abort in the stream fails
+// them: INVALID, with the first abort's message, not "no change".
+func TestAbortsAreFailures(t *testing.T) {
+	_, b := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond})
+	_, ab := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, AbortEvery: 2})
+	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: ab}},
+		Prompts: workload.Take(workload.Builtin(), 8), MaxNewTokens: 24, Trials: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := res.Arm("pcie")
+	if !a.Invalid || a.Verdict != Invalid || !strings.Contains(warnings(a), "INVALID: 8 of 16 requests failed (8 aborted by the server") ||
+		!strings.Contains(warnings(a), "the first: aborted by the server: injected abort of request 2") {
+		t.Errorf("aborting arm: %v %v", a.Verdict, a.Warnings)
+	}
+	// Every request aborted: the server answered, so the arm is INVALID,
+	// not an infrastructure failure.
+	_, all := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, AbortEvery: 1})
+	res, err = Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: all}},
+		Prompts: []string{"a", "b"}, MaxNewTokens: 8, Trials: 1})
+	if err != nil || res.Arm("pcie").Verdict != Invalid {
+		t.Errorf("all aborted: %v %+v", err, res.Arm("pcie"))
+	}
+}
+
+// The same outputs streamed as text deltas (--incremental-streaming-
+// output, read from /server_info) and in other chunks agree in full.
+func TestIncrementalStreamingAgrees(t *testing.T) {
+	_, b := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, TokensPerChunk: 1})
+	_, inc := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, TokensPerChunk: 3, Incremental: true})
+	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: inc}},
+		Prompts: workload.Take(workload.Builtin(), 8), MaxNewTokens: 40, Trials: 2})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := res.Arm("pcie")
+	if a.Invalid || a.Agreement.Identical != 16 || a.Agreement.IdenticalN != 16 || a.Metrics[0].Tokens != 8*40 {
+		t.Errorf("incremental arm: %v %+v %v", a.Verdict, a.Agreement, a.Warnings)
+	}
+}
+
+// The caller's environment does not reach an arm through the variables
+// the arms control; what an arm sets is its own, and the result records
+// the effective SGLANG_/NCCL_/CUDA_/PYTORCH_ variables.
+func TestArmEnvironment(t *testing.T) {
+	o := Options{Arms: []Arm{{Name: "baseline"}, {Name: "pcie", Env: map[string]string{"SGLANG_FORCE_CUSTOM_AR_PCIE": "1", "MY_KNOB": "2"}}},
+		Env: []string{"PATH=/bin", "SGLANG_FORCE_CUSTOM_AR_PCIE=1", "SGLANG_CUSTOM_ALLREDUCE_ALGO=2stage", "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=9", "MY_KNOB=7",
+			"NCCL_DEBUG=INFO", "CUDA_VISIBLE_DEVICES=0,1", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "SGLANG_LOG_LEVEL=info", "HOME=/root"}}
+	base := o.armEnv(o.Arms[0])
+	for _, kv := range base {
+		for _, k := range []string{"SGLANG_FORCE_CUSTOM_AR_PCIE=", "SGLANG_CUSTOM_ALLREDUCE_ALGO=", "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=", "MY_KNOB="} {
+			if strings.HasPrefix(kv, k) {
+				t.Errorf("baseline inherits %s", kv)
+			}
+		}
+	}
+	if !slices.Contains(base, "PATH=/bin") || !slices.Contains(base, "NCCL_DEBUG=INFO") {
+		t.Errorf("baseline env %v", base)
+	}
+	pcie := o.armEnv(o.Arms[1])
+	if !slices.Contains(pcie, "SGLANG_FORCE_CUSTOM_AR_PCIE=1") || !slices.Contains(pcie, "MY_KNOB=2") || slices.Contains(pcie, "MY_KNOB=7") {
+		t.Errorf("pcie env %v", pcie)
+	}
+	rec := recordedEnv(pcie)
+	want := map[string]string{"SGLANG_FORCE_CUSTOM_AR_PCIE": "1", "NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": "0,1",
+		"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "SGLANG_LOG_LEVEL": "info"}
+	if len(rec) != len(want) {
+		t.Errorf("recorded %v, want %v", rec, want)
+	}
+	for k, v := range want {
+		if rec[k] != v {
+			t.Errorf("recorded %s=%q, want %q", k, rec[k], v)
+		}
+	}
+}
+
+// A warm-up of many requests stops at once on cancellation (SIGTERM or
+// Ctrl-C cancel the context), as does a trial.
+func TestCancellationStopsLoops(t *testing.T) {
+	_, b := serve(t, sglangtest.Config{TokPerSec: 50, TTFT: time.Millisecond})
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	start := time.Now()
+	_, err := Run(ctx, Options{Arms: []Arm{{Name: "baseline", URL: b}}, Prompts: []string{"a"}, MaxNewTokens: 100, Trials: 1, Warmup: 10000})
+	if !errors.Is(err, context.Canceled) || time.Since(start) > 3*time.Second {
+		t.Errorf("warm-up: err %v after %v", err, time.Since(start))
+	}
+	ctx, cancel = context.WithCancel(context.Background())
+	time.AfterFunc(200*time.Millisecond, cancel)
+	start = time.Now()
+	_, err = Run(ctx, Options{Arms: []Arm{{Name: "baseline", URL: b}}, Prompts: workload.Take(workload.Builtin(), 1000), MaxNewTokens: 100, Trials: 5})
+	if !errors.Is(err, context.Canceled) || time.Since(start) > 3*time.Second {
+		t.Errorf("trial: err %v after %v", err, time.Since(start))
+	}
+}
+
+// Counts beyond their bounds are refused before anything is allocated.
+func TestOptionBounds(t *testing.T) {
+	for _, tc := range []struct {
+		o    Options
+		want string
+	}{
+		{Options{Trials: 100000}, "bench trials 100000: use 1 to 1000"},
+		{Options{Warmup: 1 << 40}, "bench warmup 1099511627776: use 0 to 10000"},
+		{Options{Concurrency: []int{1, 1 << 30}}, "bench concurrency 1073741824: use 1 to 4096"},
+		{Options{Concurrency: []int{4, 4}}, "bench concurrency 4 is listed twice"},
+		{Options{MaxNewTokens: 1 << 40}, "bench max_new_tokens 1099511627776: use 1 to 1048576"},
+	} {
+		tc.o.Arms, tc.o.Prompts = []Arm{{Name: "baseline", URL: "http://127.0.0.1:1"}}, []string{"a"}
+		if _, err := Run(context.Background(), tc.o); err == nil || err.Error() != tc.want {
+			t.Errorf("err = %v, want %q", err, tc.want)
+		}
+	}
+}

@@ -1,0 +1,116 @@
+package report
+
+import (
+	"fmt"
+	"image/color"
+	"math"
+
+	"gonum.org/v1/plot"
+	"gonum.org/v1/plot/plotter"
+	"gonum.org/v1/plot/vg"
+	"gonum.org/v1/plot/vg/draw"
+
+	"github.com/arpatch/arpatch/harness/bench"
+)
+
+// LevelPoint is one arm at one concurrency level: the median of a metric
+// across trials and its interval (Lo, Hi; ±Inf when the trials allow
+// none, drawn as no error bar).
+type LevelPoint struct {
+	Concurrency    int
+	Center, Lo, Hi float64
+}
+
+// Curve is one arm's points, lowest level first.
+type Curve struct {
+	Arm    string
+	Points []LevelPoint
+}
+
+// Curves returns tok/s against concurrency per arm of a bench result.
+func Curves(res *bench.Result, metric string) []Curve {
+	var out []Curve
+	for _, a := range res.Arms {
+		c := Curve{Arm: a.Arm.Name}
+		for _, l := range a.Levels {
+			s := l.Summaries[metric]
+			c.Points = append(c.Points, LevelPoint{Concurrency: l.Concurrency, Center: s.Center, Lo: s.Lo, Hi: s.Hi})
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+var palette = []color.RGBA{{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {148, 103, 189, 255}, {140, 86, 75, 255}}
+
+// PlotConcurrency draws metric (its unit in ylabel, e.g. "tok/s") against
+// concurrency, one line per arm with the interval as error bars, on a
+// log x axis, to out: .svg or .png (or another extension gonum/plot
+// writes; history.PlotFormat checks one before a run). It returns an
+// error for an unsupported extension or no points.
+func PlotConcurrency(out, title, ylabel string, curves []Curve) error {
+	p := plot.New()
+	p.Title.Text = title
+	p.X.Label.Text = "concurrency (requests in flight)"
+	p.Y.Label.Text = ylabel
+	p.X.Scale = plot.LogScale{}
+	var ticks []plot.Tick
+	seen := map[int]bool{}
+	n := 0
+	for i, c := range curves {
+		if len(c.Points) == 0 {
+			continue
+		}
+		col := palette[i%len(palette)]
+		xys := make(plotter.XYs, 0, len(c.Points))
+		var errs plotter.YErrors
+		for _, q := range c.Points {
+			xys = append(xys, plotter.XY{X: float64(q.Concurrency), Y: q.Center})
+			lo, hi := 0.0, 0.0
+			if !math.IsInf(q.Lo, 0) && !math.IsInf(q.Hi, 0) {
+				lo, hi = q.Center-q.Lo, q.Hi-q.Center
+			}
+			errs = append(errs, struct{ Low, High float64 }{lo, hi})
+			if !seen[q.Concurrency] {
+				seen[q.Concurrency] = true
+				ticks = append(ticks, plot.Tick{Value: float64(q.Concurrency), Label: fmt.Sprint(q.Concurrency)})
+			}
+			n++
+		}
+		l, sc, err := plotter.NewLinePoints(xys)
+		if err != nil {
+			return err
+		}
+		l.Color, sc.Color = col, col
+		sc.Shape = draw.CircleGlyph{}
+		p.Add(l, sc)
+		eb, err := plotter.NewYErrorBars(struct {
+			plotter.XYs
+			plotter.YErrors
+		}{xys, errs})
+		if err != nil {
+			return err
+		}
+		eb.Color = col
+		p.Add(eb)
+		p.Legend.Add(c.Arm, l, sc)
+	}
+	if n == 0 {
+		return fmt.Errorf("%s: no points to plot", out)
+	}
+	p.X.Tick.Marker = plot.ConstantTicks(ticks)
+	// Room on both sides, and a range even for one level (a log axis
+	// cannot start at 0).
+	lo, hi := math.Inf(1), 0.0
+	for c := range seen {
+		lo, hi = math.Min(lo, float64(c)), math.Max(hi, float64(c))
+	}
+	p.X.Min, p.X.Max = lo/1.5, hi*1.5
+	p.Legend.Top = true
+	p.Legend.Left = true
+	p.Y.Min = 0
+	if p.Y.Max > 0 {
+		p.Y.Max *= 1.15
+	}
+	return p.Save(7*vg.Inch, 4*vg.Inch, out)
+}
