@@ -240,7 +240,7 @@ func TestNightlyEndToEnd(t *testing.T) {
 	// no bench numbers, and JUnit shows the failure.
 	w.cfg.Bench.URLB = "http://127.0.0.1:1"
 	rep = w.run(context.Background(), true)
-	if rep.ExitCode != ExitInfra || !strings.Contains(strings.Join(rep.Errors, " "), "all 3 requests of trial 1 failed") {
+	if rep.ExitCode != ExitInfra || !strings.Contains(strings.Join(rep.Errors, " "), "all 3 requests of trial 1 (concurrency 1) failed") {
 		t.Fatalf("unreachable server: exit %d %v", rep.ExitCode, rep.Errors)
 	}
 	var junit bytes.Buffer
@@ -600,5 +600,49 @@ func TestHeadModeFollowsUpstream(t *testing.T) {
 	st, err := checkout.Status(filepath.Join(w.dir, "nightly-work", "b"), nil)
 	if err != nil || st.State.Commit != moved {
 		t.Errorf("arm b checkout: %+v %v", st, err)
+	}
+}
+
+// A nightly that sweeps concurrency judges each level against the same
+// level of earlier nights: at 3 requests in flight tok/s is about three
+// times tok/s at 1, and a window that mixed them would call an unchanged
+// night a regression at one level and an improvement at the other.
+func TestNightlySweepPerLevel(t *testing.T) {
+	w := newWorld(t)
+	w.cfg.Bench.Concurrency = []int{1, 3}
+	w.serve("a", 1000)
+	w.serve("b", 1600)
+	for i := 0; i < 2; i++ {
+		if rep := w.run(context.Background(), true); rep.ExitCode != ExitOK {
+			t.Fatalf("seeding night: exit %d %v %v", rep.ExitCode, rep.Errors, rep.Verdict)
+		}
+	}
+	rep := w.run(context.Background(), true)
+	if rep.ExitCode != ExitOK || !strings.Contains(rep.Workload, "concurrency=1,3") {
+		t.Fatalf("unchanged night: exit %d %q %s", rep.ExitCode, rep.Verdict, rep.Workload)
+	}
+	for _, m := range []string{"tok_s@concurrency=1", "tok_s@concurrency=3"} {
+		r := findReg(rep, "patched", m, "history")
+		if r.Verdict != "no significant change" || r.RefRuns != 2 || r.RefSamples != 10 {
+			t.Errorf("%s against history: %+v", m, r)
+		}
+		if r := findReg(rep, "patched", m, "base"); r.Verdict != "improvement" {
+			t.Errorf("%s B against A: %+v", m, r)
+		}
+	}
+	one, three := findReg(rep, "patched", "tok_s@concurrency=1", "history"), findReg(rep, "patched", "tok_s@concurrency=3", "history")
+	if three.Tonight < 2*one.Tonight {
+		t.Errorf("tok/s at 3 in flight %.0f, at 1 %.0f: the levels are not apart", three.Tonight, one.Tonight)
+	}
+	big, _ := GitHubBenchmark(rep.Bench, rep.RunID)
+	names := map[string]bool{}
+	for _, e := range big {
+		names[e.Name] = true
+	}
+	if !names["patched/concurrency=3/tok_s"] || !names["base/concurrency=1/tok_s"] {
+		t.Errorf("github-benchmark names: %v", names)
+	}
+	if b := Bencher(rep.Bench); b["eagle3/patched/concurrency=3"]["tok-s"].Value == 0 {
+		t.Errorf("bencher: %v", b)
 	}
 }

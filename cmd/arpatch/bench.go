@@ -143,6 +143,7 @@ type armFlag []string
 
 func (a *armFlag) Set(v string) error { *a = append(*a, v); return nil }
 func (a *armFlag) String() string     { return strings.Join(*a, " ") }
+func (a *armFlag) Get() any           { return []string(*a) }
 
 // armKey matches where a new key starts after a comma in an --arm value.
 var armKey = regexp.MustCompile(`^(python|url|launch-cmd|args|env\.[A-Za-z_][A-Za-z0-9_]*)=`)

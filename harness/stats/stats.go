@@ -108,8 +108,9 @@ type Summary struct {
 	Hi     float64 `json:"hi"` // +Inf likewise
 	N      int     `json:"n"`
 	// Confidence is the interval's actual confidence level: 0.95 or more
-	// when the trials allow it; with 2 to 5 trials the best they allow,
-	// 1 - 2 x 0.5^n for 4 or 5 (the [min, max] interval: 0.9375 for 5).
+	// when the trials allow it; with 4 or 5 trials the best they allow,
+	// 1 - 2 x 0.5^n (the [min, max] interval: 0.9375 for 5); 0 with 1 to
+	// 3 trials, which allow no interval (JSON: null, and "no_interval").
 	Confidence float64 `json:"confidence"`
 	// Warning says why the interval is below 95% or unbounded.
 	Warning string `json:"warning,omitempty"`
@@ -126,13 +127,22 @@ func (s Summary) MarshalJSON() ([]byte, error) {
 		Confidence float64  `json:"confidence"`
 		Warning    string   `json:"warning,omitempty"`
 	}
-	p := plain{Center: s.Center, N: s.N, Confidence: s.Confidence, Warning: s.Warning}
+	p := plain{Center: s.Center, N: s.N, Warning: s.Warning}
 	if !math.IsInf(s.Lo, 0) && !math.IsNaN(s.Lo) {
 		p.Lo = &s.Lo
 	}
 	if !math.IsInf(s.Hi, 0) && !math.IsNaN(s.Hi) {
 		p.Hi = &s.Hi
 	}
+	if p.Lo == nil || p.Hi == nil {
+		// No interval: no level to state.
+		return json.Marshal(struct {
+			plain
+			Confidence *float64 `json:"confidence"`
+			NoInterval bool     `json:"no_interval"`
+		}{p, nil, true})
+	}
+	p.Confidence = s.Confidence
 	return json.Marshal(p)
 }
 
@@ -177,6 +187,10 @@ func Summarize(values []float64) Summary {
 	out := Summary{Center: s.Center, Lo: s.Lo, Hi: s.Hi, N: len(values), Confidence: s.Confidence}
 	if len(s.Warnings) > 0 {
 		out.Warning = s.Warnings[0].Error()
+		if n := len(values); n < 4 {
+			out.Confidence = 0
+			out.Warning = fmt.Sprintf("%d trials allow no confidence interval (4 allow 87.5%%, 6 allow 95%%): %s", n, s.Warnings[0])
+		}
 		if n := len(values); n >= 4 {
 			best := 1 - 2*math.Pow(0.5, float64(n))
 			s2 := benchmath.AssumeNothing.Summary(sample, best-1e-9)

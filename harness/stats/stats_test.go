@@ -2,6 +2,7 @@ package stats
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"strings"
 	"testing"
@@ -38,6 +39,16 @@ func TestSummarizeConfidence(t *testing.T) {
 	if s.Center != 3 || s.Lo != 1 || s.Hi != 5 || math.Abs(s.Confidence-0.9375) > 1e-9 || !strings.Contains(s.Warning, "5 trials allow a 93.8% interval") {
 		t.Errorf("5 values: %+v", s)
 	}
+	// 2 or 3 trials allow no interval: the JSON says so rather than
+	// "confidence": 1 with null bounds.
+	for _, vals := range [][]float64{{7, 8}, {7, 8, 9}} {
+		s = Summarize(vals)
+		b, _ := json.Marshal(s)
+		if s.Confidence != 0 || !strings.Contains(string(b), `"lo":null,"hi":null`) || !strings.Contains(string(b), `"confidence":null,"no_interval":true`) ||
+			!strings.Contains(s.Warning, fmt.Sprintf("%d trials allow no confidence interval", len(vals))) {
+			t.Errorf("%d values: %+v %s", len(vals), s, b)
+		}
+	}
 	s = Summarize([]float64{7})
 	if !math.IsInf(s.Lo, -1) || !math.IsInf(s.Hi, 1) || s.Warning == "" {
 		t.Errorf("1 value: %+v", s)
@@ -46,6 +57,9 @@ func TestSummarizeConfidence(t *testing.T) {
 	b, err := json.Marshal(s)
 	if err != nil || !strings.Contains(string(b), `"lo":null`) {
 		t.Fatalf("json %s %v", b, err)
+	}
+	if b, _ := json.Marshal(Summarize([]float64{5, 1, 3, 2, 4})); !strings.Contains(string(b), `"confidence":0.9375`) || strings.Contains(string(b), "no_interval") {
+		t.Errorf("5 values json %s", b)
 	}
 	var back Summary
 	if err := json.Unmarshal(b, &back); err != nil || !math.IsInf(back.Lo, -1) || back.Center != 7 {
