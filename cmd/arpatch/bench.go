@@ -46,8 +46,9 @@ settings and TP (log in --log-dir), waits for /health_generate, sends
 native streaming /generate API at each --concurrency level in turn, and
 stops the server (SIGTERM to its process group, then SIGKILL). Arms are
 interleaved across trials (A B A B ...), restarting servers each time,
-unless --no-interleave. On a GPU host with SGLang installed:
-arpatch bench --model /models/target --draft-model /models/target-eagle3 --json bench.json
+unless --no-interleave. On a GPU host with SGLang installed, pass the
+model and its EAGLE-3 draft: --model /models/target --draft-model
+/models/target-eagle3 --json bench.json.
 
 The recipe's [bench] table defines the arms: for pcie, "baseline" (the same
 build with custom allreduce on upstream's path, NCCL on PCIe) and "pcie"
