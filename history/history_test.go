@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/arpatch/arpatch/harness/report"
 )
 
 func seed(t *testing.T, s *Store, n int, tokS float64) []int64 {
@@ -272,5 +274,33 @@ func TestWindowPerLevel(t *testing.T) {
 	}
 	if vals, runs, _ := s.Window("8x GPU", "sweep", "pcie", "tok_s", 4, 7, 0); len(vals) != 0 || len(runs) != 0 {
 		t.Errorf("level 4 never ran: %v %v", vals, runs)
+	}
+	// Over time, a plot shows one level: the lowest by default.
+	pts, sel, err := s.Points("tok_s", Series{})
+	if err != nil || sel.Level != 1 || len(pts["pcie"]) != 2 || pts["pcie"][0].Center != 90 {
+		t.Errorf("points at the lowest level: %+v %+v %v", pts, sel, err)
+	}
+	if pts, _, _ = s.Points("tok_s", Series{Level: 16}); len(pts["pcie"]) != 2 || pts["pcie"][1].Center != 600 {
+		t.Errorf("points at 16: %+v", pts)
+	}
+	// Against concurrency: the newest run's levels.
+	curves, run, err := s.LevelCurves("tok_s", Series{}, 0)
+	if err != nil || run != ids[1] || len(curves) != 1 || curves[0].Arm != "pcie" || len(curves[0].Points) != 2 ||
+		curves[0].Points[0].Concurrency != 1 || curves[0].Points[0].Center != 90 || curves[0].Points[1].Concurrency != 16 || curves[0].Points[1].Center != 600 {
+		t.Fatalf("level curves: %+v run %d %v", curves, run, err)
+	}
+	if _, _, err := s.LevelCurves("tok_s", Series{}, 999); err == nil || !strings.Contains(err.Error(), "run 999 has no bench results") {
+		t.Errorf("unknown run: %v", err)
+	}
+	dir := t.TempDir()
+	for _, f := range []string{"c.svg", "c.png"} {
+		out := filepath.Join(dir, f)
+		if err := report.PlotConcurrency(out, "t", "tok/s", curves); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(out)
+		if !bytes.Contains(b[:min(len(b), 200)], []byte("<svg")) && !bytes.HasPrefix(b, []byte("\x89PNG")) {
+			t.Errorf("%s: %.40q", f, b)
+		}
 	}
 }

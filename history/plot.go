@@ -1,6 +1,7 @@
 package history
 
 import (
+	"database/sql"
 	"fmt"
 	"image/color"
 	"maps"
@@ -14,6 +15,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
+	"github.com/arpatch/arpatch/harness/report"
 	"github.com/arpatch/arpatch/harness/stats"
 )
 
@@ -28,10 +30,12 @@ type Point struct {
 
 // Series picks the runs a plot shows: one hardware key and one workload,
 // since numbers from other machines or other workloads do not belong on
-// one line. Empty fields take the newest finished run's.
+// one line, and one concurrency level. Empty fields take the newest
+// finished run's (its lowest level).
 type Series struct {
 	HardwareKey string
 	Workload    string
+	Level       int
 }
 
 // Points returns, per arm, one point per complete or failed run (not
@@ -52,6 +56,9 @@ func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, e
 			}
 			if sel.Workload == "" {
 				sel.Workload = r.Workload
+			}
+			if sel.Level == 0 {
+				sel.Level = s.lowestLevel(r.ID)
 			}
 			break
 		}
@@ -82,7 +89,9 @@ func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, e
 			}
 			var vals []float64
 			for _, t := range a.Trials {
-				vals = append(vals, metricOf(t, metric))
+				if t.Concurrency == sel.Level {
+					vals = append(vals, metricOf(t, metric))
+				}
 			}
 			if len(vals) == 0 {
 				continue
@@ -96,6 +105,68 @@ func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, e
 		}
 	}
 	return out, sel, nil
+}
+
+// lowestLevel is the lowest concurrency level of a run's trials (1 when
+// it has none).
+func (s *Store) lowestLevel(run int64) int {
+	var l sql.NullInt64
+	s.db.QueryRow(`SELECT MIN(t.concurrency) FROM trials t JOIN arms a ON t.arm_id = a.id WHERE a.run_id = ?`, run).Scan(&l)
+	if !l.Valid {
+		return 1
+	}
+	return int(l.Int64)
+}
+
+// LevelCurves returns, per arm of run (0: the newest complete or failed
+// run with bench results on sel's hardware and workload), metric against
+// concurrency: the median across the run's trials at each level with its
+// interval, for report.PlotConcurrency. It returns the run used.
+func (s *Store) LevelCurves(metric string, sel Series, run int64) ([]report.Curve, int64, error) {
+	if _, err := column(metric); err != nil {
+		return nil, 0, err
+	}
+	runs, err := s.Runs(0)
+	if err != nil {
+		return nil, 0, err
+	}
+	for _, r := range runs { // newest first
+		if run != 0 && r.ID != run {
+			continue
+		}
+		if run == 0 && (r.Status == Incomplete || r.Status == Running || (sel.HardwareKey != "" && r.HardwareKey != sel.HardwareKey) || (sel.Workload != "" && r.Workload != sel.Workload)) {
+			continue
+		}
+		d, err := s.Show(r.ID)
+		if err != nil {
+			return nil, 0, err
+		}
+		var curves []report.Curve
+		for _, a := range d.Arms {
+			byLevel := map[int][]float64{}
+			for _, t := range a.Trials {
+				byLevel[t.Concurrency] = append(byLevel[t.Concurrency], metricOf(t, metric))
+			}
+			c := report.Curve{Arm: a.Name}
+			for _, l := range slices.Sorted(maps.Keys(byLevel)) {
+				sm := stats.Summarize(byLevel[l])
+				c.Points = append(c.Points, report.LevelPoint{Concurrency: l, Center: sm.Center, Lo: sm.Lo, Hi: sm.Hi})
+			}
+			if len(c.Points) > 0 {
+				curves = append(curves, c)
+			}
+		}
+		if len(curves) > 0 {
+			return curves, r.ID, nil
+		}
+		if run != 0 {
+			break
+		}
+	}
+	if run != 0 {
+		return nil, 0, fmt.Errorf("history %s: run %d has no bench results (arpatch history list shows the runs)", s.Path, run)
+	}
+	return nil, 0, fmt.Errorf("history %s has no run with bench results to plot (runs with --skip-bench have none)", s.Path)
 }
 
 func metricOf(t TrialMetrics, metric string) float64 {
@@ -126,8 +197,6 @@ func minMax(xs []float64) (float64, float64) {
 	return lo, hi
 }
 
-var palette = []color.RGBA{{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {148, 103, 189, 255}, {140, 86, 75, 255}}
-
 // PlotFormat checks that out's extension is one Plot writes.
 func PlotFormat(out string) error {
 	switch strings.ToLower(filepath.Ext(out)) {
@@ -155,7 +224,7 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 		return fmt.Errorf("history %s has no run with bench results to plot on %q (runs with --skip-bench have none)", s.Path, sel.HardwareKey)
 	}
 	p := plot.New()
-	p.Title.Text = fmt.Sprintf("arpatch nightly: %s per run on %s (median, CI band)", metric, sel.HardwareKey)
+	p.Title.Text = fmt.Sprintf("arpatch nightly: %s per run on %s at concurrency %d (median, CI band)", metric, sel.HardwareKey, sel.Level)
 	p.X.Label.Text = "run start (UTC)"
 	p.Y.Label.Text = metric
 	var first, last float64
@@ -178,7 +247,7 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 	var marked plotter.XYs
 	for i, arm := range arms {
 		ps := pts[arm]
-		c := palette[i%len(palette)]
+		c := report.Palette[i%len(report.Palette)]
 		band := make(plotter.XYs, 0, 2*len(ps))
 		line := make(plotter.XYs, 0, len(ps))
 		for _, q := range ps {

@@ -11,6 +11,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/arpatch/arpatch/harness/report"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/nightly"
@@ -198,15 +199,21 @@ func historyCommand() *cli.Command {
 				},
 			},
 			{
-				Name: "plot", Usage: "plot a metric over time per arm, with CI bands and drift/regression marks",
-				UsageText: "arpatch history plot --metric tok_s --out FILE.svg|png [--hardware KEY] [--workload KEY] [--db FILE]",
-				Description: `One line per arm, for one hardware key and one workload (numbers from other
-machines or workloads do not belong on one line); by default those of the
-newest run.`,
+				Name: "plot", Usage: "plot a metric over time per arm, with CI bands and drift/regression marks, or against concurrency",
+				UsageText: `arpatch history plot --metric tok_s --out FILE.svg|png [--hardware KEY] [--workload KEY] [--concurrency N] [--db FILE]
+arpatch history plot --x concurrency --metric tok_s --out FILE.svg|png [--run RUN] [--db FILE]`,
+				Description: `One line per arm, for one hardware key, one workload and one concurrency
+level (numbers from other machines, workloads or levels do not belong on one
+line); by default those of the newest run, at its lowest level. With
+--x concurrency: one line per arm of one run (--run, default the newest with
+bench results), the metric against the concurrency levels it swept.`,
 				Flags: []cli.Flag{db, &cli.StringFlag{Name: "metric", Value: "tok_s", Usage: "`METRIC`: " + strings.Join(history.Metrics, ", ")},
 					&cli.StringFlag{Name: "out", Usage: "`FILE` (.svg, .png or .pdf)", Required: true},
 					&cli.StringFlag{Name: "hardware", Usage: "hardware `KEY` to plot (default: the newest run's)"},
-					&cli.StringFlag{Name: "workload", Usage: "workload `KEY` to plot (default: the newest run's on that hardware)"}}, Before: noArgs,
+					&cli.StringFlag{Name: "workload", Usage: "workload `KEY` to plot (default: the newest run's on that hardware)"},
+					&cli.IntFlag{Name: "concurrency", Usage: "the concurrency level `N` to plot over time (default: the newest run's lowest)"},
+					&cli.StringFlag{Name: "x", Value: "time", Usage: "the x axis: `time` (runs) or concurrency (one run's levels)"},
+					&cli.Int64Flag{Name: "run", Usage: "with --x concurrency: the `RUN` to plot (default: the newest with bench results)"}}, Before: noArgs,
 				Action: func(c *cli.Context) error {
 					if !slices.Contains(history.Metrics, c.String("metric")) {
 						return usagef("--metric %q: use one of %s", c.String("metric"), strings.Join(history.Metrics, ", "))
@@ -219,9 +226,23 @@ newest run.`,
 						return err
 					}
 					defer s.Close()
-					sel := history.Series{HardwareKey: c.String("hardware"), Workload: c.String("workload")}
-					if err := s.Plot(c.String("metric"), pathFlag(c, "out"), sel); err != nil {
-						return err
+					sel := history.Series{HardwareKey: c.String("hardware"), Workload: c.String("workload"), Level: c.Int("concurrency")}
+					switch c.String("x") {
+					case "time":
+						if err := s.Plot(c.String("metric"), pathFlag(c, "out"), sel); err != nil {
+							return err
+						}
+					case "concurrency":
+						curves, run, err := s.LevelCurves(c.String("metric"), sel, c.Int64("run"))
+						if err != nil {
+							return err
+						}
+						title := fmt.Sprintf("arpatch run %d: %s against concurrency (median across trials, CI)", run, c.String("metric"))
+						if err := report.PlotConcurrency(pathFlag(c, "out"), title, c.String("metric"), curves); err != nil {
+							return err
+						}
+					default:
+						return usagef("--x %q: use time or concurrency", c.String("x"))
 					}
 					fmt.Fprintf(c.App.Writer, "wrote %s\n", pathFlag(c, "out"))
 					return nil

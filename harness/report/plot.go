@@ -41,7 +41,8 @@ func Curves(res *bench.Result, metric string) []Curve {
 	return out
 }
 
-var palette = []color.RGBA{{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {148, 103, 189, 255}, {140, 86, 75, 255}}
+// Palette holds the line colours of arpatch's plots, one per arm.
+var Palette = []color.RGBA{{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {148, 103, 189, 255}, {140, 86, 75, 255}}
 
 // PlotConcurrency draws metric (its unit in ylabel, e.g. "tok/s") against
 // concurrency, one line per arm with the interval as error bars, on a
@@ -61,7 +62,7 @@ func PlotConcurrency(out, title, ylabel string, curves []Curve) error {
 		if len(c.Points) == 0 {
 			continue
 		}
-		col := palette[i%len(palette)]
+		col := Palette[i%len(Palette)]
 		xys := make(plotter.XYs, 0, len(c.Points))
 		var errs plotter.YErrors
 		for _, q := range c.Points {

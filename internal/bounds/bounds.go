@@ -43,23 +43,21 @@ var Durations = map[string]struct{ Min, Max time.Duration }{
 // from (file:line: bench.key, or --flag).
 func Check(key string, v int64) error {
 	r, ok := Bench[key]
-	if !ok {
-		panic("bounds: no range for " + key)
-	}
-	if v < r.Min || v > r.Max {
-		return fmt.Errorf("%d: use %d to %d", v, r.Min, r.Max)
-	}
-	return nil
+	return check(key, ok, v, r.Min, r.Max)
 }
 
-// CheckDuration is Check for a duration setting.
+// CheckDuration is Check for a duration setting, a key of Durations.
 func CheckDuration(key string, d time.Duration) error {
 	r, ok := Durations[key]
+	return check(key, ok, d, r.Min, r.Max)
+}
+
+func check[T int64 | time.Duration](key string, ok bool, v, lo, hi T) error {
 	if !ok {
 		panic("bounds: no range for " + key)
 	}
-	if d < r.Min || d > r.Max {
-		return fmt.Errorf("%s: use %s to %s", d, r.Min, r.Max)
+	if v < lo || v > hi {
+		return fmt.Errorf("%v: use %v to %v", v, lo, hi)
 	}
 	return nil
 }

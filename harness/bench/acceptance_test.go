@@ -1,0 +1,232 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"hash/fnv"
+	"math"
+	"net/http"
+	"net/http/httptest"
+	"sort"
+	"strings"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/arpatch/arpatch/harness/stats"
+)
+
+// protoServer is an SGLang-protocol server written for this test alone,
+// apart from harness/sglangtest: POST /generate streams "data: {json}"
+// chunks with the whole text so far and cumulative meta_info counts, then
+// "data: [DONE]"; /server_info and /health_generate answer. Token k of a
+// request is due at ttft + k/rate after the request arrives; the first
+// chunk carries token 0, each later one `chunk` tokens (one verify step),
+// and the last reports spec_verify_ct = 1 + ceil((n-1)/chunk).
+type protoServer struct {
+	rate    float64 // decode tok/s
+	ttft    time.Duration
+	chunk   int
+	corrupt bool // every token from the 4th on differs
+	abortN  int  // every abortN-th request ends with finish_reason abort
+	reqs    atomic.Int64
+}
+
+func (p *protoServer) verify(n int) int { return 1 + (n-1+p.chunk-1)/p.chunk }
+
+func (p *protoServer) token(prompt string, k int) string {
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s/%d", prompt, k)
+	if p.corrupt && k >= 3 {
+		h.Write([]byte("nan"))
+	}
+	return fmt.Sprintf(" w%03d", h.Sum64()%1000)
+}
+
+func (p *protoServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
+	switch r.URL.Path {
+	case "/health_generate":
+		return
+	case "/server_info":
+		json.NewEncoder(w).Encode(map[string]any{"version": "proto", "incremental_streaming_output": false})
+		return
+	case "/generate":
+	default:
+		http.NotFound(w, r)
+		return
+	}
+	start := time.Now()
+	id := p.reqs.Add(1)
+	var req struct {
+		Text           string `json:"text"`
+		SamplingParams struct {
+			MaxNewTokens int `json:"max_new_tokens"`
+		} `json:"sampling_params"`
+	}
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, err.Error(), 400)
+		return
+	}
+	n := req.SamplingParams.MaxNewTokens
+	w.Header().Set("Content-Type", "text/event-stream")
+	fl := w.(http.Flusher)
+	text := ""
+	send := func(v any) {
+		b, _ := json.Marshal(v)
+		fmt.Fprintf(w, "data: %s\n\n", b)
+		fl.Flush()
+	}
+	for done := 0; done < n; {
+		step := p.chunk
+		if done == 0 {
+			step = 1
+		}
+		step = min(step, n-done)
+		due := p.ttft + time.Duration(float64(done+step-1)/p.rate*float64(time.Second))
+		select {
+		case <-time.After(time.Until(start.Add(due))):
+		case <-r.Context().Done():
+			return
+		}
+		for k := done; k < done+step; k++ {
+			text += p.token(req.Text, k)
+		}
+		done += step
+		meta := map[string]any{"id": id, "prompt_tokens": len(strings.Fields(req.Text)), "completion_tokens": done, "cached_tokens": 0, "finish_reason": nil}
+		if p.abortN > 0 && id%int64(p.abortN) == 0 && done > 1 {
+			meta["finish_reason"] = map[string]any{"type": "abort", "message": "internal error (proto)", "status_code": 500, "err_type": nil}
+			send(map[string]any{"text": text, "meta_info": meta})
+			break
+		}
+		if done == n {
+			meta["finish_reason"] = map[string]any{"type": "length", "length": n}
+			meta["spec_verify_ct"] = p.verify(n)
+			meta["e2e_latency"] = time.Since(start).Seconds()
+		}
+		send(map[string]any{"text": text, "meta_info": meta})
+	}
+	fmt.Fprint(w, "data: [DONE]\n\n")
+	fl.Flush()
+}
+
+func protoURL(t *testing.T, p *protoServer) string {
+	ts := httptest.NewServer(p)
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
+
+// TestAcceptance runs the bench against protoServer at concurrency 1 and
+// at 1,4,16: decode tok/s within 2% of the configured rate at every level,
+// the exact accept length, "slower" for an arm 40% slower, INVALID for a
+// corrupting and for an aborting arm; and the per-trial metrics follow
+// SGLang's bench_serving definitions (Upstream:
+// python/sglang/bench_serving.py@84118acf50b3a4c74e85e9ff9033792552de1a76
+// (calculate_metrics: TPOT = (latency - ttft) / (output_len - 1), output
+// throughput = sum(output_lens) / dur_s; async_request_sglang_generate: a
+// chunk's gap spread over its new tokens for ITL)).
+func TestAcceptance(t *testing.T) {
+	const tokens, rate, chunk = 41, 500.0, 3
+	prompts := []string{"alpha beta", "gamma", "delta epsilon zeta", "eta", "theta iota", "kappa", "lambda mu nu", "xi"}
+	for _, levels := range [][]int{{1}, {1, 4, 16}} {
+		t.Run(fmt.Sprint(levels), func(t *testing.T) {
+			base := &protoServer{rate: rate, ttft: 3 * time.Millisecond, chunk: chunk}
+			slow := &protoServer{rate: rate * 0.6, ttft: 3 * time.Millisecond, chunk: chunk}
+			res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: protoURL(t, base)}, {Name: "slow", URL: protoURL(t, slow)}},
+				Prompts: prompts, MaxNewTokens: tokens, Trials: 5, Concurrency: levels, SpecAlgorithm: "EAGLE3"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if got := res.Levels(); fmt.Sprint(got) != fmt.Sprint(levels) {
+				t.Fatalf("levels %v", got)
+			}
+			for name, want := range map[string]float64{"baseline": rate, "slow": rate * 0.6} {
+				a := res.Arm(name)
+				for _, l := range a.Levels {
+					if got := l.Summaries["decode_tok_s"].Center; math.Abs(got/want-1) > 0.02 {
+						t.Errorf("%s at %d: decode %.1f tok/s, configured %.0f", name, l.Concurrency, got, want)
+					}
+					if got, exact := l.Summaries["accept_length"].Center, float64(tokens)/float64(base.verify(tokens)); got != exact {
+						t.Errorf("%s at %d: accept length %v, want %v", name, l.Concurrency, got, exact)
+					}
+				}
+				for i, tr := range a.Trials {
+					benchServing(t, tr, a.Metrics[i], tokens)
+				}
+			}
+			sl := res.Arm("slow")
+			for _, l := range sl.Levels {
+				if l.Verdict != Slower || l.Deltas["tok_s"].Pct > -25 {
+					t.Errorf("slow arm at %d: %v %+v", l.Concurrency, l.Verdict, l.Deltas["tok_s"])
+				}
+			}
+			if sl.Verdict != Slower || sl.Invalid || sl.Agreement.IdenticalN != 5*len(prompts)*len(levels) {
+				t.Errorf("slow arm overall: %v %+v", sl.Verdict, sl.Agreement)
+			}
+
+			corrupt := &protoServer{rate: rate, ttft: 3 * time.Millisecond, chunk: chunk, corrupt: true}
+			aborting := &protoServer{rate: rate, ttft: 3 * time.Millisecond, chunk: chunk, abortN: 3}
+			res, err = Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: protoURL(t, &protoServer{rate: rate, ttft: 3 * time.Millisecond, chunk: chunk})},
+				{Name: "corrupt", URL: protoURL(t, corrupt)}, {Name: "aborting", URL: protoURL(t, aborting)}},
+				Prompts: prompts, MaxNewTokens: tokens, Trials: 2, Concurrency: levels})
+			if err != nil {
+				t.Fatal(err)
+			}
+			for _, name := range []string{"corrupt", "aborting"} {
+				a := res.Arm(name)
+				if a.Verdict != Invalid || !a.Verdict.Fails() {
+					t.Errorf("%s: verdict %v %v", name, a.Verdict, a.Warnings)
+				}
+				for _, l := range a.Levels {
+					if l.Verdict != Invalid {
+						t.Errorf("%s at %d: %v", name, l.Concurrency, l.Verdict)
+					}
+				}
+			}
+			if ag := res.Arm("corrupt").Agreement; ag.IdenticalN != 0 || ag.Outputs != 2*len(prompts)*len(levels) {
+				t.Errorf("corrupt agreement %+v", ag)
+			}
+			if w := warnings(res.Arm("aborting")); !strings.Contains(w, "aborted by the server: internal error (proto)") {
+				t.Errorf("aborting warnings: %s", w)
+			}
+			if res.Arm("baseline").Verdict != Baseline {
+				t.Errorf("baseline verdict %v", res.Arm("baseline").Verdict)
+			}
+		})
+	}
+}
+
+// benchServing recomputes a trial's metrics from its samples by SGLang's
+// bench_serving definitions and compares them with stats.Compute's.
+func benchServing(t *testing.T, tr stats.Trial, m stats.Metrics, tokens int) {
+	t.Helper()
+	total := 0
+	var tpots []float64
+	for _, s := range tr.Samples {
+		total += s.CompletionTokens
+		tpots = append(tpots, (s.E2E-s.TTFT)/float64(s.CompletionTokens-1)*1000)
+		// ITL: one entry per token after the first, a chunk's gap spread
+		// over its tokens, so they add up to the time from the first
+		// chunk to the last.
+		if len(s.ITL) != tokens-1 {
+			t.Fatalf("prompt %d: %d ITL entries for %d tokens", s.Prompt, len(s.ITL), tokens)
+		}
+		sum := 0.0
+		for _, x := range s.ITL {
+			sum += x
+		}
+		if sum > s.E2E-s.TTFT+1e-9 || sum < (s.E2E-s.TTFT)*0.9 {
+			t.Errorf("prompt %d: ITL sum %.4f s, E2E-TTFT %.4f s", s.Prompt, sum, s.E2E-s.TTFT)
+		}
+	}
+	if want := float64(total) / tr.Wall; m.TokPerSec != want {
+		t.Errorf("output throughput %v, sum(tokens)/duration %v", m.TokPerSec, want)
+	}
+	sort.Float64s(tpots)
+	if want := stats.Quantile(tpots, 0.5); math.Abs(m.TPOTms-want) > 1e-9 {
+		t.Errorf("TPOT median %v ms, bench_serving %v ms", m.TPOTms, want)
+	}
+	if m.Tokens != total || m.Requests != len(tr.Samples) || m.Errors != 0 {
+		t.Errorf("metrics %+v", m)
+	}
+}
