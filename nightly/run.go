@@ -785,11 +785,11 @@ func refreshArms(work, commit string) error {
 	return nil
 }
 
-// benchOptions turns recipe B's [bench] and nightly.toml's [bench] into
+// BenchOptions turns recipe B's [bench] and nightly.toml's [bench] into
 // the bench's options with bench.FromRecipe, as `arpatch bench` does with
 // its flags: arm A (the reference) and arm B, each with its recipe's
 // environment.
-func benchOptions(cfg *Config, o Options, a, b *recipes.Recipe) (bench.Options, error) {
+func BenchOptions(cfg *Config, o Options, a, b *recipes.Recipe) (bench.Options, error) {
 	c := cfg.Bench
 	arm := func(r *recipes.Recipe, launch, url, python string) bench.Arm {
 		if launch == "" {
@@ -823,7 +823,7 @@ func benchOptions(cfg *Config, o Options, a, b *recipes.Recipe) (bench.Options, 
 }
 
 func runBench(ctx context.Context, cfg *Config, o Options, a, b *recipes.Recipe) (*bench.Result, report.Settings, error) {
-	bo, err := benchOptions(cfg, o, a, b)
+	bo, err := BenchOptions(cfg, o, a, b)
 	if err != nil {
 		return nil, report.Settings{}, fmt.Errorf("bench: %w", err)
 	}
