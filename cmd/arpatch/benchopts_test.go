@@ -50,12 +50,12 @@ func TestBenchOptionsAgreeWithNightly(t *testing.T) {
 		t.Fatal(err)
 	}
 	type shape struct {
-		Model, DraftModel, SpecAlgorithm                        string
+		Model, DraftModel, SpecAlgorithm                       string
 		TP, SpecSteps, SpecTopK, SpecDraftTokens, MaxNewTokens int
-		Trials, Warmup                                          int
-		Concurrency                                             []int
-		Prompts                                                 []string
-		ArmEnvs                                                 []map[string]string
+		Trials, Warmup                                         int
+		Concurrency                                            []int
+		Prompts                                                []string
+		ArmEnvs                                                []map[string]string
 	}
 	of := func(o bench.Options) shape {
 		s := shape{o.Model, o.DraftModel, o.SpecAlgorithm, o.TP, o.SpecSteps, o.SpecTopK, o.SpecDraftTokens, o.MaxNewTokens, o.Trials, o.Warmup, o.Concurrency, o.Prompts, nil}
