@@ -31,7 +31,10 @@ type FileResult struct {
 	Op     Op     // Create, Delete or Modify, from the tree's state before to after
 	Before []byte // nil when the file did not exist
 	After  []byte // nil when the series deletes the file
-	Mode   string // git mode for a created file
+	Mode   string // git mode for a created file, or the new mode of a kept file whose mode a patch changed
+	// OldMode is the mode the patch says a kept file had, when it changes
+	// the mode (Mode then holds the new one); "" otherwise.
+	OldMode string
 }
 
 // Result is the outcome of applying patches in memory. Nothing is written.
@@ -75,7 +78,10 @@ func (e *FileError) Unwrap() error { return e.Err }
 type entry struct {
 	data   []byte
 	exists bool
-	mode   string
+	// mode is a created file's mode, or the mode a patch set on a kept
+	// file; "" when no patch said. oldMode is the mode the first such
+	// patch said the file had.
+	mode, oldMode string
 }
 
 // overlay is a copy-on-write view of a Tree.
@@ -127,10 +133,16 @@ func (o *overlay) result() *Result {
 		if before == after {
 			continue
 		}
-		if before.exists == after.exists && string(before.data) == string(after.data) {
+		modeChanged := after.oldMode != "" && after.mode != after.oldMode
+		if before.exists == after.exists && string(before.data) == string(after.data) && !modeChanged {
 			continue
 		}
 		fr := &FileResult{Path: p, Op: Modify, Mode: after.mode}
+		if modeChanged && before.exists && after.exists {
+			fr.OldMode = after.oldMode
+		} else if before.exists && after.exists {
+			fr.Mode = ""
+		}
 		if before.exists {
 			fr.Before = before.data
 		} else {
@@ -175,7 +187,11 @@ func applyPatch(o *overlay, p *Patch, d *Diff) ([]HunkResult, error) {
 			if !e.exists {
 				return nil, &FileError{Patch: p.Name, Path: fc.Path, Op: fc.Op, Err: ErrFileMissing}
 			}
-			if fc.Op == Delete {
+			if fc.Op == Delete && len(fc.Hunks) == 0 && len(e.data) > 0 {
+				return nil, &ConflictError{Patch: p.Name, Path: fc.Path, Hunk: "(no hunk: an empty file)", Line: 1,
+					Found: splitLines(e.data), Reason: "the file to delete holds more than the patch lists"}
+			}
+			if fc.Op == Delete && len(fc.Hunks) > 0 {
 				// A deletion lists the whole file; git apply refuses one
 				// that leaves contents ("removal patch leaves file
 				// contents").
@@ -192,7 +208,17 @@ func applyPatch(o *overlay, p *Patch, d *Diff) ([]HunkResult, error) {
 			if fc.Op == Delete {
 				o.set(fc.Path, &entry{})
 			} else {
-				o.set(fc.Path, &entry{data: out, exists: true, mode: e.mode})
+				ne := &entry{data: out, exists: true, mode: e.mode, oldMode: e.oldMode}
+				if fc.NewMode != "" {
+					if e.mode != "" && e.mode != fc.OldMode {
+						return nil, &FileError{Patch: p.Name, Path: fc.Path, Op: Modify, Err: fmt.Errorf("an earlier patch left mode %s, but this one says old mode %s", e.mode, fc.OldMode)}
+					}
+					ne.mode = fc.NewMode
+					if ne.oldMode == "" {
+						ne.oldMode = fc.OldMode
+					}
+				}
+				o.set(fc.Path, ne)
 			}
 			all = append(all, res...)
 		}
@@ -242,7 +268,7 @@ func Unapply(tree Tree, patches []*Patch) (*Result, error) {
 func (d *Diff) Reverse() *Diff {
 	r := &Diff{Header: d.Header}
 	for _, fc := range d.Changes {
-		rc := &FileChange{Path: fc.Path, Op: fc.Op, Mode: fc.Mode}
+		rc := &FileChange{Path: fc.Path, Op: fc.Op, Mode: fc.Mode, OldMode: fc.NewMode, NewMode: fc.OldMode}
 		switch fc.Op {
 		case Create:
 			rc.Op = Delete

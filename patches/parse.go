@@ -61,8 +61,74 @@ type FileChange struct {
 	Op   Op
 	// Mode is the git file mode of a created file ("100644" when the
 	// patch names none).
-	Mode  string
-	Hunks []*Hunk
+	Mode string
+	// OldMode and NewMode are set when the patch changes a kept file's
+	// mode ("old mode 100644" / "new mode 100755").
+	OldMode, NewMode string
+	Hunks            []*Hunk
+}
+
+// extended holds the extended header lines of one file's git diff.
+type extended struct {
+	newFile, deletedFile, oldMode, newMode, indexMode string
+}
+
+// readExtended reads the extended header lines git writes between
+// "diff --git" and "---" (apply.c, parse_git_diff_header: old mode, new
+// mode, deleted file mode, new file mode, copy from/to, rename old/new,
+// rename from/to, similarity index, dissimilarity index, index), and the
+// binary markers. Each is carried out (modes, creation, deletion; index
+// identifies blobs, which git apply does not check for text patches
+// either) or refused by name (renames, copies and similarity scores, which
+// a series may not carry; binary patches).
+func readExtended(file string, lines []string) (extended, error) {
+	var x extended
+	for _, e := range lines {
+		switch {
+		case strings.HasPrefix(e, "diff --git "):
+		case strings.HasPrefix(e, "new file mode "):
+			x.newFile = strings.TrimSpace(strings.TrimPrefix(e, "new file mode "))
+		case strings.HasPrefix(e, "deleted file mode "):
+			x.deletedFile = strings.TrimSpace(strings.TrimPrefix(e, "deleted file mode "))
+		case strings.HasPrefix(e, "old mode "):
+			x.oldMode = strings.TrimSpace(strings.TrimPrefix(e, "old mode "))
+		case strings.HasPrefix(e, "new mode "):
+			x.newMode = strings.TrimSpace(strings.TrimPrefix(e, "new mode "))
+		case strings.HasPrefix(e, "index "):
+			f := strings.Fields(strings.TrimPrefix(e, "index "))
+			if len(f) == 0 || !strings.Contains(f[0], "..") {
+				return x, fmt.Errorf("%s: malformed %q; git writes \"index OLD..NEW [MODE]\"", file, e)
+			}
+			if len(f) > 1 {
+				x.indexMode = f[1]
+			}
+		case hasAnyPrefix(e, []string{"rename from ", "rename to ", "rename old ", "rename new ", "copy from ", "copy to ", "similarity index ", "dissimilarity index "}):
+			return x, fmt.Errorf("%s: %q: renames and copies are not supported in a series; write the change as a deletion and a creation (git diff --no-renames)", file, e)
+		case strings.HasPrefix(e, "GIT binary patch"), strings.HasPrefix(e, "Binary files "):
+			return x, fmt.Errorf("%s: binary patches are not supported (%q); a series carries text diffs only", file, e)
+		default:
+			return x, fmt.Errorf("%s: unknown header line %q between \"diff --git\" and the hunks", file, e)
+		}
+	}
+	if x.newFile != "" && x.deletedFile != "" {
+		return x, fmt.Errorf("%s: both \"new file mode\" and \"deleted file mode\"", file)
+	}
+	return x, nil
+}
+
+// checkMode accepts the file modes a series may carry: a regular file,
+// executable or not. Symlinks (120000) and submodules (160000) are refused
+// by name.
+func checkMode(m string) error {
+	switch m {
+	case "", "100644", "100755":
+		return nil
+	case "120000":
+		return fmt.Errorf("mode 120000 (a symlink) is not supported; a series changes regular files only")
+	case "160000":
+		return fmt.Errorf("mode 160000 (a submodule) is not supported; a series changes regular files only")
+	}
+	return fmt.Errorf("file mode %s is not supported (only 100644 and 100755)", m)
 }
 
 // Hunk is one "@@ -a,b +c,d @@" block. Old and New hold the lines of each side
@@ -214,19 +280,16 @@ func (h Header) Missing() []string {
 }
 
 func fileChange(fd *diff.FileDiff) (*FileChange, error) {
-	for _, e := range fd.Extended {
-		for _, bad := range []string{"rename from", "copy from", "old mode", "GIT binary patch", "Binary files"} {
-			if strings.HasPrefix(e, bad) {
-				return nil, fmt.Errorf("%s: %q is not supported in a series; write the change as a plain text diff", fileName(fd), e)
-			}
-		}
-	}
 	fc := &FileChange{Op: Modify, Mode: "100644"}
+	hdr, err := readExtended(fileName(fd), fd.Extended)
+	if err != nil {
+		return nil, err
+	}
 	switch {
-	case fd.OrigName == "/dev/null":
+	case fd.OrigName == "/dev/null" || hdr.newFile != "":
 		fc.Op = Create
 		fc.Path = fd.NewName
-	case fd.NewName == "/dev/null":
+	case fd.NewName == "/dev/null" || hdr.deletedFile != "":
 		fc.Op = Delete
 		fc.Path = fd.OrigName
 	default:
@@ -244,16 +307,24 @@ func fileChange(fd *diff.FileDiff) (*FileChange, error) {
 		return nil, err
 	}
 	fc.Path = p
-	for _, e := range fd.Extended {
-		if m, ok := strings.CutPrefix(e, "new file mode "); ok {
-			fc.Mode = strings.TrimSpace(m)
+	if hdr.newFile != "" {
+		fc.Mode = hdr.newFile
+	}
+	if hdr.oldMode != "" || hdr.newMode != "" {
+		if fc.Op != Modify || hdr.oldMode == "" || hdr.newMode == "" {
+			return nil, fmt.Errorf("%s: \"old mode\" and \"new mode\" come as a pair, on a file that is neither created nor deleted", fc.Path)
+		}
+		if hdr.oldMode != hdr.newMode {
+			fc.OldMode, fc.NewMode = hdr.oldMode, hdr.newMode
 		}
 	}
-	if fc.Mode != "100644" && fc.Mode != "100755" {
-		return nil, fmt.Errorf("%s: file mode %s is not supported (only 100644 and 100755)", fc.Path, fc.Mode)
+	for _, m := range []string{fc.Mode, fc.OldMode, fc.NewMode, hdr.deletedFile, hdr.indexMode} {
+		if err := checkMode(m); err != nil {
+			return nil, fmt.Errorf("%s: %w", fc.Path, err)
+		}
 	}
-	if len(fd.Hunks) == 0 && fc.Op != Create {
-		return nil, fmt.Errorf("%s: the file diff has no hunks", fc.Path)
+	if len(fd.Hunks) == 0 && fc.Op == Modify && fc.NewMode == "" {
+		return nil, fmt.Errorf("%s: the file diff has no hunks and changes no mode", fc.Path)
 	}
 	lastEnd := 0
 	for i, h := range fd.Hunks {
@@ -286,7 +357,7 @@ func fileChange(fd *diff.FileDiff) (*FileChange, error) {
 			return nil, fmt.Errorf("%s: a created file must be one hunk with no old lines", fc.Path)
 		}
 	case Delete:
-		if len(fc.Hunks) != 1 || len(fc.Hunks[0].New) != 0 {
+		if len(fc.Hunks) > 1 || (len(fc.Hunks) == 1 && len(fc.Hunks[0].New) != 0) {
 			return nil, fmt.Errorf("%s: a deleted file must be one hunk with no new lines", fc.Path)
 		}
 	}

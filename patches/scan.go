@@ -11,12 +11,11 @@ import (
 var hunkHeaderRe = regexp.MustCompile(`^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? @@`)
 
 // gitHeaderPrefixes are the lines git writes between "diff --git" and
-// "---": arpatch accepts them outside hunks (fileChange refuses renames,
-// copies, mode changes and binary patches).
+// "---": arpatch accepts them outside hunks (readExtended carries out or
+// refuses each; binary patches are refused here, before their data).
 var gitHeaderPrefixes = []string{
 	"diff --git ", "index ", "new file mode ", "deleted file mode ", "old mode ", "new mode ",
-	"similarity index ", "dissimilarity index ", "rename from ", "rename to ", "copy from ", "copy to ",
-	"Binary files ", "GIT binary patch",
+	"similarity index ", "dissimilarity index ", "rename from ", "rename to ", "rename old ", "rename new ", "copy from ", "copy to ",
 }
 
 // scanStructure walks the diff line by line and checks what go-diff
@@ -29,6 +28,7 @@ func scanStructure(body []byte, lineBase int) ([]int, error) {
 	lines := bytes.SplitAfter(body, []byte("\n"))
 	oldLeft, newLeft := 0, 0
 	inHunk := false
+	file := "(no file header)"
 	for i, raw := range lines {
 		n := lineBase + i
 		l := strings.TrimRight(string(raw), "\r\n")
@@ -86,6 +86,9 @@ func scanStructure(body []byte, lineBase int) ([]int, error) {
 		case strings.HasPrefix(l, "+++ "):
 		case strings.HasPrefix(l, "diff --git "):
 			counts = append(counts, 0)
+			file = strings.TrimPrefix(l, "diff --git ")
+		case strings.HasPrefix(l, "GIT binary patch"), strings.HasPrefix(l, "Binary files ") && strings.HasSuffix(l, " differ"):
+			return nil, fmt.Errorf("line %d: binary patches are not supported (%s: %q); a series carries text diffs only", n, file, clip(l))
 		case hasAnyPrefix(l, gitHeaderPrefixes):
 		default:
 			return nil, fmt.Errorf("line %d: unexpected text %q outside a hunk; a patch holds only file headers and hunks", n, clip(l))

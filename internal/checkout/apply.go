@@ -352,6 +352,14 @@ func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.
 		return err
 	}
 	var differ, extra []string
+	for _, p := range ps {
+		for _, fc := range p.Diff.Changes {
+			if fc.OldMode != "" && tree.Mode(fc.Path) != fc.OldMode {
+				return fmt.Errorf("patch %s changes the mode of %s from %s, but commit %s has it as %s; nothing was changed. Use a series made for this commit (arpatch patches check --repo %s --commit %s)",
+					p.Name, fc.Path, fc.OldMode, head[:12], orNone(tree.Mode(fc.Path)), root.Dir, head)
+			}
+		}
+	}
 	for p := range seriesFiles(ps) {
 		want, werr := tree.ReadFile(p)
 		got, gerr := root.ReadFile(p)
@@ -405,11 +413,14 @@ func orderedWrites(res *patches.Result, ps []*patches.Patch, undo bool) []safefs
 	var out []safefs.Change
 	for _, f := range inPatchOrder(res, ps) {
 		c := safefs.Change{Path: f.Path, Data: f.After}
-		if f.Op == patches.Create {
+		if f.Op == patches.Create || f.OldMode != "" {
 			c.Mode = gitMode(f.Mode)
 		}
 		if undo {
 			c = safefs.Change{Path: f.Path, Data: f.Before}
+			if f.OldMode != "" {
+				c.Mode = gitMode(f.OldMode)
+			}
 		}
 		out = append(out, c)
 	}

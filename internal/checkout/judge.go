@@ -96,7 +96,11 @@ func statePatches(st *State, cat *patches.Catalog) []*patches.Patch {
 func fileStates(res *patches.Result, ps []*patches.Patch) []FileState {
 	out := []FileState{}
 	for _, f := range inPatchOrder(res, ps) {
-		out = append(out, FileState{Path: f.Path, Op: f.Op.String(), Before: sum(f.Before), After: sum(f.After)})
+		fs := FileState{Path: f.Path, Op: f.Op.String(), Before: sum(f.Before), After: sum(f.After)}
+		if f.OldMode != "" {
+			fs.OldMode, fs.Mode = f.OldMode, f.Mode
+		}
+		out = append(out, fs)
 	}
 	return out
 }

@@ -71,13 +71,19 @@ type PatchState struct {
 	SHA256 string `json:"sha256"`
 }
 
-// FileState records one changed file: its op and the sha256 of its bytes
-// before and after (empty when absent).
+// FileState records one changed file: its op, the sha256 of its bytes
+// before and after (empty when absent), and its mode when the series
+// changed it.
 type FileState struct {
 	Path   string `json:"path"`
 	Op     string `json:"op"`
 	Before string `json:"before_sha256,omitempty"`
 	After  string `json:"after_sha256,omitempty"`
+	// OldMode and Mode are set when the series changed the file's mode
+	// (git modes, "100644" to "100755" or back); revert restores the
+	// commit's mode.
+	OldMode string `json:"old_mode,omitempty"`
+	Mode    string `json:"mode,omitempty"`
 }
 
 // Offset records a hunk that landed away from its header's line.
@@ -234,10 +240,15 @@ type FileDrift struct {
 	// sha256 before apply): restored by hand, or never written by an
 	// interrupted apply. Nothing of the user's would be lost by revert.
 	Upstream bool `json:"upstream"`
+	// Mode is set when the bytes are apply's but the mode apply set was
+	// changed since.
+	Mode string `json:"mode,omitempty"`
 }
 
 func (d FileDrift) String() string {
 	switch {
+	case d.Mode != "":
+		return d.Path + " (" + d.Mode + ")"
 	case d.Upstream:
 		return d.Path + " (upstream bytes again: not patched)"
 	case d.Got == "":
@@ -274,6 +285,12 @@ func (s *State) drift(root safefs.Root) ([]FileDrift, error) {
 		}
 		if got != f.After {
 			out = append(out, FileDrift{Path: f.Path, Want: f.After, Got: got, Upstream: got == f.Before})
+			continue
+		}
+		if f.Mode != "" && err == nil {
+			if m, err := root.Mode(f.Path); err == nil && (m&0o100 != 0) != (f.Mode == "100755") {
+				out = append(out, FileDrift{Path: f.Path, Want: f.After, Got: got, Mode: fmt.Sprintf("mode %o since apply, which set %s", m, f.Mode)})
+			}
 		}
 	}
 	return out, nil

@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/internal/testrepo"
 )
 
 // editState rewrites the state file through fn; with redigest it also
@@ -182,5 +183,67 @@ func TestStrayStateTempsAreRemoved(t *testing.T) {
 	}
 	if _, err := os.Stat(stray); !os.IsNotExist(err) {
 		t.Errorf("revert left %s: %v", stray, err)
+	}
+}
+
+// A mode change is carried out, recorded in the state, watched by status
+// and reverted; a series whose old mode is not the commit's is refused.
+func TestModeChangeIsRecordedAndReverted(t *testing.T) {
+	f := newFixture(t)
+	pristine := snapshot(t, f.up)
+	mode := "Description: d\nAuthor: t\nUpstream-Status: Pending\nApplies-To: fixture\n\n" +
+		"diff --git a/kernel/untouched.cuh b/kernel/untouched.cuh\nold mode 100644\nnew mode 100755\n" +
+		"diff --git a/tools/launch.sh b/tools/launch.sh\nold mode 100755\nnew mode 100644\n"
+	dir := filepath.Join(t.TempDir(), "series")
+	toml := "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + f.commit + "\"]\n\n[[patch]]\nfile = \"0001-mode.patch\"\nsha256 = \"" + sum([]byte(mode)) + "\"\n"
+	testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-mode.patch": mode})
+	cat, err := loadDir(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.cat = cat
+	if _, err := f.apply(t); err != nil {
+		t.Fatal(err)
+	}
+	for p, want := range map[string]os.FileMode{"kernel/untouched.cuh": 0o755, "tools/launch.sh": 0o644} {
+		if fi, err := os.Stat(filepath.Join(f.work, p)); err != nil || fi.Mode().Perm() != want {
+			t.Errorf("%s: mode %v, want %v (%v)", p, fi.Mode().Perm(), want, err)
+		}
+	}
+	st, _ := ReadState(filepath.Join(f.work, ".git"))
+	if len(st.Files) != 2 || st.Files[0].OldMode != "100644" || st.Files[0].Mode != "100755" || st.Files[0].Before != st.Files[0].After {
+		t.Errorf("state files: %+v", st.Files)
+	}
+	if sr, err := Status(f.work, f.cat); err != nil || !sr.Clean() {
+		t.Fatalf("status after apply: %+v %v", sr, err)
+	}
+	// chmod by hand: drift, and revert wants --force.
+	os.Chmod(filepath.Join(f.work, "kernel/untouched.cuh"), 0o644)
+	sr, err := Status(f.work, f.cat)
+	if err != nil || sr.Clean() || len(sr.Drift) != 1 || !strings.Contains(sr.Drift[0].String(), "since apply, which set 100755") {
+		t.Errorf("status after chmod: %+v %v", sr, err)
+	}
+	if _, err := Revert(RevertOptions{Src: f.work, Catalog: f.cat}); err == nil {
+		t.Error("revert over a changed mode without --force")
+	}
+	if _, err := Revert(RevertOptions{Src: f.work, Catalog: f.cat, Force: true}); err != nil {
+		t.Fatal(err)
+	}
+	if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
+		t.Errorf("differs from upstream after revert: %v", d)
+	}
+	// The old mode must be the commit's.
+	wrong := strings.Replace(mode, "old mode 100755\nnew mode 100644", "old mode 100644\nnew mode 100755", 1)
+	toml = strings.Replace(toml, sum([]byte(mode)), sum([]byte(wrong)), 1)
+	testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-mode.patch": wrong})
+	if f.cat, err = loadDir(dir); err != nil {
+		t.Fatal(err)
+	}
+	before := snapshot(t, f.work)
+	if _, err := f.apply(t); err == nil || !strings.Contains(err.Error(), "changes the mode of tools/launch.sh from 100644, but commit") {
+		t.Errorf("wrong old mode: %v", err)
+	}
+	if d := diffSnapshots(before, snapshot(t, f.work)); len(d) > 0 {
+		t.Errorf("a refused apply changed: %v", d)
 	}
 }

@@ -75,6 +75,19 @@ func (r Root) ReadFile(rel string) ([]byte, error) {
 	return os.ReadFile(p)
 }
 
+// Mode returns the permission bits of a regular file under the root.
+func (r Root) Mode(rel string) (fs.FileMode, error) {
+	p, err := r.resolve(rel)
+	if err != nil {
+		return 0, err
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return 0, err
+	}
+	return fi.Mode().Perm(), nil
+}
+
 // Change is one file to write (Data not nil) or delete (Data nil).
 type Change struct {
 	Path string
