@@ -7,9 +7,13 @@ import (
 	"context"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/arpatch/arpatch/internal/sglkernel"
+	"github.com/arpatch/arpatch/internal/testrepo"
 )
 
 // TestPlanFindsTheProject plans the wheel in both layouts: the command runs
@@ -32,6 +36,22 @@ func TestPlanFindsTheProject(t *testing.T) {
 			}
 		})
 	}
+	// A tree with both (a fork that copied instead of moving): refused,
+	// naming both, before anything is probed or built.
+	two := newEnvIn(t, aotLayout)
+	c2, err := testrepo.Change(two.up, "copy", kernelFiles(t, oldLayout))
+	if err != nil {
+		t.Fatal(err)
+	}
+	two.commit = c2
+	two.src = filepath.Join(t.TempDir(), "two")
+	two.apply(t, two.src, "", nil)
+	_, err = PlanBuild(context.Background(), two.opts())
+	contains(t, errString(err), two.src+" holds 2 sgl-kernel projects (python/sglang/kernels/aot/, sgl-kernel/); arpatch builds one and will not guess which")
+	if _, err := PlanExt(context.Background(), two.opts()); !sglkernel.IsNotFound(err) {
+		t.Errorf("ext with two projects: %v", err)
+	}
+
 	e := newEnvIn(t, aotLayout)
 	p := mustPlan(t, e.opts())
 	cut := p.Deps[0]
@@ -208,5 +228,74 @@ func TestUnpackTarGz(t *testing.T) {
 	}
 	if _, err := unpack([]byte("not gzip"), ""); err == nil || !strings.Contains(err.Error(), "not a gzip'd tar archive") {
 		t.Errorf("not gzip: %v", err)
+	}
+}
+
+// TestRemediesRunAsPrinted runs, with git, the commands two refusals
+// print: --offline's clone at the pin for a GIT_TAG dep (git's insteadOf
+// points the upstream URL at a local fixture repository), and --check's
+// restore of a deleted translation unit.
+func TestRemediesRunAsPrinted(t *testing.T) {
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git not installed: the printed remedies are git commands")
+	}
+	dep := filepath.Join(t.TempDir(), "fmt")
+	testrepo.WriteFiles(dep, map[string]string{"include/fmt/core.h": "// fixture fmt\n"})
+	pin, err := testrepo.Init(dep)
+	if err != nil {
+		t.Fatal(err)
+	}
+	testrepo.Change(dep, "after the pin", map[string]string{"include/fmt/core.h": "// later\n"})
+	cm := "FetchContent_Declare(repo-fmt GIT_REPOSITORY https://github.com/fmtlib/fmt GIT_TAG " + pin + ")\n"
+	e := newEnvIn(t, layout{"git-pin", "sgl-kernel", cm, ""})
+	work := t.TempDir()
+	o := e.opts()
+	o.Offline = true
+	_, err = PlanBuild(context.Background(), o)
+	var me *MissingDepsError
+	if !errors.As(err, &me) {
+		t.Fatalf("offline: %v", err)
+	}
+	want := "git clone https://github.com/fmtlib/fmt deps/repo-fmt && git -C deps/repo-fmt checkout " + pin
+	var cmds []string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		if l = strings.TrimSpace(l); strings.HasPrefix(l, "mkdir -p ") || strings.HasPrefix(l, "git clone ") {
+			cmds = append(cmds, l)
+		}
+	}
+	if len(cmds) != 2 || cmds[0] != "mkdir -p deps" || cmds[1] != want {
+		t.Fatalf("printed %q, want mkdir and %q", cmds, want)
+	}
+	for _, c := range cmds {
+		sh := exec.Command("sh", "-c", c)
+		sh.Dir = work
+		sh.Env = append(os.Environ(), "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=url."+dep+".insteadOf", "GIT_CONFIG_VALUE_0=https://github.com/fmtlib/fmt",
+			"GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0")
+		if out, err := sh.CombinedOutput(); err != nil {
+			t.Fatalf("%s: %v\n%s", c, err, out)
+		}
+	}
+	o.DepsDir = filepath.Join(work, "deps")
+	p := mustPlan(t, o)
+	if p.Deps[0].Commit != pin || p.Deps[0].Dir != filepath.Join(work, "deps", "repo-fmt") {
+		t.Errorf("after the remedy: %+v", p.Deps[0])
+	}
+
+	// --check with its translation unit deleted: restored by the command
+	// it prints.
+	os.Remove(e.k("csrc/allreduce/custom_all_reduce.cu"))
+	_, _, err = Check(context.Background(), CheckOptions{Src: e.src, Archs: []Arch{"90a"}, Python: "python3", Env: e.env})
+	msg := errString(err)
+	i := strings.Index(msg, "(git -C ")
+	if i < 0 || !strings.HasSuffix(msg, ")") {
+		t.Fatalf("deleted TU: %v", err)
+	}
+	if c := msg[i+1 : len(msg)-1]; c != "git -C "+e.src+" checkout -- sgl-kernel/csrc/allreduce/custom_all_reduce.cu" {
+		t.Fatalf("printed %q", c)
+	} else if out, err := exec.Command("sh", "-c", c).CombinedOutput(); err != nil {
+		t.Fatalf("%s: %v\n%s", c, err, out)
+	}
+	if res, _, err := Check(context.Background(), CheckOptions{Src: e.src, Archs: []Arch{"90a"}, Python: "python3", Env: e.env}); err != nil || !res[0].OK {
+		t.Errorf("after the remedy: %+v %v", res, err)
 	}
 }

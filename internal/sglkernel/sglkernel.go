@@ -100,7 +100,7 @@ type NotFoundError struct {
 func (e *NotFoundError) Error() string {
 	var b strings.Builder
 	if len(e.Found) > 1 {
-		fmt.Fprintf(&b, "%s holds %d sgl-kernel projects (%s/); arpatch builds one and will not guess which. Use an upstream SGLang tree: `arpatch apply --commit REV` checks one out", e.Tree, len(e.Found), strings.Join(e.Found, "/, "))
+		fmt.Fprintf(&b, "%s holds %d sgl-kernel projects (%s/); arpatch builds one and will not guess which. Use an upstream SGLang tree (arpatch apply clones one at the recipe's commit)", e.Tree, len(e.Found), strings.Join(e.Found, "/, "))
 		return b.String()
 	}
 	fmt.Fprintf(&b, "%s has no sgl-kernel project: looked for a directory holding %s, CMakeLists.txt and a pyproject.toml built by scikit-build-core with [project] name %s (upstream keeps it in sgl-kernel/ up to 2026-07-28 and in python/sglang/kernels/aot/ since c32c4ef79cf5)",
