@@ -177,25 +177,27 @@ func (e *MissingDepsError) Error() string {
 	for _, d := range e.Missing {
 		fmt.Fprintf(&b, "\n  %-24s %s @ %s  (%s)", d.Name, d.URL, pinOrNone(d.Pin()), d.File)
 	}
-	fmt.Fprintf(&b, "\nfetch each into the deps dir (on a machine with network, then copy the dir here), as an archive where upstream pins one by URL_HASH (arpatch checks its SHA256) or as a clone at the pin:\n  mkdir -p %s", dir)
+	fmt.Fprintf(&b, "\nfetch each into the deps dir (on a machine with network, then copy the dir here), as an archive where upstream pins one by URL_HASH (arpatch checks its SHA256) or as a clone at the pin:\n  mkdir -p %s", shellQuote(dir))
 	for _, d := range e.Missing {
 		b.WriteString("\n  " + fetchCommand(d, dir))
 	}
-	fmt.Fprintf(&b, "\nthen run the build again with --deps-dir %s", dir)
+	fmt.Fprintf(&b, "\nthen run the build again with --deps-dir %s", shellQuote(dir))
 	return b.String()
 }
 
 // fetchCommand is the shell command that puts d into dir under the name
 // MapDeps looks for first.
+// Paths are quoted for the shell where they need it.
 func fetchCommand(d Dep, dir string) string {
+	q := shellQuote
 	if isArchiveURL(d.URL) {
-		return fmt.Sprintf("curl -fL -o %s %s", filepath.Join(dir, d.Name+".tar.gz"), d.URL)
+		return fmt.Sprintf("curl -fL -o %s %s", q(filepath.Join(dir, d.Name+".tar.gz")), q(d.URL))
 	}
-	to := filepath.Join(dir, d.Name)
+	to := q(filepath.Join(dir, d.Name))
 	if d.Tag == "" {
-		return fmt.Sprintf("git clone %s %s", d.URL, to)
+		return fmt.Sprintf("git clone %s %s", q(d.URL), to)
 	}
-	return fmt.Sprintf("git clone %s %s && git -C %s checkout %s", d.URL, to, to, d.Tag)
+	return fmt.Sprintf("git clone %s %s && git -C %s checkout %s", q(d.URL), to, to, q(d.Tag))
 }
 
 func isArchiveURL(u string) bool {
@@ -230,7 +232,7 @@ func isArchiveURL(u string) bool {
 func MapDeps(deps []Dep, depsDir string, offline bool) ([]Dep, error) {
 	if depsDir != "" {
 		if fi, err := os.Stat(depsDir); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("--deps-dir %s: not a directory; create it (mkdir -p %s) and fetch each dependency into it: the build with --offline lists them, each with the command that fetches it", depsDir, depsDir)
+			return nil, fmt.Errorf("--deps-dir %s: not a directory; create it (mkdir -p %s) and fetch each dependency into it: the build with --offline lists them, each with the command that fetches it", depsDir, shellQuote(depsDir))
 		}
 	}
 	out := make([]Dep, len(deps))
@@ -318,7 +320,7 @@ func checkURLHash(d Dep, archive, sum string) error {
 	}
 	if !strings.EqualFold(want, sum) {
 		return fmt.Errorf("dependency %s: %s has sha256 %s, but %s pins URL_HASH SHA256=%s: it is not the archive upstream pins (a truncated download, or another revision). Fetch it again: rm %s && %s",
-			d.Name, archive, sum, d.File, strings.ToLower(want), archive, fetchCommand(d, filepath.Dir(archive)))
+			d.Name, archive, sum, d.File, strings.ToLower(want), shellQuote(archive), fetchCommand(d, filepath.Dir(archive)))
 	}
 	return nil
 }

@@ -89,6 +89,14 @@ func TestDepsDirArchives(t *testing.T) {
 		"curl -fL -o "+filepath.Join(dd, "repo-flashmla-cutlass.tar.gz")+" https://github.com/NVIDIA/cutlass/archive/147f5673d0c1c3dcf66f78d677fd647e4a020219.tar.gz",
 		"then run the build again with --deps-dir "+dd)
 
+	// A deps dir whose path needs quotes: each printed command runs in sh.
+	spaced := filepath.Join(t.TempDir(), "my deps")
+	os.Mkdir(spaced, 0o755)
+	os2 := o
+	os2.DepsDir = spaced
+	_, err = PlanBuild(context.Background(), os2)
+	contains(t, errString(err), "mkdir -p '"+spaced+"'", "curl -fL -o '"+filepath.Join(spaced, "repo-cutlass.tar.gz")+"' https://", "--deps-dir '"+spaced+"'")
+
 	// One by its name, one by the URL's file name (as curl -O saves it);
 	// one missing is still named.
 	cut := fixtureArchive(t, "repo-cutlass")
