@@ -18,12 +18,12 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
+	"github.com/arpatch/arpatch/harness/tune"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
@@ -359,15 +359,15 @@ func (r *Recipe) validate(data []byte, md toml.MetaData) error {
 }
 
 // checkKnownEnv validates the variables whose meaning arpatch knows: the
-// pcie series' two (custom_all_reduce_utils.py raises on a bad byte cap at
-// server start, far from the recipe) and SGLang's algorithm override
+// pcie series' three (its patched custom_all_reduce_utils.py and
+// custom_all_reduce.cuh refuse a bad byte limit at server start, far from
+// the recipe) and SGLang's algorithm override
 // (custom_all_reduce.cuh throws on an unknown value).
 func checkKnownEnv(k, v string) error {
 	switch k {
-	case "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES":
-		n, err := strconv.ParseInt(v, 10, 64)
-		if err != nil || n <= 0 {
-			return fmt.Errorf("%q: want a positive number of bytes, e.g. \"262144\"", v)
+	case tune.EnvMaxBytes, tune.Env1StageMax:
+		if _, err := tune.ParseBytes(k, v); err != nil {
+			return err
 		}
 	case "SGLANG_FORCE_CUSTOM_AR_PCIE":
 		switch strings.ToLower(v) {

@@ -27,7 +27,7 @@ func TestEmbeddedRecipes(t *testing.T) {
 	}
 	p, _ := Embedded("pcie")
 	b, _ := Embedded("baseline")
-	if p.Series != "pcie" || p.Env["SGLANG_FORCE_CUSTOM_AR_PCIE"] != "1" || p.Env["SGLANG_PCIE_CUSTOM_AR_MAX_BYTES"] != "262144" {
+	if p.Series != "pcie" || p.Env["SGLANG_FORCE_CUSTOM_AR_PCIE"] != "1" || p.Env["SGLANG_PCIE_CUSTOM_AR_MAX_BYTES"] != "65536" {
 		t.Errorf("pcie: series %q env %v", p.Series, p.Env)
 	}
 	if b.Series != "" || len(b.Env) != 0 {
@@ -114,7 +114,8 @@ func TestValidationNamesFileLineAndKey(t *testing.T) {
 		{"baseline arm missing", "name = \"r\"\n" + pin + "[bench]\nbaseline_arm = \"zz\"\n[[bench.arm]]\nname = \"a\"\n", `"zz" names no [[bench.arm]]`},
 		{"wrong type", "name = \"r\"\n" + pin + "[bench]\ntp = \"8\"\n", "r.toml:5: bench.tp: incompatible types"},
 		{"no upstream", "name = \"r\"\n", "missing table [upstream]"},
-		{"bad byte cap", "name = \"r\"\n" + pin + "[env]\nSGLANG_PCIE_CUSTOM_AR_MAX_BYTES = \"lots\"\n", `env.SGLANG_PCIE_CUSTOM_AR_MAX_BYTES: "lots": want a positive number of bytes`},
+		{"bad byte cap", "name = \"r\"\n" + pin + "[env]\nSGLANG_PCIE_CUSTOM_AR_MAX_BYTES = \"lots\"\n", `env.SGLANG_PCIE_CUSTOM_AR_MAX_BYTES: SGLANG_PCIE_CUSTOM_AR_MAX_BYTES="lots": expected a whole number of bytes`},
+		{"bad 1-stage limit", "name = \"r\"\n" + pin + "[env]\nSGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES = \"16K\"\n", `env.SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES: SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES="16K": expected a whole number of bytes`},
 		{"bad algo env", "name = \"r\"\n" + pin + "[env]\nSGLANG_CUSTOM_ALLREDUCE_ALGO = \"3stage\"\n", "sgl-kernel accepts 1stage, oneshot, 2stage, twoshot"},
 		{"zero trials", "name = \"r\"\n" + pin + "[bench]\ntrials = 0\n", "r.toml:5: bench.trials: 0: use 1 to 1000"},
 		// Every count is bounded: the largest int64 used to panic in makeslice.
