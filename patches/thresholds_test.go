@@ -146,7 +146,7 @@ print(json.dumps(out))
 			}
 			type res struct {
 				Value *json.Number `json:"value"`
-				Error string `json:"error"`
+				Error string       `json:"error"`
 			}
 			get := func(k string) res {
 				var r res
