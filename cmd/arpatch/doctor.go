@@ -132,6 +132,9 @@ func printDoctor(w io.Writer, rep *doctor.Report) {
 		}
 	}
 	fmt.Fprintf(w, "verdict: %s\n", rep.Verdict)
+	if rep.Expect != "" {
+		fmt.Fprintf(w, "expect: %s\n", rep.Expect)
+	}
 }
 
 func joinInts(xs []int) string {

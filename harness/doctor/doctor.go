@@ -68,6 +68,8 @@ type Report struct {
 	Judged   Judged    `json:"judged"`
 	Findings []Finding `json:"findings"`
 	Verdict  string    `json:"verdict"`
+	// Expect is the traffic model's estimate at the verify shape (harness/traffic).
+	Expect string `json:"expect,omitempty"`
 }
 
 // Judged is what the findings describe: the GPUs the job uses (those
@@ -247,6 +249,7 @@ func Inspect(ctx context.Context, o Options) *Report {
 	rep.Findings = append(findings(judgedHost, j, env), extra...)
 	sort.SliceStable(rep.Findings, func(i, j int) bool { return rank(rep.Findings[i].Severity) > rank(rep.Findings[j].Severity) })
 	rep.Verdict = verdict(judgedHost, j)
+	rep.Expect = expectation(judgedHost)
 	return rep
 }
 

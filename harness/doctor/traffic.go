@@ -1,0 +1,56 @@
+package doctor
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/arpatch/arpatch/harness/allreduce"
+	"github.com/arpatch/arpatch/harness/traffic"
+)
+
+// VerifyBytes is the allreduce of one EAGLE-3 verify pass of the published
+// account: 4 tokens x hidden 5120 x bf16 = 40 KiB.
+const VerifyBytes = 4 * 5120 * 2
+
+// TrafficTopology builds harness/traffic's view of the host from `nvidia-smi
+// topo -m` and each GPU's current PCIe generation and width. It returns
+// traffic.New's error for a matrix it cannot read.
+func TrafficTopology(t *Topology, gpus []GPU, p traffic.Params) (*traffic.Topology, error) {
+	links := make([][]string, len(t.GPUs))
+	gens, widths := make([]int, len(t.GPUs)), make([]int, len(t.GPUs))
+	for i, g := range t.GPUs {
+		links[i] = t.Links[g]
+		if i < len(gpus) {
+			gens[i], widths[i] = gpus[i].PCIeGen, gpus[i].PCIeWidth
+		}
+	}
+	return traffic.New(links, gens, widths, p)
+}
+
+// expectation says which allreduce the traffic model expects to win at the
+// verify shape at world size = the GPU count, and the PCIe dispatch's
+// thresholds it suggests; "" without a topology.
+func expectation(h *Host) string {
+	if h.Topology == nil || len(h.Topology.GPUs) < 2 {
+		return ""
+	}
+	p := traffic.Default()
+	m, err := TrafficTopology(h.Topology, h.GPUs, p)
+	if err != nil {
+		return "traffic model: " + err.Error()
+	}
+	var parts []string
+	for _, e := range m.Compare(VerifyBytes, p) {
+		if e.Algo != traffic.NCCLRingSHM {
+			parts = append(parts, fmt.Sprintf("%s %.1f µs", e.Algo, e.US))
+		}
+	}
+	s := fmt.Sprintf("traffic model (an estimate) at the verify shape (%s, world size %d): %s; NCCL over SHM, as in the published account, %.1f µs",
+		allreduce.FormatBytes(VerifyBytes), m.N, strings.Join(parts, ", "), m.NCCL(VerifyBytes, p, true).US)
+	if m.FullNVLink() {
+		return s + "; full NVLink: the PCIe dispatch is not used here"
+	}
+	p2p, shm := m.Suggest(p, false), m.Suggest(p, true)
+	return s + fmt.Sprintf("; PCIe dispatch fit: 1-stage up to %s, custom allreduce up to %s (%s against SHM NCCL); measure with `arpatch tune allreduce --world-size %d`",
+		allreduce.FormatBytes(p2p.OneStageMax), allreduce.FormatBytes(p2p.MaxBytes), allreduce.FormatBytes(shm.MaxBytes), m.N)
+}

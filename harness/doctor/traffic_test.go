@@ -1,0 +1,26 @@
+package doctor
+
+import (
+	"context"
+	"testing"
+)
+
+// TestExpectation: doctor says what the traffic model expects at the
+// verify shape on the recorded hosts. On pcie8, GPU2's link trained at
+// gen 1 (3.4 GB/s) carries the ring's 1.75 x 40K: 20.9 µs on top of NCCL's
+// 27.2 µs of steps.
+func TestExpectation(t *testing.T) {
+	pcie := Inspect(context.Background(), Options{Run: recorded(t, "pcie8", nil)})
+	want := "traffic model (an estimate) at the verify shape (40K, world size 8): nccl-ring 48.1 µs, nccl-tree 51.1 µs, custom-2stage 104.6 µs, custom-1stage 382.2 µs; " +
+		"NCCL over SHM, as in the published account, 220.9 µs; PCIe dispatch fit: 1-stage up to 576B, custom allreduce up to 9K (103K against SHM NCCL); " +
+		"measure with `arpatch tune allreduce --world-size 8`"
+	if pcie.Expect != want {
+		t.Errorf("pcie8:\n got %q\nwant %q", pcie.Expect, want)
+	}
+	nv := Inspect(context.Background(), Options{Run: recorded(t, "h200x2", nil)})
+	want = "traffic model (an estimate) at the verify shape (40K, world size 2): custom-1stage 4.7 µs, custom-2stage 7.3 µs, nccl-ring 8.7 µs, nccl-tree 8.7 µs; " +
+		"NCCL over SHM, as in the published account, 33.4 µs; full NVLink: the PCIe dispatch is not used here"
+	if nv.Expect != want {
+		t.Errorf("h200x2:\n got %q\nwant %q", nv.Expect, want)
+	}
+}
