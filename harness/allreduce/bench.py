@@ -132,7 +132,12 @@ class CustomAllreduce:
         self.meta_ptrs = self._shared(ext.meta_size() + max_size, zero=True)
         self.buf_ptrs = self._shared(max_size, zero=False)
         self.rank_data = torch.empty(8 << 20, dtype=torch.uint8, device="cuda")
-        self.fa = ext.init_custom_ar(self.meta_ptrs, self.rank_data, rank, full_nvlink)
+        try:
+            self.fa = ext.init_custom_ar(self.meta_ptrs, self.rank_data, rank, full_nvlink)
+        except Exception:
+            # A refused init (a bad PCIe threshold) must not leak the buffers.
+            self._release()
+            raise
         ext.register_buffer(self.fa, self.buf_ptrs)
 
     def _shared(self, n, zero):
@@ -168,10 +173,14 @@ class CustomAllreduce:
         torch.cuda.synchronize()
         dist.barrier(group=self.group)
         self.ext.dispose(self.fa)
+        self._release()
+
+    def _release(self):
         for p in self.opened:
             self.ipc.close(p)
         for p in self.mine:
             self.ipc.free(p)
+        self.opened, self.mine = [], []
 
 
 def load_ext(path):
@@ -230,6 +239,8 @@ def main():
     ap.add_argument("--reps", type=int, default=30)
     ap.add_argument("--max-size", type=int, default=8 << 20)
     ap.add_argument("--out", required=True)
+    ap.add_argument("--probe-thresholds", action="store_true",
+                    help="first check that init_custom_ar refuses a bad SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES (the pcie series' run-time thresholds)")
     args = ap.parse_args()
 
     rank = int(os.environ["RANK"])
@@ -264,6 +275,25 @@ def main():
 
     ext = load_ext(args.ext) if any(i.startswith("custom") for i in impls) else None
     ipc = CudaIpc(local % ndev) if ext else None
+    if ext is not None and args.probe_thresholds:
+        # The pcie series reads its 1-stage limit once, in init_custom_ar,
+        # and throws on a value that is not a byte count: an extension that
+        # takes "16K" silently predates the run-time thresholds.
+        name, bad = "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES", "16K"
+        old = os.environ.get(name)
+        os.environ[name] = bad
+        rec = {"event": "threshold_probe", "variable": name, "value": bad, "refused": False}
+        try:
+            CustomAllreduce(ext, ipc, cpu, rank, world, 1 << 20, False).close()
+        except Exception as e:
+            rec.update(refused=True, error="%s: %s" % (type(e).__name__, e))
+        if old is None:
+            os.environ.pop(name)
+        else:
+            os.environ[name] = old
+        emit(rec)
+        dist.barrier(group=cpu)
+
     cases = []
     for impl in impls:
         if impl == "nccl":

@@ -35,7 +35,10 @@ type Options struct {
 	Reps      int // timed batches
 	Timeout   time.Duration
 	NCCLDebug bool // run with NCCL_DEBUG=INFO and record the transport
-	Env       []string
+	// ProbeThresholds first checks that init_custom_ar refuses a bad
+	// SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES (Run.ThresholdProbe).
+	ProbeThresholds bool
+	Env             []string
 	// Log receives the ranks' combined output as it comes; nil for none.
 	Log io.Writer
 }
@@ -95,6 +98,14 @@ func (r Result) Status() string {
 	return "ok"
 }
 
+// ThresholdProbe is rank 0's record of init_custom_ar given Variable=Value.
+type ThresholdProbe struct {
+	Variable string `json:"variable"`
+	Value    string `json:"value"`
+	Refused  bool   `json:"refused"`
+	Error    string `json:"error,omitempty"`
+}
+
 // RunEnv is what the ranks reported about themselves.
 type RunEnv struct {
 	WorldSize      int    `json:"world_size"`
@@ -114,8 +125,11 @@ type Run struct {
 	Results []Result      `json:"results"`
 	NCCL    NCCLTransport `json:"nccl_transport"`
 	Hang    *Result       `json:"hang,omitempty"` // the case in progress when the timeout fired
-	Seconds float64       `json:"seconds"`
-	Exit    string        `json:"exit"` // "ok", "timeout", or the error
+	// ThresholdProbe is what init_custom_ar did with a bad 1-stage limit
+	// (Options.ProbeThresholds): refused, as the pcie series does, or not.
+	ThresholdProbe *ThresholdProbe `json:"threshold_probe,omitempty"`
+	Seconds        float64         `json:"seconds"`
+	Exit           string          `json:"exit"` // "ok", "timeout", or the error
 	// BadLines counts result lines that did not parse (cut by a kill).
 	BadLines int      `json:"bad_lines,omitempty"`
 	Output   []string `json:"-"`
@@ -128,6 +142,9 @@ func torchrunArgs(opts Options, script, out string) []string {
 		"--branches", strings.Join(opts.Branches, ","), "--modes", strings.Join(opts.Modes, ",")}
 	if opts.Ext != "" {
 		args = append(args, "--ext", opts.Ext)
+	}
+	if opts.ProbeThresholds {
+		args = append(args, "--probe-thresholds")
 	}
 	for _, f := range []struct {
 		name string
@@ -254,6 +271,9 @@ func readResults(path string, run *Run) error {
 		switch head.Event {
 		case "env":
 			json.Unmarshal(line, &run.Env)
+		case "threshold_probe":
+			run.ThresholdProbe = &ThresholdProbe{}
+			json.Unmarshal(line, run.ThresholdProbe)
 		case "start":
 			var r Result
 			if json.Unmarshal(line, &r) != nil {

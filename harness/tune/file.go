@@ -42,7 +42,9 @@ type File struct {
 	Mode       string     `json:"mode"`    // the mode the choice was made in: "graph" or "eager"
 	Verdict    string     `json:"verdict"` // one line, e.g. "custom allreduce never beat NCCL: NCCL at every size"
 	Thresholds Thresholds `json:"thresholds"`
-	Choices    []Choice   `json:"choices,omitempty"` // written as a table in comments; not read back
+	// Command is the tune's command line, run again to re-tune.
+	Command string   `json:"command,omitempty"`
+	Choices []Choice `json:"choices,omitempty"` // written as a table in comments; not read back
 }
 
 // Format renders the file.
@@ -60,6 +62,7 @@ func (f *File) Format() []byte {
 		{"date", f.Date.UTC().Format(time.RFC3339)},
 		{"mode", f.Mode},
 		{"verdict", f.Verdict},
+		{"command", f.Command},
 	} {
 		fmt.Fprintf(&b, "# arpatch-tune %s: %s\n", kv[0], kv[1])
 	}
@@ -155,7 +158,7 @@ func Parse(name string, data []byte) (*File, error) {
 	}
 	f.WorldSize, _ = strconv.Atoi(meta["world_size"])
 	f.Date, _ = time.Parse(time.RFC3339, meta["date"])
-	f.Mode, f.Verdict = meta["mode"], meta["verdict"]
+	f.Mode, f.Verdict, f.Command = meta["mode"], meta["verdict"], meta["command"]
 	if f.Host.Name == "" || f.Host.GPUCount == 0 || f.WorldSize == 0 || f.Date.IsZero() {
 		return nil, fmt.Errorf("%s: the host, gpus, world_size or date record is missing or unreadable; re-run `arpatch tune allreduce --out %s`", name, name)
 	}
@@ -176,11 +179,20 @@ type HostError struct {
 	Path       string
 	Made, Here Host
 	Differs    []string // "host", "gpus"
+	Command    string   // the recorded tune command, the remedy
 }
 
 func (e *HostError) Error() string {
-	return fmt.Sprintf("tune file %s was made on %s (%s), this is %s (%s): its %s differ, and thresholds measured there say nothing about this host's PCIe topology; tune here with `arpatch tune allreduce --out %s`, or pass --force-tune to use it anyway",
-		e.Path, e.Made.Name, e.Made.GPUs(), e.Here.Name, e.Here.GPUs(), strings.Join(e.Differs, " and "), e.Path)
+	cmd := e.Command
+	if cmd == "" {
+		cmd = "arpatch tune allreduce --out " + e.Path
+	}
+	here := e.Here.Name
+	if e.Here.GPUCount > 0 {
+		here += " (" + e.Here.GPUs() + ")"
+	}
+	return fmt.Sprintf("tune file %s was made on %s (%s), this is %s: the %s differ, and thresholds measured there say nothing about this host's PCIe topology; tune here with `%s`, or pass --force-tune to use it anyway",
+		e.Path, e.Made.Name, e.Made.GPUs(), here, strings.Join(e.Differs, " and "), cmd)
 }
 
 // Check compares the file's host with here. It returns a *HostError when
@@ -192,11 +204,13 @@ func (f *File) Check(path string, here Host, ws int, force bool) (warnings []str
 	if f.Host.Name != here.Name {
 		differs = append(differs, "host")
 	}
-	if f.Host.GPUModel != here.GPUModel || f.Host.GPUCount != here.GPUCount {
-		differs = append(differs, "gpus")
+	if here.GPUCount == 0 {
+		warnings = append(warnings, fmt.Sprintf("this host's GPUs could not be read (nvidia-smi): tune file %s's record of %s is not checked", path, f.Host.GPUs()))
+	} else if f.Host.GPUModel != here.GPUModel || f.Host.GPUCount != here.GPUCount {
+		differs = append(differs, "GPUs")
 	}
 	if len(differs) > 0 {
-		he := &HostError{Path: path, Made: f.Host, Here: here, Differs: differs}
+		he := &HostError{Path: path, Made: f.Host, Here: here, Differs: differs, Command: f.Command}
 		if !force {
 			return nil, he
 		}

@@ -155,6 +155,7 @@ func TestFileRoundTripAndHostCheck(t *testing.T) {
 	here := Host{Name: "gpu-a", GPUModel: "NVIDIA RTX PRO 6000 Blackwell Server Edition", GPUCount: 8, Driver: "580.95.05", NCCL: "2.28.9"}
 	f := &File{Host: here, WorldSize: 8, Date: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC), Mode: "graph",
 		Verdict:    "custom allreduce beat NCCL at 3 of 4 sizes",
+		Command:    "arpatch tune allreduce --world-size 8 --src sglang --out t.env",
 		Thresholds: Thresholds{MaxBytes: 262144, OneStageMax: U64(4096)},
 		Choices:    []Choice{{Bytes: 40960, US: map[string]float64{"nccl": 25, "custom-1stage": 30, "custom-2stage": 10}, Fastest: "custom-2stage", Chosen: "custom-2stage", Regret: 1}}}
 	data := f.Format()
@@ -183,12 +184,12 @@ func TestFileRoundTripAndHostCheck(t *testing.T) {
 	_, err = g.Check("t.env", other, 8, false)
 	var he *HostError
 	if !errors.As(err, &he) || !strings.Contains(err.Error(), "tune file t.env was made on gpu-a (8 x NVIDIA RTX PRO 6000 Blackwell Server Edition), this is gpu-b") ||
-		!strings.Contains(err.Error(), "tune here with `arpatch tune allreduce --out t.env`, or pass --force-tune") {
+		!strings.Contains(err.Error(), "tune here with `arpatch tune allreduce --world-size 8 --src sglang --out t.env`, or pass --force-tune") {
 		t.Errorf("other host: %v", err)
 	}
 	fewer := here
 	fewer.GPUCount = 4
-	if _, err := g.Check("t.env", fewer, 8, false); !errors.As(err, &he) || !reflect.DeepEqual(he.Differs, []string{"gpus"}) {
+	if _, err := g.Check("t.env", fewer, 8, false); !errors.As(err, &he) || !reflect.DeepEqual(he.Differs, []string{"GPUs"}) {
 		t.Errorf("other GPU count: %v", err)
 	}
 	w, err := g.Check("t.env", other, 8, true)
@@ -205,8 +206,8 @@ func TestFileRoundTripAndHostCheck(t *testing.T) {
 	for _, bad := range []struct{ text, want string }{
 		{"SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=1\n", "not an arpatch tune file"},
 		{strings.Replace(string(data), "MAX_BYTES=262144", "MAX_BYTES=256K", 1), `SGLANG_PCIE_CUSTOM_AR_MAX_BYTES="256K": expected a whole number`},
-		{string(data) + "NCCL_PROTO=LL\n", "t.env:18: NCCL_PROTO is not a variable a tune file sets"},
-		{string(data) + "junk\n", `t.env:18: "junk" is not KEY=VALUE`},
+		{string(data) + "NCCL_PROTO=LL\n", "t.env:19: NCCL_PROTO is not a variable a tune file sets"},
+		{string(data) + "junk\n", `t.env:19: "junk" is not KEY=VALUE`},
 		{strings.Replace(string(data), "SGLANG_FORCE_CUSTOM_AR_PCIE=1", "SGLANG_FORCE_CUSTOM_AR_PCIE=0", 1), "want 1"},
 		{strings.Replace(string(data), "# arpatch-tune host: gpu-a\n", "", 1), "the host, gpus, world_size or date record is missing"},
 	} {

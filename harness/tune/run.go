@@ -1,0 +1,245 @@
+package tune
+
+import (
+	"bytes"
+	"context"
+	"fmt"
+	"io"
+	"math"
+	"os"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/arpatch/arpatch/harness/allreduce"
+)
+
+// Options holds every input of Run.
+type Options struct {
+	// Bench carries the measurement settings: Python, WorldSize, Ext,
+	// Warmup, Inner, Reps, Timeout, NCCLDebug, Env, Log. Impls, Branches,
+	// Sizes and Modes are set by Run.
+	Bench allreduce.Options
+	Sizes []int    // bytes
+	Modes []string // "eager", "graph"
+	// Verify is the allreduce shape of one EAGLE-3 verify pass (reported).
+	Verify allreduce.Verify
+	Host   Host
+	Now    func() time.Time
+	// Progress, when set, hears each step ("measuring ...").
+	Progress func(string)
+	Version  string
+}
+
+// Setting is one threshold setting checked by Run: custom-auto through the
+// PCIe branch with Env added.
+type Setting struct {
+	Name string   `json:"name"` // "1-stage at every size", "2-stage at every size", "chosen"
+	Env  []string `json:"env"`
+	// Report is the verification run; every sum must be exact.
+	Report *allreduce.Report `json:"report"`
+}
+
+// Outcome is what Run measured and chose.
+type Outcome struct {
+	Schema  string            `json:"schema"`
+	Measure *allreduce.Report `json:"measure"` // NCCL, custom-1stage and custom-2stage (pcie branch)
+	// Settings are the verification runs, in order.
+	Settings []Setting `json:"settings"`
+	// File is the tune file, nil when nothing could be chosen (an
+	// oversubscribed run has no timings; a failed run chooses nothing).
+	File *File `json:"file,omitempty"`
+	// Findings are what failed or what was not done, one line each.
+	Findings []string `json:"findings,omitempty"`
+}
+
+// OutcomeSchema names the JSON layout of an Outcome.
+const OutcomeSchema = "arpatch.tune.allreduce/v1"
+
+// Failed reports whether any run held a wrong sum, hung, errored, missed
+// a case, or the extension took a bad threshold.
+func (o *Outcome) Failed() bool {
+	if o.Measure == nil || o.Measure.Failed() {
+		return true
+	}
+	for _, s := range o.Settings {
+		if s.Report == nil || s.Report.Failed() {
+			return true
+		}
+	}
+	if p := o.Measure.Run.ThresholdProbe; p != nil && !p.Refused {
+		return true
+	}
+	return false
+}
+
+// Run tunes the PCIe dispatch on this host: it measures NCCL, custom
+// 1-stage and custom 2-stage through the PCIe branch (full_nvlink=false)
+// at every size and mode, checking every sum, and first checks that the
+// extension refuses a bad threshold at init; picks thresholds (Pick, in
+// graph mode when measured); then runs custom-auto through the PCIe branch
+// under thresholds that force 1-stage at every size, 2-stage at every size,
+// and the chosen ones, every sum checked again. An oversubscribed run
+// (more ranks than GPUs) has no timings: it checks the settings and chooses
+// nothing. It returns an error only when a run could not start.
+func Run(ctx context.Context, o Options) (*Outcome, error) {
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	say := func(f string, a ...any) {
+		if o.Progress != nil {
+			o.Progress(fmt.Sprintf(f, a...))
+		}
+	}
+	out := &Outcome{Schema: OutcomeSchema}
+	m := o.Bench
+	m.Sizes, m.Modes, m.Branches = o.Sizes, o.Modes, []string{"pcie"}
+	m.Impls = []string{allreduce.NCCL, allreduce.Custom1Stage, allreduce.Custom2Stage}
+	m.ProbeThresholds = true
+	m.Env = withoutThresholds(o.Bench.Env)
+	say("measuring %s through the PCIe branch at %d sizes (%s) on %d ranks", strings.Join(m.Impls, ", "), len(o.Sizes), strings.Join(o.Modes, ", "), m.WorldSize)
+	run, err := allreduce.Execute(ctx, m)
+	if err != nil {
+		return nil, err
+	}
+	out.Measure = allreduce.NewReport(m, o.Verify, run, o.Version)
+	if p := run.ThresholdProbe; p == nil {
+		out.Findings = append(out.Findings, "the extension was not asked whether it refuses a bad threshold (no custom allreduce run reached init)")
+	} else if !p.Refused {
+		out.Findings = append(out.Findings, fmt.Sprintf("NO RUN-TIME THRESHOLDS: init_custom_ar took %s=%q without complaint: this extension predates the pcie series' run-time thresholds; rebuild it from a tree with the current series (arpatch build --allreduce-ext)", p.Variable, p.Value))
+	}
+	if ctx.Err() != nil {
+		return out, nil
+	}
+
+	var th Thresholds
+	var choices []Choice
+	var verdict string
+	mode := "eager"
+	if slices.Contains(o.Modes, "graph") {
+		mode = "graph"
+	}
+	switch {
+	case run.Env.Oversubscribed:
+		out.Findings = append(out.Findings, fmt.Sprintf("oversubscribed (%d ranks on %d GPUs): no timings, so no thresholds are chosen and no tune file is written; the settings below are checked for correctness only", run.Env.WorldSize, run.Env.Devices))
+	case out.Measure.Failed():
+		out.Findings = append(out.Findings, "the measurement failed: no thresholds are chosen")
+	default:
+		th, choices, verdict, err = Pick(run.Results, m.WorldSize, mode)
+		if err != nil {
+			out.Findings = append(out.Findings, "no thresholds chosen: "+err.Error())
+		}
+	}
+
+	settings := []Setting{
+		{Name: "1-stage at every size", Env: []string{Env1StageMax + "=" + strconv.FormatUint(math.MaxUint64, 10)}},
+		{Name: "2-stage at every size", Env: []string{Env1StageMax + "=0"}},
+	}
+	if verdict != "" {
+		settings = append(settings, Setting{Name: "chosen: " + th.String(), Env: th.Env()})
+	}
+	for _, s := range settings {
+		if ctx.Err() != nil {
+			break
+		}
+		v := o.Bench
+		v.Sizes, v.Modes, v.Branches, v.Impls = o.Sizes, o.Modes, []string{"pcie"}, []string{allreduce.CustomAuto}
+		v.Env = append(withoutThresholds(o.Bench.Env), s.Env...)
+		say("checking custom-auto through the PCIe branch with %s (%s)", strings.Join(s.Env, " "), s.Name)
+		r, err := allreduce.Execute(ctx, v)
+		if err != nil {
+			return out, err
+		}
+		s.Report = allreduce.NewReport(v, o.Verify, r, o.Version)
+		out.Settings = append(out.Settings, s)
+		if s.Report.Failed() {
+			out.Findings = append(out.Findings, fmt.Sprintf("custom-auto with %s (%s) failed: %s", strings.Join(s.Env, " "), s.Name, strings.Join(s.Report.Findings, "; ")))
+		}
+	}
+	if verdict != "" && !out.Failed() {
+		h := o.Host
+		if h.NCCL == "" {
+			h.NCCL = run.Env.NCCL
+		}
+		if h.GPUModel == "" {
+			h.GPUModel, h.GPUCount = run.Env.Device, run.Env.Devices
+		}
+		out.File = &File{Host: h, WorldSize: m.WorldSize, Date: o.Now().UTC().Truncate(time.Second), Mode: mode, Verdict: verdict, Thresholds: th, Choices: choices}
+	}
+	return out, nil
+}
+
+// withoutThresholds drops the pcie series' threshold variables and
+// SGLANG_CUSTOM_ALLREDUCE_ALGO from env (nil: the process environment is
+// taken by allreduce.Execute, so it is read here), so that each run sets
+// exactly its own.
+func withoutThresholds(env []string) []string {
+	if env == nil {
+		env = environ()
+	}
+	var out []string
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case EnvMaxBytes, Env1StageMax, EnvAlgo:
+			continue
+		}
+		out = append(out, kv)
+	}
+	return out
+}
+
+var environ = os.Environ
+
+// Write prints the outcome: the measurement table, the threshold probe,
+// each checked setting, the choice per size, the verdict and the
+// environment the tune file sets.
+func (o *Outcome) Write(w io.Writer) {
+	if o.Measure != nil {
+		o.Measure.WriteTable(w)
+		if p := o.Measure.Run.ThresholdProbe; p != nil {
+			verb := "refused it"
+			if !p.Refused {
+				verb = "TOOK IT: no run-time thresholds in this extension"
+			}
+			fmt.Fprintf(w, "\ninit_custom_ar with %s=%s: %s", p.Variable, p.Value, verb)
+			if p.Error != "" {
+				fmt.Fprintf(w, " (%s)", p.Error)
+			}
+			fmt.Fprintln(w)
+		}
+	}
+	if len(o.Settings) > 0 {
+		fmt.Fprintln(w, "\ncustom-auto through the PCIe branch, every sum checked, under each threshold setting:")
+		for _, s := range o.Settings {
+			ok, n := 0, len(s.Report.Run.Results)+len(s.Report.Missing)
+			for _, r := range s.Report.Run.Results {
+				if r.OK {
+					ok++
+				}
+			}
+			verdict := "all exact"
+			if s.Report.Failed() {
+				verdict = "FAILED"
+			}
+			fmt.Fprintf(w, "  %-45s %-52s %d of %d cases exact: %s\n", s.Name, strings.Join(s.Env, " "), ok, n, verdict)
+		}
+	}
+	if o.File != nil {
+		fmt.Fprintf(w, "\nper size (%s mode, medians in µs):\n", o.File.Mode)
+		var b bytes.Buffer
+		WriteChoices(&b, o.File.Choices)
+		w.Write(b.Bytes())
+		fmt.Fprintf(w, "\n%s\nruntime environment:\n", o.File.Verdict)
+		for _, kv := range o.File.Thresholds.Env() {
+			fmt.Fprintf(w, "  %s\n", kv)
+		}
+	}
+	if len(o.Findings) > 0 {
+		fmt.Fprintln(w, "\ntune findings:")
+		for _, f := range o.Findings {
+			fmt.Fprintf(w, "  - %s\n", f)
+		}
+	}
+}
