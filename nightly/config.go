@@ -94,6 +94,11 @@ type Bench struct {
 	AgreeThreshold float64        `toml:"agree_threshold"`
 	ReadyTimeout   string         `toml:"ready_timeout"`
 	LogDir         string         `toml:"log_dir"`
+	// Tune is a thresholds file from `arpatch tune allreduce`, set in the
+	// arms that open the PCIe gate; one made on another host is refused
+	// unless ForceTune.
+	Tune      string `toml:"tune"`
+	ForceTune bool   `toml:"force_tune"`
 
 	warmupSet, agreeSet bool // the file gave them, so 0 means 0
 }

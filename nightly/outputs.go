@@ -270,6 +270,9 @@ func WriteTable(w io.Writer, rep *Report) {
 	for _, b := range rep.Builds {
 		fmt.Fprintf(w, "  build %-10s key %.16s cache hit %v\n", b.Arm, b.Key, b.Hit)
 	}
+	if t := rep.Tune; t != nil {
+		fmt.Fprintf(w, "  tune %s (%s): %s\n    dispatch per size: %s\n", t.Path, t.Host, t.Thresholds, strings.Join(t.Dispatch, ", "))
+	}
 	if rep.Benched() {
 		report.WriteTable(w, rep.Bench, benchSettings(rep))
 	}

@@ -17,6 +17,7 @@ import (
 	"github.com/arpatch/arpatch/harness/report"
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/harness/workload"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/checkout"
@@ -102,6 +103,8 @@ type Report struct {
 	// also_check revision that does not resolve).
 	Warnings   []string          `json:"warnings,omitempty"`
 	ArmRecipes map[string]string `json:"arm_recipes"`
+	// Tune is bench.tune as the arms used it.
+	Tune *TuneRecord `json:"tune,omitempty"`
 	// Ports says, for each judged commit no series fits (drift), whether
 	// `arpatch patches port` finds a clean draft there.
 	Ports []PortHint `json:"ports,omitempty"`
@@ -239,7 +242,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	// 3. Bench, 4. store, 5. verdict.
 	if !o.SkipBench && rep.ExitCode < ExitInfra && canContinue && ctx.Err() == nil {
 		logf("benching %s against %s", b.Name, a.Name)
-		res, settings, err := runBench(ctx, cfg, o, a, b)
+		res, settings, err := runBench(ctx, cfg, o, a, b, in.tune, rep)
 		rep.BenchSettings = &settings
 		rep.Bench = res
 		if err != nil {
@@ -326,6 +329,7 @@ type runInputs struct {
 	a, b *recipes.Recipe
 	cat  *patches.Catalog
 	repo *gitsrc.Repo
+	tune *tune.File // bench.tune, nil when unset
 }
 
 // preflight checks what the config decides before anything runs: the
@@ -391,7 +395,13 @@ func preflight(cfg *Config, o Options) (*runInputs, error) {
 			}
 		}
 	}
-	return &runInputs{a, b, cat, repo}, nil
+	in := &runInputs{a: a, b: b, cat: cat, repo: repo}
+	if !o.SkipBench && cfg.Bench.Tune != "" {
+		if in.tune, err = tune.Load(cfg.Path(cfg.Bench.Tune)); err != nil {
+			return nil, fmt.Errorf("bench.tune: %w", err)
+		}
+	}
+	return in, nil
 }
 
 // pinnedCMake returns the sgl-kernel project's CMakeLists.txt at rev, or
@@ -822,12 +832,15 @@ func BenchOptions(cfg *Config, o Options, a, b *recipes.Recipe) (bench.Options, 
 	return bench.FromRecipe(b.Bench, ov)
 }
 
-func runBench(ctx context.Context, cfg *Config, o Options, a, b *recipes.Recipe) (*bench.Result, report.Settings, error) {
+func runBench(ctx context.Context, cfg *Config, o Options, a, b *recipes.Recipe, tf *tune.File, rep *Report) (*bench.Result, report.Settings, error) {
 	bo, err := BenchOptions(cfg, o, a, b)
 	if err != nil {
 		return nil, report.Settings{}, fmt.Errorf("bench: %w", err)
 	}
 	s := report.SettingsOf(bo, sglang.AgreeTokens)
+	if err := applyTune(cfg, tf, rep, &bo); err != nil {
+		return nil, s, err
+	}
 	res, err := bench.Run(ctx, bo)
 	return res, s, err
 }

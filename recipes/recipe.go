@@ -18,16 +18,17 @@ import (
 	"embed"
 	"encoding/hex"
 	"fmt"
-	"github.com/arpatch/arpatch/harness/tune"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"regexp"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/tomlx"
 )

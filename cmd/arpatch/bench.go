@@ -125,6 +125,8 @@ Examples (each runs in seconds against arpatch's built-in fake server):
 			&cli.BoolFlag{Name: "preflight", Usage: "run the allreduce micro-benchmark first and stop if the patch is slower than NCCL"},
 			&cli.StringFlag{Name: "ext", Usage: "with --preflight: the allreduce extension `PATH`"},
 			&cli.BoolFlag{Name: "force", Usage: "run even when the preflight fails"},
+			&cli.StringFlag{Name: "tune", Usage: "thresholds `FILE` from arpatch tune allreduce, for the arms that open the PCIe gate and the preflight"},
+			&cli.BoolFlag{Name: "force-tune", Usage: "use --tune's file even when it was made on another host"},
 			&cli.StringFlag{Name: "python", Usage: "default Python `INTERPRETER` of the arms", Value: "python3"},
 			&cli.StringFlag{Name: "json", Usage: "write every sample and the environment to `FILE`"},
 			&cli.StringFlag{Name: "markdown", Usage: "write a markdown table to `FILE`"},
@@ -348,7 +350,13 @@ func runBench(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
-	if c.Bool("preflight") {
+	tuned, err := applyTune(c, &o)
+	if err != nil {
+		return err
+	}
+	if c.Bool("preflight") && skipTunedPreflight(c, tuned) {
+		// The tune keeps NCCL at every size: no custom allreduce to check.
+	} else if c.Bool("preflight") {
 		ext := pathFlag(c, "ext")
 		if ext == "" {
 			return usagef("--preflight needs --ext PATH, the allreduce extension from arpatch build --allreduce-ext")
@@ -359,6 +367,7 @@ func runBench(c *cli.Context) error {
 			v.Bytes = v.Shape.Bytes()
 			ao := allreduce.Options{Python: c.String("python"), WorldSize: tp, Sizes: []int{v.Bytes}, Impls: allreduce.KnownImpls,
 				Branches: []string{"pcie"}, Modes: []string{"graph"}, Ext: ext, Timeout: 10 * time.Minute, NCCLDebug: true}
+			tunePreflight(tuned, &ao, v, c.App.ErrWriter)
 			run, err := allreduce.Execute(ctx, ao)
 			if err != nil {
 				return nil, err

@@ -52,6 +52,7 @@ func TestMain(m *testing.M) {
 //	                     shell would; -sub replaces a word first (a mirror a test cannot make)
 //	tgz DIR FILE VAR     write FILE, a gzip'd tar of DIR's files under one top directory
 //	                     (GitHub's archive shape, fixed bytes), and set $VAR to its sha256
+//	fakeranks FILE       write harness/tune/testdata/fakeranks.sh (fake torchrun ranks) to FILE
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
@@ -150,6 +151,15 @@ func TestScripts(t *testing.T) {
 				ts.Check(os.WriteFile(ts.MkAbs(args[1]), b, 0o644))
 				sum := sha256.Sum256(b)
 				ts.Setenv(args[2], hex.EncodeToString(sum[:]))
+			},
+			"fakeranks": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 1 {
+					ts.Fatalf("usage: fakeranks FILE")
+				}
+				b, err := os.ReadFile(filepath.Join("..", "..", "harness", "tune", "testdata", "fakeranks.sh"))
+				ts.Check(err)
+				ts.Check(os.MkdirAll(filepath.Dir(ts.MkAbs(args[0])), 0o755))
+				ts.Check(os.WriteFile(ts.MkAbs(args[0]), b, 0o755))
 			},
 			"sametree": func(ts *testscript.TestScript, neg bool, args []string) {
 				if len(args) != 2 {

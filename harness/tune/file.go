@@ -178,7 +178,7 @@ func Load(path string) (*File, error) {
 type HostError struct {
 	Path       string
 	Made, Here Host
-	Differs    []string // "host", "gpus"
+	Differs    []string // "hostname", "GPUs"
 	Command    string   // the recorded tune command, the remedy
 }
 
@@ -191,8 +191,8 @@ func (e *HostError) Error() string {
 	if e.Here.GPUCount > 0 {
 		here += " (" + e.Here.GPUs() + ")"
 	}
-	return fmt.Sprintf("tune file %s was made on %s (%s), this is %s: the %s differ, and thresholds measured there say nothing about this host's PCIe topology; tune here with `%s`, or pass --force-tune to use it anyway",
-		e.Path, e.Made.Name, e.Made.GPUs(), here, strings.Join(e.Differs, " and "), cmd)
+	return fmt.Sprintf("tune file %s was made on %s (%s), this is %s: not the same %s, and thresholds measured there say nothing about this host's PCIe topology; tune here with `%s`, or pass --force-tune to use it anyway",
+		e.Path, e.Made.Name, e.Made.GPUs(), here, strings.Join(e.Differs, " or "), cmd)
 }
 
 // Check compares the file's host with here. It returns a *HostError when
@@ -202,7 +202,7 @@ func (e *HostError) Error() string {
 func (f *File) Check(path string, here Host, ws int, force bool) (warnings []string, err error) {
 	var differs []string
 	if f.Host.Name != here.Name {
-		differs = append(differs, "host")
+		differs = append(differs, "hostname")
 	}
 	if here.GPUCount == 0 {
 		warnings = append(warnings, fmt.Sprintf("this host's GPUs could not be read (nvidia-smi): tune file %s's record of %s is not checked", path, f.Host.GPUs()))

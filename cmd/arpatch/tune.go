@@ -1,0 +1,294 @@
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"strings"
+	"time"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/arpatch/arpatch/harness/allreduce"
+	"github.com/arpatch/arpatch/harness/bench"
+	"github.com/arpatch/arpatch/harness/doctor"
+	"github.com/arpatch/arpatch/harness/tune"
+	"github.com/arpatch/arpatch/internal/safefs"
+)
+
+func tuneCommand() *cli.Command {
+	return &cli.Command{
+		Name:        "tune",
+		Usage:       "tune the pcie series' run-time thresholds on this host",
+		UsageText:   "arpatch tune allreduce [flags]",
+		Before:      noArgs,
+		Subcommands: []*cli.Command{tuneAllreduceCommand()},
+	}
+}
+
+func tuneAllreduceCommand() *cli.Command {
+	return &cli.Command{
+		Name:  "allreduce",
+		Usage: "measure NCCL, custom 1-stage and 2-stage through the PCIe branch and write the fastest correct thresholds as an env file",
+		UsageText: `arpatch tune allreduce [--recipe NAME] [--world-size N] [--hidden 5120] [--draft-tokens N] [--sizes SIZES]
+                       [--modes eager,graph] (--ext PATH | --src DIR [--arch A]) [--out tune.env] [--json FILE]`,
+		Description: `On the target host, at the recipe's TP (or --world-size), tune measures NCCL,
+custom 1-stage and custom 2-stage through the PCIe branch (full_nvlink=false)
+at the sizes a serving run uses: one decode token to the 8 MiB custom
+allreduce cap in powers of two, the EAGLE-3 verify pass (--draft-tokens x
+--hidden x bf16) and its decode batches. Every sum is checked, in eager mode
+and in CUDA graphs. It first checks that the extension refuses a bad
+SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES at init_custom_ar (an extension built
+before the run-time thresholds takes it silently).
+
+Per size it takes the fastest correct choice (CUDA-graph medians when
+measured: SGLang decodes in graphs) and cuts the sizes into 1-stage, 2-stage
+and NCCL: SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES and
+SGLANG_PCIE_CUSTOM_AR_MAX_BYTES. Then custom-auto runs again through the PCIe
+branch under thresholds that force 1-stage at every size, 2-stage at every
+size, and the chosen ones, every sum checked. A tune where custom allreduce
+never beats NCCL says so and writes SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=0: NCCL at
+every size.
+
+The env file (--out) records the host, GPUs, driver, NCCL version, world
+size, date and this command. arpatch bench --tune FILE and nightly's tune =
+"FILE" use it and refuse one made on another host unless --force-tune; a
+shell reads it with set -a; . FILE; set +a. Nothing is written when a sum
+is wrong, a case hangs or the run is oversubscribed (more ranks than GPUs:
+correctness only).
+
+It exits 1 when any sum is wrong, a case hangs or errors, or the extension
+takes a bad threshold.
+
+Examples:
+   arpatch tune allreduce --src sglang --out tune.env
+   arpatch tune allreduce --world-size 2 --ext arpatch_custom_ar.so --modes graph --out tune.env --json tune.json`,
+		Flags: []cli.Flag{
+			recipeFlag(), recipeFileFlag(),
+			&cli.IntFlag{Name: "world-size", Usage: "ranks `N` (default: the recipe's bench.tp)"},
+			&cli.IntFlag{Name: "hidden", Usage: "the model's hidden size `H` (bf16 allreduces of tokens x H)", Value: 5120},
+			&cli.IntFlag{Name: "draft-tokens", Usage: "tokens `N` of one EAGLE-3 verify pass (default: the recipe's speculative_num_draft_tokens)"},
+			&cli.StringFlag{Name: "sizes", Usage: "`SIZES` in bytes instead of the serving sizes: list and ranges of powers of two"},
+			&cli.StringFlag{Name: "modes", Usage: "`MODES`: eager, graph", Value: "eager,graph"},
+			&cli.StringFlag{Name: "ext", Usage: "allreduce extension `PATH` (.so) from arpatch build --allreduce-ext"},
+			&cli.StringFlag{Name: "src", Usage: "find the extension of this patched checkout `DIR` in the build cache"},
+			&cli.StringSliceFlag{Name: "arch", Usage: "with --src: the `ARCHS` the extension was built for"},
+			&cli.StringFlag{Name: "cache-dir", Usage: "build cache `DIR`"},
+			&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` with torch", Value: "python3"},
+			&cli.DurationFlag{Name: "timeout", Usage: "per run: kill it after `DURATION` and report the case in progress as a hang", Value: 10 * time.Minute},
+			&cli.IntFlag{Name: "warmup", Usage: "untimed calls `N` per case", Value: 10},
+			&cli.IntFlag{Name: "inner", Usage: "allreduces `N` per timed batch or graph", Value: 20},
+			&cli.IntFlag{Name: "reps", Usage: "timed batches `N` per case", Value: 30},
+			&cli.StringFlag{Name: "out", Usage: "write the thresholds to the env `FILE`", Value: "tune.env"},
+			&cli.StringFlag{Name: "json", Usage: "write every run and the choice to `FILE`"},
+			&cli.StringFlag{Name: "log", Usage: "write the ranks' output to `FILE`"},
+		},
+		Before: noArgs,
+		Action: runTuneAllreduce,
+	}
+}
+
+func runTuneAllreduce(c *cli.Context) error {
+	r, err := loadRecipe(c)
+	if err != nil {
+		return err
+	}
+	ws := r.Bench.TP
+	if c.IsSet("world-size") {
+		ws = c.Int("world-size")
+	}
+	if ws != 2 && ws != 4 && ws != 6 && ws != 8 {
+		return usagef("--world-size %d: custom allreduce supports 2, 4, 6 and 8", ws)
+	}
+	draft := r.Bench.SpeculativeNumDraftTokens
+	if c.IsSet("draft-tokens") || draft <= 0 {
+		draft = c.Int("draft-tokens")
+	}
+	if draft <= 0 || c.Int("hidden") <= 0 {
+		return usagef("--draft-tokens %d, --hidden %d: use positive numbers (e.g. --draft-tokens 4 --hidden 5120)", draft, c.Int("hidden"))
+	}
+	verify := allreduce.Verify{Count: 122, Shape: allreduce.Shape{Tokens: draft, Hidden: c.Int("hidden"), ElemBytes: 2}}
+	verify.Bytes = verify.Shape.Bytes() / 16 * 16
+	sizes := tune.ServingSizes(c.Int("hidden"), draft)
+	if c.IsSet("sizes") {
+		if sizes, err = allreduce.ParseSizes(c.String("sizes")); err != nil {
+			return usageError{err}
+		}
+	}
+	modes := splitList(c.String("modes"))
+	if len(modes) == 0 {
+		return usagef("--modes is empty: use eager, graph")
+	}
+	for _, m := range modes {
+		if m != "eager" && m != "graph" {
+			return usagef("--modes %q: use eager, graph", m)
+		}
+	}
+	for _, chk := range []struct {
+		flag  string
+		val   int
+		least int
+	}{{"inner", c.Int("inner"), 1}, {"reps", c.Int("reps"), 1}, {"warmup", c.Int("warmup"), 0}} {
+		if chk.val < chk.least {
+			return usagef("--%s %d: use %d or more", chk.flag, chk.val, chk.least)
+		}
+	}
+	out := pathFlag(c, "out")
+	for _, f := range []string{"out", "json", "log"} {
+		if p := pathFlag(c, f); p != "" {
+			if err := safefs.CanWrite(p); err != nil {
+				return usagef("--%s: %v", f, err)
+			}
+		}
+	}
+	ext, err := findExt(c)
+	if err != nil {
+		return err
+	}
+	o := tune.Options{
+		Bench: allreduce.Options{Python: c.String("python"), WorldSize: ws, Ext: ext, Warmup: c.Int("warmup"), Inner: c.Int("inner"),
+			Reps: c.Int("reps"), Timeout: c.Duration("timeout"), NCCLDebug: true},
+		Sizes: sizes, Modes: modes, Verify: verify, Version: arpatchVersion(),
+		Host:     discoverHost(c.Context),
+		Progress: func(s string) { fmt.Fprintln(c.App.ErrWriter, s+"...") },
+	}
+	if p := pathFlag(c, "log"); p != "" {
+		f, err := os.Create(p)
+		if err != nil {
+			return err
+		}
+		defer f.Close()
+		o.Bench.Log = f
+	}
+	res, err := tune.Run(c.Context, o)
+	if err != nil {
+		return err
+	}
+	res.Write(c.App.Writer)
+	if p := pathFlag(c, "json"); p != "" {
+		b, _ := json.MarshalIndent(res, "", "  ")
+		if err := safefs.WriteFile(p, append(b, '\n'), 0o644); err != nil {
+			return err
+		}
+	}
+	if res.File != nil {
+		res.File.Command = commandLine(os.Args)
+		if err := safefs.WriteFile(out, res.File.Format(), 0o644); err != nil {
+			return err
+		}
+		fmt.Fprintf(c.App.Writer, "wrote %s: use it with `arpatch bench --tune %s`\n", out, out)
+	}
+	if res.Failed() {
+		return cli.Exit("", exitFailure)
+	}
+	return nil
+}
+
+// discoverHost reads this machine's hostname and its GPUs and driver from
+// nvidia-smi; what cannot be read stays empty.
+func discoverHost(ctx context.Context) tune.Host {
+	var h tune.Host
+	h.Name, _ = os.Hostname()
+	if out, err := doctor.ExecRunner(os.Environ())(ctx, "nvidia-smi", "--query-gpu="+doctor.QueryGPUFields, "--format=csv"); err == nil {
+		if gpus, err := doctor.ParseQueryGPU(out); err == nil && len(gpus) > 0 {
+			h.GPUModel, h.GPUCount, h.Driver = gpus[0].Name, len(gpus), gpus[0].Driver
+		}
+	}
+	return h
+}
+
+// commandLine is argv as a shell would read it back: "arpatch" and each
+// argument, single-quoted where it holds anything but plain characters.
+func commandLine(argv []string) string {
+	parts := []string{"arpatch"}
+	for _, a := range argv[1:] {
+		if a == "" || strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=+,") != "" {
+			a = "'" + strings.ReplaceAll(a, "'", `'"'"'`) + "'"
+		}
+		parts = append(parts, a)
+	}
+	return strings.Join(parts, " ")
+}
+
+// loadTune reads a tune file and checks it was made on this host at world
+// size ws (0: not checked); force turns another host into a warning. It
+// prints the warnings and the dispatch per size to w.
+func loadTune(ctx context.Context, path string, ws int, force bool, sizes []int, w io.Writer) (*tune.File, error) {
+	f, err := tune.Load(path)
+	if err != nil {
+		return nil, err
+	}
+	warnings, err := f.Check(path, discoverHost(ctx), ws, force)
+	if err != nil {
+		return nil, err
+	}
+	for _, x := range warnings {
+		fmt.Fprintln(w, "warning: "+x)
+	}
+	if ws == 0 {
+		ws = f.WorldSize
+	}
+	fmt.Fprintf(w, "tune %s (%s, %s, world size %d): %s\n  dispatch per size at world size %d: %s\n", path, f.Host.Name, f.Date.Format("2006-01-02"), f.WorldSize,
+		f.Thresholds, ws, strings.Join(tune.Dispatch(f.Thresholds, ws, sizes), ", "))
+	return f, nil
+}
+
+// applyTune loads --tune's file, checks its host (--force-tune overrides)
+// and sets its thresholds in every arm that opens the PCIe gate, printing
+// what it did; nil without --tune.
+func applyTune(c *cli.Context, o *bench.Options) (*tune.File, error) {
+	path := pathFlag(c, "tune")
+	if path == "" {
+		return nil, nil
+	}
+	f, err := loadTune(c.Context, path, o.TP, c.Bool("force-tune"), tune.ServingSizes(5120, max(o.SpecDraftTokens, 1)), c.App.ErrWriter)
+	if err != nil {
+		return nil, err
+	}
+	for i := range o.Arms {
+		a := &o.Arms[i]
+		env := maps.Clone(a.Env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		if f.Thresholds.ApplyEnv(env) {
+			a.Env = env
+			fmt.Fprintf(c.App.ErrWriter, "  arm %s: %s\n", a.Name, strings.Join(f.Thresholds.Env(), " "))
+		}
+	}
+	return f, nil
+}
+
+// skipTunedPreflight reports (and says) when a tune keeps NCCL at every
+// size, so the preflight has no custom allreduce to check.
+func skipTunedPreflight(c *cli.Context, f *tune.File) bool {
+	if f == nil || f.Thresholds.MaxBytes > 0 {
+		return false
+	}
+	fmt.Fprintln(c.App.ErrWriter, "preflight: the tune keeps NCCL at every size; no custom allreduce to check")
+	return true
+}
+
+// tunePreflight makes the preflight run what the tuned dispatch runs:
+// NCCL and custom-auto through the PCIe branch under the tune's
+// thresholds, at the serving sizes it sends to custom allreduce (the
+// verify size among them when it does), and prints the algorithm per size.
+func tunePreflight(f *tune.File, ao *allreduce.Options, v allreduce.Verify, w io.Writer) {
+	if f == nil {
+		return
+	}
+	var sizes []int
+	for _, n := range append(tune.ServingSizes(v.Shape.Hidden, v.Shape.Tokens), v.Bytes) {
+		if f.Thresholds.Algorithm(ao.WorldSize, n) != allreduce.NCCL && !slices.Contains(sizes, n) {
+			sizes = append(sizes, n)
+		}
+	}
+	slices.Sort(sizes)
+	ao.Sizes, ao.Impls = sizes, []string{allreduce.NCCL, allreduce.CustomAuto}
+	ao.Env = append(os.Environ(), f.Thresholds.Env()...)
+	fmt.Fprintf(w, "preflight under the tune: %s\n", strings.Join(tune.Dispatch(f.Thresholds, ao.WorldSize, sizes), ", "))
+}

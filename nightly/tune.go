@@ -1,0 +1,56 @@
+package nightly
+
+import (
+	"fmt"
+	"maps"
+
+	"github.com/arpatch/arpatch/harness/bench"
+	"github.com/arpatch/arpatch/harness/tune"
+)
+
+// TuneRecord is the tune file a nightly benched with: its thresholds and
+// what the patched arm runs at each serving size.
+type TuneRecord struct {
+	Path       string          `json:"path"`
+	Host       string          `json:"host"` // where it was measured
+	Thresholds tune.Thresholds `json:"thresholds"`
+	// Dispatch is, per serving size at the recipe's TP, the algorithm the
+	// pcie series runs with these thresholds ("40K custom-2stage").
+	Dispatch []string `json:"dispatch"`
+	Arms     []string `json:"arms"` // the arms that took them (those that open the PCIe gate)
+}
+
+// TuneHost is the environment as harness/tune identifies a host.
+func (e Environment) TuneHost() tune.Host {
+	return tune.Host{Name: e.Host, GPUModel: e.GPUModel, GPUCount: e.GPUCount, Driver: e.Driver, NCCL: e.NCCL}
+}
+
+// applyTune checks bench.tune against this host (bench.force_tune turns
+// another host into a warning), sets its thresholds in the arms that open
+// the PCIe gate, and records it in rep. It returns the *tune.HostError of
+// a file made elsewhere.
+func applyTune(cfg *Config, tf *tune.File, rep *Report, bo *bench.Options) error {
+	if tf == nil {
+		return nil
+	}
+	path := cfg.Path(cfg.Bench.Tune)
+	warnings, err := tf.Check(path, rep.Environment.TuneHost(), bo.TP, cfg.Bench.ForceTune)
+	if err != nil {
+		return fmt.Errorf("bench.tune: %w (in nightly.toml: bench.force_tune = true)", err)
+	}
+	rep.Warnings = append(rep.Warnings, warnings...)
+	rec := &TuneRecord{Path: path, Host: tf.Host.Name, Thresholds: tf.Thresholds,
+		Dispatch: tune.Dispatch(tf.Thresholds, bo.TP, tune.ServingSizes(5120, max(bo.SpecDraftTokens, 1)))}
+	for i := range bo.Arms {
+		env := maps.Clone(bo.Arms[i].Env)
+		if env == nil {
+			env = map[string]string{}
+		}
+		if tf.Thresholds.ApplyEnv(env) {
+			bo.Arms[i].Env = env
+			rec.Arms = append(rec.Arms, bo.Arms[i].Name)
+		}
+	}
+	rep.Tune = rec
+	return nil
+}
