@@ -9,6 +9,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/arpatch/arpatch/patches/gaterule"
 )
 
 // The PCIe dispatch's run-time thresholds are parsed twice in each shipped
@@ -277,11 +279,11 @@ func TestPCIeThresholdsCxx(t *testing.T) {
 func dispatchPath(t *testing.T, ps []*Patch) string {
 	for _, p := range ps {
 		for _, fc := range p.Diff.Changes {
-			if filepath.Base(fc.Path) == dispatchFile {
+			if filepath.Base(fc.Path) == gaterule.DispatchBase {
 				return fc.Path
 			}
 		}
 	}
-	t.Fatal("no patch changes " + dispatchFile)
+	t.Fatal("no patch changes " + gaterule.DispatchBase)
 	return ""
 }
