@@ -76,29 +76,20 @@ func TestPCIeThresholdsPython(t *testing.T) {
 	if err != nil {
 		t.Skip("python3 not found: the Python side of the PCIe thresholds is not checked here")
 	}
-	cat, err := Embedded()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, s := range cat.Members("pcie") {
-		t.Run(s.Name, func(t *testing.T) {
-			ps, err := s.Load(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			block := addedBlock(t, ps, "python/sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py",
-				"# arpatch pcie series: opt-in", "def can_use_custom_all_reduce_with_nvlink(", false)
-			dir := t.TempDir()
-			mod := "import logging\nimport os\nfrom typing import Optional\n\nlogger = logging.getLogger('arpatch')\n\n" + block
-			if err := os.WriteFile(filepath.Join(dir, "gate.py"), []byte(mod), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			var raws []string
-			for _, in := range thresholdInputs {
-				raws = append(raws, in.raw)
-			}
-			rawsJSON, _ := json.Marshal(raws)
-			script := `
+	eachPCIeSeries(t, func(t *testing.T, ps []*Patch) {
+		block := addedBlock(t, ps, "python/sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py",
+			"# arpatch pcie series: opt-in", "def can_use_custom_all_reduce_with_nvlink(", false)
+		dir := t.TempDir()
+		mod := "import logging\nimport os\nfrom typing import Optional\n\nlogger = logging.getLogger('arpatch')\n\n" + block
+		if err := os.WriteFile(filepath.Join(dir, "gate.py"), []byte(mod), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		var raws []string
+		for _, in := range thresholdInputs {
+			raws = append(raws, in.raw)
+		}
+		rawsJSON, _ := json.Marshal(raws)
+		script := `
 import json, logging, os, sys
 sys.path.insert(0, sys.argv[1])
 import gate
@@ -136,66 +127,65 @@ run("warn/again", lambda: gate._warn_pcie_custom_ar_forced(0, 8))
 out["warnings"] = records
 print(json.dumps(out))
 `
-			cmd := exec.Command(py, "-c", script, dir, string(rawsJSON))
-			cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
-			b, err := cmd.CombinedOutput()
-			if err != nil {
-				t.Fatalf("python3: %v\n%s", err, b)
+		cmd := exec.Command(py, "-c", script, dir, string(rawsJSON))
+		cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("python3: %v\n%s", err, b)
+		}
+		var got map[string]json.RawMessage
+		if err := json.Unmarshal(b, &got); err != nil {
+			t.Fatalf("%v: %s", err, b)
+		}
+		type res struct {
+			Value *json.Number `json:"value"`
+			Error string       `json:"error"`
+		}
+		get := func(k string) res {
+			var r res
+			if err := json.Unmarshal(got[k], &r); err != nil {
+				t.Fatalf("%s: %v (%s)", k, err, got[k])
 			}
-			var got map[string]json.RawMessage
-			if err := json.Unmarshal(b, &got); err != nil {
-				t.Fatalf("%v: %s", err, b)
-			}
-			type res struct {
-				Value *json.Number `json:"value"`
-				Error string       `json:"error"`
-			}
-			get := func(k string) res {
-				var r res
-				if err := json.Unmarshal(got[k], &r); err != nil {
-					t.Fatalf("%s: %v (%s)", k, err, got[k])
+			return r
+		}
+		if r := get("max/unset"); r.Value == nil || *r.Value != "65536" {
+			t.Errorf("SGLANG_PCIE_CUSTOM_AR_MAX_BYTES unset: %+v, want the default 65536", r)
+		}
+		if r := get("max/empty"); r.Value == nil || *r.Value != "65536" {
+			t.Errorf("SGLANG_PCIE_CUSTOM_AR_MAX_BYTES empty: %+v, want the default 65536", r)
+		}
+		if string(got["1stage/unset"]) != `{"value": null}` {
+			t.Errorf("SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES unset: %s, want None (sgl-kernel's default)", got["1stage/unset"])
+		}
+		for _, in := range thresholdInputs {
+			for _, v := range []string{"max", "1stage"} {
+				r := get(v + "/" + in.raw)
+				want := json.Number(strconv.FormatInt(in.want, 10))
+				if in.want == -2 {
+					want = json.Number(in.raw)
 				}
-				return r
-			}
-			if r := get("max/unset"); r.Value == nil || *r.Value != "65536" {
-				t.Errorf("SGLANG_PCIE_CUSTOM_AR_MAX_BYTES unset: %+v, want the default 65536", r)
-			}
-			if r := get("max/empty"); r.Value == nil || *r.Value != "65536" {
-				t.Errorf("SGLANG_PCIE_CUSTOM_AR_MAX_BYTES empty: %+v, want the default 65536", r)
-			}
-			if string(got["1stage/unset"]) != `{"value": null}` {
-				t.Errorf("SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES unset: %s, want None (sgl-kernel's default)", got["1stage/unset"])
-			}
-			for _, in := range thresholdInputs {
-				for _, v := range []string{"max", "1stage"} {
-					r := get(v + "/" + in.raw)
-					want := json.Number(strconv.FormatInt(in.want, 10))
-					if in.want == -2 {
-						want = json.Number(in.raw)
+				switch {
+				case in.want == -1:
+					name := map[string]string{"max": "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES", "1stage": "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES"}[v]
+					if r.Error == "" || !strings.Contains(r.Error, name+"=") || !strings.Contains(r.Error, "expected a whole number of bytes") {
+						t.Errorf("%s=%q: got %+v, want a ValueError naming %s", v, in.raw, r, name)
 					}
-					switch {
-					case in.want == -1:
-						name := map[string]string{"max": "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES", "1stage": "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES"}[v]
-						if r.Error == "" || !strings.Contains(r.Error, name+"=") || !strings.Contains(r.Error, "expected a whole number of bytes") {
-							t.Errorf("%s=%q: got %+v, want a ValueError naming %s", v, in.raw, r, name)
-						}
-					default:
-						if r.Value == nil || *r.Value != want {
-							t.Errorf("%s=%q: got %+v, want %d", v, in.raw, r, in.want)
-						}
+				default:
+					if r.Value == nil || *r.Value != want {
+						t.Errorf("%s=%q: got %+v, want %d", v, in.raw, r, in.want)
 					}
 				}
 			}
-			if r := get("warn/bad-1stage"); !strings.Contains(r.Error, "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES='16K'") {
-				t.Errorf("init warning with a bad 1-stage limit on rank 1: %+v, want it refused on every rank", r)
-			}
-			var warnings []string
-			json.Unmarshal(got["warnings"], &warnings)
-			if len(warnings) != 1 || !strings.Contains(warnings[0], "up to 65536 bytes") || !strings.Contains(warnings[0], "1-stage up to 16384 bytes") {
-				t.Errorf("rank 0 warnings %q, want one naming both limits", warnings)
-			}
-		})
-	}
+		}
+		if r := get("warn/bad-1stage"); !strings.Contains(r.Error, "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES='16K'") {
+			t.Errorf("init warning with a bad 1-stage limit on rank 1: %+v, want it refused on every rank", r)
+		}
+		var warnings []string
+		json.Unmarshal(got["warnings"], &warnings)
+		if len(warnings) != 1 || !strings.Contains(warnings[0], "up to 65536 bytes") || !strings.Contains(warnings[0], "1-stage up to 16384 bytes") {
+			t.Errorf("rank 0 warnings %q, want one naming both limits", warnings)
+		}
+	})
 }
 
 func TestPCIeThresholdsCxx(t *testing.T) {
@@ -203,6 +193,70 @@ func TestPCIeThresholdsCxx(t *testing.T) {
 	if err != nil {
 		t.Skip("g++ not found: the C++ side of the PCIe thresholds is not checked here")
 	}
+	eachPCIeSeries(t, func(t *testing.T, ps []*Patch) {
+		fn := addedBlock(t, ps, dispatchPath(t, ps), "static size_t pcie_1stage_max_bytes(int world_size)", "  }", true)
+		src := "#include <cstdio>\n#include <cstdlib>\n#include <limits>\n#include <stdexcept>\n#include <string>\n" +
+			"struct CustomAllreduce {\n" + fn + "};\n" +
+			`int main(int argc, char** argv) {
+  try {
+    std::printf("ok %zu\n", CustomAllreduce::pcie_1stage_max_bytes(std::atoi(argv[1])));
+  } catch (const std::invalid_argument& e) {
+    std::printf("error %s\n", e.what());
+  }
+}
+`
+		dir := t.TempDir()
+		if err := os.WriteFile(filepath.Join(dir, "t.cc"), []byte(src), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		bin := filepath.Join(dir, "t")
+		if b, err := exec.Command(cxx, "-std=c++17", "-O1", "-o", bin, filepath.Join(dir, "t.cc")).CombinedOutput(); err != nil {
+			t.Fatalf("g++: %v\n%s", err, b)
+		}
+		run := func(ws int, env ...string) string {
+			cmd := exec.Command(bin, strconv.Itoa(ws))
+			cmd.Env = env
+			b, err := cmd.Output()
+			if err != nil {
+				t.Fatal(err)
+			}
+			return strings.TrimSpace(string(b))
+		}
+		// Unset or empty: every size at world size 2, none above.
+		for _, c := range []struct {
+			ws   int
+			env  []string
+			want string
+		}{
+			{2, nil, "ok 18446744073709551615"},
+			{4, nil, "ok 0"},
+			{8, nil, "ok 0"},
+			{8, []string{"SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES="}, "ok 0"},
+			{2, []string{"SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=4096"}, "ok 4096"},
+		} {
+			if got := run(c.ws, c.env...); got != c.want {
+				t.Errorf("world size %d, env %q: %q, want %q", c.ws, c.env, got, c.want)
+			}
+		}
+		for _, in := range thresholdInputs {
+			got := run(8, "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES="+in.raw)
+			want := fmt.Sprintf("ok %d", in.want)
+			switch {
+			case in.want == -2:
+				want = "ok " + in.raw
+			case in.want == -1:
+				want = "error SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES='" + in.raw + "': expected a whole number of bytes"
+			}
+			if !strings.HasPrefix(got, want) {
+				t.Errorf("SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=%q: %q, want %q...", in.raw, got, want)
+			}
+		}
+	})
+}
+
+// eachPCIeSeries runs f on the loaded patches of every shipped series of
+// the pcie family, one subtest each.
+func eachPCIeSeries(t *testing.T, f func(t *testing.T, ps []*Patch)) {
 	cat, err := Embedded()
 	if err != nil {
 		t.Fatal(err)
@@ -213,63 +267,7 @@ func TestPCIeThresholdsCxx(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			fn := addedBlock(t, ps, dispatchPath(t, ps), "static size_t pcie_1stage_max_bytes(int world_size)", "  }", true)
-			src := "#include <cstdio>\n#include <cstdlib>\n#include <limits>\n#include <stdexcept>\n#include <string>\n" +
-				"struct CustomAllreduce {\n" + fn + "};\n" +
-				`int main(int argc, char** argv) {
-  try {
-    std::printf("ok %zu\n", CustomAllreduce::pcie_1stage_max_bytes(std::atoi(argv[1])));
-  } catch (const std::invalid_argument& e) {
-    std::printf("error %s\n", e.what());
-  }
-}
-`
-			dir := t.TempDir()
-			if err := os.WriteFile(filepath.Join(dir, "t.cc"), []byte(src), 0o644); err != nil {
-				t.Fatal(err)
-			}
-			bin := filepath.Join(dir, "t")
-			if b, err := exec.Command(cxx, "-std=c++17", "-O1", "-o", bin, filepath.Join(dir, "t.cc")).CombinedOutput(); err != nil {
-				t.Fatalf("g++: %v\n%s", err, b)
-			}
-			run := func(ws int, env ...string) string {
-				cmd := exec.Command(bin, strconv.Itoa(ws))
-				cmd.Env = env
-				b, err := cmd.Output()
-				if err != nil {
-					t.Fatal(err)
-				}
-				return strings.TrimSpace(string(b))
-			}
-			// Unset or empty: every size at world size 2, none above.
-			for _, c := range []struct {
-				ws   int
-				env  []string
-				want string
-			}{
-				{2, nil, "ok 18446744073709551615"},
-				{4, nil, "ok 0"},
-				{8, nil, "ok 0"},
-				{8, []string{"SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES="}, "ok 0"},
-				{2, []string{"SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=4096"}, "ok 4096"},
-			} {
-				if got := run(c.ws, c.env...); got != c.want {
-					t.Errorf("world size %d, env %q: %q, want %q", c.ws, c.env, got, c.want)
-				}
-			}
-			for _, in := range thresholdInputs {
-				got := run(8, "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES="+in.raw)
-				want := fmt.Sprintf("ok %d", in.want)
-				switch {
-				case in.want == -2:
-					want = "ok " + in.raw
-				case in.want == -1:
-					want = "error SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES='" + in.raw + "': expected a whole number of bytes"
-				}
-				if !strings.HasPrefix(got, want) {
-					t.Errorf("SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=%q: %q, want %q...", in.raw, got, want)
-				}
-			}
+			f(t, ps)
 		})
 	}
 }

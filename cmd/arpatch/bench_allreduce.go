@@ -46,7 +46,7 @@ Examples:
    arpatch bench allreduce --world-size 2 --ext ~/.cache/arpatch/builds/<key>/arpatch_custom_ar.so
    arpatch bench allreduce --world-size 8 --src sglang --arch 120a --json allreduce.json
    arpatch bench allreduce --world-size 4 --impl custom-auto --branches pcie --modes eager --src sglang --arch 90a`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			&cli.IntFlag{Name: "world-size", Usage: "ranks `N` (one per GPU up to the GPU count)", Value: 2},
 			&cli.StringFlag{Name: "sizes", Usage: "`SIZES` in bytes: list and ranges of powers of two", Value: "4K..1M"},
 			&cli.StringFlag{Name: "shape", Usage: "verify-pass allreduce `TOKENSxHIDDEN` (bf16)", Value: "4x5120"},
@@ -54,19 +54,9 @@ Examples:
 			&cli.StringFlag{Name: "impl", Usage: "`IMPLS` to run", Value: strings.Join(allreduce.KnownImpls, ",")},
 			&cli.StringFlag{Name: "branches", Usage: "custom allreduce `BRANCHES`: nvlink (full_nvlink=true), pcie (false)", Value: "nvlink,pcie"},
 			&cli.StringFlag{Name: "modes", Usage: "`MODES`: eager, graph (CUDA-graph-captured loops)", Value: "eager,graph"},
-			&cli.StringFlag{Name: "ext", Usage: "allreduce extension `PATH` (.so) from arpatch build --allreduce-ext"},
-			&cli.StringFlag{Name: "src", Usage: "find the extension of this patched checkout `DIR` in the build cache"},
-			&cli.StringSliceFlag{Name: "arch", Usage: "with --src: the `ARCHS` the extension was built for (default: the one build of --src in the cache)"},
-			&cli.StringFlag{Name: "cache-dir", Usage: "build cache `DIR`"},
-			&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` with torch", Value: "python3"},
-			&cli.DurationFlag{Name: "timeout", Usage: "kill the run after `DURATION` and report the case in progress as a hang", Value: 10 * time.Minute},
-			&cli.IntFlag{Name: "warmup", Usage: "untimed calls `N` per case", Value: 10},
-			&cli.IntFlag{Name: "inner", Usage: "allreduces `N` per timed batch or graph", Value: 20},
-			&cli.IntFlag{Name: "reps", Usage: "timed batches `N` per case", Value: 30},
 			&cli.BoolFlag{Name: "nccl-debug", Usage: "record NCCL's transport (NCCL_DEBUG=INFO)", Value: true},
 			&cli.StringFlag{Name: "json", Usage: "write the report to `FILE`"},
-			&cli.StringFlag{Name: "log", Usage: "write the ranks' output to `FILE`"},
-		},
+		}, allreduceRunFlags()...),
 		Before: noArgs,
 		Action: runBenchAllreduce,
 	}
@@ -89,17 +79,11 @@ func runBenchAllreduce(c *cli.Context) error {
 			return usagef("--impl %q: known implementations are %s", i, strings.Join(allreduce.KnownImpls, ", "))
 		}
 	}
-	for _, chk := range []struct {
-		flag  string
-		val   int
-		least int
-	}{{"count", c.Int("count"), 1}, {"inner", c.Int("inner"), 1}, {"reps", c.Int("reps"), 1}, {"warmup", c.Int("warmup"), 0}} {
-		if chk.val < chk.least {
-			return usagef("--%s %d: use %d or more", chk.flag, chk.val, chk.least)
-		}
+	if c.Int("count") < 1 {
+		return usagef("--count %d: use 1 or more", c.Int("count"))
 	}
-	if c.Duration("timeout") <= 0 {
-		return usagef("--timeout %s: use a positive duration, e.g. 10m", c.Duration("timeout"))
+	if err := checkRunFlags(c); err != nil {
+		return err
 	}
 	for _, l := range []struct {
 		flag  string
@@ -263,4 +247,39 @@ func contains(list []string, s string) bool {
 		}
 	}
 	return false
+}
+
+// allreduceRunFlags are the flags of a bench.py run that bench allreduce
+// and tune allreduce share: the extension, the interpreter, the timeout,
+// the batch counts and the log.
+func allreduceRunFlags() []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "ext", Usage: "allreduce extension `PATH` (.so) from arpatch build --allreduce-ext"},
+		&cli.StringFlag{Name: "src", Usage: "find the extension of this patched checkout `DIR` in the build cache"},
+		&cli.StringSliceFlag{Name: "arch", Usage: "with --src: the `ARCHS` the extension was built for (default: the one build of --src in the cache)"},
+		&cli.StringFlag{Name: "cache-dir", Usage: "build cache `DIR`"},
+		&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` with torch", Value: "python3"},
+		&cli.DurationFlag{Name: "timeout", Usage: "kill a run after `DURATION` and report the case in progress as a hang", Value: 10 * time.Minute},
+		&cli.IntFlag{Name: "warmup", Usage: "untimed calls `N` per case", Value: 10},
+		&cli.IntFlag{Name: "inner", Usage: "allreduces `N` per timed batch or graph", Value: 20},
+		&cli.IntFlag{Name: "reps", Usage: "timed batches `N` per case", Value: 30},
+		&cli.StringFlag{Name: "log", Usage: "write the ranks' output to `FILE`"},
+	}
+}
+
+// checkRunFlags refuses batch counts and a timeout bench.py cannot use.
+func checkRunFlags(c *cli.Context) error {
+	for _, chk := range []struct {
+		flag  string
+		val   int
+		least int
+	}{{"inner", c.Int("inner"), 1}, {"reps", c.Int("reps"), 1}, {"warmup", c.Int("warmup"), 0}} {
+		if chk.val < chk.least {
+			return usagef("--%s %d: use %d or more", chk.flag, chk.val, chk.least)
+		}
+	}
+	if c.Duration("timeout") <= 0 {
+		return usagef("--timeout %s: use a positive duration, e.g. 10m", c.Duration("timeout"))
+	}
+	return nil
 }

@@ -9,7 +9,6 @@ import (
 	"os"
 	"slices"
 	"strings"
-	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -67,26 +66,16 @@ takes a bad threshold.
 Examples:
    arpatch tune allreduce --src sglang --out tune.env
    arpatch tune allreduce --world-size 2 --ext arpatch_custom_ar.so --modes graph --out tune.env --json tune.json`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			recipeFlag(), recipeFileFlag(),
 			&cli.IntFlag{Name: "world-size", Usage: "ranks `N` (default: the recipe's bench.tp)"},
 			&cli.IntFlag{Name: "hidden", Usage: "the model's hidden size `H` (bf16 allreduces of tokens x H)", Value: 5120},
 			&cli.IntFlag{Name: "draft-tokens", Usage: "tokens `N` of one EAGLE-3 verify pass (default: the recipe's speculative_num_draft_tokens)"},
 			&cli.StringFlag{Name: "sizes", Usage: "`SIZES` in bytes instead of the serving sizes: list and ranges of powers of two"},
 			&cli.StringFlag{Name: "modes", Usage: "`MODES`: eager, graph", Value: "eager,graph"},
-			&cli.StringFlag{Name: "ext", Usage: "allreduce extension `PATH` (.so) from arpatch build --allreduce-ext"},
-			&cli.StringFlag{Name: "src", Usage: "find the extension of this patched checkout `DIR` in the build cache"},
-			&cli.StringSliceFlag{Name: "arch", Usage: "with --src: the `ARCHS` the extension was built for"},
-			&cli.StringFlag{Name: "cache-dir", Usage: "build cache `DIR`"},
-			&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` with torch", Value: "python3"},
-			&cli.DurationFlag{Name: "timeout", Usage: "per run: kill it after `DURATION` and report the case in progress as a hang", Value: 10 * time.Minute},
-			&cli.IntFlag{Name: "warmup", Usage: "untimed calls `N` per case", Value: 10},
-			&cli.IntFlag{Name: "inner", Usage: "allreduces `N` per timed batch or graph", Value: 20},
-			&cli.IntFlag{Name: "reps", Usage: "timed batches `N` per case", Value: 30},
 			&cli.StringFlag{Name: "out", Usage: "write the thresholds to the env `FILE`", Value: "tune.env"},
 			&cli.StringFlag{Name: "json", Usage: "write every run and the choice to `FILE`"},
-			&cli.StringFlag{Name: "log", Usage: "write the ranks' output to `FILE`"},
-		},
+		}, allreduceRunFlags()...),
 		Before: noArgs,
 		Action: runTuneAllreduce,
 	}
@@ -128,14 +117,8 @@ func runTuneAllreduce(c *cli.Context) error {
 			return usagef("--modes %q: use eager, graph", m)
 		}
 	}
-	for _, chk := range []struct {
-		flag  string
-		val   int
-		least int
-	}{{"inner", c.Int("inner"), 1}, {"reps", c.Int("reps"), 1}, {"warmup", c.Int("warmup"), 0}} {
-		if chk.val < chk.least {
-			return usagef("--%s %d: use %d or more", chk.flag, chk.val, chk.least)
-		}
+	if err := checkRunFlags(c); err != nil {
+		return err
 	}
 	out := pathFlag(c, "out")
 	for _, f := range []string{"out", "json", "log"} {

@@ -34,6 +34,7 @@ package traffic
 import (
 	"fmt"
 	"math"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -336,7 +337,7 @@ func (t *Topology) Estimate(algo string, bytes int, p Params) Estimate {
 			}
 		}
 	}
-	in := func(g []int, x int) bool { return contains(g, x) }
+	in := func(g []int, x int) bool { return slices.Contains(g, x) }
 	switches := t.groups(PXB)
 	if len(switches) > 1 {
 		for _, g := range switches {
@@ -513,15 +514,6 @@ func RefHost(p Params) *Topology {
 	}
 	t, _ := New(links, nil, nil, p)
 	return t
-}
-
-func contains(g []int, x int) bool {
-	for _, y := range g {
-		if y == x {
-			return true
-		}
-	}
-	return false
 }
 
 func gpuList(g []int) string {
