@@ -165,3 +165,23 @@ func TestMergeAgainstGitMergeFile(t *testing.T) {
 		t.Fatalf("the cases do not exercise both outcomes: %d clean, %d conflicted", clean, conflicted)
 	}
 }
+
+// BenchmarkMerge merges two edits of a 2,000-line file (the size of
+// SGLang's larger Python modules), a change every 100 lines on each side.
+func BenchmarkMerge(b *testing.B) {
+	var base []string
+	for i := 0; i < 2000; i++ {
+		base = append(base, fmt.Sprintf("    line %d = compute(%d)\n", i, i))
+	}
+	ours, theirs := slices.Clone(base), slices.Clone(base)
+	for i := 0; i < 2000; i += 100 {
+		ours[i] = fmt.Sprintf("    ours %d\n", i)
+		theirs[i+50] = fmt.Sprintf("    theirs %d\n", i)
+	}
+	b.ResetTimer()
+	for b.Loop() {
+		if r := Merge(base, ours, theirs); !r.Clean() {
+			b.Fatal("conflict")
+		}
+	}
+}

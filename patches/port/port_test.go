@@ -3,9 +3,12 @@ package port
 import (
 	"encoding/json"
 	"errors"
+	"fmt"
+	"math/rand"
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
 
@@ -61,13 +64,13 @@ diff --git a/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh b/sgl-kernel/csrc/a
 // fixture is an upstream history and a sealed one-patch series tested on
 // its first commit.
 type fixture struct {
-	t      *testing.T
+	t      testing.TB
 	dir    string
 	base   string
 	series *patches.Series
 }
 
-func newFixture(t *testing.T) *fixture {
+func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	f := &fixture{t: t, dir: filepath.Join(t.TempDir(), "up")}
 	if err := testrepo.WriteFiles(f.dir, map[string]string{oldPath: dispatch, "README.md": "fixture\n"}); err != nil {
@@ -166,7 +169,7 @@ func (f *fixture) draftApplies(rep *Report, to, path string) string {
 
 // gitApplyAgrees applies the ported patch with `git apply` to the target
 // file and requires the bytes arpatch's engine produced.
-func gitApplyAgrees(t *testing.T, tree patches.Tree, patch []byte, path string, want []byte) {
+func gitApplyAgrees(t testing.TB, tree patches.Tree, patch []byte, path string, want []byte) {
 	t.Helper()
 	git, err := exec.LookPath("git")
 	if err != nil {
@@ -196,7 +199,7 @@ func patched(s string) string {
 	return strings.Replace(s, "} else if (full_nvlink_) {", "} else {  // full NVLink, or PCIe-only above 2 GPUs", 1)
 }
 
-func onlyHunk(t *testing.T, rep *Report) Hunk {
+func onlyHunk(t testing.TB, rep *Report) Hunk {
 	t.Helper()
 	if len(rep.Patches) != 1 || len(rep.Patches[0].Hunks) != 1 {
 		t.Fatalf("report %+v", rep)
@@ -366,5 +369,151 @@ func TestPortRefusedByTheEffectRule(t *testing.T) {
 	}
 	if _, err := rep.Draft(f.series, "next", true); !errors.Is(err, ErrConflicts) || !strings.Contains(err.Error(), "refused by arpatch's effect rule") {
 		t.Fatalf("Draft of a refused port: %v", err)
+	}
+}
+
+// TestPortAgainstGitMergeFile ports random one-file patches onto random
+// upstream edits and requires what `git merge-file` does with the same
+// three files: clean exactly when it is clean, and then the ported patch,
+// applied to upstream's file, gives merge-file's bytes (except where
+// upstream already holds the whole patch, which port reports instead of
+// writing an empty patch). Lines are unique,
+// so any two correct line diffs agree and the comparison is exact.
+func TestPortAgainstGitMergeFile(t *testing.T) {
+	git, err := exec.LookPath("git")
+	if err != nil {
+		t.Skip("git is not installed; the differential test against git merge-file needs it")
+	}
+	rng := rand.New(rand.NewSource(7))
+	const path = "src/ops.txt"
+	var clean, conflicted int
+	for i := 0; i < 40; i++ {
+		var base []string
+		for j := 0; j < 12+rng.Intn(20); j++ {
+			base = append(base, fmt.Sprintf("line %d of the fixture\n", j))
+		}
+		ours, theirs := randomEdit(rng, base, "ours"), randomEdit(rng, base, "theirs")
+		if slices.Equal(ours, base) || slices.Equal(ours, theirs) {
+			continue // no patch, or upstream already holds it
+		}
+		b, o, th := strings.Join(base, ""), strings.Join(ours, ""), strings.Join(theirs, "")
+		dir := filepath.Join(t.TempDir(), "up")
+		if err := testrepo.WriteFiles(dir, map[string]string{path: b}); err != nil {
+			t.Fatal(err)
+		}
+		c0, err := testrepo.Init(dir)
+		if err != nil {
+			t.Fatal(err)
+		}
+		c1, err := testrepo.Change(dir, "upstream edit", map[string]string{path: th})
+		if err != nil {
+			t.Fatal(err)
+		}
+		text := "Description: random edit\nAuthor: arpatch tests\nUpstream-Status: Inappropriate [test]\nApplies-To: fixture\n\n" +
+			section(path, &patches.FileResult{Path: path, Op: patches.Modify, After: []byte(o)}, []byte(b), unified(base, ours))
+		s := sealedSeries(t, c0, text)
+		repo, _ := gitsrc.OpenAny(dir)
+		rep, err := Run(Options{Repo: repo, Series: s, To: c1})
+		if err != nil {
+			t.Fatalf("case %d: %v", i, err)
+		}
+		mdir := t.TempDir()
+		testrepo.WriteFiles(mdir, map[string]string{"base": b, "ours": o, "theirs": th})
+		cmd := exec.Command(git, "merge-file", "-p", "ours", "base", "theirs")
+		cmd.Dir = mdir
+		want, err := cmd.Output()
+		gitClean := err == nil
+		if ee, ok := err.(*exec.ExitError); err != nil && (!ok || ee.ExitCode() < 1) {
+			t.Fatal(err)
+		}
+		if gitClean && string(want) == th {
+			// Upstream already holds every change of the patch: port
+			// refuses to offer an empty patch (a deliberate difference).
+			if rep.Clean || !strings.Contains(rep.Patches[0].Conflicts[0].Reason, "upstream already holds every change") {
+				t.Fatalf("case %d: a patch upstream already holds: %+v", i, rep.Patches)
+			}
+			continue
+		}
+		if rep.Clean != gitClean {
+			t.Fatalf("case %d: port clean=%v, git merge-file clean=%v\nbase %q\nours %q\ntheirs %q\nreport %+v", i, rep.Clean, gitClean, base, ours, theirs, rep.Patches)
+		}
+		if !rep.Clean {
+			conflicted++
+			continue
+		}
+		clean++
+		d, err := patches.ParseDiff("p", rep.Patches[0].Text)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tree, _ := repo.TreeAt(c1)
+		res, err := patches.Apply(tree, []*patches.Patch{{Name: "p", Diff: d}})
+		if err != nil {
+			t.Fatalf("case %d: the ported patch does not apply: %v", i, err)
+		}
+		if got := string(res.Files[0].After); got != string(want) {
+			t.Fatalf("case %d: ported result %q, git merge-file %q", i, got, want)
+		}
+		gitApplyAgrees(t, tree, rep.Patches[0].Text, path, res.Files[0].After)
+	}
+	if clean < 10 || conflicted < 5 {
+		t.Fatalf("the cases do not exercise both outcomes: %d clean, %d conflicted", clean, conflicted)
+	}
+}
+
+// randomEdit changes, inserts or deletes a few lines (new lines unique).
+func randomEdit(rng *rand.Rand, base []string, tag string) []string {
+	out := slices.Clone(base)
+	for n := 1 + rng.Intn(3); n > 0 && len(out) > 0; n-- {
+		at := rng.Intn(len(out))
+		switch rng.Intn(3) {
+		case 0:
+			out[at] = fmt.Sprintf("%s changed %d\n", tag, rng.Int())
+		case 1:
+			out = slices.Insert(out, at, fmt.Sprintf("%s inserted %d\n", tag, rng.Int()))
+		default:
+			out = slices.Delete(out, at, at+1)
+		}
+	}
+	return out
+}
+
+// sealedSeries writes a one-patch series tested on commit and loads it.
+func sealedSeries(t *testing.T, commit, patch string) *patches.Series {
+	t.Helper()
+	sdir := filepath.Join(t.TempDir(), "series", "rand")
+	toml := "name = \"rand\"\nfamily = \"rand\"\ntested_on = [\"" + commit + "\"]\n\n[[patch]]\nfile = \"0001-edit.patch\"\nsha256 = \"\"\n"
+	if err := testrepo.WriteFiles(sdir, map[string]string{"series.toml": toml, "0001-edit.patch": patch}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := patches.Seal(os.DirFS(sdir), ".", func(name string, data []byte) error {
+		return safefs.WriteFile(filepath.Join(sdir, name), data, 0o644)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := patches.LoadDir(filepath.Dir(sdir))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cat.Series[0]
+}
+
+// BenchmarkPort ports the fixture series across a rename and an upstream
+// edit that forces the three-way merge, from git's object store.
+func BenchmarkPort(b *testing.B) {
+	f := newFixture(b)
+	const newPath = "python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh"
+	theirs := strings.Replace(dispatch, "        KL(one_stage);\n      } else {", "        KL(one_stage_small);\n      } else {", 1)
+	c, err := testrepo.Change(f.dir, "move and edit", map[string]string{oldPath: "", newPath: theirs})
+	if err != nil {
+		b.Fatal(err)
+	}
+	repo, _ := gitsrc.OpenAny(f.dir)
+	b.ResetTimer()
+	for b.Loop() {
+		rep, err := Run(Options{Repo: repo, Series: f.series, To: c})
+		if err != nil || !rep.Clean || rep.Patches[0].Hunks[0].Status != Merged {
+			b.Fatalf("%v %+v", err, rep)
+		}
 	}
 }
