@@ -72,19 +72,26 @@ func unified(a, b []string) []*patches.Hunk {
 }
 
 // section renders one file's part of a patch, as git diff writes it:
-// "diff --git", the index line with both blobs' hashes, the file headers
-// and the hunks, each with its function context.
-func section(path string, f *patches.FileResult, before []byte, hunks []*patches.Hunk) string {
+// "diff --git", the mode lines, the index line with both blobs' hashes
+// (and the mode of a kept file), the file headers and the hunks, each
+// with its function context. mode is the file's mode at the target
+// ("" for 100644).
+func section(path string, f *patches.FileResult, before []byte, hunks []*patches.Hunk, mode string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "diff --git a/%s b/%s\n", path, path)
 	oldHash, newHash := blob(before), blob(f.After)
-	switch f.Op {
-	case patches.Create:
+	switch {
+	case f.Op == patches.Create:
 		fmt.Fprintf(&b, "new file mode %s\nindex 000000000..%s\n--- /dev/null\n+++ b/%s\n", orMode(f.Mode), newHash, path)
-	case patches.Delete:
-		fmt.Fprintf(&b, "deleted file mode 100644\nindex %s..000000000\n--- a/%s\n+++ /dev/null\n", oldHash, path)
+	case f.Op == patches.Delete:
+		fmt.Fprintf(&b, "deleted file mode %s\nindex %s..000000000\n--- a/%s\n+++ /dev/null\n", orMode(mode), oldHash, path)
+	case f.OldMode != "":
+		fmt.Fprintf(&b, "old mode %s\nnew mode %s\n", f.OldMode, f.Mode)
+		if len(hunks) > 0 {
+			fmt.Fprintf(&b, "index %s..%s\n--- a/%s\n+++ b/%s\n", oldHash, newHash, path, path)
+		}
 	default:
-		fmt.Fprintf(&b, "index %s..%s 100644\n--- a/%s\n+++ b/%s\n", oldHash, newHash, path, path)
+		fmt.Fprintf(&b, "index %s..%s %s\n--- a/%s\n+++ b/%s\n", oldHash, newHash, orMode(mode), path, path)
 	}
 	old := lines(before)
 	for _, h := range hunks {

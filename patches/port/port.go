@@ -301,7 +301,7 @@ func portFile(p *patches.Patch, fc *patches.FileChange, newPath string, moves []
 		f := res.Files[0]
 		before, _ := theirs.ReadFile(newPath)
 		theirs.stage(newPath, f.After, f.Op != patches.Delete)
-		return section(newPath, f, before, reheader(hunks, res.Hunks)), nil
+		return section(newPath, f, before, reheader(hunks, res.Hunks), theirs.mode(newPath)), nil
 	}
 	if fc.Op != patches.Modify {
 		pr.Clean = false
@@ -357,8 +357,8 @@ func portFile(p *patches.Patch, fc *patches.FileChange, newPath string, moves []
 		return "", nil
 	}
 	theirs.stage(newPath, merged, true)
-	f := &patches.FileResult{Path: newPath, Op: patches.Modify, Before: theirsBytes, After: merged}
-	return section(newPath, f, theirsBytes, unified(lines(theirsBytes), m.Lines)), nil
+	f := &patches.FileResult{Path: newPath, Op: patches.Modify, Before: theirsBytes, After: merged, Mode: fc.NewMode, OldMode: fc.OldMode}
+	return section(newPath, f, theirsBytes, unified(lines(theirsBytes), m.Lines), theirs.mode(newPath)), nil
 }
 
 // hunkSpans returns, per hunk, the 0-based base line range [start, end]
@@ -449,6 +449,15 @@ func (m *mem) ReadFile(path string) ([]byte, error) {
 		}
 	}
 	return m.base.ReadFile(path)
+}
+
+// mode is the git mode of path in the commit the view starts from ("" when
+// the tree does not say).
+func (m *mem) mode(path string) string {
+	if t, ok := m.base.(interface{ Mode(string) string }); ok {
+		return t.Mode(path)
+	}
+	return ""
 }
 
 func (m *mem) set(path string, data []byte, exists bool) {

@@ -410,7 +410,7 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 			t.Fatal(err)
 		}
 		text := "Description: random edit\nAuthor: arpatch tests\nUpstream-Status: Inappropriate [test]\nApplies-To: fixture\n\n" +
-			section(path, &patches.FileResult{Path: path, Op: patches.Modify, After: []byte(o)}, []byte(b), unified(base, ours))
+			section(path, &patches.FileResult{Path: path, Op: patches.Modify, After: []byte(o)}, []byte(b), unified(base, ours), "")
 		s := sealedSeries(t, c0, text)
 		repo, _ := gitsrc.OpenAny(dir)
 		rep, err := Run(Options{Repo: repo, Series: s, To: c1})
@@ -514,6 +514,55 @@ func BenchmarkPort(b *testing.B) {
 		rep, err := Run(Options{Repo: repo, Series: f.series, To: c})
 		if err != nil || !rep.Clean || rep.Patches[0].Hunks[0].Status != Merged {
 			b.Fatalf("%v %+v", err, rep)
+		}
+	}
+}
+
+func TestPortKeepsModes(t *testing.T) {
+	dir := filepath.Join(t.TempDir(), "up")
+	if err := testrepo.WriteFiles(dir, map[string]string{"tools/check.sh": "#!/bin/sh\necho one\necho two\n", "tools/gen.py": "print(1)\nprint(2)\n"}); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(dir, "tools/check.sh"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	c0, err := testrepo.Init(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The series edits the executable script and makes gen.py executable
+	// (with an edit); upstream then adds a line at the end of it.
+	patch := "Description: modes\nAuthor: arpatch tests\nUpstream-Status: Inappropriate [test]\nApplies-To: fixture\n\n" +
+		"diff --git a/tools/check.sh b/tools/check.sh\nindex 1111111..2222222 100755\n--- a/tools/check.sh\n+++ b/tools/check.sh\n@@ -1,3 +1,3 @@\n #!/bin/sh\n-echo one\n+echo ONE\n echo two\n" +
+		"diff --git a/tools/gen.py b/tools/gen.py\nold mode 100644\nnew mode 100755\nindex 3333333..4444444\n--- a/tools/gen.py\n+++ b/tools/gen.py\n@@ -1,2 +1,2 @@\n-print(1)\n+print(0)\n print(2)\n"
+	s := sealedSeries(t, c0, patch)
+	c1, err := testrepo.Change(dir, "upstream", map[string]string{"tools/gen.py": "print(1)\nprint(2)\nprint(3)\n"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, _ := gitsrc.OpenAny(dir)
+	rep, err := Run(Options{Repo: repo, Series: s, To: c1})
+	if err != nil || !rep.Clean {
+		t.Fatalf("%v %+v", err, rep)
+	}
+	text := string(rep.Patches[0].Text)
+	for _, want := range []string{"\nindex ", " 100755\n--- a/tools/check.sh\n", "diff --git a/tools/gen.py b/tools/gen.py\nold mode 100644\nnew mode 100755\nindex "} {
+		if !strings.Contains(text, want) {
+			t.Errorf("ported patch lacks %q:\n%s", want, text)
+		}
+	}
+	d, err := patches.ParseDiff("p", rep.Patches[0].Text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, _ := repo.TreeAt(c1)
+	res, err := patches.Apply(tree, []*patches.Patch{{Name: "p", Diff: d}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range res.Files {
+		if f.Path == "tools/gen.py" && (f.Mode != "100755" || f.OldMode != "100644") {
+			t.Errorf("gen.py mode %q from %q, want 100755 from 100644", f.Mode, f.OldMode)
 		}
 	}
 }
