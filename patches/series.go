@@ -88,7 +88,11 @@ func LoadSeries(fsys fs.FS, dir, label string) (*Series, error) {
 		s.Name = path.Base(dir)
 	}
 	fail := func(key, format string, args ...any) error {
-		return fmt.Errorf("%s:%d: %s: %s", where, tomlx.Line(data, key), key, fmt.Sprintf(format, args...))
+		if line := tomlx.Line(data, key); line > 0 {
+			return fmt.Errorf("%s:%d: %s: %s", where, line, key, fmt.Sprintf(format, args...))
+		}
+		// The key is not in the file: there is no line to point at.
+		return fmt.Errorf("%s: %s: %s", where, key, fmt.Sprintf(format, args...))
 	}
 	if !seriesName.MatchString(s.Name) {
 		return nil, fail("name", "%q must be lower case letters, digits, '.' and '-'", s.Name)
@@ -141,7 +145,66 @@ func LoadSeries(fsys fs.FS, dir, label string) (*Series, error) {
 			}
 		}
 	}
+	if cycle := requiresCycle(&s); cycle != nil {
+		return nil, fail("requires", "cycle: %s; a patch cannot need, directly or through others, a patch that needs it, so no order satisfies them. Remove one of these pairs", strings.Join(cycle, " requires "))
+	}
 	return &s, nil
+}
+
+// requiresCycle returns the patch names of a cycle in the requires pairs
+// (a pair [A, B] is an edge from every patch that is or provides A to
+// every patch that is or provides B), first name repeated at the end, or
+// nil.
+func requiresCycle(s *Series) []string {
+	match := func(x string) []string {
+		var out []string
+		for _, p := range s.Patches {
+			if p.File == x || slices.Contains(p.Provides, x) {
+				out = append(out, p.File)
+			}
+		}
+		return out
+	}
+	next := map[string][]string{}
+	for _, pair := range s.Requires {
+		for _, a := range match(pair[0]) {
+			next[a] = append(next[a], match(pair[1])...)
+		}
+	}
+	const (
+		unseen = iota
+		onPath
+		done
+	)
+	state := map[string]int{}
+	var path []string
+	var visit func(n string) []string
+	visit = func(n string) []string {
+		state[n] = onPath
+		path = append(path, n)
+		for _, m := range next[n] {
+			switch state[m] {
+			case onPath:
+				i := slices.Index(path, m)
+				return append(append([]string(nil), path[i:]...), m)
+			case unseen:
+				if c := visit(m); c != nil {
+					return c
+				}
+			}
+		}
+		path = path[:len(path)-1]
+		state[n] = done
+		return nil
+	}
+	for _, p := range s.Patches {
+		if state[p.File] == unseen {
+			if c := visit(p.File); c != nil {
+				return c
+			}
+		}
+	}
+	return nil
 }
 
 // Family names the job; Series.String gives "name (family, N patches)".

@@ -206,3 +206,37 @@ func TestSealRefusesIncompleteSeries(t *testing.T) {
 		t.Errorf("no series.toml: %v", err)
 	}
 }
+
+// Issue 11, point 7: a requires cycle is called one, and a missing
+// [[patch]] points at the file, not at line 0.
+func TestSeriesTOMLMessages(t *testing.T) {
+	sha := sha256Hex([]byte(dispatchPatch))
+	for _, tc := range []struct{ toml, want string }{
+		{seriesTOML(`requires = [["0001-a.patch", "0002-b.patch"], ["0002-b.patch", "0001-a.patch"]]`,
+			[3]string{"0001-a.patch", sha, ""}, [3]string{"0002-b.patch", sha, ""}),
+			"test/s/series.toml:3: requires: cycle: 0001-a.patch requires 0002-b.patch requires 0001-a.patch"},
+		{seriesTOML(`requires = [["x", "y"], ["y", "z"], ["z", "x"]]`,
+			[3]string{"0001-a.patch", sha, `"x"`}, [3]string{"0002-b.patch", sha, `"y"`}, [3]string{"0003-c.patch", sha, `"z"`}),
+			"cycle: 0001-a.patch requires 0002-b.patch requires 0003-c.patch requires 0001-a.patch"},
+		{seriesTOML(`requires = [["0001-a.patch", "0001-a.patch"]]`, [3]string{"0001-a.patch", sha, ""}),
+			"cycle: 0001-a.patch requires 0001-a.patch"},
+		{"name = \"s\"\nfamily = \"pcie\"\n", "test/s/series.toml: patch: the series lists no [[patch]]"},
+	} {
+		files := map[string]string{}
+		for _, n := range []string{"0001-a.patch", "0002-b.patch", "0003-c.patch"} {
+			if strings.Contains(tc.toml, n) {
+				files[n] = dispatchPatch
+			}
+		}
+		_, err := LoadSeries(seriesFS(tc.toml, files), "s", "test/s")
+		if err == nil || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), ":0:") {
+			t.Errorf("err = %v, want %q", err, tc.want)
+		}
+	}
+	// No cycle: a chain.
+	ok := seriesTOML(`requires = [["0002-b.patch", "0001-a.patch"], ["0003-c.patch", "0002-b.patch"]]`,
+		[3]string{"0001-a.patch", sha, ""}, [3]string{"0002-b.patch", sha, ""}, [3]string{"0003-c.patch", sha, ""})
+	if _, err := LoadSeries(seriesFS(ok, map[string]string{"0001-a.patch": dispatchPatch, "0002-b.patch": dispatchPatch, "0003-c.patch": dispatchPatch}), "s", "test/s"); err != nil {
+		t.Errorf("chain: %v", err)
+	}
+}

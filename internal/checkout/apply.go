@@ -216,6 +216,11 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 			tracked = append(tracked, c)
 		}
 	}
+	if len(tracked) > 0 {
+		if err := lineEndings(repo, head, root, tracked); err != nil {
+			return nil, err
+		}
+	}
 	if r.Series == "" && opts.Series == "" {
 		if len(tracked) > 0 {
 			return nil, &DirtyError{Src: opts.Src, Changes: tracked}
@@ -351,7 +356,7 @@ func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.
 	if err != nil {
 		return err
 	}
-	var differ, extra []string
+	var differ, extra, eol []string
 	for _, p := range ps {
 		for _, fc := range p.Diff.Changes {
 			if fc.OldMode != "" && tree.Mode(fc.Path) != fc.OldMode {
@@ -373,10 +378,16 @@ func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.
 		switch {
 		case errors.Is(werr, fs.ErrNotExist) && gerr == nil:
 			extra = append(extra, p)
+		case werr == nil && gerr == nil && !bytes.Equal(want, got) && bytes.Equal(crlf(want), got):
+			eol = append(eol, p)
 		case werr != nil || gerr != nil || !bytes.Equal(want, got):
 			differ = append(differ, p)
 		}
 	}
+	if len(eol) > 0 && len(differ) == 0 {
+		return lineEndingError(root.Dir, head, eol)
+	}
+	differ = append(differ, eol...)
 	if len(extra) > 0 {
 		sort.Strings(extra)
 		return fmt.Errorf("%s: the series creates %s, but the tree already has a file there that commit %s does not (untracked or ignored); nothing was changed. Move it away (mv %s %s.mine), then apply",
@@ -668,4 +679,47 @@ func withCheck(err error, c *patches.Catalog, repo, commit string) error {
 func movedHead(src, head string, st *State) error {
 	return fmt.Errorf("%s is at commit %s, but series %s was applied at %s; nothing was changed. Check that commit out again (git -C %s checkout --detach %s), then revert or apply",
 		src, head, orNone(st.Series), st.Commit, src, st.Commit)
+}
+
+// crlf returns b with every LF that has no CR before it turned into CRLF,
+// as git's core.autocrlf=true writes a text file on checkout.
+func crlf(b []byte) []byte {
+	out := make([]byte, 0, len(b)+bytes.Count(b, []byte("\n")))
+	for i, c := range b {
+		if c == '\n' && (i == 0 || b[i-1] != '\r') {
+			out = append(out, '\r')
+		}
+		out = append(out, c)
+	}
+	return out
+}
+
+// lineEndings returns a *lineEndingError when every one of the tracked
+// changes is a file holding HEAD's text with CRLF where HEAD has LF: what
+// a checkout by git with core.autocrlf=true looks like. Otherwise nil.
+func lineEndings(repo *gitsrc.Repo, head string, root safefs.Root, changes []gitsrc.Change) error {
+	tree, err := repo.TreeAt(head)
+	if err != nil {
+		return nil
+	}
+	var paths []string
+	for _, c := range changes {
+		want, werr := tree.ReadFile(c.Path)
+		got, gerr := root.ReadFile(c.Path)
+		if werr != nil || gerr != nil || bytes.Equal(want, got) || !bytes.Equal(crlf(want), got) {
+			return nil
+		}
+		paths = append(paths, c.Path)
+	}
+	return lineEndingError(root.Dir, head, paths)
+}
+
+// lineEndingError is the refusal for files git converted to CRLF on
+// checkout. The remedy rewrites every tracked file from HEAD, which loses
+// nothing: it is given only when the conversion is all that differs.
+func lineEndingError(src, head string, paths []string) error {
+	sort.Strings(paths)
+	return fmt.Errorf("%s: these files hold commit %s's text with CRLF line endings where the commit has LF: %s. Git converted them when it checked them out (core.autocrlf=true, or a .gitattributes eol/text rule); the patches are written against the commit's bytes, so nothing was changed. "+
+		"Turn the conversion off for this checkout and check its files out again (the conversion is the only difference, so nothing is lost): `git -C %s config core.autocrlf false`, then `git -C %s checkout HEAD -- .`, then apply",
+		src, head[:12], strings.Join(paths, ", "), src, src)
 }
