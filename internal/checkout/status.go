@@ -185,12 +185,16 @@ func Status(src string, cat *patches.Catalog) (*StatusReport, error) {
 	if rep.SkipWorktree, err = repo.SkipWorktree(); err != nil {
 		return nil, err
 	}
-	if k, err := sglkernel.InCheckout(src); err != nil {
+	tracked, err := repo.Tracked()
+	if err != nil {
+		return nil, err
+	}
+	if k, err := sglkernel.InTracked(src, tracked); err != nil {
 		rep.KernelErr = err
 	} else {
 		rep.Kernel = &k
 		for _, pkg := range k.Packages {
-			extra, err := UntrackedUnder(src, pkg)
+			extra, err := untrackedUnder(src, pkg, tracked)
 			if err != nil {
 				return nil, err
 			}
@@ -200,25 +204,17 @@ func Status(src string, cat *patches.Catalog) (*StatusReport, error) {
 	return rep, nil
 }
 
-// UntrackedUnder lists the files under dir (relative to the checkout src)
-// that the index does not hold, ignored ones included, but for .pyc files
-// in __pycache__: what a wheel build that packages dir whole would take in
-// unrecorded. A missing dir has none.
-func UntrackedUnder(src, dir string) ([]string, error) {
+// untrackedUnder lists the files under dir (relative to the checkout src)
+// that tracked (the index) does not hold, ignored ones included, but for
+// .pyc files in __pycache__: what a wheel build that packages dir whole
+// would take in unrecorded. A missing dir has none.
+func untrackedUnder(src, dir string, tracked map[string]bool) ([]string, error) {
 	root := filepath.Join(src, dir)
 	if _, err := os.Stat(root); err != nil {
 		return nil, nil
 	}
-	repo, err := gitsrc.Open(src)
-	if err != nil {
-		return nil, err
-	}
-	tracked, err := repo.Tracked()
-	if err != nil {
-		return nil, err
-	}
 	var out []string
-	err = filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}

@@ -237,9 +237,7 @@ func InCheckout(src string) (Project, error) {
 		if err != nil {
 			return Project{}, err
 		}
-		for p := range tracked {
-			paths = append(paths, p)
-		}
+		return InTracked(src, tracked)
 	} else {
 		err := filepath.WalkDir(src, func(p string, d fs.DirEntry, err error) error {
 			if err != nil {
@@ -257,6 +255,17 @@ func InCheckout(src string) (Project, error) {
 		if err != nil {
 			return Project{}, fmt.Errorf("--src %s: %w", src, err)
 		}
+	}
+	sort.Strings(paths)
+	return Find(src, paths, dirFiles(src))
+}
+
+// InTracked is InCheckout for a caller that has read the checkout's index
+// already: tracked holds the paths git tracks (gitsrc.Repo.Tracked).
+func InTracked(src string, tracked map[string]bool) (Project, error) {
+	paths := make([]string, 0, len(tracked))
+	for p := range tracked {
+		paths = append(paths, p)
 	}
 	sort.Strings(paths)
 	return Find(src, paths, dirFiles(src))
