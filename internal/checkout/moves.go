@@ -26,8 +26,9 @@ type Moved struct {
 	Err error
 }
 
-// Verdict is "moved" when every patch fits at the new paths (exactly or
-// with offsets), else the verdict of Fits.
+// Verdict is "moved" when every file was followed and every patch fits at
+// the new paths (exactly or with offsets) and passes the gate rule there;
+// "error" when only the gate rule refuses it; else the verdict of Fits.
 func (m *Moved) Verdict() string {
 	v := patches.Verdict(m.Fits)
 	if len(m.Lost) == 0 && m.Err == nil && (v == "exact" || v == "offset") {
@@ -122,7 +123,7 @@ func (m *Moved) Explain(series, repo, commit, patchesDir string) []string {
 		out = append(out, "at the new paths: "+strings.Join(fits, " "))
 	}
 	if m.Err != nil {
-		out = append(out, "but there "+m.Err.Error())
+		out = append(out, "there arpatch's gate rule refuses the series: "+m.Err.Error())
 	}
 	if m.Verdict() == "moved" {
 		out = append(out, "write a series for this commit: "+port.Command(series, repo, commit, port.DraftDir(series, commit), patchesDir))

@@ -566,3 +566,30 @@ func TestPortKeepsModes(t *testing.T) {
 		}
 	}
 }
+
+func TestCommandRunsAsPrinted(t *testing.T) {
+	for _, tc := range []struct{ repo, out, dir, want string }{
+		{"~/mirrors/sglang.git", "arpatch-port/pcie-2026-07-0bda0b168ad5", "",
+			"arpatch patches port --series pcie-2026-07 --to C --repo ~/mirrors/sglang.git --out arpatch-port/pcie-2026-07-0bda0b168ad5"},
+		{"/data/my mirrors/sglang", "", "/tmp/it's here",
+			`arpatch patches port --series pcie-2026-07 --to C --repo '/data/my mirrors/sglang' --patches-dir '/tmp/it'"'"'s here'`},
+	} {
+		got := Command("pcie-2026-07", tc.repo, "C", tc.out, tc.dir)
+		if got != tc.want {
+			t.Errorf("Command = %s\nwant      %s", got, tc.want)
+		}
+		// sh splits the printed line into the arguments meant.
+		if _, err := exec.LookPath("sh"); err != nil || tc.dir == "" {
+			continue
+		}
+		out, err := exec.Command("sh", "-c", "set -- "+strings.TrimPrefix(got, "arpatch ")+`; printf '%s\n' "$@"`).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		args := strings.Split(strings.TrimSuffix(string(out), "\n"), "\n")
+		want := []string{"patches", "port", "--series", "pcie-2026-07", "--to", "C", "--repo", tc.repo, "--patches-dir", tc.dir}
+		if !slices.Equal(args, want) {
+			t.Errorf("sh reads %q, want %q", args, want)
+		}
+	}
+}

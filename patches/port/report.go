@@ -4,21 +4,33 @@ import (
 	"fmt"
 	"io"
 	"strings"
+
+	"al.essio.dev/pkg/shellescape"
 )
 
 // Command is the `arpatch patches port` command line that writes the
 // draft of series for commit to into out (none: "", the command then only
 // reports), reading repo; patchesDir is the --patches-dir the series comes
-// from ("" for the embedded ones).
+// from ("" for the embedded ones). Paths are quoted for sh where they need
+// it, so the line runs as printed.
 func Command(series, repo, to, out, patchesDir string) string {
-	s := fmt.Sprintf("arpatch patches port --series %s --to %s --repo %s", series, to, repo)
+	s := fmt.Sprintf("arpatch patches port --series %s --to %s --repo %s", series, to, quotePath(repo))
 	if out != "" {
-		s += " --out " + out
+		s += " --out " + quotePath(out)
 	}
 	if patchesDir != "" {
-		s += " --patches-dir " + patchesDir
+		s += " --patches-dir " + quotePath(patchesDir)
 	}
 	return s
+}
+
+// quotePath quotes a path for sh, leaving a leading "~/" outside the
+// quotes so the shell still expands it.
+func quotePath(p string) string {
+	if rest, ok := strings.CutPrefix(p, "~/"); ok {
+		return "~/" + shellescape.Quote(rest)
+	}
+	return shellescape.Quote(p)
 }
 
 // Summary says in one line whether a clean draft exists and what each hunk
