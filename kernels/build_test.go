@@ -376,7 +376,8 @@ func TestAllreduceExtBuildAndCache(t *testing.T) {
 			if p.Env["TORCH_CUDA_ARCH_LIST"] != "9.0a" || p.Inputs.Kind != "allreduce-ext" || p.Inputs.Extra["binding.cpp_sha256"] == "" || p.Inputs.Project != l.dir {
 				t.Fatalf("plan = %+v", p)
 			}
-			contains(t, strings.Join(p.Argv, " "), "build_ext.py --kernel-dir "+e.k("")+" --binding")
+			// The project is copied into the fixed build path and built there.
+			contains(t, strings.Join(p.Argv, " "), "build_ext.py --kernel-dir "+filepath.Join(p.BuildPath, "sglang", l.dir)+" --binding")
 			wheel := mustPlan(t, o)
 			if wheel.Key == p.Key {
 				t.Error("the extension and the wheel share a cache key")
@@ -385,8 +386,15 @@ func TestAllreduceExtBuildAndCache(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			if filepath.Base(res.Wheel) != "arpatch_custom_ar.so" || readFile(t, res.Wheel) != "fake ext for 9.0a\n" {
+			if filepath.Base(res.Wheel) != "arpatch_custom_ar.so" || !strings.HasPrefix(readFile(t, res.Wheel), "fake ext for 9.0a\n") {
 				t.Errorf("ext output %s = %q", res.Wheel, readFile(t, res.Wheel))
+			}
+			// The binding and the translation unit were compiled in the
+			// fixed build path, with its prefix map and the commit's time.
+			contains(t, readFile(t, res.Wheel), "source /arpatch/src/binding.cpp\ncwd /arpatch\ntime 1775217600\nseed arpatch-allreduce\n",
+				"source /arpatch/sglang/"+l.dir+"/csrc/allreduce/custom_all_reduce.cu\n", "tmp /arpatch/build/x.cudafe1.cpp\n")
+			if names := objectNames(res.Manifest.Objects); names != "binding.o custom_all_reduce.cuda.o" {
+				t.Errorf("objects = %s", names)
 			}
 			if res2, err := Build(context.Background(), p, o, nil); err != nil || !res2.Hit {
 				t.Errorf("second ext build: hit %v err %v", res2 != nil && res2.Hit, err)
@@ -498,4 +506,12 @@ FetchContent_Declare(repo-odd URL https://example.invalid/odd.tar.gz)
 	if _, err := MapDeps(deps, filepath.Join(dd, "nosuch"), true); err == nil || !strings.Contains(err.Error(), "--deps-dir") || !strings.Contains(err.Error(), "not a directory") {
 		t.Errorf("missing deps dir: %v", err)
 	}
+}
+
+func objectNames(objs []Output) string {
+	var n []string
+	for _, o := range objs {
+		n = append(n, o.File)
+	}
+	return strings.Join(n, " ")
 }

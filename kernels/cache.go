@@ -31,10 +31,13 @@ type Output struct {
 // Manifest is a cache entry's manifest.json: every input, the key, the
 // outputs with their sha256, what ran, and how long it took.
 type Manifest struct {
-	Schema         int               `json:"schema"`
-	Key            string            `json:"key"`
-	Inputs         Inputs            `json:"inputs"`
-	Outputs        []Output          `json:"outputs"`
+	Schema  int      `json:"schema"`
+	Key     string   `json:"key"`
+	Inputs  Inputs   `json:"inputs"`
+	Outputs []Output `json:"outputs"`
+	// Objects are the build's object files (*.o) by path under the build
+	// dir, with their sha256: not kept, but named when two builds differ.
+	Objects        []Output          `json:"objects,omitempty"`
 	Dir            string            `json:"dir"`     // where the command ran
 	Command        []string          `json:"command"` // argv
 	Env            map[string]string `json:"env"`     // variables arpatch set

@@ -79,6 +79,9 @@ func PlanExt(ctx context.Context, opts BuildOptions) (*Plan, error) {
 		BuildEnv: buildEnv, Toolchain: tc.Versions(""), Extra: extra,
 	}
 	p.Key = p.Inputs.Key()
+	if err := makeReproducible(p, env, nil); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 

@@ -5,8 +5,6 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"os"
 	"path/filepath"
 	"strings"
@@ -125,11 +123,6 @@ func fixtureArchive(t testing.TB, name string) []byte {
 	return buf.Bytes()
 }
 
-func sha256Hex(b []byte) string {
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:])
-}
-
 // kernelFiles is a fixture SGLang tree with its sgl-kernel project where
 // l keeps it; @<dep>@ in the CMake files becomes the sha256 of that dep's
 // fixture archive.
@@ -146,6 +139,7 @@ func kernelFiles(t testing.TB, l layout) map[string]string {
 		l.dir + "/pyproject.toml":                      testrepo.KernelPyproject,
 		l.dir + "/csrc/allreduce/custom_all_reduce.cu": "// fixture translation unit\n",
 		l.dir + "/include/utils.h":                     "// fixture header\n",
+		l.dir + "/csrc/common_extension.cc":            "// fixture host translation unit\n",
 		l.dir + "/python/sgl_kernel/__init__.py":       "# fixture package\n",
 		"python/sglang/version.py":                     "__version__ = \"0.0.0\"\n",
 	}
@@ -186,7 +180,7 @@ func newEnvIn(t testing.TB, l layout) *env {
 		t.Fatal(err)
 	}
 	e := &env{kdir: l.dir, up: up, commit: commit, src: filepath.Join(tmp, "src"), cache: Cache{Dir: filepath.Join(tmp, "cache")}, fake: fakeBin(t)}
-	e.env = []string{"PATH=" + e.fake + ":/usr/bin:/bin", "HOME=" + tmp}
+	e.env = []string{"PATH=" + e.fake + ":/usr/bin:/bin", "HOME=" + tmp, BuildRootEnv + "=" + filepath.Join(tmp, "broot")}
 	e.apply(t, e.src, "", nil)
 	return e
 }

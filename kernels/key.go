@@ -9,7 +9,7 @@ import (
 
 // KeySchema versions the layout of Inputs; changing it invalidates every
 // cache entry, as it must.
-const KeySchema = 3
+const KeySchema = 4
 
 // PatchInput is one applied patch, by name and sha256.
 type PatchInput struct {
@@ -80,6 +80,9 @@ type Inputs struct {
 	// Extra holds kind-specific inputs, e.g. the sha256 of the extension's
 	// binding source.
 	Extra map[string]string `json:"extra,omitempty"`
+	// Repro fixes the build environment (SOURCE_DATE_EPOCH, locale,
+	// timezone, build root: makeReproducible).
+	Repro *Repro `json:"repro,omitempty"`
 }
 
 // Key returns the hex sha256 of the inputs' canonical JSON (maps sort

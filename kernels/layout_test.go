@@ -24,7 +24,8 @@ func TestPlanFindsTheProject(t *testing.T) {
 		t.Run(l.name, func(t *testing.T) {
 			e := newEnvIn(t, l)
 			p := mustPlan(t, e.opts())
-			if p.Project.Dir != l.dir || p.Project.Name != "sglang-kernel" || p.Dir != e.k("") || p.Inputs.Project != l.dir {
+			// The command runs in the project's copy in the fixed build path.
+			if p.Project.Dir != l.dir || p.Project.Name != "sglang-kernel" || p.Dir != filepath.Join(p.BuildPath, "sglang", l.dir) || p.Inputs.Project != l.dir {
 				t.Errorf("project %+v, dir %s, key input %q", p.Project, p.Dir, p.Inputs.Project)
 			}
 			files := map[string]bool{}
@@ -112,7 +113,9 @@ func TestDepsDirArchives(t *testing.T) {
 		p.Deps[1].Archive != filepath.Join(dd, "147f5673d0c1c3dcf66f78d677fd647e4a020219.tar.gz") || p.Deps[1].Commit != "archive-sha256:"+sha256Hex(fm) {
 		t.Fatalf("deps %+v", p.Deps)
 	}
-	contains(t, p.Env["CMAKE_ARGS"], "'-DFETCHCONTENT_SOURCE_DIR_REPO-CUTLASS="+TmpMarker+"/deps/repo-cutlass'", "-DFETCHCONTENT_FULLY_DISCONNECTED=ON")
+	// Unpacked under the fixed build path, so their paths are the same in
+	// every build.
+	contains(t, p.Env["CMAKE_ARGS"], "'-DFETCHCONTENT_SOURCE_DIR_REPO-CUTLASS="+p.BuildPath+"/deps/repo-cutlass'", "-DFETCHCONTENT_FULLY_DISCONNECTED=ON")
 	if p.Inputs.Deps[0].Commit != "archive-sha256:"+sha256Hex(cut) {
 		t.Errorf("key input %+v", p.Inputs.Deps[0])
 	}

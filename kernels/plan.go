@@ -97,6 +97,11 @@ type Plan struct {
 	// Output is the glob, relative to the temp dir, of the one file the
 	// build must produce: "out/*.whl" for the wheel.
 	Output string
+	// BuildPath is the fixed directory the compilers work in
+	// (<build root>/<Inputs.BuildID()>, see makeReproducible); Stage
+	// lists the tree's directories copied into BuildPath/sglang first.
+	BuildPath string
+	Stage     []string
 }
 
 // startPlan begins every plan: the tree as an absolute path (set in
@@ -232,6 +237,9 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 		Deps: depIn, BuildEnv: buildEnv, Toolchain: tc.Versions(p.Builder),
 	}
 	p.Key = p.Inputs.Key()
+	if err := makeReproducible(p, env, opts.Launcher); err != nil {
+		return nil, err
+	}
 	return p, nil
 }
 

@@ -87,8 +87,43 @@ func Build(ctx context.Context, plan *Plan, opts BuildOptions, progress Progress
 			os.RemoveAll(tmp)
 		}
 	}()
+	m, err = produce(ctx, plan, opts, tmp, progress)
+	if err != nil {
+		return nil, err
+	}
+	if err := sameTree(plan); err != nil {
+		kept := keepLog(opts.Cache, plan.Key, filepath.Join(tmp, m.Log))
+		return nil, fmt.Errorf("%w; the build finished but was not cached (its log: %s)", err, kept)
+	}
+	os.Remove(filepath.Join(tmp, PGIDFile))
+	if err := opts.Cache.Commit(tmp, m); err != nil {
+		return nil, fmt.Errorf("saving the build in the cache: %w", err)
+	}
+	committed = true
+	res.Manifest = m
+	return res, finish(res, opts, start)
+}
+
+// produce runs plan's command with tmp as its temp dir: it prepares the
+// fixed build path (stageBuild) and the extension's sources, runs the
+// command with the plan's environment (log in tmp/build.log), moves the
+// one output matching plan.Output to tmp, normalises a wheel
+// (NormalizeWheel), records the output's and the objects' sha256 and
+// removes everything else. It returns the manifest, not yet committed;
+// a failed command is a *BuildError with its log kept under the cache's
+// logs/, and a cancelled one ErrInterrupted.
+func produce(ctx context.Context, plan *Plan, opts BuildOptions, tmp string, progress Progress) (*Manifest, error) {
+	unstage, err := stageBuild(plan)
+	if err != nil {
+		return nil, err
+	}
+	defer unstage()
 	if plan.Inputs.Kind == "allreduce-ext" {
-		if err := writeExtSources(tmp); err != nil {
+		dir := tmp
+		if plan.BuildPath != "" {
+			dir = plan.BuildPath
+		}
+		if err := writeExtSources(dir); err != nil {
 			return nil, err
 		}
 	}
@@ -96,7 +131,7 @@ func Build(ctx context.Context, plan *Plan, opts BuildOptions, progress Progress
 		return nil, err
 	}
 	logPath := filepath.Join(tmp, "build.log")
-	m = &Manifest{
+	m := &Manifest{
 		Schema: ManifestSchema, Key: plan.Key, Inputs: plan.Inputs, Dir: plan.Dir,
 		Command: plan.Command("<tmp>"), Env: plan.Env, Jobs: plan.Jobs, Src: plan.Src,
 		StartedAt: time.Now().UTC(), ProbeSeconds: plan.ProbeSeconds, Log: "build.log", ArpatchVersion: opts.Version,
@@ -106,50 +141,72 @@ func Build(ctx context.Context, plan *Plan, opts BuildOptions, progress Progress
 		env = os.Environ()
 	}
 	gencodeLog := filepath.Join(tmp, "gencode.log")
+	defer os.Remove(gencodeLog)
 	runEnv := append(append(append([]string(nil), env...), plan.EnvIn(tmp)...), GencodeLogEnv+"="+gencodeLog)
 	runErr := runLogged(ctx, plan.Dir, plan.Command(tmp), runEnv, logPath, progress)
 	m.FinishedAt = time.Now().UTC()
 	m.BuildSeconds = m.FinishedAt.Sub(m.StartedAt).Seconds()
+	failed := func(err error) (*Manifest, error) {
+		kept := keepLog(opts.Cache, plan.Key, logPath)
+		return nil, &BuildError{Err: err, Log: kept, Tail: tailLines(kept, 40)}
+	}
 	if runErr != nil {
 		if errors.Is(runErr, ErrInterrupted) {
 			return nil, runErr
 		}
-		kept := keepLog(opts.Cache, plan.Key, logPath)
-		return nil, &BuildError{Err: runErr, Log: kept, Tail: tailLines(kept, 40)}
+		return failed(runErr)
 	}
-	wheels, _ := filepath.Glob(filepath.Join(tmp, plan.Output))
-	if len(wheels) != 1 {
-		kept := keepLog(opts.Cache, plan.Key, logPath)
-		return nil, &BuildError{Err: fmt.Errorf("expected one file matching %s, found %d", plan.Output, len(wheels)), Log: kept, Tail: tailLines(kept, 40)}
+	outs, _ := filepath.Glob(filepath.Join(tmp, plan.Output))
+	if plan.BuildPath != "" && strings.HasPrefix(plan.Output, "build/") {
+		outs, _ = filepath.Glob(filepath.Join(plan.BuildPath, plan.Output))
 	}
-	name := filepath.Base(wheels[0])
-	if err := os.Rename(wheels[0], filepath.Join(tmp, name)); err != nil {
+	if len(outs) != 1 {
+		return failed(fmt.Errorf("expected one file matching %s, found %d", plan.Output, len(outs)))
+	}
+	name := filepath.Base(outs[0])
+	out := filepath.Join(tmp, name)
+	if err := moveFile(outs[0], out); err != nil {
 		return nil, err
+	}
+	if strings.HasSuffix(name, ".whl") && plan.Inputs.Repro != nil {
+		if err := NormalizeWheel(out, plan.Inputs.Repro.SourceDateEpoch); err != nil {
+			return failed(fmt.Errorf("normalising the wheel: %w", err))
+		}
+	}
+	if plan.BuildPath != "" {
+		if m.Objects, err = objectSums(filepath.Join(plan.BuildPath, "build")); err != nil {
+			return nil, err
+		}
 	}
 	for _, d := range []string{"out", "build", "src", "deps"} {
 		os.RemoveAll(filepath.Join(tmp, d)) // gigabytes; the output is what is kept
 	}
-	sum, n, err := fileSHA256(filepath.Join(tmp, name))
+	sum, n, err := fileSHA256(out)
 	if err != nil {
 		return nil, err
 	}
 	m.Outputs = []Output{{File: name, SHA256: sum, Bytes: n}}
-	if err := sameTree(plan); err != nil {
-		kept := keepLog(opts.Cache, plan.Key, logPath)
-		return nil, fmt.Errorf("%w; the build finished but was not cached (its log: %s)", err, kept)
-	}
 	if err := compiledArchs(plan, gencodeLog); err != nil {
 		kept := keepLog(opts.Cache, plan.Key, logPath)
 		return nil, fmt.Errorf("%w; the build finished but was not cached (its log: %s)", err, kept)
 	}
-	os.Remove(gencodeLog)
-	os.Remove(filepath.Join(tmp, PGIDFile))
-	if err := opts.Cache.Commit(tmp, m); err != nil {
-		return nil, fmt.Errorf("saving the build in the cache: %w", err)
+	return m, nil
+}
+
+// moveFile renames src to dst, copying when they are on two file systems
+// (the fixed build path and the cache).
+func moveFile(src, dst string) error {
+	if err := os.Rename(src, dst); err == nil {
+		return nil
 	}
-	committed = true
-	res.Manifest = m
-	return res, finish(res, opts, start)
+	info, err := os.Stat(src)
+	if err != nil {
+		return err
+	}
+	if err := copyFileMode(src, dst, info.Mode().Perm()); err != nil {
+		return err
+	}
+	return os.Remove(src)
 }
 
 // compiledArchs checks, after a wheel build, that every requested arch was

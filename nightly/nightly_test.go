@@ -19,6 +19,7 @@ import (
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/testrepo"
+	"github.com/arpatch/arpatch/kernels"
 )
 
 const fixtureCu = "// fixture translation unit\nif (ws == 2) {\n  one();\n} else if (full_nvlink_) {\n  pick();\n}\n"
@@ -110,7 +111,7 @@ plot = "out/tok_s.svg"
 		t.Fatal(err)
 	}
 	fake, _ := filepath.Abs("../kernels/testdata/fakebin")
-	w.env = []string{"PATH=" + fake + ":/usr/bin:/bin", "HOME=" + w.dir}
+	w.env = []string{"PATH=" + fake + ":/usr/bin:/bin", "HOME=" + w.dir, kernels.BuildRootEnv + "=" + filepath.Join(w.dir, "broot")}
 	return w
 }
 

@@ -7,7 +7,6 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -402,7 +401,7 @@ func listCache(w io.Writer, cache kernels.Cache) error {
 }
 
 // gencodeFilterCommand is the compiler launcher the wheel build runs nvcc
-// through; it is not for users.
+// and the host compiler through (kernels.Launch); it is not for users.
 func gencodeFilterCommand() *cli.Command {
 	return &cli.Command{
 		Name:            "gencode-filter",
@@ -410,28 +409,10 @@ func gencodeFilterCommand() *cli.Command {
 		SkipFlagParsing: true,
 		Usage:           "run a compiler command keeping only the -gencode options of $" + kernels.GencodeEnv,
 		Action: func(c *cli.Context) error {
-			args := c.Args().Slice()
-			if len(args) == 0 {
+			if c.Args().Len() == 0 {
 				return usagef("gencode-filter needs a compiler command")
 			}
-			archs, err := kernels.ParseArchs([]string{os.Getenv(kernels.GencodeEnv)})
-			if err != nil {
-				return fmt.Errorf("gencode-filter: $%s: %w", kernels.GencodeEnv, err)
-			}
-			out, _ := kernels.FilterGencode(args, archs)
-			if log := os.Getenv(kernels.GencodeLogEnv); log != "" {
-				if f, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err == nil {
-					for _, a := range kernels.KeptArchs(out, archs) {
-						fmt.Fprintln(f, a)
-					}
-					f.Close()
-				}
-			}
-			prog, err := exec.LookPath(out[0])
-			if err != nil {
-				return fmt.Errorf("gencode-filter: %w", err)
-			}
-			return syscall.Exec(prog, out, os.Environ())
+			return kernels.Launch(c.Args().Slice())
 		},
 	}
 }

@@ -24,6 +24,7 @@ import (
 	"mvdan.cc/sh/v3/shell"
 
 	"github.com/arpatch/arpatch/internal/testrepo"
+	"github.com/arpatch/arpatch/kernels"
 )
 
 func TestMain(m *testing.M) {
@@ -56,6 +57,12 @@ func TestMain(m *testing.M) {
 func TestScripts(t *testing.T) {
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
+		// Builds run in a fixed build path; each script gets its own, so
+		// scripts (and other test runs on the machine) never share one.
+		Setup: func(env *testscript.Env) error {
+			env.Setenv(kernels.BuildRootEnv, filepath.Join(env.WorkDir, "broot"))
+			return nil
+		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"mkrepo": func(ts *testscript.TestScript, neg bool, args []string) {
 				if len(args) < 1 || len(args) > 2 {

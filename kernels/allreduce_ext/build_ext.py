@@ -8,6 +8,7 @@ the archs in TORCH_CUDA_ARCH_LIST, then imports the module to prove it loads
 and prints one JSON line: {"so": path, "functions": [...]}.
 
 Usage: python build_ext.py --kernel-dir DIR --binding binding.cpp --build-dir DIR --name NAME
+       [--extra-cflag=FLAG ...] [--extra-cuda-cflag=FLAG ...]
 """
 import argparse
 import json
@@ -21,6 +22,10 @@ def main() -> int:
     ap.add_argument("--binding", required=True)
     ap.add_argument("--build-dir", required=True)
     ap.add_argument("--name", required=True)
+    # Reproducibility flags arpatch adds (prefix maps, -frandom-seed,
+    # --objdir-as-tempdir): appended to the host and nvcc flags.
+    ap.add_argument("--extra-cflag", action="append", default=[])
+    ap.add_argument("--extra-cuda-cflag", action="append", default=[])
     args = ap.parse_args()
 
     from torch.utils.cpp_extension import CUDA_HOME, load
@@ -32,8 +37,8 @@ def main() -> int:
         name=args.name,
         sources=[args.binding, tu],
         extra_include_paths=[os.path.join(kdir, "include"), os.path.join(kdir, "csrc")],
-        extra_cflags=["-O3", "-std=c++17"],
-        extra_cuda_cflags=["-O3", "-std=c++17", "--expt-relaxed-constexpr", "--expt-extended-lambda"],
+        extra_cflags=["-O3", "-std=c++17"] + args.extra_cflag,
+        extra_cuda_cflags=["-O3", "-std=c++17", "--expt-relaxed-constexpr", "--expt-extended-lambda"] + args.extra_cuda_cflag,
         # custom_all_reduce.cuh calls the driver API (cuPointerGetAttribute):
         # link libcuda, through the toolkit's stub when the driver's is not
         # on the linker path.

@@ -25,6 +25,7 @@ import (
 	"github.com/arpatch/arpatch/harness/sglangtest"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/testrepo"
+	"github.com/arpatch/arpatch/kernels"
 	"github.com/arpatch/arpatch/nightly"
 )
 
@@ -108,7 +109,7 @@ plot = "out/tok_s.svg"
 	}))
 	cfg, err := nightly.LoadConfig(filepath.Join(abs, "nightly.toml"))
 	must(err)
-	env := []string{"PATH=" + fake + ":/usr/bin:/bin", "HOME=" + abs}
+	env := []string{"PATH=" + fake + ":/usr/bin:/bin", "HOME=" + abs, kernels.BuildRootEnv + "=" + filepath.Join(abs, "broot")}
 	start := time.Date(2026, 11, 23, 3, 0, 0, 0, time.UTC)
 	// Decode rates of the two arms' servers, night by night; tonight (the
 	// last) the patched arm is 10% slower.

@@ -1,0 +1,378 @@
+package kernels
+
+import (
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/lockfile"
+)
+
+// ReproScheme versions what arpatch does to make a build reproducible:
+// the variables it sets, the flags the launcher adds, the fixed build
+// path and the wheel normalisation. It is in the key, so changing any of
+// them invalidates every cache entry, as it must.
+const ReproScheme = 1
+
+// DefaultBuildRoot is where every build runs, whatever the user's home,
+// checkout or cache: nvcc writes the build path into device-side hashes
+// and strings that no prefix map reaches (measured with nvcc 13.0.88:
+// .nv_fatbin, .rodata.str1.8 and the anonymous namespace's .rodata differ
+// between two directories even with the maps), so a bit-identical build
+// needs the same absolute path on every machine.
+const DefaultBuildRoot = "/tmp/arpatch-build"
+
+// BuildRootEnv names the variable that moves DefaultBuildRoot, e.g. for a
+// machine whose /tmp is not writable. The root is in the key: builds under
+// two roots are not expected to give the same bytes.
+const BuildRootEnv = "ARPATCH_BUILD_ROOT"
+
+// PrefixMapEnv names the variable that carries the launcher's path maps,
+// "OLD=NEW" pairs separated by ";": the launcher adds
+// -ffile-prefix-map/-fdebug-prefix-map for each to the host compiler
+// (through -Xcompiler for nvcc).
+const PrefixMapEnv = "ARPATCH_PREFIX_MAPS"
+
+// ObjTempEnv names the variable that, set to 1, makes the launcher pass
+// --objdir-as-tempdir to nvcc: its temporary files, whose random names
+// otherwise reach the object, go next to the object instead.
+const ObjTempEnv = "ARPATCH_NVCC_OBJTEMP"
+
+// Repro is the part of Inputs that fixes a build's environment: the same
+// values on every machine, so the same key can give the same bytes.
+type Repro struct {
+	Scheme int `json:"scheme"` // ReproScheme
+	// SourceDateEpoch is the committer time of Inputs.Commit in seconds
+	// since 1970 (UTC), exported as SOURCE_DATE_EPOCH.
+	SourceDateEpoch int64  `json:"source_date_epoch"`
+	TZ              string `json:"tz"`     // "UTC"
+	Locale          string `json:"locale"` // LC_ALL, "C"
+	// BuildRoot is the directory under which the build path is made
+	// (DefaultBuildRoot unless BuildRootEnv moves it).
+	BuildRoot string `json:"build_root"`
+}
+
+// BuildID names a build's fixed directory under Repro.BuildRoot: the
+// first 16 hex digits of the key of every input but the series and the
+// patches. Both arms of an A/B build therefore compile in the same
+// directory, one after the other, so the build path cannot make their
+// objects differ.
+func (in Inputs) BuildID() string {
+	c := in
+	c.Series, c.Patches = "", nil
+	return c.Key()[:16]
+}
+
+// Names the build path's contents map to in the outputs.
+const (
+	mappedBuild = "/arpatch"          // the build path: sources under /arpatch/sglang, objects under /arpatch/build
+	mappedTorch = "/torch-site"       // the directory holding torch (site-packages)
+	mappedCUDA  = "/cuda"             // CUDA_HOME
+	mappedDeps  = "/arpatch-deps"     // --deps-dir copies, one /arpatch-deps/<name> each
+	reproSeed   = "arpatch-allreduce" // -frandom-seed of the extension's compiles (one module)
+)
+
+// makeReproducible turns a plan into a reproducible one: it records Repro
+// in the inputs (and so in the key), sets SOURCE_DATE_EPOCH (the upstream
+// commit's time), TZ, LC_ALL and PYTHONHASHSEED, and moves everything the
+// compilers see (the sgl-kernel sources, copied; the build dir; the
+// extension's own sources) to the fixed build path
+// <root>/<Inputs.BuildID()>, with prefix maps for it and for the
+// directories outside it that the compilers read (torch, CUDA, --deps-dir
+// copies). For the wheel the maps reach the host compiler and nvcc
+// through the compiler launcher (CMAKE_{C,CXX,CUDA}_COMPILER_LAUNCHER in
+// CMAKE_ARGS, as the gencode filter does); for the extension they are
+// build_ext.py's --extra-cflag and --extra-cuda-cflag. The tree is not
+// patched. --deps-dir archives are unpacked under the build path too.
+// It returns an error naming BuildRootEnv when the root is unusable, and
+// one naming the commit when the tree's repository cannot date it.
+func makeReproducible(p *Plan, env []string, launcher []string) error {
+	root := getenv(env, BuildRootEnv)
+	if root == "" {
+		root = DefaultBuildRoot
+	}
+	if !filepath.IsAbs(root) || strings.ContainsAny(root, ";=, \t\n'\"\\$`") {
+		return fmt.Errorf("%s=%q: the build root must be an absolute path without spaces, quotes or any of ;=,$\\ (it reaches CMAKE_ARGS and nvcc's -Xcompiler lists); e.g. %s=%s", BuildRootEnv, root, BuildRootEnv, DefaultBuildRoot)
+	}
+	repo, err := gitsrc.Open(p.Src)
+	if err != nil {
+		return err
+	}
+	when, err := repo.CommitTime(p.Inputs.Commit)
+	if err != nil {
+		return fmt.Errorf("dating the build (SOURCE_DATE_EPOCH): %w", err)
+	}
+	p.Inputs.Repro = &Repro{Scheme: ReproScheme, SourceDateEpoch: when.Unix(), TZ: "UTC", Locale: "C", BuildRoot: filepath.Clean(root)}
+	p.BuildPath = filepath.Join(p.Inputs.Repro.BuildRoot, p.Inputs.BuildID())
+	p.Key = p.Inputs.Key()
+
+	staged := filepath.Join(p.BuildPath, "sglang")
+	p.Stage = []string{p.Project.Dir}
+	// Archives are unpacked at build time where the marker says; under the
+	// build path their paths are the same in every build.
+	for i, d := range p.Deps {
+		p.Deps[i].Dir = strings.ReplaceAll(d.Dir, TmpMarker, p.BuildPath)
+	}
+	for k, v := range p.Env {
+		p.Env[k] = strings.ReplaceAll(v, TmpMarker+"/deps", p.BuildPath+"/deps")
+	}
+	maps := []string{p.BuildPath + "=" + mappedBuild}
+	if tc := p.Toolchain; tc != nil {
+		if site := torchSite(tc.Torch.IncludePaths); site != "" {
+			maps = append(maps, site+"="+mappedTorch)
+		}
+		if home := tc.CUDAHome(); home != "" {
+			maps = append(maps, home+"="+mappedCUDA)
+		}
+	}
+	for _, d := range p.Deps {
+		if d.Dir != "" {
+			maps = append(maps, d.Dir+"="+mappedDeps+"/"+d.Name)
+		}
+	}
+	// GCC applies the last map that matches, Clang the longest: shortest
+	// first gives the most specific map with either.
+	sort.SliceStable(maps, func(i, j int) bool {
+		return len(strings.SplitN(maps[i], "=", 2)[0]) < len(strings.SplitN(maps[j], "=", 2)[0])
+	})
+	for _, m := range maps {
+		if strings.ContainsAny(m, ";,") {
+			return fmt.Errorf("path map %q: a path with ';' or ',' cannot be passed through nvcc's -Xcompiler; move it to a path without them", m)
+		}
+	}
+	for i, a := range p.Argv {
+		switch {
+		case strings.HasPrefix(a, TmpMarker+"/build"), strings.HasPrefix(a, TmpMarker+"/src"):
+			p.Argv[i] = p.BuildPath + strings.TrimPrefix(a, TmpMarker)
+		case strings.Contains(a, "="+TmpMarker+"/build"):
+			p.Argv[i] = strings.Replace(a, "="+TmpMarker+"/build", "="+p.BuildPath+"/build", 1)
+		case a == p.Src || strings.HasPrefix(a, p.Src+string(filepath.Separator)):
+			p.Argv[i] = staged + strings.TrimPrefix(a, p.Src)
+		}
+	}
+	if p.Dir == p.Src || strings.HasPrefix(p.Dir, p.Src+string(filepath.Separator)) {
+		p.Dir = staged + strings.TrimPrefix(p.Dir, p.Src)
+	}
+	if p.Dir == staged {
+		p.Dir = p.BuildPath // the extension's command runs above its inputs
+	}
+	nvccObjTemp := p.Toolchain != nil && p.Toolchain.NVCC.Version != "" && NVCCVersionAtLeast(p.Toolchain.NVCC.Version, 12, 8)
+	p.Env["SOURCE_DATE_EPOCH"] = strconv.FormatInt(p.Inputs.Repro.SourceDateEpoch, 10)
+	p.Env["TZ"] = p.Inputs.Repro.TZ
+	p.Env["LC_ALL"] = p.Inputs.Repro.Locale
+	p.Env["LANG"] = p.Inputs.Repro.Locale
+	p.Env["PYTHONHASHSEED"] = "0"
+	p.Env[PrefixMapEnv] = strings.Join(maps, ";")
+	if nvccObjTemp {
+		p.Env[ObjTempEnv] = "1"
+	}
+	if p.Inputs.Kind == "allreduce-ext" {
+		host := HostReproFlags(maps, reproSeed)
+		for _, f := range host {
+			p.Argv = append(p.Argv, "--extra-cflag="+f)
+		}
+		for _, f := range NVCCReproFlags(maps, reproSeed, nvccObjTemp) {
+			p.Argv = append(p.Argv, "--extra-cuda-cflag="+f)
+		}
+		return nil
+	}
+	// The wheel: the host compiler runs through the same launcher as
+	// nvcc, set before the user's CMAKE_ARGS so that theirs still win.
+	if len(launcher) > 0 {
+		l := strings.Join(launcher, ";")
+		p.Env["CMAKE_ARGS"] = shellQuote("-DCMAKE_C_COMPILER_LAUNCHER="+l) + " " +
+			shellQuote("-DCMAKE_CXX_COMPILER_LAUNCHER="+l) + " " + p.Env["CMAKE_ARGS"]
+	}
+	return nil
+}
+
+// torchSite returns the directory that holds the torch package, from
+// torch's include paths (".../site-packages/torch/include"), or "".
+func torchSite(includes []string) string {
+	for _, p := range includes {
+		if filepath.Base(p) == "include" && filepath.Base(filepath.Dir(p)) == "torch" {
+			return filepath.Dir(filepath.Dir(p))
+		}
+	}
+	return ""
+}
+
+// HostReproFlags are the flags that keep paths and randomness out of a
+// host compiler's (GCC or Clang) output: -ffile-prefix-map and
+// -fdebug-prefix-map for each "OLD=NEW" map, and -frandom-seed=seed.
+func HostReproFlags(maps []string, seed string) []string {
+	var out []string
+	for _, m := range maps {
+		out = append(out, "-ffile-prefix-map="+m, "-fdebug-prefix-map="+m)
+	}
+	return append(out, "-frandom-seed="+seed)
+}
+
+// NVCCReproFlags are HostReproFlags passed through nvcc (-Xcompiler FLAG
+// each), plus --objdir-as-tempdir when objTemp (nvcc 12.8 or newer here).
+func NVCCReproFlags(maps []string, seed string, objTemp bool) []string {
+	var out []string
+	for _, f := range HostReproFlags(maps, seed) {
+		out = append(out, "-Xcompiler", f)
+	}
+	if objTemp {
+		out = append(out, "--objdir-as-tempdir")
+	}
+	return out
+}
+
+// NVCCVersionAtLeast reports whether an nvcc version such as "13.0.88"
+// is major.minor or newer.
+func NVCCVersionAtLeast(v string, major, minor int) bool {
+	parts := strings.SplitN(v, ".", 3)
+	if len(parts) < 2 {
+		return false
+	}
+	ma, err1 := strconv.Atoi(parts[0])
+	mi, err2 := strconv.Atoi(parts[1])
+	if err1 != nil || err2 != nil {
+		return false
+	}
+	return ma > major || (ma == major && mi >= minor)
+}
+
+// stageBuild prepares a plan's fixed build path from scratch: it takes
+// the path's lock (another build using it is refused, naming its pid),
+// empties it, and copies each of plan.Stage from the tree into
+// <path>/sglang, with modes 0644 or 0755 and mtimes at SOURCE_DATE_EPOCH,
+// so that neither the user's umask nor checkout time reach the outputs.
+// The returned function removes the path and releases the lock.
+func stageBuild(plan *Plan) (func(), error) {
+	if plan.BuildPath == "" {
+		return func() {}, nil
+	}
+	if err := os.MkdirAll(filepath.Dir(plan.BuildPath), 0o755); err != nil {
+		return nil, fmt.Errorf("build root: %w; set %s to a writable directory (the same on every machine that should give the same bytes)", err, BuildRootEnv)
+	}
+	release, err := lockfile.Acquire(plan.BuildPath + ".lock")
+	if err != nil {
+		if held, ok := err.(*lockfile.HeldError); ok {
+			return nil, fmt.Errorf("another build is using the fixed build path %s (pid %s); wait for it to finish", plan.BuildPath, held.PID)
+		}
+		return nil, err
+	}
+	done := func() {
+		os.RemoveAll(plan.BuildPath)
+		release()
+	}
+	if err := os.RemoveAll(plan.BuildPath); err != nil {
+		done()
+		return nil, err
+	}
+	mtime := time.Unix(plan.Inputs.Repro.SourceDateEpoch, 0)
+	for _, rel := range plan.Stage {
+		from := filepath.Join(plan.Src, filepath.FromSlash(rel))
+		to := filepath.Join(plan.BuildPath, "sglang", filepath.FromSlash(rel))
+		if err := copyTree(from, to, mtime); err != nil {
+			done()
+			return nil, fmt.Errorf("copying %s to the build path: %w", from, err)
+		}
+	}
+	return done, nil
+}
+
+// copyTree copies the regular files, directories and symlinks under from
+// to to, skipping .git, with normalised modes and mtimes.
+func copyTree(from, to string, mtime time.Time) error {
+	var dirs []string
+	err := filepath.WalkDir(from, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(from, p)
+		dst := filepath.Join(to, rel)
+		switch {
+		case d.IsDir() && d.Name() == ".git":
+			return filepath.SkipDir
+		case d.IsDir():
+			dirs = append(dirs, dst)
+			return os.MkdirAll(dst, 0o755)
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			return os.Symlink(target, dst)
+		case d.Type().IsRegular():
+			info, err := d.Info()
+			if err != nil {
+				return err
+			}
+			mode := fs.FileMode(0o644)
+			if info.Mode()&0o111 != 0 {
+				mode = 0o755
+			}
+			if err := copyFileMode(p, dst, mode); err != nil {
+				return err
+			}
+			return os.Chtimes(dst, mtime, mtime)
+		}
+		return nil // sockets, devices: not sources
+	})
+	if err != nil {
+		return err
+	}
+	for i := len(dirs) - 1; i >= 0; i-- {
+		os.Chtimes(dirs[i], mtime, mtime)
+	}
+	return nil
+}
+
+func copyFileMode(src, dst string, mode fs.FileMode) error {
+	in, err := os.Open(src)
+	if err != nil {
+		return err
+	}
+	defer in.Close()
+	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+	if err != nil {
+		return err
+	}
+	if _, err := io.Copy(out, in); err != nil {
+		out.Close()
+		return err
+	}
+	if err := out.Close(); err != nil {
+		return err
+	}
+	return os.Chmod(dst, mode) // the umask narrowed OpenFile's mode
+}
+
+// objectSums lists the object files (*.o, *.obj) under dir with their
+// sha256, by path relative to dir: what the manifest records of a build's
+// intermediate files, so that --verify-reproducible and ab build can
+// name the translation units whose objects differ.
+func objectSums(dir string) ([]Output, error) {
+	var out []Output
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			if os.IsNotExist(err) {
+				return nil
+			}
+			return err
+		}
+		if !d.Type().IsRegular() || (!strings.HasSuffix(p, ".o") && !strings.HasSuffix(p, ".obj")) {
+			return nil
+		}
+		sum, n, err := fileSHA256(p)
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		out = append(out, Output{File: filepath.ToSlash(rel), SHA256: sum, Bytes: n})
+		return nil
+	})
+	return out, err
+}

@@ -1,0 +1,291 @@
+package kernels
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/base64"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+)
+
+func TestLaunchArgs(t *testing.T) {
+	env := map[string]string{
+		GencodeEnv:   "120a",
+		PrefixMapEnv: "/tmp/b=/arpatch;/tmp/b/x/site=/torch-site",
+		ObjTempEnv:   "1",
+	}
+	get := func(k string) string { return env[k] }
+	out, kept, err := LaunchArgs([]string{"/usr/local/cuda/bin/nvcc", "-gencode=arch=compute_90,code=sm_90", "-gencode=arch=compute_120a,code=sm_120a", "-c", "/tmp/b/k.cu", "-o", "/tmp/b/x/site/k.o"}, get)
+	want := "/usr/local/cuda/bin/nvcc -Xcompiler -ffile-prefix-map=/tmp/b=/arpatch -Xcompiler -fdebug-prefix-map=/tmp/b=/arpatch " +
+		"-Xcompiler -ffile-prefix-map=/tmp/b/x/site=/torch-site -Xcompiler -fdebug-prefix-map=/tmp/b/x/site=/torch-site " +
+		"-Xcompiler -frandom-seed=/torch-site/k.o --objdir-as-tempdir -gencode=arch=compute_120a,code=sm_120a -c /tmp/b/k.cu -o /tmp/b/x/site/k.o"
+	if err != nil || strings.Join(out, " ") != want || len(kept) != 1 || kept[0] != "120a" {
+		t.Errorf("nvcc:\n got %s (kept %v, %v)\nwant %s", strings.Join(out, " "), kept, err, want)
+	}
+	// A host compiler gets the flags directly; nvcc's own options only
+	// with nvcc.
+	env[ObjTempEnv] = ""
+	out, _, _ = LaunchArgs([]string{"c++", "-O3", "-c", "a.cc", "-o", "/tmp/b/a.o"}, get)
+	want = "c++ -ffile-prefix-map=/tmp/b=/arpatch -fdebug-prefix-map=/tmp/b=/arpatch -ffile-prefix-map=/tmp/b/x/site=/torch-site -fdebug-prefix-map=/tmp/b/x/site=/torch-site -frandom-seed=/arpatch/a.o -O3 -c a.cc -o /tmp/b/a.o"
+	if strings.Join(out, " ") != want {
+		t.Errorf("c++:\n got %s\nwant %s", strings.Join(out, " "), want)
+	}
+	// Without the maps (a launcher run by hand), only the filter applies.
+	env[PrefixMapEnv] = ""
+	if out, _, _ = LaunchArgs([]string{"nvcc", "-c", "a.cu"}, get); strings.Join(out, " ") != "nvcc -c a.cu" {
+		t.Errorf("no maps: %q", out)
+	}
+	env[GencodeEnv] = "bogus"
+	if _, _, err := LaunchArgs([]string{"nvcc"}, get); err == nil || !strings.Contains(err.Error(), "$"+GencodeEnv) {
+		t.Errorf("bad arch list: %v", err)
+	}
+}
+
+// TestPlanIsReproducible checks what a plan sets: the commit's time, the
+// locale and timezone, the fixed build path outside the user's
+// directories, the maps, and the launcher for the host compiler too; and
+// that the build root is in the key.
+func TestPlanIsReproducible(t *testing.T) {
+	e := newEnv(t)
+	p := mustPlan(t, e.opts())
+	r := p.Inputs.Repro
+	if r == nil || r.SourceDateEpoch != 1775217600 || r.TZ != "UTC" || r.Locale != "C" || r.Scheme != ReproScheme {
+		t.Fatalf("repro = %+v", r)
+	}
+	root := getenv(e.env, BuildRootEnv)
+	if p.BuildPath != filepath.Join(root, p.Inputs.BuildID()) || p.Dir != filepath.Join(p.BuildPath, "sglang", "sgl-kernel") {
+		t.Errorf("build path %s, dir %s", p.BuildPath, p.Dir)
+	}
+	for k, v := range map[string]string{"SOURCE_DATE_EPOCH": "1775217600", "TZ": "UTC", "LC_ALL": "C", ObjTempEnv: "1", PrefixMapEnv: p.BuildPath + "=/arpatch"} {
+		if !strings.Contains(p.Env[k], v) {
+			t.Errorf("env %s = %q, want %q in it", k, p.Env[k], v)
+		}
+	}
+	if !strings.HasPrefix(p.Env["CMAKE_ARGS"], "-DCMAKE_C_COMPILER_LAUNCHER=/opt/arpatch;gencode-filter -DCMAKE_CXX_COMPILER_LAUNCHER=/opt/arpatch;gencode-filter ") {
+		t.Errorf("CMAKE_ARGS = %s", p.Env["CMAKE_ARGS"])
+	}
+	if !strings.Contains(strings.Join(p.Argv, " "), "-Cbuild-dir="+p.BuildPath+"/build") {
+		t.Errorf("argv = %q", p.Argv)
+	}
+	other := mustPlan(t, e.with(BuildRootEnv+"=/var/tmp/arpatch").opts())
+	if other.Key == p.Key || other.BuildPath != "/var/tmp/arpatch/"+other.Inputs.BuildID() {
+		t.Errorf("another build root: key same %v, path %s", other.Key == p.Key, other.BuildPath)
+	}
+	if _, err := PlanBuild(context.Background(), e.with(BuildRootEnv+"=relative/dir").opts()); err == nil || !strings.Contains(err.Error(), BuildRootEnv+`="relative/dir": the build root must be an absolute path`) {
+		t.Errorf("relative root: %v", err)
+	}
+}
+
+// TestBuildsInTwoDirectoriesAreIdentical builds the same inputs twice:
+// from two checkouts in different directories, into two caches, under
+// two build roots, at two times and with two umasks. The fake compilers
+// embed their working directory, the source path, the time, a temp name
+// and a random seed unless the maps, SOURCE_DATE_EPOCH,
+// --objdir-as-tempdir and -frandom-seed are given: the wheels must still
+// be byte-identical.
+func TestBuildsInTwoDirectoriesAreIdentical(t *testing.T) {
+	e := newEnv(t)
+	// The control: run plainly, the fake compiler leaks all of it.
+	dir1, dir2 := t.TempDir(), t.TempDir()
+	var plain [2]string
+	for i, d := range []string{dir1, dir2} {
+		cmd := exec.Command(filepath.Join(e.fake, "nvcc"), "-c", filepath.Join(d, "k.cu"), "-o", filepath.Join(d, "k.o"))
+		cmd.Dir = d
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Fatalf("%v: %s", err, out)
+		}
+		plain[i] = readFile(t, filepath.Join(d, "k.o"))
+	}
+	contains(t, plain[0], "cwd "+dir1, "tmp /tmp/tmpxft_")
+	if plain[0] == plain[1] {
+		t.Fatal("the fake compiler gives the same bytes in two directories: the test would prove nothing")
+	}
+
+	b := e.with(BuildRootEnv + "=" + filepath.Join(t.TempDir(), "other-root"))
+	src2 := filepath.Join(t.TempDir(), "elsewhere", "sglang")
+	e.apply(t, src2, "", nil)
+	var wheels [2][]byte
+	var keys [2]string
+	for i, x := range []struct {
+		e   *env
+		src string
+	}{{e, e.src}, {b, src2}} {
+		o := x.e.withLauncher(x.e.opts())
+		o.Src = x.src
+		if i == 1 {
+			old := syscall.Umask(0o002)
+			defer syscall.Umask(old)
+			time.Sleep(10 * time.Millisecond)
+		}
+		p := mustPlan(t, o)
+		res, err := Build(context.Background(), p, o, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		keys[i] = p.Key
+		wheels[i], _ = os.ReadFile(res.Wheel)
+		if names := objectNames(res.Manifest.Objects); names != "CMakeFiles/common_ops.dir/csrc/allreduce/custom_all_reduce.cu.o CMakeFiles/common_ops.dir/csrc/common_extension.cc.o" {
+			t.Errorf("objects = %s", names)
+		}
+	}
+	if keys[0] == keys[1] {
+		t.Error("two build roots gave one key")
+	}
+	if !bytes.Equal(wheels[0], wheels[1]) {
+		t.Fatalf("two builds of the same inputs differ:\n%+v", compareBytes("wheel", wheels[0], wheels[1]))
+	}
+	so := zipMember(t, wheels[0], "sgl_kernel/common_ops.abi3.so")
+	contains(t, so, "compiled by fake nvcc\nsource /arpatch/sglang/sgl-kernel/csrc/allreduce/custom_all_reduce.cu\ncwd /arpatch/sglang/sgl-kernel\ntime 1775217600\n",
+		"tmp /arpatch/build/CMakeFiles/common_ops.dir/csrc/allreduce/x.cudafe1.cpp\nseed /arpatch/build/CMakeFiles/common_ops.dir/csrc/allreduce/custom_all_reduce.cu.o\n",
+		"compiled by fake c++\nsource /arpatch/sglang/sgl-kernel/csrc/common_extension.cc\n", "seed /arpatch/build/CMakeFiles/common_ops.dir/csrc/common_extension.cc.o\n")
+	zr, _ := zip.NewReader(bytes.NewReader(wheels[0]), int64(len(wheels[0])))
+	var names []string
+	for _, f := range zr.File {
+		names = append(names, f.Name+" "+f.Mode().String()+" "+f.Modified.UTC().Format(time.RFC3339))
+	}
+	want := "sgl_kernel/build_info.txt -rw-r--r-- 2026-04-03T12:00:00Z|sgl_kernel/common_ops.abi3.so -rwxr-xr-x 2026-04-03T12:00:00Z|" +
+		"sglang_kernel-0.4.1.dist-info/METADATA -rw-r--r-- 2026-04-03T12:00:00Z|sglang_kernel-0.4.1.dist-info/WHEEL -rw-r--r-- 2026-04-03T12:00:00Z|" +
+		"sglang_kernel-0.4.1.dist-info/RECORD -rw-r--r-- 2026-04-03T12:00:00Z"
+	if got := strings.Join(names, "|"); got != want {
+		t.Errorf("wheel entries:\n got %s\nwant %s", got, want)
+	}
+	record := zipMember(t, wheels[0], "sglang_kernel-0.4.1.dist-info/RECORD")
+	if !strings.HasPrefix(record, "sgl_kernel/build_info.txt,sha256=") || strings.Contains(record, "sha256=fake") || !strings.HasSuffix(record, "sglang_kernel-0.4.1.dist-info/RECORD,,\n") {
+		t.Errorf("RECORD = %q", record)
+	}
+	// The fixed build path is gone after the build.
+	if ents, _ := os.ReadDir(getenv(e.env, BuildRootEnv)); len(ents) != 0 {
+		t.Errorf("left in the build root: %v", ents)
+	}
+}
+
+func zipMember(t *testing.T, zipBytes []byte, name string) string {
+	t.Helper()
+	zr, err := zip.NewReader(bytes.NewReader(zipBytes), int64(len(zipBytes)))
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range zr.File {
+		if f.Name == name {
+			b, err := readEntry(f)
+			if err != nil {
+				t.Fatal(err)
+			}
+			return string(b)
+		}
+	}
+	t.Fatalf("no %s in the archive", name)
+	return ""
+}
+
+// TestNormalizeWheel normalises two archives of the same files written
+// differently (order, times, modes, RECORD's order and hashes) into one.
+func TestNormalizeWheel(t *testing.T) {
+	type entry struct {
+		name, body string
+		mode       os.FileMode
+	}
+	files := []entry{
+		{"pkg/__init__.py", "x = 1\n", 0o664},
+		{"pkg/lib.so", "\x7fELF...", 0o775},
+		{"pkg-1.0.dist-info/WHEEL", "Wheel-Version: 1.0\n", 0o600},
+		{"pkg-1.0.dist-info/RECORD", "pkg/lib.so,sha256=stale,3\npkg/__init__.py,,\npkg-1.0.dist-info/RECORD,,\n", 0o644},
+	}
+	write := func(order []int, when time.Time, method uint16) string {
+		var buf bytes.Buffer
+		zw := zip.NewWriter(&buf)
+		for _, i := range order {
+			fh := &zip.FileHeader{Name: files[i].name, Method: method, Modified: when}
+			fh.SetMode(files[i].mode)
+			w, _ := zw.CreateHeader(fh)
+			w.Write([]byte(files[i].body))
+		}
+		zw.Close()
+		p := filepath.Join(t.TempDir(), "pkg-1.0-py3-none-any.whl")
+		os.WriteFile(p, buf.Bytes(), 0o600)
+		return p
+	}
+	a := write([]int{3, 1, 0, 2}, time.Now(), zip.Deflate)
+	b := write([]int{0, 2, 1, 3}, time.Date(2030, 1, 2, 3, 4, 5, 0, time.UTC), zip.Deflate)
+	for _, p := range []string{a, b} {
+		if err := NormalizeWheel(p, 1775217600); err != nil {
+			t.Fatal(err)
+		}
+	}
+	ab, bb := readFile(t, a), readFile(t, b)
+	if ab != bb {
+		t.Fatalf("normalised wheels differ: %+v", CompareFiles("wheel", a, b))
+	}
+	zr, _ := zip.NewReader(strings.NewReader(ab), int64(len(ab)))
+	var got []string
+	for _, f := range zr.File {
+		got = append(got, f.Name+" "+f.Mode().String())
+	}
+	if strings.Join(got, ",") != "pkg/__init__.py -rw-r--r--,pkg/lib.so -rwxr-xr-x,pkg-1.0.dist-info/WHEEL -rw-r--r--,pkg-1.0.dist-info/RECORD -rw-r--r--" {
+		t.Errorf("entries = %q", got)
+	}
+	// RECORD: urlsafe-base64 sha256 without padding, and sizes, in entry
+	// order; sha256("x = 1\n") is known.
+	want := "pkg/__init__.py,sha256=" + b64sha("x = 1\n") + ",6\npkg/lib.so,sha256=" + b64sha("\x7fELF...") + ",7\npkg-1.0.dist-info/WHEEL,sha256=" +
+		b64sha("Wheel-Version: 1.0\n") + ",19\npkg-1.0.dist-info/RECORD,,\n"
+	if r := zipMember(t, []byte(ab), "pkg-1.0.dist-info/RECORD"); r != want {
+		t.Errorf("RECORD:\n%s\nwant\n%s", r, want)
+	}
+	if b64sha("x = 1\n") != "nia_NpkRxFwkPGhBR7I_yeHc_PJX0pmhxjIBam_NM_Q" {
+		t.Errorf("b64sha is off: %s", b64sha("x = 1\n"))
+	}
+	// Not a zip: refused, naming the file, left as it was.
+	bad := filepath.Join(t.TempDir(), "x.whl")
+	os.WriteFile(bad, []byte("not a zip"), 0o644)
+	if err := NormalizeWheel(bad, 0); err == nil || !strings.Contains(err.Error(), bad) || readFile(t, bad) != "not a zip" {
+		t.Errorf("not a zip: %v", err)
+	}
+}
+
+// TestCompareFilesShowsWhere plants one changed byte in a section of a
+// real ELF file (this test binary) and one changed line in a text file.
+func TestCompareFilesShowsWhere(t *testing.T) {
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.NewFile(bytes.NewReader(self))
+	if err != nil {
+		t.Skipf("the test binary is not ELF: %v", err)
+	}
+	sec := f.Section(".rodata")
+	if sec == nil {
+		t.Skip("no .rodata")
+	}
+	changed := append([]byte(nil), self...)
+	changed[sec.Offset+sec.Size/2] ^= 0xff
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "a.so"), self, 0o644)
+	os.WriteFile(filepath.Join(dir, "b.so"), changed, 0o644)
+	d := CompareFiles("lib.so", filepath.Join(dir, "a.so"), filepath.Join(dir, "b.so"))
+	if len(d) != 1 || d[0].Detail != "ELF sections that differ: .rodata" || d[0].A == d[0].B {
+		t.Errorf("ELF: %+v", d)
+	}
+	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("one\ntwo\nthree\n"), 0o644)
+	os.WriteFile(filepath.Join(dir, "b.txt"), []byte("one\n2\nthree\n"), 0o644)
+	d = CompareFiles("x.txt", filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt"))
+	if len(d) != 1 || !strings.Contains(d[0].Detail, "-two\n+2\n") {
+		t.Errorf("text: %+v", d)
+	}
+	if d := CompareFiles("same", filepath.Join(dir, "a.txt"), filepath.Join(dir, "a.txt")); len(d) != 0 {
+		t.Errorf("identical files: %+v", d)
+	}
+}
+
+func b64sha(s string) string {
+	h := sha256.Sum256([]byte(s))
+	return base64.RawURLEncoding.EncodeToString(h[:])
+}

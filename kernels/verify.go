@@ -1,0 +1,359 @@
+package kernels
+
+import (
+	"archive/zip"
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"debug/elf"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sort"
+	"strings"
+	"unicode/utf8"
+
+	"github.com/rogpeppe/go-internal/diff"
+
+	"github.com/arpatch/arpatch/internal/checkout"
+)
+
+// Difference is one file whose bytes differ between two builds of the
+// same inputs (or between the arms of an A/B build).
+type Difference struct {
+	// File names it: an output ("x.whl"), a file inside a wheel
+	// ("x.whl!sgl_kernel/common_ops.abi3.so") or an object
+	// ("object CMakeFiles/common_ops.dir/csrc/x.cu.o").
+	File   string
+	A, B   string // sha256 of each side; "" where the file is missing
+	Detail string // where the bytes differ, one or more lines
+}
+
+// VerifyReport is the outcome of VerifyReproducible.
+type VerifyReport struct {
+	Key     string
+	Cached  *Manifest
+	Rebuilt *Manifest
+	// Same lists the outputs and objects whose sha256 matched.
+	Same        []string
+	Differences []Difference
+	// Kept is the directory holding the rebuild's outputs when they
+	// differ (for inspection); "" when everything matched.
+	Kept string
+}
+
+// Reproducible reports whether the rebuild gave the cached bytes.
+func (r *VerifyReport) Reproducible() bool { return len(r.Differences) == 0 }
+
+// VerifyReproducible rebuilds plan's cached entry from scratch, in a new
+// temp directory outside the cache and an emptied build path, and
+// compares every output's and every object's sha256 with the cached
+// manifest. Each difference says where the bytes differ (ElfSections for
+// ELF files, a unified diff for text, the members of a wheel). The cache
+// entry is left as it was. It returns an error when the key has no
+// entry (build it first), when the toolchain cannot build, or when the
+// rebuild fails (a *BuildError, its log kept).
+func VerifyReproducible(ctx context.Context, plan *Plan, opts BuildOptions, progress Progress) (*VerifyReport, error) {
+	cached, err := opts.Cache.Lookup(plan.Key)
+	if err != nil {
+		return nil, err
+	}
+	if cached == nil {
+		return nil, fmt.Errorf("no cache entry for key %.16s in %s to verify: build it first (the same command without --verify-reproducible), then verify", plan.Key, opts.Cache.Dir)
+	}
+	if plan.Problems != nil {
+		return nil, plan.Problems
+	}
+	unlockTree, err := checkout.Lock(plan.Src)
+	if err != nil {
+		return nil, err
+	}
+	defer unlockTree()
+	lockTmp, release, err := opts.Cache.Begin(plan.Key) // the key's lock: no build of it meanwhile
+	if err != nil {
+		return nil, err
+	}
+	defer release()
+	os.RemoveAll(lockTmp)
+	dir, err := os.MkdirTemp("", "arpatch-verify-"+plan.Key[:16]+"-")
+	if err != nil {
+		return nil, err
+	}
+	rebuilt, err := produce(ctx, plan, opts, dir, progress)
+	if err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	if err := sameTree(plan); err != nil {
+		os.RemoveAll(dir)
+		return nil, err
+	}
+	rep := &VerifyReport{Key: plan.Key, Cached: cached, Rebuilt: rebuilt}
+	entry := opts.Cache.EntryDir(plan.Key)
+	got := map[string]Output{}
+	for _, o := range rebuilt.Outputs {
+		got[o.File] = o
+	}
+	for _, o := range cached.Outputs {
+		g, ok := got[o.File]
+		switch {
+		case !ok:
+			rep.Differences = append(rep.Differences, Difference{File: o.File, A: o.SHA256, Detail: "the rebuild made no file of this name"})
+		case g.SHA256 == o.SHA256:
+			rep.Same = append(rep.Same, o.File)
+		default:
+			rep.Differences = append(rep.Differences, CompareFiles(o.File, filepath.Join(entry, o.File), filepath.Join(dir, o.File))...)
+		}
+	}
+	if len(cached.Objects) > 0 {
+		for _, d := range diffSums(cached.Objects, rebuilt.Objects) {
+			d.File = "object " + d.File
+			rep.Differences = append(rep.Differences, d)
+		}
+		rep.Same = append(rep.Same, fmt.Sprintf("%d of %d objects", len(cached.Objects)-countObjects(rep.Differences), len(cached.Objects)))
+	}
+	if rep.Reproducible() {
+		os.RemoveAll(dir)
+	} else {
+		rep.Kept = dir
+	}
+	return rep, nil
+}
+
+func countObjects(ds []Difference) int {
+	n := 0
+	for _, d := range ds {
+		if strings.HasPrefix(d.File, "object ") {
+			n++
+		}
+	}
+	return n
+}
+
+// diffSums lists the files of two sha256 lists that differ or are on one
+// side only, sorted by name.
+func diffSums(a, b []Output) []Difference {
+	am, bm := map[string]string{}, map[string]string{}
+	names := map[string]bool{}
+	for _, o := range a {
+		am[o.File], names[o.File] = o.SHA256, true
+	}
+	for _, o := range b {
+		bm[o.File], names[o.File] = o.SHA256, true
+	}
+	var out []Difference
+	for _, n := range sortedKeys(names) {
+		switch {
+		case am[n] == bm[n]:
+		case am[n] == "":
+			out = append(out, Difference{File: n, B: bm[n], Detail: "only in the second build"})
+		case bm[n] == "":
+			out = append(out, Difference{File: n, A: am[n], Detail: "only in the first build"})
+		default:
+			out = append(out, Difference{File: n, A: am[n], B: bm[n], Detail: "sha256 differs"})
+		}
+	}
+	return out
+}
+
+func sortedKeys(m map[string]bool) []string {
+	var out []string
+	for k := range m {
+		out = append(out, k)
+	}
+	sort.Strings(out)
+	return out
+}
+
+// CompareFiles says where two files named name differ: for wheels (zip
+// archives), which members, each compared in turn; for ELF files, which
+// sections (ElfSections); for text, a unified diff; otherwise the first
+// differing byte. Identical files give nothing; an unreadable file gives
+// one Difference saying why.
+func CompareFiles(name, a, b string) []Difference {
+	ab, errA := os.ReadFile(a)
+	bb, errB := os.ReadFile(b)
+	if err := errors.Join(errA, errB); err != nil {
+		return []Difference{{File: name, Detail: err.Error()}}
+	}
+	return compareBytes(name, ab, bb)
+}
+
+func compareBytes(name string, a, b []byte) []Difference {
+	if bytes.Equal(a, b) {
+		return nil
+	}
+	d := Difference{File: name, A: sha256Hex(a), B: sha256Hex(b)}
+	if za, zb, ok := openZips(a, b); ok {
+		return compareZips(name, za, zb, d)
+	}
+	if secs, err := ElfSections(a, b); err == nil {
+		if len(secs) == 0 {
+			d.Detail = "ELF: every section's bytes match; the headers or layout differ"
+		} else {
+			d.Detail = "ELF sections that differ: " + strings.Join(secs, ", ")
+		}
+		return []Difference{d}
+	}
+	if isText(a) && isText(b) {
+		out := diff.Diff("first/"+name, a, "second/"+name, b)
+		d.Detail = strings.TrimRight(truncateLines(string(out), 60), "\n")
+		return []Difference{d}
+	}
+	i := 0
+	for i < len(a) && i < len(b) && a[i] == b[i] {
+		i++
+	}
+	d.Detail = fmt.Sprintf("binary, %d vs %d bytes, first difference at byte %d", len(a), len(b), i)
+	return []Difference{d}
+}
+
+func openZips(a, b []byte) (*zip.Reader, *zip.Reader, bool) {
+	za, err := zip.NewReader(bytes.NewReader(a), int64(len(a)))
+	if err != nil {
+		return nil, nil, false
+	}
+	zb, err := zip.NewReader(bytes.NewReader(b), int64(len(b)))
+	if err != nil {
+		return nil, nil, false
+	}
+	return za, zb, true
+}
+
+// compareZips compares two archives member by member.
+func compareZips(name string, za, zb *zip.Reader, whole Difference) []Difference {
+	read := func(z *zip.Reader) (map[string][]byte, error) {
+		m := map[string][]byte{}
+		for _, f := range z.File {
+			b, err := readEntry(f)
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", f.Name, err)
+			}
+			m[f.Name] = b
+		}
+		return m, nil
+	}
+	ma, err := read(za)
+	if err != nil {
+		whole.Detail = "first: " + err.Error()
+		return []Difference{whole}
+	}
+	mb, err := read(zb)
+	if err != nil {
+		whole.Detail = "second: " + err.Error()
+		return []Difference{whole}
+	}
+	names := map[string]bool{}
+	for n := range ma {
+		names[n] = true
+	}
+	for n := range mb {
+		names[n] = true
+	}
+	var members []Difference
+	for _, n := range sortedKeys(names) {
+		label := name + "!" + n
+		a, inA := ma[n]
+		b, inB := mb[n]
+		switch {
+		case !inA:
+			members = append(members, Difference{File: label, B: sha256Hex(b), Detail: "only in the second build"})
+		case !inB:
+			members = append(members, Difference{File: label, A: sha256Hex(a), Detail: "only in the first build"})
+		default:
+			members = append(members, compareBytes(label, a, b)...)
+		}
+	}
+	if len(members) == 0 {
+		whole.Detail = "the same files with the same bytes; the archive itself (entry order, times, modes) differs"
+	} else {
+		var names []string
+		for _, m := range members {
+			names = append(names, strings.TrimPrefix(m.File, name+"!"))
+		}
+		whole.Detail = "files inside that differ: " + strings.Join(names, ", ")
+	}
+	return append([]Difference{whole}, members...)
+}
+
+// ElfSections lists the sections of two ELF files whose contents or
+// sizes differ, as "NAME (SIZE_A vs SIZE_B bytes)" or "NAME" when the
+// sizes match, in the first file's order then the second's extras. A
+// section name that repeats (COMDAT groups in objects) is numbered
+// "NAME#2", ... It returns an error when either is not ELF (debug/elf).
+func ElfSections(a, b []byte) ([]string, error) {
+	fa, err := elf.NewFile(bytes.NewReader(a))
+	if err != nil {
+		return nil, err
+	}
+	fb, err := elf.NewFile(bytes.NewReader(b))
+	if err != nil {
+		return nil, err
+	}
+	type sec struct {
+		size uint64
+		data []byte
+	}
+	load := func(f *elf.File) ([]string, map[string]sec) {
+		var order []string
+		m := map[string]sec{}
+		seen := map[string]int{}
+		for _, s := range f.Sections {
+			if s.Type == elf.SHT_NULL {
+				continue
+			}
+			name := s.Name
+			if seen[name]++; seen[name] > 1 {
+				name = fmt.Sprintf("%s#%d", name, seen[name])
+			}
+			var data []byte
+			if s.Type != elf.SHT_NOBITS {
+				data, _ = s.Data()
+			}
+			order = append(order, name)
+			m[name] = sec{s.Size, data}
+		}
+		return order, m
+	}
+	oa, ma := load(fa)
+	ob, mb := load(fb)
+	var out []string
+	for _, n := range oa {
+		x, y := ma[n], mb[n]
+		if _, ok := mb[n]; !ok {
+			out = append(out, n+" (only in the first)")
+			continue
+		}
+		switch {
+		case x.size != y.size:
+			out = append(out, fmt.Sprintf("%s (%d vs %d bytes)", n, x.size, y.size))
+		case !bytes.Equal(x.data, y.data):
+			out = append(out, n)
+		}
+	}
+	for _, n := range ob {
+		if _, ok := ma[n]; !ok {
+			out = append(out, n+" (only in the second)")
+		}
+	}
+	return out, nil
+}
+
+func isText(b []byte) bool {
+	return utf8.Valid(b) && !bytes.Contains(b, []byte{0})
+}
+
+func truncateLines(s string, n int) string {
+	lines := strings.SplitAfter(s, "\n")
+	if len(lines) <= n {
+		return s
+	}
+	return strings.Join(lines[:n], "") + fmt.Sprintf("... (%d more lines)\n", len(lines)-n)
+}
+
+func sha256Hex(b []byte) string {
+	h := sha256.Sum256(b)
+	return hex.EncodeToString(h[:])
+}
