@@ -113,6 +113,7 @@ func TestKeySensitivity(t *testing.T) {
 		Archs:   []string{"120a"}, Builder: "uv", Deps: []DepInput{{Name: "repo-cutlass", Tag: "v1"}},
 		BuildEnv:  map[string]string{"CMAKE_ARGS": "-DENABLE_CCACHE=OFF"},
 		Toolchain: ToolVersions{NVCC: "13.0.88", Python: "3.12.3", Torch: "2.11.0+cu130", TorchCUDA: "13.0", CXX11ABI: true, CMake: "4.4.3", Ninja: "1.13.2", Builder: "uv 0.11.15", HostCXX: "gcc 13.3.0"},
+		Repro:     &Repro{Scheme: ReproScheme, SourceDateEpoch: 1775217600, TZ: "UTC", Locale: "C", BuildRoot: DefaultBuildRoot},
 	}
 	k0 := base.Key()
 	muts := map[string]func(*Inputs){
@@ -137,17 +138,23 @@ func TestKeySensitivity(t *testing.T) {
 		"build env": func(in *Inputs) {
 			in.BuildEnv = map[string]string{"CMAKE_ARGS": "-DENABLE_CCACHE=OFF", "CXX": "clang++"}
 		},
-		"nvcc":        func(in *Inputs) { in.Toolchain.NVCC = "13.0.89" },
-		"python":      func(in *Inputs) { in.Toolchain.Python = "3.12.4" },
-		"torch":       func(in *Inputs) { in.Toolchain.Torch = "2.11.1+cu130" },
-		"torch cuda":  func(in *Inputs) { in.Toolchain.TorchCUDA = "13.1" },
-		"abi":         func(in *Inputs) { in.Toolchain.CXX11ABI = false },
-		"cmake":       func(in *Inputs) { in.Toolchain.CMake = "4.4.4" },
-		"ninja":       func(in *Inputs) { in.Toolchain.Ninja = "1.13.3" },
-		"builder ver": func(in *Inputs) { in.Toolchain.Builder = "uv 0.11.16" },
-		"host cxx":    func(in *Inputs) { in.Toolchain.HostCXX = "gcc 14.1.0" },
-		"kind":        func(in *Inputs) { in.Kind = "allreduce-ext" },
-		"extra":       func(in *Inputs) { in.Extra = map[string]string{"binding.cpp_sha256": "x"} },
+		"nvcc":         func(in *Inputs) { in.Toolchain.NVCC = "13.0.89" },
+		"python":       func(in *Inputs) { in.Toolchain.Python = "3.12.4" },
+		"torch":        func(in *Inputs) { in.Toolchain.Torch = "2.11.1+cu130" },
+		"torch cuda":   func(in *Inputs) { in.Toolchain.TorchCUDA = "13.1" },
+		"abi":          func(in *Inputs) { in.Toolchain.CXX11ABI = false },
+		"cmake":        func(in *Inputs) { in.Toolchain.CMake = "4.4.4" },
+		"ninja":        func(in *Inputs) { in.Toolchain.Ninja = "1.13.3" },
+		"builder ver":  func(in *Inputs) { in.Toolchain.Builder = "uv 0.11.16" },
+		"host cxx":     func(in *Inputs) { in.Toolchain.HostCXX = "gcc 14.1.0" },
+		"kind":         func(in *Inputs) { in.Kind = "allreduce-ext" },
+		"extra":        func(in *Inputs) { in.Extra = map[string]string{"binding.cpp_sha256": "x"} },
+		"repro epoch":  func(in *Inputs) { r := *base.Repro; r.SourceDateEpoch++; in.Repro = &r },
+		"repro tz":     func(in *Inputs) { r := *base.Repro; r.TZ = "Europe/Paris"; in.Repro = &r },
+		"repro locale": func(in *Inputs) { r := *base.Repro; r.Locale = "en_US.UTF-8"; in.Repro = &r },
+		"repro root":   func(in *Inputs) { r := *base.Repro; r.BuildRoot = "/var/tmp/arpatch"; in.Repro = &r },
+		"repro scheme": func(in *Inputs) { r := *base.Repro; r.Scheme++; in.Repro = &r },
+		"repro unset":  func(in *Inputs) { in.Repro = nil },
 	}
 	for name, mut := range muts {
 		in := base
