@@ -44,13 +44,18 @@ type ABArm struct {
 // ABManifest is Dir/ab-manifest.json: the two arms and the inputs they
 // share, showing that they differ only in their patches.
 type ABManifest struct {
-	Schema       int       `json:"schema"`
-	Commit       string    `json:"commit"`
-	A            ABArm     `json:"a"`
-	B            ABArm     `json:"b"`
-	Common       Inputs    `json:"common_inputs"` // every input but series and patches
-	DifferOnlyIn []string  `json:"differ_only_in"`
-	CreatedAt    time.Time `json:"created_at"`
+	Schema       int      `json:"schema"`
+	Commit       string   `json:"commit"`
+	A            ABArm    `json:"a"`
+	B            ABArm    `json:"b"`
+	Common       Inputs   `json:"common_inputs"` // every input but series and patches
+	DifferOnlyIn []string `json:"differ_only_in"`
+	// DifferingFiles lists the files whose bytes differ between the
+	// arms' builds, each judged by ABDiff; Unexplained counts those
+	// the patches do not explain.
+	DifferingFiles []ABFile  `json:"differing_files"`
+	Unexplained    int       `json:"unexplained"`
+	CreatedAt      time.Time `json:"created_at"`
 }
 
 // ABMismatchError is an A/B pair whose inputs differ beyond the patches.
@@ -146,6 +151,13 @@ func ABBuild(ctx context.Context, opts ABOptions, progress func(arm string) Prog
 		arm.Hit = r.Hit
 		if len(r.Manifest.Outputs) > 0 {
 			arm.Output = r.Manifest.Outputs[0]
+		}
+	}
+	ab.Manifest.DifferingFiles = ABDiff(plans[0], plans[1], results[0].Manifest, results[1].Manifest,
+		opts.Build.Cache.EntryDir(plans[0].Key), opts.Build.Cache.EntryDir(plans[1].Key))
+	for _, f := range ab.Manifest.DifferingFiles {
+		if !f.Explained {
+			ab.Manifest.Unexplained++
 		}
 	}
 	ab.Manifest.CreatedAt = time.Now().UTC()

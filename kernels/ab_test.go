@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"encoding/json"
 	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
@@ -16,12 +17,13 @@ import (
 	"github.com/arpatch/arpatch/recipes"
 )
 
-// abFixture adds a one-patch series to the build fixture and returns a
-// catalog with it plus recipes A (no patches) and B (the series).
+// abFixture adds a one-patch series to the build fixture (one line added
+// to the allreduce translation unit) and returns a catalog with it plus
+// recipes A (no patches) and B (the series).
 func abFixture(t *testing.T, e *env) (*patches.Catalog, *recipes.Recipe, *recipes.Recipe) {
 	t.Helper()
 	patch := "Description: d\nAuthor: t\nUpstream-Status: Pending\nApplies-To: fixture\n\n" +
-		"--- a/sgl-kernel/include/utils.h\n+++ b/sgl-kernel/include/utils.h\n@@ -1 +1,2 @@\n // fixture header\n+// patched\n"
+		"--- a/sgl-kernel/csrc/allreduce/custom_all_reduce.cu\n+++ b/sgl-kernel/csrc/allreduce/custom_all_reduce.cu\n@@ -1 +1,2 @@\n // fixture translation unit\n+// patched\n"
 	dir := filepath.Join(t.TempDir(), "series")
 	toml := "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + e.commit + "\"]\n\n[[patch]]\nfile = \"0001-x.patch\"\nsha256 = \"" + sha256Text(patch) + "\"\n"
 	if err := testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-x.patch": patch}); err != nil {
@@ -95,5 +97,68 @@ func TestABRefusesToolchainMismatch(t *testing.T) {
 	b2.Upstream.Commit = strings.Repeat("0", 40)
 	if _, _, err := ABBuild(context.Background(), ABOptions{A: a, B: &b2, Catalog: cat, Dir: dir, Repo: e.up, Build: e.opts()}, nil); err == nil || !strings.Contains(err.Error(), "needs one commit: pass --commit") {
 		t.Errorf("different pins: %v", err)
+	}
+}
+
+// TestABBuildListsDifferingFiles: a patch of one translation unit makes
+// its object, the shared object linking it, RECORD and the wheel differ,
+// all explained; a nondeterminism planted in another unit is reported
+// as unexplained.
+func TestABBuildListsDifferingFiles(t *testing.T) {
+	e := newEnv(t)
+	cat, a, b := abFixture(t, e)
+	whl := "sglang_kernel-0.4.1-cp310-abi3-linux_x86_64.whl"
+	run := func(e *env) *ABManifest {
+		t.Helper()
+		dir := filepath.Join(t.TempDir(), "ab")
+		ab, _, err := ABBuild(context.Background(), ABOptions{A: a, B: b, Catalog: cat, Dir: dir, Repo: e.up, Build: e.withLauncher(e.opts())}, nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return ab.Manifest
+	}
+	m := run(e)
+	var got []string
+	for _, f := range m.DifferingFiles {
+		got = append(got, fmt.Sprintf("%s: %v, %s", f.File, f.Explained, f.Why))
+	}
+	want := []string{
+		"object CMakeFiles/common_ops.dir/csrc/allreduce/custom_all_reduce.cu.o: true, built from sgl-kernel/csrc/allreduce/custom_all_reduce.cu",
+		whl + "!sgl_kernel/common_ops.abi3.so: true, links the 1 objects above that the patches explain",
+		whl + "!sglang_kernel-0.4.1.dist-info/RECORD: true, holds the sha256 of the other files that differ",
+		whl + ": true, holds the files above",
+	}
+	if strings.Join(got, "\n") != strings.Join(want, "\n") || m.Unexplained != 0 {
+		t.Errorf("differing files (%d unexplained):\n%s\nwant\n%s", m.Unexplained, strings.Join(got, "\n"), strings.Join(want, "\n"))
+	}
+	m = run(e.with("FAKE_NONDET_TU=common_extension.cc"))
+	var unexplained []string
+	for _, f := range m.DifferingFiles {
+		if !f.Explained {
+			unexplained = append(unexplained, f.File+": "+f.Why)
+		}
+	}
+	if m.Unexplained != 1 || len(unexplained) != 1 || unexplained[0] != "object CMakeFiles/common_ops.dir/csrc/common_extension.cc.o: built from csrc/common_extension.cc, which no patch changes and which includes no patched file" {
+		t.Errorf("planted nondeterminism: %d unexplained: %q", m.Unexplained, unexplained)
+	}
+}
+
+func TestExplainingSourceFollowsIncludes(t *testing.T) {
+	src := t.TempDir()
+	testrepo.WriteFiles(src, map[string]string{
+		"k/csrc/allreduce/x.cu":  "#include \"allreduce/x.cuh\"\n#include <torch/all.h>\n",
+		"k/csrc/allreduce/x.cuh": "  #  include \"utils.h\"\n",
+		"k/include/utils.h":      "// changed\n",
+		"k/csrc/other.cu":        "#include \"missing.h\"\n",
+	})
+	changed := map[string]bool{"k/include/utils.h": true}
+	if s, ok := explainingSource(src, []string{"k"}, "csrc/allreduce/x.cu", changed); !ok || s != "k/include/utils.h" {
+		t.Errorf("x.cu: %q %v", s, ok)
+	}
+	if s, ok := explainingSource(src, []string{"k"}, "csrc/other.cu", changed); ok {
+		t.Errorf("other.cu explained by %q", s)
+	}
+	if objectSource("CMakeFiles/common_ops.dir/csrc/allreduce/x.cu.o") != "csrc/allreduce/x.cu" || objectSource("binding.o") != "binding" {
+		t.Error("objectSource")
 	}
 }

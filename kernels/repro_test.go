@@ -289,3 +289,64 @@ func b64sha(s string) string {
 	h := sha256.Sum256([]byte(s))
 	return base64.RawURLEncoding.EncodeToString(h[:])
 }
+
+// TestVerifyReproducible rebuilds a cached entry: identical first; then,
+// with a nondeterminism planted in one translation unit, the report names
+// the wheel, the shared object inside it with a diff of the planted line,
+// and that unit's object, and nothing else.
+func TestVerifyReproducible(t *testing.T) {
+	e := newEnv(t)
+	o := e.withLauncher(e.opts())
+	p := mustPlan(t, o)
+	if _, err := VerifyReproducible(context.Background(), p, o, nil); err == nil || !strings.Contains(err.Error(), "no cache entry for key "+p.Key[:16]) {
+		t.Fatalf("verify before any build: %v", err)
+	}
+	res, err := Build(context.Background(), p, o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	rep, err := VerifyReproducible(context.Background(), p, o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !rep.Reproducible() || strings.Join(rep.Same, "|") != filepath.Base(res.Wheel)+"|2 of 2 objects" || rep.Kept != "" {
+		t.Errorf("identical rebuild: same %q, differences %+v", rep.Same, rep.Differences)
+	}
+
+	n := e.with("FAKE_NONDET_TU=custom_all_reduce.cu")
+	o = n.withLauncher(n.opts())
+	p = mustPlan(t, o)
+	if _, err := Build(context.Background(), p, o, nil); err != nil {
+		t.Fatal(err)
+	}
+	before := readFile(t, filepath.Join(o.Cache.EntryDir(p.Key), "manifest.json"))
+	rep, err = VerifyReproducible(context.Background(), p, o, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer os.RemoveAll(rep.Kept)
+	whl := "sglang_kernel-0.4.1-cp310-abi3-linux_x86_64.whl"
+	var files []string
+	for _, d := range rep.Differences {
+		files = append(files, d.File)
+	}
+	want := whl + "|" + whl + "!sgl_kernel/common_ops.abi3.so|" + whl + "!sglang_kernel-0.4.1.dist-info/RECORD|object CMakeFiles/common_ops.dir/csrc/allreduce/custom_all_reduce.cu.o"
+	if rep.Reproducible() || strings.Join(files, "|") != want {
+		t.Fatalf("differences:\n got %s\nwant %s", strings.Join(files, "|"), want)
+	}
+	if d := rep.Differences[0].Detail; d != "files inside that differ: sgl_kernel/common_ops.abi3.so, sglang_kernel-0.4.1.dist-info/RECORD" {
+		t.Errorf("wheel detail: %s", d)
+	}
+	if d := rep.Differences[1].Detail; !strings.Contains(d, "\n-nondeterministic ") || !strings.Contains(d, "\n+nondeterministic ") {
+		t.Errorf("no diff of the planted line: %s", d)
+	}
+	if strings.Join(rep.Same, "|") != "1 of 2 objects" {
+		t.Errorf("same = %q", rep.Same)
+	}
+	if _, err := os.Stat(filepath.Join(rep.Kept, whl)); err != nil {
+		t.Errorf("the rebuilt wheel is not kept for inspection: %v", err)
+	}
+	if after := readFile(t, filepath.Join(o.Cache.EntryDir(p.Key), "manifest.json")); after != before {
+		t.Error("verify changed the cache entry")
+	}
+}

@@ -24,7 +24,11 @@ builds. It refuses unless the two differ only in their patches: the same
 commit, archs, builder, dependencies, build environment and toolchain
 (--python-a and --python-b, if they point at different environments, are
 refused here). Both are built through the cache, and DIR/ab-manifest.json
-records the two arms and the inputs they share.
+records the two arms and the inputs they share. Then it lists the files
+whose bytes differ between the two builds (objects, files inside the
+wheel, the wheel): a patch of one translation unit should change only
+that unit's object and the files holding it; any other difference is
+marked UNEXPLAINED (arpatch build --verify-reproducible finds its cause).
 
 Examples:
    arpatch ab build --a baseline --b pcie --repo ~/mirrors/sglang.git
@@ -122,6 +126,14 @@ Examples:
 						hit = "cache hit"
 					}
 					fmt.Fprintf(w, "  %s: %s %s\n", []string{"a", "b"}[i], hit, r.Wheel)
+				}
+				fmt.Fprintf(w, "files whose bytes differ between a and b: %d (%d unexplained)\n", len(m.DifferingFiles), m.Unexplained)
+				for _, f := range m.DifferingFiles {
+					mark := "  "
+					if !f.Explained {
+						mark = "  UNEXPLAINED "
+					}
+					fmt.Fprintf(w, "%s%s\n      %s\n", mark, f.File, f.Why)
 				}
 				fmt.Fprintf(w, "comparison manifest %s\n", filepath.Join(pathFlag(c, "dir"), "ab-manifest.json"))
 				return nil

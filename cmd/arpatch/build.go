@@ -77,6 +77,7 @@ Examples:
 			&cli.StringFlag{Name: "out", Usage: "also place the built wheel (or .so) in `DIR`"},
 			&cli.BoolFlag{Name: "check", Usage: "compile only the patched allreduce translation unit, once per arch"},
 			&cli.BoolFlag{Name: "allreduce-ext", Usage: "build the allreduce torch extension instead of the wheel"},
+			&cli.BoolFlag{Name: "verify-reproducible", Usage: "rebuild the cached entry from scratch elsewhere and compare every output's and object's sha256 with it; exit 1 on any difference"},
 			&cli.BoolFlag{Name: "list", Usage: "list the cache entries"},
 			&cli.BoolFlag{Name: "gc", Usage: "remove cache entries beyond the newest --keep, damaged ones and stale temp dirs"},
 			&cli.IntFlag{Name: "keep", Usage: "entries --gc keeps", Value: 10},
@@ -196,13 +197,13 @@ func launcher() []string {
 
 func runBuild(c *cli.Context) error {
 	modes := 0
-	for _, f := range []string{"check", "allreduce-ext", "list", "gc", "plan"} {
+	for _, f := range []string{"check", "allreduce-ext", "list", "gc", "plan", "verify-reproducible"} {
 		if c.Bool(f) {
 			modes++
 		}
 	}
-	if modes > 1 && !(c.Bool("plan") && c.Bool("allreduce-ext")) {
-		return usagef("--check, --allreduce-ext, --list, --gc and --plan are exclusive (except --plan with --allreduce-ext)")
+	if modes > 1 && !(c.Bool("allreduce-ext") && modes == 2 && (c.Bool("plan") || c.Bool("verify-reproducible"))) {
+		return usagef("--check, --allreduce-ext, --list, --gc, --plan and --verify-reproducible are exclusive (except --plan or --verify-reproducible with --allreduce-ext)")
 	}
 	if c.Int("keep") < 0 {
 		return usagef("--keep %d: use 0 or more (0 removes every entry)", c.Int("keep"))
@@ -254,6 +255,13 @@ func runBuild(c *cli.Context) error {
 		}
 		return nil
 	}
+	if c.Bool("verify-reproducible") {
+		rep, err := kernels.VerifyReproducible(c.Context, plan, o, newProgress(c.App.ErrWriter, "rebuild "+strings.Join(kernels.ArchStrings(o.Archs), ",")))
+		if err != nil {
+			return err
+		}
+		return printVerify(w, rep)
+	}
 	res, err := kernels.Build(c.Context, plan, o, newProgress(c.App.ErrWriter, "sgl-kernel "+strings.Join(kernels.ArchStrings(o.Archs), ",")))
 	if err != nil {
 		if err == kernels.ErrInterrupted {
@@ -276,6 +284,30 @@ func runBuild(c *cli.Context) error {
 		fmt.Fprintf(w, "  copied to %s\n", res.Copied)
 	}
 	return nil
+}
+
+// printVerify prints a --verify-reproducible report and returns the
+// error (exit 1) that a difference is.
+func printVerify(w io.Writer, rep *kernels.VerifyReport) error {
+	fmt.Fprintf(w, "verify %s %s: rebuilt from scratch in %s, %s after the cached build\n", rep.Cached.Inputs.Kind, rep.Key[:16],
+		rep.Rebuilt.Dir, rep.Rebuilt.StartedAt.Sub(rep.Cached.FinishedAt).Round(time.Second))
+	for _, s := range rep.Same {
+		fmt.Fprintf(w, "  same     %s\n", s)
+	}
+	for _, d := range rep.Differences {
+		fmt.Fprintf(w, "  DIFFERS  %s\n", d.File)
+		if d.A != "" || d.B != "" {
+			fmt.Fprintf(w, "           sha256 %s (cached) vs %s (rebuilt)\n", orNone(shortHash(d.A)), orNone(shortHash(d.B)))
+		}
+		for _, l := range strings.Split(d.Detail, "\n") {
+			fmt.Fprintf(w, "           %s\n", l)
+		}
+	}
+	if rep.Reproducible() {
+		fmt.Fprintln(w, "reproducible: every output and object has the cached sha256")
+		return nil
+	}
+	return fmt.Errorf("not reproducible: %d files differ from the cached build (the first is usually the cause); the rebuild's outputs are in %s", len(rep.Differences), rep.Kept)
 }
 
 func newProgress(w io.Writer, label string) kernels.Progress {
