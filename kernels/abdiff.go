@@ -35,24 +35,14 @@ type ABFile struct {
 // outputs. An unreadable output is reported as an unexplained difference.
 func ABDiff(a, b *Plan, ma, mb *Manifest, entryA, entryB string) []ABFile {
 	changed := changedFiles(a, b)
-	var diffs []Difference
-	outB := map[string]Output{}
-	for _, o := range mb.Outputs {
-		outB[o.File] = o
-	}
-	for _, o := range ma.Outputs {
-		ob, ok := outB[o.File]
-		switch {
-		case !ok:
-			diffs = append(diffs, Difference{File: o.File, Detail: "only in A"})
-		case ob.SHA256 != o.SHA256:
-			diffs = append(diffs, CompareFiles(o.File, filepath.Join(entryA, o.File), filepath.Join(entryB, o.File))...)
+	_, all := compareBuilds(ma, mb, entryA, entryB)
+	var diffs, objs []Difference
+	for _, d := range all {
+		if strings.HasPrefix(d.File, "object ") {
+			objs = append(objs, d)
+		} else {
+			diffs = append(diffs, d)
 		}
-	}
-	var objs []Difference
-	for _, d := range diffSums(ma.Objects, mb.Objects) {
-		d.File = "object " + d.File
-		objs = append(objs, d)
 	}
 	var out []ABFile
 	explainedObjects := 0

@@ -283,8 +283,13 @@ func fileSHA256(p string) (string, int64, error) {
 		return "", 0, err
 	}
 	defer f.Close()
+	return readerSHA256(f)
+}
+
+// readerSHA256 returns the hex sha256 of r's bytes and their number.
+func readerSHA256(r io.Reader) (string, int64, error) {
 	h := sha256.New()
-	n, err := io.Copy(h, f)
+	n, err := io.Copy(h, r)
 	if err != nil {
 		return "", 0, err
 	}

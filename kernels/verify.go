@@ -91,29 +91,7 @@ func VerifyReproducible(ctx context.Context, plan *Plan, opts BuildOptions, prog
 		return nil, err
 	}
 	rep := &VerifyReport{Key: plan.Key, Cached: cached, Rebuilt: rebuilt}
-	entry := opts.Cache.EntryDir(plan.Key)
-	got := map[string]Output{}
-	for _, o := range rebuilt.Outputs {
-		got[o.File] = o
-	}
-	for _, o := range cached.Outputs {
-		g, ok := got[o.File]
-		switch {
-		case !ok:
-			rep.Differences = append(rep.Differences, Difference{File: o.File, A: o.SHA256, Detail: "the rebuild made no file of this name"})
-		case g.SHA256 == o.SHA256:
-			rep.Same = append(rep.Same, o.File)
-		default:
-			rep.Differences = append(rep.Differences, CompareFiles(o.File, filepath.Join(entry, o.File), filepath.Join(dir, o.File))...)
-		}
-	}
-	if len(cached.Objects) > 0 {
-		for _, d := range diffSums(cached.Objects, rebuilt.Objects) {
-			d.File = "object " + d.File
-			rep.Differences = append(rep.Differences, d)
-		}
-		rep.Same = append(rep.Same, fmt.Sprintf("%d of %d objects", len(cached.Objects)-countObjects(rep.Differences), len(cached.Objects)))
-	}
+	rep.Same, rep.Differences = compareBuilds(cached, rebuilt, opts.Cache.EntryDir(plan.Key), dir)
 	if rep.Reproducible() {
 		os.RemoveAll(dir)
 	} else {
@@ -122,14 +100,36 @@ func VerifyReproducible(ctx context.Context, plan *Plan, opts BuildOptions, prog
 	return rep, nil
 }
 
-func countObjects(ds []Difference) int {
-	n := 0
-	for _, d := range ds {
-		if strings.HasPrefix(d.File, "object ") {
-			n++
+// compareBuilds compares two builds: each output of a (in dirA) with b's
+// of the same name (in dirB), saying where they differ (CompareFiles),
+// and the objects both manifests record, by sha256 ("object PATH"; the
+// objects themselves are not kept). same names the outputs that match,
+// and "N of M objects" when a records objects.
+func compareBuilds(a, b *Manifest, dirA, dirB string) (same []string, diffs []Difference) {
+	outB := map[string]Output{}
+	for _, o := range b.Outputs {
+		outB[o.File] = o
+	}
+	for _, o := range a.Outputs {
+		ob, ok := outB[o.File]
+		switch {
+		case !ok:
+			diffs = append(diffs, Difference{File: o.File, A: o.SHA256, Detail: "only in the first build"})
+		case ob.SHA256 == o.SHA256:
+			same = append(same, o.File)
+		default:
+			diffs = append(diffs, CompareFiles(o.File, filepath.Join(dirA, o.File), filepath.Join(dirB, o.File))...)
 		}
 	}
-	return n
+	if len(a.Objects) > 0 {
+		objs := diffSums(a.Objects, b.Objects)
+		for _, d := range objs {
+			d.File = "object " + d.File
+			diffs = append(diffs, d)
+		}
+		same = append(same, fmt.Sprintf("%d of %d objects", len(a.Objects)-len(objs), len(a.Objects)))
+	}
+	return same, diffs
 }
 
 // diffSums lists the files of two sha256 lists that differ or are on one

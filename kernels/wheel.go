@@ -3,7 +3,6 @@ package kernels
 import (
 	"archive/zip"
 	"bytes"
-	"crypto/sha256"
 	"encoding/base64"
 	"encoding/csv"
 	"encoding/hex"
@@ -179,12 +178,7 @@ func zipEntrySHA256(f *zip.File) (string, int64, error) {
 		return "", 0, err
 	}
 	defer r.Close()
-	h := sha256.New()
-	n, err := io.Copy(h, r)
-	if err != nil {
-		return "", 0, err
-	}
-	return hex.EncodeToString(h.Sum(nil)), n, nil
+	return readerSHA256(r)
 }
 
 // setHeader gives an entry its normalised mode (a Unix creator, so
