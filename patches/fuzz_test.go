@@ -17,6 +17,15 @@ func FuzzParseApply(f *testing.F) {
 	f.Add("--- a/f\n+++ b/f\n@@ -1,3 +1,3 @@\n one\r\n-two\r\n+TWO\r\n three\r\n", "one\r\ntwo\r\nthree\r\n")
 	f.Add("--- /dev/null\n+++ b/f\n@@ -0,0 +1 @@\n+x\n", "")
 	f.Add("Description: d\n\n--- a/f\n+++ b/f\n@@ -2,0 +3 @@\n+ins\n", "a\nb\nc\n")
+	// Issue 11's failing inputs: end anchoring, ambiguity, a mode header,
+	// a created file as "@@ -1,0 +1,1 @@", hunks out of order, a binary
+	// patch.
+	f.Add("--- a/f\n+++ b/f\n@@ -1,2 +1,3 @@\n x\n y\n+z\n", "x\ny\nq\n")
+	f.Add("--- a/f\n+++ b/f\n@@ -8,5 +8,5 @@\n ctxA\n ctxB\n-target\n+PATCHED\n ctxC\n ctxD\n", "h1\nh2\nctxA\nctxB\ntarget\nctxC\nctxD\nf1\nf2\nf3\nf4\nf5\nctxA\nctxB\ntarget\nctxC\nctxD\ntail\n")
+	f.Add("diff --git a/f b/f\nnew mode 100755\n--- a/f\n+++ b/f\n@@ -1 +1 @@\n-a\n+b\n", "a\n")
+	f.Add("diff --git a/f b/f\nnew file mode 100644\n--- /dev/null\n+++ b/f\n@@ -1,0 +1,1 @@\n+x\n", "")
+	f.Add("--- a/f\n+++ b/f\n@@ -3,1 +3,1 @@\n-c\n+C\n@@ -1,1 +1,1 @@\n-a\n+A\n", "a\nb\nc\n")
+	f.Add("diff --git a/f b/f\nindex 1..2 100644\nGIT binary patch\nliteral 11\nScmYdPEy(ONc*=J)000\n\n", "a\n")
 	f.Fuzz(func(t *testing.T, patch, content string) {
 		d, err := ParseDiff("0001-fuzz.patch", []byte(patch))
 		if err != nil {

@@ -1,0 +1,188 @@
+package patches
+
+import (
+	"math/rand"
+	"os"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"testing"
+)
+
+// genCase makes one random file, an edit of it (the patch is git's diff
+// of the two) and a target the patch is applied to: the file itself, or
+// the file with lines inserted or deleted elsewhere, a block duplicated
+// (so context repeats), CRLF line endings, or its final newline toggled.
+// A nil side is an absent file (creation or deletion).
+func genCase(r *rand.Rand) (orig, edited, target *string, ctx int) {
+	vocab := []string{"a", "b", "c", "x", "{", "}", "", "  call();", "return;", "if (full_nvlink_) {", "KL(ngpus, one_stage);", "\t"}
+	eol := "\n"
+	if r.Intn(10) == 0 {
+		eol = "\r\n"
+	}
+	var lines []string
+	for i := r.Intn(30); i > 0; i-- {
+		lines = append(lines, vocab[r.Intn(len(vocab))])
+	}
+	dup := func(ls []string) []string {
+		if len(ls) < 3 {
+			return ls
+		}
+		i := r.Intn(len(ls) - 2)
+		n := 2 + r.Intn(min(4, len(ls)-i-1))
+		at := r.Intn(len(ls) + 1)
+		block := append([]string(nil), ls[i:i+n]...)
+		return append(append(append([]string(nil), ls[:at]...), block...), ls[at:]...)
+	}
+	if r.Intn(3) == 0 {
+		lines = dup(lines)
+	}
+	join := func(ls []string, noEOL bool) string {
+		s := strings.Join(ls, eol)
+		if len(ls) > 0 && !noEOL {
+			s += eol
+		}
+		return s
+	}
+	noEOL := r.Intn(7) == 0
+	o := join(lines, noEOL)
+	ed := append([]string(nil), lines...)
+	for k := 1 + r.Intn(4); k > 0; k-- {
+		switch at := r.Intn(len(ed) + 1); r.Intn(3) {
+		case 0:
+			ed = append(ed[:at], append([]string{"+" + vocab[r.Intn(len(vocab))]}, ed[at:]...)...)
+		case 1:
+			if at < len(ed) {
+				ed = append(ed[:at], ed[at+1:]...)
+			}
+		default:
+			if at < len(ed) {
+				ed[at] = "~" + ed[at]
+			}
+		}
+	}
+	e := join(ed, noEOL != (r.Intn(10) == 0))
+	tg := append([]string(nil), lines...)
+	tNoEOL := noEOL
+	if r.Intn(10) < 7 {
+		for k := 1 + r.Intn(3); k > 0; k-- {
+			switch at := r.Intn(len(tg) + 1); r.Intn(6) {
+			case 0, 1:
+				tg = append(tg[:at], append([]string{"inserted", vocab[r.Intn(len(vocab))]}[:1+r.Intn(2)], tg[at:]...)...)
+			case 2:
+				if at < len(tg) {
+					tg = append(tg[:at], tg[at+1:]...)
+				}
+			case 3, 4:
+				tg = dup(tg)
+			default:
+				tNoEOL = !tNoEOL
+			}
+		}
+	}
+	tgs := join(tg, tNoEOL)
+	if r.Intn(20) == 0 {
+		tgs = strings.ReplaceAll(strings.ReplaceAll(tgs, "\r\n", "\n"), "\n", "\r\n")
+	}
+	orig, edited, target = &o, &e, &tgs
+	switch r.Intn(20) {
+	case 0:
+		orig, target = nil, nil
+	case 1:
+		edited = nil
+		if r.Intn(2) == 0 {
+			target = &o
+		}
+	}
+	ctx = []int{3, 3, 3, 3, 1, 2, 0}[r.Intn(7)]
+	return orig, edited, target, ctx
+}
+
+// checkAgainstGit makes the patch with git diff and compares arpatch
+// with git apply on the target; a disagreement fails the test.
+func checkAgainstGit(t *testing.T, dir string, orig, edited, target *string, ctx int) (outcome, bool) {
+	t.Helper()
+	if (orig == nil && edited == nil) || (orig != nil && edited != nil && *orig == *edited) {
+		return "", false
+	}
+	patch := gitDiff(t, dir, "f.txt", orig, edited, ctx)
+	if patch == "" {
+		return "", false
+	}
+	files := map[string]string{}
+	if target != nil {
+		files["f.txt"] = *target
+	}
+	out, detail := compareWithGit(t, filepath.Join(dir, "tree"), files, patch)
+	if strings.HasPrefix(string(out), "DISAGREE") {
+		t.Errorf("%s\n%s\npatch:\n%s\ntarget: %q", out, detail, patch, files["f.txt"])
+	}
+	return out, true
+}
+
+// TestAgainstGitApplyRandom runs random cases (genCase) through arpatch
+// and git apply: each must agree, or be one of arpatch's deliberate
+// stricter refusals (an ambiguous placement). ARPATCH_DIFF_CASES sets
+// the number of cases (default 150); the seed is fixed, so a failure
+// reproduces.
+func TestAgainstGitApplyRandom(t *testing.T) {
+	needGit(t)
+	n := 150
+	if s := os.Getenv("ARPATCH_DIFF_CASES"); s != "" {
+		var err error
+		if n, err = strconv.Atoi(s); err != nil {
+			t.Fatalf("ARPATCH_DIFF_CASES=%q: %v", s, err)
+		}
+	}
+	seed := int64(11)
+	if s := os.Getenv("ARPATCH_DIFF_SEED"); s != "" {
+		seed, _ = strconv.ParseInt(s, 10, 64)
+	}
+	r := rand.New(rand.NewSource(seed))
+	dir := t.TempDir()
+	counts := map[outcome]int{}
+	for i := 0; i < n && !t.Failed(); i++ {
+		o, e, tg, ctx := genCase(r)
+		if out, ok := checkAgainstGit(t, filepath.Join(dir, strconv.Itoa(i)), o, e, tg, ctx); ok {
+			counts[out]++
+		}
+	}
+	var keys []string
+	for k, v := range counts {
+		keys = append(keys, strconv.Itoa(v)+" "+string(k))
+	}
+	sort.Strings(keys)
+	t.Logf("%d cases, seed %d: %s", n, seed, strings.Join(keys, "; "))
+	if counts[bothApplySame] == 0 || counts[bothRefuse] == 0 {
+		t.Errorf("the generator made no case of each kind: %v", counts)
+	}
+}
+
+// FuzzAgainstGitApply is the same comparison driven by the fuzzer:
+//
+//	go test -fuzz FuzzAgainstGitApply ./patches
+//
+// The seeds are issue 11's failing inputs.
+func FuzzAgainstGitApply(f *testing.F) {
+	// Input 1: the hunk has no trailing context; the file goes on.
+	f.Add("x\ny\n", "x\ny\nz\n", "x\ny\nq\n", uint8(3))
+	// ...and its sibling: old side at line 1, file grew above.
+	f.Add("x\ny\nq\nr\n", "z\nx\ny\nq\nr\n", "h\nx\ny\nq\nr\n", uint8(3))
+	// Input 2: fits equally at lines 3 and 13, not at its header's 8.
+	f.Add("h1\nh2\nf1\nf2\nf3\nf4\nf5\nctxA\nctxB\ntarget\nctxC\nctxD\ntail\n",
+		"h1\nh2\nf1\nf2\nf3\nf4\nf5\nctxA\nctxB\nPATCHED\nctxC\nctxD\ntail\n",
+		"h1\nh2\nctxA\nctxB\ntarget\nctxC\nctxD\nf1\nf2\nf3\nf4\nf5\nctxA\nctxB\ntarget\nctxC\nctxD\ntail\n", uint8(2))
+	// Input 7: context that differs only in trailing whitespace.
+	f.Add("one\ntwo\nthree\nfour\n", "one\ntwo\nTHREE\nfour\n", "one\ntwo \nthree\nfour\n", uint8(1))
+	// CRLF and no final newline.
+	f.Add("a\r\nb\r\nc\r\n", "a\r\nB\r\nc\r\n", "a\r\nb\r\nc\r\n", uint8(3))
+	f.Add("a\nb", "a\nb\n", "z\na\nb", uint8(3))
+	f.Fuzz(func(t *testing.T, orig, edited, target string, ctx uint8) {
+		needGit(t)
+		if strings.ContainsRune(orig+edited+target, 0) {
+			return // git diff calls a file with NUL binary
+		}
+		checkAgainstGit(t, t.TempDir(), &orig, &edited, &target, int(ctx%4))
+	})
+}
