@@ -10,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/patches"
 )
 
@@ -81,29 +82,6 @@ func TestDiffEdits(t *testing.T) {
 	}
 }
 
-// edit derives a side from base: a few replacements, insertions and
-// deletions of unique lines (so every diff is unambiguous and any two
-// correct line diffs agree).
-func edit(rng *rand.Rand, base []string, tag string) []string {
-	out := slices.Clone(base)
-	for n := rng.Intn(4); n > 0; n-- {
-		if len(out) == 0 {
-			out = append(out, tag+"-only\n")
-			continue
-		}
-		at := rng.Intn(len(out))
-		switch rng.Intn(3) {
-		case 0:
-			out[at] = fmt.Sprintf("%s-changed-%d\n", tag, rng.Int())
-		case 1:
-			out = slices.Insert(out, at, fmt.Sprintf("%s-new-%d\n", tag, rng.Int()))
-		default:
-			out = slices.Delete(out, at, at+1)
-		}
-	}
-	return out
-}
-
 // TestMergeAgainstGitMergeFile merges random edits with Merge and with
 // `git merge-file -p` and requires the same verdict (clean or conflict)
 // and, when clean, the same bytes.
@@ -120,8 +98,8 @@ func TestMergeAgainstGitMergeFile(t *testing.T) {
 		for j := rng.Intn(12); j > 0; j-- {
 			base = append(base, fmt.Sprintf("base %d\n", j))
 		}
-		ours := edit(rng, base, "ours")
-		theirs := edit(rng, base, "theirs")
+		ours := testrepo.RandomEdit(rng, base, "ours")
+		theirs := testrepo.RandomEdit(rng, base, "theirs")
 		if rng.Intn(8) == 0 {
 			theirs = slices.Clone(ours) // the same change on both sides
 		}

@@ -80,7 +80,6 @@ func newFixture(t testing.TB) *fixture {
 	if f.base, err = testrepo.Init(f.dir); err != nil {
 		t.Fatal(err)
 	}
-	sdir := filepath.Join(t.TempDir(), "series", "fix-pcie")
 	toml := `name = "fix-pcie"
 family = "pcie"
 description = "fixture series"
@@ -91,19 +90,7 @@ file = "0001-dispatch.patch"
 sha256 = ""
 provides = ["pcie-dispatch-branch"]
 `
-	if err := testrepo.WriteFiles(sdir, map[string]string{"series.toml": toml, "0001-dispatch.patch": patch0001}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := patches.Seal(os.DirFS(sdir), ".", func(name string, data []byte) error {
-		return safefs.WriteFile(filepath.Join(sdir, name), data, 0o644)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	cat, err := patches.LoadDir(filepath.Dir(sdir))
-	if err != nil {
-		t.Fatal(err)
-	}
-	f.series = cat.Series[0]
+	f.series = writeSeries(t, "fix-pcie", toml, "0001-dispatch.patch", patch0001)
 	return f
 }
 
@@ -392,7 +379,7 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 		for j := 0; j < 12+rng.Intn(20); j++ {
 			base = append(base, fmt.Sprintf("line %d of the fixture\n", j))
 		}
-		ours, theirs := randomEdit(rng, base, "ours"), randomEdit(rng, base, "theirs")
+		ours, theirs := testrepo.RandomEdit(rng, base, "ours"), testrepo.RandomEdit(rng, base, "theirs")
 		if slices.Equal(ours, base) || slices.Equal(ours, theirs) {
 			continue // no patch, or upstream already holds it
 		}
@@ -461,29 +448,18 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 	}
 }
 
-// randomEdit changes, inserts or deletes a few lines (new lines unique).
-func randomEdit(rng *rand.Rand, base []string, tag string) []string {
-	out := slices.Clone(base)
-	for n := 1 + rng.Intn(3); n > 0 && len(out) > 0; n-- {
-		at := rng.Intn(len(out))
-		switch rng.Intn(3) {
-		case 0:
-			out[at] = fmt.Sprintf("%s changed %d\n", tag, rng.Int())
-		case 1:
-			out = slices.Insert(out, at, fmt.Sprintf("%s inserted %d\n", tag, rng.Int()))
-		default:
-			out = slices.Delete(out, at, at+1)
-		}
-	}
-	return out
+// sealedSeries writes a one-patch series tested on commit and loads it.
+func sealedSeries(t testing.TB, commit, patch string) *patches.Series {
+	toml := "name = \"rand\"\nfamily = \"rand\"\ntested_on = [\"" + commit + "\"]\n\n[[patch]]\nfile = \"0001-edit.patch\"\nsha256 = \"\"\n"
+	return writeSeries(t, "rand", toml, "0001-edit.patch", patch)
 }
 
-// sealedSeries writes a one-patch series tested on commit and loads it.
-func sealedSeries(t *testing.T, commit, patch string) *patches.Series {
+// writeSeries writes series.toml and one patch into a series directory
+// named name, seals it and loads it.
+func writeSeries(t testing.TB, name, toml, file, patch string) *patches.Series {
 	t.Helper()
-	sdir := filepath.Join(t.TempDir(), "series", "rand")
-	toml := "name = \"rand\"\nfamily = \"rand\"\ntested_on = [\"" + commit + "\"]\n\n[[patch]]\nfile = \"0001-edit.patch\"\nsha256 = \"\"\n"
-	if err := testrepo.WriteFiles(sdir, map[string]string{"series.toml": toml, "0001-edit.patch": patch}); err != nil {
+	sdir := filepath.Join(t.TempDir(), "series", name)
+	if err := testrepo.WriteFiles(sdir, map[string]string{"series.toml": toml, file: patch}); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := patches.Seal(os.DirFS(sdir), ".", func(name string, data []byte) error {
