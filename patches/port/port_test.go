@@ -429,15 +429,7 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 			continue
 		}
 		clean++
-		d, err := patches.ParseDiff("p", rep.Patches[0].Text)
-		if err != nil {
-			t.Fatal(err)
-		}
-		tree, _ := repo.TreeAt(c1)
-		res, err := patches.Apply(tree, []*patches.Patch{{Name: "p", Diff: d}})
-		if err != nil {
-			t.Fatalf("case %d: the ported patch does not apply: %v", i, err)
-		}
+		tree, res := applyPorted(t, repo, c1, rep.Patches[0].Text)
 		if got := string(res.Files[0].After); got != string(want) {
 			t.Fatalf("case %d: ported result %q, git merge-file %q", i, got, want)
 		}
@@ -527,15 +519,7 @@ func TestPortKeepsModes(t *testing.T) {
 			t.Errorf("ported patch lacks %q:\n%s", want, text)
 		}
 	}
-	d, err := patches.ParseDiff("p", rep.Patches[0].Text)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tree, _ := repo.TreeAt(c1)
-	res, err := patches.Apply(tree, []*patches.Patch{{Name: "p", Diff: d}})
-	if err != nil {
-		t.Fatal(err)
-	}
+	_, res := applyPorted(t, repo, c1, rep.Patches[0].Text)
 	for _, f := range res.Files {
 		if f.Path == "tools/gen.py" && (f.Mode != "100755" || f.OldMode != "100644") {
 			t.Errorf("gen.py mode %q from %q, want 100755 from 100644", f.Mode, f.OldMode)
@@ -568,4 +552,22 @@ func TestCommandRunsAsPrinted(t *testing.T) {
 			t.Errorf("sh reads %q, want %q", args, want)
 		}
 	}
+}
+
+// applyPorted parses a ported patch and applies it to commit.
+func applyPorted(t testing.TB, repo *gitsrc.Repo, commit string, text []byte) (*gitsrc.CommitTree, *patches.Result) {
+	t.Helper()
+	d, err := patches.ParseDiff("ported.patch", text)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tree, err := repo.TreeAt(commit)
+	if err != nil {
+		t.Fatal(err)
+	}
+	res, err := patches.Apply(tree, []*patches.Patch{{Name: "ported.patch", Diff: d}})
+	if err != nil {
+		t.Fatalf("the ported patch does not apply: %v\n%s", err, text)
+	}
+	return tree, res
 }
