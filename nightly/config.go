@@ -284,7 +284,7 @@ func LoadConfig(path string) (*Config, error) {
 		key            string
 		v, least, most int
 	}{
-		{"history.window", c.History.Window, 1, 1000}, {"build.jobs", c.Build.Jobs, 0, 4096},
+		{"history.window", c.History.Window, 1, 1000}, {"build.jobs", c.Build.Jobs, int(bounds.Bench["jobs"].Min), int(bounds.Bench["jobs"].Max)},
 	} {
 		if set(r.key) && (r.v < r.least || r.v > r.most) {
 			return nil, fail(r.key, "%d: use %d to %d", r.v, r.least, r.most)

@@ -310,8 +310,8 @@ func (r *Recipe) validate(data []byte, md toml.MetaData) error {
 			return fail("build.archs", "%q is not a known CUDA arch; write it without sm_, e.g. \"120a\" (known: %s)", a, strings.Join(KnownArchs, ", "))
 		}
 	}
-	if r.Build.Jobs < 0 {
-		return fail("build.jobs", "%d: must be 0 (one per core) or more", r.Build.Jobs)
+	if err := bounds.Check("jobs", int64(r.Build.Jobs)); err != nil {
+		return fail("build.jobs", "%v (0 is one per core)", err)
 	}
 	if !ValidTool(r.Build.Tool) {
 		return fail("build.tool", "%q: use \"auto\", \"uv\" or \"pip\"", r.Build.Tool)

@@ -125,6 +125,7 @@ func TestValidationNamesFileLineAndKey(t *testing.T) {
 		{"huge trials", "name = \"r\"\n" + pin + "[bench]\ntrials = 100000\n", "bench.trials: 100000: use 1 to 1000"},
 		{"huge draft tokens", "name = \"r\"\n" + pin + "[bench]\nspeculative_num_draft_tokens = 9223372036854775807\n", "bench.speculative_num_draft_tokens: 9223372036854775807: use 1 to 1024"},
 		{"huge concurrency", "name = \"r\"\n" + pin + "[bench]\nconcurrency = [1, 9223372036854775807]\n", "r.toml:5: bench.concurrency: 9223372036854775807: use 1 to 4096"},
+		{"huge jobs", "name = \"r\"\n" + pin + "[build]\njobs = 9223372036854775807\n", "r.toml:5: build.jobs: 9223372036854775807: use 0 to 4096 (0 is one per core)"},
 		{"level twice", "name = \"r\"\n" + pin + "[bench]\nconcurrency = [4, 4]\n", "bench.concurrency: 4 is listed twice"},
 		{"no level", "name = \"r\"\n" + pin + "[bench]\nconcurrency = []\n", "bench.concurrency: no level"},
 		{"level not int", "name = \"r\"\n" + pin + "[bench]\nconcurrency = [\"4\"]\n", "is not an integer; write concurrency = 4 or concurrency = [1, 4, 16]"},

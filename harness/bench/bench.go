@@ -33,6 +33,7 @@ import (
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/internal/bounds"
+	"github.com/arpatch/arpatch/recipes"
 )
 
 // Arm is one configuration under test.
@@ -136,7 +137,7 @@ type Level struct {
 	// accept_length, ttft_ms_p50, ttft_ms_p99, itl_ms_p50, tpot_ms.
 	Summaries map[string]stats.Summary `json:"summaries"`
 	// Deltas against the baseline at this level, per metric (absent for
-	// the baseline).
+	// the baseline, and when the baseline is INVALID).
 	Deltas    map[string]stats.Delta `json:"deltas,omitempty"`
 	Agreement *stats.Agreement       `json:"agreement,omitempty"`
 	Verdict   Verdict                `json:"verdict"`
@@ -562,15 +563,8 @@ func (o *Options) checkBounds() error {
 			return fmt.Errorf("bench %s %v", v.key, err)
 		}
 	}
-	seen := map[int]bool{}
-	for _, c := range o.Concurrency {
-		if err := bounds.Check("concurrency", int64(c)); err != nil {
-			return fmt.Errorf("bench concurrency %v", err)
-		}
-		if seen[c] {
-			return fmt.Errorf("bench concurrency %d is listed twice", c)
-		}
-		seen[c] = true
+	if err := recipes.CheckLevels(o.Concurrency); err != nil {
+		return fmt.Errorf("bench concurrency %v", err)
 	}
 	return nil
 }
@@ -792,14 +786,17 @@ func analyze(res *Result, o Options) {
 			if ar == base {
 				continue
 			}
+			ag := stats.Agree(trialsAt(base.Trials, c), trialsAt(ar.Trials, c), o.AgreeThreshold, tokens)
+			lv.Agreement = &ag
+			ar.Agreement.Add(ag)
+			if base.Invalid {
+				continue // no reference: no delta means anything
+			}
 			lv.Deltas = map[string]stats.Delta{}
 			bm := base.MetricsAt(c)
 			for _, m := range Metrics {
 				lv.Deltas[m.Name] = stats.Compare(values(bm, m.Get), values(ms, m.Get), m.HigherIsBetter)
 			}
-			ag := stats.Agree(trialsAt(base.Trials, c), trialsAt(ar.Trials, c), o.AgreeThreshold, tokens)
-			lv.Agreement = &ag
-			ar.Agreement.Add(ag)
 		}
 		if ar != base && ar.Agreement.Invalid {
 			ag := ar.Agreement

@@ -37,6 +37,9 @@ func TestBaselineThatCannotBeCompared(t *testing.T) {
 		if !arm.Invalid || arm.Verdict != Invalid || arm.Agreement.IdenticalN != 0 || !arm.Verdict.Fails() {
 			t.Errorf("%s: arm with other text: verdict %v, agreement %+v", name, arm.Verdict, arm.Agreement)
 		}
+		if arm.Levels[0].Deltas != nil {
+			t.Errorf("%s: deltas against an INVALID baseline: %+v", name, arm.Levels[0].Deltas)
+		}
 	}
 	// A valid arm against an INVALID baseline has no speed verdict.
 	_, b := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, Variant: "a"})

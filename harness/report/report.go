@@ -192,7 +192,8 @@ func overall(a *bench.ArmResult) string {
 // WriteTable prints the terminal table: per arm and concurrency level,
 // tok/s median [CI], delta % and p against the baseline, decode tok/s,
 // accept length, TTFT p50/p99, ITL p50, output agreement and the verdict;
-// with several levels an overall line per arm; then warnings.
+// with several levels an overall line per arm (but a valid baseline);
+// then warnings.
 func WriteTable(w io.Writer, res *bench.Result, s Settings) {
 	fmt.Fprintf(w, "%s: %d prompts x %d trials, concurrency %s, max %d new tokens, temperature %g; medians across trials [confidence interval, 95%% where the trials allow]\n", benchName(s),
 		s.Prompts, s.Trials, levels(s.Concurrency), s.MaxNewTokens, s.Temperature)
@@ -203,7 +204,7 @@ func WriteTable(w io.Writer, res *bench.Result, s Settings) {
 	}
 	tw.Flush()
 	for _, a := range res.Arms {
-		if len(a.Levels) > 1 {
+		if len(a.Levels) > 1 && a.Verdict != bench.Baseline {
 			fmt.Fprintln(w, overall(a))
 		}
 	}
@@ -246,7 +247,9 @@ func WriteMarkdown(w io.Writer, res *bench.Result, s Settings) error {
 	if len(res.Levels()) > 1 {
 		fmt.Fprintln(w)
 		for _, a := range res.Arms {
-			fmt.Fprintf(w, "- %s\n", overall(a))
+			if a.Verdict != bench.Baseline {
+				fmt.Fprintf(w, "- %s\n", overall(a))
+			}
 		}
 	}
 	for _, a := range res.Arms {

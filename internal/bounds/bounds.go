@@ -18,8 +18,9 @@ import (
 type Range struct{ Min, Max int64 }
 
 // Bench holds the ranges of the bench settings, by their TOML key (the
-// flag is the key with '-' for '_').
+// flag is the key with '-' for '_'), and of [build] jobs.
 var Bench = map[string]Range{
+	"jobs":                         {0, 4096}, // 0: one per core
 	"tp":                           {1, 8},
 	"speculative_num_steps":        {1, 64},
 	"speculative_eagle_topk":       {1, 64},
