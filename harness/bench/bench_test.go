@@ -30,19 +30,17 @@ func serve(t *testing.T, cfg sglangtest.Config) (*sglangtest.Server, string) {
 }
 
 // TestRunVerdicts attaches to in-test servers: a baseline, an identical
-// arm, a 40% slower arm and an arm that returns other text.
+// arm and an arm that returns other text. (A slower arm and the measured
+// rates are TestAcceptance's, at rates a loaded machine cannot blur.)
 func TestRunVerdicts(t *testing.T) {
 	base := sglangtest.Config{TokPerSec: 1000, TTFT: 2 * time.Millisecond, TokensPerChunk: 3, AcceptLength: 2.5}
 	_, b := serve(t, base)
 	_, same := serve(t, base)
-	slowCfg := base
-	slowCfg.TokPerSec = 600
-	_, slow := serve(t, slowCfg)
 	wrongCfg := base
 	wrongCfg.Variant, wrongCfg.DivergeAt = "broken allreduce", 5
 	_, wrong := serve(t, wrongCfg)
 	res, err := Run(context.Background(), Options{
-		Arms:    []Arm{{Name: "baseline", URL: b}, {Name: "same", URL: same}, {Name: "slow", URL: slow}, {Name: "wrong", URL: wrong}},
+		Arms:    []Arm{{Name: "baseline", URL: b}, {Name: "same", URL: same}, {Name: "wrong", URL: wrong}},
 		Prompts: workload.Take(workload.Builtin(), 4), MaxNewTokens: 40, Trials: 5, SpecAlgorithm: "EAGLE3",
 	})
 	if err != nil {
@@ -55,14 +53,8 @@ func TestRunVerdicts(t *testing.T) {
 			t.Errorf("%s: %+v, want no change", name, d)
 		}
 	}
-	if got := res.Arm("slow").Levels[0].Deltas["tok_s"].Verdict; got != stats.Slower {
-		t.Errorf("slow: verdict %s", got)
-	}
-	if d := res.Arm("slow").Levels[0].Deltas["tok_s"]; d.Pct > -30 || d.P >= 0.05 {
-		t.Errorf("slow arm: %+v", d)
-	}
-	if !res.Arm("wrong").Invalid || res.Arm("same").Invalid || res.Arm("slow").Invalid {
-		t.Errorf("invalid: wrong %v same %v slow %v", res.Arm("wrong").Invalid, res.Arm("same").Invalid, res.Arm("slow").Invalid)
+	if !res.Arm("wrong").Invalid || res.Arm("wrong").Verdict != Invalid || res.Arm("same").Invalid {
+		t.Errorf("verdicts: wrong %v same %v", res.Arm("wrong").Verdict, res.Arm("same").Verdict)
 	}
 	// Exact accept length: 40 tokens, ceil(39/2.5)+1 = 17 verify steps.
 	for _, a := range res.Arms {
@@ -70,13 +62,6 @@ func TestRunVerdicts(t *testing.T) {
 			if m.AcceptLength != 40.0/17 || m.Errors != 0 || m.Requests != 4 {
 				t.Fatalf("%s: %+v", a.Arm.Name, m)
 			}
-		}
-	}
-	// Measured decode rate within 2% of the servers' rates.
-	for name, rate := range map[string]float64{"baseline": 1000, "slow": 600} {
-		got := res.Arm(name).Levels[0].Summaries["decode_tok_s"].Center
-		if math.Abs(got/rate-1) > 0.02 {
-			t.Errorf("%s: decode %.1f tok/s, true %v", name, got, rate)
 		}
 	}
 	if !strings.Contains(strings.Join(res.Arm("wrong").Warnings, "\n"), "INVALID: only 0 of 20 outputs (4 prompts x trials)") {
