@@ -571,3 +571,21 @@ func applyPorted(t testing.TB, repo *gitsrc.Repo, commit string, text []byte) (*
 	}
 	return tree, res
 }
+
+func TestPortBaseCommit(t *testing.T) {
+	f := newFixture(t)
+	c1 := f.step(map[string]string{"README.md": "one\n"})
+	c2 := f.step(map[string]string{oldPath: "// top\n" + dispatch})
+	repo, _ := gitsrc.OpenAny(f.dir)
+	// --from: the base is the commit given, not tested_on.
+	rep, err := Run(Options{Repo: repo, Series: f.series, From: c1, To: c2})
+	if err != nil || rep.From != c1 || !rep.Clean || onlyHunk(t, rep).Offset != 1 {
+		t.Fatalf("%v %+v", err, rep)
+	}
+	// A series none of whose tested_on commits the repository holds.
+	s := sealedSeries(t, strings.Repeat("ab", 20), patch0001)
+	_, err = Run(Options{Repo: repo, Series: s, To: c2})
+	if err == nil || !strings.Contains(err.Error(), "holds none of its tested_on commits (abababababababababababababababababababab); fetch one, or pass --from") {
+		t.Fatalf("err %v", err)
+	}
+}
