@@ -45,17 +45,7 @@ func FuzzParseApply(f *testing.F) {
 		if len(res.Offsets()) > 0 {
 			return
 		}
-		after := memTree{}
-		for k, v := range tree {
-			after[k] = v
-		}
-		for _, f := range res.Files {
-			if f.After == nil {
-				delete(after, f.Path)
-			} else {
-				after[f.Path] = string(f.After)
-			}
-		}
+		after := withResult(tree, res)
 		back, err := Unapply(after, []*Patch{p})
 		if err != nil {
 			t.Fatalf("patch applied but its reverse does not: %v", err)
@@ -63,17 +53,7 @@ func FuzzParseApply(f *testing.F) {
 		if len(back.Offsets()) > 0 {
 			t.Fatalf("an exact patch's reverse landed elsewhere: %+v", back.Offsets())
 		}
-		restored := memTree{}
-		for k, v := range after {
-			restored[k] = v
-		}
-		for _, f := range back.Files {
-			if f.After == nil {
-				delete(restored, f.Path)
-			} else {
-				restored[f.Path] = string(f.After)
-			}
-		}
+		restored := withResult(after, back)
 		for k, v := range tree {
 			if restored[k] != v {
 				t.Fatalf("%s: round trip gave %q, want %q", k, restored[k], v)

@@ -111,8 +111,14 @@ func arpatchApply(files map[string]string, patch string) (map[string]string, err
 	if err != nil {
 		return nil, err
 	}
-	after := map[string]string{}
-	for k, v := range files {
+	return withResult(files, res), nil
+}
+
+// withResult returns a copy of base with a result's files written or
+// deleted.
+func withResult(base memTree, res *Result) memTree {
+	after := memTree{}
+	for k, v := range base {
 		after[k] = v
 	}
 	for _, f := range res.Files {
@@ -122,7 +128,7 @@ func arpatchApply(files map[string]string, patch string) (map[string]string, err
 			after[f.Path] = string(f.After)
 		}
 	}
-	return after, nil
+	return after
 }
 
 // outcome classifies one comparison.
