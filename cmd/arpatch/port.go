@@ -24,16 +24,19 @@ context is still there are re-placed (exact, offset); where upstream changed
 the context, the file is merged three-way (base = the file at tested_on,
 ours = base + patch, theirs = the file at REV) and clean merges get hunks
 regenerated with fresh context. Overlapping changes are conflicts: they are
-printed with both sides and nothing is written.
+printed with both sides and nothing is written. Each ported patch is applied
+back to REV, and the ported series must pass arpatch's gate rule, before a
+draft is offered.
 
 With --out DIR and no conflict, DIR receives a draft series named after DIR
 (series.toml with tested_on = [REV] and the same provides and requires, and
 the patches); it is unsealed unless --seal is given: review every line,
-then run arpatch patches seal DIR. It exits 1 when anything conflicts.
+then run arpatch patches seal DIR, and apply it with --patches-dir set to
+DIR's parent. It exits 1 when anything conflicts.
 
 Examples:
    arpatch patches port --series pcie-2026-07 --to main --repo ~/mirrors/sglang.git
-   arpatch patches port --series pcie-2026-07 --to main --repo ~/mirrors/sglang.git --out pcie-next --json pcie-next.port.json`,
+   arpatch patches port --series pcie-2026-07 --to main --repo ~/mirrors/sglang.git --out arpatch-port/pcie-next --json pcie-next.port.json`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "series", Usage: "series `NAME` to port, e.g. pcie-2026-07", Required: true},
 			&cli.StringFlag{Name: "to", Usage: "target commit `REV` (hash, branch or tag)", Required: true},
