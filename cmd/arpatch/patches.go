@@ -45,19 +45,23 @@ func patchesCommand() *cli.Command {
 			{
 				Name:      "check",
 				Usage:     "report how each series fits each commit (exact, offset, applied, partial, conflict), writing nothing",
-				UsageText: "arpatch patches check --repo PATH --commit REV [--commit REV...] [--series NAME...] [--json]",
+				UsageText: "arpatch patches check --repo PATH --commit REV [--commit REV...] [--series NAME...] [--strict] [--json]",
 				Description: `check reads files straight from the repository's object store (a checkout or
 a bare mirror), so nothing is checked out or written. Each commit may be a
 hash, branch or tag (abbreviated hashes are refused: they can be ambiguous).
-It exits 1 when any series conflicts or is partly in the tree.
+A family's series are one job for different upstream eras, so check exits 0
+when at each commit some series of each family checked fits (exact, offset
+or applied), and 1 otherwise, naming what has none; --strict exits 1 unless
+every series fits every commit.
 
 Examples:
    arpatch patches check --repo ~/mirrors/sglang.git --commit 84118acf50b3a4c74e85e9ff9033792552de1a76
-   arpatch patches check --repo sglang --commit main --commit 84118acf50b3a4c74e85e9ff9033792552de1a76 --series pcie-2026-07 --json`,
+   arpatch patches check --repo sglang --commit main --series pcie-2026-08 --json`,
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "repo", Usage: "local repository `PATH` (checkout or bare mirror)", Required: true},
 					&cli.StringSliceFlag{Name: "commit", Usage: "commit `REV` to check; repeat for several", Required: true},
 					&cli.StringSliceFlag{Name: "series", Usage: "check only series `NAME`; repeat for several"},
+					&cli.BoolFlag{Name: "strict", Usage: "exit 1 unless every series fits every commit"},
 					patchesDirFlag(), jsonFlag(),
 				},
 				Before: noArgs,
@@ -82,10 +86,8 @@ Examples:
 					} else {
 						printDrift(c.App.Writer, rows, c.String("repo"), cat.Dir)
 					}
-					for _, r := range rows {
-						if r.Verdict == "conflict" || r.Verdict == "error" || r.Verdict == "partial" || r.Verdict == "moved" {
-							return cli.Exit("", exitFailure)
-						}
+					if unfit := checkout.Unfit(rows, cat, c.Bool("strict")); len(unfit) > 0 {
+						return cli.Exit(strings.Join(unfit, "\n"), exitFailure)
 					}
 					return nil
 				},

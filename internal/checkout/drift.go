@@ -1,6 +1,8 @@
 package checkout
 
 import (
+	"fmt"
+
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/patches"
 )
@@ -77,4 +79,47 @@ func CheckCommits(repoPath string, revs []string, cat *patches.Catalog, only []s
 		}
 	}
 	return rows, nil
+}
+
+// Applies reports whether the row's series applies at its commit as is:
+// exact, with offsets, or already in the tree.
+func (r DriftRow) Applies() bool {
+	return r.Verdict == "exact" || r.Verdict == "offset" || r.Verdict == "applied"
+}
+
+// Unfit says what makes a `patches check` fail, one line each. By default
+// a family of series is one job done differently per upstream era, so a
+// revision passes when some checked series of each family fits there (the
+// other era's series conflicting is expected); strict asks every series
+// to fit every revision. A series that does not load always fails.
+func Unfit(rows []DriftRow, cat *patches.Catalog, strict bool) []string {
+	family := map[string]string{}
+	for _, s := range cat.Series {
+		family[s.Name] = s.Family
+	}
+	type key struct{ rev, family string }
+	fits := map[key]bool{}
+	var order []key
+	var out []string
+	for _, r := range rows {
+		k := key{r.Rev, family[r.Series]}
+		if _, seen := fits[k]; !seen {
+			order = append(order, k)
+		}
+		fits[k] = fits[k] || r.Applies()
+		switch {
+		case r.Verdict == "error":
+			out = append(out, fmt.Sprintf("series %s does not load: %v", r.Series, r.Err))
+		case strict && !r.Applies():
+			out = append(out, fmt.Sprintf("series %s at %s (%s): %s", r.Series, r.Rev, r.Commit[:12], r.Verdict))
+		}
+	}
+	if !strict {
+		for _, k := range order {
+			if !fits[k] {
+				out = append(out, fmt.Sprintf("no %q series fits %s", k.family, k.rev))
+			}
+		}
+	}
+	return out
 }
