@@ -31,7 +31,7 @@ byte-identical to before. Applying an applied series is a no-op.
 Examples:
    arpatch apply --recipe pcie --repo ~/mirrors/sglang.git
    arpatch apply --recipe pcie --src ~/sglang --dry-run
-   arpatch apply --recipe pcie --commit 8905cbd42f4a27dbecad6487cd3904278756fef8 --src sglang-b
+   arpatch apply --recipe pcie --commit 8905cbd42f4a27dbecad6487cd3904278756fef8 --repo ~/mirrors/sglang.git --src sglang-b
    arpatch apply --recipe-file my.toml --patches-dir ./my-series`,
 		Flags: []cli.Flag{
 			recipeFlag(), recipeFileFlag(), srcFlag(), patchesDirFlag(),
@@ -69,11 +69,7 @@ Examples:
 func printApply(w io.Writer, rep *checkout.ApplyReport, r *recipes.Recipe, repoFlag string, cat *patches.Catalog) {
 	recipe, source, env := r.Name, r.Source, r.Env
 	if rep.Cloned {
-		how := "over the network"
-		if rep.Clone.Local {
-			how = "local: objects hardlinked"
-		}
-		fmt.Fprintf(w, "cloned %s into %s in %s (%s)\n", rep.Clone.Source, rep.Src, rep.Clone.Duration.Round(time.Millisecond), how)
+		fmt.Fprintf(w, "cloned %s into %s in %s (%s)\n", rep.Clone.Source, rep.Src, rep.Clone.Duration.Round(time.Millisecond), rep.Clone.How())
 	}
 	if rep.WouldClone {
 		fmt.Fprintf(w, "dry run: would clone into %s and check out %s\n", rep.Src, rep.Commit)

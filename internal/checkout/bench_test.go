@@ -73,12 +73,6 @@ func BenchmarkCloneLocal(b *testing.B) {
 	benchClone(b, func(f *fixtureEnv) string { return f.up }, false)
 }
 
-// BenchmarkCloneTransport measures the same clone through go-git's file://
-// transport, which packs and copies every object.
-func BenchmarkCloneTransport(b *testing.B) {
-	benchClone(b, func(f *fixtureEnv) string { return "file://" + f.up }, false)
-}
-
 // BenchmarkCheckout measures writing the pinned commit's 4,300 files after
 // a local clone (the clone itself is not timed).
 func BenchmarkCheckout(b *testing.B) {

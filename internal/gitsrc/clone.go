@@ -27,15 +27,55 @@ type CloneInfo struct {
 	Source   string        // the URL or path cloned from
 	Local    bool          // true when objects were hardlinked or copied from a local repository
 	Duration time.Duration // wall time of the clone, checkout excluded
+	// Linked and Copied count the object files of a local clone that were
+	// hardlinked and copied (a hardlink needs the same file system).
+	Linked, Copied int
+}
+
+// How says how a local clone got its objects: "objects hardlinked",
+// "objects copied (N files: hardlinks need the same file system)", or both
+// counts.
+func (i CloneInfo) How() string {
+	switch {
+	case !i.Local:
+		return "over the network"
+	case i.Copied == 0:
+		return "local: objects hardlinked"
+	case i.Linked == 0:
+		return fmt.Sprintf("local: objects copied (%d files: hardlinks need the same file system)", i.Copied)
+	}
+	return fmt.Sprintf("local: %d object files hardlinked, %d copied", i.Linked, i.Copied)
+}
+
+// localPath returns the file system path of a file:// URL (or src itself
+// when it is no URL), and false for any other URL. file:// is read like
+// a path: go-git's file transport would run git-upload-pack, a git binary
+// arpatch does not need.
+func localPath(src string) (string, bool) {
+	if rest, ok := strings.CutPrefix(src, "file://"); ok {
+		u, err := url.Parse(src)
+		if err != nil || (u.Host != "" && u.Host != "localhost") {
+			return "", false
+		}
+		if u.Path == "" {
+			return rest, true
+		}
+		return u.Path, true
+	}
+	if strings.Contains(src, "://") || strings.HasPrefix(src, "git@") {
+		return "", false
+	}
+	return src, true
 }
 
 // LocalGitDir returns the git directory that holds the objects of src
-// when src is a local repository: a path (not a file:// URL) to a bare
+// when src is a local repository: a path or file:// URL to a bare
 // repository, to a checkout with a .git directory, or to a linked worktree
 // (git worktree add; its .git file points into the main repository, whose
 // git directory is returned). It returns "" otherwise.
 func LocalGitDir(src string) string {
-	if strings.Contains(src, "://") || strings.HasPrefix(src, "git@") {
+	src, ok := localPath(src)
+	if !ok {
 		return ""
 	}
 	abs, err := filepath.Abs(src)
@@ -83,10 +123,10 @@ func worktreeCommonDir(dotGit string) string {
 }
 
 // Clone clones src into dir, which must not exist, without checking out a
-// work tree; call Checkout next. A local repository path is cloned by
-// hardlinking its object files (copying where links fail), like
-// `git clone --local`; a URL, file:// included, goes through go-git's
-// transports. progress, when not nil, receives go-git's progress text. On
+// work tree; call Checkout next. A local repository (a path or a file://
+// URL) is cloned by hardlinking its object files (copying where links
+// fail, counted in CloneInfo), like `git clone --local`; other URLs go
+// through go-git's transports. progress, when not nil, receives go-git's progress text. On
 // failure dir is removed and the error says what to do: a network or
 // authentication failure suggests --repo with a local mirror.
 func Clone(ctx context.Context, src, dir string, progress io.Writer) (*Repo, CloneInfo, error) {
@@ -99,9 +139,9 @@ func Clone(ctx context.Context, src, dir string, progress io.Writer) (*Repo, Clo
 	var err error
 	if gd := LocalGitDir(src); gd != "" {
 		info.Local = true
-		repo, err = cloneLocal(gd, src, dir)
+		repo, info.Linked, info.Copied, err = cloneLocal(gd, src, dir)
 	} else {
-		if strings.HasPrefix(src, "/") || strings.HasPrefix(src, ".") {
+		if p, ok := localPath(src); ok && (strings.HasPrefix(p, "/") || strings.HasPrefix(p, ".")) {
 			err = fmt.Errorf("%s is not a git repository (no objects/ and HEAD found)", src)
 		} else {
 			repo, err = git.PlainCloneContext(ctx, dir, false, &git.CloneOptions{
@@ -151,19 +191,26 @@ func cloneError(src string, err error) error {
 // cloneLocal makes a repository at dir whose objects are hardlinks to (or
 // copies of) the source's pack and loose object files, with the source's
 // branches as refs/remotes/origin/* and its tags, like `git clone --local`.
-func cloneLocal(srcGitDir, srcLabel, dir string) (*git.Repository, error) {
+func cloneLocal(srcGitDir, srcLabel, dir string) (repo *git.Repository, linked, copied int, err error) {
 	src, err := git.PlainOpen(srcGitDir)
 	if err != nil {
-		return nil, fmt.Errorf("open %s: %w", srcGitDir, err)
+		return nil, 0, 0, fmt.Errorf("open %s: %w", srcGitDir, err)
 	}
-	repo, err := git.PlainInit(dir, false)
+	repo, err = git.PlainInit(dir, false)
 	if err != nil {
-		return nil, err
+		return nil, 0, 0, err
 	}
 	dstObjects := filepath.Join(dir, ".git", "objects")
-	if err := linkTree(filepath.Join(srcGitDir, "objects"), dstObjects); err != nil {
-		return nil, fmt.Errorf("link objects from %s: %w", srcGitDir, err)
+	if linked, copied, err = linkTree(filepath.Join(srcGitDir, "objects"), dstObjects); err != nil {
+		return nil, 0, 0, fmt.Errorf("link objects from %s: %w", srcGitDir, err)
 	}
+	repo, err = cloneRefs(src, repo, srcGitDir, srcLabel, dir)
+	return repo, linked, copied, err
+}
+
+// cloneRefs copies shallow, sets origin and copies the refs of a local
+// clone, then reopens it.
+func cloneRefs(src, repo *git.Repository, srcGitDir, srcLabel, dir string) (*git.Repository, error) {
 	for _, f := range []string{"shallow"} {
 		if b, err := os.ReadFile(filepath.Join(srcGitDir, f)); err == nil {
 			if err := os.WriteFile(filepath.Join(dir, ".git", f), b, 0o644); err != nil {
@@ -171,7 +218,8 @@ func cloneLocal(srcGitDir, srcLabel, dir string) (*git.Repository, error) {
 			}
 		}
 	}
-	abs, _ := filepath.Abs(srcLabel)
+	label, _ := localPath(srcLabel)
+	abs, _ := filepath.Abs(label)
 	if _, err := repo.CreateRemote(&config.RemoteConfig{
 		Name:  "origin",
 		URLs:  []string{abs},
@@ -207,8 +255,8 @@ func cloneLocal(srcGitDir, srcLabel, dir string) (*git.Repository, error) {
 // linkTree hardlinks every regular file under src into dst, copying when a
 // hardlink is not possible (another file system). Object files are
 // immutable in git, so sharing them is safe.
-func linkTree(src, dst string) error {
-	return filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
+func linkTree(src, dst string) (linked, copied int, err error) {
+	err = filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
@@ -223,12 +271,18 @@ func linkTree(src, dst string) error {
 		if rel == filepath.Join("info", "alternates") {
 			return copyAlternates(src, p, target)
 		}
-		if err := os.Link(p, target); err == nil {
+		if err := linkFile(p, target); err == nil {
+			linked++
 			return nil
 		}
+		copied++
 		return copyFile(p, target)
 	})
+	return linked, copied, err
 }
+
+// linkFile is os.Link; tests make it fail as across file systems (EXDEV).
+var linkFile = os.Link
 
 // copyAlternates rewrites relative alternate paths so they still resolve
 // from the new repository.

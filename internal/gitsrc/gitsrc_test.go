@@ -3,6 +3,7 @@ package gitsrc
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -97,12 +98,15 @@ func TestCloneLocalHardlinksAndChecksOut(t *testing.T) {
 func TestCloneThroughTransportAndErrors(t *testing.T) {
 	up, c1, _ := fixture(t)
 	dst := filepath.Join(t.TempDir(), "work")
+	// A file:// URL is a local path: no git binary (go-git's file
+	// transport would run git-upload-pack).
+	t.Setenv("PATH", "")
 	repo, info, err := Clone(context.Background(), "file://"+up, dst, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if info.Local {
-		t.Error("a file:// URL must go through go-git's transport, like git clone does")
+	if !info.Local || info.Linked == 0 || info.Copied != 0 || info.How() != "local: objects hardlinked" {
+		t.Errorf("file:// clone: %+v, %q", info, info.How())
 	}
 	if err := repo.Checkout(c1); err != nil {
 		t.Fatal(err)
@@ -121,6 +125,27 @@ func TestCloneThroughTransportAndErrors(t *testing.T) {
 	}
 	if _, err := os.Stat(bad); !errors.Is(err, fs.ErrNotExist) {
 		t.Error("a failed clone left its directory")
+	}
+}
+
+// A clone onto another file system cannot hardlink: the objects are
+// copied, and CloneInfo says so instead of "hardlinked".
+func TestCloneAcrossFileSystems(t *testing.T) {
+	up, c1, _ := fixture(t)
+	linkFile = func(string, string) error { return &os.LinkError{Op: "link", Err: syscall.EXDEV} }
+	defer func() { linkFile = os.Link }()
+	repo, info, err := Clone(context.Background(), up, filepath.Join(t.TempDir(), "work"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Linked != 0 || info.Copied == 0 || info.How() != fmt.Sprintf("local: objects copied (%d files: hardlinks need the same file system)", info.Copied) {
+		t.Errorf("%+v: %q", info, info.How())
+	}
+	if err := repo.Checkout(c1); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := OpenAny("file://" + up); err != nil {
+		t.Errorf("OpenAny(file://): %v", err)
 	}
 }
 

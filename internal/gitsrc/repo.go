@@ -48,7 +48,8 @@ func Open(dir string) (*Repo, error) {
 	return &Repo{Dir: dir, r: r}, nil
 }
 
-// OpenAny opens a checkout or a bare repository (a mirror) at path.
+// OpenAny opens a checkout or a bare repository (a mirror) at path, a
+// directory or a file:// URL.
 func OpenAny(path string) (*Repo, error) {
 	gd := LocalGitDir(path)
 	if gd == "" {
