@@ -3,8 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
-	"github.com/arpatch/arpatch/internal/testrepo"
+	"runtime/debug"
+	"strings"
 	"testing"
+
+	"github.com/arpatch/arpatch/internal/testrepo"
 )
 
 // TestExitCodes checks the documented exit codes: 0 ok, 1 failure, 2 usage.
@@ -44,6 +47,40 @@ func TestExitCodes(t *testing.T) {
 		var out, errb bytes.Buffer
 		if got := run(context.Background(), tc.args, &out, &errb); got != tc.want {
 			t.Errorf("%v: exit %d, want %d (stderr: %s)", tc.args, got, tc.want, errb.String())
+		}
+	}
+}
+
+// TestHelpListsExitCodes: the top-level help names every exit code the
+// commands return.
+func TestHelpListsExitCodes(t *testing.T) {
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"arpatch", "--help"}, &out, &out); code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	for _, want := range []string{"   0  success", "   1  failure", "   2  usage error", "   3  drift (nightly)", "   4  infrastructure (bench, nightly)"} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("arpatch --help lacks %q", want)
+		}
+	}
+}
+
+// TestBuildVersion: the revision is named once, whether or not the
+// module version (a Go 1.24+ pseudo-version) already holds it.
+func TestBuildVersion(t *testing.T) {
+	rev := []debug.BuildSetting{{Key: "vcs.revision", Value: "638d831e10bb3c4d5e6f708192a3b4c5d6e7f801"}, {Key: "vcs.modified", Value: "true"}}
+	for _, c := range []struct {
+		v    string
+		s    []debug.BuildSetting
+		want string
+	}{
+		{"v0.0.0-20261130081816-638d831e10bb+dirty", rev, "v0.0.0-20261130081816-638d831e10bb+dirty"},
+		{"(devel)", rev, "(devel)+638d831e10bb+dirty"},
+		{"", rev[:1], "(devel)+638d831e10bb"},
+		{"v1.2.3", nil, "v1.2.3"},
+	} {
+		if got := buildVersion(c.v, c.s); got != c.want {
+			t.Errorf("buildVersion(%q) = %q, want %q", c.v, got, c.want)
 		}
 	}
 }

@@ -2,7 +2,9 @@
 // multi-GPU hosts reproducibly: it clones SGLang at a pinned commit and
 // applies a versioned patch series (apply, status, revert, patches check).
 //
-// Exit codes: 0 success, 1 failure, 2 usage error (a bad flag or argument).
+// Exit codes: 0 success, 1 failure, 2 usage error (a bad flag or argument),
+// 3 drift (nightly), 4 infrastructure failure (bench, nightly); `arpatch
+// --help` lists them.
 package main
 
 import (
@@ -38,17 +40,38 @@ func arpatchVersion() string {
 		return version
 	}
 	if bi, ok := debug.ReadBuildInfo(); ok {
-		v := bi.Main.Version
-		for _, s := range bi.Settings {
-			if s.Key == "vcs.revision" && len(s.Value) >= 12 {
-				v += "+" + s.Value[:12]
-			}
-		}
-		if v != "" {
-			return v
-		}
+		return buildVersion(bi.Main.Version, bi.Settings)
 	}
 	return "(devel)"
+}
+
+// buildVersion is the module version with the VCS revision (12 hex) and
+// "+dirty" appended, each only when the version does not hold it already:
+// since Go 1.24 a build in a checkout stamps a pseudo-version such as
+// v0.0.0-20261130081816-638d831e10bb+dirty, which names both.
+func buildVersion(v string, settings []debug.BuildSetting) string {
+	if v == "" {
+		v = "(devel)"
+	}
+	var rev string
+	var dirty bool
+	for _, s := range settings {
+		switch s.Key {
+		case "vcs.revision":
+			if len(s.Value) >= 12 {
+				rev = s.Value[:12]
+			}
+		case "vcs.modified":
+			dirty = s.Value == "true"
+		}
+	}
+	if rev != "" && !strings.Contains(v, rev) {
+		v += "+" + rev
+		if dirty && !strings.HasSuffix(v, "+dirty") {
+			v += "+dirty"
+		}
+	}
+	return v
 }
 
 func main() {
@@ -120,7 +143,17 @@ Start with:
    arpatch status
    arpatch revert
 
-Exit codes: 0 success, 1 failure, 2 usage error.`,
+Exit codes:
+   0  success
+   1  failure: a refused apply, drift found by status, a series check that
+      fails, an error finding of doctor, a WRONG or hung allreduce case, an
+      INVALID or slower bench arm, a nightly regression
+   2  usage error: an unknown command or flag, a bad or empty value, a
+      stray argument, a config or recipe error found before the run
+   3  drift (nightly): no series of the family applies to upstream
+   4  infrastructure (bench, nightly): a fetch, build or server failed, a
+      server answered nothing, the run was interrupted, another nightly
+      holds the history`,
 		Writer:               stdout,
 		ErrWriter:            stderr,
 		EnableBashCompletion: true,
