@@ -32,7 +32,7 @@ marked UNEXPLAINED (arpatch build --verify-reproducible finds its cause).
 
 Examples:
    arpatch ab build --a baseline --b pcie --repo ~/mirrors/sglang.git
-   arpatch ab build --a baseline --b pcie --arch 120a --plan`,
+   arpatch ab build --a baseline --b pcie --repo ~/mirrors/sglang.git --arch 120a --plan`,
 			Flags: append(buildFlags(),
 				&cli.StringFlag{Name: "a", Usage: "embedded recipe `NAME` for arm A", Value: "baseline"},
 				&cli.StringFlag{Name: "b", Usage: "embedded recipe `NAME` for arm B", Value: "pcie"},

@@ -43,7 +43,7 @@ correctness there (no timings, no NCCL).
 It exits 1 when any case is WRONG, hangs or errors.
 
 Examples:
-   arpatch bench allreduce --world-size 2 --ext ~/.cache/arpatch/builds/<key>/arpatch_custom_ar.so
+   arpatch bench allreduce --world-size 2 --ext arpatch_custom_ar.so                # the .so build --allreduce-ext printed
    arpatch bench allreduce --world-size 8 --src sglang --arch 120a --json allreduce.json
    arpatch bench allreduce --world-size 4 --impl custom-auto --branches pcie --modes eager --src sglang --arch 90a`,
 		Flags: append([]cli.Flag{

@@ -8,6 +8,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -55,13 +56,27 @@ func TestMain(m *testing.M) {
 //	                     (GitHub's archive shape, fixed bytes), and set $VAR to its sha256
 //	fakeranks FILE       write harness/tune/testdata/fakeranks.sh (fake torchrun ranks) to FILE
 func TestScripts(t *testing.T) {
+	mirror, _ := filepath.Abs(os.Getenv("ARPATCH_SGLANG_MIRROR"))
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
 		// Builds run in a fixed build path; each script gets its own, so
 		// scripts (and other test runs on the machine) never share one.
+		// [mirror]: $SGLANG_MIRROR is a copy of SGLang's history (set
+		// ARPATCH_SGLANG_MIRROR), so examples that name upstream's commits
+		// run through; without it they run against fixtures and stop where
+		// the history is missing.
 		Setup: func(env *testscript.Env) error {
 			env.Setenv(kernels.BuildRootEnv, filepath.Join(env.WorkDir, "broot"))
+			if os.Getenv("ARPATCH_SGLANG_MIRROR") != "" {
+				env.Setenv("SGLANG_MIRROR", mirror)
+			}
 			return nil
+		},
+		Condition: func(cond string) (bool, error) {
+			if cond == "mirror" {
+				return os.Getenv("ARPATCH_SGLANG_MIRROR") != "", nil
+			}
+			return false, fmt.Errorf("unknown condition %q", cond)
 		},
 		Cmds: map[string]func(ts *testscript.TestScript, neg bool, args []string){
 			"mkrepo": func(ts *testscript.TestScript, neg bool, args []string) {

@@ -1,0 +1,290 @@
+package main
+
+import (
+	"bufio"
+	"bytes"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+
+	"github.com/rogpeppe/go-internal/txtar"
+	"github.com/urfave/cli/v2"
+	"mvdan.cc/sh/v3/shell"
+	"mvdan.cc/sh/v3/syntax"
+
+	"github.com/arpatch/arpatch/recipes"
+)
+
+// The documentation's examples run, as cmd/benchstat/doc_test.go checks
+// benchstat's: every `arpatch` command line in the README's shell blocks
+// and in each command's --help "Examples:" is executed, word for word, by
+// a CLI script in testdata/script/, which gives it a world to run in
+// (a fixture mirror at ~/mirrors/sglang.git, the fake CUDA toolchain, a
+// fake nvidia-smi, ...), and the README's recipe example loads.
+
+// docExample is one command line the documentation shows.
+type docExample struct {
+	Where string   // "README.md:36", "arpatch apply --help"
+	Line  string   // as printed
+	Env   []string // VAR=value words before the program
+	Args  []string // the words, "arpatch" first, unexpanded
+}
+
+// keepVars leaves $NAME as it is when a line is split (IFS stays the
+// default, so words split at blanks only).
+func keepVars(name string) string {
+	if name == "IFS" {
+		return ""
+	}
+	return "$" + name
+}
+
+// docWords splits a documented command line as a shell reads it, without
+// expanding variables ($X stays $X), and drops redirections and comments.
+// It returns nil for a line that does not run arpatch (go build, git).
+func docWords(line string) (env, args []string, err error) {
+	f, err := syntax.NewParser().Parse(strings.NewReader(line), "")
+	if err != nil {
+		return nil, nil, err
+	}
+	if len(f.Stmts) == 0 {
+		return nil, nil, nil
+	}
+	st := f.Stmts[0]
+	if b, ok := st.Cmd.(*syntax.BinaryCmd); ok { // go build ... && bin/arpatch ...
+		st = b.Y
+	}
+	call, ok := st.Cmd.(*syntax.CallExpr)
+	if !ok {
+		return nil, nil, nil
+	}
+	for _, r := range st.Redirs {
+		if r.Op != syntax.RdrOut && r.Op != syntax.AppOut {
+			return nil, nil, fmt.Errorf("%q reads input or holds a <placeholder>: not a command that runs as printed", line)
+		}
+	}
+	var p bytes.Buffer
+	for _, a := range call.Assigns {
+		p.Reset()
+		syntax.NewPrinter().Print(&p, a.Value)
+		v, err := shell.Fields(p.String(), keepVars)
+		if err != nil {
+			return nil, nil, err
+		}
+		env = append(env, a.Name.Value+"="+strings.Join(v, " "))
+	}
+	for _, w := range call.Args {
+		p.Reset()
+		syntax.NewPrinter().Print(&p, w)
+		v, err := shell.Fields(p.String(), keepVars)
+		if err != nil {
+			return nil, nil, err
+		}
+		args = append(args, v...)
+	}
+	// The README builds the binary once and runs it; go run is kept only
+	// where the exit code does not matter.
+	switch {
+	case len(args) > 0 && (args[0] == "arpatch" || args[0] == "bin/arpatch" || args[0] == "./bin/arpatch"):
+		args[0] = "arpatch"
+	case len(args) > 2 && args[0] == "go" && args[1] == "run" && args[2] == "./cmd/arpatch":
+		args = append([]string{"arpatch"}, args[3:]...)
+	default:
+		return nil, nil, nil
+	}
+	return env, args, nil
+}
+
+// helpExamples returns the lines under "Examples:" in every command's
+// --help, subcommands included.
+func helpExamples(t *testing.T) []docExample {
+	var out []docExample
+	var walk func(path string, cmds []*cli.Command)
+	walk = func(path string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			name := path + " " + c.Name
+			if _, ex, ok := strings.Cut(c.Description, "Examples:\n"); ok {
+				for _, l := range strings.Split(ex, "\n") {
+					l = strings.TrimSpace(l)
+					if l == "" {
+						continue
+					}
+					env, args, err := docWords(l)
+					if err != nil || args == nil {
+						t.Errorf("%s --help: example %q is not an arpatch command line (%v)", name, l, err)
+						continue
+					}
+					out = append(out, docExample{Where: name + " --help", Line: l, Env: env, Args: args})
+				}
+			}
+			walk(name, c.Subcommands)
+		}
+	}
+	app := newApp(io.Discard, io.Discard)
+	walk("arpatch", app.Commands)
+	return out
+}
+
+// readmeExamples returns the arpatch command lines of the README: every
+// line of a ```sh block, and the "$ " lines of a plain ``` block (a
+// transcript). The synopsis block (no "$ ") is not an example.
+func readmeExamples(t *testing.T) []docExample {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []docExample
+	fence := ""
+	sc := bufio.NewScanner(bytes.NewReader(b))
+	for n := 1; sc.Scan(); n++ {
+		l := sc.Text()
+		if strings.HasPrefix(l, "```") {
+			if fence == "" {
+				fence = strings.TrimPrefix(l, "```")
+				if fence == "" {
+					fence = "plain"
+				}
+			} else {
+				fence = ""
+			}
+			continue
+		}
+		cmd := ""
+		switch {
+		case fence == "sh":
+			cmd = l
+		case fence == "plain" && strings.HasPrefix(l, "$ "):
+			cmd = strings.TrimPrefix(l, "$ ")
+		default:
+			continue
+		}
+		env, args, err := docWords(cmd)
+		if err != nil {
+			t.Errorf("README.md:%d: %q does not parse as a shell line: %v", n, cmd, err)
+		}
+		if args != nil {
+			out = append(out, docExample{Where: fmt.Sprintf("README.md:%d", n), Line: cmd, Env: env, Args: args})
+		}
+	}
+	return out
+}
+
+// scriptExec is one `exec arpatch ...` line of a CLI script, with the env
+// lines before it.
+type scriptExec struct {
+	Where string
+	Env   []string
+	Args  []string
+}
+
+var execLine = regexp.MustCompile(`^(?:\[[^\]]*\]\s*)*(?:[!?]\s*)?exec\s+(arpatch\s.*|arpatch)$`)
+
+func scriptExecs(t *testing.T) []scriptExec {
+	files, err := filepath.Glob("testdata/script/*.txtar")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var out []scriptExec
+	for _, f := range files {
+		a, err := txtar.ParseFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var env []string
+		for n, l := range strings.Split(string(a.Comment), "\n") {
+			l = strings.TrimSpace(l)
+			if rest, ok := strings.CutPrefix(l, "env "); ok {
+				env = append(env, strings.Fields(rest)...)
+				continue
+			}
+			m := execLine.FindStringSubmatch(l)
+			if m == nil {
+				continue
+			}
+			// testscript quotes with '...' only, like a shell's single
+			// quotes; $VAR is expanded by the script, left as is here.
+			args, err := shell.Fields(m[1], keepVars)
+			if err != nil {
+				t.Errorf("%s:%d: %v", f, n+1, err)
+				continue
+			}
+			out = append(out, scriptExec{Where: fmt.Sprintf("%s:%d", f, n+1), Env: slices.Clone(env), Args: args})
+		}
+	}
+	return out
+}
+
+// pendingExamples are examples whose scripts another change brings, with
+// why. Each must still be documented: a stale entry fails the test.
+var pendingExamples = map[string]string{
+	// Issue 12 makes bench's examples fast and correct (the fake-server
+	// one takes minutes at its defaults) and adds their scripts.
+	"arpatch bench --model /models/target --draft-model /models/target-eagle3 --json bench.json":    "issue 12",
+	"arpatch bench --trials 3 --launch-cmd 'arpatch fake-sglang --port {port}' --markdown bench.md": "issue 12",
+}
+
+// TestDocExamplesRun fails for every README or --help example that no CLI
+// script executes word for word (with its VAR=value words set by an env
+// line before it).
+func TestDocExamplesRun(t *testing.T) {
+	examples := append(readmeExamples(t), helpExamples(t)...)
+	if len(examples) < 30 {
+		t.Fatalf("found only %d examples; the extraction broke", len(examples))
+	}
+	execs := scriptExecs(t)
+	pending := map[string]bool{}
+	for _, ex := range examples {
+		if why, ok := pendingExamples[ex.Line]; ok {
+			pending[ex.Line] = true
+			t.Logf("%s: not run yet (%s): %s", ex.Where, why, ex.Line)
+			continue
+		}
+		found := slices.ContainsFunc(execs, func(s scriptExec) bool {
+			if !slices.Equal(s.Args, ex.Args) {
+				return false
+			}
+			for _, e := range ex.Env {
+				if !slices.Contains(s.Env, e) {
+					return false
+				}
+			}
+			return true
+		})
+		if !found {
+			t.Errorf("%s: example not executed by any testdata/script/*.txtar: %s\n\twant a line: exec %s", ex.Where, ex.Line, strings.Join(ex.Args, " "))
+		}
+	}
+	for l := range pendingExamples {
+		if !pending[l] {
+			t.Errorf("pendingExamples lists %q, which no README or --help example is any more: remove it", l)
+		}
+	}
+}
+
+// TestREADMERecipeLoads loads every recipe the README shows (a ```toml
+// block with an [upstream] table) with the same loader as --recipe-file.
+func TestREADMERecipeLoads(t *testing.T) {
+	b, err := os.ReadFile("../../README.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	blocks := regexp.MustCompile("(?s)```toml\n(.*?)```").FindAllSubmatch(b, -1)
+	n := 0
+	for _, m := range blocks {
+		if !bytes.Contains(m[1], []byte("\n[upstream]")) {
+			continue
+		}
+		n++
+		if _, err := recipes.Parse("README.md recipe example", m[1]); err != nil {
+			t.Errorf("the README's recipe example does not load: %v", err)
+		}
+	}
+	if n == 0 {
+		t.Error("no recipe example found in README.md")
+	}
+}
