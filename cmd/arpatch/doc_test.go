@@ -219,15 +219,6 @@ func scriptExecs(t *testing.T) []scriptExec {
 	return out
 }
 
-// pendingExamples are examples whose scripts another change brings, with
-// why. Each must still be documented: a stale entry fails the test.
-var pendingExamples = map[string]string{
-	// Issue 12 makes bench's examples fast and correct (the fake-server
-	// one takes minutes at its defaults) and adds their scripts.
-	"arpatch bench --model /models/target --draft-model /models/target-eagle3 --json bench.json":    "issue 12",
-	"arpatch bench --trials 3 --launch-cmd 'arpatch fake-sglang --port {port}' --markdown bench.md": "issue 12",
-}
-
 // TestDocExamplesRun fails for every README or --help example that no CLI
 // script executes word for word (with its VAR=value words set by an env
 // line before it).
@@ -237,13 +228,7 @@ func TestDocExamplesRun(t *testing.T) {
 		t.Fatalf("found only %d examples; the extraction broke", len(examples))
 	}
 	execs := scriptExecs(t)
-	pending := map[string]bool{}
 	for _, ex := range examples {
-		if why, ok := pendingExamples[ex.Line]; ok {
-			pending[ex.Line] = true
-			t.Logf("%s: not run yet (%s): %s", ex.Where, why, ex.Line)
-			continue
-		}
 		found := slices.ContainsFunc(execs, func(s scriptExec) bool {
 			if !slices.Equal(s.Args, ex.Args) {
 				return false
@@ -257,11 +242,6 @@ func TestDocExamplesRun(t *testing.T) {
 		})
 		if !found {
 			t.Errorf("%s: example not executed by any testdata/script/*.txtar: %s\n\twant a line: exec %s", ex.Where, ex.Line, strings.Join(ex.Args, " "))
-		}
-	}
-	for l := range pendingExamples {
-		if !pending[l] {
-			t.Errorf("pendingExamples lists %q, which no README or --help example is any more: remove it", l)
 		}
 	}
 }
