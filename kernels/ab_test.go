@@ -124,7 +124,7 @@ func TestABBuildListsDifferingFiles(t *testing.T) {
 	}
 	want := []string{
 		"object CMakeFiles/common_ops.dir/csrc/allreduce/custom_all_reduce.cu.o: true, built from sgl-kernel/csrc/allreduce/custom_all_reduce.cu",
-		whl + "!sgl_kernel/common_ops.abi3.so: true, links the 1 objects above that the patches explain",
+		whl + "!sgl_kernel/common_ops.abi3.so: true, a shared object, and 1 objects built from patched files differ (above)",
 		whl + "!sglang_kernel-0.4.1.dist-info/RECORD: true, holds the sha256 of the other files that differ",
 		whl + ": true, holds the files above",
 	}

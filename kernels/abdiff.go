@@ -82,7 +82,7 @@ func ABDiff(a, b *Plan, ma, mb *Manifest, entryA, entryB string) []ABFile {
 		case inside && isRecord(member) && differingInside[archive] > 0:
 			f.Explained, f.Why = true, "holds the sha256 of the other files that differ"
 		case isSharedObject(name) && explainedObjects > 0:
-			f.Explained, f.Why = true, fmt.Sprintf("links the %d objects above that the patches explain", explainedObjects)
+			f.Explained, f.Why = true, fmt.Sprintf("a shared object, and %d objects built from patched files differ (above)", explainedObjects)
 		case isSharedObject(name) && len(ma.Objects) == 0:
 			f.Why = "differs, and the manifests record no objects to explain it (built before arpatch recorded them); build again with an empty cache"
 		case isSharedObject(name):

@@ -330,14 +330,14 @@ func TestVerifyReproducible(t *testing.T) {
 	for _, d := range rep.Differences {
 		files = append(files, d.File)
 	}
-	want := whl + "|" + whl + "!sgl_kernel/common_ops.abi3.so|" + whl + "!sglang_kernel-0.4.1.dist-info/RECORD|object CMakeFiles/common_ops.dir/csrc/allreduce/custom_all_reduce.cu.o"
+	want := "object CMakeFiles/common_ops.dir/csrc/allreduce/custom_all_reduce.cu.o|" + whl + "!sgl_kernel/common_ops.abi3.so|" + whl + "!sglang_kernel-0.4.1.dist-info/RECORD|" + whl
 	if rep.Reproducible() || strings.Join(files, "|") != want {
 		t.Fatalf("differences:\n got %s\nwant %s", strings.Join(files, "|"), want)
 	}
-	if d := rep.Differences[0].Detail; d != "files inside that differ: sgl_kernel/common_ops.abi3.so, sglang_kernel-0.4.1.dist-info/RECORD" {
+	if d := rep.Differences[3].Detail; d != "files inside that differ: sgl_kernel/common_ops.abi3.so, sglang_kernel-0.4.1.dist-info/RECORD" {
 		t.Errorf("wheel detail: %s", d)
 	}
-	if d := rep.Differences[1].Detail; !strings.Contains(d, "\n-nondeterministic ") || !strings.Contains(d, "\n+nondeterministic ") {
+	if d := rep.Differences[1].Detail; !strings.HasPrefix(d, "--- first/"+whl+"!sgl_kernel/common_ops.abi3.so\n") || !strings.Contains(d, "\n-nondeterministic ") || !strings.Contains(d, "\n+nondeterministic ") {
 		t.Errorf("no diff of the planted line: %s", d)
 	}
 	if strings.Join(rep.Same, "|") != "1 of 2 objects" {

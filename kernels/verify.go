@@ -103,7 +103,7 @@ func VerifyReproducible(ctx context.Context, plan *Plan, opts BuildOptions, prog
 // compareBuilds compares two builds: each output of a (in dirA) with b's
 // of the same name (in dirB), saying where they differ (CompareFiles),
 // and the objects both manifests record, by sha256 ("object PATH"; the
-// objects themselves are not kept). same names the outputs that match,
+// objects themselves are not kept), objects first. same names the outputs that match,
 // and "N of M objects" when a records objects.
 func compareBuilds(a, b *Manifest, dirA, dirB string) (same []string, diffs []Difference) {
 	outB := map[string]Output{}
@@ -123,10 +123,11 @@ func compareBuilds(a, b *Manifest, dirA, dirB string) (same []string, diffs []Di
 	}
 	if len(a.Objects) > 0 {
 		objs := diffSums(a.Objects, b.Objects)
-		for _, d := range objs {
-			d.File = "object " + d.File
-			diffs = append(diffs, d)
+		for i := range objs {
+			objs[i].File = "object " + objs[i].File
 		}
+		// Objects first: the earliest difference is usually the cause.
+		diffs = append(objs, diffs...)
 		same = append(same, fmt.Sprintf("%d of %d objects", len(a.Objects)-len(objs), len(a.Objects)))
 	}
 	return same, diffs
@@ -168,7 +169,8 @@ func sortedKeys(m map[string]bool) []string {
 }
 
 // CompareFiles says where two files named name differ: for wheels (zip
-// archives), which members, each compared in turn; for ELF files, which
+// archives), which members, each compared in turn (the members first, then
+// the archive); for ELF files, which
 // sections (ElfSections); for text, a unified diff; otherwise the first
 // differing byte. Identical files give nothing; an unreadable file gives
 // one Difference saying why.
@@ -198,8 +200,11 @@ func compareBytes(name string, a, b []byte) []Difference {
 		return []Difference{d}
 	}
 	if isText(a) && isText(b) {
-		out := diff.Diff("first/"+name, a, "second/"+name, b)
-		d.Detail = strings.TrimRight(truncateLines(string(out), 60), "\n")
+		out := string(diff.Diff("first/"+name, a, "second/"+name, b))
+		if strings.HasPrefix(out, "diff ") { // the ---/+++ lines name the files already
+			_, out, _ = strings.Cut(out, "\n")
+		}
+		d.Detail = strings.TrimRight(truncateLines(out, 60), "\n")
 		return []Difference{d}
 	}
 	i := 0
@@ -275,7 +280,7 @@ func compareZips(name string, za, zb *zip.Reader, whole Difference) []Difference
 		}
 		whole.Detail = "files inside that differ: " + strings.Join(names, ", ")
 	}
-	return append([]Difference{whole}, members...)
+	return append(members, whole)
 }
 
 // ElfSections lists the sections of two ELF files whose contents or

@@ -39,6 +39,7 @@ func buildCommand() *cli.Command {
               [--offline --deps-dir D] [--out DIR] [--python PY] [--cache-dir DIR] [--plan]
 arpatch build --check [--src DIR] [--arch 120a,90a]
 arpatch build --allreduce-ext [--src DIR] [--arch 90a] [--out DIR]
+arpatch build [--allreduce-ext] --verify-reproducible [--src DIR] [--arch 90a]
 arpatch build --list | --gc [--keep N]`,
 		Description: `build drives upstream's own wheel build (uv build --wheel --no-build-isolation,
 or pip wheel) in the tree's sgl-kernel project, found by what it holds:
@@ -61,6 +62,15 @@ compile-only, once per arch: a minute, not an hour.
 --allreduce-ext builds a small torch extension of the patched allreduce
 (with arpatch's binding) for arpatch bench allreduce.
 
+Builds are reproducible: SOURCE_DATE_EPOCH is the upstream commit's time,
+TZ=UTC, LC_ALL=C, and the compilers run in a fixed build path
+(/tmp/arpatch-build/<id>, or under $ARPATCH_BUILD_ROOT) with prefix maps,
+-frandom-seed and nvcc's --objdir-as-tempdir added by the launcher; the
+wheel is normalised (sorted entries, fixed times and modes, RECORD
+rewritten). --verify-reproducible rebuilds a cached entry from scratch and
+compares every output and object; it names what differs (files in the
+wheel, ELF sections, a text diff) and exits 1.
+
 The full build downloads its dependencies at configure time unless
 --deps-dir provides them (a clone at the pin, an unpacked archive, or the
 .tar.gz whose SHA256 upstream's URL_HASH pins); --offline refuses any
@@ -71,6 +81,8 @@ Examples:
    arpatch build --arch 120a --jobs 32 --out dist/
    arpatch build --check --arch 120a,90a
    arpatch build --allreduce-ext --arch 90a
+   arpatch build --verify-reproducible
+   arpatch build --allreduce-ext --verify-reproducible --arch 90a
    arpatch build --offline --deps-dir ~/sgl-deps
    arpatch build --list`,
 		Flags: append(buildFlags(),
