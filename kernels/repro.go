@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"errors"
 	"fmt"
 	"io"
 	"io/fs"
@@ -258,8 +259,9 @@ func stageBuild(plan *Plan) (func(), error) {
 	}
 	release, err := lockfile.Acquire(plan.BuildPath + ".lock")
 	if err != nil {
-		if held, ok := err.(*lockfile.HeldError); ok {
-			return nil, fmt.Errorf("another build is using the fixed build path %s (pid %s); wait for it to finish", plan.BuildPath, held.PID)
+		var held *lockfile.HeldError
+		if errors.As(err, &held) {
+			return nil, fmt.Errorf("another build is using the fixed build path %s (pid %s); wait for it to finish (if no arpatch runs as that pid, remove %s)", plan.BuildPath, held.PID, held.Path)
 		}
 		return nil, err
 	}

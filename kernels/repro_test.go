@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"syscall"
 	"testing"
@@ -348,5 +349,29 @@ func TestVerifyReproducible(t *testing.T) {
 	}
 	if after := readFile(t, filepath.Join(o.Cache.EntryDir(p.Key), "manifest.json")); after != before {
 		t.Error("verify changed the cache entry")
+	}
+}
+
+// TestBuildPathInUse: a build path another live process holds is refused,
+// naming the pid and the lock, and nothing is built or cached.
+func TestBuildPathInUse(t *testing.T) {
+	e := newEnv(t)
+	o := e.opts()
+	p := mustPlan(t, o)
+	lock := p.BuildPath + ".lock"
+	os.MkdirAll(filepath.Dir(lock), 0o755)
+	os.WriteFile(lock, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644) // a live pid: this test's
+	_, err := Build(context.Background(), p, o, nil)
+	want := "another build is using the fixed build path " + p.BuildPath + " (pid " + strconv.Itoa(os.Getpid()) + "); wait for it to finish (if no arpatch runs as that pid, remove " + lock + ")"
+	if err == nil || err.Error() != want {
+		t.Fatalf("err = %v\nwant %s", err, want)
+	}
+	if ents, _ := e.cache.List(); len(ents) != 0 {
+		t.Error("a refused build left a cache entry")
+	}
+	// The remedy, as printed: remove the lock; the build runs.
+	os.Remove(lock)
+	if _, err := Build(context.Background(), p, o, nil); err != nil {
+		t.Fatal(err)
 	}
 }
