@@ -53,15 +53,16 @@ func BenchmarkApplyShippedSeries(b *testing.B) {
 }
 
 // BenchmarkOffsetSearch measures a hunk found 2,000 lines from where its
-// header says, in a 10,000-line file: the worst case of exact search.
+// header says, in a 12,000-line file: the worst case of exact search (the
+// header's line fails, so every position is tried, to know the fit is
+// the only one).
 func BenchmarkOffsetSearch(b *testing.B) {
 	var sb strings.Builder
 	for i := 0; i < 10000; i++ {
 		sb.WriteString("line of filler text\n")
 	}
-	content := strings.Replace(sb.String(), "line of filler text\n", "target\n", 1)
-	content = strings.Repeat("pad\n", 2000) + content
-	d, err := ParseDiff("p", []byte("--- a/f\n+++ b/f\n@@ -1,2 +1,2 @@\n-target\n+TARGET\n line of filler text\n"))
+	content := "head\n" + strings.Repeat("pad\n", 2000) + "ctx\ntarget\n" + sb.String()
+	d, err := ParseDiff("p", []byte("--- a/f\n+++ b/f\n@@ -2,3 +2,3 @@\n ctx\n-target\n+TARGET\n line of filler text\n"))
 	if err != nil {
 		b.Fatal(err)
 	}
