@@ -7,8 +7,11 @@ import (
 // FuzzParseApply feeds arbitrary patch text and file content through parse
 // and apply. It must never panic. Whenever a patch applies with every hunk
 // where its header says (no offset, so no ambiguity about which copy of
-// repeated context it took), its reverse must apply to the result at the
-// same places and give back the original bytes exactly.
+// repeated context it took) and its headers agree with each other (each
+// new side starts where the old side and the hunks before put it, as git
+// diff writes them; git apply, and arpatch, only start the search at the
+// new side's line), its reverse must apply to the result at the same
+// places and give back the original bytes exactly.
 //
 //	go test -fuzz FuzzParseApply ./patches
 func FuzzParseApply(f *testing.F) {
@@ -42,7 +45,7 @@ func FuzzParseApply(f *testing.F) {
 		if err != nil {
 			return
 		}
-		if len(res.Offsets()) > 0 {
+		if len(res.Offsets()) > 0 || !consistentHeaders(d) {
 			return
 		}
 		after := withResult(tree, res)
@@ -63,4 +66,27 @@ func FuzzParseApply(f *testing.F) {
 			t.Fatalf("round trip left %d files, want %d", len(restored), len(tree))
 		}
 	})
+}
+
+// consistentHeaders reports whether every hunk's new start follows from
+// its old start and the hunks before it, as diff writes it.
+func consistentHeaders(d *Diff) bool {
+	for _, fc := range d.Changes {
+		delta := 0
+		for _, h := range fc.Hunks {
+			first := h.OrigStart
+			if h.OrigLines == 0 {
+				first++
+			}
+			want := first + delta
+			if h.NewLines == 0 {
+				want--
+			}
+			if h.NewStart != want && !(fc.Op == Create && h.NewStart == 1) {
+				return false
+			}
+			delta += h.NewLines - h.OrigLines
+		}
+	}
+	return true
 }

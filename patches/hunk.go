@@ -84,6 +84,18 @@ func newPlacement(h *Hunk) placement {
 	if h.NewStart > 0 {
 		p.header = h.NewStart - 1
 	}
+	if h.NewLines == 0 {
+		// "+N,0" names the line after which the hunk's (empty) new side
+		// sits, as "-N,0" does for the old side. git apply starts its
+		// search one line earlier; such a hunk has no context, so it is
+		// anchored at an end either way, and only the offset reported
+		// differs.
+		p.header = h.NewStart
+	}
+	if p.beginning {
+		// git apply searches such a hunk at the first line only.
+		p.header = 0
+	}
 	return p
 }
 
