@@ -6,6 +6,8 @@ import (
 	"os"
 	"strings"
 	"testing"
+
+	"github.com/arpatch/arpatch/harness/bench"
 )
 
 // TestBenchExamplesRun checks that every bench example of the README and
@@ -57,6 +59,40 @@ func TestBenchExamplesRun(t *testing.T) {
 	for _, l := range strings.Split(out.String(), "\n") {
 		if strings.HasPrefix(l, "      ") && strings.HasPrefix(strings.TrimSpace(l), "arpatch bench ") && !strings.Contains(l, "{arpatch} fake-sglang") && !strings.Contains(l, "[") {
 			t.Errorf("--help example that is not run: %q", l)
+		}
+	}
+}
+
+// An --arm value keeps its commas where no key follows them: between
+// env. keys they separate, inside launch-cmd= and args= values they stay.
+func TestParseArm(t *testing.T) {
+	arms := map[string]*bench.Arm{}
+	for _, spec := range []string{
+		"algo1:env.SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage,env.SGLANG_FORCE_CUSTOM_AR_PCIE=1",
+		"graphs:args=--cuda-graph-bs 1,2,4,8 --tp 8,env.NCCL_ALGO=Ring,LL",
+		"wrap:launch-cmd=serve --port {port} --gpus 0,1,2,3,python=/venv/bin/python",
+	} {
+		if _, err := parseArm(spec, arms); err != nil {
+			t.Fatalf("%s: %v", spec, err)
+		}
+	}
+	if a := arms["algo1"]; len(arms) != 3 || a.Env["SGLANG_CUSTOM_ALLREDUCE_ALGO"] != "1stage" || a.Env["SGLANG_FORCE_CUSTOM_AR_PCIE"] != "1" || len(a.Env) != 2 {
+		t.Errorf("algo1: %+v (arms %v)", a, arms)
+	}
+	if a := arms["graphs"]; strings.Join(a.Args, " ") != "--cuda-graph-bs 1,2,4,8 --tp 8" || a.Env["NCCL_ALGO"] != "Ring,LL" {
+		t.Errorf("graphs: %+v", a)
+	}
+	if a := arms["wrap"]; a.LaunchCmd != "serve --port {port} --gpus 0,1,2,3" || a.Python != "/venv/bin/python" {
+		t.Errorf("wrap: %+v", a)
+	}
+	for spec, want := range map[string]string{
+		"x:colour=red":   `unknown key "colour"`,
+		"x:nokey":        `--arm x: "nokey" is not key=val`,
+		":env.A=1":       "want NAME:key=val",
+		"x:env.A=,url=u": "env.A= was given an empty value",
+	} {
+		if _, err := parseArm(spec, map[string]*bench.Arm{}); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("%s: err %v, want %q", spec, err, want)
 		}
 	}
 }
