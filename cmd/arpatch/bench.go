@@ -57,10 +57,11 @@ python, url, launch-cmd, args and env.VAR; a comma starts a new key only
 where one of those follows, so launch-cmd= and args= values may hold
 commas. Each launched arm inherits the caller's environment without the
 variables the arms control (SGLANG_FORCE_CUSTOM_AR_PCIE,
-SGLANG_CUSTOM_ALLREDUCE_ALGO, SGLANG_PCIE_CUSTOM_AR_MAX_BYTES, and every
-variable an arm sets) unless it sets them itself; the JSON records each
-arm's effective SGLANG_*, NCCL_*, CUDA_* and PYTORCH_* variables. In a
---launch-cmd template, {arpatch} is this arpatch binary.
+SGLANG_CUSTOM_ALLREDUCE_ALGO, SGLANG_PCIE_CUSTOM_AR_MAX_BYTES,
+SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES, and every variable an arm sets)
+unless it sets them itself; the JSON records each arm's effective
+SGLANG_*, NCCL_*, CUDA_* and PYTORCH_* variables. In a --launch-cmd
+template, {arpatch} is this arpatch binary.
 
 Metrics per request: TTFT, E2E, tokens, spec_verify_ct, decode tok/s =
 (tokens-1)/(E2E-TTFT), as SGLang's bench_serving defines TPOT. Per trial

@@ -32,6 +32,7 @@ import (
 	"github.com/arpatch/arpatch/harness/server"
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -100,7 +101,9 @@ type Progress struct {
 // every launched arm that does not set them itself, as is every variable
 // any arm sets: exported in the shell, SGLANG_FORCE_CUSTOM_AR_PCIE=1
 // would otherwise run the baseline patched too.
-var ControlledEnv = []string{"SGLANG_FORCE_CUSTOM_AR_PCIE", "SGLANG_CUSTOM_ALLREDUCE_ALGO", "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES"}
+// They are the variables the pcie series and sgl-kernel read (package
+// tune names them).
+var ControlledEnv = []string{tune.EnvForce, tune.EnvAlgo, tune.EnvMaxBytes, tune.Env1StageMax}
 
 // RecordedEnvPrefixes are the prefixes of the variables the result
 // records per arm (ArmResult.Env): those that change SGLang, NCCL, CUDA

@@ -102,11 +102,11 @@ func TestIncrementalStreamingAgrees(t *testing.T) {
 // the effective SGLANG_/NCCL_/CUDA_/PYTORCH_ variables.
 func TestArmEnvironment(t *testing.T) {
 	o := Options{Arms: []Arm{{Name: "baseline"}, {Name: "pcie", Env: map[string]string{"SGLANG_FORCE_CUSTOM_AR_PCIE": "1", "MY_KNOB": "2"}}},
-		Env: []string{"PATH=/bin", "SGLANG_FORCE_CUSTOM_AR_PCIE=1", "SGLANG_CUSTOM_ALLREDUCE_ALGO=2stage", "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=9", "MY_KNOB=7",
+		Env: []string{"PATH=/bin", "SGLANG_FORCE_CUSTOM_AR_PCIE=1", "SGLANG_CUSTOM_ALLREDUCE_ALGO=2stage", "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=9", "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=9", "MY_KNOB=7",
 			"NCCL_DEBUG=INFO", "CUDA_VISIBLE_DEVICES=0,1", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "SGLANG_LOG_LEVEL=info", "HOME=/root"}}
 	base := o.armEnv(o.Arms[0])
 	for _, kv := range base {
-		for _, k := range []string{"SGLANG_FORCE_CUSTOM_AR_PCIE=", "SGLANG_CUSTOM_ALLREDUCE_ALGO=", "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=", "MY_KNOB="} {
+		for _, k := range []string{"SGLANG_FORCE_CUSTOM_AR_PCIE=", "SGLANG_CUSTOM_ALLREDUCE_ALGO=", "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=", "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=", "MY_KNOB="} {
 			if strings.HasPrefix(kv, k) {
 				t.Errorf("baseline inherits %s", kv)
 			}
