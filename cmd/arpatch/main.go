@@ -74,11 +74,14 @@ func buildVersion(v string, settings []debug.BuildSetting) string {
 	return v
 }
 
-func main() {
+func main() { os.Exit(runMain()) }
+
+// runMain runs arpatch with os.Args, cancelled by SIGINT, SIGTERM or
+// SIGHUP: main, and the arpatch of the CLI scripts.
+func runMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
-	code := run(ctx, os.Args, os.Stdout, os.Stderr)
-	stop()
-	os.Exit(code)
+	defer stop()
+	return run(ctx, os.Args, os.Stdout, os.Stderr)
 }
 
 // usageError marks an error as the user's invocation being wrong (exit 2).

@@ -4,7 +4,6 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
-	"context"
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
@@ -30,7 +29,7 @@ import (
 
 func TestMain(m *testing.M) {
 	testscript.Main(m, map[string]func(){
-		"arpatch": func() { os.Exit(run(context.Background(), os.Args, os.Stdout, os.Stderr)) },
+		"arpatch": func() { os.Exit(runMain()) },
 	})
 }
 
