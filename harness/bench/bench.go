@@ -312,7 +312,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			p.Stop()
 		}
 	}()
-	warmed := map[int]bool{} // arms whose current server (or attached one) had its warm-up
+	// One client per server start (or attached server), warmed up once:
+	// its connections stay open across the trials it serves.
+	clients := map[int]*sglang.Client{}
 	for k, s := range order {
 		ar := res.Arms[s.arm]
 		url := ar.Arm.URL
@@ -327,27 +329,28 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 					return res, &InfraError{err}
 				}
 				running[s.arm] = p
-				warmed[s.arm] = false
+				delete(clients, s.arm)
 			}
 			url = p.URL
 		}
-		client := sglang.NewClient(url)
-		// Every server start says how it streams: whole texts, or deltas
-		// (--incremental-streaming-output).
-		info := client.ServerInfo(ctx)
-		if ar.ServerInfo == nil {
-			ar.ServerInfo = info
-		}
-		if incr, ok := sglang.IncrementalStreaming(info); ok {
-			client.Incremental = incr
-		} else if info == nil && !slices.Contains(ar.Warnings, noServerInfo) {
-			ar.Warnings = append(ar.Warnings, noServerInfo)
-		}
-		if !warmed[s.arm] {
+		client := clients[s.arm]
+		if client == nil {
+			client = sglang.NewClient(url)
+			// Every server start says how it streams: whole texts, or
+			// deltas (--incremental-streaming-output).
+			info := client.ServerInfo(ctx)
+			if ar.ServerInfo == nil {
+				ar.ServerInfo = info
+			}
+			if incr, ok := sglang.IncrementalStreaming(info); ok {
+				client.Incremental = incr
+			} else if info == nil && !slices.Contains(ar.Warnings, noServerInfo) {
+				ar.Warnings = append(ar.Warnings, noServerInfo)
+			}
 			if err := o.warmup(ctx, client); err != nil {
 				return res, err
 			}
-			warmed[s.arm] = true
+			clients[s.arm] = client
 		}
 		for _, level := range o.Concurrency {
 			trial, err := o.trial(ctx, client, ar.Arm.Name, s.trial, level)
