@@ -23,7 +23,7 @@ import (
 )
 
 // StateSchema is the version of state.json's layout. Version 2 added the
-// digest.
+// digest; a version 1 state is still read, checked by everything but it.
 const StateSchema = 2
 
 // State is what apply records inside the checkout's .git/arpatch/state.json,
@@ -149,7 +149,7 @@ func ReadState(gitDir string) (*State, error) {
 	if err := json.Unmarshal(b, &s); err != nil {
 		return nil, damaged("%v", err)
 	}
-	if s.Schema != StateSchema {
+	if s.Schema != StateSchema && s.Schema != 1 {
 		return nil, &StateError{File: p, Schema: s.Schema}
 	}
 	if !hex40.MatchString(s.Commit) {
@@ -180,7 +180,8 @@ func ReadState(gitDir string) (*State, error) {
 	if (len(s.Patches) == 0) != (len(s.Files) == 0) {
 		return nil, damaged("it lists %d patches but %d changed files", len(s.Patches), len(s.Files))
 	}
-	if want := s.digest(); s.Digest != want {
+	// Schema 1 (before the digest) is read with the other checks only.
+	if want := s.digest(); s.Schema >= 2 && s.Digest != want {
 		return nil, damaged("its digest is %q, but its contents hash to %q", s.Digest, want)
 	}
 	return &s, nil
