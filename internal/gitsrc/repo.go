@@ -140,24 +140,6 @@ func (r *Repo) Resolve(rev string) (string, error) {
 	return "", fmt.Errorf("commit %s is not in %s; fetch it there first, or check the hash", rev, r.Dir)
 }
 
-// Checkout checks out commit (40 hex) detached, overwriting the work tree.
-// Use it only on a fresh clone. The error names the commit when it is not
-// in the repository.
-func (r *Repo) Checkout(commit string) error {
-	h := plumbing.NewHash(commit)
-	if _, err := r.r.CommitObject(h); err != nil {
-		return fmt.Errorf("commit %s is not in the repository cloned from %s; pass --repo with a mirror that has it", commit, r.remoteURL())
-	}
-	w, err := r.r.Worktree()
-	if err != nil {
-		return err
-	}
-	if err := w.Checkout(&git.CheckoutOptions{Hash: h, Force: true}); err != nil {
-		return fmt.Errorf("check out %s in %s: %w", commit, r.Dir, err)
-	}
-	return nil
-}
-
 func (r *Repo) remoteURL() string {
 	rem, err := r.r.Remote("origin")
 	if err != nil || len(rem.Config().URLs) == 0 {
@@ -184,31 +166,10 @@ func (c Change) String() string { return fmt.Sprintf("%c%c %s", c.Staging, c.Wor
 // Untracked reports whether the path is untracked (and not ignored).
 func (c Change) Untracked() bool { return c.Staging == '?' && c.Worktree == '?' }
 
-// Changes lists uncommitted changes, sorted by path; ignored files are not
-// listed.
-func (r *Repo) Changes() ([]Change, error) {
-	w, err := r.r.Worktree()
-	if err != nil {
-		return nil, err
-	}
-	st, err := w.Status()
-	if err != nil {
-		return nil, fmt.Errorf("git status in %s: %w", r.Dir, err)
-	}
-	var out []Change
-	for p, s := range st {
-		if s.Staging == git.Unmodified && s.Worktree == git.Unmodified {
-			continue
-		}
-		out = append(out, Change{Staging: byte(s.Staging), Worktree: byte(s.Worktree), Path: p})
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
-	return out, nil
-}
-
 // SkipWorktree lists the index entries marked skip-worktree, sorted: git
 // status does not look at their files, so edits there go unseen.
-// (assume-unchanged needs no check: go-git's status hashes every file.)
+// (assume-unchanged needs no check: go-git does not read that bit, and
+// Changes compares those entries like any other.)
 func (r *Repo) SkipWorktree() ([]string, error) {
 	idx, err := r.r.Storer.Index()
 	if err != nil {

@@ -8,11 +8,16 @@ import (
 	"fmt"
 	"math/rand"
 	"os"
+	"path"
 	"path/filepath"
 	"slices"
+	"strings"
 	"time"
 
 	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/format/packfile"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
@@ -122,4 +127,136 @@ func RandomEdit(rng *rand.Rand, lines []string, tag string) []string {
 		}
 	}
 	return out
+}
+
+// Pack puts every object of the repository at dir into one pack (go-git's
+// pack encoder, which deltifies within a window of 10) and removes the
+// loose objects, as a clone from a server or `git gc` leaves a
+// repository. (go-git's RepackObjects cannot: its object walker fails on
+// a tree holding a symlink.)
+func Pack(dir string) (err error) {
+	r, err := git.PlainOpen(dir)
+	if err != nil {
+		return err
+	}
+	var hashes []plumbing.Hash
+	iter, err := r.Storer.IterEncodedObjects(plumbing.AnyObject)
+	if err != nil {
+		return err
+	}
+	if err := iter.ForEach(func(o plumbing.EncodedObject) error {
+		hashes = append(hashes, o.Hash())
+		return nil
+	}); err != nil {
+		return err
+	}
+	pw, ok := r.Storer.(storer.PackfileWriter)
+	if !ok {
+		return fmt.Errorf("%s: go-git cannot write packs here", dir)
+	}
+	w, err := pw.PackfileWriter()
+	if err != nil {
+		return err
+	}
+	if _, err := packfile.NewEncoder(w, r.Storer, false).Encode(hashes, 10); err != nil {
+		w.Close()
+		return err
+	}
+	if err := w.Close(); err != nil {
+		return err
+	}
+	loose, err := filepath.Glob(filepath.Join(dir, ".git", "objects", "[0-9a-f][0-9a-f]"))
+	if err != nil {
+		return err
+	}
+	for _, d := range loose {
+		if err := os.RemoveAll(d); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Upstream's tree at 84118acf, measured with git ls-tree: 4,303 files
+// (4,192 regular, 108 executable, 3 symlinks) in 679 directories,
+// 46,953,592 bytes; files per path depth 1..9 and size quantiles below.
+var (
+	sizedFilesAtDepth = []int{8, 73, 533, 974, 957, 690, 659, 114, 295}
+	sizedDirsAtLevel  = []int{10, 40, 120, 160, 140, 110, 60, 39}
+	// size quantiles: fraction of files, size in bytes (median 4.6 KB,
+	// 90th percentile 24.5 KB, 99th 78 KB).
+	sizedQuantiles = [][2]float64{{0, 40}, {0.1, 600}, {0.25, 1800}, {0.5, 4635}, {0.75, 11000}, {0.9, 24546}, {0.99, 78174}, {1, 400000}}
+	sizedWords     = strings.Fields("def self return import from torch tensor if else for in range not None True False class x y size dim world_size rank buffer ptr kernel launch stage reduce allreduce cuda stream int float bf16 half assert raise with as lambda = == + - * ( ) [ ] : , . -> # TODO")
+)
+
+// WriteSized writes into dir a tree shaped like upstream SGLang's at
+// 84118acf (see the figures above): the same number of files at each
+// path depth, in about as many directories, with sizes spread like
+// upstream's and text that compresses like source code. It is the same
+// for every call. It returns the number of files written (3 of them
+// symlinks).
+func WriteSized(dir string) (int, error) {
+	rng := rand.New(rand.NewSource(0x84118acf))
+	levels := [][]string{{""}}
+	for l, n := range sizedDirsAtLevel {
+		var ds []string
+		for i := range n {
+			parent := levels[l][i%len(levels[l])]
+			ds = append(ds, path.Join(parent, fmt.Sprintf("pkg%d_%03d", l+1, i)))
+		}
+		levels = append(levels, ds)
+	}
+	count := 0
+	for depth, n := range sizedFilesAtDepth {
+		dirs := levels[depth]
+		for i := range n {
+			p := path.Join(dirs[i%len(dirs)], fmt.Sprintf("mod%04d.py", count))
+			full := filepath.Join(dir, filepath.FromSlash(p))
+			if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+				return count, err
+			}
+			mode := os.FileMode(0o644)
+			if count%40 == 7 && count/40 < 108 {
+				mode = 0o755
+			}
+			var err error
+			if count < 3 {
+				err = os.Symlink("../common.py", full) // dangling, as git allows
+			} else {
+				err = os.WriteFile(full, sizedText(rng, sizedSize(rng.Float64())), mode)
+			}
+			if err != nil {
+				return count, err
+			}
+			count++
+		}
+	}
+	return count, nil
+}
+
+func sizedSize(u float64) int {
+	q := sizedQuantiles
+	for i := 1; i < len(q); i++ {
+		if u <= q[i][0] {
+			f := (u - q[i-1][0]) / (q[i][0] - q[i-1][0])
+			return int(q[i-1][1] + f*(q[i][1]-q[i-1][1]))
+		}
+	}
+	return int(q[len(q)-1][1])
+}
+
+func sizedText(rng *rand.Rand, n int) []byte {
+	b := make([]byte, 0, n+80)
+	for len(b) < n {
+		indent := 4 * rng.Intn(4)
+		for range indent {
+			b = append(b, ' ')
+		}
+		for w := 3 + rng.Intn(8); w > 0; w-- {
+			b = append(b, sizedWords[rng.Intn(len(sizedWords))]...)
+			b = append(b, ' ')
+		}
+		b[len(b)-1] = '\n'
+	}
+	return b[:n]
 }

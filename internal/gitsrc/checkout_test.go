@@ -1,0 +1,511 @@
+package gitsrc
+
+import (
+	"context"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"sort"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/object"
+
+	"github.com/arpatch/arpatch/internal/testrepo"
+)
+
+// richFiles has what a checkout must get right: depth, an executable,
+// symlinks (one dangling, one to a directory), an empty file, CRLF, no
+// final newline, odd names and ignore files.
+var richFiles = map[string]string{
+	"README.md":              "# fixture\n",
+	"a/x.txt":                "one\n",
+	"a/b/c/deep.py":          "print('deep')\n",
+	"a/b/c/d/e/f/g/h/leaf.h": "#pragma once\n",
+	"bin/run.sh":             "#!/bin/sh\necho hi\n",
+	"empty":                  "",
+	"crlf.txt":               "a\r\nb\r\n",
+	"nonl.txt":               "no newline",
+	"space name.txt":         "s\n",
+	"ünï/cödé.txt":           "u\n",
+	".gitignore":             "*.log\nbuild/\n",
+	"sub/.gitignore":         "local.tmp\n",
+	"sub/keep.txt":           "k\n",
+}
+
+// richFixture commits richFiles (bin/run.sh executable, "link" to
+// a/x.txt, "dirlink" to a, "dangling" to nowhere) and, when packed, puts
+// the objects into one pack.
+func richFixture(t *testing.T, packed bool) (dir, commit string) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "up")
+	if err := testrepo.WriteFiles(dir, richFiles); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chmod(filepath.Join(dir, "bin/run.sh"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	for link, target := range map[string]string{"link": "a/x.txt", "dirlink": "a", "dangling": "nowhere/at/all"} {
+		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	commit, err := testrepo.Init(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if packed {
+		if err := testrepo.Pack(dir); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return dir, commit
+}
+
+func checkoutClone(t *testing.T, up, commit string) *Repo {
+	t.Helper()
+	repo, _, err := Clone(context.Background(), up, filepath.Join(t.TempDir(), "work"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := repo.Checkout(commit); err != nil {
+		t.Fatal(err)
+	}
+	return repo
+}
+
+func needGit(t *testing.T) {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed; the comparison with git's own checkout is skipped")
+	}
+}
+
+func gitOut(t *testing.T, dir string, args ...string) string {
+	t.Helper()
+	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
+	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+t.TempDir(), "LC_ALL=C")
+	out, err := cmd.CombinedOutput()
+	if err != nil {
+		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return string(out)
+}
+
+// snapshotTree lists every path under dir but .git with its type,
+// permission bits and content (a symlink's target).
+func snapshotTree(t *testing.T, dir string) map[string]string {
+	t.Helper()
+	out := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if rel == ".git" {
+			return filepath.SkipDir
+		}
+		fi, err := os.Lstat(p)
+		if err != nil {
+			return err
+		}
+		switch {
+		case fi.Mode()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			out[rel] = "symlink -> " + target
+		case fi.IsDir():
+			out[rel] = "dir"
+		default:
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			out[rel] = fmt.Sprintf("%v %q", fi.Mode().Perm(), b)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return out
+}
+
+func TestCheckoutMatchesGit(t *testing.T) {
+	needGit(t)
+	for _, packed := range []bool{false, true} {
+		t.Run(fmt.Sprintf("packed=%v", packed), func(t *testing.T) {
+			up, commit := richFixture(t, packed)
+			ours := checkoutClone(t, up, commit)
+			theirs := filepath.Join(t.TempDir(), "git")
+			gitOut(t, up, "clone", "-q", "-n", "--local", up, theirs)
+			gitOut(t, theirs, "checkout", "-q", "--detach", commit)
+
+			got, want := snapshotTree(t, ours.Dir), snapshotTree(t, theirs)
+			if len(got) != len(want) {
+				t.Errorf("%d paths checked out, git has %d", len(got), len(want))
+			}
+			for p, w := range want {
+				if got[p] != w {
+					t.Errorf("%s: got %s, git checks out %s", p, got[p], w)
+				}
+			}
+			if g, w := gitOut(t, ours.Dir, "ls-files", "-s"), gitOut(t, theirs, "ls-files", "-s"); g != w {
+				t.Errorf("git ls-files -s of our index:\n%s\ngit's own:\n%s", g, w)
+			}
+			if h := strings.TrimSpace(gitOut(t, ours.Dir, "rev-parse", "HEAD")); h != commit {
+				t.Errorf("HEAD = %s, want %s", h, commit)
+			}
+			// git trusts the index: nothing to report, nothing to refresh.
+			gitOut(t, ours.Dir, "diff", "--quiet")
+			gitOut(t, ours.Dir, "diff", "--cached", "--quiet")
+			if s := gitOut(t, ours.Dir, "status", "--porcelain"); s != "" {
+				t.Errorf("git status after our checkout:\n%s", s)
+			}
+			if cs, err := ours.Changes(); err != nil || len(cs) != 0 {
+				t.Errorf("Changes after checkout = %v, %v", cs, err)
+			}
+		})
+	}
+}
+
+// The index records stat data that matches the files, so status has
+// nothing to hash.
+func TestCheckoutIndexHoldsStatData(t *testing.T) {
+	up, commit := richFixture(t, true)
+	repo := checkoutClone(t, up, commit)
+	idx, err := repo.r.Storer.Index()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(idx.Entries) != len(richFiles)+3 {
+		t.Fatalf("%d index entries, want %d", len(idx.Entries), len(richFiles)+3)
+	}
+	for _, e := range idx.Entries {
+		fi, err := os.Lstat(filepath.Join(repo.Dir, e.Name))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if e.Size != uint32(fi.Size()) || !e.ModifiedAt.Equal(fi.ModTime()) || e.ModifiedAt.IsZero() {
+			t.Errorf("%s: index size %d mtime %v, file %d %v", e.Name, e.Size, e.ModifiedAt, fi.Size(), fi.ModTime())
+		}
+	}
+	modes := map[string]filemode.FileMode{}
+	for _, e := range idx.Entries {
+		modes[e.Name] = e.Mode
+	}
+	if modes["bin/run.sh"] != filemode.Executable || modes["link"] != filemode.Symlink || modes["a/x.txt"] != filemode.Regular {
+		t.Errorf("modes: %v", modes)
+	}
+}
+
+func TestCheckoutRefuses(t *testing.T) {
+	up, commit := richFixture(t, false)
+	repo, _, err := Clone(context.Background(), up, filepath.Join(t.TempDir(), "work"), nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	os.WriteFile(filepath.Join(repo.Dir, "mine.txt"), []byte("mine\n"), 0o644)
+	if err := repo.Checkout(commit); err == nil || !strings.Contains(err.Error(), "the work tree is not empty (mine.txt)") {
+		t.Errorf("checkout over a file: %v", err)
+	}
+	if b, _ := os.ReadFile(filepath.Join(repo.Dir, "mine.txt")); string(b) != "mine\n" {
+		t.Errorf("mine.txt = %q", b)
+	}
+	os.Remove(filepath.Join(repo.Dir, "mine.txt"))
+
+	// A tree no git would check out: an entry named "..".
+	r := repo.r
+	blob := r.Storer.NewEncodedObject()
+	blob.SetType(plumbing.BlobObject)
+	w, _ := blob.Writer()
+	w.Write([]byte("evil\n"))
+	w.Close()
+	bh, err := r.Storer.SetEncodedObject(blob)
+	if err != nil {
+		t.Fatal(err)
+	}
+	bad := func(name string) string {
+		tree := &object.Tree{Entries: []object.TreeEntry{{Name: name, Mode: filemode.Regular, Hash: bh}}}
+		to := r.Storer.NewEncodedObject()
+		if err := tree.Encode(to); err != nil {
+			t.Fatal(err)
+		}
+		th, _ := r.Storer.SetEncodedObject(to)
+		sig := object.Signature{Name: "x", Email: "x@x", When: time.Unix(0, 0)}
+		c := &object.Commit{Author: sig, Committer: sig, Message: "evil", TreeHash: th}
+		co := r.Storer.NewEncodedObject()
+		c.Encode(co)
+		ch, _ := r.Storer.SetEncodedObject(co)
+		return ch.String()
+	}
+	for _, name := range []string{"..", ".GIT", "a/b"} {
+		if err := repo.Checkout(bad(name)); err == nil || !strings.Contains(err.Error(), "git refuses to check out") {
+			t.Errorf("entry %q: %v", name, err)
+		}
+	}
+	if ents, _ := os.ReadDir(repo.Dir); len(ents) != 1 {
+		t.Errorf("refused checkouts left %v", ents)
+	}
+}
+
+// change is one way to alter a fresh checkout, with what go-git's status
+// (and git's, `git status --porcelain -uall`) says about it.
+type change struct {
+	name string
+	do   func(t *testing.T, r *Repo)
+	want []string // "XY path", sorted
+}
+
+// goGitDiffers names the changes where go-git's status (v5.19) gives
+// another answer than git, and Changes gives git's: go-git's worktree
+// file system hides .git, so its status no longer reads
+// .git/info/exclude.
+var goGitDiffers = map[string]bool{"excluded by info/exclude": true}
+
+func write(t *testing.T, r *Repo, p, s string) {
+	t.Helper()
+	full := filepath.Join(r.Dir, p)
+	if err := os.MkdirAll(filepath.Dir(full), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(full, []byte(s), 0o644); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func stage(t *testing.T, r *Repo, p string) {
+	t.Helper()
+	w, err := r.r.Worktree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := w.Add(p); err != nil {
+		t.Fatal(err)
+	}
+}
+
+var changes = []change{
+	{"nothing", func(*testing.T, *Repo) {}, nil},
+	{"same-size edit", func(t *testing.T, r *Repo) { write(t, r, "a/x.txt", "two\n") }, []string{" M a/x.txt"}},
+	{"longer", func(t *testing.T, r *Repo) { write(t, r, "a/b/c/deep.py", "print('deeper')\n") }, []string{" M a/b/c/deep.py"}},
+	{"same bytes rewritten", func(t *testing.T, r *Repo) {
+		write(t, r, "a/x.txt", "one\n")
+		later := time.Now().Add(time.Hour)
+		os.Chtimes(filepath.Join(r.Dir, "crlf.txt"), later, later)
+	}, nil},
+	{"deleted", func(t *testing.T, r *Repo) { os.Remove(filepath.Join(r.Dir, "nonl.txt")) }, []string{" D nonl.txt"}},
+	{"chmod +x", func(t *testing.T, r *Repo) { os.Chmod(filepath.Join(r.Dir, "empty"), 0o755) }, []string{" M empty"}},
+	{"symlink retargeted", func(t *testing.T, r *Repo) {
+		os.Remove(filepath.Join(r.Dir, "link"))
+		os.Symlink("a/b", filepath.Join(r.Dir, "link"))
+	}, []string{" M link"}},
+	{"file became a directory", func(t *testing.T, r *Repo) {
+		os.Remove(filepath.Join(r.Dir, "a/x.txt"))
+		write(t, r, "a/x.txt/inner", "i\n")
+	}, []string{" D a/x.txt", "?? a/x.txt/inner"}},
+	{"directory became a symlink", func(t *testing.T, r *Repo) {
+		os.RemoveAll(filepath.Join(r.Dir, "a/b"))
+		os.Symlink("../sub", filepath.Join(r.Dir, "a/b"))
+	}, []string{" D a/b/c/d/e/f/g/h/leaf.h", " D a/b/c/deep.py", "?? a/b"}},
+	{"untracked and ignored", func(t *testing.T, r *Repo) {
+		write(t, r, "new.txt", "n\n")
+		write(t, r, "newdir/deeper/f.txt", "f\n")
+		write(t, r, "x.log", "ignored by *.log\n")
+		write(t, r, "a/deep/x.log", "ignored at any depth\n")
+		write(t, r, "build/out.o", "ignored directory\n")
+		write(t, r, "sub/local.tmp", "ignored by sub/.gitignore\n")
+		write(t, r, "a/local.tmp", "sub's pattern does not reach here\n")
+	}, []string{"?? a/local.tmp", "?? new.txt", "?? newdir/deeper/f.txt"}},
+	{"excluded by info/exclude", func(t *testing.T, r *Repo) {
+		write(t, r, "excluded.txt", "ignored by info/exclude\n")
+		write(t, r, ".git/info/exclude", "excluded.txt\n")
+	}, nil},
+	{"staged", func(t *testing.T, r *Repo) {
+		write(t, r, "staged-new.txt", "n\n")
+		stage(t, r, "staged-new.txt")
+		write(t, r, "sub/keep.txt", "changed and staged\n")
+		stage(t, r, "sub/keep.txt")
+		write(t, r, "README.md", "# staged, then edited again\n")
+		stage(t, r, "README.md")
+		write(t, r, "README.md", "# edited after staging\n")
+		w, _ := r.r.Worktree()
+		if _, err := w.Remove("a/b/c/deep.py"); err != nil {
+			t.Fatal(err)
+		}
+	}, []string{"A  staged-new.txt", "D  a/b/c/deep.py", "M  sub/keep.txt", "MM README.md"}},
+}
+
+func porcelain(cs []Change) []string {
+	var out []string
+	for _, c := range cs {
+		out = append(out, c.String())
+	}
+	sort.Strings(out)
+	return out
+}
+
+// Changes gives go-git's full status's answers, and git's, for every
+// kind of change.
+func TestChangesAgreesWithGoGitAndGit(t *testing.T) {
+	_, haveGit := exec.LookPath("git")
+	up, commit := richFixture(t, true)
+	for _, c := range changes {
+		t.Run(c.name, func(t *testing.T) {
+			r := checkoutClone(t, up, commit)
+			c.do(t, r)
+			got, err := r.Changes()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g, w := strings.Join(porcelain(got), "\n"), strings.Join(c.want, "\n"); g != w {
+				t.Errorf("Changes:\n%s\nwant:\n%s", g, w)
+			}
+			gg, err := r.goGitChanges()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if g, w := strings.Join(porcelain(got), "\n"), strings.Join(porcelain(gg), "\n"); g != w && !goGitDiffers[c.name] {
+				t.Errorf("Changes:\n%s\ngo-git's status:\n%s", g, w)
+			}
+			if haveGit == nil {
+				var gs []string
+				for _, l := range strings.Split(strings.TrimRight(gitOut(t, r.Dir, "status", "--porcelain", "-uall"), "\n"), "\n") {
+					if l != "" {
+						gs = append(gs, strings.Trim(l, `"`))
+					}
+				}
+				sort.Strings(gs)
+				if g, w := strings.Join(porcelain(got), "\n"), strings.Join(gs, "\n"); g != w {
+					t.Errorf("Changes:\n%s\ngit status --porcelain -uall:\n%s", g, w)
+				}
+			}
+		})
+	}
+}
+
+// A racily clean edit: the file changed after its stat data went into
+// the index, keeping its size, and its mtime is no earlier than the
+// index's (the same second). Only the content can tell, and Changes
+// reads it; with the index written a second later the stat data is
+// trusted, which is the point of keeping it.
+func TestChangesRacilyClean(t *testing.T) {
+	up, commit := richFixture(t, true)
+	r := checkoutClone(t, up, commit)
+	p := filepath.Join(r.Dir, "a/x.txt")
+	if err := os.WriteFile(p, []byte("two\n"), 0o644); err != nil { // same size as "one\n"
+		t.Fatal(err)
+	}
+	fi, err := os.Lstat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Record the edited file's stat data under the old blob's hash, as an
+	// index written in the same tick as the edit would hold it.
+	idx, err := r.r.Storer.Index()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, e := range idx.Entries {
+		if e.Name == "a/x.txt" {
+			fillStat(e, fi)
+		}
+	}
+	if err := r.r.Storer.SetIndex(idx); err != nil {
+		t.Fatal(err)
+	}
+	indexFile := filepath.Join(r.Dir, ".git", "index")
+	// The index written a second after the edit: the stat data is
+	// trusted and the edit goes unseen, by git's rule too. This is what
+	// spares status from reading the tree.
+	later := fi.ModTime().Add(time.Second)
+	if err := os.Chtimes(indexFile, later, later); err != nil {
+		t.Fatal(err)
+	}
+	if cs, err := r.Changes(); err != nil || len(cs) != 0 {
+		t.Errorf("index newer than the edit: Changes = %v, %v (stat data not used?)", cs, err)
+	}
+	// The index written in the same second as the edit: racily clean.
+	sameSecond := fi.ModTime().Truncate(time.Second)
+	if err := os.Chtimes(indexFile, sameSecond, sameSecond); err != nil {
+		t.Fatal(err)
+	}
+	cs, err := r.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(porcelain(cs), "\n"); got != " M a/x.txt" {
+		t.Errorf("racily clean edit: Changes = %q, want \" M a/x.txt\"", got)
+	}
+	if _, err := exec.LookPath("git"); err == nil {
+		if s := gitOut(t, r.Dir, "status", "--porcelain"); s != " M a/x.txt\n" {
+			t.Errorf("git status: %q", s)
+		}
+	}
+}
+
+// A file whose stat data differs but whose bytes are HEAD's is clean, and
+// an edit that keeps size and mtime is caught by the inode and ctime.
+func TestChangesStatData(t *testing.T) {
+	up, commit := richFixture(t, true)
+	r := checkoutClone(t, up, commit)
+	p := filepath.Join(r.Dir, "a/x.txt")
+	fi, _ := os.Lstat(p)
+	// Replace the file (new inode) with other bytes of the same size and
+	// put its old mtime back.
+	os.Remove(p)
+	os.WriteFile(p, []byte("ONE\n"), 0o644)
+	os.Chtimes(p, fi.ModTime(), fi.ModTime())
+	cs, err := r.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := strings.Join(porcelain(cs), "\n"); got != " M a/x.txt" {
+		t.Errorf("replaced file with the old size and mtime: %q", got)
+	}
+	os.WriteFile(p, []byte("one\n"), 0o644)
+	if cs, err := r.Changes(); err != nil || len(cs) != 0 {
+		t.Errorf("HEAD's bytes again: %v, %v", cs, err)
+	}
+}
+
+// An index Changes does not model goes to go-git's status.
+func TestChangesFallsBackToGoGit(t *testing.T) {
+	up, commit := richFixture(t, true)
+	r := checkoutClone(t, up, commit)
+	idx, _ := r.r.Storer.Index()
+	idx.Entries[0].IntentToAdd = true
+	idx.Version = 3
+	if err := r.r.Storer.SetIndex(idx); err != nil {
+		t.Fatal(err)
+	}
+	write(t, r, "a/x.txt", "two\n")
+	cs, err := r.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if statModelled(idx) {
+		t.Error("an intent-to-add entry is modelled")
+	}
+	if got := porcelain(cs); !slices.Contains(got, " M a/x.txt") {
+		t.Errorf("fallback: %v", got)
+	}
+}
+
+func TestIndexTreeHashIsGits(t *testing.T) {
+	up, commit := richFixture(t, true)
+	r := checkoutClone(t, up, commit)
+	idx, _ := r.r.Storer.Index()
+	c, _ := r.r.CommitObject(plumbing.NewHash(commit))
+	if h := newIndexTree(idx.Entries).hash(""); h != c.TreeHash {
+		t.Errorf("tree hash from the index %s, commit's tree %s", h, c.TreeHash)
+	}
+}

@@ -1,0 +1,560 @@
+package gitsrc
+
+import (
+	"bufio"
+	"bytes"
+	"crypto/sha1"
+	"errors"
+	"fmt"
+	"io"
+	"io/fs"
+	"os"
+	"path"
+	"path/filepath"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/filemode"
+	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
+	"github.com/go-git/go-git/v5/plumbing/format/index"
+	"github.com/go-git/go-git/v5/plumbing/object"
+)
+
+// Changes lists uncommitted changes, sorted by path, with the status
+// letters go-git's Worktree.Status gives (untracked files one by one; a
+// file git ignores is not listed). It works as `git status` does instead
+// of hashing the tree:
+//
+//   - staged changes: the tree the index describes is hashed from its
+//     entries and compared with HEAD's tree; only when they differ are
+//     the two walked, skipping subtrees whose hashes agree;
+//   - work tree changes: each index entry's stat data (mode, size, mtime
+//     with nanoseconds, and where recorded ctime, inode, uid, gid) is
+//     compared with lstat; a file is hashed only when they differ or when
+//     it is racily clean (its mtime is not before the index file's, so an
+//     edit in the same clock tick as the index write could hide behind
+//     equal stat data), as git's racy-git rule says;
+//   - untracked files: the directories are read as git reads them, with
+//     .git/info/exclude and every .gitignore on the way (go-git's
+//     pattern matcher); a directory the patterns ignore is not entered,
+//     so a file in it is ignored even if a negated pattern names it, as
+//     in git.
+//
+// Skip-worktree entries are not compared, as in git and go-git. An index
+// this does not model (unmerged entries, intent-to-add entries,
+// submodules) or an unborn HEAD is handed to go-git's full status. The
+// error names the checkout; an unreadable file is reported, never taken
+// for a change.
+func (r *Repo) Changes() ([]Change, error) {
+	idx, err := r.r.Storer.Index()
+	if err != nil {
+		return nil, fmt.Errorf("reading the index of %s: %w", r.Dir, err)
+	}
+	head, herr := r.r.Head()
+	if herr != nil || !statModelled(idx) {
+		return r.goGitChanges()
+	}
+	c, err := r.r.CommitObject(head.Hash())
+	if err != nil {
+		return nil, fmt.Errorf("%s: reading HEAD's commit %s: %w", r.Dir, head.Hash(), err)
+	}
+	s := &statusRun{dir: r.Dir, idx: idx, byName: make(map[string]*index.Entry, len(idx.Entries)), codes: map[string]*[2]byte{}}
+	for _, e := range idx.Entries {
+		s.byName[e.Name] = e
+	}
+	// The work tree is read while the trees are compared.
+	var wg sync.WaitGroup
+	var untracked []string
+	var werr error
+	wg.Add(1)
+	go func() {
+		defer wg.Done()
+		untracked, werr = s.untracked()
+	}()
+	staged, serr := r.stagedChanges(idx, c.TreeHash)
+	modified, merr := s.worktreeChanges()
+	wg.Wait()
+	if err := errors.Join(serr, merr, werr); err != nil {
+		return nil, fmt.Errorf("git status in %s: %w", r.Dir, err)
+	}
+	// The letters as go-git's Worktree.Status sets them: staged changes
+	// first, then the work tree's (an untracked path reads "??" even when
+	// its deletion is staged).
+	for _, ch := range staged {
+		s.code(ch.Path)[0], s.code(ch.Path)[1] = ch.Staging, ' '
+	}
+	for _, ch := range modified {
+		x := s.code(ch.Path)
+		if x[0] == '?' {
+			x[0] = ' '
+		}
+		x[1] = ch.Worktree
+	}
+	for _, p := range untracked {
+		x := s.code(p)
+		x[0], x[1] = '?', '?'
+	}
+	var out []Change
+	for p, x := range s.codes {
+		if x[0] == ' ' && x[1] == ' ' {
+			continue
+		}
+		out = append(out, Change{Staging: x[0], Worktree: x[1], Path: p})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+// goGitChanges is go-git's full status, which hashes every file.
+func (r *Repo) goGitChanges() ([]Change, error) {
+	w, err := r.r.Worktree()
+	if err != nil {
+		return nil, err
+	}
+	st, err := w.Status()
+	if err != nil {
+		return nil, fmt.Errorf("git status in %s: %w", r.Dir, err)
+	}
+	var out []Change
+	for p, s := range st {
+		if s.Staging == git.Unmodified && s.Worktree == git.Unmodified {
+			continue
+		}
+		out = append(out, Change{Staging: byte(s.Staging), Worktree: byte(s.Worktree), Path: p})
+	}
+	sort.Slice(out, func(i, j int) bool { return out[i].Path < out[j].Path })
+	return out, nil
+}
+
+// statModelled reports whether Changes can judge the index by stat data:
+// no unmerged entries (stage 0 is merged; go-git's index.Merged is 1),
+// no intent-to-add entries, no submodules.
+func statModelled(idx *index.Index) bool {
+	for _, e := range idx.Entries {
+		if e.Stage != 0 || e.IntentToAdd || e.Mode == filemode.Submodule {
+			return false
+		}
+	}
+	return true
+}
+
+type statusRun struct {
+	dir    string
+	idx    *index.Index
+	byName map[string]*index.Entry
+	codes  map[string]*[2]byte
+}
+
+func (s *statusRun) code(p string) *[2]byte {
+	x, ok := s.codes[p]
+	if !ok {
+		x = &[2]byte{'?', '?'}
+		s.codes[p] = x
+	}
+	return x
+}
+
+// stagedChanges compares HEAD's tree with the tree the index describes:
+// nothing to read when their hashes agree, else only the subtrees that
+// differ. Changes carry Staging 'A', 'D' or 'M'.
+func (r *Repo) stagedChanges(idx *index.Index, headTree plumbing.Hash) ([]Change, error) {
+	it := newIndexTree(idx.Entries)
+	if it.hash("") == headTree {
+		return nil, nil
+	}
+	var out []Change
+	var diff func(dir string, tree plumbing.Hash) error
+	add := func(code byte, p string) { out = append(out, Change{Staging: code, Path: p}) }
+	diff = func(dir string, treeHash plumbing.Hash) error {
+		if h, ok := it.dirs[dir]; ok && h.sum == treeHash {
+			return nil
+		}
+		t, err := r.r.TreeObject(treeHash)
+		if err != nil {
+			return err
+		}
+		inTree := map[string]bool{}
+		for _, te := range t.Entries {
+			p := path.Join(dir, te.Name)
+			inTree[p] = true
+			_, idxDir := it.dirs[p]
+			idxFile := it.files[p]
+			switch {
+			case te.Mode == filemode.Dir && idxDir:
+				if err := diff(p, te.Hash); err != nil {
+					return err
+				}
+			case te.Mode == filemode.Dir:
+				if err := r.allFiles(te.Hash, p, func(f string) { add('D', f) }); err != nil {
+					return err
+				}
+				if idxFile != nil {
+					add('A', p)
+				}
+			case idxFile != nil:
+				if idxFile.Hash != te.Hash || idxFile.Mode != te.Mode {
+					add('M', p)
+				}
+			default:
+				add('D', p)
+				if idxDir {
+					it.eachFile(p, func(f string) { add('A', f) })
+				}
+			}
+		}
+		for _, child := range it.children(dir) {
+			if !inTree[child] {
+				it.eachFile(child, func(f string) { add('A', f) })
+			}
+		}
+		return nil
+	}
+	return out, diff("", headTree)
+}
+
+// allFiles calls fn with the path of every file under the tree treeHash
+// at prefix.
+func (r *Repo) allFiles(treeHash plumbing.Hash, prefix string, fn func(string)) error {
+	t, err := r.r.TreeObject(treeHash)
+	if err != nil {
+		return err
+	}
+	w := object.NewTreeWalker(t, true, nil)
+	defer w.Close()
+	for {
+		name, e, err := w.Next()
+		if errors.Is(err, io.EOF) {
+			return nil
+		}
+		if err != nil {
+			return err
+		}
+		if e.Mode != filemode.Dir {
+			fn(path.Join(prefix, name))
+		}
+	}
+}
+
+// indexTree is the tree of directories the index entries describe, with
+// each directory's git tree hash.
+type indexTree struct {
+	files map[string]*index.Entry
+	dirs  map[string]*indexDir
+}
+
+type indexDir struct {
+	kids []string // names of files and subdirectories
+	sum  plumbing.Hash
+	done bool
+}
+
+func newIndexTree(entries []*index.Entry) *indexTree {
+	it := &indexTree{files: map[string]*index.Entry{}, dirs: map[string]*indexDir{"": {}}}
+	for _, e := range entries {
+		it.files[e.Name] = e
+		child := e.Name
+		for {
+			dir := path.Dir(child)
+			if dir == "." {
+				dir = ""
+			}
+			d, seen := it.dirs[dir]
+			if !seen {
+				d = &indexDir{}
+				it.dirs[dir] = d
+			}
+			if n := len(d.kids); n == 0 || d.kids[n-1] != path.Base(child) {
+				d.kids = append(d.kids, path.Base(child))
+			}
+			if seen || dir == "" {
+				break
+			}
+			child = dir
+		}
+	}
+	return it
+}
+
+func (it *indexTree) children(dir string) []string {
+	d := it.dirs[dir]
+	out := make([]string, len(d.kids))
+	for i, k := range d.kids {
+		out[i] = path.Join(dir, k)
+	}
+	return out
+}
+
+// eachFile calls fn for p when it is a file, or for every file under it.
+func (it *indexTree) eachFile(p string, fn func(string)) {
+	if _, ok := it.files[p]; ok {
+		fn(p)
+	}
+	if _, ok := it.dirs[p]; ok {
+		for _, c := range it.children(p) {
+			it.eachFile(c, fn)
+		}
+	}
+}
+
+// hash returns the git tree hash of directory dir, as `git write-tree`
+// would write it: entries in git's order (a directory sorts as its name
+// followed by a slash), "<mode> <name>\0<20-byte hash>" each.
+func (it *indexTree) hash(dir string) plumbing.Hash {
+	d := it.dirs[dir]
+	if d.done {
+		return d.sum
+	}
+	type ent struct {
+		key, name, mode string
+		sum             plumbing.Hash
+	}
+	ents := make([]ent, 0, len(d.kids))
+	for _, k := range d.kids {
+		p := path.Join(dir, k)
+		if _, ok := it.dirs[p]; ok {
+			ents = append(ents, ent{k + "/", k, "40000", it.hash(p)})
+		}
+		if e, ok := it.files[p]; ok {
+			ents = append(ents, ent{k, k, strconv.FormatUint(uint64(e.Mode), 8), e.Hash})
+		}
+	}
+	sort.Slice(ents, func(i, j int) bool { return ents[i].key < ents[j].key })
+	var body bytes.Buffer
+	for _, e := range ents {
+		body.WriteString(e.mode + " " + e.name + "\x00")
+		body.Write(e.sum[:])
+	}
+	d.sum = objectID(plumbing.TreeObject, body.Bytes())
+	d.done = true
+	return d.sum
+}
+
+func objectID(t plumbing.ObjectType, body []byte) plumbing.Hash {
+	h := sha1.New()
+	fmt.Fprintf(h, "%s %d\x00", t, len(body))
+	h.Write(body)
+	var sum plumbing.Hash
+	copy(sum[:], h.Sum(nil))
+	return sum
+}
+
+// worktreeChanges compares every index entry with the work tree: stat
+// data first, content only for entries whose stat data differ or are
+// racily clean. Changes carry Worktree 'M' or 'D'.
+func (s *statusRun) worktreeChanges() ([]Change, error) {
+	dirs := map[string]bool{"": true}
+	var realDir func(string) bool
+	realDir = func(d string) bool {
+		ok, seen := dirs[d]
+		if !seen {
+			parent := path.Dir(d)
+			if parent == "." {
+				parent = ""
+			}
+			fi, err := os.Lstat(filepath.Join(s.dir, filepath.FromSlash(d)))
+			ok = realDir(parent) && err == nil && fi.IsDir()
+			dirs[d] = ok
+		}
+		return ok
+	}
+	var out []Change
+	var suspects []*index.Entry
+	var infos []os.FileInfo
+	for _, e := range s.idx.Entries {
+		if e.SkipWorktree {
+			continue
+		}
+		dir := path.Dir(e.Name)
+		if dir == "." {
+			dir = ""
+		}
+		var fi os.FileInfo
+		var err error
+		if realDir(dir) {
+			fi, err = os.Lstat(filepath.Join(s.dir, filepath.FromSlash(e.Name)))
+		} else {
+			err = fs.ErrNotExist // a leading directory is a file or a symlink now
+		}
+		switch {
+		case err == nil && fi.IsDir(), errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+			out = append(out, Change{Worktree: 'D', Path: e.Name})
+		case err != nil:
+			return nil, err
+		case statClean(e, fi, s.idx.ModTime):
+		default:
+			suspects = append(suspects, e)
+			infos = append(infos, fi)
+		}
+	}
+	changed, err := hashDiffers(s.dir, suspects, infos)
+	if err != nil {
+		return nil, err
+	}
+	for _, e := range changed {
+		out = append(out, Change{Worktree: 'M', Path: e.Name})
+	}
+	return out, nil
+}
+
+// statClean reports whether fi's stat data matches what the index
+// recorded for e and the entry is not racily clean, so that its content
+// need not be read. Fields the index left zero (ctime, inode, uid, gid
+// from go-git on other systems) are not compared.
+func statClean(e *index.Entry, fi os.FileInfo, indexTime time.Time) bool {
+	mode, err := filemode.NewFromOSFileMode(fi.Mode())
+	if err != nil || mode != e.Mode || uint32(fi.Size()) != e.Size || !fi.ModTime().Equal(e.ModifiedAt) {
+		return false
+	}
+	if indexTime.IsZero() || !e.ModifiedAt.Before(indexTime) {
+		return false // racily clean: hash it
+	}
+	var probe index.Entry
+	fillStat(&probe, fi)
+	if !e.CreatedAt.IsZero() && !probe.CreatedAt.IsZero() && !e.CreatedAt.Equal(probe.CreatedAt) {
+		return false
+	}
+	if e.Inode != 0 && probe.Inode != 0 && e.Inode != probe.Inode {
+		return false
+	}
+	if (e.UID != 0 || e.GID != 0) && (e.UID != probe.UID || e.GID != probe.GID) {
+		return false
+	}
+	return true
+}
+
+// hashDiffers hashes the suspects' files (regular files by content,
+// symlinks by target) on a worker pool and returns those whose blob hash
+// or mode differs from the index's, in index order.
+func hashDiffers(root string, es []*index.Entry, fis []os.FileInfo) ([]*index.Entry, error) {
+	differs := make([]bool, len(es))
+	errs := make([]error, len(es))
+	jobs := make(chan int)
+	var wg sync.WaitGroup
+	for range min(checkoutWorkers(), max(len(es), 1)) {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			for i := range jobs {
+				differs[i], errs[i] = contentDiffers(root, es[i], fis[i])
+			}
+		}()
+	}
+	for i := range es {
+		jobs <- i
+	}
+	close(jobs)
+	wg.Wait()
+	var out []*index.Entry
+	for i, e := range es {
+		if errs[i] != nil {
+			return nil, errs[i]
+		}
+		if differs[i] {
+			out = append(out, e)
+		}
+	}
+	return out, nil
+}
+
+func contentDiffers(root string, e *index.Entry, fi os.FileInfo) (bool, error) {
+	mode, err := filemode.NewFromOSFileMode(fi.Mode())
+	if err != nil || mode != e.Mode {
+		return true, nil
+	}
+	full := filepath.Join(root, filepath.FromSlash(e.Name))
+	h := sha1.New()
+	if fi.Mode()&fs.ModeSymlink != 0 {
+		target, err := os.Readlink(full)
+		if err != nil {
+			return false, err
+		}
+		fmt.Fprintf(h, "blob %d\x00%s", len(target), target)
+	} else {
+		f, err := os.Open(full)
+		if err != nil {
+			return false, err
+		}
+		defer f.Close()
+		// The size from this fstat, not the lstat before: the file may
+		// have changed between them.
+		st, err := f.Stat()
+		if err != nil {
+			return false, err
+		}
+		fmt.Fprintf(h, "blob %d\x00", st.Size())
+		if n, err := io.Copy(h, f); err != nil {
+			return false, err
+		} else if n != st.Size() {
+			return true, nil // changing under us
+		}
+	}
+	return !bytes.Equal(h.Sum(nil), e.Hash[:]), nil
+}
+
+// untracked lists the files in the work tree that the index does not hold
+// and the ignore patterns do not exclude, sorted.
+func (s *statusRun) untracked() ([]string, error) {
+	base := readIgnoreFile(filepath.Join(s.dir, ".git", "info", "exclude"), nil)
+	var out []string
+	var walk func(dir []string, ps []gitignore.Pattern) error
+	walk = func(dir []string, ps []gitignore.Pattern) error {
+		full := filepath.Join(append([]string{s.dir}, dir...)...)
+		ps = append(ps[:len(ps):len(ps)], readIgnoreFile(filepath.Join(full, ".gitignore"), dir)...)
+		m := gitignore.NewMatcher(ps)
+		ents, err := os.ReadDir(full)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) {
+				return nil // gone meanwhile
+			}
+			return err
+		}
+		for _, d := range ents {
+			name := d.Name()
+			if name == ".git" || d.Type()&fs.ModeSocket != 0 {
+				continue
+			}
+			p := append(dir[:len(dir):len(dir)], name)
+			if d.IsDir() {
+				if !m.Match(p, true) {
+					if err := walk(p, ps); err != nil {
+						return err
+					}
+				}
+				continue
+			}
+			rel := strings.Join(p, "/")
+			if _, tracked := s.byName[rel]; !tracked && !m.Match(p, false) {
+				out = append(out, rel)
+			}
+		}
+		return nil
+	}
+	err := walk(nil, base)
+	sort.Strings(out)
+	return out, err
+}
+
+// readIgnoreFile reads the patterns of one ignore file as go-git does
+// (lines not starting with '#' and not blank), for paths under domain; a
+// missing or unreadable file has none.
+func readIgnoreFile(file string, domain []string) []gitignore.Pattern {
+	f, err := os.Open(file)
+	if err != nil {
+		return nil
+	}
+	defer f.Close()
+	var ps []gitignore.Pattern
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if l := sc.Text(); !strings.HasPrefix(l, "#") && strings.TrimSpace(l) != "" {
+			ps = append(ps, gitignore.ParsePattern(l, domain))
+		}
+	}
+	return ps
+}
