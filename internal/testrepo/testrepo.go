@@ -17,8 +17,8 @@ import (
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
-	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/plumbing/storer"
 )
 
 var sig = &object.Signature{Name: "arpatch fixture", Email: "fixture@arpatch.invalid", When: time.Date(2026, 4, 3, 12, 0, 0, 0, time.UTC)}
