@@ -31,3 +31,26 @@ func BenchmarkMirrorCheckout(b *testing.B) {
 		b.StartTimer()
 	}
 }
+
+func BenchmarkMirrorChanges(b *testing.B) {
+	if *mirror == "" {
+		b.Skip("pass -mirror PATH to check out a real tree")
+	}
+	dst := filepath.Join(b.TempDir(), "work")
+	repo, _, err := Clone(context.Background(), *mirror, dst, nil)
+	if err != nil {
+		b.Fatal(err)
+	}
+	if err := repo.Checkout(*mirrorCommit); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		repo, err := Open(dst)
+		if err != nil {
+			b.Fatal(err)
+		}
+		if cs, err := repo.Changes(); err != nil || len(cs) != 0 {
+			b.Fatal(cs, err)
+		}
+	}
+}

@@ -60,14 +60,11 @@ func (r *Repo) Changes() ([]Change, error) {
 	if herr != nil || !statModelled(idx) {
 		return r.goGitChanges()
 	}
-	c, err := r.r.CommitObject(head.Hash())
+	headTree, err := r.commitTreeHash(head.Hash())
 	if err != nil {
-		return nil, fmt.Errorf("%s: reading HEAD's commit %s: %w", r.Dir, head.Hash(), err)
+		return nil, err
 	}
-	s := &statusRun{dir: r.Dir, idx: idx, byName: make(map[string]*index.Entry, len(idx.Entries)), codes: map[string]*[2]byte{}}
-	for _, e := range idx.Entries {
-		s.byName[e.Name] = e
-	}
+	s := &statusRun{dir: r.Dir, idx: idx, tree: newIndexTree(idx.Entries), codes: map[string]*[2]byte{}}
 	// The work tree is read while the trees are compared.
 	var wg sync.WaitGroup
 	var untracked []string
@@ -77,7 +74,7 @@ func (r *Repo) Changes() ([]Change, error) {
 		defer wg.Done()
 		untracked, werr = s.untracked()
 	}()
-	staged, serr := r.stagedChanges(idx, c.TreeHash)
+	staged, serr := r.stagedChanges(s.tree, headTree)
 	modified, merr := s.worktreeChanges()
 	wg.Wait()
 	if err := errors.Join(serr, merr, werr); err != nil {
@@ -145,10 +142,10 @@ func statModelled(idx *index.Index) bool {
 }
 
 type statusRun struct {
-	dir    string
-	idx    *index.Index
-	byName map[string]*index.Entry
-	codes  map[string]*[2]byte
+	dir   string
+	idx   *index.Index
+	tree  *indexTree // read-only once built
+	codes map[string]*[2]byte
 }
 
 func (s *statusRun) code(p string) *[2]byte {
@@ -163,8 +160,7 @@ func (s *statusRun) code(p string) *[2]byte {
 // stagedChanges compares HEAD's tree with the tree the index describes:
 // nothing to read when their hashes agree, else only the subtrees that
 // differ. Changes carry Staging 'A', 'D' or 'M'.
-func (r *Repo) stagedChanges(idx *index.Index, headTree plumbing.Hash) ([]Change, error) {
-	it := newIndexTree(idx.Entries)
+func (r *Repo) stagedChanges(it *indexTree, headTree plumbing.Hash) ([]Change, error) {
 	if it.hash("") == headTree {
 		return nil, nil
 	}
@@ -345,54 +341,69 @@ func objectID(t plumbing.ObjectType, body []byte) plumbing.Hash {
 }
 
 // worktreeChanges compares every index entry with the work tree: stat
-// data first, content only for entries whose stat data differ or are
-// racily clean. Changes carry Worktree 'M' or 'D'.
+// data first (lstat on a pool of workers, as git's preloaded index does),
+// content only for entries whose stat data differ or are racily clean.
+// Changes carry Worktree 'M' or 'D'.
 func (s *statusRun) worktreeChanges() ([]Change, error) {
-	dirs := map[string]bool{"": true}
-	var realDir func(string) bool
-	realDir = func(d string) bool {
-		ok, seen := dirs[d]
-		if !seen {
-			parent := path.Dir(d)
-			if parent == "." {
-				parent = ""
-			}
-			fi, err := os.Lstat(filepath.Join(s.dir, filepath.FromSlash(d)))
-			ok = realDir(parent) && err == nil && fi.IsDir()
-			dirs[d] = ok
+	// A directory holds its entries only when it and every directory
+	// above it is a real directory, not a file or a symlink now.
+	dirs := make([]string, 0, len(s.tree.dirs))
+	for d := range s.tree.dirs {
+		dirs = append(dirs, d)
+	}
+	sort.Strings(dirs) // parents first
+	isDir := make([]bool, len(dirs))
+	parallel(len(dirs), func(i int) {
+		fi, err := os.Lstat(filepath.Join(s.dir, filepath.FromSlash(dirs[i])))
+		isDir[i] = err == nil && fi.IsDir()
+	})
+	realDir := make(map[string]bool, len(dirs))
+	for i, d := range dirs {
+		realDir[d] = isDir[i] && (d == "" || realDir[parentDir(d)])
+	}
+	const (
+		clean = iota
+		deleted
+		suspect
+	)
+	es := s.idx.Entries
+	verdict := make([]int, len(es))
+	infos := make([]os.FileInfo, len(es))
+	errs := make([]error, len(es))
+	parallel(len(es), func(i int) {
+		e := es[i]
+		if e.SkipWorktree {
+			return
 		}
-		return ok
+		if !realDir[parentDir(e.Name)] {
+			verdict[i] = deleted
+			return
+		}
+		fi, err := os.Lstat(filepath.Join(s.dir, filepath.FromSlash(e.Name)))
+		switch {
+		case err == nil && fi.IsDir(), errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+			verdict[i] = deleted
+		case err != nil:
+			errs[i] = err
+		case !statClean(e, fi, s.idx.ModTime):
+			verdict[i], infos[i] = suspect, fi
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
 	var out []Change
 	var suspects []*index.Entry
-	var infos []os.FileInfo
-	for _, e := range s.idx.Entries {
-		if e.SkipWorktree {
-			continue
-		}
-		dir := path.Dir(e.Name)
-		if dir == "." {
-			dir = ""
-		}
-		var fi os.FileInfo
-		var err error
-		if realDir(dir) {
-			fi, err = os.Lstat(filepath.Join(s.dir, filepath.FromSlash(e.Name)))
-		} else {
-			err = fs.ErrNotExist // a leading directory is a file or a symlink now
-		}
-		switch {
-		case err == nil && fi.IsDir(), errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+	var sinfos []os.FileInfo
+	for i, e := range es {
+		switch verdict[i] {
+		case deleted:
 			out = append(out, Change{Worktree: 'D', Path: e.Name})
-		case err != nil:
-			return nil, err
-		case statClean(e, fi, s.idx.ModTime):
-		default:
-			suspects = append(suspects, e)
-			infos = append(infos, fi)
+		case suspect:
+			suspects, sinfos = append(suspects, e), append(sinfos, infos[i])
 		}
 	}
-	changed, err := hashDiffers(s.dir, suspects, infos)
+	changed, err := hashDiffers(s.dir, suspects, sinfos)
 	if err != nil {
 		return nil, err
 	}
@@ -400,6 +411,28 @@ func (s *statusRun) worktreeChanges() ([]Change, error) {
 		out = append(out, Change{Worktree: 'M', Path: e.Name})
 	}
 	return out, nil
+}
+
+// parentDir is the slash path of p's directory, "" at the top.
+func parentDir(p string) string {
+	if d := path.Dir(p); d != "." {
+		return d
+	}
+	return ""
+}
+
+// parallel calls fn(0..n-1) on checkoutWorkers goroutines, in chunks.
+func parallel(n int, fn func(i int)) {
+	chunk := max((n+checkoutWorkers()-1)/checkoutWorkers(), 64)
+	var wg sync.WaitGroup
+	for start := 0; start < n; start += chunk {
+		wg.Go(func() {
+			for i := start; i < min(start+chunk, n); i++ {
+				fn(i)
+			}
+		})
+	}
+	wg.Wait()
 }
 
 // statClean reports whether fi's stat data matches what the index
@@ -434,27 +467,12 @@ func statClean(e *index.Entry, fi os.FileInfo, indexTime time.Time) bool {
 func hashDiffers(root string, es []*index.Entry, fis []os.FileInfo) ([]*index.Entry, error) {
 	differs := make([]bool, len(es))
 	errs := make([]error, len(es))
-	jobs := make(chan int)
-	var wg sync.WaitGroup
-	for range min(checkoutWorkers(), max(len(es), 1)) {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for i := range jobs {
-				differs[i], errs[i] = contentDiffers(root, es[i], fis[i])
-			}
-		}()
+	parallel(len(es), func(i int) { differs[i], errs[i] = contentDiffers(root, es[i], fis[i]) })
+	if err := errors.Join(errs...); err != nil {
+		return nil, err
 	}
-	for i := range es {
-		jobs <- i
-	}
-	close(jobs)
-	wg.Wait()
 	var out []*index.Entry
 	for i, e := range es {
-		if errs[i] != nil {
-			return nil, errs[i]
-		}
 		if differs[i] {
 			out = append(out, e)
 		}
@@ -498,15 +516,19 @@ func contentDiffers(root string, e *index.Entry, fi os.FileInfo) (bool, error) {
 }
 
 // untracked lists the files in the work tree that the index does not hold
-// and the ignore patterns do not exclude, sorted.
+// and the ignore patterns do not exclude, sorted. A directory that holds
+// tracked files is entered without matching it; an untracked one is
+// matched and, when ignored, not entered. A file is ignored when a
+// pattern matches it or, as git never re-includes a file under an
+// excluded directory, any directory above it (checked only when a negated
+// pattern is in force: otherwise the directory's pattern matches the file
+// too).
 func (s *statusRun) untracked() ([]string, error) {
-	base := readIgnoreFile(filepath.Join(s.dir, ".git", "info", "exclude"), nil)
+	base, neg := readIgnoreFile(filepath.Join(s.dir, ".git", "info", "exclude"), nil)
 	var out []string
-	var walk func(dir []string, ps []gitignore.Pattern) error
-	walk = func(dir []string, ps []gitignore.Pattern) error {
+	var walk func(dir []string, ps []gitignore.Pattern, neg bool) error
+	walk = func(dir []string, ps []gitignore.Pattern, neg bool) error {
 		full := filepath.Join(append([]string{s.dir}, dir...)...)
-		ps = append(ps[:len(ps):len(ps)], readIgnoreFile(filepath.Join(full, ".gitignore"), dir)...)
-		m := gitignore.NewMatcher(ps)
 		ents, err := os.ReadDir(full)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
@@ -515,46 +537,68 @@ func (s *statusRun) untracked() ([]string, error) {
 			return err
 		}
 		for _, d := range ents {
+			if d.Name() == ".gitignore" && !d.IsDir() {
+				more, n := readIgnoreFile(filepath.Join(full, ".gitignore"), dir)
+				ps, neg = append(ps[:len(ps):len(ps)], more...), neg || n
+			}
+		}
+		m := gitignore.NewMatcher(ps)
+		for _, d := range ents {
 			name := d.Name()
 			if name == ".git" || d.Type()&fs.ModeSocket != 0 {
 				continue
 			}
 			p := append(dir[:len(dir):len(dir)], name)
+			rel := strings.Join(p, "/")
 			if d.IsDir() {
-				if !m.Match(p, true) {
-					if err := walk(p, ps); err != nil {
+				if _, tracked := s.tree.dirs[rel]; tracked || !m.Match(p, true) {
+					if err := walk(p, ps, neg); err != nil {
 						return err
 					}
 				}
 				continue
 			}
-			rel := strings.Join(p, "/")
-			if _, tracked := s.byName[rel]; !tracked && !m.Match(p, false) {
+			if _, tracked := s.tree.files[rel]; !tracked && !ignored(m, p, neg) {
 				out = append(out, rel)
 			}
 		}
 		return nil
 	}
-	err := walk(nil, base)
+	err := walk(nil, base, neg)
 	sort.Strings(out)
 	return out, err
 }
 
+// ignored reports whether m excludes the file at p, or, when a negated
+// pattern is in force, any directory above it.
+func ignored(m gitignore.Matcher, p []string, neg bool) bool {
+	if m.Match(p, false) {
+		return true
+	}
+	for k := 1; neg && k < len(p); k++ {
+		if m.Match(p[:k], true) {
+			return true
+		}
+	}
+	return false
+}
+
 // readIgnoreFile reads the patterns of one ignore file as go-git does
-// (lines not starting with '#' and not blank), for paths under domain; a
-// missing or unreadable file has none.
-func readIgnoreFile(file string, domain []string) []gitignore.Pattern {
+// (lines not starting with '#' and not blank), for paths under domain,
+// and reports whether one is negated ("!..."); a missing or unreadable
+// file has none.
+func readIgnoreFile(file string, domain []string) (ps []gitignore.Pattern, negated bool) {
 	f, err := os.Open(file)
 	if err != nil {
-		return nil
+		return nil, false
 	}
 	defer f.Close()
-	var ps []gitignore.Pattern
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if l := sc.Text(); !strings.HasPrefix(l, "#") && strings.TrimSpace(l) != "" {
 			ps = append(ps, gitignore.ParsePattern(l, domain))
+			negated = negated || strings.HasPrefix(l, "!")
 		}
 	}
-	return ps
+	return ps, negated
 }
