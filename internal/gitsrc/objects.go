@@ -10,24 +10,20 @@ import (
 	"os"
 	"path/filepath"
 	"sort"
+	"strings"
+	"sync"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 )
 
-// commitTreeHash returns the tree hash of commit h. It reads that one
-// object as git does: a loose object file, or a binary search in each pack
-// index (version 2) and one inflate from the pack. go-git's object store
-// would first map every offset of the pack to its hash (tens of
-// milliseconds and megabytes on SGLang's 225,000 objects); a commit stored
-// as a delta, or in an alternate, goes through go-git. The error names the
-// commit.
+// commitTreeHash returns the tree hash of commit h, read with the
+// repository's objectReader. The error names the commit.
 func (r *Repo) commitTreeHash(h plumbing.Hash) (plumbing.Hash, error) {
-	if gd := LocalGitDir(r.Dir); gd != "" {
-		if body, err := readCommitObject(filepath.Join(gd, "objects"), h); err == nil {
-			if t, ok := parseTreeLine(body); ok {
-				return t, nil
-			}
+	t, body, err := r.objects().read(h)
+	if err == nil && t == plumbing.CommitObject {
+		if th, ok := parseTreeLine(body); ok {
+			return th, nil
 		}
 	}
 	c, err := r.r.CommitObject(h)
@@ -37,55 +33,170 @@ func (r *Repo) commitTreeHash(h plumbing.Hash) (plumbing.Hash, error) {
 	return c.TreeHash, nil
 }
 
-var errNotHere = errors.New("not stored plainly here")
+func (r *Repo) objects() *objectReader {
+	r.once.Do(func() {
+		if gd := LocalGitDir(r.Dir); gd != "" {
+			r.obj = &objectReader{dir: filepath.Join(gd, "objects")}
+		} else {
+			r.obj = &objectReader{} // finds nothing: go-git reads
+		}
+	})
+	return r.obj
+}
 
-// readCommitObject returns the body of commit h from objects/ (loose or
-// packed, not deltified), or errNotHere.
-func readCommitObject(objects string, h plumbing.Hash) ([]byte, error) {
+var errNotHere = errors.New("not stored here in a form this reader takes")
+
+// objectReader reads single objects as git does: a loose object file, or
+// a binary search in each pack index (version 2) and an inflate from the
+// pack, deltas applied with go-git's PatchDelta over a bounded cache of
+// delta bases. go-git's object store would first map every offset of the
+// pack to its hash, tens of milliseconds and megabytes on SGLang's
+// 225,000 objects, before the first deltified object. Every object read
+// is checked against its hash; anything this reader does not take (an
+// alternate object store, a pack index of another version) is
+// errNotHere, and the caller asks go-git. Safe for concurrent use.
+type objectReader struct {
+	dir   string // objects/
+	mu    sync.Mutex
+	packs []*packFile // nil until first needed
+	cache map[baseKey][]byte
+	size  int
+}
+
+type packFile struct {
+	idx, pack string
+	f         *os.File // opened on first use, kept
+	scan      *packfile.Scanner
+}
+
+type baseKey struct {
+	pack   *packFile
+	offset int64
+}
+
+const baseCacheBytes = 64 << 20
+
+// read returns the type and body of object h, or errNotHere.
+func (o *objectReader) read(h plumbing.Hash) (plumbing.ObjectType, []byte, error) {
+	if o.dir == "" {
+		return plumbing.InvalidObject, nil, errNotHere
+	}
+	t, body, err := o.readAny(h)
+	if err != nil {
+		return t, nil, err
+	}
+	if objectID(t, body) != h {
+		return t, nil, fmt.Errorf("object %s: its bytes hash to %s", h, objectID(t, body))
+	}
+	return t, body, nil
+}
+
+func (o *objectReader) readAny(h plumbing.Hash) (plumbing.ObjectType, []byte, error) {
 	hex := h.String()
-	if f, err := os.Open(filepath.Join(objects, hex[:2], hex[2:])); err == nil {
+	if f, err := os.Open(filepath.Join(o.dir, hex[:2], hex[2:])); err == nil {
 		defer f.Close()
 		zr, err := zlib.NewReader(f)
 		if err != nil {
-			return nil, err
+			return plumbing.InvalidObject, nil, err
 		}
-		b, err := io.ReadAll(io.LimitReader(zr, 1<<20))
+		b, err := io.ReadAll(zr)
 		if err != nil {
-			return nil, err
+			return plumbing.InvalidObject, nil, err
 		}
 		head, body, ok := bytes.Cut(b, []byte{0})
-		if !ok || !bytes.HasPrefix(head, []byte("commit ")) {
-			return nil, errNotHere
+		typ, _, _ := bytes.Cut(head, []byte{' '})
+		t, err := plumbing.ParseObjectType(string(typ))
+		if !ok || err != nil {
+			return plumbing.InvalidObject, nil, fmt.Errorf("loose object %s: bad header %q", h, head)
 		}
-		return body, nil
+		return t, body, nil
 	}
-	idxs, _ := filepath.Glob(filepath.Join(objects, "pack", "pack-*.idx"))
-	sort.Strings(idxs)
-	for _, idx := range idxs {
-		off, err := packOffset(idx, h)
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	if o.packs == nil {
+		idxs, _ := filepath.Glob(filepath.Join(o.dir, "pack", "pack-*.idx"))
+		sort.Strings(idxs)
+		o.packs = []*packFile{}
+		for _, idx := range idxs {
+			o.packs = append(o.packs, &packFile{idx: idx, pack: strings.TrimSuffix(idx, ".idx") + ".pack"})
+		}
+	}
+	for _, p := range o.packs {
+		off, err := packOffset(p.idx, h)
 		if err != nil {
 			continue
 		}
-		f, err := os.Open(idx[:len(idx)-len(".idx")] + ".pack")
-		if err != nil {
-			return nil, err
-		}
-		defer f.Close()
-		s := packfile.NewScanner(f)
-		oh, err := s.SeekObjectHeader(off)
-		if err != nil {
-			return nil, err
-		}
-		if oh.Type != plumbing.CommitObject {
-			return nil, errNotHere
-		}
-		var buf bytes.Buffer
-		if _, _, err := s.NextObject(&buf); err != nil {
-			return nil, err
-		}
-		return buf.Bytes(), nil
+		return o.readPacked(p, off, 0)
 	}
-	return nil, errNotHere
+	return plumbing.InvalidObject, nil, errNotHere
+}
+
+// readPacked resolves the object at off in p, applying deltas; o.mu is
+// held.
+func (o *objectReader) readPacked(p *packFile, off int64, depth int) (plumbing.ObjectType, []byte, error) {
+	if depth > 10000 {
+		return plumbing.InvalidObject, nil, fmt.Errorf("%s: delta chain at offset %d does not end", p.pack, off)
+	}
+	if p.f == nil {
+		f, err := os.Open(p.pack)
+		if err != nil {
+			return plumbing.InvalidObject, nil, err
+		}
+		p.f, p.scan = f, packfile.NewScanner(f)
+	}
+	oh, err := p.scan.SeekObjectHeader(off)
+	if err != nil {
+		return plumbing.InvalidObject, nil, fmt.Errorf("%s at offset %d: %w", p.pack, off, err)
+	}
+	var buf bytes.Buffer
+	if _, _, err := p.scan.NextObject(&buf); err != nil {
+		return plumbing.InvalidObject, nil, fmt.Errorf("%s at offset %d: %w", p.pack, off, err)
+	}
+	var bt plumbing.ObjectType
+	var base []byte
+	switch oh.Type {
+	case plumbing.CommitObject, plumbing.TreeObject, plumbing.BlobObject, plumbing.TagObject:
+		return oh.Type, buf.Bytes(), nil
+	case plumbing.OFSDeltaObject:
+		bt, base, err = o.base(p, oh.OffsetReference, depth)
+	case plumbing.REFDeltaObject:
+		var bp *packFile
+		var boff int64 = -1
+		for _, q := range o.packs {
+			if x, err := packOffset(q.idx, oh.Reference); err == nil {
+				bp, boff = q, x
+				break
+			}
+		}
+		if boff < 0 {
+			return plumbing.InvalidObject, nil, errNotHere
+		}
+		bt, base, err = o.base(bp, boff, depth)
+	default:
+		return plumbing.InvalidObject, nil, fmt.Errorf("%s at offset %d: object type %s", p.pack, off, oh.Type)
+	}
+	if err != nil {
+		return plumbing.InvalidObject, nil, err
+	}
+	body, err := packfile.PatchDelta(base, buf.Bytes())
+	return bt, body, err
+}
+
+func (o *objectReader) base(p *packFile, off int64, depth int) (plumbing.ObjectType, []byte, error) {
+	k := baseKey{p, off}
+	if b, ok := o.cache[k]; ok {
+		return plumbing.ObjectType(b[0]), b[1:], nil
+	}
+	t, body, err := o.readPacked(p, off, depth+1)
+	if err != nil {
+		return t, nil, err
+	}
+	if o.size+len(body) > baseCacheBytes || o.cache == nil {
+		o.cache, o.size = map[baseKey][]byte{}, 0
+	}
+	o.cache[k] = append([]byte{byte(t)}, body...)
+	o.size += len(body) + 1
+	return t, body, nil
 }
 
 // packOffset finds h's offset in the pack index file idx (version 2:

@@ -9,8 +9,10 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"sort"
 	"strings"
+	"sync"
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
@@ -20,8 +22,10 @@ import (
 
 // Repo is a git repository with a work tree, or a bare one.
 type Repo struct {
-	Dir string // the work tree (or, bare, the git directory)
-	r   *git.Repository
+	Dir  string // the work tree (or, bare, the git directory)
+	r    *git.Repository
+	once sync.Once
+	obj  *objectReader
 }
 
 // Open opens the checkout at dir. It returns an error naming dir when dir
@@ -210,37 +214,95 @@ func (r *Repo) Fetch(ctx context.Context, progress io.Writer) error {
 // TreeAt returns read access to the files of commit, from the object store,
 // with no checkout. The error names the commit when it is missing.
 func (r *Repo) TreeAt(commit string) (*CommitTree, error) {
-	c, err := r.r.CommitObject(plumbing.NewHash(commit))
+	root, err := r.commitTreeHash(plumbing.NewHash(commit))
 	if err != nil {
 		return nil, fmt.Errorf("commit %s is not in %s: %w", commit, r.Dir, err)
 	}
-	t, err := c.Tree()
-	if err != nil {
-		return nil, err
-	}
-	return &CommitTree{Commit: commit, t: t}, nil
+	return &CommitTree{Commit: commit, repo: r, root: root, trees: map[plumbing.Hash][]object.TreeEntry{}}, nil
 }
 
-// CommitTree reads files of one commit. It implements patches.Tree.
+// CommitTree reads files of one commit. It implements patches.Tree. Its
+// objects come from the repository's objectReader (one binary search and
+// inflate per object, as git reads them), or from go-git where that
+// reader does not take them. Not safe for concurrent use.
 type CommitTree struct {
 	Commit string
-	t      *object.Tree
+	repo   *Repo
+	root   plumbing.Hash
+	trees  map[plumbing.Hash][]object.TreeEntry
+}
+
+// entry returns the tree entry at path; an error wrapping fs.ErrNotExist
+// when the commit has no such entry (or path is not a valid tree path).
+func (c *CommitTree) entry(p string) (object.TreeEntry, error) {
+	missing := fmt.Errorf("%s at %s: %w", p, c.Commit[:12], fs.ErrNotExist)
+	parts := strings.Split(p, "/")
+	dir := c.root
+	for i, name := range parts {
+		if name == "" || name == "." || name == ".." {
+			return object.TreeEntry{}, missing
+		}
+		ents, err := c.tree(dir)
+		if err != nil {
+			return object.TreeEntry{}, err
+		}
+		j := slices.IndexFunc(ents, func(e object.TreeEntry) bool { return e.Name == name })
+		switch {
+		case j < 0:
+			return object.TreeEntry{}, missing
+		case i == len(parts)-1:
+			return ents[j], nil
+		case ents[j].Mode != filemode.Dir:
+			return object.TreeEntry{}, missing
+		}
+		dir = ents[j].Hash
+	}
+	return object.TreeEntry{}, missing
+}
+
+func (c *CommitTree) tree(h plumbing.Hash) ([]object.TreeEntry, error) {
+	if ents, ok := c.trees[h]; ok {
+		return ents, nil
+	}
+	var t *object.Tree
+	if typ, body, err := c.repo.objects().read(h); err == nil && typ == plumbing.TreeObject {
+		var o plumbing.MemoryObject
+		o.SetType(plumbing.TreeObject)
+		o.Write(body)
+		t = &object.Tree{}
+		if err := t.Decode(&o); err != nil {
+			return nil, fmt.Errorf("tree %s of commit %s: %w", h, c.Commit[:12], err)
+		}
+	} else if t, err = c.repo.r.TreeObject(h); err != nil {
+		return nil, fmt.Errorf("tree %s of commit %s: %w", h, c.Commit[:12], err)
+	}
+	c.trees[h] = t.Entries
+	return t.Entries, nil
 }
 
 // ReadFile returns the blob at path, an error wrapping fs.ErrNotExist when
-// the commit has no such file, or an error for a symlink or submodule.
+// the commit has no such file (a directory or submodule there included),
+// or an error for a symlink.
 func (c *CommitTree) ReadFile(path string) ([]byte, error) {
-	f, err := c.t.File(path)
+	e, err := c.entry(path)
 	if err != nil {
-		if errors.Is(err, object.ErrFileNotFound) || errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrEntryNotFound) {
-			return nil, fmt.Errorf("%s at %s: %w", path, c.Commit[:12], fs.ErrNotExist)
-		}
 		return nil, err
 	}
-	if f.Mode != filemode.Regular && f.Mode != filemode.Executable {
-		return nil, fmt.Errorf("%s at %s is not a regular file (mode %s)", path, c.Commit[:12], f.Mode)
+	switch e.Mode {
+	case filemode.Regular, filemode.Executable, filemode.Deprecated:
+	case filemode.Dir, filemode.Submodule:
+		return nil, fmt.Errorf("%s at %s: %w", path, c.Commit[:12], fs.ErrNotExist)
+	default:
+		return nil, fmt.Errorf("%s at %s is not a regular file (mode %s)", path, c.Commit[:12], e.Mode)
 	}
-	rd, err := f.Reader()
+	if typ, body, err := c.repo.objects().read(e.Hash); err == nil && typ == plumbing.BlobObject {
+		return body, nil
+	}
+	b, err := c.repo.r.BlobObject(e.Hash)
+	if err != nil {
+		return nil, fmt.Errorf("%s at %s: blob %s: %w", path, c.Commit[:12], e.Hash, err)
+	}
+	rd, err := b.Reader()
 	if err != nil {
 		return nil, err
 	}
@@ -251,22 +313,37 @@ func (c *CommitTree) ReadFile(path string) ([]byte, error) {
 // Mode returns the git mode of path at the commit ("100644", "100755"), or
 // "" when absent.
 func (c *CommitTree) Mode(path string) string {
-	f, err := c.t.File(path)
+	e, err := c.entry(path)
 	if err != nil {
 		return ""
 	}
-	return strings.TrimPrefix(f.Mode.String(), "0")
+	return strings.TrimPrefix(e.Mode.String(), "0")
 }
 
 // Paths lists every file of the commit (slash paths, sorted; submodules
 // are not files and are left out).
 func (c *CommitTree) Paths() ([]string, error) {
 	var out []string
-	err := c.t.Files().ForEach(func(f *object.File) error {
-		out = append(out, f.Name)
+	var walk func(h plumbing.Hash, prefix string) error
+	walk = func(h plumbing.Hash, prefix string) error {
+		ents, err := c.tree(h)
+		if err != nil {
+			return err
+		}
+		for _, e := range ents {
+			switch e.Mode {
+			case filemode.Dir:
+				if err := walk(e.Hash, prefix+e.Name+"/"); err != nil {
+					return err
+				}
+			case filemode.Submodule:
+			default:
+				out = append(out, prefix+e.Name)
+			}
+		}
 		return nil
-	})
-	if err != nil {
+	}
+	if err := walk(c.root, ""); err != nil {
 		return nil, fmt.Errorf("listing the files of %s: %w", c.Commit[:12], err)
 	}
 	sort.Strings(out)
