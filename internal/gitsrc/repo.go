@@ -175,9 +175,9 @@ func (c Change) Untracked() bool { return c.Staging == '?' && c.Worktree == '?' 
 // (assume-unchanged needs no check: go-git does not read that bit, and
 // Changes compares those entries like any other.)
 func (r *Repo) SkipWorktree() ([]string, error) {
-	idx, err := r.r.Storer.Index()
+	idx, err := r.index()
 	if err != nil {
-		return nil, fmt.Errorf("reading the index of %s: %w", r.Dir, err)
+		return nil, err
 	}
 	var out []string
 	for _, e := range idx.Entries {
@@ -191,9 +191,9 @@ func (r *Repo) SkipWorktree() ([]string, error) {
 
 // Tracked reports, per path in the index, that git tracks it.
 func (r *Repo) Tracked() (map[string]bool, error) {
-	idx, err := r.r.Storer.Index()
+	idx, err := r.index()
 	if err != nil {
-		return nil, fmt.Errorf("reading the index of %s: %w", r.Dir, err)
+		return nil, err
 	}
 	out := make(map[string]bool, len(idx.Entries))
 	for _, e := range idx.Entries {

@@ -52,9 +52,9 @@ import (
 // error names the checkout; an unreadable file is reported, never taken
 // for a change.
 func (r *Repo) Changes() ([]Change, error) {
-	idx, err := r.r.Storer.Index()
+	idx, err := r.index()
 	if err != nil {
-		return nil, fmt.Errorf("reading the index of %s: %w", r.Dir, err)
+		return nil, err
 	}
 	head, herr := r.r.Head()
 	if herr != nil || !statModelled(idx) {
