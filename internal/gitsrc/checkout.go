@@ -32,16 +32,12 @@ import (
 // caller checks out into a temporary directory it removes.
 func (r *Repo) Checkout(commit string) error {
 	h := plumbing.NewHash(commit)
-	c, err := r.r.CommitObject(h)
+	tree, err := r.commitTreeHash(h)
 	if err != nil {
 		return fmt.Errorf("commit %s is not in the repository cloned from %s; pass --repo with a mirror that has it", commit, r.remoteURL())
 	}
 	if err := emptyWorkTree(r.Dir); err != nil {
 		return err
-	}
-	tree, err := c.Tree()
-	if err != nil {
-		return fmt.Errorf("check out %s in %s: %w", commit, r.Dir, err)
 	}
 	var dirs []string
 	var files []*index.Entry
@@ -83,9 +79,14 @@ func emptyWorkTree(dir string) error {
 }
 
 // listTree appends the directories (parents first) and the file entries
-// (hash and mode; stat data filled when written) under t, slash paths.
-func (r *Repo) listTree(t *object.Tree, prefix string, dirs *[]string, files *[]*index.Entry) error {
-	for _, e := range t.Entries {
+// (hash and mode; stat data filled when written) under tree h, slash
+// paths.
+func (r *Repo) listTree(h plumbing.Hash, prefix string, dirs *[]string, files *[]*index.Entry) error {
+	ents, err := r.treeEntries(h)
+	if err != nil {
+		return fmt.Errorf("%s: %w", prefix, err)
+	}
+	for _, e := range ents {
 		if !validName(e.Name) {
 			return fmt.Errorf("tree %s holds an entry named %q, which git refuses to check out", prefix+"/", e.Name)
 		}
@@ -93,11 +94,7 @@ func (r *Repo) listTree(t *object.Tree, prefix string, dirs *[]string, files *[]
 		switch e.Mode {
 		case filemode.Dir:
 			*dirs = append(*dirs, p)
-			sub, err := r.r.TreeObject(e.Hash)
-			if err != nil {
-				return fmt.Errorf("%s: %w", p, err)
-			}
-			if err := r.listTree(sub, p+"/", dirs, files); err != nil {
+			if err := r.listTree(e.Hash, p+"/", dirs, files); err != nil {
 				return err
 			}
 		case filemode.Submodule:
@@ -125,8 +122,8 @@ func checkoutWorkers() int {
 }
 
 // writeFiles writes every entry's blob on a worker pool and fills its stat
-// data. go-git's object storage opens a pack file per lookup and locks its
-// shared cache, so the workers share it. The first error stops the rest.
+// data. The workers share the repository's objectReader, which is safe
+// for concurrent use. The first error stops the rest.
 func (r *Repo) writeFiles(files []*index.Entry) error {
 	jobs := make(chan *index.Entry)
 	var wg sync.WaitGroup
@@ -137,12 +134,11 @@ func (r *Repo) writeFiles(files []*index.Entry) error {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			buf := make([]byte, 64<<10)
 			for e := range jobs {
 				if failed() {
 					continue
 				}
-				if err := r.writeEntry(e, buf); err != nil {
+				if err := r.writeEntry(e); err != nil {
 					mu.Lock()
 					if first == nil {
 						first = fmt.Errorf("%s: %w", e.Name, err)
@@ -160,26 +156,17 @@ func (r *Repo) writeFiles(files []*index.Entry) error {
 	return first
 }
 
-func (r *Repo) writeEntry(e *index.Entry, buf []byte) error {
+func (r *Repo) writeEntry(e *index.Entry) error {
 	full := filepath.Join(r.Dir, filepath.FromSlash(e.Name))
 	if e.Mode == filemode.Submodule {
 		return nil // its directory is made; git leaves it empty
 	}
-	obj, err := r.r.Storer.EncodedObject(plumbing.BlobObject, e.Hash)
+	blob, err := r.blob(e.Hash)
 	if err != nil {
 		return err
 	}
-	rd, err := obj.Reader()
-	if err != nil {
-		return err
-	}
-	defer rd.Close()
 	if e.Mode == filemode.Symlink {
-		target, err := io.ReadAll(rd)
-		if err != nil {
-			return err
-		}
-		if err := os.Symlink(string(target), full); err != nil {
+		if err := os.Symlink(string(blob), full); err != nil {
 			return err
 		}
 	} else {
@@ -191,7 +178,7 @@ func (r *Repo) writeEntry(e *index.Entry, buf []byte) error {
 		if err != nil {
 			return err
 		}
-		_, err = io.CopyBuffer(f, rd, buf)
+		_, err = f.Write(blob)
 		if cerr := f.Close(); err == nil {
 			err = cerr
 		}
@@ -203,9 +190,44 @@ func (r *Repo) writeEntry(e *index.Entry, buf []byte) error {
 	if err != nil {
 		return err
 	}
-	if uint64(fi.Size()) != uint64(obj.Size()) {
+	if fi.Size() != int64(len(blob)) {
 		return errors.New("wrote a size other than the blob's")
 	}
 	fillStat(e, fi)
 	return nil
+}
+
+// treeEntries returns the entries of tree h, read with the objectReader
+// (go-git's store where that reader does not apply).
+func (r *Repo) treeEntries(h plumbing.Hash) ([]object.TreeEntry, error) {
+	t := &object.Tree{}
+	if typ, body, err := r.objects().read(h); err == nil && typ == plumbing.TreeObject {
+		var o plumbing.MemoryObject
+		o.SetType(plumbing.TreeObject)
+		o.Write(body)
+		if err := t.Decode(&o); err != nil {
+			return nil, fmt.Errorf("tree %s: %w", h, err)
+		}
+	} else if t, err = r.r.TreeObject(h); err != nil {
+		return nil, fmt.Errorf("tree %s: %w", h, err)
+	}
+	return t.Entries, nil
+}
+
+// blob returns the bytes of blob h, read with the objectReader (go-git's
+// store where that reader does not apply).
+func (r *Repo) blob(h plumbing.Hash) ([]byte, error) {
+	if typ, body, err := r.objects().read(h); err == nil && typ == plumbing.BlobObject {
+		return body, nil
+	}
+	b, err := r.r.BlobObject(h)
+	if err != nil {
+		return nil, fmt.Errorf("blob %s: %w", h, err)
+	}
+	rd, err := b.Reader()
+	if err != nil {
+		return nil, err
+	}
+	defer rd.Close()
+	return io.ReadAll(rd)
 }

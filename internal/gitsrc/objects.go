@@ -49,26 +49,34 @@ func (r *Repo) objects() *objectReader {
 var errNotHere = errors.New("not stored here in a form this reader takes")
 
 // objectReader reads single objects as git does: a loose object file, or
-// a binary search in each pack index (version 2) and an inflate from the
-// pack, deltas applied with go-git's PatchDelta over a bounded cache of
-// delta bases. go-git's object store would first map every offset of the
-// pack to its hash, tens of milliseconds and megabytes on SGLang's
-// 225,000 objects, before the first deltified object. Every object read
-// is checked against its hash; anything this reader does not take (an
-// alternate object store, a pack index of another version) is
-// errNotHere, and the caller asks go-git. Safe for concurrent use.
+// a binary search in each pack's index (version 2, read once) and an
+// inflate from the pack, deltas applied with go-git's PatchDelta over a
+// bounded cache of delta bases. go-git's object store would first map
+// every offset of the pack to its hash, tens of milliseconds and
+// megabytes on SGLang's 225,000 objects, before the first deltified
+// object. Every object read is checked against its hash; anything this
+// reader does not take (an alternate object store, a pack index of
+// another version) is errNotHere, and the caller asks go-git. Safe for
+// concurrent use: each read takes its own pack file handle from a pool.
 type objectReader struct {
-	dir   string // objects/
-	mu    sync.Mutex
-	packs []*packFile // nil until first needed
-	cache map[baseKey][]byte
-	size  int
+	dir      string // objects/
+	packOnce sync.Once
+	packs    []*packFile
+	mu       sync.Mutex // guards cache and size
+	cache    map[baseKey][]byte
+	size     int
 }
 
 type packFile struct {
-	idx, pack string
-	f         *os.File // opened on first use, kept
-	scan      *packfile.Scanner
+	path    string
+	idxOnce sync.Once
+	idx     []byte // the whole .idx file, or nil when unusable
+	readers sync.Pool
+}
+
+type packReader struct {
+	f    *os.File
+	scan *packfile.Scanner
 }
 
 type baseKey struct {
@@ -76,7 +84,7 @@ type baseKey struct {
 	offset int64
 }
 
-const baseCacheBytes = 64 << 20
+const baseCacheBytes = 32 << 20
 
 // read returns the type and body of object h, or errNotHere.
 func (o *objectReader) read(h plumbing.Hash) (plumbing.ObjectType, []byte, error) {
@@ -113,47 +121,59 @@ func (o *objectReader) readAny(h plumbing.Hash) (plumbing.ObjectType, []byte, er
 		}
 		return t, body, nil
 	}
-	o.mu.Lock()
-	defer o.mu.Unlock()
-	if o.packs == nil {
-		idxs, _ := filepath.Glob(filepath.Join(o.dir, "pack", "pack-*.idx"))
-		sort.Strings(idxs)
-		o.packs = []*packFile{}
-		for _, idx := range idxs {
-			o.packs = append(o.packs, &packFile{idx: idx, pack: strings.TrimSuffix(idx, ".idx") + ".pack"})
-		}
+	p, off := o.find(h)
+	if p == nil {
+		return plumbing.InvalidObject, nil, errNotHere
 	}
-	for _, p := range o.packs {
-		off, err := packOffset(p.idx, h)
-		if err != nil {
-			continue
-		}
-		return o.readPacked(p, off, 0)
-	}
-	return plumbing.InvalidObject, nil, errNotHere
+	return o.readPacked(p, off, 0)
 }
 
-// readPacked resolves the object at off in p, applying deltas; o.mu is
-// held.
+// find returns the pack holding h and its offset there, or nil.
+func (o *objectReader) find(h plumbing.Hash) (*packFile, int64) {
+	o.packOnce.Do(func() {
+		idxs, _ := filepath.Glob(filepath.Join(o.dir, "pack", "pack-*.idx"))
+		sort.Strings(idxs)
+		for _, idx := range idxs {
+			o.packs = append(o.packs, &packFile{path: strings.TrimSuffix(idx, ".idx")})
+		}
+	})
+	for _, p := range o.packs {
+		p.idxOnce.Do(func() {
+			b, err := os.ReadFile(p.path + ".idx")
+			if err == nil && len(b) >= 8+256*4 && bytes.Equal(b[:8], []byte{0xff, 't', 'O', 'c', 0, 0, 0, 2}) {
+				p.idx = b
+			}
+		})
+		if off, ok := idxOffset(p.idx, h); ok {
+			return p, off
+		}
+	}
+	return nil, 0
+}
+
+// readPacked resolves the object at off in p, applying deltas.
 func (o *objectReader) readPacked(p *packFile, off int64, depth int) (plumbing.ObjectType, []byte, error) {
 	if depth > 10000 {
-		return plumbing.InvalidObject, nil, fmt.Errorf("%s: delta chain at offset %d does not end", p.pack, off)
+		return plumbing.InvalidObject, nil, fmt.Errorf("%s.pack: delta chain at offset %d does not end", p.path, off)
 	}
-	if p.f == nil {
-		f, err := os.Open(p.pack)
+	pr, _ := p.readers.Get().(*packReader)
+	if pr == nil {
+		f, err := os.Open(p.path + ".pack")
 		if err != nil {
 			return plumbing.InvalidObject, nil, err
 		}
-		p.f, p.scan = f, packfile.NewScanner(f)
+		pr = &packReader{f: f, scan: packfile.NewScanner(f)}
 	}
-	oh, err := p.scan.SeekObjectHeader(off)
-	if err != nil {
-		return plumbing.InvalidObject, nil, fmt.Errorf("%s at offset %d: %w", p.pack, off, err)
-	}
+	oh, err := pr.scan.SeekObjectHeader(off)
 	var buf bytes.Buffer
-	if _, _, err := p.scan.NextObject(&buf); err != nil {
-		return plumbing.InvalidObject, nil, fmt.Errorf("%s at offset %d: %w", p.pack, off, err)
+	if err == nil {
+		_, _, err = pr.scan.NextObject(&buf)
 	}
+	if err != nil {
+		pr.f.Close()
+		return plumbing.InvalidObject, nil, fmt.Errorf("%s.pack at offset %d: %w", p.path, off, err)
+	}
+	p.readers.Put(pr)
 	var bt plumbing.ObjectType
 	var base []byte
 	switch oh.Type {
@@ -162,20 +182,13 @@ func (o *objectReader) readPacked(p *packFile, off int64, depth int) (plumbing.O
 	case plumbing.OFSDeltaObject:
 		bt, base, err = o.base(p, oh.OffsetReference, depth)
 	case plumbing.REFDeltaObject:
-		var bp *packFile
-		var boff int64 = -1
-		for _, q := range o.packs {
-			if x, err := packOffset(q.idx, oh.Reference); err == nil {
-				bp, boff = q, x
-				break
-			}
-		}
-		if boff < 0 {
+		bp, boff := o.find(oh.Reference)
+		if bp == nil {
 			return plumbing.InvalidObject, nil, errNotHere
 		}
 		bt, base, err = o.base(bp, boff, depth)
 	default:
-		return plumbing.InvalidObject, nil, fmt.Errorf("%s at offset %d: object type %s", p.pack, off, oh.Type)
+		return plumbing.InvalidObject, nil, fmt.Errorf("%s.pack at offset %d: object type %s", p.path, off, oh.Type)
 	}
 	if err != nil {
 		return plumbing.InvalidObject, nil, err
@@ -186,13 +199,18 @@ func (o *objectReader) readPacked(p *packFile, off int64, depth int) (plumbing.O
 
 func (o *objectReader) base(p *packFile, off int64, depth int) (plumbing.ObjectType, []byte, error) {
 	k := baseKey{p, off}
-	if b, ok := o.cache[k]; ok {
+	o.mu.Lock()
+	b, ok := o.cache[k]
+	o.mu.Unlock()
+	if ok {
 		return plumbing.ObjectType(b[0]), b[1:], nil
 	}
 	t, body, err := o.readPacked(p, off, depth+1)
 	if err != nil {
 		return t, nil, err
 	}
+	o.mu.Lock()
+	defer o.mu.Unlock()
 	if o.size+len(body) > baseCacheBytes || o.cache == nil {
 		o.cache, o.size = map[baseKey][]byte{}, 0
 	}
@@ -201,56 +219,39 @@ func (o *objectReader) base(p *packFile, off int64, depth int) (plumbing.ObjectT
 	return t, body, nil
 }
 
-// packOffset finds h's offset in the pack index file idx (version 2:
-// magic, version, 256 fan-out counts, sorted hashes, CRCs, 4-byte offsets,
-// 8-byte large offsets) by binary search, reading only what it needs.
-func packOffset(idx string, h plumbing.Hash) (int64, error) {
-	f, err := os.Open(idx)
-	if err != nil {
-		return 0, err
+// idxOffset finds h's offset in a pack index (version 2: magic, version,
+// 256 fan-out counts, sorted hashes, CRCs, 4-byte offsets, 8-byte large
+// offsets) by binary search.
+func idxOffset(idx []byte, h plumbing.Hash) (int64, bool) {
+	const hashes = 8 + 256*4
+	if len(idx) < hashes {
+		return 0, false
 	}
-	defer f.Close()
-	head := make([]byte, 8+256*4)
-	if _, err := io.ReadFull(f, head); err != nil {
-		return 0, err
-	}
-	if !bytes.Equal(head[:8], []byte{0xff, 't', 'O', 'c', 0, 0, 0, 2}) {
-		return 0, errNotHere
-	}
-	fan := func(i int) int64 { return int64(binary.BigEndian.Uint32(head[8+4*i:])) }
+	fan := func(i int) int { return int(binary.BigEndian.Uint32(idx[8+4*i:])) }
 	n := fan(255)
-	lo, hi := int64(0), fan(int(h[0]))
+	if len(idx) < hashes+n*28 {
+		return 0, false
+	}
+	lo, hi := 0, fan(int(h[0]))
 	if h[0] > 0 {
 		lo = fan(int(h[0]) - 1)
 	}
-	const hashes = 8 + 256*4
-	var got plumbing.Hash
-	for lo < hi {
-		mid := (lo + hi) / 2
-		if _, err := f.ReadAt(got[:], hashes+mid*20); err != nil {
-			return 0, err
-		}
-		switch c := bytes.Compare(got[:], h[:]); {
-		case c == 0:
-			var b [8]byte
-			if _, err := f.ReadAt(b[:4], hashes+n*24+mid*4); err != nil {
-				return 0, err
-			}
-			off := int64(binary.BigEndian.Uint32(b[:4]))
-			if off&0x80000000 == 0 {
-				return off, nil
-			}
-			if _, err := f.ReadAt(b[:], hashes+n*28+(off&0x7fffffff)*8); err != nil {
-				return 0, err
-			}
-			return int64(binary.BigEndian.Uint64(b[:])), nil
-		case c < 0:
-			lo = mid + 1
-		default:
-			hi = mid
-		}
+	i, found := sort.Find(hi-lo, func(i int) int {
+		return bytes.Compare(h[:], idx[hashes+(lo+i)*20:hashes+(lo+i)*20+20])
+	})
+	if !found {
+		return 0, false
 	}
-	return 0, errNotHere
+	i += lo
+	off := int64(binary.BigEndian.Uint32(idx[hashes+n*24+i*4:]))
+	if off&0x80000000 == 0 {
+		return off, true
+	}
+	at := hashes + n*28 + int(off&0x7fffffff)*8
+	if len(idx) < at+8 {
+		return 0, false
+	}
+	return int64(binary.BigEndian.Uint64(idx[at:])), true
 }
 
 // parseTreeLine reads the "tree <hex>" line a commit object starts with.

@@ -193,3 +193,15 @@ func TestCommitTreeMatchesGoGit(t *testing.T) {
 		}
 	}
 }
+
+// packOffset finds h's offset in the pack index file idx.
+func packOffset(idx string, h plumbing.Hash) (int64, error) {
+	b, err := os.ReadFile(idx)
+	if err != nil {
+		return 0, err
+	}
+	if off, ok := idxOffset(b, h); ok {
+		return off, nil
+	}
+	return 0, errNotHere
+}

@@ -264,20 +264,12 @@ func (c *CommitTree) tree(h plumbing.Hash) ([]object.TreeEntry, error) {
 	if ents, ok := c.trees[h]; ok {
 		return ents, nil
 	}
-	var t *object.Tree
-	if typ, body, err := c.repo.objects().read(h); err == nil && typ == plumbing.TreeObject {
-		var o plumbing.MemoryObject
-		o.SetType(plumbing.TreeObject)
-		o.Write(body)
-		t = &object.Tree{}
-		if err := t.Decode(&o); err != nil {
-			return nil, fmt.Errorf("tree %s of commit %s: %w", h, c.Commit[:12], err)
-		}
-	} else if t, err = c.repo.r.TreeObject(h); err != nil {
-		return nil, fmt.Errorf("tree %s of commit %s: %w", h, c.Commit[:12], err)
+	ents, err := c.repo.treeEntries(h)
+	if err != nil {
+		return nil, fmt.Errorf("commit %s: %w", c.Commit[:12], err)
 	}
-	c.trees[h] = t.Entries
-	return t.Entries, nil
+	c.trees[h] = ents
+	return ents, nil
 }
 
 // ReadFile returns the blob at path, an error wrapping fs.ErrNotExist when
@@ -295,19 +287,11 @@ func (c *CommitTree) ReadFile(path string) ([]byte, error) {
 	default:
 		return nil, fmt.Errorf("%s at %s is not a regular file (mode %s)", path, c.Commit[:12], e.Mode)
 	}
-	if typ, body, err := c.repo.objects().read(e.Hash); err == nil && typ == plumbing.BlobObject {
-		return body, nil
-	}
-	b, err := c.repo.r.BlobObject(e.Hash)
+	b, err := c.repo.blob(e.Hash)
 	if err != nil {
-		return nil, fmt.Errorf("%s at %s: blob %s: %w", path, c.Commit[:12], e.Hash, err)
+		return nil, fmt.Errorf("%s at %s: %w", path, c.Commit[:12], err)
 	}
-	rd, err := b.Reader()
-	if err != nil {
-		return nil, err
-	}
-	defer rd.Close()
-	return io.ReadAll(rd)
+	return b, nil
 }
 
 // Mode returns the git mode of path at the commit ("100644", "100755"), or
