@@ -5,36 +5,29 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
-	"strings"
 	"testing"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/testrepo"
 )
 
-// Benchmarks on a fixture of SGLang's size at 84118acf (4,303 files,
-// 47 MB): the fixture's own files plus 4,300 generated ones of 11 KB.
+// Benchmarks on a fixture shaped like SGLang at 84118acf: the fixture's
+// own files plus testrepo.WriteSized's 4,303 (about 680 directories at
+// upstream's depths, 47 MB), committed and put into one deltified pack as
+// a clone from a server holds them.
 //
-//	go test -run XXX -bench . -benchtime 20x ./internal/checkout
-const (
-	benchFiles    = 4300
-	benchFileSize = 11 << 10
-)
-
+//	go test -run XXX -bench . -benchtime 10x ./internal/checkout
 func bigFixture(b *testing.B) *fixtureEnv {
 	b.Helper()
 	f := newFixture(b)
-	line := strings.Repeat("x", 63) + "\n"
-	body := strings.Repeat(line, benchFileSize/len(line))
-	files := map[string]string{}
-	for i := 0; i < benchFiles; i++ {
-		files[fmt.Sprintf("python/sglang/pkg%02d/mod%04d.py", i%40, i)] = fmt.Sprintf("# module %d\n", i) + body
-	}
-	if err := testrepo.WriteFiles(f.up, files); err != nil {
+	if _, err := testrepo.WriteSized(f.up); err != nil {
 		b.Fatal(err)
 	}
 	c, err := testrepo.Commit(f.up, "grow to SGLang's size")
 	if err != nil {
+		b.Fatal(err)
+	}
+	if err := testrepo.Pack(f.up); err != nil {
 		b.Fatal(err)
 	}
 	// The series was tested on the first commit; pin the grown one.
@@ -67,14 +60,29 @@ func BenchmarkApply(b *testing.B) {
 	}
 }
 
+// BenchmarkStatus measures Status (apply state, drift, git status, the
+// kernel project's untracked-file guards) on the applied checkout.
+func BenchmarkStatus(b *testing.B) {
+	f := bigFixture(b)
+	if _, err := Apply(context.Background(), ApplyOptions{Recipe: f.recipe, Catalog: f.cat, Src: f.work, Repo: f.up, Series: "fx"}); err != nil {
+		b.Fatal(err)
+	}
+	for b.Loop() {
+		rep, err := Status(f.work, f.cat)
+		if err != nil || !rep.Clean() {
+			b.Fatal(rep, err)
+		}
+	}
+}
+
 // BenchmarkCloneLocal measures a clone from a local repository path:
 // objects hardlinked, refs copied, no checkout.
 func BenchmarkCloneLocal(b *testing.B) {
 	benchClone(b, func(f *fixtureEnv) string { return f.up }, false)
 }
 
-// BenchmarkCheckout measures writing the pinned commit's 4,300 files after
-// a local clone (the clone itself is not timed).
+// BenchmarkCheckout measures writing the pinned commit's files after a
+// local clone (the clone itself is not timed).
 func BenchmarkCheckout(b *testing.B) {
 	benchClone(b, func(f *fixtureEnv) string { return f.up }, true)
 }
