@@ -127,7 +127,7 @@ func benchCheckout(b *testing.B, src, commit string) {
 // time as a command does.
 func BenchmarkChanges(b *testing.B) {
 	up, commit := sizedRepo(b)
-	benchChanges(b, up, commit)
+	benchChanges(b, up, commit, (*Repo).Changes)
 }
 
 // BenchmarkMirrorChanges is BenchmarkChanges on -mirror.
@@ -135,10 +135,10 @@ func BenchmarkMirrorChanges(b *testing.B) {
 	if *mirror == "" {
 		b.Skip("pass -mirror PATH to check out a real tree")
 	}
-	benchChanges(b, *mirror, *mirrorCommit)
+	benchChanges(b, *mirror, *mirrorCommit, (*Repo).Changes)
 }
 
-func benchChanges(b *testing.B, src, commit string) {
+func benchChanges(b *testing.B, src, commit string, status func(*Repo) ([]Change, error)) {
 	dst := filepath.Join(b.TempDir(), "work")
 	repo, _, err := Clone(context.Background(), src, dst, nil)
 	if err != nil {
@@ -152,7 +152,7 @@ func benchChanges(b *testing.B, src, commit string) {
 		if err != nil {
 			b.Fatal(err)
 		}
-		if cs, err := repo.Changes(); err != nil || len(cs) != 0 {
+		if cs, err := status(repo); err != nil || len(cs) != 0 {
 			b.Fatal(cs, err)
 		}
 	}
@@ -162,23 +162,7 @@ func benchChanges(b *testing.B, src, commit string) {
 // way Changes answered before it compared stat data.
 func BenchmarkGoGitStatus(b *testing.B) {
 	up, commit := sizedRepo(b)
-	dst := filepath.Join(b.TempDir(), "work")
-	repo, _, err := Clone(context.Background(), up, dst, nil)
-	if err != nil {
-		b.Fatal(err)
-	}
-	if err := repo.Checkout(commit); err != nil {
-		b.Fatal(err)
-	}
-	for b.Loop() {
-		repo, err := Open(dst)
-		if err != nil {
-			b.Fatal(err)
-		}
-		if cs, err := repo.goGitChanges(); err != nil || len(cs) != 0 {
-			b.Fatal(cs, err)
-		}
-	}
+	benchChanges(b, up, commit, (*Repo).goGitChanges)
 }
 
 // BenchmarkReadFileAtCommit measures reading one file of the
