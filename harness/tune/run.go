@@ -35,10 +35,83 @@ type Options struct {
 // Setting is one threshold setting checked by Run: custom-auto through the
 // PCIe branch with Env added.
 type Setting struct {
-	Name string   `json:"name"` // "1-stage at every size", "2-stage at every size", "chosen"
+	Name string   `json:"name"` // "built-in default", "1-stage at every size", "2-stage at every size", "chosen: ..."
 	Env  []string `json:"env"`
+	// Thresholds are what the setting selects; custom-auto is called
+	// directly, so only its 1-stage limit applies.
+	Thresholds Thresholds `json:"thresholds"`
 	// Report is the verification run; every sum must be exact.
 	Report *allreduce.Report `json:"report"`
+	// Kernel says, per timed size, which kernel custom-auto's time
+	// matched (see Observe).
+	Kernel []Observation `json:"kernel,omitempty"`
+}
+
+// Observation compares custom-auto's median at one size and mode with the
+// forced kernels' medians of the measurement run.
+type Observation struct {
+	Bytes    int     `json:"bytes"`
+	Mode     string  `json:"mode"`
+	US       float64 `json:"us"`
+	Expected string  `json:"expected"` // the kernel the thresholds select
+	// Like is the forced kernel whose median is nearer, "" when the two
+	// are within 25% of each other (not told apart by time).
+	Like string `json:"like,omitempty"`
+}
+
+// Observe matches each timed custom-auto result of a setting against the
+// forced 1-stage and 2-stage medians of measure in the same mode and size:
+// the kernel the dispatch ran, as far as time tells it. ws is the world
+// size.
+func Observe(auto []allreduce.Result, measure []allreduce.Result, th Thresholds, ws int) []Observation {
+	forced := map[string]float64{}
+	for _, r := range measure {
+		if r.Timed() && r.Branch == "pcie" {
+			forced[fmt.Sprintf("%s/%d/%s", r.Impl, r.Bytes, r.Mode)] = r.MedianUS
+		}
+	}
+	var out []Observation
+	for _, r := range auto {
+		if !r.Timed() || r.Impl != allreduce.CustomAuto {
+			continue
+		}
+		o := Observation{Bytes: r.Bytes, Mode: r.Mode, US: r.MedianUS, Expected: allreduce.Custom2Stage}
+		if uint64(r.Bytes) <= th.OneStageLimit(ws) {
+			o.Expected = allreduce.Custom1Stage
+		}
+		one, ok1 := forced[fmt.Sprintf("%s/%d/%s", allreduce.Custom1Stage, r.Bytes, r.Mode)]
+		two, ok2 := forced[fmt.Sprintf("%s/%d/%s", allreduce.Custom2Stage, r.Bytes, r.Mode)]
+		if ok1 && ok2 && math.Abs(one-two) > 0.25*min(one, two) {
+			o.Like = allreduce.Custom1Stage
+			if math.Abs(r.MedianUS-two) < math.Abs(r.MedianUS-one) {
+				o.Like = allreduce.Custom2Stage
+			}
+		}
+		out = append(out, o)
+	}
+	return out
+}
+
+// kernelSummary is "by time: 9 of 22 told apart, all as selected" or the
+// sizes that ran like the other kernel.
+func kernelSummary(obs []Observation) string {
+	told, bad := 0, []string{}
+	for _, o := range obs {
+		if o.Like == "" {
+			continue
+		}
+		told++
+		if o.Like != o.Expected {
+			bad = append(bad, fmt.Sprintf("%s (%s) ran like %s", allreduce.FormatBytes(o.Bytes), o.Mode, o.Like))
+		}
+	}
+	if len(obs) == 0 {
+		return "untimed"
+	}
+	if len(bad) == 0 {
+		return fmt.Sprintf("by time: %d of %d told apart, all ran the selected kernel", told, len(obs))
+	}
+	return fmt.Sprintf("by time: %d of %d told apart; %s", told, len(obs), strings.Join(bad, ", "))
 }
 
 // Outcome is what Run measured and chose.
@@ -133,11 +206,12 @@ func Run(ctx context.Context, o Options) (*Outcome, error) {
 	}
 
 	settings := []Setting{
-		{Name: "1-stage at every size", Env: []string{Env1StageMax + "=" + strconv.FormatUint(math.MaxUint64, 10)}},
-		{Name: "2-stage at every size", Env: []string{Env1StageMax + "=0"}},
+		{Name: "built-in default", Thresholds: Defaults()},
+		{Name: "1-stage at every size", Env: []string{Env1StageMax + "=" + strconv.FormatUint(math.MaxUint64, 10)}, Thresholds: Thresholds{OneStageMax: U64(math.MaxUint64)}},
+		{Name: "2-stage at every size", Env: []string{Env1StageMax + "=0"}, Thresholds: Thresholds{OneStageMax: U64(0)}},
 	}
 	if verdict != "" {
-		settings = append(settings, Setting{Name: "chosen: " + th.String(), Env: th.Env()})
+		settings = append(settings, Setting{Name: "chosen: " + th.String(), Env: th.Env(), Thresholds: th})
 	}
 	for _, s := range settings {
 		if ctx.Err() != nil {
@@ -146,12 +220,13 @@ func Run(ctx context.Context, o Options) (*Outcome, error) {
 		v := o.Bench
 		v.Sizes, v.Modes, v.Branches, v.Impls = o.Sizes, o.Modes, []string{"pcie"}, []string{allreduce.CustomAuto}
 		v.Env = append(withoutThresholds(o.Bench.Env), s.Env...)
-		say("checking custom-auto through the PCIe branch with %s (%s)", strings.Join(s.Env, " "), s.Name)
+		say("checking custom-auto through the PCIe branch with %s (%s)", orText(strings.Join(s.Env, " "), "no threshold set"), s.Name)
 		r, err := allreduce.Execute(ctx, v)
 		if err != nil {
 			return out, err
 		}
 		s.Report = allreduce.NewReport(v, o.Verify, r, o.Version)
+		s.Kernel = Observe(r.Results, run.Results, s.Thresholds, m.WorldSize)
 		out.Settings = append(out.Settings, s)
 		if s.Report.Failed() {
 			out.Findings = append(out.Findings, fmt.Sprintf("custom-auto with %s (%s) failed: %s", strings.Join(s.Env, " "), s.Name, strings.Join(s.Report.Findings, "; ")))
@@ -223,7 +298,7 @@ func (o *Outcome) Write(w io.Writer) {
 			if s.Report.Failed() {
 				verdict = "FAILED"
 			}
-			fmt.Fprintf(w, "  %-45s %-52s %d of %d cases exact: %s\n", s.Name, strings.Join(s.Env, " "), ok, n, verdict)
+			fmt.Fprintf(w, "  %s (%s)\n    %d of %d cases exact: %s; %s\n", s.Name, orText(strings.Join(s.Env, " "), "no threshold set"), ok, n, verdict, kernelSummary(s.Kernel))
 		}
 	}
 	if o.File != nil {
@@ -242,4 +317,11 @@ func (o *Outcome) Write(w io.Writer) {
 			fmt.Fprintf(w, "  - %s\n", f)
 		}
 	}
+}
+
+func orText(s, alt string) string {
+	if s == "" {
+		return alt
+	}
+	return s
 }

@@ -57,16 +57,17 @@ func TestRunFakeRanks(t *testing.T) {
 		}
 	}
 	want := []string{
+		"",
 		"SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=18446744073709551615",
 		"SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=0",
 		"SGLANG_FORCE_CUSTOM_AR_PCIE=1 SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=1048576 SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=16384",
 	}
-	if !reflect.DeepEqual(envs, want) || names[2] != "chosen: custom allreduce up to 1M (1-stage up to 16K, 2-stage above), NCCL above" {
+	if !reflect.DeepEqual(envs, want) || names[3] != "chosen: custom allreduce up to 1M (1-stage up to 16K, 2-stage above), NCCL above" {
 		t.Errorf("settings %q %q", names, envs)
 	}
 	// Under "2-stage at every size", custom-auto took 12 µs everywhere:
 	// the inherited SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=7 did not reach it.
-	for _, r := range out.Settings[1].Report.Run.Results {
+	for _, r := range out.Settings[2].Report.Run.Results {
 		if r.MedianUS != 12 {
 			t.Errorf("2-stage setting at %d: %.0f µs", r.Bytes, r.MedianUS)
 		}
@@ -74,12 +75,32 @@ func TestRunFakeRanks(t *testing.T) {
 	if p := out.Measure.Run.ThresholdProbe; p == nil || !p.Refused {
 		t.Errorf("probe %+v", p)
 	}
+	// By time, each setting ran the kernel its thresholds select: the
+	// default 2-stage at world size 8, the chosen 1-stage up to 16K.
+	for i, want := range []string{
+		"by time: 8 of 8 told apart, all ran the selected kernel",
+		"by time: 8 of 8 told apart, all ran the selected kernel",
+		"by time: 8 of 8 told apart, all ran the selected kernel",
+		"by time: 8 of 8 told apart, all ran the selected kernel",
+	} {
+		if got := kernelSummary(out.Settings[i].Kernel); got != want {
+			t.Errorf("%s: %s", out.Settings[i].Name, got)
+		}
+	}
+	if k := out.Settings[3].Kernel; k[0].Bytes != 4096 || k[0].Expected != allreduce.Custom1Stage || k[4].Bytes != 40960 || k[4].Like != allreduce.Custom2Stage {
+		t.Errorf("chosen: %+v", k)
+	}
+	// A dispatch that ignored its threshold would show.
+	bad := Observe([]allreduce.Result{{Impl: allreduce.CustomAuto, Branch: "pcie", Bytes: 40960, Mode: "graph", OK: true, MedianUS: 48}},
+		out.Measure.Run.Results, Thresholds{OneStageMax: U64(0)}, 8)
+	if got := kernelSummary(bad); got != "by time: 1 of 1 told apart; 40K (graph) ran like custom-1stage" {
+		t.Errorf("mismatch: %s", got)
+	}
 	var b bytes.Buffer
 	out.Write(&b)
 	for _, s := range []string{
 		"init_custom_ar with SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=16K: refused it",
-		"2-stage at every size",
-		"8 of 8 cases exact: all exact",
+		"2-stage at every size (SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=0)\n    8 of 8 cases exact: all exact; by time: 8 of 8 told apart, all ran the selected kernel",
 		"custom allreduce beat NCCL at 4 of 4 sizes at world size 8 (graph mode)",
 		"  SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=16384\n",
 	} {
@@ -100,7 +121,7 @@ func TestRunFakeRanks(t *testing.T) {
 	// A wrong 2-stage kernel: the measurement and the settings that reach
 	// it fail, and no file is written.
 	out = fakeRun(t, 8, "FAKE_AR_WRONG_ALGO=custom-2stage")
-	if !out.Failed() || out.File != nil || len(out.Settings) != 2 || !out.Settings[1].Report.Failed() || out.Settings[0].Report.Failed() {
+	if !out.Failed() || out.File != nil || len(out.Settings) != 3 || !out.Settings[0].Report.Failed() || !out.Settings[2].Report.Failed() || out.Settings[1].Report.Failed() {
 		t.Errorf("wrong 2-stage: file %v, findings %q", out.File, out.Findings)
 	}
 
@@ -112,7 +133,7 @@ func TestRunFakeRanks(t *testing.T) {
 
 	// Oversubscribed: the settings are checked, nothing is chosen.
 	out = fakeRun(t, 4, "FAKE_AR_OVERSUB=1")
-	if out.Failed() || out.File != nil || len(out.Settings) != 2 || !strings.HasPrefix(out.Findings[0], "oversubscribed (4 ranks on 2 GPUs)") {
+	if out.Failed() || out.File != nil || len(out.Settings) != 3 || !strings.HasPrefix(out.Findings[0], "oversubscribed (4 ranks on 2 GPUs)") || kernelSummary(out.Settings[0].Kernel) != "untimed" {
 		t.Errorf("oversubscribed: %+v %q", out.File, out.Findings)
 	}
 }
