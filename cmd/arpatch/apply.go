@@ -33,13 +33,13 @@ Examples:
    arpatch apply --recipe pcie --src ~/sglang --dry-run
    arpatch apply --recipe pcie --commit 8905cbd42f4a27dbecad6487cd3904278756fef8 --repo ~/mirrors/sglang.git --src sglang-b
    arpatch apply --recipe-file my.toml --patches-dir ./my-series`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			recipeFlag(), recipeFileFlag(), srcFlag(), patchesDirFlag(),
 			&cli.StringFlag{Name: "repo", Usage: "clone from `URL|PATH` instead of the recipe's upstream URL, e.g. --repo ~/mirrors/sglang.git"},
 			&cli.StringFlag{Name: "commit", Usage: "patch commit `SHA` instead of the recipe's pin (the checkout must be at it)"},
 			&cli.StringFlag{Name: "series", Usage: "force series `NAME` instead of choosing by commit, e.g. --series pcie-2026-07"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "check and report, write nothing (no clone either)"},
-		},
+		}, tuneFlags("in the runtime environment apply prints")...),
 		Before: noArgs,
 		Action: func(c *cli.Context) error {
 			r, err := loadRecipe(c)
@@ -56,11 +56,15 @@ Examples:
 				Series: c.String("series"), DryRun: c.Bool("dry-run"),
 				Version: arpatchVersion(), Progress: nil,
 			}
+			printed, err := tunedRecipe(c, r)
+			if err != nil {
+				return err
+			}
 			rep, err := checkout.Apply(c.Context, opts)
 			if err != nil {
 				return err
 			}
-			printApply(c.App.Writer, rep, r, opts.Repo, cat)
+			printApply(c.App.Writer, rep, printed, opts.Repo, cat)
 			return nil
 		},
 	}

@@ -97,7 +97,7 @@ runs, or the run was interrupted.
 Examples (each runs in seconds against arpatch's built-in fake server):
    arpatch bench --trials 2 --num-prompts 4 --max-new-tokens 32 --warmup 1 --launch-cmd '{arpatch} fake-sglang --port {port} --rate 2000 --ttft 2ms' --markdown bench.md
    arpatch bench --trials 2 --num-prompts 4 --max-new-tokens 32 --concurrency 1,4 --launch-cmd '{arpatch} fake-sglang --port {port} --rate 2000 --ttft 2ms' --arm 'algo1:env.SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage,env.SGLANG_FORCE_CUSTOM_AR_PCIE=1' --json bench.json --plot bench.svg`,
-		Flags: []cli.Flag{
+		Flags: append([]cli.Flag{
 			recipeFlag(), recipeFileFlag(),
 			&cli.StringFlag{Name: "model", Usage: "target model `PATH` (default: the recipe's [bench] model)"},
 			&cli.StringFlag{Name: "draft-model", Usage: "EAGLE-3 draft model `PATH`"},
@@ -126,14 +126,12 @@ Examples (each runs in seconds against arpatch's built-in fake server):
 			&cli.BoolFlag{Name: "preflight", Usage: "run the allreduce micro-benchmark first and stop if the patch is slower than NCCL"},
 			&cli.StringFlag{Name: "ext", Usage: "with --preflight: the allreduce extension `PATH`"},
 			&cli.BoolFlag{Name: "force", Usage: "run even when the preflight fails"},
-			&cli.StringFlag{Name: "tune", Usage: "thresholds `FILE` from arpatch tune allreduce, for the arms that open the PCIe gate and the preflight"},
-			&cli.BoolFlag{Name: "force-tune", Usage: "use --tune's file even when it was made on another host"},
 			&cli.StringFlag{Name: "python", Usage: "default Python `INTERPRETER` of the arms", Value: "python3"},
 			&cli.StringFlag{Name: "json", Usage: "write every sample and the environment to `FILE`"},
 			&cli.StringFlag{Name: "markdown", Usage: "write a markdown table to `FILE`"},
 			&cli.StringFlag{Name: "benchfmt", Usage: "write Go benchmark lines (for benchstat) to `FILE`"},
 			&cli.StringFlag{Name: "plot", Usage: "write tok/s against concurrency per arm to `FILE` (.svg or .png)"},
-		},
+		}, tuneFlags("for the arms that open the PCIe gate and the preflight")...),
 		Before:      noArgs,
 		Action:      runBench,
 		Subcommands: []*cli.Command{benchAllreduceCommand()},

@@ -17,6 +17,8 @@ import (
 	"github.com/arpatch/arpatch/harness/doctor"
 	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/patches"
+	"github.com/arpatch/arpatch/recipes"
 )
 
 func tuneCommand() *cli.Command {
@@ -184,17 +186,39 @@ func discoverHost(ctx context.Context) tune.Host {
 	return h
 }
 
-// commandLine is argv as a shell would read it back: "arpatch" and each
-// argument, single-quoted where it holds anything but plain characters.
+// commandLine is argv as a shell would read it back, starting "arpatch".
 func commandLine(argv []string) string {
-	parts := []string{"arpatch"}
-	for _, a := range argv[1:] {
-		if a == "" || strings.Trim(a, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=+,") != "" {
-			a = "'" + strings.ReplaceAll(a, "'", `'"'"'`) + "'"
-		}
-		parts = append(parts, a)
+	return patches.ShellJoin(append([]string{"arpatch"}, argv[1:]...))
+}
+
+// tuneFlags are --tune and --force-tune, for the commands that take a tune
+// file.
+func tuneFlags(what string) []cli.Flag {
+	return []cli.Flag{
+		&cli.StringFlag{Name: "tune", Usage: "thresholds `FILE` from arpatch tune allreduce, " + what},
+		&cli.BoolFlag{Name: "force-tune", Usage: "use --tune's file even when it was made on another host"},
 	}
-	return strings.Join(parts, " ")
+}
+
+// tunedRecipe returns r with --tune's thresholds in its [env] (when it opens
+// the PCIe gate), for the runtime environment apply prints; r itself when
+// --tune is not given. The file is checked against this host first.
+func tunedRecipe(c *cli.Context, r *recipes.Recipe) (*recipes.Recipe, error) {
+	path := pathFlag(c, "tune")
+	if path == "" {
+		return r, nil
+	}
+	f, err := loadTune(c.Context, path, r.Bench.TP, c.Bool("force-tune"), tune.ServingSizes(5120, max(r.Bench.SpeculativeNumDraftTokens, 1)), c.App.ErrWriter)
+	if err != nil {
+		return nil, err
+	}
+	rc := *r
+	rc.Env = maps.Clone(r.Env)
+	if rc.Env == nil {
+		rc.Env = map[string]string{}
+	}
+	f.Thresholds.ApplyEnv(rc.Env)
+	return &rc, nil
 }
 
 // loadTune reads a tune file and checks it was made on this host at world
