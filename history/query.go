@@ -60,18 +60,10 @@ func (s *Store) Show(id int64) (*Detail, error) {
 	if !found {
 		return nil, fmt.Errorf("no run %d in %s", id, s.Path)
 	}
-	d.Run.Env = map[string]string{}
-	rows, err := s.db.Query(`SELECT key, value FROM environment WHERE run_id = ? ORDER BY key`, id)
-	if err != nil {
+	if d.Run.Env, err = s.Env(id); err != nil {
 		return nil, err
 	}
-	for rows.Next() {
-		var k, v string
-		rows.Scan(&k, &v)
-		d.Run.Env[k] = v
-	}
-	rows.Close()
-	rows, err = s.db.Query(`SELECT series, commit_hash, rev, patch, fit, detail FROM drift WHERE run_id = ? ORDER BY rowid`, id)
+	rows, err := s.db.Query(`SELECT series, commit_hash, rev, patch, fit, detail FROM drift WHERE run_id = ? ORDER BY rowid`, id)
 	if err != nil {
 		return nil, err
 	}

@@ -88,6 +88,25 @@ func (s *Store) SetEnv(id int64, env map[string]string) error {
 	return nil
 }
 
+// Env returns the environment recorded for run id (key to value; empty
+// when none was).
+func (s *Store) Env(id int64) (map[string]string, error) {
+	rows, err := s.db.Query(`SELECT key, value FROM environment WHERE run_id = ?`, id)
+	if err != nil {
+		return nil, err
+	}
+	defer rows.Close()
+	m := map[string]string{}
+	for rows.Next() {
+		var k, v string
+		if err := rows.Scan(&k, &v); err != nil {
+			return nil, err
+		}
+		m[k] = v
+	}
+	return m, rows.Err()
+}
+
 // FinishRun ends a run: status complete, failed or incomplete.
 func (s *Store) FinishRun(id int64, status string, exitCode int, verdict string) error {
 	_, err := s.db.Exec(`UPDATE runs SET status = ?, exit_code = ?, verdict = ?, finished_at = ? WHERE id = ?`,

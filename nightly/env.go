@@ -13,8 +13,10 @@ import (
 )
 
 // Environment is what a run records about its host: GPU model and count,
-// driver, CUDA (nvcc), torch and its NCCL. The GPU model and count make
-// the default hardware key: runs are compared only with runs on the same.
+// driver, CUDA (nvcc), torch and its NCCL, the host name and the GPU
+// topology. The GPU model and count make the default hardware key: runs
+// are compared only with runs on the same. The rest (EnvKeys) is checked
+// against the reference runs: a change there is reported, not judged.
 type Environment struct {
 	GPUModel string `json:"gpu_model"`
 	GPUCount int    `json:"gpu_count"`
@@ -23,6 +25,29 @@ type Environment struct {
 	Torch    string `json:"torch,omitempty"`
 	NCCL     string `json:"nccl,omitempty"`
 	Host     string `json:"host,omitempty"`
+	// Topology is nvidia-smi topo -m in one line (doctor's
+	// Topology.Summary), e.g. "8 GPUs: NODE 8, PIX 4, SYS 16; 2 NUMA nodes".
+	Topology string `json:"topology,omitempty"`
+}
+
+// EnvKeys are the environment entries (Environment.Map keys) that must
+// match the reference runs' for a comparison with history to mean
+// anything: another host, driver, CUDA, torch, NCCL, topology or GPU count
+// moves every number. An entry a run did not record is not compared.
+var EnvKeys = []string{"host", "gpu_count", "driver", "cuda", "torch", "nccl", "topology"}
+
+// EnvChanges lists each EnvKeys entry recorded in both old and now that
+// differs, as "driver 570.172.08 -> 580.95.05", in EnvKeys order.
+func EnvChanges(old, now map[string]string) []string {
+	var out []string
+	for _, k := range EnvKeys {
+		a, okA := old[k]
+		b, okB := now[k]
+		if okA && okB && a != b {
+			out = append(out, fmt.Sprintf("%s %s -> %s", k, a, b))
+		}
+	}
+	return out
 }
 
 // Discover reads the environment with nvidia-smi and the toolchain probe;
@@ -34,6 +59,11 @@ func Discover(ctx context.Context, python string) Environment {
 	if out, err := run(ctx, "nvidia-smi", "--query-gpu="+doctor.QueryGPUFields, "--format=csv"); err == nil {
 		if gpus, err := doctor.ParseQueryGPU(out); err == nil && len(gpus) > 0 {
 			e.GPUModel, e.GPUCount, e.Driver = gpus[0].Name, len(gpus), gpus[0].Driver
+		}
+	}
+	if out, err := run(ctx, "nvidia-smi", "topo", "-m"); err == nil {
+		if t, err := doctor.ParseTopoMatrix(out); err == nil {
+			e.Topology = t.Summary()
 		}
 	}
 	if tc, err := kernels.Probe(ctx, kernels.ProbeOptions{Python: python}); err == nil {
@@ -52,7 +82,7 @@ func (e Environment) HardwareKey() string {
 
 // Map returns the environment as key/value pairs for the history.
 func (e Environment) Map() map[string]string {
-	m := map[string]string{"gpu_model": e.GPUModel, "gpu_count": fmt.Sprint(e.GPUCount), "driver": e.Driver, "cuda": e.CUDA, "torch": e.Torch, "nccl": e.NCCL, "host": e.Host}
+	m := map[string]string{"gpu_model": e.GPUModel, "gpu_count": fmt.Sprint(e.GPUCount), "driver": e.Driver, "cuda": e.CUDA, "torch": e.Torch, "nccl": e.NCCL, "host": e.Host, "topology": e.Topology}
 	for k, v := range m {
 		if strings.TrimSpace(v) == "" {
 			delete(m, k)

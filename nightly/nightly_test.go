@@ -50,6 +50,8 @@ type world struct {
 	cfg     *Config
 	env     []string
 	servers map[string]*httptest.Server
+	// host is what the environment probe reports (default: 8x Test GPU).
+	host Environment
 }
 
 func newWorld(t *testing.T) *world {
@@ -132,8 +134,12 @@ func (w *world) serve(arm string, rate float64) {
 
 func (w *world) run(ctx context.Context, skipBuild bool) *Report {
 	w.t.Helper()
+	host := w.host
+	if host.GPUCount == 0 {
+		host = Environment{GPUModel: "Test GPU", GPUCount: 8}
+	}
 	rep, err := Run(ctx, Options{Config: w.cfg, Env: w.env, SkipBuild: skipBuild, Launcher: []string{"/bin/true"}, Version: "test",
-		Probe: func(context.Context) Environment { return Environment{GPUModel: "Test GPU", GPUCount: 8} }})
+		Probe: func(context.Context) Environment { return host }})
 	if err != nil && ctx.Err() == nil {
 		w.t.Fatal(err)
 	}
@@ -653,5 +659,76 @@ func TestNightlySweepPerLevel(t *testing.T) {
 	}
 	if b := Bencher(rep.Bench); b["eagle3/patched/concurrency=3"]["tok-s"].Value == 0 {
 		t.Errorf("bencher: %v", b)
+	}
+}
+
+// TestHostChange: five nights on one host, then one on another host
+// (another driver and topology, same GPU model) where both arms are 10%
+// slower. That is no regression: the checks against history are not
+// judged, and the verdict, summary and JUnit say what changed and how to
+// take the new host as the reference; once accepted, it is compared.
+func TestHostChange(t *testing.T) {
+	w := newWorld(t)
+	w.cfg.Bench.Trials = 3
+	// The in-test servers' pace wobbles under a loaded test machine; what
+	// this test judges is the environment check, so a wide threshold.
+	for m := range w.cfg.Regression.Metrics {
+		w.cfg.Regression.Metrics[m] = 25
+	}
+	w.serve("a", 1000)
+	w.serve("b", 1600)
+	w.host = Environment{GPUModel: "Test GPU", GPUCount: 8, Host: "box-a", Driver: "570.172.08", CUDA: "12.8", Torch: "2.9.1", Topology: "8 GPUs: NODE 8, PIX 4, SYS 16; 2 NUMA nodes"}
+	for night := 1; night <= 5; night++ {
+		if rep := w.run(context.Background(), night > 1); rep.ExitCode != ExitOK {
+			t.Fatalf("night %d: exit %d %s", night, rep.ExitCode, rep.Verdict)
+		}
+	}
+	w.host.Host, w.host.Driver, w.host.Topology = "box-b", "580.95.05", "8 GPUs: NVLink 4, NODE 8, SYS 16; 2 NUMA nodes"
+	w.serve("a", 900)
+	w.serve("b", 1440)
+	rep := w.run(context.Background(), true)
+	want := "the environment changed since run 5 (host box-a -> box-b, driver 570.172.08 -> 580.95.05, topology 8 GPUs: NODE 8, PIX 4, SYS 16; 2 NUMA nodes -> 8 GPUs: NVLink 4, NODE 8, SYS 16; 2 NUMA nodes): not compared with history; " +
+		"if the change is intended, make this run the reference: `arpatch history accept 6 --db " + filepath.Join(w.dir, "history.db") + "`"
+	if rep.ExitCode != ExitOK || rep.Verdict != "no regression; "+want {
+		t.Fatalf("night 6: exit %d verdict %q", rep.ExitCode, rep.Verdict)
+	}
+	for _, arm := range []string{"base", "patched"} {
+		if r := findReg(rep, arm, "tok_s", "history"); r.Verdict != "not compared" || r.RefRuns != 5 || r.Tonight > r.Reference*0.95 {
+			t.Errorf("%s vs history: %+v", arm, r)
+		}
+	}
+	if c := w.check(rep, "environment vs reference runs"); c.Status != "skip" || c.Detail != want {
+		t.Errorf("environment check %+v", c)
+	}
+	var junit, summary bytes.Buffer
+	JUnit(&junit, rep)
+	Summary(&summary, rep)
+	if !strings.Contains(junit.String(), `<testcase classname="arpatch.environment" name="environment vs reference runs">`) ||
+		!strings.Contains(junit.String(), `<skipped message="the environment changed since run 5 (host box-a -&gt; box-b`) || strings.Contains(junit.String(), "<failure") {
+		t.Errorf("junit:\n%s", junit.String())
+	}
+	if !strings.Contains(summary.String(), "> **Environment changed** since run 5: host box-a -> box-b, driver 570.172.08 -> 580.95.05") ||
+		!strings.Contains(summary.String(), "`arpatch history accept 6 --db ") {
+		t.Errorf("summary:\n%s", summary.String())
+	}
+	// Night 7 on the new host, not accepted yet: still flagged, not judged.
+	if rep = w.run(context.Background(), true); rep.ExitCode != ExitOK || rep.EnvChange == nil || rep.EnvChange.Since != 5 {
+		t.Fatalf("night 7: exit %d %+v", rep.ExitCode, rep.EnvChange)
+	}
+	// Accepted: night 8 compares with nights 6 and 7 on the new host.
+	store, err := history.Open(filepath.Join(w.dir, "history.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := store.Accept(6); err != nil {
+		t.Fatal(err)
+	}
+	store.Close()
+	rep = w.run(context.Background(), true)
+	if r := findReg(rep, "patched", "tok_s", "history"); rep.ExitCode != ExitOK || rep.EnvChange != nil || r.Verdict == "not compared" || r.RefRuns != 2 {
+		t.Fatalf("after accept: exit %d %+v %+v", rep.ExitCode, rep.EnvChange, r)
+	}
+	if c := w.check(rep, "environment vs reference runs"); c.Status != "pass" || c.Detail != "same host, gpu_count, driver, cuda, torch, nccl, topology as reference runs 6..7" {
+		t.Errorf("environment check %+v", c)
 	}
 }

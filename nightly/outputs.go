@@ -196,6 +196,10 @@ func Summary(w io.Writer, rep *Report) error {
 	for _, wn := range rep.Warnings {
 		fmt.Fprintf(w, "> warning: %s\n\n", wn)
 	}
+	if e := rep.EnvChange; e != nil {
+		fmt.Fprintf(w, "> **Environment changed** since run %d: %s. The checks against history were not judged; if the change is intended, make this run the reference: `%s`\n\n",
+			e.Since, strings.Join(e.Changes, ", "), e.Accept)
+	}
 	if rep.Benched() {
 		report.WriteMarkdown(w, rep.Bench, benchSettings(rep))
 		fmt.Fprintln(w)

@@ -101,7 +101,10 @@ type Report struct {
 	Errors        []string         `json:"errors,omitempty"`
 	// Warnings are problems that do not change the exit code (an
 	// also_check revision that does not resolve).
-	Warnings   []string          `json:"warnings,omitempty"`
+	Warnings []string `json:"warnings,omitempty"`
+	// EnvChange is set when tonight's environment differs from that of the
+	// reference runs: the checks against history are then not judged.
+	EnvChange  *EnvChange        `json:"environment_change,omitempty"`
 	ArmRecipes map[string]string `json:"arm_recipes"`
 	// Tune is bench.tune as the arms used it.
 	Tune *TuneRecord `json:"tune,omitempty"`
@@ -489,9 +492,17 @@ func verdictText(rep *Report) string {
 				why = append(why, c.Name)
 			}
 		}
-		return "regression: " + strings.Join(why, ", ")
+		return "regression: " + strings.Join(why, ", ") + envNote(rep)
 	}
-	return "no regression"
+	return "no regression" + envNote(rep)
+}
+
+// envNote adds an environment change to the headline.
+func envNote(rep *Report) string {
+	if rep.EnvChange == nil {
+		return ""
+	}
+	return "; " + rep.EnvChange.String()
 }
 
 func loadArms(cfg *Config) (*recipes.Recipe, *recipes.Recipe, error) {
@@ -950,6 +961,26 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 	}
 	metrics := slices.Sorted(maps.Keys(cfg.Regression.Metrics))
 	levels := res.Levels()
+	// The reference windows first: their runs must share tonight's
+	// environment for a comparison to mean anything.
+	type window struct {
+		ref  []float64
+		runs []int64
+		err  error
+	}
+	windows := map[string]window{}
+	var refRuns []int64
+	for _, ar := range res.Arms {
+		for _, c := range levels {
+			for _, m := range metrics {
+				var w window
+				w.ref, w.runs, w.err = store.Window(rep.HardwareKey, rep.Workload, ar.Arm.Name, m, c, cfg.History.Window, rep.RunID)
+				windows[fmt.Sprint(ar.Arm.Name, c, m)] = w
+				refRuns = append(refRuns, w.runs...)
+			}
+		}
+	}
+	rep.EnvChange = envChange(store, rep, refRuns, cfg.Path(cfg.History.Path))
 	// With one level the checks keep their names; with several each
 	// names its level, and compares it with the same level only.
 	named := func(metric string, c int) string {
@@ -962,12 +993,16 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 		for _, c := range levels {
 			for _, m := range metrics {
 				tonight := metricValues(ar.MetricsAt(c), m)
-				ref, runs, err := store.Window(rep.HardwareKey, rep.Workload, ar.Arm.Name, m, c, cfg.History.Window, rep.RunID)
-				r := Check{Arm: ar.Arm.Name, Metric: named(m, c), Against: "history", ThresholdPct: cfg.Regression.Metrics[m], RefRuns: len(runs), RefSamples: len(ref)}
-				if err != nil {
-					r.Verdict, r.Note = "not enough data", err.Error()
-				} else {
-					compare(&r, ref, tonight, cfg.Regression.Alpha, metricDirections[m])
+				w := windows[fmt.Sprint(ar.Arm.Name, c, m)]
+				r := Check{Arm: ar.Arm.Name, Metric: named(m, c), Against: "history", ThresholdPct: cfg.Regression.Metrics[m], RefRuns: len(w.runs), RefSamples: len(w.ref)}
+				switch {
+				case w.err != nil:
+					r.Verdict, r.Note = "not enough data", w.err.Error()
+				case rep.EnvChange != nil && len(w.ref) > 0:
+					r.Tonight, r.Reference = stats.Quantile(tonight, 0.5), stats.Quantile(w.ref, 0.5)
+					r.Verdict, r.Note = "not compared", rep.EnvChange.String()
+				default:
+					compare(&r, w.ref, tonight, cfg.Regression.Alpha, metricDirections[m])
 				}
 				rep.addRegression(r)
 			}
@@ -998,11 +1033,58 @@ func (rep *Report) addRegression(r Check) {
 	if r.Note != "" {
 		c.Detail += "; " + r.Note
 	}
-	if r.Verdict == "regression" {
+	switch r.Verdict {
+	case "regression":
 		c.Status = "fail"
 		rep.exit(ExitRegression)
+	case "not compared":
+		c.Status = "skip"
 	}
 	rep.check(c)
+}
+
+// EnvChange is an environment that differs from the reference runs'.
+type EnvChange struct {
+	// Since is the newest reference run whose environment differs;
+	// Changes say how ("driver 570.172.08 -> 580.95.05").
+	Since   int64    `json:"since_run"`
+	Changes []string `json:"changes"`
+	// Accept is the command that makes tonight the new reference.
+	Accept string `json:"accept"`
+}
+
+func (e *EnvChange) String() string {
+	return fmt.Sprintf("the environment changed since run %d (%s): not compared with history; if the change is intended, make this run the reference: `%s`",
+		e.Since, strings.Join(e.Changes, ", "), e.Accept)
+}
+
+// envChange compares tonight's environment with each reference run's
+// (newest first) over EnvKeys, adds an "environment" check, and returns
+// the first difference, or nil. A value either run did not record is not
+// compared.
+func envChange(store *history.Store, rep *Report, refRuns []int64, dbPath string) *EnvChange {
+	slices.Sort(refRuns)
+	refRuns = slices.Compact(refRuns)
+	if len(refRuns) == 0 {
+		return nil
+	}
+	now := rep.Environment.Map()
+	for i := len(refRuns) - 1; i >= 0; i-- {
+		old, err := store.Env(refRuns[i])
+		if err != nil {
+			rep.Warnings = append(rep.Warnings, fmt.Sprintf("environment of run %d: %v", refRuns[i], err))
+			continue
+		}
+		if ch := EnvChanges(old, now); len(ch) > 0 {
+			e := &EnvChange{Since: refRuns[i], Changes: ch,
+				Accept: patches.ShellJoin([]string{"arpatch", "history", "accept", fmt.Sprint(rep.RunID), "--db", dbPath})}
+			rep.check(history.Check{Name: "environment vs reference runs", Kind: "environment", Status: "skip", Detail: e.String()})
+			return e
+		}
+	}
+	rep.check(history.Check{Name: "environment vs reference runs", Kind: "environment", Status: "pass",
+		Detail: fmt.Sprintf("same %s as reference runs %d..%d", strings.Join(EnvKeys, ", "), refRuns[0], refRuns[len(refRuns)-1])})
+	return nil
 }
 
 // compare fills the verdict: a regression needs both significance (Mann-

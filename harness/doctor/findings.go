@@ -2,8 +2,6 @@ package doctor
 
 import (
 	"fmt"
-	"maps"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -46,12 +44,7 @@ func findings(h *Host, j *Judged, env []string) []Finding {
 	}
 	// Topology.
 	if t := h.Topology; t != nil && len(t.GPUs) > 1 {
-		counts := t.LinkCounts()
-		var parts []string
-		for _, k := range slices.Sorted(maps.Keys(counts)) {
-			parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
-		}
-		desc := strings.Join(parts, ", ")
+		desc := t.PairsByLink()
 		switch {
 		case t.FullNVLink():
 			add("topo.full-nvlink", Info, fmt.Sprintf("full NVLink between all %d GPUs", len(t.GPUs)), "GPU pairs by link: "+desc,

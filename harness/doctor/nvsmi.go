@@ -19,7 +19,9 @@ package doctor
 import (
 	"encoding/csv"
 	"fmt"
+	"maps"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -255,6 +257,28 @@ func (t *Topology) LinkCounts() map[string]int {
 		}
 	}
 	return c
+}
+
+// PairsByLink counts the GPU pairs by link, sorted by link name, e.g.
+// "NODE 8, PIX 4, SYS 16" or "NVLink 28".
+func (t *Topology) PairsByLink() string {
+	counts := t.LinkCounts()
+	var parts []string
+	for _, k := range slices.Sorted(maps.Keys(counts)) {
+		parts = append(parts, fmt.Sprintf("%s %d", k, counts[k]))
+	}
+	return strings.Join(parts, ", ")
+}
+
+// Summary is the topology in one line, comparable across runs: the GPU
+// count, the pairs by link and the NUMA split, e.g. "8 GPUs: NODE 8,
+// PIX 4, SYS 16; 2 NUMA nodes".
+func (t *Topology) Summary() string {
+	s := fmt.Sprintf("%d GPUs: %s", len(t.GPUs), t.PairsByLink())
+	if n := len(t.NUMANodes()); n > 1 {
+		s += fmt.Sprintf("; %d NUMA nodes", n)
+	}
+	return s
 }
 
 // P2PMatrix is `nvidia-smi topo -p2p r` or `w`: per pair "OK", "NS" (not
