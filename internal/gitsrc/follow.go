@@ -43,7 +43,7 @@ type NotAncestorError struct {
 }
 
 func (e *NotAncestorError) Error() string {
-	return fmt.Sprintf("commit %s is not a first-parent ancestor of %s; renames are followed along the first-parent chain only (pick a tested_on commit that %s descends from)", e.From[:12], e.To[:12], e.To[:12])
+	return fmt.Sprintf("commit %s is not a first-parent ancestor of %s; renames are followed along the first-parent chain only: start from a commit that %s descends from (patches port --from REV)", e.From[:12], e.To[:12], e.To[:12])
 }
 
 // renameScore is the similarity (percent) above which a deleted file and
