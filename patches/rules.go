@@ -76,8 +76,10 @@ func opensGates(ps []*Patch) bool {
 // selection touches SGLang's custom allreduce gates (see opensGates), the
 // patched CustomAllreduce::allreduce dispatch, wherever the tree keeps it,
 // must launch a kernel or throw at every world size above 2 without full
-// NVLink. It returns a *gaterule.DispatchError when it does not, or an
-// error reading the tree.
+// NVLink. The header is looked for among the files the series changes, the
+// tree's files when it is a Lister, and upstream's known places. It
+// returns a *gaterule.DispatchError when it does not, or an error reading
+// the tree.
 func CheckResult(tree Tree, res *Result, ps []*Patch) error {
 	if !opensGates(ps) {
 		return nil
@@ -86,11 +88,18 @@ func CheckResult(tree Tree, res *Result, ps []*Patch) error {
 	for _, f := range res.Files {
 		files[f.Path] = f
 	}
-	var changed []string
+	var paths []string
 	for _, p := range ps {
 		for _, fc := range p.Diff.Changes {
-			changed = append(changed, fc.Path)
+			paths = append(paths, fc.Path)
 		}
+	}
+	if l, ok := tree.(Lister); ok {
+		all, err := l.Paths()
+		if err != nil {
+			return err
+		}
+		paths = append(paths, all...)
 	}
 	read := func(path string) ([]byte, error) {
 		if f, ok := files[path]; ok {
@@ -101,7 +110,14 @@ func CheckResult(tree Tree, res *Result, ps []*Patch) error {
 		}
 		return tree.ReadFile(path)
 	}
-	return gaterule.Check(read, changed)
+	return gaterule.Check(read, paths)
+}
+
+// Lister is a Tree that can list its files (slash paths relative to its
+// root). CheckResult then finds the dispatch header wherever the tree
+// keeps it, not only at the places upstream has used.
+type Lister interface {
+	Paths() ([]string, error)
 }
 
 // ApplyChecked is Apply followed by CheckResult: what every command that

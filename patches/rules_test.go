@@ -116,7 +116,7 @@ func TestShippedSeriesOnRealUpstream(t *testing.T) {
 			t.Fatal(err)
 		}
 		for _, c := range s.TestedOn {
-			tree := gitTree{show: show, commit: c}
+			tree := gitTree{show: show, commit: c, mirror: mirror}
 			if _, err := ApplyChecked(tree, ps); err != nil {
 				t.Errorf("%s at %s: %v", s.Name, c[:12], err)
 			} else {
@@ -132,7 +132,7 @@ func TestShippedSeriesOnRealUpstream(t *testing.T) {
 	}
 	const eraC = "0bda0b168ad5bf7311ae639904489a4698a05546"
 	gate := &Patch{Name: "g", Provides: []string{TagGateBypass}, Diff: &Diff{}}
-	if err := CheckResult(gitTree{show: show, commit: eraC}, &Result{}, []*Patch{gate}); err == nil || !strings.Contains(err.Error(), "python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh") {
+	if err := CheckResult(gitTree{show: show, commit: eraC, mirror: mirror}, &Result{}, []*Patch{gate}); err == nil || !strings.Contains(err.Error(), "python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh") {
 		t.Errorf("era C upstream dispatch: %v", err)
 	}
 }
@@ -140,6 +140,14 @@ func TestShippedSeriesOnRealUpstream(t *testing.T) {
 type gitTree struct {
 	show   func(commit, path string) ([]byte, error)
 	commit string
+	mirror string
+}
+
+// Paths lists the commit's files, so the rule searches the whole tree
+// (and must pass over the JIT kernel's custom_all_reduce.cuh).
+func (g gitTree) Paths() ([]string, error) {
+	out, err := exec.Command("git", "-C", g.mirror, "ls-tree", "-r", "--name-only", g.commit).Output()
+	return strings.Fields(string(out)), err
 }
 
 func (g gitTree) ReadFile(p string) ([]byte, error) {

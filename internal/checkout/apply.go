@@ -265,7 +265,11 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 		}
 		return nil, fmt.Errorf("%w\nthe tree is unchanged. Run `%s` to see which series fits this commit", err, opts.Catalog.CheckCommand(opts.Src, head))
 	}
-	if err := patches.CheckResult(root, res, choice.Patches); err != nil {
+	index, err := repo.Tracked()
+	if err != nil {
+		return nil, err
+	}
+	if err := patches.CheckResult(listedRoot{root, index}, res, choice.Patches); err != nil {
 		return nil, fmt.Errorf("series %s: %w\nthe tree is unchanged", choice.Series.Name, err)
 	}
 	rep.Result = res
@@ -722,4 +726,21 @@ func lineEndingError(src, head string, paths []string) error {
 	return fmt.Errorf("%s: these files hold commit %s's text with CRLF line endings where the commit has LF: %s. Git converted them when it checked them out (core.autocrlf=true, or a .gitattributes eol/text rule); the patches are written against the commit's bytes, so nothing was changed. "+
 		"Turn the conversion off for this checkout and check its files out again (the conversion is the only difference, so nothing is lost): `git -C %s config core.autocrlf false`, then `git -C %s checkout HEAD -- .`, then apply",
 		src, head[:12], strings.Join(paths, ", "), src, src)
+}
+
+// listedRoot is a checkout read through safefs that can list its tracked
+// files, so that the built-in rule finds the dispatch header wherever the
+// tree keeps it (patches.Lister).
+type listedRoot struct {
+	safefs.Root
+	tracked map[string]bool
+}
+
+func (l listedRoot) Paths() ([]string, error) {
+	out := make([]string, 0, len(l.tracked))
+	for p := range l.tracked {
+		out = append(out, p)
+	}
+	sort.Strings(out)
+	return out, nil
 }

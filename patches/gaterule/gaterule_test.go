@@ -232,6 +232,21 @@ func TestCheckFindsTheDispatchWhereTheTreeKeepsIt(t *testing.T) {
 	if err := Check(tree(map[string][]byte{other: fixture(upstream)}), []string{other, "README.md"}); err == nil {
 		t.Error("a changed dispatch file elsewhere was not judged")
 	}
+	// Listed files named like it that are another kernel's (the JIT
+	// custom allreduce v2 keeps one) are not the dispatch.
+	jit := "python/sglang/kernels/jit/csrc/distributed/custom_all_reduce.cuh"
+	moved := "csrc/elsewhere/allreduce/custom_all_reduce.cuh"
+	files := map[string][]byte{jit: []byte("struct AllReducePushImpl {};\n"), moved: fixture(patchedElse)}
+	if err := Check(tree(files), []string{jit, moved, "README.md"}); err != nil {
+		t.Errorf("dispatch found by listing, JIT header beside it: %v", err)
+	}
+	files[moved] = fixture(upstream)
+	if err := Check(tree(files), []string{jit, moved}); !errors.As(err, &de) || de.Path != moved {
+		t.Errorf("upstream dispatch found by listing: %v", err)
+	}
+	if err := Check(tree(map[string][]byte{jit: files[jit]}), []string{jit}); !errors.As(err, &de) || de.Path != "" {
+		t.Errorf("only the JIT header: %v", err)
+	}
 	err = Check(tree(nil), []string{"README.md"})
 	if !errors.As(err, &de) || de.Path != "" || !strings.Contains(err.Error(), "sgl-kernel/csrc/allreduce/custom_all_reduce.cuh") {
 		t.Errorf("no dispatch anywhere: %v", err)

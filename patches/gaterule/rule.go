@@ -1,10 +1,12 @@
 package gaterule
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
 	"path"
+	"regexp"
 	"sort"
 	"strings"
 )
@@ -27,8 +29,9 @@ var GateFiles = []string{
 const DispatchBase = "custom_all_reduce.cuh"
 
 // DispatchPaths are where upstream has kept that header: eras A and B, and
-// era C from c32c4ef79cf5 on. A series may name another place; every file
-// named DispatchBase that a series changes is judged too.
+// era C from c32c4ef79cf5 on. They are looked at when the tree cannot list
+// its files; otherwise every file of the tree named DispatchBase is a
+// candidate (see Check).
 var DispatchPaths = []string{
 	"sgl-kernel/csrc/allreduce/" + DispatchBase,
 	"python/sglang/kernels/aot/csrc/allreduce/" + DispatchBase,
@@ -60,38 +63,43 @@ type DispatchError struct {
 
 func (e *DispatchError) Error() string {
 	if e.Path == "" {
-		return fmt.Sprintf("the series opens SGLang's custom allreduce gates, but the tree has no %s holding CustomAllreduce::allreduce (looked at %s), so arpatch cannot check that PCIe groups above 2 GPUs get a kernel",
+		return fmt.Sprintf("the series opens SGLang's custom allreduce gates, but the tree has no %s holding CustomAllreduce::allreduce (looked at %s), so arpatch cannot check that PCIe groups above 2 GPUs get a kernel; nothing was changed",
 			DispatchBase, strings.Join(e.Looked, ", "))
 	}
 	return fmt.Sprintf("in %s as patched, CustomAllreduce::allreduce %s; the series opens SGLang's custom allreduce gates, so a PCIe-only group would get unreduced data without an error. The dispatch must launch a kernel or throw for every world size above 2 without full NVLink",
 		e.Path, e.Problem)
 }
 
-// Check judges every dispatch header of the patched tree: those among
-// changed (the files the series changes) named DispatchBase, and those
-// at DispatchPaths that exist. It returns nil when it found at least one
-// and each launches a kernel or throws at every world size in WorldSizes
-// without full NVLink; otherwise a *DispatchError naming the file, the
-// world size and the line where a path ends with nothing launched; or the
-// reader's error.
-func Check(read Reader, changed []string) error {
+// Check judges every dispatch header of the patched tree. It looks at the
+// files of paths (the files the series changes and, when the tree can list
+// them, every file of the tree) and at DispatchPaths, takes those named
+// DispatchBase that hold CustomAllreduce (other kernels of that name, such
+// as the JIT custom allreduce v2's, do not), and follows each one's
+// dispatch. It returns nil when it found at least one and each launches a
+// kernel or throws at every world size in WorldSizes without full NVLink;
+// otherwise a *DispatchError naming the file, the world size and the line
+// where a path ends with nothing launched; or the reader's error.
+func Check(read Reader, paths []string) error {
 	seen := map[string]bool{}
-	var paths []string
-	for _, p := range append(append([]string(nil), changed...), DispatchPaths...) {
+	var cands []string
+	for _, p := range append(append([]string(nil), paths...), DispatchPaths...) {
 		if IsDispatchFile(p) && !seen[p] {
 			seen[p] = true
-			paths = append(paths, p)
+			cands = append(cands, p)
 		}
 	}
-	sort.Strings(paths)
+	sort.Strings(cands)
 	found := 0
-	for _, p := range paths {
+	for _, p := range cands {
 		src, err := read(p)
 		if errors.Is(err, fs.ErrNotExist) {
 			continue
 		}
 		if err != nil {
 			return err
+		}
+		if !holdsDispatch(src) {
+			continue
 		}
 		found++
 		d, err := judgeDispatch(src)
@@ -105,7 +113,16 @@ func Check(read Reader, changed []string) error {
 		}
 	}
 	if found == 0 {
-		return &DispatchError{Looked: paths}
+		return &DispatchError{Looked: cands}
 	}
 	return nil
 }
+
+// holdsDispatch reports whether a header is CustomAllreduce's (it names
+// the class or switches on world_size_), not another kernel's file of the
+// same name.
+func holdsDispatch(src []byte) bool {
+	return bytes.Contains(src, []byte("CustomAllreduce")) || switchRe.Match(src)
+}
+
+var switchRe = regexp.MustCompile(`switch\s*\(\s*world_size_\s*\)`)
