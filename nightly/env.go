@@ -50,9 +50,11 @@ func EnvChanges(old, now map[string]string) []string {
 	return out
 }
 
-// Discover reads the environment with nvidia-smi and the toolchain probe;
-// what cannot be read stays empty.
-func Discover(ctx context.Context, python string) Environment {
+// Discover reads the environment with nvidia-smi and, when toolchain is
+// set, the toolchain probe (nvcc, torch, NCCL through python); what cannot
+// be read stays empty. A drift-only night builds and benches nothing, so
+// it leaves the toolchain out: the probe starts Python and nvcc.
+func Discover(ctx context.Context, python string, toolchain bool) Environment {
 	var e Environment
 	e.Host, _ = os.Hostname()
 	run := doctor.ExecRunner(os.Environ())
@@ -65,6 +67,9 @@ func Discover(ctx context.Context, python string) Environment {
 		if t, err := doctor.ParseTopoMatrix(out); err == nil {
 			e.Topology = t.Summary()
 		}
+	}
+	if !toolchain {
+		return e
 	}
 	if tc, err := kernels.Probe(ctx, kernels.ProbeOptions{Python: python}); err == nil {
 		e.CUDA, e.Torch, e.NCCL = tc.NVCC.Version, tc.Torch.Version, tc.Torch.NCCL

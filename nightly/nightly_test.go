@@ -483,6 +483,29 @@ func TestDriftOnlyRun(t *testing.T) {
 	}
 }
 
+// A drift-only night (--skip-build --skip-bench) starts no toolchain
+// probe: its Python is never run. Discover with the toolchain runs it.
+func TestDriftOnlyRunsNoToolchainProbe(t *testing.T) {
+	w := newWorld(t)
+	marker := filepath.Join(t.TempDir(), "python-ran")
+	fake := filepath.Join(t.TempDir(), "python")
+	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho \"$@\" >> "+marker+"\nexit 1\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	w.cfg.Build.Python = fake
+	rep, err := Run(context.Background(), Options{Config: w.cfg, Env: w.env, SkipBuild: true, SkipBench: true})
+	if err != nil || rep.ExitCode != ExitOK {
+		t.Fatalf("drift-only: %v %+v", err, rep)
+	}
+	if b, err := os.ReadFile(marker); err == nil {
+		t.Errorf("the drift-only night ran the toolchain probe's python: %s", b)
+	}
+	Discover(context.Background(), fake, true)
+	if _, err := os.Stat(marker); err != nil {
+		t.Errorf("Discover with the toolchain did not run python (is the fake wired?): %v", err)
+	}
+}
+
 func TestConfigErrors(t *testing.T) {
 	dir := t.TempDir()
 	for _, tc := range []struct{ toml, want string }{
