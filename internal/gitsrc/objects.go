@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"runtime"
 	"sort"
 	"strings"
 	"sync"
@@ -49,7 +50,7 @@ func (r *Repo) objects() *objectReader {
 var errNotHere = errors.New("not stored here in a form this reader takes")
 
 // objectReader reads single objects as git does: a loose object file, or
-// a binary search in each pack's index (version 2, read once) and an
+// a binary search in each pack's index (version 2, mapped once) and an
 // inflate from the pack, deltas applied with go-git's PatchDelta over a
 // bounded cache of delta bases. go-git's object store would first map
 // every offset of the pack to its hash, tens of milliseconds and
@@ -70,7 +71,7 @@ type objectReader struct {
 type packFile struct {
 	path    string
 	idxOnce sync.Once
-	idx     []byte // the whole .idx file, or nil when unusable
+	idx     []byte // the .idx file, mapped; nil when unusable
 	readers sync.Pool
 }
 
@@ -139,9 +140,12 @@ func (o *objectReader) find(h plumbing.Hash) (*packFile, int64) {
 	})
 	for _, p := range o.packs {
 		p.idxOnce.Do(func() {
-			b, err := os.ReadFile(p.path + ".idx")
+			b, err := readOnlyMap(p.path + ".idx")
 			if err == nil && len(b) >= 8+256*4 && bytes.Equal(b[:8], []byte{0xff, 't', 'O', 'c', 0, 0, 0, 2}) {
 				p.idx = b
+				runtime.AddCleanup(p, releaseMap, b)
+			} else if err == nil {
+				releaseMap(b)
 			}
 		})
 		if off, ok := idxOffset(p.idx, h); ok {

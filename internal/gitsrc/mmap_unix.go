@@ -1,0 +1,30 @@
+//go:build unix
+
+package gitsrc
+
+import (
+	"os"
+	"syscall"
+)
+
+// readOnlyMap maps the file at path read-only, as git maps pack indexes:
+// only the pages a lookup touches are read. The mapping lives as long as
+// its packFile: releaseMap unmaps it when that is collected.
+func readOnlyMap(path string) ([]byte, error) {
+	f, err := os.Open(path)
+	if err != nil {
+		return nil, err
+	}
+	defer f.Close()
+	fi, err := f.Stat()
+	if err != nil {
+		return nil, err
+	}
+	if fi.Size() == 0 {
+		return nil, nil
+	}
+	return syscall.Mmap(int(f.Fd()), 0, int(fi.Size()), syscall.PROT_READ, syscall.MAP_SHARED)
+}
+
+// releaseMap unmaps what readOnlyMap mapped.
+func releaseMap(b []byte) { syscall.Munmap(b) }
