@@ -189,7 +189,9 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	rep.Workload = workloadKey(cfg, b)
 	probe := o.Probe
 	if probe == nil {
-		probe = func(ctx context.Context) Environment { return Discover(ctx, cfg.Build.Python, !o.SkipBuild || !o.SkipBench) }
+		probe = func(ctx context.Context) Environment {
+			return Discover(ctx, cfg.Build.Python, !o.SkipBuild || !o.SkipBench)
+		}
 	}
 	rep.Environment = probe(ctx)
 	rep.HardwareKey = cfg.History.HardwareKey
