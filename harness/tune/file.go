@@ -51,7 +51,7 @@ type File struct {
 func (f *File) Format() []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# arpatch tune allreduce: thresholds for the pcie series' PCIe-only allreduce dispatch.\n")
-	fmt.Fprintf(&b, "# Use it with `arpatch bench --tune FILE`, nightly's `tune = \"FILE\"`, or `set -a; . FILE; set +a` before starting SGLang.\n")
+	fmt.Fprintf(&b, "# Use it with `arpatch bench --tune FILE`, `arpatch apply --tune FILE`, nightly's [bench] tune = \"FILE\", or `set -a; . FILE; set +a` before starting SGLang.\n")
 	for _, kv := range [][2]string{
 		{"schema", Schema},
 		{"host", f.Host.Name},

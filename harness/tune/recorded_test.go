@@ -74,6 +74,23 @@ func TestRecordedH200Tunes(t *testing.T) {
 	}
 }
 
+// TestRecordedTuneFile reads the env file the era A tune wrote on the H200
+// host: the host record and the thresholds come back as written.
+func TestRecordedTuneFile(t *testing.T) {
+	f, err := Load("testdata/h200x2-ws2-A.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := Host{Name: "vm", GPUModel: "NVIDIA H200", GPUCount: 2, Driver: "580.159.04", NCCL: "2.28.9"}
+	if f.Host != want || f.WorldSize != 2 || f.Mode != "graph" || f.Thresholds.MaxBytes != 8<<20 || *f.Thresholds.OneStageMax != 8<<20 ||
+		f.Date.Format("2006-01-02") != "2026-11-30" || !strings.HasPrefix(f.Command, "arpatch tune allreduce --world-size 2 --src A-pcie") {
+		t.Errorf("%+v", f)
+	}
+	if _, err := f.Check("h200.env", Host{Name: "gpu-a", GPUModel: "NVIDIA RTX PRO 6000 Blackwell Server Edition", GPUCount: 8}, 8, false); err == nil {
+		t.Error("an H200 tune accepted on an RTX PRO 6000 host")
+	}
+}
+
 // TestRecordedOversubscribed: world size 4 as two ranks per H200 reaches
 // the PCIe branch above world size 2 in each era's patched tree: every sum
 // exact, eager and CUDA graphs, under the built-in default (2-stage), 1-stage
