@@ -141,6 +141,9 @@ func runTuneAllreduce(c *cli.Context) error {
 		Host:     discoverHost(c.Context),
 		Progress: func(s string) { fmt.Fprintln(c.App.ErrWriter, s+"...") },
 	}
+	if src := pathFlag(c, "src"); src != "" && pathFlag(c, "ext") == "" {
+		o.Rebuild = patches.ShellJoin(append([]string{"arpatch", "build", "--allreduce-ext", "--src", src}, archArgs(c)...))
+	}
 	if p := pathFlag(c, "log"); p != "" {
 		f, err := os.Create(p)
 		if err != nil {
@@ -153,6 +156,9 @@ func runTuneAllreduce(c *cli.Context) error {
 	if err != nil {
 		return err
 	}
+	if res.File != nil {
+		res.File.Command = commandLine(os.Args)
+	}
 	res.Write(c.App.Writer)
 	if p := pathFlag(c, "json"); p != "" {
 		b, _ := json.MarshalIndent(res, "", "  ")
@@ -161,7 +167,6 @@ func runTuneAllreduce(c *cli.Context) error {
 		}
 	}
 	if res.File != nil {
-		res.File.Command = commandLine(os.Args)
 		if err := safefs.WriteFile(out, res.File.Format(), 0o644); err != nil {
 			return err
 		}
@@ -298,4 +303,16 @@ func tunePreflight(f *tune.File, ao *allreduce.Options, v allreduce.Verify, w io
 	ao.Sizes, ao.Impls = sizes, []string{allreduce.NCCL, allreduce.CustomAuto}
 	ao.Env = append(os.Environ(), f.Thresholds.Env()...)
 	fmt.Fprintf(w, "preflight under the tune: %s\n", strings.Join(tune.Dispatch(f.Thresholds, ao.WorldSize, sizes), ", "))
+}
+
+// archArgs repeats --arch and --cache-dir as given, for a printed command.
+func archArgs(c *cli.Context) []string {
+	var out []string
+	if c.IsSet("arch") {
+		out = append(out, "--arch", strings.Join(c.StringSlice("arch"), ","))
+	}
+	if d := c.String("cache-dir"); d != "" {
+		out = append(out, "--cache-dir", d)
+	}
+	return out
 }

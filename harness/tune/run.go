@@ -30,6 +30,11 @@ type Options struct {
 	// Progress, when set, hears each step ("measuring ...").
 	Progress func(string)
 	Version  string
+	// Rebuild is the command that rebuilds the extension from its tree
+	// ("arpatch build --allreduce-ext --src sglang --arch 90a"), printed
+	// when the extension predates the run-time thresholds; "" when the
+	// extension was given by path.
+	Rebuild string
 }
 
 // Setting is one threshold setting checked by Run: custom-auto through the
@@ -184,7 +189,11 @@ func Run(ctx context.Context, o Options) (*Outcome, error) {
 	if p := run.ThresholdProbe; p == nil {
 		out.Findings = append(out.Findings, "the extension was not asked whether it refuses a bad threshold (no custom allreduce run reached init)")
 	} else if !p.Refused {
-		out.Findings = append(out.Findings, fmt.Sprintf("NO RUN-TIME THRESHOLDS: init_custom_ar took %s=%q without complaint: this extension predates the pcie series' run-time thresholds; rebuild it from a tree with the current series (arpatch build --allreduce-ext)", p.Variable, p.Value))
+		how := "rebuild it (arpatch build --allreduce-ext) from a tree patched with the current pcie series"
+		if o.Rebuild != "" {
+			how = "if its tree holds the current pcie series (arpatch status), rebuild it: `" + o.Rebuild + "`"
+		}
+		out.Findings = append(out.Findings, fmt.Sprintf("NO RUN-TIME THRESHOLDS: init_custom_ar took %s=%q without complaint: this extension predates the pcie series' run-time thresholds; %s", p.Variable, p.Value, how))
 	}
 	if ctx.Err() != nil {
 		return out, nil
