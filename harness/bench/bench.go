@@ -284,6 +284,11 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			}
 		}
 	}
+	for _, c := range o.Concurrency {
+		if c > len(o.Prompts) {
+			res.Findings = append(res.Findings, fmt.Sprintf("concurrency %d is above the %d prompts of a trial: at most %d requests are in flight at that level (raise --num-prompts to fill it)", c, len(o.Prompts), len(o.Prompts)))
+		}
+	}
 	for _, a := range o.Arms {
 		ar := &ArmResult{Arm: a}
 		if a.URL == "" {

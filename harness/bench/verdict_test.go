@@ -170,3 +170,15 @@ func TestOptionBounds(t *testing.T) {
 		}
 	}
 }
+
+// A level above the prompts of a trial cannot fill: the result says so.
+func TestLevelAbovePrompts(t *testing.T) {
+	_, b := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond})
+	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}}, Prompts: []string{"a", "b"}, MaxNewTokens: 4, Trials: 1, Concurrency: []int{1, 2, 8}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(res.Findings) != 1 || res.Findings[0] != "concurrency 8 is above the 2 prompts of a trial: at most 2 requests are in flight at that level (raise --num-prompts to fill it)" {
+		t.Errorf("findings %q", res.Findings)
+	}
+}
