@@ -117,7 +117,7 @@ func protoURL(t *testing.T, p *protoServer) string {
 }
 
 // chunkTokens is how many tokens each chunk after the first brings.
-const chunkTokens = 3
+const chunkTokens = 8
 
 // TestAcceptance runs the bench against protoServer at concurrency 1 and
 // at 1,4,16: decode tok/s within 2% of the configured rate at every level,
