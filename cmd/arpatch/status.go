@@ -83,7 +83,7 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 		fmt.Fprintf(w, "INTERRUPTED: a revert was killed while restoring files; some may be restored, some not. Run `%s` again to finish it%s\n", revert, save)
 	}
 	if st.Incomplete {
-		fmt.Fprintf(w, "INTERRUPTED: this apply was killed while writing files; some may be patched, some not. Run `%s`%s\n", revert, save)
+		fmt.Fprintf(w, "INTERRUPTED: this apply did not finish writing files (it was killed, or a write and its rollback both failed); some may be patched, some not. Run `%s`%s\n", revert, save)
 	}
 	drifted := map[string]string{}
 	for _, d := range rep.Drift {
