@@ -297,15 +297,15 @@ func dedupe(os []outcome) []outcome {
 	return out
 }
 
-// Dispatch is the result of reading one file's CustomAllreduce::allreduce
+// judged is the result of reading one file's CustomAllreduce::allreduce
 // dispatch.
-type Dispatch struct {
-	Line  int     // line of `switch (world_size_)`
-	Cases []*Case // one per world size judged
+type judged struct {
+	Line  int       // line of `switch (world_size_)`
+	Cases []*wsCase // one per world size judged
 }
 
-// Case is what the dispatch does at one world size without full NVLink.
-type Case struct {
+// wsCase is what the dispatch does at one world size without full NVLink.
+type wsCase struct {
 	WorldSize int
 	// OK: every path launches a kernel or throws.
 	OK bool
@@ -325,7 +325,7 @@ var WorldSizes = []int{4, 6, 8}
 // thresholds, environment) are undecided, so both of their branches must
 // launch or throw. It returns an error when the file has no such switch,
 // or has several.
-func judgeDispatch(src []byte) (*Dispatch, error) {
+func judgeDispatch(src []byte) (*judged, error) {
 	u, err := preprocess(string(src))
 	if err != nil {
 		return nil, err
@@ -356,7 +356,7 @@ func judgeDispatch(src []byte) (*Dispatch, error) {
 		return nil, fmt.Errorf("reading the `switch (world_size_)` at line %d: %w", u.toks[at].line, err)
 	}
 	consts := constants(u)
-	d := &Dispatch{Line: u.toks[at].line}
+	d := &judged{Line: u.toks[at].line}
 	for _, ws := range WorldSizes {
 		env := func(name string) value {
 			switch name {
@@ -370,7 +370,7 @@ func judgeDispatch(src []byte) (*Dispatch, error) {
 			}
 			return unknown
 		}
-		c := &Case{WorldSize: ws}
+		c := &wsCase{WorldSize: ws}
 		d.Cases = append(d.Cases, c)
 		entry := -1
 		for k, s := range stmts {
