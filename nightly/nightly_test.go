@@ -11,6 +11,7 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"reflect"
 	"strings"
 	"testing"
 	"time"
@@ -20,6 +21,7 @@ import (
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/kernels"
+	"github.com/arpatch/arpatch/patches"
 )
 
 const fixtureCu = "// fixture translation unit\nif (ws == 2) {\n  one();\n} else if (full_nvlink_) {\n  pick();\n}\n"
@@ -753,5 +755,60 @@ func TestHostChange(t *testing.T) {
 	}
 	if c := w.check(rep, "environment vs reference runs"); c.Status != "pass" || c.Detail != "same host, gpu_count, driver, cuda, torch, nccl, topology as reference runs 6..7" {
 		t.Errorf("environment check %+v", c)
+	}
+}
+
+// TestPatchesDirAddsBeside: [arms] patches_dir adds its series beside the
+// embedded ones (as docs/nightly.md says), replacing one of the same name.
+func TestPatchesDirAddsBeside(t *testing.T) {
+	w := newWorld(t)
+	emb, err := patches.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	cat, err := catalog(w.cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var got []string
+	for _, s := range cat.Series {
+		got = append(got, s.Name)
+	}
+	if len(got) != len(emb.Series)+1 || got[len(got)-1] != "fx" || got[0] != emb.Series[0].Name {
+		t.Errorf("catalog = %v, want the %d embedded series and fx", got, len(emb.Series))
+	}
+}
+
+// TestDriftHeadlineNamesTheRevision: a series that fits the tracked head
+// but not the pinned commit drifts at the pinned commit, and the headline
+// says so rather than naming the tracked ref.
+func TestDriftHeadlineNamesTheRevision(t *testing.T) {
+	w := newWorld(t)
+	// Upstream moves on; the series is refreshed for the new head only.
+	head, err := testrepo.Change(w.up, "rename", map[string]string{
+		"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": strings.Replace(fixtureCu, "one();", "one_stage();", 1),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	patch := strings.Replace(fixturePatch, "   one();", "   one_stage();", 1)
+	sum := sha256.Sum256([]byte(patch))
+	if err := testrepo.WriteFiles(w.dir, map[string]string{
+		"series/fx/0001-dispatch.patch": patch,
+		"series/fx/series.toml":         "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + head + "\"]\n\n[[patch]]\nfile = \"0001-dispatch.patch\"\nsha256 = \"" + hex.EncodeToString(sum[:]) + "\"\n",
+	}); err != nil {
+		t.Fatal(err)
+	}
+	rep, err := Run(context.Background(), Options{Config: w.cfg, Env: w.env, SkipBuild: true, SkipBench: true,
+		Probe: func(context.Context) Environment { return Environment{} }})
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := "drift: the series no longer applies to pinned commit " + w.commit[:12]
+	if rep.ExitCode != ExitDrift || !strings.HasPrefix(rep.Verdict, want) || strings.Contains(rep.Verdict, "applies to master") {
+		t.Errorf("exit %d verdict %q, want it to start %q", rep.ExitCode, rep.Verdict, want)
+	}
+	if !reflect.DeepEqual(rep.DriftedAt, []string{"pinned commit " + w.commit[:12]}) {
+		t.Errorf("drifted at %q", rep.DriftedAt)
 	}
 }

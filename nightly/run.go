@@ -111,6 +111,9 @@ type Report struct {
 	// Ports says, for each judged commit no series fits (drift), whether
 	// `arpatch patches port` finds a clean draft there.
 	Ports []PortHint `json:"ports,omitempty"`
+	// DriftedAt names each judged revision no series of the family fits:
+	// "pinned commit 84118acf50b3" or "main (0bda0b168ad5)".
+	DriftedAt []string `json:"drifted_at,omitempty"`
 }
 
 // PortHint is the outcome of porting a series, in memory, to a commit the
@@ -355,7 +358,7 @@ func preflight(cfg *Config, o Options) (*runInputs, error) {
 		return nil, fmt.Errorf("upstream.repo %s: %w; clone a mirror there (git clone --mirror https://github.com/sgl-project/sglang.git)", cfg.Path(cfg.Upstream.Repo), err)
 	}
 	if b.Series != "" && len(cat.Members(b.Series)) == 0 {
-		return nil, fmt.Errorf("arms.b: recipe %s names series %q, which no series in %s has as name or family", b.Name, b.Series, orStr(cfg.Arms.PatchesDir, "arpatch's embedded series"))
+		return nil, fmt.Errorf("arms.b: recipe %s names series %q, which no series has as name or family (arpatch's embedded series%s)", b.Name, b.Series, besideDir(cfg))
 	}
 	if !o.SkipBuild {
 		archs := cfg.Build.Archs
@@ -479,7 +482,7 @@ func verdictText(rep *Report) string {
 		first, _, _ := strings.Cut(strings.Join(rep.Errors, "; "), "\n")
 		return "infrastructure failure: " + first
 	case ExitDrift:
-		v := "drift: the series no longer applies to " + rep.Ref
+		v := "drift: the series no longer applies to " + strings.Join(rep.DriftedAt, " and ")
 		for _, h := range rep.Ports {
 			v += "; " + h.String()
 		}
@@ -531,11 +534,18 @@ func loadArms(cfg *Config) (*recipes.Recipe, *recipes.Recipe, error) {
 	return a, b, nil
 }
 
+// catalog is the embedded series plus, beside them, those of
+// [arms] patches_dir (one of the same name replaces the embedded one).
 func catalog(cfg *Config) (*patches.Catalog, error) {
-	if cfg.Arms.PatchesDir != "" {
-		return patches.LoadDir(cfg.Path(cfg.Arms.PatchesDir))
+	cat, err := patches.Embedded()
+	if err != nil || cfg.Arms.PatchesDir == "" {
+		return cat, err
 	}
-	return patches.Embedded()
+	extra, err := patches.LoadDir(cfg.Path(cfg.Arms.PatchesDir))
+	if err != nil {
+		return nil, err
+	}
+	return cat.With(extra), nil
 }
 
 func seriesHash(cat *patches.Catalog) string {
@@ -575,7 +585,13 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 		revs = append(revs, commit)
 		alsoName[commit] = a
 	}
-	rows, err := checkout.CheckCommits(repoPath, revs, cat, nil)
+	// The series of B's family: with [arms] patches_dir beside the
+	// embedded series, others are no part of this job.
+	var only []string
+	for _, s := range cat.Members(b.Series) {
+		only = append(only, s.Name)
+	}
+	rows, err := checkout.CheckCommits(repoPath, revs, cat, only)
 	if err != nil {
 		rep.Errors = append(rep.Errors, "drift check: "+err.Error())
 		rep.exit(ExitInfra)
@@ -656,6 +672,7 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 		}
 		if anyFit == "" && len(members) > 0 {
 			rep.exit(ExitDrift)
+			rep.DriftedAt = append(rep.DriftedAt, label)
 			hint := portHint(repo, repoPath, cat, members, commit)
 			msg := fmt.Sprintf("no %q series applies to %s:", b.Series, label)
 			for _, s := range members {
@@ -672,7 +689,7 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 					}
 				}
 			}
-			msg += fmt.Sprintf("\n  remedy: refresh the series against this commit (arpatch patches check --repo %s --commit %s shows every hunk), or keep the recipe pinned to a commit it fits", repoPath, commit)
+			msg += fmt.Sprintf("\n  remedy: refresh the series against this commit (`%s` shows every hunk), or keep the recipe pinned to a commit it fits", cat.CheckCommand(repoPath, commit))
 			rep.Errors = append(rep.Errors, msg)
 		}
 	}
@@ -1143,4 +1160,12 @@ func short(c string) string {
 		return c[:12]
 	}
 	return c
+}
+
+// besideDir names [arms] patches_dir for messages, when one is set.
+func besideDir(cfg *Config) string {
+	if cfg.Arms.PatchesDir == "" {
+		return ""
+	}
+	return " and those in " + cfg.Path(cfg.Arms.PatchesDir)
 }

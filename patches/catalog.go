@@ -26,6 +26,26 @@ type Catalog struct {
 	Dir string
 }
 
+// With returns a catalog holding c's series and extra's beside them; a
+// series of extra with the name of one of c's replaces it. Dir is extra's.
+// The nightly's [arms] patches_dir adds to the embedded series this way,
+// so a new era's series does not take away the one the pinned commit
+// needs.
+func (c *Catalog) With(extra *Catalog) *Catalog {
+	out := &Catalog{Dir: extra.Dir}
+	mine := map[string]bool{}
+	for _, s := range extra.Series {
+		mine[s.Name] = true
+	}
+	for _, s := range c.Series {
+		if !mine[s.Name] {
+			out.Series = append(out.Series, s)
+		}
+	}
+	out.Series = append(out.Series, extra.Series...)
+	return out
+}
+
 // CheckCommand returns the `arpatch patches check` command line that
 // shows how this catalog's series fit commit in repo: the remedy printed
 // when no series fits. It names the full 40-hex commit (an abbreviation

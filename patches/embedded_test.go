@@ -81,3 +81,18 @@ func leadingContext(h *Hunk) int {
 	}
 	return n
 }
+
+// TestCatalogWith: a catalog's series stay beside another's, which
+// replace those of the same name.
+func TestCatalogWith(t *testing.T) {
+	base := &Catalog{Series: []*Series{{Name: "a-1", Family: "a"}, {Name: "a-2", Family: "a"}}}
+	extra := &Catalog{Dir: "mine", Series: []*Series{{Name: "a-2", Family: "a", Description: "fixed"}, {Name: "a-3", Family: "a"}}}
+	got := base.With(extra)
+	var names []string
+	for _, s := range got.Series {
+		names = append(names, s.Name+":"+s.Description)
+	}
+	if strings.Join(names, " ") != "a-1: a-2:fixed a-3:" || got.Dir != "mine" || len(base.Series) != 2 {
+		t.Errorf("With = %v (dir %q); base now %d series", names, got.Dir, len(base.Series))
+	}
+}
