@@ -76,7 +76,10 @@ type Options struct {
 	LogDir         string
 	ReadyTimeout   time.Duration
 	RequestTimeout time.Duration
-	AgreeThreshold float64 // share of prompts identical over the first tokens (0.9)
+	AgreeThreshold float64 // share of outputs identical over the first tokens (0 means 0.9 unless AgreeOff)
+	// AgreeOff turns the output check off (threshold 0): only an arm with
+	// no output to compare at all is INVALID by it.
+	AgreeOff bool
 
 	// Preflight, when set, runs first; Force lets the run go on when it
 	// finds custom allreduce slower than NCCL at the verify shape.
@@ -534,7 +537,7 @@ func (o *Options) fill() error {
 	if o.Host == "" {
 		o.Host = "127.0.0.1"
 	}
-	if o.AgreeThreshold == 0 {
+	if o.AgreeThreshold == 0 && !o.AgreeOff {
 		o.AgreeThreshold = 0.9
 	}
 	if o.RequestTimeout == 0 {

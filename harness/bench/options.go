@@ -17,12 +17,12 @@ type Overrides struct {
 	Model, DraftModel, SpecAlgorithm, Baseline *string
 	TP, SpecSteps, SpecTopK, SpecDraftTokens   *int
 	NumPrompts, MaxNewTokens, Trials, Warmup   *int
-	Concurrency                                []int
+	Concurrency                                []int    // levels, requests in flight
 	Prompts                                    []string // the workload before NumPrompts (default: the recipe's workload)
 	Arms                                       []Arm    // replace the recipe's arms (nil: the recipe's, or one "baseline")
 	Interleave, IgnoreEOS                      bool
-	ReadyTimeout, RequestTimeout               time.Duration
-	AgreeThreshold                             float64
+	ReadyTimeout, RequestTimeout               time.Duration // 0: Run's defaults (20 min ready, 10 min a request)
+	AgreeThreshold                             float64       // share of outputs that must agree, in [0, 1]; 0 turns the check off
 	LogDir                                     string
 	Env                                        []string
 }
@@ -53,7 +53,7 @@ func FromRecipe(rb recipes.Bench, ov Overrides) (Options, error) {
 		SpecDraftTokens: pick(ov.SpecDraftTokens, rb.SpeculativeNumDraftTokens), MaxNewTokens: pick(ov.MaxNewTokens, rb.MaxNewTokens),
 		Trials: pick(ov.Trials, rb.Trials), Warmup: pick(ov.Warmup, rb.Warmup), Concurrency: []int(rb.Concurrency),
 		Interleave: ov.Interleave, IgnoreEOS: ov.IgnoreEOS, ReadyTimeout: ov.ReadyTimeout, RequestTimeout: ov.RequestTimeout,
-		AgreeThreshold: ov.AgreeThreshold, LogDir: ov.LogDir, Env: ov.Env,
+		AgreeThreshold: ov.AgreeThreshold, AgreeOff: ov.AgreeThreshold == 0, LogDir: ov.LogDir, Env: ov.Env,
 	}
 	if ov.Concurrency != nil {
 		o.Concurrency = ov.Concurrency

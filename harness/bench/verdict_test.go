@@ -10,6 +10,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/sglangtest"
 	"github.com/arpatch/arpatch/harness/workload"
+	"github.com/arpatch/arpatch/recipes"
 )
 
 func warnings(a *ArmResult) string { return strings.Join(a.Warnings, "\n") }
@@ -180,5 +181,26 @@ func TestLevelAbovePrompts(t *testing.T) {
 	}
 	if len(res.Findings) != 1 || res.Findings[0] != "concurrency 8 is above the 2 prompts of a trial: at most 2 requests are in flight at that level (raise --num-prompts to fill it)" {
 		t.Errorf("findings %q", res.Findings)
+	}
+}
+
+// --agree-threshold 0 (and nightly's agree_threshold = 0) turn the output
+// check off, as the help says; Options left at zero keep 90%.
+func TestAgreeThresholdZeroIsOff(t *testing.T) {
+	_, b := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond})
+	_, other := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, Variant: "x"})
+	o, err := FromRecipe(recipes.Bench{MaxNewTokens: 8, Trials: 1, NumPrompts: 2, SpeculativeNumSteps: 3, SpeculativeEagleTopK: 1, SpeculativeNumDraftTokens: 4, Concurrency: recipes.Levels{1}},
+		Overrides{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: other}}, Prompts: []string{"a", "b"}})
+	if err != nil || !o.AgreeOff {
+		t.Fatalf("%+v %v", o, err)
+	}
+	res, err := Run(context.Background(), o)
+	if err != nil || res.Arm("pcie").Invalid {
+		t.Errorf("check off: %v %+v", err, res.Arm("pcie"))
+	}
+	o.AgreeOff = false
+	res, err = Run(context.Background(), o)
+	if err != nil || !res.Arm("pcie").Invalid {
+		t.Errorf("default 90%%: %v %+v", err, res.Arm("pcie").Warnings)
 	}
 }
