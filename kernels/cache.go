@@ -60,15 +60,18 @@ type Cache struct {
 }
 
 // DefaultCacheDir is $ARPATCH_CACHE, else the user cache dir's
-// arpatch/builds (~/.cache/arpatch/builds on Linux).
-func DefaultCacheDir() string {
+// arpatch/builds ($XDG_CACHE_HOME/arpatch/builds, else
+// ~/.cache/arpatch/builds on Linux). With neither a cache variable nor
+// HOME set it returns an error rather than pick a temporary directory a
+// reboot empties.
+func DefaultCacheDir() (string, error) {
 	if d := os.Getenv("ARPATCH_CACHE"); d != "" {
-		return d
+		return d, nil
 	}
 	if d, err := os.UserCacheDir(); err == nil {
-		return filepath.Join(d, "arpatch", "builds")
+		return filepath.Join(d, "arpatch", "builds"), nil
 	}
-	return filepath.Join(os.TempDir(), "arpatch-builds")
+	return "", errors.New("no build cache directory: ARPATCH_CACHE, XDG_CACHE_HOME and HOME are all unset; set ARPATCH_CACHE to a directory, or pass --cache-dir (nightly: build.cache_dir)")
 }
 
 // EntryDir returns where the entry for key lives.

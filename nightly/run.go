@@ -767,9 +767,13 @@ func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recip
 		rep.exit(ExitInfra)
 		return
 	}
-	cache := kernels.Cache{Dir: kernels.DefaultCacheDir()}
-	if cfg.Build.CacheDir != "" {
-		cache.Dir = cfg.Path(cfg.Build.CacheDir)
+	cache := kernels.Cache{Dir: cfg.Path(cfg.Build.CacheDir)}
+	if cache.Dir == "" {
+		if cache.Dir, err = kernels.DefaultCacheDir(); err != nil {
+			rep.Errors = append(rep.Errors, "build: "+err.Error())
+			rep.exit(ExitInfra)
+			return
+		}
 	}
 	bo := kernels.BuildOptions{Archs: as, Jobs: cfg.Build.Jobs, Tool: cfg.Build.Tool, Offline: cfg.Build.Offline,
 		DepsDir: cfg.Path(cfg.Build.DepsDir), Python: cfg.Build.Python, Cache: cache, Env: o.Env, Launcher: o.Launcher, Version: o.Version}

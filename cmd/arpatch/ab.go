@@ -38,7 +38,7 @@ Examples:
 				&cli.StringFlag{Name: "b", Usage: "embedded recipe `NAME` for arm B", Value: "pcie"},
 				&cli.StringFlag{Name: "a-file", Usage: "recipe `PATH` for arm A instead"},
 				&cli.StringFlag{Name: "b-file", Usage: "recipe `PATH` for arm B instead"},
-				&cli.StringFlag{Name: "dir", Usage: "`DIR` for the two checkouts and ab-manifest.json", Value: "ab"},
+				&cli.StringFlag{Name: "dir", Usage: "`DIR` for the two checkouts and ab-manifest.json (default: ab/ in the state directory, $ARPATCH_STATE or ~/.local/state/arpatch)"},
 				&cli.StringFlag{Name: "repo", Usage: "clone from `URL|PATH` (e.g. a local mirror)"},
 				&cli.StringFlag{Name: "commit", Usage: "build this commit `SHA` in both arms instead of the recipes' pin"},
 				&cli.StringFlag{Name: "python-a", Usage: "Python `INTERPRETER` for arm A only"},
@@ -100,8 +100,12 @@ Examples:
 					return err
 				}
 				w := c.App.Writer
+				dir, err := stateFlag(c, "dir", "ab")
+				if err != nil {
+					return err
+				}
 				ab, results, err := kernels.ABBuild(c.Context, kernels.ABOptions{
-					A: a, B: b, Catalog: cat, Dir: pathFlag(c, "dir"), Repo: pathFlag(c, "repo"), Commit: c.String("commit"),
+					A: a, B: b, Catalog: cat, Dir: dir, Repo: pathFlag(c, "repo"), Commit: c.String("commit"),
 					PythonA: c.String("python-a"), PythonB: c.String("python-b"), Build: bo, PlanOnly: c.Bool("plan"),
 				}, func(arm string) kernels.Progress { return newProgress(c.App.ErrWriter, "arm "+arm) })
 				if err != nil {
@@ -135,7 +139,7 @@ Examples:
 					}
 					fmt.Fprintf(w, "%s%s\n      %s\n", mark, f.File, f.Why)
 				}
-				fmt.Fprintf(w, "comparison manifest %s\n", filepath.Join(pathFlag(c, "dir"), "ab-manifest.json"))
+				fmt.Fprintf(w, "comparison manifest %s\n", filepath.Join(dir, "ab-manifest.json"))
 				return nil
 			},
 		}},

@@ -120,7 +120,7 @@ Examples (each runs in seconds against arpatch's built-in fake server):
 			&cli.StringFlag{Name: "url", Usage: "attach every arm without its own url to the server at `URL`"},
 			&cli.DurationFlag{Name: "ready-timeout", Usage: "wait `DURATION` for /health_generate", Value: 20 * time.Minute},
 			&cli.DurationFlag{Name: "request-timeout", Usage: "give up on a request after `DURATION`", Value: 10 * time.Minute},
-			&cli.StringFlag{Name: "log-dir", Usage: "server logs `DIR`", Value: "bench-logs"},
+			&cli.StringFlag{Name: "log-dir", Usage: "server logs `DIR` (default: bench-logs/ in the state directory, $ARPATCH_STATE or ~/.local/state/arpatch)"},
 			&cli.Float64Flag{Name: "agree-threshold", Usage: "share `F` of prompts that must match the baseline over the first tokens", Value: 0.9},
 			&cli.IntFlag{Name: "agree-tokens", Usage: "tokens `N` compared by the output check", Value: 32},
 			&cli.BoolFlag{Name: "preflight", Usage: "run the allreduce micro-benchmark first and stop if the patch is slower than NCCL"},
@@ -213,9 +213,13 @@ func parseArm(spec string, into map[string]*bench.Arm) (string, error) {
 // benchOverrides turns the flags into overrides of the recipe's [bench],
 // refusing a value out of its range with the flag's name.
 func benchOverrides(c *cli.Context) (bench.Overrides, error) {
+	logDir, err := stateFlag(c, "log-dir", "bench-logs")
+	if err != nil {
+		return bench.Overrides{}, err
+	}
 	ov := bench.Overrides{Interleave: !c.Bool("no-interleave"), IgnoreEOS: c.Bool("ignore-eos"),
 		ReadyTimeout: c.Duration("ready-timeout"), RequestTimeout: c.Duration("request-timeout"),
-		LogDir: pathFlag(c, "log-dir"), AgreeThreshold: c.Float64("agree-threshold")}
+		LogDir: logDir, AgreeThreshold: c.Float64("agree-threshold")}
 	for _, s := range []struct {
 		flag string
 		dst  **string

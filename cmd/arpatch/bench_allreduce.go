@@ -166,10 +166,11 @@ func findExt(c *cli.Context) (string, error) {
 	if src == "" {
 		return "", usagef("the custom implementations need the allreduce extension: pass --ext PATH, or --src DIR of a tree built with `arpatch build --allreduce-ext`")
 	}
-	cache := kernels.Cache{Dir: kernels.DefaultCacheDir()}
-	if d := pathFlag(c, "cache-dir"); d != "" {
-		cache.Dir = d
+	dir, err := cacheDir(c)
+	if err != nil {
+		return "", err
 	}
+	cache := kernels.Cache{Dir: dir}
 	var tries [][]kernels.Arch
 	if c.IsSet("arch") {
 		archs, err := kernels.ParseArchs(c.StringSlice("arch"))

@@ -123,7 +123,7 @@ func optsFromRecipe(c *cli.Context, r *recipes.Recipe) (kernels.BuildOptions, er
 		Src: pathFlag(c, "src"), Archs: archs, Jobs: r.Build.Jobs, Tool: r.Build.Tool,
 		Offline: r.Build.Offline || c.Bool("offline"), DepsDir: r.Build.DepsDir,
 		Python: c.String("python"), Out: pathFlag(c, "out"), Version: arpatchVersion(),
-		Cache: kernels.Cache{Dir: kernels.DefaultCacheDir()}, Launcher: launcher(),
+		Launcher: launcher(),
 	}
 	if c.IsSet("jobs") {
 		o.Jobs = c.Int("jobs")
@@ -134,8 +134,8 @@ func optsFromRecipe(c *cli.Context, r *recipes.Recipe) (kernels.BuildOptions, er
 	if c.IsSet("deps-dir") {
 		o.DepsDir = pathFlag(c, "deps-dir")
 	}
-	if d := pathFlag(c, "cache-dir"); d != "" {
-		o.Cache.Dir = d
+	if o.Cache.Dir, err = cacheDir(c); err != nil {
+		return kernels.BuildOptions{}, err
 	}
 	// The build runs in the sgl-kernel project's directory: every path it
 	// gets must be absolute.

@@ -22,6 +22,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/statedir"
+	"github.com/arpatch/arpatch/kernels"
 )
 
 // Exit codes, documented in the README and in `arpatch --help`.
@@ -203,12 +205,60 @@ func noArgs(c *cli.Context) error {
 			}
 		}
 	}
+	return tildeWithoutHome(c)
+}
+
+// stateFlag returns a path flag's value when given, else name inside the
+// state directory (internal/statedir): working files go into the current
+// directory only when the user names it.
+func stateFlag(c *cli.Context, flag, name string) (string, error) {
+	if c.IsSet(flag) {
+		return pathFlag(c, flag), nil
+	}
+	p, err := statedir.Path(name)
+	if err != nil {
+		return "", usagef("--%s: %v", flag, err)
+	}
+	return p, nil
+}
+
+// cacheDir is --cache-dir when given, else kernels.DefaultCacheDir; no
+// cache directory at all is a usage error naming the way out.
+func cacheDir(c *cli.Context) (string, error) {
+	if d := pathFlag(c, "cache-dir"); d != "" {
+		return d, nil
+	}
+	d, err := kernels.DefaultCacheDir()
+	if err != nil {
+		return "", usageError{err}
+	}
+	return d, nil
+}
+
+// tildeWithoutHome refuses a flag value that starts with "~" when the
+// home directory is unknown: arpatch would otherwise make a directory
+// literally named "~". "~user/" is the shell's to expand.
+func tildeWithoutHome(c *cli.Context) error {
+	for _, name := range c.FlagNames() {
+		v, ok := c.Value(name).(string)
+		if !ok || !c.IsSet(name) || (v != "~" && !strings.HasPrefix(v, "~/")) {
+			continue
+		}
+		if h, err := os.UserHomeDir(); err != nil || h == "" {
+			return usagef("--%s %s: HOME is not set, so ~ cannot be expanded; pass the full path", name, v)
+		}
+	}
 	return nil
 }
 
 // expandHome turns a leading "~/" into the home directory: the shell does
 // not expand it in --flag=~/path.
 func expandHome(p string) string {
+	if p == "~" {
+		if h, err := os.UserHomeDir(); err == nil {
+			return h
+		}
+	}
 	if rest, ok := strings.CutPrefix(p, "~/"); ok {
 		if h, err := os.UserHomeDir(); err == nil {
 			return filepath.Join(h, rest)

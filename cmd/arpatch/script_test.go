@@ -66,6 +66,9 @@ func TestScripts(t *testing.T) {
 		// the history is missing.
 		Setup: func(env *testscript.Env) error {
 			env.Setenv(kernels.BuildRootEnv, filepath.Join(env.WorkDir, "broot"))
+			// Working files arpatch makes unasked (bench-logs/, ab/) go
+			// to the state directory: the script's own.
+			env.Setenv("ARPATCH_STATE", filepath.Join(env.WorkDir, "state"))
 			if os.Getenv("ARPATCH_SGLANG_MIRROR") != "" {
 				env.Setenv("SGLANG_MIRROR", mirror)
 			}
