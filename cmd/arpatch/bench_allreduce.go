@@ -14,6 +14,7 @@ import (
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/kernels"
+	"github.com/arpatch/arpatch/patches"
 )
 
 func benchAllreduceCommand() *cli.Command {
@@ -186,7 +187,7 @@ func findExt(c *cli.Context) (string, error) {
 			return "", err
 		}
 		if st.State == nil {
-			return "", fmt.Errorf("%s has no apply state; run `arpatch apply --src %s`, then `arpatch build --allreduce-ext --src %s`", src, src, src)
+			return "", fmt.Errorf("%s has no apply state; %s, then `%s`", src, checkout.ApplyFirst(src), patches.ShellJoin([]string{"arpatch", "build", "--allreduce-ext", "--src", src}))
 		}
 		ents, _ := cache.List()
 		seen := map[string]bool{}
@@ -223,12 +224,20 @@ func findExt(c *cli.Context) (string, error) {
 	case len(found) > 1:
 		return "", usagef("the cache holds allreduce extensions of %s for several arch sets (%s); pick one with --arch", src, strings.Join(foundArchs, "; "))
 	}
-	want := "ARCH"
+	// The build that makes it: for the same tree, archs (the recipe's
+	// when --arch is not given), cache and interpreter.
+	build := []string{"arpatch", "build", "--allreduce-ext", "--src", src}
 	if c.IsSet("arch") {
-		want = strings.Join(c.StringSlice("arch"), ",")
+		build = append(build, "--arch", strings.Join(c.StringSlice("arch"), ","))
 	}
-	return "", fmt.Errorf("no allreduce extension of %s matching its tree and this toolchain in the cache %s; build it: arpatch build --allreduce-ext --src %s --arch %s",
-		src, cache.Dir, src, want)
+	if c.IsSet("cache-dir") {
+		build = append(build, "--cache-dir", pathFlag(c, "cache-dir"))
+	}
+	if c.IsSet("python") {
+		build = append(build, "--python", c.String("python"))
+	}
+	return "", fmt.Errorf("no allreduce extension of %s matching its tree and this toolchain in the cache %s; build it: `%s`",
+		src, cache.Dir, patches.ShellJoin(build))
 }
 
 func splitList(s string) []string {

@@ -63,7 +63,7 @@ func (s *StatusReport) BuildProblem() error {
 	src := s.Src
 	switch {
 	case s.State == nil:
-		return fmt.Errorf("%s has no apply state: arpatch builds only trees it applied, so that every input is recorded; run `arpatch apply --src %s` first (the baseline recipe applies no patches)", src, src)
+		return fmt.Errorf("%s has no apply state: arpatch builds only trees it applied, so that every input is recorded; %s", src, ApplyFirst(src))
 	case !s.Clean():
 		var d []string
 		for _, x := range s.Drift {
@@ -232,4 +232,13 @@ func untrackedUnder(src, dir string, tracked map[string]bool) ([]string, error) 
 	})
 	sort.Strings(out)
 	return out, err
+}
+
+// ApplyFirst is the remedy for a tree arpatch did not apply: the apply
+// commands that record it at the commit it is at (--commit HEAD), with the
+// pcie recipe's series or with none (baseline), shell-quoted.
+func ApplyFirst(src string) string {
+	return fmt.Sprintf("run `%s` first (the pcie series at this commit), or `%s` (no patches)",
+		patches.ShellJoin([]string{"arpatch", "apply", "--src", src, "--commit", "HEAD"}),
+		patches.ShellJoin([]string{"arpatch", "apply", "--src", src, "--recipe", "baseline", "--commit", "HEAD"}))
 }
