@@ -200,17 +200,22 @@ func serverFindings(j *Judged, forcePCIe string) []Finding {
 	if s, ok := a.Values["--tp-size"]; ok && j.Visible.Unknown == "" {
 		n, err := strconv.Atoi(s)
 		base, _ := strconv.Atoi(a.Values["--base-gpu-id"])
+		step, serr := strconv.Atoi(a.Values["--gpu-id-step"])
+		if serr != nil || step < 1 {
+			step = 1
+		}
 		vis := len(j.Visible.Indexes)
+		last := base + (n-1)*step // the CUDA device of the last TP rank
 		switch {
-		case err != nil:
+		case err != nil || n < 1:
 		case n > vis:
 			f = append(f, Finding{ID: "server.tp", Severity: Error,
 				Title:  fmt.Sprintf("%s %d but the job sees %d GPUs", written("--tp-size"), n, vis),
 				Detail: j.Why, Remedy: fmt.Sprintf("lower --tp-size to at most %d, or make more GPUs visible (CUDA_VISIBLE_DEVICES)", vis)})
-		case base > 0 && base+n > vis:
+		case last >= vis:
 			f = append(f, Finding{ID: "server.tp", Severity: Error,
-				Title:  fmt.Sprintf("%s %d from --base-gpu-id %d needs CUDA devices up to %d, but the job sees %d GPUs", written("--tp-size"), n, base, base+n-1, vis),
-				Detail: j.Why, Remedy: "lower --base-gpu-id or --tp-size"})
+				Title:  fmt.Sprintf("%s %d from --base-gpu-id %d with --gpu-id-step %d needs CUDA devices up to %d, but the job sees %d GPUs", written("--tp-size"), n, base, step, last, vis),
+				Detail: j.Why, Remedy: "lower --base-gpu-id, --gpu-id-step or --tp-size"})
 		}
 	}
 	return f

@@ -130,6 +130,11 @@ func TestVisibleDevices(t *testing.T) {
 		!strings.Contains(rep.Judged.Why, "TP 2 uses CUDA devices 2,3") {
 		t.Errorf("judged %v (%s), verdict %q", rep.Judged.GPUs, rep.Judged.Why, rep.Verdict)
 	}
+	// TP 4 from --base-gpu-id 2 with step 2 needs CUDA devices 2,4,6,8: an error.
+	rep = inspect(nil, "python -m sglang.launch_server --tp 4 --base-gpu-id 2 --gpu-id-step 2")
+	if f := ids(rep)["server.tp"]; f.Title != "--tp (--tp-size) 4 from --base-gpu-id 2 with --gpu-id-step 2 needs CUDA devices up to 8, but the job sees 8 GPUs" {
+		t.Errorf("server.tp = %+v", f)
+	}
 	// In CUDA order: 2,0 is GPU2 then GPU0, NODE between them.
 	rep = inspect([]string{"CUDA_VISIBLE_DEVICES=2,0"}, "")
 	if !reflect.DeepEqual(rep.Judged.GPUs, []int{2, 0}) || !strings.HasPrefix(rep.Verdict, "PCIe, 2 GPUs") {
@@ -268,6 +273,20 @@ func TestParseArgsRules(t *testing.T) {
 		if c.args == "-- --tp 8" && len(r.Values) != 0 {
 			t.Errorf("options after --: %v", r.Values)
 		}
+	}
+	// nargs from a tree: "*" takes every value up to the next option, 2
+	// exactly two.
+	tree := &ServerOptions{Complete: true, Options: []ServerOption{
+		{Names: []string{"--lora-paths"}, Dest: "lora_paths", Nargs: "*"},
+		{Names: []string{"--pair"}, Dest: "pair", Nargs: "2"},
+		{Names: []string{"--tp-size"}, Dest: "tp_size", Nargs: "1"},
+	}}
+	r0 := tree.Parse([]string{"--lora-paths", "a", "b", "--pair", "x", "y", "--tp-size", "2"})
+	if r0.Values["--lora-paths"] != "a b" || r0.Values["--pair"] != "x y" || r0.Values["--tp-size"] != "2" || len(r0.Problems) != 0 {
+		t.Errorf("nargs: %+v", r0)
+	}
+	if r0 = tree.Parse([]string{"--pair", "x"}); !reflect.DeepEqual(r0.Problems, []string{"argument --pair: expected 2 arguments"}) {
+		t.Errorf("nargs 2 with one value: %q", r0.Problems)
 	}
 	// Outside the table's families nothing is judged, and no error raised.
 	r := o.Parse([]string{"--model-path", "m", "--mem-fraction-static", "0.8", "--tp", "8"})

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 )
 
@@ -205,15 +206,26 @@ func (o *ServerOptions) Parse(args []string) *ServerArgs {
 		case hasVal:
 			vals = []string{val}
 		default:
-			for i+1 < len(args) && !isOption(args[i+1]) && args[i+1] != "--" {
-				if nargs == "0" || (len(vals) == 1 && (nargs == "1" || nargs == "?")) {
-					break
+			limit := -1 // "*" and "+": every value that follows
+			switch nargs {
+			case "0":
+				limit = 0
+			case "1", "?":
+				limit = 1
+			default:
+				if n, err := strconv.Atoi(nargs); err == nil {
+					limit = n
 				}
+			}
+			for i+1 < len(args) && !isOption(args[i+1]) && args[i+1] != "--" && (limit < 0 || len(vals) < limit) {
 				i++
 				vals = append(vals, args[i])
 			}
-			if len(vals) == 0 && (nargs == "1" || nargs == "+") {
+			switch {
+			case len(vals) == 0 && (nargs == "1" || nargs == "+"):
 				r.Problems = append(r.Problems, fmt.Sprintf("argument %s: expected one argument", a))
+			case limit > 1 && len(vals) < limit:
+				r.Problems = append(r.Problems, fmt.Sprintf("argument %s: expected %d arguments", a, limit))
 			}
 		}
 		if opt != nil {
