@@ -159,6 +159,18 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 		if opts.DryRun {
 			return dryRunClone(opts, rep, source, want)
 		}
+		if strings.HasPrefix(want, "HEAD") && gitsrc.LocalGitDir(source) != "" {
+			// HEAD (HEAD~1, ...) is the source's HEAD, a linked
+			// worktree's own, as the dry run reads it; the clone has
+			// no copy of it. Branches and tags resolve in the clone.
+			src, err := gitsrc.OpenAny(source)
+			if err != nil {
+				return nil, err
+			}
+			if want, err = src.Resolve(want); err != nil {
+				return nil, err
+			}
+		}
 		info, err := cloneInto(ctx, source, opts.Src, want, opts.Progress)
 		if err != nil {
 			return nil, err

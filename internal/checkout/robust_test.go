@@ -337,3 +337,42 @@ func TestStaleCloneTempIsRemoved(t *testing.T) {
 		t.Errorf("a live clone's temp dir was removed: %v", err)
 	}
 }
+
+// --repo naming a linked worktree means that worktree's HEAD, not the main
+// checkout's: patches check, a dry run and a clone from it all resolve
+// HEAD as git does. The worktree is laid out by hand, as `git worktree add
+// --detach` makes it (go-git cannot make one, and CI may have no git).
+func TestRepoLinkedWorktreeHead(t *testing.T) {
+	f := newFixture(t)
+	if err := testrepo.WriteFiles(f.up, map[string]string{"python/sglang/srt/distributed/parallel_state.py": "moved on\n"}); err != nil {
+		t.Fatal(err)
+	}
+	later, err := testrepo.Commit(f.up, "later")
+	if err != nil {
+		t.Fatal(err)
+	}
+	wt := filepath.Join(t.TempDir(), "wt")
+	gd := filepath.Join(f.up, ".git", "worktrees", "wt")
+	os.MkdirAll(gd, 0o755)
+	os.MkdirAll(wt, 0o755)
+	for p, s := range map[string]string{
+		filepath.Join(gd, "HEAD"): f.commit + "\n", filepath.Join(gd, "commondir"): "../..\n",
+		filepath.Join(gd, "gitdir"): filepath.Join(wt, ".git") + "\n", filepath.Join(wt, ".git"): "gitdir: " + gd + "\n",
+	} {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	rows, err := CheckCommits(wt, []string{"HEAD"}, f.cat, nil)
+	if err != nil || len(rows) != 1 || rows[0].Commit != f.commit {
+		t.Fatalf("check --repo worktree --commit HEAD: %+v, %v; want commit %s (the main checkout is at %s)", rows, err, f.commit, later)
+	}
+	dry, err := Apply(context.Background(), ApplyOptions{Recipe: f.recipe, Catalog: f.cat, Src: f.work, Repo: wt, Commit: "HEAD", DryRun: true})
+	if err != nil || dry.Commit != f.commit {
+		t.Fatalf("dry-run apply --repo worktree --commit HEAD: %+v, %v; want %s", dry, err, f.commit)
+	}
+	rep, err := Apply(context.Background(), ApplyOptions{Recipe: f.recipe, Catalog: f.cat, Src: f.work, Repo: wt, Commit: "HEAD", Version: "test"})
+	if err != nil || rep.Commit != f.commit || !rep.Cloned {
+		t.Fatalf("apply --repo worktree --commit HEAD: %+v, %v; want a clone at %s", rep, err, f.commit)
+	}
+}

@@ -97,7 +97,8 @@ func LocalGitDir(src string) string {
 }
 
 // worktreeCommonDir reads a linked worktree's .git file ("gitdir: X")
-// and X/commondir, returning the main repository's git directory, or "".
+// and X/commondir, returning the main repository's git directory (X
+// itself when it has no commondir), or "".
 func worktreeCommonDir(dotGit string) string {
 	b, err := os.ReadFile(dotGit)
 	if err != nil {
@@ -113,7 +114,9 @@ func worktreeCommonDir(dotGit string) string {
 	}
 	c, err := os.ReadFile(filepath.Join(gd, "commondir"))
 	if err != nil {
-		return ""
+		// No commondir: the .git file points at a whole git directory
+		// (git clone --separate-git-dir, a submodule).
+		return filepath.Clean(gd)
 	}
 	common := strings.TrimSpace(string(c))
 	if !filepath.IsAbs(common) {

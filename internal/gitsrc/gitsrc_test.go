@@ -197,3 +197,73 @@ func TestResolveRefsBeforeHashPrefixes(t *testing.T) {
 		t.Errorf("Resolve(full hash) = %s, %v", got, err)
 	}
 }
+
+// linkWorktree makes a linked worktree of the checkout up at wt, detached
+// at commit, as `git worktree add --detach wt commit` lays it out (go-git
+// cannot make one): wt/.git names up/.git/worktrees/<name>, which holds
+// the worktree's own HEAD and a commondir back to up/.git.
+func linkWorktree(t *testing.T, up, wt, commit string) {
+	t.Helper()
+	gd := filepath.Join(up, ".git", "worktrees", filepath.Base(wt))
+	for _, d := range []string{gd, wt} {
+		if err := os.MkdirAll(d, 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for p, s := range map[string]string{
+		filepath.Join(gd, "HEAD"):      commit + "\n",
+		filepath.Join(gd, "commondir"): "../..\n",
+		filepath.Join(gd, "gitdir"):    filepath.Join(wt, ".git") + "\n",
+		filepath.Join(wt, ".git"):      "gitdir: " + gd + "\n",
+	} {
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+}
+
+// A linked worktree's HEAD is its own, whichever way the repository is
+// opened (OpenAny serves --repo: patches check, port, nightly, a dry-run
+// apply), and its refs and objects are the main repository's.
+func TestLinkedWorktreeHeadIsItsOwn(t *testing.T) {
+	up, c1, c2 := fixture(t) // up's HEAD is c2
+	wt := filepath.Join(t.TempDir(), "wt")
+	linkWorktree(t, up, wt, c1)
+	for _, p := range []string{wt, "file://" + wt} {
+		repo, err := OpenAny(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h, err := repo.Head(); err != nil || h != c1 {
+			t.Errorf("OpenAny(%s).Head() = %s, %v; want the worktree's %s, not the main checkout's %s", p, h, err, c1, c2)
+		}
+		if h, err := repo.Resolve("HEAD"); err != nil || h != c1 {
+			t.Errorf("OpenAny(%s).Resolve(HEAD) = %s, %v; want %s", p, h, err, c1)
+		}
+		if h, err := repo.Resolve("master"); err != nil || h != c2 {
+			t.Errorf("OpenAny(%s).Resolve(master) = %s, %v; want %s (the main repository's branch)", p, h, err, c2)
+		}
+		if _, err := repo.TreeAt(c2); err != nil {
+			t.Errorf("OpenAny(%s).TreeAt(%s): %v", p, c2, err)
+		}
+	}
+	if repo, err := Open(wt); err != nil {
+		t.Fatal(err)
+	} else if h, _ := repo.Head(); h != c1 {
+		t.Errorf("Open(worktree).Head() = %s, want %s", h, c1)
+	}
+	// A .git file naming a whole git directory (git clone
+	// --separate-git-dir) is a repository too.
+	sep := filepath.Join(t.TempDir(), "sep")
+	if err := os.MkdirAll(sep, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sep, ".git"), []byte("gitdir: "+filepath.Join(up, ".git")+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if repo, err := OpenAny(sep); err != nil {
+		t.Errorf("OpenAny(separate git dir): %v", err)
+	} else if h, _ := repo.Resolve("HEAD"); h != c2 {
+		t.Errorf("OpenAny(separate git dir).Resolve(HEAD) = %s, want %s", h, c2)
+	}
+}

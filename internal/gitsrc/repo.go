@@ -60,10 +60,36 @@ func OpenAny(path string) (*Repo, error) {
 		return nil, fmt.Errorf("%s is not a git repository", path)
 	}
 	r, err := git.PlainOpen(gd)
+	if dir, ok := dotGitFile(path); ok {
+		// A linked worktree (git worktree add) or a checkout whose .git
+		// file points elsewhere: HEAD is the worktree's own
+		// (.git/worktrees/<name>/HEAD), refs and objects the main
+		// repository's, as git reads them. Opening the main git directory
+		// would read the main checkout's HEAD instead.
+		r, err = git.PlainOpenWithOptions(dir, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
+	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return &Repo{Dir: path, r: r}, nil
+}
+
+// dotGitFile returns the directory of path (a path or file:// URL) when
+// its .git is a file ("gitdir: X"), as in a linked worktree.
+func dotGitFile(path string) (string, bool) {
+	p, ok := localPath(path)
+	if !ok {
+		return "", false
+	}
+	abs, err := filepath.Abs(p)
+	if err != nil {
+		return "", false
+	}
+	fi, err := os.Lstat(filepath.Join(abs, ".git"))
+	if err != nil || !fi.Mode().IsRegular() {
+		return "", false
+	}
+	return abs, true
 }
 
 // GitDir returns the checkout's own git directory: dir/.git, or for a
