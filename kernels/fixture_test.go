@@ -168,16 +168,31 @@ func fakeBin(t testing.TB) string {
 func newEnv(t testing.TB) *env { return newEnvIn(t, oldLayout) }
 
 // newEnvIn is newEnv with the sgl-kernel project where l keeps it.
-func newEnvIn(t testing.TB, l layout) *env {
+func newEnvIn(t testing.TB, l layout) *env { return newEnvWith(t, l, false) }
+
+// newEnvWith is newEnvIn; sized adds testrepo.WriteSized's SGLang-shaped
+// tree (4,303 files, 47 MB) and packs the objects, as a real clone holds
+// them.
+func newEnvWith(t testing.TB, l layout, sized bool) *env {
 	t.Helper()
 	tmp := t.TempDir()
 	up := filepath.Join(tmp, "up")
 	if err := testrepo.WriteFiles(up, kernelFiles(t, l)); err != nil {
 		t.Fatal(err)
 	}
+	if sized {
+		if _, err := testrepo.WriteSized(filepath.Join(up, "python")); err != nil {
+			t.Fatal(err)
+		}
+	}
 	commit, err := testrepo.Init(up)
 	if err != nil {
 		t.Fatal(err)
+	}
+	if sized {
+		if err := testrepo.Pack(up); err != nil {
+			t.Fatal(err)
+		}
 	}
 	e := &env{kdir: l.dir, up: up, commit: commit, src: filepath.Join(tmp, "src"), cache: Cache{Dir: filepath.Join(tmp, "cache")}, fake: fakeBin(t)}
 	e.env = []string{"PATH=" + e.fake + ":/usr/bin:/bin", "HOME=" + tmp, BuildRootEnv + "=" + filepath.Join(tmp, "broot")}

@@ -122,36 +122,45 @@ func checkoutWorkers() int {
 }
 
 // writeFiles writes every entry's blob on a worker pool and fills its stat
-// data. The workers share the repository's objectReader, which is safe
+// data. A job is one directory's files, so that no two workers create
+// files in one directory at once (they would contend for its lock in the
+// kernel). The workers share the repository's objectReader, which is safe
 // for concurrent use. The first error stops the rest.
 func (r *Repo) writeFiles(files []*index.Entry) error {
-	jobs := make(chan *index.Entry)
+	var jobs [][]*index.Entry
+	for i, e := range files { // listTree gives each directory's files together
+		if i == 0 || parentDir(e.Name) != parentDir(files[i-1].Name) {
+			jobs = append(jobs, nil)
+		}
+		jobs[len(jobs)-1] = append(jobs[len(jobs)-1], e)
+	}
+	ch := make(chan []*index.Entry)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var first error
 	failed := func() bool { mu.Lock(); defer mu.Unlock(); return first != nil }
 	for range checkoutWorkers() {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			for e := range jobs {
-				if failed() {
-					continue
-				}
-				if err := r.writeEntry(e); err != nil {
-					mu.Lock()
-					if first == nil {
-						first = fmt.Errorf("%s: %w", e.Name, err)
+		wg.Go(func() {
+			for job := range ch {
+				for _, e := range job {
+					if failed() {
+						break
 					}
-					mu.Unlock()
+					if err := r.writeEntry(e); err != nil {
+						mu.Lock()
+						if first == nil {
+							first = fmt.Errorf("%s: %w", e.Name, err)
+						}
+						mu.Unlock()
+					}
 				}
 			}
-		}()
+		})
 	}
-	for _, e := range files {
-		jobs <- e
+	for _, job := range jobs {
+		ch <- job
 	}
-	close(jobs)
+	close(ch)
 	wg.Wait()
 	return first
 }
@@ -165,35 +174,27 @@ func (r *Repo) writeEntry(e *index.Entry) error {
 	if err != nil {
 		return err
 	}
-	if e.Mode == filemode.Symlink {
-		if err := os.Symlink(string(blob), full); err != nil {
-			return err
-		}
-	} else {
+	if e.Mode != filemode.Symlink {
 		perm := os.FileMode(0o644)
 		if e.Mode == filemode.Executable {
 			perm = 0o755
 		}
-		f, err := os.OpenFile(full, os.O_WRONLY|os.O_CREATE|os.O_EXCL, perm)
+		if err := createFile(e, full, blob, perm); err != nil {
+			return err
+		}
+	} else {
+		if err := os.Symlink(string(blob), full); err != nil {
+			return err
+		}
+		fi, err := os.Lstat(full)
 		if err != nil {
 			return err
 		}
-		_, err = f.Write(blob)
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return err
-		}
+		fillStat(e, fi)
 	}
-	fi, err := os.Lstat(full)
-	if err != nil {
-		return err
-	}
-	if fi.Size() != int64(len(blob)) {
+	if int64(e.Size) != int64(uint32(len(blob))) {
 		return errors.New("wrote a size other than the blob's")
 	}
-	fillStat(e, fi)
 	return nil
 }
 

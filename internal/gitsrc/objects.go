@@ -103,30 +103,32 @@ func (o *objectReader) read(h plumbing.Hash) (plumbing.ObjectType, []byte, error
 }
 
 func (o *objectReader) readAny(h plumbing.Hash) (plumbing.ObjectType, []byte, error) {
-	hex := h.String()
-	if f, err := os.Open(filepath.Join(o.dir, hex[:2], hex[2:])); err == nil {
-		defer f.Close()
-		zr, err := zlib.NewReader(f)
-		if err != nil {
-			return plumbing.InvalidObject, nil, err
-		}
-		b, err := io.ReadAll(zr)
-		if err != nil {
-			return plumbing.InvalidObject, nil, err
-		}
-		head, body, ok := bytes.Cut(b, []byte{0})
-		typ, _, _ := bytes.Cut(head, []byte{' '})
-		t, err := plumbing.ParseObjectType(string(typ))
-		if !ok || err != nil {
-			return plumbing.InvalidObject, nil, fmt.Errorf("loose object %s: bad header %q", h, head)
-		}
-		return t, body, nil
+	// Packs first, as git looks: a clone's objects are nearly all
+	// packed, and a loose lookup is a failed open per object.
+	if p, off := o.find(h); p != nil {
+		return o.readPacked(p, off, 0)
 	}
-	p, off := o.find(h)
-	if p == nil {
+	hex := h.String()
+	f, err := os.Open(filepath.Join(o.dir, hex[:2], hex[2:]))
+	if err != nil {
 		return plumbing.InvalidObject, nil, errNotHere
 	}
-	return o.readPacked(p, off, 0)
+	defer f.Close()
+	zr, err := zlib.NewReader(f)
+	if err != nil {
+		return plumbing.InvalidObject, nil, err
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		return plumbing.InvalidObject, nil, err
+	}
+	head, body, ok := bytes.Cut(b, []byte{0})
+	typ, _, _ := bytes.Cut(head, []byte{' '})
+	t, err := plumbing.ParseObjectType(string(typ))
+	if !ok || err != nil {
+		return plumbing.InvalidObject, nil, fmt.Errorf("loose object %s: bad header %q", h, head)
+	}
+	return t, body, nil
 }
 
 // find returns the pack holding h and its offset there, or nil.
