@@ -533,3 +533,32 @@ func TestIndexTreeHashIsGits(t *testing.T) {
 		t.Errorf("tree hash from the index %s, commit's tree %s", h, c.TreeHash)
 	}
 }
+
+// In a linked worktree (git worktree add) the index is the worktree's own
+// and info/exclude the main repository's; Changes reads both as git does.
+func TestChangesInLinkedWorktree(t *testing.T) {
+	needGit(t)
+	up, commit := richFixture(t, true)
+	main := checkoutClone(t, up, commit)
+	linked := filepath.Join(t.TempDir(), "linked")
+	gitOut(t, main.Dir, "worktree", "add", "-q", "--detach", linked, commit)
+	write(t, main, ".git/info/exclude", "excluded.txt\n")
+	os.WriteFile(filepath.Join(linked, "excluded.txt"), []byte("x\n"), 0o644)
+	os.WriteFile(filepath.Join(linked, "a/x.txt"), []byte("two\n"), 0o644)
+	os.WriteFile(filepath.Join(linked, "new.txt"), []byte("n\n"), 0o644)
+	r, err := Open(linked)
+	if err != nil {
+		t.Fatal(err)
+	}
+	cs, err := r.Changes()
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := " M a/x.txt\n?? new.txt"
+	if got := strings.Join(porcelain(cs), "\n"); got != want {
+		t.Errorf("Changes in a linked worktree:\n%s\nwant:\n%s", got, want)
+	}
+	if got := strings.TrimRight(gitOut(t, linked, "status", "--porcelain", "-uall"), "\n"); got != want {
+		t.Errorf("git status:\n%s", got)
+	}
+}

@@ -64,7 +64,7 @@ func (r *Repo) Changes() ([]Change, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &statusRun{dir: r.Dir, idx: idx, tree: newIndexTree(idx.Entries), codes: map[string]*[2]byte{}}
+	s := &statusRun{dir: r.Dir, commonDir: LocalGitDir(r.Dir), idx: idx, tree: newIndexTree(idx.Entries), codes: map[string]*[2]byte{}}
 	// The work tree is read while the trees are compared.
 	var wg sync.WaitGroup
 	var untracked []string
@@ -142,10 +142,11 @@ func statModelled(idx *index.Index) bool {
 }
 
 type statusRun struct {
-	dir   string
-	idx   *index.Index
-	tree  *indexTree // read-only once built
-	codes map[string]*[2]byte
+	dir       string
+	commonDir string // the git directory holding info/exclude (the main one of a linked worktree)
+	idx       *index.Index
+	tree      *indexTree // read-only once built
+	codes     map[string]*[2]byte
 }
 
 func (s *statusRun) code(p string) *[2]byte {
@@ -524,7 +525,7 @@ func contentDiffers(root string, e *index.Entry, fi os.FileInfo) (bool, error) {
 // pattern is in force: otherwise the directory's pattern matches the file
 // too).
 func (s *statusRun) untracked() ([]string, error) {
-	base, neg := readIgnoreFile(filepath.Join(s.dir, ".git", "info", "exclude"), nil)
+	base, neg := readIgnoreFile(filepath.Join(s.commonDir, "info", "exclude"), nil)
 	var out []string
 	var walk func(dir []string, ps []gitignore.Pattern, neg bool) error
 	walk = func(dir []string, ps []gitignore.Pattern, neg bool) error {
