@@ -1,6 +1,9 @@
 package gitsrc
 
 import (
+	"bytes"
+	"crypto/sha1"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"io"
@@ -41,7 +44,8 @@ func (r *Repo) Checkout(commit string) error {
 	}
 	var dirs []string
 	var files []*index.Entry
-	if err := r.listTree(tree, "", &dirs, &files); err != nil {
+	var cache []index.TreeEntry
+	if err := r.listTree(tree, "", "", &dirs, &files, &cache); err != nil {
 		return fmt.Errorf("check out %s in %s: %w", commit, r.Dir, err)
 	}
 	for _, d := range dirs {
@@ -54,7 +58,7 @@ func (r *Repo) Checkout(commit string) error {
 	}
 	// The index goes last: its mtime, later than every file's, is what
 	// tells status which entries' stat data it can trust (racy git).
-	if err := r.r.Storer.SetIndex(&index.Index{Version: 2, Entries: files}); err != nil {
+	if err := r.writeIndex(files, cache); err != nil {
 		return fmt.Errorf("check out %s: writing the index of %s: %w", commit, r.Dir, err)
 	}
 	if err := r.r.Storer.SetReference(plumbing.NewHashReference(plumbing.HEAD, h)); err != nil {
@@ -79,13 +83,17 @@ func emptyWorkTree(dir string) error {
 }
 
 // listTree appends the directories (parents first) and the file entries
-// (hash and mode; stat data filled when written) under tree h, slash
-// paths.
-func (r *Repo) listTree(h plumbing.Hash, prefix string, dirs *[]string, files *[]*index.Entry) error {
+// (hash and mode; stat data filled when written) under tree h at prefix
+// (slash paths), and the tree's cache-tree entries (git's TREE index
+// extension, in pre-order: the tree's own name and hash, how many index
+// entries it covers, how many subtrees it has).
+func (r *Repo) listTree(h plumbing.Hash, prefix, name string, dirs *[]string, files *[]*index.Entry, cache *[]index.TreeEntry) error {
 	ents, err := r.treeEntries(h)
 	if err != nil {
 		return fmt.Errorf("%s: %w", prefix, err)
 	}
+	k, before, subtrees := len(*cache), len(*files), 0
+	*cache = append(*cache, index.TreeEntry{Path: name, Hash: h})
 	for _, e := range ents {
 		if !validName(e.Name) {
 			return fmt.Errorf("tree %s holds an entry named %q, which git refuses to check out", prefix+"/", e.Name)
@@ -93,8 +101,9 @@ func (r *Repo) listTree(h plumbing.Hash, prefix string, dirs *[]string, files *[
 		p := prefix + e.Name
 		switch e.Mode {
 		case filemode.Dir:
+			subtrees++
 			*dirs = append(*dirs, p)
-			if err := r.listTree(e.Hash, p+"/", dirs, files); err != nil {
+			if err := r.listTree(e.Hash, p+"/", e.Name, dirs, files, cache); err != nil {
 				return err
 			}
 		case filemode.Submodule:
@@ -106,7 +115,46 @@ func (r *Repo) listTree(h plumbing.Hash, prefix string, dirs *[]string, files *[
 			return fmt.Errorf("%s: unsupported mode %s", p, e.Mode)
 		}
 	}
+	(*cache)[k].Entries, (*cache)[k].Trees = len(*files)-before, subtrees
 	return nil
+}
+
+// writeIndex writes the index (version 2, go-git's encoder) with git's
+// cache-tree extension (TREE) holding the checked-out trees' hashes, so
+// that status, and git's own, compare the index with HEAD without hashing
+// it. Written to index.lock and renamed, as git does.
+func (r *Repo) writeIndex(files []*index.Entry, cache []index.TreeEntry) error {
+	var buf bytes.Buffer
+	if err := index.NewEncoder(&buf).Encode(&index.Index{Version: 2, Entries: files}); err != nil {
+		return err
+	}
+	b := buf.Bytes()[:buf.Len()-sha1.Size] // without go-git's checksum
+	var ext []byte
+	for _, t := range cache {
+		ext = fmt.Appendf(ext, "%s\x00%d %d\n", t.Path, t.Entries, t.Trees)
+		ext = append(ext, t.Hash[:]...)
+	}
+	b = append(b, "TREE"...)
+	b = binary.BigEndian.AppendUint32(b, uint32(len(ext)))
+	b = append(b, ext...)
+	sum := sha1.Sum(b)
+	b = append(b, sum[:]...)
+	p := filepath.Join(r.GitDir(), "index")
+	f, err := os.OpenFile(p+".lock", os.O_WRONLY|os.O_CREATE|os.O_EXCL, 0o644)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(b)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err == nil {
+		err = os.Rename(p+".lock", p)
+	}
+	if err != nil {
+		os.Remove(p + ".lock")
+	}
+	return err
 }
 
 // validName reports whether a tree entry name is one git checks out: not
@@ -170,7 +218,7 @@ func (r *Repo) writeEntry(e *index.Entry) error {
 	if e.Mode == filemode.Submodule {
 		return nil // its directory is made; git leaves it empty
 	}
-	blob, err := r.blob(e.Hash)
+	blob, err := r.readBlob(e.Hash) // each blob once: no caching
 	if err != nil {
 		return err
 	}
@@ -199,8 +247,17 @@ func (r *Repo) writeEntry(e *index.Entry) error {
 }
 
 // treeEntries returns the entries of tree h, read with the objectReader
-// (go-git's store where that reader does not apply).
+// (go-git's store where that reader does not apply), and kept: a tree is
+// immutable by its hash, and commits near each other share most of
+// theirs (patches check lists or reads at hundreds of commits). Callers
+// must not modify the slice.
 func (r *Repo) treeEntries(h plumbing.Hash) ([]object.TreeEntry, error) {
+	r.treeMu.Lock()
+	ents, ok := r.trees[h]
+	r.treeMu.Unlock()
+	if ok {
+		return ents, nil
+	}
 	t := &object.Tree{}
 	if typ, body, err := r.objects().read(h); err == nil && typ == plumbing.TreeObject {
 		var o plumbing.MemoryObject
@@ -212,12 +269,45 @@ func (r *Repo) treeEntries(h plumbing.Hash) ([]object.TreeEntry, error) {
 	} else if t, err = r.r.TreeObject(h); err != nil {
 		return nil, fmt.Errorf("tree %s: %w", h, err)
 	}
+	r.treeMu.Lock()
+	defer r.treeMu.Unlock()
+	if r.trees == nil || len(r.trees) >= maxCachedTrees {
+		r.trees = map[plumbing.Hash][]object.TreeEntry{}
+	}
+	r.trees[h] = t.Entries
 	return t.Entries, nil
 }
 
+// maxCachedTrees bounds Repo's tree cache (SGLang's commits have about 700
+// trees each; a tree's entries take a few hundred bytes to kilobytes).
+const maxCachedTrees = 50000
+
 // blob returns the bytes of blob h, read with the objectReader (go-git's
-// store where that reader does not apply).
+// store where that reader does not apply). Blobs up to 1 MiB are kept
+// (16 MiB in all), as patches check reads the same files at many commits;
+// the caller gets its own copy.
 func (r *Repo) blob(h plumbing.Hash) ([]byte, error) {
+	r.treeMu.Lock()
+	b, ok := r.blobs[h]
+	r.treeMu.Unlock()
+	if ok {
+		return bytes.Clone(b), nil
+	}
+	b, err := r.readBlob(h)
+	if err != nil || len(b) > 1<<20 {
+		return b, err
+	}
+	r.treeMu.Lock()
+	defer r.treeMu.Unlock()
+	if r.blobs == nil || r.blobBytes+len(b) > 16<<20 {
+		r.blobs, r.blobBytes = map[plumbing.Hash][]byte{}, 0
+	}
+	r.blobs[h] = bytes.Clone(b)
+	r.blobBytes += len(b)
+	return b, nil
+}
+
+func (r *Repo) readBlob(h plumbing.Hash) ([]byte, error) {
 	if typ, body, err := r.objects().read(h); err == nil && typ == plumbing.BlobObject {
 		return body, nil
 	}

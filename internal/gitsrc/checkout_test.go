@@ -164,6 +164,11 @@ func TestCheckoutMatchesGit(t *testing.T) {
 			if h := strings.TrimSpace(gitOut(t, ours.Dir, "rev-parse", "HEAD")); h != commit {
 				t.Errorf("HEAD = %s, want %s", h, commit)
 			}
+			// write-tree takes the cache-tree extension's hashes as they
+			// are: a wrong one would go into the next commit.
+			if h, w := strings.TrimSpace(gitOut(t, ours.Dir, "write-tree")), strings.TrimSpace(gitOut(t, ours.Dir, "rev-parse", commit+"^{tree}")); h != w {
+				t.Errorf("git write-tree of our index = %s, the commit's tree %s", h, w)
+			}
 			// git trusts the index: nothing to report, nothing to refresh.
 			gitOut(t, ours.Dir, "diff", "--quiet")
 			gitOut(t, ours.Dir, "diff", "--cached", "--quiet")
@@ -531,6 +536,26 @@ func TestIndexTreeHashIsGits(t *testing.T) {
 	c, _ := r.r.CommitObject(plumbing.NewHash(commit))
 	if h := newIndexTree(idx.Entries).hash(""); h != c.TreeHash {
 		t.Errorf("tree hash from the index %s, commit's tree %s", h, c.TreeHash)
+	}
+	// The cache-tree extension Checkout wrote: every directory's tree,
+	// as go-git decodes it.
+	if h := cachedRoot(idx); h != c.TreeHash {
+		t.Errorf("cache-tree root %s, commit's tree %s", h, c.TreeHash)
+	}
+	sub, _ := c.Tree()
+	b, _ := sub.Tree("a/b")
+	found := false
+	for _, e := range idx.Cache.Entries {
+		found = found || e.Path == "b" && e.Hash == b.Hash && e.Entries == 2 && e.Trees == 1
+	}
+	if !found {
+		t.Errorf("cache-tree lacks a/b (%s, 2 entries, 1 subtree): %+v", b.Hash, idx.Cache.Entries)
+	}
+	// An index go-git rewrites loses the extension: nothing stale is read.
+	r.r.Storer.SetIndex(idx)
+	idx2, _ := r.r.Storer.Index()
+	if h := cachedRoot(idx2); !h.IsZero() {
+		t.Errorf("after go-git rewrote the index: cache-tree root %s", h)
 	}
 }
 

@@ -22,10 +22,14 @@ import (
 
 // Repo is a git repository with a work tree, or a bare one.
 type Repo struct {
-	Dir  string // the work tree (or, bare, the git directory)
-	r    *git.Repository
-	once sync.Once
-	obj  *objectReader
+	Dir       string // the work tree (or, bare, the git directory)
+	r         *git.Repository
+	once      sync.Once
+	obj       *objectReader
+	treeMu    sync.Mutex                           // guards trees, blobs, blobBytes
+	trees     map[plumbing.Hash][]object.TreeEntry // see treeEntries
+	blobs     map[plumbing.Hash][]byte             // see blob
+	blobBytes int
 }
 
 // Open opens the checkout at dir. It returns an error naming dir when dir
@@ -244,18 +248,17 @@ func (r *Repo) TreeAt(commit string) (*CommitTree, error) {
 	if err != nil {
 		return nil, fmt.Errorf("commit %s is not in %s: %w", commit, r.Dir, err)
 	}
-	return &CommitTree{Commit: commit, repo: r, root: root, trees: map[plumbing.Hash][]object.TreeEntry{}}, nil
+	return &CommitTree{Commit: commit, repo: r, root: root}, nil
 }
 
 // CommitTree reads files of one commit. It implements patches.Tree. Its
 // objects come from the repository's objectReader (one binary search and
 // inflate per object, as git reads them), or from go-git where that
-// reader does not take them. Not safe for concurrent use.
+// reader does not take them.
 type CommitTree struct {
 	Commit string
 	repo   *Repo
 	root   plumbing.Hash
-	trees  map[plumbing.Hash][]object.TreeEntry
 }
 
 // entry returns the tree entry at path; an error wrapping fs.ErrNotExist
@@ -287,14 +290,10 @@ func (c *CommitTree) entry(p string) (object.TreeEntry, error) {
 }
 
 func (c *CommitTree) tree(h plumbing.Hash) ([]object.TreeEntry, error) {
-	if ents, ok := c.trees[h]; ok {
-		return ents, nil
-	}
 	ents, err := c.repo.treeEntries(h)
 	if err != nil {
 		return nil, fmt.Errorf("commit %s: %w", c.Commit[:12], err)
 	}
-	c.trees[h] = ents
 	return ents, nil
 }
 

@@ -31,9 +31,10 @@ import (
 // file git ignores is not listed). It works as `git status` does instead
 // of hashing the tree:
 //
-//   - staged changes: the tree the index describes is hashed from its
-//     entries and compared with HEAD's tree; only when they differ are
-//     the two walked, skipping subtrees whose hashes agree;
+//   - staged changes: the tree the index describes (from git's
+//     cache-tree extension when valid, else hashed from the entries) is
+//     compared with HEAD's tree; only when they differ are the two
+//     walked, skipping subtrees whose hashes agree;
 //   - work tree changes: each index entry's stat data (mode, size, mtime
 //     with nanoseconds, and where recorded ctime, inode, uid, gid) is
 //     compared with lstat; a file is hashed only when they differ or when
@@ -74,7 +75,7 @@ func (r *Repo) Changes() ([]Change, error) {
 		defer wg.Done()
 		untracked, werr = s.untracked()
 	}()
-	staged, serr := r.stagedChanges(s.tree, headTree)
+	staged, serr := r.stagedChanges(s.tree, cachedRoot(idx), headTree)
 	modified, merr := s.worktreeChanges()
 	wg.Wait()
 	if err := errors.Join(serr, merr, werr); err != nil {
@@ -161,8 +162,8 @@ func (s *statusRun) code(p string) *[2]byte {
 // stagedChanges compares HEAD's tree with the tree the index describes:
 // nothing to read when their hashes agree, else only the subtrees that
 // differ. Changes carry Staging 'A', 'D' or 'M'.
-func (r *Repo) stagedChanges(it *indexTree, headTree plumbing.Hash) ([]Change, error) {
-	if it.hash("") == headTree {
+func (r *Repo) stagedChanges(it *indexTree, cached, headTree plumbing.Hash) ([]Change, error) {
+	if cached == headTree || it.hash("") == headTree {
 		return nil, nil
 	}
 	var out []Change
@@ -213,6 +214,18 @@ func (r *Repo) stagedChanges(it *indexTree, headTree plumbing.Hash) ([]Change, e
 		return nil
 	}
 	return out, diff("", headTree)
+}
+
+// cachedRoot returns the tree hash git's cache-tree extension records
+// for the whole index, when it is valid (git marks a tree it has not
+// recomputed since an index change with -1 entries; go-git drops the
+// extension when it writes an index) and covers every entry; else the
+// zero hash.
+func cachedRoot(idx *index.Index) plumbing.Hash {
+	if c := idx.Cache; c != nil && len(c.Entries) > 0 && c.Entries[0].Path == "" && c.Entries[0].Entries == len(idx.Entries) {
+		return c.Entries[0].Hash
+	}
+	return plumbing.ZeroHash
 }
 
 // allFiles calls fn with the path of every file under the tree treeHash
