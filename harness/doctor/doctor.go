@@ -407,7 +407,14 @@ func verdict(h *Host, j *Judged) string {
 	case n <= 2:
 		return fmt.Sprintf("PCIe, %d GPUs%s: upstream runs custom allreduce at world size 2 already; the pcie series matters above 2 GPUs", n, split)
 	case t.PCIeOnly():
-		return fmt.Sprintf("PCIe-only, %d GPUs%s: all-to-all 1-stage is contention-prone; measure with `arpatch bench allreduce --world-size %d` first", n, split, n)
+		return fmt.Sprintf("PCIe-only, %d GPUs%s: all-to-all 1-stage is contention-prone; %s", n, split, measure(n))
 	}
-	return fmt.Sprintf("mixed NVLink and PCIe, %d GPUs%s: SGLang reports full_nvlink=False, so this is the PCIe case; measure with `arpatch bench allreduce` first", n, split)
+	return fmt.Sprintf("mixed NVLink and PCIe, %d GPUs%s: SGLang reports full_nvlink=False, so this is the PCIe case; %s", n, split, measure(n))
+}
+
+// measure is the verdict's remedy: the allreduce benchmark at world size
+// n on the checkout arpatch apply makes by default (./sglang), whose
+// extension `arpatch build --allreduce-ext` builds first.
+func measure(n int) string {
+	return fmt.Sprintf("measure with `arpatch bench allreduce --world-size %d --src sglang` first (after `arpatch build --allreduce-ext --src sglang`)", n)
 }
