@@ -2,8 +2,10 @@ package patches
 
 import (
 	"errors"
+	"fmt"
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 
@@ -15,7 +17,7 @@ import (
 const (
 	cuhPath  = "sgl-kernel/csrc/allreduce/custom_all_reduce.cuh"
 	gatePath = "python/sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py"
-	cuh      = `// fixture
+	cuh      = `class CustomAllreduce { template <typename T> void allreduce(T* out) { // fixture, the function opened on line 1
 #define KL(ngpus, name) name<T, ngpus><<<blocks, threads, 0, stream>>>(out);
 #define REDUCE_CASE(ngpus)              \
   case ngpus: {                         \
@@ -33,6 +35,8 @@ const (
       default:
         throw std::runtime_error("ws");
     }
+  }
+};
 `
 	gatePy = "def can_use(world_size, full_nvlink):\n    if world_size > 2 and not full_nvlink:\n        return None\n    return full_nvlink\n"
 )
@@ -156,4 +160,103 @@ func (g gitTree) ReadFile(p string) ([]byte, error) {
 		return nil, os.ErrNotExist
 	}
 	return b, nil
+}
+
+// TestWholeAllreduceOnRealUpstream is finding F1 on the real tree: each
+// shipped series, at the commits it is tested on (eras A, B and C), plus
+// one more patch that puts an early exit before `switch (world_size_)`
+// in CustomAllreduce::allreduce, must be refused by ApplyChecked, as must
+// the patched file edited in the sibling ways (a goto over the switch, a
+// return in a macro, a condition on full_nvlink_ around the switch, an
+// #ifdef that leaves it out of the host pass). It reads a local SGLang
+// mirror (ARPATCH_SGLANG_MIRROR) and skips without one.
+func TestWholeAllreduceOnRealUpstream(t *testing.T) {
+	mirror := os.Getenv("ARPATCH_SGLANG_MIRROR")
+	if mirror == "" {
+		t.Skip("ARPATCH_SGLANG_MIRROR is not set (a local SGLang clone with the pinned commits); skipping the real-upstream check")
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	cat, err := Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	show := func(commit, path string) ([]byte, error) {
+		return exec.Command("git", "-C", mirror, "show", commit+":"+path).Output()
+	}
+	const sw = "    switch (world_size_) {\n"
+	const early = "    if (!full_nvlink_ && world_size_ > 2) return;\n"
+	for _, s := range cat.Series {
+		ps, err := s.Load(nil)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range s.TestedOn {
+			tree := gitTree{show: show, commit: c, mirror: mirror}
+			res, err := Apply(tree, ps)
+			if err != nil {
+				t.Fatalf("%s at %s: %v", s.Name, c[:12], err)
+			}
+			var path string
+			var after []byte
+			for _, f := range res.Files {
+				if gaterule.IsDispatchFile(f.Path) {
+					path, after = f.Path, f.After
+				}
+			}
+			lines := strings.SplitAfter(string(after), "\n")
+			at := slices.Index(lines, sw)
+			if at < 3 {
+				t.Fatalf("%s at %s: no %q in the patched %s", s.Name, c[:12], sw, path)
+			}
+			// The F1 input: one more patch, the early exit just before the
+			// switch (line at+1 of the patched file).
+			hunk := fmt.Sprintf("--- a/%s\n+++ b/%s\n@@ -%d,6 +%d,7 @@\n", path, path, at-2, at-2)
+			for _, l := range lines[at-3 : at] {
+				hunk += " " + l
+			}
+			hunk += "+" + early
+			for _, l := range lines[at : at+3] {
+				hunk += " " + l
+			}
+			extra := mustPatch(t, "0003-early-exit.patch", hunk)
+			_, err = ApplyChecked(tree, append(append([]*Patch(nil), ps...), extra))
+			want := fmt.Sprintf("at world size 4 without full NVLink reaches `return` at line %d without launching a kernel or throwing", at+1)
+			if !IsRuleError(err) || !strings.Contains(err.Error(), want) {
+				t.Errorf("%s at %s plus an early exit: err = %v\nwant a rule refusal holding %q", s.Name, c[:12], err, want)
+			}
+			// The siblings, as edits of the patched file.
+			patched := string(after)
+			closeSw := "    }\n#undef REDUCE_CASE\n"
+			if !strings.Contains(patched, closeSw) {
+				t.Fatalf("%s at %s: no %q after the switch", s.Name, c[:12], closeSw)
+			}
+			around := func(open, shut string) string {
+				x := strings.Replace(patched, sw, open+sw, 1)
+				return strings.Replace(x, closeSw, "    }\n"+shut+"#undef REDUCE_CASE\n", 1)
+			}
+			for _, e := range []struct{ name, src, want string }{
+				{"as shipped", patched, ""},
+				{"goto over the switch", around("    if (!full_nvlink_) goto done;\n", "  done:;\n"), "meets `goto done`"},
+				{"return in a macro", strings.Replace(patched, sw, "#define ARPATCH_SKIP() if (!full_nvlink_) return\n    ARPATCH_SKIP();\n"+sw, 1), "reaches `return`"},
+				{"full_nvlink_ around the switch", around("    if (full_nvlink_) {\n", "    }\n"), "reaches the end of allreduce"},
+				{"#ifdef around the switch", around("#ifdef __CUDA_ARCH__\n", "#endif\n"), "reaches the end of allreduce"},
+			} {
+				read := func(p string) ([]byte, error) {
+					if p == path {
+						return []byte(e.src), nil
+					}
+					return tree.ReadFile(p)
+				}
+				err := gaterule.Check(read, []string{path})
+				switch {
+				case e.want == "" && err != nil:
+					t.Errorf("%s at %s, %s: %v", s.Name, c[:12], e.name, err)
+				case e.want != "" && (err == nil || !strings.Contains(err.Error(), e.want)):
+					t.Errorf("%s at %s, %s: err = %v, want %q", s.Name, c[:12], e.name, err, e.want)
+				}
+			}
+		}
+	}
 }

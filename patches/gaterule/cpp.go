@@ -6,10 +6,13 @@ import (
 	"strings"
 )
 
-// tok is one C++ token with the 1-based line it starts on.
+// tok is one C++ token with the 1-based line it starts on and the index
+// in the unit's tokens where it stands (for a token of a macro's body,
+// where the macro was invoked), which says which macros are defined there.
 type tok struct {
 	s    string
 	line int
+	at   int
 }
 
 // macro is one #define, active from token index from to index to (the
@@ -52,14 +55,14 @@ func lexLine(s string, line int, out []tok) []tok {
 			for j < len(s) && (isIdent(s[j]) || (s[j] >= '0' && s[j] <= '9') || s[j] >= 0x80) {
 				j++
 			}
-			out = append(out, tok{s[i:j], line})
+			out = append(out, tok{s: s[i:j], line: line})
 			i = j
 		case c >= '0' && c <= '9':
 			j := i
 			for j < len(s) && (isIdent(s[j]) || (s[j] >= '0' && s[j] <= '9') || s[j] == '.' || s[j] == '\'') {
 				j++
 			}
-			out = append(out, tok{s[i:j], line})
+			out = append(out, tok{s: s[i:j], line: line})
 			i = j
 		case c == '"' || c == '\'':
 			j := i + 1
@@ -72,7 +75,7 @@ func lexLine(s string, line int, out []tok) []tok {
 			if j < len(s) {
 				j++
 			}
-			out = append(out, tok{s[i:min(j, len(s))], line})
+			out = append(out, tok{s: s[i:min(j, len(s))], line: line})
 			i = j
 		default:
 			p := string(c)
@@ -82,7 +85,7 @@ func lexLine(s string, line int, out []tok) []tok {
 					break
 				}
 			}
-			out = append(out, tok{p, line})
+			out = append(out, tok{s: p, line: line})
 			i += len(p)
 		}
 	}
@@ -234,6 +237,9 @@ func preprocess(src string) (*unit, error) {
 	if len(stack) > 0 {
 		return nil, fmt.Errorf("an #if is not closed by #endif")
 	}
+	for i := range u.toks {
+		u.toks[i].at = i
+	}
 	return u, nil
 }
 
@@ -295,31 +301,36 @@ func (u *unit) ppTrue(expr string, line int) bool {
 			if u.defined(name) {
 				v = "1"
 			}
-			out = append(out, tok{v, line})
+			out = append(out, tok{v, line, 0})
 			continue
 		}
 		out = append(out, ts[i])
 	}
-	out = u.expand(out, len(u.toks), 0)
+	for i := range out {
+		out[i].at = len(u.toks)
+	}
+	out = u.expand(out, 0)
 	v := evalExpr(out, func(string) value { return known(0) })
 	return v.ok && v.n != 0
 }
 
-// expand replaces macro invocations in ts (read as at token index at)
-// with their bodies, recursively, to a bounded depth.
-func (u *unit) expand(ts []tok, at, depth int) []tok {
+// expand replaces macro invocations in ts with their bodies, each read
+// with the macros defined where it stands (tok.at), recursively, to a
+// bounded depth. The tokens of a body stand where the macro was invoked.
+func (u *unit) expand(ts []tok, depth int) []tok {
 	if depth > 16 {
 		return ts
 	}
 	var out []tok
 	for i := 0; i < len(ts); i++ {
+		at := ts[i].at
 		m := u.lookup(ts[i].s, at)
 		if m == nil {
 			out = append(out, ts[i])
 			continue
 		}
 		if !m.function {
-			out = append(out, u.expand(m.body, at, depth+1)...)
+			out = append(out, u.expand(placed(m.body, at), depth+1)...)
 			continue
 		}
 		if i+1 >= len(ts) || ts[i+1].s != "(" {
@@ -340,10 +351,20 @@ func (u *unit) expand(ts []tok, at, depth int) []tok {
 			if b.s == "##" {
 				continue
 			}
+			b.at = at
 			body = append(body, b)
 		}
-		out = append(out, u.expand(body, at, depth+1)...)
+		out = append(out, u.expand(body, depth+1)...)
 		i = end
+	}
+	return out
+}
+
+// placed returns a copy of a macro's body standing at token index at.
+func placed(body []tok, at int) []tok {
+	out := append([]tok(nil), body...)
+	for i := range out {
+		out[i].at = at
 	}
 	return out
 }

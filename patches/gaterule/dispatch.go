@@ -2,19 +2,25 @@ package gaterule
 
 import (
 	"fmt"
+	"regexp"
 	"strings"
 )
 
-// stmt is one parsed C++ statement of the dispatch.
+// stmt is one parsed C++ statement of CustomAllreduce::allreduce.
 type stmt struct {
-	kind  string // "block", "if", "case", "default", "break", "return", "throw", "expr", "opaque"
-	line  int
-	cond  []tok  // if: the condition; case: the label's expression
-	then  *stmt  // if
-	els   *stmt  // if, may be nil
-	body  []stmt // block
-	toks  []tok  // expr, return, opaque: the statement's tokens
-	label string // case/default: as written, for messages
+	// kind: "block", "if", "switch", "loop", "case", "default", "label",
+	// "break", "continue", "return", "throw", "goto", "try", "expr".
+	kind string
+	line int
+	end  int    // block, switch: the line of its closing brace
+	cond []tok  // if, switch: the condition; case: the label's expression
+	then *stmt  // if
+	els  *stmt  // if, may be nil
+	body []stmt // block, switch, loop, try
+	toks []tok  // expr, return: the statement's tokens
+	// label: case/default as written; loop: for, while or do; for
+	// messages.
+	label string
 }
 
 // parser reads statements from expanded tokens.
@@ -23,9 +29,11 @@ type parser struct {
 	i  int
 }
 
-func (p *parser) peek() string {
-	if p.i < len(p.ts) {
-		return p.ts[p.i].s
+func (p *parser) peek() string { return p.at(0) }
+
+func (p *parser) at(k int) string {
+	if p.i+k < len(p.ts) {
+		return p.ts[p.i+k].s
 	}
 	return ""
 }
@@ -68,19 +76,31 @@ func (p *parser) group() ([]tok, error) {
 	return nil, p.errorf("%q is not closed", open)
 }
 
+// block parses a braced block of statements.
+func (p *parser) block() (stmt, error) {
+	line := p.line()
+	inner, err := p.group()
+	if err != nil {
+		return stmt{}, err
+	}
+	body, err := parseStatements(inner)
+	return stmt{kind: "block", line: line, end: p.ts[p.i-1].line, body: body}, err
+}
+
 // statement parses one statement.
 func (p *parser) statement() (stmt, error) {
+	// Attributes such as [[likely]] change nothing arpatch judges.
+	for p.peek() == "[" && p.at(1) == "[" {
+		if _, err := p.group(); err != nil {
+			return stmt{}, err
+		}
+	}
 	line := p.line()
 	switch t := p.peek(); t {
 	case "":
-		return stmt{}, p.errorf("unexpected end of the dispatch")
+		return stmt{}, p.errorf("unexpected end of allreduce")
 	case "{":
-		inner, err := p.group()
-		if err != nil {
-			return stmt{}, err
-		}
-		body, err := parseStatements(inner)
-		return stmt{kind: "block", line: line, body: body}, err
+		return p.block()
 	case ";":
 		p.i++
 		return stmt{kind: "block", line: line}, nil
@@ -116,12 +136,27 @@ func (p *parser) statement() (stmt, error) {
 		if p.i == len(p.ts) {
 			return stmt{}, p.errorf("%s label without ':'", t)
 		}
-		s := stmt{kind: t, line: line, cond: p.ts[start:p.i], label: t + " " + joinToks(p.ts[start:p.i])}
+		s := stmt{kind: t, line: line, cond: p.ts[start:p.i], label: strings.TrimSpace(t + " " + joinToks(p.ts[start:p.i]))}
 		p.i++
 		return s, nil
-	case "switch", "for", "while":
-		// Loops and nested switches are not followed: what they do is
-		// not counted as a launch.
+	case "switch":
+		p.i++
+		cond, err := p.group()
+		if err != nil {
+			return stmt{}, err
+		}
+		body, err := p.statement()
+		if err != nil {
+			return stmt{}, err
+		}
+		s := stmt{kind: "switch", line: line, cond: cond, end: body.end}
+		if body.kind == "block" {
+			s.body = body.body
+		} else {
+			s.body = []stmt{body}
+		}
+		return s, nil
+	case "for", "while":
 		p.i++
 		if _, err := p.group(); err != nil {
 			return stmt{}, err
@@ -130,17 +165,46 @@ func (p *parser) statement() (stmt, error) {
 		if err != nil {
 			return stmt{}, err
 		}
-		return stmt{kind: "opaque", line: line, body: []stmt{body}, label: t}, nil
+		return stmt{kind: "loop", line: line, body: []stmt{body}, label: t}, nil
 	case "do":
 		p.i++
-		if _, err := p.statement(); err != nil {
+		body, err := p.statement()
+		if err != nil {
 			return stmt{}, err
 		}
 		for p.i < len(p.ts) && p.ts[p.i].s != ";" {
 			p.i++
 		}
 		p.i++
-		return stmt{kind: "opaque", line: line, label: "do"}, nil
+		return stmt{kind: "loop", line: line, body: []stmt{body}, label: "do"}, nil
+	case "try":
+		p.i++
+		s := stmt{kind: "try", line: line}
+		if p.peek() != "{" {
+			return stmt{}, p.errorf("`try` without a block")
+		}
+		b, err := p.block()
+		if err != nil {
+			return stmt{}, err
+		}
+		s.body = append(s.body, b)
+		for p.peek() == "catch" {
+			p.i++
+			if _, err := p.group(); err != nil {
+				return stmt{}, err
+			}
+			b, err := p.block()
+			if err != nil {
+				return stmt{}, err
+			}
+			s.body = append(s.body, b)
+		}
+		return s, nil
+	}
+	if p.at(1) == ":" && isIdentTok(p.peek()) {
+		s := stmt{kind: "label", line: line, label: p.peek()}
+		p.i += 2
+		return s, nil
 	}
 	start := p.i
 	depth := 0
@@ -156,14 +220,10 @@ func (p *parser) statement() (stmt, error) {
 				p.i++
 				kind := "expr"
 				switch ts[0].s {
-				case "break":
-					kind = "break"
-				case "return":
+				case "break", "continue", "return", "throw", "goto":
+					kind = ts[0].s
+				case "co_return":
 					kind = "return"
-				case "throw":
-					kind = "throw"
-				case "continue", "goto":
-					kind = "opaque"
 				}
 				return stmt{kind: kind, line: line, toks: ts}, nil
 			}
@@ -171,6 +231,8 @@ func (p *parser) statement() (stmt, error) {
 	}
 	return stmt{}, p.errorf("statement without ';'")
 }
+
+func isIdentTok(s string) bool { return s != "" && (isIdent(s[0]) || s[0] >= 0x80) }
 
 func parseStatements(ts []tok) ([]stmt, error) {
 	p := &parser{ts: ts}
@@ -196,16 +258,40 @@ func joinToks(ts []tok) string {
 	return b.String()
 }
 
-// launches reports whether an expression statement launches a kernel: a
-// triple-chevron launch or a CUDA launch call.
-func launches(ts []tok) bool {
-	for _, t := range ts {
-		switch t.s {
-		case "<<<", "cudaLaunchKernel", "cudaLaunchKernelEx", "cudaLaunchCooperativeKernel", "cuLaunchKernel", "cuLaunchKernelEx":
-			return true
-		}
+func isLaunch(s string) bool {
+	switch s {
+	case "<<<", "cudaLaunchKernel", "cudaLaunchKernelEx", "cudaLaunchCooperativeKernel", "cuLaunchKernel", "cuLaunchKernelEx":
+		return true
 	}
 	return false
+}
+
+// launches reports whether a statement's tokens launch a kernel every
+// time they run: a triple-chevron launch or a CUDA launch call. It
+// returns a reason instead when the statement holds a launch that may not
+// run: inside braces (a lambda) or under &&, || or ?:.
+func launches(ts []tok) (bool, string) {
+	depth, launch, cond := 0, false, false
+	for _, t := range ts {
+		switch t.s {
+		case "{":
+			depth++
+		case "}":
+			depth--
+		case "&&", "||", "?":
+			cond = true
+		}
+		if isLaunch(t.s) {
+			if depth > 0 {
+				return false, "a kernel launch inside braces (a lambda, which may never be called)"
+			}
+			launch = true
+		}
+	}
+	if launch && cond {
+		return false, "a kernel launch under `&&`, `||` or `?:`, which may not run"
+	}
+	return launch, ""
 }
 
 // throws reports whether an expression statement always throws:
@@ -221,96 +307,308 @@ func throws(ts []tok) bool {
 	return false
 }
 
-// outcome is how one path through the dispatch ends.
-type outcome struct {
-	fall     bool // reaches the end of the statements it was run on
-	launched bool // a kernel was launched on the way
-	threw    bool
-	at       int    // line where it ends (break, return, end)
-	how      string // "break", "return", "the end of the case"
+// macroName is how a macro is spelled by convention; a statement that
+// invokes one this file does not define could hide a `return`.
+var macroName = regexp.MustCompile(`^[A-Z][A-Z0-9_]*[A-Z0-9]$`)
+
+// outsideMacros are macros from outside the dispatch header that
+// upstream's allreduce invokes, known not to leave the function except by
+// throwing. Upstream: sgl-kernel/include/utils.h@84118acf50b3
+// (CHECK_CUDA_SUCCESS throws std::runtime_error); the TORCH_CHECK and
+// C10_CUDA_CHECK families throw c10::Error.
+var outsideMacros = map[string]bool{
+	"CHECK_CUDA_SUCCESS": true, "TORCH_CHECK": true, "TORCH_CHECK_VALUE": true, "TORCH_CHECK_NOT_IMPLEMENTED": true,
+	"TORCH_INTERNAL_ASSERT": true, "C10_CUDA_CHECK": true, "AT_CUDA_CHECK": true, "C10_CUDA_KERNEL_LAUNCH_CHECK": true,
 }
 
-// run follows every path through stmts from entry, starting with
-// launched; conditions are evaluated by env, and a condition it cannot
-// decide sends the run down both branches. It returns every way the
-// paths end.
-func run(stmts []stmt, entry int, launched bool, env func(string) value) []outcome {
-	paths := []outcome{{fall: true, launched: launched}}
-	for k := entry; k < len(stmts); k++ {
-		var next []outcome
-		for _, o := range paths {
-			if !o.fall {
-				next = append(next, o)
+// outcome is how one path through allreduce, not yet having launched a
+// kernel or thrown, leaves a statement. Paths that launch or throw are
+// done and are not followed further.
+type outcome struct {
+	// kind: "fall" (goes on to the next statement), "break", "continue",
+	// "return" (leaves allreduce with nothing launched), "undecided" (a
+	// construct arpatch does not follow).
+	kind string
+	line int
+	// via: for a fall, the last exit the path took (a `break` out of the
+	// switch, running off its end), for the message.
+	via string
+	// why: for undecided, what arpatch does not follow.
+	why string
+	// call: the first call on the path to a function of this file that
+	// launches a kernel, which arpatch does not follow.
+	call string
+}
+
+// machine follows paths for one world size.
+type machine struct {
+	env     func(string) value
+	helpers map[string]bool // functions of the file that hold a launch
+}
+
+// run follows every path through stmts from entry that has not yet
+// launched or thrown. It returns at most one "fall" outcome, first.
+func (m *machine) run(stmts []stmt, entry int, in outcome) []outcome {
+	cur := &in
+	var out []outcome
+	for k := entry; k < len(stmts) && cur != nil; k++ {
+		res := m.exec(stmts[k], *cur)
+		cur = nil
+		for _, o := range res {
+			if o.kind == "fall" {
+				if cur == nil {
+					o := o
+					cur = &o
+				}
 				continue
 			}
-			next = append(next, exec(stmts[k], o.launched, env)...)
-		}
-		paths = dedupe(next)
-	}
-	return paths
-}
-
-func exec(s stmt, launched bool, env func(string) value) []outcome {
-	switch s.kind {
-	case "block":
-		return run(s.body, 0, launched, env)
-	case "if":
-		v := evalExpr(s.cond, env)
-		var out []outcome
-		if !v.ok || v.n != 0 {
-			out = append(out, exec(*s.then, launched, env)...)
-		}
-		if !v.ok || v.n == 0 {
-			if s.els != nil {
-				out = append(out, exec(*s.els, launched, env)...)
-			} else {
-				out = append(out, outcome{fall: true, launched: launched})
-			}
-		}
-		return out
-	case "break":
-		return []outcome{{launched: launched, at: s.line, how: "break"}}
-	case "return":
-		return []outcome{{launched: launched || launches(s.toks), at: s.line, how: "return"}}
-	case "throw":
-		return []outcome{{launched: launched, threw: true, at: s.line, how: "throw"}}
-	case "expr":
-		if throws(s.toks) {
-			return []outcome{{launched: launched, threw: true, at: s.line, how: "throw"}}
-		}
-		return []outcome{{fall: true, launched: launched || launches(s.toks)}}
-	}
-	// case/default labels fall through; opaque statements launch nothing
-	// arpatch can count on.
-	return []outcome{{fall: true, launched: launched}}
-}
-
-func dedupe(os []outcome) []outcome {
-	seen := map[outcome]bool{}
-	var out []outcome
-	for _, o := range os {
-		if !seen[o] {
-			seen[o] = true
 			out = append(out, o)
 		}
+	}
+	if cur != nil {
+		out = append([]outcome{*cur}, out...)
 	}
 	return out
 }
 
-// judged is the result of reading one file's CustomAllreduce::allreduce
-// dispatch.
+func (m *machine) exec(s stmt, in outcome) []outcome {
+	fall := in
+	fall.kind = "fall"
+	switch s.kind {
+	case "block":
+		return m.run(s.body, 0, fall)
+	case "if":
+		v := evalExpr(s.cond, m.env)
+		var out []outcome
+		if !v.ok || v.n != 0 {
+			out = append(out, m.exec(*s.then, fall)...)
+		}
+		if !v.ok || v.n == 0 {
+			if s.els != nil {
+				out = append(out, m.exec(*s.els, fall)...)
+			} else {
+				out = append(out, fall)
+			}
+		}
+		return out
+	case "switch":
+		return m.execSwitch(s, fall)
+	case "loop":
+		if holds(s.body, "return", "goto") || holdsLaunch(s.body) {
+			return []outcome{{kind: "undecided", line: s.line, why: fmt.Sprintf("a `%s` loop at line %d that holds a kernel launch, a `return` or a `goto`; arpatch does not follow loops (a loop may run no times)", s.label, s.line)}}
+		}
+		// A loop that can neither launch nor leave allreduce goes on
+		// (or runs forever, which returns no wrong data).
+		return []outcome{fall}
+	case "try":
+		return []outcome{{kind: "undecided", line: s.line, why: fmt.Sprintf("`try` at line %d; arpatch does not follow exceptions caught inside allreduce", s.line)}}
+	case "goto":
+		return []outcome{{kind: "undecided", line: s.line, why: fmt.Sprintf("`%s` at line %d; arpatch does not follow jumps (write it as if/else)", joinToks(s.toks), s.line)}}
+	case "break", "continue":
+		o := in
+		o.kind, o.line = s.kind, s.line
+		return []outcome{o}
+	case "throw":
+		return nil
+	case "return":
+		l, why := launches(s.toks)
+		if why != "" {
+			return []outcome{{kind: "undecided", line: s.line, why: fmt.Sprintf("%s at line %d", why, s.line)}}
+		}
+		if l {
+			return nil
+		}
+		o := in
+		o.kind, o.line = "return", s.line
+		return []outcome{o}
+	case "expr":
+		if throws(s.toks) {
+			return nil
+		}
+		l, why := launches(s.toks)
+		if why != "" {
+			return []outcome{{kind: "undecided", line: s.line, why: fmt.Sprintf("%s at line %d", why, s.line)}}
+		}
+		if l {
+			return nil
+		}
+		if name := s.toks[0].s; macroName.MatchString(name) && !outsideMacros[name] && (len(s.toks) == 1 || s.toks[1].s == "(") {
+			return []outcome{{kind: "undecided", line: s.line, why: fmt.Sprintf("`%s` at line %d, a macro this file does not define (it could hide a `return`)", name, s.line)}}
+		}
+		if fall.call == "" {
+			if name := callee(s.toks); m.helpers[name] {
+				fall.call = fmt.Sprintf("it calls `%s` at line %d, and arpatch does not follow calls: launch the kernel or throw in allreduce itself", name, s.line)
+			}
+		}
+		return []outcome{fall}
+	}
+	// case, default and other labels: a path falls through them.
+	return []outcome{fall}
+}
+
+// execSwitch follows a switch: into the case its condition selects, or,
+// when the condition is not known, into every case and the default.
+func (m *machine) execSwitch(s stmt, in outcome) []outcome {
+	if l, ok := nestedLabel(s.body, false); ok {
+		return []outcome{{kind: "undecided", line: l, why: fmt.Sprintf("a case label at line %d nested inside a block of the switch at line %d", l, s.line)}}
+	}
+	v := evalExpr(s.cond, m.env)
+	var entries []int
+	def, matched := -1, false
+	for k, c := range s.body {
+		switch c.kind {
+		case "default":
+			def = k
+		case "case":
+			cv := evalExpr(c.cond, m.env)
+			switch {
+			case v.ok && cv.ok && cv.n == v.n:
+				entries, matched = []int{k}, true
+			case !matched && (!v.ok || !cv.ok):
+				entries = append(entries, k)
+			}
+		}
+	}
+	var out []outcome
+	if !matched {
+		if def >= 0 {
+			entries = append(entries, def)
+		} else {
+			o := in
+			if joinToks(s.cond) == "world_size_" && v.ok {
+				o.via = fmt.Sprintf("has no case for world size %d and no default, so it does nothing", v.n)
+			} else {
+				o.via = fmt.Sprintf("passes the switch at line %d by no case", s.line)
+			}
+			out = append(out, o)
+		}
+	}
+	for _, e := range entries {
+		for _, o := range m.run(s.body, e, in) {
+			switch o.kind {
+			case "fall":
+				o.via = fmt.Sprintf("runs off the end of the switch (line %d)", s.end)
+			case "break":
+				o.kind, o.via = "fall", fmt.Sprintf("reaches `break` at line %d", o.line)
+			}
+			out = append(out, o)
+		}
+	}
+	// One fall, first, as run returns.
+	var falls, rest []outcome
+	for _, o := range out {
+		if o.kind == "fall" {
+			falls = append(falls, o)
+		} else {
+			rest = append(rest, o)
+		}
+	}
+	if len(falls) > 0 {
+		rest = append([]outcome{falls[0]}, rest...)
+	}
+	return rest
+}
+
+// nestedLabel finds a case or default label below the top level of a
+// switch body (not counting nested switches): arpatch enters only
+// top-level cases.
+func nestedLabel(stmts []stmt, nested bool) (int, bool) {
+	for _, s := range stmts {
+		switch s.kind {
+		case "case", "default":
+			if nested {
+				return s.line, true
+			}
+		case "switch":
+			continue
+		}
+		var kids []stmt
+		kids = append(kids, s.body...)
+		if s.then != nil {
+			kids = append(kids, *s.then)
+		}
+		if s.els != nil {
+			kids = append(kids, *s.els)
+		}
+		if l, ok := nestedLabel(kids, true); ok {
+			return l, true
+		}
+	}
+	return 0, false
+}
+
+// holds reports whether any statement below stmts is of one of kinds.
+func holds(stmts []stmt, kinds ...string) bool {
+	for _, s := range stmts {
+		for _, k := range kinds {
+			if s.kind == k {
+				return true
+			}
+		}
+		kids := append([]stmt(nil), s.body...)
+		if s.then != nil {
+			kids = append(kids, *s.then)
+		}
+		if s.els != nil {
+			kids = append(kids, *s.els)
+		}
+		if holds(kids, kinds...) {
+			return true
+		}
+	}
+	return false
+}
+
+// holdsLaunch reports whether any statement below stmts holds a launch.
+func holdsLaunch(stmts []stmt) bool {
+	for _, s := range stmts {
+		for _, t := range append(append([]tok(nil), s.toks...), s.cond...) {
+			if isLaunch(t.s) {
+				return true
+			}
+		}
+		kids := append([]stmt(nil), s.body...)
+		if s.then != nil {
+			kids = append(kids, *s.then)
+		}
+		if s.els != nil {
+			kids = append(kids, *s.els)
+		}
+		if holdsLaunch(kids) {
+			return true
+		}
+	}
+	return false
+}
+
+// callee names the function an expression statement calls first:
+// `f(...)`, `this->f(...)`, `obj.f(...)`, `ns::f(...)`.
+func callee(ts []tok) string {
+	for i := 0; i+1 < len(ts); i++ {
+		if ts[i+1].s == "(" && isIdentTok(ts[i].s) {
+			return ts[i].s
+		}
+		if ts[i].s == "(" || ts[i].s == "=" {
+			return ""
+		}
+	}
+	return ""
+}
+
+// judged is the result of reading one file's CustomAllreduce::allreduce.
 type judged struct {
-	Line  int       // line of `switch (world_size_)`
+	Line  int       // line where allreduce's body opens
 	Cases []*wsCase // one per world size judged
 }
 
-// wsCase is what the dispatch does at one world size without full NVLink.
+// wsCase is what allreduce does at one world size without full NVLink.
 type wsCase struct {
 	WorldSize int
 	// OK: every path launches a kernel or throws.
 	OK bool
 	// Miss describes the first path that does neither, e.g. "reaches
-	// `break` at line 478 without launching a kernel or throwing".
+	// `break` at line 478 without launching a kernel or throwing", or the
+	// construct on it that arpatch cannot follow.
 	Miss string
 }
 
@@ -319,94 +617,241 @@ type wsCase struct {
 // (CustomAllreduce::allreduce: REDUCE_CASE(2), (4), (6), (8)).
 var WorldSizes = []int{4, 6, 8}
 
-// judgeDispatch finds `switch (world_size_)` in the file's host-pass
-// tokens and follows it for each world size in WorldSizes with
-// full_nvlink_ false; other conditions (forced algorithm, byte
-// thresholds, environment) are undecided, so both of their branches must
-// launch or throw. It returns an error when the file has no such switch,
-// or has several.
+// body is one definition of allreduce found in the file: its tokens
+// between the braces, and the lines of the braces.
+type body struct {
+	toks       []tok
+	open, shut int
+}
+
+// findAllreduce returns the bodies of every definition of
+// CustomAllreduce::allreduce in the host-pass tokens: a member function
+// named allreduce defined inside `class|struct CustomAllreduce { ... }`,
+// or one defined out of line as `CustomAllreduce::allreduce(...)`.
+func findAllreduce(ts []tok) []body {
+	var classes [][2]int // token ranges of CustomAllreduce's class bodies
+	for i := 0; i+1 < len(ts); i++ {
+		if (ts[i].s == "class" || ts[i].s == "struct") && ts[i+1].s == "CustomAllreduce" {
+			j := i + 2
+			for j < len(ts) && ts[j].s != "{" && ts[j].s != ";" {
+				j++
+			}
+			if j < len(ts) && ts[j].s == "{" {
+				p := &parser{ts: ts, i: j}
+				if _, err := p.group(); err == nil {
+					classes = append(classes, [2]int{j, p.i})
+				}
+			}
+		}
+	}
+	inClass := func(i int) bool {
+		for _, c := range classes {
+			if c[0] < i && i < c[1] {
+				return true
+			}
+		}
+		return false
+	}
+	var out []body
+	for i := 0; i+1 < len(ts); i++ {
+		if ts[i].s != "allreduce" {
+			continue
+		}
+		qualified := i >= 2 && ts[i-1].s == "::" && ts[i-2].s == "CustomAllreduce"
+		if !qualified && !inClass(i) || i > 0 && (ts[i-1].s == "." || ts[i-1].s == "->") {
+			continue
+		}
+		j := i + 1
+		if ts[j].s == "<" { // an explicit specialization's arguments
+			depth := 0
+			for ; j < len(ts); j++ {
+				if ts[j].s == "<" {
+					depth++
+				} else if ts[j].s == ">" {
+					depth--
+					if depth == 0 {
+						j++
+						break
+					}
+				}
+			}
+		}
+		if j >= len(ts) || ts[j].s != "(" {
+			continue
+		}
+		p := &parser{ts: ts, i: j}
+		if _, err := p.group(); err != nil {
+			continue
+		}
+		for p.i < len(ts) {
+			switch q := ts[p.i].s; q {
+			case "const", "noexcept", "override", "final", "volatile", "&", "&&":
+				p.i++
+				if q == "noexcept" && p.peek() == "(" {
+					p.group()
+				}
+				continue
+			}
+			break
+		}
+		if p.peek() != "{" {
+			continue
+		}
+		open := ts[p.i].line
+		in, err := p.group()
+		if err != nil {
+			continue
+		}
+		out = append(out, body{toks: in, open: open, shut: ts[p.i-1].line})
+		i = p.i - 1
+	}
+	return out
+}
+
+// helperFuncs names the functions the file defines whose bodies hold a
+// kernel launch: a path that calls one and launches nothing itself is
+// refused, and the message says arpatch does not follow the call.
+func helperFuncs(u *unit) map[string]bool {
+	out := map[string]bool{}
+	ts := u.toks
+	for i := 0; i+1 < len(ts); i++ {
+		if !isIdentTok(ts[i].s) || ts[i+1].s != "(" {
+			continue
+		}
+		switch ts[i].s {
+		case "if", "for", "while", "switch", "catch", "return", "sizeof", "decltype":
+			continue
+		}
+		p := &parser{ts: ts, i: i + 1}
+		if _, err := p.group(); err != nil {
+			continue
+		}
+		for p.peek() == "const" || p.peek() == "noexcept" || p.peek() == "override" {
+			p.i++
+		}
+		if p.peek() != "{" {
+			continue
+		}
+		in, err := p.group()
+		if err != nil {
+			continue
+		}
+		for _, t := range u.expand(in, 0) {
+			if isLaunch(t.s) {
+				out[ts[i].s] = true
+				break
+			}
+		}
+	}
+	return out
+}
+
+// written reports whether allreduce's tokens write name (assign to it,
+// increment it, or take its address), so that its value there is not the
+// member's.
+func written(ts []tok, name string) bool {
+	for i, t := range ts {
+		if t.s != name {
+			continue
+		}
+		if i > 0 && (ts[i-1].s == "&" || ts[i-1].s == "++" || ts[i-1].s == "--") {
+			return true
+		}
+		if i+1 < len(ts) {
+			switch ts[i+1].s {
+			case "=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--":
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// judgeDispatch finds every definition of CustomAllreduce::allreduce in
+// the file's host-pass tokens and follows every path through its whole
+// body, from its entry, for each world size in WorldSizes with
+// full_nvlink_ false: the file's macros expanded where they are invoked,
+// conditions it cannot decide (a forced algorithm, a byte threshold, an
+// environment variable) taken both ways, `switch` statements entered at
+// the case their condition selects. A path must reach a kernel launch or
+// a throw; one that reaches a `return` or the end of allreduce first
+// fails, and one that meets a construct arpatch does not follow (a loop
+// holding a launch or a return, a goto, try/catch, a macro the file does
+// not define) fails as undecided. It returns an error when the file has
+// no such function or it cannot be parsed.
 func judgeDispatch(src []byte) (*judged, error) {
 	u, err := preprocess(string(src))
 	if err != nil {
 		return nil, err
 	}
-	at := -1
-	for i := 0; i+3 < len(u.toks); i++ {
-		if u.toks[i].s == "switch" && u.toks[i+1].s == "(" && u.toks[i+2].s == "world_size_" && u.toks[i+3].s == ")" {
-			if at >= 0 {
-				return nil, fmt.Errorf("two `switch (world_size_)` statements (lines %d and %d); arpatch does not know which one dispatches", u.toks[at].line, u.toks[i].line)
-			}
-			at = i
-		}
-	}
-	if at < 0 {
-		return nil, fmt.Errorf("the file has no `switch (world_size_)`, where upstream's picks a kernel")
-	}
-	p := &parser{ts: u.toks, i: at + 4}
-	if p.peek() != "{" {
-		return nil, p.errorf("`switch (world_size_)` is not followed by a block")
-	}
-	raw, err := p.group()
-	if err != nil {
-		return nil, err
-	}
-	body := u.expand(raw, at, 0)
-	stmts, err := parseStatements(body)
-	if err != nil {
-		return nil, fmt.Errorf("reading the `switch (world_size_)` at line %d: %w", u.toks[at].line, err)
+	bodies := findAllreduce(u.toks)
+	if len(bodies) == 0 {
+		return nil, fmt.Errorf("the file has no definition of CustomAllreduce::allreduce, where upstream's picks a kernel")
 	}
 	consts := constants(u)
-	d := &judged{Line: u.toks[at].line}
-	for _, ws := range WorldSizes {
-		env := func(name string) value {
-			switch name {
-			case "full_nvlink_":
-				return known(0)
-			case "world_size_":
-				return known(int64(ws))
-			}
-			if v, ok := consts[name]; ok {
-				return known(v)
-			}
-			return unknown
+	helpers := helperFuncs(u)
+	var d *judged
+	for _, b := range bodies {
+		exp := u.expand(b.toks, 0)
+		stmts, err := parseStatements(exp)
+		if err != nil {
+			return nil, fmt.Errorf("reading allreduce at line %d: %w", b.open, err)
 		}
-		c := &wsCase{WorldSize: ws}
-		d.Cases = append(d.Cases, c)
-		entry := -1
-		for k, s := range stmts {
-			if s.kind == "case" {
-				if v := evalExpr(s.cond, env); v.ok && v.n == int64(ws) {
-					entry = k
-					break
+		fixed := map[string]bool{"full_nvlink_": !written(exp, "full_nvlink_"), "world_size_": !written(exp, "world_size_")}
+		cur := &judged{Line: b.open}
+		for _, ws := range WorldSizes {
+			env := func(name string) value {
+				switch {
+				case name == "full_nvlink_" && fixed[name]:
+					return known(0)
+				case name == "world_size_" && fixed[name]:
+					return known(int64(ws))
 				}
-			}
-		}
-		if entry < 0 {
-			for k, s := range stmts {
-				if s.kind == "default" {
-					entry = k
+				if v, ok := consts[name]; ok {
+					return known(v)
 				}
+				return unknown
+			}
+			m := &machine{env: env, helpers: helpers}
+			c := &wsCase{WorldSize: ws, OK: true}
+			cur.Cases = append(cur.Cases, c)
+			for _, o := range m.run(stmts, 0, outcome{kind: "fall"}) {
+				c.OK = false
+				switch o.kind {
+				case "undecided":
+					c.Miss = "meets " + o.why + "; arpatch cannot tell whether a kernel is launched"
+				case "return":
+					c.Miss = fmt.Sprintf("reaches `return` at line %d without launching a kernel or throwing", o.line)
+				case "fall":
+					if o.via != "" {
+						c.Miss = o.via + " without launching a kernel or throwing"
+					} else {
+						c.Miss = fmt.Sprintf("reaches the end of allreduce (line %d) without launching a kernel or throwing", b.shut)
+					}
+				default:
+					c.Miss = fmt.Sprintf("reaches `%s` at line %d outside any switch or loop", o.kind, o.line)
+				}
+				if o.call != "" && o.kind != "undecided" {
+					c.Miss += "; " + o.call
+				}
+				break
 			}
 		}
-		if entry < 0 {
-			c.Miss = fmt.Sprintf("has no case for world size %d and no default, so it does nothing", ws)
-			continue
-		}
-		c.OK = true
-		for _, o := range run(stmts, entry, false, env) {
-			if o.launched || o.threw {
-				continue
-			}
-			c.OK = false
-			if o.fall {
-				c.Miss = fmt.Sprintf("runs off the end of the switch (line %d) without launching a kernel or throwing", u.toks[p.i-1].line)
-			} else {
-				c.Miss = fmt.Sprintf("reaches `%s` at line %d without launching a kernel or throwing", o.how, o.at)
-			}
-			break
+		// Every definition must pass; report the first that does not.
+		if d == nil || d.ok() && !cur.ok() {
+			d = cur
 		}
 	}
 	return d, nil
+}
+
+func (d *judged) ok() bool {
+	for _, c := range d.Cases {
+		if !c.OK {
+			return false
+		}
+	}
+	return true
 }
 
 // constants reads integer constants the file defines at namespace or
@@ -431,7 +876,7 @@ func constants(u *unit) map[string]int64 {
 		for k < len(ts) && ts[k].s != ";" {
 			k++
 		}
-		expr := u.expand(ts[j+1:k], j, 0)
+		expr := u.expand(ts[j+1:k], 0)
 		if v := evalExpr(expr, func(n string) value {
 			if x, ok := out[n]; ok {
 				return known(x)

@@ -5,21 +5,30 @@
 // neither there, so opening the gates alone returns unreduced data, fast
 // and without an error.
 //
-// It judges effects, not labels: it reads the patched dispatch itself (the
+// It judges effects, not labels: it reads the patched file itself (the
 // in-memory result, before anything is written), preprocesses it as the
-// host pass of a CUDA build does, expands its macros and follows every
-// path through `switch (world_size_)` with full_nvlink_ false, taking
-// both branches of every condition it cannot decide (a forced algorithm,
-// a byte threshold, an environment variable). A path that reaches `break`,
-// `return` or the end of the switch without a `<<<...>>>` launch (or a
-// cudaLaunchKernel call) and without a throw fails the rule.
+// host pass of a CUDA build does, expands the file's macros where they
+// are invoked and follows every path through the whole body of
+// CustomAllreduce::allreduce, from its entry, with full_nvlink_ false:
+// into the case `switch (world_size_)` selects, and both ways through
+// every condition it cannot decide (a forced algorithm, a byte threshold,
+// an environment variable). A path that reaches a `return` or the end of
+// allreduce without a `<<<...>>>` launch (or a cudaLaunchKernel call) and
+// without a throw fails the rule. A path that meets what it does not
+// follow (a loop holding a launch or a return, a goto, try/catch, a launch
+// in a lambda or under a condition inside an expression, an upper-case
+// macro the file does not define) fails too, saying what it met: the rule
+// refuses what it cannot decide. Calls are not followed, so a launch in a
+// helper function does not count.
 //
 // It does not know arpatch's patch engine; package patches applies the
 // rule (patches.CheckResult) to the result of a series.
 //
 // Upstream facts it rests on:
 //   - The dispatch is CustomAllreduce::allreduce, a `switch (world_size_)`
-//     over REDUCE_CASE(2), (4), (6), (8) with a throwing default.
+//     over REDUCE_CASE(2), (4), (6), (8) with a throwing default, after
+//     argument checks that throw and CHECK_CUDA_SUCCESS (which throws;
+//     Upstream: sgl-kernel/include/utils.h@84118acf50b3).
 //     Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3 (CustomAllreduce::allreduce)
 //     and @8905cbd42f4a, where REDUCE_CASE is defined twice under
 //     #ifndef USE_MUSA.

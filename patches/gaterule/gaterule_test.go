@@ -193,8 +193,8 @@ func TestMissNamesTheLine(t *testing.T) {
 
 func TestJudgeRefusesWhatItCannotRead(t *testing.T) {
 	for _, tc := range []struct{ name, src, want string }{
-		{"no switch", "void f() { if (full_nvlink_) launch<<<1,1>>>(); }\n", "no `switch (world_size_)`"},
-		{"two switches", "void f() { switch (world_size_) { default: throw 1; } }\nvoid g() { switch (world_size_) { default: throw 1; } }\n", "two `switch (world_size_)`"},
+		{"no allreduce", "void f() { switch (world_size_) { default: throw 1; } }\n", "no definition of CustomAllreduce::allreduce"},
+		{"only a declaration", "class CustomAllreduce { void allreduce(int* p); };\n", "no definition of CustomAllreduce::allreduce"},
 		{"unclosed #if", "#if 1\nint x;\n", "not closed"},
 	} {
 		_, err := judgeDispatch([]byte(tc.src))
@@ -202,10 +202,133 @@ func TestJudgeRefusesWhatItCannotRead(t *testing.T) {
 			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
 		}
 	}
-	// No case for the world size and no default: the switch does nothing.
-	d, err := judgeDispatch([]byte("void f() { switch (world_size_) { case 2: k<<<1,1>>>(); break; } }\n"))
-	if err != nil || d.Cases[0].OK || !strings.Contains(d.Cases[0].Miss, "no case for world size 4 and no default") {
-		t.Errorf("no case: %+v %v", d, err)
+	for _, tc := range []struct{ name, src, miss string }{
+		// No case for the world size and no default: the switch does nothing.
+		{"no case", "class CustomAllreduce { void allreduce() { switch (world_size_) { case 2: k<<<1,1>>>(); break; } } };\n", "no case for world size 4 and no default"},
+		// No switch at all: a launch only with full NVLink.
+		{"no switch", "class CustomAllreduce {\n void allreduce() { if (full_nvlink_) launch<<<1,1>>>(); }\n};\n", "reaches the end of allreduce (line 2)"},
+		// Two switches are both followed: the second misses world size 8.
+		{"two switches", "class CustomAllreduce { void allreduce() {\n switch (world_size_) { case 4: k<<<1,1>>>(); return; default: break; }\n switch (world_size_) { case 6: k<<<1,1>>>(); return; default: break; }\n} };\n", "at world size 8: reaches `break` at line 3"},
+		// Defined out of line.
+		{"out of line", "class CustomAllreduce { void allreduce(); };\nvoid CustomAllreduce::allreduce() {\n  if (!full_nvlink_) return;\n  k<<<1,1>>>();\n}\n", "at world size 4: reaches `return` at line 3"},
+	} {
+		d, err := judgeDispatch([]byte(tc.src))
+		if err != nil {
+			t.Errorf("%s: %v", tc.name, err)
+			continue
+		}
+		if got := misses(d); !strings.Contains(got, tc.miss) {
+			t.Errorf("%s: misses %q, want %q", tc.name, got, tc.miss)
+		}
+	}
+}
+
+// misses joins what a judged file misses, "at world size N: ...".
+func misses(d *judged) string {
+	var out []string
+	for _, c := range d.Cases {
+		if !c.OK {
+			out = append(out, fmt.Sprintf("at world size %d: %s", c.WorldSize, c.Miss))
+		}
+	}
+	return strings.Join(out, "; ")
+}
+
+// lineOf returns the 1-based line of the first line of src containing s.
+func lineOf(src []byte, s string) int {
+	for i, l := range strings.Split(string(src), "\n") {
+		if strings.Contains(l, s) {
+			return i + 1
+		}
+	}
+	return 0
+}
+
+// Finding F1: the rule judges every path through the whole of allreduce,
+// from its entry, not only the paths inside the dispatch switch. Each
+// case edits the patched fixture (which passes) the way a series could.
+func TestJudgeWholeAllreduce(t *testing.T) {
+	const sw = "    switch (world_size_) {\n"
+	const after = "    }\n#undef REDUCE_CASE\n"
+	before := func(src []byte, add string) []byte {
+		return []byte(strings.Replace(string(src), sw, add+sw, 1))
+	}
+	around := func(src []byte, open, shut string) []byte {
+		s := strings.Replace(string(src), sw, open+sw, 1)
+		return []byte(strings.Replace(s, after, "    }\n"+shut+"#undef REDUCE_CASE\n", 1))
+	}
+	top := func(src []byte, add string) []byte {
+		return []byte(strings.Replace(string(src), "class CustomAllreduce {\n", add+"class CustomAllreduce {\n", 1))
+	}
+	good := fixture(patchedElse)
+	if d, err := judgeDispatch(good); err != nil || misses(d) != "" {
+		t.Fatalf("the patched fixture: %v %v", err, d)
+	}
+	pcie := func(lines ...string) []byte {
+		return fixture(append(append([]string(nil), upstream...), append([]string{"} else if (!full_nvlink_) {"}, lines...)...))
+	}
+	for _, tc := range []struct {
+		name string
+		src  []byte
+		miss string // "" = accepted; else a refusal holding this, with %d the line of `at`
+		at   string
+	}{
+		{"the F1 input: an early exit before the switch", before(good, "    if (!full_nvlink_ && world_size_ > 2) return;\n"),
+			"at world size 4: reaches `return` at line %d without launching a kernel or throwing", "if (!full_nvlink_ && world_size_ > 2) return;"},
+		{"an early exit in a block, after other work", before(good, "    if (!full_nvlink_) {\n      std::fprintf(stderr, \"pcie\\n\");\n      return;\n    }\n"),
+			"reaches `return` at line %d", "      return;"},
+		{"an early exit for world size 8 only", before(good, "    if (world_size_ == 8 && !this->full_nvlink_) return;\n"),
+			"at world size 8: reaches `return` at line %d", "if (world_size_ == 8"},
+		{"a goto over the switch", around(good, "    if (!full_nvlink_) goto done;\n", "  done:\n    ;\n"),
+			"meets `goto done` at line %d; arpatch does not follow jumps", "goto done"},
+		{"a return hidden in a macro defined elsewhere in the file", before(top(good, "#define SKIP_PCIE() if (!full_nvlink_ && world_size_ > 2) return\n"), "    SKIP_PCIE();\n"),
+			"reaches `return` at line %d", "#define SKIP_PCIE"}, // the line where the macro writes it
+		{"a macro the file does not define (yet)", before(good, "    SKIP_PCIE();\n"),
+			"meets `SKIP_PCIE` at line %d, a macro this file does not define", "SKIP_PCIE();"},
+		{"a condition on full_nvlink_ around the whole switch", around(good, "    if (full_nvlink_) {\n", "    }\n"),
+			"reaches the end of allreduce", ""},
+		{"an #ifdef that leaves the switch out of the host pass", around(good, "#ifdef __CUDA_ARCH__\n", "#endif\n"),
+			"reaches the end of allreduce", ""},
+		{"an #if USE_ROCM that leaves the switch to ROCm builds", around(good, "#if defined(USE_ROCM)\n", "#endif\n"),
+			"reaches the end of allreduce", ""},
+		{"full_nvlink_ set true before a PCIe-only branch", before(pcie("  KL(ngpus, two_stage);"), "    full_nvlink_ = true;\n"),
+			"reaches `break`", ""},
+		{"a launch in a helper function", top(pcie("  pcie_dispatch(out);"), "template <typename T> void pcie_dispatch(T* out) { two_stage<T, 4><<<1, 1>>>(out); }\n"),
+			"it calls `pcie_dispatch` at line %d, and arpatch does not follow calls", "pcie_dispatch(out);"},
+		{"a launch in a loop", pcie("  for (int i = 0; i < n_; i++) { KL(ngpus, two_stage); }"),
+			"meets a `for` loop at line %d that holds a kernel launch", "for (int i = 0"},
+		{"a loop before the switch that cannot leave", before(good, "    long sum = 0;\n    for (int i = 0; i < 4; i++) sum += i;\n"), "", ""},
+		{"a return in a loop before the switch", before(good, "    while (pending_) { if (!full_nvlink_) return; }\n"),
+			"meets a `while` loop at line %d", "while (pending_)"},
+		{"a launch in a lambda", pcie("  auto go = [&] { KL(ngpus, two_stage); };"),
+			"a kernel launch inside braces (a lambda, which may never be called) at line %d", "auto go"},
+		{"a launch under &&", pcie("  bytes > 0 && (two_stage<T, ngpus><<<1, 1>>>(out), true);"),
+			"a kernel launch under `&&`, `||` or `?:`", ""},
+		{"try/catch before the switch", before(good, "    try { check(); } catch (...) { return; }\n"),
+			"meets `try` at line %d", "try {"},
+		{"a return after the launch", pcie("  KL(ngpus, two_stage);", "  return;"), "", ""},
+		{"a throw before the switch for PCIe", before(fixture(upstream), "    if (!full_nvlink_ && world_size_ > 2) throw std::runtime_error(\"PCIe\");\n"), "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			d, err := judgeDispatch(tc.src)
+			if err != nil {
+				t.Fatal(err)
+			}
+			got := misses(d)
+			if tc.miss == "" {
+				if got != "" {
+					t.Errorf("refused: %s", got)
+				}
+				return
+			}
+			want := tc.miss
+			if strings.Contains(want, "%d") {
+				want = fmt.Sprintf(want, lineOf(tc.src, tc.at))
+			}
+			if !strings.Contains(got, want) {
+				t.Errorf("misses = %q\nwant one holding %q", got, want)
+			}
+		})
 	}
 }
 
