@@ -56,7 +56,7 @@ Examples:
 				Series: c.String("series"), DryRun: c.Bool("dry-run"),
 				Version: arpatchVersion(), Progress: nil,
 			}
-			printed, err := tunedRecipe(c, r)
+			printed, tuned, err := tunedRecipe(c, r)
 			if err != nil {
 				return err
 			}
@@ -65,13 +65,14 @@ Examples:
 				return err
 			}
 			printApply(c.App.Writer, rep, printed, opts.Repo, cat)
+			printRuntimeEnv(c.App.Writer, rep, printed.Env, pathFlag(c, "tune"), tuned)
 			return nil
 		},
 	}
 }
 
 func printApply(w io.Writer, rep *checkout.ApplyReport, r *recipes.Recipe, repoFlag string, cat *patches.Catalog) {
-	recipe, source, env := r.Name, r.Source, r.Env
+	recipe, source := r.Name, r.Source
 	if rep.Cloned {
 		fmt.Fprintf(w, "cloned %s into %s in %s (%s)\n", rep.Clone.Source, rep.Src, rep.Clone.Duration.Round(time.Millisecond), rep.Clone.How())
 	}
@@ -126,12 +127,31 @@ func printApply(w io.Writer, rep *checkout.ApplyReport, r *recipes.Recipe, repoF
 	if len(rep.Untracked) > 0 {
 		fmt.Fprintf(w, "note: %d untracked files in the tree were left alone\n", len(rep.Untracked))
 	}
-	if len(env) > 0 && !rep.DryRun {
-		keys := slices.Sorted(maps.Keys(env))
-		fmt.Fprintln(w, "runtime environment from the recipe (export it for the server):")
-		for _, k := range keys {
-			fmt.Fprintf(w, "  %s=%s\n", k, env[k])
+}
+
+// printRuntimeEnv prints the environment the server needs: the recipe's
+// [env], with --tune's thresholds in it when tuned. It prints it after a
+// fresh apply and on an already applied tree (the state a user is in when
+// they come back with a tune file), not on a dry run. tunePath is --tune's
+// file ("" without --tune); tuned says its thresholds were applied (the
+// recipe opens the PCIe gate).
+func printRuntimeEnv(w io.Writer, rep *checkout.ApplyReport, env map[string]string, tunePath string, tuned bool) {
+	if len(env) == 0 || rep.DryRun {
+		if tunePath != "" && !tuned && !rep.DryRun {
+			fmt.Fprintf(w, "tune %s not used: the recipe's [env] does not set SGLANG_FORCE_CUSTOM_AR_PCIE=1, so its thresholds would change nothing\n", tunePath)
 		}
+		return
+	}
+	heading := "runtime environment from the recipe (export it for the server):"
+	switch {
+	case tuned:
+		heading = fmt.Sprintf("runtime environment: the recipe's [env] with the thresholds of tune %s (export it for the server):", tunePath)
+	case tunePath != "":
+		heading = fmt.Sprintf("runtime environment from the recipe; tune %s not used: the recipe's [env] does not set SGLANG_FORCE_CUSTOM_AR_PCIE=1 (export it for the server):", tunePath)
+	}
+	fmt.Fprintln(w, heading)
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		fmt.Fprintf(w, "  %s=%s\n", k, env[k])
 	}
 }
 

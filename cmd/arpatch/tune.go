@@ -206,24 +206,25 @@ func tuneFlags(what string) []cli.Flag {
 }
 
 // tunedRecipe returns r with --tune's thresholds in its [env] (when it opens
-// the PCIe gate), for the runtime environment apply prints; r itself when
-// --tune is not given. The file is checked against this host first.
-func tunedRecipe(c *cli.Context, r *recipes.Recipe) (*recipes.Recipe, error) {
+// the PCIe gate; tuned reports it), for the runtime environment apply
+// prints; r itself when --tune is not given. The file is checked against
+// this host first.
+func tunedRecipe(c *cli.Context, r *recipes.Recipe) (out *recipes.Recipe, tuned bool, err error) {
 	path := pathFlag(c, "tune")
 	if path == "" {
-		return r, nil
+		return r, false, nil
 	}
 	f, err := loadTune(c.Context, path, r.Bench.TP, c.Bool("force-tune"), tune.ServingSizes(5120, max(r.Bench.SpeculativeNumDraftTokens, 1)), c.App.ErrWriter)
 	if err != nil {
-		return nil, err
+		return nil, false, err
 	}
 	rc := *r
 	rc.Env = maps.Clone(r.Env)
 	if rc.Env == nil {
 		rc.Env = map[string]string{}
 	}
-	f.Thresholds.ApplyEnv(rc.Env)
-	return &rc, nil
+	tuned = f.Thresholds.ApplyEnv(rc.Env)
+	return &rc, tuned, nil
 }
 
 // loadTune reads a tune file and checks it was made on this host at world
