@@ -167,6 +167,11 @@ func findExt(c *cli.Context) (string, error) {
 	if src == "" {
 		return "", usagef("the custom implementations need the allreduce extension: pass --ext PATH, or --src DIR of a tree built with `arpatch build --allreduce-ext`")
 	}
+	if _, err := os.Stat(src); err != nil && !c.IsSet("src") {
+		// The default --src, as apply, status and build use it; absent,
+		// the user has neither a checkout here nor said where one is.
+		return "", usagef("the custom implementations need the allreduce extension, and there is no checkout at the default --src %s: pass --ext PATH, or --src DIR of a tree built with `arpatch build --allreduce-ext --src DIR`", src)
+	}
 	dir, err := cacheDir(c)
 	if err != nil {
 		return "", err
@@ -265,7 +270,7 @@ func contains(list []string, s string) bool {
 func allreduceRunFlags() []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "ext", Usage: "allreduce extension `PATH` (.so) from arpatch build --allreduce-ext"},
-		&cli.StringFlag{Name: "src", Usage: "find the extension of this patched checkout `DIR` in the build cache"},
+		&cli.StringFlag{Name: "src", Usage: "find the extension of this patched checkout `DIR` in the build cache; not read when --ext is given", Value: "sglang"},
 		&cli.StringSliceFlag{Name: "arch", Usage: "with --src: the `ARCHS` the extension was built for (default: the one build of --src in the cache)"},
 		&cli.StringFlag{Name: "cache-dir", Usage: "build cache `DIR`"},
 		&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` with torch", Value: "python3"},

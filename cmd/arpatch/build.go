@@ -21,7 +21,7 @@ func buildFlags() []cli.Flag {
 	return []cli.Flag{
 		recipeFlag(), recipeFileFlag(), srcFlag(),
 		&cli.StringSliceFlag{Name: "arch", Usage: "CUDA `ARCHS` to compile, without sm_ (default: the recipe's [build] archs), e.g. --arch 120a,90a"},
-		&cli.IntFlag{Name: "jobs", Usage: "parallel compile `N`: sets MAX_JOBS and CMAKE_BUILD_PARALLEL_LEVEL, and bounds SGL_KERNEL_COMPILE_THREADS (default: the recipe's, 0 = one per core)"},
+		&cli.IntFlag{Name: "jobs", Usage: "parallel compile `N`: sets MAX_JOBS and CMAKE_BUILD_PARALLEL_LEVEL, and bounds SGL_KERNEL_COMPILE_THREADS; 0 = one per core", DefaultText: "the recipe's [build] jobs"},
 		&cli.StringFlag{Name: "tool", Usage: "wheel build frontend `auto|uv|pip` (default: the recipe's)"},
 		&cli.BoolFlag{Name: "offline", Usage: "refuse to download any FetchContent dependency"},
 		&cli.StringFlag{Name: "deps-dir", Usage: "the FetchContent dependencies, each as `DIR`/<name> (a clone at the pin or an unpacked archive) or DIR/<name>.tar.gz (the archive upstream's URL_HASH pins)"},

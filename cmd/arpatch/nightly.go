@@ -211,9 +211,9 @@ bench results), the metric against the concurrency levels it swept.`,
 					&cli.StringFlag{Name: "out", Usage: "`FILE` (.svg, .png or .pdf)", Required: true},
 					&cli.StringFlag{Name: "hardware", Usage: "hardware `KEY` to plot (default: the newest run's)"},
 					&cli.StringFlag{Name: "workload", Usage: "workload `KEY` to plot (default: the newest run's on that hardware)"},
-					&cli.IntFlag{Name: "concurrency", Usage: "the concurrency level `N` to plot over time (default: the newest run's lowest)"},
+					&cli.IntFlag{Name: "concurrency", Usage: "the concurrency level `N` to plot over time", DefaultText: "the newest run's lowest"},
 					&cli.StringFlag{Name: "x", Value: "time", Usage: "the x axis: `time` (runs) or concurrency (one run's levels)"},
-					&cli.Int64Flag{Name: "run", Usage: "with --x concurrency: the `RUN` to plot (default: the newest with bench results)"}}, Before: noArgs,
+					&cli.Int64Flag{Name: "run", Usage: "with --x concurrency: the `RUN` to plot", DefaultText: "the newest with bench results"}}, Before: noArgs,
 				Action: func(c *cli.Context) error {
 					if !slices.Contains(history.Metrics, c.String("metric")) {
 						return usagef("--metric %q: use one of %s", c.String("metric"), strings.Join(history.Metrics, ", "))

@@ -70,9 +70,9 @@ Examples:
    arpatch tune allreduce --world-size 2 --ext arpatch_custom_ar.so --modes graph --out tune.env --json tune.json`,
 		Flags: append([]cli.Flag{
 			recipeFlag(), recipeFileFlag(),
-			&cli.IntFlag{Name: "world-size", Usage: "ranks `N` (default: the recipe's bench.tp)"},
+			&cli.IntFlag{Name: "world-size", Usage: "ranks `N`", DefaultText: "the recipe's bench.tp"},
 			&cli.IntFlag{Name: "hidden", Usage: "the model's hidden size `H` (bf16 allreduces of tokens x H)", Value: 5120},
-			&cli.IntFlag{Name: "draft-tokens", Usage: "tokens `N` of one EAGLE-3 verify pass (default: the recipe's speculative_num_draft_tokens)"},
+			&cli.IntFlag{Name: "draft-tokens", Usage: "tokens `N` of one EAGLE-3 verify pass", DefaultText: "the recipe's speculative_num_draft_tokens"},
 			&cli.StringFlag{Name: "sizes", Usage: "`SIZES` in bytes instead of the serving sizes: list and ranges of powers of two"},
 			&cli.StringFlag{Name: "modes", Usage: "`MODES`: eager, graph", Value: "eager,graph"},
 			&cli.StringFlag{Name: "out", Usage: "write the thresholds to the env `FILE`", Value: "tune.env"},
