@@ -3,6 +3,7 @@ package main
 import (
 	"context"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"maps"
@@ -214,7 +215,8 @@ func tunedRecipe(c *cli.Context, r *recipes.Recipe) (out *recipes.Recipe, tuned 
 	if path == "" {
 		return r, false, nil
 	}
-	f, err := loadTune(c.Context, path, r.Bench.TP, c.Bool("force-tune"), tune.ServingSizes(5120, max(r.Bench.SpeculativeNumDraftTokens, 1)), c.App.ErrWriter)
+	f, err := loadTune(c.Context, path, r.Bench.TP, c.Bool("force-tune"), tune.ServingSizes(5120, max(r.Bench.SpeculativeNumDraftTokens, 1)), c.App.ErrWriter,
+		"--src", pathFlag(c, "src"))
 	if err != nil {
 		return nil, false, err
 	}
@@ -229,13 +231,23 @@ func tunedRecipe(c *cli.Context, r *recipes.Recipe) (out *recipes.Recipe, tuned 
 
 // loadTune reads a tune file and checks it was made on this host at world
 // size ws (0: not checked); force turns another host into a warning. It
-// prints the warnings and the dispatch per size to w.
-func loadTune(ctx context.Context, path string, ws int, force bool, sizes []int, w io.Writer) (*tune.File, error) {
+// prints the warnings and the dispatch per size to w. A file made on
+// another host is refused with the command that tunes here, writing path,
+// from this command's inputs (e.g. "--src", "sglang").
+func loadTune(ctx context.Context, path string, ws int, force bool, sizes []int, w io.Writer, inputs ...string) (*tune.File, error) {
 	f, err := tune.Load(path)
 	if err != nil {
 		return nil, err
 	}
 	warnings, err := f.Check(path, discoverHost(ctx), ws, force)
+	var he *tune.HostError
+	if errors.As(err, &he) {
+		rws := ws
+		if rws == 0 {
+			rws = f.WorldSize
+		}
+		he.Command = tune.RetuneCommand(path, rws, inputs...)
+	}
 	if err != nil {
 		return nil, err
 	}
@@ -258,7 +270,14 @@ func applyTune(c *cli.Context, o *bench.Options) (*tune.File, error) {
 	if path == "" {
 		return nil, nil
 	}
-	f, err := loadTune(c.Context, path, o.TP, c.Bool("force-tune"), tune.ServingSizes(5120, max(o.SpecDraftTokens, 1)), c.App.ErrWriter)
+	var inputs []string
+	if p := pathFlag(c, "ext"); p != "" {
+		inputs = append(inputs, "--ext", p)
+	}
+	if c.IsSet("python") {
+		inputs = append(inputs, "--python", c.String("python"))
+	}
+	f, err := loadTune(c.Context, path, o.TP, c.Bool("force-tune"), tune.ServingSizes(5120, max(o.SpecDraftTokens, 1)), c.App.ErrWriter, inputs...)
 	if err != nil {
 		return nil, err
 	}

@@ -1,7 +1,6 @@
 package tune
 
 import (
-	"bufio"
 	"bytes"
 	"fmt"
 	"os"
@@ -12,6 +11,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
+	"github.com/arpatch/arpatch/patches"
 )
 
 // Schema names the tune file's layout.
@@ -107,18 +107,32 @@ func orDash(s string) string {
 
 // Parse reads a tune file. name is used in errors. It returns an error
 // naming the file and line for a line that is neither a comment nor
-// KEY=VALUE, a variable other than the pcie series', a bad threshold, or
-// a file without the schema line.
+// KEY=VALUE, a line ending in CRLF (a shell's `set -a; . FILE` would pass
+// the carriage return into the value, which the patched Python side
+// refuses), a variable other than the pcie series', a variable or record
+// line given twice (a shell takes the last; a reader would not see which),
+// a bad threshold, a world size custom allreduce cannot run (not 2, 4, 6 or
+// 8), and a file without the schema line or without a variable it needs.
 func Parse(name string, data []byte) (*File, error) {
 	f := &File{}
 	env := map[string]string{}
 	meta := map[string]string{}
-	sc := bufio.NewScanner(bytes.NewReader(data))
-	for n := 1; sc.Scan(); n++ {
-		line := strings.TrimSpace(sc.Text())
+	lineOf := map[string]int{} // variable or "# arpatch-tune KEY" -> line
+	retune := RetuneCommand(name, 0)
+	// Split by hand: bufio.ScanLines would drop each line's \r unseen.
+	for n, raw := range strings.Split(string(data), "\n") {
+		n++
+		if strings.HasSuffix(raw, "\r") {
+			return nil, fmt.Errorf("%s:%d: the line ends in CRLF (\\r\\n): `set -a; . %s` would pass the \\r into the value, which SGLang refuses; write the file again with `%s`, or strip the \\r (sed -i 's/\\r$//' %s)", name, n, name, retune, name)
+		}
+		line := strings.TrimSpace(raw)
 		if rest, ok := strings.CutPrefix(line, "# arpatch-tune "); ok {
 			k, v, ok := strings.Cut(rest, ":")
 			if ok {
+				if prev, dup := lineOf["# "+k]; dup {
+					return nil, fmt.Errorf("%s:%d: the %s record is given twice (lines %d and %d); write the file again with `%s`", name, n, k, prev, n, retune)
+				}
+				lineOf["# "+k] = n
 				meta[k] = strings.TrimSpace(v)
 			}
 			continue
@@ -135,16 +149,23 @@ func Parse(name string, data []byte) (*File, error) {
 		default:
 			return nil, fmt.Errorf("%s:%d: %s is not a variable a tune file sets (%s, %s, %s)", name, n, k, EnvForce, EnvMaxBytes, Env1StageMax)
 		}
+		if prev, dup := lineOf[k]; dup {
+			return nil, fmt.Errorf("%s:%d: %s is set twice (lines %d and %d; a shell would take the last, %q, silently); keep one, or write the file again with `%s`", name, n, k, prev, n, v, retune)
+		}
+		lineOf[k] = n
 		env[k] = v
 	}
 	if meta["schema"] != Schema {
-		return nil, fmt.Errorf("%s: not an arpatch tune file (no \"# arpatch-tune schema: %s\" line); make one with `arpatch tune allreduce --out %s`", name, Schema, name)
+		return nil, fmt.Errorf("%s: not an arpatch tune file (no \"# arpatch-tune schema: %s\" line); make one with `%s`", name, Schema, retune)
+	}
+	if _, ok := env[EnvForce]; !ok {
+		return nil, fmt.Errorf("%s: no %s line (want %s=1: the thresholds apply only with the PCIe gate open); write the file again with `%s`", name, EnvForce, EnvForce, retune)
 	}
 	if env[EnvForce] != "1" {
-		return nil, fmt.Errorf("%s: %s=%q, want 1: the thresholds apply only with the PCIe gate open", name, EnvForce, env[EnvForce])
+		return nil, fmt.Errorf("%s:%d: %s=%q, want 1: the thresholds apply only with the PCIe gate open", name, lineOf[EnvForce], EnvForce, env[EnvForce])
 	}
 	if _, ok := env[EnvMaxBytes]; !ok {
-		return nil, fmt.Errorf("%s: no %s line", name, EnvMaxBytes)
+		return nil, fmt.Errorf("%s: no %s line; write the file again with `%s`", name, EnvMaxBytes, retune)
 	}
 	t, err := FromEnv(env)
 	if err != nil {
@@ -160,7 +181,12 @@ func Parse(name string, data []byte) (*File, error) {
 	f.Date, _ = time.Parse(time.RFC3339, meta["date"])
 	f.Mode, f.Verdict, f.Command = meta["mode"], meta["verdict"], meta["command"]
 	if f.Host.Name == "" || f.Host.GPUCount == 0 || f.WorldSize == 0 || f.Date.IsZero() {
-		return nil, fmt.Errorf("%s: the host, gpus, world_size or date record is missing or unreadable; re-run `arpatch tune allreduce --out %s`", name, name)
+		return nil, fmt.Errorf("%s: the host, gpus, world_size or date record is missing or unreadable; write the file again with `%s`", name, retune)
+	}
+	switch f.WorldSize {
+	case 2, 4, 6, 8:
+	default:
+		return nil, fmt.Errorf("%s:%d: world_size %d: custom allreduce runs at 2, 4, 6 and 8, so no tune measured it; write the file again with `%s`", name, lineOf["# world_size"], f.WorldSize, retune)
 	}
 	return f, nil
 }
@@ -179,13 +205,16 @@ type HostError struct {
 	Path       string
 	Made, Here Host
 	Differs    []string // "hostname", "GPUs"
-	Command    string   // the recorded tune command, the remedy
+	// Command is the remedy: the command that tunes on this host and
+	// writes Path again (RetuneCommand), never the other host's recorded
+	// command, whose inputs (--ext, --python, --out) are that host's.
+	Command string
 }
 
 func (e *HostError) Error() string {
 	cmd := e.Command
 	if cmd == "" {
-		cmd = "arpatch tune allreduce --out " + e.Path
+		cmd = RetuneCommand(e.Path, 0)
 	}
 	here := e.Here.Name
 	if e.Here.GPUCount > 0 {
@@ -193,6 +222,19 @@ func (e *HostError) Error() string {
 	}
 	return fmt.Sprintf("tune file %s was made on %s (%s), this is %s: not the same %s, and thresholds measured there say nothing about this host's PCIe topology; tune here with `%s`, or pass --force-tune to use it anyway",
 		e.Path, e.Made.Name, e.Made.GPUs(), here, strings.Join(e.Differs, " or "), cmd)
+}
+
+// RetuneCommand is the command that tunes on this host at world size ws
+// (0: the recipe's bench.tp) and writes the tune file path, with this
+// host's inputs (e.g. "--src", "sglang" or "--ext", "x.so"; none: tune's
+// default --src sglang), quoted as a shell reads it back.
+func RetuneCommand(path string, ws int, inputs ...string) string {
+	args := []string{"arpatch", "tune", "allreduce"}
+	if ws != 0 {
+		args = append(args, "--world-size", strconv.Itoa(ws))
+	}
+	args = append(append(args, inputs...), "--out", path)
+	return patches.ShellJoin(args)
 }
 
 // Check compares the file's host with here. It returns a *HostError when
@@ -210,7 +252,11 @@ func (f *File) Check(path string, here Host, ws int, force bool) (warnings []str
 		differs = append(differs, "GPUs")
 	}
 	if len(differs) > 0 {
-		he := &HostError{Path: path, Made: f.Host, Here: here, Differs: differs, Command: f.Command}
+		tws := ws
+		if tws == 0 {
+			tws = f.WorldSize
+		}
+		he := &HostError{Path: path, Made: f.Host, Here: here, Differs: differs, Command: RetuneCommand(path, tws)}
 		if !force {
 			return nil, he
 		}

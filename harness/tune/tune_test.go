@@ -155,7 +155,7 @@ func TestFileRoundTripAndHostCheck(t *testing.T) {
 	here := Host{Name: "gpu-a", GPUModel: "NVIDIA RTX PRO 6000 Blackwell Server Edition", GPUCount: 8, Driver: "580.95.05", NCCL: "2.28.9"}
 	f := &File{Host: here, WorldSize: 8, Date: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC), Mode: "graph",
 		Verdict:    "custom allreduce beat NCCL at 3 of 4 sizes",
-		Command:    "arpatch tune allreduce --world-size 8 --src sglang --out t.env",
+		Command:    "arpatch tune allreduce --world-size 8 --ext /gpu-a/ext.so --out made-on-gpu-a.env",
 		Thresholds: Thresholds{MaxBytes: 262144, OneStageMax: U64(4096)},
 		Choices:    []Choice{{Bytes: 40960, US: map[string]float64{"nccl": 25, "custom-1stage": 30, "custom-2stage": 10}, Fastest: "custom-2stage", Chosen: "custom-2stage", Regret: 1}}}
 	data := f.Format()
@@ -184,8 +184,12 @@ func TestFileRoundTripAndHostCheck(t *testing.T) {
 	_, err = g.Check("t.env", other, 8, false)
 	var he *HostError
 	if !errors.As(err, &he) || !strings.Contains(err.Error(), "tune file t.env was made on gpu-a (8 x NVIDIA RTX PRO 6000 Blackwell Server Edition), this is gpu-b") ||
-		!strings.Contains(err.Error(), "tune here with `arpatch tune allreduce --world-size 8 --src sglang --out t.env`, or pass --force-tune") {
-		t.Errorf("other host: %v", err)
+		!strings.Contains(err.Error(), "tune here with `arpatch tune allreduce --world-size 8 --out t.env`, or pass --force-tune") ||
+		strings.Contains(err.Error(), "gpu-a/ext.so") || strings.Contains(err.Error(), "made-on-gpu-a.env") {
+		t.Errorf("other host: the remedy must tune here, writing t.env, not replay gpu-a's command: %v", err)
+	}
+	if got, want := RetuneCommand("my tune.env", 4, "--src", "sglang"), "arpatch tune allreduce --world-size 4 --src sglang --out 'my tune.env'"; got != want {
+		t.Errorf("RetuneCommand = %s, want %s", got, want)
 	}
 	fewer := here
 	fewer.GPUCount = 4
@@ -208,7 +212,15 @@ func TestFileRoundTripAndHostCheck(t *testing.T) {
 		{strings.Replace(string(data), "MAX_BYTES=262144", "MAX_BYTES=256K", 1), `SGLANG_PCIE_CUSTOM_AR_MAX_BYTES="256K": expected a whole number`},
 		{string(data) + "NCCL_PROTO=LL\n", "t.env:19: NCCL_PROTO is not a variable a tune file sets"},
 		{string(data) + "junk\n", `t.env:19: "junk" is not KEY=VALUE`},
-		{strings.Replace(string(data), "SGLANG_FORCE_CUSTOM_AR_PCIE=1", "SGLANG_FORCE_CUSTOM_AR_PCIE=0", 1), "want 1"},
+		{strings.Replace(string(data), "SGLANG_FORCE_CUSTOM_AR_PCIE=1", "SGLANG_FORCE_CUSTOM_AR_PCIE=0", 1), "t.env:16: SGLANG_FORCE_CUSTOM_AR_PCIE=\"0\", want 1"},
+		// Tampered or truncated files (F9, F10): each refused, naming the line.
+		{strings.Replace(string(data), "world_size: 8", "world_size: 3", 1), "t.env:8: world_size 3: custom allreduce runs at 2, 4, 6 and 8"},
+		{string(data) + "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=8388608\n", "t.env:19: SGLANG_PCIE_CUSTOM_AR_MAX_BYTES is set twice (lines 17 and 19"},
+		{strings.Replace(string(data), "# arpatch-tune host: gpu-a\n", "# arpatch-tune host: gpu-a\n# arpatch-tune host: gpu-b\n", 1), "t.env:5: the host record is given twice (lines 4 and 5)"},
+		{strings.ReplaceAll(string(data), "\n", "\r\n"), "t.env:1: the line ends in CRLF"},
+		{strings.Replace(string(data), "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=4096\n", "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=4096\r\n", 1), "t.env:18: the line ends in CRLF"},
+		{strings.Split(string(data), "SGLANG_FORCE_CUSTOM_AR_PCIE=1")[0], "t.env: no SGLANG_FORCE_CUSTOM_AR_PCIE line (want SGLANG_FORCE_CUSTOM_AR_PCIE=1"},
+		{strings.Split(string(data), "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=")[0], "t.env: no SGLANG_PCIE_CUSTOM_AR_MAX_BYTES line; write the file again with `arpatch tune allreduce --out t.env`"},
 		{strings.Replace(string(data), "# arpatch-tune host: gpu-a\n", "", 1), "the host, gpus, world_size or date record is missing"},
 	} {
 		if _, err := Parse("t.env", []byte(bad.text)); err == nil || !strings.Contains(err.Error(), bad.want) {
