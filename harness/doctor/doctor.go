@@ -407,7 +407,7 @@ func verdict(h *Host, j *Judged) string {
 	case n <= 2:
 		return fmt.Sprintf("PCIe, %d GPUs%s: upstream runs custom allreduce at world size 2 already; the pcie series matters above 2 GPUs", n, split)
 	case t.PCIeOnly():
-		return fmt.Sprintf("PCIe-only, %d GPUs%s: all-to-all 1-stage is contention-prone; %s", n, split, measure(n))
+		return fmt.Sprintf("PCIe-only, %d GPUs%s: %s; %s", n, split, modelVerdict(h), measure(n))
 	}
 	return fmt.Sprintf("mixed NVLink and PCIe, %d GPUs%s: SGLang reports full_nvlink=False, so this is the PCIe case; %s", n, split, measure(n))
 }

@@ -52,7 +52,7 @@ func findings(h *Host, j *Judged, env []string) []Finding {
 		case t.PCIeOnly() && len(t.GPUs) > 2:
 			add("topo.pcie-only", Warn, fmt.Sprintf("PCIe-only host with %d GPUs", len(t.GPUs)),
 				"GPU pairs by link: "+desc+". Upstream SGLang turns custom allreduce off here and every allreduce goes to NCCL",
-				"apply the pcie series (arpatch apply --recipe pcie), then measure 1-stage vs 2-stage with arpatch bench allreduce before serving")
+				fmt.Sprintf("apply the pcie series (`arpatch apply --recipe pcie`), then measure 1-stage vs 2-stage with `arpatch bench allreduce --world-size %d --src sglang` before serving", len(t.GPUs)))
 		case !t.PCIeOnly():
 			add("topo.mixed", Warn, "some GPU pairs lack NVLink", "GPU pairs by link: "+desc+"; SGLang's is_full_nvlink is False, so this counts as PCIe",
 				"treat it as a PCIe host")

@@ -54,3 +54,32 @@ func expectation(h *Host) string {
 	return s + fmt.Sprintf("; PCIe dispatch fit: 1-stage up to %s, custom allreduce up to %s (%s against SHM NCCL); measure with `arpatch tune allreduce --world-size %d`",
 		allreduce.FormatBytes(p2p.OneStageMax), allreduce.FormatBytes(p2p.MaxBytes), allreduce.FormatBytes(shm.MaxBytes), m.N)
 }
+
+// modelVerdict is the verdict's clause about 1-stage on a PCIe-only host,
+// from the traffic model at the verify shape (NCCL over P2P, as the
+// expectation line lists it): whether 1-stage is expected to win or to lose
+// to contention, and to what.
+func modelVerdict(h *Host) string {
+	p := traffic.Default()
+	m, err := TrafficTopology(h.Topology, h.GPUs, p)
+	if err != nil {
+		return "the traffic model cannot read this topology (" + err.Error() + ")"
+	}
+	var best traffic.Estimate
+	var one float64
+	for _, e := range m.Compare(VerifyBytes, p) {
+		if e.Algo == traffic.NCCLRingSHM {
+			continue
+		}
+		if best.Algo == "" {
+			best = e
+		}
+		if e.Algo == traffic.Custom1Stage {
+			one = e.US
+		}
+	}
+	if best.Algo == traffic.Custom1Stage {
+		return fmt.Sprintf("the traffic model expects custom 1-stage to win at the verify shape (%.1f µs; see expect)", best.US)
+	}
+	return fmt.Sprintf("all-to-all 1-stage is contention-prone here: the traffic model expects %s to win at the verify shape (%.1f µs against 1-stage's %.1f; see expect)", best.Algo, best.US, one)
+}

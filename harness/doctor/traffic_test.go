@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"context"
+	"strings"
 	"testing"
 )
 
@@ -22,5 +23,25 @@ func TestExpectation(t *testing.T) {
 		"NCCL over SHM, as in the published account, 33.4 µs; full NVLink: the PCIe dispatch is not used here"
 	if nv.Expect != want {
 		t.Errorf("h200x2:\n got %q\nwant %q", nv.Expect, want)
+	}
+}
+
+// TestVerdictFollowsModel: the verdict's word on 1-stage is the traffic
+// model's. On 4 GPUs behind one switch (no root complex on any path) the
+// model expects 1-stage to win at the verify shape, and the verdict must
+// not call it contention-prone; on pcie8 (two switches per socket, two
+// sockets) it expects the NCCL ring, and the verdict says 1-stage is
+// contention-prone there.
+func TestVerdictFollowsModel(t *testing.T) {
+	sw := Inspect(context.Background(), Options{Run: recorded(t, "switch4", nil)})
+	if want := "PCIe-only, 4 GPUs: the traffic model expects custom 1-stage to win at the verify shape (9.0 µs; see expect); measure with `arpatch bench allreduce --world-size 4 --src sglang` first (after `arpatch build --allreduce-ext --src sglang`)"; sw.Verdict != want {
+		t.Errorf("switch4 verdict:\n got %q\nwant %q", sw.Verdict, want)
+	}
+	if !strings.Contains(sw.Expect, "custom-1stage 9.0 µs, custom-2stage 11.8 µs") {
+		t.Errorf("switch4 expect: %q", sw.Expect)
+	}
+	pcie := Inspect(context.Background(), Options{Run: recorded(t, "pcie8", nil)})
+	if want := "all-to-all 1-stage is contention-prone here: the traffic model expects nccl-ring to win at the verify shape (48.1 µs against 1-stage's 382.2; see expect)"; !strings.Contains(pcie.Verdict, want) {
+		t.Errorf("pcie8 verdict:\n got %q\nwant it to contain %q", pcie.Verdict, want)
 	}
 }
