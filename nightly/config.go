@@ -9,8 +9,10 @@ package nightly
 
 import (
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -248,6 +250,7 @@ func LoadConfig(path string) (*Config, error) {
 	}
 	abs, _ := filepath.Abs(filepath.Dir(path))
 	c.Dir = abs
+	set := func(key string) bool { return md.IsDefined(strings.Split(key, ".")...) }
 	fail := func(key, format string, args ...any) error {
 		return fmt.Errorf("%s:%d: %s: %s", path, tomlx.Line(data, key), key, fmt.Sprintf(format, args...))
 	}
@@ -256,19 +259,23 @@ func LoadConfig(path string) (*Config, error) {
 	default:
 		return nil, fail("arms.commit", "%q: use \"pinned\" or \"head\"", c.Arms.Commit)
 	}
-	if c.Regression.ThresholdPct < 0 {
-		return nil, fail("regression.threshold_pct", "must not be negative")
+	// Every real number is finite and in its range (package bounds): a
+	// NaN compares false with every limit, and would pass "v < 0".
+	if err := bounds.CheckFloat("threshold_pct", c.Regression.ThresholdPct); err != nil {
+		return nil, fail("regression.threshold_pct", "%v", err)
 	}
-	for m, v := range c.Regression.Metrics {
+	for _, m := range slices.Sorted(maps.Keys(c.Regression.Metrics)) {
 		if _, ok := metricDirections[m]; !ok {
 			return nil, fail("regression.metrics", "unknown metric %q (known: tok_s, decode_tok_s, accept_length, ttft_ms_p50, ttft_ms_p99, itl_ms_p50, tpot_ms)", m)
 		}
-		if v < 0 {
-			return nil, fail("regression.metrics", "%s: threshold must not be negative", m)
+		if err := bounds.CheckFloat("threshold_pct", c.Regression.Metrics[m]); err != nil {
+			return nil, fail("regression.metrics", "%s: threshold %v", m, err)
 		}
 	}
-	if a := c.Regression.Alpha; a < 0 || a >= 1 {
-		return nil, fail("regression.alpha", "%v: use a level in (0, 1), e.g. 0.05", a)
+	if a := c.Regression.Alpha; a != 0 || set("regression.alpha") {
+		if err := bounds.CheckFloat("alpha", a); err != nil {
+			return nil, fail("regression.alpha", "%v, e.g. 0.05", err)
+		}
 	}
 	if c.Bench.ReadyTimeout != "" {
 		d, err := time.ParseDuration(c.Bench.ReadyTimeout)
@@ -279,7 +286,6 @@ func LoadConfig(path string) (*Config, error) {
 			return nil, fail("bench.ready_timeout", "%v, e.g. \"20m\"", err)
 		}
 	}
-	set := func(key string) bool { return md.IsDefined(strings.Split(key, ".")...) }
 	for _, r := range []struct {
 		key            string
 		v, least, most int
@@ -306,11 +312,8 @@ func LoadConfig(path string) (*Config, error) {
 			return nil, fail("bench.concurrency", "%v", err)
 		}
 	}
-	if set("regression.alpha") && c.Regression.Alpha == 0 {
-		return nil, fail("regression.alpha", "0: use a level in (0, 1), e.g. 0.05")
-	}
-	if a := c.Bench.AgreeThreshold; a < 0 || a > 1 {
-		return nil, fail("bench.agree_threshold", "%v: use a share in [0, 1], e.g. 0.9 (0 turns the output check off)", a)
+	if err := bounds.CheckFloat("agree_threshold", c.Bench.AgreeThreshold); err != nil {
+		return nil, fail("bench.agree_threshold", "%v, e.g. 0.9 (0 turns the output check off)", err)
 	}
 	if !recipes.ValidTool(c.Build.Tool) {
 		return nil, fail("build.tool", "%q: use auto, uv or pip", c.Build.Tool)

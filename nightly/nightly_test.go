@@ -527,6 +527,16 @@ func TestConfigErrors(t *testing.T) {
 		{"[bench]\nconcurrency = [1, 100000]\n", "nightly.toml:2: bench.concurrency: 100000: use 1 to 4096"},
 		{"[history]\nwindow = 9223372036854775807\n", "history.window: 9223372036854775807: use 1 to 1000"},
 		{"[bench]\nagree_threshold = 7\n", "bench.agree_threshold: 7: use a share in [0, 1]"},
+		// A NaN passes "v < 0 || v > 1" and would turn the check off;
+		// every real-valued key refuses NaN and the infinities.
+		{"[bench]\nagree_threshold = nan\n", "nightly.toml:2: bench.agree_threshold: NaN: not a number; use a share in [0, 1]"},
+		{"[bench]\nagree_threshold = inf\n", "bench.agree_threshold: +Inf: not a finite number; use a share in [0, 1]"},
+		{"[regression]\nthreshold_pct = nan\n", "nightly.toml:2: regression.threshold_pct: NaN: not a number; use a percentage in [0, 1000]"},
+		{"[regression]\nthreshold_pct = -1.0\n", "regression.threshold_pct: -1: use a percentage in [0, 1000]"},
+		{"[regression]\nmetrics = { tok_s = nan }\n", "regression.metrics: tok_s: threshold NaN: not a number"},
+		{"[regression]\nmetrics = { tok_s = -inf }\n", "regression.metrics: tok_s: threshold -Inf: not a finite number"},
+		{"[regression]\nalpha = nan\n", "nightly.toml:2: regression.alpha: NaN: not a number; use a level in (0, 1), e.g. 0.05"},
+		{"[regression]\nalpha = 0.0\n", "regression.alpha: 0: use a level in (0, 1)"},
 		{"[build]\njobs = -4\n", "build.jobs: -4: use 0 to 4096"},
 		{"[build]\ntool = \"conda\"\n", `build.tool: "conda": use auto, uv or pip`},
 		{"[bench]\nurl_a = \"http://h:1\"\nurl_b = \"http://h:1\"\n", "nightly.toml:3: bench.url_b: http://h:1 is also bench.url_a"},

@@ -258,8 +258,8 @@ func benchOverrides(c *cli.Context) (bench.Overrides, error) {
 			return ov, usagef("--%s %v", d, err)
 		}
 	}
-	if a := c.Float64("agree-threshold"); a < 0 || a > 1 {
-		return ov, usagef("--agree-threshold %v: use a share in [0, 1] (0 turns the check off)", a)
+	if err := bounds.CheckFloat("agree_threshold", c.Float64("agree-threshold")); err != nil {
+		return ov, usagef("--agree-threshold %v (0 turns the check off)", err)
 	}
 	if p := pathFlag(c, "prompts"); p != "" {
 		prompts, err := workload.Load(p)

@@ -10,6 +10,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/arpatch/arpatch/harness/sglangtest"
+	"github.com/arpatch/arpatch/internal/bounds"
 )
 
 func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
@@ -36,6 +37,11 @@ func fakeSGLangCommand() *cli.Command {
 			&cli.BoolFlag{Name: "incremental-streaming-output", Usage: "stream text deltas, as SGLang's flag of that name"},
 		},
 		Action: func(c *cli.Context) error {
+			for _, f := range []string{"rate", "accept"} {
+				if err := bounds.CheckFloat(f, c.Float64(f)); err != nil {
+					return usagef("--%s %v", f, err)
+				}
+			}
 			srv := sglangtest.New(sglangtest.Config{
 				TokPerSec: c.Float64("rate"), TTFT: c.Duration("ttft"), TokensPerChunk: c.Int("tokens-per-chunk"),
 				AcceptLength: c.Float64("accept"), Variant: c.String("variant"), StartDelay: c.Duration("start-delay"),

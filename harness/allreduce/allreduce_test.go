@@ -291,3 +291,12 @@ func TestRecordedWorldSize4(t *testing.T) {
 		t.Errorf("unpatched: failed %v, wrong %v", brep.Failed(), wrong)
 	}
 }
+
+// NaN and Inf parse as floats but are no size: NaN passes "n <= 0".
+func TestParseBytesRefusesNonFinite(t *testing.T) {
+	for _, s := range []string{"NaN", "nanK", "Inf", "+infM", "1e300"} {
+		if n, err := ParseBytes(s); err == nil {
+			t.Errorf("ParseBytes(%q) = %d, want an error", s, n)
+		}
+	}
+}

@@ -16,6 +16,7 @@ package allreduce
 
 import (
 	"fmt"
+	"math"
 	"sort"
 	"strconv"
 	"strings"
@@ -36,8 +37,10 @@ func ParseBytes(s string) (int, error) {
 		mult, t = 1<<30, strings.TrimSuffix(t, "G")
 	}
 	n, err := strconv.ParseFloat(t, 64)
-	if err != nil || n <= 0 {
-		return 0, fmt.Errorf("%q is not a size in bytes (examples: 4096, 42K, 1M)", s)
+	// NaN and Inf parse as floats; NaN passes "n <= 0", and neither is a
+	// size. 1 TiB is far above any allreduce buffer, and int-safe.
+	if err != nil || math.IsNaN(n) || n <= 0 || n*float64(mult) > 1<<40 {
+		return 0, fmt.Errorf("%q is not a size in bytes up to 1T (examples: 4096, 42K, 1M)", s)
 	}
 	return int(n * float64(mult)), nil
 }

@@ -580,6 +580,11 @@ func (o *Options) checkBounds() error {
 	if err := recipes.CheckLevels(o.Concurrency); err != nil {
 		return fmt.Errorf("bench concurrency %v", err)
 	}
+	// A NaN threshold would pass every "share < threshold" test: the
+	// output check off, and a garbage arm faster.
+	if err := bounds.CheckFloat("agree_threshold", o.AgreeThreshold); err != nil {
+		return fmt.Errorf("bench agree_threshold %v", err)
+	}
 	return nil
 }
 

@@ -64,6 +64,9 @@ func FromRecipe(rb recipes.Bench, ov Overrides) (Options, error) {
 	if err := recipes.CheckLevels(o.Concurrency); err != nil {
 		return o, fmt.Errorf("concurrency: %v", err)
 	}
+	if err := bounds.CheckFloat("agree_threshold", ov.AgreeThreshold); err != nil {
+		return o, fmt.Errorf("agree_threshold: %v", err)
+	}
 	n := pick(ov.NumPrompts, rb.NumPrompts)
 	for _, v := range []struct {
 		key string

@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -202,5 +203,17 @@ func TestAgreeThresholdZeroIsOff(t *testing.T) {
 	res, err = Run(context.Background(), o)
 	if err != nil || !res.Arm("pcie").Invalid {
 		t.Errorf("default 90%%: %v %+v", err, res.Arm("pcie").Warnings)
+	}
+}
+
+// A NaN agreement threshold passes every "share < threshold" test, so the
+// output check would be off: Run refuses it, as the flag and the config do.
+func TestNaNThresholdRefused(t *testing.T) {
+	_, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: "http://127.0.0.1:1"}}, Prompts: []string{"a"}, AgreeThreshold: math.NaN()})
+	if err == nil || !strings.Contains(err.Error(), "agree_threshold NaN: not a number") {
+		t.Errorf("NaN threshold: %v", err)
+	}
+	if _, err := FromRecipe(recipes.Bench{}, Overrides{AgreeThreshold: math.Inf(1)}); err == nil || !strings.Contains(err.Error(), "agree_threshold: +Inf: not a finite number") {
+		t.Errorf("FromRecipe +Inf: %v", err)
 	}
 }

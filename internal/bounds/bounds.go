@@ -11,6 +11,8 @@ package bounds
 
 import (
 	"fmt"
+	"math"
+	"slices"
 	"time"
 )
 
@@ -33,6 +35,43 @@ var Bench = map[string]Range{
 	"agree_tokens":                 {1, 1 << 20},
 }
 
+// Sets holds the settings whose values are a set within their range:
+// tp is a world size custom allreduce supports (1: no TP).
+//
+// Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh (world sizes 2, 4, 6, 8)
+var Sets = map[string]Set{
+	"tp": {Values: []int64{1, 2, 4, 6, 8}, Why: "custom allreduce supports world sizes 2, 4, 6 and 8 (1: no TP)"},
+}
+
+// Set is the values a setting may take within its range, and why.
+type Set struct {
+	Values []int64
+	Why    string
+}
+
+// FloatRange is the range of a real-valued setting: inclusive, unless
+// MinOpen or MaxOpen excludes that end. NaN and the infinities are never
+// in it.
+type FloatRange struct {
+	Min, Max         float64
+	MinOpen, MaxOpen bool
+	Noun             string // what the value is, for the message: "use a share in [0, 1]"
+}
+
+// Floats holds the ranges of every real-valued setting, by TOML key
+// (bench's agree_threshold; nightly.toml's regression.threshold_pct, the
+// thresholds of regression.metrics, regression.alpha) or flag (the fake
+// server's rate and accept). A NaN compares false with everything, so a
+// check written "v < 0 || v > 1" lets it through: --agree-threshold NaN
+// turned the output check off. CheckFloat refuses it first.
+var Floats = map[string]FloatRange{
+	"agree_threshold": {Min: 0, Max: 1, Noun: "a share"},
+	"threshold_pct":   {Min: 0, Max: 1000, Noun: "a percentage"},
+	"alpha":           {Min: 0, Max: 1, MinOpen: true, MaxOpen: true, Noun: "a level"},
+	"rate":            {Min: 0, Max: 1e7, MinOpen: true, Noun: "a rate in tokens/s"},
+	"accept":          {Min: 1, Max: 1024, Noun: "an accept length"},
+}
+
 // Durations holds the ranges of the bench's durations, by TOML key.
 var Durations = map[string]struct{ Min, Max time.Duration }{
 	"ready_timeout":   {time.Second, 48 * time.Hour},
@@ -53,12 +92,41 @@ func CheckDuration(key string, d time.Duration) error {
 	return check(key, ok, d, r.Min, r.Max)
 }
 
+// CheckFloat returns an error when v is NaN, infinite or outside key's
+// range: "NaN: not a number; use 0 to 1". key must be in Floats.
+func CheckFloat(key string, v float64) error {
+	r, ok := Floats[key]
+	if !ok {
+		panic("bounds: no range for " + key)
+	}
+	lo, hi := "[", "]"
+	if r.MinOpen {
+		lo = "("
+	}
+	if r.MaxOpen {
+		hi = ")"
+	}
+	use := fmt.Sprintf("use %s in %s%v, %v%s", r.Noun, lo, r.Min, r.Max, hi)
+	switch {
+	case math.IsNaN(v):
+		return fmt.Errorf("NaN: not a number; %s", use)
+	case math.IsInf(v, 0):
+		return fmt.Errorf("%v: not a finite number; %s", v, use)
+	case v < r.Min || v > r.Max || (r.MinOpen && v == r.Min) || (r.MaxOpen && v == r.Max):
+		return fmt.Errorf("%v: %s", v, use)
+	}
+	return nil
+}
+
 func check[T int64 | time.Duration](key string, ok bool, v, lo, hi T) error {
 	if !ok {
 		panic("bounds: no range for " + key)
 	}
 	if v < lo || v > hi {
 		return fmt.Errorf("%v: use %v to %v", v, lo, hi)
+	}
+	if set, ok := Sets[key]; ok && !slices.Contains(set.Values, int64(v)) {
+		return fmt.Errorf("%v: %s", v, set.Why)
 	}
 	return nil
 }

@@ -1,6 +1,7 @@
 package bounds
 
 import (
+	"math"
 	"testing"
 	"time"
 )
@@ -33,5 +34,56 @@ func TestCheck(t *testing.T) {
 	}
 	if err := CheckDuration("ready_timeout", 20*time.Minute); err != nil {
 		t.Errorf("20m: %v", err)
+	}
+}
+
+// Every real-valued setting refuses NaN and the infinities: a NaN passes
+// "v < lo || v > hi" (every comparison with it is false), which let
+// --agree-threshold NaN turn the output check off.
+func TestCheckFloat(t *testing.T) {
+	for key := range Floats {
+		for _, v := range []float64{math.NaN(), math.Inf(1), math.Inf(-1)} {
+			if err := CheckFloat(key, v); err == nil {
+				t.Errorf("CheckFloat(%s, %v) passed", key, v)
+			}
+		}
+	}
+	for _, tc := range []struct {
+		key  string
+		v    float64
+		want string
+	}{
+		{"agree_threshold", math.NaN(), "NaN: not a number; use a share in [0, 1]"},
+		{"agree_threshold", math.Inf(1), "+Inf: not a finite number; use a share in [0, 1]"},
+		{"agree_threshold", 1.5, "1.5: use a share in [0, 1]"},
+		{"agree_threshold", -0.1, "-0.1: use a share in [0, 1]"},
+		{"alpha", 0, "0: use a level in (0, 1)"},
+		{"alpha", 1, "1: use a level in (0, 1)"},
+		{"rate", 0, "0: use a rate in tokens/s in (0, 1e+07]"},
+		{"agree_threshold", 0, ""},
+		{"agree_threshold", 1, ""},
+		{"alpha", 0.05, ""},
+		{"threshold_pct", 0, ""},
+	} {
+		got := ""
+		if err := CheckFloat(tc.key, tc.v); err != nil {
+			got = err.Error()
+		}
+		if got != tc.want {
+			t.Errorf("CheckFloat(%s, %v) = %q, want %q", tc.key, tc.v, got, tc.want)
+		}
+	}
+}
+
+// tp is a world size custom allreduce supports, for a flag and a recipe
+// alike: 3 is in 1..8 but no such world size.
+func TestCheckSet(t *testing.T) {
+	if err := Check("tp", 3); err == nil || err.Error() != "3: custom allreduce supports world sizes 2, 4, 6 and 8 (1: no TP)" {
+		t.Errorf("tp 3: %v", err)
+	}
+	for _, v := range []int64{1, 2, 4, 6, 8} {
+		if err := Check("tp", v); err != nil {
+			t.Errorf("tp %d: %v", v, err)
+		}
 	}
 }
