@@ -80,7 +80,10 @@ Output check: at temperature 0 every output of every trial must be the
 baseline's text for its prompt at the same level; an arm whose outputs
 match over the first 32 tokens less than --agree-threshold (90%) of the
 time is INVALID, whatever its speed. An output shorter than that agrees
-only with one that ended at the same token for the same reason. An arm
+only with one that ended at the same token for the same reason. The
+compared text is the first 32 tokens' worth whatever the chunking (the
+README's output check gives the rule for multi-token chunks); a
+difference after it is shown as such and does not count. An arm
 with failed requests is INVALID, an abort in the stream
 (finish_reason abort) included; so is a baseline whose own trials
 disagree or that has no output, and then no arm gets a speed verdict.

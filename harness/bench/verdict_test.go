@@ -3,6 +3,7 @@ package bench
 import (
 	"context"
 	"errors"
+	"fmt"
 	"math"
 	"slices"
 	"strings"
@@ -215,5 +216,31 @@ func TestNaNThresholdRefused(t *testing.T) {
 	}
 	if _, err := FromRecipe(recipes.Bench{}, Overrides{AgreeThreshold: math.Inf(1)}); err == nil || !strings.Contains(err.Error(), "agree_threshold: +Inf: not a finite number") {
 		t.Errorf("FromRecipe +Inf: %v", err)
+	}
+}
+
+// An arm identical to the baseline over the first 32 tokens and different
+// after them agrees, whatever the chunking on either side (an EAGLE
+// server's chunks are its accept lengths); one different from token 21
+// is INVALID at every chunking.
+func TestAgreementIndependentOfChunking(t *testing.T) {
+	for _, cb := range []int{1, 3} {
+		_, b := serve(t, sglangtest.Config{TokPerSec: 20000, TTFT: time.Millisecond, TokensPerChunk: cb})
+		arms := []Arm{{Name: "baseline", URL: b}}
+		for _, ca := range []int{1, 2, 3, 4, 5} {
+			_, late := serve(t, sglangtest.Config{TokPerSec: 20000, TTFT: time.Millisecond, TokensPerChunk: ca, Variant: "late", DivergeAt: 32})
+			_, early := serve(t, sglangtest.Config{TokPerSec: 20000, TTFT: time.Millisecond, TokensPerChunk: ca, Variant: "early", DivergeAt: 20})
+			arms = append(arms, Arm{Name: fmt.Sprintf("late%d", ca), URL: late}, Arm{Name: fmt.Sprintf("early%d", ca), URL: early})
+		}
+		res, err := Run(context.Background(), Options{Arms: arms, Prompts: workload.Take(workload.Builtin(), 4), MaxNewTokens: 48, Trials: 2})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, a := range res.Arms[1:] {
+			late := strings.HasPrefix(a.Arm.Name, "late")
+			if a.Invalid == late || a.Agreement.IdenticalN != map[bool]int{true: 8}[late] {
+				t.Errorf("baseline chunks %d, arm %s: invalid %v, %d/%d agree; %v", cb, a.Arm.Name, a.Invalid, a.Agreement.IdenticalN, a.Agreement.Outputs, a.Warnings)
+			}
+		}
 	}
 }

@@ -224,7 +224,7 @@ func WriteTable(w io.Writer, res *bench.Result, s Settings) {
 					fmt.Fprintf(w, "  ... %d more divergent prompts\n", len(ag.Divergences)-3)
 					break
 				}
-				fmt.Fprintf(w, "  %s prompt %d diverges at byte %d (trial %d, concurrency %d): baseline %q, arm %q\n", a.Arm.Name, dv.Prompt, dv.Offset, dv.Trial, dv.Concurrency, dv.Base, dv.Arm)
+				fmt.Fprintf(w, "  %s prompt %d %s\n", a.Arm.Name, dv.Prompt, dv)
 			}
 		}
 	}

@@ -59,12 +59,47 @@ type Sample struct {
 	Chunks           int       `json:"chunks"`
 	ITL              []float64 `json:"itl_s,omitempty"`
 	Text             string    `json:"text"`
-	// Text32 is the output when it first reached AgreeTokens tokens (all
-	// of it when shorter): what the output check compares.
+	// Text32 is the output at the end of the chunk that first reached
+	// AgreeTokens tokens (all of it when shorter). A chunk holds several
+	// tokens (with EAGLE, an accept length), so it may run past
+	// AgreeTokens: the output check compares by Marks, not by Text32.
 	Text32 string `json:"text_at_agree_tokens"`
 	// Tokens32 is the completion token count at Text32.
-	Tokens32 int    `json:"tokens_at_agree_tokens"`
-	Err      string `json:"error,omitempty"`
+	Tokens32 int `json:"tokens_at_agree_tokens"`
+	// Marks are the chunk boundaries up to the first at or past
+	// AgreeTokens tokens: {completion tokens, bytes of text} after each
+	// chunk that brought tokens. The text of the first n tokens is known
+	// exactly where a mark has n tokens, and between two marks' byte
+	// counts otherwise (the stream does not split a chunk's text per
+	// token).
+	Marks [][2]int `json:"chunk_marks,omitempty"`
+	Err   string   `json:"error,omitempty"`
+}
+
+// Within returns what s vouches for about the text of its first n
+// tokens: it holds at least lo bytes of s.Text (the text at the last chunk
+// boundary at or before n tokens) and at most hi (at the first boundary at
+// or past n). lo == hi when a chunk ends at token n, and when the output
+// has no more than n tokens (the whole text). A sample without marks (a
+// result recorded before they were) vouches for its Text32.
+func (s Sample) Within(n int) (lo, hi int) {
+	if s.CompletionTokens <= n {
+		return len(s.Text), len(s.Text)
+	}
+	if len(s.Marks) == 0 {
+		return len(s.Text32), len(s.Text32)
+	}
+	hi = len(s.Text)
+	for _, m := range s.Marks {
+		if m[0] <= n {
+			lo = max(lo, m[1])
+		}
+		if m[0] >= n {
+			hi = m[1]
+			break
+		}
+	}
+	return lo, max(lo, hi)
 }
 
 // Aborted reports whether the server ended the request with
@@ -244,7 +279,10 @@ func ReadStream(r io.Reader, start time.Time, now func() time.Time, incremental 
 				default:
 					s.Text = c.Text
 				}
-				if s.Text32 == "" && m.CompletionTokens >= AgreeTokens {
+				if grew := len(s.Marks) == 0 || m.CompletionTokens > s.Marks[len(s.Marks)-1][0]; grew && s.Tokens32 == 0 {
+					s.Marks = append(s.Marks, [2]int{m.CompletionTokens, len(s.Text)})
+				}
+				if s.Tokens32 == 0 && m.CompletionTokens >= AgreeTokens {
 					s.Text32, s.Tokens32 = s.Text, m.CompletionTokens
 				}
 				if m.SpecVerifyCt > 0 {
@@ -274,7 +312,7 @@ func ReadStream(r io.Reader, start time.Time, now func() time.Time, incremental 
 			break
 		}
 	}
-	if s.Text32 == "" {
+	if s.Tokens32 == 0 {
 		s.Text32, s.Tokens32 = s.Text, s.CompletionTokens
 	}
 	_ = finished

@@ -1,7 +1,9 @@
 package stats
 
 import (
+	"fmt"
 	"sort"
+	"strconv"
 	"strings"
 
 	"github.com/arpatch/arpatch/harness/sglang"
@@ -17,7 +19,40 @@ type Divergence struct {
 	Offset      int    `json:"offset"` // byte offset of the first difference
 	Base        string `json:"base"`   // baseline text around it
 	Arm         string `json:"arm"`    // arm text around it
+	// Reason says how outputs with the same text differ: "finish reason
+	// stop vs length at token 5", or "5 vs 7 tokens"; empty when the
+	// texts differ.
+	Reason string `json:"reason,omitempty"`
+	// Beyond says the output agreed over the compared tokens and differs
+	// only after them: it does not count against the arm.
+	Beyond bool `json:"beyond_compared_window,omitempty"`
 }
+
+// String describes the divergence for a report line (without the arm
+// and prompt): where it is, and the two texts there with every byte
+// outside printable ASCII escaped, so that NFC and NFD, or an invisible
+// character, do not print as the same text.
+func (d Divergence) String() string {
+	var b strings.Builder
+	if d.Reason != "" {
+		fmt.Fprintf(&b, "ends differently with the same text: %s", d.Reason)
+	} else {
+		fmt.Fprintf(&b, "diverges at byte %d", d.Offset)
+	}
+	if d.Beyond {
+		b.WriteString(", beyond the compared window (it agrees over the compared tokens)")
+	}
+	fmt.Fprintf(&b, " (trial %d, concurrency %d)", d.Trial, d.Concurrency)
+	if d.Reason == "" {
+		fmt.Fprintf(&b, ": baseline %s, arm %s", Visible(d.Base), Visible(d.Arm))
+	}
+	return b.String()
+}
+
+// Visible quotes s with every byte that is not printable ASCII escaped:
+// "caf\u00e9" and "cafe\u0301" differ on the page as in the bytes, and
+// invalid UTF-8 shows as \x escapes.
+func Visible(s string) string { return strconv.QuoteToASCII(s) }
 
 // Agreement is an arm's greedy output compared with the baseline's. At
 // temperature 0 a correct allreduce gives the same text; a broken one can
@@ -38,8 +73,8 @@ type Agreement struct {
 // Agree compares every successful output of arm, in every trial, with
 // the baseline's first successful output for the same prompt. An output
 // agrees over the first tokens (IdenticalN) when both sides generated at
-// least tokens tokens and the arm's text starts with the baseline's text
-// at that point (Sample.Text32), or when both ended for the same reason
+// least tokens tokens and their texts are the same over the first
+// tokens tokens' worth (Compared), or when both ended for the same reason
 // at the same token count with the same text: a baseline that generated
 // nothing, or stopped short, agrees only with an arm that did the same.
 // The arm is invalid when the share of its outputs that agree is below
@@ -49,7 +84,7 @@ type Agreement struct {
 func Agree(base, arm []Trial, threshold float64, tokens int) Agreement {
 	b := firstOutputs(base)
 	ag := Agreement{Prompts: len(b), Threshold: threshold}
-	diverged := map[int]bool{}
+	diverged := map[int]int{} // prompt: index in ag.Divergences
 	for _, t := range arm {
 		for _, as := range t.Samples {
 			bs, ok := b[as.Prompt]
@@ -62,13 +97,34 @@ func Agree(base, arm []Trial, threshold float64, tokens int) Agreement {
 				ag.IdenticalN++
 				continue
 			}
-			if bs.CompletionTokens >= tokens && as.CompletionTokens >= tokens && strings.HasPrefix(as.Text, bs.Text32) {
+			agrees := false
+			if bs.CompletionTokens >= tokens && as.CompletionTokens >= tokens {
+				n := Compared(bs, as, tokens)
+				agrees = len(bs.Text) >= n && len(as.Text) >= n && bs.Text[:n] == as.Text[:n]
+			}
+			if agrees {
 				ag.IdenticalN++
 			}
-			if !diverged[as.Prompt] {
-				diverged[as.Prompt] = true
-				off := firstDiff(bs.Text, as.Text)
-				ag.Divergences = append(ag.Divergences, Divergence{Prompt: as.Prompt, Trial: t.Index, Concurrency: t.Concurrency, Offset: off, Base: around(bs.Text, off), Arm: around(as.Text, off)})
+			off := firstDiff(bs.Text, as.Text)
+			d := Divergence{Prompt: as.Prompt, Trial: t.Index, Concurrency: t.Concurrency, Offset: off, Base: around(bs.Text, off), Arm: around(as.Text, off), Beyond: agrees}
+			if bs.Text == as.Text {
+				d.Base, d.Arm = "", ""
+				if bs.FinishReason != as.FinishReason {
+					d.Reason = fmt.Sprintf("finish reason %s vs %s at token %d", orNone(bs.FinishReason), orNone(as.FinishReason), as.CompletionTokens)
+					if bs.CompletionTokens != as.CompletionTokens {
+						d.Reason = fmt.Sprintf("finish reason %s at token %d vs %s at token %d", orNone(bs.FinishReason), bs.CompletionTokens, orNone(as.FinishReason), as.CompletionTokens)
+					}
+				} else {
+					d.Reason = fmt.Sprintf("%d vs %d tokens (finish reason %s)", bs.CompletionTokens, as.CompletionTokens, orNone(bs.FinishReason))
+				}
+			}
+			// The first divergence per prompt, but one that counts against
+			// the arm over one beyond the compared window.
+			if i, seen := diverged[as.Prompt]; !seen {
+				diverged[as.Prompt] = len(ag.Divergences)
+				ag.Divergences = append(ag.Divergences, d)
+			} else if ag.Divergences[i].Beyond && !d.Beyond {
+				ag.Divergences[i] = d
 			}
 		}
 	}
@@ -78,6 +134,34 @@ func Agree(base, arm []Trial, threshold float64, tokens int) Agreement {
 	}
 	ag.Invalid = ag.Outputs == 0 || ag.Share < threshold
 	return ag
+}
+
+// Compared is how many leading bytes of text the output check compares
+// for outputs b and a that both generated at least tokens tokens: exactly
+// the text of the first tokens tokens where either side has a chunk
+// ending there; else the largest prefix either side vouches for as lying
+// within its first tokens tokens (Sample.Within: the text at its last
+// chunk boundary at or before that token). If the tokens agree, both
+// texts start with the same text of the first tokens tokens, which is at
+// least that long, so a correct arm never fails for how its chunks fall;
+// a difference inside the last chunk that crosses the token on both
+// sides cannot be placed before or after it and is not counted. Where
+// neither side vouches for a byte (each sent all the compared tokens in
+// its first chunk), the shorter first chunk is compared.
+func Compared(b, a sglang.Sample, tokens int) int {
+	blo, bhi := b.Within(tokens)
+	alo, ahi := a.Within(tokens)
+	if n := max(blo, alo); n > 0 {
+		return n
+	}
+	return min(bhi, ahi)
+}
+
+func orNone(s string) string {
+	if s == "" {
+		return "none"
+	}
+	return s
 }
 
 func firstOutputs(ts []Trial) map[int]sglang.Sample {

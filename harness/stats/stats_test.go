@@ -6,6 +6,7 @@ import (
 	"math"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/arpatch/arpatch/harness/sglang"
 )
@@ -141,5 +142,112 @@ func TestAgree(t *testing.T) {
 	sum.Add(Agree(base, mk("X123456789abcdef", "same text here", "another prompt out"), 0.5, 10))
 	if sum.Outputs != 6 || sum.IdenticalN != 5 || sum.Prompts != 3 || sum.Invalid || math.Abs(sum.Share-5.0/6) > 1e-12 || len(sum.Divergences) != 1 {
 		t.Errorf("sum: %+v", sum)
+	}
+}
+
+// stream is a /generate stream of words streamed chunk tokens at a time,
+// read by the client: the sample the output check gets.
+func stream(t *testing.T, words []string, chunk int) sglang.Sample {
+	t.Helper()
+	var b strings.Builder
+	text := ""
+	for i := 0; i < len(words); i += chunk {
+		end := min(i+chunk, len(words))
+		text += strings.Join(words[i:end], "")
+		fin := "null"
+		if end == len(words) {
+			fin = `{"type": "length", "length": ` + fmt.Sprint(end) + `}`
+		}
+		j, _ := json.Marshal(text)
+		fmt.Fprintf(&b, "data: {\"text\": %s, \"meta_info\": {\"completion_tokens\": %d, \"finish_reason\": %s}}\n\n", j, end, fin)
+	}
+	b.WriteString("data: [DONE]\n\n")
+	var s sglang.Sample
+	sglang.ReadStream(strings.NewReader(b.String()), time.Now(), time.Now, false, &s)
+	if s.Err != "" {
+		t.Fatal(s.Err)
+	}
+	return s
+}
+
+// The output check compares exactly the first 32 tokens' worth of text,
+// however each side's chunks fall (with EAGLE a chunk is an accept
+// length, which differs between arms). It used to compare the baseline's
+// text to the end of the chunk that crossed token 32 (36 tokens with
+// 3-token chunks), so an arm identical over 32 tokens and different from
+// token 33 read INVALID when its chunks fell elsewhere.
+func TestAgreeWindowIndependentOfChunking(t *testing.T) {
+	const n, total = 32, 48
+	words := func(divergeAt int) []string {
+		var w []string
+		for i := 0; i < total; i++ {
+			x := fmt.Sprintf(" w%d", i*7%13) // words of 2 to 3 bytes after the space
+			if divergeAt >= 0 && i >= divergeAt {
+				x = fmt.Sprintf(" v%d", i)
+			}
+			w = append(w, x)
+		}
+		return w
+	}
+	base := words(-1)
+	trial := func(s sglang.Sample) []Trial { return []Trial{{Index: 1, Samples: []sglang.Sample{s}}} }
+	chunkings := []int{1, 2, 3, 4, 5, 7, 8, 16}
+	for _, cb := range chunkings {
+		for _, ca := range chunkings {
+			b := trial(stream(t, base, cb))
+			// Identical over the first 32 tokens, different from token 33.
+			ag := Agree(b, trial(stream(t, words(n), ca)), 0.9, n)
+			if ag.IdenticalN != 1 || ag.Invalid {
+				t.Errorf("chunks %d/%d, differing from token 33: %d/%d agree, want 1/1", cb, ca, ag.IdenticalN, ag.Outputs)
+			} else if len(ag.Divergences) != 1 || !ag.Divergences[0].Beyond {
+				t.Errorf("chunks %d/%d: the late difference is not marked beyond the window: %+v", cb, ca, ag.Divergences)
+			}
+			// Different from token 21: inside the window whatever the chunks.
+			ag = Agree(b, trial(stream(t, words(20), ca)), 0.9, n)
+			if ag.IdenticalN != 0 || !ag.Invalid || ag.Divergences[0].Beyond {
+				t.Errorf("chunks %d/%d, differing from token 21: %d/%d agree, want 0", cb, ca, ag.IdenticalN, ag.Outputs)
+			}
+		}
+		// Different at token 32 itself: caught wherever either side has a
+		// chunk ending at token 32 (here the arm's, one token a chunk).
+		for _, ca := range []int{1, 2, 4, 8, 16} {
+			if ag := Agree(trial(stream(t, base, cb)), trial(stream(t, words(n-1), ca)), 0.9, n); ag.IdenticalN != 0 {
+				t.Errorf("chunks %d/%d, differing at token 32: agrees", cb, ca)
+			}
+		}
+	}
+	// Neither side vouches for a byte (every compared token in the first
+	// chunk): the shorter first chunk is compared, as documented.
+	one := stream(t, base, total)
+	if ag := Agree(trial(one), trial(stream(t, base, total)), 0.9, n); ag.IdenticalN != 1 {
+		t.Errorf("single chunks, same text: %+v", ag)
+	}
+	if ag := Agree(trial(one), trial(stream(t, words(n), total)), 0.9, n); ag.IdenticalN != 0 {
+		t.Errorf("single chunks differing at token 33 agree, though neither side can place the difference: %+v", ag)
+	}
+}
+
+// Outputs with the same text that end differently say so, instead of two
+// identical snippets; texts that differ only in invisible or combining
+// characters print differently.
+func TestDivergenceText(t *testing.T) {
+	mk := func(text, reason string, tokens int) []Trial {
+		return []Trial{{Index: 1, Concurrency: 1, Samples: []sglang.Sample{{Text: text, Text32: text, CompletionTokens: tokens, FinishReason: reason}}}}
+	}
+	ag := Agree(mk("the micron chip", "stop", 5), mk("the micron chip", "length", 5), 0.9, 32)
+	if d := ag.Divergences[0].String(); d != "ends differently with the same text: finish reason stop vs length at token 5 (trial 1, concurrency 1)" {
+		t.Errorf("finish reason only: %s", d)
+	}
+	ag = Agree(mk("the micron chip", "stop", 5), mk("the micron chip", "stop", 6), 0.9, 32)
+	if d := ag.Divergences[0].String(); !strings.Contains(d, "5 vs 6 tokens (finish reason stop)") {
+		t.Errorf("token count only: %s", d)
+	}
+	ag = Agree(mk("un caf\u00e9 noir", "stop", 3), mk("un cafe\u0301 noir", "stop", 3), 0.9, 32)
+	if d := ag.Divergences[0].String(); !strings.Contains(d, `baseline "un caf\u00e9 noir", arm "un cafe\u0301 noir"`) {
+		t.Errorf("NFC vs NFD: %s", d)
+	}
+	ag = Agree(mk("a\u200bb", "stop", 3), mk("ab", "stop", 3), 0.9, 32)
+	if d := ag.Divergences[0].String(); !strings.Contains(d, `baseline "a\u200bb", arm "ab"`) {
+		t.Errorf("zero-width space: %s", d)
 	}
 }
