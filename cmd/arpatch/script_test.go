@@ -51,6 +51,9 @@ func TestMain(m *testing.M) {
 //	                     run the `arpatch ...` command the previous command printed in
 //	                     backquotes (the one matching REGEXP; exactly one must), split as a
 //	                     shell would; -sub replaces a word first (a mirror a test cannot make)
+//	shremedy REGEXP...   run, with sh -c in the script's directory, in order, the commands the
+//	                     previous command printed in backquotes that match each REGEXP (exactly
+//	                     one each): a printed git or rm remedy must run as printed
 //	tgz DIR FILE VAR     write FILE, a gzip'd tar of DIR's files under one top directory
 //	                     (GitHub's archive shape, fixed bytes), and set $VAR to its sha256
 //	fakeranks FILE       write harness/tune/testdata/fakeranks.sh (fake torchrun ranks) to FILE
@@ -167,6 +170,32 @@ func TestScripts(t *testing.T) {
 				// in backquotes, as printed: a remedy must run.
 				runRemedy(ts, neg, args)
 			},
+			"shremedy": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) == 0 {
+					ts.Fatalf("usage: shremedy REGEXP...")
+				}
+				out := ts.ReadFile("stdout") + ts.ReadFile("stderr")
+				for _, a := range args {
+					filter := regexp.MustCompile(a)
+					var cmds []string
+					for _, m := range backquoted.FindAllStringSubmatch(out, -1) {
+						if filter.MatchString(m[1]) && !slices.Contains(cmds, m[1]) {
+							cmds = append(cmds, m[1])
+						}
+					}
+					if len(cmds) != 1 {
+						ts.Fatalf("shremedy: want one backquoted command matching %q in the output, found %q", a, cmds)
+					}
+					ts.Logf("shremedy: %s", cmds[0])
+					err := ts.Exec("sh", "-c", cmds[0])
+					if err != nil && !neg {
+						ts.Fatalf("remedy %q failed: %v", cmds[0], err)
+					}
+					if err == nil && neg {
+						ts.Fatalf("remedy %q succeeded unexpectedly", cmds[0])
+					}
+				}
+			},
 			"tgz": func(ts *testscript.TestScript, neg bool, args []string) {
 				if len(args) != 3 {
 					ts.Fatalf("usage: tgz DIR FILE VAR")
@@ -262,6 +291,8 @@ func treeHash(ts *testscript.TestScript, dir string) string {
 }
 
 var remedyRe = regexp.MustCompile("`(arpatch [^`]+)`")
+
+var backquoted = regexp.MustCompile("`([^`]+)`")
 
 // runRemedy is the script command remedy.
 func runRemedy(ts *testscript.TestScript, neg bool, args []string) {

@@ -1,10 +1,13 @@
 package checkout
 
 import (
+	"encoding/json"
 	"errors"
 	"fmt"
 	"io/fs"
+	"os"
 	"slices"
+	"sort"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/patches"
@@ -20,6 +23,74 @@ import (
 // returns (nil, nil) when there is no state, and a *StateError naming src
 // in its remedy when the state cannot be trusted.
 func readTrusted(repo *gitsrc.Repo, src string, cat *patches.Catalog) (*State, error) {
+	st, err := judgeState(repo, src, cat)
+	var se *StateError
+	if errors.As(err, &se) && se.Schema == 0 {
+		se.Restore, se.Remove = damagedFiles(repo, cat)
+	}
+	return st, err
+}
+
+// damagedFiles names the files a damaged state's remedy puts back
+// (Restore, tracked) or deletes (Remove, created by apply): the files
+// git status shows changed that the state (read as far as it parses,
+// unchecked) or the series it names lists; when neither lists any, every
+// changed tracked file. Untracked files are removed only when named.
+// When git status cannot be read, the named files, by the state's ops.
+func damagedFiles(repo *gitsrc.Repo, cat *patches.Catalog) (restore, remove []string) {
+	named := map[string]bool{}
+	created := map[string]bool{}
+	var raw State
+	if b, err := os.ReadFile(StatePath(repo.GitDir())); err == nil {
+		_ = json.Unmarshal(b, &raw) // as far as it parses
+	}
+	for _, f := range raw.Files {
+		if _, err := patches.CleanPath(f.Path); err == nil {
+			named[f.Path] = true
+			created[f.Path] = f.Op == "create"
+		}
+	}
+	if cat != nil && raw.Series != "" {
+		if s, err := cat.Get(raw.Series); err == nil {
+			if ps, err := s.Load(nil); err == nil {
+				for _, p := range ps {
+					for _, fc := range p.Diff.Changes {
+						named[fc.Path] = true
+					}
+				}
+			}
+		}
+	}
+	changes, err := repo.Changes()
+	if err != nil {
+		for f := range named {
+			if created[f] {
+				remove = append(remove, f)
+			} else {
+				restore = append(restore, f)
+			}
+		}
+		sort.Strings(restore)
+		sort.Strings(remove)
+		return restore, remove
+	}
+	for _, c := range changes {
+		switch {
+		case c.Untracked():
+			if named[c.Path] {
+				remove = append(remove, c.Path)
+			}
+		case len(named) == 0 || named[c.Path]:
+			restore = append(restore, c.Path)
+		}
+	}
+	sort.Strings(restore)
+	sort.Strings(remove)
+	return restore, remove
+}
+
+// judgeState is readTrusted without the remedy's file list.
+func judgeState(repo *gitsrc.Repo, src string, cat *patches.Catalog) (*State, error) {
 	st, err := ReadState(repo.GitDir())
 	var se *StateError
 	if errors.As(err, &se) {

@@ -110,6 +110,11 @@ type StateError struct {
 	Problem string
 	// Schema is set when the state is another version's, not damaged.
 	Schema int
+	// Restore are the tracked files (repository-relative) to put back
+	// from HEAD, and Remove the files apply created, to delete: those the
+	// state or its series names that git status shows changed, or, when
+	// neither names any, every changed tracked file. See damagedFiles.
+	Restore, Remove []string
 }
 
 func (e *StateError) Error() string {
@@ -118,13 +123,30 @@ func (e *StateError) Error() string {
 	}
 	src := e.Src
 	if src == "" {
-		src = "<checkout>"
+		src = "."
 	}
 	// A damaged state cannot say which files apply changed: git can, and
-	// only those should go back (not the user's other edits).
-	return fmt.Sprintf("%s: %s; the apply state is damaged or was edited, so arpatch will not act on it and changed nothing. "+
-		"See what apply changed with `git -C %s status --short`, put back those files (`git -C %s checkout HEAD -- FILE...`; this loses edits to them), then remove the state: `rm %s`",
-		e.File, e.Problem, src, src, e.File)
+	// only those should go back (not the user's other edits). Each
+	// command runs as printed.
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: %s; the apply state is damaged or was edited, so arpatch will not act on it and changed nothing. "+
+		"See what apply changed with `%s`, ", e.File, e.Problem, patches.ShellJoin([]string{"git", "-C", src, "status", "--short"}))
+	if len(e.Restore) > 0 {
+		fmt.Fprintf(&b, "put back the files it changed (`%s`; this loses edits to them), ",
+			patches.ShellJoin(append([]string{"git", "-C", src, "checkout", "HEAD", "--"}, e.Restore...)))
+	}
+	if len(e.Remove) > 0 {
+		words := []string{"rm", "--"}
+		for _, f := range e.Remove {
+			words = append(words, filepath.Join(src, filepath.FromSlash(f)))
+		}
+		fmt.Fprintf(&b, "remove the files it created (`%s`), ", patches.ShellJoin(words))
+	}
+	if len(e.Restore)+len(e.Remove) == 0 {
+		b.WriteString("(git shows no file changed that apply could have written), ")
+	}
+	fmt.Fprintf(&b, "then remove the state: `%s`", patches.ShellJoin([]string{"rm", e.File}))
+	return b.String()
 }
 
 // ReadState returns the checkout's apply state, or (nil, nil) when there is

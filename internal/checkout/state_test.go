@@ -4,7 +4,9 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -78,7 +80,68 @@ func TestEditedStateIsOneJudgement(t *testing.T) {
 			if b, _ := os.ReadFile(StatePath(gitDir)); string(b) != string(stateBytes) {
 				t.Error("the state changed")
 			}
+			// Finding F2: the remedy names the real files and runs as
+			// printed: afterwards the tree is upstream's and has no state.
+			if ferr != nil {
+				runRemedies(t, ferr.Error())
+			}
+			if out, err := exec.Command("git", "-C", f.work, "status", "--porcelain", "--untracked-files=all").CombinedOutput(); err != nil || len(out) > 0 {
+				t.Errorf("after the remedy, git status: %s %v", out, err)
+			}
+			if _, err := os.Stat(StatePath(gitDir)); !errors.Is(err, os.ErrNotExist) {
+				t.Errorf("after the remedy the state is still there: %v", err)
+			}
 		})
+	}
+}
+
+// runRemedies runs, with sh -c, every backquoted command of msg but the
+// one that only looks (git status), in order, as a user pasting them would.
+func runRemedies(t *testing.T, msg string) {
+	t.Helper()
+	if strings.Contains(msg, "FILE...") {
+		t.Errorf("the remedy names no files: %s", msg)
+	}
+	for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(msg, -1) {
+		if strings.Contains(m[1], " status --short") {
+			continue
+		}
+		if out, err := exec.Command("sh", "-c", m[1]).CombinedOutput(); err != nil {
+			t.Errorf("remedy `%s`: %v\n%s", m[1], err, out)
+		}
+	}
+}
+
+// A damaged state's remedy quotes every file for the shell: names with
+// spaces, quotes and dollars run as printed.
+func TestDamagedStateRemedyIsQuoted(t *testing.T) {
+	dir := t.TempDir()
+	src := filepath.Join(dir, "my tree")
+	odd := []string{"a b.txt", "it's.py", "$HOME.md", "x;rm -rf y"}
+	files := map[string]string{}
+	for _, f := range odd {
+		files[f] = "upstream\n"
+	}
+	if err := testrepo.WriteFiles(src, files); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testrepo.Init(src); err != nil {
+		t.Fatal(err)
+	}
+	for _, f := range odd[:3] {
+		os.WriteFile(filepath.Join(src, f), []byte("patched\n"), 0o644)
+	}
+	os.WriteFile(filepath.Join(src, "new file.txt"), []byte("created\n"), 0o644)
+	state := StatePath(filepath.Join(src, ".git"))
+	os.MkdirAll(filepath.Dir(state), 0o755)
+	os.WriteFile(state, []byte(`{"schema": 2, "files": [{"path": "new file.txt", "op": "create"}]`), 0o644)
+	e := &StateError{File: state, Src: src, Problem: "cut short", Restore: odd[:3], Remove: []string{"new file.txt"}}
+	runRemedies(t, e.Error())
+	if out, err := exec.Command("git", "-C", src, "status", "--porcelain", "--untracked-files=all").CombinedOutput(); err != nil || len(out) > 0 {
+		t.Errorf("after the remedy, git status: %s %v", out, err)
+	}
+	if _, err := os.Stat(state); !errors.Is(err, os.ErrNotExist) {
+		t.Errorf("the state is still there: %v", err)
 	}
 }
 
