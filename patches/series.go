@@ -122,7 +122,7 @@ func LoadSeries(fsys fs.FS, dir, label string) (*Series, error) {
 		}
 		names[p.File] = true
 		if !hex64.MatchString(p.SHA256) {
-			return nil, fail("patch.sha256", "%s: %q is not a 64-hex sha256; run `arpatch patches seal %s`", p.File, p.SHA256, label)
+			return nil, fail("patch.sha256", "%s: %q is not a 64-hex sha256; run `%s`", p.File, p.SHA256, ShellJoin([]string{"arpatch", "patches", "seal", label}))
 		}
 		for _, t := range p.Provides {
 			tags[t] = true
@@ -220,8 +220,8 @@ type TamperError struct {
 
 func (e *TamperError) Error() string {
 	return fmt.Sprintf("patch %s/%s: sha256 is %s but series.toml records %s; the patch was changed after it was sealed. "+
-		"Restore the original file, or if you changed it on purpose, run `arpatch patches seal %s`",
-		e.Series, e.Patch, e.Got, e.Want, e.Series)
+		"Restore the original file, or if you changed it on purpose, run `%s`",
+		e.Series, e.Patch, e.Got, e.Want, ShellJoin([]string{"arpatch", "patches", "seal", e.Series}))
 }
 
 // RequiresError is a selection of patches that leaves out a patch another

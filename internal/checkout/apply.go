@@ -302,7 +302,7 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 			// A double fault: some files hold patched bytes. The state,
 			// still marked incomplete, is the record status and revert
 			// need; it stays.
-			return nil, fmt.Errorf("writing the patched files: %w; the apply state stays, marked incomplete, so that nothing is lost: once the cause is fixed, run `arpatch revert --src %s`", err, opts.Src)
+			return nil, fmt.Errorf("writing the patched files: %w; the apply state stays, marked incomplete, so that nothing is lost: once the cause is fixed, run `%s`", err, sh("arpatch", "revert", "--src", opts.Src))
 		}
 		removeState(gitDir)
 		return nil, fmt.Errorf("writing the patched files: %w", err)
@@ -310,7 +310,7 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 	st.Incomplete = false
 	if err := writeState(gitDir, st); err != nil {
 		if uerr := root.Write(orderedWrites(res, choice.Patches, true)); uerr != nil {
-			return nil, fmt.Errorf("recording apply state: %v; restoring the files also failed: %v; run `arpatch revert --src %s`", err, uerr, opts.Src)
+			return nil, fmt.Errorf("recording apply state: %v; restoring the files also failed: %v; run `%s`", err, uerr, sh("arpatch", "revert", "--src", opts.Src))
 		}
 		removeState(gitDir)
 		return nil, fmt.Errorf("recording apply state in %s: %w; the files were restored", StatePath(gitDir), err)
@@ -504,20 +504,20 @@ func alreadyApplied(opts ApplyOptions, rep *ApplyReport, st *State, root safefs.
 		return movedHead(opts.Src, head, st)
 	}
 	if st.Reverting {
-		return fmt.Errorf("%s: a revert of series %s was interrupted part way (the state says reverting); run `arpatch revert --src %s` to finish it, then apply again", opts.Src, orNone(st.Series), opts.Src)
+		return fmt.Errorf("%s: a revert of series %s was interrupted part way (the state says reverting); run `%s` to finish it, then apply again", opts.Src, orNone(st.Series), sh("arpatch", "revert", "--src", opts.Src))
 	}
 	if st.Incomplete {
-		return fmt.Errorf("%s: an apply of series %s was interrupted part way (the state says incomplete); run `arpatch revert --src %s` to restore upstream's bytes, then apply again", opts.Src, orNone(st.Series), opts.Src)
+		return fmt.Errorf("%s: an apply of series %s was interrupted part way (the state says incomplete); run `%s` to restore upstream's bytes, then apply again", opts.Src, orNone(st.Series), sh("arpatch", "revert", "--src", opts.Src))
 	}
 	if st.Recipe != opts.Recipe.Name {
-		return fmt.Errorf("%s already has recipe %q applied (series %s); run `arpatch revert --src %s` first", opts.Src, st.Recipe, orNone(st.Series), opts.Src)
+		return fmt.Errorf("%s already has recipe %q applied (series %s); run `%s` first", opts.Src, st.Recipe, orNone(st.Series), sh("arpatch", "revert", "--src", opts.Src))
 	}
 	want, err := requestedPatches(opts, st)
 	if err != nil {
 		return err
 	}
 	if got := patchList(st.Patches); got != want {
-		return fmt.Errorf("%s has another patch set applied than this run asks for:\n  applied:   %s\n  requested: %s\nnothing was changed; run `arpatch revert --src %s` first", opts.Src, got, want, opts.Src)
+		return fmt.Errorf("%s has another patch set applied than this run asks for:\n  applied:   %s\n  requested: %s\nnothing was changed; run `%s` first", opts.Src, got, want, sh("arpatch", "revert", "--src", opts.Src))
 	}
 	drift, err := st.drift(root)
 	if err != nil {
@@ -529,7 +529,7 @@ func alreadyApplied(opts ApplyOptions, rep *ApplyReport, st *State, root safefs.
 		for _, d := range drift {
 			b.WriteString("\n  " + d.String())
 		}
-		fmt.Fprintf(&b, "\nnothing was changed. Run `arpatch revert --src %s` (add --force to discard the edits above; save them first with git diff), then apply again", opts.Src)
+		fmt.Fprintf(&b, "\nnothing was changed. Run `%s` (add --force to discard the edits above; save them first with git diff), then apply again", sh("arpatch", "revert", "--src", opts.Src))
 		return errors.New(b.String())
 	}
 	rep.AlreadyApplied = true
@@ -553,11 +553,11 @@ func requestedPatches(opts ApplyOptions, st *State) (string, error) {
 		return patchList(nil), nil
 	}
 	if name == "" {
-		return "", fmt.Errorf("%s has no series applied, but recipe %s asks for series %s; run `arpatch revert --src %s` first", opts.Src, opts.Recipe.Name, opts.Recipe.Series, opts.Src)
+		return "", fmt.Errorf("%s has no series applied, but recipe %s asks for series %s; run `%s` first", opts.Src, opts.Recipe.Name, opts.Recipe.Series, sh("arpatch", "revert", "--src", opts.Src))
 	}
 	s, err := opts.Catalog.Get(name)
 	if err != nil {
-		return "", fmt.Errorf("%s has series %s applied, which this run's catalog lacks (%v); pass the --patches-dir it came from, or run `arpatch revert --src %s`", opts.Src, name, err, opts.Src)
+		return "", fmt.Errorf("%s has series %s applied, which this run's catalog lacks (%v); pass the --patches-dir it came from, or run `%s`", opts.Src, name, err, sh("arpatch", "revert", "--src", opts.Src))
 	}
 	ps, err := s.Load(opts.Recipe.Skip)
 	if err != nil {
@@ -736,8 +736,8 @@ func lineEndings(repo *gitsrc.Repo, head string, root safefs.Root, changes []git
 func lineEndingError(src, head string, paths []string) error {
 	sort.Strings(paths)
 	return fmt.Errorf("%s: these files hold commit %s's text with CRLF line endings where the commit has LF: %s. Git converted them when it checked them out (core.autocrlf=true, or a .gitattributes eol/text rule); the patches are written against the commit's bytes, so nothing was changed. "+
-		"Turn the conversion off for this checkout and check its files out again (the conversion is the only difference, so nothing is lost): `git -C %s config core.autocrlf false`, then `git -C %s checkout HEAD -- .`, then apply",
-		src, head[:12], strings.Join(paths, ", "), src, src)
+		"Turn the conversion off for this checkout and check its files out again (the conversion is the only difference, so nothing is lost): `%s`, then `%s`, then apply",
+		src, head[:12], strings.Join(paths, ", "), sh("git", "-C", src, "config", "core.autocrlf", "false"), sh("git", "-C", src, "checkout", "HEAD", "--", "."))
 }
 
 // listedRoot is a checkout read through safefs that can list its tracked

@@ -98,7 +98,7 @@ func Revert(opts RevertOptions) (*RevertReport, error) {
 		for _, d := range lost {
 			b.WriteString("\n  " + d.String())
 		}
-		fmt.Fprintf(&b, "\nnothing was changed. Save your edits (git -C %s diff > my.diff), then run `arpatch revert --src %s --force`", opts.Src, opts.Src)
+		fmt.Fprintf(&b, "\nnothing was changed. Save your edits (`%s > my.diff`), then run `%s`", sh("git", "-C", opts.Src, "diff"), sh("arpatch", "revert", "--src", opts.Src, "--force"))
 		return nil, errors.New(b.String())
 	}
 	rep.Discarded = lost
@@ -142,7 +142,7 @@ func Revert(opts RevertOptions) (*RevertReport, error) {
 		return nil, fmt.Errorf("recording the revert in %s: %w; nothing was changed", StatePath(gitDir), err)
 	}
 	if err := root.Write(writes); err != nil {
-		return nil, fmt.Errorf("restoring upstream files: %w; run `arpatch revert --src %s` again to finish", err, opts.Src)
+		return nil, fmt.Errorf("restoring upstream files: %w; run `%s` again to finish", err, sh("arpatch", "revert", "--src", opts.Src))
 	}
 	removeTemps(opts.Src, st)
 	if err := removeState(gitDir); err != nil {

@@ -209,6 +209,9 @@ func ReadState(gitDir string) (*State, error) {
 	return &s, nil
 }
 
+// sh joins words into a command line a POSIX shell runs as printed.
+func sh(words ...string) string { return patches.ShellJoin(words) }
+
 var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // digest returns the hex sha256 of the state's JSON with Digest empty.

@@ -10,6 +10,8 @@ import (
 	"strings"
 	"testing"
 
+	"mvdan.cc/sh/v3/shell"
+
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/internal/testrepo"
 )
@@ -308,5 +310,46 @@ func TestModeChangeIsRecordedAndReverted(t *testing.T) {
 	}
 	if d := diffSnapshots(before, snapshot(t, f.work)); len(d) > 0 {
 		t.Errorf("a refused apply changed: %v", d)
+	}
+}
+
+// Every remedy command checkout prints quotes the checkout's path for
+// the shell (the kind of finding F2): with a space and a quote in it, the
+// printed command still splits into the right words.
+func TestRemediesQuoteTheCheckout(t *testing.T) {
+	f := newFixture(t)
+	f.work = filepath.Join(filepath.Dir(f.work), "it's my work")
+	if _, err := f.apply(t); err != nil {
+		t.Fatal(err)
+	}
+	edited := filepath.Join(f.work, "kernel", "dispatch.cuh")
+	if err := os.WriteFile(edited, []byte("edited\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	_, rerr := Revert(RevertOptions{Src: f.work, Catalog: f.cat})
+	_, aerr := f.apply(t)
+	for name, err := range map[string]error{"revert": rerr, "apply": aerr} {
+		if err == nil {
+			t.Fatalf("%s accepted an edited tree", name)
+		}
+		found := 0
+		for _, m := range regexp.MustCompile("`([^`]+)`").FindAllStringSubmatch(err.Error(), -1) {
+			words, perr := shell.Fields(strings.TrimSuffix(m[1], " > my.diff"), nil)
+			if perr != nil {
+				t.Errorf("%s: `%s` does not parse: %v", name, m[1], perr)
+				continue
+			}
+			for i, w := range words {
+				if w == "--src" || w == "-C" {
+					found++
+					if i+1 >= len(words) || words[i+1] != f.work {
+						t.Errorf("%s: `%s` splits into %q, want the checkout %q as one word", name, m[1], words, f.work)
+					}
+				}
+			}
+		}
+		if found == 0 {
+			t.Errorf("%s: no remedy naming the checkout in %v", name, err)
+		}
 	}
 }

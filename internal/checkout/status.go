@@ -72,7 +72,7 @@ func (s *StatusReport) BuildProblem() error {
 		if s.Head != s.State.Commit {
 			d = append(d, "HEAD moved to "+s.Head)
 		}
-		return fmt.Errorf("%s changed since apply (%s); the build would not match its recorded inputs. Run `arpatch status --src %s`", src, strings.Join(d, ", "), src)
+		return fmt.Errorf("%s changed since apply (%s); the build would not match its recorded inputs. Run `%s`", src, strings.Join(d, ", "), sh("arpatch", "status", "--src", src))
 	case len(s.Other) > 0:
 		return fmt.Errorf("%s has uncommitted changes to files the series did not touch (%s); they would go into the build unrecorded. Commit or stash them", src, s.Other[0].Path)
 	}
@@ -87,10 +87,10 @@ func (s *StatusReport) BuildProblem() error {
 		return fmt.Errorf("%s has untracked files under %s (%s); they could go into the build unrecorded. Remove them or move them out of the tree", src, kd, strings.Join(firstN(u, 3), ", "))
 	}
 	if len(s.PackageExtra) > 0 {
-		return fmt.Errorf("%s has files git does not track under %s (%s), which the wheel would package unrecorded (ignored files too); remove them (git -C %s clean -ndX %s lists the ignored ones)", src, strings.Join(s.Kernel.Packages, ", "), strings.Join(firstN(s.PackageExtra, 3), ", "), src, strings.Join(s.Kernel.Packages, " "))
+		return fmt.Errorf("%s has files git does not track under %s (%s), which the wheel would package unrecorded (ignored files too); remove them (`%s` lists the ignored ones)", src, strings.Join(s.Kernel.Packages, ", "), strings.Join(firstN(s.PackageExtra, 3), ", "), sh(append([]string{"git", "-C", src, "clean", "-ndX"}, s.Kernel.Packages...)...))
 	}
 	if sw := s.KernelSkipWorktree(); len(sw) > 0 {
-		return fmt.Errorf("%s has skip-worktree entries under %s (%s), whose edits git status cannot see; run `git -C %s update-index --no-skip-worktree %s` and `arpatch status --src %s`", src, kd, strings.Join(firstN(sw, 3), ", "), src, strings.Join(sw, " "), src)
+		return fmt.Errorf("%s has skip-worktree entries under %s (%s), whose edits git status cannot see; run `%s` and `%s`", src, kd, strings.Join(firstN(sw, 3), ", "), sh(append([]string{"git", "-C", src, "update-index", "--no-skip-worktree", "--"}, sw...)...), sh("arpatch", "status", "--src", src))
 	}
 	return nil
 }
