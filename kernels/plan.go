@@ -102,6 +102,10 @@ type Plan struct {
 	// lists the tree's directories copied into BuildPath/sglang first.
 	BuildPath string
 	Stage     []string
+	// Notes are what the plan changes in the user's environment and says
+	// so, e.g. a SOURCE_DATE_EPOCH replaced by the commit's time; --plan
+	// prints them.
+	Notes []string
 }
 
 // startPlan begins every plan: the tree as an absolute path (set in

@@ -112,6 +112,12 @@ func makeReproducible(p *Plan, env []string, launcher []string) error {
 	}
 	p.Inputs.Repro = &Repro{Scheme: ReproScheme, SourceDateEpoch: when.Unix(), TZ: "UTC", Locale: "C", BuildRoot: filepath.Clean(root)}
 	p.BuildPath = filepath.Join(p.Inputs.Repro.BuildRoot, p.Inputs.BuildID())
+	if err := checkBuildRoot(p.Inputs.Repro.BuildRoot); err != nil && p.Problems == nil {
+		p.Problems = err
+	}
+	if user := getenv(env, "SOURCE_DATE_EPOCH"); user != "" && user != strconv.FormatInt(when.Unix(), 10) {
+		p.Notes = append(p.Notes, fmt.Sprintf("SOURCE_DATE_EPOCH=%s from your environment is replaced by %d, the committer time of %.12s (every build of these inputs gets the same stamps)", user, when.Unix(), p.Inputs.Commit))
+	}
 	p.Key = p.Inputs.Key()
 
 	staged := filepath.Join(p.BuildPath, "sglang")
@@ -377,4 +383,35 @@ func objectSums(dir string) ([]Output, error) {
 		return nil
 	})
 	return out, err
+}
+
+// checkBuildRoot refuses a build root a build could not use, as the build
+// itself would (stageBuild creates it), without leaving anything behind: it
+// creates the missing directories and a temporary file in the root, then
+// removes what it made. It returns an error naming BuildRootEnv.
+func checkBuildRoot(root string) error {
+	var made []string
+	for d := root; ; d = filepath.Dir(d) {
+		if _, err := os.Lstat(d); err == nil || d == filepath.Dir(d) {
+			break
+		}
+		made = append(made, d)
+	}
+	defer func() {
+		for _, d := range made { // deepest first
+			os.Remove(d)
+		}
+	}()
+	err := os.MkdirAll(root, 0o755)
+	if err == nil {
+		var f *os.File
+		if f, err = os.CreateTemp(root, ".arpatch-root-check-*"); err == nil {
+			f.Close()
+			os.Remove(f.Name())
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("build root %s is not usable: %w; set %s to a writable directory (the same on every machine that should give the same bytes), e.g. %s=%s", root, err, BuildRootEnv, BuildRootEnv, DefaultBuildRoot)
+	}
+	return nil
 }

@@ -389,6 +389,9 @@ func printPlan(w io.Writer, p *kernels.Plan, cache kernels.Cache) {
 		state = "hit: nothing to build"
 	}
 	fmt.Fprintf(w, "  cache key %s (%s)\n", p.Key, state)
+	for _, n := range p.Notes {
+		fmt.Fprintf(w, "  note      %s\n", n)
+	}
 	if p.Problems != nil {
 		fmt.Fprintf(w, "  REFUSED   %s\n", strings.ReplaceAll(p.Problems.Error(), "\n", "\n            "))
 	}
