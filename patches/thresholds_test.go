@@ -285,3 +285,84 @@ func dispatchPath(t *testing.T, ps []*Patch) string {
 	t.Fatal("no patch changes " + gaterule.DispatchBase)
 	return ""
 }
+
+// TestPCIeThresholdsCheckedWhereRead runs 0002's lines in
+// CustomAllreduce.__init__ (each series' own) under python3 with the
+// series' custom_all_reduce_utils block: SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES
+// is checked on every PCIe-only group (full_nvlink False), a pair without
+// SGLANG_FORCE_CUSTOM_AR_PCIE included, because 0001's kernel reads it
+// there; SGLANG_PCIE_CUSTOM_AR_MAX_BYTES only with the gate open (it is read
+// nowhere else); an NVLink group checks neither.
+func TestPCIeThresholdsCheckedWhereRead(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("python3 not found: the Python side of the PCIe thresholds is not checked here")
+	}
+	eachPCIeSeries(t, func(t *testing.T, ps []*Patch) {
+		utils := addedBlock(t, ps, "python/sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py",
+			"# arpatch pcie series: opt-in", "def can_use_custom_all_reduce_with_nvlink(", false)
+		init := addedBlock(t, ps, "python/sglang/srt/distributed/device_communicators/custom_all_reduce.py",
+			"# arpatch pcie series: PCIe-only groups", "            pcie_custom_ar_1stage_max_bytes()", true)
+		dir := t.TempDir()
+		mod := "import logging\nimport os\nfrom typing import Optional\n\nlogger = logging.getLogger('arpatch')\n\n" + utils +
+			"\n\nclass CustomAllreduce:\n    def __init__(self, world_size, full_nvlink, _is_cuda=True):\n" + init
+		if err := os.WriteFile(filepath.Join(dir, "ca.py"), []byte(mod), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		script := `
+import json, os, sys
+sys.path.insert(0, sys.argv[1])
+import ca
+cases = json.loads(sys.argv[2])
+out = []
+for c in cases:
+    for k in ("SGLANG_FORCE_CUSTOM_AR_PCIE", "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES", "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES"):
+        os.environ.pop(k, None)
+    os.environ.update(c["env"])
+    try:
+        a = ca.CustomAllreduce(c["ws"], c["nvlink"])
+        out.append("ok forced=%s max=%s" % (a.pcie_forced, a.pcie_max_bytes))
+    except ValueError as e:
+        out.append("ValueError: " + str(e))
+print(json.dumps(out))
+`
+		type tc struct {
+			WS     int               `json:"ws"`
+			NVLink bool              `json:"nvlink"`
+			Env    map[string]string `json:"env"`
+			want   string
+		}
+		cases := []tc{
+			// A PCIe pair without the force variable: upstream's path, but
+			// the kernel reads the 1-stage limit, so a bad one is refused
+			// here, naming it.
+			{2, false, map[string]string{"SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES": "16K"}, "ValueError: SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES='16K'"},
+			{2, false, map[string]string{"SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES": "1048576\r"}, "ValueError: SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES='1048576\\r'"},
+			{2, false, map[string]string{"SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES": "0"}, "ok forced=False max=0"},
+			// The cap is read only with the gate open: unforced, it changes
+			// nothing and is not read.
+			{2, false, map[string]string{"SGLANG_PCIE_CUSTOM_AR_MAX_BYTES": "64K"}, "ok forced=False max=0"},
+			{2, false, map[string]string{"SGLANG_FORCE_CUSTOM_AR_PCIE": "1", "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES": "64K"}, "ValueError: SGLANG_PCIE_CUSTOM_AR_MAX_BYTES='64K'"},
+			{8, false, map[string]string{"SGLANG_FORCE_CUSTOM_AR_PCIE": "1", "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES": "x"}, "ValueError: SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES='x'"},
+			{8, false, map[string]string{"SGLANG_FORCE_CUSTOM_AR_PCIE": "1"}, "ok forced=True max=65536"},
+			// NVLink: the kernel keeps upstream's rule and reads neither.
+			{8, true, map[string]string{"SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES": "16K", "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES": "64K"}, "ok forced=False max=0"},
+		}
+		in, _ := json.Marshal(cases)
+		cmd := exec.Command(py, "-c", script, dir, string(in))
+		cmd.Env = append(os.Environ(), "PYTHONDONTWRITEBYTECODE=1")
+		b, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("python3: %v\n%s\n%s", err, b, mod)
+		}
+		var got []string
+		if err := json.Unmarshal(b, &got); err != nil || len(got) != len(cases) {
+			t.Fatalf("%v: %s", err, b)
+		}
+		for i, c := range cases {
+			if !strings.HasPrefix(got[i], c.want) {
+				t.Errorf("world size %d, full_nvlink %v, %v: %s, want %s", c.WS, c.NVLink, c.Env, got[i], c.want)
+			}
+		}
+	})
+}

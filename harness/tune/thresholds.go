@@ -19,7 +19,15 @@
 //     at init_custom_ar, 2-stage above; unset, every size at world size 2 and
 //     none above. SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage|2stage forces one.
 //   - Both sides accept ASCII digits only, 0 to 2^64-1, and refuse anything
-//     else at init, naming the variable.
+//     else at init, naming the variable. The kernel reads
+//     SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES on every PCIe-only group, a pair
+//     without SGLANG_FORCE_CUSTOM_AR_PCIE included, and 0002 checks it there
+//     too; SGLANG_PCIE_CUSTOM_AR_MAX_BYTES is read only with the gate open.
+//   - Upstream: python/sglang/srt/distributed/parallel_state.py@84118acf50b3 (GroupCoordinator.__init__)
+//     (and @8905cbd42f4a, @0bda0b168ad5) constructs CustomAllreduce inside
+//     `except Exception`, logging "Setup Custom allreduce failed with ...":
+//     a refused threshold leaves a server running on NCCL, so arpatch checks
+//     tune files with ParseBytes before any server starts.
 package tune
 
 import (
