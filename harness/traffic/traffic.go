@@ -10,7 +10,10 @@
 // choice (it gives P2P and, apart, the SHM figure the published account
 // implies), read-completion credits, IOMMU translation, switch firmware,
 // clocks or kernel launch gaps. Its parameters are calibrated on the
-// anchors in DESIGN.md §5 and on arpatch's own H200 measurements
+// published account's figures (Anchor*: NCCL ~200 µs per ~42 KB allreduce
+// on 8 PCIe GPUs; forced 1-stage at 38 tok/s against NCCL's 54), on
+// FlashInfer's single-hop P2P rate at Gen5 (53.2-55.0 GB/s,
+// flashinfer-ai/flashinfer#4870) and on arpatch's own H200 measurements
 // (docs/allreduce-h200.md); docs/pcie-dispatch.md gives the arithmetic and
 // the thresholds the pcie series ships with. `arpatch tune allreduce`
 // measures what the model only estimates.
@@ -168,12 +171,13 @@ func (t *Topology) groups(c Class) [][]int {
 // from.
 type Params struct {
 	// PCIeEfficiency scales a link's nominal bandwidth to what P2P
-	// reaches: 53-56 GB/s measured of Gen5 x16's 63 (DESIGN.md §5).
+	// reaches: 54 of Gen5 x16's 63 GB/s, FlashInfer's single-hop P2P rate on
+	// 8x sm_120 at Gen5 (53.2-55.0 GB/s, flashinfer-ai/flashinfer#4870).
 	PCIeEfficiency float64
 	// NVLinkGBps is one NVLink's bandwidth per direction (NVLink 4: 25 GB/s).
 	NVLinkGBps float64
 	// RoundTripUS is one dependent round trip of a barrier or a P2P read
-	// over PCIe (~2 µs, DESIGN.md §5) and over NVLink (NVLinkRoundTripUS,
+	// over PCIe (2 µs, assumed, not measured) and over NVLink (NVLinkRoundTripUS,
 	// fitted to custom 1-stage/2-stage on 2x and 4x H200 in CUDA graphs).
 	RoundTripUS, NVLinkRoundTripUS float64
 	// CustomFixedUS is a custom kernel's cost beside its round trips
@@ -182,8 +186,8 @@ type Params struct {
 	// RootComplexReadGBps is the effective bandwidth, per socket, of P2P
 	// reads that cross a CPU root complex (PHB, NODE, SYS), shared by all
 	// such reads into the socket. Calibrated so that forced 1-stage at
-	// 42 KB on 8 PCIe GPUs (two switches per socket) takes the ~384 µs of
-	// the published account's 38-against-54 tok/s (Calibrate).
+	// 42 KB on 8 PCIe GPUs (two switches per socket) takes Anchor1StageUS
+	// (391.7 µs), the published account's 38-against-54 tok/s (Calibrate).
 	RootComplexReadGBps float64
 	// NCCLFixedUS and NCCLStepUS: NCCL's P2P ring or chain costs
 	// NCCLFixedUS + 2(N-1)·NCCLStepUS beside its bytes, fitted to NCCL in
@@ -195,7 +199,9 @@ type Params struct {
 	NCCLSHMStepUS float64
 }
 
-// Published anchors (DESIGN.md §5).
+// Published anchors: the published account's figures for 8 PCIe GPUs
+// serving with EAGLE-3 (NCCL ~200 µs per ~42 KB allreduce, 122 per verify
+// pass; forced 1-stage 38 tok/s against NCCL's 54).
 const (
 	// AnchorBytes is the published account's allreduce size: ~42 KB.
 	AnchorBytes = 42000

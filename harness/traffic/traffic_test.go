@@ -2,9 +2,11 @@ package traffic_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -240,6 +242,59 @@ func TestBadTopology(t *testing.T) {
 	} {
 		if _, err := traffic.New(c.links, nil, nil, p); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want %q", c.links, err, c.want)
+		}
+	}
+}
+
+// TestDocMatchesModel derives the figures docs/pcie-dispatch.md states
+// from the model, so the page cannot drift from the code: the calibration,
+// the verify-shape table on the reference host, the recorded pcie8 host
+// (what doctor prints there), 4 GPUs on one switch, and the suggested
+// thresholds.
+func TestDocMatchesModel(t *testing.T) {
+	b, err := os.ReadFile("../../docs/pcie-dispatch.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := strings.Join(strings.Fields(string(b)), " ")
+	p := traffic.Default()
+	const s = 40960
+	comma := func(v float64) string {
+		n := int(v)
+		if n < 1000 {
+			return strconv.Itoa(n)
+		}
+		return fmt.Sprintf("%d,%03d", n/1000, n%1000)
+	}
+	var want []string
+	ref := traffic.RefHost(p)
+	for _, r := range []struct{ label, algo string }{
+		{"NCCL chain (P2P)", traffic.NCCLTree}, {"NCCL ring (P2P)", traffic.NCCLRing}, {"custom 2-stage", traffic.Custom2Stage},
+		{"NCCL ring over SHM", traffic.NCCLRingSHM}, {"custom 1-stage", traffic.Custom1Stage},
+	} {
+		e := ref.Estimate(r.algo, s, p)
+		want = append(want, fmt.Sprintf("| %s | %s |", r.label, comma(e.BytesPerRank)), fmt.Sprintf("| %d | %.1f |", e.RoundTrips, e.US))
+	}
+	want = append(want,
+		fmt.Sprintf("so 1-stage took %.1f µs", traffic.Anchor1StageUS),
+		fmt.Sprintf("gives R = %.3f GB/s", p.RootComplexReadGBps),
+		fmt.Sprintf("| root-complex read bandwidth | %.3f GB/s |", p.RootComplexReadGBps))
+	pcie8 := load(t, "../doctor/testdata/pcie8")
+	est := func(m *traffic.Topology, a string) float64 { return m.Estimate(a, s, p).US }
+	want = append(want,
+		fmt.Sprintf("(2-stage %.1f µs, 1-stage %.1f:", est(pcie8, traffic.Custom2Stage), est(pcie8, traffic.Custom1Stage)),
+		fmt.Sprintf("ring %.1f µs, chain %.1f, ring over SHM %.1f.", est(pcie8, traffic.NCCLRing), est(pcie8, traffic.NCCLTree), est(pcie8, traffic.NCCLRingSHM)))
+	sw := load(t, "testdata/switch4")
+	want = append(want, fmt.Sprintf("1-stage %.1f µs, 2-stage %.1f, NCCL ring %.1f at 40 KiB; 1-stage wins up to %s,",
+		est(sw, traffic.Custom1Stage), est(sw, traffic.Custom2Stage), est(sw, traffic.NCCLRing), fmt.Sprintf("%d KiB", sw.Suggest(p, false).OneStageMax/1024)))
+	p2p, shm := ref.Suggest(p, false), ref.Suggest(p, true)
+	kb := func(n int) string { return strconv.FormatFloat(float64(n)/1024, 'f', -1, 64) }
+	want = append(want,
+		fmt.Sprintf("| against NCCL over P2P (~25 µs class) | %d B | %.1f KB |", p2p.OneStageMax, float64(p2p.MaxBytes)/1024),
+		fmt.Sprintf("| against NCCL over SHM (the published ~200 µs) | %d B | %s KB |", shm.OneStageMax, kb(shm.MaxBytes)))
+	for _, w := range want {
+		if !strings.Contains(doc, w) {
+			t.Errorf("docs/pcie-dispatch.md does not say %q (the model's figure)", w)
 		}
 	}
 }
