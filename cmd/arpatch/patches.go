@@ -148,7 +148,14 @@ func printDrift(w io.Writer, rows []checkout.DriftRow, repo, patchesDir string) 
 		for i, f := range r.Fits {
 			s := f.Patch + "=" + fitText(f)
 			if movedAway(r, f) {
-				s = f.Patch + "=moved(" + fitText(r.Moved.Fits[i]) + ")"
+				// A file it changes is gone: say what became of it.
+				switch why := r.Moved.Why[i]; why {
+				case "moved":
+					s = f.Patch + "=moved(" + fitText(r.Moved.Fits[i]) + ")"
+				case "":
+				default:
+					s = f.Patch + "=" + strings.ReplaceAll(why, " ", "-")
+				}
 			}
 			parts = append(parts, s)
 		}
@@ -160,6 +167,9 @@ func printDrift(w io.Writer, rows []checkout.DriftRow, repo, patchesDir string) 
 		}
 		for i, f := range r.Fits {
 			if movedAway(r, f) {
+				if r.Moved.Why[i] != "moved" {
+					continue // the lines above say what became of its files
+				}
 				f = r.Moved.Fits[i] // how it fits at the new path
 			}
 			if f.Fit == patches.FitConflict {

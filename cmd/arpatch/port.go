@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"os"
 	"path/filepath"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -16,10 +17,12 @@ func portCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "port",
 		Usage:     "carry a series to a later upstream commit: follow renames, re-place hunks, merge three-way; write a draft series",
-		UsageText: "arpatch patches port --series NAME --to REV [--repo PATH] [--from REV] [--out DIR] [--seal] [--json FILE]",
+		UsageText: "arpatch patches port --series NAME --to REV [--repo PATH] [--from REV] [--move OLD=NEW...] [--out DIR] [--seal] [--json FILE]",
 		Description: `port reads the series' tested_on commit and REV from the repository's
 object store (no work tree is touched). A file the series changes that REV
-lacks is followed through history (go-git rename detection). Hunks whose
+lacks is followed through history (go-git rename detection); where a file
+went to several identical files, port names them all and asks which one
+with --move OLD=NEW. Hunks whose
 context is still there are re-placed (exact, offset); where upstream changed
 the context, the file is merged three-way (base = the file at tested_on,
 ours = base + patch, theirs = the file at REV) and clean merges get hunks
@@ -43,6 +46,7 @@ Examples:
 			&cli.StringFlag{Name: "repo", Usage: "local repository `PATH` (checkout or bare mirror)", Value: "sglang"},
 			&cli.StringFlag{Name: "from", Usage: "base commit `REV` (default: the series' tested_on)"},
 			&cli.StringFlag{Name: "out", Usage: "write the draft series into `DIR` (new or empty; its name is the series name)"},
+			&cli.StringSliceFlag{Name: "move", Usage: "`OLD=NEW`: the series' file OLD went to NEW at the target, where history does not settle it (a file copied to several identical ones); repeat for several"},
 			&cli.BoolFlag{Name: "seal", Usage: "record the patches' sha256 in the draft (only when nothing conflicts)"},
 			&cli.StringFlag{Name: "json", Usage: "write the report as JSON to `FILE`"},
 			patchesDirFlag(),
@@ -82,7 +86,15 @@ Examples:
 					return fmt.Errorf("--from: %w", err)
 				}
 			}
-			rep, err := port.Run(port.Options{Repo: repo, Series: s, From: from, To: to})
+			moves := map[string]string{}
+			for _, m := range c.StringSlice("move") {
+				old, np, ok := strings.Cut(m, "=")
+				if !ok || old == "" || np == "" {
+					return usagef("--move %q: want OLD=NEW, two paths in the tree, e.g. --move sgl-kernel/csrc/x.cuh=python/sglang/kernels/aot/csrc/x.cuh", m)
+				}
+				moves[old] = np
+			}
+			rep, err := port.Run(port.Options{Repo: repo, Series: s, From: from, To: to, Moves: moves})
 			if err != nil {
 				return err
 			}

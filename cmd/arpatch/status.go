@@ -3,6 +3,7 @@ package main
 import (
 	"fmt"
 	"io"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -125,7 +126,7 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 	case rep.Buildable():
 		fmt.Fprintln(w, "clean: the tree is exactly what apply wrote")
 	case rep.Clean():
-		fmt.Fprintln(w, "NOT CLEAN: the patched files are as apply wrote them, but what is listed above would reach a build unrecorded (arpatch build refuses it): commit, stash or remove it")
+		fmt.Fprintf(w, "NOT CLEAN: the patched files are as apply wrote them, but what is listed above would reach a build unrecorded (arpatch build refuses it). %s\n", strings.Join(rep.Remedies(), "; "))
 	case rep.Head != st.Commit:
 		fmt.Fprintf(w, "NOT CLEAN: HEAD is %s, not the commit the series was applied at; check that out again (git -C %s checkout --detach %s)\n", rep.Head, rep.Src, st.Commit)
 	default:

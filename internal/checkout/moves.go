@@ -3,6 +3,7 @@ package checkout
 import (
 	"errors"
 	"fmt"
+	"io/fs"
 	"strings"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
@@ -24,6 +25,16 @@ type Moved struct {
 	// Err is the built-in effect rule's refusal of the series at the new
 	// paths (patches.ApplyChecked), when it fits there otherwise.
 	Err error
+	// Why says, per patch (in Fits order), what became of the files it
+	// changes that the commit lacks: "moved" when every one was followed,
+	// else "deleted", "ambiguous" (several identical files it may have
+	// gone to) or "not followed" (history not there to read); "" when the
+	// patch's files are all in place.
+	Why []string
+	// Clean is set when a port of the series to the commit would be clean
+	// (patches port writes a draft), though it does not fit as is.
+	Clean bool
+	lost  []error
 }
 
 // Verdict is "moved" when every file was followed and every patch fits at
@@ -42,13 +53,29 @@ func (m *Moved) Verdict() string {
 
 // movesFor follows the files of ps that tree (at commit) lacks, from the
 // last of the series' tested_on commits that repo holds. It returns nil
-// when no file is missing or the repository holds no tested_on commit.
+// when no file is missing or commit is older than tested_on; when the
+// repository holds no tested_on commit (a shallow clone), a Moved whose
+// Lost says so and what to do.
 func movesFor(repo *gitsrc.Repo, s *patches.Series, ps []*patches.Patch, commit string, tree patches.Tree) *Moved {
 	from := port.BaseCommit(repo, s)
-	if from == "" || from == commit {
+	if from == commit {
 		return nil
 	}
-	moved, lost := port.FollowMissing(repo, from, commit, ps, tree)
+	var moved map[string][]gitsrc.Rename
+	var lost map[string]error
+	if from == "" {
+		noBase := port.NoBase(repo, s)
+		moved, lost = map[string][]gitsrc.Rename{}, map[string]error{}
+		for _, p := range ps {
+			for _, fc := range p.Diff.Changes {
+				if _, err := tree.ReadFile(fc.Path); fc.Op != patches.Create && errors.Is(err, fs.ErrNotExist) {
+					lost[fc.Path] = fmt.Errorf("%s does not exist here, and %w", fc.Path, noBase)
+				}
+			}
+		}
+	} else {
+		moved, lost = port.FollowMissing(repo, from, commit, ps, tree, nil)
+	}
 	for _, err := range lost {
 		var na *gitsrc.NotAncestorError
 		if errors.As(err, &na) {
@@ -62,19 +89,29 @@ func movesFor(repo *gitsrc.Repo, s *patches.Series, ps []*patches.Patch, commit 
 	newPath := map[string]string{}
 	seen := map[string]bool{}
 	for _, p := range ps {
+		why := ""
 		for _, fc := range p.Diff.Changes {
-			if seen[fc.Path] {
-				continue
-			}
-			seen[fc.Path] = true
 			if ms := moved[fc.Path]; len(ms) > 0 {
-				m.Moves = append(m.Moves, ms...)
+				if !seen[fc.Path] {
+					m.Moves = append(m.Moves, ms...)
+				}
 				newPath[fc.Path] = ms[len(ms)-1].To
+				if why == "" {
+					why = "moved"
+				}
 			}
 			if err := lost[fc.Path]; err != nil {
-				m.Lost = append(m.Lost, err.Error())
+				if !seen[fc.Path] {
+					m.Lost = append(m.Lost, err.Error())
+					m.lost = append(m.lost, err)
+				}
+				if why == "" || why == "moved" {
+					why = lostWhy(err)
+				}
 			}
+			seen[fc.Path] = true
 		}
+		m.Why = append(m.Why, why)
 	}
 	atNew := remap(ps, newPath)
 	m.Fits = patches.Check(tree, atNew)
@@ -82,8 +119,27 @@ func movesFor(repo *gitsrc.Repo, s *patches.Series, ps []*patches.Patch, commit 
 		if _, err := patches.ApplyChecked(tree, atNew); err != nil {
 			m.Err = err
 		}
+	} else if from != "" && len(lost) == 0 {
+		// The hunks do not fit the new paths as they are: would a port
+		// (three-way merge) give a clean draft?
+		if rep, err := port.Run(port.Options{Repo: repo, Series: s, From: from, To: commit}); err == nil {
+			m.Clean = rep.Clean
+		}
 	}
 	return m
+}
+
+// lostWhy is the one-word reason a file could not be followed.
+func lostWhy(err error) string {
+	var de *gitsrc.DeletedError
+	var ae *gitsrc.AmbiguousError
+	switch {
+	case errors.As(err, &ae):
+		return "ambiguous"
+	case errors.As(err, &de):
+		return "deleted"
+	}
+	return "not followed"
 }
 
 // remap returns copies of ps whose file changes name the new paths.
@@ -114,7 +170,18 @@ func (m *Moved) Explain(series, repo, commit, patchesDir string) []string {
 	for _, mv := range m.Moves {
 		out = append(out, fmt.Sprintf("%s %s (%q)", mv.From, mv, mv.Subject))
 	}
-	out = append(out, m.Lost...)
+	for _, err := range m.lost {
+		var am *port.AmbiguousMove
+		if !errors.As(err, &am) {
+			out = append(out, err.Error())
+			continue
+		}
+		out = append(out, am.AmbiguousError.Error())
+		out = append(out, "name the one the patch belongs to and port:")
+		for _, c := range am.Candidates {
+			out = append(out, "  "+port.Command(series, repo, commit, port.DraftDir(series, commit), patchesDir)+" --move "+port.QuotePath(am.From())+"="+port.QuotePath(c))
+		}
+	}
 	var fits []string
 	for _, f := range m.Fits {
 		fits = append(fits, f.Patch+"="+f.Fit.String())
@@ -125,8 +192,13 @@ func (m *Moved) Explain(series, repo, commit, patchesDir string) []string {
 	if m.Err != nil {
 		out = append(out, "there arpatch's gate rule refuses the series: "+m.Err.Error())
 	}
-	if m.Verdict() == "moved" {
+	switch {
+	case m.Verdict() == "moved":
 		out = append(out, "write a series for this commit: "+port.Command(series, repo, commit, port.DraftDir(series, commit), patchesDir))
+	case m.Clean:
+		out = append(out, "the hunks do not fit the new paths as they are, but a port (three-way merge) is clean; write it with: "+port.Command(series, repo, commit, port.DraftDir(series, commit), patchesDir))
+	case len(m.lost) == 0:
+		out = append(out, "a port conflicts; see what with: "+port.Command(series, repo, commit, "", patchesDir))
 	}
 	return out
 }

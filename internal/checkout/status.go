@@ -74,7 +74,7 @@ func (s *StatusReport) BuildProblem() error {
 		}
 		return fmt.Errorf("%s changed since apply (%s); the build would not match its recorded inputs. Run `%s`", src, strings.Join(d, ", "), sh("arpatch", "status", "--src", src))
 	case len(s.Other) > 0:
-		return fmt.Errorf("%s has uncommitted changes to files the series did not touch (%s); they would go into the build unrecorded. Commit or stash them", src, s.Other[0].Path)
+		return fmt.Errorf("%s has uncommitted changes to files the series did not touch (%s); they would go into the build unrecorded. %s", src, s.Other[0].Path, s.otherRemedy())
 	}
 	// The project directory is what the build reads, and its Python
 	// package goes into the wheel whole; a skip-worktree entry hides
@@ -84,15 +84,70 @@ func (s *StatusReport) BuildProblem() error {
 	}
 	kd := s.Kernel.String()
 	if u := s.KernelUntracked(); len(u) > 0 {
-		return fmt.Errorf("%s has untracked files under %s (%s); they could go into the build unrecorded. Remove them or move them out of the tree", src, kd, strings.Join(firstN(u, 3), ", "))
+		return fmt.Errorf("%s has untracked files under %s (%s); they could go into the build unrecorded. %s", src, kd, strings.Join(firstN(u, 3), ", "), s.untrackedRemedy())
 	}
 	if len(s.PackageExtra) > 0 {
-		return fmt.Errorf("%s has files git does not track under %s (%s), which the wheel would package unrecorded (ignored files too); remove them (`%s` lists the ignored ones)", src, strings.Join(s.Kernel.Packages, ", "), strings.Join(firstN(s.PackageExtra, 3), ", "), sh(append([]string{"git", "-C", src, "clean", "-ndX"}, s.Kernel.Packages...)...))
+		return fmt.Errorf("%s has files git does not track under %s (%s), which the wheel would package unrecorded (ignored files too). %s", src, strings.Join(s.Kernel.Packages, ", "), strings.Join(firstN(s.PackageExtra, 3), ", "), s.packageRemedy())
 	}
 	if sw := s.KernelSkipWorktree(); len(sw) > 0 {
-		return fmt.Errorf("%s has skip-worktree entries under %s (%s), whose edits git status cannot see; run `%s` and `%s`", src, kd, strings.Join(firstN(sw, 3), ", "), sh(append([]string{"git", "-C", src, "update-index", "--no-skip-worktree", "--"}, sw...)...), sh("arpatch", "status", "--src", src))
+		return fmt.Errorf("%s has skip-worktree entries under %s (%s), whose edits git status cannot see; %s", src, kd, strings.Join(firstN(sw, 3), ", "), s.skipRemedy())
 	}
 	return nil
+}
+
+// Remedies says, one sentence each, how to clear what keeps a tree that
+// is as apply wrote it from building: tracked changes apply did not make,
+// untracked files under the kernel project, files the wheel's package does
+// not track, skip-worktree entries. Each command names the files, quoted,
+// and runs as printed: a plain `git stash` would stash the patched files
+// too (undoing the apply) and leave untracked files where they are.
+func (s *StatusReport) Remedies() []string {
+	var out []string
+	if len(s.Other) > 0 {
+		out = append(out, s.otherRemedy())
+	}
+	if len(s.KernelUntracked()) > 0 {
+		out = append(out, s.untrackedRemedy())
+	}
+	if len(s.PackageExtra) > 0 {
+		out = append(out, s.packageRemedy())
+	}
+	if len(s.KernelSkipWorktree()) > 0 {
+		out = append(out, s.skipRemedy())
+	}
+	return out
+}
+
+// setAside is the git stash that takes only paths, leaving the patched
+// files as apply wrote them; flag adds untracked (-u) or ignored (--all)
+// files.
+func (s *StatusReport) setAside(flag string, paths []string) string {
+	w := []string{"git", "-C", s.Src, "stash", "push"}
+	if flag != "" {
+		w = append(w, flag)
+	}
+	return patches.ShellJoin(append(append(w, "--"), paths...))
+}
+
+func (s *StatusReport) otherRemedy() string {
+	var ps []string
+	for _, c := range s.Other {
+		ps = append(ps, c.Path)
+	}
+	return "Commit them, or set only them aside with `" + s.setAside("", ps) + "` (a plain git stash would stash the patched files too, undoing the apply)"
+}
+
+func (s *StatusReport) untrackedRemedy() string {
+	return "Remove them, or set only them aside with `" + s.setAside("--include-untracked", s.KernelUntracked()) + "` (a plain git stash would stash the patched files instead, undoing the apply, and leave these)"
+}
+
+func (s *StatusReport) packageRemedy() string {
+	return "Remove them, or set only them aside with `" + s.setAside("--all", s.PackageExtra) + "` (--all takes ignored files too; a plain git stash would stash the patched files instead)"
+}
+
+func (s *StatusReport) skipRemedy() string {
+	sw := s.KernelSkipWorktree()
+	return "run `" + patches.ShellJoin(append([]string{"git", "-C", s.Src, "update-index", "--no-skip-worktree", "--"}, sw...)) + "` and `" + patches.ShellJoin([]string{"arpatch", "status", "--src", s.Src}) + "`"
 }
 
 // KernelUntracked lists the untracked files under the sgl-kernel

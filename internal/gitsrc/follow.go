@@ -3,6 +3,7 @@ package gitsrc
 import (
 	"errors"
 	"fmt"
+	"sort"
 	"strings"
 	"time"
 
@@ -23,6 +24,9 @@ type Rename struct {
 }
 
 func (m Rename) String() string {
+	if m.Commit == "" {
+		return fmt.Sprintf("moved to %s (%s)", m.To, m.Subject)
+	}
 	return fmt.Sprintf("moved to %s at %s", m.To, m.Commit[:12])
 }
 
@@ -34,6 +38,55 @@ type DeletedError struct {
 
 func (e *DeletedError) Error() string {
 	return fmt.Sprintf("%s was deleted at %s (%q) and go-git's rename detection finds no file it moved to", e.Path, e.Commit[:12], e.Subject)
+}
+
+// AmbiguousError is a file that a commit on the way removed while adding
+// several files that are equally good renames of it (copies with the same
+// bytes): arpatch does not guess which one a patch belongs to.
+type AmbiguousError struct {
+	Path, Commit, Subject string
+	Candidates            []string // the paths it may have gone to, sorted
+}
+
+func (e *AmbiguousError) Error() string {
+	return fmt.Sprintf("%s went, at %s (%q), to %d files with the same bytes: %s; arpatch does not guess which one the patch belongs to", e.Path, e.Commit[:12], e.Subject, len(e.Candidates), strings.Join(e.Candidates, ", "))
+}
+
+// ShallowError is history that stops, in a shallow clone, before the
+// commit a file would be followed from.
+type ShallowError struct {
+	Dir     string
+	Shallow []string // the commits where its history stops
+}
+
+func (e *ShallowError) Error() string {
+	return fmt.Sprintf("%s is a shallow clone (its history stops at %s), so the commits between cannot be read to follow a rename: run `git -C %s fetch --unshallow`, or point --repo at a full clone or mirror", e.Dir, shortList(e.Shallow), e.Dir)
+}
+
+func shortList(cs []string) string {
+	var out []string
+	for _, c := range cs {
+		if len(c) > 12 {
+			c = c[:12]
+		}
+		out = append(out, c)
+	}
+	return strings.Join(out, ", ")
+}
+
+// Shallow lists the commits where a shallow clone's history stops (git
+// clone --depth); none for a full clone.
+func (r *Repo) Shallow() []string {
+	hs, err := r.r.Storer.Shallow()
+	if err != nil {
+		return nil
+	}
+	var out []string
+	for _, h := range hs {
+		out = append(out, h.String())
+	}
+	sort.Strings(out)
+	return out
 }
 
 // NotAncestorError says that from is not on to's first-parent chain, so
@@ -61,7 +114,9 @@ const maxChain = 200000
 // chain (log2 of its length tree lookups) and only that commit is diffed.
 //
 // It returns a *DeletedError when a commit removed the file without a
-// rename, a *NotAncestorError when from is not on to's first-parent chain,
+// rename, an *AmbiguousError when it went to several identical files, a
+// *ShallowError when a shallow clone lacks the history between, a
+// *NotAncestorError when from is not on to's first-parent chain,
 // and an error naming the path when from does not hold it.
 func (r *Repo) Follow(from, to, path string) ([]Rename, error) {
 	chain, err := r.firstParentChain(from, to)
@@ -134,9 +189,12 @@ func (r *Repo) Follow(from, to, path string) ([]Rename, error) {
 		}
 		c := chain[hi]
 		subject, _, _ := strings.Cut(strings.TrimSpace(c.Message), "\n")
-		to, err := renamedTo(pt, ct, cur)
+		to, cands, err := renamedTo(pt, ct, cur)
 		if err != nil {
 			return nil, fmt.Errorf("rename detection at %s: %w", c.Hash.String()[:12], err)
+		}
+		if len(cands) > 1 {
+			return moves, &AmbiguousError{Path: cur, Commit: c.Hash.String(), Subject: subject, Candidates: cands}
 		}
 		if to == "" {
 			return moves, &DeletedError{Path: cur, Commit: c.Hash.String(), Subject: subject}
@@ -171,6 +229,9 @@ func (r *Repo) firstParentChain(from, to string) ([]*object.Commit, error) {
 			return nil, &NotAncestorError{From: from, To: to}
 		}
 		if c, err = c.Parent(0); err != nil {
+			if sh := r.Shallow(); len(sh) > 0 {
+				return nil, &ShallowError{Dir: r.Dir, Shallow: sh}
+			}
 			return nil, err
 		}
 	}
@@ -182,35 +243,52 @@ func (r *Repo) firstParentChain(from, to string) ([]*object.Commit, error) {
 
 // renamedTo diffs parent against child and returns where go-git's rename
 // detection (git's default threshold, 50% similar) says path went, or ""
-// when it was only deleted.
+// when it was only deleted. cands lists, when there are several, every
+// added file with the same bytes as path or as the one detection chose:
+// equally good renames, among which detection's pick is arbitrary.
 // Only the deletion of path and the commit's additions are given to the
 // detector, so a commit that moves thousands of files costs one row of
 // its similarity matrix.
-func renamedTo(parent, child *object.Tree, path string) (string, error) {
+func renamedTo(parent, child *object.Tree, path string) (to string, cands []string, err error) {
 	changes, err := object.DiffTree(parent, child)
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
 	var pick object.Changes
+	var gone plumbing.Hash
 	for _, ch := range changes {
 		switch {
 		case ch.From.Name == path && ch.To.Name == "":
 			pick = append(pick, ch)
+			gone = ch.From.TreeEntry.Hash
 		case ch.From.Name == "" && ch.To.Name != "":
 			pick = append(pick, ch)
 		}
 	}
 	if len(pick) == 0 {
-		return "", nil
+		return "", nil, nil
 	}
 	found, err := object.DetectRenames(pick, &object.DiffTreeOptions{DetectRenames: true, RenameScore: renameScore})
 	if err != nil {
-		return "", err
+		return "", nil, err
 	}
+	var chosen plumbing.Hash
 	for _, ch := range found {
 		if ch.From.Name == path && ch.To.Name != "" {
-			return ch.To.Name, nil
+			to, chosen = ch.To.Name, ch.To.TreeEntry.Hash
 		}
 	}
-	return "", nil
+	if to == "" {
+		return "", nil, nil
+	}
+	for _, ch := range pick {
+		if ch.From.Name == "" && (ch.To.TreeEntry.Hash == gone || ch.To.TreeEntry.Hash == chosen) {
+			cands = append(cands, ch.To.Name)
+		}
+	}
+	sort.Strings(cands)
+	if len(cands) < 2 {
+		cands = nil
+	}
+	return to, cands, nil
 }

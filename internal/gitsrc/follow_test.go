@@ -2,6 +2,7 @@ package gitsrc
 
 import (
 	"errors"
+	"os"
 	"path/filepath"
 	"strings"
 	"testing"
@@ -134,5 +135,61 @@ func TestFollowRefusesNonAncestorAndMissingFile(t *testing.T) {
 	}
 	if _, err := h.repo().Follow(h.c[0], c2, "nope"); err == nil || !strings.Contains(err.Error(), "nope does not exist at "+h.c[0][:12]) {
 		t.Fatalf("missing file: %v", err)
+	}
+}
+
+// A file copied to two identical files and deleted in one commit has two
+// equally good renames: Follow names both and picks none.
+func TestFollowAmbiguousRenameNamesEveryCandidate(t *testing.T) {
+	h := newHistory(t, map[string]string{"a/x.txt": body(12, "")})
+	c := h.step("split x", map[string]string{"a/x.txt": "", "p.txt": body(12, ""), "q.txt": body(12, "")})
+	moves, err := h.repo().Follow(h.c[0], c, "a/x.txt")
+	var ae *AmbiguousError
+	if !errors.As(err, &ae) || len(moves) != 0 {
+		t.Fatalf("moves %+v, err %v; want an AmbiguousError", moves, err)
+	}
+	if ae.Commit != c || strings.Join(ae.Candidates, ",") != "p.txt,q.txt" {
+		t.Errorf("AmbiguousError %+v", ae)
+	}
+	if !strings.Contains(err.Error(), "p.txt, q.txt") {
+		t.Errorf("message %q names not both candidates", err)
+	}
+	// Two edited copies with the same bytes are as ambiguous.
+	h = newHistory(t, map[string]string{"a/x.txt": body(20, "")})
+	edited := strings.Replace(body(20, ""), "line c\n", "line C\n", 1)
+	c = h.step("split x", map[string]string{"a/x.txt": "", "p.txt": edited, "q.txt": edited})
+	if _, err := h.repo().Follow(h.c[0], c, "a/x.txt"); !errors.As(err, &ae) {
+		t.Errorf("edited copies: err %v, want an AmbiguousError", err)
+	}
+	// One exact copy beside a different new file is a plain rename.
+	h = newHistory(t, map[string]string{"a/x.txt": body(20, "")})
+	c = h.step("move x", map[string]string{"a/x.txt": "", "p.txt": body(20, ""), "q.txt": edited})
+	if moves, err := h.repo().Follow(h.c[0], c, "a/x.txt"); err != nil || len(moves) != 1 || moves[0].To != "p.txt" {
+		t.Errorf("exact beside edited: %+v %v", moves, err)
+	}
+}
+
+// In a shallow clone whose history stops between the two commits, Follow
+// says so and how to get the history.
+func TestFollowInShallowClone(t *testing.T) {
+	h := newHistory(t, map[string]string{"a/x.txt": body(12, "")})
+	mid := h.step("move x", map[string]string{"a/x.txt": "", "b/x.txt": body(12, "")})
+	last := h.step("later", map[string]string{"r": "r\n"})
+	// Cut the history at last, as git clone --depth 1 leaves it: the
+	// commit before it is not in the object store.
+	if err := os.Remove(filepath.Join(h.dir, ".git", "objects", mid[:2], mid[2:])); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(h.dir, ".git", "shallow"), []byte(last+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	r := h.repo()
+	if sh := r.Shallow(); len(sh) != 1 || sh[0] != last {
+		t.Errorf("Shallow() = %v, want [%s]", sh, last)
+	}
+	_, err := r.Follow(h.c[0], last, "a/x.txt")
+	var se *ShallowError
+	if !errors.As(err, &se) || !strings.Contains(err.Error(), "fetch --unshallow") {
+		t.Fatalf("err %v, want a ShallowError with its remedy", err)
 	}
 }

@@ -34,6 +34,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
@@ -123,6 +124,27 @@ type Options struct {
 	// tested_on commits that the repository holds.
 	From string
 	To   string // 40-hex target commit
+	// Moves names, old path to new path, where a file the target lacks
+	// went, for a rename history does not settle (one file copied to
+	// several identical ones) or that go-git's detection does not find
+	// (--move OLD=NEW). The new path must exist at the target.
+	Moves map[string]string
+}
+
+// NoBase says why a series' moves cannot be followed in repo, which holds
+// none of its tested_on commits, and what to do: a shallow clone is named
+// as such, with the command that fetches its history.
+func NoBase(repo *gitsrc.Repo, s *patches.Series) error {
+	msg := fmt.Sprintf("series %s: the repository %s holds none of its tested_on commits (%s)", s.Name, repo.Dir, strings.Join(s.TestedOn, ", "))
+	const from = "pass --from to arpatch patches port with a commit the series applies to; without one, moves of its files since cannot be followed"
+	if sh := repo.Shallow(); len(sh) > 0 {
+		var at []string
+		for _, c := range sh {
+			at = append(at, short(c))
+		}
+		return fmt.Errorf("%s: it is a shallow clone (its history stops at %s); run `git -C %s fetch --unshallow`, or point --repo at a full clone or mirror, or %s", msg, strings.Join(at, ", "), quotePath(repo.Dir), from)
+	}
+	return fmt.Errorf("%s; fetch one, or %s", msg, from)
 }
 
 // Run ports the series to opts.To in memory. It returns the report (a
@@ -138,7 +160,7 @@ func Run(opts Options) (*Report, error) {
 	from := opts.From
 	if from == "" {
 		if from = BaseCommit(opts.Repo, s); from == "" {
-			return nil, fmt.Errorf("series %s: the repository %s holds none of its tested_on commits (%s); fetch one, or pass --from with a commit the series applies to", s.Name, opts.Repo.Dir, strings.Join(s.TestedOn, ", "))
+			return nil, NoBase(opts.Repo, s)
 		}
 	}
 	baseTree, err := opts.Repo.TreeAt(from)
@@ -151,7 +173,18 @@ func Run(opts Options) (*Report, error) {
 	}
 	rep := &Report{Series: s.Name, From: from, To: opts.To, Clean: true}
 	base, theirs := newMem(baseTree), newMem(toTree)
-	moved, follow := FollowMissing(opts.Repo, from, opts.To, ps, toTree)
+	for old, np := range opts.Moves {
+		if !changes(ps, old) {
+			return nil, fmt.Errorf("--move %s=%s: series %s does not change %s", old, np, s.Name, old)
+		}
+		if _, err := toTree.ReadFile(old); err == nil {
+			return nil, fmt.Errorf("--move %s=%s: %s is still there at %s; nothing to move", old, np, old, short(opts.To))
+		}
+		if _, err := toTree.ReadFile(np); err != nil {
+			return nil, fmt.Errorf("--move %s=%s: %s is not a file at %s", old, np, np, short(opts.To))
+		}
+	}
+	moved, follow := FollowMissing(opts.Repo, from, opts.To, ps, toTree, opts.Moves)
 	seen := map[string]bool{}
 	for _, p := range ps {
 		raw, err := s.ReadPatch(p.Name)
@@ -233,9 +266,12 @@ func BaseCommit(repo *gitsrc.Repo, s *patches.Series) string {
 // FollowMissing follows each file the patches modify or delete that tree
 // (the commit to) lacks, from commit from, with gitsrc.Follow. It returns
 // the renames per old path, in order, and for each file it could not
-// follow (deleted without a rename, no first-parent line from from) the
-// reason.
-func FollowMissing(repo *gitsrc.Repo, from, to string, ps []*patches.Patch, tree patches.Tree) (map[string][]gitsrc.Rename, map[string]error) {
+// follow (deleted without a rename, several equally good renames, no
+// first-parent line from from, a shallow clone) the reason. named (old
+// path to new path, --move) settles where a file went when history does
+// not: one of several identical copies, or a path the rename detection
+// did not find.
+func FollowMissing(repo *gitsrc.Repo, from, to string, ps []*patches.Patch, tree patches.Tree, named map[string]string) (map[string][]gitsrc.Rename, map[string]error) {
 	moved, lost := map[string][]gitsrc.Rename{}, map[string]error{}
 	for _, p := range ps {
 		for _, fc := range p.Diff.Changes {
@@ -246,8 +282,14 @@ func FollowMissing(repo *gitsrc.Repo, from, to string, ps []*patches.Patch, tree
 				continue
 			}
 			ms, err := repo.Follow(from, to, fc.Path)
+			if np := named[fc.Path]; np != "" {
+				ms, err = nameMove(fc.Path, np, ms, err)
+			}
 			var de *gitsrc.DeletedError
+			var ae *gitsrc.AmbiguousError
 			switch {
+			case err != nil && errors.As(err, &ae):
+				lost[fc.Path] = &AmbiguousMove{AmbiguousError: ae, Moves: ms}
 			case err != nil && errors.As(err, &de) && len(ms) > 0:
 				lost[fc.Path] = fmt.Errorf("%s %s, then %w", fc.Path, ms[len(ms)-1], err)
 			case err != nil:
@@ -258,6 +300,61 @@ func FollowMissing(repo *gitsrc.Repo, from, to string, ps []*patches.Patch, tree
 		}
 	}
 	return moved, lost
+}
+
+// nameMove applies --move old=np to what Follow found: np must be one of
+// the candidates of an ambiguous rename; where Follow found a single
+// rename elsewhere, or none, the named path wins and is recorded as named.
+func nameMove(old, np string, ms []gitsrc.Rename, err error) ([]gitsrc.Rename, error) {
+	var ae *gitsrc.AmbiguousError
+	if errors.As(err, &ae) {
+		if !slices.Contains(ae.Candidates, np) {
+			return ms, fmt.Errorf("--move %s=%s: %s is not one of the files %s went to at %s: %s", old, np, np, ae.Path, short(ae.Commit), strings.Join(ae.Candidates, ", "))
+		}
+		return append(ms, gitsrc.Rename{From: ae.Path, To: np, Commit: ae.Commit, Subject: ae.Subject}), nil
+	}
+	if err == nil && len(ms) > 0 && ms[len(ms)-1].To == np {
+		return ms, nil
+	}
+	return []gitsrc.Rename{{From: old, To: np, Subject: "named by --move"}}, nil
+}
+
+// AmbiguousMove is a file that went to several identical files; the
+// error says how to name the one the patch belongs to.
+type AmbiguousMove struct {
+	*gitsrc.AmbiguousError
+	Moves []gitsrc.Rename // the moves before the ambiguous one
+}
+
+// Error names every candidate and the flag that chooses.
+func (e *AmbiguousMove) Error() string {
+	var opts []string
+	for _, c := range e.Candidates {
+		opts = append(opts, "--move "+quotePath(e.From())+"="+quotePath(c))
+	}
+	return e.AmbiguousError.Error() + "; name the one it belongs to: port with " + strings.Join(opts, " or ")
+}
+
+// From is the path the series changes.
+func (e *AmbiguousMove) From() string {
+	if len(e.Moves) > 0 {
+		return e.Moves[0].From
+	}
+	return e.Path
+}
+
+func (e *AmbiguousMove) Unwrap() error { return e.AmbiguousError }
+
+// changes reports whether a patch of ps changes path.
+func changes(ps []*patches.Patch, path string) bool {
+	for _, p := range ps {
+		for _, fc := range p.Diff.Changes {
+			if fc.Path == path {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // portFile ports one file change, records its hunks and conflicts in pr,

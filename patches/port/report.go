@@ -24,8 +24,10 @@ func Command(series, repo, to, out, patchesDir string) string {
 	return s
 }
 
-// quotePath quotes a path for sh, leaving a leading "~/" outside the
+// QuotePath quotes a path for sh, leaving a leading "~/" outside the
 // quotes so the shell still expands it.
+func QuotePath(p string) string { return quotePath(p) }
+
 func quotePath(p string) string {
 	if rest, ok := strings.CutPrefix(p, "~/"); ok {
 		return "~/" + shellescape.Quote(rest)
@@ -64,6 +66,10 @@ func (r *Report) Summary() string {
 func (r *Report) WriteText(w io.Writer) {
 	fmt.Fprintf(w, "port %s (tested on %s) to %s: %s\n", r.Series, short(r.From), short(r.To), r.Summary())
 	for _, m := range r.Moves {
+		if m.Commit == "" { // named by --move: String says so
+			fmt.Fprintf(w, "  %s %s\n", m.From, m)
+			continue
+		}
 		fmt.Fprintf(w, "  %s %s (%s)\n", m.From, m, m.Subject)
 	}
 	if r.Refused != "" {
