@@ -230,6 +230,12 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.check(history.Check{Name: "resolve " + cfg.Upstream.Ref, Kind: "drift", Status: "fail", Detail: err.Error()})
 		rep.exit(ExitInfra)
 	}
+	for _, l := range cat.PassedOver() {
+		// An unsealed draft in [arms] patches_dir: never applied, and
+		// it does not stop the other series.
+		first, _, _ := strings.Cut(l, "\n")
+		rep.Warnings = append(rep.Warnings, "arms.patches_dir: "+first)
+	}
 	drift(rep, repo, repoPath, cat, b, store, cfg.Upstream.Also)
 	store.Update(id, "", rep.Head, "")
 	rep.BuildCommit = rep.Pinned

@@ -9,6 +9,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/BurntSushi/toml"
 	"mvdan.cc/sh/v3/syntax"
 )
 
@@ -24,6 +25,38 @@ type Catalog struct {
 	// Dir is the --patches-dir the series came from; "" for the embedded
 	// ones. Remedies that name a series pass it on.
 	Dir string
+	// Skipped lists the series directories of a --patches-dir that did
+	// not load (an unsealed draft, a bad series.toml): passed over so that
+	// they do not block the others, never applied, and refused with
+	// their error where a command names them.
+	Skipped []Skipped
+}
+
+// Skipped is a series directory that did not load.
+type Skipped struct {
+	Name   string // the directory's name (a series is named after it)
+	Family string // from its series.toml, when that reads
+	Dir    string
+	Err    error
+}
+
+// skipped returns the passed-over series of that name, or nil.
+func (c *Catalog) skipped(name string) *Skipped {
+	for i := range c.Skipped {
+		if c.Skipped[i].Name == name {
+			return &c.Skipped[i]
+		}
+	}
+	return nil
+}
+
+// PassedOver says, one line each, which series were passed over and why.
+func (c *Catalog) PassedOver() []string {
+	var out []string
+	for _, k := range c.Skipped {
+		out = append(out, fmt.Sprintf("passed over series %s (%s), which does not load: %v", k.Name, k.Dir, k.Err))
+	}
+	return out
 }
 
 // With returns a catalog holding c's series and extra's beside them; a
@@ -43,6 +76,7 @@ func (c *Catalog) With(extra *Catalog) *Catalog {
 		}
 	}
 	out.Series = append(out.Series, extra.Series...)
+	out.Skipped = append(append(out.Skipped, c.Skipped...), extra.Skipped...)
 	return out
 }
 
@@ -76,7 +110,7 @@ func ShellJoin(words []string) string {
 // Embedded returns the series shipped in the arpatch binary. An error here
 // is a bug in the shipped series.
 func Embedded() (*Catalog, error) {
-	return loadCatalog(embedded, "sglang", "patches/sglang/")
+	return loadCatalog(embedded, "sglang", "patches/sglang/", false)
 }
 
 // LoadDir returns the series in dir, one per subdirectory holding a
@@ -89,7 +123,7 @@ func LoadDir(dir string) (*Catalog, error) {
 	if !fi.IsDir() {
 		return nil, fmt.Errorf("--patches-dir %s is a file; pass the directory that holds one directory per series", dir)
 	}
-	c, err := loadCatalog(os.DirFS(dir), ".", dir+"/")
+	c, err := loadCatalog(os.DirFS(dir), ".", dir+"/", true)
 	if err != nil {
 		return nil, err
 	}
@@ -97,7 +131,10 @@ func LoadDir(dir string) (*Catalog, error) {
 	return c, nil
 }
 
-func loadCatalog(fsys fs.FS, root, label string) (*Catalog, error) {
+// loadCatalog loads every series directory under root. With passOver, a
+// series that does not load is listed in Skipped instead of failing the
+// catalog, unless none loads.
+func loadCatalog(fsys fs.FS, root, label string, passOver bool) (*Catalog, error) {
 	ents, err := fs.ReadDir(fsys, root)
 	if err != nil {
 		return nil, err
@@ -113,9 +150,23 @@ func loadCatalog(fsys fs.FS, root, label string) (*Catalog, error) {
 		}
 		s, err := LoadSeries(fsys, dir, label+e.Name())
 		if err != nil {
-			return nil, err
+			if !passOver {
+				return nil, err
+			}
+			k := Skipped{Name: e.Name(), Dir: label + e.Name(), Err: err}
+			var head struct{ Family string }
+			if data, rerr := fs.ReadFile(fsys, path.Join(dir, SeriesFile)); rerr == nil {
+				if _, derr := toml.Decode(string(data), &head); derr == nil {
+					k.Family = head.Family
+				}
+			}
+			c.Skipped = append(c.Skipped, k)
+			continue
 		}
 		c.Series = append(c.Series, s)
+	}
+	if len(c.Series) == 0 && len(c.Skipped) > 0 {
+		return nil, c.Skipped[0].Err
 	}
 	if len(c.Series) == 0 {
 		return nil, fmt.Errorf("%s: no series found (each series is a directory with a %s)", strings.TrimSuffix(label, "/"), SeriesFile)
@@ -130,6 +181,9 @@ func (c *Catalog) Get(name string) (*Series, error) {
 		if s.Name == name {
 			return s, nil
 		}
+	}
+	if k := c.skipped(name); k != nil {
+		return nil, k.Err
 	}
 	return nil, fmt.Errorf("no series named %q; known series: %s", name, c.names())
 }

@@ -69,6 +69,9 @@ func (e *AmbiguousError) Error() string {
 // several do, or the loading errors of Series.Load.
 func (c *Catalog) Resolve(want, force, commit string, tree Tree, skip []string) (*Choice, error) {
 	if force != "" {
+		if k := c.skipped(force); k != nil && len(c.Members(force)) == 0 {
+			return nil, k.Err // never applied: say why it did not load
+		}
 		if s, err := c.Get(force); err == nil {
 			ps, err := s.Load(skip)
 			if err != nil {
@@ -82,6 +85,9 @@ func (c *Catalog) Resolve(want, force, commit string, tree Tree, skip []string) 
 		want = force // a family: choose within it by commit
 	}
 	members := c.Members(want)
+	if k := c.skipped(want); k != nil && len(members) == 0 {
+		return nil, k.Err
+	}
 	if len(members) == 0 {
 		return nil, fmt.Errorf("recipe names series %q, but no series has that name or family; known series: %s", want, c.names())
 	}
@@ -123,6 +129,11 @@ func (c *Catalog) Resolve(want, force, commit string, tree Tree, skip []string) 
 	case 1:
 		return fits[0], nil
 	case 0:
+		for _, k := range c.Skipped {
+			if k.Family == want || k.Name == want {
+				details = append(details, fmt.Sprintf("%s: passed over, as it does not load: %v", k.Name, k.Err))
+			}
+		}
 		return nil, &NoSeriesError{Want: want, Commit: commit, Known: c.Series, Details: details}
 	default:
 		var names []string

@@ -2,7 +2,9 @@ package main
 
 import (
 	"encoding/json"
+	"fmt"
 	"io"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
@@ -64,7 +66,17 @@ func loadRecipe(c *cli.Context) (*recipes.Recipe, error) {
 // loadCatalog returns the series from --patches-dir, or the embedded ones.
 func loadCatalog(c *cli.Context) (*patches.Catalog, error) {
 	if d := c.String("patches-dir"); d != "" {
-		return patches.LoadDir(expandHome(d))
+		cat, err := patches.LoadDir(expandHome(d))
+		if err != nil {
+			return nil, err
+		}
+		// A draft that is not sealed yet must not block the other
+		// series beside it: it is passed over, and said so.
+		for _, l := range cat.PassedOver() {
+			first, _, _ := strings.Cut(l, "\n")
+			fmt.Fprintf(c.App.ErrWriter, "arpatch: note: %s\n", first)
+		}
+		return cat, nil
 	}
 	return patches.Embedded()
 }

@@ -77,6 +77,13 @@ func CheckCommits(repoPath string, revs []string, cat *patches.Catalog, only []s
 			}
 			rows = append(rows, row)
 		}
+		if len(only) == 0 {
+			// A series passed over (it does not load) fails a check of
+			// them all, as a broken one did; named ones are not blocked.
+			for _, k := range cat.Skipped {
+				rows = append(rows, DriftRow{Series: k.Name, Commit: commit, Rev: rev, Verdict: "error", Err: k.Err})
+			}
+		}
 	}
 	return rows, nil
 }
