@@ -95,7 +95,7 @@ func LoadSeries(fsys fs.FS, dir, label string) (*Series, error) {
 		return fmt.Errorf("%s: %s: %s", where, key, fmt.Sprintf(format, args...))
 	}
 	if !seriesName.MatchString(s.Name) {
-		return nil, fail("name", "%q must be lower case letters, digits, '.' and '-'", s.Name)
+		return nil, fail("name", "%q must start with a lower case letter or digit and hold only lower case letters, digits, '.' and '-'", s.Name)
 	}
 	if s.Name != path.Base(dir) {
 		return nil, fail("name", "%q differs from the directory name %q", s.Name, path.Base(dir))

@@ -113,16 +113,24 @@ Examples:
 				if err := f.Close(); err != nil {
 					return err
 				}
+				// CreateTemp makes it 0600; a report is 0644, as the others.
+				if err := os.Chmod(f.Name(), 0o644); err != nil {
+					return err
+				}
 				if err := os.Rename(f.Name(), jsonOut); err != nil {
 					return err
 				}
 			}
 			if !rep.Clean {
-				fmt.Fprintln(w, "nothing was written: resolve the conflicts above in a series of your own (or port from another series)")
+				written := "no series was written"
+				if jsonOut != "" {
+					written += " (the report is in " + jsonOut + ")"
+				}
+				fmt.Fprintln(w, written+": resolve the conflicts above in a series of your own (or port from another series)")
 				return cli.Exit("", exitFailure)
 			}
 			if out == "" {
-				fmt.Fprintf(w, "a clean draft exists; write it with: %s\n", port.Command(s.Name, c.String("repo"), c.String("to"), port.DraftDir(s.Name, to), cat.Dir))
+				fmt.Fprintf(w, "a clean draft exists; write it with: %s\n", port.Command(s.Name, c.String("repo"), to, port.DraftDir(s.Name, to), cat.Dir))
 				return nil
 			}
 			d, err := rep.Draft(s, filepath.Base(filepath.Clean(out)), c.Bool("seal"))

@@ -154,7 +154,7 @@ func (r *Repo) Resolve(rev string) (string, error) {
 		}
 	}
 	if shortHex.MatchString(rev) {
-		return "", fmt.Errorf("%q looks like an abbreviated commit hash; pass the full 40-hex hash (git rev-parse %s prints it): a prefix can match several objects: %w", rev, rev, ErrAbbreviated)
+		return "", fmt.Errorf("%q looks like an abbreviated commit hash; pass the full 40-hex hash (`git -C %s rev-parse %s` prints it): a prefix can match several objects: %w", rev, shellQuote(r.Dir), rev, ErrAbbreviated)
 	}
 	if rev == "" {
 		return "", fmt.Errorf("empty revision")
@@ -357,4 +357,14 @@ func (c *CommitTree) Paths() ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// shellQuote quotes s for a POSIX shell where it needs it.
+func shellQuote(s string) string {
+	if s != "" && strings.IndexFunc(s, func(c rune) bool {
+		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("/._-+=:,@%", c))
+	}) < 0 {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
 }

@@ -51,7 +51,7 @@ func (r *Report) Draft(s *patches.Series, name string, seal bool) (*Draft, error
 		return nil, fmt.Errorf("%w (%d); nothing is written", ErrConflicts, n)
 	}
 	if !draftName.MatchString(name) {
-		return nil, fmt.Errorf("series name %q (the --out directory's name) must be lower case letters, digits, '.' and '-', e.g. pcie-2026-08", name)
+		return nil, nameError(name)
 	}
 	d := &Draft{Name: name, Sealed: seal, Files: map[string][]byte{}}
 	out := *s
@@ -105,6 +105,9 @@ func (d *Draft) Write(dir string) error {
 // CheckOut checks, writing nothing, that a draft may go into dir: it does
 // not exist, or is an empty directory. The error names dir and the remedy.
 func CheckOut(dir string) error {
+	if name := filepath.Base(filepath.Clean(dir)); !draftName.MatchString(name) {
+		return nameError(name)
+	}
 	ents, err := os.ReadDir(dir)
 	switch {
 	case err == nil && len(ents) > 0:
@@ -113,4 +116,9 @@ func CheckOut(dir string) error {
 		return nil
 	}
 	return fmt.Errorf("--out %s: %w", dir, err)
+}
+
+// nameError says what a series name (the --out directory's) may be.
+func nameError(name string) error {
+	return fmt.Errorf("series name %q (the --out directory's name) must start with a lower case letter or digit and hold only lower case letters, digits, '.' and '-', e.g. pcie-2026-08; nothing was written", name)
 }

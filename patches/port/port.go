@@ -222,7 +222,7 @@ func Run(opts Options) (*Report, error) {
 			pr.Conflicts = append(pr.Conflicts, ConflictDetail{Patch: p.Name, Reason: "upstream already holds every change of this patch at " + short(opts.To) + "; drop it from the series by hand (and its requires pairs)"})
 		}
 		if pr.Clean {
-			pr.Text = append(rewriteAppliesTo(header, s.Name, from, opts.To), body.String()...)
+			pr.Text = append(rewritePaths(rewriteAppliesTo(header, s.Name, from, opts.To), rep.Moves), body.String()...)
 			if err := verify(p.Name, pr.Text, theirs); err != nil {
 				return nil, err
 			}
@@ -491,6 +491,18 @@ func verify(name string, text []byte, theirs *mem) error {
 		}
 	}
 	return nil
+}
+
+// rewritePaths names, in the DEP-3 header, each moved file by its new
+// path: a description that names the old one would be stale in the draft.
+// Only whole occurrences of the old path are rewritten (a path wrapped
+// over two lines is left for the review).
+func rewritePaths(header []byte, moves []gitsrc.Rename) []byte {
+	h := string(header)
+	for _, m := range moves {
+		h = strings.ReplaceAll(h, m.From, m.To)
+	}
+	return []byte(h)
 }
 
 // rewriteAppliesTo points the DEP-3 Applies-To field at the target.

@@ -589,3 +589,31 @@ func TestPortBaseCommit(t *testing.T) {
 		t.Fatalf("err %v", err)
 	}
 }
+
+// base for a later patch holds the series' earlier patches: the conflict
+// display says so.
+func TestConflictBaseLabelNamesEarlierPatches(t *testing.T) {
+	from := strings.Repeat("be", 20)
+	r := &Report{Series: "s", From: from, To: strings.Repeat("cd", 20), Patches: []Patch{
+		{Patch: "0001-a.patch", Clean: false, Conflicts: []ConflictDetail{{Patch: "0001-a.patch", Path: "f", Reason: "r", BaseLine: 1, Base: []string{"a\n"}}}},
+		{Patch: "0002-b.patch", Clean: false, Conflicts: []ConflictDetail{{Patch: "0002-b.patch", Path: "f", Reason: "r", BaseLine: 3, Base: []string{"x\n"}}}},
+	}}
+	var b strings.Builder
+	r.WriteText(&b)
+	if !strings.Contains(b.String(), "  base (bebebebebebe):\n    | a") {
+		t.Errorf("the first patch's base is the commit alone:\n%s", b.String())
+	}
+	if !strings.Contains(b.String(), "  base (bebebebebebe with 0001-a.patch):\n    | x") {
+		t.Errorf("the second patch's base does not name 0001:\n%s", b.String())
+	}
+}
+
+// A moved file named in a patch's DEP-3 header is named by its new path in
+// the draft.
+func TestRewritePathsInHeader(t *testing.T) {
+	h := []byte("Description: fix sgl-kernel/csrc/ar.cuh\n The dispatch in sgl-kernel/csrc/ar.cuh launches nothing.\nApplies-To: x\n\n")
+	got := string(rewritePaths(h, []gitsrc.Rename{{From: "sgl-kernel/csrc/ar.cuh", To: "python/aot/csrc/ar.cuh"}}))
+	if strings.Contains(got, "sgl-kernel/csrc/ar.cuh") || strings.Count(got, "python/aot/csrc/ar.cuh") != 2 {
+		t.Errorf("header after the move:\n%s", got)
+	}
+}

@@ -92,7 +92,13 @@ func (r *Report) WriteText(w io.Writer) {
 			fmt.Fprintf(w, "  %s %s %s: %s\n", h.Patch, h.Path, h.Hunk, st)
 		}
 	}
+	var earlier []string // the patches before p, which base includes
 	for _, p := range r.Patches {
+		baseLabel := "base (" + short(r.From) + ")"
+		if len(earlier) > 0 {
+			baseLabel = "base (" + short(r.From) + " with " + strings.Join(earlier, ", ") + ")"
+		}
+		earlier = append(earlier, p.Patch)
 		for _, c := range p.Conflicts {
 			where := c.Path
 			if len(c.Hunks) > 0 {
@@ -106,7 +112,7 @@ func (r *Report) WriteText(w io.Writer) {
 			for _, side := range []struct {
 				name  string
 				lines []string
-			}{{"base (" + short(r.From) + ")", c.Base}, {"ours (the patch)", c.Ours}, {"theirs (" + short(r.To) + ")", c.Theirs}} {
+			}{{baseLabel, c.Base}, {"ours (the patch)", c.Ours}, {"theirs (" + short(r.To) + ")", c.Theirs}} {
 				if c.BaseLine == 0 && len(side.lines) == 0 {
 					continue
 				}
