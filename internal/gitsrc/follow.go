@@ -204,6 +204,17 @@ func (r *Repo) Follow(from, to, path string) ([]Rename, error) {
 	}
 }
 
+// Precedes reports whether older is on newer's first-parent chain (and
+// not newer itself): newer descends from it along the line upstream's
+// main branch takes.
+func (r *Repo) Precedes(older, newer string) bool {
+	if older == newer {
+		return false
+	}
+	_, err := r.firstParentChain(older, newer)
+	return err == nil
+}
+
 // firstParentChain returns the commits from from to to, oldest first,
 // following first parents back from to.
 func (r *Repo) firstParentChain(from, to string) ([]*object.Commit, error) {
