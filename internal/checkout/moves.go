@@ -186,7 +186,7 @@ func (m *Moved) Explain(series, repo, commit, patchesDir string) []string {
 	for _, f := range m.Fits {
 		fits = append(fits, f.Patch+"="+f.Fit.String())
 	}
-	if len(m.Fits) > 0 {
+	if len(m.Fits) > 0 && len(m.Moves) > 0 {
 		out = append(out, "at the new paths: "+strings.Join(fits, " "))
 	}
 	if m.Err != nil {
