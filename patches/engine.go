@@ -187,6 +187,9 @@ func applyPatch(o *overlay, p *Patch, d *Diff) ([]HunkResult, error) {
 			if !e.exists {
 				return nil, &FileError{Patch: p.Name, Path: fc.Path, Op: fc.Op, Err: ErrFileMissing}
 			}
+			if err := checkModeClaim(o, e, p.Name, fc); err != nil {
+				return nil, err
+			}
 			if fc.Op == Delete && len(fc.Hunks) == 0 && len(e.data) > 0 {
 				return nil, &ConflictError{Patch: p.Name, Path: fc.Path, Hunk: "(no hunk: an empty file)", Line: 1,
 					Found: splitLines(e.data), Reason: "the file to delete holds more than the patch lists"}
@@ -224,6 +227,33 @@ func applyPatch(o *overlay, p *Patch, d *Diff) ([]HunkResult, error) {
 		}
 	}
 	return all, nil
+}
+
+// Moder is a Tree that knows its files' git modes ("100644", "100755";
+// "" for a missing file), such as a commit's tree. Against one, a patch's
+// mode claim is checked.
+type Moder interface {
+	Mode(path string) string
+}
+
+// checkModeClaim refuses a patch whose header says the file has another
+// mode than it has: `old mode`, `deleted file mode` and an `index` line's
+// mode are one claim (FileChange.ModeClaim). The mode is the one an
+// earlier patch of the run left, else the tree's when it is a Moder;
+// otherwise it is not known here and the claim is not judged. git apply
+// only warns ("has type 100644, expected 100755"); arpatch refuses.
+func checkModeClaim(o *overlay, e *entry, patch string, fc *FileChange) error {
+	if fc.ModeClaim == "" {
+		return nil
+	}
+	have := e.mode
+	if m, ok := o.base.(Moder); ok && have == "" {
+		have = m.Mode(fc.Path)
+	}
+	if have == "" || have == fc.ModeClaim {
+		return nil
+	}
+	return &FileError{Patch: patch, Path: fc.Path, Op: fc.Op, Err: fmt.Errorf("the patch says it has mode %s (%q), but it has %s (git apply would only warn \"has type %s, expected %s\"; arpatch refuses a wrong mode claim in any header)", fc.ModeClaim, fc.ModeClaimBy, have, have, fc.ModeClaim)}
 }
 
 // Apply applies the patches in order to an in-memory view of tree and

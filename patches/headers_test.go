@@ -105,3 +105,80 @@ func TestCreatedFileHeaderAsGitAccepts(t *testing.T) {
 		}
 	}
 }
+
+// Finding F3: `old mode`, `deleted file mode` and an `index` line's mode
+// are one claim, the mode the file has before the patch (git apply reads
+// all three as the old mode); the parser records it, with the header that
+// made it, for apply to check against the commit, and refuses headers
+// that claim two different old modes.
+func TestModeClaims(t *testing.T) {
+	const mod = "--- a/f.txt\n+++ b/f.txt\n@@ -1 +1 @@\n-a\n+A\n"
+	const del = "--- a/f.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n"
+	for _, tc := range []struct {
+		header, body, claim, by, refuse string
+	}{
+		{"old mode 100755\nnew mode 100644\n", mod, "100755", "old mode 100755", ""},
+		{"old mode 100755\nnew mode 100755\n", mod, "100755", "old mode 100755", ""},
+		{"deleted file mode 100755\n", del, "100755", "deleted file mode 100755", ""},
+		{"index 7898192..6178079 100755\n", mod, "100755", "index ... 100755", ""},
+		{"deleted file mode 100644\nindex 7898192..0000000 100644\n", del, "100644", "deleted file mode 100644", ""},
+		{"index 7898192..6178079\n", mod, "", "", ""},
+		{"old mode 100644\nnew mode 100755\nindex 7898192..6178079 100755\n", mod, "", "", `"old mode 100644" and "index ... 100755" claim different old modes`},
+		{"deleted file mode 100644\nindex 7898192..0000000 100755\n", del, "", "", "claim different old modes"},
+		{"new file mode 100644\nindex 0000000..6178079 100755\n", "--- /dev/null\n+++ b/f.txt\n@@ -0,0 +1 @@\n+a\n", "", "", `"index ... 100755" disagrees with the created file's mode 100644`},
+	} {
+		d, err := ParseDiff("p.patch", []byte("diff --git a/f.txt b/f.txt\n"+tc.header+tc.body))
+		if tc.refuse != "" {
+			if err == nil || !strings.Contains(err.Error(), tc.refuse) {
+				t.Errorf("%q: err = %v, want %q", tc.header, err, tc.refuse)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("%q: %v", tc.header, err)
+			continue
+		}
+		if fc := d.Changes[0]; fc.ModeClaim != tc.claim || fc.ModeClaimBy != tc.by {
+			t.Errorf("%q: claim %q by %q, want %q by %q", tc.header, fc.ModeClaim, fc.ModeClaimBy, tc.claim, tc.by)
+		}
+	}
+}
+
+type modedTree struct {
+	memTree
+	modes map[string]string
+}
+
+func (m modedTree) Mode(p string) string { return m.modes[p] }
+
+// Against a tree that knows its modes (a commit's), every mode claim is
+// judged by the engine, so `patches check` and apply agree (finding F3).
+func TestEngineJudgesModeClaims(t *testing.T) {
+	tree := modedTree{memTree{"f.txt": "a\n"}, map[string]string{"f.txt": "100644"}}
+	for header, want := range map[string]string{
+		"index 7898192..6178079 100755\n":        `the patch says it has mode 100755 ("index ... 100755"), but it has 100644`,
+		"old mode 100755\nnew mode 100644\n":     `the patch says it has mode 100755 ("old mode 100755"), but it has 100644`,
+		"index 7898192..6178079 100644\n":        "",
+		"old mode 100644\nnew mode 100755\n":     "",
+		"index 7898192..6178079\n":               "",
+		"deleted file mode 100755\n":             `("deleted file mode 100755"), but it has 100644`,
+		"deleted file mode 100644\nindex a..0\n": "",
+	} {
+		body := "--- a/f.txt\n+++ b/f.txt\n@@ -1 +1 @@\n-a\n+A\n"
+		if strings.HasPrefix(header, "deleted") {
+			body = "--- a/f.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n"
+		}
+		p := mustPatch(t, "p.patch", "diff --git a/f.txt b/f.txt\n"+header+body)
+		_, err := Apply(tree, []*Patch{p})
+		if want == "" && err != nil {
+			t.Errorf("%q: %v", header, err)
+		}
+		if want != "" && (err == nil || !strings.Contains(err.Error(), want)) {
+			t.Errorf("%q: err = %v, want %q", header, err, want)
+		}
+		// A tree that does not know modes does not judge them.
+		if _, err := Apply(tree.memTree, []*Patch{p}); err != nil {
+			t.Errorf("%q without modes: %v", header, err)
+		}
+	}
+}

@@ -65,7 +65,15 @@ type FileChange struct {
 	// OldMode and NewMode are set when the patch changes a kept file's
 	// mode ("old mode 100644" / "new mode 100755").
 	OldMode, NewMode string
-	Hunks            []*Hunk
+	// ModeClaim is the mode the patch says the file has before it, and
+	// ModeClaimBy the header line that says so: `old mode M`, `deleted
+	// file mode M`, or `index A..B M` (git apply reads all three as the
+	// old mode, apply.c gitdiff_oldmode, and only warns "has type ...,
+	// expected ..." when the file's mode differs). A series is applied
+	// only where the commit's mode is the claimed one; "" when no header
+	// claims a mode for an existing file.
+	ModeClaim, ModeClaimBy string
+	Hunks                  []*Hunk
 }
 
 // extended holds the extended header lines of one file's git diff.
@@ -322,6 +330,31 @@ func fileChange(fd *diff.FileDiff) (*FileChange, error) {
 		if err := checkMode(m); err != nil {
 			return nil, fmt.Errorf("%s: %w", fc.Path, err)
 		}
+	}
+	// Every header that claims the old mode claims the same one.
+	claims := [][2]string{}
+	if hdr.oldMode != "" {
+		claims = append(claims, [2]string{hdr.oldMode, "old mode " + hdr.oldMode})
+	}
+	if hdr.deletedFile != "" {
+		claims = append(claims, [2]string{hdr.deletedFile, "deleted file mode " + hdr.deletedFile})
+	}
+	if hdr.indexMode != "" {
+		if fc.Op == Create {
+			if hdr.indexMode != fc.Mode {
+				return nil, fmt.Errorf("%s: \"index ... %s\" disagrees with the created file's mode %s", fc.Path, hdr.indexMode, fc.Mode)
+			}
+		} else {
+			claims = append(claims, [2]string{hdr.indexMode, "index ... " + hdr.indexMode})
+		}
+	}
+	for _, c := range claims {
+		if c[0] != claims[0][0] {
+			return nil, fmt.Errorf("%s: %q and %q claim different old modes", fc.Path, claims[0][1], c[1])
+		}
+	}
+	if len(claims) > 0 {
+		fc.ModeClaim, fc.ModeClaimBy = claims[0][0], claims[0][1]
 	}
 	if len(fd.Hunks) == 0 && fc.Op == Modify && fc.NewMode == "" {
 		return nil, fmt.Errorf("%s: the file diff has no hunks and changes no mode", fc.Path)

@@ -260,7 +260,7 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 		}
 		return nil, &DirtyError{Src: opts.Src, Changes: tracked, Fits: touching(tracked, choice.Patches, fits)}
 	}
-	if err := sameAsHead(repo, head, root, choice.Patches); err != nil {
+	if err := sameAsHead(repo, head, root, choice.Patches, opts.Catalog.CheckCommand(opts.Src, head)); err != nil {
 		return nil, err
 	}
 	res, err := patches.Apply(root, choice.Patches)
@@ -367,7 +367,7 @@ func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer
 // sameAsHead checks that every file the series touches holds HEAD's
 // bytes. git status can miss an edit (skip-worktree, assume-unchanged);
 // patching over it would record an edit as upstream's bytes.
-func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.Patch) error {
+func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.Patch, checkCmd string) error {
 	tree, err := repo.TreeAt(head)
 	if err != nil {
 		return err
@@ -375,9 +375,18 @@ func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.
 	var differ, extra, eol []string
 	for _, p := range ps {
 		for _, fc := range p.Diff.Changes {
-			if fc.OldMode != "" && tree.Mode(fc.Path) != fc.OldMode {
-				return fmt.Errorf("patch %s changes the mode of %s from %s, but commit %s has it as %s; nothing was changed. Use a series made for this commit (arpatch patches check --repo %s --commit %s)",
-					p.Name, fc.Path, fc.OldMode, head[:12], orNone(tree.Mode(fc.Path)), root.Dir, head)
+			// One rule for every header that claims the old mode (old
+			// mode, deleted file mode, index ... MODE): the commit must
+			// have it. git apply only warns; arpatch refuses by name.
+			have := tree.Mode(fc.Path)
+			check := "`" + checkCmd + "`"
+			switch {
+			case fc.OldMode != "" && have != fc.OldMode:
+				return fmt.Errorf("patch %s changes the mode of %s from %s, but commit %s has it as %s; nothing was changed. Use a series made for this commit (%s)",
+					p.Name, fc.Path, fc.OldMode, head[:12], orNone(have), check)
+			case fc.ModeClaim != "" && have != "" && have != fc.ModeClaim:
+				return fmt.Errorf("patch %s says %s has mode %s (%q), but commit %s has it as %s; nothing was changed (git apply would only warn \"has type %s, expected %s\"; arpatch refuses a wrong mode claim in any header, as for \"old mode\"). Use a series made for this commit (%s)",
+					p.Name, fc.Path, fc.ModeClaim, fc.ModeClaimBy, head[:12], have, strings.TrimLeft(have, "0"), strings.TrimLeft(fc.ModeClaim, "0"), check)
 			}
 		}
 	}

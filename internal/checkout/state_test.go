@@ -353,3 +353,58 @@ func TestRemediesQuoteTheCheckout(t *testing.T) {
 		}
 	}
 }
+
+// Finding F3: a mode claim is one rule whatever header makes it. `old
+// mode`, `deleted file mode` and the mode of an `index` line each say what
+// mode the file has before the patch; a claim the commit contradicts is
+// refused by name (git apply only warns "has type 100644, expected
+// 100755"), and the tree is left as it was. A true claim applies.
+func TestModeClaimsAreOneRule(t *testing.T) {
+	const head = "Description: d\nAuthor: t\nUpstream-Status: Pending\nApplies-To: fixture\n\n"
+	const del = "--- a/docs/obsolete.md\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-old\n-doc\n"
+	const mod = "--- a/kernel/untouched.cuh\n+++ b/kernel/untouched.cuh\n@@ -1 +1 @@\n-// left alone\n+// touched\n"
+	for _, tc := range []struct {
+		name, patch, want string // want "" = applies
+	}{
+		{"deleted file mode, wrong", "diff --git a/docs/obsolete.md b/docs/obsolete.md\ndeleted file mode 100755\n" + del,
+			`says docs/obsolete.md has mode 100755 ("deleted file mode 100755"), but commit`},
+		{"deleted file mode, right", "diff --git a/docs/obsolete.md b/docs/obsolete.md\ndeleted file mode 100644\n" + del, ""},
+		{"index mode, wrong", "diff --git a/kernel/untouched.cuh b/kernel/untouched.cuh\nindex 7898192..6178079 100755\n" + mod,
+			`says kernel/untouched.cuh has mode 100755 ("index ... 100755"), but commit`},
+		{"index mode, right", "diff --git a/kernel/untouched.cuh b/kernel/untouched.cuh\nindex 7898192..6178079 100644\n" + mod, ""},
+		{"index mode on a deletion, wrong", "diff --git a/docs/obsolete.md b/docs/obsolete.md\ndeleted file mode 100755\nindex 7898192..0000000 100755\n" + del,
+			`says docs/obsolete.md has mode 100755`},
+		{"old mode equal to new mode, wrong", "diff --git a/kernel/untouched.cuh b/kernel/untouched.cuh\nold mode 100755\nnew mode 100755\n" + mod,
+			`says kernel/untouched.cuh has mode 100755 ("old mode 100755"), but commit`},
+		{"old mode, wrong (as before)", "diff --git a/tools/launch.sh b/tools/launch.sh\nold mode 100644\nnew mode 100755\n",
+			"changes the mode of tools/launch.sh from 100644, but commit"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			f := newFixture(t)
+			f.cloneAndRevert(t)
+			patch := head + tc.patch
+			dir := filepath.Join(t.TempDir(), "series")
+			toml := "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + f.commit + "\"]\n\n[[patch]]\nfile = \"0001-m.patch\"\nsha256 = \"" + sum([]byte(patch)) + "\"\n"
+			testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-m.patch": patch})
+			cat, err := loadDir(dir)
+			if err != nil {
+				t.Fatal(err)
+			}
+			f.cat = cat
+			before := snapshot(t, f.work)
+			_, err = f.apply(t)
+			if tc.want == "" {
+				if err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "nothing was changed") {
+				t.Errorf("err = %v, want a refusal with %q", err, tc.want)
+			}
+			if d := diffSnapshots(before, snapshot(t, f.work)); len(d) > 0 {
+				t.Errorf("a refused apply changed: %v", d)
+			}
+		})
+	}
+}
