@@ -235,16 +235,35 @@ func newConflict(patch, path string, h *Hunk, img *image, p placement) *Conflict
 		c.Anchored = append(c.Anchored, x+1)
 	}
 	if len(c.Anchored) > 0 {
-		switch {
-		case p.beginning && p.end:
-			c.Reason = "the hunk starts at line 1 and has no context after its last change, so it must match the whole file, and it does not"
-		case p.beginning:
-			c.Reason = "the hunk's old side starts at line 1, so it must match at the beginning of the file, and it does not"
-		default:
-			c.Reason = fmt.Sprintf("the hunk has no context after its last change, so it must match at the end of the file (line %d on), and it does not", expect+1)
-		}
+		c.Reason = anchorReason(path, h, img, p, c.Anchored)
 	}
 	return c
+}
+
+// anchorReason says which of git apply's anchoring rules a hunk breaks
+// whose lines are in the file (at the 1-based lines at) but not where
+// the rule puts them, naming the line of the file that breaks it.
+func anchorReason(path string, h *Hunk, img *image, p placement, at []int) string {
+	n, k := len(img.lines), len(h.Old)
+	quote := func(l string) string { return "`" + showLine(l) + "`" }
+	first, last := at[0]-1, at[len(at)-1]-1
+	lines := fmt.Sprintf("line %d", first+1)
+	if len(at) > 1 {
+		lines = "lines " + joinInts(at)
+	}
+	switch {
+	case k == 0:
+		// No context and nothing removed: "-0,0" names an empty file.
+		return fmt.Sprintf("the hunk has no context and removes nothing, and its old side is at line %d (-%d,0), so it must be the whole file: it applies only to an empty file, and %s has %d lines. To add lines to a file, give the hunk context (git diff -U3)",
+			h.OrigStart, h.OrigStart, path, n)
+	case p.beginning && first != 0:
+		return fmt.Sprintf("the hunk's old side starts at line %d (-%d,%d), so it must match at the beginning of the file; its lines are at %s, but the file starts with %s at line 1",
+			h.OrigStart, h.OrigStart, h.OrigLines, lines, quote(img.lines[0]))
+	case p.end && last+k != n:
+		return fmt.Sprintf("the hunk has no context after its last change, so it must match at the end of the file; its lines are at %s, but the file goes on with %s at line %d",
+			lines, quote(img.lines[last+k]), last+k+1)
+	}
+	return "context does not match"
 }
 
 func (c *ConflictError) Error() string {
@@ -254,7 +273,10 @@ func (c *ConflictError) Error() string {
 		fmt.Fprintf(&b, "patch %s, hunk %s in %s: %s at line %d, and it fits equally at lines %s; arpatch does not choose between copies of repeated code. Regenerate the patch with more context (git diff -U5) against this commit",
 			c.Patch, c.Hunk, c.Path, c.Reason, c.Line, joinInts(c.Candidates))
 	case len(c.Anchored) > 0:
-		fmt.Fprintf(&b, "patch %s, hunk %s in %s: %s (its lines are found at line %s, where git apply would refuse it too)", c.Patch, c.Hunk, c.Path, c.Reason, joinInts(c.Anchored))
+		// The lines match where they are; only the anchoring rule
+		// fails, and the reason names the line that breaks it.
+		fmt.Fprintf(&b, "patch %s, hunk %s in %s: %s (git apply refuses it too)", c.Patch, c.Hunk, c.Path, c.Reason)
+		return b.String()
 	default:
 		fmt.Fprintf(&b, "patch %s, hunk %s in %s: %s at line %d, and the context is nowhere else in the file", c.Patch, c.Hunk, c.Path, c.Reason, c.Line)
 	}

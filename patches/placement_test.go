@@ -20,12 +20,12 @@ func TestPlacementAnchors(t *testing.T) {
 		name:   "no trailing context must end the file",
 		before: "x\ny\nq\n",
 		diff:   "--- a/f.txt\n+++ b/f.txt\n@@ -1,2 +1,3 @@\n x\n y\n+z\n",
-		reason: "must match the whole file",
+		reason: "must match at the end of the file; its lines are at line 1, but the file goes on with `q` at line 3 (git apply refuses it too)",
 	}, {
 		name:   "no trailing context, not at line 1, must end the file",
 		before: "a\nx\ny\nq\n",
 		diff:   "--- a/f.txt\n+++ b/f.txt\n@@ -2,2 +2,3 @@\n x\n y\n+z\n",
-		reason: "must match at the end of the file",
+		reason: "must match at the end of the file; its lines are at line 2, but the file goes on with `q` at line 4",
 	}, {
 		name:   "no trailing context at the end of the file",
 		before: "a\nx\ny\n",
@@ -42,12 +42,24 @@ func TestPlacementAnchors(t *testing.T) {
 		name:   "old side at line 1 must match at line 1",
 		before: "h\nx\ny\nq\n",
 		diff:   "--- a/f.txt\n+++ b/f.txt\n@@ -1,2 +1,3 @@\n+z\n x\n y\n",
-		reason: "must match at the beginning of the file",
+		reason: "old side starts at line 1 (-1,2), so it must match at the beginning of the file; its lines are at line 2, but the file starts with `h` at line 1",
 	}, {
 		name:   "old side at line 1 with leading context must match at line 1",
 		before: "h\nx\ny\nq\n",
 		diff:   "--- a/f.txt\n+++ b/f.txt\n@@ -1,3 +1,3 @@\n x\n-y\n+Y\n q\n",
-		reason: "must match at the beginning of the file",
+		reason: "must match at the beginning of the file; its lines are at line 2, but the file starts with `h` at line 1",
+	}, {
+		// Finding F5: "-0,0" with no context names an empty file; the
+		// message says so, not "line 1", and lists no empty blocks.
+		name:   "-0,0 on a file that is not empty",
+		before: "a\nb\nc\n",
+		diff:   "--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+new\n",
+		reason: "its old side is at line 0 (-0,0), so it must be the whole file: it applies only to an empty file, and f has 3 lines",
+	}, {
+		name:   "-0,0 on an empty file",
+		before: "",
+		diff:   "--- a/f\n+++ b/f\n@@ -0,0 +1 @@\n+new\n",
+		after:  "new\n",
 	}, {
 		name:   "old side at line 1 at line 1",
 		before: "x\ny\nq\nr\n",
@@ -87,6 +99,17 @@ func TestPlacementAnchors(t *testing.T) {
 				}
 				if !strings.Contains(err.Error(), tc.reason) {
 					t.Errorf("message lacks %q:\n%v", tc.reason, err)
+				}
+				// Finding F5: an anchoring refusal names the line that
+				// breaks the rule; it prints no expected/found blocks
+				// (the lines match where they are) and no "line 1" the
+				// header does not say.
+				if len(ce.Anchored) > 0 {
+					for _, bad := range []string{"expected lines:", "found lines:", "starts at line 1 and"} {
+						if strings.Contains(err.Error(), bad) {
+							t.Errorf("message holds %q:\n%v", bad, err)
+						}
+					}
 				}
 				return
 			}
