@@ -817,7 +817,11 @@ func analyze(res *Result, o Options) {
 				lv.Deltas[m.Name] = stats.Compare(values(bm, m.Get), values(ms, m.Get), m.HigherIsBetter)
 			}
 		}
-		if ar != base && ar.Agreement.Invalid {
+		if ar != base && base != nil && base.Invalid {
+			// Nothing to compare with: the arm gets no verdict, whatever
+			// its outputs (its own failed requests still make it INVALID).
+			ar.Warnings = append(ar.Warnings, fmt.Sprintf("no verdict: the baseline is INVALID (%s)", invalidWhy(base)))
+		} else if ar != base && ar.Agreement.Invalid {
 			ag := ar.Agreement
 			ar.Invalid = true
 			what := "prompts x trials"
@@ -831,6 +835,17 @@ func analyze(res *Result, o Options) {
 	for _, ar := range res.Arms {
 		verdicts(ar, ar == base, base != nil && base.Invalid)
 	}
+}
+
+// invalidWhy is why an arm is INVALID: its first INVALID warning, without
+// the word.
+func invalidWhy(ar *ArmResult) string {
+	for _, w := range ar.Warnings {
+		if why, ok := strings.CutPrefix(w, "INVALID: "); ok {
+			return why
+		}
+	}
+	return "see its warnings"
 }
 
 // failures makes an arm with failed or aborted requests INVALID and says
@@ -855,8 +870,15 @@ func failures(ar *ArmResult) {
 		// A request that fails is a result the arm did not deliver: its
 		// speed over the rest means nothing.
 		ar.Invalid = true
-		ar.Warnings = append(ar.Warnings, fmt.Sprintf("INVALID: %d of %d requests failed (%d aborted by the server; the others server errors, dropped streams, timeouts): the arm's speed leaves them out; the first: %s",
-			errs, total, aborts, first))
+		kinds := fmt.Sprintf("%d aborted by the server, %d server errors, dropped streams or timeouts", aborts, errs-aborts)
+		switch aborts {
+		case errs:
+			kinds = fmt.Sprintf("%d aborted by the server", aborts)
+		case 0:
+			kinds = "server errors, dropped streams or timeouts"
+		}
+		ar.Warnings = append(ar.Warnings, fmt.Sprintf("INVALID: %d of %d requests failed (%s): the arm's speed leaves them out; the first: %s",
+			errs, total, kinds, first))
 	}
 	if empty > 0 {
 		ar.Warnings = append(ar.Warnings, fmt.Sprintf("%d requests returned no output", empty))

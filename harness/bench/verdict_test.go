@@ -19,8 +19,11 @@ func warnings(a *ArmResult) string { return strings.Join(a.Warnings, "\n") }
 
 // A baseline whose requests all abort, or whose outputs are all empty,
 // cannot be compared: it is INVALID, and an arm with entirely other text
-// is INVALID too, never "faster" (it used to agree 16/16 over the
-// baseline's zero characters).
+// is never "faster" (it used to agree 16/16 over the baseline's zero
+// characters): it gets no verdict, and fails the run. It cannot be told
+// from a correct arm without a reference, so it is not called INVALID
+// ("only 0 of 0 outputs ... computes something else" misled): the
+// message names the baseline's failure.
 func TestBaselineThatCannotBeCompared(t *testing.T) {
 	_, other := serve(t, sglangtest.Config{TokPerSec: 3000, Variant: "other", TTFT: time.Millisecond})
 	for name, cfg := range map[string]sglangtest.Config{
@@ -37,8 +40,9 @@ func TestBaselineThatCannotBeCompared(t *testing.T) {
 		if !base.Invalid || base.Verdict != InvalidBaseline || !strings.Contains(warnings(base), "INVALID") {
 			t.Errorf("%s baseline: %v %v", name, base.Verdict, base.Warnings)
 		}
-		if !arm.Invalid || arm.Verdict != Invalid || arm.Agreement.IdenticalN != 0 || !arm.Verdict.Fails() {
-			t.Errorf("%s: arm with other text: verdict %v, agreement %+v", name, arm.Verdict, arm.Agreement)
+		if arm.Verdict != NoReference || arm.Agreement.IdenticalN != 0 || !arm.Verdict.Fails() ||
+			!strings.Contains(warnings(arm), "no verdict: the baseline is INVALID (") || strings.Contains(warnings(arm), "INVALID: only") {
+			t.Errorf("%s: arm with other text: verdict %v, agreement %+v, warnings %v", name, arm.Verdict, arm.Agreement, arm.Warnings)
 		}
 		if arm.Levels[0].Deltas != nil {
 			t.Errorf("%s: deltas against an INVALID baseline: %+v", name, arm.Levels[0].Deltas)
@@ -70,7 +74,7 @@ func TestAbortsAreFailures(t *testing.T) {
 		t.Fatal(err)
 	}
 	a := res.Arm("pcie")
-	if !a.Invalid || a.Verdict != Invalid || !strings.Contains(warnings(a), "INVALID: 8 of 16 requests failed (8 aborted by the server") ||
+	if !a.Invalid || a.Verdict != Invalid || !strings.Contains(warnings(a), "INVALID: 8 of 16 requests failed (8 aborted by the server)") ||
 		!strings.Contains(warnings(a), "the first: aborted by the server: injected abort of request 2") {
 		t.Errorf("aborting arm: %v %v", a.Verdict, a.Warnings)
 	}
