@@ -351,7 +351,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 				ar.ServerInfo = info
 			}
 			if incr, ok := sglang.IncrementalStreaming(info); ok {
-				client.Incremental = incr
+				client.Incremental, client.ModeKnown = incr, true
 			} else if info == nil && !slices.Contains(ar.Warnings, noServerInfo) {
 				ar.Warnings = append(ar.Warnings, noServerInfo)
 			}
@@ -375,6 +375,12 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			}
 			if ctx.Err() != nil {
 				return res, ctx.Err()
+			}
+			if len(trial.Samples) > 0 && unanswered(trial.Samples) && strings.HasPrefix(trial.Samples[0].Err, sglang.ModeMismatch) {
+				// The server answers, but not in the mode it declares: its
+				// health is not the question.
+				return res, &InfraError{fmt.Errorf("arm %s: all %d requests of trial %d (concurrency %d) failed: %s; no output of this server can be read until its stream and its /server_info agree",
+					ar.Arm.Name, len(trial.Samples), s.trial, level, strings.TrimPrefix(trial.Samples[0].Err, sglang.ModeMismatch))}
 			}
 			if len(trial.Samples) > 0 && unanswered(trial.Samples) {
 				// Not a slow arm: a server that does not serve. No number of

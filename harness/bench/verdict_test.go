@@ -2,9 +2,12 @@ package bench
 
 import (
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"strings"
 	"testing"
@@ -245,6 +248,53 @@ func TestAgreementIndependentOfChunking(t *testing.T) {
 			if a.Invalid == late || a.Agreement.IdenticalN != map[bool]int{true: 8}[late] {
 				t.Errorf("baseline chunks %d, arm %s: invalid %v, %d/%d agree; %v", cb, a.Arm.Name, a.Invalid, a.Agreement.IdenticalN, a.Agreement.Outputs, a.Warnings)
 			}
+		}
+	}
+}
+
+// misreport serves cfg's stream but answers /server_info with
+// incremental_streaming_output: says, as a server that misreports its
+// streaming mode.
+func misreport(t *testing.T, cfg sglangtest.Config, says bool) string {
+	t.Helper()
+	inner := sglangtest.New(cfg)
+	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/server_info" {
+			json.NewEncoder(w).Encode(map[string]any{"incremental_streaming_output": says})
+			return
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(ts.Close)
+	return ts.URL
+}
+
+// A server whose stream contradicts its /server_info is named for what
+// it does: deltas where it says incremental_streaming_output: false
+// (not "does not say", and not "is the server up?"), whole texts where it
+// says true (not an arm that "computes something else").
+func TestStreamModeMismatch(t *testing.T) {
+	_, b := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond})
+	for _, tc := range []struct {
+		name string
+		cfg  sglangtest.Config
+		says bool
+		want string
+	}{
+		{"deltas, says false", sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, TokensPerChunk: 2, Incremental: true}, false,
+			"the server streams text deltas (--incremental-streaming-output) though /server_info says incremental_streaming_output: false; no output of this server can be read until its stream and its /server_info agree"},
+		{"whole texts, says true", sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, TokensPerChunk: 2}, true,
+			"the texts of the first 3 chunks each extend the one before: the server sends whole texts though /server_info says incremental_streaming_output: true; no output of this server can be read"},
+	} {
+		u := misreport(t, tc.cfg, tc.says)
+		res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: u}},
+			Prompts: workload.Take(workload.Builtin(), 2), MaxNewTokens: 16, Trials: 1})
+		var ie *InfraError
+		if !errors.As(err, &ie) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "is the server") {
+			t.Errorf("%s: %v", tc.name, err)
+		}
+		if a := res.Arm("pcie"); a != nil && a.Agreement != nil && a.Agreement.Invalid {
+			t.Errorf("%s: blamed on the output check: %v", tc.name, a.Warnings)
 		}
 	}
 }

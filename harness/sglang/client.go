@@ -137,7 +137,17 @@ type Client struct {
 	// Incremental says the server streams text deltas
 	// (--incremental-streaming-output): the client joins them.
 	Incremental bool
+	// ModeKnown says /server_info reported incremental_streaming_output
+	// (Incremental is its value), so that a stream that contradicts it
+	// says so.
+	ModeKnown bool
 }
+
+// ModeMismatch starts the error of a request whose stream contradicts
+// the streaming mode the client reads it in: deltas read as whole texts,
+// or whole texts read as deltas. No output of such a server can be read,
+// whatever its health.
+const ModeMismatch = "stream mode mismatch: "
 
 // NewClient returns a client for base URL u with no overall timeout (each
 // request is bounded by its context).
@@ -187,8 +197,19 @@ func (c *Client) Generate(ctx context.Context, prompt int, r Request) Sample {
 		s.E2E = now().Sub(s.Start).Seconds()
 		return s
 	}
-	ReadStream(resp.Body, s.Start, now, c.Incremental, &s)
+	readStream(resp.Body, s.Start, now, streamMode{incremental: c.Incremental, known: c.ModeKnown}, &s)
 	return s
+}
+
+// streamMode is how a stream is read, and whether /server_info said so.
+type streamMode struct{ incremental, known bool }
+
+// said is what /server_info said of the mode, for a mismatch's error.
+func (m streamMode) said() string {
+	if !m.known {
+		return "/server_info does not say incremental_streaming_output (whole texts assumed)"
+	}
+	return fmt.Sprintf("/server_info says incremental_streaming_output: %v", m.incremental)
 }
 
 // chunk is the part of a streamed object the client reads.
@@ -215,7 +236,18 @@ var ErrNoDone = errors.New("the stream ended before [DONE]")
 // error (a server streaming deltas that did not say so). It stops at
 // "data: [DONE]" and records in s.Err a stream that ends early, a
 // malformed chunk, an error object, or an abort (with its message).
+//
+// Read as deltas, a stream of at least three chunks each of whose texts
+// extends the one before is whole texts (a delta stream of real text does
+// not grow that way), and is an error too: joined, its text would be
+// garbled and the output check would blame the arm.
 func ReadStream(r io.Reader, start time.Time, now func() time.Time, incremental bool, s *Sample) {
+	readStream(r, start, now, streamMode{incremental: incremental}, s)
+}
+
+func readStream(r io.Reader, start time.Time, now func() time.Time, mode streamMode, s *Sample) {
+	incremental := mode.incremental
+	prev, extending, texts := "", true, 0 // raw chunk texts: do they extend each other?
 	br := bufio.NewReaderSize(r, 64<<10)
 	var last time.Time
 	lastTokens := 0
@@ -271,9 +303,19 @@ func ReadStream(r io.Reader, start time.Time, now func() time.Time, incremental 
 				s.CompletionTokens = m.CompletionTokens
 				switch {
 				case incremental:
+					if c.Text != "" {
+						extending = extending && len(c.Text) > len(prev) && strings.HasPrefix(c.Text, prev)
+						prev = c.Text
+						texts++
+					}
+					if extending && texts >= 3 {
+						s.Err = fmt.Sprintf("%sthe texts of the first %d chunks each extend the one before: the server sends whole texts though %s", ModeMismatch, texts, mode.said())
+						s.E2E = t.Sub(start).Seconds()
+						return
+					}
 					s.Text += c.Text
 				case !strings.HasPrefix(c.Text, s.Text):
-					s.Err = fmt.Sprintf("chunk %d's text does not extend the text so far: the server streams text deltas (--incremental-streaming-output) though /server_info does not say incremental_streaming_output", s.Chunks)
+					s.Err = fmt.Sprintf("%schunk %d's text does not extend the text so far: the server streams text deltas (--incremental-streaming-output) though %s", ModeMismatch, s.Chunks, mode.said())
 					s.E2E = t.Sub(start).Seconds()
 					return
 				default:
