@@ -323,6 +323,13 @@ func LoadConfig(path string) (*Config, error) {
 			return nil, fail("arms."+arm+"_file", "arms.%s and arms.%s_file are exclusive; keep one", arm, arm)
 		}
 	}
+	for _, u := range []struct{ key, v string }{{"bench.url_a", c.Bench.URLA}, {"bench.url_b", c.Bench.URLB}} {
+		if u.v != "" {
+			if err := bench.CheckURL(u.v); err != nil {
+				return nil, fail(u.key, "%v", err)
+			}
+		}
+	}
 	if c.Bench.URLA != "" && bench.SameServer(c.Bench.URLA, c.Bench.URLB) {
 		return nil, fail("bench.url_b", "%s is also bench.url_a: an A/B of one server measures nothing", c.Bench.URLB)
 	}

@@ -470,3 +470,11 @@ func contains(list []string, s string) bool {
 	}
 	return false
 }
+
+// ValidName reports whether s is a valid recipe or arm name: lower case
+// letters, digits, '_', '.' and '-', starting with a letter or digit.
+func ValidName(s string) bool { return nameRe.MatchString(s) }
+
+// ValidEnvName reports whether s is an environment variable name arpatch
+// accepts: letters, digits and '_', not starting with a digit.
+func ValidEnvName(s string) bool { return envKeyRe.MatchString(s) }

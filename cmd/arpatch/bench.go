@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"maps"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
+	"mvdan.cc/sh/v3/syntax"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/bench"
@@ -55,7 +57,10 @@ build with custom allreduce on upstream's path, NCCL on PCIe) and "pcie"
 (SGLANG_FORCE_CUSTOM_AR_PCIE=1). --arm adds or changes one, with keys
 python, url, launch-cmd, args and env.VAR; a comma starts a new key only
 where one of those follows, so launch-cmd= and args= values may hold
-commas. Each launched arm inherits the caller's environment without the
+commas (none may end with one). args= splits as sh does (quotes; no
+$VARIABLES) and is for the built-in launch only (refused with a launch
+command); url= must be http://HOST:PORT and takes no env., args=, python=
+or launch-cmd= (arpatch launches nothing for it). Each launched arm inherits the caller's environment without the
 variables the arms control (SGLANG_FORCE_CUSTOM_AR_PCIE,
 SGLANG_CUSTOM_ALLREDUCE_ALGO, SGLANG_PCIE_CUSTOM_AR_MAX_BYTES,
 SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES, and every variable an arm sets)
@@ -150,22 +155,30 @@ func (a *armFlag) Set(v string) error { *a = append(*a, v); return nil }
 func (a *armFlag) String() string     { return strings.Join(*a, " ") }
 func (a *armFlag) Get() any           { return []string(*a) }
 
-// armKey matches where a new key starts after a comma in an --arm value.
-var armKey = regexp.MustCompile(`^(python|url|launch-cmd|args|env\.[A-Za-z_][A-Za-z0-9_]*)=`)
+// armKey matches where a new key starts after a comma in an --arm value:
+// a known key, or env. with anything up to '=' (a bad variable name is
+// then refused, not swallowed into the value before it).
+var armKey = regexp.MustCompile(`^(python|url|launch-cmd|args|env\.[^=,]*)=`)
 
 // parseArm reads "NAME:key=val,key=val". A comma ends a value only when
-// a known key (python, url, launch-cmd, args, env.VAR) follows it, so
-// launch-cmd= and args= values may hold commas.
+// a key (python, url, launch-cmd, args, env.VAR) follows it, so
+// launch-cmd= and args= values may hold commas; no value ends with a
+// comma, and none is empty (one rule for a leading, doubled or trailing
+// comma). NAME is a recipe arm's name (lower case letters, digits, '_',
+// '.', '-'): it names benchfmt sub-benchmarks and log files. args= is
+// split into words as sh splits them (quotes and backslashes; no
+// $VARIABLES), and applies only to the built-in launch: with
+// launch-cmd= the arguments belong in the command. url= attaches to a
+// running server: it must be an http(s) URL, and takes none of the keys
+// that shape a launch (env., args, python, launch-cmd).
 func parseArm(spec string, into map[string]*bench.Arm) (string, error) {
 	name, rest, _ := strings.Cut(spec, ":")
 	name = strings.TrimSpace(name)
 	if name == "" {
 		return "", fmt.Errorf("--arm %q: want NAME:key=val,...", spec)
 	}
-	a := into[name]
-	if a == nil {
-		a = &bench.Arm{Name: name}
-		into[name] = a
+	if !recipes.ValidName(name) {
+		return "", fmt.Errorf("--arm %q: an arm's name is lower case letters, digits, '_', '.' and '-', starting with a letter or digit (it names benchmark lines and log files)", name)
 	}
 	var kvs []string
 	for rest != "" {
@@ -184,6 +197,12 @@ func parseArm(spec string, into map[string]*bench.Arm) (string, error) {
 		kvs = append(kvs, rest[:end])
 		rest = strings.TrimPrefix(rest[end:], ",")
 	}
+	set := map[string]bool{}
+	a := bench.Arm{Name: name}
+	if old := into[name]; old != nil {
+		a = *old
+		a.Env = maps.Clone(old.Env)
+	}
 	for _, kv := range kvs {
 		k, v, ok := strings.Cut(kv, "=")
 		if !ok {
@@ -192,25 +211,117 @@ func parseArm(spec string, into map[string]*bench.Arm) (string, error) {
 		if strings.TrimSpace(v) == "" {
 			return "", fmt.Errorf("--arm %s: %s= was given an empty value", name, k)
 		}
+		if strings.HasSuffix(v, ",") {
+			return "", fmt.Errorf("--arm %s: %s=%s ends with a comma: a comma separates keys, and no key follows it (drop it)", name, k, v)
+		}
+		set[strings.SplitN(k, ".", 2)[0]] = true
 		switch {
 		case k == "python":
 			a.Python = v
 		case k == "url":
+			if err := bench.CheckURL(v); err != nil {
+				return "", fmt.Errorf("--arm %s: url=%v", name, err)
+			}
 			a.URL = v
 		case k == "launch-cmd":
 			a.LaunchCmd = v
 		case k == "args":
-			a.Args = strings.Fields(v)
+			words, err := shellWords(v)
+			if err != nil {
+				return "", fmt.Errorf("--arm %s: args=%s: %v", name, v, err)
+			}
+			a.Args = words
 		case strings.HasPrefix(k, "env."):
+			vr := strings.TrimPrefix(k, "env.")
+			if !recipes.ValidEnvName(vr) {
+				return "", fmt.Errorf("--arm %s: env.%s: %q is not an environment variable name (letters, digits and '_', not starting with a digit)", name, vr, vr)
+			}
 			if a.Env == nil {
 				a.Env = map[string]string{}
 			}
-			a.Env[strings.TrimPrefix(k, "env.")] = v
+			a.Env[vr] = v
 		default:
 			return "", fmt.Errorf("--arm %s: unknown key %q (python, url, launch-cmd, args, env.VAR)", name, k)
 		}
 	}
+	if set["url"] {
+		for _, k := range []string{"env", "args", "python", "launch-cmd"} {
+			if set[k] {
+				what := k + "="
+				if k == "env" {
+					what = "env.VAR="
+				}
+				return "", fmt.Errorf("--arm %s: url= attaches to a running server, so %s would not apply (arpatch launches nothing for it): start that server with it, or drop url= and let arpatch launch the arm", name, what)
+			}
+		}
+	}
+	if set["args"] && set["launch-cmd"] {
+		return "", fmt.Errorf("--arm %s: args= are server arguments for the built-in launch (python -m sglang.launch_server); with launch-cmd= put them in the command", name)
+	}
+	into[name] = &a
 	return name, nil
+}
+
+// shellWords splits s into words as sh does (quotes, backslashes), with
+// no expansion: a $VARIABLE, $(command) or $((arithmetic)) is refused, as
+// a brace or a tilde stays literal.
+func shellWords(s string) ([]string, error) {
+	var out []string
+	for w, err := range syntax.NewParser().WordsSeq(strings.NewReader(s)) {
+		if err != nil {
+			return nil, err
+		}
+		var exp string
+		syntax.Walk(w, func(n syntax.Node) bool {
+			switch n.(type) {
+			case *syntax.ParamExp, *syntax.CmdSubst, *syntax.ArithmExp, *syntax.ProcSubst, *syntax.ExtGlob:
+				if exp == "" {
+					exp = s[n.Pos().Offset():n.End().Offset()]
+				}
+			}
+			return true
+		})
+		if exp != "" {
+			return nil, fmt.Errorf("%s: arpatch does not expand it; write the value, or quote the '$' with single quotes", exp)
+		}
+		var b strings.Builder
+		for _, p := range w.Parts {
+			switch p := p.(type) {
+			case *syntax.Lit:
+				b.WriteString(unescape(p.Value, ""))
+			case *syntax.SglQuoted:
+				b.WriteString(p.Value)
+			case *syntax.DblQuoted:
+				for _, q := range p.Parts {
+					if l, ok := q.(*syntax.Lit); ok {
+						b.WriteString(unescape(l.Value, "$`\"\\\n"))
+					}
+				}
+			default:
+				return nil, fmt.Errorf("%s: arpatch does not expand it", s[p.Pos().Offset():p.End().Offset()])
+			}
+		}
+		out = append(out, b.String())
+	}
+	return out, nil
+}
+
+// unescape removes sh's backslashes: before any character outside
+// quotes (only), or inside double quotes before one of special; a
+// backslash-newline disappears.
+func unescape(s, special string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) && (special == "" || strings.IndexByte(special, s[i+1]) >= 0) {
+			i++
+			if s[i] != '\n' {
+				b.WriteByte(s[i])
+			}
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }
 
 // benchOverrides turns the flags into overrides of the recipe's [bench],
@@ -281,6 +392,11 @@ func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Sett
 	if err != nil {
 		return bench.Options{}, report.Settings{}, err
 	}
+	if u := c.String("url"); u != "" {
+		if err := bench.CheckURL(u); err != nil {
+			return bench.Options{}, report.Settings{}, usagef("--url %v", err)
+		}
+	}
 	if c.String("url") != "" && c.String("launch-cmd") != "" {
 		return bench.Options{}, report.Settings{}, usagef("--url attaches to a running server and --launch-cmd starts one: pass one of them")
 	}
@@ -318,6 +434,15 @@ func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Sett
 		out = append(out, *a)
 	}
 	o.Arms = out
+	for _, a := range o.Arms {
+		// Arguments for the built-in launch would be dropped silently.
+		if len(a.Args) > 0 && a.URL != "" {
+			return o, report.Settings{}, usagef("arm %s attaches to %s, so its server arguments (%s) would not apply: start that server with them, or launch the arm", a.Name, a.URL, strings.Join(a.Args, " "))
+		}
+		if len(a.Args) > 0 && a.LaunchCmd != "" {
+			return o, report.Settings{}, usagef("arm %s: its server arguments (%s) are for the built-in launch (python -m sglang.launch_server); with a launch command, put them in it (--arm %s:launch-cmd=...)", a.Name, strings.Join(a.Args, " "), a.Name)
+		}
+	}
 	// One server for several arms measures the server against itself.
 	if u := c.String("url"); u != "" && len(o.Arms) > 1 {
 		shared := 0

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"os"
+	"reflect"
 	"strings"
 	"testing"
 
@@ -85,11 +86,34 @@ func TestParseArm(t *testing.T) {
 	if a := arms["wrap"]; a.LaunchCmd != "serve --port {port} --gpus 0,1,2,3" || a.Python != "/venv/bin/python" {
 		t.Errorf("wrap: %+v", a)
 	}
+	// args= splits as sh does: quotes keep a value with spaces one word.
+	if _, err := parseArm(`q:args=--json-model-override-args '{"a": 1}' --name "two words" a\ b {x,y} ~/m '$X' "say \"hi\" \n"`, arms); err != nil {
+		t.Fatal(err)
+	}
+	if got := arms["q"].Args; !reflect.DeepEqual(got, []string{"--json-model-override-args", `{"a": 1}`, "--name", "two words", "a b", "{x,y}", "~/m", "$X", `say "hi" \n`}) {
+		t.Errorf("quoted args: %q", got)
+	}
 	for spec, want := range map[string]string{
 		"x:colour=red":   `unknown key "colour"`,
 		"x:nokey":        `--arm x: "nokey" is not key=val`,
 		":env.A=1":       "want NAME:key=val",
 		"x:env.A=,url=u": "env.A= was given an empty value",
+		// An empty variable name no longer swallows the next key.
+		"x:env.=1,env.B=2":    `env.: "" is not an environment variable name`,
+		"x:env.A=1,env.A B=2": `env.A B: "A B" is not an environment variable name`,
+		"x y:env.A=1":         `--arm "x y": an arm's name is lower case letters`,
+		"Pcie:env.A=1":        `--arm "Pcie": an arm's name`,
+		// One rule for commas: a leading, doubled or trailing one is refused.
+		"x:,env.A=1":           `"" is not key=val`,
+		"x:env.A=1,":           "env.A=1, ends with a comma",
+		"x:env.A=1,,env.B=2":   "env.A=1, ends with a comma",
+		"x:url=notaurl":        "url=notaurl is not a server URL: give http://HOST:PORT",
+		"x:url=http://h:99999": "port 99999 is not 1 to 65535",
+		"x:url=http://h:1,env.SGLANG_FORCE_CUSTOM_AR_PCIE=1": "url= attaches to a running server, so env.VAR= would not apply",
+		"x:url=http://h:1,args=--tp 2":                       "so args= would not apply",
+		"x:launch-cmd=serve --port {port},args=--tp 2":       "args= are server arguments for the built-in launch",
+		"x:args=--x $HOME":                                   "$HOME: arpatch does not expand it",
+		"x:args=--x 'unclosed":                               "args=--x 'unclosed: ",
 	} {
 		if _, err := parseArm(spec, map[string]*bench.Arm{}); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: err %v, want %q", spec, err, want)

@@ -296,6 +296,14 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		ar := &ArmResult{Arm: a}
 		if a.URL == "" {
 			ar.Env = recordedEnv(o.armEnv(a))
+		} else if len(a.Env) > 0 {
+			// A recipe's arm attached by URL: its variables are the
+			// server's business, and arpatch cannot see them.
+			var kv []string
+			for _, k := range slices.Sorted(maps.Keys(a.Env)) {
+				kv = append(kv, k+"="+a.Env[k])
+			}
+			ar.Warnings = append(ar.Warnings, fmt.Sprintf("attached to %s, so arpatch applied none of the arm's environment (%s): the result means what it says only if that server was started with it", a.URL, strings.Join(kv, " ")))
 		}
 		res.Arms = append(res.Arms, ar)
 	}
@@ -416,6 +424,23 @@ func (o Options) CheckArms() error {
 		}
 		if a.URL == "" && a.LaunchCmd != "" && !strings.Contains(a.LaunchCmd, "{port}") {
 			return fmt.Errorf("arm %s: the launch command has no {port}; its server must listen on the port arpatch gives it (e.g. --port {port})", a.Name)
+		}
+	}
+	return nil
+}
+
+// CheckURL refuses a server URL that is not http(s)://HOST[:PORT][/PATH]:
+// "notaurl" would fail only when the run reaches it, as a dead server.
+func CheckURL(s string) error {
+	u, err := url.Parse(strings.TrimSpace(s))
+	switch {
+	case err != nil:
+		return fmt.Errorf("%s: %v", s, err)
+	case u.Scheme != "http" && u.Scheme != "https", u.Host == "":
+		return fmt.Errorf("%s is not a server URL: give http://HOST:PORT (e.g. http://127.0.0.1:30000)", s)
+	case u.Port() != "":
+		if p, err := strconv.Atoi(u.Port()); err != nil || p < 1 || p > 65535 {
+			return fmt.Errorf("%s: port %s is not 1 to 65535", s, u.Port())
 		}
 	}
 	return nil

@@ -298,3 +298,21 @@ func TestStreamModeMismatch(t *testing.T) {
 		}
 	}
 }
+
+// A recipe's arm attached by URL keeps its env in the recipe, but
+// arpatch launches nothing for it: the result says so, loudly.
+func TestAttachedArmEnvWarned(t *testing.T) {
+	_, b := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond})
+	_, p := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond})
+	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: p, Env: map[string]string{"SGLANG_FORCE_CUSTOM_AR_PCIE": "1"}}},
+		Prompts: []string{"a"}, MaxNewTokens: 8, Trials: 1})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if w := warnings(res.Arm("pcie")); !strings.Contains(w, "attached to "+p+", so arpatch applied none of the arm's environment (SGLANG_FORCE_CUSTOM_AR_PCIE=1)") {
+		t.Errorf("warnings: %s", w)
+	}
+	if w := warnings(res.Arm("baseline")); strings.Contains(w, "environment") {
+		t.Errorf("baseline: %s", w)
+	}
+}
