@@ -124,7 +124,7 @@ func TestABBuildListsDifferingFiles(t *testing.T) {
 	}
 	want := []string{
 		"object CMakeFiles/common_ops.dir/csrc/allreduce/custom_all_reduce.cu.o: true, built from sgl-kernel/csrc/allreduce/custom_all_reduce.cu",
-		whl + "!sgl_kernel/common_ops.abi3.so: true, a shared object, and 1 objects built from patched files differ (above)",
+		whl + "!sgl_kernel/common_ops.abi3.so: true, a shared object, and 1 object built from patched files differs (above)",
 		whl + "!sglang_kernel-0.4.1.dist-info/RECORD: true, holds the sha256 of the other files that differ",
 		whl + ": true, holds the files above",
 	}
@@ -138,7 +138,7 @@ func TestABBuildListsDifferingFiles(t *testing.T) {
 			unexplained = append(unexplained, f.File+": "+f.Why)
 		}
 	}
-	if m.Unexplained != 1 || len(unexplained) != 1 || unexplained[0] != "object CMakeFiles/common_ops.dir/csrc/common_extension.cc.o: built from csrc/common_extension.cc, which no patch changes and which includes no patched file" {
+	if m.Unexplained != 1 || len(unexplained) != 1 || unexplained[0] != "object CMakeFiles/common_ops.dir/csrc/common_extension.cc.o: built from sgl-kernel/csrc/common_extension.cc, which no patch changes and which includes no patched file" {
 		t.Errorf("planted nondeterminism: %d unexplained: %q", m.Unexplained, unexplained)
 	}
 }

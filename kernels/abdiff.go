@@ -49,14 +49,16 @@ func ABDiff(a, b *Plan, ma, mb *Manifest, entryA, entryB string) []ABFile {
 	for _, d := range objs {
 		f := ABFile{File: d.File}
 		tu := objectSource(strings.TrimPrefix(d.File, "object "))
+		// Name the unit as the patches name files: by its path in the tree.
+		unit := treePath(b.Src, b.Stage, tu)
 		if src, ok := explainingSource(b.Src, b.Stage, tu, changed); ok {
 			f.Explained, f.Why = true, "built from "+src
-			if !strings.HasSuffix(src, "/"+tu) {
-				f.Why = "built from " + tu + ", which includes the patched " + src
+			if src != unit {
+				f.Why = "built from " + unit + ", which includes the patched " + src
 			}
 			explainedObjects++
 		} else {
-			f.Why = "built from " + tu + ", which no patch changes and which includes no patched file"
+			f.Why = "built from " + unit + ", which no patch changes and which includes no patched file"
 		}
 		out = append(out, f)
 	}
@@ -82,7 +84,7 @@ func ABDiff(a, b *Plan, ma, mb *Manifest, entryA, entryB string) []ABFile {
 		case inside && isRecord(member) && differingInside[archive] > 0:
 			f.Explained, f.Why = true, "holds the sha256 of the other files that differ"
 		case isSharedObject(name) && explainedObjects > 0:
-			f.Explained, f.Why = true, fmt.Sprintf("a shared object, and %d objects built from patched files differ (above)", explainedObjects)
+			f.Explained, f.Why = true, fmt.Sprintf("a shared object, and %s built from patched files %s (above)", plural(explainedObjects, "object", "objects"), plural1(explainedObjects, "differs", "differ"))
 		case isSharedObject(name) && len(ma.Objects) == 0:
 			f.Why = "differs, and the manifests record no objects to explain it (built before arpatch recorded them); build again with an empty cache"
 		case isSharedObject(name):
@@ -190,4 +192,31 @@ func explainingSource(src string, stage []string, tu string, changed map[string]
 
 func isSharedObject(name string) bool {
 	return strings.HasSuffix(name, ".so") || strings.Contains(name, ".so.")
+}
+
+// treePath is tu (a path under one of stage's project directories) as a
+// slash path from the tree's root, e.g. "sgl-kernel/csrc/x.cu": the first
+// project directory of the tree at src that holds it; tu itself when none
+// does (an object of the extension, named after its source's base name).
+func treePath(src string, stage []string, tu string) string {
+	for _, proj := range stage {
+		p := path.Join(proj, tu)
+		if _, err := os.Stat(filepath.Join(src, filepath.FromSlash(p))); err == nil {
+			return p
+		}
+	}
+	return tu
+}
+
+// plural is "1 object" or "2 objects".
+func plural(n int, one, many string) string {
+	return fmt.Sprintf("%d %s", n, plural1(n, one, many))
+}
+
+// plural1 is one for n == 1, else many.
+func plural1(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
 }

@@ -3,10 +3,12 @@ package main
 import (
 	"fmt"
 	"path/filepath"
+	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/kernels"
+	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
 )
 
@@ -28,7 +30,9 @@ records the two arms and the inputs they share. Then it lists the files
 whose bytes differ between the two builds (objects, files inside the
 wheel, the wheel): a patch of one translation unit should change only
 that unit's object and the files holding it; any other difference is
-marked UNEXPLAINED (arpatch build --verify-reproducible finds its cause).
+marked UNEXPLAINED (arpatch build --verify-reproducible finds its cause),
+and ab build then exits 1: a reproducible A/B has no unexplained
+difference. Units and patched files are named by their paths in the tree.
 
 Examples:
    arpatch ab build --a baseline --b pcie --repo ~/mirrors/sglang.git
@@ -140,8 +144,45 @@ Examples:
 					fmt.Fprintf(w, "%s%s\n      %s\n", mark, f.File, f.Why)
 				}
 				fmt.Fprintf(w, "comparison manifest %s\n", filepath.Join(dir, "ab-manifest.json"))
+				if m.Unexplained > 0 {
+					// An unexplained difference is what a reproducible A/B
+					// exists to catch: a failure, with the command that
+					// finds its cause in each arm.
+					verify := func(arm string) string {
+						args := []string{"arpatch", "build", "--verify-reproducible", "--src", filepath.Join(dir, arm)}
+						for _, f := range []string{"arch", "jobs", "tool", "deps-dir", "cache-dir"} {
+							if c.IsSet(f) {
+								v := c.String(f)
+								if f == "arch" {
+									v = strings.Join(c.StringSlice(f), ",")
+								}
+								args = append(args, "--"+f, v)
+							}
+						}
+						if c.Bool("offline") {
+							args = append(args, "--offline")
+						}
+						if py := c.String("python-" + arm); py != "" {
+							args = append(args, "--python", py)
+						} else if c.IsSet("python") {
+							args = append(args, "--python", c.String("python"))
+						}
+						return patches.ShellJoin(args)
+					}
+					fmt.Fprintf(c.App.ErrWriter, "arpatch: %s between the arms that no patch explains; a reproducible A/B has none. Find the cause in each arm: `%s`, then `%s`\n",
+						plural(m.Unexplained, "file differs", "files differ"), verify("a"), verify("b"))
+					return cli.Exit("", exitFailure)
+				}
 				return nil
 			},
 		}},
 	}
+}
+
+// plural is "1 file differs" or "2 files differ".
+func plural(n int, one, many string) string {
+	if n == 1 {
+		return fmt.Sprintf("%d %s", n, one)
+	}
+	return fmt.Sprintf("%d %s", n, many)
 }
