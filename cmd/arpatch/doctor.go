@@ -50,6 +50,9 @@ Examples:
 		Action: func(c *cli.Context) error {
 			env := os.Environ()
 			var table *doctor.ServerOptions
+			if c.String("src") != "" && c.String("server-cmd") == "" {
+				return usagef("--src reads a --server-cmd with the checkout's options; pass --server-cmd too, or drop --src")
+			}
 			if src := c.String("src"); src != "" {
 				p := filepath.Join(pathFlag(c, "src"), "python", "sglang", "srt", "server_args.py")
 				b, err := os.ReadFile(p)
@@ -130,6 +133,16 @@ func printDoctor(w io.Writer, rep *doctor.Report) {
 		if f.Remedy != "" {
 			fmt.Fprintf(w, "         remedy: %s\n", f.Remedy)
 		}
+	}
+	if len(rep.Groups) > 0 {
+		fmt.Fprintf(w, "verdict: %d TP groups, judged one by one:\n", len(rep.Groups))
+		for _, g := range rep.Groups {
+			fmt.Fprintf(w, "  TP group GPUs %s: %s\n", joinInts(g.GPUs), g.Verdict)
+			if g.Expect != "" {
+				fmt.Fprintf(w, "  expect: %s\n", g.Expect)
+			}
+		}
+		return
 	}
 	fmt.Fprintf(w, "verdict: %s\n", rep.Verdict)
 	if rep.Expect != "" {

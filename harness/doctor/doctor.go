@@ -70,6 +70,9 @@ type Report struct {
 	Verdict  string    `json:"verdict"`
 	// Expect is the traffic model's estimate at the verify shape (harness/traffic).
 	Expect string `json:"expect,omitempty"`
+	// Groups holds each TP group's verdict when the server runs several
+	// (Verdict then joins them and Expect is empty).
+	Groups []GroupReport `json:"groups,omitempty"`
 }
 
 // Judged is what the findings describe: the GPUs the job uses (those
@@ -82,6 +85,9 @@ type Judged struct {
 	// how they were chosen.
 	GPUs []int  `json:"gpus"`
 	Why  string `json:"why"`
+	// Groups are the TP groups among GPUs (one, all of them, unless the
+	// server runs several: --dp-size, --pp-size); each is judged alone.
+	Groups [][]int `json:"groups"`
 	// Server is the --server-cmd as split and parsed; OptionsFrom names
 	// the option table it was read with.
 	Server      *ServerCommand `json:"server,omitempty"`
@@ -245,12 +251,67 @@ func Inspect(ctx context.Context, o Options) *Report {
 	}
 	spec, set := lookupEnv(env, "CUDA_VISIBLE_DEVICES")
 	j.Visible = ResolveVisible(spec, set, h.GPUs)
-	judgedHost := judge(h, j)
-	rep.Findings = append(findings(judgedHost, j, env), extra...)
+	hosts := judge(h, j)
+	extra = append(extra, visibleFindings(h, j)...)
+	for i, gh := range hosts {
+		for _, f := range findings(gh, j, env) {
+			if len(hosts) > 1 && (strings.HasPrefix(f.ID, "topo.") || strings.HasPrefix(f.ID, "p2p.")) {
+				f.Title = groupLabel(j.Groups[i]) + ": " + f.Title
+			}
+			if !slices.Contains(rep.Findings, f) {
+				rep.Findings = append(rep.Findings, f)
+			}
+		}
+	}
+	rep.Findings = append(rep.Findings, extra...)
 	sort.SliceStable(rep.Findings, func(i, j int) bool { return rank(rep.Findings[i].Severity) > rank(rep.Findings[j].Severity) })
-	rep.Verdict = verdict(judgedHost, j)
-	rep.Expect = expectation(judgedHost)
+	if len(hosts) == 1 {
+		rep.Verdict = verdict(hosts[0], j)
+		rep.Expect = expectation(hosts[0])
+		return rep
+	}
+	var vs []string
+	for i, gh := range hosts {
+		g := GroupReport{GPUs: j.Groups[i], Verdict: verdict(gh, j), Expect: expectation(gh)}
+		rep.Groups = append(rep.Groups, g)
+		vs = append(vs, groupLabel(g.GPUs)+": "+g.Verdict)
+	}
+	rep.Verdict = fmt.Sprintf("%d TP groups, judged one by one: %s", len(hosts), strings.Join(vs, " | "))
 	return rep
+}
+
+// GroupReport is the verdict on one TP group when the server runs several
+// (DP or PP): each group's allreduce runs among its own GPUs only.
+type GroupReport struct {
+	GPUs    []int  `json:"gpus"` // nvidia-smi indexes, in rank order
+	Verdict string `json:"verdict"`
+	Expect  string `json:"expect,omitempty"`
+}
+
+func groupLabel(g []int) string { return "TP group GPUs " + joinDevices(g) }
+
+// visibleFindings says when the job sees no GPU, or when which GPUs it
+// sees cannot be worked out.
+func visibleFindings(h *Host, j *Judged) []Finding {
+	v := j.Visible
+	switch {
+	case v.Unknown != "":
+		return []Finding{{ID: "visible.unknown", Severity: Warn, Title: "which GPUs the job uses cannot be judged",
+			Detail: v.Unknown + "; no finding is drawn about its GPUs, topology or TP size",
+			Remedy: "to have doctor judge them, run it with CUDA_VISIBLE_DEVICES naming whole GPUs by index or by the UUIDs `nvidia-smi -L` prints"}}
+	case v.Set && len(v.Indexes) == 0 && len(h.GPUs) > 0:
+		return []Finding{{ID: "visible.none", Severity: Error, Title: "no GPU is visible to the job", Detail: j.Why,
+			Remedy: fmt.Sprintf("set CUDA_VISIBLE_DEVICES to GPU indexes nvidia-smi lists (%s), each once and comma-separated, or unset it to use all %d", indexRange(h.GPUs), len(h.GPUs))}}
+	}
+	return nil
+}
+
+func indexRange(gpus []GPU) string {
+	var s []string
+	for _, g := range gpus {
+		s = append(s, strconv.Itoa(g.Index))
+	}
+	return strings.Join(s, ",")
 }
 
 // lookupEnv returns the last value of k in env and whether it is set.
@@ -264,13 +325,11 @@ func lookupEnv(env []string, k string) (string, bool) {
 }
 
 // judge picks the GPUs the job uses and returns the host restricted to
-// them: the visible GPUs in CUDA's order, then, when the server command
-// gives a TP size (and no DP, PP or second node), the TP group SGLang
-// places on them: visible[base_gpu_id + i*gpu_id_step] for i < TP.
-// It fills j.GPUs, j.Why and j.Unreadable.
-//
-// Upstream: python/sglang/srt/entrypoints/engine.py@84118acf50b3a4c74e85e9ff9033792552de1a76 (Engine._launch_scheduler_processes: gpu_id = base_gpu_id + tp_rank * gpu_id_step on one node).
-func judge(h *Host, j *Judged) *Host {
+// each TP group on them: the visible GPUs in CUDA's order, then, when the
+// server command gives a TP size (on one node), the TP groups SGLang
+// places on them (tpGroups). It fills j.GPUs (every judged GPU), j.Groups
+// (nvidia-smi indexes per TP group), j.Why and j.Unreadable.
+func judge(h *Host, j *Judged) []*Host {
 	v := j.Visible
 	vis := v.Indexes
 	switch {
@@ -284,41 +343,53 @@ func judge(h *Host, j *Judged) *Host {
 			j.Why += " (" + v.Note + ")"
 		}
 	}
-	group := vis
-	if a := j.ServerArgs; a != nil && v.Unknown == "" {
-		num := func(name string, def int) int {
-			if s, ok := a.Values[name]; ok {
-				if n, err := strconv.Atoi(s); err == nil {
-					return n
+	groups := [][]int{vis}
+	if l, ok := layoutOf(j.ServerArgs); ok && v.Unknown == "" {
+		if l.nnodes > 1 {
+			j.Why += fmt.Sprintf("; --nnodes %d: doctor judges this node's visible GPUs as one group", l.nnodes)
+		} else if devs := l.tpGroups(); l.last() < len(vis) {
+			groups = nil
+			for _, d := range devs {
+				var g []int
+				for _, c := range d {
+					g = append(g, vis[c])
 				}
+				groups = append(groups, g)
 			}
-			return def
-		}
-		tp, base, step := num("--tp-size", 0), num("--base-gpu-id", 0), num("--gpu-id-step", 1)
-		single := num("--dp-size", 1) == 1 && num("--pp-size", 1) == 1 && num("--nnodes", 1) == 1
-		if tp > 0 && single && step > 0 && base >= 0 && base+(tp-1)*step < len(vis) {
-			group = nil
-			for i := range tp {
-				group = append(group, vis[base+i*step])
-			}
-			if len(group) != len(vis) {
-				j.Why += fmt.Sprintf("; TP %d uses CUDA devices %s", tp, cudaDevices(base, step, tp))
+			if len(groups) > 1 || len(groups[0]) != len(vis) {
+				j.Why += "; " + l.describe()
 			}
 		}
 	}
-	j.GPUs = slices.Clone(group)
-	if j.GPUs == nil {
-		j.GPUs = []int{}
+	j.GPUs = []int{}
+	for _, g := range groups {
+		j.GPUs = append(j.GPUs, g...)
 	}
+	j.Groups = groups
+	var out []*Host
+	for _, g := range groups {
+		out = append(out, restrict(h, g, j))
+	}
+	return out
+}
+
+// restrict returns h with only the GPUs in group, and adds what nvidia-smi
+// could not read about them to j.Unreadable (once per value).
+func restrict(h *Host, group []int, j *Judged) *Host {
 	out := *h
 	out.GPUs = nil
 	var names []string
+	note := func(s string) {
+		if !slices.Contains(j.Unreadable, s) {
+			j.Unreadable = append(j.Unreadable, s)
+		}
+	}
 	for _, i := range group {
 		for _, g := range h.GPUs {
 			if g.Index == i {
 				out.GPUs = append(out.GPUs, g)
 				for _, u := range g.Unreadable {
-					j.Unreadable = append(j.Unreadable, fmt.Sprintf("GPU%d %s (nvidia-smi --query-gpu)", i, u))
+					note(fmt.Sprintf("GPU%d %s (nvidia-smi --query-gpu)", i, u))
 				}
 			}
 		}
@@ -326,6 +397,11 @@ func judge(h *Host, j *Judged) *Host {
 	}
 	if h.Topology != nil {
 		out.Topology = h.Topology.Sub(names)
+		for _, g := range out.Topology.GPUs {
+			if n := out.Topology.NUMA[g]; unreadableValue(n) {
+				note(fmt.Sprintf("%s NUMA Affinity: %s (nvidia-smi topo -m)", g, n))
+			}
+		}
 	}
 	for _, m := range []struct {
 		name     string
@@ -334,19 +410,130 @@ func judge(h *Host, j *Judged) *Host {
 		if *m.src != nil {
 			*m.dst = (*m.src).Sub(names)
 			for _, p := range (*m.dst).Unknown() {
-				j.Unreadable = append(j.Unreadable, fmt.Sprintf("P2P %s %s: U (nvidia-smi topo -p2p)", m.name, p))
+				note(fmt.Sprintf("P2P %s %s: U (nvidia-smi topo -p2p)", m.name, p))
 			}
 		}
 	}
 	return &out
 }
 
-func cudaDevices(base, step, n int) string {
-	var s []string
-	for i := range n {
-		s = append(s, strconv.Itoa(base+i*step))
+// layout is how SGLang places a server's ranks on the CUDA devices of one
+// node, from its flags as argparse read them.
+type layout struct {
+	tp, pp, dp, base, step, nnodes int
+	dpAttention                    bool
+}
+
+// layoutOf reads the layout flags; ok is false without a valid --tp-size
+// or with a value SGLang refuses (serverFindings reports those).
+func layoutOf(a *ServerArgs) (layout, bool) {
+	if a == nil {
+		return layout{}, false
+	}
+	ok := true
+	num := func(name string, def int) int {
+		s, given := a.Values[name]
+		if !given {
+			return def
+		}
+		n, err := strconv.Atoi(s)
+		if err != nil {
+			ok = false
+		}
+		return n
+	}
+	_, dpa := a.Values["--enable-dp-attention"]
+	l := layout{tp: num("--tp-size", 0), pp: num("--pp-size", 1), dp: num("--dp-size", 1), base: num("--base-gpu-id", 0),
+		step: num("--gpu-id-step", 1), nnodes: num("--nnodes", 1), dpAttention: dpa}
+	if !ok || l.tp < 1 || l.pp < 1 || l.dp < 1 || l.base < 0 || l.step < 1 || l.nnodes < 1 {
+		return l, false
+	}
+	return l, true
+}
+
+// tpGroups returns the CUDA devices of each TP group on one node, in rank
+// order: for DP rank d (one group for all of them with DP attention, which
+// splits the TP group instead), PP stage p and TP rank t, SGLang uses
+// base_gpu_id + d*tp*pp*gpu_id_step + p*tp + t*gpu_id_step.
+//
+// Upstream: python/sglang/srt/managers/data_parallel_controller.py@84118acf50b3a4c74e85e9ff9033792552de1a76
+// (launch_dp_schedulers: base_gpu_id += tp_size * pp_size * gpu_id_step;
+// launch_dp_attention_schedulers: one TP group; launch_tensor_parallel_group:
+// gpu_id = base_gpu_id + pp_rank * tp_size_per_node + tp_rank * gpu_id_step),
+// python/sglang/srt/entrypoints/engine.py@84118acf50b3a4c74e85e9ff9033792552de1a76
+// (Engine._launch_scheduler_processes, dp_size 1), the same at 0bda0b168ad5.
+func (l layout) tpGroups() [][]int {
+	dp := l.dp
+	if l.dpAttention {
+		dp = 1
+	}
+	var out [][]int
+	for d := range dp {
+		for p := range l.pp {
+			var g []int
+			for t := range l.tp {
+				g = append(g, l.base+d*l.tp*l.pp*l.step+p*l.tp+t*l.step)
+			}
+			out = append(out, g)
+		}
+	}
+	return out
+}
+
+// last is the highest CUDA device the layout uses.
+func (l layout) last() int {
+	m := 0
+	for _, g := range l.tpGroups() {
+		m = max(m, slices.Max(g))
+	}
+	return m
+}
+
+// name names the layout: "TP 2 x DP 2".
+func (l layout) name() string {
+	s := fmt.Sprintf("TP %d", l.tp)
+	if l.pp > 1 {
+		s += fmt.Sprintf(" x PP %d", l.pp)
+	}
+	if l.dp > 1 && !l.dpAttention {
+		s += fmt.Sprintf(" x DP %d", l.dp)
+	}
+	if l.dp > 1 && l.dpAttention {
+		s += fmt.Sprintf(" (DP attention %d within it)", l.dp)
+	}
+	return s
+}
+
+// devices lists the CUDA devices of each TP group: "0,1 | 2,3".
+func (l layout) devices() string {
+	var gs []string
+	for _, g := range l.tpGroups() {
+		gs = append(gs, joinDevices(g))
+	}
+	return strings.Join(gs, " | ")
+}
+
+// describe names the layout and the CUDA devices of each TP group.
+func (l layout) describe() string {
+	s := l.name() + " uses CUDA devices " + l.devices()
+	if len(l.tpGroups()) > 1 {
+		s += " (one TP group each)"
+	}
+	return s
+}
+
+func joinDevices(g []int) string {
+	s := make([]string, len(g))
+	for i, c := range g {
+		s[i] = strconv.Itoa(c)
 	}
 	return strings.Join(s, ",")
+}
+
+// unreadableValue reports a value nvidia-smi prints when it cannot read one.
+func unreadableValue(s string) bool {
+	s = strings.TrimSpace(s)
+	return s == "N/A" || strings.HasPrefix(s, "[")
 }
 
 func rank(s Severity) int {
@@ -401,6 +588,18 @@ func verdict(h *Host, j *Judged) string {
 	if numa > 1 {
 		split = fmt.Sprintf(", NUMA-split across %d nodes", numa)
 	}
+	if why := customAROff(h); why != "" {
+		kind := "PCIe"
+		switch {
+		case t.FullNVLink():
+			kind = "full NVLink"
+		case t.PCIeOnly() && n > 2:
+			kind = "PCIe-only"
+		case !t.PCIeOnly():
+			kind = "mixed NVLink and PCIe"
+		}
+		return fmt.Sprintf("%s, %d GPUs%s: %s, so every allreduce goes to NCCL; there is nothing for custom allreduce or the pcie series to measure here", kind, n, split, why)
+	}
 	switch {
 	case t.FullNVLink():
 		return fmt.Sprintf("full NVLink, %d GPUs%s: upstream custom allreduce runs as is; the pcie series changes nothing here", n, split)
@@ -410,6 +609,56 @@ func verdict(h *Host, j *Judged) string {
 		return fmt.Sprintf("PCIe-only, %d GPUs%s: %s; %s", n, split, modelVerdict(h), measure(n))
 	}
 	return fmt.Sprintf("mixed NVLink and PCIe, %d GPUs%s: SGLang reports full_nvlink=False, so this is the PCIe case; %s", n, split, measure(n))
+}
+
+// SupportedWorldSizes are the world sizes SGLang's custom allreduce
+// runs at; at any other it disables itself.
+//
+// Upstream: python/sglang/srt/distributed/device_communicators/custom_all_reduce.py@84118acf50b3a4c74e85e9ff9033792552de1a76
+// (CustomAllreduce._SUPPORTED_WORLD_SIZES = [2, 4, 6, 8]), the same at
+// 8905cbd42f4a and 0bda0b168ad5; custom_all_reduce_utils.py
+// (can_use_custom_all_reduce_with_nvlink returns None for them).
+var SupportedWorldSizes = []int{2, 4, 6, 8}
+
+// customAROff says why SGLang's custom allreduce cannot start among the
+// GPUs of h ("" when it can, with the pcie series where upstream needs
+// it): a world size it does not support, or a pair without P2P read or
+// write (its P2P check, can_p2p, then disables it; SGLANG_SKIP_P2P_CHECK
+// only trusts the driver's same report instead).
+//
+// Upstream: python/sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py@84118acf50b3a4c74e85e9ff9033792552de1a76
+// (can_use_custom_all_reduce_with_nvlink, can_p2p), the same at 8905cbd42f4a and 0bda0b168ad5.
+func customAROff(h *Host) string {
+	n := len(h.GPUs)
+	if h.Topology != nil {
+		n = len(h.Topology.GPUs)
+	}
+	if n < 2 {
+		return ""
+	}
+	if !slices.Contains(SupportedWorldSizes, n) {
+		return fmt.Sprintf("SGLang's custom allreduce does not run at world size %d (it supports 2, 4, 6, 8 and disables itself otherwise)", n)
+	}
+	for _, m := range []struct {
+		name string
+		p    *P2PMatrix
+	}{{"read", h.P2PRead}, {"write", h.P2PWrite}} {
+		if m.p == nil {
+			continue
+		}
+		if b := m.p.Blocked(); len(b) > 0 {
+			return fmt.Sprintf("P2P %s is not supported between %s (%s), and SGLang's P2P check disables custom allreduce without it", m.name, pairs(len(b)), b[0])
+		}
+	}
+	return ""
+}
+
+// pairs counts GPU pairs in words.
+func pairs(n int) string {
+	if n == 1 {
+		return "1 GPU pair"
+	}
+	return fmt.Sprintf("%d GPU pairs", n)
 }
 
 // measure is the verdict's remedy: the allreduce benchmark at world size

@@ -2,6 +2,7 @@ package doctor
 
 import (
 	"fmt"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -50,9 +51,12 @@ func findings(h *Host, j *Judged, env []string) []Finding {
 			add("topo.full-nvlink", Info, fmt.Sprintf("full NVLink between all %d GPUs", len(t.GPUs)), "GPU pairs by link: "+desc,
 				"conclusions about PCIe contention need a PCIe-only host with more than two GPUs")
 		case t.PCIeOnly() && len(t.GPUs) > 2:
+			remedy := fmt.Sprintf("apply the pcie series (`arpatch apply --recipe pcie`), then measure 1-stage vs 2-stage with `arpatch bench allreduce --world-size %d --src sglang` before serving", len(t.GPUs))
+			if why := customAROff(h); why != "" {
+				remedy = "the pcie series cannot help: " + why
+			}
 			add("topo.pcie-only", Warn, fmt.Sprintf("PCIe-only host with %d GPUs", len(t.GPUs)),
-				"GPU pairs by link: "+desc+". Upstream SGLang turns custom allreduce off here and every allreduce goes to NCCL",
-				fmt.Sprintf("apply the pcie series (`arpatch apply --recipe pcie`), then measure 1-stage vs 2-stage with `arpatch bench allreduce --world-size %d --src sglang` before serving", len(t.GPUs)))
+				"GPU pairs by link: "+desc+". Upstream SGLang turns custom allreduce off here and every allreduce goes to NCCL", remedy)
 		case !t.PCIeOnly():
 			add("topo.mixed", Warn, "some GPU pairs lack NVLink", "GPU pairs by link: "+desc+"; SGLang's is_full_nvlink is False, so this counts as PCIe",
 				"treat it as a PCIe host")
@@ -71,7 +75,7 @@ func findings(h *Host, j *Judged, env []string) []Finding {
 			continue
 		}
 		if b := m.p.Blocked(); len(b) > 0 {
-			add("p2p.blocked", Error, fmt.Sprintf("P2P %s is not supported between %d GPU pairs", m.name, len(b)), strings.Join(b, "; "),
+			add("p2p.blocked", Error, fmt.Sprintf("P2P %s is not supported between %s", m.name, pairs(len(b))), strings.Join(b, "; "),
 				"custom allreduce needs P2P and NCCL falls back to SHM without it; check ACS in the BIOS or kernel, IOMMU (iommu=pt), and that the GPUs share a root complex")
 		}
 	}
@@ -177,10 +181,11 @@ func serverFindings(j *Judged, forcePCIe string) []Finding {
 		}
 		return name
 	}
-	if len(a.Problems) > 0 {
+	problems := append(slices.Clip(a.Problems), valueProblems(a)...)
+	if len(problems) > 0 {
 		f = append(f, Finding{ID: "server.args", Severity: Error, Title: "SGLang's argument parser would refuse this command line",
-			Detail: strings.Join(a.Problems, "; ") + " (read with " + j.OptionsFrom + ")",
-			Remedy: "write each option in full, as python -m sglang.launch_server --help lists it"})
+			Detail: strings.Join(problems, "; ") + " (read with " + j.OptionsFrom + ")",
+			Remedy: "fix each argument named; write each option in full, as python -m sglang.launch_server --help lists it"})
 	}
 	algo := strings.ToUpper(a.Values["--speculative-algorithm"])
 	draft, hasDraft := a.Values["--speculative-draft-model-path"]
@@ -197,28 +202,81 @@ func serverFindings(j *Judged, forcePCIe string) []Finding {
 		f = append(f, Finding{ID: "server.custom-ar-off", Severity: Warn, Title: written("--disable-custom-all-reduce") + " with SGLANG_FORCE_CUSTOM_AR_PCIE=1",
 			Detail: "the flag wins: every allreduce goes to NCCL", Remedy: "drop one of them"})
 	}
-	if s, ok := a.Values["--tp-size"]; ok && j.Visible.Unknown == "" {
-		n, err := strconv.Atoi(s)
-		base, _ := strconv.Atoi(a.Values["--base-gpu-id"])
-		step, serr := strconv.Atoi(a.Values["--gpu-id-step"])
-		if serr != nil || step < 1 {
-			step = 1
-		}
+	if l, ok := layoutOf(a); ok && j.Visible.Unknown == "" && len(j.Visible.Indexes) > 0 && l.nnodes == 1 {
 		vis := len(j.Visible.Indexes)
-		last := base + (n-1)*step // the CUDA device of the last TP rank
+		need := l.tp * l.pp
+		if l.dp > 1 && !l.dpAttention {
+			need *= l.dp
+		}
+		what := written("--tp-size") + " " + strconv.Itoa(l.tp)
+		if need != l.tp {
+			what = l.name()
+		}
 		switch {
-		case err != nil || n < 1:
-		case n > vis:
+		case need > vis:
 			f = append(f, Finding{ID: "server.tp", Severity: Error,
-				Title:  fmt.Sprintf("%s %d but the job sees %d GPUs", written("--tp-size"), n, vis),
-				Detail: j.Why, Remedy: fmt.Sprintf("lower --tp-size to at most %d, or make more GPUs visible (CUDA_VISIBLE_DEVICES)", vis)})
-		case last >= vis:
+				Title:  fmt.Sprintf("%s but the job sees %d GPUs", what, vis),
+				Detail: j.Why, Remedy: fmt.Sprintf("lower --tp-size to at most %d, or make more GPUs visible (CUDA_VISIBLE_DEVICES)", vis/(need/l.tp))})
+		case l.last() >= vis:
+			var off []string
+			for _, g := range l.tpGroups() {
+				for _, c := range g {
+					if c >= vis {
+						off = append(off, strconv.Itoa(c))
+					}
+				}
+			}
+			from := fmt.Sprintf("from --base-gpu-id %d", l.base)
+			if l.step != 1 {
+				from += fmt.Sprintf(" with --gpu-id-step %d", l.step)
+			}
+			seen := "only devices 0-" + strconv.Itoa(vis-1) + " are"
+			if vis == 1 {
+				seen = "only device 0 is"
+			}
 			f = append(f, Finding{ID: "server.tp", Severity: Error,
-				Title:  fmt.Sprintf("%s %d from --base-gpu-id %d with --gpu-id-step %d needs CUDA devices up to %d, but the job sees %d GPUs", written("--tp-size"), n, base, step, last, vis),
-				Detail: j.Why, Remedy: "lower --base-gpu-id, --gpu-id-step or --tp-size"})
+				Title:  fmt.Sprintf("%s %s uses CUDA devices %s, but %s visible", what, from, l.devices(), seen),
+				Detail: fmt.Sprintf("%s; CUDA device %s does not exist for the job", j.Why, strings.Join(off, ", ")),
+				Remedy: "lower --base-gpu-id, --gpu-id-step or --tp-size"})
 		}
 	}
 	return f
+}
+
+// valueProblems are the layout values SGLang refuses: one that is not an
+// int (argparse's type=int), and those its checks assert against.
+//
+// Upstream: python/sglang/srt/server_args.py@84118acf50b3a4c74e85e9ff9033792552de1a76
+// (add_cli_args: type=int; ServerArgs.check_server_args: "base_gpu_id must
+// be non-negative", "gpu_id_step must be positive"), the same at 0bda0b168ad5.
+func valueProblems(a *ServerArgs) []string {
+	var out []string
+	for _, c := range []struct {
+		name string
+		min  int
+		why  string
+	}{
+		{"--tp-size", 1, "SGLang launches no TP rank with fewer than 1"},
+		{"--dp-size", 1, "SGLang launches no DP rank with fewer than 1"},
+		{"--pp-size", 1, "SGLang launches no PP stage with fewer than 1"},
+		{"--nnodes", 1, "SGLang needs at least 1 node"},
+		{"--base-gpu-id", 0, "base_gpu_id must be non-negative (ServerArgs.check_server_args)"},
+		{"--gpu-id-step", 1, "gpu_id_step must be positive (ServerArgs.check_server_args)"},
+	} {
+		v, ok := a.Values[c.name]
+		if !ok {
+			continue
+		}
+		w := a.Written[c.name]
+		n, err := strconv.Atoi(v)
+		switch {
+		case err != nil:
+			out = append(out, fmt.Sprintf("argument %s: invalid int value: '%s'", w, v))
+		case n < c.min:
+			out = append(out, fmt.Sprintf("%s %d: %s", w, n, c.why))
+		}
+	}
+	return out
 }
 
 func archList(m map[string][]string) string {

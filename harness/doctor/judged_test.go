@@ -132,7 +132,7 @@ func TestVisibleDevices(t *testing.T) {
 	}
 	// TP 4 from --base-gpu-id 2 with step 2 needs CUDA devices 2,4,6,8: an error.
 	rep = inspect(nil, "python -m sglang.launch_server --tp 4 --base-gpu-id 2 --gpu-id-step 2")
-	if f := ids(rep)["server.tp"]; f.Title != "--tp (--tp-size) 4 from --base-gpu-id 2 with --gpu-id-step 2 needs CUDA devices up to 8, but the job sees 8 GPUs" {
+	if f := ids(rep)["server.tp"]; f.Title != "--tp (--tp-size) 4 from --base-gpu-id 2 with --gpu-id-step 2 uses CUDA devices 2,4,6,8, but only devices 0-7 are visible" {
 		t.Errorf("server.tp = %+v", f)
 	}
 	// In CUDA order: 2,0 is GPU2 then GPU0, NODE between them.
@@ -259,7 +259,10 @@ func TestParseArgsRules(t *testing.T) {
 		{"--disable-custom-all-reduce=1", "", "", "argument --disable-custom-all-reduce=1: ignored explicit argument '1'"},
 		{"--tp", "--tp-size", "", "argument --tp: expected one argument"},
 		{"--speculative-n 3", "", "", "ambiguous option: --speculative-n could match --speculative-ngram-capacity"},
-		{"-- --tp 8", "", "", ""},
+		{"-- --tp 8", "", "", "unrecognized arguments: --tp 8"}, // SGLang declares no positional argument
+		{"--tp 2 3", "--tp-size", "2", "unrecognized arguments: 3"},
+		{"m --tp 2", "--tp-size", "2", "unrecognized arguments: m"},
+		{"--tensor 2", "--tp-size", "2", ""}, // a unique prefix at every commit
 	} {
 		r := o.Parse(strings.Fields(c.args))
 		if c.key != "" {
@@ -288,9 +291,11 @@ func TestParseArgsRules(t *testing.T) {
 	if r0 = tree.Parse([]string{"--pair", "x"}); !reflect.DeepEqual(r0.Problems, []string{"argument --pair: expected 2 arguments"}) {
 		t.Errorf("nargs 2 with one value: %q", r0.Problems)
 	}
-	// Outside the table's families nothing is judged, and no error raised.
-	r := o.Parse([]string{"--model-path", "m", "--mem-fraction-static", "0.8", "--tp", "8"})
-	if !reflect.DeepEqual(r.NotJudged, []string{"--model-path", "--mem-fraction-static"}) || r.Values["--tp-size"] != "8" || len(r.Problems) != 0 {
+	// An option none of the table's commits holds is not judged (the
+	// server's SGLang may have it), and no error is raised; its value and
+	// the words after it may be its own.
+	r := o.Parse([]string{"--model-path", "m", "--some-future-option", "0.8", "x", "--tp", "8"})
+	if !reflect.DeepEqual(r.NotJudged, []string{"--some-future-option"}) || r.Values["--tp-size"] != "8" || r.Values["--model-path"] != "m" || len(r.Problems) != 0 {
 		t.Errorf("%+v", r)
 	}
 }
@@ -375,8 +380,10 @@ func TestTreeOptionsJudgeEverything(t *testing.T) {
 
 // TestBuiltinTableMatchesUpstream reads server_args.py at the three
 // commits the built-in table names, from the SGLang history in
-// $ARPATCH_SGLANG_MIRROR, and checks that the table holds exactly their
-// options within its families (union over the commits).
+// $ARPATCH_SGLANG_MIRROR, and checks that the table holds exactly each
+// commit's options, and that every prefix of every option string resolves
+// as argparse resolves it with that commit's table: the same option or
+// the same ambiguity where the commits agree, not judged where they do not.
 func TestBuiltinTableMatchesUpstream(t *testing.T) {
 	dir := os.Getenv("ARPATCH_SGLANG_MIRROR")
 	if dir == "" {
@@ -386,8 +393,10 @@ func TestBuiltinTableMatchesUpstream(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	want := map[string]string{} // option string -> nargs and its other names
-	for _, c := range []string{"84118acf50b3a4c74e85e9ff9033792552de1a76", "8905cbd42f4a27dbecad6487cd3904278756fef8", "0bda0b168ad5bf7311ae639904489a4698a05546"} {
+	builtin := BuiltinServerOptions()
+	var tables []*ServerOptions
+	prefixes := map[string]bool{}
+	for era, c := range BuiltinCommits {
 		tree, err := repo.TreeAt(c)
 		if err != nil {
 			t.Fatal(err)
@@ -400,21 +409,235 @@ func TestBuiltinTableMatchesUpstream(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
+		tables = append(tables, o)
+		want, got := map[string]string{}, map[string]string{}
 		for _, x := range o.Options {
 			for _, n := range x.Names {
-				if slices.ContainsFunc(builtinFamilies, func(f string) bool { return strings.HasPrefix(n, f) }) {
-					want[n] = x.Nargs
+				want[n] = x.Nargs
+				for i := 3; i <= len(n); i++ {
+					prefixes[n[:i]] = true
 				}
 			}
 		}
-	}
-	got := map[string]string{}
-	for _, x := range BuiltinServerOptions().Options {
-		for _, n := range x.Names {
-			got[n] = x.Nargs
+		for _, x := range builtin.Options {
+			if slices.Contains(x.In, era) {
+				for _, n := range x.Names {
+					got[n] = x.Nargs
+				}
+			}
+		}
+		if !reflect.DeepEqual(got, want) {
+			t.Errorf("built-in table at %s differs from upstream's options", c[:12])
 		}
 	}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("built-in table:\n%v\nupstream:\n%v", got, want)
+	kind := func(problem string) string { k, _, _ := strings.Cut(problem, " "); return k }
+	n := 0
+	for p := range prefixes {
+		var first *ServerOption
+		var firstKind string
+		agree := true
+		for i, o := range tables {
+			opt, _, _, _, problem := o.lookup(p)
+			if i == 0 {
+				first, firstKind = opt, kind(problem)
+			} else if !sameOption(first, opt) || firstKind != kind(problem) {
+				agree = false
+			}
+		}
+		opt, _, _, known, problem := builtin.lookup(p)
+		switch {
+		case !agree || firstKind == "unrecognized":
+			// Differs between the commits, or in none: the server's SGLang
+			// decides, so the built-in table must not.
+			if known {
+				t.Errorf("%s: the built-in table judges it (%v, %q), but upstream differs between the commits or has no such option", p, opt, problem)
+			}
+		case !known || !sameOption(first, opt) || firstKind != kind(problem):
+			t.Errorf("%s: upstream resolves it to %v (%s) at every commit, the built-in table to %v %q (judged %v)", p, first, firstKind, opt, problem, known)
+		}
+		n++
+	}
+	t.Logf("%d option-string prefixes checked", n)
+}
+
+// TestBuiltinPrefixes: unique prefixes resolve with the built-in table as
+// with a tree's (issue 13: --tensor 2 is --tensor-parallel-size).
+func TestBuiltinPrefixes(t *testing.T) {
+	o := BuiltinServerOptions()
+	for _, c := range []struct{ args, key, val string }{
+		{"--tensor 2", "--tp-size", "2"},
+		{"--tensor-p=4", "--tensor-parallel-size", "4"},
+		{"--enable-dp-attention --dp 2", "--dp-size", "2"},
+		{"--base-gpu 1", "--base-gpu-id", "1"},
+	} {
+		r := o.Parse(strings.Fields(c.args))
+		if r.Values[c.key] != c.val || len(r.NotJudged) != 0 || len(r.Problems) != 0 {
+			t.Errorf("%s: %s = %q, not judged %v, problems %v", c.args, c.key, r.Values[c.key], r.NotJudged, r.Problems)
+		}
+	}
+	if r := o.Parse([]string{"--enable-dp-attention", "--dp", "2"}); r.Values["--enable-dp-attention"] != "" {
+		t.Errorf("%+v", r)
+	} else if _, ok := r.Values["--enable-dp-attention"]; !ok {
+		t.Errorf("--enable-dp-attention not read: %+v", r)
+	}
+}
+
+// TestCustomAllreduceCannotStart: the verdict and expect: follow from what
+// SGLang does. At a world size custom allreduce does not support (3), and
+// where a pair lacks P2P (CNS across nvpairs8's sockets), it disables
+// itself: no verdict says it runs, and none prints a command to measure
+// or tune it.
+func TestCustomAllreduceCannotStart(t *testing.T) {
+	inspect := func(run Runner, env []string, cmd string) *Report {
+		return Inspect(context.Background(), Options{Run: run, Env: env, ServerCmd: cmd})
+	}
+	rec := recorded(t, "nvpairs8", nil)
+	noCommand := func(name string, rep *Report) {
+		t.Helper()
+		if strings.Contains(rep.Verdict, "arpatch ") || strings.Contains(rep.Expect, "arpatch ") {
+			t.Errorf("%s: a custom-allreduce command where it cannot start:\nverdict %q\nexpect %q", name, rep.Verdict, rep.Expect)
+		}
+		for _, f := range rep.Findings {
+			if strings.Contains(f.Remedy, "arpatch bench") || strings.Contains(f.Remedy, "arpatch tune") {
+				t.Errorf("%s: finding %s measures custom allreduce: %q", name, f.ID, f.Remedy)
+			}
+		}
+	}
+	// TP 3 from GPU 2: GPUs 2,3,4; world size 3 is not supported (even
+	// with P2P everywhere).
+	for _, run := range []Runner{rec, p2pWriteOK(t, "nvpairs8")} {
+		rep := inspect(run, nil, "python -m sglang.launch_server --tp 3 --base-gpu-id 2")
+		want := "mixed NVLink and PCIe, 3 GPUs, NUMA-split across 2 nodes: SGLang's custom allreduce does not run at world size 3 (it supports 2, 4, 6, 8 and disables itself otherwise), so every allreduce goes to NCCL"
+		if !reflect.DeepEqual(rep.Judged.GPUs, []int{2, 3, 4}) || !strings.HasPrefix(rep.Verdict, want) {
+			t.Errorf("--tp 3: judged %v verdict %q", rep.Judged.GPUs, rep.Verdict)
+		}
+		noCommand("--tp 3", rep)
+	}
+	// GPUs 0 and 4: P2P CNS between them; world size 2 does not help.
+	rep := inspect(rec, []string{"CUDA_VISIBLE_DEVICES=0,4"}, "")
+	if want := "PCIe, 2 GPUs, NUMA-split across 2 nodes: P2P read is not supported between 2 GPU pairs (GPU0->GPU4: CNS), and SGLang's P2P check disables custom allreduce without it, so every allreduce goes to NCCL"; !strings.HasPrefix(rep.Verdict, want) {
+		t.Errorf("0,4: verdict %q", rep.Verdict)
+	}
+	if !strings.Contains(rep.Expect, "custom allreduce does not start here: P2P read is not supported") {
+		t.Errorf("0,4: expect %q", rep.Expect)
+	}
+	noCommand("0,4", rep)
+	// All eight: CNS across the sockets.
+	rep = inspect(rec, nil, "")
+	if !strings.HasPrefix(rep.Verdict, "mixed NVLink and PCIe, 8 GPUs, NUMA-split across 2 nodes: P2P read is not supported between 32 GPU pairs") {
+		t.Errorf("all 8: verdict %q", rep.Verdict)
+	}
+	noCommand("all 8", rep)
+	// With P2P everywhere the commands come back, at the judged world size.
+	rep = inspect(p2pWriteOK(t, "pcie8"), nil, "")
+	if !strings.Contains(rep.Verdict, "`arpatch bench allreduce --world-size 8 --src sglang`") || !strings.Contains(rep.Expect, "`arpatch tune allreduce --world-size 8`") {
+		t.Errorf("pcie8 with P2P: verdict %q expect %q", rep.Verdict, rep.Expect)
+	}
+	// One pair without P2P, in words.
+	one := &P2PMatrix{GPUs: []string{"GPU0", "GPU1"}, Status: map[string][]string{"GPU0": {"X", "CNS"}, "GPU1": {"X", "X"}}}
+	if got := customAROff(&Host{GPUs: []GPU{{Index: 0}, {Index: 1}}, P2PRead: one}); !strings.HasPrefix(got, "P2P read is not supported between 1 GPU pair (GPU0->GPU1: CNS)") {
+		t.Errorf("one pair: %q", got)
+	}
+}
+
+// TestTPGroups: with DP (and PP) SGLang runs several TP groups, each on
+// its own GPUs (base_gpu_id + d*tp*pp*step + p*tp + t*step); doctor
+// judges each alone. DP attention splits one TP group instead.
+func TestTPGroups(t *testing.T) {
+	inspect := func(env []string, cmd string) *Report {
+		return Inspect(context.Background(), Options{Run: recorded(t, "nvpairs8", nil), Env: env, ServerCmd: cmd})
+	}
+	four := []string{"CUDA_VISIBLE_DEVICES=0,1,2,3"}
+	for _, cmd := range []string{"--tp 2 --dp 2", "--tp 2 --dp-size 2", "--tp 2 --data-parallel-size=2", "--tp 2 --pp-size 2"} {
+		rep := inspect(four, "python -m sglang.launch_server "+cmd)
+		if !reflect.DeepEqual(rep.Judged.Groups, [][]int{{0, 1}, {2, 3}}) || len(rep.Groups) != 2 {
+			t.Errorf("%s: groups %v (%d verdicts)", cmd, rep.Judged.Groups, len(rep.Groups))
+			continue
+		}
+		for _, g := range rep.Groups {
+			if !strings.HasPrefix(g.Verdict, "full NVLink, 2 GPUs:") {
+				t.Errorf("%s: group %v verdict %q", cmd, g.GPUs, g.Verdict)
+			}
+		}
+		if !strings.HasPrefix(rep.Verdict, "2 TP groups, judged one by one: TP group GPUs 0,1: full NVLink, 2 GPUs") || strings.Contains(rep.Verdict, "4 GPUs") || len(errorIDs(rep)) != 0 {
+			t.Errorf("%s: verdict %q errors %v", cmd, rep.Verdict, errorIDs(rep))
+		}
+		if !strings.Contains(rep.Judged.Why, "uses CUDA devices 0,1 | 2,3 (one TP group each)") {
+			t.Errorf("%s: why %q", cmd, rep.Judged.Why)
+		}
+	}
+	// DP attention: one TP group of 4.
+	rep := inspect(four, "python -m sglang.launch_server --tp 4 --dp 2 --enable-dp-attention")
+	if !reflect.DeepEqual(rep.Judged.Groups, [][]int{{0, 1, 2, 3}}) || !strings.HasPrefix(rep.Verdict, "mixed NVLink and PCIe, 4 GPUs") {
+		t.Errorf("dp attention: groups %v verdict %q", rep.Judged.Groups, rep.Verdict)
+	}
+	// DP 2 with step 2 from GPU 1 on all eight: groups at 1,3 and 5,7.
+	rep = inspect(nil, "python -m sglang.launch_server --tp 2 --dp 2 --base-gpu-id 1 --gpu-id-step 2")
+	if !reflect.DeepEqual(rep.Judged.Groups, [][]int{{1, 3}, {5, 7}}) {
+		t.Errorf("step 2: groups %v", rep.Judged.Groups)
+	}
+	// TP 2 x DP 2 on two GPUs: too few, said in those terms.
+	rep = inspect([]string{"CUDA_VISIBLE_DEVICES=0,1"}, "python -m sglang.launch_server --tp 2 --dp 2")
+	if f := ids(rep)["server.tp"]; f.Title != "TP 2 x DP 2 but the job sees 2 GPUs" || f.Remedy != "lower --tp-size to at most 1, or make more GPUs visible (CUDA_VISIBLE_DEVICES)" {
+		t.Errorf("dp on 2: %+v", f)
+	}
+	// P2P blocked between the groups does not matter: 0,1 and 4,5.
+	rep = inspect([]string{"CUDA_VISIBLE_DEVICES=0,1,4,5"}, "python -m sglang.launch_server --tp 2 --dp 2")
+	if _, ok := ids(rep)["p2p.blocked"]; ok {
+		t.Errorf("P2P judged between TP groups: %+v", rep.Findings)
+	}
+}
+
+// TestVisibleNone: a CUDA_VISIBLE_DEVICES that leaves no GPU is an error
+// whose remedy fixes the variable; one doctor cannot map is said so.
+func TestVisibleNone(t *testing.T) {
+	inspect := func(spec, cmd string) *Report {
+		return Inspect(context.Background(), Options{Run: recorded(t, "nvpairs8", nil), Env: []string{"CUDA_VISIBLE_DEVICES=" + spec}, ServerCmd: cmd})
+	}
+	for _, spec := range []string{"", "0,0", "-1", "abc", "GPU-a"} {
+		for _, cmd := range []string{"", "python -m sglang.launch_server --tp 2"} {
+			rep := inspect(spec, cmd)
+			f := ids(rep)["visible.none"]
+			if f.Severity != Error || !strings.Contains(f.Remedy, "set CUDA_VISIBLE_DEVICES to GPU indexes nvidia-smi lists (0,1,2,3,4,5,6,7)") {
+				t.Errorf("CUDA_VISIBLE_DEVICES=%q %q: visible.none = %+v", spec, cmd, f)
+			}
+			if _, ok := ids(rep)["server.tp"]; ok {
+				t.Errorf("CUDA_VISIBLE_DEVICES=%q: server.tp with no GPU visible: %+v", spec, ids(rep)["server.tp"])
+			}
+		}
+	}
+	rep := inspect("MIG-GPU-e8d79f49-af6d-114c-4a6f-188a424e617b/1/0", "python -m sglang.launch_server --tp 2")
+	if f := ids(rep)["visible.unknown"]; f.Severity != Warn || !strings.Contains(f.Detail, "MIG") || f.Remedy == "" {
+		t.Errorf("MIG: %+v", rep.Findings)
+	}
+}
+
+// TestRefusedValues: values SGLang's parser or its checks refuse are
+// errors naming the reason.
+func TestRefusedValues(t *testing.T) {
+	for cmd, want := range map[string]string{
+		"--tp-size abc":       "argument --tp-size: invalid int value: 'abc'",
+		"--tp 0":              "--tp 0: SGLang launches no TP rank with fewer than 1",
+		"--tp 2 -- extra":     "unrecognized arguments: extra (after --)",
+		"--base-gpu-id=-1":    "--base-gpu-id -1: base_gpu_id must be non-negative",
+		"--base-gpu-id -1":    "--base-gpu-id -1: base_gpu_id must be non-negative",
+		"--gpu-id-step 0":     "--gpu-id-step 0: gpu_id_step must be positive",
+		"--dp-size x --tp 2":  "argument --dp-size: invalid int value: 'x'",
+		"--tp 2 stray":        "unrecognized arguments: stray",
+		"--tensor-parallel 0": "--tensor-parallel 0: SGLang launches no TP rank",
+	} {
+		rep := Inspect(context.Background(), Options{Run: recorded(t, "nvpairs8", nil), ServerCmd: "python -m sglang.launch_server " + cmd})
+		if f := ids(rep)["server.args"]; f.Severity != Error || !strings.Contains(f.Detail, want) {
+			t.Errorf("%s: server.args = %+v, want detail with %q", cmd, f, want)
+		}
+	}
+}
+
+// TestBaseGPUWording: 0-based devices in the server.tp finding.
+func TestBaseGPUWording(t *testing.T) {
+	rep := Inspect(context.Background(), Options{Run: recorded(t, "nvpairs8", nil), Env: []string{"CUDA_VISIBLE_DEVICES=0,1,2,3"}, ServerCmd: "python -m sglang.launch_server --base-gpu-id 3 --tp 2"})
+	f := ids(rep)["server.tp"]
+	if f.Title != "--tp (--tp-size) 2 from --base-gpu-id 3 uses CUDA devices 3,4, but only devices 0-3 are visible" || !strings.Contains(f.Detail, "CUDA device 4 does not exist for the job") {
+		t.Errorf("server.tp = %+v", f)
 	}
 }

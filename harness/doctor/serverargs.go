@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	_ "embed"
 	"fmt"
 	"regexp"
 	"slices"
@@ -16,6 +17,9 @@ type ServerOption struct {
 	Dest  string   `json:"dest"`  // "tp_size"
 	// Nargs is argparse's: "0" (a flag), "1" (one value), "?", "*", "+".
 	Nargs string `json:"nargs"`
+	// In lists the built-in table's commits (BuiltinCommits indexes) that
+	// hold the option; nil in a tree's table.
+	In []int `json:"-"`
 }
 
 // ServerOptions is the option table a command line is read with.
@@ -25,84 +29,46 @@ type ServerOptions struct {
 	Source  string         `json:"source"`
 	Options []ServerOption `json:"-"`
 	// Complete is true for a table read from a tree: an option it does not
-	// hold is one SGLang itself refuses. The built-in table holds only the
-	// options doctor judges and those sharing their prefixes (Families).
+	// hold is one SGLang itself refuses.
 	Complete bool `json:"complete"`
-	// Families are the prefixes the built-in table covers completely: an
-	// abbreviation that starts with one is judged by the table.
-	Families []string `json:"-"`
+	// Eras is the number of SGLang commits the built-in table holds (0 for
+	// a tree's table); each option's In says which.
+	Eras int `json:"-"`
 }
 
-// builtinFamilies are the option prefixes of the built-in table. For each,
-// the table holds every option string SGLang's server_args.py declares
-// with that prefix at 84118acf50b3, 8905cbd42f4a and 0bda0b168ad5 (their
-// union), so a unique prefix there is unique in all three.
+// BuiltinCommits are the SGLang commits whose options the built-in table
+// holds (builtin_options.txt's letters a, b, c, in that order).
 //
 // Upstream: python/sglang/srt/server_args.py@84118acf50b3a4c74e85e9ff9033792552de1a76 (ServerArgs.add_cli_args),
 // python/sglang/srt/server_args.py@8905cbd42f4a27dbecad6487cd3904278756fef8 and
 // @0bda0b168ad5bf7311ae639904489a4698a05546 (ServerArgs fields, through
 // arg_groups/arg_utils.py add_cli_args_from_dataclass).
-var builtinFamilies = []string{"--tp", "--tensor-", "--speculative-", "--disable-custom-", "--base-gpu-", "--gpu-id-", "--dp", "--data-parallel-", "--pp", "--pipeline-", "--nnodes"}
+var BuiltinCommits = []string{"84118acf50b3a4c74e85e9ff9033792552de1a76", "8905cbd42f4a27dbecad6487cd3904278756fef8", "0bda0b168ad5bf7311ae639904489a4698a05546"}
 
-// BuiltinServerOptions returns doctor's own table of the options it judges
-// (and every option sharing their prefixes), for when no tree is given.
+//go:embed builtin_options.txt
+var builtinTable string
+
+// BuiltinServerOptions returns doctor's own table: every option string of
+// SGLang's launcher at BuiltinCommits, each marked with the commits that
+// hold it, for when no tree is given. An option string is resolved at
+// each commit as argparse would there (exact, =, unique prefix); where the
+// commits agree that is the answer, and where they differ, or none holds
+// it, the string is not judged (the server's SGLang may be another).
 func BuiltinServerOptions() *ServerOptions {
-	o := &ServerOptions{Source: "doctor's built-in table (SGLang 84118acf50b3, 8905cbd42f4a, 0bda0b168ad5)", Families: builtinFamilies}
+	o := &ServerOptions{Source: "doctor's built-in table (SGLang 84118acf50b3, 8905cbd42f4a, 0bda0b168ad5)", Eras: len(BuiltinCommits)}
 	for _, row := range strings.Split(strings.TrimSpace(builtinTable), "\n") {
+		if strings.HasPrefix(row, "#") {
+			continue
+		}
 		f := strings.Fields(row)
-		o.Options = append(o.Options, ServerOption{Dest: f[0], Nargs: f[1], Names: f[2:]})
+		var eras []int
+		for _, c := range f[0] {
+			eras = append(eras, int(c-'a'))
+		}
+		o.Options = append(o.Options, ServerOption{In: eras, Dest: f[1], Nargs: f[2], Names: f[3:]})
 	}
 	return o
 }
-
-// builtinTable: dest, nargs, option strings. Recorded from the three
-// commits named in builtinFamilies with ParseServerArgsPy.
-const builtinTable = `
-base_gpu_id 1 --base-gpu-id
-disable_custom_all_reduce 0 --disable-custom-all-reduce
-dp_size 1 --dp-size --data-parallel-size
-gpu_id_step 1 --gpu-id-step
-nnodes 1 --nnodes
-pp_async_batch_depth 1 --pp-async-batch-depth
-pp_max_micro_batch_size 1 --pp-max-micro-batch-size
-pp_size 1 --pp-size --pipeline-parallel-size
-speculative_accept_threshold_acc 1 --speculative-accept-threshold-acc
-speculative_accept_threshold_single 1 --speculative-accept-threshold-single
-speculative_adaptive 0 --speculative-adaptive
-speculative_adaptive_config 1 --speculative-adaptive-config
-speculative_algorithm 1 --speculative-algorithm
-speculative_attention_mode 1 --speculative-attention-mode
-speculative_dflash_block_size 1 --speculative-dflash-block-size
-speculative_draft_window_size 1 --speculative-dflash-draft-window-size
-speculative_draft_attention_backend 1 --speculative-draft-attention-backend
-speculative_draft_kv_cache_dtype 1 --speculative-draft-kv-cache-dtype
-speculative_draft_load_format 1 --speculative-draft-load-format
-speculative_draft_model_path 1 --speculative-draft-model --speculative-draft-model-path
-speculative_draft_model_quantization 1 --speculative-draft-model-quantization
-speculative_draft_model_revision 1 --speculative-draft-model-revision
-speculative_draft_window_size 1 --speculative-draft-window-size
-speculative_dspark_align_verify_tokens_to_graph_tier 0 --speculative-dspark-align-verify-tokens-to-graph-tier
-speculative_dspark_block_size 1 --speculative-dspark-block-size
-speculative_dspark_confidence_sts_path 1 --speculative-dspark-confidence-sts-path
-speculative_dspark_sps_table_path 1 --speculative-dspark-sps-table-path
-speculative_eagle_topk 1 --speculative-eagle-topk
-speculative_moe_a2a_backend 1 --speculative-moe-a2a-backend
-speculative_moe_runner_backend 1 --speculative-moe-runner-backend
-speculative_ngram_capacity 1 --speculative-ngram-capacity
-speculative_ngram_external_corpus_max_tokens 1 --speculative-ngram-external-corpus-max-tokens
-speculative_ngram_external_corpus_path 1 --speculative-ngram-external-corpus-path
-speculative_ngram_external_sam_budget 1 --speculative-ngram-external-sam-budget
-speculative_ngram_match_type 1 --speculative-ngram-match-type
-speculative_ngram_max_bfs_breadth 1 --speculative-ngram-max-bfs-breadth
-speculative_ngram_max_trie_depth 1 --speculative-ngram-max-trie-depth
-speculative_ngram_min_bfs_breadth 1 --speculative-ngram-min-bfs-breadth
-speculative_num_draft_tokens 1 --speculative-num-draft-tokens
-speculative_num_steps 1 --speculative-num-steps
-speculative_skip_dp_mlp_sync 0 --speculative-skip-dp-mlp-sync
-speculative_token_map 1 --speculative-token-map
-speculative_use_rejection_sampling 0 --speculative-use-rejection-sampling
-tp_size 1 --tp-size --tensor-parallel-size
-`
 
 // lookup resolves an option string as argparse does
 // (ArgumentParser._parse_optional with allow_abbrev): an exact option
@@ -114,11 +80,52 @@ tp_size 1 --tp-size --tensor-parallel-size
 //
 // Upstream: CPython Lib/argparse.py (ArgumentParser._parse_optional, _get_option_tuples).
 func (o *ServerOptions) lookup(arg string) (opt *ServerOption, value string, hasValue bool, known bool, problem string) {
+	if o.Eras == 0 {
+		return resolve(o.Options, nil, o.Complete, arg)
+	}
+	var first *ServerOption
+	for era := range o.Eras {
+		p, v, has, _, prob := resolve(o.Options, &era, true, arg)
+		if era == 0 {
+			first, opt, value, hasValue, problem = p, p, v, has, prob
+			continue
+		}
+		if !sameOption(first, p) || (problem == "") != (prob == "") || strings.HasPrefix(problem, "ambiguous") != strings.HasPrefix(prob, "ambiguous") {
+			return nil, v, has, false, "" // the commits differ: not judged
+		}
+		if prob != "" {
+			problem = prob // the newest commit's wording
+		}
+	}
+	if strings.HasPrefix(problem, "unrecognized") {
+		return nil, value, hasValue, false, "" // in none of them: the server's SGLang may have it
+	}
+	return opt, value, hasValue, true, problem
+}
+
+func sameOption(a, b *ServerOption) bool {
+	if a == nil || b == nil {
+		return a == b
+	}
+	x, y := slices.Clone(a.Names), slices.Clone(b.Names)
+	slices.Sort(x)
+	slices.Sort(y)
+	return slices.Equal(x, y) && a.Nargs == b.Nargs
+}
+
+// resolve is lookup in one option table (only the options of era, when
+// it is not nil).
+//
+// Upstream: CPython Lib/argparse.py (ArgumentParser._parse_optional, _get_option_tuples).
+func resolve(options []ServerOption, era *int, complete bool, arg string) (opt *ServerOption, value string, hasValue bool, known bool, problem string) {
 	byName := map[string]*ServerOption{}
 	var names []string
-	for i := range o.Options {
-		for _, n := range o.Options[i].Names {
-			byName[n] = &o.Options[i]
+	for i := range options {
+		if era != nil && !slices.Contains(options[i].In, *era) {
+			continue
+		}
+		for _, n := range options[i].Names {
+			byName[n] = &options[i]
 			names = append(names, n)
 		}
 	}
@@ -135,17 +142,12 @@ func (o *ServerOptions) lookup(arg string) (opt *ServerOption, value string, has
 			matches = append(matches, n)
 		}
 	}
-	// A built-in table holds every option of a family, so it judges a
-	// string inside one; outside them, only an ambiguity is certain.
-	covered := o.Complete || slices.ContainsFunc(o.Families, func(f string) bool { return strings.HasPrefix(name, f) })
 	switch {
 	case len(matches) > 1:
 		return nil, val, eq, true, fmt.Sprintf("ambiguous option: %s could match %s", name, strings.Join(matches, ", "))
-	case !covered:
-		return nil, val, eq, false, ""
 	case len(matches) == 1:
 		return byName[matches[0]], val, eq, true, ""
-	case !o.Complete:
+	case !complete:
 		return nil, val, eq, false, ""
 	}
 	return nil, val, eq, true, "unrecognized arguments: " + arg
@@ -178,18 +180,28 @@ var negNumber = regexp.MustCompile(`^-\d+$|^-\d*\.\d+$`)
 func (o *ServerOptions) Parse(args []string) *ServerArgs {
 	r := &ServerArgs{Values: map[string]string{}, Written: map[string]string{}}
 	isOption := func(a string) bool { return strings.HasPrefix(a, "-") && len(a) > 1 && !negNumber.MatchString(a) }
+	afterUnknown := false
 	for i := 0; i < len(args); i++ {
 		a := args[i]
 		if a == "--" {
+			// Everything after it is positional, and SGLang's parser
+			// declares no positional argument: parse_args refuses them.
+			if rest := args[i+1:]; len(rest) > 0 {
+				r.Problems = append(r.Problems, "unrecognized arguments: "+strings.Join(rest, " ")+" (after --)")
+			}
 			break
 		}
 		if !isOption(a) {
-			if o.Complete {
+			// A word no option took: SGLang declares no positional
+			// argument. With a built-in table, the option before it may
+			// be one it cannot judge, which may take more values.
+			if o.Complete || !afterUnknown {
 				r.Problems = append(r.Problems, "unrecognized arguments: "+a)
 			}
 			continue
 		}
 		opt, val, hasVal, known, problem := o.lookup(a)
+		afterUnknown = opt == nil
 		if problem != "" {
 			r.Problems = append(r.Problems, problem)
 		}

@@ -47,6 +47,9 @@ func expectation(h *Host) string {
 	}
 	s := fmt.Sprintf("traffic model (an estimate) at the verify shape (%s, world size %d): %s; NCCL over SHM, as in the published account, %.1f µs",
 		allreduce.FormatBytes(VerifyBytes), m.N, strings.Join(parts, ", "), m.NCCL(VerifyBytes, p, true).US)
+	if why := customAROff(h); why != "" {
+		return s + "; custom allreduce does not start here: " + why + "; its figures hold only once that changes"
+	}
 	if m.FullNVLink() {
 		return s + "; full NVLink: the PCIe dispatch is not used here"
 	}

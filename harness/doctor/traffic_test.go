@@ -11,10 +11,20 @@ import (
 // gen 1 (3.4 GB/s) carries the ring's 1.75 x 40K: 20.9 µs on top of NCCL's
 // 27.2 µs of steps.
 func TestExpectation(t *testing.T) {
-	pcie := Inspect(context.Background(), Options{Run: recorded(t, "pcie8", nil)})
-	want := "traffic model (an estimate) at the verify shape (40K, world size 8): nccl-ring 48.1 µs, nccl-tree 51.1 µs, custom-2stage 104.6 µs, custom-1stage 382.2 µs; " +
-		"NCCL over SHM, as in the published account, 220.9 µs; PCIe dispatch fit: 1-stage up to 576B, custom allreduce up to 9K (103K against SHM NCCL); " +
+	pcie := Inspect(context.Background(), Options{Run: p2pWriteOK(t, "pcie8")})
+	model := "traffic model (an estimate) at the verify shape (40K, world size 8): nccl-ring 48.1 µs, nccl-tree 51.1 µs, custom-2stage 104.6 µs, custom-1stage 382.2 µs; " +
+		"NCCL over SHM, as in the published account, 220.9 µs"
+	want := model + "; PCIe dispatch fit: 1-stage up to 576B, custom allreduce up to 9K (103K against SHM NCCL); " +
 		"measure with `arpatch tune allreduce --world-size 8`"
+	if pcie.Expect != want {
+		t.Errorf("pcie8 with P2P write OK:\n got %q\nwant %q", pcie.Expect, want)
+	}
+	// As recorded, P2P write is CNS across the sockets: SGLang's P2P check
+	// disables custom allreduce, so expect: suggests no custom allreduce
+	// and no tune command.
+	pcie = Inspect(context.Background(), Options{Run: recorded(t, "pcie8", nil)})
+	want = model + "; custom allreduce does not start here: P2P write is not supported between 32 GPU pairs (GPU0->GPU4: CNS), " +
+		"and SGLang's P2P check disables custom allreduce without it; its figures hold only once that changes"
 	if pcie.Expect != want {
 		t.Errorf("pcie8:\n got %q\nwant %q", pcie.Expect, want)
 	}
@@ -40,8 +50,20 @@ func TestVerdictFollowsModel(t *testing.T) {
 	if !strings.Contains(sw.Expect, "custom-1stage 9.0 µs, custom-2stage 11.8 µs") {
 		t.Errorf("switch4 expect: %q", sw.Expect)
 	}
-	pcie := Inspect(context.Background(), Options{Run: recorded(t, "pcie8", nil)})
+	pcie := Inspect(context.Background(), Options{Run: p2pWriteOK(t, "pcie8")})
 	if want := "all-to-all 1-stage is contention-prone here: the traffic model expects nccl-ring to win at the verify shape (48.1 µs against 1-stage's 382.2; see expect)"; !strings.Contains(pcie.Verdict, want) {
 		t.Errorf("pcie8 verdict:\n got %q\nwant it to contain %q", pcie.Verdict, want)
+	}
+}
+
+// p2pWriteOK is the recorded host with P2P write as OK as P2P read (on
+// pcie8 and nvpairs8, read is OK between every pair).
+func p2pWriteOK(t *testing.T, host string) Runner {
+	rec := recorded(t, host, nil)
+	return func(ctx context.Context, name string, args ...string) (string, error) {
+		if name == "nvidia-smi" && strings.Join(args, " ") == "topo -p2p w" {
+			args = []string{"topo", "-p2p", "r"}
+		}
+		return rec(ctx, name, args...)
 	}
 }
