@@ -20,13 +20,15 @@ import (
 )
 
 // Checkout checks out commit (40 hex) detached into the empty work tree of
-// a fresh clone (nothing but .git in it). It reads the commit's trees with
-// go-git, creates every directory once, then decodes the blobs from the
-// object store and writes the files on a pool of workers, with go-git's
-// modes (0644, 0755, symlinks); submodule entries become empty
-// directories, as git leaves them. Last it writes an index (version 2)
-// whose entries carry each file's stat data, so status compares stat data
-// instead of hashing the tree, and points HEAD at the commit.
+// a fresh clone (nothing but .git in it). It reads the commit's trees
+// (objectReader, go-git where that does not apply), creates every
+// directory once, then decodes the blobs and writes the files on a pool of
+// workers, with go-git's modes (0644, 0755, symlinks); submodule entries
+// become empty directories, as git leaves them. Last it writes an index
+// (version 2) whose entries carry each file's stat data and whose
+// cache-tree extension holds every directory's tree hash, so status
+// compares stat data instead of hashing the tree, and points HEAD at the
+// commit.
 //
 // Errors: the commit is missing (naming the remote and the remedy), the
 // work tree is not empty, a tree entry has a name git would refuse to
@@ -176,11 +178,15 @@ func checkoutWorkers() int {
 // for concurrent use. The first error stops the rest.
 func (r *Repo) writeFiles(files []*index.Entry) error {
 	var jobs [][]*index.Entry
-	for i, e := range files { // listTree gives each directory's files together
-		if i == 0 || parentDir(e.Name) != parentDir(files[i-1].Name) {
+	job := map[string]int{} // directory -> its job
+	for _, e := range files {
+		d := parentDir(e.Name)
+		i, ok := job[d]
+		if !ok {
+			i, job[d] = len(jobs), len(jobs)
 			jobs = append(jobs, nil)
 		}
-		jobs[len(jobs)-1] = append(jobs[len(jobs)-1], e)
+		jobs[i] = append(jobs[i], e)
 	}
 	ch := make(chan []*index.Entry)
 	var wg sync.WaitGroup

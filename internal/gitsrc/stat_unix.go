@@ -18,10 +18,16 @@ func fillStat(e *index.Entry, fi os.FileInfo) {
 	e.Size = uint32(fi.Size())
 	e.ModifiedAt = fi.ModTime()
 	if st, ok := fi.Sys().(*syscall.Stat_t); ok {
-		e.CreatedAt = time.Unix(st.Ctim.Sec, st.Ctim.Nsec)
-		e.Dev, e.Inode = uint32(st.Dev), uint32(st.Ino)
-		e.UID, e.GID = st.Uid, st.Gid
+		fillStatT(e, st)
 	}
+}
+
+func fillStatT(e *index.Entry, st *syscall.Stat_t) {
+	e.Size = uint32(st.Size)
+	e.ModifiedAt = time.Unix(st.Mtim.Sec, st.Mtim.Nsec)
+	e.CreatedAt = time.Unix(st.Ctim.Sec, st.Ctim.Nsec)
+	e.Dev, e.Inode = uint32(st.Dev), uint32(st.Ino)
+	e.UID, e.GID = st.Uid, st.Gid
 }
 
 // createFile writes data to a new file at path (O_EXCL, perm before the
@@ -51,10 +57,6 @@ func createFile(e *index.Entry, path string, data []byte, perm os.FileMode) erro
 	if err != nil {
 		return &os.PathError{Op: "write", Path: path, Err: err}
 	}
-	e.Size = uint32(st.Size)
-	e.ModifiedAt = time.Unix(st.Mtim.Sec, st.Mtim.Nsec)
-	e.CreatedAt = time.Unix(st.Ctim.Sec, st.Ctim.Nsec)
-	e.Dev, e.Inode = uint32(st.Dev), uint32(st.Ino)
-	e.UID, e.GID = st.Uid, st.Gid
+	fillStatT(e, &st)
 	return nil
 }
