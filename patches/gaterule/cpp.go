@@ -317,7 +317,10 @@ func (u *unit) ppTrue(expr string, line int) bool {
 // expand replaces macro invocations in ts with their bodies, each read
 // with the macros defined where it stands (tok.at), recursively, to a
 // bounded depth. The tokens of a body stand where the macro was invoked.
-func (u *unit) expand(ts []tok, depth int) []tok {
+// As in C, a macro is not expanded again inside its own expansion.
+func (u *unit) expand(ts []tok, depth int) []tok { return u.expandHiding(ts, depth, nil) }
+
+func (u *unit) expandHiding(ts []tok, depth int, hide []string) []tok {
 	if depth > 16 {
 		return ts
 	}
@@ -325,12 +328,15 @@ func (u *unit) expand(ts []tok, depth int) []tok {
 	for i := 0; i < len(ts); i++ {
 		at := ts[i].at
 		m := u.lookup(ts[i].s, at)
+		if m != nil && indexOf(hide, m.name) >= 0 {
+			m = nil
+		}
 		if m == nil {
 			out = append(out, ts[i])
 			continue
 		}
 		if !m.function {
-			out = append(out, u.expand(placed(m.body, at), depth+1)...)
+			out = append(out, u.expandHiding(placed(m.body, at), depth+1, append(hide[:len(hide):len(hide)], m.name))...)
 			continue
 		}
 		if i+1 >= len(ts) || ts[i+1].s != "(" {
@@ -354,7 +360,7 @@ func (u *unit) expand(ts []tok, depth int) []tok {
 			b.at = at
 			body = append(body, b)
 		}
-		out = append(out, u.expand(body, depth+1)...)
+		out = append(out, u.expandHiding(body, depth+1, append(hide[:len(hide):len(hide)], m.name))...)
 		i = end
 	}
 	return out

@@ -747,19 +747,21 @@ func helperFuncs(u *unit) map[string]bool {
 }
 
 // written reports whether allreduce's tokens write name (assign to it,
-// increment it, or take its address), so that its value there is not the
-// member's.
+// increment it, take its address, or declare a local of that name), so
+// that its value there is not the member's.
 func written(ts []tok, name string) bool {
 	for i, t := range ts {
 		if t.s != name {
 			continue
 		}
-		if i > 0 && (ts[i-1].s == "&" || ts[i-1].s == "++" || ts[i-1].s == "--") {
+		if i > 0 && (ts[i-1].s == "&" || ts[i-1].s == "++" || ts[i-1].s == "--" || ts[i-1].s == "[") {
 			return true
 		}
 		if i+1 < len(ts) {
+			// `name{...}` and `name(...)` can only declare a local of
+			// that name (neither member is callable).
 			switch ts[i+1].s {
-			case "=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--":
+			case "=", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", "<<=", ">>=", "++", "--", "{", "(":
 				return true
 			}
 		}

@@ -293,6 +293,8 @@ func TestJudgeWholeAllreduce(t *testing.T) {
 			"reaches the end of allreduce", ""},
 		{"full_nvlink_ set true before a PCIe-only branch", before(pcie("  KL(ngpus, two_stage);"), "    full_nvlink_ = true;\n"),
 			"reaches `break`", ""},
+		{"a local full_nvlink_ that says NVLink", before(pcie("  KL(ngpus, two_stage);"), "    bool full_nvlink_{true};\n"),
+			"reaches `break`", ""},
 		{"a launch in a helper function", top(pcie("  pcie_dispatch(out);"), "template <typename T> void pcie_dispatch(T* out) { two_stage<T, 4><<<1, 1>>>(out); }\n"),
 			"it calls `pcie_dispatch` at line %d, and arpatch does not follow calls", "pcie_dispatch(out);"},
 		{"a launch in a loop", pcie("  for (int i = 0; i < n_; i++) { KL(ngpus, two_stage); }"),
@@ -374,4 +376,14 @@ func TestCheckFindsTheDispatchWhereTheTreeKeepsIt(t *testing.T) {
 	if !errors.As(err, &de) || de.Path != "" || !strings.Contains(err.Error(), "sgl-kernel/csrc/allreduce/custom_all_reduce.cuh") {
 		t.Errorf("no dispatch anywhere: %v", err)
 	}
+}
+
+// FuzzJudgeDispatch: the analyzer reads any bytes without panicking.
+func FuzzJudgeDispatch(f *testing.F) {
+	f.Add(fixture(upstream))
+	f.Add(fixture(patchedElse))
+	f.Add([]byte("class CustomAllreduce { void allreduce() { switch (world_size_) { case 4: { if (x) goto a; } } } };"))
+	f.Fuzz(func(t *testing.T, src []byte) {
+		judgeDispatch(src)
+	})
 }
