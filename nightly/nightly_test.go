@@ -529,6 +529,7 @@ func TestConfigErrors(t *testing.T) {
 		{"[bench]\nagree_threshold = 7\n", "bench.agree_threshold: 7: use a share in [0, 1]"},
 		// A NaN passes "v < 0 || v > 1" and would turn the check off;
 		// every real-valued key refuses NaN and the infinities.
+		{"[bench]\nconcurrency = [16, 4]\n", "nightly.toml:2: bench.concurrency: 4 after 16: list the levels in increasing order"},
 		{"[bench]\nurl_a = \"notaurl\"\n", "nightly.toml:2: bench.url_a: notaurl is not a server URL"},
 		{"[bench]\nagree_threshold = nan\n", "nightly.toml:2: bench.agree_threshold: NaN: not a number; use a share in [0, 1]"},
 		{"[bench]\nagree_threshold = inf\n", "bench.agree_threshold: +Inf: not a finite number; use a share in [0, 1]"},

@@ -149,14 +149,15 @@ func (l *Levels) UnmarshalTOML(v any) error {
 }
 
 // CheckLevels checks concurrency levels: at least one, each within
-// bounds.Bench["concurrency"], none twice. The error names neither file
-// nor key; the caller adds them.
+// bounds.Bench["concurrency"], none twice, in increasing order (the
+// order they run in, and the order of every report). The error names
+// neither file nor key; the caller adds them.
 func CheckLevels(l []int) error {
 	if len(l) == 0 {
 		return fmt.Errorf("no level: give at least one, e.g. [1, 4, 16]")
 	}
 	seen := map[int]bool{}
-	for _, c := range l {
+	for i, c := range l {
 		if err := bounds.Check("concurrency", int64(c)); err != nil {
 			return err
 		}
@@ -164,6 +165,9 @@ func CheckLevels(l []int) error {
 			return fmt.Errorf("%d is listed twice", c)
 		}
 		seen[c] = true
+		if i > 0 && c < l[i-1] {
+			return fmt.Errorf("%d after %d: list the levels in increasing order, e.g. 1,4,16 (they run in that order)", c, l[i-1])
+		}
 	}
 	return nil
 }

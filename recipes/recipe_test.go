@@ -127,6 +127,7 @@ func TestValidationNamesFileLineAndKey(t *testing.T) {
 		{"huge concurrency", "name = \"r\"\n" + pin + "[bench]\nconcurrency = [1, 9223372036854775807]\n", "r.toml:5: bench.concurrency: 9223372036854775807: use 1 to 4096"},
 		{"huge jobs", "name = \"r\"\n" + pin + "[build]\njobs = 9223372036854775807\n", "r.toml:5: build.jobs: 9223372036854775807: use 0 to 4096 (0 is one per core)"},
 		{"level twice", "name = \"r\"\n" + pin + "[bench]\nconcurrency = [4, 4]\n", "bench.concurrency: 4 is listed twice"},
+		{"levels out of order", "name = \"r\"\n" + pin + "[bench]\nconcurrency = [4, 1]\n", "bench.concurrency: 1 after 4: list the levels in increasing order"},
 		{"no level", "name = \"r\"\n" + pin + "[bench]\nconcurrency = []\n", "bench.concurrency: no level"},
 		{"level not int", "name = \"r\"\n" + pin + "[bench]\nconcurrency = [\"4\"]\n", "is not an integer; write concurrency = 4 or concurrency = [1, 4, 16]"},
 		{"empty url", "name = \"r\"\n[upstream]\nurl = \"\"\ncommit = \"84118acf50b3a4c74e85e9ff9033792552de1a76\"\n", "upstream.url: is empty"},

@@ -61,7 +61,7 @@ Examples:
 						if c.IsSet(name) {
 							return nil, usagef("--%s and --%s are exclusive; pass one", name, file)
 						}
-						return recipes.File(p)
+						return recipeFile(p)
 					}
 					r, err := recipes.Embedded(c.String(name))
 					if err != nil {

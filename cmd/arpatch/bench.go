@@ -98,7 +98,8 @@ when the patched allreduce is slower than NCCL, is WRONG or hangs (--force
 runs anyway).
 
 Exit codes: 0 ok, 1 an arm is INVALID or significantly slower at a level,
-the baseline is INVALID, or the preflight failed, 2 usage, 4 a server
+the baseline is INVALID, or the preflight failed, 2 usage (a flag, recipe
+or tune file out of range or malformed), 4 a server
 failed to start, died or answered nothing, a server of a killed run still
 runs, or the run was interrupted.
 
@@ -119,7 +120,7 @@ Examples (each runs in seconds against arpatch's built-in fake server):
 			&cli.StringFlag{Name: "prompts", Usage: "prompt `FILE`: JSONL ({\"prompt\": ...}) or ShareGPT JSON (default: 32 built-in prompts)"},
 			&cli.IntFlag{Name: "num-prompts", Usage: "prompts `N` per trial (cycling the set)", DefaultText: "the recipe's [bench] value"},
 			&cli.IntFlag{Name: "max-new-tokens", Usage: "tokens `N` per request", DefaultText: "the recipe's [bench] value"},
-			&cli.StringFlag{Name: "concurrency", Usage: "requests in flight, one level or several: `N[,N...]` (1: single-stream tok/s; 1,4,16: a sweep on one server start per arm and trial)", DefaultText: "the recipe's [bench] value"},
+			&cli.StringFlag{Name: "concurrency", Usage: "requests in flight, one level or several in increasing order: `N[,N...]` (1: single-stream tok/s; 1,4,16: a sweep on one server start per arm and trial)", DefaultText: "the recipe's [bench] value"},
 			&cli.BoolFlag{Name: "ignore-eos", Usage: "generate max-new-tokens even past EOS"},
 			&cli.IntFlag{Name: "warmup", Usage: "untimed requests `N` after each server start (or attach), before the first timed level", Value: 2, DefaultText: "the recipe's [bench] value, 2"},
 			&cli.IntFlag{Name: "trials", Usage: "trials `N` per arm", DefaultText: "the recipe's [bench] value"},

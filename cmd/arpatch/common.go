@@ -54,11 +54,22 @@ func loadRecipe(c *cli.Context) (*recipes.Recipe, error) {
 		if c.IsSet("recipe") {
 			return nil, usagef("--recipe and --recipe-file are exclusive; pass one")
 		}
-		return recipes.File(expandHome(p))
+		return recipeFile(expandHome(p))
 	}
 	r, err := recipes.Embedded(c.String("recipe"))
 	if err != nil {
 		return nil, usageError{err} // a --recipe that names no recipe
+	}
+	return r, nil
+}
+
+// recipeFile reads a recipe file: one that is missing, malformed or out
+// of range is the invocation's mistake (exit 2), as a bad flag is; exit 1
+// means an INVALID or slower arm, a failed check.
+func recipeFile(p string) (*recipes.Recipe, error) {
+	r, err := recipes.File(p)
+	if err != nil {
+		return nil, usageError{err}
 	}
 	return r, nil
 }

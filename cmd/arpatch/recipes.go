@@ -40,7 +40,7 @@ func recipesCommand() *cli.Command {
 				var err error
 				switch {
 				case c.String("recipe-file") != "" && c.Args().Len() == 0:
-					r, err = recipes.File(c.String("recipe-file"))
+					r, err = recipeFile(expandHome(c.String("recipe-file")))
 				case c.String("recipe-file") == "" && c.Args().Len() == 1:
 					r, err = recipes.Embedded(c.Args().First())
 				default:

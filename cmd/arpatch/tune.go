@@ -237,7 +237,7 @@ func tunedRecipe(c *cli.Context, r *recipes.Recipe) (out *recipes.Recipe, tuned 
 func loadTune(ctx context.Context, path string, ws int, force bool, sizes []int, w io.Writer, inputs ...string) (*tune.File, error) {
 	f, err := tune.Load(path)
 	if err != nil {
-		return nil, err
+		return nil, usageError{err} // a file the invocation names, malformed: exit 2
 	}
 	warnings, err := f.Check(path, discoverHost(ctx), ws, force)
 	var he *tune.HostError
