@@ -323,9 +323,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	running := map[int]*server.Proc{}
+	// stop ends a server, and says so when something still answers on its
+	// port: a process that left its group outlives the kill.
+	stop := func(p *server.Proc, ar *ArmResult) {
+		p.Stop()
+		if p.Escaped(escapeWait) {
+			ar.Warnings = append(ar.Warnings, p.EscapedWarning())
+		}
+	}
 	defer func() {
-		for _, p := range running {
-			p.Stop()
+		for i, p := range running {
+			stop(p, res.Arms[i])
 		}
 	}()
 	// One client per server start (or attached server), warmed up once:
@@ -402,13 +410,17 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		// when this arm is done.
 		last := k == len(order)-1 || order[k+1].arm != s.arm
 		if p := running[s.arm]; p != nil && (o.Interleave || last) {
-			p.Stop()
+			stop(p, ar)
 			delete(running, s.arm)
 		}
 	}
 	analyze(res, o)
 	return res, nil
 }
+
+// escapeWait is how long a stopped server's port may keep answering
+// before it counts as a process that escaped its group.
+var escapeWait = 2 * time.Second
 
 const noServerInfo = "neither /server_info nor /get_server_info answered: the stream is read as whole texts (a server streaming deltas fails its requests)"
 

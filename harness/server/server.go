@@ -179,6 +179,35 @@ func (p *Proc) Stop() error {
 	return nil
 }
 
+// Escaped reports whether something still accepts connections on the
+// server's port after Stop, for up to wait: a process that left the
+// process group (setsid, a daemonizing launcher, a container runtime)
+// outlives the SIGKILL to the group, keeps its GPUs, and nothing else
+// would notice. arpatch cannot track such a process (no cgroup; a child
+// subreaper would change the whole arpatch process), so it says so.
+func (p *Proc) Escaped(wait time.Duration) bool {
+	addr := net.JoinHostPort(p.Spec.Host, fmt.Sprint(p.Spec.Port))
+	deadline := time.Now().Add(wait)
+	for {
+		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
+		if err != nil {
+			return false
+		}
+		c.Close()
+		if time.Now().After(deadline) {
+			return true
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+}
+
+// EscapedWarning is the warning for a server whose port still answers
+// after its process group was killed.
+func (p *Proc) EscapedWarning() string {
+	return fmt.Sprintf("the server for arm %s still answers on %s:%d after arpatch killed its process group (%d): it left the group (setsid, a daemonizing launcher), so it still runs and may hold the GPUs; stop it yourself (e.g. fuser -k %d/tcp), and launch servers that stay in the group (exec, no setsid)",
+		p.Spec.Name, p.Spec.Host, p.Spec.Port, p.cmd.Process.Pid, p.Spec.Port)
+}
+
 // PGIDSuffix names the file beside a server's log that holds its process
 // group while it runs.
 const PGIDSuffix = ".pgid"
