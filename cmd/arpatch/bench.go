@@ -524,8 +524,9 @@ func runBench(c *cli.Context) error {
 	o.Progress = benchProgress(c)
 	o.Self = selfPath()
 	res, err := bench.Run(c.Context, o)
-	if c.Context.Err() != nil {
-		err = fmt.Errorf("interrupted: the servers were stopped; no result (the --json file, if any, says so)")
+	interrupted := c.Context.Err() != nil
+	if interrupted {
+		err = fmt.Errorf("interrupted: the servers were stopped; no result")
 	}
 	if err == nil && res != nil && len(res.Arms) > 0 && res.Arms[0].Levels != nil {
 		report.WriteTable(c.App.Writer, res, settings)
@@ -541,7 +542,12 @@ func runBench(c *cli.Context) error {
 	}
 	if err != nil {
 		var ie *bench.InfraError
-		if errors.As(err, &ie) || c.Context.Err() != nil {
+		if interrupted && pathFlag(c, "json") != "" {
+			// Said on the terminal only: the JSON's error field is the
+			// file itself.
+			err = fmt.Errorf("%v (%s says so)", err, pathFlag(c, "json"))
+		}
+		if errors.As(err, &ie) || interrupted {
 			return cli.Exit(err.Error(), exitInfra)
 		}
 		return err
@@ -572,7 +578,7 @@ func writeReports(c *cli.Context, doc *report.Document, res *bench.Result, s rep
 			continue
 		}
 		if f.write == nil { // the plot: gonum writes the file itself
-			if err := report.PlotConcurrency(p, "arpatch bench: tok/s against concurrency (median across trials, CI)", "tok/s", report.Curves(res, "tok_s")); err != nil {
+			if err := report.PlotConcurrency(p, "arpatch bench: tok/s against concurrency", "tok/s", report.Curves(res, "tok_s")); err != nil {
 				return fmt.Errorf("--plot: %w", err)
 			}
 			continue

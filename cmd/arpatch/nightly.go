@@ -237,7 +237,7 @@ bench results), the metric against the concurrency levels it swept.`,
 						if err != nil {
 							return err
 						}
-						title := fmt.Sprintf("arpatch run %d: %s against concurrency (median across trials, CI)", run, c.String("metric"))
+						title := fmt.Sprintf("arpatch run %d: %s against concurrency", run, c.String("metric"))
 						if err := report.PlotConcurrency(pathFlag(c, "out"), title, c.String("metric"), curves); err != nil {
 							return err
 						}

@@ -49,9 +49,13 @@ var Palette = []color.RGBA{{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 4
 // log x axis, to out: .svg or .png (or another extension gonum/plot
 // writes; history.PlotFormat checks one before a run). It returns an
 // error for an unsupported extension or no points.
+//
+// The title gets "(median across trials, CI)" when some point has an
+// interval, and "(median across trials; too few trials for an
+// interval)" when none has: 2 or 3 trials give none.
 func PlotConcurrency(out, title, ylabel string, curves []Curve) error {
 	p := plot.New()
-	p.Title.Text = title
+	p.Title.Text = title + " " + intervalNote(curves)
 	p.X.Label.Text = "concurrency (requests in flight)"
 	p.Y.Label.Text = ylabel
 	p.X.Scale = plot.LogScale{}
@@ -114,4 +118,16 @@ func PlotConcurrency(out, title, ylabel string, curves []Curve) error {
 		p.Y.Max *= 1.15
 	}
 	return p.Save(7*vg.Inch, 4*vg.Inch, out)
+}
+
+// intervalNote says what the points and bars of curves are.
+func intervalNote(curves []Curve) string {
+	for _, c := range curves {
+		for _, q := range c.Points {
+			if !math.IsInf(q.Lo, 0) && !math.IsInf(q.Hi, 0) && q.Hi > q.Lo {
+				return "(median across trials, CI)"
+			}
+		}
+	}
+	return "(median across trials; too few trials for an interval)"
 }

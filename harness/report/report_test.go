@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"net/http/httptest"
+	"os"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -13,6 +15,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/sglangtest"
+	"github.com/arpatch/arpatch/harness/stats"
 )
 
 func run(t *testing.T) (*bench.Result, Settings) {
@@ -126,5 +129,28 @@ func TestJSONDocument(t *testing.T) {
 	smp := doc.Result.Arms[1].Trials[2].Samples[1]
 	if smp.CompletionTokens != 20 || smp.SpecVerifyCt == 0 || smp.TTFT <= 0 || smp.Text == "" || !doc.Result.Arms[2].Invalid {
 		t.Errorf("sample %+v", smp)
+	}
+}
+
+// The plot's title says CI only when some point has an interval: 2 or 3
+// trials give none.
+func TestPlotTitleInterval(t *testing.T) {
+	dir := t.TempDir()
+	for _, tc := range []struct {
+		trials []float64
+		want   string
+	}{
+		{[]float64{100, 101}, "(median across trials; too few trials for an interval)"},
+		{[]float64{100, 101, 99, 102, 98, 100}, "(median across trials, CI)"},
+	} {
+		s := stats.Summarize(tc.trials)
+		out := filepath.Join(dir, "p.svg")
+		if err := PlotConcurrency(out, "title", "tok/s", []Curve{{Arm: "a", Points: []LevelPoint{{Concurrency: 1, Center: s.Center, Lo: s.Lo, Hi: s.Hi}, {Concurrency: 4, Center: s.Center, Lo: s.Lo, Hi: s.Hi}}}}); err != nil {
+			t.Fatal(err)
+		}
+		b, _ := os.ReadFile(out)
+		if !strings.Contains(string(b), tc.want) {
+			t.Errorf("%d trials: title lacks %q", len(tc.trials), tc.want)
+		}
 	}
 }
