@@ -26,6 +26,19 @@ type Output struct {
 	File   string `json:"file"` // name inside the cache entry
 	SHA256 string `json:"sha256"`
 	Bytes  int64  `json:"bytes"`
+	// Sections are, for an ELF object (Manifest.Objects), its sections'
+	// sizes and sha256 (names numbered as ElfSections numbers them), so
+	// that a rebuild can name the sections that differ although the
+	// objects themselves are not kept; empty for anything else.
+	Sections []Section `json:"sections,omitempty"`
+}
+
+// Section is one ELF section of a recorded object: its name, its size in
+// bytes and the sha256 of its contents (empty for SHT_NOBITS).
+type Section struct {
+	Name   string `json:"name"`
+	Size   uint64 `json:"size"`
+	SHA256 string `json:"sha256,omitempty"`
 }
 
 // Manifest is a cache entry's manifest.json: every input, the key, the

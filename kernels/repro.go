@@ -359,9 +359,11 @@ func copyFileMode(src, dst string, mode fs.FileMode) error {
 }
 
 // objectSums lists the object files (*.o, *.obj) under dir with their
-// sha256, by path relative to dir: what the manifest records of a build's
-// intermediate files, so that --verify-reproducible and ab build can
-// name the translation units whose objects differ.
+// sha256 and, for ELF objects, each section's size and sha256, by path
+// relative to dir: what the manifest records of a build's intermediate
+// files (the objects are not kept), so that --verify-reproducible and ab
+// build can name the translation units whose objects differ and the
+// sections where.
 func objectSums(dir string) ([]Output, error) {
 	var out []Output
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -374,12 +376,14 @@ func objectSums(dir string) ([]Output, error) {
 		if !d.Type().IsRegular() || (!strings.HasSuffix(p, ".o") && !strings.HasSuffix(p, ".obj")) {
 			return nil
 		}
-		sum, n, err := fileSHA256(p)
+		data, err := os.ReadFile(p)
 		if err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, p)
-		out = append(out, Output{File: filepath.ToSlash(rel), SHA256: sum, Bytes: n})
+		o := Output{File: filepath.ToSlash(rel), SHA256: sha256Hex(data), Bytes: int64(len(data))}
+		o.Sections, _ = ElfSectionSums(data) // nil for an object that is not ELF
+		out = append(out, o)
 		return nil
 	})
 	return out, err

@@ -375,3 +375,54 @@ func TestBuildPathInUse(t *testing.T) {
 		t.Fatal(err)
 	}
 }
+
+// TestObjectDifferenceNamesSections: the objects are not kept, but the
+// manifest records each ELF object's section sums, so a rebuild names the
+// sections where an object differs, as it does for a kept shared object;
+// an object that is not ELF says that only its sha256 was kept.
+func TestObjectDifferenceNamesSections(t *testing.T) {
+	self, err := os.ReadFile(os.Args[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	f, err := elf.NewFile(bytes.NewReader(self))
+	if err != nil {
+		t.Skipf("the test binary is not ELF: %v", err)
+	}
+	sec := f.Section(".rodata")
+	if sec == nil {
+		t.Skip("no .rodata")
+	}
+	changed := append([]byte(nil), self...)
+	changed[sec.Offset+sec.Size/2] ^= 0xff
+	a, b := t.TempDir(), t.TempDir()
+	for dir, obj := range map[string][]byte{a: self, b: changed} {
+		os.MkdirAll(filepath.Join(dir, "CMakeFiles/x.dir/csrc"), 0o755)
+		os.WriteFile(filepath.Join(dir, "CMakeFiles/x.dir/csrc/x.cu.o"), obj, 0o644)
+		os.WriteFile(filepath.Join(dir, "CMakeFiles/x.dir/csrc/y.cc.o"), []byte("not elf "+dir), 0o644)
+	}
+	sa, err := objectSums(a)
+	if err != nil {
+		t.Fatal(err)
+	}
+	sb, err := objectSums(b)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(sa) != 2 || len(sa[0].Sections) == 0 || len(sa[1].Sections) != 0 {
+		t.Fatalf("object sums: %+v", sa)
+	}
+	d := diffSums(sa, sb)
+	if len(d) != 2 || d[0].File != "CMakeFiles/x.dir/csrc/x.cu.o" || d[0].Detail != "ELF sections that differ: .rodata" {
+		t.Errorf("ELF object: %+v", d)
+	}
+	if len(d) == 2 && !strings.HasPrefix(d[1].Detail, "not ELF (") {
+		t.Errorf("object that is not ELF: %+v", d[1])
+	}
+	// A manifest from before section sums: said, not guessed.
+	old := append([]Output(nil), sa...)
+	old[0].Sections = nil
+	if d := diffSums(old, sb); !strings.Contains(d[0].Detail, "older arpatch") {
+		t.Errorf("old manifest: %+v", d[0])
+	}
+}

@@ -135,25 +135,41 @@ func compareBuilds(a, b *Manifest, dirA, dirB string) (same []string, diffs []Di
 
 // diffSums lists the files of two sha256 lists that differ or are on one
 // side only, sorted by name.
+// For an object recorded with its ELF sections on both sides, the detail
+// names the sections that differ, as CompareFiles does for a kept file.
 func diffSums(a, b []Output) []Difference {
-	am, bm := map[string]string{}, map[string]string{}
+	am, bm := map[string]Output{}, map[string]Output{}
 	names := map[string]bool{}
 	for _, o := range a {
-		am[o.File], names[o.File] = o.SHA256, true
+		am[o.File], names[o.File] = o, true
 	}
 	for _, o := range b {
-		bm[o.File], names[o.File] = o.SHA256, true
+		bm[o.File], names[o.File] = o, true
 	}
 	var out []Difference
 	for _, n := range sortedKeys(names) {
+		x, y := am[n], bm[n]
 		switch {
-		case am[n] == bm[n]:
-		case am[n] == "":
-			out = append(out, Difference{File: n, B: bm[n], Detail: "only in the second build"})
-		case bm[n] == "":
-			out = append(out, Difference{File: n, A: am[n], Detail: "only in the first build"})
+		case x.SHA256 == y.SHA256:
+		case x.SHA256 == "":
+			out = append(out, Difference{File: n, B: y.SHA256, Detail: "only in the second build"})
+		case y.SHA256 == "":
+			out = append(out, Difference{File: n, A: x.SHA256, Detail: "only in the first build"})
 		default:
-			out = append(out, Difference{File: n, A: am[n], B: bm[n], Detail: "sha256 differs"})
+			d := Difference{File: n, A: x.SHA256, B: y.SHA256}
+			switch {
+			case len(x.Sections) > 0 && len(y.Sections) > 0:
+				if secs := diffSections(x.Sections, y.Sections); len(secs) > 0 {
+					d.Detail = "ELF sections that differ: " + strings.Join(secs, ", ")
+				} else {
+					d.Detail = "ELF: every section's bytes match; the headers or layout differ"
+				}
+			case len(x.Sections) > 0 || len(y.Sections) > 0:
+				d.Detail = "one manifest records its ELF sections and the other does not (made by an older arpatch); rebuild that entry to see which sections differ"
+			default:
+				d.Detail = fmt.Sprintf("not ELF (%d vs %d bytes); the objects are not kept, only their sha256", x.Bytes, y.Bytes)
+			}
+			out = append(out, d)
 		}
 	}
 	return out
@@ -289,61 +305,73 @@ func compareZips(name string, za, zb *zip.Reader, whole Difference) []Difference
 // section name that repeats (COMDAT groups in objects) is numbered
 // "NAME#2", ... It returns an error when either is not ELF (debug/elf).
 func ElfSections(a, b []byte) ([]string, error) {
-	fa, err := elf.NewFile(bytes.NewReader(a))
+	sa, err := ElfSectionSums(a)
 	if err != nil {
 		return nil, err
 	}
-	fb, err := elf.NewFile(bytes.NewReader(b))
+	sb, err := ElfSectionSums(b)
 	if err != nil {
 		return nil, err
 	}
-	type sec struct {
-		size uint64
-		data []byte
+	return diffSections(sa, sb), nil
+}
+
+// ElfSectionSums lists an ELF file's sections in file order with their
+// sizes and the sha256 of their contents; a name that repeats is numbered
+// "NAME#2", ... It returns debug/elf's error for a file that is not ELF.
+func ElfSectionSums(data []byte) ([]Section, error) {
+	f, err := elf.NewFile(bytes.NewReader(data))
+	if err != nil {
+		return nil, err
 	}
-	load := func(f *elf.File) ([]string, map[string]sec) {
-		var order []string
-		m := map[string]sec{}
-		seen := map[string]int{}
-		for _, s := range f.Sections {
-			if s.Type == elf.SHT_NULL {
-				continue
-			}
-			name := s.Name
-			if seen[name]++; seen[name] > 1 {
-				name = fmt.Sprintf("%s#%d", name, seen[name])
-			}
-			var data []byte
-			if s.Type != elf.SHT_NOBITS {
-				data, _ = s.Data()
-			}
-			order = append(order, name)
-			m[name] = sec{s.Size, data}
-		}
-		return order, m
-	}
-	oa, ma := load(fa)
-	ob, mb := load(fb)
-	var out []string
-	for _, n := range oa {
-		x, y := ma[n], mb[n]
-		if _, ok := mb[n]; !ok {
-			out = append(out, n+" (only in the first)")
+	var out []Section
+	seen := map[string]int{}
+	for _, s := range f.Sections {
+		if s.Type == elf.SHT_NULL {
 			continue
 		}
-		switch {
-		case x.size != y.size:
-			out = append(out, fmt.Sprintf("%s (%d vs %d bytes)", n, x.size, y.size))
-		case !bytes.Equal(x.data, y.data):
-			out = append(out, n)
+		name := s.Name
+		if seen[name]++; seen[name] > 1 {
+			name = fmt.Sprintf("%s#%d", name, seen[name])
 		}
-	}
-	for _, n := range ob {
-		if _, ok := ma[n]; !ok {
-			out = append(out, n+" (only in the second)")
+		sec := Section{Name: name, Size: s.Size}
+		if s.Type != elf.SHT_NOBITS {
+			b, _ := s.Data()
+			sec.SHA256 = sha256Hex(b)
 		}
+		out = append(out, sec)
 	}
 	return out, nil
+}
+
+// diffSections names the sections whose contents or sizes differ, as
+// "NAME (SIZE_A vs SIZE_B bytes)" or "NAME" when the sizes match, in the
+// first list's order then the second's extras.
+func diffSections(a, b []Section) []string {
+	mb := map[string]Section{}
+	for _, s := range b {
+		mb[s.Name] = s
+	}
+	ma := map[string]bool{}
+	var out []string
+	for _, x := range a {
+		ma[x.Name] = true
+		y, ok := mb[x.Name]
+		switch {
+		case !ok:
+			out = append(out, x.Name+" (only in the first)")
+		case x.Size != y.Size:
+			out = append(out, fmt.Sprintf("%s (%d vs %d bytes)", x.Name, x.Size, y.Size))
+		case x.SHA256 != y.SHA256:
+			out = append(out, x.Name)
+		}
+	}
+	for _, y := range b {
+		if !ma[y.Name] {
+			out = append(out, y.Name+" (only in the second)")
+		}
+	}
+	return out
 }
 
 func isText(b []byte) bool {

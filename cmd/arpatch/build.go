@@ -67,9 +67,12 @@ TZ=UTC, LC_ALL=C, and the compilers run in a fixed build path
 (/tmp/arpatch-build/<id>, or under $ARPATCH_BUILD_ROOT) with prefix maps,
 -frandom-seed and nvcc's --objdir-as-tempdir added by the launcher; the
 wheel is normalised (sorted entries, fixed times and modes, RECORD
-rewritten). --verify-reproducible rebuilds a cached entry from scratch and
+rewritten). --verify-reproducible rebuilds a cached entry from scratch, in
+the same fixed build path (emptied, the project copied in again; the path
+is part of what must match) with its outputs in a new temp directory, and
 compares every output and object; it names what differs (files in the
-wheel, ELF sections, a text diff) and exits 1.
+wheel, ELF sections of a shared object or an object, a text diff) and
+exits 1.
 
 The full build downloads its dependencies at configure time unless
 --deps-dir provides them (a clone at the pin, an unpacked archive, or the
@@ -89,7 +92,7 @@ Examples:
 			&cli.StringFlag{Name: "out", Usage: "also place the built wheel (or .so) in `DIR`"},
 			&cli.BoolFlag{Name: "check", Usage: "compile only the patched allreduce translation unit, once per arch"},
 			&cli.BoolFlag{Name: "allreduce-ext", Usage: "build the allreduce torch extension instead of the wheel"},
-			&cli.BoolFlag{Name: "verify-reproducible", Usage: "rebuild the cached entry from scratch elsewhere and compare every output's and object's sha256 with it; exit 1 on any difference"},
+			&cli.BoolFlag{Name: "verify-reproducible", Usage: "rebuild the cached entry from scratch (outputs into a new temp directory; the same fixed build path, emptied and copied in again) and compare every output's and object's sha256 with it, naming the files, ELF sections or lines that differ; exit 1 on any difference"},
 			&cli.BoolFlag{Name: "list", Usage: "list the cache entries"},
 			&cli.BoolFlag{Name: "gc", Usage: "remove cache entries beyond the newest --keep, damaged ones and stale temp dirs"},
 			&cli.IntFlag{Name: "keep", Usage: "entries --gc keeps", Value: 10},
