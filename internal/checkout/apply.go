@@ -348,9 +348,18 @@ func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer
 		return info, err
 	}
 	if !hex40.MatchString(want) {
-		if want, err = repo.Resolve(want); err != nil {
+		full, err := repo.Resolve(want)
+		if errors.Is(err, gitsrc.ErrAbbreviated) && gitsrc.LocalGitDir(source) != "" {
+			// The clone is temporary: name the repository the user gave.
+			return info, gitsrc.AbbreviatedError(source, want)
+		}
+		if errors.Is(err, gitsrc.ErrAbbreviated) {
+			return info, fmt.Errorf("%q looks like an abbreviated commit hash; pass the full 40-hex hash of that commit in %s: a prefix can match several objects: %w", want, source, gitsrc.ErrAbbreviated)
+		}
+		if err != nil {
 			return info, err
 		}
+		want = full
 	}
 	if err := repo.Checkout(want); err != nil {
 		return info, err

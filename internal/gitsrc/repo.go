@@ -154,7 +154,7 @@ func (r *Repo) Resolve(rev string) (string, error) {
 		}
 	}
 	if shortHex.MatchString(rev) {
-		return "", fmt.Errorf("%q looks like an abbreviated commit hash; pass the full 40-hex hash (`git -C %s rev-parse %s` prints it): a prefix can match several objects: %w", rev, shellQuote(r.Dir), rev, ErrAbbreviated)
+		return "", AbbreviatedError(r.Dir, rev)
 	}
 	if rev == "" {
 		return "", fmt.Errorf("empty revision")
@@ -357,6 +357,15 @@ func (c *CommitTree) Paths() ([]string, error) {
 	}
 	sort.Strings(out)
 	return out, nil
+}
+
+// AbbreviatedError is the one refusal of an abbreviated hash rev, with
+// the command that prints the full hash as it runs from the current
+// directory: `git -C DIR rev-parse REV`, DIR the repository as the user
+// named it (quoted for the shell). apply, patches check, port and the
+// nightly all print it through Resolve (apply's clone names its source).
+func AbbreviatedError(dir, rev string) error {
+	return fmt.Errorf("%q looks like an abbreviated commit hash; pass the full 40-hex hash (`git -C %s rev-parse %s` prints it): a prefix can match several objects: %w", rev, shellQuote(dir), shellQuote(rev), ErrAbbreviated)
 }
 
 // shellQuote quotes s for a POSIX shell where it needs it.
