@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
@@ -52,6 +53,9 @@ type Options struct {
 	// Now gives the run's start time; nil is time.Now (the demo sets
 	// past nights).
 	Now func() time.Time
+	// HTTP, when set, is the bench's HTTP client (bench.Options.HTTP:
+	// tests serve the arms on an in-memory network).
+	HTTP *http.Client
 }
 
 // DriftRow is one series at one commit.
@@ -869,7 +873,9 @@ func BenchOptions(cfg *Config, o Options, a, b *recipes.Recipe) (bench.Options, 
 		Trials: &trials, Warmup: &warmup, Concurrency: c.Concurrency, Prompts: workload.Builtin(), Interleave: true,
 		Env: o.Env, LogDir: cfg.Path(c.LogDir), ReadyTimeout: cfg.ReadyTimeout(), AgreeThreshold: c.AgreeThreshold,
 	}
-	return bench.FromRecipe(b.Bench, ov)
+	bo, err := bench.FromRecipe(b.Bench, ov)
+	bo.HTTP = o.HTTP
+	return bo, err
 }
 
 func runBench(ctx context.Context, cfg *Config, o Options, a, b *recipes.Recipe, tf *tune.File, rep *Report) (*bench.Result, report.Settings, error) {

@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"maps"
+	"net/http"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -88,6 +89,10 @@ type Options struct {
 
 	// Progress is told about each request; nil for none.
 	Progress func(p Progress)
+	// HTTP, when set, is the HTTP client for every server's requests (a
+	// test's in-memory network, sglangtest.Network); nil gives each server
+	// start a client of its own.
+	HTTP *http.Client
 }
 
 // Progress is where a run is: trial Trial of Trials, arm Arm at
@@ -360,6 +365,9 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		client := clients[s.arm]
 		if client == nil {
 			client = sglang.NewClient(url)
+			if o.HTTP != nil {
+				client.HTTP = o.HTTP
+			}
 			// Every server start says how it streams: whole texts, or
 			// deltas (--incremental-streaming-output).
 			info := client.ServerInfo(ctx)

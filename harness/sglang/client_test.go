@@ -2,10 +2,13 @@ package sglang_test
 
 import (
 	"context"
+	"fmt"
 	"math"
 	"net/http/httptest"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/arpatch/arpatch/harness/sglang"
@@ -145,33 +148,108 @@ data: [DONE]
 	}
 }
 
-// TestMeasuredRate checks, against the in-test server, that decode tok/s
-// is within 2% of the rate the server was told to produce, and that the
-// accept length is exactly the server's tokens / verify count.
+// TestMeasuredRate checks the real timing path: over loopback, on the
+// wall clock, decode tok/s is within 2% of the rate the server was told
+// to produce, TTFT is no less than the server's and not much more, and
+// the accept length is exactly the server's tokens / verify count. The
+// server keeps an absolute schedule (no sleep drift accumulates), and each
+// request decodes for 2 s, so that the 40 ms that 2% allows covers the
+// scheduling delay of its first and last chunk on a loaded machine; the
+// three run at once. (How far off the client's clock reads on this
+// machine, unloaded, is BenchmarkTimingSkew's figure, in the README;
+// TestMeasuredRateExact checks the arithmetic on a virtual clock.)
 func TestMeasuredRate(t *testing.T) {
 	for _, tc := range []struct {
 		rate  float64
 		chunk int
 	}{{200, 1}, {150, 3}, {90, 4}} {
-		srv := sglangtest.New(sglangtest.Config{TokPerSec: tc.rate, TTFT: 30 * time.Millisecond, TokensPerChunk: tc.chunk, AcceptLength: float64(tc.chunk) - 0.5})
-		ts := httptest.NewServer(srv)
-		c := sglang.NewClient(ts.URL)
-		s := c.Generate(context.Background(), 0, sglang.Request{Text: "hello world", MaxNewTokens: 61})
-		ts.Close()
-		if s.Err != "" {
-			t.Fatal(s.Err)
-		}
-		got := s.DecodeTokPerSec()
-		if math.Abs(got/tc.rate-1) > 0.02 {
-			t.Errorf("rate %v, %d tokens/chunk: measured %.2f tok/s, off by %.1f%%", tc.rate, tc.chunk, got, (got/tc.rate-1)*100)
-		}
-		if s.CompletionTokens != 61 || s.SpecVerifyCt != srv.VerifyCount(61) {
-			t.Errorf("tokens %d verify %d, want 61 and %d", s.CompletionTokens, s.SpecVerifyCt, srv.VerifyCount(61))
-		}
-		if s.TTFT < 0.03 || s.TTFT > 0.1 {
-			t.Errorf("TTFT %.3f s, want about 0.03", s.TTFT)
-		}
+		t.Run(fmt.Sprintf("%v tok/s, %d a chunk", tc.rate, tc.chunk), func(t *testing.T) {
+			t.Parallel()
+			tokens := 1 + int(2*tc.rate) // 2 s after the first token
+			srv := sglangtest.New(sglangtest.Config{TokPerSec: tc.rate, TTFT: 30 * time.Millisecond, TokensPerChunk: tc.chunk, AcceptLength: float64(tc.chunk) - 0.5})
+			ts := httptest.NewServer(srv)
+			defer ts.Close()
+			c := sglang.NewClient(ts.URL)
+			s := c.Generate(context.Background(), 0, sglang.Request{Text: "hello world", MaxNewTokens: tokens})
+			if s.Err != "" {
+				t.Fatal(s.Err)
+			}
+			got := s.DecodeTokPerSec()
+			if math.Abs(got/tc.rate-1) > 0.02 {
+				t.Errorf("measured %.2f tok/s, off by %.1f%% (TTFT %.3f s, E2E %.3f s)", got, (got/tc.rate-1)*100, s.TTFT, s.E2E)
+			}
+			if s.CompletionTokens != tokens || s.SpecVerifyCt != srv.VerifyCount(tokens) {
+				t.Errorf("tokens %d verify %d, want %d and %d", s.CompletionTokens, s.SpecVerifyCt, tokens, srv.VerifyCount(tokens))
+			}
+			if s.TTFT < 0.03 || s.TTFT > 0.1 {
+				t.Errorf("TTFT %.3f s, want about 0.03", s.TTFT)
+			}
+		})
 	}
+}
+
+// TestMeasuredRateExact streams from in-test servers on an in-memory
+// network in a synctest bubble, where the servers' pacing and the
+// client's time stamps share the bubble's fake clock: TTFT, E2E, every
+// inter-token latency and the decode rate come out exactly as the servers
+// were told, for one stream and for twelve at once through one client
+// sharing the clock, at three rates.
+func TestMeasuredRateExact(t *testing.T) {
+	synctest.Test(t, func(t *testing.T) {
+		n := sglangtest.NewNetwork()
+		defer n.Close()
+		type arm struct {
+			rate  float64
+			chunk int
+			url   string
+		}
+		arms := []*arm{{rate: 200, chunk: 1}, {rate: 150, chunk: 3}, {rate: 90, chunk: 4}}
+		for _, a := range arms {
+			a.url, _ = n.Serve(sglangtest.New(sglangtest.Config{TokPerSec: a.rate, TTFT: 30 * time.Millisecond, TokensPerChunk: a.chunk}))
+		}
+		check := func(a *arm, s sglang.Sample) {
+			t.Helper()
+			const tokens = 61
+			if s.Err != "" || s.CompletionTokens != tokens {
+				t.Fatalf("%v tok/s: %d tokens, err %q", a.rate, s.CompletionTokens, s.Err)
+			}
+			span := time.Duration(float64(tokens-1) / a.rate * float64(time.Second))
+			if s.TTFT != 0.03 || s.E2E != (30*time.Millisecond+span).Seconds() {
+				t.Errorf("%v tok/s: TTFT %v s, E2E %v s; want 0.03 and %v", a.rate, s.TTFT, s.E2E, (30*time.Millisecond + span).Seconds())
+			}
+			if got := s.DecodeTokPerSec(); math.Abs(got/a.rate-1) > 1e-6 {
+				t.Errorf("%v tok/s: measured %v", a.rate, got)
+			}
+			// Each chunk after the first is due chunk/rate after the one
+			// before (the last may be short), spread over its tokens.
+			for i, x := range s.ITL[:tokens-1-(tokens-1)%a.chunk] {
+				if math.Abs(x-1/a.rate) > 1e-6 {
+					t.Fatalf("%v tok/s: ITL[%d] = %v s, want %v", a.rate, i, x, 1/a.rate)
+				}
+			}
+		}
+		c := sglang.NewClient(arms[0].url)
+		c.HTTP = n.HTTP()
+		for _, a := range arms {
+			c.URL = a.url
+			check(a, c.Generate(context.Background(), 0, sglang.Request{Text: "hello world", MaxNewTokens: 61}))
+		}
+		// Twelve streams in flight, four per server, one client, one clock.
+		var wg sync.WaitGroup
+		samples := make([]sglang.Sample, 12)
+		for i := range samples {
+			a := arms[i%3]
+			cl := *c
+			cl.URL = a.url
+			wg.Go(func() {
+				samples[i] = cl.Generate(context.Background(), i, sglang.Request{Text: fmt.Sprintf("prompt %d", i), MaxNewTokens: 61})
+			})
+		}
+		wg.Wait()
+		for i, s := range samples {
+			check(arms[i%3], s)
+		}
+	})
 }
 
 func TestHTTPErrorAndHealth(t *testing.T) {

@@ -27,6 +27,14 @@ type Config struct {
 	Variant        string        // perturbs the generated text from the Nth token (see DivergeAt)
 	DivergeAt      int           // token index where Variant starts to show (0)
 	StartDelay     time.Duration // /health_generate answers 503 until this much after New
+	// Spread varies the decode rate from request to request, as a real
+	// server's varies: a request runs at TokPerSec x (1 + Spread x u), u
+	// in [-1, 1] fixed by the prompt and how many times this server has
+	// served it (0: every request at TokPerSec). On a Network in a
+	// synctest bubble, where timing is exact, it keeps samples from being
+	// all equal, which no statistical test can judge; the rates stay
+	// within the band by construction.
+	Spread float64
 	// Failures.
 	HTTP500Every  int  // every Nth /generate answers HTTP 500
 	DropAfter     int  // close the stream after this many chunks, without [DONE]
@@ -52,7 +60,8 @@ type Server struct {
 	started time.Time
 	reqs    atomic.Int64
 	mu      sync.Mutex
-	Served  int // completed /generate streams
+	Served  int            // completed /generate streams
+	seen    map[string]int // requests per prompt, for Spread
 }
 
 // New returns a server with cfg's defaults filled in.
@@ -72,7 +81,7 @@ func New(cfg Config) *Server {
 	if cfg.Now == nil {
 		cfg.Now = time.Now
 	}
-	return &Server{cfg: cfg, started: cfg.Now()}
+	return &Server{cfg: cfg, started: cfg.Now(), seen: map[string]int{}}
 }
 
 var words = strings.Fields(`the of and to in is that for on with as was by at it from this be are or an
@@ -155,6 +164,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		fmt.Fprintf(w, "data: %s\n\n", b)
 	}
 	sent := 0 // bytes of text already streamed, for deltas
+	rate := s.cfg.TokPerSec * (1 + s.cfg.Spread*s.jitter(prompt))
 	// The first chunk carries one token at TTFT; then a chunk of
 	// TokensPerChunk tokens every TokensPerChunk/TokPerSec seconds, on an
 	// absolute schedule so sleeps do not accumulate error.
@@ -166,7 +176,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		if tokens+step > max {
 			step = max - tokens
 		}
-		due := s.cfg.TTFT + time.Duration(float64(tokens+step-1)/s.cfg.TokPerSec*float64(time.Second))
+		due := s.cfg.TTFT + time.Duration(float64(tokens+step-1)/rate*float64(time.Second))
 		if d := due - s.cfg.Now().Sub(start); d > 0 {
 			select {
 			case <-time.After(d):
@@ -223,6 +233,22 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.Served++
 	s.mu.Unlock()
+}
+
+// jitter is u in [-1, 1] for Spread: a hash of the prompt and how many
+// times it was served before, so the same requests get the same rates
+// whatever order concurrent ones arrive in.
+func (s *Server) jitter(prompt string) float64 {
+	if s.cfg.Spread == 0 {
+		return 0
+	}
+	s.mu.Lock()
+	k := s.seen[prompt]
+	s.seen[prompt]++
+	s.mu.Unlock()
+	h := fnv.New64a()
+	fmt.Fprintf(h, "%s\x00%d", prompt, k)
+	return float64(h.Sum64()%2001)/1000 - 1
 }
 
 // VerifyCount is the spec_verify_ct the server reports for a request of
