@@ -12,6 +12,7 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
@@ -29,29 +30,44 @@ func serve(t *testing.T, cfg sglangtest.Config) (*sglangtest.Server, string) {
 	return s, ts.URL
 }
 
+// serveOn serves an in-test server on an in-memory network (a test in a
+// synctest bubble, where its timing is exact).
+func serveOn(n *sglangtest.Network, cfg sglangtest.Config) string {
+	u, _ := n.Serve(sglangtest.New(cfg))
+	return u
+}
+
 // TestRunVerdicts attaches to in-test servers: a baseline, an identical
-// arm and an arm that returns other text. (A slower arm and the measured
-// rates are TestAcceptance's, at rates a loaded machine cannot blur.)
-func TestRunVerdicts(t *testing.T) {
-	base := sglangtest.Config{TokPerSec: 1000, TTFT: 2 * time.Millisecond, TokensPerChunk: 3, AcceptLength: 2.5}
-	_, b := serve(t, base)
-	_, same := serve(t, base)
+// arm and an arm that returns other text, on the virtual clock of a
+// synctest bubble, where each arm's rates are exact. (A slower arm and
+// the measured rates on the wall clock are TestAcceptance's.)
+func TestRunVerdicts(t *testing.T) { synctest.Test(t, testRunVerdicts) }
+
+func testRunVerdicts(t *testing.T) {
+	n := sglangtest.NewNetwork()
+	defer n.Close()
+	base := sglangtest.Config{TokPerSec: 1000, TTFT: 2 * time.Millisecond, TokensPerChunk: 3, AcceptLength: 2.5, Spread: 0.01}
+	b := serveOn(n, base)
+	same := serveOn(n, base)
 	wrongCfg := base
 	wrongCfg.Variant, wrongCfg.DivergeAt = "broken allreduce", 5
-	_, wrong := serve(t, wrongCfg)
+	wrong := serveOn(n, wrongCfg)
 	res, err := Run(context.Background(), Options{
 		Arms:    []Arm{{Name: "baseline", URL: b}, {Name: "same", URL: same}, {Name: "wrong", URL: wrong}},
-		Prompts: workload.Take(workload.Builtin(), 4), MaxNewTokens: 40, Trials: 5, SpecAlgorithm: "EAGLE3",
+		Prompts: workload.Take(workload.Builtin(), 4), MaxNewTokens: 40, Trials: 5, SpecAlgorithm: "EAGLE3", HTTP: n.HTTP(),
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Arms at the baseline's rate: no change, or (on a loaded machine,
-	// where the wall clock wobbles) a significant change of under 3%.
+	// Arms at the baseline's rate (each request within 1% of it, the same
+	// request at the same rate on each): no change, and tok/s within 1%.
 	for _, name := range []string{"same", "wrong"} {
-		if d := res.Arm(name).Levels[0].Deltas["tok_s"]; d.Verdict != stats.NoChange && math.Abs(d.Pct) >= 3 {
+		if d := res.Arm(name).Levels[0].Deltas["tok_s"]; d.Verdict != stats.NoChange || math.Abs(d.Pct) > 1 {
 			t.Errorf("%s: %+v, want no change", name, d)
 		}
+	}
+	if got := res.Arm("baseline").Levels[0].Summaries["decode_tok_s"].Center; math.Abs(got/1000-1) > 0.01 {
+		t.Errorf("baseline decode %v tok/s, want 1000 +- 1%%", got)
 	}
 	if !res.Arm("wrong").Invalid || res.Arm("wrong").Verdict != Invalid || res.Arm("same").Invalid {
 		t.Errorf("verdicts: wrong %v same %v", res.Arm("wrong").Verdict, res.Arm("same").Verdict)
