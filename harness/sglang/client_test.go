@@ -150,17 +150,20 @@ data: [DONE]
 
 // TestMeasuredRate checks the real timing path: over loopback, on the
 // wall clock, decode tok/s is within 2% of the rate the server was told
-// to produce, TTFT is no less than the server's and not much more, and
-// the accept length is exactly the server's tokens / verify count. The
+// to produce, TTFT is no less than the server's (the client cannot see a
+// chunk before it is sent), and the accept length is exactly the server's
+// tokens / verify count. The
 // server keeps an absolute schedule (no sleep drift accumulates); a short
 // request first opens the connection and runs the code paths once, as a
 // bench's warm-up does, so the measured one's first chunk does not pay
-// for them; and each measured request decodes for 4 s, so that the 80 ms
-// that 2% allows covers the scheduling delay of its first and last chunk
-// on a loaded machine (60 ms seen at load average 24 on two cores). The
-// three run at once. (How far off the client's clock reads on this
-// machine, unloaded, is BenchmarkTimingSkew's figure, in the README;
-// TestMeasuredRateExact checks the arithmetic on a virtual clock.)
+// for them; and each measured request decodes for 6 s, so that the
+// 120 ms that 2% allows covers the scheduling delay of its first and last
+// chunk on a loaded machine (up to 120 ms seen at load average 24 on two
+// cores, where 4 s failed 2 runs of 5). The three run at once. How late
+// the first chunk may be read is the machine's speed, not the client's
+// logic: BenchmarkTimingSkew reports it (ttft-late-ms), and
+// TestMeasuredRateExact checks that TTFT is the first chunk's time,
+// exactly, on a virtual clock.
 func TestMeasuredRate(t *testing.T) {
 	for _, tc := range []struct {
 		rate  float64
@@ -168,7 +171,7 @@ func TestMeasuredRate(t *testing.T) {
 	}{{200, 1}, {150, 3}, {90, 4}} {
 		t.Run(fmt.Sprintf("%v tok/s, %d a chunk", tc.rate, tc.chunk), func(t *testing.T) {
 			t.Parallel()
-			tokens := 1 + int(4*tc.rate) // 4 s after the first token
+			tokens := 1 + int(6*tc.rate) // 6 s after the first token
 			srv := sglangtest.New(sglangtest.Config{TokPerSec: tc.rate, TTFT: 30 * time.Millisecond, TokensPerChunk: tc.chunk, AcceptLength: float64(tc.chunk) - 0.5})
 			ts := httptest.NewServer(srv)
 			defer ts.Close()
@@ -187,8 +190,8 @@ func TestMeasuredRate(t *testing.T) {
 			if s.CompletionTokens != tokens || s.SpecVerifyCt != srv.VerifyCount(tokens) {
 				t.Errorf("tokens %d verify %d, want %d and %d", s.CompletionTokens, s.SpecVerifyCt, tokens, srv.VerifyCount(tokens))
 			}
-			if s.TTFT < 0.03 || s.TTFT > 0.1 {
-				t.Errorf("TTFT %.3f s, want about 0.03", s.TTFT)
+			if s.TTFT < 0.03 {
+				t.Errorf("TTFT %.3f s, before the server's 0.03 s", s.TTFT)
 			}
 		})
 	}
@@ -301,21 +304,24 @@ func BenchmarkStreamParse(b *testing.B) {
 
 // BenchmarkTimingSkew streams from the in-test server at 2,000 chunks/s
 // (one token each) and reports how far the measured decode rate is from
-// the true one, in percent.
+// the true one, in percent, and how late after the server's 1 ms TTFT
+// the first chunk was read, in ms (worst of b.N).
 func BenchmarkTimingSkew(b *testing.B) {
 	srv := sglangtest.New(sglangtest.Config{TokPerSec: 2000, TTFT: time.Millisecond, TokensPerChunk: 1})
 	ts := httptest.NewServer(srv)
 	defer ts.Close()
 	c := sglang.NewClient(ts.URL)
-	var worst float64
+	var worst, late float64
 	for i := 0; i < b.N; i++ {
 		s := c.Generate(context.Background(), 0, sglang.Request{Text: "skew", MaxNewTokens: 1000})
 		if s.Err != "" {
 			b.Fatal(s.Err)
 		}
 		worst = math.Max(worst, math.Abs(s.DecodeTokPerSec()/2000-1)*100)
+		late = math.Max(late, (s.TTFT-0.001)*1000)
 	}
 	b.ReportMetric(worst, "skew-%")
+	b.ReportMetric(late, "ttft-late-ms")
 }
 
 func itoa(n int) string {
