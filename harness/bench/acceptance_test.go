@@ -169,12 +169,15 @@ func TestAcceptance(t *testing.T) {
 			base := &protoServer{rate: rate, ttft: ttft, chunk: chunk}
 			slow := &protoServer{rate: rate * 0.6, ttft: ttft, chunk: chunk}
 			// At 16 in flight a trial's wall time is one short burst, which a
-			// starved test process (go test ./... on two cores) can stretch:
-			// the sweep takes 6 trials so that one stretched trial cannot
-			// hide a 40% loss; at 1, 4 trials tell it.
+			// starved test process (go test ./... on two cores) can stretch
+			// past every trial of the slow arm. With 6 trials a side that one
+			// trial makes U = 6, p = 0.065 (seen at load average 20); the
+			// sweep takes 8, where it makes U = 8, p = 0.010, so that one
+			// stretched trial cannot hide a 40% loss. At 1 a trial is 16
+			// requests in a row, whose sum evens out a stall: 4 trials.
 			trials := 4
 			if len(levels) > 1 {
-				trials = 6
+				trials = 8
 			}
 			// As against a long-running server, the connections for 16 in
 			// flight are open before the timing starts: else the first
