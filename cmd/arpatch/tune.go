@@ -171,7 +171,8 @@ func runTuneAllreduce(c *cli.Context) error {
 		if err := safefs.WriteFile(out, res.File.Format(), 0o644); err != nil {
 			return err
 		}
-		fmt.Fprintf(c.App.Writer, "wrote %s: use it with `arpatch bench --tune %s`\n", out, out)
+		// Not a command to run as is: bench needs its server flags too.
+		fmt.Fprintf(c.App.Writer, "wrote %s: add --tune %s to arpatch bench (beside its server flags: --model and --draft-model, --launch-cmd or --url) or to arpatch apply (to print the runtime environment), or set nightly's [bench] tune\n", out, patches.ShellJoin([]string{out}))
 	}
 	if res.Failed() {
 		return cli.Exit("", exitFailure)
