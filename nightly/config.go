@@ -8,6 +8,8 @@
 package nightly
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"fmt"
 	"maps"
 	"os"
@@ -21,6 +23,7 @@ import (
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/bounds"
+	"github.com/arpatch/arpatch/internal/statedir"
 	"github.com/arpatch/arpatch/internal/tomlx"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -159,21 +162,12 @@ func (c *Config) defaults(set func(key string) bool) {
 	if c.Build.Python == "" {
 		c.Build.Python = "python3"
 	}
-	if c.Build.WorkDir == "" {
-		c.Build.WorkDir = "nightly-work"
-	}
 	// bench.trials and bench.warmup, when unset, come from recipe B's
 	// [bench], else 5 and 2 (see Trials and WarmupFor).
 	c.Bench.warmupSet = c.Bench.warmupSet || set("bench.warmup")
 	c.Bench.agreeSet = c.Bench.agreeSet || set("bench.agree_threshold")
 	if c.Bench.AgreeThreshold == 0 && !c.Bench.agreeSet {
 		c.Bench.AgreeThreshold = 0.9
-	}
-	if c.Bench.LogDir == "" {
-		c.Bench.LogDir = "nightly-work/logs"
-	}
-	if c.History.Path == "" {
-		c.History.Path = "arpatch-history.db"
 	}
 	if c.History.Window == 0 {
 		c.History.Window = 7
@@ -191,9 +185,66 @@ func (c *Config) defaults(set func(key string) bool) {
 		t := true
 		c.Regression.RequireBFaster = &t
 	}
-	if c.Outputs.Dir == "" {
-		c.Outputs.Dir = "nightly-out"
+}
+
+// stateDefaults puts the working files nightly.toml does not name under
+// the state directory (internal/statedir), so that nothing lands beside
+// the config or in the current directory unasked: build.work_dir is
+// STATE/nightly/KEY/work, bench.log_dir its logs/, outputs.dir
+// STATE/nightly/KEY/out, and history.path STATE/history.db, the one
+// `arpatch history` reads by default (runs are compared by hardware key,
+// workload and arm, so nightlies of several configs can share it). KEY
+// (ConfigKey) keeps two configs' checkouts and outputs apart. Paths the
+// config names stay relative to it.
+func (c *Config) stateDefaults(path string) error {
+	if c.Build.WorkDir != "" && c.Bench.LogDir != "" && c.History.Path != "" && c.Outputs.Dir != "" {
+		return nil
 	}
+	dir, err := statedir.Dir()
+	if err != nil {
+		return fmt.Errorf("%s: %w (or name build.work_dir, bench.log_dir, history.path and outputs.dir in it)", path, err)
+	}
+	abs, err := filepath.Abs(path)
+	if err != nil {
+		return err
+	}
+	base := filepath.Join(dir, "nightly", ConfigKey(abs))
+	if c.Build.WorkDir == "" {
+		c.Build.WorkDir = filepath.Join(base, "work")
+	}
+	if c.Bench.LogDir == "" {
+		c.Bench.LogDir = filepath.Join(c.Path(c.Build.WorkDir), "logs")
+	}
+	if c.History.Path == "" {
+		c.History.Path = DefaultHistoryPath(dir)
+	}
+	if c.Outputs.Dir == "" {
+		c.Outputs.Dir = filepath.Join(base, "out")
+	}
+	return nil
+}
+
+// DefaultHistoryPath is the history database a nightly writes and
+// `arpatch history` reads when neither is told: history.db in the state
+// directory dir.
+func DefaultHistoryPath(dir string) string { return filepath.Join(dir, "history.db") }
+
+// ConfigKey names a config's own directory under STATE/nightly: its
+// directory's name (for people) and the first 12 hex of the sha256 of
+// its absolute path (so two configs never share one).
+func ConfigKey(absPath string) string {
+	sum := sha256.Sum256([]byte(absPath))
+	name := strings.Map(func(r rune) rune {
+		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
+			return r
+		}
+		return '_'
+	}, filepath.Base(filepath.Dir(absPath)))
+	name = strings.TrimLeft(name, ".")
+	if name == "" {
+		name = "nightly"
+	}
+	return name + "-" + hex.EncodeToString(sum[:6])
 }
 
 // TrialsFor is bench.trials, else recipe B's (recipe), else 5.
@@ -346,6 +397,9 @@ func LoadConfig(path string) (*Config, error) {
 		}
 	}
 	c.defaults(set)
+	if err := c.stateDefaults(path); err != nil {
+		return nil, err
+	}
 	return &c, nil
 }
 

@@ -65,6 +65,7 @@ func newWorld(t *testing.T) *world {
 	t.Helper()
 	w := &world{t: t, dir: t.TempDir(), net: sglangtest.NewNetwork(), servers: map[string]server{}}
 	t.Cleanup(w.net.Close)
+	t.Setenv("ARPATCH_STATE", filepath.Join(w.dir, "state"))
 	w.up = filepath.Join(w.dir, "upstream")
 	if err := testrepo.WriteFiles(w.up, map[string]string{
 		"sgl-kernel/CMakeLists.txt":                      "project(sgl-kernel)\nset(F \"-gencode=arch=compute_120a,code=sm_120a\")\n",
@@ -341,7 +342,10 @@ func checkOutputs(t *testing.T, w *world, rep *Report) {
 		t.Fatal(err)
 	}
 	read := func(p string) []byte {
-		b, err := os.ReadFile(filepath.Join(w.dir, p))
+		if !filepath.IsAbs(p) {
+			p = filepath.Join(w.dir, p)
+		}
+		b, err := os.ReadFile(p)
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -405,14 +409,14 @@ func checkOutputs(t *testing.T, w *world, rep *Report) {
 	if ju.Tests != len(ju.Suites[0].Cases) || ju.Fails != fails || fails == 0 || classes["arpatch.drift"] == 0 || classes["arpatch.validity"] != 2 || classes["arpatch.regression"] < 3 {
 		t.Errorf("junit: tests %d fails %d classes %v", ju.Tests, ju.Fails, classes)
 	}
-	sum := string(read("nightly-out/summary.md"))
+	sum := string(read(filepath.Join(w.cfg.Outputs.Dir, "summary.md")))
 	for _, want := range []string{"## arpatch nightly: REGRESSION", "### Drift", "### Regression checks", "| patched | tok_s | history |"} {
 		if !strings.Contains(sum, want) {
 			t.Errorf("summary lacks %q", want)
 		}
 	}
 	var js Report
-	if err := json.Unmarshal(read("nightly-out/nightly.json"), &js); err != nil || js.Schema != ReportSchema || js.ExitCode != ExitRegression {
+	if err := json.Unmarshal(read(filepath.Join(w.cfg.Outputs.Dir, "nightly.json")), &js); err != nil || js.Schema != ReportSchema || js.ExitCode != ExitRegression {
 		t.Errorf("nightly.json: %v %+v", err, js.Schema)
 	}
 	if err := os.WriteFile(filepath.Join(w.dir, "x"), nil, 0o644); err != nil {
@@ -569,6 +573,28 @@ func TestConfigErrors(t *testing.T) {
 	if err != nil || c.Upstream.Ref != "main" || c.Arms.A != "baseline" || c.Arms.B != "pcie" || c.History.Window != 7 || c.Regression.Metrics["tok_s"] != 3 || !*c.Regression.RequireBFaster {
 		t.Errorf("defaults: %+v %v", c, err)
 	}
+	// Working files nightly.toml does not name go under the state
+	// directory, keyed by the config; what it names stays relative to it.
+	state := filepath.Join(t.TempDir(), "state")
+	t.Setenv("ARPATCH_STATE", state)
+	c, err = LoadConfig(filepath.Join(dir, "nightly.toml"))
+	key := ConfigKey(filepath.Join(dir, "nightly.toml"))
+	if err != nil || c.Build.WorkDir != filepath.Join(state, "nightly", key, "work") || c.Bench.LogDir != filepath.Join(state, "nightly", key, "work", "logs") ||
+		c.Outputs.Dir != filepath.Join(state, "nightly", key, "out") || c.History.Path != filepath.Join(state, "history.db") || c.Path(c.History.Path) != c.History.Path {
+		t.Errorf("state defaults: work %s logs %s out %s db %s (%v)", c.Build.WorkDir, c.Bench.LogDir, c.Outputs.Dir, c.History.Path, err)
+	}
+	other := filepath.Join(t.TempDir(), "nightly.toml")
+	os.WriteFile(other, []byte(""), 0o644)
+	if c2, _ := LoadConfig(other); c2 == nil || c2.Build.WorkDir == c.Build.WorkDir || c2.Outputs.Dir == c.Outputs.Dir || c2.History.Path != c.History.Path {
+		t.Errorf("two configs: %+v", c2)
+	}
+	os.WriteFile(filepath.Join(dir, "nightly.toml"), []byte("[build]\nwork_dir = \"w\"\n[history]\npath = \"h.db\"\n[outputs]\ndir = \"o\"\n"), 0o644)
+	if c2, err := LoadConfig(filepath.Join(dir, "nightly.toml")); err != nil || c2.Path(c2.Build.WorkDir) != filepath.Join(dir, "w") || c2.Path(c2.Bench.LogDir) != filepath.Join(dir, "w", "logs") ||
+		c2.Path(c2.History.Path) != filepath.Join(dir, "h.db") || c2.Path(c2.Outputs.Dir) != filepath.Join(dir, "o") {
+		t.Errorf("named paths: %+v %v", c2, err)
+	}
+	os.WriteFile(filepath.Join(dir, "nightly.toml"), []byte(""), 0o644)
+	c, _ = LoadConfig(filepath.Join(dir, "nightly.toml"))
 	if c.Bench.TrialsFor(0) != 5 || c.Bench.TrialsFor(3) != 3 || c.Bench.WarmupFor(0) != 0 || c.Bench.WarmupFor(2) != 2 || c.Bench.WarmupFor(4) != 4 || c.Bench.AgreeThreshold != 0.9 {
 		t.Errorf("bench defaults and recipe values: trials %d/%d warmup %d/%d", c.Bench.TrialsFor(0), c.Bench.TrialsFor(3), c.Bench.WarmupFor(0), c.Bench.WarmupFor(4))
 	}
@@ -644,7 +670,7 @@ func TestHeadModeFollowsUpstream(t *testing.T) {
 	}
 	// A file of the user's in the old checkout: kept, and the night fails
 	// naming it; moved away, the checkout is cloned afresh.
-	mine := filepath.Join(w.dir, "nightly-work", "b", "NOTES.txt")
+	mine := filepath.Join(w.cfg.Build.WorkDir, "b", "NOTES.txt")
 	os.WriteFile(mine, []byte("mine\n"), 0o644)
 	rep = w.runSkipBench(false)
 	if _, err := os.Stat(mine); rep.ExitCode != ExitInfra || err != nil || !strings.Contains(strings.Join(rep.Errors, " "), "files arpatch did not make") {
@@ -655,7 +681,7 @@ func TestHeadModeFollowsUpstream(t *testing.T) {
 	if rep.ExitCode != ExitOK || rep.BuildCommit != moved || len(rep.Builds) != 2 {
 		t.Fatalf("after upstream moved: exit %d build commit %s builds %+v errors %v", rep.ExitCode, rep.BuildCommit, rep.Builds, rep.Errors)
 	}
-	st, err := checkout.Status(filepath.Join(w.dir, "nightly-work", "b"), nil)
+	st, err := checkout.Status(filepath.Join(w.cfg.Build.WorkDir, "b"), nil)
 	if err != nil || st.State.Commit != moved {
 		t.Errorf("arm b checkout: %+v %v", st, err)
 	}

@@ -14,6 +14,7 @@ import (
 	"github.com/arpatch/arpatch/harness/report"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/lockfile"
+	"github.com/arpatch/arpatch/internal/statedir"
 	"github.com/arpatch/arpatch/nightly"
 )
 
@@ -111,9 +112,16 @@ Examples:
 }
 
 func historyCommand() *cli.Command {
-	db := &cli.StringFlag{Name: "db", Usage: "history database `FILE`", Value: "arpatch-history.db"}
+	db := &cli.StringFlag{Name: "db", Usage: "history database `FILE` (default: history.db in the state directory, where a nightly writes it unless its history.path says otherwise)"}
 	open := func(c *cli.Context) (*history.Store, error) {
 		p := pathFlag(c, "db")
+		if p == "" {
+			dir, err := statedir.Dir()
+			if err != nil {
+				return nil, usagef("%v", err)
+			}
+			p = nightly.DefaultHistoryPath(dir)
+		}
 		if _, err := os.Stat(p); err != nil {
 			return nil, fmt.Errorf("--db %s: %w", p, err)
 		}
