@@ -321,10 +321,8 @@ func (r *Recipe) validate(data []byte, md toml.MetaData) error {
 		return fail("build.tool", "%q: use \"auto\", \"uv\" or \"pip\"", r.Build.Tool)
 	}
 	b := r.Bench
-	switch b.SpeculativeAlgorithm {
-	case "", "EAGLE3", "EAGLE", "NEXTN", "STANDALONE", "NGRAM":
-	default:
-		return fail("bench.speculative_algorithm", "%q: use EAGLE3 for an EAGLE-3 draft model", b.SpeculativeAlgorithm)
+	if err := CheckSpecAlgorithm(b.SpeculativeAlgorithm); err != nil {
+		return fail("bench.speculative_algorithm", "%v", err)
 	}
 	for _, f := range []struct {
 		key string
@@ -482,3 +480,14 @@ func ValidName(s string) bool { return nameRe.MatchString(s) }
 // ValidEnvName reports whether s is an environment variable name arpatch
 // accepts: letters, digits and '_', not starting with a digit.
 func ValidEnvName(s string) bool { return envKeyRe.MatchString(s) }
+
+// CheckSpecAlgorithm refuses a speculative algorithm SGLang does not
+// know, for a recipe and the --speculative-algorithm flag alike: "" and
+// "none" (no speculation), EAGLE3, EAGLE, NEXTN, STANDALONE, NGRAM.
+func CheckSpecAlgorithm(a string) error {
+	switch a {
+	case "", "none", "EAGLE3", "EAGLE", "NEXTN", "STANDALONE", "NGRAM":
+		return nil
+	}
+	return fmt.Errorf("%q: use EAGLE3 for an EAGLE-3 draft model (or EAGLE, NEXTN, STANDALONE, NGRAM; none for no speculation)", a)
+}

@@ -100,6 +100,9 @@ func FromRecipe(rb recipes.Bench, ov Overrides) (Options, error) {
 			o.Arms = []Arm{{Name: "baseline"}}
 		}
 	}
+	if err := recipes.CheckSpecAlgorithm(o.SpecAlgorithm); err != nil {
+		return o, fmt.Errorf("speculative_algorithm: %v", err)
+	}
 	if strings.EqualFold(o.SpecAlgorithm, "EAGLE") && strings.Contains(strings.ToLower(o.DraftModel), "eagle3") {
 		return o, fmt.Errorf("speculative algorithm EAGLE with the EAGLE-3 draft %s gives accept length 1.00; use EAGLE3", o.DraftModel)
 	}
