@@ -857,3 +857,23 @@ func TestDriftHeadlineNamesTheRevision(t *testing.T) {
 		t.Errorf("drifted at %q", rep.DriftedAt)
 	}
 }
+
+// An arm A with no output is INVALID and fails the night; arm B, checked
+// against nothing, is not a "pass": its check is skipped with the reason.
+func TestNightlyInvalidBaseline(t *testing.T) {
+	w := newWorld(t)
+	w.serve("b", 1600)
+	s := httptest.NewServer(sglangtest.New(sglangtest.Config{TokPerSec: 1000, TTFT: time.Millisecond, Empty: true}))
+	t.Cleanup(s.Close)
+	w.cfg.Bench.URLA = s.URL
+	rep := w.run(context.Background(), false)
+	if rep.ExitCode != ExitRegression {
+		t.Errorf("exit %d, want %d", rep.ExitCode, ExitRegression)
+	}
+	if c := w.check(rep, "output of base"); c.Status != "fail" {
+		t.Errorf("base: %+v", c)
+	}
+	if c := w.check(rep, "output of patched"); c.Status != "skip" || !strings.Contains(c.Detail, "no verdict: the baseline is INVALID") {
+		t.Errorf("patched: %+v", c)
+	}
+}

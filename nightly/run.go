@@ -987,8 +987,14 @@ func (c Check) pctP() (string, string) {
 func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aName, bName string) {
 	for _, ar := range res.Arms {
 		c := history.Check{Name: "output of " + ar.Arm.Name, Kind: "validity", Status: "pass"}
-		if ar.Invalid {
+		switch {
+		case ar.Invalid:
 			c.Status = "fail"
+			c.Detail = strings.Join(ar.Warnings, "; ")
+			rep.exit(ExitRegression)
+		case ar.Verdict == bench.NoReference:
+			// Against an INVALID arm A nothing was checked: not a pass.
+			c.Status = "skip"
 			c.Detail = strings.Join(ar.Warnings, "; ")
 			rep.exit(ExitRegression)
 		}
