@@ -863,9 +863,9 @@ func TestDriftHeadlineNamesTheRevision(t *testing.T) {
 func TestNightlyInvalidBaseline(t *testing.T) {
 	w := newWorld(t)
 	w.serve("b", 1600)
-	s := httptest.NewServer(sglangtest.New(sglangtest.Config{TokPerSec: 1000, TTFT: time.Millisecond, Empty: true}))
-	t.Cleanup(s.Close)
-	w.cfg.Bench.URLA = s.URL
+	u, stop := w.net.Serve(sglangtest.New(sglangtest.Config{TokPerSec: 1000, TTFT: time.Millisecond, Empty: true}))
+	t.Cleanup(stop)
+	w.cfg.Bench.URLA = u
 	rep := w.run(context.Background(), false)
 	if rep.ExitCode != ExitRegression {
 		t.Errorf("exit %d, want %d", rep.ExitCode, ExitRegression)
