@@ -641,3 +641,24 @@ func TestBaseGPUWording(t *testing.T) {
 		t.Errorf("server.tp = %+v", f)
 	}
 }
+
+// TestNUMAUnreadable: a NUMA Affinity nvidia-smi prints as N/A is listed
+// under unreadable, as the README says every unreadable value is, and
+// draws no NUMA-split finding.
+func TestNUMAUnreadable(t *testing.T) {
+	topo := "\tGPU0\tGPU1\tCPU Affinity\tNUMA Affinity\tGPU NUMA ID\nGPU0\t X \tPHB\t0-15\tN/A\t\tN/A\nGPU1\tPHB\t X \t0-15\t0\t\tN/A\n"
+	rec := recorded(t, "vgpu2", nil)
+	run := func(ctx context.Context, name string, args ...string) (string, error) {
+		if name == "nvidia-smi" && strings.Join(args, " ") == "topo -m" {
+			return topo, nil
+		}
+		return rec(ctx, name, args...)
+	}
+	rep := Inspect(context.Background(), Options{Run: run})
+	if !slices.Contains(rep.Judged.Unreadable, "GPU0 NUMA Affinity: N/A (nvidia-smi topo -m)") || slices.ContainsFunc(rep.Judged.Unreadable, func(s string) bool { return strings.HasPrefix(s, "GPU1 NUMA") }) {
+		t.Errorf("unreadable %q", rep.Judged.Unreadable)
+	}
+	if _, ok := ids(rep)["topo.numa-split"]; ok {
+		t.Errorf("NUMA split from an unreadable affinity: %+v", rep.Findings)
+	}
+}
