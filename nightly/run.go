@@ -713,6 +713,12 @@ func portHint(repo *gitsrc.Repo, repoPath string, cat *patches.Catalog, members 
 	var first *PortHint
 	for i := len(members) - 1; i >= 0; i-- {
 		s := members[i]
+		if from := port.BaseCommit(repo, s); from == "" || repo.Precedes(commit, from) {
+			// No base here, or commit is older than the series: a port
+			// would carry it backwards over upstream's changes; an
+			// older commit is for an older series.
+			continue
+		}
 		rep, err := port.Run(port.Options{Repo: repo, Series: s, To: commit})
 		if err != nil {
 			continue

@@ -14,6 +14,7 @@ import (
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/patches"
+	"github.com/arpatch/arpatch/patches/port"
 )
 
 func patchesCommand() *cli.Command {
@@ -162,6 +163,9 @@ func printDrift(w io.Writer, rows []checkout.DriftRow, repo, patchesDir string) 
 		fmt.Fprintf(w, "%-14s %-20s %-9s %s\n", r.Series, commit, r.Verdict, strings.Join(parts, " "))
 	}
 	for _, r := range rows {
+		if r.PortClean {
+			fmt.Fprintf(w, "\n%s at %s:\n  the hunks do not fit as they are, but a port (three-way merge) is clean; write it with: %s\n", r.Series, r.Commit[:12], port.Command(r.Series, repo, r.Commit, port.DraftDir(r.Series, r.Commit), patchesDir))
+		}
 		if r.Moved != nil {
 			fmt.Fprintf(w, "\n%s at %s:\n  %s\n", r.Series, r.Commit[:12], strings.Join(r.Moved.Explain(r.Series, repo, r.Commit, patchesDir), "\n  "))
 		}
@@ -209,6 +213,8 @@ type driftJSONRow struct {
 	// Moved: files the series changes that moved since its tested_on
 	// commit, and how each patch fits at the new paths.
 	Moved *driftJSONMoved `json:"moved,omitempty"`
+	// PortClean: a conflict here that a port (three-way merge) resolves.
+	PortClean bool `json:"port_clean,omitempty"`
 }
 
 type driftJSONMoved struct {
@@ -227,7 +233,7 @@ type driftJSONPatch struct {
 func driftJSON(rows []checkout.DriftRow) []driftJSONRow {
 	out := []driftJSONRow{}
 	for _, r := range rows {
-		jr := driftJSONRow{Series: r.Series, Commit: r.Commit, Rev: r.Rev, Verdict: r.Verdict, Patches: []driftJSONPatch{}}
+		jr := driftJSONRow{Series: r.Series, Commit: r.Commit, Rev: r.Rev, Verdict: r.Verdict, Patches: []driftJSONPatch{}, PortClean: r.PortClean || (r.Moved != nil && r.Moved.Clean)}
 		if r.Err != nil {
 			jr.Error = r.Err.Error()
 		}

@@ -5,6 +5,7 @@ import (
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/patches"
+	"github.com/arpatch/arpatch/patches/port"
 )
 
 // DriftRow is how one series fits one commit.
@@ -19,6 +20,11 @@ type DriftRow struct {
 	// were followed from its tested_on commit; Verdict is "moved" when
 	// every patch fits at the new paths.
 	Moved *Moved
+	// PortClean is set when the series conflicts here with no file
+	// moved, this commit descends from its tested_on commit, and a port
+	// (three-way merge) to it is clean: `arpatch patches port` writes a
+	// draft.
+	PortClean bool
 }
 
 // CheckCommits checks every series in cat (or only those named) against
@@ -66,6 +72,9 @@ func CheckCommits(repoPath string, revs []string, cat *patches.Catalog, only []s
 				if row.Verdict == "conflict" {
 					if row.Moved = movesFor(repo, s, ps, commit, tree); row.Moved != nil && row.Moved.Verdict() == "moved" {
 						row.Verdict = "moved"
+					}
+					if row.Moved == nil {
+						row.PortClean = portClean(repo, s, commit)
 					}
 				}
 				if row.Verdict == "exact" || row.Verdict == "offset" {
@@ -129,4 +138,16 @@ func Unfit(rows []DriftRow, cat *patches.Catalog, strict bool) []string {
 		}
 	}
 	return out
+}
+
+// portClean reports whether a port of s to commit, a later commit than
+// its tested_on one, is clean (never backwards: an older commit has its
+// own series).
+func portClean(repo *gitsrc.Repo, s *patches.Series, commit string) bool {
+	from := port.BaseCommit(repo, s)
+	if from == "" || !repo.Precedes(from, commit) {
+		return false
+	}
+	rep, err := port.Run(port.Options{Repo: repo, Series: s, From: from, To: commit})
+	return err == nil && rep.Clean
 }

@@ -163,11 +163,6 @@ func Run(opts Options) (*Report, error) {
 			return nil, NoBase(opts.Repo, s)
 		}
 	}
-	if opts.Repo.Precedes(opts.To, from) {
-		// A port carries a series forward; to an older commit it would
-		// undo upstream's changes since then in the merge.
-		return nil, fmt.Errorf("series %s: %s is older than the commit it is ported from, %s (it is on that commit's first-parent chain); port carries a series to a later commit only: for an older one use the series made for it, or pass --from with a commit before %s", s.Name, short(opts.To), short(from), short(opts.To))
-	}
 	baseTree, err := opts.Repo.TreeAt(from)
 	if err != nil {
 		return nil, err
