@@ -195,7 +195,7 @@ func cloneError(src string, err error) error {
 // copies of) the source's pack and loose object files, with the source's
 // branches as refs/remotes/origin/* and its tags, like `git clone --local`.
 func cloneLocal(srcGitDir, srcLabel, dir string) (repo *git.Repository, linked, copied int, err error) {
-	src, err := git.PlainOpen(srcGitDir)
+	src, err := plainOpen(srcGitDir, false)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("open %s: %w", srcGitDir, err)
 	}
@@ -251,8 +251,9 @@ func cloneRefs(src, repo *git.Repository, srcGitDir, srcLabel, dir string) (*git
 	if err != nil {
 		return nil, err
 	}
-	// Reopen so go-git indexes the packs that were linked in.
-	return git.PlainOpen(dir)
+	// Reopen so go-git indexes the packs that were linked in (and reads
+	// the alternates copied with them).
+	return plainOpen(dir, false)
 }
 
 // linkTree hardlinks every regular file under src into dst, copying when a

@@ -227,6 +227,14 @@ func linkWorktree(t *testing.T, up, wt, commit string) {
 // apply), and its refs and objects are the main repository's.
 func TestLinkedWorktreeHeadIsItsOwn(t *testing.T) {
 	up, c1, c2 := fixture(t) // up's HEAD is c2
+	// A clone has origin/HEAD too: HEAD is never that.
+	g, err := git.PlainOpen(up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Storer.SetReference(plumbing.NewHashReference("refs/remotes/origin/HEAD", plumbing.NewHash(c2))); err != nil {
+		t.Fatal(err)
+	}
 	wt := filepath.Join(t.TempDir(), "wt")
 	linkWorktree(t, up, wt, c1)
 	for _, p := range []string{wt, "file://" + wt} {
@@ -265,5 +273,40 @@ func TestLinkedWorktreeHeadIsItsOwn(t *testing.T) {
 		t.Errorf("OpenAny(separate git dir): %v", err)
 	} else if h, _ := repo.Resolve("HEAD"); h != c2 {
 		t.Errorf("OpenAny(separate git dir).Resolve(HEAD) = %s, want %s", h, c2)
+	}
+}
+
+// A repository that borrows its objects (git clone --shared: an absolute
+// path in objects/info/alternates) reads them there.
+func TestAlternates(t *testing.T) {
+	up, c1, c2 := fixture(t)
+	sh := filepath.Join(t.TempDir(), "shared")
+	if _, err := git.PlainInit(sh, false); err != nil {
+		t.Fatal(err)
+	}
+	for p, s := range map[string]string{
+		filepath.Join(sh, ".git", "objects", "info", "alternates"): filepath.Join(up, ".git", "objects") + "\n",
+		filepath.Join(sh, ".git", "HEAD"):                          c1 + "\n",
+	} {
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(p, []byte(s), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, open := range []func(string) (*Repo, error){Open, OpenAny} {
+		repo, err := open(sh)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h, err := repo.Resolve("HEAD"); err != nil || h != c1 {
+			t.Errorf("Resolve(HEAD) = %s, %v; want %s", h, err, c1)
+		}
+		if ct, err := repo.TreeAt(c2); err != nil {
+			t.Errorf("TreeAt(%s): %v", c2, err)
+		} else if b, err := ct.ReadFile("a/x.txt"); err != nil || string(b) != "two\n" {
+			t.Errorf("a/x.txt at c2 = %q, %v", b, err)
+		}
 	}
 }

@@ -14,10 +14,14 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/go-git/go-billy/v5"
+	"github.com/go-git/go-billy/v5/osfs"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/object"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
 // Repo is a git repository with a work tree, or a bare one.
@@ -46,7 +50,7 @@ func Open(dir string) (*Repo, error) {
 		return nil, fmt.Errorf("%s is not the top of a git checkout (no .git there); point --src at the SGLang checkout's top directory", dir)
 	}
 	// EnableDotGitCommonDir opens linked worktrees (git worktree add).
-	r, err := git.PlainOpenWithOptions(dir, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
+	r, err := plainOpen(dir, true)
 	if err != nil {
 		if errors.Is(err, git.ErrRepositoryNotExists) {
 			return nil, fmt.Errorf("%s is not a git checkout; point --src at an SGLang checkout", dir)
@@ -63,19 +67,49 @@ func OpenAny(path string) (*Repo, error) {
 	if gd == "" {
 		return nil, fmt.Errorf("%s is not a git repository", path)
 	}
-	r, err := git.PlainOpen(gd)
+	r, err := plainOpen(gd, false)
 	if dir, ok := dotGitFile(path); ok {
 		// A linked worktree (git worktree add) or a checkout whose .git
 		// file points elsewhere: HEAD is the worktree's own
 		// (.git/worktrees/<name>/HEAD), refs and objects the main
 		// repository's, as git reads them. Opening the main git directory
 		// would read the main checkout's HEAD instead.
-		r, err = git.PlainOpenWithOptions(dir, &git.PlainOpenOptions{EnableDotGitCommonDir: true})
+		r, err = plainOpen(dir, true)
 	}
 	if err != nil {
 		return nil, fmt.Errorf("open %s: %w", path, err)
 	}
 	return &Repo{Dir: path, r: r}, nil
+}
+
+// plainOpen is go-git's PlainOpenWithOptions, and, where the repository
+// borrows objects from another (objects/info/alternates: git clone
+// --shared or --reference), the same repository with those alternates
+// read at their absolute paths: go-git's default file system is rooted at
+// the git directory and cannot reach them, so every commit there would be
+// "not in" the repository.
+func plainOpen(path string, commonDir bool) (*git.Repository, error) {
+	r, err := git.PlainOpenWithOptions(path, &git.PlainOpenOptions{EnableDotGitCommonDir: commonDir})
+	if err != nil {
+		return nil, err
+	}
+	gd := LocalGitDir(path)
+	if gd == "" {
+		return r, nil
+	}
+	if _, err := os.Stat(filepath.Join(gd, "objects", "info", "alternates")); err != nil {
+		return r, nil
+	}
+	st, ok := r.Storer.(*filesystem.Storage)
+	if !ok {
+		return r, nil
+	}
+	var wt billy.Filesystem
+	if w, err := r.Worktree(); err == nil {
+		wt = w.Filesystem
+	}
+	ns := filesystem.NewStorageWithOptions(st.Filesystem(), cache.NewObjectLRUDefault(), filesystem.Options{AlternatesFS: osfs.New("/")})
+	return git.Open(ns, wt)
 }
 
 // dotGitFile returns the directory of path (a path or file:// URL) when
@@ -139,6 +173,18 @@ var ErrAbbreviated = errors.New("abbreviated hashes are refused")
 // report the prefix as ambiguous, and a pin must never depend on which
 // objects a clone happens to hold. The error names the revision.
 func (r *Repo) Resolve(rev string) (string, error) {
+	// HEAD is the checkout's own, as in git ($GIT_DIR/HEAD comes before
+	// any ref): never refs/remotes/origin/HEAD, which a clone has too.
+	if rev == "HEAD" {
+		h, err := r.r.Head()
+		if err != nil {
+			return "", fmt.Errorf("%s: reading HEAD: %w", r.Dir, err)
+		}
+		if _, err := r.r.CommitObject(h.Hash()); err != nil {
+			return "", fmt.Errorf("HEAD of %s is %s, which is not in its object store: %w", r.Dir, h.Hash(), err)
+		}
+		return h.Hash().String(), nil
+	}
 	// A branch or tag may look like hex ("cafe", "dead1234"): refs first.
 	for _, name := range []string{"refs/heads/" + rev, "refs/tags/" + rev, "refs/remotes/origin/" + rev} {
 		if ref, err := r.r.Reference(plumbing.ReferenceName(name), true); err == nil {
