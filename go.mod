@@ -3,7 +3,6 @@ module github.com/arpatch/arpatch
 go 1.26.8
 
 require (
-	al.essio.dev/pkg/shellescape v1.6.1
 	github.com/BurntSushi/toml v1.6.0
 	github.com/go-git/go-billy/v5 v5.9.2
 	github.com/go-git/go-git/v5 v5.19.3

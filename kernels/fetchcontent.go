@@ -4,6 +4,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"io"
 	"io/fs"
 	"os"
@@ -177,11 +178,11 @@ func (e *MissingDepsError) Error() string {
 	for _, d := range e.Missing {
 		fmt.Fprintf(&b, "\n  %-24s %s @ %s  (%s)", d.Name, d.URL, pinOrNone(d.Pin()), d.File)
 	}
-	fmt.Fprintf(&b, "\nfetch each into the deps dir (on a machine with network, then copy the dir here), as an archive where upstream pins one by URL_HASH (arpatch checks its SHA256) or as a clone at the pin:\n  mkdir -p %s", shellQuote(dir))
+	fmt.Fprintf(&b, "\nfetch each into the deps dir (on a machine with network, then copy the dir here), as an archive where upstream pins one by URL_HASH (arpatch checks its SHA256) or as a clone at the pin:\n  mkdir -p %s", shellq.Quote(dir))
 	for _, d := range e.Missing {
 		b.WriteString("\n  " + fetchCommand(d, dir))
 	}
-	fmt.Fprintf(&b, "\nthen run the build again with --deps-dir %s", shellQuote(dir))
+	fmt.Fprintf(&b, "\nthen run the build again with --deps-dir %s", shellq.Quote(dir))
 	return b.String()
 }
 
@@ -189,7 +190,7 @@ func (e *MissingDepsError) Error() string {
 // MapDeps looks for first.
 // Paths are quoted for the shell where they need it.
 func fetchCommand(d Dep, dir string) string {
-	q := shellQuote
+	q := shellq.Quote
 	if isArchiveURL(d.URL) {
 		return fmt.Sprintf("curl -fL -o %s %s", q(filepath.Join(dir, d.Name+".tar.gz")), q(d.URL))
 	}
@@ -232,7 +233,7 @@ func isArchiveURL(u string) bool {
 func MapDeps(deps []Dep, depsDir string, offline bool) ([]Dep, error) {
 	if depsDir != "" {
 		if fi, err := os.Stat(depsDir); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("--deps-dir %s: not a directory; create it (mkdir -p %s) and fetch each dependency into it: the build with --offline lists them, each with the command that fetches it", depsDir, shellQuote(depsDir))
+			return nil, fmt.Errorf("--deps-dir %s: not a directory; create it (mkdir -p %s) and fetch each dependency into it: the build with --offline lists them, each with the command that fetches it", depsDir, shellq.Quote(depsDir))
 		}
 	}
 	out := make([]Dep, len(deps))
@@ -320,7 +321,7 @@ func checkURLHash(d Dep, archive, sum string) error {
 	}
 	if !strings.EqualFold(want, sum) {
 		return fmt.Errorf("dependency %s: %s has sha256 %s, but %s pins URL_HASH SHA256=%s: it is not the archive upstream pins (a truncated download, or another revision). Fetch it again: rm %s && %s",
-			d.Name, archive, sum, d.File, strings.ToLower(want), shellQuote(archive), fetchCommand(d, filepath.Dir(archive)))
+			d.Name, archive, sum, d.File, strings.ToLower(want), shellq.Quote(archive), fetchCommand(d, filepath.Dir(archive)))
 	}
 	return nil
 }

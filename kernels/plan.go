@@ -191,7 +191,7 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	cmakeArgs := []string{
 		"-DSGL_KERNEL_COMPILE_THREADS=" + strconv.Itoa(threads),
 		"-DENABLE_CCACHE=OFF",
-		shellQuote("-DCMAKE_CUDA_COMPILER_LAUNCHER=" + strings.Join(opts.Launcher, ";")),
+		cmakeArg("-DCMAKE_CUDA_COMPILER_LAUNCHER=" + strings.Join(opts.Launcher, ";")),
 	}
 	keyArgs := []string{"-DENABLE_CCACHE=OFF"}
 	for _, d := range deps {
@@ -201,7 +201,7 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 			// the quotes once the marker is replaced.
 			cmakeArgs = append(cmakeArgs, "'-D"+d.Var()+"="+d.Dir+"'")
 		case d.Dir != "":
-			cmakeArgs = append(cmakeArgs, shellQuote("-D"+d.Var()+"="+d.Dir))
+			cmakeArgs = append(cmakeArgs, cmakeArg("-D"+d.Var()+"="+d.Dir))
 		}
 	}
 	if opts.Offline {
@@ -272,15 +272,6 @@ func CheckUpstreamArchs(want, upstream []Arch) error {
 	return nil
 }
 
-// shellQuote quotes an argument for CMAKE_ARGS, which scikit-build-core
-// splits like a shell (shlex): one with spaces or quotes stays one.
-func shellQuote(s string) string {
-	if !strings.ContainsAny(s, " \t\"'\\$`") {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'"
-}
-
 func orName(path, name string) string {
 	if path == "" {
 		return name
@@ -332,4 +323,16 @@ func patchInputs(st *checkout.State) []PatchInput {
 		out = append(out, PatchInput{Name: x.Name, SHA256: x.SHA256})
 	}
 	return out
+}
+
+// cmakeArg quotes one argument for CMAKE_ARGS, which scikit-build-core
+// splits like a shell (Python's shlex): an argument with spaces or quotes
+// stays one, and a plain one (most: -DVAR=/path) is left as it is, so the
+// plan and the cache key read as the build sees them. Commands printed for
+// a person to paste are quoted by internal/shellq instead.
+func cmakeArg(s string) string {
+	if !strings.ContainsAny(s, " \t\"'\\$`") {
+		return s
+	}
+	return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'"
 }

@@ -194,8 +194,8 @@ func makeReproducible(p *Plan, env []string, launcher []string) error {
 	// nvcc, set before the user's CMAKE_ARGS so that theirs still win.
 	if len(launcher) > 0 {
 		l := strings.Join(launcher, ";")
-		p.Env["CMAKE_ARGS"] = shellQuote("-DCMAKE_C_COMPILER_LAUNCHER="+l) + " " +
-			shellQuote("-DCMAKE_CXX_COMPILER_LAUNCHER="+l) + " " + p.Env["CMAKE_ARGS"]
+		p.Env["CMAKE_ARGS"] = cmakeArg("-DCMAKE_C_COMPILER_LAUNCHER="+l) + " " +
+			cmakeArg("-DCMAKE_CXX_COMPILER_LAUNCHER="+l) + " " + p.Env["CMAKE_ARGS"]
 	}
 	return nil
 }

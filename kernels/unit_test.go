@@ -280,8 +280,8 @@ func TestArchsUpstreamHasAndQuoting(t *testing.T) {
 		"-DX=/tmp/my bin/arpatch;gf": "'-DX=/tmp/my bin/arpatch;gf'",
 		"-DX=/it's":                  `'-DX=/it'"'"'s'`,
 	} {
-		if got := shellQuote(in); got != want {
-			t.Errorf("shellQuote(%q) = %q, want %q", in, got, want)
+		if got := cmakeArg(in); got != want {
+			t.Errorf("cmakeArg(%q) = %q, want %q", in, got, want)
 		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"io"
 	"maps"
 	"net/http"
@@ -1124,7 +1125,7 @@ func envChange(store *history.Store, rep *Report, refRuns []int64, dbPath string
 		}
 		if ch := EnvChanges(old, now); len(ch) > 0 {
 			e := &EnvChange{Since: refRuns[i], Changes: ch,
-				Accept: patches.ShellJoin([]string{"arpatch", "history", "accept", fmt.Sprint(rep.RunID), "--db", dbPath})}
+				Accept: shellq.Join([]string{"arpatch", "history", "accept", fmt.Sprint(rep.RunID), "--db", dbPath})}
 			rep.check(history.Check{Name: "environment vs reference runs", Kind: "environment", Status: "skip", Detail: e.String()})
 			return e
 		}

@@ -3,14 +3,13 @@ package patches
 import (
 	"embed"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"io/fs"
 	"os"
 	"path"
-	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
-	"mvdan.cc/sh/v3/syntax"
 )
 
 // embedded holds the series shipped with arpatch, under sglang/<series>/.
@@ -90,21 +89,7 @@ func (c *Catalog) CheckCommand(repo, commit string) string {
 	if c != nil && c.Dir != "" {
 		words = append(words, "--patches-dir", c.Dir)
 	}
-	return ShellJoin(words)
-}
-
-// ShellJoin joins words into a POSIX shell command line, quoting each word
-// that needs it (mvdan.cc/sh's syntax.Quote).
-func ShellJoin(words []string) string {
-	out := make([]string, len(words))
-	for i, w := range words {
-		q, err := syntax.Quote(w, syntax.LangPOSIX)
-		if err != nil { // a NUL byte or a non-printable: shown as Go would
-			q = strconv.Quote(w)
-		}
-		out[i] = q
-	}
-	return strings.Join(out, " ")
+	return shellq.Join(words)
 }
 
 // Embedded returns the series shipped in the arpatch binary. An error here

@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"io/fs"
 	"path"
 	"regexp"
@@ -122,7 +123,7 @@ func LoadSeries(fsys fs.FS, dir, label string) (*Series, error) {
 		}
 		names[p.File] = true
 		if !hex64.MatchString(p.SHA256) {
-			return nil, fail("patch.sha256", "%s: %q is not a 64-hex sha256; run `%s`", p.File, p.SHA256, ShellJoin([]string{"arpatch", "patches", "seal", label}))
+			return nil, fail("patch.sha256", "%s: %q is not a 64-hex sha256; run `%s`", p.File, p.SHA256, shellq.Join([]string{"arpatch", "patches", "seal", label}))
 		}
 		for _, t := range p.Provides {
 			tags[t] = true
@@ -221,7 +222,7 @@ type TamperError struct {
 func (e *TamperError) Error() string {
 	return fmt.Sprintf("patch %s/%s: sha256 is %s but series.toml records %s; the patch was changed after it was sealed. "+
 		"Restore the original file, or if you changed it on purpose, run `%s`",
-		e.Series, e.Patch, e.Got, e.Want, ShellJoin([]string{"arpatch", "patches", "seal", e.Series}))
+		e.Series, e.Patch, e.Got, e.Want, shellq.Join([]string{"arpatch", "patches", "seal", e.Series}))
 }
 
 // RequiresError is a selection of patches that leaves out a patch another

@@ -2,13 +2,13 @@ package main
 
 import (
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/kernels"
-	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
 )
 
@@ -167,7 +167,7 @@ Examples:
 						} else if c.IsSet("python") {
 							args = append(args, "--python", c.String("python"))
 						}
-						return patches.ShellJoin(args)
+						return shellq.Join(args)
 					}
 					fmt.Fprintf(c.App.ErrWriter, "arpatch: %s between the arms that no patch explains; a reproducible A/B has none. Find the cause in each arm: `%s`, then `%s`\n",
 						plural(m.Unexplained, "file differs", "files differ"), verify("a"), verify("b"))

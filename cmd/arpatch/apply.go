@@ -2,6 +2,7 @@ package main
 
 import (
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"io"
 	"maps"
 	"slices"
@@ -87,7 +88,7 @@ func printApply(w io.Writer, rep *checkout.ApplyReport, r *recipes.Recipe, repoF
 			from = r.Upstream.URL
 		}
 		fmt.Fprintf(w, "series   not checked: %s is not a local repository, and a dry run downloads nothing.\n         Mirror it once (`%s`), then run `%s`, or apply without --dry-run\n",
-			from, patches.ShellJoin([]string{"git", "clone", "--mirror", from, "sglang.git"}), cat.CheckCommand("sglang.git", rep.Commit))
+			from, shellq.Join([]string{"git", "clone", "--mirror", from, "sglang.git"}), cat.CheckCommand("sglang.git", rep.Commit))
 	} else if rep.Series == nil && len(rep.Patches) == 0 {
 		fmt.Fprintln(w, "series   (none: the recipe applies no patches)")
 	} else if rep.Series != nil {

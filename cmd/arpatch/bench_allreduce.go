@@ -3,6 +3,7 @@ package main
 import (
 	"encoding/json"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"os"
 	"path/filepath"
 	"strings"
@@ -14,7 +15,6 @@ import (
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/kernels"
-	"github.com/arpatch/arpatch/patches"
 )
 
 func benchAllreduceCommand() *cli.Command {
@@ -192,7 +192,7 @@ func findExt(c *cli.Context) (string, error) {
 			return "", err
 		}
 		if st.State == nil {
-			return "", fmt.Errorf("%s has no apply state; %s, then `%s`", src, checkout.ApplyFirst(src), patches.ShellJoin([]string{"arpatch", "build", "--allreduce-ext", "--src", src}))
+			return "", fmt.Errorf("%s has no apply state; %s, then `%s`", src, checkout.ApplyFirst(src), shellq.Join([]string{"arpatch", "build", "--allreduce-ext", "--src", src}))
 		}
 		ents, _ := cache.List()
 		seen := map[string]bool{}
@@ -242,7 +242,7 @@ func findExt(c *cli.Context) (string, error) {
 		build = append(build, "--python", c.String("python"))
 	}
 	return "", fmt.Errorf("no allreduce extension of %s matching its tree and this toolchain in the cache %s; build it: `%s`",
-		src, cache.Dir, patches.ShellJoin(build))
+		src, cache.Dir, shellq.Join(build))
 }
 
 func splitList(s string) []string {

@@ -2,13 +2,13 @@ package main
 
 import (
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"io"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/internal/checkout"
-	"github.com/arpatch/arpatch/patches"
 )
 
 func statusCommand() *cli.Command {
@@ -74,11 +74,11 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 	fmt.Fprintf(w, "applied  %s by arpatch %s\n", st.AppliedAt.Format("2006-01-02 15:04:05 UTC"), st.ArpatchVersion)
 	// The revert that restores this tree: with --force when patched files
 	// hold edits, which revert refuses to lose otherwise.
-	revert, save := patches.ShellJoin([]string{"arpatch", "revert", "--src", rep.Src}), ""
+	revert, save := shellq.Join([]string{"arpatch", "revert", "--src", rep.Src}), ""
 	if len(rep.Edits()) > 0 {
 		revert += " --force"
 		save = fmt.Sprintf(" (patched files hold edits, which revert discards only with --force: save them first with `%s > my.diff`)",
-			patches.ShellJoin([]string{"git", "-C", rep.Src, "diff"}))
+			shellq.Join([]string{"git", "-C", rep.Src, "diff"}))
 	}
 	if st.Reverting {
 		fmt.Fprintf(w, "INTERRUPTED: a revert was killed while restoring files; some may be restored, some not. Run `%s` again to finish it%s\n", revert, save)

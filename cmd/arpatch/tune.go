@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"io"
 	"maps"
 	"os"
@@ -18,7 +19,6 @@ import (
 	"github.com/arpatch/arpatch/harness/doctor"
 	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/internal/safefs"
-	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
 )
 
@@ -143,7 +143,7 @@ func runTuneAllreduce(c *cli.Context) error {
 		Progress: func(s string) { fmt.Fprintln(c.App.ErrWriter, s+"...") },
 	}
 	if src := pathFlag(c, "src"); src != "" && pathFlag(c, "ext") == "" {
-		o.Rebuild = patches.ShellJoin(append([]string{"arpatch", "build", "--allreduce-ext", "--src", src}, archArgs(c)...))
+		o.Rebuild = shellq.Join(append([]string{"arpatch", "build", "--allreduce-ext", "--src", src}, archArgs(c)...))
 	}
 	if p := pathFlag(c, "log"); p != "" {
 		f, err := os.Create(p)
@@ -172,7 +172,7 @@ func runTuneAllreduce(c *cli.Context) error {
 			return err
 		}
 		// Not a command to run as is: bench needs its server flags too.
-		fmt.Fprintf(c.App.Writer, "wrote %s: add --tune %s to arpatch bench (beside its server flags: --model and --draft-model, --launch-cmd or --url) or to arpatch apply (to print the runtime environment), or set nightly's [bench] tune\n", out, patches.ShellJoin([]string{out}))
+		fmt.Fprintf(c.App.Writer, "wrote %s: add --tune %s to arpatch bench (beside its server flags: --model and --draft-model, --launch-cmd or --url) or to arpatch apply (to print the runtime environment), or set nightly's [bench] tune\n", out, shellq.Join([]string{out}))
 	}
 	if res.Failed() {
 		return cli.Exit("", exitFailure)
@@ -195,7 +195,7 @@ func discoverHost(ctx context.Context) tune.Host {
 
 // commandLine is argv as a shell would read it back, starting "arpatch".
 func commandLine(argv []string) string {
-	return patches.ShellJoin(append([]string{"arpatch"}, argv[1:]...))
+	return shellq.Join(append([]string{"arpatch"}, argv[1:]...))
 }
 
 // tuneFlags are --tune and --force-tune, for the commands that take a tune

@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"maps"
 	"net/http"
 	"net/url"
@@ -654,7 +655,7 @@ func (o *Options) Argv(a Arm, port int) []string {
 	if a.LaunchCmd != "" {
 		// Values are shell-quoted: a model path with a space or a ';' is
 		// one argument, never a command.
-		q := shellQuote
+		q := shellq.Quote
 		self := o.Self
 		if self == "" {
 			self = "arpatch"
@@ -1031,12 +1032,4 @@ func values(ms []stats.Metrics, get func(stats.Metrics) float64) []float64 {
 		out = append(out, get(m))
 	}
 	return out
-}
-
-// shellQuote quotes s for sh when it holds anything but plain characters.
-func shellQuote(s string) string {
-	if s != "" && strings.Trim(s, "abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789-_./:=+@%,") == "" {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'"
 }

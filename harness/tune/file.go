@@ -3,6 +3,7 @@ package tune
 import (
 	"bytes"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"os"
 	"sort"
 	"strconv"
@@ -11,7 +12,6 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
-	"github.com/arpatch/arpatch/patches"
 )
 
 // Schema names the tune file's layout.
@@ -234,7 +234,7 @@ func RetuneCommand(path string, ws int, inputs ...string) string {
 		args = append(args, "--world-size", strconv.Itoa(ws))
 	}
 	args = append(append(args, inputs...), "--out", path)
-	return patches.ShellJoin(args)
+	return shellq.Join(args)
 }
 
 // Check compares the file's host with here. It returns a *HostError when

@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"io"
 	"io/fs"
 	"os"
@@ -425,14 +426,14 @@ func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.
 	if len(extra) > 0 {
 		sort.Strings(extra)
 		return fmt.Errorf("%s: the series creates %s, but the tree already has a file there that commit %s does not (untracked or ignored); nothing was changed. Move it away (`%s`), then apply",
-			root.Dir, strings.Join(extra, ", "), head[:12], patches.ShellJoin([]string{"mv", filepath.Join(root.Dir, extra[0]), filepath.Join(root.Dir, extra[0]) + ".mine"}))
+			root.Dir, strings.Join(extra, ", "), head[:12], shellq.Join([]string{"mv", filepath.Join(root.Dir, extra[0]), filepath.Join(root.Dir, extra[0]) + ".mine"}))
 	}
 	if len(differ) == 0 {
 		return nil
 	}
 	sort.Strings(differ)
 	return fmt.Errorf("%s: these files differ from commit %s although git status does not list them (skip-worktree or assume-unchanged bits hide the edit): %s; nothing was changed. Clear the bits (`%s`), then stash or restore the edits",
-		root.Dir, head[:12], strings.Join(differ, ", "), patches.ShellJoin(append([]string{"git", "-C", root.Dir, "update-index", "--no-skip-worktree", "--no-assume-unchanged"}, differ...)))
+		root.Dir, head[:12], strings.Join(differ, ", "), shellq.Join(append([]string{"git", "-C", root.Dir, "update-index", "--no-skip-worktree", "--no-assume-unchanged"}, differ...)))
 }
 
 // orderedWrites lists the result's files in patch order: the files of the

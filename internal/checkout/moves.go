@@ -3,6 +3,7 @@ package checkout
 import (
 	"errors"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"io/fs"
 	"strings"
 
@@ -179,7 +180,7 @@ func (m *Moved) Explain(series, repo, commit, patchesDir string) []string {
 		out = append(out, am.AmbiguousError.Error())
 		out = append(out, "name the one the patch belongs to and port:")
 		for _, c := range am.Candidates {
-			out = append(out, "  "+port.Command(series, repo, commit, port.DraftDir(series, commit), patchesDir)+" --move "+port.QuotePath(am.From())+"="+port.QuotePath(c))
+			out = append(out, "  "+port.Command(series, repo, commit, port.DraftDir(series, commit), patchesDir)+" --move "+shellq.Path(am.From())+"="+shellq.Path(c))
 		}
 	}
 	var fits []string

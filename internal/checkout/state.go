@@ -11,6 +11,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -130,22 +131,22 @@ func (e *StateError) Error() string {
 	// command runs as printed.
 	var b strings.Builder
 	fmt.Fprintf(&b, "%s: %s; the apply state is damaged or was edited, so arpatch will not act on it and changed nothing. "+
-		"See what apply changed with `%s`, ", e.File, e.Problem, patches.ShellJoin([]string{"git", "-C", src, "status", "--short"}))
+		"See what apply changed with `%s`, ", e.File, e.Problem, shellq.Join([]string{"git", "-C", src, "status", "--short"}))
 	if len(e.Restore) > 0 {
 		fmt.Fprintf(&b, "put back the files it changed (`%s`; this loses edits to them), ",
-			patches.ShellJoin(append([]string{"git", "-C", src, "checkout", "HEAD", "--"}, e.Restore...)))
+			shellq.Join(append([]string{"git", "-C", src, "checkout", "HEAD", "--"}, e.Restore...)))
 	}
 	if len(e.Remove) > 0 {
 		words := []string{"rm", "--"}
 		for _, f := range e.Remove {
 			words = append(words, filepath.Join(src, filepath.FromSlash(f)))
 		}
-		fmt.Fprintf(&b, "remove the files it created (`%s`), ", patches.ShellJoin(words))
+		fmt.Fprintf(&b, "remove the files it created (`%s`), ", shellq.Join(words))
 	}
 	if len(e.Restore)+len(e.Remove) == 0 {
 		b.WriteString("(git shows no file changed that apply could have written), ")
 	}
-	fmt.Fprintf(&b, "then remove the state: `%s`", patches.ShellJoin([]string{"rm", e.File}))
+	fmt.Fprintf(&b, "then remove the state: `%s`", shellq.Join([]string{"rm", e.File}))
 	return b.String()
 }
 
@@ -210,7 +211,7 @@ func ReadState(gitDir string) (*State, error) {
 }
 
 // sh joins words into a command line a POSIX shell runs as printed.
-func sh(words ...string) string { return patches.ShellJoin(words) }
+func sh(words ...string) string { return shellq.Join(words) }
 
 var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 

@@ -2,6 +2,7 @@ package checkout
 
 import (
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -126,7 +127,7 @@ func (s *StatusReport) setAside(flag string, paths []string) string {
 	if flag != "" {
 		w = append(w, flag)
 	}
-	return patches.ShellJoin(append(append(w, "--"), paths...))
+	return shellq.Join(append(append(w, "--"), paths...))
 }
 
 func (s *StatusReport) otherRemedy() string {
@@ -147,7 +148,7 @@ func (s *StatusReport) packageRemedy() string {
 
 func (s *StatusReport) skipRemedy() string {
 	sw := s.KernelSkipWorktree()
-	return "run `" + patches.ShellJoin(append([]string{"git", "-C", s.Src, "update-index", "--no-skip-worktree", "--"}, sw...)) + "` and `" + patches.ShellJoin([]string{"arpatch", "status", "--src", s.Src}) + "`"
+	return "run `" + shellq.Join(append([]string{"git", "-C", s.Src, "update-index", "--no-skip-worktree", "--"}, sw...)) + "` and `" + shellq.Join([]string{"arpatch", "status", "--src", s.Src}) + "`"
 }
 
 // KernelUntracked lists the untracked files under the sgl-kernel
@@ -294,6 +295,6 @@ func untrackedUnder(src, dir string, tracked map[string]bool) ([]string, error) 
 // pcie recipe's series or with none (baseline), shell-quoted.
 func ApplyFirst(src string) string {
 	return fmt.Sprintf("run `%s` first (the pcie series at this commit), or `%s` (no patches)",
-		patches.ShellJoin([]string{"arpatch", "apply", "--src", src, "--commit", "HEAD"}),
-		patches.ShellJoin([]string{"arpatch", "apply", "--src", src, "--recipe", "baseline", "--commit", "HEAD"}))
+		shellq.Join([]string{"arpatch", "apply", "--src", src, "--commit", "HEAD"}),
+		shellq.Join([]string{"arpatch", "apply", "--src", src, "--recipe", "baseline", "--commit", "HEAD"}))
 }

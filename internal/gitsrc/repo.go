@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"io"
 	"io/fs"
 	"os"
@@ -411,15 +412,5 @@ func (c *CommitTree) Paths() ([]string, error) {
 // named it (quoted for the shell). apply, patches check, port and the
 // nightly all print it through Resolve (apply's clone names its source).
 func AbbreviatedError(dir, rev string) error {
-	return fmt.Errorf("%q looks like an abbreviated commit hash; pass the full 40-hex hash (`git -C %s rev-parse %s` prints it): a prefix can match several objects: %w", rev, shellQuote(dir), shellQuote(rev), ErrAbbreviated)
-}
-
-// shellQuote quotes s for a POSIX shell where it needs it.
-func shellQuote(s string) string {
-	if s != "" && strings.IndexFunc(s, func(c rune) bool {
-		return !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9' || strings.ContainsRune("/._-+=:,@%", c))
-	}) < 0 {
-		return s
-	}
-	return "'" + strings.ReplaceAll(s, "'", `'\''`) + "'"
+	return fmt.Errorf("%q looks like an abbreviated commit hash; pass the full 40-hex hash (`git -C %s rev-parse %s` prints it): a prefix can match several objects: %w", rev, shellq.Quote(dir), shellq.Quote(rev), ErrAbbreviated)
 }

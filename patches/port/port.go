@@ -33,6 +33,7 @@ import (
 	"bytes"
 	"errors"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"io/fs"
 	"slices"
 	"strings"
@@ -142,7 +143,7 @@ func NoBase(repo *gitsrc.Repo, s *patches.Series) error {
 		for _, c := range sh {
 			at = append(at, short(c))
 		}
-		return fmt.Errorf("%s: it is a shallow clone (its history stops at %s); run `git -C %s fetch --unshallow`, or point --repo at a full clone or mirror, or %s", msg, strings.Join(at, ", "), quotePath(repo.Dir), from)
+		return fmt.Errorf("%s: it is a shallow clone (its history stops at %s); run `git -C %s fetch --unshallow`, or point --repo at a full clone or mirror, or %s", msg, strings.Join(at, ", "), shellq.Path(repo.Dir), from)
 	}
 	return fmt.Errorf("%s; fetch one, or %s", msg, from)
 }
@@ -330,7 +331,7 @@ type AmbiguousMove struct {
 func (e *AmbiguousMove) Error() string {
 	var opts []string
 	for _, c := range e.Candidates {
-		opts = append(opts, "--move "+quotePath(e.From())+"="+quotePath(c))
+		opts = append(opts, "--move "+shellq.Path(e.From())+"="+shellq.Path(c))
 	}
 	return e.AmbiguousError.Error() + "; name the one it belongs to: port with " + strings.Join(opts, " or ")
 }

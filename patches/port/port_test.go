@@ -532,7 +532,7 @@ func TestCommandRunsAsPrinted(t *testing.T) {
 		{"~/mirrors/sglang.git", "arpatch-port/pcie-2026-07-0bda0b168ad5", "",
 			"arpatch patches port --series pcie-2026-07 --to C --repo ~/mirrors/sglang.git --out arpatch-port/pcie-2026-07-0bda0b168ad5"},
 		{"/data/my mirrors/sglang", "", "/tmp/it's here",
-			`arpatch patches port --series pcie-2026-07 --to C --repo '/data/my mirrors/sglang' --patches-dir '/tmp/it'"'"'s here'`},
+			`arpatch patches port --series pcie-2026-07 --to C --repo '/data/my mirrors/sglang' --patches-dir "/tmp/it's here"`},
 	} {
 		got := Command("pcie-2026-07", tc.repo, "C", tc.out, tc.dir)
 		if got != tc.want {

@@ -2,10 +2,9 @@ package port
 
 import (
 	"fmt"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"io"
 	"strings"
-
-	"al.essio.dev/pkg/shellescape"
 )
 
 // Command is the `arpatch patches port` command line that writes the
@@ -14,25 +13,14 @@ import (
 // from ("" for the embedded ones). Paths are quoted for sh where they need
 // it, so the line runs as printed.
 func Command(series, repo, to, out, patchesDir string) string {
-	s := fmt.Sprintf("arpatch patches port --series %s --to %s --repo %s", series, to, quotePath(repo))
+	s := fmt.Sprintf("arpatch patches port --series %s --to %s --repo %s", series, to, shellq.Path(repo))
 	if out != "" {
-		s += " --out " + quotePath(out)
+		s += " --out " + shellq.Path(out)
 	}
 	if patchesDir != "" {
-		s += " --patches-dir " + quotePath(patchesDir)
+		s += " --patches-dir " + shellq.Path(patchesDir)
 	}
 	return s
-}
-
-// QuotePath quotes a path for sh, leaving a leading "~/" outside the
-// quotes so the shell still expands it.
-func QuotePath(p string) string { return quotePath(p) }
-
-func quotePath(p string) string {
-	if rest, ok := strings.CutPrefix(p, "~/"); ok {
-		return "~/" + shellescape.Quote(rest)
-	}
-	return shellescape.Quote(p)
 }
 
 // Summary says in one line whether a clean draft exists and what each hunk
