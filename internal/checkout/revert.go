@@ -98,7 +98,7 @@ func Revert(opts RevertOptions) (*RevertReport, error) {
 		for _, d := range lost {
 			b.WriteString("\n  " + d.String())
 		}
-		fmt.Fprintf(&b, "\nnothing was changed. Save your edits (`%s > my.diff`), then run `%s`", sh("git", "-C", opts.Src, "diff"), sh("arpatch", "revert", "--src", opts.Src, "--force"))
+		fmt.Fprintf(&b, "\nnothing was changed. To keep your edits, save the tree's diff first (`%s > my.diff`: it holds the series' changes as well as yours, so take your lines from it after the revert), then run `%s`", sh("git", "-C", opts.Src, "diff"), sh("arpatch", "revert", "--src", opts.Src, "--force"))
 		return nil, errors.New(b.String())
 	}
 	rep.Discarded = lost
