@@ -2,6 +2,7 @@ package gaterule
 
 import (
 	"fmt"
+	"slices"
 	"strconv"
 	"strings"
 )
@@ -328,7 +329,7 @@ func (u *unit) expandHiding(ts []tok, depth int, hide []string) []tok {
 	for i := 0; i < len(ts); i++ {
 		at := ts[i].at
 		m := u.lookup(ts[i].s, at)
-		if m != nil && indexOf(hide, m.name) >= 0 {
+		if m != nil && slices.Contains(hide, m.name) {
 			m = nil
 		}
 		if m == nil {
@@ -350,7 +351,7 @@ func (u *unit) expandHiding(ts []tok, depth int, hide []string) []tok {
 		}
 		var body []tok
 		for _, b := range m.body {
-			if k := indexOf(m.params, b.s); k >= 0 && k < len(args) {
+			if k := slices.Index(m.params, b.s); k >= 0 && k < len(args) {
 				body = append(body, args[k]...)
 				continue
 			}
@@ -403,15 +404,6 @@ func splitArgs(ts []tok, open int) ([][]tok, int) {
 		cur = append(cur, ts[i])
 	}
 	return nil, -1
-}
-
-func indexOf(xs []string, s string) int {
-	for i, x := range xs {
-		if x == s {
-			return i
-		}
-	}
-	return -1
 }
 
 // value is a three-valued integer: known (ok) or unknown.
@@ -499,7 +491,7 @@ func (p *exprParser) binary(level int) value {
 		return p.unary()
 	}
 	l := p.binary(level + 1)
-	for indexOf(levels[level], p.peek()) >= 0 {
+	for slices.Contains(levels[level], p.peek()) {
 		op := p.peek()
 		p.i++
 		r := p.binary(level + 1)
