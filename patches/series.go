@@ -6,7 +6,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/arpatch/arpatch/internal/shellq"
 	"io/fs"
 	"path"
 	"regexp"
@@ -16,6 +15,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/internal/tomlx"
 )
 
