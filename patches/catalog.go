@@ -3,13 +3,14 @@ package patches
 import (
 	"embed"
 	"fmt"
-	"github.com/arpatch/arpatch/internal/shellq"
 	"io/fs"
 	"os"
 	"path"
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/arpatch/arpatch/internal/shellq"
 )
 
 // embedded holds the series shipped with arpatch, under sglang/<series>/.

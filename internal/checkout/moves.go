@@ -3,11 +3,11 @@ package checkout
 import (
 	"errors"
 	"fmt"
-	"github.com/arpatch/arpatch/internal/shellq"
 	"io/fs"
 	"strings"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/patches/port"
 )

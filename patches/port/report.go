@@ -2,9 +2,10 @@ package port
 
 import (
 	"fmt"
-	"github.com/arpatch/arpatch/internal/shellq"
 	"io"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/shellq"
 )
 
 // Command is the `arpatch patches port` command line that writes the
