@@ -110,7 +110,7 @@ func readExtended(file string, lines []string) (extended, error) {
 			if len(f) > 1 {
 				x.indexMode = f[1]
 			}
-		case hasAnyPrefix(e, []string{"rename from ", "rename to ", "rename old ", "rename new ", "copy from ", "copy to ", "similarity index ", "dissimilarity index "}):
+		case hasAnyPrefix(e, renameCopyPrefixes):
 			return x, fmt.Errorf("%s: %q: renames and copies are not supported in a series; write the change as a deletion and a creation (git diff --no-renames)", file, e)
 		case strings.HasPrefix(e, "GIT binary patch"), strings.HasPrefix(e, "Binary files "):
 			return x, fmt.Errorf("%s: binary patches are not supported (%q); a series carries text diffs only", file, e)

@@ -13,8 +13,13 @@ var hunkHeaderRe = regexp.MustCompile(`^@@ -(\d+)(?:,(\d+))? \+(\d+)(?:,(\d+))? 
 // gitHeaderPrefixes are the lines git writes between "diff --git" and
 // "---": arpatch accepts them outside hunks (readExtended carries out or
 // refuses each; binary patches are refused here, before their data).
-var gitHeaderPrefixes = []string{
+var gitHeaderPrefixes = append([]string{
 	"diff --git ", "index ", "new file mode ", "deleted file mode ", "old mode ", "new mode ",
+}, renameCopyPrefixes...)
+
+// renameCopyPrefixes are the git header lines of a rename or a copy,
+// which readExtended refuses.
+var renameCopyPrefixes = []string{
 	"similarity index ", "dissimilarity index ", "rename from ", "rename to ", "rename old ", "rename new ", "copy from ", "copy to ",
 }
 
