@@ -550,7 +550,13 @@ func newMem(t patches.Tree) *mem {
 
 // ReadFile reads staged, then committed, then the commit's bytes.
 func (m *mem) ReadFile(path string) ([]byte, error) {
-	for _, layer := range []map[string]*memFile{m.pending, m.files} {
+	return m.read(path, m.pending, m.files)
+}
+
+// read reads path from the first layer that holds it, else from the
+// commit.
+func (m *mem) read(path string, layers ...map[string]*memFile) ([]byte, error) {
+	for _, layer := range layers {
 		if f, ok := layer[path]; ok {
 			if !f.exists {
 				return nil, fmt.Errorf("%s: %w", path, fs.ErrNotExist)
@@ -564,7 +570,7 @@ func (m *mem) ReadFile(path string) ([]byte, error) {
 // mode is the git mode of path in the commit the view starts from ("" when
 // the tree does not say).
 func (m *mem) mode(path string) string {
-	if t, ok := m.base.(interface{ Mode(string) string }); ok {
+	if t, ok := m.base.(patches.Moder); ok {
 		return t.Mode(path)
 	}
 	return ""
@@ -592,11 +598,5 @@ func (m *mem) committed() patches.Tree { return committedView{m} }
 type committedView struct{ m *mem }
 
 func (c committedView) ReadFile(path string) ([]byte, error) {
-	if f, ok := c.m.files[path]; ok {
-		if !f.exists {
-			return nil, fmt.Errorf("%s: %w", path, fs.ErrNotExist)
-		}
-		return f.data, nil
-	}
-	return c.m.base.ReadFile(path)
+	return c.m.read(path, c.m.files)
 }
