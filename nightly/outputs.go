@@ -2,6 +2,7 @@ package nightly
 
 import (
 	"bytes"
+	"cmp"
 	"encoding/json"
 	"encoding/xml"
 	"fmt"
@@ -305,17 +306,17 @@ func WriteOutputs(rep *Report, cfg *Config, extra map[string]string) error {
 		return enc.Encode(rep)
 	}
 	files[dir+"/summary.md"] = func(w io.Writer) error { return Summary(w, rep) }
-	gh := or(extra["github-benchmark"], cfg.Path(cfg.Outputs.GitHubBenchmark))
+	gh := cmp.Or(extra["github-benchmark"], cfg.Path(cfg.Outputs.GitHubBenchmark))
 	if gh != "" && rep.Benched() {
 		big, small := GitHubBenchmark(rep.Bench, rep.RunID)
 		prefix := strings.TrimSuffix(gh, ".json")
 		files[prefix+"-bigger.json"] = jsonWriter(big)
 		files[prefix+"-smaller.json"] = jsonWriter(small)
 	}
-	if b := or(extra["bencher"], cfg.Path(cfg.Outputs.Bencher)); b != "" && rep.Benched() {
+	if b := cmp.Or(extra["bencher"], cfg.Path(cfg.Outputs.Bencher)); b != "" && rep.Benched() {
 		files[b] = jsonWriter(Bencher(rep.Bench))
 	}
-	if j := or(extra["junit"], cfg.Path(cfg.Outputs.JUnit)); j != "" {
+	if j := cmp.Or(extra["junit"], cfg.Path(cfg.Outputs.JUnit)); j != "" {
 		files[j] = func(w io.Writer) error { return JUnit(w, rep) }
 	}
 	// Every file is written that can be (JUnit above all), in a fixed
@@ -370,12 +371,12 @@ func jsonWriter(v any) func(io.Writer) error {
 // key or flag of one that cannot: a typo there must not cost a night.
 func CheckOutputs(cfg *Config, extra map[string]string) error {
 	type out struct{ name, path string }
-	gh := or(extra["github-benchmark"], cfg.Path(cfg.Outputs.GitHubBenchmark))
+	gh := cmp.Or(extra["github-benchmark"], cfg.Path(cfg.Outputs.GitHubBenchmark))
 	outs := []out{
 		{"outputs.dir", filepath.Join(cfg.Path(cfg.Outputs.Dir), "nightly.json")},
 		{"--github-benchmark / outputs.github_benchmark", gh},
-		{"--bencher / outputs.bencher", or(extra["bencher"], cfg.Path(cfg.Outputs.Bencher))},
-		{"--junit / outputs.junit", or(extra["junit"], cfg.Path(cfg.Outputs.JUnit))},
+		{"--bencher / outputs.bencher", cmp.Or(extra["bencher"], cfg.Path(cfg.Outputs.Bencher))},
+		{"--junit / outputs.junit", cmp.Or(extra["junit"], cfg.Path(cfg.Outputs.JUnit))},
 		{"outputs.plot", cfg.Path(cfg.Outputs.Plot)},
 		{"--summary", extra["summary"]},
 	}

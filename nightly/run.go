@@ -1,6 +1,7 @@
 package nightly
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -402,7 +403,7 @@ func preflight(cfg *Config, o Options) (*runInputs, error) {
 	if !o.SkipBench {
 		c := cfg.Bench
 		for _, arm := range []struct{ key, url, launch string }{{"a", c.URLA, c.LaunchCmdA}, {"b", c.URLB, c.LaunchCmdB}} {
-			if arm.url == "" && arm.launch == "" && c.LaunchCmd == "" && or(c.Model, b.Bench.Model) == "" {
+			if arm.url == "" && arm.launch == "" && c.LaunchCmd == "" && cmp.Or(c.Model, b.Bench.Model) == "" {
 				return nil, fmt.Errorf("bench: arm %s has no server: set bench.model (and bench.draft_model) to launch SGLang, bench.launch_cmd or bench.launch_cmd_%s, or bench.url_%s; or run with --skip-bench", arm.key, arm.key, arm.key)
 			}
 		}
@@ -467,13 +468,6 @@ func lookPython(py string, env []string) error {
 	return fmt.Errorf("%q is not on PATH; give its full path (a relative path is relative to the config file)", py)
 }
 
-func orStr(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
 // workloadKey names what the bench measures: runs compare only within one
 // key, since a change of model, prompts or tokens moves every number.
 func workloadKey(cfg *Config, b *recipes.Recipe) string {
@@ -483,8 +477,8 @@ func workloadKey(cfg *Config, b *recipes.Recipe) string {
 		levels = c.Concurrency
 	}
 	return fmt.Sprintf("model=%s draft=%s tp=%d spec=%s/%d/%d/%d prompts=%s:%d max_new_tokens=%d concurrency=%s",
-		or(c.Model, rb.Model), or(c.DraftModel, rb.DraftModel), rb.TP, rb.SpeculativeAlgorithm, rb.SpeculativeNumSteps, rb.SpeculativeEagleTopK, rb.SpeculativeNumDraftTokens,
-		orStr(rb.Workload, "builtin"), orInt(c.NumPrompts, rb.NumPrompts), orInt(c.MaxNewTokens, rb.MaxNewTokens), strings.Trim(strings.Join(strings.Fields(fmt.Sprint(levels)), ","), "[]"))
+		cmp.Or(c.Model, rb.Model), cmp.Or(c.DraftModel, rb.DraftModel), rb.TP, rb.SpeculativeAlgorithm, rb.SpeculativeNumSteps, rb.SpeculativeEagleTopK, rb.SpeculativeNumDraftTokens,
+		cmp.Or(rb.Workload, "builtin"), cmp.Or(c.NumPrompts, rb.NumPrompts), cmp.Or(c.MaxNewTokens, rb.MaxNewTokens), strings.Trim(strings.Join(strings.Fields(fmt.Sprint(levels)), ","), "[]"))
 }
 
 func verdictText(rep *Report) string {
@@ -618,7 +612,7 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 		case r.Commit == rep.Head:
 			rev = "pinned=" + rep.Ref
 		case r.Commit != rep.Pinned:
-			rev = "also " + orStr(alsoName[r.Commit], short(r.Commit))
+			rev = "also " + cmp.Or(alsoName[r.Commit], short(r.Commit))
 		}
 		dr := DriftRow{Series: r.Series, Commit: r.Commit, Rev: rev, Verdict: r.Verdict}
 		for _, f := range r.Fits {
@@ -896,20 +890,6 @@ func runBench(ctx context.Context, cfg *Config, o Options, a, b *recipes.Recipe,
 	}
 	res, err := bench.Run(ctx, bo)
 	return res, s, err
-}
-
-func or(a, b string) string {
-	if a != "" {
-		return a
-	}
-	return b
-}
-
-func orInt(a, b int) int {
-	if a != 0 {
-		return a
-	}
-	return b
 }
 
 func benchEnv(res *bench.Result) map[string]string {
