@@ -222,12 +222,18 @@ func tunedRecipe(c *cli.Context, r *recipes.Recipe) (out *recipes.Recipe, tuned 
 		return nil, false, err
 	}
 	rc := *r
-	rc.Env = maps.Clone(r.Env)
-	if rc.Env == nil {
-		rc.Env = map[string]string{}
-	}
-	tuned = f.Thresholds.ApplyEnv(rc.Env)
+	rc.Env, tuned = tunedEnv(r.Env, f.Thresholds)
 	return &rc, tuned, nil
+}
+
+// tunedEnv returns a copy of env with t's thresholds in it when env opens
+// the PCIe gate (tuned), else env itself.
+func tunedEnv(env map[string]string, t tune.Thresholds) (out map[string]string, tuned bool) {
+	out = maps.Clone(env)
+	if !t.ApplyEnv(out) {
+		return env, false
+	}
+	return out, true
 }
 
 // loadTune reads a tune file and checks it was made on this host at world
@@ -284,12 +290,8 @@ func applyTune(c *cli.Context, o *bench.Options) (*tune.File, error) {
 	}
 	for i := range o.Arms {
 		a := &o.Arms[i]
-		env := maps.Clone(a.Env)
-		if env == nil {
-			env = map[string]string{}
-		}
-		if f.Thresholds.ApplyEnv(env) {
-			a.Env = env
+		var tuned bool
+		if a.Env, tuned = tunedEnv(a.Env, f.Thresholds); tuned {
 			fmt.Fprintf(c.App.ErrWriter, "  arm %s: %s\n", a.Name, strings.Join(f.Thresholds.Env(), " "))
 		}
 	}
