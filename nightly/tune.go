@@ -42,10 +42,7 @@ func applyTune(cfg *Config, tf *tune.File, rep *Report, bo *bench.Options) error
 	rec := &TuneRecord{Path: path, Host: tf.Host.Name, Thresholds: tf.Thresholds,
 		Dispatch: tune.Dispatch(tf.Thresholds, bo.TP, tune.ServingSizes(5120, max(bo.SpecDraftTokens, 1)))}
 	for i := range bo.Arms {
-		env := maps.Clone(bo.Arms[i].Env)
-		if env == nil {
-			env = map[string]string{}
-		}
+		env := maps.Clone(bo.Arms[i].Env) // nil stays nil: ApplyEnv writes nothing without the PCIe gate
 		if tf.Thresholds.ApplyEnv(env) {
 			bo.Arms[i].Env = env
 			rec.Arms = append(rec.Arms, bo.Arms[i].Name)
