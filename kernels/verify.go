@@ -9,9 +9,10 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"os"
 	"path/filepath"
-	"sort"
+	"slices"
 	"strings"
 	"unicode/utf8"
 
@@ -147,7 +148,7 @@ func diffSums(a, b []Output) []Difference {
 		bm[o.File], names[o.File] = o, true
 	}
 	var out []Difference
-	for _, n := range sortedKeys(names) {
+	for _, n := range slices.Sorted(maps.Keys(names)) {
 		x, y := am[n], bm[n]
 		switch {
 		case x.SHA256 == y.SHA256:
@@ -172,15 +173,6 @@ func diffSums(a, b []Output) []Difference {
 			out = append(out, d)
 		}
 	}
-	return out
-}
-
-func sortedKeys(m map[string]bool) []string {
-	var out []string
-	for k := range m {
-		out = append(out, k)
-	}
-	sort.Strings(out)
 	return out
 }
 
@@ -274,7 +266,7 @@ func compareZips(name string, za, zb *zip.Reader, whole Difference) []Difference
 		names[n] = true
 	}
 	var members []Difference
-	for _, n := range sortedKeys(names) {
+	for _, n := range slices.Sorted(maps.Keys(names)) {
 		label := name + "!" + n
 		a, inA := ma[n]
 		b, inB := mb[n]
