@@ -639,6 +639,16 @@ func customAROff(h *Host) string {
 	if !slices.Contains(SupportedWorldSizes, n) {
 		return fmt.Sprintf("SGLang's custom allreduce does not run at world size %d (it supports 2, 4, 6, 8 and disables itself otherwise)", n)
 	}
+	if b := h.blockedP2P(); len(b) > 0 {
+		return fmt.Sprintf("P2P %s is not supported between %s (%s), and SGLang's P2P check disables custom allreduce without it", b[0].name, pairs(len(b[0].pairs)), b[0].pairs[0])
+	}
+	return ""
+}
+
+// blockedP2P lists the P2P matrices (read, then write) that nvidia-smi
+// gave and that block some GPU pair, with the pairs they block.
+func (h *Host) blockedP2P() []blockedP2P {
+	var out []blockedP2P
 	for _, m := range []struct {
 		name string
 		p    *P2PMatrix
@@ -647,10 +657,17 @@ func customAROff(h *Host) string {
 			continue
 		}
 		if b := m.p.Blocked(); len(b) > 0 {
-			return fmt.Sprintf("P2P %s is not supported between %s (%s), and SGLang's P2P check disables custom allreduce without it", m.name, pairs(len(b)), b[0])
+			out = append(out, blockedP2P{m.name, b})
 		}
 	}
-	return ""
+	return out
+}
+
+// blockedP2P is one P2P matrix's blocked GPU pairs: name is "read" or
+// "write", pairs as P2PMatrix.Blocked gives them.
+type blockedP2P struct {
+	name  string
+	pairs []string
 }
 
 // pairs counts GPU pairs in words.

@@ -67,17 +67,9 @@ func findings(h *Host, j *Judged, env []string) []Finding {
 				"prefer 2-stage (SGLANG_CUSTOM_ALLREDUCE_ALGO=2stage) or NCCL there, and measure both")
 		}
 	}
-	for _, m := range []struct {
-		name string
-		p    *P2PMatrix
-	}{{"read", h.P2PRead}, {"write", h.P2PWrite}} {
-		if m.p == nil {
-			continue
-		}
-		if b := m.p.Blocked(); len(b) > 0 {
-			add("p2p.blocked", Error, fmt.Sprintf("P2P %s is not supported between %s", m.name, pairs(len(b))), strings.Join(b, "; "),
-				"custom allreduce needs P2P and NCCL falls back to SHM without it; check ACS in the BIOS or kernel, IOMMU (iommu=pt), and that the GPUs share a root complex")
-		}
+	for _, m := range h.blockedP2P() {
+		add("p2p.blocked", Error, fmt.Sprintf("P2P %s is not supported between %s", m.name, pairs(len(m.pairs))), strings.Join(m.pairs, "; "),
+			"custom allreduce needs P2P and NCCL falls back to SHM without it; check ACS in the BIOS or kernel, IOMMU (iommu=pt), and that the GPUs share a root complex")
 	}
 	if c := h.Cmdline; c != "" {
 		if (strings.Contains(c, "intel_iommu=on") || strings.Contains(c, "amd_iommu=on")) && !strings.Contains(c, "iommu=pt") {
