@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/kernels"
 )
 
@@ -611,15 +612,6 @@ func verdict(h *Host, j *Judged) string {
 	return fmt.Sprintf("mixed NVLink and PCIe, %d GPUs%s: SGLang reports full_nvlink=False, so this is the PCIe case; %s", n, split, measure(n))
 }
 
-// SupportedWorldSizes are the world sizes SGLang's custom allreduce
-// runs at; at any other it disables itself.
-//
-// Upstream: python/sglang/srt/distributed/device_communicators/custom_all_reduce.py@84118acf50b3a4c74e85e9ff9033792552de1a76
-// (CustomAllreduce._SUPPORTED_WORLD_SIZES = [2, 4, 6, 8]), the same at
-// 8905cbd42f4a and 0bda0b168ad5; custom_all_reduce_utils.py
-// (can_use_custom_all_reduce_with_nvlink returns None for them).
-var SupportedWorldSizes = []int{2, 4, 6, 8}
-
 // customAROff says why SGLang's custom allreduce cannot start among the
 // GPUs of h ("" when it can, with the pcie series where upstream needs
 // it): a world size it does not support, or a pair without P2P read or
@@ -636,7 +628,7 @@ func customAROff(h *Host) string {
 	if n < 2 {
 		return ""
 	}
-	if !slices.Contains(SupportedWorldSizes, n) {
+	if !slices.Contains(allreduce.SupportedWorldSizes, n) {
 		return fmt.Sprintf("SGLang's custom allreduce does not run at world size %d (it supports 2, 4, 6, 8 and disables itself otherwise)", n)
 	}
 	if b := h.blockedP2P(); len(b) > 0 {

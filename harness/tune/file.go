@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"github.com/arpatch/arpatch/internal/shellq"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -183,9 +184,7 @@ func Parse(name string, data []byte) (*File, error) {
 	if f.Host.Name == "" || f.Host.GPUCount == 0 || f.WorldSize == 0 || f.Date.IsZero() {
 		return nil, fmt.Errorf("%s: the host, gpus, world_size or date record is missing or unreadable; write the file again with `%s`", name, retune)
 	}
-	switch f.WorldSize {
-	case 2, 4, 6, 8:
-	default:
+	if !slices.Contains(allreduce.SupportedWorldSizes, f.WorldSize) {
 		return nil, fmt.Errorf("%s:%d: world_size %d: custom allreduce runs at 2, 4, 6 and 8, so no tune measured it; write the file again with `%s`", name, lineOf["# world_size"], f.WorldSize, retune)
 	}
 	return f, nil
