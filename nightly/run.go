@@ -48,8 +48,13 @@ type Options struct {
 	SkipBench bool
 	Version   string
 	Log       io.Writer // progress lines; nil for none
-	Launcher  []string  // the gencode filter, for builds
-	Env       []string  // nil: os.Environ()
+	// Out gets the run's table (WriteTable) from Execute; nil for none.
+	Out io.Writer
+	// Reports are the command line's report paths, which override the
+	// config's (Execute passes them to WriteOutputs as its extra).
+	Reports  map[string]string
+	Launcher []string // the gencode filter, for builds
+	Env      []string // nil: os.Environ()
 	// Probe overrides the environment discovery (tests).
 	Probe func(ctx context.Context) Environment
 	// Now gives the run's start time; nil is time.Now (the demo sets
@@ -157,11 +162,7 @@ func (r *Report) exit(code int) {
 // incomplete. A run whose context is cancelled is marked incomplete.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	cfg := o.Config
-	logf := func(format string, args ...any) {
-		if o.Log != nil {
-			fmt.Fprintf(o.Log, "nightly: "+format+"\n", args...)
-		}
-	}
+	logf := o.logf
 	now := time.Now
 	if o.Now != nil {
 		now = o.Now

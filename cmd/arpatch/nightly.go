@@ -70,41 +70,18 @@ Examples:
 			if err := nightly.CheckOutputs(cfg, extra); err != nil {
 				return usageError{err}
 			}
-			rep, err := nightly.Run(c.Context, nightly.Options{
+			code, err := nightly.Execute(c.Context, nightly.Options{
 				Config: cfg, SkipBuild: c.Bool("skip-build"), SkipBench: c.Bool("skip-bench"),
-				Version: arpatchVersion(), Log: c.App.ErrWriter, Launcher: launcher(),
+				Version: arpatchVersion(), Log: c.App.ErrWriter, Out: c.App.Writer, Launcher: launcher(), Reports: extra,
 			})
-			if rep != nil {
-				nightly.WriteTable(c.App.Writer, rep)
-				if werr := nightly.WriteOutputs(rep, cfg, extra); werr != nil && err == nil {
-					err = werr
-				}
-				if cfg.Outputs.Plot != "" && err == nil && rep.Benched() {
-					if store, oerr := history.Open(cfg.Path(cfg.History.Path)); oerr == nil {
-						sel := history.Series{HardwareKey: rep.HardwareKey, Workload: rep.Workload}
-						if perr := store.Plot("tok_s", cfg.Path(cfg.Outputs.Plot), sel); perr != nil {
-							fmt.Fprintln(c.App.ErrWriter, "arpatch: outputs.plot:", perr)
-						}
-						store.Close()
-					}
-				}
-			}
 			var ce *nightly.ConfigError
 			switch {
 			case errors.As(err, &ce):
 				return usageError{fmt.Errorf("%s: %w", pathFlag(c, "config"), err)}
 			case err != nil:
-				// It could not run (the lock is held, the history will not
-				// open) or could not write its reports: infrastructure.
-				if rep != nil {
-					nightly.MarkExit(cfg, rep, nightly.ExitInfra, err)
-				} else {
-					nightly.WriteOutputs(nightly.FailedToRun(err), cfg, extra)
-				}
-				return cli.Exit(err.Error(), nightly.ExitInfra)
-			}
-			if rep.ExitCode != 0 {
-				return cli.Exit("", rep.ExitCode)
+				return cli.Exit(err.Error(), code)
+			case code != 0:
+				return cli.Exit("", code)
 			}
 			return nil
 		},

@@ -1,0 +1,75 @@
+package nightly
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/arpatch/arpatch/history"
+)
+
+// Execute is a whole `arpatch nightly`: it runs the nightly (Run), prints
+// the run's table to o.Out (WriteTable), writes the reports (WriteOutputs,
+// with o.Reports overriding the config's paths) and the plot of tok/s
+// (outputs.plot), and returns the process's exit code.
+//
+// The code is the run's (ExitOK, ExitRegression, ExitDrift, ExitInfra),
+// or ExitInfra with the error when the run could not start (the lock is
+// held, the history will not open), could not store what it found (a
+// failed write to the history: the error names the database file), or a
+// report could not be written (the error names the file); the history and
+// the reports then say so too. A nightly.toml that cannot run is a
+// *ConfigError, returned with code 0: the caller reports it as a usage
+// error. A plot that cannot be drawn is logged to o.Log and changes
+// nothing.
+func Execute(ctx context.Context, o Options) (int, error) {
+	rep, err := Run(ctx, o)
+	var ce *ConfigError
+	if errors.As(err, &ce) {
+		return 0, err
+	}
+	cfg := o.Config
+	if rep != nil {
+		if o.Out != nil {
+			WriteTable(o.Out, rep)
+		}
+		if werr := WriteOutputs(rep, cfg, o.Reports); werr != nil && err == nil {
+			err = werr
+		}
+		if cfg.Outputs.Plot != "" && err == nil && rep.Benched() {
+			if perr := plot(cfg, rep); perr != nil {
+				o.logf("outputs.plot: %v", perr)
+			}
+		}
+	}
+	if err == nil {
+		return rep.ExitCode, nil
+	}
+	// It could not run, store or report: infrastructure. The history and
+	// the reports say so as far as they can be written.
+	if rep != nil {
+		MarkExit(cfg, rep, ExitInfra, err)
+	} else if werr := WriteOutputs(FailedToRun(err), cfg, o.Reports); werr != nil {
+		o.logf("%v", werr)
+	}
+	return ExitInfra, err
+}
+
+// plot draws outputs.plot: tok/s over time for the run's hardware and
+// workload.
+func plot(cfg *Config, rep *Report) error {
+	store, err := history.Open(cfg.Path(cfg.History.Path))
+	if err != nil {
+		return err
+	}
+	defer store.Close()
+	sel := history.Series{HardwareKey: rep.HardwareKey, Workload: rep.Workload}
+	return store.Plot("tok_s", cfg.Path(cfg.Outputs.Plot), sel)
+}
+
+// logf writes one progress line to o.Log, when set.
+func (o Options) logf(format string, args ...any) {
+	if o.Log != nil {
+		fmt.Fprintf(o.Log, "nightly: "+format+"\n", args...)
+	}
+}

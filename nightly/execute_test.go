@@ -1,0 +1,103 @@
+package nightly
+
+import (
+	"bytes"
+	"context"
+	"encoding/xml"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/arpatch/arpatch/history"
+)
+
+func (w *world) execute(out *bytes.Buffer) (int, error) {
+	return Execute(context.Background(), Options{Config: w.cfg, Env: w.env, SkipBuild: true, SkipBench: true, Out: out,
+		Reports: map[string]string{"junit": filepath.Join(w.dir, "cli-junit.xml")},
+		Probe:   func(context.Context) Environment { return Environment{} }})
+}
+
+// Execute prints the table, writes the reports (the command line's paths
+// over the config's) and returns the run's exit code.
+func TestExecuteReportsTheRun(t *testing.T) {
+	w := newWorld(t)
+	var out bytes.Buffer
+	code, err := w.execute(&out)
+	if err != nil || code != ExitOK {
+		t.Fatalf("exit %d, %v", code, err)
+	}
+	if !strings.Contains(out.String(), "nightly run 1 on test-gpu: exit 0, no regression") {
+		t.Errorf("table:\n%s", out.String())
+	}
+	dir := w.cfg.Path(w.cfg.Outputs.Dir)
+	for _, f := range []string{filepath.Join(w.dir, "cli-junit.xml"), filepath.Join(dir, "nightly.json"), filepath.Join(dir, "summary.md")} {
+		if _, err := os.Stat(f); err != nil {
+			t.Errorf("report %s: %v", f, err)
+		}
+	}
+	if _, err := os.Stat(filepath.Join(w.dir, "out/junit.xml")); err == nil {
+		t.Error("the config's junit path was written although --junit overrides it")
+	}
+}
+
+// A report that cannot be written is an infrastructure failure: exit 4,
+// the error names the file, and the history's run agrees with the exit.
+func TestExecuteUnwritableReport(t *testing.T) {
+	w := newWorld(t)
+	if err := os.WriteFile(filepath.Join(w.dir, "blocker"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	w.cfg.Outputs.Dir = filepath.Join(w.dir, "blocker", "out")
+	code, err := w.execute(&bytes.Buffer{})
+	if code != ExitInfra || err == nil || !strings.Contains(err.Error(), filepath.Join(w.dir, "blocker", "out", "nightly.json")) {
+		t.Fatalf("exit %d, %v", code, err)
+	}
+	store, err := history.Open(filepath.Join(w.dir, "history.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer store.Close()
+	runs, err := store.Runs(0)
+	if err != nil || len(runs) != 1 || runs[0].Status != history.Failed || runs[0].ExitCode == nil || *runs[0].ExitCode != ExitInfra ||
+		!strings.HasPrefix(runs[0].Verdict, "infrastructure failure: writing report") {
+		t.Fatalf("history after the failed report: %v %+v", err, runs)
+	}
+}
+
+// A nightly that cannot start (the lock is held) exits 4 and still writes
+// its reports: CI's JUnit shows one failed "run" case.
+func TestExecuteCannotStart(t *testing.T) {
+	w := newWorld(t)
+	unlock, err := history.Lock(filepath.Join(w.dir, "history.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer unlock()
+	var out bytes.Buffer
+	code, err := w.execute(&out)
+	if code != ExitInfra || err == nil || !strings.Contains(err.Error(), "another nightly is running") {
+		t.Fatalf("exit %d, %v", code, err)
+	}
+	if out.Len() != 0 {
+		t.Errorf("a run that did not start printed a table:\n%s", out.String())
+	}
+	b, err := os.ReadFile(filepath.Join(w.dir, "cli-junit.xml"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var j junitSuites
+	if err := xml.Unmarshal(b, &j); err != nil || j.Fails != 1 || len(j.Suites) != 1 || j.Suites[0].Cases[0].Name != "run" {
+		t.Errorf("junit of a run that could not start: %v %+v", err, j)
+	}
+}
+
+// A nightly.toml that cannot run is a *ConfigError, for a usage exit.
+func TestExecuteConfigError(t *testing.T) {
+	w := newWorld(t)
+	w.cfg.Arms.BFile = "nosuch.toml"
+	_, err := w.execute(&bytes.Buffer{})
+	if _, ok := err.(*ConfigError); !ok {
+		t.Fatalf("err = %T %v, want a *ConfigError", err, err)
+	}
+}
