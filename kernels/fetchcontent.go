@@ -4,7 +4,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"fmt"
-	"github.com/arpatch/arpatch/internal/shellq"
 	"io"
 	"io/fs"
 	"os"
@@ -13,6 +12,9 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
+	"github.com/arpatch/arpatch/internal/shellq"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
 )
@@ -347,7 +349,7 @@ func depRevision(d Dep) (string, error) {
 		}
 		if want != head {
 			return "", fmt.Errorf("dependency %s at %s is at %s, but %s pins %s (%s); run `git -C %s checkout %s`",
-				d.Name, d.Dir, head[:12], d.File, pin, want[:12], d.Dir, pin)
+				d.Name, d.Dir, githash.Hash(head).Short(), d.File, pin, githash.Hash(want).Short(), d.Dir, pin)
 		}
 	}
 	changes, err := repo.Changes()
@@ -363,7 +365,7 @@ func depRevision(d Dep) (string, error) {
 			edited = append(edited[:5], fmt.Sprintf("... and %d more", len(edited)-5))
 		}
 		return "", fmt.Errorf("dependency %s at %s has local changes or untracked files, which the cache key would not see:\n  %s\nrun `git -C %s stash -u` (or use a clean clone at %s)",
-			d.Name, d.Dir, strings.Join(edited, "\n  "), d.Dir, head[:12])
+			d.Name, d.Dir, strings.Join(edited, "\n  "), d.Dir, githash.Hash(head).Short())
 	}
 	return head, nil
 }

@@ -19,6 +19,7 @@ import (
 	"github.com/arpatch/arpatch/harness/sglangtest"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/kernels"
 	"github.com/arpatch/arpatch/patches"
@@ -290,11 +291,11 @@ func testNightlyEndToEnd(t *testing.T) {
 	if rep.ExitCode != ExitDrift {
 		t.Fatalf("drift night: exit %d %v", rep.ExitCode, rep.Errors)
 	}
-	c := w.check(rep, "fx at master ("+short(rep.Head)+")")
+	c := w.check(rep, "fx at master ("+githash.Hash(rep.Head).Short()+")")
 	if c.Status != "fail" || !strings.Contains(c.Detail, "patch 0001-dispatch.patch, hunk @@ -2,5 +2,5 @@ in sgl-kernel/csrc/allreduce/custom_all_reduce.cu") {
 		t.Errorf("drift check: %+v", c)
 	}
-	if w.check(rep, "fx at pinned commit "+short(w.commit)).Status != "pass" {
+	if w.check(rep, "fx at pinned commit "+githash.Hash(w.commit).Short()).Status != "pass" {
 		t.Error("the pinned commit should still fit")
 	}
 	// The port meets the same change: no clean draft, and the verdict says so.

@@ -18,6 +18,7 @@ import (
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/report"
 	"github.com/arpatch/arpatch/history"
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/safefs"
 )
 
@@ -175,7 +176,7 @@ func Summary(w io.Writer, rep *Report) error {
 		icon = "INTERRUPTED"
 	}
 	fmt.Fprintf(w, "## arpatch nightly: %s\n\nRun %d on `%s`, %s; exit code %d: %s.\n\n", icon, rep.RunID, rep.HardwareKey, rep.StartedAt.Format("2006-01-02 15:04 UTC"), rep.ExitCode, rep.Verdict)
-	fmt.Fprintf(w, "Tracking `%s` at `%s`; pinned `%s`; %s.\n\n", rep.Ref, short(rep.Head), short(rep.Pinned), benchedAt(rep))
+	fmt.Fprintf(w, "Tracking `%s` at `%s`; pinned `%s`; %s.\n\n", rep.Ref, githash.Hash(rep.Head).Short(), githash.Hash(rep.Pinned).Short(), benchedAt(rep))
 	if len(rep.Drift) > 0 {
 		fmt.Fprintln(w, "### Drift\n\n| series | commit | verdict | patches |\n|---|---|---|---|")
 		for _, d := range rep.Drift {
@@ -187,12 +188,12 @@ func Summary(w io.Writer, rep *Report) error {
 			if d.Note != "" {
 				v += " (" + d.Note + ")"
 			}
-			fmt.Fprintf(w, "| %s | `%s` (%s) | %s | %s |\n", d.Series, short(d.Commit), d.Rev, v, strings.Join(ps, ", "))
+			fmt.Fprintf(w, "| %s | `%s` (%s) | %s | %s |\n", d.Series, githash.Hash(d.Commit).Short(), d.Rev, v, strings.Join(ps, ", "))
 		}
 		fmt.Fprintln(w)
 	}
 	for _, h := range rep.Ports {
-		fmt.Fprintf(w, "Port to `%s`: %s.\n\n", short(h.Commit), h)
+		fmt.Fprintf(w, "Port to `%s`: %s.\n\n", githash.Hash(h.Commit).Short(), h)
 	}
 	for _, wn := range rep.Warnings {
 		fmt.Fprintf(w, "> warning: %s\n\n", wn)
@@ -239,9 +240,9 @@ func benchedAt(rep *Report) string {
 	built, benched := len(rep.Builds) > 0, rep.Benched()
 	switch {
 	case built && benched:
-		return "built and benched at `" + short(rep.BuildCommit) + "`"
+		return "built and benched at `" + githash.Hash(rep.BuildCommit).Short() + "`"
 	case built:
-		return "built at `" + short(rep.BuildCommit) + "`, not benched"
+		return "built at `" + githash.Hash(rep.BuildCommit).Short() + "`, not benched"
 	case benched:
 		return "benched (no build this run)"
 	}
@@ -264,10 +265,10 @@ func WriteTable(w io.Writer, rep *Report) {
 		if d.Note != "" {
 			note = " (" + d.Note + ")"
 		}
-		fmt.Fprintf(w, "  drift %-14s %s (%s): %s%s\n", d.Series, short(d.Commit), d.Rev, d.Verdict, note)
+		fmt.Fprintf(w, "  drift %-14s %s (%s): %s%s\n", d.Series, githash.Hash(d.Commit).Short(), d.Rev, d.Verdict, note)
 	}
 	for _, h := range rep.Ports {
-		fmt.Fprintf(w, "  port to %s: %s\n", short(h.Commit), h)
+		fmt.Fprintf(w, "  port to %s: %s\n", githash.Hash(h.Commit).Short(), h)
 	}
 	for _, wn := range rep.Warnings {
 		fmt.Fprintf(w, "  warning: %s\n", wn)

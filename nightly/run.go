@@ -6,7 +6,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/arpatch/arpatch/internal/shellq"
 	"io"
 	"maps"
 	"net/http"
@@ -15,6 +14,9 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
+	"github.com/arpatch/arpatch/internal/shellq"
 
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/report"
@@ -254,7 +256,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 
 	// 2. Build.
 	if !o.SkipBuild && canContinue && ctx.Err() == nil {
-		logf("building %s and %s at %s", a.Name, b.Name, short(rep.BuildCommit))
+		logf("building %s and %s at %s", a.Name, b.Name, githash.Hash(rep.BuildCommit).Short())
 		build(ctx, rep, cfg, o, a, b, cat)
 	} else if o.SkipBuild {
 		rep.check(history.Check{Name: "build", Kind: "build", Status: "skip", Detail: "--skip-build"})
@@ -613,7 +615,7 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 		case r.Commit == rep.Head:
 			rev = "pinned=" + rep.Ref
 		case r.Commit != rep.Pinned:
-			rev = "also " + cmp.Or(alsoName[r.Commit], short(r.Commit))
+			rev = "also " + cmp.Or(alsoName[r.Commit], githash.Hash(r.Commit).Short())
 		}
 		dr := DriftRow{Series: r.Series, Commit: r.Commit, Rev: rev, Verdict: r.Verdict}
 		for _, f := range r.Fits {
@@ -644,7 +646,7 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 		if i >= judged {
 			// Extra revisions are recorded and reported, never judged.
 			for _, s := range members {
-				c := history.Check{Name: fmt.Sprintf("%s at %s", s.Name, short(commit)), Kind: "drift", Status: "pass"}
+				c := history.Check{Name: fmt.Sprintf("%s at %s", s.Name, githash.Hash(commit).Short()), Kind: "drift", Status: "pass"}
 				if !fits[commit][s.Name] {
 					c.Status, c.Detail = "skip", "recorded only (also_check)"
 					setNote(rep.Drift, s.Name, commit, c.Detail)
@@ -653,9 +655,9 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 			}
 			continue
 		}
-		label := "pinned commit " + short(commit)
+		label := "pinned commit " + githash.Hash(commit).Short()
 		if commit == rep.Head && commit != rep.Pinned {
-			label = rep.Ref + " (" + short(commit) + ")"
+			label = rep.Ref + " (" + githash.Hash(commit).Short() + ")"
 		}
 		anyFit := ""
 		for _, s := range members {
@@ -832,7 +834,7 @@ func refreshArms(work, commit string) error {
 			continue // not ours, or already right: ABBuild decides
 		}
 		if !st.Clean() || len(st.Other) > 0 || len(st.Untracked) > 0 {
-			return fmt.Errorf("%s holds commit %s with changes or files arpatch did not make; tonight needs %s. Move it away (the nightly re-clones it)", dir, short(st.State.Commit), short(commit))
+			return fmt.Errorf("%s holds commit %s with changes or files arpatch did not make; tonight needs %s. Move it away (the nightly re-clones it)", dir, githash.Hash(st.State.Commit).Short(), githash.Hash(commit).Short())
 		}
 		if err := os.RemoveAll(dir); err != nil {
 			return err
@@ -1163,13 +1165,6 @@ func metricValues(ms []stats.Metrics, metric string) []float64 {
 		}
 	}
 	return nil
-}
-
-func short(c string) string {
-	if len(c) > 12 {
-		return c[:12]
-	}
-	return c
 }
 
 // besideDir names [arms] patches_dir for messages, when one is set.

@@ -1,9 +1,12 @@
 package patches
 
 import (
+	"cmp"
 	"fmt"
 	"slices"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 )
 
 // Choice is the series picked for a tree, with its verified patches.
@@ -35,7 +38,7 @@ func (e *NoSeriesError) Error() string {
 	}
 	b.WriteString("\nknown series:")
 	for _, s := range e.Known {
-		fmt.Fprintf(&b, "\n  %-16s family %-8s tested on %s", s.Name, s.Family, shortList(s.TestedOn))
+		fmt.Fprintf(&b, "\n  %-16s family %-8s tested on %s", s.Name, s.Family, cmp.Or(githash.Shorts(s.TestedOn), "(none)"))
 	}
 	check := e.Check
 	if check == "" {
@@ -55,9 +58,9 @@ type AmbiguousError struct {
 
 func (e *AmbiguousError) Error() string {
 	if e.Tested {
-		return fmt.Sprintf("series %s all list commit %s in tested_on; arpatch will not guess: pick one with --series", strings.Join(e.Fits, " and "), short(e.Commit))
+		return fmt.Sprintf("series %s all list commit %s in tested_on; arpatch will not guess: pick one with --series", strings.Join(e.Fits, " and "), githash.Hash(e.Commit).Short())
 	}
-	return fmt.Sprintf("series %s all apply to commit %s and none was tested on it; pick one with --series", strings.Join(e.Fits, " and "), short(e.Commit))
+	return fmt.Sprintf("series %s all apply to commit %s and none was tested on it; pick one with --series", strings.Join(e.Fits, " and "), githash.Hash(e.Commit).Short())
 }
 
 // Resolve picks the series for a tree at commit. want is the recipe's
@@ -109,7 +112,7 @@ func (c *Catalog) Resolve(want, force, commit string, tree Tree, skip []string) 
 		if err != nil {
 			return nil, err
 		}
-		return &Choice{Series: tested[0], Patches: ps, Reason: "tested on " + short(commit)}, nil
+		return &Choice{Series: tested[0], Patches: ps, Reason: "tested on " + githash.Hash(commit).Short()}, nil
 	}
 	var fits []*Choice
 	var details []string
@@ -120,7 +123,7 @@ func (c *Catalog) Resolve(want, force, commit string, tree Tree, skip []string) 
 		}
 		fit, why := fitsTree(tree, ps)
 		if fit {
-			fits = append(fits, &Choice{Series: s, Patches: ps, Reason: fmt.Sprintf("applies to %s, which it was not tested on (%s)", short(commit), why)})
+			fits = append(fits, &Choice{Series: s, Patches: ps, Reason: fmt.Sprintf("applies to %s, which it was not tested on (%s)", githash.Hash(commit).Short(), why)})
 		} else {
 			details = append(details, fmt.Sprintf("%s: %s", s.Name, why))
 		}
@@ -160,22 +163,4 @@ func fitsTree(tree Tree, ps []*Patch) (bool, string) {
 		return false, "some patches are already in the tree, others are not"
 	}
 	return true, v
-}
-
-func short(c string) string {
-	if len(c) > 12 {
-		return c[:12]
-	}
-	return c
-}
-
-func shortList(cs []string) string {
-	if len(cs) == 0 {
-		return "(none)"
-	}
-	var out []string
-	for _, c := range cs {
-		out = append(out, short(c))
-	}
-	return strings.Join(out, ", ")
 }

@@ -15,6 +15,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/internal/tomlx"
 )
@@ -56,7 +57,6 @@ type PatchEntry struct {
 }
 
 var (
-	hex40      = regexp.MustCompile(`^[0-9a-f]{40}$`)
 	hex64      = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	patchName  = regexp.MustCompile(`^[0-9]{4}-[a-z0-9][a-z0-9.-]*\.patch$`)
 	seriesName = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*$`)
@@ -105,8 +105,8 @@ func LoadSeries(fsys fs.FS, dir, label string) (*Series, error) {
 		return nil, fail("family", "missing; name the job the series does, e.g. \"pcie\"")
 	}
 	for _, c := range s.TestedOn {
-		if !hex40.MatchString(c) {
-			return nil, fail("tested_on", "%q is not a full 40-hex commit", c)
+		if _, err := githash.Parse(c); err != nil {
+			return nil, fail("tested_on", "%v", err)
 		}
 	}
 	if len(s.Patches) == 0 {

@@ -122,7 +122,7 @@ func TestLoadSeriesErrorsNameFileKeyAndLine(t *testing.T) {
 		name, toml, want string
 	}{
 		{"unknown key", "name = \"s\"\nfamily = \"pcie\"\ncolour = \"red\"\n", `test/s/series.toml:3: unknown key "colour"`},
-		{"bad commit", "name = \"s\"\nfamily = \"pcie\"\ntested_on = [\"84118acf\"]\n", `test/s/series.toml:3: tested_on: "84118acf" is not a full 40-hex commit`},
+		{"bad commit", "name = \"s\"\nfamily = \"pcie\"\ntested_on = [\"84118acf\"]\n", `test/s/series.toml:3: tested_on: "84118acf" is not a full 40-hex commit hash: it has 8 hex digits, not 40`},
 		{"no family", "name = \"s\"\n", "family: missing"},
 		{"name differs", "name = \"t\"\nfamily = \"pcie\"\n", `differs from the directory name "s"`},
 		{"no patches", "name = \"s\"\nfamily = \"pcie\"\n", "lists no [[patch]]"},

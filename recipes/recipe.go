@@ -30,6 +30,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/internal/bounds"
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/tomlx"
 )
 
@@ -195,7 +196,6 @@ type Arm struct {
 }
 
 var (
-	hex40    = regexp.MustCompile(`^[0-9a-f]{40}$`)
 	nameRe   = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
 	envKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
 	archRe   = regexp.MustCompile(`^[0-9]{2,3}[af]?$`)
@@ -278,8 +278,8 @@ func (r *Recipe) validate(data []byte, md toml.MetaData) error {
 	if r.Upstream.Commit == "" {
 		return fail("upstream.commit", "missing; pin a full 40-hex commit")
 	}
-	if !hex40.MatchString(r.Upstream.Commit) {
-		return fail("upstream.commit", "%q is not a full 40-hex commit hash (lower case); abbreviated hashes and branch names are ambiguous", r.Upstream.Commit)
+	if _, err := githash.Parse(r.Upstream.Commit); err != nil {
+		return fail("upstream.commit", "%v", err)
 	}
 	if r.Series == "" && len(r.Skip) > 0 {
 		return fail("skip", "names patches but the recipe has no series")

@@ -100,7 +100,7 @@ func TestValidationNamesFileLineAndKey(t *testing.T) {
 	}{
 		{"no name", pin, "r.toml: name: missing"},
 		{"bad name", "name = \"My Recipe\"\n" + pin, `r.toml:1: name: "My Recipe"`},
-		{"short commit", "name = \"r\"\n[upstream]\ncommit = \"84118acf\"\n", `r.toml:3: upstream.commit: "84118acf" is not a full 40-hex`},
+		{"short commit", "name = \"r\"\n[upstream]\ncommit = \"84118acf\"\n", `r.toml:3: upstream.commit: "84118acf" is not a full 40-hex commit hash: it has 8 hex digits, not 40`},
 		{"upper-case commit", "name = \"r\"\n[upstream]\ncommit = \"84118ACF50B3A4C74E85E9FF9033792552DE1A76\"\n", "upstream.commit"},
 		{"no commit", "name = \"r\"\n[upstream]\nurl = \"x\"\n", "r.toml:2: upstream.commit: missing"},
 		{"unknown key", "name = \"r\"\n" + pin + "[build]\narch = [\"120a\"]\n", `r.toml:5: unknown key "build.arch"`},

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/term"
 
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/kernels"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -444,7 +445,7 @@ func listCache(w io.Writer, cache kernels.Cache) error {
 			continue
 		}
 		in := e.Manifest.Inputs
-		fmt.Fprintf(w, "  %s  %-13s %s  series %-13s archs %-10s %7.1f MB  %s\n", e.Key[:16], in.Kind, in.Commit[:12], orNone(in.Series),
+		fmt.Fprintf(w, "  %s  %-13s %s  series %-13s archs %-10s %7.1f MB  %s\n", e.Key[:16], in.Kind, githash.Hash(in.Commit).Short(), orNone(in.Series),
 			strings.Join(in.Archs, ","), float64(e.Bytes)/1e6, e.Manifest.FinishedAt.Format("2006-01-02 15:04"))
 	}
 	return nil
@@ -471,8 +472,5 @@ func gencodeFilterCommand() *cli.Command {
 // digits, keeping the prefix.
 func shortHash(h string) string {
 	i := strings.LastIndexAny(h, ":=") + 1
-	if len(h)-i > 12 {
-		return h[:i+12]
-	}
-	return h
+	return h[:i] + githash.Hash(h[i:]).Short()
 }

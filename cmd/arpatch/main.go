@@ -22,6 +22,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/statedir"
 	"github.com/arpatch/arpatch/kernels"
 )
@@ -61,7 +62,7 @@ func buildVersion(v string, settings []debug.BuildSetting) string {
 		switch s.Key {
 		case "vcs.revision":
 			if len(s.Value) >= 12 {
-				rev = s.Value[:12]
+				rev = githash.Hash(s.Value).Short()
 			}
 		case "vcs.modified":
 			dirty = s.Value == "true"

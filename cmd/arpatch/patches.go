@@ -12,6 +12,7 @@ import (
 
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/patches/port"
@@ -137,7 +138,7 @@ Example:
 func printDrift(w io.Writer, rows []checkout.DriftRow, repo, patchesDir string) {
 	fmt.Fprintf(w, "%-14s %-20s %-9s %s\n", "SERIES", "COMMIT", "VERDICT", "PATCHES")
 	for _, r := range rows {
-		commit := r.Commit[:12]
+		commit := githash.Hash(r.Commit).Short()
 		if r.Rev != r.Commit && !strings.HasPrefix(r.Commit, r.Rev) {
 			commit += " (" + r.Rev + ")"
 		}
@@ -164,10 +165,10 @@ func printDrift(w io.Writer, rows []checkout.DriftRow, repo, patchesDir string) 
 	}
 	for _, r := range rows {
 		if r.PortClean {
-			fmt.Fprintf(w, "\n%s at %s:\n  the hunks do not fit as they are, but a port (three-way merge) is clean; write it with: %s\n", r.Series, r.Commit[:12], port.Command(r.Series, repo, r.Commit, port.DraftDir(r.Series, r.Commit), patchesDir))
+			fmt.Fprintf(w, "\n%s at %s:\n  the hunks do not fit as they are, but a port (three-way merge) is clean; write it with: %s\n", r.Series, githash.Hash(r.Commit).Short(), port.Command(r.Series, repo, r.Commit, port.DraftDir(r.Series, r.Commit), patchesDir))
 		}
 		if r.Moved != nil {
-			fmt.Fprintf(w, "\n%s at %s:\n  %s\n", r.Series, r.Commit[:12], strings.Join(r.Moved.Explain(r.Series, repo, r.Commit, patchesDir), "\n  "))
+			fmt.Fprintf(w, "\n%s at %s:\n  %s\n", r.Series, githash.Hash(r.Commit).Short(), strings.Join(r.Moved.Explain(r.Series, repo, r.Commit, patchesDir), "\n  "))
 		}
 		for i, f := range r.Fits {
 			if movedAway(r, f) {
@@ -177,7 +178,7 @@ func printDrift(w io.Writer, rows []checkout.DriftRow, repo, patchesDir string) 
 				f = r.Moved.Fits[i] // how it fits at the new path
 			}
 			if f.Fit == patches.FitConflict {
-				fmt.Fprintf(w, "\n%s at %s:\n  %s\n", r.Series, r.Commit[:12], strings.ReplaceAll(f.Err.Error(), "\n", "\n  "))
+				fmt.Fprintf(w, "\n%s at %s:\n  %s\n", r.Series, githash.Hash(r.Commit).Short(), strings.ReplaceAll(f.Err.Error(), "\n", "\n  "))
 			}
 		}
 	}

@@ -9,13 +9,13 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strconv"
 	"strings"
 	"time"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/internal/shellq"
@@ -126,8 +126,6 @@ func (e *CommitMismatchError) Error() string {
 	return fmt.Sprintf("%s is at commit %s, but %s %s; nothing was changed. %s", e.Src, e.Head, src, e.Want, fix)
 }
 
-var hex40 = regexp.MustCompile(`^[0-9a-f]{40}$`)
-
 // Apply brings opts.Src to the recipe's commit with its patch series
 // applied. It clones when Src is missing (into a temp directory beside it,
 // renamed into place when the checkout is complete), then refuses a
@@ -148,7 +146,7 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 	want := r.Upstream.Commit
 	if opts.Commit != "" {
 		want = opts.Commit
-		if hex40.MatchString(strings.ToLower(want)) {
+		if githash.Hash(strings.ToLower(want)).IsFull() {
 			want = strings.ToLower(want)
 		}
 	}
@@ -185,7 +183,7 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if !hex40.MatchString(want) {
+	if !githash.Hash(want).IsFull() {
 		if want, err = repo.Resolve(want); err != nil {
 			return nil, err
 		}
@@ -348,7 +346,7 @@ func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer
 	if err != nil {
 		return info, err
 	}
-	if !hex40.MatchString(want) {
+	if !githash.Hash(want).IsFull() {
 		full, err := repo.Resolve(want)
 		if errors.Is(err, gitsrc.ErrAbbreviated) && gitsrc.LocalGitDir(source) != "" {
 			// The clone is temporary: name the repository the user gave.
@@ -393,10 +391,10 @@ func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.
 			switch {
 			case fc.OldMode != "" && have != fc.OldMode:
 				return fmt.Errorf("patch %s changes the mode of %s from %s, but commit %s has it as %s; nothing was changed. Use a series made for this commit (%s)",
-					p.Name, fc.Path, fc.OldMode, head[:12], orNone(have), check)
+					p.Name, fc.Path, fc.OldMode, githash.Hash(head).Short(), orNone(have), check)
 			case fc.ModeClaim != "" && have != "" && have != fc.ModeClaim:
 				return fmt.Errorf("patch %s says %s has mode %s (%q), but commit %s has it as %s; nothing was changed (git apply would only warn \"has type %s, expected %s\"; arpatch refuses a wrong mode claim in any header, as for \"old mode\"). Use a series made for this commit (%s)",
-					p.Name, fc.Path, fc.ModeClaim, fc.ModeClaimBy, head[:12], have, strings.TrimLeft(have, "0"), strings.TrimLeft(fc.ModeClaim, "0"), check)
+					p.Name, fc.Path, fc.ModeClaim, fc.ModeClaimBy, githash.Hash(head).Short(), have, strings.TrimLeft(have, "0"), strings.TrimLeft(fc.ModeClaim, "0"), check)
 			}
 		}
 	}
@@ -426,14 +424,14 @@ func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.
 	if len(extra) > 0 {
 		sort.Strings(extra)
 		return fmt.Errorf("%s: the series creates %s, but the tree already has a file there that commit %s does not (untracked or ignored); nothing was changed. Move it away (`%s`), then apply",
-			root.Dir, strings.Join(extra, ", "), head[:12], shellq.Join([]string{"mv", filepath.Join(root.Dir, extra[0]), filepath.Join(root.Dir, extra[0]) + ".mine"}))
+			root.Dir, strings.Join(extra, ", "), githash.Hash(head).Short(), shellq.Join([]string{"mv", filepath.Join(root.Dir, extra[0]), filepath.Join(root.Dir, extra[0]) + ".mine"}))
 	}
 	if len(differ) == 0 {
 		return nil
 	}
 	sort.Strings(differ)
 	return fmt.Errorf("%s: these files differ from commit %s although git status does not list them (skip-worktree or assume-unchanged bits hide the edit): %s; nothing was changed. Clear the bits (`%s`), then stash or restore the edits",
-		root.Dir, head[:12], strings.Join(differ, ", "), shellq.Join(append([]string{"git", "-C", root.Dir, "update-index", "--no-skip-worktree", "--no-assume-unchanged"}, differ...)))
+		root.Dir, githash.Hash(head).Short(), strings.Join(differ, ", "), shellq.Join(append([]string{"git", "-C", root.Dir, "update-index", "--no-skip-worktree", "--no-assume-unchanged"}, differ...)))
 }
 
 // orderedWrites lists the result's files in patch order: the files of the
@@ -490,7 +488,7 @@ func dryRunClone(opts ApplyOptions, rep *ApplyReport, source, want string) (*App
 	if err != nil {
 		return nil, err
 	}
-	if !hex40.MatchString(want) {
+	if !githash.Hash(want).IsFull() {
 		if want, err = repo.Resolve(want); err != nil {
 			return nil, err
 		}
@@ -756,7 +754,7 @@ func lineEndingError(src, head string, paths []string) error {
 	sort.Strings(paths)
 	return fmt.Errorf("%s: these files hold commit %s's text with CRLF line endings where the commit has LF: %s. Git converted them when it checked them out (core.autocrlf=true, or a .gitattributes eol/text rule); the patches are written against the commit's bytes, so nothing was changed. "+
 		"Turn the conversion off for this checkout and check its files out again (the conversion is the only difference, so nothing is lost): `%s`, then `%s`, then apply",
-		src, head[:12], strings.Join(paths, ", "), sh("git", "-C", src, "config", "core.autocrlf", "false"), sh("git", "-C", src, "checkout", "HEAD", "--", "."))
+		src, githash.Hash(head).Short(), strings.Join(paths, ", "), sh("git", "-C", src, "config", "core.autocrlf", "false"), sh("git", "-C", src, "checkout", "HEAD", "--", "."))
 }
 
 // listedRoot is a checkout read through safefs that can list its tracked

@@ -4,6 +4,7 @@ import (
 	"fmt"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/patches/port"
 )
@@ -127,7 +128,7 @@ func Unfit(rows []DriftRow, cat *patches.Catalog, strict bool) []string {
 		case r.Verdict == "error":
 			out = append(out, fmt.Sprintf("series %s does not load: %v", r.Series, r.Err))
 		case strict && !r.Applies():
-			out = append(out, fmt.Sprintf("series %s at %s (%s): %s", r.Series, r.Rev, r.Commit[:12], r.Verdict))
+			out = append(out, fmt.Sprintf("series %s at %s (%s): %s", r.Series, r.Rev, githash.Hash(r.Commit).Short(), r.Verdict))
 		}
 	}
 	if !strict {

@@ -10,6 +10,7 @@ import (
 	"sort"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/patches"
 )
 
@@ -115,7 +116,7 @@ func judgeState(repo *gitsrc.Repo, src string, cat *patches.Catalog) (*State, er
 			data = nil
 		}
 		if got := sum(data); got != f.Before {
-			return nil, damaged("%s at commit %s has sha256 %q, but the state says %q before apply", f.Path, st.Commit[:12], got, f.Before)
+			return nil, damaged("%s at commit %s has sha256 %q, but the state says %q before apply", f.Path, githash.Hash(st.Commit).Short(), got, f.Before)
 		}
 	}
 	ps := statePatches(st, cat)
@@ -124,11 +125,11 @@ func judgeState(repo *gitsrc.Repo, src string, cat *patches.Catalog) (*State, er
 	}
 	res, err := patches.Apply(tree, ps)
 	if err != nil {
-		return nil, damaged("its patches (series %s) do not apply to commit %s: %v", st.Series, st.Commit[:12], err)
+		return nil, damaged("its patches (series %s) do not apply to commit %s: %v", st.Series, githash.Hash(st.Commit).Short(), err)
 	}
 	want := fileStates(res, ps)
 	if !slices.Equal(want, st.Files) {
-		return nil, damaged("it lists %s, but series %s at commit %s changes %s", fileList(st.Files), st.Series, st.Commit[:12], fileList(want))
+		return nil, damaged("it lists %s, but series %s at commit %s changes %s", fileList(st.Files), st.Series, githash.Hash(st.Commit).Short(), fileList(want))
 	}
 	return st, nil
 }

@@ -18,6 +18,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/patches"
@@ -175,8 +176,8 @@ func ReadState(gitDir string) (*State, error) {
 	if s.Schema != StateSchema && s.Schema != 1 {
 		return nil, &StateError{File: p, Schema: s.Schema}
 	}
-	if !hex40.MatchString(s.Commit) {
-		return nil, damaged("commit %q is not a full 40-hex hash", s.Commit)
+	if _, err := githash.Parse(s.Commit); err != nil {
+		return nil, damaged("commit: %v", err)
 	}
 	seen := map[string]bool{}
 	for _, f := range s.Files {

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 )
@@ -27,7 +28,7 @@ func (m Rename) String() string {
 	if m.Commit == "" {
 		return fmt.Sprintf("moved to %s (%s)", m.To, m.Subject)
 	}
-	return fmt.Sprintf("moved to %s at %s", m.To, m.Commit[:12])
+	return fmt.Sprintf("moved to %s at %s", m.To, githash.Hash(m.Commit).Short())
 }
 
 // DeletedError is a file that a commit on the way removed without a rename
@@ -37,7 +38,7 @@ type DeletedError struct {
 }
 
 func (e *DeletedError) Error() string {
-	return fmt.Sprintf("%s was deleted at %s (%q) and go-git's rename detection finds no file it moved to", e.Path, e.Commit[:12], e.Subject)
+	return fmt.Sprintf("%s was deleted at %s (%q) and go-git's rename detection finds no file it moved to", e.Path, githash.Hash(e.Commit).Short(), e.Subject)
 }
 
 // AmbiguousError is a file that a commit on the way removed while adding
@@ -49,7 +50,7 @@ type AmbiguousError struct {
 }
 
 func (e *AmbiguousError) Error() string {
-	return fmt.Sprintf("%s went, at %s (%q), to %d files with the same bytes: %s; arpatch does not guess which one the patch belongs to", e.Path, e.Commit[:12], e.Subject, len(e.Candidates), strings.Join(e.Candidates, ", "))
+	return fmt.Sprintf("%s went, at %s (%q), to %d files with the same bytes: %s; arpatch does not guess which one the patch belongs to", e.Path, githash.Hash(e.Commit).Short(), e.Subject, len(e.Candidates), strings.Join(e.Candidates, ", "))
 }
 
 // ShallowError is history that stops, in a shallow clone, before the
@@ -60,18 +61,7 @@ type ShallowError struct {
 }
 
 func (e *ShallowError) Error() string {
-	return fmt.Sprintf("%s is a shallow clone (its history stops at %s), so the commits between cannot be read to follow a rename: run `git -C %s fetch --unshallow`, or point --repo at a full clone or mirror", e.Dir, shortList(e.Shallow), e.Dir)
-}
-
-func shortList(cs []string) string {
-	var out []string
-	for _, c := range cs {
-		if len(c) > 12 {
-			c = c[:12]
-		}
-		out = append(out, c)
-	}
-	return strings.Join(out, ", ")
+	return fmt.Sprintf("%s is a shallow clone (its history stops at %s), so the commits between cannot be read to follow a rename: run `git -C %s fetch --unshallow`, or point --repo at a full clone or mirror", e.Dir, githash.Shorts(e.Shallow), e.Dir)
 }
 
 // Shallow lists the commits where a shallow clone's history stops (git
@@ -96,7 +86,7 @@ type NotAncestorError struct {
 }
 
 func (e *NotAncestorError) Error() string {
-	return fmt.Sprintf("commit %s is not a first-parent ancestor of %s; renames are followed along the first-parent chain only: start from a commit that %s descends from (patches port --from REV)", e.From[:12], e.To[:12], e.To[:12])
+	return fmt.Sprintf("commit %s is not a first-parent ancestor of %s; renames are followed along the first-parent chain only: start from a commit that %s descends from (patches port --from REV)", githash.Hash(e.From).Short(), githash.Hash(e.To).Short(), githash.Hash(e.To).Short())
 }
 
 // renameScore is the similarity (percent) above which a deleted file and
@@ -151,7 +141,7 @@ func (r *Repo) Follow(from, to, path string) ([]Rename, error) {
 	if ok, err := has(0, path); err != nil {
 		return nil, err
 	} else if !ok {
-		return nil, fmt.Errorf("%s does not exist at %s, so there is nothing to follow", path, from[:12])
+		return nil, fmt.Errorf("%s does not exist at %s, so there is nothing to follow", path, githash.Hash(from).Short())
 	}
 	var moves []Rename
 	cur, lo := path, 0
@@ -191,7 +181,7 @@ func (r *Repo) Follow(from, to, path string) ([]Rename, error) {
 		subject, _, _ := strings.Cut(strings.TrimSpace(c.Message), "\n")
 		to, cands, err := renamedTo(pt, ct, cur)
 		if err != nil {
-			return nil, fmt.Errorf("rename detection at %s: %w", c.Hash.String()[:12], err)
+			return nil, fmt.Errorf("rename detection at %s: %w", githash.Hash(c.Hash.String()).Short(), err)
 		}
 		if len(cands) > 1 {
 			return moves, &AmbiguousError{Path: cur, Commit: c.Hash.String(), Subject: subject, Candidates: cands}

@@ -8,7 +8,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"sort"
 	"strings"
@@ -23,6 +22,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/storage/filesystem"
 
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/shellq"
 )
 
@@ -162,8 +162,6 @@ func (r *Repo) Head() (string, error) {
 	return h.Hash().String(), nil
 }
 
-var shortHex = regexp.MustCompile(`^[0-9a-fA-F]{4,39}$`)
-
 // ErrAbbreviated marks a revision refused as an abbreviated hash: the
 // caller's input is wrong (a usage error), not the repository.
 var ErrAbbreviated = errors.New("abbreviated hashes are refused")
@@ -201,7 +199,7 @@ func (r *Repo) Resolve(rev string) (string, error) {
 			}
 		}
 	}
-	if shortHex.MatchString(rev) {
+	if githash.Hash(rev).IsAbbreviated() {
 		return "", AbbreviatedError(r.Dir, rev)
 	}
 	if rev == "" {
@@ -312,7 +310,7 @@ type CommitTree struct {
 // entry returns the tree entry at path; an error wrapping fs.ErrNotExist
 // when the commit has no such entry (or path is not a valid tree path).
 func (c *CommitTree) entry(p string) (object.TreeEntry, error) {
-	missing := fmt.Errorf("%s at %s: %w", p, c.Commit[:12], fs.ErrNotExist)
+	missing := fmt.Errorf("%s at %s: %w", p, githash.Hash(c.Commit).Short(), fs.ErrNotExist)
 	parts := strings.Split(p, "/")
 	dir := c.root
 	for i, name := range parts {
@@ -340,7 +338,7 @@ func (c *CommitTree) entry(p string) (object.TreeEntry, error) {
 func (c *CommitTree) tree(h plumbing.Hash) ([]object.TreeEntry, error) {
 	ents, err := c.repo.treeEntries(h)
 	if err != nil {
-		return nil, fmt.Errorf("commit %s: %w", c.Commit[:12], err)
+		return nil, fmt.Errorf("commit %s: %w", githash.Hash(c.Commit).Short(), err)
 	}
 	return ents, nil
 }
@@ -356,13 +354,13 @@ func (c *CommitTree) ReadFile(path string) ([]byte, error) {
 	switch e.Mode {
 	case filemode.Regular, filemode.Executable, filemode.Deprecated:
 	case filemode.Dir, filemode.Submodule:
-		return nil, fmt.Errorf("%s at %s: %w", path, c.Commit[:12], fs.ErrNotExist)
+		return nil, fmt.Errorf("%s at %s: %w", path, githash.Hash(c.Commit).Short(), fs.ErrNotExist)
 	default:
-		return nil, fmt.Errorf("%s at %s is not a regular file (mode %s)", path, c.Commit[:12], e.Mode)
+		return nil, fmt.Errorf("%s at %s is not a regular file (mode %s)", path, githash.Hash(c.Commit).Short(), e.Mode)
 	}
 	b, err := c.repo.blob(e.Hash)
 	if err != nil {
-		return nil, fmt.Errorf("%s at %s: %w", path, c.Commit[:12], err)
+		return nil, fmt.Errorf("%s at %s: %w", path, githash.Hash(c.Commit).Short(), err)
 	}
 	return b, nil
 }
@@ -401,7 +399,7 @@ func (c *CommitTree) Paths() ([]string, error) {
 		return nil
 	}
 	if err := walk(c.root, ""); err != nil {
-		return nil, fmt.Errorf("listing the files of %s: %w", c.Commit[:12], err)
+		return nil, fmt.Errorf("listing the files of %s: %w", githash.Hash(c.Commit).Short(), err)
 	}
 	sort.Strings(out)
 	return out, nil

@@ -37,6 +37,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 )
 
 // AllreduceTU is the custom allreduce translation unit, relative to the
@@ -284,7 +285,7 @@ func AtCommit(t *gitsrc.CommitTree) (Project, error) {
 	if err != nil {
 		return Project{}, err
 	}
-	return Find("commit "+t.Commit[:12], paths, t)
+	return Find("commit "+githash.Hash(t.Commit).Short(), paths, t)
 }
 
 // IsNotFound reports whether err says a tree has no single sgl-kernel

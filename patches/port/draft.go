@@ -13,6 +13,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/patches"
 )
@@ -41,7 +42,7 @@ var ErrConflicts = errors.New("the port has conflicts")
 // name that is not a series name.
 func (r *Report) Draft(s *patches.Series, name string, seal bool) (*Draft, error) {
 	if r.Refused != "" {
-		return nil, fmt.Errorf("%w: the ported series is refused by arpatch's effect rule at %s: %s; nothing is written", ErrConflicts, short(r.To), r.Refused)
+		return nil, fmt.Errorf("%w: the ported series is refused by arpatch's effect rule at %s: %s; nothing is written", ErrConflicts, githash.Hash(r.To).Short(), r.Refused)
 	}
 	if !r.Clean {
 		n := 0

@@ -38,6 +38,7 @@ import (
 	"strings"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/merge3"
 	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/patches"
@@ -141,7 +142,7 @@ func NoBase(repo *gitsrc.Repo, s *patches.Series) error {
 	if sh := repo.Shallow(); len(sh) > 0 {
 		var at []string
 		for _, c := range sh {
-			at = append(at, short(c))
+			at = append(at, githash.Hash(c).Short())
 		}
 		return fmt.Errorf("%s: it is a shallow clone (its history stops at %s); run `git -C %s fetch --unshallow`, or point --repo at a full clone or mirror, or %s", msg, strings.Join(at, ", "), shellq.Path(repo.Dir), from)
 	}
@@ -179,10 +180,10 @@ func Run(opts Options) (*Report, error) {
 			return nil, fmt.Errorf("--move %s=%s: series %s does not change %s", old, np, s.Name, old)
 		}
 		if _, err := toTree.ReadFile(old); err == nil {
-			return nil, fmt.Errorf("--move %s=%s: %s is still there at %s; nothing to move", old, np, old, short(opts.To))
+			return nil, fmt.Errorf("--move %s=%s: %s is still there at %s; nothing to move", old, np, old, githash.Hash(opts.To).Short())
 		}
 		if _, err := toTree.ReadFile(np); err != nil {
-			return nil, fmt.Errorf("--move %s=%s: %s is not a file at %s", old, np, np, short(opts.To))
+			return nil, fmt.Errorf("--move %s=%s: %s is not a file at %s", old, np, np, githash.Hash(opts.To).Short())
 		}
 	}
 	moved, follow := FollowMissing(opts.Repo, from, opts.To, ps, toTree, opts.Moves)
@@ -220,7 +221,7 @@ func Run(opts Options) (*Report, error) {
 		}
 		if pr.Clean && body.Len() == 0 {
 			pr.Clean = false
-			pr.Conflicts = append(pr.Conflicts, ConflictDetail{Patch: p.Name, Reason: "upstream already holds every change of this patch at " + short(opts.To) + "; drop it from the series by hand (and its requires pairs)"})
+			pr.Conflicts = append(pr.Conflicts, ConflictDetail{Patch: p.Name, Reason: "upstream already holds every change of this patch at " + githash.Hash(opts.To).Short() + "; drop it from the series by hand (and its requires pairs)"})
 		}
 		if pr.Clean {
 			pr.Text = append(rewritePaths(rewriteAppliesTo(header, s.Name, from, opts.To), rep.Moves), body.String()...)
@@ -310,7 +311,7 @@ func nameMove(old, np string, ms []gitsrc.Rename, err error) ([]gitsrc.Rename, e
 	var ae *gitsrc.AmbiguousError
 	if errors.As(err, &ae) {
 		if !slices.Contains(ae.Candidates, np) {
-			return ms, fmt.Errorf("--move %s=%s: %s is not one of the files %s went to at %s: %s", old, np, np, ae.Path, short(ae.Commit), strings.Join(ae.Candidates, ", "))
+			return ms, fmt.Errorf("--move %s=%s: %s is not one of the files %s went to at %s: %s", old, np, np, ae.Path, githash.Hash(ae.Commit).Short(), strings.Join(ae.Candidates, ", "))
 		}
 		return append(ms, gitsrc.Rename{From: ae.Path, To: np, Commit: ae.Commit, Subject: ae.Subject}), nil
 	}
@@ -516,19 +517,12 @@ func rewriteAppliesTo(header []byte, series, from, to string) []byte {
 		}
 		skip = false
 		if strings.HasPrefix(l, "Applies-To:") {
-			l = fmt.Sprintf("Applies-To: sglang %s (ported by `arpatch patches port` from %s, tested on %s)\n", to, series, short(from))
+			l = fmt.Sprintf("Applies-To: sglang %s (ported by `arpatch patches port` from %s, tested on %s)\n", to, series, githash.Hash(from).Short())
 			skip = true
 		}
 		out = append(out, l)
 	}
 	return []byte(strings.Join(out, ""))
-}
-
-func short(c string) string {
-	if len(c) > 12 {
-		return c[:12]
-	}
-	return c
 }
 
 // mem is a copy-on-write view of a commit's files; stage/commit let a

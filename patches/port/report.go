@@ -5,6 +5,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/shellq"
 )
 
@@ -53,7 +54,7 @@ func (r *Report) Summary() string {
 // WriteText prints the report for a terminal: the moves, one line per
 // hunk, then every conflict with the lines of base, ours and theirs.
 func (r *Report) WriteText(w io.Writer) {
-	fmt.Fprintf(w, "port %s (tested on %s) to %s: %s\n", r.Series, short(r.From), short(r.To), r.Summary())
+	fmt.Fprintf(w, "port %s (tested on %s) to %s: %s\n", r.Series, githash.Hash(r.From).Short(), githash.Hash(r.To).Short(), r.Summary())
 	for _, m := range r.Moves {
 		if m.Commit == "" { // named by --move: String says so
 			fmt.Fprintf(w, "  %s %s\n", m.From, m)
@@ -83,9 +84,9 @@ func (r *Report) WriteText(w io.Writer) {
 	}
 	var earlier []string // the patches before p, which base includes
 	for _, p := range r.Patches {
-		baseLabel := "base (" + short(r.From) + ")"
+		baseLabel := "base (" + githash.Hash(r.From).Short() + ")"
 		if len(earlier) > 0 {
-			baseLabel = "base (" + short(r.From) + " with " + strings.Join(earlier, ", ") + ")"
+			baseLabel = "base (" + githash.Hash(r.From).Short() + " with " + strings.Join(earlier, ", ") + ")"
 		}
 		earlier = append(earlier, p.Patch)
 		for _, c := range p.Conflicts {
@@ -95,13 +96,13 @@ func (r *Report) WriteText(w io.Writer) {
 			}
 			fmt.Fprintf(w, "conflict: %s %s: %s", c.Patch, where, c.Reason)
 			if c.BaseLine > 0 || len(c.Base)+len(c.Ours)+len(c.Theirs) > 0 {
-				fmt.Fprintf(w, " (from line %d at %s)", c.BaseLine, short(r.From))
+				fmt.Fprintf(w, " (from line %d at %s)", c.BaseLine, githash.Hash(r.From).Short())
 			}
 			fmt.Fprintln(w)
 			for _, side := range []struct {
 				name  string
 				lines []string
-			}{{baseLabel, c.Base}, {"ours (the patch)", c.Ours}, {"theirs (" + short(r.To) + ")", c.Theirs}} {
+			}{{baseLabel, c.Base}, {"ours (the patch)", c.Ours}, {"theirs (" + githash.Hash(r.To).Short() + ")", c.Theirs}} {
 				if c.BaseLine == 0 && len(side.lines) == 0 {
 					continue
 				}
@@ -118,5 +119,5 @@ func (r *Report) WriteText(w io.Writer) {
 // arpatch-port/<series>-<12 hex of the commit>, a series directory under
 // a directory that `--patches-dir arpatch-port` then reads.
 func DraftDir(series, commit string) string {
-	return "arpatch-port/" + series + "-" + short(commit)
+	return "arpatch-port/" + series + "-" + githash.Hash(commit).Short()
 }
