@@ -403,22 +403,19 @@ func TestAllreduceExtBuildAndCache(t *testing.T) {
 	}
 }
 
-func TestLineProgress(t *testing.T) {
+// TestProgressFollowsNinja: a build's output, away from a terminal,
+// shows its first step, its last, and a new count for each ninja run
+// (the interval logic itself is internal/progress's, tested there).
+func TestProgressFollowsNinja(t *testing.T) {
 	var b bytes.Buffer
-	now := time.Unix(0, 0)
-	lp := &LineProgress{W: &b, Interval: 10 * time.Second, Now: func() time.Time { return now }}
-	for i := 1; i <= 100; i++ {
-		now = now.Add(time.Second)
-		lp.Line("[" + strconv.Itoa(i) + "/100] Building CUDA object x.o")
-		lp.Line("unrelated output")
+	p := NewProgress(&b, "sgl-kernel 120a")
+	for _, l := range strings.Split(readFile(t, "testdata/recorded/ninja-build.txt"), "\n") {
+		p.Line(l)
 	}
-	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
-	// A line at the first step, then one every 10 s, and the last step.
-	if len(lines) != 11 || lines[0] != "[  1/100]   1%" || lines[len(lines)-1] != "[100/100] 100% eta 0s" {
-		t.Errorf("lines = %q", lines)
-	}
-	if lines[1] != "[ 11/100]  11% eta 1m29s" {
-		t.Errorf("second line %q, want an ETA of 89 steps at 1 s each", lines[1])
+	p.Done(true)
+	want := "sgl-kernel 120a [  1/412]   0%\nsgl-kernel 120a [412/412] 100% eta 0s\nsgl-kernel 120a [1/3]  33%\n"
+	if b.String() != want {
+		t.Errorf("progress:\n%s\nwant\n%s", b.String(), want)
 	}
 }
 

@@ -111,7 +111,7 @@ Examples:
 				ab, results, err := kernels.ABBuild(c.Context, kernels.ABOptions{
 					A: a, B: b, Catalog: cat, Dir: dir, Repo: pathFlag(c, "repo"), Commit: c.String("commit"),
 					PythonA: c.String("python-a"), PythonB: c.String("python-b"), Build: bo, PlanOnly: c.Bool("plan"),
-				}, func(arm string) kernels.Progress { return newProgress(c.App.ErrWriter, "arm "+arm) })
+				}, func(arm string) kernels.Progress { return kernels.NewProgress(c.App.ErrWriter, "arm "+arm) })
 				if err != nil {
 					return err
 				}

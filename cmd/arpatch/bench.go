@@ -521,7 +521,7 @@ func runBench(c *cli.Context) error {
 			return usagef("--plot %v", err)
 		}
 	}
-	o.Progress = benchProgress(c)
+	o.Progress = bench.ShowProgress(c.App.ErrWriter)
 	o.Self = selfPath()
 	res, err := bench.Run(c.Context, o)
 	interrupted := c.Context.Err() != nil
@@ -592,28 +592,6 @@ func writeReports(c *cli.Context, doc *report.Document, res *bench.Result, s rep
 		}
 	}
 	return nil
-}
-
-// benchProgress draws "trial 2/5 pcie c=4 [#####     ] 16/32" on the
-// terminal, or prints a line per finished trial and level otherwise.
-func benchProgress(c *cli.Context) func(bench.Progress) {
-	w := c.App.ErrWriter
-	tty := false
-	if f, ok := w.(*os.File); ok {
-		tty = isTerminal(f)
-	}
-	return func(p bench.Progress) {
-		if tty {
-			width := 30
-			fill := width * p.Done / p.Total
-			fmt.Fprintf(w, "\rtrial %d/%d %-12s c=%-4d [%s%s] %d/%d requests", p.Trial, p.Trials, p.Arm, p.Concurrency, strings.Repeat("#", fill), strings.Repeat(" ", width-fill), p.Done, p.Total)
-			if p.Done == p.Total {
-				fmt.Fprintln(w)
-			}
-		} else if p.Done == p.Total {
-			fmt.Fprintf(w, "trial %d/%d %s concurrency %d: %d requests done\n", p.Trial, p.Trials, p.Arm, p.Concurrency, p.Total)
-		}
-	}
 }
 
 // selfPath is this arpatch binary, for {arpatch} in a launch template: the

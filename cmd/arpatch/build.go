@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/term"
 
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
@@ -272,13 +271,13 @@ func runBuild(c *cli.Context) error {
 		return nil
 	}
 	if c.Bool("verify-reproducible") {
-		rep, err := kernels.VerifyReproducible(c.Context, plan, o, newProgress(c.App.ErrWriter, "rebuild "+strings.Join(kernels.ArchStrings(o.Archs), ",")))
+		rep, err := kernels.VerifyReproducible(c.Context, plan, o, kernels.NewProgress(c.App.ErrWriter, "rebuild "+strings.Join(kernels.ArchStrings(o.Archs), ",")))
 		if err != nil {
 			return err
 		}
 		return printVerify(w, rep)
 	}
-	res, err := kernels.Build(c.Context, plan, o, newProgress(c.App.ErrWriter, "sgl-kernel "+strings.Join(kernels.ArchStrings(o.Archs), ",")))
+	res, err := kernels.Build(c.Context, plan, o, kernels.NewProgress(c.App.ErrWriter, "sgl-kernel "+strings.Join(kernels.ArchStrings(o.Archs), ",")))
 	if err != nil {
 		if err == kernels.ErrInterrupted {
 			return fmt.Errorf("build interrupted: the build's processes were stopped; no cache entry or temp files were left")
@@ -324,13 +323,6 @@ func printVerify(w io.Writer, rep *kernels.VerifyReport) error {
 		return nil
 	}
 	return fmt.Errorf("not reproducible: %d files differ from the cached build (the first is usually the cause); the rebuild's outputs are in %s", len(rep.Differences), rep.Kept)
-}
-
-func newProgress(w io.Writer, label string) kernels.Progress {
-	if f, ok := w.(*os.File); ok && term.IsTerminal(int(f.Fd())) {
-		return kernels.NewBarProgress(w, label)
-	}
-	return &kernels.LineProgress{W: w, Interval: 30 * time.Second}
 }
 
 func printPlan(w io.Writer, p *kernels.Plan, cache kernels.Cache) {

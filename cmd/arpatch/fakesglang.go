@@ -4,16 +4,12 @@ import (
 	"fmt"
 	"net"
 	"net/http"
-	"os"
 
 	"github.com/urfave/cli/v2"
-	"golang.org/x/term"
 
 	"github.com/arpatch/arpatch/harness/sglangtest"
 	"github.com/arpatch/arpatch/internal/bounds"
 )
-
-func isTerminal(f *os.File) bool { return term.IsTerminal(int(f.Fd())) }
 
 // fakeSGLangCommand serves the SGLang streaming protocol with a set token
 // rate: for demos, CI and trying arpatch without GPUs. It is hidden from

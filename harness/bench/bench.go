@@ -18,6 +18,7 @@ import (
 	"errors"
 	"fmt"
 	"github.com/arpatch/arpatch/internal/shellq"
+	"io"
 	"maps"
 	"net/http"
 	"net/url"
@@ -36,6 +37,7 @@ import (
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/internal/bounds"
+	"github.com/arpatch/arpatch/internal/progress"
 	"github.com/arpatch/arpatch/recipes"
 )
 
@@ -103,6 +105,18 @@ type Progress struct {
 	Arm           string
 	Concurrency   int
 	Done, Total   int
+}
+
+// ShowProgress returns a Progress function that shows each level's
+// requests on w: a live bar per trial, arm and concurrency when w is a
+// terminal, else a line when a level starts, every 30 s and when it is
+// done ("trial 2/5 pcie concurrency 4 [32/32] requests 100% eta 0s"),
+// through internal/progress.
+func ShowProgress(w io.Writer) func(Progress) {
+	c := progress.New(w, "requests")
+	return func(p Progress) {
+		c.Set(fmt.Sprintf("trial %d/%d %s concurrency %d", p.Trial, p.Trials, p.Arm, p.Concurrency), p.Done, p.Total)
+	}
 }
 
 // ControlledEnv are the variables the recipes' arms set to choose the
