@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -302,5 +303,68 @@ func TestWindowPerLevel(t *testing.T) {
 		if !bytes.Contains(b[:min(len(b), 200)], []byte("<svg")) && !bytes.HasPrefix(b, []byte("\x89PNG")) {
 			t.Errorf("%s: %.40q", f, b)
 		}
+	}
+}
+
+// Which nights count as references follows the typed vocabulary: for
+// every check kind and status, a night with that one check is a reference
+// unless the check failed and is a regression or validity check; a night
+// that exited ExitFailedChecks is none whatever its checks; an accepted
+// night always is.
+func TestWindowVocabulary(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "h.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	night := func(exit int, checks ...Check) int64 {
+		t.Helper()
+		id, err := s.BeginRun(Run{HardwareKey: "hw"})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.AddArm(id, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: 90}}); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range checks {
+			if err := s.AddCheck(id, c); err != nil {
+				t.Fatal(err)
+			}
+		}
+		if err := s.FinishRun(id, Complete, exit, ""); err != nil {
+			t.Fatal(err)
+		}
+		return id
+	}
+	var want []int64
+	for _, k := range CheckKinds {
+		for _, st := range CheckStatuses {
+			id := night(0, Check{Name: string(k) + " " + string(st), Kind: k, Status: st})
+			if !(st == CheckFail && (k == KindRegression || k == KindValidity)) {
+				want = append(want, id)
+			}
+		}
+	}
+	night(ExitFailedChecks, Check{Name: "output of pcie", Kind: KindValidity, Status: CheckSkip})
+	accepted := night(0, Check{Name: "pcie tok_s vs history", Kind: KindRegression, Status: CheckFail})
+	_, runs, err := s.Window("hw", "", "pcie", "tok_s", 1, 100, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	slices.Reverse(want)
+	if !reflect.DeepEqual(runs, want) {
+		t.Errorf("reference runs %v, want %v", runs, want)
+	}
+	if err := s.Accept(accepted); err != nil {
+		t.Fatal(err)
+	}
+	if _, runs, err = s.Window("hw", "", "pcie", "tok_s", 1, 100, 0); err != nil || !reflect.DeepEqual(runs, []int64{accepted}) {
+		t.Errorf("after accepting run %d: reference runs %v, %v", accepted, runs, err)
+	}
+	// The stored text is the constant's value: what history show, the
+	// JUnit class names and older databases read.
+	d, err := s.Show(want[0])
+	if err != nil || len(d.Checks) != 1 || d.Checks[0].Kind != KindInfra || d.Checks[0].Status != CheckSkip {
+		t.Errorf("stored check %v %+v", err, d)
 	}
 }

@@ -25,7 +25,7 @@ type Point struct {
 	RunID          int64
 	X              float64 // run start, Unix seconds
 	Center, Lo, Hi float64
-	Mark           string // "regression" when this arm failed a regression check, else "drift" when the run failed a drift check
+	Mark           CheckKind // KindRegression when this arm failed a regression check, else KindDrift when the run failed a drift check; "" for neither
 }
 
 // Series picks the runs a plot shows: one hardware key and one workload,
@@ -76,15 +76,15 @@ func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, e
 		for _, a := range d.Arms {
 			// Drift marks every arm of the run; a regression marks the arm
 			// its check names ("<arm> <metric> vs <reference>").
-			mark := ""
+			var mark CheckKind
 			for _, c := range d.Checks {
-				if c.Status != "fail" {
+				if c.Status != CheckFail {
 					continue
 				}
-				if c.Kind == "regression" && strings.HasPrefix(c.Name, a.Name+" ") {
-					mark = "regression"
-				} else if c.Kind == "drift" && mark == "" {
-					mark = "drift"
+				if c.Kind == KindRegression && strings.HasPrefix(c.Name, a.Name+" ") {
+					mark = KindRegression
+				} else if c.Kind == KindDrift && mark == "" {
+					mark = KindDrift
 				}
 			}
 			var vals []float64

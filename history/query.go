@@ -130,7 +130,7 @@ func (s *Store) Show(id int64) (*Detail, error) {
 type ExportRow struct {
 	RunID       int64     `json:"run_id"`
 	StartedAt   time.Time `json:"started_at"`
-	Status      string    `json:"status"`
+	Status      RunStatus `json:"status"`
 	HardwareKey string    `json:"hardware_key"`
 	Workload    string    `json:"workload"`
 	Commit      string    `json:"sglang_commit"`
@@ -168,7 +168,7 @@ func WriteCSV(w io.Writer, rows []ExportRow) error {
 		"accept_length", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "tpot_ms", "errors", "samples"})
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 	for _, r := range rows {
-		cw.Write([]string{strconv.FormatInt(r.RunID, 10), r.StartedAt.Format(time.RFC3339), r.Status, r.HardwareKey, r.Workload, r.Commit, r.Arm,
+		cw.Write([]string{strconv.FormatInt(r.RunID, 10), r.StartedAt.Format(time.RFC3339), string(r.Status), r.HardwareKey, r.Workload, r.Commit, r.Arm,
 			strconv.FormatBool(r.Invalid), strconv.Itoa(r.Index), strconv.Itoa(r.Concurrency), f(r.Wall), f(r.TokS), f(r.DecodeTokS), f(r.AcceptLength),
 			f(r.TTFTp50ms), f(r.TTFTp99ms), f(r.ITLp50ms), f(r.TPOTms), strconv.Itoa(r.Errors), strconv.Itoa(r.Samples)})
 	}

@@ -11,20 +11,12 @@ import (
 	"time"
 )
 
-// Run statuses.
-const (
-	Running    = "running"
-	Complete   = "complete"
-	Failed     = "failed"
-	Incomplete = "incomplete"
-)
-
 // Run is one nightly.
 type Run struct {
 	ID             int64      `json:"id"`
 	StartedAt      time.Time  `json:"started_at"`
 	FinishedAt     *time.Time `json:"finished_at,omitempty"`
-	Status         string     `json:"status"`
+	Status         RunStatus  `json:"status"`
 	PID            int        `json:"pid"`
 	ExitCode       *int       `json:"exit_code,omitempty"`
 	HardwareKey    string     `json:"hardware_key"`
@@ -108,7 +100,7 @@ func (s *Store) Env(id int64) (map[string]string, error) {
 }
 
 // FinishRun ends a run: status complete, failed or incomplete.
-func (s *Store) FinishRun(id int64, status string, exitCode int, verdict string) error {
+func (s *Store) FinishRun(id int64, status RunStatus, exitCode int, verdict string) error {
 	_, err := s.db.Exec(`UPDATE runs SET status = ?, exit_code = ?, verdict = ?, finished_at = ? WHERE id = ?`,
 		status, exitCode, verdict, time.Now().UTC().Format(time.RFC3339Nano), id)
 	return err
@@ -119,7 +111,7 @@ func (s *Store) FinishRun(id int64, status string, exitCode int, verdict string)
 // change (a new upstream, a new toolchain) stops being flagged. The run
 // must be complete; failed, incomplete and running ones are refused.
 func (s *Store) Accept(id int64) error {
-	var status string
+	var status RunStatus
 	if err := s.db.QueryRow(`SELECT status FROM runs WHERE id = ?`, id).Scan(&status); errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("no run %d in %s", id, s.Path)
 	} else if err != nil {
@@ -183,10 +175,10 @@ func (s *Store) AddDrift(runID int64, recs []DriftRecord) error {
 // Check is one outcome for JUnit and plots: drift per series, a build, an
 // arm's validity, a regression check.
 type Check struct {
-	Name   string `json:"name"`
-	Kind   string `json:"kind"`   // drift, build, validity, regression, ab
-	Status string `json:"status"` // pass, fail, skip
-	Detail string `json:"detail,omitempty"`
+	Name   string      `json:"name"`
+	Kind   CheckKind   `json:"kind"`
+	Status CheckStatus `json:"status"`
+	Detail string      `json:"detail,omitempty"`
 }
 
 // AddCheck records a check.
@@ -285,12 +277,16 @@ func (s *Store) Window(hardwareKey, workload, arm, metric string, level, n int, 
 		return nil, nil, err
 	}
 	q := `SELECT id FROM runs WHERE hardware_key = ? AND workload = ? AND status = ? AND (? = 0 OR id < ?) AND id >= ?
-		AND (accepted = 1 OR (COALESCE(exit_code, 0) != 1 AND NOT EXISTS (SELECT 1 FROM checks
-			WHERE checks.run_id = runs.id AND checks.status = 'fail' AND checks.kind IN ('regression', 'validity'))))
+		AND (accepted = 1 OR (COALESCE(exit_code, 0) != ? AND NOT EXISTS (SELECT 1 FROM checks
+			WHERE checks.run_id = runs.id AND checks.status = ? AND checks.kind IN (` + placeholders(len(barsReference)) + `))))
 		AND EXISTS (SELECT 1 FROM arms JOIN trials ON trials.arm_id = arms.id
 			WHERE arms.run_id = runs.id AND arms.name = ? AND arms.invalid = 0 AND trials.concurrency = ?)
 		ORDER BY id DESC LIMIT ?`
-	rows, err := s.db.Query(q, hardwareKey, workload, Complete, before, before, since, arm, level, n)
+	args := []any{hardwareKey, workload, Complete, before, before, since, ExitFailedChecks, CheckFail}
+	for _, k := range barsReference {
+		args = append(args, k)
+	}
+	rows, err := s.db.Query(q, append(args, arm, level, n)...)
 	if err != nil {
 		return nil, nil, err
 	}

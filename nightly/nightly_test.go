@@ -465,7 +465,7 @@ func testKilledRunIsIncompleteAndIgnored(t *testing.T) {
 	store, _ = history.Open(filepath.Join(w.dir, "history.db"))
 	defer store.Close()
 	runs, _ := store.Runs(0)
-	status := map[int64]string{}
+	status := map[int64]history.RunStatus{}
 	for _, r := range runs {
 		status[r.ID] = r.Status
 	}

@@ -138,12 +138,12 @@ type junitMessage struct {
 func JUnit(w io.Writer, rep *Report) error {
 	suite := junitSuite{Name: fmt.Sprintf("arpatch nightly run %d on %s", rep.RunID, rep.HardwareKey), Time: rep.Seconds}
 	for _, c := range rep.Checks {
-		tc := junitCase{Class: "arpatch." + c.Kind, Name: c.Name, Output: c.Detail}
+		tc := junitCase{Class: "arpatch." + string(c.Kind), Name: c.Name, Output: c.Detail}
 		switch c.Status {
-		case "fail":
+		case history.CheckFail:
 			tc.Failure = &junitMessage{Message: firstLine(c.Detail), Text: c.Detail}
 			suite.Fails++
-		case "skip":
+		case history.CheckSkip:
 			tc.Skipped = &junitMessage{Message: c.Detail}
 			suite.Skipped++
 		}
@@ -172,7 +172,7 @@ func firstLine(s string) string {
 // exit code, drift per series, the bench table, and the regression checks.
 func Summary(w io.Writer, rep *Report) error {
 	icon := map[int]string{ExitOK: "PASS", ExitRegression: "REGRESSION", ExitDrift: "DRIFT", ExitInfra: "INFRA FAILURE"}[rep.ExitCode]
-	if rep.Verdict == "interrupted" {
+	if rep.Verdict == verdictInterrupted {
 		icon = "INTERRUPTED"
 	}
 	fmt.Fprintf(w, "## arpatch nightly: %s\n\nRun %d on `%s`, %s; exit code %d: %s.\n\n", icon, rep.RunID, rep.HardwareKey, rep.StartedAt.Format("2006-01-02 15:04 UTC"), rep.ExitCode, rep.Verdict)
@@ -402,7 +402,7 @@ func FailedToRun(err error) *Report {
 	rep := &Report{Schema: ReportSchema, StartedAt: time.Now().UTC(), Status: history.Failed, ExitCode: ExitInfra,
 		Errors: []string{err.Error()}, ArmRecipes: map[string]string{}}
 	rep.Verdict = "infrastructure failure: " + err.Error()
-	rep.check(history.Check{Name: "run", Kind: "infra", Status: "fail", Detail: err.Error()})
+	rep.check(history.Check{Name: "run", Kind: history.KindInfra, Status: history.CheckFail, Detail: err.Error()})
 	return rep
 }
 

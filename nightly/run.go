@@ -37,10 +37,10 @@ import (
 
 // Exit codes of a nightly, in increasing precedence.
 const (
-	ExitOK         = 0 // no regression
-	ExitRegression = 1 // a regression, or an arm's output is invalid
-	ExitDrift      = 3 // the series no longer applies to upstream
-	ExitInfra      = 4 // a fetch, build or server failed
+	ExitOK         = 0                        // no regression
+	ExitRegression = history.ExitFailedChecks // a regression, or an arm's output is invalid
+	ExitDrift      = 3                        // the series no longer applies to upstream
+	ExitInfra      = 4                        // a fetch, build or server failed
 )
 
 // Options holds every input of Run.
@@ -90,23 +90,23 @@ type BuildRow struct {
 
 // Report is the outcome of a nightly: what the JSON report holds.
 type Report struct {
-	Schema      string        `json:"schema"`
-	RunID       int64         `json:"run_id"`
-	StartedAt   time.Time     `json:"started_at"`
-	Seconds     float64       `json:"seconds"`
-	Status      string        `json:"status"`
-	ExitCode    int           `json:"exit_code"`
-	Verdict     string        `json:"verdict"`
-	HardwareKey string        `json:"hardware_key"`
-	Workload    string        `json:"workload"`
-	Environment Environment   `json:"environment"`
-	Ref         string        `json:"ref"`
-	Head        string        `json:"head"`
-	Pinned      string        `json:"pinned"`
-	BuildCommit string        `json:"build_commit"`
-	Drift       []DriftRow    `json:"drift"`
-	Builds      []BuildRow    `json:"builds,omitempty"`
-	Bench       *bench.Result `json:"bench,omitempty"`
+	Schema      string            `json:"schema"`
+	RunID       int64             `json:"run_id"`
+	StartedAt   time.Time         `json:"started_at"`
+	Seconds     float64           `json:"seconds"`
+	Status      history.RunStatus `json:"status"`
+	ExitCode    int               `json:"exit_code"`
+	Verdict     string            `json:"verdict"`
+	HardwareKey string            `json:"hardware_key"`
+	Workload    string            `json:"workload"`
+	Environment Environment       `json:"environment"`
+	Ref         string            `json:"ref"`
+	Head        string            `json:"head"`
+	Pinned      string            `json:"pinned"`
+	BuildCommit string            `json:"build_commit"`
+	Drift       []DriftRow        `json:"drift"`
+	Builds      []BuildRow        `json:"builds,omitempty"`
+	Bench       *bench.Result     `json:"bench,omitempty"`
 	// BenchSettings are the workload settings the bench ran with.
 	BenchSettings *report.Settings `json:"bench_settings,omitempty"`
 	Regressions   []Check          `json:"regressions,omitempty"`
@@ -146,6 +146,9 @@ func (h PortHint) String() string {
 	}
 	return fmt.Sprintf("no clean draft (port of %s, %s); see the conflicts with `%s`", h.Series, h.Summary, h.Command)
 }
+
+// verdictInterrupted is the verdict of a run whose context was cancelled.
+const verdictInterrupted = "interrupted"
 
 // ReportSchema names the JSON layout.
 const ReportSchema = "arpatch.nightly/v1"
@@ -229,14 +232,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if cfg.Upstream.Fetch {
 		if err := repo.Fetch(ctx, nil); err != nil {
 			rep.Errors = append(rep.Errors, fmt.Sprintf("upstream.fetch: fetching origin into %s: %v", repoPath, err))
-			rep.check(history.Check{Name: "fetch " + cfg.Upstream.Ref, Kind: "drift", Status: "fail", Detail: err.Error()})
+			rep.check(history.Check{Name: "fetch " + cfg.Upstream.Ref, Kind: history.KindDrift, Status: history.CheckFail, Detail: err.Error()})
 			rep.exit(ExitInfra)
 		}
 	}
 	rep.Head, err = repo.Resolve(cfg.Upstream.Ref)
 	if err != nil {
 		rep.Errors = append(rep.Errors, "upstream.ref: "+err.Error())
-		rep.check(history.Check{Name: "resolve " + cfg.Upstream.Ref, Kind: "drift", Status: "fail", Detail: err.Error()})
+		rep.check(history.Check{Name: "resolve " + cfg.Upstream.Ref, Kind: history.KindDrift, Status: history.CheckFail, Detail: err.Error()})
 		rep.exit(ExitInfra)
 	}
 	for _, l := range cat.PassedOver() {
@@ -259,7 +262,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		logf("building %s and %s at %s", a.Name, b.Name, githash.Hash(rep.BuildCommit).Short())
 		build(ctx, rep, cfg, o, a, b, cat)
 	} else if o.SkipBuild {
-		rep.check(history.Check{Name: "build", Kind: "build", Status: "skip", Detail: "--skip-build"})
+		rep.check(history.Check{Name: "build", Kind: history.KindBuild, Status: history.CheckSkip, Detail: "--skip-build"})
 	}
 
 	// 3. Bench, 4. store, 5. verdict.
@@ -272,7 +275,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			var ie *bench.InfraError
 			if errors.As(err, &ie) || ctx.Err() == nil {
 				rep.Errors = append(rep.Errors, "bench: "+err.Error())
-				rep.check(history.Check{Name: "bench", Kind: "validity", Status: "fail", Detail: err.Error()})
+				rep.check(history.Check{Name: "bench", Kind: history.KindValidity, Status: history.CheckFail, Detail: err.Error()})
 				rep.exit(ExitInfra)
 			}
 		} else {
@@ -285,7 +288,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 			judge(rep, cfg, store, res, a.Name, b.Name)
 		}
 	} else if o.SkipBench {
-		rep.check(history.Check{Name: "bench", Kind: "validity", Status: "skip", Detail: "--skip-bench"})
+		rep.check(history.Check{Name: "bench", Kind: history.KindValidity, Status: history.CheckSkip, Detail: "--skip-bench"})
 	}
 	interrupted := ctx.Err() != nil
 	switch {
@@ -294,10 +297,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		// does not read it as a pass.
 		rep.exit(ExitInfra)
 		rep.Errors = append(rep.Errors, "interrupted ("+context.Cause(ctx).Error()+"): the run stopped before its verdict")
-		rep.check(history.Check{Name: "run", Kind: "infra", Status: "fail", Detail: "interrupted"})
+		rep.check(history.Check{Name: "run", Kind: history.KindInfra, Status: history.CheckFail, Detail: "interrupted"})
 	case rep.ExitCode == ExitInfra && !failedCheck(rep.Checks):
 		// Every infrastructure failure shows as a failed test case in CI.
-		rep.check(history.Check{Name: "run", Kind: "infra", Status: "fail", Detail: strings.Join(rep.Errors, "; ")})
+		rep.check(history.Check{Name: "run", Kind: history.KindInfra, Status: history.CheckFail, Detail: strings.Join(rep.Errors, "; ")})
 	}
 	for _, c := range rep.Checks {
 		if err := store.AddCheck(id, c); err != nil {
@@ -306,7 +309,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	switch {
 	case interrupted:
-		rep.Status, rep.Verdict = history.Incomplete, "interrupted"
+		rep.Status, rep.Verdict = history.Incomplete, verdictInterrupted
 	case rep.ExitCode == ExitInfra:
 		rep.Status, rep.Verdict = history.Failed, verdictText(rep)
 	default:
@@ -321,10 +324,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 }
 
 // failedNames lists the failed checks of the kinds given.
-func failedNames(rep *Report, kinds ...string) string {
+func failedNames(rep *Report, kinds ...history.CheckKind) string {
 	var out []string
 	for _, c := range rep.Checks {
-		if c.Status == "fail" && slices.Contains(kinds, c.Kind) {
+		if c.Status == history.CheckFail && slices.Contains(kinds, c.Kind) {
 			out = append(out, c.Name)
 		}
 	}
@@ -333,7 +336,7 @@ func failedNames(rep *Report, kinds ...string) string {
 
 func failedCheck(cs []history.Check) bool {
 	for _, c := range cs {
-		if c.Status == "fail" {
+		if c.Status == history.CheckFail {
 			return true
 		}
 	}
@@ -494,14 +497,14 @@ func verdictText(rep *Report) string {
 		for _, h := range rep.Ports {
 			v += "; " + h.String()
 		}
-		if why := failedNames(rep, "regression", "validity"); why != "" {
+		if why := failedNames(rep, history.KindRegression, history.KindValidity); why != "" {
 			v += "; and regression: " + why
 		}
 		return v
 	case ExitRegression:
 		var why []string
 		for _, c := range rep.Checks {
-			if c.Status == "fail" {
+			if c.Status == history.CheckFail {
 				why = append(why, c.Name)
 			}
 		}
@@ -583,7 +586,7 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 		// twice.
 		commit, err := repo.Resolve(a)
 		if err != nil {
-			rep.check(history.Check{Name: "also_check " + a, Kind: "drift", Status: "skip", Detail: err.Error()})
+			rep.check(history.Check{Name: "also_check " + a, Kind: history.KindDrift, Status: history.CheckSkip, Detail: err.Error()})
 			rep.Warnings = append(rep.Warnings, "upstream.also_check: "+err.Error())
 			continue
 		}
@@ -638,7 +641,7 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 		if fits[r.Commit] == nil {
 			fits[r.Commit] = map[string]bool{}
 		}
-		fits[r.Commit][r.Series] = r.Verdict == "exact" || r.Verdict == "offset" || r.Verdict == "applied"
+		fits[r.Commit][r.Series] = r.Applies()
 	}
 	store.AddDrift(rep.RunID, recs)
 	members := cat.Members(b.Series)
@@ -646,9 +649,9 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 		if i >= judged {
 			// Extra revisions are recorded and reported, never judged.
 			for _, s := range members {
-				c := history.Check{Name: fmt.Sprintf("%s at %s", s.Name, githash.Hash(commit).Short()), Kind: "drift", Status: "pass"}
+				c := history.Check{Name: fmt.Sprintf("%s at %s", s.Name, githash.Hash(commit).Short()), Kind: history.KindDrift, Status: history.CheckPass}
 				if !fits[commit][s.Name] {
-					c.Status, c.Detail = "skip", "recorded only (also_check)"
+					c.Status, c.Detail = history.CheckSkip, "recorded only (also_check)"
 					setNote(rep.Drift, s.Name, commit, c.Detail)
 				}
 				rep.check(c)
@@ -666,15 +669,15 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 			}
 		}
 		for _, s := range members {
-			c := history.Check{Name: fmt.Sprintf("%s at %s", s.Name, label), Kind: "drift"}
+			c := history.Check{Name: fmt.Sprintf("%s at %s", s.Name, label), Kind: history.KindDrift}
 			switch {
 			case fits[commit][s.Name]:
-				c.Status = "pass"
+				c.Status = history.CheckPass
 			case anyFit != "":
-				c.Status, c.Detail = "skip", "superseded here by "+anyFit
+				c.Status, c.Detail = history.CheckSkip, "superseded here by "+anyFit
 				setNote(rep.Drift, s.Name, commit, c.Detail)
 			default:
-				c.Status, c.Detail = "fail", conflictDetail(rep.Drift, s.Name, commit)
+				c.Status, c.Detail = history.CheckFail, conflictDetail(rep.Drift, s.Name, commit)
 			}
 			rep.check(c)
 		}
@@ -692,7 +695,7 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 				msg += "\n  port: " + hint.String()
 				// The JUnit message of each failing drift check leads with it.
 				for i := range rep.Checks {
-					if c := &rep.Checks[i]; c.Kind == "drift" && c.Status == "fail" && strings.HasSuffix(c.Name, " at "+label) {
+					if c := &rep.Checks[i]; c.Kind == history.KindDrift && c.Status == history.CheckFail && strings.HasSuffix(c.Name, " at "+label) {
 						c.Detail = hint.String() + "\n" + c.Detail
 					}
 				}
@@ -800,7 +803,7 @@ func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recip
 	}
 	if err := refreshArms(cfg.Path(cfg.Build.WorkDir), rep.BuildCommit); err != nil {
 		rep.Errors = append(rep.Errors, "build: "+err.Error())
-		rep.check(history.Check{Name: "build", Kind: "build", Status: "fail", Detail: err.Error()})
+		rep.check(history.Check{Name: "build", Kind: history.KindBuild, Status: history.CheckFail, Detail: err.Error()})
 		rep.exit(ExitInfra)
 		return
 	}
@@ -809,11 +812,11 @@ func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recip
 		arm := []string{a.Name, b.Name}[i]
 		row := BuildRow{Arm: arm, Key: r.Plan.Key, Hit: r.Hit, Output: r.Wheel}
 		rep.Builds = append(rep.Builds, row)
-		rep.check(history.Check{Name: "build " + arm, Kind: "build", Status: "pass", Detail: fmt.Sprintf("key %s, cache hit %v", r.Plan.Key[:16], r.Hit)})
+		rep.check(history.Check{Name: "build " + arm, Kind: history.KindBuild, Status: history.CheckPass, Detail: fmt.Sprintf("key %s, cache hit %v", r.Plan.Key[:16], r.Hit)})
 	}
 	if err != nil {
 		rep.Errors = append(rep.Errors, "build: "+err.Error())
-		rep.check(history.Check{Name: "build", Kind: "build", Status: "fail", Detail: err.Error()})
+		rep.check(history.Check{Name: "build", Kind: history.KindBuild, Status: history.CheckFail, Detail: err.Error()})
 		rep.exit(ExitInfra)
 	}
 }
@@ -932,20 +935,39 @@ func storeBench(store *history.Store, id int64, rep *Report, res *bench.Result) 
 	return nil
 }
 
+// RegressionVerdict is the outcome of one regression check (Check).
+type RegressionVerdict string
+
+// Regression verdicts. Only VerdictRegression fails the check (exit 1);
+// VerdictNotCompared skips it.
+const (
+	// VerdictRegression: significantly worse (Mann-Whitney U below
+	// regression.alpha) by at least the metric's threshold.
+	VerdictRegression RegressionVerdict = "regression"
+	// VerdictImprovement: significantly better by at least the threshold.
+	VerdictImprovement RegressionVerdict = "improvement"
+	// VerdictNoChange: neither of the above.
+	VerdictNoChange RegressionVerdict = "no significant change"
+	// VerdictNotEnoughData: no reference runs yet, or too few samples to judge.
+	VerdictNotEnoughData RegressionVerdict = "not enough data"
+	// VerdictNotCompared: the environment changed since the reference runs.
+	VerdictNotCompared RegressionVerdict = "not compared"
+)
+
 // Check is one comparison of one metric of one arm against a reference.
 type Check struct {
-	Arm          string  `json:"arm"`
-	Metric       string  `json:"metric"`
-	Against      string  `json:"against"` // "history" or the other arm's name
-	Tonight      float64 `json:"tonight_median"`
-	Reference    float64 `json:"reference_median"`
-	Pct          float64 `json:"pct"`
-	P            float64 `json:"p"`
-	ThresholdPct float64 `json:"threshold_pct"`
-	RefRuns      int     `json:"reference_runs,omitempty"`
-	RefSamples   int     `json:"reference_samples"`
-	Verdict      string  `json:"verdict"` // regression, improvement, no significant change, not enough data
-	Note         string  `json:"note,omitempty"`
+	Arm          string            `json:"arm"`
+	Metric       string            `json:"metric"`
+	Against      string            `json:"against"` // "history" or the other arm's name
+	Tonight      float64           `json:"tonight_median"`
+	Reference    float64           `json:"reference_median"`
+	Pct          float64           `json:"pct"`
+	P            float64           `json:"p"`
+	ThresholdPct float64           `json:"threshold_pct"`
+	RefRuns      int               `json:"reference_runs,omitempty"`
+	RefSamples   int               `json:"reference_samples"`
+	Verdict      RegressionVerdict `json:"verdict"`
+	Note         string            `json:"note,omitempty"`
 
 	judged bool // a test ran: Pct and P mean something
 }
@@ -976,15 +998,15 @@ func (c Check) pctP() (string, string) {
 // judge decides regressions against history and B against A tonight.
 func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aName, bName string) {
 	for _, ar := range res.Arms {
-		c := history.Check{Name: "output of " + ar.Arm.Name, Kind: "validity", Status: "pass"}
+		c := history.Check{Name: "output of " + ar.Arm.Name, Kind: history.KindValidity, Status: history.CheckPass}
 		switch {
 		case ar.Invalid:
-			c.Status = "fail"
+			c.Status = history.CheckFail
 			c.Detail = strings.Join(ar.Warnings, "; ")
 			rep.exit(ExitRegression)
 		case ar.Verdict == bench.NoReference:
 			// Against an INVALID arm A nothing was checked: not a pass.
-			c.Status = "skip"
+			c.Status = history.CheckSkip
 			c.Detail = strings.Join(ar.Warnings, "; ")
 			rep.exit(ExitRegression)
 		}
@@ -1028,10 +1050,10 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 				r := Check{Arm: ar.Arm.Name, Metric: named(m, c), Against: "history", ThresholdPct: cfg.Regression.Metrics[m], RefRuns: len(w.runs), RefSamples: len(w.ref)}
 				switch {
 				case w.err != nil:
-					r.Verdict, r.Note = "not enough data", w.err.Error()
+					r.Verdict, r.Note = VerdictNotEnoughData, w.err.Error()
 				case rep.EnvChange != nil && len(w.ref) > 0:
 					r.Tonight, r.Reference = stats.Quantile(tonight, 0.5), stats.Quantile(w.ref, 0.5)
-					r.Verdict, r.Note = "not compared", rep.EnvChange.String()
+					r.Verdict, r.Note = VerdictNotCompared, rep.EnvChange.String()
 				default:
 					compare(&r, w.ref, tonight, cfg.Regression.Alpha, metricDirections[m])
 				}
@@ -1047,9 +1069,9 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 				r.ThresholdPct = cfg.Regression.ThresholdPct
 			}
 			compare(&r, metricValues(am, "tok_s"), metricValues(bm, "tok_s"), cfg.Regression.Alpha, true)
-			if r.Verdict == "regression" && !*cfg.Regression.RequireBFaster {
+			if r.Verdict == VerdictRegression && !*cfg.Regression.RequireBFaster {
 				r.Note = "B slower than A, but regression.require_b_faster is false"
-				r.Verdict = "no significant change"
+				r.Verdict = VerdictNoChange
 			}
 			rep.addRegression(r)
 		}
@@ -1059,17 +1081,17 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 func (rep *Report) addRegression(r Check) {
 	rep.Regressions = append(rep.Regressions, r)
 	pct, p := r.pctP()
-	c := history.Check{Name: fmt.Sprintf("%s %s vs %s", r.Arm, r.Metric, r.Against), Kind: "regression", Status: "pass",
+	c := history.Check{Name: fmt.Sprintf("%s %s vs %s", r.Arm, r.Metric, r.Against), Kind: history.KindRegression, Status: history.CheckPass,
 		Detail: fmt.Sprintf("%s: %s (p=%s, threshold %.1f%%, %d reference samples)", r.Verdict, pct, p, r.ThresholdPct, r.RefSamples)}
 	if r.Note != "" {
 		c.Detail += "; " + r.Note
 	}
 	switch r.Verdict {
-	case "regression":
-		c.Status = "fail"
+	case VerdictRegression:
+		c.Status = history.CheckFail
 		rep.exit(ExitRegression)
-	case "not compared":
-		c.Status = "skip"
+	case VerdictNotCompared:
+		c.Status = history.CheckSkip
 	}
 	rep.check(c)
 }
@@ -1109,11 +1131,11 @@ func envChange(store *history.Store, rep *Report, refRuns []int64, dbPath string
 		if ch := EnvChanges(old, now); len(ch) > 0 {
 			e := &EnvChange{Since: refRuns[i], Changes: ch,
 				Accept: shellq.Join([]string{"arpatch", "history", "accept", fmt.Sprint(rep.RunID), "--db", dbPath})}
-			rep.check(history.Check{Name: "environment vs reference runs", Kind: "environment", Status: "skip", Detail: e.String()})
+			rep.check(history.Check{Name: "environment vs reference runs", Kind: history.KindEnvironment, Status: history.CheckSkip, Detail: e.String()})
 			return e
 		}
 	}
-	rep.check(history.Check{Name: "environment vs reference runs", Kind: "environment", Status: "pass",
+	rep.check(history.Check{Name: "environment vs reference runs", Kind: history.KindEnvironment, Status: history.CheckPass,
 		Detail: fmt.Sprintf("same %s as reference runs %d..%d", strings.Join(EnvKeys, ", "), refRuns[0], refRuns[len(refRuns)-1])})
 	return nil
 }
@@ -1125,7 +1147,7 @@ func compare(r *Check, ref, tonight []float64, alpha float64, higherIsBetter boo
 	r.Tonight = stats.Quantile(tonight, 0.5)
 	r.Reference = stats.Quantile(ref, 0.5)
 	if len(ref) == 0 || len(tonight) == 0 {
-		r.Verdict, r.Note = "not enough data", "no reference runs yet on this hardware"
+		r.Verdict, r.Note = VerdictNotEnoughData, "no reference runs yet on this hardware"
 		return
 	}
 	d := stats.CompareAt(ref, tonight, higherIsBetter, alpha)
@@ -1137,13 +1159,13 @@ func compare(r *Check, ref, tonight []float64, alpha float64, higherIsBetter boo
 	big := abs(r.Pct) >= r.ThresholdPct
 	switch {
 	case d.TooFew != "" && d.Verdict == stats.NoChange:
-		r.Verdict, r.Note, r.judged = "not enough data", d.TooFew, false
+		r.Verdict, r.Note, r.judged = VerdictNotEnoughData, d.TooFew, false
 	case d.Verdict != stats.NoChange && big && worse:
-		r.Verdict = "regression"
+		r.Verdict = VerdictRegression
 	case d.Verdict != stats.NoChange && big:
-		r.Verdict = "improvement"
+		r.Verdict = VerdictImprovement
 	default:
-		r.Verdict = "no significant change"
+		r.Verdict = VerdictNoChange
 	}
 }
 
