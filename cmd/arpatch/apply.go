@@ -1,8 +1,8 @@
 package main
 
 import (
+	"context"
 	"fmt"
-	"github.com/arpatch/arpatch/internal/shellq"
 	"io"
 	"maps"
 	"slices"
@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -40,36 +41,69 @@ Examples:
 			&cli.StringFlag{Name: "commit", Usage: "patch commit `SHA` instead of the recipe's pin (the checkout must be at it)"},
 			&cli.StringFlag{Name: "series", Usage: "force series `NAME` instead of choosing by commit, e.g. --series pcie-2026-07"},
 			&cli.BoolFlag{Name: "dry-run", Usage: "check and report, write nothing (no clone either)"},
-		}, tuneFlags("in the runtime environment apply prints")...),
+		}, tuneFlagList("in the runtime environment apply prints")...),
 		Before: noArgs,
-		Action: func(c *cli.Context) error {
-			r, err := loadRecipe(c)
-			if err != nil {
-				return err
-			}
-			cat, err := loadCatalog(c)
-			if err != nil {
-				return err
-			}
-			opts := checkout.ApplyOptions{
-				Recipe: r, Catalog: cat,
-				Src: pathFlag(c, "src"), Repo: pathFlag(c, "repo"), Commit: c.String("commit"),
-				Series: c.String("series"), DryRun: c.Bool("dry-run"),
-				Version: arpatchVersion(), Progress: nil,
-			}
-			printed, tuned, err := tunedRecipe(c, r)
-			if err != nil {
-				return err
-			}
-			rep, err := checkout.Apply(c.Context, opts)
-			if err != nil {
-				return err
-			}
-			printApply(c.App.Writer, rep, printed, opts.Repo, cat)
-			printRuntimeEnv(c.App.Writer, rep, printed.Env, pathFlag(c, "tune"), tuned)
-			return nil
-		},
+		Action: action(applyOpts, applyRun),
 	}
+}
+
+// applyFlags are apply's parsed flags.
+type applyFlags struct {
+	recipeFlags
+	Src        string `flag:"src"`
+	PatchesDir string `flag:"patches-dir"`
+	Repo       string `flag:"repo"`
+	Commit     string `flag:"commit"`
+	Series     string `flag:"series"`
+	DryRun     bool   `flag:"dry-run"`
+	tuneFlags
+	Given given
+}
+
+// applyOptions are every input of applyRun.
+type applyOptions struct {
+	Apply checkout.ApplyOptions
+	// Tune is --tune's file ("" without it), checked against this host
+	// (unless Force) and printed in the runtime environment.
+	Tune tuneFlags
+}
+
+// applyOpts turns apply's flags into options: the recipe, the series and
+// the paths (~ expanded).
+func applyOpts(f applyFlags) (applyOptions, error) {
+	r, err := f.load(f.Given)
+	if err != nil {
+		return applyOptions{}, err
+	}
+	cat, err := catalog(f.PatchesDir)
+	if err != nil {
+		return applyOptions{}, err
+	}
+	return applyOptions{
+		Apply: checkout.ApplyOptions{
+			Recipe: r, Catalog: cat,
+			Src: expandHome(f.Src), Repo: expandHome(f.Repo), Commit: f.Commit,
+			Series: f.Series, DryRun: f.DryRun,
+			Version: arpatchVersion(), Progress: nil,
+		},
+		Tune: tuneFlags{Tune: expandHome(f.Tune), ForceTune: f.ForceTune},
+	}, nil
+}
+
+// applyRun applies and prints the report and the runtime environment.
+func applyRun(ctx context.Context, o applyOptions, s streams) error {
+	notePassedOver(s.Err, o.Apply.Catalog)
+	printed, tuned, err := tunedRecipe(ctx, o.Apply.Recipe, o.Tune, o.Apply.Src, s.Err)
+	if err != nil {
+		return err
+	}
+	rep, err := checkout.Apply(ctx, o.Apply)
+	if err != nil {
+		return err
+	}
+	printApply(s.Out, rep, printed, o.Apply.Repo, o.Apply.Catalog)
+	printRuntimeEnv(s.Out, rep, printed.Env, o.Tune.Tune, tuned)
+	return nil
 }
 
 func printApply(w io.Writer, rep *checkout.ApplyReport, r *recipes.Recipe, repoFlag string, cat *patches.Catalog) {

@@ -140,7 +140,7 @@ Examples (each runs in seconds against arpatch's built-in fake server):
 			&cli.StringFlag{Name: "markdown", Usage: "write a markdown table to `FILE`"},
 			&cli.StringFlag{Name: "benchfmt", Usage: "write Go benchmark lines (for benchstat) to `FILE`"},
 			&cli.StringFlag{Name: "plot", Usage: "write tok/s against concurrency per arm to `FILE` (.svg or .png)"},
-		}, tuneFlags("for the arms that open the PCIe gate and the preflight")...),
+		}, tuneFlagList("for the arms that open the PCIe gate and the preflight")...),
 		Before:      noArgs,
 		Action:      runBench,
 		Subcommands: []*cli.Command{benchAllreduceCommand()},

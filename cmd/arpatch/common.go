@@ -48,19 +48,32 @@ func jsonFlag() cli.Flag {
 	return &cli.BoolFlag{Name: "json", Usage: "print machine-readable JSON instead of text"}
 }
 
-// loadRecipe returns the recipe chosen by --recipe-file or --recipe.
-func loadRecipe(c *cli.Context) (*recipes.Recipe, error) {
-	if p := c.String("recipe-file"); p != "" {
-		if c.IsSet("recipe") {
+// recipeFlags are --recipe and --recipe-file, for a command's flags
+// struct to embed.
+type recipeFlags struct {
+	Recipe     string `flag:"recipe"`
+	RecipeFile string `flag:"recipe-file"`
+}
+
+// load returns the recipe chosen by --recipe-file or --recipe; g are the
+// flags given. Both given, an unknown name or a bad file are usage errors.
+func (f recipeFlags) load(g given) (*recipes.Recipe, error) {
+	if p := f.RecipeFile; p != "" {
+		if g["recipe"] {
 			return nil, usagef("--recipe and --recipe-file are exclusive; pass one")
 		}
 		return recipeFile(expandHome(p))
 	}
-	r, err := recipes.Embedded(c.String("recipe"))
+	r, err := recipes.Embedded(f.Recipe)
 	if err != nil {
-		return nil, usageError{err} // a --recipe that names no recipe
+		return nil, usagef("--recipe: %w", err) // a --recipe that names no recipe
 	}
 	return r, nil
+}
+
+// loadRecipe returns the recipe chosen by --recipe-file or --recipe.
+func loadRecipe(c *cli.Context) (*recipes.Recipe, error) {
+	return recipeFlags{c.String("recipe"), c.String("recipe-file")}.load(given{"recipe": c.IsSet("recipe")})
 }
 
 // recipeFile reads a recipe file: one that is missing, malformed or out
@@ -74,22 +87,37 @@ func recipeFile(p string) (*recipes.Recipe, error) {
 	return r, nil
 }
 
-// loadCatalog returns the series from --patches-dir, or the embedded ones.
-func loadCatalog(c *cli.Context) (*patches.Catalog, error) {
-	if d := c.String("patches-dir"); d != "" {
-		cat, err := patches.LoadDir(expandHome(d))
-		if err != nil {
-			return nil, err
-		}
-		// A draft that is not sealed yet must not block the other
-		// series beside it: it is passed over, and said so.
-		for _, l := range cat.PassedOver() {
-			first, _, _ := strings.Cut(l, "\n")
-			fmt.Fprintf(c.App.ErrWriter, "arpatch: note: %s\n", first)
-		}
-		return cat, nil
+// catalog returns the series in --patches-dir dir, or the embedded ones
+// when dir is empty. A dir that does not load is a usage error.
+func catalog(dir string) (*patches.Catalog, error) {
+	if dir == "" {
+		return patches.Embedded()
 	}
-	return patches.Embedded()
+	cat, err := patches.LoadDir(expandHome(dir))
+	if err != nil {
+		return nil, usageError{err}
+	}
+	return cat, nil
+}
+
+// notePassedOver says which series of --patches-dir were passed over: a
+// draft that is not sealed yet must not block the other series beside it.
+func notePassedOver(w io.Writer, cat *patches.Catalog) {
+	for _, l := range cat.PassedOver() {
+		first, _, _ := strings.Cut(l, "\n")
+		fmt.Fprintf(w, "arpatch: note: %s\n", first)
+	}
+}
+
+// loadCatalog returns the series from --patches-dir, or the embedded ones,
+// noting on stderr the series it passed over.
+func loadCatalog(c *cli.Context) (*patches.Catalog, error) {
+	cat, err := catalog(c.String("patches-dir"))
+	if err != nil {
+		return nil, err
+	}
+	notePassedOver(c.App.ErrWriter, cat)
+	return cat, nil
 }
 
 func writeJSON(w io.Writer, v any) error {

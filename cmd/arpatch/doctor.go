@@ -47,44 +47,70 @@ Examples:
 			jsonFlag(),
 		},
 		Before: noArgs,
-		Action: func(c *cli.Context) error {
-			env := os.Environ()
-			var table *doctor.ServerOptions
-			if c.String("src") != "" && c.String("server-cmd") == "" {
-				return usagef("--src reads a --server-cmd with the checkout's options; pass --server-cmd too, or drop --src")
-			}
-			if src := c.String("src"); src != "" {
-				p := filepath.Join(pathFlag(c, "src"), "python", "sglang", "srt", "server_args.py")
-				b, err := os.ReadFile(p)
-				if err != nil {
-					return usagef("--src %s: %v; pass the SGLang checkout the server runs from (arpatch apply's --src)", src, err)
-				}
-				if table, err = doctor.ParseServerArgsPy(p, b); err != nil {
-					return err
-				}
-			}
-			rep := doctor.Inspect(c.Context, doctor.Options{
-				Run: doctor.ExecRunner(env), Env: env, Python: c.String("python"), ServerCmd: c.String("server-cmd"), FS: doctor.OSFS(),
-				ServerOptions: table,
-				Probe: func(ctx context.Context) (*kernels.Toolchain, error) {
-					return kernels.Probe(ctx, kernels.ProbeOptions{Python: c.String("python")})
-				},
-			})
-			if c.Bool("json") {
-				if err := writeJSON(c.App.Writer, rep); err != nil {
-					return err
-				}
-			} else {
-				printDoctor(c.App.Writer, rep)
-			}
-			for _, f := range rep.Findings {
-				if f.Severity == doctor.Error {
-					return cli.Exit("", exitFailure)
-				}
-			}
-			return nil
-		},
+		Action: action(doctorOpts, doctorRun),
 	}
+}
+
+// doctorFlags are doctor's parsed flags.
+type doctorFlags struct {
+	Python    string `flag:"python"`
+	ServerCmd string `flag:"server-cmd"`
+	Src       string `flag:"src"`
+	JSON      bool   `flag:"json"`
+}
+
+// doctorOptions are every input of doctorRun.
+type doctorOptions struct {
+	Inspect doctor.Options
+	JSON    bool
+}
+
+// doctorOpts turns doctor's flags into options: it reads --src's
+// server_args.py, whose options --server-cmd is read with. --src without
+// --server-cmd, or a --src without that file, is a usage error.
+func doctorOpts(f doctorFlags) (doctorOptions, error) {
+	env := os.Environ()
+	var table *doctor.ServerOptions
+	if f.Src != "" && f.ServerCmd == "" {
+		return doctorOptions{}, usagef("--src reads a --server-cmd with the checkout's options; pass --server-cmd too, or drop --src")
+	}
+	if f.Src != "" {
+		p := filepath.Join(expandHome(f.Src), "python", "sglang", "srt", "server_args.py")
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return doctorOptions{}, usagef("--src %s: %v; pass the SGLang checkout the server runs from (arpatch apply's --src)", f.Src, err)
+		}
+		if table, err = doctor.ParseServerArgsPy(p, b); err != nil {
+			return doctorOptions{}, err
+		}
+	}
+	python := f.Python
+	return doctorOptions{JSON: f.JSON, Inspect: doctor.Options{
+		Run: doctor.ExecRunner(env), Env: env, Python: python, ServerCmd: f.ServerCmd, FS: doctor.OSFS(),
+		ServerOptions: table,
+		Probe: func(ctx context.Context) (*kernels.Toolchain, error) {
+			return kernels.Probe(ctx, kernels.ProbeOptions{Python: python})
+		},
+	}}, nil
+}
+
+// doctorRun inspects the host and prints the report; an error finding is
+// a failure (exit 1).
+func doctorRun(ctx context.Context, o doctorOptions, s streams) error {
+	rep := doctor.Inspect(ctx, o.Inspect)
+	if o.JSON {
+		if err := writeJSON(s.Out, rep); err != nil {
+			return err
+		}
+	} else {
+		printDoctor(s.Out, rep)
+	}
+	for _, f := range rep.Findings {
+		if f.Severity == doctor.Error {
+			return exitWith(exitFailure, "")
+		}
+	}
+	return nil
 }
 
 func printDoctor(w io.Writer, rep *doctor.Report) {

@@ -9,7 +9,6 @@ package main
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -21,7 +20,6 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/statedir"
 	"github.com/arpatch/arpatch/kernels"
@@ -106,33 +104,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if msg := err.Error(); msg != "" {
 		fmt.Fprintln(stderr, "arpatch: "+msg)
 	}
-	var ue usageError
-	var ec cli.ExitCoder
-	switch {
-	case errors.As(err, &ue), isFlagError(err), errors.Is(err, gitsrc.ErrAbbreviated):
-		return exitUsage
-	case errors.As(err, &ec):
-		// urfave/cli answers an unknown command with exit 3; arpatch's
-		// documented code for any usage error is 2.
-		if strings.Contains(err.Error(), "No help topic for") {
-			return exitUsage
-		}
-		return ec.ExitCode()
-	}
-	return exitFailure
-}
-
-// isFlagError recognizes urfave/cli's flag errors, which it returns as
-// plain errors.
-func isFlagError(err error) bool {
-	m := err.Error()
-	for _, s := range []string{"flag provided but not defined", "Required flag", "Required flags", "invalid value", "flag needs an argument", "No help topic for"} {
-		if strings.Contains(m, s) {
-			return true
-		}
-	}
-	// "invalid boolean value "maybe" for -dry-run: parse error"
-	return strings.HasPrefix(m, "invalid ") && strings.Contains(m, " for -")
+	return exitCode(err)
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
@@ -187,28 +159,6 @@ Exit codes:
 	}
 }
 
-// noArgs refuses positional arguments for commands that take none, and
-// flags given an empty value, which would silently mean "not given".
-func noArgs(c *cli.Context) error {
-	// urfave/cli runs a command's Before before it dispatches to a
-	// subcommand ("bench allreduce"): the subcommand's name is no stray
-	// argument.
-	if c.Command != nil && findCommand(c.Command.Subcommands, c.Args().First()) != nil {
-		return nil
-	}
-	if c.Args().Len() > 0 {
-		return usagef("%s takes no arguments, got %q (flags go before arguments: --flag value)", c.Command.Name, c.Args().Slice())
-	}
-	for _, name := range c.FlagNames() {
-		if c.IsSet(name) {
-			if v, ok := c.Value(name).(string); ok && strings.TrimSpace(v) == "" {
-				return usagef("--%s was given an empty value", name)
-			}
-		}
-	}
-	return tildeWithoutHome(c)
-}
-
 // stateFlag returns a path flag's value when given, else name inside the
 // state directory (internal/statedir): working files go into the current
 // directory only when the user names it.
@@ -234,22 +184,6 @@ func cacheDir(c *cli.Context) (string, error) {
 		return "", usageError{err}
 	}
 	return d, nil
-}
-
-// tildeWithoutHome refuses a flag value that starts with "~" when the
-// home directory is unknown: arpatch would otherwise make a directory
-// literally named "~". "~user/" is the shell's to expand.
-func tildeWithoutHome(c *cli.Context) error {
-	for _, name := range c.FlagNames() {
-		v, ok := c.Value(name).(string)
-		if !ok || !c.IsSet(name) || (v != "~" && !strings.HasPrefix(v, "~/")) {
-			continue
-		}
-		if h, err := os.UserHomeDir(); err != nil || h == "" {
-			return usagef("--%s %s: HOME is not set, so ~ cannot be expanded; pass the full path", name, v)
-		}
-	}
-	return nil
 }
 
 // expandHome turns a leading "~/" into the home directory: the shell does

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -29,20 +30,7 @@ func patchesCommand() *cli.Command {
 				UsageText: "arpatch patches list [--patches-dir DIR]",
 				Flags:     []cli.Flag{patchesDirFlag()},
 				Before:    noArgs,
-				Action: func(c *cli.Context) error {
-					cat, err := loadCatalog(c)
-					if err != nil {
-						return err
-					}
-					w := c.App.Writer
-					for _, s := range cat.Series {
-						fmt.Fprintf(w, "%s  family %s  (%s)\n  %s\n  tested on: %s\n", s.Name, s.Family, s.Dir, s.Description, strings.Join(s.TestedOn, ", "))
-						for _, p := range s.Patches {
-							fmt.Fprintf(w, "    %s  sha256 %s  provides %s\n", p.File, p.SHA256[:16], strings.Join(p.Provides, ","))
-						}
-					}
-					return nil
-				},
+				Action:    action(patchesListOpts, patchesListRun),
 			},
 			{
 				Name:      "check",
@@ -67,32 +55,7 @@ Examples:
 					patchesDirFlag(), jsonFlag(),
 				},
 				Before: noArgs,
-				Action: func(c *cli.Context) error {
-					cat, err := loadCatalog(c)
-					if err != nil {
-						return err
-					}
-					for _, n := range c.StringSlice("series") {
-						if _, err := cat.Get(n); err != nil {
-							return usageError{fmt.Errorf("--series: %w", err)}
-						}
-					}
-					rows, err := checkout.CheckCommits(pathFlag(c, "repo"), c.StringSlice("commit"), cat, c.StringSlice("series"))
-					if err != nil {
-						return err
-					}
-					if c.Bool("json") {
-						if err := writeJSON(c.App.Writer, driftJSON(rows)); err != nil {
-							return err
-						}
-					} else {
-						printDrift(c.App.Writer, rows, c.String("repo"), cat.Dir)
-					}
-					if unfit := checkout.Unfit(rows, cat, c.Bool("strict")); len(unfit) > 0 {
-						return cli.Exit(strings.Join(unfit, "\n"), exitFailure)
-					}
-					return nil
-				},
+				Action: action(patchesCheckOpts, patchesCheckRun),
 			},
 			portCommand(),
 			{
@@ -105,34 +68,129 @@ recorded sha256.
 
 Example:
    arpatch patches seal patches/sglang/pcie-2026-04`,
-				Action: func(c *cli.Context) error {
-					if c.Args().Len() == 0 {
-						return usagef("seal needs at least one series directory, e.g. patches/sglang/pcie-2026-04")
-					}
-					for _, a := range c.Args().Slice() {
-						if strings.HasPrefix(a, "-") {
-							return usagef("seal takes directories only, got %q (seal has no flags)", a)
-						}
-					}
-					for _, dir := range c.Args().Slice() {
-						changed, err := patches.Seal(os.DirFS(dir), ".", func(name string, data []byte) error {
-							return safefs.WriteFile(filepath.Join(dir, name), data, 0o644)
-						})
-						if err != nil {
-							return fmt.Errorf("%s: %w", dir, err)
-						}
-						if len(changed) == 0 {
-							fmt.Fprintf(c.App.Writer, "%s: all sha256 up to date\n", dir)
-						}
-						for _, n := range changed {
-							fmt.Fprintf(c.App.Writer, "%s: sealed %s\n", dir, n)
-						}
-					}
-					return nil
-				},
+				Action: action(patchesSealOpts, patchesSealRun),
 			},
 		},
 	}
+}
+
+// patchesListFlags are patches list's parsed flags.
+type patchesListFlags struct {
+	PatchesDir string `flag:"patches-dir"`
+}
+
+// patchesListOpts returns the catalog patches list prints.
+func patchesListOpts(f patchesListFlags) (*patches.Catalog, error) { return catalog(f.PatchesDir) }
+
+// patchesListRun prints every series of cat with its patches.
+func patchesListRun(_ context.Context, cat *patches.Catalog, s streams) error {
+	notePassedOver(s.Err, cat)
+	for _, sr := range cat.Series {
+		fmt.Fprintf(s.Out, "%s  family %s  (%s)\n  %s\n  tested on: %s\n", sr.Name, sr.Family, sr.Dir, sr.Description, strings.Join(sr.TestedOn, ", "))
+		for _, p := range sr.Patches {
+			fmt.Fprintf(s.Out, "    %s  sha256 %s  provides %s\n", p.File, p.SHA256[:16], strings.Join(p.Provides, ","))
+		}
+	}
+	return nil
+}
+
+// patchesCheckFlags are patches check's parsed flags.
+type patchesCheckFlags struct {
+	Repo       string   `flag:"repo"`
+	Commits    []string `flag:"commit"`
+	Series     []string `flag:"series"`
+	Strict     bool     `flag:"strict"`
+	PatchesDir string   `flag:"patches-dir"`
+	JSON       bool     `flag:"json"`
+}
+
+// patchesCheckOptions are every input of patchesCheckRun.
+type patchesCheckOptions struct {
+	// Repo is the repository's path, ~ expanded; RepoArg is --repo as
+	// given, for the commands the report prints.
+	Repo, RepoArg string
+	Commits       []string
+	Catalog       *patches.Catalog
+	// Series: only these series of Catalog (nil: all).
+	Series []string
+	Strict bool
+	JSON   bool
+}
+
+// patchesCheckOpts turns patches check's flags into options; a --series
+// that the catalog lacks is a usage error.
+func patchesCheckOpts(f patchesCheckFlags) (patchesCheckOptions, error) {
+	cat, err := catalog(f.PatchesDir)
+	if err != nil {
+		return patchesCheckOptions{}, err
+	}
+	for _, n := range f.Series {
+		if _, err := cat.Get(n); err != nil {
+			return patchesCheckOptions{}, usagef("--series: %w", err)
+		}
+	}
+	return patchesCheckOptions{Repo: expandHome(f.Repo), RepoArg: f.Repo, Commits: f.Commits, Catalog: cat, Series: f.Series, Strict: f.Strict, JSON: f.JSON}, nil
+}
+
+// patchesCheckRun checks each series at each commit and prints the fits;
+// a family without a fitting series at a commit (with Strict: any series
+// that does not fit) is a failure (exit 1), naming it.
+func patchesCheckRun(_ context.Context, o patchesCheckOptions, s streams) error {
+	notePassedOver(s.Err, o.Catalog)
+	rows, err := checkout.CheckCommits(o.Repo, o.Commits, o.Catalog, o.Series)
+	if err != nil {
+		return err
+	}
+	if o.JSON {
+		if err := writeJSON(s.Out, driftJSON(rows)); err != nil {
+			return err
+		}
+	} else {
+		printDrift(s.Out, rows, o.RepoArg, o.Catalog.Dir)
+	}
+	if unfit := checkout.Unfit(rows, o.Catalog, o.Strict); len(unfit) > 0 {
+		return exitWith(exitFailure, strings.Join(unfit, "\n"))
+	}
+	return nil
+}
+
+// patchesSealFlags are patches seal's arguments: series directories.
+type patchesSealFlags struct {
+	Dirs args
+}
+
+// patchesSealOpts returns the directories to seal: at least one, none
+// looking like a flag (seal has none).
+func patchesSealOpts(f patchesSealFlags) ([]string, error) {
+	if len(f.Dirs) == 0 {
+		return nil, usagef("seal needs at least one series directory, e.g. patches/sglang/pcie-2026-04")
+	}
+	for _, a := range f.Dirs {
+		if strings.HasPrefix(a, "-") {
+			return nil, usagef("seal takes directories only, got %q (seal has no flags)", a)
+		}
+	}
+	return f.Dirs, nil
+}
+
+// patchesSealRun records each patch's sha256 in each directory's
+// series.toml and says what changed.
+func patchesSealRun(_ context.Context, dirs []string, s streams) error {
+	for _, dir := range dirs {
+		changed, err := patches.Seal(os.DirFS(dir), ".", func(name string, data []byte) error {
+			return safefs.WriteFile(filepath.Join(dir, name), data, 0o644)
+		})
+		if err != nil {
+			return fmt.Errorf("%s: %w", dir, err)
+		}
+		if len(changed) == 0 {
+			fmt.Fprintf(s.Out, "%s: all sha256 up to date\n", dir)
+		}
+		for _, n := range changed {
+			fmt.Fprintf(s.Out, "%s: sealed %s\n", dir, n)
+		}
+	}
+	return nil
 }
 
 func printDrift(w io.Writer, rows []checkout.DriftRow, repo, patchesDir string) {

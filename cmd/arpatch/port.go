@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -10,6 +11,7 @@ import (
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/patches/port"
 )
 
@@ -52,100 +54,142 @@ Examples:
 			patchesDirFlag(),
 		},
 		Before: noArgs,
-		Action: func(c *cli.Context) error {
-			cat, err := loadCatalog(c)
-			if err != nil {
-				return err
-			}
-			s, err := cat.Get(c.String("series"))
-			if err != nil {
-				return usageError{fmt.Errorf("--series: %w", err)}
-			}
-			out, jsonOut := pathFlag(c, "out"), pathFlag(c, "json")
-			if jsonOut != "" {
-				if err := safefs.CanWrite(jsonOut); err != nil {
-					return err
-				}
-			}
-			if out != "" {
-				if err := port.CheckOut(out); err != nil {
-					return err
-				}
-			}
-			repo, err := gitsrc.OpenAny(pathFlag(c, "repo"))
-			if err != nil {
-				return fmt.Errorf("--repo: %w", err)
-			}
-			to, err := repo.Resolve(c.String("to"))
-			if err != nil {
-				return fmt.Errorf("--to: %w", err)
-			}
-			from := ""
-			if f := c.String("from"); f != "" {
-				if from, err = repo.Resolve(f); err != nil {
-					return fmt.Errorf("--from: %w", err)
-				}
-			}
-			moves := map[string]string{}
-			for _, m := range c.StringSlice("move") {
-				old, np, ok := strings.Cut(m, "=")
-				if !ok || old == "" || np == "" {
-					return usagef("--move %q: want OLD=NEW, two paths in the tree, e.g. --move sgl-kernel/csrc/x.cuh=python/sglang/kernels/aot/csrc/x.cuh", m)
-				}
-				moves[old] = np
-			}
-			rep, err := port.Run(port.Options{Repo: repo, Series: s, From: from, To: to, Moves: moves})
-			if err != nil {
-				return err
-			}
-			w := c.App.Writer
-			rep.WriteText(w)
-			if jsonOut != "" {
-				f, err := os.CreateTemp(filepath.Dir(jsonOut), ".port-*.json")
-				if err != nil {
-					return err
-				}
-				defer os.Remove(f.Name())
-				if err := writeJSON(f, rep); err != nil {
-					f.Close()
-					return err
-				}
-				if err := f.Close(); err != nil {
-					return err
-				}
-				// CreateTemp makes it 0600; a report is 0644, as the others.
-				if err := os.Chmod(f.Name(), 0o644); err != nil {
-					return err
-				}
-				if err := os.Rename(f.Name(), jsonOut); err != nil {
-					return err
-				}
-			}
-			if !rep.Clean {
-				written := "no series was written"
-				if jsonOut != "" {
-					written += " (the report is in " + jsonOut + ")"
-				}
-				fmt.Fprintln(w, written+": resolve the conflicts above in a series of your own (or port from another series)")
-				return cli.Exit("", exitFailure)
-			}
-			if out == "" {
-				fmt.Fprintf(w, "a clean draft exists; write it with: %s\n", port.Command(s.Name, c.String("repo"), to, port.DraftDir(s.Name, to), cat.Dir))
-				return nil
-			}
-			d, err := rep.Draft(s, filepath.Base(filepath.Clean(out)), c.Bool("seal"))
-			if err != nil {
-				return err
-			}
-			if err := d.Write(out); err != nil {
-				return err
-			}
-			if d.Sealed {
-				fmt.Fprintf(w, "wrote series %s in %s (sealed)\n", d.Name, out)
-			} else {
-				fmt.Fprintf(w, "wrote series %s in %s, unsealed: review every patch, then run `arpatch patches seal %s`\n", d.Name, out, out)
-			}
-			return nil
-		},
+		Action: action(portOpts, portRun),
 	}
+}
+
+// portFlags are patches port's parsed flags.
+type portFlags struct {
+	Series     string   `flag:"series"`
+	To         string   `flag:"to"`
+	Repo       string   `flag:"repo"`
+	From       string   `flag:"from"`
+	Out        string   `flag:"out"`
+	Moves      []string `flag:"move"`
+	Seal       bool     `flag:"seal"`
+	JSON       string   `flag:"json"`
+	PatchesDir string   `flag:"patches-dir"`
+}
+
+// portOptions are every input of portRun.
+type portOptions struct {
+	Catalog *patches.Catalog
+	Series  *patches.Series
+	// Repo is the repository's path, ~ expanded; RepoArg is --repo as
+	// given, for the command the report prints.
+	Repo, RepoArg string
+	// To and From are revisions as given (From "": the series' tested_on).
+	To, From string
+	// Moves maps a file of the series to its path at To (--move OLD=NEW).
+	Moves map[string]string
+	// Out is the draft series' directory ("": write none); JSON the
+	// report's file ("": none).
+	Out, JSON string
+	Seal      bool
+}
+
+// portOpts turns patches port's flags into options: a --series the
+// catalog lacks and a --move that is not OLD=NEW are usage errors.
+func portOpts(f portFlags) (portOptions, error) {
+	cat, err := catalog(f.PatchesDir)
+	if err != nil {
+		return portOptions{}, err
+	}
+	s, err := cat.Get(f.Series)
+	if err != nil {
+		return portOptions{}, usagef("--series: %w", err)
+	}
+	moves := map[string]string{}
+	for _, m := range f.Moves {
+		old, np, ok := strings.Cut(m, "=")
+		if !ok || old == "" || np == "" {
+			return portOptions{}, usagef("--move %q: want OLD=NEW, two paths in the tree, e.g. --move sgl-kernel/csrc/x.cuh=python/sglang/kernels/aot/csrc/x.cuh", m)
+		}
+		moves[old] = np
+	}
+	return portOptions{Catalog: cat, Series: s, Repo: expandHome(f.Repo), RepoArg: f.Repo, To: f.To, From: f.From, Moves: moves,
+		Out: expandHome(f.Out), JSON: expandHome(f.JSON), Seal: f.Seal}, nil
+}
+
+// portRun ports the series, prints the report, writes the JSON report and
+// the draft series; a conflict is a failure (exit 1) and writes no series.
+func portRun(_ context.Context, o portOptions, s streams) error {
+	notePassedOver(s.Err, o.Catalog)
+	out, jsonOut := o.Out, o.JSON
+	if jsonOut != "" {
+		if err := safefs.CanWrite(jsonOut); err != nil {
+			return err
+		}
+	}
+	if out != "" {
+		if err := port.CheckOut(out); err != nil {
+			return err
+		}
+	}
+	repo, err := gitsrc.OpenAny(o.Repo)
+	if err != nil {
+		return fmt.Errorf("--repo: %w", err)
+	}
+	to, err := repo.Resolve(o.To)
+	if err != nil {
+		return fmt.Errorf("--to: %w", err)
+	}
+	from := ""
+	if o.From != "" {
+		if from, err = repo.Resolve(o.From); err != nil {
+			return fmt.Errorf("--from: %w", err)
+		}
+	}
+	rep, err := port.Run(port.Options{Repo: repo, Series: o.Series, From: from, To: to, Moves: o.Moves})
+	if err != nil {
+		return err
+	}
+	w := s.Out
+	rep.WriteText(w)
+	if jsonOut != "" {
+		f, err := os.CreateTemp(filepath.Dir(jsonOut), ".port-*.json")
+		if err != nil {
+			return err
+		}
+		defer os.Remove(f.Name())
+		if err := writeJSON(f, rep); err != nil {
+			f.Close()
+			return err
+		}
+		if err := f.Close(); err != nil {
+			return err
+		}
+		// CreateTemp makes it 0600; a report is 0644, as the others.
+		if err := os.Chmod(f.Name(), 0o644); err != nil {
+			return err
+		}
+		if err := os.Rename(f.Name(), jsonOut); err != nil {
+			return err
+		}
+	}
+	if !rep.Clean {
+		written := "no series was written"
+		if jsonOut != "" {
+			written += " (the report is in " + jsonOut + ")"
+		}
+		fmt.Fprintln(w, written+": resolve the conflicts above in a series of your own (or port from another series)")
+		return exitWith(exitFailure, "")
+	}
+	if out == "" {
+		fmt.Fprintf(w, "a clean draft exists; write it with: %s\n", port.Command(o.Series.Name, o.RepoArg, to, port.DraftDir(o.Series.Name, to), o.Catalog.Dir))
+		return nil
+	}
+	d, err := rep.Draft(o.Series, filepath.Base(filepath.Clean(out)), o.Seal)
+	if err != nil {
+		return err
+	}
+	if err := d.Write(out); err != nil {
+		return err
+	}
+	if d.Sealed {
+		fmt.Fprintf(w, "wrote series %s in %s (sealed)\n", d.Name, out)
+	} else {
+		fmt.Fprintf(w, "wrote series %s in %s, unsealed: review every patch, then run `arpatch patches seal %s`\n", d.Name, out, out)
+	}
+	return nil
 }

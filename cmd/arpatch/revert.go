@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 
 	"github.com/urfave/cli/v2"
@@ -32,37 +33,54 @@ Examples:
 			&cli.BoolFlag{Name: "dry-run", Usage: "report what would be restored, write nothing"},
 		},
 		Before: noArgs,
-		Action: func(c *cli.Context) error {
-			cat, err := loadCatalog(c)
-			if err != nil {
-				return err
-			}
-			rep, err := checkout.Revert(checkout.RevertOptions{Src: pathFlag(c, "src"), Catalog: cat, Force: c.Bool("force"), DryRun: c.Bool("dry-run")})
-			if err != nil {
-				return err
-			}
-			w := c.App.Writer
-			if rep.State == nil {
-				fmt.Fprintf(w, "%s: no apply state; nothing to revert\n", rep.Src)
-				return nil
-			}
-			verb, discard := "restored", "discarded edits"
-			if c.Bool("dry-run") {
-				verb, discard = "dry run: would restore", "dry run: would discard edits"
-			}
-			fmt.Fprintf(w, "%s %d files of series %s to commit %s:\n", verb, len(rep.Restored), orNone(rep.State.Series), rep.State.Commit)
-			for _, p := range rep.Restored {
-				fmt.Fprintf(w, "  %s\n", p)
-			}
-			for _, p := range rep.AlreadyUpstream {
-				fmt.Fprintf(w, "  %s (already upstream's bytes)\n", p)
-			}
-			for _, d := range rep.Discarded {
-				fmt.Fprintf(w, "%s: %s\n", discard, d)
-			}
-			return nil
-		},
+		Action: action(revertOpts, revertRun),
 	}
+}
+
+// revertFlags are revert's parsed flags.
+type revertFlags struct {
+	Src        string `flag:"src"`
+	PatchesDir string `flag:"patches-dir"`
+	Force      bool   `flag:"force"`
+	DryRun     bool   `flag:"dry-run"`
+}
+
+// revertOpts turns revert's flags into checkout.RevertOptions.
+func revertOpts(f revertFlags) (checkout.RevertOptions, error) {
+	cat, err := catalog(f.PatchesDir)
+	if err != nil {
+		return checkout.RevertOptions{}, err
+	}
+	return checkout.RevertOptions{Src: expandHome(f.Src), Catalog: cat, Force: f.Force, DryRun: f.DryRun}, nil
+}
+
+// revertRun reverts and prints what it restored.
+func revertRun(_ context.Context, o checkout.RevertOptions, s streams) error {
+	notePassedOver(s.Err, o.Catalog)
+	rep, err := checkout.Revert(o)
+	if err != nil {
+		return err
+	}
+	w := s.Out
+	if rep.State == nil {
+		fmt.Fprintf(w, "%s: no apply state; nothing to revert\n", rep.Src)
+		return nil
+	}
+	verb, discard := "restored", "discarded edits"
+	if o.DryRun {
+		verb, discard = "dry run: would restore", "dry run: would discard edits"
+	}
+	fmt.Fprintf(w, "%s %d files of series %s to commit %s:\n", verb, len(rep.Restored), orNone(rep.State.Series), rep.State.Commit)
+	for _, p := range rep.Restored {
+		fmt.Fprintf(w, "  %s\n", p)
+	}
+	for _, p := range rep.AlreadyUpstream {
+		fmt.Fprintf(w, "  %s (already upstream's bytes)\n", p)
+	}
+	for _, d := range rep.Discarded {
+		fmt.Fprintf(w, "%s: %s\n", discard, d)
+	}
+	return nil
 }
 
 func orNone(s string) string {

@@ -1,10 +1,13 @@
 package main
 
 import (
+	"context"
 	"fmt"
-	"github.com/arpatch/arpatch/internal/shellq"
 	"io"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/shellq"
+	"github.com/arpatch/arpatch/patches"
 
 	"github.com/urfave/cli/v2"
 
@@ -25,28 +28,52 @@ Examples:
    arpatch status --src ~/sglang --json`,
 		Flags:  []cli.Flag{srcFlag(), patchesDirFlag(), jsonFlag()},
 		Before: noArgs,
-		Action: func(c *cli.Context) error {
-			cat, err := loadCatalog(c)
-			if err != nil {
-				return err
-			}
-			rep, err := checkout.Status(pathFlag(c, "src"), cat)
-			if err != nil {
-				return err
-			}
-			if c.Bool("json") {
-				if err := writeJSON(c.App.Writer, rep); err != nil {
-					return err
-				}
-			} else {
-				printStatus(c.App.Writer, rep)
-			}
-			if (rep.State != nil && !rep.Buildable()) || (rep.State == nil && len(rep.Other) > 0) {
-				return cli.Exit("", exitFailure)
-			}
-			return nil
-		},
+		Action: action(statusOpts, statusRun),
 	}
+}
+
+// statusFlags are status's parsed flags.
+type statusFlags struct {
+	Src        string `flag:"src"`
+	PatchesDir string `flag:"patches-dir"`
+	JSON       bool   `flag:"json"`
+}
+
+// statusOptions are every input of statusRun.
+type statusOptions struct {
+	Src     string
+	Catalog *patches.Catalog
+	JSON    bool
+}
+
+// statusOpts turns status's flags into options.
+func statusOpts(f statusFlags) (statusOptions, error) {
+	cat, err := catalog(f.PatchesDir)
+	if err != nil {
+		return statusOptions{}, err
+	}
+	return statusOptions{Src: expandHome(f.Src), Catalog: cat, JSON: f.JSON}, nil
+}
+
+// statusRun prints the checkout's status; a tree that drifted, or that has
+// uncommitted changes, is a failure (exit 1).
+func statusRun(_ context.Context, o statusOptions, s streams) error {
+	notePassedOver(s.Err, o.Catalog)
+	rep, err := checkout.Status(o.Src, o.Catalog)
+	if err != nil {
+		return err
+	}
+	if o.JSON {
+		if err := writeJSON(s.Out, rep); err != nil {
+			return err
+		}
+	} else {
+		printStatus(s.Out, rep)
+	}
+	if (rep.State != nil && !rep.Buildable()) || (rep.State == nil && len(rep.Other) > 0) {
+		return exitWith(exitFailure, "")
+	}
+	return nil
 }
 
 func printStatus(w io.Writer, rep *checkout.StatusReport) {

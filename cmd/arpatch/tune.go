@@ -5,12 +5,13 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/arpatch/arpatch/internal/shellq"
 	"io"
 	"maps"
 	"os"
 	"slices"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/shellq"
 
 	"github.com/urfave/cli/v2"
 
@@ -198,26 +199,32 @@ func commandLine(argv []string) string {
 	return shellq.Join(append([]string{"arpatch"}, argv[1:]...))
 }
 
-// tuneFlags are --tune and --force-tune, for the commands that take a tune
-// file.
-func tuneFlags(what string) []cli.Flag {
+// tuneFlagList are --tune and --force-tune, for the commands that take a
+// tune file; tuneFlags binds them.
+func tuneFlagList(what string) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "tune", Usage: "thresholds `FILE` from arpatch tune allreduce, " + what},
 		&cli.BoolFlag{Name: "force-tune", Usage: "use --tune's file even when it was made on another host"},
 	}
 }
 
-// tunedRecipe returns r with --tune's thresholds in its [env] (when it opens
-// the PCIe gate; tuned reports it), for the runtime environment apply
-// prints; r itself when --tune is not given. The file is checked against
-// this host first.
-func tunedRecipe(c *cli.Context, r *recipes.Recipe) (out *recipes.Recipe, tuned bool, err error) {
-	path := pathFlag(c, "tune")
-	if path == "" {
+// tuneFlags are --tune's file ("" without it) and --force-tune.
+type tuneFlags struct {
+	Tune      string `flag:"tune"`
+	ForceTune bool   `flag:"force-tune"`
+}
+
+// tunedRecipe returns r with the thresholds of t's file in its [env] (when
+// it opens the PCIe gate; tuned reports it), for the runtime environment
+// apply prints; r itself without a file. The file is checked against this
+// host first (t.ForceTune overrides); a file made elsewhere is refused with
+// the command that tunes src's tree here. It prints the tune to w.
+func tunedRecipe(ctx context.Context, r *recipes.Recipe, t tuneFlags, src string, w io.Writer) (out *recipes.Recipe, tuned bool, err error) {
+	if t.Tune == "" {
 		return r, false, nil
 	}
-	f, err := loadTune(c.Context, path, r.Bench.TP, c.Bool("force-tune"), tune.ServingSizes(5120, max(r.Bench.SpeculativeNumDraftTokens, 1)), c.App.ErrWriter,
-		"--src", pathFlag(c, "src"))
+	f, err := loadTune(ctx, t.Tune, r.Bench.TP, t.ForceTune, tune.ServingSizes(5120, max(r.Bench.SpeculativeNumDraftTokens, 1)), w,
+		"--src", src)
 	if err != nil {
 		return nil, false, err
 	}

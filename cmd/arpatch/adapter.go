@@ -1,0 +1,310 @@
+package main
+
+// The adapter between urfave/cli/v2 and the commands. Each command is three
+// parts, as in cli/cli (pkg/cmd/<noun>/<verb>): a flags struct of plain
+// parsed values (fields tagged `flag:"NAME"`), a pure function from those
+// values to the command's options (refusals are usage errors naming the
+// flag), and a run function from options and streams to the work. Only
+// this file reads a *cli.Context; urfave's quirks live here, each tested
+// in adapter_test.go with urfave's own errors:
+//   - flags after positional arguments (interspersed);
+//   - flag errors that urfave returns as plain errors (isFlagError);
+//   - its exit codes mapped onto arpatch's (exitCode);
+//   - values read by flag name (bindFlags).
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"reflect"
+	"strings"
+
+	"github.com/urfave/cli/v2"
+
+	"github.com/arpatch/arpatch/internal/gitsrc"
+)
+
+// streams are a command's standard streams, as gh's IOStreams: run
+// functions print only through them, so a test runs a command with
+// buffers. Whether Err is a terminal (a progress bar, or lines) is
+// internal/progress's to tell from the writer itself.
+type streams struct {
+	In  io.Reader
+	Out io.Writer
+	Err io.Writer
+}
+
+// streamsOf returns the app's streams.
+func streamsOf(c *cli.Context) streams {
+	return streams{In: c.App.Reader, Out: c.App.Writer, Err: c.App.ErrWriter}
+}
+
+// given is the set of flags given on the command line, by name: a flags
+// struct's field of this type receives it. A flag's value alone cannot
+// tell "--jobs 0" from no --jobs.
+type given map[string]bool
+
+// args is a flags struct's field for the positional arguments.
+type args []string
+
+// action is a command's Action: it binds the parsed flags into F, turns
+// them into options O with opts and calls run with the app's streams.
+func action[F, O any](opts func(F) (O, error), run func(context.Context, O, streams) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		var f F
+		if err := bindFlags(c, &f); err != nil {
+			return err
+		}
+		o, err := opts(f)
+		if err != nil {
+			return err
+		}
+		return run(c.Context, o, streamsOf(c))
+	}
+}
+
+// bindFlags fills the fields of *dst (a struct) from c: a field tagged
+// `flag:"NAME"` gets flag NAME's value (string, bool, int, int64, float64,
+// time.Duration, []string, or a GenericFlag's value), a field of type
+// given the flags given, one of type args the positional arguments. Every
+// flag of the command must have a field and every tag a flag: an error
+// names the mismatch, which is arpatch's bug.
+func bindFlags(c *cli.Context, dst any) error {
+	flags := map[string]cli.Flag{}
+	for _, f := range c.Command.Flags {
+		if n := f.Names()[0]; n != "help" {
+			flags[n] = f
+		}
+	}
+	bound := map[string]bool{}
+	if err := bindStruct(c, reflect.ValueOf(dst).Elem(), flags, bound); err != nil {
+		return err
+	}
+	for n := range flags {
+		if !bound[n] {
+			return fmt.Errorf("arpatch bug: %T has no field for --%s of %s", dst, n, c.Command.FullName())
+		}
+	}
+	return nil
+}
+
+// bindStruct binds the fields of v, and of the structs it embeds.
+func bindStruct(c *cli.Context, v reflect.Value, flags map[string]cli.Flag, bound map[string]bool) error {
+	t := v.Type()
+	for i := 0; i < t.NumField(); i++ {
+		sf, fv := t.Field(i), v.Field(i)
+		switch {
+		case sf.Type == reflect.TypeFor[given]():
+			g := given{}
+			for n := range flags {
+				if c.IsSet(n) {
+					g[n] = true
+				}
+			}
+			fv.Set(reflect.ValueOf(g))
+			continue
+		case sf.Type == reflect.TypeFor[args]():
+			fv.Set(reflect.ValueOf(args(c.Args().Slice())))
+			continue
+		case sf.Anonymous && sf.Type.Kind() == reflect.Struct:
+			if err := bindStruct(c, fv, flags, bound); err != nil {
+				return err
+			}
+			continue
+		}
+		name := sf.Tag.Get("flag")
+		if name == "" {
+			continue
+		}
+		fl, ok := flags[name]
+		if !ok {
+			return fmt.Errorf("arpatch bug: %s.%s binds --%s, which %s does not have", t.Name(), sf.Name, name, c.Command.FullName())
+		}
+		bound[name] = true
+		var val any
+		switch fl.(type) {
+		case *cli.StringFlag:
+			val = c.String(name)
+		case *cli.BoolFlag:
+			val = c.Bool(name)
+		case *cli.IntFlag:
+			val = c.Int(name)
+		case *cli.Int64Flag:
+			val = c.Int64(name)
+		case *cli.Float64Flag:
+			val = c.Float64(name)
+		case *cli.DurationFlag:
+			val = c.Duration(name)
+		case *cli.StringSliceFlag:
+			val = c.StringSlice(name)
+		case *cli.GenericFlag:
+			val = reflect.ValueOf(c.Generic(name)).Elem().Interface()
+		}
+		if val == nil || !reflect.TypeOf(val).AssignableTo(fv.Type()) {
+			return fmt.Errorf("arpatch bug: %s.%s (%s) cannot hold --%s (%T)", t.Name(), sf.Name, fv.Type(), name, val)
+		}
+		fv.Set(reflect.ValueOf(val))
+	}
+	return nil
+}
+
+// exitError ends a command with an exit code (and a message, printed
+// unless empty). It is a cli.ExitCoder.
+type exitError struct {
+	code int
+	msg  string
+}
+
+func (e exitError) Error() string { return e.msg }
+func (e exitError) ExitCode() int { return e.code }
+
+// exitWith returns the error that makes arpatch exit with code, printing
+// msg unless it is empty.
+func exitWith(code int, msg string) error { return exitError{code, msg} }
+
+// exitCode maps a command's error onto arpatch's exit codes: a usage
+// error (usageError, urfave's flag errors, an abbreviated commit) is 2, an
+// exitError its code, any other error 1.
+func exitCode(err error) int {
+	if err == nil {
+		return exitOK
+	}
+	var ue usageError
+	var ec cli.ExitCoder
+	switch {
+	case errors.As(err, &ue), isFlagError(err), errors.Is(err, gitsrc.ErrAbbreviated):
+		return exitUsage
+	case errors.As(err, &ec):
+		// urfave/cli answers an unknown command with exit 3; arpatch's
+		// documented code for any usage error is 2.
+		if strings.Contains(err.Error(), "No help topic for") {
+			return exitUsage
+		}
+		return ec.ExitCode()
+	}
+	return exitFailure
+}
+
+// isFlagError recognizes urfave/cli's flag errors, which it returns as
+// plain errors.
+func isFlagError(err error) bool {
+	m := err.Error()
+	for _, s := range []string{"flag provided but not defined", "Required flag", "Required flags", "invalid value", "flag needs an argument", "No help topic for"} {
+		if strings.Contains(m, s) {
+			return true
+		}
+	}
+	// "invalid boolean value "maybe" for -dry-run: parse error"
+	return strings.HasPrefix(m, "invalid ") && strings.Contains(m, " for -")
+}
+
+// noArgs refuses positional arguments for commands that take none, and
+// flags given an empty value, which would silently mean "not given".
+func noArgs(c *cli.Context) error {
+	// urfave/cli runs a command's Before before it dispatches to a
+	// subcommand ("bench allreduce"): the subcommand's name is no stray
+	// argument.
+	if c.Command != nil && findCommand(c.Command.Subcommands, c.Args().First()) != nil {
+		return nil
+	}
+	if c.Args().Len() > 0 {
+		return usagef("%s takes no arguments, got %q (flags go before arguments: --flag value)", c.Command.Name, c.Args().Slice())
+	}
+	for _, name := range c.FlagNames() {
+		if c.IsSet(name) {
+			if v, ok := c.Value(name).(string); ok && strings.TrimSpace(v) == "" {
+				return usagef("--%s was given an empty value", name)
+			}
+		}
+	}
+	return tildeWithoutHome(c)
+}
+
+// tildeWithoutHome refuses a flag value that starts with "~" when the
+// home directory is unknown: arpatch would otherwise make a directory
+// literally named "~". "~user/" is the shell's to expand.
+func tildeWithoutHome(c *cli.Context) error {
+	for _, name := range c.FlagNames() {
+		v, ok := c.Value(name).(string)
+		if !ok || !c.IsSet(name) || (v != "~" && !strings.HasPrefix(v, "~/")) {
+			continue
+		}
+		if h, err := os.UserHomeDir(); err != nil || h == "" {
+			return usagef("--%s %s: HOME is not set, so ~ cannot be expanded; pass the full path", name, v)
+		}
+	}
+	return nil
+}
+
+// interspersed moves the flags that follow a command's positional
+// arguments in front of them, so that "arpatch history show 3 --db h.db"
+// means what "arpatch history show --db h.db 3" means: urfave/cli v2 stops
+// parsing flags at the first positional argument and would otherwise take
+// "--db" and "h.db" as two more arguments. Tokens after "--" stay
+// positional.
+func interspersed(app *cli.App, args []string) []string {
+	if len(args) < 2 {
+		return args
+	}
+	out := []string{args[0]}
+	i := 1
+	// Global flags, then the command path.
+	for i < len(args) && strings.HasPrefix(args[i], "-") && args[i] != "--" {
+		out = append(out, args[i])
+		i++
+	}
+	cmds := app.Commands
+	var leaf *cli.Command
+	for i < len(args) {
+		c := findCommand(cmds, args[i])
+		if c == nil {
+			break
+		}
+		out = append(out, args[i])
+		leaf, cmds = c, c.Subcommands
+		i++
+	}
+	if leaf == nil || leaf.SkipFlagParsing {
+		return append(out, args[i:]...)
+	}
+	takesValue := map[string]bool{}
+	for _, f := range leaf.Flags {
+		_, isBool := f.(*cli.BoolFlag)
+		for _, n := range f.Names() {
+			takesValue[n] = !isBool
+		}
+	}
+	var flags, pos []string
+	for ; i < len(args); i++ {
+		a := args[i]
+		if a == "--" {
+			pos = append(pos, args[i:]...)
+			break
+		}
+		name := strings.TrimLeft(a, "-")
+		if !strings.HasPrefix(a, "-") || a == "-" || name == "" {
+			pos = append(pos, a)
+			continue
+		}
+		name, _, hasValue := strings.Cut(name, "=")
+		flags = append(flags, a)
+		// An unknown flag (--help included) moves too, alone: the parser
+		// then names it or shows the help.
+		if takesValue[name] && !hasValue && i+1 < len(args) {
+			i++
+			flags = append(flags, args[i])
+		}
+	}
+	return append(append(out, flags...), pos...)
+}
+
+func findCommand(cmds []*cli.Command, name string) *cli.Command {
+	for _, c := range cmds {
+		if c.HasName(name) {
+			return c
+		}
+	}
+	return nil
+}

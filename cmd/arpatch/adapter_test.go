@@ -1,0 +1,261 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/urfave/cli/v2"
+	"mvdan.cc/sh/v3/shell"
+
+	"github.com/arpatch/arpatch/internal/gitsrc"
+)
+
+// parsed runs arpatch's parser over the command line argv (split as sh
+// does) as run does: interspersed, urfave/cli, the command's Before
+// (noArgs). Instead of running the command it returns its flags, bound
+// into F. A refusal of the parser is returned as urfave returns it.
+func parsed[F any](t *testing.T, argv string) (F, error) {
+	t.Helper()
+	var f F
+	words, err := shell.Fields(argv, func(string) string { return "" })
+	if err != nil {
+		t.Fatalf("%s: %v", argv, err)
+	}
+	app := newApp(io.Discard, io.Discard)
+	var leaf *cli.Command
+	for cmds, i := app.Commands, 1; i < len(words); i++ {
+		c := findCommand(cmds, words[i])
+		if c == nil {
+			break
+		}
+		leaf, cmds = c, c.Subcommands
+	}
+	if leaf == nil {
+		t.Fatalf("%s names no command", argv)
+	}
+	bound := false
+	leaf.Action = func(c *cli.Context) error {
+		bound = true
+		return bindFlags(c, &f)
+	}
+	err = app.RunContext(context.Background(), interspersed(app, words))
+	if err == nil && !bound {
+		t.Fatalf("%s: the command did not run", argv)
+	}
+	return f, err
+}
+
+// optsOf parses argv and turns its flags into options with opts.
+func optsOf[F, O any](t *testing.T, opts func(F) (O, error), argv string) (O, error) {
+	t.Helper()
+	f, err := parsed[F](t, argv)
+	if err != nil {
+		var o O
+		return o, err
+	}
+	return opts(f)
+}
+
+// refusal is a refused command line: its exit code and what its message
+// must hold (the flag and the remedy).
+type refusal struct {
+	argv string
+	code int
+	says []string
+}
+
+// checkRefusal fails unless err is r's refusal.
+func checkRefusal(t *testing.T, r refusal, err error) {
+	t.Helper()
+	if err == nil {
+		t.Errorf("%s: no error, want exit %d", r.argv, r.code)
+		return
+	}
+	if got := exitCode(err); got != r.code {
+		t.Errorf("%s: exit %d, want %d (%v)", r.argv, got, r.code, err)
+	}
+	for _, s := range r.says {
+		if !strings.Contains(err.Error(), s) {
+			t.Errorf("%s: %q does not say %q", r.argv, err, s)
+		}
+	}
+}
+
+// TestExitCode maps urfave/cli's own errors, got by parsing bad command
+// lines, and arpatch's onto the documented exit codes.
+func TestExitCode(t *testing.T) {
+	for _, c := range []struct {
+		argv string
+		flag bool // urfave's plain flag error, which isFlagError must know
+		says string
+	}{
+		{"arpatch apply --no-such-flag", true, "flag provided but not defined: -no-such-flag"},
+		{"arpatch history show 3 --bogus", true, "flag provided but not defined: -bogus"},
+		{"arpatch apply --src", true, "flag needs an argument: -src"},
+		{"arpatch apply --dry-run=maybe", true, `invalid boolean value "maybe" for -dry-run`},
+		{"arpatch build --jobs 1.5", true, `invalid value "1.5" for flag -jobs`},
+		{"arpatch bench allreduce --timeout 5", true, `invalid value "5" for flag -timeout`},
+		{"arpatch patches check --commit a", true, `Required flag "repo" not set`},
+		{"arpatch patches check", true, `Required flags "repo, commit" not set`},
+		// urfave's exit 3 for an unknown command or help topic.
+		{"arpatch bogus", true, "No help topic for 'bogus'"},
+		{"arpatch patches bogus", true, "No help topic for 'bogus'"},
+		{"arpatch help nosuch", true, "No help topic for 'nosuch'"},
+		// Refused by noArgs, arpatch's own usage error.
+		{"arpatch apply stray", false, `apply takes no arguments, got ["stray"]`},
+		{"arpatch apply --series ''", false, "--series was given an empty value"},
+	} {
+		words, _ := shell.Fields(c.argv, nil)
+		app := newApp(io.Discard, io.Discard)
+		err := app.RunContext(context.Background(), interspersed(app, words))
+		if err == nil {
+			t.Errorf("%s: no error", c.argv)
+			continue
+		}
+		if !strings.Contains(err.Error(), c.says) {
+			t.Errorf("%s: %q, want %q", c.argv, err, c.says)
+		}
+		if isFlagError(err) != c.flag {
+			t.Errorf("%s: isFlagError(%q) = %v, want %v", c.argv, err, !c.flag, c.flag)
+		}
+		if got := exitCode(err); got != exitUsage {
+			t.Errorf("%s: exit %d, want %d", c.argv, got, exitUsage)
+		}
+	}
+	for _, c := range []struct {
+		err  error
+		want int
+	}{
+		{nil, exitOK},
+		{errors.New("patch 0001.patch, hunk @@ -1 +1 @@: expected x found y"), exitFailure},
+		// Not a flag error, though it starts with "invalid".
+		{errors.New("invalid patch: hunk header @@ -1 +1"), exitFailure},
+		{usagef("--keep %d: use 0 or more", -1), exitUsage},
+		{fmt.Errorf("--commit: %w", gitsrc.ErrAbbreviated), exitUsage},
+		{exitWith(exitFailure, ""), exitFailure},
+		{exitWith(4, "server died"), 4},
+		{fmt.Errorf("wrapped: %w", exitWith(3, "drift")), 3},
+		{cli.Exit("", 4), 4},
+	} {
+		if got := exitCode(c.err); got != c.want {
+			t.Errorf("exitCode(%v) = %d, want %d", c.err, got, c.want)
+		}
+	}
+}
+
+// TestBindFlags binds every kind of flag, the flags given and the
+// arguments, and refuses a flags struct that misses a flag or names one
+// the command lacks.
+func TestBindFlags(t *testing.T) {
+	type all struct {
+		S     string        `flag:"s"`
+		B     bool          `flag:"b"`
+		I     int           `flag:"i"`
+		I64   int64         `flag:"i64"`
+		F     float64       `flag:"f"`
+		D     time.Duration `flag:"d"`
+		L     []string      `flag:"l"`
+		Given given
+		Args  args
+	}
+	type missing struct {
+		S string `flag:"s"`
+	}
+	type extra struct {
+		all
+		X string `flag:"x"`
+	}
+	cmd := func(bind func(*cli.Context) error) *cli.App {
+		return &cli.App{Name: "arpatch", Commands: []*cli.Command{{Name: "c", Action: bind, Flags: []cli.Flag{
+			&cli.StringFlag{Name: "s", Value: "dflt"}, &cli.BoolFlag{Name: "b"}, &cli.IntFlag{Name: "i", Value: 7},
+			&cli.Int64Flag{Name: "i64"}, &cli.Float64Flag{Name: "f"}, &cli.DurationFlag{Name: "d"}, &cli.StringSliceFlag{Name: "l"},
+		}}}}
+	}
+	var got all
+	app := cmd(func(c *cli.Context) error { return bindFlags(c, &got) })
+	if err := app.Run(strings.Fields("arpatch c --b --i64 9 --f 0.5 --d 2s --l x --l y,z --i 0 a1 a2")); err != nil {
+		t.Fatal(err)
+	}
+	want := all{S: "dflt", B: true, I: 0, I64: 9, F: 0.5, D: 2 * time.Second, L: []string{"x", "y", "z"},
+		Given: given{"b": true, "i64": true, "f": true, "d": true, "l": true, "i": true}, Args: args{"a1", "a2"}}
+	if !reflect.DeepEqual(got, want) {
+		t.Errorf("bound\n %+v\nwant\n %+v", got, want)
+	}
+	for _, c := range []struct {
+		bind func(*cli.Context) error
+		says string
+	}{
+		{func(c *cli.Context) error { return bindFlags(c, &missing{}) }, "has no field for --"},
+		{func(c *cli.Context) error { return bindFlags(c, &extra{}) }, "binds --x, which c does not have"},
+	} {
+		err := cmd(c.bind).Run([]string{"arpatch", "c"})
+		if err == nil || !strings.Contains(err.Error(), c.says) {
+			t.Errorf("bind: %v, want %q", err, c.says)
+		}
+	}
+}
+
+func TestInterspersed(t *testing.T) {
+	app := newApp(io.Discard, io.Discard)
+	for _, c := range []struct{ in, want string }{
+		{"arpatch history show 3 --db h.db", "arpatch history show --db h.db 3"},
+		{"arpatch history show 3 --db=h.db", "arpatch history show --db=h.db 3"},
+		{"arpatch history show --db h.db 3", "arpatch history show --db h.db 3"},
+		{"arpatch recipes show pcie --help", "arpatch recipes show --help pcie"},
+		{"arpatch patches check --repo m --commit main --json", "arpatch patches check --repo m --commit main --json"},
+		// A bool flag takes no value: "x" stays positional.
+		{"arpatch revert --dry-run x", "arpatch revert --dry-run x"},
+		// After "--" nothing moves.
+		{"arpatch history show -- 3 --db h.db", "arpatch history show -- 3 --db h.db"},
+		{"arpatch history show 3 --bogus", "arpatch history show --bogus 3"},
+		{"arpatch --version", "arpatch --version"},
+		// A command that parses its own arguments gets them as they are.
+		{"arpatch gencode-filter nvcc -O3 -c x.cu", "arpatch gencode-filter nvcc -O3 -c x.cu"},
+		{"arpatch nosuch 3 --db x", "arpatch nosuch 3 --db x"},
+	} {
+		got := strings.Join(interspersed(app, strings.Fields(c.in)), " ")
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("%s\n got %s\nwant %s", c.in, got, c.want)
+		}
+	}
+}
+
+// TestHelpOneDefaultPerFlag runs every command's --help and refuses a flag
+// line that states two defaults, e.g. "(default: the recipe's bench.tp)
+// (default: 0)": a default that a flag's Usage describes goes in its
+// DefaultText, so urfave prints it once.
+func TestHelpOneDefaultPerFlag(t *testing.T) {
+	var walk func(path []string, cmds []*cli.Command)
+	seen := 0
+	walk = func(path []string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			if c.Hidden {
+				continue
+			}
+			p := append(append([]string(nil), path...), c.Name)
+			var out bytes.Buffer
+			app := newApp(&out, &out)
+			if err := app.Run(append(append([]string{"arpatch"}, p...), "--help")); err != nil {
+				t.Errorf("arpatch %s --help: %v", strings.Join(p, " "), err)
+			}
+			seen++
+			for _, l := range strings.Split(out.String(), "\n") {
+				if strings.Count(l, "(default") > 1 {
+					t.Errorf("arpatch %s --help states two defaults:\n%s", strings.Join(p, " "), l)
+				}
+			}
+			walk(p, c.Subcommands)
+		}
+	}
+	walk(nil, newApp(io.Discard, io.Discard).Commands)
+	if seen < 20 {
+		t.Errorf("walked %d commands, want every command (20 or more)", seen)
+	}
+}
