@@ -32,7 +32,7 @@ func TestApplyOpts(t *testing.T) {
 		o.Tune != (tuneFlags{Tune: "/home/u/t.env", ForceTune: true}) {
 		t.Errorf("flags: %+v %+v", a, o.Tune)
 	}
-	for _, r := range []refusal{
+	refuses(t, applyOpts, []refusal{
 		{"arpatch apply --recipe pcie --recipe-file x.toml", exitUsage, []string{"--recipe and --recipe-file are exclusive", "pass one"}},
 		{"arpatch apply --recipe nosuch", exitUsage, []string{`--recipe: no recipe named "nosuch"`, "known recipes: baseline, pcie", "--recipe-file PATH"}},
 		{"arpatch apply --recipe-file nosuch.toml", exitUsage, []string{"--recipe-file", "nosuch.toml"}},
@@ -40,10 +40,7 @@ func TestApplyOpts(t *testing.T) {
 		{"arpatch apply --series ''", exitUsage, []string{"--series was given an empty value"}},
 		{"arpatch apply stray", exitUsage, []string{`apply takes no arguments, got ["stray"]`, "flags go before arguments"}},
 		{"arpatch apply --dry-run=maybe", exitUsage, []string{"-dry-run"}},
-	} {
-		_, err := optsOf(t, applyOpts, r.argv)
-		checkRefusal(t, r, err)
-	}
+	})
 }
 
 func TestRevertOpts(t *testing.T) {
@@ -66,14 +63,11 @@ func TestRevertOpts(t *testing.T) {
 			t.Errorf("%s: %+v (catalog dir %q)", c.argv, o, o.Catalog.Dir)
 		}
 	}
-	for _, r := range []refusal{
+	refuses(t, revertOpts, []refusal{
 		{"arpatch revert --patches-dir nosuch", exitUsage, []string{"--patches-dir nosuch"}},
 		{"arpatch revert sglang", exitUsage, []string{"revert takes no arguments", "flags go before arguments"}},
 		{"arpatch revert --src ''", exitUsage, []string{"--src was given an empty value"}},
-	} {
-		_, err := optsOf(t, revertOpts, r.argv)
-		checkRefusal(t, r, err)
-	}
+	})
 }
 
 func TestStatusOpts(t *testing.T) {
@@ -86,14 +80,11 @@ func TestStatusOpts(t *testing.T) {
 	if err != nil || o.Src != "/home/u/s" || !o.JSON {
 		t.Errorf("flags: %+v, %v", o, err)
 	}
-	for _, r := range []refusal{
+	refuses(t, statusOpts, []refusal{
 		{"arpatch status --patches-dir nosuch", exitUsage, []string{"--patches-dir nosuch"}},
 		{"arpatch status --json=yes", exitUsage, []string{"-json"}},
 		{"arpatch status sglang", exitUsage, []string{"status takes no arguments"}},
-	} {
-		_, err := optsOf(t, statusOpts, r.argv)
-		checkRefusal(t, r, err)
-	}
+	})
 }
 
 func TestPatchesOpts(t *testing.T) {
@@ -114,31 +105,22 @@ func TestPatchesOpts(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(dirs, []string{"a", "b"}) {
 		t.Errorf("seal: %q, %v", dirs, err)
 	}
-	for _, r := range []refusal{
+	refuses(t, patchesListOpts, []refusal{
 		{"arpatch patches list --patches-dir nosuch", exitUsage, []string{"--patches-dir nosuch"}},
 		{"arpatch patches list x", exitUsage, []string{"list takes no arguments"}},
-	} {
-		_, err := optsOf(t, patchesListOpts, r.argv)
-		checkRefusal(t, r, err)
-	}
-	for _, r := range []refusal{
+	})
+	refuses(t, patchesCheckOpts, []refusal{
 		{"arpatch patches check --commit main", exitUsage, []string{`Required flag "repo" not set`}},
 		{"arpatch patches check --repo m", exitUsage, []string{`Required flag "commit" not set`}},
 		{"arpatch patches check --repo m --commit main --series nosuch", exitUsage, []string{"--series", "nosuch"}},
 		{"arpatch patches check --repo m --commit main --patches-dir nosuch", exitUsage, []string{"--patches-dir nosuch"}},
 		{"arpatch patches check --repo m --commit main x", exitUsage, []string{"check takes no arguments"}},
-	} {
-		_, err := optsOf(t, patchesCheckOpts, r.argv)
-		checkRefusal(t, r, err)
-	}
-	for _, r := range []refusal{
+	})
+	refuses(t, patchesSealOpts, []refusal{
 		{"arpatch patches seal", exitUsage, []string{"seal needs at least one series directory", "patches/sglang/pcie-2026-04"}},
 		{"arpatch patches seal dir --dry-run", exitUsage, []string{"flag provided but not defined: -dry-run"}},
 		{"arpatch patches seal -- -x", exitUsage, []string{`seal takes directories only, got "-x" (seal has no flags)`}},
-	} {
-		_, err := optsOf(t, patchesSealOpts, r.argv)
-		checkRefusal(t, r, err)
-	}
+	})
 }
 
 func TestPortOpts(t *testing.T) {
@@ -158,17 +140,14 @@ func TestPortOpts(t *testing.T) {
 		!reflect.DeepEqual(o.Moves, map[string]string{"a/x.cuh": "b/x.cuh", "c": "d"}) {
 		t.Errorf("flags: %+v", o)
 	}
-	for _, r := range []refusal{
+	refuses(t, portOpts, []refusal{
 		{"arpatch patches port --to main", exitUsage, []string{`Required flag "series" not set`}},
 		{"arpatch patches port --series pcie-2026-07", exitUsage, []string{`Required flag "to" not set`}},
 		{"arpatch patches port --series nosuch --to main", exitUsage, []string{"--series", "nosuch"}},
 		{"arpatch patches port --series pcie-2026-07 --to main --move a.cuh", exitUsage, []string{`--move "a.cuh": want OLD=NEW`, "e.g. --move sgl-kernel/csrc/x.cuh="}},
 		{"arpatch patches port --series pcie-2026-07 --to main --move =b", exitUsage, []string{`--move "=b": want OLD=NEW`}},
 		{"arpatch patches port --series pcie-2026-07 --to main --patches-dir nosuch", exitUsage, []string{"--patches-dir nosuch"}},
-	} {
-		_, err := optsOf(t, portOpts, r.argv)
-		checkRefusal(t, r, err)
-	}
+	})
 }
 
 func TestDoctorOpts(t *testing.T) {
@@ -192,12 +171,9 @@ func TestDoctorOpts(t *testing.T) {
 	if !o.JSON || o.Inspect.Python != "/venv/bin/python" || o.Inspect.ServerCmd != "python -m sglang.launch_server --tp 2" || o.Inspect.ServerOptions == nil {
 		t.Errorf("flags: %+v", o)
 	}
-	for _, r := range []refusal{
+	refuses(t, doctorOpts, []refusal{
 		{"arpatch doctor --src " + tree, exitUsage, []string{"--src reads a --server-cmd", "pass --server-cmd too, or drop --src"}},
 		{"arpatch doctor --src nowhere --server-cmd x", exitUsage, []string{"--src nowhere: open nowhere/python/sglang/srt/server_args.py", "pass the SGLang checkout the server runs from"}},
 		{"arpatch doctor --server-cmd ''", exitUsage, []string{"--server-cmd was given an empty value"}},
-	} {
-		_, err := optsOf(t, doctorOpts, r.argv)
-		checkRefusal(t, r, err)
-	}
+	})
 }
