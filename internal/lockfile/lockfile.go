@@ -38,13 +38,22 @@ func Acquire(path string) (func(), error) {
 	if err != nil {
 		return nil, err
 	}
-	fmt.Fprintf(tmp, "%d\n", os.Getpid())
-	tmp.Close()
-	defer os.Remove(tmp.Name())
+	// The temp file only carries the pid into the link; one left behind
+	// (hidden, named .lock-*) holds nothing.
+	defer func() { _ = os.Remove(tmp.Name()) }()
+	_, err = fmt.Fprintf(tmp, "%d\n", os.Getpid())
+	if cerr := tmp.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil { // a lock without its pid would look stale to the next run
+		return nil, fmt.Errorf("%s: writing the lock: %w", path, err)
+	}
 	for attempt := 0; attempt < 2; attempt++ {
 		err := os.Link(tmp.Name(), path)
 		if err == nil {
-			return func() { os.Remove(path) }, nil
+			// A lock that fails to go names this pid, which no longer runs
+			// once we exit: the next Acquire takes it over.
+			return func() { _ = os.Remove(path) }, nil
 		}
 		if !errors.Is(err, fs.ErrExist) {
 			return nil, err
@@ -54,7 +63,10 @@ func Acquire(path string) (func(), error) {
 		if pid, ok := ReadPID(path); ok && Alive(pid) {
 			return nil, &HeldError{Path: path, PID: strconv.Itoa(pid)}
 		}
-		os.Remove(path) // its owner died, or it is not a lock
+		// Its owner died, or it is not a lock.
+		if err := os.Remove(path); err != nil && !errors.Is(err, fs.ErrNotExist) {
+			return nil, fmt.Errorf("%s: a stale lock (no live pid) could not be removed: %w", path, err)
+		}
 	}
 	return nil, fmt.Errorf("%s: could not take the lock; remove it if nothing holds it", path)
 }

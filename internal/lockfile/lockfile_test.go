@@ -35,14 +35,18 @@ func TestAcquire(t *testing.T) {
 	if err := dead.Run(); err != nil {
 		t.Skip("no `true` for a dead pid")
 	}
-	os.WriteFile(p, []byte(strconv.Itoa(dead.Process.Pid)+"\n"), 0o644)
+	if err := os.WriteFile(p, []byte(strconv.Itoa(dead.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	release, err = Acquire(p)
 	if err != nil {
 		t.Fatalf("takeover: %v", err)
 	}
 	release()
 	// A lock that is not a pid (written by something else) holds nothing.
-	os.WriteFile(p, []byte("garbage\n"), 0o644)
+	if err := os.WriteFile(p, []byte("garbage\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	release, err = Acquire(p)
 	if err != nil {
 		t.Fatalf("garbage lock: %v", err)
@@ -70,16 +74,20 @@ func TestLiveGroup(t *testing.T) {
 		t.Skip(err)
 	}
 	g := cmd.Process.Pid
-	WritePID(p, g)
+	if err := WritePID(p, g); err != nil {
+		t.Fatal(err)
+	}
 	if LiveGroup(p) != g {
 		t.Errorf("a running group reads as gone")
 	}
-	syscall.Kill(-g, syscall.SIGKILL)
+	if err := syscall.Kill(-g, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
 	for i := 0; i < 100 && Alive(g); i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
 	if LiveGroup(p) != 0 { // killed, not yet reaped: a zombie
 		t.Errorf("a group of one zombie reads as running")
 	}
-	cmd.Wait()
+	_ = cmd.Wait() // reaps it; "signal: killed" is the expected error
 }
