@@ -200,10 +200,18 @@ func (r Root) Write(changes []Change) error {
 	if err == nil {
 		return nil
 	}
+	// Put back the directories pruning removed, outermost first, so that
+	// rollback can restore the files that were in them.
+	var rerr error
 	for i := len(removed) - 1; i >= 0; i-- {
-		os.Mkdir(removed[i], 0o755)
+		if merr := os.Mkdir(removed[i], 0o755); merr != nil && !errors.Is(merr, fs.ErrExist) && rerr == nil {
+			rerr = merr
+		}
 	}
-	if rerr := rollback(plan[:done+boolInt(done < len(plan))], changes, made); rerr != nil {
+	if berr := rollback(plan[:done+boolInt(done < len(plan))], changes, made); berr != nil && rerr == nil {
+		rerr = berr
+	}
+	if rerr != nil {
 		return &WriteError{Err: err, RestoreErr: rerr, Paths: listPaths(changes)}
 	}
 	return &WriteError{Err: err, Restored: true}
@@ -240,7 +248,9 @@ func rollback(plan []undo, changes []Change, made []string) error {
 		}
 	}
 	for i := len(made) - 1; i >= 0; i-- {
-		os.Remove(made[i]) // only succeeds when empty, which is what we want
+		// Only succeeds when empty, which is what we want: a directory
+		// that still holds something is not ours to take.
+		_ = os.Remove(made[i])
 	}
 	return first
 }
@@ -302,12 +312,17 @@ func writeAtomic(p string, data []byte, mode fs.FileMode) error {
 		err = os.Rename(tmp, p)
 	}
 	if err != nil {
-		os.Remove(tmp)
+		// The error that matters is err; the temp is a hidden
+		// .NAME.arpatch-* file that holds nothing of the user's.
+		_ = os.Remove(tmp)
 		return err
 	}
+	// Best effort: fsync the directory so the rename survives a crash.
+	// Some filesystems refuse fsync on a directory (EINVAL); by then the
+	// file itself is synced and renamed, so that is not a failed write.
 	if d, derr := os.Open(filepath.Dir(p)); derr == nil {
-		d.Sync()
-		d.Close()
+		_ = d.Sync()
+		_ = d.Close() // read-only handle: nothing to flush
 	}
 	return nil
 }

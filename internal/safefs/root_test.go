@@ -120,7 +120,9 @@ func TestRefusesPathsThatLeaveTheRoot(t *testing.T) {
 func TestCanWrite(t *testing.T) {
 	dir := t.TempDir()
 	file := filepath.Join(dir, "f")
-	os.WriteFile(file, nil, 0o644)
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	for p, ok := range map[string]bool{
 		filepath.Join(dir, "new.json"):         true,
 		filepath.Join(dir, "a", "b", "x.json"): true, // parents are made
