@@ -303,7 +303,9 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 			// need; it stays.
 			return nil, fmt.Errorf("writing the patched files: %w; the apply state stays, marked incomplete, so that nothing is lost: once the cause is fixed, run `%s`", err, sh("arpatch", "revert", "--src", opts.Src))
 		}
-		removeState(gitDir)
+		if rerr := removeState(gitDir); rerr != nil {
+			return nil, fmt.Errorf("writing the patched files: %w; the files were restored, but the apply state %s could not be removed (%v): remove it", err, StatePath(gitDir), rerr)
+		}
 		return nil, fmt.Errorf("writing the patched files: %w", err)
 	}
 	st.Incomplete = false
@@ -311,7 +313,9 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 		if uerr := root.Write(orderedWrites(res, choice.Patches, true)); uerr != nil {
 			return nil, fmt.Errorf("recording apply state: %v; restoring the files also failed: %v; run `%s`", err, uerr, sh("arpatch", "revert", "--src", opts.Src))
 		}
-		removeState(gitDir)
+		if rerr := removeState(gitDir); rerr != nil {
+			return nil, fmt.Errorf("recording apply state in %s: %w; the files were restored, but the incomplete state could not be removed (%v): remove it", StatePath(gitDir), err, rerr)
+		}
 		return nil, fmt.Errorf("recording apply state in %s: %w; the files were restored", StatePath(gitDir), err)
 	}
 	rep.ApplyTime = time.Since(start)
@@ -333,15 +337,23 @@ func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer
 	for _, d := range stale {
 		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), prefix), "-")
 		if n, err := strconv.Atoi(pid); err == nil && !lockfile.Alive(n) {
-			os.RemoveAll(d)
+			// Best effort: a stale clone that stays only costs disk, and
+			// the next clone tries again.
+			_ = os.RemoveAll(d)
 		}
 	}
 	tmp, err := os.MkdirTemp(parent, prefix+strconv.Itoa(os.Getpid())+"-")
 	if err != nil {
 		return gitsrc.CloneInfo{}, err
 	}
-	os.Remove(tmp) // Clone wants to create it
-	defer os.RemoveAll(tmp)
+	// Clone wants to create it. MkdirTemp only reserved the name; the
+	// directory is empty, so Remove cannot leave anything behind.
+	if err := os.Remove(tmp); err != nil {
+		return gitsrc.CloneInfo{}, err
+	}
+	// Renamed to dst on success. A temp that fails to go is swept by the
+	// next clone (above), once this pid is gone.
+	defer func() { _ = os.RemoveAll(tmp) }()
 	repo, info, err := gitsrc.Clone(ctx, source, tmp, progress)
 	if err != nil {
 		return info, err

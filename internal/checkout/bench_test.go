@@ -107,7 +107,9 @@ func benchClone(b *testing.B, src func(*fixtureEnv) string, checkout bool) {
 			}
 		}
 		b.StopTimer()
-		os.RemoveAll(dst)
+		if err := os.RemoveAll(dst); err != nil {
+			b.Fatal(err)
+		}
 		b.StartTimer()
 	}
 }

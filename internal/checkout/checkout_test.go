@@ -139,7 +139,7 @@ func (f *fixtureEnv) apply(t testing.TB) (*ApplyReport, error) {
 func snapshot(t testing.TB, dir string) map[string]string {
 	t.Helper()
 	m := map[string]string{}
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -156,6 +156,9 @@ func snapshot(t testing.TB, dir string) map[string]string {
 		m[rel] = fi.Mode().String() + " " + string(b)
 		return nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	return m
 }
 
@@ -259,7 +262,9 @@ func TestLockRefusesASecondRun(t *testing.T) {
 	}
 	unlock()
 	// A lock left by a dead process is taken over.
-	os.WriteFile(filepath.Join(gitDir, "arpatch", "lock"), []byte("999999999\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(gitDir, "arpatch", "lock"), []byte("999999999\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	unlock, err = lock(gitDir)
 	if err != nil {
 		t.Fatalf("stale lock: %v", err)
@@ -272,9 +277,15 @@ func TestStatusReportsDriftAndOtherChanges(t *testing.T) {
 	if _, err := f.apply(t); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(f.work, "kernel/dispatch.cuh"), []byte("mine\n"), 0o644)
-	os.Remove(filepath.Join(f.work, "new/pcie/notes.sh"))
-	os.WriteFile(filepath.Join(f.work, "kernel/untouched.cuh"), []byte("also mine\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(f.work, "kernel/dispatch.cuh"), []byte("mine\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Remove(filepath.Join(f.work, "new/pcie/notes.sh")); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.work, "kernel/untouched.cuh"), []byte("also mine\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	rep, err := Status(f.work, f.cat)
 	if err != nil {
 		t.Fatal(err)

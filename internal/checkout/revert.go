@@ -40,7 +40,7 @@ func removeTemps(src string, st *State) {
 		dir := filepath.Join(src, filepath.Dir(filepath.FromSlash(f.Path)))
 		m, _ := filepath.Glob(filepath.Join(dir, "."+filepath.Base(f.Path)+".arpatch-*"))
 		for _, p := range m {
-			os.Remove(p)
+			_ = os.Remove(p) // a sweep: one that stays is swept next time
 		}
 	}
 }

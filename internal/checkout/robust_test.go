@@ -27,7 +27,9 @@ func TestAlreadyAppliedComparesPatchSets(t *testing.T) {
 	dir := filepath.Join(t.TempDir(), "series")
 	toml := "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + f.commit + "\"]\n\n[[patch]]\nfile = \"0001-all-kinds.patch\"\nsha256 = \"" + sum([]byte(fixturePatch)) +
 		"\"\n\n[[patch]]\nfile = \"0002-second.patch\"\nsha256 = \"" + sum([]byte(second)) + "\"\n"
-	testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-all-kinds.patch": fixturePatch, "0002-second.patch": second})
+	if err := testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-all-kinds.patch": fixturePatch, "0002-second.patch": second}); err != nil {
+		t.Fatal(err)
+	}
 	cat, err := loadDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -54,7 +56,9 @@ func TestRevertAndStatusAcceptUpstreamBytes(t *testing.T) {
 		t.Fatal(err)
 	}
 	// The user restores one file to upstream by hand.
-	os.WriteFile(filepath.Join(f.work, "kernel/dispatch.cuh"), []byte(upstreamFiles["kernel/dispatch.cuh"]), 0o644)
+	if err := os.WriteFile(filepath.Join(f.work, "kernel/dispatch.cuh"), []byte(upstreamFiles["kernel/dispatch.cuh"]), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	st, err := Status(f.work, f.cat)
 	if err != nil {
 		t.Fatal(err)
@@ -89,8 +93,12 @@ func TestInterruptedApplyIsReportedAndReverted(t *testing.T) {
 	if err := writeState(gitDir, st); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(f.work, "tools/run.bat"), []byte(upstreamFiles["tools/run.bat"]), 0o644)
-	os.WriteFile(filepath.Join(f.work, "kernel/.dispatch.cuh.arpatch-123"), []byte("partial"), 0o644)
+	if err := os.WriteFile(filepath.Join(f.work, "tools/run.bat"), []byte(upstreamFiles["tools/run.bat"]), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(f.work, "kernel/.dispatch.cuh.arpatch-123"), []byte("partial"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 
 	sr, err := Status(f.work, f.cat)
 	if err != nil || sr.Clean() {
@@ -126,7 +134,9 @@ func TestSkipWorktreeEditIsRefused(t *testing.T) {
 	if err := r.Storer.SetIndex(idx); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(f.work, "kernel/dispatch.cuh"), []byte(upstreamFiles["kernel/dispatch.cuh"]+"// local\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(f.work, "kernel/dispatch.cuh"), []byte(upstreamFiles["kernel/dispatch.cuh"]+"// local\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	before := snapshot(t, f.work)
 	_, err = f.apply(t)
 	if err == nil || !strings.Contains(err.Error(), "differ from commit") || !strings.Contains(err.Error(), "kernel/dispatch.cuh") {
@@ -175,10 +185,14 @@ func TestStateWithBadPathIsRefused(t *testing.T) {
 	p := StatePath(filepath.Join(f.work, ".git"))
 	var st map[string]any
 	b, _ := os.ReadFile(p)
-	json.Unmarshal(b, &st)
+	if err := json.Unmarshal(b, &st); err != nil {
+		t.Fatal(err)
+	}
 	st["files"] = []map[string]string{{"path": ".git/config", "op": "create"}}
 	b, _ = json.Marshal(st)
-	os.WriteFile(p, b, 0o644)
+	if err := os.WriteFile(p, b, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := Revert(RevertOptions{Src: f.work, Force: true}); err == nil || !strings.Contains(err.Error(), "enters .git") {
 		t.Errorf("revert with a tampered state: %v", err)
 	}
@@ -256,7 +270,9 @@ func TestInterruptedRevertIsReportedAndFinished(t *testing.T) {
 	if err := writeState(gitDir, st); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(f.work, "tools/run.bat"), []byte(upstreamFiles["tools/run.bat"]), 0o644)
+	if err := os.WriteFile(filepath.Join(f.work, "tools/run.bat"), []byte(upstreamFiles["tools/run.bat"]), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	sr, err := Status(f.work, f.cat)
 	if err != nil || sr.Clean() || !sr.State.Reverting {
 		t.Fatalf("status: clean %v, err %v", sr.Clean(), err)
@@ -281,8 +297,12 @@ func TestUntrackedFileWhereSeriesCreates(t *testing.T) {
 	f := newFixture(t)
 	f.cloneAndRevert(t)
 	mine := filepath.Join(f.work, "new/pcie/notes.sh")
-	os.MkdirAll(filepath.Dir(mine), 0o755)
-	os.WriteFile(mine, []byte("my own notes\n"), 0o644)
+	if err := os.MkdirAll(filepath.Dir(mine), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(mine, []byte("my own notes\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	before := snapshot(t, f.work)
 	_, err := f.apply(t)
 	if err == nil || !strings.Contains(err.Error(), "the series creates new/pcie/notes.sh, but the tree already has a file there") || !strings.Contains(err.Error(), "mv "+mine+" "+mine+".mine") {
@@ -301,7 +321,9 @@ func TestRevertRestoresDeletedPatchedFile(t *testing.T) {
 	if _, err := f.apply(t); err != nil {
 		t.Fatal(err)
 	}
-	os.Remove(filepath.Join(f.work, "kernel/dispatch.cuh"))
+	if err := os.Remove(filepath.Join(f.work, "kernel/dispatch.cuh")); err != nil {
+		t.Fatal(err)
+	}
 	rep, err := Revert(RevertOptions{Src: f.work})
 	if err != nil {
 		t.Fatalf("revert: %v", err)
@@ -325,8 +347,12 @@ func TestStaleCloneTempIsRemoved(t *testing.T) {
 	}
 	stale := filepath.Join(parent, ".sg.arpatch-clone-"+strconv.Itoa(dead.Process.Pid)+"-123")
 	live := filepath.Join(parent, ".sg.arpatch-clone-"+strconv.Itoa(os.Getpid())+"-456")
-	os.MkdirAll(filepath.Join(stale, "objects"), 0o755)
-	os.MkdirAll(live, 0o755)
+	if err := os.MkdirAll(filepath.Join(stale, "objects"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(live, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := Apply(context.Background(), ApplyOptions{Recipe: f.recipe, Catalog: f.cat, Src: filepath.Join(parent, "sg"), Repo: f.up}); err != nil {
 		t.Fatal(err)
 	}
@@ -353,8 +379,12 @@ func TestRepoLinkedWorktreeHead(t *testing.T) {
 	}
 	wt := filepath.Join(t.TempDir(), "wt")
 	gd := filepath.Join(f.up, ".git", "worktrees", "wt")
-	os.MkdirAll(gd, 0o755)
-	os.MkdirAll(wt, 0o755)
+	if err := os.MkdirAll(gd, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(wt, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	for p, s := range map[string]string{
 		filepath.Join(gd, "HEAD"): f.commit + "\n", filepath.Join(gd, "commondir"): "../..\n",
 		filepath.Join(gd, "gitdir"): filepath.Join(wt, ".git") + "\n", filepath.Join(wt, ".git"): "gitdir: " + gd + "\n",

@@ -239,7 +239,7 @@ func writeState(gitDir string, s *State) error {
 func removeStrayTemps(gitDir string) {
 	m, _ := filepath.Glob(filepath.Join(filepath.Dir(StatePath(gitDir)), ".state.json.arpatch-*"))
 	for _, p := range m {
-		os.Remove(p)
+		_ = os.Remove(p) // a sweep: one that stays is swept next time
 	}
 }
 

@@ -131,12 +131,20 @@ func TestDamagedStateRemedyIsQuoted(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, f := range odd[:3] {
-		os.WriteFile(filepath.Join(src, f), []byte("patched\n"), 0o644)
+		if err := os.WriteFile(filepath.Join(src, f), []byte("patched\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	os.WriteFile(filepath.Join(src, "new file.txt"), []byte("created\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(src, "new file.txt"), []byte("created\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	state := StatePath(filepath.Join(src, ".git"))
-	os.MkdirAll(filepath.Dir(state), 0o755)
-	os.WriteFile(state, []byte(`{"schema": 2, "files": [{"path": "new file.txt", "op": "create"}]`), 0o644)
+	if err := os.MkdirAll(filepath.Dir(state), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(state, []byte(`{"schema": 2, "files": [{"path": "new file.txt", "op": "create"}]`), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	e := &StateError{File: state, Src: src, Problem: "cut short", Restore: odd[:3], Remove: []string{"new file.txt"}}
 	runRemedies(t, e.Error())
 	if out, err := exec.Command("git", "-C", src, "status", "--porcelain", "--untracked-files=all").CombinedOutput(); err != nil || len(out) > 0 {
@@ -162,7 +170,9 @@ func TestMovedHeadIsOneJudgement(t *testing.T) {
 	}
 	// HEAD moves (detached, to a commit this test names by hash).
 	other := strings.Repeat("c", 40)
-	os.WriteFile(filepath.Join(gitDir, "HEAD"), []byte(other+"\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(gitDir, "HEAD"), []byte(other+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	_, aerr := Apply(t.Context(), ApplyOptions{Recipe: f.recipe, Catalog: f.cat, Src: f.work, Commit: other, Version: "test"})
 	_, rerr := Revert(RevertOptions{Src: f.work, Catalog: f.cat})
 	for name, err := range map[string]error{"apply": aerr, "revert": rerr} {
@@ -233,16 +243,22 @@ func TestStrayStateTempsAreRemoved(t *testing.T) {
 	f := newFixture(t)
 	f.cloneAndRevert(t)
 	dir := filepath.Dir(StatePath(filepath.Join(f.work, ".git")))
-	os.MkdirAll(dir, 0o755)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	stray := filepath.Join(dir, ".state.json.arpatch-12345")
-	os.WriteFile(stray, []byte("{half"), 0o644)
+	if err := os.WriteFile(stray, []byte("{half"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := f.apply(t); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := os.Stat(stray); !os.IsNotExist(err) {
 		t.Errorf("apply left %s: %v", stray, err)
 	}
-	os.WriteFile(stray, []byte("{half"), 0o644)
+	if err := os.WriteFile(stray, []byte("{half"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := Revert(RevertOptions{Src: f.work, Catalog: f.cat}); err != nil {
 		t.Fatal(err)
 	}
@@ -261,7 +277,9 @@ func TestModeChangeIsRecordedAndReverted(t *testing.T) {
 		"diff --git a/tools/launch.sh b/tools/launch.sh\nold mode 100755\nnew mode 100644\n"
 	dir := filepath.Join(t.TempDir(), "series")
 	toml := "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + f.commit + "\"]\n\n[[patch]]\nfile = \"0001-mode.patch\"\nsha256 = \"" + sum([]byte(mode)) + "\"\n"
-	testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-mode.patch": mode})
+	if err := testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-mode.patch": mode}); err != nil {
+		t.Fatal(err)
+	}
 	cat, err := loadDir(dir)
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +301,9 @@ func TestModeChangeIsRecordedAndReverted(t *testing.T) {
 		t.Fatalf("status after apply: %+v %v", sr, err)
 	}
 	// chmod by hand: drift, and revert wants --force.
-	os.Chmod(filepath.Join(f.work, "kernel/untouched.cuh"), 0o644)
+	if err := os.Chmod(filepath.Join(f.work, "kernel/untouched.cuh"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	sr, err := Status(f.work, f.cat)
 	if err != nil || sr.Clean() || len(sr.Drift) != 1 || !strings.Contains(sr.Drift[0].String(), "since apply, which set 100755") {
 		t.Errorf("status after chmod: %+v %v", sr, err)
@@ -300,7 +320,9 @@ func TestModeChangeIsRecordedAndReverted(t *testing.T) {
 	// The old mode must be the commit's.
 	wrong := strings.Replace(mode, "old mode 100755\nnew mode 100644", "old mode 100644\nnew mode 100755", 1)
 	toml = strings.Replace(toml, sum([]byte(mode)), sum([]byte(wrong)), 1)
-	testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-mode.patch": wrong})
+	if err := testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-mode.patch": wrong}); err != nil {
+		t.Fatal(err)
+	}
 	if f.cat, err = loadDir(dir); err != nil {
 		t.Fatal(err)
 	}
@@ -385,7 +407,9 @@ func TestModeClaimsAreOneRule(t *testing.T) {
 			patch := head + tc.patch
 			dir := filepath.Join(t.TempDir(), "series")
 			toml := "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + f.commit + "\"]\n\n[[patch]]\nfile = \"0001-m.patch\"\nsha256 = \"" + sum([]byte(patch)) + "\"\n"
-			testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-m.patch": patch})
+			if err := testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-m.patch": patch}); err != nil {
+				t.Fatal(err)
+			}
 			cat, err := loadDir(dir)
 			if err != nil {
 				t.Fatal(err)
