@@ -59,8 +59,11 @@ func sizedRepo(b *testing.B) (string, string) {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(f, "# edited in the second commit\n")
-				return f.Close()
+				_, err = fmt.Fprintf(f, "# edited in the second commit\n")
+				if cerr := f.Close(); err == nil {
+					err = cerr
+				}
+				return err
 			}
 			return nil
 		})
@@ -82,7 +85,7 @@ func TestMain(m *testing.M) {
 	flag.Parse()
 	code := m.Run()
 	if sized.dir != "" {
-		os.RemoveAll(sized.dir)
+		_ = os.RemoveAll(sized.dir) // a temp dir; the exit code is what counts
 	}
 	os.Exit(code)
 }
@@ -117,7 +120,9 @@ func benchCheckout(b *testing.B, src, commit string) {
 			b.Fatal(err)
 		}
 		b.StopTimer()
-		os.RemoveAll(dst)
+		if err := os.RemoveAll(dst); err != nil {
+			b.Fatal(err)
+		}
 		b.StartTimer()
 	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -154,7 +155,10 @@ func (r *Repo) writeIndex(files []*index.Entry, cache []index.TreeEntry) error {
 		err = os.Rename(p+".lock", p)
 	}
 	if err != nil {
-		os.Remove(p + ".lock")
+		// A lock left behind would block every later git command.
+		if rerr := os.Remove(p + ".lock"); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			return fmt.Errorf("%w; %s.lock could not be removed (%v): remove it", err, p, rerr)
+		}
 	}
 	return err
 }
@@ -268,7 +272,7 @@ func (r *Repo) treeEntries(h plumbing.Hash) ([]object.TreeEntry, error) {
 	if typ, body, err := r.objects().read(h); err == nil && typ == plumbing.TreeObject {
 		var o plumbing.MemoryObject
 		o.SetType(plumbing.TreeObject)
-		o.Write(body)
+		_, _ = o.Write(body) // a MemoryObject is a byte slice: Write cannot fail
 		if err := t.Decode(&o); err != nil {
 			return nil, fmt.Errorf("tree %s: %w", h, err)
 		}
@@ -325,6 +329,6 @@ func (r *Repo) readBlob(h plumbing.Hash) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer rd.Close()
+	defer func() { _ = rd.Close() }() // read-only: Close has nothing to report
 	return io.ReadAll(rd)
 }

@@ -218,22 +218,30 @@ func TestCheckoutRefuses(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(repo.Dir, "mine.txt"), []byte("mine\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(repo.Dir, "mine.txt"), []byte("mine\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := repo.Checkout(commit); err == nil || !strings.Contains(err.Error(), "the work tree is not empty (mine.txt)") {
 		t.Errorf("checkout over a file: %v", err)
 	}
 	if b, _ := os.ReadFile(filepath.Join(repo.Dir, "mine.txt")); string(b) != "mine\n" {
 		t.Errorf("mine.txt = %q", b)
 	}
-	os.Remove(filepath.Join(repo.Dir, "mine.txt"))
+	if err := os.Remove(filepath.Join(repo.Dir, "mine.txt")); err != nil {
+		t.Fatal(err)
+	}
 
 	// A tree no git would check out: an entry named "..".
 	r := repo.r
 	blob := r.Storer.NewEncodedObject()
 	blob.SetType(plumbing.BlobObject)
 	w, _ := blob.Writer()
-	w.Write([]byte("evil\n"))
-	w.Close()
+	if _, err := w.Write([]byte("evil\n")); err != nil {
+		t.Fatal(err)
+	}
+	if err := w.Close(); err != nil {
+		t.Fatal(err)
+	}
 	bh, err := r.Storer.SetEncodedObject(blob)
 	if err != nil {
 		t.Fatal(err)
@@ -248,7 +256,9 @@ func TestCheckoutRefuses(t *testing.T) {
 		sig := object.Signature{Name: "x", Email: "x@x", When: time.Unix(0, 0)}
 		c := &object.Commit{Author: sig, Committer: sig, Message: "evil", TreeHash: th}
 		co := r.Storer.NewEncodedObject()
-		c.Encode(co)
+		if err := c.Encode(co); err != nil {
+			t.Fatal(err)
+		}
 		ch, _ := r.Storer.SetEncodedObject(co)
 		return ch.String()
 	}
@@ -310,21 +320,41 @@ var changes = []change{
 	{"same bytes rewritten", func(t *testing.T, r *Repo) {
 		write(t, r, "a/x.txt", "one\n")
 		later := time.Now().Add(time.Hour)
-		os.Chtimes(filepath.Join(r.Dir, "crlf.txt"), later, later)
+		if err := os.Chtimes(filepath.Join(r.Dir, "crlf.txt"), later, later); err != nil {
+			t.Fatal(err)
+		}
 	}, nil},
-	{"deleted", func(t *testing.T, r *Repo) { os.Remove(filepath.Join(r.Dir, "nonl.txt")) }, []string{" D nonl.txt"}},
-	{"chmod +x", func(t *testing.T, r *Repo) { os.Chmod(filepath.Join(r.Dir, "empty"), 0o755) }, []string{" M empty"}},
+	{"deleted", func(t *testing.T, r *Repo) {
+		if err := os.Remove(filepath.Join(r.Dir, "nonl.txt")); err != nil {
+			t.Fatal(err)
+		}
+	}, []string{" D nonl.txt"}},
+	{"chmod +x", func(t *testing.T, r *Repo) {
+		if err := os.Chmod(filepath.Join(r.Dir, "empty"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}, []string{" M empty"}},
 	{"symlink retargeted", func(t *testing.T, r *Repo) {
-		os.Remove(filepath.Join(r.Dir, "link"))
-		os.Symlink("a/b", filepath.Join(r.Dir, "link"))
+		if err := os.Remove(filepath.Join(r.Dir, "link")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("a/b", filepath.Join(r.Dir, "link")); err != nil {
+			t.Fatal(err)
+		}
 	}, []string{" M link"}},
 	{"file became a directory", func(t *testing.T, r *Repo) {
-		os.Remove(filepath.Join(r.Dir, "a/x.txt"))
+		if err := os.Remove(filepath.Join(r.Dir, "a/x.txt")); err != nil {
+			t.Fatal(err)
+		}
 		write(t, r, "a/x.txt/inner", "i\n")
 	}, []string{" D a/x.txt", "?? a/x.txt/inner"}},
 	{"directory became a symlink", func(t *testing.T, r *Repo) {
-		os.RemoveAll(filepath.Join(r.Dir, "a/b"))
-		os.Symlink("../sub", filepath.Join(r.Dir, "a/b"))
+		if err := os.RemoveAll(filepath.Join(r.Dir, "a/b")); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Symlink("../sub", filepath.Join(r.Dir, "a/b")); err != nil {
+			t.Fatal(err)
+		}
 	}, []string{" D a/b/c/d/e/f/g/h/leaf.h", " D a/b/c/deep.py", "?? a/b"}},
 	{"untracked and ignored", func(t *testing.T, r *Repo) {
 		write(t, r, "new.txt", "n\n")
@@ -490,9 +520,15 @@ func TestChangesStatData(t *testing.T) {
 	fi, _ := os.Lstat(p)
 	// Replace the file (new inode) with other bytes of the same size and
 	// put its old mtime back.
-	os.Remove(p)
-	os.WriteFile(p, []byte("ONE\n"), 0o644)
-	os.Chtimes(p, fi.ModTime(), fi.ModTime())
+	if err := os.Remove(p); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(p, []byte("ONE\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Chtimes(p, fi.ModTime(), fi.ModTime()); err != nil {
+		t.Fatal(err)
+	}
 	cs, err := r.Changes()
 	if err != nil {
 		t.Fatal(err)
@@ -500,7 +536,9 @@ func TestChangesStatData(t *testing.T) {
 	if got := strings.Join(porcelain(cs), "\n"); got != " M a/x.txt" {
 		t.Errorf("replaced file with the old size and mtime: %q", got)
 	}
-	os.WriteFile(p, []byte("one\n"), 0o644)
+	if err := os.WriteFile(p, []byte("one\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if cs, err := r.Changes(); err != nil || len(cs) != 0 {
 		t.Errorf("HEAD's bytes again: %v, %v", cs, err)
 	}
@@ -552,7 +590,9 @@ func TestIndexTreeHashIsGits(t *testing.T) {
 		t.Errorf("cache-tree lacks a/b (%s, 2 entries, 1 subtree): %+v", b.Hash, idx.Cache.Entries)
 	}
 	// An index go-git rewrites loses the extension: nothing stale is read.
-	r.r.Storer.SetIndex(idx)
+	if err := r.r.Storer.SetIndex(idx); err != nil {
+		t.Fatal(err)
+	}
 	idx2, _ := r.r.Storer.Index()
 	if h := cachedRoot(idx2); !h.IsZero() {
 		t.Errorf("after go-git rewrote the index: cache-tree root %s", h)
@@ -568,9 +608,15 @@ func TestChangesInLinkedWorktree(t *testing.T) {
 	linked := filepath.Join(t.TempDir(), "linked")
 	gitOut(t, main.Dir, "worktree", "add", "-q", "--detach", linked, commit)
 	write(t, main, ".git/info/exclude", "excluded.txt\n")
-	os.WriteFile(filepath.Join(linked, "excluded.txt"), []byte("x\n"), 0o644)
-	os.WriteFile(filepath.Join(linked, "a/x.txt"), []byte("two\n"), 0o644)
-	os.WriteFile(filepath.Join(linked, "new.txt"), []byte("n\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(linked, "excluded.txt"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(linked, "a/x.txt"), []byte("two\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(linked, "new.txt"), []byte("n\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	r, err := Open(linked)
 	if err != nil {
 		t.Fatal(err)

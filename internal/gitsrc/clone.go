@@ -157,7 +157,7 @@ func Clone(ctx context.Context, src, dir string, progress io.Writer) (*Repo, Clo
 	}
 	info.Duration = time.Since(start)
 	if err != nil {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir) // the partial clone; cloneError is what the user must see
 		return nil, info, cloneError(src, err)
 	}
 	return &Repo{Dir: dir, r: repo}, info, nil
@@ -310,13 +310,13 @@ func copyFile(src, dst string) error {
 	if err != nil {
 		return err
 	}
-	defer in.Close()
+	defer func() { _ = in.Close() }() // read-only: Close has nothing to report
 	out, err := os.OpenFile(dst, os.O_CREATE|os.O_EXCL|os.O_WRONLY, 0o444)
 	if err != nil {
 		return err
 	}
 	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
+		_ = out.Close() // the copy's error is the one to report
 		return err
 	}
 	return out.Close()

@@ -49,7 +49,7 @@ func TestCloneLocalHardlinksAndChecksOut(t *testing.T) {
 	}
 	// Loose objects of the source are shared, not copied.
 	var linked int
-	filepath.WalkDir(filepath.Join(dst, ".git", "objects"), func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(filepath.Join(dst, ".git", "objects"), func(p string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
 			fi, _ := os.Stat(p)
 			if fi.Sys().(*syscall.Stat_t).Nlink > 1 {
@@ -58,6 +58,9 @@ func TestCloneLocalHardlinksAndChecksOut(t *testing.T) {
 		}
 		return nil
 	})
+	if err != nil {
+		t.Fatal(err)
+	}
 	if linked == 0 {
 		t.Error("no object file is hardlinked")
 	}
@@ -87,8 +90,12 @@ func TestCloneLocalHardlinksAndChecksOut(t *testing.T) {
 		t.Errorf("Resolve(nosuch): %v", err)
 	}
 	// Changes lists edits and untracked files with porcelain letters.
-	os.WriteFile(filepath.Join(dst, "b.txt"), []byte("edited\n"), 0o644)
-	os.WriteFile(filepath.Join(dst, "u.txt"), []byte("new\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(dst, "b.txt"), []byte("edited\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dst, "u.txt"), []byte("new\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	ch, _ := repo.Changes()
 	if len(ch) != 2 || ch[0].String() != " M b.txt" || !ch[1].Untracked() {
 		t.Errorf("changes = %v", ch)

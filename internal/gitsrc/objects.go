@@ -113,7 +113,7 @@ func (o *objectReader) readAny(h plumbing.Hash) (plumbing.ObjectType, []byte, er
 	if err != nil {
 		return plumbing.InvalidObject, nil, errNotHere
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: Close has nothing to report
 	zr, err := zlib.NewReader(f)
 	if err != nil {
 		return plumbing.InvalidObject, nil, err
@@ -176,7 +176,7 @@ func (o *objectReader) readPacked(p *packFile, off int64, depth int) (plumbing.O
 		_, _, err = pr.scan.NextObject(&buf)
 	}
 	if err != nil {
-		pr.f.Close()
+		_ = pr.f.Close() // read-only: the read error is the one to report
 		return plumbing.InvalidObject, nil, fmt.Errorf("%s.pack at offset %d: %w", p.path, off, err)
 	}
 	p.readers.Put(pr)
@@ -293,7 +293,7 @@ func (r *Repo) index() (*index.Index, error) {
 	if err != nil {
 		return nil, fmt.Errorf("reading the index of %s: %w", r.Dir, err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: Close has nothing to report
 	fi, err := f.Stat()
 	if err != nil {
 		return nil, err

@@ -62,8 +62,11 @@ func TestObjectReaderMatchesGoGit(t *testing.T) {
 	if len(packs) != 1 {
 		t.Fatalf("%d packs", len(packs))
 	}
-	f, _ := os.Open(packs[0])
-	defer f.Close()
+	f, err := os.Open(packs[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = f.Close() }() // read-only
 	s := packfile.NewScanner(f)
 	_, n, err := s.Header()
 	if err != nil {
@@ -87,7 +90,9 @@ func TestObjectReaderMatchesGoGit(t *testing.T) {
 	err = iter.ForEach(func(o plumbing.EncodedObject) error {
 		rd, _ := o.Reader()
 		want, _ := io.ReadAll(rd)
-		rd.Close()
+		if err := rd.Close(); err != nil {
+			t.Fatal(err)
+		}
 		typ, got, err := repo.objects().read(o.Hash())
 		if err != nil || typ != o.Type() || !bytes.Equal(got, want) {
 			t.Errorf("%s: read %s %d bytes, %v; go-git has %s %d bytes", o.Hash(), typ, len(got), err, o.Type(), len(want))
@@ -134,7 +139,9 @@ func TestObjectReaderChecksHashes(t *testing.T) {
 			b[at], b[at+1], b[at+2], b[at+3] = byte(otherOff>>24), byte(otherOff>>16), byte(otherOff>>8), byte(otherOff)
 		}
 	}
-	os.Chmod(idx, 0o644)
+	if err := os.Chmod(idx, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.WriteFile(idx, b, 0o644); err != nil {
 		t.Fatal(err)
 	}

@@ -512,7 +512,7 @@ func contentDiffers(root string, e *index.Entry, fi os.FileInfo) (bool, error) {
 		if err != nil {
 			return false, err
 		}
-		defer f.Close()
+		defer func() { _ = f.Close() }() // read-only: Close has nothing to report
 		// The size from this fstat, not the lstat before: the file may
 		// have changed between them.
 		st, err := f.Stat()
@@ -606,7 +606,7 @@ func readIgnoreFile(file string, domain []string) (ps []gitignore.Pattern, negat
 	if err != nil {
 		return nil, false
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: Close has nothing to report
 	sc := bufio.NewScanner(f)
 	for sc.Scan() {
 		if l := sc.Text(); !strings.HasPrefix(l, "#") && strings.TrimSpace(l) != "" {

@@ -156,11 +156,15 @@ func TestCheckoutAndCommit(t *testing.T) {
 	}
 	// Without .git the directory is walked: the build copy is a second
 	// project now, and hidden directories are skipped.
-	os.RemoveAll(filepath.Join(dir, ".git"))
+	if err := os.RemoveAll(filepath.Join(dir, ".git")); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := InCheckout(dir); err == nil || !strings.Contains(err.Error(), "holds 2 sgl-kernel projects (build/copy/k/, python/sglang/kernels/aot/)") {
 		t.Errorf("plain dir with two: %v", err)
 	}
-	os.Rename(filepath.Join(dir, "build"), filepath.Join(dir, ".build"))
+	if err := os.Rename(filepath.Join(dir, "build"), filepath.Join(dir, ".build")); err != nil {
+		t.Fatal(err)
+	}
 	if p, err := InCheckout(dir); err != nil || p.Dir != "python/sglang/kernels/aot" {
 		t.Errorf("plain dir: %+v %v", p, err)
 	}

@@ -159,7 +159,7 @@ func Pack(dir string) (err error) {
 		return err
 	}
 	if _, err := packfile.NewEncoder(w, r.Storer, false).Encode(hashes, 10); err != nil {
-		w.Close()
+		_ = w.Close() // the encoder's error is the one to report
 		return err
 	}
 	if err := w.Close(); err != nil {
