@@ -45,7 +45,7 @@ func NormalizeWheel(path string, epoch int64) error {
 	if err != nil {
 		return fmt.Errorf("%s: %w", path, err)
 	}
-	defer zr.Close()
+	defer func() { _ = zr.Close() }() // read-only: Close has nothing to report
 	files := append([]*zip.File(nil), zr.File...)
 	sort.SliceStable(files, func(i, j int) bool { return wheelOrder(files[i].Name) < wheelOrder(files[j].Name) })
 	when := time.Unix(epoch, 0).UTC()
@@ -56,7 +56,7 @@ func NormalizeWheel(path string, epoch int64) error {
 	if err != nil {
 		return err
 	}
-	defer os.Remove(tmp.Name())
+	defer func() { _ = os.Remove(tmp.Name()) }() // gone once renamed over path; else a hidden temp
 	zw := zip.NewWriter(tmp)
 	var record *zip.File
 	var rows [][]string
@@ -81,7 +81,9 @@ func NormalizeWheel(path string, epoch int64) error {
 		rows = append(rows, []string{record.Name, "", ""})
 		var buf bytes.Buffer
 		cw := csv.NewWriter(&buf)
-		cw.WriteAll(rows)
+		if err := cw.WriteAll(rows); err != nil {
+			return fmt.Errorf("%s: %s: %w", path, record.Name, err)
+		}
 		old, err := readEntry(record)
 		if err != nil {
 			return fmt.Errorf("%s: %s: %w", path, record.Name, err)
@@ -168,7 +170,7 @@ func readEntry(f *zip.File) ([]byte, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer r.Close()
+	defer func() { _ = r.Close() }() // Read reports a bad checksum, at EOF; Close has nothing more
 	return io.ReadAll(r)
 }
 
@@ -177,7 +179,7 @@ func zipEntrySHA256(f *zip.File) (string, int64, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	defer r.Close()
+	defer func() { _ = r.Close() }() // Read reports a bad checksum, at EOF; Close has nothing more
 	return readerSHA256(r)
 }
 
@@ -189,6 +191,12 @@ func setHeader(fh *zip.FileHeader, mode fs.FileMode, when time.Time) {
 	fh.ReaderVersion = 20
 	fh.Flags &^= 0x8 // sizes and CRC in the header, no data descriptor
 	fh.Extra = nil
-	fh.ModifiedDate = uint16((when.Year()-1980)<<9 | int(when.Month())<<5 | when.Day())
-	fh.ModifiedTime = uint16(when.Hour()<<11 | when.Minute()<<5 | when.Second()/2)
+	// The MS-DOS date and time fields, deprecated in favour of Modified,
+	// on purpose: CreateRaw (copyEntry) ignores Modified and writes these
+	// as they are, and CreateHeader (RECORD) turns a set Modified into an
+	// extended-timestamp extra field, which the normalised wheel must not
+	// have (Upstream: golang/go src/archive/zip/writer.go@go1.26.8
+	// (Writer.CreateHeader, Writer.CreateRaw)).
+	//lint:ignore SA1019 Modified would be ignored or add an extra field; see above
+	fh.ModifiedDate, fh.ModifiedTime = uint16((when.Year()-1980)<<9|int(when.Month())<<5|when.Day()), uint16(when.Hour()<<11|when.Minute()<<5|when.Second()/2)
 }
