@@ -176,7 +176,7 @@ func diffInputs(a, b Inputs) []string {
 	flatten := func(in Inputs) map[string]string {
 		var m map[string]any
 		raw, _ := json.Marshal(in)
-		json.Unmarshal(raw, &m)
+		_ = json.Unmarshal(raw, &m) // raw is Marshal's output of a struct: it decodes
 		flat := map[string]string{}
 		var walk func(prefix string, v any)
 		walk = func(prefix string, v any) {

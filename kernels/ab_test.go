@@ -76,7 +76,9 @@ func TestABRefusesToolchainMismatch(t *testing.T) {
 	cat, a, b := abFixture(t, e)
 	// Arm B's interpreter reports another torch.
 	old := filepath.Join(t.TempDir(), "python3-old")
-	os.WriteFile(old, []byte("#!/bin/sh\nFAKE_TORCH_VERSION=2.10.0+cu130 exec "+filepath.Join(e.fake, "python3")+" \"$@\"\n"), 0o755)
+	if err := os.WriteFile(old, []byte("#!/bin/sh\nFAKE_TORCH_VERSION=2.10.0+cu130 exec "+filepath.Join(e.fake, "python3")+" \"$@\"\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
 	dir := filepath.Join(t.TempDir(), "ab")
 	_, _, err := ABBuild(context.Background(), ABOptions{A: a, B: b, Catalog: cat, Dir: dir, Repo: e.up, PythonB: old, Build: e.opts()}, nil)
 	var me *ABMismatchError
@@ -145,12 +147,14 @@ func TestABBuildListsDifferingFiles(t *testing.T) {
 
 func TestExplainingSourceFollowsIncludes(t *testing.T) {
 	src := t.TempDir()
-	testrepo.WriteFiles(src, map[string]string{
+	if err := testrepo.WriteFiles(src, map[string]string{
 		"k/csrc/allreduce/x.cu":  "#include \"allreduce/x.cuh\"\n#include <torch/all.h>\n",
 		"k/csrc/allreduce/x.cuh": "  #  include \"utils.h\"\n",
 		"k/include/utils.h":      "// changed\n",
 		"k/csrc/other.cu":        "#include \"missing.h\"\n",
-	})
+	}); err != nil {
+		t.Fatal(err)
+	}
 	changed := map[string]bool{"k/include/utils.h": true}
 	if s, ok := explainingSource(src, []string{"k"}, "csrc/allreduce/x.cu", changed); !ok || s != "k/include/utils.h" {
 		t.Errorf("x.cu: %q %v", s, ok)

@@ -43,7 +43,7 @@ func unpackTarGz(src, dst, wantSHA256 string) (err error) {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: Close has nothing to report
 	h := sha256.New()
 	zr, err := gzip.NewReader(io.TeeReader(f, h))
 	if err != nil {
@@ -54,9 +54,14 @@ func unpackTarGz(src, dst, wantSHA256 string) (err error) {
 		return err
 	}
 	defer func() {
-		os.RemoveAll(stage)
+		// A stage left behind would mix into the next unpack to dst.
+		if rerr := os.RemoveAll(stage); rerr != nil && err == nil {
+			err = fmt.Errorf("removing %s: %w", stage, rerr)
+		}
 		if err != nil {
-			os.RemoveAll(dst)
+			if rerr := os.RemoveAll(dst); rerr != nil {
+				err = fmt.Errorf("%w; the partial %s could not be removed (%v): remove it", err, dst, rerr)
+			}
 		}
 	}()
 	tr := tar.NewReader(zr)

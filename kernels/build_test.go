@@ -79,7 +79,9 @@ func TestBuildMissThenHit(t *testing.T) {
 	}
 
 	// A damaged entry is refused, never used.
-	os.WriteFile(res.Wheel, []byte("corrupt"), 0o644)
+	if err := os.WriteFile(res.Wheel, []byte("corrupt"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := Build(context.Background(), plan2, o, nil); err == nil || !strings.Contains(err.Error(), "no longer has sha256") {
 		t.Errorf("damaged entry: %v", err)
 	}
@@ -206,8 +208,12 @@ func TestPlanRefusals(t *testing.T) {
 	contains(t, errString(p.Problems), "cannot import torch (ModuleNotFoundError")
 	// no apply state
 	plain := filepath.Join(t.TempDir(), "plain")
-	testrepo.WriteFiles(plain, kernelFiles(t, oldLayout))
-	testrepo.Init(plain)
+	if err := testrepo.WriteFiles(plain, kernelFiles(t, oldLayout)); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testrepo.Init(plain); err != nil {
+		t.Fatal(err)
+	}
 	o := e.opts()
 	o.Src = plain
 	if _, err := PlanBuild(context.Background(), o); err == nil || !strings.Contains(err.Error(), "has no apply state") || !strings.Contains(err.Error(), "arpatch apply --src "+plain) {
@@ -228,7 +234,9 @@ func testTreeGuards(t *testing.T, e *env) {
 	kd := e.kdir + "/"
 	utils := e.k("include/utils.h")
 	// a tree edited since apply
-	os.WriteFile(utils, []byte("// edited\n"), 0o644)
+	if err := os.WriteFile(utils, []byte("// edited\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := PlanBuild(context.Background(), e.opts()); err == nil || !strings.Contains(err.Error(), "uncommitted changes to files the series did not touch") {
 		t.Errorf("edited tree: %v", err)
 	}
@@ -243,30 +251,50 @@ func testTreeGuards(t *testing.T, e *env) {
 			x.SkipWorktree = true
 		}
 	}
-	r.Storer.SetIndex(idx)
+	if err := r.Storer.SetIndex(idx); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := PlanBuild(context.Background(), e.opts()); err == nil || !strings.Contains(err.Error(), "skip-worktree entries under "+kd+" ("+kd+"include/utils.h)") || !strings.Contains(err.Error(), "update-index --no-skip-worktree") {
 		t.Errorf("skip-worktree: %v", err)
 	}
 	for _, x := range idx.Entries {
 		x.SkipWorktree = false
 	}
-	r.Storer.SetIndex(idx)
-	os.WriteFile(utils, []byte("// fixture header\n"), 0o644)
+	if err := r.Storer.SetIndex(idx); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(utils, []byte("// fixture header\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	// An untracked file under the project could go into the wheel; one
 	// elsewhere cannot.
-	os.WriteFile(filepath.Join(e.src, "notes.txt"), []byte("mine\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(e.src, "notes.txt"), []byte("mine\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	mustPlan(t, e.opts())
-	os.WriteFile(e.k("extra.py"), []byte("x = 1\n"), 0o644)
+	if err := os.WriteFile(e.k("extra.py"), []byte("x = 1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := PlanBuild(context.Background(), e.opts()); err == nil || !strings.Contains(err.Error(), "untracked files under "+kd+" ("+kd+"extra.py)") {
 		t.Errorf("untracked: %v", err)
 	}
-	os.Remove(e.k("extra.py"))
+	if err := os.Remove(e.k("extra.py")); err != nil {
+		t.Fatal(err)
+	}
 	// An ignored file in the package directory would be packaged too.
-	os.WriteFile(filepath.Join(e.src, ".gitignore"), []byte("*.so\n__pycache__/\n"), 0o644)
-	os.MkdirAll(e.k("python/sgl_kernel/__pycache__"), 0o755)
-	os.WriteFile(e.k("python/sgl_kernel/__pycache__/x.pyc"), []byte("pyc"), 0o644)
+	if err := os.WriteFile(filepath.Join(e.src, ".gitignore"), []byte("*.so\n__pycache__/\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.MkdirAll(e.k("python/sgl_kernel/__pycache__"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(e.k("python/sgl_kernel/__pycache__/x.pyc"), []byte("pyc"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	mustPlan(t, e.opts())
-	os.WriteFile(e.k("python/sgl_kernel/stale_ops.so"), []byte("old"), 0o644)
+	if err := os.WriteFile(e.k("python/sgl_kernel/stale_ops.so"), []byte("old"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := PlanBuild(context.Background(), e.opts()); err == nil || !strings.Contains(err.Error(), "files git does not track under "+kd+"python/sgl_kernel ("+kd+"python/sgl_kernel/stale_ops.so)") {
 		t.Errorf("ignored .so in the package: %v", err)
 	}
@@ -294,7 +322,9 @@ func TestOfflineAndDepsDir(t *testing.T) {
 	// name, fmt without the "repo-" prefix.
 	deps := t.TempDir()
 	mk := func(dir string) string {
-		testrepo.WriteFiles(filepath.Join(deps, dir), map[string]string{"README": dir + "\n"})
+		if err := testrepo.WriteFiles(filepath.Join(deps, dir), map[string]string{"README": dir + "\n"}); err != nil {
+			t.Fatal(err)
+		}
 		c, err := testrepo.Init(filepath.Join(deps, dir))
 		if err != nil {
 			t.Fatal(err)
@@ -311,7 +341,9 @@ func TestOfflineAndDepsDir(t *testing.T) {
 	// Re-pin the fixture to the copies' commits (a tag for triton).
 	cm := strings.NewReplacer("57e3cfb47a2d9e0d46eb6335c3dc411498efa198", cut, "v3.5.1", tri).Replace(fixtureCMake)
 	more := strings.Replace(fixtureMoreCMake, "553ec11ec06fbe0beebfbb45f9dc3c9eabd83d28", fmtc, 1)
-	testrepo.WriteFiles(e.up, map[string]string{"sgl-kernel/CMakeLists.txt": cm, "sgl-kernel/cmake/deps.cmake": more})
+	if err := testrepo.WriteFiles(e.up, map[string]string{"sgl-kernel/CMakeLists.txt": cm, "sgl-kernel/cmake/deps.cmake": more}); err != nil {
+		t.Fatal(err)
+	}
 	c2, _ := testrepo.Commit(e.up, "repin")
 	e2 := *e
 	e2.commit = c2
@@ -357,8 +389,12 @@ func TestCheckCompilesEachArch(t *testing.T) {
 	}
 	// A tree with no sgl-kernel project says what it looked for.
 	dir := t.TempDir()
-	testrepo.WriteFiles(dir, map[string]string{"python/sglang/version.py": "x\n", "csrc/allreduce/custom_all_reduce.cu": "//\n"})
-	testrepo.Init(dir)
+	if err := testrepo.WriteFiles(dir, map[string]string{"python/sglang/version.py": "x\n", "csrc/allreduce/custom_all_reduce.cu": "//\n"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testrepo.Init(dir); err != nil {
+		t.Fatal(err)
+	}
 	_, _, err := Check(context.Background(), CheckOptions{Src: dir, Archs: []Arch{"90a"}, Python: "python3"})
 	contains(t, errString(err), dir+" has no sgl-kernel project: looked for a directory holding csrc/allreduce/custom_all_reduce.cu, CMakeLists.txt and a pyproject.toml",
 		"./ holds csrc/allreduce/custom_all_reduce.cu but no CMakeLists.txt")
@@ -425,14 +461,16 @@ func TestProgressFollowsNinja(t *testing.T) {
 // pin and clean.
 func TestDepsOfArchiveURLs(t *testing.T) {
 	dir := t.TempDir()
-	testrepo.WriteFiles(dir, map[string]string{"CMakeLists.txt": `FetchContent_Declare(
+	if err := testrepo.WriteFiles(dir, map[string]string{"CMakeLists.txt": `FetchContent_Declare(
     repo-cutlass
     URL      https://${GITHUB_ARTIFACTORY}/NVIDIA/cutlass/archive/1111111111111111111111111111111111111111.tar.gz
     URL_HASH SHA256=aaaa0000aaaa0000aaaa0000aaaa0000aaaa0000aaaa0000aaaa0000aaaa0000
 )
 FetchContent_Declare(repo-triton URL https://${GITHUB_ARTIFACTORY}/triton-lang/triton/archive/v3.6.0.tar.gz URL_HASH SHA256=bbbb)
 FetchContent_Declare(repo-odd URL https://example.invalid/odd.tar.gz)
-`})
+`}); err != nil {
+		t.Fatal(err)
+	}
 	deps, err := ScanDeps(dir, "k")
 	if err != nil || len(deps) != 3 {
 		t.Fatalf("ScanDeps = %+v, %v", deps, err)
@@ -447,19 +485,25 @@ FetchContent_Declare(repo-odd URL https://example.invalid/odd.tar.gz)
 	// An unpacked archive (no .git): recorded by the hash of its files,
 	// which changes with any byte.
 	dd := t.TempDir()
-	testrepo.WriteFiles(filepath.Join(dd, "cutlass"), map[string]string{"include/cute/a.h": "// a\n"})
+	if err := testrepo.WriteFiles(filepath.Join(dd, "cutlass"), map[string]string{"include/cute/a.h": "// a\n"}); err != nil {
+		t.Fatal(err)
+	}
 	got, err := MapDeps(deps[:1], dd, false)
 	if err != nil || !strings.HasPrefix(got[0].Commit, "sha256:") || len(got[0].Commit) != 7+64 {
 		t.Fatalf("archive copy: %+v %v", got, err)
 	}
-	os.WriteFile(filepath.Join(dd, "cutlass", "include/cute/a.h"), []byte("// b\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(dd, "cutlass", "include/cute/a.h"), []byte("// b\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	again, _ := MapDeps(deps[:1], dd, false)
 	if again[0].Commit == got[0].Commit {
 		t.Error("an edited archive copy kept its hash")
 	}
 
 	// A git checkout is held to the pin from the URL ...
-	testrepo.WriteFiles(filepath.Join(dd, "triton"), map[string]string{"README": "triton\n"})
+	if err := testrepo.WriteFiles(filepath.Join(dd, "triton"), map[string]string{"README": "triton\n"}); err != nil {
+		t.Fatal(err)
+	}
 	c, err := testrepo.Init(filepath.Join(dd, "triton"))
 	if err != nil {
 		t.Fatal(err)
@@ -473,8 +517,12 @@ FetchContent_Declare(repo-odd URL https://example.invalid/odd.tar.gz)
 	if got, err := MapDeps([]Dep{pinned}, dd, false); err != nil || got[0].Commit != c {
 		t.Fatalf("clean pinned checkout: %+v %v", got, err)
 	}
-	os.WriteFile(filepath.Join(dd, "triton", "README"), []byte("edited\n"), 0o644)
-	os.WriteFile(filepath.Join(dd, "triton", "untracked.txt"), []byte("x\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(dd, "triton", "README"), []byte("edited\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dd, "triton", "untracked.txt"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	_, err = MapDeps([]Dep{pinned}, dd, false)
 	if err == nil || !strings.Contains(err.Error(), "has local changes or untracked files") || !strings.Contains(err.Error(), "README") || !strings.Contains(err.Error(), "untracked.txt") {
 		t.Errorf("edited checkout: %v", err)
@@ -482,14 +530,20 @@ FetchContent_Declare(repo-odd URL https://example.invalid/odd.tar.gz)
 
 	// A copy that is a symlink to an unpacked archive: its files count.
 	real := t.TempDir()
-	os.WriteFile(filepath.Join(real, "x.h"), []byte("v1\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(real, "x.h"), []byte("v1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	ld := t.TempDir()
-	os.Symlink(real, filepath.Join(ld, "cutlass"))
+	if err := os.Symlink(real, filepath.Join(ld, "cutlass")); err != nil {
+		t.Fatal(err)
+	}
 	h1, err := MapDeps(deps[:1], ld, false)
 	if err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(real, "x.h"), []byte("v2\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(real, "x.h"), []byte("v2\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if h2, _ := MapDeps(deps[:1], ld, false); h2[0].Commit == h1[0].Commit {
 		t.Error("a symlinked copy kept its hash after its files changed")
 	}

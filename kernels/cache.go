@@ -165,7 +165,9 @@ func (c Cache) Begin(key string) (tmp string, release func(), err error) {
 			release()
 			return "", nil, fmt.Errorf("a killed build of the same inputs left its processes running (process group %d, in %s); stop them (kill -- -%d) and build again", g, d, g)
 		}
-		os.RemoveAll(d)
+		// Best effort: this build uses a fresh temp below; one that stays
+		// costs disk until Prune removes it.
+		_ = os.RemoveAll(d)
 	}
 	tmp, err = os.MkdirTemp(c.Dir, ".tmp-"+key[:16]+"-")
 	if err != nil {
@@ -185,7 +187,9 @@ func (c Cache) Commit(tmp string, m *Manifest) error {
 		return err
 	}
 	dst := c.EntryDir(m.Key)
-	os.RemoveAll(dst) // a damaged entry Lookup refused
+	if err := os.RemoveAll(dst); err != nil { // a damaged entry Lookup refused
+		return fmt.Errorf("replacing the damaged cache entry %s: %w", dst, err)
+	}
 	return os.Rename(tmp, dst)
 }
 
@@ -262,7 +266,9 @@ func (c Cache) GC(keep int) ([]string, error) {
 			continue
 		}
 		p := filepath.Join(c.Dir, e.Name())
-		os.RemoveAll(p)
+		if err := os.RemoveAll(p); err != nil {
+			return removed, err
+		}
 		removed = append(removed, p)
 	}
 	return removed, nil
@@ -282,7 +288,9 @@ func locked(dir, key16 string) bool {
 
 func dirSize(dir string) int64 {
 	var n int64
-	filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	// The callback skips what it cannot read and returns no error, so
+	// neither does the walk.
+	_ = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {
 			if fi, err := d.Info(); err == nil {
 				n += fi.Size()
@@ -298,7 +306,7 @@ func fileSHA256(p string) (string, int64, error) {
 	if err != nil {
 		return "", 0, err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: Close has nothing to report
 	return readerSHA256(f)
 }
 
@@ -324,7 +332,7 @@ func copyOut(src, dir string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	defer in.Close()
+	defer func() { _ = in.Close() }() // read-only: Close has nothing to report
 	tmp, err := os.CreateTemp(dir, "."+filepath.Base(src)+".tmp-*")
 	if err != nil {
 		return "", err
@@ -340,7 +348,7 @@ func copyOut(src, dir string) (string, error) {
 		err = os.Rename(tmp.Name(), dst)
 	}
 	if err != nil {
-		os.Remove(tmp.Name())
+		_ = os.Remove(tmp.Name()) // a hidden temp; err is what to report
 		return "", err
 	}
 	return dst, nil

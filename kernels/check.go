@@ -72,7 +72,7 @@ func Check(ctx context.Context, opts CheckOptions) ([]CheckResult, *Toolchain, e
 	if err != nil {
 		return nil, tc, err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }() // scratch in the system temp dir
 	base := append([]string{}, nvccFlags...)
 	abi := "0"
 	if tc.Torch.CXX11ABI {

@@ -456,7 +456,7 @@ func hashFile(w io.Writer, p string) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: Close has nothing to report
 	_, err = io.Copy(w, f)
 	return err
 }

@@ -83,11 +83,10 @@ func Launch(args []string) error {
 		return err
 	}
 	if log := os.Getenv(GencodeLogEnv); log != "" {
-		if f, err := os.OpenFile(log, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644); err == nil {
-			for _, a := range kept {
-				fmt.Fprintln(f, a)
-			}
-			f.Close()
+		// The build checks this log for every arch it asked for: a log
+		// that lost a line would report an arch as not compiled.
+		if err := appendArchs(log, kept); err != nil {
+			return fmt.Errorf("gencode-filter: %s: %w", GencodeLogEnv, err)
 		}
 	}
 	prog, err := exec.LookPath(out[0])
@@ -95,4 +94,22 @@ func Launch(args []string) error {
 		return fmt.Errorf("gencode-filter: %w", err)
 	}
 	return syscall.Exec(prog, out, os.Environ())
+}
+
+// appendArchs appends each arch, one a line, to the file at path,
+// creating it.
+func appendArchs(path string, archs []Arch) error {
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return err
+	}
+	for _, a := range archs {
+		if _, err = fmt.Fprintln(f, a); err != nil {
+			break
+		}
+	}
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }

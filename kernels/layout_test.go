@@ -92,7 +92,9 @@ func TestDepsDirArchives(t *testing.T) {
 
 	// A deps dir whose path needs quotes: each printed command runs in sh.
 	spaced := filepath.Join(t.TempDir(), "my deps")
-	os.Mkdir(spaced, 0o755)
+	if err := os.Mkdir(spaced, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	os2 := o
 	os2.DepsDir = spaced
 	_, err = PlanBuild(context.Background(), os2)
@@ -101,13 +103,17 @@ func TestDepsDirArchives(t *testing.T) {
 	// One by its name, one by the URL's file name (as curl -O saves it);
 	// one missing is still named.
 	cut := fixtureArchive(t, "repo-cutlass")
-	os.WriteFile(filepath.Join(dd, "repo-cutlass.tar.gz"), cut, 0o644)
+	if err := os.WriteFile(filepath.Join(dd, "repo-cutlass.tar.gz"), cut, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	_, err = PlanBuild(context.Background(), o)
 	if !errors.As(err, &me) || len(me.Missing) != 1 || me.Missing[0].Name != "repo-flashmla-cutlass" {
 		t.Fatalf("one missing: %v", err)
 	}
 	fm := fixtureArchive(t, "repo-flashmla-cutlass")
-	os.WriteFile(filepath.Join(dd, "147f5673d0c1c3dcf66f78d677fd647e4a020219.tar.gz"), fm, 0o644)
+	if err := os.WriteFile(filepath.Join(dd, "147f5673d0c1c3dcf66f78d677fd647e4a020219.tar.gz"), fm, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	p := mustPlan(t, o)
 	if p.Deps[0].Archive != filepath.Join(dd, "repo-cutlass.tar.gz") || p.Deps[0].Commit != "archive-sha256:"+sha256Hex(cut) ||
 		p.Deps[1].Archive != filepath.Join(dd, "147f5673d0c1c3dcf66f78d677fd647e4a020219.tar.gz") || p.Deps[1].Commit != "archive-sha256:"+sha256Hex(fm) {
@@ -143,18 +149,24 @@ func TestDepsDirArchives(t *testing.T) {
 
 	// An archive that is not upstream's: both hashes and the fix.
 	bad := append(append([]byte(nil), cut...), 0)
-	os.WriteFile(filepath.Join(dd, "repo-cutlass.tar.gz"), bad, 0o644)
+	if err := os.WriteFile(filepath.Join(dd, "repo-cutlass.tar.gz"), bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	_, err = PlanBuild(context.Background(), o)
 	contains(t, errString(err), "dependency repo-cutlass: "+filepath.Join(dd, "repo-cutlass.tar.gz")+" has sha256 "+sha256Hex(bad),
 		"but python/sglang/kernels/aot/CMakeLists.txt pins URL_HASH SHA256="+sha256Hex(cut),
 		"Fetch it again: rm "+filepath.Join(dd, "repo-cutlass.tar.gz")+" && curl -fL -o "+filepath.Join(dd, "repo-cutlass.tar.gz")+" https://github.com/NVIDIA/cutlass/archive/57e3cfb47a2d9e0d46eb6335c3dc411498efa198.tar.gz")
 
 	// Changed between the plan and the build: refused, nothing cached.
-	os.WriteFile(filepath.Join(dd, "repo-cutlass.tar.gz"), cut, 0o644)
+	if err := os.WriteFile(filepath.Join(dd, "repo-cutlass.tar.gz"), cut, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	o2 := e.with("X_FRESH_CACHE=1").opts()
 	o2.Offline, o2.DepsDir = true, dd
 	p2 := mustPlan(t, o2)
-	os.WriteFile(filepath.Join(dd, "repo-cutlass.tar.gz"), bad, 0o644)
+	if err := os.WriteFile(filepath.Join(dd, "repo-cutlass.tar.gz"), bad, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	_, err = Build(context.Background(), p2, o2, nil)
 	contains(t, errString(err), "dependency repo-cutlass: "+filepath.Join(dd, "repo-cutlass.tar.gz")+" changed since the plan")
 	if m, _ := o2.Cache.Lookup(p2.Key); m != nil {
@@ -177,11 +189,17 @@ func tgz(t *testing.T, hdrs ...*tar.Header) []byte {
 			t.Fatal(err)
 		}
 		if h.Typeflag == tar.TypeReg {
-			tw.Write([]byte(body))
+			if _, err := tw.Write([]byte(body)); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
-	tw.Close()
-	zw.Close()
+	if err := tw.Close(); err != nil {
+		t.Fatal(err)
+	}
+	if err := zw.Close(); err != nil {
+		t.Fatal(err)
+	}
 	return buf.Bytes()
 }
 
@@ -189,9 +207,13 @@ func TestUnpackTarGz(t *testing.T) {
 	dir := t.TempDir()
 	unpack := func(b []byte, want string) (string, error) {
 		src := filepath.Join(dir, "a.tar.gz")
-		os.WriteFile(src, b, 0o644)
+		if err := os.WriteFile(src, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 		dst := filepath.Join(dir, "out")
-		os.RemoveAll(dst)
+		if err := os.RemoveAll(dst); err != nil {
+			t.Fatal(err)
+		}
 		return dst, unpackTarGz(src, dst, want)
 	}
 	reg := func(name string, mode int64) *tar.Header {
@@ -251,12 +273,16 @@ func TestRemediesRunAsPrinted(t *testing.T) {
 		t.Skip("git not installed: the printed remedies are git commands")
 	}
 	dep := filepath.Join(t.TempDir(), "fmt")
-	testrepo.WriteFiles(dep, map[string]string{"include/fmt/core.h": "// fixture fmt\n"})
+	if err := testrepo.WriteFiles(dep, map[string]string{"include/fmt/core.h": "// fixture fmt\n"}); err != nil {
+		t.Fatal(err)
+	}
 	pin, err := testrepo.Init(dep)
 	if err != nil {
 		t.Fatal(err)
 	}
-	testrepo.Change(dep, "after the pin", map[string]string{"include/fmt/core.h": "// later\n"})
+	if _, err := testrepo.Change(dep, "after the pin", map[string]string{"include/fmt/core.h": "// later\n"}); err != nil {
+		t.Fatal(err)
+	}
 	cm := "FetchContent_Declare(repo-fmt GIT_REPOSITORY https://github.com/fmtlib/fmt GIT_TAG " + pin + ")\n"
 	e := newEnvIn(t, layout{"git-pin", "sgl-kernel", cm, ""})
 	work := t.TempDir()
@@ -294,7 +320,9 @@ func TestRemediesRunAsPrinted(t *testing.T) {
 
 	// --check with its translation unit deleted: restored by the command
 	// it prints.
-	os.Remove(e.k("csrc/allreduce/custom_all_reduce.cu"))
+	if err := os.Remove(e.k("csrc/allreduce/custom_all_reduce.cu")); err != nil {
+		t.Fatal(err)
+	}
 	_, _, err = Check(context.Background(), CheckOptions{Src: e.src, Archs: []Arch{"90a"}, Python: "python3", Env: e.env})
 	msg := errString(err)
 	i := strings.Index(msg, "(git -C ")

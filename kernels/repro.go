@@ -272,7 +272,9 @@ func stageBuild(plan *Plan) (func(), error) {
 		return nil, err
 	}
 	done := func() {
-		os.RemoveAll(plan.BuildPath)
+		// Best effort: the next build at this path removes it first, and
+		// reports the error there.
+		_ = os.RemoveAll(plan.BuildPath)
 		release()
 	}
 	if err := os.RemoveAll(plan.BuildPath); err != nil {
@@ -333,7 +335,9 @@ func copyTree(from, to string, mtime time.Time) error {
 		return err
 	}
 	for i := len(dirs) - 1; i >= 0; i-- {
-		os.Chtimes(dirs[i], mtime, mtime)
+		if err := os.Chtimes(dirs[i], mtime, mtime); err != nil {
+			return err
+		}
 	}
 	return nil
 }
@@ -343,13 +347,13 @@ func copyFileMode(src, dst string, mode fs.FileMode) error {
 	if err != nil {
 		return err
 	}
-	defer in.Close()
+	defer func() { _ = in.Close() }() // read-only: Close has nothing to report
 	out, err := os.OpenFile(dst, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
 	if err != nil {
 		return err
 	}
 	if _, err := io.Copy(out, in); err != nil {
-		out.Close()
+		_ = out.Close() // the copy's error is the one to report
 		return err
 	}
 	if err := out.Close(); err != nil {
@@ -403,15 +407,17 @@ func checkBuildRoot(root string) error {
 	}
 	defer func() {
 		for _, d := range made { // deepest first
-			os.Remove(d)
+			_ = os.Remove(d) // fails only when not empty: then it is not ours
 		}
 	}()
 	err := os.MkdirAll(root, 0o755)
 	if err == nil {
 		var f *os.File
 		if f, err = os.CreateTemp(root, ".arpatch-root-check-*"); err == nil {
-			f.Close()
-			os.Remove(f.Name())
+			err = f.Close()
+			if rerr := os.Remove(f.Name()); err == nil {
+				err = rerr // a root a build cannot remove from is not usable
+			}
 		}
 	}
 	if err != nil {

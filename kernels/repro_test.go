@@ -207,11 +207,17 @@ func TestNormalizeWheel(t *testing.T) {
 			fh := &zip.FileHeader{Name: files[i].name, Method: method, Modified: when}
 			fh.SetMode(files[i].mode)
 			w, _ := zw.CreateHeader(fh)
-			w.Write([]byte(files[i].body))
+			if _, err := w.Write([]byte(files[i].body)); err != nil {
+				t.Fatal(err)
+			}
 		}
-		zw.Close()
+		if err := zw.Close(); err != nil {
+			t.Fatal(err)
+		}
 		p := filepath.Join(t.TempDir(), "pkg-1.0-py3-none-any.whl")
-		os.WriteFile(p, buf.Bytes(), 0o600)
+		if err := os.WriteFile(p, buf.Bytes(), 0o600); err != nil {
+			t.Fatal(err)
+		}
 		return p
 	}
 	a := write([]int{3, 1, 0, 2}, time.Now(), zip.Deflate)
@@ -245,7 +251,9 @@ func TestNormalizeWheel(t *testing.T) {
 	}
 	// Not a zip: refused, naming the file, left as it was.
 	bad := filepath.Join(t.TempDir(), "x.whl")
-	os.WriteFile(bad, []byte("not a zip"), 0o644)
+	if err := os.WriteFile(bad, []byte("not a zip"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if err := NormalizeWheel(bad, 0); err == nil || !strings.Contains(err.Error(), bad) || readFile(t, bad) != "not a zip" {
 		t.Errorf("not a zip: %v", err)
 	}
@@ -269,14 +277,22 @@ func TestCompareFilesShowsWhere(t *testing.T) {
 	changed := append([]byte(nil), self...)
 	changed[sec.Offset+sec.Size/2] ^= 0xff
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "a.so"), self, 0o644)
-	os.WriteFile(filepath.Join(dir, "b.so"), changed, 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "a.so"), self, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "b.so"), changed, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	d := CompareFiles("lib.so", filepath.Join(dir, "a.so"), filepath.Join(dir, "b.so"))
 	if len(d) != 1 || d[0].Detail != "ELF sections that differ: .rodata" || d[0].A == d[0].B {
 		t.Errorf("ELF: %+v", d)
 	}
-	os.WriteFile(filepath.Join(dir, "a.txt"), []byte("one\ntwo\nthree\n"), 0o644)
-	os.WriteFile(filepath.Join(dir, "b.txt"), []byte("one\n2\nthree\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "a.txt"), []byte("one\ntwo\nthree\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "b.txt"), []byte("one\n2\nthree\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	d = CompareFiles("x.txt", filepath.Join(dir, "a.txt"), filepath.Join(dir, "b.txt"))
 	if len(d) != 1 || !strings.Contains(d[0].Detail, "-two\n+2\n") {
 		t.Errorf("text: %+v", d)
@@ -325,7 +341,7 @@ func TestVerifyReproducible(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer os.RemoveAll(rep.Kept)
+	defer func() { _ = os.RemoveAll(rep.Kept) }() // kept in the system temp dir, outside t.TempDir
 	whl := "sglang_kernel-0.4.1-cp310-abi3-linux_x86_64.whl"
 	var files []string
 	for _, d := range rep.Differences {
@@ -359,8 +375,12 @@ func TestBuildPathInUse(t *testing.T) {
 	o := e.opts()
 	p := mustPlan(t, o)
 	lock := p.BuildPath + ".lock"
-	os.MkdirAll(filepath.Dir(lock), 0o755)
-	os.WriteFile(lock, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644) // a live pid: this test's
+	if err := os.MkdirAll(filepath.Dir(lock), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(lock, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	} // a live pid: this test's
 	_, err := Build(context.Background(), p, o, nil)
 	want := "another build is using the fixed build path " + p.BuildPath + " (pid " + strconv.Itoa(os.Getpid()) + "); wait for it to finish (if no arpatch runs as that pid, remove " + lock + ")"
 	if err == nil || err.Error() != want {
@@ -370,7 +390,9 @@ func TestBuildPathInUse(t *testing.T) {
 		t.Error("a refused build left a cache entry")
 	}
 	// The remedy, as printed: remove the lock; the build runs.
-	os.Remove(lock)
+	if err := os.Remove(lock); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := Build(context.Background(), p, o, nil); err != nil {
 		t.Fatal(err)
 	}
@@ -397,9 +419,15 @@ func TestObjectDifferenceNamesSections(t *testing.T) {
 	changed[sec.Offset+sec.Size/2] ^= 0xff
 	a, b := t.TempDir(), t.TempDir()
 	for dir, obj := range map[string][]byte{a: self, b: changed} {
-		os.MkdirAll(filepath.Join(dir, "CMakeFiles/x.dir/csrc"), 0o755)
-		os.WriteFile(filepath.Join(dir, "CMakeFiles/x.dir/csrc/x.cu.o"), obj, 0o644)
-		os.WriteFile(filepath.Join(dir, "CMakeFiles/x.dir/csrc/y.cc.o"), []byte("not elf "+dir), 0o644)
+		if err := os.MkdirAll(filepath.Join(dir, "CMakeFiles/x.dir/csrc"), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "CMakeFiles/x.dir/csrc/x.cu.o"), obj, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(filepath.Join(dir, "CMakeFiles/x.dir/csrc/y.cc.o"), []byte("not elf "+dir), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	sa, err := objectSums(a)
 	if err != nil {

@@ -304,7 +304,9 @@ func readProbeCache(file, fp string) *Toolchain {
 func writeProbeCache(file, fp string, tc *Toolchain) {
 	b, err := json.Marshal(probeCache{Fingerprint: fp, Toolchain: tc})
 	if err == nil {
-		safefs.WriteFile(file, b, 0o644)
+		// A cache of the probe: one that failed to write costs the next
+		// run a probe, nothing else.
+		_ = safefs.WriteFile(file, b, 0o644)
 	}
 }
 

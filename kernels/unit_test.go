@@ -231,12 +231,16 @@ func TestCacheLockAndStaleBuilds(t *testing.T) {
 		t.Skip("no `true` to get a dead pid from")
 	}
 	pid := []byte(strconv.Itoa(dead.Process.Pid) + "\n")
-	os.WriteFile(filepath.Join(c.Dir, "."+key+".lock"), pid, 0o644)
+	if err := os.WriteFile(filepath.Join(c.Dir, "."+key+".lock"), pid, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if removed, _ := c.GC(10); len(removed) != 1 || removed[0] != tmp {
 		t.Errorf("GC after a dead build removed %v, want [%s]", removed, tmp)
 	}
 	leftover := filepath.Join(c.Dir, ".tmp-"+key[:16]+"-dead")
-	os.MkdirAll(leftover, 0o755)
+	if err := os.MkdirAll(leftover, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	// Its compilers outlived it (arpatch got SIGKILL): refused until they
 	// are stopped, and the temp dir they write to is kept.
 	orphan := exec.Command("sleep", "30")
@@ -244,15 +248,19 @@ func TestCacheLockAndStaleBuilds(t *testing.T) {
 	if err := orphan.Start(); err != nil {
 		t.Fatal(err)
 	}
-	os.WriteFile(filepath.Join(leftover, PGIDFile), []byte(strconv.Itoa(orphan.Process.Pid)+"\n"), 0o644)
+	if err := os.WriteFile(filepath.Join(leftover, PGIDFile), []byte(strconv.Itoa(orphan.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	if _, _, err := c.Begin(key); err == nil || !strings.Contains(err.Error(), "left its processes running (process group "+strconv.Itoa(orphan.Process.Pid)) {
 		t.Errorf("Begin with a live orphan group: %v", err)
 	}
 	if _, err := os.Stat(leftover); err != nil {
 		t.Errorf("the orphans' temp dir was removed: %v", err)
 	}
-	syscall.Kill(-orphan.Process.Pid, syscall.SIGKILL)
-	orphan.Wait()
+	if err := syscall.Kill(-orphan.Process.Pid, syscall.SIGKILL); err != nil {
+		t.Fatal(err)
+	}
+	_ = orphan.Wait() // reaps it; "signal: killed" is the expected error
 	tmp2, release2, err := c.Begin(key)
 	if err != nil {
 		t.Fatalf("Begin over a dead build's lock: %v", err)

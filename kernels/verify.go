@@ -77,24 +77,26 @@ func VerifyReproducible(ctx context.Context, plan *Plan, opts BuildOptions, prog
 		return nil, err
 	}
 	defer release()
-	os.RemoveAll(lockTmp)
+	_ = os.RemoveAll(lockTmp) // unused here; a leftover temp is swept by Begin and Prune
 	dir, err := os.MkdirTemp("", "arpatch-verify-"+plan.Key[:16]+"-")
 	if err != nil {
 		return nil, err
 	}
 	rebuilt, err := produce(ctx, plan, opts, dir, progress)
+	// The rebuild's scratch, in the system temp dir: a removal that fails
+	// costs disk only, and err is what to report.
 	if err != nil {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	if err := sameTree(plan); err != nil {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir)
 		return nil, err
 	}
 	rep := &VerifyReport{Key: plan.Key, Cached: cached, Rebuilt: rebuilt}
 	rep.Same, rep.Differences = compareBuilds(cached, rebuilt, opts.Cache.EntryDir(plan.Key), dir)
 	if rep.Reproducible() {
-		os.RemoveAll(dir)
+		_ = os.RemoveAll(dir) // as above: scratch in the system temp dir
 	} else {
 		rep.Kept = dir
 	}
