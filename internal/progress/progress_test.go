@@ -14,13 +14,13 @@ func TestIsTerminal(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // nothing is written to it
 	r, w, err := os.Pipe()
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer r.Close()
-	defer w.Close()
+	defer func() { _ = r.Close() }() // nothing is written to the pipe
+	defer func() { _ = w.Close() }()
 	for name, x := range map[string]interface{ Write([]byte) (int, error) }{"buffer": &bytes.Buffer{}, "file": f, "pipe": w} {
 		if IsTerminal(x) {
 			t.Errorf("%s is a terminal", name)
@@ -34,7 +34,7 @@ func TestIsTerminal(t *testing.T) {
 	if err != nil {
 		t.Skipf("no pseudo-terminal to test the positive case: %v", err)
 	}
-	defer pt.Close()
+	defer func() { _ = pt.Close() }()
 	if !IsTerminal(pt) || !New(pt, "").TTY {
 		t.Error("a pseudo-terminal is not a terminal")
 	}
