@@ -5,16 +5,16 @@ import (
 	"encoding/json"
 	"fmt"
 	"hash/fnv"
-	"io"
 	"math"
 	"net/http"
-	"net/http/httptest"
 	"sort"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"testing/synctest"
 	"time"
 
+	"github.com/arpatch/arpatch/harness/sglangtest"
 	"github.com/arpatch/arpatch/harness/stats"
 )
 
@@ -111,34 +111,6 @@ func (p *protoServer) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	fl.Flush()
 }
 
-// openConns opens n keep-alive connections from hc to the server at u,
-// with n one-token requests at once.
-func openConns(t *testing.T, hc *http.Client, u string, n int) {
-	t.Helper()
-	errs := make(chan error, n)
-	for range n {
-		go func() {
-			resp, err := hc.Post(u+"/generate", "application/json", strings.NewReader(`{"text": "warm", "sampling_params": {"max_new_tokens": 1}, "stream": true}`))
-			if err == nil {
-				_, err = io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-			}
-			errs <- err
-		}()
-	}
-	for range n {
-		if err := <-errs; err != nil {
-			t.Fatal(err)
-		}
-	}
-}
-
-func protoURL(t *testing.T, p *protoServer) string {
-	ts := httptest.NewServer(p)
-	t.Cleanup(ts.Close)
-	return ts.URL
-}
-
 // chunkTokens is how many tokens each chunk after the first brings.
 const chunkTokens = 8
 
@@ -151,104 +123,105 @@ const chunkTokens = 8
 // (calculate_metrics: TPOT = (latency - ttft) / (output_len - 1), output
 // throughput = sum(output_lens) / dur_s; async_request_sglang_generate: a
 // chunk's gap spread over its new tokens for ITL)).
+//
+// It runs on the virtual clock of a testing/synctest bubble, with the
+// servers on an in-memory network (sglangtest.Network: only the
+// transport, the protocol is protoServer's): the server paces its chunks
+// with time.After and the bench stamps them with time.Now on that clock,
+// so every rate is exact and no load on the machine can move it. The
+// bench's timing over real sockets on the wall clock is
+// TestMeasuredRate's (harness/sglang) and the CLI scripts' (bench.txtar).
 func TestAcceptance(t *testing.T) {
+	for _, levels := range [][]int{{1}, {1, 4, 16}} {
+		t.Run(fmt.Sprint(levels), func(t *testing.T) {
+			synctest.Test(t, func(t *testing.T) { testAcceptance(t, levels) })
+		})
+	}
+}
+
+func testAcceptance(t *testing.T, levels []int) {
 	const tokens, rate, chunk = 33, 500.0, chunkTokens
-	// The first token comes a chunk's interval after the request, as the
-	// later ones come after theirs, so that on a loaded machine the first
-	// and the last chunk both wait for a sleeping process to be woken: the
-	// delays that decode tok/s subtracts are alike, not a prompt first
-	// chunk against a late last one.
+	// The first token comes a chunk's interval (16 ms) after the request.
 	const ttft = time.Duration(chunk / rate * float64(time.Second))
 	// 16 prompts, so that 16 requests are in flight at level 16.
 	var prompts []string
 	for i := 0; i < 16; i++ {
 		prompts = append(prompts, fmt.Sprintf("prompt %d %s", i, strings.Repeat("word ", i%5)))
 	}
-	for _, levels := range [][]int{{1}, {1, 4, 16}} {
-		t.Run(fmt.Sprint(levels), func(t *testing.T) {
-			base := &protoServer{rate: rate, ttft: ttft, chunk: chunk}
-			slow := &protoServer{rate: rate * 0.6, ttft: ttft, chunk: chunk}
-			// At 16 in flight a trial's wall time is one short burst, which a
-			// starved test process (go test ./... on two cores) can stretch
-			// past every trial of the slow arm. With 6 trials a side that one
-			// trial makes U = 6, p = 0.065 (seen at load average 20); the
-			// sweep takes 8, where it makes U = 8, p = 0.010, so that one
-			// stretched trial cannot hide a 40% loss. At 1 a trial is 16
-			// requests in a row, whose sum evens out a stall: 4 trials.
-			trials := 4
-			if len(levels) > 1 {
-				trials = 8
+	n := sglangtest.NewNetwork()
+	defer n.Close()
+	serve := func(p *protoServer) string {
+		u, _ := n.Serve(p)
+		return u
+	}
+	base := &protoServer{rate: rate, ttft: ttft, chunk: chunk}
+	slow := &protoServer{rate: rate * 0.6, ttft: ttft, chunk: chunk}
+	// 4 trials a side at 1 (a trial is 16 requests in a row), 8 in the
+	// sweep, as the wall-clock form of this test needed against a
+	// stretched burst; on the virtual clock no trial is stretched.
+	trials := 4
+	if len(levels) > 1 {
+		trials = 8
+	}
+	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: serve(base)}, {Name: "slow", URL: serve(slow)}},
+		Prompts: prompts, MaxNewTokens: tokens, Trials: trials, Concurrency: levels, SpecAlgorithm: "EAGLE3", HTTP: n.HTTP()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := res.Levels(); fmt.Sprint(got) != fmt.Sprint(levels) || len(res.Findings) != 0 {
+		t.Fatalf("levels %v, findings %v", got, res.Findings)
+	}
+	for name, want := range map[string]float64{"baseline": rate, "slow": rate * 0.6} {
+		a := res.Arm(name)
+		for _, l := range a.Levels {
+			if got := l.Summaries["decode_tok_s"].Center; math.Abs(got/want-1) > 0.02 {
+				t.Errorf("%s at %d: decode %.1f tok/s, configured %.0f", name, l.Concurrency, got, want)
 			}
-			// As against a long-running server, the connections for 16 in
-			// flight are open before the timing starts: else the first
-			// trial at 4 and at 16 times TCP handshakes with its first
-			// chunks, and its rates are those of a cold start.
-			hc := &http.Client{Transport: &http.Transport{MaxIdleConnsPerHost: 256}}
-			defer hc.CloseIdleConnections()
-			baseURL, slowURL := protoURL(t, base), protoURL(t, slow)
-			openConns(t, hc, baseURL, 16)
-			openConns(t, hc, slowURL, 16)
-			res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: baseURL}, {Name: "slow", URL: slowURL}},
-				Prompts: prompts, MaxNewTokens: tokens, Trials: trials, Concurrency: levels, SpecAlgorithm: "EAGLE3", HTTP: hc})
-			if err != nil {
-				t.Fatal(err)
+			if got, exact := l.Summaries["accept_length"].Center, float64(tokens)/float64(base.verify(tokens)); got != exact {
+				t.Errorf("%s at %d: accept length %v, want %v", name, l.Concurrency, got, exact)
 			}
-			if got := res.Levels(); fmt.Sprint(got) != fmt.Sprint(levels) || len(res.Findings) != 0 {
-				t.Fatalf("levels %v, findings %v", got, res.Findings)
-			}
-			for name, want := range map[string]float64{"baseline": rate, "slow": rate * 0.6} {
-				a := res.Arm(name)
-				for _, l := range a.Levels {
-					if got := l.Summaries["decode_tok_s"].Center; math.Abs(got/want-1) > 0.02 {
-						t.Errorf("%s at %d: decode %.1f tok/s, configured %.0f", name, l.Concurrency, got, want)
-					}
-					if got, exact := l.Summaries["accept_length"].Center, float64(tokens)/float64(base.verify(tokens)); got != exact {
-						t.Errorf("%s at %d: accept length %v, want %v", name, l.Concurrency, got, exact)
-					}
-				}
-				for i, tr := range a.Trials {
-					benchServing(t, tr, a.Metrics[i], tokens)
-				}
-			}
-			sl := res.Arm("slow")
-			for _, l := range sl.Levels {
-				if l.Verdict != Slower || l.Deltas["tok_s"].Pct > -25 {
-					t.Errorf("slow arm at %d: %v %+v", l.Concurrency, l.Verdict, l.Deltas["tok_s"])
-				}
-			}
-			if sl.Invalid || sl.Agreement.IdenticalN != trials*len(prompts)*len(levels) || sl.Verdict != Slower {
-				t.Errorf("slow arm: %v, invalid %v, agreement %+v", sl.Verdict, sl.Invalid, sl.Agreement)
-			}
+		}
+		for i, tr := range a.Trials {
+			benchServing(t, tr, a.Metrics[i], tokens)
+		}
+	}
+	sl := res.Arm("slow")
+	for _, l := range sl.Levels {
+		if l.Verdict != Slower || l.Deltas["tok_s"].Pct > -25 {
+			t.Errorf("slow arm at %d: %v %+v", l.Concurrency, l.Verdict, l.Deltas["tok_s"])
+		}
+	}
+	if sl.Invalid || sl.Agreement.IdenticalN != trials*len(prompts)*len(levels) || sl.Verdict != Slower {
+		t.Errorf("slow arm: %v, invalid %v, agreement %+v", sl.Verdict, sl.Invalid, sl.Agreement)
+	}
 
-			corrupt := &protoServer{rate: rate, ttft: ttft, chunk: chunk, corrupt: true}
-			aborting := &protoServer{rate: rate, ttft: ttft, chunk: chunk, abortN: 3}
-			res, err = Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: protoURL(t, &protoServer{rate: rate, ttft: ttft, chunk: chunk})},
-				{Name: "corrupt", URL: protoURL(t, corrupt)}, {Name: "aborting", URL: protoURL(t, aborting)}},
-				Prompts: prompts, MaxNewTokens: tokens, Trials: 1, Concurrency: levels})
-			if err != nil {
-				t.Fatal(err)
+	corrupt := &protoServer{rate: rate, ttft: ttft, chunk: chunk, corrupt: true}
+	aborting := &protoServer{rate: rate, ttft: ttft, chunk: chunk, abortN: 3}
+	res, err = Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: serve(&protoServer{rate: rate, ttft: ttft, chunk: chunk})},
+		{Name: "corrupt", URL: serve(corrupt)}, {Name: "aborting", URL: serve(aborting)}},
+		Prompts: prompts, MaxNewTokens: tokens, Trials: 1, Concurrency: levels, HTTP: n.HTTP()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range []string{"corrupt", "aborting"} {
+		a := res.Arm(name)
+		if a.Verdict != Invalid || !a.Verdict.Fails() {
+			t.Errorf("%s: verdict %v %v", name, a.Verdict, a.Warnings)
+		}
+		for _, l := range a.Levels {
+			if l.Verdict != Invalid {
+				t.Errorf("%s at %d: %v", name, l.Concurrency, l.Verdict)
 			}
-			for _, name := range []string{"corrupt", "aborting"} {
-				a := res.Arm(name)
-				if a.Verdict != Invalid || !a.Verdict.Fails() {
-					t.Errorf("%s: verdict %v %v", name, a.Verdict, a.Warnings)
-				}
-				for _, l := range a.Levels {
-					if l.Verdict != Invalid {
-						t.Errorf("%s at %d: %v", name, l.Concurrency, l.Verdict)
-					}
-				}
-			}
-			if ag := res.Arm("corrupt").Agreement; ag.IdenticalN != 0 || ag.Outputs != len(prompts)*len(levels) {
-				t.Errorf("corrupt agreement %+v", ag)
-			}
-			if w := warnings(res.Arm("aborting")); !strings.Contains(w, "aborted by the server: internal error (proto)") {
-				t.Errorf("aborting warnings: %s", w)
-			}
-			if res.Arm("baseline").Verdict != Baseline {
-				t.Errorf("baseline verdict %v", res.Arm("baseline").Verdict)
-			}
-		})
+		}
+	}
+	if ag := res.Arm("corrupt").Agreement; ag.IdenticalN != 0 || ag.Outputs != len(prompts)*len(levels) {
+		t.Errorf("corrupt agreement %+v", ag)
+	}
+	if w := warnings(res.Arm("aborting")); !strings.Contains(w, "aborted by the server: internal error (proto)") {
+		t.Errorf("aborting warnings: %s", w)
+	}
+	if res.Arm("baseline").Verdict != Baseline {
+		t.Errorf("baseline verdict %v", res.Arm("baseline").Verdict)
 	}
 }
 

@@ -39,8 +39,9 @@ func serveOn(n *sglangtest.Network, cfg sglangtest.Config) string {
 
 // TestRunVerdicts attaches to in-test servers: a baseline, an identical
 // arm and an arm that returns other text, on the virtual clock of a
-// synctest bubble, where each arm's rates are exact. (A slower arm and
-// the measured rates on the wall clock are TestAcceptance's.)
+// synctest bubble, where each arm's rates are exact. (A slower arm is
+// TestAcceptance's; measured rates on the wall clock are
+// harness/sglang's TestMeasuredRate.)
 func TestRunVerdicts(t *testing.T) { synctest.Test(t, testRunVerdicts) }
 
 func testRunVerdicts(t *testing.T) {

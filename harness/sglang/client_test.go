@@ -159,36 +159,51 @@ data: [DONE]
 // for them; and each measured request decodes for 6 s, so that the
 // 120 ms that 2% allows covers the scheduling delay of its first and last
 // chunk on a loaded machine (up to 120 ms seen at load average 24 on two
-// cores, where 4 s failed 2 runs of 5). The three run at once. How late
+// cores, where 4 s failed 2 runs of 5). The three run at once, in one
+// test: as parallel subtests, -parallel (GOMAXPROCS, 2 on two cores) ran
+// two, then the third, 12 s in all. How late
 // the first chunk may be read is the machine's speed, not the client's
 // logic: BenchmarkTimingSkew reports it (ttft-late-ms), and
 // TestMeasuredRateExact checks that TTFT is the first chunk's time,
 // exactly, on a virtual clock.
 func TestMeasuredRate(t *testing.T) {
-	for _, tc := range []struct {
-		rate  float64
-		chunk int
-	}{{200, 1}, {150, 3}, {90, 4}} {
-		t.Run(fmt.Sprintf("%v tok/s, %d a chunk", tc.rate, tc.chunk), func(t *testing.T) {
-			t.Parallel()
-			tokens := 1 + int(6*tc.rate) // 6 s after the first token
-			srv := sglangtest.New(sglangtest.Config{TokPerSec: tc.rate, TTFT: 30 * time.Millisecond, TokensPerChunk: tc.chunk, AcceptLength: float64(tc.chunk) - 0.5})
-			ts := httptest.NewServer(srv)
-			defer ts.Close()
-			c := sglang.NewClient(ts.URL)
-			if w := c.Generate(context.Background(), 0, sglang.Request{Text: "warm-up", MaxNewTokens: 2}); w.Err != "" {
-				t.Fatal(w.Err)
+	type run struct {
+		rate    float64
+		chunk   int
+		tokens  int
+		srv     *sglangtest.Server
+		warm, s sglang.Sample
+	}
+	runs := []*run{{rate: 200, chunk: 1}, {rate: 150, chunk: 3}, {rate: 90, chunk: 4}}
+	var wg sync.WaitGroup
+	for _, r := range runs {
+		r.tokens = 1 + int(6*r.rate) // 6 s after the first token
+		r.srv = sglangtest.New(sglangtest.Config{TokPerSec: r.rate, TTFT: 30 * time.Millisecond, TokensPerChunk: r.chunk, AcceptLength: float64(r.chunk) - 0.5})
+		ts := httptest.NewServer(r.srv)
+		defer ts.Close()
+		c := sglang.NewClient(ts.URL)
+		wg.Go(func() {
+			if r.warm = c.Generate(context.Background(), 0, sglang.Request{Text: "warm-up", MaxNewTokens: 2}); r.warm.Err == "" {
+				r.s = c.Generate(context.Background(), 0, sglang.Request{Text: "hello world", MaxNewTokens: r.tokens})
 			}
-			s := c.Generate(context.Background(), 0, sglang.Request{Text: "hello world", MaxNewTokens: tokens})
+		})
+	}
+	wg.Wait()
+	for _, r := range runs {
+		t.Run(fmt.Sprintf("%v tok/s, %d a chunk", r.rate, r.chunk), func(t *testing.T) {
+			s := r.s
+			if r.warm.Err != "" {
+				t.Fatal(r.warm.Err)
+			}
 			if s.Err != "" {
 				t.Fatal(s.Err)
 			}
 			got := s.DecodeTokPerSec()
-			if math.Abs(got/tc.rate-1) > 0.02 {
-				t.Errorf("measured %.2f tok/s, off by %.1f%% (TTFT %.3f s, E2E %.3f s)", got, (got/tc.rate-1)*100, s.TTFT, s.E2E)
+			if math.Abs(got/r.rate-1) > 0.02 {
+				t.Errorf("measured %.2f tok/s, off by %.1f%% (TTFT %.3f s, E2E %.3f s)", got, (got/r.rate-1)*100, s.TTFT, s.E2E)
 			}
-			if s.CompletionTokens != tokens || s.SpecVerifyCt != srv.VerifyCount(tokens) {
-				t.Errorf("tokens %d verify %d, want %d and %d", s.CompletionTokens, s.SpecVerifyCt, tokens, srv.VerifyCount(tokens))
+			if s.CompletionTokens != r.tokens || s.SpecVerifyCt != r.srv.VerifyCount(r.tokens) {
+				t.Errorf("tokens %d verify %d, want %d and %d", s.CompletionTokens, s.SpecVerifyCt, r.tokens, r.srv.VerifyCount(r.tokens))
 			}
 			if s.TTFT < 0.03 {
 				t.Errorf("TTFT %.3f s, before the server's 0.03 s", s.TTFT)
