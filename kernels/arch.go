@@ -17,70 +17,9 @@
 package kernels
 
 import (
-	"fmt"
-	"sort"
 	"strconv"
 	"strings"
 )
-
-// Arch is a CUDA architecture name without "sm_": "120a", "90a", "80".
-type Arch string
-
-// Gencode returns nvcc's flag for the arch, e.g.
-// "-gencode=arch=compute_120a,code=sm_120a".
-func (a Arch) Gencode() string {
-	return fmt.Sprintf("-gencode=arch=compute_%s,code=sm_%s", a, a)
-}
-
-// SM returns "sm_120a".
-func (a Arch) SM() string { return "sm_" + string(a) }
-
-// minNVCC gives the oldest nvcc (major*10+minor) that compiles each arch,
-// from NVIDIA's CUDA release notes: sm_90a since 12.0, sm_100a and sm_120a
-// since 12.8, sm_103a and sm_121a since 12.9, sm_110a since 13.0.
-var minNVCC = map[Arch]int{
-	"75": 100, "80": 110, "86": 111, "87": 114, "89": 118, "90": 118, "90a": 120,
-	"100": 128, "100a": 128, "100f": 129, "101a": 128, "103a": 129, "110a": 130,
-	"120": 128, "120a": 128, "120f": 129, "121a": 129,
-}
-
-// ParseArchs splits "120a,90a" (or a list of such) into sorted, unique
-// archs. It returns an error naming an arch arpatch does not know; "sm_"
-// prefixes are accepted and dropped.
-func ParseArchs(list []string) ([]Arch, error) {
-	seen := map[Arch]bool{}
-	var out []Arch
-	for _, item := range list {
-		for _, s := range strings.Split(item, ",") {
-			s = strings.TrimPrefix(strings.TrimSpace(s), "sm_")
-			if s == "" {
-				continue
-			}
-			a := Arch(s)
-			if _, ok := minNVCC[a]; !ok {
-				return nil, fmt.Errorf("unknown CUDA arch %q; use names like 120a (sm_120a, RTX PRO 6000 Blackwell) or 90a (sm_90a, H100/H200)", s)
-			}
-			if !seen[a] {
-				seen[a] = true
-				out = append(out, a)
-			}
-		}
-	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no CUDA arch given; pass --arch, e.g. --arch 120a")
-	}
-	sort.Slice(out, func(i, j int) bool { return out[i] < out[j] })
-	return out, nil
-}
-
-// ArchStrings returns the archs as strings.
-func ArchStrings(as []Arch) []string {
-	out := make([]string, len(as))
-	for i, a := range as {
-		out[i] = string(a)
-	}
-	return out
-}
 
 // Version is a dotted version, e.g. 13.0.88.
 type Version []int
@@ -126,10 +65,10 @@ func (v Version) Major() int {
 	return v[0]
 }
 
-// majorMinor returns major*10+minor for comparisons with minNVCC.
-func (v Version) majorMinor() int {
+// Minor returns the second component, or 0 when v has none.
+func (v Version) Minor() int {
 	if len(v) < 2 {
-		return v.Major() * 10
+		return 0
 	}
-	return v[0]*10 + v[1]
+	return v[1]
 }

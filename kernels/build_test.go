@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/lockfile"
 	git "github.com/go-git/go-git/v5"
 
@@ -366,7 +367,7 @@ func TestCheckCompilesEachArch(t *testing.T) {
 	for _, l := range layouts {
 		t.Run(l.name, func(t *testing.T) {
 			e := newEnvIn(t, l).with("FAKE_NVCC_FAIL_ARCHS=120a")
-			res, tc, err := Check(context.Background(), CheckOptions{Src: e.src, Archs: []Arch{"120a", "90a"}, Python: "python3", Env: e.env})
+			res, tc, err := Check(context.Background(), CheckOptions{Src: e.src, Archs: []cudaarch.Arch{"120a", "90a"}, Python: "python3", Env: e.env})
 			if err != nil {
 				t.Fatal(err)
 			}
@@ -395,7 +396,7 @@ func TestCheckCompilesEachArch(t *testing.T) {
 	if _, err := testrepo.Init(dir); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err := Check(context.Background(), CheckOptions{Src: dir, Archs: []Arch{"90a"}, Python: "python3"})
+	_, _, err := Check(context.Background(), CheckOptions{Src: dir, Archs: []cudaarch.Arch{"90a"}, Python: "python3"})
 	contains(t, errString(err), dir+" has no sgl-kernel project: looked for a directory holding csrc/allreduce/custom_all_reduce.cu, CMakeLists.txt and a pyproject.toml",
 		"./ holds csrc/allreduce/custom_all_reduce.cu but no CMakeLists.txt")
 }

@@ -9,6 +9,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/sglkernel"
 )
 
@@ -17,7 +18,7 @@ type CheckResult struct {
 	// TU is the translation unit compiled, relative to the tree:
 	// <project>/csrc/allreduce/custom_all_reduce.cu.
 	TU      string
-	Arch    Arch
+	Arch    cudaarch.Arch
 	OK      bool
 	Seconds float64
 	Errors  []string // nvcc's error lines, at most 20
@@ -28,7 +29,7 @@ type CheckResult struct {
 // CheckOptions holds the inputs of Check.
 type CheckOptions struct {
 	Src    string
-	Archs  []Arch
+	Archs  []cudaarch.Arch
 	Python string
 	Env    []string
 	// Parallel is how many archs compile at once; 0 means all.
@@ -92,7 +93,7 @@ func Check(ctx context.Context, opts CheckOptions) ([]CheckResult, *Toolchain, e
 	var wg sync.WaitGroup
 	for i, a := range opts.Archs {
 		wg.Add(1)
-		go func(i int, a Arch) {
+		go func(i int, a cudaarch.Arch) {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()

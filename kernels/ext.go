@@ -10,6 +10,8 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/cudaarch"
 )
 
 //go:embed allreduce_ext/binding.cpp allreduce_ext/build_ext.py
@@ -17,20 +19,6 @@ var extFiles embed.FS
 
 // ExtModule is the Python module name of the allreduce extension.
 const ExtModule = "arpatch_custom_ar"
-
-// torchArch maps an arch to TORCH_CUDA_ARCH_LIST's spelling: 120a is
-// "12.0a", 90a "9.0a", 80 "8.0".
-func torchArch(a Arch) string {
-	s := string(a)
-	suffix := ""
-	if n := len(s); n > 0 && (s[n-1] == 'a' || s[n-1] == 'f') {
-		suffix, s = s[n-1:], s[:n-1]
-	}
-	if len(s) < 2 {
-		return string(a)
-	}
-	return s[:len(s)-1] + "." + s[len(s)-1:] + suffix
-}
 
 // PlanExt decides the build of the allreduce extension: the allreduce
 // translation unit of the tree's sgl-kernel project (sglkernel, wherever
@@ -53,7 +41,7 @@ func PlanExt(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	p.Jobs = max(opts.Jobs, 0) // 0: build_ext.py's own default
 	var tal []string
 	for _, a := range opts.Archs {
-		tal = append(tal, torchArch(a))
+		tal = append(tal, a.Torch())
 	}
 	p.Env = map[string]string{"TORCH_CUDA_ARCH_LIST": strings.Join(tal, ";")}
 	if p.Jobs > 0 {
@@ -75,7 +63,7 @@ func PlanExt(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	buildEnv := outputEnv(env, "TORCH_CUDA_ARCH_LIST")
 	p.Inputs = Inputs{
 		Schema: KeySchema, Kind: "allreduce-ext", Commit: st.Commit, Series: st.Series, Project: p.Project.Dir,
-		Patches: patchInputs(st), Archs: ArchStrings(opts.Archs), Builder: p.Builder,
+		Patches: patchInputs(st), Archs: cudaarch.Strings(opts.Archs), Builder: p.Builder,
 		BuildEnv: buildEnv, Toolchain: tc.Versions(""), Extra: extra,
 	}
 	p.Key = p.Inputs.Key()

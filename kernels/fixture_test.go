@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
@@ -221,9 +222,9 @@ func (e *env) apply(t testing.TB, src, series string, cat *patches.Catalog) *rec
 	return r
 }
 
-func (e *env) opts(archs ...Arch) BuildOptions {
+func (e *env) opts(archs ...cudaarch.Arch) BuildOptions {
 	if len(archs) == 0 {
-		archs = []Arch{"120a"}
+		archs = []cudaarch.Arch{"120a"}
 	}
 	return BuildOptions{Src: e.src, Archs: archs, Jobs: 4, Tool: "auto", Python: "python3", Cache: e.cache,
 		Env: e.env, Launcher: []string{"/opt/arpatch", "gencode-filter"}, Version: "test"}

@@ -3,6 +3,8 @@ package kernels
 import (
 	"regexp"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/cudaarch"
 )
 
 // GencodeEnv names the environment variable that tells the gencode filter
@@ -16,12 +18,12 @@ const GencodeLogEnv = "ARPATCH_GENCODE_LOG"
 
 // KeptArchs returns the archs of args' -gencode options that are in keep:
 // what an nvcc command after FilterGencode compiles of the requested ones.
-func KeptArchs(args []string, keep []Arch) []Arch {
+func KeptArchs(args []string, keep []cudaarch.Arch) []cudaarch.Arch {
 	want := map[string]bool{}
 	for _, a := range keep {
 		want[string(a)] = true
 	}
-	var out []Arch
+	var out []cudaarch.Arch
 	for i, a := range args {
 		var v string
 		for _, flag := range []string{"-gencode", "--generate-code"} {
@@ -32,16 +34,12 @@ func KeptArchs(args []string, keep []Arch) []Arch {
 				v = args[i+1]
 			}
 		}
-		if arch := archOf(v); arch != "" && want[arch] {
-			out = append(out, Arch(arch))
+		if arch := string(cudaarch.FromGencode(v)); arch != "" && want[arch] {
+			out = append(out, cudaarch.Arch(arch))
 		}
 	}
 	return out
 }
-
-// gencodeArch reads the sm/compute number out of a -gencode value such as
-// "arch=compute_90a,code=sm_90a" or "arch=compute_120a,code=[sm_120a,compute_120a]".
-var gencodeArch = regexp.MustCompile(`arch=compute_([0-9]+[af]?)`)
 
 // FilterGencode drops nvcc -gencode options whose arch is not in keep. It
 // understands "-gencode=V", "-gencode V", "--generate-code=V" and
@@ -55,7 +53,7 @@ var gencodeArch = regexp.MustCompile(`arch=compute_([0-9]+[af]?)`)
 // (SGL_KERNEL_CUDA_FLAGS in the sgl-kernel project's CMakeLists.txt) without patching the
 // tree: the build runs nvcc through `arpatch gencode-filter`, set as
 // CMAKE_CUDA_COMPILER_LAUNCHER, the same for every arm of an A/B build.
-func FilterGencode(args []string, keep []Arch) (out []string, dropped []string) {
+func FilterGencode(args []string, keep []cudaarch.Arch) (out []string, dropped []string) {
 	want := map[string]bool{}
 	for _, a := range keep {
 		want[string(a)] = true
@@ -70,9 +68,9 @@ func FilterGencode(args []string, keep []Arch) (out []string, dropped []string) 
 		for _, flag := range []string{"-gencode", "--generate-code"} {
 			switch {
 			case strings.HasPrefix(a, flag+"="):
-				opts = append(opts, opt{i, 1, archOf(strings.TrimPrefix(a, flag+"="))})
+				opts = append(opts, opt{i, 1, string(cudaarch.FromGencode(strings.TrimPrefix(a, flag+"=")))})
 			case a == flag && i+1 < len(args):
-				opts = append(opts, opt{i, 2, archOf(args[i+1])})
+				opts = append(opts, opt{i, 2, string(cudaarch.FromGencode(args[i+1]))})
 				i++
 			}
 		}
@@ -103,22 +101,19 @@ func FilterGencode(args []string, keep []Arch) (out []string, dropped []string) 
 	return out, dropped
 }
 
-func archOf(v string) string {
-	if m := gencodeArch.FindStringSubmatch(v); m != nil {
-		return m[1]
-	}
-	return ""
-}
+// upstreamGencodeRe matches a -gencode flag as upstream's CMake files
+// write them.
+var upstreamGencodeRe = regexp.MustCompile(`-gencode=arch=compute_(` + cudaarch.Pattern + `),code=sm_`)
 
 // UpstreamArchs lists the archs named by -gencode strings in a CMake file's
 // text, in order of first appearance: what upstream would compile.
-func UpstreamArchs(cmake string) []Arch {
+func UpstreamArchs(cmake string) []cudaarch.Arch {
 	seen := map[string]bool{}
-	var out []Arch
-	for _, m := range regexp.MustCompile(`-gencode=arch=compute_([0-9]+[af]?),code=sm_`).FindAllStringSubmatch(cmake, -1) {
+	var out []cudaarch.Arch
+	for _, m := range upstreamGencodeRe.FindAllStringSubmatch(cmake, -1) {
 		if !seen[m[1]] {
 			seen[m[1]] = true
-			out = append(out, Arch(m[1]))
+			out = append(out, cudaarch.Arch(m[1]))
 		}
 	}
 	return out

@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"syscall"
+
+	"github.com/arpatch/arpatch/internal/cudaarch"
 )
 
 // LaunchArgs returns the compiler command that `arpatch gencode-filter`
@@ -21,10 +23,10 @@ import (
 //     the same in every build and different for every object.
 //
 // It returns an error naming GencodeEnv when that holds no valid arch.
-func LaunchArgs(args []string, getenv func(string) string) (out []string, kept []Arch, err error) {
+func LaunchArgs(args []string, getenv func(string) string) (out []string, kept []cudaarch.Arch, err error) {
 	out = args
 	if v := getenv(GencodeEnv); v != "" {
-		archs, err := ParseArchs([]string{v})
+		archs, err := cudaarch.Parse([]string{v})
 		if err != nil {
 			return nil, nil, fmt.Errorf("gencode-filter: $%s: %w", GencodeEnv, err)
 		}
@@ -98,7 +100,7 @@ func Launch(args []string) error {
 
 // appendArchs appends each arch, one a line, to the file at path,
 // creating it.
-func appendArchs(path string, archs []Arch) error {
+func appendArchs(path string, archs []cudaarch.Arch) error {
 	f, err := os.OpenFile(path, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
 	if err != nil {
 		return err

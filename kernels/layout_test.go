@@ -12,6 +12,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/sglkernel"
 	"github.com/arpatch/arpatch/internal/testrepo"
 )
@@ -61,7 +62,7 @@ func TestPlanFindsTheProject(t *testing.T) {
 		cut.Pin() != "57e3cfb47a2d9e0d46eb6335c3dc411498efa198" || cut.URLHash != "SHA256="+sha256Hex(fixtureArchive(t, "repo-cutlass")) {
 		t.Errorf("cutlass %+v", cut)
 	}
-	if got := ArchStrings(p.Upstream); strings.Join(got, " ") != "90 120a 90a" {
+	if got := cudaarch.Strings(p.Upstream); strings.Join(got, " ") != "90 120a 90a" {
 		t.Errorf("upstream archs %v", got)
 	}
 }
@@ -323,7 +324,7 @@ func TestRemediesRunAsPrinted(t *testing.T) {
 	if err := os.Remove(e.k("csrc/allreduce/custom_all_reduce.cu")); err != nil {
 		t.Fatal(err)
 	}
-	_, _, err = Check(context.Background(), CheckOptions{Src: e.src, Archs: []Arch{"90a"}, Python: "python3", Env: e.env})
+	_, _, err = Check(context.Background(), CheckOptions{Src: e.src, Archs: []cudaarch.Arch{"90a"}, Python: "python3", Env: e.env})
 	msg := errString(err)
 	i := strings.Index(msg, "(git -C ")
 	if i < 0 || !strings.HasSuffix(msg, ")") {
@@ -334,7 +335,7 @@ func TestRemediesRunAsPrinted(t *testing.T) {
 	} else if out, err := exec.Command("sh", "-c", c).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", c, err, out)
 	}
-	if res, _, err := Check(context.Background(), CheckOptions{Src: e.src, Archs: []Arch{"90a"}, Python: "python3", Env: e.env}); err != nil || !res[0].OK {
+	if res, _, err := Check(context.Background(), CheckOptions{Src: e.src, Archs: []cudaarch.Arch{"90a"}, Python: "python3", Env: e.env}); err != nil || !res[0].OK {
 		t.Errorf("after the remedy: %+v %v", res, err)
 	}
 }

@@ -13,13 +13,14 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/sglkernel"
 )
 
 // BuildOptions holds every input of PlanBuild and Build.
 type BuildOptions struct {
 	Src     string // patched SGLang checkout (arpatch apply)
-	Archs   []Arch
+	Archs   []cudaarch.Arch
 	Jobs    int    // 0: one per CPU core
 	Tool    string // "auto", "uv" or "pip"
 	Offline bool
@@ -81,8 +82,8 @@ type Plan struct {
 	Dir       string   // where the command runs: <src>/<Project.Dir> for the wheel
 	Argv      []string // with "@TMP@" where the temp output dir goes
 	Env       map[string]string
-	Archs     []Arch
-	Upstream  []Arch // what upstream's CMakeLists would compile
+	Archs     []cudaarch.Arch
+	Upstream  []cudaarch.Arch // what upstream's CMakeLists would compile
 	Deps      []Dep
 	Toolchain *Toolchain
 	Builder   string
@@ -218,7 +219,7 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 		"MAX_JOBS":                   strconv.Itoa(p.Jobs),
 		"CMAKE_BUILD_PARALLEL_LEVEL": strconv.Itoa(p.Jobs),
 		"CMAKE_ARGS":                 strings.Join(cmakeArgs, " "),
-		GencodeEnv:                   strings.Join(ArchStrings(opts.Archs), ","),
+		GencodeEnv:                   strings.Join(cudaarch.Strings(opts.Archs), ","),
 	}
 	if home := tc.CUDAHome(); home != "" {
 		p.Env["CUDA_HOME"] = home
@@ -237,7 +238,7 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	}
 	p.Inputs = Inputs{
 		Schema: KeySchema, Kind: "wheel", Commit: st.Commit, Series: st.Series, Project: p.Project.Dir,
-		Patches: patchInputs(st), Archs: ArchStrings(opts.Archs), Builder: p.Builder, Offline: opts.Offline,
+		Patches: patchInputs(st), Archs: cudaarch.Strings(opts.Archs), Builder: p.Builder, Offline: opts.Offline,
 		Deps: depIn, BuildEnv: buildEnv, Toolchain: tc.Versions(p.Builder),
 	}
 	p.Key = p.Inputs.Key()
@@ -252,7 +253,7 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 // -gencode options, it cannot add one, so such an arch would silently
 // build upstream's whole list. The error names the arch, the nearest one
 // upstream has, and the list.
-func CheckUpstreamArchs(want, upstream []Arch) error {
+func CheckUpstreamArchs(want, upstream []cudaarch.Arch) error {
 	if len(upstream) == 0 {
 		return nil // CMake files we cannot read for archs: nothing to check
 	}
@@ -262,12 +263,12 @@ func CheckUpstreamArchs(want, upstream []Arch) error {
 		}
 		hint := ""
 		for _, u := range upstream {
-			if strings.TrimSuffix(string(u), "a") == strings.TrimSuffix(string(a), "a") {
+			if u.CC() == a.CC() {
 				hint = fmt.Sprintf(" (did you mean %s?)", u)
 			}
 		}
 		return fmt.Errorf("--arch %s: upstream's CMake files do not compile %s%s; the gencode filter can only drop archs, so pick from: %s",
-			a, a.SM(), hint, strings.Join(ArchStrings(upstream), " "))
+			a, a.SM(), hint, strings.Join(cudaarch.Strings(upstream), " "))
 	}
 	return nil
 }

@@ -5,8 +5,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"github.com/arpatch/arpatch/internal/checkout"
-	"github.com/arpatch/arpatch/internal/lockfile"
 	"io"
 	"os"
 	"os/exec"
@@ -15,6 +13,9 @@ import (
 	"strings"
 	"syscall"
 	"time"
+
+	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/lockfile"
 )
 
 // Result is a finished build, from the cache or just made.

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/safefs"
 )
 
@@ -312,7 +313,7 @@ func writeProbeCache(file, fp string, tc *Toolchain) {
 
 // Needs says which tools a job requires.
 type Needs struct {
-	Archs   []Arch
+	Archs   []cudaarch.Arch
 	Builder string // "uv", "pip", or "" when the job builds no wheel
 	CMake   bool   // the wheel build needs cmake and ninja
 	Ninja   bool   // torch.utils.cpp_extension needs ninja
@@ -329,7 +330,7 @@ func (e *ToolchainError) Error() string {
 }
 
 // Validate refuses a toolchain that cannot do the job: no nvcc, an nvcc
-// too old for an arch (sm_120a needs nvcc >= 12.8; see minNVCC), torch
+// too old for an arch (sm_120a needs nvcc >= 12.8; see cudaarch's table), torch
 // missing, torch built for another CUDA major than nvcc's (the extension
 // would not load), or no cmake, ninja or build frontend. It returns a
 // *ToolchainError listing every problem with its remedy.
@@ -340,9 +341,10 @@ func (tc *Toolchain) Validate(n Needs) error {
 		probs = append(probs, "nvcc not found (looked in $CUDA_HOME/bin and PATH); install the CUDA toolkit or set CUDA_HOME")
 	} else {
 		for _, a := range n.Archs {
-			if min := minNVCC[a]; nv.majorMinor() < min {
+			if !a.NVCCSupports(nv.Major(), nv.Minor()) {
+				major, minor, _ := a.MinNVCC()
 				probs = append(probs, fmt.Sprintf("%s needs nvcc >= %d.%d, but %s is %s; install CUDA %d.%d or newer and set CUDA_HOME",
-					a.SM(), min/10, min%10, tc.NVCC.Path, tc.NVCC.Version, min/10, min%10))
+					a.SM(), major, minor, tc.NVCC.Path, tc.NVCC.Version, major, minor))
 			}
 		}
 	}

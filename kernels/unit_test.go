@@ -10,6 +10,8 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+
+	"github.com/arpatch/arpatch/internal/cudaarch"
 )
 
 func TestParseNVCCVersion(t *testing.T) {
@@ -71,7 +73,7 @@ func itoa(n int) string { b, _ := json.Marshal(n); return string(b) }
 func TestFilterGencode(t *testing.T) {
 	args := []string{"nvcc", "-O3", "-gencode=arch=compute_90,code=sm_90", "-gencode", "arch=compute_120a,code=sm_120a",
 		"--generate-code=arch=compute_100a,code=[sm_100a,compute_100a]", "-c", "x.cu"}
-	out, dropped := FilterGencode(args, []Arch{"120a"})
+	out, dropped := FilterGencode(args, []cudaarch.Arch{"120a"})
 	if want := []string{"nvcc", "-O3", "-gencode", "arch=compute_120a,code=sm_120a", "-c", "x.cu"}; !reflect.DeepEqual(out, want) {
 		t.Errorf("out = %q, want %q", out, want)
 	}
@@ -80,27 +82,11 @@ func TestFilterGencode(t *testing.T) {
 	}
 	// A translation unit built only for another arch is left alone.
 	fa3 := []string{"nvcc", "-gencode=arch=compute_90a,code=sm_90a", "-c", "fa3.cu"}
-	if out, dropped := FilterGencode(fa3, []Arch{"120a"}); !reflect.DeepEqual(out, fa3) || dropped != nil {
+	if out, dropped := FilterGencode(fa3, []cudaarch.Arch{"120a"}); !reflect.DeepEqual(out, fa3) || dropped != nil {
 		t.Errorf("sm_90a-only TU changed: %q %v", out, dropped)
 	}
-	if got := UpstreamArchs(fixtureCMake); !reflect.DeepEqual(got, []Arch{"90", "80", "100a", "120a", "90a"}) {
+	if got := UpstreamArchs(fixtureCMake); !reflect.DeepEqual(got, []cudaarch.Arch{"90", "80", "100a", "120a", "90a"}) {
 		t.Errorf("UpstreamArchs = %v", got)
-	}
-}
-
-func TestParseArchs(t *testing.T) {
-	got, err := ParseArchs([]string{"120a,sm_90a", "120a"})
-	if err != nil || !reflect.DeepEqual(got, []Arch{"120a", "90a"}) {
-		t.Errorf("ParseArchs = %v, %v", got, err)
-	}
-	if _, err := ParseArchs([]string{"120x"}); err == nil || !strings.Contains(err.Error(), `unknown CUDA arch "120x"`) {
-		t.Errorf("bad arch: %v", err)
-	}
-	if _, err := ParseArchs(nil); err == nil {
-		t.Error("empty arch list accepted")
-	}
-	if Arch("120a").Gencode() != "-gencode=arch=compute_120a,code=sm_120a" || torchArch("120a") != "12.0a" || torchArch("90a") != "9.0a" || torchArch("80") != "8.0" {
-		t.Error("arch spellings")
 	}
 }
 
@@ -275,11 +261,11 @@ func TestCacheLockAndStaleBuilds(t *testing.T) {
 }
 
 func TestArchsUpstreamHasAndQuoting(t *testing.T) {
-	up := []Arch{"90", "100a", "120a", "90a"}
-	if err := CheckUpstreamArchs([]Arch{"120a", "90a"}, up); err != nil {
+	up := []cudaarch.Arch{"90", "100a", "120a", "90a"}
+	if err := CheckUpstreamArchs([]cudaarch.Arch{"120a", "90a"}, up); err != nil {
 		t.Error(err)
 	}
-	err := CheckUpstreamArchs([]Arch{"100"}, up)
+	err := CheckUpstreamArchs([]cudaarch.Arch{"100"}, up)
 	if err == nil || !strings.Contains(err.Error(), "--arch 100: upstream's CMake files do not compile sm_100 (did you mean 100a?)") {
 		t.Errorf("err = %v", err)
 	}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/shellq"
 
@@ -383,7 +384,7 @@ func preflight(cfg *Config, o Options) (*runInputs, error) {
 		if len(archs) == 0 {
 			archs = b.Build.Archs
 		}
-		as, err := kernels.ParseArchs(archs)
+		as, err := cudaarch.Parse(archs)
 		if err != nil {
 			return nil, fmt.Errorf("build.archs: %w", err)
 		}
@@ -778,7 +779,7 @@ func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recip
 	if len(archs) == 0 {
 		archs = b.Build.Archs
 	}
-	as, err := kernels.ParseArchs(archs)
+	as, err := cudaarch.Parse(archs)
 	if err != nil {
 		rep.Errors = append(rep.Errors, "build: "+err.Error())
 		rep.exit(ExitInfra)

@@ -30,6 +30,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/internal/bounds"
+	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/tomlx"
 )
@@ -198,11 +199,7 @@ type Arm struct {
 var (
 	nameRe   = regexp.MustCompile(`^[a-z0-9][a-z0-9_.-]*$`)
 	envKeyRe = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	archRe   = regexp.MustCompile(`^[0-9]{2,3}[af]?$`)
 )
-
-// KnownArchs are the CUDA arch names arpatch accepts in [build] archs.
-var KnownArchs = []string{"75", "80", "86", "87", "89", "90", "90a", "100", "100a", "100f", "101a", "103a", "110a", "120", "120a", "120f", "121a"}
 
 // Names lists the embedded recipes.
 func Names() []string {
@@ -310,8 +307,11 @@ func (r *Recipe) validate(data []byte, md toml.MetaData) error {
 		}
 	}
 	for _, a := range r.Build.Archs {
-		if !archRe.MatchString(a) || !contains(KnownArchs, a) {
-			return fail("build.archs", "%q is not a known CUDA arch; write it without sm_, e.g. \"120a\" (known: %s)", a, strings.Join(KnownArchs, ", "))
+		switch c, ok := cudaarch.Canonical(a); {
+		case ok && string(c) != a:
+			return fail("build.archs", "%q is not a known CUDA arch name; write %q (without sm_)", a, c)
+		case !ok:
+			return fail("build.archs", "%q is not a known CUDA arch; write it without sm_, e.g. \"120a\" (known: %s)", a, strings.Join(cudaarch.Strings(cudaarch.Known()), ", "))
 		}
 	}
 	if err := bounds.Check("jobs", int64(r.Build.Jobs)); err != nil {
@@ -462,15 +462,6 @@ func (r *Recipe) Encode() ([]byte, error) {
 		return nil, err
 	}
 	return []byte(sb.String()), nil
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // ValidName reports whether s is a valid recipe or arm name: lower case

@@ -2,12 +2,13 @@ package main
 
 import (
 	"fmt"
-	"github.com/arpatch/arpatch/internal/shellq"
 	"path/filepath"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/kernels"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -95,7 +96,7 @@ Examples:
 					return usagef("recipe %s builds %v and recipe %s builds %v; pass --arch to build both for the same archs", a.Name, a.Build.Archs, b.Name, b.Build.Archs)
 				}
 				if !c.IsSet("arch") {
-					if bo.Archs, err = kernels.ParseArchs(a.Build.Archs); err != nil {
+					if bo.Archs, err = cudaarch.Parse(a.Build.Archs); err != nil {
 						return err
 					}
 				}

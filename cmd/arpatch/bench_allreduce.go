@@ -3,7 +3,6 @@ package main
 import (
 	"encoding/json"
 	"fmt"
-	"github.com/arpatch/arpatch/internal/shellq"
 	"os"
 	"path/filepath"
 	"strings"
@@ -13,7 +12,9 @@ import (
 
 	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/kernels"
 )
 
@@ -177,9 +178,9 @@ func findExt(c *cli.Context) (string, error) {
 		return "", err
 	}
 	cache := kernels.Cache{Dir: dir}
-	var tries [][]kernels.Arch
+	var tries [][]cudaarch.Arch
 	if c.IsSet("arch") {
-		archs, err := kernels.ParseArchs(c.StringSlice("arch"))
+		archs, err := cudaarch.Parse(c.StringSlice("arch"))
 		if err != nil {
 			return "", usageError{err}
 		}
@@ -201,7 +202,7 @@ func findExt(c *cli.Context) (string, error) {
 				continue
 			}
 			k := strings.Join(e.Manifest.Inputs.Archs, ",")
-			if archs, err := kernels.ParseArchs(e.Manifest.Inputs.Archs); err == nil && !seen[k] {
+			if archs, err := cudaarch.Parse(e.Manifest.Inputs.Archs); err == nil && !seen[k] {
 				seen[k] = true
 				tries = append(tries, archs)
 			}
@@ -220,7 +221,7 @@ func findExt(c *cli.Context) (string, error) {
 		}
 		if m != nil {
 			found = append(found, filepath.Join(cache.EntryDir(m.Key), m.Outputs[0].File))
-			foundArchs = append(foundArchs, strings.Join(kernels.ArchStrings(archs), ","))
+			foundArchs = append(foundArchs, strings.Join(cudaarch.Strings(archs), ","))
 		}
 	}
 	switch {

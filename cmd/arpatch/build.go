@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/kernels"
 	"github.com/arpatch/arpatch/recipes"
@@ -118,7 +119,7 @@ func optsFromRecipe(c *cli.Context, r *recipes.Recipe) (kernels.BuildOptions, er
 	if len(archList) == 0 {
 		archList = r.Build.Archs
 	}
-	archs, err := kernels.ParseArchs(archList)
+	archs, err := cudaarch.Parse(archList)
 	if err != nil {
 		return kernels.BuildOptions{}, usageError{err}
 	}
@@ -271,13 +272,13 @@ func runBuild(c *cli.Context) error {
 		return nil
 	}
 	if c.Bool("verify-reproducible") {
-		rep, err := kernels.VerifyReproducible(c.Context, plan, o, kernels.NewProgress(c.App.ErrWriter, "rebuild "+strings.Join(kernels.ArchStrings(o.Archs), ",")))
+		rep, err := kernels.VerifyReproducible(c.Context, plan, o, kernels.NewProgress(c.App.ErrWriter, "rebuild "+strings.Join(cudaarch.Strings(o.Archs), ",")))
 		if err != nil {
 			return err
 		}
 		return printVerify(w, rep)
 	}
-	res, err := kernels.Build(c.Context, plan, o, kernels.NewProgress(c.App.ErrWriter, "sgl-kernel "+strings.Join(kernels.ArchStrings(o.Archs), ",")))
+	res, err := kernels.Build(c.Context, plan, o, kernels.NewProgress(c.App.ErrWriter, "sgl-kernel "+strings.Join(cudaarch.Strings(o.Archs), ",")))
 	if err != nil {
 		if err == kernels.ErrInterrupted {
 			return fmt.Errorf("build interrupted: the build's processes were stopped; no cache entry or temp files were left")

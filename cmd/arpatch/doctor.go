@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/harness/doctor"
+	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/kernels"
 )
 
@@ -121,7 +122,7 @@ func printDoctor(w io.Writer, rep *doctor.Report) {
 			mark = "*"
 		}
 		fmt.Fprintf(w, "%s GPU%d  %s  sm_%s  driver %s  PCIe gen %d/%d x%d/%d  %d MiB  %s\n", mark, g.Index, g.Name,
-			orUnread(strings.ReplaceAll(g.ComputeCap, ".", "")), orUnread(g.Driver), g.PCIeGen, g.PCIeGenMax, g.PCIeWidth, g.PCIeWidthMax, g.MemoryMiB, g.BusID)
+			orUnread(cudaarch.CCDigits(g.ComputeCap)), orUnread(g.Driver), g.PCIeGen, g.PCIeGenMax, g.PCIeWidth, g.PCIeWidthMax, g.MemoryMiB, g.BusID)
 	}
 	if len(h.GPUs) > 0 {
 		fmt.Fprintf(w, "judged (*): GPUs %s: %s\n", joinInts(j.GPUs), j.Why)

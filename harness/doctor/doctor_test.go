@@ -252,3 +252,25 @@ func TestParseListELF(t *testing.T) {
 		t.Errorf("no device code gave %v", got)
 	}
 }
+
+// TestKernelArchRemedy: the remedy names the arch the table builds for the
+// GPUs' compute capability (8.0 has no sm_80a), or says that arpatch
+// builds none.
+func TestKernelArchRemedy(t *testing.T) {
+	for cc, want := range map[string]string{
+		"12.0": "arpatch build --arch 120a and install that wheel",
+		"8.0":  "arpatch build --arch 80 and install that wheel",
+		"6.1":  "arpatch builds for no arch of compute capability 6.1 (it knows 75, 80,",
+	} {
+		h := &Host{GPUs: []GPU{{ComputeCap: cc}}, SGLKernel: "/site/sgl_kernel", KernelArchs: map[string][]string{"common_ops.abi3.so": {"90a"}}}
+		var got *Finding
+		for _, f := range findings(h, &Judged{}, nil) {
+			if f.ID == "sgl-kernel.arch" {
+				got = &f
+			}
+		}
+		if got == nil || !strings.HasPrefix(got.Remedy, want) || got.Title != "installed sgl-kernel has no sm_"+strings.ReplaceAll(cc, ".", "")+" code" {
+			t.Errorf("compute capability %s: %+v, want remedy %q", cc, got, want)
+		}
+	}
+}

@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/kernels"
 )
 
@@ -94,15 +95,16 @@ func findings(h *Host, j *Judged, env []string) []Finding {
 			add("toolchain.nvcc", Warn, "nvcc not found", "arpatch build needs the CUDA toolkit", "install it and set CUDA_HOME")
 		} else {
 			v := kernels.ParseVersion(tc.NVCC.Version)
-			ok120 := v.Major() > 12 || (v.Major() == 12 && len(v) > 1 && v[1] >= 8)
-			sev, title := Info, "nvcc "+tc.NVCC.Version+" supports sm_120a"
-			if !ok120 {
-				sev, title = Info, "nvcc "+tc.NVCC.Version+" cannot compile sm_120a (needs 12.8)"
+			sm120a := cudaarch.Arch("120a")
+			major, minor, _ := sm120a.MinNVCC()
+			sev, title := Info, "nvcc "+tc.NVCC.Version+" supports "+sm120a.SM()
+			if !sm120a.NVCCSupports(v.Major(), v.Minor()) {
+				sev, title = Info, fmt.Sprintf("nvcc %s cannot compile %s (needs %d.%d)", tc.NVCC.Version, sm120a.SM(), major, minor)
 				if hasArch("12.0") {
 					sev = Error
 				}
 			}
-			add("toolchain.nvcc", sev, title, tc.NVCC.Path, "sm_120a needs CUDA 12.8+, FlashInfer on sm_120 needs 12.9+")
+			add("toolchain.nvcc", sev, title, tc.NVCC.Path, fmt.Sprintf("%s needs CUDA %d.%d+, FlashInfer on sm_120 needs 12.9+", sm120a.SM(), major, minor))
 		}
 		switch {
 		case tc.Torch.Version == "":
@@ -120,23 +122,27 @@ func findings(h *Host, j *Judged, env []string) []Finding {
 	if h.SGLKernel == "" {
 		add("sgl-kernel.missing", Info, "sgl-kernel is not installed for this Python", "", "arpatch build produces a wheel; pip install it")
 	} else {
-		need := map[string]bool{}
+		need := map[string]string{} // compute capability digits ("120") -> as nvidia-smi prints it ("12.0")
 		for _, g := range h.GPUs {
 			if g.ComputeCap != "" { // unreadable: no finding (Judged.Unreadable names it)
-				need[strings.ReplaceAll(g.ComputeCap, ".", "")] = true
+				need[cudaarch.CCDigits(g.ComputeCap)] = g.ComputeCap
 			}
 		}
 		all := map[string]bool{}
 		for _, archs := range h.KernelArchs {
 			for _, a := range archs {
-				all[strings.TrimRight(a, "af")] = true
+				all[cudaarch.Arch(a).CC()] = true
 			}
 		}
-		for cc := range need {
-			if len(h.KernelArchs) > 0 && !all[cc] {
-				add("sgl-kernel.arch", Error, fmt.Sprintf("installed sgl-kernel has no sm_%s code", cc),
+		for digits, cc := range need {
+			if len(h.KernelArchs) > 0 && !all[digits] {
+				remedy := fmt.Sprintf("arpatch builds for no arch of compute capability %s (it knows %s)", cc, strings.Join(cudaarch.Strings(cudaarch.Known()), ", "))
+				if a, ok := cudaarch.ForComputeCap(cc); ok {
+					remedy = fmt.Sprintf("arpatch build --arch %s and install that wheel", a)
+				}
+				add("sgl-kernel.arch", Error, fmt.Sprintf("installed sgl-kernel has no sm_%s code", digits),
 					fmt.Sprintf("%s holds %s; kernels fail with 'no kernel image is available' on these GPUs", h.SGLKernel, archList(h.KernelArchs)),
-					fmt.Sprintf("arpatch build --arch %sa and install that wheel", cc))
+					remedy)
 			}
 		}
 	}
@@ -278,7 +284,7 @@ func archList(m map[string][]string) string {
 		for _, a := range archs {
 			if !seen[a] {
 				seen[a] = true
-				out = append(out, "sm_"+a)
+				out = append(out, cudaarch.Arch(a).SM())
 			}
 		}
 	}

@@ -24,6 +24,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/cudaarch"
 )
 
 // GPU is one row of `nvidia-smi --query-gpu=... --format=csv`. A field
@@ -388,7 +390,7 @@ func (t *Topology) Sub(names []string) *Topology {
 	return out
 }
 
-var elfRe = regexp.MustCompile(`sm_([0-9]+[af]?)\.cubin`)
+var elfRe = regexp.MustCompile(`sm_(` + cudaarch.Pattern + `)\.cubin`)
 
 // ParseListELF reads `cuobjdump --list-elf FILE` ("ELF file 1:
 // common_ops.1.sm_90a.cubin") and returns the archs, unique, in order.
