@@ -3,6 +3,7 @@ package history
 import (
 	"bytes"
 	"encoding/json"
+	"fmt"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -366,5 +367,107 @@ func TestWindowVocabulary(t *testing.T) {
 	d, err := s.Show(want[0])
 	if err != nil || len(d.Checks) != 1 || d.Checks[0].Kind != KindInfra || d.Checks[0].Status != CheckSkip {
 		t.Errorf("stored check %v %+v", err, d)
+	}
+}
+
+// A value a read cannot scan (text where a metric belongs) is an error
+// naming the database file and the run, not a silently shorter window or
+// a zero in history show.
+func TestScanErrorsAreReported(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "h.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	ids := seed(t, s, 2, 90)
+	if _, err := s.db.Exec(`UPDATE trials SET tok_s = 'fast' WHERE arm_id = (SELECT id FROM arms WHERE run_id = ?)`, ids[0]); err != nil {
+		t.Fatal(err)
+	}
+	want := fmt.Sprintf("history %s: reading the reference window of pcie tok_s: run %d: ", path, ids[0])
+	if vals, _, err := s.Window("8x GPU", "", "pcie", "tok_s", 1, 7, 0); err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("window over an unreadable value: %v, %v; want an error starting %q", vals, err, want)
+	}
+	if _, err := s.Show(ids[0]); err == nil || !strings.Contains(err.Error(), path) || !strings.Contains(err.Error(), "arm pcie") {
+		t.Errorf("show of an unreadable trial: %v", err)
+	}
+	if _, err := s.db.Exec(`UPDATE runs SET started_at = 'yesterday' WHERE id = ?`, ids[1]); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.Runs(0); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("run %d: started_at", ids[1])) || !strings.Contains(err.Error(), path) {
+		t.Errorf("runs with an unreadable start time: %v", err)
+	}
+}
+
+// Every write to a history that refuses it (closed here) is an error
+// naming the database file.
+func TestWriteErrorsNameTheFile(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "h.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	id := seed(t, s, 1, 90)[0]
+	if err := s.Close(); err != nil {
+		t.Fatal(err)
+	}
+	for name, err := range map[string]error{
+		"BeginRun":  func() error { _, err := s.BeginRun(Run{HardwareKey: "hw"}); return err }(),
+		"Record":    s.Record(id, Outcome{Status: Complete, Checks: []Check{{Name: "x", Kind: KindBuild, Status: CheckPass}}}),
+		"FinishRun": s.FinishRun(id, Failed, 4, "x"),
+		"AddCheck":  s.AddCheck(id, Check{Name: "x", Kind: KindBuild, Status: CheckPass}),
+		"AddArm":    s.AddArm(id, "pcie", "pcie", "", false, 1, nil),
+		"Accept":    s.Accept(id),
+		"MarkStale": func() error { _, err := s.MarkStale(); return err }(),
+	} {
+		if err == nil || !strings.HasPrefix(err.Error(), "history "+path+": ") {
+			t.Errorf("%s on a closed history: %v", name, err)
+		}
+	}
+}
+
+// Record stores all of a run's outcome or nothing: a write that fails
+// midway (a check the database refuses) leaves no drift, arm or check of
+// the run, and the run still "running" (the next nightly marks it
+// incomplete).
+func TestRecordIsOneTransaction(t *testing.T) {
+	path := filepath.Join(t.TempDir(), "h.db")
+	s, err := Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = s.Close() }()
+	id, err := s.BeginRun(Run{HardwareKey: "hw"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec(`CREATE TRIGGER full BEFORE INSERT ON checks BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END`); err != nil {
+		t.Fatal(err)
+	}
+	o := Outcome{UpstreamHead: strings.Repeat("b", 40), Env: map[string]string{"sglang_version@pcie": "0.5.5"},
+		Drift:  []DriftRecord{{Series: "pcie", Commit: strings.Repeat("a", 40), Rev: "pinned", Patch: "0001.patch", Fit: "exact"}},
+		Arms:   []ArmRecord{{Name: "pcie", Recipe: "pcie", Agreement: 1, Trials: []TrialRecord{{Index: 1, TokS: 90}}}},
+		Checks: []Check{{Name: "pcie at pinned", Kind: KindDrift, Status: CheckPass}},
+		Status: Complete, Verdict: "no regression"}
+	err = s.Record(id, o)
+	if want := fmt.Sprintf("history %s: recording run %d: ", path, id); err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "database or disk is full") {
+		t.Fatalf("Record = %v, want an error starting %q", err, want)
+	}
+	d, err := s.Show(id)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Run.Status != Running || d.Run.UpstreamHead != "" || len(d.Drift)+len(d.Arms)+len(d.Checks) != 0 || len(d.Run.Env) != 0 {
+		t.Errorf("after a failed Record: %+v", d)
+	}
+	if _, err := s.db.Exec(`DROP TRIGGER full`); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Record(id, o); err != nil {
+		t.Fatal(err)
+	}
+	if d, err = s.Show(id); err != nil || d.Run.Status != Complete || d.Run.UpstreamHead != o.UpstreamHead || d.Run.SGLangCommit != "" ||
+		len(d.Drift) != 1 || len(d.Arms) != 1 || len(d.Arms[0].Trials) != 1 || len(d.Checks) != 1 || d.Run.Env["sglang_version@pcie"] != "0.5.5" {
+		t.Errorf("after Record: %v %+v", err, d)
 	}
 }

@@ -58,7 +58,9 @@ func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, e
 				sel.Workload = r.Workload
 			}
 			if sel.Level == 0 {
-				sel.Level = s.lowestLevel(r.ID)
+				if sel.Level, err = s.lowestLevel(r.ID); err != nil {
+					return nil, sel, err
+				}
 			}
 			break
 		}
@@ -109,13 +111,16 @@ func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, e
 
 // lowestLevel is the lowest concurrency level of a run's trials (1 when
 // it has none).
-func (s *Store) lowestLevel(run int64) int {
+func (s *Store) lowestLevel(run int64) (int, error) {
 	var l sql.NullInt64
-	s.db.QueryRow(`SELECT MIN(t.concurrency) FROM trials t JOIN arms a ON t.arm_id = a.id WHERE a.run_id = ?`, run).Scan(&l)
-	if !l.Valid {
-		return 1
+	err := s.db.QueryRow(`SELECT MIN(t.concurrency) FROM trials t JOIN arms a ON t.arm_id = a.id WHERE a.run_id = ?`, run).Scan(&l)
+	if err != nil {
+		return 0, s.wrap(fmt.Sprintf("reading run %d", run), err)
 	}
-	return int(l.Int64)
+	if !l.Valid {
+		return 1, nil
+	}
+	return int(l.Int64), nil
 }
 
 // LevelCurves returns, per arm of run (0: the newest complete or failed

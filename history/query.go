@@ -63,27 +63,22 @@ func (s *Store) Show(id int64) (*Detail, error) {
 	if d.Run.Env, err = s.Env(id); err != nil {
 		return nil, err
 	}
-	rows, err := s.db.Query(`SELECT series, commit_hash, rev, patch, fit, detail FROM drift WHERE run_id = ? ORDER BY rowid`, id)
-	if err != nil {
-		return nil, err
-	}
-	for rows.Next() {
+	what := fmt.Sprintf("reading run %d", id)
+	err = s.each(what, `SELECT series, commit_hash, rev, patch, fit, detail FROM drift WHERE run_id = ? ORDER BY rowid`, []any{id}, func(r *sql.Rows) error {
 		var x DriftRecord
-		rows.Scan(&x.Series, &x.Commit, &x.Rev, &x.Patch, &x.Fit, &x.Detail)
+		err := r.Scan(&x.Series, &x.Commit, &x.Rev, &x.Patch, &x.Fit, &x.Detail)
 		d.Drift = append(d.Drift, x)
-	}
-	rows.Close()
-	rows, err = s.db.Query(`SELECT name, kind, status, detail FROM checks WHERE run_id = ? ORDER BY rowid`, id)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	for rows.Next() {
+	err = s.each(what, `SELECT name, kind, status, detail FROM checks WHERE run_id = ? ORDER BY rowid`, []any{id}, func(r *sql.Rows) error {
 		var c Check
-		rows.Scan(&c.Name, &c.Kind, &c.Status, &c.Detail)
+		err := r.Scan(&c.Name, &c.Kind, &c.Status, &c.Detail)
 		d.Checks = append(d.Checks, c)
-	}
-	rows.Close()
-	rows, err = s.db.Query(`SELECT id, name, recipe, build_key, invalid, agreement FROM arms WHERE run_id = ? ORDER BY id`, id)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
@@ -92,35 +87,35 @@ func (s *Store) Show(id int64) (*Detail, error) {
 		a  ArmDetail
 	}
 	var arms []armRow
-	for rows.Next() {
-		var r armRow
+	err = s.each(what, `SELECT id, name, recipe, build_key, invalid, agreement FROM arms WHERE run_id = ? ORDER BY id`, []any{id}, func(r *sql.Rows) error {
+		var a armRow
 		var ag sql.NullFloat64
-		if err := rows.Scan(&r.id, &r.a.Name, &r.a.Recipe, &r.a.BuildKey, &r.a.Invalid, &ag); err != nil {
-			rows.Close()
-			return nil, err
+		if err := r.Scan(&a.id, &a.a.Name, &a.a.Recipe, &a.a.BuildKey, &a.a.Invalid, &ag); err != nil {
+			return err
 		}
 		if ag.Valid {
-			r.a.Agreement = &ag.Float64
+			a.a.Agreement = &ag.Float64
 		}
-		arms = append(arms, r)
+		arms = append(arms, a)
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
-	rows.Close()
 	for _, ar := range arms {
-		t, err := s.db.Query(`SELECT idx, concurrency, COALESCE(wall_s, 0), COALESCE(tok_s, 0), COALESCE(decode_tok_s, 0), COALESCE(accept_length, 0),
+		err := s.each(what, `SELECT idx, concurrency, COALESCE(wall_s, 0), COALESCE(tok_s, 0), COALESCE(decode_tok_s, 0), COALESCE(accept_length, 0),
 			COALESCE(ttft_ms_p50, 0), COALESCE(ttft_ms_p99, 0), COALESCE(itl_ms_p50, 0), COALESCE(tpot_ms, 0), COALESCE(errors, 0),
-			(SELECT COUNT(*) FROM samples WHERE trial_id = trials.id) FROM trials WHERE arm_id = ? ORDER BY idx, concurrency`, ar.id)
+			(SELECT COUNT(*) FROM samples WHERE trial_id = trials.id) FROM trials WHERE arm_id = ? ORDER BY idx, concurrency`, []any{ar.id}, func(t *sql.Rows) error {
+			var m TrialMetrics
+			if err := t.Scan(&m.Index, &m.Concurrency, &m.Wall, &m.TokS, &m.DecodeTokS, &m.AcceptLength, &m.TTFTp50ms, &m.TTFTp99ms, &m.ITLp50ms, &m.TPOTms, &m.Errors, &m.Samples); err != nil {
+				return fmt.Errorf("arm %s: %w", ar.a.Name, err)
+			}
+			ar.a.Trials = append(ar.a.Trials, m)
+			return nil
+		})
 		if err != nil {
 			return nil, err
 		}
-		for t.Next() {
-			var m TrialMetrics
-			if err := t.Scan(&m.Index, &m.Concurrency, &m.Wall, &m.TokS, &m.DecodeTokS, &m.AcceptLength, &m.TTFTp50ms, &m.TTFTp99ms, &m.ITLp50ms, &m.TPOTms, &m.Errors, &m.Samples); err != nil {
-				t.Close()
-				return nil, err
-			}
-			ar.a.Trials = append(ar.a.Trials, m)
-		}
-		t.Close()
 		d.Arms = append(d.Arms, ar.a)
 	}
 	return d, nil

@@ -36,7 +36,7 @@ type Run struct {
 }
 
 // BeginRun records a run as running, with this process's pid, and returns
-// its id.
+// its id. Errors name the database file.
 func (s *Store) BeginRun(r Run) (int64, error) {
 	if r.StartedAt.IsZero() {
 		r.StartedAt = time.Now().UTC()
@@ -44,36 +44,87 @@ func (s *Store) BeginRun(r Run) (int64, error) {
 	if r.PID == 0 {
 		r.PID = os.Getpid()
 	}
-	tx, err := s.db.Begin()
-	if err != nil {
-		return 0, err
-	}
-	defer tx.Rollback()
-	res, err := tx.Exec(`INSERT INTO runs (started_at, status, pid, hardware_key, sglang_commit, upstream_head, series_hash, arpatch_version, workload)
+	var id int64
+	err := s.inTx("recording a new run", func(tx *sql.Tx) error {
+		res, err := tx.Exec(`INSERT INTO runs (started_at, status, pid, hardware_key, sglang_commit, upstream_head, series_hash, arpatch_version, workload)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.StartedAt.Format(time.RFC3339Nano), Running, r.PID, r.HardwareKey, r.SGLangCommit, r.UpstreamHead, r.SeriesHash, r.ArpatchVersion, r.Workload)
-	if err != nil {
-		return 0, err
-	}
-	id, _ := res.LastInsertId()
-	for k, v := range r.Env {
-		if _, err := tx.Exec(`INSERT INTO environment (run_id, key, value) VALUES (?, ?, ?)`, id, k, v); err != nil {
-			return 0, err
+		if err != nil {
+			return err
+		}
+		if id, err = res.LastInsertId(); err != nil {
+			return err
+		}
+		return setEnv(tx, id, r.Env)
+	})
+	return id, err
+}
+
+// Outcome is what a nightly learned about its run, stored at its end in
+// one transaction (Record): all of it or, on an error, none.
+type Outcome struct {
+	// SGLangCommit is the commit built and benched, UpstreamHead the
+	// tracked ref's head (40 hex digits each); "" keeps what BeginRun
+	// stored.
+	SGLangCommit, UpstreamHead string
+	Env                        map[string]string // more environment (server versions)
+	Drift                      []DriftRecord
+	Arms                       []ArmRecord
+	Checks                     []Check
+	Status                     RunStatus // Complete, Failed or Incomplete
+	ExitCode                   int       // the nightly's exit code
+	Verdict                    string    // the one-line verdict
+}
+
+// Record stores a run's outcome and ends the run, in one transaction. The
+// error names the database file and the run.
+func (s *Store) Record(id int64, o Outcome) error {
+	return s.inTx(fmt.Sprintf("recording run %d", id), func(tx *sql.Tx) error {
+		if _, err := tx.Exec(`UPDATE runs SET sglang_commit = COALESCE(NULLIF(?, ''), sglang_commit), upstream_head = COALESCE(NULLIF(?, ''), upstream_head) WHERE id = ?`,
+			o.SGLangCommit, o.UpstreamHead, id); err != nil {
+			return err
+		}
+		if err := setEnv(tx, id, o.Env); err != nil {
+			return err
+		}
+		for _, d := range o.Drift {
+			if _, err := tx.Exec(`INSERT INTO drift (run_id, series, commit_hash, rev, patch, fit, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+				id, d.Series, d.Commit, d.Rev, d.Patch, d.Fit, d.Detail); err != nil {
+				return err
+			}
+		}
+		for _, a := range o.Arms {
+			if err := addArm(tx, id, a); err != nil {
+				return err
+			}
+		}
+		for _, c := range o.Checks {
+			if err := addCheck(tx, id, c); err != nil {
+				return err
+			}
+		}
+		return finishRun(tx, id, o.Status, o.ExitCode, o.Verdict)
+	})
+}
+
+// inTx runs f in a transaction, committed when f returns nil, rolled back
+// otherwise. The error says what failed (what) and names the database
+// file.
+func (s *Store) inTx(what string, f func(tx *sql.Tx) error) error {
+	tx, err := s.db.Begin()
+	if err == nil {
+		if err = f(tx); err == nil {
+			err = tx.Commit()
+		} else {
+			_ = tx.Rollback() // err is what to report; a failed rollback leaves nothing committed either
 		}
 	}
-	return id, tx.Commit()
+	return s.wrap(what, err)
 }
 
-// Update sets run fields learned after the start (upstream head, commit).
-func (s *Store) Update(id int64, sglangCommit, upstreamHead, seriesHash string) error {
-	_, err := s.db.Exec(`UPDATE runs SET sglang_commit = COALESCE(NULLIF(?, ''), sglang_commit), upstream_head = COALESCE(NULLIF(?, ''), upstream_head), series_hash = COALESCE(NULLIF(?, ''), series_hash) WHERE id = ?`,
-		sglangCommit, upstreamHead, seriesHash, id)
-	return err
-}
-
-// SetEnv records more environment of a run.
-func (s *Store) SetEnv(id int64, env map[string]string) error {
-	for k, v := range env {
-		if _, err := s.db.Exec(`INSERT OR REPLACE INTO environment (run_id, key, value) VALUES (?, ?, ?)`, id, k, v); err != nil {
+// setEnv records more environment of a run.
+func setEnv(tx *sql.Tx, id int64, env map[string]string) error {
+	for _, k := range slices.Sorted(maps.Keys(env)) {
+		if _, err := tx.Exec(`INSERT OR REPLACE INTO environment (run_id, key, value) VALUES (?, ?, ?)`, id, k, env[k]); err != nil {
 			return err
 		}
 	}
@@ -83,25 +134,27 @@ func (s *Store) SetEnv(id int64, env map[string]string) error {
 // Env returns the environment recorded for run id (key to value; empty
 // when none was).
 func (s *Store) Env(id int64) (map[string]string, error) {
-	rows, err := s.db.Query(`SELECT key, value FROM environment WHERE run_id = ?`, id)
+	m := map[string]string{}
+	err := s.each(fmt.Sprintf("reading the environment of run %d", id), `SELECT key, value FROM environment WHERE run_id = ?`, []any{id}, func(r *sql.Rows) error {
+		var k, v string
+		err := r.Scan(&k, &v)
+		m[k] = v
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	defer rows.Close()
-	m := map[string]string{}
-	for rows.Next() {
-		var k, v string
-		if err := rows.Scan(&k, &v); err != nil {
-			return nil, err
-		}
-		m[k] = v
-	}
-	return m, rows.Err()
+	return m, nil
 }
 
-// FinishRun ends a run: status complete, failed or incomplete.
+// FinishRun ends a run: status complete, failed or incomplete. The error
+// names the database file.
 func (s *Store) FinishRun(id int64, status RunStatus, exitCode int, verdict string) error {
-	_, err := s.db.Exec(`UPDATE runs SET status = ?, exit_code = ?, verdict = ?, finished_at = ? WHERE id = ?`,
+	return s.inTx(fmt.Sprintf("ending run %d", id), func(tx *sql.Tx) error { return finishRun(tx, id, status, exitCode, verdict) })
+}
+
+func finishRun(tx *sql.Tx, id int64, status RunStatus, exitCode int, verdict string) error {
+	_, err := tx.Exec(`UPDATE runs SET status = ?, exit_code = ?, verdict = ?, finished_at = ? WHERE id = ?`,
 		status, exitCode, verdict, time.Now().UTC().Format(time.RFC3339Nano), id)
 	return err
 }
@@ -115,38 +168,41 @@ func (s *Store) Accept(id int64) error {
 	if err := s.db.QueryRow(`SELECT status FROM runs WHERE id = ?`, id).Scan(&status); errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("no run %d in %s", id, s.Path)
 	} else if err != nil {
-		return err
+		return s.wrap(fmt.Sprintf("reading run %d", id), err)
 	}
 	if status != Complete {
 		return fmt.Errorf("run %d is %s: only a complete run can be a reference", id, status)
 	}
 	_, err := s.db.Exec(`UPDATE runs SET accepted = 1 WHERE id = ?`, id)
-	return err
+	return s.wrap(fmt.Sprintf("accepting run %d", id), err)
 }
 
 // MarkStale marks every run still "running" as incomplete and returns
 // their ids. Call it while holding the nightly lock (Lock): no other
-// nightly can then be running, so such a run was killed midway.
+// nightly can then be running, so such a run was killed midway. The
+// error names the database file.
 func (s *Store) MarkStale() ([]int64, error) {
-	rows, err := s.db.Query(`SELECT id FROM runs WHERE status = ?`, Running)
+	var ids []int64
+	err := s.each("reading the running runs", `SELECT id FROM runs WHERE status = ?`, []any{Running}, func(r *sql.Rows) error {
+		var id int64
+		err := r.Scan(&id)
+		ids = append(ids, id)
+		return err
+	})
 	if err != nil {
 		return nil, err
 	}
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		if err := rows.Scan(&id); err != nil {
-			rows.Close()
-			return nil, err
+	err = s.inTx("marking runs killed midway incomplete", func(tx *sql.Tx) error {
+		for _, id := range ids {
+			if _, err := tx.Exec(`UPDATE runs SET status = ?, verdict = 'killed midway', finished_at = COALESCE(finished_at, ?) WHERE id = ?`,
+				Incomplete, time.Now().UTC().Format(time.RFC3339Nano), id); err != nil {
+				return err
+			}
 		}
-		ids = append(ids, id)
-	}
-	rows.Close()
-	for _, id := range ids {
-		if _, err := s.db.Exec(`UPDATE runs SET status = ?, verdict = 'killed midway', finished_at = COALESCE(finished_at, ?) WHERE id = ?`,
-			Incomplete, time.Now().UTC().Format(time.RFC3339Nano), id); err != nil {
-			return ids, err
-		}
+		return nil
+	})
+	if err != nil {
+		return nil, err
 	}
 	return ids, nil
 }
@@ -161,17 +217,6 @@ type DriftRecord struct {
 	Detail string `json:"detail,omitempty"`
 }
 
-// AddDrift records drift results.
-func (s *Store) AddDrift(runID int64, recs []DriftRecord) error {
-	for _, d := range recs {
-		if _, err := s.db.Exec(`INSERT INTO drift (run_id, series, commit_hash, rev, patch, fit, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-			runID, d.Series, d.Commit, d.Rev, d.Patch, d.Fit, d.Detail); err != nil {
-			return err
-		}
-	}
-	return nil
-}
-
 // Check is one outcome for JUnit and plots: drift per series, a build, an
 // arm's validity, a regression check.
 type Check struct {
@@ -181,9 +226,13 @@ type Check struct {
 	Detail string      `json:"detail,omitempty"`
 }
 
-// AddCheck records a check.
+// AddCheck records a check. The error names the database file.
 func (s *Store) AddCheck(runID int64, c Check) error {
-	_, err := s.db.Exec(`INSERT INTO checks (run_id, name, kind, status, detail) VALUES (?, ?, ?, ?, ?)`, runID, c.Name, c.Kind, c.Status, c.Detail)
+	return s.inTx(fmt.Sprintf("recording a check of run %d", runID), func(tx *sql.Tx) error { return addCheck(tx, runID, c) })
+}
+
+func addCheck(tx *sql.Tx, runID int64, c Check) error {
+	_, err := tx.Exec(`INSERT INTO checks (run_id, name, kind, status, detail) VALUES (?, ?, ?, ?, ?)`, runID, c.Name, c.Kind, c.Status, c.Detail)
 	return err
 }
 
@@ -205,25 +254,41 @@ type SampleRecord struct {
 	Error                          string
 }
 
+// ArmRecord is one arm of a run with its trials.
+type ArmRecord struct {
+	Name, Recipe, BuildKey string
+	Invalid                bool    // its output failed the bench's checks
+	Agreement              float64 // share of prompts whose output agrees with the baseline's, 0..1
+	Trials                 []TrialRecord
+}
+
 // AddArm records an arm with its trials and samples, in one transaction.
+// The error names the database file.
 func (s *Store) AddArm(runID int64, name, recipe, buildKey string, invalid bool, agreement float64, trials []TrialRecord) error {
-	tx, err := s.db.Begin()
+	return s.inTx(fmt.Sprintf("recording arm %s of run %d", name, runID), func(tx *sql.Tx) error {
+		return addArm(tx, runID, ArmRecord{Name: name, Recipe: recipe, BuildKey: buildKey, Invalid: invalid, Agreement: agreement, Trials: trials})
+	})
+}
+
+func addArm(tx *sql.Tx, runID int64, a ArmRecord) error {
+	res, err := tx.Exec(`INSERT INTO arms (run_id, name, recipe, build_key, invalid, agreement) VALUES (?, ?, ?, ?, ?, ?)`, runID, a.Name, a.Recipe, a.BuildKey, a.Invalid, a.Agreement)
 	if err != nil {
 		return err
 	}
-	defer tx.Rollback()
-	res, err := tx.Exec(`INSERT INTO arms (run_id, name, recipe, build_key, invalid, agreement) VALUES (?, ?, ?, ?, ?, ?)`, runID, name, recipe, buildKey, invalid, agreement)
+	armID, err := res.LastInsertId()
 	if err != nil {
 		return err
 	}
-	armID, _ := res.LastInsertId()
-	for _, t := range trials {
+	for _, t := range a.Trials {
 		r, err := tx.Exec(`INSERT INTO trials (arm_id, idx, concurrency, wall_s, tok_s, decode_tok_s, accept_length, ttft_ms_p50, ttft_ms_p99, itl_ms_p50, tpot_ms, errors)
 			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, armID, t.Index, max(t.Concurrency, 1), t.Wall, t.TokS, t.DecodeTokS, t.AcceptLength, t.TTFTp50ms, t.TTFTp99ms, t.ITLp50ms, t.TPOTms, t.Errors)
 		if err != nil {
 			return err
 		}
-		tid, _ := r.LastInsertId()
+		tid, err := r.LastInsertId()
+		if err != nil {
+			return err
+		}
 		for _, sm := range t.Samples {
 			if _, err := tx.Exec(`INSERT INTO samples (trial_id, prompt, ttft_s, e2e_s, completion_tokens, spec_verify_ct, error) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 				tid, sm.Prompt, sm.TTFT, sm.E2E, sm.CompletionTokens, sm.SpecVerifyCt, sm.Error); err != nil {
@@ -231,7 +296,7 @@ func (s *Store) AddArm(runID int64, name, recipe, buildKey string, invalid bool,
 			}
 		}
 	}
-	return tx.Commit()
+	return nil
 }
 
 // MetricColumns maps metric names to trial columns.
@@ -269,12 +334,13 @@ func (s *Store) Window(hardwareKey, workload, arm, metric string, level, n int, 
 	if n < 1 {
 		return nil, nil, fmt.Errorf("history window %d: use 1 or more runs", n)
 	}
+	what := fmt.Sprintf("reading the reference window of %s %s", arm, metric)
 	// The reference starts at the newest accepted run, if any.
 	var since int64
 	err = s.db.QueryRow(`SELECT COALESCE(MAX(id), 0) FROM runs WHERE hardware_key = ? AND workload = ? AND accepted = 1 AND (? = 0 OR id < ?)`,
 		hardwareKey, workload, before, before).Scan(&since)
 	if err != nil {
-		return nil, nil, err
+		return nil, nil, s.wrap(what, err)
 	}
 	q := `SELECT id FROM runs WHERE hardware_key = ? AND workload = ? AND status = ? AND (? = 0 OR id < ?) AND id >= ?
 		AND (accepted = 1 OR (COALESCE(exit_code, 0) != ? AND NOT EXISTS (SELECT 1 FROM checks
@@ -286,31 +352,32 @@ func (s *Store) Window(hardwareKey, workload, arm, metric string, level, n int, 
 	for _, k := range barsReference {
 		args = append(args, k)
 	}
-	rows, err := s.db.Query(q, append(args, arm, level, n)...)
+	var ids []int64
+	err = s.each(what, q, append(args, arm, level, n), func(r *sql.Rows) error {
+		var id int64
+		err := r.Scan(&id)
+		ids = append(ids, id)
+		return err
+	})
 	if err != nil {
 		return nil, nil, err
 	}
-	var ids []int64
-	for rows.Next() {
-		var id int64
-		rows.Scan(&id)
-		ids = append(ids, id)
-	}
-	rows.Close()
 	var vals []float64
 	for _, id := range ids {
-		r, err := s.db.Query(`SELECT t.`+col+` FROM trials t JOIN arms a ON t.arm_id = a.id WHERE a.run_id = ? AND a.name = ? AND t.concurrency = ? ORDER BY t.idx`, id, arm, level)
+		err := s.each(what, `SELECT t.`+col+` FROM trials t JOIN arms a ON t.arm_id = a.id WHERE a.run_id = ? AND a.name = ? AND t.concurrency = ? ORDER BY t.idx`,
+			[]any{id, arm, level}, func(r *sql.Rows) error {
+				var v sql.NullFloat64
+				if err := r.Scan(&v); err != nil {
+					return fmt.Errorf("run %d: %w", id, err)
+				}
+				if v.Valid {
+					vals = append(vals, v.Float64)
+				}
+				return nil
+			})
 		if err != nil {
 			return nil, nil, err
 		}
-		for r.Next() {
-			var v sql.NullFloat64
-			r.Scan(&v)
-			if v.Valid {
-				vals = append(vals, v.Float64)
-			}
-		}
-		r.Close()
 	}
 	return vals, ids, nil
 }
@@ -321,23 +388,24 @@ func (s *Store) Runs(limit int) ([]Run, error) {
 	if limit > 0 {
 		q += fmt.Sprintf(" LIMIT %d", limit)
 	}
-	rows, err := s.db.Query(q)
-	if err != nil {
-		return nil, err
-	}
-	defer rows.Close()
 	var out []Run
-	for rows.Next() {
+	err := s.each("reading runs", q, nil, func(rows *sql.Rows) error {
 		var r Run
 		var started string
 		var finished sql.NullString
 		var exit sql.NullInt64
 		if err := rows.Scan(&r.ID, &started, &finished, &r.Status, &r.PID, &exit, &r.HardwareKey, &r.SGLangCommit, &r.UpstreamHead, &r.SeriesHash, &r.ArpatchVersion, &r.Verdict, &r.Workload, &r.Accepted); err != nil {
-			return nil, err
+			return err
 		}
-		r.StartedAt, _ = time.Parse(time.RFC3339Nano, started)
+		var err error
+		if r.StartedAt, err = time.Parse(time.RFC3339Nano, started); err != nil {
+			return fmt.Errorf("run %d: started_at: %w", r.ID, err)
+		}
 		if finished.Valid {
-			t, _ := time.Parse(time.RFC3339Nano, finished.String)
+			t, err := time.Parse(time.RFC3339Nano, finished.String)
+			if err != nil {
+				return fmt.Errorf("run %d: finished_at: %w", r.ID, err)
+			}
 			r.FinishedAt = &t
 		}
 		if exit.Valid {
@@ -345,6 +413,7 @@ func (s *Store) Runs(limit int) ([]Run, error) {
 			r.ExitCode = &e
 		}
 		out = append(out, r)
-	}
-	return out, rows.Err()
+		return nil
+	})
+	return out, err
 }

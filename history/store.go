@@ -145,29 +145,52 @@ func (s *Store) migrate(to int) error {
 	}
 	cur, err := s.Version()
 	if err != nil {
-		return err
+		return s.wrap("reading the schema version", err)
 	}
 	if cur > SchemaVersion {
 		return fmt.Errorf("history %s has schema version %d; this arpatch knows up to %d: use a newer arpatch", s.Path, cur, SchemaVersion)
 	}
 	for v := cur; v < to; v++ {
-		tx, err := s.db.Begin()
+		err := s.inTx(fmt.Sprintf("migration to version %d", v+1), func(tx *sql.Tx) error {
+			if _, err := tx.Exec(migrations[v]); err != nil {
+				return err
+			}
+			_, err := tx.Exec(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, v+1, time.Now().UTC().Format(time.RFC3339))
+			return err
+		})
 		if err != nil {
-			return err
-		}
-		if _, err := tx.Exec(migrations[v]); err != nil {
-			tx.Rollback()
-			return fmt.Errorf("history %s: migration to version %d: %w", s.Path, v+1, err)
-		}
-		if _, err := tx.Exec(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, v+1, time.Now().UTC().Format(time.RFC3339)); err != nil {
-			tx.Rollback()
-			return err
-		}
-		if err := tx.Commit(); err != nil {
 			return err
 		}
 	}
 	return nil
+}
+
+// each runs query q and calls scan on each row, then closes the rows. The
+// error (of the query, a scan or the iteration) says what failed (what)
+// and names the database file.
+func (s *Store) each(what, q string, args []any, scan func(*sql.Rows) error) error {
+	err := func() error {
+		rows, err := s.db.Query(q, args...)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = rows.Close() }() // read-only; rows.Err reports the iteration
+		for rows.Next() {
+			if err := scan(rows); err != nil {
+				return err
+			}
+		}
+		return rows.Err()
+	}()
+	return s.wrap(what, err)
+}
+
+// wrap names the database file and what failed in err; nil stays nil.
+func (s *Store) wrap(what string, err error) error {
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("history %s: %s: %w", s.Path, what, err)
 }
 
 // Close closes the database.

@@ -48,7 +48,9 @@ func Execute(ctx context.Context, o Options) (int, error) {
 	// It could not run, store or report: infrastructure. The history and
 	// the reports say so as far as they can be written.
 	if rep != nil {
-		MarkExit(cfg, rep, ExitInfra, err)
+		if merr := MarkExit(cfg, rep, ExitInfra, err); merr != nil {
+			o.logf("%v", merr)
+		}
 	} else if werr := WriteOutputs(FailedToRun(err), cfg, o.Reports); werr != nil {
 		o.logf("%v", werr)
 	}
@@ -62,7 +64,7 @@ func plot(cfg *Config, rep *Report) error {
 	if err != nil {
 		return err
 	}
-	defer store.Close()
+	defer func() { _ = store.Close() }() // nothing written: the plot is a file of its own
 	sel := history.Series{HardwareKey: rep.HardwareKey, Workload: rep.Workload}
 	return store.Plot("tok_s", cfg.Path(cfg.Outputs.Plot), sel)
 }

@@ -3,11 +3,13 @@ package nightly
 import (
 	"bytes"
 	"context"
+	"database/sql"
 	"encoding/xml"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"testing/synctest"
 
 	"github.com/arpatch/arpatch/history"
 )
@@ -99,5 +101,95 @@ func TestExecuteConfigError(t *testing.T) {
 	_, err := w.execute(&bytes.Buffer{})
 	if _, ok := err.(*ConfigError); !ok {
 		t.Fatalf("err = %T %v, want a *ConfigError", err, err)
+	}
+}
+
+// sqlExec runs statements on the world's history database behind the
+// store's back: to plant a failure.
+func (w *world) sqlExec(stmts ...string) {
+	w.t.Helper()
+	s, err := history.Open(filepath.Join(w.dir, "history.db")) // creates and migrates it
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		w.t.Fatal(err)
+	}
+	db, err := sql.Open("sqlite", filepath.Join(w.dir, "history.db"))
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	defer func() { _ = db.Close() }()
+	for _, q := range stmts {
+		if _, err := db.Exec(q); err != nil {
+			w.t.Fatal(err)
+		}
+	}
+}
+
+// A history that refuses the night's write is an infrastructure failure:
+// exit 4, the error names the database file, nothing of the night is
+// stored, and the run's row says it failed.
+func TestHistoryWriteFails(t *testing.T) {
+	w := newWorld(t)
+	w.sqlExec(`CREATE TRIGGER full BEFORE INSERT ON checks BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END`)
+	db := filepath.Join(w.dir, "history.db")
+	var out bytes.Buffer
+	code, err := w.execute(&out)
+	want := "history " + db + ": recording run 1: "
+	if code != ExitInfra || err == nil || !strings.HasPrefix(err.Error(), want) || !strings.Contains(err.Error(), "database or disk is full") {
+		t.Fatalf("exit %d, %v; want 4 and an error starting %q", code, err, want)
+	}
+	if !strings.Contains(out.String(), "nightly run 1 on test-gpu: exit 4, infrastructure failure: "+want) {
+		t.Errorf("table:\n%s", out.String())
+	}
+	store, err := history.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	d, err := store.Show(1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Run.Status != history.Failed || d.Run.ExitCode == nil || *d.Run.ExitCode != ExitInfra || !strings.HasPrefix(d.Run.Verdict, "infrastructure failure: "+want) ||
+		len(d.Drift) != 0 || len(d.Checks) != 0 || d.Run.UpstreamHead != "" {
+		t.Errorf("stored after the failed write: %+v", d)
+	}
+	// The JUnit file shows it as a failed "run" case.
+	b, err := os.ReadFile(filepath.Join(w.dir, "cli-junit.xml"))
+	if err != nil || !strings.Contains(string(b), `<testcase classname="arpatch.infra" name="run">`) || !strings.Contains(string(b), "database or disk is full") {
+		t.Errorf("junit: %v\n%s", err, b)
+	}
+}
+
+// A history that cannot be read while judging (a reference value it
+// cannot scan) is an infrastructure failure too, not "not enough data".
+func TestHistoryReadFails(t *testing.T) { synctest.Test(t, testHistoryReadFails) }
+
+func testHistoryReadFails(t *testing.T) {
+	w := newWorld(t)
+	w.serve("a", 1000)
+	w.serve("b", 1600)
+	if rep := w.run(context.Background(), true); rep.ExitCode != ExitOK {
+		t.Fatalf("night 1: exit %d %v", rep.ExitCode, rep.Errors)
+	}
+	w.sqlExec(`UPDATE trials SET tok_s = 'fast'`)
+	db := filepath.Join(w.dir, "history.db")
+	rep, err := Run(context.Background(), Options{Config: w.cfg, Env: w.env, SkipBuild: true, Launcher: []string{"/bin/true"}, Version: "test",
+		Probe: func(context.Context) Environment { return Environment{GPUModel: "Test GPU", GPUCount: 8} }, HTTP: w.net.HTTP()})
+	want := "history " + db + ": reading the reference window of "
+	if err == nil || !strings.HasPrefix(err.Error(), want) || rep == nil || rep.ExitCode != ExitInfra || rep.Status != history.Failed {
+		t.Fatalf("Run = %v; want an error starting %q and exit 4 (report %+v)", err, want, rep)
+	}
+	// What was found before the failure is stored, with the failure.
+	store, err := history.Open(db)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	runs, err := store.Runs(1)
+	if err != nil || len(runs) != 1 || runs[0].ID != 2 || runs[0].Status != history.Failed || !strings.Contains(runs[0].Verdict, want) {
+		t.Errorf("stored run: %v %+v", err, runs)
 	}
 }

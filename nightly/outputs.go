@@ -402,25 +402,30 @@ func FailedToRun(err error) *Report {
 	rep := &Report{Schema: ReportSchema, StartedAt: time.Now().UTC(), Status: history.Failed, ExitCode: ExitInfra,
 		Errors: []string{err.Error()}, ArmRecipes: map[string]string{}}
 	rep.Verdict = "infrastructure failure: " + err.Error()
-	rep.check(history.Check{Name: "run", Kind: history.KindInfra, Status: history.CheckFail, Detail: err.Error()})
+	rep.add([]history.Check{{Name: "run", Kind: history.KindInfra, Status: history.CheckFail, Detail: err.Error()}})
 	return rep
 }
 
 // MarkExit records, after the run, a failure that changed its exit code
 // (its reports could not be written): the history then agrees with the
-// process's exit code. Errors are ignored: this is the last word on a run
-// that already failed.
-func MarkExit(cfg *Config, rep *Report, code int, why error) {
+// process's exit code. The error is a history that could not be opened or
+// written; it names the database file.
+func MarkExit(cfg *Config, rep *Report, code int, why error) error {
 	if rep.RunID == 0 || code <= rep.ExitCode {
-		return
+		return nil
 	}
 	rep.ExitCode = code
 	rep.Status = history.Failed
 	rep.Verdict = "infrastructure failure: " + why.Error()
-	if s, err := history.Open(cfg.Path(cfg.History.Path)); err == nil {
-		s.FinishRun(rep.RunID, rep.Status, rep.ExitCode, rep.Verdict)
-		s.Close()
+	s, err := history.Open(cfg.Path(cfg.History.Path))
+	if err != nil {
+		return err
 	}
+	err = s.FinishRun(rep.RunID, rep.Status, rep.ExitCode, rep.Verdict)
+	if cerr := s.Close(); err == nil {
+		err = cerr
+	}
+	return err
 }
 
 // refText is the reference median, or "-" when there is none.

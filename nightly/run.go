@@ -41,7 +41,7 @@ const (
 	ExitOK         = 0                        // no regression
 	ExitRegression = history.ExitFailedChecks // a regression, or an arm's output is invalid
 	ExitDrift      = 3                        // the series no longer applies to upstream
-	ExitInfra      = 4                        // a fetch, build or server failed
+	ExitInfra      = 4                        // a fetch, build or server failed, or the history could not be read or written
 )
 
 // Options holds every input of Run.
@@ -154,8 +154,6 @@ const verdictInterrupted = "interrupted"
 // ReportSchema names the JSON layout.
 const ReportSchema = "arpatch.nightly/v1"
 
-func (r *Report) check(c history.Check) { r.Checks = append(r.Checks, c) }
-
 func (r *Report) exit(code int) {
 	if code > r.ExitCode {
 		r.ExitCode = code
@@ -163,12 +161,18 @@ func (r *Report) exit(code int) {
 }
 
 // Run does one nightly. It returns the report with its exit code, and an
-// error only when it could not run at all (bad config, locked history).
-// A run killed midway leaves its row "running"; the next nightly marks it
-// incomplete. A run whose context is cancelled is marked incomplete.
+// error when it could not run at all (bad config: a *ConfigError; locked
+// history) or could not read or write its history (the error names the
+// database file; the report then says exit 4, ExitInfra).
+//
+// The night runs in steps, each returning its checks: drift, build,
+// bench, judge and finish; what they found is stored at the end in one
+// transaction (history.Store.Record), so a failed write leaves no half
+// night. A run killed midway leaves its row "running"; the next nightly
+// marks it incomplete. A run whose context is cancelled is marked
+// incomplete.
 func Run(ctx context.Context, o Options) (*Report, error) {
 	cfg := o.Config
-	logf := o.logf
 	now := time.Now
 	if o.Now != nil {
 		now = o.Now
@@ -180,7 +184,6 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, &ConfigError{err}
 	}
-	a, b, cat, repo := in.a, in.b, in.cat, in.repo
 	dbPath := cfg.Path(cfg.History.Path)
 	unlock, err := history.Lock(dbPath)
 	if err != nil {
@@ -195,14 +198,14 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer store.Close()
+	defer func() { _ = store.Close() }() // every write was committed or reported
 	if stale, err := store.MarkStale(); err != nil {
 		return nil, err
 	} else if len(stale) > 0 {
-		logf("marked %d runs killed midway as incomplete: %v", len(stale), stale)
+		o.logf("marked %d runs killed midway as incomplete: %v", len(stale), stale)
 	}
-	rep.ArmRecipes["a"], rep.ArmRecipes["b"] = a.Name, b.Name
-	rep.Workload = workloadKey(cfg, b)
+	rep.ArmRecipes["a"], rep.ArmRecipes["b"] = in.a.Name, in.b.Name
+	rep.Workload = workloadKey(cfg, in.b)
 	probe := o.Probe
 	if probe == nil {
 		probe = func(ctx context.Context) Environment {
@@ -214,99 +217,193 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	if rep.HardwareKey == "" {
 		rep.HardwareKey = rep.Environment.HardwareKey()
 	}
-	rep.Pinned = b.Upstream.Commit
-	id, err := store.BeginRun(history.Run{StartedAt: rep.StartedAt, HardwareKey: rep.HardwareKey, SGLangCommit: rep.Pinned, SeriesHash: seriesHash(cat), ArpatchVersion: o.Version, Workload: rep.Workload, Env: rep.Environment.Map()})
+	rep.Pinned = in.b.Upstream.Commit
+	id, err := store.BeginRun(history.Run{StartedAt: rep.StartedAt, HardwareKey: rep.HardwareKey, SGLangCommit: rep.Pinned, SeriesHash: seriesHash(in.cat), ArpatchVersion: o.Version, Workload: rep.Workload, Env: rep.Environment.Map()})
 	if err != nil {
 		return nil, err
 	}
 	rep.RunID = id
-	logf("run %d on %s", id, rep.HardwareKey)
-	finished := false
+	o.logf("run %d on %s", id, rep.HardwareKey)
+	n := &night{o: o, cfg: cfg, in: in, store: store, rep: rep}
+	recorded := false
 	defer func() {
-		if !finished {
-			store.FinishRun(id, history.Incomplete, rep.ExitCode, "interrupted")
+		if !recorded {
+			// A panic, or a history that failed below: the run is no
+			// reference. Best effort: the history may be what failed.
+			_ = store.FinishRun(id, history.Incomplete, rep.ExitCode, verdictInterrupted)
 		}
 	}()
 
-	// 1. Drift.
+	rep.add(n.drift(ctx))
+	rep.add(n.build(ctx))
+	rep.add(n.bench(ctx))
+	cs, err := n.judge()
+	rep.add(cs)
+	if err != nil {
+		n.historyFailed(err)
+	}
+	rep.add(n.finish(ctx))
+	rep.Seconds = now().Sub(rep.StartedAt).Seconds()
+	out := n.out
+	out.Checks, out.Status, out.ExitCode, out.Verdict = rep.Checks, rep.Status, rep.ExitCode, rep.Verdict
+	if rerr := store.Record(id, out); rerr != nil {
+		// Nothing of tonight was stored; the run's row says it failed,
+		// as far as the history takes writes at all.
+		n.historyFailed(rerr)
+		rep.add(n.finish(ctx))
+		if ferr := store.FinishRun(id, rep.Status, rep.ExitCode, rep.Verdict); ferr == nil {
+			recorded = true
+		}
+		return rep, rerr
+	}
+	recorded = true
+	if err != nil {
+		return rep, err
+	}
+	return rep, nil
+}
+
+// night is one run in progress: its inputs, its history, its report, and
+// what the steps found that the history stores at the end (out; the
+// checks and the verdict are the report's).
+type night struct {
+	o     Options
+	cfg   *Config
+	in    *runInputs
+	store *history.Store
+	rep   *Report
+	res   *bench.Result // the bench's result, when it ran to one
+	out   history.Outcome
+}
+
+// add appends a step's checks to the report.
+func (r *Report) add(cs []history.Check) { r.Checks = append(r.Checks, cs...) }
+
+// historyFailed makes a failed read or write of the history an
+// infrastructure failure of the run (exit 4): err names the database
+// file. It is the first error: the verdict leads with it.
+func (n *night) historyFailed(err error) {
+	n.rep.Errors = append([]string{err.Error()}, n.rep.Errors...)
+	n.rep.exit(ExitInfra)
+}
+
+// drift is step 1: fetch the tracked ref, resolve its head, and check
+// every series at the pinned commit, the head and the also_check
+// revisions.
+func (n *night) drift(ctx context.Context) []history.Check {
+	rep, cfg, repo := n.rep, n.cfg, n.in.repo
+	var cs []history.Check
 	repoPath := cfg.Path(cfg.Upstream.Repo)
 	if cfg.Upstream.Fetch {
 		if err := repo.Fetch(ctx, nil); err != nil {
 			rep.Errors = append(rep.Errors, fmt.Sprintf("upstream.fetch: fetching origin into %s: %v", repoPath, err))
-			rep.check(history.Check{Name: "fetch " + cfg.Upstream.Ref, Kind: history.KindDrift, Status: history.CheckFail, Detail: err.Error()})
+			cs = append(cs, history.Check{Name: "fetch " + cfg.Upstream.Ref, Kind: history.KindDrift, Status: history.CheckFail, Detail: err.Error()})
 			rep.exit(ExitInfra)
 		}
 	}
+	var err error
 	rep.Head, err = repo.Resolve(cfg.Upstream.Ref)
 	if err != nil {
 		rep.Errors = append(rep.Errors, "upstream.ref: "+err.Error())
-		rep.check(history.Check{Name: "resolve " + cfg.Upstream.Ref, Kind: history.KindDrift, Status: history.CheckFail, Detail: err.Error()})
+		cs = append(cs, history.Check{Name: "resolve " + cfg.Upstream.Ref, Kind: history.KindDrift, Status: history.CheckFail, Detail: err.Error()})
 		rep.exit(ExitInfra)
 	}
-	for _, l := range cat.PassedOver() {
+	for _, l := range n.in.cat.PassedOver() {
 		// An unsealed draft in [arms] patches_dir: never applied, and
 		// it does not stop the other series.
 		first, _, _ := strings.Cut(l, "\n")
 		rep.Warnings = append(rep.Warnings, "arms.patches_dir: "+first)
 	}
-	drift(rep, repo, repoPath, cat, b, store, cfg.Upstream.Also)
-	store.Update(id, "", rep.Head, "")
+	checks, recs := drift(rep, repo, repoPath, n.in.cat, n.in.b, cfg.Upstream.Also)
+	n.out.Drift = recs
+	n.out.UpstreamHead = rep.Head
 	rep.BuildCommit = rep.Pinned
 	if cfg.Arms.Commit == "head" && rep.Head != "" {
 		rep.BuildCommit = rep.Head
-		store.Update(id, rep.BuildCommit, "", "") // what is built and benched
+		n.out.SGLangCommit = rep.BuildCommit // what is built and benched
 	}
-	canContinue := rep.ExitCode < ExitDrift || (rep.ExitCode == ExitDrift && cfg.Arms.Commit == "pinned")
+	return append(cs, checks...)
+}
 
-	// 2. Build.
-	if !o.SkipBuild && canContinue && ctx.Err() == nil {
-		logf("building %s and %s at %s", a.Name, b.Name, githash.Hash(rep.BuildCommit).Short())
-		build(ctx, rep, cfg, o, a, b, cat)
-	} else if o.SkipBuild {
-		rep.check(history.Check{Name: "build", Kind: history.KindBuild, Status: history.CheckSkip, Detail: "--skip-build"})
+// canContinue says whether the build and bench run after drift: not
+// after an infrastructure failure, nor after drift at the commit they
+// would build (arms.commit = "head").
+func (n *night) canContinue() bool {
+	code := n.rep.ExitCode
+	return code < ExitDrift || (code == ExitDrift && n.cfg.Arms.Commit == "pinned")
+}
+
+// build is step 2: both arms through the build cache.
+func (n *night) build(ctx context.Context) []history.Check {
+	if n.o.SkipBuild {
+		return []history.Check{{Name: "build", Kind: history.KindBuild, Status: history.CheckSkip, Detail: "--skip-build"}}
 	}
+	if !n.canContinue() || ctx.Err() != nil {
+		return nil
+	}
+	a, b := n.in.a, n.in.b
+	n.o.logf("building %s and %s at %s", a.Name, b.Name, githash.Hash(n.rep.BuildCommit).Short())
+	return build(ctx, n.rep, n.cfg, n.o, a, b, n.in.cat)
+}
 
-	// 3. Bench, 4. store, 5. verdict.
-	if !o.SkipBench && rep.ExitCode < ExitInfra && canContinue && ctx.Err() == nil {
-		logf("benching %s against %s", b.Name, a.Name)
-		res, settings, err := runBench(ctx, cfg, o, a, b, in.tune, rep)
-		rep.BenchSettings = &settings
-		rep.Bench = res
-		if err != nil {
-			var ie *bench.InfraError
-			if errors.As(err, &ie) || ctx.Err() == nil {
-				rep.Errors = append(rep.Errors, "bench: "+err.Error())
-				rep.check(history.Check{Name: "bench", Kind: history.KindValidity, Status: history.CheckFail, Detail: err.Error()})
-				rep.exit(ExitInfra)
-			}
-		} else {
-			if err := store.SetEnv(id, benchEnv(res)); err != nil {
-				return rep, err
-			}
-			if err := storeBench(store, id, rep, res); err != nil {
-				return rep, err
-			}
-			judge(rep, cfg, store, res, a.Name, b.Name)
+// bench is step 3: bench arm B against arm A; the result is stored with
+// the run (its arms, trials and server versions).
+func (n *night) bench(ctx context.Context) []history.Check {
+	rep := n.rep
+	if n.o.SkipBench {
+		return []history.Check{{Name: "bench", Kind: history.KindValidity, Status: history.CheckSkip, Detail: "--skip-bench"}}
+	}
+	if rep.ExitCode >= ExitInfra || !n.canContinue() || ctx.Err() != nil {
+		return nil
+	}
+	a, b := n.in.a, n.in.b
+	n.o.logf("benching %s against %s", b.Name, a.Name)
+	res, settings, err := runBench(ctx, n.cfg, n.o, a, b, n.in.tune, rep)
+	rep.BenchSettings = &settings
+	rep.Bench = res
+	if err != nil {
+		var ie *bench.InfraError
+		if errors.As(err, &ie) || ctx.Err() == nil {
+			rep.Errors = append(rep.Errors, "bench: "+err.Error())
+			rep.exit(ExitInfra)
+			return []history.Check{{Name: "bench", Kind: history.KindValidity, Status: history.CheckFail, Detail: err.Error()}}
 		}
-	} else if o.SkipBench {
-		rep.check(history.Check{Name: "bench", Kind: history.KindValidity, Status: history.CheckSkip, Detail: "--skip-bench"})
+		return nil
 	}
+	n.res = res
+	n.out.Env = benchEnv(res)
+	n.out.Arms = armRecords(rep, res)
+	return nil
+}
+
+// judge is step 4: each arm's output, its metrics against history, and B
+// against A tonight. The error is a history that could not be read.
+func (n *night) judge() ([]history.Check, error) {
+	if n.res == nil {
+		return nil, nil
+	}
+	return judge(n.rep, n.cfg, n.store, n.res, n.in.a.Name, n.in.b.Name)
+}
+
+// finish is step 5: an interrupted run and every infrastructure failure
+// get a failed "run" check (the CI test case), and the run its status and
+// verdict.
+func (n *night) finish(ctx context.Context) []history.Check {
+	rep := n.rep
+	var cs []history.Check
 	interrupted := ctx.Err() != nil
 	switch {
-	case interrupted:
+	case interrupted && !hasCheck(rep.Checks, "run", history.KindInfra):
 		// No verdict, never a reference; an infrastructure exit, so CI
 		// does not read it as a pass.
 		rep.exit(ExitInfra)
 		rep.Errors = append(rep.Errors, "interrupted ("+context.Cause(ctx).Error()+"): the run stopped before its verdict")
-		rep.check(history.Check{Name: "run", Kind: history.KindInfra, Status: history.CheckFail, Detail: "interrupted"})
+		cs = append(cs, history.Check{Name: "run", Kind: history.KindInfra, Status: history.CheckFail, Detail: "interrupted"})
+	case interrupted:
+		// Already said (finish runs again when the history fails).
 	case rep.ExitCode == ExitInfra && !failedCheck(rep.Checks):
 		// Every infrastructure failure shows as a failed test case in CI.
-		rep.check(history.Check{Name: "run", Kind: history.KindInfra, Status: history.CheckFail, Detail: strings.Join(rep.Errors, "; ")})
-	}
-	for _, c := range rep.Checks {
-		if err := store.AddCheck(id, c); err != nil {
-			return rep, err
-		}
+		cs = append(cs, history.Check{Name: "run", Kind: history.KindInfra, Status: history.CheckFail, Detail: strings.Join(rep.Errors, "; ")})
 	}
 	switch {
 	case interrupted:
@@ -316,12 +413,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	default:
 		rep.Status, rep.Verdict = history.Complete, verdictText(rep)
 	}
-	rep.Seconds = now().Sub(rep.StartedAt).Seconds()
-	if err := store.FinishRun(id, rep.Status, rep.ExitCode, rep.Verdict); err != nil {
-		return rep, err
-	}
-	finished = true
-	return rep, nil
+	return cs
 }
 
 // failedNames lists the failed checks of the kinds given.
@@ -333,6 +425,11 @@ func failedNames(rep *Report, kinds ...history.CheckKind) string {
 		}
 	}
 	return strings.Join(out, ", ")
+}
+
+// hasCheck reports whether cs holds a check of that name and kind.
+func hasCheck(cs []history.Check, name string, kind history.CheckKind) bool {
+	return slices.ContainsFunc(cs, func(c history.Check) bool { return c.Name == name && c.Kind == kind })
 }
 
 func failedCheck(cs []history.Check) bool {
@@ -571,10 +668,11 @@ func seriesHash(cat *patches.Catalog) string {
 }
 
 // drift checks every series at the pinned commit and at the tracked
-// ref's head, records each patch's fit, and fails the run (exit 3) when
-// no series of recipe B's family fits head, naming the patches, files and
-// hunks that conflict.
-func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog, b *recipes.Recipe, store *history.Store, also []string) {
+// ref's head, returns its checks and each patch's fit (for the history),
+// and fails the run (exit 3) when no series of recipe B's family fits
+// head, naming the patches, files and hunks that conflict.
+func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog, b *recipes.Recipe, also []string) ([]history.Check, []history.DriftRecord) {
+	var cs []history.Check
 	revs := []string{rep.Pinned}
 	if rep.Head != "" && rep.Head != rep.Pinned {
 		revs = append(revs, rep.Head)
@@ -587,7 +685,7 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 		// twice.
 		commit, err := repo.Resolve(a)
 		if err != nil {
-			rep.check(history.Check{Name: "also_check " + a, Kind: history.KindDrift, Status: history.CheckSkip, Detail: err.Error()})
+			cs = append(cs, history.Check{Name: "also_check " + a, Kind: history.KindDrift, Status: history.CheckSkip, Detail: err.Error()})
 			rep.Warnings = append(rep.Warnings, "upstream.also_check: "+err.Error())
 			continue
 		}
@@ -607,7 +705,7 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 	if err != nil {
 		rep.Errors = append(rep.Errors, "drift check: "+err.Error())
 		rep.exit(ExitInfra)
-		return
+		return cs, nil
 	}
 	var recs []history.DriftRecord
 	fits := map[string]map[string]bool{} // commit -> series -> fits
@@ -644,7 +742,6 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 		}
 		fits[r.Commit][r.Series] = r.Applies()
 	}
-	store.AddDrift(rep.RunID, recs)
 	members := cat.Members(b.Series)
 	for i, commit := range rowsCommits(rows) {
 		if i >= judged {
@@ -655,7 +752,7 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 					c.Status, c.Detail = history.CheckSkip, "recorded only (also_check)"
 					setNote(rep.Drift, s.Name, commit, c.Detail)
 				}
-				rep.check(c)
+				cs = append(cs, c)
 			}
 			continue
 		}
@@ -680,7 +777,7 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 			default:
 				c.Status, c.Detail = history.CheckFail, conflictDetail(rep.Drift, s.Name, commit)
 			}
-			rep.check(c)
+			cs = append(cs, c)
 		}
 		if anyFit == "" && len(members) > 0 {
 			rep.exit(ExitDrift)
@@ -695,8 +792,8 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 				rep.Ports = append(rep.Ports, *hint)
 				msg += "\n  port: " + hint.String()
 				// The JUnit message of each failing drift check leads with it.
-				for i := range rep.Checks {
-					if c := &rep.Checks[i]; c.Kind == history.KindDrift && c.Status == history.CheckFail && strings.HasSuffix(c.Name, " at "+label) {
+				for i := range cs {
+					if c := &cs[i]; c.Kind == history.KindDrift && c.Status == history.CheckFail && strings.HasSuffix(c.Name, " at "+label) {
 						c.Detail = hint.String() + "\n" + c.Detail
 					}
 				}
@@ -705,6 +802,7 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 			rep.Errors = append(rep.Errors, msg)
 		}
 	}
+	return cs, recs
 }
 
 // portHint ports each member of the family to commit in memory, the
@@ -774,7 +872,7 @@ func conflictDetail(rows []DriftRow, series, commit string) string {
 	return ""
 }
 
-func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recipes.Recipe, cat *patches.Catalog) {
+func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recipes.Recipe, cat *patches.Catalog) []history.Check {
 	archs := cfg.Build.Archs
 	if len(archs) == 0 {
 		archs = b.Build.Archs
@@ -783,14 +881,14 @@ func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recip
 	if err != nil {
 		rep.Errors = append(rep.Errors, "build: "+err.Error())
 		rep.exit(ExitInfra)
-		return
+		return nil
 	}
 	cache := kernels.Cache{Dir: cfg.Path(cfg.Build.CacheDir)}
 	if cache.Dir == "" {
 		if cache.Dir, err = kernels.DefaultCacheDir(); err != nil {
 			rep.Errors = append(rep.Errors, "build: "+err.Error())
 			rep.exit(ExitInfra)
-			return
+			return nil
 		}
 	}
 	bo := kernels.BuildOptions{Archs: as, Jobs: cfg.Build.Jobs, Tool: cfg.Build.Tool, Offline: cfg.Build.Offline,
@@ -804,22 +902,23 @@ func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recip
 	}
 	if err := refreshArms(cfg.Path(cfg.Build.WorkDir), rep.BuildCommit); err != nil {
 		rep.Errors = append(rep.Errors, "build: "+err.Error())
-		rep.check(history.Check{Name: "build", Kind: history.KindBuild, Status: history.CheckFail, Detail: err.Error()})
 		rep.exit(ExitInfra)
-		return
+		return []history.Check{{Name: "build", Kind: history.KindBuild, Status: history.CheckFail, Detail: err.Error()}}
 	}
+	var cs []history.Check
 	_, results, err := kernels.ABBuild(ctx, kernels.ABOptions{A: a, B: b, Catalog: cat, Dir: cfg.Path(cfg.Build.WorkDir), Repo: cfg.Path(cfg.Upstream.Repo), Commit: commit, Build: bo}, nil)
 	for i, r := range results {
 		arm := []string{a.Name, b.Name}[i]
 		row := BuildRow{Arm: arm, Key: r.Plan.Key, Hit: r.Hit, Output: r.Wheel}
 		rep.Builds = append(rep.Builds, row)
-		rep.check(history.Check{Name: "build " + arm, Kind: history.KindBuild, Status: history.CheckPass, Detail: fmt.Sprintf("key %s, cache hit %v", r.Plan.Key[:16], r.Hit)})
+		cs = append(cs, history.Check{Name: "build " + arm, Kind: history.KindBuild, Status: history.CheckPass, Detail: fmt.Sprintf("key %s, cache hit %v", r.Plan.Key[:16], r.Hit)})
 	}
 	if err != nil {
 		rep.Errors = append(rep.Errors, "build: "+err.Error())
-		rep.check(history.Check{Name: "build", Kind: history.KindBuild, Status: history.CheckFail, Detail: err.Error()})
+		cs = append(cs, history.Check{Name: "build", Kind: history.KindBuild, Status: history.CheckFail, Detail: err.Error()})
 		rep.exit(ExitInfra)
 	}
+	return cs
 }
 
 // refreshArms removes the nightly's A/B checkouts (work/a, work/b) when
@@ -909,7 +1008,10 @@ func benchEnv(res *bench.Result) map[string]string {
 	return m
 }
 
-func storeBench(store *history.Store, id int64, rep *Report, res *bench.Result) error {
+// armRecords are the bench's arms with their trials and samples, for the
+// history, each with its build's key.
+func armRecords(rep *Report, res *bench.Result) []history.ArmRecord {
+	var out []history.ArmRecord
 	keys := map[string]string{}
 	for _, b := range rep.Builds {
 		keys[b.Arm] = b.Key
@@ -929,11 +1031,9 @@ func storeBench(store *history.Store, id int64, rep *Report, res *bench.Result) 
 		if ar.Agreement != nil {
 			agreement = ar.Agreement.Share
 		}
-		if err := store.AddArm(id, ar.Arm.Name, ar.Arm.Name, keys[ar.Arm.Name], ar.Invalid, agreement, trials); err != nil {
-			return err
-		}
+		out = append(out, history.ArmRecord{Name: ar.Arm.Name, Recipe: ar.Arm.Name, BuildKey: keys[ar.Arm.Name], Invalid: ar.Invalid, Agreement: agreement, Trials: trials})
 	}
-	return nil
+	return out
 }
 
 // RegressionVerdict is the outcome of one regression check (Check).
@@ -996,8 +1096,12 @@ func (c Check) pctP() (string, string) {
 	return fmt.Sprintf("%+.1f%%", c.Pct), fmt.Sprintf("%.3f", c.P)
 }
 
-// judge decides regressions against history and B against A tonight.
-func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aName, bName string) {
+// judge decides regressions against history and B against A tonight,
+// and returns its checks: each arm's output, the environment, each
+// regression check. The error is a history that could not be read (it
+// names the database file); the checks are then those judged before it.
+func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aName, bName string) ([]history.Check, error) {
+	var cs []history.Check
 	for _, ar := range res.Arms {
 		c := history.Check{Name: "output of " + ar.Arm.Name, Kind: history.KindValidity, Status: history.CheckPass}
 		switch {
@@ -1011,7 +1115,7 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 			c.Detail = strings.Join(ar.Warnings, "; ")
 			rep.exit(ExitRegression)
 		}
-		rep.check(c)
+		cs = append(cs, c)
 	}
 	metrics := slices.Sorted(maps.Keys(cfg.Regression.Metrics))
 	levels := res.Levels()
@@ -1020,7 +1124,6 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 	type window struct {
 		ref  []float64
 		runs []int64
-		err  error
 	}
 	windows := map[string]window{}
 	var refRuns []int64
@@ -1028,13 +1131,23 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 		for _, c := range levels {
 			for _, m := range metrics {
 				var w window
-				w.ref, w.runs, w.err = store.Window(rep.HardwareKey, rep.Workload, ar.Arm.Name, m, c, cfg.History.Window, rep.RunID)
+				var err error
+				if w.ref, w.runs, err = store.Window(rep.HardwareKey, rep.Workload, ar.Arm.Name, m, c, cfg.History.Window, rep.RunID); err != nil {
+					return cs, err
+				}
 				windows[fmt.Sprint(ar.Arm.Name, c, m)] = w
 				refRuns = append(refRuns, w.runs...)
 			}
 		}
 	}
-	rep.EnvChange = envChange(store, rep, refRuns, cfg.Path(cfg.History.Path))
+	var envCheck *history.Check
+	var err error
+	if rep.EnvChange, envCheck, err = envChange(store, rep, refRuns, cfg.Path(cfg.History.Path)); err != nil {
+		return cs, err
+	}
+	if envCheck != nil {
+		cs = append(cs, *envCheck)
+	}
 	// With one level the checks keep their names; with several each
 	// names its level, and compares it with the same level only.
 	named := func(metric string, c int) string {
@@ -1050,15 +1163,13 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 				w := windows[fmt.Sprint(ar.Arm.Name, c, m)]
 				r := Check{Arm: ar.Arm.Name, Metric: named(m, c), Against: "history", ThresholdPct: cfg.Regression.Metrics[m], RefRuns: len(w.runs), RefSamples: len(w.ref)}
 				switch {
-				case w.err != nil:
-					r.Verdict, r.Note = VerdictNotEnoughData, w.err.Error()
 				case rep.EnvChange != nil && len(w.ref) > 0:
 					r.Tonight, r.Reference = stats.Quantile(tonight, 0.5), stats.Quantile(w.ref, 0.5)
 					r.Verdict, r.Note = VerdictNotCompared, rep.EnvChange.String()
 				default:
 					compare(&r, w.ref, tonight, cfg.Regression.Alpha, metricDirections[m])
 				}
-				rep.addRegression(r)
+				cs = append(cs, rep.addRegression(r))
 			}
 		}
 	}
@@ -1074,12 +1185,15 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 				r.Note = "B slower than A, but regression.require_b_faster is false"
 				r.Verdict = VerdictNoChange
 			}
-			rep.addRegression(r)
+			cs = append(cs, rep.addRegression(r))
 		}
 	}
+	return cs, nil
 }
 
-func (rep *Report) addRegression(r Check) {
+// addRegression adds a regression check to the report and returns its
+// check for CI and the history.
+func (rep *Report) addRegression(r Check) history.Check {
 	rep.Regressions = append(rep.Regressions, r)
 	pct, p := r.pctP()
 	c := history.Check{Name: fmt.Sprintf("%s %s vs %s", r.Arm, r.Metric, r.Against), Kind: history.KindRegression, Status: history.CheckPass,
@@ -1094,7 +1208,7 @@ func (rep *Report) addRegression(r Check) {
 	case VerdictNotCompared:
 		c.Status = history.CheckSkip
 	}
-	rep.check(c)
+	return c
 }
 
 // EnvChange is an environment that differs from the reference runs'.
@@ -1113,32 +1227,30 @@ func (e *EnvChange) String() string {
 }
 
 // envChange compares tonight's environment with each reference run's
-// (newest first) over EnvKeys, adds an "environment" check, and returns
-// the first difference, or nil. A value either run did not record is not
-// compared.
-func envChange(store *history.Store, rep *Report, refRuns []int64, dbPath string) *EnvChange {
+// (newest first) over EnvKeys, and returns the first difference (nil for
+// none) with the "environment" check (nil without reference runs). A
+// value either run did not record is not compared. The error is a
+// history that could not be read.
+func envChange(store *history.Store, rep *Report, refRuns []int64, dbPath string) (*EnvChange, *history.Check, error) {
 	slices.Sort(refRuns)
 	refRuns = slices.Compact(refRuns)
 	if len(refRuns) == 0 {
-		return nil
+		return nil, nil, nil
 	}
 	now := rep.Environment.Map()
 	for i := len(refRuns) - 1; i >= 0; i-- {
 		old, err := store.Env(refRuns[i])
 		if err != nil {
-			rep.Warnings = append(rep.Warnings, fmt.Sprintf("environment of run %d: %v", refRuns[i], err))
-			continue
+			return nil, nil, err
 		}
 		if ch := EnvChanges(old, now); len(ch) > 0 {
 			e := &EnvChange{Since: refRuns[i], Changes: ch,
 				Accept: shellq.Join([]string{"arpatch", "history", "accept", fmt.Sprint(rep.RunID), "--db", dbPath})}
-			rep.check(history.Check{Name: "environment vs reference runs", Kind: history.KindEnvironment, Status: history.CheckSkip, Detail: e.String()})
-			return e
+			return e, &history.Check{Name: "environment vs reference runs", Kind: history.KindEnvironment, Status: history.CheckSkip, Detail: e.String()}, nil
 		}
 	}
-	rep.check(history.Check{Name: "environment vs reference runs", Kind: history.KindEnvironment, Status: history.CheckPass,
-		Detail: fmt.Sprintf("same %s as reference runs %d..%d", strings.Join(EnvKeys, ", "), refRuns[0], refRuns[len(refRuns)-1])})
-	return nil
+	return nil, &history.Check{Name: "environment vs reference runs", Kind: history.KindEnvironment, Status: history.CheckPass,
+		Detail: fmt.Sprintf("same %s as reference runs %d..%d", strings.Join(EnvKeys, ", "), refRuns[0], refRuns[len(refRuns)-1])}, nil
 }
 
 // compare fills the verdict: a regression needs both significance (Mann-

@@ -131,7 +131,7 @@ Exit codes:
    3  drift (nightly): no series of the family applies to upstream
    4  infrastructure (bench, nightly): a fetch, build or server failed, a
       server answered nothing, the run was interrupted, another nightly
-      holds the history`,
+      holds the history, the history could not be read or written`,
 		Writer:               stdout,
 		ErrWriter:            stderr,
 		EnableBashCompletion: true,

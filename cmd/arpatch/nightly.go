@@ -40,8 +40,8 @@ reference; so is a night that failed its checks (exit 1), until
 "arpatch history accept RUN" makes a run the new reference.
 
 Exit codes: 0 no regression, 1 regression or invalid output, 3 drift (the
-series no longer applies), 4 infrastructure failure (fetch, build, server),
-2 usage. On drift the verdict says whether arpatch patches port finds a
+series no longer applies), 4 infrastructure failure (fetch, build, server,
+a history that cannot be read or written), 2 usage. On drift the verdict says whether arpatch patches port finds a
 clean draft for the commit, with the command that writes it.
 
 Examples:

@@ -5,6 +5,7 @@ import (
 	"bytes"
 	"compress/gzip"
 	"crypto/sha256"
+	"database/sql"
 	"encoding/hex"
 	"errors"
 	"fmt"
@@ -123,6 +124,20 @@ func TestScripts(t *testing.T) {
 					ts.Fatalf("usage: lockpid FILE")
 				}
 				ts.Check(os.WriteFile(ts.MkAbs(args[0]), []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644))
+			},
+			"sqlexec": func(ts *testscript.TestScript, neg bool, args []string) {
+				// Run SQL on a history database behind arpatch's back: to
+				// plant a failure.
+				if len(args) != 2 {
+					ts.Fatalf("usage: sqlexec DB STATEMENT")
+				}
+				db, err := sql.Open("sqlite", ts.MkAbs(args[0]))
+				ts.Check(err)
+				_, err = db.Exec(args[1])
+				if cerr := db.Close(); err == nil {
+					err = cerr
+				}
+				ts.Check(err)
 			},
 			"fakebin": func(ts *testscript.TestScript, neg bool, args []string) {
 				// Put arpatch's fake CUDA toolchain (kernels/testdata/fakebin)
