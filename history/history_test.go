@@ -43,14 +43,14 @@ func TestWindowSkipsIncompleteAndOtherHardware(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	ids := seed(t, s, 3, 90)
 	// An incomplete run and a run on other hardware never count.
 	bad, _ := s.BeginRun(Run{HardwareKey: "8x GPU"})
-	s.AddArm(bad, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: 1}})
+	must(t, s.AddArm(bad, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: 1}}))
 	other, _ := s.BeginRun(Run{HardwareKey: "2x Other"})
-	s.AddArm(other, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: 2}})
-	s.FinishRun(other, Complete, 0, "")
+	must(t, s.AddArm(other, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: 2}}))
+	must(t, s.FinishRun(other, Complete, 0, ""))
 	if stale, err := s.MarkStale(); err != nil || len(stale) != 1 || stale[0] != bad {
 		t.Fatalf("MarkStale = %v, %v", stale, err)
 	}
@@ -75,19 +75,19 @@ func TestWindowRegressionsWorkloadsAndAccept(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	ids := seed(t, s, 3, 90)
 	night := func(tokS float64, exit int, workload string) int64 {
 		id, _ := s.BeginRun(Run{HardwareKey: "8x GPU", Workload: workload})
-		s.AddArm(id, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: tokS}})
-		s.FinishRun(id, Complete, exit, "")
+		must(t, s.AddArm(id, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: tokS}}))
+		must(t, s.FinishRun(id, Complete, exit, ""))
 		return id
 	}
 	slow := night(70, 1, "")
 	night(10, 0, "max_new_tokens=8")
 	// A night with drift (exit 3) that also regressed is no reference.
 	drifted := night(69, 3, "")
-	s.AddCheck(drifted, Check{Name: "pcie tok_s vs history", Kind: "regression", Status: "fail"})
+	must(t, s.AddCheck(drifted, Check{Name: "pcie tok_s vs history", Kind: "regression", Status: "fail"}))
 	if _, runs, _ := s.Window("8x GPU", "", "pcie", "tok_s", 1, 7, 0); !reflect.DeepEqual(runs, []int64{ids[2], ids[1], ids[0]}) {
 		t.Errorf("window %v: a regressed night or another workload counted", runs)
 	}
@@ -122,7 +122,7 @@ func TestOpenOddPath(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	s.Close()
+	must(t, s.Close())
 	if _, err := os.Stat(p); err != nil {
 		t.Errorf("database not at %s: %v", p, err)
 	}
@@ -142,17 +142,21 @@ func TestMigrationFromV1(t *testing.T) {
 	if _, err := old.db.Exec(`INSERT INTO runs (started_at, status, pid, hardware_key) VALUES ('2026-10-01T00:00:00Z', 'complete', 1, 'hw')`); err != nil {
 		t.Fatal(err)
 	}
-	old.db.Exec(`INSERT INTO arms (run_id, name) VALUES (1, 'pcie')`)
-	old.db.Exec(`INSERT INTO trials (arm_id, idx, tok_s) VALUES (1, 1, 42.5)`)
+	if _, err := old.db.Exec(`INSERT INTO arms (run_id, name) VALUES (1, 'pcie')`); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := old.db.Exec(`INSERT INTO trials (arm_id, idx, tok_s) VALUES (1, 1, 42.5)`); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := old.db.Exec(`INSERT INTO checks (run_id, name, kind, status) VALUES (1, 'x', 'y', 'z')`); err == nil {
 		t.Fatal("version 1 already has the checks table")
 	}
-	old.Close()
+	must(t, old.Close())
 	s, err := Open(p)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	if v, _ := s.Version(); v != SchemaVersion || SchemaVersion != 4 {
 		t.Fatalf("migrated to %d", v)
 	}
@@ -168,8 +172,10 @@ func TestMigrationFromV1(t *testing.T) {
 		t.Errorf("data after migration: %+v %v", d, err)
 	}
 	// A database from a newer arpatch is refused.
-	s.db.Exec(`INSERT INTO schema_migrations (version, applied_at) VALUES (99, 'x')`)
-	s.Close()
+	if _, err := s.db.Exec(`INSERT INTO schema_migrations (version, applied_at) VALUES (99, 'x')`); err != nil {
+		t.Fatal(err)
+	}
+	must(t, s.Close())
 	if _, err := Open(p); err == nil || !strings.Contains(err.Error(), "schema version 99") {
 		t.Errorf("newer schema: %v", err)
 	}
@@ -181,22 +187,22 @@ func TestExportAndPlot(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	ids := seed(t, s, 4, 90)
-	s.AddCheck(ids[3], Check{Name: "pcie tok_s vs history", Kind: "regression", Status: "fail"})
-	s.AddCheck(ids[2], Check{Name: "pcie-2026-07 at master", Kind: "drift", Status: "fail"})
+	must(t, s.AddCheck(ids[3], Check{Name: "pcie tok_s vs history", Kind: "regression", Status: "fail"}))
+	must(t, s.AddCheck(ids[2], Check{Name: "pcie-2026-07 at master", Kind: "drift", Status: "fail"}))
 	rows, err := s.Export()
 	if err != nil || len(rows) != 20 || rows[0].RunID != ids[0] || rows[0].Arm != "pcie" || rows[0].Samples != 1 {
 		t.Fatalf("export: %d rows %+v %v", len(rows), rows[0], err)
 	}
 	var b bytes.Buffer
-	WriteCSV(&b, rows)
+	must(t, WriteCSV(&b, rows))
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if len(lines) != 21 || !strings.HasPrefix(lines[0], "run_id,started_at,status") || !strings.Contains(lines[1], ",pcie,false,1,") {
 		t.Errorf("csv: %q", lines[:2])
 	}
 	b.Reset()
-	WriteJSON(&b, rows)
+	must(t, WriteJSON(&b, rows))
 	var back []ExportRow
 	if err := json.Unmarshal(b.Bytes(), &back); err != nil || len(back) != 20 {
 		t.Errorf("json: %v", err)
@@ -217,8 +223,8 @@ func TestExportAndPlot(t *testing.T) {
 	}
 	// Runs of other hardware stay off the plot.
 	other, _ := s.BeginRun(Run{HardwareKey: "1x other"})
-	s.AddArm(other, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: 5}})
-	s.FinishRun(other, Complete, 0, "")
+	must(t, s.AddArm(other, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: 5}}))
+	must(t, s.FinishRun(other, Complete, 0, ""))
 	if pts, _, _ := s.Points("tok_s", Series{HardwareKey: "8x GPU"}); len(pts["pcie"]) != 4 {
 		t.Errorf("other hardware on the plot: %d points", len(pts["pcie"]))
 	}
@@ -249,7 +255,7 @@ func TestWindowPerLevel(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	var ids []int64
 	for i := 0; i < 2; i++ {
 		id, _ := s.BeginRun(Run{HardwareKey: "8x GPU", Workload: "sweep"})
@@ -260,7 +266,7 @@ func TestWindowPerLevel(t *testing.T) {
 		if err := s.AddArm(id, "pcie", "pcie", "", false, 1, trials); err != nil {
 			t.Fatal(err)
 		}
-		s.FinishRun(id, Complete, 0, "")
+		must(t, s.FinishRun(id, Complete, 0, ""))
 		ids = append(ids, id)
 	}
 	for level, want := range map[int]float64{1: 90, 16: 600} {
@@ -317,7 +323,7 @@ func TestWindowVocabulary(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	defer func() { _ = s.Close() }()
 	night := func(exit int, checks ...Check) int64 {
 		t.Helper()
 		id, err := s.BeginRun(Run{HardwareKey: "hw"})
@@ -469,5 +475,13 @@ func TestRecordIsOneTransaction(t *testing.T) {
 	if d, err = s.Show(id); err != nil || d.Run.Status != Complete || d.Run.UpstreamHead != o.UpstreamHead || d.Run.SGLangCommit != "" ||
 		len(d.Drift) != 1 || len(d.Arms) != 1 || len(d.Arms[0].Trials) != 1 || len(d.Checks) != 1 || d.Run.Env["sglang_version@pcie"] != "0.5.5" {
 		t.Errorf("after Record: %v %+v", err, d)
+	}
+}
+
+// must stops the test on a setup error.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -159,13 +159,19 @@ func (s *Store) Export() ([]ExportRow, error) {
 // WriteCSV writes rows with a header line.
 func WriteCSV(w io.Writer, rows []ExportRow) error {
 	cw := csv.NewWriter(w)
-	cw.Write([]string{"run_id", "started_at", "status", "hardware_key", "workload", "sglang_commit", "arm", "invalid", "trial", "concurrency", "wall_s", "tok_s", "decode_tok_s",
+	err := cw.Write([]string{"run_id", "started_at", "status", "hardware_key", "workload", "sglang_commit", "arm", "invalid", "trial", "concurrency", "wall_s", "tok_s", "decode_tok_s",
 		"accept_length", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "tpot_ms", "errors", "samples"})
+	if err != nil {
+		return err
+	}
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 	for _, r := range rows {
-		cw.Write([]string{strconv.FormatInt(r.RunID, 10), r.StartedAt.Format(time.RFC3339), string(r.Status), r.HardwareKey, r.Workload, r.Commit, r.Arm,
+		err := cw.Write([]string{strconv.FormatInt(r.RunID, 10), r.StartedAt.Format(time.RFC3339), string(r.Status), r.HardwareKey, r.Workload, r.Commit, r.Arm,
 			strconv.FormatBool(r.Invalid), strconv.Itoa(r.Index), strconv.Itoa(r.Concurrency), f(r.Wall), f(r.TokS), f(r.DecodeTokS), f(r.AcceptLength),
 			f(r.TTFTp50ms), f(r.TTFTp99ms), f(r.ITLp50ms), f(r.TPOTms), strconv.Itoa(r.Errors), strconv.Itoa(r.Samples)})
+		if err != nil {
+			return err
+		}
 	}
 	cw.Flush()
 	return cw.Error()

@@ -110,12 +110,12 @@ func Open(path string) (*Store, error) {
 	}
 	db.SetMaxOpenConns(1)
 	if _, err := db.Exec(`PRAGMA journal_mode=WAL`); err != nil {
-		db.Close()
+		_ = db.Close() // the error above is what to report
 		return nil, fmt.Errorf("history %s: %w", path, err)
 	}
 	s := &Store{Path: path, db: db}
 	if err := s.migrate(SchemaVersion); err != nil {
-		db.Close()
+		_ = db.Close() // the error above is what to report
 		return nil, err
 	}
 	return s, nil

@@ -59,7 +59,7 @@ func TestExecuteUnwritableReport(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	defer func() { _ = store.Close() }()
 	runs, err := store.Runs(0)
 	if err != nil || len(runs) != 1 || runs[0].Status != history.Failed || runs[0].ExitCode == nil || *runs[0].ExitCode != ExitInfra ||
 		!strings.HasPrefix(runs[0].Verdict, "infrastructure failure: writing report") {

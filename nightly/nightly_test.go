@@ -240,7 +240,7 @@ func testNightlyEndToEnd(t *testing.T) {
 	if err := store.Accept(regressed); err != nil {
 		t.Fatal(err)
 	}
-	store.Close()
+	must(t, store.Close())
 	rep = w.run(context.Background(), true)
 	if r := findReg(rep, "patched", "tok_s", "history"); rep.ExitCode != ExitOK || r.RefRuns != 1 {
 		t.Fatalf("after accept: exit %d %+v", rep.ExitCode, r)
@@ -265,7 +265,7 @@ func testNightlyEndToEnd(t *testing.T) {
 		t.Fatalf("unreachable server: exit %d %v", rep.ExitCode, rep.Errors)
 	}
 	var junit bytes.Buffer
-	JUnit(&junit, rep)
+	must(t, JUnit(&junit, rep))
 	if !strings.Contains(junit.String(), "<failure") {
 		t.Errorf("junit of an infrastructure failure has no failure:\n%s", junit.String())
 	}
@@ -283,7 +283,7 @@ func testNightlyEndToEnd(t *testing.T) {
 	w.cfg.Bench.URLB = w.servers["b"].URL
 
 	// Upstream moves and breaks the hunk: exit 3, with patch, file, hunk.
-	testrepo.WriteFiles(w.up, map[string]string{"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": strings.Replace(fixtureCu, "full_nvlink_", "nvlink_ok_", 1)})
+	must(t, testrepo.WriteFiles(w.up, map[string]string{"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": strings.Replace(fixtureCu, "full_nvlink_", "nvlink_ok_", 1)}))
 	if _, err := testrepo.Commit(w.up, "upstream refactor"); err != nil {
 		t.Fatal(err)
 	}
@@ -312,7 +312,7 @@ func testNightlyEndToEnd(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	defer func() { _ = store.Close() }()
 	runs, _ := store.Runs(0)
 	if len(runs) != 11 {
 		t.Fatalf("%d runs recorded, want 11", len(runs))
@@ -446,7 +446,7 @@ func testKilledRunIsIncompleteAndIgnored(t *testing.T) {
 		t.Fatalf("cancelled run: status %s exit %d verdict %q", rep.Status, rep.ExitCode, rep.Verdict)
 	}
 	var sum bytes.Buffer
-	Summary(&sum, rep)
+	must(t, Summary(&sum, rep))
 	if !strings.Contains(sum.String(), "## arpatch nightly: INTERRUPTED") {
 		t.Errorf("summary of an interrupted run:\n%s", sum.String())
 	}
@@ -456,14 +456,14 @@ func testKilledRunIsIncompleteAndIgnored(t *testing.T) {
 		t.Fatal(err)
 	}
 	killed, _ := store.BeginRun(history.Run{HardwareKey: "test-gpu", PID: 999999999})
-	store.Close()
+	must(t, store.Close())
 	w.serve("b", 1600)
 	rep = w.run(context.Background(), true)
 	if rep.ExitCode != ExitOK {
 		t.Fatal(rep.Verdict)
 	}
 	store, _ = history.Open(filepath.Join(w.dir, "history.db"))
-	defer store.Close()
+	defer func() { _ = store.Close() }()
 	runs, _ := store.Runs(0)
 	status := map[int64]history.RunStatus{}
 	for _, r := range runs {
@@ -564,12 +564,12 @@ func TestConfigErrors(t *testing.T) {
 		{"[outputs]\nplot = \"x.gif\"\n", "outputs.plot: x.gif: a plot is .svg, .png or .pdf"},
 	} {
 		p := filepath.Join(dir, "nightly.toml")
-		os.WriteFile(p, []byte(tc.toml), 0o644)
+		must(t, os.WriteFile(p, []byte(tc.toml), 0o644))
 		if _, err := LoadConfig(p); err == nil || !strings.Contains(err.Error(), tc.want) {
 			t.Errorf("%q: err = %v, want %q", tc.toml, err, tc.want)
 		}
 	}
-	os.WriteFile(filepath.Join(dir, "nightly.toml"), []byte(""), 0o644)
+	must(t, os.WriteFile(filepath.Join(dir, "nightly.toml"), []byte(""), 0o644))
 	c, err := LoadConfig(filepath.Join(dir, "nightly.toml"))
 	if err != nil || c.Upstream.Ref != "main" || c.Arms.A != "baseline" || c.Arms.B != "pcie" || c.History.Window != 7 || c.Regression.Metrics["tok_s"] != 3 || !*c.Regression.RequireBFaster {
 		t.Errorf("defaults: %+v %v", c, err)
@@ -585,23 +585,23 @@ func TestConfigErrors(t *testing.T) {
 		t.Errorf("state defaults: work %s logs %s out %s db %s (%v)", c.Build.WorkDir, c.Bench.LogDir, c.Outputs.Dir, c.History.Path, err)
 	}
 	other := filepath.Join(t.TempDir(), "nightly.toml")
-	os.WriteFile(other, []byte(""), 0o644)
+	must(t, os.WriteFile(other, []byte(""), 0o644))
 	if c2, _ := LoadConfig(other); c2 == nil || c2.Build.WorkDir == c.Build.WorkDir || c2.Outputs.Dir == c.Outputs.Dir || c2.History.Path != c.History.Path {
 		t.Errorf("two configs: %+v", c2)
 	}
-	os.WriteFile(filepath.Join(dir, "nightly.toml"), []byte("[build]\nwork_dir = \"w\"\n[history]\npath = \"h.db\"\n[outputs]\ndir = \"o\"\n"), 0o644)
+	must(t, os.WriteFile(filepath.Join(dir, "nightly.toml"), []byte("[build]\nwork_dir = \"w\"\n[history]\npath = \"h.db\"\n[outputs]\ndir = \"o\"\n"), 0o644))
 	if c2, err := LoadConfig(filepath.Join(dir, "nightly.toml")); err != nil || c2.Path(c2.Build.WorkDir) != filepath.Join(dir, "w") || c2.Path(c2.Bench.LogDir) != filepath.Join(dir, "w", "logs") ||
 		c2.Path(c2.History.Path) != filepath.Join(dir, "h.db") || c2.Path(c2.Outputs.Dir) != filepath.Join(dir, "o") {
 		t.Errorf("named paths: %+v %v", c2, err)
 	}
-	os.WriteFile(filepath.Join(dir, "nightly.toml"), []byte(""), 0o644)
+	must(t, os.WriteFile(filepath.Join(dir, "nightly.toml"), []byte(""), 0o644))
 	c, _ = LoadConfig(filepath.Join(dir, "nightly.toml"))
 	if c.Bench.TrialsFor(0) != 5 || c.Bench.TrialsFor(3) != 3 || c.Bench.WarmupFor(0) != 0 || c.Bench.WarmupFor(2) != 2 || c.Bench.WarmupFor(4) != 4 || c.Bench.AgreeThreshold != 0.9 {
 		t.Errorf("bench defaults and recipe values: trials %d/%d warmup %d/%d", c.Bench.TrialsFor(0), c.Bench.TrialsFor(3), c.Bench.WarmupFor(0), c.Bench.WarmupFor(4))
 	}
 	// Zero where zero means something is kept, not replaced by a default;
 	// an interpreter path is relative to the config.
-	os.WriteFile(filepath.Join(dir, "nightly.toml"), []byte("[bench]\nwarmup = 0\nagree_threshold = 0\n[regression]\nthreshold_pct = 0\n[build]\npython = \"venv/bin/python3\"\n"), 0o644)
+	must(t, os.WriteFile(filepath.Join(dir, "nightly.toml"), []byte("[bench]\nwarmup = 0\nagree_threshold = 0\n[regression]\nthreshold_pct = 0\n[build]\npython = \"venv/bin/python3\"\n"), 0o644))
 	c, err = LoadConfig(filepath.Join(dir, "nightly.toml"))
 	if err != nil || c.Bench.WarmupFor(4) != 0 || c.Bench.AgreeThreshold != 0 || c.Regression.ThresholdPct != 0 || c.Build.Python != filepath.Join(dir, "venv/bin/python3") {
 		t.Errorf("explicit zeros: %v warmup %d agree %v threshold %v python %s", err, c.Bench.WarmupFor(4), c.Bench.AgreeThreshold, c.Regression.ThresholdPct, c.Build.Python)
@@ -664,7 +664,7 @@ func TestHeadModeFollowsUpstream(t *testing.T) {
 	if rep.ExitCode != ExitOK || rep.BuildCommit != w.commit {
 		t.Fatalf("first night: exit %d build commit %s %v", rep.ExitCode, rep.BuildCommit, rep.Errors)
 	}
-	testrepo.WriteFiles(w.up, map[string]string{"README.md": "moved on\n"})
+	must(t, testrepo.WriteFiles(w.up, map[string]string{"README.md": "moved on\n"}))
 	moved, err := testrepo.Commit(w.up, "upstream moves")
 	if err != nil {
 		t.Fatal(err)
@@ -672,12 +672,12 @@ func TestHeadModeFollowsUpstream(t *testing.T) {
 	// A file of the user's in the old checkout: kept, and the night fails
 	// naming it; moved away, the checkout is cloned afresh.
 	mine := filepath.Join(w.cfg.Build.WorkDir, "b", "NOTES.txt")
-	os.WriteFile(mine, []byte("mine\n"), 0o644)
+	must(t, os.WriteFile(mine, []byte("mine\n"), 0o644))
 	rep = w.runSkipBench(false)
 	if _, err := os.Stat(mine); rep.ExitCode != ExitInfra || err != nil || !strings.Contains(strings.Join(rep.Errors, " "), "files arpatch did not make") {
 		t.Fatalf("untracked file in an arm: exit %d, kept %v, errors %v", rep.ExitCode, err == nil, rep.Errors)
 	}
-	os.Remove(mine)
+	must(t, os.Remove(mine))
 	rep = w.runSkipBench(false)
 	if rep.ExitCode != ExitOK || rep.BuildCommit != moved || len(rep.Builds) != 2 {
 		t.Fatalf("after upstream moved: exit %d build commit %s builds %+v errors %v", rep.ExitCode, rep.BuildCommit, rep.Builds, rep.Errors)
@@ -772,8 +772,8 @@ func testHostChange(t *testing.T) {
 		t.Errorf("environment check %+v", c)
 	}
 	var junit, summary bytes.Buffer
-	JUnit(&junit, rep)
-	Summary(&summary, rep)
+	must(t, JUnit(&junit, rep))
+	must(t, Summary(&summary, rep))
 	if !strings.Contains(junit.String(), `<testcase classname="arpatch.environment" name="environment vs reference runs">`) ||
 		!strings.Contains(junit.String(), `<skipped message="the environment changed since run 5 (host box-a -&gt; box-b`) || strings.Contains(junit.String(), "<failure") {
 		t.Errorf("junit:\n%s", junit.String())
@@ -794,7 +794,7 @@ func testHostChange(t *testing.T) {
 	if err := store.Accept(6); err != nil {
 		t.Fatal(err)
 	}
-	store.Close()
+	must(t, store.Close())
 	rep = w.run(context.Background(), true)
 	if r := findReg(rep, "patched", "tok_s", "history"); rep.ExitCode != ExitOK || rep.EnvChange != nil || r.Verdict == "not compared" || r.RefRuns != 2 {
 		t.Fatalf("after accept: exit %d %+v %+v", rep.ExitCode, rep.EnvChange, r)
@@ -876,5 +876,13 @@ func TestNightlyInvalidBaseline(t *testing.T) {
 	}
 	if c := w.check(rep, "output of patched"); c.Status != "skip" || !strings.Contains(c.Detail, "no verdict: the baseline is INVALID") {
 		t.Errorf("patched: %+v", c)
+	}
+}
+
+// must stops the test on a setup error.
+func must(t *testing.T, err error) {
+	t.Helper()
+	if err != nil {
+		t.Fatal(err)
 	}
 }

@@ -151,7 +151,9 @@ func JUnit(w io.Writer, rep *Report) error {
 		suite.Tests++
 	}
 	doc := junitSuites{Name: "arpatch nightly", Tests: suite.Tests, Fails: suite.Fails, Skipped: suite.Skipped, Suites: []junitSuite{suite}}
-	io.WriteString(w, xml.Header)
+	if _, err := io.WriteString(w, xml.Header); err != nil {
+		return err
+	}
 	enc := xml.NewEncoder(w)
 	enc.Indent("", "  ")
 	if err := enc.Encode(doc); err != nil {
@@ -203,7 +205,9 @@ func Summary(w io.Writer, rep *Report) error {
 			e.Since, strings.Join(e.Changes, ", "), e.Accept)
 	}
 	if rep.Benched() {
-		report.WriteMarkdown(w, rep.Bench, benchSettings(rep))
+		if err := report.WriteMarkdown(w, rep.Bench, benchSettings(rep)); err != nil {
+			return err
+		}
 		fmt.Fprintln(w)
 	}
 	if len(rep.Regressions) > 0 {
