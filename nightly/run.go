@@ -21,7 +21,6 @@ import (
 
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/report"
-	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/harness/workload"
@@ -990,7 +989,7 @@ func runBench(ctx context.Context, cfg *Config, o Options, a, b *recipes.Recipe,
 	if err != nil {
 		return nil, report.Settings{}, fmt.Errorf("bench: %w", err)
 	}
-	s := report.SettingsOf(bo, sglang.AgreeTokens)
+	s := report.SettingsOf(bo)
 	if err := applyTune(cfg, tf, rep, &bo); err != nil {
 		return nil, s, err
 	}

@@ -131,7 +131,7 @@ Examples (each runs in seconds against arpatch's built-in fake server):
 			&cli.DurationFlag{Name: "request-timeout", Usage: "give up on a request after `DURATION`", Value: 10 * time.Minute},
 			&cli.StringFlag{Name: "log-dir", Usage: "server logs `DIR` (default: bench-logs/ in the state directory, $ARPATCH_STATE or ~/.local/state/arpatch)"},
 			&cli.Float64Flag{Name: "agree-threshold", Usage: "share `F` of prompts that must match the baseline over the first tokens", Value: 0.9},
-			&cli.IntFlag{Name: "agree-tokens", Usage: "tokens `N` compared by the output check", Value: 32},
+			&cli.IntFlag{Name: "agree-tokens", Usage: "tokens `N` compared by the output check", Value: sglang.DefaultAgreeTokens},
 			&cli.BoolFlag{Name: "preflight", Usage: "run the allreduce micro-benchmark first and stop if the patch is slower than NCCL"},
 			&cli.StringFlag{Name: "ext", Usage: "with --preflight: the allreduce extension `PATH`"},
 			&cli.BoolFlag{Name: "force", Usage: "run even when the preflight fails"},
@@ -349,17 +349,15 @@ func benchOverrides(c *cli.Context) (bench.Overrides, error) {
 		dst  **int
 	}{{"tp", &ov.TP}, {"speculative-num-steps", &ov.SpecSteps}, {"speculative-eagle-topk", &ov.SpecTopK},
 		{"speculative-num-draft-tokens", &ov.SpecDraftTokens}, {"num-prompts", &ov.NumPrompts}, {"max-new-tokens", &ov.MaxNewTokens},
-		{"trials", &ov.Trials}, {"warmup", &ov.Warmup}, {"agree-tokens", nil}} {
-		if !c.IsSet(s.flag) && s.flag != "agree-tokens" {
+		{"trials", &ov.Trials}, {"warmup", &ov.Warmup}, {"agree-tokens", &ov.AgreeTokens}} {
+		if !c.IsSet(s.flag) {
 			continue
 		}
 		v := c.Int(s.flag)
 		if err := bounds.Check(strings.ReplaceAll(s.flag, "-", "_"), int64(v)); err != nil {
 			return ov, usagef("--%s %v", s.flag, err)
 		}
-		if s.dst != nil {
-			*s.dst = &v
-		}
+		*s.dst = &v
 	}
 	if c.IsSet("concurrency") {
 		l, err := recipes.ParseLevels(c.String("concurrency"))
@@ -467,10 +465,7 @@ func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Sett
 			return o, report.Settings{}, usagef("arm %s needs a server: pass --model (and --draft-model) to launch SGLang, --launch-cmd TEMPLATE, or --url URL", a.Name)
 		}
 	}
-	if c.IsSet("agree-tokens") {
-		sglang.AgreeTokens = c.Int("agree-tokens")
-	}
-	return o, report.SettingsOf(o, sglang.AgreeTokens), nil
+	return o, report.SettingsOf(o), nil
 }
 
 func runBench(c *cli.Context) error {

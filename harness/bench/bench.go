@@ -14,10 +14,10 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
-	"github.com/arpatch/arpatch/internal/shellq"
 	"io"
 	"maps"
 	"net/http"
@@ -30,6 +30,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/arpatch/arpatch/internal/shellq"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/server"
@@ -80,7 +82,11 @@ type Options struct {
 	LogDir         string
 	ReadyTimeout   time.Duration
 	RequestTimeout time.Duration
-	AgreeThreshold float64 // share of outputs identical over the first tokens (0 means 0.9 unless AgreeOff)
+	AgreeThreshold float64 // share of outputs identical over the first AgreeTokens tokens (0 means 0.9 unless AgreeOff)
+	// AgreeTokens is how many leading tokens of each output the output
+	// check compares (all of them when MaxNewTokens is fewer); 0 means
+	// sglang.DefaultAgreeTokens. Reports record it (report.SettingsOf).
+	AgreeTokens int
 	// AgreeOff turns the output check off (threshold 0): only an arm with
 	// no output to compare at all is INVALID by it.
 	AgreeOff bool
@@ -380,6 +386,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		client := clients[s.arm]
 		if client == nil {
 			client = sglang.NewClient(url)
+			client.AgreeTokens = o.AgreeTokens
 			if o.HTTP != nil {
 				client.HTTP = o.HTTP
 			}
@@ -503,12 +510,13 @@ func SameServer(a, b string) bool {
 }
 
 // agreeTokens is how many tokens the output check compares: the first
-// sglang.AgreeTokens, or all when a request generates fewer.
+// AgreeTokens, or all when a request generates fewer.
 func (o Options) agreeTokens() int {
-	if o.MaxNewTokens > 0 && o.MaxNewTokens < sglang.AgreeTokens {
+	n := cmp.Or(o.AgreeTokens, sglang.DefaultAgreeTokens)
+	if o.MaxNewTokens > 0 && o.MaxNewTokens < n {
 		return o.MaxNewTokens
 	}
-	return sglang.AgreeTokens
+	return n
 }
 
 func exitText(err error) string {

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/workload"
 	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/recipes"
@@ -17,6 +18,7 @@ type Overrides struct {
 	Model, DraftModel, SpecAlgorithm, Baseline *string
 	TP, SpecSteps, SpecTopK, SpecDraftTokens   *int
 	NumPrompts, MaxNewTokens, Trials, Warmup   *int
+	AgreeTokens                                *int     // leading tokens the output check compares (nil: sglang.DefaultAgreeTokens)
 	Concurrency                                []int    // levels, requests in flight
 	Prompts                                    []string // the workload before NumPrompts (default: the recipe's workload)
 	Arms                                       []Arm    // replace the recipe's arms (nil: the recipe's, or one "baseline")
@@ -52,7 +54,8 @@ func FromRecipe(rb recipes.Bench, ov Overrides) (Options, error) {
 		TP: pick(ov.TP, rb.TP), SpecSteps: pick(ov.SpecSteps, rb.SpeculativeNumSteps), SpecTopK: pick(ov.SpecTopK, rb.SpeculativeEagleTopK),
 		SpecDraftTokens: pick(ov.SpecDraftTokens, rb.SpeculativeNumDraftTokens), MaxNewTokens: pick(ov.MaxNewTokens, rb.MaxNewTokens),
 		Trials: pick(ov.Trials, rb.Trials), Warmup: pick(ov.Warmup, rb.Warmup), Concurrency: []int(rb.Concurrency),
-		Interleave: ov.Interleave, IgnoreEOS: ov.IgnoreEOS, ReadyTimeout: ov.ReadyTimeout, RequestTimeout: ov.RequestTimeout,
+		AgreeTokens: pick(ov.AgreeTokens, sglang.DefaultAgreeTokens),
+		Interleave:  ov.Interleave, IgnoreEOS: ov.IgnoreEOS, ReadyTimeout: ov.ReadyTimeout, RequestTimeout: ov.RequestTimeout,
 		AgreeThreshold: ov.AgreeThreshold, AgreeOff: ov.AgreeThreshold == 0, LogDir: ov.LogDir, Env: ov.Env,
 	}
 	if ov.Concurrency != nil {
@@ -72,7 +75,7 @@ func FromRecipe(rb recipes.Bench, ov Overrides) (Options, error) {
 		key string
 		n   int
 	}{{"tp", o.TP}, {"speculative_num_steps", o.SpecSteps}, {"speculative_eagle_topk", o.SpecTopK}, {"speculative_num_draft_tokens", o.SpecDraftTokens},
-		{"num_prompts", n}, {"max_new_tokens", o.MaxNewTokens}, {"trials", o.Trials}, {"warmup", o.Warmup}} {
+		{"num_prompts", n}, {"max_new_tokens", o.MaxNewTokens}, {"trials", o.Trials}, {"warmup", o.Warmup}, {"agree_tokens", o.AgreeTokens}} {
 		if v.key == "tp" && v.n == 0 {
 			continue // no TP: the launch leaves --tp-size out
 		}

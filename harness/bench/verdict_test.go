@@ -14,6 +14,7 @@ import (
 	"testing/synctest"
 	"time"
 
+	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/sglangtest"
 	"github.com/arpatch/arpatch/harness/workload"
 	"github.com/arpatch/arpatch/recipes"
@@ -321,5 +322,40 @@ func TestAttachedArmEnvWarned(t *testing.T) {
 	}
 	if w := warnings(res.Arm("baseline")); strings.Contains(w, "environment") {
 		t.Errorf("baseline: %s", w)
+	}
+}
+
+// Options.AgreeTokens is the output check's prefix: an arm that differs
+// from token 20 on agrees over the first 16 tokens and is INVALID over the
+// default 32. It is an option of the run, not a process-wide setting, so
+// two runs in one process use their own.
+func TestAgreeTokensOption(t *testing.T) {
+	_, b := serve(t, sglangtest.Config{TokPerSec: 20000, TTFT: time.Millisecond, TokensPerChunk: 3})
+	_, early := serve(t, sglangtest.Config{TokPerSec: 20000, TTFT: time.Millisecond, TokensPerChunk: 2, Variant: "early", DivergeAt: 20})
+	for agree, invalid := range map[int]bool{16: false, 0: true, sglang.DefaultAgreeTokens: true} {
+		res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "early", URL: early}},
+			Prompts: workload.Take(workload.Builtin(), 4), MaxNewTokens: 48, Trials: 2, AgreeTokens: agree})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if a := res.Arm("early"); a.Invalid != invalid || a.Agreement.IdenticalN != map[bool]int{false: 8}[invalid] {
+			t.Errorf("AgreeTokens %d: invalid %v, %d/%d agree; %v", agree, a.Invalid, a.Agreement.IdenticalN, a.Agreement.Outputs, a.Warnings)
+		}
+	}
+}
+
+func TestFromRecipeAgreeTokens(t *testing.T) {
+	rb := recipes.Bench{MaxNewTokens: 8, Trials: 1, NumPrompts: 2, SpeculativeNumSteps: 3, SpeculativeEagleTopK: 1, SpeculativeNumDraftTokens: 4}
+	o, err := FromRecipe(rb, Overrides{AgreeThreshold: 0.9})
+	if err != nil || o.AgreeTokens != sglang.DefaultAgreeTokens {
+		t.Errorf("default: %d, %v", o.AgreeTokens, err)
+	}
+	n := 16
+	if o, err := FromRecipe(rb, Overrides{AgreeTokens: &n, AgreeThreshold: 0.9}); err != nil || o.AgreeTokens != 16 {
+		t.Errorf("override: %d, %v", o.AgreeTokens, err)
+	}
+	n = 0
+	if _, err := FromRecipe(rb, Overrides{AgreeTokens: &n, AgreeThreshold: 0.9}); err == nil || !strings.HasPrefix(err.Error(), "agree_tokens: 0") {
+		t.Errorf("0 tokens: %v", err)
 	}
 }

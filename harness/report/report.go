@@ -5,6 +5,7 @@
 package report
 
 import (
+	"cmp"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -19,6 +20,7 @@ import (
 	"golang.org/x/perf/benchfmt"
 
 	"github.com/arpatch/arpatch/harness/bench"
+	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
 )
 
@@ -61,12 +63,11 @@ type Settings struct {
 
 // SettingsOf returns the settings of a run's options: the one place they
 // are turned into what reports print, for bench and nightly alike.
-// agreeTokens is the output check's token count.
-func SettingsOf(o bench.Options, agreeTokens int) Settings {
+func SettingsOf(o bench.Options) Settings {
 	return Settings{Model: o.Model, DraftModel: o.DraftModel, TP: o.TP, SpecAlgorithm: o.SpecAlgorithm, SpecSteps: o.SpecSteps,
 		SpecTopK: o.SpecTopK, SpecDraftTokens: o.SpecDraftTokens, Prompts: len(o.Prompts), MaxNewTokens: o.MaxNewTokens,
 		Concurrency: o.Concurrency, Warmup: o.Warmup, Trials: o.Trials, Temperature: o.Temperature, IgnoreEOS: o.IgnoreEOS,
-		Interleave: o.Interleave, AgreeTokens: agreeTokens, AgreeThreshold: o.AgreeThreshold}
+		Interleave: o.Interleave, AgreeTokens: cmp.Or(o.AgreeTokens, sglang.DefaultAgreeTokens), AgreeThreshold: o.AgreeThreshold}
 }
 
 // levels is the concurrency list as "1,4,16".

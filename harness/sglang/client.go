@@ -27,6 +27,7 @@ package sglang
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
@@ -126,8 +127,9 @@ func (s Sample) TPOT() float64 {
 	return (s.E2E - s.TTFT) / float64(s.CompletionTokens-1)
 }
 
-// AgreeTokens is how many leading tokens the output check compares.
-var AgreeTokens = 32
+// DefaultAgreeTokens is how many leading tokens of each output the output
+// check compares when the options leave it 0 (bench's --agree-tokens).
+const DefaultAgreeTokens = 32
 
 // Client talks to one server.
 type Client struct {
@@ -141,6 +143,10 @@ type Client struct {
 	// (Incremental is its value), so that a stream that contradicts it
 	// says so.
 	ModeKnown bool
+	// AgreeTokens is how many leading tokens of each output the output
+	// check compares: Sample.Text32 and Marks stop there. 0 means
+	// DefaultAgreeTokens.
+	AgreeTokens int
 }
 
 // ModeMismatch starts the error of a request whose stream contradicts
@@ -197,12 +203,16 @@ func (c *Client) Generate(ctx context.Context, prompt int, r Request) Sample {
 		s.E2E = now().Sub(s.Start).Seconds()
 		return s
 	}
-	readStream(resp.Body, s.Start, now, streamMode{incremental: c.Incremental, known: c.ModeKnown}, &s)
+	readStream(resp.Body, s.Start, now, streamMode{incremental: c.Incremental, known: c.ModeKnown, agree: c.AgreeTokens}, &s)
 	return s
 }
 
-// streamMode is how a stream is read, and whether /server_info said so.
-type streamMode struct{ incremental, known bool }
+// streamMode is how a stream is read, whether /server_info said so, and
+// how many leading tokens the output check compares (0: DefaultAgreeTokens).
+type streamMode struct {
+	incremental, known bool
+	agree              int
+}
 
 // said is what /server_info said of the mode, for a mismatch's error.
 func (m streamMode) said() string {
@@ -241,12 +251,16 @@ var ErrNoDone = errors.New("the stream ended before [DONE]")
 // extends the one before is whole texts (a delta stream of real text does
 // not grow that way), and is an error too: joined, its text would be
 // garbled and the output check would blame the arm.
-func ReadStream(r io.Reader, start time.Time, now func() time.Time, incremental bool, s *Sample) {
-	readStream(r, start, now, streamMode{incremental: incremental}, s)
+//
+// agreeTokens is where Text32 and Marks stop (the client's AgreeTokens;
+// 0 means DefaultAgreeTokens).
+func ReadStream(r io.Reader, start time.Time, now func() time.Time, incremental bool, agreeTokens int, s *Sample) {
+	readStream(r, start, now, streamMode{incremental: incremental, agree: agreeTokens}, s)
 }
 
 func readStream(r io.Reader, start time.Time, now func() time.Time, mode streamMode, s *Sample) {
 	incremental := mode.incremental
+	agree := cmp.Or(mode.agree, DefaultAgreeTokens)
 	prev, extending, texts := "", true, 0 // raw chunk texts: do they extend each other?
 	br := bufio.NewReaderSize(r, 64<<10)
 	var last time.Time
@@ -324,7 +338,7 @@ func readStream(r io.Reader, start time.Time, now func() time.Time, mode streamM
 				if grew := len(s.Marks) == 0 || m.CompletionTokens > s.Marks[len(s.Marks)-1][0]; grew && s.Tokens32 == 0 {
 					s.Marks = append(s.Marks, [2]int{m.CompletionTokens, len(s.Text)})
 				}
-				if s.Tokens32 == 0 && m.CompletionTokens >= AgreeTokens {
+				if s.Tokens32 == 0 && m.CompletionTokens >= agree {
 					s.Text32, s.Tokens32 = s.Text, m.CompletionTokens
 				}
 				if m.SpecVerifyCt > 0 {

@@ -42,7 +42,7 @@ data: [DONE]
 	// One clock reading per line read, blank lines included.
 	clock := fakeClock(100*time.Millisecond, 101*time.Millisecond, 130*time.Millisecond, 131*time.Millisecond, 135*time.Millisecond, 136*time.Millisecond,
 		150*time.Millisecond, 151*time.Millisecond, 160*time.Millisecond)
-	sglang.ReadStream(strings.NewReader(stream), start, clock, false, &s)
+	sglang.ReadStream(strings.NewReader(stream), start, clock, false, 0, &s)
 	if s.Err != "" {
 		t.Fatal(s.Err)
 	}
@@ -73,7 +73,7 @@ func TestReadStreamFailures(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var s sglang.Sample
-			sglang.ReadStream(strings.NewReader(tc.stream), time.Now(), time.Now, false, &s)
+			sglang.ReadStream(strings.NewReader(tc.stream), time.Now(), time.Now, false, 0, &s)
 			if !strings.Contains(s.Err, tc.want) {
 				t.Errorf("err = %q, want %q", s.Err, tc.want)
 			}
@@ -82,7 +82,7 @@ func TestReadStreamFailures(t *testing.T) {
 	// A legacy string finish reason and a stream without [DONE] after it
 	// count as finished.
 	var s sglang.Sample
-	sglang.ReadStream(strings.NewReader("data: {\"text\": \" a\", \"meta_info\": {\"completion_tokens\": 1, \"finish_reason\": \"stop\"}}\n"), time.Now(), time.Now, false, &s)
+	sglang.ReadStream(strings.NewReader("data: {\"text\": \" a\", \"meta_info\": {\"completion_tokens\": 1, \"finish_reason\": \"stop\"}}\n"), time.Now(), time.Now, false, 0, &s)
 	if s.Err != "" || s.FinishReason != "stop" {
 		t.Errorf("legacy finish: %+v", s)
 	}
@@ -102,7 +102,7 @@ data: [DONE]
 		{"string", "data: {\"text\": \"\", \"meta_info\": {\"completion_tokens\": 0, \"finish_reason\": \"abort\"}}\n\ndata: [DONE]\n", "aborted by the server: abort"},
 	} {
 		var s sglang.Sample
-		sglang.ReadStream(strings.NewReader(tc.stream), time.Now(), time.Now, false, &s)
+		sglang.ReadStream(strings.NewReader(tc.stream), time.Now(), time.Now, false, 0, &s)
 		if s.Err != tc.want || !s.Aborted() {
 			t.Errorf("%s: err %q aborted %v, want %q", tc.name, s.Err, s.Aborted(), tc.want)
 		}
@@ -121,15 +121,13 @@ data: {"text": " d", "meta_info": {"completion_tokens": 4, "finish_reason": {"ty
 
 data: [DONE]
 `
-	sglang.AgreeTokens = 3
-	defer func() { sglang.AgreeTokens = 32 }()
 	var s sglang.Sample
-	sglang.ReadStream(strings.NewReader(stream), time.Now(), time.Now, true, &s)
+	sglang.ReadStream(strings.NewReader(stream), time.Now(), time.Now, true, 3, &s)
 	if s.Err != "" || s.Text != " a b c d" || s.Text32 != " a b c" || s.Tokens32 != 3 || s.CompletionTokens != 4 {
 		t.Errorf("incremental: %+v", s)
 	}
 	var whole sglang.Sample
-	sglang.ReadStream(strings.NewReader(stream), time.Now(), time.Now, false, &whole)
+	sglang.ReadStream(strings.NewReader(stream), time.Now(), time.Now, false, 3, &whole)
 	if !strings.Contains(whole.Err, "chunk 2's text does not extend the text so far: the server streams text deltas") {
 		t.Errorf("deltas read as whole texts: %+v", whole)
 	}
@@ -309,7 +307,7 @@ func BenchmarkStreamParse(b *testing.B) {
 	start := time.Now()
 	for i := 0; i < b.N; i++ {
 		var s sglang.Sample
-		sglang.ReadStream(strings.NewReader(stream), start, time.Now, false, &s)
+		sglang.ReadStream(strings.NewReader(stream), start, time.Now, false, 0, &s)
 		if s.Chunks != chunks {
 			b.Fatalf("parsed %d chunks", s.Chunks)
 		}

@@ -163,7 +163,7 @@ func stream(t *testing.T, words []string, chunk int) sglang.Sample {
 	}
 	b.WriteString("data: [DONE]\n\n")
 	var s sglang.Sample
-	sglang.ReadStream(strings.NewReader(b.String()), time.Now(), time.Now, false, &s)
+	sglang.ReadStream(strings.NewReader(b.String()), time.Now(), time.Now, false, 0, &s)
 	if s.Err != "" {
 		t.Fatal(s.Err)
 	}
