@@ -25,7 +25,7 @@ func seed(t *testing.T, s *Store, n int, tokS float64) []int64 {
 		}
 		var trials []TrialRecord
 		for k := 0; k < 5; k++ {
-			trials = append(trials, TrialRecord{Index: k + 1, TokS: tokS + float64(k)/10, TTFTp50ms: 20, Samples: []SampleRecord{{Prompt: 0, TTFT: 0.02, E2E: 1, CompletionTokens: 90, SpecVerifyCt: 30}}})
+			trials = append(trials, TrialRecord{Index: k + 1, Values: map[string]float64{"tok_s": tokS + float64(k)/10, "ttft_ms_p50": 20}, Samples: []SampleRecord{{Prompt: 0, TTFT: 0.02, E2E: 1, CompletionTokens: 90, SpecVerifyCt: 30}}})
 		}
 		if err := s.AddArm(id, "pcie", "pcie", "key", false, 1, trials); err != nil {
 			t.Fatal(err)
@@ -47,9 +47,9 @@ func TestWindowSkipsIncompleteAndOtherHardware(t *testing.T) {
 	ids := seed(t, s, 3, 90)
 	// An incomplete run and a run on other hardware never count.
 	bad, _ := s.BeginRun(Run{HardwareKey: "8x GPU"})
-	must(t, s.AddArm(bad, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: 1}}))
+	must(t, s.AddArm(bad, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, Values: tokOnly(1)}}))
 	other, _ := s.BeginRun(Run{HardwareKey: "2x Other"})
-	must(t, s.AddArm(other, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: 2}}))
+	must(t, s.AddArm(other, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, Values: tokOnly(2)}}))
 	must(t, s.FinishRun(other, Complete, 0, ""))
 	if stale, err := s.MarkStale(); err != nil || len(stale) != 1 || stale[0] != bad {
 		t.Fatalf("MarkStale = %v, %v", stale, err)
@@ -79,7 +79,7 @@ func TestWindowRegressionsWorkloadsAndAccept(t *testing.T) {
 	ids := seed(t, s, 3, 90)
 	night := func(tokS float64, exit int, workload string) int64 {
 		id, _ := s.BeginRun(Run{HardwareKey: "8x GPU", Workload: workload})
-		must(t, s.AddArm(id, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: tokS}}))
+		must(t, s.AddArm(id, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, Values: tokOnly(tokS)}}))
 		must(t, s.FinishRun(id, Complete, exit, ""))
 		return id
 	}
@@ -157,7 +157,7 @@ func TestMigrationFromV1(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer func() { _ = s.Close() }()
-	if v, _ := s.Version(); v != SchemaVersion || SchemaVersion != 4 {
+	if v, _ := s.Version(); v != SchemaVersion || SchemaVersion != 5 {
 		t.Fatalf("migrated to %d", v)
 	}
 	if err := s.AddCheck(1, Check{Name: "drift", Kind: "drift", Status: "pass"}); err != nil {
@@ -168,7 +168,7 @@ func TestMigrationFromV1(t *testing.T) {
 		t.Errorf("old trial at level 1: %v %v", vals, err)
 	}
 	d, err := s.Show(1)
-	if err != nil || len(d.Arms) != 1 || d.Arms[0].Trials[0].TokS != 42.5 || d.Arms[0].Agreement != nil || len(d.Checks) != 1 || d.Run.Workload != "" || d.Run.Accepted {
+	if err != nil || len(d.Arms) != 1 || d.Arms[0].Trials[0].Values["tok_s"] != 42.5 || d.Arms[0].Agreement != nil || len(d.Checks) != 1 || d.Run.Workload != "" || d.Run.Accepted {
 		t.Errorf("data after migration: %+v %v", d, err)
 	}
 	// A database from a newer arpatch is refused.
@@ -215,7 +215,7 @@ func TestExportAndPlot(t *testing.T) {
 		t.Errorf("marks: %+v", pts["pcie"])
 	}
 	// A regression marks only the arm its check names.
-	if err := s.AddArm(ids[3], "baseline", "baseline", "key0", true, 1, []TrialRecord{{Index: 1, TokS: 60}}); err != nil {
+	if err := s.AddArm(ids[3], "baseline", "baseline", "key0", true, 1, []TrialRecord{{Index: 1, Values: tokOnly(60)}}); err != nil {
 		t.Fatal(err)
 	}
 	if sel.HardwareKey != "8x GPU" {
@@ -223,7 +223,7 @@ func TestExportAndPlot(t *testing.T) {
 	}
 	// Runs of other hardware stay off the plot.
 	other, _ := s.BeginRun(Run{HardwareKey: "1x other"})
-	must(t, s.AddArm(other, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: 5}}))
+	must(t, s.AddArm(other, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, Values: tokOnly(5)}}))
 	must(t, s.FinishRun(other, Complete, 0, ""))
 	if pts, _, _ := s.Points("tok_s", Series{HardwareKey: "8x GPU"}); len(pts["pcie"]) != 4 {
 		t.Errorf("other hardware on the plot: %d points", len(pts["pcie"]))
@@ -261,7 +261,7 @@ func TestWindowPerLevel(t *testing.T) {
 		id, _ := s.BeginRun(Run{HardwareKey: "8x GPU", Workload: "sweep"})
 		var trials []TrialRecord
 		for k := 1; k <= 3; k++ {
-			trials = append(trials, TrialRecord{Index: k, Concurrency: 1, TokS: 90}, TrialRecord{Index: k, Concurrency: 16, TokS: 600})
+			trials = append(trials, TrialRecord{Index: k, Concurrency: 1, Values: tokOnly(90)}, TrialRecord{Index: k, Concurrency: 16, Values: tokOnly(600)})
 		}
 		if err := s.AddArm(id, "pcie", "pcie", "", false, 1, trials); err != nil {
 			t.Fatal(err)
@@ -330,7 +330,7 @@ func TestWindowVocabulary(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if err := s.AddArm(id, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, TokS: 90}}); err != nil {
+		if err := s.AddArm(id, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, Values: tokOnly(90)}}); err != nil {
 			t.Fatal(err)
 		}
 		for _, c := range checks {
@@ -452,7 +452,7 @@ func TestRecordIsOneTransaction(t *testing.T) {
 	}
 	o := Outcome{UpstreamHead: strings.Repeat("b", 40), Env: map[string]string{"sglang_version@pcie": "0.5.5"},
 		Drift:  []DriftRecord{{Series: "pcie", Commit: strings.Repeat("a", 40), Rev: "pinned", Patch: "0001.patch", Fit: "exact"}},
-		Arms:   []ArmRecord{{Name: "pcie", Recipe: "pcie", Agreement: 1, Trials: []TrialRecord{{Index: 1, TokS: 90}}}},
+		Arms:   []ArmRecord{{Name: "pcie", Recipe: "pcie", Agreement: 1, Trials: []TrialRecord{{Index: 1, Values: tokOnly(90)}}}},
 		Checks: []Check{{Name: "pcie at pinned", Kind: KindDrift, Status: CheckPass}},
 		Status: Complete, Verdict: "no regression"}
 	err = s.Record(id, o)
@@ -485,3 +485,6 @@ func must(t *testing.T, err error) {
 		t.Fatal(err)
 	}
 }
+
+// tokOnly is a trial's metrics with only tok/s.
+func tokOnly(v float64) map[string]float64 { return map[string]float64{"tok_s": v} }

@@ -91,8 +91,8 @@ func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, e
 			}
 			var vals []float64
 			for _, t := range a.Trials {
-				if t.Concurrency == sel.Level {
-					vals = append(vals, metricOf(t, metric))
+				if v, ok := t.Values[metric]; ok && t.Concurrency == sel.Level {
+					vals = append(vals, v)
 				}
 			}
 			if len(vals) == 0 {
@@ -150,7 +150,9 @@ func (s *Store) LevelCurves(metric string, sel Series, run int64) ([]report.Curv
 		for _, a := range d.Arms {
 			byLevel := map[int][]float64{}
 			for _, t := range a.Trials {
-				byLevel[t.Concurrency] = append(byLevel[t.Concurrency], metricOf(t, metric))
+				if v, ok := t.Values[metric]; ok {
+					byLevel[t.Concurrency] = append(byLevel[t.Concurrency], v)
+				}
 			}
 			c := report.Curve{Arm: a.Name}
 			for _, l := range slices.Sorted(maps.Keys(byLevel)) {
@@ -172,26 +174,6 @@ func (s *Store) LevelCurves(metric string, sel Series, run int64) ([]report.Curv
 		return nil, 0, fmt.Errorf("history %s: run %d has no bench results (arpatch history list shows the runs)", s.Path, run)
 	}
 	return nil, 0, fmt.Errorf("history %s has no run with bench results to plot (runs with --skip-bench have none)", s.Path)
-}
-
-func metricOf(t TrialMetrics, metric string) float64 {
-	switch metric {
-	case "tok_s":
-		return t.TokS
-	case "decode_tok_s":
-		return t.DecodeTokS
-	case "accept_length":
-		return t.AcceptLength
-	case "ttft_ms_p50":
-		return t.TTFTp50ms
-	case "ttft_ms_p99":
-		return t.TTFTp99ms
-	case "itl_ms_p50":
-		return t.ITLp50ms
-	case "tpot_ms":
-		return t.TPOTms
-	}
-	return math.NaN()
 }
 
 func minMax(xs []float64) (float64, float64) {
@@ -231,7 +213,8 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("arpatch nightly: %s per run on %s at concurrency %d (median, CI band)", metric, sel.HardwareKey, sel.Level)
 	p.X.Label.Text = "run start (UTC)"
-	p.Y.Label.Text = metric
+	m, _ := stats.Lookup(metric) // Points refused an unknown one
+	p.Y.Label.Text = m.Axis()
 	var first, last float64
 	for _, ps := range pts {
 		for _, q := range ps {

@@ -1,13 +1,17 @@
 package history
 
 import (
+	"bytes"
 	"database/sql"
 	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"io"
 	"strconv"
+	"strings"
 	"time"
+
+	"github.com/arpatch/arpatch/harness/stats"
 )
 
 // ArmDetail is an arm of a run with its trial metrics.
@@ -20,20 +24,70 @@ type ArmDetail struct {
 	Trials    []TrialMetrics `json:"trials"`
 }
 
-// TrialMetrics is a stored trial without its samples.
+// TrialMetrics is a stored trial without its samples. In JSON each
+// metric of stats.Table is a key of its own ("tok_s": 1313.1), null when
+// the trial's arpatch did not record it.
 type TrialMetrics struct {
-	Index        int     `json:"trial"` // 1-based trial number, as the CSV's "trial"
-	Concurrency  int     `json:"concurrency"`
-	Wall         float64 `json:"wall_s"`
-	TokS         float64 `json:"tok_s"`
-	DecodeTokS   float64 `json:"decode_tok_s"`
-	AcceptLength float64 `json:"accept_length"`
-	TTFTp50ms    float64 `json:"ttft_ms_p50"`
-	TTFTp99ms    float64 `json:"ttft_ms_p99"`
-	ITLp50ms     float64 `json:"itl_ms_p50"`
-	TPOTms       float64 `json:"tpot_ms"`
-	Errors       int     `json:"errors"`
-	Samples      int     `json:"samples"`
+	Index       int     `json:"trial"` // 1-based trial number, as the CSV's "trial"
+	Concurrency int     `json:"concurrency"`
+	Wall        float64 `json:"wall_s"` // seconds
+	Errors      int     `json:"errors"`
+	Samples     int     `json:"samples"`
+	// Values holds the metrics by stats.Table name, each in its unit; a
+	// metric stored as NULL (recorded before its migration) is absent.
+	Values map[string]float64 `json:"-"`
+}
+
+// MarshalJSON writes the fields, then each metric of stats.Table in its
+// order.
+func (t TrialMetrics) MarshalJSON() ([]byte, error) {
+	type plain TrialMetrics
+	b, err := json.Marshal(plain(t))
+	if err != nil {
+		return nil, err
+	}
+	var buf bytes.Buffer
+	buf.Write(b[:len(b)-1])
+	for _, m := range stats.Table {
+		v := []byte("null")
+		if x, ok := t.Values[m.Name]; ok {
+			if v, err = json.Marshal(x); err != nil {
+				return nil, fmt.Errorf("trial %d %s: %w", t.Index, m.Name, err)
+			}
+		}
+		fmt.Fprintf(&buf, ",%q:%s", m.Name, v)
+	}
+	buf.WriteByte('}')
+	return buf.Bytes(), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (t *TrialMetrics) UnmarshalJSON(b []byte) error {
+	type plain TrialMetrics
+	var p plain
+	if err := json.Unmarshal(b, &p); err != nil {
+		return err
+	}
+	var raw map[string]json.RawMessage
+	if err := json.Unmarshal(b, &raw); err != nil {
+		return err
+	}
+	*t = TrialMetrics(p)
+	t.Values = map[string]float64{}
+	for _, m := range stats.Table {
+		r, ok := raw[m.Name]
+		if !ok {
+			continue
+		}
+		var v *float64
+		if err := json.Unmarshal(r, &v); err != nil {
+			return fmt.Errorf("trial %d %s: %w", t.Index, m.Name, err)
+		}
+		if v != nil {
+			t.Values[m.Name] = *v
+		}
+	}
+	return nil
 }
 
 // Detail is everything stored about one run.
@@ -103,17 +157,7 @@ func (s *Store) Show(id int64) (*Detail, error) {
 		return nil, err
 	}
 	for _, ar := range arms {
-		err := s.each(what, `SELECT idx, concurrency, COALESCE(wall_s, 0), COALESCE(tok_s, 0), COALESCE(decode_tok_s, 0), COALESCE(accept_length, 0),
-			COALESCE(ttft_ms_p50, 0), COALESCE(ttft_ms_p99, 0), COALESCE(itl_ms_p50, 0), COALESCE(tpot_ms, 0), COALESCE(errors, 0),
-			(SELECT COUNT(*) FROM samples WHERE trial_id = trials.id) FROM trials WHERE arm_id = ? ORDER BY idx, concurrency`, []any{ar.id}, func(t *sql.Rows) error {
-			var m TrialMetrics
-			if err := t.Scan(&m.Index, &m.Concurrency, &m.Wall, &m.TokS, &m.DecodeTokS, &m.AcceptLength, &m.TTFTp50ms, &m.TTFTp99ms, &m.ITLp50ms, &m.TPOTms, &m.Errors, &m.Samples); err != nil {
-				return fmt.Errorf("arm %s: %w", ar.a.Name, err)
-			}
-			ar.a.Trials = append(ar.a.Trials, m)
-			return nil
-		})
-		if err != nil {
+		if ar.a.Trials, err = s.trials(what, ar.id, ar.a.Name); err != nil {
 			return nil, err
 		}
 		d.Arms = append(d.Arms, ar.a)
@@ -121,8 +165,45 @@ func (s *Store) Show(id int64) (*Detail, error) {
 	return d, nil
 }
 
-// ExportRow is one trial of one arm of one run, flat.
+// trials reads the trials of arm armID (named arm), by index and level,
+// with every metric of stats.Table stored for each; what says what for
+// the error.
+func (s *Store) trials(what string, armID int64, arm string) ([]TrialMetrics, error) {
+	cols := []string{"idx", "concurrency", "COALESCE(wall_s, 0)", "COALESCE(errors, 0)", "(SELECT COUNT(*) FROM samples WHERE trial_id = trials.id)"}
+	for _, m := range stats.Table {
+		cols = append(cols, m.Column)
+	}
+	var out []TrialMetrics
+	err := s.each(what, `SELECT `+strings.Join(cols, ", ")+` FROM trials WHERE arm_id = ? ORDER BY idx, concurrency`, []any{armID}, func(r *sql.Rows) error {
+		m := TrialMetrics{Values: map[string]float64{}}
+		vals := make([]sql.NullFloat64, len(stats.Table))
+		dest := []any{&m.Index, &m.Concurrency, &m.Wall, &m.Errors, &m.Samples}
+		for i := range vals {
+			dest = append(dest, &vals[i])
+		}
+		if err := r.Scan(dest...); err != nil {
+			return fmt.Errorf("arm %s: %w", arm, err)
+		}
+		for i, v := range vals {
+			if v.Valid {
+				m.Values[stats.Table[i].Name] = v.Float64
+			}
+		}
+		out = append(out, m)
+		return nil
+	})
+	return out, err
+}
+
+// ExportRow is one trial of one arm of one run, flat: in JSON the run's
+// fields, then the trial's.
 type ExportRow struct {
+	ExportRun
+	TrialMetrics
+}
+
+// ExportRun is the run and arm of an ExportRow.
+type ExportRun struct {
 	RunID       int64     `json:"run_id"`
 	StartedAt   time.Time `json:"started_at"`
 	Status      RunStatus `json:"status"`
@@ -131,7 +212,28 @@ type ExportRow struct {
 	Commit      string    `json:"sglang_commit"`
 	Arm         string    `json:"arm"`
 	Invalid     bool      `json:"invalid"`
-	TrialMetrics
+}
+
+// MarshalJSON writes one flat object: the run's fields, then the trial's
+// (TrialMetrics.MarshalJSON).
+func (r ExportRow) MarshalJSON() ([]byte, error) {
+	run, err := json.Marshal(r.ExportRun)
+	if err != nil {
+		return nil, err
+	}
+	trial, err := json.Marshal(r.TrialMetrics)
+	if err != nil {
+		return nil, err
+	}
+	return append(append(run[:len(run)-1], ','), trial[1:]...), nil
+}
+
+// UnmarshalJSON reads what MarshalJSON writes.
+func (r *ExportRow) UnmarshalJSON(b []byte) error {
+	if err := json.Unmarshal(b, &r.ExportRun); err != nil {
+		return err
+	}
+	return json.Unmarshal(b, &r.TrialMetrics)
 }
 
 // Export returns every trial of every run, oldest first.
@@ -148,28 +250,37 @@ func (s *Store) Export() ([]ExportRow, error) {
 		}
 		for _, a := range d.Arms {
 			for _, t := range a.Trials {
-				out = append(out, ExportRow{RunID: d.Run.ID, StartedAt: d.Run.StartedAt, Status: d.Run.Status, HardwareKey: d.Run.HardwareKey, Workload: d.Run.Workload,
-					Commit: d.Run.SGLangCommit, Arm: a.Name, Invalid: a.Invalid, TrialMetrics: t})
+				out = append(out, ExportRow{ExportRun{RunID: d.Run.ID, StartedAt: d.Run.StartedAt, Status: d.Run.Status, HardwareKey: d.Run.HardwareKey, Workload: d.Run.Workload,
+					Commit: d.Run.SGLangCommit, Arm: a.Name, Invalid: a.Invalid}, t})
 			}
 		}
 	}
 	return out, nil
 }
 
-// WriteCSV writes rows with a header line.
+// WriteCSV writes rows with a header line: the run's fields, trial,
+// concurrency, wall_s, each metric of stats.Table by name (empty where
+// the trial's arpatch did not record it), errors and samples.
 func WriteCSV(w io.Writer, rows []ExportRow) error {
 	cw := csv.NewWriter(w)
-	err := cw.Write([]string{"run_id", "started_at", "status", "hardware_key", "workload", "sglang_commit", "arm", "invalid", "trial", "concurrency", "wall_s", "tok_s", "decode_tok_s",
-		"accept_length", "ttft_ms_p50", "ttft_ms_p99", "itl_ms_p50", "tpot_ms", "errors", "samples"})
-	if err != nil {
+	head := []string{"run_id", "started_at", "status", "hardware_key", "workload", "sglang_commit", "arm", "invalid", "trial", "concurrency", "wall_s"}
+	head = append(append(head, stats.Names()...), "errors", "samples")
+	if err := cw.Write(head); err != nil {
 		return err
 	}
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
 	for _, r := range rows {
-		err := cw.Write([]string{strconv.FormatInt(r.RunID, 10), r.StartedAt.Format(time.RFC3339), string(r.Status), r.HardwareKey, r.Workload, r.Commit, r.Arm,
-			strconv.FormatBool(r.Invalid), strconv.Itoa(r.Index), strconv.Itoa(r.Concurrency), f(r.Wall), f(r.TokS), f(r.DecodeTokS), f(r.AcceptLength),
-			f(r.TTFTp50ms), f(r.TTFTp99ms), f(r.ITLp50ms), f(r.TPOTms), strconv.Itoa(r.Errors), strconv.Itoa(r.Samples)})
-		if err != nil {
+		rec := []string{strconv.FormatInt(r.RunID, 10), r.StartedAt.Format(time.RFC3339), string(r.Status), r.HardwareKey, r.Workload, r.Commit, r.Arm,
+			strconv.FormatBool(r.Invalid), strconv.Itoa(r.Index), strconv.Itoa(r.Concurrency), f(r.Wall)}
+		for _, m := range stats.Table {
+			v, ok := r.Values[m.Name]
+			if !ok {
+				rec = append(rec, "")
+				continue
+			}
+			rec = append(rec, f(v))
+		}
+		if err := cw.Write(append(rec, strconv.Itoa(r.Errors), strconv.Itoa(r.Samples))); err != nil {
 			return err
 		}
 	}

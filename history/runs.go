@@ -9,6 +9,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/arpatch/arpatch/harness/stats"
 )
 
 // Run is one nightly.
@@ -238,12 +240,15 @@ func addCheck(tx *sql.Tx, runID int64, c Check) error {
 
 // TrialRecord is one trial's metrics with its samples.
 type TrialRecord struct {
-	Index                                  int
-	Concurrency                            int // requests in flight (0 is stored as 1)
-	Wall, TokS, DecodeTokS, AcceptLength   float64
-	TTFTp50ms, TTFTp99ms, ITLp50ms, TPOTms float64
-	Errors                                 int
-	Samples                                []SampleRecord
+	Index       int
+	Concurrency int     // requests in flight (0 is stored as 1)
+	Wall        float64 // seconds, first request sent to last response done
+	// Values holds the trial's metrics by stats.Table name, each in its
+	// metric's unit (stats.Values gives them); each is stored in its
+	// metric's column, and one left out is stored as NULL.
+	Values  map[string]float64
+	Errors  int
+	Samples []SampleRecord
 }
 
 // SampleRecord is one request.
@@ -279,9 +284,21 @@ func addArm(tx *sql.Tx, runID int64, a ArmRecord) error {
 	if err != nil {
 		return err
 	}
+	cols := []string{"arm_id", "idx", "concurrency", "wall_s", "errors"}
+	for _, m := range stats.Table {
+		cols = append(cols, m.Column)
+	}
+	insert := `INSERT INTO trials (` + strings.Join(cols, ", ") + `) VALUES (?` + strings.Repeat(", ?", len(cols)-1) + `)`
 	for _, t := range a.Trials {
-		r, err := tx.Exec(`INSERT INTO trials (arm_id, idx, concurrency, wall_s, tok_s, decode_tok_s, accept_length, ttft_ms_p50, ttft_ms_p99, itl_ms_p50, tpot_ms, errors)
-			VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)`, armID, t.Index, max(t.Concurrency, 1), t.Wall, t.TokS, t.DecodeTokS, t.AcceptLength, t.TTFTp50ms, t.TTFTp99ms, t.ITLp50ms, t.TPOTms, t.Errors)
+		args := []any{armID, t.Index, max(t.Concurrency, 1), t.Wall, t.Errors}
+		for _, m := range stats.Table {
+			if v, ok := t.Values[m.Name]; ok {
+				args = append(args, v)
+			} else {
+				args = append(args, nil)
+			}
+		}
+		r, err := tx.Exec(insert, args...)
 		if err != nil {
 			return err
 		}
@@ -299,30 +316,21 @@ func addArm(tx *sql.Tx, runID int64, a ArmRecord) error {
 	return nil
 }
 
-// MetricColumns maps metric names to trial columns.
-var MetricColumns = map[string]string{
-	"tok_s": "tok_s", "decode_tok_s": "decode_tok_s", "accept_length": "accept_length",
-	"ttft_ms_p50": "ttft_ms_p50", "ttft_ms_p99": "ttft_ms_p99", "itl_ms_p50": "itl_ms_p50", "tpot_ms": "tpot_ms",
-}
-
+// column is the trials column of metric, a stats.Table name.
 func column(metric string) (string, error) {
-	c, ok := MetricColumns[metric]
+	m, ok := stats.Lookup(metric)
 	if !ok {
-		return "", fmt.Errorf("unknown metric %q; known: %s", metric, strings.Join(Metrics, ", "))
+		return "", fmt.Errorf("unknown metric %q; known: %s", metric, stats.Known())
 	}
-	return c, nil
+	return m.Column, nil
 }
 
-// Metrics lists the metric names of MetricColumns, sorted.
-var Metrics = func() []string {
-	names := slices.Sorted(maps.Keys(MetricColumns))
-	return names
-}()
-
-// Window returns the per-trial values of metric for arm at concurrency
-// level over the last n reference runs before run id before (0: all),
-// newest run first, and the ids of those runs: like is compared with
-// like, level by level. A reference run is complete, on hardwareKey, of the
+// Window returns the per-trial values of metric (a stats.Table name, in
+// its unit) for arm at concurrency level over the last n reference runs
+// before run id before (0: all), newest run first, and the ids of those
+// runs: like is compared with like, level by level. Runs whose arpatch
+// did not record the metric yet (NULL: before its migration) are left
+// out. A reference run is complete, on hardwareKey, of the
 // same workload, failed no regression or validity check (whatever its
 // exit code: a night with drift can regress too) unless accepted,
 // and is not older than the newest accepted run. n must be 1 or more.
@@ -346,7 +354,7 @@ func (s *Store) Window(hardwareKey, workload, arm, metric string, level, n int, 
 		AND (accepted = 1 OR (COALESCE(exit_code, 0) != ? AND NOT EXISTS (SELECT 1 FROM checks
 			WHERE checks.run_id = runs.id AND checks.status = ? AND checks.kind IN (` + placeholders(len(barsReference)) + `))))
 		AND EXISTS (SELECT 1 FROM arms JOIN trials ON trials.arm_id = arms.id
-			WHERE arms.run_id = runs.id AND arms.name = ? AND arms.invalid = 0 AND trials.concurrency = ?)
+			WHERE arms.run_id = runs.id AND arms.name = ? AND arms.invalid = 0 AND trials.concurrency = ? AND trials.` + col + ` IS NOT NULL)
 		ORDER BY id DESC LIMIT ?`
 	args := []any{hardwareKey, workload, Complete, before, before, since, ExitFailedChecks, CheckFail}
 	for _, k := range barsReference {

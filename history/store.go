@@ -94,6 +94,10 @@ var migrations = []string{
 	// 4: the concurrency level of each trial (a run may sweep several);
 	// trials stored before it ran at one level, recorded as 1.
 	`ALTER TABLE trials ADD COLUMN concurrency INTEGER NOT NULL DEFAULT 1;`,
+	// 5: TPOT p99 per trial (stats.Table's tpot_ms_p99, ms); trials
+	// stored before it have none (NULL), and are left out of its windows,
+	// plots and exports.
+	`ALTER TABLE trials ADD COLUMN tpot_ms_p99 REAL;`,
 }
 
 // SchemaVersion is the version this arpatch writes.

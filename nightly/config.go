@@ -21,6 +21,7 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/arpatch/arpatch/harness/bench"
+	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/statedir"
@@ -119,8 +120,9 @@ type History struct {
 type Regression struct {
 	// ThresholdPct is the relative change that counts, in percent (3).
 	ThresholdPct float64 `toml:"threshold_pct"`
-	// Metrics maps metric names to their own thresholds; the metrics
-	// judged are these keys (default: tok_s at ThresholdPct).
+	// Metrics maps metric names (stats.Table) to their own thresholds in
+	// percent; the metrics judged are these keys (default: tok_s at
+	// ThresholdPct).
 	Metrics map[string]float64 `toml:"metrics"`
 	// Alpha is the Mann-Whitney U significance level (0.05).
 	Alpha float64 `toml:"alpha"`
@@ -176,7 +178,7 @@ func (c *Config) defaults(set func(key string) bool) {
 		c.Regression.ThresholdPct = 3
 	}
 	if len(c.Regression.Metrics) == 0 {
-		c.Regression.Metrics = map[string]float64{"tok_s": c.Regression.ThresholdPct}
+		c.Regression.Metrics = map[string]float64{stats.TokS: c.Regression.ThresholdPct}
 	}
 	if c.Regression.Alpha == 0 {
 		c.Regression.Alpha = 0.05
@@ -316,8 +318,8 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, fail("regression.threshold_pct", "%v", err)
 	}
 	for _, m := range slices.Sorted(maps.Keys(c.Regression.Metrics)) {
-		if _, ok := metricDirections[m]; !ok {
-			return nil, fail("regression.metrics", "unknown metric %q (known: tok_s, decode_tok_s, accept_length, ttft_ms_p50, ttft_ms_p99, itl_ms_p50, tpot_ms)", m)
+		if _, ok := stats.Lookup(m); !ok {
+			return nil, fail("regression.metrics", "unknown metric %q (known: %s)", m, stats.Known())
 		}
 		if err := bounds.CheckFloat("threshold_pct", c.Regression.Metrics[m]); err != nil {
 			return nil, fail("regression.metrics", "%s: threshold %v", m, err)
@@ -401,10 +403,4 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, err
 	}
 	return &c, nil
-}
-
-// metricDirections says, per metric, whether higher is better.
-var metricDirections = map[string]bool{
-	"tok_s": true, "decode_tok_s": true, "accept_length": true,
-	"ttft_ms_p50": false, "ttft_ms_p99": false, "itl_ms_p50": false, "tpot_ms": false,
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/report"
+	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/safefs"
@@ -32,11 +33,6 @@ type GHBenchEntry struct {
 	Extra string  `json:"extra,omitempty"`
 }
 
-type unitOf struct{ metric, unit string }
-
-var bigger = []unitOf{{"tok_s", "tok/s"}, {"decode_tok_s", "tok/s"}, {"accept_length", "tokens/verify"}}
-var smaller = []unitOf{{"ttft_ms_p50", "ms"}, {"ttft_ms_p99", "ms"}, {"itl_ms_p50", "ms"}, {"tpot_ms", "ms"}}
-
 // levelName is "<arm>" for a run at one level, "<arm>/concurrency=<N>"
 // for one of several: a series keeps its name while the levels stay.
 func levelName(res *bench.Result, arm string, c int) string {
@@ -47,16 +43,20 @@ func levelName(res *bench.Result, arm string, c int) string {
 }
 
 // GitHubBenchmark returns the customBiggerIsBetter and customSmallerIsBetter
-// arrays: per arm, level and metric, the median across trials, with the
-// confidence interval as the range.
+// arrays: per arm, level and metric of stats.Table (bigger: those where
+// higher is better), the median across trials in the metric's unit, with
+// the confidence interval as the range.
 func GitHubBenchmark(res *bench.Result, runID int64) (big, small []GHBenchEntry) {
-	mk := func(list []unitOf) []GHBenchEntry {
+	mk := func(higherIsBetter bool) []GHBenchEntry {
 		out := []GHBenchEntry{}
 		for _, a := range res.Arms {
 			for _, l := range a.Levels {
-				for _, u := range list {
-					s := l.Summaries[u.metric]
-					e := GHBenchEntry{Name: levelName(res, a.Arm.Name, l.Concurrency) + "/" + u.metric, Unit: u.unit, Value: s.Center,
+				for _, u := range stats.Table {
+					if u.HigherIsBetter != higherIsBetter {
+						continue
+					}
+					s := l.Summaries[u.Name]
+					e := GHBenchEntry{Name: levelName(res, a.Arm.Name, l.Concurrency) + "/" + u.Name, Unit: u.Unit, Value: s.Center,
 						Extra: fmt.Sprintf("run %d, %d trials", runID, s.N)}
 					if !math.IsInf(s.Lo, 0) && !math.IsInf(s.Hi, 0) {
 						e.Range = fmt.Sprintf("± %.4g", math.Max(s.Hi-s.Center, s.Center-s.Lo))
@@ -67,7 +67,7 @@ func GitHubBenchmark(res *bench.Result, runID int64) (big, small []GHBenchEntry)
 		}
 		return out
 	}
-	return mk(bigger), mk(smaller)
+	return mk(true), mk(false)
 }
 
 // BMFMetric is one measure in Bencher Metric Format.
@@ -79,20 +79,21 @@ type BMFMetric struct {
 
 // Bencher returns Bencher Metric Format: {benchmark: {measure: {value,
 // lower_value, upper_value}}}, one benchmark per arm ("eagle3/<arm>"),
-// measures named by slug (tok-s, ttft-ms-p50, ...), bounds from the CI.
+// a measure per metric of stats.Table named by slug (tok-s, ttft-ms-p50,
+// ..., tpot-ms-p99), bounds from the CI.
 func Bencher(res *bench.Result) map[string]map[string]BMFMetric {
 	out := map[string]map[string]BMFMetric{}
 	for _, a := range res.Arms {
 		for _, l := range a.Levels {
 			m := map[string]BMFMetric{}
-			for _, u := range append(append([]unitOf{}, bigger...), smaller...) {
-				s := l.Summaries[u.metric]
+			for _, u := range stats.Table {
+				s := l.Summaries[u.Name]
 				v := BMFMetric{Value: s.Center}
 				if !math.IsInf(s.Lo, 0) && !math.IsInf(s.Hi, 0) {
 					lo, hi := s.Lo, s.Hi
 					v.LowerValue, v.UpperValue = &lo, &hi
 				}
-				m[strings.ReplaceAll(u.metric, "_", "-")] = v
+				m[strings.ReplaceAll(u.Name, "_", "-")] = v
 			}
 			out["eagle3/"+levelName(res, a.Arm.Name, l.Concurrency)] = m
 		}

@@ -1019,8 +1019,7 @@ func armRecords(rep *Report, res *bench.Result) []history.ArmRecord {
 		var trials []history.TrialRecord
 		for i, t := range ar.Trials {
 			m := ar.Metrics[i]
-			tr := history.TrialRecord{Index: t.Index, Concurrency: t.Concurrency, Wall: t.Wall, TokS: m.TokPerSec, DecodeTokS: m.DecodeTokPerS, AcceptLength: m.AcceptLength,
-				TTFTp50ms: m.TTFTp50ms, TTFTp99ms: m.TTFTp99ms, ITLp50ms: m.ITLp50ms, TPOTms: m.TPOTms, Errors: m.Errors}
+			tr := history.TrialRecord{Index: t.Index, Concurrency: t.Concurrency, Wall: t.Wall, Values: stats.Values(m), Errors: m.Errors}
 			for _, s := range t.Samples {
 				tr.Samples = append(tr.Samples, history.SampleRecord{Prompt: s.Prompt, TTFT: s.TTFT, E2E: s.E2E, CompletionTokens: s.CompletionTokens, SpecVerifyCt: s.SpecVerifyCt, Error: s.Err})
 			}
@@ -1166,7 +1165,8 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 					r.Tonight, r.Reference = stats.Quantile(tonight, 0.5), stats.Quantile(w.ref, 0.5)
 					r.Verdict, r.Note = VerdictNotCompared, rep.EnvChange.String()
 				default:
-					compare(&r, w.ref, tonight, cfg.Regression.Alpha, metricDirections[m])
+					d, _ := stats.Lookup(m) // LoadConfig refused an unknown one
+					compare(&r, w.ref, tonight, cfg.Regression.Alpha, d.HigherIsBetter)
 				}
 				cs = append(cs, rep.addRegression(r))
 			}
@@ -1175,11 +1175,11 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 	if a, b := res.Arm(aName), res.Arm(bName); a != nil && b != nil {
 		for _, c := range levels {
 			am, bm := a.MetricsAt(c), b.MetricsAt(c)
-			r := Check{Arm: bName, Metric: named("tok_s", c), Against: aName, ThresholdPct: cfg.Regression.Metrics["tok_s"], RefSamples: len(am)}
+			r := Check{Arm: bName, Metric: named(stats.TokS, c), Against: aName, ThresholdPct: cfg.Regression.Metrics[stats.TokS], RefSamples: len(am)}
 			if r.ThresholdPct == 0 {
 				r.ThresholdPct = cfg.Regression.ThresholdPct
 			}
-			compare(&r, metricValues(am, "tok_s"), metricValues(bm, "tok_s"), cfg.Regression.Alpha, true)
+			compare(&r, metricValues(am, stats.TokS), metricValues(bm, stats.TokS), cfg.Regression.Alpha, true)
 			if r.Verdict == VerdictRegression && !*cfg.Regression.RequireBFaster {
 				r.Note = "B slower than A, but regression.require_b_faster is false"
 				r.Verdict = VerdictNoChange
@@ -1288,17 +1288,18 @@ func abs(x float64) float64 {
 	return x
 }
 
+// metricValues is metric (a stats.Table name) of each trial, in order;
+// nil for an unknown name.
 func metricValues(ms []stats.Metrics, metric string) []float64 {
-	for _, m := range bench.Metrics {
-		if m.Name == metric {
-			out := make([]float64, 0, len(ms))
-			for _, x := range ms {
-				out = append(out, m.Get(x))
-			}
-			return out
-		}
+	m, ok := stats.Lookup(metric)
+	if !ok {
+		return nil
 	}
-	return nil
+	out := make([]float64, 0, len(ms))
+	for _, x := range ms {
+		out = append(out, m.Get(x))
+	}
+	return out
 }
 
 // besideDir names [arms] patches_dir for messages, when one is set.

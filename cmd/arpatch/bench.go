@@ -21,6 +21,7 @@ import (
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/report"
 	"github.com/arpatch/arpatch/harness/sglang"
+	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/harness/workload"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/bounds"
@@ -71,7 +72,7 @@ template, {arpatch} is this arpatch binary.
 Metrics per request: TTFT, E2E, tokens, spec_verify_ct, decode tok/s =
 (tokens-1)/(E2E-TTFT), as SGLang's bench_serving defines TPOT. Per trial
 and level: tok/s = total tokens / wall time, median decode tok/s, accept
-length = total tokens / total verify steps, TPOT, ITL (a multi-token
+length = total tokens / total verify steps, TPOT p50/p99, ITL (a multi-token
 chunk's gap spread over its tokens), TTFT p50/p99, errors. Across trials,
 per level: medians with confidence intervals (95% from 6 trials; 4 or 5
 give a lower level, which is shown; 2 or 3 give no interval, and say so)
@@ -573,7 +574,8 @@ func writeReports(c *cli.Context, doc *report.Document, res *bench.Result, s rep
 			continue
 		}
 		if f.write == nil { // the plot: gonum writes the file itself
-			if err := report.PlotConcurrency(p, "arpatch bench: tok/s against concurrency", "tok/s", report.Curves(res, "tok_s")); err != nil {
+			tokS, _ := stats.Lookup(stats.TokS)
+			if err := report.PlotConcurrency(p, "arpatch bench: tok/s against concurrency", tokS.Axis(), report.Curves(res, stats.TokS)); err != nil {
 				return fmt.Errorf("--plot: %w", err)
 			}
 			continue

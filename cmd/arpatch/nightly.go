@@ -5,13 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/harness/report"
+	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/internal/statedir"
@@ -192,7 +192,7 @@ level (numbers from other machines, workloads or levels do not belong on one
 line); by default those of the newest run, at its lowest level. With
 --x concurrency: one line per arm of one run (--run, default the newest with
 bench results), the metric against the concurrency levels it swept.`,
-				Flags: []cli.Flag{db, &cli.StringFlag{Name: "metric", Value: "tok_s", Usage: "`METRIC`: " + strings.Join(history.Metrics, ", ")},
+				Flags: []cli.Flag{db, &cli.StringFlag{Name: "metric", Value: stats.TokS, Usage: "`METRIC`: " + stats.Known()},
 					&cli.StringFlag{Name: "out", Usage: "`FILE` (.svg, .png or .pdf)", Required: true},
 					&cli.StringFlag{Name: "hardware", Usage: "hardware `KEY` to plot (default: the newest run's)"},
 					&cli.StringFlag{Name: "workload", Usage: "workload `KEY` to plot (default: the newest run's on that hardware)"},
@@ -200,8 +200,9 @@ bench results), the metric against the concurrency levels it swept.`,
 					&cli.StringFlag{Name: "x", Value: "time", Usage: "the x axis: `time` (runs) or concurrency (one run's levels)"},
 					&cli.Int64Flag{Name: "run", Usage: "with --x concurrency: the `RUN` to plot", DefaultText: "the newest with bench results"}}, Before: noArgs,
 				Action: func(c *cli.Context) error {
-					if !slices.Contains(history.Metrics, c.String("metric")) {
-						return usagef("--metric %q: use one of %s", c.String("metric"), strings.Join(history.Metrics, ", "))
+					metric, ok := stats.Lookup(c.String("metric"))
+					if !ok {
+						return usagef("--metric %q: use one of %s", c.String("metric"), stats.Known())
 					}
 					if err := history.PlotFormat(pathFlag(c, "out")); err != nil {
 						return usagef("--out %v", err)
@@ -223,7 +224,7 @@ bench results), the metric against the concurrency levels it swept.`,
 							return err
 						}
 						title := fmt.Sprintf("arpatch run %d: %s against concurrency", run, c.String("metric"))
-						if err := report.PlotConcurrency(pathFlag(c, "out"), title, c.String("metric"), curves); err != nil {
+						if err := report.PlotConcurrency(pathFlag(c, "out"), title, metric.Axis(), curves); err != nil {
 							return err
 						}
 					default:

@@ -120,9 +120,10 @@ const chunkTokens = 8
 // corrupting and for an aborting arm; and the per-trial metrics follow
 // SGLang's bench_serving definitions (Upstream:
 // python/sglang/bench_serving.py@84118acf50b3a4c74e85e9ff9033792552de1a76
-// (calculate_metrics: TPOT = (latency - ttft) / (output_len - 1), output
-// throughput = sum(output_lens) / dur_s; async_request_sglang_generate: a
-// chunk's gap spread over its new tokens for ITL)).
+// (calculate_metrics: TPOT = (latency - ttft) / (output_len - 1), its
+// median and p99 = np.percentile(tpots, 99), output throughput =
+// sum(output_lens) / dur_s; async_request_sglang_generate: a chunk's gap
+// spread over its new tokens for ITL)).
 //
 // It runs on the virtual clock of a testing/synctest bubble, with the
 // servers on an in-memory network (sglangtest.Network: only the
@@ -258,6 +259,12 @@ func benchServing(t *testing.T, tr stats.Trial, m stats.Metrics, tokens int) {
 	sort.Float64s(tpots)
 	if want := stats.Quantile(tpots, 0.5); math.Abs(m.TPOTms-want) > 1e-9 {
 		t.Errorf("TPOT median %v ms, bench_serving %v ms", m.TPOTms, want)
+	}
+	// np.percentile(tpots, 99): k = (n-1) x 0.99 between order statistics.
+	k := float64(len(tpots)-1) * 0.99
+	lo := int(k)
+	if want := tpots[lo] + (tpots[min(lo+1, len(tpots)-1)]-tpots[lo])*(k-float64(lo)); math.Abs(m.TPOTp99ms-want) > 1e-9 || m.TPOTp99ms < m.TPOTms {
+		t.Errorf("TPOT p99 %v ms, bench_serving %v ms (median %v)", m.TPOTp99ms, want, m.TPOTms)
 	}
 	if m.Tokens != total || m.Requests != len(tr.Samples) || m.Errors != 0 {
 		t.Errorf("metrics %+v", m)

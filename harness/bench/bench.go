@@ -165,8 +165,8 @@ type ArmResult struct {
 // Level is one arm at one concurrency level.
 type Level struct {
 	Concurrency int `json:"concurrency"`
-	// Summaries per metric across trials: tok_s, decode_tok_s,
-	// accept_length, ttft_ms_p50, ttft_ms_p99, itl_ms_p50, tpot_ms.
+	// Summaries per metric of stats.Table across trials, by name (tok_s,
+	// ..., tpot_ms_p99), each in the metric's unit.
 	Summaries map[string]stats.Summary `json:"summaries"`
 	// Deltas against the baseline at this level, per metric (absent for
 	// the baseline, and when the baseline is INVALID).
@@ -250,21 +250,6 @@ func (r *Result) Arm(name string) *ArmResult {
 		}
 	}
 	return nil
-}
-
-// Metric names, with the direction that is better.
-var Metrics = []struct {
-	Name           string
-	HigherIsBetter bool
-	Get            func(stats.Metrics) float64
-}{
-	{"tok_s", true, func(m stats.Metrics) float64 { return m.TokPerSec }},
-	{"decode_tok_s", true, func(m stats.Metrics) float64 { return m.DecodeTokPerS }},
-	{"accept_length", true, func(m stats.Metrics) float64 { return m.AcceptLength }},
-	{"ttft_ms_p50", false, func(m stats.Metrics) float64 { return m.TTFTp50ms }},
-	{"ttft_ms_p99", false, func(m stats.Metrics) float64 { return m.TTFTp99ms }},
-	{"itl_ms_p50", false, func(m stats.Metrics) float64 { return m.ITLp50ms }},
-	{"tpot_ms", false, func(m stats.Metrics) float64 { return m.TPOTms }},
 }
 
 // PreflightError stops a run whose custom allreduce is slower than NCCL
@@ -872,7 +857,7 @@ func analyze(res *Result, o Options) {
 		for _, c := range o.Concurrency {
 			lv := &Level{Concurrency: c, Summaries: map[string]stats.Summary{}}
 			ms := ar.MetricsAt(c)
-			for _, m := range Metrics {
+			for _, m := range stats.Table {
 				lv.Summaries[m.Name] = stats.Summarize(values(ms, m.Get))
 			}
 			ar.Levels = append(ar.Levels, lv)
@@ -887,7 +872,7 @@ func analyze(res *Result, o Options) {
 			}
 			lv.Deltas = map[string]stats.Delta{}
 			bm := base.MetricsAt(c)
-			for _, m := range Metrics {
+			for _, m := range stats.Table {
 				lv.Deltas[m.Name] = stats.Compare(values(bm, m.Get), values(ms, m.Get), m.HigherIsBetter)
 			}
 		}
@@ -1013,7 +998,7 @@ func verdicts(ar *ArmResult, isBase, baseInvalid bool) {
 		case baseInvalid:
 			return NoReference
 		}
-		d := lv.Deltas["tok_s"]
+		d := lv.Deltas[stats.TokS]
 		if d.Verdict == stats.NoChange && d.TooFew != "" {
 			return TooFew
 		}

@@ -146,7 +146,7 @@ func ci(s stats.Summary, prec int) string {
 // deltaP formats a level's tok/s change against the baseline and its
 // p-value, or none twice for the baseline.
 func deltaP(l *bench.Level, none string) (string, string) {
-	d, ok := l.Deltas["tok_s"]
+	d, ok := l.Deltas[stats.TokS]
 	if !ok {
 		return none, none
 	}
@@ -160,21 +160,40 @@ func agreement(ag *stats.Agreement) string {
 	return fmt.Sprintf("%d/%d", ag.IdenticalN, ag.Outputs)
 }
 
-// row is one arm at one level, as the table and the markdown print it.
-type row struct {
-	arm, conc, tokS, delta, p, decode, accept, ttft, itl, agree, verdict string
+// others are the metrics of stats.Table after tok/s, which tables show
+// as one median column each.
+func others() []stats.Metric {
+	var out []stats.Metric
+	for _, m := range stats.Table {
+		if m.Name != stats.TokS {
+			out = append(out, m)
+		}
+	}
+	return out
 }
 
-func rows(res *bench.Result, none string) []row {
-	var out []row
+// header is the table's column titles.
+func header() []string {
+	tokS, _ := stats.Lookup(stats.TokS)
+	h := []string{"arm", "conc", tokS.Label, "delta", "p"}
+	for _, m := range others() {
+		h = append(h, m.Label)
+	}
+	return append(h, "agree", "verdict")
+}
+
+// rows are one arm at one level each, as the table and the markdown print
+// them, in header's order.
+func rows(res *bench.Result, none string) [][]string {
+	var out [][]string
 	for _, a := range res.Arms {
 		for _, l := range a.Levels {
-			sm := l.Summaries
 			delta, p := deltaP(l, none)
-			out = append(out, row{a.Arm.Name, fmt.Sprint(l.Concurrency), ci(sm["tok_s"], 1), delta, p,
-				fmt.Sprintf("%.1f", sm["decode_tok_s"].Center), fmt.Sprintf("%.2f", sm["accept_length"].Center),
-				fmt.Sprintf("%.1f/%.1f", sm["ttft_ms_p50"].Center, sm["ttft_ms_p99"].Center), fmt.Sprintf("%.2f", sm["itl_ms_p50"].Center),
-				agreement(l.Agreement), string(l.Verdict)})
+			r := []string{a.Arm.Name, fmt.Sprint(l.Concurrency), ci(l.Summaries[stats.TokS], 1), delta, p}
+			for _, m := range others() {
+				r = append(r, fmt.Sprintf("%.*f", m.Prec, l.Summaries[m.Name].Center))
+			}
+			out = append(out, append(r, agreement(l.Agreement), string(l.Verdict)))
 		}
 	}
 	return out
@@ -191,17 +210,19 @@ func overall(a *bench.ArmResult) string {
 }
 
 // WriteTable prints the terminal table: per arm and concurrency level,
-// tok/s median [CI], delta % and p against the baseline, decode tok/s,
-// accept length, TTFT p50/p99, ITL p50, output agreement and the verdict;
+// tok/s median [CI], delta % and p against the baseline, the median of
+// every other metric of stats.Table (decode tok/s, accept length, TTFT
+// p50 and p99, ITL p50, TPOT p50 and p99), output agreement and the
+// verdict;
 // with several levels an overall line per arm (but a valid baseline);
 // then warnings.
 func WriteTable(w io.Writer, res *bench.Result, s Settings) {
 	fmt.Fprintf(w, "%s: %d prompts x %d trials, concurrency %s, max %d new tokens, temperature %g; medians across trials [confidence interval, 95%% where the trials allow]\n", benchName(s),
 		s.Prompts, s.Trials, levels(s.Concurrency), s.MaxNewTokens, s.Temperature)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "arm\tconc\ttok/s\tdelta\tp\tdecode tok/s\taccept len\tTTFT p50/p99 ms\tITL p50 ms\tagree\tverdict\t")
+	fmt.Fprintln(tw, strings.Join(header(), "\t")+"\t")
 	for _, r := range rows(res, "-") {
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t%s\t\n", r.arm, r.conc, r.tokS, r.delta, r.p, r.decode, r.accept, r.ttft, r.itl, r.agree, r.verdict)
+		fmt.Fprintln(tw, strings.Join(r, "\t")+"\t")
 	}
 	tw.Flush()
 	for _, a := range res.Arms {
@@ -211,7 +232,7 @@ func WriteTable(w io.Writer, res *bench.Result, s Settings) {
 	}
 	for _, a := range res.Arms {
 		for _, l := range a.Levels {
-			if d, ok := l.Deltas["tok_s"]; ok && d.TooFew != "" {
+			if d, ok := l.Deltas[stats.TokS]; ok && d.TooFew != "" {
 				fmt.Fprintf(w, "note: %s: %s\n", a.Arm.Name, d.TooFew)
 				break
 			}
@@ -239,11 +260,12 @@ func WriteTable(w io.Writer, res *bench.Result, s Settings) {
 func WriteMarkdown(w io.Writer, res *bench.Result, s Settings) error {
 	fmt.Fprintf(w, "### %s\n\n%d prompts x %d trials, concurrency %s, max %d new tokens. Medians across trials with confidence intervals (95%% where the number of trials allows; each interval shows its level); p from a Mann-Whitney U test against `%s`.\n\n", benchName(s),
 		s.Prompts, s.Trials, levels(s.Concurrency), s.MaxNewTokens, res.Baseline)
-	fmt.Fprintln(w, "| arm | concurrency | tok/s | delta | p | decode tok/s | accept length | TTFT p50 / p99 (ms) | ITL p50 (ms) | output agreement | verdict |")
-	fmt.Fprintln(w, "|---|---|---|---|---|---|---|---|---|---|---|")
+	h := header()
+	h[1], h[len(h)-2] = "concurrency", "output agreement"
+	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(h, " | "), strings.Repeat("---|", len(h)))
 	for _, r := range rows(res, "") {
-		fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %s | %s | %s | **%s** |\n", r.arm, r.conc, r.tokS, r.delta, r.p, r.decode, r.accept,
-			strings.Replace(r.ttft, "/", " / ", 1), r.itl, r.agree, r.verdict)
+		r[len(r)-1] = "**" + r[len(r)-1] + "**"
+		fmt.Fprintf(w, "| %s |\n", strings.Join(r, " | "))
 	}
 	if len(res.Levels()) > 1 {
 		fmt.Fprintln(w)
@@ -262,9 +284,11 @@ func WriteMarkdown(w io.Writer, res *bench.Result, s Settings) error {
 }
 
 // WriteBenchfmt writes one Go benchmark line per arm, trial and level,
-// named BenchmarkEAGLE3/arm=<name>/concurrency=<N>, with tok/s,
-// decode-tok/s, accept-len, ttft-sec and itl-sec, so that `benchstat -col
-// /arm file` compares arms level by level.
+// named BenchmarkEAGLE3/arm=<name>/concurrency=<N>, with every metric of
+// stats.Table in its Benchfmt unit (tok/s, decode-tok/s, accept-len,
+// ttft-sec, ttft-p99-sec, itl-sec, tpot-sec, tpot-p99-sec; ms metrics in
+// seconds) and its direction as "better" metadata, so that `benchstat
+// -col /arm file` compares arms level by level.
 func WriteBenchfmt(w io.Writer, res *bench.Result, s Settings) error {
 	bw := benchfmt.NewWriter(w)
 	cfg := []benchfmt.Config{
@@ -275,22 +299,22 @@ func WriteBenchfmt(w io.Writer, res *bench.Result, s Settings) error {
 	if s.Model != "" {
 		cfg = append(cfg, benchfmt.Config{Key: "model", Value: []byte(s.Model), File: true})
 	}
-	for _, u := range []struct{ unit, better string }{{"tok/s", "higher"}, {"decode-tok/s", "higher"}, {"accept-len", "higher"}, {"ttft-sec", "lower"}, {"itl-sec", "lower"}} {
-		if err := bw.Write(&benchfmt.UnitMetadata{UnitMetadataKey: benchfmt.UnitMetadataKey{Unit: u.unit, Key: "better"}, OrigUnit: u.unit, Value: u.better}); err != nil {
+	for _, m := range stats.Table {
+		better := "lower"
+		if m.HigherIsBetter {
+			better = "higher"
+		}
+		if err := bw.Write(&benchfmt.UnitMetadata{UnitMetadataKey: benchfmt.UnitMetadataKey{Unit: m.Benchfmt, Key: "better"}, OrigUnit: m.Benchfmt, Value: better}); err != nil {
 			return err
 		}
 	}
 	for _, a := range res.Arms {
 		for i, m := range a.Metrics {
 			name := fmt.Sprintf("EAGLE3/arm=%s/concurrency=%d", a.Arm.Name, a.Trials[i].Concurrency)
-			r := &benchfmt.Result{Config: cfg, Name: benchfmt.Name(name), Iters: m.Requests,
-				Values: []benchfmt.Value{
-					{Value: m.TokPerSec, Unit: "tok/s"},
-					{Value: m.DecodeTokPerS, Unit: "decode-tok/s"},
-					{Value: m.AcceptLength, Unit: "accept-len"},
-					{Value: m.TTFTp50ms / 1000, Unit: "ttft-sec"},
-					{Value: m.ITLp50ms / 1000, Unit: "itl-sec"},
-				}}
+			r := &benchfmt.Result{Config: cfg, Name: benchfmt.Name(name), Iters: m.Requests}
+			for _, d := range stats.Table {
+				r.Values = append(r.Values, benchfmt.Value{Value: d.BenchfmtValue(d.Get(m)), Unit: d.Benchfmt})
+			}
 			if err := bw.Write(r); err != nil {
 				return err
 			}

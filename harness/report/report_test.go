@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -44,17 +45,51 @@ func TestTableAndMarkdown(t *testing.T) {
 	var b bytes.Buffer
 	WriteTable(&b, res, s)
 	out := b.String()
-	for _, want := range []string{"arm", "tok/s", "delta", "decode tok/s", "accept len", "TTFT p50/p99 ms", "ITL p50 ms", "agree", "verdict",
+	for _, want := range []string{"arm", "tok/s", "delta", "decode tok/s", "accept len", "TTFT p50 ms", "TTFT p99 ms", "ITL p50 ms", "TPOT p50 ms", "TPOT p99 ms", "agree", "verdict",
 		"baseline", "pcie", "9/9", "too few trials to tell", "INVALID", "WARNING broken: INVALID", "broken prompt 0 diverges at byte"} {
 		if !strings.Contains(out, want) {
 			t.Errorf("table lacks %q:\n%s", want, out)
 		}
 	}
+	// Each metric's column holds its median: TPOT p99 of the pcie arm is
+	// the median of its trials' p99s, in the column under its title.
+	pcie := res.Arm("pcie")
+	tpot99 := fmt.Sprintf("%.2f", stats.Quantile([]float64{pcie.Metrics[0].TPOTp99ms, pcie.Metrics[1].TPOTp99ms, pcie.Metrics[2].TPOTp99ms}, 0.5))
+	if cell(t, out, "pcie", "TPOT p99 ms") != tpot99 || tpot99 == "0.00" {
+		t.Errorf("pcie TPOT p99 cell %q, want %s:\n%s", cell(t, out, "pcie", "TPOT p99 ms"), tpot99, out)
+	}
 	b.Reset()
 	WriteMarkdown(&b, res, s)
-	if md := b.String(); !strings.Contains(md, "| arm | concurrency | tok/s |") || !strings.Contains(md, "**INVALID**") || !strings.Contains(md, "> **broken**: INVALID") {
+	md := b.String()
+	if !strings.Contains(md, "| arm | concurrency | tok/s |") || !strings.Contains(md, "| TPOT p50 ms | TPOT p99 ms | output agreement | verdict |") ||
+		!strings.Contains(md, "**INVALID**") || !strings.Contains(md, "> **broken**: INVALID") {
 		t.Errorf("markdown:\n%s", md)
 	}
+	for _, l := range strings.Split(md, "\n") {
+		if strings.HasPrefix(l, "| pcie |") && !strings.Contains(l, " | "+tpot99+" | 9/9 |") {
+			t.Errorf("markdown pcie row lacks TPOT p99 %s: %s", tpot99, l)
+		}
+	}
+}
+
+// cell returns the value in the terminal table's row of arm under the
+// column titled title (titles and cells are at least two spaces apart).
+func cell(t *testing.T, table, arm, title string) string {
+	t.Helper()
+	lines := strings.Split(table, "\n")
+	col := strings.Index(lines[1], title)
+	if col < 0 {
+		t.Fatalf("no column %q in %q", title, lines[1])
+	}
+	for _, l := range lines[2:] {
+		if strings.HasPrefix(l, arm+" ") && len(l) > col {
+			f := strings.Fields(l[col:])
+			if len(f) > 0 {
+				return f[0]
+			}
+		}
+	}
+	return ""
 }
 
 // TestBenchfmtReadsBack parses the Go benchmark lines with benchfmt, as
@@ -68,6 +103,7 @@ func TestBenchfmtReadsBack(t *testing.T) {
 	r := benchfmt.NewReader(&b, "bench.txt")
 	n := 0
 	units := map[string]string{}
+	p99s := map[float64]bool{}
 	for r.Scan() {
 		switch rec := r.Result().(type) {
 		case *benchfmt.Result:
@@ -81,14 +117,24 @@ func TestBenchfmtReadsBack(t *testing.T) {
 			if v, ok := rec.Value("accept-len"); !ok || v <= 1 {
 				t.Errorf("accept-len %v", v)
 			}
+			tpot99, ok := rec.Value("tpot-p99-sec")
+			p99s[tpot99] = ok
 		case *benchfmt.UnitMetadata:
 			units[rec.Unit] = rec.Value
 		case *benchfmt.SyntaxError:
 			t.Errorf("syntax error: %v", rec)
 		}
 	}
-	if n != 9 || units["tok/s"] != "higher" || units["ttft-sec"] != "lower" {
+	if n != 9 || units["tok/s"] != "higher" || units["ttft-sec"] != "lower" || units["tpot-p99-sec"] != "lower" || len(units) != len(stats.Table) {
 		t.Errorf("%d results, units %v", n, units)
+	}
+	// Every trial's TPOT p99, in seconds.
+	for _, a := range res.Arms {
+		for _, m := range a.Metrics {
+			if !p99s[m.TPOTp99ms/1000] || m.TPOTp99ms <= 0 {
+				t.Errorf("%s: TPOT p99 %v ms not among the benchfmt values %v", a.Arm.Name, m.TPOTp99ms, p99s)
+			}
+		}
 	}
 }
 
@@ -117,6 +163,17 @@ func TestJSONDocument(t *testing.T) {
 					} `json:"samples"`
 				} `json:"trials"`
 				Invalid bool `json:"invalid"`
+				Metrics []struct {
+					TPOTp99 float64 `json:"tpot_ms_p99"`
+				} `json:"trial_metrics"`
+				Levels []struct {
+					Summaries map[string]struct {
+						Center float64 `json:"center"`
+					} `json:"summaries"`
+					Deltas map[string]struct {
+						Verdict string `json:"verdict"`
+					} `json:"deltas"`
+				} `json:"levels"`
 			} `json:"arms"`
 		} `json:"result"`
 	}
@@ -125,6 +182,21 @@ func TestJSONDocument(t *testing.T) {
 	}
 	if doc.Schema != Schema || doc.Result.Baseline != "baseline" || len(doc.Result.Arms) != 3 || doc.Environment.Versions["sglang@pcie"] != "sglangtest" {
 		t.Fatalf("doc %+v", doc)
+	}
+	// TPOT p99 per trial, its median per level, and its delta.
+	pcie := doc.Result.Arms[1]
+	var p99s []float64
+	for i, m := range pcie.Metrics {
+		if m.TPOTp99 != res.Arm("pcie").Metrics[i].TPOTp99ms || m.TPOTp99 <= 0 {
+			t.Errorf("trial %d: JSON TPOT p99 %v, measured %v", i, m.TPOTp99, res.Arm("pcie").Metrics[i].TPOTp99ms)
+		}
+		p99s = append(p99s, m.TPOTp99)
+	}
+	if got, want := pcie.Levels[0].Summaries["tpot_ms_p99"].Center, stats.Quantile(p99s, 0.5); got != want || len(p99s) != 3 {
+		t.Errorf("summary tpot_ms_p99 %v, median of %v = %v", got, p99s, want)
+	}
+	if _, ok := pcie.Levels[0].Deltas["tpot_ms_p99"]; !ok {
+		t.Errorf("no tpot_ms_p99 delta: %v", pcie.Levels[0].Deltas)
 	}
 	smp := doc.Result.Arms[1].Trials[2].Samples[1]
 	if smp.CompletionTokens != 20 || smp.SpecVerifyCt == 0 || smp.TTFT <= 0 || smp.Text == "" || !doc.Result.Arms[2].Invalid {

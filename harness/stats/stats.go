@@ -38,7 +38,8 @@ type Metrics struct {
 	TokPerSec     float64 `json:"tok_s"`               // Σ completion tokens / wall time
 	DecodeTokPerS float64 `json:"decode_tok_s_median"` // median over requests of (tokens-1)/(E2E-TTFT)
 	AcceptLength  float64 `json:"accept_length"`       // Σ completion tokens / Σ spec_verify_ct; 0 without verify counts
-	TPOTms        float64 `json:"tpot_ms_median"`
+	TPOTms        float64 `json:"tpot_ms_median"`      // median over requests of more than one token of (E2E-TTFT)/(tokens-1), ms
+	TPOTp99ms     float64 `json:"tpot_ms_p99"`         // 99th percentile of the same, ms (Quantile: numpy's default percentile)
 	ITLp50ms      float64 `json:"itl_ms_p50"`
 	TTFTp50ms     float64 `json:"ttft_ms_p50"`
 	TTFTp99ms     float64 `json:"ttft_ms_p99"`
@@ -63,8 +64,10 @@ func Compute(t Trial) Metrics {
 		if d := s.DecodeTokPerSec(); d > 0 {
 			decode = append(decode, d)
 		}
-		if p := s.TPOT(); p > 0 {
-			tpot = append(tpot, p*1000)
+		// As bench_serving: every request of more than one token has a
+		// TPOT, 0 included (all its tokens in the first chunk).
+		if s.CompletionTokens > 1 {
+			tpot = append(tpot, s.TPOT()*1000)
 		}
 		for _, x := range s.ITL {
 			itl = append(itl, x*1000)
@@ -80,6 +83,7 @@ func Compute(t Trial) Metrics {
 	}
 	m.DecodeTokPerS = Quantile(decode, 0.5)
 	m.TPOTms = Quantile(tpot, 0.5)
+	m.TPOTp99ms = Quantile(tpot, 0.99)
 	m.ITLp50ms = Quantile(itl, 0.5)
 	m.TTFTp50ms = Quantile(ttft, 0.5)
 	m.TTFTp99ms = Quantile(ttft, 0.99)
@@ -87,8 +91,13 @@ func Compute(t Trial) Metrics {
 	return m
 }
 
-// Quantile is the q-quantile of xs by linear interpolation between order
-// statistics; 0 for no values.
+// Quantile is the q-quantile (0 to 1) of xs by linear interpolation
+// between order statistics, numpy's default percentile definition:
+// sorted, k = (n-1) x q, xs[floor k] + (xs[ceil k] - xs[floor k]) x (k -
+// floor k); 0 for no values, as bench_serving's np.percentile(xs or 0,
+// ...) (Upstream:
+// python/sglang/bench_serving.py@84118acf50b3a4c74e85e9ff9033792552de1a76
+// (calculate_metrics)).
 func Quantile(xs []float64, q float64) float64 {
 	if len(xs) == 0 {
 		return 0

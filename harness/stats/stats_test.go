@@ -251,3 +251,101 @@ func TestDivergenceText(t *testing.T) {
 		t.Errorf("zero-width space: %s", d)
 	}
 }
+
+// TestQuantileIsNumpyPercentile checks Quantile against numpy's default
+// (linear) percentile, np.percentile(xs, 100*q), which bench_serving uses
+// for every p99 (Upstream:
+// python/sglang/bench_serving.py@84118acf50b3a4c74e85e9ff9033792552de1a76
+// (calculate_metrics)). Each want is worked by hand from numpy's rule:
+// sorted xs, k = (n-1) x q, xs[floor k] + (xs[ceil k] - xs[floor k]) x
+// frac(k).
+func TestQuantileIsNumpyPercentile(t *testing.T) {
+	for _, tc := range []struct {
+		xs   []float64
+		q    float64
+		want float64
+	}{
+		{[]float64{1, 2, 3, 4}, 0.99, 3.97},                    // k = 2.97: 3 + 0.97 x 1
+		{[]float64{5, 1, 4, 2, 3}, 0.99, 4.96},                 // unsorted; k = 3.96: 4 + 0.96 x 1
+		{[]float64{10, 20}, 0.99, 19.9},                        // k = 0.99: 10 + 0.99 x 10
+		{[]float64{0, 10, 20, 30, 40}, 0.99, 39.6},             // k = 3.96: 30 + 0.96 x 10
+		{[]float64{1, 2, 3, 4}, 0.5, 2.5},                      // np.median: k = 1.5
+		{[]float64{3, 1, 2}, 0.5, 2},                           // k = 1, an order statistic
+		{[]float64{7}, 0.99, 7},                                // one value
+		{[]float64{2, 2, 2, 100}, 0.5, 2},                      // k = 1.5 between equal values
+		{[]float64{1, 2, 3, 4, 5, 6, 7, 8, 9, 10}, 0.99, 9.91}, // k = 8.91
+		{nil, 0.99, 0},                                         // np.percentile(xs or 0, 99) of no values
+	} {
+		if got := Quantile(tc.xs, tc.q); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("Quantile(%v, %v) = %v, numpy %v", tc.xs, tc.q, got, tc.want)
+		}
+	}
+}
+
+// TestComputeTPOTp99 checks TPOT median and p99 over a trial's requests
+// by bench_serving's rule: a request of more than one token has TPOT =
+// (E2E - TTFT) / (tokens - 1), 0 included; failed and one-token requests
+// have none.
+func TestComputeTPOTp99(t *testing.T) {
+	tr := Trial{Wall: 1, Samples: []sglang.Sample{
+		{Prompt: 0, TTFT: 0.1, E2E: 0.1 + 0.010*10, CompletionTokens: 11, Text: "a"}, // 10 ms
+		{Prompt: 1, TTFT: 0.2, E2E: 0.2 + 0.020*5, CompletionTokens: 6, Text: "b"},   // 20 ms
+		{Prompt: 2, TTFT: 0.1, E2E: 0.1 + 0.040*4, CompletionTokens: 5, Text: "c"},   // 40 ms
+		{Prompt: 3, TTFT: 0.3, E2E: 0.3 + 0.030*2, CompletionTokens: 3, Text: "d"},   // 30 ms
+		{Prompt: 4, TTFT: 0.05, E2E: 0.05, CompletionTokens: 8, Text: "e"},           // 0 ms: one chunk
+		{Prompt: 5, TTFT: 0.05, E2E: 0.5, CompletionTokens: 1, Text: "f"},            // one token: none
+		{Prompt: 6, Err: "HTTP 500: boom", CompletionTokens: 9},                      // failed: none
+	}}
+	m := Compute(tr)
+	// tpots (ms) = [0, 10, 20, 30, 40]: median 20; p99 k = 3.96: 39.6.
+	if math.Abs(m.TPOTms-20) > 1e-9 || math.Abs(m.TPOTp99ms-39.6) > 1e-9 {
+		t.Errorf("TPOT median %v ms (want 20), p99 %v ms (want 39.6)", m.TPOTms, m.TPOTp99ms)
+	}
+	if v := Values(m); v["tpot_ms_p99"] != m.TPOTp99ms || v["tpot_ms"] != m.TPOTms {
+		t.Errorf("Values %v", v)
+	}
+	b, _ := json.Marshal(m)
+	if !strings.Contains(string(b), `"tpot_ms_p99":39.6`) {
+		t.Errorf("JSON %s", b)
+	}
+}
+
+// TestTable checks that every metric has a unique name and column, a
+// unit, a label and a benchfmt unit, and that each getter reads its own
+// field: Metrics with a distinct value per field give distinct values.
+func TestTable(t *testing.T) {
+	m := Metrics{TokPerSec: 1, DecodeTokPerS: 2, AcceptLength: 3, TTFTp50ms: 4, TTFTp99ms: 5, ITLp50ms: 6, TPOTms: 7, TPOTp99ms: 8}
+	names, cols, bf, vals := map[string]bool{}, map[string]bool{}, map[string]bool{}, map[float64]string{}
+	for _, d := range Table {
+		if d.Name == "" || d.Unit == "" || d.Label == "" || d.Column == "" || d.Benchfmt == "" || d.Get == nil {
+			t.Errorf("incomplete entry %+v", d)
+			continue
+		}
+		if names[d.Name] || cols[d.Column] || bf[d.Benchfmt] {
+			t.Errorf("%s: name, column or benchfmt unit repeated", d.Name)
+		}
+		names[d.Name], cols[d.Column], bf[d.Benchfmt] = true, true, true
+		if other, ok := vals[d.Get(m)]; ok {
+			t.Errorf("%s and %s read the same field", d.Name, other)
+		}
+		vals[d.Get(m)] = d.Name
+		if got, ok := Lookup(d.Name); !ok || got.Column != d.Column {
+			t.Errorf("Lookup(%s) = %+v %v", d.Name, got, ok)
+		}
+		if (d.Unit == "ms") != strings.HasSuffix(d.Benchfmt, "-sec") {
+			t.Errorf("%s: unit %s, benchfmt unit %s", d.Name, d.Unit, d.Benchfmt)
+		}
+	}
+	if len(vals) != 8 {
+		t.Errorf("%d metrics read distinct fields, want 8", len(vals))
+	}
+	if d, ok := Lookup("tpot_ms_p99"); !ok || d.HigherIsBetter || d.Unit != "ms" || d.BenchfmtValue(39.6) != 0.0396 {
+		t.Errorf("tpot_ms_p99: %+v %v", d, ok)
+	}
+	if d, _ := Lookup(TokS); !d.HigherIsBetter || d.BenchfmtValue(90) != 90 {
+		t.Errorf("tok_s: %+v", d)
+	}
+	if _, ok := Lookup("speed"); ok {
+		t.Error("Lookup(speed) found")
+	}
+}

@@ -1,0 +1,204 @@
+package history
+
+import (
+	"bytes"
+	"encoding/json"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/arpatch/arpatch/harness/stats"
+)
+
+// TestEveryMetricHasItsColumn checks that each metric of stats.Table has
+// its REAL column in the trials table of a new database, added by a
+// migration, so that a new metric cannot ship without one.
+func TestEveryMetricHasItsColumn(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "h.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	rows, err := s.db.Query(`SELECT name, type FROM pragma_table_info('trials')`)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rows.Close()
+	cols := map[string]string{}
+	for rows.Next() {
+		var name, typ string
+		if err := rows.Scan(&name, &typ); err != nil {
+			t.Fatal(err)
+		}
+		cols[name] = typ
+	}
+	if err := rows.Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range stats.Table {
+		if cols[m.Column] != "REAL" {
+			t.Errorf("metric %s: trials column %q is %q, want REAL (add a migration)", m.Name, m.Column, cols[m.Column])
+		}
+		added := regexp.MustCompile(`\b` + regexp.QuoteMeta(m.Column) + ` REAL\b`)
+		if !slices.ContainsFunc(migrations, added.MatchString) {
+			t.Errorf("metric %s: no migration adds column %s", m.Name, m.Column)
+		}
+	}
+}
+
+// TestMetricsRoundTrip stores a trial with every metric of stats.Table
+// (each a different value) and reads each back where it is read: Show,
+// Window, the CSV and JSON exports, and plot points.
+func TestMetricsRoundTrip(t *testing.T) {
+	s, err := Open(filepath.Join(t.TempDir(), "h.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	vals := map[string]float64{}
+	for i, m := range stats.Table {
+		vals[m.Name] = 10.25 + float64(i)
+	}
+	id, err := s.BeginRun(Run{HardwareKey: "hw", StartedAt: time.Date(2026, 11, 2, 3, 0, 0, 0, time.UTC)})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := s.AddArm(id, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, Concurrency: 4, Wall: 2.5, Values: vals}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FinishRun(id, Complete, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	d, err := s.Show(id)
+	if err != nil || !reflect.DeepEqual(d.Arms[0].Trials[0].Values, vals) {
+		t.Fatalf("show: %+v %v", d, err)
+	}
+	for _, m := range stats.Table {
+		got, runs, err := s.Window("hw", "", "pcie", m.Name, 4, 7, 0)
+		if err != nil || !reflect.DeepEqual(got, []float64{vals[m.Name]}) || !reflect.DeepEqual(runs, []int64{id}) {
+			t.Errorf("window %s: %v %v %v", m.Name, got, runs, err)
+		}
+		pts, _, err := s.Points(m.Name, Series{})
+		if err != nil || len(pts["pcie"]) != 1 || pts["pcie"][0].Center != vals[m.Name] {
+			t.Errorf("points %s: %+v %v", m.Name, pts, err)
+		}
+	}
+	rows, err := s.Export()
+	if err != nil || len(rows) != 1 {
+		t.Fatalf("export: %v %v", rows, err)
+	}
+	var b bytes.Buffer
+	if err := WriteCSV(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	want := "run_id,started_at,status,hardware_key,workload,sglang_commit,arm,invalid,trial,concurrency,wall_s," +
+		"tok_s,decode_tok_s,accept_length,ttft_ms_p50,ttft_ms_p99,itl_ms_p50,tpot_ms,tpot_ms_p99,errors,samples\n" +
+		"1,2026-11-02T03:00:00Z,complete,hw,,,pcie,false,1,4,2.5,10.25,11.25,12.25,13.25,14.25,15.25,16.25,17.25,0,0\n"
+	if b.String() != want {
+		t.Errorf("csv:\n%s\nwant\n%s", b.String(), want)
+	}
+	b.Reset()
+	if err := WriteJSON(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"wall_s": 2.5,`) || !strings.Contains(b.String(), `"tpot_ms": 16.25,`) || !strings.Contains(b.String(), `"tpot_ms_p99": 17.25`) {
+		t.Errorf("json:\n%s", b.String())
+	}
+	var back []ExportRow
+	if err := json.Unmarshal(b.Bytes(), &back); err != nil || !reflect.DeepEqual(back[0].Values, vals) || back[0].Arm != "pcie" || back[0].Concurrency != 4 {
+		t.Errorf("json back: %+v %v", back, err)
+	}
+	if _, _, err := s.Window("hw", "", "pcie", "speed", 4, 7, 0); err == nil || !strings.Contains(err.Error(), `unknown metric "speed"; known: tok_s, decode_tok_s,`) {
+		t.Errorf("unknown metric: %v", err)
+	}
+}
+
+// TestMigrationFromV4 opens a history written by arpatch before TPOT p99
+// (schema version 4, its rows inserted with that arpatch's statement),
+// and checks that it migrates, that the old trials read back with every
+// metric they had and none for TPOT p99 (null in JSON, empty in CSV),
+// and that the old runs stay out of TPOT p99's windows and plots but
+// keep counting for tok/s.
+func TestMigrationFromV4(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "v4.db")
+	old, err := openAt(p, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO runs (started_at, status, pid, hardware_key, workload, exit_code, finished_at) VALUES ('2026-11-01T03:00:00Z', 'complete', 1, 'hw', 'w', 0, '2026-11-01T04:00:00Z')`,
+		`INSERT INTO arms (run_id, name, recipe, build_key, invalid, agreement) VALUES (1, 'pcie', 'pcie', 'k', 0, 1)`,
+		// arpatch's AddArm before version 5:
+		`INSERT INTO trials (arm_id, idx, concurrency, wall_s, tok_s, decode_tok_s, accept_length, ttft_ms_p50, ttft_ms_p99, itl_ms_p50, tpot_ms, errors)
+			VALUES (1, 1, 1, 3.5, 90.5, 100.5, 2.5, 20.5, 30.5, 1.5, 11.5, 0)`,
+	} {
+		if _, err := old.db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := old.db.Exec(`UPDATE trials SET tpot_ms_p99 = 1`); err == nil {
+		t.Fatal("version 4 already has tpot_ms_p99")
+	}
+	old.Close()
+	s, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer s.Close()
+	if v, _ := s.Version(); v != 5 {
+		t.Fatalf("migrated to %d", v)
+	}
+	d, err := s.Show(1)
+	want := map[string]float64{"tok_s": 90.5, "decode_tok_s": 100.5, "accept_length": 2.5, "ttft_ms_p50": 20.5, "ttft_ms_p99": 30.5, "itl_ms_p50": 1.5, "tpot_ms": 11.5}
+	if err != nil || !reflect.DeepEqual(d.Arms[0].Trials[0].Values, want) {
+		t.Fatalf("old trial: %+v %v", d, err)
+	}
+	// Tonight's run, by this arpatch, with TPOT p99.
+	id, _ := s.BeginRun(Run{HardwareKey: "hw", Workload: "w", StartedAt: time.Date(2026, 11, 2, 3, 0, 0, 0, time.UTC)})
+	now := map[string]float64{"tok_s": 91, "tpot_ms": 11, "tpot_ms_p99": 14.5}
+	if err := s.AddArm(id, "pcie", "pcie", "k", false, 1, []TrialRecord{{Index: 1, Concurrency: 1, Values: now}}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.FinishRun(id, Complete, 0, ""); err != nil {
+		t.Fatal(err)
+	}
+	if vals, runs, err := s.Window("hw", "w", "pcie", "tpot_ms_p99", 1, 7, 0); err != nil || !reflect.DeepEqual(vals, []float64{14.5}) || !reflect.DeepEqual(runs, []int64{id}) {
+		t.Errorf("tpot_ms_p99 window: %v %v %v", vals, runs, err)
+	}
+	if vals, runs, err := s.Window("hw", "w", "pcie", "tpot_ms_p99", 1, 7, id); err != nil || len(vals) != 0 || len(runs) != 0 {
+		t.Errorf("tpot_ms_p99 window before tonight: %v %v %v", vals, runs, err)
+	}
+	if vals, _, err := s.Window("hw", "w", "pcie", "tok_s", 1, 7, 0); err != nil || !reflect.DeepEqual(vals, []float64{91, 90.5}) {
+		t.Errorf("tok_s window: %v %v", vals, err)
+	}
+	if pts, _, err := s.Points("tpot_ms_p99", Series{}); err != nil || len(pts["pcie"]) != 1 || pts["pcie"][0].RunID != id || pts["pcie"][0].Center != 14.5 {
+		t.Errorf("tpot_ms_p99 points: %+v %v", pts, err)
+	}
+	if pts, _, err := s.Points("tok_s", Series{}); err != nil || len(pts["pcie"]) != 2 {
+		t.Errorf("tok_s points: %+v %v", pts, err)
+	}
+	rows, err := s.Export()
+	if err != nil || len(rows) != 2 {
+		t.Fatalf("export: %v %v", rows, err)
+	}
+	var b bytes.Buffer
+	if err := WriteCSV(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(b.String(), "\n")
+	if !strings.HasSuffix(lines[1], ",3.5,90.5,100.5,2.5,20.5,30.5,1.5,11.5,,0,0") || !strings.HasSuffix(lines[2], ",0,91,,,,,,11,14.5,0,0") {
+		t.Errorf("csv:\n%s", b.String())
+	}
+	b.Reset()
+	if err := WriteJSON(&b, rows); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), `"tpot_ms": 11.5,
+    "tpot_ms_p99": null`) || !strings.Contains(b.String(), `"tpot_ms_p99": 14.5`) {
+		t.Errorf("json:\n%s", b.String())
+	}
+}
