@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/history"
 )
 
@@ -66,7 +67,7 @@ func plot(cfg *Config, rep *Report) error {
 	}
 	defer func() { _ = store.Close() }() // nothing written: the plot is a file of its own
 	sel := history.Series{HardwareKey: rep.HardwareKey, Workload: rep.Workload}
-	return store.Plot("tok_s", cfg.Path(cfg.Outputs.Plot), sel)
+	return store.Plot(stats.TokS, cfg.Path(cfg.Outputs.Plot), sel)
 }
 
 // logf writes one progress line to o.Log, when set.

@@ -23,6 +23,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/harness/sglangtest"
+	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/kernels"
@@ -135,8 +136,8 @@ plot = "out/tok_s.svg"
 	must(nightly.WriteOutputs(rep, cfg, nil))
 	store, err := history.Open(filepath.Join(abs, "history.db"))
 	must(err)
-	must(store.Plot("tok_s", filepath.Join(abs, "out", "tok_s.svg"), history.Series{}))
-	must(store.Plot("tok_s", filepath.Join(abs, "out", "tok_s.png"), history.Series{}))
+	must(store.Plot(stats.TokS, filepath.Join(abs, "out", "tok_s.svg"), history.Series{}))
+	must(store.Plot(stats.TokS, filepath.Join(abs, "out", "tok_s.png"), history.Series{}))
 	store.Close()
 	fmt.Printf("\nexit code %d; reports in %s: nightly.json, summary.md, github-benchmark-{bigger,smaller}.json, bencher.json, junit.xml, tok_s.svg, tok_s.png\n", rep.ExitCode, filepath.Join(*dir, "out"))
 	os.Exit(rep.ExitCode)
