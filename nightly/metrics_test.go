@@ -16,6 +16,19 @@ import (
 	"github.com/arpatch/arpatch/history"
 )
 
+// read returns the file at p, relative to the world's directory.
+func (w *world) read(p string) []byte {
+	w.t.Helper()
+	if !filepath.IsAbs(p) {
+		p = filepath.Join(w.dir, p)
+	}
+	b, err := os.ReadFile(p)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return b
+}
+
 func TestNightlyTPOTp99(t *testing.T) { synctest.Test(t, testNightlyTPOTp99) }
 
 // testNightlyTPOTp99 judges TPOT p99 (a metric of stats.Table, named in
@@ -90,17 +103,7 @@ func testNightlyTPOTp99(t *testing.T) {
 	if err := WriteOutputs(rep, w.cfg, nil); err != nil {
 		t.Fatal(err)
 	}
-	read := func(p string) []byte {
-		t.Helper()
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(w.dir, p)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
+	read := w.read
 	center := rep.Bench.Arm("patched").Levels[0].Summaries["tpot_ms_p99"].Center
 	if center != r.Tonight {
 		t.Errorf("summary center %v, check's tonight %v", center, r.Tonight)

@@ -342,16 +342,7 @@ func checkOutputs(t *testing.T, w *world, rep *Report) {
 	if err := WriteOutputs(rep, w.cfg, nil); err != nil {
 		t.Fatal(err)
 	}
-	read := func(p string) []byte {
-		if !filepath.IsAbs(p) {
-			p = filepath.Join(w.dir, p)
-		}
-		b, err := os.ReadFile(p)
-		if err != nil {
-			t.Fatal(err)
-		}
-		return b
-	}
+	read := w.read
 	for _, f := range []struct {
 		file  string
 		units []string
