@@ -180,11 +180,7 @@ func TestDocListsEveryMetric(t *testing.T) {
 	}
 	var want []string
 	for _, m := range stats.Table {
-		better := "lower"
-		if m.HigherIsBetter {
-			better = "higher"
-		}
-		want = append(want, "| `"+m.Name+"` | "+m.Unit+" | "+better)
+		want = append(want, "| `"+m.Name+"` | "+m.Unit+" | "+m.Better())
 	}
 	if !slices.Equal(got, want) {
 		t.Errorf("docs/nightly.md's metrics:\n%s\nstats.Table:\n%s", strings.Join(got, "\n"), strings.Join(want, "\n"))

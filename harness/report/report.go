@@ -300,11 +300,7 @@ func WriteBenchfmt(w io.Writer, res *bench.Result, s Settings) error {
 		cfg = append(cfg, benchfmt.Config{Key: "model", Value: []byte(s.Model), File: true})
 	}
 	for _, m := range stats.Table {
-		better := "lower"
-		if m.HigherIsBetter {
-			better = "higher"
-		}
-		if err := bw.Write(&benchfmt.UnitMetadata{UnitMetadataKey: benchfmt.UnitMetadataKey{Unit: m.Benchfmt, Key: "better"}, OrigUnit: m.Benchfmt, Value: better}); err != nil {
+		if err := bw.Write(&benchfmt.UnitMetadata{UnitMetadataKey: benchfmt.UnitMetadataKey{Unit: m.Benchfmt, Key: "better"}, OrigUnit: m.Benchfmt, Value: m.Better()}); err != nil {
 			return err
 		}
 	}

@@ -84,6 +84,15 @@ func Values(m Metrics) map[string]float64 {
 	return out
 }
 
+// Better is the direction that is better, as benchfmt's "better" unit
+// metadata says it: "higher" or "lower".
+func (d Metric) Better() string {
+	if d.HigherIsBetter {
+		return "higher"
+	}
+	return "lower"
+}
+
 // Axis is the metric's axis title on plots: "tpot_ms_p99 (ms)".
 func (d Metric) Axis() string { return d.Name + " (" + d.Unit + ")" }
 
