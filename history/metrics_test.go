@@ -18,16 +18,16 @@ import (
 // its REAL column in the trials table of a new database, added by a
 // migration, so that a new metric cannot ship without one.
 func TestEveryMetricHasItsColumn(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "h.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTest(t, filepath.Join(t.TempDir(), "h.db"))
 	rows, err := s.db.Query(`SELECT name, type FROM pragma_table_info('trials')`)
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer rows.Close()
+	defer func() {
+		if err := rows.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
 	cols := map[string]string{}
 	for rows.Next() {
 		var name, typ string
@@ -54,11 +54,7 @@ func TestEveryMetricHasItsColumn(t *testing.T) {
 // (each a different value) and reads each back where it is read: Show,
 // Window, the CSV and JSON exports, and plot points.
 func TestMetricsRoundTrip(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "h.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer s.Close()
+	s := openTest(t, filepath.Join(t.TempDir(), "h.db"))
 	vals := map[string]float64{}
 	for i, m := range stats.Table {
 		vals[m.Name] = 10.25 + float64(i)
@@ -143,12 +139,10 @@ func TestMigrationFromV4(t *testing.T) {
 	if _, err := old.db.Exec(`UPDATE trials SET tpot_ms_p99 = 1`); err == nil {
 		t.Fatal("version 4 already has tpot_ms_p99")
 	}
-	old.Close()
-	s, err := Open(p)
-	if err != nil {
+	if err := old.Close(); err != nil {
 		t.Fatal(err)
 	}
-	defer s.Close()
+	s := openTest(t, p)
 	if v, _ := s.Version(); v != 5 {
 		t.Fatalf("migrated to %d", v)
 	}
@@ -201,4 +195,20 @@ func TestMigrationFromV4(t *testing.T) {
     "tpot_ms_p99": null`) || !strings.Contains(b.String(), `"tpot_ms_p99": 14.5`) {
 		t.Errorf("json:\n%s", b.String())
 	}
+}
+
+// openTest opens the history at p, closed (and checked) when the test
+// ends.
+func openTest(t *testing.T, p string) *Store {
+	t.Helper()
+	s, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		if err := s.Close(); err != nil {
+			t.Error(err)
+		}
+	})
+	return s
 }

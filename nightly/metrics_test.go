@@ -133,7 +133,11 @@ func testNightlyTPOTp99(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer store.Close()
+	defer func() {
+		if err := store.Close(); err != nil {
+			t.Error(err)
+		}
+	}()
 	d, err := store.Show(rep.RunID)
 	if err != nil {
 		t.Fatal(err)
