@@ -1,14 +1,17 @@
 package main
 
 import (
+	"cmp"
+	"context"
 	"fmt"
 	"path/filepath"
 	"strings"
 
-	"github.com/urfave/cli/v2"
-
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/shellq"
+
+	"github.com/urfave/cli/v2"
+
 	"github.com/arpatch/arpatch/kernels"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -51,133 +54,175 @@ Examples:
 				patchesDirFlag(),
 			),
 			Before: noArgs,
-			Action: func(c *cli.Context) error {
-				for _, f := range []string{"recipe", "recipe-file", "src"} {
-					if c.IsSet(f) {
-						return usagef("ab build takes its recipes from --a/--b (or --a-file/--b-file) and clones into --dir; --%s is for arpatch build", f)
-					}
-				}
-				load := func(name, file string) (*recipes.Recipe, error) {
-					if p := pathFlag(c, file); p != "" {
-						if c.IsSet(name) {
-							return nil, usagef("--%s and --%s are exclusive; pass one", name, file)
-						}
-						return recipeFile(p)
-					}
-					r, err := recipes.Embedded(c.String(name))
-					if err != nil {
-						return nil, usageError{fmt.Errorf("--%s: %w", name, err)}
-					}
-					return r, nil
-				}
-				a, err := load("a", "a-file")
-				if err != nil {
-					return err
-				}
-				b, err := load("b", "b-file")
-				if err != nil {
-					return err
-				}
-				// Both arms build with the same options: the recipes' [build]
-				// tables must agree, or the flags decide.
-				for _, f := range []struct {
-					flag   string
-					va, vb any
-				}{{"tool", a.Build.Tool, b.Build.Tool}, {"jobs", a.Build.Jobs, b.Build.Jobs}, {"offline", a.Build.Offline, b.Build.Offline}, {"deps-dir", a.Build.DepsDir, b.Build.DepsDir}} {
-					if fmt.Sprint(f.va) != fmt.Sprint(f.vb) && !c.IsSet(f.flag) {
-						return usagef("recipe %s has [build] %s %q and recipe %s has %q; pass --%s to build both arms alike", a.Name, f.flag, fmt.Sprint(f.va), b.Name, fmt.Sprint(f.vb), f.flag)
-					}
-				}
-				bo, err := optsFromRecipe(c, b)
-				if err != nil {
-					return err
-				}
-				if !c.IsSet("arch") && fmt.Sprint(a.Build.Archs) != fmt.Sprint(b.Build.Archs) {
-					return usagef("recipe %s builds %v and recipe %s builds %v; pass --arch to build both for the same archs", a.Name, a.Build.Archs, b.Name, b.Build.Archs)
-				}
-				if !c.IsSet("arch") {
-					if bo.Archs, err = cudaarch.Parse(a.Build.Archs); err != nil {
-						return err
-					}
-				}
-				cat, err := loadCatalog(c)
-				if err != nil {
-					return err
-				}
-				w := c.App.Writer
-				dir, err := stateFlag(c, "dir", "ab")
-				if err != nil {
-					return err
-				}
-				ab, results, err := kernels.ABBuild(c.Context, kernels.ABOptions{
-					A: a, B: b, Catalog: cat, Dir: dir, Repo: pathFlag(c, "repo"), Commit: c.String("commit"),
-					PythonA: c.String("python-a"), PythonB: c.String("python-b"), Build: bo, PlanOnly: c.Bool("plan"),
-				}, func(arm string) kernels.Progress { return kernels.NewProgress(c.App.ErrWriter, "arm "+arm) })
-				if err != nil {
-					return err
-				}
-				m := ab.Manifest
-				fmt.Fprintf(w, "A/B at %s: inputs differ only in %v\n", m.Commit, m.DifferOnlyIn)
-				for _, arm := range []kernels.ABArm{m.A, m.B} {
-					fmt.Fprintf(w, "  %-9s series %-13s %d patches  key %s  %s\n", arm.Recipe, orNone(arm.Series), len(arm.Patches), arm.Key[:16], arm.Src)
-				}
-				if c.Bool("plan") {
-					printPlan(w, ab.A, bo.Cache)
-					printPlan(w, ab.B, bo.Cache)
-					if ab.A.Problems != nil || ab.B.Problems != nil {
-						return cli.Exit("", exitFailure)
-					}
-					return nil
-				}
-				for i, r := range results {
-					hit := "built"
-					if r.Hit {
-						hit = "cache hit"
-					}
-					fmt.Fprintf(w, "  %s: %s %s\n", []string{"a", "b"}[i], hit, r.Wheel)
-				}
-				fmt.Fprintf(w, "files whose bytes differ between a and b: %d (%d unexplained)\n", len(m.DifferingFiles), m.Unexplained)
-				for _, f := range m.DifferingFiles {
-					mark := "  "
-					if !f.Explained {
-						mark = "  UNEXPLAINED "
-					}
-					fmt.Fprintf(w, "%s%s\n      %s\n", mark, f.File, f.Why)
-				}
-				fmt.Fprintf(w, "comparison manifest %s\n", filepath.Join(dir, "ab-manifest.json"))
-				if m.Unexplained > 0 {
-					// An unexplained difference is what a reproducible A/B
-					// exists to catch: a failure, with the command that
-					// finds its cause in each arm.
-					verify := func(arm string) string {
-						args := []string{"arpatch", "build", "--verify-reproducible", "--src", filepath.Join(dir, arm)}
-						for _, f := range []string{"arch", "jobs", "tool", "deps-dir", "cache-dir"} {
-							if c.IsSet(f) {
-								v := c.String(f)
-								if f == "arch" {
-									v = strings.Join(c.StringSlice(f), ",")
-								}
-								args = append(args, "--"+f, v)
-							}
-						}
-						if c.Bool("offline") {
-							args = append(args, "--offline")
-						}
-						if py := c.String("python-" + arm); py != "" {
-							args = append(args, "--python", py)
-						} else if c.IsSet("python") {
-							args = append(args, "--python", c.String("python"))
-						}
-						return shellq.Join(args)
-					}
-					fmt.Fprintf(c.App.ErrWriter, "arpatch: %s between the arms that no patch explains; a reproducible A/B has none. Find the cause in each arm: `%s`, then `%s`\n",
-						plural(m.Unexplained, "file differs", "files differ"), verify("a"), verify("b"))
-					return cli.Exit("", exitFailure)
-				}
-				return nil
-			},
+			Action: action(abBuildOpts, abBuildRun),
 		}},
 	}
+}
+
+// abBuildFlags are ab build's parsed flags.
+type abBuildFlags struct {
+	buildFlagValues
+	A          string `flag:"a"`
+	B          string `flag:"b"`
+	AFile      string `flag:"a-file"`
+	BFile      string `flag:"b-file"`
+	Dir        string `flag:"dir"`
+	Repo       string `flag:"repo"`
+	Commit     string `flag:"commit"`
+	PythonA    string `flag:"python-a"`
+	PythonB    string `flag:"python-b"`
+	PatchesDir string `flag:"patches-dir"`
+	Given      given
+}
+
+// abBuildOptions are every input of abBuildRun.
+type abBuildOptions struct {
+	AB kernels.ABOptions
+	// Verify are the flags that the printed arpatch build
+	// --verify-reproducible of an arm repeats, as given; Python is
+	// --python when given, for an arm without its own.
+	Verify []string
+	Python string
+}
+
+// abBuildOpts turns ab build's flags into options: both arms' recipes,
+// and one set of build options that their [build] tables agree on (or
+// the flags decide). --recipe, --recipe-file and --src (of build's flags)
+// are refused.
+func abBuildOpts(f abBuildFlags) (abBuildOptions, error) {
+	for _, fl := range []string{"recipe", "recipe-file", "src"} {
+		if f.Given[fl] {
+			return abBuildOptions{}, usagef("ab build takes its recipes from --a/--b (or --a-file/--b-file) and clones into --dir; --%s is for arpatch build", fl)
+		}
+	}
+	load := func(flag, name, fileFlag, file string) (*recipes.Recipe, error) {
+		if p := expandHome(file); p != "" {
+			if f.Given[flag] {
+				return nil, usagef("--%s and --%s are exclusive; pass one", flag, fileFlag)
+			}
+			return recipeFile(p)
+		}
+		r, err := recipes.Embedded(name)
+		if err != nil {
+			return nil, usagef("--%s: %w", flag, err)
+		}
+		return r, nil
+	}
+	a, err := load("a", f.A, "a-file", f.AFile)
+	if err != nil {
+		return abBuildOptions{}, err
+	}
+	b, err := load("b", f.B, "b-file", f.BFile)
+	if err != nil {
+		return abBuildOptions{}, err
+	}
+	// Both arms build with the same options: the recipes' [build]
+	// tables must agree, or the flags decide.
+	for _, d := range []struct {
+		flag   string
+		va, vb any
+	}{{"tool", a.Build.Tool, b.Build.Tool}, {"jobs", a.Build.Jobs, b.Build.Jobs}, {"offline", a.Build.Offline, b.Build.Offline}, {"deps-dir", a.Build.DepsDir, b.Build.DepsDir}} {
+		if fmt.Sprint(d.va) != fmt.Sprint(d.vb) && !f.Given[d.flag] {
+			return abBuildOptions{}, usagef("recipe %s has [build] %s %q and recipe %s has %q; pass --%s to build both arms alike", a.Name, d.flag, fmt.Sprint(d.va), b.Name, fmt.Sprint(d.vb), d.flag)
+		}
+	}
+	bo, err := optsFromRecipe(f.buildFlagValues, "", f.Given, b)
+	if err != nil {
+		return abBuildOptions{}, err
+	}
+	if !f.Given["arch"] && fmt.Sprint(a.Build.Archs) != fmt.Sprint(b.Build.Archs) {
+		return abBuildOptions{}, usagef("recipe %s builds %v and recipe %s builds %v; pass --arch to build both for the same archs", a.Name, a.Build.Archs, b.Name, b.Build.Archs)
+	}
+	if !f.Given["arch"] {
+		if bo.Archs, err = cudaarch.Parse(a.Build.Archs); err != nil {
+			return abBuildOptions{}, err
+		}
+	}
+	cat, err := catalog(f.PatchesDir)
+	if err != nil {
+		return abBuildOptions{}, err
+	}
+	dir, err := stateDirFlag("dir", f.Dir, "ab")
+	if err != nil {
+		return abBuildOptions{}, err
+	}
+	// The flags an arm's arpatch build --verify-reproducible repeats.
+	var verify []string
+	for _, fl := range []struct{ name, v string }{{"arch", strings.Join(f.Arch, ",")}, {"jobs", fmt.Sprint(f.Jobs)}, {"tool", f.Tool}, {"deps-dir", f.DepsDir}, {"cache-dir", f.CacheDir}} {
+		if f.Given[fl.name] {
+			verify = append(verify, "--"+fl.name, fl.v)
+		}
+	}
+	if f.Offline {
+		verify = append(verify, "--offline")
+	}
+	python := ""
+	if f.Given["python"] {
+		python = f.Python
+	}
+	return abBuildOptions{
+		AB: kernels.ABOptions{
+			A: a, B: b, Catalog: cat, Dir: dir, Repo: expandHome(f.Repo), Commit: f.Commit,
+			PythonA: f.PythonA, PythonB: f.PythonB, Build: bo, PlanOnly: f.Plan,
+		},
+		Verify: verify, Python: python,
+	}, nil
+}
+
+// abBuildRun builds both arms (or prints their plans) and the files whose
+// bytes differ; a difference no patch explains is a failure (exit 1).
+func abBuildRun(ctx context.Context, o abBuildOptions, s streams) error {
+	notePassedOver(s.Err, o.AB.Catalog)
+	w, dir := s.Out, o.AB.Dir
+	ab, results, err := kernels.ABBuild(ctx, o.AB, func(arm string) kernels.Progress { return kernels.NewProgress(s.Err, "arm "+arm) })
+	if err != nil {
+		return err
+	}
+	m := ab.Manifest
+	fmt.Fprintf(w, "A/B at %s: inputs differ only in %v\n", m.Commit, m.DifferOnlyIn)
+	for _, arm := range []kernels.ABArm{m.A, m.B} {
+		fmt.Fprintf(w, "  %-9s series %-13s %d patches  key %s  %s\n", arm.Recipe, orNone(arm.Series), len(arm.Patches), arm.Key[:16], arm.Src)
+	}
+	if o.AB.PlanOnly {
+		printPlan(w, ab.A, o.AB.Build.Cache)
+		printPlan(w, ab.B, o.AB.Build.Cache)
+		if ab.A.Problems != nil || ab.B.Problems != nil {
+			return exitWith(exitFailure, "")
+		}
+		return nil
+	}
+	for i, r := range results {
+		hit := "built"
+		if r.Hit {
+			hit = "cache hit"
+		}
+		fmt.Fprintf(w, "  %s: %s %s\n", []string{"a", "b"}[i], hit, r.Wheel)
+	}
+	fmt.Fprintf(w, "files whose bytes differ between a and b: %d (%d unexplained)\n", len(m.DifferingFiles), m.Unexplained)
+	for _, f := range m.DifferingFiles {
+		mark := "  "
+		if !f.Explained {
+			mark = "  UNEXPLAINED "
+		}
+		fmt.Fprintf(w, "%s%s\n      %s\n", mark, f.File, f.Why)
+	}
+	fmt.Fprintf(w, "comparison manifest %s\n", filepath.Join(dir, "ab-manifest.json"))
+	if m.Unexplained > 0 {
+		// An unexplained difference is what a reproducible A/B exists to
+		// catch: a failure, with the command that finds its cause in each
+		// arm.
+		verify := func(arm, python string) string {
+			args := append([]string{"arpatch", "build", "--verify-reproducible", "--src", filepath.Join(dir, arm)}, o.Verify...)
+			if python = cmp.Or(python, o.Python); python != "" {
+				args = append(args, "--python", python)
+			}
+			return shellq.Join(args)
+		}
+		fmt.Fprintf(s.Err, "arpatch: %s between the arms that no patch explains; a reproducible A/B has none. Find the cause in each arm: `%s`, then `%s`\n",
+			plural(m.Unexplained, "file differs", "files differ"), verify("a", o.AB.PythonA), verify("b", o.AB.PythonB))
+		return exitWith(exitFailure, "")
+	}
+	return nil
 }
 
 // plural is "1 file differs" or "2 files differ".

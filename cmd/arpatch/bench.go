@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"time"
 
@@ -415,7 +416,7 @@ func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Sett
 		if err != nil {
 			return o, report.Settings{}, usageError{err}
 		}
-		if !contains(order, name) {
+		if !slices.Contains(order, name) {
 			order = append(order, name)
 		}
 	}
@@ -458,7 +459,7 @@ func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Sett
 	if err := o.CheckArms(); err != nil {
 		return o, report.Settings{}, usageError{err}
 	}
-	if o.Baseline != "" && !contains(order, o.Baseline) {
+	if o.Baseline != "" && !slices.Contains(order, o.Baseline) {
 		return o, report.Settings{}, usagef("--baseline %q is not an arm (arms: %s)", o.Baseline, strings.Join(order, ", "))
 	}
 	for _, a := range o.Arms {

@@ -1,20 +1,23 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"fmt"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
+
+	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/shellq"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/internal/checkout"
-	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/safefs"
-	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/kernels"
 )
 
@@ -60,86 +63,134 @@ Examples:
 			&cli.StringFlag{Name: "json", Usage: "write the report to `FILE`"},
 		}, allreduceRunFlags()...),
 		Before: noArgs,
-		Action: runBenchAllreduce,
+		Action: action(benchAllreduceOpts, benchAllreduceRun),
 	}
 }
 
-func runBenchAllreduce(c *cli.Context) error {
-	sizes, err := allreduce.ParseSizes(c.String("sizes"))
-	if err != nil {
-		return usageError{err}
+// benchAllreduceFlags are bench allreduce's parsed flags.
+type benchAllreduceFlags struct {
+	WorldSize int    `flag:"world-size"`
+	Sizes     string `flag:"sizes"`
+	Shape     string `flag:"shape"`
+	Count     int    `flag:"count"`
+	Impl      string `flag:"impl"`
+	Branches  string `flag:"branches"`
+	Modes     string `flag:"modes"`
+	NCCLDebug bool   `flag:"nccl-debug"`
+	JSON      string `flag:"json"`
+	allreduceRunValues
+	Given given
+}
+
+// benchAllreduceOptions are every input of benchAllreduceRun.
+type benchAllreduceOptions struct {
+	// Run is the run, but for Ext (found by Ext when a custom
+	// implementation needs it) and Log.
+	Run    allreduce.Options
+	Verify allreduce.Verify
+	Ext    extFinder
+	// Log is the ranks' output file, JSON the report's ("": none).
+	Log, JSON string
+}
+
+// benchAllreduceOpts turns bench allreduce's flags into options, refusing
+// a size, shape, implementation, branch, mode, count or world size that
+// bench.py cannot run.
+func benchAllreduceOpts(f benchAllreduceFlags) (benchAllreduceOptions, error) {
+	var o benchAllreduceOptions
+	if _, err := allreduce.ParseSizes(f.Sizes); err != nil {
+		return o, usagef("--sizes: %w", err)
 	}
-	shape, err := allreduce.ParseShape(c.String("shape"))
+	shape, err := allreduce.ParseShape(f.Shape)
 	if err != nil {
-		return usageError{err}
+		return o, usagef("--shape: %w", err)
 	}
-	verify := allreduce.Verify{Count: c.Int("count"), Shape: shape, Bytes: (shape.Bytes() + 15) / 16 * 16}
-	sizes, _ = allreduce.ParseSizes(c.String("sizes") + "," + fmt.Sprint(verify.Bytes))
-	impls := splitList(c.String("impl"))
+	verify := allreduce.Verify{Count: f.Count, Shape: shape, Bytes: (shape.Bytes() + 15) / 16 * 16}
+	sizes, _ := allreduce.ParseSizes(f.Sizes + "," + fmt.Sprint(verify.Bytes))
+	impls := splitList(f.Impl)
 	for _, i := range impls {
-		if !contains(allreduce.KnownImpls, i) {
-			return usagef("--impl %q: known implementations are %s", i, strings.Join(allreduce.KnownImpls, ", "))
+		if !slices.Contains(allreduce.KnownImpls, i) {
+			return o, usagef("--impl %q: known implementations are %s", i, strings.Join(allreduce.KnownImpls, ", "))
 		}
 	}
-	if c.Int("count") < 1 {
-		return usagef("--count %d: use 1 or more", c.Int("count"))
+	if f.Count < 1 {
+		return o, usagef("--count %d: use 1 or more", f.Count)
 	}
-	if err := checkRunFlags(c); err != nil {
-		return err
+	if err := f.check(); err != nil {
+		return o, err
 	}
+	lists := map[string][]string{}
 	for _, l := range []struct {
-		flag  string
-		known []string
-	}{{"branches", []string{"nvlink", "pcie"}}, {"modes", []string{"eager", "graph"}}} {
-		vals := splitList(c.String(l.flag))
+		flag, val string
+		known     []string
+	}{{"branches", f.Branches, []string{"nvlink", "pcie"}}, {"modes", f.Modes, []string{"eager", "graph"}}} {
+		vals := splitList(l.val)
 		if len(vals) == 0 {
-			return usagef("--%s is empty: use %s", l.flag, strings.Join(l.known, ", "))
+			return o, usagef("--%s is empty: use %s", l.flag, strings.Join(l.known, ", "))
 		}
 		for _, v := range vals {
-			if !contains(l.known, v) {
-				return usagef("--%s %q: use %s", l.flag, v, strings.Join(l.known, ", "))
+			if !slices.Contains(l.known, v) {
+				return o, usagef("--%s %q: use %s", l.flag, v, strings.Join(l.known, ", "))
 			}
 		}
+		lists[l.flag] = vals
 	}
 	if len(impls) == 0 {
-		return usagef("--impl is empty: use %s", strings.Join(allreduce.KnownImpls, ", "))
+		return o, usagef("--impl is empty: use %s", strings.Join(allreduce.KnownImpls, ", "))
 	}
-	ws := c.Int("world-size")
-	if ws != 2 && ws != 4 && ws != 6 && ws != 8 {
-		return usagef("--world-size %d: custom allreduce supports 2, 4, 6 and 8", ws)
+	if err := checkWorldSize(f.WorldSize); err != nil {
+		return o, err
 	}
-	opts := allreduce.Options{
-		Python: c.String("python"), WorldSize: ws, Sizes: sizes, Impls: impls,
-		Branches: splitList(c.String("branches")), Modes: splitList(c.String("modes")),
-		Warmup: c.Int("warmup"), Inner: c.Int("inner"), Reps: c.Int("reps"), Timeout: c.Duration("timeout"), NCCLDebug: c.Bool("nccl-debug"),
+	o.Run = allreduce.Options{
+		Python: f.Python, WorldSize: f.WorldSize, Sizes: sizes, Impls: impls,
+		Branches: lists["branches"], Modes: lists["modes"],
+		Warmup: f.Warmup, Inner: f.Inner, Reps: f.Reps, Timeout: f.Timeout, NCCLDebug: f.NCCLDebug,
 	}
+	o.Verify, o.Ext, o.Log, o.JSON = verify, f.extFinder(f.Given), expandHome(f.Log), expandHome(f.JSON)
+	return o, nil
+}
+
+// checkWorldSize refuses a --world-size custom allreduce does not support.
+func checkWorldSize(ws int) error {
+	if ok := allreduce.SupportedWorldSizes; !slices.Contains(ok, ws) {
+		list := strings.Trim(fmt.Sprint(ok[:len(ok)-1]), "[]")
+		return usagef("--world-size %d: custom allreduce supports %s and %d", ws, strings.ReplaceAll(list, " ", ", "), ok[len(ok)-1])
+	}
+	return nil
+}
+
+// benchAllreduceRun runs bench.py, prints the table and writes the JSON
+// report; a WRONG, hung or failed case is a failure (exit 1).
+func benchAllreduceRun(ctx context.Context, o benchAllreduceOptions, s streams) error {
+	opts := o.Run
 	needsExt := false
-	for _, i := range impls {
+	for _, i := range opts.Impls {
 		needsExt = needsExt || strings.HasPrefix(i, "custom")
 	}
+	var err error
 	if needsExt {
-		if opts.Ext, err = findExt(c); err != nil {
+		if opts.Ext, err = o.Ext.find(ctx); err != nil {
 			return err
 		}
 	}
-	if p := pathFlag(c, "log"); p != "" {
-		f, err := os.Create(p)
+	if o.Log != "" {
+		f, err := os.Create(o.Log)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
 		opts.Log = f
 	}
-	fmt.Fprintf(c.App.ErrWriter, "running %s on %d ranks (timeout %s)...\n", strings.Join(impls, ", "), ws, opts.Timeout)
-	run, err := allreduce.Execute(c.Context, opts)
+	fmt.Fprintf(s.Err, "running %s on %d ranks (timeout %s)...\n", strings.Join(opts.Impls, ", "), opts.WorldSize, opts.Timeout)
+	run, err := allreduce.Execute(ctx, opts)
 	if err != nil {
 		return err
 	}
-	rep := allreduce.NewReport(opts, verify, run, arpatchVersion())
-	rep.WriteTable(c.App.Writer)
-	if p := pathFlag(c, "json"); p != "" {
+	rep := allreduce.NewReport(opts, o.Verify, run, arpatchVersion())
+	rep.WriteTable(s.Out)
+	if o.JSON != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
-		if err := safefs.WriteFile(p, append(b, '\n'), 0o644); err != nil {
+		if err := safefs.WriteFile(o.JSON, append(b, '\n'), 0o644); err != nil {
 			return err
 		}
 	}
@@ -151,38 +202,49 @@ func runBenchAllreduce(c *cli.Context) error {
 		return fmt.Errorf("the benchmark produced no result (%s); last lines of its output:\n%s", run.Exit, strings.Join(tail, "\n"))
 	}
 	if rep.Failed() {
-		return cli.Exit("", exitFailure)
+		return exitWith(exitFailure, "")
 	}
 	return nil
 }
 
-// findExt returns --ext, or the cached extension of --src for --arch.
-func findExt(c *cli.Context) (string, error) {
-	if p := pathFlag(c, "ext"); p != "" {
-		if _, err := os.Stat(p); err != nil {
+// extFinder finds the allreduce extension: --ext, or the cached build of
+// --src's tree for --arch (Given: which of --src, --arch, --cache-dir and
+// --python were given).
+type extFinder struct {
+	Ext, Src string
+	Arch     []string
+	CacheDir string
+	Python   string
+	Given    given
+}
+
+// find returns --ext, or the cached extension of --src for --arch.
+func (e extFinder) find(ctx context.Context) (string, error) {
+	if e.Ext != "" {
+		if _, err := os.Stat(e.Ext); err != nil {
 			return "", fmt.Errorf("--ext: %w", err)
 		}
-		return filepath.Abs(p)
+		return filepath.Abs(e.Ext)
 	}
-	src := pathFlag(c, "src")
+	src := e.Src
 	if src == "" {
 		return "", usagef("the custom implementations need the allreduce extension: pass --ext PATH, or --src DIR of a tree built with `arpatch build --allreduce-ext`")
 	}
-	if _, err := os.Stat(src); err != nil && !c.IsSet("src") {
+	if _, err := os.Stat(src); err != nil && !e.Given["src"] {
 		// The default --src, as apply, status and build use it; absent,
 		// the user has neither a checkout here nor said where one is.
 		return "", usagef("the custom implementations need the allreduce extension, and there is no checkout at the default --src %s: pass --ext PATH, or --src DIR of a tree built with `arpatch build --allreduce-ext --src DIR`", src)
 	}
-	dir, err := cacheDir(c)
+	dir, err := cacheDirOf(e.CacheDir)
 	if err != nil {
 		return "", err
 	}
 	cache := kernels.Cache{Dir: dir}
 	var tries [][]cudaarch.Arch
-	if c.IsSet("arch") {
-		archs, err := cudaarch.Parse(c.StringSlice("arch"))
+	if e.Given["arch"] {
+		archs, err := cudaarch.Parse(e.Arch)
 		if err != nil {
-			return "", usageError{err}
+			return "", usagef("--arch: %w", err)
 		}
 		tries = append(tries, archs)
 	} else {
@@ -197,12 +259,12 @@ func findExt(c *cli.Context) (string, error) {
 		}
 		ents, _ := cache.List()
 		seen := map[string]bool{}
-		for _, e := range ents {
-			if e.Err != nil || e.Manifest.Inputs.Kind != "allreduce-ext" || e.Manifest.Inputs.Commit != st.State.Commit {
+		for _, en := range ents {
+			if en.Err != nil || en.Manifest.Inputs.Kind != "allreduce-ext" || en.Manifest.Inputs.Commit != st.State.Commit {
 				continue
 			}
-			k := strings.Join(e.Manifest.Inputs.Archs, ",")
-			if archs, err := cudaarch.Parse(e.Manifest.Inputs.Archs); err == nil && !seen[k] {
+			k := strings.Join(en.Manifest.Inputs.Archs, ",")
+			if archs, err := cudaarch.Parse(en.Manifest.Inputs.Archs); err == nil && !seen[k] {
 				seen[k] = true
 				tries = append(tries, archs)
 			}
@@ -211,7 +273,7 @@ func findExt(c *cli.Context) (string, error) {
 	var found []string
 	var foundArchs []string
 	for _, archs := range tries {
-		plan, err := kernels.PlanExt(c.Context, kernels.BuildOptions{Src: src, Archs: archs, Python: c.String("python"), Cache: cache})
+		plan, err := kernels.PlanExt(ctx, kernels.BuildOptions{Src: src, Archs: archs, Python: e.Python, Cache: cache})
 		if err != nil {
 			return "", err
 		}
@@ -232,18 +294,29 @@ func findExt(c *cli.Context) (string, error) {
 	}
 	// The build that makes it: for the same tree, archs (the recipe's
 	// when --arch is not given), cache and interpreter.
-	build := []string{"arpatch", "build", "--allreduce-ext", "--src", src}
-	if c.IsSet("arch") {
-		build = append(build, "--arch", strings.Join(c.StringSlice("arch"), ","))
-	}
-	if c.IsSet("cache-dir") {
-		build = append(build, "--cache-dir", pathFlag(c, "cache-dir"))
-	}
-	if c.IsSet("python") {
-		build = append(build, "--python", c.String("python"))
+	build := append([]string{"arpatch", "build", "--allreduce-ext", "--src", src}, e.buildArgs(true)...)
+	if e.Given["python"] {
+		build = append(build, "--python", e.Python)
 	}
 	return "", fmt.Errorf("no allreduce extension of %s matching its tree and this toolchain in the cache %s; build it: `%s`",
 		src, cache.Dir, shellq.Join(build))
+}
+
+// buildArgs repeats --arch and --cache-dir as given, for a printed arpatch
+// build command; the cache directory ~ expanded when expand.
+func (e extFinder) buildArgs(expand bool) []string {
+	var out []string
+	if e.Given["arch"] {
+		out = append(out, "--arch", strings.Join(e.Arch, ","))
+	}
+	if e.Given["cache-dir"] {
+		d := e.CacheDir
+		if expand {
+			d = expandHome(d)
+		}
+		out = append(out, "--cache-dir", d)
+	}
+	return out
 }
 
 func splitList(s string) []string {
@@ -254,15 +327,6 @@ func splitList(s string) []string {
 		}
 	}
 	return out
-}
-
-func contains(list []string, s string) bool {
-	for _, x := range list {
-		if x == s {
-			return true
-		}
-	}
-	return false
 }
 
 // allreduceRunFlags are the flags of a bench.py run that bench allreduce
@@ -283,19 +347,39 @@ func allreduceRunFlags() []cli.Flag {
 	}
 }
 
-// checkRunFlags refuses batch counts and a timeout bench.py cannot use.
-func checkRunFlags(c *cli.Context) error {
+// allreduceRunValues are the values of allreduceRunFlags.
+type allreduceRunValues struct {
+	Ext      string        `flag:"ext"`
+	Src      string        `flag:"src"`
+	Arch     []string      `flag:"arch"`
+	CacheDir string        `flag:"cache-dir"`
+	Python   string        `flag:"python"`
+	Timeout  time.Duration `flag:"timeout"`
+	Warmup   int           `flag:"warmup"`
+	Inner    int           `flag:"inner"`
+	Reps     int           `flag:"reps"`
+	Log      string        `flag:"log"`
+}
+
+// check refuses batch counts and a timeout bench.py cannot use.
+func (v allreduceRunValues) check() error {
 	for _, chk := range []struct {
 		flag  string
 		val   int
 		least int
-	}{{"inner", c.Int("inner"), 1}, {"reps", c.Int("reps"), 1}, {"warmup", c.Int("warmup"), 0}} {
+	}{{"inner", v.Inner, 1}, {"reps", v.Reps, 1}, {"warmup", v.Warmup, 0}} {
 		if chk.val < chk.least {
 			return usagef("--%s %d: use %d or more", chk.flag, chk.val, chk.least)
 		}
 	}
-	if c.Duration("timeout") <= 0 {
-		return usagef("--timeout %s: use a positive duration, e.g. 10m", c.Duration("timeout"))
+	if v.Timeout <= 0 {
+		return usagef("--timeout %s: use a positive duration, e.g. 10m", v.Timeout)
 	}
 	return nil
+}
+
+// extFinder returns the finder of the extension these flags name (g: the
+// flags given).
+func (v allreduceRunValues) extFinder(g given) extFinder {
+	return extFinder{Ext: expandHome(v.Ext), Src: expandHome(v.Src), Arch: v.Arch, CacheDir: v.CacheDir, Python: v.Python, Given: g}
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"io"
 	"os"
@@ -99,46 +100,111 @@ Examples:
 			&cli.IntFlag{Name: "keep", Usage: "entries --gc keeps", Value: 10},
 		),
 		Before: noArgs,
-		Action: runBuild,
+		Action: action(buildOptsOf, buildRun),
 	}
 }
 
-// buildOpts resolves the flags and the recipe's [build] table into options.
-func buildOpts(c *cli.Context) (kernels.BuildOptions, *recipes.Recipe, error) {
-	r, err := buildRecipe(c)
+// buildFlagValues are the flags of buildFlags, which build and ab build
+// share.
+type buildFlagValues struct {
+	recipeFlags
+	Src      string   `flag:"src"`
+	Arch     []string `flag:"arch"`
+	Jobs     int      `flag:"jobs"`
+	Tool     string   `flag:"tool"`
+	Offline  bool     `flag:"offline"`
+	DepsDir  string   `flag:"deps-dir"`
+	Python   string   `flag:"python"`
+	CacheDir string   `flag:"cache-dir"`
+	Plan     bool     `flag:"plan"`
+}
+
+// buildCmdFlags are build's parsed flags.
+type buildCmdFlags struct {
+	buildFlagValues
+	Out                string `flag:"out"`
+	Check              bool   `flag:"check"`
+	AllreduceExt       bool   `flag:"allreduce-ext"`
+	VerifyReproducible bool   `flag:"verify-reproducible"`
+	List               bool   `flag:"list"`
+	GC                 bool   `flag:"gc"`
+	Keep               int    `flag:"keep"`
+	Given              given
+}
+
+// buildOptions are every input of buildRun.
+type buildOptions struct {
+	Build kernels.BuildOptions
+	// The mode: at most one of Check, List, GC, Plan, Verify, except Plan
+	// or Verify with Ext. None: build the wheel (the extension with Ext).
+	Check, List, GC, Plan, Verify, Ext bool
+	// Keep: the entries GC keeps.
+	Keep int
+}
+
+// buildOptsOf turns build's flags and the recipe's [build] table into
+// options, refusing exclusive modes and values out of range.
+func buildOptsOf(f buildCmdFlags) (buildOptions, error) {
+	modes := 0
+	for _, m := range []bool{f.Check, f.AllreduceExt, f.List, f.GC, f.Plan, f.VerifyReproducible} {
+		if m {
+			modes++
+		}
+	}
+	if modes > 1 && !(f.AllreduceExt && modes == 2 && (f.Plan || f.VerifyReproducible)) {
+		return buildOptions{}, usagef("--check, --allreduce-ext, --list, --gc, --plan and --verify-reproducible are exclusive (except --plan or --verify-reproducible with --allreduce-ext)")
+	}
+	if f.Keep < 0 {
+		return buildOptions{}, usagef("--keep %d: use 0 or more (0 removes every entry)", f.Keep)
+	}
+	if f.Given["keep"] && !f.GC {
+		return buildOptions{}, usagef("--keep goes with --gc")
+	}
+	r, err := buildRecipe(f.buildFlagValues, f.Given)
 	if err != nil {
-		return kernels.BuildOptions{}, nil, err
+		return buildOptions{}, err
 	}
-	o, err := optsFromRecipe(c, r)
-	return o, r, err
+	o, err := optsFromRecipe(f.buildFlagValues, f.Out, f.Given, r)
+	if err != nil {
+		return buildOptions{}, err
+	}
+	return buildOptions{Build: o, Check: f.Check, List: f.List, GC: f.GC, Plan: f.Plan, Verify: f.VerifyReproducible, Ext: f.AllreduceExt, Keep: f.Keep}, nil
 }
 
-// optsFromRecipe is r's [build] table with the command-line flags over it.
-func optsFromRecipe(c *cli.Context, r *recipes.Recipe) (kernels.BuildOptions, error) {
-	archList := c.StringSlice("arch")
+// optsFromRecipe is r's [build] table with the command-line flags over it
+// (g: the flags given), out the directory the wheel is copied to; a
+// --jobs, --tool or --arch out of range is a usage error.
+func optsFromRecipe(f buildFlagValues, out string, g given, r *recipes.Recipe) (kernels.BuildOptions, error) {
+	if g["jobs"] && f.Jobs < 0 {
+		return kernels.BuildOptions{}, usagef("--jobs %d: use 1 or more, or 0 for one per CPU core", f.Jobs)
+	}
+	if g["tool"] && (f.Tool == "" || !recipes.ValidTool(f.Tool)) {
+		return kernels.BuildOptions{}, usagef("--tool %q: use auto, uv or pip", f.Tool)
+	}
+	archList, from := f.Arch, "--arch"
 	if len(archList) == 0 {
-		archList = r.Build.Archs
+		archList, from = r.Build.Archs, "recipe "+r.Name+" [build] archs"
 	}
 	archs, err := cudaarch.Parse(archList)
 	if err != nil {
-		return kernels.BuildOptions{}, usageError{err}
+		return kernels.BuildOptions{}, usagef("%s: %w", from, err)
 	}
 	o := kernels.BuildOptions{
-		Src: pathFlag(c, "src"), Archs: archs, Jobs: r.Build.Jobs, Tool: r.Build.Tool,
-		Offline: r.Build.Offline || c.Bool("offline"), DepsDir: r.Build.DepsDir,
-		Python: c.String("python"), Out: pathFlag(c, "out"), Version: arpatchVersion(),
+		Src: expandHome(f.Src), Archs: archs, Jobs: r.Build.Jobs, Tool: r.Build.Tool,
+		Offline: r.Build.Offline || f.Offline, DepsDir: r.Build.DepsDir,
+		Python: f.Python, Out: expandHome(out), Version: arpatchVersion(),
 		Launcher: launcher(),
 	}
-	if c.IsSet("jobs") {
-		o.Jobs = c.Int("jobs")
+	if g["jobs"] {
+		o.Jobs = f.Jobs
 	}
-	if c.IsSet("tool") {
-		o.Tool = c.String("tool")
+	if g["tool"] {
+		o.Tool = f.Tool
 	}
-	if c.IsSet("deps-dir") {
-		o.DepsDir = pathFlag(c, "deps-dir")
+	if g["deps-dir"] {
+		o.DepsDir = expandHome(f.DepsDir)
 	}
-	if o.Cache.Dir, err = cacheDir(c); err != nil {
+	if o.Cache.Dir, err = cacheDirOf(f.CacheDir); err != nil {
 		return kernels.BuildOptions{}, err
 	}
 	// The build runs in the sgl-kernel project's directory: every path it
@@ -157,11 +223,12 @@ func optsFromRecipe(c *cli.Context, r *recipes.Recipe) (kernels.BuildOptions, er
 // named by --recipe or --recipe-file, which must be the one applied to
 // --src; without either, the recipe applied to --src (its build options
 // belong to its patches), else the default.
-func buildRecipe(c *cli.Context) (*recipes.Recipe, error) {
-	explicit := c.IsSet("recipe") || c.String("recipe-file") != ""
+func buildRecipe(f buildFlagValues, g given) (*recipes.Recipe, error) {
+	src := expandHome(f.Src)
+	explicit := g["recipe"] || f.RecipeFile != ""
 	var applied string
 	var st *checkout.State
-	if rep, err := checkout.Status(pathFlag(c, "src"), nil); err == nil && rep.State != nil {
+	if rep, err := checkout.Status(src, nil); err == nil && rep.State != nil {
 		st, applied = rep.State, rep.State.Recipe
 	}
 	if !explicit && st != nil {
@@ -169,28 +236,28 @@ func buildRecipe(c *cli.Context) (*recipes.Recipe, error) {
 			return r, nil
 		}
 		// Applied from a recipe file: use that file if it is unchanged.
-		if src := st.RecipeFile(); src != "" {
-			if r, err := recipes.File(src); err == nil && r.SHA256 == st.RecipeSHA256 {
+		if rf := st.RecipeFile(); rf != "" {
+			if r, err := recipes.File(rf); err == nil && r.SHA256 == st.RecipeSHA256 {
 				return r, nil
 			}
 		}
-		return nil, usagef("%s has recipe %q applied (from %s), which this arpatch cannot read back unchanged; pass the same recipe: --recipe-file PATH or --recipe NAME", pathFlag(c, "src"), applied, st.RecipeSource)
+		return nil, usagef("%s has recipe %q applied (from %s), which this arpatch cannot read back unchanged; pass the same recipe: --recipe-file PATH or --recipe NAME", src, applied, st.RecipeSource)
 	}
-	r, err := loadRecipe(c)
+	r, err := f.load(g)
 	if err != nil {
 		return nil, err
 	}
 	if explicit && st != nil {
 		same := "--recipe " + applied
-		if src := st.RecipeFile(); src != "" {
-			same = "--recipe-file " + src
+		if rf := st.RecipeFile(); rf != "" {
+			same = "--recipe-file " + rf
 		}
 		switch {
 		case applied != r.Name:
 			return nil, usagef("%s has recipe %q applied, but the build names %q: the build options would not match the tree; pass %s, or apply %s first (arpatch revert, then arpatch apply)",
-				pathFlag(c, "src"), applied, r.Name, same, r.Name)
-		case c.String("recipe-file") != "" && r.SHA256 != st.RecipeSHA256:
-			return nil, usagef("%s changed since it was applied to %s (sha256 %.12s, applied %.12s): revert and apply it again, or restore it", r.Source, pathFlag(c, "src"), r.SHA256, st.RecipeSHA256)
+				src, applied, r.Name, same, r.Name)
+		case f.RecipeFile != "" && r.SHA256 != st.RecipeSHA256:
+			return nil, usagef("%s changed since it was applied to %s (sha256 %.12s, applied %.12s): revert and apply it again, or restore it", r.Source, src, r.SHA256, st.RecipeSHA256)
 		}
 	}
 	return r, nil
@@ -211,74 +278,53 @@ func launcher() []string {
 	return []string{self, "gencode-filter"}
 }
 
-func runBuild(c *cli.Context) error {
-	modes := 0
-	for _, f := range []string{"check", "allreduce-ext", "list", "gc", "plan", "verify-reproducible"} {
-		if c.Bool(f) {
-			modes++
-		}
-	}
-	if modes > 1 && !(c.Bool("allreduce-ext") && modes == 2 && (c.Bool("plan") || c.Bool("verify-reproducible"))) {
-		return usagef("--check, --allreduce-ext, --list, --gc, --plan and --verify-reproducible are exclusive (except --plan or --verify-reproducible with --allreduce-ext)")
-	}
-	if c.Int("keep") < 0 {
-		return usagef("--keep %d: use 0 or more (0 removes every entry)", c.Int("keep"))
-	}
-	if c.IsSet("keep") && !c.Bool("gc") {
-		return usagef("--keep goes with --gc")
-	}
-	if c.IsSet("jobs") && c.Int("jobs") < 0 {
-		return usagef("--jobs %d: use 1 or more, or 0 for one per CPU core", c.Int("jobs"))
-	}
-	if t := c.String("tool"); c.IsSet("tool") && (t == "" || !recipes.ValidTool(t)) {
-		return usagef("--tool %q: use auto, uv or pip", t)
-	}
-	o, _, err := buildOpts(c)
-	if err != nil {
-		return err
-	}
-	w := c.App.Writer
+// buildRun runs build's mode: list or gc the cache, check-compile the
+// allreduce unit, print the plan, verify a cached build, or build.
+func buildRun(ctx context.Context, bo buildOptions, s streams) error {
+	o := bo.Build
+	w := s.Out
+	var err error
 	switch {
-	case c.Bool("list"):
+	case bo.List:
 		return listCache(w, o.Cache)
-	case c.Bool("gc"):
-		removed, err := o.Cache.GC(c.Int("keep"))
+	case bo.GC:
+		removed, err := o.Cache.GC(bo.Keep)
 		for _, p := range removed {
 			fmt.Fprintf(w, "removed %s\n", p)
 		}
 		if err == nil {
-			fmt.Fprintf(w, "gc: %d removed, newest %d kept in %s\n", len(removed), c.Int("keep"), o.Cache.Dir)
+			fmt.Fprintf(w, "gc: %d removed, newest %d kept in %s\n", len(removed), bo.Keep, o.Cache.Dir)
 		}
 		return err
-	case c.Bool("check"):
-		return runCheck(c, o)
+	case bo.Check:
+		return runCheck(ctx, o, w)
 	}
 	var plan *kernels.Plan
-	if c.Bool("allreduce-ext") {
-		plan, err = kernels.PlanExt(c.Context, o)
+	if bo.Ext {
+		plan, err = kernels.PlanExt(ctx, o)
 	} else {
-		plan, err = kernels.PlanBuild(c.Context, o)
+		plan, err = kernels.PlanBuild(ctx, o)
 	}
 	if err != nil {
 		return err
 	}
-	if c.Bool("plan") {
+	if bo.Plan {
 		printPlan(w, plan, o.Cache)
 		if plan.Problems != nil {
 			// The plan is printed; the exit code tells a script the build
 			// would be refused.
-			return cli.Exit("", exitFailure)
+			return exitWith(exitFailure, "")
 		}
 		return nil
 	}
-	if c.Bool("verify-reproducible") {
-		rep, err := kernels.VerifyReproducible(c.Context, plan, o, kernels.NewProgress(c.App.ErrWriter, "rebuild "+strings.Join(cudaarch.Strings(o.Archs), ",")))
+	if bo.Verify {
+		rep, err := kernels.VerifyReproducible(ctx, plan, o, kernels.NewProgress(s.Err, "rebuild "+strings.Join(cudaarch.Strings(o.Archs), ",")))
 		if err != nil {
 			return err
 		}
 		return printVerify(w, rep)
 	}
-	res, err := kernels.Build(c.Context, plan, o, kernels.NewProgress(c.App.ErrWriter, "sgl-kernel "+strings.Join(cudaarch.Strings(o.Archs), ",")))
+	res, err := kernels.Build(ctx, plan, o, kernels.NewProgress(s.Err, "sgl-kernel "+strings.Join(cudaarch.Strings(o.Archs), ",")))
 	if err != nil {
 		if err == kernels.ErrInterrupted {
 			return fmt.Errorf("build interrupted: the build's processes were stopped; no cache entry or temp files were left")
@@ -394,9 +440,8 @@ func printPlan(w io.Writer, p *kernels.Plan, cache kernels.Cache) {
 	}
 }
 
-func runCheck(c *cli.Context, o kernels.BuildOptions) error {
-	w := c.App.Writer
-	results, tc, err := kernels.Check(c.Context, kernels.CheckOptions{Src: o.Src, Archs: o.Archs, Python: o.Python})
+func runCheck(ctx context.Context, o kernels.BuildOptions, w io.Writer) error {
+	results, tc, err := kernels.Check(ctx, kernels.CheckOptions{Src: o.Src, Archs: o.Archs, Python: o.Python})
 	if err != nil {
 		return err
 	}

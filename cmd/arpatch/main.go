@@ -166,6 +166,15 @@ func stateFlag(c *cli.Context, flag, name string) (string, error) {
 	if c.IsSet(flag) {
 		return pathFlag(c, flag), nil
 	}
+	return stateDirFlag(flag, "", name)
+}
+
+// stateDirFlag returns the value v of a path flag (~ expanded) when
+// given, else name inside the state directory (internal/statedir).
+func stateDirFlag(flag, v, name string) (string, error) {
+	if v != "" {
+		return expandHome(v), nil
+	}
 	p, err := statedir.Path(name)
 	if err != nil {
 		return "", usagef("--%s: %v", flag, err)
@@ -175,8 +184,13 @@ func stateFlag(c *cli.Context, flag, name string) (string, error) {
 
 // cacheDir is --cache-dir when given, else kernels.DefaultCacheDir; no
 // cache directory at all is a usage error naming the way out.
-func cacheDir(c *cli.Context) (string, error) {
-	if d := pathFlag(c, "cache-dir"); d != "" {
+func cacheDir(c *cli.Context) (string, error) { return cacheDirOf(c.String("cache-dir")) }
+
+// cacheDirOf is --cache-dir dir (~ expanded) when given, else
+// kernels.DefaultCacheDir; no cache directory at all is a usage error
+// naming the way out.
+func cacheDirOf(dir string) (string, error) {
+	if d := expandHome(dir); d != "" {
 		return d, nil
 	}
 	d, err := kernels.DefaultCacheDir()

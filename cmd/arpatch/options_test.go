@@ -1,11 +1,19 @@
 package main
 
 import (
+	"bytes"
 	"os"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"testing"
+	"time"
 
+	"github.com/arpatch/arpatch/harness/allreduce"
+	"github.com/arpatch/arpatch/harness/tune"
+	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/testrepo"
+	"github.com/arpatch/arpatch/recipes"
 )
 
 // The options functions' table tests: a command line, parsed by urfave/cli
@@ -175,5 +183,178 @@ func TestDoctorOpts(t *testing.T) {
 		{"arpatch doctor --src " + tree, exitUsage, []string{"--src reads a --server-cmd", "pass --server-cmd too, or drop --src"}},
 		{"arpatch doctor --src nowhere --server-cmd x", exitUsage, []string{"--src nowhere: open nowhere/python/sglang/srt/server_args.py", "pass the SGLang checkout the server runs from"}},
 		{"arpatch doctor --server-cmd ''", exitUsage, []string{"--server-cmd was given an empty value"}},
+	})
+}
+
+func TestBuildOpts(t *testing.T) {
+	t.Setenv("HOME", "/home/u")
+	t.Setenv("ARPATCH_CACHE", "/cache")
+	abs := func(p string) string { a, _ := filepath.Abs(p); return a }
+	o, err := optsOf(t, buildOptsOf, "arpatch build")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := o.Build
+	if b.Src != abs("sglang") || cudaarch.Strings(b.Archs)[0] != "120a" || len(b.Archs) != 1 || b.Jobs != 0 || b.Tool != "auto" || b.Offline || b.DepsDir != "" ||
+		b.Python != "python3" || b.Out != "" || b.Cache.Dir != "/cache" || b.Version == "" || len(b.Launcher) != 2 || b.Launcher[1] != "gencode-filter" ||
+		o.Check || o.List || o.GC || o.Plan || o.Verify || o.Ext || o.Keep != 10 {
+		t.Errorf("defaults: %+v", o)
+	}
+	o, err = optsOf(t, buildOptsOf, "arpatch build --recipe baseline --src ~/s --arch 120a,90a --jobs 32 --tool uv --offline --deps-dir ~/d --out ~/o --cache-dir ~/c --python py3 --allreduce-ext --plan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = o.Build
+	if b.Src != "/home/u/s" || !reflect.DeepEqual(cudaarch.Strings(b.Archs), []string{"120a", "90a"}) || b.Jobs != 32 || b.Tool != "uv" || !b.Offline || b.DepsDir != "/home/u/d" ||
+		b.Python != "py3" || b.Out != "/home/u/o" || b.Cache.Dir != "/home/u/c" || !o.Plan || !o.Ext || o.Verify {
+		t.Errorf("flags: %+v", o)
+	}
+	o, err = optsOf(t, buildOptsOf, "arpatch build --gc --keep 0")
+	if err != nil || !o.GC || o.Keep != 0 {
+		t.Errorf("--gc --keep 0: %+v, %v", o, err)
+	}
+	o, err = optsOf(t, buildOptsOf, "arpatch build --allreduce-ext --verify-reproducible --jobs 0")
+	if err != nil || !o.Ext || !o.Verify || o.Build.Jobs != 0 {
+		t.Errorf("--allreduce-ext --verify-reproducible: %+v, %v", o, err)
+	}
+	exclusive := "--check, --allreduce-ext, --list, --gc, --plan and --verify-reproducible are exclusive"
+	refuses(t, buildOptsOf, []refusal{
+		{"arpatch build --check --list", exitUsage, []string{exclusive}},
+		{"arpatch build --plan --verify-reproducible", exitUsage, []string{exclusive, "except --plan or --verify-reproducible with --allreduce-ext"}},
+		{"arpatch build --allreduce-ext --plan --check", exitUsage, []string{exclusive}},
+		{"arpatch build --keep 3", exitUsage, []string{"--keep goes with --gc"}},
+		{"arpatch build --gc --keep -1", exitUsage, []string{"--keep -1: use 0 or more"}},
+		{"arpatch build --jobs -1", exitUsage, []string{"--jobs -1: use 1 or more, or 0 for one per CPU core"}},
+		{"arpatch build --tool make", exitUsage, []string{`--tool "make": use auto, uv or pip`}},
+		{"arpatch build --arch 999", exitUsage, []string{`--arch: unknown CUDA arch "999"`, "use names like 120a"}},
+		{"arpatch build --recipe pcie --recipe-file r.toml", exitUsage, []string{"--recipe and --recipe-file are exclusive"}},
+		{"arpatch build --jobs x", exitUsage, []string{`invalid value "x" for flag -jobs`}},
+	})
+}
+
+func TestABBuildOpts(t *testing.T) {
+	t.Setenv("HOME", "/home/u")
+	t.Setenv("ARPATCH_CACHE", "/cache")
+	t.Setenv("ARPATCH_STATE", "/state")
+	o, err := optsOf(t, abBuildOpts, "arpatch ab build")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.AB.A.Name != "baseline" || o.AB.B.Name != "pcie" || o.AB.Dir != "/state/ab" || o.AB.Repo != "" || o.AB.PlanOnly || o.AB.Build.Cache.Dir != "/cache" || len(o.Verify) != 0 || o.Python != "" {
+		t.Errorf("defaults: %+v", o)
+	}
+	o, err = optsOf(t, abBuildOpts, "arpatch ab build --a pcie --b baseline --dir ~/ab --repo ~/m.git --commit c0ffee --arch 90a --jobs 8 --offline --cache-dir ~/c --python py --python-b pyb --plan")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ab := o.AB
+	if ab.A.Name != "pcie" || ab.B.Name != "baseline" || ab.Dir != "/home/u/ab" || ab.Repo != "/home/u/m.git" || ab.Commit != "c0ffee" || !ab.PlanOnly ||
+		ab.PythonA != "" || ab.PythonB != "pyb" || ab.Build.Python != "py" || ab.Build.Jobs != 8 || !ab.Build.Offline || cudaarch.Strings(ab.Build.Archs)[0] != "90a" ||
+		!reflect.DeepEqual(o.Verify, []string{"--arch", "90a", "--jobs", "8", "--cache-dir", "~/c", "--offline"}) || o.Python != "py" {
+		t.Errorf("flags: %+v", o)
+	}
+	// A recipe whose [build] tool differs from pcie's: the flag decides.
+	base, err := recipes.Embedded("baseline")
+	if err != nil {
+		t.Fatal(err)
+	}
+	enc, err := base.Encode()
+	if err != nil {
+		t.Fatal(err)
+	}
+	pip := filepath.Join(t.TempDir(), "pip.toml")
+	os.WriteFile(pip, bytes.Replace(enc, []byte(`tool = "auto"`), []byte(`tool = "pip"`), 1), 0o644)
+	o, err = optsOf(t, abBuildOpts, "arpatch ab build --a-file "+pip+" --tool uv")
+	if err != nil || o.AB.A.Build.Tool != "pip" || o.AB.Build.Tool != "uv" {
+		t.Errorf("--a-file --tool uv: %+v, %v", o, err)
+	}
+	refuses(t, abBuildOpts, []refusal{
+		{"arpatch ab build --a-file " + pip, exitUsage, []string{"[build] tool", `"pip"`, "pass --tool to build both arms alike"}},
+		{"arpatch ab build --recipe pcie", exitUsage, []string{"ab build takes its recipes from --a/--b", "--recipe is for arpatch build"}},
+		{"arpatch ab build --src s", exitUsage, []string{"--src is for arpatch build"}},
+		{"arpatch ab build --a pcie --a-file x.toml", exitUsage, []string{"--a and --a-file are exclusive; pass one"}},
+		{"arpatch ab build --b nosuch", exitUsage, []string{`--b: no recipe named "nosuch"`, "known recipes"}},
+		{"arpatch ab build --jobs -2", exitUsage, []string{"--jobs -2: use 1 or more"}},
+		{"arpatch ab build --patches-dir nosuch", exitUsage, []string{"--patches-dir nosuch"}},
+	})
+}
+
+func TestBenchAllreduceOpts(t *testing.T) {
+	t.Setenv("HOME", "/home/u")
+	o, err := optsOf(t, benchAllreduceOpts, "arpatch bench allreduce")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := o.Run
+	// 4K..1M, and the verify size: 4 tokens x 5120 x bf16 = 40960 bytes.
+	if r.WorldSize != 2 || len(r.Sizes) != 10 || r.Sizes[0] != 4096 || !slices.Contains(r.Sizes, 40960) || !reflect.DeepEqual(r.Impls, allreduce.KnownImpls) ||
+		!reflect.DeepEqual(r.Branches, []string{"nvlink", "pcie"}) || !reflect.DeepEqual(r.Modes, []string{"eager", "graph"}) || !r.NCCLDebug ||
+		r.Python != "python3" || r.Timeout != 10*time.Minute || r.Warmup != 10 || r.Inner != 20 || r.Reps != 30 ||
+		o.Verify.Count != 122 || o.Verify.Bytes != 40960 || o.Ext.Src != "sglang" || o.Ext.Ext != "" || o.Log != "" || o.JSON != "" {
+		t.Errorf("defaults: %+v", o)
+	}
+	o, err = optsOf(t, benchAllreduceOpts, "arpatch bench allreduce --world-size 8 --sizes 4K --shape 2x4096 --count 60 --impl nccl,custom-auto --branches pcie --modes graph --nccl-debug=false --ext ~/x.so --arch 120a --timeout 1m --warmup 0 --inner 5 --reps 3 --log ~/l --json ~/r.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	r = o.Run
+	if r.WorldSize != 8 || !reflect.DeepEqual(r.Sizes, []int{4096, 16384}) || !reflect.DeepEqual(r.Impls, []string{"nccl", "custom-auto"}) || !reflect.DeepEqual(r.Branches, []string{"pcie"}) ||
+		!reflect.DeepEqual(r.Modes, []string{"graph"}) || r.NCCLDebug || r.Timeout != time.Minute || r.Warmup != 0 || r.Inner != 5 || r.Reps != 3 ||
+		o.Verify.Count != 60 || o.Verify.Bytes != 16384 || o.Ext.Ext != "/home/u/x.so" || !reflect.DeepEqual(o.Ext.Arch, []string{"120a"}) || !o.Ext.Given["arch"] || o.Log != "/home/u/l" || o.JSON != "/home/u/r.json" {
+		t.Errorf("flags: %+v", o)
+	}
+	refuses(t, benchAllreduceOpts, []refusal{
+		{"arpatch bench allreduce --world-size 3", exitUsage, []string{"--world-size 3: custom allreduce supports 2, 4, 6 and 8"}},
+		{"arpatch bench allreduce --sizes lots", exitUsage, []string{"--sizes:"}},
+		{"arpatch bench allreduce --shape 4by5120", exitUsage, []string{"--shape:"}},
+		{"arpatch bench allreduce --impl nccl,custom-3stage", exitUsage, []string{`--impl "custom-3stage": known implementations are nccl`}},
+		{"arpatch bench allreduce --impl ,", exitUsage, []string{"--impl is empty: use nccl"}},
+		{"arpatch bench allreduce --branches nvswitch", exitUsage, []string{`--branches "nvswitch": use nvlink, pcie`}},
+		{"arpatch bench allreduce --modes ,", exitUsage, []string{"--modes is empty: use eager, graph"}},
+		{"arpatch bench allreduce --count 0", exitUsage, []string{"--count 0: use 1 or more"}},
+		{"arpatch bench allreduce --inner 0", exitUsage, []string{"--inner 0: use 1 or more"}},
+		{"arpatch bench allreduce --warmup -1", exitUsage, []string{"--warmup -1: use 0 or more"}},
+		{"arpatch bench allreduce --timeout 0s", exitUsage, []string{"--timeout 0s: use a positive duration, e.g. 10m"}},
+		{"arpatch bench allreduce --timeout 5", exitUsage, []string{`invalid value "5" for flag -timeout`}},
+	})
+}
+
+func TestTuneAllreduceOpts(t *testing.T) {
+	t.Setenv("HOME", "/home/u")
+	dir := t.TempDir()
+	os.WriteFile(filepath.Join(dir, "file"), nil, 0o644)
+	o, err := optsOf(t, tuneAllreduceOpts, "arpatch tune allreduce --out "+dir+"/tune.env")
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The pcie recipe's [bench]: TP 8, 4 draft tokens.
+	b := o.Tune.Bench
+	if b.WorldSize != 8 || b.Python != "python3" || !b.NCCLDebug || b.Timeout != 10*time.Minute || o.Tune.Verify.Shape != (allreduce.Shape{Tokens: 4, Hidden: 5120, ElemBytes: 2}) || o.Tune.Verify.Bytes != 40960 ||
+		!reflect.DeepEqual(o.Tune.Sizes, tune.ServingSizes(5120, 4)) || !reflect.DeepEqual(o.Tune.Modes, []string{"eager", "graph"}) || o.Out != dir+"/tune.env" ||
+		o.Tune.Rebuild != "arpatch build --allreduce-ext --src sglang" || o.Ext.Src != "sglang" {
+		t.Errorf("defaults: %+v", o)
+	}
+	o, err = optsOf(t, tuneAllreduceOpts, "arpatch tune allreduce --world-size 4 --hidden 4096 --draft-tokens 8 --sizes 4K,8K --modes graph --src ~/s --arch 90a --cache-dir ~/c --out "+dir+"/t.env --json "+dir+"/t.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if o.Tune.Bench.WorldSize != 4 || o.Tune.Verify.Shape != (allreduce.Shape{Tokens: 8, Hidden: 4096, ElemBytes: 2}) || !reflect.DeepEqual(o.Tune.Sizes, []int{4096, 8192}) ||
+		!reflect.DeepEqual(o.Tune.Modes, []string{"graph"}) || o.JSON != dir+"/t.json" ||
+		o.Tune.Rebuild != "arpatch build --allreduce-ext --src /home/u/s --arch 90a --cache-dir '~/c'" {
+		t.Errorf("flags: %+v (rebuild %s)", o, o.Tune.Rebuild)
+	}
+	o, err = optsOf(t, tuneAllreduceOpts, "arpatch tune allreduce --ext x.so --out "+dir+"/t.env")
+	if err != nil || o.Tune.Rebuild != "" || o.Ext.Ext != "x.so" {
+		t.Errorf("--ext: %+v, %v", o, err)
+	}
+	refuses(t, tuneAllreduceOpts, []refusal{
+		{"arpatch tune allreduce --world-size 3", exitUsage, []string{"--world-size 3: custom allreduce supports 2, 4, 6 and 8"}},
+		{"arpatch tune allreduce --hidden 0", exitUsage, []string{"--hidden 0: use positive numbers", "e.g. --draft-tokens 4 --hidden 5120"}},
+		{"arpatch tune allreduce --draft-tokens -1", exitUsage, []string{"--draft-tokens -1"}},
+		{"arpatch tune allreduce --sizes x", exitUsage, []string{"--sizes:"}},
+		{"arpatch tune allreduce --modes cuda", exitUsage, []string{`--modes "cuda": use eager, graph`}},
+		{"arpatch tune allreduce --reps 0", exitUsage, []string{"--reps 0: use 1 or more"}},
+		{"arpatch tune allreduce --out " + dir + "/file/t.env", exitUsage, []string{"--out:"}},
+		{"arpatch tune allreduce --recipe nosuch", exitUsage, []string{`--recipe: no recipe named "nosuch"`}},
 	})
 }

@@ -81,102 +81,142 @@ Examples:
 			&cli.StringFlag{Name: "json", Usage: "write every run and the choice to `FILE`"},
 		}, allreduceRunFlags()...),
 		Before: noArgs,
-		Action: runTuneAllreduce,
+		Action: action(tuneAllreduceOpts, tuneAllreduceRun),
 	}
 }
 
-func runTuneAllreduce(c *cli.Context) error {
-	r, err := loadRecipe(c)
+// tuneAllreduceFlags are tune allreduce's parsed flags.
+type tuneAllreduceFlags struct {
+	recipeFlags
+	WorldSize   int    `flag:"world-size"`
+	Hidden      int    `flag:"hidden"`
+	DraftTokens int    `flag:"draft-tokens"`
+	Sizes       string `flag:"sizes"`
+	Modes       string `flag:"modes"`
+	Out         string `flag:"out"`
+	JSON        string `flag:"json"`
+	allreduceRunValues
+	Given given
+}
+
+// tuneAllreduceOptions are every input of tuneAllreduceRun.
+type tuneAllreduceOptions struct {
+	// Tune is the run, but for the extension (found by Ext), the host and
+	// the progress, which the run fills in, and the log.
+	Tune tune.Options
+	Ext  extFinder
+	// Out is the env file, JSON the report's and Log the ranks' output
+	// file ("": none).
+	Out, JSON, Log string
+}
+
+// tuneAllreduceOpts turns tune allreduce's flags and the recipe's [bench]
+// (TP, draft tokens) into options, refusing a world size, shape, size,
+// mode or batch count out of range and an output file that cannot be
+// written.
+func tuneAllreduceOpts(f tuneAllreduceFlags) (tuneAllreduceOptions, error) {
+	var o tuneAllreduceOptions
+	r, err := f.load(f.Given)
 	if err != nil {
-		return err
+		return o, err
 	}
 	ws := r.Bench.TP
-	if c.IsSet("world-size") {
-		ws = c.Int("world-size")
+	if f.Given["world-size"] {
+		ws = f.WorldSize
 	}
-	if ws != 2 && ws != 4 && ws != 6 && ws != 8 {
-		return usagef("--world-size %d: custom allreduce supports 2, 4, 6 and 8", ws)
+	if err := checkWorldSize(ws); err != nil {
+		return o, err
 	}
 	draft := r.Bench.SpeculativeNumDraftTokens
-	if c.IsSet("draft-tokens") || draft <= 0 {
-		draft = c.Int("draft-tokens")
+	if f.Given["draft-tokens"] || draft <= 0 {
+		draft = f.DraftTokens
 	}
-	if draft <= 0 || c.Int("hidden") <= 0 {
-		return usagef("--draft-tokens %d, --hidden %d: use positive numbers (e.g. --draft-tokens 4 --hidden 5120)", draft, c.Int("hidden"))
+	if draft <= 0 || f.Hidden <= 0 {
+		return o, usagef("--draft-tokens %d, --hidden %d: use positive numbers (e.g. --draft-tokens 4 --hidden 5120)", draft, f.Hidden)
 	}
-	verify := allreduce.Verify{Count: 122, Shape: allreduce.Shape{Tokens: draft, Hidden: c.Int("hidden"), ElemBytes: 2}}
+	verify := allreduce.Verify{Count: 122, Shape: allreduce.Shape{Tokens: draft, Hidden: f.Hidden, ElemBytes: 2}}
 	verify.Bytes = verify.Shape.Bytes() / 16 * 16
-	sizes := tune.ServingSizes(c.Int("hidden"), draft)
-	if c.IsSet("sizes") {
-		if sizes, err = allreduce.ParseSizes(c.String("sizes")); err != nil {
-			return usageError{err}
+	sizes := tune.ServingSizes(f.Hidden, draft)
+	if f.Given["sizes"] {
+		if sizes, err = allreduce.ParseSizes(f.Sizes); err != nil {
+			return o, usagef("--sizes: %w", err)
 		}
 	}
-	modes := splitList(c.String("modes"))
+	modes := splitList(f.Modes)
 	if len(modes) == 0 {
-		return usagef("--modes is empty: use eager, graph")
+		return o, usagef("--modes is empty: use eager, graph")
 	}
 	for _, m := range modes {
 		if m != "eager" && m != "graph" {
-			return usagef("--modes %q: use eager, graph", m)
+			return o, usagef("--modes %q: use eager, graph", m)
 		}
 	}
-	if err := checkRunFlags(c); err != nil {
-		return err
+	if err := f.check(); err != nil {
+		return o, err
 	}
-	out := pathFlag(c, "out")
-	for _, f := range []string{"out", "json", "log"} {
-		if p := pathFlag(c, f); p != "" {
-			if err := safefs.CanWrite(p); err != nil {
-				return usagef("--%s: %v", f, err)
+	o.Out, o.JSON, o.Log = expandHome(f.Out), expandHome(f.JSON), expandHome(f.Log)
+	for _, p := range []struct{ flag, path string }{{"out", o.Out}, {"json", o.JSON}, {"log", o.Log}} {
+		if p.path != "" {
+			if err := safefs.CanWrite(p.path); err != nil {
+				return o, usagef("--%s: %v", p.flag, err)
 			}
 		}
 	}
-	ext, err := findExt(c)
+	o.Ext = f.extFinder(f.Given)
+	o.Tune = tune.Options{
+		Bench: allreduce.Options{Python: f.Python, WorldSize: ws, Warmup: f.Warmup, Inner: f.Inner,
+			Reps: f.Reps, Timeout: f.Timeout, NCCLDebug: true},
+		Sizes: sizes, Modes: modes, Verify: verify, Version: arpatchVersion(),
+	}
+	if o.Ext.Src != "" && o.Ext.Ext == "" {
+		o.Tune.Rebuild = shellq.Join(append([]string{"arpatch", "build", "--allreduce-ext", "--src", o.Ext.Src}, o.Ext.buildArgs(false)...))
+	}
+	return o, nil
+}
+
+// tuneAllreduceRun tunes on this host, prints the choice and writes the
+// env file and the JSON report; a wrong sum, a hang or an extension that
+// takes a bad threshold is a failure (exit 1).
+func tuneAllreduceRun(ctx context.Context, to tuneAllreduceOptions, s streams) error {
+	o := to.Tune
+	ext, err := to.Ext.find(ctx)
 	if err != nil {
 		return err
 	}
-	o := tune.Options{
-		Bench: allreduce.Options{Python: c.String("python"), WorldSize: ws, Ext: ext, Warmup: c.Int("warmup"), Inner: c.Int("inner"),
-			Reps: c.Int("reps"), Timeout: c.Duration("timeout"), NCCLDebug: true},
-		Sizes: sizes, Modes: modes, Verify: verify, Version: arpatchVersion(),
-		Host:     discoverHost(c.Context),
-		Progress: func(s string) { fmt.Fprintln(c.App.ErrWriter, s+"...") },
-	}
-	if src := pathFlag(c, "src"); src != "" && pathFlag(c, "ext") == "" {
-		o.Rebuild = shellq.Join(append([]string{"arpatch", "build", "--allreduce-ext", "--src", src}, archArgs(c)...))
-	}
-	if p := pathFlag(c, "log"); p != "" {
-		f, err := os.Create(p)
+	o.Bench.Ext = ext
+	o.Host = discoverHost(ctx)
+	o.Progress = func(msg string) { fmt.Fprintln(s.Err, msg+"...") }
+	if to.Log != "" {
+		f, err := os.Create(to.Log)
 		if err != nil {
 			return err
 		}
 		defer f.Close()
 		o.Bench.Log = f
 	}
-	res, err := tune.Run(c.Context, o)
+	res, err := tune.Run(ctx, o)
 	if err != nil {
 		return err
 	}
 	if res.File != nil {
 		res.File.Command = commandLine(os.Args)
 	}
-	res.Write(c.App.Writer)
-	if p := pathFlag(c, "json"); p != "" {
+	res.Write(s.Out)
+	if to.JSON != "" {
 		b, _ := json.MarshalIndent(res, "", "  ")
-		if err := safefs.WriteFile(p, append(b, '\n'), 0o644); err != nil {
+		if err := safefs.WriteFile(to.JSON, append(b, '\n'), 0o644); err != nil {
 			return err
 		}
 	}
-	if res.File != nil {
+	if out := to.Out; res.File != nil {
 		if err := safefs.WriteFile(out, res.File.Format(), 0o644); err != nil {
 			return err
 		}
 		// Not a command to run as is: bench needs its server flags too.
-		fmt.Fprintf(c.App.Writer, "wrote %s: add --tune %s to arpatch bench (beside its server flags: --model and --draft-model, --launch-cmd or --url) or to arpatch apply (to print the runtime environment), or set nightly's [bench] tune\n", out, shellq.Join([]string{out}))
+		fmt.Fprintf(s.Out, "wrote %s: add --tune %s to arpatch bench (beside its server flags: --model and --draft-model, --launch-cmd or --url) or to arpatch apply (to print the runtime environment), or set nightly's [bench] tune\n", out, shellq.Join([]string{out}))
 	}
 	if res.Failed() {
-		return cli.Exit("", exitFailure)
+		return exitWith(exitFailure, "")
 	}
 	return nil
 }
@@ -333,16 +373,4 @@ func tunePreflight(f *tune.File, ao *allreduce.Options, v allreduce.Verify, w io
 	ao.Sizes, ao.Impls = sizes, []string{allreduce.NCCL, allreduce.CustomAuto}
 	ao.Env = append(os.Environ(), f.Thresholds.Env()...)
 	fmt.Fprintf(w, "preflight under the tune: %s\n", strings.Join(tune.Dispatch(f.Thresholds, ao.WorldSize, sizes), ", "))
-}
-
-// archArgs repeats --arch and --cache-dir as given, for a printed command.
-func archArgs(c *cli.Context) []string {
-	var out []string
-	if c.IsSet("arch") {
-		out = append(out, "--arch", strings.Join(c.StringSlice("arch"), ","))
-	}
-	if d := c.String("cache-dir"); d != "" {
-		out = append(out, "--cache-dir", d)
-	}
-	return out
 }
