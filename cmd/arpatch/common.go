@@ -109,17 +109,6 @@ func notePassedOver(w io.Writer, cat *patches.Catalog) {
 	}
 }
 
-// loadCatalog returns the series from --patches-dir, or the embedded ones,
-// noting on stderr the series it passed over.
-func loadCatalog(c *cli.Context) (*patches.Catalog, error) {
-	cat, err := catalog(c.String("patches-dir"))
-	if err != nil {
-		return nil, err
-	}
-	notePassedOver(c.App.ErrWriter, cat)
-	return cat, nil
-}
-
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")

@@ -182,10 +182,6 @@ func stateDirFlag(flag, v, name string) (string, error) {
 	return p, nil
 }
 
-// cacheDir is --cache-dir when given, else kernels.DefaultCacheDir; no
-// cache directory at all is a usage error naming the way out.
-func cacheDir(c *cli.Context) (string, error) { return cacheDirOf(c.String("cache-dir")) }
-
 // cacheDirOf is --cache-dir dir (~ expanded) when given, else
 // kernels.DefaultCacheDir; no cache directory at all is a usage error
 // naming the way out.

@@ -171,7 +171,9 @@ func TestDoctorOpts(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	testrepo.WriteFiles(tree, map[string]string{"python/sglang/srt/server_args.py": string(src)})
+	if err := testrepo.WriteFiles(tree, map[string]string{"python/sglang/srt/server_args.py": string(src)}); err != nil {
+		t.Fatal(err)
+	}
 	o, err = optsOf(t, doctorOpts, "arpatch doctor --json --python /venv/bin/python --src "+tree+" --server-cmd 'python -m sglang.launch_server --tp 2'")
 	if err != nil {
 		t.Fatal(err)
@@ -263,7 +265,9 @@ func TestABBuildOpts(t *testing.T) {
 		t.Fatal(err)
 	}
 	pip := filepath.Join(t.TempDir(), "pip.toml")
-	os.WriteFile(pip, bytes.Replace(enc, []byte(`tool = "auto"`), []byte(`tool = "pip"`), 1), 0o644)
+	if err := os.WriteFile(pip, bytes.Replace(enc, []byte(`tool = "auto"`), []byte(`tool = "pip"`), 1), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	o, err = optsOf(t, abBuildOpts, "arpatch ab build --a-file "+pip+" --tool uv")
 	if err != nil || o.AB.A.Build.Tool != "pip" || o.AB.Build.Tool != "uv" {
 		t.Errorf("--a-file --tool uv: %+v, %v", o, err)
@@ -322,7 +326,9 @@ func TestBenchAllreduceOpts(t *testing.T) {
 func TestTuneAllreduceOpts(t *testing.T) {
 	t.Setenv("HOME", "/home/u")
 	dir := t.TempDir()
-	os.WriteFile(filepath.Join(dir, "file"), nil, 0o644)
+	if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	o, err := optsOf(t, tuneAllreduceOpts, "arpatch tune allreduce --out "+dir+"/tune.env")
 	if err != nil {
 		t.Fatal(err)
