@@ -209,8 +209,15 @@ func TestOrphanedServerStopsTheRun(t *testing.T) {
 	if err := orphan.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() { syscall.Kill(-orphan.Process.Pid, syscall.SIGKILL); orphan.Wait() }()
-	os.WriteFile(filepath.Join(dir, "baseline-t1.log"+server.PGIDSuffix), []byte(strconv.Itoa(orphan.Process.Pid)+"\n"), 0o644)
+	defer func() {
+		// Cleanup: the test may have killed it already (ESRCH), and Wait
+		// then says "signal: killed".
+		_ = syscall.Kill(-orphan.Process.Pid, syscall.SIGKILL)
+		_ = orphan.Wait()
+	}()
+	if err := os.WriteFile(filepath.Join(dir, "baseline-t1.log"+server.PGIDSuffix), []byte(strconv.Itoa(orphan.Process.Pid)+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	o := Options{Arms: []Arm{{Name: "baseline", LaunchCmd: "true {port}"}}, Prompts: []string{"a"}, Trials: 1, LogDir: dir}
 	_, err := Run(context.Background(), o)
 	var ie *InfraError

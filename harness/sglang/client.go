@@ -196,7 +196,7 @@ func (c *Client) Generate(ctx context.Context, prompt int, r Request) Sample {
 		s.E2E = now().Sub(s.Start).Seconds()
 		return s
 	}
-	defer resp.Body.Close()
+	defer func() { _ = resp.Body.Close() }() // read side: Close loses nothing
 	if resp.StatusCode != http.StatusOK {
 		b, _ := io.ReadAll(io.LimitReader(resp.Body, 300))
 		s.Err = fmt.Sprintf("HTTP %d: %s", resp.StatusCode, strings.TrimSpace(string(b)))
@@ -410,8 +410,9 @@ func (c *Client) Health(ctx context.Context) error {
 	if err != nil {
 		return err
 	}
-	io.Copy(io.Discard, resp.Body)
-	resp.Body.Close()
+	// Drained so that the connection is reused; the status is the answer.
+	_, _ = io.Copy(io.Discard, resp.Body)
+	_ = resp.Body.Close()
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("/health_generate answered HTTP %d", resp.StatusCode)
 	}
@@ -432,7 +433,7 @@ func (c *Client) ServerInfo(ctx context.Context) map[string]any {
 		}
 		var m map[string]any
 		err = json.NewDecoder(io.LimitReader(resp.Body, 16<<20)).Decode(&m)
-		resp.Body.Close()
+		_ = resp.Body.Close() // read side: Close loses nothing
 		if resp.StatusCode == http.StatusOK && err == nil {
 			return m
 		}

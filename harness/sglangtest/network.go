@@ -55,12 +55,12 @@ func (n *Network) Serve(h http.Handler) (url string, stop func()) {
 	n.listeners[addr] = l
 	srv := &http.Server{Handler: h}
 	n.servers = append(n.servers, srv)
-	go srv.Serve(l)
+	go func() { _ = srv.Serve(l) }() // returns http.ErrServerClosed once stopped
 	return "http://" + addr, func() {
 		n.mu.Lock()
 		delete(n.listeners, addr)
 		n.mu.Unlock()
-		srv.Close()
+		_ = srv.Close() // closes the in-memory listener and connections: nothing to lose
 	}
 }
 
@@ -75,11 +75,12 @@ func (n *Network) Close() {
 	servers, conns := n.servers, n.conns
 	n.listeners, n.conns = map[string]*pipeListener{}, nil
 	n.mu.Unlock()
+	// In-memory listeners and pipes: closing them loses nothing.
 	for _, s := range servers {
-		s.Close()
+		_ = s.Close()
 	}
 	for _, c := range conns {
-		c.Close()
+		_ = c.Close()
 	}
 }
 

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"fmt"
 	"github.com/arpatch/arpatch/internal/shellq"
+	"io"
 	"os"
 	"slices"
 	"sort"
@@ -83,7 +84,7 @@ func (f *File) Format() []byte {
 
 // WriteChoices prints one line per size: each algorithm's median in µs,
 // the fastest correct one and the one the thresholds choose.
-func WriteChoices(w *bytes.Buffer, cs []Choice) {
+func WriteChoices(w io.Writer, cs []Choice) {
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, "size\tnccl us\t1-stage us\t2-stage us\tfastest\tchosen")
 	for _, c := range cs {

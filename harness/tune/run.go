@@ -1,7 +1,6 @@
 package tune
 
 import (
-	"bytes"
 	"context"
 	"fmt"
 	"io"
@@ -316,9 +315,7 @@ func (o *Outcome) Write(w io.Writer) {
 	}
 	if o.File != nil {
 		fmt.Fprintf(w, "\nper size (%s mode, medians in µs):\n", o.File.Mode)
-		var b bytes.Buffer
-		WriteChoices(&b, o.File.Choices)
-		w.Write(b.Bytes())
+		WriteChoices(w, o.File.Choices)
 		fmt.Fprintf(w, "\n%s\nruntime environment:\n", o.File.Verdict)
 		for _, kv := range o.File.Thresholds.Env() {
 			fmt.Fprintf(w, "  %s\n", kv)
