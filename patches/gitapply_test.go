@@ -38,7 +38,9 @@ func gitDiff(t testing.TB, dir, name string, old, new *string, ctx int) string {
 			return "/dev/null"
 		}
 		p := filepath.Join(dir, sub, name)
-		os.MkdirAll(filepath.Dir(p), 0o755)
+		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(p, []byte(*s), 0o644); err != nil {
 			t.Fatal(err)
 		}
@@ -64,15 +66,21 @@ func gitDiff(t testing.TB, dir, name string, old, new *string, ctx int) string {
 // returns the files after, or git's error.
 func gitApply(t testing.TB, dir string, files map[string]string, patch string) (map[string]string, error) {
 	t.Helper()
-	os.RemoveAll(dir)
+	if err := os.RemoveAll(dir); err != nil {
+		t.Fatal(err)
+	}
 	for p, c := range files {
 		fp := filepath.Join(dir, filepath.FromSlash(p))
-		os.MkdirAll(filepath.Dir(fp), 0o755)
+		if err := os.MkdirAll(filepath.Dir(fp), 0o755); err != nil {
+			t.Fatal(err)
+		}
 		if err := os.WriteFile(fp, []byte(c), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	os.MkdirAll(dir, 0o755)
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		t.Fatal(err)
+	}
 	pf := dir + ".patch"
 	if err := os.WriteFile(pf, []byte(patch), 0o644); err != nil {
 		t.Fatal(err)

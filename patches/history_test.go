@@ -151,7 +151,9 @@ func newBlobReader(t *testing.T, repo string) *blobReader {
 }
 
 func (b *blobReader) read(obj string) (string, bool) {
-	fmt.Fprintln(b.in, obj)
+	if _, err := fmt.Fprintln(b.in, obj); err != nil {
+		return "", false
+	}
 	hdr, err := b.out.ReadString('\n')
 	if err != nil || strings.HasSuffix(hdr, "missing\n") {
 		return "", false
@@ -169,6 +171,8 @@ func (b *blobReader) read(obj string) (string, bool) {
 }
 
 func (b *blobReader) close() {
-	b.in.Close()
-	b.cmd.Wait()
+	// Closing git cat-file's stdin ends it; the reads already checked
+	// what it answered.
+	_ = b.in.Close()
+	_ = b.cmd.Wait()
 }

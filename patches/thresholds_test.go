@@ -181,7 +181,9 @@ print(json.dumps(out))
 			t.Errorf("init warning with a bad 1-stage limit on rank 1: %+v, want it refused on every rank", r)
 		}
 		var warnings []string
-		json.Unmarshal(got["warnings"], &warnings)
+		if err := json.Unmarshal(got["warnings"], &warnings); err != nil {
+			t.Fatal(err)
+		}
 		if len(warnings) != 1 || !strings.Contains(warnings[0], "up to 65536 bytes") || !strings.Contains(warnings[0], "1-stage up to 16384 bytes") {
 			t.Errorf("rank 0 warnings %q, want one naming both limits", warnings)
 		}

@@ -107,7 +107,9 @@ func TestPCIe8(t *testing.T) {
 		"sys/kernel/iommu_groups/1": {Mode: os.ModeDir},
 	}
 	sgl := t.TempDir()
-	os.WriteFile(filepath.Join(sgl, "common_ops.abi3.so"), nil, 0o644)
+	if err := os.WriteFile(filepath.Join(sgl, "common_ops.abi3.so"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	extra["python3 -c"] = sgl + "\n"
 	extra["cuobjdump --list-elf "+sgl] = extra["cuobjdump --list-elf /venv"]
 	rep := Inspect(context.Background(), Options{

@@ -162,7 +162,9 @@ func TestVisibleDevices(t *testing.T) {
 // from them; the report names each.
 func TestUnreadableFields(t *testing.T) {
 	sgl := t.TempDir()
-	os.WriteFile(sgl+"/common_ops.abi3.so", nil, 0o644)
+	if err := os.WriteFile(sgl+"/common_ops.abi3.so", nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	rep := Inspect(context.Background(), Options{Run: recorded(t, "vgpu2", map[string]string{
 		"python3 -c":                  sgl + "\n",
 		"cuobjdump --list-elf " + sgl: "ELF file    1: common_ops.1.sm_90a.cubin\n",

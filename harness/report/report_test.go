@@ -59,7 +59,9 @@ func TestTableAndMarkdown(t *testing.T) {
 		t.Errorf("pcie TPOT p99 cell %q, want %s:\n%s", cell(t, out, "pcie", "TPOT p99 ms"), tpot99, out)
 	}
 	b.Reset()
-	WriteMarkdown(&b, res, s)
+	if err := WriteMarkdown(&b, res, s); err != nil {
+		t.Fatal(err)
+	}
 	md := b.String()
 	if !strings.Contains(md, "| arm | concurrency | tok/s |") || !strings.Contains(md, "| TPOT p50 ms | TPOT p99 ms | output agreement | verdict |") ||
 		!strings.Contains(md, "**INVALID**") || !strings.Contains(md, "> **broken**: INVALID") {

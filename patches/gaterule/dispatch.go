@@ -688,7 +688,9 @@ func findAllreduce(ts []tok) []body {
 			case "const", "noexcept", "override", "final", "volatile", "&", "&&":
 				p.i++
 				if q == "noexcept" && p.peek() == "(" {
-					p.group()
+					if _, err := p.group(); err != nil {
+						p.i = len(ts) // unclosed: no body follows, the candidate is skipped
+					}
 				}
 				continue
 			}

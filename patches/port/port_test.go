@@ -405,7 +405,9 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 			t.Fatalf("case %d: %v", i, err)
 		}
 		mdir := t.TempDir()
-		testrepo.WriteFiles(mdir, map[string]string{"base": b, "ours": o, "theirs": th})
+		if err := testrepo.WriteFiles(mdir, map[string]string{"base": b, "ours": o, "theirs": th}); err != nil {
+			t.Fatal(err)
+		}
 		cmd := exec.Command(git, "merge-file", "-p", "ours", "base", "theirs")
 		cmd.Dir = mdir
 		want, err := cmd.Output()
