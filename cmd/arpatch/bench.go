@@ -178,7 +178,7 @@ func parseArm(spec string, into map[string]*bench.Arm) (string, error) {
 	name, rest, _ := strings.Cut(spec, ":")
 	name = strings.TrimSpace(name)
 	if name == "" {
-		return "", fmt.Errorf("--arm %q: want NAME:key=val,...", spec)
+		return "", fmt.Errorf("--arm %q: want NAME:key=val[,key=val]", spec)
 	}
 	if !recipes.ValidName(name) {
 		return "", fmt.Errorf("--arm %q: an arm's name is lower case letters, digits, '_', '.' and '-', starting with a letter or digit (it names benchmark lines and log files)", name)
