@@ -144,7 +144,7 @@ Examples (each runs in seconds against arpatch's built-in fake server):
 			&cli.StringFlag{Name: "plot", Usage: "write tok/s against concurrency per arm to `FILE` (.svg or .png)"},
 		}, tuneFlagList("for the arms that open the PCIe gate and the preflight")...),
 		Before:      noArgs,
-		Action:      runBench,
+		Action:      action(benchOpts, benchRun),
 		Subcommands: []*cli.Command{benchAllreduceCommand()},
 	}
 }
@@ -327,56 +327,120 @@ func unescape(s, special string) string {
 	return b.String()
 }
 
+// benchFlags are bench's parsed flags.
+type benchFlags struct {
+	recipeFlags
+	Model           string        `flag:"model"`
+	DraftModel      string        `flag:"draft-model"`
+	TP              int           `flag:"tp"`
+	SpecAlgorithm   string        `flag:"speculative-algorithm"`
+	SpecSteps       int           `flag:"speculative-num-steps"`
+	SpecTopK        int           `flag:"speculative-eagle-topk"`
+	SpecDraftTokens int           `flag:"speculative-num-draft-tokens"`
+	Arms            armFlag       `flag:"arm"`
+	Baseline        string        `flag:"baseline"`
+	Prompts         string        `flag:"prompts"`
+	NumPrompts      int           `flag:"num-prompts"`
+	MaxNewTokens    int           `flag:"max-new-tokens"`
+	Concurrency     string        `flag:"concurrency"`
+	IgnoreEOS       bool          `flag:"ignore-eos"`
+	Warmup          int           `flag:"warmup"`
+	Trials          int           `flag:"trials"`
+	NoInterleave    bool          `flag:"no-interleave"`
+	LaunchCmd       string        `flag:"launch-cmd"`
+	URL             string        `flag:"url"`
+	ReadyTimeout    time.Duration `flag:"ready-timeout"`
+	RequestTimeout  time.Duration `flag:"request-timeout"`
+	LogDir          string        `flag:"log-dir"`
+	AgreeThreshold  float64       `flag:"agree-threshold"`
+	AgreeTokens     int           `flag:"agree-tokens"`
+	Preflight       bool          `flag:"preflight"`
+	Ext             string        `flag:"ext"`
+	Force           bool          `flag:"force"`
+	Python          string        `flag:"python"`
+	JSON            string        `flag:"json"`
+	Markdown        string        `flag:"markdown"`
+	Benchfmt        string        `flag:"benchfmt"`
+	Plot            string        `flag:"plot"`
+	tuneFlags
+	Given given
+}
+
+// benchOptions are every input of benchRun.
+type benchOptions struct {
+	// Bench is the run, but for the tune's thresholds, the preflight, the
+	// progress and the binary, which benchRun adds.
+	Bench    bench.Options
+	Settings report.Settings
+	// Tune is --tune's file ("" without it); TuneInputs the flags
+	// (--ext, --python) that a printed retune command repeats.
+	Tune       tuneFlags
+	TuneInputs []string
+	// Preflight: run bench allreduce at the verify shape first, with the
+	// extension Ext and the interpreter Python.
+	Preflight   bool
+	Ext, Python string
+	Reports     benchReports
+}
+
+// benchReports are the report files asked for ("": none), ~ expanded.
+type benchReports struct {
+	JSON, Markdown, Benchfmt, Plot string
+}
+
 // benchOverrides turns the flags into overrides of the recipe's [bench],
 // refusing a value out of its range with the flag's name.
-func benchOverrides(c *cli.Context) (bench.Overrides, error) {
-	logDir, err := stateFlag(c, "log-dir", "bench-logs")
+func benchOverrides(f benchFlags) (bench.Overrides, error) {
+	logDir, err := stateDirFlag("log-dir", f.LogDir, "bench-logs")
 	if err != nil {
 		return bench.Overrides{}, err
 	}
-	ov := bench.Overrides{Interleave: !c.Bool("no-interleave"), IgnoreEOS: c.Bool("ignore-eos"),
-		ReadyTimeout: c.Duration("ready-timeout"), RequestTimeout: c.Duration("request-timeout"),
-		LogDir: logDir, AgreeThreshold: c.Float64("agree-threshold")}
+	ov := bench.Overrides{Interleave: !f.NoInterleave, IgnoreEOS: f.IgnoreEOS,
+		ReadyTimeout: f.ReadyTimeout, RequestTimeout: f.RequestTimeout,
+		LogDir: logDir, AgreeThreshold: f.AgreeThreshold}
 	for _, s := range []struct {
 		flag string
+		v    string
 		dst  **string
-	}{{"model", &ov.Model}, {"draft-model", &ov.DraftModel}, {"speculative-algorithm", &ov.SpecAlgorithm}, {"baseline", &ov.Baseline}} {
-		if c.IsSet(s.flag) {
-			v := c.String(s.flag)
-			*s.dst = &v
+	}{{"model", f.Model, &ov.Model}, {"draft-model", f.DraftModel, &ov.DraftModel}, {"speculative-algorithm", f.SpecAlgorithm, &ov.SpecAlgorithm}, {"baseline", f.Baseline, &ov.Baseline}} {
+		if f.Given[s.flag] {
+			*s.dst = &s.v
 		}
 	}
 	for _, s := range []struct {
 		flag string
+		v    int
 		dst  **int
-	}{{"tp", &ov.TP}, {"speculative-num-steps", &ov.SpecSteps}, {"speculative-eagle-topk", &ov.SpecTopK},
-		{"speculative-num-draft-tokens", &ov.SpecDraftTokens}, {"num-prompts", &ov.NumPrompts}, {"max-new-tokens", &ov.MaxNewTokens},
-		{"trials", &ov.Trials}, {"warmup", &ov.Warmup}, {"agree-tokens", &ov.AgreeTokens}} {
-		if !c.IsSet(s.flag) {
+	}{{"tp", f.TP, &ov.TP}, {"speculative-num-steps", f.SpecSteps, &ov.SpecSteps}, {"speculative-eagle-topk", f.SpecTopK, &ov.SpecTopK},
+		{"speculative-num-draft-tokens", f.SpecDraftTokens, &ov.SpecDraftTokens}, {"num-prompts", f.NumPrompts, &ov.NumPrompts}, {"max-new-tokens", f.MaxNewTokens, &ov.MaxNewTokens},
+		{"trials", f.Trials, &ov.Trials}, {"warmup", f.Warmup, &ov.Warmup}, {"agree-tokens", f.AgreeTokens, &ov.AgreeTokens}} {
+		if !f.Given[s.flag] {
 			continue
 		}
-		v := c.Int(s.flag)
-		if err := bounds.Check(strings.ReplaceAll(s.flag, "-", "_"), int64(v)); err != nil {
+		if err := bounds.Check(strings.ReplaceAll(s.flag, "-", "_"), int64(s.v)); err != nil {
 			return ov, usagef("--%s %v", s.flag, err)
 		}
-		*s.dst = &v
+		*s.dst = &s.v
 	}
-	if c.IsSet("concurrency") {
-		l, err := recipes.ParseLevels(c.String("concurrency"))
+	if f.Given["concurrency"] {
+		l, err := recipes.ParseLevels(f.Concurrency)
 		if err != nil {
 			return ov, usagef("--concurrency %v", err)
 		}
 		ov.Concurrency = l
 	}
-	for _, d := range []string{"ready-timeout", "request-timeout"} {
-		if err := bounds.CheckDuration(strings.ReplaceAll(d, "-", "_"), c.Duration(d)); err != nil {
-			return ov, usagef("--%s %v", d, err)
+	for _, d := range []struct {
+		flag string
+		v    time.Duration
+	}{{"ready-timeout", f.ReadyTimeout}, {"request-timeout", f.RequestTimeout}} {
+		if err := bounds.CheckDuration(strings.ReplaceAll(d.flag, "-", "_"), d.v); err != nil {
+			return ov, usagef("--%s %v", d.flag, err)
 		}
 	}
-	if err := bounds.CheckFloat("agree_threshold", c.Float64("agree-threshold")); err != nil {
+	if err := bounds.CheckFloat("agree_threshold", f.AgreeThreshold); err != nil {
 		return ov, usagef("--agree-threshold %v (0 turns the check off)", err)
 	}
-	if p := pathFlag(c, "prompts"); p != "" {
+	if p := expandHome(f.Prompts); p != "" {
 		prompts, err := workload.Load(p)
 		if err != nil {
 			return ov, err
@@ -386,35 +450,73 @@ func benchOverrides(c *cli.Context) (bench.Overrides, error) {
 	return ov, nil
 }
 
-// benchOptions merges the recipe's [bench] table and the flags
-// (bench.FromRecipe), then the arms the flags add or change.
-func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Settings, error) {
-	ov, err := benchOverrides(c)
+// benchOpts turns bench's flags into options: the recipe's [bench] table
+// and the flags merged (bench.FromRecipe), then the arms the flags add or
+// change, and the report files. A value out of range, arms that cannot
+// run as asked, or a report file that cannot be written is a usage error.
+func benchOpts(f benchFlags) (benchOptions, error) {
+	r, err := f.load(f.Given)
 	if err != nil {
-		return bench.Options{}, report.Settings{}, err
+		return benchOptions{}, err
 	}
-	if u := c.String("url"); u != "" {
-		if err := bench.CheckURL(u); err != nil {
-			return bench.Options{}, report.Settings{}, usagef("--url %v", err)
+	o, err := benchSettings(f, r)
+	if err != nil {
+		return benchOptions{}, err
+	}
+	bo := benchOptions{Bench: o, Settings: report.SettingsOf(o), Tune: tuneFlags{Tune: expandHome(f.Tune), ForceTune: f.ForceTune},
+		Preflight: f.Preflight, Ext: expandHome(f.Ext), Python: f.Python,
+		Reports: benchReports{JSON: expandHome(f.JSON), Markdown: expandHome(f.Markdown), Benchfmt: expandHome(f.Benchfmt), Plot: expandHome(f.Plot)}}
+	if bo.Ext != "" {
+		bo.TuneInputs = append(bo.TuneInputs, "--ext", bo.Ext)
+	}
+	if f.Given["python"] {
+		bo.TuneInputs = append(bo.TuneInputs, "--python", f.Python)
+	}
+	for _, p := range []struct{ flag, path string }{{"json", bo.Reports.JSON}, {"markdown", bo.Reports.Markdown}, {"benchfmt", bo.Reports.Benchfmt}} {
+		if p.path != "" {
+			if err := safefs.CanWrite(p.path); err != nil {
+				return benchOptions{}, usagef("--%s: %v", p.flag, err)
+			}
 		}
 	}
-	if c.String("url") != "" && c.String("launch-cmd") != "" {
-		return bench.Options{}, report.Settings{}, usagef("--url attaches to a running server and --launch-cmd starts one: pass one of them")
+	if p := bo.Reports.Plot; p != "" {
+		if err := history.PlotFormat(p); err != nil {
+			return benchOptions{}, usagef("--plot %v", err)
+		}
+	}
+	return bo, nil
+}
+
+// benchSettings merges the recipe's [bench] table and the flags
+// (bench.FromRecipe), then the arms the flags add or change.
+func benchSettings(f benchFlags, r *recipes.Recipe) (bench.Options, error) {
+	ov, err := benchOverrides(f)
+	if err != nil {
+		return bench.Options{}, err
+	}
+	if u := f.URL; u != "" {
+		if err := bench.CheckURL(u); err != nil {
+			return bench.Options{}, usagef("--url %v", err)
+		}
+	}
+	if f.URL != "" && f.LaunchCmd != "" {
+		return bench.Options{}, usagef("--url attaches to a running server and --launch-cmd starts one: pass one of them")
 	}
 	o, err := bench.FromRecipe(r.Bench, ov)
 	if err != nil {
-		return o, report.Settings{}, usagef("%v", err)
+		return o, usagef("%v", err)
 	}
+	o.Force = f.Force
 	arms := map[string]*bench.Arm{}
 	var order []string
 	for i := range o.Arms {
 		arms[o.Arms[i].Name] = &o.Arms[i]
 		order = append(order, o.Arms[i].Name)
 	}
-	for _, spec := range *c.Generic("arm").(*armFlag) {
+	for _, spec := range f.Arms {
 		name, err := parseArm(spec, arms)
 		if err != nil {
-			return o, report.Settings{}, usageError{err}
+			return o, usageError{err}
 		}
 		if !slices.Contains(order, name) {
 			order = append(order, name)
@@ -424,13 +526,13 @@ func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Sett
 	for _, name := range order {
 		a := arms[name]
 		if a.Python == "" {
-			a.Python = c.String("python")
+			a.Python = f.Python
 		}
-		if a.URL == "" && c.String("url") != "" {
-			a.URL = c.String("url")
+		if a.URL == "" && f.URL != "" {
+			a.URL = f.URL
 		}
-		if a.LaunchCmd == "" && c.String("launch-cmd") != "" {
-			a.LaunchCmd = c.String("launch-cmd")
+		if a.LaunchCmd == "" && f.LaunchCmd != "" {
+			a.LaunchCmd = f.LaunchCmd
 		}
 		out = append(out, *a)
 	}
@@ -438,14 +540,14 @@ func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Sett
 	for _, a := range o.Arms {
 		// Arguments for the built-in launch would be dropped silently.
 		if len(a.Args) > 0 && a.URL != "" {
-			return o, report.Settings{}, usagef("arm %s attaches to %s, so its server arguments (%s) would not apply: start that server with them, or launch the arm", a.Name, a.URL, strings.Join(a.Args, " "))
+			return o, usagef("arm %s attaches to %s, so its server arguments (%s) would not apply: start that server with them, or launch the arm", a.Name, a.URL, strings.Join(a.Args, " "))
 		}
 		if len(a.Args) > 0 && a.LaunchCmd != "" {
-			return o, report.Settings{}, usagef("arm %s: its server arguments (%s) are for the built-in launch (python -m sglang.launch_server); with a launch command, put them in it (--arm %s:launch-cmd=...)", a.Name, strings.Join(a.Args, " "), a.Name)
+			return o, usagef("arm %s: its server arguments (%s) are for the built-in launch (python -m sglang.launch_server); with a launch command, put them in it (--arm %s:launch-cmd=...)", a.Name, strings.Join(a.Args, " "), a.Name)
 		}
 	}
 	// One server for several arms measures the server against itself.
-	if u := c.String("url"); u != "" && len(o.Arms) > 1 {
+	if u := f.URL; u != "" && len(o.Arms) > 1 {
 		shared := 0
 		for _, a := range o.Arms {
 			if a.URL == u {
@@ -453,105 +555,88 @@ func benchOptions(c *cli.Context, r *recipes.Recipe) (bench.Options, report.Sett
 			}
 		}
 		if shared > 1 {
-			return o, report.Settings{}, usagef("--url %s would serve %d arms, so the A/B would compare one server with itself (and no arm's env applies); give each arm its own server: --arm NAME:url=URL, or --launch-cmd", u, shared)
+			return o, usagef("--url %s would serve %d arms, so the A/B would compare one server with itself (and no arm's env applies); give each arm its own server: --arm NAME:url=URL, or --launch-cmd", u, shared)
 		}
 	}
 	if err := o.CheckArms(); err != nil {
-		return o, report.Settings{}, usageError{err}
+		return o, usageError{err}
 	}
 	if o.Baseline != "" && !slices.Contains(order, o.Baseline) {
-		return o, report.Settings{}, usagef("--baseline %q is not an arm (arms: %s)", o.Baseline, strings.Join(order, ", "))
+		return o, usagef("--baseline %q is not an arm (arms: %s)", o.Baseline, strings.Join(order, ", "))
 	}
 	for _, a := range o.Arms {
 		if a.URL == "" && a.LaunchCmd == "" && o.Model == "" {
-			return o, report.Settings{}, usagef("arm %s needs a server: pass --model (and --draft-model) to launch SGLang, --launch-cmd TEMPLATE, or --url URL", a.Name)
+			return o, usagef("arm %s needs a server: pass --model (and --draft-model) to launch SGLang, --launch-cmd TEMPLATE, or --url URL", a.Name)
 		}
 	}
-	return o, report.SettingsOf(o), nil
+	return o, nil
 }
 
-func runBench(c *cli.Context) error {
-	r, err := loadRecipe(c)
+// benchRun applies the tune, runs the bench (after the preflight), prints
+// the table and writes the reports. An INVALID or slower arm is a failure
+// (exit 1); a server that failed, or an interrupted run, exit 4.
+func benchRun(ctx context.Context, bo benchOptions, s streams) error {
+	o, settings := bo.Bench, bo.Settings
+	tuned, err := applyTune(ctx, &o, bo.Tune, bo.TuneInputs, s.Err)
 	if err != nil {
 		return err
 	}
-	o, settings, err := benchOptions(c, r)
-	if err != nil {
-		return err
-	}
-	tuned, err := applyTune(c, &o)
-	if err != nil {
-		return err
-	}
-	if c.Bool("preflight") && skipTunedPreflight(c, tuned) {
+	if bo.Preflight && skipTunedPreflight(s.Err, tuned) {
 		// The tune keeps NCCL at every size: no custom allreduce to check.
-	} else if c.Bool("preflight") {
-		ext := pathFlag(c, "ext")
-		if ext == "" {
+	} else if bo.Preflight {
+		if bo.Ext == "" {
 			return usagef("--preflight needs --ext PATH, the allreduce extension from arpatch build --allreduce-ext")
 		}
 		tp := o.TP
 		o.Preflight = func(ctx context.Context) (*allreduce.Report, error) {
 			v := allreduce.Verify{Count: 122, Shape: allreduce.Shape{Tokens: 4, Hidden: 5120, ElemBytes: 2}}
 			v.Bytes = v.Shape.Bytes()
-			ao := allreduce.Options{Python: c.String("python"), WorldSize: tp, Sizes: []int{v.Bytes}, Impls: allreduce.KnownImpls,
-				Branches: []string{"pcie"}, Modes: []string{"graph"}, Ext: ext, Timeout: 10 * time.Minute, NCCLDebug: true}
-			tunePreflight(tuned, &ao, v, c.App.ErrWriter)
+			ao := allreduce.Options{Python: bo.Python, WorldSize: tp, Sizes: []int{v.Bytes}, Impls: allreduce.KnownImpls,
+				Branches: []string{"pcie"}, Modes: []string{"graph"}, Ext: bo.Ext, Timeout: 10 * time.Minute, NCCLDebug: true}
+			tunePreflight(tuned, &ao, v, s.Err)
 			run, err := allreduce.Execute(ctx, ao)
 			if err != nil {
 				return nil, err
 			}
 			rep := allreduce.NewReport(ao, v, run, arpatchVersion())
-			rep.WriteTable(c.App.ErrWriter)
+			rep.WriteTable(s.Err)
 			return rep, nil
 		}
 	}
-	for _, f := range []string{"json", "markdown", "benchfmt"} {
-		if p := pathFlag(c, f); p != "" {
-			if err := safefs.CanWrite(p); err != nil {
-				return usagef("--%s: %v", f, err)
-			}
-		}
-	}
-	if p := pathFlag(c, "plot"); p != "" {
-		if err := history.PlotFormat(p); err != nil {
-			return usagef("--plot %v", err)
-		}
-	}
-	o.Progress = bench.ShowProgress(c.App.ErrWriter)
+	o.Progress = bench.ShowProgress(s.Err)
 	o.Self = selfPath()
-	res, err := bench.Run(c.Context, o)
-	interrupted := c.Context.Err() != nil
+	res, err := bench.Run(ctx, o)
+	interrupted := ctx.Err() != nil
 	if interrupted {
 		err = fmt.Errorf("interrupted: the servers were stopped; no result")
 	}
 	if err == nil && res != nil && len(res.Arms) > 0 && res.Arms[0].Levels != nil {
-		report.WriteTable(c.App.Writer, res, settings)
+		report.WriteTable(s.Out, res, settings)
 	}
 	if res != nil {
 		doc := report.NewDocument(res, settings, arpatchVersion())
 		if err != nil {
 			doc.Error = err.Error()
 		}
-		if werr := writeReports(c, doc, res, settings, err == nil); werr != nil && err == nil {
+		if werr := writeReports(bo.Reports, doc, res, settings, err == nil); werr != nil && err == nil {
 			err = werr
 		}
 	}
 	if err != nil {
 		var ie *bench.InfraError
-		if interrupted && pathFlag(c, "json") != "" {
+		if interrupted && bo.Reports.JSON != "" {
 			// Said on the terminal only: the JSON's error field is the
 			// file itself.
-			err = fmt.Errorf("%v (%s says so)", err, pathFlag(c, "json"))
+			err = fmt.Errorf("%v (%s says so)", err, bo.Reports.JSON)
 		}
 		if errors.As(err, &ie) || interrupted {
-			return cli.Exit(err.Error(), exitInfra)
+			return exitWith(exitInfra, err.Error())
 		}
 		return err
 	}
 	for _, a := range res.Arms {
 		if a.Verdict.Fails() {
-			return cli.Exit("", exitFailure)
+			return exitWith(exitFailure, "")
 		}
 	}
 	return nil
@@ -560,17 +645,17 @@ func runBench(c *cli.Context) error {
 // writeReports writes the report files asked for. A run that did not
 // finish (complete false) writes only the JSON, marked with its error:
 // the markdown and benchfmt files hold results, and it has none.
-func writeReports(c *cli.Context, doc *report.Document, res *bench.Result, s report.Settings, complete bool) error {
+func writeReports(files benchReports, doc *report.Document, res *bench.Result, s report.Settings, complete bool) error {
 	for _, f := range []struct {
-		flag  string
-		write func(io.Writer) error
+		flag, path string
+		write      func(io.Writer) error
 	}{
-		{"json", doc.WriteJSON},
-		{"markdown", func(w io.Writer) error { return report.WriteMarkdown(w, res, s) }},
-		{"benchfmt", func(w io.Writer) error { return report.WriteBenchfmt(w, res, s) }},
-		{"plot", nil},
+		{"json", files.JSON, doc.WriteJSON},
+		{"markdown", files.Markdown, func(w io.Writer) error { return report.WriteMarkdown(w, res, s) }},
+		{"benchfmt", files.Benchfmt, func(w io.Writer) error { return report.WriteBenchfmt(w, res, s) }},
+		{"plot", files.Plot, nil},
 	} {
-		p := pathFlag(c, f.flag)
+		p := f.path
 		if p == "" || (!complete && f.flag != "json") {
 			continue
 		}

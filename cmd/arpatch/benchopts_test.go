@@ -1,13 +1,10 @@
 package main
 
 import (
-	"context"
 	"os"
 	"path/filepath"
 	"reflect"
 	"testing"
-
-	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/nightly"
@@ -37,18 +34,11 @@ func TestBenchOptionsAgreeWithNightly(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	var fromCLI bench.Options
-	cmd := benchCommand()
-	cmd.Before = nil
-	cmd.Action = func(c *cli.Context) error {
-		fromCLI, _, err = benchOptions(c, pcie)
-		return err
-	}
-	app := &cli.App{Name: "arpatch", Commands: []*cli.Command{cmd}}
-	if err := app.RunContext(context.Background(), []string{"arpatch", "bench", "--model", "/m", "--draft-model", "/d-eagle3", "--trials", "3",
-		"--num-prompts", "6", "--max-new-tokens", "64", "--concurrency", "1,4,16", "--warmup", "0"}); err != nil {
+	cli, err := optsOf(t, benchOpts, "arpatch bench --model /m --draft-model /d-eagle3 --trials 3 --num-prompts 6 --max-new-tokens 64 --concurrency 1,4,16 --warmup 0")
+	if err != nil {
 		t.Fatal(err)
 	}
+	fromCLI := cli.Bench
 	type shape struct {
 		Model, DraftModel, SpecAlgorithm                       string
 		TP, SpecSteps, SpecTopK, SpecDraftTokens, MaxNewTokens int

@@ -71,11 +71,6 @@ func (f recipeFlags) load(g given) (*recipes.Recipe, error) {
 	return r, nil
 }
 
-// loadRecipe returns the recipe chosen by --recipe-file or --recipe.
-func loadRecipe(c *cli.Context) (*recipes.Recipe, error) {
-	return recipeFlags{c.String("recipe"), c.String("recipe-file")}.load(given{"recipe": c.IsSet("recipe")})
-}
-
 // recipeFile reads a recipe file: one that is missing, malformed or out
 // of range is the invocation's mistake (exit 2), as a bad flag is; exit 1
 // means an INVALID or slower arm, a failed check.

@@ -159,18 +159,10 @@ Exit codes:
 	}
 }
 
-// stateFlag returns a path flag's value when given, else name inside the
-// state directory (internal/statedir): working files go into the current
-// directory only when the user names it.
-func stateFlag(c *cli.Context, flag, name string) (string, error) {
-	if c.IsSet(flag) {
-		return pathFlag(c, flag), nil
-	}
-	return stateDirFlag(flag, "", name)
-}
-
 // stateDirFlag returns the value v of a path flag (~ expanded) when
-// given, else name inside the state directory (internal/statedir).
+// given, else name inside the state directory (internal/statedir):
+// working files go into the current directory only when the user names
+// it. No state directory is a usage error naming flag.
 func stateDirFlag(flag, v, name string) (string, error) {
 	if v != "" {
 		return expandHome(v), nil

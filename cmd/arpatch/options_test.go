@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
+	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/testrepo"
@@ -362,5 +363,66 @@ func TestTuneAllreduceOpts(t *testing.T) {
 		{"arpatch tune allreduce --reps 0", exitUsage, []string{"--reps 0: use 1 or more"}},
 		{"arpatch tune allreduce --out " + dir + "/file/t.env", exitUsage, []string{"--out:"}},
 		{"arpatch tune allreduce --recipe nosuch", exitUsage, []string{`--recipe: no recipe named "nosuch"`}},
+	})
+}
+
+func TestBenchOpts(t *testing.T) {
+	t.Setenv("HOME", "/home/u")
+	t.Setenv("ARPATCH_STATE", "/state")
+	o, err := optsOf(t, benchOpts, "arpatch bench --model /m --draft-model /d")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b := o.Bench
+	var names []string
+	for _, a := range b.Arms {
+		names = append(names, a.Name)
+		if a.Python != "python3" || a.URL != "" || a.LaunchCmd != "" {
+			t.Errorf("arm %+v", a)
+		}
+	}
+	// The pcie recipe's [bench]: TP 8, arms baseline and pcie.
+	if b.Model != "/m" || b.DraftModel != "/d" || b.TP != 8 || !reflect.DeepEqual(names, []string{"baseline", "pcie"}) || b.Arms[1].Env["SGLANG_FORCE_CUSTOM_AR_PCIE"] != "1" ||
+		b.LogDir != "/state/bench-logs" || !b.Interleave || b.Force || b.AgreeTokens != sglang.DefaultAgreeTokens ||
+		o.Preflight || o.Tune != (tuneFlags{}) || len(o.TuneInputs) != 0 || o.Reports != (benchReports{}) || o.Settings.TP != 8 {
+		t.Errorf("defaults: %+v", o)
+	}
+	dir := t.TempDir()
+	o, err = optsOf(t, benchOpts, "arpatch bench --recipe baseline --tp 2 --trials 3 --warmup 0 --concurrency 1,4 --no-interleave --launch-cmd 'fake --port {port}' "+
+		"--arm 'algo1:env.SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage,python=py1' --baseline baseline --python py --agree-tokens 16 --log-dir ~/logs "+
+		"--preflight --ext ~/x.so --force --tune ~/t.env --force-tune --json "+dir+"/b.json --markdown "+dir+"/b.md --benchfmt "+dir+"/b.txt --plot "+dir+"/b.svg")
+	if err != nil {
+		t.Fatal(err)
+	}
+	b = o.Bench
+	last := b.Arms[len(b.Arms)-1]
+	if b.TP != 2 || b.Trials != 3 || b.Warmup != 0 || !reflect.DeepEqual(b.Concurrency, []int{1, 4}) || b.Interleave || b.Baseline != "baseline" || b.AgreeTokens != 16 || b.LogDir != "/home/u/logs" || !b.Force ||
+		last.Name != "algo1" || last.Python != "py1" || last.LaunchCmd != "fake --port {port}" || last.Env["SGLANG_CUSTOM_ALLREDUCE_ALGO"] != "1stage" || b.Arms[0].Python != "py" ||
+		!o.Preflight || o.Ext != "/home/u/x.so" || o.Python != "py" || o.Tune != (tuneFlags{Tune: "/home/u/t.env", ForceTune: true}) ||
+		!reflect.DeepEqual(o.TuneInputs, []string{"--ext", "/home/u/x.so", "--python", "py"}) ||
+		o.Reports != (benchReports{JSON: dir + "/b.json", Markdown: dir + "/b.md", Benchfmt: dir + "/b.txt", Plot: dir + "/b.svg"}) {
+		t.Errorf("flags: %+v", o)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	launch := " --launch-cmd 'fake {port}'"
+	refuses(t, benchOpts, []refusal{
+		{"arpatch bench", exitUsage, []string{"arm baseline needs a server", "pass --model (and --draft-model) to launch SGLang, --launch-cmd TEMPLATE, or --url URL"}},
+		{"arpatch bench --url http://h:1 --launch-cmd x", exitUsage, []string{"--url attaches to a running server and --launch-cmd starts one: pass one of them"}},
+		{"arpatch bench --url h:1", exitUsage, []string{"--url "}},
+		{"arpatch bench --url http://h:1", exitUsage, []string{"--url http://h:1 would serve 2 arms", "--arm NAME:url=URL, or --launch-cmd"}},
+		{"arpatch bench --arm 'x:bogus=1'" + launch, exitUsage, []string{`--arm x: unknown key "bogus"`}},
+		{"arpatch bench --arm 'x:args=--tp 2,launch-cmd=y'" + launch, exitUsage, []string{"--arm x: args= are server arguments for the built-in launch", "with launch-cmd= put them in the command"}},
+		{"arpatch bench --arm 'x:url=http://h:1,env.A=1'" + launch, exitUsage, []string{"--arm x: url= attaches to a running server, so env.VAR= would not apply"}},
+		{"arpatch bench --baseline nosuch" + launch, exitUsage, []string{`--baseline "nosuch" is not an arm (arms: baseline, pcie)`}},
+		{"arpatch bench --trials 0" + launch, exitUsage, []string{"--trials 0"}},
+		{"arpatch bench --agree-tokens 0" + launch, exitUsage, []string{"--agree-tokens 0"}},
+		{"arpatch bench --concurrency 4,1" + launch, exitUsage, []string{"--concurrency"}},
+		{"arpatch bench --agree-threshold 2" + launch, exitUsage, []string{"--agree-threshold", "(0 turns the check off)"}},
+		{"arpatch bench --ready-timeout 0s" + launch, exitUsage, []string{"--ready-timeout"}},
+		{"arpatch bench --plot b.txt" + launch, exitUsage, []string{"--plot"}},
+		{"arpatch bench --json " + dir + "/file/b.json" + launch, exitUsage, []string{"--json:"}},
+		{"arpatch bench --recipe nosuch" + launch, exitUsage, []string{`--recipe: no recipe named "nosuch"`}},
 	})
 }

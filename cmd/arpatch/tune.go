@@ -316,22 +316,16 @@ func loadTune(ctx context.Context, path string, ws int, force bool, sizes []int,
 	return f, nil
 }
 
-// applyTune loads --tune's file, checks its host (--force-tune overrides)
-// and sets its thresholds in every arm that opens the PCIe gate, printing
-// what it did; nil without --tune.
-func applyTune(c *cli.Context, o *bench.Options) (*tune.File, error) {
-	path := pathFlag(c, "tune")
-	if path == "" {
+// applyTune loads the tune file t names, checks its host (t.ForceTune
+// overrides) and sets its thresholds in every arm that opens the PCIe
+// gate, printing what it did to w; nil without a file. A file made on
+// another host is refused with the command that tunes here, repeating
+// inputs (e.g. "--ext", PATH).
+func applyTune(ctx context.Context, o *bench.Options, t tuneFlags, inputs []string, w io.Writer) (*tune.File, error) {
+	if t.Tune == "" {
 		return nil, nil
 	}
-	var inputs []string
-	if p := pathFlag(c, "ext"); p != "" {
-		inputs = append(inputs, "--ext", p)
-	}
-	if c.IsSet("python") {
-		inputs = append(inputs, "--python", c.String("python"))
-	}
-	f, err := loadTune(c.Context, path, o.TP, c.Bool("force-tune"), tune.ServingSizes(5120, max(o.SpecDraftTokens, 1)), c.App.ErrWriter, inputs...)
+	f, err := loadTune(ctx, t.Tune, o.TP, t.ForceTune, tune.ServingSizes(5120, max(o.SpecDraftTokens, 1)), w, inputs...)
 	if err != nil {
 		return nil, err
 	}
@@ -339,19 +333,19 @@ func applyTune(c *cli.Context, o *bench.Options) (*tune.File, error) {
 		a := &o.Arms[i]
 		var tuned bool
 		if a.Env, tuned = tunedEnv(a.Env, f.Thresholds); tuned {
-			fmt.Fprintf(c.App.ErrWriter, "  arm %s: %s\n", a.Name, strings.Join(f.Thresholds.Env(), " "))
+			fmt.Fprintf(w, "  arm %s: %s\n", a.Name, strings.Join(f.Thresholds.Env(), " "))
 		}
 	}
 	return f, nil
 }
 
-// skipTunedPreflight reports (and says) when a tune keeps NCCL at every
-// size, so the preflight has no custom allreduce to check.
-func skipTunedPreflight(c *cli.Context, f *tune.File) bool {
+// skipTunedPreflight reports (and says on w) when a tune keeps NCCL at
+// every size, so the preflight has no custom allreduce to check.
+func skipTunedPreflight(w io.Writer, f *tune.File) bool {
 	if f == nil || f.Thresholds.MaxBytes > 0 {
 		return false
 	}
-	fmt.Fprintln(c.App.ErrWriter, "preflight: the tune keeps NCCL at every size; no custom allreduce to check")
+	fmt.Fprintln(w, "preflight: the tune keeps NCCL at every size; no custom allreduce to check")
 	return true
 }
 
