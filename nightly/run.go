@@ -15,7 +15,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/shellq"
 
@@ -476,13 +475,9 @@ func preflight(cfg *Config, o Options) (*runInputs, error) {
 		return nil, fmt.Errorf("arms.b: recipe %s names series %q, which no series has as name or family (arpatch's embedded series%s)", b.Name, b.Series, besideDir(cfg))
 	}
 	if !o.SkipBuild {
-		archs := cfg.Build.Archs
-		if len(archs) == 0 {
-			archs = b.Build.Archs
-		}
-		as, err := cudaarch.Parse(archs)
+		bo, err := BuildOptions(cfg, o, b)
 		if err != nil {
-			return nil, fmt.Errorf("build.archs: %w", err)
+			return nil, err
 		}
 		// Against the pinned tree's CMake (the head's is checked by the
 		// build itself, after drift).
@@ -490,16 +485,20 @@ func preflight(cfg *Config, o Options) (*runInputs, error) {
 		// tree keeps it; a tree without a single project is refused by
 		// the build itself, naming what it looked for.
 		if cm := pinnedCMake(repo, b.Upstream.Commit); cm != "" {
-			if err := kernels.CheckUpstreamArchs(as, kernels.UpstreamArchs(cm)); err != nil {
+			if err := kernels.CheckUpstreamArchs(bo.Archs, kernels.UpstreamArchs(cm)); err != nil {
 				return nil, fmt.Errorf("build.archs: %w", err)
 			}
 		}
 		if err := lookPython(cfg.Build.Python, o.Env); err != nil {
 			return nil, fmt.Errorf("build.python: %w", err)
 		}
-		if d := cfg.Build.DepsDir; d != "" {
-			if fi, err := os.Stat(cfg.Path(d)); err != nil || !fi.IsDir() {
-				return nil, fmt.Errorf("build.deps_dir %s: not a directory", cfg.Path(d))
+		if d := bo.DepsDir; d != "" {
+			if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
+				key := "build.deps_dir"
+				if cfg.Build.DepsDir == "" {
+					key = fmt.Sprintf("arms.b: recipe %s's [build] deps_dir", b.Name)
+				}
+				return nil, fmt.Errorf("%s %s: not a directory", key, d)
 			}
 		}
 	}
@@ -872,28 +871,11 @@ func conflictDetail(rows []DriftRow, series, commit string) string {
 }
 
 func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recipes.Recipe, cat *patches.Catalog) []history.Check {
-	archs := cfg.Build.Archs
-	if len(archs) == 0 {
-		archs = b.Build.Archs
-	}
-	as, err := cudaarch.Parse(archs)
+	bo, err := BuildOptions(cfg, o, b)
 	if err != nil {
-		rep.Errors = append(rep.Errors, "build: "+err.Error())
+		rep.Errors = append(rep.Errors, err.Error())
 		rep.exit(ExitInfra)
-		return nil
-	}
-	cache := kernels.Cache{Dir: cfg.Path(cfg.Build.CacheDir)}
-	if cache.Dir == "" {
-		if cache.Dir, err = kernels.DefaultCacheDir(); err != nil {
-			rep.Errors = append(rep.Errors, "build: "+err.Error())
-			rep.exit(ExitInfra)
-			return nil
-		}
-	}
-	bo := kernels.BuildOptions{Archs: as, Jobs: cfg.Build.Jobs, Tool: cfg.Build.Tool, Offline: cfg.Build.Offline,
-		DepsDir: cfg.Path(cfg.Build.DepsDir), Python: cfg.Build.Python, Cache: cache, Env: o.Env, Launcher: o.Launcher, Version: o.Version}
-	if bo.Tool == "" {
-		bo.Tool = "auto"
+		return []history.Check{{Name: "build", Kind: history.KindBuild, Status: history.CheckFail, Detail: err.Error()}}
 	}
 	commit := ""
 	if cfg.Arms.Commit == "head" {
@@ -918,6 +900,27 @@ func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recip
 		rep.exit(ExitInfra)
 	}
 	return cs
+}
+
+// BuildOptions turns recipe B's [build] and nightly.toml's [build] into
+// the build's options with kernels.FromRecipe, as `arpatch build` does
+// with its flags: nightly.toml's archs, jobs, tool, deps_dir and offline
+// over the recipe's, with its python and cache_dir (relative paths are
+// relative to the config file). Both arms build with them: recipe B's
+// [build] is the build the patch needs. Errors name the config key
+// (build.archs, build.cache_dir, ...).
+func BuildOptions(cfg *Config, o Options, b *recipes.Recipe) (kernels.BuildOptions, error) {
+	c := cfg.Build
+	ov := kernels.BuildOverrides{Archs: c.Archs, Tool: c.Tool, DepsDir: cfg.Path(c.DepsDir), Offline: c.Offline, CacheDir: cfg.Path(c.CacheDir),
+		Python: c.Python, Env: o.Env, Launcher: o.Launcher, Version: o.Version}
+	if c.Jobs != 0 {
+		ov.Jobs = &c.Jobs
+	}
+	bo, err := kernels.FromRecipe(b.Build, ov)
+	if err != nil {
+		return bo, fmt.Errorf("build.%w", err)
+	}
+	return bo, nil
 }
 
 // refreshArms removes the nightly's A/B checkouts (work/a, work/b) when

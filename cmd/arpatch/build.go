@@ -2,6 +2,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -172,8 +173,9 @@ func buildOptsOf(f buildCmdFlags) (buildOptions, error) {
 }
 
 // optsFromRecipe is r's [build] table with the command-line flags over it
-// (g: the flags given), out the directory the wheel is copied to; a
-// --jobs, --tool or --arch out of range is a usage error.
+// (g: the flags given), out the directory the wheel is copied to, through
+// kernels.FromRecipe as nightly builds it; a --jobs, --tool or --arch out
+// of range is a usage error.
 func optsFromRecipe(f buildFlagValues, out string, g given, r *recipes.Recipe) (kernels.BuildOptions, error) {
 	if g["jobs"] && f.Jobs < 0 {
 		return kernels.BuildOptions{}, usagef("--jobs %d: use 1 or more, or 0 for one per CPU core", f.Jobs)
@@ -181,40 +183,28 @@ func optsFromRecipe(f buildFlagValues, out string, g given, r *recipes.Recipe) (
 	if g["tool"] && (f.Tool == "" || !recipes.ValidTool(f.Tool)) {
 		return kernels.BuildOptions{}, usagef("--tool %q: use auto, uv or pip", f.Tool)
 	}
-	archList, from := f.Arch, "--arch"
-	if len(archList) == 0 {
-		archList, from = r.Build.Archs, "recipe "+r.Name+" [build] archs"
-	}
-	archs, err := cudaarch.Parse(archList)
-	if err != nil {
-		return kernels.BuildOptions{}, usagef("%s: %w", from, err)
-	}
-	o := kernels.BuildOptions{
-		Src: expandHome(f.Src), Archs: archs, Jobs: r.Build.Jobs, Tool: r.Build.Tool,
-		Offline: r.Build.Offline || f.Offline, DepsDir: r.Build.DepsDir,
-		Python: f.Python, Out: expandHome(out), Version: arpatchVersion(),
-		Launcher: launcher(),
-	}
+	ov := kernels.BuildOverrides{Archs: f.Arch, Offline: f.Offline, CacheDir: expandHome(f.CacheDir),
+		Src: expandHome(f.Src), Out: expandHome(out), Python: f.Python, Launcher: launcher(), Version: arpatchVersion()}
 	if g["jobs"] {
-		o.Jobs = f.Jobs
+		ov.Jobs = &f.Jobs
 	}
 	if g["tool"] {
-		o.Tool = f.Tool
+		ov.Tool = f.Tool
 	}
 	if g["deps-dir"] {
-		o.DepsDir = expandHome(f.DepsDir)
+		ov.DepsDir = expandHome(f.DepsDir)
 	}
-	if o.Cache.Dir, err = cacheDirOf(f.CacheDir); err != nil {
-		return kernels.BuildOptions{}, err
-	}
-	// The build runs in the sgl-kernel project's directory: every path it
-	// gets must be absolute.
-	for _, p := range []*string{&o.Src, &o.Cache.Dir, &o.Out, &o.DepsDir} {
-		if *p != "" {
-			if *p, err = filepath.Abs(*p); err != nil {
-				return o, err
-			}
+	o, err := kernels.FromRecipe(r.Build, ov)
+	var se *kernels.SettingError
+	switch {
+	case errors.As(err, &se) && se.Setting == "archs":
+		from := "--arch"
+		if len(f.Arch) == 0 {
+			from = "recipe " + r.Name + " [build] archs"
 		}
+		return o, usagef("%s: %w", from, se.Err)
+	case err != nil:
+		return o, usageError{err}
 	}
 	return o, nil
 }

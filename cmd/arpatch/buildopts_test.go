@@ -1,0 +1,84 @@
+package main
+
+import (
+	"os"
+	"path/filepath"
+	"reflect"
+	"strings"
+	"testing"
+
+	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/kernels"
+	"github.com/arpatch/arpatch/nightly"
+	"github.com/arpatch/arpatch/recipes"
+)
+
+// TestBuildOptionsAgreeWithNightly: `arpatch build` and a nightly turn
+// the same recipe into the same build (kernels.FromRecipe is the one
+// place for both): with the recipe's [build] alone, and with flags and
+// nightly.toml's [build] giving the same values over it.
+func TestBuildOptionsAgreeWithNightly(t *testing.T) {
+	dir := t.TempDir()
+	t.Setenv("ARPATCH_CACHE", filepath.Join(dir, "cache"))
+	for _, d := range []string{"recipe-deps", "deps"} {
+		if err := os.Mkdir(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	pcie, err := recipes.Embedded("pcie")
+	if err != nil {
+		t.Fatal(err)
+	}
+	pcie.Build.Jobs, pcie.Build.Tool, pcie.Build.DepsDir, pcie.Build.Offline = 6, "pip", filepath.Join(dir, "recipe-deps"), true
+	fromCLI := func(args ...string) kernels.BuildOptions {
+		t.Helper()
+		o, err := optsOf(t, func(f buildCmdFlags) (kernels.BuildOptions, error) {
+			return optsFromRecipe(f.buildFlagValues, f.Out, f.Given, pcie)
+		}, strings.Join(append([]string{"arpatch", "build"}, args...), " "))
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	fromNightly := func(build string) kernels.BuildOptions {
+		t.Helper()
+		p := filepath.Join(dir, "nightly.toml")
+		if err := os.WriteFile(p, []byte("[arms]\na = \"baseline\"\nb = \"pcie\"\n[build]\n"+build), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := nightly.LoadConfig(p)
+		if err != nil {
+			t.Fatal(err)
+		}
+		o, err := nightly.BuildOptions(cfg, nightly.Options{Launcher: launcher(), Version: arpatchVersion()}, pcie)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return o
+	}
+	for _, tc := range []struct {
+		name  string
+		flags []string
+		toml  string
+		archs []string
+		want  kernels.BuildOptions // Jobs, Tool, Offline, DepsDir, Python, Cache
+	}{
+		{"the recipe's [build]", nil, "", []string{"120a"},
+			kernels.BuildOptions{Jobs: 6, Tool: "pip", Offline: true, DepsDir: filepath.Join(dir, "recipe-deps"), Python: "python3", Cache: kernels.Cache{Dir: filepath.Join(dir, "cache")}}},
+		{"flags and nightly.toml over it",
+			[]string{"--arch", "90a,120a", "--jobs", "3", "--tool", "uv", "--deps-dir", filepath.Join(dir, "deps"), "--python", "/opt/py/bin/python3", "--cache-dir", filepath.Join(dir, "c2")},
+			"archs = [\"120a\", \"90a\"]\njobs = 3\ntool = \"uv\"\ndeps_dir = \"deps\"\npython = \"/opt/py/bin/python3\"\ncache_dir = \"c2\"\n",
+			[]string{"120a", "90a"},
+			kernels.BuildOptions{Jobs: 3, Tool: "uv", Offline: true, DepsDir: filepath.Join(dir, "deps"), Python: "/opt/py/bin/python3", Cache: kernels.Cache{Dir: filepath.Join(dir, "c2")}}},
+	} {
+		c, n := fromCLI(tc.flags...), fromNightly(tc.toml)
+		c.Src = "" // --src; the nightly's ABBuild sets each arm's checkout
+		if !reflect.DeepEqual(c, n) {
+			t.Errorf("%s:\narpatch build: %+v\nnightly:       %+v", tc.name, c, n)
+		}
+		got := kernels.BuildOptions{Jobs: n.Jobs, Tool: n.Tool, Offline: n.Offline, DepsDir: n.DepsDir, Python: n.Python, Cache: n.Cache}
+		if !reflect.DeepEqual(got, tc.want) || !reflect.DeepEqual(cudaarch.Strings(n.Archs), tc.archs) {
+			t.Errorf("%s: options %+v archs %v, want %+v archs %v", tc.name, got, n.Archs, tc.want, tc.archs)
+		}
+	}
+}
