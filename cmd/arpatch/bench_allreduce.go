@@ -161,24 +161,23 @@ func checkWorldSize(ws int) error {
 
 // benchAllreduceRun runs bench.py, prints the table and writes the JSON
 // report; a WRONG, hung or failed case is a failure (exit 1).
-func benchAllreduceRun(ctx context.Context, o benchAllreduceOptions, s streams) error {
+func benchAllreduceRun(ctx context.Context, o benchAllreduceOptions, s streams) (err error) {
 	opts := o.Run
 	needsExt := false
 	for _, i := range opts.Impls {
 		needsExt = needsExt || strings.HasPrefix(i, "custom")
 	}
-	var err error
 	if needsExt {
 		if opts.Ext, err = o.Ext.find(ctx); err != nil {
 			return err
 		}
 	}
 	if o.Log != "" {
-		f, err := os.Create(o.Log)
-		if err != nil {
-			return err
+		f, ferr := os.Create(o.Log)
+		if ferr != nil {
+			return ferr
 		}
-		defer f.Close()
+		defer closeWritten(&err, f, "--log") // err: the result, not a shadow
 		opts.Log = f
 	}
 	fmt.Fprintf(s.Err, "running %s on %d ranks (timeout %s)...\n", strings.Join(opts.Impls, ", "), opts.WorldSize, opts.Timeout)

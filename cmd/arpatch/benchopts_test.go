@@ -25,7 +25,9 @@ func TestBenchOptionsAgreeWithNightly(t *testing.T) {
 	}
 	dir := t.TempDir()
 	p := filepath.Join(dir, "nightly.toml")
-	os.WriteFile(p, []byte("[bench]\nmodel = \"/m\"\ndraft_model = \"/d-eagle3\"\ntrials = 3\nnum_prompts = 6\nmax_new_tokens = 64\nconcurrency = [1, 4, 16]\nwarmup = 0\n"), 0o644)
+	if err := os.WriteFile(p, []byte("[bench]\nmodel = \"/m\"\ndraft_model = \"/d-eagle3\"\ntrials = 3\nnum_prompts = 6\nmax_new_tokens = 64\nconcurrency = [1, 4, 16]\nwarmup = 0\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	cfg, err := nightly.LoadConfig(p)
 	if err != nil {
 		t.Fatal(err)

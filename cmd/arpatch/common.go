@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -108,6 +109,15 @@ func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(v)
+}
+
+// closeWritten closes f, a file the command wrote (named by flag), and
+// when *err is nil sets it to Close's error: a report or log that did not
+// reach the disk fails the command. Use it deferred, with a named result.
+func closeWritten(err *error, f *os.File, flag string) {
+	if cerr := f.Close(); cerr != nil && *err == nil {
+		*err = fmt.Errorf("%s %s: %w", flag, f.Name(), cerr)
+	}
 }
 
 // pathFlag returns a path flag's value with "~/" expanded.

@@ -71,7 +71,9 @@ func docWords(line string) (env, args []string, err error) {
 	var p bytes.Buffer
 	for _, a := range call.Assigns {
 		p.Reset()
-		syntax.NewPrinter().Print(&p, a.Value)
+		if err := syntax.NewPrinter().Print(&p, a.Value); err != nil {
+			return nil, nil, err
+		}
 		v, err := shell.Fields(p.String(), keepVars)
 		if err != nil {
 			return nil, nil, err
@@ -80,7 +82,9 @@ func docWords(line string) (env, args []string, err error) {
 	}
 	for _, w := range call.Args {
 		p.Reset()
-		syntax.NewPrinter().Print(&p, w)
+		if err := syntax.NewPrinter().Print(&p, w); err != nil {
+			return nil, nil, err
+		}
 		v, err := shell.Fields(p.String(), keepVars)
 		if err != nil {
 			return nil, nil, err

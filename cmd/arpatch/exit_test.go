@@ -13,7 +13,9 @@ import (
 // TestExitCodes checks the documented exit codes: 0 ok, 1 failure, 2 usage.
 func TestExitCodes(t *testing.T) {
 	repo := t.TempDir()
-	testrepo.WriteFiles(repo, map[string]string{"README": "x\n"})
+	if err := testrepo.WriteFiles(repo, map[string]string{"README": "x\n"}); err != nil {
+		t.Fatal(err)
+	}
 	if _, err := testrepo.Init(repo); err != nil {
 		t.Fatal(err)
 	}

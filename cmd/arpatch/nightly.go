@@ -116,7 +116,7 @@ func historyCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					defer s.Close()
+					defer func() { _ = s.Close() }() // read only
 					runs, err := s.Runs(c.Int("limit"))
 					if err != nil {
 						return err
@@ -149,7 +149,7 @@ func historyCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					defer s.Close()
+					defer func() { _ = s.Close() }() // read only
 					d, err := s.Show(id)
 					if err != nil {
 						return err
@@ -172,7 +172,7 @@ func historyCommand() *cli.Command {
 					if err != nil {
 						return err
 					}
-					defer s.Close()
+					defer func() { _ = s.Close() }() // read only
 					rows, err := s.Export()
 					if err != nil {
 						return err
@@ -211,7 +211,7 @@ bench results), the metric against the concurrency levels it swept.`,
 					if err != nil {
 						return err
 					}
-					defer s.Close()
+					defer func() { _ = s.Close() }() // read only: the plot is a file of its own
 					sel := history.Series{HardwareKey: c.String("hardware"), Workload: c.String("workload"), Level: c.Int("concurrency")}
 					switch c.String("x") {
 					case "time":
@@ -248,7 +248,7 @@ new level: later nights then compare with it and the runs after it.`,
 					if err != nil {
 						return err
 					}
-					defer s.Close()
+					defer func() { _ = s.Close() }() // Accept's one write is committed or reported
 					if err := s.Accept(id); err != nil {
 						return err
 					}

@@ -1,9 +1,9 @@
 package main
 
 import (
+	"bytes"
 	"context"
 	"fmt"
-	"os"
 	"path/filepath"
 	"strings"
 
@@ -147,23 +147,11 @@ func portRun(_ context.Context, o portOptions, s streams) error {
 	w := s.Out
 	rep.WriteText(w)
 	if jsonOut != "" {
-		f, err := os.CreateTemp(filepath.Dir(jsonOut), ".port-*.json")
-		if err != nil {
+		var b bytes.Buffer
+		if err := writeJSON(&b, rep); err != nil {
 			return err
 		}
-		defer os.Remove(f.Name())
-		if err := writeJSON(f, rep); err != nil {
-			f.Close()
-			return err
-		}
-		if err := f.Close(); err != nil {
-			return err
-		}
-		// CreateTemp makes it 0600; a report is 0644, as the others.
-		if err := os.Chmod(f.Name(), 0o644); err != nil {
-			return err
-		}
-		if err := os.Rename(f.Name(), jsonOut); err != nil {
+		if err := safefs.WriteFile(jsonOut, b.Bytes(), 0o644); err != nil {
 			return err
 		}
 	}

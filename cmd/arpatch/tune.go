@@ -177,7 +177,7 @@ func tuneAllreduceOpts(f tuneAllreduceFlags) (tuneAllreduceOptions, error) {
 // tuneAllreduceRun tunes on this host, prints the choice and writes the
 // env file and the JSON report; a wrong sum, a hang or an extension that
 // takes a bad threshold is a failure (exit 1).
-func tuneAllreduceRun(ctx context.Context, to tuneAllreduceOptions, s streams) error {
+func tuneAllreduceRun(ctx context.Context, to tuneAllreduceOptions, s streams) (err error) {
 	o := to.Tune
 	ext, err := to.Ext.find(ctx)
 	if err != nil {
@@ -187,11 +187,11 @@ func tuneAllreduceRun(ctx context.Context, to tuneAllreduceOptions, s streams) e
 	o.Host = discoverHost(ctx)
 	o.Progress = func(msg string) { fmt.Fprintln(s.Err, msg+"...") }
 	if to.Log != "" {
-		f, err := os.Create(to.Log)
-		if err != nil {
-			return err
+		f, ferr := os.Create(to.Log)
+		if ferr != nil {
+			return ferr
 		}
-		defer f.Close()
+		defer closeWritten(&err, f, "--log") // err: the result, not a shadow
 		o.Bench.Log = f
 	}
 	res, err := tune.Run(ctx, o)

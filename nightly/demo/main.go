@@ -138,7 +138,7 @@ plot = "out/tok_s.svg"
 	must(err)
 	must(store.Plot(stats.TokS, filepath.Join(abs, "out", "tok_s.svg"), history.Series{}))
 	must(store.Plot(stats.TokS, filepath.Join(abs, "out", "tok_s.png"), history.Series{}))
-	store.Close()
+	must(store.Close())
 	fmt.Printf("\nexit code %d; reports in %s: nightly.json, summary.md, github-benchmark-{bigger,smaller}.json, bencher.json, junit.xml, tok_s.svg, tok_s.png\n", rep.ExitCode, filepath.Join(*dir, "out"))
 	os.Exit(rep.ExitCode)
 }
