@@ -40,7 +40,8 @@ type Series struct {
 
 // Points returns, per arm, one point per complete or failed run (not
 // incomplete ones) of the series' hardware and workload, oldest first,
-// and the series it used.
+// and the series it used. metric is a stats.Table name; a run stored
+// before the metric existed (NULL) gives no point for it.
 func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, error) {
 	if _, err := column(metric); err != nil {
 		return nil, sel, err
