@@ -3,6 +3,7 @@ package history
 import (
 	"bytes"
 	"encoding/json"
+	"os"
 	"path/filepath"
 	"reflect"
 	"regexp"
@@ -151,6 +152,16 @@ func TestMigrationFromV4(t *testing.T) {
 	if err != nil || !reflect.DeepEqual(d.Arms[0].Trials[0].Values, want) {
 		t.Fatalf("old trial: %+v %v", d, err)
 	}
+	// Only the old run: no TPOT p99 to plot, and the errors say why.
+	if err := s.Plot("tpot_ms_p99", filepath.Join(filepath.Dir(p), "x.svg"), Series{}); err == nil || !strings.Contains(err.Error(), "runs recorded before tpot_ms_p99 existed have none of it") {
+		t.Errorf("plot without values: %v", err)
+	}
+	if _, _, err := s.LevelCurves("tpot_ms_p99", Series{}, 0); err == nil || !strings.Contains(err.Error(), "has no run with tpot_ms_p99 to plot: arpatch versions from before that metric recorded its runs") {
+		t.Errorf("curves without values: %v", err)
+	}
+	if pts, _, err := s.Points("tok_s", Series{}); err != nil || len(pts["pcie"]) != 1 || pts["pcie"][0].Center != 90.5 {
+		t.Errorf("tok_s of the old run: %+v %v", pts, err)
+	}
 	// Tonight's run, by this arpatch, with TPOT p99.
 	id, _ := s.BeginRun(Run{HardwareKey: "hw", Workload: "w", StartedAt: time.Date(2026, 11, 2, 3, 0, 0, 0, time.UTC)})
 	now := map[string]float64{"tok_s": 91, "tpot_ms": 11, "tpot_ms_p99": 14.5}
@@ -174,6 +185,20 @@ func TestMigrationFromV4(t *testing.T) {
 	}
 	if pts, _, err := s.Points("tok_s", Series{}); err != nil || len(pts["pcie"]) != 2 {
 		t.Errorf("tok_s points: %+v %v", pts, err)
+	}
+	curves, run, err := s.LevelCurves("tpot_ms_p99", Series{}, 0)
+	if err != nil || run != id || len(curves) != 1 || len(curves[0].Points) != 1 || curves[0].Points[0].Center != 14.5 {
+		t.Errorf("tpot_ms_p99 against concurrency: %+v run %d %v", curves, run, err)
+	}
+	if _, _, err := s.LevelCurves("tpot_ms_p99", Series{}, 1); err == nil || !strings.Contains(err.Error(), "run 1 has no tpot_ms_p99: an arpatch from before that metric recorded it") {
+		t.Errorf("tpot_ms_p99 of the old run: %v", err)
+	}
+	svg := filepath.Join(filepath.Dir(p), "tpot.svg")
+	if err := s.Plot("tpot_ms_p99", svg, Series{}); err != nil {
+		t.Fatal(err)
+	}
+	if b, err := os.ReadFile(svg); err != nil || !strings.Contains(string(b), ">tpot_ms_p99 (ms)</text>") || !strings.Contains(string(b), "tpot_ms_p99 per run on hw") {
+		t.Errorf("plot of tpot_ms_p99 lacks its title or axis (%v)", err)
 	}
 	rows, err := s.Export()
 	if err != nil || len(rows) != 2 {

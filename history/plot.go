@@ -136,6 +136,7 @@ func (s *Store) LevelCurves(metric string, sel Series, run int64) ([]report.Curv
 	if err != nil {
 		return nil, 0, err
 	}
+	benched := false         // a run had trials, if not of metric
 	for _, r := range runs { // newest first
 		if run != 0 && r.ID != run {
 			continue
@@ -151,6 +152,7 @@ func (s *Store) LevelCurves(metric string, sel Series, run int64) ([]report.Curv
 		for _, a := range d.Arms {
 			byLevel := map[int][]float64{}
 			for _, t := range a.Trials {
+				benched = true
 				if v, ok := t.Values[metric]; ok {
 					byLevel[t.Concurrency] = append(byLevel[t.Concurrency], v)
 				}
@@ -171,8 +173,13 @@ func (s *Store) LevelCurves(metric string, sel Series, run int64) ([]report.Curv
 			break
 		}
 	}
-	if run != 0 {
+	switch {
+	case run != 0 && benched:
+		return nil, 0, fmt.Errorf("history %s: run %d has no %s: an arpatch from before that metric recorded it (plot another metric, or a newer run)", s.Path, run, metric)
+	case run != 0:
 		return nil, 0, fmt.Errorf("history %s: run %d has no bench results (arpatch history list shows the runs)", s.Path, run)
+	case benched:
+		return nil, 0, fmt.Errorf("history %s has no run with %s to plot: arpatch versions from before that metric recorded its runs", s.Path, metric)
 	}
 	return nil, 0, fmt.Errorf("history %s has no run with bench results to plot (runs with --skip-bench have none)", s.Path)
 }
@@ -209,7 +216,7 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 		return err
 	}
 	if len(pts) == 0 {
-		return fmt.Errorf("history %s has no run with bench results to plot on %q (runs with --skip-bench have none)", s.Path, sel.HardwareKey)
+		return fmt.Errorf("history %s has no run with bench results to plot on %q (runs with --skip-bench have none; runs recorded before %s existed have none of it)", s.Path, sel.HardwareKey, metric)
 	}
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("arpatch nightly: %s per run on %s at concurrency %d (median, CI band)", metric, sel.HardwareKey, sel.Level)
