@@ -1,8 +1,10 @@
 // Package stats turns the requests of a benchmark trial into its metrics,
 // summarizes a metric across trials (median with a 95% confidence
 // interval), and compares an arm with the baseline (Mann-Whitney U), with
-// golang.org/x/perf/benchmath, as benchstat does. It knows nothing about
-// servers or printing.
+// golang.org/x/perf/benchmath, as benchstat does. It owns the metric
+// table (Table: name, unit, direction, getter, history column) that every
+// report, the history, plots and regression checks read. It knows nothing
+// about servers or printing.
 package stats
 
 import (
