@@ -7,15 +7,14 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/lockfile"
+	"github.com/arpatch/arpatch/internal/procgroup"
 )
 
 // Result is a finished build, from the cache or just made.
@@ -43,8 +42,8 @@ func (e *BuildError) Error() string {
 	return fmt.Sprintf("the build failed (%v); last %d lines of %s:\n%s", e.Err, len(e.Tail), e.Log, strings.Join(e.Tail, "\n"))
 }
 
-// killGrace is how long the build's process group gets between SIGTERM and
-// SIGKILL on interrupt.
+// killGrace is how long the build's process group leader gets between
+// SIGTERM and SIGKILL on interrupt.
 var killGrace = 5 * time.Second
 
 // Build runs plan (from PlanBuild) unless its key is already cached. A hit
@@ -275,14 +274,15 @@ func finish(res *Result, opts BuildOptions, start time.Time) error {
 	return nil
 }
 
-// runLogged runs argv in dir in a new process group, writing stdout and
-// stderr to logPath and feeding each line to progress. On ctx cancellation
-// it sends SIGTERM to the group, then SIGKILL after killGrace, waits for
-// the group's leader and returns ErrInterrupted.
 // PGIDFile, in a build's temp dir, holds the process group of its
 // command.
 const PGIDFile = ".pgid"
 
+// runLogged runs argv in dir in a process group of its own
+// (internal/procgroup), writing stdout and stderr to logPath and feeding
+// each line to progress. On ctx cancellation the group gets SIGTERM, then
+// SIGKILL after killGrace; runLogged waits for the group's leader and
+// returns ErrInterrupted.
 func runLogged(ctx context.Context, dir string, argv, env []string, logPath string, progress Progress) error {
 	logf, err := os.Create(logPath)
 	if err != nil {
@@ -290,20 +290,21 @@ func runLogged(ctx context.Context, dir string, argv, env []string, logPath stri
 	}
 	defer logf.Close()
 	fmt.Fprintf(logf, "# dir: %s\n# command: %s\n", dir, strings.Join(argv, " "))
-	cmd := exec.Command(argv[0], argv[1:]...)
+	cmd := procgroup.Command(ctx, killGrace, argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = env
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	pr, pw := io.Pipe()
 	cmd.Stdout, cmd.Stderr = pw, pw
 	if err := cmd.Start(); err != nil {
+		if ctx.Err() != nil {
+			return ErrInterrupted
+		}
 		return fmt.Errorf("starting %s: %w", argv[0], err)
 	}
-	pgid := cmd.Process.Pid
 	// Left beside the log: if arpatch itself is killed (SIGKILL), the next
 	// build of this key finds the group and will not pull the temp dir
 	// from under its still-running compilers.
-	lockfile.WritePID(filepath.Join(filepath.Dir(logPath), PGIDFile), pgid)
+	lockfile.WritePID(filepath.Join(filepath.Dir(logPath), PGIDFile), cmd.PGID())
 	scanDone := make(chan struct{})
 	go func() {
 		defer close(scanDone)
@@ -318,31 +319,16 @@ func runLogged(ctx context.Context, dir string, argv, env []string, logPath stri
 		}
 		io.Copy(io.Discard, pr)
 	}()
-	waitDone := make(chan error, 1)
-	go func() { waitDone <- cmd.Wait(); pw.Close() }()
-	select {
-	case err := <-waitDone:
-		<-scanDone
-		if progress != nil {
-			progress.Done(err == nil)
-		}
-		return err
-	case <-ctx.Done():
-		syscall.Kill(-pgid, syscall.SIGTERM)
-		select {
-		case <-waitDone:
-		case <-time.After(killGrace):
-			syscall.Kill(-pgid, syscall.SIGKILL)
-			<-waitDone
-		}
-		// Children that outlived the leader still belong to the group.
-		syscall.Kill(-pgid, syscall.SIGKILL)
-		<-scanDone
-		if progress != nil {
-			progress.Done(false)
-		}
-		return ErrInterrupted
+	err = cmd.Wait()
+	_ = pw.Close() // an io.PipeWriter closes without error
+	<-scanDone
+	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
+		err = ErrInterrupted
 	}
+	if progress != nil {
+		progress.Done(err == nil)
+	}
+	return err
 }
 
 func keepLog(c Cache, key, logPath string) string {

@@ -1,7 +1,6 @@
 package kernels
 
 import (
-	"bytes"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/internal/safefs"
 )
 
@@ -222,12 +222,10 @@ func lastLine(s string) string {
 func runTool(ctx context.Context, env []string, prog string, args ...string) (string, error) {
 	ctx, cancel := context.WithTimeout(ctx, 2*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, prog, args...)
+	cmd := procgroup.Command(ctx, 0, prog, args...)
 	cmd.Env = env
-	var b bytes.Buffer
-	cmd.Stdout, cmd.Stderr = &b, &b
-	err := cmd.Run()
-	return b.String(), err
+	out, err := cmd.CombinedOutput()
+	return string(out), err
 }
 
 // lookPath resolves prog against env's PATH (not this process's).

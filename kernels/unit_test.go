@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"context"
 	"encoding/json"
 	"os"
 	"os/exec"
@@ -8,10 +9,10 @@ import (
 	"reflect"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/procgroup"
 )
 
 func TestParseNVCCVersion(t *testing.T) {
@@ -229,24 +230,22 @@ func TestCacheLockAndStaleBuilds(t *testing.T) {
 	}
 	// Its compilers outlived it (arpatch got SIGKILL): refused until they
 	// are stopped, and the temp dir they write to is kept.
-	orphan := exec.Command("sleep", "30")
-	orphan.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	octx, stop := context.WithCancel(context.Background())
+	orphan := procgroup.Command(octx, 0, "sleep", "30")
 	if err := orphan.Start(); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(leftover, PGIDFile), []byte(strconv.Itoa(orphan.Process.Pid)+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(leftover, PGIDFile), []byte(strconv.Itoa(orphan.PGID())+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, _, err := c.Begin(key); err == nil || !strings.Contains(err.Error(), "left its processes running (process group "+strconv.Itoa(orphan.Process.Pid)) {
+	if _, _, err := c.Begin(key); err == nil || !strings.Contains(err.Error(), "left its processes running (process group "+strconv.Itoa(orphan.PGID())) {
 		t.Errorf("Begin with a live orphan group: %v", err)
 	}
 	if _, err := os.Stat(leftover); err != nil {
 		t.Errorf("the orphans' temp dir was removed: %v", err)
 	}
-	if err := syscall.Kill(-orphan.Process.Pid, syscall.SIGKILL); err != nil {
-		t.Fatal(err)
-	}
-	_ = orphan.Wait() // reaps it; "signal: killed" is the expected error
+	stop()
+	_ = orphan.Wait() // context.Canceled, as asked
 	tmp2, release2, err := c.Begin(key)
 	if err != nil {
 		t.Fatalf("Begin over a dead build's lock: %v", err)

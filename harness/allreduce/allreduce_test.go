@@ -216,6 +216,25 @@ func TestExecuteHangAndDeath(t *testing.T) {
 			t.Errorf("env %+v nccl %+v", run.Env, run.NCCL)
 		}
 	})
+	t.Run("interrupted", func(t *testing.T) {
+		// The caller's context ends first (Ctrl-C, or a deadline of its
+		// own): the run says "interrupted", not "timeout", and keeps what
+		// was read.
+		py := fakeTorchrun(t, env+ok+hang, "sleep 60")
+		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		defer cancel()
+		run, err := Execute(ctx, Options{Python: py, WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Timeout: time.Hour})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if run.Exit != "interrupted" || len(run.Results) != 2 || run.Results[1].Error != "the run ended during this case: interrupted" {
+			t.Errorf("run = %+v", run)
+		}
+		run, err = Execute(ctx, Options{Python: py, WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Timeout: time.Hour})
+		if err != nil || run.Exit != "interrupted" || len(run.Results) != 0 {
+			t.Errorf("a run on a done context: %+v, %v", run, err)
+		}
+	})
 	t.Run("rank dies", func(t *testing.T) {
 		py := fakeTorchrun(t, env+ok+hang+`{"event": "result", "impl": "nccl", "broken`+"\n", "exit 1")
 		run, err := Execute(context.Background(), Options{Python: py, WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Timeout: time.Minute})

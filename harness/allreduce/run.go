@@ -10,12 +10,12 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"time"
+
+	"github.com/arpatch/arpatch/internal/procgroup"
 )
 
 // SupportedWorldSizes are the world sizes SGLang's custom allreduce
@@ -204,9 +204,13 @@ func Execute(ctx context.Context, opts Options) (*Run, error) {
 	if opts.NCCLDebug {
 		env = append(env, "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,GRAPH")
 	}
-	cmd := exec.Command(argv[0], argv[1:]...)
+	// The timeout and ctx both end the run through internal/procgroup:
+	// SIGTERM to torchrun's group, SIGKILL to torchrun 5 s later, then to
+	// whatever is left of the group.
+	rctx, cancel := context.WithTimeout(ctx, opts.Timeout)
+	defer cancel()
+	cmd := procgroup.Command(rctx, 5*time.Second, argv[0], argv[1:]...)
 	cmd.Env = append(env, "PYTHONUNBUFFERED=1", "OMP_NUM_THREADS=1")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	var buf bytes.Buffer
 	var w io.Writer = &buf
 	if opts.Log != nil {
@@ -214,25 +218,21 @@ func Execute(ctx context.Context, opts Options) (*Run, error) {
 	}
 	cmd.Stdout, cmd.Stderr = w, w
 	start := time.Now()
-	if err := cmd.Start(); err != nil {
+	err = cmd.Start()
+	if err == nil {
+		err = cmd.Wait()
+	} else if rctx.Err() == nil {
 		return nil, fmt.Errorf("starting %s: %w; is torch installed for --python %s?", argv[0], err, opts.Python)
 	}
-	done := make(chan error, 1)
-	go func() { done <- cmd.Wait() }()
-	timer := time.NewTimer(opts.Timeout)
-	defer timer.Stop()
-	select {
-	case err := <-done:
-		run.Exit = "ok"
-		if err != nil {
-			run.Exit = err.Error()
-		}
-	case <-timer.C:
-		killGroup(cmd, done)
-		run.Exit = "timeout"
-	case <-ctx.Done():
-		killGroup(cmd, done)
+	switch {
+	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
 		run.Exit = "interrupted"
+	case errors.Is(err, context.DeadlineExceeded):
+		run.Exit = "timeout"
+	case err != nil:
+		run.Exit = err.Error()
+	default:
+		run.Exit = "ok"
 	}
 	run.Seconds = time.Since(start).Seconds()
 	run.Output = strings.Split(buf.String(), "\n")
@@ -241,17 +241,6 @@ func Execute(ctx context.Context, opts Options) (*Run, error) {
 		return run, err
 	}
 	return run, nil
-}
-
-func killGroup(cmd *exec.Cmd, done chan error) {
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGTERM)
-	select {
-	case <-done:
-	case <-time.After(5 * time.Second):
-		syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
-		<-done
-	}
-	syscall.Kill(-cmd.Process.Pid, syscall.SIGKILL)
 }
 
 // readResults reads bench.py's JSON lines. A "start" without its "result"

@@ -6,11 +6,9 @@ import (
 	"math"
 	"net/http/httptest"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -20,6 +18,7 @@ import (
 	"github.com/arpatch/arpatch/harness/sglangtest"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/harness/workload"
+	"github.com/arpatch/arpatch/internal/procgroup"
 )
 
 func serve(t *testing.T, cfg sglangtest.Config) (*sglangtest.Server, string) {
@@ -204,24 +203,19 @@ func TestArgv(t *testing.T) {
 // beside its log) stops the next launch, which names its process group.
 func TestOrphanedServerStopsTheRun(t *testing.T) {
 	dir := t.TempDir()
-	orphan := exec.Command("sleep", "30")
-	orphan.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	octx, stop := context.WithCancel(context.Background())
+	orphan := procgroup.Command(octx, 0, "sleep", "30")
 	if err := orphan.Start(); err != nil {
 		t.Fatal(err)
 	}
-	defer func() {
-		// Cleanup: the test may have killed it already (ESRCH), and Wait
-		// then says "signal: killed".
-		_ = syscall.Kill(-orphan.Process.Pid, syscall.SIGKILL)
-		_ = orphan.Wait()
-	}()
-	if err := os.WriteFile(filepath.Join(dir, "baseline-t1.log"+server.PGIDSuffix), []byte(strconv.Itoa(orphan.Process.Pid)+"\n"), 0o644); err != nil {
+	defer func() { stop(); _ = orphan.Wait() }() // Wait says context.Canceled, as asked
+	if err := os.WriteFile(filepath.Join(dir, "baseline-t1.log"+server.PGIDSuffix), []byte(strconv.Itoa(orphan.PGID())+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	o := Options{Arms: []Arm{{Name: "baseline", LaunchCmd: "true {port}"}}, Prompts: []string{"a"}, Trials: 1, LogDir: dir}
 	_, err := Run(context.Background(), o)
 	var ie *InfraError
-	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "still runs (process group "+strconv.Itoa(orphan.Process.Pid)) {
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "still runs (process group "+strconv.Itoa(orphan.PGID())) {
 		t.Errorf("err = %v", err)
 	}
 }

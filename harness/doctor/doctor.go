@@ -1,7 +1,6 @@
 package doctor
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -16,6 +15,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
+	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/kernels"
 )
 
@@ -112,21 +112,19 @@ var ErrTimedOut = errors.New("timed out")
 const CommandTimeout = 20 * time.Second
 
 // ExecRunner runs real commands, each bounded by CommandTimeout; one that
-// runs longer is killed and its error wraps ErrTimedOut.
+// runs longer is killed with its process group (internal/procgroup, 2 s
+// from SIGTERM to SIGKILL) and its error wraps ErrTimedOut.
 func ExecRunner(env []string) Runner {
 	return func(ctx context.Context, name string, args ...string) (string, error) {
 		ctx, cancel := context.WithTimeout(ctx, CommandTimeout)
 		defer cancel()
-		cmd := exec.CommandContext(ctx, name, args...)
+		cmd := procgroup.Command(ctx, 2*time.Second, name, args...)
 		cmd.Env = env
-		cmd.WaitDelay = 2 * time.Second // a child that keeps the pipes open
-		var b bytes.Buffer
-		cmd.Stdout, cmd.Stderr = &b, &b
-		err := cmd.Run()
+		out, err := cmd.CombinedOutput()
 		if errors.Is(ctx.Err(), context.DeadlineExceeded) {
-			return b.String(), fmt.Errorf("%s did not answer in %s: %w", name, CommandTimeout, ErrTimedOut)
+			return string(out), fmt.Errorf("%s did not answer in %s: %w", name, CommandTimeout, ErrTimedOut)
 		}
-		return b.String(), err
+		return string(out), err
 	}
 }
 

@@ -6,12 +6,12 @@ package report
 
 import (
 	"cmp"
+	"context"
 	"encoding/json"
 	"fmt"
 	"io"
 	"math"
 	"os"
-	"os/exec"
 	"runtime"
 	"strings"
 	"text/tabwriter"
@@ -22,6 +22,7 @@ import (
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/internal/procgroup"
 )
 
 // Schema names the JSON layout. v2: settings.concurrency is a list of
@@ -105,8 +106,13 @@ func NewDocument(res *bench.Result, s Settings, version string) *Document {
 	return d
 }
 
+// gpus lists "name, driver" per GPU from nvidia-smi, nothing when it is
+// missing, fails or does not answer in 20 s (a driver that is stuck: the
+// report does not wait for it).
 func gpus() []string {
-	out, err := exec.Command("nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader").Output()
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	out, err := procgroup.Command(ctx, 0, "nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader").Output()
 	if err != nil {
 		return nil
 	}

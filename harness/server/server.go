@@ -4,23 +4,21 @@
 // model is loaded), reports a server that exits or stays unready with the
 // last lines of its log, and stops it with SIGTERM to the group, then
 // SIGKILL after a grace period, so no process is left behind, Ctrl-C
-// included.
+// included (internal/procgroup).
 package server
 
 import (
 	"context"
-	"errors"
 	"fmt"
 	"github.com/arpatch/arpatch/internal/lockfile"
 	"net"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/arpatch/arpatch/harness/sglang"
+	"github.com/arpatch/arpatch/internal/procgroup"
 )
 
 // Spec is one server to start.
@@ -40,7 +38,8 @@ type Spec struct {
 type Proc struct {
 	Spec Spec
 	URL  string
-	cmd  *exec.Cmd
+	cmd  *procgroup.Cmd
+	end  context.CancelFunc // starts the group's end: SIGTERM, SIGKILL after Grace
 	done chan struct{}
 	err  error // the wait error once done is closed
 	log  *os.File
@@ -88,18 +87,20 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 		return nil, fmt.Errorf("server log: %w", err)
 	}
 	fmt.Fprintf(logf, "# arm %s: %s\n", spec.Name, strings.Join(spec.Argv, " "))
-	cmd := exec.Command(spec.Argv[0], spec.Argv[1:]...)
+	// The server outlives ctx, which bounds only this start: Stop ends it.
+	life, end := context.WithCancel(context.Background())
+	cmd := procgroup.Command(life, spec.Grace, spec.Argv[0], spec.Argv[1:]...)
 	cmd.Env = spec.Env
 	cmd.Stdout, cmd.Stderr = logf, logf
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
 	if err := cmd.Start(); err != nil {
+		end()
 		logf.Close()
 		return nil, fmt.Errorf("starting the server for arm %s (%s): %w", spec.Name, spec.Argv[0], err)
 	}
 	// Beside the log: if arpatch is killed outright, the next run finds
 	// the group that still holds the GPUs (Orphans).
-	lockfile.WritePID(spec.LogPath+PGIDSuffix, cmd.Process.Pid)
-	p := &Proc{Spec: spec, URL: fmt.Sprintf("http://%s", net.JoinHostPort(spec.Host, fmt.Sprint(spec.Port))), cmd: cmd, done: make(chan struct{}), log: logf}
+	lockfile.WritePID(spec.LogPath+PGIDSuffix, cmd.PGID())
+	p := &Proc{Spec: spec, URL: fmt.Sprintf("http://%s", net.JoinHostPort(spec.Host, fmt.Sprint(spec.Port))), cmd: cmd, end: end, done: make(chan struct{}), log: logf}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
@@ -117,7 +118,9 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 			return p, nil
 		}
 		select {
-		case <-p.done:
+		case <-p.done: // its group is killed too, so the record goes
+			p.end()
+			_ = os.Remove(spec.LogPath + PGIDSuffix)
 			p.log.Close()
 			return nil, &ExitError{Name: spec.Name, Log: spec.LogPath, Why: fmt.Sprintf("exited (%v) before it was ready", p.err), Tail: Tail(spec.LogPath, 40)}
 		case <-deadline.C:
@@ -154,24 +157,15 @@ func (p *Proc) Exited(ctx context.Context, wait time.Duration) (bool, error) {
 	}
 }
 
-// Stop ends the server: SIGTERM to its process group, SIGKILL to the group
-// after the grace period, and SIGKILL again for anything left in the group
-// once the leader is gone. It waits for the leader and is safe to call
-// twice.
+// Stop ends the server: SIGTERM to its process group, SIGKILL to the
+// leader after the grace period, and SIGKILL to the group once the leader
+// is gone (internal/procgroup), then once more for anything that joined
+// the group since; that last signal's failure is the error. It waits for
+// the leader and is safe to call twice.
 func (p *Proc) Stop() error {
-	pgid := p.cmd.Process.Pid
-	select {
-	case <-p.done:
-	default:
-		syscall.Kill(-pgid, syscall.SIGTERM)
-		select {
-		case <-p.done:
-		case <-time.After(p.Spec.Grace):
-			syscall.Kill(-pgid, syscall.SIGKILL)
-			<-p.done
-		}
-	}
-	if err := syscall.Kill(-pgid, syscall.SIGKILL); err != nil && !errors.Is(err, syscall.ESRCH) {
+	p.end()
+	<-p.done
+	if err := p.cmd.KillGroup(); err != nil {
 		return err
 	}
 	os.Remove(p.Spec.LogPath + PGIDSuffix)
@@ -205,7 +199,7 @@ func (p *Proc) Escaped(wait time.Duration) bool {
 // after its process group was killed.
 func (p *Proc) EscapedWarning() string {
 	return fmt.Sprintf("the server for arm %s still answers on %s:%d after arpatch killed its process group (%d): it left the group (setsid, a daemonizing launcher), so it still runs and may hold the GPUs; stop it yourself (e.g. fuser -k %d/tcp), and launch servers that stay in the group (exec, no setsid)",
-		p.Spec.Name, p.Spec.Host, p.Spec.Port, p.cmd.Process.Pid, p.Spec.Port)
+		p.Spec.Name, p.Spec.Host, p.Spec.Port, p.cmd.PGID(), p.Spec.Port)
 }
 
 // PGIDSuffix names the file beside a server's log that holds its process

@@ -1,6 +1,7 @@
 package lockfile
 
 import (
+	"context"
 	"errors"
 	"os"
 	"os/exec"
@@ -9,6 +10,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/arpatch/arpatch/internal/procgroup"
 )
 
 func TestAcquire(t *testing.T) {
@@ -68,19 +71,18 @@ func TestAlive(t *testing.T) {
 // A process group whose only member is a zombie runs nothing.
 func TestLiveGroup(t *testing.T) {
 	p := filepath.Join(t.TempDir(), "g.pgid")
-	cmd := exec.Command("sleep", "30")
-	cmd.SysProcAttr = &syscall.SysProcAttr{Setpgid: true}
+	cmd := procgroup.Command(context.Background(), 0, "sleep", "30")
 	if err := cmd.Start(); err != nil {
 		t.Skip(err)
 	}
-	g := cmd.Process.Pid
+	g := cmd.PGID()
 	if err := WritePID(p, g); err != nil {
 		t.Fatal(err)
 	}
 	if LiveGroup(p) != g {
 		t.Errorf("a running group reads as gone")
 	}
-	if err := syscall.Kill(-g, syscall.SIGKILL); err != nil {
+	if err := syscall.Kill(-g, syscall.SIGKILL); err != nil { // and not Wait: the leader must stay a zombie
 		t.Fatal(err)
 	}
 	for i := 0; i < 100 && Alive(g); i++ {
