@@ -30,7 +30,7 @@ type Spec struct {
 	Port         int
 	LogPath      string
 	ReadyTimeout time.Duration // default 20 minutes: loading a large model takes long
-	PollInterval time.Duration // default 250 ms
+	PollInterval time.Duration // the longest wait between readiness probes; default 250 ms
 	Grace        time.Duration // SIGTERM to SIGKILL; default 15 s
 }
 
@@ -108,7 +108,12 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 	client := sglang.NewClient(p.URL)
 	deadline := time.NewTimer(spec.ReadyTimeout)
 	defer deadline.Stop()
-	tick := time.NewTicker(spec.PollInterval)
+	// The probes start 5 ms apart and the gap doubles up to PollInterval:
+	// a server that is ready in milliseconds (a test's, a restart) is not
+	// waited on for a whole interval, and one that loads a model for
+	// minutes is probed every PollInterval after the first few.
+	gap := min(5*time.Millisecond, spec.PollInterval)
+	tick := time.NewTimer(gap)
 	defer tick.Stop()
 	for {
 		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
@@ -130,6 +135,8 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 			p.Stop()
 			return nil, ctx.Err()
 		case <-tick.C:
+			gap = min(2*gap, spec.PollInterval)
+			tick.Reset(gap)
 		}
 	}
 }
