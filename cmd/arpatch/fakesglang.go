@@ -31,6 +31,7 @@ func fakeSGLangCommand() *cli.Command {
 			&cli.IntFlag{Name: "abort-every", Usage: "abort every Nth request in the stream (finish_reason abort)"},
 			&cli.BoolFlag{Name: "empty", Usage: "answer every request with no output"},
 			&cli.BoolFlag{Name: "incremental-streaming-output", Usage: "stream text deltas, as SGLang's flag of that name"},
+			&cli.BoolFlag{Name: "log-requests", Usage: "write a line to stderr as each request arrives (a test waits on it)"},
 		},
 		Action: func(c *cli.Context) error {
 			for _, f := range []string{"rate", "accept"} {
@@ -49,7 +50,14 @@ func fakeSGLangCommand() *cli.Command {
 				return err
 			}
 			fmt.Fprintf(c.App.ErrWriter, "fake-sglang on %s: %.1f tok/s, %d tokens per chunk\n", l.Addr(), c.Float64("rate"), c.Int("tokens-per-chunk"))
-			hs := &http.Server{Handler: srv}
+			var h http.Handler = srv
+			if c.Bool("log-requests") {
+				h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+					fmt.Fprintf(c.App.ErrWriter, "fake-sglang: %s %s\n", r.Method, r.URL.Path)
+					srv.ServeHTTP(w, r)
+				})
+			}
+			hs := &http.Server{Handler: h}
 			go func() {
 				<-c.Context.Done() // SIGTERM or Ctrl-C
 				_ = hs.Close()     // Serve then returns http.ErrServerClosed: the way out
