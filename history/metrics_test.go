@@ -3,6 +3,7 @@ package history
 import (
 	"bytes"
 	"encoding/json"
+	"math"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -115,9 +116,10 @@ func TestMetricsRoundTrip(t *testing.T) {
 }
 
 // TestMigrationFromV4 opens a history written by arpatch before TPOT p99
-// (schema version 4, its rows inserted with that arpatch's statement),
-// and checks that it migrates, that the old trials read back with every
-// metric they had and none for TPOT p99 (null in JSON, empty in CSV),
+// (schema version 4, its rows inserted with that arpatch's statement, a
+// trial without samples), and checks that it migrates, that the old trial
+// reads back with every metric it had and none for TPOT p99 (null in
+// JSON, empty in CSV),
 // and that the old runs stay out of TPOT p99's windows and plots but
 // keep counting for tok/s.
 func TestMigrationFromV4(t *testing.T) {
@@ -236,4 +238,51 @@ func openTest(t *testing.T, p string) *Store {
 		}
 	})
 	return s
+}
+
+// TestMigrationFillsTPOTp99 checks that migration 5 computes TPOT p99 for
+// the trials stored before it from their samples, by bench_serving's
+// rule, and leaves a trial without samples without one.
+func TestMigrationFillsTPOTp99(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "v4.db")
+	old, err := openAt(p, 4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, q := range []string{
+		`INSERT INTO runs (started_at, status, pid, hardware_key) VALUES ('2026-11-01T03:00:00Z', 'complete', 1, 'hw')`,
+		`INSERT INTO arms (run_id, name) VALUES (1, 'pcie')`,
+		`INSERT INTO trials (arm_id, idx, concurrency, tok_s, tpot_ms) VALUES (1, 1, 1, 90, 15)`,
+		`INSERT INTO trials (arm_id, idx, concurrency, tok_s, tpot_ms) VALUES (1, 2, 1, 91, 16)`,
+		// Trial 1's requests, as nightly stored them: TPOT 10, 20, 40 ms
+		// and 0 ms (every token in the first chunk); a one-token request
+		// and a failed one have none.
+		`INSERT INTO samples (trial_id, prompt, ttft_s, e2e_s, completion_tokens, spec_verify_ct, error) VALUES
+			(1, 0, 0.5, 0.6, 11, 4, ''),
+			(1, 1, 0.25, 0.35, 6, 2, ''),
+			(1, 2, 0.125, 0.285, 5, 2, ''),
+			(1, 3, 0.05, 0.05, 8, 3, ''),
+			(1, 4, 0.05, 0.5, 1, 1, ''),
+			(1, 5, 0, 0, 9, 0, 'HTTP 500: boom')`,
+	} {
+		if _, err := old.db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := old.Close(); err != nil {
+		t.Fatal(err)
+	}
+	s := openTest(t, p)
+	d, err := s.Show(1)
+	if err != nil || len(d.Arms) != 1 || len(d.Arms[0].Trials) != 2 {
+		t.Fatalf("show: %+v %v", d, err)
+	}
+	// np.percentile([0, 10, 20, 40], 99): k = 2.97, 20 + 0.97 x 20 = 39.4.
+	one, two := d.Arms[0].Trials[0].Values, d.Arms[0].Trials[1].Values
+	if got, ok := one["tpot_ms_p99"]; !ok || math.Abs(got-39.4) > 1e-9 || one["tpot_ms"] != 15 {
+		t.Errorf("trial 1: %v", one)
+	}
+	if _, ok := two["tpot_ms_p99"]; ok || two["tok_s"] != 91 {
+		t.Errorf("trial 2 has no samples, so no TPOT p99: %v", two)
+	}
 }

@@ -15,6 +15,8 @@ import (
 
 	_ "modernc.org/sqlite"
 
+	"github.com/arpatch/arpatch/harness/sglang"
+	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/internal/lockfile"
 )
 
@@ -94,10 +96,61 @@ var migrations = []string{
 	// 4: the concurrency level of each trial (a run may sweep several);
 	// trials stored before it ran at one level, recorded as 1.
 	`ALTER TABLE trials ADD COLUMN concurrency INTEGER NOT NULL DEFAULT 1;`,
-	// 5: TPOT p99 per trial (stats.Table's tpot_ms_p99, ms); trials
-	// stored before it have none (NULL), and are left out of its windows,
-	// plots and exports.
+	// 5: TPOT p99 per trial (stats.Table's tpot_ms_p99, ms), computed
+	// for the trials stored before it from their samples (fills[5]); a
+	// trial without samples has none (NULL), and is left out of its
+	// windows, plots and exports.
 	`ALTER TABLE trials ADD COLUMN tpot_ms_p99 REAL;`,
+}
+
+// fills[v], when set, runs after migrations[v-1] in its transaction: it
+// computes the values of the metric that migration adds for the trials
+// stored before it.
+var fills = map[int]func(*sql.Tx) error{
+	5: func(tx *sql.Tx) error { return fillFromSamples(tx, "tpot_ms_p99") },
+}
+
+// fillFromSamples sets metric (a stats.Table name) of every trial with
+// stored samples to what stats.Compute gives from them: for a metric
+// that needs no more of a request than its TTFT, E2E, completion tokens,
+// verify count and error, which the samples table keeps.
+func fillFromSamples(tx *sql.Tx, metric string) error {
+	m, ok := stats.Lookup(metric)
+	if !ok {
+		return fmt.Errorf("unknown metric %q", metric)
+	}
+	byTrial := map[int64][]sglang.Sample{}
+	var order []int64
+	err := func() error {
+		rows, err := tx.Query(`SELECT trial_id, COALESCE(prompt, 0), COALESCE(ttft_s, 0), COALESCE(e2e_s, 0), COALESCE(completion_tokens, 0),
+			COALESCE(spec_verify_ct, 0), COALESCE(error, '') FROM samples ORDER BY trial_id, rowid`)
+		if err != nil {
+			return err
+		}
+		defer func() { _ = rows.Close() }() // read-only; rows.Err reports the iteration
+		for rows.Next() {
+			var id int64
+			var x sglang.Sample
+			if err := rows.Scan(&id, &x.Prompt, &x.TTFT, &x.E2E, &x.CompletionTokens, &x.SpecVerifyCt, &x.Err); err != nil {
+				return fmt.Errorf("samples of trial %d: %w", id, err)
+			}
+			if _, seen := byTrial[id]; !seen {
+				order = append(order, id)
+			}
+			byTrial[id] = append(byTrial[id], x)
+		}
+		return rows.Err()
+	}()
+	if err != nil {
+		return err
+	}
+	for _, id := range order {
+		v := m.Get(stats.Compute(stats.Trial{Samples: byTrial[id]}))
+		if _, err := tx.Exec(`UPDATE trials SET `+m.Column+` = ? WHERE id = ?`, v, id); err != nil {
+			return fmt.Errorf("trial %d: %w", id, err)
+		}
+	}
+	return nil
 }
 
 // SchemaVersion is the version this arpatch writes.
@@ -158,6 +211,11 @@ func (s *Store) migrate(to int) error {
 		err := s.inTx(fmt.Sprintf("migration to version %d", v+1), func(tx *sql.Tx) error {
 			if _, err := tx.Exec(migrations[v]); err != nil {
 				return err
+			}
+			if fill := fills[v+1]; fill != nil {
+				if err := fill(tx); err != nil {
+					return err
+				}
 			}
 			_, err := tx.Exec(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, v+1, time.Now().UTC().Format(time.RFC3339))
 			return err
