@@ -6,7 +6,8 @@ import "strings"
 // store, export, plot or judge one per-trial metric. Adding a metric is
 // a field of Metrics computed in Compute, one entry here, and a history
 // migration adding its Column (history's tests check every entry has
-// one).
+// one), which fills it for stored trials from their samples when they
+// hold what the metric needs.
 type Metric struct {
 	// Name is the metric's key everywhere: bench summaries and deltas
 	// (JSON), nightly's regression.metrics, check names, history export
