@@ -187,7 +187,7 @@ func Summary(w io.Writer, rep *Report) error {
 			for _, p := range d.Patches {
 				ps = append(ps, p.Patch+": "+p.Fit)
 			}
-			v := d.Verdict
+			v := string(d.Verdict)
 			if d.Note != "" {
 				v += " (" + d.Note + ")"
 			}

@@ -71,7 +71,7 @@ type DriftRow struct {
 	Series  string                `json:"series"`
 	Commit  string                `json:"commit"`
 	Rev     string                `json:"rev"` // "pinned" or the tracked ref
-	Verdict string                `json:"verdict"`
+	Verdict patches.SeriesVerdict `json:"verdict"`
 	Patches []history.DriftRecord `json:"patches"`
 	// Note says why a conflict does not fail the run: another member of
 	// the family fits this commit, or the commit is only recorded.
@@ -730,7 +730,7 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 			recs = append(recs, rec)
 		}
 		if r.Err != nil {
-			rec := history.DriftRecord{Series: r.Series, Commit: r.Commit, Rev: rev, Patch: "(series)", Fit: "error", Detail: r.Err.Error()}
+			rec := history.DriftRecord{Series: r.Series, Commit: r.Commit, Rev: rev, Patch: "(series)", Fit: string(checkout.VerdictError), Detail: r.Err.Error()}
 			dr.Patches = append(dr.Patches, rec)
 			recs = append(recs, rec)
 		}
@@ -861,11 +861,11 @@ func conflictDetail(rows []DriftRow, series, commit string) string {
 			continue
 		}
 		for _, p := range r.Patches {
-			if p.Fit == "conflict" || p.Fit == "error" {
+			if p.Fit == patches.FitConflict.String() || p.Fit == string(checkout.VerdictError) {
 				return p.Detail
 			}
 		}
-		return "verdict " + r.Verdict
+		return "verdict " + string(r.Verdict)
 	}
 	return ""
 }

@@ -334,8 +334,10 @@ const (
 	FitConflict
 )
 
+// String is the fit's word, the one Verdict gives a series of patches
+// that all fit so.
 func (f Fit) String() string {
-	return [...]string{"exact", "offset", "applied", "conflict"}[f]
+	return string([...]SeriesVerdict{VerdictExact, VerdictOffset, VerdictApplied, VerdictConflict}[f])
 }
 
 // PatchFit is the result of checking one patch.
@@ -394,15 +396,29 @@ func Check(tree Tree, patches []*Patch) []PatchFit {
 	return out
 }
 
-// Verdict folds per-patch fits into one word: "conflict" if any patch
-// conflicts, "applied" if the tree holds every patch, "partial" if it holds
-// some, "offset" if any hunk moved, else "exact".
-func Verdict(fits []PatchFit) string {
+// SeriesVerdict is how a series fits a tree, in one word (Verdict): what
+// `patches check`, status and the nightly's drift check report per series
+// and commit.
+type SeriesVerdict string
+
+// Series verdicts.
+const (
+	VerdictExact    SeriesVerdict = "exact"    // every hunk where its header says
+	VerdictOffset   SeriesVerdict = "offset"   // every hunk exact, some at other lines
+	VerdictApplied  SeriesVerdict = "applied"  // the tree already holds every patch
+	VerdictPartial  SeriesVerdict = "partial"  // the tree holds some patches, not others
+	VerdictConflict SeriesVerdict = "conflict" // a patch applies neither way
+)
+
+// Verdict folds per-patch fits into one word: VerdictConflict if any patch
+// conflicts, VerdictApplied if the tree holds every patch, VerdictPartial
+// if it holds some, VerdictOffset if any hunk moved, else VerdictExact.
+func Verdict(fits []PatchFit) SeriesVerdict {
 	applied, offset := 0, 0
 	for _, f := range fits {
 		switch f.Fit {
 		case FitConflict:
-			return "conflict"
+			return VerdictConflict
 		case FitApplied:
 			applied++
 		case FitOffset:
@@ -411,13 +427,13 @@ func Verdict(fits []PatchFit) string {
 	}
 	switch {
 	case applied == len(fits) && applied > 0:
-		return "applied"
+		return VerdictApplied
 	case applied > 0:
-		return "partial"
+		return VerdictPartial
 	case offset > 0:
-		return "offset"
+		return VerdictOffset
 	}
-	return "exact"
+	return VerdictExact
 }
 
 // overlayTree reads through an overlay's current state.

@@ -313,7 +313,7 @@ func TestCheckStates(t *testing.T) {
 		name    string
 		tree    memTree
 		fits    []Fit
-		verdict string
+		verdict SeriesVerdict
 	}{
 		{"clean", memTree{"f.txt": base, "g.txt": "g\n"}, []Fit{FitExact, FitExact}, "exact"},
 		{"offset", memTree{"f.txt": "0\n" + base, "g.txt": "g\n"}, []Fit{FitOffset, FitExact}, "offset"},

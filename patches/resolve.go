@@ -153,14 +153,14 @@ func fitsTree(tree Tree, ps []*Patch) (bool, string) {
 	res := Check(tree, ps)
 	v := Verdict(res)
 	switch v {
-	case "conflict":
+	case VerdictConflict:
 		for _, r := range res {
 			if r.Fit == FitConflict {
 				return false, r.Err.Error()
 			}
 		}
-	case "partial":
+	case VerdictPartial:
 		return false, "some patches are already in the tree, others are not"
 	}
-	return true, v
+	return true, string(v)
 }

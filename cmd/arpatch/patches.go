@@ -263,12 +263,12 @@ func fitText(f patches.PatchFit) string {
 
 // driftJSONRow is the JSON shape of one series x commit check.
 type driftJSONRow struct {
-	Series  string           `json:"series"`
-	Commit  string           `json:"commit"`
-	Rev     string           `json:"rev"`
-	Verdict string           `json:"verdict"`
-	Error   string           `json:"error,omitempty"`
-	Patches []driftJSONPatch `json:"patches"`
+	Series  string                `json:"series"`
+	Commit  string                `json:"commit"`
+	Rev     string                `json:"rev"`
+	Verdict patches.SeriesVerdict `json:"verdict"`
+	Error   string                `json:"error,omitempty"`
+	Patches []driftJSONPatch      `json:"patches"`
 	// Moved: files the series changes that moved since its tested_on
 	// commit, and how each patch fits at the new paths.
 	Moved *driftJSONMoved `json:"moved,omitempty"`

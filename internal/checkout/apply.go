@@ -266,12 +266,12 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 	if err != nil {
 		fits := patches.Check(root, choice.Patches)
 		switch patches.Verdict(fits) {
-		case "applied":
+		case patches.VerdictApplied:
 			// A clean tree that holds the series: the patches are
 			// committed at this commit.
 			rep.AlreadyApplied, rep.ByHand = true, true
 			return rep, nil
-		case "partial":
+		case patches.VerdictPartial:
 			return nil, &DirtyError{Src: opts.Src, Fits: fits, Committed: true}
 		}
 		return nil, fmt.Errorf("%w\nthe tree is unchanged. Run `%s` to see which series fits this commit", err, opts.Catalog.CheckCommand(opts.Src, head))

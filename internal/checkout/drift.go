@@ -9,16 +9,25 @@ import (
 	"github.com/arpatch/arpatch/patches/port"
 )
 
+// Drift verdicts beyond patches.Verdict's.
+const (
+	// VerdictMoved: the series conflicts only because upstream moved
+	// files it changes; every patch fits at the new paths (DriftRow.Moved).
+	VerdictMoved patches.SeriesVerdict = "moved"
+	// VerdictError: the series could not be checked (DriftRow.Err).
+	VerdictError patches.SeriesVerdict = "error"
+)
+
 // DriftRow is how one series fits one commit.
 type DriftRow struct {
 	Series  string
-	Commit  string // 40 hex
-	Rev     string // the revision as given (a hash, branch or tag)
-	Verdict string // exact, offset, applied, partial, conflict, or moved (see Moved)
+	Commit  string                // 40 hex
+	Rev     string                // the revision as given (a hash, branch or tag)
+	Verdict patches.SeriesVerdict // patches.Verdict's, VerdictMoved (see Moved) or VerdictError (see Err)
 	Fits    []patches.PatchFit
 	Err     error // a series that failed to load (tampered, bad requires)
 	// Moved is set when files the series changes are missing here and
-	// were followed from its tested_on commit; Verdict is "moved" when
+	// were followed from its tested_on commit; Verdict is VerdictMoved when
 	// every patch fits at the new paths.
 	Moved *Moved
 	// PortClean is set when the series conflicts here with no file
@@ -66,22 +75,22 @@ func CheckCommits(repoPath string, revs []string, cat *patches.Catalog, only []s
 			row := DriftRow{Series: s.Name, Commit: commit, Rev: rev}
 			ps, err := s.Load(nil)
 			if err != nil {
-				row.Verdict, row.Err = "error", err
+				row.Verdict, row.Err = VerdictError, err
 			} else {
 				row.Fits = patches.Check(tree, ps)
 				row.Verdict = patches.Verdict(row.Fits)
-				if row.Verdict == "conflict" {
-					if row.Moved = movesFor(repo, s, ps, commit, tree); row.Moved != nil && row.Moved.Verdict() == "moved" {
-						row.Verdict = "moved"
+				if row.Verdict == patches.VerdictConflict {
+					if row.Moved = movesFor(repo, s, ps, commit, tree); row.Moved != nil && row.Moved.Verdict() == VerdictMoved {
+						row.Verdict = VerdictMoved
 					}
 					if row.Moved == nil {
 						row.PortClean = portClean(repo, s, commit)
 					}
 				}
-				if row.Verdict == "exact" || row.Verdict == "offset" {
+				if row.Verdict == patches.VerdictExact || row.Verdict == patches.VerdictOffset {
 					// It applies; the built-in rule judges what it does.
 					if _, err := patches.ApplyChecked(tree, ps); err != nil {
-						row.Verdict, row.Err = "error", err
+						row.Verdict, row.Err = VerdictError, err
 					}
 				}
 			}
@@ -91,7 +100,7 @@ func CheckCommits(repoPath string, revs []string, cat *patches.Catalog, only []s
 			// A series passed over (it does not load) fails a check of
 			// them all, as a broken one did; named ones are not blocked.
 			for _, k := range cat.Skipped {
-				rows = append(rows, DriftRow{Series: k.Name, Commit: commit, Rev: rev, Verdict: "error", Err: k.Err})
+				rows = append(rows, DriftRow{Series: k.Name, Commit: commit, Rev: rev, Verdict: VerdictError, Err: k.Err})
 			}
 		}
 	}
@@ -101,7 +110,7 @@ func CheckCommits(repoPath string, revs []string, cat *patches.Catalog, only []s
 // Applies reports whether the row's series applies at its commit as is:
 // exact, with offsets, or already in the tree.
 func (r DriftRow) Applies() bool {
-	return r.Verdict == "exact" || r.Verdict == "offset" || r.Verdict == "applied"
+	return r.Verdict == patches.VerdictExact || r.Verdict == patches.VerdictOffset || r.Verdict == patches.VerdictApplied
 }
 
 // Unfit says what makes a `patches check` fail, one line each. By default
@@ -125,7 +134,7 @@ func Unfit(rows []DriftRow, cat *patches.Catalog, strict bool) []string {
 		}
 		fits[k] = fits[k] || r.Applies()
 		switch {
-		case r.Verdict == "error":
+		case r.Verdict == VerdictError:
 			out = append(out, fmt.Sprintf("series %s does not load: %v", r.Series, r.Err))
 		case strict && !r.Applies():
 			out = append(out, fmt.Sprintf("series %s at %s (%s): %s", r.Series, r.Rev, githash.Hash(r.Commit).Short(), r.Verdict))

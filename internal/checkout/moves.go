@@ -38,16 +38,17 @@ type Moved struct {
 	lost  []error
 }
 
-// Verdict is "moved" when every file was followed and every patch fits at
-// the new paths (exactly or with offsets) and passes the gate rule there;
-// "error" when only the gate rule refuses it; else the verdict of Fits.
-func (m *Moved) Verdict() string {
+// Verdict is VerdictMoved when every file was followed and every patch
+// fits at the new paths (exactly or with offsets) and passes the gate rule
+// there; VerdictError when only the gate rule refuses it; else the verdict
+// of Fits.
+func (m *Moved) Verdict() patches.SeriesVerdict {
 	v := patches.Verdict(m.Fits)
-	if len(m.Lost) == 0 && m.Err == nil && (v == "exact" || v == "offset") {
-		return "moved"
+	if len(m.Lost) == 0 && m.Err == nil && (v == patches.VerdictExact || v == patches.VerdictOffset) {
+		return VerdictMoved
 	}
 	if m.Err != nil {
-		return "error"
+		return VerdictError
 	}
 	return v
 }
@@ -116,7 +117,7 @@ func movesFor(repo *gitsrc.Repo, s *patches.Series, ps []*patches.Patch, commit 
 	}
 	atNew := remap(ps, newPath)
 	m.Fits = patches.Check(tree, atNew)
-	if v := patches.Verdict(m.Fits); v == "exact" || v == "offset" {
+	if v := patches.Verdict(m.Fits); v == patches.VerdictExact || v == patches.VerdictOffset {
 		if _, err := patches.ApplyChecked(tree, atNew); err != nil {
 			m.Err = err
 		}
@@ -194,7 +195,7 @@ func (m *Moved) Explain(series, repo, commit, patchesDir string) []string {
 		out = append(out, "there arpatch's gate rule refuses the series: "+m.Err.Error())
 	}
 	switch {
-	case m.Verdict() == "moved":
+	case m.Verdict() == VerdictMoved:
 		out = append(out, "write a series for this commit: "+port.Command(series, repo, commit, port.DraftDir(series, commit), patchesDir))
 	case m.Clean:
 		out = append(out, "the hunks do not fit the new paths as they are, but a port (three-way merge) is clean; write it with: "+port.Command(series, repo, commit, port.DraftDir(series, commit), patchesDir))
