@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -114,7 +115,7 @@ func ABBuild(ctx context.Context, opts ABOptions, progress func(arm string) Prog
 	}
 	if plans[0].Key == plans[1].Key {
 		return nil, nil, fmt.Errorf("recipes %s and %s give the same build (series %s, same patches, key %.16s): an A/B of them measures nothing; pick recipes that differ in their patches (e.g. --a baseline --b pcie)",
-			opts.A.Name, opts.B.Name, orNone(plans[0].Inputs.Series), plans[0].Key)
+			opts.A.Name, opts.B.Name, cmp.Or(plans[0].Inputs.Series, "(none)"), plans[0].Key)
 	}
 	ab := &ABPlan{A: plans[0], B: plans[1]}
 	common := plans[0].Inputs
@@ -202,23 +203,9 @@ func diffInputs(a, b Inputs) []string {
 	}
 	for k := range keys {
 		if !reflect.DeepEqual(fa[k], fb[k]) {
-			out = append(out, fmt.Sprintf("%s: %s vs %s", k, orDash(fa[k]), orDash(fb[k])))
+			out = append(out, fmt.Sprintf("%s: %s vs %s", k, cmp.Or(fa[k], "(unset)"), cmp.Or(fb[k], "(unset)")))
 		}
 	}
 	sort.Strings(out)
 	return out
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "(unset)"
-	}
-	return s
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "(none)"
-	}
-	return s
 }

@@ -2,8 +2,6 @@ package kernels
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -12,6 +10,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
@@ -25,7 +24,7 @@ func abFixture(t *testing.T, e *env) (*patches.Catalog, *recipes.Recipe, *recipe
 	patch := "Description: d\nAuthor: t\nUpstream-Status: Pending\nApplies-To: fixture\n\n" +
 		"--- a/sgl-kernel/csrc/allreduce/custom_all_reduce.cu\n+++ b/sgl-kernel/csrc/allreduce/custom_all_reduce.cu\n@@ -1 +1,2 @@\n // fixture translation unit\n+// patched\n"
 	dir := filepath.Join(t.TempDir(), "series")
-	toml := "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + e.commit + "\"]\n\n[[patch]]\nfile = \"0001-x.patch\"\nsha256 = \"" + sha256Text(patch) + "\"\n"
+	toml := "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + e.commit + "\"]\n\n[[patch]]\nfile = \"0001-x.patch\"\nsha256 = \"" + digest.SHA256Hex([]byte(patch)) + "\"\n"
 	if err := testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-x.patch": patch}); err != nil {
 		t.Fatal(err)
 	}
@@ -37,11 +36,6 @@ func abFixture(t *testing.T, e *env) (*patches.Catalog, *recipes.Recipe, *recipe
 	a, _ := recipes.Parse("a.toml", []byte("name = \"base\"\n"+pin))
 	b, _ := recipes.Parse("b.toml", []byte("name = \"pcie\"\nseries = \"fx\"\n"+pin))
 	return cat, a, b
-}
-
-func sha256Text(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:])
 }
 
 func TestABBuild(t *testing.T) {

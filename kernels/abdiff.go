@@ -8,6 +8,8 @@ import (
 	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
 // ABFile is one file whose bytes differ between the arms of an A/B
@@ -84,7 +86,7 @@ func ABDiff(a, b *Plan, ma, mb *Manifest, entryA, entryB string) []ABFile {
 		case inside && isRecord(member) && differingInside[archive] > 0:
 			f.Explained, f.Why = true, "holds the sha256 of the other files that differ"
 		case isSharedObject(name) && explainedObjects > 0:
-			f.Explained, f.Why = true, fmt.Sprintf("a shared object, and %s built from patched files %s (above)", plural(explainedObjects, "object", "objects"), plural1(explainedObjects, "differs", "differ"))
+			f.Explained, f.Why = true, fmt.Sprintf("a shared object, and %s built from patched files %s (above)", textfmt.Plural(explainedObjects, "object", "objects"), textfmt.Word(explainedObjects, "differs", "differ"))
 		case isSharedObject(name) && len(ma.Objects) == 0:
 			f.Why = "differs, and the manifests record no objects to explain it (built before arpatch recorded them); build again with an empty cache"
 		case isSharedObject(name):
@@ -206,17 +208,4 @@ func treePath(src string, stage []string, tu string) string {
 		}
 	}
 	return tu
-}
-
-// plural is "1 object" or "2 objects".
-func plural(n int, one, many string) string {
-	return fmt.Sprintf("%d %s", n, plural1(n, one, many))
-}
-
-// plural1 is one for n == 1, else many.
-func plural1(n int, one, many string) string {
-	if n == 1 {
-		return one
-	}
-	return many
 }

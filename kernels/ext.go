@@ -2,9 +2,7 @@ package kernels
 
 import (
 	"context"
-	"crypto/sha256"
 	"embed"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"path/filepath"
@@ -12,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/digest"
 )
 
 //go:embed allreduce_ext/binding.cpp allreduce_ext/build_ext.py
@@ -55,8 +54,7 @@ func PlanExt(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	extra := map[string]string{}
 	for _, f := range []string{"binding.cpp", "build_ext.py"} {
 		b, _ := extFiles.ReadFile("allreduce_ext/" + f)
-		h := sha256.Sum256(b)
-		extra[f+"_sha256"] = hex.EncodeToString(h[:])
+		extra[f+"_sha256"] = digest.SHA256Hex(b)
 	}
 	// The extension is built by build_ext.py with its own arch flags:
 	// TORCH_CUDA_ARCH_LIST does not reach it.

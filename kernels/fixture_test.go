@@ -13,6 +13,7 @@ import (
 
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
@@ -130,7 +131,7 @@ func fixtureArchive(t testing.TB, name string) []byte {
 func kernelFiles(t testing.TB, l layout) map[string]string {
 	fill := func(s string) string {
 		for _, d := range []string{"repo-cutlass", "repo-flashmla-cutlass"} {
-			s = strings.ReplaceAll(s, "@"+d+"@", sha256Hex(fixtureArchive(t, d)))
+			s = strings.ReplaceAll(s, "@"+d+"@", digest.SHA256Hex(fixtureArchive(t, d)))
 		}
 		return s
 	}

@@ -1,10 +1,10 @@
 package kernels
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"sort"
+
+	"github.com/arpatch/arpatch/internal/digest"
 )
 
 // KeySchema versions the layout of Inputs; changing it invalidates every
@@ -97,6 +97,5 @@ func (in Inputs) Key() string {
 	if err != nil {
 		panic(err) // only plain types: cannot fail
 	}
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:])
+	return digest.SHA256Hex(b)
 }

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/sglkernel"
 	"github.com/arpatch/arpatch/internal/testrepo"
 )
@@ -59,7 +60,7 @@ func TestPlanFindsTheProject(t *testing.T) {
 	cut := p.Deps[0]
 	if cut.Name != "repo-cutlass" || cut.URL != "https://github.com/NVIDIA/cutlass/archive/57e3cfb47a2d9e0d46eb6335c3dc411498efa198.tar.gz" ||
 		cut.Repo != "https://${GITHUB_ARTIFACTORY}/NVIDIA/cutlass/archive/57e3cfb47a2d9e0d46eb6335c3dc411498efa198.tar.gz" ||
-		cut.Pin() != "57e3cfb47a2d9e0d46eb6335c3dc411498efa198" || cut.URLHash != "SHA256="+sha256Hex(fixtureArchive(t, "repo-cutlass")) {
+		cut.Pin() != "57e3cfb47a2d9e0d46eb6335c3dc411498efa198" || cut.URLHash != "SHA256="+digest.SHA256Hex(fixtureArchive(t, "repo-cutlass")) {
 		t.Errorf("cutlass %+v", cut)
 	}
 	if got := cudaarch.Strings(p.Upstream); strings.Join(got, " ") != "90 120a 90a" {
@@ -116,14 +117,14 @@ func TestDepsDirArchives(t *testing.T) {
 		t.Fatal(err)
 	}
 	p := mustPlan(t, o)
-	if p.Deps[0].Archive != filepath.Join(dd, "repo-cutlass.tar.gz") || p.Deps[0].Commit != "archive-sha256:"+sha256Hex(cut) ||
-		p.Deps[1].Archive != filepath.Join(dd, "147f5673d0c1c3dcf66f78d677fd647e4a020219.tar.gz") || p.Deps[1].Commit != "archive-sha256:"+sha256Hex(fm) {
+	if p.Deps[0].Archive != filepath.Join(dd, "repo-cutlass.tar.gz") || p.Deps[0].Commit != "archive-sha256:"+digest.SHA256Hex(cut) ||
+		p.Deps[1].Archive != filepath.Join(dd, "147f5673d0c1c3dcf66f78d677fd647e4a020219.tar.gz") || p.Deps[1].Commit != "archive-sha256:"+digest.SHA256Hex(fm) {
 		t.Fatalf("deps %+v", p.Deps)
 	}
 	// Unpacked under the fixed build path, so their paths are the same in
 	// every build.
 	contains(t, p.Env["CMAKE_ARGS"], "'-DFETCHCONTENT_SOURCE_DIR_REPO-CUTLASS="+p.BuildPath+"/deps/repo-cutlass'", "-DFETCHCONTENT_FULLY_DISCONNECTED=ON")
-	if p.Inputs.Deps[0].Commit != "archive-sha256:"+sha256Hex(cut) {
+	if p.Inputs.Deps[0].Commit != "archive-sha256:"+digest.SHA256Hex(cut) {
 		t.Errorf("key input %+v", p.Inputs.Deps[0])
 	}
 
@@ -154,8 +155,8 @@ func TestDepsDirArchives(t *testing.T) {
 		t.Fatal(err)
 	}
 	_, err = PlanBuild(context.Background(), o)
-	contains(t, errString(err), "dependency repo-cutlass: "+filepath.Join(dd, "repo-cutlass.tar.gz")+" has sha256 "+sha256Hex(bad),
-		"but python/sglang/kernels/aot/CMakeLists.txt pins URL_HASH SHA256="+sha256Hex(cut),
+	contains(t, errString(err), "dependency repo-cutlass: "+filepath.Join(dd, "repo-cutlass.tar.gz")+" has sha256 "+digest.SHA256Hex(bad),
+		"but python/sglang/kernels/aot/CMakeLists.txt pins URL_HASH SHA256="+digest.SHA256Hex(cut),
 		"Fetch it again: rm "+filepath.Join(dd, "repo-cutlass.tar.gz")+" && curl -fL -o "+filepath.Join(dd, "repo-cutlass.tar.gz")+" https://github.com/NVIDIA/cutlass/archive/57e3cfb47a2d9e0d46eb6335c3dc411498efa198.tar.gz")
 
 	// Changed between the plan and the build: refused, nothing cached.
@@ -257,7 +258,7 @@ func TestUnpackTarGz(t *testing.T) {
 	// Bytes after the archive are hashed too; a wrong hash unpacks nothing.
 	good := fixtureArchive(t, "repo-x")
 	padded := append(append([]byte(nil), good...), make([]byte, 9000)...)
-	if _, err := unpack(padded, sha256Hex(good)); err == nil || !strings.Contains(err.Error(), "changed since the plan: sha256 "+sha256Hex(padded)) {
+	if _, err := unpack(padded, digest.SHA256Hex(good)); err == nil || !strings.Contains(err.Error(), "changed since the plan: sha256 "+digest.SHA256Hex(padded)) {
 		t.Errorf("trailing bytes: %v", err)
 	}
 	if _, err := unpack([]byte("not gzip"), ""); err == nil || !strings.Contains(err.Error(), "not a gzip'd tar archive") {

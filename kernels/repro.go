@@ -12,7 +12,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/lockfile"
 )
 
@@ -116,7 +118,7 @@ func makeReproducible(p *Plan, env []string, launcher []string) error {
 		p.Problems = err
 	}
 	if user := getenv(env, "SOURCE_DATE_EPOCH"); user != "" && user != strconv.FormatInt(when.Unix(), 10) {
-		p.Notes = append(p.Notes, fmt.Sprintf("SOURCE_DATE_EPOCH=%s from your environment is replaced by %d, the committer time of %.12s (every build of these inputs gets the same stamps)", user, when.Unix(), p.Inputs.Commit))
+		p.Notes = append(p.Notes, fmt.Sprintf("SOURCE_DATE_EPOCH=%s from your environment is replaced by %d, the committer time of %s (every build of these inputs gets the same stamps)", user, when.Unix(), githash.Hash(p.Inputs.Commit).Short()))
 	}
 	p.Key = p.Inputs.Key()
 
@@ -385,7 +387,7 @@ func objectSums(dir string) ([]Output, error) {
 			return err
 		}
 		rel, _ := filepath.Rel(dir, p)
-		o := Output{File: filepath.ToSlash(rel), SHA256: sha256Hex(data), Bytes: int64(len(data))}
+		o := Output{File: filepath.ToSlash(rel), SHA256: digest.SHA256Hex(data), Bytes: int64(len(data))}
 		o.Sections, _ = ElfSectionSums(data) // nil for an object that is not ELF
 		out = append(out, o)
 		return nil

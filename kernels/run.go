@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"bufio"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -251,7 +252,7 @@ func sameTree(plan *Plan) error {
 	}
 	st := rep.State
 	if st.Commit != plan.Inputs.Commit || !slices.Equal(patchInputs(st), plan.Inputs.Patches) {
-		return fmt.Errorf("the tree changed during the build: %s now has series %s at %s", plan.Src, orNone(st.Series), st.Commit)
+		return fmt.Errorf("the tree changed during the build: %s now has series %s at %s", plan.Src, cmp.Or(st.Series, "(none)"), st.Commit)
 	}
 	return nil
 }

@@ -4,9 +4,7 @@ import (
 	"archive/zip"
 	"bytes"
 	"context"
-	"crypto/sha256"
 	"debug/elf"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"maps"
@@ -19,6 +17,7 @@ import (
 	"github.com/rogpeppe/go-internal/diff"
 
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/digest"
 )
 
 // Difference is one file whose bytes differ between two builds of the
@@ -197,7 +196,7 @@ func compareBytes(name string, a, b []byte) []Difference {
 	if bytes.Equal(a, b) {
 		return nil
 	}
-	d := Difference{File: name, A: sha256Hex(a), B: sha256Hex(b)}
+	d := Difference{File: name, A: digest.SHA256Hex(a), B: digest.SHA256Hex(b)}
 	if za, zb, ok := openZips(a, b); ok {
 		return compareZips(name, za, zb, d)
 	}
@@ -274,9 +273,9 @@ func compareZips(name string, za, zb *zip.Reader, whole Difference) []Difference
 		b, inB := mb[n]
 		switch {
 		case !inA:
-			members = append(members, Difference{File: label, B: sha256Hex(b), Detail: "only in the second build"})
+			members = append(members, Difference{File: label, B: digest.SHA256Hex(b), Detail: "only in the second build"})
 		case !inB:
-			members = append(members, Difference{File: label, A: sha256Hex(a), Detail: "only in the first build"})
+			members = append(members, Difference{File: label, A: digest.SHA256Hex(a), Detail: "only in the first build"})
 		default:
 			members = append(members, compareBytes(label, a, b)...)
 		}
@@ -331,7 +330,7 @@ func ElfSectionSums(data []byte) ([]Section, error) {
 		sec := Section{Name: name, Size: s.Size}
 		if s.Type != elf.SHT_NOBITS {
 			b, _ := s.Data()
-			sec.SHA256 = sha256Hex(b)
+			sec.SHA256 = digest.SHA256Hex(b)
 		}
 		out = append(out, sec)
 	}
@@ -378,9 +377,4 @@ func truncateLines(s string, n int) string {
 		return s
 	}
 	return strings.Join(lines[:n], "") + fmt.Sprintf("... (%d more lines)\n", len(lines)-n)
-}
-
-func sha256Hex(b []byte) string {
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:])
 }

@@ -17,6 +17,7 @@ import (
 
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/shellq"
+	"github.com/arpatch/arpatch/internal/textfmt"
 
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/report"
@@ -580,7 +581,7 @@ func workloadKey(cfg *Config, b *recipes.Recipe) string {
 	}
 	return fmt.Sprintf("model=%s draft=%s tp=%d spec=%s/%d/%d/%d prompts=%s:%d max_new_tokens=%d concurrency=%s",
 		cmp.Or(c.Model, rb.Model), cmp.Or(c.DraftModel, rb.DraftModel), rb.TP, rb.SpeculativeAlgorithm, rb.SpeculativeNumSteps, rb.SpeculativeEagleTopK, rb.SpeculativeNumDraftTokens,
-		cmp.Or(rb.Workload, "builtin"), cmp.Or(c.NumPrompts, rb.NumPrompts), cmp.Or(c.MaxNewTokens, rb.MaxNewTokens), strings.Trim(strings.Join(strings.Fields(fmt.Sprint(levels)), ","), "[]"))
+		cmp.Or(rb.Workload, "builtin"), cmp.Or(c.NumPrompts, rb.NumPrompts), cmp.Or(c.MaxNewTokens, rb.MaxNewTokens), textfmt.Ints(levels, ","))
 }
 
 func verdictText(rep *Report) string {

@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strings"
 	"unicode"
+
+	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
 // splitLines splits content into lines that keep their "\n" (and any "\r"
@@ -249,7 +251,7 @@ func anchorReason(path string, h *Hunk, img *image, p placement, at []int) strin
 	first, last := at[0]-1, at[len(at)-1]-1
 	lines := fmt.Sprintf("line %d", first+1)
 	if len(at) > 1 {
-		lines = "lines " + joinInts(at)
+		lines = "lines " + textfmt.Ints(at, ", ")
 	}
 	switch {
 	case k == 0:
@@ -271,7 +273,7 @@ func (c *ConflictError) Error() string {
 	switch {
 	case c.Ambiguous():
 		fmt.Fprintf(&b, "patch %s, hunk %s in %s: %s at line %d, and it fits equally at lines %s; arpatch does not choose between copies of repeated code. Regenerate the patch with more context (git diff -U5) against this commit",
-			c.Patch, c.Hunk, c.Path, c.Reason, c.Line, joinInts(c.Candidates))
+			c.Patch, c.Hunk, c.Path, c.Reason, c.Line, textfmt.Ints(c.Candidates, ", "))
 	case len(c.Anchored) > 0:
 		// The lines match where they are; only the anchoring rule
 		// fails, and the reason names the line that breaks it.
@@ -307,14 +309,6 @@ func (c *ConflictError) Error() string {
 		b.WriteString("\n    | " + showLine(l))
 	}
 	return b.String()
-}
-
-func joinInts(xs []int) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = fmt.Sprint(x)
-	}
-	return strings.Join(s, ", ")
 }
 
 // showLine prints a line without its newline, making a CR or a missing

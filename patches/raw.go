@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"io/fs"
 	"path"
+
+	"github.com/arpatch/arpatch/internal/digest"
 )
 
 // ReadPatch returns the bytes of one patch file of the series, checked
@@ -18,7 +20,7 @@ func (s *Series) ReadPatch(file string) ([]byte, error) {
 		if err != nil {
 			return nil, fmt.Errorf("series %s: %w", s.Name, err)
 		}
-		if got := sha256Hex(data); got != e.SHA256 {
+		if got := digest.SHA256Hex(data); got != e.SHA256 {
 			return nil, &TamperError{Series: s.Dir, Patch: e.File, Want: e.SHA256, Got: got}
 		}
 		return data, nil

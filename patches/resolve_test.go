@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/arpatch/arpatch/internal/digest"
 )
 
 const (
@@ -19,7 +21,7 @@ func twoEras(t *testing.T) *Catalog {
 	t.Helper()
 	mk := func(name, tested, old string) (*Series, fstest.MapFS) {
 		p := "Description: d\nAuthor: t\nUpstream-Status: Pending\nApplies-To: x\n\n--- a/k.cuh\n+++ b/k.cuh\n@@ -2,3 +2,3 @@\n {\n-" + old + "\n+launch();\n }\n"
-		toml := "name = \"" + name + "\"\nfamily = \"pcie\"\ntested_on = [\"" + tested + "\"]\n\n[[patch]]\nfile = \"0001-k.patch\"\nsha256 = \"" + sha256Hex([]byte(p)) + "\"\n"
+		toml := "name = \"" + name + "\"\nfamily = \"pcie\"\ntested_on = [\"" + tested + "\"]\n\n[[patch]]\nfile = \"0001-k.patch\"\nsha256 = \"" + digest.SHA256Hex([]byte(p)) + "\"\n"
 		fsys := fstest.MapFS{name + "/series.toml": {Data: []byte(toml)}, name + "/0001-k.patch": {Data: []byte(p)}}
 		s, err := LoadSeries(fsys, name, "test/"+name)
 		if err != nil {

@@ -2,8 +2,6 @@ package patches
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -15,6 +13,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/internal/tomlx"
@@ -252,7 +251,7 @@ func (s *Series) Load(skip []string) ([]*Patch, error) {
 		if err != nil {
 			return nil, fmt.Errorf("series %s: %w", s.Name, err)
 		}
-		if got := sha256Hex(data); got != e.SHA256 {
+		if got := digest.SHA256Hex(data); got != e.SHA256 {
 			return nil, &TamperError{Series: s.Dir, Patch: e.File, Want: e.SHA256, Got: got}
 		}
 		raw[e.File] = data
@@ -284,11 +283,6 @@ func (s *Series) Files() []string {
 		f = append(f, p.File)
 	}
 	return f
-}
-
-func sha256Hex(b []byte) string {
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:])
 }
 
 // Seal recomputes every patch's sha256 in dir/series.toml on disk, keeping
@@ -334,7 +328,7 @@ func Seal(fsys fs.FS, dir string, write func(name string, data []byte) error) ([
 		if m := d.Header.Missing(); len(m) > 0 {
 			return nil, fmt.Errorf("seal %s: %s: the DEP-3 header lacks %s", dir, p.File, strings.Join(m, ", "))
 		}
-		sum := sha256Hex(b)
+		sum := digest.SHA256Hex(b)
 		if sum == p.SHA256 {
 			continue
 		}

@@ -5,6 +5,8 @@ import (
 	"strings"
 	"testing"
 	"testing/fstest"
+
+	"github.com/arpatch/arpatch/internal/digest"
 )
 
 const dispatchPatch = `Description: dispatch
@@ -51,8 +53,8 @@ func seriesTOML(requires string, entries ...[3]string) string {
 
 func TestSeriesLoadVerifiesAndParses(t *testing.T) {
 	toml := seriesTOML(`requires = [["pcie-gate-bypass", "pcie-dispatch-branch"]]`,
-		[3]string{"0001-dispatch.patch", sha256Hex([]byte(dispatchPatch)), `"pcie-dispatch-branch"`},
-		[3]string{"0002-gate.patch", sha256Hex([]byte(gatePatch)), `"pcie-gate-bypass"`})
+		[3]string{"0001-dispatch.patch", digest.SHA256Hex([]byte(dispatchPatch)), `"pcie-dispatch-branch"`},
+		[3]string{"0002-gate.patch", digest.SHA256Hex([]byte(gatePatch)), `"pcie-gate-bypass"`})
 	fsys := seriesFS(toml, map[string]string{"0001-dispatch.patch": dispatchPatch, "0002-gate.patch": gatePatch})
 	s, err := LoadSeries(fsys, "s", "test/s")
 	if err != nil {
@@ -80,7 +82,7 @@ func TestSeriesLoadVerifiesAndParses(t *testing.T) {
 	fsys["s/0002-gate.patch"].Data = []byte(strings.Replace(gatePatch, "forced", "forcd", 1))
 	_, err = s.Load(nil)
 	var te *TamperError
-	if !errors.As(err, &te) || te.Patch != "0002-gate.patch" || te.Want != sha256Hex([]byte(gatePatch)) || te.Got == te.Want {
+	if !errors.As(err, &te) || te.Patch != "0002-gate.patch" || te.Want != digest.SHA256Hex([]byte(gatePatch)) || te.Got == te.Want {
 		t.Errorf("tampered: err = %v, want TamperError", err)
 	}
 }
@@ -117,7 +119,7 @@ func mustParse(t *testing.T, s string) *Diff {
 }
 
 func TestLoadSeriesErrorsNameFileKeyAndLine(t *testing.T) {
-	good := sha256Hex([]byte(dispatchPatch))
+	good := digest.SHA256Hex([]byte(dispatchPatch))
 	for _, tc := range []struct {
 		name, toml, want string
 	}{
@@ -141,7 +143,7 @@ func TestLoadSeriesErrorsNameFileKeyAndLine(t *testing.T) {
 }
 
 func TestSeriesRefusesUnlistedPatch(t *testing.T) {
-	toml := seriesTOML("", [3]string{"0001-dispatch.patch", sha256Hex([]byte(dispatchPatch)), ""})
+	toml := seriesTOML("", [3]string{"0001-dispatch.patch", digest.SHA256Hex([]byte(dispatchPatch)), ""})
 	fsys := seriesFS(toml, map[string]string{"0001-dispatch.patch": dispatchPatch, "0002-forgotten.patch": gatePatch})
 	if _, err := LoadSeries(fsys, "s", "test/s"); err == nil || !strings.Contains(err.Error(), "0002-forgotten.patch is in the series directory but not listed") {
 		t.Errorf("err = %v", err)
@@ -177,8 +179,8 @@ func TestSealRewritesOnlyHashes(t *testing.T) {
 	if strings.Join(changed, ",") != "0001-dispatch.patch,0002-gate.patch" {
 		t.Errorf("changed = %v", changed)
 	}
-	want := strings.Replace(strings.Replace(toml, `sha256 = ""`, `sha256 = "`+sha256Hex([]byte(dispatchPatch))+`"`, 1),
-		strings.Repeat("0", 64), sha256Hex([]byte(gatePatch)), 1)
+	want := strings.Replace(strings.Replace(toml, `sha256 = ""`, `sha256 = "`+digest.SHA256Hex([]byte(dispatchPatch))+`"`, 1),
+		strings.Repeat("0", 64), digest.SHA256Hex([]byte(gatePatch)), 1)
 	if written != want {
 		t.Errorf("sealed series.toml:\n%s\nwant:\n%s", written, want)
 	}
@@ -210,7 +212,7 @@ func TestSealRefusesIncompleteSeries(t *testing.T) {
 // Issue 11, point 7: a requires cycle is called one, and a missing
 // [[patch]] points at the file, not at line 0.
 func TestSeriesTOMLMessages(t *testing.T) {
-	sha := sha256Hex([]byte(dispatchPatch))
+	sha := digest.SHA256Hex([]byte(dispatchPatch))
 	for _, tc := range []struct{ toml, want string }{
 		{seriesTOML(`requires = [["0001-a.patch", "0002-b.patch"], ["0002-b.patch", "0001-a.patch"]]`,
 			[3]string{"0001-a.patch", sha, ""}, [3]string{"0002-b.patch", sha, ""}),

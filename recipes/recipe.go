@@ -14,9 +14,7 @@
 package recipes
 
 import (
-	"crypto/sha256"
 	"embed"
-	"encoding/hex"
 	"fmt"
 	"io/fs"
 	"os"
@@ -31,6 +29,7 @@ import (
 	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/tomlx"
 )
@@ -245,8 +244,7 @@ func Parse(source string, data []byte) (*Recipe, error) {
 		return nil, err
 	}
 	r.Source = source
-	sum := sha256.Sum256(data)
-	r.SHA256 = hex.EncodeToString(sum[:])
+	r.SHA256 = digest.SHA256Hex(data)
 	if err := r.validate(data, md); err != nil {
 		return nil, err
 	}

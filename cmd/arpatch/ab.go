@@ -9,6 +9,7 @@ import (
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/shellq"
+	"github.com/arpatch/arpatch/internal/textfmt"
 
 	"github.com/urfave/cli/v2"
 
@@ -181,7 +182,7 @@ func abBuildRun(ctx context.Context, o abBuildOptions, s streams) error {
 	m := ab.Manifest
 	fmt.Fprintf(w, "A/B at %s: inputs differ only in %v\n", m.Commit, m.DifferOnlyIn)
 	for _, arm := range []kernels.ABArm{m.A, m.B} {
-		fmt.Fprintf(w, "  %-9s series %-13s %d patches  key %s  %s\n", arm.Recipe, orNone(arm.Series), len(arm.Patches), arm.Key[:16], arm.Src)
+		fmt.Fprintf(w, "  %-9s series %-13s %d patches  key %s  %s\n", arm.Recipe, cmp.Or(arm.Series, "(none)"), len(arm.Patches), arm.Key[:16], arm.Src)
 	}
 	if o.AB.PlanOnly {
 		printPlan(w, ab.A, o.AB.Build.Cache)
@@ -219,16 +220,8 @@ func abBuildRun(ctx context.Context, o abBuildOptions, s streams) error {
 			return shellq.Join(args)
 		}
 		fmt.Fprintf(s.Err, "arpatch: %s between the arms that no patch explains; a reproducible A/B has none. Find the cause in each arm: `%s`, then `%s`\n",
-			plural(m.Unexplained, "file differs", "files differ"), verify("a", o.AB.PythonA), verify("b", o.AB.PythonB))
+			textfmt.Plural(m.Unexplained, "file differs", "files differ"), verify("a", o.AB.PythonA), verify("b", o.AB.PythonB))
 		return exitWith(exitFailure, "")
 	}
 	return nil
-}
-
-// plural is "1 file differs" or "2 files differ".
-func plural(n int, one, many string) string {
-	if n == 1 {
-		return fmt.Sprintf("%d %s", n, one)
-	}
-	return fmt.Sprintf("%d %s", n, many)
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -349,7 +350,7 @@ func printVerify(w io.Writer, rep *kernels.VerifyReport) error {
 	for _, d := range rep.Differences {
 		fmt.Fprintf(w, "  DIFFERS  %s\n", d.File)
 		if d.A != "" || d.B != "" {
-			fmt.Fprintf(w, "           sha256 %s (cached) vs %s (rebuilt)\n", orNone(shortHash(d.A)), orNone(shortHash(d.B)))
+			fmt.Fprintf(w, "           sha256 %s (cached) vs %s (rebuilt)\n", cmp.Or(shortHash(d.A), "(none)"), cmp.Or(shortHash(d.B), "(none)"))
 		}
 		for _, l := range strings.Split(d.Detail, "\n") {
 			fmt.Fprintf(w, "           %s\n", l)
@@ -365,7 +366,7 @@ func printVerify(w io.Writer, rep *kernels.VerifyReport) error {
 func printPlan(w io.Writer, p *kernels.Plan, cache kernels.Cache) {
 	st := p.State
 	fmt.Fprintf(w, "build plan (%s)\n", p.Inputs.Kind)
-	fmt.Fprintf(w, "  tree      %s at %s, series %s (%d patches)\n", p.Src, st.Commit, orNone(st.Series), len(st.Patches))
+	fmt.Fprintf(w, "  tree      %s at %s, series %s (%d patches)\n", p.Src, st.Commit, cmp.Or(st.Series, "(none)"), len(st.Patches))
 	var sms, ups []string
 	for _, a := range p.Archs {
 		sms = append(sms, a.SM())
@@ -402,9 +403,9 @@ func printPlan(w io.Writer, p *kernels.Plan, cache kernels.Cache) {
 			case d.Archive != "" && d.URLHash != "":
 				src = "archive " + d.Archive + " (" + shortHash(d.Commit) + ", matches URL_HASH), unpacked into the build's temp dir"
 			case d.Archive != "":
-				src = "archive " + d.Archive + " (" + shortHash(d.Commit) + "; no URL_HASH: pin " + orNone(d.Pin()) + " not checked), unpacked into the build's temp dir"
+				src = "archive " + d.Archive + " (" + shortHash(d.Commit) + "; no URL_HASH: pin " + cmp.Or(d.Pin(), "(none)") + " not checked), unpacked into the build's temp dir"
 			case strings.HasPrefix(d.Commit, "sha256:"):
-				src = "local " + d.Dir + ", not a git checkout: files " + shortHash(d.Commit) + " (pin " + orNone(d.Pin()) + " not checked)"
+				src = "local " + d.Dir + ", not a git checkout: files " + shortHash(d.Commit) + " (pin " + cmp.Or(d.Pin(), "(none)") + " not checked)"
 			case d.Dir != "":
 				src = "local " + d.Dir + " @ " + shortHash(d.Commit)
 			}
@@ -413,8 +414,8 @@ func printPlan(w io.Writer, p *kernels.Plan, cache kernels.Cache) {
 	}
 	tc := p.Toolchain
 	fmt.Fprintf(w, "  toolchain nvcc %s, python %s, torch %s (CUDA %s), cmake %s, ninja %s, builder %s\n",
-		orNone(tc.NVCC.Version), orNone(tc.Python.Version), orNone(tc.Torch.Version), orNone(tc.Torch.CUDA),
-		orNone(tc.CMake.Version), orNone(tc.Ninja.Version), p.Inputs.Toolchain.Builder)
+		cmp.Or(tc.NVCC.Version, "(none)"), cmp.Or(tc.Python.Version, "(none)"), cmp.Or(tc.Torch.Version, "(none)"), cmp.Or(tc.Torch.CUDA, "(none)"),
+		cmp.Or(tc.CMake.Version, "(none)"), cmp.Or(tc.Ninja.Version, "(none)"), p.Inputs.Toolchain.Builder)
 	state := "miss: would build"
 	if m, err := cache.Lookup(p.Key); err != nil {
 		state = "DAMAGED entry: " + err.Error()
@@ -437,7 +438,7 @@ func runCheck(ctx context.Context, o kernels.BuildOptions, w io.Writer) error {
 	}
 	tree := "a tree without apply state"
 	if st, err := checkout.Status(o.Src, nil); err == nil && st.State != nil {
-		tree = fmt.Sprintf("series %s at %.12s", orNone(st.State.Series), st.State.Commit)
+		tree = fmt.Sprintf("series %s at %s", cmp.Or(st.State.Series, "(none)"), githash.Hash(st.State.Commit).Short())
 		if !st.Clean() || len(st.Other) > 0 {
 			tree += ", CHANGED since apply (arpatch status)"
 		}
@@ -473,7 +474,7 @@ func listCache(w io.Writer, cache kernels.Cache) error {
 			continue
 		}
 		in := e.Manifest.Inputs
-		fmt.Fprintf(w, "  %s  %-13s %s  series %-13s archs %-10s %7.1f MB  %s\n", e.Key[:16], in.Kind, githash.Hash(in.Commit).Short(), orNone(in.Series),
+		fmt.Fprintf(w, "  %s  %-13s %s  series %-13s archs %-10s %7.1f MB  %s\n", e.Key[:16], in.Kind, githash.Hash(in.Commit).Short(), cmp.Or(in.Series, "(none)"),
 			strings.Join(in.Archs, ","), float64(e.Bytes)/1e6, e.Manifest.FinishedAt.Format("2006-01-02 15:04"))
 	}
 	return nil

@@ -1,19 +1,20 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/harness/doctor"
 	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/textfmt"
 	"github.com/arpatch/arpatch/kernels"
 )
 
@@ -122,10 +123,10 @@ func printDoctor(w io.Writer, rep *doctor.Report) {
 			mark = "*"
 		}
 		fmt.Fprintf(w, "%s GPU%d  %s  sm_%s  driver %s  PCIe gen %d/%d x%d/%d  %d MiB  %s\n", mark, g.Index, g.Name,
-			orUnread(cudaarch.CCDigits(g.ComputeCap)), orUnread(g.Driver), g.PCIeGen, g.PCIeGenMax, g.PCIeWidth, g.PCIeWidthMax, g.MemoryMiB, g.BusID)
+			cmp.Or(cudaarch.CCDigits(g.ComputeCap), "?"), cmp.Or(g.Driver, "?"), g.PCIeGen, g.PCIeGenMax, g.PCIeWidth, g.PCIeWidthMax, g.MemoryMiB, g.BusID)
 	}
 	if len(h.GPUs) > 0 {
-		fmt.Fprintf(w, "judged (*): GPUs %s: %s\n", joinInts(j.GPUs), j.Why)
+		fmt.Fprintf(w, "judged (*): GPUs %s: %s\n", cmp.Or(textfmt.Ints(j.GPUs, ","), "none"), j.Why)
 	}
 	if j.ServerArgs != nil {
 		fmt.Fprintf(w, "server flags read with %s", j.OptionsFrom)
@@ -144,7 +145,7 @@ func printDoctor(w io.Writer, rep *doctor.Report) {
 		}
 	}
 	if tc := h.Toolchain; tc != nil {
-		fmt.Fprintf(w, "toolchain: nvcc %s, python %s, torch %s (CUDA %s)\n", orNone(tc.NVCC.Version), orNone(tc.Python.Version), orNone(tc.Torch.Version), orNone(tc.Torch.CUDA))
+		fmt.Fprintf(w, "toolchain: nvcc %s, python %s, torch %s (CUDA %s)\n", cmp.Or(tc.NVCC.Version, "(none)"), cmp.Or(tc.Python.Version, "(none)"), cmp.Or(tc.Torch.Version, "(none)"), cmp.Or(tc.Torch.CUDA, "(none)"))
 	}
 	if h.SGLKernel != "" {
 		for so, archs := range h.KernelArchs {
@@ -164,7 +165,7 @@ func printDoctor(w io.Writer, rep *doctor.Report) {
 	if len(rep.Groups) > 0 {
 		fmt.Fprintf(w, "verdict: %d TP groups, judged one by one:\n", len(rep.Groups))
 		for _, g := range rep.Groups {
-			fmt.Fprintf(w, "  TP group GPUs %s: %s\n", joinInts(g.GPUs), g.Verdict)
+			fmt.Fprintf(w, "  TP group GPUs %s: %s\n", cmp.Or(textfmt.Ints(g.GPUs, ","), "none"), g.Verdict)
 			if g.Expect != "" {
 				fmt.Fprintf(w, "  expect: %s\n", g.Expect)
 			}
@@ -175,24 +176,4 @@ func printDoctor(w io.Writer, rep *doctor.Report) {
 	if rep.Expect != "" {
 		fmt.Fprintf(w, "expect: %s\n", rep.Expect)
 	}
-}
-
-func joinInts(xs []int) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = strconv.Itoa(x)
-	}
-	if len(s) == 0 {
-		return "none"
-	}
-	return strings.Join(s, ",")
-}
-
-// orUnread prints a value nvidia-smi could not read as "?"; the
-// "unreadable:" lines say what it printed.
-func orUnread(s string) string {
-	if s == "" {
-		return "?"
-	}
-	return s
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"fmt"
 
 	"github.com/urfave/cli/v2"
@@ -26,7 +27,7 @@ func recipesCommand() *cli.Command {
 				if err != nil {
 					return err
 				}
-				fmt.Fprintf(c.App.Writer, "%-10s %s\n           series %s at %s\n", r.Name, r.Description, orNone(r.Series), r.Upstream.Commit)
+				fmt.Fprintf(c.App.Writer, "%-10s %s\n           series %s at %s\n", r.Name, r.Description, cmp.Or(r.Series, "(none)"), r.Upstream.Commit)
 			}
 			return nil
 		},

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 
@@ -70,7 +71,7 @@ func revertRun(_ context.Context, o checkout.RevertOptions, s streams) error {
 	if o.DryRun {
 		verb, discard = "dry run: would restore", "dry run: would discard edits"
 	}
-	fmt.Fprintf(w, "%s %d files of series %s to commit %s:\n", verb, len(rep.Restored), orNone(rep.State.Series), rep.State.Commit)
+	fmt.Fprintf(w, "%s %d files of series %s to commit %s:\n", verb, len(rep.Restored), cmp.Or(rep.State.Series, "(none)"), rep.State.Commit)
 	for _, p := range rep.Restored {
 		fmt.Fprintf(w, "  %s\n", p)
 	}
@@ -81,11 +82,4 @@ func revertRun(_ context.Context, o checkout.RevertOptions, s streams) error {
 		fmt.Fprintf(w, "%s: %s\n", discard, d)
 	}
 	return nil
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "(none)"
-	}
-	return s
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"fmt"
 	"io"
@@ -94,7 +95,7 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 	if rep.Head != st.Commit {
 		fmt.Fprintf(w, "WARNING  HEAD moved since apply (was %s)\n", st.Commit)
 	}
-	fmt.Fprintf(w, "series   %s (%s)\n", orNone(st.Series), st.SeriesReason)
+	fmt.Fprintf(w, "series   %s (%s)\n", cmp.Or(st.Series, "(none)"), st.SeriesReason)
 	for _, p := range st.Patches {
 		fmt.Fprintf(w, "  %s  sha256 %s\n", p.Name, p.SHA256[:16])
 	}

@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/procgroup"
+	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
 // SupportedWorldSizes are the world sizes SGLang's custom allreduce
@@ -147,7 +148,7 @@ type Run struct {
 // torchrunArgs builds the command that starts bench.py on every rank.
 func torchrunArgs(opts Options, script, out string) []string {
 	args := []string{opts.Python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", strconv.Itoa(opts.WorldSize),
-		script, "--out", out, "--sizes", joinInts(opts.Sizes), "--impls", strings.Join(opts.Impls, ","),
+		script, "--out", out, "--sizes", textfmt.Ints(opts.Sizes, ","), "--impls", strings.Join(opts.Impls, ","),
 		"--branches", strings.Join(opts.Branches, ","), "--modes", strings.Join(opts.Modes, ",")}
 	if opts.Ext != "" {
 		args = append(args, "--ext", opts.Ext)
@@ -164,14 +165,6 @@ func torchrunArgs(opts Options, script, out string) []string {
 		}
 	}
 	return args
-}
-
-func joinInts(xs []int) string {
-	s := make([]string, len(xs))
-	for i, x := range xs {
-		s[i] = strconv.Itoa(x)
-	}
-	return strings.Join(s, ",")
 }
 
 // Execute runs the benchmark. It returns the results read so far even when

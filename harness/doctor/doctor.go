@@ -16,6 +16,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/internal/procgroup"
+	"github.com/arpatch/arpatch/internal/textfmt"
 	"github.com/arpatch/arpatch/kernels"
 )
 
@@ -287,7 +288,7 @@ type GroupReport struct {
 	Expect  string `json:"expect,omitempty"`
 }
 
-func groupLabel(g []int) string { return "TP group GPUs " + joinDevices(g) }
+func groupLabel(g []int) string { return "TP group GPUs " + textfmt.Ints(g, ",") }
 
 // visibleFindings says when the job sees no GPU, or when which GPUs it
 // sees cannot be worked out.
@@ -306,11 +307,11 @@ func visibleFindings(h *Host, j *Judged) []Finding {
 }
 
 func indexRange(gpus []GPU) string {
-	var s []string
-	for _, g := range gpus {
-		s = append(s, strconv.Itoa(g.Index))
+	idx := make([]int, len(gpus))
+	for i, g := range gpus {
+		idx[i] = g.Index
 	}
-	return strings.Join(s, ",")
+	return textfmt.Ints(idx, ",")
 }
 
 // lookupEnv returns the last value of k in env and whether it is set.
@@ -507,7 +508,7 @@ func (l layout) name() string {
 func (l layout) devices() string {
 	var gs []string
 	for _, g := range l.tpGroups() {
-		gs = append(gs, joinDevices(g))
+		gs = append(gs, textfmt.Ints(g, ","))
 	}
 	return strings.Join(gs, " | ")
 }
@@ -519,14 +520,6 @@ func (l layout) describe() string {
 		s += " (one TP group each)"
 	}
 	return s
-}
-
-func joinDevices(g []int) string {
-	s := make([]string, len(g))
-	for i, c := range g {
-		s[i] = strconv.Itoa(c)
-	}
-	return strings.Join(s, ",")
 }
 
 // unreadableValue reports a value nvidia-smi prints when it cannot read one.

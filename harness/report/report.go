@@ -23,6 +23,7 @@ import (
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/internal/procgroup"
+	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
 // Schema names the JSON layout. v2: settings.concurrency is a list of
@@ -69,15 +70,6 @@ func SettingsOf(o bench.Options) Settings {
 		SpecTopK: o.SpecTopK, SpecDraftTokens: o.SpecDraftTokens, Prompts: len(o.Prompts), MaxNewTokens: o.MaxNewTokens,
 		Concurrency: o.Concurrency, Warmup: o.Warmup, Trials: o.Trials, Temperature: o.Temperature, IgnoreEOS: o.IgnoreEOS,
 		Interleave: o.Interleave, AgreeTokens: cmp.Or(o.AgreeTokens, sglang.DefaultAgreeTokens), AgreeThreshold: o.AgreeThreshold}
-}
-
-// levels is the concurrency list as "1,4,16".
-func levels(cs []int) string {
-	var parts []string
-	for _, c := range cs {
-		parts = append(parts, fmt.Sprint(c))
-	}
-	return strings.Join(parts, ",")
 }
 
 // Document is the JSON file.
@@ -224,7 +216,7 @@ func overall(a *bench.ArmResult) string {
 // then warnings.
 func WriteTable(w io.Writer, res *bench.Result, s Settings) {
 	fmt.Fprintf(w, "%s: %d prompts x %d trials, concurrency %s, max %d new tokens, temperature %g; medians across trials [confidence interval, 95%% where the trials allow]\n", benchName(s),
-		s.Prompts, s.Trials, levels(s.Concurrency), s.MaxNewTokens, s.Temperature)
+		s.Prompts, s.Trials, textfmt.Ints(s.Concurrency, ","), s.MaxNewTokens, s.Temperature)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(header(), "\t")+"\t")
 	for _, r := range rows(res, "-") {
@@ -265,7 +257,7 @@ func WriteTable(w io.Writer, res *bench.Result, s Settings) {
 // concurrency level, with the overall verdicts when there are several.
 func WriteMarkdown(w io.Writer, res *bench.Result, s Settings) error {
 	fmt.Fprintf(w, "### %s\n\n%d prompts x %d trials, concurrency %s, max %d new tokens. Medians across trials with confidence intervals (95%% where the number of trials allows; each interval shows its level); p from a Mann-Whitney U test against `%s`.\n\n", benchName(s),
-		s.Prompts, s.Trials, levels(s.Concurrency), s.MaxNewTokens, res.Baseline)
+		s.Prompts, s.Trials, textfmt.Ints(s.Concurrency, ","), s.MaxNewTokens, res.Baseline)
 	h := header()
 	h[1], h[len(h)-2] = "concurrency", "output agreement"
 	fmt.Fprintf(w, "| %s |\n|%s\n", strings.Join(h, " | "), strings.Repeat("---|", len(h)))

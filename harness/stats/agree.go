@@ -1,6 +1,7 @@
 package stats
 
 import (
+	"cmp"
 	"fmt"
 	"sort"
 	"strconv"
@@ -110,12 +111,12 @@ func Agree(base, arm []Trial, threshold float64, tokens int) Agreement {
 			if bs.Text == as.Text {
 				d.Base, d.Arm = "", ""
 				if bs.FinishReason != as.FinishReason {
-					d.Reason = fmt.Sprintf("finish reason %s vs %s at token %d", orNone(bs.FinishReason), orNone(as.FinishReason), as.CompletionTokens)
+					d.Reason = fmt.Sprintf("finish reason %s vs %s at token %d", cmp.Or(bs.FinishReason, "none"), cmp.Or(as.FinishReason, "none"), as.CompletionTokens)
 					if bs.CompletionTokens != as.CompletionTokens {
-						d.Reason = fmt.Sprintf("finish reason %s at token %d vs %s at token %d", orNone(bs.FinishReason), bs.CompletionTokens, orNone(as.FinishReason), as.CompletionTokens)
+						d.Reason = fmt.Sprintf("finish reason %s at token %d vs %s at token %d", cmp.Or(bs.FinishReason, "none"), bs.CompletionTokens, cmp.Or(as.FinishReason, "none"), as.CompletionTokens)
 					}
 				} else {
-					d.Reason = fmt.Sprintf("%d vs %d tokens (finish reason %s)", bs.CompletionTokens, as.CompletionTokens, orNone(bs.FinishReason))
+					d.Reason = fmt.Sprintf("%d vs %d tokens (finish reason %s)", bs.CompletionTokens, as.CompletionTokens, cmp.Or(bs.FinishReason, "none"))
 				}
 			}
 			// The first divergence per prompt, but one that counts against
@@ -155,13 +156,6 @@ func Compared(b, a sglang.Sample, tokens int) int {
 		return n
 	}
 	return min(bhi, ahi)
-}
-
-func orNone(s string) string {
-	if s == "" {
-		return "none"
-	}
-	return s
 }
 
 func firstOutputs(ts []Trial) map[int]sglang.Sample {

@@ -2,8 +2,8 @@ package tune
 
 import (
 	"bytes"
+	"cmp"
 	"fmt"
-	"github.com/arpatch/arpatch/internal/shellq"
 	"io"
 	"os"
 	"slices"
@@ -12,6 +12,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/arpatch/arpatch/internal/shellq"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
 )
@@ -95,16 +97,9 @@ func WriteChoices(w io.Writer, cs []Choice) {
 			return "-"
 		}
 		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", allreduce.FormatBytes(c.Bytes), cell(allreduce.NCCL), cell(allreduce.Custom1Stage),
-			cell(allreduce.Custom2Stage), orDash(c.Fastest), c.Chosen)
+			cell(allreduce.Custom2Stage), cmp.Or(c.Fastest, "-"), c.Chosen)
 	}
 	tw.Flush()
-}
-
-func orDash(s string) string {
-	if s == "" {
-		return "-"
-	}
-	return s
 }
 
 // Parse reads a tune file. name is used in errors. It returns an error

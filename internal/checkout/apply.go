@@ -2,6 +2,7 @@ package checkout
 
 import (
 	"bytes"
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -403,7 +404,7 @@ func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.
 			switch {
 			case fc.OldMode != "" && have != fc.OldMode:
 				return fmt.Errorf("patch %s changes the mode of %s from %s, but commit %s has it as %s; nothing was changed. Use a series made for this commit (%s)",
-					p.Name, fc.Path, fc.OldMode, githash.Hash(head).Short(), orNone(have), check)
+					p.Name, fc.Path, fc.OldMode, githash.Hash(head).Short(), cmp.Or(have, "(none)"), check)
 			case fc.ModeClaim != "" && have != "" && have != fc.ModeClaim:
 				return fmt.Errorf("patch %s says %s has mode %s (%q), but commit %s has it as %s; nothing was changed (git apply would only warn \"has type %s, expected %s\"; arpatch refuses a wrong mode claim in any header, as for \"old mode\"). Use a series made for this commit (%s)",
 					p.Name, fc.Path, fc.ModeClaim, fc.ModeClaimBy, githash.Hash(head).Short(), have, strings.TrimLeft(have, "0"), strings.TrimLeft(fc.ModeClaim, "0"), check)
@@ -533,13 +534,13 @@ func alreadyApplied(opts ApplyOptions, rep *ApplyReport, st *State, root safefs.
 		return movedHead(opts.Src, head, st)
 	}
 	if st.Reverting {
-		return fmt.Errorf("%s: a revert of series %s was interrupted part way (the state says reverting); run `%s` to finish it, then apply again", opts.Src, orNone(st.Series), sh("arpatch", "revert", "--src", opts.Src))
+		return fmt.Errorf("%s: a revert of series %s was interrupted part way (the state says reverting); run `%s` to finish it, then apply again", opts.Src, cmp.Or(st.Series, "(none)"), sh("arpatch", "revert", "--src", opts.Src))
 	}
 	if st.Incomplete {
-		return fmt.Errorf("%s: an apply of series %s was interrupted part way (the state says incomplete); run `%s` to restore upstream's bytes, then apply again", opts.Src, orNone(st.Series), sh("arpatch", "revert", "--src", opts.Src))
+		return fmt.Errorf("%s: an apply of series %s was interrupted part way (the state says incomplete); run `%s` to restore upstream's bytes, then apply again", opts.Src, cmp.Or(st.Series, "(none)"), sh("arpatch", "revert", "--src", opts.Src))
 	}
 	if st.Recipe != opts.Recipe.Name {
-		return fmt.Errorf("%s already has recipe %q applied (series %s); run `%s` first", opts.Src, st.Recipe, orNone(st.Series), sh("arpatch", "revert", "--src", opts.Src))
+		return fmt.Errorf("%s already has recipe %q applied (series %s); run `%s` first", opts.Src, st.Recipe, cmp.Or(st.Series, "(none)"), sh("arpatch", "revert", "--src", opts.Src))
 	}
 	want, err := requestedPatches(opts, st)
 	if err != nil {
@@ -554,7 +555,7 @@ func alreadyApplied(opts ApplyOptions, rep *ApplyReport, st *State, root safefs.
 	}
 	if len(drift) > 0 {
 		var b strings.Builder
-		fmt.Fprintf(&b, "%s has series %s applied, but files changed since:", opts.Src, orNone(st.Series))
+		fmt.Fprintf(&b, "%s has series %s applied, but files changed since:", opts.Src, cmp.Or(st.Series, "(none)"))
 		for _, d := range drift {
 			b.WriteString("\n  " + d.String())
 		}
@@ -702,13 +703,6 @@ func gitMode(m string) fs.FileMode {
 	return 0o644
 }
 
-func orNone(s string) string {
-	if s == "" {
-		return "(none)"
-	}
-	return s
-}
-
 // withCheck fills a *patches.NoSeriesError's remedy with the patches check
 // command for repo at commit, through the catalog that was used.
 func withCheck(err error, c *patches.Catalog, repo, commit string) error {
@@ -723,7 +717,7 @@ func withCheck(err error, c *patches.Catalog, repo, commit string) error {
 // HEAD is not the commit its state was applied at.
 func movedHead(src, head string, st *State) error {
 	return fmt.Errorf("%s is at commit %s, but series %s was applied at %s; nothing was changed. Check that commit out again (git -C %s checkout --detach %s), then revert or apply",
-		src, head, orNone(st.Series), st.Commit, src, st.Commit)
+		src, head, cmp.Or(st.Series, "(none)"), st.Commit, src, st.Commit)
 }
 
 // crlf returns b with every LF that has no CR before it turned into CRLF,

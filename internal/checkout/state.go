@@ -6,8 +6,6 @@
 package checkout
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -18,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/internal/shellq"
@@ -255,8 +254,7 @@ func sum(b []byte) string {
 	if b == nil {
 		return ""
 	}
-	h := sha256.Sum256(b)
-	return hex.EncodeToString(h[:])
+	return digest.SHA256Hex(b)
 }
 
 // FileDrift is a recorded file whose bytes are no longer what apply wrote.

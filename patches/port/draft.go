@@ -2,8 +2,6 @@ package port
 
 import (
 	"bytes"
-	"crypto/sha256"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -13,6 +11,7 @@ import (
 
 	"github.com/BurntSushi/toml"
 
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/patches"
@@ -63,8 +62,7 @@ func (r *Report) Draft(s *patches.Series, name string, seal bool) (*Draft, error
 		p := r.Patches[i]
 		e.SHA256 = ""
 		if seal {
-			sum := sha256.Sum256(p.Text)
-			e.SHA256 = hex.EncodeToString(sum[:])
+			e.SHA256 = digest.SHA256Hex(p.Text)
 		}
 		out.Patches = append(out.Patches, e)
 		d.Files[e.File] = p.Text

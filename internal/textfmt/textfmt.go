@@ -1,0 +1,35 @@
+// Package textfmt holds the few wording helpers that messages and reports
+// across arpatch share: a list of integers ("1,4,16", a concurrency list,
+// GPU indexes, line numbers) and a count with its noun ("1 object",
+// "2 objects"). A value that is empty prints as cmp.Or(s, "(none)") at the
+// call site: the placeholder differs by place and needs no helper.
+package textfmt
+
+import (
+	"strconv"
+	"strings"
+)
+
+// Ints joins xs in decimal with sep: Ints([]int{1, 4, 16}, ",") is
+// "1,4,16"; no integers give "".
+func Ints(xs []int, sep string) string {
+	s := make([]string, len(xs))
+	for i, x := range xs {
+		s[i] = strconv.Itoa(x)
+	}
+	return strings.Join(s, sep)
+}
+
+// Plural is n and the noun that fits it: "1 object", "2 objects",
+// "0 objects".
+func Plural(n int, one, many string) string {
+	return strconv.Itoa(n) + " " + Word(n, one, many)
+}
+
+// Word is one when n is 1, else many: the verb or noun that agrees with n.
+func Word(n int, one, many string) string {
+	if n == 1 {
+		return one
+	}
+	return many
+}
