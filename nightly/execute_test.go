@@ -156,9 +156,9 @@ func TestHistoryWriteFails(t *testing.T) {
 		len(d.Drift) != 0 || len(d.Checks) != 0 || d.Run.UpstreamHead != "" {
 		t.Errorf("stored after the failed write: %+v", d)
 	}
-	// The JUnit file shows it as a failed "run" case.
+	// The JUnit file shows it as a failed "history" case.
 	b, err := os.ReadFile(filepath.Join(w.dir, "cli-junit.xml"))
-	if err != nil || !strings.Contains(string(b), `<testcase classname="arpatch.infra" name="run">`) || !strings.Contains(string(b), "database or disk is full") {
+	if err != nil || !strings.Contains(string(b), `<testcase classname="arpatch.infra" name="history">`) || !strings.Contains(string(b), "database or disk is full") {
 		t.Errorf("junit: %v\n%s", err, b)
 	}
 }
@@ -181,6 +181,9 @@ func testHistoryReadFails(t *testing.T) {
 	want := "history " + db + ": reading the reference window of "
 	if err == nil || !strings.HasPrefix(err.Error(), want) || rep == nil || rep.ExitCode != ExitInfra || rep.Status != history.Failed {
 		t.Fatalf("Run = %v; want an error starting %q and exit 4 (report %+v)", err, want, rep)
+	}
+	if c := w.check(rep, "history"); c.Kind != history.KindInfra || c.Status != history.CheckFail || !strings.HasPrefix(c.Detail, want) {
+		t.Errorf("history check %+v", c)
 	}
 	// What was found before the failure is stored, with the failure.
 	store, err := history.Open(db)

@@ -256,10 +256,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return rep, rerr
 	}
 	recorded = true
-	if err != nil {
-		return rep, err
-	}
-	return rep, nil
+	return rep, err
 }
 
 // night is one run in progress: its inputs, its history, its report, and
@@ -279,10 +276,12 @@ type night struct {
 func (r *Report) add(cs []history.Check) { r.Checks = append(r.Checks, cs...) }
 
 // historyFailed makes a failed read or write of the history an
-// infrastructure failure of the run (exit 4): err names the database
-// file. It is the first error: the verdict leads with it.
+// infrastructure failure of the run (exit 4), with a failed "history"
+// check (the CI test case): err names the database file. It is the first
+// error: the verdict leads with it.
 func (n *night) historyFailed(err error) {
 	n.rep.Errors = append([]string{err.Error()}, n.rep.Errors...)
+	n.rep.add([]history.Check{{Name: "history", Kind: history.KindInfra, Status: history.CheckFail, Detail: err.Error()}})
 	n.rep.exit(ExitInfra)
 }
 
