@@ -27,7 +27,9 @@ type Curve struct {
 	Points []LevelPoint
 }
 
-// Curves returns tok/s against concurrency per arm of a bench result.
+// Curves returns metric (a stats.Table name, in its unit) against
+// concurrency per arm of a bench result: the median across trials at each
+// level with its interval.
 func Curves(res *bench.Result, metric string) []Curve {
 	var out []Curve
 	for _, a := range res.Arms {
