@@ -2,11 +2,14 @@ package main
 
 // The adapter between urfave/cli/v2 and the commands. Each command is three
 // parts, as in cli/cli (pkg/cmd/<noun>/<verb>): a flags struct of plain
-// parsed values (fields tagged `flag:"NAME"`), a pure function from those
-// values to the command's options (refusals are usage errors naming the
-// flag), and a run function from options and streams to the work. Only
-// this file reads a *cli.Context; urfave's quirks live here, each tested
-// in adapter_test.go with urfave's own errors:
+// parsed values (fields tagged `flag:"NAME"`); an options function from
+// those values to the command's options, which reads the files the flags
+// name (a recipe, a series directory, a config) but runs and writes
+// nothing, and refuses bad values with a usage error naming the flag
+// (options_test.go tables them); and a run function from options and
+// streams to the work. Only this file reads flags and arguments from a
+// *cli.Context; urfave's quirks live here, each tested in adapter_test.go
+// with urfave's own errors:
 //   - flags after positional arguments (interspersed);
 //   - flag errors that urfave returns as plain errors (isFlagError);
 //   - its exit codes mapped onto arpatch's (exitCode);
@@ -64,6 +67,9 @@ func action[F, O any](opts func(F) (O, error), run func(context.Context, O, stre
 		return run(c.Context, o, streamsOf(c))
 	}
 }
+
+// noFlags is the options function of a command without flags.
+func noFlags(struct{}) (struct{}, error) { return struct{}{}, nil }
 
 // bindFlags fills the fields of *dst (a struct) from c: a field tagged
 // `flag:"NAME"` gets flag NAME's value (string, bool, int, int64, float64,

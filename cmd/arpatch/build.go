@@ -488,14 +488,25 @@ func gencodeFilterCommand() *cli.Command {
 		Hidden:          true,
 		SkipFlagParsing: true,
 		Usage:           "run a compiler command keeping only the -gencode options of $" + kernels.GencodeEnv,
-		Action: func(c *cli.Context) error {
-			if c.Args().Len() == 0 {
-				return usagef("gencode-filter needs a compiler command")
-			}
-			return kernels.Launch(c.Args().Slice())
-		},
+		Action:          action(gencodeFilterOpts, gencodeFilterRun),
 	}
 }
+
+// gencodeFilterFlags is the compiler command, unparsed.
+type gencodeFilterFlags struct {
+	Cmd args
+}
+
+// gencodeFilterOpts requires a compiler command.
+func gencodeFilterOpts(f gencodeFilterFlags) ([]string, error) {
+	if len(f.Cmd) == 0 {
+		return nil, usagef("gencode-filter needs a compiler command")
+	}
+	return f.Cmd, nil
+}
+
+// gencodeFilterRun runs the compiler with the filtered -gencode options.
+func gencodeFilterRun(_ context.Context, argv []string, _ streams) error { return kernels.Launch(argv) }
 
 // shortHash shortens "sha256:<hex>", "SHA256=<hex>" or a commit to 12 hex
 // digits, keeping the prefix.

@@ -119,8 +119,3 @@ func closeWritten(err *error, f *os.File, flag string) {
 		*err = fmt.Errorf("%s %s: %w", flag, f.Name(), cerr)
 	}
 }
-
-// pathFlag returns a path flag's value with "~/" expanded.
-func pathFlag(c *cli.Context, name string) string {
-	return expandHome(c.String(name))
-}

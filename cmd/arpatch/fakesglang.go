@@ -1,9 +1,11 @@
 package main
 
 import (
+	"context"
 	"fmt"
 	"net"
 	"net/http"
+	"time"
 
 	"github.com/urfave/cli/v2"
 
@@ -33,39 +35,74 @@ func fakeSGLangCommand() *cli.Command {
 			&cli.BoolFlag{Name: "incremental-streaming-output", Usage: "stream text deltas, as SGLang's flag of that name"},
 			&cli.BoolFlag{Name: "log-requests", Usage: "write a line to stderr as each request arrives (a test waits on it)"},
 		},
-		Action: func(c *cli.Context) error {
-			for _, f := range []string{"rate", "accept"} {
-				if err := bounds.CheckFloat(f, c.Float64(f)); err != nil {
-					return usagef("--%s %v", f, err)
-				}
-			}
-			srv := sglangtest.New(sglangtest.Config{
-				TokPerSec: c.Float64("rate"), TTFT: c.Duration("ttft"), TokensPerChunk: c.Int("tokens-per-chunk"),
-				AcceptLength: c.Float64("accept"), Variant: c.String("variant"), StartDelay: c.Duration("start-delay"),
-				HTTP500Every: c.Int("http500-every"), AbortEvery: c.Int("abort-every"), Empty: c.Bool("empty"),
-				Incremental: c.Bool("incremental-streaming-output"),
-			})
-			l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", c.Int("port")))
-			if err != nil {
-				return err
-			}
-			fmt.Fprintf(c.App.ErrWriter, "fake-sglang on %s: %.1f tok/s, %d tokens per chunk\n", l.Addr(), c.Float64("rate"), c.Int("tokens-per-chunk"))
-			var h http.Handler = srv
-			if c.Bool("log-requests") {
-				h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-					fmt.Fprintf(c.App.ErrWriter, "fake-sglang: %s %s\n", r.Method, r.URL.Path)
-					srv.ServeHTTP(w, r)
-				})
-			}
-			hs := &http.Server{Handler: h}
-			go func() {
-				<-c.Context.Done() // SIGTERM or Ctrl-C
-				_ = hs.Close()     // Serve then returns http.ErrServerClosed: the way out
-			}()
-			if err := hs.Serve(l); err != nil && err != http.ErrServerClosed {
-				return err
-			}
-			return nil
-		},
+		Action: action(fakeSGLangOpts, fakeSGLangRun),
 	}
+}
+
+// fakeSGLangFlags are fake-sglang's parsed flags.
+type fakeSGLangFlags struct {
+	Port           int           `flag:"port"`
+	Rate           float64       `flag:"rate"`
+	TTFT           time.Duration `flag:"ttft"`
+	TokensPerChunk int           `flag:"tokens-per-chunk"`
+	Accept         float64       `flag:"accept"`
+	Variant        string        `flag:"variant"`
+	StartDelay     time.Duration `flag:"start-delay"`
+	HTTP500Every   int           `flag:"http500-every"`
+	AbortEvery     int           `flag:"abort-every"`
+	Empty          bool          `flag:"empty"`
+	Incremental    bool          `flag:"incremental-streaming-output"`
+	LogRequests    bool          `flag:"log-requests"`
+}
+
+// fakeSGLangOptions are the server's behaviour and the port it listens on
+// (127.0.0.1); LogRequests writes a line to stderr per request.
+type fakeSGLangOptions struct {
+	Server      sglangtest.Config
+	Port        int
+	LogRequests bool
+}
+
+// fakeSGLangOpts refuses a rate or accept length out of range.
+func fakeSGLangOpts(f fakeSGLangFlags) (fakeSGLangOptions, error) {
+	for _, v := range []struct {
+		flag string
+		v    float64
+	}{{"rate", f.Rate}, {"accept", f.Accept}} {
+		if err := bounds.CheckFloat(v.flag, v.v); err != nil {
+			return fakeSGLangOptions{}, usagef("--%s %v", v.flag, err)
+		}
+	}
+	return fakeSGLangOptions{Port: f.Port, LogRequests: f.LogRequests, Server: sglangtest.Config{
+		TokPerSec: f.Rate, TTFT: f.TTFT, TokensPerChunk: f.TokensPerChunk,
+		AcceptLength: f.Accept, Variant: f.Variant, StartDelay: f.StartDelay,
+		HTTP500Every: f.HTTP500Every, AbortEvery: f.AbortEvery, Empty: f.Empty,
+		Incremental: f.Incremental,
+	}}, nil
+}
+
+// fakeSGLangRun serves until ctx is cancelled (SIGTERM or Ctrl-C).
+func fakeSGLangRun(ctx context.Context, o fakeSGLangOptions, s streams) error {
+	srv := sglangtest.New(o.Server)
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", o.Port))
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(s.Err, "fake-sglang on %s: %.1f tok/s, %d tokens per chunk\n", l.Addr(), o.Server.TokPerSec, o.Server.TokensPerChunk)
+	var h http.Handler = srv
+	if o.LogRequests {
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			fmt.Fprintf(s.Err, "fake-sglang: %s %s\n", r.Method, r.URL.Path)
+			srv.ServeHTTP(w, r)
+		})
+	}
+	hs := &http.Server{Handler: h}
+	go func() {
+		<-ctx.Done()   // SIGTERM or Ctrl-C
+		_ = hs.Close() // Serve then returns http.ErrServerClosed: the way out
+	}()
+	if err := hs.Serve(l); err != nil && err != http.ErrServerClosed {
+		return err
+	}
+	return nil
 }

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -58,52 +59,70 @@ Examples:
 			&cli.StringFlag{Name: "summary", Usage: "also write the markdown summary to `FILE` (e.g. $GITHUB_STEP_SUMMARY)"},
 		},
 		Before: noArgs,
-		Action: func(c *cli.Context) error {
-			cfg, err := nightly.LoadConfig(pathFlag(c, "config"))
-			if err != nil {
-				return usageError{err}
-			}
-			if p := c.String("github-benchmark"); p != "" && strings.HasSuffix(p, "/") {
-				return usagef("--github-benchmark %s: give a file prefix, e.g. out/bench (writes out/bench-bigger.json and out/bench-smaller.json)", p)
-			}
-			extra := map[string]string{"github-benchmark": pathFlag(c, "github-benchmark"), "bencher": pathFlag(c, "bencher"), "junit": pathFlag(c, "junit"), "summary": c.String("summary")}
-			if err := nightly.CheckOutputs(cfg, extra); err != nil {
-				return usageError{err}
-			}
-			code, err := nightly.Execute(c.Context, nightly.Options{
-				Config: cfg, SkipBuild: c.Bool("skip-build"), SkipBench: c.Bool("skip-bench"),
-				Version: arpatchVersion(), Log: c.App.ErrWriter, Out: c.App.Writer, Launcher: launcher(), Reports: extra,
-			})
-			var ce *nightly.ConfigError
-			switch {
-			case errors.As(err, &ce):
-				return usageError{fmt.Errorf("%s: %w", pathFlag(c, "config"), err)}
-			case err != nil:
-				return cli.Exit(err.Error(), code)
-			case code != 0:
-				return cli.Exit("", code)
-			}
-			return nil
-		},
+		Action: action(nightlyOpts, nightlyRun),
 	}
+}
+
+// nightlyFlags are nightly's parsed flags.
+type nightlyFlags struct {
+	Config          string `flag:"config"`
+	SkipBuild       bool   `flag:"skip-build"`
+	SkipBench       bool   `flag:"skip-bench"`
+	GithubBenchmark string `flag:"github-benchmark"`
+	Bencher         string `flag:"bencher"`
+	JUnit           string `flag:"junit"`
+	Summary         string `flag:"summary"`
+}
+
+// nightlyOptions are every input of nightlyRun.
+type nightlyOptions struct {
+	// Run is the run, but for its Log and Out, which are the streams.
+	Run nightly.Options
+	// ConfigPath is --config's file, ~ expanded.
+	ConfigPath string
+}
+
+// nightlyOpts reads --config and checks the report files (the config's
+// and the flags'); a bad config or report path is a usage error.
+func nightlyOpts(f nightlyFlags) (nightlyOptions, error) {
+	path := expandHome(f.Config)
+	cfg, err := nightly.LoadConfig(path)
+	if err != nil {
+		return nightlyOptions{}, usageError{err}
+	}
+	if p := f.GithubBenchmark; p != "" && strings.HasSuffix(p, "/") {
+		return nightlyOptions{}, usagef("--github-benchmark %s: give a file prefix, e.g. out/bench (writes out/bench-bigger.json and out/bench-smaller.json)", p)
+	}
+	extra := map[string]string{"github-benchmark": expandHome(f.GithubBenchmark), "bencher": expandHome(f.Bencher), "junit": expandHome(f.JUnit), "summary": f.Summary}
+	if err := nightly.CheckOutputs(cfg, extra); err != nil {
+		return nightlyOptions{}, usageError{err}
+	}
+	return nightlyOptions{ConfigPath: path, Run: nightly.Options{
+		Config: cfg, SkipBuild: f.SkipBuild, SkipBench: f.SkipBench,
+		Version: arpatchVersion(), Launcher: launcher(), Reports: extra,
+	}}, nil
+}
+
+// nightlyRun runs the nightly and exits with its code: a config error
+// found during the run is a usage error naming the config file.
+func nightlyRun(ctx context.Context, o nightlyOptions, s streams) error {
+	ro := o.Run
+	ro.Log, ro.Out = s.Err, s.Out
+	code, err := nightly.Execute(ctx, ro)
+	var ce *nightly.ConfigError
+	switch {
+	case errors.As(err, &ce):
+		return usagef("%s: %w", o.ConfigPath, err)
+	case err != nil:
+		return exitWith(code, err.Error())
+	case code != 0:
+		return exitWith(code, "")
+	}
+	return nil
 }
 
 func historyCommand() *cli.Command {
 	db := &cli.StringFlag{Name: "db", Usage: "history database `FILE` (default: history.db in the state directory, where a nightly writes it unless its history.path says otherwise)"}
-	open := func(c *cli.Context) (*history.Store, error) {
-		p := pathFlag(c, "db")
-		if p == "" {
-			dir, err := statedir.Dir()
-			if err != nil {
-				return nil, usagef("%v", err)
-			}
-			p = nightly.DefaultHistoryPath(dir)
-		}
-		if _, err := os.Stat(p); err != nil {
-			return nil, fmt.Errorf("--db %s: %w", p, err)
-		}
-		return history.Open(p)
-	}
 	return &cli.Command{
 		Name:  "history",
 		Usage: "list, show, export, plot and accept nightly runs",
@@ -111,77 +130,17 @@ func historyCommand() *cli.Command {
 			{
 				Name: "list", Usage: "list runs, newest first", UsageText: "arpatch history list [--db FILE] [--limit N]",
 				Flags: []cli.Flag{db, &cli.IntFlag{Name: "limit", Value: 30}}, Before: noArgs,
-				Action: func(c *cli.Context) error {
-					s, err := open(c)
-					if err != nil {
-						return err
-					}
-					defer func() { _ = s.Close() }() // read only
-					runs, err := s.Runs(c.Int("limit"))
-					if err != nil {
-						return err
-					}
-					w := c.App.Writer
-					fmt.Fprintf(w, "%-5s %-20s %-10s %-4s %-24s %-12s %s\n", "RUN", "STARTED", "STATUS", "EXIT", "HARDWARE", "COMMIT", "VERDICT")
-					for _, r := range runs {
-						exit := "-"
-						if r.ExitCode != nil {
-							exit = strconv.Itoa(*r.ExitCode)
-						}
-						status, verdict := r.Status, r.Verdict
-						if status == history.Running && !lockfile.Alive(r.PID) {
-							// The next nightly marks it incomplete; say now.
-							status, verdict = "killed?", fmt.Sprintf("pid %d is gone; the next nightly marks this run incomplete", r.PID)
-						}
-						if r.Accepted {
-							verdict += " (accepted reference)"
-						}
-						fmt.Fprintf(w, "%-5d %-20s %-10s %-4s %-24s %-12.12s %s\n", r.ID, r.StartedAt.Format("2006-01-02 15:04:05"), status, exit, r.HardwareKey, r.SGLangCommit, verdict)
-					}
-					return nil
-				},
+				Action: action(historyListOpts, historyListRun),
 			},
 			{
 				Name: "show", Usage: "show one run: environment, drift, arms, checks", UsageText: "arpatch history show RUN [--db FILE]",
-				Flags: []cli.Flag{db},
-				Action: func(c *cli.Context) error {
-					s, id, err := openRun(c, open)
-					if err != nil {
-						return err
-					}
-					defer func() { _ = s.Close() }() // read only
-					d, err := s.Show(id)
-					if err != nil {
-						return err
-					}
-					enc := json.NewEncoder(c.App.Writer)
-					enc.SetIndent("", "  ")
-					enc.SetEscapeHTML(false) // conflict details hold C++'s < > &
-					return enc.Encode(d)
-				},
+				Flags:  []cli.Flag{db},
+				Action: action(historyRunOpts("show"), historyShowRun),
 			},
 			{
 				Name: "export", Usage: "export every trial as CSV or JSON", UsageText: "arpatch history export --format csv|json [--db FILE]",
 				Flags: []cli.Flag{db, &cli.StringFlag{Name: "format", Value: "csv", Usage: "`csv` or `json`"}}, Before: noArgs,
-				Action: func(c *cli.Context) error {
-					f := c.String("format")
-					if f != "csv" && f != "json" {
-						return usagef("--format %q: use csv or json", f)
-					}
-					s, err := open(c)
-					if err != nil {
-						return err
-					}
-					defer func() { _ = s.Close() }() // read only
-					rows, err := s.Export()
-					if err != nil {
-						return err
-					}
-					if f == "csv" {
-						return history.WriteCSV(c.App.Writer, rows)
-					}
-					return history.WriteJSON(c.App.Writer, rows)
-				},
+				Action: action(historyExportOpts, historyExportRun),
 			},
 			{
 				Name: "plot", Usage: "plot a metric over time per arm, with CI bands and drift/regression marks, or against concurrency",
@@ -199,40 +158,7 @@ bench results), the metric against the concurrency levels it swept.`,
 					&cli.IntFlag{Name: "concurrency", Usage: "the concurrency level `N` to plot over time", DefaultText: "the newest run's lowest"},
 					&cli.StringFlag{Name: "x", Value: "time", Usage: "the x axis: `time` (runs) or concurrency (one run's levels)"},
 					&cli.Int64Flag{Name: "run", Usage: "with --x concurrency: the `RUN` to plot", DefaultText: "the newest with bench results"}}, Before: noArgs,
-				Action: func(c *cli.Context) error {
-					metric, ok := stats.Lookup(c.String("metric"))
-					if !ok {
-						return usagef("--metric %q: use one of %s", c.String("metric"), stats.Known())
-					}
-					if err := history.PlotFormat(pathFlag(c, "out")); err != nil {
-						return usagef("--out %v", err)
-					}
-					s, err := open(c)
-					if err != nil {
-						return err
-					}
-					defer func() { _ = s.Close() }() // read only: the plot is a file of its own
-					sel := history.Series{HardwareKey: c.String("hardware"), Workload: c.String("workload"), Level: c.Int("concurrency")}
-					switch c.String("x") {
-					case "time":
-						if err := s.Plot(c.String("metric"), pathFlag(c, "out"), sel); err != nil {
-							return err
-						}
-					case "concurrency":
-						curves, run, err := s.LevelCurves(c.String("metric"), sel, c.Int64("run"))
-						if err != nil {
-							return err
-						}
-						title := fmt.Sprintf("arpatch run %d: %s against concurrency", run, c.String("metric"))
-						if err := report.PlotConcurrency(pathFlag(c, "out"), title, metric.Axis(), curves); err != nil {
-							return err
-						}
-					default:
-						return usagef("--x %q: use time or concurrency", c.String("x"))
-					}
-					fmt.Fprintf(c.App.Writer, "wrote %s\n", pathFlag(c, "out"))
-					return nil
-				},
+				Action: action(historyPlotOpts, historyPlotRun),
 			},
 			{
 				Name: "accept", Usage: "take a run as the new reference after a deliberate change",
@@ -242,31 +168,239 @@ the same hardware and workload; nights that failed their checks (exit 1)
 are never references, so a real slowdown keeps failing. When the change is
 deliberate (a new upstream, a new toolchain), accept the first night of the
 new level: later nights then compare with it and the runs after it.`,
-				Flags: []cli.Flag{db},
-				Action: func(c *cli.Context) error {
-					s, id, err := openRun(c, open)
-					if err != nil {
-						return err
-					}
-					defer func() { _ = s.Close() }() // Accept's one write is committed or reported
-					if err := s.Accept(id); err != nil {
-						return err
-					}
-					fmt.Fprintf(c.App.Writer, "run %d is the new reference for its hardware and workload\n", id)
-					return nil
-				},
+				Flags:  []cli.Flag{db},
+				Action: action(historyRunOpts("accept"), historyAcceptRun),
 			},
 		},
 	}
 }
 
-// openRun reads the one RUN argument of "history show|accept" and opens
-// the history.
-func openRun(c *cli.Context, open func(*cli.Context) (*history.Store, error)) (*history.Store, int64, error) {
-	id, err := strconv.ParseInt(c.Args().First(), 10, 64)
-	if c.Args().Len() != 1 || err != nil || id < 1 {
-		return nil, 0, usagef("history %s takes one run number (arpatch history list shows them)", c.Command.Name)
+// historyDB is --db's file, ~ expanded, or the nightly's default history
+// in the state directory; no state directory is a usage error.
+func historyDB(flag string) (string, error) {
+	if p := expandHome(flag); p != "" {
+		return p, nil
 	}
-	s, err := open(c)
-	return s, id, err
+	dir, err := statedir.Dir()
+	if err != nil {
+		return "", usagef("%v", err)
+	}
+	return nightly.DefaultHistoryPath(dir), nil
+}
+
+// openHistory opens the history at path, which must exist (--db names it).
+func openHistory(path string) (*history.Store, error) {
+	if _, err := os.Stat(path); err != nil {
+		return nil, fmt.Errorf("--db %s: %w", path, err)
+	}
+	return history.Open(path)
+}
+
+// historyListFlags are history list's parsed flags.
+type historyListFlags struct {
+	DB    string `flag:"db"`
+	Limit int    `flag:"limit"`
+}
+
+// historyListOptions are every input of historyListRun.
+type historyListOptions struct {
+	DB    string // the history's file
+	Limit int    // runs listed, newest first
+}
+
+// historyListOpts resolves --db.
+func historyListOpts(f historyListFlags) (historyListOptions, error) {
+	db, err := historyDB(f.DB)
+	return historyListOptions{DB: db, Limit: f.Limit}, err
+}
+
+// historyListRun prints the newest runs.
+func historyListRun(_ context.Context, o historyListOptions, st streams) error {
+	s, err := openHistory(o.DB)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	runs, err := s.Runs(o.Limit)
+	if err != nil {
+		return err
+	}
+	w := st.Out
+	fmt.Fprintf(w, "%-5s %-20s %-10s %-4s %-24s %-12s %s\n", "RUN", "STARTED", "STATUS", "EXIT", "HARDWARE", "COMMIT", "VERDICT")
+	for _, r := range runs {
+		exit := "-"
+		if r.ExitCode != nil {
+			exit = strconv.Itoa(*r.ExitCode)
+		}
+		status, verdict := r.Status, r.Verdict
+		if status == history.Running && !lockfile.Alive(r.PID) {
+			// The next nightly marks it incomplete; say now.
+			status, verdict = "killed?", fmt.Sprintf("pid %d is gone; the next nightly marks this run incomplete", r.PID)
+		}
+		if r.Accepted {
+			verdict += " (accepted reference)"
+		}
+		fmt.Fprintf(w, "%-5d %-20s %-10s %-4s %-24s %-12.12s %s\n", r.ID, r.StartedAt.Format("2006-01-02 15:04:05"), status, exit, r.HardwareKey, r.SGLangCommit, verdict)
+	}
+	return nil
+}
+
+// historyRunFlags are the flags and the RUN argument of history show and
+// accept.
+type historyRunFlags struct {
+	DB  string `flag:"db"`
+	Run args
+}
+
+// historyRunOptions are a history file and one run in it.
+type historyRunOptions struct {
+	DB  string
+	Run int64
+}
+
+// historyRunOpts returns history cmd's options function: it reads the one
+// RUN argument (a positive number) and resolves --db.
+func historyRunOpts(cmd string) func(historyRunFlags) (historyRunOptions, error) {
+	return func(f historyRunFlags) (historyRunOptions, error) {
+		id, err := strconv.ParseInt(strings.Join(f.Run, " "), 10, 64)
+		if len(f.Run) != 1 || err != nil || id < 1 {
+			return historyRunOptions{}, usagef("history %s takes one run number (arpatch history list shows them)", cmd)
+		}
+		db, err := historyDB(f.DB)
+		return historyRunOptions{DB: db, Run: id}, err
+	}
+}
+
+// historyShowRun prints one run as JSON.
+func historyShowRun(_ context.Context, o historyRunOptions, st streams) error {
+	s, err := openHistory(o.DB)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	d, err := s.Show(o.Run)
+	if err != nil {
+		return err
+	}
+	enc := json.NewEncoder(st.Out)
+	enc.SetIndent("", "  ")
+	enc.SetEscapeHTML(false) // conflict details hold C++'s < > &
+	return enc.Encode(d)
+}
+
+// historyAcceptRun makes the run the new reference.
+func historyAcceptRun(_ context.Context, o historyRunOptions, st streams) error {
+	s, err := openHistory(o.DB)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if err := s.Accept(o.Run); err != nil {
+		return err
+	}
+	fmt.Fprintf(st.Out, "run %d is the new reference for its hardware and workload\n", o.Run)
+	return nil
+}
+
+// historyExportFlags are history export's parsed flags.
+type historyExportFlags struct {
+	DB     string `flag:"db"`
+	Format string `flag:"format"`
+}
+
+// historyExportOpts checks --format (csv or json) and resolves --db.
+func historyExportOpts(f historyExportFlags) (historyExportFlags, error) {
+	if f.Format != "csv" && f.Format != "json" {
+		return f, usagef("--format %q: use csv or json", f.Format)
+	}
+	db, err := historyDB(f.DB)
+	return historyExportFlags{DB: db, Format: f.Format}, err
+}
+
+// historyExportRun writes every trial as CSV or JSON.
+func historyExportRun(_ context.Context, o historyExportFlags, st streams) error {
+	s, err := openHistory(o.DB)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	rows, err := s.Export()
+	if err != nil {
+		return err
+	}
+	if o.Format == "csv" {
+		return history.WriteCSV(st.Out, rows)
+	}
+	return history.WriteJSON(st.Out, rows)
+}
+
+// historyPlotFlags are history plot's parsed flags.
+type historyPlotFlags struct {
+	DB          string `flag:"db"`
+	Metric      string `flag:"metric"`
+	Out         string `flag:"out"`
+	Hardware    string `flag:"hardware"`
+	Workload    string `flag:"workload"`
+	Concurrency int    `flag:"concurrency"`
+	X           string `flag:"x"`
+	Run         int64  `flag:"run"`
+}
+
+// historyPlotOptions are every input of historyPlotRun.
+type historyPlotOptions struct {
+	DB     string
+	Metric stats.Metric
+	// Out is the image file (.svg, .png or .pdf).
+	Out string
+	// Series selects the runs plotted over time (X "time").
+	Series history.Series
+	// X is "time" or "concurrency"; Run the run plotted against
+	// concurrency (0: the newest with bench results).
+	X   string
+	Run int64
+}
+
+// historyPlotOpts checks --metric, --out's format and --x, and resolves
+// --db.
+func historyPlotOpts(f historyPlotFlags) (historyPlotOptions, error) {
+	metric, ok := stats.Lookup(f.Metric)
+	if !ok {
+		return historyPlotOptions{}, usagef("--metric %q: use one of %s", f.Metric, stats.Known())
+	}
+	out := expandHome(f.Out)
+	if err := history.PlotFormat(out); err != nil {
+		return historyPlotOptions{}, usagef("--out %v", err)
+	}
+	if f.X != "time" && f.X != "concurrency" {
+		return historyPlotOptions{}, usagef("--x %q: use time or concurrency", f.X)
+	}
+	db, err := historyDB(f.DB)
+	return historyPlotOptions{DB: db, Metric: metric, Out: out, X: f.X, Run: f.Run,
+		Series: history.Series{HardwareKey: f.Hardware, Workload: f.Workload, Level: f.Concurrency}}, err
+}
+
+// historyPlotRun plots the metric over time per arm, or one run's against
+// concurrency, and says where it wrote it.
+func historyPlotRun(_ context.Context, o historyPlotOptions, st streams) error {
+	s, err := openHistory(o.DB)
+	if err != nil {
+		return err
+	}
+	defer s.Close()
+	if o.X == "time" {
+		if err := s.Plot(o.Metric.Name, o.Out, o.Series); err != nil {
+			return err
+		}
+	} else {
+		curves, run, err := s.LevelCurves(o.Metric.Name, o.Series, o.Run)
+		if err != nil {
+			return err
+		}
+		title := fmt.Sprintf("arpatch run %d: %s against concurrency", run, o.Metric.Name)
+		if err := report.PlotConcurrency(o.Out, title, o.Metric.Axis(), curves); err != nil {
+			return err
+		}
+	}
+	fmt.Fprintf(st.Out, "wrote %s\n", o.Out)
+	return nil
 }

@@ -11,7 +11,9 @@ import (
 
 	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/sglang"
+	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/harness/tune"
+	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/recipes"
@@ -425,4 +427,128 @@ func TestBenchOpts(t *testing.T) {
 		{"arpatch bench --json " + dir + "/file/b.json" + launch, exitUsage, []string{"--json:"}},
 		{"arpatch bench --recipe nosuch" + launch, exitUsage, []string{`--recipe: no recipe named "nosuch"`}},
 	})
+}
+
+func TestNightlyOpts(t *testing.T) {
+	t.Setenv("HOME", "/home/u")
+	dir := t.TempDir()
+	cfg := filepath.Join(dir, "nightly.toml")
+	if err := os.WriteFile(cfg, []byte("[bench]\nmodel = \"/m\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	o, err := optsOf(t, nightlyOpts, "arpatch nightly --config "+cfg)
+	if err != nil {
+		t.Fatal(err)
+	}
+	r := o.Run
+	if o.ConfigPath != cfg || r.Config == nil || r.SkipBuild || r.SkipBench || r.Version == "" || len(r.Launcher) != 2 ||
+		!reflect.DeepEqual(r.Reports, map[string]string{"github-benchmark": "", "bencher": "", "junit": "", "summary": ""}) || r.Log != nil || r.Out != nil {
+		t.Errorf("defaults: %+v", o)
+	}
+	o, err = optsOf(t, nightlyOpts, "arpatch nightly --config "+cfg+" --skip-build --skip-bench --github-benchmark "+dir+"/gh --bencher "+dir+"/b.json --junit "+dir+"/j.xml --summary "+dir+"/s.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r := o.Run; !r.SkipBuild || !r.SkipBench || !reflect.DeepEqual(r.Reports, map[string]string{"github-benchmark": dir + "/gh", "bencher": dir + "/b.json", "junit": dir + "/j.xml", "summary": dir + "/s.md"}) {
+		t.Errorf("flags: %+v", o)
+	}
+	refuses(t, nightlyOpts, []refusal{
+		{"arpatch nightly", exitUsage, []string{`Required flag "config" not set`}},
+		{"arpatch nightly --config " + dir + "/nosuch.toml", exitUsage, []string{"nosuch.toml"}},
+		{"arpatch nightly --config " + cfg + " --github-benchmark out/", exitUsage, []string{"--github-benchmark out/: give a file prefix, e.g. out/bench"}},
+		{"arpatch nightly --config " + cfg + " --junit " + dir + "/file/j.xml", exitUsage, []string{"--junit / outputs.junit"}},
+	})
+}
+
+func TestHistoryOpts(t *testing.T) {
+	t.Setenv("HOME", "/home/u")
+	t.Setenv("ARPATCH_STATE", "/state")
+	l, err := optsOf(t, historyListOpts, "arpatch history list")
+	if err != nil || l != (historyListOptions{DB: "/state/history.db", Limit: 30}) {
+		t.Errorf("list: %+v, %v", l, err)
+	}
+	l, err = optsOf(t, historyListOpts, "arpatch history list --db ~/h.db --limit 5")
+	if err != nil || l != (historyListOptions{DB: "/home/u/h.db", Limit: 5}) {
+		t.Errorf("list: %+v, %v", l, err)
+	}
+	for _, c := range []struct{ argv, cmd string }{{"arpatch history show 3 --db h.db", "show"}, {"arpatch history accept --db h.db 3", "accept"}} {
+		r, err := optsOf(t, historyRunOpts(c.cmd), c.argv)
+		if err != nil || r != (historyRunOptions{DB: "h.db", Run: 3}) {
+			t.Errorf("%s: %+v, %v", c.argv, r, err)
+		}
+	}
+	e, err := optsOf(t, historyExportOpts, "arpatch history export --format json")
+	if err != nil || e != (historyExportFlags{DB: "/state/history.db", Format: "json"}) {
+		t.Errorf("export: %+v, %v", e, err)
+	}
+	p, err := optsOf(t, historyPlotOpts, "arpatch history plot --metric tpot_ms_p99 --out ~/p.svg --hardware hw --workload wl --concurrency 4")
+	if err != nil || p.Metric.Name != "tpot_ms_p99" || p.Out != "/home/u/p.svg" || p.X != "time" || p.Series != (history.Series{HardwareKey: "hw", Workload: "wl", Level: 4}) || p.DB != "/state/history.db" {
+		t.Errorf("plot: %+v, %v", p, err)
+	}
+	p, err = optsOf(t, historyPlotOpts, "arpatch history plot --x concurrency --run 7 --out p.png")
+	if err != nil || p.Metric.Name != stats.TokS || p.X != "concurrency" || p.Run != 7 {
+		t.Errorf("plot --x concurrency: %+v, %v", p, err)
+	}
+	for _, c := range []struct {
+		cmd string
+		r   refusal
+	}{
+		{"show", refusal{"arpatch history show", exitUsage, []string{"history show takes one run number", "arpatch history list shows them"}}},
+		{"show", refusal{"arpatch history show 0", exitUsage, []string{"history show takes one run number"}}},
+		{"accept", refusal{"arpatch history accept 1 2", exitUsage, []string{"history accept takes one run number"}}},
+		{"accept", refusal{"arpatch history accept x", exitUsage, []string{"history accept takes one run number"}}},
+		{"show", refusal{"arpatch history show 3 --bogus", exitUsage, []string{"flag provided but not defined: -bogus"}}},
+	} {
+		_, err := optsOf(t, historyRunOpts(c.cmd), c.r.argv)
+		checkRefusal(t, c.r, err)
+	}
+	refuses(t, historyExportOpts, []refusal{
+		{"arpatch history export --format xml", exitUsage, []string{`--format "xml": use csv or json`}},
+	})
+	refuses(t, historyPlotOpts, []refusal{
+		{"arpatch history plot", exitUsage, []string{`Required flag "out" not set`}},
+		{"arpatch history plot --metric speed --out p.svg", exitUsage, []string{`--metric "speed": use one of tok_s`}},
+		{"arpatch history plot --out p.txt", exitUsage, []string{"--out"}},
+		{"arpatch history plot --x runs --out p.svg", exitUsage, []string{`--x "runs": use time or concurrency`}},
+	})
+	refuses(t, historyListOpts, []refusal{
+		{"arpatch history list --limit x", exitUsage, []string{`invalid value "x" for flag -limit`}},
+		{"arpatch history list 3", exitUsage, []string{"list takes no arguments"}},
+	})
+}
+
+func TestRecipesOpts(t *testing.T) {
+	r, err := optsOf(t, recipesShowOpts, "arpatch recipes show baseline")
+	if err != nil || r.Name != "baseline" {
+		t.Errorf("show baseline: %v, %v", r, err)
+	}
+	refuses(t, recipesShowOpts, []refusal{
+		{"arpatch recipes show", exitUsage, []string{"recipes show takes one recipe NAME or --recipe-file PATH"}},
+		{"arpatch recipes show pcie baseline", exitUsage, []string{"recipes show takes one recipe NAME"}},
+		{"arpatch recipes show pcie --recipe-file r.toml", exitUsage, []string{"recipes show takes one recipe NAME or --recipe-file PATH"}},
+		{"arpatch recipes show nosuch", exitUsage, []string{`no recipe named "nosuch"`, "known recipes"}},
+		{"arpatch recipes show --recipe-file nosuch.toml", exitUsage, []string{"--recipe-file", "nosuch.toml"}},
+	})
+	refuses(t, noFlags, []refusal{
+		{"arpatch recipes bogus", exitUsage, []string{`recipes takes no arguments, got ["bogus"]`}},
+	})
+}
+
+func TestFakeSGLangOpts(t *testing.T) {
+	o, err := optsOf(t, fakeSGLangOpts, "arpatch fake-sglang --port 8000 --rate 2000 --ttft 2ms --variant x --empty")
+	if err != nil || o.Port != 8000 || o.Server.TokPerSec != 2000 || o.Server.TTFT != 2*time.Millisecond || o.Server.TokensPerChunk != 3 || o.Server.AcceptLength != 3 || o.Server.Variant != "x" || !o.Server.Empty {
+		t.Errorf("%+v, %v", o, err)
+	}
+	refuses(t, fakeSGLangOpts, []refusal{
+		{"arpatch fake-sglang", exitUsage, []string{`Required flag "port" not set`}},
+		{"arpatch fake-sglang --port 1 --rate -1", exitUsage, []string{"--rate"}},
+	})
+	argv, err := optsOf(t, gencodeFilterOpts, "arpatch gencode-filter nvcc -O3 -c x.cu")
+	if err != nil || !reflect.DeepEqual(argv, []string{"nvcc", "-O3", "-c", "x.cu"}) {
+		t.Errorf("gencode-filter: %q, %v", argv, err)
+	}
+	refuses(t, gencodeFilterOpts, []refusal{{"arpatch gencode-filter", exitUsage, []string{"gencode-filter needs a compiler command"}}})
 }

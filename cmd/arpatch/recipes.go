@@ -2,6 +2,7 @@ package main
 
 import (
 	"cmp"
+	"context"
 	"fmt"
 
 	"github.com/urfave/cli/v2"
@@ -18,45 +19,59 @@ func recipesCommand() *cli.Command {
    arpatch recipes
    arpatch recipes show pcie
    arpatch recipes show --recipe-file my-recipe.toml`,
-		Action: func(c *cli.Context) error {
-			if err := noArgs(c); err != nil {
-				return err
-			}
-			for _, n := range recipes.Names() {
-				r, err := recipes.Embedded(n)
-				if err != nil {
-					return err
-				}
-				fmt.Fprintf(c.App.Writer, "%-10s %s\n           series %s at %s\n", r.Name, r.Description, cmp.Or(r.Series, "(none)"), r.Upstream.Commit)
-			}
-			return nil
-		},
+		// noArgs lets the subcommand's name through.
+		Before: noArgs,
+		Action: action(noFlags, recipesListRun),
 		Subcommands: []*cli.Command{{
 			Name:      "show",
 			Usage:     "print one recipe with every default filled in",
 			UsageText: "arpatch recipes show NAME | arpatch recipes show --recipe-file PATH",
 			Flags:     []cli.Flag{recipeFileFlag()},
-			Action: func(c *cli.Context) error {
-				var r *recipes.Recipe
-				var err error
-				switch {
-				case c.String("recipe-file") != "" && c.Args().Len() == 0:
-					r, err = recipeFile(expandHome(c.String("recipe-file")))
-				case c.String("recipe-file") == "" && c.Args().Len() == 1:
-					r, err = recipes.Embedded(c.Args().First())
-				default:
-					return usagef("recipes show takes one recipe NAME or --recipe-file PATH")
-				}
-				if err != nil {
-					return err
-				}
-				b, err := r.Encode()
-				if err != nil {
-					return err
-				}
-				_, err = c.App.Writer.Write(b)
-				return err
-			},
+			Action:    action(recipesShowOpts, recipesShowRun),
 		}},
 	}
+}
+
+// recipesListRun prints every embedded recipe.
+func recipesListRun(_ context.Context, _ struct{}, s streams) error {
+	for _, n := range recipes.Names() {
+		r, err := recipes.Embedded(n)
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(s.Out, "%-10s %s\n           series %s at %s\n", r.Name, r.Description, cmp.Or(r.Series, "(none)"), r.Upstream.Commit)
+	}
+	return nil
+}
+
+// recipesShowFlags are recipes show's flags and arguments.
+type recipesShowFlags struct {
+	RecipeFile string `flag:"recipe-file"`
+	Names      args
+}
+
+// recipesShowOpts returns the one recipe named by the argument or
+// --recipe-file.
+func recipesShowOpts(f recipesShowFlags) (*recipes.Recipe, error) {
+	switch {
+	case f.RecipeFile != "" && len(f.Names) == 0:
+		return recipeFile(expandHome(f.RecipeFile))
+	case f.RecipeFile == "" && len(f.Names) == 1:
+		r, err := recipes.Embedded(f.Names[0])
+		if err != nil {
+			return nil, usageError{err}
+		}
+		return r, nil
+	}
+	return nil, usagef("recipes show takes one recipe NAME or --recipe-file PATH")
+}
+
+// recipesShowRun prints the recipe with every default filled in.
+func recipesShowRun(_ context.Context, r *recipes.Recipe, s streams) error {
+	b, err := r.Encode()
+	if err != nil {
+		return err
+	}
+	_, err = s.Out.Write(b)
+	return err
 }
