@@ -188,12 +188,23 @@ func historyDB(flag string) (string, error) {
 	return nightly.DefaultHistoryPath(dir), nil
 }
 
-// openHistory opens the history at path, which must exist (--db names it).
-func openHistory(path string) (*history.Store, error) {
+// withHistory opens the history at path, which must exist (--db names
+// it), calls f with it and closes it; a failed close is an error too
+// (accept writes).
+func withHistory(path string, f func(*history.Store) error) (err error) {
 	if _, err := os.Stat(path); err != nil {
-		return nil, fmt.Errorf("--db %s: %w", path, err)
+		return fmt.Errorf("--db %s: %w", path, err)
 	}
-	return history.Open(path)
+	s, err := history.Open(path)
+	if err != nil {
+		return err
+	}
+	defer func() {
+		if cerr := s.Close(); err == nil {
+			err = cerr
+		}
+	}()
+	return f(s)
 }
 
 // historyListFlags are history list's parsed flags.
@@ -216,33 +227,30 @@ func historyListOpts(f historyListFlags) (historyListOptions, error) {
 
 // historyListRun prints the newest runs.
 func historyListRun(_ context.Context, o historyListOptions, st streams) error {
-	s, err := openHistory(o.DB)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	runs, err := s.Runs(o.Limit)
-	if err != nil {
-		return err
-	}
-	w := st.Out
-	fmt.Fprintf(w, "%-5s %-20s %-10s %-4s %-24s %-12s %s\n", "RUN", "STARTED", "STATUS", "EXIT", "HARDWARE", "COMMIT", "VERDICT")
-	for _, r := range runs {
-		exit := "-"
-		if r.ExitCode != nil {
-			exit = strconv.Itoa(*r.ExitCode)
+	return withHistory(o.DB, func(s *history.Store) error {
+		runs, err := s.Runs(o.Limit)
+		if err != nil {
+			return err
 		}
-		status, verdict := r.Status, r.Verdict
-		if status == history.Running && !lockfile.Alive(r.PID) {
-			// The next nightly marks it incomplete; say now.
-			status, verdict = "killed?", fmt.Sprintf("pid %d is gone; the next nightly marks this run incomplete", r.PID)
+		w := st.Out
+		fmt.Fprintf(w, "%-5s %-20s %-10s %-4s %-24s %-12s %s\n", "RUN", "STARTED", "STATUS", "EXIT", "HARDWARE", "COMMIT", "VERDICT")
+		for _, r := range runs {
+			exit := "-"
+			if r.ExitCode != nil {
+				exit = strconv.Itoa(*r.ExitCode)
+			}
+			status, verdict := r.Status, r.Verdict
+			if status == history.Running && !lockfile.Alive(r.PID) {
+				// The next nightly marks it incomplete; say now.
+				status, verdict = "killed?", fmt.Sprintf("pid %d is gone; the next nightly marks this run incomplete", r.PID)
+			}
+			if r.Accepted {
+				verdict += " (accepted reference)"
+			}
+			fmt.Fprintf(w, "%-5d %-20s %-10s %-4s %-24s %-12.12s %s\n", r.ID, r.StartedAt.Format("2006-01-02 15:04:05"), status, exit, r.HardwareKey, r.SGLangCommit, verdict)
 		}
-		if r.Accepted {
-			verdict += " (accepted reference)"
-		}
-		fmt.Fprintf(w, "%-5d %-20s %-10s %-4s %-24s %-12.12s %s\n", r.ID, r.StartedAt.Format("2006-01-02 15:04:05"), status, exit, r.HardwareKey, r.SGLangCommit, verdict)
-	}
-	return nil
+		return nil
+	})
 }
 
 // historyRunFlags are the flags and the RUN argument of history show and
@@ -273,33 +281,27 @@ func historyRunOpts(cmd string) func(historyRunFlags) (historyRunOptions, error)
 
 // historyShowRun prints one run as JSON.
 func historyShowRun(_ context.Context, o historyRunOptions, st streams) error {
-	s, err := openHistory(o.DB)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	d, err := s.Show(o.Run)
-	if err != nil {
-		return err
-	}
-	enc := json.NewEncoder(st.Out)
-	enc.SetIndent("", "  ")
-	enc.SetEscapeHTML(false) // conflict details hold C++'s < > &
-	return enc.Encode(d)
+	return withHistory(o.DB, func(s *history.Store) error {
+		d, err := s.Show(o.Run)
+		if err != nil {
+			return err
+		}
+		enc := json.NewEncoder(st.Out)
+		enc.SetIndent("", "  ")
+		enc.SetEscapeHTML(false) // conflict details hold C++'s < > &
+		return enc.Encode(d)
+	})
 }
 
 // historyAcceptRun makes the run the new reference.
 func historyAcceptRun(_ context.Context, o historyRunOptions, st streams) error {
-	s, err := openHistory(o.DB)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	if err := s.Accept(o.Run); err != nil {
-		return err
-	}
-	fmt.Fprintf(st.Out, "run %d is the new reference for its hardware and workload\n", o.Run)
-	return nil
+	return withHistory(o.DB, func(s *history.Store) error {
+		if err := s.Accept(o.Run); err != nil {
+			return err
+		}
+		fmt.Fprintf(st.Out, "run %d is the new reference for its hardware and workload\n", o.Run)
+		return nil
+	})
 }
 
 // historyExportFlags are history export's parsed flags.
@@ -319,19 +321,16 @@ func historyExportOpts(f historyExportFlags) (historyExportFlags, error) {
 
 // historyExportRun writes every trial as CSV or JSON.
 func historyExportRun(_ context.Context, o historyExportFlags, st streams) error {
-	s, err := openHistory(o.DB)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	rows, err := s.Export()
-	if err != nil {
-		return err
-	}
-	if o.Format == "csv" {
-		return history.WriteCSV(st.Out, rows)
-	}
-	return history.WriteJSON(st.Out, rows)
+	return withHistory(o.DB, func(s *history.Store) error {
+		rows, err := s.Export()
+		if err != nil {
+			return err
+		}
+		if o.Format == "csv" {
+			return history.WriteCSV(st.Out, rows)
+		}
+		return history.WriteJSON(st.Out, rows)
+	})
 }
 
 // historyPlotFlags are history plot's parsed flags.
@@ -382,25 +381,22 @@ func historyPlotOpts(f historyPlotFlags) (historyPlotOptions, error) {
 // historyPlotRun plots the metric over time per arm, or one run's against
 // concurrency, and says where it wrote it.
 func historyPlotRun(_ context.Context, o historyPlotOptions, st streams) error {
-	s, err := openHistory(o.DB)
-	if err != nil {
-		return err
-	}
-	defer s.Close()
-	if o.X == "time" {
-		if err := s.Plot(o.Metric.Name, o.Out, o.Series); err != nil {
-			return err
+	return withHistory(o.DB, func(s *history.Store) error {
+		if o.X == "time" {
+			if err := s.Plot(o.Metric.Name, o.Out, o.Series); err != nil {
+				return err
+			}
+		} else {
+			curves, run, err := s.LevelCurves(o.Metric.Name, o.Series, o.Run)
+			if err != nil {
+				return err
+			}
+			title := fmt.Sprintf("arpatch run %d: %s against concurrency", run, o.Metric.Name)
+			if err := report.PlotConcurrency(o.Out, title, o.Metric.Axis(), curves); err != nil {
+				return err
+			}
 		}
-	} else {
-		curves, run, err := s.LevelCurves(o.Metric.Name, o.Series, o.Run)
-		if err != nil {
-			return err
-		}
-		title := fmt.Sprintf("arpatch run %d: %s against concurrency", run, o.Metric.Name)
-		if err := report.PlotConcurrency(o.Out, title, o.Metric.Axis(), curves); err != nil {
-			return err
-		}
-	}
-	fmt.Fprintf(st.Out, "wrote %s\n", o.Out)
-	return nil
+		fmt.Fprintf(st.Out, "wrote %s\n", o.Out)
+		return nil
+	})
 }
