@@ -54,6 +54,9 @@ func TestWindowSkipsIncompleteAndOtherHardware(t *testing.T) {
 	if stale, err := s.MarkStale(); err != nil || len(stale) != 1 || stale[0] != bad {
 		t.Fatalf("MarkStale = %v, %v", stale, err)
 	}
+	if d, err := s.Show(bad); err != nil || d.Run.Status != Incomplete || d.Run.Verdict != "killed midway" || d.Run.FinishedAt == nil {
+		t.Errorf("the stale run: %v %+v", err, d)
+	}
 	vals, runs, err := s.Window("8x GPU", "", "pcie", "tok_s", 1, 2, 0)
 	if err != nil || len(runs) != 2 || runs[0] != ids[2] || len(vals) != 10 {
 		t.Fatalf("window: %v %v %v", vals, runs, err)

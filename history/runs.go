@@ -196,8 +196,8 @@ func (s *Store) MarkStale() ([]int64, error) {
 	}
 	err = s.inTx("marking runs killed midway incomplete", func(tx *sql.Tx) error {
 		for _, id := range ids {
-			if _, err := tx.Exec(`UPDATE runs SET status = ?, verdict = 'killed midway', finished_at = COALESCE(finished_at, ?) WHERE id = ?`,
-				Incomplete, time.Now().UTC().Format(time.RFC3339Nano), id); err != nil {
+			if _, err := tx.Exec(`UPDATE runs SET status = ?, verdict = ?, finished_at = COALESCE(finished_at, ?) WHERE id = ?`,
+				Incomplete, VerdictKilled, time.Now().UTC().Format(time.RFC3339Nano), id); err != nil {
 				return err
 			}
 		}

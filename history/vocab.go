@@ -19,6 +19,10 @@ const (
 	Incomplete RunStatus = "incomplete"
 )
 
+// VerdictKilled is the verdict MarkStale gives a run whose process died
+// before it ended.
+const VerdictKilled = "killed midway"
+
 // CheckKind is what a check judges, in checks.kind (and JUnit's class
 // name, arpatch.<kind>).
 type CheckKind string
