@@ -163,7 +163,7 @@ func Open(path string) (*Store, error) {
 	// The path goes into a file: URI, where '#' and '?' would cut it.
 	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)")
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("history %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1)
 	if _, err := db.Exec(`PRAGMA journal_mode=WAL`); err != nil {
