@@ -186,19 +186,25 @@ func (p *Proc) Stop() error {
 // outlives the SIGKILL to the group, keeps its GPUs, and nothing else
 // would notice. arpatch cannot track such a process (no cgroup; a child
 // subreaper would change the whole arpatch process), so it says so.
+// While a process of the group is still dying, the port may answer for
+// it: Escaped waits, up to wait, until the group is empty or the port is
+// closed; a port that answers once the group is empty answers for a
+// process outside it, at once.
 func (p *Proc) Escaped(wait time.Duration) bool {
 	addr := net.JoinHostPort(p.Spec.Host, fmt.Sprint(p.Spec.Port))
 	deadline := time.Now().Add(wait)
 	for {
+		// Empty before the dial: whatever answers is outside the group.
+		empty := p.cmd.Empty()
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err != nil {
 			return false
 		}
 		c.Close()
-		if time.Now().After(deadline) {
+		if empty || time.Now().After(deadline) {
 			return true
 		}
-		time.Sleep(50 * time.Millisecond)
+		time.Sleep(10 * time.Millisecond)
 	}
 }
 
