@@ -17,8 +17,8 @@ import (
 type ABFile struct {
 	File      string `json:"file"` // as in Difference.File
 	Explained bool   `json:"explained"`
-	// Why says what explains it ("built from the patched
-	// csrc/x.cu"), or why nothing does.
+	// Why says what explains it (that it is built from a patched file,
+	// e.g. "csrc/x.cu"), or why nothing does.
 	Why string `json:"why"`
 }
 

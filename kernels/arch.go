@@ -5,15 +5,18 @@
 // allreduce translation unit alone as a fast check, and builds a small
 // torch extension of the patched allreduce for the micro-benchmark.
 //
-// Upstream facts it relies on (the sgl-kernel project's CMakeLists.txt:
-// sgl-kernel/CMakeLists.txt@84118acf50b3 and @8905cbd42f4a,
-// python/sglang/kernels/aot/CMakeLists.txt@c32c4ef79cf5 and @0bda0b168ad5;
-// internal/sglkernel finds which): the wheel is built by scikit-build-core (`uv build --wheel
-// --no-build-isolation`), cmake/utils.cmake clear_cuda_arches strips
-// torch's gencode flags so TORCH_CUDA_ARCH_LIST has no effect, the gencode
-// list is hard-coded in SGL_KERNEL_CUDA_FLAGS, SGL_KERNEL_COMPILE_THREADS
-// sets nvcc --threads, and third-party sources come from FetchContent at
-// configure time. It does not patch or bench.
+// Upstream facts it relies on (the sgl-kernel project's CMake files;
+// internal/sglkernel finds which): the wheel is built by scikit-build-core
+// (`uv build --wheel --no-build-isolation`), cmake/utils.cmake
+// clear_cuda_arches strips torch's gencode flags so TORCH_CUDA_ARCH_LIST
+// has no effect, the gencode list is hard-coded in SGL_KERNEL_CUDA_FLAGS,
+// SGL_KERNEL_COMPILE_THREADS sets nvcc --threads, and third-party sources
+// come from FetchContent at configure time. It does not patch or bench.
+//
+// Upstream: sgl-kernel/CMakeLists.txt@84118acf50b3 (SGL_KERNEL_CUDA_FLAGS,
+// SGL_KERNEL_COMPILE_THREADS, FetchContent_Declare), also at 8905cbd42f4a.
+// Upstream: python/sglang/kernels/aot/CMakeLists.txt@c32c4ef79cf5 (the
+// same), also at 0bda0b168ad5.
 package kernels
 
 import (

@@ -23,12 +23,14 @@ import (
 // third-party source that CMake downloads at configure time unless
 // FETCHCONTENT_SOURCE_DIR_<NAME> points at a local copy. Upstream declares
 // them in one of two forms:
-//   - GIT_REPOSITORY + GIT_TAG. Upstream: sgl-kernel/CMakeLists.txt@84118acf50b3.
+//   - GIT_REPOSITORY + GIT_TAG. Upstream:
+//     sgl-kernel/CMakeLists.txt@84118acf50b3 (FetchContent_Declare).
 //   - URL https://${GITHUB_ARTIFACTORY}/<org>/<repo>/archive/<rev>.tar.gz +
 //     URL_HASH SHA256=<hex>, with GITHUB_ARTIFACTORY a cache variable
-//     defaulting to github.com. Upstream: sgl-kernel/CMakeLists.txt@8905cbd42f4a
-//     and python/sglang/kernels/aot/CMakeLists.txt@0bda0b168ad5 (and
-//     cmake/flashmla.cmake beside each).
+//     defaulting to github.com, here and in cmake/flashmla.cmake beside it.
+//     Upstream: sgl-kernel/CMakeLists.txt@8905cbd42f4a (FetchContent_Declare,
+//     set(GITHUB_ARTIFACTORY)). Upstream:
+//     python/sglang/kernels/aot/CMakeLists.txt@0bda0b168ad5 (the same).
 type Dep struct {
 	Name    string `json:"name"`               // "repo-cutlass"
 	Repo    string `json:"repo"`               // GIT_REPOSITORY or URL, as the CMake file spells it

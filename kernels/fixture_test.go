@@ -19,7 +19,7 @@ import (
 	"github.com/arpatch/arpatch/recipes"
 )
 
-// fixtureCMake is shaped like sgl-kernel/CMakeLists.txt: FetchContent
+// fixtureCMake is shaped like `sgl-kernel/CMakeLists.txt`: FetchContent
 // dependencies and a hard-coded gencode list.
 const fixtureCMake = `cmake_minimum_required(VERSION 3.26)
 project(sgl-kernel LANGUAGES CXX CUDA)
@@ -53,7 +53,7 @@ list(APPEND SGL_KERNEL_CUDA_FLAGS
 const fixtureMoreCMake = `FetchContent_Declare(repo-fmt GIT_REPOSITORY https://github.com/fmtlib/fmt GIT_TAG 553ec11ec06fbe0beebfbb45f9dc3c9eabd83d28)
 `
 
-// fixtureAOTCMake is shaped like python/sglang/kernels/aot/CMakeLists.txt
+// fixtureAOTCMake is shaped like `python/sglang/kernels/aot/CMakeLists.txt`
 // (the aot layout, 2026-07-29 on): archive URLs under the
 // GITHUB_ARTIFACTORY cache variable, each with URL_HASH SHA256. The hashes
 // are the fixture archives' (fixtureArchive), filled in by newEnvIn.

@@ -19,8 +19,9 @@ func TestShippedSeries(t *testing.T) {
 		"pcie-2026-07": "8905cbd42f4a27dbecad6487cd3904278756fef8",
 		"pcie-2026-08": "0bda0b168ad5bf7311ae639904489a4698a05546",
 	}
+	// The aot layout keeps the kernel header under python/sglang/kernels/aot/.
 	// Upstream: python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh@c32c4ef79cf5218c24f467aad7f3ff392a62bed7
-	// is where the aot layout keeps the kernel header.
+	// (CustomAllreduce::allreduce), also at 0bda0b168ad5.
 	kernel := map[string]string{
 		"pcie-2026-04": "sgl-kernel/csrc/allreduce/custom_all_reduce.cuh",
 		"pcie-2026-07": "sgl-kernel/csrc/allreduce/custom_all_reduce.cuh",

@@ -4,12 +4,12 @@
 // and renders the size x implementation table with the predicted cost of an
 // EAGLE-3 verify pass.
 //
-// Facts it rests on: sgl-kernel's CustomAllreduce::allreduce
-// (sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@8905cbd42f4a, the same
-// bytes in python/sglang/kernels/aot/csrc/allreduce/ at c32c4ef79cf5 and
-// 0bda0b168ad5) picks 1-stage or
-// 2-stage by world size, full_nvlink_ and bytes, and SGLANG_CUSTOM_ALLREDUCE_ALGO
-// forces one; an EAGLE-3 verify pass in the published PCIe account did 122
+// Facts it rests on: sgl-kernel's CustomAllreduce::allreduce picks 1-stage
+// or 2-stage by world size, full_nvlink_ and bytes, and
+// SGLANG_CUSTOM_ALLREDUCE_ALGO forces one (Upstream:
+// sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@8905cbd42f4a
+// (CustomAllreduce::allreduce), the same bytes under
+// python/sglang/kernels/aot/ at c32c4ef79cf5 and 0bda0b168ad5); an EAGLE-3 verify pass in the published PCIe account did 122
 // allreduces of about 42 KB (4 tokens x hidden 5120 x bf16 = 40 KiB);
 // nccl-tests' -G flag times CUDA-graph-captured loops.
 package allreduce

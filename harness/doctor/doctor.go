@@ -459,9 +459,9 @@ func layoutOf(a *ServerArgs) (layout, bool) {
 // Upstream: python/sglang/srt/managers/data_parallel_controller.py@84118acf50b3a4c74e85e9ff9033792552de1a76
 // (launch_dp_schedulers: base_gpu_id += tp_size * pp_size * gpu_id_step;
 // launch_dp_attention_schedulers: one TP group; launch_tensor_parallel_group:
-// gpu_id = base_gpu_id + pp_rank * tp_size_per_node + tp_rank * gpu_id_step),
-// python/sglang/srt/entrypoints/engine.py@84118acf50b3a4c74e85e9ff9033792552de1a76
-// (Engine._launch_scheduler_processes, dp_size 1), the same at 0bda0b168ad5.
+// gpu_id = base_gpu_id + pp_rank * tp_size_per_node + tp_rank * gpu_id_step);
+// Upstream: python/sglang/srt/entrypoints/engine.py@84118acf50b3a4c74e85e9ff9033792552de1a76
+// (Engine._launch_scheduler_processes, dp_size 1), also at 0bda0b168ad5.
 func (l layout) tpGroups() [][]int {
 	dp := l.dp
 	if l.dpAttention {

@@ -39,10 +39,10 @@ type ServerOptions struct {
 // BuiltinCommits are the SGLang commits whose options the built-in table
 // holds (builtin_options.txt's letters a, b, c, in that order).
 //
-// Upstream: python/sglang/srt/server_args.py@84118acf50b3a4c74e85e9ff9033792552de1a76 (ServerArgs.add_cli_args),
-// python/sglang/srt/server_args.py@8905cbd42f4a27dbecad6487cd3904278756fef8 and
-// @0bda0b168ad5bf7311ae639904489a4698a05546 (ServerArgs fields, through
-// arg_groups/arg_utils.py add_cli_args_from_dataclass).
+// Upstream: python/sglang/srt/server_args.py@84118acf50b3a4c74e85e9ff9033792552de1a76 (ServerArgs.add_cli_args);
+// Upstream: python/sglang/srt/server_args.py@8905cbd42f4a27dbecad6487cd3904278756fef8
+// (ServerArgs fields, through arg_groups/arg_utils.py
+// add_cli_args_from_dataclass), also at 0bda0b168ad5bf7311ae639904489a4698a05546.
 var BuiltinCommits = []string{"84118acf50b3a4c74e85e9ff9033792552de1a76", "8905cbd42f4a27dbecad6487cd3904278756fef8", "0bda0b168ad5bf7311ae639904489a4698a05546"}
 
 //go:embed builtin_options.txt
@@ -251,7 +251,7 @@ func (o *ServerOptions) Parse(args []string) *ServerArgs {
 }
 
 // ParseServerArgsPy reads the option table out of a tree's
-// python/sglang/srt/server_args.py, in both shapes upstream has had:
+// server_args.py (python/sglang/srt/), in both shapes upstream has had:
 // explicit parser.add_argument("--a", "--b", ...) calls (84118acf50b3),
 // and ServerArgs dataclass fields annotated A[T, "help"] or
 // A[T, Arg(aliases=[...], cli_name=..., action=..., nargs=...)] that

@@ -38,7 +38,9 @@ var Bench = map[string]Range{
 // Sets holds the settings whose values are a set within their range:
 // tp is a world size custom allreduce supports (1: no TP).
 //
-// Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh (world sizes 2, 4, 6, 8)
+// Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3 (CustomAllreduce::allreduce:
+// REDUCE_CASE(2), (4), (6), (8)), also at 8905cbd42f4a and, under
+// python/sglang/kernels/aot/, 0bda0b168ad5.
 var Sets = map[string]Set{
 	"tp": {Values: []int64{1, 2, 4, 6, 8}, Why: "custom allreduce supports world sizes 2, 4, 6 and 8 (1: no TP)"},
 }

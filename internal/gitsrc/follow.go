@@ -13,10 +13,11 @@ import (
 )
 
 // Rename is one move of a file in upstream's history: the commit whose
-// first parent holds From and which holds To instead. Upstream:
+// first parent holds From and which holds To instead. Commit c32c4ef79cf5
+// ("[Kernel] Move sgl-kernel under sglang.kernels.aot") is such a move of
+// the kernel header, byte for byte. Upstream:
 // python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh@c32c4ef79cf5218c24f467aad7f3ff392a62bed7
-// ("Move sgl-kernel under sglang.kernels.aot") is such a move of
-// sgl-kernel/csrc/allreduce/custom_all_reduce.cuh, byte for byte.
+// (the file as sgl-kernel/csrc/allreduce/ held it at c32c4ef79cf5^).
 type Rename struct {
 	From    string `json:"from"`    // slash path before the move
 	To      string `json:"to"`      // slash path after it

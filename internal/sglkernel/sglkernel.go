@@ -8,20 +8,24 @@
 //
 // The location is read from the tree, never from a date or a list of
 // commits: the project is the directory that holds the custom allreduce
-// translation unit csrc/allreduce/custom_all_reduce.cu next to a
-// CMakeLists.txt and a pyproject.toml built by scikit-build-core whose
+// translation unit (AllreduceTU) next to a CMakeLists.txt and a
+// pyproject.toml built by scikit-build-core whose
 // [project] name is sglang-kernel (or sgl-kernel, its name before 0.4.0).
 //
 // Upstream facts it rests on:
-//   - Upstream: sgl-kernel/pyproject.toml@84118acf50b3 and @8905cbd42f4a:
-//     build-backend "scikit_build_core.build", name "sglang-kernel",
+//   - build-backend "scikit_build_core.build", name "sglang-kernel",
 //     wheel.packages ["python/sgl_kernel"]; CMakeLists.txt, Makefile and
-//     cmake/utils.cmake beside it.
-//   - Upstream: python/sglang/kernels/aot/pyproject.toml@c32c4ef79cf5 and
-//     @0bda0b168ad5 ("Move sgl-kernel under sglang.kernels.aot", 2026-07-29):
-//     the same project, moved whole; the import sgl_kernel is kept.
-//   - Upstream: sgl-kernel/pyproject.toml@15097c5c3 (2026-03-16, "Release
-//     sglang kernel 0.4.0") renamed the distribution from sgl-kernel.
+//     cmake/utils.cmake beside it. Upstream: sgl-kernel/pyproject.toml@84118acf50b3
+//     ([build-system] build-backend, [project] name,
+//     [tool.scikit-build] wheel.packages), also at 8905cbd42f4a.
+//   - The same project, moved whole on 2026-07-29 by c32c4ef79cf5 ("Move
+//     sgl-kernel under sglang.kernels.aot"); the import sgl_kernel is
+//     kept. Upstream: python/sglang/kernels/aot/pyproject.toml@c32c4ef79cf5
+//     ([project] name, [tool.scikit-build] wheel.packages), also at
+//     0bda0b168ad5.
+//   - The distribution was sgl-kernel before 2026-03-16. Upstream:
+//     sgl-kernel/pyproject.toml@15097c5c3b52 ([project] name: "sglang-kernel",
+//     "sgl-kernel" at its parent; "Release sglang kernel 0.4.0").
 package sglkernel
 
 import (

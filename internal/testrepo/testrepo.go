@@ -91,7 +91,7 @@ func Change(dir, msg string, files map[string]string) (string, error) {
 // project's (sgl-kernel/ and, from 2026-07-29, python/sglang/kernels/aot/):
 // built by scikit-build-core, distribution sglang-kernel, wheel package
 // python/sgl_kernel. A fixture tree needs it next to CMakeLists.txt and
-// csrc/allreduce/custom_all_reduce.cu for arpatch to find its project.
+// the allreduce translation unit for arpatch to find its project.
 const KernelPyproject = `[build-system]
 requires = ["scikit-build-core>=0.10", "torch>=2.8.0", "wheel"]
 build-backend = "scikit_build_core.build"

@@ -27,16 +27,19 @@
 // Upstream facts it rests on:
 //   - The dispatch is CustomAllreduce::allreduce, a `switch (world_size_)`
 //     over REDUCE_CASE(2), (4), (6), (8) with a throwing default, after
-//     argument checks that throw and CHECK_CUDA_SUCCESS (which throws;
-//     Upstream: sgl-kernel/include/utils.h@84118acf50b3).
-//     Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3 (CustomAllreduce::allreduce)
-//     and @8905cbd42f4a, where REDUCE_CASE is defined twice under
+//     argument checks that throw and CHECK_CUDA_SUCCESS (which throws).
+//     Upstream: sgl-kernel/include/utils.h@84118acf50b3 (CHECK_CUDA_SUCCESS: throw cuda_error).
+//     Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3 (CustomAllreduce::allreduce),
+//     also at 8905cbd42f4a, where REDUCE_CASE is defined twice under
 //     #ifndef USE_MUSA.
 //   - From c32c4ef79cf5 the file lives under python/sglang/kernels/aot/.
 //     Upstream: python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh@0bda0b168ad5
-//     (byte-identical to the era-B file).
-//   - The Python gates are in
-//     python/sglang/srt/distributed/device_communicators/custom_all_reduce.py
-//     (CustomAllreduce.should_custom_ar) and custom_all_reduce_utils.py
-//     (can_use_custom_all_reduce_with_nvlink), in every era.
+//     (CustomAllreduce::allreduce, byte-identical to the era-B file).
+//   - The Python gates are the same in every era. Upstream:
+//     python/sglang/srt/distributed/device_communicators/custom_all_reduce.py@84118acf50b3
+//     (CustomAllreduce.should_custom_ar), also at 8905cbd42f4a and
+//     0bda0b168ad5. Upstream:
+//     python/sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py@84118acf50b3
+//     (can_use_custom_all_reduce_with_nvlink), also at 8905cbd42f4a and
+//     0bda0b168ad5.
 package gaterule

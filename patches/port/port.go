@@ -24,9 +24,10 @@
 // not a general merge tool: a patch that creates or deletes a file is
 // carried only when it still fits as is.
 //
-// Upstream: python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh@c32c4ef79cf5218c24f467aad7f3ff392a62bed7
-// is the move this exists for (sgl-kernel/ moved under
-// python/sglang/kernels/aot/, the file byte-identical).
+// The move this exists for: c32c4ef79cf5 moved sgl-kernel/ under
+// python/sglang/kernels/aot/, the kernel header byte-identical. Upstream:
+// python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh@c32c4ef79cf5218c24f467aad7f3ff392a62bed7
+// (CustomAllreduce::allreduce).
 package port
 
 import (

@@ -1,0 +1,107 @@
+package citecheck
+
+import (
+	"go/parser"
+	"go/token"
+	"io/fs"
+	"os"
+	"path/filepath"
+	"regexp"
+	"strings"
+	"testing"
+)
+
+// mention is an upstream file path in comment text, outside quotes and
+// backticks (the class before it) and not the tail of a longer path.
+var mention = regexp.MustCompile("(?:^|[\\s(,;:])((?:python/sglang|sgl-kernel|csrc)/[\\w./-]*\\.(?:py|cuh|cu|h|hpp|cc|cpp|txt|toml))")
+
+// cited is what must stand around a mention: "Upstream: " before it, and
+// "@commit (" after it.
+var citedAfter = regexp.MustCompile(`^@[0-9a-f]{12,40} \(\S`)
+
+// Violations returns, for Go source src, each comment mention of an
+// upstream file that is not in the form Upstream: path@commit (function).
+func violations(fset *token.FileSet, name string, src []byte) ([]string, error) {
+	f, err := parser.ParseFile(fset, name, src, parser.ParseComments)
+	if err != nil {
+		return nil, err
+	}
+	var out []string
+	for _, cg := range f.Comments {
+		var lines []string
+		for _, c := range cg.List {
+			lines = append(lines, strings.TrimSpace(strings.TrimPrefix(strings.TrimPrefix(c.Text, "//"), "/*")))
+		}
+		text := strings.Join(lines, " ")
+		for _, m := range mention.FindAllStringSubmatchIndex(text, -1) {
+			start, end := m[2], m[3]
+			if !strings.HasSuffix(text[:start], "Upstream: ") || !citedAfter.MatchString(text[end:]) {
+				out = append(out, fset.Position(cg.Pos()).String()+": "+text[start:min(len(text), end+40)])
+			}
+		}
+	}
+	return out, nil
+}
+
+func TestViolations(t *testing.T) {
+	src := `package p
+
+// Upstream: python/sglang/srt/x.py@84118acf50b3 (f), also at 8905cbd42f4a.
+// The translation unit is "csrc/allreduce/custom_all_reduce.cu" (a value).
+var a int
+
+// b is read from python/sglang/srt/server_args.py at 84118acf.
+var b int
+
+// Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh (REDUCE_CASE)
+var c int
+
+// Upstream: sgl-kernel/CMakeLists.txt@84118acf50b3a4c74e85e9ff9033792552de1a76
+// (SGL_KERNEL_CUDA_FLAGS) wraps.
+var d int
+`
+	got, err := violations(token.NewFileSet(), "p.go", []byte(src))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(got) != 2 || !strings.Contains(got[0], "p.go:7:1: python/sglang/srt/server_args.py") || !strings.Contains(got[1], "p.go:10:1: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh") {
+		t.Errorf("violations = %q", got)
+	}
+}
+
+// TestTreeCitations checks every Go file of the module.
+func TestTreeCitations(t *testing.T) {
+	root := filepath.Join("..", "..")
+	fset := token.NewFileSet()
+	n := 0
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && (d.Name() == "testdata" || strings.HasPrefix(d.Name(), ".") && p != root) {
+			return filepath.SkipDir
+		}
+		if d.IsDir() || !strings.HasSuffix(p, ".go") {
+			return nil
+		}
+		src, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		vs, err := violations(fset, p, src)
+		if err != nil {
+			return err
+		}
+		n++
+		for _, v := range vs {
+			t.Errorf("%s\n\tcite an upstream fact as Upstream: path@commit (function)", v)
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 100 {
+		t.Fatalf("read %d Go files from %s; the walk is not reading the module", n, root)
+	}
+}
