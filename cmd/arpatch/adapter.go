@@ -193,6 +193,11 @@ func exitCode(err error) int {
 	return exitFailure
 }
 
+// onUsageError marks a flag error urfave/cli reports at the app's level
+// (before any command) as a usage error; a command's own flag errors come
+// back plain, and isFlagError knows them.
+func onUsageError(_ *cli.Context, err error, _ bool) error { return usageError{err} }
+
 // isFlagError recognizes urfave/cli's flag errors, which it returns as
 // plain errors.
 func isFlagError(err error) bool {

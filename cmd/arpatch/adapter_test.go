@@ -118,6 +118,9 @@ func TestExitCode(t *testing.T) {
 		{"arpatch bogus", true, "No help topic for 'bogus'"},
 		{"arpatch patches bogus", true, "No help topic for 'bogus'"},
 		{"arpatch help nosuch", true, "No help topic for 'nosuch'"},
+		// An app-level flag: urfave's OnUsageError, which the adapter
+		// makes a usageError.
+		{"arpatch --bogus", true, "flag provided but not defined: -bogus"},
 		// Refused by noArgs, arpatch's own usage error.
 		{"arpatch apply stray", false, `apply takes no arguments, got ["stray"]`},
 		{"arpatch apply --series ''", false, "--series was given an empty value"},
@@ -138,6 +141,12 @@ func TestExitCode(t *testing.T) {
 		if got := exitCode(err); got != exitUsage {
 			t.Errorf("%s: exit %d, want %d", c.argv, got, exitUsage)
 		}
+	}
+	// The app-level flag error comes through onUsageError as a usageError.
+	app := newApp(io.Discard, io.Discard)
+	var ue usageError
+	if err := app.RunContext(context.Background(), []string{"arpatch", "--bogus"}); !errors.As(err, &ue) {
+		t.Errorf("arpatch --bogus: %T %v, want a usageError", err, err)
 	}
 	for _, c := range []struct {
 		err  error

@@ -136,10 +136,8 @@ Exit codes:
 		ErrWriter:            stderr,
 		EnableBashCompletion: true,
 		HideHelpCommand:      false,
-		OnUsageError: func(c *cli.Context, err error, isSub bool) error {
-			return usageError{err}
-		},
-		ExitErrHandler: func(*cli.Context, error) {}, // run() prints and exits
+		OnUsageError:         onUsageError,
+		ExitErrHandler:       func(*cli.Context, error) {}, // run() prints the error and exits with exitCode's code
 		Commands: []*cli.Command{
 			applyCommand(),
 			statusCommand(),
