@@ -182,7 +182,7 @@ func Execute(ctx context.Context, opts Options) (*Run, error) {
 	if err != nil {
 		return nil, err
 	}
-	defer os.RemoveAll(tmp)
+	defer func() { _ = os.RemoveAll(tmp) }() // scratch in the system temp dir: costs disk only
 	script := filepath.Join(tmp, "bench.py")
 	if err := os.WriteFile(script, benchScript, 0o644); err != nil {
 		return nil, err
@@ -246,7 +246,7 @@ func readResults(path string, run *Run) error {
 	if err != nil {
 		return err
 	}
-	defer f.Close()
+	defer func() { _ = f.Close() }() // read-only: Close has nothing to report
 	var pending *Result
 	sc := bufio.NewScanner(f)
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
@@ -261,10 +261,18 @@ func readResults(path string, run *Run) error {
 		}
 		switch head.Event {
 		case "env":
-			json.Unmarshal(line, &run.Env)
+			if json.Unmarshal(line, &run.Env) != nil {
+				run.BadLines++
+			}
 		case "threshold_probe":
-			run.ThresholdProbe = &ThresholdProbe{}
-			json.Unmarshal(line, run.ThresholdProbe)
+			// A probe that does not decode is no probe: an empty one would
+			// read as "took it" (Refused false).
+			var p ThresholdProbe
+			if json.Unmarshal(line, &p) != nil {
+				run.BadLines++
+				continue
+			}
+			run.ThresholdProbe = &p
 		case "start":
 			var r Result
 			if json.Unmarshal(line, &r) != nil {
