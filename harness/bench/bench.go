@@ -334,10 +334,13 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		}
 	}
 	running := map[int]*server.Proc{}
-	// stop ends a server, and says so when something still answers on its
-	// port: a process that left its group outlives the kill.
+	// stop ends a server, and says so when the kill failed or something
+	// still answers on its port: a process that left its group outlives
+	// the kill.
 	stop := func(p *server.Proc, ar *ArmResult) {
-		p.Stop()
+		if err := p.Stop(); err != nil {
+			ar.Warnings = append(ar.Warnings, fmt.Sprintf("stopping the server for arm %s: %v; something in its process group may still run and hold the GPUs", ar.Arm.Name, err))
+		}
 		if p.Escaped(escapeWait) {
 			ar.Warnings = append(ar.Warnings, p.EscapedWarning())
 		}

@@ -9,8 +9,8 @@ package server
 
 import (
 	"context"
+	"errors"
 	"fmt"
-	"github.com/arpatch/arpatch/internal/lockfile"
 	"net"
 	"os"
 	"path/filepath"
@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/harness/sglang"
+	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/internal/procgroup"
 )
 
@@ -61,7 +62,7 @@ func FreePort(host string) (int, error) {
 	if err != nil {
 		return 0, err
 	}
-	defer l.Close()
+	defer func() { _ = l.Close() }() // a probe: closed, the port is free
 	return l.Addr().(*net.TCPAddr).Port, nil
 }
 
@@ -86,7 +87,10 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server log: %w", err)
 	}
-	fmt.Fprintf(logf, "# arm %s: %s\n", spec.Name, strings.Join(spec.Argv, " "))
+	if _, err := fmt.Fprintf(logf, "# arm %s: %s\n", spec.Name, strings.Join(spec.Argv, " ")); err != nil {
+		_ = logf.Close() // the write's error is the one to report
+		return nil, fmt.Errorf("server log: %w", err)
+	}
 	// The server outlives ctx, which bounds only this start: Stop ends it.
 	life, end := context.WithCancel(context.Background())
 	cmd := procgroup.Command(life, spec.Grace, spec.Argv[0], spec.Argv[1:]...)
@@ -94,17 +98,20 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 	cmd.Stdout, cmd.Stderr = logf, logf
 	if err := cmd.Start(); err != nil {
 		end()
-		logf.Close()
+		_ = logf.Close() // the start's error is the one to report
 		return nil, fmt.Errorf("starting the server for arm %s (%s): %w", spec.Name, spec.Argv[0], err)
 	}
-	// Beside the log: if arpatch is killed outright, the next run finds
-	// the group that still holds the GPUs (Orphans).
-	lockfile.WritePID(spec.LogPath+PGIDSuffix, cmd.PGID())
 	p := &Proc{Spec: spec, URL: fmt.Sprintf("http://%s", net.JoinHostPort(spec.Host, fmt.Sprint(spec.Port))), cmd: cmd, end: end, done: make(chan struct{}), log: logf}
 	go func() {
 		p.err = cmd.Wait()
 		close(p.done)
 	}()
+	// Beside the log: if arpatch is killed outright, the next run finds
+	// the group that still holds the GPUs (Orphans). A server without it
+	// could outlive arpatch unseen, so it does not run.
+	if err := lockfile.WritePID(spec.LogPath+PGIDSuffix, cmd.PGID()); err != nil {
+		return nil, errors.Join(fmt.Errorf("recording the server's process group: %w", err), p.Stop())
+	}
 	client := sglang.NewClient(p.URL)
 	deadline := time.NewTimer(spec.ReadyTimeout)
 	defer deadline.Stop()
@@ -126,13 +133,18 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 		case <-p.done: // its group is killed too, so the record goes
 			p.end()
 			_ = os.Remove(spec.LogPath + PGIDSuffix)
-			p.log.Close()
+			_ = p.log.Close() // the server wrote through its own descriptor: closing ours loses nothing
 			return nil, &ExitError{Name: spec.Name, Log: spec.LogPath, Why: fmt.Sprintf("exited (%v) before it was ready", p.err), Tail: Tail(spec.LogPath, 40)}
 		case <-deadline.C:
-			p.Stop()
-			return nil, &ExitError{Name: spec.Name, Log: spec.LogPath, Why: fmt.Sprintf("was not ready after %s (%v)", spec.ReadyTimeout, herr), Tail: Tail(spec.LogPath, 40)}
+			why := fmt.Sprintf("was not ready after %s (%v)", spec.ReadyTimeout, herr)
+			if err := p.Stop(); err != nil {
+				why += fmt.Sprintf("; stopping it: %v", err)
+			}
+			return nil, &ExitError{Name: spec.Name, Log: spec.LogPath, Why: why, Tail: Tail(spec.LogPath, 40)}
 		case <-ctx.Done():
-			p.Stop()
+			if err := p.Stop(); err != nil {
+				return nil, errors.Join(ctx.Err(), fmt.Errorf("stopping the server for arm %s: %w", spec.Name, err))
+			}
 			return nil, ctx.Err()
 		case <-tick.C:
 			gap = min(2*gap, spec.PollInterval)
@@ -175,8 +187,9 @@ func (p *Proc) Stop() error {
 	if err := p.cmd.KillGroup(); err != nil {
 		return err
 	}
-	os.Remove(p.Spec.LogPath + PGIDSuffix)
-	p.log.Close()
+	// A record left behind names a group that is gone: Orphans removes it.
+	_ = os.Remove(p.Spec.LogPath + PGIDSuffix)
+	_ = p.log.Close() // the server wrote through its own descriptor: closing ours loses nothing
 	return nil
 }
 
@@ -200,7 +213,7 @@ func (p *Proc) Escaped(wait time.Duration) bool {
 		if err != nil {
 			return false
 		}
-		c.Close()
+		_ = c.Close() // a probe connection
 		if empty || time.Now().After(deadline) {
 			return true
 		}
@@ -235,7 +248,7 @@ func Orphans(dir string) []Orphan {
 		if g := lockfile.LiveGroup(f); g > 0 {
 			out = append(out, Orphan{PGID: g, Log: strings.TrimSuffix(f, PGIDSuffix)})
 		} else {
-			os.Remove(f)
+			_ = os.Remove(f) // the group is gone; a record that stays is tried again next time
 		}
 	}
 	return out

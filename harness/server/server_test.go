@@ -28,7 +28,7 @@ func TestMain(m *testing.M) {
 		panic(string(out))
 	}
 	code := m.Run()
-	os.RemoveAll(dir)
+	_ = os.RemoveAll(dir) // a temp dir; the exit code is what counts
 	os.Exit(code)
 }
 
@@ -117,7 +117,9 @@ func TestNothingLeftBehind(t *testing.T) {
 			if err != nil {
 				t.Fatal(err)
 			}
-			p.Stop()
+			if err := p.Stop(); err != nil {
+				t.Fatal(err)
+			}
 		}
 		stop()
 		b, _ := os.ReadFile(pidFile)
