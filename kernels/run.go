@@ -85,7 +85,8 @@ func Build(ctx context.Context, plan *Plan, opts BuildOptions, progress Progress
 	committed := false
 	defer func() {
 		if !committed {
-			os.RemoveAll(tmp)
+			// A temp that fails to go is swept by the next Begin or Prune.
+			_ = os.RemoveAll(tmp)
 		}
 	}()
 	m, err = produce(ctx, plan, opts, tmp, progress)
@@ -96,7 +97,9 @@ func Build(ctx context.Context, plan *Plan, opts BuildOptions, progress Progress
 		kept := keepLog(opts.Cache, plan.Key, filepath.Join(tmp, m.Log))
 		return nil, fmt.Errorf("%w; the build finished but was not cached (its log: %s)", err, kept)
 	}
-	os.Remove(filepath.Join(tmp, PGIDFile))
+	// The group is done; a record left in the entry names nothing that
+	// runs (only temp dirs are checked for live groups).
+	_ = os.Remove(filepath.Join(tmp, PGIDFile))
 	if err := opts.Cache.Commit(tmp, m); err != nil {
 		return nil, fmt.Errorf("saving the build in the cache: %w", err)
 	}
@@ -142,7 +145,7 @@ func produce(ctx context.Context, plan *Plan, opts BuildOptions, tmp string, pro
 		env = os.Environ()
 	}
 	gencodeLog := filepath.Join(tmp, "gencode.log")
-	defer os.Remove(gencodeLog)
+	defer func() { _ = os.Remove(gencodeLog) }() // one left in the entry is not an output: the manifest lists those
 	runEnv := append(append(append([]string(nil), env...), plan.EnvIn(tmp)...), GencodeLogEnv+"="+gencodeLog)
 	runErr := runLogged(ctx, plan.Dir, plan.Command(tmp), runEnv, logPath, progress)
 	m.FinishedAt = time.Now().UTC()
@@ -180,7 +183,11 @@ func produce(ctx context.Context, plan *Plan, opts BuildOptions, tmp string, pro
 		}
 	}
 	for _, d := range []string{"out", "build", "src", "deps"} {
-		os.RemoveAll(filepath.Join(tmp, d)) // gigabytes; the output is what is kept
+		// Gigabytes; the output is what is kept. Left, they would be
+		// committed into the cache entry.
+		if err := os.RemoveAll(filepath.Join(tmp, d)); err != nil {
+			return nil, err
+		}
 	}
 	sum, n, err := fileSHA256(out)
 	if err != nil {
@@ -283,14 +290,25 @@ const PGIDFile = ".pgid"
 // (internal/procgroup), writing stdout and stderr to logPath and feeding
 // each line to progress. On ctx cancellation the group gets SIGTERM, then
 // SIGKILL after killGrace; runLogged waits for the group's leader and
-// returns ErrInterrupted.
-func runLogged(ctx context.Context, dir string, argv, env []string, logPath string, progress Progress) error {
+// returns ErrInterrupted. A log or PGIDFile record that cannot be written
+// fails the run (the group is stopped first), naming the file.
+func runLogged(ctx context.Context, dir string, argv, env []string, logPath string, progress Progress) (err error) {
 	logf, err := os.Create(logPath)
 	if err != nil {
 		return err
 	}
-	defer logf.Close()
-	fmt.Fprintf(logf, "# dir: %s\n# command: %s\n", dir, strings.Join(argv, " "))
+	// The log is kept (in the cache entry, or under logs/ for a failure):
+	// one that did not reach the disk fails the build.
+	defer func() {
+		if cerr := logf.Close(); cerr != nil && err == nil {
+			err = fmt.Errorf("build log %s: %w", logPath, cerr)
+		}
+	}()
+	if _, err := fmt.Fprintf(logf, "# dir: %s\n# command: %s\n", dir, strings.Join(argv, " ")); err != nil {
+		return fmt.Errorf("build log %s: %w", logPath, err)
+	}
+	ctx, stop := context.WithCancel(ctx)
+	defer stop()
 	cmd := procgroup.Command(ctx, killGrace, argv[0], argv[1:]...)
 	cmd.Dir = dir
 	cmd.Env = env
@@ -302,10 +320,7 @@ func runLogged(ctx context.Context, dir string, argv, env []string, logPath stri
 		}
 		return fmt.Errorf("starting %s: %w", argv[0], err)
 	}
-	// Left beside the log: if arpatch itself is killed (SIGKILL), the next
-	// build of this key finds the group and will not pull the temp dir
-	// from under its still-running compilers.
-	lockfile.WritePID(filepath.Join(filepath.Dir(logPath), PGIDFile), cmd.PGID())
+	var logErr error // the first failed write to the log
 	scanDone := make(chan struct{})
 	go func() {
 		defer close(scanDone)
@@ -313,18 +328,39 @@ func runLogged(ctx context.Context, dir string, argv, env []string, logPath stri
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
 		for sc.Scan() {
 			line := sc.Text()
-			fmt.Fprintln(logf, line)
+			if logErr == nil {
+				_, logErr = fmt.Fprintln(logf, line)
+			}
 			if progress != nil {
 				progress.Line(line)
 			}
 		}
-		io.Copy(io.Discard, pr)
+		_, _ = io.Copy(io.Discard, pr) // drains the rest; an io.PipeReader reads without error
 	}()
-	err = cmd.Wait()
-	_ = pw.Close() // an io.PipeWriter closes without error
-	<-scanDone
+	wait := func() error {
+		err := cmd.Wait()
+		_ = pw.Close() // an io.PipeWriter closes without error
+		<-scanDone
+		return err
+	}
+	// Left beside the log: if arpatch itself is killed (SIGKILL), the next
+	// build of this key finds the group and will not pull the temp dir
+	// from under its still-running compilers. A build without it could,
+	// so it does not run.
+	if err := lockfile.WritePID(filepath.Join(filepath.Dir(logPath), PGIDFile), cmd.PGID()); err != nil {
+		stop()
+		_ = wait() // the cancel's error
+		if progress != nil {
+			progress.Done(false)
+		}
+		return fmt.Errorf("recording the build's process group: %w", err)
+	}
+	err = wait()
 	if ctx.Err() != nil && errors.Is(err, ctx.Err()) {
 		err = ErrInterrupted
+	}
+	if err == nil && logErr != nil {
+		err = fmt.Errorf("build log %s: %w", logPath, logErr)
 	}
 	if progress != nil {
 		progress.Done(err == nil)
@@ -334,7 +370,7 @@ func runLogged(ctx context.Context, dir string, argv, env []string, logPath stri
 
 func keepLog(c Cache, key, logPath string) string {
 	dir := filepath.Join(c.Dir, "logs")
-	os.MkdirAll(dir, 0o755)
+	_ = os.MkdirAll(dir, 0o755) // if it fails, so does Rename, and the log stays where it is
 	dst := filepath.Join(dir, key[:16]+"-"+time.Now().UTC().Format("20060102T150405Z")+".log")
 	if err := os.Rename(logPath, dst); err != nil {
 		return logPath
