@@ -13,7 +13,7 @@ import (
 
 // mention is an upstream file path in comment text, outside quotes and
 // backticks (the class before it) and not the tail of a longer path.
-var mention = regexp.MustCompile("(?:^|[\\s(,;:])((?:python/sglang|sgl-kernel|csrc)/[\\w./-]*\\.(?:py|cuh|cu|h|hpp|cc|cpp|txt|toml))")
+var mention = regexp.MustCompile(`(?:^|[\s(,;:])((?:python/sglang|sgl-kernel|csrc)/[\w./-]*\.(?:py|cuh|cu|h|hpp|cc|cpp|txt|toml))`)
 
 // cited is what must stand around a mention: "Upstream: " before it, and
 // "@commit (" after it.
