@@ -1,0 +1,83 @@
+package main
+
+import (
+	"bytes"
+	"context"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/testrepo"
+	"github.com/arpatch/arpatch/patches"
+)
+
+// The run functions, called as gh's tests call xRun: options built
+// directly, the streams buffers.
+
+// bufs returns streams writing into two buffers.
+func bufs() (streams, *bytes.Buffer, *bytes.Buffer) {
+	var out, errb bytes.Buffer
+	return streams{In: strings.NewReader(""), Out: &out, Err: &errb}, &out, &errb
+}
+
+func TestRecipesListRun(t *testing.T) {
+	s, out, _ := bufs()
+	if err := recipesListRun(context.Background(), struct{}{}, s); err != nil {
+		t.Fatal(err)
+	}
+	for _, want := range []string{"baseline   Upstream SGLang", "           series (none) at ", "\npcie       ", "           series pcie at "} {
+		if !strings.Contains(out.String(), want) {
+			t.Errorf("recipes list lacks %q:\n%s", want, out)
+		}
+	}
+}
+
+func TestStatusAndRevertRun(t *testing.T) {
+	src := t.TempDir()
+	if err := testrepo.WriteFiles(src, map[string]string{"README": "x\n"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testrepo.Init(src); err != nil {
+		t.Fatal(err)
+	}
+	cat, err := patches.Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	// No apply state, a clean tree: status 0, revert has nothing to do.
+	s, out, _ := bufs()
+	if err := statusRun(context.Background(), statusOptions{Src: src, Catalog: cat}, s); err != nil {
+		t.Errorf("status of a clean tree: %v", err)
+	}
+	if !strings.Contains(out.String(), "state    none: arpatch has not applied anything here") {
+		t.Errorf("status:\n%s", out)
+	}
+	s, out, _ = bufs()
+	if err := revertRun(context.Background(), checkout.RevertOptions{Src: src, Catalog: cat}, s); err != nil || out.String() != src+": no apply state; nothing to revert\n" {
+		t.Errorf("revert: %v\n%s", err, out)
+	}
+	// An uncommitted change: status exits 1, naming it; --json says so too.
+	if err := testrepo.WriteFiles(src, map[string]string{"README": "y\n"}); err != nil {
+		t.Fatal(err)
+	}
+	s, out, _ = bufs()
+	err = statusRun(context.Background(), statusOptions{Src: src, Catalog: cat}, s)
+	if exitCode(err) != exitFailure || !strings.Contains(out.String(), "  uncommitted: ") || !strings.Contains(out.String(), "README") {
+		t.Errorf("status of a changed tree: exit %d\n%s", exitCode(err), out)
+	}
+	s, out, _ = bufs()
+	err = statusRun(context.Background(), statusOptions{Src: src, Catalog: cat, JSON: true}, s)
+	if exitCode(err) != exitFailure || !strings.HasPrefix(out.String(), "{") {
+		t.Errorf("status --json of a changed tree: exit %d\n%s", exitCode(err), out)
+	}
+}
+
+func TestHistoryRunsNeedTheirDB(t *testing.T) {
+	db := filepath.Join(t.TempDir(), "nosuch.db")
+	s, _, _ := bufs()
+	err := historyListRun(context.Background(), historyListOptions{DB: db, Limit: 3}, s)
+	if err == nil || !strings.HasPrefix(err.Error(), "--db "+db+": ") || exitCode(err) != exitFailure {
+		t.Errorf("history list of a missing db: %v", err)
+	}
+}
