@@ -23,8 +23,8 @@ import (
 // its trials with the interval stats.Summarize gives.
 type Point struct {
 	RunID          int64
-	X              float64 // run start, Unix seconds
-	Center, Lo, Hi float64
+	X              float64   // run start, Unix seconds
+	Center, Lo, Hi float64   // median and interval, in the metric's unit (stats.Metric.Unit)
 	Mark           CheckKind // KindRegression when this arm failed a regression check, else KindDrift when the run failed a drift check; "" for neither
 }
 

@@ -20,7 +20,7 @@ type ArmDetail struct {
 	Recipe    string         `json:"recipe"`
 	BuildKey  string         `json:"build_key"`
 	Invalid   bool           `json:"invalid"`
-	Agreement *float64       `json:"agreement,omitempty"`
+	Agreement *float64       `json:"agreement,omitempty"` // share of prompts whose output agrees with the baseline's, 0..1; nil when not recorded
 	Trials    []TrialMetrics `json:"trials"`
 }
 
@@ -28,11 +28,11 @@ type ArmDetail struct {
 // metric of stats.Table is a key of its own ("tok_s": 1313.1), null when
 // the trial's arpatch did not record it.
 type TrialMetrics struct {
-	Index       int     `json:"trial"` // 1-based trial number, as the CSV's "trial"
-	Concurrency int     `json:"concurrency"`
-	Wall        float64 `json:"wall_s"` // seconds
-	Errors      int     `json:"errors"`
-	Samples     int     `json:"samples"`
+	Index       int     `json:"trial"`       // 1-based trial number, as the CSV's "trial"
+	Concurrency int     `json:"concurrency"` // requests in flight
+	Wall        float64 `json:"wall_s"`      // seconds, first request sent to last response done
+	Errors      int     `json:"errors"`      // requests that failed
+	Samples     int     `json:"samples"`     // requests stored
 	// Values holds the metrics by stats.Table name, each in its unit; a
 	// metric stored as NULL (recorded before its migration) is absent.
 	Values map[string]float64 `json:"-"`

@@ -240,22 +240,24 @@ func addCheck(tx *sql.Tx, runID int64, c Check) error {
 
 // TrialRecord is one trial's metrics with its samples.
 type TrialRecord struct {
-	Index       int
+	Index       int     // 1-based trial number (stats.Trial.Index)
 	Concurrency int     // requests in flight (0 is stored as 1)
 	Wall        float64 // seconds, first request sent to last response done
 	// Values holds the trial's metrics by stats.Table name, each in its
 	// metric's unit (stats.Values gives them); each is stored in its
 	// metric's column, and one left out is stored as NULL.
 	Values  map[string]float64
-	Errors  int
+	Errors  int // requests that failed (sglang.Sample.Err set)
 	Samples []SampleRecord
 }
 
-// SampleRecord is one request.
+// SampleRecord is one request, as sglang.Sample measured it.
 type SampleRecord struct {
-	Prompt                         int
+	Prompt int // index in the workload, 0-based
+	// TTFT and E2E are seconds from the request's start to its first
+	// output and to its end (columns ttft_s, e2e_s), not milliseconds.
 	TTFT, E2E                      float64
-	CompletionTokens, SpecVerifyCt int
+	CompletionTokens, SpecVerifyCt int // tokens generated; speculative verify passes
 	Error                          string
 }
 

@@ -31,7 +31,7 @@ var SupportedWorldSizes = []int{2, 4, 6, 8}
 //go:embed bench.py
 var benchScript []byte
 
-// Options holds every input of Run.
+// Options holds every input of Execute.
 type Options struct {
 	Python    string // interpreter with torch
 	WorldSize int    // ranks; above the GPU count the run is oversubscribed (correctness only)

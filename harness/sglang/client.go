@@ -46,29 +46,35 @@ type Request struct {
 	IgnoreEOS    bool
 }
 
-// Sample is the measurement of one request. Durations are seconds.
+// Sample is the measurement of one request. Every duration is in seconds
+// (float64, as the _s JSON keys say; reports print milliseconds), every
+// count of tokens is completion or prompt tokens as the server reports
+// them in meta_info.
 type Sample struct {
-	Prompt           int       `json:"prompt"` // index in the workload
-	Start            time.Time `json:"start"`
-	TTFT             float64   `json:"ttft_s"` // to the first chunk that carries output
-	E2E              float64   `json:"e2e_s"`  // to [DONE] or the end of the stream
+	Prompt           int       `json:"prompt"` // index in the workload, 0-based
+	Start            time.Time `json:"start"`  // wall clock when the request was sent
+	TTFT             float64   `json:"ttft_s"` // seconds from Start to the first chunk that carries output
+	E2E              float64   `json:"e2e_s"`  // seconds from Start to [DONE] or the end of the stream
 	PromptTokens     int       `json:"prompt_tokens"`
 	CompletionTokens int       `json:"completion_tokens"`
-	SpecVerifyCt     int       `json:"spec_verify_ct"`
-	SpecAcceptLength float64   `json:"spec_accept_length,omitempty"` // when the server reports it
+	SpecVerifyCt     int       `json:"spec_verify_ct"`               // speculative verify passes (EAGLE), 0 without speculation
+	SpecAcceptLength float64   `json:"spec_accept_length,omitempty"` // tokens per verify pass, when the server reports it
 	FinishReason     string    `json:"finish_reason,omitempty"`      // length, stop, abort
-	Chunks           int       `json:"chunks"`
-	ITL              []float64 `json:"itl_s,omitempty"`
-	Text             string    `json:"text"`
+	Chunks           int       `json:"chunks"`                       // stream events read, [DONE] not counted
+	// ITL holds one inter-token latency in seconds per completion token
+	// after the first: a chunk that brings n tokens adds n gaps, each its
+	// delay since the chunk before divided by n.
+	ITL  []float64 `json:"itl_s,omitempty"`
+	Text string    `json:"text"`
 	// Text32 is the output at the end of the chunk that first reached
-	// AgreeTokens tokens (all of it when shorter). A chunk holds several
-	// tokens (with EAGLE, an accept length), so it may run past
-	// AgreeTokens: the output check compares by Marks, not by Text32.
+	// the client's AgreeTokens tokens (all of it when shorter). A chunk
+	// holds several tokens (with EAGLE, an accept length), so it may run
+	// past AgreeTokens: the output check compares by Marks, not by Text32.
 	Text32 string `json:"text_at_agree_tokens"`
 	// Tokens32 is the completion token count at Text32.
 	Tokens32 int `json:"tokens_at_agree_tokens"`
-	// Marks are the chunk boundaries up to the first at or past
-	// AgreeTokens tokens: {completion tokens, bytes of text} after each
+	// Marks are the chunk boundaries up to the first at or past the
+	// client's AgreeTokens tokens: {completion tokens, bytes of text} after each
 	// chunk that brought tokens. The text of the first n tokens is known
 	// exactly where a mark has n tokens, and between two marks' byte
 	// counts otherwise (the stream does not split a chunk's text per

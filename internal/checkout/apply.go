@@ -385,9 +385,17 @@ func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer
 	return info, nil
 }
 
-// sameAsHead checks that every file the series touches holds HEAD's
-// bytes. git status can miss an edit (skip-worktree, assume-unchanged);
-// patching over it would record an edit as upstream's bytes.
+// sameAsHead checks the checkout against commit head before any write,
+// for what git status does not show: every mode a patch header claims
+// (old mode, deleted file mode, an index line's mode) is head's, else an
+// error names the patch and file and runs checkCmd as the remedy; no
+// file the series creates is there already (untracked or ignored), else
+// an error gives the mv that moves it away; and every file the series
+// touches holds head's bytes: one that differs only by CRLF line endings
+// gets lineEndingError, others (an edit hidden by skip-worktree or
+// assume-unchanged) an error with the git update-index command that
+// clears the bits. Patching over any of them would record the user's
+// bytes as upstream's.
 func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.Patch, checkCmd string) error {
 	tree, err := repo.TreeAt(head)
 	if err != nil {
@@ -447,8 +455,6 @@ func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.
 		root.Dir, githash.Hash(head).Short(), strings.Join(differ, ", "), shellq.Join(append([]string{"git", "-C", root.Dir, "update-index", "--no-skip-worktree", "--no-assume-unchanged"}, differ...)))
 }
 
-// orderedWrites lists the result's files in patch order: the files of the
-// first patch first. undo gives the original bytes, in reverse order.
 // inPatchOrder returns the result's files ordered by the first patch that
 // touches each (stable within a patch): the order apply writes them in,
 // and, reversed, the order revert restores them in.

@@ -15,11 +15,11 @@ import (
 // backticks (the class before it) and not the tail of a longer path.
 var mention = regexp.MustCompile(`(?:^|[\s(,;:])((?:python/sglang|sgl-kernel|csrc)/[\w./-]*\.(?:py|cuh|cu|h|hpp|cc|cpp|txt|toml))`)
 
-// cited is what must stand around a mention: "Upstream: " before it, and
-// "@commit (" after it.
+// citedAfter is what must follow a mention ("@commit (function"); what
+// must precede it is "Upstream: ".
 var citedAfter = regexp.MustCompile(`^@[0-9a-f]{12,40} \(\S`)
 
-// Violations returns, for Go source src, each comment mention of an
+// violations returns, for Go source src, each comment mention of an
 // upstream file that is not in the form Upstream: path@commit (function).
 func violations(fset *token.FileSet, name string, src []byte) ([]string, error) {
 	f, err := parser.ParseFile(fset, name, src, parser.ParseComments)
