@@ -208,7 +208,7 @@ func (p *Proc) Escaped(wait time.Duration) bool {
 	deadline := time.Now().Add(wait)
 	for {
 		// Empty before the dial: whatever answers is outside the group.
-		empty := p.cmd.Empty()
+		empty := !lockfile.GroupRuns(p.cmd.PGID())
 		c, err := net.DialTimeout("tcp", addr, 200*time.Millisecond)
 		if err != nil {
 			return false

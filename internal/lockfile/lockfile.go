@@ -121,19 +121,28 @@ func WritePID(path string, pid int) error {
 }
 
 // LiveGroup returns the process group that the pid file at path records
-// when a process of it still runs (zombies do not count), else 0: the
-// trace of a run killed before it could stop its children.
+// when a process of it still runs (GroupRuns), else 0: the trace of a run
+// killed before it could stop its children.
 func LiveGroup(path string) int {
-	g, ok := ReadPID(path)
-	if !ok || g <= 1 {
-		return 0
+	if g, ok := ReadPID(path); ok && GroupRuns(g) {
+		return g
+	}
+	return 0
+}
+
+// GroupRuns reports whether a process of process group g still runs.
+// Zombies do not count: they hold nothing any more, and an orphan's is
+// reaped only when init gets to it (once a second on some hosts).
+func GroupRuns(g int) bool {
+	if g <= 1 {
+		return false
 	}
 	if err := syscall.Kill(-g, 0); err != nil && !errors.Is(err, syscall.EPERM) {
-		return 0
+		return false
 	}
 	procs, err := os.ReadDir("/proc")
 	if err != nil {
-		return g // without /proc, kill(0) is all there is
+		return true // without /proc, kill(0) is all there is
 	}
 	for _, e := range procs {
 		pid, err := strconv.Atoi(e.Name())
@@ -141,8 +150,8 @@ func LiveGroup(path string) int {
 			continue
 		}
 		if state, pgrp, ok := procStat(pid); ok && pgrp == g && state != 'Z' {
-			return g
+			return true
 		}
 	}
-	return 0
+	return false
 }

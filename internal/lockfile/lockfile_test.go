@@ -79,8 +79,11 @@ func TestLiveGroup(t *testing.T) {
 	if err := WritePID(p, g); err != nil {
 		t.Fatal(err)
 	}
-	if LiveGroup(p) != g {
+	if LiveGroup(p) != g || !GroupRuns(g) {
 		t.Errorf("a running group reads as gone")
+	}
+	if GroupRuns(0) || GroupRuns(1) || GroupRuns(-g) {
+		t.Errorf("a group id that names no group of ours (0, init's, negative) runs")
 	}
 	if err := syscall.Kill(-g, syscall.SIGKILL); err != nil { // and not Wait: the leader must stay a zombie
 		t.Fatal(err)
@@ -88,7 +91,7 @@ func TestLiveGroup(t *testing.T) {
 	for i := 0; i < 100 && Alive(g); i++ {
 		time.Sleep(10 * time.Millisecond)
 	}
-	if LiveGroup(p) != 0 { // killed, not yet reaped: a zombie
+	if LiveGroup(p) != 0 || GroupRuns(g) { // killed, not yet reaped: a zombie
 		t.Errorf("a group of one zombie reads as running")
 	}
 	_ = cmd.Wait() // reaps it; "signal: killed" is the expected error

@@ -119,13 +119,6 @@ func (c *Cmd) KillGroup() error {
 	return nil
 }
 
-// Empty reports whether no process of the group is left, not even one
-// that has exited and waits to be reaped (by init, for an orphan; some
-// inits reap once a second). A command not started has an empty group.
-func (c *Cmd) Empty() bool {
-	return errors.Is(signalGroup(c.PGID(), 0), os.ErrProcessDone)
-}
-
 // signalGroup sends sig to process group pgid; a group with no process
 // left is os.ErrProcessDone, as exec.Cmd.Cancel expects.
 func signalGroup(pgid int, sig syscall.Signal) error {

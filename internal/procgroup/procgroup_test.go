@@ -155,9 +155,6 @@ func TestCancelKillsGroup(t *testing.T) {
 	const grace = 300 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	c, alive := start(t, ctx, grace, "ignore-term")
-	if c.Empty() {
-		t.Error("a running group is empty")
-	}
 	done := make(chan error, 1)
 	go func() { done <- c.Wait() }()
 	cancelled := time.Now()
@@ -291,13 +288,7 @@ func TestExitStatusPassesThrough(t *testing.T) {
 	for _, code := range []int{0, 3} {
 		c := Command(context.Background(), 0, os.Args[0], "-test.run=^$")
 		c.Env = append(os.Environ(), "PROCGROUP_HELPER=child", fmt.Sprintf("PROCGROUP_CHILD=exit %d", code))
-		if !c.Empty() {
-			t.Error("a command not started has a group")
-		}
 		out, err := c.Output()
-		if !c.Empty() { // its only process, reaped by Wait
-			t.Errorf("exit %d: the group is left after Wait", code)
-		}
 		var ee *exec.ExitError
 		switch {
 		case code == 0 && err != nil:
