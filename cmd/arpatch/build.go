@@ -102,7 +102,7 @@ Examples:
 			&cli.IntFlag{Name: "keep", Usage: "entries --gc keeps", Value: 10},
 		),
 		Before: noArgs,
-		Action: action(buildOptsOf, buildRun),
+		Action: action(buildOpts, buildRun),
 	}
 }
 
@@ -144,9 +144,9 @@ type buildOptions struct {
 	Keep int
 }
 
-// buildOptsOf turns build's flags and the recipe's [build] table into
+// buildOpts turns build's flags and the recipe's [build] table into
 // options, refusing exclusive modes and values out of range.
-func buildOptsOf(f buildCmdFlags) (buildOptions, error) {
+func buildOpts(f buildCmdFlags) (buildOptions, error) {
 	modes := 0
 	for _, m := range []bool{f.Check, f.AllreduceExt, f.List, f.GC, f.Plan, f.VerifyReproducible} {
 		if m {

@@ -195,7 +195,7 @@ func TestBuildOpts(t *testing.T) {
 	t.Setenv("HOME", "/home/u")
 	t.Setenv("ARPATCH_CACHE", "/cache")
 	abs := func(p string) string { a, _ := filepath.Abs(p); return a }
-	o, err := optsOf(t, buildOptsOf, "arpatch build")
+	o, err := optsOf(t, buildOpts, "arpatch build")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,7 +205,7 @@ func TestBuildOpts(t *testing.T) {
 		o.Check || o.List || o.GC || o.Plan || o.Verify || o.Ext || o.Keep != 10 {
 		t.Errorf("defaults: %+v", o)
 	}
-	o, err = optsOf(t, buildOptsOf, "arpatch build --recipe baseline --src ~/s --arch 120a,90a --jobs 32 --tool uv --offline --deps-dir ~/d --out ~/o --cache-dir ~/c --python py3 --allreduce-ext --plan")
+	o, err = optsOf(t, buildOpts, "arpatch build --recipe baseline --src ~/s --arch 120a,90a --jobs 32 --tool uv --offline --deps-dir ~/d --out ~/o --cache-dir ~/c --python py3 --allreduce-ext --plan")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -214,16 +214,16 @@ func TestBuildOpts(t *testing.T) {
 		b.Python != "py3" || b.Out != "/home/u/o" || b.Cache.Dir != "/home/u/c" || !o.Plan || !o.Ext || o.Verify {
 		t.Errorf("flags: %+v", o)
 	}
-	o, err = optsOf(t, buildOptsOf, "arpatch build --gc --keep 0")
+	o, err = optsOf(t, buildOpts, "arpatch build --gc --keep 0")
 	if err != nil || !o.GC || o.Keep != 0 {
 		t.Errorf("--gc --keep 0: %+v, %v", o, err)
 	}
-	o, err = optsOf(t, buildOptsOf, "arpatch build --allreduce-ext --verify-reproducible --jobs 0")
+	o, err = optsOf(t, buildOpts, "arpatch build --allreduce-ext --verify-reproducible --jobs 0")
 	if err != nil || !o.Ext || !o.Verify || o.Build.Jobs != 0 {
 		t.Errorf("--allreduce-ext --verify-reproducible: %+v, %v", o, err)
 	}
 	exclusive := "--check, --allreduce-ext, --list, --gc, --plan and --verify-reproducible are exclusive"
-	refuses(t, buildOptsOf, []refusal{
+	refuses(t, buildOpts, []refusal{
 		{"arpatch build --check --list", exitUsage, []string{exclusive}},
 		{"arpatch build --plan --verify-reproducible", exitUsage, []string{exclusive, "except --plan or --verify-reproducible with --allreduce-ext"}},
 		{"arpatch build --allreduce-ext --plan --check", exitUsage, []string{exclusive}},
