@@ -3,33 +3,86 @@ package server
 import (
 	"context"
 	"errors"
-	"github.com/arpatch/arpatch/internal/lockfile"
+	"flag"
+	"fmt"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
 	"strconv"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 
 	"github.com/arpatch/arpatch/harness/sglang"
+	"github.com/arpatch/arpatch/harness/sglangtest"
+	"github.com/arpatch/arpatch/internal/lockfile"
 )
 
 var fakeBin string
 
-// TestMain builds testdata/fakeserver, a real server process.
+// fakeServerEnv makes this test binary, run by a test as a server, the fake
+// server (fakeServer) instead of the tests.
+const fakeServerEnv = "ARPATCH_SERVER_TEST_FAKESERVER"
+
+// TestMain runs the fake server when started as one; else the tests,
+// with this binary as their server process (no build of its own).
 func TestMain(m *testing.M) {
-	dir, err := os.MkdirTemp("", "arpatch-fakeserver-")
+	if os.Getenv(fakeServerEnv) == "1" {
+		fakeServer(os.Args[1:])
+		return
+	}
+	exe, err := os.Executable()
 	if err != nil {
 		panic(err)
 	}
-	fakeBin = filepath.Join(dir, "fakeserver")
-	if out, err := exec.Command("go", "build", "-o", fakeBin, "./testdata/fakeserver").CombinedOutput(); err != nil {
-		panic(string(out))
+	fakeBin = exe
+	os.Exit(m.Run())
+}
+
+// fakeServer is a real subprocess for the launcher tests: it serves the
+// SGLang protocol through harness/sglangtest, and can misbehave on request.
+//
+//	fakeserver -port N [-start-delay 2s] [-exit-early] [-ignore-term] [-child PIDFILE]
+func fakeServer(args []string) {
+	fs := flag.NewFlagSet("fakeserver", flag.ExitOnError)
+	port := fs.Int("port", 0, "port")
+	delay := fs.Duration("start-delay", 0, "answer /health_generate after this")
+	exitEarly := fs.Bool("exit-early", false, "print an error and exit 3 before becoming ready")
+	ignoreTerm := fs.Bool("ignore-term", false, "ignore SIGTERM")
+	child := fs.String("child", "", "start a child process and write its pid and ours to this file")
+	_ = fs.Parse(args) // ExitOnError: a bad flag exits 2
+	fmt.Println("loading model weights ... (fake)")
+	if *exitEarly {
+		fmt.Fprintln(os.Stderr, "RuntimeError: CUDA out of memory (fake)")
+		os.Exit(3)
 	}
-	code := m.Run()
-	_ = os.RemoveAll(dir) // a temp dir; the exit code is what counts
-	os.Exit(code)
+	if *ignoreTerm {
+		signal.Ignore(syscall.SIGTERM)
+	}
+	if *child != "" {
+		c := exec.Command("sleep", "300")
+		if err := c.Start(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+		if err := os.WriteFile(*child, []byte(fmt.Sprintf("%d %d\n", os.Getpid(), c.Process.Pid)), 0o644); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			os.Exit(1)
+		}
+	}
+	l, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", *port))
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		os.Exit(1)
+	}
+	fmt.Println("server listening")
+	time.Sleep(10 * time.Millisecond)
+	fmt.Fprintln(os.Stderr, http.Serve(l, sglangtest.New(sglangtest.Config{TokPerSec: 500, StartDelay: *delay})))
+	os.Exit(1)
 }
 
 func spec(t *testing.T, args ...string) Spec {
@@ -38,7 +91,7 @@ func spec(t *testing.T, args ...string) Spec {
 	if err != nil {
 		t.Fatal(err)
 	}
-	return Spec{Name: "arm", Argv: append([]string{fakeBin, "-port", strconv.Itoa(port)}, args...), Env: os.Environ(), Port: port,
+	return Spec{Name: "arm", Argv: append([]string{fakeBin, "-port", strconv.Itoa(port)}, args...), Env: append(os.Environ(), fakeServerEnv+"=1"), Port: port,
 		LogPath: filepath.Join(t.TempDir(), "server.log"), ReadyTimeout: 10 * time.Second, PollInterval: 50 * time.Millisecond, Grace: time.Second}
 }
 
