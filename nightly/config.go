@@ -8,8 +8,6 @@
 package nightly
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"maps"
 	"os"
@@ -24,6 +22,7 @@ import (
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/bounds"
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/statedir"
 	"github.com/arpatch/arpatch/internal/tomlx"
 	"github.com/arpatch/arpatch/recipes"
@@ -235,7 +234,6 @@ func DefaultHistoryPath(dir string) string { return filepath.Join(dir, "history.
 // directory's name (for people) and the first 12 hex of the sha256 of
 // its absolute path (so two configs never share one).
 func ConfigKey(absPath string) string {
-	sum := sha256.Sum256([]byte(absPath))
 	name := strings.Map(func(r rune) rune {
 		if r >= 'a' && r <= 'z' || r >= 'A' && r <= 'Z' || r >= '0' && r <= '9' || r == '-' || r == '_' || r == '.' {
 			return r
@@ -246,7 +244,7 @@ func ConfigKey(absPath string) string {
 	if name == "" {
 		name = "nightly"
 	}
-	return name + "-" + hex.EncodeToString(sum[:6])
+	return name + "-" + digest.Short(digest.SHA256Hex([]byte(absPath)))
 }
 
 // TrialsFor is bench.trials, else recipe B's (recipe), else 5.

@@ -2,13 +2,12 @@ package nightly
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"strings"
 
 	"github.com/arpatch/arpatch/harness/doctor"
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/kernels"
 )
 
@@ -96,7 +95,7 @@ func (e Environment) Map() map[string]string {
 	return m
 }
 
+// shortHash is a fingerprint of s: the first 16 hex digits of its SHA-256.
 func shortHash(s string) string {
-	h := sha256.Sum256([]byte(s))
-	return hex.EncodeToString(h[:8])
+	return digest.SHA256Hex([]byte(s))[:16]
 }

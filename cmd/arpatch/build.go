@@ -16,6 +16,7 @@ import (
 
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/kernels"
 	"github.com/arpatch/arpatch/recipes"
@@ -248,7 +249,7 @@ func buildRecipe(f buildFlagValues, g given) (*recipes.Recipe, error) {
 			return nil, usagef("%s has recipe %q applied, but the build names %q: the build options would not match the tree; pass %s, or apply %s first (arpatch revert, then arpatch apply)",
 				src, applied, r.Name, same, r.Name)
 		case f.RecipeFile != "" && r.SHA256 != st.RecipeSHA256:
-			return nil, usagef("%s changed since it was applied to %s (sha256 %.12s, applied %.12s): revert and apply it again, or restore it", r.Source, src, r.SHA256, st.RecipeSHA256)
+			return nil, usagef("%s changed since it was applied to %s (sha256 %s, applied %s): revert and apply it again, or restore it", r.Source, src, digest.Short(r.SHA256), digest.Short(st.RecipeSHA256))
 		}
 	}
 	return r, nil
@@ -350,7 +351,7 @@ func printVerify(w io.Writer, rep *kernels.VerifyReport) error {
 	for _, d := range rep.Differences {
 		fmt.Fprintf(w, "  DIFFERS  %s\n", d.File)
 		if d.A != "" || d.B != "" {
-			fmt.Fprintf(w, "           sha256 %s (cached) vs %s (rebuilt)\n", cmp.Or(shortHash(d.A), "(none)"), cmp.Or(shortHash(d.B), "(none)"))
+			fmt.Fprintf(w, "           sha256 %s (cached) vs %s (rebuilt)\n", cmp.Or(digest.Short(d.A), "(none)"), cmp.Or(digest.Short(d.B), "(none)"))
 		}
 		for _, l := range strings.Split(d.Detail, "\n") {
 			fmt.Fprintf(w, "           %s\n", l)
@@ -397,17 +398,17 @@ func printPlan(w io.Writer, p *kernels.Plan, cache kernels.Cache) {
 				src += " @ " + d.Tag
 			}
 			if d.URLHash != "" {
-				src += " (" + shortHash(d.URLHash) + ")"
+				src += " (" + digest.Short(d.URLHash) + ")"
 			}
 			switch {
 			case d.Archive != "" && d.URLHash != "":
-				src = "archive " + d.Archive + " (" + shortHash(d.Commit) + ", matches URL_HASH), unpacked into the build's temp dir"
+				src = "archive " + d.Archive + " (" + digest.Short(d.Commit) + ", matches URL_HASH), unpacked into the build's temp dir"
 			case d.Archive != "":
-				src = "archive " + d.Archive + " (" + shortHash(d.Commit) + "; no URL_HASH: pin " + cmp.Or(d.Pin(), "(none)") + " not checked), unpacked into the build's temp dir"
+				src = "archive " + d.Archive + " (" + digest.Short(d.Commit) + "; no URL_HASH: pin " + cmp.Or(d.Pin(), "(none)") + " not checked), unpacked into the build's temp dir"
 			case strings.HasPrefix(d.Commit, "sha256:"):
-				src = "local " + d.Dir + ", not a git checkout: files " + shortHash(d.Commit) + " (pin " + cmp.Or(d.Pin(), "(none)") + " not checked)"
+				src = "local " + d.Dir + ", not a git checkout: files " + digest.Short(d.Commit) + " (pin " + cmp.Or(d.Pin(), "(none)") + " not checked)"
 			case d.Dir != "":
-				src = "local " + d.Dir + " @ " + shortHash(d.Commit)
+				src = "local " + d.Dir + " @ " + digest.Short(d.Commit)
 			}
 			fmt.Fprintf(w, "    %-22s %s\n", d.Name, src)
 		}
@@ -507,10 +508,3 @@ func gencodeFilterOpts(f gencodeFilterFlags) ([]string, error) {
 
 // gencodeFilterRun runs the compiler with the filtered -gencode options.
 func gencodeFilterRun(_ context.Context, argv []string, _ streams) error { return kernels.Launch(argv) }
-
-// shortHash shortens "sha256:<hex>", "SHA256=<hex>" or a commit to 12 hex
-// digits, keeping the prefix.
-func shortHash(h string) string {
-	i := strings.LastIndexAny(h, ":=") + 1
-	return h[:i] + githash.Hash(h[i:]).Short()
-}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/lockfile"
@@ -612,7 +613,7 @@ func patchList(ps []PatchState) string {
 	}
 	var s []string
 	for _, p := range ps {
-		s = append(s, p.Name+"@"+p.SHA256[:12])
+		s = append(s, p.Name+"@"+digest.Short(p.SHA256))
 	}
 	return strings.Join(s, " ")
 }

@@ -13,3 +13,18 @@ func TestSHA256Hex(t *testing.T) {
 		}
 	}
 }
+
+func TestShort(t *testing.T) {
+	abc := SHA256Hex([]byte("abc"))
+	for in, want := range map[string]string{
+		abc:             "ba7816bf8f01",
+		"sha256:" + abc: "sha256:ba7816bf8f01",
+		"SHA256=" + abc: "SHA256=ba7816bf8f01",
+		"ba7816":        "ba7816",
+		"":              "",
+	} {
+		if got := Short(in); got != want {
+			t.Errorf("Short(%q) = %q, want %q", in, got, want)
+		}
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/index"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
@@ -264,7 +265,7 @@ func idxOffset(idx []byte, h plumbing.Hash) (int64, bool) {
 func parseTreeLine(body []byte) (plumbing.Hash, bool) {
 	line, _, _ := bytes.Cut(body, []byte{'\n'})
 	hex, ok := bytes.CutPrefix(line, []byte("tree "))
-	if !ok || len(hex) != 40 {
+	if !ok || !githash.Hash(hex).IsFull() {
 		return plumbing.ZeroHash, false
 	}
 	return plumbing.NewHash(string(hex)), true

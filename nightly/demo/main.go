@@ -13,8 +13,6 @@ package main
 
 import (
 	"context"
-	"crypto/sha256"
-	"encoding/hex"
 	"flag"
 	"fmt"
 	"net/http/httptest"
@@ -25,6 +23,7 @@ import (
 	"github.com/arpatch/arpatch/harness/sglangtest"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/history"
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/kernels"
 	"github.com/arpatch/arpatch/nightly"
@@ -76,9 +75,8 @@ func main() {
 	}))
 	commit, err := testrepo.Init(up)
 	must(err)
-	sum := sha256.Sum256([]byte(patch))
 	must(testrepo.WriteFiles(abs, map[string]string{
-		"series/demo/series.toml":         "name = \"demo\"\nfamily = \"demo\"\ntested_on = [\"" + commit + "\"]\n\n[[patch]]\nfile = \"0001-dispatch.patch\"\nsha256 = \"" + hex.EncodeToString(sum[:]) + "\"\n",
+		"series/demo/series.toml":         "name = \"demo\"\nfamily = \"demo\"\ntested_on = [\"" + commit + "\"]\n\n[[patch]]\nfile = \"0001-dispatch.patch\"\nsha256 = \"" + digest.SHA256Hex([]byte(patch)) + "\"\n",
 		"series/demo/0001-dispatch.patch": patch,
 		"baseline.toml":                   "name = \"baseline\"\n[upstream]\ncommit = \"" + commit + "\"\n",
 		"pcie.toml":                       "name = \"pcie\"\nseries = \"demo\"\n[upstream]\ncommit = \"" + commit + "\"\n[env]\nSGLANG_FORCE_CUSTOM_AR_PCIE = \"1\"\n",
