@@ -24,6 +24,7 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 	"mvdan.cc/sh/v3/shell"
 
+	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/kernels"
 )
@@ -178,7 +179,7 @@ func TestScripts(t *testing.T) {
 				if len(args) != 2 || len(ts.Getenv(args[0])) < 12 {
 					ts.Fatalf("usage: short VAR NEW (with $VAR a commit hash)")
 				}
-				ts.Setenv(args[1], ts.Getenv(args[0])[:12])
+				ts.Setenv(args[1], githash.Hash(ts.Getenv(args[0])).Short())
 			},
 			"remedy": func(ts *testscript.TestScript, neg bool, args []string) {
 				// Run the arpatch command the previous command printed
