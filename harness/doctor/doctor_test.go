@@ -13,6 +13,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/kernels"
 )
 
@@ -274,5 +275,35 @@ func TestKernelArchRemedy(t *testing.T) {
 		if got == nil || !strings.HasPrefix(got.Remedy, want) || got.Title != "installed sgl-kernel has no sm_"+strings.ReplaceAll(cc, ".", "")+" code" {
 			t.Errorf("compute capability %s: %+v, want remedy %q", cc, got, want)
 		}
+	}
+}
+
+// TestNVCCFinding: nvcc is judged against the archs of the host's GPUs
+// from cudaarch's table (sm_120a by default, with no GPU read): an arch it
+// cannot compile is an Error only where such GPUs are.
+func TestNVCCFinding(t *testing.T) {
+	for _, c := range []struct {
+		version, cc string
+		sev         Severity
+		title       string
+	}{
+		{"12.4.131", "12.0", Error, "nvcc 12.4.131 cannot compile sm_120a (needs 12.8)"},
+		{"12.4.131", "", Info, "nvcc 12.4.131 cannot compile sm_120a (needs 12.8)"},
+		{"12.8.93", "12.0", Info, "nvcc 12.8.93 supports sm_120a"},
+		{"11.8.89", "9.0", Error, "nvcc 11.8.89 cannot compile sm_90a (needs 12.0)"},
+		{"12.4.131", "9.0", Info, "nvcc 12.4.131 supports sm_90a"},
+		{"12.4.131", "6.1", Info, "nvcc 12.4.131 cannot compile sm_120a (needs 12.8)"},
+	} {
+		var gpus []GPU
+		if c.cc != "" {
+			gpus = []GPU{{ComputeCap: c.cc}, {ComputeCap: c.cc}}
+		}
+		id, sev, title, detail, remedy := nvccFinding(c.version, "/cuda/bin/nvcc", gpuArchs(gpus))
+		if id != "toolchain.nvcc" || sev != c.sev || title != c.title || detail != "/cuda/bin/nvcc" || !strings.Contains(remedy, "needs CUDA") {
+			t.Errorf("nvcc %s, GPUs %q: %s %s %q %q %q", c.version, c.cc, id, sev, title, detail, remedy)
+		}
+	}
+	if _, _, _, _, remedy := nvccFinding("13.0", "nvcc", []cudaarch.Arch{"120a", "90a"}); remedy != "sm_120a needs CUDA 12.8+, sm_90a needs CUDA 12.0+, FlashInfer on sm_120 needs 12.9+" {
+		t.Errorf("remedy %q", remedy)
 	}
 }

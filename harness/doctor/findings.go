@@ -82,29 +82,11 @@ func findings(h *Host, j *Judged, env []string) []Finding {
 		add("iommu.groups", Info, fmt.Sprintf("%d IOMMU groups", h.IOMMUGroups), "", "if P2P is blocked, check that ACS does not isolate the GPUs behind one switch")
 	}
 	// Toolchain and torch.
-	hasArch := func(cc string) bool {
-		for _, g := range h.GPUs {
-			if g.ComputeCap == cc {
-				return true
-			}
-		}
-		return false
-	}
 	if tc := h.Toolchain; tc != nil {
 		if !tc.NVCC.Found() {
 			add("toolchain.nvcc", Warn, "nvcc not found", "arpatch build needs the CUDA toolkit", "install it and set CUDA_HOME")
 		} else {
-			v := kernels.ParseVersion(tc.NVCC.Version)
-			sm120a := cudaarch.Arch("120a")
-			major, minor, _ := sm120a.MinNVCC()
-			sev, title := Info, "nvcc "+tc.NVCC.Version+" supports "+sm120a.SM()
-			if !sm120a.NVCCSupports(v.Major(), v.Minor()) {
-				sev, title = Info, fmt.Sprintf("nvcc %s cannot compile %s (needs %d.%d)", tc.NVCC.Version, sm120a.SM(), major, minor)
-				if hasArch("12.0") {
-					sev = Error
-				}
-			}
-			add("toolchain.nvcc", sev, title, tc.NVCC.Path, fmt.Sprintf("%s needs CUDA %d.%d+, FlashInfer on sm_120 needs 12.9+", sm120a.SM(), major, minor))
+			add(nvccFinding(tc.NVCC.Version, tc.NVCC.Path, gpuArchs(h.GPUs)))
 		}
 		switch {
 		case tc.Torch.Version == "":
@@ -293,4 +275,53 @@ func archList(m map[string][]string) string {
 		return "no CUDA code"
 	}
 	return strings.Join(out, ", ")
+}
+
+// gpuArchs returns the archs arpatch builds for the GPUs' compute
+// capabilities (cudaarch.ForComputeCap), unique and sorted; GPUs whose
+// capability is unreadable or has no arch in the table give none.
+func gpuArchs(gpus []GPU) []cudaarch.Arch {
+	var out []cudaarch.Arch
+	for _, g := range gpus {
+		if a, ok := cudaarch.ForComputeCap(g.ComputeCap); ok && !slices.Contains(out, a) {
+			out = append(out, a)
+		}
+	}
+	slices.Sort(out)
+	return out
+}
+
+// nvccFinding judges nvcc version against the archs of the GPUs (onGPU),
+// or, with none known, against sm_120a, what a recipe builds by default:
+// an arch this nvcc cannot compile is an Error on a host with such GPUs,
+// else Info. The detail gives each arch's minimum from cudaarch's table.
+func nvccFinding(version, path string, onGPU []cudaarch.Arch) (id string, sev Severity, title, detail, remedy string) {
+	v := kernels.ParseVersion(version)
+	archs := onGPU
+	if len(archs) == 0 {
+		archs = []cudaarch.Arch{"120a"}
+	}
+	var ok, cannot, needs []string
+	for _, a := range archs {
+		major, minor, _ := a.MinNVCC()
+		needs = append(needs, fmt.Sprintf("%s needs CUDA %d.%d+", a.SM(), major, minor))
+		if a.NVCCSupports(v.Major(), v.Minor()) {
+			ok = append(ok, a.SM())
+		} else {
+			cannot = append(cannot, fmt.Sprintf("%s (needs %d.%d)", a.SM(), major, minor))
+		}
+	}
+	if slices.Contains(archs, "120a") {
+		needs = append(needs, "FlashInfer on sm_120 needs 12.9+")
+	}
+	detail = path
+	remedy = strings.Join(needs, ", ")
+	if len(cannot) == 0 {
+		return "toolchain.nvcc", Info, "nvcc " + version + " supports " + strings.Join(ok, ", "), detail, remedy
+	}
+	sev = Info
+	if len(onGPU) > 0 {
+		sev = Error
+	}
+	return "toolchain.nvcc", sev, "nvcc " + version + " cannot compile " + strings.Join(cannot, ", "), detail, remedy
 }
