@@ -91,8 +91,11 @@ func spec(t *testing.T, args ...string) Spec {
 	if err != nil {
 		t.Fatal(err)
 	}
+	// The grace is short: TestNothingLeftBehind waits it out twice for a
+	// server that ignores SIGTERM, and what it checks is that SIGKILL
+	// follows, not how late.
 	return Spec{Name: "arm", Argv: append([]string{fakeBin, "-port", strconv.Itoa(port)}, args...), Env: append(os.Environ(), fakeServerEnv+"=1"), Port: port,
-		LogPath: filepath.Join(t.TempDir(), "server.log"), ReadyTimeout: 10 * time.Second, PollInterval: 50 * time.Millisecond, Grace: time.Second}
+		LogPath: filepath.Join(t.TempDir(), "server.log"), ReadyTimeout: 10 * time.Second, PollInterval: 50 * time.Millisecond, Grace: 200 * time.Millisecond}
 }
 
 func TestStartServeStop(t *testing.T) {
