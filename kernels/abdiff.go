@@ -96,7 +96,7 @@ func ABDiff(a, b *Plan, ma, mb *Manifest, entryA, entryB string) []ABFile {
 		case !inside && strings.HasSuffix(name, ".whl") && differingInside[name] == 0:
 			f.Why = "the same files with the same bytes, archived differently"
 		default:
-			f.Why = "no patch explains it: " + firstLine(d.Detail)
+			f.Why = "no patch explains it: " + textfmt.FirstLine(d.Detail)
 		}
 		if inside && !f.Explained {
 			unexplainedInside[archive]++

@@ -17,6 +17,7 @@ import (
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
 // Tool is one program of the toolchain.
@@ -139,12 +140,12 @@ func Probe(ctx context.Context, opts ProbeOptions) (*Toolchain, error) {
 	tc := &Toolchain{}
 	if p := tools["nvcc"]; p != "" {
 		out, _ := runTool(ctx, env, p, "--version")
-		tc.NVCC = Tool{Path: p, Version: ParseNVCCVersion(out), Raw: lastLine(out)}
+		tc.NVCC = Tool{Path: p, Version: ParseNVCCVersion(out), Raw: textfmt.LastLine(out)}
 	}
 	for name, dst := range map[string]*Tool{"cmake": &tc.CMake, "ninja": &tc.Ninja, "uv": &tc.UV, "cxx": &tc.HostCXX} {
 		if p := tools[name]; p != "" {
 			out, _ := runTool(ctx, env, p, "--version")
-			*dst = Tool{Path: p, Version: ParseVersion(versionField(out)).String(), Raw: firstLine(out)}
+			*dst = Tool{Path: p, Version: ParseVersion(versionField(out)).String(), Raw: textfmt.FirstLine(out)}
 		}
 	}
 	out, err := runTool(ctx, env, pyPath, "-c", probeScript)
@@ -168,7 +169,7 @@ func (tc *Toolchain) parsePythonProbe(pyPath, out string) error {
 		Pip        string `json:"pip"`
 		Torch      Torch  `json:"torch"`
 	}
-	line := lastLine(out)
+	line := textfmt.LastLine(out)
 	if err := json.Unmarshal([]byte(line), &p); err != nil {
 		return fmt.Errorf("%s: unexpected toolchain probe output %q: %v", pyPath, line, err)
 	}
@@ -195,28 +196,12 @@ func ParseNVCCVersion(out string) string {
 // digit: "cmake version 4.4.3" gives "4.4.3", "uv 0.11.15 (...)" gives
 // "0.11.15", "1.13.2.git.kitware" gives it whole.
 func versionField(out string) string {
-	for _, f := range strings.Fields(firstLine(out)) {
+	for _, f := range strings.Fields(textfmt.FirstLine(out)) {
 		if f[0] >= '0' && f[0] <= '9' {
 			return f
 		}
 	}
 	return ""
-}
-
-func firstLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return strings.TrimSpace(s[:i])
-	}
-	return s
-}
-
-func lastLine(s string) string {
-	s = strings.TrimSpace(s)
-	if i := strings.LastIndexByte(s, '\n'); i >= 0 {
-		return strings.TrimSpace(s[i+1:])
-	}
-	return s
 }
 
 func runTool(ctx context.Context, env []string, prog string, args ...string) (string, error) {

@@ -21,6 +21,7 @@ import (
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
 // GHBenchEntry is one entry of github-action-benchmark's "custom" tools
@@ -142,7 +143,7 @@ func JUnit(w io.Writer, rep *Report) error {
 		tc := junitCase{Class: "arpatch." + string(c.Kind), Name: c.Name, Output: c.Detail}
 		switch c.Status {
 		case history.CheckFail:
-			tc.Failure = &junitMessage{Message: firstLine(c.Detail), Text: c.Detail}
+			tc.Failure = &junitMessage{Message: textfmt.FirstLine(c.Detail), Text: c.Detail}
 			suite.Fails++
 		case history.CheckSkip:
 			tc.Skipped = &junitMessage{Message: c.Detail}
@@ -162,13 +163,6 @@ func JUnit(w io.Writer, rep *Report) error {
 	}
 	_, err := io.WriteString(w, "\n")
 	return err
-}
-
-func firstLine(s string) string {
-	if i := strings.IndexByte(s, '\n'); i >= 0 {
-		return s[:i]
-	}
-	return s
 }
 
 // Summary writes the markdown summary for a CI job page: the verdict and

@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -1271,7 +1272,7 @@ func compare(r *Check, ref, tonight []float64, alpha float64, higherIsBetter boo
 	if !higherIsBetter {
 		worse = r.Pct > 0
 	}
-	big := abs(r.Pct) >= r.ThresholdPct
+	big := math.Abs(r.Pct) >= r.ThresholdPct
 	switch {
 	case d.TooFew != "" && d.Verdict == stats.NoChange:
 		r.Verdict, r.Note, r.judged = VerdictNotEnoughData, d.TooFew, false
@@ -1282,13 +1283,6 @@ func compare(r *Check, ref, tonight []float64, alpha float64, higherIsBetter boo
 	default:
 		r.Verdict = VerdictNoChange
 	}
-}
-
-func abs(x float64) float64 {
-	if x < 0 {
-		return -x
-	}
-	return x
 }
 
 // metricValues is metric (a stats.Table name) of each trial, in order;

@@ -12,6 +12,8 @@ import (
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
 // historyPaths are the directories of upstream's allreduce kernel and
@@ -89,7 +91,7 @@ func TestRealHistoryAgainstGitApply(t *testing.T) {
 			}
 			counts[tg.kind][out]++
 			if strings.HasPrefix(string(out), "DISAGREE") {
-				t.Errorf("%s applied to %s (%s): %s: %s", c[:12], tg.rev, tg.kind, out, firstLine(detail))
+				t.Errorf("%s applied to %s (%s): %s: %s", c[:12], tg.rev, tg.kind, out, textfmt.FirstLine(detail))
 			}
 			if out == bothApplySame {
 				if d, err := ParseDiff("h", []byte(patch)); err == nil {
@@ -126,11 +128,6 @@ func kindOrder(k string) int {
 	}
 	n, _ := strconv.Atoi(strings.Fields(k)[0])
 	return n
-}
-
-func firstLine(s string) string {
-	l, _, _ := strings.Cut(s, "\n")
-	return l
 }
 
 // blobReader reads "rev:path" objects through one git cat-file --batch.

@@ -9,6 +9,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/arpatch/arpatch/internal/textfmt"
 	"github.com/arpatch/arpatch/patches/gaterule"
 )
 
@@ -130,7 +131,7 @@ func TestShippedSeriesOnRealUpstream(t *testing.T) {
 			if err == nil || !IsRuleError(err) {
 				t.Errorf("upstream's dispatch at %s was not refused: %v", c[:12], err)
 			} else {
-				t.Logf("upstream at %s refused: %v", c[:12], firstLine(err.Error()))
+				t.Logf("upstream at %s refused: %v", c[:12], textfmt.FirstLine(err.Error()))
 			}
 		}
 	}

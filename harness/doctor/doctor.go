@@ -1,6 +1,7 @@
 package doctor
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -172,7 +173,7 @@ func Inspect(ctx context.Context, o Options) *Report {
 			missing, h.NoNvidiaSMI = true, true
 			return "", false
 		case err != nil:
-			h.Errors = append(h.Errors, label+": "+firstLine(out, err))
+			h.Errors = append(h.Errors, label+": "+cmp.Or(textfmt.FirstLine(out), err.Error()))
 			return "", false
 		}
 		return out, true
@@ -220,7 +221,7 @@ func Inspect(ctx context.Context, o Options) *Report {
 		python = "python3"
 	}
 	if out, err := o.Run(ctx, python, "-c", "import importlib.util, os; s = importlib.util.find_spec('sgl_kernel'); print(os.path.dirname(s.origin) if s and s.origin else '')"); err == nil {
-		h.SGLKernel = strings.TrimSpace(lastLine(out))
+		h.SGLKernel = textfmt.LastLine(out)
 	}
 	if h.SGLKernel != "" {
 		h.KernelArchs = map[string][]string{}
@@ -536,18 +537,6 @@ func rank(s Severity) int {
 		return 1
 	}
 	return 0
-}
-
-func firstLine(out string, err error) string {
-	if l := strings.TrimSpace(strings.SplitN(strings.TrimSpace(out), "\n", 2)[0]); l != "" {
-		return l
-	}
-	return err.Error()
-}
-
-func lastLine(s string) string {
-	l := strings.Split(strings.TrimSpace(s), "\n")
-	return l[len(l)-1]
 }
 
 // OSFS is the host's root file system for Options.FS.

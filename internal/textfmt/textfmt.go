@@ -1,7 +1,7 @@
 // Package textfmt holds the few wording helpers that messages and reports
 // across arpatch share: a list of integers ("1,4,16", a concurrency list,
-// GPU indexes, line numbers) and a count with its noun ("1 object",
-// "2 objects"). A value that is empty prints as cmp.Or(s, "(none)") at the
+// GPU indexes, line numbers), a count with its noun ("1 object",
+// "2 objects"), and the first or last line of a tool's output. A value that is empty prints as cmp.Or(s, "(none)") at the
 // call site: the placeholder differs by place and needs no helper.
 package textfmt
 
@@ -32,4 +32,19 @@ func Word(n int, one, many string) string {
 		return one
 	}
 	return many
+}
+
+// FirstLine returns the first line of s with s's leading and the line's
+// trailing white space trimmed: a tool's version banner, an error's
+// headline.
+func FirstLine(s string) string {
+	l, _, _ := strings.Cut(strings.TrimSpace(s), "\n")
+	return strings.TrimSpace(l)
+}
+
+// LastLine returns the last line of s with s's trailing and the line's
+// leading white space trimmed: what a command printed last.
+func LastLine(s string) string {
+	s = strings.TrimSpace(s)
+	return strings.TrimSpace(s[strings.LastIndexByte(s, '\n')+1:])
 }

@@ -1,6 +1,9 @@
 package textfmt
 
-import "testing"
+import (
+	"strings"
+	"testing"
+)
 
 func TestInts(t *testing.T) {
 	for _, c := range []struct {
@@ -21,5 +24,20 @@ func TestPlural(t *testing.T) {
 	}
 	if Word(1, "differs", "differ") != "differs" || Word(3, "differs", "differ") != "differ" {
 		t.Error("Word")
+	}
+}
+
+func TestLines(t *testing.T) {
+	out := "\n  nvcc: NVIDIA (R) Cuda compiler driver \r\nCuda compilation tools, release 13.0, V13.0.88\n Build cuda_13.0  \n\n"
+	if got := FirstLine(out); got != "nvcc: NVIDIA (R) Cuda compiler driver" {
+		t.Errorf("FirstLine = %q", got)
+	}
+	if got := LastLine(out); got != "Build cuda_13.0" {
+		t.Errorf("LastLine = %q", got)
+	}
+	for _, s := range []string{"", " one line "} {
+		if FirstLine(s) != strings.TrimSpace(s) || LastLine(s) != strings.TrimSpace(s) {
+			t.Errorf("one line %q: %q %q", s, FirstLine(s), LastLine(s))
+		}
 	}
 }
