@@ -59,8 +59,8 @@ type Settings struct {
 	Temperature     float64 `json:"temperature"`
 	IgnoreEOS       bool    `json:"ignore_eos"`
 	Interleave      bool    `json:"interleave"`
-	AgreeTokens     int     `json:"agree_tokens"`
-	AgreeThreshold  float64 `json:"agree_threshold"`
+	AgreeTokens     int     `json:"agree_tokens"`    // leading tokens the output check compares (bench.Options.AgreeTokens; all of them when max_new_tokens is fewer)
+	AgreeThreshold  float64 `json:"agree_threshold"` // share of outputs that must agree, 0..1, as bench.Options holds it (from a recipe, 0 turns the check off)
 }
 
 // SettingsOf returns the settings of a run's options: the one place they
