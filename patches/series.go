@@ -56,7 +56,6 @@ type PatchEntry struct {
 }
 
 var (
-	hex64      = regexp.MustCompile(`^[0-9a-f]{64}$`)
 	patchName  = regexp.MustCompile(`^[0-9]{4}-[a-z0-9][a-z0-9.-]*\.patch$`)
 	seriesName = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*$`)
 )
@@ -121,7 +120,7 @@ func LoadSeries(fsys fs.FS, dir, label string) (*Series, error) {
 			return nil, fail("patch.file", "%q is listed twice", p.File)
 		}
 		names[p.File] = true
-		if !hex64.MatchString(p.SHA256) {
+		if !digest.IsSHA256Hex(p.SHA256) {
 			return nil, fail("patch.sha256", "%s: %q is not a 64-hex sha256; run `%s`", p.File, p.SHA256, shellq.Join([]string{"arpatch", "patches", "seal", label}))
 		}
 		for _, t := range p.Provides {

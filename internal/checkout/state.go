@@ -12,7 +12,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
@@ -189,14 +188,14 @@ func ReadState(gitDir string) (*State, error) {
 		seen[f.Path] = true
 		ok := map[string]bool{"create": f.Before == "" && f.After != "", "modify": f.Before != "" && f.After != "", "delete": f.Before != "" && f.After == ""}[f.Op]
 		for _, h := range []string{f.Before, f.After} {
-			ok = ok && (h == "" || hex64.MatchString(h))
+			ok = ok && (h == "" || digest.IsSHA256Hex(h))
 		}
 		if !ok {
 			return nil, damaged("%s: op %q with before %q and after %q do not agree", f.Path, f.Op, f.Before, f.After)
 		}
 	}
 	for _, ps := range s.Patches {
-		if ps.Name == "" || !hex64.MatchString(ps.SHA256) {
+		if ps.Name == "" || !digest.IsSHA256Hex(ps.SHA256) {
 			return nil, damaged("patch %q has sha256 %q", ps.Name, ps.SHA256)
 		}
 	}
@@ -212,8 +211,6 @@ func ReadState(gitDir string) (*State, error) {
 
 // sh joins words into a command line a POSIX shell runs as printed.
 func sh(words ...string) string { return shellq.Join(words) }
-
-var hex64 = regexp.MustCompile(`^[0-9a-f]{64}$`)
 
 // digest returns the hex sha256 of the state's JSON with Digest empty.
 func (s *State) digest() string {

@@ -16,6 +16,20 @@ func SHA256Hex(b []byte) string {
 	return hex.EncodeToString(h[:])
 }
 
+// IsSHA256Hex reports whether s is a SHA-256 as SHA256Hex writes it: 64
+// lower-case hex digits.
+func IsSHA256Hex(s string) bool {
+	if len(s) != 2*sha256.Size {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if c := s[i]; !(c >= '0' && c <= '9' || c >= 'a' && c <= 'f') {
+			return false
+		}
+	}
+	return true
+}
+
 // ShortLen is how many hex digits of a digest messages and names print:
 // 12, as many as of a commit (githash.ShortLen).
 const ShortLen = 12

@@ -14,6 +14,15 @@ func TestSHA256Hex(t *testing.T) {
 	}
 }
 
+func TestIsSHA256Hex(t *testing.T) {
+	abc := SHA256Hex([]byte("abc"))
+	for s, want := range map[string]bool{abc: true, abc[:63]: false, abc + "0": false, "BA" + abc[2:]: false, "g" + abc[1:]: false, "": false} {
+		if IsSHA256Hex(s) != want {
+			t.Errorf("IsSHA256Hex(%q) = %v", s, !want)
+		}
+	}
+}
+
 func TestShort(t *testing.T) {
 	abc := SHA256Hex([]byte("abc"))
 	for in, want := range map[string]string{
