@@ -164,11 +164,12 @@ func (c *Config) defaults(set func(key string) bool) {
 		c.Build.Python = "python3"
 	}
 	// bench.trials and bench.warmup, when unset, come from recipe B's
-	// [bench], else 5 and 2 (see Trials and WarmupFor).
+	// [bench], else recipes.DefaultTrials and DefaultWarmup (see
+	// TrialsFor and WarmupFor).
 	c.Bench.warmupSet = c.Bench.warmupSet || set("bench.warmup")
 	c.Bench.agreeSet = c.Bench.agreeSet || set("bench.agree_threshold")
 	if c.Bench.AgreeThreshold == 0 && !c.Bench.agreeSet {
-		c.Bench.AgreeThreshold = 0.9
+		c.Bench.AgreeThreshold = bench.DefaultAgreeThreshold
 	}
 	if c.History.Window == 0 {
 		c.History.Window = 7
@@ -247,7 +248,8 @@ func ConfigKey(absPath string) string {
 	return name + "-" + digest.Short(digest.SHA256Hex([]byte(absPath)))
 }
 
-// TrialsFor is bench.trials, else recipe B's (recipe), else 5.
+// TrialsFor is bench.trials, else recipe B's (recipe), else
+// recipes.DefaultTrials.
 func (b Bench) TrialsFor(recipe int) int {
 	switch {
 	case b.Trials > 0:
@@ -255,7 +257,7 @@ func (b Bench) TrialsFor(recipe int) int {
 	case recipe > 0:
 		return recipe
 	}
-	return 5
+	return recipes.DefaultTrials
 }
 
 // WarmupFor is bench.warmup when the file sets it (0 included), else
@@ -275,11 +277,12 @@ func (c *Config) Path(p string) string {
 	return filepath.Join(c.Dir, p)
 }
 
-// ReadyTimeout parses bench.ready_timeout (default 20m).
+// ReadyTimeout parses bench.ready_timeout; 0 when it is unset, which
+// bench.Options.Resolved turns into server.DefaultReadyTimeout.
 func (c *Config) ReadyTimeout() time.Duration {
 	d, err := time.ParseDuration(c.Bench.ReadyTimeout)
 	if err != nil || d <= 0 {
-		return 20 * time.Minute
+		return 0
 	}
 	return d
 }
@@ -364,7 +367,7 @@ func LoadConfig(path string) (*Config, error) {
 		}
 	}
 	if err := bounds.CheckFloat("agree_threshold", c.Bench.AgreeThreshold); err != nil {
-		return nil, fail("bench.agree_threshold", "%v, e.g. 0.9 (0 turns the output check off)", err)
+		return nil, fail("bench.agree_threshold", "%v, e.g. %v (0 turns the output check off)", err, bench.DefaultAgreeThreshold)
 	}
 	if !recipes.ValidTool(c.Build.Tool) {
 		return nil, fail("build.tool", "%q: use auto, uv or pip", c.Build.Tool)

@@ -409,6 +409,21 @@ func intField(b *Bench, key string) int {
 	return 0
 }
 
+// The defaults of a recipe's [bench] counts: the one place each lives.
+// bench.Options (Resolved), nightly.toml's [bench] and the flags of
+// `arpatch bench` (their --help defaults) read them from here.
+const (
+	DefaultTP              = 8   // tensor parallel size (world size)
+	DefaultSpecSteps       = 3   // speculative_num_steps
+	DefaultSpecTopK        = 1   // speculative_eagle_topk
+	DefaultSpecDraftTokens = 4   // speculative_num_draft_tokens
+	DefaultNumPrompts      = 32  // prompts per trial: the built-in workload's size
+	DefaultMaxNewTokens    = 256 // tokens generated per request
+	DefaultConcurrency     = 1   // one level, requests in flight: single-stream tok/s
+	DefaultTrials          = 5   // trials per arm
+	DefaultWarmup          = 2   // untimed requests after each server start
+)
+
 // fillDefaults fills what the file leaves out. Zero is "unset" for the
 // fields where zero means nothing; bench.warmup = 0 (no warm-up) is kept,
 // so it is filled only when the file does not define it.
@@ -428,18 +443,18 @@ func (r *Recipe) fillDefaults(md toml.MetaData) {
 			*p = v
 		}
 	}
-	setInt(&b.TP, 8)
-	setInt(&b.SpeculativeNumSteps, 3)
-	setInt(&b.SpeculativeEagleTopK, 1)
-	setInt(&b.SpeculativeNumDraftTokens, 4)
-	setInt(&b.NumPrompts, 32)
-	setInt(&b.MaxNewTokens, 256)
+	setInt(&b.TP, DefaultTP)
+	setInt(&b.SpeculativeNumSteps, DefaultSpecSteps)
+	setInt(&b.SpeculativeEagleTopK, DefaultSpecTopK)
+	setInt(&b.SpeculativeNumDraftTokens, DefaultSpecDraftTokens)
+	setInt(&b.NumPrompts, DefaultNumPrompts)
+	setInt(&b.MaxNewTokens, DefaultMaxNewTokens)
 	if len(b.Concurrency) == 0 {
-		b.Concurrency = Levels{1}
+		b.Concurrency = Levels{DefaultConcurrency}
 	}
-	setInt(&b.Trials, 5)
+	setInt(&b.Trials, DefaultTrials)
 	if !md.IsDefined("bench", "warmup") {
-		b.Warmup = 2
+		b.Warmup = DefaultWarmup
 	}
 	if b.SpeculativeAlgorithm == "" {
 		b.SpeculativeAlgorithm = "EAGLE3"

@@ -14,7 +14,6 @@
 package bench
 
 import (
-	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -53,7 +52,11 @@ type Arm struct {
 	LaunchCmd string            `json:"launch_cmd,omitempty"` // sh command template replacing the launch, e.g. "my-serve --port {port}"; {arpatch} is Options.Self
 }
 
-// Options holds every input of Run.
+// Options holds every input of Run. A zero Trials, Concurrency,
+// MaxNewTokens, ReadyTimeout, RequestTimeout, AgreeTokens or (unless
+// AgreeOff) AgreeThreshold means its default: Resolved fills them, for
+// Run and for the settings a report records (report.SettingsOf) alike.
+// A zero Warmup, TP or speculative setting means none.
 type Options struct {
 	Arms     []Arm
 	Baseline string
@@ -80,12 +83,12 @@ type Options struct {
 	Env            []string // the base environment of launched servers
 	Self           string   // the arpatch binary, for {arpatch} in a launch template
 	LogDir         string
-	ReadyTimeout   time.Duration
-	RequestTimeout time.Duration
-	AgreeThreshold float64 // share of outputs identical over the first AgreeTokens tokens (0 means 0.9 unless AgreeOff)
+	ReadyTimeout   time.Duration // wait for /health_generate after a launch (0: server.DefaultReadyTimeout)
+	RequestTimeout time.Duration // give up on one request after it (0: DefaultRequestTimeout)
+	AgreeThreshold float64       // share of outputs identical over the first AgreeTokens tokens, in [0, 1] (0 means DefaultAgreeThreshold unless AgreeOff)
 	// AgreeTokens is how many leading tokens of each output the output
 	// check compares (all of them when MaxNewTokens is fewer); 0 means
-	// sglang.DefaultAgreeTokens. Reports record it (report.SettingsOf).
+	// sglang.DefaultAgreeTokens.
 	AgreeTokens int
 	// AgreeOff turns the output check off (threshold 0): only an arm with
 	// no output to compare at all is INVALID by it.
@@ -498,9 +501,10 @@ func SameServer(a, b string) bool {
 }
 
 // agreeTokens is how many tokens the output check compares: the first
-// AgreeTokens, or all when a request generates fewer.
+// AgreeTokens (as Resolved fills it), or all when a request generates
+// fewer.
 func (o Options) agreeTokens() int {
-	n := cmp.Or(o.AgreeTokens, sglang.DefaultAgreeTokens)
+	n := o.AgreeTokens
 	if o.MaxNewTokens > 0 && o.MaxNewTokens < n {
 		return o.MaxNewTokens
 	}
@@ -584,26 +588,12 @@ func (o *Options) fill() error {
 	}
 	// Run the baseline first in every trial.
 	sort.SliceStable(o.Arms, func(i, j int) bool { return o.Arms[i].Name == o.Baseline && o.Arms[j].Name != o.Baseline })
-	if o.Trials <= 0 {
-		o.Trials = 5
-	}
-	if len(o.Concurrency) == 0 {
-		o.Concurrency = []int{1}
-	}
-	if o.MaxNewTokens <= 0 {
-		o.MaxNewTokens = 256
-	}
+	*o = o.Resolved()
 	if err := o.checkBounds(); err != nil {
 		return err
 	}
 	if o.Host == "" {
 		o.Host = "127.0.0.1"
-	}
-	if o.AgreeThreshold == 0 && !o.AgreeOff {
-		o.AgreeThreshold = 0.9
-	}
-	if o.RequestTimeout == 0 {
-		o.RequestTimeout = 10 * time.Minute
 	}
 	if len(o.Prompts) == 0 {
 		return errors.New("no prompts")

@@ -5,7 +5,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/workload"
 	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/recipes"
@@ -18,12 +17,12 @@ type Overrides struct {
 	Model, DraftModel, SpecAlgorithm, Baseline *string
 	TP, SpecSteps, SpecTopK, SpecDraftTokens   *int
 	NumPrompts, MaxNewTokens, Trials, Warmup   *int
-	AgreeTokens                                *int     // leading tokens the output check compares (nil: sglang.DefaultAgreeTokens)
+	AgreeTokens                                *int     // leading tokens the output check compares (nil: Resolved's default)
 	Concurrency                                []int    // levels, requests in flight
 	Prompts                                    []string // the workload before NumPrompts (default: the recipe's workload)
 	Arms                                       []Arm    // replace the recipe's arms (nil: the recipe's, or one "baseline")
 	Interleave, IgnoreEOS                      bool
-	ReadyTimeout, RequestTimeout               time.Duration // 0: Run's defaults (20 min ready, 10 min a request)
+	ReadyTimeout, RequestTimeout               time.Duration // 0: Resolved's defaults (server.DefaultReadyTimeout, DefaultRequestTimeout)
 	AgreeThreshold                             float64       // share of outputs that must agree, in [0, 1]; 0 turns the check off
 	LogDir                                     string
 	Env                                        []string
@@ -32,7 +31,8 @@ type Overrides struct {
 // FromRecipe turns a recipe's [bench] and the overrides into Options: the
 // one place where a recipe becomes a run, for bench and nightly alike. The
 // arms are the recipe's [[bench.arm]] (one "baseline" when it has none)
-// unless ov.Arms replaces them. It returns an error naming the setting for
+// unless ov.Arms replaces them. The Options it returns are Resolved: what
+// is left unset holds its default. It returns an error naming the setting for
 // a count out of its range (package bounds) and for a workload file that
 // cannot be read.
 func FromRecipe(rb recipes.Bench, ov Overrides) (Options, error) {
@@ -54,7 +54,7 @@ func FromRecipe(rb recipes.Bench, ov Overrides) (Options, error) {
 		TP: pick(ov.TP, rb.TP), SpecSteps: pick(ov.SpecSteps, rb.SpeculativeNumSteps), SpecTopK: pick(ov.SpecTopK, rb.SpeculativeEagleTopK),
 		SpecDraftTokens: pick(ov.SpecDraftTokens, rb.SpeculativeNumDraftTokens), MaxNewTokens: pick(ov.MaxNewTokens, rb.MaxNewTokens),
 		Trials: pick(ov.Trials, rb.Trials), Warmup: pick(ov.Warmup, rb.Warmup), Concurrency: []int(rb.Concurrency),
-		AgreeTokens: pick(ov.AgreeTokens, sglang.DefaultAgreeTokens),
+		AgreeTokens: pick(ov.AgreeTokens, 0),
 		Interleave:  ov.Interleave, IgnoreEOS: ov.IgnoreEOS, ReadyTimeout: ov.ReadyTimeout, RequestTimeout: ov.RequestTimeout,
 		AgreeThreshold: ov.AgreeThreshold, AgreeOff: ov.AgreeThreshold == 0, LogDir: ov.LogDir, Env: ov.Env,
 	}
@@ -78,6 +78,9 @@ func FromRecipe(rb recipes.Bench, ov Overrides) (Options, error) {
 		{"num_prompts", n}, {"max_new_tokens", o.MaxNewTokens}, {"trials", o.Trials}, {"warmup", o.Warmup}, {"agree_tokens", o.AgreeTokens}} {
 		if v.key == "tp" && v.n == 0 {
 			continue // no TP: the launch leaves --tp-size out
+		}
+		if v.key == "agree_tokens" && ov.AgreeTokens == nil {
+			continue // unset: Resolved fills it
 		}
 		if err := bounds.Check(v.key, int64(v.n)); err != nil {
 			return o, fmt.Errorf("%s: %v", v.key, err)
@@ -103,6 +106,7 @@ func FromRecipe(rb recipes.Bench, ov Overrides) (Options, error) {
 			o.Arms = []Arm{{Name: "baseline"}}
 		}
 	}
+	o = o.Resolved()
 	if err := recipes.CheckSpecAlgorithm(o.SpecAlgorithm); err != nil {
 		return o, fmt.Errorf("speculative_algorithm: %v", err)
 	}

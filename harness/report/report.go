@@ -5,7 +5,6 @@
 package report
 
 import (
-	"cmp"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -20,7 +19,6 @@ import (
 	"golang.org/x/perf/benchfmt"
 
 	"github.com/arpatch/arpatch/harness/bench"
-	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/internal/textfmt"
@@ -60,16 +58,19 @@ type Settings struct {
 	IgnoreEOS       bool    `json:"ignore_eos"`
 	Interleave      bool    `json:"interleave"`
 	AgreeTokens     int     `json:"agree_tokens"`    // leading tokens the output check compares (bench.Options.AgreeTokens; all of them when max_new_tokens is fewer)
-	AgreeThreshold  float64 `json:"agree_threshold"` // share of outputs that must agree, 0..1, as bench.Options holds it (from a recipe, 0 turns the check off)
+	AgreeThreshold  float64 `json:"agree_threshold"` // share of outputs that must agree, 0..1, as the run used it (0: the check was off)
 }
 
 // SettingsOf returns the settings of a run's options: the one place they
-// are turned into what reports print, for bench and nightly alike.
+// are turned into what reports print, for bench and nightly alike. It
+// records the values the run uses (bench.Options.Resolved): a zero that
+// means a default is recorded as that default.
 func SettingsOf(o bench.Options) Settings {
+	o = o.Resolved()
 	return Settings{Model: o.Model, DraftModel: o.DraftModel, TP: o.TP, SpecAlgorithm: o.SpecAlgorithm, SpecSteps: o.SpecSteps,
 		SpecTopK: o.SpecTopK, SpecDraftTokens: o.SpecDraftTokens, Prompts: len(o.Prompts), MaxNewTokens: o.MaxNewTokens,
 		Concurrency: o.Concurrency, Warmup: o.Warmup, Trials: o.Trials, Temperature: o.Temperature, IgnoreEOS: o.IgnoreEOS,
-		Interleave: o.Interleave, AgreeTokens: cmp.Or(o.AgreeTokens, sglang.DefaultAgreeTokens), AgreeThreshold: o.AgreeThreshold}
+		Interleave: o.Interleave, AgreeTokens: o.AgreeTokens, AgreeThreshold: o.AgreeThreshold}
 }
 
 // Document is the JSON file.

@@ -22,6 +22,12 @@ import (
 	"github.com/arpatch/arpatch/internal/procgroup"
 )
 
+// DefaultReadyTimeout is how long a server may take to answer
+// /health_generate when Spec, bench.Options or nightly.toml leave the wait
+// unset (20 minutes: loading a large model takes long). `arpatch bench
+// --ready-timeout` shows it as its default.
+const DefaultReadyTimeout = 20 * time.Minute
+
 // Spec is one server to start.
 type Spec struct {
 	Name         string   // the arm, for messages
@@ -30,7 +36,7 @@ type Spec struct {
 	Host         string   // "127.0.0.1"
 	Port         int
 	LogPath      string
-	ReadyTimeout time.Duration // default 20 minutes: loading a large model takes long
+	ReadyTimeout time.Duration // 0: DefaultReadyTimeout
 	PollInterval time.Duration // the longest wait between readiness probes; default 250 ms
 	Grace        time.Duration // SIGTERM to SIGKILL; default 15 s
 }
@@ -75,7 +81,7 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 		spec.Host = "127.0.0.1"
 	}
 	if spec.ReadyTimeout == 0 {
-		spec.ReadyTimeout = 20 * time.Minute
+		spec.ReadyTimeout = DefaultReadyTimeout
 	}
 	if spec.PollInterval == 0 {
 		spec.PollInterval = 250 * time.Millisecond
