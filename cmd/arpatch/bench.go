@@ -12,6 +12,7 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -21,6 +22,7 @@ import (
 	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/report"
+	"github.com/arpatch/arpatch/harness/server"
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/harness/workload"
@@ -34,16 +36,31 @@ import (
 // not start or died), apart from a measured failure (1).
 const exitInfra = 4
 
+// benchDefaults puts the defaults into bench's --help text: {{trials}}
+// and the like become the one constant each (recipes.Default*,
+// bench.Default*, server.DefaultReadyTimeout, sglang.DefaultAgreeTokens).
+var benchDefaults = strings.NewReplacer(
+	"{{trials}}", strconv.Itoa(recipes.DefaultTrials), "{{num-prompts}}", strconv.Itoa(recipes.DefaultNumPrompts),
+	"{{max-new-tokens}}", strconv.Itoa(recipes.DefaultMaxNewTokens), "{{concurrency}}", strconv.Itoa(recipes.DefaultConcurrency),
+	"{{warmup}}", strconv.Itoa(recipes.DefaultWarmup), "{{agree-tokens}}", strconv.Itoa(sglang.DefaultAgreeTokens),
+	"{{agree-threshold%}}", strconv.FormatFloat(100*bench.DefaultAgreeThreshold, 'f', -1, 64)+"%")
+
+// recipeDefault is the --help default of a flag that overrides a recipe's
+// [bench] key, whose own default is v.
+func recipeDefault(v int) string {
+	return fmt.Sprintf("the recipe's [bench] value, else %d", v)
+}
+
 func benchCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "bench",
 		Usage: "EAGLE-3 serving benchmark: tok/s, accept length and latency of each arm against the baseline",
-		UsageText: `arpatch bench [--recipe NAME] [--model M --draft-model D] [--arm NAME:key=val,...] [--baseline NAME]
-              [--trials 5] [--num-prompts 32] [--max-new-tokens 256] [--concurrency 1[,4,16]] [--warmup 2]
+		UsageText: benchDefaults.Replace(`arpatch bench [--recipe NAME] [--model M --draft-model D] [--arm NAME:key=val,...] [--baseline NAME]
+              [--trials {{trials}}] [--num-prompts {{num-prompts}}] [--max-new-tokens {{max-new-tokens}}] [--concurrency {{concurrency}}[,4,16]] [--warmup {{warmup}}]
               [--prompts FILE] [--launch-cmd 'TEMPLATE {port}' | --url URL] [--preflight --ext PATH]
               [--json FILE] [--markdown FILE] [--benchfmt FILE] [--plot FILE.svg]
-arpatch bench allreduce ...`,
-		Description: `For each trial and arm, bench starts python -m sglang.launch_server with the
+arpatch bench allreduce ...`),
+		Description: benchDefaults.Replace(`For each trial and arm, bench starts python -m sglang.launch_server with the
 recipe's model, draft model, --speculative-algorithm EAGLE3, speculative
 settings and TP (log in --log-dir), waits for /health_generate, sends
 --warmup untimed requests, then the workload at temperature 0 through the
@@ -85,10 +102,10 @@ deltas, which are joined.
 
 Output check: at temperature 0 every output of every trial must be the
 baseline's text for its prompt at the same level; an arm whose outputs
-match over the first 32 tokens less than --agree-threshold (90%) of the
+match over the first {{agree-tokens}} tokens less than --agree-threshold ({{agree-threshold%}}) of the
 time is INVALID, whatever its speed. An output shorter than that agrees
 only with one that ended at the same token for the same reason. The
-compared text is the first 32 tokens' worth whatever the chunking (the
+compared text is the first {{agree-tokens}} tokens' worth whatever the chunking (the
 README's output check gives the rule for multi-token chunks); a
 difference after it is shown as such and does not count. An arm
 with failed requests is INVALID, an abort in the stream
@@ -107,32 +124,32 @@ runs, or the run was interrupted.
 
 Examples (each runs in seconds against arpatch's built-in fake server):
    arpatch bench --trials 2 --num-prompts 4 --max-new-tokens 32 --warmup 1 --launch-cmd '{arpatch} fake-sglang --port {port} --rate 2000 --ttft 2ms' --markdown bench.md
-   arpatch bench --trials 2 --num-prompts 4 --max-new-tokens 32 --concurrency 1,4 --launch-cmd '{arpatch} fake-sglang --port {port} --rate 2000 --ttft 2ms' --arm 'algo1:env.SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage,env.SGLANG_FORCE_CUSTOM_AR_PCIE=1' --json bench.json --plot bench.svg`,
+   arpatch bench --trials 2 --num-prompts 4 --max-new-tokens 32 --concurrency 1,4 --launch-cmd '{arpatch} fake-sglang --port {port} --rate 2000 --ttft 2ms' --arm 'algo1:env.SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage,env.SGLANG_FORCE_CUSTOM_AR_PCIE=1' --json bench.json --plot bench.svg`),
 		Flags: append([]cli.Flag{
 			recipeFlag(), recipeFileFlag(),
 			&cli.StringFlag{Name: "model", Usage: "target model `PATH` (default: the recipe's [bench] model)"},
 			&cli.StringFlag{Name: "draft-model", Usage: "EAGLE-3 draft model `PATH`"},
-			&cli.IntFlag{Name: "tp", Usage: "tensor parallel size `N`", DefaultText: "the recipe's [bench] value"},
+			&cli.IntFlag{Name: "tp", Usage: "tensor parallel size `N`", DefaultText: recipeDefault(recipes.DefaultTP)},
 			&cli.StringFlag{Name: "speculative-algorithm", Usage: "`ALGO` (EAGLE3; none disables speculation)"},
-			&cli.IntFlag{Name: "speculative-num-steps", Usage: "draft steps `N`", DefaultText: "the recipe's [bench] value"},
-			&cli.IntFlag{Name: "speculative-eagle-topk", Usage: "top-k `N`", DefaultText: "the recipe's [bench] value"},
-			&cli.IntFlag{Name: "speculative-num-draft-tokens", Usage: "draft tokens `N`", DefaultText: "the recipe's [bench] value"},
+			&cli.IntFlag{Name: "speculative-num-steps", Usage: "draft steps `N`", DefaultText: recipeDefault(recipes.DefaultSpecSteps)},
+			&cli.IntFlag{Name: "speculative-eagle-topk", Usage: "top-k `N`", DefaultText: recipeDefault(recipes.DefaultSpecTopK)},
+			&cli.IntFlag{Name: "speculative-num-draft-tokens", Usage: "draft tokens `N`", DefaultText: recipeDefault(recipes.DefaultSpecDraftTokens)},
 			&cli.GenericFlag{Name: "arm", Value: &armFlag{}, Usage: "add or change an arm: `NAME:key=val,...` (keys: python, url, launch-cmd, args, env.VAR; repeat for several)"},
 			&cli.StringFlag{Name: "baseline", Usage: "baseline arm `NAME`"},
-			&cli.StringFlag{Name: "prompts", Usage: "prompt `FILE`: JSONL ({\"prompt\": ...}) or ShareGPT JSON (default: 32 built-in prompts)"},
-			&cli.IntFlag{Name: "num-prompts", Usage: "prompts `N` per trial (cycling the set)", DefaultText: "the recipe's [bench] value"},
-			&cli.IntFlag{Name: "max-new-tokens", Usage: "tokens `N` per request", DefaultText: "the recipe's [bench] value"},
-			&cli.StringFlag{Name: "concurrency", Usage: "requests in flight, one level or several in increasing order: `N[,N...]` (1: single-stream tok/s; 1,4,16: a sweep on one server start per arm and trial)", DefaultText: "the recipe's [bench] value"},
+			&cli.StringFlag{Name: "prompts", Usage: "prompt `FILE`: JSONL ({\"prompt\": ...}) or ShareGPT JSON", DefaultText: fmt.Sprintf("%d built-in prompts", len(workload.Builtin()))},
+			&cli.IntFlag{Name: "num-prompts", Usage: "prompts `N` per trial (cycling the set)", DefaultText: recipeDefault(recipes.DefaultNumPrompts)},
+			&cli.IntFlag{Name: "max-new-tokens", Usage: "tokens `N` per request", DefaultText: recipeDefault(recipes.DefaultMaxNewTokens)},
+			&cli.StringFlag{Name: "concurrency", Usage: "requests in flight, one level or several in increasing order: `N[,N...]` (1: single-stream tok/s; 1,4,16: a sweep on one server start per arm and trial)", DefaultText: recipeDefault(recipes.DefaultConcurrency)},
 			&cli.BoolFlag{Name: "ignore-eos", Usage: "generate max-new-tokens even past EOS"},
-			&cli.IntFlag{Name: "warmup", Usage: "untimed requests `N` after each server start (or attach), before the first timed level", Value: 2, DefaultText: "the recipe's [bench] value, 2"},
-			&cli.IntFlag{Name: "trials", Usage: "trials `N` per arm", DefaultText: "the recipe's [bench] value"},
+			&cli.IntFlag{Name: "warmup", Usage: "untimed requests `N` after each server start (or attach), before the first timed level", Value: recipes.DefaultWarmup, DefaultText: recipeDefault(recipes.DefaultWarmup)},
+			&cli.IntFlag{Name: "trials", Usage: "trials `N` per arm", DefaultText: recipeDefault(recipes.DefaultTrials)},
 			&cli.BoolFlag{Name: "no-interleave", Usage: "run all trials of an arm on one server start"},
 			&cli.StringFlag{Name: "launch-cmd", Usage: "launch every arm with this sh `TEMPLATE` ({port}, {host}, {model}, {draft}, {tp}, {arm}, {arpatch})"},
 			&cli.StringFlag{Name: "url", Usage: "attach every arm without its own url to the server at `URL`"},
-			&cli.DurationFlag{Name: "ready-timeout", Usage: "wait `DURATION` for /health_generate", Value: 20 * time.Minute},
-			&cli.DurationFlag{Name: "request-timeout", Usage: "give up on a request after `DURATION`", Value: 10 * time.Minute},
+			&cli.DurationFlag{Name: "ready-timeout", Usage: "wait `DURATION` for /health_generate", Value: server.DefaultReadyTimeout},
+			&cli.DurationFlag{Name: "request-timeout", Usage: "give up on a request after `DURATION`", Value: bench.DefaultRequestTimeout},
 			&cli.StringFlag{Name: "log-dir", Usage: "server logs `DIR` (default: bench-logs/ in the state directory, $ARPATCH_STATE or ~/.local/state/arpatch)"},
-			&cli.Float64Flag{Name: "agree-threshold", Usage: "share `F` of prompts that must match the baseline over the first tokens", Value: 0.9},
+			&cli.Float64Flag{Name: "agree-threshold", Usage: "share `F` of prompts that must match the baseline over the first tokens", Value: bench.DefaultAgreeThreshold},
 			&cli.IntFlag{Name: "agree-tokens", Usage: "tokens `N` compared by the output check", Value: sglang.DefaultAgreeTokens},
 			&cli.BoolFlag{Name: "preflight", Usage: "run the allreduce micro-benchmark first and stop if the patch is slower than NCCL"},
 			&cli.StringFlag{Name: "ext", Usage: "with --preflight: the allreduce extension `PATH`"},
