@@ -8,15 +8,19 @@ import (
 	"net/http/httptest"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"testing"
+	"testing/synctest"
 	"time"
 
 	"golang.org/x/perf/benchfmt"
 
 	"github.com/arpatch/arpatch/harness/bench"
+	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/sglangtest"
 	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/recipes"
 )
 
 func run(t *testing.T) (*bench.Result, Settings) {
@@ -226,5 +230,64 @@ func TestPlotTitleInterval(t *testing.T) {
 		if !strings.Contains(string(b), tc.want) {
 			t.Errorf("%d trials: title lacks %q", len(tc.trials), tc.want)
 		}
+	}
+}
+
+// TestSettingsOfZeroOptions runs bench with Options built directly, every
+// defaulted setting left zero, and checks that the settings a report
+// records are the ones the run used: trials run, tokens generated per
+// request, the level, the tokens and threshold of the output check. (The
+// defaults' values against the CLI's --help are cmd/arpatch's
+// TestBenchDefaults.)
+func TestSettingsOfZeroOptions(t *testing.T) { synctest.Test(t, testSettingsOfZeroOptions) }
+
+func testSettingsOfZeroOptions(t *testing.T) {
+	n := sglangtest.NewNetwork()
+	defer n.Close()
+	cfg := sglangtest.Config{TokPerSec: 5000, TTFT: time.Millisecond, TokensPerChunk: 1}
+	var arms []bench.Arm
+	for _, name := range []string{"baseline", "pcie"} {
+		u, _ := n.Serve(sglangtest.New(cfg))
+		arms = append(arms, bench.Arm{Name: name, URL: u})
+	}
+	o := bench.Options{Arms: arms, Prompts: []string{"a b", "c d"}, HTTP: n.HTTP()}
+	s := SettingsOf(o)
+	if s.Trials != recipes.DefaultTrials || s.MaxNewTokens != recipes.DefaultMaxNewTokens || !slices.Equal(s.Concurrency, []int{recipes.DefaultConcurrency}) ||
+		s.AgreeTokens != sglang.DefaultAgreeTokens || s.AgreeThreshold != bench.DefaultAgreeThreshold {
+		t.Fatalf("SettingsOf(zero options) = %+v, want the defaults", s)
+	}
+	res, err := bench.Run(context.Background(), o)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, ar := range res.Arms {
+		if len(ar.Trials) != s.Trials {
+			t.Errorf("%s ran %d trials, the settings record %d", ar.Arm.Name, len(ar.Trials), s.Trials)
+		}
+		for _, tr := range ar.Trials {
+			if tr.Concurrency != s.Concurrency[0] {
+				t.Errorf("%s trial %d ran at concurrency %d, the settings record %v", ar.Arm.Name, tr.Index, tr.Concurrency, s.Concurrency)
+			}
+			for _, x := range tr.Samples {
+				if x.CompletionTokens != s.MaxNewTokens || x.Tokens32 != s.AgreeTokens {
+					t.Errorf("%s trial %d: %d tokens generated, %d compared; the settings record max_new_tokens %d, agree_tokens %d",
+						ar.Arm.Name, tr.Index, x.CompletionTokens, x.Tokens32, s.MaxNewTokens, s.AgreeTokens)
+				}
+			}
+		}
+	}
+	if a := res.Arm("pcie").Agreement; a == nil || a.Threshold != s.AgreeThreshold {
+		t.Errorf("pcie agreement %+v, the settings record threshold %v", a, s.AgreeThreshold)
+	}
+	// The check turned off is recorded as off (0), and the run uses 0.
+	o.AgreeOff = true
+	if s := SettingsOf(o); s.AgreeThreshold != 0 {
+		t.Errorf("SettingsOf(AgreeOff) records threshold %v, want 0", s.AgreeThreshold)
+	}
+	if res, err = bench.Run(context.Background(), o); err != nil {
+		t.Fatal(err)
+	}
+	if a := res.Arm("pcie").Agreement; a == nil || a.Threshold != 0 {
+		t.Errorf("pcie agreement with AgreeOff %+v, want threshold 0", a)
 	}
 }
