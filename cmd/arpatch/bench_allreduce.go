@@ -338,10 +338,10 @@ func allreduceRunFlags() []cli.Flag {
 		&cli.StringSliceFlag{Name: "arch", Usage: "with --src: the `ARCHS` the extension was built for (default: the one build of --src in the cache)"},
 		&cli.StringFlag{Name: "cache-dir", Usage: "build cache `DIR`"},
 		&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` with torch", Value: "python3"},
-		&cli.DurationFlag{Name: "timeout", Usage: "kill a run after `DURATION` and report the case in progress as a hang", Value: 10 * time.Minute},
-		&cli.IntFlag{Name: "warmup", Usage: "untimed calls `N` per case", Value: 10},
-		&cli.IntFlag{Name: "inner", Usage: "allreduces `N` per timed batch or graph", Value: 20},
-		&cli.IntFlag{Name: "reps", Usage: "timed batches `N` per case", Value: 30},
+		&cli.DurationFlag{Name: "timeout", Usage: "kill a run after `DURATION` and report the case in progress as a hang", Value: allreduce.DefaultTimeout},
+		&cli.IntFlag{Name: "warmup", Usage: "untimed calls `N` per case", Value: allreduce.DefaultWarmup},
+		&cli.IntFlag{Name: "inner", Usage: "allreduces `N` per timed batch or graph", Value: allreduce.DefaultInner},
+		&cli.IntFlag{Name: "reps", Usage: "timed batches `N` per case", Value: allreduce.DefaultReps},
 		&cli.StringFlag{Name: "log", Usage: "write the ranks' output to `FILE`"},
 	}
 }

@@ -11,6 +11,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/report"
 	"github.com/arpatch/arpatch/harness/server"
@@ -152,4 +153,23 @@ func keyLine(lines []string, key string) (value, comment string) {
 		}
 	}
 	return "", ""
+}
+
+// TestAllreduceDefaults: the --help of bench allreduce and tune allreduce
+// shows the counts and timeout allreduce.Execute passes to bench.py when
+// they are left zero (Inner, Reps, Timeout) or that a flag's default
+// gives (Warmup: zero in Options is none).
+func TestAllreduceDefaults(t *testing.T) {
+	for _, cmd := range [][]string{{"bench", "allreduce"}, {"tune", "allreduce"}} {
+		var help bytes.Buffer
+		if code := run(context.Background(), append(append([]string{"arpatch"}, cmd...), "--help"), &help, &help); code != 0 {
+			t.Fatalf("arpatch %v --help: exit %d\n%s", cmd, code, help.String())
+		}
+		for flag, want := range map[string]any{"warmup": allreduce.DefaultWarmup, "inner": allreduce.DefaultInner, "reps": allreduce.DefaultReps, "timeout": allreduce.DefaultTimeout} {
+			m := regexp.MustCompile(`(?m)^\s+--` + flag + ` .*\(default: ([^)]*)\)$`).FindStringSubmatch(help.String())
+			if m == nil || m[1] != fmt.Sprint(want) {
+				t.Errorf("arpatch %v --%s: --help shows %q as the default, want %v", cmd, flag, m, want)
+			}
+		}
+	}
 }

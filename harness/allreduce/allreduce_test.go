@@ -250,10 +250,15 @@ func TestExecuteHangAndDeath(t *testing.T) {
 		}
 	})
 	t.Run("command line", func(t *testing.T) {
-		args := torchrunArgs(Options{Python: "py", WorldSize: 4, Sizes: []int{4096, 40960}, Impls: []string{CustomAuto}, Branches: []string{"pcie"}, Modes: []string{"eager"}, Ext: "/x.so", Reps: 5}, "b.py", "o.jsonl")
-		want := "py -m torch.distributed.run --standalone --nproc-per-node 4 b.py --out o.jsonl --sizes 4096,40960 --impls custom-auto --branches pcie --modes eager --ext /x.so --reps 5"
+		// Every count goes to bench.py, which has no defaults: a zero
+		// Warmup is none, a zero Inner the default.
+		args := torchrunArgs(Options{Python: "py", WorldSize: 4, Sizes: []int{4096, 40960}, Impls: []string{CustomAuto}, Branches: []string{"pcie"}, Modes: []string{"eager"}, Ext: "/x.so", Reps: 5}.resolved(), "b.py", "o.jsonl")
+		want := "py -m torch.distributed.run --standalone --nproc-per-node 4 b.py --out o.jsonl --sizes 4096,40960 --impls custom-auto --branches pcie --modes eager --ext /x.so --warmup 0 --inner 20 --reps 5"
 		if strings.Join(args, " ") != want {
 			t.Errorf("args:\n%s\nwant\n%s", strings.Join(args, " "), want)
+		}
+		if o := (Options{}).resolved(); o.Python != "python3" || o.Warmup != 0 || o.Inner != DefaultInner || o.Reps != DefaultReps || o.Timeout != DefaultTimeout {
+			t.Errorf("zero options resolve to %+v", o)
 		}
 	})
 }

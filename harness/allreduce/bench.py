@@ -234,9 +234,9 @@ def main():
     ap.add_argument("--modes", default="eager,graph")
     ap.add_argument("--ext", default="")
     ap.add_argument("--dtype", default="bfloat16")
-    ap.add_argument("--warmup", type=int, default=10)
-    ap.add_argument("--inner", type=int, default=20)
-    ap.add_argument("--reps", type=int, default=30)
+    ap.add_argument("--warmup", type=int, required=True)
+    ap.add_argument("--inner", type=int, required=True)
+    ap.add_argument("--reps", type=int, required=True)
     ap.add_argument("--max-size", type=int, default=8 << 20)
     ap.add_argument("--out", required=True)
     ap.add_argument("--probe-thresholds", action="store_true",

@@ -31,20 +31,31 @@ var SupportedWorldSizes = []int{2, 4, 6, 8}
 //go:embed bench.py
 var benchScript []byte
 
+// The defaults of a run's counts and timeout: the one place each lives.
+// Execute passes every count to bench.py, which has no defaults of its
+// own; `arpatch bench allreduce` and `arpatch tune allreduce` show them as
+// their flags' defaults.
+const (
+	DefaultWarmup  = 10               // untimed calls per case
+	DefaultInner   = 20               // allreduces per timed batch or graph
+	DefaultReps    = 30               // timed batches per case
+	DefaultTimeout = 10 * time.Minute // the whole run
+)
+
 // Options holds every input of Execute.
 type Options struct {
 	Python    string // interpreter with torch
 	WorldSize int    // ranks; above the GPU count the run is oversubscribed (correctness only)
 	Sizes     []int  // bytes, multiples of 16
 	Impls     []string
-	Branches  []string // "nvlink", "pcie"
-	Modes     []string // "eager", "graph"
-	Ext       string   // the allreduce extension (.so) from `arpatch build --allreduce-ext`
-	Warmup    int
-	Inner     int // allreduces per timed batch (eager) or per graph
-	Reps      int // timed batches
-	Timeout   time.Duration
-	NCCLDebug bool // run with NCCL_DEBUG=INFO and record the transport
+	Branches  []string      // "nvlink", "pcie"
+	Modes     []string      // "eager", "graph"
+	Ext       string        // the allreduce extension (.so) from `arpatch build --allreduce-ext`
+	Warmup    int           // untimed calls per case (0: none)
+	Inner     int           // allreduces per timed batch (eager) or per graph (0: DefaultInner)
+	Reps      int           // timed batches per case (0: DefaultReps)
+	Timeout   time.Duration // the whole run's (0: DefaultTimeout)
+	NCCLDebug bool          // run with NCCL_DEBUG=INFO and record the transport
 	// ProbeThresholds first checks that init_custom_ar refuses a bad
 	// SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES (Run.ThresholdProbe).
 	ProbeThresholds bool
@@ -156,15 +167,25 @@ func torchrunArgs(opts Options, script, out string) []string {
 	if opts.ProbeThresholds {
 		args = append(args, "--probe-thresholds")
 	}
-	for _, f := range []struct {
-		name string
-		v    int
-	}{{"--warmup", opts.Warmup}, {"--inner", opts.Inner}, {"--reps", opts.Reps}} {
-		if f.v > 0 {
-			args = append(args, f.name, strconv.Itoa(f.v))
-		}
+	return append(args, "--warmup", strconv.Itoa(opts.Warmup), "--inner", strconv.Itoa(opts.Inner), "--reps", strconv.Itoa(opts.Reps))
+}
+
+// resolved returns opts with the zeros that mean a default filled in: the
+// interpreter python3, Inner, Reps and Timeout their Default*.
+func (opts Options) resolved() Options {
+	if opts.Python == "" {
+		opts.Python = "python3"
 	}
-	return args
+	if opts.Inner == 0 {
+		opts.Inner = DefaultInner
+	}
+	if opts.Reps == 0 {
+		opts.Reps = DefaultReps
+	}
+	if opts.Timeout == 0 {
+		opts.Timeout = DefaultTimeout
+	}
+	return opts
 }
 
 // Execute runs the benchmark. It returns the results read so far even when
@@ -172,12 +193,7 @@ func torchrunArgs(opts Options, script, out string) []string {
 // (Run.Hang, Exit "timeout"), and a rank that dies leaves Exit with its
 // error. It returns an error only when nothing could be started.
 func Execute(ctx context.Context, opts Options) (*Run, error) {
-	if opts.Python == "" {
-		opts.Python = "python3"
-	}
-	if opts.Timeout == 0 {
-		opts.Timeout = 10 * time.Minute
-	}
+	opts = opts.resolved()
 	tmp, err := os.MkdirTemp("", "arpatch-allreduce-")
 	if err != nil {
 		return nil, err
