@@ -16,6 +16,7 @@ import (
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/procgroup"
+	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/internal/textfmt"
 )
@@ -56,7 +57,7 @@ type Toolchain struct {
 
 // ProbeOptions holds the inputs of Probe.
 type ProbeOptions struct {
-	// Python is the interpreter of the serving environment ("python3").
+	// Python is the interpreter of the serving environment ("": pyenv.Default).
 	Python string
 	// Env is the environment tools run with; nil means os.Environ().
 	Env []string
@@ -105,10 +106,7 @@ func Probe(ctx context.Context, opts ProbeOptions) (*Toolchain, error) {
 	if env == nil {
 		env = os.Environ()
 	}
-	python := opts.Python
-	if python == "" {
-		python = "python3"
-	}
+	python := pyenv.Or(opts.Python)
 	pyPath, err := lookPath(python, env)
 	if err != nil {
 		return nil, fmt.Errorf("python interpreter %q not found on PATH; pass --python with the interpreter of your serving environment", python)

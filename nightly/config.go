@@ -23,6 +23,7 @@ import (
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/digest"
+	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/statedir"
 	"github.com/arpatch/arpatch/internal/tomlx"
 	"github.com/arpatch/arpatch/recipes"
@@ -160,9 +161,7 @@ func (c *Config) defaults(set func(key string) bool) {
 	if c.Arms.Commit == "" {
 		c.Arms.Commit = "pinned"
 	}
-	if c.Build.Python == "" {
-		c.Build.Python = "python3"
-	}
+	c.Build.Python = pyenv.Or(c.Build.Python)
 	// bench.trials and bench.warmup, when unset, come from recipe B's
 	// [bench], else recipes.DefaultTrials and DefaultWarmup (see
 	// TrialsFor and WarmupFor).

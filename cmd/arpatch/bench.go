@@ -28,6 +28,7 @@ import (
 	"github.com/arpatch/arpatch/harness/workload"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/bounds"
+	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -154,7 +155,7 @@ Examples (each runs in seconds against arpatch's built-in fake server):
 			&cli.BoolFlag{Name: "preflight", Usage: "run the allreduce micro-benchmark first and stop if the patch is slower than NCCL"},
 			&cli.StringFlag{Name: "ext", Usage: "with --preflight: the allreduce extension `PATH`"},
 			&cli.BoolFlag{Name: "force", Usage: "run even when the preflight fails"},
-			&cli.StringFlag{Name: "python", Usage: "default Python `INTERPRETER` of the arms", Value: "python3"},
+			&cli.StringFlag{Name: "python", Usage: "default Python `INTERPRETER` of the arms", Value: pyenv.Default},
 			&cli.StringFlag{Name: "json", Usage: "write every sample and the environment to `FILE`"},
 			&cli.StringFlag{Name: "markdown", Usage: "write a markdown table to `FILE`"},
 			&cli.StringFlag{Name: "benchfmt", Usage: "write Go benchmark lines (for benchstat) to `FILE`"},

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/shellq"
 
 	"github.com/urfave/cli/v2"
@@ -337,7 +338,7 @@ func allreduceRunFlags() []cli.Flag {
 		&cli.StringFlag{Name: "src", Usage: "find the extension of this patched checkout `DIR` in the build cache; not read when --ext is given", Value: "sglang"},
 		&cli.StringSliceFlag{Name: "arch", Usage: "with --src: the `ARCHS` the extension was built for (default: the one build of --src in the cache)"},
 		&cli.StringFlag{Name: "cache-dir", Usage: "build cache `DIR`"},
-		&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` with torch", Value: "python3"},
+		&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` with torch", Value: pyenv.Default},
 		&cli.DurationFlag{Name: "timeout", Usage: "kill a run after `DURATION` and report the case in progress as a hang", Value: allreduce.DefaultTimeout},
 		&cli.IntFlag{Name: "warmup", Usage: "untimed calls `N` per case", Value: allreduce.DefaultWarmup},
 		&cli.IntFlag{Name: "inner", Usage: "allreduces `N` per timed batch or graph", Value: allreduce.DefaultInner},

@@ -18,6 +18,7 @@ import (
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
+	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/kernels"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -30,7 +31,7 @@ func buildFlags() []cli.Flag {
 		&cli.StringFlag{Name: "tool", Usage: "wheel build frontend `auto|uv|pip` (default: the recipe's)"},
 		&cli.BoolFlag{Name: "offline", Usage: "refuse to download any FetchContent dependency"},
 		&cli.StringFlag{Name: "deps-dir", Usage: "the FetchContent dependencies, each as `DIR`/<name> (a clone at the pin or an unpacked archive) or DIR/<name>.tar.gz (the archive upstream's URL_HASH pins)"},
-		&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` of the serving environment (with torch)", Value: "python3"},
+		&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` of the serving environment (with torch)", Value: pyenv.Default},
 		&cli.StringFlag{Name: "cache-dir", Usage: "build cache `DIR` (default $ARPATCH_CACHE or ~/.cache/arpatch/builds)"},
 		&cli.BoolFlag{Name: "plan", Usage: "print the exact command, environment, archs and cache key; build nothing"},
 	}

@@ -14,6 +14,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/doctor"
 	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/textfmt"
 	"github.com/arpatch/arpatch/kernels"
 )
@@ -43,7 +44,7 @@ Examples:
    arpatch doctor --src sglang --server-cmd "python -m sglang.launch_server --speculative-algo EAGLE3 --speculative-draft-model d"
    arpatch doctor --json > doctor.json`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` of the serving environment", Value: "python3"},
+			&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` of the serving environment", Value: pyenv.Default},
 			&cli.StringFlag{Name: "server-cmd", Usage: "an SGLang server `COMMAND` line to check, as typed in a shell"},
 			&cli.StringFlag{Name: "src", Usage: "read --server-cmd with the options of the SGLang checkout `DIR` (its python/sglang/srt/server_args.py)"},
 			jsonFlag(),

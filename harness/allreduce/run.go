@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/procgroup"
+	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
@@ -171,11 +172,9 @@ func torchrunArgs(opts Options, script, out string) []string {
 }
 
 // resolved returns opts with the zeros that mean a default filled in: the
-// interpreter python3, Inner, Reps and Timeout their Default*.
+// interpreter pyenv.Default, Inner, Reps and Timeout their Default*.
 func (opts Options) resolved() Options {
-	if opts.Python == "" {
-		opts.Python = "python3"
-	}
+	opts.Python = pyenv.Or(opts.Python)
 	if opts.Inner == 0 {
 		opts.Inner = DefaultInner
 	}

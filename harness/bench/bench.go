@@ -39,6 +39,7 @@ import (
 	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/progress"
+	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/recipes"
 )
 
@@ -664,10 +665,7 @@ func (o *Options) Argv(a Arm, port int) []string {
 			"{draft}", q(o.DraftModel), "{tp}", strconv.Itoa(o.TP), "{arm}", q(a.Name), "{arpatch}", q(self))
 		return []string{"sh", "-c", r.Replace(a.LaunchCmd)}
 	}
-	py := a.Python
-	if py == "" {
-		py = "python3"
-	}
+	py := pyenv.Or(a.Python)
 	argv := []string{py, "-m", "sglang.launch_server", "--model-path", o.Model, "--host", o.Host, "--port", strconv.Itoa(port)}
 	if o.TP > 0 {
 		argv = append(argv, "--tp-size", strconv.Itoa(o.TP))

@@ -17,6 +17,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/internal/procgroup"
+	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/textfmt"
 	"github.com/arpatch/arpatch/kernels"
 )
@@ -216,10 +217,7 @@ func Inspect(ctx context.Context, o Options) *Report {
 			h.ToolchainError = err.Error()
 		}
 	}
-	python := o.Python
-	if python == "" {
-		python = "python3"
-	}
+	python := pyenv.Or(o.Python)
 	if out, err := o.Run(ctx, python, "-c", "import importlib.util, os; s = importlib.util.find_spec('sgl_kernel'); print(os.path.dirname(s.origin) if s and s.origin else '')"); err == nil {
 		h.SGLKernel = textfmt.LastLine(out)
 	}
