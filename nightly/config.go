@@ -124,7 +124,8 @@ type Regression struct {
 	// percent; the metrics judged are these keys (default: tok_s at
 	// ThresholdPct).
 	Metrics map[string]float64 `toml:"metrics"`
-	// Alpha is the Mann-Whitney U significance level (0.05).
+	// Alpha is the Mann-Whitney U significance level (stats.DefaultAlpha,
+	// 0.05).
 	Alpha float64 `toml:"alpha"`
 	// RequireBFaster makes B significantly slower than A tonight a
 	// regression (true).
@@ -180,7 +181,7 @@ func (c *Config) defaults(set func(key string) bool) {
 		c.Regression.Metrics = map[string]float64{stats.TokS: c.Regression.ThresholdPct}
 	}
 	if c.Regression.Alpha == 0 {
-		c.Regression.Alpha = 0.05
+		c.Regression.Alpha = stats.DefaultAlpha
 	}
 	if c.Regression.RequireBFaster == nil {
 		t := true

@@ -16,6 +16,7 @@ import (
 	"github.com/arpatch/arpatch/harness/report"
 	"github.com/arpatch/arpatch/harness/server"
 	"github.com/arpatch/arpatch/harness/sglang"
+	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/nightly"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -27,7 +28,8 @@ import (
 // unset runs with it and records it; Options built directly with a zero
 // record it (for the settings bench itself defaults); --help shows it
 // as the flag's default; docs/nightly.md's [bench] and the README's
-// recipe example show it.
+// recipe example show it. nightly's regression.alpha defaults to the
+// level bench compares at (stats.DefaultAlpha), as its docs say.
 func TestBenchDefaults(t *testing.T) {
 	dir := t.TempDir()
 	rf := filepath.Join(dir, "bare.toml")
@@ -60,6 +62,11 @@ func TestBenchDefaults(t *testing.T) {
 	}
 	nightlyDoc := section(t, "../../docs/nightly.md", "[bench]")
 	readmeRecipe := section(t, "../../README.md", "[bench]                     # used by `arpatch bench`; the counts shown are the defaults")
+
+	// nightly judges at the significance level bench compares at.
+	if v, _ := keyLine(section(t, "../../docs/nightly.md", "[regression]"), "alpha"); cfg.Regression.Alpha != stats.DefaultAlpha || v != fmt.Sprint(stats.DefaultAlpha) {
+		t.Errorf("nightly's regression.alpha is %v, docs/nightly.md shows %s; bench compares at %v", cfg.Regression.Alpha, v, stats.DefaultAlpha)
+	}
 
 	type view struct {
 		s report.Settings

@@ -594,7 +594,7 @@ func (o *Options) fill() error {
 		return err
 	}
 	if o.Host == "" {
-		o.Host = "127.0.0.1"
+		o.Host = server.DefaultHost
 	}
 	if len(o.Prompts) == 0 {
 		return errors.New("no prompts")

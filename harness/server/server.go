@@ -28,12 +28,17 @@ import (
 // --ready-timeout` shows it as its default.
 const DefaultReadyTimeout = 20 * time.Minute
 
+// DefaultHost is the address a launched server binds and is reached at
+// when Spec or bench.Options name none: the loopback, so a benchmark
+// server is not open to the network.
+const DefaultHost = "127.0.0.1"
+
 // Spec is one server to start.
 type Spec struct {
 	Name         string   // the arm, for messages
 	Argv         []string // the command
 	Env          []string // full environment
-	Host         string   // "127.0.0.1"
+	Host         string   // "": DefaultHost
 	Port         int
 	LogPath      string
 	ReadyTimeout time.Duration // 0: DefaultReadyTimeout
@@ -78,7 +83,7 @@ func FreePort(host string) (int, error) {
 // after killing it, when ctx is cancelled.
 func Start(ctx context.Context, spec Spec) (*Proc, error) {
 	if spec.Host == "" {
-		spec.Host = "127.0.0.1"
+		spec.Host = DefaultHost
 	}
 	if spec.ReadyTimeout == 0 {
 		spec.ReadyTimeout = DefaultReadyTimeout

@@ -233,11 +233,15 @@ type Delta struct {
 	TooFew string `json:"too_few,omitempty"`
 }
 
-// Compare tests arm against base with the Mann-Whitney U test at alpha
-// 0.05. higherIsBetter says which direction is "faster" (true for tok/s,
+// DefaultAlpha is the significance level Compare tests at: benchmath's
+// (0.05). nightly's regression.alpha defaults to it.
+var DefaultAlpha = benchmath.DefaultThresholds.CompareAlpha
+
+// Compare tests arm against base with the Mann-Whitney U test at
+// DefaultAlpha. higherIsBetter says which direction is "faster" (true for tok/s,
 // false for latencies).
 func Compare(base, arm []float64, higherIsBetter bool) Delta {
-	return CompareAt(base, arm, higherIsBetter, benchmath.DefaultThresholds.CompareAlpha)
+	return CompareAt(base, arm, higherIsBetter, DefaultAlpha)
 }
 
 // CompareAt is Compare at significance level alpha.
