@@ -633,3 +633,41 @@ func TestChangesInLinkedWorktree(t *testing.T) {
 		t.Errorf("git status:\n%s", got)
 	}
 }
+
+// --src reached through a symlink (the checkout itself, or a directory
+// above it) or spelled with a trailing slash is the same checkout: Changes
+// reports only what changed, not every tracked file as deleted.
+func TestChangesThroughSymlinkedRoot(t *testing.T) {
+	up, commit := richFixture(t, true)
+	repo := checkoutClone(t, up, commit)
+	write(t, repo, "a/x.txt", "changed\n")
+	links := t.TempDir()
+	direct := filepath.Join(links, "direct")
+	if err := os.Symlink(repo.Dir, direct); err != nil {
+		t.Fatal(err)
+	}
+	parent := filepath.Join(links, "parent")
+	if err := os.Symlink(filepath.Dir(repo.Dir), parent); err != nil {
+		t.Fatal(err)
+	}
+	base := filepath.Base(repo.Dir)
+	for _, src := range []string{
+		repo.Dir + "/",
+		direct,
+		direct + "/",
+		filepath.Join(parent, base),
+		filepath.Join(parent, base) + "/",
+	} {
+		r, err := Open(src)
+		if err != nil {
+			t.Fatalf("Open(%s): %v", src, err)
+		}
+		cs, err := r.Changes()
+		if err != nil {
+			t.Fatalf("Changes(%s): %v", src, err)
+		}
+		if got := strings.Join(porcelain(cs), "\n"); got != " M a/x.txt" {
+			t.Errorf("Changes through %s:\n%s\nwant:  M a/x.txt", src, got)
+		}
+	}
+}

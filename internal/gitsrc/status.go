@@ -360,7 +360,9 @@ func objectID(t plumbing.ObjectType, body []byte) plumbing.Hash {
 // Changes carry Worktree 'M' or 'D'.
 func (s *statusRun) worktreeChanges() ([]Change, error) {
 	// A directory holds its entries only when it and every directory
-	// above it is a real directory, not a file or a symlink now.
+	// above it is a real directory, not a file or a symlink now. The root
+	// is the checkout the user named (--src): it may be reached through a
+	// symlink, so it is stat'ed, not lstat'ed.
 	dirs := make([]string, 0, len(s.tree.dirs))
 	for d := range s.tree.dirs {
 		dirs = append(dirs, d)
@@ -368,7 +370,11 @@ func (s *statusRun) worktreeChanges() ([]Change, error) {
 	sort.Strings(dirs) // parents first
 	isDir := make([]bool, len(dirs))
 	parallel(len(dirs), func(i int) {
-		fi, err := os.Lstat(filepath.Join(s.dir, filepath.FromSlash(dirs[i])))
+		stat := os.Lstat
+		if dirs[i] == "" {
+			stat = os.Stat
+		}
+		fi, err := stat(filepath.Join(s.dir, filepath.FromSlash(dirs[i])))
 		isDir[i] = err == nil && fi.IsDir()
 	})
 	realDir := make(map[string]bool, len(dirs))
