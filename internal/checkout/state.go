@@ -151,7 +151,7 @@ func (e *StateError) Error() string {
 
 // ReadState returns the checkout's apply state, or (nil, nil) when there is
 // none. It checks the state against itself: it must parse, carry this
-// schema, name a full commit, hold clean, distinct paths with ops and
+// schema, name a full commit and the recipe's sha256, hold clean, distinct paths with ops and
 // sha256s that agree (a created file has no before, a deleted one no
 // after), list files exactly when it lists patches, and match its digest.
 // A state that fails is a *StateError.
@@ -176,6 +176,9 @@ func ReadState(gitDir string) (*State, error) {
 	}
 	if _, err := githash.Parse(s.Commit); err != nil {
 		return nil, damaged("commit: %v", err)
+	}
+	if !digest.IsSHA256Hex(s.RecipeSHA256) {
+		return nil, damaged("recipe_sha256 %q is not a sha256", s.RecipeSHA256)
 	}
 	seen := map[string]bool{}
 	for _, f := range s.Files {

@@ -24,8 +24,8 @@ func editState(t *testing.T, gitDir string, redigest bool, fn func(st *State)) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	digest := st.Digest
 	fn(st)
+	digest := st.Digest
 	if redigest {
 		digest = st.digest()
 	}
@@ -55,6 +55,13 @@ func TestEditedStateIsOneJudgement(t *testing.T) {
 		{"another commit, digest redone", true, func(st *State, _ *fixtureEnv) {
 			st.Commit = strings.Repeat("b", 40)
 		}, "which this repository does not have"},
+		// Issue 14 tester, A: status sliced an empty recipe_sha256.
+		{"recipe sha256 emptied, schema 1", false, func(st *State, _ *fixtureEnv) {
+			st.Schema, st.RecipeSHA256, st.Digest = 1, "", ""
+		}, `recipe_sha256 "" is not a sha256`},
+		{"recipe sha256 cut, digest redone", true, func(st *State, _ *fixtureEnv) {
+			st.RecipeSHA256 = st.RecipeSHA256[:16]
+		}, "is not a sha256"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			f := newFixture(t)
