@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
@@ -114,8 +115,8 @@ func ABBuild(ctx context.Context, opts ABOptions, progress func(arm string) Prog
 		return nil, nil, &ABMismatchError{Fields: diff}
 	}
 	if plans[0].Key == plans[1].Key {
-		return nil, nil, fmt.Errorf("recipes %s and %s give the same build (series %s, same patches, key %.16s): an A/B of them measures nothing; pick recipes that differ in their patches (e.g. --a baseline --b pcie)",
-			opts.A.Name, opts.B.Name, cmp.Or(plans[0].Inputs.Series, "(none)"), plans[0].Key)
+		return nil, nil, fmt.Errorf("recipes %s and %s give the same build (series %s, same patches, key %s): an A/B of them measures nothing; pick recipes that differ in their patches (e.g. --a baseline --b pcie)",
+			opts.A.Name, opts.B.Name, cmp.Or(plans[0].Inputs.Series, "(none)"), digest.Short(plans[0].Key))
 	}
 	ab := &ABPlan{A: plans[0], B: plans[1]}
 	common := plans[0].Inputs

@@ -14,6 +14,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/internal/safefs"
 )
@@ -111,7 +112,7 @@ func (c Cache) Lookup(key string) (*Manifest, error) {
 	}
 	switch {
 	case m.Key != key:
-		return nil, damaged(dir, fmt.Sprintf("its manifest is for key %.16s", m.Key))
+		return nil, damaged(dir, fmt.Sprintf("its manifest is for key %s", digest.Short(m.Key)))
 	case len(m.Outputs) == 0:
 		return nil, damaged(dir, "its manifest lists no output")
 	case m.Inputs.Key() != key:

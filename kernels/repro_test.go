@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/arpatch/arpatch/internal/digest"
 )
 
 func TestLaunchArgs(t *testing.T) {
@@ -315,7 +317,7 @@ func TestVerifyReproducible(t *testing.T) {
 	e := newEnv(t)
 	o := e.withLauncher(e.opts())
 	p := mustPlan(t, o)
-	if _, err := VerifyReproducible(context.Background(), p, o, nil); err == nil || !strings.Contains(err.Error(), "no cache entry for key "+p.Key[:16]) {
+	if _, err := VerifyReproducible(context.Background(), p, o, nil); err == nil || !strings.Contains(err.Error(), "no cache entry for key "+digest.Short(p.Key)+" ") {
 		t.Fatalf("verify before any build: %v", err)
 	}
 	res, err := Build(context.Background(), p, o, nil)

@@ -61,7 +61,7 @@ func VerifyReproducible(ctx context.Context, plan *Plan, opts BuildOptions, prog
 		return nil, err
 	}
 	if cached == nil {
-		return nil, fmt.Errorf("no cache entry for key %.16s in %s to verify: build it first (the same command without --verify-reproducible), then verify", plan.Key, opts.Cache.Dir)
+		return nil, fmt.Errorf("no cache entry for key %s in %s to verify: build it first (the same command without --verify-reproducible), then verify", digest.Short(plan.Key), opts.Cache.Dir)
 	}
 	if plan.Problems != nil {
 		return nil, plan.Problems

@@ -19,6 +19,7 @@ import (
 	"github.com/arpatch/arpatch/harness/report"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/history"
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/internal/textfmt"
@@ -273,7 +274,7 @@ func WriteTable(w io.Writer, rep *Report) {
 		fmt.Fprintf(w, "  warning: %s\n", wn)
 	}
 	for _, b := range rep.Builds {
-		fmt.Fprintf(w, "  build %-10s key %.16s cache hit %v\n", b.Arm, b.Key, b.Hit)
+		fmt.Fprintf(w, "  build %-10s key %s cache hit %v\n", b.Arm, digest.Short(b.Key), b.Hit)
 	}
 	if t := rep.Tune; t != nil {
 		fmt.Fprintf(w, "  tune %s (%s): %s\n    dispatch per size: %s\n", t.Path, t.Host, t.Thresholds, strings.Join(t.Dispatch, ", "))

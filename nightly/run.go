@@ -16,6 +16,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/internal/textfmt"
@@ -893,7 +894,7 @@ func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recip
 		arm := []string{a.Name, b.Name}[i]
 		row := BuildRow{Arm: arm, Key: r.Plan.Key, Hit: r.Hit, Output: r.Wheel}
 		rep.Builds = append(rep.Builds, row)
-		cs = append(cs, history.Check{Name: "build " + arm, Kind: history.KindBuild, Status: history.CheckPass, Detail: fmt.Sprintf("key %s, cache hit %v", r.Plan.Key[:16], r.Hit)})
+		cs = append(cs, history.Check{Name: "build " + arm, Kind: history.KindBuild, Status: history.CheckPass, Detail: fmt.Sprintf("key %s, cache hit %v", digest.Short(r.Plan.Key), r.Hit)})
 	}
 	if err != nil {
 		rep.Errors = append(rep.Errors, "build: "+err.Error())

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/internal/textfmt"
 
@@ -182,7 +183,7 @@ func abBuildRun(ctx context.Context, o abBuildOptions, s streams) error {
 	m := ab.Manifest
 	fmt.Fprintf(w, "A/B at %s: inputs differ only in %v\n", m.Commit, m.DifferOnlyIn)
 	for _, arm := range []kernels.ABArm{m.A, m.B} {
-		fmt.Fprintf(w, "  %-9s series %-13s %d patches  key %s  %s\n", arm.Recipe, cmp.Or(arm.Series, "(none)"), len(arm.Patches), arm.Key[:16], arm.Src)
+		fmt.Fprintf(w, "  %-9s series %-13s %d patches  key %s  %s\n", arm.Recipe, cmp.Or(arm.Series, "(none)"), len(arm.Patches), digest.Short(arm.Key), arm.Src)
 	}
 	if o.AB.PlanOnly {
 		printPlan(w, ab.A, o.AB.Build.Cache)

@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
@@ -129,7 +130,7 @@ func printApply(w io.Writer, rep *checkout.ApplyReport, r *recipes.Recipe, repoF
 		fmt.Fprintf(w, "series   %s (%s)\n", rep.Series.Name, rep.Reason)
 	}
 	for _, p := range rep.Patches {
-		fmt.Fprintf(w, "  %s  sha256 %s ok\n", p.Name, p.SHA256[:16])
+		fmt.Fprintf(w, "  %s  sha256 %s ok\n", p.Name, digest.Short(p.SHA256))
 	}
 	switch {
 	case rep.AlreadyApplied && rep.ByHand:

@@ -326,13 +326,13 @@ func buildRun(ctx context.Context, bo buildOptions, s streams) error {
 	}
 	m := res.Manifest
 	if res.Hit {
-		fmt.Fprintf(w, "cache hit %s (%s): built %s in %s; took %s now\n", res.Plan.Key[:16], m.Inputs.Kind,
+		fmt.Fprintf(w, "cache hit %s (%s): built %s in %s; took %s now\n", digest.Short(res.Plan.Key), m.Inputs.Kind,
 			m.FinishedAt.Format("2006-01-02 15:04 UTC"), time.Duration(m.BuildSeconds*float64(time.Second)).Round(time.Second), res.Elapsed.Round(time.Millisecond))
 	} else {
-		fmt.Fprintf(w, "built %s in %s (cache key %s)\n", m.Inputs.Kind, time.Duration(m.BuildSeconds*float64(time.Second)).Round(time.Second), res.Plan.Key[:16])
+		fmt.Fprintf(w, "built %s in %s (cache key %s)\n", m.Inputs.Kind, time.Duration(m.BuildSeconds*float64(time.Second)).Round(time.Second), digest.Short(res.Plan.Key))
 	}
 	for _, out := range m.Outputs {
-		fmt.Fprintf(w, "  %s  sha256 %s  %d bytes\n", filepath.Join(o.Cache.EntryDir(m.Key), out.File), out.SHA256[:16], out.Bytes)
+		fmt.Fprintf(w, "  %s  sha256 %s  %d bytes\n", filepath.Join(o.Cache.EntryDir(m.Key), out.File), digest.Short(out.SHA256), out.Bytes)
 	}
 	fmt.Fprintf(w, "  manifest %s\n", filepath.Join(o.Cache.EntryDir(m.Key), "manifest.json"))
 	if res.Copied != "" {
@@ -344,7 +344,7 @@ func buildRun(ctx context.Context, bo buildOptions, s streams) error {
 // printVerify prints a --verify-reproducible report and returns the
 // error (exit 1) that a difference is.
 func printVerify(w io.Writer, rep *kernels.VerifyReport) error {
-	fmt.Fprintf(w, "verify %s %s: rebuilt from scratch in %s, %s after the cached build\n", rep.Cached.Inputs.Kind, rep.Key[:16],
+	fmt.Fprintf(w, "verify %s %s: rebuilt from scratch in %s, %s after the cached build\n", rep.Cached.Inputs.Kind, digest.Short(rep.Key),
 		rep.Rebuilt.Dir, rep.Rebuilt.StartedAt.Sub(rep.Cached.FinishedAt).Round(time.Second))
 	for _, s := range rep.Same {
 		fmt.Fprintf(w, "  same     %s\n", s)
@@ -472,11 +472,11 @@ func listCache(w io.Writer, cache kernels.Cache) error {
 	fmt.Fprintf(w, "%d entries in %s\n", len(ents), cache.Dir)
 	for _, e := range ents {
 		if e.Err != nil {
-			fmt.Fprintf(w, "  %s  DAMAGED: %v\n", e.Key[:16], e.Err)
+			fmt.Fprintf(w, "  %s  DAMAGED: %v\n", digest.Short(e.Key), e.Err)
 			continue
 		}
 		in := e.Manifest.Inputs
-		fmt.Fprintf(w, "  %s  %-13s %s  series %-13s archs %-10s %7.1f MB  %s\n", e.Key[:16], in.Kind, githash.Hash(in.Commit).Short(), cmp.Or(in.Series, "(none)"),
+		fmt.Fprintf(w, "  %s  %-13s %s  series %-13s archs %-10s %7.1f MB  %s\n", digest.Short(e.Key), in.Kind, githash.Hash(in.Commit).Short(), cmp.Or(in.Series, "(none)"),
 			strings.Join(in.Archs, ","), float64(e.Bytes)/1e6, e.Manifest.FinishedAt.Format("2006-01-02 15:04"))
 	}
 	return nil

@@ -12,6 +12,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/safefs"
@@ -88,7 +89,7 @@ func patchesListRun(_ context.Context, cat *patches.Catalog, s streams) error {
 	for _, sr := range cat.Series {
 		fmt.Fprintf(s.Out, "%s  family %s  (%s)\n  %s\n  tested on: %s\n", sr.Name, sr.Family, sr.Dir, sr.Description, strings.Join(sr.TestedOn, ", "))
 		for _, p := range sr.Patches {
-			fmt.Fprintf(s.Out, "    %s  sha256 %s  provides %s\n", p.File, p.SHA256[:16], strings.Join(p.Provides, ","))
+			fmt.Fprintf(s.Out, "    %s  sha256 %s  provides %s\n", p.File, digest.Short(p.SHA256), strings.Join(p.Provides, ","))
 		}
 	}
 	return nil

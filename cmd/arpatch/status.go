@@ -7,6 +7,7 @@ import (
 	"io"
 	"strings"
 
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/patches"
 
@@ -87,7 +88,7 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 		}
 		return
 	}
-	fmt.Fprintf(w, "recipe   %s (%s, sha256 %s)\n", st.Recipe, st.RecipeSource, st.RecipeSHA256[:16])
+	fmt.Fprintf(w, "recipe   %s (%s, sha256 %s)\n", st.Recipe, st.RecipeSource, digest.Short(st.RecipeSHA256))
 	fmt.Fprintf(w, "commit   %s\n", st.Commit)
 	if k := rep.Kernel; k != nil {
 		fmt.Fprintf(w, "kernel   %s (%s), what arpatch build reads\n", k, k.Name)
@@ -97,7 +98,7 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 	}
 	fmt.Fprintf(w, "series   %s (%s)\n", cmp.Or(st.Series, "(none)"), st.SeriesReason)
 	for _, p := range st.Patches {
-		fmt.Fprintf(w, "  %s  sha256 %s\n", p.Name, p.SHA256[:16])
+		fmt.Fprintf(w, "  %s  sha256 %s\n", p.Name, digest.Short(p.SHA256))
 	}
 	fmt.Fprintf(w, "applied  %s by arpatch %s\n", st.AppliedAt.Format("2006-01-02 15:04:05 UTC"), st.ArpatchVersion)
 	// The revert that restores this tree: with --force when patched files
