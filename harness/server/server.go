@@ -213,7 +213,9 @@ func (p *Proc) Stop() error {
 // While a process of the group is still dying, the port may answer for
 // it: Escaped waits, up to wait, until the group is empty or the port is
 // closed; a port that answers once the group is empty answers for a
-// process outside it, at once.
+// process outside it, at once. A process whose main thread has exited
+// while other threads still hold the socket is not gone
+// (lockfile.GroupRuns).
 func (p *Proc) Escaped(wait time.Duration) bool {
 	addr := net.JoinHostPort(p.Spec.Host, fmt.Sprint(p.Spec.Port))
 	deadline := time.Now().Add(wait)

@@ -85,9 +85,16 @@ func Alive(pid int) bool {
 }
 
 // procStat reads the state letter and process group of pid from
-// /proc/PID/stat ("pid (comm) state ppid pgrp ...", comm may hold ')').
+// /proc/PID/stat.
 func procStat(pid int) (state byte, pgrp int, ok bool) {
-	b, err := os.ReadFile("/proc/" + strconv.Itoa(pid) + "/stat")
+	return statFile("/proc/" + strconv.Itoa(pid) + "/stat")
+}
+
+// statFile reads the state letter and process group from a stat file
+// (/proc/PID/stat or /proc/PID/task/TID/stat: "pid (comm) state ppid
+// pgrp ...", comm may hold ')').
+func statFile(path string) (state byte, pgrp int, ok bool) {
+	b, err := os.ReadFile(path)
 	if err != nil {
 		return 0, 0, false
 	}
@@ -132,7 +139,10 @@ func LiveGroup(path string) int {
 
 // GroupRuns reports whether a process of process group g still runs.
 // Zombies do not count: they hold nothing any more, and an orphan's is
-// reaped only when init gets to it (once a second on some hosts).
+// reaped only when init gets to it (once a second on some hosts). A
+// process whose main thread has exited reads Z in /proc/PID/stat while
+// its other threads may still run (and hold a server's socket): it counts
+// as running while a thread in /proc/PID/task is not a zombie.
 func GroupRuns(g int) bool {
 	if g <= 1 {
 		return false
@@ -149,7 +159,23 @@ func GroupRuns(g int) bool {
 		if err != nil {
 			continue
 		}
-		if state, pgrp, ok := procStat(pid); ok && pgrp == g && state != 'Z' {
+		if state, pgrp, ok := procStat(pid); ok && pgrp == g && (state != 'Z' || threadRuns(pid)) {
+			return true
+		}
+	}
+	return false
+}
+
+// threadRuns reports whether a thread of process pid is not a zombie
+// (state Z) or dead (X).
+func threadRuns(pid int) bool {
+	dir := "/proc/" + strconv.Itoa(pid) + "/task/"
+	tasks, err := os.ReadDir(dir)
+	if err != nil {
+		return false
+	}
+	for _, t := range tasks {
+		if state, _, ok := statFile(dir + t.Name() + "/stat"); ok && state != 'Z' && state != 'X' {
 			return true
 		}
 	}
