@@ -114,8 +114,8 @@ with failed requests is INVALID, an abort in the stream
 disagree or that has no output, and then no arm gets a speed verdict.
 
 --preflight runs arpatch bench allreduce at the verify shape first and stops
-when the patched allreduce is slower than NCCL, is WRONG or hangs (--force
-runs anyway).
+when the patched allreduce is slower than NCCL (--force runs anyway), is
+WRONG, hangs or fails (never run past: exit 1).
 
 Exit codes: 0 ok, 1 an arm is INVALID or significantly slower at a level,
 the baseline is INVALID, or the preflight failed, 2 usage (a flag, recipe
@@ -154,7 +154,7 @@ Examples (each runs in seconds against arpatch's built-in fake server):
 			&cli.IntFlag{Name: "agree-tokens", Usage: "tokens `N` compared by the output check", Value: sglang.DefaultAgreeTokens},
 			&cli.BoolFlag{Name: "preflight", Usage: "run the allreduce micro-benchmark first and stop if the patch is slower than NCCL"},
 			&cli.StringFlag{Name: "ext", Usage: "with --preflight: the allreduce extension `PATH`"},
-			&cli.BoolFlag{Name: "force", Usage: "run even when the preflight fails"},
+			&cli.BoolFlag{Name: "force", Usage: "run even when the preflight finds the patched allreduce slower than NCCL (never when it is WRONG, hangs or fails)"},
 			&cli.StringFlag{Name: "python", Usage: "default Python `INTERPRETER` of the arms", Value: pyenv.Default},
 			&cli.StringFlag{Name: "json", Usage: "write every sample and the environment to `FILE`"},
 			&cli.StringFlag{Name: "markdown", Usage: "write a markdown table to `FILE`"},

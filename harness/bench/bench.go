@@ -257,10 +257,18 @@ func (r *Result) Arm(name string) *ArmResult {
 }
 
 // PreflightError stops a run whose custom allreduce is slower than NCCL
-// at the verify shape.
-type PreflightError struct{ Finding string }
+// at the verify shape (Options.Force runs past that), or is broken: a
+// wrong sum, a hang, an error or a failed run (Broken; nothing runs past
+// that, since a fast number from a broken allreduce is no result).
+type PreflightError struct {
+	Finding string
+	Broken  bool
+}
 
 func (e *PreflightError) Error() string {
+	if e.Broken {
+		return "preflight: " + e.Finding + "; the custom allreduce is broken, and --force does not run past a broken allreduce (a fast number from it is no result). Fix the allreduce first"
+	}
 	return "preflight: " + e.Finding + "; the serving run would measure a loss. Fix the allreduce first, or pass --force to run anyway"
 }
 
@@ -295,10 +303,10 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			return res, &InfraError{fmt.Errorf("preflight allreduce benchmark: %w", err)}
 		}
 		res.Preflight = rep
-		if f := preflightFinding(rep); f != "" {
+		if f, broken := preflightFinding(rep); f != "" {
 			res.Findings = append(res.Findings, "preflight: "+f)
-			if !o.Force {
-				return res, &PreflightError{Finding: f}
+			if broken || !o.Force {
+				return res, &PreflightError{Finding: f, Broken: broken}
 			}
 		}
 	}
@@ -792,17 +800,18 @@ send:
 	return t, ctx.Err()
 }
 
-// preflightFinding returns why the allreduce preflight fails: a WRONG or
-// hung case, or the fastest custom allreduce slower than NCCL at the
-// verify shape (graph mode when measured, else eager).
-func preflightFinding(rep *allreduce.Report) string {
+// preflightFinding returns why the allreduce preflight fails: a WRONG,
+// hung or failed case or run (broken), or the fastest custom allreduce
+// slower than NCCL at the verify shape (graph mode when measured, else
+// eager).
+func preflightFinding(rep *allreduce.Report) (finding string, broken bool) {
 	if rep.Failed() {
 		for _, f := range rep.Findings {
 			if strings.HasPrefix(f, "WRONG") || strings.HasPrefix(f, "HANG") || strings.HasPrefix(f, "ERROR") {
-				return f
+				return f, true
 			}
 		}
-		return "the allreduce benchmark failed: " + rep.Run.Exit
+		return "the allreduce benchmark failed: " + rep.Run.Exit, true
 	}
 	for _, mode := range []string{"graph", "eager"} {
 		best, nccl, ok := rep.BestCustom(mode)
@@ -810,11 +819,11 @@ func preflightFinding(rep *allreduce.Report) string {
 			continue
 		}
 		if best.PerCallUS > nccl {
-			return fmt.Sprintf("the fastest custom allreduce (%s/%s, %s) takes %.1f us at the verify shape, NCCL %.1f us", best.Impl, best.Branch, mode, best.PerCallUS, nccl)
+			return fmt.Sprintf("the fastest custom allreduce (%s/%s, %s) takes %.1f us at the verify shape, NCCL %.1f us", best.Impl, best.Branch, mode, best.PerCallUS, nccl), false
 		}
-		return ""
+		return "", false
 	}
-	return ""
+	return "", false
 }
 
 // analyze computes metrics, summaries per level, comparisons, agreement,

@@ -155,6 +155,23 @@ func TestPreflightStops(t *testing.T) {
 	if err != nil || len(res.Arms) != 1 || len(res.Findings) != 1 {
 		t.Errorf("forced: %v %+v", err, res)
 	}
+	// A wrong sum, a hang or a failed run is never forced past: a fast
+	// number from a broken allreduce is no result.
+	for _, bad := range []allreduce.Result{
+		{Impl: allreduce.CustomAuto, Branch: "pcie", Bytes: 40960, Mode: "graph", OK: false, MedianUS: 5, Wrong: &allreduce.Wrong{Rank: 1, Got: "3.0", Want: "2.0", Mismatches: 7, Of: 20480}},
+		{Impl: allreduce.CustomAuto, Branch: "pcie", Bytes: 40960, Mode: "graph", Error: "hang"},
+		{Impl: allreduce.CustomAuto, Branch: "pcie", Bytes: 40960, Mode: "graph", Error: "CUDA error: an illegal memory access"},
+	} {
+		o.Preflight = func(ctx context.Context) (*allreduce.Report, error) {
+			run := &allreduce.Run{Exit: "ok", Results: []allreduce.Result{
+				{Impl: allreduce.NCCL, Branch: "-", Bytes: 40960, Mode: "graph", OK: true, MedianUS: 25}, bad}}
+			return allreduce.NewReport(allreduce.Options{}, allreduce.Verify{Count: 122, Bytes: 40960}, run, "test"), nil
+		}
+		res, err = Run(context.Background(), o)
+		if !errors.As(err, &pe) || !pe.Broken || !strings.Contains(err.Error(), "--force does not run past a broken allreduce") || len(res.Arms) != 0 || len(res.Findings) != 1 {
+			t.Errorf("forced past a broken allreduce (%+v): err = %v, %d arms", bad, err, len(res.Arms))
+		}
+	}
 }
 
 func TestLaunchedServerDies(t *testing.T) {
