@@ -35,10 +35,12 @@ if [ -n "$probe" ]; then
     echo '{"event": "threshold_probe", "variable": "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES", "value": "16K", "refused": true, "error": "ValueError: SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES='"'"'16K'"'"': expected a whole number of bytes"}' >> "$out"
   fi
 fi
-for impl in $(echo "$impls" | tr , ' '); do
+# The lists are comma-separated: split them by the shell, with no process.
+IFS=,
+for impl in $impls; do
   bs=$branches; [ "$impl" = nccl ] && bs=-
-  for b in $(echo "$bs" | tr , ' '); do
-    for s in $(echo "$sizes" | tr , ' '); do
+  for b in $bs; do
+    for s in $sizes; do
       alg=$impl
       if [ "$impl" = custom-auto ]; then
         lim=${SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES-}
@@ -53,7 +55,7 @@ for impl in $(echo "$impls" | tr , ' '); do
         custom-1stage) if [ "$s" -le 16384 ]; then us=5; else us=50; fi ;;
         custom-2stage) us=12 ;;
       esac
-      for m in $(echo "$modes" | tr , ' '); do
+      for m in $modes; do
         if [ "$alg" = "$FAKE_AR_WRONG_ALGO" ]; then
           r='"ok": false, "wrong": {"rank": 0, "index": 0, "got": "nan", "want": "2.0", "mismatches": 8, "of": 8}'
         elif [ "$over" = true ]; then
