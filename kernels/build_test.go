@@ -309,7 +309,7 @@ func errString(err error) string {
 }
 
 func TestOfflineAndDepsDir(t *testing.T) {
-	e := newEnv(t)
+	e := newEnvOwn(t, oldLayout) // commits to its upstream
 	o := e.opts()
 	o.Offline = true
 	_, err := PlanBuild(context.Background(), o)

@@ -5,11 +5,18 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"errors"
+	"fmt"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
+
+	"github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/cudaarch"
@@ -169,33 +176,120 @@ func fakeBin(t testing.TB) string {
 
 func newEnv(t testing.TB) *env { return newEnvIn(t, oldLayout) }
 
-// newEnvIn is newEnv with the sgl-kernel project where l keeps it.
-func newEnvIn(t testing.TB, l layout) *env { return newEnvWith(t, l, false) }
+// newEnvIn is newEnv with the sgl-kernel project where l keeps it. Its
+// upstream is l's shared one (sharedUpstream): the test clones from it and
+// must not commit to it; newEnvOwn gives a test an upstream of its own.
+func newEnvIn(t testing.TB, l layout) *env {
+	t.Helper()
+	up, commit := sharedUpstream(t, l)
+	return newEnvFrom(t, l, up, commit)
+}
 
-// newEnvWith is newEnvIn; sized adds testrepo.WriteSized's SGLang-shaped
+// newEnvOwn is newEnvIn with an upstream of the test's own, which it may
+// commit to.
+func newEnvOwn(t testing.TB, l layout) *env { return newEnvWith(t, l, false) }
+
+// newEnvWith is newEnvOwn; sized adds testrepo.WriteSized's SGLang-shaped
 // tree (4,303 files, 47 MB) and packs the objects, as a real clone holds
 // them.
 func newEnvWith(t testing.TB, l layout, sized bool) *env {
 	t.Helper()
-	tmp := t.TempDir()
-	up := filepath.Join(tmp, "up")
-	if err := testrepo.WriteFiles(up, kernelFiles(t, l)); err != nil {
+	up := filepath.Join(t.TempDir(), "up")
+	commit, err := makeUpstream(t, up, l, sized)
+	if err != nil {
 		t.Fatal(err)
+	}
+	return newEnvFrom(t, l, up, commit)
+}
+
+// makeUpstream writes l's fixture tree at up and commits it (with
+// WriteSized's tree and packed when sized).
+func makeUpstream(t testing.TB, up string, l layout, sized bool) (string, error) {
+	if err := testrepo.WriteFiles(up, kernelFiles(t, l)); err != nil {
+		return "", err
 	}
 	if sized {
 		if _, err := testrepo.WriteSized(filepath.Join(up, "python")); err != nil {
-			t.Fatal(err)
+			return "", err
 		}
 	}
 	commit, err := testrepo.Init(up)
 	if err != nil {
-		t.Fatal(err)
+		return "", err
 	}
 	if sized {
-		if err := testrepo.Pack(up); err != nil {
+		return commit, testrepo.Pack(up)
+	}
+	return commit, nil
+}
+
+// upstreams holds each layout's fixture upstream, made by the first test
+// that asks and shared read-only by the rest (each clones its own
+// checkout from it), in a directory TestMain removes. Its objects are
+// packed, as a real mirror's are, so a clone links two object files
+// instead of making a directory per loose object. One per test (about 20)
+// wrote about 1,400 files and directories of the package's 5,500.
+var upstreams struct {
+	sync.Mutex
+	dir string
+	m   map[layout][2]string // up, commit
+}
+
+// sharedUpstream returns l's shared upstream repository and its commit.
+func sharedUpstream(t testing.TB, l layout) (up, commit string) {
+	t.Helper()
+	upstreams.Lock()
+	defer upstreams.Unlock()
+	if u, ok := upstreams.m[l]; ok {
+		return u[0], u[1]
+	}
+	if upstreams.dir == "" {
+		d, err := os.MkdirTemp("", "arpatch-kernels-upstreams-")
+		if err != nil {
 			t.Fatal(err)
 		}
+		upstreams.dir, upstreams.m = d, map[layout][2]string{}
 	}
+	up = filepath.Join(upstreams.dir, strconv.Itoa(len(upstreams.m)), "up")
+	commit, err := makeUpstream(t, up, l, false)
+	if err == nil {
+		err = testrepo.Pack(up)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	upstreams.m[l] = [2]string{up, commit}
+	return up, commit
+}
+
+// removeUpstreams removes the shared upstreams (TestMain, after the
+// tests). It fails if a test committed to one: the tests after it would
+// have cloned another tree than they asked for.
+func removeUpstreams() error {
+	if upstreams.dir == "" {
+		return nil
+	}
+	var moved error
+	for l, u := range upstreams.m {
+		r, err := git.PlainOpen(u[0])
+		if err == nil {
+			var h *plumbing.Reference
+			if h, err = r.Head(); err == nil && h.Hash().String() != u[1] {
+				err = fmt.Errorf("HEAD is %s, not the fixture commit %s: a test committed to it (use newEnvOwn)", h.Hash(), u[1])
+			}
+		}
+		if err != nil {
+			moved = fmt.Errorf("the shared upstream of layout %s: %w", l.name, err)
+		}
+	}
+	return errors.Join(moved, os.RemoveAll(upstreams.dir))
+}
+
+// newEnvFrom is the fixture with upstream up at commit: a checkout of it
+// in the test's directory, applied with no series, and fake tools.
+func newEnvFrom(t testing.TB, l layout, up, commit string) *env {
+	t.Helper()
+	tmp := t.TempDir()
 	e := &env{kdir: l.dir, up: up, commit: commit, src: filepath.Join(tmp, "src"), cache: Cache{Dir: filepath.Join(tmp, "cache")}, fake: fakeBin(t)}
 	e.env = []string{"PATH=" + e.fake + ":/usr/bin:/bin", "HOME=" + tmp, BuildRootEnv + "=" + filepath.Join(tmp, "broot")}
 	e.apply(t, e.src, "", nil)

@@ -41,7 +41,7 @@ func TestPlanFindsTheProject(t *testing.T) {
 	}
 	// A tree with both (a fork that copied instead of moving): refused,
 	// naming both, before anything is probed or built.
-	two := newEnvIn(t, aotLayout)
+	two := newEnvOwn(t, aotLayout) // commits to its upstream
 	c2, err := testrepo.Change(two.up, "copy", kernelFiles(t, oldLayout))
 	if err != nil {
 		t.Fatal(err)
