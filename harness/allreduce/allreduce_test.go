@@ -200,6 +200,7 @@ func TestExecuteHangAndDeath(t *testing.T) {
 	hang := `{"event": "start", "impl": "nccl", "branch": "-", "bytes": 4096, "mode": "graph"}` + "\n"
 
 	t.Run("hang", func(t *testing.T) {
+		t.Parallel() // waits out a real timeout; overlaps the other wait
 		py := fakeTorchrun(t, env+ok+hang, "sleep 60")
 		start := time.Now()
 		run, err := Execute(context.Background(), Options{Python: py, WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Timeout: 2 * time.Second})
@@ -217,6 +218,7 @@ func TestExecuteHangAndDeath(t *testing.T) {
 		}
 	})
 	t.Run("interrupted", func(t *testing.T) {
+		t.Parallel() // waits out a real timeout; overlaps the other wait
 		// The caller's context ends first (Ctrl-C, or a deadline of its
 		// own): the run says "interrupted", not "timeout", and keeps what
 		// was read.

@@ -89,6 +89,7 @@ func testRunVerdicts(t *testing.T) {
 // request fails is a server that does not serve: an infrastructure error,
 // never a (zero) speed.
 func TestRunCountsFailures(t *testing.T) {
+	t.Parallel() // real sockets and clock, but no timing asserted: waits overlap
 	_, b := serve(t, sglangtest.Config{TokPerSec: 2000, HTTP500Every: 3})
 	_, ok := serve(t, sglangtest.Config{TokPerSec: 2000})
 	res, err := Run(context.Background(), Options{

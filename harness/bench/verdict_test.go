@@ -30,6 +30,7 @@ func warnings(a *ArmResult) string { return strings.Join(a.Warnings, "\n") }
 // ("only 0 of 0 outputs ... computes something else" misled): the
 // message names the baseline's failure.
 func TestBaselineThatCannotBeCompared(t *testing.T) {
+	t.Parallel() // real sockets and clock, but no timing asserted: waits overlap
 	_, other := serve(t, sglangtest.Config{TokPerSec: 3000, Variant: "other", TTFT: time.Millisecond})
 	for name, cfg := range map[string]sglangtest.Config{
 		"aborted": {TokPerSec: 3000, AbortEvery: 1, TTFT: time.Millisecond},
@@ -71,6 +72,7 @@ func TestBaselineThatCannotBeCompared(t *testing.T) {
 // An arm whose requests end with finish_reason abort in the stream fails
 // them: INVALID, with the first abort's message, not "no change".
 func TestAbortsAreFailures(t *testing.T) {
+	t.Parallel() // real sockets and clock, but no timing asserted: waits overlap
 	_, b := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond})
 	_, ab := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, AbortEvery: 2})
 	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: ab}},
@@ -96,6 +98,7 @@ func TestAbortsAreFailures(t *testing.T) {
 // The same outputs streamed as text deltas (--incremental-streaming-
 // output, read from /server_info) and in other chunks agree in full.
 func TestIncrementalStreamingAgrees(t *testing.T) {
+	t.Parallel() // real sockets and clock, but no timing asserted: waits overlap
 	_, b := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, TokensPerChunk: 1})
 	_, inc := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, TokensPerChunk: 3, Incremental: true})
 	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: inc}},
@@ -239,6 +242,7 @@ func TestNaNThresholdRefused(t *testing.T) {
 // server's chunks are its accept lengths); one different from token 21
 // is INVALID at every chunking.
 func TestAgreementIndependentOfChunking(t *testing.T) {
+	t.Parallel() // real sockets and clock, but no timing asserted: waits overlap
 	for _, cb := range []int{1, 3} {
 		_, b := serve(t, sglangtest.Config{TokPerSec: 20000, TTFT: time.Millisecond, TokensPerChunk: cb})
 		arms := []Arm{{Name: "baseline", URL: b}}
@@ -331,6 +335,7 @@ func TestAttachedArmEnvWarned(t *testing.T) {
 // default 32. It is an option of the run, not a process-wide setting, so
 // two runs in one process use their own.
 func TestAgreeTokensOption(t *testing.T) {
+	t.Parallel() // real sockets and clock, but no timing asserted: waits overlap
 	_, b := serve(t, sglangtest.Config{TokPerSec: 20000, TTFT: time.Millisecond, TokensPerChunk: 3})
 	_, early := serve(t, sglangtest.Config{TokPerSec: 20000, TTFT: time.Millisecond, TokensPerChunk: 2, Variant: "early", DivergeAt: 20})
 	for agree, invalid := range map[int]bool{16: false, 0: true, sglang.DefaultAgreeTokens: true} {

@@ -45,6 +45,7 @@ func run(t *testing.T) (*bench.Result, Settings) {
 }
 
 func TestTableAndMarkdown(t *testing.T) {
+	t.Parallel() // real sockets and clock, but no timing asserted: waits overlap
 	res, s := run(t)
 	var b bytes.Buffer
 	WriteTable(&b, res, s)
@@ -101,6 +102,7 @@ func cell(t *testing.T, table, arm, title string) string {
 // TestBenchfmtReadsBack parses the Go benchmark lines with benchfmt, as
 // benchstat does.
 func TestBenchfmtReadsBack(t *testing.T) {
+	t.Parallel() // real sockets and clock, but no timing asserted: waits overlap
 	res, s := run(t)
 	var b bytes.Buffer
 	if err := WriteBenchfmt(&b, res, s); err != nil {
@@ -145,6 +147,7 @@ func TestBenchfmtReadsBack(t *testing.T) {
 }
 
 func TestJSONDocument(t *testing.T) {
+	t.Parallel() // real sockets and clock, but no timing asserted: waits overlap
 	res, s := run(t)
 	var b bytes.Buffer
 	if err := NewDocument(res, s, "test").WriteJSON(&b); err != nil {

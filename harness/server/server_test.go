@@ -137,6 +137,7 @@ func TestEarlyExitShowsLog(t *testing.T) {
 }
 
 func TestNotReadyInTime(t *testing.T) {
+	t.Parallel() // waits out a timeout or a grace period; overlaps the other wait
 	sp := spec(t, "-start-delay", "1h")
 	sp.ReadyTimeout = 500 * time.Millisecond
 	_, err := Start(context.Background(), sp)
@@ -148,6 +149,7 @@ func TestNotReadyInTime(t *testing.T) {
 // TestNothingLeftBehind: a server that ignores SIGTERM and has a child is
 // killed with its whole process group, on Stop and on cancellation.
 func TestNothingLeftBehind(t *testing.T) {
+	t.Parallel() // waits out a timeout or a grace period; overlaps the other wait
 	for _, cancel := range []bool{false, true} {
 		pidFile := filepath.Join(t.TempDir(), "pids")
 		sp := spec(t, "-ignore-term", "-child", pidFile)
