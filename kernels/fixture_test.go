@@ -5,18 +5,11 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"errors"
-	"fmt"
 	"os"
 	"path/filepath"
-	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
-
-	"github.com/go-git/go-git/v5"
-	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/cudaarch"
@@ -225,64 +218,26 @@ func makeUpstream(t testing.TB, up string, l layout, sized bool) (string, error)
 
 // upstreams holds each layout's fixture upstream, made by the first test
 // that asks and shared read-only by the rest (each clones its own
-// checkout from it), in a directory TestMain removes. Its objects are
-// packed, as a real mirror's are, so a clone links two object files
-// instead of making a directory per loose object. One per test (about 20)
-// wrote about 1,400 files and directories of the package's 5,500.
-var upstreams struct {
-	sync.Mutex
-	dir string
-	m   map[layout][2]string // up, commit
-}
+// checkout from it); TestMain closes it. Its objects are packed, as a
+// real mirror's are, so a clone links two object files instead of making
+// a directory per loose object. One per test (about 20) wrote about 1,400
+// files and directories of the package's 5,500.
+var upstreams testrepo.Shared
 
 // sharedUpstream returns l's shared upstream repository and its commit.
 func sharedUpstream(t testing.TB, l layout) (up, commit string) {
 	t.Helper()
-	upstreams.Lock()
-	defer upstreams.Unlock()
-	if u, ok := upstreams.m[l]; ok {
-		return u[0], u[1]
-	}
-	if upstreams.dir == "" {
-		d, err := os.MkdirTemp("", "arpatch-kernels-upstreams-")
+	up, commit, err := upstreams.Get(l.name+" "+digest.SHA256Hex([]byte(l.dir + "\n" + l.cmake + "\n" + l.more))[:12], func(dir string) (string, error) {
+		c, err := makeUpstream(t, dir, l, false)
 		if err != nil {
-			t.Fatal(err)
+			return "", err
 		}
-		upstreams.dir, upstreams.m = d, map[layout][2]string{}
-	}
-	up = filepath.Join(upstreams.dir, strconv.Itoa(len(upstreams.m)), "up")
-	commit, err := makeUpstream(t, up, l, false)
-	if err == nil {
-		err = testrepo.Pack(up)
-	}
+		return c, testrepo.Pack(dir)
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	upstreams.m[l] = [2]string{up, commit}
 	return up, commit
-}
-
-// removeUpstreams removes the shared upstreams (TestMain, after the
-// tests). It fails if a test committed to one: the tests after it would
-// have cloned another tree than they asked for.
-func removeUpstreams() error {
-	if upstreams.dir == "" {
-		return nil
-	}
-	var moved error
-	for l, u := range upstreams.m {
-		r, err := git.PlainOpen(u[0])
-		if err == nil {
-			var h *plumbing.Reference
-			if h, err = r.Head(); err == nil && h.Hash().String() != u[1] {
-				err = fmt.Errorf("HEAD is %s, not the fixture commit %s: a test committed to it (use newEnvOwn)", h.Hash(), u[1])
-			}
-		}
-		if err != nil {
-			moved = fmt.Errorf("the shared upstream of layout %s: %w", l.name, err)
-		}
-	}
-	return errors.Join(moved, os.RemoveAll(upstreams.dir))
 }
 
 // newEnvFrom is the fixture with upstream up at commit: a checkout of it

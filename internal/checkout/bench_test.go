@@ -19,7 +19,7 @@ import (
 //	go test -run XXX -bench . -benchtime 10x ./internal/checkout
 func bigFixture(b *testing.B) *fixtureEnv {
 	b.Helper()
-	f := newFixture(b)
+	f := newFixtureOwn(b) // grows its upstream
 	if _, err := testrepo.WriteSized(f.up); err != nil {
 		b.Fatal(err)
 	}

@@ -5,6 +5,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -80,20 +81,48 @@ type fixtureEnv struct {
 	cat              *patches.Catalog
 }
 
+// upstream is the fixture upstream most tests share read-only (they clone
+// from it and compare it before and after); TestMain closes it.
+var upstream testrepo.Shared
+
+// newFixture is a fixture whose upstream is the shared one: the test must
+// not commit to it (newFixtureOwn).
 func newFixture(t testing.TB) *fixtureEnv {
 	t.Helper()
-	tmp := t.TempDir()
-	up := filepath.Join(tmp, "up")
-	if err := testrepo.WriteFiles(up, upstreamFiles); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(filepath.Join(up, "tools/launch.sh"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	commit, err := testrepo.Init(up)
+	up, commit, err := upstream.Get("upstreamFiles", makeUpstream)
 	if err != nil {
 		t.Fatal(err)
 	}
+	return fixtureAt(t, up, commit)
+}
+
+// newFixtureOwn is newFixture with an upstream of the test's own.
+func newFixtureOwn(t testing.TB) *fixtureEnv {
+	t.Helper()
+	up := filepath.Join(t.TempDir(), "up")
+	commit, err := makeUpstream(up)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fixtureAt(t, up, commit)
+}
+
+// makeUpstream writes upstreamFiles at up and commits them.
+func makeUpstream(up string) (string, error) {
+	if err := testrepo.WriteFiles(up, upstreamFiles); err != nil {
+		return "", err
+	}
+	if err := os.Chmod(filepath.Join(up, "tools/launch.sh"), 0o755); err != nil {
+		return "", err
+	}
+	return testrepo.Init(up)
+}
+
+// fixtureAt is the fixture series (tested on commit) and recipe in the
+// test's directory, with upstream up.
+func fixtureAt(t testing.TB, up, commit string) *fixtureEnv {
+	t.Helper()
+	tmp := t.TempDir()
 	series := filepath.Join(tmp, "series", "fx")
 	sum := sha256.Sum256([]byte(fixturePatch))
 	toml := `name = "fx"
@@ -302,3 +331,14 @@ func TestStatusReportsDriftAndOtherChanges(t *testing.T) {
 }
 
 func loadDir(dir string) (*patches.Catalog, error) { return patches.LoadDir(dir) }
+
+func TestMain(m *testing.M) {
+	code := m.Run()
+	if err := upstream.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	os.Exit(code)
+}

@@ -369,7 +369,7 @@ func TestStaleCloneTempIsRemoved(t *testing.T) {
 // HEAD as git does. The worktree is laid out by hand, as `git worktree add
 // --detach` makes it (go-git cannot make one, and CI may have no git).
 func TestRepoLinkedWorktreeHead(t *testing.T) {
-	f := newFixture(t)
+	f := newFixtureOwn(t) // commits to its upstream and adds a worktree
 	if err := testrepo.WriteFiles(f.up, map[string]string{"python/sglang/srt/distributed/parallel_state.py": "moved on\n"}); err != nil {
 		t.Fatal(err)
 	}
