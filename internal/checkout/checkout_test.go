@@ -5,7 +5,6 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
@@ -333,12 +332,5 @@ func TestStatusReportsDriftAndOtherChanges(t *testing.T) {
 func loadDir(dir string) (*patches.Catalog, error) { return patches.LoadDir(dir) }
 
 func TestMain(m *testing.M) {
-	code := m.Run()
-	if err := upstream.Close(); err != nil {
-		fmt.Fprintln(os.Stderr, err)
-		if code == 0 {
-			code = 1
-		}
-	}
-	os.Exit(code)
+	os.Exit(upstream.Run(m))
 }

@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"sync"
+	"testing"
 
 	git "github.com/go-git/go-git/v5"
 )
@@ -16,8 +17,8 @@ import (
 // before and after, but never commit to them. Making a small fixture
 // repository writes about 50 files and directories (a directory and a file
 // per loose object); on a file system that pays for every recently
-// deleted inode at each creation, one per test adds up. Call Close from
-// TestMain after the tests. The zero value is ready to use.
+// deleted inode at each creation, one per test adds up. TestMain calls Run
+// (or Close after the tests). The zero value is ready to use.
 type Shared struct {
 	mu    sync.Mutex
 	dir   string
@@ -77,4 +78,18 @@ func (s *Shared) Close() error {
 	errs = append(errs, os.RemoveAll(s.dir))
 	s.dir, s.repos = "", nil
 	return errors.Join(errs...)
+}
+
+// Run is for TestMain: it runs the tests, then Close. It returns m.Run's
+// exit code, or 1 where the tests passed and Close fails (its error goes
+// to stderr).
+func (s *Shared) Run(m *testing.M) int {
+	code := m.Run()
+	if err := s.Close(); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		if code == 0 {
+			code = 1
+		}
+	}
+	return code
 }
