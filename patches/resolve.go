@@ -63,6 +63,20 @@ func (e *AmbiguousError) Error() string {
 	return fmt.Sprintf("series %s all apply to commit %s and none was tested on it; pick one with --series", strings.Join(e.Fits, " and "), githash.Hash(e.Commit).Short())
 }
 
+// CheckForce returns an error when force (--series) names neither a
+// series nor a family of the catalog, or names a series that did not load
+// (its loading error): what Resolve refuses before it reads any tree, so
+// that a caller can refuse it before it clones one.
+func (c *Catalog) CheckForce(force string) error {
+	if k := c.skipped(force); k != nil && len(c.Members(force)) == 0 {
+		return k.Err // never applied: say why it did not load
+	}
+	if _, err := c.Get(force); err != nil && len(c.Members(force)) == 0 {
+		return fmt.Errorf("--series %q names no series or family; known series: %s", force, c.names())
+	}
+	return nil
+}
+
 // Resolve picks the series for a tree at commit. want is the recipe's
 // `series` (a family such as "pcie", or one series' name); force is
 // --series. Without force, a series whose tested_on lists the commit wins;
@@ -72,8 +86,8 @@ func (e *AmbiguousError) Error() string {
 // several do, or the loading errors of Series.Load.
 func (c *Catalog) Resolve(want, force, commit string, tree Tree, skip []string) (*Choice, error) {
 	if force != "" {
-		if k := c.skipped(force); k != nil && len(c.Members(force)) == 0 {
-			return nil, k.Err // never applied: say why it did not load
+		if err := c.CheckForce(force); err != nil {
+			return nil, err
 		}
 		if s, err := c.Get(force); err == nil {
 			ps, err := s.Load(skip)
@@ -81,9 +95,6 @@ func (c *Catalog) Resolve(want, force, commit string, tree Tree, skip []string) 
 				return nil, err
 			}
 			return &Choice{Series: s, Patches: ps, Reason: "forced by --series"}, nil
-		}
-		if len(c.Members(force)) == 0 {
-			return nil, fmt.Errorf("--series %q names no series or family; known series: %s", force, c.names())
 		}
 		want = force // a family: choose within it by commit
 	}

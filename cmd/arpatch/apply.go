@@ -80,6 +80,12 @@ func applyOpts(f applyFlags) (applyOptions, error) {
 	if err != nil {
 		return applyOptions{}, err
 	}
+	if f.Series != "" {
+		// Before anything is cloned: a misspelt series creates nothing.
+		if err := cat.CheckForce(f.Series); err != nil {
+			return applyOptions{}, usageError{err}
+		}
+	}
 	return applyOptions{
 		Apply: checkout.ApplyOptions{
 			Recipe: r, Catalog: cat,

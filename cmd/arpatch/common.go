@@ -96,6 +96,18 @@ func catalog(dir string) (*patches.Catalog, error) {
 	return cat, nil
 }
 
+// seriesFlag returns the series a --series flag of patches check or port
+// names, or a usage error (exit 2) when the catalog lacks it, before
+// anything runs. (apply's --series may also name a family:
+// patches.Catalog.CheckForce.)
+func seriesFlag(cat *patches.Catalog, name string) (*patches.Series, error) {
+	s, err := cat.Get(name)
+	if err != nil {
+		return nil, usagef("--series: %w", err)
+	}
+	return s, nil
+}
+
 // notePassedOver says which series of --patches-dir were passed over: a
 // draft that is not sealed yet must not block the other series beside it.
 func notePassedOver(w io.Writer, cat *patches.Catalog) {

@@ -126,8 +126,8 @@ func patchesCheckOpts(f patchesCheckFlags) (patchesCheckOptions, error) {
 		return patchesCheckOptions{}, err
 	}
 	for _, n := range f.Series {
-		if _, err := cat.Get(n); err != nil {
-			return patchesCheckOptions{}, usagef("--series: %w", err)
+		if _, err := seriesFlag(cat, n); err != nil {
+			return patchesCheckOptions{}, err
 		}
 	}
 	return patchesCheckOptions{Repo: expandHome(f.Repo), RepoArg: f.Repo, Commits: f.Commits, Catalog: cat, Series: f.Series, Strict: f.Strict, JSON: f.JSON}, nil

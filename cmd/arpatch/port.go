@@ -95,9 +95,9 @@ func portOpts(f portFlags) (portOptions, error) {
 	if err != nil {
 		return portOptions{}, err
 	}
-	s, err := cat.Get(f.Series)
+	s, err := seriesFlag(cat, f.Series)
 	if err != nil {
-		return portOptions{}, usagef("--series: %w", err)
+		return portOptions{}, err
 	}
 	moves := map[string]string{}
 	for _, m := range f.Moves {
