@@ -112,10 +112,13 @@ func fitWords(f patches.Fit) string {
 	return "not applied"
 }
 
-// CommitMismatchError is a checkout at another commit than the one asked for.
+// CommitMismatchError is a checkout at another commit than the one asked
+// for. Missing: the checkout does not hold the commit asked for, so it
+// must be fetched before it can be checked out.
 type CommitMismatchError struct {
 	Src, Head, Want string
 	FromFlag        bool
+	Missing         bool
 }
 
 func (e *CommitMismatchError) Error() string {
@@ -124,6 +127,13 @@ func (e *CommitMismatchError) Error() string {
 	if e.FromFlag {
 		src = "--commit asks for"
 		fix = fmt.Sprintf("Check it out first (git -C %s checkout --detach %s)", e.Src, e.Want)
+	}
+	if e.Missing {
+		fix = fmt.Sprintf("%s does not hold commit %s: fetch it (`%s`), check it out (`%s`), then run apply again. If the fetch does not bring it, origin has no such commit: check the hash",
+			e.Src, e.Want, sh("git", "-C", e.Src, "fetch", "origin"), sh("git", "-C", e.Src, "checkout", "--detach", e.Want))
+		if !e.FromFlag {
+			fix += fmt.Sprintf(", or, to patch this commit, pass --commit %s", e.Head)
+		}
 	}
 	return fmt.Sprintf("%s is at commit %s, but %s %s; nothing was changed. %s", e.Src, e.Head, src, e.Want, fix)
 }
@@ -196,7 +206,7 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 	}
 	rep.Commit = head
 	if head != want {
-		return nil, &CommitMismatchError{Src: opts.Src, Head: head, Want: want, FromFlag: opts.Commit != ""}
+		return nil, &CommitMismatchError{Src: opts.Src, Head: head, Want: want, FromFlag: opts.Commit != "", Missing: !repo.HasCommit(want)}
 	}
 	gitDir := repo.GitDir()
 	if !opts.DryRun {

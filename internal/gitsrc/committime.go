@@ -18,3 +18,10 @@ func (r *Repo) CommitTime(commit string) (time.Time, error) {
 	}
 	return c.Committer.When.UTC(), nil
 }
+
+// HasCommit reports whether the repository holds commit (40 hex) as a
+// commit object.
+func (r *Repo) HasCommit(commit string) bool {
+	_, err := r.r.CommitObject(plumbing.NewHash(commit))
+	return err == nil
+}
