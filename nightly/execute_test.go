@@ -5,6 +5,7 @@ import (
 	"context"
 	"database/sql"
 	"encoding/xml"
+	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -194,5 +195,26 @@ func testHistoryReadFails(t *testing.T) {
 	runs, err := store.Runs(1)
 	if err != nil || len(runs) != 1 || runs[0].ID != 2 || runs[0].Status != history.Failed || !strings.Contains(runs[0].Verdict, want) {
 		t.Errorf("stored run: %v %+v", err, runs)
+	}
+}
+
+// A history that fails twice in a run (a read while judging, then the
+// write) is one failed "history" test case, not two: the first failure
+// leads, the follow-on is in its text.
+func TestHistoryFailsTwiceOneCase(t *testing.T) {
+	n := &night{rep: &Report{}}
+	n.historyFailed(errors.New("history h.db: recording run 1: database or disk is full"))
+	n.historyFailed(errors.New("history h.db: reading the reference window of pcie tok_s: bad value"))
+	var b bytes.Buffer
+	if err := JUnit(&b, n.rep); err != nil {
+		t.Fatal(err)
+	}
+	x := b.String()
+	if got := strings.Count(x, `<testcase classname="arpatch.infra" name="history">`); got != 1 {
+		t.Errorf("%d history test cases, want 1:\n%s", got, x)
+	}
+	if !strings.Contains(x, `<failure message="history h.db: recording run 1: database or disk is full">`) || !strings.Contains(x, "reading the reference window of pcie tok_s") ||
+		!strings.Contains(x, `tests="1" failures="1"`) {
+		t.Errorf("junit:\n%s", x)
 	}
 }

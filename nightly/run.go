@@ -274,8 +274,32 @@ type night struct {
 	out   history.Outcome
 }
 
-// add appends a step's checks to the report.
-func (r *Report) add(cs []history.Check) { r.Checks = append(r.Checks, cs...) }
+// add appends a step's checks to the report. A check of a kind and name
+// the report already holds goes into that check, so that each is one CI
+// test case: a failure beats a skip and a skip a pass, and the details
+// follow one another (the first failure's detail first).
+func (r *Report) add(cs []history.Check) {
+	for _, c := range cs {
+		i := slices.IndexFunc(r.Checks, func(o history.Check) bool { return o.Kind == c.Kind && o.Name == c.Name })
+		if i < 0 {
+			r.Checks = append(r.Checks, c)
+			continue
+		}
+		o := &r.Checks[i]
+		if statusRank(c.Status) > statusRank(o.Status) {
+			if o.Status != history.CheckFail && c.Status == history.CheckFail {
+				o.Detail, c.Detail = c.Detail, o.Detail // the failure leads
+			}
+			o.Status = c.Status
+		}
+		o.Detail = strings.TrimSpace(o.Detail + "\n" + c.Detail)
+	}
+}
+
+// statusRank orders check statuses for merging: pass < skip < fail.
+func statusRank(s history.CheckStatus) int {
+	return slices.Index([]history.CheckStatus{history.CheckPass, history.CheckSkip, history.CheckFail}, s)
+}
 
 // historyFailed makes a failed read or write of the history an
 // infrastructure failure of the run (exit 4), with a failed "history"
