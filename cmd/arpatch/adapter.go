@@ -10,7 +10,11 @@ package main
 // streams to the work. Only this file reads flags and arguments from a
 // *cli.Context; urfave's quirks live here, each tested in adapter_test.go
 // with urfave's own errors:
-//   - flags after positional arguments (interspersed);
+//   - flags after positional arguments (interspersed), and a value-taking
+//     flag last on the line with no value, which urfave would give the
+//     positional argument before it;
+//   - an unknown command, which urfave reports as "No help topic"
+//     (unknownCommand);
 //   - flag errors that urfave returns as plain errors (isFlagError);
 //   - its exit codes mapped onto arpatch's (exitCode);
 //   - values read by flag name (bindFlags).
@@ -254,10 +258,12 @@ func tildeWithoutHome(c *cli.Context) error {
 // means what "arpatch history show --db h.db 3" means: urfave/cli v2 stops
 // parsing flags at the first positional argument and would otherwise take
 // "--db" and "h.db" as two more arguments. Tokens after "--" stay
-// positional.
-func interspersed(app *cli.App, args []string) []string {
+// positional. A value-taking flag last on the line, with no value, is a
+// usage error naming it ("--db needs a value"): moved in front of the
+// arguments it would take one of them as its value.
+func interspersed(app *cli.App, args []string) ([]string, error) {
 	if len(args) < 2 {
-		return args
+		return args, nil
 	}
 	out := []string{args[0]}
 	i := 1
@@ -266,7 +272,7 @@ func interspersed(app *cli.App, args []string) []string {
 		out = append(out, args[i])
 		i++
 	}
-	cmds := app.Commands
+	cmds, path := app.Commands, "arpatch"
 	var leaf *cli.Command
 	for i < len(args) {
 		c := findCommand(cmds, args[i])
@@ -274,11 +280,11 @@ func interspersed(app *cli.App, args []string) []string {
 			break
 		}
 		out = append(out, args[i])
-		leaf, cmds = c, c.Subcommands
+		leaf, cmds, path = c, c.Subcommands, path+" "+c.Name
 		i++
 	}
 	if leaf == nil || leaf.SkipFlagParsing {
-		return append(out, args[i:]...)
+		return append(out, args[i:]...), nil
 	}
 	takesValue := map[string]bool{}
 	for _, f := range leaf.Flags {
@@ -303,12 +309,45 @@ func interspersed(app *cli.App, args []string) []string {
 		flags = append(flags, a)
 		// An unknown flag (--help included) moves too, alone: the parser
 		// then names it or shows the help.
-		if takesValue[name] && !hasValue && i+1 < len(args) {
+		if takesValue[name] && !hasValue {
+			if i+1 == len(args) {
+				return nil, usagef("--%s needs a value (%s --help)", name, path)
+			}
 			i++
 			flags = append(flags, args[i])
 		}
 	}
-	return append(append(out, flags...), pos...)
+	return append(append(out, flags...), pos...), nil
+}
+
+// unknownCommand turns urfave/cli's answer to an unknown command ("No help
+// topic for 'nosuch'") into a usage error that names it and lists the
+// commands of the group it was looked up in (the app's, or a command's
+// such as history's); any other err is returned as it is.
+func unknownCommand(app *cli.App, args []string, err error) error {
+	if err == nil {
+		return nil
+	}
+	_, rest, ok := strings.Cut(err.Error(), "No help topic for '")
+	if !ok {
+		return err
+	}
+	name := strings.TrimSuffix(rest, "'")
+	cmds, path := app.Commands, ""
+	for _, a := range args[min(1, len(args)):] {
+		c := findCommand(cmds, a)
+		if c == nil || c.Name == "help" || len(c.Subcommands) == 0 {
+			break
+		}
+		cmds, path = c.Subcommands, path+" "+c.Name
+	}
+	var names []string
+	for _, c := range cmds {
+		if !c.Hidden && c.Name != "help" {
+			names = append(names, c.Name)
+		}
+	}
+	return usagef("unknown command %q; the commands of arpatch%s are: %s (arpatch%s --help describes them)", strings.TrimSpace(path+" "+name), path, strings.Join(names, ", "), path)
 }
 
 func findCommand(cmds []*cli.Command, name string) *cli.Command {

@@ -45,7 +45,11 @@ func parsed[F any](t *testing.T, argv string) (F, error) {
 		bound = true
 		return bindFlags(c, &f)
 	}
-	err = app.RunContext(context.Background(), interspersed(app, words))
+	argv2, err := interspersed(app, words)
+	if err != nil {
+		return f, err
+	}
+	err = app.RunContext(context.Background(), argv2)
 	if err == nil && !bound {
 		t.Fatalf("%s: the command did not run", argv)
 	}
@@ -108,7 +112,9 @@ func TestExitCode(t *testing.T) {
 	}{
 		{"arpatch apply --no-such-flag", true, "flag provided but not defined: -no-such-flag"},
 		{"arpatch history show 3 --bogus", true, "flag provided but not defined: -bogus"},
-		{"arpatch apply --src", true, "flag needs an argument: -src"},
+		// urfave's "flag needs an argument" never comes: interspersed
+		// names the flag first.
+		{"arpatch apply --src", false, "--src needs a value (arpatch apply --help)"},
 		{"arpatch apply --dry-run=maybe", true, `invalid boolean value "maybe" for -dry-run`},
 		{"arpatch build --jobs 1.5", true, `invalid value "1.5" for flag -jobs`},
 		{"arpatch bench allreduce --timeout 5", true, `invalid value "5" for flag -timeout`},
@@ -127,7 +133,10 @@ func TestExitCode(t *testing.T) {
 	} {
 		words, _ := shell.Fields(c.argv, nil)
 		app := newApp(io.Discard, io.Discard)
-		err := app.RunContext(context.Background(), interspersed(app, words))
+		argv, err := interspersed(app, words)
+		if err == nil {
+			err = app.RunContext(context.Background(), argv)
+		}
 		if err == nil {
 			t.Errorf("%s: no error", c.argv)
 			continue
@@ -231,6 +240,7 @@ func TestInterspersed(t *testing.T) {
 		{"arpatch patches check --repo m --commit main --json", "arpatch patches check --repo m --commit main --json"},
 		// A bool flag takes no value: "x" stays positional.
 		{"arpatch revert --dry-run x", "arpatch revert --dry-run x"},
+		{"arpatch revert x --dry-run", "arpatch revert --dry-run x"},
 		// After "--" nothing moves.
 		{"arpatch history show -- 3 --db h.db", "arpatch history show -- 3 --db h.db"},
 		{"arpatch history show 3 --bogus", "arpatch history show --bogus 3"},
@@ -239,9 +249,78 @@ func TestInterspersed(t *testing.T) {
 		{"arpatch gencode-filter nvcc -O3 -c x.cu", "arpatch gencode-filter nvcc -O3 -c x.cu"},
 		{"arpatch nosuch 3 --db x", "arpatch nosuch 3 --db x"},
 	} {
-		got := strings.Join(interspersed(app, strings.Fields(c.in)), " ")
+		argv, err := interspersed(app, strings.Fields(c.in))
+		if err != nil {
+			t.Errorf("%s: %v", c.in, err)
+		}
+		got := strings.Join(argv, " ")
 		if !reflect.DeepEqual(got, c.want) {
 			t.Errorf("%s\n got %s\nwant %s", c.in, got, c.want)
+		}
+	}
+}
+
+// TestTrailingFlagNeedsValue: a value-taking flag last on the line, after
+// a positional argument, is refused by name with exit 2, through urfave's
+// real parsing; without the check it took the argument as its value.
+func TestTrailingFlagNeedsValue(t *testing.T) {
+	type showFlags struct {
+		DB   string `flag:"db"`
+		Args args
+	}
+	for _, r := range []refusal{
+		{"arpatch history show 1 --db", exitUsage, []string{"--db needs a value", "arpatch history show --help"}},
+		{"arpatch history show --db", exitUsage, []string{"--db needs a value"}},
+	} {
+		_, err := parsed[showFlags](t, r.argv)
+		checkRefusal(t, r, err)
+	}
+	// Given its value, the same flag after the argument binds.
+	f, err := parsed[showFlags](t, "arpatch history show 1 --db h.db")
+	if err != nil || f.DB != "h.db" || !reflect.DeepEqual(f.Args, args{"1"}) {
+		t.Errorf("history show 1 --db h.db: %+v, %v; want db h.db, args [1]", f, err)
+	}
+}
+
+// TestUnknownCommand: an unknown command or subcommand (urfave's "No help
+// topic") is a usage error that names it and lists the commands of its
+// group, each of which runs.
+func TestUnknownCommand(t *testing.T) {
+	for _, c := range []struct {
+		argv string
+		says []string
+		not  string
+	}{
+		{"arpatch nosuch", []string{`unknown command "nosuch"`, "commands of arpatch are: apply, status, revert,", "history", "arpatch --help"}, "list, show"},
+		{"arpatch help nosuch", []string{`unknown command "nosuch"`, "apply, status"}, ""},
+		{"arpatch history nosuch", []string{`unknown command "history nosuch"`, "commands of arpatch history are: ", "list", "show", "arpatch history --help"}, "apply"},
+	} {
+		var stdout, stderr bytes.Buffer
+		code := run(context.Background(), strings.Fields(c.argv), &stdout, &stderr)
+		if code != exitUsage {
+			t.Errorf("%s: exit %d, want %d", c.argv, code, exitUsage)
+		}
+		msg := stderr.String()
+		for _, s := range c.says {
+			if !strings.Contains(msg, s) {
+				t.Errorf("%s: %q does not say %q", c.argv, msg, s)
+			}
+		}
+		if c.not != "" && strings.Contains(msg, c.not) {
+			t.Errorf("%s: %q lists %q, another group's commands", c.argv, msg, c.not)
+		}
+		if strings.Contains(msg, "No help topic") || strings.Contains(msg, "fake-sglang") {
+			t.Errorf("%s: %q shows urfave's text or a hidden command", c.argv, msg)
+		}
+	}
+	// Every command it lists runs (its --help).
+	var stderr bytes.Buffer
+	run(context.Background(), []string{"arpatch", "nosuch"}, io.Discard, &stderr)
+	_, list, _ := strings.Cut(stderr.String(), "are: ")
+	list, _, _ = strings.Cut(list, " (")
+	for _, name := range strings.Split(list, ", ") {
+		if code := run(context.Background(), []string{"arpatch", name, "--help"}, io.Discard, io.Discard); code != exitOK {
+			t.Errorf("arpatch %s --help (listed): exit %d", name, code)
 		}
 	}
 }

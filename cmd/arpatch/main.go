@@ -97,7 +97,11 @@ func usagef(format string, args ...any) error {
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	app := newApp(stdout, stderr)
-	err := app.RunContext(ctx, interspersed(app, args))
+	argv, err := interspersed(app, args)
+	if err == nil {
+		err = app.RunContext(ctx, argv)
+	}
+	err = unknownCommand(app, args, err)
 	if err == nil {
 		return exitOK
 	}
