@@ -209,6 +209,16 @@ func isArchiveURL(u string) bool {
 	return strings.HasSuffix(u, ".tar.gz") || strings.HasSuffix(u, ".tgz")
 }
 
+// CheckDepsDir returns an error naming --deps-dir dir, with the command
+// that creates it, unless dir is a directory; `arpatch build` calls it on
+// its flag before anything runs, MapDeps on the directory a build uses.
+func CheckDepsDir(dir string) error {
+	if fi, err := os.Stat(dir); err != nil || !fi.IsDir() {
+		return fmt.Errorf("--deps-dir %s: not a directory; create it (mkdir -p %s) and fetch each dependency into it: the build with --offline lists them, each with the command that fetches it", dir, shellq.Quote(dir))
+	}
+	return nil
+}
+
 // MapDeps finds a local copy of each dep in depsDir and records what the
 // build will compile from it, so that the cache key covers it. A copy is
 // looked up as a directory depsDir/<name>, depsDir/<name without
@@ -231,13 +241,13 @@ func isArchiveURL(u string) bool {
 //     "archive-sha256:<hex>" is recorded, and Dir is where Build unpacks
 //     it: TmpMarker/deps/<name>.
 //
-// A depsDir that does not exist is an error. With offline set, any dep
-// without a copy is a *MissingDepsError listing every one with the
-// command that fetches it.
+// A depsDir that does not exist is an error (CheckDepsDir's). With
+// offline set, any dep without a copy is a *MissingDepsError listing every
+// one with the command that fetches it.
 func MapDeps(deps []Dep, depsDir string, offline bool) ([]Dep, error) {
 	if depsDir != "" {
-		if fi, err := os.Stat(depsDir); err != nil || !fi.IsDir() {
-			return nil, fmt.Errorf("--deps-dir %s: not a directory; create it (mkdir -p %s) and fetch each dependency into it: the build with --offline lists them, each with the command that fetches it", depsDir, shellq.Quote(depsDir))
+		if err := CheckDepsDir(depsDir); err != nil {
+			return nil, err
 		}
 	}
 	out := make([]Dep, len(deps))

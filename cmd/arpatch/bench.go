@@ -461,7 +461,7 @@ func benchOverrides(f benchFlags) (bench.Overrides, error) {
 	if p := expandHome(f.Prompts); p != "" {
 		prompts, err := workload.Load(p)
 		if err != nil {
-			return ov, err
+			return ov, usagef("--prompts: %v", err)
 		}
 		ov.Prompts = prompts
 	}
@@ -485,6 +485,13 @@ func benchOpts(f benchFlags) (benchOptions, error) {
 		Preflight: f.Preflight, Ext: expandHome(f.Ext), Python: f.Python,
 		Reports: benchReports{JSON: expandHome(f.JSON), Markdown: expandHome(f.Markdown), Benchfmt: expandHome(f.Benchfmt), Plot: expandHome(f.Plot)}}
 	if bo.Ext != "" {
+		// As --keep goes with --gc: alone, --ext would be ignored.
+		if !f.Preflight && f.Tune == "" {
+			return benchOptions{}, usagef("--ext goes with --preflight (the allreduce check before the bench) or --tune (whose inputs it is): add --preflight, or leave --ext out")
+		}
+		if err := checkPathFlag("ext", bo.Ext, false); err != nil {
+			return benchOptions{}, err
+		}
 		bo.TuneInputs = append(bo.TuneInputs, "--ext", bo.Ext)
 	}
 	if f.Given["python"] {

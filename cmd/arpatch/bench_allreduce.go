@@ -361,7 +361,8 @@ type allreduceRunValues struct {
 	Log      string        `flag:"log"`
 }
 
-// check refuses batch counts and a timeout bench.py cannot use.
+// check refuses batch counts and a timeout bench.py cannot use, and an
+// --ext that names no file.
 func (v allreduceRunValues) check() error {
 	for _, chk := range []struct {
 		flag  string
@@ -374,6 +375,9 @@ func (v allreduceRunValues) check() error {
 	}
 	if v.Timeout <= 0 {
 		return usagef("--timeout %s: use a positive duration, e.g. 10m", v.Timeout)
+	}
+	if v.Ext != "" {
+		return checkPathFlag("ext", expandHome(v.Ext), false)
 	}
 	return nil
 }

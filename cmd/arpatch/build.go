@@ -209,6 +209,11 @@ func optsFromRecipe(f buildFlagValues, out string, g given, r *recipes.Recipe) (
 	case err != nil:
 		return o, usageError{err}
 	}
+	if g["deps-dir"] {
+		if err := kernels.CheckDepsDir(o.DepsDir); err != nil {
+			return o, usageError{err}
+		}
+	}
 	return o, nil
 }
 

@@ -2,6 +2,7 @@ package main
 
 import (
 	"encoding/json"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -81,6 +82,26 @@ func recipeFile(p string) (*recipes.Recipe, error) {
 		return nil, usageError{err}
 	}
 	return r, nil
+}
+
+// checkPathFlag refuses the value p of a path flag that names nothing, or
+// a file where a directory is wanted (dir) or a directory where a file is:
+// a usage error (exit 2) naming the flag, found by the options function
+// before anything runs.
+func checkPathFlag(flag, p string, dir bool) error {
+	st, err := os.Stat(p)
+	var pe *os.PathError
+	switch {
+	case errors.As(err, &pe):
+		return usagef("--%s %s: %v", flag, p, pe.Err)
+	case err != nil:
+		return usagef("--%s %s: %v", flag, p, err)
+	case dir && !st.IsDir():
+		return usagef("--%s %s: is a file; name a directory", flag, p)
+	case !dir && st.IsDir():
+		return usagef("--%s %s: is a directory; name a file", flag, p)
+	}
+	return nil
 }
 
 // catalog returns the series in --patches-dir dir, or the embedded ones

@@ -6,6 +6,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"slices"
+	"strings"
 	"testing"
 	"time"
 
@@ -18,6 +19,28 @@ import (
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/recipes"
 )
+
+// fakeHome sets HOME to a new directory holding paths (a directory when
+// the path ends in "/", else an empty file), which the path flags'
+// existence checks find, and returns it.
+func fakeHome(t *testing.T, paths ...string) string {
+	t.Helper()
+	home := t.TempDir()
+	t.Setenv("HOME", home)
+	for _, p := range paths {
+		full := filepath.Join(home, p)
+		err := os.MkdirAll(filepath.Dir(full), 0o755)
+		if err == nil && strings.HasSuffix(p, "/") {
+			err = os.MkdirAll(full, 0o755)
+		} else if err == nil {
+			err = os.WriteFile(full, nil, 0o644)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	return home
+}
 
 // The options functions' table tests: a command line, parsed by urfave/cli
 // through the adapter, turned into the command's options; and the
@@ -55,14 +78,14 @@ func TestApplyOpts(t *testing.T) {
 }
 
 func TestRevertOpts(t *testing.T) {
-	t.Setenv("HOME", "/home/u")
+	home := fakeHome(t, "s/", "d/", "x.so")
 	for _, c := range []struct {
 		argv               string
 		src                string
 		force, dryRun, own bool
 	}{
 		{"arpatch revert", "sglang", false, false, false},
-		{"arpatch revert --src ~/s --force --dry-run", "/home/u/s", true, true, false},
+		{"arpatch revert --src ~/s --force --dry-run", home + "/s", true, true, false},
 		{"arpatch revert --patches-dir ../../patches/sglang", "sglang", false, false, true},
 	} {
 		o, err := optsOf(t, revertOpts, c.argv)
@@ -75,6 +98,8 @@ func TestRevertOpts(t *testing.T) {
 		}
 	}
 	refuses(t, revertOpts, []refusal{
+		{"arpatch revert --src /nonexistent", exitUsage, []string{"--src /nonexistent: no such file or directory"}},
+		{"arpatch revert --src ~/x.so", exitUsage, []string{"--src " + home + "/x.so: is a file; name a directory"}},
 		{"arpatch revert --patches-dir nosuch", exitUsage, []string{"--patches-dir nosuch"}},
 		{"arpatch revert sglang", exitUsage, []string{"revert takes no arguments", "flags go before arguments"}},
 		{"arpatch revert --src ''", exitUsage, []string{"--src was given an empty value"}},
@@ -82,16 +107,17 @@ func TestRevertOpts(t *testing.T) {
 }
 
 func TestStatusOpts(t *testing.T) {
-	t.Setenv("HOME", "/home/u")
+	home := fakeHome(t, "s/", "d/", "x.so")
 	o, err := optsOf(t, statusOpts, "arpatch status")
 	if err != nil || o.Src != "sglang" || o.JSON || o.Catalog == nil {
 		t.Errorf("defaults: %+v, %v", o, err)
 	}
 	o, err = optsOf(t, statusOpts, "arpatch status --json --src ~/s")
-	if err != nil || o.Src != "/home/u/s" || !o.JSON {
+	if err != nil || o.Src != home+"/s" || !o.JSON {
 		t.Errorf("flags: %+v, %v", o, err)
 	}
 	refuses(t, statusOpts, []refusal{
+		{"arpatch status --src /nonexistent", exitUsage, []string{"--src /nonexistent: no such file or directory"}},
 		{"arpatch status --patches-dir nosuch", exitUsage, []string{"--patches-dir nosuch"}},
 		{"arpatch status --json=yes", exitUsage, []string{"-json"}},
 		{"arpatch status sglang", exitUsage, []string{"status takes no arguments"}},
@@ -192,7 +218,7 @@ func TestDoctorOpts(t *testing.T) {
 }
 
 func TestBuildOpts(t *testing.T) {
-	t.Setenv("HOME", "/home/u")
+	home := fakeHome(t, "s/", "d/", "x.so")
 	t.Setenv("ARPATCH_CACHE", "/cache")
 	abs := func(p string) string { a, _ := filepath.Abs(p); return a }
 	o, err := optsOf(t, buildOpts, "arpatch build")
@@ -210,8 +236,8 @@ func TestBuildOpts(t *testing.T) {
 		t.Fatal(err)
 	}
 	b = o.Build
-	if b.Src != "/home/u/s" || !reflect.DeepEqual(cudaarch.Strings(b.Archs), []string{"120a", "90a"}) || b.Jobs != 32 || b.Tool != "uv" || !b.Offline || b.DepsDir != "/home/u/d" ||
-		b.Python != "py3" || b.Out != "/home/u/o" || b.Cache.Dir != "/home/u/c" || !o.Plan || !o.Ext || o.Verify {
+	if b.Src != home+"/s" || !reflect.DeepEqual(cudaarch.Strings(b.Archs), []string{"120a", "90a"}) || b.Jobs != 32 || b.Tool != "uv" || !b.Offline || b.DepsDir != home+"/d" ||
+		b.Python != "py3" || b.Out != home+"/o" || b.Cache.Dir != home+"/c" || !o.Plan || !o.Ext || o.Verify {
 		t.Errorf("flags: %+v", o)
 	}
 	o, err = optsOf(t, buildOpts, "arpatch build --gc --keep 0")
@@ -224,6 +250,7 @@ func TestBuildOpts(t *testing.T) {
 	}
 	exclusive := "--check, --allreduce-ext, --list, --gc, --plan and --verify-reproducible are exclusive"
 	refuses(t, buildOpts, []refusal{
+		{"arpatch build --deps-dir /nonexistent", exitUsage, []string{"--deps-dir /nonexistent: not a directory; create it (mkdir -p /nonexistent)"}},
 		{"arpatch build --check --list", exitUsage, []string{exclusive}},
 		{"arpatch build --plan --verify-reproducible", exitUsage, []string{exclusive, "except --plan or --verify-reproducible with --allreduce-ext"}},
 		{"arpatch build --allreduce-ext --plan --check", exitUsage, []string{exclusive}},
@@ -287,7 +314,7 @@ func TestABBuildOpts(t *testing.T) {
 }
 
 func TestBenchAllreduceOpts(t *testing.T) {
-	t.Setenv("HOME", "/home/u")
+	home := fakeHome(t, "s/", "d/", "x.so")
 	o, err := optsOf(t, benchAllreduceOpts, "arpatch bench allreduce")
 	if err != nil {
 		t.Fatal(err)
@@ -307,10 +334,12 @@ func TestBenchAllreduceOpts(t *testing.T) {
 	r = o.Run
 	if r.WorldSize != 8 || !reflect.DeepEqual(r.Sizes, []int{4096, 16384}) || !reflect.DeepEqual(r.Impls, []string{"nccl", "custom-auto"}) || !reflect.DeepEqual(r.Branches, []string{"pcie"}) ||
 		!reflect.DeepEqual(r.Modes, []string{"graph"}) || r.NCCLDebug || r.Timeout != time.Minute || r.Warmup != 0 || r.Inner != 5 || r.Reps != 3 ||
-		o.Verify.Count != 60 || o.Verify.Bytes != 16384 || o.Ext.Ext != "/home/u/x.so" || !reflect.DeepEqual(o.Ext.Arch, []string{"120a"}) || !o.Ext.Given["arch"] || o.Log != "/home/u/l" || o.JSON != "/home/u/r.json" {
+		o.Verify.Count != 60 || o.Verify.Bytes != 16384 || o.Ext.Ext != home+"/x.so" || !reflect.DeepEqual(o.Ext.Arch, []string{"120a"}) || !o.Ext.Given["arch"] || o.Log != home+"/l" || o.JSON != home+"/r.json" {
 		t.Errorf("flags: %+v", o)
 	}
 	refuses(t, benchAllreduceOpts, []refusal{
+		{"arpatch bench allreduce --ext /nonexist.so", exitUsage, []string{"--ext /nonexist.so: no such file or directory"}},
+		{"arpatch bench allreduce --ext ~/s", exitUsage, []string{"--ext " + home + "/s: is a directory; name a file"}},
 		{"arpatch bench allreduce --world-size 3", exitUsage, []string{"--world-size 3: custom allreduce supports 2, 4, 6 and 8"}},
 		{"arpatch bench allreduce --sizes lots", exitUsage, []string{"--sizes:"}},
 		{"arpatch bench allreduce --shape 4by5120", exitUsage, []string{"--shape:"}},
@@ -327,7 +356,7 @@ func TestBenchAllreduceOpts(t *testing.T) {
 }
 
 func TestTuneAllreduceOpts(t *testing.T) {
-	t.Setenv("HOME", "/home/u")
+	home := fakeHome(t, "s/", "d/", "x.so")
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -349,14 +378,15 @@ func TestTuneAllreduceOpts(t *testing.T) {
 	}
 	if o.Tune.Bench.WorldSize != 4 || o.Tune.Verify.Shape != (allreduce.Shape{Tokens: 8, Hidden: 4096, ElemBytes: 2}) || !reflect.DeepEqual(o.Tune.Sizes, []int{4096, 8192}) ||
 		!reflect.DeepEqual(o.Tune.Modes, []string{"graph"}) || o.JSON != dir+"/t.json" ||
-		o.Tune.Rebuild != "arpatch build --allreduce-ext --src /home/u/s --arch 90a --cache-dir '~/c'" {
+		o.Tune.Rebuild != "arpatch build --allreduce-ext --src "+home+"/s --arch 90a --cache-dir '~/c'" {
 		t.Errorf("flags: %+v (rebuild %s)", o, o.Tune.Rebuild)
 	}
-	o, err = optsOf(t, tuneAllreduceOpts, "arpatch tune allreduce --ext x.so --out "+dir+"/t.env")
-	if err != nil || o.Tune.Rebuild != "" || o.Ext.Ext != "x.so" {
+	o, err = optsOf(t, tuneAllreduceOpts, "arpatch tune allreduce --ext ~/x.so --out "+dir+"/t.env")
+	if err != nil || o.Tune.Rebuild != "" || o.Ext.Ext != home+"/x.so" {
 		t.Errorf("--ext: %+v, %v", o, err)
 	}
 	refuses(t, tuneAllreduceOpts, []refusal{
+		{"arpatch tune allreduce --ext /nonexist.so", exitUsage, []string{"--ext /nonexist.so: no such file or directory"}},
 		{"arpatch tune allreduce --world-size 3", exitUsage, []string{"--world-size 3: custom allreduce supports 2, 4, 6 and 8"}},
 		{"arpatch tune allreduce --hidden 0", exitUsage, []string{"--hidden 0: use positive numbers", "e.g. --draft-tokens 4 --hidden 5120"}},
 		{"arpatch tune allreduce --draft-tokens -1", exitUsage, []string{"--draft-tokens -1"}},
@@ -369,7 +399,7 @@ func TestTuneAllreduceOpts(t *testing.T) {
 }
 
 func TestBenchOpts(t *testing.T) {
-	t.Setenv("HOME", "/home/u")
+	home := fakeHome(t, "s/", "d/", "x.so")
 	t.Setenv("ARPATCH_STATE", "/state")
 	o, err := optsOf(t, benchOpts, "arpatch bench --model /m --draft-model /d")
 	if err != nil {
@@ -398,10 +428,10 @@ func TestBenchOpts(t *testing.T) {
 	}
 	b = o.Bench
 	last := b.Arms[len(b.Arms)-1]
-	if b.TP != 2 || b.Trials != 3 || b.Warmup != 0 || !reflect.DeepEqual(b.Concurrency, []int{1, 4}) || b.Interleave || b.Baseline != "baseline" || b.AgreeTokens != 16 || b.LogDir != "/home/u/logs" || !b.Force ||
+	if b.TP != 2 || b.Trials != 3 || b.Warmup != 0 || !reflect.DeepEqual(b.Concurrency, []int{1, 4}) || b.Interleave || b.Baseline != "baseline" || b.AgreeTokens != 16 || b.LogDir != home+"/logs" || !b.Force ||
 		last.Name != "algo1" || last.Python != "py1" || last.LaunchCmd != "fake --port {port}" || last.Env["SGLANG_CUSTOM_ALLREDUCE_ALGO"] != "1stage" || b.Arms[0].Python != "py" ||
-		!o.Preflight || o.Ext != "/home/u/x.so" || o.Python != "py" || o.Tune != (tuneFlags{Tune: "/home/u/t.env", ForceTune: true}) ||
-		!reflect.DeepEqual(o.TuneInputs, []string{"--ext", "/home/u/x.so", "--python", "py"}) ||
+		!o.Preflight || o.Ext != home+"/x.so" || o.Python != "py" || o.Tune != (tuneFlags{Tune: home + "/t.env", ForceTune: true}) ||
+		!reflect.DeepEqual(o.TuneInputs, []string{"--ext", home + "/x.so", "--python", "py"}) ||
 		o.Reports != (benchReports{JSON: dir + "/b.json", Markdown: dir + "/b.md", Benchfmt: dir + "/b.txt", Plot: dir + "/b.svg"}) {
 		t.Errorf("flags: %+v", o)
 	}
@@ -410,6 +440,9 @@ func TestBenchOpts(t *testing.T) {
 	}
 	launch := " --launch-cmd 'fake {port}'"
 	refuses(t, benchOpts, []refusal{
+		{"arpatch bench --prompts nope.jsonl" + launch, exitUsage, []string{"--prompts: open nope.jsonl: no such file or directory"}},
+		{"arpatch bench --ext ~/x.so" + launch, exitUsage, []string{"--ext goes with --preflight", "or --tune", "add --preflight, or leave --ext out"}},
+		{"arpatch bench --preflight --ext /nonexist.so" + launch, exitUsage, []string{"--ext /nonexist.so: no such file or directory"}},
 		{"arpatch bench", exitUsage, []string{"arm baseline needs a server", "pass --model (and --draft-model) to launch SGLang, --launch-cmd TEMPLATE, or --url URL"}},
 		{"arpatch bench --url http://h:1 --launch-cmd x", exitUsage, []string{"--url attaches to a running server and --launch-cmd starts one: pass one of them"}},
 		{"arpatch bench --url h:1", exitUsage, []string{"--url "}},

@@ -44,10 +44,16 @@ type revertFlags struct {
 	PatchesDir string `flag:"patches-dir"`
 	Force      bool   `flag:"force"`
 	DryRun     bool   `flag:"dry-run"`
+	Given      given
 }
 
 // revertOpts turns revert's flags into checkout.RevertOptions.
 func revertOpts(f revertFlags) (checkout.RevertOptions, error) {
+	if f.Given["src"] {
+		if err := checkPathFlag("src", expandHome(f.Src), true); err != nil {
+			return checkout.RevertOptions{}, err
+		}
+	}
 	cat, err := catalog(f.PatchesDir)
 	if err != nil {
 		return checkout.RevertOptions{}, err

@@ -39,6 +39,7 @@ type statusFlags struct {
 	Src        string `flag:"src"`
 	PatchesDir string `flag:"patches-dir"`
 	JSON       bool   `flag:"json"`
+	Given      given
 }
 
 // statusOptions are every input of statusRun.
@@ -50,6 +51,11 @@ type statusOptions struct {
 
 // statusOpts turns status's flags into options.
 func statusOpts(f statusFlags) (statusOptions, error) {
+	if f.Given["src"] {
+		if err := checkPathFlag("src", expandHome(f.Src), true); err != nil {
+			return statusOptions{}, err
+		}
+	}
 	cat, err := catalog(f.PatchesDir)
 	if err != nil {
 		return statusOptions{}, err

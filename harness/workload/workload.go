@@ -27,11 +27,12 @@ func Builtin() []string {
 }
 
 // Load reads a prompt file: ShareGPT JSON when it starts with '[', else
-// JSONL. Errors name the file and line.
+// JSONL. Errors name the file and line; the caller names the flag or key
+// (--prompts, bench.workload) that gave path.
 func Load(path string) ([]string, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("--prompts: %w", err)
+		return nil, err
 	}
 	if t := bytes.TrimSpace(b); len(t) > 0 && t[0] == '[' {
 		return parseShareGPT(path, t)

@@ -46,7 +46,10 @@ func TestLoadJSONL(t *testing.T) {
 			t.Errorf("%q: err = %v, want %q", body, err, want)
 		}
 	}
-	if _, err := Load(filepath.Join(t.TempDir(), "nope.jsonl")); err == nil || !strings.HasPrefix(err.Error(), "--prompts: ") {
+	// A missing file: the error names the file and no flag (the caller
+	// names --prompts or bench.workload).
+	nope := filepath.Join(t.TempDir(), "nope.jsonl")
+	if _, err := Load(nope); err == nil || err.Error() != "open "+nope+": no such file or directory" {
 		t.Errorf("missing file: %v", err)
 	}
 }
