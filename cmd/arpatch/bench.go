@@ -195,8 +195,9 @@ var armKey = regexp.MustCompile(`^(python|url|launch-cmd|args|env\.[^=,]*)=`)
 func parseArm(spec string, into map[string]*bench.Arm) (string, error) {
 	name, rest, _ := strings.Cut(spec, ":")
 	name = strings.TrimSpace(name)
-	if name == "" {
-		return "", fmt.Errorf("--arm %q: want NAME:key=val[,key=val]", spec)
+	if name == "" || strings.TrimSpace(rest) == "" {
+		// An arm with nothing set would silently repeat the baseline.
+		return "", fmt.Errorf("--arm %q: want NAME:key=val[,key=val], e.g. --arm 'algo1:env.SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage'", spec)
 	}
 	if !recipes.ValidName(name) {
 		return "", fmt.Errorf("--arm %q: an arm's name is lower case letters, digits, '_', '.' and '-', starting with a letter or digit (it names benchmark lines and log files)", name)

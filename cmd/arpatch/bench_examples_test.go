@@ -104,11 +104,17 @@ func TestParseArm(t *testing.T) {
 		"x y:env.A=1":         `--arm "x y": an arm's name is lower case letters`,
 		"Pcie:env.A=1":        `--arm "Pcie": an arm's name`,
 		// One rule for commas: a leading, doubled or trailing one is refused.
-		"x:,env.A=1":           `"" is not key=val`,
-		"x:env.A=1,":           "env.A=1, ends with a comma",
-		"x:env.A=1,,env.B=2":   "env.A=1, ends with a comma",
-		"x:url=notaurl":        "url=notaurl is not a server URL: give http://HOST:PORT",
-		"x:url=http://h:99999": "port 99999 is not 1 to 65535",
+		"x:,env.A=1":         `"" is not key=val`,
+		"x:env.A=1,":         "env.A=1, ends with a comma",
+		"x:env.A=1,,env.B=2": "env.A=1, ends with a comma",
+		"x":                  `--arm "x": want NAME:key=val[,key=val], e.g. --arm 'algo1:env.SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage'`,
+		"x:":                 `--arm "x:": want NAME:key=val`,
+		"x:url=notaurl":      "url=notaurl is not a server URL: give http://HOST:PORT (e.g. http://127.0.0.1:30000)",
+		// Without a scheme, the example is the value behind http://, as
+		// for --url (one check, bench.CheckURL).
+		"x:url=localhost:80":                                 "url=localhost:80 is not a server URL: give http://HOST:PORT (e.g. http://localhost:80)",
+		"x:url=127.0.0.1:39111":                              "url=127.0.0.1:39111 is not a server URL: give http://HOST:PORT (e.g. http://127.0.0.1:39111)",
+		"x:url=http://h:99999":                               "port 99999 is not 1 to 65535",
 		"x:url=http://h:1,env.SGLANG_FORCE_CUSTOM_AR_PCIE=1": "url= attaches to a running server, so env.VAR= would not apply",
 		"x:url=http://h:1,args=--tp 2":                       "so args= would not apply",
 		"x:launch-cmd=serve --port {port},args=--tp 2":       "args= are server arguments for the built-in launch",

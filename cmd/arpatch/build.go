@@ -14,6 +14,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/digest"
@@ -180,8 +181,12 @@ func buildOpts(f buildCmdFlags) (buildOptions, error) {
 // kernels.FromRecipe as nightly builds it; a --jobs, --tool or --arch out
 // of range is a usage error.
 func optsFromRecipe(f buildFlagValues, out string, g given, r *recipes.Recipe) (kernels.BuildOptions, error) {
-	if g["jobs"] && f.Jobs < 0 {
-		return kernels.BuildOptions{}, usagef("--jobs %d: use 1 or more, or 0 for one per CPU core", f.Jobs)
+	if g["jobs"] {
+		// The recipe's build.jobs range (package bounds), as the recipe
+		// checks it.
+		if err := bounds.Check("jobs", int64(f.Jobs)); err != nil {
+			return kernels.BuildOptions{}, usagef("--jobs %v (0 is one per CPU core)", err)
+		}
 	}
 	if g["tool"] && (f.Tool == "" || !recipes.ValidTool(f.Tool)) {
 		return kernels.BuildOptions{}, usagef("--tool %q: use auto, uv or pip", f.Tool)

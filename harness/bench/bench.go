@@ -473,14 +473,21 @@ func (o Options) CheckArms() error {
 
 // CheckURL refuses a server URL that is not http(s)://HOST[:PORT][/PATH]:
 // "notaurl" would fail only when the run reaches it, as a dead server.
+// Every refusal says "is not a server URL: give http://HOST:PORT", with
+// s itself behind http:// as the example when it lacks a scheme
+// ("127.0.0.1:30000", which url.Parse cannot even read).
 func CheckURL(s string) error {
 	u, err := url.Parse(strings.TrimSpace(s))
-	switch {
-	case err != nil:
-		return fmt.Errorf("%s: %v", s, err)
-	case u.Scheme != "http" && u.Scheme != "https", u.Host == "":
-		return fmt.Errorf("%s is not a server URL: give http://HOST:PORT (e.g. http://127.0.0.1:30000)", s)
-	case u.Port() != "":
+	if err != nil || u.Scheme != "http" && u.Scheme != "https" || u.Host == "" {
+		eg := "http://127.0.0.1:30000"
+		if t := strings.TrimSpace(s); t != "" && !strings.Contains(t, "://") {
+			if v, err := url.Parse("http://" + t); err == nil && v.Host != "" && v.Port() != "" {
+				eg = v.String()
+			}
+		}
+		return fmt.Errorf("%s is not a server URL: give http://HOST:PORT (e.g. %s)", s, eg)
+	}
+	if u.Port() != "" {
 		if p, err := strconv.Atoi(u.Port()); err != nil || p < 1 || p > 65535 {
 			return fmt.Errorf("%s: port %s is not 1 to 65535", s, u.Port())
 		}

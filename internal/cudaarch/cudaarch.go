@@ -75,22 +75,31 @@ func UnknownError(s string) error {
 // Parse splits "120a,90a" (or a list of such) into sorted, unique archs;
 // "sm_" prefixes are accepted and dropped. The order is by name, so that
 // a build key does not depend on how the list was written. It returns
-// UnknownError for an arch the table does not hold, and an error asking
-// for --arch when the list is empty.
+// UnknownError for an arch the table does not hold, an error for an empty
+// name beside others ("120a,,90a": a doubled, leading or trailing comma),
+// as a recipe's archs refuses "", and an error asking for --arch when the
+// list is empty.
 func Parse(list []string) ([]Arch, error) {
+	// A flag's list comes split at its commas already (["120a", "",
+	// "90a"]), a recipe's or an environment variable's whole.
+	parts := strings.Split(strings.Join(list, ","), ",")
+	var named []string
+	for _, s := range parts {
+		if s = strings.TrimSpace(s); s != "" {
+			named = append(named, s)
+		}
+	}
+	if len(named) > 0 && len(named) < len(parts) {
+		return nil, fmt.Errorf("%q has an empty arch name (a doubled, leading or trailing comma); write %s", strings.Join(list, ","), strings.Join(named, ","))
+	}
 	var out []Arch
-	for _, item := range list {
-		for _, s := range strings.Split(item, ",") {
-			if strings.TrimSpace(s) == "" {
-				continue
-			}
-			a, ok := Canonical(s)
-			if !ok {
-				return nil, UnknownError(strings.TrimSpace(s))
-			}
-			if !slices.Contains(out, a) {
-				out = append(out, a)
-			}
+	for _, s := range named {
+		a, ok := Canonical(s)
+		if !ok {
+			return nil, UnknownError(s)
+		}
+		if !slices.Contains(out, a) {
+			out = append(out, a)
 		}
 	}
 	if len(out) == 0 {

@@ -17,6 +17,14 @@ func TestParse(t *testing.T) {
 	if _, err := Parse([]string{"sm_80a"}); err == nil || !strings.Contains(err.Error(), `unknown CUDA arch "sm_80a"`) {
 		t.Errorf("80a (no such variant): %v", err)
 	}
+	for _, l := range []string{"120a,,90a", "120a,", ",90a"} {
+		if _, err := Parse([]string{l}); err == nil || !strings.Contains(err.Error(), "has an empty arch name (a doubled, leading or trailing comma)") {
+			t.Errorf("%q: %v", l, err)
+		}
+	}
+	if _, err := Parse([]string{"120a,,90a"}); err == nil || !strings.HasSuffix(err.Error(), "; write 120a,90a") {
+		t.Errorf("120a,,90a: %v, want the list without the empty name", err)
+	}
 	if _, err := Parse([]string{" , "}); err == nil || err.Error() != "no CUDA arch given; pass --arch, e.g. --arch 120a" {
 		t.Errorf("empty arch list: %v", err)
 	}
