@@ -15,8 +15,11 @@ import (
 
 // TestBuildOptionsAgreeWithNightly: `arpatch build` and a nightly turn
 // the same recipe into the same build (kernels.FromRecipe is the one
-// place for both): with the recipe's [build] alone, and with flags and
-// nightly.toml's [build] giving the same values over it.
+// place for both): with the recipe's [build] alone, with flags and
+// nightly.toml's [build] giving the same values over it, and with offline
+// set by the flag and nightly.toml only (the recipe says false), so that
+// neither side can drop a field the other keeps: every field of the
+// options is compared, each set to a value that is not its default.
 func TestBuildOptionsAgreeWithNightly(t *testing.T) {
 	dir := t.TempDir()
 	t.Setenv("ARPATCH_CACHE", filepath.Join(dir, "cache"))
@@ -30,7 +33,9 @@ func TestBuildOptionsAgreeWithNightly(t *testing.T) {
 		t.Fatal(err)
 	}
 	pcie.Build.Jobs, pcie.Build.Tool, pcie.Build.DepsDir, pcie.Build.Offline = 6, "pip", filepath.Join(dir, "recipe-deps"), true
-	fromCLI := func(args ...string) kernels.BuildOptions {
+	online := *pcie
+	online.Build.Offline = false
+	fromCLI := func(pcie *recipes.Recipe, args ...string) kernels.BuildOptions {
 		t.Helper()
 		o, err := optsOf(t, func(f buildCmdFlags) (kernels.BuildOptions, error) {
 			return optsFromRecipe(f.buildFlagValues, f.Out, f.Given, pcie)
@@ -40,7 +45,7 @@ func TestBuildOptionsAgreeWithNightly(t *testing.T) {
 		}
 		return o
 	}
-	fromNightly := func(build string) kernels.BuildOptions {
+	fromNightly := func(pcie *recipes.Recipe, build string) kernels.BuildOptions {
 		t.Helper()
 		p := filepath.Join(dir, "nightly.toml")
 		if err := os.WriteFile(p, []byte("[arms]\na = \"baseline\"\nb = \"pcie\"\n[build]\n"+build), 0o644); err != nil {
@@ -57,21 +62,24 @@ func TestBuildOptionsAgreeWithNightly(t *testing.T) {
 		return o
 	}
 	for _, tc := range []struct {
-		name  string
-		flags []string
-		toml  string
-		archs []string
-		want  kernels.BuildOptions // Jobs, Tool, Offline, DepsDir, Python, Cache
+		name   string
+		recipe *recipes.Recipe
+		flags  []string
+		toml   string
+		archs  []string
+		want   kernels.BuildOptions // Jobs, Tool, Offline, DepsDir, Python, Cache
 	}{
-		{"the recipe's [build]", nil, "", []string{"120a"},
+		{"the recipe's [build]", pcie, nil, "", []string{"120a"},
 			kernels.BuildOptions{Jobs: 6, Tool: "pip", Offline: true, DepsDir: filepath.Join(dir, "recipe-deps"), Python: "python3", Cache: kernels.Cache{Dir: filepath.Join(dir, "cache")}}},
-		{"flags and nightly.toml over it",
+		{"flags and nightly.toml over it", pcie,
 			[]string{"--arch", "90a,120a", "--jobs", "3", "--tool", "uv", "--deps-dir", filepath.Join(dir, "deps"), "--python", "/opt/py/bin/python3", "--cache-dir", filepath.Join(dir, "c2")},
 			"archs = [\"120a\", \"90a\"]\njobs = 3\ntool = \"uv\"\ndeps_dir = \"deps\"\npython = \"/opt/py/bin/python3\"\ncache_dir = \"c2\"\n",
 			[]string{"120a", "90a"},
 			kernels.BuildOptions{Jobs: 3, Tool: "uv", Offline: true, DepsDir: filepath.Join(dir, "deps"), Python: "/opt/py/bin/python3", Cache: kernels.Cache{Dir: filepath.Join(dir, "c2")}}},
+		{"offline from the flag and nightly.toml alone", &online, []string{"--offline"}, "offline = true\n", []string{"120a"},
+			kernels.BuildOptions{Jobs: 6, Tool: "pip", Offline: true, DepsDir: filepath.Join(dir, "recipe-deps"), Python: "python3", Cache: kernels.Cache{Dir: filepath.Join(dir, "cache")}}},
 	} {
-		c, n := fromCLI(tc.flags...), fromNightly(tc.toml)
+		c, n := fromCLI(tc.recipe, tc.flags...), fromNightly(tc.recipe, tc.toml)
 		c.Src = "" // --src; the nightly's ABBuild sets each arm's checkout
 		if !reflect.DeepEqual(c, n) {
 			t.Errorf("%s:\narpatch build: %+v\nnightly:       %+v", tc.name, c, n)
