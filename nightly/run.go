@@ -25,7 +25,6 @@ import (
 	"github.com/arpatch/arpatch/harness/report"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/harness/tune"
-	"github.com/arpatch/arpatch/harness/workload"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/gitsrc"
@@ -206,7 +205,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		o.logf("marked %d runs killed midway as incomplete: %v", len(stale), stale)
 	}
 	rep.ArmRecipes["a"], rep.ArmRecipes["b"] = in.a.Name, in.b.Name
-	rep.Workload = workloadKey(cfg, in.b)
+	rep.Workload = workloadKey(cfg, o, in.a, in.b)
 	probe := o.Probe
 	if probe == nil {
 		probe = func(ctx context.Context) Environment {
@@ -597,16 +596,17 @@ func lookPython(py string, env []string) error {
 }
 
 // workloadKey names what the bench measures: runs compare only within one
-// key, since a change of model, prompts or tokens moves every number.
-func workloadKey(cfg *Config, b *recipes.Recipe) string {
-	rb, c := b.Bench, cfg.Bench
-	levels := []int(rb.Concurrency)
-	if len(c.Concurrency) > 0 {
-		levels = c.Concurrency
-	}
+// key, since a change of model, prompts or tokens moves every number. It
+// is read off the settings the bench runs with (BenchOptions,
+// report.SettingsOf), the same ones its report records, so the key cannot
+// name a workload the bench did not send. Options that cannot be built
+// (the bench step reports why) still give a key from what was resolved.
+func workloadKey(cfg *Config, o Options, a, b *recipes.Recipe) string {
+	bo, _ := BenchOptions(cfg, o, a, b) // an error fails the bench step, which reports it
+	s := report.SettingsOf(bo)
 	return fmt.Sprintf("model=%s draft=%s tp=%d spec=%s/%d/%d/%d prompts=%s:%d max_new_tokens=%d concurrency=%s",
-		cmp.Or(c.Model, rb.Model), cmp.Or(c.DraftModel, rb.DraftModel), rb.TP, rb.SpeculativeAlgorithm, rb.SpeculativeNumSteps, rb.SpeculativeEagleTopK, rb.SpeculativeNumDraftTokens,
-		cmp.Or(rb.Workload, "builtin"), cmp.Or(c.NumPrompts, rb.NumPrompts), cmp.Or(c.MaxNewTokens, rb.MaxNewTokens), textfmt.Ints(levels, ","))
+		s.Model, s.DraftModel, s.TP, s.SpecAlgorithm, s.SpecSteps, s.SpecTopK, s.SpecDraftTokens,
+		s.Workload, s.Prompts, s.MaxNewTokens, textfmt.Ints(s.Concurrency, ","))
 }
 
 func verdictText(rep *Report) string {
@@ -1005,7 +1005,7 @@ func BenchOptions(cfg *Config, o Options, a, b *recipes.Recipe) (bench.Options, 
 	ov := bench.Overrides{
 		Arms:     []bench.Arm{arm(a, c.LaunchCmdA, c.URLA, c.PythonA), arm(b, c.LaunchCmdB, c.URLB, c.PythonB)},
 		Baseline: &a.Name, Model: str(c.Model), DraftModel: str(c.DraftModel), NumPrompts: num(c.NumPrompts), MaxNewTokens: num(c.MaxNewTokens),
-		Trials: &trials, Warmup: &warmup, Concurrency: c.Concurrency, Prompts: workload.Builtin(), Interleave: true,
+		Trials: &trials, Warmup: &warmup, Concurrency: c.Concurrency, Interleave: true,
 		Env: o.Env, LogDir: cfg.Path(c.LogDir), ReadyTimeout: cfg.ReadyTimeout(), AgreeThreshold: c.AgreeThreshold,
 	}
 	bo, err := bench.FromRecipe(b.Bench, ov)

@@ -464,7 +464,7 @@ func benchOverrides(f benchFlags) (bench.Overrides, error) {
 		if err != nil {
 			return ov, usagef("--prompts: %v", err)
 		}
-		ov.Prompts = prompts
+		ov.Prompts, ov.PromptsFrom = prompts, p
 	}
 	return ov, nil
 }

@@ -69,7 +69,12 @@ type Options struct {
 	SpecTopK          int
 	SpecDraftTokens   int
 
-	Prompts      []string
+	Prompts []string
+	// Workload names where Prompts came from and their content,
+	// workload.Identity ("builtin@sha256:3f1c0a9e2b7d"); FromRecipe sets
+	// it, reports record it (report.Settings.Workload) and nightly keys its
+	// history by it. Empty when a caller set Prompts directly.
+	Workload     string
 	MaxNewTokens int
 	Temperature  float64
 	IgnoreEOS    bool

@@ -20,6 +20,7 @@ type Overrides struct {
 	AgreeTokens                                *int     // leading tokens the output check compares (nil: Resolved's default)
 	Concurrency                                []int    // levels, requests in flight
 	Prompts                                    []string // the workload before NumPrompts (default: the recipe's workload)
+	PromptsFrom                                string   // where Prompts came from (the --prompts file as given), for Options.Workload
 	Arms                                       []Arm    // replace the recipe's arms (nil: the recipe's, or one "baseline")
 	Interleave, IgnoreEOS                      bool
 	ReadyTimeout, RequestTimeout               time.Duration // 0: Resolved's defaults (server.DefaultReadyTimeout, DefaultRequestTimeout)
@@ -86,17 +87,18 @@ func FromRecipe(rb recipes.Bench, ov Overrides) (Options, error) {
 			return o, fmt.Errorf("%s: %v", v.key, err)
 		}
 	}
-	prompts := ov.Prompts
+	prompts, name := ov.Prompts, ov.PromptsFrom
 	if prompts == nil {
-		prompts = workload.Builtin()
-		if w := rb.Workload; w != "" && w != "builtin" {
+		prompts, name = workload.Builtin(), workload.BuiltinName
+		if w := rb.Workload; w != "" && w != workload.BuiltinName {
 			var err error
 			if prompts, err = workload.Load(w); err != nil {
 				return o, fmt.Errorf("workload: %w", err)
 			}
+			name = w
 		}
 	}
-	o.Prompts = workload.Take(prompts, n)
+	o.Prompts, o.Workload = workload.Take(prompts, n), workload.Identity(name, prompts)
 	o.Arms = ov.Arms
 	if o.Arms == nil {
 		for _, ra := range rb.Arms {

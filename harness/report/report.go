@@ -49,6 +49,7 @@ type Settings struct {
 	SpecSteps       int     `json:"speculative_num_steps,omitempty"`
 	SpecTopK        int     `json:"speculative_eagle_topk,omitempty"`
 	SpecDraftTokens int     `json:"speculative_num_draft_tokens,omitempty"`
+	Workload        string  `json:"workload,omitempty"` // the prompts' name and digest (bench.Options.Workload, workload.Identity)
 	Prompts         int     `json:"prompts"`
 	MaxNewTokens    int     `json:"max_new_tokens"`
 	Concurrency     []int   `json:"concurrency"` // levels, in run order
@@ -68,7 +69,7 @@ type Settings struct {
 func SettingsOf(o bench.Options) Settings {
 	o = o.Resolved()
 	return Settings{Model: o.Model, DraftModel: o.DraftModel, TP: o.TP, SpecAlgorithm: o.SpecAlgorithm, SpecSteps: o.SpecSteps,
-		SpecTopK: o.SpecTopK, SpecDraftTokens: o.SpecDraftTokens, Prompts: len(o.Prompts), MaxNewTokens: o.MaxNewTokens,
+		SpecTopK: o.SpecTopK, SpecDraftTokens: o.SpecDraftTokens, Workload: o.Workload, Prompts: len(o.Prompts), MaxNewTokens: o.MaxNewTokens,
 		Concurrency: o.Concurrency, Warmup: o.Warmup, Trials: o.Trials, Temperature: o.Temperature, IgnoreEOS: o.IgnoreEOS,
 		Interleave: o.Interleave, AgreeTokens: o.AgreeTokens, AgreeThreshold: o.AgreeThreshold}
 }

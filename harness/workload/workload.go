@@ -12,14 +12,20 @@ import (
 	"fmt"
 	"os"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/digest"
 )
+
+// BuiltinName is the name of the built-in prompts, as a recipe's
+// [bench] workload and Identity write it.
+const BuiltinName = "builtin"
 
 //go:embed prompts.jsonl
 var builtin []byte
 
 // Builtin returns the built-in prompts.
 func Builtin() []string {
-	p, err := parseJSONL("builtin", builtin)
+	p, err := parseJSONL(BuiltinName, builtin)
 	if err != nil {
 		panic(err) // the embedded file is part of arpatch
 	}
@@ -108,4 +114,18 @@ func Take(ps []string, n int) []string {
 		out[i] = ps[i%len(ps)]
 	}
 	return out
+}
+
+// Identity names a workload for reports and history keys: name (BuiltinName
+// or the file's path as given) and the SHA-256 of the prompts, cut to
+// digest.ShortLen hex digits, so that a file edited in place, or another
+// file under the same name, is told apart: "builtin@sha256:3f1c0a9e2b7d".
+// The digest covers every prompt in order (each one length-prefixed), not
+// how many a run takes (report.Settings.Prompts records that).
+func Identity(name string, prompts []string) string {
+	var b bytes.Buffer
+	for _, p := range prompts {
+		fmt.Fprintf(&b, "%d:%s\n", len(p), p)
+	}
+	return name + "@" + digest.Short("sha256:"+digest.SHA256Hex(b.Bytes()))
 }

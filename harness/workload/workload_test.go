@@ -84,3 +84,20 @@ func TestTake(t *testing.T) {
 		t.Errorf("Take 0 = %q, want all", got)
 	}
 }
+
+// TestIdentity: the name and a digest of every prompt in order, so other
+// content under one name, or the same prompts split otherwise, differ.
+func TestIdentity(t *testing.T) {
+	id := Identity("p.jsonl", []string{"a", "b"})
+	if !strings.HasPrefix(id, "p.jsonl@sha256:") || len(id) != len("p.jsonl@sha256:")+12 {
+		t.Fatalf("Identity = %q", id)
+	}
+	for _, other := range [][]string{{"a", "c"}, {"b", "a"}, {"ab"}, {"a", "b", "a"}} {
+		if Identity("p.jsonl", other) == id {
+			t.Errorf("%q has the identity of [a b]", other)
+		}
+	}
+	if Identity("p.jsonl", []string{"a", "b"}) != id {
+		t.Error("Identity is not deterministic")
+	}
+}
