@@ -1,6 +1,7 @@
 package nightly
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"fmt"
@@ -9,20 +10,22 @@ import (
 	"github.com/arpatch/arpatch/history"
 )
 
-// Execute is a whole `arpatch nightly`: it runs the nightly (Run), prints
-// the run's table to o.Out (WriteTable), writes the reports (WriteOutputs,
-// with o.Reports overriding the config's paths) and the plot of tok/s
-// (outputs.plot), and returns the process's exit code.
+// Execute is a whole `arpatch nightly`: it runs the nightly (Run), writes
+// the reports (WriteOutputs, with o.Reports overriding the config's
+// paths) and the plot of tok/s (outputs.plot), prints the run's table to
+// o.Out (WriteTable), and returns the process's exit code.
 //
 // The code is the run's (ExitOK, ExitRegression, ExitDrift, ExitInfra),
 // or ExitInfra with the error when the run could not start (the lock is
 // held, the history will not open), could not store what it found (a
 // failed write to the history: the error names the database file), or a
-// report could not be written (the error names the file); the history and
-// the reports then say so too. A nightly.toml that cannot run is a
-// *ConfigError, returned with code 0: the caller reports it as a usage
-// error. A plot that cannot be drawn is logged to o.Log and changes
-// nothing.
+// report could not be written (the error names the file). The history,
+// the printed table and every report that can still be written then say
+// exit 4 and why (MarkExit, before the table is printed and the reports
+// are written again; $GITHUB_STEP_SUMMARY is appended to once, last). A
+// nightly.toml that cannot run is a *ConfigError, returned with code 0:
+// the caller reports it as a usage error. A plot that cannot be drawn is
+// logged to o.Log and changes nothing.
 func Execute(ctx context.Context, o Options) (int, error) {
 	rep, err := Run(ctx, o)
 	var ce *ConfigError
@@ -30,32 +33,45 @@ func Execute(ctx context.Context, o Options) (int, error) {
 		return 0, err
 	}
 	cfg := o.Config
-	if rep != nil {
-		if o.Out != nil {
-			WriteTable(o.Out, rep)
+	if rep == nil {
+		// It could not start: the reports say so as far as they can be
+		// written.
+		if werr := WriteOutputs(FailedToRun(err), cfg, o.Reports); werr != nil {
+			o.logf("%v", werr)
 		}
-		if werr := WriteOutputs(rep, cfg, o.Reports); werr != nil && err == nil {
-			err = werr
-		}
-		if cfg.Outputs.Plot != "" && err == nil && rep.Benched() {
-			if perr := plot(cfg, rep); perr != nil {
-				o.logf("outputs.plot: %v", perr)
-			}
-		}
+		return ExitInfra, err
 	}
-	if err == nil {
-		return rep.ExitCode, nil
-	}
-	// It could not run, store or report: infrastructure. The history and
-	// the reports say so as far as they can be written.
-	if rep != nil {
-		if merr := MarkExit(cfg, rep, ExitInfra, err); merr != nil {
+	if werr := writeFiles(rep, cfg, o.Reports); werr != nil {
+		if merr := MarkExit(cfg, rep, ExitInfra, werr); merr != nil {
 			o.logf("%v", merr)
 		}
-	} else if werr := WriteOutputs(FailedToRun(err), cfg, o.Reports); werr != nil {
-		o.logf("%v", werr)
+		// Again, so that the files that can be written say exit 4; the
+		// one that failed is named once, above.
+		_ = writeFiles(rep, cfg, o.Reports)
+		err = cmp.Or(err, werr)
 	}
-	return ExitInfra, err
+	if serr := appendSummary(rep, o.Reports["summary"]); serr != nil {
+		if merr := MarkExit(cfg, rep, ExitInfra, serr); merr != nil {
+			o.logf("%v", merr)
+		}
+		_ = writeFiles(rep, cfg, o.Reports) // they say exit 4 and why
+		err = cmp.Or(err, serr)
+	}
+	if cfg.Outputs.Plot != "" && err == nil && rep.Benched() {
+		if perr := plot(cfg, rep); perr != nil {
+			o.logf("outputs.plot: %v", perr)
+		}
+	}
+	if o.Out != nil {
+		WriteTable(o.Out, rep)
+	}
+	if err != nil {
+		// It could not run, store or report: infrastructure. Run has
+		// made the report say so for a failed store, MarkExit for a
+		// failed report.
+		return ExitInfra, err
+	}
+	return rep.ExitCode, nil
 }
 
 // plot draws outputs.plot: tok/s over time for the run's hardware and

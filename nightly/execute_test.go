@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"encoding/xml"
 	"errors"
 	"os"
@@ -66,6 +67,71 @@ func TestExecuteUnwritableReport(t *testing.T) {
 		!strings.HasPrefix(runs[0].Verdict, "infrastructure failure: writing report") {
 		t.Fatalf("history after the failed report: %v %+v", err, runs)
 	}
+}
+
+// A report that passes the checks before the run but fails when it is
+// written (here --junit's path became a directory during the run) turns
+// the run into exit 4 everywhere: the error, the printed line, the
+// history, and the reports that can still be written (nightly.json,
+// summary.md) say exit 4 and name the file, with a failed "reports" check.
+func TestExecuteReportFailsAtWriteTime(t *testing.T) {
+	w := newWorld(t)
+	junit := filepath.Join(w.dir, "cli-junit.xml")
+	var out bytes.Buffer
+	code, err := Execute(context.Background(), Options{Config: w.cfg, Env: w.env, SkipBuild: true, SkipBench: true, Out: &out,
+		Reports: map[string]string{"junit": junit},
+		Probe: func(context.Context) Environment {
+			if err := os.Mkdir(junit, 0o755); err != nil { // after every check of the paths
+				t.Error(err)
+			}
+			return Environment{}
+		}})
+	want := "writing report " + junit + ": "
+	if code != ExitInfra || err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Fatalf("exit %d, %v; want 4 and an error starting %q", code, err, want)
+	}
+	if !strings.Contains(out.String(), "nightly run 1 on test-gpu: exit 4, infrastructure failure: "+want) {
+		t.Errorf("printed:\n%s", out.String())
+	}
+	dir := w.cfg.Path(w.cfg.Outputs.Dir)
+	b, err := os.ReadFile(filepath.Join(dir, "nightly.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	if rep.ExitCode != ExitInfra || rep.Status != history.Failed || !strings.HasPrefix(rep.Verdict, "infrastructure failure: "+want) {
+		t.Errorf("nightly.json: exit %d, status %s, verdict %q", rep.ExitCode, rep.Status, rep.Verdict)
+	}
+	if c := findCheck(rep.Checks, "reports"); c.Kind != history.KindInfra || c.Status != history.CheckFail || !strings.HasPrefix(c.Detail, want) {
+		t.Errorf("nightly.json's reports check: %+v", c)
+	}
+	sum, err := os.ReadFile(filepath.Join(dir, "summary.md"))
+	if err != nil || !strings.Contains(string(sum), "## arpatch nightly: INFRA FAILURE") || !strings.Contains(string(sum), "exit code 4: infrastructure failure: "+want) {
+		t.Errorf("summary.md: %v\n%s", err, sum)
+	}
+	store, err := history.Open(filepath.Join(w.dir, "history.db"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = store.Close() }()
+	runs, err := store.Runs(0)
+	if err != nil || len(runs) != 1 || runs[0].Status != history.Failed || runs[0].ExitCode == nil || *runs[0].ExitCode != ExitInfra ||
+		!strings.HasPrefix(runs[0].Verdict, "infrastructure failure: "+want) {
+		t.Fatalf("history: %v %+v", err, runs)
+	}
+}
+
+// findCheck returns the check named name, or the zero Check.
+func findCheck(cs []history.Check, name string) history.Check {
+	for _, c := range cs {
+		if c.Name == name {
+			return c
+		}
+	}
+	return history.Check{}
 }
 
 // A nightly that cannot start (the lock is held) exits 4 and still writes

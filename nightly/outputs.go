@@ -296,9 +296,19 @@ func WriteTable(w io.Writer, rep *Report) {
 // replaced atomically; extra["summary"], when set, gets the markdown
 // summary appended. extra's keys ("github-benchmark", "bencher", "junit",
 // "summary") are the command-line paths, which override the config's.
-// Bench files are written only when the bench ran. It returns the first
-// write error, naming the file.
+// Bench files are written only when the bench ran. Every file that can be
+// is written; it returns the first write error, naming the file.
 func WriteOutputs(rep *Report, cfg *Config, extra map[string]string) error {
+	err := writeFiles(rep, cfg, extra)
+	if serr := appendSummary(rep, extra["summary"]); err == nil {
+		err = serr
+	}
+	return err
+}
+
+// writeFiles writes the report files WriteOutputs writes, all but the
+// appended extra["summary"].
+func writeFiles(rep *Report, cfg *Config, extra map[string]string) error {
 	files := map[string]func(io.Writer) error{}
 	dir := cfg.Path(cfg.Outputs.Dir)
 	files[dir+"/nightly.json"] = func(w io.Writer) error {
@@ -334,27 +344,29 @@ func WriteOutputs(rep *Report, cfg *Config, extra map[string]string) error {
 			first = fmt.Errorf("writing report %s: %w", path, err)
 		}
 	}
-	if first != nil {
-		return first
+	return first
+}
+
+// appendSummary appends the markdown summary to path (as GitHub Actions asks
+// of $GITHUB_STEP_SUMMARY: other steps may have written to it); "" is none.
+func appendSummary(rep *Report, s string) error {
+	if s == "" {
+		return nil
 	}
-	// The extra summary is appended, as GitHub Actions asks of
-	// $GITHUB_STEP_SUMMARY (other steps may have written to it).
-	if s := extra["summary"]; s != "" {
-		var b bytes.Buffer
-		if err := Summary(&b, rep); err != nil {
-			return err
-		}
-		f, err := os.OpenFile(s, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
-		if err != nil {
-			return fmt.Errorf("--summary: %w", err)
-		}
-		_, err = f.Write(b.Bytes())
-		if cerr := f.Close(); err == nil {
-			err = cerr
-		}
-		if err != nil {
-			return fmt.Errorf("--summary %s: %w", s, err)
-		}
+	var b bytes.Buffer
+	if err := Summary(&b, rep); err != nil {
+		return err
+	}
+	f, err := os.OpenFile(s, os.O_WRONLY|os.O_APPEND|os.O_CREATE, 0o644)
+	if err != nil {
+		return fmt.Errorf("--summary: %w", err)
+	}
+	_, err = f.Write(b.Bytes())
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		return fmt.Errorf("--summary %s: %w", s, err)
 	}
 	return nil
 }
@@ -407,16 +419,28 @@ func FailedToRun(err error) *Report {
 }
 
 // MarkExit records, after the run, a failure that changed its exit code
-// (its reports could not be written): the history then agrees with the
-// process's exit code. The error is a history that could not be opened or
-// written; it names the database file.
+// (its reports could not be written): rep then says code, why (an error,
+// a failed "reports" check and the verdict) and a failed status, and so
+// does the history, so that both agree with the process's exit code. The
+// error is a history that could not be opened or written; it names the
+// database file. A run that already exits with code keeps its verdict
+// and gets the error and the check added.
 func MarkExit(cfg *Config, rep *Report, code int, why error) error {
-	if rep.RunID == 0 || code <= rep.ExitCode {
+	if code < rep.ExitCode {
 		return nil
 	}
+	rep.add([]history.Check{{Name: "reports", Kind: history.KindInfra, Status: history.CheckFail, Detail: why.Error()}})
+	if code == rep.ExitCode {
+		rep.Errors = append(rep.Errors, why.Error()) // the run's own failure leads
+		return nil
+	}
+	rep.Errors = append([]string{why.Error()}, rep.Errors...)
 	rep.ExitCode = code
 	rep.Status = history.Failed
-	rep.Verdict = "infrastructure failure: " + why.Error()
+	rep.Verdict = verdictText(rep)
+	if rep.RunID == 0 {
+		return nil
+	}
 	s, err := history.Open(cfg.Path(cfg.History.Path))
 	if err != nil {
 		return err
