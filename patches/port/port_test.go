@@ -374,6 +374,14 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 	rng := rand.New(rand.NewSource(7))
 	const path = "src/ops.txt"
 	var clean, conflicted int
+	// One upstream repository for every case, each case two commits on
+	// top (its base, then upstream's edit): port looks only from the base
+	// to the edit. git merge-file reads three files rewritten in place.
+	dir := filepath.Join(t.TempDir(), "up")
+	if _, err := testrepo.Init(dir); err != nil {
+		t.Fatal(err)
+	}
+	mdir := t.TempDir()
 	for i := 0; i < 40; i++ {
 		var base []string
 		for j := 0; j < 12+rng.Intn(20); j++ {
@@ -384,11 +392,7 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 			continue // no patch, or upstream already holds it
 		}
 		b, o, th := strings.Join(base, ""), strings.Join(ours, ""), strings.Join(theirs, "")
-		dir := filepath.Join(t.TempDir(), "up")
-		if err := testrepo.WriteFiles(dir, map[string]string{path: b}); err != nil {
-			t.Fatal(err)
-		}
-		c0, err := testrepo.Init(dir)
+		c0, err := testrepo.Change(dir, "base", map[string]string{path: b})
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -404,7 +408,6 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)
 		}
-		mdir := t.TempDir()
 		if err := testrepo.WriteFiles(mdir, map[string]string{"base": b, "ours": o, "theirs": th}); err != nil {
 			t.Fatal(err)
 		}
