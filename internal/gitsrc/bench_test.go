@@ -83,7 +83,7 @@ func sizedRepo(b *testing.B) (string, string) {
 
 func TestMain(m *testing.M) {
 	flag.Parse()
-	code := m.Run()
+	code := fixtures.Run(m)
 	if sized.dir != "" {
 		_ = os.RemoveAll(sized.dir) // a temp dir; the exit code is what counts
 	}

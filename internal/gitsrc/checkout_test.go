@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -39,34 +40,39 @@ var richFiles = map[string]string{
 	"sub/keep.txt":           "k\n",
 }
 
-// richFixture commits richFiles (bin/run.sh executable, "link" to
-// a/x.txt, "dirlink" to a, "dangling" to nowhere) and, when packed, puts
-// the objects into one pack.
+// richFixture returns a repository that commits richFiles (bin/run.sh
+// executable, "link" to a/x.txt, "dirlink" to a, "dangling" to nowhere),
+// with its objects in one pack when packed, loose otherwise. It is made
+// once per test binary and shared: tests clone and read it, never write
+// to it (TestMain checks).
 func richFixture(t *testing.T, packed bool) (dir, commit string) {
 	t.Helper()
-	dir = filepath.Join(t.TempDir(), "up")
-	if err := testrepo.WriteFiles(dir, richFiles); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Chmod(filepath.Join(dir, "bin/run.sh"), 0o755); err != nil {
-		t.Fatal(err)
-	}
-	for link, target := range map[string]string{"link": "a/x.txt", "dirlink": "a", "dangling": "nowhere/at/all"} {
-		if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
-			t.Fatal(err)
+	dir, commit, err := fixtures.Get("rich packed="+strconv.FormatBool(packed), func(dir string) (string, error) {
+		if err := testrepo.WriteFiles(dir, richFiles); err != nil {
+			return "", err
 		}
-	}
-	commit, err := testrepo.Init(dir)
+		if err := os.Chmod(filepath.Join(dir, "bin/run.sh"), 0o755); err != nil {
+			return "", err
+		}
+		for link, target := range map[string]string{"link": "a/x.txt", "dirlink": "a", "dangling": "nowhere/at/all"} {
+			if err := os.Symlink(target, filepath.Join(dir, link)); err != nil {
+				return "", err
+			}
+		}
+		commit, err := testrepo.Init(dir)
+		if err == nil && packed {
+			err = testrepo.Pack(dir)
+		}
+		return commit, err
+	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	if packed {
-		if err := testrepo.Pack(dir); err != nil {
-			t.Fatal(err)
-		}
-	}
 	return dir, commit
 }
+
+// fixtures holds richFixture's repositories.
+var fixtures testrepo.Shared
 
 func checkoutClone(t *testing.T, up, commit string) *Repo {
 	t.Helper()
