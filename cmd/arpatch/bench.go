@@ -498,17 +498,14 @@ func benchOpts(f benchFlags) (benchOptions, error) {
 	if f.Given["python"] {
 		bo.TuneInputs = append(bo.TuneInputs, "--python", f.Python)
 	}
-	for _, p := range []struct{ flag, path string }{{"json", bo.Reports.JSON}, {"markdown", bo.Reports.Markdown}, {"benchfmt", bo.Reports.Benchfmt}} {
-		if p.path != "" {
-			if err := safefs.CanWrite(p.path); err != nil {
-				return benchOptions{}, usagef("--%s: %v", p.flag, err)
-			}
-		}
-	}
 	if p := bo.Reports.Plot; p != "" {
 		if err := history.PlotFormat(p); err != nil {
 			return benchOptions{}, usagef("--plot %v", err)
 		}
+	}
+	rep := bo.Reports
+	if err := checkOutputs(outFile{flag: "json", path: rep.JSON}, outFile{flag: "markdown", path: rep.Markdown}, outFile{flag: "benchfmt", path: rep.Benchfmt}, outFile{flag: "plot", path: rep.Plot}); err != nil {
+		return benchOptions{}, err
 	}
 	return bo, nil
 }

@@ -148,6 +148,9 @@ func benchAllreduceOpts(f benchAllreduceFlags) (benchAllreduceOptions, error) {
 		Warmup: f.Warmup, Inner: f.Inner, Reps: f.Reps, Timeout: f.Timeout, NCCLDebug: f.NCCLDebug,
 	}
 	o.Verify, o.Ext, o.Log, o.JSON = verify, f.extFinder(f.Given), expandHome(f.Log), expandHome(f.JSON)
+	if err := checkOutputs(outFile{flag: "json", path: o.JSON}, outFile{flag: "log", path: o.Log}); err != nil {
+		return o, err
+	}
 	return o, nil
 }
 

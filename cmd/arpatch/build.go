@@ -173,6 +173,9 @@ func buildOpts(f buildCmdFlags) (buildOptions, error) {
 	if err != nil {
 		return buildOptions{}, err
 	}
+	if err := checkOutputs(outFile{flag: "out", path: expandHome(f.Out), dir: true}); err != nil {
+		return buildOptions{}, err
+	}
 	return buildOptions{Build: o, Check: f.Check, List: f.List, GC: f.GC, Plan: f.Plan, Verify: f.VerifyReproducible, Ext: f.AllreduceExt, Keep: f.Keep}, nil
 }
 

@@ -10,6 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -127,6 +128,34 @@ func seriesFlag(cat *patches.Catalog, name string) (*patches.Series, error) {
 		return nil, usagef("--series: %w", err)
 	}
 	return s, nil
+}
+
+// outFile is an output path a flag names ("" when not given); Dir: the
+// flag names a directory to write into, not a file.
+type outFile struct {
+	flag, path string
+	dir        bool
+}
+
+// checkOutputs checks, before anything runs, that each output a flag
+// names can be written (safefs.CanWrite, safefs.CanWriteIn): a path
+// mistake (a file where a directory must be, a directory where the file
+// goes) is a usage error (exit 2) naming the flag, not a failure after a
+// long run.
+func checkOutputs(outs ...outFile) error {
+	for _, o := range outs {
+		if o.path == "" {
+			continue
+		}
+		check := safefs.CanWrite
+		if o.dir {
+			check = safefs.CanWriteIn
+		}
+		if err := check(o.path); err != nil {
+			return usagef("--%s: %v", o.flag, err)
+		}
+	}
+	return nil
 }
 
 // notePassedOver says which series of --patches-dir were passed over: a

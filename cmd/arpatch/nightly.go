@@ -373,6 +373,9 @@ func historyPlotOpts(f historyPlotFlags) (historyPlotOptions, error) {
 	if f.X != "time" && f.X != "concurrency" {
 		return historyPlotOptions{}, usagef("--x %q: use time or concurrency", f.X)
 	}
+	if err := checkOutputs(outFile{flag: "out", path: out}); err != nil {
+		return historyPlotOptions{}, err
+	}
 	db, err := historyDB(f.DB)
 	return historyPlotOptions{DB: db, Metric: metric, Out: out, X: f.X, Run: f.Run,
 		Series: history.Series{HardwareKey: f.Hardware, Workload: f.Workload, Level: f.Concurrency}}, err

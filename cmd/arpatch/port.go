@@ -107,8 +107,17 @@ func portOpts(f portFlags) (portOptions, error) {
 		}
 		moves[old] = np
 	}
-	return portOptions{Catalog: cat, Series: s, Repo: expandHome(f.Repo), RepoArg: f.Repo, To: f.To, From: f.From, Moves: moves,
-		Out: expandHome(f.Out), JSON: expandHome(f.JSON), Seal: f.Seal}, nil
+	o := portOptions{Catalog: cat, Series: s, Repo: expandHome(f.Repo), RepoArg: f.Repo, To: f.To, From: f.From, Moves: moves,
+		Out: expandHome(f.Out), JSON: expandHome(f.JSON), Seal: f.Seal}
+	if err := checkOutputs(outFile{flag: "json", path: o.JSON}); err != nil {
+		return portOptions{}, err
+	}
+	if o.Out != "" {
+		if err := port.CheckOut(o.Out); err != nil {
+			return portOptions{}, usageError{err}
+		}
+	}
+	return o, nil
 }
 
 // portRun ports the series, prints the report, writes the JSON report and
@@ -116,16 +125,6 @@ func portOpts(f portFlags) (portOptions, error) {
 func portRun(_ context.Context, o portOptions, s streams) error {
 	notePassedOver(s.Err, o.Catalog)
 	out, jsonOut := o.Out, o.JSON
-	if jsonOut != "" {
-		if err := safefs.CanWrite(jsonOut); err != nil {
-			return err
-		}
-	}
-	if out != "" {
-		if err := port.CheckOut(out); err != nil {
-			return err
-		}
-	}
 	repo, err := gitsrc.OpenAny(o.Repo)
 	if err != nil {
 		return fmt.Errorf("--repo: %w", err)

@@ -155,12 +155,8 @@ func tuneAllreduceOpts(f tuneAllreduceFlags) (tuneAllreduceOptions, error) {
 		return o, err
 	}
 	o.Out, o.JSON, o.Log = expandHome(f.Out), expandHome(f.JSON), expandHome(f.Log)
-	for _, p := range []struct{ flag, path string }{{"out", o.Out}, {"json", o.JSON}, {"log", o.Log}} {
-		if p.path != "" {
-			if err := safefs.CanWrite(p.path); err != nil {
-				return o, usagef("--%s: %v", p.flag, err)
-			}
-		}
+	if err := checkOutputs(outFile{flag: "out", path: o.Out}, outFile{flag: "json", path: o.JSON}, outFile{flag: "log", path: o.Log}); err != nil {
+		return o, err
 	}
 	o.Ext = f.extFinder(f.Given)
 	o.Tune = tune.Options{

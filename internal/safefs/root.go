@@ -14,6 +14,7 @@ import (
 	"path"
 	"path/filepath"
 	"strings"
+	"syscall"
 )
 
 // Root is a directory that file operations stay inside.
@@ -344,7 +345,23 @@ func CanWrite(p string) error {
 	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
 		return fmt.Errorf("%s is a directory", p)
 	}
-	for dir := filepath.Dir(p); ; dir = filepath.Dir(dir) {
+	return dirBelow(p, filepath.Dir(p))
+}
+
+// CanWriteIn checks, without writing, that files could be placed in the
+// directory dir (made when missing): dir is a directory, or missing with
+// a directory as its nearest existing ancestor. The error names dir.
+func CanWriteIn(dir string) error {
+	if fi, err := os.Stat(dir); err == nil && !fi.IsDir() {
+		return fmt.Errorf("%s is not a directory", dir)
+	}
+	return dirBelow(dir, dir)
+}
+
+// dirBelow checks that the nearest existing of dir and its ancestors is a
+// directory; errors name p.
+func dirBelow(p, dir string) error {
+	for ; ; dir = filepath.Dir(dir) {
 		fi, err := os.Stat(dir)
 		if err == nil {
 			if !fi.IsDir() {
@@ -352,7 +369,8 @@ func CanWrite(p string) error {
 			}
 			return nil
 		}
-		if !errors.Is(err, fs.ErrNotExist) || filepath.Dir(dir) == dir {
+		// ENOTDIR: a file above; the loop reaches it and names it.
+		if !errors.Is(err, fs.ErrNotExist) && !errors.Is(err, syscall.ENOTDIR) || filepath.Dir(dir) == dir {
 			return fmt.Errorf("%s: %w", p, err)
 		}
 	}
