@@ -216,7 +216,7 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 		return err
 	}
 	if len(pts) == 0 {
-		return fmt.Errorf("history %s has no run with bench results to plot on %q (runs with --skip-bench have none; runs recorded before %s existed have none of it)", s.Path, sel.HardwareKey, metric)
+		return fmt.Errorf("history %s has no run with bench results to plot on hardware %q, workload %q at concurrency %d (runs with --skip-bench have none; runs recorded before %s existed have none of it; leave out --hardware, --workload and --concurrency to plot the newest run's)", s.Path, sel.HardwareKey, sel.Workload, sel.Level, metric)
 	}
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("arpatch nightly: %s per run on %s at concurrency %d (median, CI band)", metric, sel.HardwareKey, sel.Level)

@@ -17,6 +17,7 @@ import (
 	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/internal/statedir"
 	"github.com/arpatch/arpatch/nightly"
+	"github.com/arpatch/arpatch/recipes"
 )
 
 func nightlyCommand() *cli.Command {
@@ -129,7 +130,7 @@ func historyCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name: "list", Usage: "list runs, newest first", UsageText: "arpatch history list [--db FILE] [--limit N]",
-				Flags: []cli.Flag{db, &cli.IntFlag{Name: "limit", Value: 30}}, Before: noArgs,
+				Flags: []cli.Flag{db, &cli.IntFlag{Name: "limit", Value: 30, Usage: "list the newest `N` runs; 0 lists every run"}}, Before: noArgs,
 				Action: action(historyListOpts, historyListRun),
 			},
 			{
@@ -216,11 +217,14 @@ type historyListFlags struct {
 // historyListOptions are every input of historyListRun.
 type historyListOptions struct {
 	DB    string // the history's file
-	Limit int    // runs listed, newest first
+	Limit int    // runs listed, newest first; 0: all
 }
 
-// historyListOpts resolves --db.
+// historyListOpts resolves --db and refuses a negative --limit.
 func historyListOpts(f historyListFlags) (historyListOptions, error) {
+	if f.Limit < 0 {
+		return historyListOptions{}, usagef("--limit %d: use 1 or more, or 0 for every run", f.Limit)
+	}
 	db, err := historyDB(f.DB)
 	return historyListOptions{DB: db, Limit: f.Limit}, err
 }
@@ -343,6 +347,7 @@ type historyPlotFlags struct {
 	Concurrency int    `flag:"concurrency"`
 	X           string `flag:"x"`
 	Run         int64  `flag:"run"`
+	Given       given
 }
 
 // historyPlotOptions are every input of historyPlotRun.
@@ -375,6 +380,12 @@ func historyPlotOpts(f historyPlotFlags) (historyPlotOptions, error) {
 	}
 	if err := checkOutputs(outFile{flag: "out", path: out}); err != nil {
 		return historyPlotOptions{}, err
+	}
+	if f.Given["concurrency"] {
+		// A level as a recipe's bench.concurrency bounds it.
+		if err := recipes.CheckLevels([]int{f.Concurrency}); err != nil {
+			return historyPlotOptions{}, usagef("--concurrency %v (leave it out for the newest run's lowest level)", err)
+		}
 	}
 	db, err := historyDB(f.DB)
 	return historyPlotOptions{DB: db, Metric: metric, Out: out, X: f.X, Run: f.Run,

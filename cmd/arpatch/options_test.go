@@ -549,8 +549,11 @@ func TestHistoryOpts(t *testing.T) {
 		{"arpatch history plot --metric speed --out p.svg", exitUsage, []string{`--metric "speed": use one of tok_s`}},
 		{"arpatch history plot --out p.txt", exitUsage, []string{"--out"}},
 		{"arpatch history plot --x runs --out p.svg", exitUsage, []string{`--x "runs": use time or concurrency`}},
+		{"arpatch history plot --concurrency -1 --out p.svg", exitUsage, []string{"--concurrency -1: use 1 to 4096 (leave it out for the newest run's lowest level)"}},
+		{"arpatch history plot --concurrency 0 --out p.svg", exitUsage, []string{"--concurrency 0: use 1 to"}},
 	})
 	refuses(t, historyListOpts, []refusal{
+		{"arpatch history list --limit -1", exitUsage, []string{"--limit -1: use 1 or more, or 0 for every run"}},
 		{"arpatch history list --limit x", exitUsage, []string{`invalid value "x" for flag -limit`}},
 		{"arpatch history list 3", exitUsage, []string{"list takes no arguments"}},
 	})
