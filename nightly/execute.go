@@ -13,7 +13,9 @@ import (
 // Execute is a whole `arpatch nightly`: it runs the nightly (Run), writes
 // the reports (WriteOutputs, with o.Reports overriding the config's
 // paths) and the plot of tok/s (outputs.plot), prints the run's table to
-// o.Out (WriteTable), and returns the process's exit code.
+// o.Out (WriteTable) and, when the reports were written, the line
+// "reports in DIR: nightly.json, summary.md" (DIR: outputs.dir, by
+// default STATE/nightly/KEY/out), and returns the process's exit code.
 //
 // The code is the run's (ExitOK, ExitRegression, ExitDrift, ExitInfra),
 // or ExitInfra with the error when the run could not start (the lock is
@@ -64,6 +66,11 @@ func Execute(ctx context.Context, o Options) (int, error) {
 	}
 	if o.Out != nil {
 		WriteTable(o.Out, rep)
+		if err == nil {
+			// Last, as nightly/demo ends: where the reports went, which
+			// by default is under the state directory.
+			fmt.Fprintf(o.Out, "reports in %s: nightly.json, summary.md\n", cfg.Path(cfg.Outputs.Dir))
+		}
 	}
 	if err != nil {
 		// It could not run, store or report: infrastructure. Run has
