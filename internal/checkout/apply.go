@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -68,6 +69,10 @@ type DirtyError struct {
 	// Committed is set when the tree is clean but its commit already holds
 	// some of the patches.
 	Committed bool
+	// Hidden are the changed paths whose index entries are marked
+	// assume-unchanged: git status and git stash do not see them until
+	// the bit is cleared, which the remedy does first.
+	Hidden []string
 }
 
 func (e *DirtyError) Error() string {
@@ -98,7 +103,15 @@ func (e *DirtyError) Error() string {
 	for _, c := range e.Changes {
 		b.WriteString("\n  " + c.String())
 	}
-	fmt.Fprintf(&b, "\nnothing was changed. Stash them (git -C %s stash), or drop them (git -C %s reset --hard; this loses them), then run apply again", e.Src, e.Src)
+	b.WriteString("\nnothing was changed. ")
+	if len(e.Hidden) > 0 {
+		fmt.Fprintf(&b, "git status and git stash cannot see the edits to %s (assume-unchanged): clear the bit (`%s`), then ", strings.Join(e.Hidden, ", "),
+			shellq.Join(append([]string{"git", "-C", e.Src, "update-index", "--no-skip-worktree", "--no-assume-unchanged"}, e.Hidden...)))
+		fmt.Fprintf(&b, "stash them (`%s`), or drop them (`%s`; this loses them), then run apply again",
+			shellq.Join([]string{"git", "-C", e.Src, "stash"}), shellq.Join([]string{"git", "-C", e.Src, "reset", "--hard"}))
+		return b.String()
+	}
+	fmt.Fprintf(&b, "Stash them (git -C %s stash), or drop them (git -C %s reset --hard; this loses them), then run apply again", e.Src, e.Src)
 	return b.String()
 }
 
@@ -239,14 +252,24 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 			tracked = append(tracked, c)
 		}
 	}
+	var hidden []string // tracked changes git status cannot see
 	if len(tracked) > 0 {
 		if err := lineEndings(repo, head, root, tracked); err != nil {
 			return nil, err
 		}
+		au, err := repo.AssumeUnchanged()
+		if err != nil {
+			return nil, err
+		}
+		for _, c := range tracked {
+			if slices.Contains(au, c.Path) {
+				hidden = append(hidden, c.Path)
+			}
+		}
 	}
 	if r.Series == "" && opts.Series == "" {
 		if len(tracked) > 0 {
-			return nil, &DirtyError{Src: opts.Src, Changes: tracked}
+			return nil, &DirtyError{Src: opts.Src, Changes: tracked, Hidden: hidden}
 		}
 		rep.Result = &patches.Result{}
 		if opts.DryRun {
@@ -269,7 +292,7 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 			rep.AlreadyApplied, rep.ByHand = true, true
 			return rep, nil
 		}
-		return nil, &DirtyError{Src: opts.Src, Changes: tracked, Fits: touching(tracked, choice.Patches, fits)}
+		return nil, &DirtyError{Src: opts.Src, Changes: tracked, Hidden: hidden, Fits: touching(tracked, choice.Patches, fits)}
 	}
 	if err := sameAsHead(repo, head, root, choice.Patches, opts.Catalog.CheckCommand(opts.Src, head)); err != nil {
 		return nil, err

@@ -248,8 +248,9 @@ func (c Change) Untracked() bool { return c.Staging == '?' && c.Worktree == '?' 
 
 // SkipWorktree lists the index entries marked skip-worktree, sorted: git
 // status does not look at their files, so edits there go unseen.
-// (assume-unchanged needs no check: go-git does not read that bit, and
-// Changes compares those entries like any other.)
+// (Changes compares assume-unchanged entries like any other, since
+// go-git does not read that bit; AssumeUnchanged lists them, for remedies
+// that must clear it before git sees the edit.)
 func (r *Repo) SkipWorktree() ([]string, error) {
 	idx, err := r.index()
 	if err != nil {
