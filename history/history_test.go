@@ -4,6 +4,8 @@ import (
 	"bytes"
 	"encoding/json"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/errwriter/errwritertest"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -200,6 +202,8 @@ func TestExportAndPlot(t *testing.T) {
 	}
 	var b bytes.Buffer
 	must(t, WriteCSV(&b, rows))
+	errwritertest.EveryWriteFails(t, func(w io.Writer) error { return WriteCSV(w, rows) })
+	errwritertest.EveryWriteFails(t, func(w io.Writer) error { return WriteJSON(w, rows) })
 	lines := strings.Split(strings.TrimSpace(b.String()), "\n")
 	if len(lines) != 21 || !strings.HasPrefix(lines[0], "run_id,started_at,status") || !strings.Contains(lines[1], ",pcie,false,1,") {
 		t.Errorf("csv: %q", lines[:2])

@@ -57,15 +57,22 @@ func TestExecuteUnwritableReport(t *testing.T) {
 	if code != ExitInfra || err == nil || !strings.Contains(err.Error(), filepath.Join(w.dir, "blocker", "out", "nightly.json")) {
 		t.Fatalf("exit %d, %v", code, err)
 	}
+	w.historySaysInfra("infrastructure failure: writing report")
+}
+
+// historySaysInfra fails unless the history holds one run, failed with
+// exit 4 and a verdict starting with verdict.
+func (w *world) historySaysInfra(verdict string) {
+	w.t.Helper()
 	store, err := history.Open(filepath.Join(w.dir, "history.db"))
 	if err != nil {
-		t.Fatal(err)
+		w.t.Fatal(err)
 	}
 	defer func() { _ = store.Close() }()
 	runs, err := store.Runs(0)
 	if err != nil || len(runs) != 1 || runs[0].Status != history.Failed || runs[0].ExitCode == nil || *runs[0].ExitCode != ExitInfra ||
-		!strings.HasPrefix(runs[0].Verdict, "infrastructure failure: writing report") {
-		t.Fatalf("history after the failed report: %v %+v", err, runs)
+		!strings.HasPrefix(runs[0].Verdict, verdict) {
+		w.t.Fatalf("history: %v %+v, want one failed run with exit 4 and a verdict starting %q", err, runs, verdict)
 	}
 }
 
@@ -112,16 +119,7 @@ func TestExecuteReportFailsAtWriteTime(t *testing.T) {
 	if err != nil || !strings.Contains(string(sum), "## arpatch nightly: INFRA FAILURE") || !strings.Contains(string(sum), "exit code 4: infrastructure failure: "+want) {
 		t.Errorf("summary.md: %v\n%s", err, sum)
 	}
-	store, err := history.Open(filepath.Join(w.dir, "history.db"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() { _ = store.Close() }()
-	runs, err := store.Runs(0)
-	if err != nil || len(runs) != 1 || runs[0].Status != history.Failed || runs[0].ExitCode == nil || *runs[0].ExitCode != ExitInfra ||
-		!strings.HasPrefix(runs[0].Verdict, "infrastructure failure: "+want) {
-		t.Fatalf("history: %v %+v", err, runs)
-	}
+	w.historySaysInfra("infrastructure failure: " + want)
 }
 
 // findCheck returns the check named name, or the zero Check.

@@ -8,6 +8,8 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"github.com/arpatch/arpatch/internal/errwriter/errwritertest"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -765,6 +767,9 @@ func testHostChange(t *testing.T) {
 	var junit, summary bytes.Buffer
 	must(t, JUnit(&junit, rep))
 	must(t, Summary(&summary, rep))
+	// Each renderer returns its writer's error, whichever write fails.
+	errwritertest.EveryWriteFails(t, func(w io.Writer) error { return JUnit(w, rep) })
+	errwritertest.EveryWriteFails(t, func(w io.Writer) error { return Summary(w, rep) })
 	if !strings.Contains(junit.String(), `<testcase classname="arpatch.environment" name="environment vs reference runs">`) ||
 		!strings.Contains(junit.String(), `<skipped message="the environment changed since run 5 (host box-a -&gt; box-b`) || strings.Contains(junit.String(), "<failure") {
 		t.Errorf("junit:\n%s", junit.String())

@@ -20,6 +20,7 @@ import (
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/digest"
+	"github.com/arpatch/arpatch/internal/errwriter"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/internal/textfmt"
@@ -168,7 +169,9 @@ func JUnit(w io.Writer, rep *Report) error {
 
 // Summary writes the markdown summary for a CI job page: the verdict and
 // exit code, drift per series, the bench table, and the regression checks.
-func Summary(w io.Writer, rep *Report) error {
+// It returns w's first write error (internal/errwriter).
+func Summary(out io.Writer, rep *Report) error {
+	w := errwriter.New(out) // every write below: its first error is returned
 	icon := map[int]string{ExitOK: "PASS", ExitRegression: "REGRESSION", ExitDrift: "DRIFT", ExitInfra: "INFRA FAILURE"}[rep.ExitCode]
 	if rep.Verdict == verdictInterrupted {
 		icon = "INTERRUPTED"
@@ -217,7 +220,7 @@ func Summary(w io.Writer, rep *Report) error {
 	for _, e := range rep.Errors {
 		fmt.Fprintf(w, "> %s\n", strings.ReplaceAll(e, "\n", "\n> "))
 	}
-	return nil
+	return w.Err()
 }
 
 // benchSettings gives the settings the bench ran with; a report read from

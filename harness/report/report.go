@@ -20,6 +20,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/internal/errwriter"
 	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/internal/textfmt"
 )
@@ -257,7 +258,9 @@ func WriteTable(w io.Writer, res *bench.Result, s Settings) {
 
 // WriteMarkdown writes the table as GitHub markdown, a row per arm and
 // concurrency level, with the overall verdicts when there are several.
-func WriteMarkdown(w io.Writer, res *bench.Result, s Settings) error {
+// It returns w's first write error (internal/errwriter).
+func WriteMarkdown(out io.Writer, res *bench.Result, s Settings) error {
+	w := errwriter.New(out) // every write below: its first error is returned
 	fmt.Fprintf(w, "### %s\n\n%d prompts x %d trials, concurrency %s, max %d new tokens. Medians across trials with confidence intervals (95%% where the number of trials allows; each interval shows its level); p from a Mann-Whitney U test against `%s`.\n\n", benchName(s),
 		s.Prompts, s.Trials, textfmt.Ints(s.Concurrency, ","), s.MaxNewTokens, res.Baseline)
 	h := header()
@@ -280,7 +283,7 @@ func WriteMarkdown(w io.Writer, res *bench.Result, s Settings) error {
 			fmt.Fprintf(w, "\n> **%s**: %s\n", a.Arm.Name, warn)
 		}
 	}
-	return nil
+	return w.Err()
 }
 
 // WriteBenchfmt writes one Go benchmark line per arm, trial and level,

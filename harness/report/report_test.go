@@ -5,6 +5,8 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/errwriter/errwritertest"
+	"io"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
@@ -67,6 +69,7 @@ func TestTableAndMarkdown(t *testing.T) {
 	if err := WriteMarkdown(&b, res, s); err != nil {
 		t.Fatal(err)
 	}
+	errwritertest.EveryWriteFails(t, func(w io.Writer) error { return WriteMarkdown(w, res, s) })
 	md := b.String()
 	if !strings.Contains(md, "| arm | concurrency | tok/s |") || !strings.Contains(md, "| TPOT p50 ms | TPOT p99 ms | output agreement | verdict |") ||
 		!strings.Contains(md, "**INVALID**") || !strings.Contains(md, "> **broken**: INVALID") {
@@ -108,6 +111,7 @@ func TestBenchfmtReadsBack(t *testing.T) {
 	if err := WriteBenchfmt(&b, res, s); err != nil {
 		t.Fatal(err)
 	}
+	errwritertest.EveryWriteFails(t, func(w io.Writer) error { return WriteBenchfmt(w, res, s) })
 	r := benchfmt.NewReader(&b, "bench.txt")
 	n := 0
 	units := map[string]string{}
@@ -153,6 +157,7 @@ func TestJSONDocument(t *testing.T) {
 	if err := NewDocument(res, s, "test").WriteJSON(&b); err != nil {
 		t.Fatal(err)
 	}
+	errwritertest.EveryWriteFails(t, NewDocument(res, s, "test").WriteJSON)
 	var doc struct {
 		Schema      string `json:"schema"`
 		Environment struct {
