@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/errwriter"
 	"os"
 	"path/filepath"
 	"slices"
@@ -181,8 +182,9 @@ func benchAllreduceRun(ctx context.Context, o benchAllreduceOptions, s streams) 
 		if ferr != nil {
 			return ferr
 		}
-		defer closeWritten(&err, f, "--log") // err: the result, not a shadow
-		opts.Log = f
+		lw := errwriter.NewLog(f)   // a failed write ends the log, not the run
+		defer closeLog(&err, f, lw) // err: the result, not a shadow
+		opts.Log = lw
 	}
 	fmt.Fprintf(s.Err, "running %s on %d ranks (timeout %s)...\n", strings.Join(opts.Impls, ", "), opts.WorldSize, opts.Timeout)
 	run, err := allreduce.Execute(ctx, opts)

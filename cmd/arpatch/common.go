@@ -4,6 +4,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/errwriter"
 	"io"
 	"os"
 	"strings"
@@ -180,4 +181,14 @@ func closeWritten(err *error, f *os.File, flag string) {
 	if cerr := f.Close(); cerr != nil && *err == nil {
 		*err = fmt.Errorf("%s %s: %w", flag, f.Name(), cerr)
 	}
+}
+
+// closeLog closes --log's file f, written through lw (errwriter.NewLog):
+// a write that failed during the run, or the close, becomes *err as a
+// --log error naming the file, unless *err holds the run's own error.
+func closeLog(err *error, f *os.File, lw *errwriter.Writer) {
+	if werr := lw.Err(); werr != nil && *err == nil {
+		*err = fmt.Errorf("--log %s: %w", f.Name(), werr)
+	}
+	closeWritten(err, f, "--log")
 }

@@ -5,6 +5,7 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
+	"github.com/arpatch/arpatch/internal/errwriter"
 	"io"
 	"maps"
 	"os"
@@ -187,8 +188,9 @@ func tuneAllreduceRun(ctx context.Context, to tuneAllreduceOptions, s streams) (
 		if ferr != nil {
 			return ferr
 		}
-		defer closeWritten(&err, f, "--log") // err: the result, not a shadow
-		o.Bench.Log = f
+		lw := errwriter.NewLog(f)   // a failed write ends the log, not the run
+		defer closeLog(&err, f, lw) // err: the result, not a shadow
+		o.Bench.Log = lw
 	}
 	res, err := tune.Run(ctx, o)
 	if err != nil {

@@ -62,6 +62,9 @@ type Options struct {
 	ProbeThresholds bool
 	Env             []string
 	// Log receives the ranks' combined output as it comes; nil for none.
+	// A write error from it stops the copying of the output and so ends
+	// the run with that error as Run.Exit: give a log that keeps going,
+	// as --log does (internal/errwriter.NewLog).
 	Log io.Writer
 }
 

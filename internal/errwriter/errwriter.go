@@ -12,6 +12,7 @@ import "io"
 type Writer struct {
 	w   io.Writer
 	err error
+	log bool // NewLog: report every write as done
 }
 
 // New returns a Writer writing to w.
@@ -21,8 +22,12 @@ func New(w io.Writer) *Writer { return &Writer{w: w} }
 // It returns len(p) and the first error (a short write is
 // io.ErrShortWrite), so that fmt.Fprintf callers may ignore it and ask
 // Err once.
+// A Writer from NewLog returns len(p) and nil whatever happened.
 func (e *Writer) Write(p []byte) (int, error) {
 	if e.err != nil {
+		if e.log {
+			return len(p), nil
+		}
 		return 0, e.err
 	}
 	n, err := e.w.Write(p)
@@ -30,8 +35,17 @@ func (e *Writer) Write(p []byte) (int, error) {
 		err = io.ErrShortWrite
 	}
 	e.err = err
+	if e.log {
+		return len(p), nil
+	}
 	return n, err
 }
 
 // Err returns the first write error, or nil.
 func (e *Writer) Err() error { return e.err }
+
+// NewLog returns a Writer for a log kept beside the real work (a --log
+// file in an io.MultiWriter): a write that fails ends the log but is
+// reported to the caller as written, so that the work goes on; Err
+// returns the failure afterwards, for the caller to name the log.
+func NewLog(w io.Writer) *Writer { return &Writer{w: w, log: true} }

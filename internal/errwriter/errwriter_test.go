@@ -51,3 +51,20 @@ func TestWriterShortWrite(t *testing.T) {
 		t.Errorf("Write = %v, Err = %v", err, w.Err())
 	}
 }
+
+// A log's failure is kept for Err, and every write is reported as done:
+// the caller's other writers (io.MultiWriter) go on.
+func TestLogKeepsGoing(t *testing.T) {
+	f := &failAfter{n: 1}
+	var rest bytes.Buffer
+	l := NewLog(f)
+	mw := io.MultiWriter(l, &rest)
+	for _, s := range []string{"a\n", "b\n", "c\n"} {
+		if n, err := mw.Write([]byte(s)); n != len(s) || err != nil {
+			t.Fatalf("Write(%q) = %d, %v", s, n, err)
+		}
+	}
+	if !errors.Is(l.Err(), errFull) || f.buf.String() != "a\n" || rest.String() != "a\nb\nc\n" {
+		t.Errorf("Err = %v, log %q, rest %q", l.Err(), f.buf.String(), rest.String())
+	}
+}
