@@ -328,24 +328,122 @@ func writeAtomic(p string, data []byte, mode fs.FileMode) error {
 	return nil
 }
 
-// WriteFile writes one file atomically (temp, fsync, rename) outside any
-// Root, for state and cache files arpatch owns.
+// WriteFile writes one file outside any Root, for state, cache and report
+// files, by where p leads:
+//   - nothing, or a regular file: atomically (temp, fsync, rename), making
+//     p's missing directories;
+//   - a symlink: atomically at the file it resolves to (made when it is
+//     dangling), so the link stays a link and its target gets the bytes,
+//     as the shell's > does;
+//   - a FIFO or a character device (/dev/stdout, /dev/null, a process
+//     substitution): written directly, since a rename would replace the
+//     device node or pipe instead of writing to it;
+//   - anything else (a directory, a socket, a block device): refused with
+//     an error naming p and what it is. Nothing is written then.
 func WriteFile(p string, data []byte, mode fs.FileMode) error {
-	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+	stream, err := writable(p)
+	if err != nil {
 		return err
 	}
-	return writeAtomic(p, data, mode)
+	if stream {
+		return writeStream(p, data)
+	}
+	target, err := resolveLinks(p)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(target), 0o755); err != nil {
+		return err
+	}
+	return writeAtomic(target, data, mode)
 }
 
-// CanWrite checks, without writing, that WriteFile(p) could make p: p is
-// not a directory, and its nearest existing ancestor is a directory. Long
-// runs call it before they start, so that a report path mistake does not
-// cost the run.
-func CanWrite(p string) error {
-	if fi, err := os.Stat(p); err == nil && fi.IsDir() {
-		return fmt.Errorf("%s is a directory", p)
+// writable judges what p leads to for WriteFile and CanWrite: stream is
+// true for a FIFO or character device; err refuses anything else that is
+// not a regular file (or nothing).
+func writable(p string) (stream bool, err error) {
+	fi, err := os.Stat(p)
+	switch {
+	case errors.Is(err, fs.ErrNotExist):
+		return false, nil
+	case err != nil:
+		return false, err
+	case fi.Mode()&(fs.ModeNamedPipe|fs.ModeCharDevice) != 0:
+		return true, nil
+	case !fi.Mode().IsRegular():
+		return false, fmt.Errorf("%s is %s: arpatch writes a file there (or to a FIFO or character device); name a file path", p, kindOf(fi.Mode()))
 	}
-	return dirBelow(p, filepath.Dir(p))
+	return false, nil
+}
+
+// writeStream writes data to an existing FIFO or character device.
+func writeStream(p string, data []byte) error {
+	f, err := os.OpenFile(p, os.O_WRONLY, 0)
+	if err != nil {
+		return err
+	}
+	_, err = f.Write(data)
+	if cerr := f.Close(); err == nil {
+		err = cerr
+	}
+	return err
+}
+
+// resolveLinks follows p while it is a symlink, also when the last link is
+// dangling, and returns the path it ends at: p itself when p is no link.
+// It gives up after 40 links (Linux's MAXSYMLINKS) with an error.
+func resolveLinks(p string) (string, error) {
+	for range 40 {
+		fi, err := os.Lstat(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			return p, nil
+		}
+		if err != nil {
+			return "", err
+		}
+		if fi.Mode()&fs.ModeSymlink == 0 {
+			return p, nil
+		}
+		dest, err := os.Readlink(p)
+		if err != nil {
+			return "", err
+		}
+		if !filepath.IsAbs(dest) {
+			dest = filepath.Join(filepath.Dir(p), dest)
+		}
+		p = dest
+	}
+	return "", fmt.Errorf("%s: too many levels of symbolic links", p)
+}
+
+// kindOf names a non-regular file's type for a refusal.
+func kindOf(m fs.FileMode) string {
+	switch {
+	case m.IsDir():
+		return "a directory"
+	case m&fs.ModeSocket != 0:
+		return "a socket"
+	case m&fs.ModeDevice != 0:
+		return "a block device"
+	}
+	return "a special file"
+}
+
+// CanWrite checks, without writing, that WriteFile(p) could write p: p is
+// a regular file, a FIFO, a character device or nothing (WriteFile's
+// rule), and the nearest existing ancestor of the file it resolves to is a
+// directory. Long runs call it before they start, so that a report path
+// mistake does not cost the run.
+func CanWrite(p string) error {
+	stream, err := writable(p)
+	if err != nil || stream {
+		return err
+	}
+	target, err := resolveLinks(p)
+	if err != nil {
+		return err
+	}
+	return dirBelow(p, filepath.Dir(target))
 }
 
 // CanWriteIn checks, without writing, that files could be placed in the

@@ -3,10 +3,13 @@ package safefs
 import (
 	"errors"
 	"io/fs"
+	"net"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
+	"time"
 )
 
 func write(t *testing.T, p, s string, mode fs.FileMode) {
@@ -134,4 +137,121 @@ func TestCanWrite(t *testing.T) {
 			t.Errorf("CanWrite(%s) = %v", p, err)
 		}
 	}
+}
+
+// Issue 14 tester, G: WriteFile writes where the path leads. A symlink
+// stays a link and its target (made when dangling) gets the bytes; a FIFO
+// and a character device are written, not replaced; a socket and a
+// directory are refused, and CanWrite judges each the same way.
+func TestWriteFileFollowsWhatIsThere(t *testing.T) {
+	dir := t.TempDir()
+	data := []byte("<testsuites/>\n")
+
+	t.Run("symlink", func(t *testing.T) {
+		target := filepath.Join(dir, "target.xml")
+		if err := os.WriteFile(target, []byte("old"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		link := filepath.Join(dir, "link.xml")
+		if err := os.Symlink("target.xml", link); err != nil {
+			t.Fatal(err)
+		}
+		if err := CanWrite(link); err != nil {
+			t.Fatalf("CanWrite: %v", err)
+		}
+		if err := WriteFile(link, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("link.xml is no longer a symlink: %v %v", fi, err)
+		}
+		if b, _ := os.ReadFile(target); string(b) != string(data) {
+			t.Errorf("target holds %q, want %q", b, data)
+		}
+	})
+
+	t.Run("dangling symlink", func(t *testing.T) {
+		link := filepath.Join(dir, "dangling.xml")
+		if err := os.Symlink(filepath.Join(dir, "sub", "made.xml"), link); err != nil {
+			t.Fatal(err)
+		}
+		if err := WriteFile(link, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Lstat(link); err != nil || fi.Mode()&os.ModeSymlink == 0 {
+			t.Errorf("dangling.xml is no longer a symlink: %v %v", fi, err)
+		}
+		if b, _ := os.ReadFile(filepath.Join(dir, "sub", "made.xml")); string(b) != string(data) {
+			t.Errorf("the link's target holds %q, want %q", b, data)
+		}
+	})
+
+	t.Run("fifo", func(t *testing.T) {
+		fifo := filepath.Join(dir, "fifo")
+		if err := syscall.Mkfifo(fifo, 0o644); err != nil {
+			t.Skipf("mkfifo: %v", err)
+		}
+		if err := CanWrite(fifo); err != nil {
+			t.Fatalf("CanWrite: %v", err)
+		}
+		got := make(chan []byte)
+		go func() {
+			b, _ := os.ReadFile(fifo)
+			got <- b
+		}()
+		if err := WriteFile(fifo, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		select {
+		case b := <-got:
+			if string(b) != string(data) {
+				t.Errorf("the reader got %q, want %q", b, data)
+			}
+		case <-time.After(10 * time.Second):
+			t.Error("the FIFO's reader got nothing in 10 s")
+		}
+		if fi, err := os.Lstat(fifo); err != nil || fi.Mode()&os.ModeNamedPipe == 0 {
+			t.Errorf("the FIFO was replaced: %v %v", fi, err)
+		}
+	})
+
+	t.Run("character device", func(t *testing.T) {
+		// As root a wrong WriteFile would replace /dev/null for the whole
+		// machine: root writes to a null device of its own instead.
+		dev := os.DevNull
+		if os.Geteuid() == 0 {
+			dev = filepath.Join(dir, "null")
+			if err := syscall.Mknod(dev, syscall.S_IFCHR|0o666, 1<<8|3); err != nil {
+				t.Skipf("mknod: %v", err)
+			}
+		}
+		if err := CanWrite(dev); err != nil {
+			t.Fatalf("CanWrite: %v", err)
+		}
+		if err := WriteFile(dev, data, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if fi, err := os.Lstat(dev); err != nil || fi.Mode()&os.ModeCharDevice == 0 {
+			t.Errorf("%s is no longer a character device: %v %v", dev, fi, err)
+		}
+	})
+
+	t.Run("socket and directory refused", func(t *testing.T) {
+		sock := filepath.Join(dir, "s")
+		l, err := net.Listen("unix", sock)
+		if err != nil {
+			t.Skipf("unix socket: %v", err)
+		}
+		defer l.Close()
+		for p, what := range map[string]string{sock: "is a socket", dir: "is a directory"} {
+			for name, err := range map[string]error{"WriteFile": WriteFile(p, data, 0o644), "CanWrite": CanWrite(p)} {
+				if err == nil || !strings.Contains(err.Error(), p+" "+what) || !strings.Contains(err.Error(), "name a file path") {
+					t.Errorf("%s(%s) = %v, want a refusal saying it %s", name, p, err, what)
+				}
+			}
+		}
+		if fi, err := os.Lstat(sock); err != nil || fi.Mode()&os.ModeSocket == 0 {
+			t.Errorf("the socket was replaced: %v %v", fi, err)
+		}
+	})
 }
