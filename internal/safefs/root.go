@@ -364,7 +364,8 @@ func WriteFile(p string, data []byte, mode fs.FileMode) error {
 func writable(p string) (stream bool, err error) {
 	fi, err := os.Stat(p)
 	switch {
-	case errors.Is(err, fs.ErrNotExist):
+	case errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR):
+		// Nothing there: CanWrite names the ancestor that is no directory.
 		return false, nil
 	case err != nil:
 		return false, err
@@ -395,7 +396,7 @@ func writeStream(p string, data []byte) error {
 func resolveLinks(p string) (string, error) {
 	for range 40 {
 		fi, err := os.Lstat(p)
-		if errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
 			return p, nil
 		}
 		if err != nil {
