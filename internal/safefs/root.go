@@ -371,6 +371,8 @@ func writable(p string) (stream bool, err error) {
 		return false, err
 	case fi.Mode()&(fs.ModeNamedPipe|fs.ModeCharDevice) != 0:
 		return true, nil
+	case fi.IsDir():
+		return false, fmt.Errorf("%s is a directory", p)
 	case !fi.Mode().IsRegular():
 		return false, fmt.Errorf("%s is %s: arpatch writes a file there (or to a FIFO or character device); name a file path", p, kindOf(fi.Mode()))
 	}

@@ -245,7 +245,7 @@ func TestWriteFileFollowsWhatIsThere(t *testing.T) {
 		defer func() { _ = l.Close() }() // the test is done with it; nothing to flush
 		for p, what := range map[string]string{sock: "is a socket", dir: "is a directory"} {
 			for name, err := range map[string]error{"WriteFile": WriteFile(p, data, 0o644), "CanWrite": CanWrite(p)} {
-				if err == nil || !strings.Contains(err.Error(), p+" "+what) || !strings.Contains(err.Error(), "name a file path") {
+				if err == nil || !strings.Contains(err.Error(), p+" "+what) || what == "is a socket" && !strings.Contains(err.Error(), "name a file path") {
 					t.Errorf("%s(%s) = %v, want a refusal saying it %s", name, p, err, what)
 				}
 			}
