@@ -41,6 +41,10 @@ type Config struct {
 
 	// Dir is the config file's directory: relative paths are relative to it.
 	Dir string `toml:"-"`
+	// path and data are the file LoadConfig read, for errors found later
+	// that name a key's line (At).
+	path string
+	data []byte
 }
 
 // Upstream names what to track.
@@ -287,6 +291,19 @@ func (c *Config) ReadyTimeout() time.Duration {
 	return d
 }
 
+// At names key where the config gives it: "FILE:LINE: key" as LoadConfig's
+// errors do, "FILE: key" when the file does not spell the key out, or the
+// key alone for a config built in code.
+func (c *Config) At(key string) string {
+	if c.path == "" {
+		return key
+	}
+	if line := tomlx.Line(c.data, key); line > 0 {
+		return fmt.Sprintf("%s:%d: %s", c.path, line, key)
+	}
+	return c.path + ": " + key
+}
+
 // LoadConfig reads nightly.toml strictly (an unknown key is an error
 // naming file, line and key), checks the values and fills defaults.
 func LoadConfig(path string) (*Config, error) {
@@ -303,7 +320,7 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, err
 	}
 	abs, _ := filepath.Abs(filepath.Dir(path))
-	c.Dir = abs
+	c.Dir, c.path, c.data = abs, path, data
 	set := func(key string) bool { return md.IsDefined(strings.Split(key, ".")...) }
 	fail := func(key, format string, args ...any) error {
 		return fmt.Errorf("%s:%d: %s: %s", path, tomlx.Line(data, key), key, fmt.Sprintf(format, args...))

@@ -282,3 +282,35 @@ func TestHistoryFailsTwiceOneCase(t *testing.T) {
 		t.Errorf("junit:\n%s", x)
 	}
 }
+
+// Config errors found before the run name the config's file, line and
+// key, never a flag: an arm's recipe file and the patches_dir that are
+// not there, a recipe name no recipe has.
+func TestConfigPathErrorsNameKeys(t *testing.T) {
+	dir := t.TempDir()
+	for body, want := range map[string]string{
+		"[arms]\na_file = \"nope.toml\"\n":           "c.toml:2: arms.a_file: open " + filepath.Join(dir, "nope.toml") + ": no such file or directory",
+		"[arms]\na = \"nosuch\"\n":                   `c.toml:2: arms.a: no recipe named "nosuch"; known recipes: baseline, pcie (or name a recipe file with arms.a_file)`,
+		"[arms]\n\npatches_dir = \"/nonexistent\"\n": "c.toml:3: arms.patches_dir: /nonexistent: no such file or directory",
+		"[arms]\npatches_dir = \"c.toml\"\n":         "c.toml:2: arms.patches_dir: " + filepath.Join(dir, "c.toml") + " is a file; pass the directory",
+	} {
+		p := filepath.Join(dir, "c.toml")
+		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		cfg, err := LoadConfig(p)
+		if err != nil {
+			t.Fatalf("%q: %v", body, err)
+		}
+		_, _, err = loadArms(cfg)
+		if err == nil {
+			_, err = catalog(cfg)
+		}
+		if err == nil || !strings.HasPrefix(err.Error(), filepath.Join(dir, want)) {
+			t.Errorf("%q:\n got %v\nwant %s", body, err, want)
+		}
+		if err != nil && strings.Contains(err.Error(), "--") {
+			t.Errorf("%q: %v names a flag", body, err)
+		}
+	}
+}

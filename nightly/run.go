@@ -644,19 +644,30 @@ func envNote(rep *Report) string {
 }
 
 func loadArms(cfg *Config) (*recipes.Recipe, *recipes.Recipe, error) {
-	load := func(name, file string) (*recipes.Recipe, error) {
+	// load returns arm's recipe: its file (arms.X_file, relative to the
+	// config), else the embedded one it names (arms.X). Errors name the
+	// key and its line.
+	load := func(arm, name, file string) (*recipes.Recipe, error) {
 		if file != "" {
-			return recipes.File(cfg.Path(file))
+			r, err := recipes.File(cfg.Path(file))
+			if err != nil {
+				return nil, fmt.Errorf("%s: %w", cfg.At("arms."+arm+"_file"), err)
+			}
+			return r, nil
 		}
-		return recipes.Embedded(name)
+		r, err := recipes.Embedded(name)
+		if err != nil {
+			return nil, fmt.Errorf("%s: %w (or name a recipe file with arms.%s_file)", cfg.At("arms."+arm), err, arm)
+		}
+		return r, nil
 	}
-	a, err := load(cfg.Arms.A, cfg.Arms.AFile)
+	a, err := load("a", cfg.Arms.A, cfg.Arms.AFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("arms.a: %w", err)
+		return nil, nil, err
 	}
-	b, err := load(cfg.Arms.B, cfg.Arms.BFile)
+	b, err := load("b", cfg.Arms.B, cfg.Arms.BFile)
 	if err != nil {
-		return nil, nil, fmt.Errorf("arms.b: %w", err)
+		return nil, nil, err
 	}
 	if a.Upstream.Commit != b.Upstream.Commit {
 		return nil, nil, fmt.Errorf("arms: recipe %s pins %s and %s pins %s; the A/B needs one commit", a.Name, a.Upstream.Commit, b.Name, b.Upstream.Commit)
@@ -676,7 +687,7 @@ func catalog(cfg *Config) (*patches.Catalog, error) {
 	}
 	extra, err := patches.LoadDir(cfg.Path(cfg.Arms.PatchesDir))
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("%s: %w", cfg.At("arms.patches_dir"), err)
 	}
 	return cat.With(extra), nil
 }

@@ -2,6 +2,7 @@ package patches
 
 import (
 	"embed"
+	"errors"
 	"fmt"
 	"io/fs"
 	"os"
@@ -100,14 +101,21 @@ func Embedded() (*Catalog, error) {
 }
 
 // LoadDir returns the series in dir, one per subdirectory holding a
-// series.toml (a tree shaped like arpatch's patches/sglang/).
+// series.toml (a tree shaped like arpatch's patches/sglang/). A dir that
+// is missing or a file is an error starting "DIR: " or "DIR is a file",
+// naming no flag: the caller names the flag (--patches-dir) or key
+// (arms.patches_dir) that gave it.
 func LoadDir(dir string) (*Catalog, error) {
 	fi, err := os.Stat(dir)
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return nil, fmt.Errorf("%s: %w", dir, pe.Err)
+	}
 	if err != nil {
-		return nil, fmt.Errorf("--patches-dir %s: %w", dir, err)
+		return nil, err
 	}
 	if !fi.IsDir() {
-		return nil, fmt.Errorf("--patches-dir %s is a file; pass the directory that holds one directory per series", dir)
+		return nil, fmt.Errorf("%s is a file; pass the directory that holds one directory per series", dir)
 	}
 	c, err := loadCatalog(os.DirFS(dir), ".", dir+"/", true)
 	if err != nil {

@@ -27,10 +27,12 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/arpatch/arpatch/harness/tune"
+	"github.com/arpatch/arpatch/harness/workload"
 	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/internal/tomlx"
 )
 
@@ -212,22 +214,32 @@ func Names() []string {
 }
 
 // Embedded loads the embedded recipe called name. The error for an unknown
-// name lists the known ones.
+// name lists the known ones; the caller adds how its user names a file
+// instead (--recipe-file, --a-file, arms.a_file).
 func Embedded(name string) (*Recipe, error) {
 	data, err := embedded.ReadFile(name + ".toml")
 	if err != nil {
-		return nil, fmt.Errorf("no recipe named %q; known recipes: %s (or use --recipe-file PATH)", name, strings.Join(Names(), ", "))
+		return nil, fmt.Errorf("no recipe named %q; known recipes: %s", name, strings.Join(Names(), ", "))
 	}
 	return Parse("embedded:"+name, data)
 }
 
-// File loads a user's recipe from path.
+// File loads a user's recipe from path. Its path-valued keys
+// (bench.workload, build.deps_dir) are relative to the file's directory,
+// made absolute here, and checked: a workload that does not load or a
+// deps_dir that is not a directory is an error "path:line: key: ...".
+// A file that cannot be read is the *os.PathError, which names no flag:
+// the caller names the flag or key that gave path.
 func File(path string) (*Recipe, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("--recipe-file: %w", err)
+		return nil, err
 	}
-	return Parse(filepath.Clean(path), data)
+	dir, err := filepath.Abs(filepath.Dir(path))
+	if err != nil {
+		return nil, err
+	}
+	return parse(filepath.Clean(path), dir, data)
 }
 
 // Parse decodes and validates a recipe and fills its defaults. source names
@@ -235,6 +247,12 @@ func File(path string) (*Recipe, error) {
 // an error for a TOML syntax error, an unknown key, a missing name or
 // upstream.commit, a commit that is not 40 hex, and any value out of range.
 func Parse(source string, data []byte) (*Recipe, error) {
+	return parse(source, "", data)
+}
+
+// parse is Parse with dir, the directory relative paths in the file are
+// relative to ("": the working directory, for an embedded recipe).
+func parse(source, dir string, data []byte) (*Recipe, error) {
 	var r Recipe
 	md, err := toml.Decode(string(data), &r)
 	if err != nil {
@@ -248,19 +266,51 @@ func Parse(source string, data []byte) (*Recipe, error) {
 	if err := r.validate(data, md); err != nil {
 		return nil, err
 	}
+	if err := r.checkPaths(data, dir); err != nil {
+		return nil, err
+	}
 	r.fillDefaults(md)
 	return &r, nil
 }
 
-func (r *Recipe) validate(data []byte, md toml.MetaData) error {
-	fail := func(key, format string, args ...any) error {
-		line := tomlx.Line(data, key)
-		loc := fmt.Sprintf("%s:%d", r.Source, line)
-		if line == 0 {
-			loc = r.Source
+// checkPaths makes the path-valued keys (bench.workload unless "builtin",
+// build.deps_dir) relative to dir and checks what they name: the prompts
+// load (harness/workload), the deps directory exists.
+func (r *Recipe) checkPaths(data []byte, dir string) error {
+	rel := func(p string) string {
+		if dir == "" || filepath.IsAbs(p) {
+			return p
 		}
-		return fmt.Errorf("%s: %s: %s", loc, key, fmt.Sprintf(format, args...))
+		return filepath.Join(dir, p)
 	}
+	if w := r.Bench.Workload; w != "" && w != "builtin" {
+		r.Bench.Workload = rel(w)
+		if _, err := workload.Load(r.Bench.Workload); err != nil {
+			return r.fail(data, "bench.workload", "%v (a relative path is relative to the recipe's directory)", err)
+		}
+	}
+	if d := r.Build.DepsDir; d != "" {
+		r.Build.DepsDir = rel(d)
+		if fi, err := os.Stat(r.Build.DepsDir); err != nil || !fi.IsDir() {
+			return r.fail(data, "build.deps_dir", "%s is not a directory (a relative path is relative to the recipe's directory); create it (mkdir -p %s), or remove the key", r.Build.DepsDir, shellq.Quote(r.Build.DepsDir))
+		}
+	}
+	return nil
+}
+
+// fail is the error "source:line: key: problem" (or "source: key:
+// problem" when the key is not found in data).
+func (r *Recipe) fail(data []byte, key, format string, args ...any) error {
+	line := tomlx.Line(data, key)
+	loc := fmt.Sprintf("%s:%d", r.Source, line)
+	if line == 0 {
+		loc = r.Source
+	}
+	return fmt.Errorf("%s: %s: %s", loc, key, fmt.Sprintf(format, args...))
+}
+
+func (r *Recipe) validate(data []byte, md toml.MetaData) error {
+	fail := func(key, format string, args ...any) error { return r.fail(data, key, format, args...) }
 	if r.Name == "" {
 		return fail("name", "missing; every recipe has a name")
 	}

@@ -1,6 +1,10 @@
 package recipes
 
 import (
+	"errors"
+	"io/fs"
+	"os"
+	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -139,5 +143,56 @@ func TestValidationNamesFileLineAndKey(t *testing.T) {
 				t.Fatalf("err = %v, want one containing %q", err, tc.want)
 			}
 		})
+	}
+}
+
+// TestFilePaths: a recipe file's path-valued keys (bench.workload,
+// build.deps_dir) are relative to the file's directory, not the working
+// directory, and what they name is checked when the file is read: an
+// error names file, line and key, and no flag.
+func TestFilePaths(t *testing.T) {
+	const pin = "name = \"r\"\n[upstream]\ncommit = \"84118acf50b3a4c74e85e9ff9033792552de1a76\"\n"
+	dir := t.TempDir()
+	sub := filepath.Join(dir, "sub")
+	if err := os.MkdirAll(filepath.Join(sub, "deps"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(sub, "p.jsonl"), []byte(`{"prompt": "hi"}`+"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	write := func(body string) string {
+		p := filepath.Join(sub, "r.toml")
+		if err := os.WriteFile(p, []byte(pin+body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		return p
+	}
+	// The working directory is not the recipe's: the paths resolve anyway.
+	t.Chdir(dir)
+	r, err := File(write("[build]\ndeps_dir = \"deps\"\n[bench]\nworkload = \"p.jsonl\"\n"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if r.Bench.Workload != filepath.Join(sub, "p.jsonl") || r.Build.DepsDir != filepath.Join(sub, "deps") {
+		t.Errorf("workload %q, deps_dir %q: want them under %s", r.Bench.Workload, r.Build.DepsDir, sub)
+	}
+	if r, err := File(write("[bench]\nworkload = \"builtin\"\n")); err != nil || r.Bench.Workload != "builtin" {
+		t.Errorf("builtin: %+v, %v", r, err)
+	}
+	for body, want := range map[string]string{
+		"[bench]\nworkload = \"nope.jsonl\"\n": "sub/r.toml:5: bench.workload: open " + filepath.Join(sub, "nope.jsonl") + ": no such file or directory (a relative path is relative to the recipe's directory)",
+		"[bench]\nworkload = \"deps\"\n":       "sub/r.toml:5: bench.workload: read " + filepath.Join(sub, "deps") + ": is a directory (a relative path is relative to the recipe's directory)",
+		"[build]\ndeps_dir = \"nodeps\"\n":     "sub/r.toml:5: build.deps_dir: " + filepath.Join(sub, "nodeps") + " is not a directory (a relative path is relative to the recipe's directory); create it (mkdir -p " + filepath.Join(sub, "nodeps") + "), or remove the key",
+	} {
+		if err := os.WriteFile(filepath.Join(sub, "r.toml"), []byte(pin+body), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := File("sub/r.toml"); err == nil || err.Error() != want {
+			t.Errorf("%q:\n got %v\nwant %s", body, err, want)
+		}
+	}
+	// A file that is not there: the path error, naming no flag.
+	if _, err := File(filepath.Join(dir, "none.toml")); err == nil || strings.Contains(err.Error(), "--") || !errors.Is(err, fs.ErrNotExist) {
+		t.Errorf("missing file: %v", err)
 	}
 }

@@ -102,11 +102,11 @@ func abBuildOpts(f abBuildFlags) (abBuildOptions, error) {
 			if f.Given[flag] {
 				return nil, usagef("--%s and --%s are exclusive; pass one", flag, fileFlag)
 			}
-			return recipeFile(p)
+			return recipeFile(fileFlag, p)
 		}
 		r, err := recipes.Embedded(name)
 		if err != nil {
-			return nil, usagef("--%s: %w", flag, err)
+			return nil, usagef("--%s: %w (or use --%s PATH)", flag, err, fileFlag)
 		}
 		return r, nil
 	}

@@ -66,21 +66,27 @@ func (f recipeFlags) load(g given) (*recipes.Recipe, error) {
 		if g["recipe"] {
 			return nil, usagef("--recipe and --recipe-file are exclusive; pass one")
 		}
-		return recipeFile(expandHome(p))
+		return recipeFile("recipe-file", expandHome(p))
 	}
 	r, err := recipes.Embedded(f.Recipe)
 	if err != nil {
-		return nil, usagef("--recipe: %w", err) // a --recipe that names no recipe
+		return nil, usagef("--recipe: %w (or use --recipe-file PATH)", err) // a --recipe that names no recipe
 	}
 	return r, nil
 }
 
-// recipeFile reads a recipe file: one that is missing, malformed or out
-// of range is the invocation's mistake (exit 2), as a bad flag is; exit 1
-// means an INVALID or slower arm, a failed check.
-func recipeFile(p string) (*recipes.Recipe, error) {
+// recipeFile reads the recipe file p that --flag names: one that is
+// missing, malformed or out of range is the invocation's mistake (exit 2),
+// as a bad flag is; exit 1 means an INVALID or slower arm, a failed check.
+// A file that cannot be read is named with the flag; an error inside it
+// names its file, line and key.
+func recipeFile(flag, p string) (*recipes.Recipe, error) {
 	r, err := recipes.File(p)
-	if err != nil {
+	var pe *os.PathError
+	switch {
+	case errors.As(err, &pe) && pe.Path == p:
+		return nil, usagef("--%s: %w", flag, err)
+	case err != nil:
 		return nil, usageError{err}
 	}
 	return r, nil
@@ -114,7 +120,7 @@ func catalog(dir string) (*patches.Catalog, error) {
 	}
 	cat, err := patches.LoadDir(expandHome(dir))
 	if err != nil {
-		return nil, usageError{err}
+		return nil, usagef("--patches-dir %w", err)
 	}
 	return cat, nil
 }

@@ -112,6 +112,8 @@ func nightlyRun(ctx context.Context, o nightlyOptions, s streams) error {
 	code, err := nightly.Execute(ctx, ro)
 	var ce *nightly.ConfigError
 	switch {
+	case errors.As(err, &ce) && strings.HasPrefix(err.Error(), o.ConfigPath+":"):
+		return usageError{err} // it names the file and line (Config.At)
 	case errors.As(err, &ce):
 		return usagef("%s: %w", o.ConfigPath, err)
 	case err != nil:

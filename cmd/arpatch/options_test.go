@@ -560,6 +560,11 @@ func TestHistoryOpts(t *testing.T) {
 }
 
 func TestRecipesOpts(t *testing.T) {
+	// A recipe whose workload names a file beside it that is not there.
+	bad := filepath.Join(t.TempDir(), "r.toml")
+	if err := os.WriteFile(bad, []byte("name = \"r\"\n[upstream]\ncommit = \"84118acf50b3a4c74e85e9ff9033792552de1a76\"\n[bench]\nworkload = \"p.jsonl\"\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
 	r, err := optsOf(t, recipesShowOpts, "arpatch recipes show baseline")
 	if err != nil || r.Name != "baseline" {
 		t.Errorf("show baseline: %v, %v", r, err)
@@ -569,7 +574,8 @@ func TestRecipesOpts(t *testing.T) {
 		{"arpatch recipes show pcie baseline", exitUsage, []string{"recipes show takes one recipe NAME"}},
 		{"arpatch recipes show pcie --recipe-file r.toml", exitUsage, []string{"recipes show takes one recipe NAME or --recipe-file PATH"}},
 		{"arpatch recipes show nosuch", exitUsage, []string{`no recipe named "nosuch"`, "known recipes"}},
-		{"arpatch recipes show --recipe-file nosuch.toml", exitUsage, []string{"--recipe-file", "nosuch.toml"}},
+		{"arpatch recipes show --recipe-file nosuch.toml", exitUsage, []string{"--recipe-file: open nosuch.toml: no such file or directory"}},
+		{"arpatch recipes show --recipe-file " + bad, exitUsage, []string{bad + ":5: bench.workload: open " + filepath.Join(filepath.Dir(bad), "p.jsonl") + ": no such file or directory (a relative path is relative to the recipe's directory)"}},
 	})
 	refuses(t, noFlags, []refusal{
 		{"arpatch recipes bogus", exitUsage, []string{`recipes takes no arguments, got ["bogus"]`}},

@@ -55,11 +55,11 @@ type recipesShowFlags struct {
 func recipesShowOpts(f recipesShowFlags) (*recipes.Recipe, error) {
 	switch {
 	case f.RecipeFile != "" && len(f.Names) == 0:
-		return recipeFile(expandHome(f.RecipeFile))
+		return recipeFile("recipe-file", expandHome(f.RecipeFile))
 	case f.RecipeFile == "" && len(f.Names) == 1:
 		r, err := recipes.Embedded(f.Names[0])
 		if err != nil {
-			return nil, usageError{err}
+			return nil, usagef("%w (or use arpatch recipes show --recipe-file PATH)", err)
 		}
 		return r, nil
 	}

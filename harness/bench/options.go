@@ -93,7 +93,7 @@ func FromRecipe(rb recipes.Bench, ov Overrides) (Options, error) {
 		if w := rb.Workload; w != "" && w != workload.BuiltinName {
 			var err error
 			if prompts, err = workload.Load(w); err != nil {
-				return o, fmt.Errorf("workload: %w", err)
+				return o, fmt.Errorf("bench.workload: %w", err)
 			}
 			name = w
 		}
