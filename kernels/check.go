@@ -11,6 +11,7 @@ import (
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/sglkernel"
+	"github.com/arpatch/arpatch/internal/shellq"
 )
 
 // CheckResult is the compile of the allreduce translation unit for one arch.
@@ -56,7 +57,7 @@ func Check(ctx context.Context, opts CheckOptions) ([]CheckResult, *Toolchain, e
 	kdir := filepath.Join(opts.Src, filepath.FromSlash(proj.Dir))
 	tu := filepath.Join(opts.Src, filepath.FromSlash(proj.AllreduceTU()))
 	if _, err := os.Stat(tu); err != nil {
-		return nil, nil, fmt.Errorf("%s: %v; restore it (git -C %s checkout -- %s)", tu, err, opts.Src, proj.AllreduceTU())
+		return nil, nil, fmt.Errorf("%s: %v; restore it (`%s`)", tu, err, shellq.Join([]string{"git", "-C", opts.Src, "checkout", "--", proj.AllreduceTU()}))
 	}
 	env := opts.Env
 	if env == nil {

@@ -357,11 +357,11 @@ func depRevision(d Dep) (string, error) {
 	if pin := d.Pin(); pin != "" {
 		want, err := repo.Resolve(pin)
 		if err != nil {
-			return "", fmt.Errorf("dependency %s at %s: %s pins %s, which that checkout does not have; fetch it there (git -C %s fetch origin %s)", d.Name, d.Dir, d.File, pin, d.Dir, pin)
+			return "", fmt.Errorf("dependency %s at %s: %s pins %s, which that checkout does not have; fetch it there (`%s`)", d.Name, d.Dir, d.File, pin, shellq.Join([]string{"git", "-C", d.Dir, "fetch", "origin", pin}))
 		}
 		if want != head {
-			return "", fmt.Errorf("dependency %s at %s is at %s, but %s pins %s (%s); run `git -C %s checkout %s`",
-				d.Name, d.Dir, githash.Hash(head).Short(), d.File, pin, githash.Hash(want).Short(), d.Dir, pin)
+			return "", fmt.Errorf("dependency %s at %s is at %s, but %s pins %s (%s); run `%s`",
+				d.Name, d.Dir, githash.Hash(head).Short(), d.File, pin, githash.Hash(want).Short(), shellq.Join([]string{"git", "-C", d.Dir, "checkout", pin}))
 		}
 	}
 	changes, err := repo.Changes()
@@ -376,8 +376,8 @@ func depRevision(d Dep) (string, error) {
 		if len(edited) > 5 {
 			edited = append(edited[:5], fmt.Sprintf("... and %d more", len(edited)-5))
 		}
-		return "", fmt.Errorf("dependency %s at %s has local changes or untracked files, which the cache key would not see:\n  %s\nrun `git -C %s stash -u` (or use a clean clone at %s)",
-			d.Name, d.Dir, strings.Join(edited, "\n  "), d.Dir, githash.Hash(head).Short())
+		return "", fmt.Errorf("dependency %s at %s has local changes or untracked files, which the cache key would not see:\n  %s\nrun `%s` (or use a clean clone at %s)",
+			d.Name, d.Dir, strings.Join(edited, "\n  "), shellq.Join([]string{"git", "-C", d.Dir, "stash", "-u"}), githash.Hash(head).Short())
 	}
 	return head, nil
 }

@@ -15,6 +15,7 @@ import (
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/sglkernel"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/internal/testrepo"
 )
 
@@ -327,11 +328,11 @@ func TestRemediesRunAsPrinted(t *testing.T) {
 	}
 	_, _, err = Check(context.Background(), CheckOptions{Src: e.src, Archs: []cudaarch.Arch{"90a"}, Python: "python3", Env: e.env})
 	msg := errString(err)
-	i := strings.Index(msg, "(git -C ")
-	if i < 0 || !strings.HasSuffix(msg, ")") {
+	i := strings.Index(msg, "(`git -C ")
+	if i < 0 || !strings.HasSuffix(msg, "`)") {
 		t.Fatalf("deleted TU: %v", err)
 	}
-	if c := msg[i+1 : len(msg)-1]; c != "git -C "+e.src+" checkout -- sgl-kernel/csrc/allreduce/custom_all_reduce.cu" {
+	if c := msg[i+2 : len(msg)-2]; c != shellq.Join([]string{"git", "-C", e.src, "checkout", "--", "sgl-kernel/csrc/allreduce/custom_all_reduce.cu"}) {
 		t.Fatalf("printed %q", c)
 	} else if out, err := exec.Command("sh", "-c", c).CombinedOutput(); err != nil {
 		t.Fatalf("%s: %v\n%s", c, err, out)

@@ -20,6 +20,7 @@ import (
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/pyenv"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/kernels"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -254,14 +255,18 @@ func buildRecipe(f buildFlagValues, g given) (*recipes.Recipe, error) {
 		return nil, err
 	}
 	if explicit && st != nil {
-		same := "--recipe " + applied
+		same := shellq.Join([]string{"--recipe", applied})
 		if rf := st.RecipeFile(); rf != "" {
-			same = "--recipe-file " + rf
+			same = shellq.Join([]string{"--recipe-file", rf})
+		}
+		want := []string{"--recipe", r.Name}
+		if f.RecipeFile != "" {
+			want = []string{"--recipe-file", f.RecipeFile}
 		}
 		switch {
 		case applied != r.Name:
-			return nil, usagef("%s has recipe %q applied, but the build names %q: the build options would not match the tree; pass %s, or apply %s first (arpatch revert, then arpatch apply)",
-				src, applied, r.Name, same, r.Name)
+			return nil, usagef("%s has recipe %q applied, but the build names %q: the build options would not match the tree; pass %s, or apply %s first (`%s`, then `%s`)",
+				src, applied, r.Name, same, r.Name, shellq.Join([]string{"arpatch", "revert", "--src", src}), shellq.Join(append([]string{"arpatch", "apply", "--src", src}, want...)))
 		case f.RecipeFile != "" && r.SHA256 != st.RecipeSHA256:
 			return nil, usagef("%s changed since it was applied to %s (sha256 %s, applied %s): revert and apply it again, or restore it", r.Source, src, digest.Short(r.SHA256), digest.Short(st.RecipeSHA256))
 		}

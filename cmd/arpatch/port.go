@@ -11,6 +11,7 @@ import (
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/patches/port"
 )
@@ -176,7 +177,7 @@ func portRun(_ context.Context, o portOptions, s streams) error {
 	if d.Sealed {
 		fmt.Fprintf(w, "wrote series %s in %s (sealed)\n", d.Name, out)
 	} else {
-		fmt.Fprintf(w, "wrote series %s in %s, unsealed: review every patch, then run `arpatch patches seal %s`\n", d.Name, out, out)
+		fmt.Fprintf(w, "wrote series %s in %s, unsealed: review every patch, then run `%s`\n", d.Name, out, shellq.Join([]string{"arpatch", "patches", "seal", out}))
 	}
 	return nil
 }

@@ -163,7 +163,7 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 	case rep.Clean():
 		fmt.Fprintf(w, "NOT CLEAN: the patched files are as apply wrote them, but what is listed above would reach a build unrecorded (arpatch build refuses it). %s\n", strings.Join(rep.Remedies(), "; "))
 	case rep.Head != st.Commit:
-		fmt.Fprintf(w, "NOT CLEAN: HEAD is %s, not the commit the series was applied at; check that out again (git -C %s checkout --detach %s)\n", rep.Head, rep.Src, st.Commit)
+		fmt.Fprintf(w, "NOT CLEAN: HEAD is %s, not the commit the series was applied at; check that out again (`%s`)\n", rep.Head, shellq.Join([]string{"git", "-C", rep.Src, "checkout", "--detach", st.Commit}))
 	default:
 		fmt.Fprintf(w, "NOT CLEAN: see above; `%s` restores upstream's bytes%s\n", revert, save)
 	}

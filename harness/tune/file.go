@@ -120,7 +120,7 @@ func Parse(name string, data []byte) (*File, error) {
 	for n, raw := range strings.Split(string(data), "\n") {
 		n++
 		if strings.HasSuffix(raw, "\r") {
-			return nil, fmt.Errorf("%s:%d: the line ends in CRLF (\\r\\n): `set -a; . %s` would pass the \\r into the value, which SGLang refuses; write the file again with `%s`, or strip the \\r (sed -i 's/\\r$//' %s)", name, n, name, retune, name)
+			return nil, fmt.Errorf("%s:%d: the line ends in CRLF (\\r\\n): `set -a; . %s` would pass the \\r into the value, which SGLang refuses; write the file again with `%s`, or strip the \\r (`sed -i 's/\\r$//' %s`)", name, n, shellq.Quote(name), retune, shellq.Quote(name))
 		}
 		line := strings.TrimSpace(raw)
 		if rest, ok := strings.CutPrefix(line, "# arpatch-tune "); ok {

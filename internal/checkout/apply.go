@@ -111,7 +111,7 @@ func (e *DirtyError) Error() string {
 			shellq.Join([]string{"git", "-C", e.Src, "stash"}), shellq.Join([]string{"git", "-C", e.Src, "reset", "--hard"}))
 		return b.String()
 	}
-	fmt.Fprintf(&b, "Stash them (git -C %s stash), or drop them (git -C %s reset --hard; this loses them), then run apply again", e.Src, e.Src)
+	fmt.Fprintf(&b, "Stash them (`%s`), or drop them (`%s`; this loses them), then run apply again", sh("git", "-C", e.Src, "stash"), sh("git", "-C", e.Src, "reset", "--hard"))
 	return b.String()
 }
 
@@ -136,10 +136,10 @@ type CommitMismatchError struct {
 
 func (e *CommitMismatchError) Error() string {
 	src := "the recipe pins"
-	fix := fmt.Sprintf("Check out the pin (git -C %s checkout --detach %s) or, to patch this commit, pass --commit %s", e.Src, e.Want, e.Head)
+	fix := fmt.Sprintf("Check out the pin (`%s`) or, to patch this commit, pass --commit %s", sh("git", "-C", e.Src, "checkout", "--detach", e.Want), e.Head)
 	if e.FromFlag {
 		src = "--commit asks for"
-		fix = fmt.Sprintf("Check it out first (git -C %s checkout --detach %s)", e.Src, e.Want)
+		fix = fmt.Sprintf("Check it out first (`%s`)", sh("git", "-C", e.Src, "checkout", "--detach", e.Want))
 	}
 	if e.Missing {
 		fix = fmt.Sprintf("%s does not hold commit %s: fetch it (`%s`), check it out (`%s`), then run apply again. If the fetch does not bring it, origin has no such commit: check the hash",
@@ -756,8 +756,8 @@ func withCheck(err error, c *patches.Catalog, repo, commit string) error {
 // movedHead is the refusal apply and revert share for a checkout whose
 // HEAD is not the commit its state was applied at.
 func movedHead(src, head string, st *State) error {
-	return fmt.Errorf("%s is at commit %s, but series %s was applied at %s; nothing was changed. Check that commit out again (git -C %s checkout --detach %s), then revert or apply",
-		src, head, cmp.Or(st.Series, "(none)"), st.Commit, src, st.Commit)
+	return fmt.Errorf("%s is at commit %s, but series %s was applied at %s; nothing was changed. Check that commit out again (`%s`), then revert or apply",
+		src, head, cmp.Or(st.Series, "(none)"), st.Commit, sh("git", "-C", src, "checkout", "--detach", st.Commit))
 }
 
 // crlf returns b with every LF that has no CR before it turned into CRLF,

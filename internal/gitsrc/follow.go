@@ -8,6 +8,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/object"
 )
@@ -62,7 +63,7 @@ type ShallowError struct {
 }
 
 func (e *ShallowError) Error() string {
-	return fmt.Sprintf("%s is a shallow clone (its history stops at %s), so the commits between cannot be read to follow a rename: run `git -C %s fetch --unshallow`, or point --repo at a full clone or mirror", e.Dir, githash.Shorts(e.Shallow), e.Dir)
+	return fmt.Sprintf("%s is a shallow clone (its history stops at %s), so the commits between cannot be read to follow a rename: run `%s`, or point --repo at a full clone or mirror", e.Dir, githash.Shorts(e.Shallow), shellq.Join([]string{"git", "-C", e.Dir, "fetch", "--unshallow"}))
 }
 
 // Shallow lists the commits where a shallow clone's history stops (git
