@@ -47,7 +47,9 @@ true. The kernel's PCIe branch is reached only above world size 2; a world
 size above the GPU count runs ranks two to a GPU, over gloo, to check
 correctness there (no timings, no NCCL).
 
-It exits 1 when any case is WRONG, hangs or errors.
+It exits 1 when any case is WRONG, hangs (--timeout) or errors; 4 when
+interrupted (SIGINT, SIGTERM, SIGHUP): the table and --json hold the cases
+that finished, the rest were not run.
 
 Examples:
    arpatch bench allreduce --world-size 2 --ext arpatch_custom_ar.so                # the .so build --allreduce-ext printed
@@ -165,7 +167,8 @@ func checkWorldSize(ws int) error {
 }
 
 // benchAllreduceRun runs bench.py, prints the table and writes the JSON
-// report; a WRONG, hung or failed case is a failure (exit 1).
+// report; a WRONG, hung or failed case is a failure (exit 1), an
+// interrupted run infrastructure (exit 4), with the cases that finished.
 func benchAllreduceRun(ctx context.Context, o benchAllreduceOptions, s streams) (err error) {
 	opts := o.Run
 	needsExt := false
@@ -198,6 +201,13 @@ func benchAllreduceRun(ctx context.Context, o benchAllreduceOptions, s streams) 
 		if err := safefs.WriteFile(o.JSON, append(b, '\n'), 0o644); err != nil {
 			return err
 		}
+	}
+	if rep.Interrupted() {
+		kept := ""
+		if o.JSON != "" {
+			kept = " and " + o.JSON
+		}
+		return exitWith(exitInfra, fmt.Sprintf("interrupted: the ranks were stopped (torchrun's process group); %d of the cases asked for were not run; the table above%s hold the %d that finished", len(rep.Missing), kept, len(run.Results)))
 	}
 	if len(run.Results) == 0 {
 		tail := run.Output

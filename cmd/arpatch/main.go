@@ -105,10 +105,29 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	if err == nil {
 		return exitOK
 	}
-	if msg := err.Error(); msg != "" {
+	code, msg := exitCode(err), err.Error()
+	if ctx.Err() != nil && code != exitUsage {
+		code, msg = interrupted(msg)
+	}
+	if msg != "" {
 		fmt.Fprintln(stderr, "arpatch: "+msg)
 	}
-	return exitCode(err)
+	return code
+}
+
+// interrupted is the one rule for a command that failed after a signal
+// (SIGINT, SIGTERM, SIGHUP) ended its context: the run says nothing about
+// what it measured or checked, so it exits 4 (infrastructure), never 1,
+// and its message (what the command left behind or cleaned, or nothing)
+// starts "interrupted".
+func interrupted(msg string) (int, string) {
+	switch {
+	case msg == "":
+		msg = "interrupted"
+	case !strings.HasPrefix(msg, "interrupted"):
+		msg = "interrupted: " + msg
+	}
+	return exitInfra, msg
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
@@ -128,14 +147,19 @@ Start with:
 Exit codes:
    0  success
    1  failure: a refused apply, drift found by status, a series check that
-      fails, an error finding of doctor, a WRONG or hung allreduce case, an
-      INVALID or slower bench arm, a nightly regression
+      fails, an error finding of doctor, a WRONG or hung allreduce case (a
+      --timeout expiry is a hang), an INVALID or slower bench arm, a
+      nightly regression
    2  usage error: an unknown command or flag, a bad or empty value, a
       stray argument, a config or recipe error found before the run
    3  drift (nightly): no series of the family applies to upstream
    4  infrastructure (bench, nightly): a fetch, build or server failed, a
-      server answered nothing, the run was interrupted, another nightly
-      holds the history, the history could not be read or written`,
+      server answered nothing, another nightly holds the history, the
+      history could not be read or written; and any command (apply, build,
+      ab, bench, bench allreduce, tune allreduce, doctor, nightly...) that
+      a signal (SIGINT, SIGTERM, SIGHUP) interrupted: its message starts
+      "interrupted" and says what was stopped or left; a partial table or
+      JSON report says interrupted, never WRONG, ERROR or MISSING`,
 		Writer:               stdout,
 		ErrWriter:            stderr,
 		EnableBashCompletion: true,

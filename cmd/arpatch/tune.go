@@ -213,6 +213,9 @@ func tuneAllreduceRun(ctx context.Context, to tuneAllreduceOptions, s streams) (
 		// Not a command to run as is: bench needs its server flags too.
 		fmt.Fprintf(s.Out, "wrote %s: add --tune %s to arpatch bench (beside its server flags: --model and --draft-model, --launch-cmd or --url) or to arpatch apply (to print the runtime environment), or set nightly's [bench] tune\n", out, shellq.Join([]string{out}))
 	}
+	if res.Interrupted {
+		return exitWith(exitInfra, "interrupted: the ranks were stopped; no tune file was written; the runs above are the ones that finished")
+	}
 	if res.Failed() {
 		return exitWith(exitFailure, "")
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -229,8 +230,15 @@ func TestExecuteHangAndDeath(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		if run.Exit != "interrupted" || len(run.Results) != 2 || run.Results[1].Error != "the run ended during this case: interrupted" {
+		// The case in progress has no verdict: not an ERROR result, not
+		// a hang, and its report is not failed.
+		if run.Exit != "interrupted" || len(run.Results) != 1 || run.Hang != nil || run.Interrupted == nil || run.Interrupted.Impl != NCCL || run.Interrupted.Error != "" {
 			t.Errorf("run = %+v", run)
+		}
+		rep := NewReport(Options{WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Modes: []string{"eager", "graph"}}, Verify{Count: 122, Bytes: 4096}, run, "test")
+		want := []string{"INTERRUPTED during nccl at 4K (graph): the ranks were stopped; 1 of the cases asked for were not run (no verdict on them)"}
+		if !rep.Interrupted() || rep.Failed() || !slices.Equal(rep.Findings[len(rep.Findings)-1:], want) || len(rep.Missing) != 1 {
+			t.Errorf("report: interrupted %v, failed %v, missing %v, findings %q", rep.Interrupted(), rep.Failed(), rep.Missing, rep.Findings)
 		}
 		run, err = Execute(ctx, Options{Python: py, WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Timeout: time.Hour})
 		if err != nil || run.Exit != "interrupted" || len(run.Results) != 0 {

@@ -63,6 +63,16 @@ func NewReport(opts Options, v Verify, run *Run, version string) *Report {
 	rep.Costs = VerifyCosts(run.Results, v)
 	rep.Missing = MissingCases(opts, run.Results)
 	rep.Findings = Findings(run, v, rep.Costs)
+	if rep.Interrupted() {
+		// Not a finding about allreduce: the cases after the signal were
+		// not run, not lost.
+		at := ""
+		if p := run.Interrupted; p != nil {
+			at = " during " + caseName(*p) + " at " + FormatBytes(p.Bytes) + " (" + p.Mode + ")"
+		}
+		rep.Findings = append(rep.Findings, fmt.Sprintf("INTERRUPTED%s: the ranks were stopped; %d of the cases asked for were not run (no verdict on them)", at, len(rep.Missing)))
+		return rep
+	}
 	if n := len(rep.Missing); n > 0 {
 		shown := rep.Missing
 		if n > 5 {
@@ -165,7 +175,7 @@ func Findings(run *Run, v Verify, costs []Cost) []string {
 			f = append(f, "ERROR "+at+": "+r.Error)
 		}
 	}
-	if run.Exit != "ok" && run.Hang == nil {
+	if run.Exit != "ok" && run.Exit != ExitInterrupted && run.Hang == nil {
 		f = append(f, "the run ended badly: "+run.Exit)
 	}
 	if run.BadLines > 0 {
@@ -292,9 +302,15 @@ func orQ(s string) string {
 	return s
 }
 
-// Failed reports whether any case was wrong, hung, errored or missing.
+// Interrupted reports whether the caller's context (a signal) ended the
+// run: its missing cases were not run, and say nothing about allreduce.
+func (rep *Report) Interrupted() bool { return rep.Run.Exit == ExitInterrupted }
+
+// Failed reports whether any case was wrong, hung, errored or missing; an
+// interrupted run fails only by a case that reported WRONG, HANG or ERROR
+// before the signal.
 func (rep *Report) Failed() bool {
-	if len(rep.Missing) > 0 {
+	if len(rep.Missing) > 0 && !rep.Interrupted() {
 		return true
 	}
 	for _, r := range rep.Run.Results {
@@ -302,7 +318,7 @@ func (rep *Report) Failed() bool {
 			return true
 		}
 	}
-	return rep.Run.Exit != "ok"
+	return rep.Run.Exit != "ok" && !rep.Interrupted()
 }
 
 // BestCustom returns the fastest custom case at the verify size in mode

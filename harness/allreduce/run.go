@@ -150,11 +150,15 @@ type Run struct {
 	Results []Result      `json:"results"`
 	NCCL    NCCLTransport `json:"nccl_transport"`
 	Hang    *Result       `json:"hang,omitempty"` // the case in progress when the timeout fired
+	// Interrupted is the case in progress when the caller's context
+	// ended (Exit "interrupted": a signal, not a fault of the case); it
+	// is not among Results.
+	Interrupted *Result `json:"interrupted,omitempty"`
 	// ThresholdProbe is what init_custom_ar did with a bad 1-stage limit
 	// (Options.ProbeThresholds): refused, as the pcie series does, or not.
 	ThresholdProbe *ThresholdProbe `json:"threshold_probe,omitempty"`
 	Seconds        float64         `json:"seconds"`
-	Exit           string          `json:"exit"` // "ok", "timeout", or the error
+	Exit           string          `json:"exit"` // "ok", "timeout", "interrupted", or the error
 	// BadLines counts result lines that did not parse (cut by a kill).
 	BadLines int      `json:"bad_lines,omitempty"`
 	Output   []string `json:"-"`
@@ -190,10 +194,14 @@ func (opts Options) resolved() Options {
 	return opts
 }
 
+// ExitInterrupted is Run.Exit when the caller's context ended the run.
+const ExitInterrupted = "interrupted"
+
 // Execute runs the benchmark. It returns the results read so far even when
 // the run fails: a timeout marks the case that was in progress as a hang
-// (Run.Hang, Exit "timeout"), and a rank that dies leaves Exit with its
-// error. It returns an error only when nothing could be started.
+// (Run.Hang, Exit "timeout"), the caller's context ending names it
+// without a verdict (Run.Interrupted, Exit "interrupted"), and a rank that
+// dies leaves Exit with its error. It returns an error only when nothing could be started.
 func Execute(ctx context.Context, opts Options) (*Run, error) {
 	opts = opts.resolved()
 	tmp, err := os.MkdirTemp("", "arpatch-allreduce-")
@@ -237,7 +245,7 @@ func Execute(ctx context.Context, opts Options) (*Run, error) {
 	}
 	switch {
 	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		run.Exit = "interrupted"
+		run.Exit = ExitInterrupted
 	case errors.Is(err, context.DeadlineExceeded):
 		run.Exit = "timeout"
 	case err != nil:
@@ -306,6 +314,10 @@ func readResults(path string, run *Run) error {
 			run.Results = append(run.Results, r)
 			pending = nil
 		}
+	}
+	if pending != nil && run.Exit == ExitInterrupted {
+		run.Interrupted = pending
+		return sc.Err()
 	}
 	if pending != nil && run.Exit != "ok" {
 		pending.Error = "hang"

@@ -133,6 +133,9 @@ type Outcome struct {
 	File *File `json:"file,omitempty"`
 	// Findings are what failed or what was not done, one line each.
 	Findings []string `json:"findings,omitempty"`
+	// Interrupted is true when the caller's context (a signal) ended the
+	// tune: the runs hold what finished, and no tune file is chosen.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
 
 // OutcomeSchema names the JSON layout of an Outcome.
@@ -195,6 +198,7 @@ func Run(ctx context.Context, o Options) (*Outcome, error) {
 		out.Findings = append(out.Findings, fmt.Sprintf("NO RUN-TIME THRESHOLDS: init_custom_ar took %s=%q without complaint: this extension predates the pcie series' run-time thresholds; %s", p.Variable, p.Value, how))
 	}
 	if ctx.Err() != nil {
+		out.Interrupted = true
 		return out, nil
 	}
 
@@ -243,6 +247,11 @@ func Run(ctx context.Context, o Options) (*Outcome, error) {
 		if s.Report.Failed() {
 			out.Findings = append(out.Findings, fmt.Sprintf("custom-auto with %s (%s) failed: %s", strings.Join(s.Env, " "), s.Name, strings.Join(s.Report.Findings, "; ")))
 		}
+	}
+	if ctx.Err() != nil {
+		// A setting cut short was not checked: choose no file.
+		out.Interrupted = true
+		return out, nil
 	}
 	if verdict != "" && !out.Failed() {
 		h := o.Host

@@ -7,12 +7,14 @@
 # SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES (unset: 1-stage at world size 2,
 # 2-stage above). FAKE_AR_WRONG_ALGO=custom-2stage makes that kernel's sums
 # wrong; FAKE_AR_OVERSUB=1 reports more ranks than GPUs (no timings);
-# FAKE_AR_OLD_EXT=1 is an extension that takes a bad threshold. Anything
+# FAKE_AR_OLD_EXT=1 is an extension that takes a bad threshold;
+# FAKE_AR_BLOCK=FILE reports the first case, starts the second, writes
+# "started" to FILE and blocks (a hang, or a run to interrupt). Anything
 # else goes to the fake toolchain's python3.
 if [ "$1 $2" != "-m torch.distributed.run" ]; then
   exec "$(dirname "$(command -v nvcc)")/python3" "$@"
 fi
-ws=2; probe=""
+ws=2; probe=""; first=""
 while [ $# -gt 0 ]; do
   case "$1" in
     --nproc-per-node) ws=$2; shift ;;
@@ -56,6 +58,12 @@ for impl in $impls; do
         custom-2stage) us=12 ;;
       esac
       for m in $modes; do
+        if [ -n "$FAKE_AR_BLOCK" ] && [ -n "$first" ]; then
+          echo "{\"event\": \"start\", \"impl\": \"$impl\", \"branch\": \"$b\", \"bytes\": $s, \"mode\": \"$m\"}" >> "$out"
+          echo started > "$FAKE_AR_BLOCK"
+          exec sleep 300
+        fi
+        first=1
         if [ "$alg" = "$FAKE_AR_WRONG_ALGO" ]; then
           r='"ok": false, "wrong": {"rank": 0, "index": 0, "got": "nan", "want": "2.0", "mismatches": 8, "of": 8}'
         elif [ "$over" = true ]; then
