@@ -29,7 +29,7 @@ type Result struct {
 }
 
 // ErrInterrupted is returned when the context is cancelled during a build.
-var ErrInterrupted = errors.New("build interrupted")
+var ErrInterrupted = errors.New("the build's processes were stopped; no cache entry or temp files were left")
 
 // BuildError is a build command that failed; Tail holds the last lines of
 // its log.

@@ -337,10 +337,7 @@ func buildRun(ctx context.Context, bo buildOptions, s streams) error {
 	}
 	res, err := kernels.Build(ctx, plan, o, kernels.NewProgress(s.Err, "sgl-kernel "+strings.Join(cudaarch.Strings(o.Archs), ",")))
 	if err != nil {
-		if errors.Is(err, kernels.ErrInterrupted) {
-			return exitWith(exitInfra, "interrupted: the build's processes were stopped; no cache entry or temp files were left")
-		}
-		return err
+		return err // kernels.ErrInterrupted: run() says interrupted, exit 4
 	}
 	m := res.Manifest
 	if res.Hit {

@@ -3,6 +3,8 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
+	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
@@ -83,6 +85,50 @@ func TestBuildVersion(t *testing.T) {
 	} {
 		if got := buildVersion(c.v, c.s); got != c.want {
 			t.Errorf("buildVersion(%q) = %q, want %q", c.v, got, c.want)
+		}
+	}
+}
+
+// TestInterruptedExit: a command that fails after a signal ended its
+// context exits 4 (infrastructure), never 1, with a message that starts
+// "interrupted" and keeps the command's own account of what it left; a
+// usage error stays 2.
+func TestInterruptedExit(t *testing.T) {
+	repo := t.TempDir()
+	if err := testrepo.WriteFiles(repo, map[string]string{"README": "x\n"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testrepo.Init(repo); err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	dst := filepath.Join(t.TempDir(), "sglang")
+	for _, tc := range []struct {
+		args []string
+		want int
+		msg  string
+	}{
+		{[]string{"arpatch", "apply", "--recipe", "baseline", "--repo", repo, "--commit", "HEAD", "--src", dst}, exitInfra, "arpatch: interrupted: clone " + repo + ": interrupted; nothing was kept\n"},
+		{[]string{"arpatch", "status", "--src", t.TempDir()}, exitInfra, "arpatch: interrupted: "},
+		{[]string{"arpatch", "apply", "--no-such-flag"}, exitUsage, ""},
+	} {
+		var out, errb bytes.Buffer
+		got := run(ctx, tc.args, &out, &errb)
+		if got != tc.want || !strings.HasPrefix(errb.String(), tc.msg) || strings.HasSuffix(tc.msg, "\n") && errb.String() != tc.msg {
+			t.Errorf("%v: exit %d, want %d; stderr %q, want it to start %q", tc.args, got, tc.want, errb.String(), tc.msg)
+		}
+	}
+	if _, err := os.Stat(dst); !os.IsNotExist(err) {
+		t.Errorf("the interrupted apply left %s: %v", dst, err)
+	}
+	for msg, want := range map[string]string{
+		"":                     "interrupted",
+		"interrupted: x":       "interrupted: x",
+		"clone u: interrupted": "interrupted: clone u: interrupted",
+	} {
+		if code, got := interrupted(msg); code != exitInfra || got != want {
+			t.Errorf("interrupted(%q) = %d, %q; want 4, %q", msg, code, got, want)
 		}
 	}
 }
