@@ -14,13 +14,7 @@ import (
 
 // TestExitCodes checks the documented exit codes: 0 ok, 1 failure, 2 usage.
 func TestExitCodes(t *testing.T) {
-	repo := t.TempDir()
-	if err := testrepo.WriteFiles(repo, map[string]string{"README": "x\n"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := testrepo.Init(repo); err != nil {
-		t.Fatal(err)
-	}
+	repo := readmeRepo(t)
 	for _, tc := range []struct {
 		args []string
 		want int
@@ -94,13 +88,7 @@ func TestBuildVersion(t *testing.T) {
 // "interrupted" and keeps the command's own account of what it left; a
 // usage error stays 2.
 func TestInterruptedExit(t *testing.T) {
-	repo := t.TempDir()
-	if err := testrepo.WriteFiles(repo, map[string]string{"README": "x\n"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := testrepo.Init(repo); err != nil {
-		t.Fatal(err)
-	}
+	repo := readmeRepo(t)
 	ctx, cancel := context.WithCancel(context.Background())
 	cancel()
 	dst := filepath.Join(t.TempDir(), "sglang")
@@ -131,4 +119,17 @@ func TestInterruptedExit(t *testing.T) {
 			t.Errorf("interrupted(%q) = %d, %q; want 4, %q", msg, code, got, want)
 		}
 	}
+}
+
+// readmeRepo returns a new git repository holding one commit of README.
+func readmeRepo(t *testing.T) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := testrepo.WriteFiles(dir, map[string]string{"README": "x\n"}); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testrepo.Init(dir); err != nil {
+		t.Fatal(err)
+	}
+	return dir
 }

@@ -34,13 +34,7 @@ func TestRecipesListRun(t *testing.T) {
 }
 
 func TestStatusAndRevertRun(t *testing.T) {
-	src := t.TempDir()
-	if err := testrepo.WriteFiles(src, map[string]string{"README": "x\n"}); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := testrepo.Init(src); err != nil {
-		t.Fatal(err)
-	}
+	src := readmeRepo(t)
 	cat, err := patches.Embedded()
 	if err != nil {
 		t.Fatal(err)
