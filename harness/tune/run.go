@@ -166,7 +166,9 @@ func (o *Outcome) Failed() bool {
 // under thresholds that force 1-stage at every size, 2-stage at every size,
 // and the chosen ones, every sum checked again. An oversubscribed run
 // (more ranks than GPUs) has no timings: it checks the settings and chooses
-// nothing. It returns an error only when a run could not start.
+// nothing. A ctx that ends (a signal) stops it after the run in progress
+// with Outcome.Interrupted set and no tune file chosen. It returns an error
+// only when a run could not start.
 func Run(ctx context.Context, o Options) (*Outcome, error) {
 	if o.Now == nil {
 		o.Now = time.Now
