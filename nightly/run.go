@@ -511,15 +511,15 @@ func preflight(cfg *Config, o Options) (*runInputs, error) {
 		// the build itself, naming what it looked for.
 		if cm := pinnedCMake(repo, b.Upstream.Commit); cm != "" {
 			if err := kernels.CheckUpstreamArchs(bo.Archs, kernels.UpstreamArchs(cm)); err != nil {
-				return nil, fmt.Errorf("build.archs: %w", err)
+				return nil, fmt.Errorf("%s: %w", cfg.At("build.archs"), err)
 			}
 		}
 		if err := lookPython(cfg.Build.Python, o.Env); err != nil {
-			return nil, fmt.Errorf("build.python: %w", err)
+			return nil, fmt.Errorf("%s: %w", cfg.At("build.python"), err)
 		}
 		if d := bo.DepsDir; d != "" {
 			if fi, err := os.Stat(d); err != nil || !fi.IsDir() {
-				key := "build.deps_dir"
+				key := cfg.At("build.deps_dir")
 				if cfg.Build.DepsDir == "" {
 					key = fmt.Sprintf("arms.b: recipe %s's [build] deps_dir", b.Name)
 				}
@@ -545,7 +545,7 @@ func preflight(cfg *Config, o Options) (*runInputs, error) {
 	in := &runInputs{a: a, b: b, cat: cat, repo: repo}
 	if !o.SkipBench && cfg.Bench.Tune != "" {
 		if in.tune, err = tune.Load(cfg.Path(cfg.Bench.Tune)); err != nil {
-			return nil, fmt.Errorf("bench.tune: %w", err)
+			return nil, fmt.Errorf("%s: %w", cfg.At("bench.tune"), err)
 		}
 	}
 	return in, nil
