@@ -43,7 +43,7 @@ difference. Units and patched files are named by their paths in the tree.
 Examples:
    arpatch ab build --a baseline --b pcie --repo ~/mirrors/sglang.git
    arpatch ab build --a baseline --b pcie --repo ~/mirrors/sglang.git --arch 120a --plan`,
-			Flags: append(buildFlags(),
+			Flags: append(buildToolFlags(),
 				&cli.StringFlag{Name: "a", Usage: "embedded recipe `NAME` for arm A", Value: "baseline"},
 				&cli.StringFlag{Name: "b", Usage: "embedded recipe `NAME` for arm B", Value: "pcie"},
 				&cli.StringFlag{Name: "a-file", Usage: "recipe `PATH` for arm A instead"},
@@ -63,7 +63,7 @@ Examples:
 
 // abBuildFlags are ab build's parsed flags.
 type abBuildFlags struct {
-	buildFlagValues
+	buildToolValues
 	A          string `flag:"a"`
 	B          string `flag:"b"`
 	AFile      string `flag:"a-file"`
@@ -89,14 +89,8 @@ type abBuildOptions struct {
 
 // abBuildOpts turns ab build's flags into options: both arms' recipes,
 // and one set of build options that their [build] tables agree on (or
-// the flags decide). --recipe, --recipe-file and --src (of build's flags)
-// are refused.
+// the flags decide).
 func abBuildOpts(f abBuildFlags) (abBuildOptions, error) {
-	for _, fl := range []string{"recipe", "recipe-file", "src"} {
-		if f.Given[fl] {
-			return abBuildOptions{}, usagef("ab build takes its recipes from --a/--b (or --a-file/--b-file) and clones into --dir; --%s is for arpatch build", fl)
-		}
-	}
 	load := func(flag, name, fileFlag, file string) (*recipes.Recipe, error) {
 		if p := expandHome(file); p != "" {
 			if f.Given[flag] {
@@ -128,7 +122,7 @@ func abBuildOpts(f abBuildFlags) (abBuildOptions, error) {
 			return abBuildOptions{}, usagef("recipe %s has [build] %s %q and recipe %s has %q; pass --%s to build both arms alike", a.Name, d.flag, fmt.Sprint(d.va), b.Name, fmt.Sprint(d.vb), d.flag)
 		}
 	}
-	bo, err := optsFromRecipe(f.buildFlagValues, "", f.Given, b)
+	bo, err := optsFromRecipe(buildFlagValues{buildToolValues: f.buildToolValues}, "", f.Given, b)
 	if err != nil {
 		return abBuildOptions{}, err
 	}

@@ -15,6 +15,7 @@ package main
 //     positional argument before it;
 //   - an unknown command, which urfave reports as "No help topic"
 //     (unknownCommand);
+//   - help that shows a one-letter flag as "-a" (flagString);
 //   - flag errors that urfave returns as plain errors (isFlagError);
 //   - its exit codes mapped onto arpatch's (exitCode);
 //   - values read by flag name (bindFlags).
@@ -32,6 +33,23 @@ import (
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
 )
+
+func init() {
+	urfaveFlagString := cli.FlagStringer
+	cli.FlagStringer = func(f cli.Flag) string { return flagString(urfaveFlagString(f), f.Names()[0]) }
+}
+
+// flagString is a flag's --help line s as the README and the remedies
+// spell it: a one-letter name with "--" ("--a NAME", where urfave writes
+// "-a NAME"; its FlagNamePrefixer hook is not called in v2.27), a
+// one-letter alias still with "-" ("--help, -h"). urfave parses either
+// spelling.
+func flagString(s, name string) string {
+	if len(name) == 1 && strings.HasPrefix(s, "-"+name) {
+		return "-" + s
+	}
+	return s
+}
 
 // streams are a command's standard streams, as gh's IOStreams: run
 // functions print only through them, so a test runs a command with

@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"reflect"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -355,5 +356,55 @@ func TestHelpOneDefaultPerFlag(t *testing.T) {
 	walk(nil, newApp(io.Discard, io.Discard).Commands)
 	if seen < 20 {
 		t.Errorf("walked %d commands, want every command (20 or more)", seen)
+	}
+}
+
+// TestUsageNamesOnlyItsFlags: a command's USAGE (UsageText) names no flag
+// the command does not take (ab build's once named build's --recipe and
+// --src, which it refused); apply's names --tune and --force-tune.
+func TestUsageNamesOnlyItsFlags(t *testing.T) {
+	var walk func(path string, cmds []*cli.Command)
+	walk = func(path string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			name := path + " " + c.Name
+			walk(name, c.Subcommands)
+			if c.SkipFlagParsing {
+				continue
+			}
+			has := map[string]bool{}
+			for _, f := range c.Flags {
+				has[f.Names()[0]] = true
+			}
+			for _, m := range regexp.MustCompile(`\[--([a-z0-9-]+)`).FindAllStringSubmatch(c.UsageText, -1) {
+				if !has[m[1]] {
+					t.Errorf("%s: USAGE names --%s, which it does not take", name, m[1])
+				}
+			}
+			if name == "arpatch apply" && (!strings.Contains(c.UsageText, "[--tune FILE [--force-tune]]")) {
+				t.Errorf("apply: USAGE does not name --tune and --force-tune:\n%s", c.UsageText)
+			}
+		}
+	}
+	walk("arpatch", newApp(io.Discard, io.Discard).Commands)
+}
+
+// TestABBuildHelp: ab build's --help lists the flags it takes, spelled as
+// the README spells them (--a NAME, not urfave's -a NAME), and none of
+// build's that it has no use for (--recipe, --recipe-file, --src).
+func TestABBuildHelp(t *testing.T) {
+	var out bytes.Buffer
+	if code := run(context.Background(), []string{"arpatch", "ab", "build", "--help"}, &out, io.Discard); code != exitOK {
+		t.Fatalf("exit %d", code)
+	}
+	h := out.String()
+	for _, s := range []string{"   --a NAME ", "   --b NAME ", "   --a-file PATH ", "   --arch ARCHS", "   --help, -h "} {
+		if !strings.Contains(h, s) {
+			t.Errorf("ab build --help lacks %q:\n%s", s, h)
+		}
+	}
+	for _, s := range []string{"-a NAME", "--recipe ", "--recipe-file", "--src "} {
+		if regexp.MustCompile(`(^|\s)` + regexp.QuoteMeta(s)).MatchString(h) {
+			t.Errorf("ab build --help shows %q:\n%s", s, h)
+		}
 	}
 }

@@ -22,7 +22,7 @@ func applyCommand() *cli.Command {
 		Name:  "apply",
 		Usage: "clone SGLang at the recipe's commit and apply its patch series",
 		UsageText: `arpatch apply [--recipe NAME | --recipe-file PATH] [--src DIR] [--repo URL|PATH]
-              [--commit SHA] [--series NAME] [--patches-dir DIR] [--dry-run]`,
+              [--commit SHA] [--series NAME] [--patches-dir DIR] [--dry-run] [--tune FILE [--force-tune]]`,
 		Description: `If --src does not exist, apply clones SGLang into it (from the recipe's URL,
 or from --repo: a local mirror path is cloned by hardlinking, like git clone
 --local) and checks out the pinned commit, detached. It then refuses a tree

@@ -25,9 +25,16 @@ import (
 	"github.com/arpatch/arpatch/recipes"
 )
 
+// buildFlags are build's flags for one tree: the recipe, the checkout and
+// buildToolFlags.
 func buildFlags() []cli.Flag {
+	return append([]cli.Flag{recipeFlag(), recipeFileFlag(), srcFlag()}, buildToolFlags()...)
+}
+
+// buildToolFlags are the build settings `arpatch build` and `arpatch ab
+// build` share (ab build takes its recipes and trees from its own flags).
+func buildToolFlags() []cli.Flag {
 	return []cli.Flag{
-		recipeFlag(), recipeFileFlag(), srcFlag(),
 		&cli.StringSliceFlag{Name: "arch", Usage: "CUDA `ARCHS` to compile, without sm_ (default: the recipe's [build] archs), e.g. --arch 120a,90a"},
 		&cli.IntFlag{Name: "jobs", Usage: "parallel compile `N`: sets MAX_JOBS and CMAKE_BUILD_PARALLEL_LEVEL, and bounds SGL_KERNEL_COMPILE_THREADS; 0 = one per core", DefaultText: "the recipe's [build] jobs"},
 		&cli.StringFlag{Name: "tool", Usage: "wheel build frontend `auto|uv|pip` (default: the recipe's)"},
@@ -114,7 +121,12 @@ Examples:
 // share.
 type buildFlagValues struct {
 	recipeFlags
-	Src      string   `flag:"src"`
+	Src string `flag:"src"`
+	buildToolValues
+}
+
+// buildToolValues are buildToolFlags' parsed values.
+type buildToolValues struct {
 	Arch     []string `flag:"arch"`
 	Jobs     int      `flag:"jobs"`
 	Tool     string   `flag:"tool"`

@@ -142,7 +142,7 @@ func historyCommand() *cli.Command {
 			},
 			{
 				Name: "export", Usage: "export every trial as CSV or JSON", UsageText: "arpatch history export --format csv|json [--db FILE]",
-				Flags: []cli.Flag{db, &cli.StringFlag{Name: "format", Value: "csv", Usage: "`csv` or `json`"}}, Before: noArgs,
+				Flags: []cli.Flag{db, &cli.StringFlag{Name: "format", Value: "csv", Usage: "report `FORMAT`: csv or json"}}, Before: noArgs,
 				Action: action(historyExportOpts, historyExportRun),
 			},
 			{

@@ -306,10 +306,12 @@ func TestABBuildOpts(t *testing.T) {
 	}
 	refuses(t, abBuildOpts, []refusal{
 		{"arpatch ab build --a-file " + pip, exitUsage, []string{"[build] tool", `"pip"`, "pass --tool to build both arms alike"}},
-		{"arpatch ab build --recipe pcie", exitUsage, []string{"ab build takes its recipes from --a/--b", "--recipe is for arpatch build"}},
-		{"arpatch ab build --src s", exitUsage, []string{"--src is for arpatch build"}},
+		// Not flags of ab build (its --help does not list them).
+		{"arpatch ab build --recipe pcie", exitUsage, []string{"flag provided but not defined: -recipe"}},
+		{"arpatch ab build --recipe-file r.toml", exitUsage, []string{"flag provided but not defined: -recipe-file"}},
+		{"arpatch ab build --src s", exitUsage, []string{"flag provided but not defined: -src"}},
 		{"arpatch ab build --a pcie --a-file x.toml", exitUsage, []string{"--a and --a-file are exclusive; pass one"}},
-		{"arpatch ab build --b nosuch", exitUsage, []string{`--b: no recipe named "nosuch"`, "known recipes"}},
+		{"arpatch ab build --b nosuch", exitUsage, []string{`--b: no recipe named "nosuch"`, "known recipes", "(or use --b-file PATH)"}},
 		{"arpatch ab build --jobs -2", exitUsage, []string{"--jobs -2: use 0 to 4096 (0 is one per CPU core)"}},
 		{"arpatch ab build --patches-dir nosuch", exitUsage, []string{"--patches-dir nosuch"}},
 	})
