@@ -108,6 +108,9 @@ func doctorRun(ctx context.Context, o doctorOptions, s streams) error {
 	} else {
 		printDoctor(s.Out, rep)
 	}
+	if rep.Interrupted {
+		return exitWith(exitInfra, "interrupted: doctor's commands still running were stopped; it changes nothing on the host, so nothing was left")
+	}
 	for _, f := range rep.Findings {
 		if f.Severity == doctor.Error {
 			return exitWith(exitFailure, "")

@@ -77,7 +77,14 @@ type Report struct {
 	// Groups holds each TP group's verdict when the server runs several
 	// (Verdict then joins them and Expect is empty).
 	Groups []GroupReport `json:"groups,omitempty"`
+	// Interrupted is true when ctx ended (a signal) during the checks:
+	// the commands still running were stopped, the findings are
+	// incomplete, and Verdict says so instead of judging the host.
+	Interrupted bool `json:"interrupted,omitempty"`
 }
+
+// InterruptedVerdict is Report.Verdict of an interrupted doctor.
+const InterruptedVerdict = "interrupted: the checks still running were stopped; the findings are incomplete and no verdict is drawn"
 
 // Judged is what the findings describe: the GPUs the job uses (those
 // CUDA_VISIBLE_DEVICES leaves visible, narrowed to the TP group when the
@@ -152,6 +159,11 @@ type Options struct {
 // findings, not errors.
 func Inspect(ctx context.Context, o Options) *Report {
 	rep := &Report{Schema: "arpatch.doctor/v1", Created: time.Now().UTC()}
+	defer func() {
+		if ctx.Err() != nil {
+			rep.Interrupted, rep.Verdict, rep.Expect, rep.Groups = true, InterruptedVerdict, "", nil
+		}
+	}()
 	h := &rep.Host
 	// nvidia-smi: a call that hangs means the driver is stuck; the other
 	// calls would hang too, so doctor stops asking and says so.
