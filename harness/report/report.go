@@ -28,7 +28,11 @@ import (
 // Schema names the JSON layout. v2: settings.concurrency is a list of
 // levels, each trial carries its level, and each arm's summaries, deltas
 // and verdict are per level (result.arms[].levels[]), with an overall
-// verdict and the arm's effective environment.
+// verdict and the arm's effective environment. A trial's metrics
+// (trial_metrics[], stats.Metrics) name two values by how they are
+// made, decode_tok_s_median and tpot_ms_median (medians over the trial's
+// requests); the summaries, the metric table (stats.Table) and the
+// history name the same metrics decode_tok_s and tpot_ms.
 const Schema = "arpatch.bench/v2"
 
 // Environment is where the run happened.
