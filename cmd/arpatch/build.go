@@ -275,6 +275,9 @@ func buildRecipe(f buildFlagValues, g given) (*recipes.Recipe, error) {
 		if f.RecipeFile != "" {
 			want = []string{"--recipe-file", f.RecipeFile}
 		}
+		if r.Upstream.Commit != st.Commit {
+			want = append(want, "--commit", st.Commit)
+		}
 		switch {
 		case applied != r.Name:
 			return nil, usagef("%s has recipe %q applied, but the build names %q: the build options would not match the tree; pass %s, or apply %s first (`%s`, then `%s`)",

@@ -346,6 +346,8 @@ func TestBenchAllreduceOpts(t *testing.T) {
 		{"arpatch bench allreduce --ext ~/s", exitUsage, []string{"--ext " + home + "/s: is a directory; name a file"}},
 		{"arpatch bench allreduce --world-size 3", exitUsage, []string{"--world-size 3: custom allreduce supports 2, 4, 6 and 8"}},
 		{"arpatch bench allreduce --sizes lots", exitUsage, []string{"--sizes:"}},
+		// Issue 14 tester, F: the flag is named once.
+		{"arpatch bench allreduce --shape 4x", exitUsage, []string{`--shape: "4x": want TOKENSxHIDDEN, e.g. 4x5120`}},
 		{"arpatch bench allreduce --shape 4by5120", exitUsage, []string{"--shape:"}},
 		{"arpatch bench allreduce --impl nccl,custom-3stage", exitUsage, []string{`--impl "custom-3stage": known implementations are nccl`}},
 		{"arpatch bench allreduce --impl ,", exitUsage, []string{"--impl is empty: use nccl"}},

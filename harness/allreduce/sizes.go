@@ -105,7 +105,7 @@ func ParseShape(s string) (Shape, error) {
 	t, err1 := strconv.Atoi(strings.TrimSpace(a))
 	h, err2 := strconv.Atoi(strings.TrimSpace(b))
 	if !ok || err1 != nil || err2 != nil || t <= 0 || h <= 0 {
-		return Shape{}, fmt.Errorf("--shape %q: want TOKENSxHIDDEN, e.g. 4x5120", s)
+		return Shape{}, fmt.Errorf("%q: want TOKENSxHIDDEN, e.g. 4x5120", s)
 	}
 	return Shape{Tokens: t, Hidden: h, ElemBytes: 2}, nil
 }

@@ -29,6 +29,10 @@ type Overrides struct {
 	Env                                        []string
 }
 
+// specAlgorithmSetting names where the speculative algorithm is set, for
+// refusals: the flag or the recipe key.
+const specAlgorithmSetting = "--speculative-algorithm (recipe: bench.speculative_algorithm)"
+
 // FromRecipe turns a recipe's [bench] and the overrides into Options: the
 // one place where a recipe becomes a run, for bench and nightly alike. The
 // arms are the recipe's [[bench.arm]] (one "baseline" when it has none)
@@ -110,10 +114,10 @@ func FromRecipe(rb recipes.Bench, ov Overrides) (Options, error) {
 	}
 	o = o.Resolved()
 	if err := recipes.CheckSpecAlgorithm(o.SpecAlgorithm); err != nil {
-		return o, fmt.Errorf("speculative_algorithm: %v", err)
+		return o, fmt.Errorf("%s: %v", specAlgorithmSetting, err)
 	}
 	if strings.EqualFold(o.SpecAlgorithm, "EAGLE") && strings.Contains(strings.ToLower(o.DraftModel), "eagle3") {
-		return o, fmt.Errorf("speculative algorithm EAGLE with the EAGLE-3 draft %s gives accept length 1.00; use EAGLE3", o.DraftModel)
+		return o, fmt.Errorf("%s EAGLE with the EAGLE-3 draft %s gives accept length 1.00; use EAGLE3", specAlgorithmSetting, o.DraftModel)
 	}
 	return o, nil
 }
