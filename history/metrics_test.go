@@ -2,7 +2,9 @@ package history
 
 import (
 	"bytes"
+	"database/sql"
 	"encoding/json"
+	"github.com/arpatch/arpatch/harness/sglang"
 	"math"
 	"os"
 	"path/filepath"
@@ -284,5 +286,63 @@ func TestMigrationFillsTPOTp99(t *testing.T) {
 	}
 	if _, ok := two["tpot_ms_p99"]; ok || two["tok_s"] != 91 {
 		t.Errorf("trial 2 has no samples, so no TPOT p99: %v", two)
+	}
+}
+
+// TestFromSamples: the metrics fillFromSamples computes are exactly those
+// stats.Compute gets right from the fields the samples table keeps: a
+// trial computed from full requests (each token's arrival, text, the
+// trial's wall time) and from the stored fields alone agree on them, and
+// differ on every other metric.
+func TestFromSamples(t *testing.T) {
+	full := []sglang.Sample{
+		{Prompt: 0, TTFT: 0.5, E2E: 0.6, CompletionTokens: 11, SpecVerifyCt: 4, Text: "a", ITL: []float64{0.01, 0.01, 0.02}},
+		{Prompt: 1, TTFT: 0.25, E2E: 0.35, CompletionTokens: 6, SpecVerifyCt: 2, Text: "b", ITL: []float64{0.02, 0.03}},
+		{Prompt: 2, TTFT: 0.125, E2E: 0.285, CompletionTokens: 5, SpecVerifyCt: 2, Text: "c", ITL: []float64{0.04}},
+	}
+	var stored []sglang.Sample
+	for _, x := range full {
+		stored = append(stored, sglang.Sample{Prompt: x.Prompt, TTFT: x.TTFT, E2E: x.E2E, CompletionTokens: x.CompletionTokens, SpecVerifyCt: x.SpecVerifyCt, Err: x.Err})
+	}
+	a, b := stats.Compute(stats.Trial{Samples: full, Wall: 2}), stats.Compute(stats.Trial{Samples: stored})
+	for _, m := range stats.Table {
+		if same := m.Get(a) == m.Get(b) && m.Get(a) != 0; same != fromSamples[m.Name] {
+			t.Errorf("%s: from the stored fields %v, from full requests %v; fromSamples says %v", m.Name, m.Get(b), m.Get(a), fromSamples[m.Name])
+		}
+	}
+}
+
+// A migration that adds a metric the samples cannot give (ITL here)
+// leaves the trials stored before it NULL, not 0.
+func TestFillLeavesWhatSamplesCannotGive(t *testing.T) {
+	s := openTest(t, filepath.Join(t.TempDir(), "h.db"))
+	for _, q := range []string{
+		`INSERT INTO runs (started_at, status, pid, hardware_key) VALUES ('2026-11-01T03:00:00Z', 'complete', 1, 'hw')`,
+		`INSERT INTO arms (run_id, name) VALUES (1, 'pcie')`,
+		`INSERT INTO trials (arm_id, idx, concurrency, tok_s) VALUES (1, 1, 1, 90)`,
+		`INSERT INTO samples (trial_id, prompt, ttft_s, e2e_s, completion_tokens, spec_verify_ct, error) VALUES (1, 0, 0.5, 0.6, 11, 4, '')`,
+	} {
+		if _, err := s.db.Exec(q); err != nil {
+			t.Fatal(err)
+		}
+	}
+	tx, err := s.db.Begin()
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, m := range []string{"itl_ms_p50", "ttft_ms_p50"} {
+		if err := fillFromSamples(tx, m); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := tx.Commit(); err != nil {
+		t.Fatal(err)
+	}
+	var itl, ttft sql.NullFloat64
+	if err := s.db.QueryRow(`SELECT itl_ms_p50, ttft_ms_p50 FROM trials WHERE id = 1`).Scan(&itl, &ttft); err != nil {
+		t.Fatal(err)
+	}
+	if itl.Valid || !ttft.Valid || ttft.Float64 != 500 {
+		t.Errorf("after the fill: itl_ms_p50 %+v (want NULL), ttft_ms_p50 %+v (want 500)", itl, ttft)
 	}
 }

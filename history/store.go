@@ -110,14 +110,26 @@ var fills = map[int]func(*sql.Tx) error{
 	5: func(tx *sql.Tx) error { return fillFromSamples(tx, "tpot_ms_p99") },
 }
 
+// fromSamples are the metrics (stats.Table names) that stats.Compute gets
+// from what the samples table keeps of a request: its TTFT, E2E,
+// completion tokens, verify count and error. tok_s needs the trial's wall
+// time and itl_ms_p50 each token's arrival, which no sample keeps.
+// TestFromSamples derives this list from Compute; a metric added later
+// that Compute reads from those fields alone belongs here.
+var fromSamples = map[string]bool{"decode_tok_s": true, "accept_length": true, "ttft_ms_p50": true, "ttft_ms_p99": true, "tpot_ms": true, "tpot_ms_p99": true}
+
 // fillFromSamples sets metric (a stats.Table name) of every trial with
-// stored samples to what stats.Compute gives from them: for a metric
-// that needs no more of a request than its TTFT, E2E, completion tokens,
-// verify count and error, which the samples table keeps.
+// stored samples to what stats.Compute gives from them, when the metric
+// is one of fromSamples. Any other metric is left NULL for the trials
+// stored before its column (shown as "none" by exports, windows and
+// plots), not set to the 0 that Compute would give without its inputs.
 func fillFromSamples(tx *sql.Tx, metric string) error {
 	m, ok := stats.Lookup(metric)
 	if !ok {
 		return fmt.Errorf("unknown metric %q", metric)
+	}
+	if !fromSamples[metric] {
+		return nil
 	}
 	byTrial := map[int64][]sglang.Sample{}
 	var order []int64

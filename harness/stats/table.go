@@ -3,11 +3,21 @@ package stats
 import "strings"
 
 // Metric is one entry of Table: everything a consumer needs to show,
-// store, export, plot or judge one per-trial metric. Adding a metric is
-// a field of Metrics computed in Compute, one entry here, and a history
-// migration adding its Column (history's tests check every entry has
-// one), which fills it for stored trials from their samples when they
-// hold what the metric needs.
+// store, export, plot or judge one per-trial metric. Adding a metric is:
+//   - a field of Metrics, set in Compute;
+//   - one entry here (bench tables, JSON, benchfmt, nightly checks, CI
+//     outputs, history export and plots read it from here);
+//   - a history migration adding its Column (history/store.go's
+//     migrations; TestEveryMetricHasItsColumn checks every entry has
+//     one), with fills[v] = fillFromSamples for the trials stored before
+//     it, and its name in history's fromSamples when Compute gets it from
+//     a sample's stored fields (TestFromSamples checks that list; any
+//     other metric stays NULL for old trials);
+//   - docs/nightly.md's table of regression.metrics, whose names a doc
+//     test compares with Table.
+//
+// Tests take the metric count, headers and units from Table and the
+// schema version from history.SchemaVersion, so they need no edit.
 type Metric struct {
 	// Name is the metric's key everywhere: bench summaries and deltas
 	// (JSON), nightly's regression.metrics, check names, history export
