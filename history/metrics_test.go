@@ -3,6 +3,7 @@ package history
 import (
 	"bytes"
 	"database/sql"
+	"encoding/csv"
 	"encoding/json"
 	"github.com/arpatch/arpatch/harness/sglang"
 	"math"
@@ -11,6 +12,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -95,10 +97,16 @@ func TestMetricsRoundTrip(t *testing.T) {
 	if err := WriteCSV(&b, rows); err != nil {
 		t.Fatal(err)
 	}
+	// The metric columns come from stats.Table, each holding its value
+	// (10.25 + its index, as stored above).
+	cells := make([]string, len(stats.Table))
+	for i := range stats.Table {
+		cells[i] = strconv.FormatFloat(10.25+float64(i), 'g', -1, 64)
+	}
 	want := "run_id,started_at,status,hardware_key,workload,sglang_commit,arm,invalid,trial,concurrency,wall_s," +
-		"tok_s,decode_tok_s,accept_length,ttft_ms_p50,ttft_ms_p99,itl_ms_p50,tpot_ms,tpot_ms_p99,errors,samples\n" +
-		"1,2026-11-02T03:00:00Z,complete,hw,,,pcie,false,1,4,2.5,10.25,11.25,12.25,13.25,14.25,15.25,16.25,17.25,0,0\n"
-	if b.String() != want {
+		strings.Join(stats.Names(), ",") + ",errors,samples\n" +
+		"1,2026-11-02T03:00:00Z,complete,hw,,,pcie,false,1,4,2.5," + strings.Join(cells, ",") + ",0,0\n"
+	if cells[0] != "10.25" || cells[len(cells)-1] == "10.25" || b.String() != want {
 		t.Errorf("csv:\n%s\nwant\n%s", b.String(), want)
 	}
 	b.Reset()
@@ -148,7 +156,7 @@ func TestMigrationFromV4(t *testing.T) {
 		t.Fatal(err)
 	}
 	s := openTest(t, p)
-	if v, _ := s.Version(); v != 5 {
+	if v, _ := s.Version(); v != SchemaVersion {
 		t.Fatalf("migrated to %d", v)
 	}
 	d, err := s.Show(1)
@@ -212,9 +220,23 @@ func TestMigrationFromV4(t *testing.T) {
 	if err := WriteCSV(&b, rows); err != nil {
 		t.Fatal(err)
 	}
-	lines := strings.Split(b.String(), "\n")
-	if !strings.HasSuffix(lines[1], ",3.5,90.5,100.5,2.5,20.5,30.5,1.5,11.5,,0,0") || !strings.HasSuffix(lines[2], ",0,91,,,,,,11,14.5,0,0") {
-		t.Errorf("csv:\n%s", b.String())
+	// By column name: a metric added after these (NULL in both rows) is
+	// an empty cell and needs no edit here.
+	recs := csvByColumn(t, b.String())
+	for i, want := range []map[string]string{
+		{"wall_s": "3.5", "tok_s": "90.5", "decode_tok_s": "100.5", "accept_length": "2.5", "ttft_ms_p50": "20.5", "ttft_ms_p99": "30.5", "itl_ms_p50": "1.5", "tpot_ms": "11.5", "tpot_ms_p99": "", "errors": "0", "samples": "0"},
+		{"wall_s": "0", "tok_s": "91", "tpot_ms": "11", "tpot_ms_p99": "14.5", "errors": "0", "samples": "0"},
+	} {
+		for _, m := range stats.Names() {
+			if _, ok := want[m]; !ok {
+				want[m] = "" // not recorded for this trial
+			}
+		}
+		for col, v := range want {
+			if got, ok := recs[i][col]; !ok || got != v {
+				t.Errorf("csv row %d, %s = %q, want %q:\n%s", i+1, col, got, v, b.String())
+			}
+		}
 	}
 	b.Reset()
 	if err := WriteJSON(&b, rows); err != nil {
@@ -345,4 +367,23 @@ func TestFillLeavesWhatSamplesCannotGive(t *testing.T) {
 	if itl.Valid || !ttft.Valid || ttft.Float64 != 500 {
 		t.Errorf("after the fill: itl_ms_p50 %+v (want NULL), ttft_ms_p50 %+v (want 500)", itl, ttft)
 	}
+}
+
+// csvByColumn reads WriteCSV's output: one map per row, from the header's
+// names to the row's cells.
+func csvByColumn(t *testing.T, text string) []map[string]string {
+	t.Helper()
+	all, err := csv.NewReader(strings.NewReader(text)).ReadAll()
+	if err != nil || len(all) == 0 {
+		t.Fatalf("csv: %v\n%s", err, text)
+	}
+	var out []map[string]string
+	for _, r := range all[1:] {
+		m := map[string]string{}
+		for i, h := range all[0] {
+			m[h] = r[i]
+		}
+		out = append(out, m)
+	}
+	return out
 }

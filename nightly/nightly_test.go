@@ -8,11 +8,13 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/internal/errwriter/errwritertest"
 	"io"
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"testing/synctest"
@@ -345,10 +347,23 @@ func checkOutputs(t *testing.T, w *world, rep *Report) {
 		t.Fatal(err)
 	}
 	read := w.read
+	// One entry per arm and metric, in stats.Table's order and unit:
+	// higher-is-better metrics in one file, the others in the other.
+	var bigger, smaller []string
+	for _, m := range stats.Table {
+		if m.HigherIsBetter {
+			bigger = append(bigger, m.Unit)
+		} else {
+			smaller = append(smaller, m.Unit)
+		}
+	}
+	if !slices.Contains(bigger, "tok/s") || !slices.Contains(smaller, "ms") {
+		t.Fatalf("units: bigger %v, smaller %v", bigger, smaller)
+	}
 	for _, f := range []struct {
 		file  string
 		units []string
-	}{{"out/ghbench-bigger.json", []string{"tok/s", "tok/s", "tokens/verify"}}, {"out/ghbench-smaller.json", []string{"ms", "ms", "ms", "ms", "ms"}}} {
+	}{{"out/ghbench-bigger.json", bigger}, {"out/ghbench-smaller.json", smaller}} {
 		var entries []map[string]any
 		if err := json.Unmarshal(read(f.file), &entries); err != nil {
 			t.Fatal(err)
@@ -375,7 +390,7 @@ func checkOutputs(t *testing.T, w *world, rep *Report) {
 		t.Fatal(err)
 	}
 	tok := bmf["eagle3/patched"]["tok-s"]
-	if tok["value"] <= 0 || tok["lower_value"] > tok["value"] || tok["upper_value"] < tok["value"] || len(bmf["eagle3/base"]) != 8 {
+	if tok["value"] <= 0 || tok["lower_value"] > tok["value"] || tok["upper_value"] < tok["value"] || len(bmf["eagle3/base"]) != len(stats.Table) {
 		t.Errorf("bencher: %v", bmf)
 	}
 	var ju struct {

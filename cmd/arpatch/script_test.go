@@ -9,6 +9,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"github.com/arpatch/arpatch/harness/stats"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -58,6 +59,12 @@ func TestMain(m *testing.M) {
 //	                     one each): a printed git or rm remedy must run as printed
 //	tgz DIR FILE VAR     write FILE, a gzip'd tar of DIR's files under one top directory
 //	                     (GitHub's archive shape, fixed bytes), and set $VAR to its sha256
+//
+// Variables: $METRICS is stats.Table's names joined by commas (the CSV
+// export's metric columns), $METRICS_KNOWN the same joined by ", " (the
+// list an unknown --metric is told), so that adding a metric edits no
+// script.
+//
 //	fakeranks FILE       write harness/tune/testdata/fakeranks.sh (fake torchrun ranks) to FILE
 func TestScripts(t *testing.T) {
 	mirror, _ := filepath.Abs(os.Getenv("ARPATCH_SGLANG_MIRROR"))
@@ -74,6 +81,8 @@ func TestScripts(t *testing.T) {
 			// Working files arpatch makes unasked (bench-logs/, ab/) go
 			// to the state directory: the script's own.
 			env.Setenv("ARPATCH_STATE", filepath.Join(env.WorkDir, "state"))
+			env.Setenv("METRICS", strings.Join(stats.Names(), ","))
+			env.Setenv("METRICS_KNOWN", stats.Known())
 			if os.Getenv("ARPATCH_SGLANG_MIRROR") != "" {
 				env.Setenv("SGLANG_MIRROR", mirror)
 			}
