@@ -82,8 +82,8 @@ type BMFMetric struct {
 
 // Bencher returns Bencher Metric Format: {benchmark: {measure: {value,
 // lower_value, upper_value}}}, one benchmark per arm ("eagle3/<arm>"),
-// a measure per metric of stats.Table named by slug (tok-s, ttft-ms-p50,
-// ..., tpot-ms-p99), bounds from the CI.
+// a measure per metric of stats.Table named by the slug of its Name
+// (tok_s: tok-s), bounds from the CI.
 func Bencher(res *bench.Result) map[string]map[string]BMFMetric {
 	out := map[string]map[string]BMFMetric{}
 	for _, a := range res.Arms {

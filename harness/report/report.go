@@ -216,9 +216,8 @@ func overall(a *bench.ArmResult) string {
 
 // WriteTable prints the terminal table: per arm and concurrency level,
 // tok/s median [CI], delta % and p against the baseline, the median of
-// every other metric of stats.Table (decode tok/s, accept length, TTFT
-// p50 and p99, ITL p50, TPOT p50 and p99), output agreement and the
-// verdict;
+// every other metric of stats.Table (in its order, under its Label),
+// output agreement and the verdict;
 // with several levels an overall line per arm (but a valid baseline);
 // then warnings.
 func WriteTable(w io.Writer, res *bench.Result, s Settings) {
@@ -292,9 +291,8 @@ func WriteMarkdown(out io.Writer, res *bench.Result, s Settings) error {
 
 // WriteBenchfmt writes one Go benchmark line per arm, trial and level,
 // named BenchmarkEAGLE3/arm=<name>/concurrency=<N>, with every metric of
-// stats.Table in its Benchfmt unit (tok/s, decode-tok/s, accept-len,
-// ttft-sec, ttft-p99-sec, itl-sec, tpot-sec, tpot-p99-sec; ms metrics in
-// seconds) and its direction as "better" metadata, so that `benchstat
+// stats.Table in its Benchfmt unit (tok/s, ...; ms metrics in seconds,
+// "-sec") and its direction as "better" metadata, so that `benchstat
 // -col /arm file` compares arms level by level.
 func WriteBenchfmt(w io.Writer, res *bench.Result, s Settings) error {
 	bw := benchfmt.NewWriter(w)
