@@ -182,7 +182,9 @@ new level: later nights then compare with it and the runs after it.`,
 // in the state directory; no state directory is a usage error.
 func historyDB(flag string) (string, error) {
 	if p := expandHome(flag); p != "" {
-		return p, nil
+		// A --db that names nothing is a usage error (exit 2), as every
+		// path flag's is.
+		return p, checkPathFlag("db", p, false)
 	}
 	dir, err := statedir.Dir()
 	if err != nil {

@@ -504,19 +504,19 @@ func TestNightlyOpts(t *testing.T) {
 }
 
 func TestHistoryOpts(t *testing.T) {
-	t.Setenv("HOME", "/home/u")
+	home := fakeHome(t, "h.db")
 	t.Setenv("ARPATCH_STATE", "/state")
 	l, err := optsOf(t, historyListOpts, "arpatch history list")
 	if err != nil || l != (historyListOptions{DB: "/state/history.db", Limit: 30}) {
 		t.Errorf("list: %+v, %v", l, err)
 	}
 	l, err = optsOf(t, historyListOpts, "arpatch history list --db ~/h.db --limit 5")
-	if err != nil || l != (historyListOptions{DB: "/home/u/h.db", Limit: 5}) {
+	if err != nil || l != (historyListOptions{DB: home + "/h.db", Limit: 5}) {
 		t.Errorf("list: %+v, %v", l, err)
 	}
-	for _, c := range []struct{ argv, cmd string }{{"arpatch history show 3 --db h.db", "show"}, {"arpatch history accept --db h.db 3", "accept"}} {
+	for _, c := range []struct{ argv, cmd string }{{"arpatch history show 3 --db ~/h.db", "show"}, {"arpatch history accept --db ~/h.db 3", "accept"}} {
 		r, err := optsOf(t, historyRunOpts(c.cmd), c.argv)
-		if err != nil || r != (historyRunOptions{DB: "h.db", Run: 3}) {
+		if err != nil || r != (historyRunOptions{DB: home + "/h.db", Run: 3}) {
 			t.Errorf("%s: %+v, %v", c.argv, r, err)
 		}
 	}
@@ -525,7 +525,7 @@ func TestHistoryOpts(t *testing.T) {
 		t.Errorf("export: %+v, %v", e, err)
 	}
 	p, err := optsOf(t, historyPlotOpts, "arpatch history plot --metric tpot_ms_p99 --out ~/p.svg --hardware hw --workload wl --concurrency 4")
-	if err != nil || p.Metric.Name != "tpot_ms_p99" || p.Out != "/home/u/p.svg" || p.X != "time" || p.Series != (history.Series{HardwareKey: "hw", Workload: "wl", Level: 4}) || p.DB != "/state/history.db" {
+	if err != nil || p.Metric.Name != "tpot_ms_p99" || p.Out != home+"/p.svg" || p.X != "time" || p.Series != (history.Series{HardwareKey: "hw", Workload: "wl", Level: 4}) || p.DB != "/state/history.db" {
 		t.Errorf("plot: %+v, %v", p, err)
 	}
 	p, err = optsOf(t, historyPlotOpts, "arpatch history plot --x concurrency --run 7 --out p.png")
@@ -560,6 +560,8 @@ func TestHistoryOpts(t *testing.T) {
 		{"arpatch history list --limit -1", exitUsage, []string{"--limit -1: use 1 or more, or 0 for every run"}},
 		{"arpatch history list --limit x", exitUsage, []string{`invalid value "x" for flag -limit`}},
 		{"arpatch history list 3", exitUsage, []string{"list takes no arguments"}},
+		// A --db that names nothing: exit 2 naming the flag, before any run.
+		{"arpatch history list --db /nonexistent/h.db", exitUsage, []string{"--db /nonexistent/h.db: no such file or directory"}},
 	})
 }
 
