@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"regexp"
 	"slices"
 	"strings"
 	"testing"
@@ -239,6 +240,11 @@ func TestExecuteHangAndDeath(t *testing.T) {
 		want := []string{"INTERRUPTED during nccl at 4K (graph): the ranks were stopped; 1 of the cases asked for were not run (no verdict on them)"}
 		if !rep.Interrupted() || rep.Failed() || !slices.Equal(rep.Findings[len(rep.Findings)-1:], want) || len(rep.Missing) != 1 {
 			t.Errorf("report: interrupted %v, failed %v, missing %v, findings %q", rep.Interrupted(), rep.Failed(), rep.Missing, rep.Findings)
+		}
+		var tab strings.Builder
+		rep.WriteTable(&tab)
+		if !regexp.MustCompile(`(?m)^4K\*? +INTERRUPTED +$`).MatchString(tab.String()) || strings.Contains(tab.String(), "ERROR") {
+			t.Errorf("table of an interrupted run:\n%s", tab.String())
 		}
 		run, err = Execute(ctx, Options{Python: py, WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Timeout: time.Hour})
 		if err != nil || run.Exit != "interrupted" || len(run.Results) != 0 {

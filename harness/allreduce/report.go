@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"io"
 	"math"
+	"slices"
 	"sort"
 	"strings"
 	"text/tabwriter"
@@ -203,8 +204,9 @@ func caseName(r Result) string {
 }
 
 // WriteTable prints one size x implementation table per mode: the median
-// in microseconds with [p10-p90], or WRONG, ERROR, HANG; custom cells add
-// the speed-up against NCCL. The verify size is marked with '*'. Then the
+// in microseconds with [p10-p90], or WRONG, ERROR, HANG, or INTERRUPTED
+// (the case a signal cut short: no verdict); custom cells add the
+// speed-up against NCCL. The verify size is marked with '*'. Then the
 // predicted verify-pass costs and the findings.
 func (rep *Report) WriteTable(w io.Writer) {
 	run := rep.Run
@@ -221,7 +223,12 @@ func (rep *Report) WriteTable(w io.Writer) {
 	seenCol := map[string]bool{}
 	cells := map[string]Result{}
 	sizes := map[int]bool{}
-	for _, r := range run.Results {
+	rows, cut := run.Results, ""
+	if p := run.Interrupted; p != nil {
+		// Its cell says INTERRUPTED: no verdict, not an ERROR.
+		rows, cut = append(slices.Clone(rows), *p), fmt.Sprintf("%s|%s|%d", p.Mode, caseName(*p), p.Bytes)
+	}
+	for _, r := range rows {
 		if !modes[r.Mode] && r.Mode != "" {
 			modes[r.Mode] = true
 			order = append(order, r.Mode)
@@ -257,6 +264,8 @@ func (rep *Report) WriteTable(w io.Writer) {
 				switch {
 				case !ok:
 					row = append(row, "-")
+				case fmt.Sprintf("%s|%s|%d", mode, c, s) == cut:
+					row = append(row, "INTERRUPTED")
 				case r.Status() != "ok":
 					row = append(row, r.Status())
 				case !r.Timed():
