@@ -2,6 +2,7 @@ package main
 
 import (
 	"bytes"
+	"io"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -602,4 +603,24 @@ func TestFakeSGLangOpts(t *testing.T) {
 		t.Errorf("gencode-filter: %q, %v", argv, err)
 	}
 	refuses(t, gencodeFilterOpts, []refusal{{"arpatch gencode-filter", exitUsage, []string{"gencode-filter needs a compiler command"}}})
+}
+
+// TestTuneFileMissing: a --tune that names nothing is a usage error (exit
+// 2) naming the flag, for apply and bench, before anything is cloned or
+// started.
+func TestTuneFileMissing(t *testing.T) {
+	dir := t.TempDir()
+	for _, argv := range [][]string{
+		{"arpatch", "apply", "--tune", "/nope.env", "--src", filepath.Join(dir, "nosrc")},
+		{"arpatch", "bench", "--recipe", "baseline", "--tune", "/nope.env", "--url", "http://127.0.0.1:1"},
+	} {
+		var stderr bytes.Buffer
+		code := run(t.Context(), argv, io.Discard, &stderr)
+		if code != exitUsage || !strings.Contains(stderr.String(), "--tune: open /nope.env: no such file or directory") {
+			t.Errorf("%v: exit %d, %q", argv, code, stderr.String())
+		}
+		if _, err := os.Stat(filepath.Join(dir, "nosrc")); err == nil {
+			t.Errorf("%v: cloned before refusing", argv)
+		}
+	}
 }

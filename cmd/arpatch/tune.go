@@ -291,8 +291,12 @@ func tunedEnv(env map[string]string, t tune.Thresholds) (out map[string]string, 
 // from this command's inputs (e.g. "--src", "sglang").
 func loadTune(ctx context.Context, path string, ws int, force bool, sizes []int, w io.Writer, inputs ...string) (*tune.File, error) {
 	f, err := tune.Load(path)
-	if err != nil {
-		return nil, usageError{err} // a file the invocation names, malformed: exit 2
+	var pe *os.PathError
+	switch {
+	case errors.As(err, &pe):
+		return nil, usagef("--tune: %w", err) // a file the invocation names, missing: exit 2
+	case err != nil:
+		return nil, usageError{err} // malformed (its errors name file and line): exit 2
 	}
 	warnings, err := f.Check(path, discoverHost(ctx), ws, force)
 	var he *tune.HostError

@@ -186,11 +186,13 @@ func Parse(name string, data []byte) (*File, error) {
 	return f, nil
 }
 
-// Load reads and parses a tune file.
+// Load reads and parses a tune file. A file that cannot be read is the
+// *os.PathError, naming the file and no flag: the caller names the flag
+// (--tune) or key (bench.tune) that gave path.
 func Load(path string) (*File, error) {
 	b, err := os.ReadFile(path)
 	if err != nil {
-		return nil, fmt.Errorf("tune file: %w", err)
+		return nil, err
 	}
 	return Parse(path, b)
 }
