@@ -4,12 +4,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
-	"github.com/arpatch/arpatch/internal/errwriter"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/arpatch/arpatch/internal/bounds"
+	"github.com/arpatch/arpatch/internal/errwriter"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/pyenv"
@@ -159,9 +161,8 @@ func benchAllreduceOpts(f benchAllreduceFlags) (benchAllreduceOptions, error) {
 
 // checkWorldSize refuses a --world-size custom allreduce does not support.
 func checkWorldSize(ws int) error {
-	if ok := allreduce.SupportedWorldSizes; !slices.Contains(ok, ws) {
-		list := strings.Trim(fmt.Sprint(ok[:len(ok)-1]), "[]")
-		return usagef("--world-size %d: custom allreduce supports %s and %d", ws, strings.ReplaceAll(list, " ", ", "), ok[len(ok)-1])
+	if err := bounds.WorldSizeError(ws); err != nil {
+		return usagef("--world-size %w", err)
 	}
 	return nil
 }

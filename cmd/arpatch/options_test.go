@@ -345,7 +345,7 @@ func TestBenchAllreduceOpts(t *testing.T) {
 	refuses(t, benchAllreduceOpts, []refusal{
 		{"arpatch bench allreduce --ext /nonexist.so", exitUsage, []string{"--ext /nonexist.so: no such file or directory"}},
 		{"arpatch bench allreduce --ext ~/s", exitUsage, []string{"--ext " + home + "/s: is a directory; name a file"}},
-		{"arpatch bench allreduce --world-size 3", exitUsage, []string{"--world-size 3: custom allreduce supports 2, 4, 6 and 8"}},
+		{"arpatch bench allreduce --world-size 3", exitUsage, []string{"--world-size 3: custom allreduce supports world sizes 2, 4, 6 and 8"}},
 		{"arpatch bench allreduce --sizes lots", exitUsage, []string{"--sizes:"}},
 		// Issue 14 tester, F: the flag is named once.
 		{"arpatch bench allreduce --shape 4x", exitUsage, []string{`--shape: "4x": want TOKENSxHIDDEN, e.g. 4x5120`}},
@@ -394,7 +394,7 @@ func TestTuneAllreduceOpts(t *testing.T) {
 	}
 	refuses(t, tuneAllreduceOpts, []refusal{
 		{"arpatch tune allreduce --ext /nonexist.so", exitUsage, []string{"--ext /nonexist.so: no such file or directory"}},
-		{"arpatch tune allreduce --world-size 3", exitUsage, []string{"--world-size 3: custom allreduce supports 2, 4, 6 and 8"}},
+		{"arpatch tune allreduce --world-size 3", exitUsage, []string{"--world-size 3: custom allreduce supports world sizes 2, 4, 6 and 8"}},
 		{"arpatch tune allreduce --hidden 0", exitUsage, []string{"--hidden 0: use positive numbers", "e.g. --draft-tokens 4 --hidden 5120"}},
 		{"arpatch tune allreduce --draft-tokens -1", exitUsage, []string{"--draft-tokens -1"}},
 		{"arpatch tune allreduce --sizes x", exitUsage, []string{"--sizes:"}},

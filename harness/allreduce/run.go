@@ -20,15 +20,6 @@ import (
 	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
-// SupportedWorldSizes are the world sizes SGLang's custom allreduce
-// runs at; at any other it disables itself.
-//
-// Upstream: python/sglang/srt/distributed/device_communicators/custom_all_reduce.py@84118acf50b3a4c74e85e9ff9033792552de1a76
-// (CustomAllreduce._SUPPORTED_WORLD_SIZES = [2, 4, 6, 8]), the same at
-// 8905cbd42f4a and 0bda0b168ad5; custom_all_reduce_utils.py
-// (can_use_custom_all_reduce_with_nvlink returns None for them).
-var SupportedWorldSizes = []int{2, 4, 6, 8}
-
 //go:embed bench.py
 var benchScript []byte
 

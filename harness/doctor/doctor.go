@@ -15,7 +15,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/arpatch/arpatch/harness/allreduce"
+	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/textfmt"
@@ -618,8 +618,8 @@ func customAROff(h *Host) string {
 	if n < 2 {
 		return ""
 	}
-	if !slices.Contains(allreduce.SupportedWorldSizes, n) {
-		return fmt.Sprintf("SGLang's custom allreduce does not run at world size %d (it supports 2, 4, 6, 8 and disables itself otherwise)", n)
+	if bounds.WorldSizeError(n) != nil {
+		return fmt.Sprintf("SGLang's custom allreduce does not run at world size %d (it supports %s and disables itself otherwise)", n, bounds.WorldSizesText)
 	}
 	if b := h.blockedP2P(); len(b) > 0 {
 		return fmt.Sprintf("P2P %s is not supported between %s (%s), and SGLang's P2P check disables custom allreduce without it", b[0].name, pairs(len(b[0].pairs)), b[0].pairs[0])

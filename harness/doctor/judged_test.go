@@ -509,7 +509,7 @@ func TestCustomAllreduceCannotStart(t *testing.T) {
 	// with P2P everywhere).
 	for _, run := range []Runner{rec, p2pWriteOK(t, "nvpairs8")} {
 		rep := inspect(run, nil, "python -m sglang.launch_server --tp 3 --base-gpu-id 2")
-		want := "mixed NVLink and PCIe, 3 GPUs, NUMA-split across 2 nodes: SGLang's custom allreduce does not run at world size 3 (it supports 2, 4, 6, 8 and disables itself otherwise), so every allreduce goes to NCCL"
+		want := "mixed NVLink and PCIe, 3 GPUs, NUMA-split across 2 nodes: SGLang's custom allreduce does not run at world size 3 (it supports world sizes 2, 4, 6 and 8 and disables itself otherwise), so every allreduce goes to NCCL"
 		if !reflect.DeepEqual(rep.Judged.GPUs, []int{2, 3, 4}) || !strings.HasPrefix(rep.Verdict, want) {
 			t.Errorf("--tp 3: judged %v verdict %q", rep.Judged.GPUs, rep.Verdict)
 		}

@@ -6,13 +6,13 @@ import (
 	"fmt"
 	"io"
 	"os"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
 	"text/tabwriter"
 	"time"
 
+	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/shellq"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
@@ -180,8 +180,8 @@ func Parse(name string, data []byte) (*File, error) {
 	if f.Host.Name == "" || f.Host.GPUCount == 0 || f.WorldSize == 0 || f.Date.IsZero() {
 		return nil, fmt.Errorf("%s: the host, gpus, world_size or date record is missing or unreadable; write the file again with `%s`", name, retune)
 	}
-	if !slices.Contains(allreduce.SupportedWorldSizes, f.WorldSize) {
-		return nil, fmt.Errorf("%s:%d: world_size %d: custom allreduce runs at 2, 4, 6 and 8, so no tune measured it; write the file again with `%s`", name, lineOf["# world_size"], f.WorldSize, retune)
+	if err := bounds.WorldSizeError(f.WorldSize); err != nil {
+		return nil, fmt.Errorf("%s:%d: world_size %v, so no tune measured it; write the file again with `%s`", name, lineOf["# world_size"], err, retune)
 	}
 	return f, nil
 }

@@ -214,7 +214,7 @@ func TestFileRoundTripAndHostCheck(t *testing.T) {
 		{string(data) + "junk\n", `t.env:19: "junk" is not KEY=VALUE`},
 		{strings.Replace(string(data), "SGLANG_FORCE_CUSTOM_AR_PCIE=1", "SGLANG_FORCE_CUSTOM_AR_PCIE=0", 1), "t.env:16: SGLANG_FORCE_CUSTOM_AR_PCIE=\"0\", want 1"},
 		// Tampered or truncated files (F9, F10): each refused, naming the line.
-		{strings.Replace(string(data), "world_size: 8", "world_size: 3", 1), "t.env:8: world_size 3: custom allreduce runs at 2, 4, 6 and 8"},
+		{strings.Replace(string(data), "world_size: 8", "world_size: 3", 1), "t.env:8: world_size 3: custom allreduce supports world sizes 2, 4, 6 and 8, so no tune measured it"},
 		{string(data) + "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=8388608\n", "t.env:19: SGLANG_PCIE_CUSTOM_AR_MAX_BYTES is set twice (lines 17 and 19"},
 		{strings.Replace(string(data), "# arpatch-tune host: gpu-a\n", "# arpatch-tune host: gpu-a\n# arpatch-tune host: gpu-b\n", 1), "t.env:5: the host record is given twice (lines 4 and 5)"},
 		{strings.ReplaceAll(string(data), "\n", "\r\n"), "t.env:1: the line ends in CRLF"},

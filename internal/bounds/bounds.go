@@ -13,6 +13,7 @@ import (
 	"fmt"
 	"math"
 	"slices"
+	"strings"
 	"time"
 )
 
@@ -35,14 +36,47 @@ var Bench = map[string]Range{
 	"agree_tokens":                 {1, 1 << 20},
 }
 
-// Sets holds the settings whose values are a set within their range:
-// tp is a world size custom allreduce supports (1: no TP).
+// WorldSizes are the world sizes SGLang's custom allreduce runs at; at
+// any other it disables itself. The one list: bench's tp, bench allreduce's
+// and tune's --world-size, a tune file's world_size and doctor's verdict
+// all judge by it, with WorldSizeError's words.
 //
 // Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3 (CustomAllreduce::allreduce:
 // REDUCE_CASE(2), (4), (6), (8)), also at 8905cbd42f4a and, under
-// python/sglang/kernels/aot/, 0bda0b168ad5.
+// python/sglang/kernels/aot/, 0bda0b168ad5;
+// python/sglang/srt/distributed/device_communicators/custom_all_reduce.py@84118acf50b3a4c74e85e9ff9033792552de1a76
+// (CustomAllreduce._SUPPORTED_WORLD_SIZES = [2, 4, 6, 8]), the same at 8905cbd42f4a and 0bda0b168ad5.
+var WorldSizes = []int{2, 4, 6, 8}
+
+// WorldSizesText is WorldSizes as messages write it: "world sizes 2, 4, 6 and 8".
+var WorldSizesText = func() string {
+	var s []string
+	for _, n := range WorldSizes {
+		s = append(s, fmt.Sprint(n))
+	}
+	return "world sizes " + strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
+}()
+
+// WorldSizeError is nil for a world size in WorldSizes, else the one
+// refusal: "3: custom allreduce supports world sizes 2, 4, 6 and 8";
+// callers put the setting's name before it.
+func WorldSizeError(ws int) error {
+	if slices.Contains(WorldSizes, ws) {
+		return nil
+	}
+	return fmt.Errorf("%d: custom allreduce supports %s", ws, WorldSizesText)
+}
+
+// Sets holds the settings whose values are a set within their range:
+// tp is a world size custom allreduce supports (WorldSizes; 1: no TP).
 var Sets = map[string]Set{
-	"tp": {Values: []int64{1, 2, 4, 6, 8}, Why: "custom allreduce supports world sizes 2, 4, 6 and 8 (1: no TP)"},
+	"tp": {Values: func() []int64 {
+		v := []int64{1}
+		for _, n := range WorldSizes {
+			v = append(v, int64(n))
+		}
+		return v
+	}(), Why: "custom allreduce supports " + WorldSizesText + " (1: no TP)"},
 }
 
 // Set is the values a setting may take within its range, and why.

@@ -1,6 +1,7 @@
 package bounds
 
 import (
+	"fmt"
 	"math"
 	"testing"
 	"time"
@@ -85,5 +86,27 @@ func TestCheckSet(t *testing.T) {
 		if err := Check("tp", v); err != nil {
 			t.Errorf("tp %d: %v", v, err)
 		}
+	}
+}
+
+// Issue 14 tester, B: the world sizes are one list with one message, and
+// bench's tp set is that list plus 1 (no TP).
+func TestWorldSizes(t *testing.T) {
+	if WorldSizesText != "world sizes 2, 4, 6 and 8" {
+		t.Errorf("WorldSizesText = %q", WorldSizesText)
+	}
+	for ws, want := range map[int]string{2: "", 8: "", 1: "1: custom allreduce supports world sizes 2, 4, 6 and 8", 3: "3: custom allreduce supports world sizes 2, 4, 6 and 8"} {
+		err := WorldSizeError(ws)
+		if got := fmt.Sprint(err); want == "" && err != nil || want != "" && got != want {
+			t.Errorf("WorldSizeError(%d) = %v, want %q", ws, err, want)
+		}
+	}
+	for _, tp := range []int64{1, 2, 4, 6, 8} {
+		if err := Check("tp", tp); err != nil {
+			t.Errorf("tp %d: %v", tp, err)
+		}
+	}
+	if err := Check("tp", 3); err == nil || err.Error() != "3: custom allreduce supports world sizes 2, 4, 6 and 8 (1: no TP)" {
+		t.Errorf("tp 3: %v", err)
 	}
 }
