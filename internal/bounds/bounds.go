@@ -43,8 +43,9 @@ var Bench = map[string]Range{
 //
 // Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3 (CustomAllreduce::allreduce:
 // REDUCE_CASE(2), (4), (6), (8)), also at 8905cbd42f4a and, under
-// python/sglang/kernels/aot/, 0bda0b168ad5;
-// python/sglang/srt/distributed/device_communicators/custom_all_reduce.py@84118acf50b3a4c74e85e9ff9033792552de1a76
+// python/sglang/kernels/aot/, 0bda0b168ad5.
+//
+// Upstream: python/sglang/srt/distributed/device_communicators/custom_all_reduce.py@84118acf50b3a4c74e85e9ff9033792552de1a76
 // (CustomAllreduce._SUPPORTED_WORLD_SIZES = [2, 4, 6, 8]), the same at 8905cbd42f4a and 0bda0b168ad5.
 var WorldSizes = []int{2, 4, 6, 8}
 
