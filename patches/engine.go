@@ -307,7 +307,7 @@ func (d *Diff) Reverse() *Diff {
 		}
 		for _, h := range fc.Hunks {
 			rc.Hunks = append(rc.Hunks, &Hunk{
-				Header:    fmt.Sprintf("@@ -%s +%s @@ (reversed)", rangeText(int32(h.NewStart), int32(h.NewLines)), rangeText(int32(h.OrigStart), int32(h.OrigLines))),
+				Header:    fmt.Sprintf("@@ -%s +%s @@ (reversed)", HunkRange(h.NewStart, h.NewLines), HunkRange(h.OrigStart, h.OrigLines)),
 				OrigStart: h.NewStart, OrigLines: h.NewLines,
 				NewStart: h.OrigStart, NewLines: h.OrigLines,
 				Old: h.New, New: h.Old,

@@ -435,7 +435,7 @@ func cleanPath(p string) (string, error) {
 // convertHunk turns go-diff's body into the byte-exact old and new lines.
 func convertHunk(h *diff.Hunk) (*Hunk, error) {
 	hk := &Hunk{
-		Header:    fmt.Sprintf("@@ -%s +%s @@", rangeText(h.OrigStartLine, h.OrigLines), rangeText(h.NewStartLine, h.NewLines)),
+		Header:    fmt.Sprintf("@@ -%s +%s @@", HunkRange(int(h.OrigStartLine), int(h.OrigLines)), HunkRange(int(h.NewStartLine), int(h.NewLines))),
 		OrigStart: int(h.OrigStartLine),
 		OrigLines: int(h.OrigLines),
 		NewStart:  int(h.NewStartLine),
@@ -517,9 +517,12 @@ func convertHunk(h *diff.Hunk) (*Hunk, error) {
 	return hk, nil
 }
 
-func rangeText(start, n int32) string {
+// HunkRange is a hunk range as git writes it in an @@ line: "N" for one
+// line, "N,M" else (M lines from line N). The engine's headers and
+// port's drafts both write ranges with it.
+func HunkRange(start, n int) string {
 	if n == 1 {
-		return strconv.Itoa(int(start))
+		return strconv.Itoa(start)
 	}
 	return fmt.Sprintf("%d,%d", start, n)
 }

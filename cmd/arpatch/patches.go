@@ -16,6 +16,7 @@ import (
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/internal/textfmt"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/patches/port"
 )
@@ -253,11 +254,7 @@ func movedAway(r checkout.DriftRow, f patches.PatchFit) bool {
 func fitText(f patches.PatchFit) string {
 	s := f.Fit.String()
 	if f.Fit == patches.FitOffset {
-		if n := f.MaxOffset(); n == 1 {
-			s += "(max 1 line)"
-		} else {
-			s += fmt.Sprintf("(max %d lines)", n)
-		}
+		s += "(max " + textfmt.Plural(f.MaxOffset(), "line", "lines") + ")"
 	}
 	return s
 }

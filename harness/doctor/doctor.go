@@ -622,7 +622,7 @@ func customAROff(h *Host) string {
 		return fmt.Sprintf("SGLang's custom allreduce does not run at world size %d (it supports %s and disables itself otherwise)", n, bounds.WorldSizesText)
 	}
 	if b := h.blockedP2P(); len(b) > 0 {
-		return fmt.Sprintf("P2P %s is not supported between %s (%s), and SGLang's P2P check disables custom allreduce without it", b[0].name, pairs(len(b[0].pairs)), b[0].pairs[0])
+		return fmt.Sprintf("P2P %s is not supported between %s (%s), and SGLang's P2P check disables custom allreduce without it", b[0].name, textfmt.Plural(len(b[0].pairs), "GPU pair", "GPU pairs"), b[0].pairs[0])
 	}
 	return ""
 }
@@ -650,14 +650,6 @@ func (h *Host) blockedP2P() []blockedP2P {
 type blockedP2P struct {
 	name  string
 	pairs []string
-}
-
-// pairs counts GPU pairs in words.
-func pairs(n int) string {
-	if n == 1 {
-		return "1 GPU pair"
-	}
-	return fmt.Sprintf("%d GPU pairs", n)
 }
 
 // measure is the verdict's remedy: the allreduce benchmark at world size

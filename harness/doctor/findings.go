@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/textfmt"
 	"github.com/arpatch/arpatch/kernels"
 )
 
@@ -69,7 +70,7 @@ func findings(h *Host, j *Judged, env []string) []Finding {
 		}
 	}
 	for _, m := range h.blockedP2P() {
-		add("p2p.blocked", Error, fmt.Sprintf("P2P %s is not supported between %s", m.name, pairs(len(m.pairs))), strings.Join(m.pairs, "; "),
+		add("p2p.blocked", Error, fmt.Sprintf("P2P %s is not supported between %s", m.name, textfmt.Plural(len(m.pairs), "GPU pair", "GPU pairs")), strings.Join(m.pairs, "; "),
 			"custom allreduce needs P2P and NCCL falls back to SHM without it; check ACS in the BIOS or kernel, IOMMU (iommu=pt), and that the GPUs share a root complex")
 	}
 	if c := h.Cmdline; c != "" {

@@ -13,8 +13,9 @@ import (
 	"fmt"
 	"math"
 	"slices"
-	"strings"
 	"time"
+
+	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
 // Range is an inclusive range of an integer setting.
@@ -50,13 +51,7 @@ var Bench = map[string]Range{
 var WorldSizes = []int{2, 4, 6, 8}
 
 // WorldSizesText is WorldSizes as messages write it: "world sizes 2, 4, 6 and 8".
-var WorldSizesText = func() string {
-	var s []string
-	for _, n := range WorldSizes {
-		s = append(s, fmt.Sprint(n))
-	}
-	return "world sizes " + strings.Join(s[:len(s)-1], ", ") + " and " + s[len(s)-1]
-}()
+var WorldSizesText = "world sizes " + textfmt.Ints(WorldSizes[:len(WorldSizes)-1], ", ") + " and " + textfmt.Ints(WorldSizes[len(WorldSizes)-1:], "")
 
 // WorldSizeError is nil for a world size in WorldSizes, else the one
 // refusal: "3: custom allreduce supports world sizes 2, 4, 6 and 8";

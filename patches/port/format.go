@@ -115,7 +115,7 @@ func blob(data []byte) string {
 // writeHunk writes a hunk: its header with git's default function
 // context, then its lines, a change's removed lines before its added ones.
 func writeHunk(b *strings.Builder, h *patches.Hunk, old []string) {
-	fmt.Fprintf(b, "@@ -%s +%s @@", span(h.OrigStart, h.OrigLines), span(h.NewStart, h.NewLines))
+	fmt.Fprintf(b, "@@ -%s +%s @@", patches.HunkRange(h.OrigStart, h.OrigLines), patches.HunkRange(h.NewStart, h.NewLines))
 	s1 := h.OrigStart - 1
 	if h.OrigLines == 0 {
 		s1 = h.OrigStart
@@ -146,14 +146,6 @@ func writeHunk(b *strings.Builder, h *patches.Hunk, old []string) {
 	for ; pos < len(h.Old); pos++ {
 		emit(" ", h.Old[pos])
 	}
-}
-
-// span is a hunk range as git writes it: "N" for one line, "N,M" else.
-func span(start, n int) string {
-	if n == 1 {
-		return fmt.Sprint(start)
-	}
-	return fmt.Sprintf("%d,%d", start, n)
 }
 
 // funcLine is git's default function context (xdiff's def_ff): the
