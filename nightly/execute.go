@@ -38,7 +38,7 @@ func Execute(ctx context.Context, o Options) (int, error) {
 	if rep == nil {
 		// It could not start: the reports say so as far as they can be
 		// written.
-		if werr := WriteOutputs(FailedToRun(err), cfg, o.Reports); werr != nil {
+		if werr := WriteOutputs(FailedToRun(cfg, err), cfg, o.Reports); werr != nil {
 			o.logf("%v", werr)
 		}
 		return ExitInfra, err

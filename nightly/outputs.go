@@ -176,7 +176,14 @@ func Summary(out io.Writer, rep *Report) error {
 	if rep.Verdict == verdictInterrupted {
 		icon = "INTERRUPTED"
 	}
-	fmt.Fprintf(w, "## arpatch nightly: %s\n\nRun %d on `%s`, %s; exit code %d: %s.\n\n", icon, rep.RunID, rep.HardwareKey, rep.StartedAt.Format("2006-01-02 15:04 UTC"), rep.ExitCode, rep.Verdict)
+	run := fmt.Sprintf("Run %d", rep.RunID)
+	if rep.RunID == 0 {
+		run = "Not recorded" // it could not start (FailedToRun)
+	}
+	if rep.HardwareKey != "" {
+		run += fmt.Sprintf(" on `%s`", rep.HardwareKey)
+	}
+	fmt.Fprintf(w, "## arpatch nightly: %s\n\n%s, %s; exit code %d: %s.\n\n", icon, run, rep.StartedAt.Format("2006-01-02 15:04 UTC"), rep.ExitCode, rep.Verdict)
 	fmt.Fprintf(w, "Tracking `%s` at `%s`; pinned `%s`; %s.\n\n", rep.Ref, githash.Hash(rep.Head).Short(), githash.Hash(rep.Pinned).Short(), benchedAt(rep))
 	if len(rep.Drift) > 0 {
 		fmt.Fprintln(w, "### Drift\n\n| series | commit | verdict | patches |\n|---|---|---|---|")
@@ -412,10 +419,15 @@ func CheckOutputs(cfg *Config, extra map[string]string) error {
 
 // FailedToRun is the report of a nightly that could not start (the
 // history's lock is held, the history cannot be opened): exit 4, one
-// failed check, so that CI's JUnit and summary show it.
-func FailedToRun(err error) *Report {
+// failed check, so that CI's JUnit and summary show it. It names the
+// config's hardware_key when it sets one (cfg may be nil); it has no run
+// number, since nothing was recorded.
+func FailedToRun(cfg *Config, err error) *Report {
 	rep := &Report{Schema: ReportSchema, StartedAt: time.Now().UTC(), Status: history.Failed, ExitCode: ExitInfra,
 		Errors: []string{err.Error()}, ArmRecipes: map[string]string{}}
+	if cfg != nil {
+		rep.HardwareKey = cfg.History.HardwareKey
+	}
 	rep.Verdict = "infrastructure failure: " + err.Error()
 	rep.add([]history.Check{{Name: "run", Kind: history.KindInfra, Status: history.CheckFail, Detail: err.Error()}})
 	return rep

@@ -288,9 +288,9 @@ func testSettingsOfZeroOptions(t *testing.T) {
 				t.Errorf("%s trial %d ran at concurrency %d, the settings record %v", ar.Arm.Name, tr.Index, tr.Concurrency, s.Concurrency)
 			}
 			for _, x := range tr.Samples {
-				if x.CompletionTokens != s.MaxNewTokens || x.Tokens32 != s.AgreeTokens {
+				if x.CompletionTokens != s.MaxNewTokens || x.TokensAtAgree != s.AgreeTokens {
 					t.Errorf("%s trial %d: %d tokens generated, %d compared; the settings record max_new_tokens %d, agree_tokens %d",
-						ar.Arm.Name, tr.Index, x.CompletionTokens, x.Tokens32, s.MaxNewTokens, s.AgreeTokens)
+						ar.Arm.Name, tr.Index, x.CompletionTokens, x.TokensAtAgree, s.MaxNewTokens, s.AgreeTokens)
 				}
 			}
 		}

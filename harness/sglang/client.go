@@ -66,13 +66,13 @@ type Sample struct {
 	// delay since the chunk before divided by n.
 	ITL  []float64 `json:"itl_s,omitempty"`
 	Text string    `json:"text"`
-	// Text32 is the output at the end of the chunk that first reached
+	// TextAtAgree is the output at the end of the chunk that first reached
 	// the client's AgreeTokens tokens (all of it when shorter). A chunk
 	// holds several tokens (with EAGLE, an accept length), so it may run
-	// past AgreeTokens: the output check compares by Marks, not by Text32.
-	Text32 string `json:"text_at_agree_tokens"`
-	// Tokens32 is the completion token count at Text32.
-	Tokens32 int `json:"tokens_at_agree_tokens"`
+	// past AgreeTokens: the output check compares by Marks, not by TextAtAgree.
+	TextAtAgree string `json:"text_at_agree_tokens"`
+	// TokensAtAgree is the completion token count at TextAtAgree.
+	TokensAtAgree int `json:"tokens_at_agree_tokens"`
 	// Marks are the chunk boundaries up to the first at or past the
 	// client's AgreeTokens tokens: {completion tokens, bytes of text} after each
 	// chunk that brought tokens. The text of the first n tokens is known
@@ -88,13 +88,13 @@ type Sample struct {
 // boundary at or before n tokens) and at most hi (at the first boundary at
 // or past n). lo == hi when a chunk ends at token n, and when the output
 // has no more than n tokens (the whole text). A sample without marks (a
-// result recorded before they were) vouches for its Text32.
+// result recorded before they were) vouches for its TextAtAgree.
 func (s Sample) Within(n int) (lo, hi int) {
 	if s.CompletionTokens <= n {
 		return len(s.Text), len(s.Text)
 	}
 	if len(s.Marks) == 0 {
-		return len(s.Text32), len(s.Text32)
+		return len(s.TextAtAgree), len(s.TextAtAgree)
 	}
 	hi = len(s.Text)
 	for _, m := range s.Marks {
@@ -150,7 +150,7 @@ type Client struct {
 	// says so.
 	ModeKnown bool
 	// AgreeTokens is how many leading tokens of each output the output
-	// check compares: Sample.Text32 and Marks stop there. 0 means
+	// check compares: Sample.TextAtAgree and Marks stop there. 0 means
 	// DefaultAgreeTokens.
 	AgreeTokens int
 }
@@ -258,7 +258,7 @@ var ErrNoDone = errors.New("the stream ended before [DONE]")
 // not grow that way), and is an error too: joined, its text would be
 // garbled and the output check would blame the arm.
 //
-// agreeTokens is where Text32 and Marks stop (the client's AgreeTokens;
+// agreeTokens is where TextAtAgree and Marks stop (the client's AgreeTokens;
 // 0 means DefaultAgreeTokens).
 func ReadStream(r io.Reader, start time.Time, now func() time.Time, incremental bool, agreeTokens int, s *Sample) {
 	readStream(r, start, now, streamMode{incremental: incremental, agree: agreeTokens}, s)
@@ -271,7 +271,6 @@ func readStream(r io.Reader, start time.Time, now func() time.Time, mode streamM
 	br := bufio.NewReaderSize(r, 64<<10)
 	var last time.Time
 	lastTokens := 0
-	finished := false
 	for {
 		line, err := br.ReadSlice('\n')
 		if err == bufio.ErrBufferFull {
@@ -288,7 +287,6 @@ func readStream(r io.Reader, start time.Time, now func() time.Time, mode streamM
 				data = bytes.TrimSpace(data)
 				if bytes.Equal(data, []byte("[DONE]")) {
 					s.E2E = t.Sub(start).Seconds()
-					finished = true
 					break
 				}
 				var c chunk
@@ -341,11 +339,11 @@ func readStream(r io.Reader, start time.Time, now func() time.Time, mode streamM
 				default:
 					s.Text = c.Text
 				}
-				if grew := len(s.Marks) == 0 || m.CompletionTokens > s.Marks[len(s.Marks)-1][0]; grew && s.Tokens32 == 0 {
+				if grew := len(s.Marks) == 0 || m.CompletionTokens > s.Marks[len(s.Marks)-1][0]; grew && s.TokensAtAgree == 0 {
 					s.Marks = append(s.Marks, [2]int{m.CompletionTokens, len(s.Text)})
 				}
-				if s.Tokens32 == 0 && m.CompletionTokens >= agree {
-					s.Text32, s.Tokens32 = s.Text, m.CompletionTokens
+				if s.TokensAtAgree == 0 && m.CompletionTokens >= agree {
+					s.TextAtAgree, s.TokensAtAgree = s.Text, m.CompletionTokens
 				}
 				if m.SpecVerifyCt > 0 {
 					s.SpecVerifyCt = m.SpecVerifyCt
@@ -374,10 +372,9 @@ func readStream(r io.Reader, start time.Time, now func() time.Time, mode streamM
 			break
 		}
 	}
-	if s.Tokens32 == 0 {
-		s.Text32, s.Tokens32 = s.Text, s.CompletionTokens
+	if s.TokensAtAgree == 0 {
+		s.TextAtAgree, s.TokensAtAgree = s.Text, s.CompletionTokens
 	}
-	_ = finished
 }
 
 // finishReason reads meta_info.finish_reason: null while streaming, then

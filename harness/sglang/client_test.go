@@ -123,7 +123,7 @@ data: [DONE]
 `
 	var s sglang.Sample
 	sglang.ReadStream(strings.NewReader(stream), time.Now(), time.Now, true, 3, &s)
-	if s.Err != "" || s.Text != " a b c d" || s.Text32 != " a b c" || s.Tokens32 != 3 || s.CompletionTokens != 4 {
+	if s.Err != "" || s.Text != " a b c d" || s.TextAtAgree != " a b c" || s.TokensAtAgree != 3 || s.CompletionTokens != 4 {
 		t.Errorf("incremental: %+v", s)
 	}
 	var whole sglang.Sample

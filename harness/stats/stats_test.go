@@ -97,7 +97,7 @@ func TestAgree(t *testing.T) {
 	mk := func(texts ...string) []Trial {
 		var s []sglang.Sample
 		for i, x := range texts {
-			s = append(s, sglang.Sample{Prompt: i, Text: x, Text32: x[:min(len(x), 10)], CompletionTokens: len(x), FinishReason: "length"})
+			s = append(s, sglang.Sample{Prompt: i, Text: x, TextAtAgree: x[:min(len(x), 10)], CompletionTokens: len(x), FinishReason: "length"})
 		}
 		return []Trial{{Samples: s}}
 	}
@@ -232,7 +232,7 @@ func TestAgreeWindowIndependentOfChunking(t *testing.T) {
 // characters print differently.
 func TestDivergenceText(t *testing.T) {
 	mk := func(text, reason string, tokens int) []Trial {
-		return []Trial{{Index: 1, Concurrency: 1, Samples: []sglang.Sample{{Text: text, Text32: text, CompletionTokens: tokens, FinishReason: reason}}}}
+		return []Trial{{Index: 1, Concurrency: 1, Samples: []sglang.Sample{{Text: text, TextAtAgree: text, CompletionTokens: tokens, FinishReason: reason}}}}
 	}
 	ag := Agree(mk("the micron chip", "stop", 5), mk("the micron chip", "length", 5), 0.9, 32)
 	if d := ag.Divergences[0].String(); d != "ends differently with the same text: finish reason stop vs length at token 5 (trial 1, concurrency 1)" {
