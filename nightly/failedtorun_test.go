@@ -7,7 +7,7 @@ import (
 )
 
 // Issue 14 tester, I: a nightly that could not start has no run number and
-// names the config's hardware_key; it said "Run 0 on “".
+// names the config's hardware_key; it said "Run 0 on" and an empty key.
 func TestFailedToRunSummary(t *testing.T) {
 	cfg := &Config{History: History{HardwareKey: "rtx5090x4"}}
 	rep := FailedToRun(cfg, errors.New("the history's lock is held"))
