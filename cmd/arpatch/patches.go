@@ -212,11 +212,11 @@ func printDrift(w io.Writer, rows []checkout.DriftRow, repo, patchesDir string) 
 			if movedAway(r, f) {
 				// A file it changes is gone: say what became of it.
 				switch why := r.Moved.Why[i]; why {
-				case "moved":
-					s = f.Patch + "=moved(" + fitText(r.Moved.Fits[i]) + ")"
-				case "":
+				case checkout.WhyMoved:
+					s = f.Patch + "=" + string(why) + "(" + fitText(r.Moved.Fits[i]) + ")"
+				case checkout.WhyInPlace:
 				default:
-					s = f.Patch + "=" + strings.ReplaceAll(why, " ", "-")
+					s = f.Patch + "=" + strings.ReplaceAll(string(why), " ", "-")
 				}
 			}
 			parts = append(parts, s)
@@ -232,7 +232,7 @@ func printDrift(w io.Writer, rows []checkout.DriftRow, repo, patchesDir string) 
 		}
 		for i, f := range r.Fits {
 			if movedAway(r, f) {
-				if r.Moved.Why[i] != "moved" {
+				if r.Moved.Why[i] != checkout.WhyMoved {
 					continue // the lines above say what became of its files
 				}
 				f = r.Moved.Fits[i] // how it fits at the new path

@@ -27,11 +27,8 @@ type Moved struct {
 	// paths (patches.ApplyChecked), when it fits there otherwise.
 	Err error
 	// Why says, per patch (in Fits order), what became of the files it
-	// changes that the commit lacks: "moved" when every one was followed,
-	// else "deleted", "ambiguous" (several identical files it may have
-	// gone to) or "not followed" (history not there to read); "" when the
-	// patch's files are all in place.
-	Why []string
+	// changes that the commit lacks (MoveWhy).
+	Why []MoveWhy
 	// Clean is set when a port of the series to the commit would be clean
 	// (patches port writes a draft), though it does not fit as is.
 	Clean bool
@@ -91,15 +88,15 @@ func movesFor(repo *gitsrc.Repo, s *patches.Series, ps []*patches.Patch, commit 
 	newPath := map[string]string{}
 	seen := map[string]bool{}
 	for _, p := range ps {
-		why := ""
+		why := WhyInPlace
 		for _, fc := range p.Diff.Changes {
 			if ms := moved[fc.Path]; len(ms) > 0 {
 				if !seen[fc.Path] {
 					m.Moves = append(m.Moves, ms...)
 				}
 				newPath[fc.Path] = ms[len(ms)-1].To
-				if why == "" {
-					why = "moved"
+				if why == WhyInPlace {
+					why = WhyMoved
 				}
 			}
 			if err := lost[fc.Path]; err != nil {
@@ -107,7 +104,7 @@ func movesFor(repo *gitsrc.Repo, s *patches.Series, ps []*patches.Patch, commit 
 					m.Lost = append(m.Lost, err.Error())
 					m.lost = append(m.lost, err)
 				}
-				if why == "" || why == "moved" {
+				if why == WhyInPlace || why == WhyMoved {
 					why = lostWhy(err)
 				}
 			}
@@ -132,17 +129,29 @@ func movesFor(repo *gitsrc.Repo, s *patches.Series, ps []*patches.Patch, commit 
 }
 
 // lostWhy is the one-word reason a file could not be followed.
-func lostWhy(err error) string {
+func lostWhy(err error) MoveWhy {
 	var de *gitsrc.DeletedError
 	var ae *gitsrc.AmbiguousError
 	switch {
 	case errors.As(err, &ae):
-		return "ambiguous"
+		return WhyAmbiguous
 	case errors.As(err, &de):
-		return "deleted"
+		return WhyDeleted
 	}
-	return "not followed"
+	return WhyNotFollowed
 }
+
+// MoveWhy is what became of the files a patch changes that a commit
+// lacks: the one vocabulary of Moved.Why, which patches check prints.
+type MoveWhy string
+
+const (
+	WhyInPlace     MoveWhy = ""             // the patch's files are all in place
+	WhyMoved       MoveWhy = "moved"        // every missing file was followed to its new path
+	WhyDeleted     MoveWhy = "deleted"      // deleted without a rename
+	WhyAmbiguous   MoveWhy = "ambiguous"    // several identical files it may have gone to
+	WhyNotFollowed MoveWhy = "not followed" // the history to follow it is not there to read
+)
 
 // remap returns copies of ps whose file changes name the new paths.
 func remap(ps []*patches.Patch, newPath map[string]string) []*patches.Patch {
