@@ -1086,7 +1086,7 @@ const (
 	// VerdictImprovement: significantly better by at least the threshold.
 	VerdictImprovement RegressionVerdict = "improvement"
 	// VerdictNoChange: neither of the above.
-	VerdictNoChange RegressionVerdict = "no significant change"
+	VerdictNoChange = RegressionVerdict(stats.NoChange)
 	// VerdictNotEnoughData: no reference runs yet, or too few samples to judge.
 	VerdictNotEnoughData RegressionVerdict = "not enough data"
 	// VerdictNotCompared: the environment changed since the reference runs.

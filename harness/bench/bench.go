@@ -219,9 +219,9 @@ const (
 	// NoReference is an arm measured against a baseline that is INVALID:
 	// it has no verdict.
 	NoReference Verdict = "no verdict (INVALID baseline)"
-	Faster      Verdict = stats.Faster
-	Slower      Verdict = stats.Slower
-	NoChange    Verdict = stats.NoChange
+	Faster              = Verdict(stats.Faster)
+	Slower              = Verdict(stats.Slower)
+	NoChange            = Verdict(stats.NoChange)
 	TooFew      Verdict = "too few trials to tell"
 )
 

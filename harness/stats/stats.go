@@ -214,11 +214,15 @@ func Summarize(values []float64) Summary {
 	return out
 }
 
+// Verdict is Compare's word for an arm against the baseline on one
+// metric; its values are the constants below (JSON writes the words).
+type Verdict string
+
 // Verdict words.
 const (
-	Faster   = "faster"
-	Slower   = "slower"
-	NoChange = "no significant change"
+	Faster   Verdict = "faster"
+	Slower   Verdict = "slower"
+	NoChange Verdict = "no significant change"
 )
 
 // Delta compares an arm with the baseline on one metric.
@@ -226,7 +230,7 @@ type Delta struct {
 	Pct     float64 `json:"pct"` // (arm/base - 1) x 100, medians
 	P       float64 `json:"p"`   // Mann-Whitney U, two-sided
 	Alpha   float64 `json:"alpha"`
-	Verdict string  `json:"verdict"` // faster, slower, or no significant change
+	Verdict Verdict `json:"verdict"` // Faster, Slower or NoChange
 	// TooFew says that no difference could be significant with this many
 	// trials (benchmath's warning), so "no significant change" means "could
 	// not tell".
