@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/patches"
 )
 
 // Run is one nightly.
@@ -90,7 +91,7 @@ func (s *Store) Record(id int64, o Outcome) error {
 		}
 		for _, d := range o.Drift {
 			if _, err := tx.Exec(`INSERT INTO drift (run_id, series, commit_hash, rev, patch, fit, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-				id, d.Series, d.Commit, d.Rev, d.Patch, d.Fit, d.Detail); err != nil {
+				id, d.Series, d.Commit, d.Rev, d.Patch, string(d.Fit), d.Detail); err != nil {
 				return err
 			}
 		}
@@ -211,12 +212,12 @@ func (s *Store) MarkStale() ([]int64, error) {
 
 // DriftRecord is one patch of one series at one commit.
 type DriftRecord struct {
-	Series string `json:"series"`
-	Commit string `json:"commit"`
-	Rev    string `json:"rev"`
-	Patch  string `json:"patch"`
-	Fit    string `json:"fit"`
-	Detail string `json:"detail,omitempty"`
+	Series string                `json:"series"`
+	Commit string                `json:"commit"`
+	Rev    string                `json:"rev"`
+	Patch  string                `json:"patch"`
+	Fit    patches.SeriesVerdict `json:"fit"` // the patch's fit (patches.Fit's words) or checkout.VerdictError
+	Detail string                `json:"detail,omitempty"`
 }
 
 // Check is one outcome for JUnit and plots: drift per series, a build, an

@@ -190,7 +190,7 @@ func Summary(out io.Writer, rep *Report) error {
 		for _, d := range rep.Drift {
 			var ps []string
 			for _, p := range d.Patches {
-				ps = append(ps, p.Patch+": "+p.Fit)
+				ps = append(ps, p.Patch+": "+string(p.Fit))
 			}
 			v := string(d.Verdict)
 			if d.Note != "" {

@@ -756,7 +756,7 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 		}
 		dr := DriftRow{Series: r.Series, Commit: r.Commit, Rev: rev, Verdict: r.Verdict}
 		for _, f := range r.Fits {
-			rec := history.DriftRecord{Series: r.Series, Commit: r.Commit, Rev: rev, Patch: f.Patch, Fit: f.Fit.String()}
+			rec := history.DriftRecord{Series: r.Series, Commit: r.Commit, Rev: rev, Patch: f.Patch, Fit: f.Fit.Verdict()}
 			if f.Err != nil {
 				rec.Detail = f.Err.Error()
 			}
@@ -767,7 +767,7 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 			recs = append(recs, rec)
 		}
 		if r.Err != nil {
-			rec := history.DriftRecord{Series: r.Series, Commit: r.Commit, Rev: rev, Patch: "(series)", Fit: string(checkout.VerdictError), Detail: r.Err.Error()}
+			rec := history.DriftRecord{Series: r.Series, Commit: r.Commit, Rev: rev, Patch: "(series)", Fit: checkout.VerdictError, Detail: r.Err.Error()}
 			dr.Patches = append(dr.Patches, rec)
 			recs = append(recs, rec)
 		}
@@ -898,7 +898,7 @@ func conflictDetail(rows []DriftRow, series, commit string) string {
 			continue
 		}
 		for _, p := range r.Patches {
-			if p.Fit == patches.FitConflict.String() || p.Fit == string(checkout.VerdictError) {
+			if p.Fit == patches.VerdictConflict || p.Fit == checkout.VerdictError {
 				return p.Detail
 			}
 		}

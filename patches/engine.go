@@ -336,8 +336,12 @@ const (
 
 // String is the fit's word, the one Verdict gives a series of patches
 // that all fit so.
-func (f Fit) String() string {
-	return string([...]SeriesVerdict{VerdictExact, VerdictOffset, VerdictApplied, VerdictConflict}[f])
+func (f Fit) String() string { return string(f.Verdict()) }
+
+// Verdict is the fit's word as a series verdict ("exact", "offset",
+// "applied", "conflict"), as the drift history stores it.
+func (f Fit) Verdict() SeriesVerdict {
+	return [...]SeriesVerdict{VerdictExact, VerdictOffset, VerdictApplied, VerdictConflict}[f]
 }
 
 // PatchFit is the result of checking one patch.
