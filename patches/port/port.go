@@ -48,12 +48,14 @@ import (
 // Status says how one hunk of the source series reached the target.
 type Status string
 
-// The hunk statuses, in the report's words.
+// The hunk statuses, in the report's words: exact, offset and conflict
+// are the engine's verdict words (patches.VerdictExact, ...), merged is
+// port's own.
 const (
-	Exact    Status = "exact"  // context found where the header says
-	Offset   Status = "offset" // context found at other lines
-	Merged   Status = "merged" // context changed upstream; merged three-way
-	Conflict Status = "conflict"
+	Exact           = Status(patches.VerdictExact)  // context found where the header says
+	Offset          = Status(patches.VerdictOffset) // context found at other lines
+	Merged   Status = "merged"                      // context changed upstream; merged three-way
+	Conflict        = Status(patches.VerdictConflict)
 )
 
 // Hunk is one hunk of the source series at the target.

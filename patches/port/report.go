@@ -40,7 +40,7 @@ func (r *Report) Summary() string {
 	case r.Refused != "":
 		word = "refused by arpatch's effect rule"
 	case !r.Clean:
-		word = "conflict"
+		word = string(Conflict)
 	}
 	s := word + ": " + strings.Join(parts, ", ") + " hunks"
 	if n := len(r.Moves); n == 1 {
