@@ -60,7 +60,7 @@ func PlanExt(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	// TORCH_CUDA_ARCH_LIST does not reach it.
 	buildEnv := outputEnv(env, "TORCH_CUDA_ARCH_LIST")
 	p.Inputs = Inputs{
-		Schema: KeySchema, Kind: "allreduce-ext", Commit: st.Commit, Series: st.Series, Project: p.Project.Dir,
+		Schema: KeySchema, Kind: KindAllreduceExt, Commit: st.Commit, Series: st.Series, Project: p.Project.Dir,
 		Patches: patchInputs(st), Archs: cudaarch.Strings(opts.Archs), Builder: p.Builder,
 		BuildEnv: buildEnv, Toolchain: tc.Versions(""), Extra: extra,
 	}

@@ -58,15 +58,24 @@ func (tc *Toolchain) Versions(builder string) ToolVersions {
 	return v
 }
 
+// BuildKind is what a build makes; its word is part of the key (Inputs.Kind).
+type BuildKind string
+
+// The build kinds.
+const (
+	KindWheel        BuildKind = "wheel"         // the sgl-kernel wheel (arpatch build)
+	KindAllreduceExt BuildKind = "allreduce-ext" // the allreduce torch extension (arpatch build --allreduce-ext)
+)
+
 // Inputs is everything that decides a build's bytes. Its sha256 is the
 // cache key: every field must be here, and a field that does not change
 // the output (parallelism, paths) must not, or the cache misses for
 // nothing.
 type Inputs struct {
-	Schema int    `json:"schema"`
-	Kind   string `json:"kind"` // "wheel" or "allreduce-ext"
-	Commit string `json:"commit"`
-	Series string `json:"series"`
+	Schema int       `json:"schema"`
+	Kind   BuildKind `json:"kind"` // KindWheel or KindAllreduceExt
+	Commit string    `json:"commit"`
+	Series string    `json:"series"`
 	// Project is the sgl-kernel project's directory in the tree
 	// (sglkernel.Project.Dir): "sgl-kernel" or "python/sglang/kernels/aot".
 	Project   string            `json:"project"`

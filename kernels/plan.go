@@ -237,7 +237,7 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 		depIn = append(depIn, DepInput{Name: d.Name, Repo: d.Repo, Tag: d.Tag, URLHash: d.URLHash, Commit: d.Commit})
 	}
 	p.Inputs = Inputs{
-		Schema: KeySchema, Kind: "wheel", Commit: st.Commit, Series: st.Series, Project: p.Project.Dir,
+		Schema: KeySchema, Kind: KindWheel, Commit: st.Commit, Series: st.Series, Project: p.Project.Dir,
 		Patches: patchInputs(st), Archs: cudaarch.Strings(opts.Archs), Builder: p.Builder, Offline: opts.Offline,
 		Deps: depIn, BuildEnv: buildEnv, Toolchain: tc.Versions(p.Builder),
 	}

@@ -182,7 +182,7 @@ func makeReproducible(p *Plan, env []string, launcher []string) error {
 	if nvccObjTemp {
 		p.Env[ObjTempEnv] = "1"
 	}
-	if p.Inputs.Kind == "allreduce-ext" {
+	if p.Inputs.Kind == KindAllreduceExt {
 		host := HostReproFlags(maps, reproSeed)
 		for _, f := range host {
 			p.Argv = append(p.Argv, "--extra-cflag="+f)

@@ -122,7 +122,7 @@ func produce(ctx context.Context, plan *Plan, opts BuildOptions, tmp string, pro
 		return nil, err
 	}
 	defer unstage()
-	if plan.Inputs.Kind == "allreduce-ext" {
+	if plan.Inputs.Kind == KindAllreduceExt {
 		dir := tmp
 		if plan.BuildPath != "" {
 			dir = plan.BuildPath
@@ -224,7 +224,7 @@ func moveFile(src, dst string) error {
 // never ran through arpatch's filter, e.g. a test launcher) there is
 // nothing to judge.
 func compiledArchs(plan *Plan, log string) error {
-	if plan.Inputs.Kind != "wheel" {
+	if plan.Inputs.Kind != KindWheel {
 		return nil
 	}
 	b, err := os.ReadFile(log)

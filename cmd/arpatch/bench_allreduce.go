@@ -276,7 +276,7 @@ func (e extFinder) find(ctx context.Context) (string, error) {
 		ents, _ := cache.List()
 		seen := map[string]bool{}
 		for _, en := range ents {
-			if en.Err != nil || en.Manifest.Inputs.Kind != "allreduce-ext" || en.Manifest.Inputs.Commit != st.State.Commit {
+			if en.Err != nil || en.Manifest.Inputs.Kind != kernels.KindAllreduceExt || en.Manifest.Inputs.Commit != st.State.Commit {
 				continue
 			}
 			k := strings.Join(en.Manifest.Inputs.Archs, ",")
