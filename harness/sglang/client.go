@@ -3,8 +3,7 @@
 // and a request yields one Sample with TTFT, end-to-end latency, token and
 // verify counts, inter-token latencies and the generated text.
 //
-// Protocol facts (sglang/srt/entrypoints/http_server.py and
-// sglang/bench_serving.py at 84118acf): POST /generate with {"text",
+// Protocol facts (the two Upstream lines below): POST /generate with {"text",
 // "sampling_params": {"max_new_tokens", "temperature", "ignore_eos"},
 // "stream": true} answers with "data: {json}" lines and a final
 // "data: [DONE]". Each chunk's "text" is the whole output so far, or only
@@ -19,6 +18,8 @@
 // gap g counts as N inter-token latencies of g/N, as bench_serving counts
 // them.
 //
+// Upstream: python/sglang/srt/entrypoints/http_server.py@84118acf50b3a4c74e85e9ff9033792552de1a76 (generate_request: stream_results yields "data: " + json, then "data: [DONE]")
+// Upstream: python/sglang/bench_serving.py@84118acf50b3a4c74e85e9ff9033792552de1a76 (async_request_sglang_generate: text, sampling_params temperature/max_new_tokens/ignore_eos, stream)
 // Upstream: python/sglang/srt/managers/tokenizer_manager.py@84118acf50b3a4c74e85e9ff9033792552de1a76 (_handle_batch_output: state.text[last_text_offset:] when incremental_streaming_output and stream)
 // Upstream: python/sglang/srt/managers/schedule_batch.py@84118acf50b3a4c74e85e9ff9033792552de1a76 (FINISH_ABORT.to_json)
 // Upstream: python/sglang/srt/entrypoints/http_server.py@84118acf50b3a4c74e85e9ff9033792552de1a76 (server_info: dataclasses.asdict(server_args)), the same at 8905cbd42f4a and 0bda0b168ad5

@@ -11,9 +11,10 @@ import (
 	"testing"
 )
 
-// mention is an upstream file path in comment text, outside quotes and
+// mention is an upstream file path (python/sglang/..., sglang/...,
+// sgl-kernel/..., csrc/...) in comment text, outside quotes and
 // backticks (the class before it) and not the tail of a longer path.
-var mention = regexp.MustCompile(`(?:^|[\s(,;:])((?:python/sglang|sgl-kernel|csrc)/[\w./-]*\.(?:py|cuh|cu|h|hpp|cc|cpp|txt|toml))`)
+var mention = regexp.MustCompile(`(?:^|[\s(,;:])((?:python/sglang|sglang|sgl-kernel|csrc)/[\w./-]*\.(?:py|cuh|cu|h|hpp|cc|cpp|txt|toml))`)
 
 // citedAfter is what must follow a mention ("@commit (function"); what
 // must precede it is "Upstream: ".
@@ -59,12 +60,17 @@ var c int
 // Upstream: sgl-kernel/CMakeLists.txt@84118acf50b3a4c74e85e9ff9033792552de1a76
 // (SGL_KERNEL_CUDA_FLAGS) wraps.
 var d int
+
+// Protocol facts (sglang/srt/entrypoints/http_server.py and
+// sglang/bench_serving.py at 84118acf): the form without python/.
+var e int
 `
 	got, err := violations(token.NewFileSet(), "p.go", []byte(src))
 	if err != nil {
 		t.Fatal(err)
 	}
-	if len(got) != 2 || !strings.Contains(got[0], "p.go:7:1: python/sglang/srt/server_args.py") || !strings.Contains(got[1], "p.go:10:1: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh") {
+	if len(got) != 4 || !strings.Contains(got[0], "p.go:7:1: python/sglang/srt/server_args.py") || !strings.Contains(got[1], "p.go:10:1: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh") ||
+		!strings.Contains(got[2], "p.go:17:1: sglang/srt/entrypoints/http_server.py") || !strings.Contains(got[3], "p.go:17:1: sglang/bench_serving.py") {
 		t.Errorf("violations = %q", got)
 	}
 }
