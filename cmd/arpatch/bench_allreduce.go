@@ -129,7 +129,7 @@ func benchAllreduceOpts(f benchAllreduceFlags) (benchAllreduceOptions, error) {
 	for _, l := range []struct {
 		flag, val string
 		known     []string
-	}{{"branches", f.Branches, []string{"nvlink", "pcie"}}, {"modes", f.Modes, []string{"eager", "graph"}}} {
+	}{{"branches", f.Branches, []string{"nvlink", "pcie"}}} {
 		vals := splitList(l.val)
 		if len(vals) == 0 {
 			return o, usagef("--%s is empty: use %s", l.flag, strings.Join(l.known, ", "))
@@ -141,6 +141,10 @@ func benchAllreduceOpts(f benchAllreduceFlags) (benchAllreduceOptions, error) {
 		}
 		lists[l.flag] = vals
 	}
+	modes := splitList(f.Modes)
+	if err := allreduce.ModesError(modes); err != nil {
+		return o, usagef("--modes %w", err)
+	}
 	if len(impls) == 0 {
 		return o, usagef("--impl is empty: use %s", strings.Join(allreduce.KnownImpls, ", "))
 	}
@@ -149,7 +153,7 @@ func benchAllreduceOpts(f benchAllreduceFlags) (benchAllreduceOptions, error) {
 	}
 	o.Run = allreduce.Options{
 		Python: f.Python, WorldSize: f.WorldSize, Sizes: sizes, Impls: impls,
-		Branches: lists["branches"], Modes: lists["modes"],
+		Branches: lists["branches"], Modes: modes,
 		Warmup: f.Warmup, Inner: f.Inner, Reps: f.Reps, Timeout: f.Timeout, NCCLDebug: f.NCCLDebug,
 	}
 	o.Verify, o.Ext, o.Log, o.JSON = verify, f.extFinder(f.Given), expandHome(f.Log), expandHome(f.JSON)

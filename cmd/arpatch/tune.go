@@ -144,13 +144,8 @@ func tuneAllreduceOpts(f tuneAllreduceFlags) (tuneAllreduceOptions, error) {
 		}
 	}
 	modes := splitList(f.Modes)
-	if len(modes) == 0 {
-		return o, usagef("--modes is empty: use eager, graph")
-	}
-	for _, m := range modes {
-		if m != "eager" && m != "graph" {
-			return o, usagef("--modes %q: use eager, graph", m)
-		}
+	if err := allreduce.ModesError(modes); err != nil {
+		return o, usagef("--modes %w", err)
 	}
 	if err := f.check(); err != nil {
 		return o, err

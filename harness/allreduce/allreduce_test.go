@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -369,5 +370,22 @@ func TestReadResultsRefusesUndecodableLines(t *testing.T) {
 	}
 	if run.BadLines != 0 || run.ThresholdProbe == nil || !run.ThresholdProbe.Refused || run.ThresholdProbe.Variable != "SGLANG_X" {
 		t.Errorf("a good probe: bad lines %d, probe %+v", run.BadLines, run.ThresholdProbe)
+	}
+}
+
+func TestModesError(t *testing.T) {
+	for _, c := range []struct {
+		modes []string
+		want  string
+	}{
+		{[]string{"eager"}, ""},
+		{[]string{"graph", "eager"}, ""},
+		{nil, "is empty: use eager, graph"},
+		{[]string{"eager", "cuda-graph"}, `"cuda-graph": use eager, graph`},
+	} {
+		err := ModesError(c.modes)
+		if got := fmt.Sprint(err); (c.want == "" && err != nil) || (c.want != "" && got != c.want) {
+			t.Errorf("ModesError(%q) = %v, want %q", c.modes, err, c.want)
+		}
 	}
 }

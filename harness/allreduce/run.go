@@ -11,6 +11,7 @@ import (
 	"io"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -41,7 +42,7 @@ type Options struct {
 	Sizes     []int  // bytes, multiples of 16
 	Impls     []string
 	Branches  []string      // "nvlink", "pcie"
-	Modes     []string      // "eager", "graph"
+	Modes     []string      // ModeEager, ModeGraph
 	Ext       string        // the allreduce extension (.so) from `arpatch build --allreduce-ext`
 	Warmup    int           // untimed calls per case (0: none)
 	Inner     int           // allreduces per timed batch (eager) or per graph (0: DefaultInner)
@@ -70,6 +71,33 @@ const (
 // KnownImpls lists the implementations bench.py understands.
 var KnownImpls = []string{NCCL, Custom1Stage, Custom2Stage, CustomAuto}
 
+// Mode names: how a case is timed, one launch per allreduce (ModeEager)
+// or Inner allreduces captured in one CUDA graph (ModeGraph). The words
+// are bench.py's --modes values and Result.Mode in the JSON report.
+const (
+	ModeEager = "eager"
+	ModeGraph = "graph"
+)
+
+// KnownModes lists the modes bench.py understands.
+var KnownModes = []string{ModeEager, ModeGraph}
+
+// ModesError returns nil when modes is non-empty and every mode is in
+// KnownModes, else an error to follow the flag's name ("is empty: use
+// eager, graph" or "\"x\": use eager, graph"), as cmd/arpatch's --modes
+// of bench allreduce and tune print it.
+func ModesError(modes []string) error {
+	if len(modes) == 0 {
+		return fmt.Errorf("is empty: use %s", strings.Join(KnownModes, ", "))
+	}
+	for _, m := range modes {
+		if !slices.Contains(KnownModes, m) {
+			return fmt.Errorf("%q: use %s", m, strings.Join(KnownModes, ", "))
+		}
+	}
+	return nil
+}
+
 // Wrong describes the first element whose sum was wrong.
 type Wrong struct {
 	Rank       int    `json:"rank"`
@@ -85,7 +113,7 @@ type Result struct {
 	Impl     string    `json:"impl"`
 	Branch   string    `json:"branch"` // "nvlink", "pcie", or "-" for NCCL
 	Bytes    int       `json:"bytes"`
-	Mode     string    `json:"mode"` // "eager" or "graph"
+	Mode     string    `json:"mode"` // ModeEager or ModeGraph
 	OK       bool      `json:"ok"`   // the output held the exact sum
 	Wrong    *Wrong    `json:"wrong,omitempty"`
 	Error    string    `json:"error,omitempty"`

@@ -825,7 +825,7 @@ func preflightFinding(rep *allreduce.Report) (finding string, broken bool) {
 		}
 		return "the allreduce benchmark failed: " + rep.Run.Exit, true
 	}
-	for _, mode := range []string{"graph", "eager"} {
+	for _, mode := range []string{allreduce.ModeGraph, allreduce.ModeEager} {
 		best, nccl, ok := rep.BestCustom(mode)
 		if !ok {
 			continue

@@ -43,7 +43,7 @@ type File struct {
 	Host       Host       `json:"host"`
 	WorldSize  int        `json:"world_size"`
 	Date       time.Time  `json:"date"`
-	Mode       string     `json:"mode"`    // the mode the choice was made in: "graph" or "eager"
+	Mode       string     `json:"mode"`    // the mode the choice was made in: allreduce.ModeGraph or ModeEager
 	Verdict    string     `json:"verdict"` // one line, e.g. "custom allreduce never beat NCCL: NCCL at every size"
 	Thresholds Thresholds `json:"thresholds"`
 	// Command is the tune's command line, run again to re-tune.

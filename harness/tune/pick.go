@@ -21,7 +21,7 @@ type Choice struct {
 
 // Pick chooses thresholds from measured results of one run at world size
 // ws: NCCL, custom-1stage and custom-2stage through the PCIe branch, at
-// each size, in mode ("graph" or "eager"). Only correct, timed cases
+// each size, in mode (allreduce.ModeGraph or ModeEager). Only correct, timed cases
 // count. Thresholds cut sizes into 1-stage (≤ OneStageMax), 2-stage (≤
 // MaxBytes) and NCCL; Pick takes the cut that minimises the summed ratio
 // of chosen to fastest time over the sizes (each size weighs the same),

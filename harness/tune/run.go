@@ -21,7 +21,7 @@ type Options struct {
 	// Sizes and Modes are set by Run.
 	Bench allreduce.Options
 	Sizes []int    // bytes
-	Modes []string // "eager", "graph"
+	Modes []string // allreduce.ModeEager, allreduce.ModeGraph
 	// Verify is the allreduce shape of one EAGLE-3 verify pass (reported).
 	Verify allreduce.Verify
 	Host   Host
@@ -75,12 +75,12 @@ func Observe(auto []allreduce.Result, measure []allreduce.Result, th Thresholds,
 	for _, r := range measure {
 		if r.Timed() && r.Branch == "pcie" {
 			forced[fmt.Sprintf("%s/%d/%s", r.Impl, r.Bytes, r.Mode)] = r.MedianUS
-			graph = graph || r.Mode == "graph"
+			graph = graph || r.Mode == allreduce.ModeGraph
 		}
 	}
 	var out []Observation
 	for _, r := range auto {
-		if !r.Timed() || r.Impl != allreduce.CustomAuto || (graph && r.Mode != "graph") {
+		if !r.Timed() || r.Impl != allreduce.CustomAuto || (graph && r.Mode != allreduce.ModeGraph) {
 			continue
 		}
 		o := Observation{Bytes: r.Bytes, Mode: r.Mode, US: r.MedianUS, Expected: allreduce.Custom2Stage}
@@ -207,9 +207,9 @@ func Run(ctx context.Context, o Options) (*Outcome, error) {
 	var th Thresholds
 	var choices []Choice
 	var verdict string
-	mode := "eager"
-	if slices.Contains(o.Modes, "graph") {
-		mode = "graph"
+	mode := allreduce.ModeEager
+	if slices.Contains(o.Modes, allreduce.ModeGraph) {
+		mode = allreduce.ModeGraph
 	}
 	switch {
 	case run.Env.Oversubscribed:
