@@ -68,10 +68,19 @@ type Arms struct {
 	AFile      string `toml:"a_file"` // or a recipe file
 	BFile      string `toml:"b_file"`
 	PatchesDir string `toml:"patches_dir"`
-	// Commit is "pinned" (the recipes' commit) or "head" (the tracked
-	// ref's head) for the build and the bench.
-	Commit string `toml:"commit"`
+	// Commit is CommitPinned or CommitHead, for the build and the bench.
+	Commit ArmsCommit `toml:"commit"`
 }
+
+// ArmsCommit is the SGLang commit the arms are built and benched at:
+// arms.commit in nightly.toml, the word itself.
+type ArmsCommit string
+
+// The arms.commit words.
+const (
+	CommitPinned ArmsCommit = "pinned" // the recipes' commit
+	CommitHead   ArmsCommit = "head"   // the tracked ref's head
+)
 
 // Build holds build options.
 type Build struct {
@@ -164,7 +173,7 @@ func (c *Config) defaults(set func(key string) bool) {
 		c.Arms.B = "pcie"
 	}
 	if c.Arms.Commit == "" {
-		c.Arms.Commit = "pinned"
+		c.Arms.Commit = CommitPinned
 	}
 	c.Build.Python = pyenv.Or(c.Build.Python)
 	// bench.trials and bench.warmup, when unset, come from recipe B's
@@ -326,9 +335,9 @@ func LoadConfig(path string) (*Config, error) {
 		return fmt.Errorf("%s:%d: %s: %s", path, tomlx.Line(data, key), key, fmt.Sprintf(format, args...))
 	}
 	switch c.Arms.Commit {
-	case "", "pinned", "head":
+	case "", CommitPinned, CommitHead:
 	default:
-		return nil, fail("arms.commit", "%q: use \"pinned\" or \"head\"", c.Arms.Commit)
+		return nil, fail("arms.commit", "%q: use %q or %q", c.Arms.Commit, CommitPinned, CommitHead)
 	}
 	// Every real number is finite and in its range (package bounds): a
 	// NaN compares false with every limit, and would pass "v < 0".

@@ -72,7 +72,7 @@ type Options struct {
 type DriftRow struct {
 	Series  string                `json:"series"`
 	Commit  string                `json:"commit"`
-	Rev     string                `json:"rev"` // "pinned" or the tracked ref
+	Rev     string                `json:"rev"` // CommitPinned's word or the tracked ref
 	Verdict patches.SeriesVerdict `json:"verdict"`
 	Patches []history.DriftRecord `json:"patches"`
 	// Note says why a conflict does not fail the run: another member of
@@ -341,7 +341,7 @@ func (n *night) drift(ctx context.Context) []history.Check {
 	n.out.Drift = recs
 	n.out.UpstreamHead = rep.Head
 	rep.BuildCommit = rep.Pinned
-	if cfg.Arms.Commit == "head" && rep.Head != "" {
+	if cfg.Arms.Commit == CommitHead && rep.Head != "" {
 		rep.BuildCommit = rep.Head
 		n.out.SGLangCommit = rep.BuildCommit // what is built and benched
 	}
@@ -353,7 +353,7 @@ func (n *night) drift(ctx context.Context) []history.Check {
 // would build (arms.commit = "head").
 func (n *night) canContinue() bool {
 	code := n.rep.ExitCode
-	return code < ExitDrift || (code == ExitDrift && n.cfg.Arms.Commit == "pinned")
+	return code < ExitDrift || (code == ExitDrift && n.cfg.Arms.Commit == CommitPinned)
 }
 
 // build is step 2: both arms through the build cache.
@@ -745,7 +745,7 @@ func drift(rep *Report, repo *gitsrc.Repo, repoPath string, cat *patches.Catalog
 	var recs []history.DriftRecord
 	fits := map[string]map[string]bool{} // commit -> series -> fits
 	for _, r := range rows {
-		rev := "pinned"
+		rev := string(CommitPinned)
 		switch {
 		case r.Commit == rep.Head && r.Commit != rep.Pinned:
 			rev = rep.Ref
@@ -915,7 +915,7 @@ func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recip
 		return []history.Check{{Name: "build", Kind: history.KindBuild, Status: history.CheckFail, Detail: err.Error()}}
 	}
 	commit := ""
-	if cfg.Arms.Commit == "head" {
+	if cfg.Arms.Commit == CommitHead {
 		commit = rep.Head
 	}
 	if err := refreshArms(cfg.Path(cfg.Build.WorkDir), rep.BuildCommit); err != nil {
