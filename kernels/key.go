@@ -5,6 +5,7 @@ import (
 	"sort"
 
 	"github.com/arpatch/arpatch/internal/digest"
+	"github.com/arpatch/arpatch/recipes"
 )
 
 // KeySchema versions the layout of Inputs; changing it invalidates every
@@ -49,10 +50,10 @@ func (tc *Toolchain) Versions(builder string) ToolVersions {
 		Torch: tc.Torch.Version, TorchCUDA: tc.Torch.CUDA, CXX11ABI: tc.Torch.CXX11ABI,
 		CMake: tc.CMake.Version, Ninja: tc.Ninja.Raw, HostCXX: tc.HostCXX.Raw,
 	}
-	switch builder {
-	case "uv":
+	switch recipes.Tool(builder) {
+	case recipes.ToolUV:
 		v.Builder = "uv " + tc.UV.Version
-	case "pip":
+	case recipes.ToolPip:
 		v.Builder = "pip " + tc.Pip.Version
 	}
 	return v

@@ -11,11 +11,11 @@ import (
 // FromRecipe: `arpatch build`'s and `arpatch ab build`'s flags, or
 // nightly.toml's [build]. A zero value keeps the recipe's.
 type BuildOverrides struct {
-	Archs   []string // CUDA arch names, e.g. "120a"; nil: the recipe's archs
-	Jobs    *int     // build parallelism; nil: the recipe's jobs (0 there: one per CPU core)
-	Tool    string   // "auto", "uv" or "pip"; "": the recipe's tool ("" there is "auto")
-	DepsDir string   // pre-fetched dependencies; "": the recipe's deps_dir
-	Offline bool     // true builds offline; false keeps the recipe's offline
+	Archs   []string     // CUDA arch names, e.g. "120a"; nil: the recipe's archs
+	Jobs    *int         // build parallelism; nil: the recipe's jobs (0 there: one per CPU core)
+	Tool    recipes.Tool // recipes.ToolAuto, ToolUV or ToolPip; "": the recipe's tool ("" there is ToolAuto)
+	DepsDir string       // pre-fetched dependencies; "": the recipe's deps_dir
+	Offline bool         // true builds offline; false keeps the recipe's offline
 	// CacheDir is the build cache; "": DefaultCacheDir.
 	CacheDir string
 	// Src, Out, Python, Env, Launcher and Version go to BuildOptions as

@@ -15,14 +15,15 @@ import (
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/sglkernel"
+	"github.com/arpatch/arpatch/recipes"
 )
 
 // BuildOptions holds every input of PlanBuild and Build.
 type BuildOptions struct {
 	Src     string // patched SGLang checkout (arpatch apply)
 	Archs   []cudaarch.Arch
-	Jobs    int    // 0: one per CPU core
-	Tool    string // "auto", "uv" or "pip"
+	Jobs    int          // 0: one per CPU core
+	Tool    recipes.Tool // recipes.ToolAuto, ToolUV or ToolPip
 	Offline bool
 	DepsDir string
 	Python  string // interpreter of the serving environment
@@ -170,7 +171,7 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	p.Builder, err = tc.PickBuilder(opts.Tool)
 	if err != nil {
 		p.Problems = err
-		p.Builder = opts.Tool
+		p.Builder = string(opts.Tool)
 	}
 	if verr := tc.Validate(Needs{Archs: opts.Archs, Builder: p.Builder, CMake: true, Torch: true}); verr != nil && p.Problems == nil {
 		p.Problems = verr
@@ -224,8 +225,8 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	if home := tc.CUDAHome(); home != "" {
 		p.Env["CUDA_HOME"] = home
 	}
-	switch p.Builder {
-	case "pip":
+	switch recipes.Tool(p.Builder) {
+	case recipes.ToolPip:
 		p.Argv = []string{tc.Python.Path, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v",
 			"--wheel-dir", TmpMarker + "/out", "-Cbuild-dir=" + TmpMarker + "/build", "."}
 	default:

@@ -19,6 +19,7 @@ import (
 	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/internal/textfmt"
+	"github.com/arpatch/arpatch/recipes"
 )
 
 // Tool is one program of the toolchain.
@@ -295,7 +296,7 @@ func writeProbeCache(file, fp string, tc *Toolchain) {
 // Needs says which tools a job requires.
 type Needs struct {
 	Archs   []cudaarch.Arch
-	Builder string // "uv", "pip", or "" when the job builds no wheel
+	Builder string // recipes.ToolUV or ToolPip's word, or "" when the job builds no wheel
 	CMake   bool   // the wheel build needs cmake and ninja
 	Ninja   bool   // torch.utils.cpp_extension needs ninja
 	Torch   bool
@@ -355,12 +356,12 @@ func (tc *Toolchain) Validate(n Needs) error {
 	if n.Ninja && !n.CMake && !tc.Ninja.Found() {
 		probs = append(probs, "ninja not found on PATH; torch.utils.cpp_extension needs it (pip install ninja)")
 	}
-	switch n.Builder {
-	case "uv":
+	switch recipes.Tool(n.Builder) {
+	case recipes.ToolUV:
 		if !tc.UV.Found() {
 			probs = append(probs, "uv not found on PATH; install it, or build with --tool pip")
 		}
-	case "pip":
+	case recipes.ToolPip:
 		if !tc.Pip.Found() {
 			probs = append(probs, fmt.Sprintf("%s has no pip; install pip there, or build with --tool uv", tc.Python.Path))
 		}
@@ -371,17 +372,17 @@ func (tc *Toolchain) Validate(n Needs) error {
 	return nil
 }
 
-// PickBuilder resolves "auto" to uv when present, else pip.
-func (tc *Toolchain) PickBuilder(tool string) (string, error) {
+// PickBuilder resolves recipes.ToolAuto to uv when present, else pip.
+func (tc *Toolchain) PickBuilder(tool recipes.Tool) (string, error) {
 	switch tool {
-	case "uv", "pip":
-		return tool, nil
-	case "", "auto":
+	case recipes.ToolUV, recipes.ToolPip:
+		return string(tool), nil
+	case "", recipes.ToolAuto:
 		if tc.UV.Found() {
-			return "uv", nil
+			return string(recipes.ToolUV), nil
 		}
 		if tc.Pip.Found() {
-			return "pip", nil
+			return string(recipes.ToolPip), nil
 		}
 		return "", errors.New("neither uv nor pip is available to build the wheel; install uv (https://docs.astral.sh/uv/) or pip")
 	}

@@ -84,14 +84,14 @@ const (
 
 // Build holds build options.
 type Build struct {
-	Archs    []string `toml:"archs"`
-	Jobs     int      `toml:"jobs"`
-	Tool     string   `toml:"tool"`
-	Offline  bool     `toml:"offline"`
-	DepsDir  string   `toml:"deps_dir"`
-	Python   string   `toml:"python"`
-	CacheDir string   `toml:"cache_dir"`
-	WorkDir  string   `toml:"work_dir"` // where the A/B checkouts live
+	Archs    []string     `toml:"archs"`
+	Jobs     int          `toml:"jobs"`
+	Tool     recipes.Tool `toml:"tool"`
+	Offline  bool         `toml:"offline"`
+	DepsDir  string       `toml:"deps_dir"`
+	Python   string       `toml:"python"`
+	CacheDir string       `toml:"cache_dir"`
+	WorkDir  string       `toml:"work_dir"` // where the A/B checkouts live
 }
 
 // Bench holds bench options; unset ones come from recipe B's [bench].

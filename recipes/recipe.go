@@ -77,15 +77,26 @@ type Build struct {
 	Jobs    int    `toml:"jobs"`
 	Offline bool   `toml:"offline"`
 	DepsDir string `toml:"deps_dir"`
-	// Tool is "auto", "uv" or "pip".
-	Tool string `toml:"tool"`
+	// Tool is ToolAuto, ToolUV or ToolPip.
+	Tool Tool `toml:"tool"`
 }
 
+// Tool is a wheel build frontend arpatch drives, as build.tool and
+// --tool spell it.
+type Tool string
+
+// The build.tool words.
+const (
+	ToolAuto Tool = "auto" // uv when it is on PATH, else pip
+	ToolUV   Tool = "uv"
+	ToolPip  Tool = "pip"
+)
+
 // ValidTool reports whether tool names a wheel build frontend arpatch
-// drives: "auto" (or "", the same), "uv" or "pip".
-func ValidTool(tool string) bool {
+// drives: ToolAuto (or "", the same), ToolUV or ToolPip.
+func ValidTool(tool Tool) bool {
 	switch tool {
-	case "", "auto", "uv", "pip":
+	case "", ToolAuto, ToolUV, ToolPip:
 		return true
 	}
 	return false
@@ -100,7 +111,7 @@ type Bench struct {
 	SpeculativeNumSteps       int    `toml:"speculative_num_steps"`
 	SpeculativeEagleTopK      int    `toml:"speculative_eagle_topk"`
 	SpeculativeNumDraftTokens int    `toml:"speculative_num_draft_tokens"`
-	// Workload is "builtin" or a path to a JSONL or ShareGPT JSON file.
+	// Workload is workload.BuiltinName or a path to a JSONL or ShareGPT JSON file.
 	Workload     string `toml:"workload"`
 	NumPrompts   int    `toml:"num_prompts"`
 	MaxNewTokens int    `toml:"max_new_tokens"`
@@ -273,7 +284,7 @@ func parse(source, dir string, data []byte) (*Recipe, error) {
 	return &r, nil
 }
 
-// checkPaths makes the path-valued keys (bench.workload unless "builtin",
+// checkPaths makes the path-valued keys (bench.workload unless workload.BuiltinName,
 // build.deps_dir) relative to dir and checks what they name: the prompts
 // load (harness/workload), the deps directory exists.
 func (r *Recipe) checkPaths(data []byte, dir string) error {
@@ -283,7 +294,7 @@ func (r *Recipe) checkPaths(data []byte, dir string) error {
 		}
 		return filepath.Join(dir, p)
 	}
-	if w := r.Bench.Workload; w != "" && w != "builtin" {
+	if w := r.Bench.Workload; w != "" && w != workload.BuiltinName {
 		r.Bench.Workload = rel(w)
 		if _, err := workload.Load(r.Bench.Workload); err != nil {
 			return r.fail(data, "bench.workload", "%v (a relative path is relative to the recipe's directory)", err)
@@ -482,7 +493,7 @@ func (r *Recipe) fillDefaults(md toml.MetaData) {
 		r.Build.Archs = []string{"120a"}
 	}
 	if r.Build.Tool == "" {
-		r.Build.Tool = "auto"
+		r.Build.Tool = ToolAuto
 	}
 	b := &r.Bench
 	setInt := func(p *int, v int) {
@@ -507,7 +518,7 @@ func (r *Recipe) fillDefaults(md toml.MetaData) {
 		b.SpeculativeAlgorithm = "EAGLE3"
 	}
 	if b.Workload == "" {
-		b.Workload = "builtin"
+		b.Workload = workload.BuiltinName
 	}
 	if b.BaselineArm == "" {
 		b.BaselineArm = "baseline"

@@ -204,7 +204,7 @@ func optsFromRecipe(f buildFlagValues, out string, g given, r *recipes.Recipe) (
 			return kernels.BuildOptions{}, usagef("--jobs %v (0 is one per CPU core)", err)
 		}
 	}
-	if g["tool"] && (f.Tool == "" || !recipes.ValidTool(f.Tool)) {
+	if g["tool"] && (f.Tool == "" || !recipes.ValidTool(recipes.Tool(f.Tool))) {
 		return kernels.BuildOptions{}, usagef("--tool %q: use auto, uv or pip", f.Tool)
 	}
 	ov := kernels.BuildOverrides{Archs: f.Arch, Offline: f.Offline, CacheDir: expandHome(f.CacheDir),
@@ -213,7 +213,7 @@ func optsFromRecipe(f buildFlagValues, out string, g given, r *recipes.Recipe) (
 		ov.Jobs = &f.Jobs
 	}
 	if g["tool"] {
-		ov.Tool = f.Tool
+		ov.Tool = recipes.Tool(f.Tool)
 	}
 	if g["deps-dir"] {
 		ov.DepsDir = expandHome(f.DepsDir)
