@@ -3,7 +3,10 @@ package gaterule
 import (
 	"fmt"
 	"regexp"
+	"slices"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/bounds"
 )
 
 // stmt is one parsed C++ statement of CustomAllreduce::allreduce.
@@ -612,10 +615,11 @@ type wsCase struct {
 	Miss string
 }
 
-// WorldSizes are the world sizes above 2 that custom allreduce runs at.
+// WorldSizes are the world sizes above 2 that custom allreduce runs at:
+// bounds.WorldSizes without 2, so 4, 6 and 8.
 // Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3
 // (CustomAllreduce::allreduce: REDUCE_CASE(2), (4), (6), (8)).
-var WorldSizes = []int{4, 6, 8}
+var WorldSizes = slices.DeleteFunc(slices.Clone(bounds.WorldSizes), func(ws int) bool { return ws <= 2 })
 
 // body is one definition of allreduce found in the file: its tokens
 // between the braces, and the lines of the braces.

@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -386,4 +387,12 @@ func FuzzJudgeDispatch(f *testing.F) {
 	f.Fuzz(func(t *testing.T, src []byte) {
 		_, _ = judgeDispatch(src) // any verdict will do: the fuzz looks for panics
 	})
+}
+
+// TestWorldSizes pins the world sizes above 2 that the dispatch check
+// walks, derived from bounds.WorldSizes.
+func TestWorldSizes(t *testing.T) {
+	if !slices.Equal(WorldSizes, []int{4, 6, 8}) {
+		t.Errorf("WorldSizes = %v, want [4 6 8]", WorldSizes)
+	}
 }
