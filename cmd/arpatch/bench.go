@@ -615,7 +615,7 @@ func benchRun(ctx context.Context, bo benchOptions, s streams) error {
 			v := allreduce.Verify{Count: 122, Shape: allreduce.Shape{Tokens: 4, Hidden: 5120, ElemBytes: 2}}
 			v.Bytes = v.Shape.Bytes()
 			ao := allreduce.Options{Python: bo.Python, WorldSize: tp, Sizes: []int{v.Bytes}, Impls: allreduce.KnownImpls,
-				Branches: []string{"pcie"}, Modes: []string{"graph"}, Ext: bo.Ext, Warmup: allreduce.DefaultWarmup, NCCLDebug: true}
+				Branches: []string{"pcie"}, Modes: []string{allreduce.ModeGraph}, Ext: bo.Ext, Warmup: allreduce.DefaultWarmup, NCCLDebug: true}
 			tunePreflight(tuned, &ao, v, s.Err)
 			run, err := allreduce.Execute(ctx, ao)
 			if err != nil {
