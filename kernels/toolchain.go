@@ -386,7 +386,7 @@ func (tc *Toolchain) PickBuilder(tool recipes.Tool) (string, error) {
 		}
 		return "", errors.New("neither uv nor pip is available to build the wheel; install uv (https://docs.astral.sh/uv/) or pip")
 	}
-	return "", fmt.Errorf("--tool %q: use auto, uv or pip", tool)
+	return "", fmt.Errorf("--tool %q: use %s", tool, recipes.ToolsText)
 }
 
 // CUDAHome is the CUDA installation nvcc belongs to, for CUDA_HOME: the

@@ -396,7 +396,7 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, fail("bench.agree_threshold", "%v, e.g. %v (0 turns the output check off)", err, bench.DefaultAgreeThreshold)
 	}
 	if !recipes.ValidTool(c.Build.Tool) {
-		return nil, fail("build.tool", "%q: use auto, uv or pip", c.Build.Tool)
+		return nil, fail("build.tool", "%q: use %s", c.Build.Tool, recipes.ToolsText)
 	}
 	for _, arm := range []string{"a", "b"} {
 		if set("arms."+arm) && set("arms."+arm+"_file") {

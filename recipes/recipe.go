@@ -92,6 +92,9 @@ const (
 	ToolPip  Tool = "pip"
 )
 
+// ToolsText is the build.tool words as messages list them: "auto, uv or pip".
+var ToolsText = fmt.Sprintf("%s, %s or %s", ToolAuto, ToolUV, ToolPip)
+
 // ValidTool reports whether tool names a wheel build frontend arpatch
 // drives: ToolAuto (or "", the same), ToolUV or ToolPip.
 func ValidTool(tool Tool) bool {
@@ -377,7 +380,7 @@ func (r *Recipe) validate(data []byte, md toml.MetaData) error {
 		return fail("build.jobs", "%v (0 is one per core)", err)
 	}
 	if !ValidTool(r.Build.Tool) {
-		return fail("build.tool", "%q: use \"auto\", \"uv\" or \"pip\"", r.Build.Tool)
+		return fail("build.tool", "%q: use %q, %q or %q", r.Build.Tool, ToolAuto, ToolUV, ToolPip)
 	}
 	b := r.Bench
 	if err := CheckSpecAlgorithm(b.SpeculativeAlgorithm); err != nil {

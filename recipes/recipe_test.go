@@ -131,6 +131,7 @@ func TestValidationNamesFileLineAndKey(t *testing.T) {
 		{"huge draft tokens", "name = \"r\"\n" + pin + "[bench]\nspeculative_num_draft_tokens = 9223372036854775807\n", "bench.speculative_num_draft_tokens: 9223372036854775807: use 1 to 1024"},
 		{"huge concurrency", "name = \"r\"\n" + pin + "[bench]\nconcurrency = [1, 9223372036854775807]\n", "r.toml:5: bench.concurrency: 9223372036854775807: use 1 to 4096"},
 		{"huge jobs", "name = \"r\"\n" + pin + "[build]\njobs = 9223372036854775807\n", "r.toml:5: build.jobs: 9223372036854775807: use 0 to 4096 (0 is one per core)"},
+		{"unknown tool", "name = \"r\"\n" + pin + "[build]\ntool = \"conda\"\n", `r.toml:5: build.tool: "conda": use "auto", "uv" or "pip"`},
 		{"level twice", "name = \"r\"\n" + pin + "[bench]\nconcurrency = [4, 4]\n", "bench.concurrency: 4 is listed twice"},
 		{"levels out of order", "name = \"r\"\n" + pin + "[bench]\nconcurrency = [4, 1]\n", "bench.concurrency: 1 after 4: list the levels in increasing order"},
 		{"no level", "name = \"r\"\n" + pin + "[bench]\nconcurrency = []\n", "bench.concurrency: no level"},

@@ -205,7 +205,7 @@ func optsFromRecipe(f buildFlagValues, out string, g given, r *recipes.Recipe) (
 		}
 	}
 	if g["tool"] && (f.Tool == "" || !recipes.ValidTool(recipes.Tool(f.Tool))) {
-		return kernels.BuildOptions{}, usagef("--tool %q: use auto, uv or pip", f.Tool)
+		return kernels.BuildOptions{}, usagef("--tool %q: use %s", f.Tool, recipes.ToolsText)
 	}
 	ov := kernels.BuildOverrides{Archs: f.Arch, Offline: f.Offline, CacheDir: expandHome(f.CacheDir),
 		Src: expandHome(f.Src), Out: expandHome(out), Python: f.Python, Launcher: launcher(), Version: arpatchVersion()}
