@@ -160,7 +160,7 @@ func (c Cache) Begin(key string) (tmp string, release func(), err error) {
 	// No arpatch builds this key now: any temp dir of it is a dead
 	// build's leftover, unless that build's compilers outlived it (arpatch
 	// killed with SIGKILL): then they still write there.
-	old, _ := filepath.Glob(filepath.Join(c.Dir, ".tmp-"+key[:16]+"-*"))
+	old, _ := filepath.Glob(c.TempPattern(key))
 	for _, d := range old {
 		if g := lockfile.LiveGroup(filepath.Join(d, PGIDFile)); g > 0 {
 			release()
@@ -170,7 +170,7 @@ func (c Cache) Begin(key string) (tmp string, release func(), err error) {
 		// costs disk until Prune removes it.
 		_ = os.RemoveAll(d)
 	}
-	tmp, err = os.MkdirTemp(c.Dir, ".tmp-"+key[:16]+"-")
+	tmp, err = os.MkdirTemp(c.Dir, tempPrefix(key))
 	if err != nil {
 		release()
 		return "", nil, err
@@ -365,4 +365,15 @@ func isKey(name string) bool {
 		}
 	}
 	return true
+}
+
+// tempPrefix is the name prefix of a build's temp directory in the cache
+// for key (a sha256 in hex, 64 characters): ".tmp-" and the key's first
+// 16 hex digits, then "-".
+func tempPrefix(key string) string { return ".tmp-" + key[:16] + "-" }
+
+// TempPattern is the glob (filepath.Glob syntax) that matches every temp
+// directory a build of key makes in this cache, as `build --plan` shows it.
+func (c *Cache) TempPattern(key string) string {
+	return filepath.Join(c.Dir, tempPrefix(key)+"*")
 }

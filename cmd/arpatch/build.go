@@ -415,7 +415,7 @@ func printPlan(w io.Writer, p *kernels.Plan, cache kernels.Cache) {
 	}
 	fmt.Fprintf(w, "  project   %s (%s)\n", p.Project, p.Project.Name)
 	fmt.Fprintf(w, "  dir       %s\n", p.Dir)
-	tmp := filepath.Join(cache.Dir, ".tmp-"+p.Key[:16]+"-*")
+	tmp := cache.TempPattern(p.Key)
 	fmt.Fprintf(w, "  command   %s\n", strings.Join(p.Command(tmp), " "))
 	fmt.Fprintln(w, "  env")
 	for _, e := range p.EnvIn(tmp) {
