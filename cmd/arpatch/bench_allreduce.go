@@ -11,7 +11,6 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/bounds"
-	"github.com/arpatch/arpatch/internal/errwriter"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/pyenv"
@@ -186,12 +185,11 @@ func benchAllreduceRun(ctx context.Context, o benchAllreduceOptions, s streams) 
 		}
 	}
 	if o.Log != "" {
-		f, ferr := os.Create(o.Log)
-		if ferr != nil {
-			return ferr
+		lw, closeLog, lerr := openLog(o.Log)
+		if lerr != nil {
+			return lerr
 		}
-		lw := errwriter.NewLog(f)   // a failed write ends the log, not the run
-		defer closeLog(&err, f, lw) // err: the result, not a shadow
+		defer closeLog(&err) // err: the result, not a shadow
 		opts.Log = lw
 	}
 	fmt.Fprintf(s.Err, "running %s on %d ranks (timeout %s)...\n", strings.Join(opts.Impls, ", "), opts.WorldSize, opts.Timeout)

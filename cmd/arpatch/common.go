@@ -189,12 +189,21 @@ func closeWritten(err *error, f *os.File, flag string) {
 	}
 }
 
-// closeLog closes --log's file f, written through lw (errwriter.NewLog):
-// a write that failed during the run, or the close, becomes *err as a
-// --log error naming the file, unless *err holds the run's own error.
-func closeLog(err *error, f *os.File, lw *errwriter.Writer) {
-	if werr := lw.Err(); werr != nil && *err == nil {
-		*err = fmt.Errorf("--log %s: %w", f.Name(), werr)
+// openLog creates --log's file at path and returns the writer a run logs
+// through (errwriter.NewLog: a failed write ends the log, not the run) and
+// the close to defer with the command's named result: a write that failed
+// during the run, or the close, becomes *err as a --log error naming the
+// file, unless *err holds the run's own error. The error is os.Create's.
+func openLog(path string) (*errwriter.Writer, func(err *error), error) {
+	f, err := os.Create(path)
+	if err != nil {
+		return nil, nil, err
 	}
-	closeWritten(err, f, "--log")
+	lw := errwriter.NewLog(f)
+	return lw, func(err *error) {
+		if werr := lw.Err(); werr != nil && *err == nil {
+			*err = fmt.Errorf("--log %s: %w", f.Name(), werr)
+		}
+		closeWritten(err, f, "--log")
+	}, nil
 }

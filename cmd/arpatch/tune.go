@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/arpatch/arpatch/internal/errwriter"
 	"io"
 	"maps"
 	"os"
@@ -179,12 +178,11 @@ func tuneAllreduceRun(ctx context.Context, to tuneAllreduceOptions, s streams) (
 	o.Host = discoverHost(ctx)
 	o.Progress = func(msg string) { fmt.Fprintln(s.Err, msg+"...") }
 	if to.Log != "" {
-		f, ferr := os.Create(to.Log)
-		if ferr != nil {
-			return ferr
+		lw, closeLog, lerr := openLog(to.Log)
+		if lerr != nil {
+			return lerr
 		}
-		lw := errwriter.NewLog(f)   // a failed write ends the log, not the run
-		defer closeLog(&err, f, lw) // err: the result, not a shadow
+		defer closeLog(&err) // err: the result, not a shadow
 		o.Bench.Log = lw
 	}
 	res, err := tune.Run(ctx, o)
