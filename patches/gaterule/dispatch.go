@@ -26,6 +26,18 @@ type stmt struct {
 	label string
 }
 
+// kids returns the statements directly below s: its body, then and else.
+func (s stmt) kids() []stmt {
+	kids := append([]stmt(nil), s.body...)
+	if s.then != nil {
+		kids = append(kids, *s.then)
+	}
+	if s.els != nil {
+		kids = append(kids, *s.els)
+	}
+	return kids
+}
+
 // parser reads statements from expanded tokens.
 type parser struct {
 	ts []tok
@@ -525,15 +537,7 @@ func nestedLabel(stmts []stmt, nested bool) (int, bool) {
 		case "switch":
 			continue
 		}
-		var kids []stmt
-		kids = append(kids, s.body...)
-		if s.then != nil {
-			kids = append(kids, *s.then)
-		}
-		if s.els != nil {
-			kids = append(kids, *s.els)
-		}
-		if l, ok := nestedLabel(kids, true); ok {
+		if l, ok := nestedLabel(s.kids(), true); ok {
 			return l, true
 		}
 	}
@@ -548,14 +552,7 @@ func holds(stmts []stmt, kinds ...string) bool {
 				return true
 			}
 		}
-		kids := append([]stmt(nil), s.body...)
-		if s.then != nil {
-			kids = append(kids, *s.then)
-		}
-		if s.els != nil {
-			kids = append(kids, *s.els)
-		}
-		if holds(kids, kinds...) {
+		if holds(s.kids(), kinds...) {
 			return true
 		}
 	}
@@ -570,14 +567,7 @@ func holdsLaunch(stmts []stmt) bool {
 				return true
 			}
 		}
-		kids := append([]stmt(nil), s.body...)
-		if s.then != nil {
-			kids = append(kids, *s.then)
-		}
-		if s.els != nil {
-			kids = append(kids, *s.els)
-		}
-		if holdsLaunch(kids) {
+		if holdsLaunch(s.kids()) {
 			return true
 		}
 	}
