@@ -101,20 +101,7 @@ func TestCheckResultJudgesEffects(t *testing.T) {
 // dispatch at those commits and at the era C head, which must be refused.
 // Without the mirror it skips: CI has none.
 func TestShippedSeriesOnRealUpstream(t *testing.T) {
-	mirror := os.Getenv("ARPATCH_SGLANG_MIRROR")
-	if mirror == "" {
-		t.Skip("ARPATCH_SGLANG_MIRROR is not set (a local SGLang clone with the pinned commits); skipping the real-upstream check")
-	}
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed")
-	}
-	cat, err := Embedded()
-	if err != nil {
-		t.Fatal(err)
-	}
-	show := func(commit, path string) ([]byte, error) {
-		return exec.Command("git", "-C", mirror, "show", commit+":"+path).Output()
-	}
+	cat, show, mirror := realUpstream(t)
 	for _, s := range cat.Series {
 		ps, err := s.Load(nil)
 		if err != nil {
@@ -140,6 +127,28 @@ func TestShippedSeriesOnRealUpstream(t *testing.T) {
 	if err := CheckResult(gitTree{show: show, commit: eraC, mirror: mirror}, &Result{}, []*Patch{gate}); err == nil || !strings.Contains(err.Error(), "python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh") {
 		t.Errorf("era C upstream dispatch: %v", err)
 	}
+}
+
+// realUpstream starts a real-upstream test: it skips without the
+// SGLang mirror (ARPATCH_SGLANG_MIRROR) or git, and returns the embedded
+// catalog, a reader of a file at a commit of the mirror, and the mirror.
+func realUpstream(t *testing.T) (*Catalog, func(commit, path string) ([]byte, error), string) {
+	t.Helper()
+	mirror := os.Getenv("ARPATCH_SGLANG_MIRROR")
+	if mirror == "" {
+		t.Skip("ARPATCH_SGLANG_MIRROR is not set (a local SGLang clone with the pinned commits); skipping the real-upstream check")
+	}
+	if _, err := exec.LookPath("git"); err != nil {
+		t.Skip("git is not installed")
+	}
+	cat, err := Embedded()
+	if err != nil {
+		t.Fatal(err)
+	}
+	show := func(commit, path string) ([]byte, error) {
+		return exec.Command("git", "-C", mirror, "show", commit+":"+path).Output()
+	}
+	return cat, show, mirror
 }
 
 type gitTree struct {
@@ -172,20 +181,7 @@ func (g gitTree) ReadFile(p string) ([]byte, error) {
 // #ifdef that leaves it out of the host pass). It reads a local SGLang
 // mirror (ARPATCH_SGLANG_MIRROR) and skips without one.
 func TestWholeAllreduceOnRealUpstream(t *testing.T) {
-	mirror := os.Getenv("ARPATCH_SGLANG_MIRROR")
-	if mirror == "" {
-		t.Skip("ARPATCH_SGLANG_MIRROR is not set (a local SGLang clone with the pinned commits); skipping the real-upstream check")
-	}
-	if _, err := exec.LookPath("git"); err != nil {
-		t.Skip("git is not installed")
-	}
-	cat, err := Embedded()
-	if err != nil {
-		t.Fatal(err)
-	}
-	show := func(commit, path string) ([]byte, error) {
-		return exec.Command("git", "-C", mirror, "show", commit+":"+path).Output()
-	}
+	cat, show, mirror := realUpstream(t)
 	const sw = "    switch (world_size_) {\n"
 	const early = "    if (!full_nvlink_ && world_size_ > 2) return;\n"
 	for _, s := range cat.Series {
