@@ -205,7 +205,10 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		o.logf("marked %d runs killed midway as incomplete: %v", len(stale), stale)
 	}
 	rep.ArmRecipes["a"], rep.ArmRecipes["b"] = in.a.Name, in.b.Name
-	rep.Workload = workloadKey(cfg, o, in.a, in.b)
+	// The bench's options, built once: the workload key is read off the
+	// options the bench then runs with.
+	bo, boErr := BenchOptions(cfg, o, in.a, in.b)
+	rep.Workload = benchKey(bo)
 	probe := o.Probe
 	if probe == nil {
 		probe = func(ctx context.Context) Environment {
@@ -224,7 +227,7 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	}
 	rep.RunID = id
 	o.logf("run %d on %s", id, rep.HardwareKey)
-	n := &night{o: o, cfg: cfg, in: in, store: store, rep: rep}
+	n := &night{o: o, cfg: cfg, in: in, store: store, rep: rep, bo: bo, boErr: boErr}
 	recorded := false
 	defer func() {
 		if !recorded {
@@ -269,6 +272,8 @@ type night struct {
 	in    *runInputs
 	store *history.Store
 	rep   *Report
+	bo    bench.Options // the bench's options (BenchOptions)
+	boErr error         // why bo could not be built; the bench step reports it
 	res   *bench.Result // the bench's result, when it ran to one
 	out   history.Outcome
 }
@@ -381,7 +386,7 @@ func (n *night) bench(ctx context.Context) []history.Check {
 	}
 	a, b := n.in.a, n.in.b
 	n.o.logf("benching %s against %s", b.Name, a.Name)
-	res, settings, err := runBench(ctx, n.cfg, n.o, a, b, n.in.tune, rep)
+	res, settings, err := runBench(ctx, n.cfg, n.bo, n.boErr, n.in.tune, rep)
 	rep.BenchSettings = &settings
 	rep.Bench = res
 	if err != nil {
@@ -603,6 +608,11 @@ func lookPython(py string, env []string) error {
 // (the bench step reports why) still give a key from what was resolved.
 func workloadKey(cfg *Config, o Options, a, b *recipes.Recipe) string {
 	bo, _ := BenchOptions(cfg, o, a, b) // an error fails the bench step, which reports it
+	return benchKey(bo)
+}
+
+// benchKey is workloadKey of options already built.
+func benchKey(bo bench.Options) string {
 	s := report.SettingsOf(bo)
 	return fmt.Sprintf("model=%s draft=%s tp=%d spec=%s/%d/%d/%d prompts=%s:%d max_new_tokens=%d concurrency=%s",
 		s.Model, s.DraftModel, s.TP, s.SpecAlgorithm, s.SpecSteps, s.SpecTopK, s.SpecDraftTokens,
@@ -1024,8 +1034,7 @@ func BenchOptions(cfg *Config, o Options, a, b *recipes.Recipe) (bench.Options, 
 	return bo, err
 }
 
-func runBench(ctx context.Context, cfg *Config, o Options, a, b *recipes.Recipe, tf *tune.File, rep *Report) (*bench.Result, report.Settings, error) {
-	bo, err := BenchOptions(cfg, o, a, b)
+func runBench(ctx context.Context, cfg *Config, bo bench.Options, err error, tf *tune.File, rep *Report) (*bench.Result, report.Settings, error) {
 	if err != nil {
 		return nil, report.Settings{}, fmt.Errorf("bench: %w", err)
 	}
