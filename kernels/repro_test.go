@@ -261,9 +261,10 @@ func TestNormalizeWheel(t *testing.T) {
 	}
 }
 
-// TestCompareFilesShowsWhere plants one changed byte in a section of a
-// real ELF file (this test binary) and one changed line in a text file.
-func TestCompareFilesShowsWhere(t *testing.T) {
+// selfWithRodataChanged returns this test binary and a copy with one byte
+// of its .rodata section flipped; it skips where the binary is not ELF.
+func selfWithRodataChanged(t *testing.T) (self, changed []byte) {
+	t.Helper()
 	self, err := os.ReadFile(os.Args[0])
 	if err != nil {
 		t.Fatal(err)
@@ -276,8 +277,15 @@ func TestCompareFilesShowsWhere(t *testing.T) {
 	if sec == nil {
 		t.Skip("no .rodata")
 	}
-	changed := append([]byte(nil), self...)
+	changed = append([]byte(nil), self...)
 	changed[sec.Offset+sec.Size/2] ^= 0xff
+	return self, changed
+}
+
+// TestCompareFilesShowsWhere plants one changed byte in a section of a
+// real ELF file (this test binary) and one changed line in a text file.
+func TestCompareFilesShowsWhere(t *testing.T) {
+	self, changed := selfWithRodataChanged(t)
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "a.so"), self, 0o644); err != nil {
 		t.Fatal(err)
@@ -405,20 +413,7 @@ func TestBuildPathInUse(t *testing.T) {
 // sections where an object differs, as it does for a kept shared object;
 // an object that is not ELF says that only its sha256 was kept.
 func TestObjectDifferenceNamesSections(t *testing.T) {
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
-	}
-	f, err := elf.NewFile(bytes.NewReader(self))
-	if err != nil {
-		t.Skipf("the test binary is not ELF: %v", err)
-	}
-	sec := f.Section(".rodata")
-	if sec == nil {
-		t.Skip("no .rodata")
-	}
-	changed := append([]byte(nil), self...)
-	changed[sec.Offset+sec.Size/2] ^= 0xff
+	self, changed := selfWithRodataChanged(t)
 	a, b := t.TempDir(), t.TempDir()
 	for dir, obj := range map[string][]byte{a: self, b: changed} {
 		if err := os.MkdirAll(filepath.Join(dir, "CMakeFiles/x.dir/csrc"), 0o755); err != nil {
