@@ -409,7 +409,7 @@ func (m *machine) exec(s stmt, in outcome) []outcome {
 	case "switch":
 		return m.execSwitch(s, fall)
 	case "loop":
-		if holds(s.body, "return", "goto") || holdsLaunch(s.body) {
+		if holds(s.body, leavesOrLaunches) {
 			return []outcome{{kind: "undecided", line: s.line, why: fmt.Sprintf("a `%s` loop at line %d that holds a kernel launch, a `return` or a `goto`; arpatch does not follow loops (a loop may run no times)", s.label, s.line)}}
 		}
 		// A loop that can neither launch nor leave allreduce goes on
@@ -544,34 +544,21 @@ func nestedLabel(stmts []stmt, nested bool) (int, bool) {
 	return 0, false
 }
 
-// holds reports whether any statement below stmts is of one of kinds.
-func holds(stmts []stmt, kinds ...string) bool {
+// holds reports whether any statement below stmts is one that is.
+func holds(stmts []stmt, is func(stmt) bool) bool {
 	for _, s := range stmts {
-		for _, k := range kinds {
-			if s.kind == k {
-				return true
-			}
-		}
-		if holds(s.kids(), kinds...) {
+		if is(s) || holds(s.kids(), is) {
 			return true
 		}
 	}
 	return false
 }
 
-// holdsLaunch reports whether any statement below stmts holds a launch.
-func holdsLaunch(stmts []stmt) bool {
-	for _, s := range stmts {
-		for _, t := range append(append([]tok(nil), s.toks...), s.cond...) {
-			if isLaunch(t.s) {
-				return true
-			}
-		}
-		if holdsLaunch(s.kids()) {
-			return true
-		}
-	}
-	return false
+// leavesOrLaunches reports whether s is a `return` or a `goto`, or its
+// tokens hold a launch.
+func leavesOrLaunches(s stmt) bool {
+	launch := func(t tok) bool { return isLaunch(t.s) }
+	return s.kind == "return" || s.kind == "goto" || slices.ContainsFunc(s.toks, launch) || slices.ContainsFunc(s.cond, launch)
 }
 
 // callee names the function an expression statement calls first:
