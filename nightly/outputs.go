@@ -321,11 +321,7 @@ func WriteOutputs(rep *Report, cfg *Config, extra map[string]string) error {
 func writeFiles(rep *Report, cfg *Config, extra map[string]string) error {
 	files := map[string]func(io.Writer) error{}
 	dir := cfg.Path(cfg.Outputs.Dir)
-	files[dir+"/nightly.json"] = func(w io.Writer) error {
-		enc := json.NewEncoder(w)
-		enc.SetIndent("", "  ")
-		return enc.Encode(rep)
-	}
+	files[dir+"/nightly.json"] = jsonWriter(rep)
 	files[dir+"/summary.md"] = func(w io.Writer) error { return Summary(w, rep) }
 	gh := cmp.Or(extra["github-benchmark"], cfg.Path(cfg.Outputs.GitHubBenchmark))
 	if gh != "" && rep.Benched() {
@@ -381,6 +377,7 @@ func appendSummary(rep *Report, s string) error {
 	return nil
 }
 
+// jsonWriter writes v as indented JSON.
 func jsonWriter(v any) func(io.Writer) error {
 	return func(w io.Writer) error {
 		enc := json.NewEncoder(w)
