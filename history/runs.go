@@ -291,7 +291,7 @@ func addArm(tx *sql.Tx, runID int64, a ArmRecord) error {
 	for _, m := range stats.Table {
 		cols = append(cols, m.Column)
 	}
-	insert := `INSERT INTO trials (` + strings.Join(cols, ", ") + `) VALUES (?` + strings.Repeat(", ?", len(cols)-1) + `)`
+	insert := `INSERT INTO trials (` + strings.Join(cols, ", ") + `) VALUES (` + placeholders(len(cols)) + `)`
 	for _, t := range a.Trials {
 		args := []any{armID, t.Index, max(t.Concurrency, 1), t.Wall, t.Errors}
 		for _, m := range stats.Table {
