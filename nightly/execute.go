@@ -43,21 +43,21 @@ func Execute(ctx context.Context, o Options) (int, error) {
 		}
 		return ExitInfra, err
 	}
-	if werr := writeFiles(rep, cfg, o.Reports); werr != nil {
-		if merr := MarkExit(cfg, rep, ExitInfra, werr); merr != nil {
+	// A report that could not be written makes the run exit 4: the
+	// files are written again, so that those that can be say exit 4 and
+	// why; the one that failed is named once, in why.
+	reportFailed := func(why error) {
+		if merr := MarkExit(cfg, rep, ExitInfra, why); merr != nil {
 			o.logf("%v", merr)
 		}
-		// Again, so that the files that can be written say exit 4; the
-		// one that failed is named once, above.
 		_ = writeFiles(rep, cfg, o.Reports)
-		err = cmp.Or(err, werr)
+		err = cmp.Or(err, why)
+	}
+	if werr := writeFiles(rep, cfg, o.Reports); werr != nil {
+		reportFailed(werr)
 	}
 	if serr := appendSummary(rep, o.Reports["summary"]); serr != nil {
-		if merr := MarkExit(cfg, rep, ExitInfra, serr); merr != nil {
-			o.logf("%v", merr)
-		}
-		_ = writeFiles(rep, cfg, o.Reports) // they say exit 4 and why
-		err = cmp.Or(err, serr)
+		reportFailed(serr)
 	}
 	if cfg.Outputs.Plot != "" && err == nil && rep.Benched() {
 		if perr := plot(cfg, rep); perr != nil {
