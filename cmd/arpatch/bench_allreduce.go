@@ -111,7 +111,10 @@ func benchAllreduceOpts(f benchAllreduceFlags) (benchAllreduceOptions, error) {
 		return o, usagef("--shape: %w", err)
 	}
 	verify := allreduce.Verify{Count: f.Count, Shape: shape, Bytes: (shape.Bytes() + 15) / 16 * 16}
-	sizes, _ := allreduce.ParseSizes(f.Sizes + "," + fmt.Sprint(verify.Bytes))
+	sizes, err := allreduce.ParseSizes(f.Sizes + "," + fmt.Sprint(verify.Bytes))
+	if err != nil { // both parts parsed alone: not reached
+		return o, usagef("--sizes with --shape %s: %w", f.Shape, err)
+	}
 	impls := splitList(f.Impl)
 	for _, i := range impls {
 		if !slices.Contains(allreduce.KnownImpls, i) {

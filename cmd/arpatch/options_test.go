@@ -350,6 +350,7 @@ func TestBenchAllreduceOpts(t *testing.T) {
 		// Issue 14 tester, F: the flag is named once.
 		{"arpatch bench allreduce --shape 4x", exitUsage, []string{`--shape: "4x": want TOKENSxHIDDEN, e.g. 4x5120`}},
 		{"arpatch bench allreduce --shape 4by5120", exitUsage, []string{"--shape:"}},
+		{"arpatch bench allreduce --shape 1000000x1000000", exitUsage, []string{`--shape: "1000000x1000000" is more than 1T bytes of bf16`}},
 		{"arpatch bench allreduce --impl nccl,custom-3stage", exitUsage, []string{`--impl "custom-3stage": known implementations are nccl`}},
 		{"arpatch bench allreduce --impl ,", exitUsage, []string{"--impl is empty: use nccl"}},
 		{"arpatch bench allreduce --branches nvswitch", exitUsage, []string{`--branches "nvswitch": use nvlink, pcie`}},

@@ -37,8 +37,19 @@ func TestParseSizesAndShape(t *testing.T) {
 	if err != nil || s.Bytes() != 40960 || s.String() != "4 tokens x hidden 5120 x bf16 = 40K" {
 		t.Errorf("shape %+v %v %q", s, err, s.String())
 	}
-	if _, err := ParseShape("4*5120"); err == nil {
-		t.Error("bad shape accepted")
+	for _, bad := range []string{"4*5120", "0x5120", "4x-1"} {
+		if _, err := ParseShape(bad); err == nil {
+			t.Errorf("bad shape %q accepted", bad)
+		}
+	}
+	// Up to MaxBytes of bf16, and no int overflow past it.
+	if s, err := ParseShape("1024x536870912"); err != nil || s.Bytes() != MaxBytes {
+		t.Errorf("1 TiB shape: %+v %v", s, err)
+	}
+	for _, big := range []string{"1025x536870912", "1000000x1000000", "99999999999999999x99999999", "4611686018427387904x4"} {
+		if s, err := ParseShape(big); err == nil || !strings.Contains(err.Error(), "more than 1T bytes") {
+			t.Errorf("ParseShape(%q) = %+v, %v; want the 1T refusal", big, s, err)
+		}
 	}
 	for n, want := range map[int]string{40960: "40K", 1 << 20: "1M", 42000: "41.0K", 512: "512B"} {
 		if FormatBytes(n) != want {

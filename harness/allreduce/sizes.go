@@ -22,8 +22,13 @@ import (
 	"strings"
 )
 
+// MaxBytes is the largest size ParseBytes and ParseShape take: 1 TiB, far
+// above any allreduce buffer and safe to compute with in an int.
+const MaxBytes = 1 << 40
+
 // ParseBytes reads "42K", "40KiB", "1M", "4096" as a byte count (K and M
-// are binary: 1K = 1024 bytes).
+// are binary: 1K = 1024 bytes). It refuses what is not a positive size up
+// to MaxBytes, naming s.
 func ParseBytes(s string) (int, error) {
 	t := strings.ToUpper(strings.TrimSpace(s))
 	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
@@ -38,8 +43,8 @@ func ParseBytes(s string) (int, error) {
 	}
 	n, err := strconv.ParseFloat(t, 64)
 	// NaN and Inf parse as floats; NaN passes "n <= 0", and neither is a
-	// size. 1 TiB is far above any allreduce buffer, and int-safe.
-	if err != nil || math.IsNaN(n) || n <= 0 || n*float64(mult) > 1<<40 {
+	// size.
+	if err != nil || math.IsNaN(n) || n <= 0 || n*float64(mult) > MaxBytes {
 		return 0, fmt.Errorf("%q is not a size in bytes up to 1T (examples: 4096, 42K, 1M)", s)
 	}
 	return int(n * float64(mult)), nil
@@ -99,7 +104,9 @@ type Shape struct {
 	Tokens, Hidden, ElemBytes int
 }
 
-// ParseShape reads "4x5120" (bf16, 2 bytes per element).
+// ParseShape reads "4x5120" (bf16, 2 bytes per element). It refuses a
+// malformed shape, and one of more than MaxBytes (tested without
+// overflowing an int), naming s.
 func ParseShape(s string) (Shape, error) {
 	a, b, ok := strings.Cut(strings.ToLower(s), "x")
 	t, err1 := strconv.Atoi(strings.TrimSpace(a))
@@ -107,7 +114,11 @@ func ParseShape(s string) (Shape, error) {
 	if !ok || err1 != nil || err2 != nil || t <= 0 || h <= 0 {
 		return Shape{}, fmt.Errorf("%q: want TOKENSxHIDDEN, e.g. 4x5120", s)
 	}
-	return Shape{Tokens: t, Hidden: h, ElemBytes: 2}, nil
+	shape := Shape{Tokens: t, Hidden: h, ElemBytes: 2}
+	if t > MaxBytes/shape.ElemBytes/h {
+		return Shape{}, fmt.Errorf("%q is more than 1T bytes of bf16: want TOKENSxHIDDEN of a verify pass, e.g. 4x5120", s)
+	}
+	return shape, nil
 }
 
 // Bytes is tokens x hidden x element size.
