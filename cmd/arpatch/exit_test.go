@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"os"
 	"path/filepath"
 	"runtime/debug"
@@ -133,3 +134,42 @@ func readmeRepo(t *testing.T) string {
 	}
 	return dir
 }
+
+// TestStdoutWriteFails: output that could not be written fails the run,
+// whichever write fails: a command that succeeded exits 4 (as `arpatch
+// recipes > /dev/full` does), one that failed keeps its code, and stderr
+// says the output is incomplete, with the writer's error.
+func TestStdoutWriteFails(t *testing.T) {
+	for _, tc := range []struct {
+		args []string
+		want int
+	}{
+		{[]string{"arpatch", "recipes"}, exitInfra},
+		{[]string{"arpatch", "--help"}, exitInfra},
+		{[]string{"arpatch", "recipes", "show", "pcie"}, exitInfra},
+		{[]string{"arpatch", "history", "show", "1", "--bogus"}, exitUsage},
+	} {
+		var errb bytes.Buffer
+		code := run(context.Background(), tc.args, &failingWriter{}, &errb)
+		if code != tc.want {
+			t.Errorf("%v to a full disk: exit %d, want %d", tc.args, code, tc.want)
+		}
+		if tc.want == exitInfra && !strings.Contains(errb.String(), "arpatch: standard output is incomplete: "+errFull.Error()+"\n") {
+			t.Errorf("%v to a full disk: stderr %q", tc.args, errb.String())
+		}
+		// The same command to a working writer exits 0 and writes.
+		var out bytes.Buffer
+		if tc.want == exitInfra {
+			if code := run(context.Background(), tc.args, &out, &errb); code != exitOK || out.Len() == 0 {
+				t.Errorf("%v: exit %d with %d bytes of output", tc.args, code, out.Len())
+			}
+		}
+	}
+}
+
+var errFull = errors.New("no space left on device (test)")
+
+// failingWriter fails every write, as /dev/full does.
+type failingWriter struct{}
+
+func (failingWriter) Write([]byte) (int, error) { return 0, errFull }

@@ -9,6 +9,7 @@ package main
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -20,6 +21,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/arpatch/arpatch/internal/errwriter"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/statedir"
 	"github.com/arpatch/arpatch/kernels"
@@ -96,18 +98,35 @@ func usagef(format string, args ...any) error {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
-	app := newApp(stdout, stderr)
+	// Every command's output goes through one writer that keeps its first
+	// error, so that a table, report or help text that could not be
+	// written (a full disk, a closed file) fails the run instead of
+	// exiting 0 with a short output. (Progress goes to stderr, which is
+	// not wrapped: its terminal test needs the *os.File.)
+	out := errwriter.New(stdout)
+	app := newApp(out, stderr)
 	argv, err := interspersed(app, args)
 	if err == nil {
 		err = app.RunContext(ctx, argv)
 	}
 	err = unknownCommand(app, args, err)
-	if err == nil {
-		return exitOK
+	code, msg := exitOK, ""
+	if err != nil {
+		code, msg = exitCode(err), err.Error()
+		if ctx.Err() != nil && code != exitUsage {
+			code, msg = interrupted(msg)
+		}
 	}
-	code, msg := exitCode(err), err.Error()
-	if ctx.Err() != nil && code != exitUsage {
-		code, msg = interrupted(msg)
+	if werr := out.Err(); werr != nil {
+		const lost = "standard output is incomplete: "
+		switch {
+		case err == nil:
+			code, msg = exitInfra, lost+werr.Error()
+		case errors.Is(err, werr): // the command stopped at the failed write
+			code, msg = exitInfra, lost+msg
+		default: // the command's own failure keeps its code
+			msg += "\narpatch: " + lost + werr.Error()
+		}
 	}
 	if msg != "" {
 		fmt.Fprintln(stderr, "arpatch: "+msg)
@@ -155,7 +174,8 @@ Exit codes:
    3  drift (nightly): no series of the family applies to upstream
    4  infrastructure (bench, nightly): a fetch, build or server failed, a
       server answered nothing, another nightly holds the history, the
-      history could not be read or written; and any command (apply, build,
+      history could not be read or written; any command that could not
+      write its standard output (a full disk); and any command (apply, build,
       ab, bench, bench allreduce, tune allreduce, doctor, nightly...) that
       a signal (SIGINT, SIGTERM, SIGHUP) interrupted: its message starts
       "interrupted" and says what was stopped or left; a partial table or
