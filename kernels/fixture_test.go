@@ -218,21 +218,15 @@ func makeUpstream(t testing.TB, up string, l layout, sized bool) (string, error)
 
 // upstreams holds each layout's fixture upstream, made by the first test
 // that asks and shared read-only by the rest (each clones its own
-// checkout from it); TestMain closes it. Its objects are packed, as a
-// real mirror's are, so a clone links two object files instead of making
-// a directory per loose object. One per test (about 20) wrote about 1,400
-// files and directories of the package's 5,500.
+// checkout from it); TestMain closes it. One per test (about 20) wrote
+// about 1,400 files and directories of the package's 5,500.
 var upstreams testrepo.Shared
 
 // sharedUpstream returns l's shared upstream repository and its commit.
 func sharedUpstream(t testing.TB, l layout) (up, commit string) {
 	t.Helper()
 	up, commit, err := upstreams.Get(l.name+" "+digest.SHA256Hex([]byte(l.dir + "\n" + l.cmake + "\n" + l.more))[:12], func(dir string) (string, error) {
-		c, err := makeUpstream(t, dir, l, false)
-		if err != nil {
-			return "", err
-		}
-		return c, testrepo.Pack(dir)
+		return makeUpstream(t, dir, l, false)
 	})
 	if err != nil {
 		t.Fatal(err)

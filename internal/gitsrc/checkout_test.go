@@ -60,8 +60,8 @@ func richFixture(t *testing.T, packed bool) (dir, commit string) {
 			}
 		}
 		commit, err := testrepo.Init(dir)
-		if err == nil && packed {
-			err = testrepo.Pack(dir)
+		if err == nil && !packed {
+			err = testrepo.Unpack(dir)
 		}
 		return commit, err
 	})

@@ -176,7 +176,11 @@ func TestFollowInShallowClone(t *testing.T) {
 	mid := h.step("move x", map[string]string{"a/x.txt": "", "b/x.txt": body(12, "")})
 	last := h.step("later", map[string]string{"r": "r\n"})
 	// Cut the history at last, as git clone --depth 1 leaves it: the
-	// commit before it is not in the object store.
+	// commit before it is not in the object store (its objects loose, to
+	// remove the one).
+	if err := testrepo.Unpack(h.dir); err != nil {
+		t.Fatal(err)
+	}
 	if err := os.Remove(filepath.Join(h.dir, ".git", "objects", mid[:2], mid[2:])); err != nil {
 		t.Fatal(err)
 	}

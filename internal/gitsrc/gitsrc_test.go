@@ -47,7 +47,7 @@ func TestCloneLocalHardlinksAndChecksOut(t *testing.T) {
 	if !info.Local {
 		t.Error("a local path was not cloned locally")
 	}
-	// Loose objects of the source are shared, not copied.
+	// The source's object files are shared, not copied.
 	var linked int
 	err = filepath.WalkDir(filepath.Join(dst, ".git", "objects"), func(p string, d fs.DirEntry, err error) error {
 		if err == nil && d.Type().IsRegular() {

@@ -15,9 +15,9 @@ import (
 // Shared holds fixture repositories that a test binary makes once and its
 // tests share read-only: they clone from them, read them, compare them
 // before and after, but never commit to them. Making a small fixture
-// repository writes about 50 files and directories (a directory and a file
-// per loose object); on a file system that pays for every recently
-// deleted inode at each creation, one per test adds up. TestMain calls Run
+// repository writes its tree and about 20 files and directories of git's;
+// on a file system that pays for every recently deleted inode at each
+// creation, one per test adds up. TestMain calls Run
 // (or Close after the tests). The zero value is ready to use.
 type Shared struct {
 	mu    sync.Mutex

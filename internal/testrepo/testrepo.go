@@ -19,6 +19,7 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
+	"github.com/go-git/go-git/v5/storage/filesystem"
 )
 
 var sig = &object.Signature{Name: "arpatch fixture", Email: "fixture@arpatch.invalid", When: time.Date(2026, 4, 3, 12, 0, 0, 0, time.UTC)}
@@ -33,7 +34,12 @@ func Init(dir string) (string, error) {
 }
 
 // Commit stages every change in dir (additions, edits, deletions) and
-// commits it, returning the 40-hex commit.
+// commits it, returning the 40-hex commit. The objects the commit adds go
+// into one new pack (objects/pack/pack-*.pack and .idx, undeltified), not
+// one loose file and directory each as go-git writes them: a fixture
+// repository is packed, as a mirror or a fresh clone is, and making it
+// creates two files per commit. Objects already in the repository are not
+// written again. The commit hash is the same either way.
 func Commit(dir, msg string) (string, error) {
 	r, err := git.PlainOpen(dir)
 	if err != nil {
@@ -43,6 +49,17 @@ func Commit(dir, msg string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	fs, ok := r.Storer.(*filesystem.Storage)
+	if !ok {
+		return "", fmt.Errorf("%s: not a repository on disk", dir)
+	}
+	ps := &packingStorage{Storage: fs, added: map[plumbing.Hash]plumbing.EncodedObject{}}
+	if r, err = git.Open(ps, w.Filesystem); err != nil {
+		return "", err
+	}
+	if w, err = r.Worktree(); err != nil {
+		return "", err
+	}
 	if err := w.AddWithOptions(&git.AddOptions{All: true}); err != nil {
 		return "", err
 	}
@@ -50,7 +67,89 @@ func Commit(dir, msg string) (string, error) {
 	if err != nil {
 		return "", err
 	}
+	if _, err := writePack(fs, ps, ps.order, 0); err != nil {
+		return "", fmt.Errorf("%s: packing commit %s: %w", dir, h, err)
+	}
 	return h.String(), nil
+}
+
+// packingStorage is a repository's storage that keeps the objects set in
+// it in memory (in order, each once, leaving out those the repository
+// already has) until Commit writes them as one pack.
+type packingStorage struct {
+	*filesystem.Storage
+	added map[plumbing.Hash]plumbing.EncodedObject
+	order []plumbing.Hash
+}
+
+func (s *packingStorage) SetEncodedObject(o plumbing.EncodedObject) (plumbing.Hash, error) {
+	if o.Type() == plumbing.OFSDeltaObject || o.Type() == plumbing.REFDeltaObject {
+		return plumbing.ZeroHash, plumbing.ErrInvalidType
+	}
+	h := o.Hash()
+	if _, ok := s.added[h]; !ok && s.Storage.HasEncodedObject(h) != nil {
+		s.added[h] = o
+		s.order = append(s.order, h)
+	}
+	return h, nil
+}
+
+func (s *packingStorage) EncodedObject(t plumbing.ObjectType, h plumbing.Hash) (plumbing.EncodedObject, error) {
+	if o, ok := s.added[h]; ok {
+		if t != plumbing.AnyObject && o.Type() != t {
+			return nil, plumbing.ErrObjectNotFound
+		}
+		return o, nil
+	}
+	return s.Storage.EncodedObject(t, h)
+}
+
+func (s *packingStorage) HasEncodedObject(h plumbing.Hash) error {
+	if _, ok := s.added[h]; ok {
+		return nil
+	}
+	return s.Storage.HasEncodedObject(h)
+}
+
+func (s *packingStorage) EncodedObjectSize(h plumbing.Hash) (int64, error) {
+	if o, ok := s.added[h]; ok {
+		return o.Size(), nil
+	}
+	return s.Storage.EncodedObjectSize(h)
+}
+
+func (s *packingStorage) IterEncodedObjects(t plumbing.ObjectType) (storer.EncodedObjectIter, error) {
+	stored, err := s.Storage.IterEncodedObjects(t)
+	if err != nil {
+		return nil, err
+	}
+	var added []plumbing.EncodedObject
+	for _, h := range s.order {
+		if o := s.added[h]; t == plumbing.AnyObject || o.Type() == t {
+			added = append(added, o)
+		}
+	}
+	return storer.NewMultiEncodedObjectIter([]storer.EncodedObjectIter{storer.NewEncodedObjectSliceIter(added), stored}), nil
+}
+
+// writePack writes the objects hashes (read from objs) as one pack into
+// the repository's storage fs, deltified within a window of window
+// objects (0: none), and returns the pack's checksum, which names it
+// (pack-<checksum>.pack). No objects, no pack: it returns the zero hash.
+func writePack(fs *filesystem.Storage, objs storer.EncodedObjectStorer, hashes []plumbing.Hash, window uint) (plumbing.Hash, error) {
+	if len(hashes) == 0 {
+		return plumbing.ZeroHash, nil
+	}
+	w, err := fs.PackfileWriter()
+	if err != nil {
+		return plumbing.ZeroHash, err
+	}
+	sum, err := packfile.NewEncoder(w, objs, false).Encode(hashes, window)
+	if err != nil {
+		_ = w.Close() // the encoder's error is the one to report
+		return plumbing.ZeroHash, err
+	}
+	return sum, w.Close()
 }
 
 // WriteFiles writes files (slash paths relative to dir) with their
@@ -131,38 +230,31 @@ func RandomEdit(rng *rand.Rand, lines []string, tag string) []string {
 
 // Pack puts every object of the repository at dir into one pack (go-git's
 // pack encoder, which deltifies within a window of 10) and removes the
-// loose objects, as a clone from a server or `git gc` leaves a
-// repository. (go-git's RepackObjects cannot: its object walker fails on
-// a tree holding a symlink.)
-func Pack(dir string) (err error) {
-	r, err := git.PlainOpen(dir)
+// loose objects and the other packs, as `git gc` leaves a repository.
+// (go-git's RepackObjects cannot: its object walker fails on a tree
+// holding a symlink.)
+func Pack(dir string) error {
+	r, fs, err := openStorage(dir)
 	if err != nil {
 		return err
 	}
 	var hashes []plumbing.Hash
+	seen := map[plumbing.Hash]bool{}
 	iter, err := r.Storer.IterEncodedObjects(plumbing.AnyObject)
 	if err != nil {
 		return err
 	}
 	if err := iter.ForEach(func(o plumbing.EncodedObject) error {
-		hashes = append(hashes, o.Hash())
+		if h := o.Hash(); !seen[h] {
+			seen[h] = true
+			hashes = append(hashes, h)
+		}
 		return nil
 	}); err != nil {
 		return err
 	}
-	pw, ok := r.Storer.(storer.PackfileWriter)
-	if !ok {
-		return fmt.Errorf("%s: go-git cannot write packs here", dir)
-	}
-	w, err := pw.PackfileWriter()
+	sum, err := writePack(fs, fs, hashes, 10)
 	if err != nil {
-		return err
-	}
-	if _, err := packfile.NewEncoder(w, r.Storer, false).Encode(hashes, 10); err != nil {
-		_ = w.Close() // the encoder's error is the one to report
-		return err
-	}
-	if err := w.Close(); err != nil {
 		return err
 	}
 	loose, err := filepath.Glob(filepath.Join(dir, ".git", "objects", "[0-9a-f][0-9a-f]"))
@@ -172,6 +264,57 @@ func Pack(dir string) (err error) {
 	for _, d := range loose {
 		if err := os.RemoveAll(d); err != nil {
 			return err
+		}
+	}
+	return removePacks(dir, "pack-"+sum.String())
+}
+
+// Unpack writes every object of the repository at dir loose (a file per
+// object in a directory per first byte, as go-git writes them) and
+// removes its packs: the repository a test needs that reads loose
+// objects or removes one.
+func Unpack(dir string) error {
+	_, fs, err := openStorage(dir)
+	if err != nil {
+		return err
+	}
+	iter, err := fs.IterEncodedObjects(plumbing.AnyObject)
+	if err != nil {
+		return err
+	}
+	if err := iter.ForEach(func(o plumbing.EncodedObject) error {
+		_, err := fs.SetEncodedObject(o)
+		return err
+	}); err != nil {
+		return err
+	}
+	return removePacks(dir, "")
+}
+
+func openStorage(dir string) (*git.Repository, *filesystem.Storage, error) {
+	r, err := git.PlainOpen(dir)
+	if err != nil {
+		return nil, nil, err
+	}
+	fs, ok := r.Storer.(*filesystem.Storage)
+	if !ok {
+		return nil, nil, fmt.Errorf("%s: not a repository on disk", dir)
+	}
+	return r, fs, nil
+}
+
+// removePacks removes the files of every pack in dir's repository but
+// the one named keep ("pack-<checksum>"; "" keeps none).
+func removePacks(dir, keep string) error {
+	files, err := filepath.Glob(filepath.Join(dir, ".git", "objects", "pack", "pack-*"))
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		if base := filepath.Base(f); keep == "" || strings.TrimSuffix(base, filepath.Ext(base)) != keep {
+			if err := os.Remove(f); err != nil {
+				return err
+			}
 		}
 	}
 	return nil

@@ -1,0 +1,146 @@
+package testrepo
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	git "github.com/go-git/go-git/v5"
+	"github.com/go-git/go-git/v5/plumbing"
+)
+
+// looseAndPacks counts the loose-object directories and the packs of the
+// repository at dir.
+func looseAndPacks(t *testing.T, dir string) (loose, packs int) {
+	t.Helper()
+	l, err := filepath.Glob(filepath.Join(dir, ".git", "objects", "[0-9a-f][0-9a-f]"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	p, err := filepath.Glob(filepath.Join(dir, ".git", "objects", "pack", "pack-*.pack"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	return len(l), len(p)
+}
+
+// fsck runs `git fsck --strict` on dir where git is installed, and
+// checks that git's HEAD is head.
+func fsck(t *testing.T, dir, head string) {
+	t.Helper()
+	if _, err := exec.LookPath("git"); err != nil {
+		return
+	}
+	if out, err := exec.Command("git", "-C", dir, "fsck", "--strict", "--no-dangling").CombinedOutput(); err != nil {
+		t.Errorf("git fsck: %v\n%s", err, out)
+	}
+	out, err := exec.Command("git", "-C", dir, "rev-parse", "HEAD").Output()
+	if got := strings.TrimSpace(string(out)); err != nil || got != head {
+		t.Errorf("git rev-parse HEAD = %q (%v), want %s", got, err, head)
+	}
+}
+
+// Commit writes one pack per commit and no loose object, with the commit
+// hashes go-git's own loose commits of the same trees get; Unpack and
+// Pack turn the objects loose and back into one pack; git reads all three.
+func TestCommitPacksWithGoGitsHashes(t *testing.T) {
+	steps := []map[string]string{
+		{"a/b/c.txt": "one\n", "a/d.txt": "d\n", "top.txt": "top\n"},
+		{"a/b/c.txt": "two\n", "e/f.txt": "new\n"},
+		{"a/d.txt": "", "top.txt": "top\n"}, // a deletion; top.txt unchanged
+		{},                                  // an empty commit
+	}
+	packed, plain := t.TempDir(), t.TempDir()
+	if _, err := git.PlainInit(plain, false); err != nil {
+		t.Fatal(err)
+	}
+	var commits []string
+	for i, files := range steps {
+		var c string
+		var err error
+		if i == 0 {
+			if err = WriteFiles(packed, files); err == nil {
+				c, err = Init(packed)
+			}
+		} else {
+			c, err = Change(packed, "step", files)
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		commits = append(commits, c)
+		if loose, packs := looseAndPacks(t, packed); loose != 0 || packs != i+1 {
+			t.Errorf("after commit %d: %d loose-object directories, %d packs; want 0 and %d", i, loose, packs, i+1)
+		}
+
+		// The same tree committed by go-git alone, objects loose.
+		msg := "step"
+		if i == 0 {
+			msg = "fixture: initial tree"
+		}
+		for p, content := range files {
+			if content == "" {
+				if err := os.Remove(filepath.Join(plain, p)); err != nil {
+					t.Fatal(err)
+				}
+				delete(files, p)
+			}
+		}
+		if err := WriteFiles(plain, files); err != nil {
+			t.Fatal(err)
+		}
+		r, err := git.PlainOpen(plain)
+		if err != nil {
+			t.Fatal(err)
+		}
+		w, err := r.Worktree()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := w.AddWithOptions(&git.AddOptions{All: true}); err != nil {
+			t.Fatal(err)
+		}
+		h, err := w.Commit(msg, &git.CommitOptions{Author: sig, Committer: sig, AllowEmptyCommits: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.String() != c {
+			t.Errorf("commit %d: %s, go-git alone gives %s", i, c, h)
+		}
+	}
+	fsck(t, packed, commits[len(commits)-1])
+
+	if err := Unpack(packed); err != nil {
+		t.Fatal(err)
+	}
+	if loose, packs := looseAndPacks(t, packed); loose == 0 || packs != 0 {
+		t.Errorf("after Unpack: %d loose-object directories, %d packs; want some and 0", loose, packs)
+	}
+	fsck(t, packed, commits[len(commits)-1])
+
+	if err := Pack(packed); err != nil {
+		t.Fatal(err)
+	}
+	if loose, packs := looseAndPacks(t, packed); loose != 0 || packs != 1 {
+		t.Errorf("after Pack: %d loose-object directories, %d packs; want 0 and 1", loose, packs)
+	}
+	// Packing a packed repository again keeps its one pack.
+	if err := Pack(packed); err != nil {
+		t.Fatal(err)
+	}
+	if loose, packs := looseAndPacks(t, packed); loose != 0 || packs != 1 {
+		t.Errorf("after a second Pack: %d loose-object directories, %d packs; want 0 and 1", loose, packs)
+	}
+	fsck(t, packed, commits[len(commits)-1])
+	r, err := git.PlainOpen(packed)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range commits {
+		if _, err := r.CommitObject(plumbing.NewHash(c)); err != nil {
+			t.Errorf("commit %s after Pack: %v", c, err)
+		}
+	}
+}
