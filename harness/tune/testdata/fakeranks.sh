@@ -12,7 +12,8 @@
 # "started" to FILE and blocks (a hang, or a run to interrupt). Anything
 # else goes to the fake toolchain's python3.
 if [ "$1 $2" != "-m torch.distributed.run" ]; then
-  exec "$(dirname "$(command -v nvcc)")/python3" "$@"
+  nvcc=$(command -v nvcc)
+  exec "${nvcc%/*}/python3" "$@"
 fi
 ws=2; probe=""; first=""
 while [ $# -gt 0 ]; do
@@ -38,7 +39,10 @@ if [ -n "$probe" ]; then
   fi
 fi
 # The lists are comma-separated: split them by the shell, with no process.
-IFS=,
+# The records go to $out through one redirection of the whole loop; a
+# blocked case leaves it, so that the sleep holds the ranks' stdout as a
+# hung rank would.
+IFS=,; block=
 for impl in $impls; do
   bs=$branches; [ "$impl" = nccl ] && bs=-
   for b in $bs; do
@@ -59,9 +63,8 @@ for impl in $impls; do
       esac
       for m in $modes; do
         if [ -n "$FAKE_AR_BLOCK" ] && [ -n "$first" ]; then
-          echo "{\"event\": \"start\", \"impl\": \"$impl\", \"branch\": \"$b\", \"bytes\": $s, \"mode\": \"$m\"}" >> "$out"
-          echo started > "$FAKE_AR_BLOCK"
-          exec sleep 300
+          block="{\"event\": \"start\", \"impl\": \"$impl\", \"branch\": \"$b\", \"bytes\": $s, \"mode\": \"$m\"}"
+          break 4
         fi
         first=1
         if [ "$alg" = "$FAKE_AR_WRONG_ALGO" ]; then
@@ -71,9 +74,14 @@ for impl in $impls; do
         else
           r="\"ok\": true, \"median_us\": $us, \"p10_us\": $us, \"p90_us\": $us"
         fi
-        echo "{\"event\": \"result\", \"impl\": \"$impl\", \"branch\": \"$b\", \"bytes\": $s, \"mode\": \"$m\", $r}" >> "$out"
+        echo "{\"event\": \"result\", \"impl\": \"$impl\", \"branch\": \"$b\", \"bytes\": $s, \"mode\": \"$m\", $r}"
       done
     done
   done
-done
+done >> "$out"
+if [ -n "$block" ]; then
+  echo "$block" >> "$out"
+  echo started > "$FAKE_AR_BLOCK"
+  exec sleep 300
+fi
 echo '{"event": "done"}' >> "$out"
