@@ -207,39 +207,74 @@ func fakeTorchrun(t *testing.T, body, tail string) string {
 	return p
 }
 
+// onLine is an Options.Log that calls fn once the output holds line as a
+// whole line. Execute writes to it from one goroutine.
+type onLine struct {
+	line   string
+	fn     func()
+	output strings.Builder
+	called bool
+}
+
+func (w *onLine) Write(p []byte) (int, error) {
+	w.output.Write(p)
+	if !w.called && strings.Contains("\n"+w.output.String(), "\n"+w.line+"\n") {
+		w.called = true
+		w.fn()
+	}
+	return len(p), nil
+}
+
 func TestExecuteHangAndDeath(t *testing.T) {
 	env := `{"event": "env", "world_size": 2, "devices": 2, "device": "Fake GPU"}` + "\n"
 	ok := `{"event": "start", "impl": "nccl", "branch": "-", "bytes": 4096, "mode": "eager"}` + "\n" +
 		`{"event": "result", "impl": "nccl", "branch": "-", "bytes": 4096, "mode": "eager", "ok": true, "median_us": 30.5, "p10_us": 30, "p90_us": 31}` + "\n"
 	hang := `{"event": "start", "impl": "nccl", "branch": "-", "bytes": 4096, "mode": "graph"}` + "\n"
 
+	// The fake ranks print ready once they have written the lines above,
+	// then hang.
+	const ready = "fake ranks: lines written"
+	hangs := "echo '" + ready + "'; sleep 60"
+
 	t.Run("hang", func(t *testing.T) {
 		t.Parallel() // waits out a real timeout; overlaps the other wait
-		py := fakeTorchrun(t, env+ok+hang, "sleep 60")
-		start := time.Now()
-		run, err := Execute(context.Background(), Options{Python: py, WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Timeout: 2 * time.Second})
-		if err != nil {
-			t.Fatal(err)
-		}
-		if time.Since(start) > 20*time.Second {
-			t.Errorf("the timeout did not stop the run (%s)", time.Since(start))
-		}
-		if run.Exit != "timeout" || run.Hang == nil || run.Hang.Mode != "graph" || len(run.Results) != 2 || run.Results[1].Status() != "HANG" {
-			t.Errorf("run = %+v", run)
-		}
-		if run.Env.Device != "Fake GPU" || run.NCCL.Transports["P2P"] != 1 {
-			t.Errorf("env %+v nccl %+v", run.Env, run.NCCL)
+		py := fakeTorchrun(t, env+ok+hang, hangs)
+		// The timeout must fall after the fake ranks have written their
+		// lines (a few milliseconds; longer on a loaded machine): a run
+		// whose ranks were stopped before they printed ready is tried
+		// again with twice the timeout. What is checked does not depend
+		// on the timeout's length.
+		for timeout := 100 * time.Millisecond; ; timeout *= 2 {
+			start := time.Now()
+			run, err := Execute(context.Background(), Options{Python: py, WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Timeout: timeout})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if time.Since(start) > timeout+18*time.Second {
+				t.Errorf("the %s timeout did not stop the run (%s)", timeout, time.Since(start))
+			}
+			if !slices.Contains(run.Output, ready) && timeout < 8*time.Second {
+				continue
+			}
+			if run.Exit != "timeout" || run.Hang == nil || run.Hang.Mode != "graph" || len(run.Results) != 2 || run.Results[1].Status() != "HANG" {
+				t.Errorf("run = %+v", run)
+			}
+			if run.Env.Device != "Fake GPU" || run.NCCL.Transports["P2P"] != 1 {
+				t.Errorf("env %+v nccl %+v", run.Env, run.NCCL)
+			}
+			break
 		}
 	})
 	t.Run("interrupted", func(t *testing.T) {
-		t.Parallel() // waits out a real timeout; overlaps the other wait
+		t.Parallel() // a real process; overlaps the other wait
 		// The caller's context ends first (Ctrl-C, or a deadline of its
 		// own): the run says "interrupted", not "timeout", and keeps what
-		// was read.
-		py := fakeTorchrun(t, env+ok+hang, "sleep 60")
-		ctx, cancel := context.WithTimeout(context.Background(), 500*time.Millisecond)
+		// was read. The context ends once the fake ranks say they have
+		// written their lines.
+		py := fakeTorchrun(t, env+ok+hang, hangs)
+		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
-		run, err := Execute(ctx, Options{Python: py, WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Timeout: time.Hour})
+		run, err := Execute(ctx, Options{Python: py, WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Timeout: time.Hour, Log: &onLine{line: ready, fn: cancel}})
 		if err != nil {
 			t.Fatal(err)
 		}
