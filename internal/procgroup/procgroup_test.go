@@ -150,9 +150,12 @@ func allGone(t *testing.T, alive *os.File, limit time.Duration) string {
 
 // TestCancelKillsGroup: a child and its grandchild that both ignore
 // SIGTERM are gone once Wait returns, after the grace period and not much
-// later; Wait reports the context's error.
+// later; Wait reports the context's error. (A SIGKILL that came first
+// would end Wait within milliseconds of the cancel: 100 ms tells the two
+// apart.)
 func TestCancelKillsGroup(t *testing.T) {
-	const grace = 300 * time.Millisecond
+	t.Parallel() // waits out the grace period; overlaps the other wait (after TestNoLeak)
+	const grace = 100 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	c, alive := start(t, ctx, grace, "ignore-term")
 	done := make(chan error, 1)
@@ -253,7 +256,8 @@ func TestTermEndsGroupEarly(t *testing.T) {
 // SIGTERM holds it, Wait still returns within the grace period and the
 // grandchild is killed.
 func TestWaitDelayClosesHeldPipe(t *testing.T) {
-	const grace = 300 * time.Millisecond
+	t.Parallel() // waits out the grace period; overlaps the other wait (after TestNoLeak)
+	const grace = 100 * time.Millisecond
 	ctx, cancel := context.WithCancel(context.Background())
 	c, alive := helper(t, ctx, grace, "")
 	pr, pw := io.Pipe()
@@ -317,7 +321,10 @@ func TestExitStatusPassesThrough(t *testing.T) {
 }
 
 // TestNoLeak: runs, cancelled or not, leave no goroutine and no open
-// file descriptor behind.
+// file descriptor behind. The cancelled runs' child ignores SIGTERM, so
+// each waits out its grace period and is killed, through WaitDelay; how
+// long the grace is does not matter to what is left behind. It runs alone
+// (not parallel): other tests' goroutines and descriptors would count.
 func TestNoLeak(t *testing.T) {
 	fds := func() int {
 		e, err := os.ReadDir("/proc/self/fd")
@@ -329,7 +336,7 @@ func TestNoLeak(t *testing.T) {
 	round := func() {
 		t.Run("cancel", func(t *testing.T) { // the test's own pipes close at its end
 			ctx, cancel := context.WithCancel(context.Background())
-			c, alive := start(t, ctx, 200*time.Millisecond, "ignore-term")
+			c, alive := start(t, ctx, 10*time.Millisecond, "ignore-term")
 			cancel()
 			if err := c.Wait(); !errors.Is(err, context.Canceled) {
 				t.Fatal(err)
