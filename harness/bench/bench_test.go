@@ -21,12 +21,29 @@ import (
 	"github.com/arpatch/arpatch/internal/procgroup"
 )
 
+// serve serves an in-test server over loopback (paced by instant).
 func serve(t *testing.T, cfg sglangtest.Config) (*sglangtest.Server, string) {
 	t.Helper()
+	cfg = instant(cfg)
 	s := sglangtest.New(cfg)
 	ts := httptest.NewServer(s)
 	t.Cleanup(ts.Close)
 	return s, ts.URL
+}
+
+// instant paces an in-test server for the tests that run Run over
+// loopback, on the wall clock, and assert no timing (verdicts,
+// agreement, failures): unless cfg sets them, every token is due at once
+// (TTFT 1 ns, 1e9 tok/s), so a stream is sent as fast as the client reads
+// it and these tests wait on nothing but their own work.
+func instant(cfg sglangtest.Config) sglangtest.Config {
+	if cfg.TokPerSec == 0 {
+		cfg.TokPerSec = 1e9
+	}
+	if cfg.TTFT == 0 {
+		cfg.TTFT = time.Nanosecond
+	}
+	return cfg
 }
 
 // serveOn serves an in-test server on an in-memory network (a test in a
@@ -90,8 +107,8 @@ func testRunVerdicts(t *testing.T) {
 // never a (zero) speed.
 func TestRunCountsFailures(t *testing.T) {
 	t.Parallel() // real sockets and clock, but no timing asserted: waits overlap
-	_, b := serve(t, sglangtest.Config{TokPerSec: 2000, HTTP500Every: 3})
-	_, ok := serve(t, sglangtest.Config{TokPerSec: 2000})
+	_, b := serve(t, sglangtest.Config{HTTP500Every: 3})
+	_, ok := serve(t, sglangtest.Config{})
 	res, err := Run(context.Background(), Options{
 		Arms:    []Arm{{Name: "baseline", URL: ok}, {Name: "flaky", URL: b}},
 		Prompts: workload.Take(workload.Builtin(), 6), MaxNewTokens: 12, Trials: 2,
@@ -104,8 +121,8 @@ func TestRunCountsFailures(t *testing.T) {
 		t.Errorf("HTTP 500 every 3rd request: %d errors in 6, warnings %v", e, a.Warnings)
 	}
 	for name, cfg := range map[string]sglangtest.Config{
-		"the stream ended before [DONE]": {TokPerSec: 2000, DropAfter: 2},
-		"malformed chunk":                {TokPerSec: 2000, Malformed: true},
+		"the stream ended before [DONE]": {DropAfter: 2},
+		"malformed chunk":                {Malformed: true},
 	} {
 		_, u := serve(t, cfg)
 		_, err := Run(context.Background(), Options{
@@ -125,7 +142,7 @@ func TestRunCountsFailures(t *testing.T) {
 }
 
 func TestAcceptLengthOneWarns(t *testing.T) {
-	_, b := serve(t, sglangtest.Config{TokPerSec: 2000, AcceptLength: 1})
+	_, b := serve(t, sglangtest.Config{AcceptLength: 1})
 	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}}, Prompts: []string{"a", "b"}, MaxNewTokens: 8, Trials: 1, SpecAlgorithm: "EAGLE3"})
 	if err != nil {
 		t.Fatal(err)
@@ -136,7 +153,7 @@ func TestAcceptLengthOneWarns(t *testing.T) {
 }
 
 func TestPreflightStops(t *testing.T) {
-	_, b := serve(t, sglangtest.Config{TokPerSec: 2000})
+	_, b := serve(t, sglangtest.Config{})
 	slowCustom := func(ctx context.Context) (*allreduce.Report, error) {
 		v := allreduce.Verify{Count: 122, Bytes: 40960}
 		run := &allreduce.Run{Exit: "ok", Results: []allreduce.Result{

@@ -31,10 +31,10 @@ func warnings(a *ArmResult) string { return strings.Join(a.Warnings, "\n") }
 // message names the baseline's failure.
 func TestBaselineThatCannotBeCompared(t *testing.T) {
 	t.Parallel() // real sockets and clock, but no timing asserted: waits overlap
-	_, other := serve(t, sglangtest.Config{TokPerSec: 3000, Variant: "other", TTFT: time.Millisecond})
+	_, other := serve(t, sglangtest.Config{Variant: "other"})
 	for name, cfg := range map[string]sglangtest.Config{
-		"aborted": {TokPerSec: 3000, AbortEvery: 1, TTFT: time.Millisecond},
-		"empty":   {TokPerSec: 3000, Empty: true, TTFT: time.Millisecond},
+		"aborted": {AbortEvery: 1},
+		"empty":   {Empty: true},
 	} {
 		_, b := serve(t, cfg)
 		res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: other}},
@@ -55,8 +55,8 @@ func TestBaselineThatCannotBeCompared(t *testing.T) {
 		}
 	}
 	// A valid arm against an INVALID baseline has no speed verdict.
-	_, b := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, Variant: "a"})
-	_, same := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, Variant: "a"})
+	_, b := serve(t, sglangtest.Config{Variant: "a"})
+	_, same := serve(t, sglangtest.Config{Variant: "a"})
 	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: same}},
 		Prompts: []string{"a", "b"}, MaxNewTokens: 8, Trials: 2, AgreeThreshold: 0.9})
 	if err != nil {
@@ -73,8 +73,8 @@ func TestBaselineThatCannotBeCompared(t *testing.T) {
 // them: INVALID, with the first abort's message, not "no change".
 func TestAbortsAreFailures(t *testing.T) {
 	t.Parallel() // real sockets and clock, but no timing asserted: waits overlap
-	_, b := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond})
-	_, ab := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, AbortEvery: 2})
+	_, b := serve(t, sglangtest.Config{})
+	_, ab := serve(t, sglangtest.Config{AbortEvery: 2})
 	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: ab}},
 		Prompts: workload.Take(workload.Builtin(), 8), MaxNewTokens: 24, Trials: 2})
 	if err != nil {
@@ -87,7 +87,7 @@ func TestAbortsAreFailures(t *testing.T) {
 	}
 	// Every request aborted: the server answered, so the arm is INVALID,
 	// not an infrastructure failure.
-	_, all := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, AbortEvery: 1})
+	_, all := serve(t, sglangtest.Config{AbortEvery: 1})
 	res, err = Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: all}},
 		Prompts: []string{"a", "b"}, MaxNewTokens: 8, Trials: 1})
 	if err != nil || res.Arm("pcie").Verdict != Invalid {
@@ -99,8 +99,8 @@ func TestAbortsAreFailures(t *testing.T) {
 // output, read from /server_info) and in other chunks agree in full.
 func TestIncrementalStreamingAgrees(t *testing.T) {
 	t.Parallel() // real sockets and clock, but no timing asserted: waits overlap
-	_, b := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, TokensPerChunk: 1})
-	_, inc := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, TokensPerChunk: 3, Incremental: true})
+	_, b := serve(t, sglangtest.Config{TokensPerChunk: 1})
+	_, inc := serve(t, sglangtest.Config{TokensPerChunk: 3, Incremental: true})
 	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: inc}},
 		Prompts: workload.Take(workload.Builtin(), 8), MaxNewTokens: 40, Trials: 2})
 	if err != nil {
@@ -194,7 +194,7 @@ func TestOptionBounds(t *testing.T) {
 
 // A level above the prompts of a trial cannot fill: the result says so.
 func TestLevelAbovePrompts(t *testing.T) {
-	_, b := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond})
+	_, b := serve(t, sglangtest.Config{})
 	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}}, Prompts: []string{"a", "b"}, MaxNewTokens: 4, Trials: 1, Concurrency: []int{1, 2, 8}})
 	if err != nil {
 		t.Fatal(err)
@@ -207,8 +207,8 @@ func TestLevelAbovePrompts(t *testing.T) {
 // --agree-threshold 0 (and nightly's agree_threshold = 0) turn the output
 // check off, as the help says; Options left at zero keep 90%.
 func TestAgreeThresholdZeroIsOff(t *testing.T) {
-	_, b := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond})
-	_, other := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, Variant: "x"})
+	_, b := serve(t, sglangtest.Config{})
+	_, other := serve(t, sglangtest.Config{Variant: "x"})
 	o, err := FromRecipe(recipes.Bench{MaxNewTokens: 8, Trials: 1, NumPrompts: 2, SpeculativeNumSteps: 3, SpeculativeEagleTopK: 1, SpeculativeNumDraftTokens: 4, Concurrency: recipes.Levels{1}},
 		Overrides{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: other}}, Prompts: []string{"a", "b"}})
 	if err != nil || !o.AgreeOff {
@@ -244,11 +244,11 @@ func TestNaNThresholdRefused(t *testing.T) {
 func TestAgreementIndependentOfChunking(t *testing.T) {
 	t.Parallel() // real sockets and clock, but no timing asserted: waits overlap
 	for _, cb := range []int{1, 3} {
-		_, b := serve(t, sglangtest.Config{TokPerSec: 20000, TTFT: time.Millisecond, TokensPerChunk: cb})
+		_, b := serve(t, sglangtest.Config{TokensPerChunk: cb})
 		arms := []Arm{{Name: "baseline", URL: b}}
 		for _, ca := range []int{1, 2, 3, 4, 5} {
-			_, late := serve(t, sglangtest.Config{TokPerSec: 20000, TTFT: time.Millisecond, TokensPerChunk: ca, Variant: "late", DivergeAt: 32})
-			_, early := serve(t, sglangtest.Config{TokPerSec: 20000, TTFT: time.Millisecond, TokensPerChunk: ca, Variant: "early", DivergeAt: 20})
+			_, late := serve(t, sglangtest.Config{TokensPerChunk: ca, Variant: "late", DivergeAt: 32})
+			_, early := serve(t, sglangtest.Config{TokensPerChunk: ca, Variant: "early", DivergeAt: 20})
 			arms = append(arms, Arm{Name: fmt.Sprintf("late%d", ca), URL: late}, Arm{Name: fmt.Sprintf("early%d", ca), URL: early})
 		}
 		res, err := Run(context.Background(), Options{Arms: arms, Prompts: workload.Take(workload.Builtin(), 4), MaxNewTokens: 48, Trials: 2})
@@ -264,12 +264,12 @@ func TestAgreementIndependentOfChunking(t *testing.T) {
 	}
 }
 
-// misreport serves cfg's stream but answers /server_info with
-// incremental_streaming_output: says, as a server that misreports its
-// streaming mode.
+// misreport serves cfg's stream (paced by instant) but answers
+// /server_info with incremental_streaming_output: says, as a server that
+// misreports its streaming mode.
 func misreport(t *testing.T, cfg sglangtest.Config, says bool) string {
 	t.Helper()
-	inner := sglangtest.New(cfg)
+	inner := sglangtest.New(instant(cfg))
 	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 		if r.URL.Path == "/server_info" {
 			// An HTTP response: see .ci/errcheck-excludes.txt.
@@ -287,16 +287,16 @@ func misreport(t *testing.T, cfg sglangtest.Config, says bool) string {
 // (not "does not say", and not "is the server up?"), whole texts where it
 // says true (not an arm that "computes something else").
 func TestStreamModeMismatch(t *testing.T) {
-	_, b := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond})
+	_, b := serve(t, sglangtest.Config{})
 	for _, tc := range []struct {
 		name string
 		cfg  sglangtest.Config
 		says bool
 		want string
 	}{
-		{"deltas, says false", sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, TokensPerChunk: 2, Incremental: true}, false,
+		{"deltas, says false", sglangtest.Config{TokensPerChunk: 2, Incremental: true}, false,
 			"the server streams text deltas (--incremental-streaming-output) though /server_info says incremental_streaming_output: false; no output of this server can be read until its stream and its /server_info agree"},
-		{"whole texts, says true", sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond, TokensPerChunk: 2}, true,
+		{"whole texts, says true", sglangtest.Config{TokensPerChunk: 2}, true,
 			"the texts of the first 3 chunks each extend the one before: the server sends whole texts though /server_info says incremental_streaming_output: true; no output of this server can be read"},
 	} {
 		u := misreport(t, tc.cfg, tc.says)
@@ -315,8 +315,8 @@ func TestStreamModeMismatch(t *testing.T) {
 // A recipe's arm attached by URL keeps its env in the recipe, but
 // arpatch launches nothing for it: the result says so, loudly.
 func TestAttachedArmEnvWarned(t *testing.T) {
-	_, b := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond})
-	_, p := serve(t, sglangtest.Config{TokPerSec: 3000, TTFT: time.Millisecond})
+	_, b := serve(t, sglangtest.Config{})
+	_, p := serve(t, sglangtest.Config{})
 	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: p, Env: map[string]string{"SGLANG_FORCE_CUSTOM_AR_PCIE": "1"}}},
 		Prompts: []string{"a"}, MaxNewTokens: 8, Trials: 1})
 	if err != nil {
@@ -336,8 +336,8 @@ func TestAttachedArmEnvWarned(t *testing.T) {
 // two runs in one process use their own.
 func TestAgreeTokensOption(t *testing.T) {
 	t.Parallel() // real sockets and clock, but no timing asserted: waits overlap
-	_, b := serve(t, sglangtest.Config{TokPerSec: 20000, TTFT: time.Millisecond, TokensPerChunk: 3})
-	_, early := serve(t, sglangtest.Config{TokPerSec: 20000, TTFT: time.Millisecond, TokensPerChunk: 2, Variant: "early", DivergeAt: 20})
+	_, b := serve(t, sglangtest.Config{TokensPerChunk: 3})
+	_, early := serve(t, sglangtest.Config{TokensPerChunk: 2, Variant: "early", DivergeAt: 20})
 	for agree, invalid := range map[int]bool{16: false, 0: true, sglang.DefaultAgreeTokens: true} {
 		res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "early", URL: early}},
 			Prompts: workload.Take(workload.Builtin(), 4), MaxNewTokens: 48, Trials: 2, AgreeTokens: agree})
