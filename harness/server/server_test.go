@@ -11,8 +11,11 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"regexp"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -46,11 +49,12 @@ func TestMain(m *testing.M) {
 // fakeServer is a real subprocess for the launcher tests: it serves the
 // SGLang protocol through harness/sglangtest, and can misbehave on request.
 //
-//	fakeserver -port N [-start-delay 2s] [-exit-early] [-ignore-term] [-child PIDFILE]
+//	fakeserver -port N [-start-delay 2s] [-unready N] [-exit-early] [-ignore-term] [-child PIDFILE]
 func fakeServer(args []string) {
 	fs := flag.NewFlagSet("fakeserver", flag.ExitOnError)
 	port := fs.Int("port", 0, "port")
 	delay := fs.Duration("start-delay", 0, "answer /health_generate after this")
+	unready := fs.Int("unready", 0, "answer the first N /health_generate probes 503; log every probe's status")
 	exitEarly := fs.Bool("exit-early", false, "print an error and exit 3 before becoming ready")
 	ignoreTerm := fs.Bool("ignore-term", false, "ignore SIGTERM")
 	child := fs.String("child", "", "start a child process and write its pid and ours to this file")
@@ -81,8 +85,31 @@ func fakeServer(args []string) {
 	}
 	fmt.Println("server listening")
 	time.Sleep(10 * time.Millisecond)
-	fmt.Fprintln(os.Stderr, http.Serve(l, sglangtest.New(sglangtest.Config{TokPerSec: 500, StartDelay: *delay})))
+	var h http.Handler = sglangtest.New(sglangtest.Config{TokPerSec: 500, StartDelay: *delay})
+	if *unready > 0 {
+		h = unreadyFirst(*unready, h)
+	}
+	fmt.Fprintln(os.Stderr, http.Serve(l, h))
 	os.Exit(1)
+}
+
+// unreadyFirst answers the first n /health_generate probes 503 and the
+// rest 200, and prints each probe's status (to the server's log) before
+// answering it; h answers everything else.
+func unreadyFirst(n int, h http.Handler) http.Handler {
+	var probes atomic.Int64
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path != "/health_generate" {
+			h.ServeHTTP(w, r)
+			return
+		}
+		k, status := probes.Add(1), http.StatusOK
+		if k <= int64(n) {
+			status = http.StatusServiceUnavailable
+		}
+		fmt.Printf("health probe %d: %d\n", k, status)
+		w.WriteHeader(status)
+	})
 }
 
 func spec(t *testing.T, args ...string) Spec {
@@ -93,20 +120,26 @@ func spec(t *testing.T, args ...string) Spec {
 	}
 	// The grace is short: TestNothingLeftBehind waits it out twice for a
 	// server that ignores SIGTERM, and what it checks is that SIGKILL
-	// follows, not how late.
+	// follows, not how late (internal/procgroup's tests check the grace
+	// itself).
 	return Spec{Name: "arm", Argv: append([]string{fakeBin, "-port", strconv.Itoa(port)}, args...), Env: append(os.Environ(), fakeServerEnv+"=1"), Port: port,
-		LogPath: filepath.Join(t.TempDir(), "server.log"), ReadyTimeout: 10 * time.Second, PollInterval: 50 * time.Millisecond, Grace: 200 * time.Millisecond}
+		LogPath: filepath.Join(t.TempDir(), "server.log"), ReadyTimeout: 10 * time.Second, PollInterval: 50 * time.Millisecond, Grace: 20 * time.Millisecond}
 }
 
+// TestStartServeStop: Start returns once /health_generate answers 200,
+// not at an earlier answer (the server prints each probe's status before
+// answering it, so its log at Start's return holds every answer Start
+// saw); the server serves; Stop ends it; the log holds the command and
+// the server's output.
 func TestStartServeStop(t *testing.T) {
-	sp := spec(t, "-start-delay", "300ms")
-	start := time.Now()
+	sp := spec(t, "-unready", "2")
 	p, err := Start(context.Background(), sp)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if time.Since(start) < 300*time.Millisecond {
-		t.Error("ready before /health_generate said so")
+	probes, _ := os.ReadFile(sp.LogPath)
+	if got := regexp.MustCompile(`(?m)^health probe .*$`).FindAllString(string(probes), -1); !slices.Equal(got, []string{"health probe 1: 503", "health probe 2: 503", "health probe 3: 200"}) {
+		t.Errorf("Start returned after the probes %q, want two answered 503 and one 200", got)
 	}
 	s := sglang.NewClient(p.URL).Generate(context.Background(), 0, sglang.Request{Text: "hi", MaxNewTokens: 8})
 	if s.Err != "" || s.CompletionTokens != 8 {
@@ -139,9 +172,9 @@ func TestEarlyExitShowsLog(t *testing.T) {
 func TestNotReadyInTime(t *testing.T) {
 	t.Parallel() // waits out a timeout or a grace period; overlaps the other wait
 	sp := spec(t, "-start-delay", "1h")
-	sp.ReadyTimeout = 500 * time.Millisecond
+	sp.ReadyTimeout = 100 * time.Millisecond // how long does not matter to the error
 	_, err := Start(context.Background(), sp)
-	if err == nil || !strings.Contains(err.Error(), "was not ready after 500ms") {
+	if err == nil || !strings.Contains(err.Error(), "was not ready after 100ms") {
 		t.Errorf("err = %v", err)
 	}
 }
@@ -162,7 +195,7 @@ func TestNothingLeftBehind(t *testing.T) {
 						stop() // as Ctrl-C would, while the server loads
 						return
 					}
-					time.Sleep(20 * time.Millisecond)
+					time.Sleep(5 * time.Millisecond)
 				}
 			}()
 		}
@@ -184,8 +217,8 @@ func TestNothingLeftBehind(t *testing.T) {
 		for _, f := range strings.Fields(string(b)) {
 			pid, _ := strconv.Atoi(f)
 			// SIGKILL is delivered asynchronously: give the kernel a moment.
-			for i := 0; i < 100 && lockfile.Alive(pid); i++ {
-				time.Sleep(20 * time.Millisecond)
+			for i := 0; i < 400 && lockfile.Alive(pid); i++ {
+				time.Sleep(5 * time.Millisecond)
 			}
 			if lockfile.Alive(pid) {
 				t.Errorf("cancel=%v: process %d survived", cancel, pid)
