@@ -150,20 +150,31 @@ data: [DONE]
 // wall clock, decode tok/s is within 2% of the rate the server was told
 // to produce, TTFT is no less than the server's (the client cannot see a
 // chunk before it is sent), and the accept length is exactly the server's
-// tokens / verify count. The
-// server keeps an absolute schedule (no sleep drift accumulates); a short
-// request first opens the connection and runs the code paths once, as a
-// bench's warm-up does, so the measured one's first chunk does not pay
-// for them; and each measured request decodes for 6 s, so that the
-// 120 ms that 2% allows covers the scheduling delay of its first and last
-// chunk on a loaded machine (up to 120 ms seen at load average 24 on two
-// cores, where 4 s failed 2 runs of 5). The three run at once, in one
-// test: as parallel subtests, -parallel (GOMAXPROCS, 2 on two cores) ran
-// two, then the third, 12 s in all. How late
-// the first chunk may be read is the machine's speed, not the client's
-// logic: BenchmarkTimingSkew reports it (ttft-late-ms), and
-// TestMeasuredRateExact checks that TTFT is the first chunk's time,
-// exactly, on a virtual clock.
+// tokens / verify count. The server keeps an absolute schedule (no sleep
+// drift accumulates); a short request first opens the connection and
+// runs the code paths once, as a bench's warm-up does, so the measured
+// one's first chunk does not pay for them. The three streams run at once.
+//
+// What only the wall clock shows (TestMeasuredRateExact checks the
+// arithmetic exactly on a virtual clock, where the client's own work
+// takes no time): a client that cannot keep up with the stream, chunks
+// held back on the way from the server's flush to the client's read
+// (socket, HTTP buffering), a stamp that is not the monotonic clock.
+// Each makes the rate wrong by a fraction that does not shrink with the
+// span, or delays the last chunk's stamp against the first's.
+//
+// What 2% allows is the scheduling delay of reading the first and the
+// last chunk: over a span of S seconds, 20*S ms. Measured here (2 cores,
+// load average 4-7, three streams at once, docs/performance.md): the
+// worst rate error was 9.8% over 0.5 s spans (49 ms), 2.6% over 1 s,
+// 0.75% over 2 s (150 streams), 0.86% over 3 s; up to 120 ms was seen at
+// load average 24. So the streams decode for 2 s, and only if a rate is
+// off by more than 2% are all three run again over 6 s (120 ms allowed),
+// as this test always ran before: the 2% holds over 2 s on a machine at
+// ordinary load, and a loaded machine costs 6 s more, not a failure. A
+// rate 2% off over both spans fails. How late the first chunk may be read
+// is the machine's speed, not the client's logic: BenchmarkTimingSkew
+// reports it (ttft-late-ms).
 func TestMeasuredRate(t *testing.T) {
 	type run struct {
 		rate    float64
@@ -172,41 +183,53 @@ func TestMeasuredRate(t *testing.T) {
 		srv     *sglangtest.Server
 		warm, s sglang.Sample
 	}
-	runs := []*run{{rate: 200, chunk: 1}, {rate: 150, chunk: 3}, {rate: 90, chunk: 4}}
-	var wg sync.WaitGroup
-	for _, r := range runs {
-		r.tokens = 1 + int(6*r.rate) // 6 s after the first token
-		r.srv = sglangtest.New(sglangtest.Config{TokPerSec: r.rate, TTFT: 30 * time.Millisecond, TokensPerChunk: r.chunk, AcceptLength: float64(r.chunk) - 0.5})
-		ts := httptest.NewServer(r.srv)
-		defer ts.Close()
-		c := sglang.NewClient(ts.URL)
-		wg.Go(func() {
-			if r.warm = c.Generate(context.Background(), 0, sglang.Request{Text: "warm-up", MaxNewTokens: 2}); r.warm.Err == "" {
-				r.s = c.Generate(context.Background(), 0, sglang.Request{Text: "hello world", MaxNewTokens: r.tokens})
-			}
-		})
-	}
-	wg.Wait()
-	for _, r := range runs {
-		t.Run(fmt.Sprintf("%v tok/s, %d a chunk", r.rate, r.chunk), func(t *testing.T) {
-			s := r.s
-			if r.warm.Err != "" {
-				t.Fatal(r.warm.Err)
-			}
-			if s.Err != "" {
-				t.Fatal(s.Err)
-			}
-			got := s.DecodeTokPerSec()
-			if math.Abs(got/r.rate-1) > 0.02 {
-				t.Errorf("measured %.2f tok/s, off by %.1f%% (TTFT %.3f s, E2E %.3f s)", got, (got/r.rate-1)*100, s.TTFT, s.E2E)
-			}
-			if s.CompletionTokens != r.tokens || s.SpecVerifyCt != r.srv.VerifyCount(r.tokens) {
-				t.Errorf("tokens %d verify %d, want %d and %d", s.CompletionTokens, s.SpecVerifyCt, r.tokens, r.srv.VerifyCount(r.tokens))
-			}
-			if s.TTFT < 0.03 {
-				t.Errorf("TTFT %.3f s, before the server's 0.03 s", s.TTFT)
-			}
-		})
+	for _, span := range []float64{2, 6} {
+		runs := []*run{{rate: 200, chunk: 1}, {rate: 150, chunk: 3}, {rate: 90, chunk: 4}}
+		var wg sync.WaitGroup
+		for _, r := range runs {
+			r.tokens = 1 + int(span*r.rate) // span seconds after the first token
+			r.srv = sglangtest.New(sglangtest.Config{TokPerSec: r.rate, TTFT: 30 * time.Millisecond, TokensPerChunk: r.chunk, AcceptLength: float64(r.chunk) - 0.5})
+			ts := httptest.NewServer(r.srv)
+			defer ts.Close()
+			c := sglang.NewClient(ts.URL)
+			wg.Go(func() {
+				if r.warm = c.Generate(context.Background(), 0, sglang.Request{Text: "warm-up", MaxNewTokens: 2}); r.warm.Err == "" {
+					r.s = c.Generate(context.Background(), 0, sglang.Request{Text: "hello world", MaxNewTokens: r.tokens})
+				}
+			})
+		}
+		wg.Wait()
+		again := false
+		for _, r := range runs {
+			t.Run(fmt.Sprintf("%v s, %v tok/s, %d a chunk", span, r.rate, r.chunk), func(t *testing.T) {
+				s := r.s
+				if r.warm.Err != "" {
+					t.Fatal(r.warm.Err)
+				}
+				if s.Err != "" {
+					t.Fatal(s.Err)
+				}
+				got := s.DecodeTokPerSec()
+				if math.Abs(got/r.rate-1) > 0.02 {
+					msg := fmt.Sprintf("measured %.2f tok/s, off by %.1f%% (TTFT %.3f s, E2E %.3f s)", got, (got/r.rate-1)*100, s.TTFT, s.E2E)
+					if span < 6 {
+						t.Log(msg + ": all three again over 6 s")
+						again = true
+					} else {
+						t.Error(msg)
+					}
+				}
+				if s.CompletionTokens != r.tokens || s.SpecVerifyCt != r.srv.VerifyCount(r.tokens) {
+					t.Errorf("tokens %d verify %d, want %d and %d", s.CompletionTokens, s.SpecVerifyCt, r.tokens, r.srv.VerifyCount(r.tokens))
+				}
+				if s.TTFT < 0.03 {
+					t.Errorf("TTFT %.3f s, before the server's 0.03 s", s.TTFT)
+				}
+			})
+		}
+		if !again {
+			break
+		}
 	}
 }
 
