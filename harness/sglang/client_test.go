@@ -205,7 +205,8 @@ func streamAtRates(span float64) []*rateStream {
 // measures the error at each span (figures in docs/performance.md): on
 // this 2-core machine at load average 4-7, the worst of 270 streams over
 // 2 s was 0.75% off; over 1 s, 3 rounds of 60 had a stream more than 2%
-// off; up to 120 ms of delay was seen at load average 24. So the streams
+// off; at load 6-9, 1 round in 20 to 40 over 2 s had one; up to 120 ms
+// of delay was seen at load average 24. So the streams
 // decode for 2 s, and only if a rate is off by more than 2% are all three
 // run again over 6 s (120 ms allowed), the test as it always ran before:
 // a loaded machine costs 6 s more, not a failure, and a rate 2% off over
