@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/base64"
+	"encoding/binary"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -261,33 +262,49 @@ func TestNormalizeWheel(t *testing.T) {
 	}
 }
 
-// selfWithRodataChanged returns this test binary and a copy with one byte
-// of its .rodata section flipped; it skips where the binary is not ELF.
-func selfWithRodataChanged(t *testing.T) (self, changed []byte) {
+// elfWithRodataChanged returns a small ELF object, shaped as a compiler
+// writes one (an x86-64 relocatable with .text, .rodata and the section
+// name table), and a copy with one byte of its .rodata flipped.
+func elfWithRodataChanged(t *testing.T) (orig, changed []byte) {
 	t.Helper()
-	self, err := os.ReadFile(os.Args[0])
-	if err != nil {
-		t.Fatal(err)
+	text := []byte("\x55\x48\x89\xe5\x31\xc0\x5d\xc3\x90\x90\x90\x90\x90\x90\x90\x90")
+	rodata := []byte("arpatch fixture .rodata: 0123456789abcdef\x00")
+	names := []byte("\x00.text\x00.rodata\x00.shstrtab\x00")
+	const hdr = 64
+	textOff := uint64(hdr)
+	rodataOff := textOff + uint64(len(text))
+	namesOff := rodataOff + uint64(len(rodata))
+	shoff := (namesOff + uint64(len(names)) + 7) &^ 7
+	var b bytes.Buffer
+	h := elf.Header64{
+		Type: uint16(elf.ET_REL), Machine: uint16(elf.EM_X86_64), Version: uint32(elf.EV_CURRENT),
+		Shoff: shoff, Ehsize: hdr, Shentsize: 64, Shnum: 4, Shstrndx: 3,
 	}
-	f, err := elf.NewFile(bytes.NewReader(self))
-	if err != nil {
-		t.Skipf("the test binary is not ELF: %v", err)
+	copy(h.Ident[:], elf.ELFMAG)
+	h.Ident[elf.EI_CLASS], h.Ident[elf.EI_DATA], h.Ident[elf.EI_VERSION] = byte(elf.ELFCLASS64), byte(elf.ELFDATA2LSB), byte(elf.EV_CURRENT)
+	sections := []elf.Section64{
+		{},
+		{Name: 1, Type: uint32(elf.SHT_PROGBITS), Flags: uint64(elf.SHF_ALLOC | elf.SHF_EXECINSTR), Off: textOff, Size: uint64(len(text)), Addralign: 16},
+		{Name: 7, Type: uint32(elf.SHT_PROGBITS), Flags: uint64(elf.SHF_ALLOC), Off: rodataOff, Size: uint64(len(rodata)), Addralign: 8},
+		{Name: 15, Type: uint32(elf.SHT_STRTAB), Off: namesOff, Size: uint64(len(names)), Addralign: 1},
 	}
-	sec := f.Section(".rodata")
-	if sec == nil {
-		t.Skip("no .rodata")
+	for _, part := range []any{h, text, rodata, names, make([]byte, shoff-namesOff-uint64(len(names))), sections} {
+		if err := binary.Write(&b, binary.LittleEndian, part); err != nil {
+			t.Fatal(err)
+		}
 	}
-	changed = append([]byte(nil), self...)
-	changed[sec.Offset+sec.Size/2] ^= 0xff
-	return self, changed
+	orig = b.Bytes()
+	changed = bytes.Clone(orig)
+	changed[rodataOff+uint64(len(rodata))/2] ^= 0xff
+	return orig, changed
 }
 
-// TestCompareFilesShowsWhere plants one changed byte in a section of a
-// real ELF file (this test binary) and one changed line in a text file.
+// TestCompareFilesShowsWhere plants one changed byte in a section of an
+// ELF object and one changed line in a text file.
 func TestCompareFilesShowsWhere(t *testing.T) {
-	self, changed := selfWithRodataChanged(t)
+	orig, changed := elfWithRodataChanged(t)
 	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "a.so"), self, 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(dir, "a.so"), orig, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if err := os.WriteFile(filepath.Join(dir, "b.so"), changed, 0o644); err != nil {
@@ -413,9 +430,9 @@ func TestBuildPathInUse(t *testing.T) {
 // sections where an object differs, as it does for a kept shared object;
 // an object that is not ELF says that only its sha256 was kept.
 func TestObjectDifferenceNamesSections(t *testing.T) {
-	self, changed := selfWithRodataChanged(t)
+	orig, changed := elfWithRodataChanged(t)
 	a, b := t.TempDir(), t.TempDir()
-	for dir, obj := range map[string][]byte{a: self, b: changed} {
+	for dir, obj := range map[string][]byte{a: orig, b: changed} {
 		if err := os.MkdirAll(filepath.Join(dir, "CMakeFiles/x.dir/csrc"), 0o755); err != nil {
 			t.Fatal(err)
 		}
