@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 
 	"github.com/arpatch/arpatch/patches/gaterule"
@@ -71,10 +72,26 @@ func addedBlock(t *testing.T, ps []*Patch, file, from, end string, inclusive boo
 	return ""
 }
 
-func TestPCIeThresholdsPython(t *testing.T) {
+// python3 is the interpreter that python3 on PATH runs (sys.executable),
+// asked once per test binary: where python3 is a version manager's shim
+// (pyenv's starts about 15 shell scripts before the interpreter), each
+// test then starts the interpreter alone.
+var python3 = sync.OnceValues(func() (string, error) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
-		t.Skip("python3 not found: the Python side of the PCIe thresholds is not checked here")
+		return "", err
+	}
+	out, err := exec.Command(py, "-c", "import sys; print(sys.executable)").Output()
+	if err != nil {
+		return "", fmt.Errorf("%s: %w", py, err)
+	}
+	return strings.TrimSpace(string(out)), nil
+})
+
+func TestPCIeThresholdsPython(t *testing.T) {
+	py, err := python3()
+	if err != nil {
+		t.Skipf("python3 not found (%v): the Python side of the PCIe thresholds is not checked here", err)
 	}
 	eachPCIeSeries(t, func(t *testing.T, ps []*Patch) {
 		block := addedBlock(t, ps, "python/sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py",
@@ -195,28 +212,51 @@ func TestPCIeThresholdsCxx(t *testing.T) {
 	if err != nil {
 		t.Skip("g++ not found: the C++ side of the PCIe thresholds is not checked here")
 	}
-	eachPCIeSeries(t, func(t *testing.T, ps []*Patch) {
-		fn := addedBlock(t, ps, dispatchPath(t, ps), "static size_t pcie_1stage_max_bytes(int world_size)", "  }", true)
-		src := "#include <cstdio>\n#include <cstdlib>\n#include <limits>\n#include <stdexcept>\n#include <string>\n" +
-			"struct CustomAllreduce {\n" + fn + "};\n" +
-			`int main(int argc, char** argv) {
+	// One program holds every series' function (a namespace for each
+	// distinct one), compiled once: argv[1] picks the function, argv[2]
+	// is the world size.
+	names, loaded := pcieSeries(t)
+	cxxFn := func(t *testing.T, ps []*Patch) string {
+		return addedBlock(t, ps, dispatchPath(t, ps), "static size_t pcie_1stage_max_bytes(int world_size)", "  }", true)
+	}
+	fns := map[string]int{}
+	var src, cases strings.Builder
+	src.WriteString("#include <cstdio>\n#include <cstdlib>\n#include <limits>\n#include <stdexcept>\n#include <string>\n")
+	for i, ps := range loaded {
+		fn := cxxFn(t, ps)
+		if _, ok := fns[fn]; ok {
+			continue
+		}
+		n := len(fns)
+		fns[fn] = n
+		fmt.Fprintf(&src, "namespace s%d {  // %s\nstruct CustomAllreduce {\n%s};\n}\n", n, names[i], fn)
+		fmt.Fprintf(&cases, "    case %d: v = s%d::CustomAllreduce::pcie_1stage_max_bytes(ws); break;\n", n, n)
+	}
+	src.WriteString(`int main(int argc, char** argv) {
+  int ws = std::atoi(argv[2]);
+  size_t v = 0;
   try {
-    std::printf("ok %zu\n", CustomAllreduce::pcie_1stage_max_bytes(std::atoi(argv[1])));
+    switch (std::atoi(argv[1])) {
+` + cases.String() + `    default: return 2;
+    }
+    std::printf("ok %zu\n", v);
   } catch (const std::invalid_argument& e) {
     std::printf("error %s\n", e.what());
   }
 }
-`
-		dir := t.TempDir()
-		if err := os.WriteFile(filepath.Join(dir, "t.cc"), []byte(src), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		bin := filepath.Join(dir, "t")
-		if b, err := exec.Command(cxx, "-std=c++17", "-O1", "-o", bin, filepath.Join(dir, "t.cc")).CombinedOutput(); err != nil {
-			t.Fatalf("g++: %v\n%s", err, b)
-		}
+`)
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "t.cc"), []byte(src.String()), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	bin := filepath.Join(dir, "t")
+	if b, err := exec.Command(cxx, "-std=c++17", "-O1", "-o", bin, filepath.Join(dir, "t.cc")).CombinedOutput(); err != nil {
+		t.Fatalf("g++: %v\n%s", err, b)
+	}
+	eachPCIeSeries(t, func(t *testing.T, ps []*Patch) {
+		which := strconv.Itoa(fns[cxxFn(t, ps)])
 		run := func(ws int, env ...string) string {
-			cmd := exec.Command(bin, strconv.Itoa(ws))
+			cmd := exec.Command(bin, which, strconv.Itoa(ws))
 			cmd.Env = env
 			b, err := cmd.Output()
 			if err != nil {
@@ -259,19 +299,28 @@ func TestPCIeThresholdsCxx(t *testing.T) {
 // eachPCIeSeries runs f on the loaded patches of every shipped series of
 // the pcie family, one subtest each.
 func eachPCIeSeries(t *testing.T, f func(t *testing.T, ps []*Patch)) {
+	names, loaded := pcieSeries(t)
+	for i, name := range names {
+		t.Run(name, func(t *testing.T) { f(t, loaded[i]) })
+	}
+}
+
+// pcieSeries returns the names and the loaded patches of every shipped
+// series of the pcie family.
+func pcieSeries(t *testing.T) (names []string, loaded [][]*Patch) {
+	t.Helper()
 	cat, err := Embedded()
 	if err != nil {
 		t.Fatal(err)
 	}
 	for _, s := range cat.Members("pcie") {
-		t.Run(s.Name, func(t *testing.T) {
-			ps, err := s.Load(nil)
-			if err != nil {
-				t.Fatal(err)
-			}
-			f(t, ps)
-		})
+		ps, err := s.Load(nil)
+		if err != nil {
+			t.Fatalf("series %s: %v", s.Name, err)
+		}
+		names, loaded = append(names, s.Name), append(loaded, ps)
 	}
+	return names, loaded
 }
 
 // dispatchPath is the path of custom_all_reduce.cuh that the series changes
@@ -296,9 +345,9 @@ func dispatchPath(t *testing.T, ps []*Patch) string {
 // there; SGLANG_PCIE_CUSTOM_AR_MAX_BYTES only with the gate open (it is read
 // nowhere else); an NVLink group checks neither.
 func TestPCIeThresholdsCheckedWhereRead(t *testing.T) {
-	py, err := exec.LookPath("python3")
+	py, err := python3()
 	if err != nil {
-		t.Skip("python3 not found: the Python side of the PCIe thresholds is not checked here")
+		t.Skipf("python3 not found (%v): the Python side of the PCIe thresholds is not checked here", err)
 	}
 	eachPCIeSeries(t, func(t *testing.T, ps []*Patch) {
 		utils := addedBlock(t, ps, "python/sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py",
