@@ -152,7 +152,7 @@ func TestCheckoutMatchesGit(t *testing.T) {
 			up, commit := richFixture(t, packed)
 			ours := checkoutClone(t, up, commit)
 			theirs := filepath.Join(t.TempDir(), "git")
-			gitOut(t, up, "clone", "-q", "-n", "--local", up, theirs)
+			gitOut(t, up, "clone", "-q", "-n", "--local", "--template=", up, theirs)
 			gitOut(t, theirs, "checkout", "-q", "--detach", commit)
 
 			got, want := snapshotTree(t, ours.Dir), snapshotTree(t, theirs)
