@@ -66,22 +66,50 @@ type world struct {
 	host Environment
 }
 
-func newWorld(t *testing.T) *world {
-	t.Helper()
-	w := &world{t: t, dir: t.TempDir(), net: sglangtest.NewNetwork(), servers: map[string]server{}}
-	t.Cleanup(w.net.Close)
-	t.Setenv("ARPATCH_STATE", filepath.Join(w.dir, "state"))
-	w.up = filepath.Join(w.dir, "upstream")
-	if err := testrepo.WriteFiles(w.up, map[string]string{
+// makeUpstream writes the fixture upstream tree at dir and commits it.
+func makeUpstream(dir string) (string, error) {
+	if err := testrepo.WriteFiles(dir, map[string]string{
 		"sgl-kernel/CMakeLists.txt":                      "project(sgl-kernel)\nset(F \"-gencode=arch=compute_120a,code=sm_120a\")\n",
 		"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": fixtureCu,
 		"sgl-kernel/include/utils.h":                     "// header\n",
 		"sgl-kernel/pyproject.toml":                      testrepo.KernelPyproject,
 	}); err != nil {
-		t.Fatal(err)
+		return "", err
 	}
+	return testrepo.Init(dir)
+}
+
+// upstreams holds the fixture upstream that the worlds of newWorld share
+// read-only; TestMain closes it.
+var upstreams testrepo.Shared
+
+func TestMain(m *testing.M) { os.Exit(upstreams.Run(m)) }
+
+// newWorld is a nightly's directory: its config, arms, series, state,
+// and the fixture upstream at "upstream", a link to the shared one (the
+// test must not commit to it; newWorldOwn gives a test its own).
+func newWorld(t *testing.T) *world { return newWorldWith(t, true) }
+
+// newWorldOwn is newWorld with an upstream of the test's own, which it may
+// commit to.
+func newWorldOwn(t *testing.T) *world { return newWorldWith(t, false) }
+
+func newWorldWith(t *testing.T, shared bool) *world {
+	t.Helper()
+	w := &world{t: t, dir: t.TempDir(), net: sglangtest.NewNetwork(), servers: map[string]server{}}
+	t.Cleanup(w.net.Close)
+	t.Setenv("ARPATCH_STATE", filepath.Join(w.dir, "state"))
+	w.up = filepath.Join(w.dir, "upstream")
 	var err error
-	if w.commit, err = testrepo.Init(w.up); err != nil {
+	if shared {
+		var up string
+		if up, w.commit, err = upstreams.Get("upstream", makeUpstream); err == nil {
+			err = os.Symlink(up, w.up)
+		}
+	} else {
+		w.commit, err = makeUpstream(w.up)
+	}
+	if err != nil {
 		t.Fatal(err)
 	}
 	sum := sha256.Sum256([]byte(fixturePatch))
@@ -185,7 +213,7 @@ func (w *world) check(rep *Report, name string) history.Check {
 func TestNightlyEndToEnd(t *testing.T) { synctest.Test(t, testNightlyEndToEnd) }
 
 func testNightlyEndToEnd(t *testing.T) {
-	w := newWorld(t)
+	w := newWorldOwn(t) // commits to its upstream
 	w.serve("a", 1000)
 	w.serve("b", 1600)
 
@@ -666,7 +694,7 @@ func TestAlsoCheck(t *testing.T) {
 // With arms.commit = "head", a night after upstream moved builds the new
 // head: the A/B checkouts of the last night are cloned afresh.
 func TestHeadModeFollowsUpstream(t *testing.T) {
-	w := newWorld(t)
+	w := newWorldOwn(t) // commits to its upstream
 	w.cfg.Arms.Commit = "head"
 	rep := w.runSkipBench(false)
 	if rep.ExitCode != ExitOK || rep.BuildCommit != w.commit {
@@ -840,7 +868,7 @@ func TestPatchesDirAddsBeside(t *testing.T) {
 // but not the pinned commit drifts at the pinned commit, and the headline
 // says so rather than naming the tracked ref.
 func TestDriftHeadlineNamesTheRevision(t *testing.T) {
-	w := newWorld(t)
+	w := newWorldOwn(t) // commits to its upstream
 	// Upstream moves on; the series is refreshed for the new head only.
 	head, err := testrepo.Change(w.up, "rename", map[string]string{
 		"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": strings.Replace(fixtureCu, "one();", "one_stage();", 1),
