@@ -40,6 +40,9 @@ func editState(t *testing.T, gitDir string, redigest bool, fn func(st *State)) {
 // before-hash, or naming another commit, is one judgement for status,
 // apply and revert: each refuses, and nothing changes.
 func TestEditedStateIsOneJudgement(t *testing.T) {
+	// One checkout for every case: each applies to it, and ends with the
+	// remedy, which leaves it upstream's with no state (checked).
+	f := newFixture(t)
 	for _, tc := range []struct {
 		name     string
 		redigest bool
@@ -64,7 +67,6 @@ func TestEditedStateIsOneJudgement(t *testing.T) {
 		}, "is not a sha256"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t)
 			if _, err := f.apply(t); err != nil {
 				t.Fatal(err)
 			}
@@ -392,6 +394,10 @@ func TestModeClaimsAreOneRule(t *testing.T) {
 	const head = "Description: d\nAuthor: t\nUpstream-Status: Pending\nApplies-To: fixture\n\n"
 	const del = "--- a/docs/obsolete.md\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-old\n-doc\n"
 	const mod = "--- a/kernel/untouched.cuh\n+++ b/kernel/untouched.cuh\n@@ -1 +1 @@\n-// left alone\n+// touched\n"
+	// One clean checkout for every case: a refused apply leaves it as it
+	// was (checked), an accepted one is reverted.
+	f := newFixture(t)
+	f.cloneAndRevert(t)
 	for _, tc := range []struct {
 		name, patch, want string // want "" = applies
 	}{
@@ -409,8 +415,6 @@ func TestModeClaimsAreOneRule(t *testing.T) {
 			"changes the mode of tools/launch.sh from 100644, but commit"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			f := newFixture(t)
-			f.cloneAndRevert(t)
 			patch := head + tc.patch
 			dir := filepath.Join(t.TempDir(), "series")
 			toml := "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + f.commit + "\"]\n\n[[patch]]\nfile = \"0001-m.patch\"\nsha256 = \"" + sum([]byte(patch)) + "\"\n"
@@ -427,6 +431,9 @@ func TestModeClaimsAreOneRule(t *testing.T) {
 			if tc.want == "" {
 				if err != nil {
 					t.Fatal(err)
+				}
+				if _, err := Revert(RevertOptions{Src: f.work, Catalog: cat}); err != nil {
+					t.Fatal(err) // the next case needs the clean checkout
 				}
 				return
 			}
