@@ -65,7 +65,12 @@ func (r *Repo) Changes() ([]Change, error) {
 	if err != nil {
 		return nil, err
 	}
-	s := &statusRun{dir: r.Dir, commonDir: LocalGitDir(r.Dir), idx: idx, tree: newIndexTree(idx.Entries), codes: map[string]*[2]byte{}}
+	root, err := openTreeRoot(r.Dir)
+	if err != nil {
+		return nil, fmt.Errorf("git status in %s: %w", r.Dir, err)
+	}
+	defer root.Close()
+	s := &statusRun{dir: r.Dir, root: root, commonDir: LocalGitDir(r.Dir), idx: idx, tree: newIndexTree(idx.Entries), codes: map[string]*[2]byte{}}
 	// The work tree is read while the trees are compared.
 	var wg sync.WaitGroup
 	var untracked []string
@@ -144,7 +149,8 @@ func statModelled(idx *index.Index) bool {
 
 type statusRun struct {
 	dir       string
-	commonDir string // the git directory holding info/exclude (the main one of a linked worktree)
+	root      *treeRoot // dir, held open
+	commonDir string    // the git directory holding info/exclude (the main one of a linked worktree)
 	idx       *index.Index
 	tree      *indexTree // read-only once built
 	codes     map[string]*[2]byte
@@ -355,9 +361,10 @@ func objectID(t plumbing.ObjectType, body []byte) plumbing.Hash {
 }
 
 // worktreeChanges compares every index entry with the work tree: stat
-// data first (lstat on a pool of workers, as git's preloaded index does),
-// content only for entries whose stat data differ or are racily clean.
-// Changes carry Worktree 'M' or 'D'.
+// data first (fstatat relative to the open root on a pool of workers, as
+// git's preloaded index lstats from inside the tree), content only for
+// entries whose stat data differ or are racily clean. Changes carry
+// Worktree 'M' or 'D'.
 func (s *statusRun) worktreeChanges() ([]Change, error) {
 	// A directory holds its entries only when it and every directory
 	// above it is a real directory, not a file or a symlink now. The root
@@ -370,12 +377,8 @@ func (s *statusRun) worktreeChanges() ([]Change, error) {
 	sort.Strings(dirs) // parents first
 	isDir := make([]bool, len(dirs))
 	parallel(len(dirs), func(i int) {
-		stat := os.Lstat
-		if dirs[i] == "" {
-			stat = os.Stat
-		}
-		fi, err := stat(filepath.Join(s.dir, filepath.FromSlash(dirs[i])))
-		isDir[i] = err == nil && fi.IsDir()
+		st, err := s.root.lstat(dirs[i])
+		isDir[i] = err == nil && st.mode.IsDir()
 	})
 	realDir := make(map[string]bool, len(dirs))
 	for i, d := range dirs {
@@ -388,7 +391,7 @@ func (s *statusRun) worktreeChanges() ([]Change, error) {
 	)
 	es := s.idx.Entries
 	verdict := make([]int, len(es))
-	infos := make([]os.FileInfo, len(es))
+	stats := make([]fileStat, len(es))
 	errs := make([]error, len(es))
 	parallel(len(es), func(i int) {
 		e := es[i]
@@ -399,14 +402,14 @@ func (s *statusRun) worktreeChanges() ([]Change, error) {
 			verdict[i] = deleted
 			return
 		}
-		fi, err := os.Lstat(filepath.Join(s.dir, filepath.FromSlash(e.Name)))
+		st, err := s.root.lstat(e.Name)
 		switch {
-		case err == nil && fi.IsDir(), errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
+		case err == nil && st.mode.IsDir(), errors.Is(err, fs.ErrNotExist), errors.Is(err, syscall.ENOTDIR):
 			verdict[i] = deleted
 		case err != nil:
 			errs[i] = err
-		case !statClean(e, fi, s.idx.ModTime):
-			verdict[i], infos[i] = suspect, fi
+		case !statClean(e, st, s.idx.ModTime):
+			verdict[i], stats[i] = suspect, st
 		}
 	})
 	if err := errors.Join(errs...); err != nil {
@@ -414,16 +417,16 @@ func (s *statusRun) worktreeChanges() ([]Change, error) {
 	}
 	var out []Change
 	var suspects []*index.Entry
-	var sinfos []os.FileInfo
+	var sstats []fileStat
 	for i, e := range es {
 		switch verdict[i] {
 		case deleted:
 			out = append(out, Change{Worktree: 'D', Path: e.Name})
 		case suspect:
-			suspects, sinfos = append(suspects, e), append(sinfos, infos[i])
+			suspects, sstats = append(suspects, e), append(sstats, stats[i])
 		}
 	}
-	changed, err := hashDiffers(s.dir, suspects, sinfos)
+	changed, err := hashDiffers(s.dir, suspects, sstats)
 	if err != nil {
 		return nil, err
 	}
@@ -455,27 +458,42 @@ func parallel(n int, fn func(i int)) {
 	wg.Wait()
 }
 
-// statClean reports whether fi's stat data matches what the index
-// recorded for e and the entry is not racily clean, so that its content
-// need not be read. Fields the index left zero (ctime, inode, uid, gid
-// from go-git on other systems) are not compared.
-func statClean(e *index.Entry, fi os.FileInfo, indexTime time.Time) bool {
-	mode, err := filemode.NewFromOSFileMode(fi.Mode())
-	if err != nil || mode != e.Mode || uint32(fi.Size()) != e.Size || !fi.ModTime().Equal(e.ModifiedAt) {
+// fileStat is the stat data status compares with an index entry: mode
+// (as os.Lstat gives it), size in bytes, mtime, and on Linux ctime, inode,
+// uid and gid (zero elsewhere, and then not compared).
+type fileStat struct {
+	mode          fs.FileMode
+	size          int64
+	mtime, ctime  time.Time
+	ino, uid, gid uint32
+}
+
+// dirEntry is one name in a directory and its type bits (fs.ModeDir,
+// fs.ModeSymlink, ...; zero for a regular file).
+type dirEntry struct {
+	name string
+	typ  fs.FileMode
+}
+
+// statClean reports whether st matches the stat data the index recorded
+// for e and the entry is not racily clean, so that its content need not
+// be read. Fields the index left zero (ctime, inode, uid, gid from go-git
+// on other systems) are not compared.
+func statClean(e *index.Entry, st fileStat, indexTime time.Time) bool {
+	mode, err := filemode.NewFromOSFileMode(st.mode)
+	if err != nil || mode != e.Mode || uint32(st.size) != e.Size || !st.mtime.Equal(e.ModifiedAt) {
 		return false
 	}
 	if indexTime.IsZero() || !e.ModifiedAt.Before(indexTime) {
 		return false // racily clean: hash it
 	}
-	var probe index.Entry
-	fillStat(&probe, fi)
-	if !e.CreatedAt.IsZero() && !probe.CreatedAt.IsZero() && !e.CreatedAt.Equal(probe.CreatedAt) {
+	if !e.CreatedAt.IsZero() && !st.ctime.IsZero() && !e.CreatedAt.Equal(st.ctime) {
 		return false
 	}
-	if e.Inode != 0 && probe.Inode != 0 && e.Inode != probe.Inode {
+	if e.Inode != 0 && st.ino != 0 && e.Inode != st.ino {
 		return false
 	}
-	if (e.UID != 0 || e.GID != 0) && (e.UID != probe.UID || e.GID != probe.GID) {
+	if (e.UID != 0 || e.GID != 0) && (e.UID != st.uid || e.GID != st.gid) {
 		return false
 	}
 	return true
@@ -484,10 +502,10 @@ func statClean(e *index.Entry, fi os.FileInfo, indexTime time.Time) bool {
 // hashDiffers hashes the suspects' files (regular files by content,
 // symlinks by target) on a worker pool and returns those whose blob hash
 // or mode differs from the index's, in index order.
-func hashDiffers(root string, es []*index.Entry, fis []os.FileInfo) ([]*index.Entry, error) {
+func hashDiffers(root string, es []*index.Entry, sts []fileStat) ([]*index.Entry, error) {
 	differs := make([]bool, len(es))
 	errs := make([]error, len(es))
-	parallel(len(es), func(i int) { differs[i], errs[i] = contentDiffers(root, es[i], fis[i]) })
+	parallel(len(es), func(i int) { differs[i], errs[i] = contentDiffers(root, es[i], sts[i]) })
 	if err := errors.Join(errs...); err != nil {
 		return nil, err
 	}
@@ -500,14 +518,14 @@ func hashDiffers(root string, es []*index.Entry, fis []os.FileInfo) ([]*index.En
 	return out, nil
 }
 
-func contentDiffers(root string, e *index.Entry, fi os.FileInfo) (bool, error) {
-	mode, err := filemode.NewFromOSFileMode(fi.Mode())
+func contentDiffers(root string, e *index.Entry, st fileStat) (bool, error) {
+	mode, err := filemode.NewFromOSFileMode(st.mode)
 	if err != nil || mode != e.Mode {
 		return true, nil
 	}
 	full := filepath.Join(root, filepath.FromSlash(e.Name))
 	h := sha1.New()
-	if fi.Mode()&fs.ModeSymlink != 0 {
+	if st.mode&fs.ModeSymlink != 0 {
 		target, err := os.Readlink(full)
 		if err != nil {
 			return false, err
@@ -521,14 +539,14 @@ func contentDiffers(root string, e *index.Entry, fi os.FileInfo) (bool, error) {
 		defer func() { _ = f.Close() }() // read-only: Close has nothing to report
 		// The size from this fstat, not the lstat before: the file may
 		// have changed between them.
-		st, err := f.Stat()
+		fi, err := f.Stat()
 		if err != nil {
 			return false, err
 		}
-		fmt.Fprintf(h, "blob %d\x00", st.Size())
+		fmt.Fprintf(h, "blob %d\x00", fi.Size())
 		if n, err := io.Copy(h, f); err != nil {
 			return false, err
-		} else if n != st.Size() {
+		} else if n != fi.Size() {
 			return true, nil // changing under us
 		}
 	}
@@ -546,10 +564,11 @@ func contentDiffers(root string, e *index.Entry, fi os.FileInfo) (bool, error) {
 func (s *statusRun) untracked() ([]string, error) {
 	base, neg := readIgnoreFile(filepath.Join(s.commonDir, "info", "exclude"), nil)
 	var out []string
+	buf := make([]byte, 32<<10)
 	var walk func(dir []string, ps []gitignore.Pattern, neg bool) error
 	walk = func(dir []string, ps []gitignore.Pattern, neg bool) error {
-		full := filepath.Join(append([]string{s.dir}, dir...)...)
-		ents, err := os.ReadDir(full)
+		dirRel := strings.Join(dir, "/")
+		ents, err := s.root.readDir(dirRel, buf)
 		if err != nil {
 			if errors.Is(err, fs.ErrNotExist) {
 				return nil // gone meanwhile
@@ -557,20 +576,23 @@ func (s *statusRun) untracked() ([]string, error) {
 			return err
 		}
 		for _, d := range ents {
-			if d.Name() == ".gitignore" && !d.IsDir() {
-				more, n := readIgnoreFile(filepath.Join(full, ".gitignore"), dir)
+			if d.name == ".gitignore" && !d.typ.IsDir() {
+				more, n := readIgnoreFile(s.root.path(path.Join(dirRel, ".gitignore")), dir)
 				ps, neg = append(ps[:len(ps):len(ps)], more...), neg || n
 			}
 		}
 		m := gitignore.NewMatcher(ps)
 		for _, d := range ents {
-			name := d.Name()
-			if name == ".git" || d.Type()&fs.ModeSocket != 0 {
+			name := d.name
+			if name == ".git" || d.typ&fs.ModeSocket != 0 {
 				continue
 			}
 			p := append(dir[:len(dir):len(dir)], name)
-			rel := strings.Join(p, "/")
-			if d.IsDir() {
+			rel := name
+			if len(dir) > 0 {
+				rel = dirRel + "/" + name
+			}
+			if d.typ.IsDir() {
 				if _, tracked := s.tree.dirs[rel]; tracked || !m.Match(p, true) {
 					if err := walk(p, ps, neg); err != nil {
 						return err
