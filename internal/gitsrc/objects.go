@@ -273,15 +273,14 @@ func parseTreeLine(body []byte) (plumbing.Hash, bool) {
 
 // indexCache holds the last index decoded in this process, by the SHA-1
 // checksum git writes at the end of the file: status, the untracked-file
-// guards and the kernel project's lookup each open the checkout, and
-// go-git's decoder takes milliseconds on 4,300 entries.
+// guards and the kernel project's lookup each read the checkout's index.
 var indexCache struct {
 	sync.Mutex
 	sum [20]byte
 	idx *index.Index
 }
 
-// index returns the checkout's index, decoded by go-git or, when its
+// index returns the checkout's index, decoded by decodeIndex or, when its
 // bytes are those decoded last, from indexCache; ModTime is the file's
 // mtime now. Callers must not modify it. A checkout with no index has an
 // empty one, as in go-git.
@@ -299,7 +298,9 @@ func (r *Repo) index() (*index.Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	b, err := io.ReadAll(f)
+	buf := bytes.NewBuffer(make([]byte, 0, fi.Size()+bytes.MinRead)) // one read, one allocation
+	_, err = buf.ReadFrom(f)
+	b := buf.Bytes()
 	if err != nil || len(b) < 20 {
 		return nil, fmt.Errorf("reading the index of %s: %v (%d bytes)", r.Dir, err, len(b))
 	}
@@ -307,8 +308,8 @@ func (r *Repo) index() (*index.Index, error) {
 	indexCache.Lock()
 	defer indexCache.Unlock()
 	if indexCache.idx == nil || indexCache.sum != sum {
-		idx := &index.Index{}
-		if err := index.NewDecoder(bytes.NewReader(b)).Decode(idx); err != nil {
+		idx, err := decodeIndex(b)
+		if err != nil {
 			return nil, fmt.Errorf("reading the index of %s: %w", r.Dir, err)
 		}
 		indexCache.sum, indexCache.idx = sum, idx
