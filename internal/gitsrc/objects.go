@@ -280,10 +280,11 @@ var indexCache struct {
 	idx *index.Index
 }
 
-// index returns the checkout's index, decoded by decodeIndex or, when its
-// bytes are those decoded last, from indexCache; ModTime is the file's
-// mtime now. Callers must not modify it. A checkout with no index has an
-// empty one, as in go-git.
+// index returns the checkout's index, decoded by decodeIndex or, when the
+// checksum at its end is that of the index decoded last, from indexCache
+// (only those 20 bytes are read then); ModTime is the file's mtime now.
+// Callers must not modify it. A checkout with no index has an empty one,
+// as in go-git.
 func (r *Repo) index() (*index.Index, error) {
 	p := filepath.Join(r.GitDir(), "index")
 	f, err := os.Open(p)
@@ -298,23 +299,35 @@ func (r *Repo) index() (*index.Index, error) {
 	if err != nil {
 		return nil, err
 	}
-	buf := bytes.NewBuffer(make([]byte, 0, fi.Size()+bytes.MinRead)) // one read, one allocation
-	_, err = buf.ReadFrom(f)
-	b := buf.Bytes()
-	if err != nil || len(b) < 20 {
-		return nil, fmt.Errorf("reading the index of %s: %v (%d bytes)", r.Dir, err, len(b))
-	}
-	sum := [20]byte(b[len(b)-20:])
 	indexCache.Lock()
 	defer indexCache.Unlock()
-	if indexCache.idx == nil || indexCache.sum != sum {
+	if indexCache.idx != nil && !endsWith(f, fi.Size(), indexCache.sum) {
+		indexCache.idx = nil
+	}
+	if indexCache.idx == nil {
+		buf := bytes.NewBuffer(make([]byte, 0, fi.Size()+bytes.MinRead)) // one read, one allocation
+		_, err = buf.ReadFrom(f)
+		b := buf.Bytes()
+		if err != nil || len(b) < 20 {
+			return nil, fmt.Errorf("reading the index of %s: %v (%d bytes)", r.Dir, err, len(b))
+		}
 		idx, err := decodeIndex(b)
 		if err != nil {
 			return nil, fmt.Errorf("reading the index of %s: %w", r.Dir, err)
 		}
-		indexCache.sum, indexCache.idx = sum, idx
+		indexCache.sum, indexCache.idx = [20]byte(b[len(b)-20:]), idx
 	}
 	idx := *indexCache.idx
 	idx.ModTime = fi.ModTime()
 	return &idx, nil
+}
+
+// endsWith reports whether the file f, n bytes long, ends with sum.
+func endsWith(f *os.File, n int64, sum [20]byte) bool {
+	var b [20]byte
+	if n < 20 {
+		return false
+	}
+	_, err := f.ReadAt(b[:], n-20)
+	return err == nil && b == sum
 }

@@ -271,7 +271,7 @@ type indexDir struct {
 }
 
 func newIndexTree(entries []*index.Entry) *indexTree {
-	it := &indexTree{files: map[string]*index.Entry{}, dirs: map[string]*indexDir{"": {}}}
+	it := &indexTree{files: make(map[string]*index.Entry, len(entries)), dirs: map[string]*indexDir{"": {}}}
 	for _, e := range entries {
 		it.files[e.Name] = e
 		child := e.Name
@@ -391,7 +391,7 @@ func (s *statusRun) worktreeChanges() ([]Change, error) {
 	)
 	es := s.idx.Entries
 	verdict := make([]int, len(es))
-	stats := make([]fileStat, len(es))
+	stats := make([]*fileStat, len(es)) // a suspect's, nil for the rest
 	errs := make([]error, len(es))
 	parallel(len(es), func(i int) {
 		e := es[i]
@@ -409,7 +409,8 @@ func (s *statusRun) worktreeChanges() ([]Change, error) {
 		case err != nil:
 			errs[i] = err
 		case !statClean(e, st, s.idx.ModTime):
-			verdict[i], stats[i] = suspect, st
+			c := st // only a suspect's stat data escapes to the heap
+			verdict[i], stats[i] = suspect, &c
 		}
 	})
 	if err := errors.Join(errs...); err != nil {
@@ -423,7 +424,7 @@ func (s *statusRun) worktreeChanges() ([]Change, error) {
 		case deleted:
 			out = append(out, Change{Worktree: 'D', Path: e.Name})
 		case suspect:
-			suspects, sstats = append(suspects, e), append(sstats, stats[i])
+			suspects, sstats = append(suspects, e), append(sstats, *stats[i])
 		}
 	}
 	changed, err := hashDiffers(s.dir, suspects, sstats)
@@ -565,6 +566,7 @@ func (s *statusRun) untracked() ([]string, error) {
 	base, neg := readIgnoreFile(filepath.Join(s.commonDir, "info", "exclude"), nil)
 	var out []string
 	buf := make([]byte, 32<<10)
+	var key []byte
 	var walk func(dir []string, ps []gitignore.Pattern, neg bool) error
 	walk = func(dir []string, ps []gitignore.Pattern, neg bool) error {
 		dirRel := strings.Join(dir, "/")
@@ -587,21 +589,24 @@ func (s *statusRun) untracked() ([]string, error) {
 			if name == ".git" || d.typ&fs.ModeSocket != 0 {
 				continue
 			}
-			p := append(dir[:len(dir):len(dir)], name)
-			rel := name
+			// The slash path, built in key: the index lookups with
+			// string(key) do not allocate, nor does a tracked file.
+			key = key[:0]
 			if len(dir) > 0 {
-				rel = dirRel + "/" + name
+				key = append(append(key, dirRel...), '/')
 			}
+			key = append(key, name...)
 			if d.typ.IsDir() {
-				if _, tracked := s.tree.dirs[rel]; tracked || !m.Match(p, true) {
+				_, tracked := s.tree.dirs[string(key)]
+				if p := append(dir[:len(dir):len(dir)], name); tracked || !m.Match(p, true) {
 					if err := walk(p, ps, neg); err != nil {
 						return err
 					}
 				}
 				continue
 			}
-			if _, tracked := s.tree.files[rel]; !tracked && !ignored(m, p, neg) {
-				out = append(out, rel)
+			if _, tracked := s.tree.files[string(key)]; !tracked && !ignored(m, append(dir[:len(dir):len(dir)], name), neg) {
+				out = append(out, string(key))
 			}
 		}
 		return nil
