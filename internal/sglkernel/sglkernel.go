@@ -126,9 +126,19 @@ func Find(tree string, paths []string, files Files) (Project, error) {
 	for _, p := range paths {
 		have[p] = true
 	}
+	return findIn(tree, have, files)
+}
+
+// findIn is Find over the set of paths (those mapped to true); the result
+// does not depend on the order they are visited in (projects and misses
+// are sorted).
+func findIn(tree string, have map[string]bool, files Files) (Project, error) {
 	var found []Project
 	nf := &NotFoundError{Tree: tree}
-	for _, p := range paths {
+	for p, ok := range have {
+		if !ok {
+			continue
+		}
 		dir, ok := strings.CutSuffix(p, "/"+AllreduceTU)
 		if !ok {
 			if p != AllreduceTU {
@@ -268,12 +278,7 @@ func InCheckout(src string) (Project, error) {
 // InTracked is InCheckout for a caller that has read the checkout's index
 // already: tracked holds the paths git tracks (gitsrc.Repo.Tracked).
 func InTracked(src string, tracked map[string]bool) (Project, error) {
-	paths := make([]string, 0, len(tracked))
-	for p := range tracked {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	return Find(src, paths, dirFiles(src))
+	return findIn(src, tracked, dirFiles(src))
 }
 
 type dirFiles string
