@@ -15,6 +15,7 @@ import (
 	"os"
 	"os/signal"
 	"path/filepath"
+	"runtime"
 	"runtime/debug"
 	"strings"
 	"syscall"
@@ -77,7 +78,39 @@ func buildVersion(v string, settings []debug.BuildSetting) string {
 	return v
 }
 
-func main() { os.Exit(runMain()) }
+func main() {
+	relaxFirstGC(nil)
+	os.Exit(runMain())
+}
+
+// firstGCPercent is the GOGC arpatch runs under until its first garbage
+// collection: the runtime's 4 MB minimum heap goal times 8, 32 MB.
+const firstGCPercent = 800
+
+// relaxFirstGC lets the heap grow to 32 MB before the first garbage
+// collection, then puts GOGC back (100 by default) for the rest of the
+// run, and calls then (when not nil) once it has. A status or an apply
+// on an existing checkout allocates 4-8 MB (the index of SGLang's 4,300
+// files, the directory listings), which the default goal collected two
+// or three times, a tenth of their CPU; a long command (the main job's
+// checkout, a bench) passes 32 MB early and collects as before after
+// that, so its peak heap stays what it was. GOGC set in the environment
+// is left alone.
+func relaxFirstGC(then func()) {
+	if os.Getenv("GOGC") != "" {
+		return
+	}
+	old := debug.SetGCPercent(firstGCPercent)
+	// A finalizer runs after the collection that finds its object
+	// unreachable: here, the first one. (64 bytes: finalizers are not
+	// promised for objects of the tiny allocator.)
+	runtime.SetFinalizer(new([64]byte), func(*[64]byte) {
+		debug.SetGCPercent(old)
+		if then != nil {
+			then()
+		}
+	})
+}
 
 // runMain runs arpatch with os.Args, cancelled by SIGINT, SIGTERM or
 // SIGHUP: main, and the arpatch of the CLI scripts.
