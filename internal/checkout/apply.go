@@ -311,11 +311,11 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 		}
 		return nil, fmt.Errorf("%w\nthe tree is unchanged. Run `%s` to see which series fits this commit", err, opts.Catalog.CheckCommand(opts.Src, head))
 	}
-	index, err := repo.Tracked()
+	listed, err := repo.TrackedPaths()
 	if err != nil {
 		return nil, err
 	}
-	if err := patches.CheckResult(listedRoot{root, index}, res, choice.Patches); err != nil {
+	if err := patches.CheckResult(listedRoot{root, listed}, res, choice.Patches); err != nil {
 		return nil, fmt.Errorf("series %s: %w\nthe tree is unchanged", choice.Series.Name, err)
 	}
 	rep.Result = res
@@ -808,14 +808,7 @@ func lineEndingError(src, head string, paths []string) error {
 // tree keeps it (patches.Lister).
 type listedRoot struct {
 	safefs.Root
-	tracked map[string]bool
+	tracked []string // sorted (gitsrc.Repo.TrackedPaths)
 }
 
-func (l listedRoot) Paths() ([]string, error) {
-	out := make([]string, 0, len(l.tracked))
-	for p := range l.tracked {
-		out = append(out, p)
-	}
-	sort.Strings(out)
-	return out, nil
-}
+func (l listedRoot) Paths() ([]string, error) { return l.tracked, nil }

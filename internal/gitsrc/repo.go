@@ -279,6 +279,23 @@ func (r *Repo) Tracked() (map[string]bool, error) {
 	return out, nil
 }
 
+// TrackedPaths lists the paths in the index once each, sorted (the
+// index's own order, git's byte order of the names): Tracked's paths
+// without building a set.
+func (r *Repo) TrackedPaths() ([]string, error) {
+	idx, err := r.index()
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(idx.Entries))
+	for _, e := range idx.Entries {
+		if n := len(out); n == 0 || out[n-1] != e.Name { // the stages of an unmerged path are adjacent
+			out = append(out, e.Name)
+		}
+	}
+	return out, nil
+}
+
 // Fetch updates refs/remotes/origin/* from the origin remote.
 func (r *Repo) Fetch(ctx context.Context, progress io.Writer) error {
 	err := r.r.FetchContext(ctx, &git.FetchOptions{RemoteName: "origin", Progress: progress, Tags: git.NoTags})
