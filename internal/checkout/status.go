@@ -199,14 +199,28 @@ func Status(src string, cat *patches.Catalog) (*StatusReport, error) {
 	if rep.Head, err = repo.Head(); err != nil {
 		return nil, err
 	}
+	// The work tree's changes are read while the state is judged (which
+	// reads the recorded files at the state's commit and patches them in
+	// memory), through a repository of their own: go-git's is not safe
+	// for concurrent use.
+	var changes []gitsrc.Change
+	var cerr error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var own *gitsrc.Repo
+		if own, cerr = gitsrc.Open(src); cerr == nil {
+			changes, cerr = own.Changes()
+		}
+	}()
 	st, err := readTrusted(repo, src, cat)
+	<-done
 	if err != nil {
 		return nil, err
 	}
 	rep.State = st
-	changes, err := repo.Changes()
-	if err != nil {
-		return nil, err
+	if cerr != nil {
+		return nil, cerr
 	}
 	recorded := map[string]bool{}
 	if st != nil {
