@@ -240,6 +240,27 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 	if st != nil {
 		return rep, alreadyApplied(opts, rep, st, root, head)
 	}
+	// What the series needs (its choice, the checks against HEAD, the
+	// patched bytes, the gate rule) is worked out while Changes reads the
+	// work tree, through a repository opened for it (go-git's is not safe
+	// for concurrent use); the answers are looked at below in the order
+	// they were asked in before, so the first refusal is the same. Both
+	// only read.
+	var prep *seriesPrep
+	prepared := make(chan struct{})
+	if r.Series != "" || opts.Series != "" {
+		own, err := gitsrc.Open(opts.Src)
+		if err != nil {
+			return nil, err
+		}
+		go func() {
+			defer close(prepared)
+			prep = prepareSeries(opts, own, root, head)
+		}()
+		defer func() { <-prepared }()
+	} else {
+		close(prepared)
+	}
 	changes, err := repo.Changes()
 	if err != nil {
 		return nil, err
@@ -277,7 +298,8 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 		}
 		return rep, writeState(gitDir, newState(opts, rep, head))
 	}
-	choice, err := opts.Catalog.Resolve(r.Series, opts.Series, head, root, r.Skip)
+	<-prepared
+	choice, err := prep.choice, prep.resolveErr
 	if err != nil {
 		var nse *patches.NoSeriesError
 		if errors.As(err, &nse) {
@@ -294,10 +316,10 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 		}
 		return nil, &DirtyError{Src: opts.Src, Changes: tracked, Hidden: hidden, Fits: touching(tracked, choice.Patches, fits)}
 	}
-	if err := sameAsHead(repo, head, root, choice.Patches, opts.Catalog.CheckCommand(opts.Src, head)); err != nil {
+	if err := prep.sameErr; err != nil {
 		return nil, err
 	}
-	res, err := patches.Apply(root, choice.Patches)
+	res, err := prep.res, prep.applyErr
 	if err != nil {
 		fits := patches.Check(root, choice.Patches)
 		switch patches.Verdict(fits) {
@@ -311,11 +333,10 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 		}
 		return nil, fmt.Errorf("%w\nthe tree is unchanged. Run `%s` to see which series fits this commit", err, opts.Catalog.CheckCommand(opts.Src, head))
 	}
-	listed, err := repo.TrackedPaths()
-	if err != nil {
+	if err := prep.listErr; err != nil {
 		return nil, err
 	}
-	if err := patches.CheckResult(listedRoot{root, listed}, res, choice.Patches); err != nil {
+	if err := prep.ruleErr; err != nil {
 		return nil, fmt.Errorf("series %s: %w\nthe tree is unchanged", choice.Series.Name, err)
 	}
 	rep.Result = res
@@ -355,6 +376,40 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 	}
 	rep.ApplyTime = time.Since(start)
 	return rep, nil
+}
+
+// seriesPrep holds what Apply asks about the series, each step's answer
+// or error; a step runs only when those before it succeeded.
+type seriesPrep struct {
+	choice     *patches.Choice
+	resolveErr error // the series for this commit (Catalog.Resolve)
+	sameErr    error // the touched files hold HEAD's bytes and modes (sameAsHead)
+	res        *patches.Result
+	applyErr   error // every hunk applies in memory (patches.Apply)
+	listErr    error // the index's paths (gitsrc.Repo.TrackedPaths)
+	ruleErr    error // the built-in gate rule (patches.CheckResult)
+}
+
+// prepareSeries works out, without writing anything, what Apply needs of
+// the series for the checkout at head.
+func prepareSeries(opts ApplyOptions, repo *gitsrc.Repo, root safefs.Root, head string) *seriesPrep {
+	p := &seriesPrep{}
+	r := opts.Recipe
+	if p.choice, p.resolveErr = opts.Catalog.Resolve(r.Series, opts.Series, head, root, r.Skip); p.resolveErr != nil {
+		return p
+	}
+	if p.sameErr = sameAsHead(repo, head, root, p.choice.Patches, opts.Catalog.CheckCommand(opts.Src, head)); p.sameErr != nil {
+		return p
+	}
+	if p.res, p.applyErr = patches.Apply(root, p.choice.Patches); p.applyErr != nil {
+		return p
+	}
+	var listed []string
+	if listed, p.listErr = repo.TrackedPaths(); p.listErr != nil {
+		return p
+	}
+	p.ruleErr = patches.CheckResult(listedRoot{root, listed}, p.res, p.choice.Patches)
+	return p
 }
 
 // cloneInto clones source and checks out want in a temp directory beside
