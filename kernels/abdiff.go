@@ -5,10 +5,10 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 
+	"github.com/arpatch/arpatch/internal/lazyre"
 	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
@@ -148,7 +148,7 @@ func objectSource(obj string) string {
 	return obj
 }
 
-var includeLine = regexp.MustCompile(`(?m)^\s*#\s*include\s*[<"]([^>"]+)[>"]`)
+var includeLine = lazyre.New(`(?m)^\s*#\s*include\s*[<"]([^>"]+)[>"]`)
 
 // explainingSource returns the changed tree path that tu (a path under
 // one of stage's project directories of the tree at src) is or includes,
@@ -171,7 +171,7 @@ func explainingSource(src string, stage []string, tu string, changed map[string]
 			if err != nil {
 				return "", false
 			}
-			for _, m := range includeLine.FindAllStringSubmatch(string(b), -1) {
+			for _, m := range includeLine().FindAllStringSubmatch(string(b), -1) {
 				for _, dir := range []string{path.Dir(p), path.Join(proj, "include"), path.Join(proj, "csrc")} {
 					inc := path.Join(dir, m[1])
 					if _, err := os.Stat(filepath.Join(src, filepath.FromSlash(inc))); err != nil {

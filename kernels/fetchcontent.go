@@ -9,7 +9,6 @@ import (
 	"os"
 	"path"
 	"path/filepath"
-	"regexp"
 	"sort"
 	"strings"
 
@@ -17,6 +16,7 @@ import (
 	"github.com/arpatch/arpatch/internal/shellq"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/lazyre"
 )
 
 // Dep is one FetchContent_Declare of sgl-kernel's CMake files: a
@@ -76,12 +76,12 @@ func (d Dep) Pin() string {
 func (d Dep) Var() string { return "FETCHCONTENT_SOURCE_DIR_" + strings.ToUpper(d.Name) }
 
 var (
-	declareRe = regexp.MustCompile(`(?is)FetchContent_Declare\s*\(\s*([A-Za-z0-9_.+-]+)([^)]*)\)`)
-	setRe     = regexp.MustCompile(`(?i)\bset\s*\(\s*([A-Za-z0-9_]+)\s+"([^"$]*)"`)
-	varRe     = regexp.MustCompile(`\$\{([A-Za-z0-9_]+)\}`)
-	repoRe    = regexp.MustCompile(`(?i)\b(?:GIT_REPOSITORY|URL)\s+"?([^\s")]+)"?`)
-	tagRe     = regexp.MustCompile(`(?i)\bGIT_TAG\s+"?([^\s")]+)"?`)
-	hashRe    = regexp.MustCompile(`(?i)\bURL_HASH\s+"?([^\s")]+)"?`)
+	declareRe = lazyre.New(`(?is)FetchContent_Declare\s*\(\s*([A-Za-z0-9_.+-]+)([^)]*)\)`)
+	setRe     = lazyre.New(`(?i)\bset\s*\(\s*([A-Za-z0-9_]+)\s+"([^"$]*)"`)
+	varRe     = lazyre.New(`\$\{([A-Za-z0-9_]+)\}`)
+	repoRe    = lazyre.New(`(?i)\b(?:GIT_REPOSITORY|URL)\s+"?([^\s")]+)"?`)
+	tagRe     = lazyre.New(`(?i)\bGIT_TAG\s+"?([^\s")]+)"?`)
+	hashRe    = lazyre.New(`(?i)\bURL_HASH\s+"?([^\s")]+)"?`)
 )
 
 // ScanDeps lists the FetchContent_Declare names in CMakeLists.txt and
@@ -121,31 +121,31 @@ func ScanDeps(dir, rel string) ([]Dep, error) {
 			return nil, err
 		}
 		text := stripCMakeComments(string(b))
-		for _, m := range setRe.FindAllStringSubmatch(text, -1) {
+		for _, m := range setRe().FindAllStringSubmatch(text, -1) {
 			if _, ok := vars[m[1]]; !ok {
 				vars[m[1]] = m[2]
 			}
 		}
-		for _, m := range declareRe.FindAllStringSubmatch(text, -1) {
+		for _, m := range declareRe().FindAllStringSubmatch(text, -1) {
 			if seen[m[1]] {
 				continue
 			}
 			seen[m[1]] = true
 			d := Dep{Name: m[1], File: path.Join(rel, filepath.ToSlash(f))}
-			if r := repoRe.FindStringSubmatch(m[2]); r != nil {
+			if r := repoRe().FindStringSubmatch(m[2]); r != nil {
 				d.Repo = r[1]
 			}
-			if t := tagRe.FindStringSubmatch(m[2]); t != nil {
+			if t := tagRe().FindStringSubmatch(m[2]); t != nil {
 				d.Tag = t[1]
 			}
-			if h := hashRe.FindStringSubmatch(m[2]); h != nil {
+			if h := hashRe().FindStringSubmatch(m[2]); h != nil {
 				d.URLHash = h[1]
 			}
 			deps = append(deps, d)
 		}
 	}
 	for i, d := range deps {
-		deps[i].URL = varRe.ReplaceAllStringFunc(d.Repo, func(v string) string {
+		deps[i].URL = varRe().ReplaceAllStringFunc(d.Repo, func(v string) string {
 			if val, ok := vars[v[2:len(v)-1]]; ok && val != "" {
 				return val
 			}

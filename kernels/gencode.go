@@ -1,10 +1,10 @@
 package kernels
 
 import (
-	"regexp"
 	"strings"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/lazyre"
 )
 
 // GencodeEnv names the environment variable that tells the gencode filter
@@ -103,14 +103,14 @@ func FilterGencode(args []string, keep []cudaarch.Arch) (out []string, dropped [
 
 // upstreamGencodeRe matches a -gencode flag as upstream's CMake files
 // write them.
-var upstreamGencodeRe = regexp.MustCompile(`-gencode=arch=compute_(` + cudaarch.Pattern + `),code=sm_`)
+var upstreamGencodeRe = lazyre.New(`-gencode=arch=compute_(` + cudaarch.Pattern + `),code=sm_`)
 
 // UpstreamArchs lists the archs named by -gencode strings in a CMake file's
 // text, in order of first appearance: what upstream would compile.
 func UpstreamArchs(cmake string) []cudaarch.Arch {
 	seen := map[string]bool{}
 	var out []cudaarch.Arch
-	for _, m := range upstreamGencodeRe.FindAllStringSubmatch(cmake, -1) {
+	for _, m := range upstreamGencodeRe().FindAllStringSubmatch(cmake, -1) {
 		if !seen[m[1]] {
 			seen[m[1]] = true
 			out = append(out, cudaarch.Arch(m[1]))

@@ -2,9 +2,9 @@ package kernels
 
 import (
 	"io"
-	"regexp"
 	"strconv"
 
+	"github.com/arpatch/arpatch/internal/lazyre"
 	"github.com/arpatch/arpatch/internal/progress"
 )
 
@@ -14,12 +14,12 @@ type Progress interface {
 	Done(ok bool)
 }
 
-var ninjaStep = regexp.MustCompile(`^\s*\[(\d+)/(\d+)\]\s*(.*)$`)
+var ninjaStep = lazyre.New(`^\s*\[(\d+)/(\d+)\]\s*(.*)$`)
 
 // ParseNinjaStep reads ninja's "[n/m] description" status line; ok is
 // false for any other line.
 func ParseNinjaStep(line string) (n, m int, desc string, ok bool) {
-	s := ninjaStep.FindStringSubmatch(line)
+	s := ninjaStep().FindStringSubmatch(line)
 	if s == nil {
 		return 0, 0, "", false
 	}

@@ -10,11 +10,11 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"strings"
 	"time"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/lazyre"
 	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/safefs"
@@ -180,12 +180,12 @@ func (tc *Toolchain) parsePythonProbe(pyPath, out string) error {
 	return nil
 }
 
-var nvccRelease = regexp.MustCompile(`release (\d+\.\d+), V(\d+\.\d+\.\d+)`)
+var nvccRelease = lazyre.New(`release (\d+\.\d+), V(\d+\.\d+\.\d+)`)
 
 // ParseNVCCVersion reads "13.0.88" from `nvcc --version` output ("Cuda
 // compilation tools, release 13.0, V13.0.88"); "" when absent.
 func ParseNVCCVersion(out string) string {
-	if m := nvccRelease.FindStringSubmatch(out); m != nil {
+	if m := nvccRelease().FindStringSubmatch(out); m != nil {
 		return m[2]
 	}
 	return ""

@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
@@ -28,6 +27,7 @@ import (
 	"github.com/arpatch/arpatch/harness/workload"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/bounds"
+	"github.com/arpatch/arpatch/internal/lazyre"
 	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/recipes"
@@ -179,7 +179,7 @@ func (a *armFlag) Get() any           { return []string(*a) }
 // armKey matches where a new key starts after a comma in an --arm value:
 // a known key, or env. with anything up to '=' (a bad variable name is
 // then refused, not swallowed into the value before it).
-var armKey = regexp.MustCompile(`^(python|url|launch-cmd|args|env\.[^=,]*)=`)
+var armKey = lazyre.New(`^(python|url|launch-cmd|args|env\.[^=,]*)=`)
 
 // parseArm reads "NAME:key=val,key=val". A comma ends a value only when
 // a key (python, url, launch-cmd, args, env.VAR) follows it, so
@@ -206,7 +206,7 @@ func parseArm(spec string, into map[string]*bench.Arm) (string, error) {
 	for rest != "" {
 		end := len(rest)
 		for i := strings.IndexByte(rest, ','); i >= 0; {
-			if armKey.MatchString(rest[i+1:]) {
+			if armKey().MatchString(rest[i+1:]) {
 				end = i
 				break
 			}

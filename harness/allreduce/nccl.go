@@ -1,9 +1,10 @@
 package allreduce
 
 import (
-	"regexp"
 	"sort"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/lazyre"
 )
 
 // NCCLTransport is what NCCL_DEBUG=INFO said about how ranks talk.
@@ -21,9 +22,9 @@ type NCCLTransport struct {
 
 var (
 	// "NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read"
-	viaRe      = regexp.MustCompile(`NCCL INFO Channel \d+/\d+ : .* via ([A-Za-z0-9]+)(/[A-Za-z0-9/]*)?`)
-	channelsRe = regexp.MustCompile(`NCCL INFO (\d+) coll channels`)
-	versionRe  = regexp.MustCompile(`NCCL version (\d+\.\d+\.\d+)`)
+	viaRe      = lazyre.New(`NCCL INFO Channel \d+/\d+ : .* via ([A-Za-z0-9]+)(/[A-Za-z0-9/]*)?`)
+	channelsRe = lazyre.New(`NCCL INFO (\d+) coll channels`)
+	versionRe  = lazyre.New(`NCCL version (\d+\.\d+\.\d+)`)
 )
 
 // ParseNCCLTransport reads NCCL_DEBUG=INFO output (from any rank, with or
@@ -36,7 +37,7 @@ func ParseNCCLTransport(lines []string) NCCLTransport {
 	t := NCCLTransport{Transports: map[string]int{}}
 	seen := map[string]bool{}
 	for _, l := range lines {
-		if m := viaRe.FindStringSubmatch(l); m != nil {
+		if m := viaRe().FindStringSubmatch(l); m != nil {
 			t.Transports[m[1]]++
 			d := m[1] + m[2]
 			if !seen[d] {
@@ -44,10 +45,10 @@ func ParseNCCLTransport(lines []string) NCCLTransport {
 				t.Details = append(t.Details, d)
 			}
 		}
-		if m := channelsRe.FindStringSubmatch(l); m != nil && t.Channels == 0 {
+		if m := channelsRe().FindStringSubmatch(l); m != nil && t.Channels == 0 {
 			t.Channels = atoi(m[1])
 		}
-		if m := versionRe.FindStringSubmatch(l); m != nil && t.Version == "" {
+		if m := versionRe().FindStringSubmatch(l); m != nil && t.Version == "" {
 			t.Version = m[1]
 		}
 	}

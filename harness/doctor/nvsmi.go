@@ -20,12 +20,12 @@ import (
 	"encoding/csv"
 	"fmt"
 	"maps"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/lazyre"
 )
 
 // GPU is one row of `nvidia-smi --query-gpu=... --format=csv`. A field
@@ -58,7 +58,7 @@ const QueryGPUFields = "index,name,pci.bus_id,compute_cap,driver_version,pcie.li
 // unreadableRe matches what nvidia-smi prints for a value it cannot read:
 // a bracketed reason such as [N/A], [Not Supported], [Unknown Error],
 // [Insufficient Permissions], [GPU is lost] or [Requires Pro].
-var unreadableRe = regexp.MustCompile(`^\[[^\]]*\]$`)
+var unreadableRe = lazyre.New(`^\[[^\]]*\]$`)
 
 // ParseQueryGPU reads nvidia-smi --query-gpu=QueryGPUFields --format=csv
 // output. With its header line, columns are found by name (units such as
@@ -99,7 +99,7 @@ func ParseQueryGPU(out string) ([]GPU, error) {
 			v, ok := field[name]
 			switch {
 			case !ok:
-			case unreadableRe.MatchString(v) || v == "":
+			case unreadableRe().MatchString(v) || v == "":
 				g.Unreadable = append(g.Unreadable, name+": "+v)
 			default:
 				*dst = v
@@ -130,7 +130,7 @@ func ParseQueryGPU(out string) ([]GPU, error) {
 		num("pcie.link.width.current", &g.PCIeWidth)
 		num("pcie.link.width.max", &g.PCIeWidthMax)
 		num("memory.total", &g.MemoryMiB)
-		if g.ComputeCap != "" && !ccRe.MatchString(g.ComputeCap) {
+		if g.ComputeCap != "" && !ccRe().MatchString(g.ComputeCap) {
 			g.Unreadable = append(g.Unreadable, "compute_cap: "+g.ComputeCap)
 			g.ComputeCap = ""
 		}
@@ -142,7 +142,7 @@ func ParseQueryGPU(out string) ([]GPU, error) {
 	return gpus, nil
 }
 
-var ccRe = regexp.MustCompile(`^[0-9]+\.[0-9]+$`)
+var ccRe = lazyre.New(`^[0-9]+\.[0-9]+$`)
 
 // Topology is `nvidia-smi topo -m`: the link between each pair of GPUs and
 // each GPU's CPU and NUMA affinity.
@@ -153,13 +153,13 @@ type Topology struct {
 	NUMA  map[string]string   `json:"numa_affinity"`
 }
 
-var ansi = regexp.MustCompile(`\x1b\[[0-9;]*m`)
+var ansi = lazyre.New(`\x1b\[[0-9;]*m`)
 
 // ParseTopoMatrix reads `nvidia-smi topo -m`. Columns other than GPUs (NICs)
 // are ignored; ANSI underline codes that nvidia-smi prints on a terminal
 // are stripped.
 func ParseTopoMatrix(out string) (*Topology, error) {
-	lines := strings.Split(ansi.ReplaceAllString(out, ""), "\n")
+	lines := strings.Split(ansi().ReplaceAllString(out, ""), "\n")
 	var header []string
 	t := &Topology{Links: map[string][]string{}, CPU: map[string]string{}, NUMA: map[string]string{}}
 	for _, l := range lines {
@@ -294,7 +294,7 @@ type P2PMatrix struct {
 func ParseP2P(out string) (*P2PMatrix, error) {
 	m := &P2PMatrix{Status: map[string][]string{}}
 	var n int
-	for _, l := range strings.Split(ansi.ReplaceAllString(out, ""), "\n") {
+	for _, l := range strings.Split(ansi().ReplaceAllString(out, ""), "\n") {
 		f := strings.Fields(l)
 		if len(f) == 0 {
 			continue
@@ -390,14 +390,14 @@ func (t *Topology) Sub(names []string) *Topology {
 	return out
 }
 
-var elfRe = regexp.MustCompile(`sm_(` + cudaarch.Pattern + `)\.cubin`)
+var elfRe = lazyre.New(`sm_(` + cudaarch.Pattern + `)\.cubin`)
 
 // ParseListELF reads `cuobjdump --list-elf FILE` ("ELF file 1:
 // common_ops.1.sm_90a.cubin") and returns the archs, unique, in order.
 func ParseListELF(out string) []string {
 	seen := map[string]bool{}
 	var archs []string
-	for _, m := range elfRe.FindAllStringSubmatch(out, -1) {
+	for _, m := range elfRe().FindAllStringSubmatch(out, -1) {
 		if !seen[m[1]] {
 			seen[m[1]] = true
 			archs = append(archs, m[1])

@@ -3,10 +3,11 @@ package doctor
 import (
 	_ "embed"
 	"fmt"
-	"regexp"
 	"slices"
 	"strconv"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/lazyre"
 )
 
 // ServerOption is one option of SGLang's server launcher: every option
@@ -170,7 +171,7 @@ type ServerArgs struct {
 	NotJudged []string `json:"not_judged,omitempty"`
 }
 
-var negNumber = regexp.MustCompile(`^-\d+$|^-\d*\.\d+$`)
+var negNumber = lazyre.New(`^-\d+$|^-\d*\.\d+$`)
 
 // Parse reads the launcher's arguments (what follows
 // `python -m sglang.launch_server`) with argparse's rules: exact option
@@ -179,7 +180,7 @@ var negNumber = regexp.MustCompile(`^-\d+$|^-\d*\.\d+$`)
 // argument starting with "-" is a value only when it is a negative number.
 func (o *ServerOptions) Parse(args []string) *ServerArgs {
 	r := &ServerArgs{Values: map[string]string{}, Written: map[string]string{}}
-	isOption := func(a string) bool { return strings.HasPrefix(a, "-") && len(a) > 1 && !negNumber.MatchString(a) }
+	isOption := func(a string) bool { return strings.HasPrefix(a, "-") && len(a) > 1 && !negNumber().MatchString(a) }
 	afterUnknown := false
 	for i := 0; i < len(args); i++ {
 		a := args[i]
@@ -291,7 +292,7 @@ func ParseServerArgsPy(name string, src []byte) (*ServerOptions, error) {
 		}
 		o.Options = append(o.Options, ServerOption{Names: names, Dest: dest, Nargs: n})
 	}
-	for _, m := range addArgumentRe.FindAllStringIndex(s, -1) {
+	for _, m := range addArgumentRe().FindAllStringIndex(s, -1) {
 		args := pyArgs(s, m[1]-1)
 		var names []string
 		for _, a := range args {
@@ -315,11 +316,11 @@ func ParseServerArgsPy(name string, src []byte) (*ServerOptions, error) {
 		if start := strings.Index(s, "\nclass ServerArgs"); start >= 0 {
 			body := s[start+1:]
 			if nl := strings.IndexByte(body, '\n'); nl >= 0 {
-				if end := classEndRe.FindStringIndex(body[nl+1:]); end != nil {
+				if end := classEndRe().FindStringIndex(body[nl+1:]); end != nil {
 					body = body[:nl+1+end[0]]
 				}
 			}
-			for _, m := range fieldRe.FindAllStringSubmatchIndex(body, -1) {
+			for _, m := range fieldRe().FindAllStringSubmatchIndex(body, -1) {
 				field := body[m[2]:m[3]]
 				parts := pyArgs(body, m[1]-1)
 				if len(parts) < 2 {
@@ -385,9 +386,9 @@ func ParseServerArgsPy(name string, src []byte) (*ServerOptions, error) {
 }
 
 var (
-	addArgumentRe = regexp.MustCompile(`\badd_argument\(`)
-	fieldRe       = regexp.MustCompile(`(?m)^    ([a-z_][a-z0-9_]*)\s*:\s*(?:A|Annotated)\[`)
-	classEndRe    = regexp.MustCompile(`(?m)^\S`)
+	addArgumentRe = lazyre.New(`\badd_argument\(`)
+	fieldRe       = lazyre.New(`(?m)^    ([a-z_][a-z0-9_]*)\s*:\s*(?:A|Annotated)\[`)
+	classEndRe    = lazyre.New(`(?m)^\S`)
 )
 
 // pyArgs splits the bracketed Python expression whose opening bracket is
@@ -441,7 +442,7 @@ func pyArgs(s string, open int) []string {
 func pyKeywords(args []string) map[string]string {
 	kw := map[string]string{}
 	for _, a := range args {
-		if k, v, ok := strings.Cut(a, "="); ok && identRe.MatchString(strings.TrimSpace(k)) {
+		if k, v, ok := strings.Cut(a, "="); ok && identRe().MatchString(strings.TrimSpace(k)) {
 			kw[strings.TrimSpace(k)] = strings.TrimSpace(v)
 		}
 	}
@@ -449,14 +450,14 @@ func pyKeywords(args []string) map[string]string {
 }
 
 var (
-	identRe    = regexp.MustCompile(`^[A-Za-z_][A-Za-z0-9_]*$`)
-	pyStringRe = regexp.MustCompile(`^\(?\s*[rRuUfF]?("((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)')`)
+	identRe    = lazyre.New(`^[A-Za-z_][A-Za-z0-9_]*$`)
+	pyStringRe = lazyre.New(`^\(?\s*[rRuUfF]?("((?:[^"\\]|\\.)*)"|'((?:[^'\\]|\\.)*)')`)
 )
 
 // pyString returns the text of a plain Python string literal (or the first
 // of implicitly concatenated ones, possibly parenthesised).
 func pyString(x string) (string, bool) {
-	m := pyStringRe.FindStringSubmatch(strings.TrimSpace(x))
+	m := pyStringRe().FindStringSubmatch(strings.TrimSpace(x))
 	if m == nil {
 		return "", false
 	}

@@ -133,7 +133,7 @@ func SplitServerCmd(line string, env func(string) string) (*ServerCommand, error
 		if w == "env" && len(c.Program) == 0 {
 			continue
 		}
-		if k, _, ok := strings.Cut(w, "="); ok && identRe.MatchString(k) {
+		if k, _, ok := strings.Cut(w, "="); ok && identRe().MatchString(k) {
 			c.Env = append(c.Env, w)
 			continue
 		}

@@ -13,9 +13,10 @@ package cudaarch
 
 import (
 	"fmt"
-	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/lazyre"
 )
 
 // Arch is a CUDA architecture name without "sm_": "120a", "90a", "80".
@@ -177,13 +178,13 @@ const Pattern = `[0-9]+[af]?`
 
 // gencodeRe reads the arch out of a -gencode value: "arch=compute_90a,
 // code=sm_90a" or "arch=compute_120a,code=[sm_120a,compute_120a]".
-var gencodeRe = regexp.MustCompile(`arch=compute_(` + Pattern + `)`)
+var gencodeRe = lazyre.New(`arch=compute_(` + Pattern + `)`)
 
 // FromGencode returns the arch of a -gencode value (the text after
 // "-gencode=" or "--generate-code "), known or not, or "" when v names
 // none.
 func FromGencode(v string) Arch {
-	if m := gencodeRe.FindStringSubmatch(v); m != nil {
+	if m := gencodeRe().FindStringSubmatch(v); m != nil {
 		return Arch(m[1])
 	}
 	return ""

@@ -6,10 +6,11 @@ package tomlx
 import (
 	"errors"
 	"fmt"
-	"regexp"
 	"strings"
 
 	"github.com/BurntSushi/toml"
+
+	"github.com/arpatch/arpatch/internal/lazyre"
 )
 
 // DecodeError turns a toml decode error into one that starts with
@@ -20,13 +21,13 @@ func DecodeError(file string, err error) error {
 		return fmt.Errorf("%s:%d: %s", file, pe.Position.Line, pe.Message)
 	}
 	// Type mismatches come as `toml: line N (last key "k"): message`.
-	if m := typeErr.FindStringSubmatch(err.Error()); m != nil {
+	if m := typeErr().FindStringSubmatch(err.Error()); m != nil {
 		return fmt.Errorf("%s:%s: %s: %s", file, m[1], m[2], m[3])
 	}
 	return fmt.Errorf("%s: %w", file, err)
 }
 
-var typeErr = regexp.MustCompile(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
+var typeErr = lazyre.New(`^toml: line (\d+) \(last key "([^"]*)"\): (.*)$`)
 
 // Strict returns an error for the first key in data that decoding did not
 // use, naming the file, the line and the key.

@@ -7,12 +7,12 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"regexp"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
+	"github.com/arpatch/arpatch/internal/lazyre"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/patches"
 )
@@ -26,7 +26,7 @@ type Draft struct {
 	order []string
 }
 
-var draftName = regexp.MustCompile(`^[a-z0-9][a-z0-9.-]*$`)
+var draftName = lazyre.New(`^[a-z0-9][a-z0-9.-]*$`)
 
 // ErrConflicts is returned by Draft for a port with conflicts: nothing of
 // it may be written.
@@ -50,7 +50,7 @@ func (r *Report) Draft(s *patches.Series, name string, seal bool) (*Draft, error
 		}
 		return nil, fmt.Errorf("%w (%d); nothing is written", ErrConflicts, n)
 	}
-	if !draftName.MatchString(name) {
+	if !draftName().MatchString(name) {
 		return nil, nameError(name)
 	}
 	d := &Draft{Name: name, Sealed: seal, Files: map[string][]byte{}}
@@ -104,7 +104,7 @@ func (d *Draft) Write(dir string) error {
 // CheckOut checks, writing nothing, that a draft may go into dir: it does
 // not exist, or is an empty directory. The error names dir and the remedy.
 func CheckOut(dir string) error {
-	if name := filepath.Base(filepath.Clean(dir)); !draftName.MatchString(name) {
+	if name := filepath.Base(filepath.Clean(dir)); !draftName().MatchString(name) {
 		return nameError(name)
 	}
 	ents, err := os.ReadDir(dir)
