@@ -90,14 +90,14 @@ func TestDecodeIndexMatchesGoGit(t *testing.T) {
 	for _, c := range cases {
 		t.Run(c.name, func(t *testing.T) {
 			want, werr := goGitIndex(c.b)
-			got, err := decodeIndex(c.b)
+			got, _, err := decodeIndex(c.b)
 			if (err == nil) != (werr == nil) || (err != nil && err.Error() != werr.Error()) {
 				t.Fatalf("error %v, go-git's %v", err, werr)
 			}
 			if err == nil && !reflect.DeepEqual(got, want) {
 				t.Errorf("decodeIndex:\n%+v\ngo-git:\n%+v", got, want)
 			}
-			if _, fast := decodeIndexFast(c.b); fast != c.fast {
+			if _, _, fast := decodeIndexFast(c.b); fast != c.fast {
 				t.Errorf("decoded without go-git: %v, want %v", fast, c.fast)
 			}
 		})
@@ -134,7 +134,7 @@ func TestDecodeIndexOfGitsIndex(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	got, fast := decodeIndexFast(b)
+	got, _, fast := decodeIndexFast(b)
 	if !fast {
 		t.Fatalf("git's index (version %d) went to go-git", want.Version)
 	}

@@ -276,8 +276,9 @@ func parseTreeLine(body []byte) (plumbing.Hash, bool) {
 // guards and the kernel project's lookup each read the checkout's index.
 var indexCache struct {
 	sync.Mutex
-	sum [20]byte
-	idx *index.Index
+	sum   [20]byte
+	idx   *index.Index
+	trees map[string]cachedTree // the cache tree's valid directories (decodeIndex)
 }
 
 // index returns the checkout's index, decoded by decodeIndex or, when the
@@ -286,18 +287,25 @@ var indexCache struct {
 // Callers must not modify it. A checkout with no index has an empty one,
 // as in go-git.
 func (r *Repo) index() (*index.Index, error) {
+	idx, _, err := r.indexAndTrees()
+	return idx, err
+}
+
+// indexAndTrees is index with the cache tree's valid directories by
+// path (nil when go-git decoded the index); callers must not modify them.
+func (r *Repo) indexAndTrees() (*index.Index, map[string]cachedTree, error) {
 	p := filepath.Join(r.GitDir(), "index")
 	f, err := os.Open(p)
 	if errors.Is(err, fs.ErrNotExist) {
-		return &index.Index{Version: 2}, nil
+		return &index.Index{Version: 2}, nil, nil
 	}
 	if err != nil {
-		return nil, fmt.Errorf("reading the index of %s: %w", r.Dir, err)
+		return nil, nil, fmt.Errorf("reading the index of %s: %w", r.Dir, err)
 	}
 	defer func() { _ = f.Close() }() // read-only: Close has nothing to report
 	fi, err := f.Stat()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	indexCache.Lock()
 	defer indexCache.Unlock()
@@ -309,17 +317,17 @@ func (r *Repo) index() (*index.Index, error) {
 		_, err = buf.ReadFrom(f)
 		b := buf.Bytes()
 		if err != nil || len(b) < 20 {
-			return nil, fmt.Errorf("reading the index of %s: %v (%d bytes)", r.Dir, err, len(b))
+			return nil, nil, fmt.Errorf("reading the index of %s: %v (%d bytes)", r.Dir, err, len(b))
 		}
-		idx, err := decodeIndex(b)
+		idx, trees, err := decodeIndex(b)
 		if err != nil {
-			return nil, fmt.Errorf("reading the index of %s: %w", r.Dir, err)
+			return nil, nil, fmt.Errorf("reading the index of %s: %w", r.Dir, err)
 		}
-		indexCache.sum, indexCache.idx = [20]byte(b[len(b)-20:]), idx
+		indexCache.sum, indexCache.idx, indexCache.trees = [20]byte(b[len(b)-20:]), idx, trees
 	}
 	idx := *indexCache.idx
 	idx.ModTime = fi.ModTime()
-	return &idx, nil
+	return &idx, indexCache.trees, nil
 }
 
 // endsWith reports whether the file f, n bytes long, ends with sum.

@@ -32,9 +32,10 @@ import (
 // of hashing the tree:
 //
 //   - staged changes: the tree the index describes (from git's
-//     cache-tree extension when valid, else hashed from the entries) is
-//     compared with HEAD's tree; only when they differ are the two
-//     walked, skipping subtrees whose hashes agree;
+//     cache-tree extension for every directory it holds as valid, else
+//     hashed from the entries) is compared with HEAD's tree; only when
+//     they differ are the two walked, skipping subtrees whose hashes
+//     agree;
 //   - work tree changes: each index entry's stat data (mode, size, mtime
 //     with nanoseconds, and where recorded ctime, inode, uid, gid) is
 //     compared with lstat; a file is hashed only when they differ or when
@@ -53,7 +54,7 @@ import (
 // error names the checkout; an unreadable file is reported, never taken
 // for a change.
 func (r *Repo) Changes() ([]Change, error) {
-	idx, err := r.index()
+	idx, trees, err := r.indexAndTrees()
 	if err != nil {
 		return nil, err
 	}
@@ -71,6 +72,7 @@ func (r *Repo) Changes() ([]Change, error) {
 	}
 	defer root.Close()
 	s := &statusRun{dir: r.Dir, root: root, commonDir: LocalGitDir(r.Dir), idx: idx, tree: newIndexTree(idx.Entries), codes: map[string]*[2]byte{}}
+	s.tree.cached = trees
 	// The work tree is read while the trees are compared.
 	var wg sync.WaitGroup
 	var untracked []string
@@ -260,16 +262,21 @@ func (r *Repo) allFiles(treeHash plumbing.Hash, prefix string, fn func(string)) 
 // indexTree is the tree of directories the index entries describe, with
 // each directory's git tree hash.
 type indexTree struct {
-	files map[string]*index.Entry
-	dirs  map[string]*indexDir
+	files  map[string]*index.Entry
+	dirs   map[string]*indexDir
+	cached map[string]cachedTree // git's cache tree, valid directories by path; may be nil
 }
 
 type indexDir struct {
-	kids []string // names of files and subdirectories
-	sum  plumbing.Hash
-	done bool
+	kids    []string // names of files and subdirectories
+	sum     plumbing.Hash
+	done    bool
+	entries int // index entries under it, once counted
+	counted bool
 }
 
+// newIndexTree builds the tree of entries (with no cache tree: set
+// cached for hash to use one).
 func newIndexTree(entries []*index.Entry) *indexTree {
 	it := &indexTree{files: make(map[string]*index.Entry, len(entries)), dirs: map[string]*indexDir{"": {}}}
 	for _, e := range entries {
@@ -321,9 +328,19 @@ func (it *indexTree) eachFile(p string, fn func(string)) {
 // hash returns the git tree hash of directory dir, as `git write-tree`
 // would write it: entries in git's order (a directory sorts as its name
 // followed by a slash), "<mode> <name>\0<20-byte hash>" each.
+//
+// A directory git's cache tree holds as valid, over as many entries as the
+// index has under it, takes the cache tree's hash, as git's own diff of
+// the index against HEAD does: after `git add` git invalidates only the
+// directories above the added path, and hashing all of SGLang's 680 trees
+// again took 5.6 ms.
 func (it *indexTree) hash(dir string) plumbing.Hash {
 	d := it.dirs[dir]
 	if d.done {
+		return d.sum
+	}
+	if c, ok := it.cached[dir]; ok && c.entries == it.count(dir) {
+		d.sum, d.done = c.hash, true
 		return d.sum
 	}
 	type ent struct {
@@ -349,6 +366,24 @@ func (it *indexTree) hash(dir string) plumbing.Hash {
 	d.sum = objectID(plumbing.TreeObject, body.Bytes())
 	d.done = true
 	return d.sum
+}
+
+// count returns the number of index entries under directory dir.
+func (it *indexTree) count(dir string) int {
+	d := it.dirs[dir]
+	if !d.counted {
+		for _, k := range d.kids {
+			p := path.Join(dir, k)
+			if _, ok := it.files[p]; ok {
+				d.entries++
+			}
+			if _, ok := it.dirs[p]; ok {
+				d.entries += it.count(p)
+			}
+		}
+		d.counted = true
+	}
+	return d.entries
 }
 
 func objectID(t plumbing.ObjectType, body []byte) plumbing.Hash {
