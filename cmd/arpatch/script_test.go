@@ -37,7 +37,11 @@ func TestMain(m *testing.M) {
 }
 
 // TestScripts runs the CLI scripts in testdata/script. Each script carries
-// its fixture upstream tree, recipe and patch series inline.
+// its fixture upstream tree, recipe and patch series inline. A series a
+// script only uses comes sealed (each [[patch]]'s sha256 written in):
+// apply.txtar, refusals.txtar and port.txtar run `arpatch patches seal`
+// itself, and a fixture patch edited without its new sha256 is refused
+// with that remedy.
 //
 // Extra commands:
 //
