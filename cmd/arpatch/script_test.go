@@ -4,6 +4,7 @@ import (
 	"archive/tar"
 	"bytes"
 	"compress/gzip"
+	"context"
 	"crypto/sha256"
 	"database/sql"
 	"encoding/hex"
@@ -61,6 +62,8 @@ func TestMain(m *testing.M) {
 //	shremedy REGEXP...   run, with sh -c in the script's directory, in order, the commands the
 //	                     previous command printed in backquotes that match each REGEXP (exactly
 //	                     one each): a printed git or rm remedy must run as printed
+//	usage ARGS...        run `arpatch ARGS...` in this process and require exit 2, a usage
+//	                     error; its output is the script's stdout and stderr (below)
 //	tgz DIR FILE VAR     write FILE, a gzip'd tar of DIR's files under one top directory
 //	                     (GitHub's archive shape, fixed bytes), and set $VAR to its sha256
 //
@@ -189,6 +192,9 @@ func TestScripts(t *testing.T) {
 				}
 				ts.Setenv(args[1], githash.Hash(ts.Getenv(args[0])).Short())
 			},
+			"usage": func(ts *testscript.TestScript, neg bool, args []string) {
+				runUsage(ts, neg, args)
+			},
 			"remedy": func(ts *testscript.TestScript, neg bool, args []string) {
 				// Run the arpatch command the previous command printed
 				// in backquotes, as printed: a remedy must run.
@@ -312,6 +318,26 @@ func treeHash(ts *testscript.TestScript, dir string) string {
 		}
 	}
 	return hex.EncodeToString(h.Sum(nil))
+}
+
+// runUsage is the script command usage: arpatch's run, as main calls it
+// and as TestExitCodes does, on a flag or value it must refuse before
+// anything runs (exit 2), without starting the 40 MB test binary as a
+// process. It runs in the test process, in the package directory with the
+// test's environment, not the script's: only for a refusal that comes
+// before any file or environment variable is read (one that reads a file
+// would read the package directory's, and fail the script with another
+// message). Its context is already cancelled, so that a command that does
+// not refuse stops at once (and fails the script) instead of running here.
+func runUsage(ts *testscript.TestScript, neg bool, args []string) {
+	if neg || len(args) == 0 {
+		ts.Fatalf("usage: usage ARGS... (no !: it requires exit 2)")
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if code := run(ctx, append([]string{"arpatch"}, args...), ts.Stdout(), ts.Stderr()); code != exitUsage {
+		ts.Fatalf("arpatch %s: exit %d, want %d (a usage error)", strings.Join(args, " "), code, exitUsage)
+	}
 }
 
 var remedyRe = regexp.MustCompile("`(arpatch [^`]+)`")
