@@ -40,9 +40,9 @@ func TestMain(m *testing.M) {
 // TestScripts runs the CLI scripts in testdata/script. Each script carries
 // its fixture upstream tree, recipe and patch series inline. A series a
 // script only uses comes sealed (each [[patch]]'s sha256 written in):
-// apply.txtar, refusals.txtar and port.txtar run `arpatch patches seal`
-// itself, and a fixture patch edited without its new sha256 is refused
-// with that remedy.
+// apply.txtar, refusals.txtar, port.txtar and nightly_port.txtar run
+// `arpatch patches seal` itself, and a fixture patch edited without its
+// new sha256 is refused with that remedy.
 //
 // Extra commands:
 //
@@ -322,13 +322,13 @@ func treeHash(ts *testscript.TestScript, dir string) string {
 
 // runUsage is the script command usage: arpatch's run, as main calls it
 // and as TestExitCodes does, on a flag or value it must refuse before
-// anything runs (exit 2), without starting the 40 MB test binary as a
+// anything runs (exit 2), without starting the 42 MB test binary as a
 // process. It runs in the test process, in the package directory with the
-// test's environment, not the script's: only for a refusal that comes
-// before any file or environment variable is read (one that reads a file
-// would read the package directory's, and fail the script with another
-// message). Its context is already cancelled, so that a command that does
-// not refuse stops at once (and fails the script) instead of running here.
+// test's environment, not the script's: only for a refusal that depends on
+// no file and no variable of the script (one that read a file would read
+// the package directory's). Its context is already cancelled, so that a
+// command that does not refuse stops at once (and fails the script)
+// instead of running here.
 func runUsage(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) == 0 {
 		ts.Fatalf("usage: usage ARGS... (no !: it requires exit 2)")
