@@ -28,8 +28,8 @@ func fillStat(e *index.Entry, fi os.FileInfo) {
 
 func fillStatT(e *index.Entry, st *syscall.Stat_t) {
 	e.Size = uint32(st.Size)
-	e.ModifiedAt = time.Unix(st.Mtim.Sec, st.Mtim.Nsec)
-	e.CreatedAt = time.Unix(st.Ctim.Sec, st.Ctim.Nsec)
+	e.ModifiedAt = time.Unix(st.Mtim.Unix())
+	e.CreatedAt = time.Unix(st.Ctim.Unix())
 	e.Dev, e.Inode = uint32(st.Dev), uint32(st.Ino)
 	e.UID, e.GID = st.Uid, st.Gid
 }
@@ -108,8 +108,8 @@ func (t *treeRoot) lstat(rel string) (fileStat, error) {
 	return fileStat{
 		mode:  osMode(st.Mode),
 		size:  st.Size,
-		mtime: time.Unix(st.Mtim.Sec, st.Mtim.Nsec),
-		ctime: time.Unix(st.Ctim.Sec, st.Ctim.Nsec),
+		mtime: time.Unix(st.Mtim.Unix()),
+		ctime: time.Unix(st.Ctim.Unix()),
 		ino:   uint32(st.Ino),
 		uid:   st.Uid,
 		gid:   st.Gid,
