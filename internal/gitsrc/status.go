@@ -23,7 +23,6 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
 	"github.com/go-git/go-git/v5/plumbing/format/index"
-	"github.com/go-git/go-git/v5/plumbing/object"
 )
 
 // Changes lists uncommitted changes, sorted by path, with the status
@@ -178,15 +177,17 @@ func (r *Repo) stagedChanges(it *indexTree, cached, headTree plumbing.Hash) ([]C
 	var diff func(dir string, tree plumbing.Hash) error
 	add := func(code byte, p string) { out = append(out, Change{Staging: code, Path: p}) }
 	diff = func(dir string, treeHash plumbing.Hash) error {
-		if h, ok := it.dirs[dir]; ok && h.sum == treeHash {
+		// hash, not the sum field: with the cache tree, hash("") may
+		// not have gone below a directory it took from the cache.
+		if _, ok := it.dirs[dir]; ok && it.hash(dir) == treeHash {
 			return nil
 		}
-		t, err := r.r.TreeObject(treeHash)
+		ents, err := r.treeEntries(treeHash)
 		if err != nil {
 			return err
 		}
 		inTree := map[string]bool{}
-		for _, te := range t.Entries {
+		for _, te := range ents {
 			p := path.Join(dir, te.Name)
 			inTree[p] = true
 			_, idxDir := it.dirs[p]
@@ -237,26 +238,21 @@ func cachedRoot(idx *index.Index) plumbing.Hash {
 }
 
 // allFiles calls fn with the path of every file under the tree treeHash
-// at prefix.
+// at prefix (depth first, in tree order; a submodule counts as a file).
 func (r *Repo) allFiles(treeHash plumbing.Hash, prefix string, fn func(string)) error {
-	t, err := r.r.TreeObject(treeHash)
+	ents, err := r.treeEntries(treeHash)
 	if err != nil {
 		return err
 	}
-	w := object.NewTreeWalker(t, true, nil)
-	defer w.Close()
-	for {
-		name, e, err := w.Next()
-		if errors.Is(err, io.EOF) {
-			return nil
-		}
-		if err != nil {
+	for _, e := range ents {
+		p := path.Join(prefix, e.Name)
+		if e.Mode != filemode.Dir {
+			fn(p)
+		} else if err := r.allFiles(e.Hash, p, fn); err != nil {
 			return err
 		}
-		if e.Mode != filemode.Dir {
-			fn(path.Join(prefix, name))
-		}
 	}
+	return nil
 }
 
 // indexTree is the tree of directories the index entries describe, with
