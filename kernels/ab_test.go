@@ -11,6 +11,7 @@ import (
 	"testing"
 
 	"github.com/arpatch/arpatch/internal/digest"
+	"github.com/arpatch/arpatch/internal/testbin"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
@@ -70,7 +71,7 @@ func TestABRefusesToolchainMismatch(t *testing.T) {
 	cat, a, b := abFixture(t, e)
 	// Arm B's interpreter reports another torch.
 	old := filepath.Join(t.TempDir(), "python3-old")
-	if err := os.WriteFile(old, []byte("#!/bin/sh\nFAKE_TORCH_VERSION=2.10.0+cu130 exec "+filepath.Join(e.fake, "python3")+" \"$@\"\n"), 0o755); err != nil {
+	if err := testbin.Write(old, []byte("#!/bin/sh\nFAKE_TORCH_VERSION=2.10.0+cu130 exec "+filepath.Join(e.fake, "python3")+" \"$@\"\n")); err != nil {
 		t.Fatal(err)
 	}
 	dir := filepath.Join(t.TempDir(), "ab")

@@ -8,8 +8,6 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
-	"github.com/arpatch/arpatch/harness/stats"
-	"github.com/arpatch/arpatch/internal/errwriter/errwritertest"
 	"io"
 	"os"
 	"path/filepath"
@@ -21,9 +19,12 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/harness/sglangtest"
+	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/internal/errwriter/errwritertest"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
+	"github.com/arpatch/arpatch/internal/testbin"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/kernels"
 	"github.com/arpatch/arpatch/patches"
@@ -546,7 +547,7 @@ func TestDriftOnlyRunsNoToolchainProbe(t *testing.T) {
 	w := newWorld(t)
 	marker := filepath.Join(t.TempDir(), "python-ran")
 	fake := filepath.Join(t.TempDir(), "python")
-	if err := os.WriteFile(fake, []byte("#!/bin/sh\necho \"$@\" >> "+marker+"\nexit 1\n"), 0o755); err != nil {
+	if err := testbin.Write(fake, []byte("#!/bin/sh\necho \"$@\" >> "+marker+"\nexit 1\n")); err != nil {
 		t.Fatal(err)
 	}
 	w.cfg.Build.Python = fake

@@ -10,7 +10,6 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
-	"github.com/arpatch/arpatch/harness/stats"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -26,7 +25,9 @@ import (
 	"github.com/rogpeppe/go-internal/testscript"
 	"mvdan.cc/sh/v3/shell"
 
+	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
+	"github.com/arpatch/arpatch/internal/testbin"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/kernels"
 )
@@ -183,7 +184,7 @@ func TestScripts(t *testing.T) {
 					"'topo -p2p r') out topo-p2p-r.txt;;\n" +
 					"'topo -p2p w') out topo-p2p-w.txt;;\n" +
 					"*) echo \"fake nvidia-smi: nothing recorded for: $*\" >&2; exit 9;;\nesac\n"
-				ts.Check(os.WriteFile(filepath.Join(dst, "nvidia-smi"), []byte(script), 0o755))
+				ts.Check(testbin.Write(filepath.Join(dst, "nvidia-smi"), []byte(script)))
 				ts.Setenv("PATH", dst+string(os.PathListSeparator)+ts.Getenv("PATH"))
 			},
 			"short": func(ts *testscript.TestScript, neg bool, args []string) {
@@ -242,7 +243,7 @@ func TestScripts(t *testing.T) {
 				b, err := os.ReadFile(filepath.Join("..", "..", "harness", "tune", "testdata", "fakeranks.sh"))
 				ts.Check(err)
 				ts.Check(os.MkdirAll(filepath.Dir(ts.MkAbs(args[0])), 0o755))
-				ts.Check(os.WriteFile(ts.MkAbs(args[0]), b, 0o755))
+				ts.Check(testbin.Write(ts.MkAbs(args[0]), b))
 			},
 			"sametree": func(ts *testscript.TestScript, neg bool, args []string) {
 				if len(args) != 2 {

@@ -14,6 +14,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/arpatch/arpatch/internal/testbin"
 )
 
 func TestParseSizesAndShape(t *testing.T) {
@@ -201,7 +203,7 @@ func fakeTorchrun(t *testing.T, body, tail string) string {
 	script := "#!/bin/sh\nout=\"\"; prev=\"\"\nfor a in \"$@\"; do [ \"$prev\" = \"--out\" ] && out=$a; prev=$a; done\n" +
 		"echo 'host:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read'\n" +
 		"cat >> \"$out\" <<'JSON'\n" + body + "JSON\n" + tail + "\n"
-	if err := os.WriteFile(p, []byte(script), 0o755); err != nil {
+	if err := testbin.Write(p, []byte(script)); err != nil {
 		t.Fatal(err)
 	}
 	return p
