@@ -10,7 +10,6 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -105,8 +104,7 @@ func (e *DirtyError) Error() string {
 	}
 	b.WriteString("\nnothing was changed. ")
 	if len(e.Hidden) > 0 {
-		fmt.Fprintf(&b, "git status and git stash cannot see the edits to %s (assume-unchanged): clear the bit (`%s`), then ", strings.Join(e.Hidden, ", "),
-			shellq.Join(append([]string{"git", "-C", e.Src, "update-index", "--no-skip-worktree", "--no-assume-unchanged"}, e.Hidden...)))
+		b.WriteString(unhideFirst(e.Src, e.Hidden))
 		fmt.Fprintf(&b, "stash them (`%s`), or drop them (`%s`; this loses them), then run apply again",
 			shellq.Join([]string{"git", "-C", e.Src, "stash"}), shellq.Join([]string{"git", "-C", e.Src, "reset", "--hard"}))
 		return b.String()
@@ -273,20 +271,14 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 			tracked = append(tracked, c)
 		}
 	}
-	var hidden []string // tracked changes git status cannot see
 	if len(tracked) > 0 {
 		if err := lineEndings(repo, head, root, tracked); err != nil {
 			return nil, err
 		}
-		au, err := repo.AssumeUnchanged()
-		if err != nil {
-			return nil, err
-		}
-		for _, c := range tracked {
-			if slices.Contains(au, c.Path) {
-				hidden = append(hidden, c.Path)
-			}
-		}
+	}
+	hidden, err := hiddenChanges(repo, tracked) // tracked changes git status cannot see
+	if err != nil {
+		return nil, err
 	}
 	if r.Series == "" && opts.Series == "" {
 		if len(tracked) > 0 {

@@ -5,6 +5,7 @@ import (
 	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"sort"
 	"strings"
 
@@ -26,6 +27,10 @@ type StatusReport struct {
 	Other []gitsrc.Change `json:"other_changes"`
 	// Untracked lists untracked files git does not ignore.
 	Untracked []string `json:"untracked"`
+	// Hidden lists the paths in Other whose index entries are marked
+	// assume-unchanged: git status and git stash do not see their edits
+	// until the bit is cleared, so the remedy clears it first.
+	Hidden []string `json:"hidden"`
 	// SkipWorktree lists index entries marked skip-worktree, whose edits
 	// git status does not show (git update-index --skip-worktree).
 	SkipWorktree []string `json:"skip_worktree"`
@@ -135,7 +140,41 @@ func (s *StatusReport) otherRemedy() string {
 	for _, c := range s.Other {
 		ps = append(ps, c.Path)
 	}
-	return "Commit them, or set only them aside with `" + s.setAside("", ps) + "` (a plain git stash would stash the patched files too, undoing the apply)"
+	r := "ommit them, or set only them aside with `" + s.setAside("", ps) + "` (a plain git stash would stash the patched files too, undoing the apply)"
+	if len(s.Hidden) > 0 {
+		return unhideFirst(s.Src, s.Hidden) + "c" + r
+	}
+	return "C" + r
+}
+
+// hiddenChanges lists the paths of changes whose index entries are
+// marked assume-unchanged (gitsrc.Repo.AssumeUnchanged): git status and
+// git stash do not see their edits until the bit is cleared. It returns
+// the error reading the index.
+func hiddenChanges(repo *gitsrc.Repo, changes []gitsrc.Change) ([]string, error) {
+	if len(changes) == 0 {
+		return nil, nil
+	}
+	au, err := repo.AssumeUnchanged()
+	if err != nil {
+		return nil, err
+	}
+	var hidden []string
+	for _, c := range changes {
+		if slices.Contains(au, c.Path) {
+			hidden = append(hidden, c.Path)
+		}
+	}
+	return hidden, nil
+}
+
+// unhideFirst is the start of a remedy for edits git cannot see: it says
+// so and gives the command that clears the bits hiding them (both
+// assume-unchanged and skip-worktree; clearing a bit that is not set does
+// nothing), ending in "then ".
+func unhideFirst(src string, hidden []string) string {
+	return "git status and git stash cannot see the edits to " + strings.Join(hidden, ", ") + " (assume-unchanged): clear the bit (`" +
+		sh(append([]string{"git", "-C", src, "update-index", "--no-skip-worktree", "--no-assume-unchanged", "--"}, hidden...)...) + "`), then "
 }
 
 func (s *StatusReport) untrackedRemedy() string {
@@ -251,6 +290,9 @@ func Status(src string, cat *patches.Catalog) (*StatusReport, error) {
 		case !recorded[c.Path]:
 			rep.Other = append(rep.Other, c)
 		}
+	}
+	if rep.Hidden, err = hiddenChanges(repo, rep.Other); err != nil {
+		return nil, err
 	}
 	if rep.SkipWorktree, err = repo.SkipWorktree(); err != nil {
 		return nil, err
