@@ -90,7 +90,7 @@ file = "0001-dispatch.patch"
 sha256 = ""
 provides = ["pcie-dispatch-branch"]
 `
-	f.series = writeSeries(t, "fix-pcie", toml, "0001-dispatch.patch", patch0001)
+	f.series = writeSeries(t, t.TempDir(), "fix-pcie", toml, "0001-dispatch.patch", patch0001)
 	return f
 }
 
@@ -150,20 +150,20 @@ func (f *fixture) draftApplies(rep *Report, to, path string) string {
 	if len(res.Files) != 1 || res.Files[0].Path != path {
 		f.t.Fatalf("draft changed %+v, want %s", res.Files, path)
 	}
-	gitApplyAgrees(f.t, tree, d.Files["0001-dispatch.patch"], path, res.Files[0].After)
+	gitApplyAgrees(f.t, f.t.TempDir(), tree, d.Files["0001-dispatch.patch"], path, res.Files[0].After)
 	return string(res.Files[0].After)
 }
 
 // gitApplyAgrees applies the ported patch with `git apply` to the target
-// file and requires the bytes arpatch's engine produced.
-func gitApplyAgrees(t testing.TB, tree patches.Tree, patch []byte, path string, want []byte) {
+// file, written with the patch into dir (over what an earlier call left
+// there), and requires the bytes arpatch's engine produced.
+func gitApplyAgrees(t testing.TB, dir string, tree patches.Tree, patch []byte, path string, want []byte) {
 	t.Helper()
 	git, err := exec.LookPath("git")
 	if err != nil {
 		t.Log("git is not installed; skipping the git apply cross-check")
 		return
 	}
-	dir := t.TempDir()
 	before, err := tree.ReadFile(path)
 	if err != nil {
 		t.Fatal(err)
@@ -376,12 +376,14 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 	var clean, conflicted int
 	// One upstream repository for every case, each case two commits on
 	// top (its base, then upstream's edit): port looks only from the base
-	// to the edit. git merge-file reads three files rewritten in place.
+	// to the edit.
 	dir := filepath.Join(t.TempDir(), "up")
 	if _, err := testrepo.Init(dir); err != nil {
 		t.Fatal(err)
 	}
-	mdir := t.TempDir()
+	// The series, the three files git merge-file reads and git apply's
+	// tree are rewritten in place for each case.
+	mdir, sdir, adir := t.TempDir(), t.TempDir(), t.TempDir()
 	for i := 0; i < 40; i++ {
 		var base []string
 		for j := 0; j < 12+rng.Intn(20); j++ {
@@ -402,7 +404,7 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 		}
 		text := "Description: random edit\nAuthor: arpatch tests\nUpstream-Status: Inappropriate [test]\nApplies-To: fixture\n\n" +
 			section(path, &patches.FileResult{Path: path, Op: patches.Modify, After: []byte(o)}, []byte(b), unified(base, ours), "")
-		s := sealedSeries(t, c0, text)
+		s := sealedSeries(t, sdir, c0, text)
 		repo, _ := gitsrc.OpenAny(dir)
 		rep, err := Run(Options{Repo: repo, Series: s, To: c1})
 		if err != nil {
@@ -438,24 +440,26 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 		if got := string(res.Files[0].After); got != string(want) {
 			t.Fatalf("case %d: ported result %q, git merge-file %q", i, got, want)
 		}
-		gitApplyAgrees(t, tree, rep.Patches[0].Text, path, res.Files[0].After)
+		gitApplyAgrees(t, adir, tree, rep.Patches[0].Text, path, res.Files[0].After)
 	}
 	if clean < 10 || conflicted < 5 {
 		t.Fatalf("the cases do not exercise both outcomes: %d clean, %d conflicted", clean, conflicted)
 	}
 }
 
-// sealedSeries writes a one-patch series tested on commit and loads it.
-func sealedSeries(t testing.TB, commit, patch string) *patches.Series {
+// sealedSeries writes a one-patch series tested on commit under dir and
+// loads it.
+func sealedSeries(t testing.TB, dir, commit, patch string) *patches.Series {
 	toml := "name = \"rand\"\nfamily = \"rand\"\ntested_on = [\"" + commit + "\"]\n\n[[patch]]\nfile = \"0001-edit.patch\"\nsha256 = \"\"\n"
-	return writeSeries(t, "rand", toml, "0001-edit.patch", patch)
+	return writeSeries(t, dir, "rand", toml, "0001-edit.patch", patch)
 }
 
 // writeSeries writes series.toml and one patch into a series directory
-// named name, seals it and loads it.
-func writeSeries(t testing.TB, name, toml, file, patch string) *patches.Series {
+// named name under dir/series (over what an earlier call left there),
+// seals it and loads it.
+func writeSeries(t testing.TB, dir, name, toml, file, patch string) *patches.Series {
 	t.Helper()
-	sdir := filepath.Join(t.TempDir(), "series", name)
+	sdir := filepath.Join(dir, "series", name)
 	if err := testrepo.WriteFiles(sdir, map[string]string{"series.toml": toml, file: patch}); err != nil {
 		t.Fatal(err)
 	}
@@ -508,7 +512,7 @@ func TestPortKeepsModes(t *testing.T) {
 	patch := "Description: modes\nAuthor: arpatch tests\nUpstream-Status: Inappropriate [test]\nApplies-To: fixture\n\n" +
 		"diff --git a/tools/check.sh b/tools/check.sh\nindex 1111111..2222222 100755\n--- a/tools/check.sh\n+++ b/tools/check.sh\n@@ -1,3 +1,3 @@\n #!/bin/sh\n-echo one\n+echo ONE\n echo two\n" +
 		"diff --git a/tools/gen.py b/tools/gen.py\nold mode 100644\nnew mode 100755\nindex 3333333..4444444\n--- a/tools/gen.py\n+++ b/tools/gen.py\n@@ -1,2 +1,2 @@\n-print(1)\n+print(0)\n print(2)\n"
-	s := sealedSeries(t, c0, patch)
+	s := sealedSeries(t, t.TempDir(), c0, patch)
 	c1, err := testrepo.Change(dir, "upstream", map[string]string{"tools/gen.py": "print(1)\nprint(2)\nprint(3)\n"})
 	if err != nil {
 		t.Fatal(err)
@@ -588,7 +592,7 @@ func TestPortBaseCommit(t *testing.T) {
 		t.Fatalf("%v %+v", err, rep)
 	}
 	// A series none of whose tested_on commits the repository holds.
-	s := sealedSeries(t, strings.Repeat("ab", 20), patch0001)
+	s := sealedSeries(t, t.TempDir(), strings.Repeat("ab", 20), patch0001)
 	_, err = Run(Options{Repo: repo, Series: s, To: c2})
 	if err == nil || !strings.Contains(err.Error(), "holds none of its tested_on commits (abababababababababababababababababababab); fetch one, or pass --from") {
 		t.Fatalf("err %v", err)
