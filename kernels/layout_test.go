@@ -23,10 +23,12 @@ import (
 // in the project's directory, the deps come from its CMake files, and the
 // key records where it is.
 func TestPlanFindsTheProject(t *testing.T) {
+	plans := map[string]*Plan{}
 	for _, l := range layouts {
 		t.Run(l.name, func(t *testing.T) {
 			e := newEnvIn(t, l)
 			p := mustPlan(t, e.opts())
+			plans[l.name] = p
 			// The command runs in the project's copy in the fixed build path.
 			if p.Project.Dir != l.dir || p.Project.Name != "sglang-kernel" || p.Dir != filepath.Join(p.BuildPath, "sglang", l.dir) || p.Inputs.Project != l.dir {
 				t.Errorf("project %+v, dir %s, key input %q", p.Project, p.Dir, p.Inputs.Project)
@@ -42,22 +44,26 @@ func TestPlanFindsTheProject(t *testing.T) {
 	}
 	// A tree with both (a fork that copied instead of moving): refused,
 	// naming both, before anything is probed or built.
-	two := newEnvOwn(t, aotLayout) // commits to its upstream
-	c2, err := testrepo.Change(two.up, "copy", kernelFiles(t, oldLayout))
+	up := filepath.Join(t.TempDir(), "up")
+	if _, err := makeUpstream(t, up, aotLayout, false); err != nil {
+		t.Fatal(err)
+	}
+	c2, err := testrepo.Change(up, "copy", kernelFiles(t, oldLayout))
 	if err != nil {
 		t.Fatal(err)
 	}
-	two.commit = c2
-	two.src = filepath.Join(t.TempDir(), "two")
-	two.apply(t, two.src, "", nil)
+	two := newEnvFrom(t, aotLayout, up, c2)
 	_, err = PlanBuild(context.Background(), two.opts())
 	contains(t, errString(err), two.src+" holds 2 sgl-kernel projects (python/sglang/kernels/aot/, sgl-kernel/); arpatch builds one and will not guess which")
 	if _, err := PlanExt(context.Background(), two.opts()); !sglkernel.IsNotFound(err) {
 		t.Errorf("ext with two projects: %v", err)
 	}
 
-	e := newEnvIn(t, aotLayout)
-	p := mustPlan(t, e.opts())
+	// The aot layout's plan (its subtest's): URL-pinned deps.
+	p := plans[aotLayout.name]
+	if p == nil {
+		t.Fatal("no plan for the aot layout")
+	}
 	cut := p.Deps[0]
 	if cut.Name != "repo-cutlass" || cut.URL != "https://github.com/NVIDIA/cutlass/archive/57e3cfb47a2d9e0d46eb6335c3dc411498efa198.tar.gz" ||
 		cut.Repo != "https://${GITHUB_ARTIFACTORY}/NVIDIA/cutlass/archive/57e3cfb47a2d9e0d46eb6335c3dc411498efa198.tar.gz" ||
