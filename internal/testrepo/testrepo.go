@@ -70,8 +70,23 @@ func Commit(dir, msg string) (string, error) {
 	if _, err := writePack(fs, ps, ps.order, 0); err != nil {
 		return "", fmt.Errorf("%s: packing commit %s: %w", dir, h, err)
 	}
+	packs, err := filepath.Glob(filepath.Join(dir, ".git", "objects", "pack", "pack-*.pack"))
+	if err == nil && len(packs) > maxPacks {
+		err = repack(dir, 0)
+	}
+	if err != nil {
+		return "", fmt.Errorf("%s: repacking after commit %s: %w", dir, h, err)
+	}
 	return h.String(), nil
 }
+
+// maxPacks is the most packs Commit leaves in a repository; past it, it
+// puts every object into one, as `git gc --auto` does past
+// gc.autoPackLimit. go-git reads the index of every pack (with a read
+// call per fan-out entry, 256 each) whenever it first reads an object,
+// so a pack per commit in a repository of 80 commits made committing and
+// reading it dearer than loose objects.
+const maxPacks = 8
 
 // packingStorage is a repository's storage that keeps the objects set in
 // it in memory (in order, each once, leaving out those the repository
@@ -233,7 +248,11 @@ func RandomEdit(rng *rand.Rand, lines []string, tag string) []string {
 // loose objects and the other packs, as `git gc` leaves a repository.
 // (go-git's RepackObjects cannot: its object walker fails on a tree
 // holding a symlink.)
-func Pack(dir string) error {
+func Pack(dir string) error { return repack(dir, 10) }
+
+// repack is Pack with deltas searched within a window of window objects
+// (0: none).
+func repack(dir string, window uint) error {
 	r, fs, err := openStorage(dir)
 	if err != nil {
 		return err
@@ -253,7 +272,7 @@ func Pack(dir string) error {
 	}); err != nil {
 		return err
 	}
-	sum, err := writePack(fs, fs, hashes, 10)
+	sum, err := writePack(fs, fs, hashes, window)
 	if err != nil {
 		return err
 	}

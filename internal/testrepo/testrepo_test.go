@@ -4,6 +4,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -42,15 +43,19 @@ func fsck(t *testing.T, dir, head string) {
 	}
 }
 
-// Commit writes one pack per commit and no loose object, with the commit
-// hashes go-git's own loose commits of the same trees get; Unpack and
-// Pack turn the objects loose and back into one pack; git reads all three.
+// Commit writes one pack per commit (all in one past maxPacks) and no
+// loose object, with the commit hashes go-git's own loose commits of the
+// same trees get; Unpack and Pack turn the objects loose and back into
+// one pack; git reads all three.
 func TestCommitPacksWithGoGitsHashes(t *testing.T) {
 	steps := []map[string]string{
 		{"a/b/c.txt": "one\n", "a/d.txt": "d\n", "top.txt": "top\n"},
 		{"a/b/c.txt": "two\n", "e/f.txt": "new\n"},
 		{"a/d.txt": "", "top.txt": "top\n"}, // a deletion; top.txt unchanged
 		{},                                  // an empty commit
+	}
+	for len(steps) < maxPacks+2 { // past maxPacks: all in one pack
+		steps = append(steps, map[string]string{"more.txt": strconv.Itoa(len(steps))})
 	}
 	packed, plain := t.TempDir(), t.TempDir()
 	if _, err := git.PlainInit(plain, false); err != nil {
@@ -71,8 +76,9 @@ func TestCommitPacksWithGoGitsHashes(t *testing.T) {
 			t.Fatal(err)
 		}
 		commits = append(commits, c)
-		if loose, packs := looseAndPacks(t, packed); loose != 0 || packs != i+1 {
-			t.Errorf("after commit %d: %d loose-object directories, %d packs; want 0 and %d", i, loose, packs, i+1)
+		// A pack per commit, folded into one past maxPacks.
+		if loose, packs := looseAndPacks(t, packed); loose != 0 || packs != i%maxPacks+1 {
+			t.Errorf("after commit %d: %d loose-object directories, %d packs; want 0 and %d", i, loose, packs, i%maxPacks+1)
 		}
 
 		// The same tree committed by go-git alone, objects loose.
