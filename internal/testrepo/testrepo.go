@@ -5,6 +5,7 @@
 package testrepo
 
 import (
+	"bytes"
 	"fmt"
 	"math/rand"
 	"os"
@@ -14,8 +15,11 @@ import (
 	"strings"
 	"time"
 
+	"github.com/go-git/go-billy/v5"
+	"github.com/go-git/go-billy/v5/util"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/cache"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
@@ -49,10 +53,11 @@ func Commit(dir, msg string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	fs, ok := r.Storer.(*filesystem.Storage)
+	opened, ok := r.Storer.(*filesystem.Storage)
 	if !ok {
 		return "", fmt.Errorf("%s: not a repository on disk", dir)
 	}
+	fs := filesystem.NewStorage(wholeIndexes{opened.Filesystem()}, cache.NewObjectLRUDefault())
 	ps := &packingStorage{Storage: fs, added: map[plumbing.Hash]plumbing.EncodedObject{}}
 	if r, err = git.Open(ps, w.Filesystem); err != nil {
 		return "", err
@@ -87,6 +92,35 @@ func Commit(dir, msg string) (string, error) {
 // so a pack per commit in a repository of 80 commits made committing and
 // reading it dearer than loose objects.
 const maxPacks = 8
+
+// wholeIndexes is a repository's file system from which pack indexes
+// are read whole: go-git's index decoder reads the 256 fan-out entries
+// one read call each, every time it opens a repository's objects.
+type wholeIndexes struct{ billy.Filesystem }
+
+func (fs wholeIndexes) Open(name string) (billy.File, error) {
+	if path.Ext(name) != ".idx" {
+		return fs.Filesystem.Open(name)
+	}
+	b, err := util.ReadFile(fs.Filesystem, name)
+	if err != nil {
+		return nil, err
+	}
+	return &readOnlyFile{Reader: bytes.NewReader(b), name: name}, nil
+}
+
+// readOnlyFile is a file read from memory.
+type readOnlyFile struct {
+	*bytes.Reader
+	name string
+}
+
+func (f *readOnlyFile) Name() string              { return f.name }
+func (f *readOnlyFile) Write([]byte) (int, error) { return 0, os.ErrPermission }
+func (f *readOnlyFile) Truncate(int64) error      { return os.ErrPermission }
+func (f *readOnlyFile) Close() error              { return nil }
+func (f *readOnlyFile) Lock() error               { return nil }
+func (f *readOnlyFile) Unlock() error             { return nil }
 
 // packingStorage is a repository's storage that keeps the objects set in
 // it in memory (in order, each once, leaving out those the repository
