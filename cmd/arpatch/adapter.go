@@ -86,9 +86,22 @@ func action[F, O any](opts func(F) (O, error), run func(context.Context, O, stre
 		if err != nil {
 			return err
 		}
+		if c.Context.Value(optionsOnly{}) != nil {
+			return errOptionsOnly
+		}
 		return run(c.Context, o, streamsOf(c))
 	}
 }
+
+// optionsOnly, as a context key with any value, stops every command after
+// its options are made, before it runs: the CLI scripts' `usage` command
+// checks refusals in the test process this way, so a command that fails
+// to refuse returns errOptionsOnly (exit 1) and does nothing.
+type optionsOnly struct{}
+
+// errOptionsOnly is what a command on an optionsOnly context returns in
+// place of running.
+var errOptionsOnly = errors.New("the options were accepted; the command was not run (options-only context)")
 
 // noFlags is the options function of a command without flags.
 func noFlags(struct{}) (struct{}, error) { return struct{}{}, nil }

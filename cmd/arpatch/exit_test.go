@@ -173,3 +173,18 @@ var errFull = errors.New("no space left on device (test)")
 type failingWriter struct{}
 
 func (failingWriter) Write([]byte) (int, error) { return 0, errFull }
+
+// TestOptionsOnly: on an optionsOnly context a command that accepts its
+// options stops before running (exit 1, nothing written), and one that
+// refuses them still exits 2: what the scripts' `usage` relies on.
+func TestOptionsOnly(t *testing.T) {
+	ctx := context.WithValue(context.Background(), optionsOnly{}, true)
+	var out, errb bytes.Buffer
+	if code := run(ctx, []string{"arpatch", "recipes"}, &out, &errb); code != exitFailure || out.Len() != 0 || !strings.Contains(errb.String(), errOptionsOnly.Error()) {
+		t.Errorf("recipes: exit %d, stdout %q, stderr %q; want 1, nothing, the options-only error", code, out.String(), errb.String())
+	}
+	errb.Reset()
+	if code := run(ctx, []string{"arpatch", "bench", "allreduce", "--count", "0"}, &out, &errb); code != exitUsage || !strings.Contains(errb.String(), "--count 0: use 1 or more") {
+		t.Errorf("a refusal: exit %d, stderr %q", code, errb.String())
+	}
+}

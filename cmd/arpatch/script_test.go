@@ -327,15 +327,14 @@ func treeHash(ts *testscript.TestScript, dir string) string {
 // process. It runs in the test process, in the package directory with the
 // test's environment, not the script's: only for a refusal that depends on
 // no file and no variable of the script (one that read a file would read
-// the package directory's). Its context is already cancelled, so that a
-// command that does not refuse stops at once (and fails the script)
-// instead of running here.
+// the package directory's). A command that does not refuse stops once its
+// options are made (optionsOnly), and fails the script, instead of
+// running here.
 func runUsage(ts *testscript.TestScript, neg bool, args []string) {
 	if neg || len(args) == 0 {
 		ts.Fatalf("usage: usage ARGS... (no !: it requires exit 2)")
 	}
-	ctx, cancel := context.WithCancel(context.Background())
-	cancel()
+	ctx := context.WithValue(context.Background(), optionsOnly{}, true)
 	if code := run(ctx, append([]string{"arpatch"}, args...), ts.Stdout(), ts.Stderr()); code != exitUsage {
 		ts.Fatalf("arpatch %s: exit %d, want %d (a usage error)", strings.Join(args, " "), code, exitUsage)
 	}
