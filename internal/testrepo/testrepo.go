@@ -43,7 +43,9 @@ func Init(dir string) (string, error) {
 // one loose file and directory each as go-git writes them: a fixture
 // repository is packed, as a mirror or a fresh clone is, and making it
 // creates two files per commit. Objects already in the repository are not
-// written again. The commit hash is the same either way.
+// written again; past maxPacks packs, all objects go into one. The commit
+// hash is the same either way. It returns go-git's error opening,
+// staging or committing, or the error writing the pack, naming dir.
 func Commit(dir, msg string) (string, error) {
 	r, err := git.PlainOpen(dir)
 	if err != nil {
