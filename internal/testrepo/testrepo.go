@@ -283,7 +283,8 @@ func RandomEdit(rng *rand.Rand, lines []string, tag string) []string {
 // pack encoder, which deltifies within a window of 10) and removes the
 // loose objects and the other packs, as `git gc` leaves a repository.
 // (go-git's RepackObjects cannot: its object walker fails on a tree
-// holding a symlink.)
+// holding a symlink.) It returns go-git's error reading or writing the
+// objects, or the error removing a file.
 func Pack(dir string) error { return repack(dir, 10) }
 
 // repack is Pack with deltas searched within a window of window objects
@@ -327,7 +328,8 @@ func repack(dir string, window uint) error {
 // Unpack writes every object of the repository at dir loose (a file per
 // object in a directory per first byte, as go-git writes them) and
 // removes its packs: the repository a test needs that reads loose
-// objects or removes one.
+// objects or removes one. It returns go-git's error reading or writing
+// the objects, or the error removing a pack file.
 func Unpack(dir string) error {
 	_, fs, err := openStorage(dir)
 	if err != nil {
