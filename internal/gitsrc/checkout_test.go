@@ -219,7 +219,7 @@ func TestCheckoutIndexHoldsStatData(t *testing.T) {
 }
 
 func TestCheckoutRefuses(t *testing.T) {
-	up, commit := richFixture(t, false)
+	up, commit := richFixture(t, true)
 	repo, _, err := Clone(context.Background(), up, filepath.Join(t.TempDir(), "work"), nil)
 	if err != nil {
 		t.Fatal(err)
