@@ -13,6 +13,7 @@ import (
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/shellq"
+	"github.com/arpatch/arpatch/internal/textfmt"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -167,7 +168,7 @@ func printApply(w io.Writer, rep *checkout.ApplyReport, r *recipes.Recipe, repoF
 		}
 	}
 	if len(rep.Untracked) > 0 {
-		fmt.Fprintf(w, "note: %d untracked files in the tree were left alone\n", len(rep.Untracked))
+		fmt.Fprintf(w, "note: %s in the tree %s left alone\n", textfmt.Plural(len(rep.Untracked), "untracked file", "untracked files"), textfmt.Word(len(rep.Untracked), "was", "were"))
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/bounds"
+	"github.com/arpatch/arpatch/internal/textfmt"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/pyenv"
@@ -202,11 +203,11 @@ func benchAllreduceRun(ctx context.Context, o benchAllreduceOptions, s streams) 
 		}
 	}
 	if rep.Interrupted() {
-		kept := ""
+		kept := "the table above holds"
 		if o.JSON != "" {
-			kept = " and " + o.JSON
+			kept = "the table above and " + o.JSON + " hold"
 		}
-		return exitWith(exitInfra, fmt.Sprintf("interrupted: the ranks were stopped (torchrun's process group); %d of the cases asked for were not run; the table above%s hold the %d that finished", len(rep.Missing), kept, len(run.Results)))
+		return exitWith(exitInfra, fmt.Sprintf("interrupted: the ranks were stopped (torchrun's process group); %d of the cases asked for %s not run; %s the %s that finished", len(rep.Missing), textfmt.Word(len(rep.Missing), "was", "were"), kept, textfmt.Plural(len(run.Results), "case", "cases")))
 	}
 	if len(run.Results) == 0 {
 		tail := run.Output

@@ -286,7 +286,7 @@ func TestExecuteHangAndDeath(t *testing.T) {
 			t.Errorf("run = %+v", run)
 		}
 		rep := NewReport(Options{WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Modes: []string{"eager", "graph"}}, Verify{Count: 122, Bytes: 4096}, run, "test")
-		want := []string{"INTERRUPTED during nccl at 4K (graph): the ranks were stopped; 1 of the cases asked for were not run (no verdict on them)"}
+		want := []string{"INTERRUPTED during nccl at 4K (graph): the ranks were stopped; 1 of the cases asked for was not run (no verdict on them)"}
 		if !rep.Interrupted() || rep.Failed() || !slices.Equal(rep.Findings[len(rep.Findings)-1:], want) || len(rep.Missing) != 1 {
 			t.Errorf("report: interrupted %v, failed %v, missing %v, findings %q", rep.Interrupted(), rep.Failed(), rep.Missing, rep.Findings)
 		}

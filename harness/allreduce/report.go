@@ -9,6 +9,8 @@ import (
 	"strings"
 	"text/tabwriter"
 	"time"
+
+	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
 // Schema names the JSON layout of a report.
@@ -71,7 +73,7 @@ func NewReport(opts Options, v Verify, run *Run, version string) *Report {
 		if p := run.Interrupted; p != nil {
 			at = " during " + caseName(*p) + " at " + FormatBytes(p.Bytes) + " (" + p.Mode + ")"
 		}
-		rep.Findings = append(rep.Findings, fmt.Sprintf("INTERRUPTED%s: the ranks were stopped; %d of the cases asked for were not run (no verdict on them)", at, len(rep.Missing)))
+		rep.Findings = append(rep.Findings, fmt.Sprintf("INTERRUPTED%s: the ranks were stopped; %d of the cases asked for %s not run (no verdict on them)", at, len(rep.Missing), textfmt.Word(len(rep.Missing), "was", "were")))
 		return rep
 	}
 	if n := len(rep.Missing); n > 0 {

@@ -247,7 +247,7 @@ func WriteTable(w io.Writer, res *bench.Result, s Settings) {
 		if ag := a.Agreement; ag != nil {
 			for i, dv := range ag.Divergences {
 				if i == 3 {
-					fmt.Fprintf(w, "  ... %d more divergent prompts\n", len(ag.Divergences)-3)
+					fmt.Fprintf(w, "  ... %d more divergent %s\n", len(ag.Divergences)-3, textfmt.Word(len(ag.Divergences)-3, "prompt", "prompts"))
 					break
 				}
 				fmt.Fprintf(w, "  %s prompt %d %s\n", a.Arm.Name, dv.Prompt, dv)

@@ -17,6 +17,7 @@ import (
 	"golang.org/x/perf/benchmath"
 
 	"github.com/arpatch/arpatch/harness/sglang"
+	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
 // Trial is one pass of the workload against one arm.
@@ -200,7 +201,7 @@ func Summarize(values []float64) Summary {
 		out.Warning = s.Warnings[0].Error()
 		if n := len(values); n < 4 {
 			out.Confidence = 0
-			out.Warning = fmt.Sprintf("%d trials allow no confidence interval (4 allow 87.5%%, 6 allow 95%%): %s", n, s.Warnings[0])
+			out.Warning = fmt.Sprintf("%s %s no confidence interval (4 allow 87.5%%, 6 allow 95%%): %s", textfmt.Plural(n, "trial", "trials"), textfmt.Word(n, "allows", "allow"), s.Warnings[0])
 		}
 		if n := len(values); n >= 4 {
 			best := 1 - 2*math.Pow(0.5, float64(n))

@@ -40,13 +40,13 @@ func TestSummarizeConfidence(t *testing.T) {
 	if s.Center != 3 || s.Lo != 1 || s.Hi != 5 || math.Abs(s.Confidence-0.9375) > 1e-9 || !strings.Contains(s.Warning, "5 trials allow a 93.8% interval") {
 		t.Errorf("5 values: %+v", s)
 	}
-	// 2 or 3 trials allow no interval: the JSON says so rather than
+	// 1, 2 or 3 trials allow no interval: the JSON says so rather than
 	// "confidence": 1 with null bounds.
-	for _, vals := range [][]float64{{7, 8}, {7, 8, 9}} {
+	for _, vals := range [][]float64{{7}, {7, 8}, {7, 8, 9}} {
 		s = Summarize(vals)
 		b, _ := json.Marshal(s)
 		if s.Confidence != 0 || !strings.Contains(string(b), `"lo":null,"hi":null`) || !strings.Contains(string(b), `"confidence":null,"no_interval":true`) ||
-			!strings.Contains(s.Warning, fmt.Sprintf("%d trials allow no confidence interval", len(vals))) {
+			!strings.HasPrefix(s.Warning, map[int]string{1: "1 trial allows", 2: "2 trials allow", 3: "3 trials allow"}[len(vals)]+" no confidence interval") {
 			t.Errorf("%d values: %+v %s", len(vals), s, b)
 		}
 	}
