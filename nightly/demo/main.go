@@ -1,10 +1,7 @@
 // Command demo runs arpatch's nightly end to end on this machine, with no
-// GPU and no network: a fixture upstream repository it writes, a one-patch
-// series, the fake CUDA toolchain of kernels/testdata/fakebin for the
-// builds, and in-process SGLang-protocol servers for the bench. It seeds a
-// history with five ordinary nights, then runs tonight with arm B's server
-// decoding 10% slower (about 8% fewer tok/s measured), prints the table, the verdict and the exit code, writes the
-// CI files and the plot, and exits with the nightly's exit code (1).
+// GPU and no network (package nightly/internal/demo): six nights on
+// fixtures, the last with a planted 10% regression; it exits with the
+// nightly's exit code (1).
 //
 // Run it from the repository root:
 //
@@ -12,207 +9,17 @@
 package main
 
 import (
-	"context"
-	"errors"
-	"flag"
-	"fmt"
-	"io"
 	"net/http"
 	"net/http/httptest"
 	"os"
-	"path/filepath"
-	"strings"
-	"time"
 
-	"github.com/arpatch/arpatch/harness/sglangtest"
-	"github.com/arpatch/arpatch/harness/stats"
-	"github.com/arpatch/arpatch/history"
-	"github.com/arpatch/arpatch/internal/digest"
-	"github.com/arpatch/arpatch/internal/testrepo"
-	"github.com/arpatch/arpatch/kernels"
-	"github.com/arpatch/arpatch/nightly"
+	"github.com/arpatch/arpatch/nightly/internal/demo"
 )
-
-const cu = "// fixture translation unit\nif (ws == 2) {\n  one();\n} else if (full_nvlink_) {\n  pick();\n}\n"
-
-const patch = `Description: fixture: launch a kernel on PCIe-only GPUs above world size 2
-Author: arpatch demo
-Upstream-Status: Inappropriate [demo fixture]
-Applies-To: the demo's fixture tree
-
---- a/sgl-kernel/csrc/allreduce/custom_all_reduce.cu
-+++ b/sgl-kernel/csrc/allreduce/custom_all_reduce.cu
-@@ -2,5 +2,5 @@
- if (ws == 2) {
-   one();
--} else if (full_nvlink_) {
-+} else {
-   pick();
- }
-`
 
 func main() {
 	serve := func(h http.Handler) (string, func()) {
 		s := httptest.NewServer(h)
 		return s.URL, s.Close
 	}
-	os.Exit(run(os.Args[1:], os.Stdout, os.Stderr, serve, nil))
+	os.Exit(demo.Run(os.Args[1:], os.Stdout, os.Stderr, serve, nil))
 }
-
-// run is the demo, from its arguments to its exit code: the nightly's
-// (1, a regression on the last night), 2 for a refusal or a failure of
-// its own. serve starts an SGLang-protocol server and returns its base
-// URL and stop function (main uses httptest; the test, an in-memory
-// network on a fake clock); client, when not nil, is the bench's HTTP
-// client for those URLs.
-func run(args []string, stdout, stderr io.Writer, serve func(http.Handler) (url string, stop func()), client *http.Client) int {
-	fs := flag.NewFlagSet("demo", flag.ContinueOnError)
-	fs.SetOutput(stderr)
-	dir := fs.String("dir", "nightly-demo", "directory for the demo's files (recreated)")
-	if err := fs.Parse(args); err != nil {
-		return 2 // the flag package said why
-	}
-	code, err := demo(*dir, stdout, serve, client)
-	if err != nil {
-		fmt.Fprintln(stderr, "demo:", err)
-		return 2
-	}
-	return code
-}
-
-// demo writes its world under dir, runs the six nights and writes the
-// reports; it returns the last night's exit code, or the error that
-// stopped it.
-func demo(dir string, stdout io.Writer, serve func(http.Handler) (string, func()), client *http.Client) (int, error) {
-	fake, err := filepath.Abs("kernels/testdata/fakebin")
-	if _, serr := os.Stat(fake); err != nil || serr != nil {
-		return 0, errors.New("run the demo from the arpatch repository root (kernels/testdata/fakebin not found)")
-	}
-	abs, err := prepare(dir)
-	if err != nil {
-		return 0, err
-	}
-	up := filepath.Join(abs, "upstream")
-	if err := testrepo.WriteFiles(up, map[string]string{
-		"sgl-kernel/CMakeLists.txt":                      "project(sgl-kernel)\nset(F \"-gencode=arch=compute_120a,code=sm_120a\")\n",
-		"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": cu,
-		"sgl-kernel/include/utils.h":                     "// header\n",
-		"sgl-kernel/pyproject.toml":                      testrepo.KernelPyproject,
-	}); err != nil {
-		return 0, err
-	}
-	commit, err := testrepo.Init(up)
-	if err != nil {
-		return 0, err
-	}
-	if err := testrepo.WriteFiles(abs, map[string]string{
-		"series/demo/series.toml":         "name = \"demo\"\nfamily = \"demo\"\ntested_on = [\"" + commit + "\"]\n\n[[patch]]\nfile = \"0001-dispatch.patch\"\nsha256 = \"" + digest.SHA256Hex([]byte(patch)) + "\"\n",
-		"series/demo/0001-dispatch.patch": patch,
-		"baseline.toml":                   "name = \"baseline\"\n[upstream]\ncommit = \"" + commit + "\"\n",
-		"pcie.toml":                       "name = \"pcie\"\nseries = \"demo\"\n[upstream]\ncommit = \"" + commit + "\"\n[env]\nSGLANG_FORCE_CUSTOM_AR_PCIE = \"1\"\n",
-		"nightly.toml": `[upstream]
-repo = "upstream"
-ref = "master"
-[arms]
-a_file = "baseline.toml"
-b_file = "pcie.toml"
-patches_dir = "series"
-[build]
-archs = ["120a"]
-cache_dir = "cache"
-[bench]
-trials = 5
-num_prompts = 8
-max_new_tokens = 32
-warmup = 1
-[history]
-path = "history.db"
-hardware_key = "8x RTX PRO 6000 (demo)"
-[outputs]
-dir = "out"
-github_benchmark = "out/github-benchmark"
-bencher = "out/bencher.json"
-junit = "out/junit.xml"
-plot = "out/tok_s.svg"
-`,
-	}); err != nil {
-		return 0, err
-	}
-	cfg, err := nightly.LoadConfig(filepath.Join(abs, "nightly.toml"))
-	if err != nil {
-		return 0, err
-	}
-	env := []string{"PATH=" + fake + ":/usr/bin:/bin", "HOME=" + abs, kernels.BuildRootEnv + "=" + filepath.Join(abs, "broot")}
-	start := time.Date(2026, 11, 23, 3, 0, 0, 0, time.UTC)
-	// Decode rates of the two arms' servers, night by night; tonight (the
-	// last) the patched arm's server decodes 10% slower, which the bench
-	// measures as about 8% fewer tok/s (the time to first token stays).
-	nights := []struct{ a, b float64 }{{1000, 1600}, {1010, 1590}, {990, 1610}, {1000, 1605}, {1005, 1595}, {1000, 1440}}
-	var rep *nightly.Report
-	for i, n := range nights {
-		urlA, stopA := serve(sglangtest.New(sglangtest.Config{TokPerSec: n.a, TTFT: 2 * time.Millisecond, TokensPerChunk: 2, AcceptLength: 1.9}))
-		urlB, stopB := serve(sglangtest.New(sglangtest.Config{TokPerSec: n.b, TTFT: 2 * time.Millisecond, TokensPerChunk: 3, AcceptLength: 2.8}))
-		cfg.Bench.URLA, cfg.Bench.URLB = urlA, urlB
-		night := start.Add(time.Duration(i) * 24 * time.Hour)
-		rep, err = nightly.Run(context.Background(), nightly.Options{Config: cfg, Env: env, Launcher: []string{"/bin/true"}, Version: "demo",
-			Now: func() time.Time { return night }, Probe: func(context.Context) nightly.Environment {
-				return nightly.Environment{GPUModel: "NVIDIA RTX PRO 6000 Blackwell (demo)", GPUCount: 8}
-			}, HTTP: client})
-		stopA()
-		stopB()
-		if err != nil {
-			return 0, err
-		}
-		fmt.Fprintf(stdout, "night %d (%s): exit %d, %s\n", i+1, night.Format("2006-01-02"), rep.ExitCode, rep.Verdict)
-	}
-	fmt.Fprintln(stdout)
-	nightly.WriteTable(stdout, rep)
-	if err := nightly.WriteOutputs(rep, cfg, nil); err != nil {
-		return 0, err
-	}
-	store, err := history.Open(filepath.Join(abs, "history.db"))
-	if err != nil {
-		return 0, err
-	}
-	for _, ext := range []string{"svg", "png"} {
-		if err := store.Plot(stats.TokS, filepath.Join(abs, "out", "tok_s."+ext), history.Series{}); err != nil {
-			_ = store.Close() // the plot's error is the one to report
-			return 0, err
-		}
-	}
-	if err := store.Close(); err != nil {
-		return 0, err
-	}
-	_, err = fmt.Fprintf(stdout, "\nexit code %d; reports in %s: %s\n", rep.ExitCode, filepath.Join(dir, "out"), strings.Join(reports, ", "))
-	return rep.ExitCode, err
-}
-
-// marker marks a directory the demo made, which a later run may remove.
-const marker = ".arpatch-nightly-demo"
-
-// prepare makes dir empty but for the demo's marker and returns its
-// absolute path. The demo recreates its directory, and only its own: a
-// directory with other files and no marker of an earlier demo is refused
-// (the error names -dir) and left as it was.
-func prepare(dir string) (string, error) {
-	abs, err := filepath.Abs(dir)
-	if err != nil {
-		return "", err
-	}
-	if ents, err := os.ReadDir(abs); err == nil && len(ents) > 0 {
-		if _, err := os.Stat(filepath.Join(abs, marker)); err != nil {
-			return "", fmt.Errorf("-dir %s is not empty and was not made by this demo; name a new directory", dir)
-		}
-	}
-	if err := os.RemoveAll(abs); err != nil {
-		return "", err
-	}
-	if err := os.MkdirAll(abs, 0o755); err != nil {
-		return "", err
-	}
-	return abs, os.WriteFile(filepath.Join(abs, marker), []byte("made by go run ./nightly/demo; removed by the next run\n"), 0o644)
-}
-
-// reports are the files the demo leaves in its out directory (the
-// github-action-benchmark pair as one name).
-var reports = []string{"nightly.json", "summary.md", "github-benchmark-{bigger,smaller}.json", "bencher.json", "junit.xml", "tok_s.svg", "tok_s.png"}

@@ -1,4 +1,4 @@
-package main
+package nightly_test
 
 import (
 	"bytes"
@@ -11,6 +11,7 @@ import (
 	"testing/synctest"
 
 	"github.com/arpatch/arpatch/harness/sglangtest"
+	"github.com/arpatch/arpatch/nightly/internal/demo"
 )
 
 // demoLine matches the documented command line and captures its -dir.
@@ -25,11 +26,11 @@ var demoLine = regexp.MustCompile(`(?m)^go run \./nightly/demo -dir (\S+)$`)
 // printed night lines against the README's, exit code 1 and every report
 // file.
 func TestDemoAsDocumented(t *testing.T) {
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../README.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, doc := range []string{"../../README.md", "../../docs/nightly.md"} {
+	for _, doc := range []string{"../README.md", "../docs/nightly.md"} {
 		b, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
@@ -50,13 +51,13 @@ func TestDemoAsDocumented(t *testing.T) {
 	}
 
 	dir := filepath.Join(t.TempDir(), "nightly-demo")
-	t.Chdir("../..") // "Run it from the repository root"
+	t.Chdir("..") // "Run it from the repository root"
 	var out, errb bytes.Buffer
 	code := -1
 	synctest.Test(t, func(t *testing.T) {
 		n := sglangtest.NewNetwork()
 		defer n.Close()
-		code = run([]string{"-dir", dir}, &out, &errb, n.Serve, n.HTTP())
+		code = demo.Run([]string{"-dir", dir}, &out, &errb, n.Serve, n.HTTP())
 	})
 	if code != 1 || errb.Len() != 0 {
 		t.Fatalf("exit %d, want 1 (the planted regression); stderr:\n%s\nstdout:\n%s", code, errb.String(), out.String())
@@ -82,27 +83,27 @@ func TestDemoAsDocumented(t *testing.T) {
 // refused, naming -dir, and left as it was.
 func TestPrepare(t *testing.T) {
 	earlier := t.TempDir()
-	for _, f := range []string{marker, "history.db"} {
+	for _, f := range []string{demo.Marker, "history.db"} {
 		if err := os.WriteFile(filepath.Join(earlier, f), []byte("x"), 0o644); err != nil {
 			t.Fatal(err)
 		}
 	}
-	if _, err := prepare(earlier); err != nil {
+	if _, err := demo.Prepare(earlier); err != nil {
 		t.Fatal(err)
 	}
-	if ents, err := os.ReadDir(earlier); err != nil || len(ents) != 1 || ents[0].Name() != marker {
+	if ents, err := os.ReadDir(earlier); err != nil || len(ents) != 1 || ents[0].Name() != demo.Marker {
 		t.Errorf("an earlier demo's directory after prepare: %v, %v; want only the marker", ents, err)
 	}
 	fresh := filepath.Join(t.TempDir(), "a", "b")
-	if abs, err := prepare(fresh); err != nil || abs != fresh {
-		t.Errorf("prepare(%s) = %q, %v", fresh, abs, err)
+	if abs, err := demo.Prepare(fresh); err != nil || abs != fresh {
+		t.Errorf("demo.Prepare(%s) = %q, %v", fresh, abs, err)
 	}
 	foreign := t.TempDir()
 	keep := filepath.Join(foreign, "notes.txt")
 	if err := os.WriteFile(keep, []byte("mine\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := prepare(foreign); err == nil || err.Error() != "-dir "+foreign+" is not empty and was not made by this demo; name a new directory" {
+	if _, err := demo.Prepare(foreign); err == nil || err.Error() != "-dir "+foreign+" is not empty and was not made by this demo; name a new directory" {
 		t.Errorf("a foreign -dir: %v", err)
 	}
 	if b, err := os.ReadFile(keep); err != nil || string(b) != "mine\n" {
@@ -121,8 +122,8 @@ func TestDemoRefusals(t *testing.T) {
 		t.Fatal(err)
 	}
 	var out, errb bytes.Buffer
-	t.Chdir("../..")
-	if code := run([]string{"-dir", foreign}, &out, &errb, noServe, nil); code != 2 || !strings.Contains(errb.String(), "-dir "+foreign+" is not empty and was not made by this demo; name a new directory") {
+	t.Chdir("..")
+	if code := demo.Run([]string{"-dir", foreign}, &out, &errb, noServe, nil); code != 2 || !strings.Contains(errb.String(), "-dir "+foreign+" is not empty and was not made by this demo; name a new directory") {
 		t.Errorf("foreign -dir: exit %d, stderr %q", code, errb.String())
 	}
 	if b, err := os.ReadFile(keep); err != nil || string(b) != "mine\n" {
@@ -130,7 +131,7 @@ func TestDemoRefusals(t *testing.T) {
 	}
 	errb.Reset()
 	t.Chdir(t.TempDir())
-	if code := run([]string{"-dir", filepath.Join(t.TempDir(), "d")}, &out, &errb, noServe, nil); code != 2 || !strings.Contains(errb.String(), "run the demo from the arpatch repository root") {
+	if code := demo.Run([]string{"-dir", filepath.Join(t.TempDir(), "d")}, &out, &errb, noServe, nil); code != 2 || !strings.Contains(errb.String(), "run the demo from the arpatch repository root") {
 		t.Errorf("outside the repository root: exit %d, stderr %q", code, errb.String())
 	}
 }
