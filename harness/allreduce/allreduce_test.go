@@ -15,6 +15,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/arpatch/arpatch/internal/ctxtest"
 	"github.com/arpatch/arpatch/internal/testbin"
 )
 
@@ -244,8 +245,9 @@ func TestExecuteHangAndDeath(t *testing.T) {
 		// The timeout must fall after the fake ranks have written their
 		// lines (a few milliseconds; longer on a loaded machine): a run
 		// whose ranks were stopped before they printed ready is tried
-		// again with twice the timeout. What is checked does not depend
-		// on the timeout's length.
+		// again with twice the timeout, up to a last try at 6.4 s. What is
+		// checked does not depend on the timeout's length.
+		const last = 6400 * time.Millisecond
 		for timeout := 100 * time.Millisecond; ; timeout *= 2 {
 			start := time.Now()
 			run, err := Execute(context.Background(), Options{Python: py, WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Timeout: timeout})
@@ -255,7 +257,7 @@ func TestExecuteHangAndDeath(t *testing.T) {
 			if time.Since(start) > timeout+18*time.Second {
 				t.Errorf("the %s timeout did not stop the run (%s)", timeout, time.Since(start))
 			}
-			if !slices.Contains(run.Output, ready) && timeout < 8*time.Second {
+			if !slices.Contains(run.Output, ready) && timeout < last {
 				continue
 			}
 			if run.Exit != "timeout" || run.Hang == nil || run.Hang.Mode != "graph" || len(run.Results) != 2 || run.Results[1].Status() != "HANG" {
@@ -272,11 +274,13 @@ func TestExecuteHangAndDeath(t *testing.T) {
 		// The caller's context ends first (Ctrl-C, or a deadline of its
 		// own): the run says "interrupted", not "timeout", and keeps what
 		// was read. The context ends once the fake ranks say they have
-		// written their lines.
+		// written their lines, as a deadline that passed: its Err is
+		// DeadlineExceeded, which Execute must tell apart from its own
+		// timeout's.
 		py := fakeTorchrun(t, env+ok+hang, hangs)
-		ctx, cancel := context.WithCancel(context.Background())
-		defer cancel()
-		run, err := Execute(ctx, Options{Python: py, WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Timeout: time.Hour, Log: &onLine{line: ready, fn: cancel}})
+		ctx, expire := ctxtest.Expiring()
+		defer expire()
+		run, err := Execute(ctx, Options{Python: py, WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Timeout: time.Hour, Log: &onLine{line: ready, fn: expire}})
 		if err != nil {
 			t.Fatal(err)
 		}

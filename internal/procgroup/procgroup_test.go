@@ -15,6 +15,8 @@ import (
 	"syscall"
 	"testing"
 	"time"
+
+	"github.com/arpatch/arpatch/internal/ctxtest"
 )
 
 // The test binary is its own helper: with PROCGROUP_HELPER set it plays
@@ -181,18 +183,6 @@ func TestCancelKillsGroup(t *testing.T) {
 	allGone(t, alive, 30*time.Second)
 }
 
-// expiring is a context whose deadline passes when the test calls
-// cancel, so that it cannot pass while the helpers are still starting on
-// a loaded machine: its Err is then context.DeadlineExceeded.
-type expiring struct{ context.Context }
-
-func (e expiring) Err() error {
-	if e.Context.Err() != nil {
-		return context.DeadlineExceeded
-	}
-	return nil
-}
-
 // TestTermEndsGroupEarly: SIGTERM goes to the whole group, so a
 // grandchild can clean up while its parent waits for it; a group that
 // exits on it, or whose leader dies of it, ends the wait at once, long
@@ -212,11 +202,10 @@ func TestTermEndsGroupEarly(t *testing.T) {
 		{context.DeadlineExceeded, "", false},
 	} {
 		want := tc.want
-		var ctx context.Context
 		ctx, cancel := context.WithCancel(context.Background())
 		defer cancel()
 		if want == context.DeadlineExceeded {
-			ctx = expiring{ctx}
+			ctx, cancel = ctxtest.Expiring()
 		}
 		c, alive := helper(t, ctx, grace, tc.child)
 		if tc.grandchildTells {
