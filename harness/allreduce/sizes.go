@@ -17,14 +17,26 @@ package allreduce
 import (
 	"fmt"
 	"math"
+	"math/bits"
 	"sort"
 	"strconv"
 	"strings"
 )
 
-// MaxBytes is the largest size ParseBytes and ParseShape take: 1 TiB, far
-// above any allreduce buffer and safe to compute with in an int.
-const MaxBytes = 1 << 40
+// MaxBytes is the largest size ParseBytes and ParseShape take: 1 TiB
+// where int has 64 bits, far above any allreduce buffer; 1 GiB where it
+// has 32 (linux/386, arm), so that a size, and a size range's last
+// doubling, fit in an int there.
+const MaxBytes = min(1<<40, 1<<(bits.UintSize-2))
+
+// maxBytesText is MaxBytes as the refusals name it: "1T", or "1G" where
+// int has 32 bits.
+func maxBytesText() string {
+	if MaxBytes >= 1<<40 {
+		return fmt.Sprintf("%dT", MaxBytes>>40)
+	}
+	return fmt.Sprintf("%dG", MaxBytes>>30)
+}
 
 // ParseBytes reads "42K", "40KiB", "1M", "4096" as a byte count (K and M
 // are binary: 1K = 1024 bytes). It refuses what is not a positive size up
@@ -45,7 +57,7 @@ func ParseBytes(s string) (int, error) {
 	// NaN and Inf parse as floats; NaN passes "n <= 0", and neither is a
 	// size.
 	if err != nil || math.IsNaN(n) || n <= 0 || n*float64(mult) > MaxBytes {
-		return 0, fmt.Errorf("%q is not a size in bytes up to 1T (examples: 4096, 42K, 1M)", s)
+		return 0, fmt.Errorf("%q is not a size in bytes up to %s (examples: 4096, 42K, 1M)", s, maxBytesText())
 	}
 	return int(n * float64(mult)), nil
 }
@@ -83,6 +95,9 @@ func ParseSizes(spec string) ([]int, error) {
 			}
 			for n := a; n <= b; n *= 2 {
 				add(n)
+				if n > b/2 { // the next doubling is past b, and could overflow
+					break
+				}
 			}
 			continue
 		}
@@ -116,7 +131,7 @@ func ParseShape(s string) (Shape, error) {
 	}
 	shape := Shape{Tokens: t, Hidden: h, ElemBytes: 2}
 	if t > MaxBytes/shape.ElemBytes/h {
-		return Shape{}, fmt.Errorf("%q is more than 1T bytes of bf16: want TOKENSxHIDDEN of a verify pass, e.g. 4x5120", s)
+		return Shape{}, fmt.Errorf("%q is more than %s bytes of bf16: want TOKENSxHIDDEN of a verify pass, e.g. 4x5120", s, maxBytesText())
 	}
 	return shape, nil
 }
