@@ -72,21 +72,51 @@ func addedBlock(t *testing.T, ps []*Patch, file, from, end string, inclusive boo
 	return ""
 }
 
-// python3 is the interpreter that python3 on PATH runs (sys.executable),
-// asked once per test binary: where python3 is a version manager's shim
-// (pyenv's starts about 15 shell scripts before the interpreter), each
-// test then starts the interpreter alone.
-var python3 = sync.OnceValues(func() (string, error) {
+// python3 is python3Path's answer, asked once per test binary.
+var python3 = sync.OnceValues(python3Path)
+
+// python3Path returns the interpreter that python3 on PATH runs
+// (sys.executable): where python3 is a version manager's shim (pyenv's
+// starts about 15 shell scripts before the interpreter), each test then
+// starts the interpreter alone. It returns exec.LookPath's error when
+// there is no python3 on PATH (the tests then skip), and the looked-up
+// path itself when asking fails or names nothing (a shim with no version
+// set): the tests then run that python3 and fail on its error, rather
+// than skip or exec "".
+func python3Path() (string, error) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
 		return "", err
 	}
 	out, err := exec.Command(py, "-c", "import sys; print(sys.executable)").Output()
-	if err != nil {
-		return "", fmt.Errorf("%s: %w", py, err)
+	if exe := strings.TrimSpace(string(out)); err == nil && exe != "" {
+		return exe, nil
 	}
-	return strings.TrimSpace(string(out)), nil
-})
+	return py, nil
+}
+
+// TestPython3Path: a python3 on PATH that fails, or names no interpreter,
+// is run itself, not skipped.
+func TestPython3Path(t *testing.T) {
+	dir := t.TempDir()
+	py := filepath.Join(dir, "python3")
+	t.Setenv("PATH", dir)
+	for _, script := range []string{
+		"#!/bin/sh\necho 'pyenv: python3: command not found' >&2\nexit 127\n",
+		"#!/bin/sh\nexit 0\n", // prints no sys.executable
+	} {
+		if err := os.WriteFile(py, []byte(script), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if got, err := python3Path(); got != py || err != nil {
+			t.Errorf("python3 on PATH is %q: python3Path() = %q, %v; want %q, nil", script, got, err, py)
+		}
+	}
+	t.Setenv("PATH", t.TempDir())
+	if got, err := python3Path(); got != "" || err == nil {
+		t.Errorf("no python3 on PATH: python3Path() = %q, %v; want LookPath's error", got, err)
+	}
+}
 
 func TestPCIeThresholdsPython(t *testing.T) {
 	py, err := python3()
