@@ -11,16 +11,16 @@ import (
 
 // TestAssumeUnchanged reads the assume-unchanged bit from indexes git
 // itself wrote, in versions 2, 3 (an intent-to-add entry makes git write
-// extended flags) and 4 (prefix-compressed names), beside skip-worktree
-// entries and long names. It needs git (not CI's requirement: skipped
+// extended flags) and 4 (prefix-compressed names; with and without the
+// extended flags), beside skip-worktree entries and long names. It needs git (not CI's requirement: skipped
 // without it).
 func TestAssumeUnchanged(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("no git")
 	}
 	long := strings.Repeat("d/", 40) + "long.txt"
-	// One repository, its index rewritten by git in each version in turn;
-	// the intent-to-add entry stays for version 4.
+	// One repository, its index rewritten by git in each version in turn:
+	// 2, 4, then with an intent-to-add entry 3 and 4 again.
 	dir := t.TempDir()
 	git := func(args ...string) {
 		t.Helper()
@@ -43,12 +43,14 @@ func TestAssumeUnchanged(t *testing.T) {
 	git("commit", "-q", "-m", "x")
 	git("update-index", "--assume-unchanged", "b/c.txt", long)
 	git("update-index", "--skip-worktree", "b/d.txt")
-	for _, version := range []string{"2", "3", "4"} {
+	ita := false
+	for _, version := range []string{"2", "4", "3", "4"} {
 		if version == "3" {
 			if err := os.WriteFile(filepath.Join(dir, "new.txt"), nil, 0o644); err != nil {
 				t.Fatal(err)
 			}
 			git("add", "-N", "new.txt")
+			ita = true
 		}
 		git("update-index", "--index-version", version)
 		r, err := Open(dir)
@@ -57,7 +59,7 @@ func TestAssumeUnchanged(t *testing.T) {
 		}
 		got, err := r.AssumeUnchanged()
 		if want := []string{"b/c.txt", long}; err != nil || !reflect.DeepEqual(got, want) {
-			t.Errorf("index v%s: %q, %v; want %q", version, got, err, want)
+			t.Errorf("index v%s (intent-to-add entry: %v): %q, %v; want %q", version, ita, got, err, want)
 		}
 	}
 	if _, err := assumeValid([]byte("DIRC\x00\x00\x00\x02\x00\x00\x00\x01")); err == nil {
