@@ -395,9 +395,11 @@ func TestModeClaimsAreOneRule(t *testing.T) {
 	const del = "--- a/docs/obsolete.md\n+++ /dev/null\n@@ -1,2 +0,0 @@\n-old\n-doc\n"
 	const mod = "--- a/kernel/untouched.cuh\n+++ b/kernel/untouched.cuh\n@@ -1 +1 @@\n-// left alone\n+// touched\n"
 	// One clean checkout for every case: a refused apply leaves it as it
-	// was (checked), an accepted one is reverted.
+	// was, an accepted one is reverted, and either way the tree is then
+	// checked against its pristine snapshot.
 	f := newFixture(t)
 	f.cloneAndRevert(t)
+	pristine := snapshot(t, f.work)
 	for _, tc := range []struct {
 		name, patch, want string // want "" = applies
 	}{
@@ -426,7 +428,6 @@ func TestModeClaimsAreOneRule(t *testing.T) {
 				t.Fatal(err)
 			}
 			f.cat = cat
-			before := snapshot(t, f.work)
 			_, err = f.apply(t)
 			if tc.want == "" {
 				if err != nil {
@@ -435,12 +436,15 @@ func TestModeClaimsAreOneRule(t *testing.T) {
 				if _, err := Revert(RevertOptions{Src: f.work, Catalog: cat}); err != nil {
 					t.Fatal(err) // the next case needs the clean checkout
 				}
+				if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
+					t.Fatalf("applied and reverted, the tree differs from the pristine checkout in %v", d)
+				}
 				return
 			}
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "nothing was changed") {
 				t.Errorf("err = %v, want a refusal with %q", err, tc.want)
 			}
-			if d := diffSnapshots(before, snapshot(t, f.work)); len(d) > 0 {
+			if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
 				t.Errorf("a refused apply changed: %v", d)
 			}
 		})
