@@ -3,13 +3,15 @@ package main
 import (
 	"bytes"
 	"context"
-	"errors"
+	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
 	"testing"
 
+	"github.com/arpatch/arpatch/internal/errwriter/errwritertest"
 	"github.com/arpatch/arpatch/internal/testrepo"
 )
 
@@ -137,42 +139,37 @@ func readmeRepo(t *testing.T) string {
 
 // TestStdoutWriteFails: output that could not be written fails the run,
 // whichever write fails: a command that succeeded exits 4 (as `arpatch
-// recipes > /dev/full` does), one that failed keeps its code, and stderr
-// says the output is incomplete, with the writer's error.
+// recipes > /dev/full` does), and stderr says the output is incomplete,
+// with the writer's error; each such command is run once per write it
+// makes, failing at that write (--help at 5 of its writes, the first and
+// the last among them). One that failed keeps its code.
 func TestStdoutWriteFails(t *testing.T) {
 	for _, tc := range []struct {
 		args []string
-		want int
+		k    int // writes failed, spread from first to last; 0: each
 	}{
-		{[]string{"arpatch", "recipes"}, exitInfra},
-		{[]string{"arpatch", "--help"}, exitInfra},
-		{[]string{"arpatch", "recipes", "show", "pcie"}, exitInfra},
-		{[]string{"arpatch", "history", "show", "1", "--bogus"}, exitUsage},
+		{[]string{"arpatch", "recipes"}, 0},
+		{[]string{"arpatch", "--help"}, 5}, // ~160 writes
+		{[]string{"arpatch", "recipes", "show", "pcie"}, 0},
 	} {
-		var errb bytes.Buffer
-		code := run(context.Background(), tc.args, &failingWriter{}, &errb)
-		if code != tc.want {
-			t.Errorf("%v to a full disk: exit %d, want %d", tc.args, code, tc.want)
-		}
-		if tc.want == exitInfra && !strings.Contains(errb.String(), "arpatch: standard output is incomplete: "+errFull.Error()+"\n") {
-			t.Errorf("%v to a full disk: stderr %q", tc.args, errb.String())
-		}
-		// The same command to a working writer exits 0 and writes.
-		var out bytes.Buffer
-		if tc.want == exitInfra {
-			if code := run(context.Background(), tc.args, &out, &errb); code != exitOK || out.Len() == 0 {
-				t.Errorf("%v: exit %d with %d bytes of output", tc.args, code, out.Len())
+		args := tc.args
+		errwritertest.SpreadWritesFail(t, func(w io.Writer) error {
+			var errb bytes.Buffer
+			switch code := run(context.Background(), args, w, &errb); {
+			case code == exitOK && errb.Len() == 0:
+				return nil // the working writer
+			case code == exitInfra && strings.Contains(errb.String(), "arpatch: standard output is incomplete: "+errwritertest.ErrFull.Error()+"\n"):
+				return fmt.Errorf("%v: exit %d: %w", args, code, errwritertest.ErrFull)
+			default:
+				return fmt.Errorf("%v: exit %d, stderr %q", args, code, errb.String())
 			}
-		}
+		}, tc.k)
+	}
+	args := []string{"arpatch", "history", "show", "1", "--bogus"}
+	if code := run(context.Background(), args, errwritertest.FailAt(0), io.Discard); code != exitUsage {
+		t.Errorf("%v to a full disk: exit %d, want %d", args, code, exitUsage)
 	}
 }
-
-var errFull = errors.New("no space left on device (test)")
-
-// failingWriter fails every write, as /dev/full does.
-type failingWriter struct{}
-
-func (failingWriter) Write([]byte) (int, error) { return 0, errFull }
 
 // TestOptionsOnly: on an optionsOnly context a command that accepts its
 // options stops before running (exit 1, nothing written), and one that
