@@ -137,7 +137,10 @@ func TestStartServeStop(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	probes, _ := os.ReadFile(sp.LogPath)
+	probes, err := os.ReadFile(sp.LogPath)
+	if err != nil {
+		t.Fatal(err)
+	}
 	if got := regexp.MustCompile(`(?m)^health probe .*$`).FindAllString(string(probes), -1); !slices.Equal(got, []string{"health probe 1: 503", "health probe 2: 503", "health probe 3: 200"}) {
 		t.Errorf("Start returned after the probes %q, want two answered 503 and one 200", got)
 	}

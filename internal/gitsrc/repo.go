@@ -266,7 +266,9 @@ func (r *Repo) SkipWorktree() ([]string, error) {
 	return out, nil
 }
 
-// Tracked reports, per path in the index, that git tracks it.
+// Tracked reports, per path in the index, that git tracks it. Its only
+// error is reading or decoding the index file ("reading the index of
+// DIR: ..."; a checkout with no index tracks nothing).
 func (r *Repo) Tracked() (map[string]bool, error) {
 	idx, err := r.index()
 	if err != nil {
@@ -281,7 +283,9 @@ func (r *Repo) Tracked() (map[string]bool, error) {
 
 // TrackedPaths lists the paths in the index once each, sorted (the
 // index's own order, git's byte order of the names): Tracked's paths
-// without building a set.
+// without building a set. Its only error is reading or decoding the
+// index file ("reading the index of DIR: ..."; a checkout with no index
+// has no paths), as for Tracked.
 func (r *Repo) TrackedPaths() ([]string, error) {
 	idx, err := r.index()
 	if err != nil {

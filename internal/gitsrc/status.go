@@ -153,8 +153,12 @@ type statusRun struct {
 	root      *treeRoot // dir, held open
 	commonDir string    // the git directory holding info/exclude (the main one of a linked worktree)
 	idx       *index.Index
-	tree      *indexTree // read-only once built
-	codes     map[string]*[2]byte
+	// tree's maps are not changed once built, and the concurrent walks
+	// (untracked, worktreeChanges, stagedChanges) read them; each
+	// indexDir's sum and entries are filled in lazily by hash and count,
+	// which only stagedChanges calls, on one goroutine.
+	tree  *indexTree
+	codes map[string]*[2]byte
 }
 
 func (s *statusRun) code(p string) *[2]byte {

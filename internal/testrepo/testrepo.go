@@ -49,11 +49,11 @@ func Init(dir string) (string, error) {
 func Commit(dir, msg string) (string, error) {
 	r, err := git.PlainOpen(dir)
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%s: opening the repository: %w", dir, err)
 	}
 	w, err := r.Worktree()
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%s: opening the repository: %w", dir, err)
 	}
 	opened, ok := r.Storer.(*filesystem.Storage)
 	if !ok {
@@ -62,17 +62,17 @@ func Commit(dir, msg string) (string, error) {
 	fs := filesystem.NewStorage(wholeIndexes{opened.Filesystem()}, cache.NewObjectLRUDefault())
 	ps := &packingStorage{Storage: fs, added: map[plumbing.Hash]plumbing.EncodedObject{}}
 	if r, err = git.Open(ps, w.Filesystem); err != nil {
-		return "", err
+		return "", fmt.Errorf("%s: opening the repository: %w", dir, err)
 	}
 	if w, err = r.Worktree(); err != nil {
-		return "", err
+		return "", fmt.Errorf("%s: opening the repository: %w", dir, err)
 	}
 	if err := w.AddWithOptions(&git.AddOptions{All: true}); err != nil {
-		return "", err
+		return "", fmt.Errorf("%s: staging: %w", dir, err)
 	}
 	h, err := w.Commit(msg, &git.CommitOptions{Author: sig, Committer: sig, AllowEmptyCommits: true})
 	if err != nil {
-		return "", err
+		return "", fmt.Errorf("%s: committing: %w", dir, err)
 	}
 	if _, err := writePack(fs, ps, ps.order, 0); err != nil {
 		return "", fmt.Errorf("%s: packing commit %s: %w", dir, h, err)

@@ -150,3 +150,12 @@ func TestCommitPacksWithGoGitsHashes(t *testing.T) {
 		}
 	}
 }
+
+// TestCommitErrorsNameTheDirectory: go-git's errors come back naming the
+// directory Commit was given (here: not a repository).
+func TestCommitErrorsNameTheDirectory(t *testing.T) {
+	dir := t.TempDir()
+	if _, err := Commit(dir, "x"); err == nil || !strings.HasPrefix(err.Error(), dir+": opening the repository: ") {
+		t.Errorf("Commit in a directory that is no repository: %v", err)
+	}
+}
