@@ -12,22 +12,36 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/format/index"
 )
 
-// cacheTrees reads every valid directory of a TREE body by its path, also
-// below an invalidated one, and refuses a malformed body.
+// parseCacheTree and treesByPath read every valid directory of a TREE
+// body by its path, also below an invalidated one, and refuse a malformed
+// body; goGitTree gives the valid ones as go-git's decoder does.
 func TestCacheTrees(t *testing.T) {
 	h := func(s string) plumbing.Hash { return plumbing.ComputeHash(plumbing.TreeObject, []byte(s)) }
 	raw := func(s string) string { x := h(s); return string(x[:]) }
 	// root (invalid) > a (valid, 3 entries) > b (valid, 1); root > c (invalid) > d (valid, 2)
 	body := "\x00-1 2\n" + "a\x003 1\n" + raw("a") + "b\x001 0\n" + raw("a/b") + "c\x00-1 1\n" + "d\x002 0\n" + raw("c/d")
-	got, ok := cacheTrees([]byte(body))
+	cacheTrees := func(b string) (map[string]cachedTree, bool) {
+		nodes, ok := parseCacheTree([]byte(b))
+		if !ok {
+			return nil, false
+		}
+		return treesByPath(nodes)
+	}
+	got, ok := cacheTrees(body)
 	want := map[string]cachedTree{"a": {3, h("a")}, "a/b": {1, h("a/b")}, "c/d": {2, h("c/d")}}
 	if !ok || !reflect.DeepEqual(got, want) {
 		t.Errorf("cacheTrees = %v, %v; want %v", got, ok, want)
 	}
-	for _, bad := range []string{body[:len(body)-1], body + "x", "\x00-1 1\n", "\x00x 0\n"} {
-		if _, ok := cacheTrees([]byte(bad)); ok {
+	for _, bad := range []string{body[:len(body)-1], body + "x", "\x00-1 1\n", "\x00x 0\n", "\x00-1 -1\n"} {
+		if _, ok := cacheTrees(bad); ok {
 			t.Errorf("cacheTrees(%q) took a malformed body", bad)
 		}
+	}
+	nodes, _ := parseCacheTree([]byte(body))
+	gg := goGitTree(nodes)
+	wantGG := []index.TreeEntry{{Path: "a", Entries: 3, Trees: 1, Hash: h("a")}, {Path: "b", Entries: 1, Trees: 0, Hash: h("a/b")}, {Path: "d", Entries: 2, Trees: 0, Hash: h("c/d")}}
+	if !reflect.DeepEqual(gg.Entries, wantGG) {
+		t.Errorf("goGitTree = %+v; want %+v", gg.Entries, wantGG)
 	}
 }
 

@@ -29,11 +29,11 @@ import (
 // which this matches field for field).
 //
 // It also returns the cache tree's valid directories by path
-// (cacheTrees), which go-git's Tree cannot give once git has invalidated
+// (treesByPath), which go-git's Tree cannot give once git has invalidated
 // a directory; nil when go-git decoded the file or it has no cache tree.
 func decodeIndex(b []byte) (*index.Index, map[string]cachedTree, error) {
-	if idx, tree, ok := decodeIndexFast(b); ok {
-		if trees, ok := cacheTrees(tree); ok {
+	if idx, nodes, ok := decodeIndexFast(b); ok {
+		if trees, ok := treesByPath(nodes); ok {
 			return idx, trees, nil
 		}
 		return idx, nil, nil
@@ -44,9 +44,10 @@ func decodeIndex(b []byte) (*index.Index, map[string]cachedTree, error) {
 
 // decodeIndexFast decodes b when it is a well-formed version 2 or 3
 // index with only a TREE extension and a matching SHA-1 trailer, and
-// returns the TREE extension's body (nil when there is none); ok is false
-// for anything else. The entries share one backing array.
-func decodeIndexFast(b []byte) (idx *index.Index, tree []byte, ok bool) {
+// returns the TREE extension's directories in their order (none when
+// there is no extension); ok is false for anything else. The entries
+// share one backing array.
+func decodeIndexFast(b []byte) (idx *index.Index, tree []cacheTreeNode, ok bool) {
 	be := binary.BigEndian
 	if len(b) < 12+20 || string(b[:4]) != "DIRC" {
 		return nil, nil, false
@@ -127,25 +128,36 @@ func decodeIndexFast(b []byte) (idx *index.Index, tree []byte, ok bool) {
 		if sig != "TREE" || uint64(size) > uint64(len(body)-off) {
 			return nil, nil, false
 		}
-		t, ok := decodeCacheTree(body[off : off+int(size)])
+		nodes, ok := parseCacheTree(body[off : off+int(size)])
 		if !ok {
 			return nil, nil, false
 		}
-		idx.Cache, tree = t, body[off:off+int(size)]
+		idx.Cache, tree = goGitTree(nodes), nodes
 		off += int(size)
 	}
 	return idx, tree, off == len(body)
 }
 
-// decodeCacheTree decodes a TREE extension's body as go-git does: for
-// each directory its path, NUL, entry count, space, subtree count,
-// newline and, unless the count is negative (invalidated), the tree's
-// 20-byte hash; invalidated directories are left out.
-func decodeCacheTree(b []byte) (*index.Tree, bool) {
-	t := &index.Tree{}
+// cacheTreeNode is one directory of a TREE extension's body, in the
+// body's order (depth first): its name (the last path component; "" for
+// the root), its entry count (negative: invalidated, and then no hash)
+// and its subdirectory count.
+type cacheTreeNode struct {
+	name           string
+	entries, trees int
+	hash           plumbing.Hash
+}
+
+// parseCacheTree reads a TREE extension's body, the one walk over it
+// that both goGitTree and treesByPath use: for each directory its name,
+// NUL, entry count, space, subdirectory count, newline and, unless the
+// entry count is negative (invalidated, as git marks every directory
+// above a changed entry), the tree's 20-byte hash. ok is false when a
+// directory's fields do not parse or its hash is cut short.
+func parseCacheTree(b []byte) ([]cacheTreeNode, bool) {
+	var out []cacheTreeNode
 	for len(b) > 0 {
-		var e index.TreeEntry
-		p, rest, ok := bytes.Cut(b, []byte{0})
+		name, rest, ok := bytes.Cut(b, []byte{0})
 		if !ok {
 			return nil, false
 		}
@@ -157,25 +169,36 @@ func decodeCacheTree(b []byte) (*index.Tree, bool) {
 		if !ok {
 			return nil, false
 		}
-		var err1, err2 error
-		e.Path = string(p)
-		e.Entries, err1 = strconv.Atoi(string(count))
-		e.Trees, err2 = strconv.Atoi(string(trees))
+		n, err1 := strconv.Atoi(string(count))
+		k, err2 := strconv.Atoi(string(trees))
 		if err1 != nil || err2 != nil {
 			return nil, false
 		}
+		node := cacheTreeNode{name: string(name), entries: n, trees: k}
 		b = rest
-		if e.Entries < 0 {
-			continue
+		if n >= 0 {
+			if len(b) < 20 {
+				return nil, false
+			}
+			node.hash = plumbing.Hash(b[:20])
+			b = b[20:]
 		}
-		if len(b) < 20 {
-			return nil, false
-		}
-		copy(e.Hash[:], b[:20])
-		b = b[20:]
-		t.Entries = append(t.Entries, e)
+		out = append(out, node)
 	}
-	return t, true
+	return out, true
+}
+
+// goGitTree is the cache tree as go-git's decoder gives it: the valid
+// directories in order, each with its name (not its path), counts and
+// hash; invalidated directories are left out.
+func goGitTree(nodes []cacheTreeNode) *index.Tree {
+	t := &index.Tree{}
+	for _, n := range nodes {
+		if n.entries >= 0 {
+			t.Entries = append(t.Entries, index.TreeEntry{Path: n.name, Entries: n.entries, Trees: n.trees, Hash: n.hash})
+		}
+	}
+	return t
 }
 
 // cachedTree is a directory git's cache tree holds as valid: the number
@@ -185,59 +208,44 @@ type cachedTree struct {
 	hash    plumbing.Hash
 }
 
-// cacheTrees reads a TREE extension's body into its valid directories by
-// slash path ("" for the root). The body lists the directories depth
-// first, each as its name, NUL, entry count, space, subdirectory count,
-// newline and, unless the count is negative (invalidated, as git marks
-// every directory above a changed entry), the tree's 20-byte hash; an
-// invalidated directory is left out, its subdirectories are not. ok is
-// false for a malformed body. (go-git's Tree drops an invalidated
-// directory with its subdirectory count, so the paths of those below it
-// cannot be told from it.)
-func cacheTrees(b []byte) (map[string]cachedTree, bool) {
+// treesByPath gives the cache tree's valid directories by slash path
+// ("" for the root), following the subdirectory counts: an invalidated
+// directory is left out, its subdirectories are not. ok is false when the
+// counts do not describe one tree over all of nodes (a negative count, a
+// directory missing, one left over). None for no nodes. (go-git's Tree
+// drops an invalidated directory with its subdirectory count, so the
+// paths of those below it cannot be told from it.)
+func treesByPath(nodes []cacheTreeNode) (map[string]cachedTree, bool) {
+	if len(nodes) == 0 {
+		return nil, true
+	}
 	out := map[string]cachedTree{}
-	var node func(prefix string) bool
-	node = func(prefix string) bool {
-		name, rest, ok := bytes.Cut(b, []byte{0})
-		if !ok {
+	i := 0
+	var walk func(prefix string) bool
+	walk = func(prefix string) bool {
+		if i == len(nodes) {
 			return false
 		}
-		count, rest, ok := bytes.Cut(rest, []byte{' '})
-		if !ok {
+		n := nodes[i]
+		i++
+		if n.trees < 0 {
 			return false
 		}
-		trees, rest, ok := bytes.Cut(rest, []byte{'\n'})
-		if !ok {
-			return false
-		}
-		n, err1 := strconv.Atoi(string(count))
-		k, err2 := strconv.Atoi(string(trees))
-		if err1 != nil || err2 != nil || k < 0 {
-			return false
-		}
-		p := string(name)
+		p := n.name
 		if prefix != "" {
 			p = prefix + "/" + p
 		}
-		b = rest
-		if n >= 0 {
-			if len(b) < 20 {
-				return false
-			}
-			out[p] = cachedTree{entries: n, hash: plumbing.Hash(b[:20])}
-			b = b[20:]
+		if n.entries >= 0 {
+			out[p] = cachedTree{entries: n.entries, hash: n.hash}
 		}
-		for range k {
-			if !node(p) {
+		for range n.trees {
+			if !walk(p) {
 				return false
 			}
 		}
 		return true
 	}
-	if len(b) == 0 {
-		return nil, true
-	}
-	if !node("") || len(b) != 0 {
+	if !walk("") || i != len(nodes) {
 		return nil, false
 	}
 	return out, true
