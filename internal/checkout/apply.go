@@ -240,24 +240,15 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 	}
 	// What the series needs (its choice, the checks against HEAD, the
 	// patched bytes, the gate rule) is worked out while Changes reads the
-	// work tree, through a repository opened for it (go-git's is not safe
-	// for concurrent use); the answers are looked at below in the order
-	// they were asked in before, so the first refusal is the same. Both
-	// only read.
-	var prep *seriesPrep
-	prepared := make(chan struct{})
+	// work tree, through a repository opened for it (alongside); the
+	// answers are looked at below in the order they were asked in before,
+	// so the first refusal is the same. Both only read.
+	var prepared func() (*seriesPrep, error)
 	if r.Series != "" || opts.Series != "" {
-		own, err := gitsrc.Open(opts.Src)
-		if err != nil {
-			return nil, err
-		}
-		go func() {
-			defer close(prepared)
-			prep = prepareSeries(opts, own, root, head)
-		}()
-		defer func() { <-prepared }()
-	} else {
-		close(prepared)
+		prepared = alongside(opts.Src, func(own *gitsrc.Repo) (*seriesPrep, error) {
+			return prepareSeries(opts, own, root, head), nil
+		})
+		defer func() { _, _ = prepared() }() // nothing runs on after Apply returns
 	}
 	changes, err := repo.Changes()
 	if err != nil {
@@ -290,7 +281,10 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 		}
 		return rep, writeState(gitDir, newState(opts, rep, head))
 	}
-	<-prepared
+	prep, err := prepared()
+	if err != nil {
+		return nil, err
+	}
 	choice, err := prep.choice, prep.resolveErr
 	if err != nil {
 		var nse *patches.NoSeriesError

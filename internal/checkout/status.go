@@ -240,20 +240,10 @@ func Status(src string, cat *patches.Catalog) (*StatusReport, error) {
 	}
 	// The work tree's changes are read while the state is judged (which
 	// reads the recorded files at the state's commit and patches them in
-	// memory), through a repository of their own: go-git's is not safe
-	// for concurrent use.
-	var changes []gitsrc.Change
-	var cerr error
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		var own *gitsrc.Repo
-		if own, cerr = gitsrc.Open(src); cerr == nil {
-			changes, cerr = own.Changes()
-		}
-	}()
+	// memory), through a repository of their own.
+	changesDone := alongside(src, (*gitsrc.Repo).Changes)
 	st, err := readTrusted(repo, src, cat)
-	<-done
+	changes, cerr := changesDone()
 	if err != nil {
 		return nil, err
 	}
@@ -353,4 +343,25 @@ func ApplyFirst(src string) string {
 	return fmt.Sprintf("run `%s` first (the pcie series at this commit), or `%s` (no patches)",
 		shellq.Join([]string{"arpatch", "apply", "--src", src, "--commit", "HEAD"}),
 		shellq.Join([]string{"arpatch", "apply", "--src", src, "--recipe", "baseline", "--commit", "HEAD"}))
+}
+
+// alongside runs fn on its own goroutine with a repository of its own,
+// opened at src (go-git's repository is not safe for concurrent use),
+// and returns a func that waits for fn and gives its result, or the error
+// opening the repository. The func may be called more than once.
+func alongside[T any](src string, fn func(*gitsrc.Repo) (T, error)) func() (T, error) {
+	var v T
+	var err error
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		var own *gitsrc.Repo
+		if own, err = gitsrc.Open(src); err == nil {
+			v, err = fn(own)
+		}
+	}()
+	return func() (T, error) {
+		<-done
+		return v, err
+	}
 }
