@@ -184,7 +184,7 @@ func TestBuildInterruptKillsProcessGroup(t *testing.T) {
 	}
 	ents, _ := os.ReadDir(e.cache.Dir)
 	for _, x := range ents {
-		if x.Name() != "toolchain-probe.json" {
+		if x.Name() != probeCacheName {
 			t.Errorf("interrupted build left %s", x.Name())
 		}
 	}

@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -245,6 +246,73 @@ func newEnvFrom(t testing.TB, l layout, up, commit string) *env {
 	return e
 }
 
+// probeSeeds holds, per fake environment (seedKey), the toolchain probe
+// cache file that Probe wrote for the first fixture with that environment:
+// nil where that probe failed.
+var probeSeeds = struct {
+	sync.Mutex
+	m map[string][]byte
+}{m: map[string][]byte{}}
+
+// seedProbe puts into e's cache directory, unless it has one, the probe
+// cache that the first fixture with e's environment made (opts calls it),
+// so that PlanBuild answers the probe
+// from its cache (one Python start) instead of running every tool's
+// --version and the Python probe: 7 fake-tool starts, in each of about 40
+// fixtures. The file holds its fingerprint (the tools' paths, sizes and
+// modification times, and where torch would be imported from), which
+// Probe checks as always: a test that runs another Python or changes a
+// tool still probes. The FAKE_* variables the fingerprint does not cover
+// are in the seed's key, as with's own cache keeps them apart. A seed
+// that could not be made or written costs the test a probe, nothing else.
+func (e *env) seedProbe() {
+	key := seedKey(e.env)
+	probeSeeds.Lock()
+	defer probeSeeds.Unlock()
+	b, ok := probeSeeds.m[key]
+	if !ok {
+		if dir, err := os.MkdirTemp("", "arpatch-probe-seed-"); err == nil {
+			f := filepath.Join(dir, probeCacheName)
+			if _, err := Probe(context.Background(), ProbeOptions{Python: "python3", Env: e.env, CacheFile: f}); err == nil {
+				b, _ = os.ReadFile(f)
+			}
+			_ = os.RemoveAll(dir) // a temp directory left behind costs nothing here
+		}
+		probeSeeds.m[key] = b
+	}
+	f := filepath.Join(e.cache.Dir, probeCacheName)
+	if _, err := os.Lstat(f); b == nil || err == nil {
+		return
+	}
+	if os.MkdirAll(e.cache.Dir, 0o755) == nil {
+		_ = os.WriteFile(f, b, 0o644) // unwritten: the test probes
+	}
+}
+
+// seedKey is what a probe with the fake tools answers from in env: PATH,
+// CUDA_HOME and CUDAHOSTCXX (Probe reads them) and every FAKE_* variable
+// but those only a fake build or compile reads (the tools' --version and
+// python3's probe answers never do). Variables that differ per test (HOME,
+// the build root) or that only a build reads (CXX, CMAKE_BUILD_TYPE, ...)
+// are left out, so that tests share seeds.
+func seedKey(env []string) string {
+	var kept []string
+	for _, kv := range env {
+		k, _, _ := strings.Cut(kv, "=")
+		switch k {
+		case "PATH", "CUDA_HOME", "CUDAHOSTCXX":
+		case "FAKE_BUILD_DURING", "FAKE_BUILD_FAIL", "FAKE_BUILD_HANG", "FAKE_PIDS", "FAKE_STEPS", "FAKE_NONDET_TU", "FAKE_SKIP_ARCHS", "FAKE_NVCC_FAIL_ARCHS":
+			continue
+		default:
+			if !strings.HasPrefix(k, "FAKE_") {
+				continue
+			}
+		}
+		kept = append(kept, kv)
+	}
+	return strings.Join(kept, "\x00")
+}
+
 // k is path rel inside the fixture checkout's sgl-kernel project.
 func (e *env) k(rel string) string { return filepath.Join(e.src, e.kdir, rel) }
 
@@ -267,6 +335,7 @@ func (e *env) apply(t testing.TB, src, series string, cat *patches.Catalog) *rec
 }
 
 func (e *env) opts(archs ...cudaarch.Arch) BuildOptions {
+	e.seedProbe()
 	if len(archs) == 0 {
 		archs = []cudaarch.Arch{"120a"}
 	}

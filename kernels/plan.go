@@ -133,12 +133,16 @@ func startPlan(ctx context.Context, opts *BuildOptions) (*Plan, []string, error)
 		env = os.Environ()
 	}
 	t0 := time.Now()
-	tc, err := Probe(ctx, ProbeOptions{Python: opts.Python, Env: env, CacheFile: filepath.Join(opts.Cache.Dir, "toolchain-probe.json")})
+	tc, err := Probe(ctx, ProbeOptions{Python: opts.Python, Env: env, CacheFile: filepath.Join(opts.Cache.Dir, probeCacheName)})
 	if err != nil {
 		return nil, nil, err
 	}
 	return &Plan{Src: src, Project: *rep.Kernel, Archs: opts.Archs, Toolchain: tc, State: rep.State, ProbeSeconds: time.Since(t0).Seconds()}, env, nil
 }
+
+// probeCacheName is the file in a build cache's directory where PlanBuild
+// keeps the last toolchain probe (ProbeOptions.CacheFile).
+const probeCacheName = "toolchain-probe.json"
 
 // TmpMarker stands for the per-build temp directory in Plan.Argv.
 const TmpMarker = "@TMP@"
