@@ -740,14 +740,12 @@ func recordedEnv(env []string) map[string]string {
 }
 
 func (o *Options) start(ctx context.Context, a Arm, trial int) (*server.Proc, error) {
-	port, err := server.FreePort(o.Host)
-	if err != nil {
-		return nil, err
-	}
-	return server.Start(ctx, server.Spec{
-		Name: a.Name, Argv: o.Argv(a, port), Env: o.armEnv(a), Host: o.Host, Port: port,
-		LogPath:      filepath.Join(o.LogDir, fmt.Sprintf("server-%s-trial%d.log", a.Name, trial)),
-		ReadyTimeout: o.ReadyTimeout,
+	return server.StartOnFreePort(ctx, o.Host, func(port int) server.Spec {
+		return server.Spec{
+			Name: a.Name, Argv: o.Argv(a, port), Env: o.armEnv(a), Host: o.Host, Port: port,
+			LogPath:      filepath.Join(o.LogDir, fmt.Sprintf("server-%s-trial%d.log", a.Name, trial)),
+			ReadyTimeout: o.ReadyTimeout,
+		}
 	})
 }
 

@@ -61,6 +61,24 @@ type Proc struct {
 type ExitError struct {
 	Name, Log, Why string
 	Tail           []string
+	Exited         bool // the process ended (else it was not ready in time)
+}
+
+// PortTaken reports whether the server exited because its port was in
+// use: the last lines of its log say "address already in use", the
+// wording of EADDRINUSE in Go's net package and in Python's (uvicorn:
+// "[Errno 98] error while attempting to bind on address ...: address
+// already in use").
+func (e *ExitError) PortTaken() bool {
+	if !e.Exited {
+		return false
+	}
+	for _, l := range e.Tail {
+		if strings.Contains(strings.ToLower(l), "address already in use") {
+			return true
+		}
+	}
+	return false
 }
 
 func (e *ExitError) Error() string {
@@ -75,6 +93,40 @@ func FreePort(host string) (int, error) {
 	}
 	defer func() { _ = l.Close() }() // a probe: closed, the port is free
 	return l.Addr().(*net.TCPAddr).Port, nil
+}
+
+// portTries is how many ports StartOnFreePort tries.
+const portTries = 3
+
+// StartOnFreePort starts the server that at(port) describes, on a port
+// FreePort finds on host, and waits until it is ready (Start). A port
+// FreePort returns is free only at that moment: another process may bind
+// it, or take it as the local port of an outgoing connection, before the
+// server binds it (after loading a model, for SGLang). A server that
+// exits for that reason (ExitError.PortTaken) is started again on a new
+// port, portTries times in all, with the same log path. It returns
+// FreePort's error, or Start's result for the last try.
+func StartOnFreePort(ctx context.Context, host string, at func(port int) Spec) (*Proc, error) {
+	return startOnFreePort(ctx, host, at, FreePort)
+}
+
+func startOnFreePort(ctx context.Context, host string, at func(port int) Spec, pick func(host string) (int, error)) (*Proc, error) {
+	var err error
+	for range portTries {
+		port, perr := pick(host)
+		if perr != nil {
+			return nil, perr
+		}
+		var p *Proc
+		if p, err = Start(ctx, at(port)); err == nil {
+			return p, nil
+		}
+		var ee *ExitError
+		if !errors.As(err, &ee) || !ee.PortTaken() {
+			return nil, err
+		}
+	}
+	return nil, err
 }
 
 // Start launches the server and waits until it is ready. It returns an
@@ -124,8 +176,21 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 		return nil, errors.Join(fmt.Errorf("recording the server's process group: %w", err), p.Stop())
 	}
 	client := sglang.NewClient(p.URL)
-	deadline := time.NewTimer(spec.ReadyTimeout)
-	defer deadline.Stop()
+	// A probe ends when the server exits, as well as at the ready
+	// deadline or ctx's end: a probe that another process's listener
+	// holds (its port taken between FreePort and the server's bind) must
+	// not hide the exit.
+	ready, endReady := context.WithTimeout(ctx, spec.ReadyTimeout)
+	defer endReady()
+	probing, endProbing := context.WithCancel(ready)
+	defer endProbing()
+	go func() {
+		select {
+		case <-p.done:
+			endProbing()
+		case <-probing.Done():
+		}
+	}()
 	// The probes start 5 ms apart and the gap doubles up to PollInterval:
 	// a server that is ready in milliseconds (a test's, a restart) is not
 	// waited on for a whole interval, and one that loads a model for
@@ -134,7 +199,7 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 	tick := time.NewTimer(gap)
 	defer tick.Stop()
 	for {
-		hctx, cancel := context.WithTimeout(ctx, 30*time.Second)
+		hctx, cancel := context.WithTimeout(probing, 30*time.Second)
 		herr := client.Health(hctx)
 		cancel()
 		if herr == nil {
@@ -145,18 +210,19 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 			p.end()
 			_ = os.Remove(spec.LogPath + PGIDSuffix)
 			_ = p.log.Close() // the server wrote through its own descriptor: closing ours loses nothing
-			return nil, &ExitError{Name: spec.Name, Log: spec.LogPath, Why: fmt.Sprintf("exited (%v) before it was ready", p.err), Tail: Tail(spec.LogPath, 40)}
-		case <-deadline.C:
+			return nil, &ExitError{Name: spec.Name, Log: spec.LogPath, Why: fmt.Sprintf("exited (%v) before it was ready", p.err), Tail: Tail(spec.LogPath, 40), Exited: true}
+		case <-ready.Done():
+			if ctx.Err() != nil {
+				if err := p.Stop(); err != nil {
+					return nil, errors.Join(ctx.Err(), fmt.Errorf("stopping the server for arm %s: %w", spec.Name, err))
+				}
+				return nil, ctx.Err()
+			}
 			why := fmt.Sprintf("was not ready after %s (%v)", spec.ReadyTimeout, herr)
 			if err := p.Stop(); err != nil {
 				why += fmt.Sprintf("; stopping it: %v", err)
 			}
 			return nil, &ExitError{Name: spec.Name, Log: spec.LogPath, Why: why, Tail: Tail(spec.LogPath, 40)}
-		case <-ctx.Done():
-			if err := p.Stop(); err != nil {
-				return nil, errors.Join(ctx.Err(), fmt.Errorf("stopping the server for arm %s: %w", spec.Name, err))
-			}
-			return nil, ctx.Err()
 		case <-tick.C:
 			gap = min(2*gap, spec.PollInterval)
 			tick.Reset(gap)

@@ -112,18 +112,25 @@ func unreadyFirst(n int, h http.Handler) http.Handler {
 	})
 }
 
-func spec(t *testing.T, args ...string) Spec {
+// specAt is the fake server with args, at a port StartOnFreePort gives,
+// logging to a file in the test's directory.
+func specAt(t *testing.T, args ...string) func(port int) Spec {
 	t.Helper()
-	port, err := FreePort("127.0.0.1")
-	if err != nil {
-		t.Fatal(err)
-	}
+	log := filepath.Join(t.TempDir(), "server.log")
 	// The grace is short: TestNothingLeftBehind waits it out twice for a
 	// server that ignores SIGTERM, and what it checks is that SIGKILL
 	// follows, not how late (internal/procgroup's tests check the grace
 	// itself).
-	return Spec{Name: "arm", Argv: append([]string{fakeBin, "-port", strconv.Itoa(port)}, args...), Env: append(os.Environ(), fakeServerEnv+"=1"), Port: port,
-		LogPath: filepath.Join(t.TempDir(), "server.log"), ReadyTimeout: 10 * time.Second, PollInterval: 50 * time.Millisecond, Grace: 20 * time.Millisecond}
+	return func(port int) Spec {
+		return Spec{Name: "arm", Argv: append([]string{fakeBin, "-port", strconv.Itoa(port)}, args...), Env: append(os.Environ(), fakeServerEnv+"=1"), Port: port,
+			LogPath: log, ReadyTimeout: 10 * time.Second, PollInterval: 50 * time.Millisecond, Grace: 20 * time.Millisecond}
+	}
+}
+
+// start starts the fake server with args on a free port.
+func start(ctx context.Context, t *testing.T, args ...string) (*Proc, error) {
+	t.Helper()
+	return StartOnFreePort(ctx, "127.0.0.1", specAt(t, args...))
 }
 
 // TestStartServeStop: Start returns once /health_generate answers 200,
@@ -132,11 +139,11 @@ func spec(t *testing.T, args ...string) Spec {
 // saw); the server serves; Stop ends it; the log holds the command and
 // the server's output.
 func TestStartServeStop(t *testing.T) {
-	sp := spec(t, "-unready", "2")
-	p, err := Start(context.Background(), sp)
+	p, err := start(context.Background(), t, "-unready", "2")
 	if err != nil {
 		t.Fatal(err)
 	}
+	sp := p.Spec
 	probes, err := os.ReadFile(sp.LogPath)
 	if err != nil {
 		t.Fatal(err)
@@ -162,7 +169,7 @@ func TestStartServeStop(t *testing.T) {
 }
 
 func TestEarlyExitShowsLog(t *testing.T) {
-	_, err := Start(context.Background(), spec(t, "-exit-early"))
+	_, err := start(context.Background(), t, "-exit-early")
 	var ee *ExitError
 	if !errors.As(err, &ee) {
 		t.Fatalf("err = %v", err)
@@ -174,9 +181,12 @@ func TestEarlyExitShowsLog(t *testing.T) {
 
 func TestNotReadyInTime(t *testing.T) {
 	t.Parallel() // waits out a timeout or a grace period; overlaps the other wait
-	sp := spec(t, "-start-delay", "1h")
-	sp.ReadyTimeout = 100 * time.Millisecond // how long does not matter to the error
-	_, err := Start(context.Background(), sp)
+	at := specAt(t, "-start-delay", "1h")
+	_, err := StartOnFreePort(context.Background(), "127.0.0.1", func(port int) Spec {
+		sp := at(port)
+		sp.ReadyTimeout = 100 * time.Millisecond // how long does not matter to the error
+		return sp
+	})
 	if err == nil || !strings.Contains(err.Error(), "was not ready after 100ms") {
 		t.Errorf("err = %v", err)
 	}
@@ -188,10 +198,10 @@ func TestNothingLeftBehind(t *testing.T) {
 	t.Parallel() // waits out a timeout or a grace period; overlaps the other wait
 	for _, cancel := range []bool{false, true} {
 		pidFile := filepath.Join(t.TempDir(), "pids")
-		sp := spec(t, "-ignore-term", "-child", pidFile)
+		args := []string{"-ignore-term", "-child", pidFile}
 		ctx, stop := context.WithCancel(context.Background())
 		if cancel {
-			sp.Argv = append(sp.Argv, "-start-delay", "1h")
+			args = append(args, "-start-delay", "1h")
 			go func() {
 				for {
 					if _, err := os.Stat(pidFile); err == nil {
@@ -202,7 +212,7 @@ func TestNothingLeftBehind(t *testing.T) {
 				}
 			}()
 		}
-		p, err := Start(ctx, sp)
+		p, err := start(ctx, t, args...)
 		if cancel {
 			if !errors.Is(err, context.Canceled) {
 				t.Fatalf("cancelled start: %v", err)
@@ -227,5 +237,53 @@ func TestNothingLeftBehind(t *testing.T) {
 				t.Errorf("cancel=%v: process %d survived", cancel, pid)
 			}
 		}
+	}
+}
+
+// TestPortTakenStartsAgain: a server whose port another process bound
+// first exits with "address already in use" (PortTaken) and is started
+// again on a new port; when every try finds its port taken, the last
+// try's error says so.
+func TestPortTakenStartsAgain(t *testing.T) {
+	held, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = held.Close() }() // a test listener
+	taken := held.Addr().(*net.TCPAddr).Port
+	var picked []int
+	pick := func(ports ...int) func(string) (int, error) {
+		return func(host string) (int, error) {
+			port := taken
+			if len(picked) >= len(ports) {
+				var err error
+				if port, err = FreePort(host); err != nil {
+					return 0, err
+				}
+			}
+			picked = append(picked, port)
+			return port, nil
+		}
+	}
+	p, err := startOnFreePort(context.Background(), "127.0.0.1", specAt(t), pick(taken))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := p.Stop(); err != nil {
+		t.Fatal(err)
+	}
+	if len(picked) != 2 || picked[0] != taken || p.Spec.Port != picked[1] || picked[1] == taken {
+		t.Errorf("ports tried %v, server on %d; want %d, then a free one", picked, p.Spec.Port, taken)
+	}
+	picked = nil
+	_, err = startOnFreePort(context.Background(), "127.0.0.1", specAt(t), pick(taken, taken, taken, taken))
+	var ee *ExitError
+	if !errors.As(err, &ee) || !ee.PortTaken() || len(picked) != portTries {
+		t.Errorf("every port taken: %d tries, err %v", len(picked), err)
+	}
+	// A server that exits for another reason is not started again.
+	picked = nil
+	if _, err := startOnFreePort(context.Background(), "127.0.0.1", specAt(t, "-exit-early"), pick()); !errors.As(err, &ee) || ee.PortTaken() || len(picked) != 1 {
+		t.Errorf("early exit: %d tries, err %v", len(picked), err)
 	}
 }
