@@ -38,9 +38,12 @@ import (
 //   - work tree changes: each index entry's stat data (mode, size, mtime
 //     with nanoseconds, and where recorded ctime, inode, uid, gid) is
 //     compared with lstat; a file is hashed only when they differ or when
-//     it is racily clean (its mtime is not before the index file's, so an
-//     edit in the same clock tick as the index write could hide behind
-//     equal stat data), as git's racy-git rule says;
+//     it is racily clean (its mtime is not before the index file's
+//     second, so an edit in the same second as the index write could
+//     hide behind equal stat data), as git's racy-git rule says: in whole
+//     seconds, as git built without USE_NSEC compares them, since a work
+//     tree on another file system than the index may keep coarser times
+//     (Upstream: read-cache.c@v2.39.0 (is_racy_stat), git/git);
 //   - untracked files: the directories are read as git reads them, with
 //     .git/info/exclude and every .gitignore on the way (go-git's
 //     pattern matcher); a directory the patterns ignore is not entered,
@@ -520,8 +523,8 @@ func statClean(e *index.Entry, st fileStat, indexTime time.Time) bool {
 	if err != nil || mode != e.Mode || uint32(st.size) != e.Size || !st.mtime.Equal(e.ModifiedAt) {
 		return false
 	}
-	if indexTime.IsZero() || !e.ModifiedAt.Before(indexTime) {
-		return false // racily clean: hash it
+	if indexTime.IsZero() || e.ModifiedAt.Unix() >= indexTime.Unix() {
+		return false // racily clean, in whole seconds: hash it
 	}
 	if !e.CreatedAt.IsZero() && !st.ctime.IsZero() && !e.CreatedAt.Equal(st.ctime) {
 		return false
