@@ -129,6 +129,12 @@ func (s *StatusReport) Remedies() []string {
 // files.
 func (s *StatusReport) setAside(flag string, paths []string) string {
 	w := []string{"git", "-C", s.Src, "stash", "push"}
+	// git reads the paths after -- as pathspecs: "cs*" would also take
+	// the patched custom_all_reduce.cuh, ":name" is magic. Such names are
+	// given literally.
+	if slices.ContainsFunc(paths, func(p string) bool { return strings.ContainsAny(p, "*?[\\") || strings.HasPrefix(p, ":") }) {
+		w = []string{"git", "--literal-pathspecs", "-C", s.Src, "stash", "push"}
+	}
 	if flag != "" {
 		w = append(w, flag)
 	}
