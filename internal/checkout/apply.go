@@ -103,13 +103,8 @@ func (e *DirtyError) Error() string {
 		b.WriteString("\n  " + c.String())
 	}
 	b.WriteString("\nnothing was changed. ")
-	if len(e.Hidden) > 0 {
-		b.WriteString(unhideFirst(e.Src, e.Hidden))
-		fmt.Fprintf(&b, "stash them (`%s`), or drop them (`%s`; this loses them), then run apply again",
-			shellq.Join([]string{"git", "-C", e.Src, "stash"}), shellq.Join([]string{"git", "-C", e.Src, "reset", "--hard"}))
-		return b.String()
-	}
-	fmt.Fprintf(&b, "Stash them (`%s`), or drop them (`%s`; this loses them), then run apply again", sh("git", "-C", e.Src, "stash"), sh("git", "-C", e.Src, "reset", "--hard"))
+	b.WriteString(unhideFirst(e.Src, e.Hidden, fmt.Sprintf("stash them (`%s`), or drop them (`%s`; this loses them), then run apply again",
+		sh("git", "-C", e.Src, "stash"), sh("git", "-C", e.Src, "reset", "--hard"))))
 	return b.String()
 }
 

@@ -146,11 +146,7 @@ func (s *StatusReport) otherRemedy() string {
 	for _, c := range s.Other {
 		ps = append(ps, c.Path)
 	}
-	r := "ommit them, or set only them aside with `" + s.setAside("", ps) + "` (a plain git stash would stash the patched files too, undoing the apply)"
-	if len(s.Hidden) > 0 {
-		return unhideFirst(s.Src, s.Hidden) + "c" + r
-	}
-	return "C" + r
+	return unhideFirst(s.Src, s.Hidden, "commit them, or set only them aside with `"+s.setAside("", ps)+"` (a plain git stash would stash the patched files too, undoing the apply)")
 }
 
 // hiddenChanges lists the paths of changes whose index entries are
@@ -174,13 +170,17 @@ func hiddenChanges(repo *gitsrc.Repo, changes []gitsrc.Change) ([]string, error)
 	return hidden, nil
 }
 
-// unhideFirst is the start of a remedy for edits git cannot see: it says
-// so and gives the command that clears the bits hiding them (both
-// assume-unchanged and skip-worktree; clearing a bit that is not set does
-// nothing), ending in "then ".
-func unhideFirst(src string, hidden []string) string {
+// unhideFirst returns remedy (a sentence in lower case) as the remedy
+// for changes of which hidden are edits git cannot see: when there are
+// such edits, it says so first and gives the command that clears the bits
+// hiding them (both assume-unchanged and skip-worktree; clearing a bit
+// that is not set does nothing), "then " remedy; else remedy capitalised.
+func unhideFirst(src string, hidden []string, remedy string) string {
+	if len(hidden) == 0 {
+		return strings.ToUpper(remedy[:1]) + remedy[1:]
+	}
 	return "git status and git stash cannot see the edits to " + strings.Join(hidden, ", ") + " (assume-unchanged): clear the bit (`" +
-		sh(append([]string{"git", "-C", src, "update-index", "--no-skip-worktree", "--no-assume-unchanged", "--"}, hidden...)...) + "`), then "
+		sh(append([]string{"git", "-C", src, "update-index", "--no-skip-worktree", "--no-assume-unchanged", "--"}, hidden...)...) + "`), then " + remedy
 }
 
 func (s *StatusReport) untrackedRemedy() string {
