@@ -29,15 +29,6 @@ import (
 // doubling, fit in an int there.
 const MaxBytes = min(1<<40, 1<<(bits.UintSize-2))
 
-// maxBytesText is MaxBytes as the refusals name it: "1T", or "1G" where
-// int has 32 bits.
-func maxBytesText() string {
-	if MaxBytes >= 1<<40 {
-		return fmt.Sprintf("%dT", MaxBytes>>40)
-	}
-	return fmt.Sprintf("%dG", MaxBytes>>30)
-}
-
 // ParseBytes reads "42K", "40KiB", "1M", "4096" as a byte count (K and M
 // are binary: 1K = 1024 bytes). It refuses what is not a positive size up
 // to MaxBytes, naming s.
@@ -57,7 +48,7 @@ func ParseBytes(s string) (int, error) {
 	// NaN and Inf parse as floats; NaN passes "n <= 0", and neither is a
 	// size.
 	if err != nil || math.IsNaN(n) || n <= 0 || n*float64(mult) > MaxBytes {
-		return 0, fmt.Errorf("%q is not a size in bytes up to %s (examples: 4096, 42K, 1M)", s, maxBytesText())
+		return 0, fmt.Errorf("%q is not a size in bytes up to %s (examples: 4096, 42K, 1M)", s, FormatBytes(MaxBytes))
 	}
 	return int(n * float64(mult)), nil
 }
@@ -131,7 +122,7 @@ func ParseShape(s string) (Shape, error) {
 	}
 	shape := Shape{Tokens: t, Hidden: h, ElemBytes: 2}
 	if t > MaxBytes/shape.ElemBytes/h {
-		return Shape{}, fmt.Errorf("%q is more than %s bytes of bf16: want TOKENSxHIDDEN of a verify pass, e.g. 4x5120", s, maxBytesText())
+		return Shape{}, fmt.Errorf("%q is more than %s bytes of bf16: want TOKENSxHIDDEN of a verify pass, e.g. 4x5120", s, FormatBytes(MaxBytes))
 	}
 	return shape, nil
 }
@@ -143,9 +134,14 @@ func (s Shape) String() string {
 	return fmt.Sprintf("%d tokens x hidden %d x bf16 = %s", s.Tokens, s.Hidden, FormatBytes(s.Bytes()))
 }
 
-// FormatBytes prints 40960 as "40K", 1048576 as "1M", 42000 as "41.0K".
+// FormatBytes prints 40960 as "40K", 1048576 as "1M", 42000 as "41.0K",
+// MaxBytes as "1T" (or "1G" where int has 32 bits).
 func FormatBytes(n int) string {
 	switch {
+	case int64(n) >= 1<<40 && int64(n)%(1<<40) == 0: // int64: 1<<40 overflows a 32-bit int
+		return fmt.Sprintf("%dT", int64(n)>>40)
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%dG", n>>30)
 	case n >= 1<<20 && n%(1<<20) == 0:
 		return fmt.Sprintf("%dM", n>>20)
 	case n >= 1<<10 && n%(1<<10) == 0:
