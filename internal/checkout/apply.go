@@ -522,7 +522,7 @@ func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.
 	}
 	sort.Strings(differ)
 	return fmt.Errorf("%s: these files differ from commit %s although git status does not list them (skip-worktree or assume-unchanged bits hide the edit): %s; nothing was changed. Clear the bits (`%s`), then stash or restore the edits",
-		root.Dir, githash.Hash(head).Short(), strings.Join(differ, ", "), shellq.Join(append([]string{"git", "-C", root.Dir, "update-index", "--no-skip-worktree", "--no-assume-unchanged"}, differ...)))
+		root.Dir, githash.Hash(head).Short(), strings.Join(differ, ", "), unhide(root.Dir, differ))
 }
 
 // inPatchOrder returns the result's files ordered by the first patch that

@@ -6,6 +6,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"regexp"
 	"strconv"
 	"strings"
 	"sync"
@@ -144,6 +145,19 @@ func TestSkipWorktreeEditIsRefused(t *testing.T) {
 	}
 	if d := diffSnapshots(before, snapshot(t, f.work)); len(d) > 0 {
 		t.Errorf("refused apply changed %v", d)
+	}
+	// The remedy's command, run as printed, lets git status see the edit.
+	if _, lerr := exec.LookPath("git"); lerr == nil {
+		m := regexp.MustCompile("Clear the bits \\(`([^`]+)`\\)").FindStringSubmatch(err.Error())
+		if m == nil {
+			t.Fatalf("no command to clear the bits in %v", err)
+		}
+		if out, cerr := exec.Command("sh", "-c", m[1]).CombinedOutput(); cerr != nil {
+			t.Fatalf("%s: %v\n%s", m[1], cerr, out)
+		}
+		if out, serr := exec.Command("git", "-C", f.work, "status", "--porcelain").Output(); serr != nil || !strings.Contains(string(out), " M kernel/dispatch.cuh") {
+			t.Errorf("git status after %s: %q, %v", m[1], out, serr)
+		}
 	}
 }
 

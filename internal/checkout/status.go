@@ -180,7 +180,16 @@ func unhideFirst(src string, hidden []string, remedy string) string {
 		return strings.ToUpper(remedy[:1]) + remedy[1:]
 	}
 	return "git status and git stash cannot see the edits to " + strings.Join(hidden, ", ") + " (assume-unchanged): clear the bit (`" +
-		sh(append([]string{"git", "-C", src, "update-index", "--no-skip-worktree", "--no-assume-unchanged", "--"}, hidden...)...) + "`), then " + remedy
+		unhide(src, hidden) + "`), then " + remedy
+}
+
+// unhide is the shell command that clears the bits hiding edits to paths
+// from git status and git stash in the checkout at src: two runs of git
+// update-index, since one run given both --no-skip-worktree and
+// --no-assume-unchanged applies only the last to the paths after them.
+func unhide(src string, paths []string) string {
+	return sh(append([]string{"git", "-C", src, "update-index", "--no-skip-worktree", "--"}, paths...)...) + " && " +
+		sh(append([]string{"git", "-C", src, "update-index", "--no-assume-unchanged", "--"}, paths...)...)
 }
 
 func (s *StatusReport) untrackedRemedy() string {
