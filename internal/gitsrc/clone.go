@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"path/filepath"
+	"sort"
 	"strings"
 	"time"
 
@@ -20,6 +21,8 @@ import (
 	"github.com/go-git/go-git/v5/config"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/transport"
+
+	"github.com/arpatch/arpatch/internal/gitsrc/gitdir"
 )
 
 // CloneInfo says how a clone was made.
@@ -194,46 +197,61 @@ func cloneError(src string, err error) error {
 // cloneLocal makes a repository at dir whose objects are hardlinks to (or
 // copies of) the source's pack and loose object files, with the source's
 // branches as refs/remotes/origin/* and its tags, like `git clone --local`.
+//
+// It writes only what git and go-git read (gitdir.Create: HEAD, config,
+// objects/, refs/), the refs in one packed-refs file as git clone writes
+// them, and the object directories that hold files. go-git's PlainInit
+// would add objects/info, refs/heads and refs/tags, empty, and every ref
+// as its own file under refs/remotes/origin/ (three files and
+// directories for one branch): each an inode that a clone's creation and
+// removal pay for, which neither git (2.39: fsck, status, checkout) nor
+// go-git needs.
 func cloneLocal(srcGitDir, srcLabel, dir string) (repo *git.Repository, linked, copied int, err error) {
 	src, err := plainOpen(srcGitDir, false)
 	if err != nil {
 		return nil, 0, 0, fmt.Errorf("open %s: %w", srcGitDir, err)
 	}
-	repo, err = git.PlainInit(dir, false)
-	if err != nil {
-		return nil, 0, 0, err
-	}
-	dstObjects := filepath.Join(dir, ".git", "objects")
-	if linked, copied, err = linkTree(filepath.Join(srcGitDir, "objects"), dstObjects); err != nil {
-		return nil, 0, 0, fmt.Errorf("link objects from %s: %w", srcGitDir, err)
-	}
-	repo, err = cloneRefs(src, repo, srcGitDir, srcLabel, dir)
-	return repo, linked, copied, err
-}
-
-// cloneRefs copies shallow, sets origin and copies the refs of a local
-// clone, then reopens it.
-func cloneRefs(src, repo *git.Repository, srcGitDir, srcLabel, dir string) (*git.Repository, error) {
-	for _, f := range []string{"shallow"} {
-		if b, err := os.ReadFile(filepath.Join(srcGitDir, f)); err == nil {
-			if err := os.WriteFile(filepath.Join(dir, ".git", f), b, 0o644); err != nil {
-				return nil, err
-			}
-		}
-	}
+	gitDir := filepath.Join(dir, ".git")
 	label, _ := localPath(srcLabel)
 	abs, _ := filepath.Abs(label)
-	if _, err := repo.CreateRemote(&config.RemoteConfig{
+	cfg := config.NewConfig()
+	cfg.Remotes["origin"] = &config.RemoteConfig{
 		Name:  "origin",
 		URLs:  []string{abs},
 		Fetch: []config.RefSpec{"+refs/heads/*:refs/remotes/origin/*"},
-	}); err != nil {
-		return nil, err
+	}
+	if err := gitdir.Create(gitDir, cfg); err != nil {
+		return nil, 0, 0, err
+	}
+	if linked, copied, err = linkTree(filepath.Join(srcGitDir, "objects"), filepath.Join(gitDir, "objects")); err != nil {
+		return nil, 0, 0, fmt.Errorf("link objects from %s: %w", srcGitDir, err)
+	}
+	if err := cloneRefs(src, srcGitDir, gitDir); err != nil {
+		return nil, 0, 0, err
+	}
+	// Open now, so go-git indexes the packs that were linked in (and
+	// reads the alternates copied with them).
+	repo, err = plainOpen(dir, false)
+	return repo, linked, copied, err
+}
+
+// cloneRefs writes a local clone's shallow file when the source has one,
+// and its packed-refs: the source's branches as refs/remotes/origin/*, its
+// tags and remote-tracking refs as they are (a branch wins over a
+// remote-tracking ref of the same name in the clone, as it names what
+// origin has), symbolic refs left out.
+func cloneRefs(src *git.Repository, srcGitDir, gitDir string) error {
+	if b, err := os.ReadFile(filepath.Join(srcGitDir, "shallow")); err == nil {
+		if err := os.WriteFile(filepath.Join(gitDir, "shallow"), b, 0o644); err != nil {
+			return err
+		}
 	}
 	refs, err := src.References()
 	if err != nil {
-		return nil, err
+		return err
 	}
+	packed := map[plumbing.ReferenceName]plumbing.Hash{}
+	fromBranch := map[plumbing.ReferenceName]bool{}
 	err = refs.ForEach(func(ref *plumbing.Reference) error {
 		if ref.Type() != plumbing.HashReference {
 			return nil
@@ -242,35 +260,65 @@ func cloneRefs(src, repo *git.Repository, srcGitDir, srcLabel, dir string) (*git
 		switch {
 		case name.IsBranch():
 			name = plumbing.NewRemoteReferenceName("origin", name.Short())
+			fromBranch[name] = true
 		case name.IsTag(), name.IsRemote():
+			if fromBranch[name] {
+				return nil
+			}
 		default:
 			return nil
 		}
-		return repo.Storer.SetReference(plumbing.NewHashReference(name, ref.Hash()))
+		packed[name] = ref.Hash()
+		return nil
 	})
 	if err != nil {
-		return nil, err
+		return err
 	}
-	// Reopen so go-git indexes the packs that were linked in (and reads
-	// the alternates copied with them).
-	return plainOpen(dir, false)
+	return os.WriteFile(filepath.Join(gitDir, "packed-refs"), packedRefs(packed), 0o644)
+}
+
+// packedRefs is the text of a packed-refs file holding refs, sorted by
+// name as its "sorted" trait says (git's refs/packed-backend.c reads it;
+// without the "peeled" trait git peels annotated tags itself).
+func packedRefs(refs map[plumbing.ReferenceName]plumbing.Hash) []byte {
+	names := make([]string, 0, len(refs))
+	for n := range refs {
+		names = append(names, string(n))
+	}
+	sort.Strings(names)
+	var b strings.Builder
+	b.WriteString("# pack-refs with: sorted \n")
+	for _, n := range names {
+		b.WriteString(refs[plumbing.ReferenceName(n)].String() + " " + n + "\n")
+	}
+	return []byte(b.String())
 }
 
 // linkTree hardlinks every regular file under src into dst, copying when a
 // hardlink is not possible (another file system). Object files are
-// immutable in git, so sharing them is safe.
+// immutable in git, so sharing them is safe. It makes dst and the
+// directories that receive a file, not the empty ones (objects/info of a
+// repository without alternates).
 func linkTree(src, dst string) (linked, copied int, err error) {
+	made := map[string]bool{}
 	err = filepath.WalkDir(src, func(p string, d os.DirEntry, err error) error {
 		if err != nil {
 			return err
 		}
 		rel, _ := filepath.Rel(src, p)
 		target := filepath.Join(dst, rel)
-		if d.IsDir() {
+		if rel == "." {
+			made[target] = true
 			return os.MkdirAll(target, 0o755)
 		}
-		if !d.Type().IsRegular() {
+		if d.IsDir() || !d.Type().IsRegular() {
 			return nil
+		}
+		if parent := filepath.Dir(target); !made[parent] {
+			if err := os.MkdirAll(parent, 0o755); err != nil {
+				return err
+			}
+			made[parent] = true
 		}
 		if rel == filepath.Join("info", "alternates") {
 			return copyAlternates(src, p, target)

@@ -24,14 +24,19 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/object"
 	"github.com/go-git/go-git/v5/plumbing/storer"
 	"github.com/go-git/go-git/v5/storage/filesystem"
+
+	"github.com/arpatch/arpatch/internal/gitsrc/gitdir"
 )
 
 var sig = &object.Signature{Name: "arpatch fixture", Email: "fixture@arpatch.invalid", When: time.Date(2026, 4, 3, 12, 0, 0, 0, time.UTC)}
 
 // Init makes dir (with the files already in it) a git repository and
-// commits everything. It returns the 40-hex commit.
+// commits everything. It returns the 40-hex commit. The git directory
+// holds only what git and go-git read (gitdir.Create), not go-git
+// PlainInit's empty objects/info and refs/tags: a fixture made per test
+// costs fewer inodes.
 func Init(dir string) (string, error) {
-	if _, err := git.PlainInit(dir, false); err != nil {
+	if err := gitdir.Create(filepath.Join(dir, ".git"), nil); err != nil {
 		return "", err
 	}
 	return Commit(dir, "fixture: initial tree")
