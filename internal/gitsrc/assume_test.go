@@ -18,7 +18,8 @@ func TestAssumeUnchanged(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("no git")
 	}
-	long := strings.Repeat("d/", 40) + "long.txt"
+	// 88 bytes in two levels: a long name needs no deep tree.
+	long := strings.Repeat("d", 79) + "/long.txt"
 	// One repository, its index rewritten by git in each version in turn:
 	// 2, 4, then with an intent-to-add entry 3 and 4 again.
 	dir := t.TempDir()

@@ -11,6 +11,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -71,12 +72,30 @@ func richFixture(t *testing.T, packed bool) (dir, commit string) {
 	return dir, commit
 }
 
-// fixtures holds richFixture's repositories.
+// fixtures holds the repositories tests share (richFixture, fixture,
+// historyFixture).
 var fixtures testrepo.Shared
 
+// home is the empty HOME of every git that gitOut runs, made once per
+// test binary (TestMain removes it): no user configuration reaches git,
+// and no test makes a directory for it.
+var home struct {
+	once sync.Once
+	dir  string
+	err  error
+}
+
+// checkoutClone clones up into a temporary directory and checks out
+// commit.
 func checkoutClone(t *testing.T, up, commit string) *Repo {
 	t.Helper()
-	repo, _, err := Clone(context.Background(), up, filepath.Join(t.TempDir(), "work"), nil)
+	return checkoutCloneAt(t, up, commit, filepath.Join(t.TempDir(), "work"))
+}
+
+// checkoutCloneAt is checkoutClone into dir, which must not exist.
+func checkoutCloneAt(t *testing.T, up, commit, dir string) *Repo {
+	t.Helper()
+	repo, _, err := Clone(context.Background(), up, dir, nil)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -93,10 +112,24 @@ func needGit(t *testing.T) {
 	}
 }
 
+// gitOut runs git in dir with no system or user configuration (HOME is
+// home.dir, an empty directory) and returns its output; a failure fails
+// t. git takes no optional locks (GIT_OPTIONAL_LOCKS=0): status does not
+// write back the index it refreshed, and answers the same.
 func gitOut(t *testing.T, dir string, args ...string) string {
 	t.Helper()
+	return gitOutEnv(t, dir, nil, args...)
+}
+
+// gitOutEnv is gitOut with env (NAME=value) added to git's environment.
+func gitOutEnv(t *testing.T, dir string, env []string, args ...string) string {
+	t.Helper()
+	home.once.Do(func() { home.dir, home.err = os.MkdirTemp("", "arpatch-gitsrc-home-") })
+	if home.err != nil {
+		t.Fatal(home.err)
+	}
 	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
-	cmd.Env = append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+t.TempDir(), "LC_ALL=C")
+	cmd.Env = append(append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+home.dir, "LC_ALL=C", "GIT_OPTIONAL_LOCKS=0"), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)
@@ -145,15 +178,24 @@ func snapshotTree(t *testing.T, dir string) map[string]string {
 	return out
 }
 
+// Checkout writes what git's own checkout code writes (git read-tree -u
+// into an empty directory with a separate index: the unpack_trees and
+// checkout_entry that git checkout runs, without a clone's scaffolding and
+// without touching the shared fixture's HEAD or index), and git reads our
+// clone and index as its own.
 func TestCheckoutMatchesGit(t *testing.T) {
 	needGit(t)
 	for _, packed := range []bool{false, true} {
 		t.Run(fmt.Sprintf("packed=%v", packed), func(t *testing.T) {
 			up, commit := richFixture(t, packed)
 			ours := checkoutClone(t, up, commit)
-			theirs := filepath.Join(t.TempDir(), "git")
-			gitOut(t, up, "clone", "-q", "-n", "--local", "--template=", up, theirs)
-			gitOut(t, theirs, "checkout", "-q", "--detach", commit)
+			tmp := t.TempDir()
+			theirs, theirIndex := filepath.Join(tmp, "git"), "GIT_INDEX_FILE="+filepath.Join(tmp, "index")
+			if err := os.Mkdir(theirs, 0o755); err != nil {
+				t.Fatal(err)
+			}
+			upGit := "--git-dir=" + filepath.Join(up, ".git")
+			gitOutEnv(t, tmp, []string{theirIndex}, upGit, "--work-tree="+theirs, "read-tree", "-u", "--reset", commit)
 
 			got, want := snapshotTree(t, ours.Dir), snapshotTree(t, theirs)
 			if len(got) != len(want) {
@@ -164,12 +206,17 @@ func TestCheckoutMatchesGit(t *testing.T) {
 					t.Errorf("%s: got %s, git checks out %s", p, got[p], w)
 				}
 			}
-			if g, w := gitOut(t, ours.Dir, "ls-files", "-s"), gitOut(t, theirs, "ls-files", "-s"); g != w {
+			if g, w := gitOut(t, ours.Dir, "ls-files", "-s"), gitOutEnv(t, tmp, []string{theirIndex}, upGit, "ls-files", "-s"); g != w {
 				t.Errorf("git ls-files -s of our index:\n%s\ngit's own:\n%s", g, w)
 			}
 			if h := strings.TrimSpace(gitOut(t, ours.Dir, "rev-parse", "HEAD")); h != commit {
 				t.Errorf("HEAD = %s, want %s", h, commit)
 			}
+			// The clone's refs (one packed-refs file) and objects are git's.
+			if h := strings.TrimSpace(gitOut(t, ours.Dir, "rev-parse", "origin/master")); h != commit {
+				t.Errorf("origin/master = %s, want %s", h, commit)
+			}
+			gitOut(t, ours.Dir, "fsck", "--strict", "--no-progress")
 			// write-tree takes the cache-tree extension's hashes as they
 			// are: a wrong one would go into the next commit.
 			if h, w := strings.TrimSpace(gitOut(t, ours.Dir, "write-tree")), strings.TrimSpace(gitOut(t, ours.Dir, "rev-parse", commit+"^{tree}")); h != w {
@@ -420,9 +467,10 @@ func porcelain(cs []Change) []string {
 func TestChangesAgreesWithGoGitAndGit(t *testing.T) {
 	_, haveGit := exec.LookPath("git")
 	up, commit := richFixture(t, true)
-	for _, c := range changes {
+	tmp := t.TempDir() // one for every case's clone: a subtest's own costs two directories
+	for i, c := range changes {
 		t.Run(c.name, func(t *testing.T) {
-			r := checkoutClone(t, up, commit)
+			r := checkoutCloneAt(t, up, commit, filepath.Join(tmp, strconv.Itoa(i)))
 			c.do(t, r)
 			got, err := r.Changes()
 			if err != nil {

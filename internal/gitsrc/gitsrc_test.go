@@ -17,24 +17,42 @@ import (
 	"github.com/arpatch/arpatch/internal/testrepo"
 )
 
+// fixture returns a repository of two commits (a/x.txt "one\n" then
+// "two\n"; b.txt) on master, made once per test binary and shared:
+// tests clone and read it, never write to it (TestMain checks its HEAD).
+// A test that adds a ref or a worktree to it takes ownFixture.
 func fixture(t *testing.T) (dir, c1, c2 string) {
 	t.Helper()
-	dir = filepath.Join(t.TempDir(), "up")
-	if err := testrepo.WriteFiles(dir, map[string]string{"a/x.txt": "one\n", "b.txt": "b\n"}); err != nil {
-		t.Fatal(err)
-	}
-	c1, err := testrepo.Init(dir)
+	dir, c2, err := fixtures.Get("two commits", makeFixture)
 	if err != nil {
 		t.Fatal(err)
+	}
+	return dir, lineage(t, dir, c2)[0], c2
+}
+
+// ownFixture is fixture's repository made for the calling test alone.
+func ownFixture(t *testing.T) (dir, c1, c2 string) {
+	t.Helper()
+	dir = filepath.Join(t.TempDir(), "up")
+	c2, err := makeFixture(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, lineage(t, dir, c2)[0], c2
+}
+
+// makeFixture writes fixture's repository at dir and returns its HEAD.
+func makeFixture(dir string) (string, error) {
+	if err := testrepo.WriteFiles(dir, map[string]string{"a/x.txt": "one\n", "b.txt": "b\n"}); err != nil {
+		return "", err
+	}
+	if _, err := testrepo.Init(dir); err != nil {
+		return "", err
 	}
 	if err := testrepo.WriteFiles(dir, map[string]string{"a/x.txt": "two\n"}); err != nil {
-		t.Fatal(err)
+		return "", err
 	}
-	c2, err = testrepo.Commit(dir, "second")
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir, c1, c2
+	return testrepo.Commit(dir, "second")
 }
 
 func TestCloneLocalHardlinksAndChecksOut(t *testing.T) {
@@ -180,7 +198,7 @@ func TestCommitTree(t *testing.T) {
 }
 
 func TestResolveRefsBeforeHashPrefixes(t *testing.T) {
-	up, c1, c2 := fixture(t)
+	up, c1, c2 := ownFixture(t) // it gets a branch
 	repo, err := OpenAny(up)
 	if err != nil {
 		t.Fatal(err)
@@ -233,7 +251,7 @@ func linkWorktree(t *testing.T, up, wt, commit string) {
 // opened (OpenAny serves --repo: patches check, port, nightly, a dry-run
 // apply), and its refs and objects are the main repository's.
 func TestLinkedWorktreeHeadIsItsOwn(t *testing.T) {
-	up, c1, c2 := fixture(t) // up's HEAD is c2
+	up, c1, c2 := ownFixture(t) // up's HEAD is c2; it gets a ref and a worktree
 	// A clone has origin/HEAD too: HEAD is never that.
 	g, err := git.PlainOpen(up)
 	if err != nil {

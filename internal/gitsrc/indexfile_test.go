@@ -118,7 +118,7 @@ func TestDecodeIndexOfGitsIndex(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	gitOut(t, dir, "init", "-q")
+	gitOut(t, dir, "init", "-q", "--template=") // no hooks or info/exclude: the index is what counts
 	gitOut(t, dir, "add", ".")
 	gitOut(t, dir, "write-tree") // records the cache tree
 	gitOut(t, dir, "update-index", "--skip-worktree", "d/b.txt")

@@ -11,6 +11,7 @@ import (
 	"strings"
 	"testing"
 
+	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/format/packfile"
 
@@ -18,21 +19,42 @@ import (
 )
 
 // historyFixture has three commits that rewrite large files a little, so
-// that its pack holds deltas (and deltas of deltas).
+// that its pack holds deltas (and deltas of deltas); it returns them
+// oldest first. It is made once per test binary and shared, read-only;
+// ownHistoryFixture is the same repository for a test that alters it.
 func historyFixture(t *testing.T) (dir string, commits []string) {
 	t.Helper()
+	dir, head, err := fixtures.Get("history", makeHistory)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, lineage(t, dir, head)
+}
+
+func ownHistoryFixture(t *testing.T) (dir string, commits []string) {
+	t.Helper()
 	dir = filepath.Join(t.TempDir(), "up")
+	head, err := makeHistory(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, lineage(t, dir, head)
+}
+
+// makeHistory writes historyFixture's repository at dir and returns its
+// HEAD.
+func makeHistory(dir string) (string, error) {
 	var lines []string
 	for i := range 400 {
 		lines = append(lines, fmt.Sprintf("line %d of a file long enough to deltify", i))
 	}
+	var c string
 	for v := range 3 {
 		lines[v*100] = fmt.Sprintf("version %d", v)
 		files := map[string]string{"big.txt": strings.Join(lines, "\n"), "a/b/other.txt": strings.Join(lines[v:], "\n"), fmt.Sprintf("v%d.txt", v): "v\n"}
 		if err := testrepo.WriteFiles(dir, files); err != nil {
-			t.Fatal(err)
+			return "", err
 		}
-		var c string
 		var err error
 		if v == 0 {
 			c, err = testrepo.Init(dir)
@@ -40,14 +62,31 @@ func historyFixture(t *testing.T) (dir string, commits []string) {
 			c, err = testrepo.Commit(dir, fmt.Sprint("v", v))
 		}
 		if err != nil {
+			return "", err
+		}
+	}
+	return c, testrepo.Pack(dir)
+}
+
+// lineage returns head and its first parents in the repository at dir,
+// oldest first.
+func lineage(t *testing.T, dir, head string) []string {
+	t.Helper()
+	out := []string{head}
+	for {
+		r, err := git.PlainOpen(dir)
+		if err != nil {
 			t.Fatal(err)
 		}
-		commits = append(commits, c)
+		co, err := r.CommitObject(plumbing.NewHash(out[0]))
+		if err != nil {
+			t.Fatal(err)
+		}
+		if len(co.ParentHashes) == 0 {
+			return out
+		}
+		out = append([]string{co.ParentHashes[0].String()}, out...)
 	}
-	if err := testrepo.Pack(dir); err != nil {
-		t.Fatal(err)
-	}
-	return dir, commits
 }
 
 // The object reader gives go-git's bytes for every object of a pack with
@@ -111,7 +150,7 @@ func TestObjectReaderMatchesGoGit(t *testing.T) {
 // A pack whose bytes were altered is caught by the hash check, never
 // returned.
 func TestObjectReaderChecksHashes(t *testing.T) {
-	dir, commits := historyFixture(t)
+	dir, commits := ownHistoryFixture(t) // its pack index is altered
 	packs, _ := filepath.Glob(filepath.Join(dir, ".git/objects/pack/*.pack"))
 	repo, _ := OpenAny(dir)
 	tree, err := repo.TreeAt(commits[2])
