@@ -117,14 +117,15 @@ func makeUpstream(up string) (string, error) {
 	return testrepo.Init(up)
 }
 
-// fixtureAt is the fixture series (tested on commit) and recipe in the
-// test's directory, with upstream up.
+// fixtureAt is the fixture series (tested on commit) and recipe, with
+// upstream up and a work tree path in the test's directory. The series
+// directory is made once per commit and shared (upstream.Dir): tests read
+// it, never write to it.
 func fixtureAt(t testing.TB, up, commit string) *fixtureEnv {
 	t.Helper()
-	tmp := t.TempDir()
-	series := filepath.Join(tmp, "series", "fx")
-	sum := sha256.Sum256([]byte(fixturePatch))
-	toml := `name = "fx"
+	series, err := upstream.Dir("series fx tested on "+commit, func(dir string) error {
+		sum := sha256.Sum256([]byte(fixturePatch))
+		toml := `name = "fx"
 family = "fx"
 tested_on = ["` + commit + `"]
 
@@ -132,10 +133,12 @@ tested_on = ["` + commit + `"]
 file = "0001-all-kinds.patch"
 sha256 = "` + hex.EncodeToString(sum[:]) + `"
 `
-	if err := testrepo.WriteFiles(series, map[string]string{"series.toml": toml, "0001-all-kinds.patch": fixturePatch}); err != nil {
+		return testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-all-kinds.patch": fixturePatch})
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
-	cat, err := patches.LoadDir(filepath.Join(tmp, "series"))
+	cat, err := patches.LoadDir(series)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -143,7 +146,7 @@ sha256 = "` + hex.EncodeToString(sum[:]) + `"
 	if err != nil {
 		t.Fatal(err)
 	}
-	return &fixtureEnv{up: up, work: filepath.Join(tmp, "work"), commit: commit, recipe: r, cat: cat}
+	return &fixtureEnv{up: up, work: filepath.Join(t.TempDir(), "work"), commit: commit, recipe: r, cat: cat}
 }
 
 // cloneAndRevert leaves f.work a clean checkout of f.commit with no apply

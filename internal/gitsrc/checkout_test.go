@@ -11,7 +11,6 @@ import (
 	"sort"
 	"strconv"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -76,15 +75,6 @@ func richFixture(t *testing.T, packed bool) (dir, commit string) {
 // historyFixture).
 var fixtures testrepo.Shared
 
-// home is the empty HOME of every git that gitOut runs, made once per
-// test binary (TestMain removes it): no user configuration reaches git,
-// and no test makes a directory for it.
-var home struct {
-	once sync.Once
-	dir  string
-	err  error
-}
-
 // checkoutClone clones up into a temporary directory and checks out
 // commit.
 func checkoutClone(t *testing.T, up, commit string) *Repo {
@@ -113,7 +103,7 @@ func needGit(t *testing.T) {
 }
 
 // gitOut runs git in dir with no system or user configuration (HOME is
-// home.dir, an empty directory) and returns its output; a failure fails
+// one empty directory for the test binary, a shared fixture) and returns its output; a failure fails
 // t. git takes no optional locks (GIT_OPTIONAL_LOCKS=0): status does not
 // write back the index it refreshed, and answers the same.
 func gitOut(t *testing.T, dir string, args ...string) string {
@@ -124,12 +114,12 @@ func gitOut(t *testing.T, dir string, args ...string) string {
 // gitOutEnv is gitOut with env (NAME=value) added to git's environment.
 func gitOutEnv(t *testing.T, dir string, env []string, args ...string) string {
 	t.Helper()
-	home.once.Do(func() { home.dir, home.err = os.MkdirTemp("", "arpatch-gitsrc-home-") })
-	if home.err != nil {
-		t.Fatal(home.err)
+	home, err := fixtures.Dir("empty HOME", func(dir string) error { return os.Mkdir(dir, 0o755) })
+	if err != nil {
+		t.Fatal(err)
 	}
 	cmd := exec.Command("git", append([]string{"-C", dir}, args...)...)
-	cmd.Env = append(append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+home.dir, "LC_ALL=C", "GIT_OPTIONAL_LOCKS=0"), env...)
+	cmd.Env = append(append(os.Environ(), "GIT_CONFIG_NOSYSTEM=1", "HOME="+home, "LC_ALL=C", "GIT_OPTIONAL_LOCKS=0"), env...)
 	out, err := cmd.CombinedOutput()
 	if err != nil {
 		t.Fatalf("git %s: %v\n%s", strings.Join(args, " "), err, out)

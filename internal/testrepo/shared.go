@@ -25,7 +25,10 @@ type Shared struct {
 	repos map[string]sharedRepo
 }
 
-type sharedRepo struct{ dir, commit string }
+type sharedRepo struct {
+	dir, commit string
+	plain       bool // made by Dir: no repository, no HEAD to check
+}
 
 // Get returns the repository made for key and its commit: the first call
 // for a key runs mk on a new directory (which does not exist yet) and
@@ -37,19 +40,51 @@ func (s *Shared) Get(key string, mk func(dir string) (commit string, err error))
 	if r, ok := s.repos[key]; ok {
 		return r.dir, r.commit, nil
 	}
-	if s.dir == "" {
-		d, err := os.MkdirTemp("", "arpatch-shared-fixtures-")
-		if err != nil {
-			return "", "", err
-		}
-		s.dir, s.repos = d, map[string]sharedRepo{}
+	if err := s.init(); err != nil {
+		return "", "", err
 	}
 	dir = filepath.Join(s.dir, strconv.Itoa(len(s.repos)), "up")
 	if commit, err = mk(dir); err != nil {
 		return "", "", err
 	}
-	s.repos[key] = sharedRepo{dir, commit}
+	s.repos[key] = sharedRepo{dir: dir, commit: commit}
 	return dir, commit, nil
+}
+
+// Dir returns the directory made for key, as Get does for a repository,
+// for a read-only fixture that is no repository (a patch series, an empty
+// HOME): the first call runs mk on a new path (which does not exist yet)
+// and keeps it; later calls return the same. Close removes it without
+// checking a HEAD. It returns mk's error, or the error making the
+// directory that holds the fixtures.
+func (s *Shared) Dir(key string, mk func(dir string) error) (string, error) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	if r, ok := s.repos[key]; ok {
+		return r.dir, nil
+	}
+	if err := s.init(); err != nil {
+		return "", err
+	}
+	dir := filepath.Join(s.dir, strconv.Itoa(len(s.repos)))
+	if err := mk(dir); err != nil {
+		return "", err
+	}
+	s.repos[key] = sharedRepo{dir: dir, plain: true}
+	return dir, nil
+}
+
+// init makes the directory that holds the fixtures, once; s.mu is held.
+func (s *Shared) init() error {
+	if s.dir != "" {
+		return nil
+	}
+	d, err := os.MkdirTemp("", "arpatch-shared-fixtures-")
+	if err != nil {
+		return err
+	}
+	s.dir, s.repos = d, map[string]sharedRepo{}
+	return nil
 }
 
 // Close checks that every shared repository's HEAD is still the commit
@@ -64,6 +99,9 @@ func (s *Shared) Close() error {
 	}
 	var errs []error
 	for key, r := range s.repos {
+		if r.plain {
+			continue
+		}
 		repo, err := git.PlainOpen(r.dir)
 		if err == nil {
 			h, herr := repo.Head()

@@ -51,3 +51,38 @@ func TestSharedMakesOnceAndCatchesACommit(t *testing.T) {
 		t.Errorf("%s is left after Close: %v", d, err)
 	}
 }
+
+// Dir makes a plain directory once per key; Close removes it and checks
+// no HEAD there (it has none), beside the repositories it does check.
+func TestSharedDirMakesOnce(t *testing.T) {
+	var s Shared
+	made := 0
+	mk := func(dir string) error {
+		made++
+		return WriteFiles(dir, map[string]string{"s/series.toml": "name = \"x\"\n"})
+	}
+	d1, err := s.Dir("series", mk)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d2, err := s.Dir("series", mk); err != nil || d2 != d1 || made != 1 {
+		t.Fatalf("second Dir: %s %v, made %d times; want %s, once", d2, err, made, d1)
+	}
+	if b, err := os.ReadFile(filepath.Join(d1, "s", "series.toml")); err != nil || string(b) != "name = \"x\"\n" {
+		t.Errorf("made file: %q, %v", b, err)
+	}
+	if _, _, err := s.Get("repo", func(dir string) (string, error) {
+		if err := WriteFiles(dir, map[string]string{"a.txt": "a\n"}); err != nil {
+			return "", err
+		}
+		return Init(dir)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.Close(); err != nil {
+		t.Fatalf("close: %v", err)
+	}
+	if _, err := os.Stat(d1); !os.IsNotExist(err) {
+		t.Errorf("%s is left after Close: %v", d1, err)
+	}
+}
