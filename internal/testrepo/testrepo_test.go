@@ -159,3 +159,48 @@ func TestCommitErrorsNameTheDirectory(t *testing.T) {
 		t.Errorf("Commit in a directory that is no repository: %v", err)
 	}
 }
+
+// ChangeEach makes the commits Change makes step by step (the same
+// hashes, deletions included), with one pack for all of them; git reads
+// the result.
+func TestChangeEachIsChangePerStepInOnePack(t *testing.T) {
+	steps := func() []map[string]string {
+		return []map[string]string{
+			{"a/b.txt": "two\n", "c.txt": "c\n"},
+			{"c.txt": ""},
+			{},
+			{"a/b.txt": "three\n", "d/e.txt": "e\n"},
+		}
+	}
+	one, each := t.TempDir(), t.TempDir()
+	for _, d := range []string{one, each} {
+		if err := WriteFiles(d, map[string]string{"a/b.txt": "one\n"}); err != nil {
+			t.Fatal(err)
+		}
+		if _, err := Init(d); err != nil {
+			t.Fatal(err)
+		}
+	}
+	var want []string
+	for _, s := range steps() {
+		c, err := Change(one, "step", s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		want = append(want, c)
+	}
+	got, err := ChangeEach(each, "step", steps())
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("ChangeEach = %v, Change per step %v", got, want)
+	}
+	if loose, packs := looseAndPacks(t, each); loose != 0 || packs != 2 {
+		t.Errorf("%d loose-object directories, %d packs; want 0 and 2 (Init's, then one for every step)", loose, packs)
+	}
+	fsck(t, each, want[len(want)-1])
+	if cs, err := ChangeEach(each, "none", nil); err != nil || cs != nil {
+		t.Errorf("no steps: %v, %v", cs, err)
+	}
+}

@@ -376,14 +376,19 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 	var clean, conflicted int
 	// One upstream repository for every case, each case two commits on
 	// top (its base, then upstream's edit): port looks only from the base
-	// to the edit.
+	// to the edit. The cases are drawn first, then all their commits are
+	// made at once (one pack for all, not two per case).
 	dir := filepath.Join(t.TempDir(), "up")
 	if _, err := testrepo.Init(dir); err != nil {
 		t.Fatal(err)
 	}
-	// The series, the three files git merge-file reads and git apply's
-	// tree are rewritten in place for each case.
-	mdir, sdir, adir := t.TempDir(), t.TempDir(), t.TempDir()
+	type mergeCase struct {
+		i                  int
+		base, ours, theirs []string
+		b, o, th           string
+	}
+	var cases []mergeCase
+	var steps []map[string]string
 	for i := 0; i < 40; i++ {
 		var base []string
 		for j := 0; j < 12+rng.Intn(20); j++ {
@@ -393,15 +398,20 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 		if slices.Equal(ours, base) || slices.Equal(ours, theirs) {
 			continue // no patch, or upstream already holds it
 		}
-		b, o, th := strings.Join(base, ""), strings.Join(ours, ""), strings.Join(theirs, "")
-		c0, err := testrepo.Change(dir, "base", map[string]string{path: b})
-		if err != nil {
-			t.Fatal(err)
-		}
-		c1, err := testrepo.Change(dir, "upstream edit", map[string]string{path: th})
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := mergeCase{i, base, ours, theirs, strings.Join(base, ""), strings.Join(ours, ""), strings.Join(theirs, "")}
+		cases = append(cases, c)
+		steps = append(steps, map[string]string{path: c.b}, map[string]string{path: c.th})
+	}
+	commits, err := testrepo.ChangeEach(dir, "base, then upstream edit", steps)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The series, the three files git merge-file reads and git apply's
+	// tree are rewritten in place for each case.
+	mdir, sdir, adir := t.TempDir(), t.TempDir(), t.TempDir()
+	for k, mc := range cases {
+		i, base, ours, theirs, b, o, th := mc.i, mc.base, mc.ours, mc.theirs, mc.b, mc.o, mc.th
+		c0, c1 := commits[2*k], commits[2*k+1]
 		text := "Description: random edit\nAuthor: arpatch tests\nUpstream-Status: Inappropriate [test]\nApplies-To: fixture\n\n" +
 			section(path, &patches.FileResult{Path: path, Op: patches.Modify, After: []byte(o)}, []byte(b), unified(base, ours), "")
 		s := sealedSeries(t, sdir, c0, text)
