@@ -120,7 +120,7 @@ func TestBuildFailureShowsTailAndKeepsLog(t *testing.T) {
 // of the tree as it was; a second arpatch cannot apply or revert
 // meanwhile (the build holds the checkout's lock).
 func TestTreeEditedDuringBuildIsNotCached(t *testing.T) {
-	e := newEnv(t)
+	e := newEnvWritable(t, oldLayout)
 	utils := filepath.Join(e.src, "sgl-kernel/include/utils.h")
 	e = e.with("FAKE_BUILD_DURING=echo '// edited mid-build' >> " + utils + "; test -f " + filepath.Join(e.src, ".git/arpatch/lock") + " && echo LOCKED")
 	o := e.opts()
@@ -227,7 +227,7 @@ func TestPlanRefusals(t *testing.T) {
 // the sgl-kernel project, ignored files in its wheel package.
 func TestTreeGuards(t *testing.T) {
 	for _, l := range layouts {
-		t.Run(l.name, func(t *testing.T) { testTreeGuards(t, newEnvIn(t, l)) })
+		t.Run(l.name, func(t *testing.T) { testTreeGuards(t, newEnvWritable(t, l)) })
 	}
 }
 

@@ -5,8 +5,11 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
+	"fmt"
+	"io/fs"
 	"os"
 	"path/filepath"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -171,9 +174,19 @@ func fakeBin(t testing.TB) string {
 func newEnv(t testing.TB) *env { return newEnvIn(t, oldLayout) }
 
 // newEnvIn is newEnv with the sgl-kernel project where l keeps it. Its
-// upstream is l's shared one (sharedUpstream): the test clones from it and
-// must not commit to it; newEnvOwn gives a test an upstream of its own.
+// upstream is l's shared one (sharedUpstream) and so is its checkout
+// (sharedCheckout): the test plans, builds and checks that tree but must
+// leave it as it was, which a cleanup checks. newEnvWritable gives a test
+// that edits its tree a checkout of its own; newEnvOwn an upstream too.
 func newEnvIn(t testing.TB, l layout) *env {
+	t.Helper()
+	up, commit := sharedUpstream(t, l)
+	return newEnvAt(t, l, up, commit, sharedCheckout(t, l, up, commit))
+}
+
+// newEnvWritable is newEnvIn with a checkout of the test's own, which it
+// may edit.
+func newEnvWritable(t testing.TB, l layout) *env {
 	t.Helper()
 	up, commit := sharedUpstream(t, l)
 	return newEnvFrom(t, l, up, commit)
@@ -239,11 +252,114 @@ func sharedUpstream(t testing.TB, l layout) (up, commit string) {
 // in the test's directory, applied with no series, and fake tools.
 func newEnvFrom(t testing.TB, l layout, up, commit string) *env {
 	t.Helper()
+	return newEnvAt(t, l, up, commit, "")
+}
+
+// newEnvAt is the fixture with upstream up at commit, its checkout at src
+// (made and applied already; when src is "", made in the test's
+// directory), and fake tools; its cache, home and build root are in the
+// test's directory.
+func newEnvAt(t testing.TB, l layout, up, commit, src string) *env {
+	t.Helper()
 	tmp := t.TempDir()
-	e := &env{kdir: l.dir, up: up, commit: commit, src: filepath.Join(tmp, "src"), cache: Cache{Dir: filepath.Join(tmp, "cache")}, fake: fakeBin(t)}
+	e := &env{kdir: l.dir, up: up, commit: commit, src: src, cache: Cache{Dir: filepath.Join(tmp, "cache")}, fake: fakeBin(t)}
 	e.env = []string{"PATH=" + e.fake + ":/usr/bin:/bin", "HOME=" + tmp, BuildRootEnv + "=" + filepath.Join(tmp, "broot")}
-	e.apply(t, e.src, "", nil)
+	if src == "" {
+		e.src = filepath.Join(tmp, "src")
+		e.apply(t, e.src, "", nil)
+	}
 	return e
+}
+
+// sharedCheckout returns l's shared checkout of up at commit, applied with
+// no series: made by the first test that asks (about 30 inodes of git's
+// and the tree's each time) and used read-only by the rest. A cleanup
+// checks, at the end of each test that asks, that every file under it
+// (its .git included) has the path, mode, size, modification time and
+// bytes it had when made, and names the test and the paths if not: such a
+// test must take newEnvWritable.
+func sharedCheckout(t testing.TB, l layout, up, commit string) string {
+	t.Helper()
+	var made map[string]string
+	src, _, err := upstreams.Get("checkout "+up, func(dir string) (string, error) {
+		e := &env{up: up, commit: commit}
+		e.apply(t, dir, "", nil)
+		var err error
+		made, err = treeFingerprint(dir)
+		return commit, err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	checkoutPrints.Lock()
+	if made != nil {
+		checkoutPrints.m[src] = made
+	}
+	want := checkoutPrints.m[src]
+	checkoutPrints.Unlock()
+	t.Cleanup(func() {
+		got, err := treeFingerprint(src)
+		if err != nil {
+			t.Errorf("shared checkout %s: %v", src, err)
+			return
+		}
+		var changed []string // a path made or removed has "" on one side
+		for _, m := range []map[string]string{want, got} {
+			for p := range m {
+				if want[p] != got[p] && !slices.Contains(changed, p) {
+					changed = append(changed, p)
+				}
+			}
+		}
+		if len(changed) > 0 {
+			slices.Sort(changed)
+			t.Errorf("%s changed the shared checkout %s (%s): a test that edits its tree takes newEnvWritable", t.Name(), src, strings.Join(changed, ", "))
+		}
+	})
+	return src
+}
+
+// checkoutPrints holds each shared checkout's treeFingerprint as made.
+var checkoutPrints = struct {
+	sync.Mutex
+	m map[string]map[string]string
+}{m: map[string]map[string]string{}}
+
+// treeFingerprint maps every path under dir (relative, slash-separated;
+// directories included, .git too) to its type and mode, and for a file its
+// size, modification time and sha256, for a symlink its target.
+// Directories' times are left out: a build's lock file, made and removed
+// under .git, changes its directory's.
+func treeFingerprint(dir string) (map[string]string, error) {
+	m := map[string]string{}
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		info, err := d.Info()
+		if err != nil {
+			return err
+		}
+		v := info.Mode().String()
+		switch {
+		case d.Type()&fs.ModeSymlink != 0:
+			target, err := os.Readlink(p)
+			if err != nil {
+				return err
+			}
+			v += " -> " + target
+		case d.Type().IsRegular():
+			b, err := os.ReadFile(p)
+			if err != nil {
+				return err
+			}
+			v += fmt.Sprintf(" %d %d %s", info.Size(), info.ModTime().UnixNano(), digest.SHA256Hex(b))
+		}
+		m[filepath.ToSlash(rel)] = v
+		return nil
+	})
+	return m, err
 }
 
 // probeSeeds holds, per fake environment (seedKey), the toolchain probe

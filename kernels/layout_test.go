@@ -294,7 +294,7 @@ func TestRemediesRunAsPrinted(t *testing.T) {
 		t.Fatal(err)
 	}
 	cm := "FetchContent_Declare(repo-fmt GIT_REPOSITORY https://github.com/fmtlib/fmt GIT_TAG " + pin + ")\n"
-	e := newEnvIn(t, layout{"git-pin", "sgl-kernel", cm, ""})
+	e := newEnvWritable(t, layout{"git-pin", "sgl-kernel", cm, ""}) // its TU is deleted and restored
 	work := t.TempDir()
 	o := e.opts()
 	o.Offline = true
