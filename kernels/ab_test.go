@@ -105,9 +105,11 @@ func TestABBuildListsDifferingFiles(t *testing.T) {
 	e := newEnv(t)
 	cat, a, b := abFixture(t, e)
 	whl := "sglang_kernel-0.4.1-cp310-abi3-linux_x86_64.whl"
+	// Both runs use one pair of checkouts (the second finds them applied,
+	// as TestABBuild's second run does); each builds into its own cache.
+	dir := filepath.Join(t.TempDir(), "ab")
 	run := func(e *env) *ABManifest {
 		t.Helper()
-		dir := filepath.Join(t.TempDir(), "ab")
 		ab, _, err := ABBuild(context.Background(), ABOptions{A: a, B: b, Catalog: cat, Dir: dir, Repo: e.up, Build: e.withLauncher(e.opts())}, nil)
 		if err != nil {
 			t.Fatal(err)

@@ -10,6 +10,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"testing"
@@ -160,6 +161,8 @@ type env struct {
 	cache  Cache
 	env    []string
 	fake   string
+	// scratch is binScratchDir, where seedProbe keeps its seeds.
+	scratch string
 }
 
 func fakeBin(t testing.TB) string {
@@ -257,13 +260,13 @@ func newEnvFrom(t testing.TB, l layout, up, commit string) *env {
 
 // newEnvAt is the fixture with upstream up at commit, its checkout at src
 // (made and applied already; when src is "", made in the test's
-// directory), and fake tools; its cache, home and build root are in the
-// test's directory.
+// directory), and fake tools; its cache and home are in the test's
+// directory, its build root is the shared one (sharedBuildRoot).
 func newEnvAt(t testing.TB, l layout, up, commit, src string) *env {
 	t.Helper()
 	tmp := t.TempDir()
-	e := &env{kdir: l.dir, up: up, commit: commit, src: src, cache: Cache{Dir: filepath.Join(tmp, "cache")}, fake: fakeBin(t)}
-	e.env = []string{"PATH=" + e.fake + ":/usr/bin:/bin", "HOME=" + tmp, BuildRootEnv + "=" + filepath.Join(tmp, "broot")}
+	e := &env{kdir: l.dir, up: up, commit: commit, src: src, cache: Cache{Dir: filepath.Join(tmp, "cache")}, fake: fakeBin(t), scratch: binScratchDir(t)}
+	e.env = []string{"PATH=" + e.fake + ":/usr/bin:/bin", "HOME=" + tmp, BuildRootEnv + "=" + sharedBuildRoot(t)}
 	if src == "" {
 		e.src = filepath.Join(tmp, "src")
 		e.apply(t, e.src, "", nil)
@@ -362,13 +365,36 @@ func treeFingerprint(dir string) (map[string]string, error) {
 	return m, err
 }
 
+// binScratchDir is a directory of the test binary's own, made on first
+// use and removed by TestMain (upstreams.Dir): the fixtures' build root
+// and the probe seeds.
+func binScratchDir(t testing.TB) string {
+	t.Helper()
+	dir, err := upstreams.Dir("scratch", func(dir string) error {
+		return os.MkdirAll(filepath.Join(dir, "broot"), 0o755)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir
+}
+
+// sharedBuildRoot is every fixture's build root (BuildRootEnv), one per
+// test binary, so that it exists: a plan's check of the root then makes
+// nothing, and a build makes only its own path in it. Every build removes
+// its path and lock when it ends (TestBuildsInTwoDirectoriesAreIdentical
+// checks the root is empty after its builds), and the tests run one at a
+// time, so no test sees another's. Tests that need another root set their
+// own (e.with(BuildRootEnv + "=...")).
+func sharedBuildRoot(t testing.TB) string { return filepath.Join(binScratchDir(t), "broot") }
+
 // probeSeeds holds, per fake environment (seedKey), the toolchain probe
-// cache file that Probe wrote for the first fixture with that environment:
-// nil where that probe failed.
+// cache file that Probe wrote for the first fixture with that environment
+// (in binScratchDir): "" where that probe failed.
 var probeSeeds = struct {
 	sync.Mutex
-	m map[string][]byte
-}{m: map[string][]byte{}}
+	m map[string]string
+}{m: map[string]string{}}
 
 // seedProbe puts into e's cache directory, unless it has one, the probe
 // cache that the first fixture with e's environment made (opts calls it),
@@ -379,29 +405,31 @@ var probeSeeds = struct {
 // modification times, and where torch would be imported from), which
 // Probe checks as always: a test that runs another Python or changes a
 // tool still probes. The FAKE_* variables the fingerprint does not cover
-// are in the seed's key, as with's own cache keeps them apart. A seed
-// that could not be made or written costs the test a probe, nothing else.
+// are in the seed's key, as with's own cache keeps them apart. The seed is
+// hard-linked into the cache directory, so no file is made per fixture:
+// Probe replaces its cache by a rename (safefs.WriteFile), never writing
+// through the link into the seed. A seed that could not be made or linked
+// costs the test a probe, nothing else.
 func (e *env) seedProbe() {
 	key := seedKey(e.env)
 	probeSeeds.Lock()
 	defer probeSeeds.Unlock()
-	b, ok := probeSeeds.m[key]
+	seed, ok := probeSeeds.m[key]
 	if !ok {
-		if dir, err := os.MkdirTemp("", "arpatch-probe-seed-"); err == nil {
-			f := filepath.Join(dir, probeCacheName)
-			if _, err := Probe(context.Background(), ProbeOptions{Python: "python3", Env: e.env, CacheFile: f}); err == nil {
-				b, _ = os.ReadFile(f)
+		f := filepath.Join(e.scratch, "probe-seed-"+strconv.Itoa(len(probeSeeds.m)))
+		if _, err := Probe(context.Background(), ProbeOptions{Python: "python3", Env: e.env, CacheFile: f}); err == nil {
+			if _, err := os.Stat(f); err == nil {
+				seed = f
 			}
-			_ = os.RemoveAll(dir) // a temp directory left behind costs nothing here
 		}
-		probeSeeds.m[key] = b
+		probeSeeds.m[key] = seed
 	}
 	f := filepath.Join(e.cache.Dir, probeCacheName)
-	if _, err := os.Lstat(f); b == nil || err == nil {
+	if _, err := os.Lstat(f); seed == "" || err == nil {
 		return
 	}
 	if os.MkdirAll(e.cache.Dir, 0o755) == nil {
-		_ = os.WriteFile(f, b, 0o644) // unwritten: the test probes
+		_ = os.Link(seed, f) // unlinked: the test probes
 	}
 }
 
