@@ -16,6 +16,7 @@ import (
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/lockfile"
+	"golang.org/x/sys/unix"
 )
 
 // ReproScheme versions what arpatch does to make a build reproducible:
@@ -262,8 +263,9 @@ func stageBuild(plan *Plan) (func(), error) {
 	if plan.BuildPath == "" {
 		return func() {}, nil
 	}
-	if err := os.MkdirAll(filepath.Dir(plan.BuildPath), 0o755); err != nil {
-		return nil, fmt.Errorf("build root: %w; set %s to a writable directory (the same on every machine that should give the same bytes)", err, BuildRootEnv)
+	root := filepath.Dir(plan.BuildPath)
+	if err := os.MkdirAll(root, 0o755); err != nil {
+		return nil, buildRootError(root, err)
 	}
 	release, err := lockfile.Acquire(plan.BuildPath + ".lock")
 	if err != nil {
@@ -271,7 +273,7 @@ func stageBuild(plan *Plan) (func(), error) {
 		if errors.As(err, &held) {
 			return nil, fmt.Errorf("another build is using the fixed build path %s (pid %s); wait for it to finish (if no arpatch runs as that pid, remove %s)", plan.BuildPath, held.PID, held.Path)
 		}
-		return nil, err
+		return nil, buildRootError(root, err)
 	}
 	done := func() {
 		// Best effort: the next build at this path removes it first, and
@@ -396,9 +398,15 @@ func objectSums(dir string) ([]Output, error) {
 }
 
 // checkBuildRoot refuses a build root a build could not use, as the build
-// itself would (stageBuild creates it), without leaving anything behind: it
-// creates the missing directories and a temporary file in the root, then
-// removes what it made. It returns an error naming BuildRootEnv.
+// itself would (stageBuild creates it and makes its files in it), without
+// leaving anything behind. A root that exists must be a directory this
+// process may write and search: faccessat(2) with the effective ids
+// answers that (permissions, a read-only mount, an immutable directory)
+// without making a file in it. A missing root is created with its missing
+// parents, asked the same, and removed again. What only a file made in an
+// existing root would show (a file system out of inodes, one that refuses
+// creation even to root) the build's first step reports, naming
+// BuildRootEnv too. It returns an error naming BuildRootEnv.
 func checkBuildRoot(root string) error {
 	var made []string
 	for d := root; ; d = filepath.Dir(d) {
@@ -414,16 +422,19 @@ func checkBuildRoot(root string) error {
 	}()
 	err := os.MkdirAll(root, 0o755)
 	if err == nil {
-		var f *os.File
-		if f, err = os.CreateTemp(root, ".arpatch-root-check-*"); err == nil {
-			err = f.Close()
-			if rerr := os.Remove(f.Name()); err == nil {
-				err = rerr // a root a build cannot remove from is not usable
-			}
+		err = unix.Faccessat(unix.AT_FDCWD, root, unix.W_OK|unix.X_OK, unix.AT_EACCESS)
+		if err != nil {
+			err = &fs.PathError{Op: "access", Path: root, Err: err}
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("build root %s is not usable: %w; set %s to a writable directory (the same on every machine that should give the same bytes), e.g. %s=%s", root, err, BuildRootEnv, BuildRootEnv, DefaultBuildRoot)
+		return buildRootError(root, err)
 	}
 	return nil
+}
+
+// buildRootError is the refusal of build root root for err, with the
+// remedy: set BuildRootEnv to a directory that works.
+func buildRootError(root string, err error) error {
+	return fmt.Errorf("build root %s is not usable: %w; set %s to a writable directory (the same on every machine that should give the same bytes), e.g. %s=%s", root, err, BuildRootEnv, BuildRootEnv, DefaultBuildRoot)
 }

@@ -468,3 +468,44 @@ func TestObjectDifferenceNamesSections(t *testing.T) {
 		t.Errorf("old manifest: %+v", d[0])
 	}
 }
+
+// TestCheckBuildRoot: a missing root is made and removed again, an
+// existing one is judged without a file made in it, and a root under a
+// file or one this process may not write is refused naming the variable.
+func TestCheckBuildRoot(t *testing.T) {
+	dir := t.TempDir()
+	if err := checkBuildRoot(filepath.Join(dir, "new", "root")); err != nil {
+		t.Errorf("missing root: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("the check of a missing root left %v", ents)
+	}
+	if err := checkBuildRoot(dir); err != nil {
+		t.Errorf("existing root: %v", err)
+	}
+	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+		t.Errorf("the check of an existing root left %v", ents)
+	}
+	file := filepath.Join(dir, "afile")
+	if err := os.WriteFile(file, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, root := range []string{file, filepath.Join(file, "root")} {
+		if err := checkBuildRoot(root); err == nil || !strings.Contains(err.Error(), "build root "+root+" is not usable: ") || !strings.Contains(err.Error(), "not a directory; set "+BuildRootEnv+" to a writable directory") {
+			t.Errorf("root %s: %v", root, err)
+		}
+	}
+	ro := filepath.Join(dir, "ro")
+	if err := os.Mkdir(ro, 0o555); err != nil {
+		t.Fatal(err)
+	}
+	if os.Geteuid() == 0 {
+		t.Log("running as root, whom permissions do not stop: the read-only directory is not tried")
+		return
+	}
+	for _, root := range []string{ro, filepath.Join(ro, "root")} {
+		if err := checkBuildRoot(root); err == nil || !strings.Contains(err.Error(), "build root "+root+" is not usable: ") || !strings.Contains(err.Error(), "permission denied") {
+			t.Errorf("read-only root %s: %v", root, err)
+		}
+	}
+}
