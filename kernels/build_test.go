@@ -207,14 +207,9 @@ func TestPlanRefusals(t *testing.T) {
 	// no torch
 	p = mustPlan(t, e.with("FAKE_NO_TORCH=1").opts())
 	contains(t, errString(p.Problems), "cannot import torch (ModuleNotFoundError")
-	// no apply state
-	plain := filepath.Join(t.TempDir(), "plain")
-	if err := testrepo.WriteFiles(plain, kernelFiles(t, oldLayout)); err != nil {
-		t.Fatal(err)
-	}
-	if _, err := testrepo.Init(plain); err != nil {
-		t.Fatal(err)
-	}
+	// no apply state: the fixture's upstream itself, a work tree with the
+	// same files committed, never applied (read only here)
+	plain := e.up
 	o := e.opts()
 	o.Src = plain
 	if _, err := PlanBuild(context.Background(), o); err == nil || !strings.Contains(err.Error(), "has no apply state") || !strings.Contains(err.Error(), "arpatch apply --src "+plain) {
