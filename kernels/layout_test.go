@@ -313,11 +313,14 @@ func TestRemediesRunAsPrinted(t *testing.T) {
 	if len(cmds) != 2 || cmds[0] != "mkdir -p deps" || cmds[1] != want {
 		t.Fatalf("printed %q, want mkdir and %q", cmds, want)
 	}
+	// git's clone copies no template (hooks/*.sample and the rest: files
+	// the remedy does not need) from an empty template directory.
+	noTemplate := t.TempDir()
 	for _, c := range cmds {
 		sh := exec.Command("sh", "-c", c)
 		sh.Dir = work
 		sh.Env = append(os.Environ(), "GIT_CONFIG_COUNT=1", "GIT_CONFIG_KEY_0=url."+dep+".insteadOf", "GIT_CONFIG_VALUE_0=https://github.com/fmtlib/fmt",
-			"GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0")
+			"GIT_CONFIG_NOSYSTEM=1", "GIT_TERMINAL_PROMPT=0", "GIT_TEMPLATE_DIR="+noTemplate)
 		if out, err := sh.CombinedOutput(); err != nil {
 			t.Fatalf("%s: %v\n%s", c, err, out)
 		}
