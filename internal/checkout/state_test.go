@@ -400,6 +400,9 @@ func TestModeClaimsAreOneRule(t *testing.T) {
 	f := newFixture(t)
 	f.cloneAndRevert(t)
 	pristine := snapshot(t, f.work)
+	// One series directory, its two files rewritten for each case (a
+	// directory per case would cost six inodes each).
+	dir := filepath.Join(t.TempDir(), "series")
 	for _, tc := range []struct {
 		name, patch, want string // want "" = applies
 	}{
@@ -418,7 +421,6 @@ func TestModeClaimsAreOneRule(t *testing.T) {
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			patch := head + tc.patch
-			dir := filepath.Join(t.TempDir(), "series")
 			toml := "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + f.commit + "\"]\n\n[[patch]]\nfile = \"0001-m.patch\"\nsha256 = \"" + sum([]byte(patch)) + "\"\n"
 			if err := testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-m.patch": patch}); err != nil {
 				t.Fatal(err)
