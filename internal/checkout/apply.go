@@ -8,6 +8,7 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
+	"math/rand/v2"
 	"os"
 	"path/filepath"
 	"sort"
@@ -413,17 +414,22 @@ func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer
 			_ = os.RemoveAll(d)
 		}
 	}
-	tmp, err := os.MkdirTemp(parent, prefix+strconv.Itoa(os.Getpid())+"-")
-	if err != nil {
-		return gitsrc.CloneInfo{}, err
+	// Clone takes the empty directory: made here with the mode git
+	// gives a checkout (0o755 less the umask; os.MkdirTemp's is 0o700),
+	// not made, removed and made again by Clone. Renamed to dst on
+	// success. A temp that fails to go is swept by the next clone
+	// (above), once this pid is gone.
+	var tmp string
+	for {
+		tmp = filepath.Join(parent, prefix+strconv.Itoa(os.Getpid())+"-"+strconv.FormatUint(rand.Uint64(), 36))
+		err := os.Mkdir(tmp, 0o755)
+		if err == nil {
+			break
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return gitsrc.CloneInfo{}, err
+		}
 	}
-	// Clone wants to create it. MkdirTemp only reserved the name; the
-	// directory is empty, so Remove cannot leave anything behind.
-	if err := os.Remove(tmp); err != nil {
-		return gitsrc.CloneInfo{}, err
-	}
-	// Renamed to dst on success. A temp that fails to go is swept by the
-	// next clone (above), once this pid is gone.
 	defer func() { _ = os.RemoveAll(tmp) }()
 	repo, info, err := gitsrc.Clone(ctx, source, tmp, progress)
 	if err != nil {

@@ -149,6 +149,15 @@ sha256 = "` + hex.EncodeToString(sum[:]) + `"
 	return &fixtureEnv{up: up, work: filepath.Join(t.TempDir(), "work"), commit: commit, recipe: r, cat: cat}
 }
 
+func mustStat(t *testing.T, p string) os.FileInfo {
+	t.Helper()
+	fi, err := os.Stat(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return fi
+}
+
 // cloneAndRevert leaves f.work a clean checkout of f.commit with no apply
 // state: cloned by an apply, then reverted.
 func (f *fixtureEnv) cloneAndRevert(t testing.TB) {
@@ -218,6 +227,15 @@ func TestApplyEveryKindOfChangeAndRevert(t *testing.T) {
 	}
 	if !rep.Cloned || rep.Series.Name != "fx" || len(rep.Result.Files) != 5 {
 		t.Fatalf("report = %+v", rep)
+	}
+	// The checkout's own directory has the mode git gives one: 0o755
+	// less the umask (a directory made here the same way tells it).
+	ref := filepath.Join(t.TempDir(), "ref")
+	if err := os.Mkdir(ref, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if w, r := mustStat(t, f.work), mustStat(t, ref); w.Mode() != r.Mode() {
+		t.Errorf("checkout directory mode %v, want %v", w.Mode(), r.Mode())
 	}
 	got := snapshot(t, f.work)
 	want := map[string]string{

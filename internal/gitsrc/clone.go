@@ -128,17 +128,23 @@ func worktreeCommonDir(dotGit string) string {
 	return filepath.Clean(common)
 }
 
-// Clone clones src into dir, which must not exist, without checking out a
-// work tree; call Checkout next. A local repository (a path or a file://
+// Clone clones src into dir, which must not exist or be an empty
+// directory (as for git clone), without checking out a work tree; call
+// Checkout next. A local repository (a path or a file://
 // URL) is cloned by hardlinking its object files (copying where links
 // fail, counted in CloneInfo), like `git clone --local`; other URLs go
 // through go-git's transports. progress, when not nil, receives go-git's progress text. On
-// failure dir is removed and the error says what to do: a network or
+// failure dir is removed (emptied, when it was there before) and the
+// error says what to do: a network or
 // authentication failure suggests --repo with a local mirror.
 func Clone(ctx context.Context, src, dir string, progress io.Writer) (*Repo, CloneInfo, error) {
 	info := CloneInfo{Source: src}
+	existed := false
 	if _, err := os.Lstat(dir); err == nil {
-		return nil, info, fmt.Errorf("clone into %s: the directory already exists", dir)
+		if ents, err := os.ReadDir(dir); err != nil || len(ents) > 0 {
+			return nil, info, fmt.Errorf("clone into %s: the directory already exists and is not empty", dir)
+		}
+		existed = true
 	}
 	start := time.Now()
 	var repo *git.Repository
@@ -160,10 +166,26 @@ func Clone(ctx context.Context, src, dir string, progress io.Writer) (*Repo, Clo
 	}
 	info.Duration = time.Since(start)
 	if err != nil {
-		_ = os.RemoveAll(dir) // the partial clone; cloneError is what the user must see
+		// The partial clone; cloneError is what the user must see.
+		if existed {
+			_ = removeContents(dir)
+		} else {
+			_ = os.RemoveAll(dir)
+		}
 		return nil, info, cloneError(src, err)
 	}
 	return &Repo{Dir: dir, r: repo}, info, nil
+}
+
+// removeContents removes everything in dir, keeping dir.
+func removeContents(dir string) error {
+	ents, err := os.ReadDir(dir)
+	for _, e := range ents {
+		if rerr := os.RemoveAll(filepath.Join(dir, e.Name())); err == nil {
+			err = rerr
+		}
+	}
+	return err
 }
 
 func cloneError(src string, err error) error {

@@ -140,8 +140,23 @@ func TestCloneThroughTransportAndErrors(t *testing.T) {
 		t.Errorf("missing commit: %v", err)
 	}
 
-	if _, _, err := Clone(context.Background(), up, dst, nil); err == nil || !strings.Contains(err.Error(), "already exists") {
+	if _, _, err := Clone(context.Background(), up, dst, nil); err == nil || !strings.Contains(err.Error(), "already exists and is not empty") {
 		t.Errorf("clone into an existing dir: %v", err)
+	}
+	// An empty directory is taken as it is, as git clone takes one; a
+	// failed clone leaves it empty.
+	empty := t.TempDir()
+	if repo, _, err := Clone(context.Background(), up, empty, nil); err != nil {
+		t.Errorf("clone into an empty dir: %v", err)
+	} else if err := repo.Checkout(c1); err != nil {
+		t.Errorf("checkout in a clone into an empty dir: %v", err)
+	}
+	empty = t.TempDir()
+	if _, _, err := Clone(context.Background(), filepath.Join(up, "a"), empty, nil); err == nil {
+		t.Error("a clone of a directory that is no repository succeeded")
+	}
+	if ents, err := os.ReadDir(empty); err != nil || len(ents) != 0 {
+		t.Errorf("a failed clone into an empty dir left %v (%v)", ents, err)
 	}
 	bad := filepath.Join(t.TempDir(), "nope")
 	_, _, err = Clone(context.Background(), "/nonexistent/repo", bad, nil)
