@@ -13,7 +13,6 @@ import (
 	"testing"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
-	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/patches"
 )
@@ -90,9 +89,21 @@ file = "0001-dispatch.patch"
 sha256 = ""
 provides = ["pcie-dispatch-branch"]
 `
-	f.series = writeSeries(t, t.TempDir(), "fix-pcie", toml, "0001-dispatch.patch", patch0001)
+	// The series is read, never written: made once per base commit.
+	root, err := fixtures.Dir("fix-pcie tested on "+f.base, func(dir string) error {
+		return sealSeries(filepath.Join(dir, "fix-pcie"), toml, "0001-dispatch.patch", patch0001)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	f.series = loadSeries(t, filepath.Join(root, "fix-pcie"))
 	return f
 }
+
+// fixtures holds the series newFixture shares; TestMain removes it.
+var fixtures testrepo.Shared
+
+func TestMain(m *testing.M) { os.Exit(fixtures.Run(m)) }
 
 // step writes files ("" removes one) and commits.
 func (f *fixture) step(files map[string]string) string {
@@ -470,14 +481,28 @@ func sealedSeries(t testing.TB, dir, commit, patch string) *patches.Series {
 func writeSeries(t testing.TB, dir, name, toml, file, patch string) *patches.Series {
 	t.Helper()
 	sdir := filepath.Join(dir, "series", name)
+	if err := sealSeries(sdir, toml, file, patch); err != nil {
+		t.Fatal(err)
+	}
+	return loadSeries(t, sdir)
+}
+
+// sealSeries writes series.toml and one patch into the series directory
+// sdir and seals it, in place: a test's fixture needs no atomic
+// replacement (a temp file and rename per call).
+func sealSeries(sdir, toml, file, patch string) error {
 	if err := testrepo.WriteFiles(sdir, map[string]string{"series.toml": toml, file: patch}); err != nil {
-		t.Fatal(err)
+		return err
 	}
-	if _, err := patches.Seal(os.DirFS(sdir), ".", func(name string, data []byte) error {
-		return safefs.WriteFile(filepath.Join(sdir, name), data, 0o644)
-	}); err != nil {
-		t.Fatal(err)
-	}
+	_, err := patches.Seal(os.DirFS(sdir), ".", func(name string, data []byte) error {
+		return os.WriteFile(filepath.Join(sdir, name), data, 0o644)
+	})
+	return err
+}
+
+// loadSeries loads the one series of the series directory sdir.
+func loadSeries(t testing.TB, sdir string) *patches.Series {
+	t.Helper()
 	cat, err := patches.LoadDir(filepath.Dir(sdir))
 	if err != nil {
 		t.Fatal(err)
