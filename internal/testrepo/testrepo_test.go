@@ -1,15 +1,17 @@
 package testrepo
 
 import (
-	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
 	"testing"
 
+	"github.com/go-git/go-billy/v5/memfs"
+	"github.com/go-git/go-billy/v5/util"
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/storage/memory"
 )
 
 // looseAndPacks counts the loose-object directories and the packs of the
@@ -57,8 +59,11 @@ func TestCommitPacksWithGoGitsHashes(t *testing.T) {
 	for len(steps) < maxPacks+2 { // past maxPacks: all in one pack
 		steps = append(steps, map[string]string{"more.txt": strconv.Itoa(len(steps))})
 	}
-	packed, plain := t.TempDir(), t.TempDir()
-	if _, err := git.PlainInit(plain, false); err != nil {
+	// The reference: go-git alone, its objects and work tree in memory
+	// (the hashes are the objects', wherever they are kept).
+	packed, plainFS := t.TempDir(), memfs.New()
+	plain, err := git.Init(memory.NewStorage(), plainFS)
+	if err != nil {
 		t.Fatal(err)
 	}
 	var commits []string
@@ -81,27 +86,22 @@ func TestCommitPacksWithGoGitsHashes(t *testing.T) {
 			t.Errorf("after commit %d: %d loose-object directories, %d packs; want 0 and %d", i, loose, packs, i%maxPacks+1)
 		}
 
-		// The same tree committed by go-git alone, objects loose.
+		// The same tree committed by go-git alone.
 		msg := "step"
 		if i == 0 {
 			msg = "fixture: initial tree"
 		}
 		for p, content := range files {
 			if content == "" {
-				if err := os.Remove(filepath.Join(plain, p)); err != nil {
-					t.Fatal(err)
-				}
-				delete(files, p)
+				err = plainFS.Remove(p)
+			} else {
+				err = util.WriteFile(plainFS, p, []byte(content), 0o644)
+			}
+			if err != nil {
+				t.Fatal(err)
 			}
 		}
-		if err := WriteFiles(plain, files); err != nil {
-			t.Fatal(err)
-		}
-		r, err := git.PlainOpen(plain)
-		if err != nil {
-			t.Fatal(err)
-		}
-		w, err := r.Worktree()
+		w, err := plain.Worktree()
 		if err != nil {
 			t.Fatal(err)
 		}
