@@ -82,6 +82,29 @@ func checkoutClone(t *testing.T, up, commit string) *Repo {
 	return checkoutCloneAt(t, up, commit, filepath.Join(t.TempDir(), "work"))
 }
 
+// sharedCheckout returns a checkout of richFixture (packed) made once per
+// test binary, for tests that only read it: its files, its index.
+// TestMain checks its HEAD is still the commit.
+func sharedCheckout(t *testing.T) *Repo {
+	t.Helper()
+	up, commit := richFixture(t, true)
+	dir, _, err := fixtures.Get("rich checkout", func(dir string) (string, error) {
+		repo, _, err := Clone(context.Background(), up, dir, nil)
+		if err != nil {
+			return "", err
+		}
+		return commit, repo.Checkout(commit)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	repo, err := Open(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return repo
+}
+
 // checkoutCloneAt is checkoutClone into dir, which must not exist.
 func checkoutCloneAt(t *testing.T, up, commit, dir string) *Repo {
 	t.Helper()
@@ -228,8 +251,7 @@ func TestCheckoutMatchesGit(t *testing.T) {
 // The index records stat data that matches the files, so status has
 // nothing to hash.
 func TestCheckoutIndexHoldsStatData(t *testing.T) {
-	up, commit := richFixture(t, true)
-	repo := checkoutClone(t, up, commit)
+	repo := sharedCheckout(t)
 	idx, err := repo.r.Storer.Index()
 	if err != nil {
 		t.Fatal(err)

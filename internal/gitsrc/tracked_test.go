@@ -8,8 +8,7 @@ import (
 
 // TrackedPaths lists Tracked's paths, sorted, once each.
 func TestTrackedPathsAreTrackedSorted(t *testing.T) {
-	up, commit := richFixture(t, true)
-	r := checkoutClone(t, up, commit)
+	r := sharedCheckout(t)
 	set, err := r.Tracked()
 	if err != nil {
 		t.Fatal(err)
