@@ -9,6 +9,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 )
 
@@ -62,12 +63,39 @@ func gitDiff(t testing.TB, dir, name string, old, new *string, ctx int) string {
 	return s
 }
 
-// gitApply applies patch with git apply to a directory holding files and
-// returns the files after, or git's error.
+// gitApply applies patch with git apply (reading it from stdin) to the
+// directory dir made to hold exactly files, and returns the files after,
+// or git's error. dir is reused from call to call: a file already there
+// is rewritten in place (mode 0644, as a new one gets) and anything not in
+// files is removed, so a case makes no new directory, patch file or
+// inode for a target its previous case left.
 func gitApply(t testing.TB, dir string, files map[string]string, patch string) (map[string]string, error) {
 	t.Helper()
-	if err := os.RemoveAll(dir); err != nil {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
 		t.Fatal(err)
+	}
+	var dirs []string
+	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+		if err != nil || p == dir {
+			return err
+		}
+		rel, _ := filepath.Rel(dir, p)
+		if _, keep := files[filepath.ToSlash(rel)]; keep && d.Type().IsRegular() {
+			return nil
+		}
+		if d.IsDir() {
+			dirs = append(dirs, p)
+			return nil
+		}
+		return os.Remove(p)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := len(dirs) - 1; i >= 0; i-- { // deepest first; one still holding a kept file stays
+		if err := os.Remove(dirs[i]); err != nil && !errors.Is(err, syscall.ENOTEMPTY) && !errors.Is(err, syscall.EEXIST) {
+			t.Fatal(err)
+		}
 	}
 	for p, c := range files {
 		fp := filepath.Join(dir, filepath.FromSlash(p))
@@ -77,23 +105,19 @@ func gitApply(t testing.TB, dir string, files map[string]string, patch string) (
 		if err := os.WriteFile(fp, []byte(c), 0o644); err != nil {
 			t.Fatal(err)
 		}
+		if err := os.Chmod(fp, 0o644); err != nil { // git apply may have changed a kept file's mode
+			t.Fatal(err)
+		}
 	}
-	if err := os.MkdirAll(dir, 0o755); err != nil {
-		t.Fatal(err)
-	}
-	pf := dir + ".patch"
-	if err := os.WriteFile(pf, []byte(patch), 0o644); err != nil {
-		t.Fatal(err)
-	}
-	cmd := exec.Command("git", "apply", "--whitespace=nowarn", pf)
-	cmd.Dir, cmd.Env = dir, gitEnv(dir)
+	cmd := exec.Command("git", "apply", "--whitespace=nowarn")
+	cmd.Dir, cmd.Env, cmd.Stdin = dir, gitEnv(dir), strings.NewReader(patch)
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	if err := cmd.Run(); err != nil {
 		return nil, fmt.Errorf("git apply: %v: %s", err, strings.TrimSpace(stderr.String()))
 	}
 	after := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
+	err = filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
 		if err != nil || d.IsDir() {
 			return err
 		}
