@@ -506,3 +506,72 @@ func must(t *testing.T, err error) {
 
 // tokOnly is a trial's metrics with only tok/s.
 func tokOnly(v float64) map[string]float64 { return map[string]float64{"tok_s": v} }
+
+// The WAL's files stay beside the database from one Open to the next
+// (the same two files, no new ones), the -wal empty after each close:
+// the database file alone holds every run (a copy of it without them
+// opens whole), and a -wal left beside a database the user deleted
+// replays nothing into the new one.
+func TestWALFilesStayEmptyBetweenOpens(t *testing.T) {
+	dir := t.TempDir()
+	p := filepath.Join(dir, "h.db")
+	walFiles := func() (wal, shm os.FileInfo) {
+		t.Helper()
+		wal, err := os.Stat(p + "-wal")
+		if err != nil {
+			t.Fatalf("after Close: %v", err)
+		}
+		if wal.Size() != 0 {
+			t.Errorf("after Close %s-wal holds %d bytes, want 0", p, wal.Size())
+		}
+		if shm, err = os.Stat(p + "-shm"); err != nil {
+			t.Fatalf("after Close: %v", err)
+		}
+		return wal, shm
+	}
+	runs := func(path string) int {
+		t.Helper()
+		s, err := Open(path)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer func() { must(t, s.Close()) }()
+		rs, err := s.Runs(100)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return len(rs)
+	}
+	s, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed(t, s, 1, 1000)
+	must(t, s.Close())
+	wal, shm := walFiles()
+
+	b, err := os.ReadFile(p)
+	must(t, err)
+	alone := filepath.Join(dir, "copy", "h.db")
+	must(t, os.MkdirAll(filepath.Dir(alone), 0o755))
+	must(t, os.WriteFile(alone, b, 0o644))
+	if n := runs(alone); n != 1 {
+		t.Errorf("the database file alone holds %d runs, want 1", n)
+	}
+
+	s, err = Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	seed(t, s, 1, 1000)
+	must(t, s.Close())
+	wal2, shm2 := walFiles()
+	if !os.SameFile(wal, wal2) || !os.SameFile(shm, shm2) {
+		t.Error("a second Open made new -wal or -shm files")
+	}
+
+	must(t, os.Remove(p))
+	if n := runs(p); n != 0 {
+		t.Errorf("a new database beside the old -wal and -shm holds %d runs, want 0", n)
+	}
+}

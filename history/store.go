@@ -1,6 +1,7 @@
 // Package history keeps nightly runs in an SQLite database
-// (modernc.org/sqlite: pure Go, no cgo) in WAL mode: runs and their
-// environment, the drift of every series at every commit checked, the
+// (modernc.org/sqlite: pure Go, no cgo) in WAL mode, whose -wal and -shm
+// files stay beside it between opens (the -wal emptied at each close;
+// see Open): runs and their environment, the drift of every series at every commit checked, the
 // arms with their trials and samples, and every check's outcome. Schema
 // changes are versioned migrations. A run starts as "running" and ends
 // "complete" or "failed"; a run whose process died is marked "incomplete"
@@ -8,12 +9,13 @@
 package history
 
 import (
+	"context"
 	"database/sql"
 	"fmt"
 	"strings"
 	"time"
 
-	_ "modernc.org/sqlite"
+	"modernc.org/sqlite"
 
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
@@ -171,9 +173,19 @@ var SchemaVersion = len(migrations)
 // Open opens (creating if needed) the database at path in WAL mode and
 // migrates it to SchemaVersion, one transaction per step. A database
 // newer than this arpatch is refused.
+//
+// The WAL's two files, path-wal and path-shm, stay beside the database
+// when it closes (SQLITE_FCNTL_PERSIST_WAL), so each Open reuses them
+// instead of making and deleting two files; durability and crash safety
+// are WAL mode's, as before (synchronous FULL, the default). The last
+// connection to close still checkpoints every commit into path and then
+// empties path-wal (journal_size_limit 0): path alone holds the whole
+// history, and a path-wal left beside a database deleted or replaced
+// holds no frames to replay into the new one. path-shm is an index SQLite
+// rebuilds on the next open.
 func Open(path string) (*Store, error) {
 	// The path goes into a file: URI, where '#' and '?' would cut it.
-	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)")
+	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=journal_size_limit(0)")
 	if err != nil {
 		return nil, fmt.Errorf("history %s: %w", path, err)
 	}
@@ -182,12 +194,37 @@ func Open(path string) (*Store, error) {
 		_ = db.Close() // the error above is what to report
 		return nil, fmt.Errorf("history %s: %w", path, err)
 	}
+	if err := keepWAL(db); err != nil {
+		_ = db.Close() // the error above is what to report
+		return nil, fmt.Errorf("history %s: keeping the WAL files: %w", path, err)
+	}
 	s := &Store{Path: path, db: db}
 	if err := s.migrate(SchemaVersion); err != nil {
 		_ = db.Close() // the error above is what to report
 		return nil, err
 	}
 	return s, nil
+}
+
+// keepWAL sets SQLITE_FCNTL_PERSIST_WAL on db's one connection (Open
+// allows one, and the pool keeps it idle rather than closing it), so that
+// closing it leaves the -wal and -shm files in place. A connection the
+// pool had to replace would delete them at its close, as SQLite does by
+// default: a cost, not a risk.
+func keepWAL(db *sql.DB) error {
+	c, err := db.Conn(context.Background())
+	if err != nil {
+		return err
+	}
+	defer func() { _ = c.Close() }() // returns the connection to the pool
+	return c.Raw(func(dc any) error {
+		fc, ok := dc.(sqlite.FileControl)
+		if !ok {
+			return fmt.Errorf("the driver's connection (%T) has no SQLite file control", dc)
+		}
+		_, err := fc.FileControlPersistWAL("main", 1)
+		return err
+	})
 }
 
 // openAt opens and migrates only up to version v: for migration tests.
