@@ -786,8 +786,8 @@ func testHostChange(t *testing.T) {
 	w.serve("a", 1000)
 	w.serve("b", 1600)
 	w.host = Environment{GPUModel: "Test GPU", GPUCount: 8, Host: "box-a", Driver: "570.172.08", CUDA: "12.8", Torch: "2.9.1", Topology: "8 GPUs: NODE 8, PIX 4, SYS 16; 2 NUMA nodes"}
-	for night := 1; night <= 5; night++ {
-		if rep := w.run(context.Background(), night > 1); rep.ExitCode != ExitOK {
+	for night := 1; night <= 5; night++ { // no builds: the servers are attached
+		if rep := w.run(context.Background(), true); rep.ExitCode != ExitOK {
 			t.Fatalf("night %d: exit %d %s", night, rep.ExitCode, rep.Verdict)
 		}
 	}
@@ -901,13 +901,15 @@ func TestDriftHeadlineNamesTheRevision(t *testing.T) {
 
 // An arm A with no output is INVALID and fails the night; arm B, checked
 // against nothing, is not a "pass": its check is skipped with the reason.
+// The arms' servers are attached (bench.url_a, url_b): the night needs no
+// build (--skip-build) to bench and judge them.
 func TestNightlyInvalidBaseline(t *testing.T) {
 	w := newWorld(t)
 	w.serve("b", 1600)
 	u, stop := w.net.Serve(sglangtest.New(sglangtest.Config{TokPerSec: 1000, TTFT: time.Millisecond, Empty: true}))
 	t.Cleanup(stop)
 	w.cfg.Bench.URLA = u
-	rep := w.run(context.Background(), false)
+	rep := w.run(context.Background(), true)
 	if rep.ExitCode != ExitRegression {
 		t.Errorf("exit %d, want %d", rep.ExitCode, ExitRegression)
 	}
