@@ -8,12 +8,14 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
+	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -84,15 +86,64 @@ func makeUpstream(dir string) (string, error) {
 // read-only; TestMain closes it.
 var upstreams testrepo.Shared
 
-func TestMain(m *testing.M) { os.Exit(upstreams.Run(m)) }
+// sharedArms is the directory arms makes once for the test binary;
+// TestMain removes it.
+var sharedArms struct {
+	sync.Mutex
+	dir, commit string
+}
 
-// newWorld is a nightly's directory: its config, arms, series, state,
-// and the fixture upstream at "upstream", a link to the shared one (the
-// test must not commit to it; newWorldOwn gives a test its own).
+func TestMain(m *testing.M) {
+	code := upstreams.Run(m)
+	if sharedArms.dir != "" {
+		if err := os.RemoveAll(sharedArms.dir); err != nil && code == 0 {
+			fmt.Fprintln(os.Stderr, err)
+			code = 1
+		}
+	}
+	os.Exit(code)
+}
+
+// arms returns the directory holding the arms every world benches, made
+// once and shared read-only: series/fx (the fixture series, tested on
+// commit) and the recipes a.toml (base) and b.toml (patched, series fx),
+// both at commit. The fixture upstream has one commit whatever its
+// directory (testrepo commits with a fixed signature and date), so every
+// world's upstream, shared or its own, starts at it.
+func arms(t *testing.T, commit string) string {
+	t.Helper()
+	sharedArms.Lock()
+	defer sharedArms.Unlock()
+	if sharedArms.dir == "" {
+		dir, err := os.MkdirTemp("", "arpatch-nightly-arms-")
+		if err != nil {
+			t.Fatal(err)
+		}
+		sum := sha256.Sum256([]byte(fixturePatch))
+		if err := testrepo.WriteFiles(dir, map[string]string{
+			"series/fx/series.toml":         "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + commit + "\"]\n\n[[patch]]\nfile = \"0001-dispatch.patch\"\nsha256 = \"" + hex.EncodeToString(sum[:]) + "\"\n",
+			"series/fx/0001-dispatch.patch": fixturePatch,
+			"a.toml":                        "name = \"base\"\n[upstream]\ncommit = \"" + commit + "\"\n",
+			"b.toml":                        "name = \"patched\"\nseries = \"fx\"\n[upstream]\ncommit = \"" + commit + "\"\n[env]\nSGLANG_FORCE_CUSTOM_AR_PCIE = \"1\"\n",
+		}); err != nil {
+			t.Fatal(err)
+		}
+		sharedArms.dir, sharedArms.commit = dir, commit
+	}
+	if sharedArms.commit != commit {
+		t.Fatalf("the shared arms are at commit %s, this world's upstream at %s", sharedArms.commit, commit)
+	}
+	return sharedArms.dir
+}
+
+// newWorld is a nightly's directory: its config (nightly.toml, naming the
+// shared arms and upstream by absolute path), state, history and outputs,
+// with the fixture upstream that the worlds share (the test must not
+// commit to it; newWorldOwn gives a test its own).
 func newWorld(t *testing.T) *world { return newWorldWith(t, true) }
 
-// newWorldOwn is newWorld with an upstream of the test's own, which it may
-// commit to.
+// newWorldOwn is newWorld with an upstream of the test's own, at
+// w.dir/upstream, which it may commit to.
 func newWorldOwn(t *testing.T) *world { return newWorldWith(t, false) }
 
 func newWorldWith(t *testing.T, shared bool) *world {
@@ -100,32 +151,24 @@ func newWorldWith(t *testing.T, shared bool) *world {
 	w := &world{t: t, dir: t.TempDir(), net: sglangtest.NewNetwork(), servers: map[string]server{}}
 	t.Cleanup(w.net.Close)
 	t.Setenv("ARPATCH_STATE", filepath.Join(w.dir, "state"))
-	w.up = filepath.Join(w.dir, "upstream")
 	var err error
 	if shared {
-		var up string
-		if up, w.commit, err = upstreams.Get("upstream", makeUpstream); err == nil {
-			err = os.Symlink(up, w.up)
-		}
+		w.up, w.commit, err = upstreams.Get("upstream", makeUpstream)
 	} else {
+		w.up = filepath.Join(w.dir, "upstream")
 		w.commit, err = makeUpstream(w.up)
 	}
 	if err != nil {
 		t.Fatal(err)
 	}
-	sum := sha256.Sum256([]byte(fixturePatch))
-	files := map[string]string{
-		"series/fx/series.toml":         "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + w.commit + "\"]\n\n[[patch]]\nfile = \"0001-dispatch.patch\"\nsha256 = \"" + hex.EncodeToString(sum[:]) + "\"\n",
-		"series/fx/0001-dispatch.patch": fixturePatch,
-		"a.toml":                        "name = \"base\"\n[upstream]\ncommit = \"" + w.commit + "\"\n",
-		"b.toml":                        "name = \"patched\"\nseries = \"fx\"\n[upstream]\ncommit = \"" + w.commit + "\"\n[env]\nSGLANG_FORCE_CUSTOM_AR_PCIE = \"1\"\n",
-		"nightly.toml": `[upstream]
-repo = "upstream"
+	ad := arms(t, w.commit)
+	config := `[upstream]
+repo = "` + w.up + `"
 ref = "master"
 [arms]
-a_file = "a.toml"
-b_file = "b.toml"
-patches_dir = "series"
+a_file = "` + filepath.Join(ad, "a.toml") + `"
+b_file = "` + filepath.Join(ad, "b.toml") + `"
+patches_dir = "` + filepath.Join(ad, "series") + `"
 [build]
 archs = ["120a"]
 cache_dir = "cache"
@@ -142,9 +185,8 @@ github_benchmark = "out/ghbench"
 bencher = "out/bencher.json"
 junit = "out/junit.xml"
 plot = "out/tok_s.svg"
-`,
-	}
-	if err := testrepo.WriteFiles(w.dir, files); err != nil {
+`
+	if err := os.WriteFile(filepath.Join(w.dir, "nightly.toml"), []byte(config), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	if w.cfg, err = LoadConfig(filepath.Join(w.dir, "nightly.toml")); err != nil {
@@ -885,6 +927,7 @@ func TestDriftHeadlineNamesTheRevision(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+	w.cfg.Arms.PatchesDir = "series" // this world's, not the shared arms'
 	rep, err := Run(context.Background(), Options{Config: w.cfg, Env: w.env, SkipBuild: true, SkipBench: true,
 		Probe: func(context.Context) Environment { return Environment{} }})
 	if err != nil {
