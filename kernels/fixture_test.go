@@ -328,11 +328,16 @@ var checkoutPrints = struct {
 	m map[string]map[string]string
 }{m: map[string]map[string]string{}}
 
+// checkoutLock is the checkout's lock (checkout.Lock), relative to the
+// checkout: a build takes it and releases it, which leaves it in place,
+// empty (lockfile.AcquireKept), with a new modification time.
+const checkoutLock = ".git/arpatch/lock"
+
 // treeFingerprint maps every path under dir (relative, slash-separated;
 // directories included, .git too) to its type and mode, and for a file its
 // size, modification time and sha256, for a symlink its target.
-// Directories' times are left out: a build's lock file, made and removed
-// under .git, changes its directory's.
+// Directories' times are left out (a build's lock files change their
+// directories'), and so is checkoutLock's.
 func treeFingerprint(dir string) (map[string]string, error) {
 	m := map[string]string{}
 	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
@@ -357,7 +362,11 @@ func treeFingerprint(dir string) (map[string]string, error) {
 			if err != nil {
 				return err
 			}
-			v += fmt.Sprintf(" %d %d %s", info.Size(), info.ModTime().UnixNano(), digest.SHA256Hex(b))
+			mtime := info.ModTime().UnixNano()
+			if filepath.ToSlash(rel) == checkoutLock {
+				mtime = 0 // a build takes and releases it; its bytes say whether it is left held
+			}
+			v += fmt.Sprintf(" %d %d %s", info.Size(), mtime, digest.SHA256Hex(b))
 		}
 		m[filepath.ToSlash(rel)] = v
 		return nil
