@@ -307,7 +307,7 @@ func errString(err error) string {
 }
 
 func TestOfflineAndDepsDir(t *testing.T) {
-	e := newEnvOwn(t, oldLayout) // commits to its upstream
+	e := newEnv(t)
 	o := e.opts()
 	o.Offline = true
 	_, err := PlanBuild(context.Background(), o)
@@ -337,17 +337,17 @@ func TestOfflineAndDepsDir(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "repo-cutlass") || !strings.Contains(err.Error(), "pins 57e3cfb47a2d9e0d46eb6335c3dc411498efa198, which that checkout does not have") {
 		t.Fatalf("wrong pin: %v", err)
 	}
-	// Re-pin the fixture to the copies' commits (a tag for triton).
+	// The fixture re-pinned to the copies' commits (a tag for triton): an
+	// upstream and checkout of the test's own.
 	cm := strings.NewReplacer("57e3cfb47a2d9e0d46eb6335c3dc411498efa198", cut, "v3.5.1", tri).Replace(fixtureCMake)
 	more := strings.Replace(fixtureMoreCMake, "553ec11ec06fbe0beebfbb45f9dc3c9eabd83d28", fmtc, 1)
-	if err := testrepo.WriteFiles(e.up, map[string]string{"sgl-kernel/CMakeLists.txt": cm, "sgl-kernel/cmake/deps.cmake": more}); err != nil {
+	repinned := layout{"repinned", oldLayout.dir, cm, more}
+	up2 := filepath.Join(t.TempDir(), "up")
+	c2, err := makeUpstream(t, up2, repinned, false)
+	if err != nil {
 		t.Fatal(err)
 	}
-	c2, _ := testrepo.Commit(e.up, "repin")
-	e2 := *e
-	e2.commit = c2
-	e2.src = filepath.Join(t.TempDir(), "src2")
-	e2.apply(t, e2.src, "", nil)
+	e2 := newEnvFrom(t, repinned, up2, c2)
 	o2 := e2.opts()
 	o2.Offline, o2.DepsDir = true, deps
 	p := mustPlan(t, o2)

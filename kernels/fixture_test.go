@@ -180,7 +180,7 @@ func newEnv(t testing.TB) *env { return newEnvIn(t, oldLayout) }
 // upstream is l's shared one (sharedUpstream) and so is its checkout
 // (sharedCheckout): the test plans, builds and checks that tree but must
 // leave it as it was, which a cleanup checks. newEnvWritable gives a test
-// that edits its tree a checkout of its own; newEnvOwn an upstream too.
+// that edits its tree a checkout of its own; newEnvWith an upstream too.
 func newEnvIn(t testing.TB, l layout) *env {
 	t.Helper()
 	up, commit := sharedUpstream(t, l)
@@ -195,13 +195,9 @@ func newEnvWritable(t testing.TB, l layout) *env {
 	return newEnvFrom(t, l, up, commit)
 }
 
-// newEnvOwn is newEnvIn with an upstream of the test's own, which it may
-// commit to.
-func newEnvOwn(t testing.TB, l layout) *env { return newEnvWith(t, l, false) }
-
-// newEnvWith is newEnvOwn; sized adds testrepo.WriteSized's SGLang-shaped
-// tree (4,303 files, 47 MB) and packs the objects, as a real clone holds
-// them.
+// newEnvWith is newEnvIn with an upstream and checkout of the test's
+// own; sized adds testrepo.WriteSized's SGLang-shaped tree (4,303 files,
+// 47 MB) and packs the objects, as a real clone holds them.
 func newEnvWith(t testing.TB, l layout, sized bool) *env {
 	t.Helper()
 	up := filepath.Join(t.TempDir(), "up")
