@@ -24,9 +24,12 @@ func abFixture(t *testing.T, e *env) (*patches.Catalog, *recipes.Recipe, *recipe
 	t.Helper()
 	patch := "Description: d\nAuthor: t\nUpstream-Status: Pending\nApplies-To: fixture\n\n" +
 		"--- a/sgl-kernel/csrc/allreduce/custom_all_reduce.cu\n+++ b/sgl-kernel/csrc/allreduce/custom_all_reduce.cu\n@@ -1 +1,2 @@\n // fixture translation unit\n+// patched\n"
-	dir := filepath.Join(t.TempDir(), "series")
 	toml := "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + e.commit + "\"]\n\n[[patch]]\nfile = \"0001-x.patch\"\nsha256 = \"" + digest.SHA256Hex([]byte(patch)) + "\"\n"
-	if err := testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-x.patch": patch}); err != nil {
+	// Written once per test binary and commit, read only (LoadDir).
+	dir, err := upstreams.Dir("ab series "+e.commit, func(dir string) error {
+		return testrepo.WriteFiles(filepath.Join(dir, "fx"), map[string]string{"series.toml": toml, "0001-x.patch": patch})
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	cat, err := patches.LoadDir(dir)
