@@ -9,6 +9,7 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/testbin"
@@ -19,8 +20,13 @@ import (
 
 // abFixture adds a one-patch series to the build fixture (one line added
 // to the allreduce translation unit) and returns a catalog with it plus
-// recipes A (no patches) and B (the series).
-func abFixture(t *testing.T, e *env) (*patches.Catalog, *recipes.Recipe, *recipes.Recipe) {
+// recipes A (no patches) and B (the series), and the directory the A/B
+// runs use (ABOptions.Dir): one per test binary and fixture commit
+// (upstreams.Dir), so that the first A/B run clones and applies the two
+// arms there and the others find them applied, as a second run in one
+// directory does (TestABBuild checks that run). Each test builds into its
+// own cache; ABBuild's manifest there is the last run's.
+func abFixture(t *testing.T, e *env) (*patches.Catalog, *recipes.Recipe, *recipes.Recipe, string) {
 	t.Helper()
 	patch := "Description: d\nAuthor: t\nUpstream-Status: Pending\nApplies-To: fixture\n\n" +
 		"--- a/sgl-kernel/csrc/allreduce/custom_all_reduce.cu\n+++ b/sgl-kernel/csrc/allreduce/custom_all_reduce.cu\n@@ -1 +1,2 @@\n // fixture translation unit\n+// patched\n"
@@ -39,13 +45,16 @@ func abFixture(t *testing.T, e *env) (*patches.Catalog, *recipes.Recipe, *recipe
 	pin := "[upstream]\ncommit = \"" + e.commit + "\"\n"
 	a, _ := recipes.Parse("a.toml", []byte("name = \"base\"\n"+pin))
 	b, _ := recipes.Parse("b.toml", []byte("name = \"pcie\"\nseries = \"fx\"\n"+pin))
-	return cat, a, b
+	arms, err := upstreams.Dir("ab arms "+e.up+" "+e.commit, func(dir string) error { return os.Mkdir(dir, 0o755) })
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cat, a, b, arms
 }
 
 func TestABBuild(t *testing.T) {
 	e := newEnv(t)
-	cat, a, b := abFixture(t, e)
-	dir := filepath.Join(t.TempDir(), "ab")
+	cat, a, b, dir := abFixture(t, e)
 	o := e.opts()
 	ab, results, err := ABBuild(context.Background(), ABOptions{A: a, B: b, Catalog: cat, Dir: dir, Repo: e.up, Build: o}, nil)
 	if err != nil {
@@ -71,13 +80,14 @@ func TestABBuild(t *testing.T) {
 
 func TestABRefusesToolchainMismatch(t *testing.T) {
 	e := newEnv(t)
-	cat, a, b := abFixture(t, e)
+	cat, a, b, dir := abFixture(t, e)
 	// Arm B's interpreter reports another torch.
 	old := filepath.Join(t.TempDir(), "python3-old")
 	if err := testbin.Write(old, []byte("#!/bin/sh\nFAKE_TORCH_VERSION=2.10.0+cu130 exec "+filepath.Join(e.fake, "python3")+" \"$@\"\n")); err != nil {
 		t.Fatal(err)
 	}
-	dir := filepath.Join(t.TempDir(), "ab")
+	manifest := filepath.Join(dir, "ab-manifest.json")
+	before := fileState(manifest) // an earlier test's A/B may have left one
 	_, _, err := ABBuild(context.Background(), ABOptions{A: a, B: b, Catalog: cat, Dir: dir, Repo: e.up, PythonB: old, Build: e.opts()}, nil)
 	var me *ABMismatchError
 	if !errors.As(err, &me) {
@@ -86,8 +96,8 @@ func TestABRefusesToolchainMismatch(t *testing.T) {
 	if len(me.Fields) != 1 || me.Fields[0] != `toolchain.torch: "2.11.0+cu130" vs "2.10.0+cu130"` {
 		t.Errorf("fields = %q", me.Fields)
 	}
-	if _, err := os.Stat(filepath.Join(dir, "ab-manifest.json")); err == nil {
-		t.Error("a refused A/B wrote its manifest")
+	if after := fileState(manifest); after != before {
+		t.Errorf("a refused A/B wrote its manifest: %s, was %s", after, before)
 	}
 	if ents, _ := e.cache.List(); len(ents) != 0 {
 		t.Error("a refused A/B built something")
@@ -106,11 +116,8 @@ func TestABRefusesToolchainMismatch(t *testing.T) {
 // as unexplained.
 func TestABBuildListsDifferingFiles(t *testing.T) {
 	e := newEnv(t)
-	cat, a, b := abFixture(t, e)
+	cat, a, b, dir := abFixture(t, e)
 	whl := "sglang_kernel-0.4.1-cp310-abi3-linux_x86_64.whl"
-	// Both runs use one pair of checkouts (the second finds them applied,
-	// as TestABBuild's second run does); each builds into its own cache.
-	dir := filepath.Join(t.TempDir(), "ab")
 	run := func(e *env) *ABManifest {
 		t.Helper()
 		ab, _, err := ABBuild(context.Background(), ABOptions{A: a, B: b, Catalog: cat, Dir: dir, Repo: e.up, Build: e.withLauncher(e.opts())}, nil)
@@ -165,4 +172,18 @@ func TestExplainingSourceFollowsIncludes(t *testing.T) {
 	if objectSource("CMakeFiles/common_ops.dir/csrc/allreduce/x.cu.o") != "csrc/allreduce/x.cu" || objectSource("binding.o") != "binding" {
 		t.Error("objectSource")
 	}
+}
+
+// fileState is p's size, modification time and sha256, or "none" when
+// it does not exist: what a file that must not be written has to keep.
+func fileState(p string) string {
+	b, err := os.ReadFile(p)
+	if err != nil {
+		return "none (" + err.Error() + ")"
+	}
+	fi, err := os.Stat(p)
+	if err != nil {
+		return "unreadable (" + err.Error() + ")"
+	}
+	return fmt.Sprintf("%d bytes, modified %s, sha256 %s", fi.Size(), fi.ModTime().Format(time.RFC3339Nano), digest.SHA256Hex(b))
 }
