@@ -256,15 +256,16 @@ func newEnvFrom(t testing.TB, l layout, up, commit string) *env {
 
 // newEnvAt is the fixture with upstream up at commit, its checkout at src
 // (made and applied already; when src is "", made in the test's
-// directory), and fake tools; its cache and home are in the test's
-// directory, its build root is the shared one (sharedBuildRoot).
+// directory), and fake tools; its cache is a directory of the test's (its
+// home too: nothing writes there), its build root the shared one
+// (sharedBuildRoot).
 func newEnvAt(t testing.TB, l layout, up, commit, src string) *env {
 	t.Helper()
 	tmp := t.TempDir()
-	e := &env{kdir: l.dir, up: up, commit: commit, src: src, cache: Cache{Dir: filepath.Join(tmp, "cache")}, fake: fakeBin(t), scratch: binScratchDir(t)}
+	e := &env{kdir: l.dir, up: up, commit: commit, src: src, cache: Cache{Dir: tmp}, fake: fakeBin(t), scratch: binScratchDir(t)}
 	e.env = []string{"PATH=" + e.fake + ":/usr/bin:/bin", "HOME=" + tmp, BuildRootEnv + "=" + sharedBuildRoot(t)}
 	if src == "" {
-		e.src = filepath.Join(tmp, "src")
+		e.src = filepath.Join(t.TempDir(), "src")
 		e.apply(t, e.src, "", nil)
 	}
 	return e
