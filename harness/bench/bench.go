@@ -636,6 +636,9 @@ func (o *Options) fill() error {
 			return fmt.Errorf("arm %s: --speculative-algorithm EAGLE3 needs --draft-model", a.Name)
 		}
 	}
+	if !launching(*o) {
+		return nil // LogDir holds launched servers' logs: none here
+	}
 	return os.MkdirAll(o.LogDir, 0o755)
 }
 
