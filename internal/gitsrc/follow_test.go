@@ -12,8 +12,11 @@ import (
 
 // history is a fixture repository built step by step: each step writes
 // files (content "" removes the file) and commits.
+// history is a fixture repository of commits made one step at a time;
+// the tests only read it, so it has no work tree (testrepo.History).
 type history struct {
 	t   *testing.T
+	h   *testrepo.History
 	dir string
 	c   []string
 }
@@ -21,20 +24,14 @@ type history struct {
 func newHistory(t *testing.T, files map[string]string) *history {
 	t.Helper()
 	h := &history{t: t, dir: filepath.Join(t.TempDir(), "up")}
-	if err := testrepo.WriteFiles(h.dir, files); err != nil {
-		t.Fatal(err)
-	}
-	c, err := testrepo.Init(h.dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	h.c = append(h.c, c)
+	h.h = testrepo.NewHistory(h.dir)
+	h.step("fixture: initial tree", files)
 	return h
 }
 
 func (h *history) step(msg string, files map[string]string) string {
 	h.t.Helper()
-	c, err := testrepo.Change(h.dir, msg, files)
+	c, err := h.h.Change(msg, files)
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -42,7 +39,12 @@ func (h *history) step(msg string, files map[string]string) string {
 	return c
 }
 
+// repo writes the steps made so far and opens the repository.
 func (h *history) repo() *Repo {
+	h.t.Helper()
+	if err := h.h.Write(); err != nil {
+		h.t.Fatal(err)
+	}
 	r, err := OpenAny(h.dir)
 	if err != nil {
 		h.t.Fatal(err)
@@ -178,6 +180,7 @@ func TestFollowInShallowClone(t *testing.T) {
 	// Cut the history at last, as git clone --depth 1 leaves it: the
 	// commit before it is not in the object store (its objects loose, to
 	// remove the one).
+	h.repo() // writes the steps to disk
 	if err := testrepo.Unpack(h.dir); err != nil {
 		t.Fatal(err)
 	}

@@ -41,18 +41,18 @@ func ownFixture(t *testing.T) (dir, c1, c2 string) {
 	return dir, lineage(t, dir, c2)[0], c2
 }
 
-// makeFixture writes fixture's repository at dir and returns its HEAD.
+// makeFixture writes fixture's repository at dir (no work tree: the
+// tests clone and read it) and returns its HEAD.
 func makeFixture(dir string) (string, error) {
-	if err := testrepo.WriteFiles(dir, map[string]string{"a/x.txt": "one\n", "b.txt": "b\n"}); err != nil {
+	h := testrepo.NewHistory(dir)
+	if _, err := h.Change("fixture: initial tree", map[string]string{"a/x.txt": "one\n", "b.txt": "b\n"}); err != nil {
 		return "", err
 	}
-	if _, err := testrepo.Init(dir); err != nil {
+	c2, err := h.Change("second", map[string]string{"a/x.txt": "two\n"})
+	if err != nil {
 		return "", err
 	}
-	if err := testrepo.WriteFiles(dir, map[string]string{"a/x.txt": "two\n"}); err != nil {
-		return "", err
-	}
-	return testrepo.Commit(dir, "second")
+	return c2, h.Write()
 }
 
 func TestCloneLocalHardlinksAndChecksOut(t *testing.T) {

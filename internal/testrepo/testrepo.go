@@ -52,64 +52,44 @@ func Init(dir string) (string, error) {
 // hash is the same either way. It returns go-git's error opening,
 // staging or committing, or the error writing the pack, naming dir.
 func Commit(dir, msg string) (string, error) {
-	cs, err := commitEach(dir, msg, 1, func(int) error { return nil })
-	if err != nil {
-		return "", err
-	}
-	return cs[0], nil
-}
-
-// commitEach makes n commits in dir, each after prepare(i) changed its
-// files, with the objects of all of them in one new pack written at the
-// end (Commit's pack, once for n commits). It returns the commits in
-// order.
-func commitEach(dir, msg string, n int, prepare func(i int) error) ([]string, error) {
 	r, err := git.PlainOpen(dir)
 	if err != nil {
-		return nil, fmt.Errorf("%s: opening the repository: %w", dir, err)
+		return "", fmt.Errorf("%s: opening the repository: %w", dir, err)
 	}
 	w, err := r.Worktree()
 	if err != nil {
-		return nil, fmt.Errorf("%s: opening the repository: %w", dir, err)
+		return "", fmt.Errorf("%s: opening the repository: %w", dir, err)
 	}
 	opened, ok := r.Storer.(*filesystem.Storage)
 	if !ok {
-		return nil, fmt.Errorf("%s: not a repository on disk", dir)
+		return "", fmt.Errorf("%s: not a repository on disk", dir)
 	}
 	fs := filesystem.NewStorage(wholeIndexes{opened.Filesystem()}, cache.NewObjectLRUDefault())
 	ps := &packingStorage{Storage: fs, added: map[plumbing.Hash]plumbing.EncodedObject{}}
 	if r, err = git.Open(ps, w.Filesystem); err != nil {
-		return nil, fmt.Errorf("%s: opening the repository: %w", dir, err)
+		return "", fmt.Errorf("%s: opening the repository: %w", dir, err)
 	}
 	if w, err = r.Worktree(); err != nil {
-		return nil, fmt.Errorf("%s: opening the repository: %w", dir, err)
+		return "", fmt.Errorf("%s: opening the repository: %w", dir, err)
 	}
-	var commits []string
-	for i := range n {
-		if err := prepare(i); err != nil {
-			return nil, err
-		}
-		if err := w.AddWithOptions(&git.AddOptions{All: true}); err != nil {
-			return nil, fmt.Errorf("%s: staging: %w", dir, err)
-		}
-		h, err := w.Commit(msg, &git.CommitOptions{Author: sig, Committer: sig, AllowEmptyCommits: true})
-		if err != nil {
-			return nil, fmt.Errorf("%s: committing: %w", dir, err)
-		}
-		commits = append(commits, h.String())
+	if err := w.AddWithOptions(&git.AddOptions{All: true}); err != nil {
+		return "", fmt.Errorf("%s: staging: %w", dir, err)
 	}
-	last := commits[len(commits)-1]
+	h, err := w.Commit(msg, &git.CommitOptions{Author: sig, Committer: sig, AllowEmptyCommits: true})
+	if err != nil {
+		return "", fmt.Errorf("%s: committing: %w", dir, err)
+	}
 	if _, err := writePack(fs, ps, ps.order, 0); err != nil {
-		return nil, fmt.Errorf("%s: packing commit %s: %w", dir, last, err)
+		return "", fmt.Errorf("%s: packing commit %s: %w", dir, h, err)
 	}
 	packs, err := filepath.Glob(filepath.Join(dir, ".git", "objects", "pack", "pack-*.pack"))
 	if err == nil && len(packs) > maxPacks {
 		err = repack(dir, 0)
 	}
 	if err != nil {
-		return nil, fmt.Errorf("%s: repacking after commit %s: %w", dir, last, err)
+		return "", fmt.Errorf("%s: repacking after commit %s: %w", dir, h, err)
 	}
-	return commits, nil
+	return h.String(), nil
 }
 
 // maxPacks is the most packs Commit leaves in a repository; past it, it
@@ -246,38 +226,20 @@ func WriteFiles(dir string, files map[string]string) error {
 // Change writes files into dir (content "" removes the file) and commits
 // everything as Commit does, returning the 40-hex commit.
 func Change(dir, msg string, files map[string]string) (string, error) {
-	cs, err := ChangeEach(dir, msg, []map[string]string{files})
-	if err != nil {
-		return "", err
-	}
-	return cs[0], nil
-}
-
-// ChangeEach makes one commit per step, in order, each as Change does
-// (content "" removes the file), and returns the 40-hex commits. The
-// objects of every step go into one pack written after the last (Change
-// per step writes a pack and its index per commit). It returns the error
-// writing or removing a file, or Commit's.
-func ChangeEach(dir, msg string, steps []map[string]string) ([]string, error) {
-	if len(steps) == 0 {
-		return nil, nil
-	}
-	return commitEach(dir, msg, len(steps), func(i int) error { return writeChange(dir, steps[i]) })
-}
-
-// writeChange writes files into dir; content "" removes the file.
-func writeChange(dir string, files map[string]string) error {
 	write := map[string]string{}
 	for p, c := range files {
 		if c == "" {
 			if err := os.Remove(filepath.Join(dir, filepath.FromSlash(p))); err != nil {
-				return err
+				return "", err
 			}
 			continue
 		}
 		write[p] = c
 	}
-	return WriteFiles(dir, write)
+	if err := WriteFiles(dir, write); err != nil {
+		return "", err
+	}
+	return Commit(dir, msg)
 }
 
 // KernelPyproject is a pyproject.toml shaped like upstream's sgl-kernel

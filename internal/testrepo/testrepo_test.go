@@ -1,6 +1,7 @@
 package testrepo
 
 import (
+	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
@@ -160,47 +161,79 @@ func TestCommitErrorsNameTheDirectory(t *testing.T) {
 	}
 }
 
-// ChangeEach makes the commits Change makes step by step (the same
-// hashes, deletions included), with one pack for all of them; git reads
-// the result.
-func TestChangeEachIsChangePerStepInOnePack(t *testing.T) {
-	steps := func() []map[string]string {
-		return []map[string]string{
-			{"a/b.txt": "two\n", "c.txt": "c\n"},
-			{"c.txt": ""},
-			{},
-			{"a/b.txt": "three\n", "d/e.txt": "e\n"},
-		}
+// A History's commits are Init's and Change's for the same files and
+// messages; each Write adds one pack and moves master; the directory
+// holds no work tree; git reads it.
+func TestHistoryIsInitAndChangeWithoutAWorkTree(t *testing.T) {
+	steps := []map[string]string{
+		{"a/b.txt": "one\n", "c.txt": "c\n"},
+		{"a/b.txt": "two\n"},
+		{"c.txt": ""},
 	}
-	one, each := t.TempDir(), t.TempDir()
-	for _, d := range []string{one, each} {
-		if err := WriteFiles(d, map[string]string{"a/b.txt": "one\n"}); err != nil {
-			t.Fatal(err)
-		}
-		if _, err := Init(d); err != nil {
-			t.Fatal(err)
-		}
-	}
+	plain := t.TempDir()
 	var want []string
-	for _, s := range steps() {
-		c, err := Change(one, "step", s)
+	for i, s := range steps {
+		var c string
+		var err error
+		if i == 0 {
+			if err = WriteFiles(plain, s); err == nil {
+				c, err = Init(plain)
+			}
+		} else {
+			c, err = Change(plain, "step", s)
+		}
 		if err != nil {
 			t.Fatal(err)
 		}
 		want = append(want, c)
 	}
-	got, err := ChangeEach(each, "step", steps())
+	dir := filepath.Join(t.TempDir(), "h")
+	h := NewHistory(dir)
+	var got []string
+	for i, s := range steps {
+		msg := "step"
+		if i == 0 {
+			msg = "fixture: initial tree"
+		}
+		c, err := h.Change(msg, s)
+		if err != nil {
+			t.Fatal(err)
+		}
+		got = append(got, c)
+		if i == 0 || i == 2 {
+			if err := h.Write(); err != nil {
+				t.Fatal(err)
+			}
+		}
+	}
+	if strings.Join(got, " ") != strings.Join(want, " ") {
+		t.Errorf("History commits %v, Init and Change %v", got, want)
+	}
+	if loose, packs := looseAndPacks(t, dir); loose != 0 || packs != 2 {
+		t.Errorf("%d loose-object directories, %d packs; want 0 and 2 (one per Write)", loose, packs)
+	}
+	if err := h.Write(); err != nil { // nothing new: no pack
+		t.Fatal(err)
+	}
+	if _, packs := looseAndPacks(t, dir); packs != 2 {
+		t.Errorf("a Write with nothing new made a pack: %d", packs)
+	}
+	if ents, err := os.ReadDir(dir); err != nil || len(ents) != 1 || ents[0].Name() != ".git" {
+		t.Errorf("the directory holds %v (%v), want only .git", ents, err)
+	}
+	r, err := git.PlainOpen(dir)
 	if err != nil {
 		t.Fatal(err)
 	}
-	if strings.Join(got, " ") != strings.Join(want, " ") {
-		t.Errorf("ChangeEach = %v, Change per step %v", got, want)
+	if head, err := r.Head(); err != nil || head.Hash().String() != want[2] || head.Name() != plumbing.Master {
+		t.Errorf("HEAD %v, %v; want master at %s", head, err, want[2])
 	}
-	if loose, packs := looseAndPacks(t, each); loose != 0 || packs != 2 {
-		t.Errorf("%d loose-object directories, %d packs; want 0 and 2 (Init's, then one for every step)", loose, packs)
+	if _, err := exec.LookPath("git"); err == nil {
+		if out, err := exec.Command("git", "-C", dir, "fsck", "--strict", "--no-dangling").CombinedOutput(); err != nil {
+			t.Errorf("git fsck: %v\n%s", err, out)
+		}
 	}
-	fsck(t, each, want[len(want)-1])
-	if cs, err := ChangeEach(each, "none", nil); err != nil || cs != nil {
-		t.Errorf("no steps: %v, %v", cs, err)
+	if _, err := h.Change("x", map[string]string{"nosuch": ""}); err == nil || !strings.Contains(err.Error(), "nosuch") {
+		t.Errorf("removing a missing file: %v", err)
 	}
 }

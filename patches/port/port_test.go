@@ -65,6 +65,7 @@ diff --git a/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh b/sgl-kernel/csrc/a
 type fixture struct {
 	t      testing.TB
 	dir    string
+	h      *testrepo.History // dir's commits: port only reads history, so no work tree
 	base   string
 	series *patches.Series
 }
@@ -72,11 +73,9 @@ type fixture struct {
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
 	f := &fixture{t: t, dir: filepath.Join(t.TempDir(), "up")}
-	if err := testrepo.WriteFiles(f.dir, map[string]string{oldPath: dispatch, "README.md": "fixture\n"}); err != nil {
-		t.Fatal(err)
-	}
+	f.h = testrepo.NewHistory(f.dir)
 	var err error
-	if f.base, err = testrepo.Init(f.dir); err != nil {
+	if f.base, err = f.h.Change("fixture: initial tree", map[string]string{oldPath: dispatch, "README.md": "fixture\n"}); err != nil {
 		t.Fatal(err)
 	}
 	toml := `name = "fix-pcie"
@@ -108,19 +107,29 @@ func TestMain(m *testing.M) { os.Exit(fixtures.Run(m)) }
 // step writes files ("" removes one) and commits.
 func (f *fixture) step(files map[string]string) string {
 	f.t.Helper()
-	c, err := testrepo.Change(f.dir, "fixture step", files)
+	c, err := f.h.Change("fixture step", files)
 	if err != nil {
 		f.t.Fatal(err)
 	}
 	return c
 }
 
-func (f *fixture) port(to string) *Report {
+// repo writes the steps made so far and opens the repository.
+func (f *fixture) repo() *gitsrc.Repo {
 	f.t.Helper()
+	if err := f.h.Write(); err != nil {
+		f.t.Fatal(err)
+	}
 	repo, err := gitsrc.OpenAny(f.dir)
 	if err != nil {
 		f.t.Fatal(err)
 	}
+	return repo
+}
+
+func (f *fixture) port(to string) *Report {
+	f.t.Helper()
+	repo := f.repo()
 	rep, err := Run(Options{Repo: repo, Series: f.series, To: to})
 	if err != nil {
 		f.t.Fatal(err)
@@ -152,7 +161,7 @@ func (f *fixture) draftApplies(rep *Report, to, path string) string {
 	if err != nil {
 		f.t.Fatal(err)
 	}
-	repo, _ := gitsrc.OpenAny(f.dir)
+	repo := f.repo()
 	tree, _ := repo.TreeAt(to)
 	res, err := patches.Apply(tree, ps)
 	if err != nil {
@@ -387,10 +396,11 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 	var clean, conflicted int
 	// One upstream repository for every case, each case two commits on
 	// top (its base, then upstream's edit): port looks only from the base
-	// to the edit. The cases are drawn first, then all their commits are
-	// made at once (one pack for all, not two per case).
+	// to the edit. The cases are drawn first and all their commits made
+	// in memory, then written as one pack (not two files per commit).
 	dir := filepath.Join(t.TempDir(), "up")
-	if _, err := testrepo.Init(dir); err != nil {
+	hist := testrepo.NewHistory(dir)
+	if _, err := hist.Change("fixture: initial tree", nil); err != nil {
 		t.Fatal(err)
 	}
 	type mergeCase struct {
@@ -399,7 +409,7 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 		b, o, th           string
 	}
 	var cases []mergeCase
-	var steps []map[string]string
+	var commits []string
 	for i := 0; i < 40; i++ {
 		var base []string
 		for j := 0; j < 12+rng.Intn(20); j++ {
@@ -411,10 +421,15 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 		}
 		c := mergeCase{i, base, ours, theirs, strings.Join(base, ""), strings.Join(ours, ""), strings.Join(theirs, "")}
 		cases = append(cases, c)
-		steps = append(steps, map[string]string{path: c.b}, map[string]string{path: c.th})
+		for _, content := range []string{c.b, c.th} {
+			commit, err := hist.Change("base, then upstream edit", map[string]string{path: content})
+			if err != nil {
+				t.Fatal(err)
+			}
+			commits = append(commits, commit)
+		}
 	}
-	commits, err := testrepo.ChangeEach(dir, "base, then upstream edit", steps)
-	if err != nil {
+	if err := hist.Write(); err != nil {
 		t.Fatal(err)
 	}
 	// The series, the three files git merge-file reads and git apply's
@@ -516,11 +531,11 @@ func BenchmarkPort(b *testing.B) {
 	f := newFixture(b)
 	const newPath = "python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh"
 	theirs := strings.Replace(dispatch, "        KL(one_stage);\n      } else {", "        KL(one_stage_small);\n      } else {", 1)
-	c, err := testrepo.Change(f.dir, "move and edit", map[string]string{oldPath: "", newPath: theirs})
+	c, err := f.h.Change("move and edit", map[string]string{oldPath: "", newPath: theirs})
 	if err != nil {
 		b.Fatal(err)
 	}
-	repo, _ := gitsrc.OpenAny(f.dir)
+	repo := f.repo()
 	b.ResetTimer()
 	for b.Loop() {
 		rep, err := Run(Options{Repo: repo, Series: f.series, To: c})
@@ -620,7 +635,7 @@ func TestPortBaseCommit(t *testing.T) {
 	f := newFixture(t)
 	c1 := f.step(map[string]string{"README.md": "one\n"})
 	c2 := f.step(map[string]string{oldPath: "// top\n" + dispatch})
-	repo, _ := gitsrc.OpenAny(f.dir)
+	repo := f.repo()
 	// --from: the base is the commit given, not tested_on.
 	rep, err := Run(Options{Repo: repo, Series: f.series, From: c1, To: c2})
 	if err != nil || rep.From != c1 || !rep.Clean || onlyHunk(t, rep).Offset != 1 {
