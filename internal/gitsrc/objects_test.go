@@ -41,29 +41,29 @@ func ownHistoryFixture(t *testing.T) (dir string, commits []string) {
 	return dir, lineage(t, dir, head)
 }
 
-// makeHistory writes historyFixture's repository at dir and returns its
-// HEAD.
+// makeHistory writes historyFixture's repository at dir (no work tree)
+// and returns its HEAD.
 func makeHistory(dir string) (string, error) {
 	var lines []string
 	for i := range 400 {
 		lines = append(lines, fmt.Sprintf("line %d of a file long enough to deltify", i))
 	}
+	h := testrepo.NewHistory(dir)
 	var c string
 	for v := range 3 {
 		lines[v*100] = fmt.Sprintf("version %d", v)
 		files := map[string]string{"big.txt": strings.Join(lines, "\n"), "a/b/other.txt": strings.Join(lines[v:], "\n"), fmt.Sprintf("v%d.txt", v): "v\n"}
-		if err := testrepo.WriteFiles(dir, files); err != nil {
-			return "", err
+		msg := fmt.Sprint("v", v)
+		if v == 0 {
+			msg = "fixture: initial tree"
 		}
 		var err error
-		if v == 0 {
-			c, err = testrepo.Init(dir)
-		} else {
-			c, err = testrepo.Commit(dir, fmt.Sprint("v", v))
-		}
-		if err != nil {
+		if c, err = h.Change(msg, files); err != nil {
 			return "", err
 		}
+	}
+	if err := h.Write(); err != nil {
+		return "", err
 	}
 	return c, testrepo.Pack(dir)
 }
