@@ -30,6 +30,25 @@ func looseAndPacks(t *testing.T, dir string) (loose, packs int) {
 	return len(l), len(p)
 }
 
+// commitStep makes step i of a fixture at dir: WriteFiles and Init for
+// the first, Change with the message "step" after. It returns the commit.
+func commitStep(t *testing.T, dir string, i int, files map[string]string) string {
+	t.Helper()
+	var c string
+	var err error
+	if i == 0 {
+		if err = WriteFiles(dir, files); err == nil {
+			c, err = Init(dir)
+		}
+	} else {
+		c, err = Change(dir, "step", files)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
 // fsck runs `git fsck --strict` on dir where git is installed, and
 // checks that git's HEAD is head.
 func fsck(t *testing.T, dir, head string) {
@@ -69,18 +88,7 @@ func TestCommitPacksWithGoGitsHashes(t *testing.T) {
 	}
 	var commits []string
 	for i, files := range steps {
-		var c string
-		var err error
-		if i == 0 {
-			if err = WriteFiles(packed, files); err == nil {
-				c, err = Init(packed)
-			}
-		} else {
-			c, err = Change(packed, "step", files)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
+		c := commitStep(t, packed, i, files)
 		commits = append(commits, c)
 		// A pack per commit, folded into one past maxPacks.
 		if loose, packs := looseAndPacks(t, packed); loose != 0 || packs != i%maxPacks+1 {
@@ -173,19 +181,7 @@ func TestHistoryIsInitAndChangeWithoutAWorkTree(t *testing.T) {
 	plain := t.TempDir()
 	var want []string
 	for i, s := range steps {
-		var c string
-		var err error
-		if i == 0 {
-			if err = WriteFiles(plain, s); err == nil {
-				c, err = Init(plain)
-			}
-		} else {
-			c, err = Change(plain, "step", s)
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		want = append(want, c)
+		want = append(want, commitStep(t, plain, i, s))
 	}
 	dir := filepath.Join(t.TempDir(), "h")
 	h := NewHistory(dir)
