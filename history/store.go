@@ -182,7 +182,10 @@ var SchemaVersion = len(migrations)
 // empties path-wal (journal_size_limit 0): path alone holds the whole
 // history, and a path-wal left beside a database deleted or replaced
 // holds no frames to replay into the new one. path-shm is an index SQLite
-// rebuilds on the next open.
+// rebuilds on the next open. Upstream: SQLite 3.54.1 (modernc.org/sqlite
+// v1.62.0) src/wal.c (sqlite3WalClose): after its checkpoint, a WAL with
+// SQLITE_FCNTL_PERSIST_WAL set is truncated to journal_size_limit
+// instead of deleted, and the -shm is kept with it.
 func Open(path string) (*Store, error) {
 	// The path goes into a file: URI, where '#' and '?' would cut it.
 	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=journal_size_limit(0)")

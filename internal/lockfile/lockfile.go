@@ -35,8 +35,10 @@ func (e *HeldError) Error() string {
 }
 
 // Acquire takes the lock at path, creating its directory and the file.
-// It returns the release function, which removes the file, or a
-// *HeldError. Taking over a dead holder's lock makes no new file.
+// It returns the release function, which removes the file; a *HeldError
+// when another live process holds the lock; or an error naming path when
+// the directory or file cannot be made, locked or written. Taking over a
+// dead holder's lock makes no new file.
 func Acquire(path string) (func(), error) { return acquire(path, false) }
 
 // AcquireKept is Acquire whose release empties the file and leaves it
