@@ -28,7 +28,9 @@ func init() {
 		os.Exit(1)
 	}
 	_, _ = os.Stdout.WriteString("held\n")
-	select {}
+	for { // until killed (a bare select{} would be a deadlock, and exit)
+		time.Sleep(time.Hour)
+	}
 }
 
 // holder starts a process that holds the lock at p, and returns it once
