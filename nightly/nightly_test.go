@@ -8,14 +8,12 @@ import (
 	"encoding/json"
 	"encoding/xml"
 	"errors"
-	"fmt"
 	"io"
 	"os"
 	"path/filepath"
 	"reflect"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -67,73 +65,73 @@ type world struct {
 	servers map[string]server
 	// host is what the environment probe reports (default: 8x Test GPU).
 	host Environment
+	// own is the world's own upstream (newWorldOwn), nil for the shared
+	// one.
+	own *testrepo.History
 }
 
-// makeUpstream writes the fixture upstream tree at dir and commits it.
-func makeUpstream(dir string) (string, error) {
-	if err := testrepo.WriteFiles(dir, map[string]string{
-		"sgl-kernel/CMakeLists.txt":                      "project(sgl-kernel)\nset(F \"-gencode=arch=compute_120a,code=sm_120a\")\n",
-		"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": fixtureCu,
-		"sgl-kernel/include/utils.h":                     "// header\n",
-		"sgl-kernel/pyproject.toml":                      testrepo.KernelPyproject,
-	}); err != nil {
-		return "", err
+// commitUpstream commits files (content "" removes one) to the world's
+// own upstream and returns the commit.
+func (w *world) commitUpstream(msg string, files map[string]string) string {
+	w.t.Helper()
+	c, err := w.own.Change(msg, files)
+	if err == nil {
+		err = w.own.Write()
 	}
-	return testrepo.Init(dir)
+	if err != nil {
+		w.t.Fatal(err)
+	}
+	return c
+}
+
+// upstreamTree is the fixture upstream's tree at its first commit.
+var upstreamTree = map[string]string{
+	"sgl-kernel/CMakeLists.txt":                      "project(sgl-kernel)\nset(F \"-gencode=arch=compute_120a,code=sm_120a\")\n",
+	"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": fixtureCu,
+	"sgl-kernel/include/utils.h":                     "// header\n",
+	"sgl-kernel/pyproject.toml":                      testrepo.KernelPyproject,
+}
+
+// makeUpstream makes the fixture upstream at dir, a History (the nightly
+// only clones from it: no work tree or index), with upstreamTree as its
+// first commit, and returns the History and the commit.
+func makeUpstream(dir string) (*testrepo.History, string, error) {
+	h := testrepo.NewHistory(dir)
+	c, err := h.Change("fixture: initial tree", upstreamTree)
+	if err == nil {
+		err = h.Write()
+	}
+	return h, c, err
 }
 
 // upstreams holds the fixture upstream that the worlds of newWorld share
 // read-only; TestMain closes it.
 var upstreams testrepo.Shared
 
-// sharedArms is the directory arms makes once for the test binary;
-// TestMain removes it.
-var sharedArms struct {
-	sync.Mutex
-	dir, commit string
-}
+func TestMain(m *testing.M) { os.Exit(upstreams.Run(m)) }
 
-func TestMain(m *testing.M) {
-	code := upstreams.Run(m)
-	if sharedArms.dir != "" {
-		if err := os.RemoveAll(sharedArms.dir); err != nil && code == 0 {
-			fmt.Fprintln(os.Stderr, err)
-			code = 1
-		}
-	}
-	os.Exit(code)
-}
-
-// arms returns the directory holding the arms every world benches, made
-// once and shared read-only: series/fx (the fixture series, tested on
-// commit) and the recipes a.toml (base) and b.toml (patched, series fx),
-// both at commit. The fixture upstream has one commit whatever its
-// directory (testrepo commits with a fixed signature and date), so every
-// world's upstream, shared or its own, starts at it.
+// arms returns the directory holding the arms a world at commit benches,
+// made once per commit (upstreams.Dir) and shared read-only: series/fx
+// (the fixture series, tested on commit) and the recipes a.toml (base)
+// and b.toml (patched, series fx), both at commit. makeUpstream's first
+// commit is the same whatever its directory (testrepo commits with a
+// fixed signature and date), so every world, with the shared upstream or
+// its own, gets the same arms.
 func arms(t *testing.T, commit string) string {
 	t.Helper()
-	sharedArms.Lock()
-	defer sharedArms.Unlock()
-	if sharedArms.dir == "" {
-		dir, err := os.MkdirTemp("", "arpatch-nightly-arms-")
-		if err != nil {
-			t.Fatal(err)
-		}
-		sum := sha256.Sum256([]byte(fixturePatch))
-		if err := testrepo.WriteFiles(dir, map[string]string{
+	sum := sha256.Sum256([]byte(fixturePatch))
+	dir, err := upstreams.Dir("arms at "+commit, func(dir string) error {
+		return testrepo.WriteFiles(dir, map[string]string{
 			"series/fx/series.toml":         "name = \"fx\"\nfamily = \"fx\"\ntested_on = [\"" + commit + "\"]\n\n[[patch]]\nfile = \"0001-dispatch.patch\"\nsha256 = \"" + hex.EncodeToString(sum[:]) + "\"\n",
 			"series/fx/0001-dispatch.patch": fixturePatch,
 			"a.toml":                        "name = \"base\"\n[upstream]\ncommit = \"" + commit + "\"\n",
 			"b.toml":                        "name = \"patched\"\nseries = \"fx\"\n[upstream]\ncommit = \"" + commit + "\"\n[env]\nSGLANG_FORCE_CUSTOM_AR_PCIE = \"1\"\n",
-		}); err != nil {
-			t.Fatal(err)
-		}
-		sharedArms.dir, sharedArms.commit = dir, commit
+		})
+	})
+	if err != nil {
+		t.Fatal(err)
 	}
-	if sharedArms.commit != commit {
-		t.Fatalf("the shared arms are at commit %s, this world's upstream at %s", sharedArms.commit, commit)
-	}
-	return sharedArms.dir
+	return dir
 }
 
 // newWorld is a nightly's directory: its config (nightly.toml, naming the
@@ -153,10 +151,13 @@ func newWorldWith(t *testing.T, shared bool) *world {
 	t.Setenv("ARPATCH_STATE", filepath.Join(w.dir, "state"))
 	var err error
 	if shared {
-		w.up, w.commit, err = upstreams.Get("upstream", makeUpstream)
+		w.up, w.commit, err = upstreams.Get("upstream", func(dir string) (string, error) {
+			_, c, err := makeUpstream(dir)
+			return c, err
+		})
 	} else {
 		w.up = filepath.Join(w.dir, "upstream")
-		w.commit, err = makeUpstream(w.up)
+		w.own, w.commit, err = makeUpstream(w.up)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -358,10 +359,7 @@ func testNightlyEndToEnd(t *testing.T) {
 	w.cfg.Bench.URLB = w.servers["b"].URL
 
 	// Upstream moves and breaks the hunk: exit 3, with patch, file, hunk.
-	must(t, testrepo.WriteFiles(w.up, map[string]string{"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": strings.Replace(fixtureCu, "full_nvlink_", "nvlink_ok_", 1)}))
-	if _, err := testrepo.Commit(w.up, "upstream refactor"); err != nil {
-		t.Fatal(err)
-	}
+	w.commitUpstream("upstream refactor", map[string]string{"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": strings.Replace(fixtureCu, "full_nvlink_", "nvlink_ok_", 1)})
 	rep = w.run(context.Background(), true)
 	if rep.ExitCode != ExitDrift {
 		t.Fatalf("drift night: exit %d %v", rep.ExitCode, rep.Errors)
@@ -743,11 +741,7 @@ func TestHeadModeFollowsUpstream(t *testing.T) {
 	if rep.ExitCode != ExitOK || rep.BuildCommit != w.commit {
 		t.Fatalf("first night: exit %d build commit %s %v", rep.ExitCode, rep.BuildCommit, rep.Errors)
 	}
-	must(t, testrepo.WriteFiles(w.up, map[string]string{"README.md": "moved on\n"}))
-	moved, err := testrepo.Commit(w.up, "upstream moves")
-	if err != nil {
-		t.Fatal(err)
-	}
+	moved := w.commitUpstream("upstream moves", map[string]string{"README.md": "moved on\n"})
 	// A file of the user's in the old checkout: kept, and the night fails
 	// naming it; moved away, the checkout is cloned afresh.
 	mine := filepath.Join(w.cfg.Build.WorkDir, "b", "NOTES.txt")
@@ -913,12 +907,9 @@ func TestPatchesDirAddsBeside(t *testing.T) {
 func TestDriftHeadlineNamesTheRevision(t *testing.T) {
 	w := newWorldOwn(t) // commits to its upstream
 	// Upstream moves on; the series is refreshed for the new head only.
-	head, err := testrepo.Change(w.up, "rename", map[string]string{
+	head := w.commitUpstream("rename", map[string]string{
 		"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": strings.Replace(fixtureCu, "one();", "one_stage();", 1),
 	})
-	if err != nil {
-		t.Fatal(err)
-	}
 	patch := strings.Replace(fixturePatch, "   one();", "   one_stage();", 1)
 	sum := sha256.Sum256([]byte(patch))
 	if err := testrepo.WriteFiles(w.dir, map[string]string{

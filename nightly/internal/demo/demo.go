@@ -84,16 +84,18 @@ func demo(dir string, stdout io.Writer, serve func(http.Handler) (string, func()
 	if err != nil {
 		return 0, err
 	}
-	up := filepath.Join(abs, "upstream")
-	if err := testrepo.WriteFiles(up, map[string]string{
+	// The nightly only clones from the upstream: a History (its .git,
+	// one pack, no work tree).
+	up := testrepo.NewHistory(filepath.Join(abs, "upstream"))
+	commit, err := up.Change("fixture: initial tree", map[string]string{
 		"sgl-kernel/CMakeLists.txt":                      "project(sgl-kernel)\nset(F \"-gencode=arch=compute_120a,code=sm_120a\")\n",
 		"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": cu,
 		"sgl-kernel/include/utils.h":                     "// header\n",
 		"sgl-kernel/pyproject.toml":                      testrepo.KernelPyproject,
-	}); err != nil {
-		return 0, err
+	})
+	if err == nil {
+		err = up.Write()
 	}
-	commit, err := testrepo.Init(up)
 	if err != nil {
 		return 0, err
 	}
