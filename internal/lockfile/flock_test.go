@@ -268,3 +268,21 @@ func TestNeverTwoHolders(t *testing.T) {
 		t.Error("nobody took the lock")
 	}
 }
+
+// A free lock this user cannot write (another user's, kept) is replaced
+// by one of this user's, which names this process. (Run as root, which
+// may write any file, the lock is simply taken: the outcome is the same.)
+func TestUnwritableFreeLockIsReplaced(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "x.lock")
+	if err := os.WriteFile(p, nil, 0o444); err != nil {
+		t.Fatal(err)
+	}
+	release, err := AcquireKept(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer release()
+	if pid, ok := ReadPID(p); !ok || pid != os.Getpid() {
+		t.Errorf("the lock names %d, want this process", pid)
+	}
+}

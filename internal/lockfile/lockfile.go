@@ -16,6 +16,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strconv"
@@ -53,7 +54,17 @@ func acquire(path string, keep bool) (func(), error) {
 	// Each try that fails because the file was removed under it saw a
 	// holder let go: others are taking turns, so it tries again.
 	for attempt := 0; attempt < 100; attempt++ {
-		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o644)
+		// 0666 less the umask, as git makes its lock files: a lock that
+		// stays (AcquireKept) is writable by whoever may write what it
+		// guards.
+		f, err := os.OpenFile(path, os.O_RDWR|os.O_CREATE, 0o666)
+		readOnly := false
+		if errors.Is(err, fs.ErrPermission) {
+			// A lock file this user cannot write (another user's, kept):
+			// it is read, and replaced if free.
+			f, err = os.Open(path)
+			readOnly = true
+		}
 		if err != nil {
 			return nil, err
 		}
@@ -76,6 +87,17 @@ func acquire(path string, keep bool) (func(), error) {
 		if pid, ok := readPIDAt(f); ok && Alive(pid) {
 			_ = f.Close() // held nothing
 			return nil, &HeldError{Path: path, PID: strconv.Itoa(pid)}
+		}
+		if readOnly {
+			// Free, but it cannot hold our pid: removed while we hold it
+			// (a taker that opened it too finds it gone), and the next
+			// try makes this user's own.
+			err := os.Remove(path)
+			_ = f.Close()
+			if err != nil {
+				return nil, fmt.Errorf("%s: this user cannot write the lock, nor replace it: %w", path, err)
+			}
+			continue
 		}
 		err = f.Truncate(0)
 		if err == nil {
