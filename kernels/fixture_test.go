@@ -5,11 +5,8 @@ import (
 	"bytes"
 	"compress/gzip"
 	"context"
-	"fmt"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -280,12 +277,12 @@ func newEnvAt(t testing.TB, l layout, up, commit, src string) *env {
 // test must take newEnvWritable.
 func sharedCheckout(t testing.TB, l layout, up, commit string) string {
 	t.Helper()
-	var made map[string]string
+	var made testrepo.Snapshot
 	src, _, err := upstreams.Get("checkout "+up, func(dir string) (string, error) {
 		e := &env{up: up, commit: commit}
 		e.apply(t, dir, "", nil)
 		var err error
-		made, err = treeFingerprint(dir)
+		made, err = testrepo.SnapshotTree(dir, checkoutPrint)
 		return commit, err
 	})
 	if err != nil {
@@ -298,78 +295,35 @@ func sharedCheckout(t testing.TB, l layout, up, commit string) string {
 	want := checkoutPrints.m[src]
 	checkoutPrints.Unlock()
 	t.Cleanup(func() {
-		got, err := treeFingerprint(src)
+		got, err := testrepo.SnapshotTree(src, checkoutPrint)
 		if err != nil {
 			t.Errorf("shared checkout %s: %v", src, err)
 			return
 		}
-		var changed []string // a path made or removed has "" on one side
-		for _, m := range []map[string]string{want, got} {
-			for p := range m {
-				if want[p] != got[p] && !slices.Contains(changed, p) {
-					changed = append(changed, p)
-				}
-			}
-		}
-		if len(changed) > 0 {
-			slices.Sort(changed)
+		if changed := want.Diff(got); len(changed) > 0 {
 			t.Errorf("%s changed the shared checkout %s (%s): a test that edits its tree takes newEnvWritable", t.Name(), src, strings.Join(changed, ", "))
 		}
 	})
 	return src
 }
 
-// checkoutPrints holds each shared checkout's treeFingerprint as made.
+// checkoutPrints holds each shared checkout's Snapshot as made.
 var checkoutPrints = struct {
 	sync.Mutex
-	m map[string]map[string]string
-}{m: map[string]map[string]string{}}
+	m map[string]testrepo.Snapshot
+}{m: map[string]testrepo.Snapshot{}}
 
 // checkoutLock is the checkout's lock (checkout.Lock), relative to the
 // checkout: a build takes it and releases it, which leaves it in place,
 // empty (lockfile.AcquireKept), with a new modification time.
 const checkoutLock = ".git/arpatch/lock"
 
-// treeFingerprint maps every path under dir (relative, slash-separated;
-// directories included, .git too) to its type and mode, and for a file its
-// size, modification time and sha256, for a symlink its target.
+// checkoutPrint says what a shared checkout's testrepo.Snapshot records:
+// every path under it, .git included, with its type and mode, and for a
+// file its size, modification time and sha256, for a symlink its target.
 // Directories' times are left out (a build's lock files change their
 // directories'), and so is checkoutLock's.
-func treeFingerprint(dir string) (map[string]string, error) {
-	m := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		info, err := d.Info()
-		if err != nil {
-			return err
-		}
-		v := info.Mode().String()
-		switch {
-		case d.Type()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			v += " -> " + target
-		case d.Type().IsRegular():
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			mtime := info.ModTime().UnixNano()
-			if filepath.ToSlash(rel) == checkoutLock {
-				mtime = 0 // a build takes and releases it; its bytes say whether it is left held
-			}
-			v += fmt.Sprintf(" %d %d %s", info.Size(), mtime, digest.SHA256Hex(b))
-		}
-		m[filepath.ToSlash(rel)] = v
-		return nil
-	})
-	return m, err
-}
+var checkoutPrint = testrepo.SnapshotOptions{WithGit: true, ModTime: true, ModTimeExcept: []string{checkoutLock}}
 
 // binScratchDir is a directory of the test binary's own, made on first
 // use and removed by TestMain (upstreams.Dir): the fixtures' build root

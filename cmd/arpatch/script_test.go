@@ -16,7 +16,6 @@ import (
 	"path/filepath"
 	"regexp"
 	"slices"
-	"sort"
 	"strconv"
 	"strings"
 	"testing"
@@ -286,39 +285,13 @@ func tgz(ts *testscript.TestScript, dir string) []byte {
 	return buf.Bytes()
 }
 
-// treeHash hashes every path, mode and content under dir except .git/,
-// plus the apply state file, so a changed, added or removed byte shows.
+// treeHash is the testrepo.Snapshot Hash of every path, mode and content
+// under dir except .git/, plus the apply state file (or its absence), so
+// a changed, added or removed byte shows.
 func treeHash(ts *testscript.TestScript, dir string) string {
-	h := sha256.New()
-	var paths []string
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if d.IsDir() && rel == ".git" {
-			return fs.SkipDir
-		}
-		paths = append(paths, rel)
-		return nil
-	})
+	s, err := testrepo.SnapshotTree(dir, testrepo.SnapshotOptions{Extra: []string{".git/arpatch/state.json"}})
 	ts.Check(err)
-	paths = append(paths, filepath.Join(".git", "arpatch", "state.json"))
-	sort.Strings(paths)
-	for _, rel := range paths {
-		fi, err := os.Lstat(filepath.Join(dir, rel))
-		if err != nil {
-			h.Write([]byte(rel + " absent\n"))
-			continue
-		}
-		h.Write([]byte(rel + " " + fi.Mode().String() + "\n"))
-		if fi.Mode().IsRegular() {
-			b, err := os.ReadFile(filepath.Join(dir, rel))
-			ts.Check(err)
-			h.Write(b)
-		}
-	}
-	return hex.EncodeToString(h.Sum(nil))
+	return s.Hash()
 }
 
 // runUsage is the script command usage: arpatch's run, as main calls it

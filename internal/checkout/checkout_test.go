@@ -5,10 +5,8 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
-	"io/fs"
 	"os"
 	"path/filepath"
-	"sort"
 	"strings"
 	"testing"
 
@@ -175,47 +173,15 @@ func (f *fixtureEnv) apply(t testing.TB) (*ApplyReport, error) {
 	return Apply(context.Background(), ApplyOptions{Recipe: f.recipe, Catalog: f.cat, Src: f.work, Repo: f.up, Version: "test"})
 }
 
-// snapshot maps every path under dir (not .git) to its mode and content.
-func snapshot(t testing.TB, dir string) map[string]string {
+// snapshot is dir's testrepo.Snapshot without .git: each path's type,
+// permission bits and content.
+func snapshot(t testing.TB, dir string) testrepo.Snapshot {
 	t.Helper()
-	m := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			t.Fatal(err)
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if d.IsDir() {
-			if rel == ".git" {
-				return fs.SkipDir
-			}
-			m[rel+"/"] = "dir"
-			return nil
-		}
-		fi, _ := d.Info()
-		b, _ := os.ReadFile(p)
-		m[rel] = fi.Mode().String() + " " + string(b)
-		return nil
-	})
+	s, err := testrepo.SnapshotTree(dir, testrepo.SnapshotOptions{})
 	if err != nil {
 		t.Fatal(err)
 	}
-	return m
-}
-
-func diffSnapshots(a, b map[string]string) []string {
-	var out []string
-	for k, v := range a {
-		if b[k] != v {
-			out = append(out, k)
-		}
-	}
-	for k := range b {
-		if _, ok := a[k]; !ok {
-			out = append(out, k)
-		}
-	}
-	sort.Strings(out)
-	return out
+	return s
 }
 
 func TestApplyEveryKindOfChangeAndRevert(t *testing.T) {
@@ -239,14 +205,15 @@ func TestApplyEveryKindOfChangeAndRevert(t *testing.T) {
 	}
 	got := snapshot(t, f.work)
 	want := map[string]string{
-		"tools/run.bat":       "-rw-r--r-- @echo off\r\nset A=8\r\nset B=2\r\n",
-		"tools/launch.sh":     "-rwxr-xr-x #!/bin/sh\nexport SGLANG_FORCE_CUSTOM_AR_PCIE=1\nexec python -m server \"$@\"\n",
-		"kernel/dispatch.cuh": "-rw-r--r-- if (ws == 2) {\n  one();\n} else {\n  pick();\n}\n",
-		"new/pcie/notes.sh":   "-rwxr-xr-x #!/bin/sh\necho pcie\n",
+		"tools/run.bat":       testrepo.SnapshotEntry(0o644, []byte("@echo off\r\nset A=8\r\nset B=2\r\n"), 0),
+		"tools/launch.sh":     testrepo.SnapshotEntry(0o755, []byte("#!/bin/sh\nexport SGLANG_FORCE_CUSTOM_AR_PCIE=1\nexec python -m server \"$@\"\n"), 0),
+		"kernel/dispatch.cuh": testrepo.SnapshotEntry(0o644, []byte("if (ws == 2) {\n  one();\n} else {\n  pick();\n}\n"), 0),
+		"new/pcie/notes.sh":   testrepo.SnapshotEntry(0o755, []byte("#!/bin/sh\necho pcie\n"), 0),
 	}
 	for p, w := range want {
 		if got[p] != w {
-			t.Errorf("%s = %q, want %q", p, got[p], w)
+			b, _ := os.ReadFile(filepath.Join(f.work, p))
+			t.Errorf("%s = %s %q, want %s", p, got[p], b, w)
 		}
 	}
 	if _, ok := got["docs/obsolete.md"]; ok {
@@ -264,7 +231,7 @@ func TestApplyEveryKindOfChangeAndRevert(t *testing.T) {
 	if len(rev.Restored) != 5 {
 		t.Errorf("restored %v", rev.Restored)
 	}
-	if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
+	if d := pristine.Diff(snapshot(t, f.work)); len(d) > 0 {
 		t.Errorf("after revert these differ from upstream: %v", d)
 	}
 	if st, _ := ReadState(filepath.Join(f.work, ".git")); st != nil {
@@ -292,7 +259,7 @@ func TestApplyRefusesSymlinkInPath(t *testing.T) {
 	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "goes through the symlink") {
 		t.Fatalf("err = %v, want a refused symlink path", err)
 	}
-	if d := diffSnapshots(before, snapshot(t, f.work)); len(d) > 0 {
+	if d := before.Diff(snapshot(t, f.work)); len(d) > 0 {
 		t.Errorf("refused apply changed %v", d)
 	}
 	if ents, _ := os.ReadDir(outside); len(ents) != 0 {

@@ -45,7 +45,7 @@ func TestAlreadyAppliedComparesPatchSets(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "another patch set applied") || !strings.Contains(err.Error(), "requested: 0001-all-kinds.patch@") || !strings.Contains(err.Error(), "0002-second.patch@") {
 		t.Fatalf("err = %v", err)
 	}
-	if d := diffSnapshots(before, snapshot(t, f.work)); len(d) > 0 {
+	if d := before.Diff(snapshot(t, f.work)); len(d) > 0 {
 		t.Errorf("refused apply changed %v", d)
 	}
 }
@@ -74,7 +74,7 @@ func TestRevertAndStatusAcceptUpstreamBytes(t *testing.T) {
 	if len(rep.AlreadyUpstream) != 1 || len(rep.Restored) != 4 || len(rep.Discarded) != 0 {
 		t.Errorf("report = %+v", rep)
 	}
-	if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
+	if d := pristine.Diff(snapshot(t, f.work)); len(d) > 0 {
 		t.Errorf("differs from upstream after revert: %v", d)
 	}
 }
@@ -111,7 +111,7 @@ func TestInterruptedApplyIsReportedAndReverted(t *testing.T) {
 	if _, err := Revert(RevertOptions{Src: f.work}); err != nil {
 		t.Fatal(err)
 	}
-	if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
+	if d := pristine.Diff(snapshot(t, f.work)); len(d) > 0 {
 		t.Errorf("differs from upstream after revert: %v", d)
 	}
 }
@@ -143,7 +143,7 @@ func TestSkipWorktreeEditIsRefused(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "differ from commit") || !strings.Contains(err.Error(), "kernel/dispatch.cuh") {
 		t.Fatalf("err = %v", err)
 	}
-	if d := diffSnapshots(before, snapshot(t, f.work)); len(d) > 0 {
+	if d := before.Diff(snapshot(t, f.work)); len(d) > 0 {
 		t.Errorf("refused apply changed %v", d)
 	}
 	// The remedy's command, run as printed, lets git status see the edit.
@@ -297,7 +297,7 @@ func TestInterruptedRevertIsReportedAndFinished(t *testing.T) {
 	if _, err := Revert(RevertOptions{Src: f.work}); err != nil {
 		t.Fatal(err)
 	}
-	if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
+	if d := pristine.Diff(snapshot(t, f.work)); len(d) > 0 {
 		t.Errorf("differs from upstream after the second revert: %v", d)
 	}
 	if st, _ := ReadState(gitDir); st != nil {
@@ -322,7 +322,7 @@ func TestUntrackedFileWhereSeriesCreates(t *testing.T) {
 	if err == nil || !strings.Contains(err.Error(), "the series creates new/pcie/notes.sh, but the tree already has a file there") || !strings.Contains(err.Error(), "mv "+mine+" "+mine+".mine") {
 		t.Errorf("err = %v", err)
 	}
-	if d := diffSnapshots(before, snapshot(t, f.work)); len(d) > 0 {
+	if d := before.Diff(snapshot(t, f.work)); len(d) > 0 {
 		t.Errorf("refused apply changed %v", d)
 	}
 }
@@ -345,7 +345,7 @@ func TestRevertRestoresDeletedPatchedFile(t *testing.T) {
 	if len(rep.Discarded) != 0 {
 		t.Errorf("discarded %v", rep.Discarded)
 	}
-	if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
+	if d := pristine.Diff(snapshot(t, f.work)); len(d) > 0 {
 		t.Errorf("differs from upstream after revert: %v", d)
 	}
 }

@@ -85,7 +85,7 @@ func TestEditedStateIsOneJudgement(t *testing.T) {
 					t.Errorf("%s: err = %v, want a damaged state with %q", name, err, tc.want)
 				}
 			}
-			if d := diffSnapshots(before, snapshot(t, f.work)); len(d) > 0 {
+			if d := before.Diff(snapshot(t, f.work)); len(d) > 0 {
 				t.Errorf("the tree changed: %v", d)
 			}
 			if b, _ := os.ReadFile(StatePath(gitDir)); string(b) != string(stateBytes) {
@@ -226,7 +226,7 @@ func TestDoubleFaultKeepsTheState(t *testing.T) {
 	if err != nil || len(rep.Restored) == 0 {
 		t.Fatalf("revert: %+v %v", rep, err)
 	}
-	if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
+	if d := pristine.Diff(snapshot(t, f.work)); len(d) > 0 {
 		t.Errorf("differs from upstream after revert: %v", d)
 	}
 	// A single fault (the rollback works) leaves no state.
@@ -323,7 +323,7 @@ func TestModeChangeIsRecordedAndReverted(t *testing.T) {
 	if _, err := Revert(RevertOptions{Src: f.work, Catalog: f.cat, Force: true}); err != nil {
 		t.Fatal(err)
 	}
-	if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
+	if d := pristine.Diff(snapshot(t, f.work)); len(d) > 0 {
 		t.Errorf("differs from upstream after revert: %v", d)
 	}
 	// The old mode must be the commit's.
@@ -339,7 +339,7 @@ func TestModeChangeIsRecordedAndReverted(t *testing.T) {
 	if _, err := f.apply(t); err == nil || !strings.Contains(err.Error(), "changes the mode of tools/launch.sh from 100644, but commit") {
 		t.Errorf("wrong old mode: %v", err)
 	}
-	if d := diffSnapshots(before, snapshot(t, f.work)); len(d) > 0 {
+	if d := before.Diff(snapshot(t, f.work)); len(d) > 0 {
 		t.Errorf("a refused apply changed: %v", d)
 	}
 }
@@ -438,7 +438,7 @@ func TestModeClaimsAreOneRule(t *testing.T) {
 				if _, err := Revert(RevertOptions{Src: f.work, Catalog: cat}); err != nil {
 					t.Fatal(err) // the next case needs the clean checkout
 				}
-				if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
+				if d := pristine.Diff(snapshot(t, f.work)); len(d) > 0 {
 					t.Fatalf("applied and reverted, the tree differs from the pristine checkout in %v", d)
 				}
 				return
@@ -446,7 +446,7 @@ func TestModeClaimsAreOneRule(t *testing.T) {
 			if err == nil || !strings.Contains(err.Error(), tc.want) || !strings.Contains(err.Error(), "nothing was changed") {
 				t.Errorf("err = %v, want a refusal with %q", err, tc.want)
 			}
-			if d := diffSnapshots(pristine, snapshot(t, f.work)); len(d) > 0 {
+			if d := pristine.Diff(snapshot(t, f.work)); len(d) > 0 {
 				t.Errorf("a refused apply changed: %v", d)
 			}
 		})

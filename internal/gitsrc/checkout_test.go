@@ -3,7 +3,6 @@ package gitsrc
 import (
 	"context"
 	"fmt"
-	"io/fs"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -150,47 +149,6 @@ func gitOutEnv(t *testing.T, dir string, env []string, args ...string) string {
 	return string(out)
 }
 
-// snapshotTree lists every path under dir but .git with its type,
-// permission bits and content (a symlink's target).
-func snapshotTree(t *testing.T, dir string) map[string]string {
-	t.Helper()
-	out := map[string]string{}
-	err := filepath.WalkDir(dir, func(p string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		rel, _ := filepath.Rel(dir, p)
-		if rel == ".git" {
-			return filepath.SkipDir
-		}
-		fi, err := os.Lstat(p)
-		if err != nil {
-			return err
-		}
-		switch {
-		case fi.Mode()&fs.ModeSymlink != 0:
-			target, err := os.Readlink(p)
-			if err != nil {
-				return err
-			}
-			out[rel] = "symlink -> " + target
-		case fi.IsDir():
-			out[rel] = "dir"
-		default:
-			b, err := os.ReadFile(p)
-			if err != nil {
-				return err
-			}
-			out[rel] = fmt.Sprintf("%v %q", fi.Mode().Perm(), b)
-		}
-		return nil
-	})
-	if err != nil {
-		t.Fatal(err)
-	}
-	return out
-}
-
 // Checkout writes what git's own checkout code writes (git read-tree -u
 // into an empty directory with a separate index: the unpack_trees and
 // checkout_entry that git checkout runs, without a clone's scaffolding and
@@ -210,7 +168,14 @@ func TestCheckoutMatchesGit(t *testing.T) {
 			upGit := "--git-dir=" + filepath.Join(up, ".git")
 			gitOutEnv(t, tmp, []string{theirIndex}, upGit, "--work-tree="+theirs, "read-tree", "-u", "--reset", commit)
 
-			got, want := snapshotTree(t, ours.Dir), snapshotTree(t, theirs)
+			got, err := testrepo.SnapshotTree(ours.Dir, testrepo.SnapshotOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			want, err := testrepo.SnapshotTree(theirs, testrepo.SnapshotOptions{})
+			if err != nil {
+				t.Fatal(err)
+			}
 			if len(got) != len(want) {
 				t.Errorf("%d paths checked out, git has %d", len(got), len(want))
 			}

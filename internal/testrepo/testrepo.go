@@ -1,7 +1,9 @@
 // Package testrepo makes small fixture git repositories for arpatch's
 // tests, with go-git and fixed author and time, so the same files always
 // give the same commit hash. Fixtures are trees the tests write, shaped
-// like upstream SGLang; they never hold upstream code.
+// like upstream SGLang; they never hold upstream code. A Snapshot
+// (SnapshotTree) fingerprints a tree, for a test to prove a command left
+// it byte-identical or made it as git makes it.
 package testrepo
 
 import (
