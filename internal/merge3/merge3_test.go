@@ -10,7 +10,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/arpatch/arpatch/internal/testrepo"
+	"github.com/arpatch/arpatch/internal/merge3/merge3test"
 	"github.com/arpatch/arpatch/patches"
 )
 
@@ -98,8 +98,8 @@ func TestMergeAgainstGitMergeFile(t *testing.T) {
 		for j := rng.Intn(12); j > 0; j-- {
 			base = append(base, fmt.Sprintf("base %d\n", j))
 		}
-		ours := testrepo.RandomEdit(rng, base, "ours")
-		theirs := testrepo.RandomEdit(rng, base, "theirs")
+		ours := merge3test.RandomEdit(rng, base, "ours")
+		theirs := merge3test.RandomEdit(rng, base, "theirs")
 		if rng.Intn(8) == 0 {
 			theirs = slices.Clone(ours) // the same change on both sides
 		}

@@ -13,6 +13,7 @@ import (
 	"testing"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/merge3/merge3test"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/patches"
 )
@@ -415,7 +416,7 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 		for j := 0; j < 12+rng.Intn(20); j++ {
 			base = append(base, fmt.Sprintf("line %d of the fixture\n", j))
 		}
-		ours, theirs := testrepo.RandomEdit(rng, base, "ours"), testrepo.RandomEdit(rng, base, "theirs")
+		ours, theirs := merge3test.RandomEdit(rng, base, "ours"), merge3test.RandomEdit(rng, base, "theirs")
 		if slices.Equal(ours, base) || slices.Equal(ours, theirs) {
 			continue // no patch, or upstream already holds it
 		}
