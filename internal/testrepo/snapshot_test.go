@@ -79,7 +79,9 @@ func TestSnapshotTree(t *testing.T) {
 		"a/x.txt": func() error { return os.WriteFile(filepath.Join(dir, "a/x.txt"), []byte("y\n"), 0o644) },
 		"run.sh":  func() error { return os.Chmod(filepath.Join(dir, "run.sh"), 0o644) },
 		"link": func() error {
-			os.Remove(filepath.Join(dir, "link"))
+			if err := os.Remove(filepath.Join(dir, "link")); err != nil {
+				return err
+			}
 			return os.Symlink("run.sh", filepath.Join(dir, "link"))
 		},
 		"a/new":                   func() error { return os.WriteFile(filepath.Join(dir, "a/new"), nil, 0o644) },
