@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/arpatch/arpatch/harness/doctor"
+	"github.com/arpatch/arpatch/harness/nvsmi"
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/kernels"
 )
@@ -57,13 +58,13 @@ func Discover(ctx context.Context, python string, toolchain bool) Environment {
 	var e Environment
 	e.Host, _ = os.Hostname()
 	run := doctor.ExecRunner(os.Environ())
-	if out, err := run(ctx, "nvidia-smi", "--query-gpu="+doctor.QueryGPUFields, "--format=csv"); err == nil {
-		if gpus, err := doctor.ParseQueryGPU(out); err == nil && len(gpus) > 0 {
+	if out, err := run(ctx, "nvidia-smi", "--query-gpu="+nvsmi.QueryGPUFields, "--format=csv"); err == nil {
+		if gpus, err := nvsmi.ParseQueryGPU(out); err == nil && len(gpus) > 0 {
 			e.GPUModel, e.GPUCount, e.Driver = gpus[0].Name, len(gpus), gpus[0].Driver
 		}
 	}
 	if out, err := run(ctx, "nvidia-smi", "topo", "-m"); err == nil {
-		if t, err := doctor.ParseTopoMatrix(out); err == nil {
+		if t, err := nvsmi.ParseTopoMatrix(out); err == nil {
 			e.Topology = t.Summary()
 		}
 	}

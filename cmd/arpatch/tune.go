@@ -11,6 +11,7 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/arpatch/arpatch/harness/nvsmi"
 	"github.com/arpatch/arpatch/internal/shellq"
 
 	"github.com/urfave/cli/v2"
@@ -220,8 +221,8 @@ func tuneAllreduceRun(ctx context.Context, to tuneAllreduceOptions, s streams) (
 func discoverHost(ctx context.Context) tune.Host {
 	var h tune.Host
 	h.Name, _ = os.Hostname()
-	if out, err := doctor.ExecRunner(os.Environ())(ctx, "nvidia-smi", "--query-gpu="+doctor.QueryGPUFields, "--format=csv"); err == nil {
-		if gpus, err := doctor.ParseQueryGPU(out); err == nil && len(gpus) > 0 {
+	if out, err := doctor.ExecRunner(os.Environ())(ctx, "nvidia-smi", "--query-gpu="+nvsmi.QueryGPUFields, "--format=csv"); err == nil {
+		if gpus, err := nvsmi.ParseQueryGPU(out); err == nil && len(gpus) > 0 {
 			h.GPUModel, h.GPUCount, h.Driver = gpus[0].Name, len(gpus), gpus[0].Driver
 		}
 	}

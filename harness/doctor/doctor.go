@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arpatch/arpatch/harness/nvsmi"
 	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/internal/pyenv"
@@ -42,10 +43,10 @@ type Finding struct {
 
 // Host is what doctor read.
 type Host struct {
-	GPUs        []GPU               `json:"gpus,omitempty"`
-	Topology    *Topology           `json:"topology,omitempty"`
-	P2PRead     *P2PMatrix          `json:"p2p_read,omitempty"`
-	P2PWrite    *P2PMatrix          `json:"p2p_write,omitempty"`
+	GPUs        []nvsmi.GPU         `json:"gpus,omitempty"`
+	Topology    *nvsmi.Topology     `json:"topology,omitempty"`
+	P2PRead     *nvsmi.P2PMatrix    `json:"p2p_read,omitempty"`
+	P2PWrite    *nvsmi.P2PMatrix    `json:"p2p_write,omitempty"`
 	IOMMUGroups int                 `json:"iommu_groups"`
 	Cmdline     string              `json:"kernel_cmdline,omitempty"`
 	Toolchain   *kernels.Toolchain  `json:"toolchain,omitempty"`
@@ -191,25 +192,25 @@ func Inspect(ctx context.Context, o Options) *Report {
 		}
 		return out, true
 	}
-	if out, ok := smi("--query-gpu="+QueryGPUFields, "--format=csv"); ok {
+	if out, ok := smi("--query-gpu="+nvsmi.QueryGPUFields, "--format=csv"); ok {
 		var err error
-		if h.GPUs, err = ParseQueryGPU(out); err != nil {
+		if h.GPUs, err = nvsmi.ParseQueryGPU(out); err != nil {
 			h.Errors = append(h.Errors, err.Error())
 		}
 	}
 	if out, ok := smi("topo", "-m"); ok {
 		var err error
-		if h.Topology, err = ParseTopoMatrix(out); err != nil {
+		if h.Topology, err = nvsmi.ParseTopoMatrix(out); err != nil {
 			h.Errors = append(h.Errors, err.Error())
 		}
 	}
 	for _, m := range []struct {
 		flag string
-		dst  **P2PMatrix
+		dst  **nvsmi.P2PMatrix
 	}{{"r", &h.P2PRead}, {"w", &h.P2PWrite}} {
 		if out, ok := smi("topo", "-p2p", m.flag); ok {
 			var err error
-			if *m.dst, err = ParseP2P(out); err != nil {
+			if *m.dst, err = nvsmi.ParseP2P(out); err != nil {
 				h.Errors = append(h.Errors, err.Error())
 			}
 		}
@@ -317,7 +318,7 @@ func visibleFindings(h *Host, j *Judged) []Finding {
 	return nil
 }
 
-func indexRange(gpus []GPU) string {
+func indexRange(gpus []nvsmi.GPU) string {
 	idx := make([]int, len(gpus))
 	for i, g := range gpus {
 		idx[i] = g.Index
@@ -416,7 +417,7 @@ func restrict(h *Host, group []int, j *Judged) *Host {
 	}
 	for _, m := range []struct {
 		name     string
-		src, dst **P2PMatrix
+		src, dst **nvsmi.P2PMatrix
 	}{{"read", &h.P2PRead, &out.P2PRead}, {"write", &h.P2PWrite, &out.P2PWrite}} {
 		if *m.src != nil {
 			*m.dst = (*m.src).Sub(names)
@@ -633,7 +634,7 @@ func (h *Host) blockedP2P() []blockedP2P {
 	var out []blockedP2P
 	for _, m := range []struct {
 		name string
-		p    *P2PMatrix
+		p    *nvsmi.P2PMatrix
 	}{{"read", h.P2PRead}, {"write", h.P2PWrite}} {
 		if m.p == nil {
 			continue

@@ -13,6 +13,7 @@ import (
 	"testing/fstest"
 	"time"
 
+	"github.com/arpatch/arpatch/harness/nvsmi"
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/kernels"
 )
@@ -265,7 +266,7 @@ func TestKernelArchRemedy(t *testing.T) {
 		"8.0":  "arpatch build --arch 80 and install that wheel",
 		"6.1":  "arpatch builds for no arch of compute capability 6.1 (it knows 75, 80,",
 	} {
-		h := &Host{GPUs: []GPU{{ComputeCap: cc}}, SGLKernel: "/site/sgl_kernel", KernelArchs: map[string][]string{"common_ops.abi3.so": {"90a"}}}
+		h := &Host{GPUs: []nvsmi.GPU{{ComputeCap: cc}}, SGLKernel: "/site/sgl_kernel", KernelArchs: map[string][]string{"common_ops.abi3.so": {"90a"}}}
 		var got *Finding
 		for _, f := range findings(h, &Judged{}, nil) {
 			if f.ID == "sgl-kernel.arch" {
@@ -294,9 +295,9 @@ func TestNVCCFinding(t *testing.T) {
 		{"12.4.131", "9.0", Info, "nvcc 12.4.131 supports sm_90a"},
 		{"12.4.131", "6.1", Info, "nvcc 12.4.131 cannot compile sm_120a (needs 12.8)"},
 	} {
-		var gpus []GPU
+		var gpus []nvsmi.GPU
 		if c.cc != "" {
-			gpus = []GPU{{ComputeCap: c.cc}, {ComputeCap: c.cc}}
+			gpus = []nvsmi.GPU{{ComputeCap: c.cc}, {ComputeCap: c.cc}}
 		}
 		id, sev, title, detail, remedy := nvccFinding(c.version, "/cuda/bin/nvcc", gpuArchs(gpus))
 		if id != "toolchain.nvcc" || sev != c.sev || title != c.title || detail != "/cuda/bin/nvcc" || !strings.Contains(remedy, "needs CUDA") {

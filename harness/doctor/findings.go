@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/arpatch/arpatch/harness/nvsmi"
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/textfmt"
 	"github.com/arpatch/arpatch/kernels"
@@ -281,7 +282,7 @@ func archList(m map[string][]string) string {
 // gpuArchs returns the archs arpatch builds for the GPUs' compute
 // capabilities (cudaarch.ForComputeCap), unique and sorted; GPUs whose
 // capability is unreadable or has no arch in the table give none.
-func gpuArchs(gpus []GPU) []cudaarch.Arch {
+func gpuArchs(gpus []nvsmi.GPU) []cudaarch.Arch {
 	var out []cudaarch.Arch
 	for _, g := range gpus {
 		if a, ok := cudaarch.ForComputeCap(g.ComputeCap); ok && !slices.Contains(out, a) {

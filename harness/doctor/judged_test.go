@@ -8,16 +8,17 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/arpatch/arpatch/harness/nvsmi"
 	"github.com/arpatch/arpatch/internal/gitsrc"
 )
 
-func nvpairs8(t *testing.T) []GPU {
+func nvpairs8(t *testing.T) []nvsmi.GPU {
 	t.Helper()
 	b, err := os.ReadFile("testdata/nvpairs8/query-gpu.csv")
 	if err != nil {
 		t.Fatal(err)
 	}
-	gpus, err := ParseQueryGPU(string(b))
+	gpus, err := nvsmi.ParseQueryGPU(string(b))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -61,7 +62,7 @@ func TestResolveVisible(t *testing.T) {
 	if v := ResolveVisible("MIG-GPU-e8d79f49-af6d-114c-4a6f-188a424e617b/1/0", true, gpus); v.Indexes != nil || !strings.Contains(v.Unknown, "MIG") {
 		t.Errorf("MIG: %+v", v)
 	}
-	noUUID := []GPU{{Index: 0}, {Index: 1}}
+	noUUID := []nvsmi.GPU{{Index: 0}, {Index: 1}}
 	if v := ResolveVisible("GPU-a415", true, noUUID); v.Indexes != nil || !strings.Contains(v.Unknown, "printed none") {
 		t.Errorf("UUIDs without nvidia-smi's uuid column: %+v", v)
 	}
@@ -536,8 +537,8 @@ func TestCustomAllreduceCannotStart(t *testing.T) {
 		t.Errorf("pcie8 with P2P: verdict %q expect %q", rep.Verdict, rep.Expect)
 	}
 	// One pair without P2P, in words.
-	one := &P2PMatrix{GPUs: []string{"GPU0", "GPU1"}, Status: map[string][]string{"GPU0": {"X", "CNS"}, "GPU1": {"X", "X"}}}
-	if got := customAROff(&Host{GPUs: []GPU{{Index: 0}, {Index: 1}}, P2PRead: one}); !strings.HasPrefix(got, "P2P read is not supported between 1 GPU pair (GPU0->GPU1: CNS)") {
+	one := &nvsmi.P2PMatrix{GPUs: []string{"GPU0", "GPU1"}, Status: map[string][]string{"GPU0": {"X", "CNS"}, "GPU1": {"X", "X"}}}
+	if got := customAROff(&Host{GPUs: []nvsmi.GPU{{Index: 0}, {Index: 1}}, P2PRead: one}); !strings.HasPrefix(got, "P2P read is not supported between 1 GPU pair (GPU0->GPU1: CNS)") {
 		t.Errorf("one pair: %q", got)
 	}
 }

@@ -12,21 +12,6 @@ import (
 // account: 4 tokens x hidden 5120 x bf16 = 40 KiB.
 const VerifyBytes = 4 * 5120 * 2
 
-// TrafficTopology builds harness/traffic's view of the host from `nvidia-smi
-// topo -m` and each GPU's current PCIe generation and width. It returns
-// traffic.New's error for a matrix it cannot read.
-func TrafficTopology(t *Topology, gpus []GPU, p traffic.Params) (*traffic.Topology, error) {
-	links := make([][]string, len(t.GPUs))
-	gens, widths := make([]int, len(t.GPUs)), make([]int, len(t.GPUs))
-	for i, g := range t.GPUs {
-		links[i] = t.Links[g]
-		if i < len(gpus) {
-			gens[i], widths[i] = gpus[i].PCIeGen, gpus[i].PCIeWidth
-		}
-	}
-	return traffic.New(links, gens, widths, p)
-}
-
 // expectation says which allreduce the traffic model expects to win at the
 // verify shape at world size = the GPU count, and the PCIe dispatch's
 // thresholds it suggests; "" without a topology.
@@ -35,7 +20,7 @@ func expectation(h *Host) string {
 		return ""
 	}
 	p := traffic.Default()
-	m, err := TrafficTopology(h.Topology, h.GPUs, p)
+	m, err := traffic.FromNVSMI(h.Topology, h.GPUs, p)
 	if err != nil {
 		return "traffic model: " + err.Error()
 	}
@@ -64,7 +49,7 @@ func expectation(h *Host) string {
 // to contention, and to what.
 func modelVerdict(h *Host) string {
 	p := traffic.Default()
-	m, err := TrafficTopology(h.Topology, h.GPUs, p)
+	m, err := traffic.FromNVSMI(h.Topology, h.GPUs, p)
 	if err != nil {
 		return "the traffic model cannot read this topology (" + err.Error() + ")"
 	}

@@ -7,6 +7,8 @@ import (
 	"strings"
 
 	"mvdan.cc/sh/v3/shell"
+
+	"github.com/arpatch/arpatch/harness/nvsmi"
 )
 
 // Visibility is which of the GPUs nvidia-smi lists a CUDA process sees.
@@ -38,7 +40,7 @@ type Visibility struct {
 // leave the set Unknown.
 //
 // Upstream: pytorch torch/cuda/__init__.py (_parse_visible_devices, _transform_uuid_to_ordinals, _device_count_nvml).
-func ResolveVisible(spec string, set bool, gpus []GPU) Visibility {
+func ResolveVisible(spec string, set bool, gpus []nvsmi.GPU) Visibility {
 	v := Visibility{Spec: spec, Set: set}
 	if !set {
 		for _, g := range gpus {
@@ -96,7 +98,7 @@ func ResolveVisible(spec string, set bool, gpus []GPU) Visibility {
 			v.Indexes, v.Note = []int{}, fmt.Sprintf("entry %q repeats a GPU: CUDA then sees no GPU", e)
 			return v
 		}
-		if !slices.ContainsFunc(gpus, func(g GPU) bool { return g.Index == n }) {
+		if !slices.ContainsFunc(gpus, func(g nvsmi.GPU) bool { return g.Index == n }) {
 			stop(e, fmt.Sprintf("is not one of the %d GPUs", len(gpus)))
 			break
 		}

@@ -41,6 +41,8 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+
+	"github.com/arpatch/arpatch/harness/nvsmi"
 )
 
 // Class is the path between two GPUs, from nearest to farthest.
@@ -89,12 +91,28 @@ type Topology struct {
 	LinkGBps []float64 // per GPU, GB/s per direction, effective (see Params.PCIeEfficiency)
 }
 
+// FromNVSMI builds the topology of a host from its `nvidia-smi topo -m`
+// (t) and its GPUs' current PCIe generation and width (gpus, in index
+// order; one missing is gen 5 x16, as in New), as harness/nvsmi parses
+// them. It returns New's error for a matrix it cannot read.
+func FromNVSMI(t *nvsmi.Topology, gpus []nvsmi.GPU, p Params) (*Topology, error) {
+	links := make([][]string, len(t.GPUs))
+	gens, widths := make([]int, len(t.GPUs)), make([]int, len(t.GPUs))
+	for i, g := range t.GPUs {
+		links[i] = t.Links[g]
+		if i < len(gpus) {
+			gens[i], widths[i] = gpus[i].PCIeGen, gpus[i].PCIeWidth
+		}
+	}
+	return New(links, gens, widths, p)
+}
+
 // PCIeGBps is the nominal bandwidth of one PCIe lane per direction in
 // GB/s, by generation (after 8b/10b or 128b/130b encoding).
 var PCIeGBps = map[int]float64{1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
 
 // New builds a topology from the `nvidia-smi topo -m` matrix (links[i][j],
-// as doctor.Topology holds it) and each GPU's current PCIe generation and
+// as nvsmi.Topology holds it) and each GPU's current PCIe generation and
 // width (0 when unknown: gen 5 x16 is assumed). It returns an error for a
 // matrix that is not square or holds an unknown cell.
 func New(links [][]string, gens, widths []int, p Params) (*Topology, error) {

@@ -11,7 +11,7 @@ import (
 	"testing"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
-	"github.com/arpatch/arpatch/harness/doctor"
+	"github.com/arpatch/arpatch/harness/nvsmi"
 	"github.com/arpatch/arpatch/harness/traffic"
 )
 
@@ -27,15 +27,15 @@ func load(t *testing.T, dir string) *traffic.Topology {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tm, err := doctor.ParseTopoMatrix(string(topo))
+	tm, err := nvsmi.ParseTopoMatrix(string(topo))
 	if err != nil {
 		t.Fatal(err)
 	}
-	gpus, err := doctor.ParseQueryGPU(string(q))
+	gpus, err := nvsmi.ParseQueryGPU(string(q))
 	if err != nil {
 		t.Fatal(err)
 	}
-	m, err := doctor.TrafficTopology(tm, gpus, traffic.Default())
+	m, err := traffic.FromNVSMI(tm, gpus, traffic.Default())
 	if err != nil {
 		t.Fatal(err)
 	}

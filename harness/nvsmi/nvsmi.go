@@ -1,20 +1,13 @@
-// Package doctor inspects a GPU host before a long tuning run: GPUs and
-// their PCIe links, the NVLink/PCIe topology and NUMA split, P2P support,
-// IOMMU hints, the CUDA toolchain and torch, the archs compiled into the
-// installed sgl-kernel, and environment settings known to hurt custom
-// allreduce or EAGLE-3. Each finding has a severity and a remedy.
-//
-// It judges what the job uses, not the whole host: the GPUs
-// CUDA_VISIBLE_DEVICES leaves visible (torch's rules) and the TP group on
-// them, the server's flags as SGLang's argparse reads them (ServerOptions,
-// from a tree's server_args.py or a built-in table), and the server's
-// environment. A value nvidia-smi cannot read is unknown: it is reported
-// (Judged.Unreadable) and draws no finding.
-//
-// Its parsers read nvidia-smi's documented text formats
-// (`--query-gpu ... --format=csv`, `topo -m`, `topo -p2p r|w`) and
-// `cuobjdump --list-elf`; they are tested on recorded outputs.
-package doctor
+// Package nvsmi reads nvidia-smi's documented text formats: the GPU rows
+// of `nvidia-smi --query-gpu=... --format=csv` (ParseQueryGPU), the link
+// matrix of `nvidia-smi topo -m` (ParseTopoMatrix) and the P2P status
+// matrices of `nvidia-smi topo -p2p r|w` (ParseP2P). A value nvidia-smi
+// cannot read is left unknown and named, never guessed. It runs nothing
+// and judges nothing: harness/doctor runs nvidia-smi and draws findings,
+// harness/traffic models a topology; nightly and tune record the GPUs.
+// The parsers are tested on recorded outputs (harness/doctor/testdata)
+// by harness/doctor's and harness/traffic's tests.
+package nvsmi
 
 import (
 	"encoding/csv"
@@ -24,7 +17,6 @@ import (
 	"strconv"
 	"strings"
 
-	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/lazyre"
 )
 
@@ -50,9 +42,9 @@ type GPU struct {
 	Unreadable []string `json:"unreadable,omitempty"`
 }
 
-// QueryGPUFields is the --query-gpu list doctor asks for. ParseQueryGPU
-// maps columns by the CSV header, so recordings made with an older, shorter
-// list (no uuid) still parse.
+// QueryGPUFields is the --query-gpu list doctor, nightly and tune ask
+// for. ParseQueryGPU maps columns by the CSV header, so recordings made
+// with an older, shorter list (no uuid) still parse.
 const QueryGPUFields = "index,name,pci.bus_id,compute_cap,driver_version,pcie.link.gen.current,pcie.link.gen.max,pcie.link.width.current,pcie.link.width.max,memory.total,uuid"
 
 // unreadableRe matches what nvidia-smi prints for a value it cannot read:
@@ -388,20 +380,4 @@ func (t *Topology) Sub(names []string) *Topology {
 		out.CPU[a], out.NUMA[a] = t.CPU[a], t.NUMA[a]
 	}
 	return out
-}
-
-var elfRe = lazyre.New(`sm_(` + cudaarch.Pattern + `)\.cubin`)
-
-// ParseListELF reads `cuobjdump --list-elf FILE` ("ELF file 1:
-// common_ops.1.sm_90a.cubin") and returns the archs, unique, in order.
-func ParseListELF(out string) []string {
-	seen := map[string]bool{}
-	var archs []string
-	for _, m := range elfRe().FindAllStringSubmatch(out, -1) {
-		if !seen[m[1]] {
-			seen[m[1]] = true
-			archs = append(archs, m[1])
-		}
-	}
-	return archs
 }
