@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -222,19 +223,16 @@ const ExitInterrupted = "interrupted"
 // dies leaves Exit with its error. It returns an error only when nothing could be started.
 func Execute(ctx context.Context, opts Options) (*Run, error) {
 	opts = opts.resolved()
-	// The script and the file rank 0 appends its results to are two
-	// files in the system temp dir, not a directory holding them: one
-	// file creation fewer per run (a tune runs five).
-	script, err := tempFile("arpatch-allreduce-*.py", benchScript)
+	tmp, err := os.MkdirTemp("", "arpatch-allreduce-")
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = os.Remove(script) }() // scratch in the system temp dir: costs disk only
-	out, err := tempFile("arpatch-allreduce-*.jsonl", nil)
-	if err != nil {
+	defer func() { _ = os.RemoveAll(tmp) }() // scratch in the system temp dir: costs disk only
+	script := filepath.Join(tmp, "bench.py")
+	if err := os.WriteFile(script, benchScript, 0o644); err != nil {
 		return nil, err
 	}
-	defer func() { _ = os.Remove(out) }() // the same
+	out := filepath.Join(tmp, "results.jsonl")
 	argv := torchrunArgs(opts, script, out)
 	run := &Run{Command: argv}
 	env := opts.Env
@@ -281,26 +279,6 @@ func Execute(ctx context.Context, opts Options) (*Run, error) {
 		return run, err
 	}
 	return run, nil
-}
-
-// tempFile writes b to a new file in the system temp dir, named by pattern
-// as os.CreateTemp names it, and returns its path. Its errors are
-// os.CreateTemp's, the write's and the close's; on an error no file is
-// left.
-func tempFile(pattern string, b []byte) (string, error) {
-	f, err := os.CreateTemp("", pattern)
-	if err != nil {
-		return "", err
-	}
-	_, err = f.Write(b)
-	if cerr := f.Close(); err == nil {
-		err = cerr
-	}
-	if err != nil {
-		_ = os.Remove(f.Name()) // the write's error is the one to report
-		return "", err
-	}
-	return f.Name(), nil
 }
 
 // readResults reads bench.py's JSON lines. A "start" without its "result"
