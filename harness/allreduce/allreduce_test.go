@@ -11,6 +11,7 @@ import (
 	"reflect"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 	"time"
@@ -439,5 +440,40 @@ func TestModesError(t *testing.T) {
 		if got := fmt.Sprint(err); (c.want == "" && err != nil) || (c.want != "" && got != c.want) {
 			t.Errorf("ModesError(%q) = %v, want %q", c.modes, err, c.want)
 		}
+	}
+}
+
+// Python puts a script's directory first on sys.path, so every rank
+// imports whatever torch.py lies beside bench.py. The script Execute runs
+// must sit in a directory of its own that only this user can write, not
+// in the shared temp dir (where any local user can plant a torch.py).
+func TestExecuteScriptDirIsPrivate(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "python3")
+	// The fake ranks print the directory holding the .py argument and its
+	// mode while the run is in progress (Execute removes it after).
+	script := "#!/bin/sh\nfor a in \"$@\"; do case $a in *.py) d=$(dirname \"$a\");; esac; done\n" +
+		"echo \"dir $d\"; stat -c 'mode %a' \"$d\"\n"
+	if err := testbin.Write(p, []byte(script)); err != nil {
+		t.Fatal(err)
+	}
+	run, err := Execute(context.Background(), Options{Python: p, WorldSize: 2, Sizes: []int{4096}, Impls: []string{NCCL}, Timeout: time.Minute})
+	if err != nil {
+		t.Fatal(err)
+	}
+	var dir, mode string
+	for _, l := range run.Output {
+		if d, ok := strings.CutPrefix(l, "dir "); ok {
+			dir = d
+		}
+		if m, ok := strings.CutPrefix(l, "mode "); ok {
+			mode = m
+		}
+	}
+	perm, err := strconv.ParseUint(mode, 8, 32)
+	if dir == "" || err != nil {
+		t.Fatalf("the fake ranks did not report the script's directory: %q", run.Output)
+	}
+	if filepath.Clean(dir) == filepath.Clean(os.TempDir()) || perm&0o022 != 0 {
+		t.Errorf("the script ran from %s (mode %s): a directory others can write, where a planted torch.py would be imported by every rank", dir, mode)
 	}
 }

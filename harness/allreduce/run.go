@@ -223,6 +223,9 @@ const ExitInterrupted = "interrupted"
 // dies leaves Exit with its error. It returns an error only when nothing could be started.
 func Execute(ctx context.Context, opts Options) (*Run, error) {
 	opts = opts.resolved()
+	// bench.py sits in a directory of its own (0700, os.MkdirTemp), not
+	// in the shared temp dir: Python puts the script's directory first on
+	// sys.path, so a torch.py beside it would run in every rank.
 	tmp, err := os.MkdirTemp("", "arpatch-allreduce-")
 	if err != nil {
 		return nil, err
