@@ -311,11 +311,10 @@ func (s *Store) wrap(what string, err error) error {
 func (s *Store) Close() error { return s.db.Close() }
 
 // Lock takes the lock that keeps two nightlies off one history (and so
-// one host): dbPath.lock, next to the database, which stays there empty
-// once released (lockfile.AcquireKept). It returns a *lockfile.HeldError
+// one host): a file next to the database. It returns a *lockfile.HeldError
 // when another live process holds it.
 func Lock(dbPath string) (func(), error) {
-	return lockfile.AcquireKept(dbPath + ".lock")
+	return lockfile.Acquire(dbPath + ".lock")
 }
 
 // uriPath escapes the characters a SQLite file: URI gives meaning to.

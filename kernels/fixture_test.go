@@ -313,17 +313,12 @@ var checkoutPrints = struct {
 	m map[string]testrepo.Snapshot
 }{m: map[string]testrepo.Snapshot{}}
 
-// checkoutLock is the checkout's lock (checkout.Lock), relative to the
-// checkout: a build takes it and releases it, which leaves it in place,
-// empty (lockfile.AcquireKept), with a new modification time.
-const checkoutLock = ".git/arpatch/lock"
-
 // checkoutPrint says what a shared checkout's testrepo.Snapshot records:
 // every path under it, .git included, with its type and mode, and for a
 // file its size, modification time and sha256, for a symlink its target.
-// Directories' times are left out (a build's lock files change their
-// directories'), and so is checkoutLock's.
-var checkoutPrint = testrepo.SnapshotOptions{WithGit: true, ModTime: true, ModTimeExcept: []string{checkoutLock}}
+// Directories' times are left out: a build's lock file, made and removed
+// under .git, changes its directory's.
+var checkoutPrint = testrepo.SnapshotOptions{WithGit: true, ModTime: true}
 
 // binScratchDir is a directory of the test binary's own, made on first
 // use and removed by TestMain (upstreams.Dir): the fixtures' build root

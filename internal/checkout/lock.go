@@ -10,10 +10,9 @@ import (
 )
 
 // lock takes .git/arpatch/lock so two arpatch runs never change one
-// checkout at once. It returns the unlock function, which empties the
-// lock and leaves it for the next run (lockfile.AcquireKept).
+// checkout at once. It returns the unlock function.
 func lock(gitDir string) (func(), error) {
-	unlock, err := lockfile.AcquireKept(filepath.Join(gitDir, "arpatch", "lock"))
+	unlock, err := lockfile.Acquire(filepath.Join(gitDir, "arpatch", "lock"))
 	var he *lockfile.HeldError
 	if errors.As(err, &he) {
 		return nil, fmt.Errorf("%s: another arpatch (pid %s) is changing or building this checkout; wait for it to finish (remove the lock only if no arpatch runs as that pid)", he.Path, he.PID)
