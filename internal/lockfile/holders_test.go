@@ -3,12 +3,13 @@ package lockfile
 import (
 	"bufio"
 	"errors"
-
+	"fmt"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"strconv"
-
+	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -111,4 +112,94 @@ func TestPIDOnlyLockAndItsRemedy(t *testing.T) {
 		t.Fatalf("after the remedy: %v", err)
 	}
 	release()
+}
+
+// churnEnv makes this test binary a taker of a contended lock: its value
+// is "LOCK WITNESS N"; it tries N times to take LOCK (Acquire) and,
+// each time it holds it, takes a POSIX record lock on WITNESS for a
+// while, which fails when another process is inside at the same time. It
+// prints "overlap" for each such time, then "took K".
+const churnEnv = "ARPATCH_LOCKFILE_CHURN"
+
+func init() {
+	v := os.Getenv(churnEnv)
+	if v == "" {
+		return
+	}
+	f := strings.Fields(v)
+	w, err := os.OpenFile(f[1], os.O_RDWR, 0)
+	if err != nil {
+		panic(err)
+	}
+	n, _ := strconv.Atoi(f[2])
+	took := 0
+	for i := 0; i < n; i++ {
+		release, err := Acquire(f[0])
+		var held *HeldError
+		if errors.As(err, &held) {
+			continue
+		}
+		if err != nil {
+			panic(err)
+		}
+		took++
+		lk := syscall.Flock_t{Type: syscall.F_WRLCK, Whence: 0, Start: 0, Len: 1}
+		if err := syscall.FcntlFlock(w.Fd(), syscall.F_SETLK, &lk); err != nil {
+			_, _ = os.Stdout.WriteString("overlap\n")
+		}
+		time.Sleep(200 * time.Microsecond)
+		lk.Type = syscall.F_UNLCK
+		_ = syscall.FcntlFlock(w.Fd(), syscall.F_SETLK, &lk)
+		release()
+	}
+	_, _ = os.Stdout.WriteString("took " + strconv.Itoa(took) + "\n")
+	os.Exit(0)
+}
+
+// Three processes take and release one lock as fast as they can, 100
+// times each: never two holders at once (a record lock on a witness file,
+// which only one process can hold, says so), and each is either the
+// holder or told who is. Each release removes the lock, so takers often
+// find it gone between their failed link and their read of it; a taker
+// that then removed the path as a lock holding nothing removed another's
+// fresh lock (27f57cb's Acquire did: overlaps in 1 to 2 runs of 30).
+func TestNeverTwoHolders(t *testing.T) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	witness := filepath.Join(dir, "witness")
+	if err := os.WriteFile(witness, []byte("w"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	var cmds []*exec.Cmd
+	var outs []*strings.Builder
+	for i := 0; i < 3; i++ {
+		cmd := exec.Command(exe, "-test.run=^$")
+		cmd.Env = append(os.Environ(), churnEnv+"="+filepath.Join(dir, "x.lock")+" "+witness+" 100")
+		out := &strings.Builder{}
+		cmd.Stdout, cmd.Stderr = out, out
+		if err := cmd.Start(); err != nil {
+			t.Fatal(err)
+		}
+		cmds, outs = append(cmds, cmd), append(outs, out)
+	}
+	took := 0
+	for i, cmd := range cmds {
+		if err := cmd.Wait(); err != nil {
+			t.Fatalf("taker %d: %v: %s", i, err, outs[i])
+		}
+		if strings.Contains(outs[i].String(), "overlap") {
+			t.Errorf("taker %d held the lock while another did:\n%s", i, outs[i])
+		}
+		var k int
+		if _, err := fmt.Sscanf(outs[i].String(), "took %d", &k); err != nil {
+			t.Fatalf("taker %d said %q", i, outs[i])
+		}
+		took += k
+	}
+	if took == 0 {
+		t.Error("nobody took the lock")
+	}
 }

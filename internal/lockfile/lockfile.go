@@ -52,7 +52,7 @@ func Acquire(path string) (func(), error) {
 	if err != nil { // a lock without its pid would look stale to the next run
 		return nil, fmt.Errorf("%s: writing the lock: %w", path, err)
 	}
-	for attempt := 0; attempt < 2; attempt++ {
+	for attempt, gone := 0, 0; attempt < 2; {
 		err := os.Link(tmp.Name(), path)
 		if err == nil {
 			// A lock that fails to go names this pid, which no longer runs
@@ -62,9 +62,17 @@ func Acquire(path string) (func(), error) {
 		if !errors.Is(err, fs.ErrExist) {
 			return nil, err
 		}
+		b, err := os.ReadFile(path)
+		if errors.Is(err, fs.ErrNotExist) && gone < 100 {
+			// Released between the link and the read: link again. Never
+			// remove it here: the path may by now be another taker's.
+			gone++
+			continue
+		}
+		attempt++
 		// A lock appears whole (by link), so one that is not a pid was
 		// written by something else: it holds nothing.
-		if pid, ok := ReadPID(path); ok && Alive(pid) {
+		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && perr == nil && Alive(pid) {
 			return nil, &HeldError{Path: path, PID: strconv.Itoa(pid)}
 		}
 		// Its owner died, or it is not a lock.
