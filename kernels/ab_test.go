@@ -22,7 +22,7 @@ import (
 // to the allreduce translation unit) and returns a catalog with it plus
 // recipes A (no patches) and B (the series), and the directory the A/B
 // runs use (ABOptions.Dir): one per test binary and fixture commit
-// (upstreams.Dir), so that the first A/B run clones and applies the two
+// (upstreams.Scratch), so that the first A/B run clones and applies the two
 // arms there and the others find them applied, as a second run in one
 // directory does (TestABBuild checks that run). Each test builds into its
 // own cache; ABBuild's manifest there is the last run's.
@@ -45,7 +45,7 @@ func abFixture(t *testing.T, e *env) (*patches.Catalog, *recipes.Recipe, *recipe
 	pin := "[upstream]\ncommit = \"" + e.commit + "\"\n"
 	a, _ := recipes.Parse("a.toml", []byte("name = \"base\"\n"+pin))
 	b, _ := recipes.Parse("b.toml", []byte("name = \"pcie\"\nseries = \"fx\"\n"+pin))
-	arms, err := upstreams.Dir("ab arms "+e.up+" "+e.commit, func(dir string) error { return os.Mkdir(dir, 0o755) })
+	arms, err := upstreams.Scratch("ab arms "+e.up+" "+e.commit, func(dir string) error { return os.Mkdir(dir, 0o755) })
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -228,8 +228,11 @@ func makeUpstream(t testing.TB, up string, l layout, sized bool) (string, error)
 
 // upstreams holds each layout's fixture upstream, made by the first test
 // that asks and shared read-only by the rest (each clones its own
-// checkout from it); TestMain closes it. One per test (about 20) wrote
-// about 1,400 files and directories of the package's 5,500.
+// checkout from it), the shared checkouts (sharedCheckout) and series,
+// and the scratch directories the tests write (Scratch); TestMain closes
+// it, and fails if a test changed an upstream, checkout or series. One
+// upstream per test (about 20) wrote about 1,400 files and directories of
+// the package's 5,500.
 var upstreams testrepo.Shared
 
 // sharedUpstream returns l's shared upstream repository and its commit.
@@ -270,62 +273,32 @@ func newEnvAt(t testing.TB, l layout, up, commit, src string) *env {
 
 // sharedCheckout returns l's shared checkout of up at commit, applied with
 // no series: made by the first test that asks (about 30 inodes of git's
-// and the tree's each time) and used read-only by the rest. A cleanup
+// and the tree's each time) and used read-only by the rest. upstreams
+// records its tree when it is made, and a cleanup (upstreams.Check)
 // checks, at the end of each test that asks, that every file under it
 // (its .git included) has the path, mode, size, modification time and
-// bytes it had when made, and names the test and the paths if not: such a
-// test must take newEnvWritable.
+// bytes it had, and names the test and the paths if not: such a test must
+// take newEnvWritable.
 func sharedCheckout(t testing.TB, l layout, up, commit string) string {
 	t.Helper()
-	var made testrepo.Snapshot
 	src, _, err := upstreams.Get("checkout "+up, func(dir string) (string, error) {
 		e := &env{up: up, commit: commit}
 		e.apply(t, dir, "", nil)
-		var err error
-		made, err = testrepo.SnapshotTree(dir, checkoutPrint)
-		return commit, err
+		return commit, nil
 	})
 	if err != nil {
 		t.Fatal(err)
 	}
-	checkoutPrints.Lock()
-	if made != nil {
-		checkoutPrints.m[src] = made
-	}
-	want := checkoutPrints.m[src]
-	checkoutPrints.Unlock()
-	t.Cleanup(func() {
-		got, err := testrepo.SnapshotTree(src, checkoutPrint)
-		if err != nil {
-			t.Errorf("shared checkout %s: %v", src, err)
-			return
-		}
-		if changed := want.Diff(got); len(changed) > 0 {
-			t.Errorf("%s changed the shared checkout %s (%s): a test that edits its tree takes newEnvWritable", t.Name(), src, strings.Join(changed, ", "))
-		}
-	})
+	upstreams.Check(t, src)
 	return src
 }
 
-// checkoutPrints holds each shared checkout's Snapshot as made.
-var checkoutPrints = struct {
-	sync.Mutex
-	m map[string]testrepo.Snapshot
-}{m: map[string]testrepo.Snapshot{}}
-
-// checkoutPrint says what a shared checkout's testrepo.Snapshot records:
-// every path under it, .git included, with its type and mode, and for a
-// file its size, modification time and sha256, for a symlink its target.
-// Directories' times are left out: a build's lock file, made and removed
-// under .git, changes its directory's.
-var checkoutPrint = testrepo.SnapshotOptions{WithGit: true, ModTime: true}
-
 // binScratchDir is a directory of the test binary's own, made on first
-// use and removed by TestMain (upstreams.Dir): the fixtures' build root
+// use and removed by TestMain (upstreams.Scratch): the fixtures' build root
 // and the probe seeds.
 func binScratchDir(t testing.TB) string {
 	t.Helper()
-	dir, err := upstreams.Dir("scratch", func(dir string) error {
+	dir, err := upstreams.Scratch("scratch", func(dir string) error {
 		return os.MkdirAll(filepath.Join(dir, "broot"), 0o755)
 	})
 	if err != nil {

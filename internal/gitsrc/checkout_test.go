@@ -83,7 +83,7 @@ func checkoutClone(t *testing.T, up, commit string) *Repo {
 
 // sharedCheckout returns a checkout of richFixture (packed) made once per
 // test binary, for tests that only read it: its files, its index.
-// TestMain checks its HEAD is still the commit.
+// TestMain checks that its tree, .git included, is as it was made.
 func sharedCheckout(t *testing.T) *Repo {
 	t.Helper()
 	up, commit := richFixture(t, true)

@@ -1,10 +1,12 @@
 package testrepo
 
 import (
+	"fmt"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+	"time"
 )
 
 func TestSharedMakesOnceAndCatchesACommit(t *testing.T) {
@@ -35,8 +37,9 @@ func TestSharedMakesOnceAndCatchesACommit(t *testing.T) {
 		t.Errorf("%s is left after Close: %v", d1, err)
 	}
 
-	// A commit to a shared repository fails Close, naming it.
-	d, c, err := s.Get("moved", mk)
+	// A commit to a shared repository fails Close, naming it and what
+	// the commit changed.
+	d, _, err := s.Get("moved", mk)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -44,7 +47,7 @@ func TestSharedMakesOnceAndCatchesACommit(t *testing.T) {
 		t.Fatal(err)
 	}
 	err = s.Close()
-	if err == nil || !strings.Contains(err.Error(), "shared fixture moved: HEAD is") || !strings.Contains(err.Error(), "not the fixture commit "+c) {
+	if err == nil || !strings.Contains(err.Error(), "shared fixture moved ("+d+") changed since it was made: .git/index, ") {
 		t.Errorf("close after a commit: %v", err)
 	}
 	if _, err := os.Stat(filepath.Dir(d)); !os.IsNotExist(err) {
@@ -53,7 +56,7 @@ func TestSharedMakesOnceAndCatchesACommit(t *testing.T) {
 }
 
 // Dir makes a plain directory once per key; Close removes it and checks
-// no HEAD there (it has none), beside the repositories it does check.
+// its tree as it checks the repositories'.
 func TestSharedDirMakesOnce(t *testing.T) {
 	var s Shared
 	made := 0
@@ -84,5 +87,100 @@ func TestSharedDirMakesOnce(t *testing.T) {
 	}
 	if _, err := os.Stat(d1); !os.IsNotExist(err) {
 		t.Errorf("%s is left after Close: %v", d1, err)
+	}
+}
+
+// errorsOf is a testing.TB that records what Errorf and Fatalf say and
+// runs its cleanups when asked, so that a test can see another fail.
+type errorsOf struct {
+	testing.TB
+	name     string
+	errs     []string
+	cleanups []func()
+}
+
+func (e *errorsOf) Name() string     { return e.name }
+func (e *errorsOf) Helper()          {}
+func (e *errorsOf) Cleanup(f func()) { e.cleanups = append(e.cleanups, f) }
+func (e *errorsOf) Errorf(format string, args ...any) {
+	e.errs = append(e.errs, fmt.Sprintf(format, args...))
+}
+func (e *errorsOf) Fatalf(format string, args ...any) { e.Errorf(format, args...) }
+func (e *errorsOf) end() {
+	for i := len(e.cleanups) - 1; i >= 0; i-- {
+		e.cleanups[i]()
+	}
+}
+
+// An edit of a shared fixture (a file's bytes, a new file, a file only
+// touched, a file under .git) fails Check's cleanup, naming the test and
+// the paths, and Close; a test that changes nothing passes Check; a
+// Scratch directory may be written.
+func TestSharedCatchesAnEdit(t *testing.T) {
+	var s Shared
+	up, _, err := s.Get("up", func(dir string) (string, error) {
+		if err := WriteFiles(dir, map[string]string{"a.txt": "a\n", "b.txt": "b\n"}); err != nil {
+			return "", err
+		}
+		return Init(dir)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	series, err := s.Dir("series", func(dir string) error {
+		return WriteFiles(dir, map[string]string{"fx/series.toml": "name = \"fx\"\n"})
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	scratch, err := s.Scratch("scratch", func(dir string) error { return os.Mkdir(dir, 0o755) })
+	if err != nil {
+		t.Fatal(err)
+	}
+
+	quiet := &errorsOf{TB: t, name: "TestQuiet"}
+	s.Check(quiet, up)
+	s.Check(quiet, series)
+	if err := os.WriteFile(filepath.Join(scratch, "made"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	quiet.end()
+	if quiet.errs != nil {
+		t.Errorf("a test that changed no fixture: %q", quiet.errs)
+	}
+
+	guilty := &errorsOf{TB: t, name: "TestGuilty"}
+	s.Check(guilty, up)
+	s.Check(guilty, series)
+	later := time.Now().Add(time.Hour)
+	for _, err := range []error{
+		os.WriteFile(filepath.Join(series, "fx/series.toml"), []byte("name = \"fy\"\n"), 0o644),
+		os.WriteFile(filepath.Join(up, "new.txt"), nil, 0o644),
+		os.Chtimes(filepath.Join(up, "b.txt"), later, later),
+		os.WriteFile(filepath.Join(up, ".git/description"), []byte("x\n"), 0o644),
+	} {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	guilty.end()
+	// Cleanups run last first: series was checked second.
+	want := []string{
+		"TestGuilty: shared fixture series (" + series + ") changed since it was made: fx/series.toml differ",
+		"TestGuilty: shared fixture up (" + up + ") changed since it was made: .git/description, b.txt, new.txt differ",
+	}
+	if len(guilty.errs) != 2 || !strings.HasPrefix(guilty.errs[0], want[0]) || !strings.HasPrefix(guilty.errs[1], want[1]) {
+		t.Errorf("a test that edited two fixtures:\n%s\nwant prefixes\n%s", strings.Join(guilty.errs, "\n"), strings.Join(want, "\n"))
+	}
+	notFixture := &errorsOf{TB: t, name: "TestScratch"}
+	s.Check(notFixture, scratch)
+	if len(notFixture.errs) != 1 || !strings.Contains(notFixture.errs[0], "is no recorded shared fixture") {
+		t.Errorf("Check of a Scratch directory: %q", notFixture.errs)
+	}
+
+	err = s.Close()
+	if err == nil || !strings.Contains(err.Error(), "shared fixture series ("+series+") changed since it was made: fx/series.toml differ") ||
+		!strings.Contains(err.Error(), "shared fixture up (") || strings.Contains(err.Error(), "scratch") {
+		t.Errorf("close after the edits: %v", err)
 	}
 }
