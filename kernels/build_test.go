@@ -122,7 +122,10 @@ func TestBuildFailureShowsTailAndKeepsLog(t *testing.T) {
 func TestTreeEditedDuringBuildIsNotCached(t *testing.T) {
 	e := newEnvWritable(t, oldLayout)
 	utils := filepath.Join(e.src, "sgl-kernel/include/utils.h")
-	e = e.with("FAKE_BUILD_DURING=echo '// edited mid-build' >> " + utils + "; test -f " + filepath.Join(e.src, ".git/arpatch/lock") + " && echo LOCKED")
+	// The probe's verdict goes to a file of its own: the log holds the
+	// environment (and so this command line) too.
+	locked := filepath.Join(filepath.Dir(e.src), "locked")
+	e = e.with("FAKE_BUILD_DURING=echo '// edited mid-build' >> " + utils + "; test -f " + filepath.Join(e.src, ".git/arpatch/lock") + " && echo LOCKED > " + locked)
 	o := e.opts()
 	_, err := Build(context.Background(), mustPlan(t, o), o, nil)
 	var be *BuildError
@@ -136,7 +139,9 @@ func TestTreeEditedDuringBuildIsNotCached(t *testing.T) {
 	if len(logs) != 1 {
 		t.Fatalf("kept logs %v", logs)
 	}
-	contains(t, readFile(t, logs[0]), "LOCKED")
+	if got, err := os.ReadFile(locked); string(got) != "LOCKED\n" {
+		t.Errorf("the checkout lock was not held mid-build: the probe wrote %q (%v), want LOCKED", got, err)
+	}
 	if _, err := os.Stat(filepath.Join(e.src, ".git/arpatch/lock")); !os.IsNotExist(err) {
 		t.Errorf("the checkout lock outlived the build: %v", err)
 	}
