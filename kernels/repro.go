@@ -399,14 +399,17 @@ func objectSums(dir string) ([]Output, error) {
 
 // checkBuildRoot refuses a build root a build could not use, as the build
 // itself would (stageBuild creates it and makes its files in it), without
-// leaving anything behind. A root that exists must be a directory this
-// process may write and search: faccessat(2) with the effective ids
-// answers that (permissions, a read-only mount, an immutable directory)
-// without making a file in it. A missing root is created with its missing
-// parents, asked the same, and removed again. What only a file made in an
-// existing root would show (a file system out of inodes, one that refuses
-// creation even to root) the build's first step reports, naming
-// BuildRootEnv too. It returns an error naming BuildRootEnv.
+// leaving anything behind. A missing root is created with its missing
+// parents, checked, and removed again. The root must be a directory in
+// which this process may make and remove files (rootWritable): the
+// kernel's faccessat2(2) answers that without making a file, refusing
+// permissions (EACCES) and a read-only mount (EROFS); an immutable
+// directory, and a kernel or seccomp filter without faccessat2, get a
+// temporary file made and removed in the root instead. What only a file
+// made in a root that passed faccessat2 would show (a file system out of
+// inodes, one that refuses creation even to root) the build's first step
+// reports, naming BuildRootEnv too. It returns an error naming
+// BuildRootEnv.
 func checkBuildRoot(root string) error {
 	var made []string
 	for d := root; ; d = filepath.Dir(d) {
@@ -422,15 +425,46 @@ func checkBuildRoot(root string) error {
 	}()
 	err := os.MkdirAll(root, 0o755)
 	if err == nil {
-		err = unix.Faccessat(unix.AT_FDCWD, root, unix.W_OK|unix.X_OK, unix.AT_EACCESS)
-		if err != nil {
-			err = &fs.PathError{Op: "access", Path: root, Err: err}
-		}
+		err = rootWritable(root)
 	}
 	if err != nil {
 		return buildRootError(root, err)
 	}
 	return nil
+}
+
+// faccessat2 is unix.Faccessat2 (the faccessat2(2) system call itself,
+// with none of unix.Faccessat's fallback to a check of the mode bits);
+// tests replace it to answer as a seccomp filter or an old kernel does.
+var faccessat2 = unix.Faccessat2
+
+// rootWritable returns nil when this process may make and remove files in
+// the directory root. faccessat2(2) with W_OK|X_OK and the effective ids
+// (AT_EACCESS) decides when it answers yes, EACCES or EROFS (an
+// *fs.PathError with op "access"). It answers EPERM for an immutable
+// directory (chattr +i), which a check of the mode bits would pass even
+// for root, and a seccomp filter may answer EPERM or ENOSYS for it, as a
+// kernel before 5.8 answers ENOSYS: for those a temporary file is made in
+// root and removed, whose errors (os.CreateTemp's, the close's and the
+// removal's) are returned. Upstream: Linux fs/open.c@v5.8 (do_faccessat,
+// faccessat2) and fs/namei.c (inode_permission: -EPERM for IS_IMMUTABLE).
+func rootWritable(root string) error {
+	err := faccessat2(unix.AT_FDCWD, root, unix.W_OK|unix.X_OK, unix.AT_EACCESS)
+	if err == nil {
+		return nil
+	}
+	if !errors.Is(err, unix.EPERM) && !errors.Is(err, unix.ENOSYS) {
+		return &fs.PathError{Op: "access", Path: root, Err: err}
+	}
+	f, err := os.CreateTemp(root, ".arpatch-root-check-*")
+	if err != nil {
+		return err
+	}
+	err = f.Close()
+	if rerr := os.Remove(f.Name()); err == nil {
+		err = rerr // a root a build cannot remove from is not usable
+	}
+	return err
 }
 
 // buildRootError is the refusal of build root root for err, with the

@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/digest"
+	"golang.org/x/sys/unix"
 )
 
 func TestLaunchArgs(t *testing.T) {
@@ -486,6 +487,22 @@ func TestCheckBuildRoot(t *testing.T) {
 	if ents, _ := os.ReadDir(dir); len(ents) != 0 {
 		t.Errorf("the check of an existing root left %v", ents)
 	}
+	// A kernel or seccomp filter without faccessat2 (ENOSYS, EPERM): a
+	// writable root passes by the probe file, which is removed.
+	for _, errno := range []error{unix.ENOSYS, unix.EPERM} {
+		faccessat2 = func(int, string, uint32, int) error { return errno }
+		err := checkBuildRoot(dir)
+		faccessat2 = unix.Faccessat2
+		if err != nil {
+			t.Errorf("existing root, faccessat2 answering %v: %v", errno, err)
+		}
+		if ents, _ := os.ReadDir(dir); len(ents) != 0 {
+			t.Errorf("the probe left %v", ents)
+		}
+	}
+	// An immutable root (chattr +i: nobody, root included, may make a file
+	// in it) is refused, where a check of its mode bits would pass it.
+	testImmutableRoot(t, dir)
 	file := filepath.Join(dir, "afile")
 	if err := os.WriteFile(file, nil, 0o644); err != nil {
 		t.Fatal(err)
@@ -506,6 +523,37 @@ func TestCheckBuildRoot(t *testing.T) {
 	for _, root := range []string{ro, filepath.Join(ro, "root")} {
 		if err := checkBuildRoot(root); err == nil || !strings.Contains(err.Error(), "build root "+root+" is not usable: ") || !strings.Contains(err.Error(), "permission denied") {
 			t.Errorf("read-only root %s: %v", root, err)
+		}
+	}
+}
+
+// testImmutableRoot checks that an immutable directory under dir is
+// refused as a build root, by faccessat2 (EPERM) and, where a seccomp
+// filter answers EPERM for every faccessat2, by the probe file. Setting
+// the attribute needs CAP_LINUX_IMMUTABLE and a file system that has it:
+// without them it is skipped, saying so.
+func testImmutableRoot(t *testing.T, dir string) {
+	imm := filepath.Join(dir, "immutable")
+	if err := os.Mkdir(imm, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if out, err := exec.Command("chattr", "+i", imm).CombinedOutput(); err != nil {
+		t.Logf("no immutable directory here (chattr +i: %v: %s): not tried", err, out)
+		return
+	}
+	defer func() {
+		if out, err := exec.Command("chattr", "-i", imm).CombinedOutput(); err != nil {
+			t.Errorf("chattr -i %s: %v: %s", imm, err, out)
+		}
+	}()
+	for _, seccomp := range []bool{false, true} {
+		if seccomp {
+			faccessat2 = func(int, string, uint32, int) error { return unix.EPERM }
+		}
+		err := checkBuildRoot(imm)
+		faccessat2 = unix.Faccessat2
+		if err == nil || !strings.Contains(err.Error(), "build root "+imm+" is not usable: ") || !strings.Contains(err.Error(), "operation not permitted") {
+			t.Errorf("immutable root (faccessat2 refused by seccomp: %v): %v", seccomp, err)
 		}
 	}
 }
