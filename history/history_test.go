@@ -2,7 +2,9 @@ package history
 
 import (
 	"bytes"
+	"database/sql"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"github.com/arpatch/arpatch/internal/errwriter/errwritertest"
 	"io"
@@ -573,5 +575,21 @@ func TestWALFilesStayEmptyBetweenOpens(t *testing.T) {
 	must(t, os.Remove(p))
 	if n := runs(p); n != 0 {
 		t.Errorf("a new database beside the old -wal and -shm holds %d runs, want 0", n)
+	}
+}
+
+// Keeping the WAL files is an optimisation: when it fails, Open still
+// opens the history, which records and reads runs as before.
+func TestOpenWithoutKeptWAL(t *testing.T) {
+	defer func(k func(*sql.DB) error) { keepWAL = k }(keepWAL)
+	keepWAL = func(*sql.DB) error { return errors.New("no file control") }
+	s, err := Open(filepath.Join(t.TempDir(), "h.db"))
+	if err != nil {
+		t.Fatalf("Open when the WAL files cannot be kept: %v", err)
+	}
+	defer func() { must(t, s.Close()) }()
+	seed(t, s, 1, 1000)
+	if rs, err := s.Runs(100); err != nil || len(rs) != 1 {
+		t.Errorf("runs %d, %v; want 1", len(rs), err)
 	}
 }

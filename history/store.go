@@ -182,9 +182,12 @@ var SchemaVersion = len(migrations)
 // empties path-wal (journal_size_limit 0): path alone holds the whole
 // history, and a path-wal left beside a database deleted or replaced
 // holds no frames to replay into the new one. path-shm is an index SQLite
-// rebuilds on the next open. Upstream: SQLite 3.54.1 (modernc.org/sqlite
-// v1.62.0) src/wal.c (sqlite3WalClose): after its checkpoint, a WAL with
-// SQLITE_FCNTL_PERSIST_WAL set is truncated to journal_size_limit
+// rebuilds on the next open. Keeping the two files is only an
+// optimisation, best effort: when it cannot be set (keepWAL fails), Open
+// goes on and SQLite deletes them at the last close, as by default.
+// Upstream: sqlite src/wal.c@version-3.54.1 (sqlite3WalClose), the SQLite
+// that modernc.org/sqlite v1.62.0 embeds: after its checkpoint, a WAL
+// with SQLITE_FCNTL_PERSIST_WAL set is truncated to journal_size_limit
 // instead of deleted, and the -shm is kept with it.
 func Open(path string) (*Store, error) {
 	// The path goes into a file: URI, where '#' and '?' would cut it.
@@ -197,10 +200,7 @@ func Open(path string) (*Store, error) {
 		_ = db.Close() // the error above is what to report
 		return nil, fmt.Errorf("history %s: %w", path, err)
 	}
-	if err := keepWAL(db); err != nil {
-		_ = db.Close() // the error above is what to report
-		return nil, fmt.Errorf("history %s: keeping the WAL files: %w", path, err)
-	}
+	_ = keepWAL(db) // best effort: without it SQLite deletes the two files at close, as by default
 	s := &Store{Path: path, db: db}
 	if err := s.migrate(SchemaVersion); err != nil {
 		_ = db.Close() // the error above is what to report
@@ -213,8 +213,10 @@ func Open(path string) (*Store, error) {
 // allows one, and the pool keeps it idle rather than closing it), so that
 // closing it leaves the -wal and -shm files in place. A connection the
 // pool had to replace would delete them at its close, as SQLite does by
-// default: a cost, not a risk.
-func keepWAL(db *sql.DB) error {
+// default: a cost, not a risk. It returns the error of getting the
+// connection or of the file control, or one saying the driver has none.
+// A variable so that a test can make it fail.
+var keepWAL = func(db *sql.DB) error {
 	c, err := db.Conn(context.Background())
 	if err != nil {
 		return err
