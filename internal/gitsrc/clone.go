@@ -129,7 +129,9 @@ func worktreeCommonDir(dotGit string) string {
 }
 
 // Clone clones src into dir, which must not exist or be an empty
-// directory (as for git clone), without checking out a work tree; call
+// directory (as for git clone: git/git builtin/clone.c@v2.39.5, cmd_clone,
+// "destination path ... already exists and is not an empty directory"),
+// without checking out a work tree; call
 // Checkout next. A local repository (a path or a file://
 // URL) is cloned by hardlinking its object files (copying where links
 // fail, counted in CloneInfo), like `git clone --local`; other URLs go

@@ -7,9 +7,11 @@
 // every clone and fixture. It does not copy objects or write refs
 // (internal/gitsrc's clone and internal/testrepo do).
 //
-// Upstream: git 2.39 setup.c (is_git_directory: HEAD, objects/ and refs/
-// are what make a repository); go-git v5 storage/filesystem/dotgit
-// (Initialize, and osfs creating a file's directory on O_CREATE).
+// Upstream: git/git setup.c@v2.39.5 (is_git_directory: HEAD, objects/
+// and refs/ are what make a repository); go-git/go-git
+// storage/filesystem/dotgit/dotgit.go@v5.19.3 (DotGit.Initialize) and
+// go-git/go-billy osfs/os.go@v5.9.2 (openFile, creating a file's
+// directory on O_CREATE), the versions in go.mod.
 package gitdir
 
 import (
