@@ -415,14 +415,16 @@ func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer
 		}
 	}
 	// Clone takes the empty directory: made here with the mode git
-	// gives a checkout (0o755 less the umask; os.MkdirTemp's is 0o700),
+	// gives a checkout (0o777 less the umask, as git/git
+	// builtin/clone.c@v2.39.5 cmd_clone's mkdir(work_tree, 0777);
+	// os.MkdirTemp's is 0o700),
 	// not made, removed and made again by Clone. Renamed to dst on
 	// success. A temp that fails to go is swept by the next clone
 	// (above), once this pid is gone.
 	var tmp string
 	for {
 		tmp = filepath.Join(parent, prefix+strconv.Itoa(os.Getpid())+"-"+strconv.FormatUint(rand.Uint64(), 36))
-		err := os.Mkdir(tmp, 0o755)
+		err := os.Mkdir(tmp, 0o777)
 		if err == nil {
 			break
 		}

@@ -5,9 +5,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/arpatch/arpatch/internal/safefs"
@@ -187,21 +189,28 @@ func snapshot(t testing.TB, dir string) testrepo.Snapshot {
 func TestApplyEveryKindOfChangeAndRevert(t *testing.T) {
 	f := newFixture(t)
 	pristine := snapshot(t, f.up)
+	// The apply clones under umask 002 (a shared group's), where git's
+	// mode for a checkout (0o777 less the umask) differs from 0o755 less
+	// it.
+	umask := syscall.Umask(0o002)
 	rep, err := f.apply(t)
+	syscall.Umask(umask)
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !rep.Cloned || rep.Series.Name != "fx" || len(rep.Result.Files) != 5 {
 		t.Fatalf("report = %+v", rep)
 	}
-	// The checkout's own directory has the mode git gives one: 0o755
-	// less the umask (a directory made here the same way tells it).
-	ref := filepath.Join(t.TempDir(), "ref")
-	if err := os.Mkdir(ref, 0o755); err != nil {
-		t.Fatal(err)
+	// The checkout's own directory has the mode git clone gives one:
+	// 0o777 less the umask (git/git builtin/clone.c@v2.39.5, cmd_clone:
+	// mkdir(work_tree, 0777)), 0o775 here.
+	if got := mustStat(t, f.work).Mode(); got != fs.ModeDir|0o775 {
+		t.Errorf("checkout directory mode %v, want %v", got, fs.ModeDir|0o775)
 	}
-	if w, r := mustStat(t, f.work), mustStat(t, ref); w.Mode() != r.Mode() {
-		t.Errorf("checkout directory mode %v, want %v", w.Mode(), r.Mode())
+	// The revert below is compared with up, whose directory was made
+	// under the test's own umask: the checkout's gets up's mode back.
+	if err := os.Chmod(f.work, mustStat(t, f.up).Mode().Perm()); err != nil {
+		t.Fatal(err)
 	}
 	got := snapshot(t, f.work)
 	want := map[string]string{
