@@ -75,3 +75,15 @@ func TestHistoryRunsNeedTheirDB(t *testing.T) {
 		t.Errorf("history list of a missing db: %v", err)
 	}
 }
+
+// An apply that another live arpatch is still writing (its state marked
+// incomplete, the checkout's lock held by its pid) is not an interrupted
+// one: status names the pid and prints no revert, which the lock refuses.
+func TestStatusOfAnApplyAtWork(t *testing.T) {
+	var out bytes.Buffer
+	printStatus(&out, &checkout.StatusReport{Src: "sg", Head: "c1", Holder: 4242, State: &checkout.State{Commit: "c1", Incomplete: true}})
+	want := "checkout sg\nHEAD     c1\nBUSY: arpatch pid 4242 holds this checkout's lock (.git/arpatch/lock): an apply, revert or build is in progress here; run `arpatch status --src sg` again when it ends\n"
+	if out.String() != want {
+		t.Errorf("status:\n%s\nwant:\n%s", out.String(), want)
+	}
+}

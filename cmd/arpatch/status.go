@@ -23,7 +23,9 @@ func statusCommand() *cli.Command {
 		UsageText: "arpatch status [--src DIR] [--patches-dir DIR] [--json]",
 		Description: `status reads DIR/.git/arpatch/state.json and compares every patched file with
 the bytes apply wrote. It exits 1 when files drifted or HEAD moved, or
-when tracked files have uncommitted changes (with or without apply state).
+when tracked files have uncommitted changes (with or without apply state),
+or while another arpatch (an apply, revert or build) holds the checkout's
+lock: it then names that pid and vouches for nothing until it ends.
 
 Examples:
    arpatch status
@@ -64,7 +66,8 @@ func statusOpts(f statusFlags) (statusOptions, error) {
 }
 
 // statusRun prints the checkout's status; a tree that drifted, or that has
-// uncommitted changes, is a failure (exit 1).
+// uncommitted changes, or that another arpatch is changing (its lock held),
+// is a failure (exit 1).
 func statusRun(_ context.Context, o statusOptions, s streams) error {
 	notePassedOver(s.Err, o.Catalog)
 	rep, err := checkout.Status(o.Src, o.Catalog)
@@ -78,7 +81,7 @@ func statusRun(_ context.Context, o statusOptions, s streams) error {
 	} else {
 		printStatus(s.Out, rep)
 	}
-	if (rep.State != nil && !rep.Buildable()) || (rep.State == nil && len(rep.Other) > 0) {
+	if rep.Holder != 0 || (rep.State != nil && !rep.Buildable()) || (rep.State == nil && len(rep.Other) > 0) {
 		return exitWith(exitFailure, "")
 	}
 	return nil
@@ -86,6 +89,13 @@ func statusRun(_ context.Context, o statusOptions, s streams) error {
 
 func printStatus(w io.Writer, rep *checkout.StatusReport) {
 	fmt.Fprintf(w, "checkout %s\nHEAD     %s\n", rep.Src, rep.Head)
+	if rep.Holder != 0 {
+		// Its files and state may be changing: an apply or revert at
+		// work is not an interrupted one, and its lock refuses a revert.
+		fmt.Fprintf(w, "BUSY: arpatch pid %d holds this checkout's lock (.git/arpatch/lock): an apply, revert or build is in progress here; run `%s` again when it ends\n",
+			rep.Holder, shellq.Join([]string{"arpatch", "status", "--src", rep.Src}))
+		return
+	}
 	st := rep.State
 	if st == nil {
 		fmt.Fprintln(w, "state    none: arpatch has not applied anything here")

@@ -102,8 +102,28 @@ func TestInterruptedApplyIsReportedAndReverted(t *testing.T) {
 	}
 
 	sr, err := Status(f.work, f.cat)
-	if err != nil || sr.Clean() {
-		t.Fatalf("status clean = %v, err %v", sr.Clean(), err)
+	if err != nil || sr.Clean() || sr.Holder != 0 {
+		t.Fatalf("status clean = %v, holder %d, err %v", sr.Clean(), sr.Holder, err)
+	}
+	// The same state while another live process holds the lock is an
+	// apply at work, not an interrupted one: Status names its pid. This
+	// process's own pid is not another holder (a build holds the lock
+	// while it reads the status).
+	sleeper := exec.Command("sleep", "60")
+	if err := sleeper.Start(); err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() }()
+	for pid, want := range map[int]int{sleeper.Process.Pid: sleeper.Process.Pid, os.Getpid(): 0} {
+		if err := os.WriteFile(filepath.Join(gitDir, "arpatch", "lock"), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if sr, err := Status(f.work, f.cat); err != nil || sr.Holder != want {
+			t.Errorf("lock held by pid %d: status holder %d, want %d (err %v)", pid, sr.Holder, want, err)
+		}
+	}
+	if err := os.Remove(filepath.Join(gitDir, "arpatch", "lock")); err != nil {
+		t.Fatal(err)
 	}
 	if _, err := f.apply(t); err == nil || !strings.Contains(err.Error(), "was interrupted part way") {
 		t.Errorf("apply on an interrupted tree: %v", err)

@@ -18,9 +18,14 @@ import (
 
 // StatusReport describes a checkout.
 type StatusReport struct {
-	Src   string `json:"src"`
-	Head  string `json:"head"`
-	State *State `json:"state"` // nil when arpatch applied nothing here
+	Src  string `json:"src"`
+	Head string `json:"head"`
+	// Holder is the pid of another live arpatch that holds the
+	// checkout's lock (.git/arpatch/lock): an apply, revert or build in
+	// progress, so the state and files may be changing under this
+	// report. It is 0 when none does.
+	Holder int    `json:"holder_pid,omitempty"`
+	State  *State `json:"state"` // nil when arpatch applied nothing here
 	// Drift lists recorded files whose bytes changed since apply.
 	Drift []FileDrift `json:"drift"`
 	// Other lists uncommitted changes to files the series did not touch.
@@ -244,12 +249,14 @@ func (s *StatusReport) Clean() bool {
 
 // Status reads the checkout's apply state and compares it with the tree.
 // cat may be nil; when given, patch hashes are compared with its series.
+// Holder names another live arpatch holding the checkout's lock, whose
+// apply or revert may be changing the files this report reads.
 func Status(src string, cat *patches.Catalog) (*StatusReport, error) {
 	repo, err := gitsrc.Open(src)
 	if err != nil {
 		return nil, err
 	}
-	rep := &StatusReport{Src: src}
+	rep := &StatusReport{Src: src, Holder: holder(repo.GitDir())}
 	if rep.Head, err = repo.Head(); err != nil {
 		return nil, err
 	}
