@@ -593,3 +593,42 @@ func TestOpenWithoutKeptWAL(t *testing.T) {
 		t.Errorf("runs %d, %v; want 1", len(rs), err)
 	}
 }
+
+// Several processes (here goroutines, each with a connection of its own)
+// opening one brand-new history at once all open it, migrated once: each
+// step re-reads the version inside its transaction, which holds the write
+// lock from its start, and skips what another opener applied meanwhile.
+func TestConcurrentOpenOfNewDatabase(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "h.db")
+	const n = 6
+	errs := make(chan error, n)
+	start := make(chan struct{})
+	for i := 0; i < n; i++ {
+		go func() {
+			<-start
+			s, err := Open(p)
+			if err == nil {
+				err = s.Close()
+			}
+			errs <- err
+		}()
+	}
+	close(start)
+	for i := 0; i < n; i++ {
+		if err := <-errs; err != nil {
+			t.Errorf("opener %d: %v", i, err)
+		}
+	}
+	s, err := Open(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { must(t, s.Close()) }()
+	var rows, maxV int
+	if err := s.db.QueryRow(`SELECT COUNT(*), MAX(version) FROM schema_migrations`).Scan(&rows, &maxV); err != nil {
+		t.Fatal(err)
+	}
+	if rows != SchemaVersion || maxV != SchemaVersion {
+		t.Errorf("schema_migrations holds %d rows up to version %d, want %d, each once", rows, maxV, SchemaVersion)
+	}
+}

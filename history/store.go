@@ -11,11 +11,13 @@ package history
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
 	"strings"
 	"time"
 
 	"modernc.org/sqlite"
+	sqlite3 "modernc.org/sqlite/lib"
 
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
@@ -172,7 +174,10 @@ var SchemaVersion = len(migrations)
 
 // Open opens (creating if needed) the database at path in WAL mode and
 // migrates it to SchemaVersion, one transaction per step. A database
-// newer than this arpatch is refused.
+// newer than this arpatch is refused. Several processes may open one
+// database, a brand-new one included, at once: each migration step takes
+// the write lock first (BEGIN IMMEDIATE) and is skipped when another
+// opener has applied it. Its errors name path.
 //
 // The WAL's two files, path-wal and path-shm, stay beside the database
 // when it closes (SQLITE_FCNTL_PERSIST_WAL), so each Open reuses them
@@ -191,12 +196,17 @@ var SchemaVersion = len(migrations)
 // instead of deleted, and the -shm is kept with it.
 func Open(path string) (*Store, error) {
 	// The path goes into a file: URI, where '#' and '?' would cut it.
-	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=journal_size_limit(0)")
+	// _txlock=immediate: every transaction is BEGIN IMMEDIATE, taking the
+	// write lock at its start (waiting for it up to busy_timeout), so a
+	// transaction that reads and then writes never finds its snapshot
+	// stale at its first write (SQLITE_BUSY, which no busy timeout
+	// retries) and migrate's re-read of the version is current.
+	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?_pragma=busy_timeout(10000)&_pragma=foreign_keys(1)&_pragma=journal_size_limit(0)&_txlock=immediate")
 	if err != nil {
 		return nil, fmt.Errorf("history %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1)
-	if _, err := db.Exec(`PRAGMA journal_mode=WAL`); err != nil {
+	if err := setWAL(db); err != nil {
 		_ = db.Close() // the error above is what to report
 		return nil, fmt.Errorf("history %s: %w", path, err)
 	}
@@ -207,6 +217,26 @@ func Open(path string) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// setWAL puts db in WAL mode (persistent: the first opener of a new
+// database sets it for all). SQLite answers SQLITE_BUSY at once, without
+// its busy timeout, when another connection has the database open while
+// the mode changes (two openers of a brand-new history: seen with the
+// SQLite 3.54.1 of modernc.org/sqlite v1.62.0, in
+// TestConcurrentOpenOfNewDatabase); the change is
+// then tried again every 10 ms for up to 10 s, the busy timeout's length.
+// It returns the pragma's last error.
+func setWAL(db *sql.DB) error {
+	deadline := time.Now().Add(10 * time.Second)
+	for {
+		_, err := db.Exec(`PRAGMA journal_mode=WAL`)
+		var se *sqlite.Error
+		if err == nil || !errors.As(err, &se) || se.Code()&0xff != sqlite3.SQLITE_BUSY || time.Now().After(deadline) {
+			return err
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
 }
 
 // keepWAL sets SQLITE_FCNTL_PERSIST_WAL on db's one connection (Open
@@ -234,7 +264,7 @@ var keepWAL = func(db *sql.DB) error {
 
 // openAt opens and migrates only up to version v: for migration tests.
 func openAt(path string, v int) (*Store, error) {
-	db, err := sql.Open("sqlite", "file:"+uriPath(path))
+	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?_txlock=immediate")
 	if err != nil {
 		return nil, err
 	}
@@ -263,6 +293,16 @@ func (s *Store) migrate(to int) error {
 	}
 	for v := cur; v < to; v++ {
 		err := s.inTx(fmt.Sprintf("migration to version %d", v+1), func(tx *sql.Tx) error {
+			// Another process opening the same database may have applied
+			// this step since cur was read: read again, holding the write
+			// lock (BEGIN IMMEDIATE), and skip a step already applied.
+			var now int
+			if err := tx.QueryRow(`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&now); err != nil {
+				return err
+			}
+			if now > v {
+				return nil
+			}
 			if _, err := tx.Exec(migrations[v]); err != nil {
 				return err
 			}
