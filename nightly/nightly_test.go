@@ -74,13 +74,8 @@ type world struct {
 // own upstream and returns the commit.
 func (w *world) commitUpstream(msg string, files map[string]string) string {
 	w.t.Helper()
-	c, err := w.own.Change(msg, files)
-	if err == nil {
-		err = w.own.Write()
-	}
-	if err != nil {
-		w.t.Fatal(err)
-	}
+	c := w.own.MustChange(w.t, msg, files)
+	w.own.MustWrite(w.t)
 	return c
 }
 

@@ -31,10 +31,7 @@ func newHistory(t *testing.T, files map[string]string) *history {
 
 func (h *history) step(msg string, files map[string]string) string {
 	h.t.Helper()
-	c, err := h.h.Change(msg, files)
-	if err != nil {
-		h.t.Fatal(err)
-	}
+	c := h.h.MustChange(h.t, msg, files)
 	h.c = append(h.c, c)
 	return c
 }
@@ -42,9 +39,7 @@ func (h *history) step(msg string, files map[string]string) string {
 // repo writes the steps made so far and opens the repository.
 func (h *history) repo() *Repo {
 	h.t.Helper()
-	if err := h.h.Write(); err != nil {
-		h.t.Fatal(err)
-	}
+	h.h.MustWrite(h.t)
 	r, err := OpenAny(h.dir)
 	if err != nil {
 		h.t.Fatal(err)

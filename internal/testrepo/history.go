@@ -3,6 +3,7 @@ package testrepo
 import (
 	"fmt"
 	"path/filepath"
+	"testing"
 
 	"github.com/go-git/go-billy/v5"
 	"github.com/go-git/go-billy/v5/memfs"
@@ -80,6 +81,26 @@ func (h *History) Change(msg string, files map[string]string) (string, error) {
 	}
 	h.head = c
 	return c.String(), nil
+}
+
+// MustChange is Change for a test: it returns the commit, or fails t
+// (t.Fatal) with Change's error.
+func (h *History) MustChange(t testing.TB, msg string, files map[string]string) string {
+	t.Helper()
+	c, err := h.Change(msg, files)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return c
+}
+
+// MustWrite is Write for a test: it fails t (t.Fatal) with Write's
+// error.
+func (h *History) MustWrite(t testing.TB) {
+	t.Helper()
+	if err := h.Write(); err != nil {
+		t.Fatal(err)
+	}
 }
 
 // Write writes the objects committed since the last Write into

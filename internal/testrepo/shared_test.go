@@ -106,6 +106,7 @@ func (e *errorsOf) Errorf(format string, args ...any) {
 	e.errs = append(e.errs, fmt.Sprintf(format, args...))
 }
 func (e *errorsOf) Fatalf(format string, args ...any) { e.Errorf(format, args...) }
+func (e *errorsOf) Fatal(args ...any)                 { e.errs = append(e.errs, fmt.Sprint(args...)) }
 func (e *errorsOf) end() {
 	for i := len(e.cleanups) - 1; i >= 0; i-- {
 		e.cleanups[i]()

@@ -191,15 +191,9 @@ func TestHistoryIsInitAndChangeWithoutAWorkTree(t *testing.T) {
 		if i == 0 {
 			msg = "fixture: initial tree"
 		}
-		c, err := h.Change(msg, s)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got = append(got, c)
+		got = append(got, h.MustChange(t, msg, s))
 		if i == 0 || i == 2 {
-			if err := h.Write(); err != nil {
-				t.Fatal(err)
-			}
+			h.MustWrite(t)
 		}
 	}
 	if strings.Join(got, " ") != strings.Join(want, " ") {
@@ -231,5 +225,15 @@ func TestHistoryIsInitAndChangeWithoutAWorkTree(t *testing.T) {
 	}
 	if _, err := h.Change("x", map[string]string{"nosuch": ""}); err == nil || !strings.Contains(err.Error(), "nosuch") {
 		t.Errorf("removing a missing file: %v", err)
+	} // MustChange and MustWrite fail the test with Change's and Write's
+	// errors.
+	rec := &errorsOf{TB: t}
+	if c := h.MustChange(rec, "x", map[string]string{"nosuch": ""}); c != "" || len(rec.errs) != 1 || !strings.Contains(rec.errs[0], "nosuch") {
+		t.Errorf("MustChange removing a missing file: %q, failed with %q", c, rec.errs)
+	}
+	rec = &errorsOf{TB: t}
+	NewHistory(filepath.Join(dir, ".git", "HEAD", "h")).MustWrite(rec)
+	if len(rec.errs) != 1 || !strings.Contains(rec.errs[0], filepath.Join(dir, ".git", "HEAD", "h")) {
+		t.Errorf("MustWrite under a file: failed with %q", rec.errs)
 	}
 }

@@ -108,19 +108,13 @@ func TestMain(m *testing.M) { os.Exit(fixtures.Run(m)) }
 // step writes files ("" removes one) and commits.
 func (f *fixture) step(files map[string]string) string {
 	f.t.Helper()
-	c, err := f.h.Change("fixture step", files)
-	if err != nil {
-		f.t.Fatal(err)
-	}
-	return c
+	return f.h.MustChange(f.t, "fixture step", files)
 }
 
 // repo writes the steps made so far and opens the repository.
 func (f *fixture) repo() *gitsrc.Repo {
 	f.t.Helper()
-	if err := f.h.Write(); err != nil {
-		f.t.Fatal(err)
-	}
+	f.h.MustWrite(f.t)
 	repo, err := gitsrc.OpenAny(f.dir)
 	if err != nil {
 		f.t.Fatal(err)
@@ -532,10 +526,7 @@ func BenchmarkPort(b *testing.B) {
 	f := newFixture(b)
 	const newPath = "python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh"
 	theirs := strings.Replace(dispatch, "        KL(one_stage);\n      } else {", "        KL(one_stage_small);\n      } else {", 1)
-	c, err := f.h.Change("move and edit", map[string]string{oldPath: "", newPath: theirs})
-	if err != nil {
-		b.Fatal(err)
-	}
+	c := f.h.MustChange(b, "move and edit", map[string]string{oldPath: "", newPath: theirs})
 	repo := f.repo()
 	b.ResetTimer()
 	for b.Loop() {
