@@ -9,7 +9,6 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
-	"time"
 
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/testbin"
@@ -174,16 +173,17 @@ func TestExplainingSourceFollowsIncludes(t *testing.T) {
 	}
 }
 
-// fileState is p's size, modification time and sha256, or "none" when
-// it does not exist: what a file that must not be written has to keep.
+// fileState is p's entry as testrepo.SnapshotEntry formats it (mode,
+// size, modification time, sha256), or "none" when it does not exist:
+// what a file that must not be written has to keep.
 func fileState(p string) string {
-	b, err := os.ReadFile(p)
+	fi, err := os.Lstat(p)
 	if err != nil {
 		return "none (" + err.Error() + ")"
 	}
-	fi, err := os.Stat(p)
+	b, err := os.ReadFile(p)
 	if err != nil {
 		return "unreadable (" + err.Error() + ")"
 	}
-	return fmt.Sprintf("%d bytes, modified %s, sha256 %s", fi.Size(), fi.ModTime().Format(time.RFC3339Nano), digest.SHA256Hex(b))
+	return testrepo.SnapshotEntry(fi.Mode(), b, fi.ModTime().UnixNano())
 }
