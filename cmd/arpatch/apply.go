@@ -24,9 +24,9 @@ func applyCommand() *cli.Command {
 		Usage: "clone SGLang at the recipe's commit and apply its patch series",
 		UsageText: `arpatch apply [--recipe NAME | --recipe-file PATH] [--src DIR] [--repo URL|PATH]
               [--commit SHA] [--series NAME] [--patches-dir DIR] [--dry-run] [--tune FILE [--force-tune]]`,
-		Description: `If --src does not exist, apply clones SGLang into it (from the recipe's URL,
-or from --repo: a local mirror path is cloned by hardlinking, like git clone
---local) and checks out the pinned commit, detached. It then refuses a tree
+		Description: `If --src does not exist or is an empty directory, apply clones SGLang into it
+(from the recipe's URL, or from --repo: a local mirror path is cloned by
+hardlinking, like git clone --local) and checks out the pinned commit, detached. It then refuses a tree
 with uncommitted changes or at another commit, verifies every patch's sha256,
 checks every hunk in memory (exact context; offsets are allowed and reported;
 no fuzz) and only then writes all files. After any failure the tree is

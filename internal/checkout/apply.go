@@ -14,6 +14,7 @@ import (
 	"sort"
 	"strconv"
 	"strings"
+	"syscall"
 	"time"
 
 	"github.com/arpatch/arpatch/internal/digest"
@@ -30,7 +31,7 @@ import (
 type ApplyOptions struct {
 	Recipe  *recipes.Recipe
 	Catalog *patches.Catalog
-	Src     string // the checkout; cloned when missing
+	Src     string // the checkout; cloned when missing or an empty directory
 	Repo    string // clone source instead of the recipe's URL (--repo)
 	Commit  string // commit instead of the recipe's pin (--commit)
 	Series  string // force this series (--series)
@@ -173,7 +174,10 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 	if opts.Repo != "" {
 		source = opts.Repo
 	}
-	if _, err := os.Lstat(opts.Src); errors.Is(err, fs.ErrNotExist) {
+	fi, err := os.Lstat(opts.Src)
+	if errors.Is(err, fs.ErrNotExist) || (err == nil && emptyDir(opts.Src, fi)) {
+		// A missing Src, or an empty directory (which git clone takes
+		// too), is cloned into.
 		if opts.DryRun {
 			return dryRunClone(opts, rep, source, want)
 		}
@@ -394,9 +398,21 @@ func prepareSeries(opts ApplyOptions, repo *gitsrc.Repo, root safefs.Root, head 
 	return p
 }
 
+// emptyDir reports whether dst, whose Lstat is fi, is a directory with
+// nothing in it: git clone's other destination.
+func emptyDir(dst string, fi fs.FileInfo) bool {
+	if !fi.IsDir() {
+		return false
+	}
+	ents, err := os.ReadDir(dst)
+	return err == nil && len(ents) == 0
+}
+
 // cloneInto clones source and checks out want in a temp directory beside
-// dst, then renames it to dst: a clone that fails or is interrupted leaves
-// nothing at dst, and two runs cloning to one dst cannot mix.
+// dst, then renames it to dst, which is missing or an empty directory
+// (replaced, its mode kept, as git clone keeps it): a clone that fails or
+// is interrupted leaves dst as it was, and two runs cloning to one dst
+// cannot mix.
 func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer) (gitsrc.CloneInfo, error) {
 	parent := filepath.Dir(dst)
 	if err := os.MkdirAll(parent, 0o755); err != nil {
@@ -456,6 +472,18 @@ func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer
 	}
 	if ctx.Err() != nil {
 		return info, fmt.Errorf("clone %s: interrupted; nothing was kept", source)
+	}
+	if fi, err := os.Lstat(dst); err == nil {
+		// An empty directory: the checkout takes its mode, and
+		// rename(2) replaces it only while it is still empty (os.Rename
+		// refuses any directory).
+		if err := os.Chmod(tmp, fi.Mode().Perm()); err != nil {
+			return info, err
+		}
+		if err := syscall.Rename(tmp, dst); err != nil {
+			return info, fmt.Errorf("clone into %s: %w (did something create files in it meanwhile?)", dst, err)
+		}
+		return info, nil
 	}
 	if err := os.Rename(tmp, dst); err != nil {
 		return info, fmt.Errorf("clone into %s: %w (did another arpatch create it meanwhile?)", dst, err)
