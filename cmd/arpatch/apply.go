@@ -26,10 +26,11 @@ func applyCommand() *cli.Command {
               [--commit SHA] [--series NAME] [--patches-dir DIR] [--dry-run] [--tune FILE [--force-tune]]`,
 		Description: `If --src does not exist or is an empty directory, apply clones SGLang into it
 (from the recipe's URL, or from --repo: a local mirror path is cloned by
-hardlinking, like git clone --local) and checks out the pinned commit, detached. It then refuses a tree
-with uncommitted changes or at another commit, verifies every patch's sha256,
-checks every hunk in memory (exact context; offsets are allowed and reported;
-no fuzz) and only then writes all files. After any failure the tree is
+hardlinking, like git clone --local) and checks out the pinned commit,
+detached; a failed clone removes the parent directories it made. It then
+refuses a tree with uncommitted changes or at another commit, verifies every
+patch's sha256, checks every hunk in memory (exact context; offsets are
+allowed and reported; no fuzz) and only then writes all files. After any failure the tree is
 byte-identical to before. Applying an applied series is a no-op.
 
 Examples:

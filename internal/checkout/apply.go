@@ -411,11 +411,17 @@ func emptyDir(dst string, fi fs.FileInfo) bool {
 // cloneInto clones source and checks out want in a temp directory beside
 // dst, then renames it to dst, which is missing or an empty directory
 // (replaced, its mode kept, as git clone keeps it): a clone that fails or
-// is interrupted leaves dst as it was, and two runs cloning to one dst
-// cannot mix.
-func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer) (gitsrc.CloneInfo, error) {
+// is interrupted leaves dst as it was and removes the parent directories
+// it created, and two runs cloning to one dst cannot mix.
+func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer) (_ gitsrc.CloneInfo, err error) {
 	parent := filepath.Dir(dst)
-	if err := os.MkdirAll(parent, 0o755); err != nil {
+	made, err := safefs.Mkdirs(parent)
+	defer func() {
+		for i := len(made) - 1; err != nil && i >= 0; i-- {
+			_ = os.Remove(made[i]) // fails only when not empty: then it is not ours
+		}
+	}()
+	if err != nil {
 		return gitsrc.CloneInfo{}, err
 	}
 	// Temp dirs carry the pid of their clone: one whose process is gone

@@ -181,10 +181,11 @@ func (r Root) Write(changes []Change) error {
 			}
 		} else {
 			var dirs []string
-			if dirs, err = mkdirs(filepath.Dir(u.abs)); err != nil {
+			dirs, err = Mkdirs(filepath.Dir(u.abs))
+			made = append(made, dirs...)
+			if err != nil {
 				break
 			}
-			made = append(made, dirs...)
 			mode := c.Mode
 			if mode == 0 && u.existed {
 				mode = u.mode
@@ -270,9 +271,12 @@ func pruneEmpty(root, dir string) []string {
 	return out
 }
 
-// mkdirs creates dir and its missing parents, returning those it created,
-// outermost first.
-func mkdirs(dir string) ([]string, error) {
+// Mkdirs creates dir and its missing parents (mode 0o755 less the umask),
+// returning those it created, outermost first, so that a caller that
+// fails later can remove exactly those (innermost first, with os.Remove,
+// which leaves one that is no longer empty) and none that existed. On an
+// error it returns the ones it created before it, and the os.Mkdir error.
+func Mkdirs(dir string) ([]string, error) {
 	var missing []string
 	for d := dir; ; d = filepath.Dir(d) {
 		if _, err := os.Lstat(d); err == nil {
@@ -283,9 +287,9 @@ func mkdirs(dir string) ([]string, error) {
 			break
 		}
 	}
-	for _, d := range missing {
+	for i, d := range missing {
 		if err := os.Mkdir(d, 0o755); err != nil {
-			return nil, err
+			return missing[:i], err
 		}
 	}
 	return missing, nil
