@@ -224,7 +224,8 @@ func cloneError(src string, err error) error {
 //
 // It writes only what git and go-git read (gitdir.Create: HEAD, config,
 // objects/, refs/), the refs in one packed-refs file as git clone writes
-// them, and the object directories that hold files. go-git's PlainInit
+// them, refs/remotes/origin/HEAD (a symref, which packed-refs cannot
+// hold), and the object directories that hold files. go-git's PlainInit
 // would add objects/info, refs/heads and refs/tags, empty, and every ref
 // as its own file under refs/remotes/origin/ (three files and
 // directories for one branch): each an inode that a clone's creation and
@@ -263,7 +264,9 @@ func cloneLocal(srcGitDir, srcLabel, dir string) (repo *git.Repository, linked, 
 // and its packed-refs: the source's branches as refs/remotes/origin/*, its
 // tags and remote-tracking refs as they are (a branch wins over a
 // remote-tracking ref of the same name in the clone, as it names what
-// origin has), symbolic refs left out.
+// origin has), symbolic refs left out; then refs/remotes/origin/HEAD, a
+// symref to the source's HEAD branch, as git clone writes it
+// (git/git builtin/clone.c@v2.39.5, update_remote_refs).
 func cloneRefs(src *git.Repository, srcGitDir, gitDir string) error {
 	if b, err := os.ReadFile(filepath.Join(srcGitDir, "shallow")); err == nil {
 		if err := os.WriteFile(filepath.Join(gitDir, "shallow"), b, 0o644); err != nil {
@@ -298,7 +301,26 @@ func cloneRefs(src *git.Repository, srcGitDir, gitDir string) error {
 	if err != nil {
 		return err
 	}
-	return os.WriteFile(filepath.Join(gitDir, "packed-refs"), packedRefs(packed), 0o644)
+	if err := os.WriteFile(filepath.Join(gitDir, "packed-refs"), packedRefs(packed), 0o644); err != nil {
+		return err
+	}
+	// refs/remotes/origin/HEAD: a symref (a loose file; packed-refs holds
+	// none) to the source's HEAD branch, as git clone writes it, so that
+	// `origin` names a revision. A source whose HEAD is detached or
+	// unborn gets none.
+	head, err := src.Reference(plumbing.HEAD, false)
+	if err != nil || head.Type() != plumbing.SymbolicReference || !head.Target().IsBranch() {
+		return nil
+	}
+	remote := plumbing.NewRemoteReferenceName("origin", head.Target().Short())
+	if !fromBranch[remote] {
+		return nil
+	}
+	dir := filepath.Join(gitDir, "refs", "remotes", "origin")
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
+	}
+	return os.WriteFile(filepath.Join(dir, "HEAD"), []byte("ref: "+remote+"\n"), 0o644)
 }
 
 // packedRefs is the text of a packed-refs file holding refs, sorted by

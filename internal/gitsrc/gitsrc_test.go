@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io/fs"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"syscall"
@@ -97,6 +98,16 @@ func TestCloneLocalHardlinksAndChecksOut(t *testing.T) {
 	// The source's branch is origin/master in the clone.
 	if got, err := repo.Resolve("master"); err != nil || got != c2 {
 		t.Errorf("Resolve(master) = %s, %v; want %s", got, err, c2)
+	}
+	// origin/HEAD names the source's HEAD branch, as git clone writes it,
+	// so that `origin` is a revision (git log origin, git rev-parse origin).
+	if b, err := os.ReadFile(filepath.Join(dst, ".git", "refs", "remotes", "origin", "HEAD")); err != nil || string(b) != "ref: refs/remotes/origin/master\n" {
+		t.Errorf("refs/remotes/origin/HEAD = %q, %v; want the symref git clone writes", b, err)
+	}
+	if _, err := exec.LookPath("git"); err == nil {
+		if got := strings.TrimSpace(gitOut(t, dst, "rev-parse", "origin")); got != c2 {
+			t.Errorf("git rev-parse origin = %s, want %s", got, c2)
+		}
 	}
 	if _, err := repo.Resolve(c2[:10]); err == nil || !strings.Contains(err.Error(), "pass the full 40-hex hash") {
 		t.Errorf("Resolve(short) = %v, want a refusal", err)
