@@ -25,7 +25,10 @@ func statusCommand() *cli.Command {
 the bytes apply wrote. It exits 1 when files drifted or HEAD moved, or
 when tracked files have uncommitted changes (with or without apply state),
 or while another arpatch (an apply, revert or build) holds the checkout's
-lock: it then names that pid and vouches for nothing until it ends.
+lock: it then names that pid and vouches for nothing until it ends. It
+notes a temp directory that a killed clone into DIR left beside it
+(.NAME.arpatch-clone-PID-*), with the rm -rf that removes it, whether DIR
+exists or not.
 
 Examples:
    arpatch status
@@ -55,6 +58,9 @@ type statusOptions struct {
 func statusOpts(f statusFlags) (statusOptions, error) {
 	if f.Given["src"] {
 		if err := checkPathFlag("src", expandHome(f.Src), true); err != nil {
+			if n := staleClones(expandHome(f.Src)); len(n) > 0 {
+				return statusOptions{}, usagef("%v\n%s", err, strings.Join(n, "\n"))
+			}
 			return statusOptions{}, err
 		}
 	}
@@ -70,6 +76,9 @@ func statusOpts(f statusFlags) (statusOptions, error) {
 // is a failure (exit 1).
 func statusRun(_ context.Context, o statusOptions, s streams) error {
 	notePassedOver(s.Err, o.Catalog)
+	for _, n := range staleClones(o.Src) {
+		fmt.Fprintln(s.Err, n)
+	}
 	rep, err := checkout.Status(o.Src, o.Catalog)
 	if err != nil {
 		return err
@@ -85,6 +94,18 @@ func statusRun(_ context.Context, o statusOptions, s streams) error {
 		return exitWith(exitFailure, "")
 	}
 	return nil
+}
+
+// staleClones returns a note for each temp directory a killed clone into
+// src left beside it (checkout.StaleClones), with the command that
+// removes it.
+func staleClones(src string) []string {
+	var notes []string
+	for _, d := range checkout.StaleClones(src) {
+		notes = append(notes, fmt.Sprintf("note: %s is what a clone into %s left when it was killed (its pid is gone); remove it with `%s`",
+			d, src, shellq.Join([]string{"rm", "-rf", d})))
+	}
+	return notes
 }
 
 func printStatus(w io.Writer, rep *checkout.StatusReport) {

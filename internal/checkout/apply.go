@@ -398,6 +398,30 @@ func prepareSeries(opts ApplyOptions, repo *gitsrc.Repo, root safefs.Root, head 
 	return p
 }
 
+// clonePrefix is how the name of a clone's temp directory beside dst
+// starts: ".NAME.arpatch-clone-", then the cloning process's pid, "-"
+// and a random suffix.
+func clonePrefix(dst string) string { return "." + filepath.Base(dst) + ".arpatch-clone-" }
+
+// StaleClones returns the temp directories beside dst (the --src of a
+// clone) that a clone left when its process was killed before it could
+// remove them (SIGKILL, a power cut): those named by clonePrefix whose pid
+// no longer runs (lockfile.Alive). A live clone's is not listed. The paths
+// are dst's directory joined with each name, in name order; none is an
+// empty list.
+func StaleClones(dst string) []string {
+	prefix := clonePrefix(dst)
+	all, _ := filepath.Glob(filepath.Join(filepath.Dir(dst), prefix+"*"))
+	var stale []string
+	for _, d := range all {
+		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), prefix), "-")
+		if n, err := strconv.Atoi(pid); err == nil && !lockfile.Alive(n) {
+			stale = append(stale, d)
+		}
+	}
+	return stale
+}
+
 // emptyDir reports whether dst, whose Lstat is fi, is a directory with
 // nothing in it: git clone's other destination.
 func emptyDir(dst string, fi fs.FileInfo) bool {
@@ -426,15 +450,11 @@ func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer
 	}
 	// Temp dirs carry the pid of their clone: one whose process is gone
 	// (killed with SIGKILL, a power cut) is removed here.
-	prefix := "." + filepath.Base(dst) + ".arpatch-clone-"
-	stale, _ := filepath.Glob(filepath.Join(parent, prefix+"*"))
-	for _, d := range stale {
-		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), prefix), "-")
-		if n, err := strconv.Atoi(pid); err == nil && !lockfile.Alive(n) {
-			// Best effort: a stale clone that stays only costs disk, and
-			// the next clone tries again.
-			_ = os.RemoveAll(d)
-		}
+	prefix := clonePrefix(dst)
+	for _, d := range StaleClones(dst) {
+		// Best effort: a stale clone that stays only costs disk, and
+		// the next clone tries again.
+		_ = os.RemoveAll(d)
 	}
 	// Clone takes the empty directory: made here with the mode git
 	// gives a checkout (0o777 less the umask, as git/git
