@@ -164,6 +164,9 @@ func Clone(ctx context.Context, src, dir string, progress io.Writer) (*Repo, Clo
 				Progress:   progress,
 				Tags:       git.NoTags,
 			})
+			if err == nil {
+				err = cloneOriginHead(repo, dir)
+			}
 		}
 	}
 	info.Duration = time.Since(start)
@@ -304,10 +307,9 @@ func cloneRefs(src *git.Repository, srcGitDir, gitDir string) error {
 	if err := os.WriteFile(filepath.Join(gitDir, "packed-refs"), packedRefs(packed), 0o644); err != nil {
 		return err
 	}
-	// refs/remotes/origin/HEAD: a symref (a loose file; packed-refs holds
-	// none) to the source's HEAD branch, as git clone writes it, so that
-	// `origin` names a revision. A source whose HEAD is detached or
-	// unborn gets none.
+	// refs/remotes/origin/HEAD (a loose file; packed-refs holds no
+	// symref) to the source's HEAD branch. A source whose HEAD is
+	// detached or unborn gets none.
 	head, err := src.Reference(plumbing.HEAD, false)
 	if err != nil || head.Type() != plumbing.SymbolicReference || !head.Target().IsBranch() {
 		return nil
@@ -316,11 +318,36 @@ func cloneRefs(src *git.Repository, srcGitDir, gitDir string) error {
 	if !fromBranch[remote] {
 		return nil
 	}
+	return writeOriginHead(gitDir, remote)
+}
+
+// writeOriginHead writes refs/remotes/origin/HEAD in gitDir: a symref to
+// remote (refs/remotes/origin/NAME), a loose file as git clone writes it
+// (git/git builtin/clone.c@v2.39.5, update_remote_refs), so that `origin`
+// names a revision (git log origin). It returns the error making the
+// directory or writing the file.
+func writeOriginHead(gitDir string, remote plumbing.ReferenceName) error {
 	dir := filepath.Join(gitDir, "refs", "remotes", "origin")
 	if err := os.MkdirAll(dir, 0o755); err != nil {
 		return err
 	}
 	return os.WriteFile(filepath.Join(dir, "HEAD"), []byte("ref: "+remote+"\n"), 0o644)
+}
+
+// cloneOriginHead gives a clone that go-git made (which writes no
+// refs/remotes/origin/HEAD) the one git clone writes: to origin's branch
+// that the clone's HEAD names (go-git sets HEAD to the remote HEAD's
+// branch). A detached HEAD, or a branch origin lacks, gets none.
+func cloneOriginHead(repo *git.Repository, dir string) error {
+	head, err := repo.Storer.Reference(plumbing.HEAD)
+	if err != nil || head.Type() != plumbing.SymbolicReference || !head.Target().IsBranch() {
+		return nil
+	}
+	remote := plumbing.NewRemoteReferenceName("origin", head.Target().Short())
+	if _, err := repo.Storer.Reference(remote); err != nil {
+		return nil
+	}
+	return writeOriginHead(filepath.Join(dir, ".git"), remote)
 }
 
 // packedRefs is the text of a packed-refs file holding refs, sorted by

@@ -5,6 +5,8 @@ import (
 	"errors"
 	"fmt"
 	"io/fs"
+	"net/http/cgi"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -359,5 +361,39 @@ func TestAlternates(t *testing.T) {
 		} else if b, err := ct.ReadFile("a/x.txt"); err != nil || string(b) != "two\n" {
 			t.Errorf("a/x.txt at c2 = %q, %v", b, err)
 		}
+	}
+}
+
+// A clone through go-git's transport (here smart HTTP, served by git's own
+// http-backend) gets refs/remotes/origin/HEAD as git clone writes it, as a
+// local clone does: `origin` names the source's HEAD branch.
+func TestCloneOverHTTPWritesOriginHead(t *testing.T) {
+	needGit(t)
+	up, _, c2 := fixture(t)
+	backend := filepath.Join(strings.TrimSpace(gitOut(t, up, "--exec-path")), "git-http-backend")
+	if _, err := os.Stat(backend); err != nil {
+		t.Skipf("no git http-backend to serve the clone: %v", err)
+	}
+	srv := httptest.NewServer(&cgi.Handler{
+		Path: backend,
+		Env:  []string{"GIT_PROJECT_ROOT=" + filepath.Dir(up), "GIT_HTTP_EXPORT_ALL=1", "GIT_CONFIG_NOSYSTEM=1"},
+	})
+	defer srv.Close()
+	dst := filepath.Join(t.TempDir(), "work")
+	repo, info, err := Clone(context.Background(), srv.URL+"/"+filepath.Base(up)+"/.git", dst, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if info.Local {
+		t.Errorf("an http URL was cloned as a local path: %+v", info)
+	}
+	if b, err := os.ReadFile(filepath.Join(dst, ".git", "refs", "remotes", "origin", "HEAD")); err != nil || string(b) != "ref: refs/remotes/origin/master\n" {
+		t.Errorf("refs/remotes/origin/HEAD = %q, %v; want the symref git clone writes", b, err)
+	}
+	if got := strings.TrimSpace(gitOut(t, dst, "rev-parse", "origin")); got != c2 {
+		t.Errorf("git rev-parse origin = %s, want %s", got, c2)
+	}
+	if got, err := repo.Resolve("master"); err != nil || got != c2 {
+		t.Errorf("Resolve(master) = %s, %v; want %s", got, err, c2)
 	}
 }
