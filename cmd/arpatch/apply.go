@@ -30,8 +30,9 @@ hardlinking, like git clone --local) and checks out the pinned commit,
 detached; a failed clone removes the parent directories it made. It then
 refuses a tree with uncommitted changes or at another commit, verifies every
 patch's sha256, checks every hunk in memory (exact context; offsets are
-allowed and reported; no fuzz) and only then writes all files. After any failure the tree is
-byte-identical to before. Applying an applied series is a no-op.
+allowed and reported; no fuzz) and only then writes all files. After any
+failure the tree is byte-identical to before. Applying an applied series is
+a no-op.
 
 Examples:
    arpatch apply --recipe pcie --repo ~/mirrors/sglang.git
