@@ -72,7 +72,7 @@ func Acquire(path string) (func(), error) {
 		attempt++
 		// A lock appears whole (by link), so one that is not a pid was
 		// written by something else: it holds nothing.
-		if pid, perr := strconv.Atoi(strings.TrimSpace(string(b))); err == nil && perr == nil && Alive(pid) {
+		if pid, ok := parsePID(b); err == nil && ok && Alive(pid) {
 			return nil, &HeldError{Path: path, PID: strconv.Itoa(pid)}
 		}
 		// Its owner died, or it is not a lock.
@@ -130,7 +130,13 @@ func ReadPID(path string) (pid int, ok bool) {
 	if err != nil {
 		return 0, false
 	}
-	pid, err = strconv.Atoi(strings.TrimSpace(string(b)))
+	return parsePID(b)
+}
+
+// parsePID reads a pid file's content: a decimal number, blanks around it
+// allowed; ok is false for anything else.
+func parsePID(b []byte) (pid int, ok bool) {
+	pid, err := strconv.Atoi(strings.TrimSpace(string(b)))
 	return pid, err == nil
 }
 
