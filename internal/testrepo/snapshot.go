@@ -28,10 +28,8 @@ type SnapshotOptions struct {
 	// as .git/arpatch/state.json); a missing one is recorded as "absent".
 	Extra []string
 	// ModTime records each regular file's modification time (nanoseconds
-	// since the epoch), except for the paths in ModTimeExcept. Directories'
-	// times are never recorded.
-	ModTime       bool
-	ModTimeExcept []string
+	// since the epoch). Directories' times are never recorded.
+	ModTime bool
 }
 
 // SnapshotTree walks dir and returns its Snapshot: for each path,
@@ -57,7 +55,7 @@ func SnapshotTree(dir string, o SnapshotOptions) (Snapshot, error) {
 			return err
 		}
 		var mtime int64
-		if o.ModTime && fi.Mode().IsRegular() && !slices.Contains(o.ModTimeExcept, rel) {
+		if o.ModTime && fi.Mode().IsRegular() {
 			mtime = fi.ModTime().UnixNano()
 		}
 		s[rel] = SnapshotEntry(fi.Mode(), body, mtime)
