@@ -181,7 +181,7 @@ func newEnv(t testing.TB) *env { return newEnvIn(t, oldLayout) }
 func newEnvIn(t testing.TB, l layout) *env {
 	t.Helper()
 	up, commit := sharedUpstream(t, l)
-	return newEnvAt(t, l, up, commit, sharedCheckout(t, l, up, commit))
+	return newEnvAt(t, l, up, commit, sharedCheckout(t, up, commit))
 }
 
 // newEnvWritable is newEnvIn with a checkout of the test's own, which it
@@ -271,7 +271,7 @@ func newEnvAt(t testing.TB, l layout, up, commit, src string) *env {
 	return e
 }
 
-// sharedCheckout returns l's shared checkout of up at commit, applied with
+// sharedCheckout returns the shared checkout of up at commit, applied with
 // no series: made by the first test that asks (about 30 inodes of git's
 // and the tree's each time) and used read-only by the rest. upstreams
 // records its tree when it is made, and a cleanup (upstreams.Check)
@@ -279,7 +279,7 @@ func newEnvAt(t testing.TB, l layout, up, commit, src string) *env {
 // (its .git included) has the path, mode, size, modification time and
 // bytes it had, and names the test and the paths if not: such a test must
 // take newEnvWritable.
-func sharedCheckout(t testing.TB, l layout, up, commit string) string {
+func sharedCheckout(t testing.TB, up, commit string) string {
 	t.Helper()
 	src, _, err := upstreams.Get("checkout "+up, func(dir string) (string, error) {
 		e := &env{up: up, commit: commit}
