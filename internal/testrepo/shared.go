@@ -41,7 +41,7 @@ type sharedFixture struct {
 // returns mk's error, the error making the directory that holds the
 // fixtures, or SnapshotTree's.
 func (s *Shared) Get(key string, mk func(dir string) (commit string, err error)) (dir, commit string, err error) {
-	f, err := s.make(key, "up", true, func(dir string) (string, error) { return mk(dir) })
+	f, err := s.make(key, "up", true, mk)
 	if err != nil {
 		return "", "", err
 	}
