@@ -72,12 +72,9 @@ func (h *History) Change(msg string, files map[string]string) (string, error) {
 	if err != nil {
 		return "", err
 	}
-	if err := w.AddWithOptions(&git.AddOptions{All: true}); err != nil {
-		return "", fmt.Errorf("staging: %w", err)
-	}
-	c, err := w.Commit(msg, &git.CommitOptions{Author: sig, Committer: sig, AllowEmptyCommits: true})
+	c, err := commitAll(w, msg)
 	if err != nil {
-		return "", fmt.Errorf("committing: %w", err)
+		return "", err
 	}
 	h.head = c
 	return c.String(), nil

@@ -73,12 +73,9 @@ func Commit(dir, msg string) (string, error) {
 	if w, err = r.Worktree(); err != nil {
 		return "", fmt.Errorf("%s: opening the repository: %w", dir, err)
 	}
-	if err := w.AddWithOptions(&git.AddOptions{All: true}); err != nil {
-		return "", fmt.Errorf("%s: staging: %w", dir, err)
-	}
-	h, err := w.Commit(msg, &git.CommitOptions{Author: sig, Committer: sig, AllowEmptyCommits: true})
+	h, err := commitAll(w, msg)
 	if err != nil {
-		return "", fmt.Errorf("%s: committing: %w", dir, err)
+		return "", fmt.Errorf("%s: %w", dir, err)
 	}
 	if _, err := writePack(fs, ps, ps.order, 0); err != nil {
 		return "", fmt.Errorf("%s: packing commit %s: %w", dir, h, err)
@@ -91,6 +88,21 @@ func Commit(dir, msg string) (string, error) {
 		return "", fmt.Errorf("%s: repacking after commit %s: %w", dir, h, err)
 	}
 	return h.String(), nil
+}
+
+// commitAll stages every change in w's work tree and commits it with
+// msg, as the fixture author at the fixture time (sig), so that Commit
+// and History.Change give the same files and message the same commit. It
+// returns go-git's error staging or committing, saying which.
+func commitAll(w *git.Worktree, msg string) (plumbing.Hash, error) {
+	if err := w.AddWithOptions(&git.AddOptions{All: true}); err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("staging: %w", err)
+	}
+	h, err := w.Commit(msg, &git.CommitOptions{Author: sig, Committer: sig, AllowEmptyCommits: true})
+	if err != nil {
+		return plumbing.ZeroHash, fmt.Errorf("committing: %w", err)
+	}
+	return h, nil
 }
 
 // maxPacks is the most packs Commit leaves in a repository; past it, it
