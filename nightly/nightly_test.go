@@ -27,26 +27,16 @@ import (
 	"github.com/arpatch/arpatch/internal/testbin"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/kernels"
+	"github.com/arpatch/arpatch/nightly/internal/fixture"
 	"github.com/arpatch/arpatch/patches"
 )
-
-const fixtureCu = "// fixture translation unit\nif (ws == 2) {\n  one();\n} else if (full_nvlink_) {\n  pick();\n}\n"
 
 const fixturePatch = `Description: fixture dispatch
 Author: arpatch tests
 Upstream-Status: Inappropriate [test fixture]
 Applies-To: fixture
 
---- a/sgl-kernel/csrc/allreduce/custom_all_reduce.cu
-+++ b/sgl-kernel/csrc/allreduce/custom_all_reduce.cu
-@@ -2,5 +2,5 @@
- if (ws == 2) {
-   one();
--} else if (full_nvlink_) {
-+} else {
-   pick();
- }
-`
+` + fixture.Dispatch
 
 // world is a nightly fixture: an upstream repository, a series, two
 // recipes, a fake toolchain and two in-test SGLang servers on an in-memory
@@ -79,26 +69,6 @@ func (w *world) commitUpstream(msg string, files map[string]string) string {
 	return c
 }
 
-// upstreamTree is the fixture upstream's tree at its first commit.
-var upstreamTree = map[string]string{
-	"sgl-kernel/CMakeLists.txt":                      "project(sgl-kernel)\nset(F \"-gencode=arch=compute_120a,code=sm_120a\")\n",
-	"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": fixtureCu,
-	"sgl-kernel/include/utils.h":                     "// header\n",
-	"sgl-kernel/pyproject.toml":                      testrepo.KernelPyproject,
-}
-
-// makeUpstream makes the fixture upstream at dir, a History (the nightly
-// only clones from it: no work tree or index), with upstreamTree as its
-// first commit, and returns the History and the commit.
-func makeUpstream(dir string) (*testrepo.History, string, error) {
-	h := testrepo.NewHistory(dir)
-	c, err := h.Change("fixture: initial tree", upstreamTree)
-	if err == nil {
-		err = h.Write()
-	}
-	return h, c, err
-}
-
 // upstreams holds the fixture upstream that the worlds of newWorld share
 // read-only; TestMain closes it.
 var upstreams testrepo.Shared
@@ -108,10 +78,10 @@ func TestMain(m *testing.M) { os.Exit(upstreams.Run(m)) }
 // arms returns the directory holding the arms a world at commit benches,
 // made once per commit (upstreams.Dir) and shared read-only: series/fx
 // (the fixture series, tested on commit) and the recipes a.toml (base)
-// and b.toml (patched, series fx), both at commit. makeUpstream's first
-// commit is the same whatever its directory (testrepo commits with a
-// fixed signature and date), so every world, with the shared upstream or
-// its own, gets the same arms.
+// and b.toml (patched, series fx), both at commit. fixture.MakeUpstream's
+// first commit is the same whatever its directory (testrepo commits with
+// a fixed signature and date), so every world, with the shared upstream
+// or its own, gets the same arms.
 func arms(t *testing.T, commit string) string {
 	t.Helper()
 	sum := sha256.Sum256([]byte(fixturePatch))
@@ -147,12 +117,12 @@ func newWorldWith(t *testing.T, shared bool) *world {
 	var err error
 	if shared {
 		w.up, w.commit, err = upstreams.Get("upstream", func(dir string) (string, error) {
-			_, c, err := makeUpstream(dir)
+			_, c, err := fixture.MakeUpstream(dir)
 			return c, err
 		})
 	} else {
 		w.up = filepath.Join(w.dir, "upstream")
-		w.own, w.commit, err = makeUpstream(w.up)
+		w.own, w.commit, err = fixture.MakeUpstream(w.up)
 	}
 	if err != nil {
 		t.Fatal(err)
@@ -354,7 +324,7 @@ func testNightlyEndToEnd(t *testing.T) {
 	w.cfg.Bench.URLB = w.servers["b"].URL
 
 	// Upstream moves and breaks the hunk: exit 3, with patch, file, hunk.
-	w.commitUpstream("upstream refactor", map[string]string{"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": strings.Replace(fixtureCu, "full_nvlink_", "nvlink_ok_", 1)})
+	w.commitUpstream("upstream refactor", map[string]string{"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": strings.Replace(fixture.Cu, "full_nvlink_", "nvlink_ok_", 1)})
 	rep = w.run(context.Background(), true)
 	if rep.ExitCode != ExitDrift {
 		t.Fatalf("drift night: exit %d %v", rep.ExitCode, rep.Errors)
@@ -903,7 +873,7 @@ func TestDriftHeadlineNamesTheRevision(t *testing.T) {
 	w := newWorldOwn(t) // commits to its upstream
 	// Upstream moves on; the series is refreshed for the new head only.
 	head := w.commitUpstream("rename", map[string]string{
-		"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": strings.Replace(fixtureCu, "one();", "one_stage();", 1),
+		"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": strings.Replace(fixture.Cu, "one();", "one_stage();", 1),
 	})
 	patch := strings.Replace(fixturePatch, "   one();", "   one_stage();", 1)
 	sum := sha256.Sum256([]byte(patch))

@@ -29,25 +29,15 @@ import (
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/kernels"
 	"github.com/arpatch/arpatch/nightly"
+	"github.com/arpatch/arpatch/nightly/internal/fixture"
 )
-
-const cu = "// fixture translation unit\nif (ws == 2) {\n  one();\n} else if (full_nvlink_) {\n  pick();\n}\n"
 
 const patch = `Description: fixture: launch a kernel on PCIe-only GPUs above world size 2
 Author: arpatch demo
 Upstream-Status: Inappropriate [demo fixture]
 Applies-To: the demo's fixture tree
 
---- a/sgl-kernel/csrc/allreduce/custom_all_reduce.cu
-+++ b/sgl-kernel/csrc/allreduce/custom_all_reduce.cu
-@@ -2,5 +2,5 @@
- if (ws == 2) {
-   one();
--} else if (full_nvlink_) {
-+} else {
-   pick();
- }
-`
+` + fixture.Dispatch
 
 // Run is the demo, from its arguments ([-dir DIR], default nightly-demo,
 // relative to the working directory, which must be the arpatch repository
@@ -84,18 +74,7 @@ func demo(dir string, stdout io.Writer, serve func(http.Handler) (string, func()
 	if err != nil {
 		return 0, err
 	}
-	// The nightly only clones from the upstream: a History (its .git,
-	// one pack, no work tree).
-	up := testrepo.NewHistory(filepath.Join(abs, "upstream"))
-	commit, err := up.Change("fixture: initial tree", map[string]string{
-		"sgl-kernel/CMakeLists.txt":                      "project(sgl-kernel)\nset(F \"-gencode=arch=compute_120a,code=sm_120a\")\n",
-		"sgl-kernel/csrc/allreduce/custom_all_reduce.cu": cu,
-		"sgl-kernel/include/utils.h":                     "// header\n",
-		"sgl-kernel/pyproject.toml":                      testrepo.KernelPyproject,
-	})
-	if err == nil {
-		err = up.Write()
-	}
+	_, commit, err := fixture.MakeUpstream(filepath.Join(abs, "upstream"))
 	if err != nil {
 		return 0, err
 	}
