@@ -343,13 +343,7 @@ func TestOfflineAndDepsDir(t *testing.T) {
 	// upstream and checkout of the test's own.
 	cm := strings.NewReplacer("57e3cfb47a2d9e0d46eb6335c3dc411498efa198", cut, "v3.5.1", tri).Replace(fixtureCMake)
 	more := strings.Replace(fixtureMoreCMake, "553ec11ec06fbe0beebfbb45f9dc3c9eabd83d28", fmtc, 1)
-	repinned := layout{"repinned", oldLayout.dir, cm, more}
-	up2 := filepath.Join(t.TempDir(), "up")
-	c2, err := makeUpstream(t, up2, repinned, false)
-	if err != nil {
-		t.Fatal(err)
-	}
-	e2 := newEnvFrom(t, repinned, up2, c2)
+	e2 := newEnvWith(t, layout{"repinned", oldLayout.dir, cm, more}, false)
 	o2 := e2.opts()
 	o2.Offline, o2.DepsDir = true, deps
 	p := mustPlan(t, o2)
