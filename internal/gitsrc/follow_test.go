@@ -10,21 +10,19 @@ import (
 	"github.com/arpatch/arpatch/internal/testrepo"
 )
 
-// history is a fixture repository built step by step: each step writes
-// files (content "" removes the file) and commits.
-// history is a fixture repository of commits made one step at a time;
-// the tests only read it, so it has no work tree (testrepo.History).
+// history is a fixture repository of commits made one step at a time
+// (each step writes files, content "" removing one, and commits); the
+// tests only read it, so it has no work tree (testrepo.History). Its
+// directory is h.h.Dir().
 type history struct {
-	t   *testing.T
-	h   *testrepo.History
-	dir string
-	c   []string
+	t *testing.T
+	h *testrepo.History
+	c []string
 }
 
 func newHistory(t *testing.T, files map[string]string) *history {
 	t.Helper()
-	h := &history{t: t, dir: filepath.Join(t.TempDir(), "up")}
-	h.h = testrepo.NewHistory(h.dir)
+	h := &history{t: t, h: testrepo.NewHistory(filepath.Join(t.TempDir(), "up"))}
 	h.step("fixture: initial tree", files)
 	return h
 }
@@ -40,7 +38,7 @@ func (h *history) step(msg string, files map[string]string) string {
 func (h *history) repo() *Repo {
 	h.t.Helper()
 	h.h.MustWrite(h.t)
-	r, err := OpenAny(h.dir)
+	r, err := OpenAny(h.h.Dir())
 	if err != nil {
 		h.t.Fatal(err)
 	}
@@ -176,13 +174,13 @@ func TestFollowInShallowClone(t *testing.T) {
 	// commit before it is not in the object store (its objects loose, to
 	// remove the one).
 	h.repo() // writes the steps to disk
-	if err := testrepo.Unpack(h.dir); err != nil {
+	if err := testrepo.Unpack(h.h.Dir()); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.Remove(filepath.Join(h.dir, ".git", "objects", mid[:2], mid[2:])); err != nil {
+	if err := os.Remove(filepath.Join(h.h.Dir(), ".git", "objects", mid[:2], mid[2:])); err != nil {
 		t.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(h.dir, ".git", "shallow"), []byte(last+"\n"), 0o644); err != nil {
+	if err := os.WriteFile(filepath.Join(h.h.Dir(), ".git", "shallow"), []byte(last+"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
 	r := h.repo()
