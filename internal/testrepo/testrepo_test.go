@@ -225,7 +225,8 @@ func TestHistoryIsInitAndChangeWithoutAWorkTree(t *testing.T) {
 	}
 	if _, err := h.Change("x", map[string]string{"nosuch": ""}); err == nil || !strings.Contains(err.Error(), "nosuch") {
 		t.Errorf("removing a missing file: %v", err)
-	} // MustChange and MustWrite fail the test with Change's and Write's
+	}
+	// MustChange and MustWrite fail the test with Change's and Write's
 	// errors.
 	rec := &errorsOf{TB: t}
 	if c := h.MustChange(rec, "x", map[string]string{"nosuch": ""}); c != "" || len(rec.errs) != 1 || !strings.Contains(rec.errs[0], "nosuch") {
