@@ -72,12 +72,12 @@ func makeHistory(dir string) (string, error) {
 // oldest first.
 func lineage(t *testing.T, dir, head string) []string {
 	t.Helper()
+	r, err := git.PlainOpen(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
 	out := []string{head}
 	for {
-		r, err := git.PlainOpen(dir)
-		if err != nil {
-			t.Fatal(err)
-		}
 		co, err := r.CommitObject(plumbing.NewHash(out[0]))
 		if err != nil {
 			t.Fatal(err)
