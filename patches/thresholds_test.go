@@ -11,6 +11,7 @@ import (
 	"sync"
 	"testing"
 
+	"github.com/arpatch/arpatch/internal/testbin"
 	"github.com/arpatch/arpatch/patches/gaterule"
 )
 
@@ -105,7 +106,7 @@ func TestPython3Path(t *testing.T) {
 		"#!/bin/sh\necho 'pyenv: python3: command not found' >&2\nexit 127\n",
 		"#!/bin/sh\nexit 0\n", // prints no sys.executable
 	} {
-		if err := os.WriteFile(py, []byte(script), 0o755); err != nil {
+		if err := testbin.Write(py, []byte(script)); err != nil {
 			t.Fatal(err)
 		}
 		if got, err := python3Path(); got != py || err != nil {
