@@ -65,16 +65,14 @@ diff --git a/sgl-kernel/csrc/allreduce/custom_all_reduce.cuh b/sgl-kernel/csrc/a
 // its first commit.
 type fixture struct {
 	t      testing.TB
-	dir    string
-	h      *testrepo.History // dir's commits: port only reads history, so no work tree
+	h      *testrepo.History // the upstream at h.Dir(): port only reads history, so no work tree
 	base   string
 	series *patches.Series
 }
 
 func newFixture(t testing.TB) *fixture {
 	t.Helper()
-	f := &fixture{t: t, dir: filepath.Join(t.TempDir(), "up")}
-	f.h = testrepo.NewHistory(f.dir)
+	f := &fixture{t: t, h: testrepo.NewHistory(filepath.Join(t.TempDir(), "up"))}
 	var err error
 	if f.base, err = f.h.Change("fixture: initial tree", map[string]string{oldPath: dispatch, "README.md": "fixture\n"}); err != nil {
 		t.Fatal(err)
@@ -115,7 +113,7 @@ func (f *fixture) step(files map[string]string) string {
 func (f *fixture) repo() *gitsrc.Repo {
 	f.t.Helper()
 	f.h.MustWrite(f.t)
-	repo, err := gitsrc.OpenAny(f.dir)
+	repo, err := gitsrc.OpenAny(f.h.Dir())
 	if err != nil {
 		f.t.Fatal(err)
 	}
