@@ -428,13 +428,16 @@ func TestPortAgainstGitMergeFile(t *testing.T) {
 	// The series, the three files git merge-file reads and git apply's
 	// tree are rewritten in place for each case.
 	mdir, sdir, adir := t.TempDir(), t.TempDir(), t.TempDir()
+	repo, err := gitsrc.OpenAny(dir) // every case's commits are written
+	if err != nil {
+		t.Fatal(err)
+	}
 	for k, mc := range cases {
 		i, base, ours, theirs, b, o, th := mc.i, mc.base, mc.ours, mc.theirs, mc.b, mc.o, mc.th
 		c0, c1 := commits[2*k], commits[2*k+1]
 		text := "Description: random edit\nAuthor: arpatch tests\nUpstream-Status: Inappropriate [test]\nApplies-To: fixture\n\n" +
 			section(path, &patches.FileResult{Path: path, Op: patches.Modify, After: []byte(o)}, []byte(b), unified(base, ours), "")
 		s := sealedSeries(t, sdir, c0, text)
-		repo, _ := gitsrc.OpenAny(dir)
 		rep, err := Run(Options{Repo: repo, Series: s, To: c1})
 		if err != nil {
 			t.Fatalf("case %d: %v", i, err)
