@@ -26,22 +26,15 @@ import (
 // A test that adds a ref or a worktree to it takes ownFixture.
 func fixture(t *testing.T) (dir, c1, c2 string) {
 	t.Helper()
-	dir, c2, err := fixtures.Get("two commits", makeFixture)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir, lineage(t, dir, c2)[0], c2
+	dir, cs := madeFixture(t, "two commits", makeFixture)
+	return dir, cs[0], cs[1]
 }
 
 // ownFixture is fixture's repository made for the calling test alone.
 func ownFixture(t *testing.T) (dir, c1, c2 string) {
 	t.Helper()
-	dir = filepath.Join(t.TempDir(), "up")
-	c2, err := makeFixture(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir, lineage(t, dir, c2)[0], c2
+	dir, cs := madeFixture(t, "", makeFixture)
+	return dir, cs[0], cs[1]
 }
 
 // makeFixture writes fixture's repository at dir (no work tree: the

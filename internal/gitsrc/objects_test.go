@@ -24,21 +24,12 @@ import (
 // ownHistoryFixture is the same repository for a test that alters it.
 func historyFixture(t *testing.T) (dir string, commits []string) {
 	t.Helper()
-	dir, head, err := fixtures.Get("history", makeHistory)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir, lineage(t, dir, head)
+	return madeFixture(t, "history", makeHistory)
 }
 
 func ownHistoryFixture(t *testing.T) (dir string, commits []string) {
 	t.Helper()
-	dir = filepath.Join(t.TempDir(), "up")
-	head, err := makeHistory(dir)
-	if err != nil {
-		t.Fatal(err)
-	}
-	return dir, lineage(t, dir, head)
+	return madeFixture(t, "", makeHistory)
 }
 
 // makeHistory writes historyFixture's repository at dir (no work tree)
@@ -66,6 +57,26 @@ func makeHistory(dir string) (string, error) {
 		return "", err
 	}
 	return c, testrepo.Pack(dir)
+}
+
+// madeFixture returns the repository mk makes (at a new dir, returning
+// its HEAD) and its commits, oldest first (lineage): made once per test
+// binary and shared under key, or for the calling test alone when key is
+// "".
+func madeFixture(t *testing.T, key string, mk func(dir string) (string, error)) (dir string, commits []string) {
+	t.Helper()
+	var head string
+	var err error
+	if key == "" {
+		dir = filepath.Join(t.TempDir(), "up")
+		head, err = mk(dir)
+	} else {
+		dir, head, err = fixtures.Get(key, mk)
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	return dir, lineage(t, dir, head)
 }
 
 // lineage returns head and its first parents in the repository at dir,
