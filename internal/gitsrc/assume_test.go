@@ -12,8 +12,8 @@ import (
 // TestAssumeUnchanged reads the assume-unchanged bit from indexes git
 // itself wrote, in versions 2, 3 (an intent-to-add entry makes git write
 // extended flags) and 4 (prefix-compressed names; with and without the
-// extended flags), beside skip-worktree entries and long names. It needs git (not CI's requirement: skipped
-// without it).
+// extended flags), beside skip-worktree entries and long names. It needs
+// git (not CI's requirement: skipped without it).
 func TestAssumeUnchanged(t *testing.T) {
 	if _, err := exec.LookPath("git"); err != nil {
 		t.Skip("no git")

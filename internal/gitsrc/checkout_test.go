@@ -125,9 +125,10 @@ func needGit(t *testing.T) {
 }
 
 // gitOut runs git in dir with no system or user configuration (HOME is
-// one empty directory for the test binary, a shared fixture) and returns its output; a failure fails
-// t. git takes no optional locks (GIT_OPTIONAL_LOCKS=0): status does not
-// write back the index it refreshed, and answers the same.
+// one empty directory for the test binary, a shared fixture) and returns
+// its output; a failure fails t. git takes no optional locks
+// (GIT_OPTIONAL_LOCKS=0): status does not write back the index it
+// refreshed, and answers the same.
 func gitOut(t *testing.T, dir string, args ...string) string {
 	t.Helper()
 	return gitOutEnv(t, dir, nil, args...)
