@@ -15,6 +15,7 @@ import (
 	git "github.com/go-git/go-git/v5"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
@@ -115,14 +116,14 @@ func TestInterruptedApplyIsReportedAndReverted(t *testing.T) {
 	}
 	defer func() { _ = sleeper.Process.Kill(); _ = sleeper.Wait() }()
 	for pid, want := range map[int]int{sleeper.Process.Pid: sleeper.Process.Pid, os.Getpid(): 0} {
-		if err := os.WriteFile(filepath.Join(gitDir, "arpatch", "lock"), []byte(strconv.Itoa(pid)+"\n"), 0o644); err != nil {
+		if err := lockfile.WritePID(lockPath(gitDir), pid); err != nil {
 			t.Fatal(err)
 		}
 		if sr, err := Status(f.work, f.cat); err != nil || sr.Holder != want {
 			t.Errorf("lock held by pid %d: status holder %d, want %d (err %v)", pid, sr.Holder, want, err)
 		}
 	}
-	if err := os.Remove(filepath.Join(gitDir, "arpatch", "lock")); err != nil {
+	if err := os.Remove(lockPath(gitDir)); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := f.apply(t); err == nil || !strings.Contains(err.Error(), "was interrupted part way") {
