@@ -61,7 +61,7 @@ every size.
 The env file (--out) records the host, GPUs, driver, NCCL version, world
 size, date and this command. arpatch bench --tune FILE and nightly's tune =
 "FILE" use it and refuse one made on another host unless --force-tune; a
-shell reads it with set -a; . FILE; set +a. Nothing is written when a sum
+shell reads it with set -a; . ./FILE; set +a. Nothing is written when a sum
 is wrong, a case hangs or the run is oversubscribed (more ranks than GPUs:
 correctness only).
 

@@ -3,6 +3,7 @@ package tune
 import (
 	"bytes"
 	"cmp"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -13,6 +14,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/bounds"
+	"github.com/arpatch/arpatch/internal/envfile"
 	"github.com/arpatch/arpatch/internal/shellq"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
@@ -36,9 +38,10 @@ type Host struct {
 func (h Host) GPUs() string { return fmt.Sprintf("%d x %s", h.GPUCount, h.GPUModel) }
 
 // File is a tune file: the thresholds and where, when and how they were
-// measured. It is an env file: KEY=VALUE lines that `set -a; . FILE`,
-// systemd's EnvironmentFile and docker --env-file read, with the record
-// in "# arpatch-tune key: value" comments.
+// measured. It is an env file (package envfile): KEY=VALUE lines that
+// `set -a; . ./FILE; set +a`, systemd's EnvironmentFile and docker
+// --env-file read alike, with the record in "# arpatch-tune key: value"
+// comments.
 type File struct {
 	Host       Host       `json:"host"`
 	WorldSize  int        `json:"world_size"`
@@ -51,11 +54,13 @@ type File struct {
 	Choices []Choice `json:"choices,omitempty"` // written as a table in comments; not read back
 }
 
-// Format renders the file.
+// Format renders the file. A record value that would break its comment
+// line (a newline, another control character) is written quoted
+// (envfile.Comment), so the file stays one that Parse reads.
 func (f *File) Format() []byte {
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# arpatch tune allreduce: thresholds for the pcie series' PCIe-only allreduce dispatch.\n")
-	fmt.Fprintf(&b, "# Use it with `arpatch bench --tune FILE`, `arpatch apply --tune FILE`, nightly's [bench] tune = \"FILE\", or `set -a; . FILE; set +a` before starting SGLang.\n")
+	fmt.Fprintf(&b, "# Use it with `arpatch bench --tune FILE`, `arpatch apply --tune FILE`, nightly's [bench] tune = \"FILE\", or `set -a; . ./FILE; set +a` (FILE with a slash: `.` looks a bare name up in PATH) before starting SGLang.\n")
 	for _, kv := range [][2]string{
 		{"schema", Schema},
 		{"host", f.Host.Name},
@@ -68,7 +73,7 @@ func (f *File) Format() []byte {
 		{"verdict", f.Verdict},
 		{"command", f.Command},
 	} {
-		fmt.Fprintf(&b, "# arpatch-tune %s: %s\n", kv[0], kv[1])
+		fmt.Fprintf(&b, "# arpatch-tune %s: %s\n", kv[0], envfile.CommentText(kv[1]))
 	}
 	if len(f.Choices) > 0 {
 		b.WriteString("#\n")
@@ -103,9 +108,10 @@ func WriteChoices(w io.Writer, cs []Choice) {
 }
 
 // Parse reads a tune file. name is used in errors. It returns an error
-// naming the file and line for a line that is neither a comment nor
-// KEY=VALUE, a line ending in CRLF (a shell's `set -a; . FILE` would pass
-// the carriage return into the value, which the patched Python side
+// naming the file and line for a line that envfile.Parse refuses (a line
+// a shell would read otherwise than arpatch: neither a blank, a comment
+// nor KEY=VALUE with a literal value; a line ending in CRLF, whose \r a
+// shell would pass into the value, which the patched Python side
 // refuses), a variable other than the pcie series', a variable or record
 // line given twice (a shell takes the last; a reader would not see which),
 // a bad threshold, a world size custom allreduce cannot run (not 2, 4, 6 or
@@ -116,31 +122,33 @@ func Parse(name string, data []byte) (*File, error) {
 	meta := map[string]string{}
 	lineOf := map[string]int{} // variable or "# arpatch-tune KEY" -> line
 	retune := RetuneCommand(name, 0)
-	// Split by hand: bufio.ScanLines would drop each line's \r unseen.
-	for n, raw := range strings.Split(string(data), "\n") {
-		n++
-		if strings.HasSuffix(raw, "\r") {
-			return nil, fmt.Errorf("%s:%d: the line ends in CRLF (\\r\\n): `set -a; . %s` would pass the \\r into the value, which SGLang refuses; write the file again with `%s`, or strip the \\r (`sed -i 's/\\r$//' %s`)", name, n, shellq.Quote(name), retune, shellq.Quote(name))
-		}
-		line := strings.TrimSpace(raw)
-		if rest, ok := strings.CutPrefix(line, "# arpatch-tune "); ok {
+	lines, err := envfile.Parse(data)
+	var le *envfile.LineError
+	switch {
+	case errors.As(err, &le) && le.CRLF:
+		return nil, fmt.Errorf("%s:%d: the line ends in CRLF (\\r\\n): `%s` would pass the \\r into the value, which SGLang refuses; write the file again with `%s`, or strip the \\r (`sed -i 's/\\r$//' %s`)", name, le.Line, envfile.Source(name), retune, shellq.Quote(name))
+	case errors.As(err, &le):
+		return nil, fmt.Errorf("%s:%d: %s: a shell, systemd and docker would not all read the line as arpatch does; write the file again with `%s`", name, le.Line, le.Reason, retune)
+	case err != nil:
+		return nil, fmt.Errorf("%s: %w", name, err)
+	}
+	for _, l := range lines {
+		n := l.N
+		if rest, ok := strings.CutPrefix(l.Comment, " arpatch-tune "); ok && l.IsComment {
 			k, v, ok := strings.Cut(rest, ":")
 			if ok {
 				if prev, dup := lineOf["# "+k]; dup {
 					return nil, fmt.Errorf("%s:%d: the %s record is given twice (lines %d and %d); write the file again with `%s`", name, n, k, prev, n, retune)
 				}
 				lineOf["# "+k] = n
-				meta[k] = strings.TrimSpace(v)
+				meta[k] = envfile.UnquoteText(strings.TrimSpace(v))
 			}
 			continue
 		}
-		if line == "" || strings.HasPrefix(line, "#") {
+		if l.Key == "" {
 			continue
 		}
-		k, v, ok := strings.Cut(line, "=")
-		if !ok {
-			return nil, fmt.Errorf("%s:%d: %q is not KEY=VALUE", name, n, line)
-		}
+		k, v := l.Key, l.Value
 		switch k {
 		case EnvForce, EnvMaxBytes, Env1StageMax:
 		default:

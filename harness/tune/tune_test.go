@@ -4,7 +4,10 @@ import (
 	"encoding/json"
 	"errors"
 	"os"
+	"os/exec"
+	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -211,13 +214,20 @@ func TestFileRoundTripAndHostCheck(t *testing.T) {
 		{"SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=1\n", "not an arpatch tune file"},
 		{strings.Replace(string(data), "MAX_BYTES=262144", "MAX_BYTES=256K", 1), `SGLANG_PCIE_CUSTOM_AR_MAX_BYTES="256K": expected a whole number`},
 		{string(data) + "NCCL_PROTO=LL\n", "t.env:19: NCCL_PROTO is not a variable a tune file sets"},
-		{string(data) + "junk\n", `t.env:19: "junk" is not KEY=VALUE`},
+		{string(data) + "junk\n", `t.env:19: "junk" is neither a comment nor KEY=VALUE`},
+		// Lines a shell reads otherwise (issue 26): each refused by line.
+		{string(data) + "\v#; touch X\n", `t.env:19: byte 1 is the control character '\v', which a shell reads as part of a word: a shell, systemd and docker would not all read the line as arpatch does; write the file again with ` + "`arpatch tune allreduce --out t.env`"},
+		{string(data) + "\u00a0#; touch X\n", "t.env:19: the line starts with U+00A0"},
+		{strings.Replace(string(data), "MAX_BYTES=262144", "MAX_BYTES=262144$(touch X)", 1), `t.env:17: SGLANG_PCIE_CUSTOM_AR_MAX_BYTES: the value "262144$(touch X)" holds '$'`},
+		{strings.Replace(string(data), "MAX_BYTES=262144", "MAX_BYTES='262144'", 1), `holds '\''`},
+		{"\ufeff" + string(data), "t.env:1: the file starts with a byte-order mark"},
+		{strings.Replace(string(data), "# arpatch-tune host: gpu-a\n", "# arpatch-tune host: gpu-a \\\nSGLANG_PCIE_CUSTOM_AR_MAX_BYTES=1\n", 1), "t.env:4: the comment ends in '\\'"},
 		{strings.Replace(string(data), "SGLANG_FORCE_CUSTOM_AR_PCIE=1", "SGLANG_FORCE_CUSTOM_AR_PCIE=0", 1), "t.env:16: SGLANG_FORCE_CUSTOM_AR_PCIE=\"0\", want 1"},
 		// Tampered or truncated files (F9, F10): each refused, naming the line.
 		{strings.Replace(string(data), "world_size: 8", "world_size: 3", 1), "t.env:8: world_size 3: custom allreduce supports world sizes 2, 4, 6 and 8, so no tune measured it"},
 		{string(data) + "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=8388608\n", "t.env:19: SGLANG_PCIE_CUSTOM_AR_MAX_BYTES is set twice (lines 17 and 19"},
 		{strings.Replace(string(data), "# arpatch-tune host: gpu-a\n", "# arpatch-tune host: gpu-a\n# arpatch-tune host: gpu-b\n", 1), "t.env:5: the host record is given twice (lines 4 and 5)"},
-		{strings.ReplaceAll(string(data), "\n", "\r\n"), "t.env:1: the line ends in CRLF"},
+		{strings.ReplaceAll(string(data), "\n", "\r\n"), "t.env:1: the line ends in CRLF (\\r\\n): `set -a; . ./t.env; set +a` would pass"},
 		{strings.Replace(string(data), "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=4096\n", "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=4096\r\n", 1), "t.env:18: the line ends in CRLF"},
 		{strings.Split(string(data), "SGLANG_FORCE_CUSTOM_AR_PCIE=1")[0], "t.env: no SGLANG_FORCE_CUSTOM_AR_PCIE line (want SGLANG_FORCE_CUSTOM_AR_PCIE=1"},
 		{strings.Split(string(data), "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=")[0], "t.env: no SGLANG_PCIE_CUSTOM_AR_MAX_BYTES line; write the file again with `arpatch tune allreduce --out t.env`"},
@@ -229,5 +239,49 @@ func TestFileRoundTripAndHostCheck(t *testing.T) {
 	}
 	if got := Dispatch(Thresholds{MaxBytes: 65536, OneStageMax: U64(4096)}, 8, []int{1 << 20, 4096, 40960}); !reflect.DeepEqual(got, []string{"4K custom-1stage", "40K custom-2stage", "1M nccl"}) {
 		t.Errorf("Dispatch = %v", got)
+	}
+}
+
+// TestFormatHostileRecords: a record value that holds a newline or another
+// control character (a GPU name, a path in the command) stays on its
+// comment line, quoted: the file parses, and a real sh loads exactly the
+// three thresholds from it, running nothing.
+func TestFormatHostileRecords(t *testing.T) {
+	f := &File{Host: Host{Name: "gpu-a\ntouch HOST", GPUModel: "H200\v;touch MODEL", GPUCount: 8}, WorldSize: 8,
+		Date: time.Date(2026, 11, 30, 9, 0, 0, 0, time.UTC), Mode: "graph", Verdict: "ends in \\",
+		Command:    RetuneCommand("a\n$(touch CMD).env", 8),
+		Thresholds: Thresholds{MaxBytes: 262144, OneStageMax: U64(4096)}}
+	data := f.Format()
+	g, err := Parse("t.env", data)
+	if err != nil {
+		t.Fatalf("%v\n%s", err, data)
+	}
+	g.Choices = f.Choices
+	if !reflect.DeepEqual(g, f) || !strings.Contains(string(data), "\n# arpatch-tune command: \"arpatch tune allreduce --world-size 8 --out 'a\\n$(touch CMD).env'\"\n") {
+		t.Errorf("records not quoted on their lines: host %q\n%s", g.Host.Name, data)
+	}
+	sh, err := exec.LookPath("sh")
+	if err != nil {
+		t.Skip("no sh")
+	}
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "t.env"), data, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	cmd := exec.Command(sh, "-c", "env -i sh -c 'set -a; . ./t.env; set +a; env' 2>&1")
+	cmd.Dir = dir
+	out, err := cmd.Output()
+	var vars []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if k, _, _ := strings.Cut(l, "="); k != "PWD" && k != "OLDPWD" && k != "SHLVL" && k != "_" {
+			vars = append(vars, l)
+		}
+	}
+	ents, _ := os.ReadDir(dir)
+	want := f.Thresholds.Env()
+	slices.Sort(vars)
+	slices.Sort(want)
+	if err != nil || !reflect.DeepEqual(vars, want) || len(ents) != 1 {
+		t.Errorf("sh loads %v (%v, %d files in its directory), want exactly %v", vars, err, len(ents), want)
 	}
 }
