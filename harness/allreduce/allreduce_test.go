@@ -399,26 +399,19 @@ func TestParseBytesRefusesNonFinite(t *testing.T) {
 // whose fields do not decode counts as a bad line, and such a probe is no
 // probe: left empty, it would read as "took it" (Refused false).
 func TestReadResultsRefusesUndecodableLines(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "results.jsonl")
 	lines := `{"event": "env", "world_size": "two"}
 {"event": "threshold_probe", "variable": "SGLANG_X", "refused": "yes"}
 `
-	if err := os.WriteFile(p, []byte(lines), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	var run Run
-	if err := readResults(p, &run); err != nil {
+	if err := readResults([]byte(lines), &run); err != nil {
 		t.Fatal(err)
 	}
 	if run.BadLines != 2 || run.ThresholdProbe != nil {
 		t.Errorf("bad lines %d, probe %+v; want 2 and no probe", run.BadLines, run.ThresholdProbe)
 	}
 	good := `{"event": "threshold_probe", "variable": "SGLANG_X", "value": "1", "refused": true}` + "\n"
-	if err := os.WriteFile(p, []byte(good), 0o644); err != nil {
-		t.Fatal(err)
-	}
 	run = Run{}
-	if err := readResults(p, &run); err != nil {
+	if err := readResults([]byte(good), &run); err != nil {
 		t.Fatal(err)
 	}
 	if run.BadLines != 0 || run.ThresholdProbe == nil || !run.ThresholdProbe.Refused || run.ThresholdProbe.Variable != "SGLANG_X" {

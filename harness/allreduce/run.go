@@ -6,19 +6,17 @@ import (
 	"context"
 	_ "embed"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"io"
 	"os"
-	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
 	"time"
 
-	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/textfmt"
+	"github.com/arpatch/arpatch/internal/torchrun"
 )
 
 //go:embed bench.py
@@ -214,7 +212,7 @@ func (opts Options) resolved() Options {
 }
 
 // ExitInterrupted is Run.Exit when the caller's context ended the run.
-const ExitInterrupted = "interrupted"
+const ExitInterrupted = torchrun.ExitInterrupted
 
 // Execute runs the benchmark. It returns the results read so far even when
 // the run fails: a timeout marks the case that was in progress as a hang
@@ -223,80 +221,33 @@ const ExitInterrupted = "interrupted"
 // dies leaves Exit with its error. It returns an error only when nothing could be started.
 func Execute(ctx context.Context, opts Options) (*Run, error) {
 	opts = opts.resolved()
-	// bench.py sits in a directory of its own (0700, os.MkdirTemp), not
-	// in the shared temp dir: Python puts the script's directory first on
-	// sys.path, so a torch.py beside it would run in every rank.
-	tmp, err := os.MkdirTemp("", "arpatch-allreduce-")
-	if err != nil {
-		return nil, err
-	}
-	defer func() { _ = os.RemoveAll(tmp) }() // scratch in the system temp dir: costs disk only
-	script := filepath.Join(tmp, "bench.py")
-	if err := os.WriteFile(script, benchScript, 0o644); err != nil {
-		return nil, err
-	}
-	out := filepath.Join(tmp, "results.jsonl")
-	argv := torchrunArgs(opts, script, out)
-	run := &Run{Command: argv}
 	env := opts.Env
 	if env == nil {
 		env = os.Environ()
 	}
 	if opts.NCCLDebug {
-		env = append(env, "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,GRAPH")
+		env = append(env[:len(env):len(env)], "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,GRAPH")
 	}
-	// The timeout and ctx both end the run through internal/procgroup:
-	// SIGTERM to torchrun's group, SIGKILL to torchrun 5 s later, then to
-	// whatever is left of the group.
-	rctx, cancel := context.WithTimeout(ctx, opts.Timeout)
-	defer cancel()
-	cmd := procgroup.Command(rctx, 5*time.Second, argv[0], argv[1:]...)
-	cmd.Env = append(env, "PYTHONUNBUFFERED=1", "OMP_NUM_THREADS=1")
-	var buf bytes.Buffer
-	var w io.Writer = &buf
-	if opts.Log != nil {
-		w = io.MultiWriter(&buf, opts.Log)
+	tr, err := torchrun.Run(ctx, torchrun.Spec{
+		Script: benchScript, Name: "bench.py", Env: env, Timeout: opts.Timeout, Log: opts.Log,
+		Argv: func(script, out string) []string { return torchrunArgs(opts, script, out) },
+	})
+	if err != nil {
+		return nil, err
 	}
-	cmd.Stdout, cmd.Stderr = w, w
-	start := time.Now()
-	err = cmd.Start()
-	if err == nil {
-		err = cmd.Wait()
-	} else if rctx.Err() == nil {
-		return nil, fmt.Errorf("starting %s: %w; is torch installed for --python %s?", argv[0], err, opts.Python)
-	}
-	switch {
-	case ctx.Err() != nil && errors.Is(err, ctx.Err()):
-		run.Exit = ExitInterrupted
-	case errors.Is(err, context.DeadlineExceeded):
-		run.Exit = "timeout"
-	case err != nil:
-		run.Exit = err.Error()
-	default:
-		run.Exit = "ok"
-	}
-	run.Seconds = time.Since(start).Seconds()
-	run.Output = strings.Split(buf.String(), "\n")
+	run := &Run{Command: tr.Argv, Exit: tr.Exit, Seconds: tr.Seconds, Output: tr.Output}
 	run.NCCL = ParseNCCLTransport(run.Output)
-	if err := readResults(out, run); err != nil {
+	if err := readResults(tr.Records, run); err != nil {
 		return run, err
 	}
 	return run, nil
 }
 
-// readResults reads bench.py's JSON lines. A "start" without its "result"
-// is the case that hung.
-func readResults(path string, run *Run) error {
-	f, err := os.Open(path)
-	if errors.Is(err, os.ErrNotExist) {
-		return nil
-	}
-	if err != nil {
-		return err
-	}
-	defer func() { _ = f.Close() }() // read-only: Close has nothing to report
+// readResults reads bench.py's JSON lines (nil: rank 0 wrote none). A
+// "start" without its "result" is the case that hung.
+func readResults(records []byte, run *Run) error {
 	var pending *Result
-	sc := bufio.NewScanner(f)
+	sc := bufio.NewScanner(bytes.NewReader(records))
 	sc.Buffer(make([]byte, 1<<20), 1<<24)
 	for sc.Scan() {
 		line := sc.Bytes()
@@ -341,9 +292,9 @@ func readResults(path string, run *Run) error {
 		run.Interrupted = pending
 		return sc.Err()
 	}
-	if pending != nil && run.Exit != "ok" {
+	if pending != nil && run.Exit != torchrun.ExitOK {
 		pending.Error = "hang"
-		if run.Exit != "timeout" {
+		if run.Exit != torchrun.ExitTimeout {
 			pending.Error = "the run ended during this case: " + run.Exit
 		}
 		run.Hang = pending
