@@ -188,6 +188,89 @@ func TestMigrationFromV1(t *testing.T) {
 	}
 }
 
+// TestOpenReadWritesNothing: a read command's open (OpenRead) refuses an
+// empty file, another SQLite database, an older and a newer schema, each
+// naming the file, and leaves every one of them byte for byte as it was,
+// with no file added beside it (but for the WAL index, path-shm, which
+// every SQLite reader writes its read marks into); it reads a current
+// history and refuses to write through it.
+func TestOpenReadWritesNothing(t *testing.T) {
+	dir := t.TempDir()
+	empty := filepath.Join(dir, "empty.db")
+	must(t, os.WriteFile(empty, nil, 0o644))
+	other := filepath.Join(dir, "other.db")
+	db, err := sql.Open("sqlite", other)
+	must(t, err)
+	_, err = db.Exec(`CREATE TABLE notes (x TEXT)`)
+	must(t, err)
+	must(t, db.Close())
+	older := filepath.Join(dir, "older.db")
+	s, err := openAt(older, 1)
+	must(t, err)
+	must(t, s.Close())
+	newer := filepath.Join(dir, "newer.db")
+	s, err = Open(newer)
+	must(t, err)
+	_, err = s.db.Exec(`INSERT INTO schema_migrations (version, applied_at) VALUES (99, 'x')`)
+	must(t, err)
+	must(t, s.Close())
+	current := filepath.Join(dir, "current.db")
+	s, err = Open(current)
+	must(t, err)
+	seed(t, s, 2, 90)
+	must(t, s.Close())
+
+	snapshot := func() map[string]string {
+		m := map[string]string{}
+		ents, err := os.ReadDir(dir)
+		must(t, err)
+		for _, e := range ents {
+			if strings.HasSuffix(e.Name(), "-shm") {
+				continue // WAL's shared-memory index: every reader sets its read marks there
+			}
+			b, err := os.ReadFile(filepath.Join(dir, e.Name()))
+			must(t, err)
+			m[e.Name()] = string(b)
+		}
+		return m
+	}
+	before := snapshot()
+	for _, c := range []struct{ path, want string }{
+		{empty, "history " + empty + " is an empty file (0 bytes), not a history: a nightly writes one there on its first run"},
+		{other, "history " + other + " is a SQLite database without arpatch's schema (no schema_migrations table)"},
+		{older, fmt.Sprintf("history %s has schema version 1, older than this arpatch's %d: the next `arpatch nightly` that writes it migrates it", older, SchemaVersion)},
+		{newer, "history " + newer + " has schema version 99; this arpatch knows up to"},
+		{filepath.Join(dir, "none.db"), "history stat " + filepath.Join(dir, "none.db") + ": no such file or directory"},
+	} {
+		if s, err := OpenRead(c.path); err == nil || !strings.Contains(err.Error(), c.want) {
+			if s != nil {
+				_ = s.Close()
+			}
+			t.Errorf("OpenRead(%s) = %v, want %q", filepath.Base(c.path), err, c.want)
+		}
+	}
+	s, err = OpenRead(current)
+	must(t, err)
+	runs, err := s.Runs(0)
+	if err != nil || len(runs) != 2 {
+		t.Errorf("Runs of a current history, read-only: %d, %v", len(runs), err)
+	}
+	if _, err := s.Export(); err != nil {
+		t.Errorf("Export, read-only: %v", err)
+	}
+	if err := s.Accept(runs[0].ID); err == nil {
+		t.Errorf("Accept through a read-only open succeeded")
+	}
+	must(t, s.Close())
+	if after := snapshot(); !reflect.DeepEqual(after, before) {
+		for k := range after {
+			if after[k] != before[k] {
+				t.Errorf("%s changed or appeared (%d bytes, was %d)", k, len(after[k]), len(before[k]))
+			}
+		}
+	}
+}
+
 func TestExportAndPlot(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Open(filepath.Join(dir, "h.db"))

@@ -13,6 +13,7 @@ import (
 	"database/sql"
 	"errors"
 	"fmt"
+	"os"
 	"strings"
 	"time"
 
@@ -214,6 +215,53 @@ func Open(path string) (*Store, error) {
 	s := &Store{Path: path, db: db}
 	if err := s.migrate(SchemaVersion); err != nil {
 		_ = db.Close() // the error above is what to report
+		return nil, err
+	}
+	return s, nil
+}
+
+// OpenRead opens the history at path for reading only (SQLite's
+// mode=ro): it writes nothing, neither a schema, a migration nor WAL mode,
+// so a read command (history list, show, export, plot) leaves the file as
+// it found it. It refuses, naming path, a file that does not exist, an
+// empty file (0 bytes, which SQLite would take as an empty database), a
+// database without arpatch's schema, and a schema other than
+// SchemaVersion: an older one is migrated by the next writer (a nightly),
+// a newer one needs a newer arpatch.
+func OpenRead(path string) (*Store, error) {
+	fi, err := os.Stat(path)
+	if err != nil {
+		return nil, fmt.Errorf("history %w", err)
+	}
+	if fi.Size() == 0 {
+		return nil, fmt.Errorf("history %s is an empty file (0 bytes), not a history: a nightly writes one there on its first run; history commands only read it", path)
+	}
+	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro&_pragma=busy_timeout(10000)")
+	if err != nil {
+		return nil, fmt.Errorf("history %s: %w", path, err)
+	}
+	db.SetMaxOpenConns(1)
+	s := &Store{Path: path, db: db}
+	var tables int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'`).Scan(&tables); err != nil {
+		_ = db.Close() // the error below is what to report
+		return nil, s.wrap("reading the schema", err)
+	}
+	if tables == 0 {
+		_ = db.Close() // the error below is what to report
+		return nil, fmt.Errorf("history %s is a SQLite database without arpatch's schema (no schema_migrations table): not a history a nightly wrote; history commands only read it", path)
+	}
+	cur, err := s.Version()
+	switch {
+	case err != nil:
+		err = s.wrap("reading the schema version", err)
+	case cur > SchemaVersion:
+		err = fmt.Errorf("history %s has schema version %d; this arpatch knows up to %d: use a newer arpatch", path, cur, SchemaVersion)
+	case cur < SchemaVersion:
+		err = fmt.Errorf("history %s has schema version %d, older than this arpatch's %d: the next `arpatch nightly` that writes it migrates it; history commands only read it", path, cur, SchemaVersion)
+	}
+	if err != nil {
+		_ = db.Close() // err is what to report
 		return nil, err
 	}
 	return s, nil

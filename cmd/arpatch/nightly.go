@@ -195,12 +195,18 @@ func historyDB(flag string) (string, error) {
 
 // withHistory opens the history at path, which must exist (--db names
 // it), calls f with it and closes it; a failed close is an error too
-// (accept writes).
-func withHistory(path string, f func(*history.Store) error) (err error) {
+// (accept writes). Only write (history accept) opens it for writing (and
+// migrates it); the read commands open it read-only (history.OpenRead),
+// so they never change the file.
+func withHistory(path string, write bool, f func(*history.Store) error) (err error) {
 	if _, err := os.Stat(path); err != nil {
 		return fmt.Errorf("--db %s: %w", path, err)
 	}
-	s, err := history.Open(path)
+	open := history.OpenRead
+	if write {
+		open = history.Open
+	}
+	s, err := open(path)
 	if err != nil {
 		return err
 	}
@@ -235,7 +241,7 @@ func historyListOpts(f historyListFlags) (historyListOptions, error) {
 
 // historyListRun prints the newest runs.
 func historyListRun(_ context.Context, o historyListOptions, st streams) error {
-	return withHistory(o.DB, func(s *history.Store) error {
+	return withHistory(o.DB, false, func(s *history.Store) error {
 		runs, err := s.Runs(o.Limit)
 		if err != nil {
 			return err
@@ -289,7 +295,7 @@ func historyRunOpts(cmd string) func(historyRunFlags) (historyRunOptions, error)
 
 // historyShowRun prints one run as JSON.
 func historyShowRun(_ context.Context, o historyRunOptions, st streams) error {
-	return withHistory(o.DB, func(s *history.Store) error {
+	return withHistory(o.DB, false, func(s *history.Store) error {
 		d, err := s.Show(o.Run)
 		if err != nil {
 			return err
@@ -303,7 +309,7 @@ func historyShowRun(_ context.Context, o historyRunOptions, st streams) error {
 
 // historyAcceptRun makes the run the new reference.
 func historyAcceptRun(_ context.Context, o historyRunOptions, st streams) error {
-	return withHistory(o.DB, func(s *history.Store) error {
+	return withHistory(o.DB, true, func(s *history.Store) error {
 		if err := s.Accept(o.Run); err != nil {
 			return err
 		}
@@ -329,7 +335,7 @@ func historyExportOpts(f historyExportFlags) (historyExportFlags, error) {
 
 // historyExportRun writes every trial as CSV or JSON.
 func historyExportRun(_ context.Context, o historyExportFlags, st streams) error {
-	return withHistory(o.DB, func(s *history.Store) error {
+	return withHistory(o.DB, false, func(s *history.Store) error {
 		rows, err := s.Export()
 		if err != nil {
 			return err
@@ -399,7 +405,7 @@ func historyPlotOpts(f historyPlotFlags) (historyPlotOptions, error) {
 // historyPlotRun plots the metric over time per arm, or one run's against
 // concurrency, and says where it wrote it.
 func historyPlotRun(_ context.Context, o historyPlotOptions, st streams) error {
-	return withHistory(o.DB, func(s *history.Store) error {
+	return withHistory(o.DB, false, func(s *history.Store) error {
 		if o.X == "time" {
 			if err := s.Plot(o.Metric.Name, o.Out, o.Series); err != nil {
 				return err
