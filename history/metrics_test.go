@@ -348,16 +348,15 @@ func TestFillLeavesWhatSamplesCannotGive(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	tx, err := s.db.Begin()
-	if err != nil {
-		t.Fatal(err)
-	}
-	for _, m := range []string{"itl_ms_p50", "ttft_ms_p50"} {
-		if err := fillFromSamples(tx, m); err != nil {
-			t.Fatal(err)
+	err := s.inTx("filling", func(tx runner) error {
+		for _, m := range []string{"itl_ms_p50", "ttft_ms_p50"} {
+			if err := fillFromSamples(tx, m); err != nil {
+				return err
+			}
 		}
-	}
-	if err := tx.Commit(); err != nil {
+		return nil
+	})
+	if err != nil {
 		t.Fatal(err)
 	}
 	var itl, ttft sql.NullFloat64

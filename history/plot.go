@@ -1,6 +1,7 @@
 package history
 
 import (
+	"cmp"
 	"database/sql"
 	"fmt"
 	"image/color"
@@ -9,6 +10,7 @@ import (
 	"path/filepath"
 	"slices"
 	"strings"
+	"time"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -41,72 +43,118 @@ type Series struct {
 // Points returns, per arm, one point per complete or failed run (not
 // incomplete ones) of the series' hardware and workload, oldest first,
 // and the series it used. metric is a stats.Table name; a run stored
-// before the metric existed (NULL) gives no point for it.
+// before the metric existed (NULL) gives no point for it. It reads the
+// series' trials at its level in one query and their failed drift and
+// regression checks in another: linear in the rows it plots.
 func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, error) {
-	if _, err := column(metric); err != nil {
-		return nil, sel, err
-	}
-	runs, err := s.Runs(0)
+	col, err := column(metric)
 	if err != nil {
 		return nil, sel, err
 	}
-	for _, r := range runs { // newest first
-		if r.Status != Incomplete && r.Status != Running && (sel.HardwareKey == "" || sel.HardwareKey == r.HardwareKey) {
-			if sel.HardwareKey == "" {
-				sel.HardwareKey = r.HardwareKey
-			}
-			if sel.Workload == "" {
-				sel.Workload = r.Workload
-			}
+	if sel.HardwareKey == "" || sel.Workload == "" || sel.Level == 0 {
+		// The newest finished run (on the hardware asked for) fills in
+		// what sel leaves out.
+		where, args := `WHERE status IN (?, ?)`, []any{Complete, Failed}
+		if sel.HardwareKey != "" {
+			where, args = where+` AND hardware_key = ?`, append(args, sel.HardwareKey)
+		}
+		runs, err := s.selectRuns("reading the newest run", where+` ORDER BY id DESC LIMIT 1`, args...)
+		if err != nil {
+			return nil, sel, err
+		}
+		if len(runs) == 1 {
+			r := runs[0]
+			sel.HardwareKey, sel.Workload = cmp.Or(sel.HardwareKey, r.HardwareKey), cmp.Or(sel.Workload, r.Workload)
 			if sel.Level == 0 {
 				if sel.Level, err = s.lowestLevel(r.ID); err != nil {
 					return nil, sel, err
 				}
 			}
-			break
 		}
+	}
+	what := fmt.Sprintf("reading the %s points of %s, %s", metric, sel.HardwareKey, sel.Workload)
+	// Drift marks every arm of the run; a regression marks the arm its
+	// check names ("<arm> <metric> vs <reference>").
+	type failed struct {
+		drift bool
+		names []string // of failed regression checks
+	}
+	marks := map[int64]*failed{}
+	err = s.each(what, `SELECT c.run_id, c.kind, c.name FROM runs r JOIN checks c ON c.run_id = r.id
+		WHERE r.hardware_key = ? AND r.workload = ? AND c.status = ? AND c.kind IN (?, ?)`,
+		[]any{sel.HardwareKey, sel.Workload, CheckFail, KindDrift, KindRegression}, func(r *sql.Rows) error {
+			var id int64
+			var kind CheckKind
+			var name string
+			if err := r.Scan(&id, &kind, &name); err != nil {
+				return err
+			}
+			f := marks[id]
+			if f == nil {
+				f = &failed{}
+				marks[id] = f
+			}
+			if kind == KindDrift {
+				f.drift = true
+			} else {
+				f.names = append(f.names, name)
+			}
+			return nil
+		})
+	if err != nil {
+		return nil, sel, err
 	}
 	out := map[string][]Point{}
-	for i := len(runs) - 1; i >= 0; i-- {
-		r := runs[i]
-		if r.Status == Incomplete || r.Status == Running || r.HardwareKey != sel.HardwareKey || r.Workload != sel.Workload {
-			continue
-		}
-		d, err := s.Show(r.ID)
-		if err != nil {
-			return nil, sel, err
-		}
-		for _, a := range d.Arms {
-			// Drift marks every arm of the run; a regression marks the arm
-			// its check names ("<arm> <metric> vs <reference>").
-			var mark CheckKind
-			for _, c := range d.Checks {
-				if c.Status != CheckFail {
-					continue
-				}
-				if c.Kind == KindRegression && strings.HasPrefix(c.Name, a.Name+" ") {
-					mark = KindRegression
-				} else if c.Kind == KindDrift && mark == "" {
-					mark = KindDrift
-				}
-			}
-			var vals []float64
-			for _, t := range a.Trials {
-				if v, ok := t.Values[metric]; ok && t.Concurrency == sel.Level {
-					vals = append(vals, v)
-				}
-			}
-			if len(vals) == 0 {
-				continue
-			}
-			sm := stats.Summarize(vals)
-			lo, hi := sm.Lo, sm.Hi
-			if math.IsInf(lo, 0) || math.IsInf(hi, 0) {
-				lo, hi = minMax(vals)
-			}
-			out[a.Name] = append(out[a.Name], Point{RunID: r.ID, X: float64(r.StartedAt.Unix()), Center: sm.Center, Lo: lo, Hi: hi, Mark: mark})
-		}
+	type armRun struct {
+		run, arm int64
+		name     string
+		started  time.Time
+		vals     []float64
 	}
+	var cur armRun
+	flush := func() {
+		if len(cur.vals) == 0 {
+			return
+		}
+		var mark CheckKind
+		if f := marks[cur.run]; f != nil {
+			if slices.ContainsFunc(f.names, func(n string) bool { return strings.HasPrefix(n, cur.name+" ") }) {
+				mark = KindRegression
+			} else if f.drift {
+				mark = KindDrift
+			}
+		}
+		sm := stats.Summarize(cur.vals)
+		lo, hi := sm.Lo, sm.Hi
+		if math.IsInf(lo, 0) || math.IsInf(hi, 0) {
+			lo, hi = minMax(cur.vals)
+		}
+		out[cur.name] = append(out[cur.name], Point{RunID: cur.run, X: float64(cur.started.Unix()), Center: sm.Center, Lo: lo, Hi: hi, Mark: mark})
+	}
+	err = s.each(what, `SELECT r.id, r.started_at, a.id, a.name, t.`+col+` FROM runs r JOIN arms a ON a.run_id = r.id JOIN trials t ON t.arm_id = a.id
+		WHERE r.hardware_key = ? AND r.workload = ? AND r.status IN (?, ?) AND t.concurrency = ? AND t.`+col+` IS NOT NULL
+		ORDER BY r.id, a.id, t.idx`, []any{sel.HardwareKey, sel.Workload, Complete, Failed, sel.Level}, func(r *sql.Rows) error {
+		var row armRun
+		var started string
+		var v float64
+		if err := r.Scan(&row.run, &started, &row.arm, &row.name, &v); err != nil {
+			return fmt.Errorf("run %d: %w", row.run, err)
+		}
+		if row.arm != cur.arm {
+			flush()
+			var err error
+			if row.started, err = parseTime(row.run, "started_at", started); err != nil {
+				return err
+			}
+			cur = row
+		}
+		cur.vals = append(cur.vals, v)
+		return nil
+	})
+	if err != nil {
+		return nil, sel, err
+	}
+	flush()
 	return out, sel, nil
 }
 
@@ -114,7 +162,7 @@ func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, e
 // it has none).
 func (s *Store) lowestLevel(run int64) (int, error) {
 	var l sql.NullInt64
-	err := s.db.QueryRow(`SELECT MIN(t.concurrency) FROM trials t JOIN arms a ON t.arm_id = a.id WHERE a.run_id = ?`, run).Scan(&l)
+	err := s.x().row(`SELECT MIN(t.concurrency) FROM trials t JOIN arms a ON t.arm_id = a.id WHERE a.run_id = ?`, run).Scan(&l)
 	if err != nil {
 		return 0, s.wrap(fmt.Sprintf("reading run %d", run), err)
 	}
@@ -129,59 +177,82 @@ func (s *Store) lowestLevel(run int64) (int, error) {
 // concurrency: the median across the run's trials at each level with its
 // interval, for report.PlotConcurrency. It returns the run used.
 func (s *Store) LevelCurves(metric string, sel Series, run int64) ([]report.Curve, int64, error) {
-	if _, err := column(metric); err != nil {
-		return nil, 0, err
-	}
-	runs, err := s.Runs(0)
+	col, err := column(metric)
 	if err != nil {
 		return nil, 0, err
 	}
-	benched := false         // a run had trials, if not of metric
-	for _, r := range runs { // newest first
-		if run != 0 && r.ID != run {
-			continue
+	benched := false // a run asked for had trials, if not of metric
+	if run == 0 {
+		// The newest finished run of the series with a trial of metric,
+		// and whether any finished run of it has trials at all.
+		where, args := `WHERE status IN (?, ?)`, []any{Complete, Failed}
+		if sel.HardwareKey != "" {
+			where, args = where+` AND hardware_key = ?`, append(args, sel.HardwareKey)
 		}
-		if run == 0 && (r.Status == Incomplete || r.Status == Running || (sel.HardwareKey != "" && r.HardwareKey != sel.HardwareKey) || (sel.Workload != "" && r.Workload != sel.Workload)) {
-			continue
+		if sel.Workload != "" {
+			where, args = where+` AND workload = ?`, append(args, sel.Workload)
 		}
-		d, err := s.Show(r.ID)
-		if err != nil {
+		has := func(cond string) (int64, error) {
+			var id int64
+			err := s.x().row(`SELECT COALESCE(MAX(id), 0) FROM runs `+where+` AND EXISTS (SELECT 1 FROM arms a JOIN trials t ON t.arm_id = a.id
+				WHERE a.run_id = runs.id`+cond+`)`, args...).Scan(&id)
+			return id, s.wrap("finding the newest run with bench results", err)
+		}
+		if run, err = has(` AND t.` + col + ` IS NOT NULL`); err != nil {
 			return nil, 0, err
 		}
-		var curves []report.Curve
-		for _, a := range d.Arms {
-			byLevel := map[int][]float64{}
-			for _, t := range a.Trials {
-				benched = true
-				if v, ok := t.Values[metric]; ok {
-					byLevel[t.Concurrency] = append(byLevel[t.Concurrency], v)
-				}
+		if run == 0 {
+			any, err := has(``)
+			if err != nil {
+				return nil, 0, err
 			}
-			c := report.Curve{Arm: a.Name}
-			for _, l := range slices.Sorted(maps.Keys(byLevel)) {
-				sm := stats.Summarize(byLevel[l])
-				c.Points = append(c.Points, report.LevelPoint{Concurrency: l, Center: sm.Center, Lo: sm.Lo, Hi: sm.Hi})
+			if any != 0 {
+				return nil, 0, fmt.Errorf("history %s has no run with %s to plot: arpatch versions from before that metric recorded its runs", s.Path, metric)
 			}
-			if len(c.Points) > 0 {
-				curves = append(curves, c)
-			}
+			return nil, 0, fmt.Errorf("history %s has no run with bench results to plot (runs with --skip-bench have none)", s.Path)
 		}
-		if len(curves) > 0 {
-			return curves, r.ID, nil
+	}
+	byArm := map[string]map[int][]float64{}
+	var arms []string
+	err = s.each(fmt.Sprintf("reading run %d", run), `SELECT a.name, t.concurrency, t.`+col+` FROM arms a JOIN trials t ON t.arm_id = a.id
+		WHERE a.run_id = ? ORDER BY a.id, t.idx`, []any{run}, func(r *sql.Rows) error {
+		var arm string
+		var level int
+		var v sql.NullFloat64
+		if err := r.Scan(&arm, &level, &v); err != nil {
+			return fmt.Errorf("arm %s: %w", arm, err)
 		}
-		if run != 0 {
-			break
+		benched = true
+		if byArm[arm] == nil {
+			byArm[arm] = map[int][]float64{}
+			arms = append(arms, arm)
+		}
+		if v.Valid {
+			byArm[arm][level] = append(byArm[arm][level], v.Float64)
+		}
+		return nil
+	})
+	if err != nil {
+		return nil, 0, err
+	}
+	var curves []report.Curve
+	for _, arm := range arms {
+		c := report.Curve{Arm: arm}
+		for _, l := range slices.Sorted(maps.Keys(byArm[arm])) {
+			sm := stats.Summarize(byArm[arm][l])
+			c.Points = append(c.Points, report.LevelPoint{Concurrency: l, Center: sm.Center, Lo: sm.Lo, Hi: sm.Hi})
+		}
+		if len(c.Points) > 0 {
+			curves = append(curves, c)
 		}
 	}
 	switch {
-	case run != 0 && benched:
-		return nil, 0, fmt.Errorf("history %s: run %d has no %s: an arpatch from before that metric recorded it (plot another metric, or a newer run)", s.Path, run, metric)
-	case run != 0:
-		return nil, 0, fmt.Errorf("history %s: run %d has no bench results (arpatch history list shows the runs)", s.Path, run)
+	case len(curves) > 0:
+		return curves, run, nil
 	case benched:
-		return nil, 0, fmt.Errorf("history %s has no run with %s to plot: arpatch versions from before that metric recorded its runs", s.Path, metric)
+		return nil, 0, fmt.Errorf("history %s: run %d has no %s: an arpatch from before that metric recorded it (plot another metric, or a newer run)", s.Path, run, metric)
 	}
-	return nil, 0, fmt.Errorf("history %s has no run with bench results to plot (runs with --skip-bench have none)", s.Path)
+	return nil, 0, fmt.Errorf("history %s: run %d has no bench results (arpatch history list shows the runs)", s.Path, run)
 }
 
 func minMax(xs []float64) (float64, float64) {

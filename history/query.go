@@ -100,24 +100,18 @@ type Detail struct {
 
 // Show returns run id with its environment, drift, checks and arms.
 func (s *Store) Show(id int64) (*Detail, error) {
-	runs, err := s.Runs(0)
+	what := fmt.Sprintf("reading run %d", id)
+	runs, err := s.selectRuns(what, `WHERE id = ?`, id)
 	if err != nil {
 		return nil, err
 	}
-	d := &Detail{}
-	found := false
-	for _, r := range runs {
-		if r.ID == id {
-			d.Run, found = r, true
-		}
-	}
-	if !found {
+	if len(runs) == 0 {
 		return nil, fmt.Errorf("no run %d in %s", id, s.Path)
 	}
+	d := &Detail{Run: runs[0]}
 	if d.Run.Env, err = s.Env(id); err != nil {
 		return nil, err
 	}
-	what := fmt.Sprintf("reading run %d", id)
 	err = s.each(what, `SELECT series, commit_hash, rev, patch, fit, detail FROM drift WHERE run_id = ? ORDER BY rowid`, []any{id}, func(r *sql.Rows) error {
 		var x DriftRecord
 		err := r.Scan(&x.Series, &x.Commit, &x.Rev, &x.Patch, &x.Fit, &x.Detail)
@@ -136,63 +130,78 @@ func (s *Store) Show(id int64) (*Detail, error) {
 	if err != nil {
 		return nil, err
 	}
-	type armRow struct {
-		id int64
-		a  ArmDetail
-	}
-	var arms []armRow
-	err = s.each(what, `SELECT id, name, recipe, build_key, invalid, agreement FROM arms WHERE run_id = ? ORDER BY id`, []any{id}, func(r *sql.Rows) error {
-		var a armRow
+	// The arms with their trials, in one query: arms in the order they
+	// were stored, each arm's trials by index and level; an arm without
+	// trials comes as one row of NULLs (the LEFT JOIN).
+	q := `SELECT a.id, a.name, a.recipe, a.build_key, a.invalid, a.agreement, ` + trialColumns + `
+		FROM arms a LEFT JOIN trials t ON t.arm_id = a.id WHERE a.run_id = ? ORDER BY a.id, t.idx, t.concurrency`
+	last := int64(-1)
+	err = s.each(what, q, []any{id}, func(r *sql.Rows) error {
+		var armID int64
+		var a ArmDetail
 		var ag sql.NullFloat64
-		if err := r.Scan(&a.id, &a.a.Name, &a.a.Recipe, &a.a.BuildKey, &a.a.Invalid, &ag); err != nil {
-			return err
+		var t trialRow
+		if err := r.Scan(append([]any{&armID, &a.Name, &a.Recipe, &a.BuildKey, &a.Invalid, &ag}, t.dest()...)...); err != nil {
+			return fmt.Errorf("arm %s: %w", a.Name, err)
 		}
-		if ag.Valid {
-			a.a.Agreement = &ag.Float64
+		if armID != last {
+			if ag.Valid {
+				a.Agreement = &ag.Float64
+			}
+			d.Arms = append(d.Arms, a)
+			last = armID
 		}
-		arms = append(arms, a)
+		if t.index.Valid {
+			arm := &d.Arms[len(d.Arms)-1]
+			arm.Trials = append(arm.Trials, t.metrics())
+		}
 		return nil
 	})
 	if err != nil {
 		return nil, err
 	}
-	for _, ar := range arms {
-		if ar.a.Trials, err = s.trials(what, ar.id, ar.a.Name); err != nil {
-			return nil, err
-		}
-		d.Arms = append(d.Arms, ar.a)
-	}
 	return d, nil
 }
 
-// trials reads the trials of arm armID (named arm), by index and level,
-// with every metric of stats.Table stored for each; what says what for
-// the error.
-func (s *Store) trials(what string, armID int64, arm string) ([]TrialMetrics, error) {
-	cols := []string{"idx", "concurrency", "COALESCE(wall_s, 0)", "COALESCE(errors, 0)", "(SELECT COUNT(*) FROM samples WHERE trial_id = trials.id)"}
+// trialColumns are the columns of a trial t that trialRow scans: its
+// index, level, wall time, errors, the count of its samples, and every
+// metric of stats.Table.
+var trialColumns = func() string {
+	cols := []string{"t.idx", "t.concurrency", "t.wall_s", "t.errors", "(SELECT COUNT(*) FROM samples WHERE samples.trial_id = t.id)"}
 	for _, m := range stats.Table {
-		cols = append(cols, m.Column)
+		cols = append(cols, "t."+m.Column)
 	}
-	var out []TrialMetrics
-	err := s.each(what, `SELECT `+strings.Join(cols, ", ")+` FROM trials WHERE arm_id = ? ORDER BY idx, concurrency`, []any{armID}, func(r *sql.Rows) error {
-		m := TrialMetrics{Values: map[string]float64{}}
-		vals := make([]sql.NullFloat64, len(stats.Table))
-		dest := []any{&m.Index, &m.Concurrency, &m.Wall, &m.Errors, &m.Samples}
-		for i := range vals {
-			dest = append(dest, &vals[i])
+	return strings.Join(cols, ", ")
+}()
+
+// trialRow is one trial as trialColumns read it; every field is NULL in
+// an arm's row that has no trial (a LEFT JOIN).
+type trialRow struct {
+	index, level, errors, samples sql.NullInt64
+	wall                          sql.NullFloat64
+	vals                          []sql.NullFloat64
+}
+
+// dest is what Scan fills, in trialColumns' order.
+func (t *trialRow) dest() []any {
+	t.vals = make([]sql.NullFloat64, len(stats.Table))
+	d := []any{&t.index, &t.level, &t.wall, &t.errors, &t.samples}
+	for i := range t.vals {
+		d = append(d, &t.vals[i])
+	}
+	return d
+}
+
+// metrics is the trial, a metric stored as NULL left out of Values.
+func (t *trialRow) metrics() TrialMetrics {
+	m := TrialMetrics{Index: int(t.index.Int64), Concurrency: int(t.level.Int64), Wall: t.wall.Float64, Errors: int(t.errors.Int64),
+		Samples: int(t.samples.Int64), Values: map[string]float64{}}
+	for i, v := range t.vals {
+		if v.Valid {
+			m.Values[stats.Table[i].Name] = v.Float64
 		}
-		if err := r.Scan(dest...); err != nil {
-			return fmt.Errorf("arm %s: %w", arm, err)
-		}
-		for i, v := range vals {
-			if v.Valid {
-				m.Values[stats.Table[i].Name] = v.Float64
-			}
-		}
-		out = append(out, m)
-		return nil
-	})
-	return out, err
+	}
+	return m
 }
 
 // ExportRow is one trial of one arm of one run, flat: in JSON the run's
@@ -236,26 +245,64 @@ func (r *ExportRow) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(b, &r.TrialMetrics)
 }
 
-// Export returns every trial of every run, oldest first.
+// Export returns every trial of every run, oldest run first, each run's
+// arms in the order they were stored and each arm's trials by index and
+// level. It reads the runs, the arms and the trials in one query each
+// and joins them here, so that each row's columns are read once (the
+// driver's cost is per column read): linear in the trials.
 func (s *Store) Export() ([]ExportRow, error) {
-	runs, err := s.Runs(0)
+	const what = "exporting the trials"
+	trials := map[int64][]TrialMetrics{} // by arm
+	n := 0
+	err := s.each(what, `SELECT t.arm_id, `+trialColumns+` FROM trials t ORDER BY t.arm_id, t.idx, t.concurrency`, nil, func(r *sql.Rows) error {
+		var arm int64
+		var t trialRow
+		if err := r.Scan(append([]any{&arm}, t.dest()...)...); err != nil {
+			return fmt.Errorf("a trial of arm %d: %w", arm, err)
+		}
+		trials[arm] = append(trials[arm], t.metrics())
+		n++
+		return nil
+	})
 	if err != nil {
 		return nil, err
 	}
-	var out []ExportRow
-	for i := len(runs) - 1; i >= 0; i-- {
-		d, err := s.Show(runs[i].ID)
-		if err != nil {
-			return nil, err
+	type arm struct {
+		id      int64
+		name    string
+		invalid bool
+	}
+	arms := map[int64][]arm{} // by run
+	err = s.each(what, `SELECT id, run_id, name, invalid FROM arms ORDER BY run_id, id`, nil, func(r *sql.Rows) error {
+		var a arm
+		var run int64
+		err := r.Scan(&a.id, &run, &a.name, &a.invalid)
+		arms[run] = append(arms[run], a)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	out := make([]ExportRow, 0, n)
+	err = s.each(what, `SELECT id, started_at, status, hardware_key, workload, sglang_commit FROM runs ORDER BY id`, nil, func(r *sql.Rows) error {
+		var e ExportRun
+		var started string
+		if err := r.Scan(&e.RunID, &started, &e.Status, &e.HardwareKey, &e.Workload, &e.Commit); err != nil {
+			return fmt.Errorf("run %d: %w", e.RunID, err)
 		}
-		for _, a := range d.Arms {
-			for _, t := range a.Trials {
-				out = append(out, ExportRow{ExportRun{RunID: d.Run.ID, StartedAt: d.Run.StartedAt, Status: d.Run.Status, HardwareKey: d.Run.HardwareKey, Workload: d.Run.Workload,
-					Commit: d.Run.SGLangCommit, Arm: a.Name, Invalid: a.Invalid}, t})
+		var err error
+		if e.StartedAt, err = parseTime(e.RunID, "started_at", started); err != nil {
+			return err
+		}
+		for _, a := range arms[e.RunID] {
+			e.Arm, e.Invalid = a.name, a.invalid
+			for _, t := range trials[a.id] {
+				out = append(out, ExportRow{e, t})
 			}
 		}
-	}
-	return out, nil
+		return nil
+	})
+	return out, err
 }
 
 // WriteCSV writes rows with a header line: the run's fields, trial,

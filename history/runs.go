@@ -48,13 +48,11 @@ func (s *Store) BeginRun(r Run) (int64, error) {
 		r.PID = os.Getpid()
 	}
 	var id int64
-	err := s.inTx("recording a new run", func(tx *sql.Tx) error {
-		res, err := tx.Exec(`INSERT INTO runs (started_at, status, pid, hardware_key, sglang_commit, upstream_head, series_hash, arpatch_version, workload)
+	err := s.inTx("recording a new run", func(tx runner) error {
+		var err error
+		id, err = tx.insert(`INSERT INTO runs (started_at, status, pid, hardware_key, sglang_commit, upstream_head, series_hash, arpatch_version, workload)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.StartedAt.Format(time.RFC3339Nano), Running, r.PID, r.HardwareKey, r.SGLangCommit, r.UpstreamHead, r.SeriesHash, r.ArpatchVersion, r.Workload)
 		if err != nil {
-			return err
-		}
-		if id, err = res.LastInsertId(); err != nil {
 			return err
 		}
 		return setEnv(tx, id, r.Env)
@@ -81,8 +79,8 @@ type Outcome struct {
 // Record stores a run's outcome and ends the run, in one transaction. The
 // error names the database file and the run.
 func (s *Store) Record(id int64, o Outcome) error {
-	return s.inTx(fmt.Sprintf("recording run %d", id), func(tx *sql.Tx) error {
-		if _, err := tx.Exec(`UPDATE runs SET sglang_commit = COALESCE(NULLIF(?, ''), sglang_commit), upstream_head = COALESCE(NULLIF(?, ''), upstream_head) WHERE id = ?`,
+	return s.inTx(fmt.Sprintf("recording run %d", id), func(tx runner) error {
+		if _, err := tx.exec(`UPDATE runs SET sglang_commit = COALESCE(NULLIF(?, ''), sglang_commit), upstream_head = COALESCE(NULLIF(?, ''), upstream_head) WHERE id = ?`,
 			o.SGLangCommit, o.UpstreamHead, id); err != nil {
 			return err
 		}
@@ -90,7 +88,7 @@ func (s *Store) Record(id int64, o Outcome) error {
 			return err
 		}
 		for _, d := range o.Drift {
-			if _, err := tx.Exec(`INSERT INTO drift (run_id, series, commit_hash, rev, patch, fit, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			if _, err := tx.exec(`INSERT INTO drift (run_id, series, commit_hash, rev, patch, fit, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`,
 				id, d.Series, d.Commit, d.Rev, d.Patch, string(d.Fit), d.Detail); err != nil {
 				return err
 			}
@@ -112,10 +110,10 @@ func (s *Store) Record(id int64, o Outcome) error {
 // inTx runs f in a transaction, committed when f returns nil, rolled back
 // otherwise. The error says what failed (what) and names the database
 // file.
-func (s *Store) inTx(what string, f func(tx *sql.Tx) error) error {
+func (s *Store) inTx(what string, f func(tx runner) error) error {
 	tx, err := s.db.Begin()
 	if err == nil {
-		if err = f(tx); err == nil {
+		if err = f(runner{s, tx}); err == nil {
 			err = tx.Commit()
 		} else {
 			_ = tx.Rollback() // err is what to report; a failed rollback leaves nothing committed either
@@ -125,9 +123,9 @@ func (s *Store) inTx(what string, f func(tx *sql.Tx) error) error {
 }
 
 // setEnv records more environment of a run.
-func setEnv(tx *sql.Tx, id int64, env map[string]string) error {
+func setEnv(tx runner, id int64, env map[string]string) error {
 	for _, k := range slices.Sorted(maps.Keys(env)) {
-		if _, err := tx.Exec(`INSERT OR REPLACE INTO environment (run_id, key, value) VALUES (?, ?, ?)`, id, k, env[k]); err != nil {
+		if _, err := tx.exec(`INSERT INTO environment (run_id, key, value) VALUES (?, ?, ?) ON CONFLICT (run_id, key) DO UPDATE SET value = excluded.value`, id, k, env[k]); err != nil {
 			return err
 		}
 	}
@@ -153,11 +151,11 @@ func (s *Store) Env(id int64) (map[string]string, error) {
 // FinishRun ends a run: status complete, failed or incomplete. The error
 // names the database file.
 func (s *Store) FinishRun(id int64, status RunStatus, exitCode int, verdict string) error {
-	return s.inTx(fmt.Sprintf("ending run %d", id), func(tx *sql.Tx) error { return finishRun(tx, id, status, exitCode, verdict) })
+	return s.inTx(fmt.Sprintf("ending run %d", id), func(tx runner) error { return finishRun(tx, id, status, exitCode, verdict) })
 }
 
-func finishRun(tx *sql.Tx, id int64, status RunStatus, exitCode int, verdict string) error {
-	_, err := tx.Exec(`UPDATE runs SET status = ?, exit_code = ?, verdict = ?, finished_at = ? WHERE id = ?`,
+func finishRun(tx runner, id int64, status RunStatus, exitCode int, verdict string) error {
+	_, err := tx.exec(`UPDATE runs SET status = ?, exit_code = ?, verdict = ?, finished_at = ? WHERE id = ?`,
 		status, exitCode, verdict, time.Now().UTC().Format(time.RFC3339Nano), id)
 	return err
 }
@@ -168,7 +166,7 @@ func finishRun(tx *sql.Tx, id int64, status RunStatus, exitCode int, verdict str
 // must be complete; failed, incomplete and running ones are refused.
 func (s *Store) Accept(id int64) error {
 	var status RunStatus
-	if err := s.db.QueryRow(`SELECT status FROM runs WHERE id = ?`, id).Scan(&status); errors.Is(err, sql.ErrNoRows) {
+	if err := s.x().row(`SELECT status FROM runs WHERE id = ?`, id).Scan(&status); errors.Is(err, sql.ErrNoRows) {
 		return fmt.Errorf("no run %d in %s", id, s.Path)
 	} else if err != nil {
 		return s.wrap(fmt.Sprintf("reading run %d", id), err)
@@ -176,7 +174,7 @@ func (s *Store) Accept(id int64) error {
 	if status != Complete {
 		return fmt.Errorf("run %d is %s: only a complete run can be a reference", id, status)
 	}
-	_, err := s.db.Exec(`UPDATE runs SET accepted = 1 WHERE id = ?`, id)
+	_, err := s.x().exec(`UPDATE runs SET accepted = 1 WHERE id = ?`, id)
 	return s.wrap(fmt.Sprintf("accepting run %d", id), err)
 }
 
@@ -195,9 +193,9 @@ func (s *Store) MarkStale() ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	err = s.inTx("marking runs killed midway incomplete", func(tx *sql.Tx) error {
+	err = s.inTx("marking runs killed midway incomplete", func(tx runner) error {
 		for _, id := range ids {
-			if _, err := tx.Exec(`UPDATE runs SET status = ?, verdict = ?, finished_at = COALESCE(finished_at, ?) WHERE id = ?`,
+			if _, err := tx.exec(`UPDATE runs SET status = ?, verdict = ?, finished_at = COALESCE(finished_at, ?) WHERE id = ?`,
 				Incomplete, VerdictKilled, time.Now().UTC().Format(time.RFC3339Nano), id); err != nil {
 				return err
 			}
@@ -231,11 +229,11 @@ type Check struct {
 
 // AddCheck records a check. The error names the database file.
 func (s *Store) AddCheck(runID int64, c Check) error {
-	return s.inTx(fmt.Sprintf("recording a check of run %d", runID), func(tx *sql.Tx) error { return addCheck(tx, runID, c) })
+	return s.inTx(fmt.Sprintf("recording a check of run %d", runID), func(tx runner) error { return addCheck(tx, runID, c) })
 }
 
-func addCheck(tx *sql.Tx, runID int64, c Check) error {
-	_, err := tx.Exec(`INSERT INTO checks (run_id, name, kind, status, detail) VALUES (?, ?, ?, ?, ?)`, runID, c.Name, c.Kind, c.Status, c.Detail)
+func addCheck(tx runner, runID int64, c Check) error {
+	_, err := tx.exec(`INSERT INTO checks (run_id, name, kind, status, detail) VALUES (?, ?, ?, ?, ?)`, runID, c.Name, c.Kind, c.Status, c.Detail)
 	return err
 }
 
@@ -273,17 +271,13 @@ type ArmRecord struct {
 // AddArm records an arm with its trials and samples, in one transaction.
 // The error names the database file.
 func (s *Store) AddArm(runID int64, name, recipe, buildKey string, invalid bool, agreement float64, trials []TrialRecord) error {
-	return s.inTx(fmt.Sprintf("recording arm %s of run %d", name, runID), func(tx *sql.Tx) error {
+	return s.inTx(fmt.Sprintf("recording arm %s of run %d", name, runID), func(tx runner) error {
 		return addArm(tx, runID, ArmRecord{Name: name, Recipe: recipe, BuildKey: buildKey, Invalid: invalid, Agreement: agreement, Trials: trials})
 	})
 }
 
-func addArm(tx *sql.Tx, runID int64, a ArmRecord) error {
-	res, err := tx.Exec(`INSERT INTO arms (run_id, name, recipe, build_key, invalid, agreement) VALUES (?, ?, ?, ?, ?, ?)`, runID, a.Name, a.Recipe, a.BuildKey, a.Invalid, a.Agreement)
-	if err != nil {
-		return err
-	}
-	armID, err := res.LastInsertId()
+func addArm(tx runner, runID int64, a ArmRecord) error {
+	armID, err := tx.insert(`INSERT INTO arms (run_id, name, recipe, build_key, invalid, agreement) VALUES (?, ?, ?, ?, ?, ?)`, runID, a.Name, a.Recipe, a.BuildKey, boolInt(a.Invalid), a.Agreement)
 	if err != nil {
 		return err
 	}
@@ -301,22 +295,43 @@ func addArm(tx *sql.Tx, runID int64, a ArmRecord) error {
 				args = append(args, nil)
 			}
 		}
-		r, err := tx.Exec(insert, args...)
+		tid, err := tx.insert(insert, args...)
 		if err != nil {
 			return err
 		}
-		tid, err := r.LastInsertId()
-		if err != nil {
+		if err := addSamples(tx, tid, t.Samples); err != nil {
 			return err
-		}
-		for _, sm := range t.Samples {
-			if _, err := tx.Exec(`INSERT INTO samples (trial_id, prompt, ttft_s, e2e_s, completion_tokens, spec_verify_ct, error) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-				tid, sm.Prompt, sm.TTFT, sm.E2E, sm.CompletionTokens, sm.SpecVerifyCt, sm.Error); err != nil {
-				return err
-			}
 		}
 	}
 	return nil
+}
+
+// addSamples stores a trial's samples, up to 500 in one INSERT (3,500
+// parameters, under SQLite's 32,766 and PostgreSQL's 65,535): one
+// statement per trial, not one per request.
+func addSamples(tx runner, trial int64, samples []SampleRecord) error {
+	for len(samples) > 0 {
+		n := min(len(samples), 500)
+		rows := make([]string, n)
+		args := make([]any, 0, 7*n)
+		for i, sm := range samples[:n] {
+			rows[i] = `(` + placeholders(7) + `)`
+			args = append(args, trial, sm.Prompt, sm.TTFT, sm.E2E, sm.CompletionTokens, sm.SpecVerifyCt, sm.Error)
+		}
+		if _, err := tx.exec(`INSERT INTO samples (trial_id, prompt, ttft_s, e2e_s, completion_tokens, spec_verify_ct, error) VALUES `+strings.Join(rows, ", "), args...); err != nil {
+			return err
+		}
+		samples = samples[n:]
+	}
+	return nil
+}
+
+// boolInt is b as the 0 or 1 the schema's INTEGER flags hold.
+func boolInt(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // column is the trials column of metric, a stats.Table name.
@@ -348,7 +363,7 @@ func (s *Store) Window(hardwareKey, workload, arm, metric string, level, n int, 
 	what := fmt.Sprintf("reading the reference window of %s %s", arm, metric)
 	// The reference starts at the newest accepted run, if any.
 	var since int64
-	err = s.db.QueryRow(`SELECT COALESCE(MAX(id), 0) FROM runs WHERE hardware_key = ? AND workload = ? AND accepted = 1 AND (? = 0 OR id < ?)`,
+	err = s.x().row(`SELECT COALESCE(MAX(id), 0) FROM runs WHERE hardware_key = ? AND workload = ? AND accepted = 1 AND (? = 0 OR id < ?)`,
 		hardwareKey, workload, before, before).Scan(&since)
 	if err != nil {
 		return nil, nil, s.wrap(what, err)
@@ -395,12 +410,19 @@ func (s *Store) Window(hardwareKey, workload, arm, metric string, level, n int, 
 
 // Runs lists the newest runs first, at most limit (0: all).
 func (s *Store) Runs(limit int) ([]Run, error) {
-	q := `SELECT id, started_at, finished_at, status, pid, exit_code, hardware_key, sglang_commit, upstream_head, series_hash, arpatch_version, verdict, workload, accepted FROM runs ORDER BY id DESC`
+	q := `ORDER BY id DESC`
 	if limit > 0 {
 		q += fmt.Sprintf(" LIMIT %d", limit)
 	}
+	return s.selectRuns("reading runs", q)
+}
+
+// selectRuns returns the runs that rest (a WHERE, ORDER BY or LIMIT
+// clause, with args) selects; what says what for the error.
+func (s *Store) selectRuns(what, rest string, args ...any) ([]Run, error) {
+	q := `SELECT id, started_at, finished_at, status, pid, exit_code, hardware_key, sglang_commit, upstream_head, series_hash, arpatch_version, verdict, workload, accepted FROM runs ` + rest
 	var out []Run
-	err := s.each("reading runs", q, nil, func(rows *sql.Rows) error {
+	err := s.each(what, q, args, func(rows *sql.Rows) error {
 		var r Run
 		var started string
 		var finished sql.NullString
@@ -409,13 +431,13 @@ func (s *Store) Runs(limit int) ([]Run, error) {
 			return err
 		}
 		var err error
-		if r.StartedAt, err = time.Parse(time.RFC3339Nano, started); err != nil {
-			return fmt.Errorf("run %d: started_at: %w", r.ID, err)
+		if r.StartedAt, err = parseTime(r.ID, "started_at", started); err != nil {
+			return err
 		}
 		if finished.Valid {
-			t, err := time.Parse(time.RFC3339Nano, finished.String)
+			t, err := parseTime(r.ID, "finished_at", finished.String)
 			if err != nil {
-				return fmt.Errorf("run %d: finished_at: %w", r.ID, err)
+				return err
 			}
 			r.FinishedAt = &t
 		}
@@ -427,4 +449,13 @@ func (s *Store) Runs(limit int) ([]Run, error) {
 		return nil
 	})
 	return out, err
+}
+
+// parseTime reads a time stored as RFC 3339 text in column col of run id.
+func parseTime(id int64, col, v string) (time.Time, error) {
+	t, err := time.Parse(time.RFC3339Nano, v)
+	if err != nil {
+		return t, fmt.Errorf("run %d: %s: %w", id, col, err)
+	}
+	return t, nil
 }

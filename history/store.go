@@ -106,13 +106,24 @@ var migrations = []string{
 	// trial without samples has none (NULL), and is left out of its
 	// windows, plots and exports.
 	`ALTER TABLE trials ADD COLUMN tpot_ms_p99 REAL;`,
+	// 6: an index for every way the commands reach a row (a run's arms,
+	// an arm's trials, a trial's samples, a run's checks and drift; runs
+	// by series and by status), so that each touches only its own rows
+	// (TestQueryPlansUseIndexes).
+	`CREATE INDEX runs_by_series ON runs(hardware_key, workload, id);
+	CREATE INDEX runs_by_status ON runs(status, id);
+	CREATE INDEX arms_by_run ON arms(run_id);
+	CREATE INDEX trials_by_arm ON trials(arm_id, idx, concurrency);
+	CREATE INDEX samples_by_trial ON samples(trial_id);
+	CREATE INDEX checks_by_run ON checks(run_id);
+	CREATE INDEX drift_by_run ON drift(run_id);`,
 }
 
 // fills[v], when set, runs after migrations[v-1] in its transaction: it
 // computes the values of the metric that migration adds for the trials
 // stored before it.
-var fills = map[int]func(*sql.Tx) error{
-	5: func(tx *sql.Tx) error { return fillFromSamples(tx, "tpot_ms_p99") },
+var fills = map[int]func(runner) error{
+	5: func(tx runner) error { return fillFromSamples(tx, "tpot_ms_p99") },
 }
 
 // fromSamples are the metrics (stats.Table names) that stats.Compute gets
@@ -128,7 +139,7 @@ var fromSamples = map[string]bool{"decode_tok_s": true, "accept_length": true, "
 // is one of fromSamples. Any other metric is left NULL for the trials
 // stored before its column (shown as "none" by exports, windows and
 // plots), not set to the 0 that Compute would give without its inputs.
-func fillFromSamples(tx *sql.Tx, metric string) error {
+func fillFromSamples(tx runner, metric string) error {
 	m, ok := stats.Lookup(metric)
 	if !ok {
 		return fmt.Errorf("unknown metric %q", metric)
@@ -138,32 +149,25 @@ func fillFromSamples(tx *sql.Tx, metric string) error {
 	}
 	byTrial := map[int64][]sglang.Sample{}
 	var order []int64
-	err := func() error {
-		rows, err := tx.Query(`SELECT trial_id, COALESCE(prompt, 0), COALESCE(ttft_s, 0), COALESCE(e2e_s, 0), COALESCE(completion_tokens, 0),
-			COALESCE(spec_verify_ct, 0), COALESCE(error, '') FROM samples ORDER BY trial_id, rowid`)
-		if err != nil {
-			return err
+	err := tx.each("reading the samples", `SELECT trial_id, COALESCE(prompt, 0), COALESCE(ttft_s, 0), COALESCE(e2e_s, 0), COALESCE(completion_tokens, 0),
+			COALESCE(spec_verify_ct, 0), COALESCE(error, '') FROM samples ORDER BY trial_id, rowid`, nil, func(rows *sql.Rows) error {
+		var id int64
+		var x sglang.Sample
+		if err := rows.Scan(&id, &x.Prompt, &x.TTFT, &x.E2E, &x.CompletionTokens, &x.SpecVerifyCt, &x.Err); err != nil {
+			return fmt.Errorf("samples of trial %d: %w", id, err)
 		}
-		defer func() { _ = rows.Close() }() // read-only; rows.Err reports the iteration
-		for rows.Next() {
-			var id int64
-			var x sglang.Sample
-			if err := rows.Scan(&id, &x.Prompt, &x.TTFT, &x.E2E, &x.CompletionTokens, &x.SpecVerifyCt, &x.Err); err != nil {
-				return fmt.Errorf("samples of trial %d: %w", id, err)
-			}
-			if _, seen := byTrial[id]; !seen {
-				order = append(order, id)
-			}
-			byTrial[id] = append(byTrial[id], x)
+		if _, seen := byTrial[id]; !seen {
+			order = append(order, id)
 		}
-		return rows.Err()
-	}()
+		byTrial[id] = append(byTrial[id], x)
+		return nil
+	})
 	if err != nil {
 		return err
 	}
 	for _, id := range order {
 		v := m.Get(stats.Compute(stats.Trial{Samples: byTrial[id]}))
-		if _, err := tx.Exec(`UPDATE trials SET `+m.Column+` = ? WHERE id = ?`, v, id); err != nil {
+		if _, err := tx.exec(`UPDATE trials SET `+m.Column+` = ? WHERE id = ?`, v, id); err != nil {
 			return fmt.Errorf("trial %d: %w", id, err)
 		}
 	}
@@ -324,12 +328,12 @@ func openAt(path string, v int) (*Store, error) {
 // Version returns the schema version of the database.
 func (s *Store) Version() (int, error) {
 	var v int
-	err := s.db.QueryRow(`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v)
+	err := s.x().row(`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&v)
 	return v, err
 }
 
 func (s *Store) migrate(to int) error {
-	if _, err := s.db.Exec(`CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
+	if _, err := s.x().exec(`CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
 		return fmt.Errorf("history %s: %w", s.Path, err)
 	}
 	cur, err := s.Version()
@@ -340,18 +344,18 @@ func (s *Store) migrate(to int) error {
 		return fmt.Errorf("history %s has schema version %d; this arpatch knows up to %d: use a newer arpatch", s.Path, cur, SchemaVersion)
 	}
 	for v := cur; v < to; v++ {
-		err := s.inTx(fmt.Sprintf("migration to version %d", v+1), func(tx *sql.Tx) error {
+		err := s.inTx(fmt.Sprintf("migration to version %d", v+1), func(tx runner) error {
 			// Another process opening the same database may have applied
 			// this step since cur was read: read again, holding the write
 			// lock (BEGIN IMMEDIATE), and skip a step already applied.
 			var now int
-			if err := tx.QueryRow(`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&now); err != nil {
+			if err := tx.row(`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&now); err != nil {
 				return err
 			}
 			if now > v {
 				return nil
 			}
-			if _, err := tx.Exec(migrations[v]); err != nil {
+			if _, err := tx.exec(migrations[v]); err != nil {
 				return err
 			}
 			if fill := fills[v+1]; fill != nil {
@@ -359,7 +363,7 @@ func (s *Store) migrate(to int) error {
 					return err
 				}
 			}
-			_, err := tx.Exec(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, v+1, time.Now().UTC().Format(time.RFC3339))
+			_, err := tx.exec(`INSERT INTO schema_migrations (version, applied_at) VALUES (?, ?)`, v+1, time.Now().UTC().Format(time.RFC3339))
 			return err
 		})
 		if err != nil {
@@ -369,12 +373,60 @@ func (s *Store) migrate(to int) error {
 	return nil
 }
 
+// each runs query q on the pool and calls scan on each row (runner.each).
+func (s *Store) each(what, q string, args []any, scan func(*sql.Rows) error) error {
+	return s.x().each(what, q, args, scan)
+}
+
+// querier is what the pool, a connection and a transaction share.
+type querier interface {
+	ExecContext(ctx context.Context, query string, args ...any) (sql.Result, error)
+	QueryContext(ctx context.Context, query string, args ...any) (*sql.Rows, error)
+	QueryRowContext(ctx context.Context, query string, args ...any) *sql.Row
+}
+
+// runner runs the store's queries on the pool or in a transaction. Every
+// query of the store goes through it, written once with ? parameters.
+type runner struct {
+	s *Store
+	q querier
+}
+
+// x is a runner on the store's pool.
+func (s *Store) x() runner { return runner{s, s.db} }
+
+// traceSQL, when set (by tests), sees every query a runner runs, with
+// its arguments, before it runs.
+var traceSQL func(query string, args []any)
+
+func (r runner) prepare(q string, args []any) string {
+	if traceSQL != nil {
+		traceSQL(q, args)
+	}
+	return q
+}
+
+func (r runner) exec(q string, args ...any) (sql.Result, error) {
+	return r.q.ExecContext(context.Background(), r.prepare(q, args), args...)
+}
+
+func (r runner) row(q string, args ...any) *sql.Row {
+	return r.q.QueryRowContext(context.Background(), r.prepare(q, args), args...)
+}
+
+// insert runs an INSERT of one row and returns its id (RETURNING id).
+func (r runner) insert(q string, args ...any) (int64, error) {
+	var id int64
+	err := r.row(q+` RETURNING id`, args...).Scan(&id)
+	return id, err
+}
+
 // each runs query q and calls scan on each row, then closes the rows. The
 // error (of the query, a scan or the iteration) says what failed (what)
 // and names the database file.
-func (s *Store) each(what, q string, args []any, scan func(*sql.Rows) error) error {
+func (r runner) each(what, q string, args []any, scan func(*sql.Rows) error) error {
 	err := func() error {
-		rows, err := s.db.Query(q, args...)
+		rows, err := r.q.QueryContext(context.Background(), r.prepare(q, args), args...)
 		if err != nil {
 			return err
 		}
@@ -386,7 +438,7 @@ func (s *Store) each(what, q string, args []any, scan func(*sql.Rows) error) err
 		}
 		return rows.Err()
 	}()
-	return s.wrap(what, err)
+	return r.s.wrap(what, err)
 }
 
 // wrap names the database file and what failed in err; nil stays nil.

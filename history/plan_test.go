@@ -1,0 +1,105 @@
+package history
+
+import (
+	"database/sql"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// fullReads are the queries that read every row of what they scan by
+// design, and why; every other query must reach its rows through an index
+// (or the primary key), or be bounded by a LIMIT.
+var fullReads = map[string]string{
+	"SELECT t.arm_id, " + trialColumns + " FROM trials t ORDER BY t.arm_id, t.idx, t.concurrency": "Export: every trial",
+	"SELECT id, run_id, name, invalid FROM arms ORDER BY run_id, id":                              "Export: every arm",
+	"SELECT id, started_at, status, hardware_key, workload, sglang_commit FROM runs ORDER BY id":  "Export: every run",
+}
+
+// TestQueryPlansUseIndexes runs every command of the store on a small
+// history, records each query it runs (traceSQL), and asks SQLite for
+// each one's plan (EXPLAIN QUERY PLAN, with the query's own arguments):
+// no query may scan a whole table, so that each command stays linear in
+// the rows it touches, except the full reads above and queries bounded by
+// a LIMIT.
+func TestQueryPlansUseIndexes(t *testing.T) {
+	s := openTest(t, filepath.Join(t.TempDir(), "h.db"))
+	type call struct {
+		q    string
+		args []any
+	}
+	var calls []call
+	traceSQL = func(q string, args []any) { calls = append(calls, call{q, slices.Clone(args)}) }
+	defer func() { traceSQL = nil }()
+
+	ids := seed(t, s, 3, 90)
+	must(t, s.AddCheck(ids[2], Check{Name: "pcie tok_s vs history", Kind: KindRegression, Status: CheckFail}))
+	run, err := s.BeginRun(Run{HardwareKey: "8x GPU", Env: map[string]string{"driver": "580"}})
+	must(t, err)
+	must(t, s.Record(run, benchOutcome(int(run))))
+	stale, err := s.BeginRun(Run{HardwareKey: "8x GPU"})
+	must(t, err)
+	_, err = s.MarkStale()
+	must(t, err)
+	must(t, s.Accept(ids[1]))
+	_, _, err = s.Window("8x GPU", "", "pcie", "tok_s", 1, 7, run)
+	must(t, err)
+	_, err = s.Env(ids[0])
+	must(t, err)
+	_, err = s.Show(run)
+	must(t, err)
+	_, err = s.Runs(30)
+	must(t, err)
+	_, err = s.Export()
+	must(t, err)
+	_, _, err = s.Points("tok_s", Series{})
+	must(t, err)
+	_, _, err = s.Points("tok_s", Series{HardwareKey: "8x GPU"})
+	must(t, err)
+	_, _, err = s.LevelCurves("tok_s", Series{}, 0)
+	must(t, err)
+	_, _, err = s.LevelCurves("tok_s", Series{HardwareKey: "8x GPU", Workload: ""}, stale)
+	if err == nil {
+		t.Error("LevelCurves of a run without trials: no error")
+	}
+	must(t, s.FinishRun(stale, Failed, 4, "x"))
+	traceSQL = nil
+
+	seen := map[string]bool{}
+	for _, c := range calls {
+		q := strings.Join(strings.Fields(c.q), " ")
+		verb := strings.ToUpper(strings.Fields(q)[0])
+		if seen[q] || verb == "INSERT" && !strings.Contains(q, "SELECT") || verb == "CREATE" {
+			continue
+		}
+		seen[q] = true
+		var scans []string
+		err := s.each("explaining", "EXPLAIN QUERY PLAN "+c.q, c.args, func(r *sql.Rows) error {
+			var id, parent, unused int
+			var detail string
+			if err := r.Scan(&id, &parent, &unused, &detail); err != nil {
+				return err
+			}
+			t.Logf("%.60s...: %s", q, detail)
+			if strings.HasPrefix(detail, "SCAN ") {
+				scans = append(scans, detail)
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+		if len(scans) > 0 && fullReads[q] == "" && !strings.Contains(q, " LIMIT ") {
+			t.Errorf("%s\nscans a whole table: %s", q, strings.Join(scans, "; "))
+		}
+	}
+	for q := range fullReads {
+		if !seen[q] {
+			t.Errorf("full read never run (rename it in fullReads): %s", q)
+		}
+	}
+	if len(seen) < 20 {
+		t.Errorf("only %d distinct queries traced", len(seen))
+	}
+}
