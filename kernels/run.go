@@ -16,6 +16,7 @@ import (
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/internal/procgroup"
+	"github.com/arpatch/arpatch/internal/shellq"
 )
 
 // Result is a finished build, from the cache or just made.
@@ -304,7 +305,7 @@ func runLogged(ctx context.Context, dir string, argv, env []string, logPath stri
 			err = fmt.Errorf("build log %s: %w", logPath, cerr)
 		}
 	}()
-	if _, err := fmt.Fprintf(logf, "# dir: %s\n# command: %s\n", dir, strings.Join(argv, " ")); err != nil {
+	if _, err := fmt.Fprintf(logf, "# dir: %s\n# command: %s\n", dir, shellq.Join(argv)); err != nil {
 		return fmt.Errorf("build log %s: %w", logPath, err)
 	}
 	ctx, stop := context.WithCancel(ctx)

@@ -175,7 +175,9 @@ func printApply(w io.Writer, rep *checkout.ApplyReport, r *recipes.Recipe, repoF
 }
 
 // printRuntimeEnv prints the environment the server needs: the recipe's
-// [env], with --tune's thresholds in it when tuned. It prints it after a
+// [env], with --tune's thresholds in it when tuned, as `export KEY=VALUE`
+// lines quoted by shellq, which set exactly those values when pasted into
+// a shell. It prints it after a
 // fresh apply and on an already applied tree (the state a user is in when
 // they come back with a tune file), not on a dry run. tunePath is --tune's
 // file ("" without --tune); tuned says its thresholds were applied (the
@@ -196,7 +198,7 @@ func printRuntimeEnv(w io.Writer, rep *checkout.ApplyReport, env map[string]stri
 	}
 	fmt.Fprintln(w, heading)
 	for _, k := range slices.Sorted(maps.Keys(env)) {
-		fmt.Fprintf(w, "  %s=%s\n", k, env[k])
+		fmt.Fprintf(w, "  export %s\n", shellq.Assign(k, env[k]))
 	}
 }
 

@@ -30,6 +30,7 @@ import (
 	"github.com/arpatch/arpatch/internal/lazyre"
 	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/recipes"
 )
 
@@ -563,10 +564,10 @@ func benchSettings(f benchFlags, r *recipes.Recipe) (bench.Options, error) {
 	for _, a := range o.Arms {
 		// Arguments for the built-in launch would be dropped silently.
 		if len(a.Args) > 0 && a.URL != "" {
-			return o, usagef("arm %s attaches to %s, so its server arguments (%s) would not apply: start that server with them, or launch the arm", a.Name, a.URL, strings.Join(a.Args, " "))
+			return o, usagef("arm %s attaches to %s, so its server arguments (%s) would not apply: start that server with them, or launch the arm", a.Name, a.URL, shellq.Join(a.Args))
 		}
 		if len(a.Args) > 0 && a.LaunchCmd != "" {
-			return o, usagef("arm %s: its server arguments (%s) are for the built-in launch (python -m sglang.launch_server); with a launch command, put them in it (--arm %s:launch-cmd=...)", a.Name, strings.Join(a.Args, " "), a.Name)
+			return o, usagef("arm %s: its server arguments (%s) are for the built-in launch (python -m sglang.launch_server); with a launch command, put them in it (--arm %s:launch-cmd=...)", a.Name, shellq.Join(a.Args), a.Name)
 		}
 	}
 	// One server for several arms measures the server against itself.

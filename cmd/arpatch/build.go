@@ -416,10 +416,10 @@ func printPlan(w io.Writer, p *kernels.Plan, cache kernels.Cache) {
 	fmt.Fprintf(w, "  project   %s (%s)\n", p.Project, p.Project.Name)
 	fmt.Fprintf(w, "  dir       %s\n", p.Dir)
 	tmp := cache.TempPattern(p.Key)
-	fmt.Fprintf(w, "  command   %s\n", strings.Join(p.Command(tmp), " "))
+	fmt.Fprintf(w, "  command   %s\n", shellq.Join(p.Command(tmp)))
 	fmt.Fprintln(w, "  env")
 	for _, e := range p.EnvIn(tmp) {
-		fmt.Fprintf(w, "    %s\n", e)
+		fmt.Fprintf(w, "    %s\n", shellq.AssignKV(e))
 	}
 	if len(p.Deps) > 0 {
 		fmt.Fprintln(w, "  deps (FetchContent)")

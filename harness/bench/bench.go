@@ -329,7 +329,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			// server's business, and arpatch cannot see them.
 			var kv []string
 			for _, k := range slices.Sorted(maps.Keys(a.Env)) {
-				kv = append(kv, k+"="+a.Env[k])
+				kv = append(kv, shellq.Assign(k, a.Env[k]))
 			}
 			ar.Warnings = append(ar.Warnings, fmt.Sprintf("attached to %s, so arpatch applied none of the arm's environment (%s): the result means what it says only if that server was started with it", a.URL, strings.Join(kv, " ")))
 		}

@@ -20,6 +20,7 @@ import (
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/internal/procgroup"
+	"github.com/arpatch/arpatch/internal/shellq"
 )
 
 // DefaultReadyTimeout is how long a server may take to answer
@@ -150,7 +151,7 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 	if err != nil {
 		return nil, fmt.Errorf("server log: %w", err)
 	}
-	if _, err := fmt.Fprintf(logf, "# arm %s: %s\n", spec.Name, strings.Join(spec.Argv, " ")); err != nil {
+	if _, err := fmt.Fprintf(logf, "# arm %s: %s\n", spec.Name, shellq.Join(spec.Argv)); err != nil {
 		_ = logf.Close() // the write's error is the one to report
 		return nil, fmt.Errorf("server log: %w", err)
 	}

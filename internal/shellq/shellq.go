@@ -38,6 +38,22 @@ func Join(words []string) string {
 	return strings.Join(out, " ")
 }
 
+// Assign returns the shell assignment word key=value with value quoted by
+// Quote: `export ` + Assign(k, v) sets k to exactly v when pasted. key
+// must be a variable name (recipes and plans check theirs); it is written
+// as it is.
+func Assign(key, value string) string { return key + "=" + Quote(value) }
+
+// AssignKV is Assign of "KEY=VALUE", split at its first '='; a word
+// without '=' is quoted whole.
+func AssignKV(kv string) string {
+	k, v, ok := strings.Cut(kv, "=")
+	if !ok {
+		return Quote(kv)
+	}
+	return Assign(k, v)
+}
+
 // Path quotes a path like Quote, but leaves a leading "~/" outside the
 // quotes so that the shell still expands it to the home directory.
 func Path(p string) string {

@@ -1,6 +1,7 @@
 package shellq
 
 import (
+	"os"
 	"os/exec"
 	"strings"
 	"testing"
@@ -30,5 +31,30 @@ func TestQuoteRoundTrip(t *testing.T) {
 	}
 	if got := Path("~/my tree"); !strings.HasPrefix(got, "~/") || got == "~/my tree" {
 		t.Errorf("Path keeps ~/ outside the quotes and quotes the rest: %s", got)
+	}
+}
+
+// TestAssignRoundTrip: dash and bash set each variable to exactly its
+// value from `export ` + Assign, and run nothing else.
+func TestAssignRoundTrip(t *testing.T) {
+	values := []string{"1", "1$(touch X)", "a\nexport Y=2", "`touch X`", "it's", "a;touch X", "", "~", "ünï"}
+	for _, name := range []string{"sh", "bash"} {
+		sh, err := exec.LookPath(name)
+		if err != nil {
+			continue
+		}
+		for _, v := range values {
+			dir := t.TempDir()
+			cmd := exec.Command(sh, "-c", "export "+Assign("V", v)+"\n"+`printf %s "$V"; [ -z "${Y+set}" ]`)
+			cmd.Dir = dir
+			out, err := cmd.Output()
+			ents, _ := os.ReadDir(dir)
+			if err != nil || string(out) != v || len(ents) != 0 {
+				t.Errorf("%s: export %s reads back as %q (%v, %d files made)", name, Assign("V", v), out, err, len(ents))
+			}
+		}
+	}
+	if got := AssignKV("CMAKE_ARGS=-Da -Db;x"); got != "CMAKE_ARGS='-Da -Db;x'" {
+		t.Errorf("AssignKV = %s", got)
 	}
 }
