@@ -12,62 +12,122 @@ import (
 // account: 4 tokens x hidden 5120 x bf16 = 40 KiB.
 const VerifyBytes = 4 * 5120 * 2
 
-// expectation says which allreduce the traffic model expects to win at the
-// verify shape at world size = the GPU count, and the PCIe dispatch's
-// thresholds it suggests; "" without a topology.
+// model is the traffic model of h's GPUs with the constants it uses
+// (traffic.Default: "calibrated"; a measurement file replaces them once
+// host qualification writes one).
+func model(h *Host) (*traffic.Topology, traffic.Params, error) {
+	p := traffic.Default()
+	m, err := traffic.FromNVSMI(h.Topology, h.GPUs, p)
+	return m, p, err
+}
+
+// ranking is the model's estimates at the verify shape, fastest first:
+// the custom algorithms the host's dispatch can run (pull1 and pull2
+// under full NVLink, where the pushes are not built; the pushes too on
+// the PCIe branch, island only where the host cuts into islands) and
+// NCCL's best configuration over P2P (NCCL over SHM apart).
+func ranking(m *traffic.Topology, p traffic.Params) []traffic.Estimate {
+	var out []traffic.Estimate
+	for _, e := range m.Compare(VerifyBytes, p) {
+		switch {
+		case e.Algo == traffic.NCCLRingSHM || e.Algo == traffic.NCCLTree || e.Algo == traffic.NCCLRing:
+			continue
+		case m.FullNVLink() && e.Algo != traffic.Custom1Stage && e.Algo != traffic.Custom2Stage:
+			continue
+		case e.Algo == traffic.CustomIsland && e.IslandKind == "one island": // runs as push2
+			continue
+		}
+		out = append(out, e)
+	}
+	nccl := m.NCCL(VerifyBytes, p, false)
+	i := 0
+	for i < len(out) && out[i].US <= nccl.US {
+		i++
+	}
+	return append(out[:i], append([]traffic.Estimate{nccl}, out[i:]...)...)
+}
+
+// label is an estimate as expect: lists it: "custom-island 5.7 µs
+// (sockets 0,1,2,3/4,5,6,7)", "nccl-ring/LL 30.5 µs".
+func label(e traffic.Estimate) string {
+	s := fmt.Sprintf("%s %.1f µs", e.Name(), e.US)
+	if e.Algo == traffic.CustomIsland {
+		s += fmt.Sprintf(" (%s %s)", e.IslandKind, e.Islands)
+	}
+	return s
+}
+
+// expectation says what the traffic model expects at the verify shape at
+// world size = the GPU count: every custom algorithm and NCCL's best
+// configuration, fastest first, with the constants it used; on a PCIe
+// host the schedule it suggests, its cut with NCCL and the environment
+// that picks them; "" without a topology.
 func expectation(h *Host) string {
 	if h.Topology == nil || len(h.Topology.GPUs) < 2 {
 		return ""
 	}
-	p := traffic.Default()
-	m, err := traffic.FromNVSMI(h.Topology, h.GPUs, p)
+	m, p, err := model(h)
 	if err != nil {
 		return "traffic model: " + err.Error()
 	}
 	var parts []string
-	for _, e := range m.Compare(VerifyBytes, p) {
-		if e.Algo != traffic.NCCLRingSHM {
-			parts = append(parts, fmt.Sprintf("%s %.1f µs", e.Algo, e.US))
-		}
+	for _, e := range ranking(m, p) {
+		parts = append(parts, label(e))
 	}
-	s := fmt.Sprintf("traffic model (an estimate) at the verify shape (%s, world size %d): %s; NCCL over SHM, as in the published account, %.1f µs",
-		allreduce.FormatBytes(VerifyBytes), m.N, strings.Join(parts, ", "), m.NCCL(VerifyBytes, p, true).US)
+	nccl := m.NCCL(VerifyBytes, p, false)
+	s := fmt.Sprintf("traffic model (an estimate, %s constants) at the verify shape (%s, world size %d): %s; NCCL's best configuration is %s (%s); NCCL over SHM, as in the published account, %.1f µs",
+		p.Source, allreduce.FormatBytes(VerifyBytes), m.N, strings.Join(parts, ", "), strings.TrimPrefix(nccl.Name(), "nccl-"), nccl.NCCLEnv(), m.NCCL(VerifyBytes, p, true).US)
 	if why := customAROff(h); why != "" {
 		return s + "; custom allreduce does not start here: " + why + "; its figures hold only once that changes"
 	}
 	if m.FullNVLink() {
 		return s + "; full NVLink: the PCIe dispatch is not used here"
 	}
-	p2p, shm := m.Suggest(p, false), m.Suggest(p, true)
-	return s + fmt.Sprintf("; PCIe dispatch fit: 1-stage up to %s, custom allreduce up to %s (%s against SHM NCCL); measure with `arpatch tune allreduce --world-size %d`",
-		allreduce.FormatBytes(p2p.OneStageMax), allreduce.FormatBytes(p2p.MaxBytes), allreduce.FormatBytes(shm.MaxBytes), m.N)
+	sched, shm := m.Suggest(p, false), m.Suggest(p, true)
+	return s + fmt.Sprintf("; PCIe dispatch fit: %s, custom allreduce up to %s against NCCL's best (%s against SHM NCCL); to run it: %s; measure with `arpatch tune allreduce --world-size %d`",
+		steps(sched), allreduce.FormatBytes(sched.MaxBytes), allreduce.FormatBytes(shm.MaxBytes), strings.Join(sched.Env(), " "), m.N)
 }
 
-// modelVerdict is the verdict's clause about 1-stage on a PCIe-only host,
-// from the traffic model at the verify shape (NCCL over P2P, as the
-// expectation line lists it): whether 1-stage is expected to win or to lose
-// to contention, and to what.
+// steps says a schedule's steps in words: "push1 up to 5.7K, then island
+// on sockets (0,1,2,3/4,5,6,7)".
+func steps(s traffic.Schedule) string {
+	var parts []string
+	for i, st := range s.Steps {
+		w := traffic.EnvName(st.Algo)
+		if st.Algo == traffic.CustomIsland && s.Islands != nil {
+			w += fmt.Sprintf(" on %s (%s)", s.Islands.Kind, s.Islands.Islands)
+		}
+		switch {
+		case st.Max > 0:
+			w += " up to " + allreduce.FormatBytes(st.Max)
+		case i == 0:
+			w += " at every size"
+		default:
+			w = "then " + w
+		}
+		parts = append(parts, w)
+	}
+	return strings.Join(parts, ", ")
+}
+
+// modelVerdict is the verdict's clause on a PCIe-only host, from the
+// traffic model at the verify shape (as expect: lists it): which
+// algorithm it expects to win, and whether all-to-all 1-stage is bound by
+// contention (its busiest part a root complex, a switch uplink or the
+// inter-socket link rather than its latency or one GPU's link).
 func modelVerdict(h *Host) string {
-	p := traffic.Default()
-	m, err := traffic.FromNVSMI(h.Topology, h.GPUs, p)
+	m, p, err := model(h)
 	if err != nil {
 		return "the traffic model cannot read this topology (" + err.Error() + ")"
 	}
-	var best traffic.Estimate
-	var one float64
-	for _, e := range m.Compare(VerifyBytes, p) {
-		if e.Algo == traffic.NCCLRingSHM {
-			continue
-		}
-		if best.Algo == "" {
-			best = e
-		}
-		if e.Algo == traffic.Custom1Stage {
-			one = e.US
-		}
-	}
+	best := ranking(m, p)[0]
+	one := m.Estimate(traffic.Custom1Stage, VerifyBytes, p)
 	if best.Algo == traffic.Custom1Stage {
 		return fmt.Sprintf("the traffic model expects custom 1-stage to win at the verify shape (%.1f µs; see expect)", best.US)
 	}
-	return fmt.Sprintf("all-to-all 1-stage is contention-prone here: the traffic model expects %s to win at the verify shape (%.1f µs against 1-stage's %.1f; see expect)", best.Algo, best.US, one)
+	b := one.Bottleneck()
+	if strings.HasSuffix(b, "root complex") || strings.Contains(b, "uplink") || strings.HasPrefix(b, "inter-socket") {
+		return fmt.Sprintf("all-to-all 1-stage is contention-prone here (its reads queue at the %s): the traffic model expects %s to win at the verify shape (%.1f µs against 1-stage's %.1f; see expect)", b, best.Name(), best.US, one.US)
+	}
+	return fmt.Sprintf("the traffic model expects %s to win at the verify shape (%.1f µs against 1-stage's %.1f; see expect)", best.Name(), best.US, one.US)
 }

@@ -2,19 +2,26 @@ package doctor
 
 import (
 	"context"
+	"fmt"
+	"regexp"
 	"strings"
 	"testing"
+
+	"github.com/arpatch/arpatch/harness/traffic"
 )
 
 // TestExpectation: doctor says what the traffic model expects at the
-// verify shape on the recorded hosts. On pcie8, GPU2's link trained at
-// gen 1 (3.4 GB/s) carries the ring's 1.75 x 40K: 20.9 µs on top of NCCL's
-// 27.2 µs of steps.
+// verify shape on the recorded hosts, the pushes ranked with the pulls and
+// NCCL's best configuration. On pcie8 GPU2's link trained at gen 1
+// (3.4 GB/s) slows everything that moves bytes through it; the two-shot
+// pushes, which send it S/8 or S/4 a step, still win.
 func TestExpectation(t *testing.T) {
 	pcie := Inspect(context.Background(), Options{Run: p2pWriteOK(t, "pcie8")})
-	model := "traffic model (an estimate) at the verify shape (40K, world size 8): nccl-ring 48.1 µs, nccl-tree 51.1 µs, custom-2stage 104.6 µs, custom-1stage 382.2 µs; " +
-		"NCCL over SHM, as in the published account, 220.9 µs"
-	want := model + "; PCIe dispatch fit: 1-stage up to 576B, custom allreduce up to 9K (103K against SHM NCCL); " +
+	model := "traffic model (an estimate, calibrated constants) at the verify shape (40K, world size 8): custom-push2 28.6 µs, custom-island 29.2 µs (sockets 0,1,2,3/4,5,6,7), " +
+		"nccl-ring/LL 79.1 µs, custom-push1 105.7 µs, custom-2stage 108.9 µs, custom-1stage 382.3 µs; NCCL's best configuration is ring/LL (NCCL_ALGO=Ring NCCL_PROTO=LL); " +
+		"NCCL over SHM, as in the published account, 225.9 µs"
+	want := model + "; PCIe dispatch fit: push1 up to 672B, then island on sockets (0,1,2,3/4,5,6,7), custom allreduce up to 3264K against NCCL's best (3264K against SHM NCCL); " +
+		"to run it: SGLANG_FORCE_CUSTOM_AR_PCIE=1 SGLANG_PCIE_CUSTOM_AR_ALGO=push1:672,island SGLANG_PCIE_CUSTOM_AR_ISLANDS=0,1,2,3/4,5,6,7 SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=3342336; " +
 		"measure with `arpatch tune allreduce --world-size 8`"
 	if pcie.Expect != want {
 		t.Errorf("pcie8 with P2P write OK:\n got %q\nwant %q", pcie.Expect, want)
@@ -28,30 +35,92 @@ func TestExpectation(t *testing.T) {
 	if pcie.Expect != want {
 		t.Errorf("pcie8:\n got %q\nwant %q", pcie.Expect, want)
 	}
+	// Full NVLink runs upstream's dispatch: the pulls only, no pushes.
 	nv := Inspect(context.Background(), Options{Run: recorded(t, "h200x2", nil)})
-	want = "traffic model (an estimate) at the verify shape (40K, world size 2): custom-1stage 4.7 µs, custom-2stage 7.3 µs, nccl-ring 8.7 µs, nccl-tree 8.7 µs; " +
-		"NCCL over SHM, as in the published account, 33.4 µs; full NVLink: the PCIe dispatch is not used here"
+	want = "traffic model (an estimate, calibrated constants) at the verify shape (40K, world size 2): custom-1stage 4.7 µs, custom-2stage 7.3 µs, nccl-ring/LL 8.8 µs; " +
+		"NCCL's best configuration is ring/LL (NCCL_ALGO=Ring NCCL_PROTO=LL); NCCL over SHM, as in the published account, 33.4 µs; full NVLink: the PCIe dispatch is not used here"
 	if nv.Expect != want {
 		t.Errorf("h200x2:\n got %q\nwant %q", nv.Expect, want)
 	}
 }
 
+var (
+	envAlgo    = regexp.MustCompile(`SGLANG_PCIE_CUSTOM_AR_ALGO=(\S+)`)
+	envIslands = regexp.MustCompile(`SGLANG_PCIE_CUSTOM_AR_ISLANDS=(\S+)`)
+	envMax     = regexp.MustCompile(`SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=(\d+);`)
+	algoStep   = regexp.MustCompile(`^(push1|push2|island|pull1|pull2)(:\d+)?$`)
+)
+
+// TestExpectationFollowsModel: on every recorded PCIe topology the expect:
+// line's figures are the model's (its NCCL figure the best configuration
+// NCCL can be set to, named), it says which constants it used, and the
+// environment it prints is the model's schedule in the form the patched
+// kernel reads.
+func TestExpectationFollowsModel(t *testing.T) {
+	for _, host := range []string{"pcie8", "switch4", "vgpu2"} {
+		rep := Inspect(context.Background(), Options{Run: p2pWriteOK(t, host)})
+		h := &rep.Host
+		m, p, err := model(h)
+		if err != nil {
+			t.Fatal(err)
+		}
+		nccl := m.NCCL(VerifyBytes, p, false)
+		for _, w := range []string{
+			fmt.Sprintf("%s %.1f µs", nccl.Name(), nccl.US),
+			"NCCL's best configuration is " + strings.TrimPrefix(nccl.Name(), "nccl-") + " (" + nccl.NCCLEnv() + ")",
+			"(an estimate, " + p.Source + " constants)",
+		} {
+			if !strings.Contains(rep.Expect, w) {
+				t.Errorf("%s: expect %q does not say %q", host, rep.Expect, w)
+			}
+		}
+		for _, v := range []string{traffic.NCCLRing, traffic.NCCLTree} {
+			for _, pr := range []string{"LL", "Simple"} {
+				if e := m.NCCLVariant(v, pr, VerifyBytes, p); e.US < nccl.US {
+					t.Errorf("%s: %s %.1f µs beats the NCCL expect: names (%s %.1f)", host, e.Name(), e.US, nccl.Name(), nccl.US)
+				}
+			}
+		}
+		s := m.Suggest(p, false)
+		algo := envAlgo.FindStringSubmatch(rep.Expect)
+		cut := envMax.FindStringSubmatch(rep.Expect)
+		if algo == nil || algo[1] != s.Algo() || cut == nil || cut[1] != fmt.Sprint(s.MaxBytes) {
+			t.Errorf("%s: expect %q, want ALGO=%s MAX_BYTES=%d", host, rep.Expect, s.Algo(), s.MaxBytes)
+			continue
+		}
+		steps := strings.Split(algo[1], ",")
+		for i, st := range steps {
+			if !algoStep.MatchString(st) || (i == len(steps)-1) == strings.Contains(st, ":") {
+				t.Errorf("%s: step %q of %q: want ALGO[:MAX_BYTES], the last without a bound", host, st, algo[1])
+			}
+		}
+		isl := envIslands.FindStringSubmatch(rep.Expect)
+		if strings.Contains(algo[1], "island") != (isl != nil) {
+			t.Errorf("%s: ALGO=%s with ISLANDS %v", host, algo[1], isl)
+		}
+		if isl != nil {
+			if _, err := traffic.ParseIslands(isl[1], m.N); err != nil || isl[1] != s.Islands.Islands.String() {
+				t.Errorf("%s: ISLANDS=%s: %v", host, isl[1], err)
+			}
+		}
+	}
+}
+
 // TestVerdictFollowsModel: the verdict's word on 1-stage is the traffic
-// model's. On 4 GPUs behind one switch (no root complex on any path) the
-// model expects 1-stage to win at the verify shape, and the verdict must
-// not call it contention-prone; on pcie8 (two switches per socket, two
-// sockets) it expects the NCCL ring, and the verdict says 1-stage is
-// contention-prone there.
+// model's. On 4 GPUs behind one switch (no root complex on any path)
+// 1-stage is latency-bound, not contended, and a push is expected to win;
+// on pcie8 (two switches per socket, two sockets) 1-stage's reads queue
+// at a root complex, and the verdict says it is contention-prone there.
 func TestVerdictFollowsModel(t *testing.T) {
 	sw := Inspect(context.Background(), Options{Run: recorded(t, "switch4", nil)})
-	if want := "PCIe-only, 4 GPUs: the traffic model expects custom 1-stage to win at the verify shape (9.0 µs; see expect); measure with `arpatch bench allreduce --world-size 4 --src sglang` first (after `arpatch build --allreduce-ext --src sglang`)"; sw.Verdict != want {
+	if want := "PCIe-only, 4 GPUs: the traffic model expects custom-push2 to win at the verify shape (4.1 µs against 1-stage's 8.9; see expect); measure with `arpatch bench allreduce --world-size 4 --src sglang` first (after `arpatch build --allreduce-ext --src sglang`)"; sw.Verdict != want {
 		t.Errorf("switch4 verdict:\n got %q\nwant %q", sw.Verdict, want)
 	}
-	if !strings.Contains(sw.Expect, "custom-1stage 9.0 µs, custom-2stage 11.8 µs") {
+	if !strings.Contains(sw.Expect, "custom-push2 4.1 µs, custom-push1 4.8 µs, custom-1stage 8.9 µs, custom-2stage 11.6 µs, nccl-ring/LL 17.6 µs") {
 		t.Errorf("switch4 expect: %q", sw.Expect)
 	}
 	pcie := Inspect(context.Background(), Options{Run: p2pWriteOK(t, "pcie8")})
-	if want := "all-to-all 1-stage is contention-prone here: the traffic model expects nccl-ring to win at the verify shape (48.1 µs against 1-stage's 382.2; see expect)"; !strings.Contains(pcie.Verdict, want) {
+	if want := "all-to-all 1-stage is contention-prone here (its reads queue at the socket GPU0,GPU1,GPU2,GPU3 root complex): the traffic model expects custom-push2 to win at the verify shape (28.6 µs against 1-stage's 382.3; see expect)"; !strings.Contains(pcie.Verdict, want) {
 		t.Errorf("pcie8 verdict:\n got %q\nwant it to contain %q", pcie.Verdict, want)
 	}
 }

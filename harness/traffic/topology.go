@@ -1,0 +1,307 @@
+package traffic
+
+import (
+	"fmt"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+
+	"github.com/arpatch/arpatch/harness/nvsmi"
+)
+
+// Class is the path between two GPUs, from nearest to farthest.
+type Class int
+
+// The classes of `nvidia-smi topo -m`'s legend.
+const (
+	Self Class = iota
+	NV         // a bonded set of NVLinks
+	PIX        // at most one PCIe bridge (one switch)
+	PXB        // several PCIe bridges, no host bridge
+	PHB        // through a PCIe host bridge (the CPU)
+	NODE       // between host bridges within a NUMA node
+	SYS        // across the SMP interconnect (QPI/UPI)
+)
+
+var classNames = []string{"X", "NV", "PIX", "PXB", "PHB", "NODE", "SYS"}
+
+func (c Class) String() string { return classNames[c] }
+
+// ParseClass reads one cell of `nvidia-smi topo -m`: "X", "NV18", "PIX",
+// ... It returns the class and, for NV#, the number of links.
+func ParseClass(s string) (Class, int, error) {
+	s = strings.TrimSpace(s)
+	if n, ok := strings.CutPrefix(s, "NV"); ok {
+		k, err := strconv.Atoi(n)
+		if err != nil || k <= 0 {
+			return 0, 0, fmt.Errorf("topology cell %q: NV# wants a link count", s)
+		}
+		return NV, k, nil
+	}
+	for c, name := range classNames {
+		if s == name && Class(c) != NV {
+			return Class(c), 0, nil
+		}
+	}
+	return 0, 0, fmt.Errorf("topology cell %q: want X, NV#, PIX, PXB, PHB, NODE or SYS", s)
+}
+
+// Topology is the model's view of a host: the path class and NVLink count
+// between each pair of GPUs, and each GPU's PCIe link bandwidth.
+type Topology struct {
+	N        int
+	Class    [][]Class
+	NVLinks  [][]int
+	LinkGBps []float64 // per GPU, GB/s per direction, effective (see Params.PCIeEfficiency)
+
+	switches, sockets [][]int    // groups(PXB) and groups(NODE), once
+	res               *resources // the shared parts, once
+}
+
+// parts are the GPUs behind each PCIe switch (or NVLink-joined) and on
+// each socket, computed once.
+func (t *Topology) parts() (switches, sockets [][]int) {
+	if t.sockets == nil {
+		t.switches, t.sockets = t.groups(PXB), t.groups(NODE)
+	}
+	return t.switches, t.sockets
+}
+
+// FromNVSMI builds the topology of a host from its `nvidia-smi topo -m`
+// (t) and its GPUs' current PCIe generation and width (gpus, in index
+// order; one missing is gen 5 x16, as in New), as harness/nvsmi parses
+// them. It returns New's error for a matrix it cannot read.
+func FromNVSMI(t *nvsmi.Topology, gpus []nvsmi.GPU, p Params) (*Topology, error) {
+	links := make([][]string, len(t.GPUs))
+	gens, widths := make([]int, len(t.GPUs)), make([]int, len(t.GPUs))
+	for i, g := range t.GPUs {
+		links[i] = t.Links[g]
+		if i < len(gpus) {
+			gens[i], widths[i] = gpus[i].PCIeGen, gpus[i].PCIeWidth
+		}
+	}
+	return New(links, gens, widths, p)
+}
+
+// PCIeGBps is the nominal bandwidth of one PCIe lane per direction in
+// GB/s, by generation (after 8b/10b or 128b/130b encoding).
+var PCIeGBps = map[int]float64{1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+
+// New builds a topology from the `nvidia-smi topo -m` matrix (links[i][j],
+// as nvsmi.Topology holds it) and each GPU's current PCIe generation and
+// width (0 when unknown: gen 5 x16 is assumed). It returns an error for a
+// matrix that is not square or holds an unknown cell.
+func New(links [][]string, gens, widths []int, p Params) (*Topology, error) {
+	n := len(links)
+	if n == 0 {
+		return nil, fmt.Errorf("topology: no GPUs")
+	}
+	t := &Topology{N: n, Class: make([][]Class, n), NVLinks: make([][]int, n), LinkGBps: make([]float64, n)}
+	for i := range links {
+		if len(links[i]) != n {
+			return nil, fmt.Errorf("topology: GPU%d has %d cells for %d GPUs", i, len(links[i]), n)
+		}
+		t.Class[i], t.NVLinks[i] = make([]Class, n), make([]int, n)
+		for j, cell := range links[i] {
+			c, k, err := ParseClass(cell)
+			if err != nil {
+				return nil, fmt.Errorf("GPU%d/GPU%d: %w", i, j, err)
+			}
+			if (c == Self) != (i == j) {
+				return nil, fmt.Errorf("topology: GPU%d/GPU%d is %q", i, j, cell)
+			}
+			t.Class[i][j], t.NVLinks[i][j] = c, k
+		}
+		gen, width := 5, 16
+		if i < len(gens) && gens[i] > 0 {
+			gen = gens[i]
+		}
+		if i < len(widths) && widths[i] > 0 {
+			width = widths[i]
+		}
+		t.LinkGBps[i] = PCIeGBps[gen] * float64(width) * p.PCIeEfficiency
+	}
+	return t, nil
+}
+
+// FullNVLink reports whether every pair is joined by NVLink.
+func (t *Topology) FullNVLink() bool {
+	for i := range t.N {
+		for j := range t.N {
+			if i != j && t.Class[i][j] != NV {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// groups partitions the GPUs into the connected components of pairs whose
+// class is at most c (PXB: PCIe switches; NODE: sockets).
+func (t *Topology) groups(c Class) [][]int {
+	seen := make([]bool, t.N)
+	var out [][]int
+	for s := range t.N {
+		if seen[s] {
+			continue
+		}
+		g := []int{s}
+		seen[s] = true
+		for k := 0; k < len(g); k++ {
+			for j := range t.N {
+				if !seen[j] && t.Class[g[k]][j] <= c {
+					seen[j] = true
+					g = append(g, j)
+				}
+			}
+		}
+		sort.Ints(g)
+		out = append(out, g)
+	}
+	return out
+}
+
+// RefHost is the reference topology the anchors are read on: 8 GPUs
+// (Gen5 x16), two PCIe switches of two GPUs per socket, two sockets
+// (harness/doctor/testdata/pcie8 has this shape). The published account
+// did not give its topology; this is the common layout of 8-GPU PCIe
+// servers.
+func RefHost(p Params) *Topology {
+	links := make([][]string, 8)
+	for i := range 8 {
+		links[i] = make([]string, 8)
+		for j := range 8 {
+			switch {
+			case i == j:
+				links[i][j] = "X"
+			case i/2 == j/2:
+				links[i][j] = "PIX"
+			case i/4 == j/4:
+				links[i][j] = "NODE"
+			default:
+				links[i][j] = "SYS"
+			}
+		}
+	}
+	t, _ := New(links, nil, nil, p)
+	return t
+}
+
+func gpuList(g []int) string {
+	s := make([]string, len(g))
+	for i, x := range g {
+		s[i] = "GPU" + strconv.Itoa(x)
+	}
+	return strings.Join(s, ",")
+}
+
+// Islands is a partition of the ranks 0..N-1 into K islands of M ranks
+// each, in the form SGLANG_PCIE_CUSTOM_AR_ISLANDS writes it
+// ("0,1,2,3/4,5,6,7"): ranks within an island in order, islands in order
+// of their first rank. The island algorithm reduces inside each island,
+// exchanges between islands pairwise (the rank at position m of each
+// island with the rank at position m of every other), and gathers inside.
+type Islands [][]int
+
+// String writes the islands as SGLANG_PCIE_CUSTOM_AR_ISLANDS takes them.
+func (is Islands) String() string {
+	s := make([]string, len(is))
+	for k, g := range is {
+		r := make([]string, len(g))
+		for m, x := range g {
+			r[m] = strconv.Itoa(x)
+		}
+		s[k] = strings.Join(r, ",")
+	}
+	return strings.Join(s, "/")
+}
+
+// K is the number of islands, M the ranks in each.
+func (is Islands) K() int { return len(is) }
+
+// M is the number of ranks in each island (0 for none).
+func (is Islands) M() int {
+	if len(is) == 0 {
+		return 0
+	}
+	return len(is[0])
+}
+
+// ParseIslands reads SGLANG_PCIE_CUSTOM_AR_ISLANDS for n ranks: islands
+// separated by "/", ranks by ",". It returns an error naming the variable
+// unless the islands are a partition of 0..n-1 into islands of equal size,
+// the rule the patched kernel applies (docs/pcie-dispatch.md).
+func ParseIslands(s string, n int) (Islands, error) {
+	const name = "SGLANG_PCIE_CUSTOM_AR_ISLANDS"
+	bad := func(why string) (Islands, error) {
+		return nil, fmt.Errorf("%s=%q: %s; want a partition of the ranks 0..%d into islands of equal size, e.g. %s=%s", name, s, why, n-1, name, oneIsland(n))
+	}
+	var is Islands
+	seen := make([]bool, n)
+	for _, part := range strings.Split(s, "/") {
+		var g []int
+		for _, f := range strings.Split(part, ",") {
+			r, err := strconv.Atoi(strings.TrimSpace(f))
+			switch {
+			case err != nil:
+				return bad(fmt.Sprintf("%q is not a rank", f))
+			case r < 0 || r >= n:
+				return bad(fmt.Sprintf("rank %d is outside 0..%d", r, n-1))
+			case seen[r]:
+				return bad(fmt.Sprintf("rank %d is in two places", r))
+			}
+			seen[r] = true
+			g = append(g, r)
+		}
+		is = append(is, g)
+	}
+	for r, ok := range seen {
+		if !ok {
+			return bad(fmt.Sprintf("rank %d is in no island", r))
+		}
+	}
+	for _, g := range is {
+		if len(g) != len(is[0]) {
+			return bad("the islands differ in size")
+		}
+	}
+	return is, nil
+}
+
+// oneIsland is every rank in one island: "0,1,...,n-1".
+func oneIsland(n int) string {
+	g := make([]int, n)
+	for i := range g {
+		g[i] = i
+	}
+	return Islands{g}.String()
+}
+
+// IslandChoice is one way to cut a host into islands.
+type IslandChoice struct {
+	Kind    string  `json:"kind"` // "sockets": GPUs within one NUMA node (no SYS between them); "switches": GPUs behind one PCIe switch or bridge (PIX/PXB) or joined by NVLink
+	Islands Islands `json:"islands"`
+}
+
+// IslandChoices are the ways the topology cuts into at least two islands
+// of equal size, at least two GPUs each (an island of one makes island
+// push1): by socket (the islands 0002 derives from NVML), then by switch,
+// when that differs. None when neither gives such islands.
+func (t *Topology) IslandChoices() []IslandChoice {
+	var out []IslandChoice
+	for _, c := range []struct {
+		kind  string
+		class Class
+	}{{"sockets", NODE}, {"switches", PXB}} {
+		g := t.groups(c.class)
+		if len(g) < 2 || len(g[0]) < 2 || slices.ContainsFunc(g, func(x []int) bool { return len(x) != len(g[0]) }) {
+			continue
+		}
+		is := Islands(g)
+		if !slices.ContainsFunc(out, func(o IslandChoice) bool { return o.Islands.String() == is.String() }) {
+			out = append(out, IslandChoice{c.kind, is})
+		}
+	}
+	return out
+}
