@@ -95,8 +95,9 @@ func (t *Topology) est(s Schedule, algo string, bytes int, p Params) Estimate {
 
 // Suggest is the model's schedule for t. Above world size 2: push1 up to
 // the largest size at which it is not slower than what follows it, then
-// island on the island choice the model finds fastest over all sizes
-// (when the host cuts into equal islands) or push2. At world size 2, where
+// island on the island choice the model finds fastest summed over the
+// powers of two up to the scratch (when the host cuts into equal islands)
+// or push2. At world size 2, where
 // the series' auto keeps upstream's pull1 at every size: push1 up to the
 // largest size at which it beats pull1 (and fits), then pull1. MaxBytes
 // is the largest size up to which the schedule beats NCCL without a
@@ -114,7 +115,7 @@ func (t *Topology) Suggest(p Params, shm bool) Schedule {
 			best := math.Inf(1)
 			for i, c := range cs {
 				sum := 0.0
-				for _, n := range sizes {
+				for n := 16; n <= p.ScratchBytes; n *= 2 {
 					sum += t.EstimateIslands(c, n, p).US
 				}
 				if sum < best {
