@@ -68,5 +68,6 @@ require (
 
 tool (
 	github.com/kisielk/errcheck
+	golang.org/x/perf/cmd/benchstat
 	honnef.co/go/tools/cmd/staticcheck
 )

@@ -178,7 +178,8 @@ type Level struct {
 	// ..., tpot_ms_p99), each in the metric's unit.
 	Summaries map[string]stats.Summary `json:"summaries"`
 	// Deltas against the baseline at this level, per metric (absent for
-	// the baseline, and when the baseline is INVALID).
+	// the baseline, for an INVALID arm, and when the baseline is INVALID:
+	// no figure of theirs is compared).
 	Deltas    map[string]stats.Delta `json:"deltas,omitempty"`
 	Agreement *stats.Agreement       `json:"agreement,omitempty"`
 	Verdict   Verdict                `json:"verdict"`
@@ -224,6 +225,17 @@ const (
 	NoChange            = Verdict(stats.NoChange)
 	TooFew      Verdict = "too few trials to tell"
 )
+
+// Valid reports whether figures under this verdict are a result that may
+// be published as one: false for INVALID (the arm's outputs or requests
+// failed), INVALID baseline and no verdict (measured against an INVALID
+// baseline). Every output that a person or a machine reads (JSON,
+// benchfmt, github-action-benchmark, Bencher, JUnit, plots, the nightly's
+// checks and history) leaves an arm that is not Valid out of its
+// comparisons or marks it in its own way.
+func (v Verdict) Valid() bool {
+	return v != InvalidBaseline && v != Invalid && v != NoReference
+}
 
 // Fails reports whether the verdict fails a run (exit code 1).
 func (v Verdict) Fails() bool {
@@ -905,6 +917,13 @@ func analyze(res *Result, o Options) {
 		}
 	}
 	for _, ar := range res.Arms {
+		if ar.Invalid {
+			// Its speed means nothing: no delta against the baseline is
+			// kept that a reader of the JSON could take for "faster".
+			for _, lv := range ar.Levels {
+				lv.Deltas = nil
+			}
+		}
 		verdicts(ar, ar == base, base != nil && base.Invalid)
 	}
 }

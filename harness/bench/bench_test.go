@@ -77,11 +77,15 @@ func testRunVerdicts(t *testing.T) {
 		t.Fatal(err)
 	}
 	// Arms at the baseline's rate (each request within 1% of it, the same
-	// request at the same rate on each): no change, and tok/s within 1%.
-	for _, name := range []string{"same", "wrong"} {
-		if d := res.Arm(name).Levels[0].Deltas["tok_s"]; d.Verdict != stats.NoChange || math.Abs(d.Pct) > 1 {
-			t.Errorf("%s: %+v, want no change", name, d)
-		}
+	// request at the same rate on each): no change, and tok/s within 1%;
+	// the INVALID arm keeps its measurement but no delta (no figure of it
+	// is compared).
+	if d := res.Arm("same").Levels[0].Deltas["tok_s"]; d.Verdict != stats.NoChange || math.Abs(d.Pct) > 1 {
+		t.Errorf("same: %+v, want no change", d)
+	}
+	baseTokS := res.Arm("baseline").Levels[0].Summaries["tok_s"].Center
+	if w := res.Arm("wrong").Levels[0]; w.Deltas != nil || math.Abs(w.Summaries["tok_s"].Center/baseTokS-1) > 0.01 {
+		t.Errorf("wrong: deltas %v, tok/s %v against %v: want none, and within 1%%", w.Deltas, w.Summaries["tok_s"].Center, baseTokS)
 	}
 	if got := res.Arm("baseline").Levels[0].Summaries["decode_tok_s"].Center; math.Abs(got/1000-1) > 0.01 {
 		t.Errorf("baseline decode %v tok/s, want 1000 +- 1%%", got)

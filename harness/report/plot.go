@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"image/color"
 	"math"
+	"strings"
 
 	"gonum.org/v1/plot"
 	"gonum.org/v1/plot/plotter"
@@ -25,15 +26,23 @@ type LevelPoint struct {
 type Curve struct {
 	Arm    string
 	Points []LevelPoint
+	// NoResult is why the arm's figures are no result ("INVALID", "no
+	// verdict (INVALID baseline)"; bench.Verdict.Valid), "" when they
+	// are one: such a curve is not drawn, and the legend says so.
+	NoResult string
 }
 
 // Curves returns metric (a stats.Table name, in its unit) against
 // concurrency per arm of a bench result: the median across trials at each
-// level with its interval.
+// level with its interval, and for an arm whose figures are no result,
+// its verdict (Curve.NoResult).
 func Curves(res *bench.Result, metric string) []Curve {
 	var out []Curve
 	for _, a := range res.Arms {
 		c := Curve{Arm: a.Arm.Name}
+		if !a.Verdict.Valid() {
+			c.NoResult = string(a.Verdict)
+		}
 		for _, l := range a.Levels {
 			s := l.Summaries[metric]
 			c.Points = append(c.Points, LevelPoint{Concurrency: l.Concurrency, Center: s.Center, Lo: s.Lo, Hi: s.Hi})
@@ -49,8 +58,10 @@ var Palette = []color.RGBA{{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 4
 // PlotConcurrency draws metric (its unit in ylabel, e.g. "tok/s") against
 // concurrency, one line per arm with the interval as error bars, on a
 // log x axis, to out: .svg or .png (or another extension gonum/plot
-// writes; history.PlotFormat checks one before a run). It returns an
-// error for an unsupported extension or no points.
+// writes; history.PlotFormat checks one before a run). A curve whose
+// figures are no result (NoResult) is not drawn: its legend entry reads
+// "broken: INVALID, not drawn". It returns an error for an unsupported
+// extension or no points to draw.
 //
 // The title gets "(median across trials, CI)" when some point has an
 // interval, and "(median across trials; too few trials for an
@@ -64,7 +75,12 @@ func PlotConcurrency(out, title, ylabel string, curves []Curve) error {
 	var ticks []plot.Tick
 	seen := map[int]bool{}
 	n := 0
+	var left []string
 	for i, c := range curves {
+		if c.NoResult != "" {
+			left = append(left, c.Arm+": "+c.NoResult)
+			continue
+		}
 		if len(c.Points) == 0 {
 			continue
 		}
@@ -102,8 +118,14 @@ func PlotConcurrency(out, title, ylabel string, curves []Curve) error {
 		p.Add(eb)
 		p.Legend.Add(c.Arm, l, sc)
 	}
+	if n == 0 && len(left) > 0 {
+		return fmt.Errorf("%s: no arm with a result to plot (%s)", out, strings.Join(left, "; "))
+	}
 	if n == 0 {
 		return fmt.Errorf("%s: no points to plot", out)
+	}
+	for _, l := range left {
+		p.Legend.Add(l + ", not drawn")
 	}
 	p.X.Tick.Marker = plot.ConstantTicks(ticks)
 	// Room on both sides, and a range even for one level (a log axis
@@ -125,6 +147,9 @@ func PlotConcurrency(out, title, ylabel string, curves []Curve) error {
 // intervalNote says what the points and bars of curves are.
 func intervalNote(curves []Curve) string {
 	for _, c := range curves {
+		if c.NoResult != "" {
+			continue
+		}
 		for _, q := range c.Points {
 			if !math.IsInf(q.Lo, 0) && !math.IsInf(q.Hi, 0) && q.Hi > q.Lo {
 				return "(median across trials, CI)"

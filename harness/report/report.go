@@ -294,6 +294,13 @@ func WriteMarkdown(out io.Writer, res *bench.Result, s Settings) error {
 // stats.Table in its Benchfmt unit (tok/s, ...; ms metrics in seconds,
 // "-sec") and its direction as "better" metadata, so that `benchstat
 // -col /arm file` compares arms level by level.
+//
+// An arm whose figures are no result (bench.Verdict.Valid is false:
+// INVALID, INVALID baseline, no verdict) gets no line, since benchstat
+// would compare it like any other ("+69% (p=0.008 n=5)"), however the
+// columns are chosen; the file says so in a configuration line that
+// benchstat prints above its tables, "arpatch-excluded: arm broken:
+// INVALID: ...".
 func WriteBenchfmt(w io.Writer, res *bench.Result, s Settings) error {
 	bw := benchfmt.NewWriter(w)
 	cfg := []benchfmt.Config{
@@ -304,13 +311,21 @@ func WriteBenchfmt(w io.Writer, res *bench.Result, s Settings) error {
 	if s.Model != "" {
 		cfg = append(cfg, benchfmt.Config{Key: "model", Value: []byte(s.Model), File: true})
 	}
+	if ex := excluded(res); len(ex) > 0 {
+		cfg = append(cfg, benchfmt.Config{Key: "arpatch-excluded", Value: []byte(strings.Join(ex, "; ") + ": no result, so no lines"), File: true})
+	}
 	for _, m := range stats.Table {
 		if err := bw.Write(&benchfmt.UnitMetadata{UnitMetadataKey: benchfmt.UnitMetadataKey{Unit: m.Benchfmt, Key: "better"}, OrigUnit: m.Benchfmt, Value: m.Better()}); err != nil {
 			return err
 		}
 	}
+	wrote := false
 	for _, a := range res.Arms {
+		if !a.Verdict.Valid() {
+			continue
+		}
 		for i, m := range a.Metrics {
+			wrote = true
 			name := fmt.Sprintf("EAGLE3/arm=%s/concurrency=%d", a.Arm.Name, a.Trials[i].Concurrency)
 			r := &benchfmt.Result{Config: cfg, Name: benchfmt.Name(name), Iters: m.Requests}
 			for _, d := range stats.Table {
@@ -321,7 +336,24 @@ func WriteBenchfmt(w io.Writer, res *bench.Result, s Settings) error {
 			}
 		}
 	}
+	if !wrote && len(excluded(res)) > 0 {
+		// No result line carries the configuration: say it on its own.
+		_, err := fmt.Fprintf(w, "arpatch-excluded: %s: no result, so no lines\n", strings.Join(excluded(res), "; "))
+		return err
+	}
 	return nil
+}
+
+// excluded names each arm whose figures are no result, with its verdict
+// and why: "arm broken: INVALID (only 0 of 9 outputs ...)".
+func excluded(res *bench.Result) []string {
+	var out []string
+	for _, a := range res.Arms {
+		if !a.Verdict.Valid() {
+			out = append(out, fmt.Sprintf("arm %s: %s", a.Arm.Name, a.Verdict))
+		}
+	}
+	return out
 }
 
 // benchName is "EAGLE-3 bench", or "bench" when speculation is off.

@@ -8,7 +8,9 @@ import (
 	"github.com/arpatch/arpatch/internal/errwriter/errwritertest"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -155,11 +157,12 @@ func TestBenchfmtReadsBack(t *testing.T) {
 			t.Errorf("syntax error: %v", rec)
 		}
 	}
-	if n != 9 || units["tok/s"] != "higher" || units["ttft-sec"] != "lower" || units["tpot-p99-sec"] != "lower" || len(units) != len(stats.Table) {
+	// 3 trials of the baseline and pcie; broken is INVALID, so no lines.
+	if n != 6 || units["tok/s"] != "higher" || units["ttft-sec"] != "lower" || units["tpot-p99-sec"] != "lower" || len(units) != len(stats.Table) {
 		t.Errorf("%d results, units %v", n, units)
 	}
 	// Every trial's TPOT p99, in seconds.
-	for _, a := range res.Arms {
+	for _, a := range res.Arms[:2] {
 		for _, m := range a.Metrics {
 			if !p99s[m.TPOTp99ms/1000] || m.TPOTp99ms <= 0 {
 				t.Errorf("%s: TPOT p99 %v ms not among the benchfmt values %v", a.Arm.Name, m.TPOTp99ms, p99s)
@@ -314,5 +317,156 @@ func testSettingsOfZeroOptions(t *testing.T) {
 	}
 	if a := res.Arm("pcie").Agreement; a == nil || a.Threshold != 0 {
 		t.Errorf("pcie agreement with AgreeOff %+v, want threshold 0", a)
+	}
+}
+
+// runFasterBroken benches a baseline, a correct arm and an arm that is
+// faster and computes garbage ("fast": 1.7x the baseline's rate, its
+// outputs all NaN), 5 trials each: the arm that a report must never show
+// as a win.
+func runFasterBroken(t *testing.T) (*bench.Result, Settings) {
+	t.Helper()
+	var res *bench.Result
+	synctest.Test(t, func(t *testing.T) {
+		n := sglangtest.NewNetwork()
+		defer n.Close()
+		var arms []bench.Arm
+		for _, a := range []struct {
+			name string
+			cfg  sglangtest.Config
+		}{
+			{"baseline", sglangtest.Config{TokPerSec: 300, TTFT: time.Millisecond, TokensPerChunk: 2, Spread: 0.05}},
+			{"pcie", sglangtest.Config{TokPerSec: 300, TTFT: time.Millisecond, TokensPerChunk: 2, Spread: 0.05}},
+			{"fast", sglangtest.Config{TokPerSec: 510, TTFT: time.Millisecond, TokensPerChunk: 2, Spread: 0.05, Variant: "nan"}},
+		} {
+			u, _ := n.Serve(sglangtest.New(a.cfg))
+			arms = append(arms, bench.Arm{Name: a.name, URL: u})
+		}
+		var err error
+		res, err = bench.Run(context.Background(), bench.Options{Arms: arms, Prompts: []string{"a b c", "d e f", "g h i"}, MaxNewTokens: 20, Trials: 5, HTTP: n.HTTP()})
+		if err != nil {
+			t.Fatal(err)
+		}
+	})
+	fast, base := res.Arm("fast"), res.Arm("baseline")
+	if fast.Verdict != bench.Invalid || fast.Levels[0].Summaries[stats.TokS].Center < 1.5*base.Levels[0].Summaries[stats.TokS].Center {
+		t.Fatalf("fixture: fast arm %s at %.0f tok/s against %.0f: want INVALID and much faster", fast.Verdict, fast.Levels[0].Summaries[stats.TokS].Center, base.Levels[0].Summaries[stats.TokS].Center)
+	}
+	return res, Settings{Prompts: 3, Trials: 5, MaxNewTokens: 20, Concurrency: []int{1}, Model: "fake/model"}
+}
+
+// benchstat runs the real benchstat (go.mod's tool golang.org/x/perf/cmd/benchstat)
+// on file with args.
+func benchstat(t *testing.T, file string, args ...string) string {
+	t.Helper()
+	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	out, err := exec.Command(goBin, append([]string{"tool", "benchstat"}, append(args, file)...)...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("go tool benchstat %v: %v\n%s", args, err, out)
+	}
+	return string(out)
+}
+
+// TestBenchfmtLeavesInvalidOut: the faster, corrupting arm has no line in
+// the benchfmt file, which says why; real benchstat, whatever the
+// columns, shows no figure of it and no "faster" row, while it still
+// compares the valid arms.
+func TestBenchfmtLeavesInvalidOut(t *testing.T) {
+	res, s := runFasterBroken(t)
+	var b bytes.Buffer
+	if err := WriteBenchfmt(&b, res, s); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "arm=fast") || !strings.Contains(b.String(), "\narpatch-excluded: arm fast: INVALID: no result, so no lines\n") {
+		t.Errorf("benchfmt:\n%s", b.String())
+	}
+	file := filepath.Join(t.TempDir(), "bench.txt")
+	if err := os.WriteFile(file, b.Bytes(), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"-col", "/arm"}, {"-col", "/arm", "-row", "/concurrency"}, {"-col", "/arm", "-row", ".name"}, {"-col", ".config"}, {}} {
+		out := benchstat(t, file, args...)
+		// "fast" appears only inside the exclusion note (a header), and
+		// no comparison claims a change as big as the INVALID arm's.
+		if strings.Count(out, "fast") != strings.Count(out, "arm fast: INVALID: no result, so no lines") || strings.Contains(out, "+6") || strings.Contains(out, "+7") {
+			t.Errorf("benchstat %v shows the INVALID arm:\n%s", args, out)
+		}
+	}
+	if out := benchstat(t, file, "-col", "/arm"); !strings.Contains(out, "pcie") || !strings.Contains(out, "vs base") {
+		t.Errorf("benchstat -col /arm no longer compares the valid arms:\n%s", out)
+	}
+
+	// No valid arm at all (an INVALID baseline): no result line, the
+	// reason on a line of its own.
+	for _, a := range res.Arms {
+		a.Verdict = bench.NoReference
+	}
+	res.Arm("baseline").Verdict = bench.InvalidBaseline
+	b.Reset()
+	if err := WriteBenchfmt(&b, res, s); err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(b.String(), "BenchmarkEAGLE3") || !strings.Contains(b.String(), "arpatch-excluded: arm baseline: INVALID baseline; arm pcie: no verdict (INVALID baseline); arm fast: no verdict (INVALID baseline): no result") {
+		t.Errorf("benchfmt of a run without a result:\n%s", b.String())
+	}
+}
+
+// TestJSONAndPlotMarkInvalid: the JSON keeps the INVALID arm's
+// measurements under its verdict but no delta against the baseline (no
+// "faster" anywhere in it); the plot draws no line for it and its legend
+// says so; a plot with no valid arm is refused, naming them.
+func TestJSONAndPlotMarkInvalid(t *testing.T) {
+	res, s := runFasterBroken(t)
+	var b bytes.Buffer
+	if err := NewDocument(res, s, "test").WriteJSON(&b); err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		Result struct {
+			Arms []struct {
+				Invalid bool                  `json:"invalid"`
+				Verdict string                `json:"verdict"`
+				Levels  []bench.Level         `json:"levels"`
+				Arm     struct{ Name string } `json:"arm"`
+			} `json:"arms"`
+		} `json:"result"`
+	}
+	if err := json.Unmarshal(b.Bytes(), &doc); err != nil {
+		t.Fatal(err)
+	}
+	fast := doc.Result.Arms[2]
+	if fast.Arm.Name != "fast" || !fast.Invalid || fast.Verdict != "INVALID" || fast.Levels[0].Deltas != nil || fast.Levels[0].Verdict != bench.Invalid || fast.Levels[0].Summaries[stats.TokS].Center == 0 {
+		t.Errorf("JSON of the INVALID arm: %+v", fast)
+	}
+	if doc.Result.Arms[1].Levels[0].Deltas[stats.TokS].Verdict == "" {
+		t.Errorf("the valid arm lost its delta: %+v", doc.Result.Arms[1].Levels[0])
+	}
+	if strings.Count(b.String(), `"faster"`) != 0 {
+		t.Errorf("the JSON says faster somewhere")
+	}
+
+	curves := Curves(res, stats.TokS)
+	if curves[2].NoResult != "INVALID" || curves[1].NoResult != "" {
+		t.Errorf("curves: %+v", curves)
+	}
+	out := filepath.Join(t.TempDir(), "p.svg")
+	if err := PlotConcurrency(out, "title", "tok/s", curves); err != nil {
+		t.Fatal(err)
+	}
+	svg, _ := os.ReadFile(out)
+	drawn := PlotConcurrency // the same plot without the INVALID arm: byte for byte, but for its legend line
+	out2 := filepath.Join(t.TempDir(), "p2.svg")
+	if err := drawn(out2, "title", "tok/s", curves[:2]); err != nil {
+		t.Fatal(err)
+	}
+	svg2, _ := os.ReadFile(out2)
+	if !strings.Contains(string(svg), "fast: INVALID, not drawn") || strings.Count(string(svg), "<path") != strings.Count(string(svg2), "<path") {
+		t.Errorf("plot: legend or lines of the INVALID arm (%d paths, %d without it)", strings.Count(string(svg), "<path"), strings.Count(string(svg2), "<path"))
+	}
+	for i := range curves {
+		curves[i].NoResult = "no verdict (INVALID baseline)"
+	}
+	if err := PlotConcurrency(out, "title", "tok/s", curves); err == nil || !strings.Contains(err.Error(), "no arm with a result to plot (baseline: no verdict (INVALID baseline); pcie") {
+		t.Errorf("plot of no valid arm: %v", err)
 	}
 }
