@@ -271,6 +271,45 @@ func TestOpenReadWritesNothing(t *testing.T) {
 	}
 }
 
+// TestPlotsLeaveInvalidOut: an arm-night whose figures are no result
+// (arms.invalid) is a Point marked Invalid, gets no point or line on the
+// time plot (its value, 3x the others, is nowhere on the axis) and is
+// named in the legend; on the plot against concurrency its curve is not
+// drawn; a series with nothing else is refused, naming it.
+func TestPlotsLeaveInvalidOut(t *testing.T) {
+	dir := t.TempDir()
+	s, err := Open(filepath.Join(dir, "h.db"))
+	must(t, err)
+	defer func() { _ = s.Close() }()
+	ids := seed(t, s, 3, 90)
+	bad, err := s.BeginRun(Run{HardwareKey: "8x GPU", SGLangCommit: "c0ffee", StartedAt: time.Date(2026, 11, 9, 3, 0, 0, 0, time.UTC)})
+	must(t, err)
+	must(t, s.AddArm(bad, "pcie", "pcie", "key", true, 0, []TrialRecord{{Index: 1, Values: tokOnly(270)}, {Index: 2, Values: tokOnly(271)}}))
+	must(t, s.AddArm(bad, "base", "base", "key", false, 1, []TrialRecord{{Index: 1, Values: tokOnly(90)}, {Index: 2, Values: tokOnly(91)}}))
+	must(t, s.FinishRun(bad, Complete, 1, "INVALID"))
+	pts, _, err := s.Points("tok_s", Series{})
+	if err != nil || len(pts["pcie"]) != 4 || !pts["pcie"][3].Invalid || pts["pcie"][0].Invalid || pts["base"][0].Invalid {
+		t.Fatalf("points %+v %v", pts, err)
+	}
+	out := filepath.Join(dir, "p.svg")
+	must(t, s.Plot("tok_s", out, Series{}))
+	svg, _ := os.ReadFile(out)
+	if !strings.Contains(string(svg), fmt.Sprintf("INVALID, not drawn: pcie run %d", bad)) || strings.Contains(string(svg), ">270<") || strings.Contains(string(svg), ">250<") {
+		t.Errorf("time plot draws the INVALID arm-night or does not say so:\n%s", svg)
+	}
+	curves, run, err := s.LevelCurves("tok_s", Series{}, 0)
+	if err != nil || run != bad || len(curves) != 2 || curves[0].NoResult != "INVALID" || curves[1].NoResult != "" {
+		t.Errorf("level curves %+v run %d %v (ids %v)", curves, run, err, ids)
+	}
+	// Only INVALID nights on another hardware: nothing to draw.
+	other, _ := s.BeginRun(Run{HardwareKey: "1x other"})
+	must(t, s.AddArm(other, "pcie", "pcie", "", true, 0, []TrialRecord{{Index: 1, Values: tokOnly(5)}}))
+	must(t, s.FinishRun(other, Complete, 1, ""))
+	if err := s.Plot("tok_s", out, Series{HardwareKey: "1x other"}); err == nil || !strings.Contains(err.Error(), fmt.Sprintf("every arm's figures there are INVALID or without a verdict (pcie run %d)", other)) {
+		t.Errorf("plot of INVALID nights only: %v", err)
+	}
+}
+
 func TestExportAndPlot(t *testing.T) {
 	dir := t.TempDir()
 	s, err := Open(filepath.Join(dir, "h.db"))

@@ -19,6 +19,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/report"
 	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
 // Point is one run of one arm on a plot: the median of the metric across
@@ -28,6 +29,9 @@ type Point struct {
 	X              float64   // run start, Unix seconds
 	Center, Lo, Hi float64   // median and interval, in the metric's unit (stats.Metric.Unit)
 	Mark           CheckKind // KindRegression when this arm failed a regression check, else KindDrift when the run failed a drift check; "" for neither
+	// Invalid: the arm's figures that night are no result (arms.invalid:
+	// INVALID, or no verdict); Plot draws no line through it.
+	Invalid bool
 }
 
 // Series picks the runs a plot shows: one hardware key and one workload,
@@ -108,6 +112,7 @@ func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, e
 	type armRun struct {
 		run, arm int64
 		name     string
+		invalid  bool
 		started  time.Time
 		vals     []float64
 	}
@@ -129,15 +134,15 @@ func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, e
 		if math.IsInf(lo, 0) || math.IsInf(hi, 0) {
 			lo, hi = minMax(cur.vals)
 		}
-		out[cur.name] = append(out[cur.name], Point{RunID: cur.run, X: float64(cur.started.Unix()), Center: sm.Center, Lo: lo, Hi: hi, Mark: mark})
+		out[cur.name] = append(out[cur.name], Point{RunID: cur.run, X: float64(cur.started.Unix()), Center: sm.Center, Lo: lo, Hi: hi, Mark: mark, Invalid: cur.invalid})
 	}
-	err = s.each(what, `SELECT r.id, r.started_at, a.id, a.name, t.`+col+` FROM runs r JOIN arms a ON a.run_id = r.id JOIN trials t ON t.arm_id = a.id
+	err = s.each(what, `SELECT r.id, r.started_at, a.id, a.name, a.invalid, t.`+col+` FROM runs r JOIN arms a ON a.run_id = r.id JOIN trials t ON t.arm_id = a.id
 		WHERE r.hardware_key = ? AND r.workload = ? AND r.status IN (?, ?) AND t.concurrency = ? AND t.`+col+` IS NOT NULL
 		ORDER BY r.id, a.id, t.idx`, []any{sel.HardwareKey, sel.Workload, Complete, Failed, sel.Level}, func(r *sql.Rows) error {
 		var row armRun
 		var started string
 		var v float64
-		if err := r.Scan(&row.run, &started, &row.arm, &row.name, &v); err != nil {
+		if err := r.Scan(&row.run, &started, &row.arm, &row.name, &row.invalid, &v); err != nil {
 			return fmt.Errorf("run %d: %w", row.run, err)
 		}
 		if row.arm != cur.arm {
@@ -213,19 +218,22 @@ func (s *Store) LevelCurves(metric string, sel Series, run int64) ([]report.Curv
 		}
 	}
 	byArm := map[string]map[int][]float64{}
+	invalid := map[string]bool{}
 	var arms []string
-	err = s.each(fmt.Sprintf("reading run %d", run), `SELECT a.name, t.concurrency, t.`+col+` FROM arms a JOIN trials t ON t.arm_id = a.id
+	err = s.each(fmt.Sprintf("reading run %d", run), `SELECT a.name, a.invalid, t.concurrency, t.`+col+` FROM arms a JOIN trials t ON t.arm_id = a.id
 		WHERE a.run_id = ? ORDER BY a.id, t.idx`, []any{run}, func(r *sql.Rows) error {
 		var arm string
+		var bad bool
 		var level int
 		var v sql.NullFloat64
-		if err := r.Scan(&arm, &level, &v); err != nil {
+		if err := r.Scan(&arm, &bad, &level, &v); err != nil {
 			return fmt.Errorf("arm %s: %w", arm, err)
 		}
 		benched = true
 		if byArm[arm] == nil {
 			byArm[arm] = map[int][]float64{}
 			arms = append(arms, arm)
+			invalid[arm] = bad
 		}
 		if v.Valid {
 			byArm[arm][level] = append(byArm[arm][level], v.Float64)
@@ -238,6 +246,9 @@ func (s *Store) LevelCurves(metric string, sel Series, run int64) ([]report.Curv
 	var curves []report.Curve
 	for _, arm := range arms {
 		c := report.Curve{Arm: arm}
+		if invalid[arm] {
+			c.NoResult = "INVALID" // report.PlotConcurrency draws no line for it
+		}
 		for _, l := range slices.Sorted(maps.Keys(byArm[arm])) {
 			sm := stats.Summarize(byArm[arm][l])
 			c.Points = append(c.Points, report.LevelPoint{Concurrency: l, Center: sm.Center, Lo: sm.Lo, Hi: sm.Hi})
@@ -275,7 +286,8 @@ func PlotFormat(out string) error {
 // Plot draws metric over time per arm for one hardware key and workload
 // (sel; empty fields take the newest run's): the median of each run as a
 // line, its confidence interval as a band, and a red cross on runs with
-// drift or a regression. The format follows out's extension (.svg, .png,
+// drift or a regression. A run whose arm's figures are no result (INVALID,
+// or no verdict: Point.Invalid) is not drawn; the legend names it. The format follows out's extension (.svg, .png,
 // .pdf). It returns an error for an unknown metric, a history without
 // bench results or an unsupported extension.
 func (s *Store) Plot(metric, out string, sel Series) error {
@@ -312,8 +324,21 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 	p.Legend.Left = true
 	arms := slices.Sorted(maps.Keys(pts))
 	var marked plotter.XYs
+	var left []string // "pcie run 4": arm-nights whose figures are no result
+	drawn := 0
 	for i, arm := range arms {
-		ps := pts[arm]
+		var ps []Point
+		for _, q := range pts[arm] {
+			if q.Invalid {
+				left = append(left, fmt.Sprintf("%s run %d", arm, q.RunID))
+			} else {
+				ps = append(ps, q)
+			}
+		}
+		if len(ps) == 0 {
+			continue
+		}
+		drawn++
 		c := report.Palette[i%len(report.Palette)]
 		band := make(plotter.XYs, 0, 2*len(ps))
 		line := make(plotter.XYs, 0, len(ps))
@@ -355,6 +380,12 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 		m.Color = color.RGBA{214, 39, 40, 255}
 		p.Add(m)
 		p.Legend.Add("drift or regression", m)
+	}
+	if drawn == 0 {
+		return fmt.Errorf("history %s has no run with a result to plot on hardware %q, workload %q at concurrency %d: every arm's figures there are INVALID or without a verdict (%s)", s.Path, sel.HardwareKey, sel.Workload, sel.Level, textfmt.List(left, 5))
+	}
+	if len(left) > 0 {
+		p.Legend.Add("INVALID, not drawn: " + textfmt.List(left, 5))
 	}
 	// Headroom above the data for the legend, which sits top left.
 	if span := p.Y.Max - p.Y.Min; span > 0 {

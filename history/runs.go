@@ -263,7 +263,7 @@ type SampleRecord struct {
 // ArmRecord is one arm of a run with its trials.
 type ArmRecord struct {
 	Name, Recipe, BuildKey string
-	Invalid                bool    // its output failed the bench's checks
+	Invalid                bool    // its figures are no result: its output failed the bench's checks, or it had no verdict (an INVALID baseline)
 	Agreement              float64 // share of prompts whose output agrees with the baseline's, 0..1
 	Trials                 []TrialRecord
 }

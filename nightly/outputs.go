@@ -48,11 +48,17 @@ func levelName(res *bench.Result, arm string, c int) string {
 // GitHubBenchmark returns the customBiggerIsBetter and customSmallerIsBetter
 // arrays: per arm, level and metric of stats.Table (bigger: those where
 // higher is better), the median across trials in the metric's unit, with
-// the confidence interval as the range.
+// the confidence interval as the range. An arm whose figures are no
+// result (bench.Verdict.Valid false: INVALID, INVALID baseline, no
+// verdict) has no entry: the format has no mark for one, and the action
+// would chart it and compare later nights with it.
 func GitHubBenchmark(res *bench.Result, runID int64) (big, small []GHBenchEntry) {
 	mk := func(higherIsBetter bool) []GHBenchEntry {
 		out := []GHBenchEntry{}
 		for _, a := range res.Arms {
+			if !a.Verdict.Valid() {
+				continue
+			}
 			for _, l := range a.Levels {
 				for _, u := range stats.Table {
 					if u.HigherIsBetter != higherIsBetter {
@@ -83,10 +89,14 @@ type BMFMetric struct {
 // Bencher returns Bencher Metric Format: {benchmark: {measure: {value,
 // lower_value, upper_value}}}, one benchmark per arm ("eagle3/<arm>"),
 // a measure per metric of stats.Table named by the slug of its Name
-// (tok_s: tok-s), bounds from the CI.
+// (tok_s: tok-s), bounds from the CI. As in GitHubBenchmark, an arm
+// whose figures are no result has no benchmark: BMF has no mark for one.
 func Bencher(res *bench.Result) map[string]map[string]BMFMetric {
 	out := map[string]map[string]BMFMetric{}
 	for _, a := range res.Arms {
+		if !a.Verdict.Valid() {
+			continue
+		}
 		for _, l := range a.Levels {
 			m := map[string]BMFMetric{}
 			for _, u := range stats.Table {
@@ -220,7 +230,7 @@ func Summary(out io.Writer, rep *Report) error {
 		fmt.Fprintln(w, "### Regression checks\n\n| arm | metric | against | tonight | reference | change | p | threshold | verdict |\n|---|---|---|---|---|---|---|---|---|")
 		for _, r := range rep.Regressions {
 			pct, p := r.pctP()
-			fmt.Fprintf(w, "| %s | %s | %s | %.2f | %s | %s | %s | %.1f%% | %s |\n", r.Arm, r.Metric, r.Against, r.Tonight, r.refText(), pct, p, r.ThresholdPct, r.Verdict)
+			fmt.Fprintf(w, "| %s | %s | %s | %s | %s | %s | %s | %.1f%% | %s |\n", r.Arm, r.Metric, r.Against, r.tonightText(), r.refText(), pct, p, r.ThresholdPct, r.verdictText())
 		}
 		fmt.Fprintln(w)
 	}
@@ -294,7 +304,7 @@ func WriteTable(w io.Writer, rep *Report) {
 	}
 	for _, r := range rep.Regressions {
 		pct, p := r.pctP()
-		fmt.Fprintf(w, "  %-10s %-13s vs %-8s %8s -> %8.2f  %7s  p=%-5s  %s\n", r.Arm, r.Metric, r.Against, r.refText(), r.Tonight, pct, p, r.Verdict)
+		fmt.Fprintf(w, "  %-10s %-13s vs %-8s %8s -> %8s  %7s  p=%-5s  %s\n", r.Arm, r.Metric, r.Against, r.refText(), r.tonightText(), pct, p, r.verdictText())
 	}
 	for _, e := range rep.Errors {
 		fmt.Fprintf(w, "  error: %s\n", strings.ReplaceAll(e, "\n", "\n  "))
@@ -470,4 +480,22 @@ func (c Check) refText() string {
 		return "-"
 	}
 	return fmt.Sprintf("%.2f", c.Reference)
+}
+
+// tonightText is tonight's median, or "-" when tonight's figures are no
+// result (the arm is not Valid).
+func (c Check) tonightText() string {
+	if !c.measured {
+		return "-"
+	}
+	return fmt.Sprintf("%.2f", c.Tonight)
+}
+
+// verdictText is the verdict, with its note when the note says why a
+// check was not compared: "not compared (patched is INVALID: ...)".
+func (c Check) verdictText() string {
+	if c.Verdict == VerdictNotCompared && !c.measured && c.Note != "" {
+		return fmt.Sprintf("%s (%s)", c.Verdict, c.Note)
+	}
+	return string(c.Verdict)
 }

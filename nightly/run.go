@@ -1078,7 +1078,10 @@ func armRecords(rep *Report, res *bench.Result) []history.ArmRecord {
 		if ar.Agreement != nil {
 			agreement = ar.Agreement.Share
 		}
-		out = append(out, history.ArmRecord{Name: ar.Arm.Name, Recipe: ar.Arm.Name, BuildKey: keys[ar.Arm.Name], Invalid: ar.Invalid, Agreement: agreement, Trials: trials})
+		// invalid in the history means "no result": an arm without a
+		// verdict (against an INVALID baseline) is marked too, so that
+		// export, plots and reference windows never take its figures.
+		out = append(out, history.ArmRecord{Name: ar.Arm.Name, Recipe: ar.Arm.Name, BuildKey: keys[ar.Arm.Name], Invalid: !ar.Verdict.Valid(), Agreement: agreement, Trials: trials})
 	}
 	return out
 }
@@ -1098,7 +1101,9 @@ const (
 	VerdictNoChange = RegressionVerdict(stats.NoChange)
 	// VerdictNotEnoughData: no reference runs yet, or too few samples to judge.
 	VerdictNotEnoughData RegressionVerdict = "not enough data"
-	// VerdictNotCompared: the environment changed since the reference runs.
+	// VerdictNotCompared: the environment changed since the reference
+	// runs, or tonight's figures (or the other arm's) are no result (an
+	// arm INVALID or without a verdict).
 	VerdictNotCompared RegressionVerdict = "not compared"
 )
 
@@ -1117,20 +1122,26 @@ type Check struct {
 	Verdict      RegressionVerdict `json:"verdict"`
 	Note         string            `json:"note,omitempty"`
 
-	judged bool // a test ran: Pct and P mean something
+	judged   bool // a test ran: Pct and P mean something
+	measured bool // Tonight is a result: the arm is Valid (and so is the other arm, against one)
 }
 
 // MarshalJSON leaves pct and p out of a check that was not judged (not
-// enough data): a 0 there would read as a certain result.
+// enough data): a 0 there would read as a certain result; and tonight's
+// median out of one whose arm's figures are no result.
 func (c Check) MarshalJSON() ([]byte, error) {
 	type plain Check
 	out := struct {
 		plain
-		Pct *float64 `json:"pct,omitempty"`
-		P   *float64 `json:"p,omitempty"`
+		Tonight *float64 `json:"tonight_median,omitempty"`
+		Pct     *float64 `json:"pct,omitempty"`
+		P       *float64 `json:"p,omitempty"`
 	}{plain: plain(c)}
 	if c.judged {
 		out.Pct, out.P = &c.Pct, &c.P
+	}
+	if c.measured {
+		out.Tonight = &c.Tonight
 	}
 	return json.Marshal(out)
 }
@@ -1208,8 +1219,11 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 			for _, m := range metrics {
 				tonight := metricValues(ar.MetricsAt(c), m)
 				w := windows[fmt.Sprint(ar.Arm.Name, c, m)]
-				r := Check{Arm: ar.Arm.Name, Metric: named(m, c), Against: "history", ThresholdPct: cfg.Regression.Metrics[m], RefRuns: len(w.runs), RefSamples: len(w.ref)}
+				r := Check{Arm: ar.Arm.Name, Metric: named(m, c), Against: "history", ThresholdPct: cfg.Regression.Metrics[m], RefRuns: len(w.runs), RefSamples: len(w.ref), measured: true}
 				switch {
+				case !ar.Verdict.Valid():
+					r.Reference = stats.Quantile(w.ref, 0.5)
+					r.Verdict, r.Note, r.measured = VerdictNotCompared, noResult(ar), false
 				case rep.EnvChange != nil && len(w.ref) > 0:
 					r.Tonight, r.Reference = stats.Quantile(tonight, 0.5), stats.Quantile(w.ref, 0.5)
 					r.Verdict, r.Note = VerdictNotCompared, rep.EnvChange.String()
@@ -1224,9 +1238,14 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 	if a, b := res.Arm(aName), res.Arm(bName); a != nil && b != nil {
 		for _, c := range levels {
 			am, bm := a.MetricsAt(c), b.MetricsAt(c)
-			r := Check{Arm: bName, Metric: named(stats.TokS, c), Against: aName, ThresholdPct: cfg.Regression.Metrics[stats.TokS], RefSamples: len(am)}
+			r := Check{Arm: bName, Metric: named(stats.TokS, c), Against: aName, ThresholdPct: cfg.Regression.Metrics[stats.TokS], RefSamples: len(am), measured: true}
 			if r.ThresholdPct == 0 {
 				r.ThresholdPct = cfg.Regression.ThresholdPct
+			}
+			if bad := cmp.Or(noResult(b), noResult(a)); bad != "" {
+				r.Verdict, r.Note, r.measured, r.RefSamples = VerdictNotCompared, bad, false, 0
+				cs = append(cs, rep.addRegression(r))
+				continue
 			}
 			compare(&r, metricValues(am, stats.TokS), metricValues(bm, stats.TokS), cfg.Regression.Alpha, true)
 			if r.Verdict == VerdictRegression && !*cfg.Regression.RequireBFaster {
@@ -1237,6 +1256,27 @@ func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aN
 		}
 	}
 	return cs, nil
+}
+
+// noResult says why an arm's figures are no result ("patched: INVALID
+// (only 0 of 15 outputs ...); its figures are no result"), or "" when
+// they are one (bench.Verdict.Valid).
+func noResult(ar *bench.ArmResult) string {
+	if ar.Verdict.Valid() {
+		return ""
+	}
+	why := ""
+	for _, w := range ar.Warnings {
+		if r, ok := strings.CutPrefix(w, "INVALID: "); ok {
+			why = " (" + r + ")"
+			break
+		}
+		if r, ok := strings.CutPrefix(w, "no verdict: "); ok {
+			why = " (" + r + ")"
+			break
+		}
+	}
+	return fmt.Sprintf("%s: %s%s; its figures are no result", ar.Arm.Name, ar.Verdict, why)
 }
 
 // addRegression adds a regression check to the report and returns its

@@ -48,3 +48,12 @@ func LastLine(s string) string {
 	s = strings.TrimSpace(s)
 	return strings.TrimSpace(s[strings.LastIndexByte(s, '\n')+1:])
 }
+
+// List joins the first n of xs with ", ", and says how many more there
+// are: List([]string{"a", "b", "c"}, 2) is "a, b and 1 more".
+func List(xs []string, n int) string {
+	if len(xs) <= n {
+		return strings.Join(xs, ", ")
+	}
+	return strings.Join(xs[:n], ", ") + " and " + strconv.Itoa(len(xs)-n) + " more"
+}

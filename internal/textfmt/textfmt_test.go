@@ -41,3 +41,17 @@ func TestLines(t *testing.T) {
 		}
 	}
 }
+
+func TestList(t *testing.T) {
+	for _, c := range []struct {
+		xs   []string
+		n    int
+		want string
+	}{
+		{nil, 3, ""}, {[]string{"a"}, 3, "a"}, {[]string{"a", "b", "c"}, 3, "a, b, c"}, {[]string{"a", "b", "c"}, 2, "a, b and 1 more"},
+	} {
+		if got := List(c.xs, c.n); got != c.want {
+			t.Errorf("List(%q, %d) = %q, want %q", c.xs, c.n, got, c.want)
+		}
+	}
+}
