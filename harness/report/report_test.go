@@ -10,7 +10,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"slices"
 	"strings"
 	"testing"
@@ -359,7 +358,10 @@ func runFasterBroken(t *testing.T) (*bench.Result, Settings) {
 // on file with args.
 func benchstat(t *testing.T, file string, args ...string) string {
 	t.Helper()
-	goBin := filepath.Join(runtime.GOROOT(), "bin", "go")
+	goBin, err := exec.LookPath("go")
+	if err != nil {
+		t.Skip("no go command on PATH: benchstat runs as `go tool benchstat`")
+	}
 	out, err := exec.Command(goBin, append([]string{"tool", "benchstat"}, append(args, file)...)...).CombinedOutput()
 	if err != nil {
 		t.Fatalf("go tool benchstat %v: %v\n%s", args, err, out)
