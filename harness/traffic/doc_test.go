@@ -1,7 +1,6 @@
 package traffic_test
 
 import (
-	"encoding/json"
 	"fmt"
 	"os"
 	"strings"
@@ -97,20 +96,7 @@ func docLines(t *testing.T) []string {
 		m      *traffic.Topology
 		report string
 	}{{load(t, "../doctor/testdata/h200x2"), "h200x2-ws2-report.json"}, {matrix(t, 4, func(int, int) string { return "NV18" }), "h200x4-ws4-report.json"}} {
-		b, err := os.ReadFile("../allreduce/testdata/" + f.report)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rep allreduce.Report
-		if err := json.Unmarshal(b, &rep); err != nil {
-			t.Fatal(err)
-		}
-		got := map[string]float64{}
-		for _, r := range rep.Run.Results {
-			if r.Bytes == s && r.Mode == "graph" && r.Timed() && (r.Branch == "pcie" && r.Impl != allreduce.CustomAuto || r.Impl == allreduce.NCCL) {
-				got[r.Impl] = r.MedianUS
-			}
-		}
+		got := h200Medians(t, f.report)
 		want = append(want, fmt.Sprintf("%dx H200: 1-stage %.1f against %.1f µs, 2-stage %.1f against %.1f, NCCL %.1f against %.1f", f.m.N,
 			f.m.Estimate(traffic.Custom1Stage, s, p).US, got[allreduce.Custom1Stage], f.m.Estimate(traffic.Custom2Stage, s, p).US, got[allreduce.Custom2Stage],
 			f.m.NCCL(s, p, false).US, got[allreduce.NCCL]))

@@ -230,33 +230,23 @@ func (t *Topology) stages(algo string, s float64, is Islands) []stage {
 			out = append(out, staged("island reduce-scatter", is, s/m), barrier("island", SpanIsland))
 		}
 		if is.K() > 1 {
-			partners := make([][]int, is.M())
-			for pos := range partners {
-				for _, g := range is {
-					partners[pos] = append(partners[pos], g[pos])
-				}
-			}
-			out = append(out, staged("partners", partners, s/m), barrier("partners", SpanPartners))
+			out = append(out, staged("partners", is.partners(), s/m), barrier("partners", SpanPartners))
 		}
 		if is.M() > 1 {
 			out = append(out, staged("island all-gather", is, s/m), barrier("island", SpanIsland))
 		}
 		return out
 	case FlashInferTP8Ring:
-		var out []stage
 		m := float64(is.M())
-		for _, name := range []string{"island reduce-scatter pass", "island all-gather pass"} {
+		var out []stage
+		passes := func(name string) {
 			for _, step := range staged(name, is, s/m).steps {
 				out = append(out, stage{name: name, steps: [][]flow{step}}, barrier("island", SpanIsland))
 			}
-			if name == "island reduce-scatter pass" {
-				pairs := make([][]int, is.M())
-				for pos := range pairs {
-					pairs[pos] = []int{is[0][pos], is[1][pos]}
-				}
-				out = append(out, staged("owner-pair exchange", pairs, s/m), barrier("owner pair", SpanPartners))
-			}
 		}
+		passes("island reduce-scatter pass")
+		out = append(out, staged("owner-pair exchange", is.partners(), s/m), barrier("owner pair", SpanPartners))
+		passes("island all-gather pass")
 		return append(out, barrier("final", SpanIsland))
 	}
 	panic("traffic: no stages for " + algo)
@@ -295,8 +285,8 @@ func (t *Topology) Estimate(algo string, bytes int, p Params) Estimate {
 	return t.custom(algo, bytes, nil, p)
 }
 
-// EstimateIslands models the island algorithm (CustomIsland, or the
-// FlashInferTP8Ring reference on two islands) on the given islands.
+// EstimateIslands models the island algorithm (CustomIsland) on the
+// given islands.
 func (t *Topology) EstimateIslands(c IslandChoice, bytes int, p Params) Estimate {
 	return t.estimateIslands(CustomIsland, c, bytes, p)
 }

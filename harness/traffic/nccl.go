@@ -1,8 +1,8 @@
 package traffic
 
-// NCCL's protocols, and what the model takes from NCCL's own tuning model
-// for each: its base latency and per-step latency as multiples of
-// LL's (the protocol the fitted NCCLFixedUS and NCCLStepUS describe) and
+// Protocol is one of NCCL's protocols and what the model takes from
+// NCCL's own tuning model for it: its base latency and per-step latency as
+// multiples of LL's (the protocol the fitted NCCLFixedUS and NCCLStepUS describe) and
 // the bytes it puts on the wire per byte of data.
 //
 // Upstream: NVIDIA/nccl src/graph/tuning.cc@b6475625fbcaa2c3c0e50eed2fa1255d7514d4a2
@@ -34,14 +34,15 @@ var Protocols = []Protocol{
 	{Name: "Simple", Wire: 1, Base: [2]float64{8.4, 0}, StepPCI: [2]float64{5.7, 28}, StepNVL: [2]float64{3.4, 28}},
 }
 
-// protocol returns the named protocol (LL when unknown).
+// protocol returns the named protocol; it panics on a name NCCL does not
+// have (a caller's bug: the names are Protocols').
 func protocol(name string) Protocol {
 	for _, pr := range Protocols {
 		if pr.Name == name {
 			return pr
 		}
 	}
-	return Protocols[0]
+	panic("traffic: no NCCL protocol " + name)
 }
 
 // NCCLEnv is the environment that sets NCCL to an estimate's algorithm
@@ -84,10 +85,12 @@ func (t *Topology) NCCL(bytes int, p Params, shm bool) Estimate {
 }
 
 // NCCLVariant models one NCCL configuration: algo NCCLRing or NCCLTree
-// under proto (LL, LL128, Simple), or NCCLRingSHM (proto ""). Over P2P
-// that is the protocol's latency (NCCLFixedUS and 2(N-1) steps of
-// NCCLStepUS, scaled by NCCL's tuning tables from LL's to proto's) plus
-// its wire bytes through the host's shared parts.
+// under proto (LL, LL128 or Simple; another name panics), or NCCLRingSHM
+// (proto ""). Over P2P that is the protocol's latency (NCCLFixedUS and
+// 2(N-1) steps of NCCLStepUS, scaled by NCCL's tuning tables from LL's to
+// proto's) plus its wire bytes through the host's shared parts; the ring
+// writes 2(N-1)/N·S to its successor in GPU index order, the tree (a
+// chain within one host) S each way over each link.
 func (t *Topology) NCCLVariant(algo, proto string, bytes int, p Params) Estimate {
 	n := t.N
 	s := float64(bytes)

@@ -228,6 +228,19 @@ func (is Islands) M() int {
 	return len(is[0])
 }
 
+// partners are the groups of ranks at the same position in every island:
+// the rank at position m of island k exchanges with position m of the
+// others.
+func (is Islands) partners() [][]int {
+	out := make([][]int, is.M())
+	for m := range out {
+		for _, g := range is {
+			out[m] = append(out[m], g[m])
+		}
+	}
+	return out
+}
+
 // ParseIslands reads SGLANG_PCIE_CUSTOM_AR_ISLANDS for n ranks: islands
 // separated by "/", ranks by ",". It returns an error naming the variable
 // unless the islands are a partition of 0..n-1 into islands of equal size,

@@ -323,6 +323,28 @@ func TestEightGPUsTwoSwitchesPerSocket(t *testing.T) {
 	}
 }
 
+// h200Medians are the graph medians at the verify shape in a recorded H200
+// report (harness/allreduce/testdata): NCCL, and the custom kernels
+// through the PCIe branch, by impl.
+func h200Medians(t *testing.T, report string) map[string]float64 {
+	t.Helper()
+	b, err := os.ReadFile("../allreduce/testdata/" + report)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var rep allreduce.Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		t.Fatal(err)
+	}
+	out := map[string]float64{}
+	for _, r := range rep.Run.Results {
+		if r.Bytes == verify && r.Mode == "graph" && r.Timed() && (r.Branch == "pcie" && r.Impl != allreduce.CustomAuto || r.Impl == allreduce.NCCL) {
+			out[r.Impl] = r.MedianUS
+		}
+	}
+	return out
+}
+
 // TestH200NVLink checks the model against arpatch's own measurements on
 // NVLink H200s (CUDA graphs, the verify shape; harness/allreduce/testdata):
 // within 25% for each algorithm, same order. It cannot show PCIe
@@ -338,20 +360,7 @@ func TestH200NVLink(t *testing.T) {
 		m      *traffic.Topology
 		report string
 	}{{m2, "h200x2-ws2-report.json"}, {m4, "h200x4-ws4-report.json"}} {
-		b, err := os.ReadFile("../allreduce/testdata/" + c.report)
-		if err != nil {
-			t.Fatal(err)
-		}
-		var rep allreduce.Report
-		if err := json.Unmarshal(b, &rep); err != nil {
-			t.Fatal(err)
-		}
-		measured := map[string]float64{}
-		for _, r := range rep.Run.Results {
-			if r.Bytes == verify && r.Mode == "graph" && r.Timed() && (r.Branch == "pcie" && r.Impl != allreduce.CustomAuto || r.Impl == allreduce.NCCL) {
-				measured[r.Impl] = r.MedianUS
-			}
-		}
+		measured := h200Medians(t, c.report)
 		nccl := c.m.NCCL(verify, p, false)
 		model := map[string]float64{
 			allreduce.NCCL:         nccl.US,
