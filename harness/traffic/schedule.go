@@ -31,7 +31,7 @@ type Step struct {
 }
 
 // Algo is the schedule as SGLANG_PCIE_CUSTOM_AR_ALGO takes it:
-// "push1:6144,island".
+// "push1:5824,island".
 func (s Schedule) Algo() string {
 	parts := make([]string, len(s.Steps))
 	for i, st := range s.Steps {
