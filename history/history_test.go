@@ -43,15 +43,23 @@ func seed(t *testing.T, s *Store, n int, tokS float64) []int64 {
 }
 
 func TestWindowSkipsIncompleteAndOtherHardware(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "h.db"))
+	eachStore(t, testWindowSkipsIncompleteAndOtherHardware)
+}
+
+func testWindowSkipsIncompleteAndOtherHardware(t *testing.T, target string) {
+	s, err := Open(target)
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer func() { _ = s.Close() }()
 	ids := seed(t, s, 3, 90)
-	// An incomplete run and a run on other hardware never count.
-	bad, _ := s.BeginRun(Run{HardwareKey: "8x GPU"})
-	must(t, s.AddArm(bad, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, Values: tokOnly(1)}}))
+	// An incomplete run (its nightly died: its store closed without
+	// ending it) and a run on other hardware never count.
+	dead, err := Open(target)
+	must(t, err)
+	bad, _ := dead.BeginRun(Run{HardwareKey: "8x GPU"})
+	must(t, dead.AddArm(bad, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, Values: tokOnly(1)}}))
+	must(t, dead.Close())
 	other, _ := s.BeginRun(Run{HardwareKey: "2x Other"})
 	must(t, s.AddArm(other, "pcie", "pcie", "", false, 1, []TrialRecord{{Index: 1, Values: tokOnly(2)}}))
 	must(t, s.FinishRun(other, Complete, 0, ""))
@@ -78,7 +86,11 @@ func TestWindowSkipsIncompleteAndOtherHardware(t *testing.T) {
 // A regressed night (exit 1) is no reference; another workload never
 // counts; an accepted run starts a new reference.
 func TestWindowRegressionsWorkloadsAndAccept(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "h.db"))
+	eachStore(t, testWindowRegressionsWorkloadsAndAccept)
+}
+
+func testWindowRegressionsWorkloadsAndAccept(t *testing.T, target string) {
+	s, err := Open(target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -137,8 +149,9 @@ func TestOpenOddPath(t *testing.T) {
 
 // TestMigrationFromV1 opens a database made at schema version 1, with data,
 // and checks that the current arpatch migrates it and keeps the data.
-func TestMigrationFromV1(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "old.db")
+func TestMigrationFromV1(t *testing.T) { eachStore(t, testMigrationFromV1) }
+
+func testMigrationFromV1(t *testing.T, p string) {
 	old, err := openAt(p, 1)
 	if err != nil {
 		t.Fatal(err)
@@ -276,9 +289,11 @@ func TestOpenReadWritesNothing(t *testing.T) {
 // time plot (its value, 3x the others, is nowhere on the axis) and is
 // named in the legend; on the plot against concurrency its curve is not
 // drawn; a series with nothing else is refused, naming it.
-func TestPlotsLeaveInvalidOut(t *testing.T) {
+func TestPlotsLeaveInvalidOut(t *testing.T) { eachStore(t, testPlotsLeaveInvalidOut) }
+
+func testPlotsLeaveInvalidOut(t *testing.T, target string) {
 	dir := t.TempDir()
-	s, err := Open(filepath.Join(dir, "h.db"))
+	s, err := Open(target)
 	must(t, err)
 	defer func() { _ = s.Close() }()
 	ids := seed(t, s, 3, 90)
@@ -310,9 +325,11 @@ func TestPlotsLeaveInvalidOut(t *testing.T) {
 	}
 }
 
-func TestExportAndPlot(t *testing.T) {
+func TestExportAndPlot(t *testing.T) { eachStore(t, testExportAndPlot) }
+
+func testExportAndPlot(t *testing.T, target string) {
 	dir := t.TempDir()
-	s, err := Open(filepath.Join(dir, "h.db"))
+	s, err := Open(target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -392,8 +409,10 @@ func TestExportAndPlot(t *testing.T) {
 
 // A run that sweeps concurrency stores each trial's level; the window
 // compares a level only with the same level of earlier runs.
-func TestWindowPerLevel(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "h.db"))
+func TestWindowPerLevel(t *testing.T) { eachStore(t, testWindowPerLevel) }
+
+func testWindowPerLevel(t *testing.T, target string) {
+	s, err := Open(target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -460,8 +479,10 @@ func TestWindowPerLevel(t *testing.T) {
 // unless the check failed and is a regression or validity check; a night
 // that exited ExitFailedChecks is none whatever its checks; an accepted
 // night always is.
-func TestWindowVocabulary(t *testing.T) {
-	s, err := Open(filepath.Join(t.TempDir(), "h.db"))
+func TestWindowVocabulary(t *testing.T) { eachStore(t, testWindowVocabulary) }
+
+func testWindowVocabulary(t *testing.T, target string) {
+	s, err := Open(target)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -549,8 +570,9 @@ func TestScanErrorsAreReported(t *testing.T) {
 
 // Every write to a history that refuses it (closed here) is an error
 // naming the database file.
-func TestWriteErrorsNameTheFile(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "h.db")
+func TestWriteErrorsNameTheFile(t *testing.T) { eachStore(t, testWriteErrorsNameTheFile) }
+
+func testWriteErrorsNameTheFile(t *testing.T, path string) {
 	s, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -578,8 +600,9 @@ func TestWriteErrorsNameTheFile(t *testing.T) {
 // midway (a check the database refuses) leaves no drift, arm or check of
 // the run, and the run still "running" (the next nightly marks it
 // incomplete).
-func TestRecordIsOneTransaction(t *testing.T) {
-	path := filepath.Join(t.TempDir(), "h.db")
+func TestRecordIsOneTransaction(t *testing.T) { eachStore(t, testRecordIsOneTransaction) }
+
+func testRecordIsOneTransaction(t *testing.T, path string) {
 	s, err := Open(path)
 	if err != nil {
 		t.Fatal(err)
@@ -589,9 +612,7 @@ func TestRecordIsOneTransaction(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	if _, err := s.db.Exec(`CREATE TRIGGER full BEFORE INSERT ON checks BEGIN SELECT RAISE(ABORT, 'database or disk is full'); END`); err != nil {
-		t.Fatal(err)
-	}
+	undo := failInserts(t, s, "checks", "database or disk is full")
 	o := Outcome{UpstreamHead: strings.Repeat("b", 40), Env: map[string]string{"sglang_version@pcie": "0.5.5"},
 		Drift:  []DriftRecord{{Series: "pcie", Commit: strings.Repeat("a", 40), Rev: "pinned", Patch: "0001.patch", Fit: "exact"}},
 		Arms:   []ArmRecord{{Name: "pcie", Recipe: "pcie", Agreement: 1, Trials: []TrialRecord{{Index: 1, Values: tokOnly(90)}}}},
@@ -608,9 +629,7 @@ func TestRecordIsOneTransaction(t *testing.T) {
 	if d.Run.Status != Running || d.Run.UpstreamHead != "" || len(d.Drift)+len(d.Arms)+len(d.Checks) != 0 || len(d.Run.Env) != 0 {
 		t.Errorf("after a failed Record: %+v", d)
 	}
-	if _, err := s.db.Exec(`DROP TRIGGER full`); err != nil {
-		t.Fatal(err)
-	}
+	undo()
 	if err := s.Record(id, o); err != nil {
 		t.Fatal(err)
 	}
@@ -720,8 +739,9 @@ func TestOpenWithoutKeptWAL(t *testing.T) {
 // opening one brand-new history at once all open it, migrated once: each
 // step re-reads the version inside its transaction, which holds the write
 // lock from its start, and skips what another opener applied meanwhile.
-func TestConcurrentOpenOfNewDatabase(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "h.db")
+func TestConcurrentOpenOfNewDatabase(t *testing.T) { eachStore(t, testConcurrentOpenOfNewDatabase) }
+
+func testConcurrentOpenOfNewDatabase(t *testing.T, p string) {
 	const n = 6
 	errs := make(chan error, n)
 	start := make(chan struct{})

@@ -23,44 +23,55 @@ import (
 // TestEveryMetricHasItsColumn checks that each metric of stats.Table has
 // its REAL column in the trials table of a new database, added by a
 // migration, so that a new metric cannot ship without one.
-func TestEveryMetricHasItsColumn(t *testing.T) {
-	s := openTest(t, filepath.Join(t.TempDir(), "h.db"))
-	rows, err := s.db.Query(`SELECT name, type FROM pragma_table_info('trials')`)
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer func() {
-		if err := rows.Close(); err != nil {
-			t.Error(err)
-		}
-	}()
-	cols := map[string]string{}
-	for rows.Next() {
-		var name, typ string
-		if err := rows.Scan(&name, &typ); err != nil {
-			t.Fatal(err)
-		}
-		cols[name] = typ
-	}
-	if err := rows.Err(); err != nil {
-		t.Fatal(err)
+func TestEveryMetricHasItsColumn(t *testing.T) { eachStore(t, testEveryMetricHasItsColumn) }
+
+func testEveryMetricHasItsColumn(t *testing.T, target string) {
+	s := openTest(t, target)
+	cols := columnTypes(t, s, "trials")
+	real, steps := "REAL", migrations
+	if s.pg {
+		real, steps = "double precision", pgMigrations
 	}
 	for _, m := range stats.Table {
-		if cols[m.Column] != "REAL" {
-			t.Errorf("metric %s: trials column %q is %q, want REAL (add a migration)", m.Name, m.Column, cols[m.Column])
+		if cols[m.Column] != real {
+			t.Errorf("metric %s: trials column %q is %q, want %s (add a migration)", m.Name, m.Column, cols[m.Column], real)
 		}
-		added := regexp.MustCompile(`\b` + regexp.QuoteMeta(m.Column) + ` REAL\b`)
-		if !slices.ContainsFunc(migrations, added.MatchString) {
+		added := regexp.MustCompile(`(?i)\b` + regexp.QuoteMeta(m.Column) + ` ` + real + `\b`)
+		if !slices.ContainsFunc(steps, added.MatchString) {
 			t.Errorf("metric %s: no migration adds column %s", m.Name, m.Column)
 		}
 	}
 }
 
+// columnTypes are the columns of table in s, name to declared type
+// (SQLite's pragma_table_info; PostgreSQL's information_schema, in the
+// schema on the search path).
+func columnTypes(t *testing.T, s *Store, table string) map[string]string {
+	t.Helper()
+	q := `SELECT name, type FROM pragma_table_info(?)`
+	if s.pg {
+		q = `SELECT column_name, data_type FROM information_schema.columns WHERE table_schema = current_schema() AND table_name = ? ORDER BY ordinal_position`
+	}
+	cols := map[string]string{}
+	err := s.each("reading the columns of "+table, q, []any{table}, func(r *sql.Rows) error {
+		var name, typ string
+		err := r.Scan(&name, &typ)
+		cols[name] = typ
+		return err
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	return cols
+}
+
 // TestMetricsRoundTrip stores a trial with every metric of stats.Table
 // (each a different value) and reads each back where it is read: Show,
 // Window, the CSV and JSON exports, and plot points.
-func TestMetricsRoundTrip(t *testing.T) {
-	s := openTest(t, filepath.Join(t.TempDir(), "h.db"))
+func TestMetricsRoundTrip(t *testing.T) { eachStore(t, testMetricsRoundTrip) }
+
+func testMetricsRoundTrip(t *testing.T, target string) {
+	s := openTest(t, target)
 	vals := map[string]float64{}
 	for i, m := range stats.Table {
 		vals[m.Name] = 10.25 + float64(i)
@@ -132,8 +143,9 @@ func TestMetricsRoundTrip(t *testing.T) {
 // JSON, empty in CSV),
 // and that the old runs stay out of TPOT p99's windows and plots but
 // keep counting for tok/s.
-func TestMigrationFromV4(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "v4.db")
+func TestMigrationFromV4(t *testing.T) { eachStore(t, testMigrationFromV4) }
+
+func testMigrationFromV4(t *testing.T, p string) {
 	old, err := openAt(p, 4)
 	if err != nil {
 		t.Fatal(err)
@@ -165,7 +177,7 @@ func TestMigrationFromV4(t *testing.T) {
 		t.Fatalf("old trial: %+v %v", d, err)
 	}
 	// Only the old run: no TPOT p99 to plot, and the errors say why.
-	if err := s.Plot("tpot_ms_p99", filepath.Join(filepath.Dir(p), "x.svg"), Series{}); err == nil || !strings.Contains(err.Error(), "runs recorded before tpot_ms_p99 existed have none of it") {
+	if err := s.Plot("tpot_ms_p99", filepath.Join(t.TempDir(), "x.svg"), Series{}); err == nil || !strings.Contains(err.Error(), "runs recorded before tpot_ms_p99 existed have none of it") {
 		t.Errorf("plot without values: %v", err)
 	}
 	if _, _, err := s.LevelCurves("tpot_ms_p99", Series{}, 0); err == nil || !strings.Contains(err.Error(), "has no run with tpot_ms_p99 to plot: arpatch versions from before that metric recorded its runs") {
@@ -205,7 +217,7 @@ func TestMigrationFromV4(t *testing.T) {
 	if _, _, err := s.LevelCurves("tpot_ms_p99", Series{}, 1); err == nil || !strings.Contains(err.Error(), "run 1 has no tpot_ms_p99: an arpatch from before that metric recorded it") {
 		t.Errorf("tpot_ms_p99 of the old run: %v", err)
 	}
-	svg := filepath.Join(filepath.Dir(p), "tpot.svg")
+	svg := filepath.Join(t.TempDir(), "tpot.svg")
 	if err := s.Plot("tpot_ms_p99", svg, Series{}); err != nil {
 		t.Fatal(err)
 	}
@@ -267,8 +279,9 @@ func openTest(t *testing.T, p string) *Store {
 // TestMigrationFillsTPOTp99 checks that migration 5 computes TPOT p99 for
 // the trials stored before it from their samples, by bench_serving's
 // rule, and leaves a trial without samples without one.
-func TestMigrationFillsTPOTp99(t *testing.T) {
-	p := filepath.Join(t.TempDir(), "v4.db")
+func TestMigrationFillsTPOTp99(t *testing.T) { eachStore(t, testMigrationFillsTPOTp99) }
+
+func testMigrationFillsTPOTp99(t *testing.T, p string) {
 	old, err := openAt(p, 4)
 	if err != nil {
 		t.Fatal(err)
@@ -337,7 +350,11 @@ func TestFromSamples(t *testing.T) {
 // A migration that adds a metric the samples cannot give (ITL here)
 // leaves the trials stored before it NULL, not 0.
 func TestFillLeavesWhatSamplesCannotGive(t *testing.T) {
-	s := openTest(t, filepath.Join(t.TempDir(), "h.db"))
+	eachStore(t, testFillLeavesWhatSamplesCannotGive)
+}
+
+func testFillLeavesWhatSamplesCannotGive(t *testing.T, target string) {
+	s := openTest(t, target)
 	for _, q := range []string{
 		`INSERT INTO runs (started_at, status, pid, hardware_key) VALUES ('2026-11-01T03:00:00Z', 'complete', 1, 'hw')`,
 		`INSERT INTO arms (run_id, name) VALUES (1, 'pcie')`,

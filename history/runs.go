@@ -1,6 +1,7 @@
 package history
 
 import (
+	"context"
 	"database/sql"
 	"errors"
 	"fmt"
@@ -39,7 +40,10 @@ type Run struct {
 }
 
 // BeginRun records a run as running, with this process's pid, and returns
-// its id. Errors name the database file.
+// its id. On PostgreSQL the run holds its advisory lock, on a connection
+// of its own, from before its row is committed until Record or FinishRun
+// ends it (or Close, or this process's end): MarkStale on any host leaves
+// it alone until then. Errors name the database file.
 func (s *Store) BeginRun(r Run) (int64, error) {
 	if r.StartedAt.IsZero() {
 		r.StartedAt = time.Now().UTC()
@@ -47,16 +51,45 @@ func (s *Store) BeginRun(r Run) (int64, error) {
 	if r.PID == 0 {
 		r.PID = os.Getpid()
 	}
+	const what = "recording a new run"
+	var on beginner = s.db
+	var conn *sql.Conn
+	if s.pg {
+		c, err := s.db.Conn(context.Background())
+		if err != nil {
+			return 0, s.wrap(what, err)
+		}
+		on, conn = c, c
+	}
 	var id int64
-	err := s.inTx("recording a new run", func(tx runner) error {
+	err := s.inTxOn(on, what, func(tx runner) error {
 		var err error
 		id, err = tx.insert(`INSERT INTO runs (started_at, status, pid, hardware_key, sglang_commit, upstream_head, series_hash, arpatch_version, workload)
 		VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?)`, r.StartedAt.Format(time.RFC3339Nano), Running, r.PID, r.HardwareKey, r.SGLangCommit, r.UpstreamHead, r.SeriesHash, r.ArpatchVersion, r.Workload)
 		if err != nil {
 			return err
 		}
+		if conn != nil {
+			if err := s.holdRun(tx, id); err != nil {
+				return err
+			}
+		}
 		return setEnv(tx, id, r.Env)
 	})
+	if conn != nil {
+		if err != nil {
+			discard(conn) // a lock taken in the failed transaction ends with its session
+			return 0, err
+		}
+		s.mu.Lock()
+		if s.live == nil { // closed meanwhile
+			s.mu.Unlock()
+			discard(conn)
+			return id, s.wrap(what, errors.New("the history was closed"))
+		}
+		s.live[id] = conn
+		s.mu.Unlock()
+	}
 	return id, err
 }
 
@@ -79,39 +112,62 @@ type Outcome struct {
 // Record stores a run's outcome and ends the run, in one transaction. The
 // error names the database file and the run.
 func (s *Store) Record(id int64, o Outcome) error {
-	return s.inTx(fmt.Sprintf("recording run %d", id), func(tx runner) error {
-		if _, err := tx.exec(`UPDATE runs SET sglang_commit = COALESCE(NULLIF(?, ''), sglang_commit), upstream_head = COALESCE(NULLIF(?, ''), upstream_head) WHERE id = ?`,
-			o.SGLangCommit, o.UpstreamHead, id); err != nil {
+	err := s.inTx(fmt.Sprintf("recording run %d", id), func(tx runner) error {
+		if err := record(tx, id, o); err != nil {
 			return err
-		}
-		if err := setEnv(tx, id, o.Env); err != nil {
-			return err
-		}
-		for _, d := range o.Drift {
-			if _, err := tx.exec(`INSERT INTO drift (run_id, series, commit_hash, rev, patch, fit, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`,
-				id, d.Series, d.Commit, d.Rev, d.Patch, string(d.Fit), d.Detail); err != nil {
-				return err
-			}
-		}
-		for _, a := range o.Arms {
-			if err := addArm(tx, id, a); err != nil {
-				return err
-			}
-		}
-		for _, c := range o.Checks {
-			if err := addCheck(tx, id, c); err != nil {
-				return err
-			}
 		}
 		return finishRun(tx, id, o.Status, o.ExitCode, o.Verdict)
 	})
+	if err == nil {
+		s.releaseRun(id)
+	}
+	return err
 }
 
-// inTx runs f in a transaction, committed when f returns nil, rolled back
-// otherwise. The error says what failed (what) and names the database
-// file.
+// record stores o's commits, environment, drift, arms and checks for run
+// id, in tx.
+func record(tx runner, id int64, o Outcome) error {
+	if _, err := tx.exec(`UPDATE runs SET sglang_commit = COALESCE(NULLIF(?, ''), sglang_commit), upstream_head = COALESCE(NULLIF(?, ''), upstream_head) WHERE id = ?`,
+		o.SGLangCommit, o.UpstreamHead, id); err != nil {
+		return err
+	}
+	if err := setEnv(tx, id, o.Env); err != nil {
+		return err
+	}
+	for _, d := range o.Drift {
+		if _, err := tx.exec(`INSERT INTO drift (run_id, series, commit_hash, rev, patch, fit, detail) VALUES (?, ?, ?, ?, ?, ?, ?)`,
+			id, d.Series, d.Commit, d.Rev, d.Patch, string(d.Fit), d.Detail); err != nil {
+			return err
+		}
+	}
+	for _, a := range o.Arms {
+		if err := addArm(tx, id, a); err != nil {
+			return err
+		}
+	}
+	for _, c := range o.Checks {
+		if err := addCheck(tx, id, c); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// beginner is what starts a transaction: the pool or one connection.
+type beginner interface {
+	BeginTx(ctx context.Context, opts *sql.TxOptions) (*sql.Tx, error)
+}
+
+// inTx runs f in a transaction on the pool (inTxOn).
 func (s *Store) inTx(what string, f func(tx runner) error) error {
-	tx, err := s.db.Begin()
+	return s.inTxOn(s.db, what, f)
+}
+
+// inTxOn runs f in a transaction begun on b, committed when f returns
+// nil, rolled back otherwise. The error says what failed (what) and
+// names the database file.
+func (s *Store) inTxOn(b beginner, what string, f func(tx runner) error) error {
+	tx, err := b.BeginTx(context.Background(), nil)
 	if err == nil {
 		if err = f(runner{s, tx}); err == nil {
 			err = tx.Commit()
@@ -151,7 +207,11 @@ func (s *Store) Env(id int64) (map[string]string, error) {
 // FinishRun ends a run: status complete, failed or incomplete. The error
 // names the database file.
 func (s *Store) FinishRun(id int64, status RunStatus, exitCode int, verdict string) error {
-	return s.inTx(fmt.Sprintf("ending run %d", id), func(tx runner) error { return finishRun(tx, id, status, exitCode, verdict) })
+	err := s.inTx(fmt.Sprintf("ending run %d", id), func(tx runner) error { return finishRun(tx, id, status, exitCode, verdict) })
+	if err == nil {
+		s.releaseRun(id)
+	}
+	return err
 }
 
 func finishRun(tx runner, id int64, status RunStatus, exitCode int, verdict string) error {
@@ -178,10 +238,14 @@ func (s *Store) Accept(id int64) error {
 	return s.wrap(fmt.Sprintf("accepting run %d", id), err)
 }
 
-// MarkStale marks every run still "running" as incomplete and returns
-// their ids. Call it while holding the nightly lock (Lock): no other
-// nightly can then be running, so such a run was killed midway. The
-// error names the database file.
+// MarkStale marks every run still "running" whose process is gone as
+// incomplete and returns their ids. On SQLite, call it while holding the
+// nightly lock (Lock): no other nightly can then be running, so such a
+// run was killed midway. On PostgreSQL, where nightlies of other hosts
+// run at once, a run is marked only when no session holds its lock
+// (BeginRun): its process, and so its connection, ended. A run that ends
+// while this runs keeps its end (the update takes only runs still
+// running). The error names the database file.
 func (s *Store) MarkStale() ([]int64, error) {
 	var ids []int64
 	err := s.each("reading the running runs", `SELECT id FROM runs WHERE status = ?`, []any{Running}, func(r *sql.Rows) error {
@@ -193,11 +257,28 @@ func (s *Store) MarkStale() ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
+	var marked []int64
 	err = s.inTx("marking runs killed midway incomplete", func(tx runner) error {
+		marked = nil
 		for _, id := range ids {
-			if _, err := tx.exec(`UPDATE runs SET status = ?, verdict = ?, finished_at = COALESCE(finished_at, ?) WHERE id = ?`,
-				Incomplete, VerdictKilled, time.Now().UTC().Format(time.RFC3339Nano), id); err != nil {
+			if s.pg {
+				live, err := s.runIsLive(tx, id)
+				if err != nil {
+					return err
+				}
+				if live {
+					continue
+				}
+			}
+			res, err := tx.exec(`UPDATE runs SET status = ?, verdict = ?, finished_at = COALESCE(finished_at, ?) WHERE id = ? AND status = ?`,
+				Incomplete, VerdictKilled, time.Now().UTC().Format(time.RFC3339Nano), id, Running)
+			if err != nil {
 				return err
+			}
+			if n, err := res.RowsAffected(); err != nil {
+				return err
+			} else if n == 1 {
+				marked = append(marked, id)
 			}
 		}
 		return nil
@@ -205,7 +286,7 @@ func (s *Store) MarkStale() ([]int64, error) {
 	if err != nil {
 		return nil, err
 	}
-	return ids, nil
+	return marked, nil
 }
 
 // DriftRecord is one patch of one series at one commit.

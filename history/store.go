@@ -1,7 +1,8 @@
 // Package history keeps nightly runs in an SQLite database
 // (modernc.org/sqlite: pure Go, no cgo) in WAL mode, whose -wal and -shm
 // files stay beside it between opens (the -wal emptied at each close;
-// see Open): runs and their environment, the drift of every series at every commit checked, the
+// see Open), or, for a fleet of hosts, in a PostgreSQL database named by
+// a postgres:// URL with the same schema and queries (postgres.go): runs and their environment, the drift of every series at every commit checked, the
 // arms with their trials and samples, and every check's outcome. Schema
 // changes are versioned migrations. A run starts as "running" and ends
 // "complete" or "failed"; a run whose process died is marked "incomplete"
@@ -15,6 +16,7 @@ import (
 	"fmt"
 	"os"
 	"strings"
+	"sync"
 	"time"
 
 	"modernc.org/sqlite"
@@ -22,13 +24,19 @@ import (
 
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/lockfile"
+	"github.com/arpatch/arpatch/internal/statedir"
 )
 
 // Store is an open history database.
 type Store struct {
-	Path string
+	Path string // the SQLite file, or the PostgreSQL URL (IsURL)
 	db   *sql.DB
+	pg   bool // PostgreSQL
+
+	mu   sync.Mutex
+	live map[int64]*sql.Conn // PostgreSQL: the runs begun here and not ended, each on the connection holding its lock
 }
 
 // migrations[i] brings the schema from version i to i+1.
@@ -199,7 +207,13 @@ var SchemaVersion = len(migrations)
 // that modernc.org/sqlite v1.62.0 embeds: after its checkpoint, a WAL
 // with SQLITE_FCNTL_PERSIST_WAL set is truncated to journal_size_limit
 // instead of deleted, and the -shm is kept with it.
+//
+// A postgres:// or postgresql:// URL opens a PostgreSQL history instead
+// (openPostgres), migrated the same way under an advisory lock.
 func Open(path string) (*Store, error) {
+	if IsURL(path) {
+		return openPostgres(path, false)
+	}
 	// The path goes into a file: URI, where '#' and '?' would cut it.
 	// _txlock=immediate: every transaction is BEGIN IMMEDIATE, taking the
 	// write lock at its start (waiting for it up to busy_timeout), so a
@@ -231,8 +245,13 @@ func Open(path string) (*Store, error) {
 // empty file (0 bytes, which SQLite would take as an empty database), a
 // database without arpatch's schema, and a schema other than
 // SchemaVersion: an older one is migrated by the next writer (a nightly),
-// a newer one needs a newer arpatch.
+// a newer one needs a newer arpatch. A postgres:// URL opens a
+// PostgreSQL history whose server refuses writes
+// (default_transaction_read_only), refused the same ways.
 func OpenRead(path string) (*Store, error) {
+	if IsURL(path) {
+		return openPostgres(path, true)
+	}
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("history %w", err)
@@ -255,20 +274,26 @@ func OpenRead(path string) (*Store, error) {
 		_ = db.Close() // the error below is what to report
 		return nil, fmt.Errorf("history %s is a SQLite database without arpatch's schema (no schema_migrations table): not a history a nightly wrote; history commands only read it", path)
 	}
-	cur, err := s.Version()
-	switch {
-	case err != nil:
-		err = s.wrap("reading the schema version", err)
-	case cur > SchemaVersion:
-		err = fmt.Errorf("history %s has schema version %d; this arpatch knows up to %d: use a newer arpatch", path, cur, SchemaVersion)
-	case cur < SchemaVersion:
-		err = fmt.Errorf("history %s has schema version %d, older than this arpatch's %d: the next `arpatch nightly` that writes it migrates it; history commands only read it", path, cur, SchemaVersion)
-	}
-	if err != nil {
+	if err := s.current(); err != nil {
 		_ = db.Close() // err is what to report
 		return nil, err
 	}
 	return s, nil
+}
+
+// current refuses, naming the history, a schema other than
+// SchemaVersion.
+func (s *Store) current() error {
+	cur, err := s.Version()
+	switch {
+	case err != nil:
+		return s.wrap("reading the schema version (is this a history a nightly wrote?)", err)
+	case cur > SchemaVersion:
+		return fmt.Errorf("history %s has schema version %d; this arpatch knows up to %d: use a newer arpatch", s.Path, cur, SchemaVersion)
+	case cur < SchemaVersion:
+		return fmt.Errorf("history %s has schema version %d, older than this arpatch's %d: the next `arpatch nightly` that writes it migrates it; history commands only read it", s.Path, cur, SchemaVersion)
+	}
+	return nil
 }
 
 // setWAL puts db in WAL mode (persistent: the first opener of a new
@@ -316,6 +341,14 @@ var keepWAL = func(db *sql.DB) error {
 
 // openAt opens and migrates only up to version v: for migration tests.
 func openAt(path string, v int) (*Store, error) {
+	if IsURL(path) {
+		db, err := sql.Open("pgx", path)
+		if err != nil {
+			return nil, err
+		}
+		s := &Store{Path: path, db: db, pg: true, live: map[int64]*sql.Conn{}}
+		return s, s.migrate(v)
+	}
 	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?_txlock=immediate")
 	if err != nil {
 		return nil, err
@@ -332,9 +365,33 @@ func (s *Store) Version() (int, error) {
 	return v, err
 }
 
+// migrate brings the schema to version to, one transaction per step,
+// each holding the write lock (SQLite: BEGIN IMMEDIATE; PostgreSQL: the
+// schema's advisory lock) and skipping a step another opener applied
+// meanwhile. The steps are migrations or, on PostgreSQL, pgMigrations.
+//
+// The steps are written here rather than through a migration library
+// (goose, golang-migrate): a step may compute values in Go (fills, from
+// stats.Compute); histories already in use keep their versions in
+// schema_migrations(version, applied_at), a table golang-migrate would
+// take for its own and goose would not read; and openers of a brand-new
+// SQLite history at once must skip what another applied, which neither
+// library's SQLite support does (TestConcurrentOpenOfNewDatabase). What
+// the two dialects need beyond that is the lock above.
 func (s *Store) migrate(to int) error {
-	if _, err := s.x().exec(`CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`); err != nil {
-		return fmt.Errorf("history %s: %w", s.Path, err)
+	steps := migrations
+	if s.pg {
+		steps = pgMigrations
+	}
+	err := s.inTx("creating the schema version table", func(tx runner) error {
+		if err := s.lockSchema(tx); err != nil {
+			return err
+		}
+		_, err := tx.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`)
+		return err
+	})
+	if err != nil {
+		return err
 	}
 	cur, err := s.Version()
 	if err != nil {
@@ -345,9 +402,12 @@ func (s *Store) migrate(to int) error {
 	}
 	for v := cur; v < to; v++ {
 		err := s.inTx(fmt.Sprintf("migration to version %d", v+1), func(tx runner) error {
+			if err := s.lockSchema(tx); err != nil {
+				return err
+			}
 			// Another process opening the same database may have applied
 			// this step since cur was read: read again, holding the write
-			// lock (BEGIN IMMEDIATE), and skip a step already applied.
+			// lock, and skip a step already applied.
 			var now int
 			if err := tx.row(`SELECT COALESCE(MAX(version), 0) FROM schema_migrations`).Scan(&now); err != nil {
 				return err
@@ -355,7 +415,7 @@ func (s *Store) migrate(to int) error {
 			if now > v {
 				return nil
 			}
-			if _, err := tx.exec(migrations[v]); err != nil {
+			if _, err := tx.exec(steps[v]); err != nil {
 				return err
 			}
 			if fill := fills[v+1]; fill != nil {
@@ -403,6 +463,9 @@ func (r runner) prepare(q string, args []any) string {
 	if traceSQL != nil {
 		traceSQL(q, args)
 	}
+	if r.s.pg {
+		return rebind(q)
+	}
 	return q
 }
 
@@ -449,14 +512,33 @@ func (s *Store) wrap(what string, err error) error {
 	return fmt.Errorf("history %s: %s: %w", s.Path, what, err)
 }
 
-// Close closes the database.
-func (s *Store) Close() error { return s.db.Close() }
+// Close closes the database. On PostgreSQL, a run begun here and not
+// ended loses its lock: the next MarkStale marks it incomplete.
+func (s *Store) Close() error {
+	s.mu.Lock()
+	live := s.live
+	s.live = nil
+	s.mu.Unlock()
+	for _, c := range live {
+		discard(c)
+	}
+	return s.db.Close()
+}
 
-// Lock takes the lock that keeps two nightlies off one history (and so
-// one host): a file next to the database. It returns a *lockfile.HeldError
-// when another live process holds it.
-func Lock(dbPath string) (func(), error) {
-	return lockfile.Acquire(dbPath + ".lock")
+// Lock takes the lock that keeps two nightlies of one host off one
+// history: a file next to an SQLite database, or for a PostgreSQL URL
+// history-HASH.lock in the state directory (nightlies of other hosts
+// share the server's history, each run under its own advisory lock). It
+// returns a *lockfile.HeldError when another live process holds it.
+func Lock(target string) (func(), error) {
+	if !IsURL(target) {
+		return lockfile.Acquire(target + ".lock")
+	}
+	p, err := statedir.Path("history-" + digest.Short(digest.SHA256Hex([]byte(target))) + ".lock")
+	if err != nil {
+		return nil, err
+	}
+	return lockfile.Acquire(p)
 }
 
 // uriPath escapes the characters a SQLite file: URI gives meaning to.

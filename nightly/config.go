@@ -124,7 +124,14 @@ type Bench struct {
 
 // History says where runs are kept.
 type History struct {
-	Path        string `toml:"path"`
+	// Path is the SQLite file, or the postgres:// URL of a history
+	// shared by a fleet (history.Open).
+	Path string `toml:"path"`
+	// Keep is the local SQLite history where a nightly keeps its run
+	// when Path is a URL whose server it cannot reach or write; the next
+	// nightly that reaches the server sends the kept runs there (default
+	// STATE/nightly/KEY/kept.db).
+	Keep        string `toml:"keep"`
 	Window      int    `toml:"window"`       // complete runs compared against
 	HardwareKey string `toml:"hardware_key"` // default: GPU model x count from nvidia-smi
 }
@@ -206,18 +213,19 @@ func (c *Config) defaults(set func(key string) bool) {
 // the state directory (internal/statedir), so that nothing lands beside
 // the config or in the current directory unasked: build.work_dir is
 // STATE/nightly/KEY/work, bench.log_dir its logs/, outputs.dir
-// STATE/nightly/KEY/out, and history.path STATE/history.db, the one
+// STATE/nightly/KEY/out, history.keep STATE/nightly/KEY/kept.db when
+// history.path is a postgres:// URL, and history.path STATE/history.db, the one
 // `arpatch history` reads by default (runs are compared by hardware key,
 // workload and arm, so nightlies of several configs can share it). KEY
 // (ConfigKey) keeps two configs' checkouts and outputs apart. Paths the
 // config names stay relative to it.
 func (c *Config) stateDefaults(path string) error {
-	if c.Build.WorkDir != "" && c.Bench.LogDir != "" && c.History.Path != "" && c.Outputs.Dir != "" {
+	if c.Build.WorkDir != "" && c.Bench.LogDir != "" && c.History.Path != "" && c.Outputs.Dir != "" && (c.History.Keep != "" || !history.IsURL(c.History.Path)) {
 		return nil
 	}
 	dir, err := statedir.Dir()
 	if err != nil {
-		return fmt.Errorf("%s: %w (or name build.work_dir, bench.log_dir, history.path and outputs.dir in it)", path, err)
+		return fmt.Errorf("%s: %w (or name build.work_dir, bench.log_dir, history.path, history.keep and outputs.dir in it)", path, err)
 	}
 	abs, err := filepath.Abs(path)
 	if err != nil {
@@ -235,6 +243,9 @@ func (c *Config) stateDefaults(path string) error {
 	}
 	if c.Outputs.Dir == "" {
 		c.Outputs.Dir = filepath.Join(base, "out")
+	}
+	if c.History.Keep == "" && history.IsURL(c.History.Path) {
+		c.History.Keep = filepath.Join(base, "kept.db")
 	}
 	return nil
 }
@@ -282,9 +293,10 @@ func (b Bench) WarmupFor(recipe int) int {
 	return recipe
 }
 
-// Path resolves p against the config's directory.
+// Path resolves p against the config's directory; a postgres:// URL
+// (history.path) stays as it is.
 func (c *Config) Path(p string) string {
-	if p == "" || filepath.IsAbs(p) {
+	if p == "" || filepath.IsAbs(p) || history.IsURL(p) {
 		return p
 	}
 	return filepath.Join(c.Dir, p)

@@ -26,6 +26,7 @@ import (
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/errwriter/errwritertest"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
+	"github.com/arpatch/arpatch/internal/pgtest"
 	"github.com/arpatch/arpatch/internal/testbin"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/kernels"
@@ -75,7 +76,11 @@ func (w *world) commitUpstream(msg string, files map[string]string) string {
 // read-only; TestMain closes it.
 var upstreams testrepo.Shared
 
-func TestMain(m *testing.M) { os.Exit(upstreams.Run(m)) }
+func TestMain(m *testing.M) {
+	code := upstreams.Run(m)
+	pgtest.Stop() // the PostgreSQL server of the fleet tests, if one was started
+	os.Exit(code)
+}
 
 // arms returns the directory holding the arms a world at commit benches,
 // made once per commit (upstreams.Dir) and shared read-only: series/fx

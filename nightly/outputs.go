@@ -463,7 +463,7 @@ func MarkExit(cfg *Config, rep *Report, code int, why error) error {
 	if rep.RunID == 0 {
 		return nil
 	}
-	s, err := history.Open(cfg.Path(cfg.History.Path))
+	s, err := history.Open(cmp.Or(rep.History, cfg.Path(cfg.History.Path)))
 	if err != nil {
 		return err
 	}

@@ -91,8 +91,11 @@ type BuildRow struct {
 
 // Report is the outcome of a nightly: what the JSON report holds.
 type Report struct {
-	Schema      string            `json:"schema"`
-	RunID       int64             `json:"run_id"`
+	Schema string `json:"schema"`
+	RunID  int64  `json:"run_id"`
+	// History is the history that holds run RunID: history.path, or
+	// history.keep for a night its shared history could not store.
+	History     string            `json:"history"`
 	StartedAt   time.Time         `json:"started_at"`
 	Seconds     float64           `json:"seconds"`
 	Status      history.RunStatus `json:"status"`
@@ -194,11 +197,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		return nil, fmt.Errorf("history.path %s: cannot take its lock: %w", dbPath, err)
 	}
 	defer unlock()
-	store, err := history.Open(dbPath)
+	store, at, kept, sent, err := openHistory(cfg)
 	if err != nil {
 		return nil, err
 	}
 	defer func() { _ = store.Close() }() // every write was committed or reported
+	rep.History = at
+	if sent != "" {
+		o.logf("%s", sent)
+	}
 	if stale, err := store.MarkStale(); err != nil {
 		return nil, err
 	} else if len(stale) > 0 {
@@ -221,13 +228,18 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		rep.HardwareKey = rep.Environment.HardwareKey()
 	}
 	rep.Pinned = in.b.Upstream.Commit
-	id, err := store.BeginRun(history.Run{StartedAt: rep.StartedAt, HardwareKey: rep.HardwareKey, SGLangCommit: rep.Pinned, SeriesHash: seriesHash(in.cat), ArpatchVersion: o.Version, Workload: rep.Workload, Env: rep.Environment.Map()})
+	row := history.Run{StartedAt: rep.StartedAt, HardwareKey: rep.HardwareKey, SGLangCommit: rep.Pinned, SeriesHash: seriesHash(in.cat), ArpatchVersion: o.Version, Workload: rep.Workload, Env: rep.Environment.Map()}
+	id, err := store.BeginRun(row)
 	if err != nil {
 		return nil, err
 	}
 	rep.RunID = id
 	o.logf("run %d on %s", id, rep.HardwareKey)
 	n := &night{o: o, cfg: cfg, in: in, store: store, rep: rep, bo: bo, boErr: boErr}
+	if kept != nil {
+		o.logf("%v", kept)
+		n.historyFailed(kept)
+	}
 	recorded := false
 	defer func() {
 		if !recorded {
@@ -254,6 +266,20 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 		// as far as the history takes writes at all.
 		n.historyFailed(rerr)
 		rep.add(n.finish(ctx))
+		if history.IsURL(at) {
+			// A shared history's night is kept locally, whole, for the
+			// next nightly to send.
+			out.Checks, out.Status, out.ExitCode, out.Verdict = rep.Checks, rep.Status, rep.ExitCode, rep.Verdict
+			keep := cfg.Path(cfg.History.Keep)
+			kid, kerr := keepRun(keep, row, out)
+			if kerr != nil {
+				rep.Errors = append(rep.Errors, fmt.Sprintf("tonight's run could not be kept in history.keep either: %v", kerr))
+			} else {
+				rep.History, rep.RunID = keep, kid
+				rep.Errors = append(rep.Errors, fmt.Sprintf("tonight's run is kept in %s (history.keep) as run %d and sent to %s by the next nightly that reaches it", keep, kid, at))
+			}
+			o.logf("%s", rep.Errors[len(rep.Errors)-1])
+		}
 		if ferr := store.FinishRun(id, rep.Status, rep.ExitCode, rep.Verdict); ferr == nil {
 			recorded = true
 		}

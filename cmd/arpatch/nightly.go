@@ -30,13 +30,17 @@ func nightlyCommand() *cli.Command {
 upstream.fetch is set) and checks every series against the pinned commit and
 the ref's head, recording exact / offset / applied / conflict per patch;
 (2) builds arms A and B through the build cache (arpatch ab build);
-(3) benches them (arpatch bench); (4) stores everything in the SQLite
-history; (5) decides regressions: each arm's metrics against the last
+(3) benches them (arpatch bench); (4) stores everything in the history
+(SQLite, or a fleet's PostgreSQL when history.path is a postgres:// URL);
+(5) decides regressions: each arm's metrics against the last
 history.window complete runs on the same hardware key (Mann-Whitney U and a
 relative threshold, 3% by default), and B against A tonight; (6) writes the
 reports (output dir: nightly.json and summary.md; and the CI files).
 
-A lock next to the history database keeps two nightlies off one history. A
+A lock next to the history database keeps two nightlies off one history (on
+PostgreSQL, one host's; the hosts of a fleet run at once). When a postgres://
+history cannot be reached or written, the run is kept in history.keep, exits
+4 saying so, and the next nightly that reaches the server sends it. A
 run killed midway is marked incomplete by the next one and is never a
 reference; so is a night that failed its checks (exit 1), until
 "arpatch history accept RUN" makes a run the new reference.
@@ -125,7 +129,7 @@ func nightlyRun(ctx context.Context, o nightlyOptions, s streams) error {
 }
 
 func historyCommand() *cli.Command {
-	db := &cli.StringFlag{Name: "db", Usage: "history database `FILE` (default: history.db in the state directory, where a nightly writes it unless its history.path says otherwise)"}
+	db := &cli.StringFlag{Name: "db", Aliases: []string{"history"}, Usage: "history database `FILE`, or a fleet's shared history as a postgres:// URL (default: history.db in the state directory, where a nightly writes it unless its history.path says otherwise)"}
 	return &cli.Command{
 		Name:  "history",
 		Usage: "list, show, export, plot and accept nightly runs",
@@ -178,9 +182,13 @@ new level: later nights then compare with it and the runs after it.`,
 	}
 }
 
-// historyDB is --db's file, ~ expanded, or the nightly's default history
-// in the state directory; no state directory is a usage error.
+// historyDB is --db's file, ~ expanded, or its postgres:// URL, or the
+// nightly's default history in the state directory; no state directory
+// is a usage error.
 func historyDB(flag string) (string, error) {
+	if history.IsURL(flag) {
+		return flag, nil
+	}
 	if p := expandHome(flag); p != "" {
 		// A --db that names nothing is a usage error (exit 2), as every
 		// path flag's is.
@@ -199,7 +207,7 @@ func historyDB(flag string) (string, error) {
 // migrates it); the read commands open it read-only (history.OpenRead),
 // so they never change the file.
 func withHistory(path string, write bool, f func(*history.Store) error) (err error) {
-	if _, err := os.Stat(path); err != nil {
+	if _, err := os.Stat(path); err != nil && !history.IsURL(path) {
 		return fmt.Errorf("--db %s: %w", path, err)
 	}
 	open := history.OpenRead
@@ -254,8 +262,10 @@ func historyListRun(_ context.Context, o historyListOptions, st streams) error {
 				exit = strconv.Itoa(*r.ExitCode)
 			}
 			status, verdict := r.Status, r.Verdict
-			if status == history.Running && !lockfile.Alive(r.PID) {
-				// The next nightly marks it incomplete; say now.
+			if status == history.Running && !history.IsURL(o.DB) && !lockfile.Alive(r.PID) {
+				// The next nightly marks it incomplete; say now. (A
+				// shared history's runs may be other hosts': their pids
+				// say nothing here.)
 				status, verdict = "killed?", fmt.Sprintf("pid %d is gone; the next nightly marks this run incomplete", r.PID)
 			}
 			if r.Accepted {

@@ -87,3 +87,16 @@ func TestStatusOfAnApplyAtWork(t *testing.T) {
 		t.Errorf("status:\n%s\nwant:\n%s", out.String(), want)
 	}
 }
+
+// A postgres:// --db (or --history) goes to the server, not to a file
+// check: a server that does not answer is the error, naming the URL.
+func TestHistoryRunsTakeAURL(t *testing.T) {
+	u := "postgres://arpatch@127.0.0.1:1/arpatch?connect_timeout=2"
+	for _, flag := range []string{"--db", "--history"} {
+		var out, errb bytes.Buffer
+		code := run(context.Background(), []string{"arpatch", "history", "list", flag, u}, &out, &errb)
+		if code != exitFailure || !strings.Contains(errb.String(), "history "+u+": cannot reach the server") {
+			t.Errorf("history list %s %s: exit %d, %s", flag, u, code, errb.String())
+		}
+	}
+}

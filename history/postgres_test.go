@@ -1,0 +1,261 @@
+package history
+
+import (
+	"database/sql"
+	"fmt"
+	"path/filepath"
+	"reflect"
+	"slices"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/arpatch/arpatch/internal/pgtest"
+)
+
+// TestSchemasMatch: a new SQLite history and a new PostgreSQL one have
+// the same tables, each with the same columns in the same order and of
+// the same kind (integer, real, text), and the same indexes over the same
+// columns; PostgreSQL's rowid columns stand for SQLite's implicit rowid.
+func TestSchemasMatch(t *testing.T) {
+	lite := openTest(t, filepath.Join(t.TempDir(), "h.db"))
+	pg := openTest(t, pgtest.Schema(t))
+	kind := map[string]string{"INTEGER": "integer", "REAL": "real", "TEXT": "text",
+		"integer": "integer", "bigint": "integer", "double precision": "real", "text": "text"}
+	schema := func(s *Store) map[string][]string {
+		tables := map[string][]string{}
+		q := `SELECT m.name, c.name, c.type FROM sqlite_master m, pragma_table_info(m.name) c WHERE m.type = 'table' ORDER BY m.name, c.cid`
+		if s.pg {
+			q = `SELECT table_name, column_name, data_type FROM information_schema.columns WHERE table_schema = current_schema() AND column_name <> 'rowid'
+				ORDER BY table_name, ordinal_position`
+		}
+		err := s.each("reading the schema", q, nil, func(r *sql.Rows) error {
+			var table, col, typ string
+			err := r.Scan(&table, &col, &typ)
+			tables[table] = append(tables[table], col+" "+kind[typ])
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		q = `SELECT m.name, i.name, GROUP_CONCAT(c.name) FROM sqlite_master m, pragma_index_list(m.name) i, pragma_index_info(i.name) c
+			WHERE m.type = 'table' AND i.origin = 'c' GROUP BY m.name, i.name`
+		if s.pg {
+			q = `SELECT t.relname, i.relname, string_agg(a.attname, ',' ORDER BY k.n) FROM pg_index x
+				JOIN pg_class i ON i.oid = x.indexrelid JOIN pg_class t ON t.oid = x.indrelid JOIN pg_namespace ns ON ns.oid = t.relnamespace
+				CROSS JOIN LATERAL unnest(x.indkey) WITH ORDINALITY AS k(attnum, n) JOIN pg_attribute a ON a.attrelid = t.oid AND a.attnum = k.attnum
+				WHERE ns.nspname = current_schema() AND NOT x.indisprimary GROUP BY t.relname, i.relname`
+		}
+		err = s.each("reading the indexes", q, nil, func(r *sql.Rows) error {
+			var table, index, cols string
+			err := r.Scan(&table, &index, &cols)
+			tables["index "+index] = []string{table + "(" + cols + ")"}
+			return err
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return tables
+	}
+	a, b := schema(lite), schema(pg)
+	if len(a) < 15 || !reflect.DeepEqual(a, b) {
+		for k := range a {
+			if !reflect.DeepEqual(a[k], b[k]) {
+				t.Errorf("%s:\n sqlite:   %v\n postgres: %v", k, a[k], b[k])
+			}
+		}
+		for k := range b {
+			if a[k] == nil {
+				t.Errorf("%s only on PostgreSQL: %v", k, b[k])
+			}
+		}
+	}
+	if len(pgMigrations) != len(migrations) {
+		t.Errorf("%d PostgreSQL migrations for %d SQLite ones", len(pgMigrations), len(migrations))
+	}
+}
+
+// TestConcurrentNightliesLoseNoRun: nightlies of four hosts (each a store
+// of its own on one history) record 15 runs each at once while another
+// marks stale runs between them; every run is there, complete, with all
+// of its arms, trials, samples, checks and drift, and no live run was
+// marked incomplete.
+func TestConcurrentNightliesLoseNoRun(t *testing.T) { eachStore(t, testConcurrentNightliesLoseNoRun) }
+
+func testConcurrentNightliesLoseNoRun(t *testing.T, target string) {
+	must(t, func() error {
+		s, err := Open(target)
+		if err == nil {
+			err = s.Close()
+		}
+		return err
+	}())
+	const hosts, nights = 4, 15
+	var wg sync.WaitGroup
+	errs := make(chan error, hosts+1)
+	stop := make(chan struct{})
+	for h := 0; h < hosts; h++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs <- func() error {
+				s, err := Open(target)
+				if err != nil {
+					return err
+				}
+				defer func() { _ = s.Close() }()
+				for i := 0; i < nights; i++ {
+					id, err := s.BeginRun(Run{HardwareKey: fmt.Sprintf("host-%d", h), Workload: "w"})
+					if err != nil {
+						return err
+					}
+					if err := s.Record(id, benchOutcome(i+1)); err != nil {
+						return err
+					}
+				}
+				return nil
+			}()
+		}()
+	}
+	go func() {
+		errs <- func() error {
+			s, err := Open(target)
+			if err != nil {
+				return err
+			}
+			defer func() { _ = s.Close() }()
+			for {
+				select {
+				case <-stop:
+					return nil
+				case <-time.After(5 * time.Millisecond):
+				}
+				if s.pg {
+					// SQLite's MarkStale needs the nightly lock, which these
+					// hosts do not take: only PostgreSQL's judges liveness.
+					if marked, err := s.MarkStale(); err != nil || len(marked) > 0 {
+						return fmt.Errorf("MarkStale marked live runs %v, %v", marked, err)
+					}
+				}
+			}
+		}()
+	}()
+	wg.Wait()
+	close(stop)
+	for i := 0; i < hosts+1; i++ {
+		if err := <-errs; err != nil {
+			t.Error(err)
+		}
+	}
+	s := openTest(t, target)
+	runs, err := s.Runs(0)
+	must(t, err)
+	if len(runs) != hosts*nights {
+		t.Fatalf("%d runs, want %d", len(runs), hosts*nights)
+	}
+	want := benchOutcome(1)
+	for _, r := range runs {
+		d, err := s.Show(r.ID)
+		must(t, err)
+		samples := 0
+		for _, a := range d.Arms {
+			for _, tr := range a.Trials {
+				samples += tr.Samples
+			}
+		}
+		if d.Run.Status != Complete || len(d.Arms) != 2 || len(d.Arms[1].Trials) != 5 || samples != 80 || len(d.Checks) != len(want.Checks) || len(d.Drift) != len(want.Drift) {
+			t.Errorf("run %d: %s, %d arms, %d samples, %d checks, %d drift", r.ID, d.Run.Status, len(d.Arms), samples, len(d.Checks), len(d.Drift))
+		}
+	}
+}
+
+// TestMarkStaleSparesLiveRuns: on PostgreSQL a run another host is still
+// running holds its lock, and MarkStale leaves it; once that host's
+// process is gone (its store closed without ending the run), the run is
+// marked incomplete; a run ended meanwhile keeps its end.
+func TestMarkStaleSparesLiveRuns(t *testing.T) {
+	target := pgtest.Schema(t)
+	a, b := openTest(t, target), openTest(t, target)
+	live, err := a.BeginRun(Run{HardwareKey: "host-a"})
+	must(t, err)
+	ended, err := a.BeginRun(Run{HardwareKey: "host-a"})
+	must(t, err)
+	gone, err := Open(target)
+	must(t, err)
+	dead, err := gone.BeginRun(Run{HardwareKey: "host-c"})
+	must(t, err)
+	if marked, err := b.MarkStale(); err != nil || len(marked) != 0 {
+		t.Fatalf("MarkStale with every run live: %v, %v", marked, err)
+	}
+	must(t, gone.Close())
+	must(t, a.FinishRun(ended, Complete, 0, "no regression"))
+	if marked, err := b.MarkStale(); err != nil || !reflect.DeepEqual(marked, []int64{dead}) {
+		t.Fatalf("MarkStale after host-c died: %v, %v; want [%d]", marked, err, dead)
+	}
+	for id, want := range map[int64]RunStatus{live: Running, ended: Complete, dead: Incomplete} {
+		d, err := b.Show(id)
+		if err != nil || d.Run.Status != want {
+			t.Errorf("run %d: %v, %v; want %s", id, d.Run.Status, err, want)
+		}
+	}
+}
+
+// TestOpenReadOnPostgres: a read command's open of a PostgreSQL history
+// reads a current one, refuses to write through it (the server refuses),
+// and refuses an older schema, naming the URL.
+func TestOpenReadOnPostgres(t *testing.T) {
+	target := pgtest.Schema(t)
+	s := openTest(t, target)
+	seed(t, s, 2, 90)
+	r, err := OpenRead(target)
+	must(t, err)
+	defer func() { must(t, r.Close()) }()
+	if runs, err := r.Runs(0); err != nil || len(runs) != 2 {
+		t.Errorf("Runs, read-only: %d, %v", len(runs), err)
+	}
+	if err := r.Accept(1); err == nil || !strings.Contains(err.Error(), "read-only transaction") {
+		t.Errorf("Accept through a read-only open: %v", err)
+	}
+	older := pgtest.Schema(t)
+	o, err := openAt(older, 1)
+	must(t, err)
+	must(t, o.Close())
+	if _, err := OpenRead(older); err == nil || !strings.Contains(err.Error(), "history "+older+" has schema version 1, older than") {
+		t.Errorf("OpenRead of schema version 1: %v", err)
+	}
+}
+
+// A URL with a password is refused without printing it; a server that
+// does not answer is an error in seconds, naming the URL.
+func TestOpenPostgresRefusals(t *testing.T) {
+	for _, u := range []string{"postgres://ci:s3cret@db.example/arpatch", "postgresql://ci@db.example/arpatch?password=s3cret"} {
+		_, err := Open(u)
+		if err == nil || strings.Contains(err.Error(), "s3cret") || !strings.Contains(err.Error(), "put it in ~/.pgpass or PGPASSWORD") {
+			t.Errorf("Open(%s) = %v", u, err)
+		}
+	}
+	u := "postgres://arpatch@127.0.0.1:1/arpatch?connect_timeout=2"
+	start := time.Now()
+	if _, err := Open(u); err == nil || !strings.HasPrefix(err.Error(), "history "+u+": cannot reach the server: ") {
+		t.Errorf("Open of a port nothing listens on: %v", err)
+	}
+	if d := time.Since(start); d > 10*time.Second {
+		t.Errorf("refusing an unreachable server took %v", d)
+	}
+}
+
+func TestRebind(t *testing.T) {
+	for q, want := range map[string]string{
+		`SELECT a FROM t WHERE b = ? AND c IN (?, ?)`:               `SELECT a FROM t WHERE b = $1 AND c IN ($2, $3)`,
+		`UPDATE t SET a = COALESCE(NULLIF(?, ''), a) WHERE '?' = ?`: `UPDATE t SET a = COALESCE(NULLIF($1, ''), a) WHERE '?' = $2`,
+		`SELECT 1`: `SELECT 1`,
+	} {
+		if got := rebind(q); got != want {
+			t.Errorf("rebind(%s) = %s, want %s", q, got, want)
+		}
+	}
+	if !slices.Equal([]bool{IsURL("postgres://h/d"), IsURL("postgresql://h/d"), IsURL("/var/h.db"), IsURL("postgres.db")}, []bool{true, true, false, false}) {
+		t.Error("IsURL")
+	}
+}
