@@ -164,7 +164,7 @@ Examples (each runs in seconds against arpatch's built-in fake server):
 		}, tuneFlagList("for the arms that open the PCIe gate and the preflight")...),
 		Before:      noArgs,
 		Action:      action(benchOpts, benchRun),
-		Subcommands: []*cli.Command{benchAllreduceCommand()},
+		Subcommands: []*cli.Command{benchAllreduceCommand(), benchP2PCommand()},
 	}
 }
 

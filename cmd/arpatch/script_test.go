@@ -73,6 +73,9 @@ func TestMain(m *testing.M) {
 // script.
 //
 //	fakeranks FILE       write harness/tune/testdata/fakeranks.sh (fake torchrun ranks) to FILE
+//	stubp2p DIR          write harness/p2p/testdata/stubranks.sh as DIR/python3: torchrun's
+//	                     ranks as p2p.py on its stub device ($P2P_STUB: its faults), any
+//	                     other python3 call to the python3 after DIR on PATH
 func TestScripts(t *testing.T) {
 	mirror, _ := filepath.Abs(os.Getenv("ARPATCH_SGLANG_MIRROR"))
 	testscript.Run(t, testscript.Params{
@@ -243,6 +246,15 @@ func TestScripts(t *testing.T) {
 				ts.Check(err)
 				ts.Check(os.MkdirAll(filepath.Dir(ts.MkAbs(args[0])), 0o755))
 				ts.Check(testbin.Write(ts.MkAbs(args[0]), b))
+			},
+			"stubp2p": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 1 {
+					ts.Fatalf("usage: stubp2p DIR")
+				}
+				b, err := os.ReadFile(filepath.Join("..", "..", "harness", "p2p", "testdata", "stubranks.sh"))
+				ts.Check(err)
+				ts.Check(os.MkdirAll(ts.MkAbs(args[0]), 0o755))
+				ts.Check(testbin.Write(filepath.Join(ts.MkAbs(args[0]), "python3"), b))
 			},
 			"sametree": func(ts *testscript.TestScript, neg bool, args []string) {
 				if len(args) != 2 {

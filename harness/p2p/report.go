@@ -1,0 +1,873 @@
+package p2p
+
+import (
+	"cmp"
+	"encoding/json"
+	"fmt"
+	"io"
+	"maps"
+	"os"
+	"slices"
+	"sort"
+	"strconv"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/arpatch/arpatch/harness/allreduce"
+	"github.com/arpatch/arpatch/harness/nvsmi"
+	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/internal/textfmt"
+	"github.com/arpatch/arpatch/internal/torchrun"
+)
+
+// Schema names the JSON layout of a Report.
+const Schema = "arpatch.bench.p2p/v1"
+
+// CorruptText is what a pair whose bytes came back wrong is called, in
+// its finding and in the verdict.
+const CorruptText = "P2P reports OK but corrupts data"
+
+// Figure is the median of a case's samples with their range.
+type Figure struct {
+	Median float64 `json:"median"`
+	Min    float64 `json:"min"`
+	Max    float64 `json:"max"`
+	N      int     `json:"n"`
+}
+
+// figureOf summarizes xs; nil for none.
+func figureOf(xs []float64) *Figure {
+	if len(xs) == 0 {
+		return nil
+	}
+	return &Figure{Median: stats.Quantile(xs, 0.5), Min: slices.Min(xs), Max: slices.Max(xs), N: len(xs)}
+}
+
+// Rate is a bandwidth at one transfer size, GB/s (1e9 bytes/s).
+type Rate struct {
+	Bytes int    `json:"bytes"`
+	GBps  Figure `json:"gbps"`
+}
+
+// Pair is what was measured between two GPUs, one direction: GPU's kernel
+// loading from (Read) or storing to (Write) Peer's memory, alone on the
+// host. GPU and Peer are nvidia-smi indexes.
+type Pair struct {
+	GPU   int    `json:"gpu"`
+	Peer  int    `json:"peer"`
+	Link  Link   `json:"link"`
+	Read  []Rate `json:"read,omitempty"`
+	Write []Rate `json:"write,omitempty"`
+	// FlagRTTUS is a round trip of flags between the two (each stores into
+	// the other's memory and polls its own), µs; ReadLatencyUS one
+	// dependent load from Peer's memory, µs.
+	FlagRTTUS     *Figure `json:"flag_rtt_us,omitempty"`
+	ReadLatencyUS *Figure `json:"read_latency_us,omitempty"`
+	// Slow names each rate far below the link (SlowFraction).
+	Slow []string `json:"slow,omitempty"`
+}
+
+// HostLinkReport is a GPU's link to pinned host memory, measured with that
+// GPU alone: its kernel's loads and stores through the mapping, one
+// stream, and one dependent load.
+type HostLinkReport struct {
+	GPU           int      `json:"gpu"`
+	Link          Link     `json:"link"`
+	Load          []Rate   `json:"load,omitempty"`
+	Store         []Rate   `json:"store,omitempty"`
+	ReadLatencyUS *Figure  `json:"read_latency_us,omitempty"`
+	Slow          []string `json:"slow,omitempty"`
+}
+
+// PatternReport is one all-to-all pattern: every GPU of the group loading
+// from (Op OpRead, as custom 1-stage pulls) or storing to (OpWrite, as a
+// push does) every other at once, BytesPerPeer each.
+type PatternReport struct {
+	Name         string `json:"name"` // "socket GPU0-GPU3"
+	Kind         string `json:"kind"` // KindSwitch, ...
+	GPUs         []int  `json:"gpus"`
+	Op           string `json:"op"`
+	BytesPerPeer int    `json:"bytes_per_peer"`
+	// PerGPUGBps is what each GPU moves to or from its peers together,
+	// (n-1) x BytesPerPeer / its kernel's time, over every GPU and rep;
+	// AggregateGBps is the group's total over the slowest GPU's time,
+	// per rep.
+	PerGPUGBps    *Figure `json:"per_gpu_gbps,omitempty"`
+	AggregateGBps *Figure `json:"aggregate_gbps,omitempty"`
+	Error         string  `json:"error,omitempty"`
+}
+
+// Corruption is a check that found bytes wrong.
+type Corruption struct {
+	Test         string    `json:"test"`
+	Op           string    `json:"op"`
+	Pattern      string    `json:"pattern,omitempty"`
+	GPU          int       `json:"gpu"`  // whose kernel moved the bytes
+	Peer         int       `json:"peer"` // whose memory; HostPeer for pinned host memory
+	Link         string    `json:"link"`
+	Bytes        int       `json:"bytes,omitempty"`
+	BadWords     int64     `json:"bad_words"`
+	CheckedBytes int64     `json:"checked_bytes"`
+	FirstBad     *Mismatch `json:"first_bad,omitempty"`
+	// CPU is what the CPU found in pinned host memory the GPU wrote,
+	// when that was wrong.
+	CPU string `json:"cpu,omitempty"`
+}
+
+// Severity of a finding.
+type Severity string
+
+const (
+	Error Severity = "error"
+	Warn  Severity = "warn"
+	Info  Severity = "info"
+)
+
+// Finding is one thing the report concludes.
+type Finding struct {
+	ID       string   `json:"id"` // "p2p.corrupt", "p2p.slow", ...
+	Severity Severity `json:"severity"`
+	Text     string   `json:"text"`
+}
+
+// Report is the JSON document of `arpatch bench p2p --json`.
+type Report struct {
+	Schema         string    `json:"schema"`
+	CreatedAt      time.Time `json:"created_at"`
+	ArpatchVersion string    `json:"arpatch_version"`
+	// Command is the arpatch command line that made it.
+	Command string `json:"command,omitempty"`
+	Host    struct {
+		Name string      `json:"name,omitempty"`
+		GPUs []nvsmi.GPU `json:"gpus"` // the GPUs measured, in rank order
+		// Topology is nvidia-smi topo -m among them.
+		Topology *nvsmi.Topology `json:"topology,omitempty"`
+	} `json:"host"`
+	Options struct {
+		Sizes        []int `json:"sizes"`
+		PatternBytes int   `json:"pattern_bytes"`
+		Reps         int   `json:"reps"`
+	} `json:"options"`
+	Run       *Run             `json:"run"`
+	Pairs     []Pair           `json:"pairs,omitempty"`
+	HostLinks []HostLinkReport `json:"host_links,omitempty"`
+	Patterns  []PatternReport  `json:"patterns,omitempty"`
+	Corrupt   []Corruption     `json:"corrupt,omitempty"`
+	// Unmeasured says what this host cannot measure and why.
+	Unmeasured []string  `json:"unmeasured,omitempty"`
+	Findings   []Finding `json:"findings"`
+	Verdict    string    `json:"verdict"`
+}
+
+// NewReport builds the report of run, made with o (its GPUs label the
+// ranks with their nvidia-smi indexes).
+func NewReport(o Options, run *Run, version string) *Report {
+	o = o.resolved()
+	rep := &Report{Schema: Schema, CreatedAt: time.Now().UTC(), ArpatchVersion: version, Run: run}
+	rep.Host.GPUs, rep.Host.Topology = o.GPUs, o.Topology
+	rep.Options.Sizes, rep.Options.PatternBytes, rep.Options.Reps = o.Sizes, o.PatternBytes, o.Reps
+	b := builder{o: o, rep: rep, pairs: map[[2]int]*Pair{}, hosts: map[int]*HostLinkReport{}}
+	b.ranks()
+	for _, r := range run.Results {
+		b.add(r)
+	}
+	b.finish()
+	return rep
+}
+
+// builder turns results, in rank terms, into the report's GPU terms.
+type builder struct {
+	o     Options
+	rep   *Report
+	pairs map[[2]int]*Pair
+	hosts map[int]*HostLinkReport
+}
+
+// gpu is rank r's nvidia-smi index.
+func (b *builder) gpu(r int) int {
+	if r >= 0 && r < len(b.o.GPUs) {
+		return b.o.GPUs[r].Index
+	}
+	return r
+}
+
+func (b *builder) name(r int) string {
+	if r == HostPeer {
+		return "host memory"
+	}
+	return "GPU" + strconv.Itoa(b.gpu(r))
+}
+
+func (b *builder) find(id string, sev Severity, format string, args ...any) {
+	b.rep.Findings = append(b.rep.Findings, Finding{ID: id, Severity: sev, Text: fmt.Sprintf(format, args...)})
+}
+
+// ranks checks that each rank ran on the GPU it was meant to.
+func (b *builder) ranks() {
+	e := b.rep.Run.Env
+	if e == nil {
+		return
+	}
+	for r, ri := range e.Ranks {
+		if ri.SelfCheck != "" {
+			b.find("p2p.self-check", Error, "rank %d (%s): the probe's self-check failed, so nothing it measured could be trusted: %s", r, b.name(r), ri.SelfCheck)
+		}
+		if r < len(b.o.GPUs) && ri.BusID != "" && normBus(ri.BusID) != normBus(b.o.GPUs[r].BusID) {
+			b.find("p2p.rank-order", Error, "rank %d ran on the GPU at bus %s, not on GPU%d (%s): CUDA numbers the GPUs otherwise than nvidia-smi here, so the labels below are wrong; run with CUDA_DEVICE_ORDER=PCI_BUS_ID",
+				r, ri.BusID, b.o.GPUs[r].Index, b.o.GPUs[r].BusID)
+		}
+	}
+}
+
+// normBus reads "00000000:1A:00.0" and "0000:1a:00.0" alike.
+func normBus(s string) string {
+	s = strings.ToLower(strings.TrimSpace(s))
+	dom, rest, ok := strings.Cut(s, ":")
+	if !ok || strings.Count(rest, ":") != 1 {
+		return s
+	}
+	d, err := strconv.ParseUint(dom, 16, 32)
+	if err != nil {
+		return s
+	}
+	return fmt.Sprintf("%04x:%s", d, rest)
+}
+
+func (b *builder) pair(r, p int) *Pair {
+	k := [2]int{r, p}
+	if b.pairs[k] == nil {
+		b.pairs[k] = &Pair{GPU: b.gpu(r), Peer: b.gpu(p), Link: PairLink(b.o.Topology, b.o.GPUs, r, p)}
+	}
+	return b.pairs[k]
+}
+
+func (b *builder) host(r int) *HostLinkReport {
+	if b.hosts[r] == nil {
+		h := &HostLinkReport{GPU: b.gpu(r), Link: Link{Kind: "PCIe", Label: "PCIe, unknown"}}
+		if r < len(b.o.GPUs) {
+			h.Link = HostLink(b.o.GPUs[r])
+		}
+		b.hosts[r] = h
+	}
+	return b.hosts[r]
+}
+
+// linkOf names the path of a check.
+func (b *builder) linkOf(r, p int) string {
+	if p == HostPeer {
+		return b.host(r).Link.Label
+	}
+	return b.pair(r, p).Link.Label
+}
+
+// caseName says which case a result is, in GPU terms.
+func (b *builder) caseName(r Result) string {
+	switch r.Test {
+	case TestPattern:
+		return fmt.Sprintf("all-to-all %s, %s (%s per peer)", r.Op, b.patternName(r), allreduce.FormatBytes(r.Bytes))
+	case TestHost:
+		return fmt.Sprintf("%s's %ss, pinned host memory, %s", b.name(r.Rank), r.Op, allreduce.FormatBytes(r.Bytes))
+	case TestLatency:
+		if r.Op == OpHostRead {
+			return b.name(r.Rank) + "'s dependent loads from pinned host memory"
+		}
+		if r.Op == OpFlagRTT {
+			return fmt.Sprintf("flag round trip %s <-> %s", b.name(r.Rank), b.name(r.Peer))
+		}
+		return fmt.Sprintf("%s's dependent loads from %s", b.name(r.Rank), b.name(r.Peer))
+	case TestIPC:
+		return fmt.Sprintf("%s mapping %s's memory (cuIpcOpenMemHandle)", b.name(r.Rank), b.name(r.Peer))
+	}
+	what := "reads from"
+	if r.Op == OpWrite {
+		what = "writes to"
+	}
+	return fmt.Sprintf("%s %s %s, %s", b.name(r.Rank), what, b.name(r.Peer), allreduce.FormatBytes(r.Bytes))
+}
+
+func (b *builder) patternName(r Result) string {
+	for _, p := range Patterns(b.o.Topology, len(b.o.GPUs)) {
+		if slices.Equal(p.Ranks, r.Ranks) {
+			return p.Name
+		}
+	}
+	return r.Name
+}
+
+func (b *builder) add(r Result) {
+	for _, c := range r.Checks {
+		if c.BadWords > 0 {
+			pat := ""
+			if r.Test == TestPattern {
+				pat = b.patternName(r)
+			}
+			b.rep.Corrupt = append(b.rep.Corrupt, Corruption{Test: r.Test, Op: r.Op, Pattern: pat, GPU: b.gpu(c.Rank), Peer: peerIndex(b, c.Peer),
+				Link: b.linkOf(c.Rank, c.Peer), Bytes: r.Bytes, BadWords: c.BadWords, CheckedBytes: c.CheckedBytes, FirstBad: c.FirstBad})
+		}
+	}
+	if r.CPUCheck != "" && r.CPUCheck != "ok" {
+		b.rep.Corrupt = append(b.rep.Corrupt, Corruption{Test: r.Test, Op: r.Op, GPU: b.gpu(r.Rank), Peer: HostPeer, Link: b.linkOf(r.Rank, HostPeer), Bytes: r.Bytes, CPU: r.CPUCheck})
+	}
+	if r.Error != "" {
+		id := "p2p.error"
+		if r.Test == TestIPC {
+			id = "p2p.ipc"
+		}
+		b.find(id, Error, "%s: %s", b.caseName(r), r.Error)
+		if r.Test == TestPair || r.Test == TestIPC || (r.Test == TestLatency && r.Op != OpHostRead) {
+			b.pair(r.Rank, r.Peer) // listed, with its link, though nothing was measured
+		}
+		return
+	}
+	switch r.Test {
+	case TestHost:
+		h := b.host(r.Rank)
+		rate := rateOf(r)
+		if r.Op == OpLoad {
+			h.Load = append(h.Load, rate)
+		} else {
+			h.Store = append(h.Store, rate)
+		}
+	case TestPair:
+		p := b.pair(r.Rank, r.Peer)
+		if r.Op == OpRead {
+			p.Read = append(p.Read, rateOf(r))
+		} else {
+			p.Write = append(p.Write, rateOf(r))
+		}
+	case TestLatency:
+		f := figureOf(r.SamplesUS)
+		switch r.Op {
+		case OpHostRead:
+			b.host(r.Rank).ReadLatencyUS = f
+		case OpFlagRTT:
+			b.pair(r.Rank, r.Peer).FlagRTTUS = f
+			b.pair(r.Peer, r.Rank).FlagRTTUS = f
+		case OpRead:
+			b.pair(r.Rank, r.Peer).ReadLatencyUS = f
+		}
+	case TestPattern:
+		b.pattern(r)
+	}
+}
+
+func peerIndex(b *builder, p int) int {
+	if p == HostPeer {
+		return HostPeer
+	}
+	return b.gpu(p)
+}
+
+func rateOf(r Result) Rate {
+	f := figureOf(r.SamplesGBps)
+	if f == nil {
+		f = &Figure{}
+	}
+	return Rate{Bytes: r.Bytes, GBps: *f}
+}
+
+// pattern adds an all-to-all result: per GPU, (n-1) x bytes over its time
+// in each rep; per rep, the group's bytes over the slowest GPU's time.
+func (b *builder) pattern(r Result) {
+	pr := PatternReport{Name: b.patternName(r), Op: r.Op, BytesPerPeer: r.Bytes}
+	for _, p := range Patterns(b.o.Topology, len(b.o.GPUs)) {
+		if slices.Equal(p.Ranks, r.Ranks) {
+			pr.Kind = p.Kind
+		}
+	}
+	for _, x := range r.Ranks {
+		pr.GPUs = append(pr.GPUs, b.gpu(x))
+	}
+	moved := float64(len(r.Ranks)-1) * float64(r.Bytes)
+	var per, agg []float64
+	slowest := map[int]float64{}
+	for _, x := range r.Ranks {
+		for k, us := range r.PerRankUS[strconv.Itoa(x)] {
+			if us > 0 {
+				per = append(per, moved/(us*1e3))
+			}
+			slowest[k] = max(slowest[k], us)
+		}
+	}
+	for k := range len(slowest) {
+		if us := slowest[k]; us > 0 {
+			agg = append(agg, float64(len(r.Ranks))*moved/(us*1e3))
+		}
+	}
+	pr.PerGPUGBps, pr.AggregateGBps = figureOf(per), figureOf(agg)
+	b.rep.Patterns = append(b.rep.Patterns, pr)
+}
+
+// finish orders what was built and draws the findings and the verdict.
+func (b *builder) finish() {
+	rep, run := b.rep, b.rep.Run
+	for _, k := range slices.SortedFunc(maps.Keys(b.pairs), func(x, y [2]int) int { return cmp.Or(x[0]-y[0], x[1]-y[1]) }) {
+		p := b.pairs[k]
+		p.Slow = slowRates(p.Link, map[string][]Rate{"read": p.Read, "write": p.Write})
+		rep.Pairs = append(rep.Pairs, *p)
+	}
+	for _, r := range slices.Sorted(maps.Keys(b.hosts)) {
+		h := b.hosts[r]
+		h.Slow = slowRates(h.Link, map[string][]Rate{"loads": h.Load, "stores": h.Store})
+		rep.HostLinks = append(rep.HostLinks, *h)
+	}
+	if len(b.o.GPUs) == 1 {
+		rep.Unmeasured = append(rep.Unmeasured, fmt.Sprintf("one GPU (%s) has no peer: P2P read and write bandwidth, flag round trips and dependent loads between GPUs, and the all-to-all patterns cannot be measured here; what is measured is the GPU's link to pinned host memory (its loads and stores, one stream)", b.gpuName(0)))
+	}
+	for _, c := range rep.Corrupt {
+		b.find("p2p.corrupt", Error, "%s", corruptText(b, c))
+	}
+	for _, p := range rep.Pairs {
+		for _, s := range p.Slow {
+			b.find("p2p.slow", Warn, "GPU%d %s GPU%d: %s", p.GPU, arrow(s), p.Peer, s)
+		}
+	}
+	for _, h := range rep.HostLinks {
+		for _, s := range h.Slow {
+			b.find("p2p.slow", Warn, "GPU%d and pinned host memory: %s", h.GPU, s)
+		}
+	}
+	switch {
+	case run.Stopped != nil:
+		b.find("p2p.interrupted", Info, "INTERRUPTED during %s: the ranks were stopped; the cases after it were not run (no verdict on them)", b.caseName(*run.Stopped))
+	case run.Exit == torchrun.ExitInterrupted:
+		b.find("p2p.interrupted", Info, "INTERRUPTED: the ranks were stopped before the probe began a case")
+	case run.Hang != nil:
+		// Its result, marked, is among Results: its finding is above.
+	case run.Exit != torchrun.ExitOK:
+		b.find("p2p.error", Error, "the probe ended with %s before its first case", run.Exit)
+	case run.Error != "":
+		b.find("p2p.error", Error, "%s", run.Error)
+	case !run.Done:
+		b.find("p2p.error", Error, "the probe exited without its last record: a rank ended early")
+	}
+	if run.BadLines > 0 {
+		b.find("p2p.error", Error, "%d of the probe's records could not be read", run.BadLines)
+	}
+	for _, u := range rep.Unmeasured {
+		b.find("p2p.unmeasured", Info, "%s", u)
+	}
+	sort.SliceStable(rep.Findings, func(i, j int) bool { return rank(rep.Findings[i].Severity) > rank(rep.Findings[j].Severity) })
+	rep.Verdict = b.verdict()
+}
+
+func rank(s Severity) int {
+	switch s {
+	case Error:
+		return 2
+	case Warn:
+		return 1
+	}
+	return 0
+}
+
+func (b *builder) gpuName(r int) string {
+	if r < len(b.o.GPUs) && b.o.GPUs[r].Name != "" {
+		return b.name(r) + ", " + b.o.GPUs[r].Name
+	}
+	return b.name(r)
+}
+
+func arrow(slow string) string {
+	if strings.HasPrefix(slow, "read") {
+		return "<-"
+	}
+	return "->"
+}
+
+// corruptText is a corruption's finding: CorruptText first, where a peer
+// was involved.
+func corruptText(b *builder, c Corruption) string {
+	where := fmt.Sprintf("GPU%d's %ss", c.GPU, verb(c.Op))
+	if c.Peer == HostPeer {
+		where += " and pinned host memory"
+	} else {
+		where += fmt.Sprintf(" %s GPU%d", map[bool]string{true: "from", false: "to"}[c.Op == OpRead], c.Peer)
+	}
+	what := ""
+	switch {
+	case c.CPU != "":
+		what = c.CPU
+	case c.FirstBad != nil && c.FirstBad.Index < 0:
+		what = c.FirstBad.Got
+	default:
+		what = fmt.Sprintf("%d of %d words wrong", c.BadWords, c.CheckedBytes/4)
+		if c.FirstBad != nil {
+			what += fmt.Sprintf(" (the first at word %d: %s)", c.FirstBad.Index, c.FirstBad.Got)
+		}
+	}
+	test := c.Test
+	switch {
+	case c.Pattern != "":
+		test = fmt.Sprintf("all-to-all %s, %s per peer", c.Pattern, allreduce.FormatBytes(c.Bytes))
+	case c.Bytes > 0:
+		test += " at " + allreduce.FormatBytes(c.Bytes)
+	}
+	if c.Peer == HostPeer {
+		return fmt.Sprintf("the link to pinned host memory corrupts data: %s (%s, %s): %s; no GPU transfer through it can be trusted", where, c.Link, test, what)
+	}
+	return fmt.Sprintf("%s: %s (%s, %s): %s; custom allreduce must not run there (serve with --disable-custom-all-reduce)", CorruptText, where, c.Link, test, what)
+}
+
+func verb(op string) string {
+	switch op {
+	case OpRead, OpLoad, OpHostRead:
+		return "load"
+	case OpFlagRTT:
+		return "flag"
+	}
+	return "store"
+}
+
+// slowRates names each rate (the largest size of each op) below
+// SlowFraction of the link's nominal rate.
+func slowRates(l Link, ops map[string][]Rate) []string {
+	if l.NominalGBps <= 0 {
+		return nil
+	}
+	var out []string
+	for _, op := range slices.Sorted(maps.Keys(ops)) {
+		rs := ops[op]
+		if len(rs) == 0 {
+			continue
+		}
+		r := slices.MaxFunc(rs, func(a, b Rate) int { return a.Bytes - b.Bytes })
+		if r.GBps.Median < SlowFraction*l.NominalGBps {
+			out = append(out, fmt.Sprintf("%s at %s: %.1f GB/s, %.0f%% of its link, %s (%s)", op, allreduce.FormatBytes(r.Bytes), r.GBps.Median,
+				100*r.GBps.Median/l.NominalGBps, l.Label, l.Basis))
+		}
+	}
+	return out
+}
+
+// verdict sums the report up in one line.
+func (b *builder) verdict() string {
+	rep := b.rep
+	n := len(b.o.GPUs)
+	if rep.Run.Stopped != nil || rep.Run.Exit == torchrun.ExitInterrupted {
+		return "interrupted: the cases after the signal were not run; no verdict is drawn"
+	}
+	if len(rep.Corrupt) > 0 {
+		c := rep.Corrupt[0]
+		if c.Peer == HostPeer {
+			return fmt.Sprintf("CORRUPT: GPU%d's link to pinned host memory changes data (%s): nothing measured through it can be trusted", c.GPU, c.Link)
+		}
+		return fmt.Sprintf("CORRUPT: %s between GPU%d and GPU%d (%s): custom allreduce must not run there (%d %s found bytes wrong)",
+			CorruptText, c.GPU, c.Peer, c.Link, len(rep.Corrupt), textfmt.Word(len(rep.Corrupt), "check", "checks"))
+	}
+	for _, f := range rep.Findings {
+		if f.Severity == Error {
+			return "FAILED: " + f.Text
+		}
+	}
+	if n == 1 {
+		h := hostSummary(rep.HostLinks)
+		return fmt.Sprintf("1 GPU (%s): no peer, so no P2P pair or all-to-all pattern can be measured here; its link to pinned host memory, every byte checked and exact: %s", b.gpuName(0), h)
+	}
+	var parts []string
+	kinds := map[string]bool{}
+	for _, p := range rep.Pairs {
+		kinds[p.Link.Label] = true
+	}
+	s := fmt.Sprintf("%d GPUs, %d ordered pairs, every byte checked and exact", n, len(rep.Pairs))
+	if len(kinds) == 1 {
+		for k := range kinds {
+			s = fmt.Sprintf("%d GPUs, every pair %s, every byte checked and exact", n, k)
+		}
+	}
+	if r, w := spread(rep.Pairs, true), spread(rep.Pairs, false); r != "" {
+		parts = append(parts, "pairs alone: read "+r+", write "+w)
+	}
+	if rtt := rttSpread(rep.Pairs); rtt != "" {
+		parts = append(parts, "flag round trip "+rtt)
+	}
+	slow := 0
+	for _, p := range rep.Pairs {
+		slow += len(p.Slow)
+	}
+	if slow > 0 {
+		parts = append(parts, fmt.Sprintf("%s far below %s link (see findings)", textfmt.Plural(slow, "rate", "rates"), textfmt.Word(slow, "its", "their")))
+	}
+	if a := asymmetry(rep.Patterns); a != "" {
+		parts = append(parts, a)
+	}
+	return s + ": " + strings.Join(parts, "; ")
+}
+
+func hostSummary(hs []HostLinkReport) string {
+	var out []string
+	for _, h := range hs {
+		var l, st string
+		for _, r := range h.Load {
+			l += fmt.Sprintf(" %.1f at %s,", r.GBps.Median, allreduce.FormatBytes(r.Bytes))
+		}
+		for _, r := range h.Store {
+			st += fmt.Sprintf(" %.1f at %s,", r.GBps.Median, allreduce.FormatBytes(r.Bytes))
+		}
+		out = append(out, fmt.Sprintf("GPU%d (%s) loads%s stores%s GB/s", h.GPU, h.Link.Label, strings.TrimSuffix(l, ","), strings.TrimSuffix(st, ",")))
+	}
+	return strings.Join(out, "; ")
+}
+
+// spread is the range of the pairs' read (or write) medians at the largest
+// size, "51.0-53.2 GB/s at 64M".
+func spread(ps []Pair, read bool) string {
+	var xs []float64
+	size := 0
+	for _, p := range ps {
+		rs := p.Write
+		if read {
+			rs = p.Read
+		}
+		if len(rs) == 0 {
+			continue
+		}
+		r := slices.MaxFunc(rs, func(a, b Rate) int { return a.Bytes - b.Bytes })
+		size = r.Bytes
+		xs = append(xs, r.GBps.Median)
+	}
+	if len(xs) == 0 {
+		return ""
+	}
+	lo, hi := slices.Min(xs), slices.Max(xs)
+	if hi-lo < 0.05 {
+		return fmt.Sprintf("%.1f GB/s at %s", lo, allreduce.FormatBytes(size))
+	}
+	return fmt.Sprintf("%.1f-%.1f GB/s at %s", lo, hi, allreduce.FormatBytes(size))
+}
+
+func rttSpread(ps []Pair) string {
+	var xs []float64
+	for _, p := range ps {
+		if p.FlagRTTUS != nil {
+			xs = append(xs, p.FlagRTTUS.Median)
+		}
+	}
+	if len(xs) == 0 {
+		return ""
+	}
+	lo, hi := slices.Min(xs), slices.Max(xs)
+	if hi-lo < 0.05 {
+		return fmt.Sprintf("%.2f µs", lo)
+	}
+	return fmt.Sprintf("%.2f-%.2f µs", lo, hi)
+}
+
+// Asymmetry is a group's all-to-all read against its all-to-all write:
+// what decides between pull (custom 1-stage and 2-stage read their
+// peers) and push algorithms there.
+type Asymmetry struct {
+	Pattern   string  `json:"pattern"`
+	Kind      string  `json:"kind"`
+	ReadGBps  float64 `json:"read_gbps"` // per GPU, median
+	WriteGBps float64 `json:"write_gbps"`
+}
+
+// Asymmetries pairs each group's read and write patterns, in report
+// order.
+func (rep *Report) Asymmetries() []Asymmetry {
+	return asymmetries(rep.Patterns)
+}
+
+func asymmetries(ps []PatternReport) []Asymmetry {
+	var out []Asymmetry
+	for _, r := range ps {
+		if r.Op != OpRead || r.PerGPUGBps == nil {
+			continue
+		}
+		for _, w := range ps {
+			if w.Op == OpWrite && w.Name == r.Name && w.PerGPUGBps != nil {
+				out = append(out, Asymmetry{Pattern: r.Name, Kind: r.Kind, ReadGBps: r.PerGPUGBps.Median, WriteGBps: w.PerGPUGBps.Median})
+			}
+		}
+	}
+	return out
+}
+
+// asymmetry is the verdict's clause on the widest group measured.
+func asymmetry(ps []PatternReport) string {
+	as := asymmetries(ps)
+	if len(as) == 0 {
+		return ""
+	}
+	a := as[len(as)-1] // Patterns lists all GPUs last
+	s := fmt.Sprintf("all-to-all %s: read %.1f GB/s per GPU, write %.1f", a.Pattern, a.ReadGBps, a.WriteGBps)
+	switch ratio := a.WriteGBps / a.ReadGBps; {
+	case ratio > 1.25:
+		return s + fmt.Sprintf(" (writes %.1fx reads: pushes suit this host better than pulls)", ratio)
+	case ratio < 0.8:
+		return s + fmt.Sprintf(" (reads %.1fx writes: pulls suit this host)", 1/ratio)
+	}
+	return s + " (within 25%: pull and push move bytes alike here)"
+}
+
+// Failed reports whether the run found corrupt data or an error.
+func (rep *Report) Failed() bool {
+	for _, f := range rep.Findings {
+		if f.Severity == Error {
+			return true
+		}
+	}
+	return false
+}
+
+// Interrupted reports whether a signal stopped the run.
+func (rep *Report) Interrupted() bool {
+	return rep.Run.Exit == torchrun.ExitInterrupted
+}
+
+// Load reads a report `arpatch bench p2p --json` wrote, refusing another
+// schema, naming path.
+func Load(path string) (*Report, error) {
+	b, err := os.ReadFile(path)
+	if err != nil {
+		return nil, err
+	}
+	var rep Report
+	if err := json.Unmarshal(b, &rep); err != nil {
+		return nil, fmt.Errorf("%s: not a bench p2p report: %w", path, err)
+	}
+	if rep.Schema != Schema {
+		return nil, fmt.Errorf("%s: schema %q, want %q (write one with `arpatch bench p2p --json %s`)", path, rep.Schema, Schema, path)
+	}
+	if rep.Run == nil {
+		rep.Run = &Run{}
+	}
+	return &rep, nil
+}
+
+// WriteTable prints the matrices, the host links, the patterns, the
+// findings and the verdict.
+func (rep *Report) WriteTable(w io.Writer) {
+	if len(rep.Pairs) > 0 {
+		size := 0
+		for _, p := range rep.Pairs {
+			for _, r := range p.Read {
+				size = max(size, r.Bytes)
+			}
+		}
+		fmt.Fprintf(w, "P2P through CUDA IPC mappings, each pair alone, GB/s at %s (row: the GPU whose kernel runs; column: the peer whose memory it uses):\n", allreduce.FormatBytes(size))
+		for _, op := range []string{OpRead, OpWrite} {
+			rep.matrix(w, op+" ("+map[string]string{OpRead: "loads from", OpWrite: "stores to"}[op]+" the peer)", func(p Pair) string {
+				rs := p.Read
+				if op == OpWrite {
+					rs = p.Write
+				}
+				for _, r := range rs {
+					if r.Bytes == size {
+						mark := ""
+						if len(p.Slow) > 0 {
+							mark = "*"
+						}
+						return fmt.Sprintf("%.1f%s", r.GBps.Median, mark)
+					}
+				}
+				return "ERR"
+			})
+		}
+		rep.matrix(w, "latency, µs: flag round trip / one dependent load", func(p Pair) string {
+			f := func(x *Figure) string {
+				if x == nil {
+					return "-"
+				}
+				return fmt.Sprintf("%.2f", x.Median)
+			}
+			return f(p.FlagRTTUS) + "/" + f(p.ReadLatencyUS)
+		})
+		fmt.Fprintln(w, "links:")
+		seen := map[string]bool{}
+		for _, p := range rep.Pairs {
+			a, b := min(p.GPU, p.Peer), max(p.GPU, p.Peer)
+			k := fmt.Sprint(a, b)
+			if !seen[k] {
+				seen[k] = true
+				fmt.Fprintf(w, "  GPU%d-GPU%d  %s", a, b, p.Link.Label)
+				if p.Link.NominalGBps > 0 {
+					fmt.Fprintf(w, ", %.1f GB/s nominal", p.Link.NominalGBps)
+				}
+				fmt.Fprintln(w)
+			}
+		}
+	}
+	if len(rep.HostLinks) > 0 {
+		fmt.Fprintln(w, "link to pinned host memory, each GPU alone, one stream (GB/s; latency µs):")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  GPU\tlink\tsize\tloads\tstores\tdependent load")
+		for _, h := range rep.HostLinks {
+			lat := "-"
+			if h.ReadLatencyUS != nil {
+				lat = fmt.Sprintf("%.2f", h.ReadLatencyUS.Median)
+			}
+			for k, r := range h.Load {
+				st := "-"
+				for _, s := range h.Store {
+					if s.Bytes == r.Bytes {
+						st = fmt.Sprintf("%.1f (%.1f-%.1f)", s.GBps.Median, s.GBps.Min, s.GBps.Max)
+					}
+				}
+				fmt.Fprintf(tw, "  GPU%d\t%s\t%s\t%.1f (%.1f-%.1f)\t%s\t%s\n", h.GPU, h.Link.Label, allreduce.FormatBytes(r.Bytes), r.GBps.Median, r.GBps.Min, r.GBps.Max, st, map[bool]string{true: lat, false: ""}[k == 0])
+			}
+		}
+		_ = tw.Flush() // w's own errors are the caller's to see
+	}
+	if len(rep.Patterns) > 0 {
+		fmt.Fprintf(w, "all-to-all, every GPU of a group at once, %s per peer (GB/s per GPU, median and range):\n", allreduce.FormatBytes(rep.Options.PatternBytes))
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  group\tread\twrite")
+		for _, a := range rep.Patterns {
+			if a.Op != OpRead {
+				continue
+			}
+			cell := func(p PatternReport) string {
+				if p.Error != "" || p.PerGPUGBps == nil {
+					return "ERR"
+				}
+				return fmt.Sprintf("%.1f (%.1f-%.1f)", p.PerGPUGBps.Median, p.PerGPUGBps.Min, p.PerGPUGBps.Max)
+			}
+			wr := "-"
+			for _, b := range rep.Patterns {
+				if b.Op == OpWrite && b.Name == a.Name {
+					wr = cell(b)
+				}
+			}
+			fmt.Fprintf(tw, "  %s\t%s\t%s\n", a.Name, cell(a), wr)
+		}
+		_ = tw.Flush() // w's own errors are the caller's to see
+	}
+	if len(rep.Findings) > 0 {
+		fmt.Fprintln(w, "findings:")
+		for _, f := range rep.Findings {
+			fmt.Fprintf(w, "  [%s] %s\n", f.Severity, f.Text)
+		}
+	}
+	fmt.Fprintf(w, "verdict: %s\n", rep.Verdict)
+}
+
+// matrix prints one GPU x GPU table of cell(pair).
+func (rep *Report) matrix(w io.Writer, title string, cell func(Pair) string) {
+	fmt.Fprintln(w, title+":")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
+	fmt.Fprint(tw, "\t")
+	for _, g := range rep.Host.GPUs {
+		fmt.Fprintf(tw, "GPU%d\t", g.Index)
+	}
+	fmt.Fprintln(tw)
+	for _, a := range rep.Host.GPUs {
+		fmt.Fprintf(tw, "  GPU%d\t", a.Index)
+		for _, b := range rep.Host.GPUs {
+			c := "-"
+			if a.Index != b.Index {
+				c = "?"
+				for _, p := range rep.Pairs {
+					if p.GPU == a.Index && p.Peer == b.Index {
+						c = cell(p)
+					}
+				}
+			}
+			fmt.Fprintf(tw, "%s\t", c)
+		}
+		fmt.Fprintln(tw)
+	}
+	_ = tw.Flush() // w's own errors are the caller's to see
+}

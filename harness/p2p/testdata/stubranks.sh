@@ -1,0 +1,27 @@
+#!/bin/sh
+# Stands in for python3 in tests. Asked for `-m torch.distributed.run
+# --standalone --nproc-per-node N p2p.py ARGS`, it runs the real p2p.py
+# with ARGS on its stub device (--stub-world-size N: N ranks as threads of
+# one process, no torch, no GPU), adding the words of $P2P_STUB (stub
+# faults: --stub-corrupt write:1:2, --stub-rate read:0:3:12, ...) and
+# --stub-bus-ids $P2P_STUB_BUS_IDS. Anything else goes to the python3
+# that comes after this script's directory on PATH.
+self=$(cd "$(dirname "$0")" && pwd)
+PATH=$(printf '%s\n' "$PATH" | tr ':' '\n' | grep -vx "$self" | paste -sd: -)
+export PATH
+if [ "$1 $2" != "-m torch.distributed.run" ]; then
+  exec python3 "$@"
+fi
+shift 2
+ws=1
+while [ $# -gt 0 ]; do
+  case "$1" in
+    --standalone) ;;
+    --nproc-per-node) ws=$2; shift ;;
+    *) break ;;
+  esac
+  shift
+done
+# $P2P_STUB is split into words on purpose.
+# shellcheck disable=SC2086
+exec python3 "$@" --stub-world-size "$ws" --stub-bus-ids "${P2P_STUB_BUS_IDS-}" $P2P_STUB
