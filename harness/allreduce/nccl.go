@@ -1,13 +1,17 @@
 package allreduce
 
 import (
+	"fmt"
 	"sort"
 	"strings"
 
 	"github.com/arpatch/arpatch/internal/lazyre"
 )
 
-// NCCLTransport is what NCCL_DEBUG=INFO said about how ranks talk.
+// NCCLTransport is what NCCL_DEBUG=INFO said about how ranks talk and
+// what it chose: the one reading of NCCL's log in arpatch (bench
+// allreduce, tune allreduce and their NCCL variants use it; a check of
+// NCCL's transport by policy belongs here too).
 type NCCLTransport struct {
 	// Transports counts channel connections by transport: "P2P", "SHM",
 	// "NET", "NVLS", "CollNet".
@@ -17,7 +21,42 @@ type NCCLTransport struct {
 	Details  []string `json:"details,omitempty"`
 	Channels int      `json:"channels,omitempty"` // "NCCL INFO N coll channels"
 	Version  string   `json:"version,omitempty"`
+	// Env is what NCCL says it took from the environment
+	// ("NCCL_PROTO set by environment to LL"; NCCL_DEBUG_SUBSYS ENV):
+	// proof that a variant's knob reached it.
+	Env map[string]string `json:"env,omitempty"`
+	// Chose is, per allreduce size, the algorithm, protocol and channels
+	// NCCL dispatched ("AllReduce: 40960 Bytes -> Algo RING proto LL
+	// channel{Lo..Hi}={0..1}", rank 0, NCCL_DEBUG_SUBSYS TUNING), once per
+	// distinct choice, by size.
+	Chose []NCCLChoice `json:"chose,omitempty"`
+	// Warnings are NCCL's WARN lines, once each (the first 10).
+	Warnings []string `json:"warnings,omitempty"`
 	Findings []string `json:"findings,omitempty"`
+}
+
+// NCCLChoice is one dispatch NCCL logged for an allreduce.
+type NCCLChoice struct {
+	Bytes    int    `json:"bytes"`
+	Algo     string `json:"algo"`     // "RING", "TREE", "NVLS", ...
+	Proto    string `json:"proto"`    // "LL", "LL128", "SIMPLE"
+	Channels string `json:"channels"` // "0..1"
+}
+
+func (c NCCLChoice) String() string {
+	return fmt.Sprintf("%s %s/%s channels %s", FormatBytes(c.Bytes), c.Algo, c.Proto, c.Channels)
+}
+
+// At returns what NCCL chose for an allreduce of n bytes: one choice, or
+// several joined by "; " (it changed during the run), "" when not logged.
+func (t NCCLTransport) At(n int) string {
+	var out []string
+	for _, c := range t.Chose {
+		if c.Bytes == n {
+			out = append(out, c.Algo+"/"+c.Proto+" channels "+c.Channels)
+		}
+	}
+	return strings.Join(out, "; ")
 }
 
 var (
@@ -25,6 +64,9 @@ var (
 	viaRe      = lazyre.New(`NCCL INFO Channel \d+/\d+ : .* via ([A-Za-z0-9]+)(/[A-Za-z0-9/]*)?`)
 	channelsRe = lazyre.New(`NCCL INFO (\d+) coll channels`)
 	versionRe  = lazyre.New(`NCCL version (\d+\.\d+\.\d+)`)
+	envRe      = lazyre.New(`NCCL INFO (NCCL_[A-Z0-9_]+) set by environment to (\S*?)\.?\s*$`)
+	choseRe    = lazyre.New(`NCCL INFO AllReduce: (\d+) Bytes -> Algo (\S+) proto (\S+) channel\{Lo\.\.Hi\}=\{(\d+\.\.\d+)\}`)
+	warnRe     = lazyre.New(`NCCL WARN (.*\S)`)
 )
 
 // ParseNCCLTransport reads NCCL_DEBUG=INFO output (from any rank, with or
@@ -34,9 +76,25 @@ var (
 // PCIe host, as in the published account, points there, where a well-tuned
 // P2P ring takes ~25 us.
 func ParseNCCLTransport(lines []string) NCCLTransport {
-	t := NCCLTransport{Transports: map[string]int{}}
+	t := NCCLTransport{Transports: map[string]int{}, Env: map[string]string{}}
 	seen := map[string]bool{}
+	chose := map[NCCLChoice]bool{}
+	warned := map[string]bool{}
 	for _, l := range lines {
+		if m := envRe().FindStringSubmatch(l); m != nil {
+			t.Env[m[1]] = m[2]
+		}
+		if m := choseRe().FindStringSubmatch(l); m != nil {
+			c := NCCLChoice{Bytes: atoi(m[1]), Algo: m[2], Proto: m[3], Channels: m[4]}
+			if !chose[c] {
+				chose[c] = true
+				t.Chose = append(t.Chose, c)
+			}
+		}
+		if m := warnRe().FindStringSubmatch(l); m != nil && !warned[m[1]] && len(t.Warnings) < 10 {
+			warned[m[1]] = true
+			t.Warnings = append(t.Warnings, m[1])
+		}
 		if m := viaRe().FindStringSubmatch(l); m != nil {
 			t.Transports[m[1]]++
 			d := m[1] + m[2]
@@ -53,6 +111,10 @@ func ParseNCCLTransport(lines []string) NCCLTransport {
 		}
 	}
 	sort.Strings(t.Details)
+	sort.SliceStable(t.Chose, func(i, j int) bool { return t.Chose[i].Bytes < t.Chose[j].Bytes })
+	if len(t.Env) == 0 {
+		t.Env = nil
+	}
 	if t.Transports["SHM"] > 0 {
 		t.Findings = append(t.Findings, "NCCL uses SHM (host memory) between GPUs of this host: GPU P2P is off or blocked (NCCL_P2P_DISABLE, ACS, IOMMU); expect ~200 us allreduces where P2P gives ~25 us")
 	}

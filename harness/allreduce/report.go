@@ -1,8 +1,10 @@
 package allreduce
 
 import (
+	"cmp"
 	"fmt"
 	"io"
+	"maps"
 	"math"
 	"slices"
 	"sort"
@@ -28,10 +30,15 @@ type Verify struct {
 type Cost struct {
 	Impl      string  `json:"impl"`
 	Branch    string  `json:"branch"`
+	Islands   string  `json:"islands,omitempty"`
+	Variant   string  `json:"nccl_variant,omitempty"`
 	Mode      string  `json:"mode"`
 	PerCallUS float64 `json:"per_call_us"`
 	TotalUS   float64 `json:"total_us"`
-	Speedup   float64 `json:"speedup_vs_nccl,omitempty"` // NCCL time / this time, same mode
+	// Speedup is the fastest correct NCCL's time (Baseline, same mode)
+	// over this time.
+	Speedup  float64 `json:"speedup_vs_nccl,omitempty"`
+	Baseline string  `json:"nccl_baseline,omitempty"` // "nccl" or "nccl:LL"
 }
 
 // Report is the JSON document of `arpatch bench allreduce --json`.
@@ -42,14 +49,24 @@ type Report struct {
 	Options        struct {
 		WorldSize int      `json:"world_size"`
 		Sizes     []int    `json:"sizes"`
+		Cap       bool     `json:"cap,omitempty"`
 		Impls     []string `json:"impls"`
 		Branches  []string `json:"branches"`
 		Modes     []string `json:"modes"`
+		DTypes    []string `json:"dtypes,omitempty"`
+		Islands   []string `json:"islands,omitempty"`
 		Ext       string   `json:"ext,omitempty"`
 	} `json:"options"`
-	Verify Verify `json:"verify"`
-	Run    *Run   `json:"run"`
-	Costs  []Cost `json:"verify_costs"`
+	// IslandsFrom says where the islands came from: the flag, or the host
+	// topology and how it was read (allreduce.HostIslands).
+	IslandsFrom string `json:"islands_from,omitempty"`
+	Verify      Verify `json:"verify"`
+	Run         *Run   `json:"run"`
+	// NCCLVariants are the runs of NCCL under its knobs (ExecuteVariants);
+	// VariantsSkipped the variants not run, with why.
+	NCCLVariants    []*VariantRun `json:"nccl_variants,omitempty"`
+	VariantsSkipped []string      `json:"nccl_variants_skipped,omitempty"`
+	Costs           []Cost        `json:"verify_costs"`
 	// Missing lists the cases asked for that never reported a result
 	// ("custom-2stage/pcie at 1M (graph)"): a rank that died or hung
 	// before them. A run with any is a failed run.
@@ -63,9 +80,31 @@ func NewReport(opts Options, v Verify, run *Run, version string) *Report {
 	rep := &Report{Schema: Schema, CreatedAt: time.Now().UTC(), ArpatchVersion: version, Verify: v, Run: run}
 	rep.Options.WorldSize, rep.Options.Sizes, rep.Options.Impls = opts.WorldSize, opts.Sizes, opts.Impls
 	rep.Options.Branches, rep.Options.Modes, rep.Options.Ext = opts.Branches, opts.Modes, opts.Ext
-	rep.Costs = VerifyCosts(run.Results, v)
+	rep.Options.Cap, rep.Options.DTypes = opts.Cap, opts.DTypes
+	for _, l := range opts.Layouts {
+		rep.Options.Islands = append(rep.Options.Islands, l.String())
+	}
 	rep.Missing = MissingCases(opts, run.Results)
-	rep.Findings = Findings(run, v, rep.Costs)
+	rep.derive()
+	return rep
+}
+
+// AddVariants adds the NCCL variants' runs (and the variants not run, with
+// why) and computes the costs and findings again: every speed-up then
+// compares with the fastest correct NCCL at its size.
+func (rep *Report) AddVariants(runs []*VariantRun, skipped []string) {
+	rep.NCCLVariants, rep.VariantsSkipped = runs, skipped
+	rep.derive()
+}
+
+// derive computes the costs and findings from the runs and Missing.
+func (rep *Report) derive() {
+	run := rep.Run
+	rep.Costs = VerifyCosts(rep.AllResults(), rep.Verify)
+	rep.Findings = Findings(run, rep.Verify, rep.Costs)
+	for _, vr := range rep.NCCLVariants {
+		rep.Findings = append(rep.Findings, variantFindings(vr)...)
+	}
 	if rep.Interrupted() {
 		// Not a finding about allreduce: the cases after the signal were
 		// not run, not lost.
@@ -74,34 +113,92 @@ func NewReport(opts Options, v Verify, run *Run, version string) *Report {
 			at = " during " + caseName(*p) + " at " + FormatBytes(p.Bytes) + " (" + p.Mode + ")"
 		}
 		rep.Findings = append(rep.Findings, fmt.Sprintf("INTERRUPTED%s: the ranks were stopped; %d of the cases asked for %s not run (no verdict on them)", at, len(rep.Missing), textfmt.Word(len(rep.Missing), "was", "were")))
-		return rep
+		return
 	}
 	if n := len(rep.Missing); n > 0 {
-		shown := rep.Missing
-		if n > 5 {
-			shown = append(append([]string(nil), shown[:5]...), fmt.Sprintf("and %d more", n-5))
-		}
-		rep.Findings = append(rep.Findings, fmt.Sprintf("MISSING %d of the cases asked for never reported a result: %s", n, strings.Join(shown, ", ")))
+		rep.Findings = append(rep.Findings, fmt.Sprintf("MISSING %d of the cases asked for never reported a result: %s", n, shortList(rep.Missing)))
 	}
-	return rep
 }
 
-// MissingCases returns the cases of opts (implementation x branch x size
-// x mode; NCCL has no branch) that results do not hold, in the order
-// bench.py runs them. A skipped result without a size (NCCL on an
-// oversubscribed run) covers every size and mode of its case.
+// shortList is the first five of xs, then "and N more".
+func shortList(xs []string) string {
+	if len(xs) > 5 {
+		xs = append(append([]string(nil), xs[:5]...), fmt.Sprintf("and %d more", len(xs)-5))
+	}
+	return strings.Join(xs, ", ")
+}
+
+// variantFindings are a variant run's failures, each named as the
+// variant's: a wrong sum, a hang, an error (an out-of-memory among them),
+// a run that ended badly or cases never reported. They do not fail the
+// report: such a variant is never a baseline.
+func variantFindings(vr *VariantRun) []string {
+	var f []string
+	name := VariantName(vr.Variant.Name) + " (" + strings.Join(vr.Variant.Env, " ") + ")"
+	for _, r := range vr.Run.Results {
+		switch r.Status() {
+		case "WRONG":
+			f = append(f, fmt.Sprintf("WRONG %s at %s: %s; never a baseline", name, at(r), wrongDetail(r)))
+		case "HANG":
+			f = append(f, fmt.Sprintf("HANG %s at %s: no result before the timeout; the variant's ranks were killed", name, at(r)))
+		case "ERROR":
+			f = append(f, fmt.Sprintf("ERROR %s at %s: %s", name, at(r), r.Error))
+		}
+	}
+	if e := vr.Run.Exit; e != "ok" && e != ExitInterrupted && vr.Run.Hang == nil {
+		f = append(f, fmt.Sprintf("%s: the run ended badly: %s", name, e))
+	}
+	if len(vr.Missing) > 0 && vr.Run.Exit != ExitInterrupted {
+		f = append(f, fmt.Sprintf("%s: %d cases never reported a result: %s", name, len(vr.Missing), shortList(vr.Missing)))
+	}
+	for _, w := range vr.Run.NCCL.Warnings {
+		f = append(f, fmt.Sprintf("%s: NCCL WARN %s", name, w))
+	}
+	return f
+}
+
+// AllResults are the run's results and every NCCL variant's.
+func (rep *Report) AllResults() []Result {
+	out := slices.Clone(rep.Run.Results)
+	for _, vr := range rep.NCCLVariants {
+		out = append(out, vr.Run.Results...)
+	}
+	return out
+}
+
+// MissingCases returns the cases of opts (implementation x branch x
+// islands layout x size x dtype x mode; NCCL has no branch; custom-island
+// and custom-auto on the PCIe branch run once per Options.Layouts) that
+// results do not hold, in the order bench.py runs them. A result without
+// a size (skipped, not applicable, unsupported, a failed init) covers
+// every size, dtype and mode of its case; Options.Cap asks for one result
+// marked Cap per case, dtype and mode.
 func MissingCases(opts Options, results []Result) []string {
 	type key struct {
-		impl, branch, mode string
-		bytes              int
+		impl, branch, islands, mode, dtype string
+		bytes                              int // -1: the cap
 	}
+	// A result without a dtype is bf16: what bench.py ran before it
+	// recorded the type per case.
+	dtypes := opts.DTypes
+	if len(dtypes) == 0 {
+		dtypes = []string{BF16}
+	}
+	dt := func(r Result) string { return cmp.Or(r.DType, BF16) }
 	seen := map[key]bool{}
-	whole := map[[2]string]bool{}
+	whole := map[[3]string]bool{}
 	for _, r := range results {
-		if r.Skipped && r.Bytes == 0 {
-			whole[[2]string{r.Impl, r.Branch}] = true
+		if r.Bytes == 0 {
+			whole[[3]string{r.Impl, r.Branch, r.Islands}] = true
 		}
-		seen[key{r.Impl, r.Branch, r.Mode, r.Bytes}] = true
+		seen[key{r.Impl, r.Branch, r.Islands, r.Mode, dt(r), r.Bytes}] = true
+		if r.Cap {
+			seen[key{r.Impl, r.Branch, r.Islands, r.Mode, dt(r), -1}] = true
+		}
+	}
+	sizes := slices.Clone(opts.Sizes)
+	if opts.Cap {
+		sizes = append(sizes, -1)
 	}
 	var out []string
 	for _, impl := range opts.Impls {
@@ -110,13 +207,32 @@ func MissingCases(opts Options, results []Result) []string {
 			branches = []string{"-"}
 		}
 		for _, b := range branches {
-			if whole[[2]string{impl, b}] {
-				continue
+			layouts := []string{""}
+			if b == "pcie" && perLayout(impl) && len(opts.Layouts) > 0 {
+				layouts = nil
+				for _, l := range opts.Layouts {
+					layouts = append(layouts, l.String())
+				}
 			}
-			for _, size := range opts.Sizes {
-				for _, m := range opts.Modes {
-					if !seen[key{impl, b, m, size}] {
-						out = append(out, fmt.Sprintf("%s at %s (%s)", caseName(Result{Impl: impl, Branch: b}), FormatBytes(size), m))
+			for _, l := range layouts {
+				if whole[[3]string{impl, b, l}] {
+					continue
+				}
+				for _, size := range sizes {
+					for _, d := range dtypes {
+						for _, m := range opts.Modes {
+							if !seen[key{impl, b, l, m, d, size}] {
+								r := Result{Impl: impl, Branch: b, Islands: l, Bytes: size, Mode: m}
+								if len(opts.DTypes) > 0 {
+									r.DType = d
+								}
+								if size < 0 {
+									out = append(out, fmt.Sprintf("%s at its cap (%s)", caseName(r), modeText(r)))
+								} else {
+									out = append(out, caseName(r)+" at "+at(r))
+								}
+							}
+						}
 					}
 				}
 			}
@@ -125,24 +241,41 @@ func MissingCases(opts Options, results []Result) []string {
 	return out
 }
 
+// bestNCCL is the fastest correct, timed NCCL result (any variant) in
+// results at n bytes in mode and dtype; ok false when there is none.
+func bestNCCL(results []Result, n int, mode, dtype string) (best Result, ok bool) {
+	for _, r := range results {
+		if r.Impl == NCCL && r.Bytes == n && r.Mode == mode && r.DType == dtype && r.Timed() && (!ok || r.MedianUS < best.MedianUS) {
+			best, ok = r, true
+		}
+	}
+	return best, ok
+}
+
 // VerifyCosts predicts each case's verify-pass allreduce time from its
-// median at v.Bytes, with the speed-up against NCCL in the same mode.
+// median at v.Bytes (bf16), with the speed-up against the fastest correct
+// NCCL (any variant) in the same mode, named as Baseline.
 func VerifyCosts(results []Result, v Verify) []Cost {
-	nccl := map[string]float64{}
 	var out []Cost
 	for _, r := range results {
-		if r.Bytes != v.Bytes || !r.Timed() {
+		if r.Bytes != v.Bytes || !r.Timed() || r.DType != "" && r.DType != BF16 {
 			continue
 		}
-		c := Cost{Impl: r.Impl, Branch: r.Branch, Mode: r.Mode, PerCallUS: r.MedianUS, TotalUS: r.MedianUS * float64(v.Count)}
-		if r.Impl == NCCL {
-			nccl[r.Mode] = r.MedianUS
-		}
-		out = append(out, c)
+		out = append(out, Cost{Impl: r.Impl, Branch: r.Branch, Islands: r.Islands, Variant: r.Variant, Mode: r.Mode,
+			PerCallUS: r.MedianUS, TotalUS: r.MedianUS * float64(v.Count)})
 	}
 	for i := range out {
-		if n := nccl[out[i].Mode]; n > 0 && out[i].Impl != NCCL {
-			out[i].Speedup = n / out[i].PerCallUS
+		if out[i].Impl == NCCL {
+			continue
+		}
+		var best *Cost
+		for j := range out {
+			if out[j].Impl == NCCL && out[j].Mode == out[i].Mode && (best == nil || out[j].PerCallUS < best.PerCallUS) {
+				best = &out[j]
+			}
+		}
+		if best != nil {
+			out[i].Speedup, out[i].Baseline = best.PerCallUS/out[i].PerCallUS, VariantName(best.Variant)
 		}
 	}
 	sort.SliceStable(out, func(i, j int) bool {
@@ -154,28 +287,51 @@ func VerifyCosts(results []Result, v Verify) []Cost {
 	return out
 }
 
+// wrongDetail is the first wrong element of a WRONG result.
+func wrongDetail(r Result) string {
+	if r.Wrong == nil {
+		return "the output is not the sum over ranks"
+	}
+	return fmt.Sprintf("rank %d element %d is %s, want %s (%d of %d elements wrong)", r.Wrong.Rank, r.Wrong.Index, r.Wrong.Got, r.Wrong.Want, r.Wrong.Mismatches, r.Wrong.Of)
+}
+
 // Findings lists what a reader must not miss: wrong sums, hangs, errors,
+// an extension without the push algorithms, the cases not applicable,
 // NCCL transport problems, an oversubscribed run, and custom allreduce
-// slower than NCCL at the verify size.
+// slower than the fastest NCCL at the verify size.
 func Findings(run *Run, v Verify, costs []Cost) []string {
 	var f []string
+	if p := run.AlgoProbe; p != nil && !p.Refused {
+		f = append(f, fmt.Sprintf("UNSUPPORTED push algorithms: init_custom_ar took %s=%s without complaint, so this extension predates them; custom-push1, custom-push2 and custom-island were not run (they would time another kernel). Rebuild it (arpatch build --allreduce-ext) from a tree patched with the current pcie series", p.Variable, p.Value))
+	}
+	na := map[string]bool{}
 	for _, r := range run.Results {
-		name := r.Impl
-		if r.Branch != "-" && r.Branch != "" {
-			name += "/" + r.Branch
-		}
-		at := fmt.Sprintf("%s at %s (%s)", name, FormatBytes(r.Bytes), r.Mode)
 		switch r.Status() {
 		case "WRONG":
-			detail := ""
+			d := ""
 			if r.Wrong != nil {
-				detail = fmt.Sprintf(": rank %d element %d is %s, want %s (%d of %d elements wrong)", r.Wrong.Rank, r.Wrong.Index, r.Wrong.Got, r.Wrong.Want, r.Wrong.Mismatches, r.Wrong.Of)
+				d = ": " + wrongDetail(r)
 			}
-			f = append(f, "WRONG "+at+detail+"; the output is not the sum over ranks: a kernel that launched nothing, or reduced the wrong data. Do not use this build")
+			f = append(f, "WRONG "+caseName(r)+" at "+at(r)+d+"; the output is not the sum over ranks: a kernel that launched nothing, or reduced the wrong data. Do not use this build")
 		case "HANG":
-			f = append(f, "HANG "+at+": no result before the timeout; the run was killed")
+			f = append(f, "HANG "+caseName(r)+" at "+at(r)+": no result before the timeout; the run was killed")
 		case "ERROR":
-			f = append(f, "ERROR "+at+": "+r.Error)
+			if r.Bytes == 0 {
+				f = append(f, "ERROR "+caseName(r)+": "+r.Error)
+			} else {
+				f = append(f, "ERROR "+caseName(r)+" at "+at(r)+": "+r.Error)
+			}
+		case "n/a":
+			// One line per case and size: the reason is the same across
+			// dtypes and modes.
+			where := caseName(r)
+			if r.Bytes > 0 {
+				where += " at " + FormatBytes(r.Bytes)
+			}
+			if !na[where] {
+				na[where] = true
+				f = append(f, "n/a "+where+" (not run): "+r.Error)
+			}
 		}
 	}
 	if run.Exit != "ok" && run.Exit != ExitInterrupted && run.Hang == nil {
@@ -190,26 +346,48 @@ func Findings(run *Run, v Verify, costs []Cost) []string {
 	}
 	for _, c := range costs {
 		if c.Speedup > 0 && c.Speedup < 1 {
-			f = append(f, fmt.Sprintf("SLOWER %s (%s) takes %.1f us at the verify size, NCCL %.1f us: %.0f%% slower; it would lose tok/s",
-				caseName(Result{Impl: c.Impl, Branch: c.Branch}), c.Mode, c.PerCallUS, c.PerCallUS*c.Speedup, (1/c.Speedup-1)*100))
+			f = append(f, fmt.Sprintf("SLOWER %s (%s) takes %.1f us at the verify size, the fastest NCCL %.1f us (%s): %.0f%% slower; it would lose tok/s",
+				caseName(Result{Impl: c.Impl, Branch: c.Branch, Islands: c.Islands}), c.Mode, c.PerCallUS, c.PerCallUS*c.Speedup, c.Baseline, (1/c.Speedup-1)*100))
 		}
 	}
 	return f
 }
 
-// caseName is "impl" or "impl/branch".
+// caseName is "impl", "impl/branch", "impl/branch[islands]", or
+// "nccl:VARIANT".
 func caseName(r Result) string {
-	if r.Branch == "" || r.Branch == "-" {
-		return r.Impl
+	if r.Impl == NCCL {
+		return VariantName(r.Variant)
 	}
-	return r.Impl + "/" + r.Branch
+	s := r.Impl
+	if r.Branch != "" && r.Branch != "-" {
+		s += "/" + r.Branch
+	}
+	if r.Islands != "" {
+		s += "[" + r.Islands + "]"
+	}
+	return s
 }
 
-// WriteTable prints one size x implementation table per mode: the median
-// in microseconds with [p10-p90], or WRONG, ERROR, HANG, or INTERRUPTED
-// (the case a signal cut short: no verdict); custom cells add the
-// speed-up against NCCL. The verify size is marked with '*'. Then the
-// predicted verify-pass costs and the findings.
+// modeText is "graph", or "graph, fp16" for a dtype other than bf16.
+func modeText(r Result) string {
+	if r.DType != "" && r.DType != BF16 {
+		return r.Mode + ", " + r.DType
+	}
+	return r.Mode
+}
+
+// at is "40K (graph)" or "40K (graph, fp16)".
+func at(r Result) string { return FormatBytes(r.Bytes) + " (" + modeText(r) + ")" }
+
+// WriteTable prints one size x implementation table per mode (and dtype):
+// the median in microseconds with [p10-p90], or WRONG, ERROR, HANG,
+// UNSUPPORTED, n/a, or INTERRUPTED (the case a signal cut short: no
+// verdict); a case's cap is marked "cap". With NCCL variants, a column
+// names the fastest correct NCCL at each size, and custom cells give the
+// speed-up against it (else against NCCL). The verify size is marked with
+// '*'. Then the predicted verify-pass costs, what NCCL chose, and the
+// findings.
 func (rep *Report) WriteTable(w io.Writer) {
 	run := rep.Run
 	e := run.Env
@@ -219,65 +397,108 @@ func (rep *Report) WriteTable(w io.Writer) {
 	}
 	fmt.Fprintf(w, "allreduce, world size %d on %d x %s, torch %s, CUDA %s, NCCL %s, %s; median us [p10-p90]\n",
 		e.WorldSize, e.Devices, orQ(e.Device), orQ(e.Torch), orQ(e.CUDA), orQ(e.NCCL), orQ(e.DType))
-	modes := map[string]bool{}
-	var order []string
+	if len(rep.Options.Islands) > 0 {
+		fmt.Fprintf(w, "islands (SGLANG_PCIE_CUSTOM_AR_ISLANDS): %s", strings.Join(rep.Options.Islands, "; "))
+		if rep.IslandsFrom != "" {
+			fmt.Fprintf(w, " (%s)", rep.IslandsFrom)
+		}
+		fmt.Fprintln(w)
+	}
+	type section struct{ mode, dtype string }
+	var order []section
+	seenSec := map[section]bool{}
 	cols := []string{}
 	seenCol := map[string]bool{}
 	cells := map[string]Result{}
 	sizes := map[int]bool{}
-	rows, cut := run.Results, ""
+	cell := func(sec section, c string, n int) string {
+		return fmt.Sprintf("%s|%s|%s|%d", sec.mode, sec.dtype, c, n)
+	}
+	all := rep.AllResults()
+	rows, cut := all, ""
 	if p := run.Interrupted; p != nil {
 		// Its cell says INTERRUPTED: no verdict, not an ERROR.
-		rows, cut = append(slices.Clone(rows), *p), fmt.Sprintf("%s|%s|%d", p.Mode, caseName(*p), p.Bytes)
+		rows, cut = append(slices.Clone(rows), *p), cell(section{p.Mode, p.DType}, caseName(*p), p.Bytes)
 	}
+	dtypes := map[string]bool{}
 	for _, r := range rows {
-		if !modes[r.Mode] && r.Mode != "" {
-			modes[r.Mode] = true
-			order = append(order, r.Mode)
+		sec := section{r.Mode, r.DType}
+		if !seenSec[sec] && r.Mode != "" {
+			seenSec[sec] = true
+			order = append(order, sec)
+		}
+		if r.Mode != "" {
+			dtypes[r.DType] = true
 		}
 		c := caseName(r)
 		if !seenCol[c] {
 			seenCol[c] = true
 			cols = append(cols, c)
 		}
-		cells[fmt.Sprintf("%s|%s|%d", r.Mode, c, r.Bytes)] = r
+		cells[cell(sec, c, r.Bytes)] = r
 		if r.Bytes > 0 {
 			sizes[r.Bytes] = true
 		}
 	}
-	var sz []int
-	for s := range sizes {
-		sz = append(sz, s)
+	// A case without a size (skipped, n/a, unsupported) fills its whole
+	// column.
+	wholeCase := map[string]Result{}
+	for _, r := range rows {
+		if r.Bytes == 0 {
+			wholeCase[caseName(r)] = r
+		}
 	}
-	sort.Ints(sz)
-	for _, mode := range order {
-		fmt.Fprintf(w, "\nmode %s\n", mode)
+	sz := slices.Sorted(maps.Keys(sizes))
+	variants := len(rep.NCCLVariants) > 0
+	for _, sec := range order {
+		head := "mode " + sec.mode
+		if len(dtypes) > 1 || sec.dtype != "" && sec.dtype != BF16 {
+			head += ", " + cmp.Or(sec.dtype, orQ(e.DType))
+		}
+		fmt.Fprintf(w, "\n%s\n", head)
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintf(tw, "size\t%s\t\n", strings.Join(cols, "\t"))
+		hdr := "size\t" + strings.Join(cols, "\t")
+		if variants {
+			hdr += "\tfastest NCCL"
+		}
+		fmt.Fprintf(tw, "%s\t\n", hdr)
 		for _, s := range sz {
 			label := FormatBytes(s)
 			if s == rep.Verify.Bytes {
 				label += "*"
 			}
 			row := []string{label}
-			nccl, hasNCCL := cells[fmt.Sprintf("%s|%s|%d", mode, NCCL, s)]
+			best, hasBest := bestNCCL(all, s, sec.mode, sec.dtype)
 			for _, c := range cols {
-				r, ok := cells[fmt.Sprintf("%s|%s|%d", mode, c, s)]
+				r, ok := cells[cell(sec, c, s)]
+				if !ok {
+					r, ok = wholeCase[c]
+				}
 				switch {
 				case !ok:
 					row = append(row, "-")
-				case fmt.Sprintf("%s|%s|%d", mode, c, s) == cut:
+				case cell(sec, c, s) == cut:
 					row = append(row, "INTERRUPTED")
 				case r.Status() != "ok":
 					row = append(row, r.Status())
 				case !r.Timed():
 					row = append(row, "ok (untimed)")
 				default:
-					cell := fmt.Sprintf("%.1f [%.1f-%.1f]", r.MedianUS, r.P10US, r.P90US)
-					if hasNCCL && nccl.Timed() && r.Impl != NCCL {
-						cell += fmt.Sprintf(" %.2fx", nccl.MedianUS/r.MedianUS)
+					txt := fmt.Sprintf("%.1f [%.1f-%.1f]", r.MedianUS, r.P10US, r.P90US)
+					if hasBest && r.Impl != NCCL {
+						txt += fmt.Sprintf(" %.2fx", best.MedianUS/r.MedianUS)
 					}
-					row = append(row, cell)
+					if r.Cap {
+						txt += " cap"
+					}
+					row = append(row, txt)
+				}
+			}
+			if variants {
+				if hasBest {
+					row = append(row, fmt.Sprintf("%s %.1f", VariantName(best.Variant), best.MedianUS))
+				} else {
+					row = append(row, "-")
 				}
 			}
 			fmt.Fprintf(tw, "%s\t\n", strings.Join(row, "\t"))
@@ -290,19 +511,66 @@ func (rep *Report) WriteTable(w io.Writer) {
 		for _, c := range rep.Costs {
 			sp := ""
 			if c.Speedup > 0 {
-				sp = fmt.Sprintf("  %.2fx vs NCCL", c.Speedup)
+				sp = fmt.Sprintf("  %.2fx vs %s", c.Speedup, c.Baseline)
 			}
-			fmt.Fprintf(w, "  %-6s %-22s %8.1f us%s\n", c.Mode, caseName(Result{Impl: c.Impl, Branch: c.Branch}), c.TotalUS, sp)
+			fmt.Fprintf(w, "  %-6s %-22s %8.1f us%s\n", c.Mode, caseName(Result{Impl: c.Impl, Branch: c.Branch, Islands: c.Islands, Variant: c.Variant}), c.TotalUS, sp)
 		}
 	}
 	if run.NCCL.Transports != nil {
 		fmt.Fprintf(w, "\nNCCL transport: %s (%d channels)\n", strings.Join(run.NCCL.Details, ", "), run.NCCL.Channels)
 	}
+	writeChose(w, rep)
 	if len(rep.Findings) > 0 {
 		fmt.Fprintln(w, "\nfindings:")
 		for _, f := range rep.Findings {
 			fmt.Fprintf(w, "  - %s\n", f)
 		}
+	}
+}
+
+// writeChose prints, per NCCL run that logged its dispatch, the knobs NCCL
+// took from the environment and what it chose at each size, and the NCCL
+// variants not run.
+func writeChose(w io.Writer, rep *Report) {
+	type acct struct {
+		name, env string
+		t         NCCLTransport
+	}
+	accts := []acct{{name: NCCL, t: rep.Run.NCCL}}
+	for _, vr := range rep.NCCLVariants {
+		accts = append(accts, acct{VariantName(vr.Variant.Name), strings.Join(vr.Variant.Env, " "), vr.Run.NCCL})
+	}
+	head := false
+	for _, a := range accts {
+		if len(a.t.Chose) == 0 && a.env == "" {
+			continue
+		}
+		if !head {
+			fmt.Fprintln(w, "\nwhat NCCL chose (NCCL_DEBUG=INFO):")
+			head = true
+		}
+		var took []string
+		for _, k := range slices.Sorted(maps.Keys(a.t.Env)) {
+			took = append(took, k+"="+a.t.Env[k])
+		}
+		line := "  " + a.name
+		if a.env != "" {
+			line += " (" + a.env + "; NCCL took " + cmp.Or(strings.Join(took, " "), "none of it") + ")"
+		}
+		var ch []string
+		for _, c := range a.t.Chose {
+			ch = append(ch, c.String())
+		}
+		if len(ch) > 0 {
+			line += ": " + strings.Join(ch, ", ")
+		}
+		if a.t.Transports != nil {
+			line += fmt.Sprintf("; %s, %d channels", strings.Join(a.t.Details, ", "), a.t.Channels)
+		}
+		fmt.Fprintln(w, line)
+	}
+	for _, s := range rep.VariantsSkipped {
+		fmt.Fprintln(w, "  "+s)
 	}
 }
 
@@ -315,17 +583,28 @@ func orQ(s string) string {
 
 // Interrupted reports whether the caller's context (a signal) ended the
 // run: its missing cases were not run, and say nothing about allreduce.
-func (rep *Report) Interrupted() bool { return rep.Run.Exit == ExitInterrupted }
+func (rep *Report) Interrupted() bool {
+	if rep.Run.Exit == ExitInterrupted {
+		return true
+	}
+	for _, vr := range rep.NCCLVariants {
+		if vr.Run.Exit == ExitInterrupted {
+			return true
+		}
+	}
+	return false
+}
 
-// Failed reports whether any case was wrong, hung, errored or missing; an
-// interrupted run fails only by a case that reported WRONG, HANG or ERROR
-// before the signal.
+// Failed reports whether any case of the run was wrong, hung, errored,
+// unsupported or missing; an interrupted run fails only by a case that
+// reported so before the signal. An NCCL variant that failed does not fail
+// the report (it is never a baseline; its findings say why).
 func (rep *Report) Failed() bool {
 	if len(rep.Missing) > 0 && !rep.Interrupted() {
 		return true
 	}
 	for _, r := range rep.Run.Results {
-		if s := r.Status(); s != "ok" && s != "skipped" {
+		if s := r.Status(); s != "ok" && s != "skipped" && s != "n/a" {
 			return true
 		}
 	}
@@ -333,7 +612,8 @@ func (rep *Report) Failed() bool {
 }
 
 // BestCustom returns the fastest custom case at the verify size in mode
-// and NCCL's time there; ok is false when either is missing.
+// and the fastest correct NCCL's time there (any variant); ok is false
+// when either is missing.
 func (rep *Report) BestCustom(mode string) (best Cost, ncclUS float64, ok bool) {
 	best.PerCallUS = math.Inf(1)
 	for _, c := range rep.Costs {
@@ -341,7 +621,9 @@ func (rep *Report) BestCustom(mode string) (best Cost, ncclUS float64, ok bool) 
 			continue
 		}
 		if c.Impl == NCCL {
-			ncclUS = c.PerCallUS
+			if ncclUS == 0 || c.PerCallUS < ncclUS {
+				ncclUS = c.PerCallUS
+			}
 		} else if c.PerCallUS < best.PerCallUS {
 			best = c
 		}

@@ -22,6 +22,9 @@ import (
 //go:embed bench.py
 var benchScript []byte
 
+// environ is the process environment, taken where Options.Env is nil.
+var environ = os.Environ
+
 // The defaults of a run's counts and timeout: the one place each lives.
 // Execute passes every count to bench.py, which has no defaults of its
 // own; `arpatch bench allreduce` and `arpatch tune allreduce` show them as
@@ -38,15 +41,29 @@ type Options struct {
 	Python    string // interpreter with torch
 	WorldSize int    // ranks; above the GPU count the run is oversubscribed (correctness only)
 	Sizes     []int  // bytes, multiples of 16
-	Impls     []string
-	Branches  []string      // "nvlink", "pcie"
-	Modes     []string      // ModeEager, ModeGraph
-	Ext       string        // the allreduce extension (.so) from `arpatch build --allreduce-ext`
-	Warmup    int           // untimed calls per case (0: none)
-	Inner     int           // allreduces per timed batch (eager) or per graph (0: DefaultInner)
-	Reps      int           // timed batches per case (0: DefaultReps)
-	Timeout   time.Duration // the whole run's (0: DefaultTimeout)
-	NCCLDebug bool          // run with NCCL_DEBUG=INFO and record the transport
+	// Cap adds each implementation's cap: the largest size that fits its
+	// communicator (bench.py's cap_size: 8 MiB for NCCL and the pull
+	// algorithms, less for the push algorithms' scratch).
+	Cap      bool
+	Impls    []string
+	Branches []string // "nvlink", "pcie"
+	Modes    []string // ModeEager, ModeGraph
+	// DTypes are the element types, KnownDTypes (nil: bf16 alone).
+	DTypes []string
+	// Layouts are the islands for the PCIe branch
+	// (SGLANG_PCIE_CUSTOM_AR_ISLANDS): custom-island and custom-auto run
+	// once per layout, every other custom implementation with the first.
+	// nil sets none (the kernel then sees one island).
+	Layouts []Islands
+	// CustomMaxBytes > 0 reports every custom case above it n/a, as 0002's
+	// SGLANG_PCIE_CUSTOM_AR_MAX_BYTES gate sends it to NCCL (0: no gate).
+	CustomMaxBytes int
+	Ext            string        // the allreduce extension (.so) from `arpatch build --allreduce-ext`
+	Warmup         int           // untimed calls per case (0: none)
+	Inner          int           // allreduces per timed batch (eager) or per graph (0: DefaultInner)
+	Reps           int           // timed batches per case (0: DefaultReps)
+	Timeout        time.Duration // the whole run's (0: DefaultTimeout)
+	NCCLDebug      bool          // run with NCCL_DEBUG=INFO and record what NCCL chose (Run.NCCL)
 	// ProbeThresholds first checks that init_custom_ar refuses a bad
 	// SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES (Run.ThresholdProbe).
 	ProbeThresholds bool
@@ -58,16 +75,78 @@ type Options struct {
 	Log io.Writer
 }
 
-// Impl names.
+// Impl names. The pull and push implementations each force one of the
+// pcie series' algorithms (/work/ALGOS.md, "Harness names"); custom-auto
+// runs the kernel's own dispatch.
 const (
 	NCCL         = "nccl"
-	Custom1Stage = "custom-1stage"
-	Custom2Stage = "custom-2stage"
+	Custom1Stage = "custom-1stage" // pull1: upstream's 1-stage
+	Custom2Stage = "custom-2stage" // pull2: upstream's 2-stage
 	CustomAuto   = "custom-auto"
+	CustomPush1  = "custom-push1" // push1: one-shot push
+	CustomPush2  = "custom-push2" // push2: two-shot push
+	CustomIsland = "custom-island"
 )
 
 // KnownImpls lists the implementations bench.py understands.
-var KnownImpls = []string{NCCL, Custom1Stage, Custom2Stage, CustomAuto}
+var KnownImpls = []string{NCCL, Custom1Stage, Custom2Stage, CustomAuto, CustomPush1, CustomPush2, CustomIsland}
+
+// ForcedImpls are the implementations that force one algorithm, in the
+// order tune breaks ties: the pull algorithms, then the push ones.
+var ForcedImpls = []string{Custom2Stage, Custom1Stage, CustomPush2, CustomPush1, CustomIsland}
+
+// algos maps each forced implementation to the pcie series' name of its
+// algorithm (SGLANG_PCIE_CUSTOM_AR_ALGO's ALGO).
+var algos = map[string]string{Custom1Stage: "pull1", Custom2Stage: "pull2", CustomPush1: "push1", CustomPush2: "push2", CustomIsland: "island"}
+
+// Algo is the pcie series' algorithm name of a forced implementation
+// ("pull1" for custom-1stage), "" for any other.
+func Algo(impl string) string { return algos[impl] }
+
+// ImplOf is the implementation that forces algo ("custom-push1" for
+// "push1"), "" for a name the pcie series does not have.
+func ImplOf(algo string) string {
+	for impl, a := range algos {
+		if a == algo {
+			return impl
+		}
+	}
+	return ""
+}
+
+// PushOnly reports whether impl exists on the PCIe branch only (the push
+// algorithms): on the nvlink branch bench.py reports it not applicable.
+func PushOnly(impl string) bool {
+	return impl == CustomPush1 || impl == CustomPush2 || impl == CustomIsland
+}
+
+// perLayout reports whether impl runs once per islands layout.
+func perLayout(impl string) bool { return impl == CustomIsland || impl == CustomAuto }
+
+// Element types (Options.DTypes, Result.DType): bench.py's names for
+// torch.bfloat16, float16 and float32.
+const (
+	BF16 = "bf16"
+	FP16 = "fp16"
+	FP32 = "fp32"
+)
+
+// KnownDTypes lists the element types bench.py understands.
+var KnownDTypes = []string{BF16, FP16, FP32}
+
+// DTypesError is ModesError for --dtype: nil when dtypes is non-empty and
+// every one is known.
+func DTypesError(dtypes []string) error {
+	if len(dtypes) == 0 {
+		return fmt.Errorf("is empty: use %s", strings.Join(KnownDTypes, ", "))
+	}
+	for _, d := range dtypes {
+		if !slices.Contains(KnownDTypes, d) {
+			return fmt.Errorf("%q: use %s", d, strings.Join(KnownDTypes, ", "))
+		}
+	}
+	return nil
+}
 
 // Mode names: how a case is timed, one launch per allreduce (ModeEager)
 // or Inner allreduces captured in one CUDA graph (ModeGraph). The words
@@ -106,28 +185,53 @@ type Wrong struct {
 	Of         int    `json:"of"`
 }
 
-// Result is one implementation x branch x size x mode.
+// Result is one implementation x branch x islands layout x size x dtype
+// x mode. A result without Bytes stands for every size, dtype and mode of
+// its case (one that never ran: skipped, not applicable, unsupported, or
+// an init that failed).
 type Result struct {
-	Impl     string    `json:"impl"`
-	Branch   string    `json:"branch"` // "nvlink", "pcie", or "-" for NCCL
-	Bytes    int       `json:"bytes"`
-	Mode     string    `json:"mode"` // ModeEager or ModeGraph
-	OK       bool      `json:"ok"`   // the output held the exact sum
-	Wrong    *Wrong    `json:"wrong,omitempty"`
-	Error    string    `json:"error,omitempty"`
-	Skipped  bool      `json:"skipped,omitempty"`
-	MedianUS float64   `json:"median_us,omitempty"`
-	P10US    float64   `json:"p10_us,omitempty"`
-	P90US    float64   `json:"p90_us,omitempty"`
-	Samples  []float64 `json:"samples_us,omitempty"`
+	Impl   string `json:"impl"`
+	Branch string `json:"branch"` // "nvlink", "pcie", or "-" for NCCL
+	// Islands is the layout of a custom-island or custom-auto case on
+	// the PCIe branch when the run set layouts ("" otherwise).
+	Islands string `json:"islands,omitempty"`
+	// Variant is the NCCL variant of an NCCL result ("" for NCCL as the
+	// environment leaves it); set by ExecuteVariants, not by bench.py.
+	Variant string `json:"nccl_variant,omitempty"`
+	Bytes   int    `json:"bytes"`
+	// Cap marks the case's cap (Options.Cap).
+	Cap  bool   `json:"cap,omitempty"`
+	Mode string `json:"mode"` // ModeEager or ModeGraph
+	// DType is one of KnownDTypes; "" in reports from before the type was
+	// recorded per case (RunEnv.DType then names the one type).
+	DType   string `json:"dtype,omitempty"`
+	OK      bool   `json:"ok"` // the output held the exact sum
+	Wrong   *Wrong `json:"wrong,omitempty"`
+	Error   string `json:"error,omitempty"`
+	Skipped bool   `json:"skipped,omitempty"`
+	// NotApplicable: a push algorithm on the nvlink branch, or a size
+	// that does not fit the communicator; Error says which. Never run.
+	NotApplicable bool `json:"not_applicable,omitempty"`
+	// Unsupported: the extension took SGLANG_PCIE_CUSTOM_AR_ALGO=bogus,
+	// so it predates the push algorithms (Run.AlgoProbe). Never run.
+	Unsupported bool      `json:"unsupported,omitempty"`
+	MedianUS    float64   `json:"median_us,omitempty"`
+	P10US       float64   `json:"p10_us,omitempty"`
+	P90US       float64   `json:"p90_us,omitempty"`
+	Samples     []float64 `json:"samples_us,omitempty"`
 }
 
 // Timed reports whether the result has a latency.
 func (r Result) Timed() bool { return r.OK && r.MedianUS > 0 }
 
-// Status is "ok", "WRONG", "ERROR", "skipped" or "HANG".
+// Status is "ok", "WRONG", "ERROR", "HANG", "UNSUPPORTED" (each a
+// failure), "skipped" or "n/a" (neither).
 func (r Result) Status() string {
 	switch {
+	case r.Unsupported:
+		return "UNSUPPORTED"
+	case r.NotApplicable:
+		return "n/a"
 	case r.Skipped:
 		return "skipped"
 	case r.Error == "hang":
@@ -140,7 +244,10 @@ func (r Result) Status() string {
 	return "ok"
 }
 
-// ThresholdProbe is rank 0's record of init_custom_ar given Variable=Value.
+// ThresholdProbe is rank 0's record of init_custom_ar given Variable=Value
+// on the PCIe branch: Run.ThresholdProbe (a bad 1-stage limit) and
+// Run.AlgoProbe (SGLANG_PCIE_CUSTOM_AR_ALGO=bogus, refused only by an
+// error that names the variable).
 type ThresholdProbe struct {
 	Variable string `json:"variable"`
 	Value    string `json:"value"`
@@ -157,7 +264,10 @@ type RunEnv struct {
 	Torch          string `json:"torch"`
 	CUDA           string `json:"cuda"`
 	NCCL           string `json:"nccl"`
-	DType          string `json:"dtype"`
+	DType          string `json:"dtype"` // the dtypes, comma-separated
+	// Islands are the layouts bench.py set (SGLANG_PCIE_CUSTOM_AR_ISLANDS).
+	Islands []string `json:"islands,omitempty"`
+	MaxSize int      `json:"max_size,omitempty"` // bytes of input and of scratch per communicator
 }
 
 // Run is the outcome of one benchmark run.
@@ -174,8 +284,12 @@ type Run struct {
 	// ThresholdProbe is what init_custom_ar did with a bad 1-stage limit
 	// (Options.ProbeThresholds): refused, as the pcie series does, or not.
 	ThresholdProbe *ThresholdProbe `json:"threshold_probe,omitempty"`
-	Seconds        float64         `json:"seconds"`
-	Exit           string          `json:"exit"` // "ok", "timeout", "interrupted", or the error
+	// AlgoProbe is what init_custom_ar did with
+	// SGLANG_PCIE_CUSTOM_AR_ALGO=bogus, asked before any push
+	// implementation runs: not refused, they are Unsupported.
+	AlgoProbe *ThresholdProbe `json:"algo_probe,omitempty"`
+	Seconds   float64         `json:"seconds"`
+	Exit      string          `json:"exit"` // "ok", "timeout", "interrupted", or the error
 	// BadLines counts result lines that did not parse (cut by a kill).
 	BadLines int      `json:"bad_lines,omitempty"`
 	Output   []string `json:"-"`
@@ -183,9 +297,22 @@ type Run struct {
 
 // torchrunArgs builds the command that starts bench.py on every rank.
 func torchrunArgs(opts Options, script, out string) []string {
+	sizes := textfmt.Ints(opts.Sizes, ",")
+	if opts.Cap {
+		sizes = strings.TrimPrefix(sizes+",cap", ",")
+	}
 	args := []string{opts.Python, "-m", "torch.distributed.run", "--standalone", "--nproc-per-node", strconv.Itoa(opts.WorldSize),
-		script, "--out", out, "--sizes", textfmt.Ints(opts.Sizes, ","), "--impls", strings.Join(opts.Impls, ","),
+		script, "--out", out, "--sizes", sizes, "--impls", strings.Join(opts.Impls, ","),
 		"--branches", strings.Join(opts.Branches, ","), "--modes", strings.Join(opts.Modes, ",")}
+	if len(opts.DTypes) > 0 {
+		args = append(args, "--dtypes", strings.Join(opts.DTypes, ","))
+	}
+	for _, l := range opts.Layouts {
+		args = append(args, "--islands", l.String())
+	}
+	if opts.CustomMaxBytes > 0 {
+		args = append(args, "--custom-max-bytes", strconv.Itoa(opts.CustomMaxBytes))
+	}
 	if opts.Ext != "" {
 		args = append(args, "--ext", opts.Ext)
 	}
@@ -223,10 +350,14 @@ func Execute(ctx context.Context, opts Options) (*Run, error) {
 	opts = opts.resolved()
 	env := opts.Env
 	if env == nil {
-		env = os.Environ()
+		env = environ()
 	}
 	if opts.NCCLDebug {
-		env = append(env[:len(env):len(env)], "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,GRAPH")
+		// INIT and GRAPH: the transport and channels; ENV: the knobs NCCL
+		// took; TUNING: per dispatch, its algorithm and protocol (rank 0,
+		// one buffered line per eager call, about a microsecond; a CUDA
+		// graph's replay logs nothing).
+		env = append(env[:len(env):len(env)], "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,GRAPH,ENV,TUNING")
 	}
 	tr, err := torchrun.Run(ctx, torchrun.Spec{
 		Script: benchScript, Name: "bench.py", Env: env, Timeout: opts.Timeout, Log: opts.Log,
@@ -263,7 +394,7 @@ func readResults(records []byte, run *Run) error {
 			if json.Unmarshal(line, &run.Env) != nil {
 				run.BadLines++
 			}
-		case "threshold_probe":
+		case "threshold_probe", "algo_probe":
 			// A probe that does not decode is no probe: an empty one would
 			// read as "took it" (Refused false).
 			var p ThresholdProbe
@@ -271,7 +402,11 @@ func readResults(records []byte, run *Run) error {
 				run.BadLines++
 				continue
 			}
-			run.ThresholdProbe = &p
+			if head.Event == "algo_probe" {
+				run.AlgoProbe = &p
+			} else {
+				run.ThresholdProbe = &p
+			}
 		case "start":
 			var r Result
 			if json.Unmarshal(line, &r) != nil {

@@ -151,3 +151,22 @@ func FormatBytes(n int) string {
 	}
 	return fmt.Sprintf("%dB", n)
 }
+
+// ParseSizesCap is ParseSizes for a list that may also hold the word
+// "cap": each implementation's own largest size (Options.Cap). A list of
+// "cap" alone has no other size.
+func ParseSizesCap(spec string) (sizes []int, capped bool, err error) {
+	var rest []string
+	for _, part := range strings.Split(spec, ",") {
+		if strings.EqualFold(strings.TrimSpace(part), "cap") {
+			capped = true
+			continue
+		}
+		rest = append(rest, part)
+	}
+	if capped && strings.TrimSpace(strings.Join(rest, "")) == "" {
+		return nil, true, nil
+	}
+	sizes, err = ParseSizes(strings.Join(rest, ","))
+	return sizes, capped, err
+}
