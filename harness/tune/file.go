@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"slices"
 	"sort"
 	"strconv"
 	"strings"
@@ -54,12 +55,16 @@ type File struct {
 	Choices []Choice `json:"choices,omitempty"` // written as a table in comments; not read back
 }
 
+// fileVariables are the variables a tune file may set: the pcie series'
+// and the NCCL knobs.
+var fileVariables = append(slices.Clone(Variables), allreduce.NCCLKnobs...)
+
 // Format renders the file. A record value that would break its comment
 // line (a newline, another control character) is written quoted
 // (envfile.Comment), so the file stays one that Parse reads.
 func (f *File) Format() []byte {
 	var b bytes.Buffer
-	fmt.Fprintf(&b, "# arpatch tune allreduce: thresholds for the pcie series' PCIe-only allreduce dispatch.\n")
+	fmt.Fprintf(&b, "# arpatch tune allreduce: the pcie series' PCIe-only allreduce dispatch, and the NCCL it leaves the largest sizes to.\n")
 	fmt.Fprintf(&b, "# Use it with `arpatch bench --tune FILE`, `arpatch apply --tune FILE`, nightly's [bench] tune = \"FILE\", or `set -a; . ./FILE; set +a` (FILE with a slash: `.` looks a bare name up in PATH) before starting SGLang.\n")
 	for _, kv := range [][2]string{
 		{"schema", Schema},
@@ -89,23 +94,54 @@ func (f *File) Format() []byte {
 	return b.Bytes()
 }
 
-// WriteChoices prints one line per size: each algorithm's median in µs,
-// the fastest correct one and the one the thresholds choose.
+// WriteChoices prints one line per size: the median in µs of NCCL as the
+// environment leaves it, of the fastest correct NCCL variant (named), of
+// each forced custom algorithm measured, the fastest of all, the one the
+// tune chose, and the chosen custom algorithm's speed-up against the
+// fastest NCCL.
 func WriteChoices(w io.Writer, cs []Choice) {
+	var algos []string
+	for _, impl := range choiceImpls {
+		if slices.ContainsFunc(cs, func(c Choice) bool { _, ok := c.US[impl]; return ok }) {
+			algos = append(algos, impl)
+		}
+	}
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-	fmt.Fprintln(tw, "size\tnccl us\t1-stage us\t2-stage us\tfastest\tchosen")
-	for _, c := range cs {
-		cell := func(alg string) string {
-			if v, ok := c.US[alg]; ok {
-				return strconv.FormatFloat(v, 'f', 1, 64)
-			}
+	head := []string{"size", "nccl us", "fastest NCCL us"}
+	for _, a := range algos {
+		head = append(head, cmp.Or(allreduce.Algo(a), a)+" us")
+	}
+	fmt.Fprintln(tw, strings.Join(append(head, "fastest", "chosen", "vs fastest NCCL"), "\t"))
+	us := func(v float64, ok bool) string {
+		if !ok {
 			return "-"
 		}
-		fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%s\t%s\n", allreduce.FormatBytes(c.Bytes), cell(allreduce.NCCL), cell(allreduce.Custom1Stage),
-			cell(allreduce.Custom2Stage), cmp.Or(c.Fastest, "-"), c.Chosen)
+		return strconv.FormatFloat(v, 'f', 1, 64)
+	}
+	for _, c := range cs {
+		nccl, ok := c.US[allreduce.NCCL]
+		row := []string{allreduce.FormatBytes(c.Bytes), us(nccl, ok)}
+		if b, ok := c.US[c.BestNCCL]; ok {
+			row = append(row, us(b, true)+" ("+c.BestNCCL+")")
+		} else {
+			row = append(row, "-")
+		}
+		for _, a := range algos {
+			v, ok := c.US[a]
+			row = append(row, us(v, ok))
+		}
+		sp := "-"
+		if c.Speedup > 0 {
+			sp = strconv.FormatFloat(c.Speedup, 'f', 2, 64) + "x"
+		}
+		fmt.Fprintln(tw, strings.Join(append(row, cmp.Or(c.Fastest, "-"), c.Chosen, sp), "\t"))
 	}
 	tw.Flush()
 }
+
+// choiceImpls are the custom implementations a tune chooses among, in the
+// order of its table.
+var choiceImpls = []string{allreduce.Custom1Stage, allreduce.Custom2Stage, allreduce.CustomPush1, allreduce.CustomPush2, allreduce.CustomIsland}
 
 // Parse reads a tune file. name is used in errors. It returns an error
 // naming the file and line for a line that envfile.Parse refuses (a line
@@ -149,10 +185,8 @@ func Parse(name string, data []byte) (*File, error) {
 			continue
 		}
 		k, v := l.Key, l.Value
-		switch k {
-		case EnvForce, EnvMaxBytes, Env1StageMax:
-		default:
-			return nil, fmt.Errorf("%s:%d: %s is not a variable a tune file sets (%s, %s, %s)", name, n, k, EnvForce, EnvMaxBytes, Env1StageMax)
+		if !slices.Contains(fileVariables, k) {
+			return nil, fmt.Errorf("%s:%d: %s is not a variable a tune file sets (%s)", name, n, k, strings.Join(fileVariables, ", "))
 		}
 		if prev, dup := lineOf[k]; dup {
 			return nil, fmt.Errorf("%s:%d: %s is set twice (lines %d and %d; a shell would take the last, %q, silently); keep one, or write the file again with `%s`", name, n, k, prev, n, v, retune)
@@ -174,6 +208,15 @@ func Parse(name string, data []byte) (*File, error) {
 	}
 	t, err := FromEnv(env)
 	if err != nil {
+		line := 0
+		for k, l := range lineOf {
+			if !strings.HasPrefix(k, "#") && strings.Contains(err.Error(), k+"=") && (line == 0 || l < line) {
+				line = l
+			}
+		}
+		if line > 0 {
+			return nil, fmt.Errorf("%s:%d: %w", name, line, err)
+		}
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
 	f.Thresholds = t
@@ -190,6 +233,11 @@ func Parse(name string, data []byte) (*File, error) {
 	}
 	if err := bounds.WorldSizeError(f.WorldSize); err != nil {
 		return nil, fmt.Errorf("%s:%d: world_size %v, so no tune measured it; write the file again with `%s`", name, lineOf["# world_size"], err, retune)
+	}
+	if t.Islands != "" {
+		if _, err := allreduce.ParseIslands(t.Islands, f.WorldSize); err != nil {
+			return nil, fmt.Errorf("%s:%d: %s=%w, but the tune was made at world size %d; write the file again with `%s`", name, lineOf[EnvIslands], EnvIslands, err, f.WorldSize, retune)
+		}
 	}
 	return f, nil
 }

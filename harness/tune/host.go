@@ -1,6 +1,7 @@
 package tune
 
 import (
+	"slices"
 	"sort"
 	"strings"
 )
@@ -34,19 +35,28 @@ func ServingSizes(hidden, draftTokens int) []int {
 	return out
 }
 
-// ApplyEnv sets the thresholds in env, a server's environment, when it
-// opens the PCIe gate (SGLANG_FORCE_CUSTOM_AR_PCIE=1); it reports whether
-// it did. An arm without the gate open runs NCCL and is left alone.
-func (t Thresholds) ApplyEnv(env map[string]string) bool {
-	if env[EnvForce] != "1" {
-		return false
-	}
+// ApplyEnv sets the tune's variables in env, a server's environment: the
+// NCCL variant's always (every arm's NCCL then is the strongest one the
+// tune found, the baseline's included), the pcie series' only when env
+// opens the PCIe gate (SGLANG_FORCE_CUSTOM_AR_PCIE=1; gate reports it),
+// clearing those of its variables the tune does not set, so that the arm
+// runs exactly the tune. set lists what it set, "K=V", in Env's order.
+func (t Thresholds) ApplyEnv(env map[string]string) (set []string, gate bool) {
+	gate = env[EnvForce] == "1"
 	for _, kv := range t.Env() {
 		k, v, _ := strings.Cut(kv, "=")
+		if !gate && !strings.HasPrefix(k, "NCCL_") {
+			continue
+		}
 		env[k] = v
+		set = append(set, kv)
 	}
-	if t.OneStageMax == nil {
-		delete(env, Env1StageMax)
+	if gate {
+		for _, k := range Variables {
+			if !slices.ContainsFunc(set, func(kv string) bool { return strings.HasPrefix(kv, k+"=") }) {
+				delete(env, k)
+			}
+		}
 	}
-	return true
+	return set, gate
 }

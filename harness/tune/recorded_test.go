@@ -25,8 +25,10 @@ func loadOutcome(t *testing.T, path string) *Outcome {
 // CUDA-graph medians; docs/pcie-dispatch.md) for each era's patched tree:
 // every sum exact under every threshold setting, the extension refused a
 // bad threshold at init, Pick gives the recorded thresholds from the
-// recorded medians, and in CUDA graphs custom-auto ran the kernel each
-// setting selects wherever the two kernels' times differ by more than 25%.
+// recorded medians (written then as the legacy 1-stage limit, now as the
+// schedule that dispatches every size alike), and in CUDA graphs
+// custom-auto ran the kernel each setting selects wherever the two
+// kernels' times differ by more than 25%.
 func TestRecordedH200Tunes(t *testing.T) {
 	for _, era := range []string{"A", "B", "C"} {
 		o := loadOutcome(t, "testdata/h200x2-ws2-"+era+".json")
@@ -37,12 +39,14 @@ func TestRecordedH200Tunes(t *testing.T) {
 			t.Errorf("%s: probe %+v", era, p)
 		}
 		th, cs, verdict, err := Pick(o.Measure.Run.Results, 2, "graph")
-		if err != nil || !reflect.DeepEqual(th, o.File.Thresholds) || verdict != o.File.Verdict {
-			t.Errorf("%s: Pick = %s, %q, %v; recorded %s", era, th, verdict, err, o.File.Thresholds)
+		sizes := ServingSizes(5120, 4)
+		if err != nil || th.MaxBytes != o.File.Thresholds.MaxBytes || !reflect.DeepEqual(Dispatch(th, 2, sizes), Dispatch(o.File.Thresholds, 2, sizes)) ||
+			!strings.HasPrefix(verdict, "custom allreduce beat the fastest NCCL at 11 of 11 sizes") || !strings.HasPrefix(o.File.Verdict, "custom allreduce beat NCCL at 11 of 11 sizes") {
+			t.Errorf("%s: Pick = %s, %q, %v; recorded %s, %q", era, th, verdict, err, o.File.Thresholds, o.File.Verdict)
 		}
 		// 1-stage was fastest at every serving size on NVLink, so the
 		// tune keeps it up to the 8 MiB cap.
-		if th.MaxBytes != 8<<20 || *th.OneStageMax != 8<<20 || len(cs) != 11 || cs[2].Bytes != 40960 || cs[2].Fastest != "custom-1stage" {
+		if th.MaxBytes != 8<<20 || th.Schedule.String() != "pull1" || *o.File.Thresholds.OneStageMax != 8<<20 || len(cs) != 11 || cs[2].Bytes != 40960 || cs[2].Fastest != "custom-1stage" {
 			t.Errorf("%s: %s, choices %+v", era, th, cs)
 		}
 		told := 0

@@ -1,50 +1,63 @@
-// Package tune holds the run-time thresholds of the pcie series' PCIe-only
+// Package tune holds the run-time settings of the pcie series' PCIe-only
 // allreduce dispatch and the tune file that carries them from
 // `arpatch tune allreduce` to `bench`, `nightly` and the printed runtime
-// environment: the variable names, the parse rule both patched sides share,
-// what the patched stack runs at each size, the choice of thresholds from
-// measured cases, and the env file with its host record and host check.
+// environment: the variable names, the parse rules both patched sides
+// share, what the patched stack runs at each size, the choice of a
+// schedule, a cut and an NCCL variant from measured cases, and the env
+// file with its host record and host check.
 //
 // It is not the measurement (harness/allreduce runs the ranks) and not the
 // traffic model (harness/traffic estimates without measuring).
 //
-// Facts it rests on, as the pcie series patches them:
+// Facts it rests on, as the pcie series patches them (/work/ALGOS.md):
 //   - Upstream: python/sglang/srt/distributed/device_communicators/custom_all_reduce.py@84118acf50b3 (CustomAllreduce.should_custom_ar)
 //     admits at most max_size bytes (8 MiB); 0002 caps PCIe-only groups at
-//     SGLANG_PCIE_CUSTOM_AR_MAX_BYTES (default 65536; 0 keeps every size on
-//     NCCL) when SGLANG_FORCE_CUSTOM_AR_PCIE=1 opened the gate.
+//     SGLANG_PCIE_CUSTOM_AR_MAX_BYTES (0 keeps every size on NCCL) when
+//     SGLANG_FORCE_CUSTOM_AR_PCIE=1 opened the gate.
 //   - Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3 (CustomAllreduce::allreduce)
-//     picks 1-stage or 2-stage; 0001 gives PCIe-only groups (full_nvlink_
-//     false) 1-stage up to SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES, read once
-//     at init_custom_ar, 2-stage above; unset, every size at world size 2 and
-//     none above. SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage|2stage forces one.
-//   - Both sides accept ASCII digits only, 0 to 2^64-1, and refuse anything
-//     else at init, naming the variable. The kernel reads
-//     SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES on every PCIe-only group, a pair
-//     without SGLANG_FORCE_CUSTOM_AR_PCIE included, and 0002 checks it there
-//     too; SGLANG_PCIE_CUSTOM_AR_MAX_BYTES is read only with the gate open.
+//     picks 1-stage or 2-stage (pull1, pull2); 0001 adds the push
+//     algorithms push1, push2 and island on PCIe-only groups (full_nvlink_
+//     false) and reads, once at init_custom_ar, a schedule
+//     SGLANG_PCIE_CUSTOM_AR_ALGO (ALGO[:MAX_BYTES] steps, "auto" by default)
+//     and the islands SGLANG_PCIE_CUSTOM_AR_ISLANDS. The legacy
+//     SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=B still means pull1:B,pull2
+//     and is refused together with SGLANG_PCIE_CUSTOM_AR_ALGO.
+//     SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage|2stage forces one and wins.
+//   - Both sides accept byte counts in ASCII digits only, 0 to 2^64-1, and
+//     refuse a bad value at init, naming the variable.
 //   - Upstream: python/sglang/srt/distributed/parallel_state.py@84118acf50b3 (GroupCoordinator.__init__)
 //     (and @8905cbd42f4a, @0bda0b168ad5) constructs CustomAllreduce inside
 //     `except Exception`, logging "Setup Custom allreduce failed with ...":
-//     a refused threshold leaves a server running on NCCL, so arpatch checks
-//     tune files with ParseBytes before any server starts.
+//     a refused value leaves a server running on NCCL, so arpatch checks
+//     tune files (FromEnv) before any server starts.
+//   - NCCL's knobs (allreduce.NCCLKnobs) apply to every NCCL collective of
+//     the process; a tune carries the one variant that won at the sizes
+//     left on NCCL.
 package tune
 
 import (
 	"fmt"
 	"math"
+	"slices"
 	"strconv"
+	"strings"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
+	"github.com/arpatch/arpatch/internal/lazyre"
 )
 
 // The variables the pcie series reads.
 const (
 	EnvForce     = "SGLANG_FORCE_CUSTOM_AR_PCIE"
 	EnvMaxBytes  = "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES"
-	Env1StageMax = "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES"
-	EnvAlgo      = "SGLANG_CUSTOM_ALLREDUCE_ALGO"
+	Env1StageMax = "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES" // legacy: pull1:B,pull2
+	EnvSchedule  = "SGLANG_PCIE_CUSTOM_AR_ALGO"
+	EnvIslands   = allreduce.EnvIslands
+	EnvAlgo      = "SGLANG_CUSTOM_ALLREDUCE_ALGO" // upstream's
 )
+
+// Variables are the pcie series' variables a tune sets or clears.
+var Variables = []string{EnvForce, EnvMaxBytes, Env1StageMax, EnvSchedule, EnvIslands}
 
 // DefaultMaxBytes is 0002's built-in SGLANG_PCIE_CUSTOM_AR_MAX_BYTES in
 // bytes (docs/pcie-dispatch.md derives it).
@@ -70,21 +83,142 @@ func ParseBytes(name, raw string) (uint64, error) {
 	return v, nil
 }
 
-// Thresholds are the PCIe dispatch's two limits, in bytes.
+// Algos are the algorithm names of a schedule, the pcie series' names of
+// the forced implementations (allreduce.Algo).
+var Algos = []string{"push1", "push2", "island", "pull1", "pull2"}
+
+// Step is one step of a schedule: Algo for allreduces up to MaxBytes
+// bytes; the last step has no bound (Last).
+type Step struct {
+	Algo     string `json:"algo"`
+	MaxBytes uint64 `json:"max_bytes,omitempty"`
+	Last     bool   `json:"last,omitempty"`
+}
+
+// Schedule is SGLANG_PCIE_CUSTOM_AR_ALGO: steps with strictly ascending
+// bounds, the last without one. nil is "auto", the kernel's own.
+type Schedule []Step
+
+// ParseSchedule reads SGLANG_PCIE_CUSTOM_AR_ALGO as 0001 does: "" or
+// "auto" is nil; else comma-separated ALGO[:MAX_BYTES] steps, ALGO one
+// of Algos, MAX_BYTES digits (ParseBytes), bounds strictly ascending, the
+// last step without a bound ("push2" alone: push2 at every size). The
+// error names the variable, the step and an example.
+func ParseSchedule(raw string) (Schedule, error) {
+	if raw == "" || raw == "auto" {
+		return nil, nil
+	}
+	bad := func(f string, a ...any) (Schedule, error) {
+		return nil, fmt.Errorf("%s=%q: %s; want auto, or steps ALGO[:MAX_BYTES] joined by ',' (ALGO: %s), bounds strictly ascending, the last step without a bound, e.g. %s=push1:32768,island",
+			EnvSchedule, raw, fmt.Sprintf(f, a...), strings.Join(Algos, ", "), EnvSchedule)
+	}
+	parts := strings.Split(raw, ",")
+	var s Schedule
+	for i, p := range parts {
+		algo, bound, hasBound := strings.Cut(p, ":")
+		if !slices.Contains(Algos, algo) {
+			return bad("step %d names %q, not an algorithm", i+1, algo)
+		}
+		st := Step{Algo: algo, Last: i == len(parts)-1}
+		switch {
+		case st.Last && hasBound:
+			return bad("the last step %q has a bound: nothing would run above it", p)
+		case !st.Last && !hasBound:
+			return bad("step %q has no bound, but steps follow it", p)
+		case hasBound:
+			v, err := ParseBytes(EnvSchedule, bound)
+			if err != nil {
+				return bad("step %q: the bound %q is not a whole number of bytes (digits only)", p, bound)
+			}
+			if len(s) > 0 && v <= s[len(s)-1].MaxBytes {
+				return bad("step %q: bounds must be strictly ascending", p)
+			}
+			st.MaxBytes = v
+		}
+		s = append(s, st)
+	}
+	return s, nil
+}
+
+// String is the variable's value, e.g. "push1:32768,island"; "auto" for
+// nil.
+func (s Schedule) String() string {
+	if s == nil {
+		return "auto"
+	}
+	parts := make([]string, len(s))
+	for i, st := range s {
+		parts[i] = st.Algo
+		if !st.Last {
+			parts[i] += ":" + strconv.FormatUint(st.MaxBytes, 10)
+		}
+	}
+	return strings.Join(parts, ",")
+}
+
+// At is the algorithm the schedule runs for an allreduce of n bytes.
+func (s Schedule) At(n uint64) string {
+	for _, st := range s {
+		if st.Last || n <= st.MaxBytes {
+			return st.Algo
+		}
+	}
+	return ""
+}
+
+// Describe is "push1 up to 32K, island above" or "push2 at every size".
+func (s Schedule) Describe() string {
+	if len(s) == 1 {
+		return s[0].Algo + " at every size"
+	}
+	var parts []string
+	for _, st := range s {
+		if st.Last {
+			parts = append(parts, st.Algo+" above")
+		} else {
+			parts = append(parts, st.Algo+" up to "+formatBytes(st.MaxBytes))
+		}
+	}
+	return strings.Join(parts, ", ")
+}
+
+// legacySchedule is what SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=b means.
+func legacySchedule(b uint64) Schedule {
+	return Schedule{{Algo: "pull1", MaxBytes: b}, {Algo: "pull2", Last: true}}
+}
+
+// ncclValueRe is what a tune file may give an NCCL knob: a word, so that
+// `set -a; . FILE` reads it unquoted as written.
+var ncclValueRe = lazyre.New(`^[A-Za-z0-9_]+$`)
+
+// Thresholds are the run-time settings of the PCIe dispatch that a tune
+// chooses: the NCCL cut, the schedule (or the legacy 1-stage limit), the
+// islands, and the NCCL variant that serves the sizes left on NCCL.
 type Thresholds struct {
 	// MaxBytes is SGLANG_PCIE_CUSTOM_AR_MAX_BYTES: the largest allreduce
 	// that takes custom allreduce; larger ones stay on NCCL. 0: none.
 	MaxBytes uint64 `json:"max_bytes"`
-	// OneStageMax is SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES: the largest
-	// that takes 1-stage, 2-stage above. nil: the kernel's default.
+	// OneStageMax is the legacy SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES:
+	// pull1 up to it, pull2 above. nil: not set.
 	OneStageMax *uint64 `json:"one_stage_max_bytes,omitempty"`
+	// Schedule is SGLANG_PCIE_CUSTOM_AR_ALGO; nil: not set (auto).
+	Schedule Schedule `json:"schedule,omitempty"`
+	// Islands is SGLANG_PCIE_CUSTOM_AR_ISLANDS ("": not set), set when the
+	// schedule runs island.
+	Islands string `json:"islands,omitempty"`
+	// NCCL are the winning NCCL variant's variables ("NCCL_PROTO=Simple"),
+	// nil when NCCL as the environment leaves it won.
+	NCCL []string `json:"nccl_env,omitempty"`
 }
 
-// Defaults are the thresholds when neither variable is set.
+// Defaults are the thresholds when no variable is set.
 func Defaults() Thresholds { return Thresholds{MaxBytes: DefaultMaxBytes} }
 
 // FromEnv reads the thresholds from a KEY=VALUE map; a variable left out
-// keeps its default. It returns ParseBytes' error for a bad value.
+// keeps its default. It returns the error of ParseBytes, ParseSchedule or
+// allreduce.ParseIslands for a bad value, and refuses the schedule and the
+// legacy 1-stage limit set together (0001 refuses the pair at init) and an
+// NCCL knob whose value is not a plain word.
 func FromEnv(env map[string]string) (Thresholds, error) {
 	t := Defaults()
 	if raw, ok := env[EnvMaxBytes]; ok && raw != "" {
@@ -101,11 +235,47 @@ func FromEnv(env map[string]string) (Thresholds, error) {
 		}
 		t.OneStageMax = &v
 	}
+	s, err := ParseSchedule(env[EnvSchedule])
+	if err != nil {
+		return t, err
+	}
+	t.Schedule = s
+	if s != nil && t.OneStageMax != nil {
+		return t, fmt.Errorf("%s=%s and %s=%d are both set, which the pcie series refuses at init: keep %s (the legacy %s means %s=%s)",
+			EnvSchedule, env[EnvSchedule], Env1StageMax, *t.OneStageMax, EnvSchedule, Env1StageMax, EnvSchedule, legacySchedule(*t.OneStageMax))
+	}
+	if raw := env[EnvIslands]; raw != "" {
+		if _, err := allreduce.ParseIslands(raw, 0); err != nil {
+			return t, fmt.Errorf("%s=%w", EnvIslands, err)
+		}
+		t.Islands = raw
+	}
+	for _, k := range allreduce.NCCLKnobs {
+		if v, ok := env[k]; ok {
+			if !ncclValueRe().MatchString(v) {
+				return t, fmt.Errorf("%s=%q: want a plain word of letters, digits and '_' (e.g. %s), as NCCL's documented values are", k, v, exampleKnob(k))
+			}
+			t.NCCL = append(t.NCCL, k+"="+v)
+		}
+	}
 	return t, nil
 }
 
-// OneStageLimit is the 1-stage limit in bytes the kernel uses at world
-// size ws: OneStageMax, or its default (every size at 2, none above).
+// exampleKnob is a built-in variant's assignment of knob k.
+func exampleKnob(k string) string {
+	for _, v := range allreduce.NCCLVariants {
+		for _, kv := range v.Env {
+			if strings.HasPrefix(kv, k+"=") {
+				return kv
+			}
+		}
+	}
+	return k + "=..."
+}
+
+// OneStageLimit is the legacy 1-stage limit in bytes the kernel uses at
+// world size ws: OneStageMax, or upstream's default (every size at 2,
+// none above).
 func (t Thresholds) OneStageLimit(ws int) uint64 {
 	if t.OneStageMax != nil {
 		return *t.OneStageMax
@@ -116,40 +286,84 @@ func (t Thresholds) OneStageLimit(ws int) uint64 {
 	return 0
 }
 
+// Effective is the schedule the kernel runs at world size ws: Schedule,
+// the legacy 1-stage limit's pull1:B,pull2, or nil when neither is set
+// (auto: at world size 2 pull1, above it the kernel's own choice).
+func (t Thresholds) Effective() Schedule {
+	switch {
+	case t.Schedule != nil:
+		return t.Schedule
+	case t.OneStageMax != nil:
+		return legacySchedule(*t.OneStageMax)
+	}
+	return nil
+}
+
 // Algorithm names what the patched stack runs for an allreduce of n bytes
 // on a PCIe-only group of ws ranks with SGLANG_FORCE_CUSTOM_AR_PCIE=1:
-// allreduce.NCCL, allreduce.Custom1Stage or allreduce.Custom2Stage.
+// allreduce.NCCL above the cut, else the implementation of the schedule's
+// algorithm there (allreduce.ImplOf); with neither schedule nor legacy
+// limit, custom-1stage at world size 2 (upstream's choice, which auto
+// keeps) and allreduce.CustomAuto above (the kernel's own constants
+// decide).
 func (t Thresholds) Algorithm(ws, n int) string {
 	if n < 0 || uint64(n) > min(t.MaxBytes, UpstreamMaxSize) {
 		return allreduce.NCCL
 	}
-	if uint64(n) <= t.OneStageLimit(ws) {
+	return t.Kernel(ws, n)
+}
+
+// Kernel is the custom implementation the kernel's dispatch runs for n
+// bytes at world size ws, whatever the cut (as custom-auto, called
+// directly, runs): Algorithm below the cut.
+func (t Thresholds) Kernel(ws, n int) string {
+	if s := t.Effective(); s != nil {
+		return allreduce.ImplOf(s.At(uint64(n)))
+	}
+	if ws == 2 {
 		return allreduce.Custom1Stage
 	}
-	return allreduce.Custom2Stage
+	return allreduce.CustomAuto
 }
 
 // Env returns the variables that select these thresholds, in a fixed
-// order: the force switch, the custom allreduce cap and, when set, the
-// 1-stage limit.
+// order: the force switch, the custom allreduce cap, the schedule (or the
+// legacy 1-stage limit), the islands, then the NCCL variant's.
 func (t Thresholds) Env() []string {
 	out := []string{EnvForce + "=1", EnvMaxBytes + "=" + strconv.FormatUint(t.MaxBytes, 10)}
+	if t.Schedule != nil {
+		out = append(out, EnvSchedule+"="+t.Schedule.String())
+	}
 	if t.OneStageMax != nil {
 		out = append(out, Env1StageMax+"="+strconv.FormatUint(*t.OneStageMax, 10))
 	}
-	return out
+	if t.Islands != "" {
+		out = append(out, EnvIslands+"="+t.Islands)
+	}
+	return append(out, t.NCCL...)
 }
 
-// String is "custom up to 64K (1-stage up to 0B, 2-stage above), NCCL above".
+// String is "custom allreduce up to 1M (push1 up to 32K, island above),
+// NCCL above", with the NCCL variant's variables after it.
 func (t Thresholds) String() string {
+	nccl := ""
+	if len(t.NCCL) > 0 {
+		nccl = " (" + strings.Join(t.NCCL, " ") + ")"
+	}
 	if t.MaxBytes == 0 {
-		return "NCCL at every size"
+		return "NCCL at every size" + nccl
 	}
-	one := "the kernel's default 1-stage limit"
-	if t.OneStageMax != nil {
-		one = "1-stage up to " + formatBytes(*t.OneStageMax)
+	sched := "the kernel's auto schedule"
+	if s := t.Effective(); s != nil {
+		sched = s.Describe()
+		if t.Schedule == nil {
+			sched += ", by the legacy " + Env1StageMax
+		}
 	}
-	return fmt.Sprintf("custom allreduce up to %s (%s, 2-stage above), NCCL above", formatBytes(t.MaxBytes), one)
+	if t.Islands != "" {
+		sched += ", islands " + t.Islands
+	}
+	return fmt.Sprintf("custom allreduce up to %s (%s), NCCL above%s", formatBytes(t.MaxBytes), sched, nccl)
 }
 
 func formatBytes(n uint64) string {
