@@ -2,7 +2,6 @@ package nightly
 
 import (
 	"fmt"
-	"maps"
 
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/tune"
@@ -17,7 +16,10 @@ type TuneRecord struct {
 	// Dispatch is, per serving size at the recipe's TP, the algorithm the
 	// pcie series runs with these thresholds ("40K custom-2stage").
 	Dispatch []string `json:"dispatch"`
-	Arms     []string `json:"arms"` // the arms that took them (those that open the PCIe gate)
+	// Arms are the arms that took the pcie series' variables (those that
+	// open the PCIe gate); NCCLArms those that took only the NCCL variant's.
+	Arms     []string `json:"arms"`
+	NCCLArms []string `json:"nccl_arms,omitempty"`
 }
 
 // TuneHost is the environment as harness/tune identifies a host.
@@ -26,8 +28,8 @@ func (e Environment) TuneHost() tune.Host {
 }
 
 // applyTune checks bench.tune against this host (bench.force_tune turns
-// another host into a warning), sets its thresholds in the arms that open
-// the PCIe gate, and records it in rep. It returns the *tune.HostError of
+// another host into a warning), sets its variables in the arms
+// (bench.TuneArms), and records it in rep. It returns the *tune.HostError of
 // a file made elsewhere.
 func applyTune(cfg *Config, tf *tune.File, rep *Report, bo *bench.Options) error {
 	if tf == nil {
@@ -41,11 +43,11 @@ func applyTune(cfg *Config, tf *tune.File, rep *Report, bo *bench.Options) error
 	rep.Warnings = append(rep.Warnings, warnings...)
 	rec := &TuneRecord{Path: path, Host: tf.Host.Name, Thresholds: tf.Thresholds,
 		Dispatch: tune.Dispatch(tf.Thresholds, bo.TP, tune.ServingSizes(5120, max(bo.SpecDraftTokens, 1)))}
-	for i := range bo.Arms {
-		env := maps.Clone(bo.Arms[i].Env) // nil stays nil: ApplyEnv writes nothing without the PCIe gate
-		if tf.Thresholds.ApplyEnv(env) {
-			bo.Arms[i].Env = env
-			rec.Arms = append(rec.Arms, bo.Arms[i].Name)
+	for _, a := range bench.TuneArms(bo.Arms, tf.Thresholds) {
+		if a.PCIe {
+			rec.Arms = append(rec.Arms, a.Name)
+		} else {
+			rec.NCCLArms = append(rec.NCCLArms, a.Name)
 		}
 	}
 	rep.Tune = rec

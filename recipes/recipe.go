@@ -421,7 +421,7 @@ func (r *Recipe) validate(data []byte, md toml.MetaData) error {
 }
 
 // checkKnownEnv validates the variables whose meaning arpatch knows: the
-// pcie series' three (its patched custom_all_reduce_utils.py and
+// pcie series' (byte limits, the schedule, the islands) (its patched custom_all_reduce_utils.py and
 // custom_all_reduce.cuh refuse a bad byte limit at server start, far from
 // the recipe) and SGLang's algorithm override
 // (custom_all_reduce.cuh throws on an unknown value).
@@ -429,6 +429,10 @@ func checkKnownEnv(k, v string) error {
 	switch k {
 	case tune.EnvMaxBytes, tune.Env1StageMax:
 		if _, err := tune.ParseBytes(k, v); err != nil {
+			return err
+		}
+	case tune.EnvSchedule, tune.EnvIslands:
+		if _, err := tune.FromEnv(map[string]string{k: v}); err != nil {
 			return err
 		}
 	case "SGLANG_FORCE_CUSTOM_AR_PCIE":

@@ -20,6 +20,8 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
+	"github.com/arpatch/arpatch/harness/doctor"
+	"github.com/arpatch/arpatch/harness/nvsmi"
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/kernels"
@@ -29,16 +31,46 @@ func benchAllreduceCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "allreduce",
 		Usage: "measure NCCL against the patched custom allreduce, checking every sum",
-		UsageText: `arpatch bench allreduce [--world-size N] [--sizes 4K..1M] [--shape 4x5120] [--count 122]
-                        [--impl nccl,custom-1stage,custom-2stage,custom-auto] [--branches nvlink,pcie]
-                        [--modes eager,graph] (--ext PATH | --src DIR [--arch 90a]) [--json FILE]`,
-		Description: `Go starts bench.py on N ranks with torchrun. For each implementation, branch
-and size, every rank first checks the result is the exact sum over ranks (a
-kernel that launched nothing shows as WRONG, never as fast), then times eager
-loops and CUDA-graph-captured loops (as nccl-tests -G). Medians and p10/p90
-are in microseconds. NCCL runs with NCCL_DEBUG=INFO so the transport it chose
-(P2P, SHM, NET) is recorded; SHM or NET within one host is flagged. The run
-is guarded by --timeout; a hang is reported with its case.
+		UsageText: `arpatch bench allreduce [--world-size N] [--sizes 4K..1M[,cap]] [--shape 4x5120] [--count 122]
+                        [--impl IMPLS] [--branches nvlink,pcie] [--modes eager,graph] [--dtype bf16,fp16,fp32]
+                        [--islands LAYOUT|all]... [--nccl-variants all|none|NAMES]
+                        (--ext PATH | --src DIR [--arch 90a]) [--json FILE]`,
+		Description: `Go starts bench.py on N ranks with torchrun. For each implementation, branch,
+size, dtype and mode, every rank first checks the result is the exact sum over
+ranks (a kernel that launched nothing shows as WRONG, never as fast), then
+times eager loops and CUDA-graph-captured loops (as nccl-tests -G). Medians
+and p10/p90 are in microseconds. NCCL runs with NCCL_DEBUG=INFO so the
+transport it chose (P2P, SHM, NET), the knobs it took and its algorithm and
+protocol per size are recorded; SHM or NET within one host is flagged. The
+run is guarded by --timeout; a hang is reported with its case.
+
+The implementations: nccl; custom-1stage and custom-2stage (upstream's pull
+kernels, forced by SGLANG_CUSTOM_ALLREDUCE_ALGO); custom-push1, custom-push2
+and custom-island (the pcie series' push kernels, forced by
+SGLANG_PCIE_CUSTOM_AR_ALGO, on the PCIe branch only: n/a on the nvlink
+branch); custom-auto (the kernel's own choice). An extension that takes
+SGLANG_PCIE_CUSTOM_AR_ALGO=bogus at init_custom_ar predates the push kernels:
+they are reported UNSUPPORTED, never timed, and the run fails. A size a push
+kernel's scratch cannot hold is n/a; "cap" in --sizes adds each
+implementation's largest size that fits.
+
+--islands sets SGLANG_PCIE_CUSTOM_AR_ISLANDS: ranks joined by ',' and islands
+by '/' (0,1,2,3/4,5,6,7), islands of equal size; repeat it for several
+layouts, or give "all" (every consecutive and strided layout the world size
+allows): custom-island and custom-auto run once per layout, the other push
+kernels with the first. Without it the islands come from the host's
+topology (GPUs joined by anything but SYS in nvidia-smi topo -m share an
+island; unequal islands, an unknown topology or more ranks than GPUs: one
+island).
+
+--nccl-variants runs NCCL again under its knobs, each in a torchrun of its
+own and at the sizes where it can win (LL, LL128, Simple: NCCL_PROTO; Ring,
+Tree: NCCL_ALGO; ch2, ch16: NCCL_MAX_NCHANNELS=2, NCCL_MIN_NCHANNELS=16;
+buff1M: NCCL_BUFFSIZE=1048576; P2P-SYS: NCCL_P2P_LEVEL=SYS, only when NCCL
+used SHM or NET), every sum checked; every speed-up then compares with the
+fastest correct NCCL at that size and names it. A variant that is wrong,
+fails, hangs or runs out of memory is reported and never used as a baseline;
+it does not fail the run.
 
 The verify shape (--shape, default 4 tokens x hidden 5120 x bf16 = 40K) is
 always measured, and the predicted allreduce time of one EAGLE-3 verify pass
@@ -56,15 +88,17 @@ that finished, the rest were not run.
 Examples:
    arpatch bench allreduce --world-size 2 --ext arpatch_custom_ar.so                # the .so build --allreduce-ext printed
    arpatch bench allreduce --world-size 8 --src sglang --arch 120a --json allreduce.json
-   arpatch bench allreduce --world-size 4 --impl custom-auto --branches pcie --modes eager --src sglang --arch 90a`,
+   arpatch bench allreduce --world-size 4 --impl custom-auto --branches pcie --modes eager --src sglang --arch 90a
+   arpatch bench allreduce --world-size 8 --impl custom-push1,custom-push2,custom-island,custom-auto --branches pcie --sizes 4K,40K,1M,cap --dtype bf16,fp16,fp32 --islands all --src sglang --arch 90a`,
 		Flags: append([]cli.Flag{
 			&cli.IntFlag{Name: "world-size", Usage: "ranks `N` (one per GPU up to the GPU count)", Value: 2},
-			&cli.StringFlag{Name: "sizes", Usage: "`SIZES` in bytes: list and ranges of powers of two", Value: "4K..1M"},
+			&cli.StringFlag{Name: "sizes", Usage: "`SIZES` in bytes: list and ranges of powers of two, and cap (each implementation's largest)", Value: "4K..1M"},
 			&cli.StringFlag{Name: "shape", Usage: "verify-pass allreduce `TOKENSxHIDDEN` (bf16)", Value: "4x5120"},
 			&cli.IntFlag{Name: "count", Usage: "allreduces `N` per EAGLE-3 verify pass", Value: 122},
 			&cli.StringFlag{Name: "impl", Usage: "`IMPLS` to run", Value: strings.Join(allreduce.KnownImpls, ",")},
 			&cli.StringFlag{Name: "branches", Usage: "custom allreduce `BRANCHES`: nvlink (full_nvlink=true), pcie (false)", Value: "nvlink,pcie"},
 			&cli.StringFlag{Name: "modes", Usage: "`MODES`: eager, graph (CUDA-graph-captured loops)", Value: "eager,graph"},
+			&cli.StringFlag{Name: "dtype", Usage: "element `TYPES`: bf16, fp16, fp32", Value: allreduce.BF16},
 			&cli.BoolFlag{Name: "nccl-debug", Usage: "record NCCL's transport (NCCL_DEBUG=INFO)", Value: true},
 			&cli.StringFlag{Name: "json", Usage: "write the report to `FILE`"},
 		}, allreduceRunFlags()...),
@@ -82,6 +116,7 @@ type benchAllreduceFlags struct {
 	Impl      string `flag:"impl"`
 	Branches  string `flag:"branches"`
 	Modes     string `flag:"modes"`
+	DType     string `flag:"dtype"`
 	NCCLDebug bool   `flag:"nccl-debug"`
 	JSON      string `flag:"json"`
 	allreduceRunValues
@@ -95,6 +130,8 @@ type benchAllreduceOptions struct {
 	Run    allreduce.Options
 	Verify allreduce.Verify
 	Ext    extFinder
+	// Variants are the NCCL variants to run after the run.
+	Variants []allreduce.NCCLVariant
 	// Log is the ranks' output file, JSON the report's ("": none).
 	Log, JSON string
 }
@@ -104,7 +141,7 @@ type benchAllreduceOptions struct {
 // bench.py cannot run.
 func benchAllreduceOpts(f benchAllreduceFlags) (benchAllreduceOptions, error) {
 	var o benchAllreduceOptions
-	if _, err := allreduce.ParseSizes(f.Sizes); err != nil {
+	if _, _, err := allreduce.ParseSizesCap(f.Sizes); err != nil {
 		return o, usagef("--sizes: %w", err)
 	}
 	shape, err := allreduce.ParseShape(f.Shape)
@@ -112,7 +149,7 @@ func benchAllreduceOpts(f benchAllreduceFlags) (benchAllreduceOptions, error) {
 		return o, usagef("--shape: %w", err)
 	}
 	verify := allreduce.Verify{Count: f.Count, Shape: shape, Bytes: (shape.Bytes() + 15) / 16 * 16}
-	sizes, err := allreduce.ParseSizes(f.Sizes + "," + fmt.Sprint(verify.Bytes))
+	sizes, capped, err := allreduce.ParseSizesCap(f.Sizes + "," + fmt.Sprint(verify.Bytes))
 	if err != nil { // both parts parsed alone: not reached
 		return o, usagef("--sizes with --shape %s: %w", f.Shape, err)
 	}
@@ -147,9 +184,23 @@ func benchAllreduceOpts(f benchAllreduceFlags) (benchAllreduceOptions, error) {
 	if err := checkWorldSize(f.WorldSize); err != nil {
 		return o, err
 	}
+	dtypes := splitList(f.DType)
+	if err := allreduce.DTypesError(dtypes); err != nil {
+		return o, usagef("--dtype %w", err)
+	}
+	layouts, err := f.layouts(f.WorldSize)
+	if err != nil {
+		return o, err
+	}
+	if o.Variants, err = f.variants(); err != nil {
+		return o, err
+	}
+	if !slices.Contains(impls, allreduce.NCCL) {
+		o.Variants = nil
+	}
 	o.Run = allreduce.Options{
-		Python: f.Python, WorldSize: f.WorldSize, Sizes: sizes, Impls: impls,
-		Branches: branches, Modes: modes,
+		Python: f.Python, WorldSize: f.WorldSize, Sizes: sizes, Cap: capped, Impls: impls,
+		Branches: branches, Modes: modes, DTypes: dtypes, Layouts: layouts,
 		Warmup: f.Warmup, Inner: f.Inner, Reps: f.Reps, Timeout: f.Timeout, NCCLDebug: f.NCCLDebug,
 	}
 	o.Verify, o.Ext, o.Log, o.JSON = verify, f.extFinder(f.Given), expandHome(f.Log), expandHome(f.JSON)
@@ -189,12 +240,29 @@ func benchAllreduceRun(ctx context.Context, o benchAllreduceOptions, s streams) 
 		defer closeLog(&err) // err: the result, not a shadow
 		opts.Log = lw
 	}
+	islandsFrom := "from --islands"
+	if opts.Layouts == nil && needsExt {
+		var is allreduce.Islands
+		is, islandsFrom = hostIslands(ctx, opts.WorldSize)
+		opts.Layouts = []allreduce.Islands{is}
+	}
 	fmt.Fprintf(s.Err, "running %s on %d ranks (timeout %s)...\n", strings.Join(opts.Impls, ", "), opts.WorldSize, opts.Timeout)
 	run, err := allreduce.Execute(ctx, opts)
 	if err != nil {
 		return err
 	}
 	rep := allreduce.NewReport(opts, o.Verify, run, arpatchVersion())
+	if opts.Layouts != nil {
+		rep.IslandsFrom = islandsFrom
+	}
+	if len(o.Variants) > 0 && ctx.Err() == nil {
+		fmt.Fprintf(s.Err, "running NCCL under %d variants, one torchrun each...\n", len(o.Variants))
+		vs, skipped, err := allreduce.ExecuteVariants(ctx, opts, run, o.Variants)
+		if err != nil {
+			return err
+		}
+		rep.AddVariants(vs, skipped)
+	}
 	rep.WriteTable(s.Out)
 	if o.JSON != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")
@@ -359,7 +427,72 @@ func allreduceRunFlags() []cli.Flag {
 		&cli.IntFlag{Name: "inner", Usage: "allreduces `N` per timed batch or graph", Value: allreduce.DefaultInner},
 		&cli.IntFlag{Name: "reps", Usage: "timed batches `N` per case", Value: allreduce.DefaultReps},
 		&cli.StringFlag{Name: "log", Usage: "write the ranks' output to `FILE`"},
+		&cli.GenericFlag{Name: "islands", Value: &islandsFlag{}, Usage: "islands of ranks for the PCIe branch, `LAYOUT` as 0,1,2,3/4,5,6,7, or all; repeat for several", DefaultText: "from the host topology"},
+		&cli.StringFlag{Name: "nccl-variants", Usage: "NCCL variants `NAMES` to run besides NCCL as the environment leaves it: all, none, or " + strings.Join(allreduce.VariantNames()[2:], ", "), Value: "all"},
 	}
+}
+
+// islandsFlag collects --islands values whole: urfave/cli would split a
+// slice flag's value at every comma, and a layout holds commas.
+type islandsFlag []string
+
+func (a *islandsFlag) Set(v string) error { *a = append(*a, v); return nil }
+func (a *islandsFlag) String() string     { return strings.Join(*a, " ") }
+func (a *islandsFlag) Get() any           { return []string(*a) }
+
+// layouts reads --islands for a group of ws ranks; nil without it (the
+// host's topology decides, hostIslands).
+func (v allreduceRunValues) layouts(ws int) ([]allreduce.Islands, error) {
+	if len(v.Islands) == 0 {
+		return nil, nil
+	}
+	ls, err := allreduce.ParseLayouts(v.Islands, ws)
+	if err != nil {
+		return nil, usagef("--islands %w", err)
+	}
+	return ls, nil
+}
+
+// variants reads --nccl-variants.
+func (v allreduceRunValues) variants() ([]allreduce.NCCLVariant, error) {
+	names := splitList(v.NCCLVariants)
+	if len(names) == 0 {
+		return nil, usagef("--nccl-variants is empty: use all, none, or names among %s", strings.Join(allreduce.VariantNames()[2:], ", "))
+	}
+	vs, err := allreduce.ParseVariants(names)
+	if err != nil {
+		return nil, usagef("--nccl-variants %w", err)
+	}
+	return vs, nil
+}
+
+// hostIslands reads this host's islands for a group of ws ranks from
+// nvidia-smi (the GPUs CUDA_VISIBLE_DEVICES leaves, in CUDA's order, and
+// topo -m), as the pcie series' 0002 does from NVML; why says how, or why
+// one island.
+func hostIslands(ctx context.Context, ws int) (allreduce.Islands, string) {
+	run := doctor.ExecRunner(os.Environ())
+	unknown := func(what string, err error) (allreduce.Islands, string) {
+		return allreduce.OneIsland(ws), fmt.Sprintf("the host topology is unknown (%s: %s): one island", what, textfmt.FirstLine(err.Error()))
+	}
+	out, err := run(ctx, "nvidia-smi", "--query-gpu="+nvsmi.QueryGPUFields, "--format=csv")
+	if err != nil {
+		return unknown("nvidia-smi --query-gpu", err)
+	}
+	gpus, err := nvsmi.ParseQueryGPU(out)
+	if err != nil {
+		return unknown("nvidia-smi --query-gpu", err)
+	}
+	spec, set := os.LookupEnv("CUDA_VISIBLE_DEVICES")
+	vis := doctor.ResolveVisible(spec, set, gpus)
+	if out, err = run(ctx, "nvidia-smi", "topo", "-m"); err != nil {
+		return unknown("nvidia-smi topo -m", err)
+	}
+	topo, err := nvsmi.ParseTopoMatrix(out)
+	if err != nil {
+		return unknown("nvidia-smi topo -m", err)
+	}
+	return allreduce.HostIslands(topo, vis.Indexes, ws)
 }
 
 // allreduceRunValues are the values of allreduceRunFlags.
@@ -374,6 +507,9 @@ type allreduceRunValues struct {
 	Inner    int           `flag:"inner"`
 	Reps     int           `flag:"reps"`
 	Log      string        `flag:"log"`
+	Islands  islandsFlag   `flag:"islands"`
+	// NCCLVariants is --nccl-variants, a list.
+	NCCLVariants string `flag:"nccl-variants"`
 }
 
 // check refuses batch counts and a timeout bench.py cannot use, and an

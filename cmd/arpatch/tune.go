@@ -37,36 +37,50 @@ func tuneCommand() *cli.Command {
 func tuneAllreduceCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "allreduce",
-		Usage: "measure NCCL, custom 1-stage and 2-stage through the PCIe branch and write the fastest correct thresholds as an env file",
+		Usage: "measure NCCL and its variants, the pull and push kernels through the PCIe branch, and write the fastest correct settings as an env file",
 		UsageText: `arpatch tune allreduce [--recipe NAME] [--world-size N] [--hidden 5120] [--draft-tokens N] [--sizes SIZES]
-                       [--modes eager,graph] (--ext PATH | --src DIR [--arch A]) [--out tune.env] [--json FILE]`,
-		Description: `On the target host, at the recipe's TP (or --world-size), tune measures NCCL,
-custom 1-stage and custom 2-stage through the PCIe branch (full_nvlink=false)
-at the sizes a serving run uses: one decode token to the 8 MiB custom
-allreduce cap in powers of two, the EAGLE-3 verify pass (--draft-tokens x
---hidden x bf16) and its decode batches. Every sum is checked, in eager mode
-and in CUDA graphs. It first checks that the extension refuses a bad
-SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES at init_custom_ar (an extension built
-before the run-time thresholds takes it silently).
+                       [--modes eager,graph] [--islands LAYOUT] [--nccl-variants all|none|NAMES]
+                       (--ext PATH | --src DIR [--arch A]) [--out tune.env] [--json FILE]`,
+		Description: `On the target host, at the recipe's TP (or --world-size), tune measures NCCL
+and, through the PCIe branch (full_nvlink=false), the pull kernels
+(custom-1stage, custom-2stage) and the push kernels (custom-push1,
+custom-push2, and custom-island when the ranks form more than one island) at
+the sizes a serving run uses: one decode token to the 8 MiB custom allreduce
+cap in powers of two, the EAGLE-3 verify pass (--draft-tokens x --hidden x
+bf16) and its decode batches. Every sum is checked, in eager mode and in CUDA
+graphs. It first checks that the extension refuses a bad
+SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES and SGLANG_PCIE_CUSTOM_AR_ALGO=bogus at
+init_custom_ar (an extension built before the run-time thresholds or the push
+kernels takes them silently). Then NCCL runs again under each of
+--nccl-variants (as bench allreduce runs them), one torchrun each.
 
-Per size it takes the fastest correct choice (CUDA-graph medians when
-measured: SGLang decodes in graphs) and cuts the sizes into 1-stage, 2-stage
-and NCCL: SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES and
-SGLANG_PCIE_CUSTOM_AR_MAX_BYTES. Then custom-auto runs again through the PCIe
-branch under thresholds that force 1-stage at every size, 2-stage at every
-size, and the chosen ones, every sum checked. A tune where custom allreduce
-never beats NCCL says so and writes SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=0: NCCL at
-every size.
+Per size it compares each custom kernel with the fastest correct NCCL variant
+there (CUDA-graph medians when measured: SGLang decodes in graphs) and cuts
+the sizes into custom allreduce and NCCL with the least summed slow-down:
+SGLANG_PCIE_CUSTOM_AR_MAX_BYTES; below the cut a schedule of the fastest
+kernels, SGLANG_PCIE_CUSTOM_AR_ALGO (e.g. push1:32768,island), with
+SGLANG_PCIE_CUSTOM_AR_ISLANDS when island runs (--islands, or the host
+topology as bench allreduce reads it); above it the NCCL variant with the
+least summed slow-down there, its variables written when it beats NCCL as
+the environment leaves it by 3% or more. Then custom-auto runs again through
+the PCIe branch with no setting and under the chosen one, which NCCL runs
+under too above the cut, every sum checked. A tune where custom allreduce
+never beats NCCL says so and writes SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=0: NCCL
+at every size.
 
 The env file (--out) records the host, GPUs, driver, NCCL version, world
 size, date and this command. arpatch bench --tune FILE and nightly's tune =
-"FILE" use it and refuse one made on another host unless --force-tune; a
-shell reads it with set -a; . ./FILE; set +a. Nothing is written when a sum
-is wrong, a case hangs or the run is oversubscribed (more ranks than GPUs:
+"FILE" use it (the pcie series' variables in the arms that open the PCIe
+gate, the NCCL variant's in every arm) and refuse one made on another host
+unless --force-tune; a shell reads it with set -a; . ./FILE; set +a. Files
+written before the push kernels, with SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES,
+still load (pull1 up to it, pull2 above). Nothing is written when a sum is
+wrong, a case hangs or the run is oversubscribed (more ranks than GPUs:
 correctness only).
 
 It exits 1 when any sum is wrong, a case hangs or errors, or the extension
-takes a bad threshold.
+takes a bad threshold or predates the push kernels; a failed NCCL variant
+is reported and never chosen.
 
 Examples:
    arpatch tune allreduce --src sglang --out tune.env
@@ -150,6 +164,17 @@ func tuneAllreduceOpts(f tuneAllreduceFlags) (tuneAllreduceOptions, error) {
 	if err := f.check(); err != nil {
 		return o, err
 	}
+	layouts, err := f.layouts(ws)
+	if err != nil {
+		return o, err
+	}
+	if len(layouts) > 1 {
+		return o, usagef("--islands given %d times: tune allreduce measures custom-island with one layout (the one it would write to %s); tune once per layout, or compare layouts with arpatch bench allreduce --islands", len(layouts), tune.EnvIslands)
+	}
+	variants, err := f.variants()
+	if err != nil {
+		return o, err
+	}
 	o.Out, o.JSON, o.Log = expandHome(f.Out), expandHome(f.JSON), expandHome(f.Log)
 	if err := checkOutputs(outFile{flag: "out", path: o.Out}, outFile{flag: "json", path: o.JSON}, outFile{flag: "log", path: o.Log}); err != nil {
 		return o, err
@@ -157,8 +182,11 @@ func tuneAllreduceOpts(f tuneAllreduceFlags) (tuneAllreduceOptions, error) {
 	o.Ext = f.extFinder(f.Given)
 	o.Tune = tune.Options{
 		Bench: allreduce.Options{Python: f.Python, WorldSize: ws, Warmup: f.Warmup, Inner: f.Inner,
-			Reps: f.Reps, Timeout: f.Timeout, NCCLDebug: true},
-		Sizes: sizes, Modes: modes, Verify: verify, Version: arpatchVersion(),
+			Reps: f.Reps, Timeout: f.Timeout, NCCLDebug: true, Layouts: layouts},
+		Sizes: sizes, Modes: modes, Verify: verify, Version: arpatchVersion(), Variants: variants,
+	}
+	if layouts != nil {
+		o.Tune.IslandsFrom = "from --islands"
 	}
 	if o.Ext.Src != "" && o.Ext.Ext == "" {
 		o.Tune.Rebuild = shellq.Join(append([]string{"arpatch", "build", "--allreduce-ext", "--src", o.Ext.Src}, o.Ext.buildArgs(false)...))
@@ -177,6 +205,11 @@ func tuneAllreduceRun(ctx context.Context, to tuneAllreduceOptions, s streams) (
 	}
 	o.Bench.Ext = ext
 	o.Host = discoverHost(ctx)
+	if o.Bench.Layouts == nil {
+		var is allreduce.Islands
+		is, o.IslandsFrom = hostIslands(ctx, o.Bench.WorldSize)
+		o.Bench.Layouts = []allreduce.Islands{is}
+	}
 	o.Progress = func(msg string) { fmt.Fprintln(s.Err, msg+"...") }
 	if to.Log != "" {
 		lw, closeLog, lerr := openLog(to.Log)
@@ -268,11 +301,15 @@ func tunedRecipe(ctx context.Context, r *recipes.Recipe, t tuneFlags, src string
 	return &rc, tuned, nil
 }
 
-// tunedEnv returns a copy of env with t's thresholds in it when env opens
-// the PCIe gate (tuned), else env itself.
+// tunedEnv returns a copy of env with t's variables in it when env opens
+// the PCIe gate (tuned), else env itself: the runtime environment apply
+// prints is the patched server's.
 func tunedEnv(env map[string]string, t tune.Thresholds) (out map[string]string, tuned bool) {
 	out = maps.Clone(env)
-	if !t.ApplyEnv(out) {
+	if out == nil {
+		out = map[string]string{}
+	}
+	if _, gate := t.ApplyEnv(out); !gate {
 		return env, false
 	}
 	return out, true
@@ -316,8 +353,9 @@ func loadTune(ctx context.Context, path string, ws int, force bool, sizes []int,
 }
 
 // applyTune loads the tune file t names, checks its host (t.ForceTune
-// overrides) and sets its thresholds in every arm that opens the PCIe
-// gate, printing what it did to w; nil without a file. A file made on
+// overrides) and sets its variables in the arms (bench.TuneArms: the pcie
+// series' where the PCIe gate is open, the NCCL variant's in every arm),
+// printing what it did to w; nil without a file. A file made on
 // another host is refused with the command that tunes here, repeating
 // inputs (e.g. "--ext", PATH).
 func applyTune(ctx context.Context, o *bench.Options, t tuneFlags, inputs []string, w io.Writer) (*tune.File, error) {
@@ -328,12 +366,8 @@ func applyTune(ctx context.Context, o *bench.Options, t tuneFlags, inputs []stri
 	if err != nil {
 		return nil, err
 	}
-	for i := range o.Arms {
-		a := &o.Arms[i]
-		var tuned bool
-		if a.Env, tuned = tunedEnv(a.Env, f.Thresholds); tuned {
-			fmt.Fprintf(w, "  arm %s: %s\n", a.Name, strings.Join(f.Thresholds.Env(), " "))
-		}
+	for _, a := range bench.TuneArms(o.Arms, f.Thresholds) {
+		fmt.Fprintf(w, "  arm %s: %s\n", a.Name, strings.Join(a.Env, " "))
 	}
 	return f, nil
 }

@@ -141,7 +141,7 @@ func ShowProgress(w io.Writer) func(Progress) {
 // would otherwise run the baseline patched too.
 // They are the variables the pcie series and sgl-kernel read (package
 // tune names them).
-var ControlledEnv = []string{tune.EnvForce, tune.EnvAlgo, tune.EnvMaxBytes, tune.Env1StageMax}
+var ControlledEnv = append([]string{tune.EnvAlgo}, tune.Variables...)
 
 // RecordedEnvPrefixes are the prefixes of the variables the result
 // records per arm (ArmResult.Env): those that change SGLang, NCCL, CUDA
@@ -832,7 +832,7 @@ send:
 func preflightFinding(rep *allreduce.Report) (finding string, broken bool) {
 	if rep.Failed() {
 		for _, f := range rep.Findings {
-			if strings.HasPrefix(f, "WRONG") || strings.HasPrefix(f, "HANG") || strings.HasPrefix(f, "ERROR") {
+			if strings.HasPrefix(f, "WRONG") || strings.HasPrefix(f, "HANG") || strings.HasPrefix(f, "ERROR") || strings.HasPrefix(f, "UNSUPPORTED") {
 				return f, true
 			}
 		}
