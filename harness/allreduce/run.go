@@ -135,18 +135,8 @@ const (
 var KnownDTypes = []string{BF16, FP16, FP32}
 
 // DTypesError is ModesError for --dtype: nil when dtypes is non-empty and
-// every one is known.
-func DTypesError(dtypes []string) error {
-	if len(dtypes) == 0 {
-		return fmt.Errorf("is empty: use %s", strings.Join(KnownDTypes, ", "))
-	}
-	for _, d := range dtypes {
-		if !slices.Contains(KnownDTypes, d) {
-			return fmt.Errorf("%q: use %s", d, strings.Join(KnownDTypes, ", "))
-		}
-	}
-	return nil
-}
+// every one is in KnownDTypes.
+func DTypesError(dtypes []string) error { return oneOfError(dtypes, KnownDTypes) }
 
 // Mode names: how a case is timed, one launch per allreduce (ModeEager)
 // or Inner allreduces captured in one CUDA graph (ModeGraph). The words
@@ -163,13 +153,17 @@ var KnownModes = []string{ModeEager, ModeGraph}
 // KnownModes, else an error to follow the flag's name ("is empty: use
 // eager, graph" or "\"x\": use eager, graph"), as cmd/arpatch's --modes
 // of bench allreduce and tune print it.
-func ModesError(modes []string) error {
-	if len(modes) == 0 {
-		return fmt.Errorf("is empty: use %s", strings.Join(KnownModes, ", "))
+func ModesError(modes []string) error { return oneOfError(modes, KnownModes) }
+
+// oneOfError is nil when vals is non-empty and every value is in known,
+// else "is empty: use A, B" or "\"x\": use A, B".
+func oneOfError(vals, known []string) error {
+	if len(vals) == 0 {
+		return fmt.Errorf("is empty: use %s", strings.Join(known, ", "))
 	}
-	for _, m := range modes {
-		if !slices.Contains(KnownModes, m) {
-			return fmt.Errorf("%q: use %s", m, strings.Join(KnownModes, ", "))
+	for _, v := range vals {
+		if !slices.Contains(known, v) {
+			return fmt.Errorf("%q: use %s", v, strings.Join(known, ", "))
 		}
 	}
 	return nil
