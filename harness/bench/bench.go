@@ -413,6 +413,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 			if ar.ServerInfo == nil {
 				ar.ServerInfo = info
 			}
+			client.SpecSteps = sglang.SpecSteps(info)
 			if incr, ok := sglang.IncrementalStreaming(info); ok {
 				client.Incremental, client.ModeKnown = incr, true
 			} else if info == nil && !slices.Contains(ar.Warnings, noServerInfo) {
@@ -579,11 +580,12 @@ func allOK(ss []sglang.Sample) bool {
 }
 
 // unanswered reports whether every request failed without the server
-// answering it: no output and no abort (an abort is the server's answer,
-// and makes the arm INVALID, not the run an infrastructure failure).
+// answering it: no output, no abort and no impossible data (an abort or
+// counts no server can report are the server's answer, and make the arm
+// INVALID, not the run an infrastructure failure).
 func unanswered(ss []sglang.Sample) bool {
 	for _, x := range ss {
-		if x.Err == "" || x.Aborted() {
+		if x.Err == "" || x.Aborted() || x.Impossible() {
 			return false
 		}
 	}
@@ -942,18 +944,22 @@ func invalidWhy(ar *ArmResult) string {
 // failures makes an arm with failed or aborted requests INVALID and says
 // how many, with the first failure's message, and warns of empty outputs.
 func failures(ar *ArmResult) {
-	errs, aborts, empty, total := 0, 0, 0, 0
+	errs, aborts, impossible, empty, total := 0, 0, 0, 0, 0
 	first := ""
 	for i, m := range ar.Metrics {
 		errs += m.Errors
 		empty += m.Empty
 		total += m.Requests
-		for _, x := range ar.Trials[i].Samples {
+		t := ar.Trials[i]
+		for _, x := range t.Samples {
 			if x.Aborted() {
 				aborts++
 			}
+			if x.Impossible() {
+				impossible++
+			}
 			if x.Err != "" && first == "" {
-				first = x.Err
+				first = fmt.Sprintf("trial %d, concurrency %d, prompt %d: %s", t.Index, t.Concurrency, x.Prompt, x.Err)
 			}
 		}
 	}
@@ -961,15 +967,21 @@ func failures(ar *ArmResult) {
 		// A request that fails is a result the arm did not deliver: its
 		// speed over the rest means nothing.
 		ar.Invalid = true
-		kinds := fmt.Sprintf("%d aborted by the server, %d server errors, dropped streams or timeouts", aborts, errs-aborts)
-		switch aborts {
-		case errs:
-			kinds = fmt.Sprintf("%d aborted by the server", aborts)
-		case 0:
-			kinds = "server errors, dropped streams or timeouts"
+		var kinds []string
+		if aborts > 0 {
+			kinds = append(kinds, fmt.Sprintf("%d aborted by the server", aborts))
+		}
+		if impossible > 0 {
+			kinds = append(kinds, fmt.Sprintf("%d with impossible data", impossible))
+		}
+		switch other := errs - aborts - impossible; {
+		case other > 0 && len(kinds) == 0:
+			kinds = append(kinds, "server errors, dropped streams or timeouts")
+		case other > 0:
+			kinds = append(kinds, fmt.Sprintf("%d server errors, dropped streams or timeouts", other))
 		}
 		ar.Warnings = append(ar.Warnings, fmt.Sprintf("INVALID: %d of %d requests failed (%s): the arm's speed leaves them out; the first: %s",
-			errs, total, kinds, first))
+			errs, total, strings.Join(kinds, ", "), first))
 	}
 	if empty > 0 {
 		ar.Warnings = append(ar.Warnings, fmt.Sprintf("%d requests returned no output", empty))

@@ -82,7 +82,7 @@ func TestAbortsAreFailures(t *testing.T) {
 	}
 	a := res.Arm("pcie")
 	if !a.Invalid || a.Verdict != Invalid || !strings.Contains(warnings(a), "INVALID: 8 of 16 requests failed (8 aborted by the server)") ||
-		!strings.Contains(warnings(a), "the first: aborted by the server: injected abort of request 2") {
+		!strings.Contains(warnings(a), "the first: trial 1, concurrency 1, prompt 1: aborted by the server: injected abort of request 2") {
 		t.Errorf("aborting arm: %v %v", a.Verdict, a.Warnings)
 	}
 	// Every request aborted: the server answered, so the arm is INVALID,
@@ -363,5 +363,29 @@ func TestFromRecipeAgreeTokens(t *testing.T) {
 	n = 0
 	if _, err := FromRecipe(rb, Overrides{AgreeTokens: &n, AgreeThreshold: 0.9}); err == nil || !strings.HasPrefix(err.Error(), "agree_tokens: 0") {
 		t.Errorf("0 tokens: %v", err)
+	}
+}
+
+// TestImpossibleCountsAreInvalid: a server that reports ten times the
+// tokens it generated (completion_tokens above max_new_tokens) is INVALID,
+// never "faster": each of its requests fails naming the trial, prompt,
+// chunk and field, and since it answered, the run is no infrastructure
+// failure.
+func TestImpossibleCountsAreInvalid(t *testing.T) { synctest.Test(t, testImpossibleCountsAreInvalid) }
+
+func testImpossibleCountsAreInvalid(t *testing.T) {
+	n := sglangtest.NewNetwork()
+	defer n.Close()
+	b, _ := n.Serve(sglangtest.New(sglangtest.Config{TokPerSec: 300, TTFT: time.Millisecond, TokensPerChunk: 2}))
+	liar, _ := n.Serve(sglangtest.New(sglangtest.Config{TokPerSec: 300, TTFT: time.Millisecond, TokensPerChunk: 2, ClaimTokens: 10}))
+	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: liar}},
+		Prompts: []string{"a b", "c d"}, MaxNewTokens: 40, Trials: 5, HTTP: n.HTTP()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := res.Arm("pcie")
+	if a.Verdict != Invalid || !a.Verdict.Fails() || a.Levels[0].Deltas != nil ||
+		!strings.Contains(warnings(a), "INVALID: 10 of 10 requests failed (10 with impossible data): the arm's speed leaves them out; the first: trial 1, concurrency 1, prompt 0: impossible data from the server: chunk 3: completion_tokens 50 is more than the request's max_new_tokens 40") {
+		t.Errorf("lying arm: %v %v", a.Verdict, a.Warnings)
 	}
 }

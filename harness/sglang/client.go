@@ -18,6 +18,14 @@
 // gap g counts as N inter-token latencies of g/N, as bench_serving counts
 // them.
 //
+// Every count a server reports is bounded by what the request allows
+// (Limits): a completion_tokens above max_new_tokens or below an earlier
+// chunk's, a prompt_tokens beyond one per prompt byte, a spec_verify_ct
+// above completion_tokens, an accept length beyond speculative_num_steps
+// + 1, a line longer than MaxLine: each fails the request with an error
+// that starts with ImpossibleData and names the chunk and the field, so
+// that the arm is INVALID, never fast.
+//
 // Upstream: python/sglang/srt/entrypoints/http_server.py@84118acf50b3a4c74e85e9ff9033792552de1a76 (generate_request: stream_results yields "data: " + json, then "data: [DONE]")
 // Upstream: python/sglang/bench_serving.py@84118acf50b3a4c74e85e9ff9033792552de1a76 (async_request_sglang_generate: text, sampling_params temperature/max_new_tokens/ignore_eos, stream)
 // Upstream: python/sglang/srt/managers/tokenizer_manager.py@84118acf50b3a4c74e85e9ff9033792552de1a76 (_handle_batch_output: state.text[last_text_offset:] when incremental_streaming_output and stream)
@@ -37,6 +45,8 @@ import (
 	"net/http"
 	"strings"
 	"time"
+
+	"github.com/arpatch/arpatch/internal/bounds"
 )
 
 // Request is one generation.
@@ -154,6 +164,91 @@ type Client struct {
 	// check compares: Sample.TextAtAgree and Marks stop there. 0 means
 	// DefaultAgreeTokens.
 	AgreeTokens int
+	// SpecSteps is the speculative_num_steps the server runs with
+	// (SpecSteps of its /server_info; 0: unknown, or no speculation): a
+	// verify pass yields at most SpecSteps+1 tokens.
+	SpecSteps int
+}
+
+// ImpossibleData starts the error of a request whose server reported a
+// count that no server can (Limits): the server answered, and what it
+// answered is wrong.
+const ImpossibleData = "impossible data from the server: "
+
+// Impossible reports whether the request failed on ImpossibleData.
+func (s Sample) Impossible() bool { return strings.HasPrefix(s.Err, ImpossibleData) }
+
+// PromptTokenSlack is how many tokens beyond one per byte of the prompt a
+// server may count in prompt_tokens: the special tokens a tokenizer adds
+// (BOS, EOS, a chat template's markers). Every token of a byte-level BPE
+// or byte-fallback tokenizer covers at least one byte of the text.
+const PromptTokenSlack = 64
+
+// MaxLine is the longest stream line, in bytes, that a request reads: a
+// chunk holds at most the whole output of max_new_tokens (at most 2^20,
+// bounds.Bench), JSON-escaped, far below it.
+const MaxLine = 64 << 20
+
+// maxLine is MaxLine, lowered by tests.
+var maxLine = MaxLine
+
+// Limits are what a request allows its server to report. MaxNewTokens 0
+// is bounds.Bench's largest max_new_tokens; PromptBytes < 0 leaves
+// prompt_tokens unbounded above; SpecSteps 0 leaves the tokens per
+// verify pass unbounded.
+type Limits struct {
+	MaxNewTokens int
+	PromptBytes  int
+	SpecSteps    int
+}
+
+// check returns what is impossible in chunk n's meta_info, given the
+// counts of the chunks before (lastTokens, lastVerify), or "".
+func (l Limits) check(n int, m metaInfo, lastTokens, lastVerify int) string {
+	maxNew := cmp.Or(l.MaxNewTokens, int(bounds.Bench["max_new_tokens"].Max))
+	ct, v := m.CompletionTokens, m.SpecVerifyCt
+	var what string
+	switch {
+	case ct < 0:
+		what = fmt.Sprintf("completion_tokens %d is negative", ct)
+	case ct > maxNew:
+		what = fmt.Sprintf("completion_tokens %d is more than the request's max_new_tokens %d", ct, maxNew)
+	case ct > 0 && ct < lastTokens:
+		what = fmt.Sprintf("completion_tokens %d is less than an earlier chunk's %d (it counts the tokens so far)", ct, lastTokens)
+	case m.PromptTokens < 0:
+		what = fmt.Sprintf("prompt_tokens %d is negative", m.PromptTokens)
+	case l.PromptBytes >= 0 && m.PromptTokens > l.PromptBytes+PromptTokenSlack:
+		what = fmt.Sprintf("prompt_tokens %d for a prompt of %d bytes (at most one token per byte, and %d special tokens)", m.PromptTokens, l.PromptBytes, PromptTokenSlack)
+	case v < 0:
+		what = fmt.Sprintf("spec_verify_ct %d is negative", v)
+	case v > 0 && v > max(ct, lastTokens):
+		what = fmt.Sprintf("spec_verify_ct %d is more than completion_tokens %d (every verify pass yields a token)", v, max(ct, lastTokens))
+	case v > 0 && v < lastVerify:
+		what = fmt.Sprintf("spec_verify_ct %d is less than an earlier chunk's %d (it counts the passes so far)", v, lastVerify)
+	case l.SpecSteps > 0 && v > 0 && ct > v*(l.SpecSteps+1)+1:
+		what = fmt.Sprintf("completion_tokens %d from %d verify passes: more than speculative_num_steps+1 = %d tokens per pass (and the prefill's one)", ct, v, l.SpecSteps+1)
+	case m.SpecAcceptLength < 0 || m.SpecAcceptLength > 0 && m.SpecAcceptLength < 1:
+		what = fmt.Sprintf("spec_accept_length %g is below 1 (a verify pass yields at least one token)", m.SpecAcceptLength)
+	case l.SpecSteps > 0 && m.SpecAcceptLength > float64(l.SpecSteps+1):
+		what = fmt.Sprintf("spec_accept_length %g is more than a verify pass can yield (speculative_num_steps+1 = %d)", m.SpecAcceptLength, l.SpecSteps+1)
+	case m.SpecAcceptLength > float64(maxNew):
+		what = fmt.Sprintf("spec_accept_length %g is more than the request's max_new_tokens %d", m.SpecAcceptLength, maxNew)
+	default:
+		return ""
+	}
+	return fmt.Sprintf("%schunk %d: %s", ImpossibleData, n, what)
+}
+
+// SpecSteps reads speculative_num_steps from a /server_info answer: the
+// draft depth the server runs with; 0 when it does not say (or runs no
+// speculation), or says a value outside bounds.Bench's range.
+func SpecSteps(info map[string]any) int {
+	v, ok := info["speculative_num_steps"].(float64)
+	r := bounds.Bench["speculative_num_steps"]
+	if !ok || v != float64(int64(v)) || int64(v) < r.Min || int64(v) > r.Max {
+		return 0
+	}
+	return int(v)
 }
 
 // ModeMismatch starts the error of a request whose stream contradicts
@@ -210,15 +305,18 @@ func (c *Client) Generate(ctx context.Context, prompt int, r Request) Sample {
 		s.E2E = now().Sub(s.Start).Seconds()
 		return s
 	}
-	readStream(resp.Body, s.Start, now, streamMode{incremental: c.Incremental, known: c.ModeKnown, agree: c.AgreeTokens}, &s)
+	readStream(resp.Body, s.Start, now, streamMode{incremental: c.Incremental, known: c.ModeKnown, agree: c.AgreeTokens,
+		limits: Limits{MaxNewTokens: r.MaxNewTokens, PromptBytes: len(r.Text), SpecSteps: c.SpecSteps}}, &s)
 	return s
 }
 
-// streamMode is how a stream is read, whether /server_info said so, and
-// how many leading tokens the output check compares (0: DefaultAgreeTokens).
+// streamMode is how a stream is read, whether /server_info said so, how
+// many leading tokens the output check compares (0: DefaultAgreeTokens),
+// and what the request allows the server to report.
 type streamMode struct {
 	incremental, known bool
 	agree              int
+	limits             Limits
 }
 
 // said is what /server_info said of the mode, for a mismatch's error.
@@ -231,15 +329,18 @@ func (m streamMode) said() string {
 
 // chunk is the part of a streamed object the client reads.
 type chunk struct {
-	Text     string `json:"text"`
-	MetaInfo struct {
-		PromptTokens     int             `json:"prompt_tokens"`
-		CompletionTokens int             `json:"completion_tokens"`
-		SpecVerifyCt     int             `json:"spec_verify_ct"`
-		SpecAcceptLength float64         `json:"spec_accept_length"`
-		FinishReason     json.RawMessage `json:"finish_reason"`
-	} `json:"meta_info"`
-	Error json.RawMessage `json:"error"`
+	Text     string          `json:"text"`
+	MetaInfo metaInfo        `json:"meta_info"`
+	Error    json.RawMessage `json:"error"`
+}
+
+// metaInfo is a chunk's counts and finish reason.
+type metaInfo struct {
+	PromptTokens     int             `json:"prompt_tokens"`
+	CompletionTokens int             `json:"completion_tokens"`
+	SpecVerifyCt     int             `json:"spec_verify_ct"`
+	SpecAcceptLength float64         `json:"spec_accept_length"`
+	FinishReason     json.RawMessage `json:"finish_reason"`
 }
 
 // ErrNoDone marks a stream that ended without "data: [DONE]" or a finish
@@ -260,9 +361,11 @@ var ErrNoDone = errors.New("the stream ended before [DONE]")
 // garbled and the output check would blame the arm.
 //
 // agreeTokens is where TextAtAgree and Marks stop (the client's AgreeTokens;
-// 0 means DefaultAgreeTokens).
+// 0 means DefaultAgreeTokens). The counts are bounded by the zero Limits
+// but for the prompt (unknown): completion_tokens at most bounds.Bench's
+// max_new_tokens.
 func ReadStream(r io.Reader, start time.Time, now func() time.Time, incremental bool, agreeTokens int, s *Sample) {
-	readStream(r, start, now, streamMode{incremental: incremental, agree: agreeTokens}, s)
+	readStream(r, start, now, streamMode{incremental: incremental, agree: agreeTokens, limits: Limits{PromptBytes: -1}}, s)
 }
 
 func readStream(r io.Reader, start time.Time, now func() time.Time, mode streamMode, s *Sample) {
@@ -271,16 +374,23 @@ func readStream(r io.Reader, start time.Time, now func() time.Time, mode streamM
 	prev, extending, texts := "", true, 0 // raw chunk texts: do they extend each other?
 	br := bufio.NewReaderSize(r, 64<<10)
 	var last time.Time
-	lastTokens := 0
+	lastTokens, lastVerify := 0, 0
 	for {
 		line, err := br.ReadSlice('\n')
 		if err == bufio.ErrBufferFull {
-			// A chunk longer than the buffer: read the rest.
-			rest, err2 := br.ReadBytes('\n')
-			line = append(append([]byte(nil), line...), rest...)
-			err = err2
+			// A chunk longer than the buffer: copy what was read (the next
+			// read reuses the buffer under it), then read the rest, up to
+			// MaxLine.
+			first := append([]byte(nil), line...)
+			rest, err2 := readLine(br, maxLine-len(first))
+			line, err = append(first, rest...), err2
 		}
 		t := now()
+		if errors.Is(err, errLongLine) {
+			s.Err = fmt.Sprintf("%schunk %d: a line longer than %d bytes", ImpossibleData, s.Chunks+1, maxLine)
+			s.E2E = t.Sub(start).Seconds()
+			return
+		}
 		line = bytes.TrimSpace(line)
 		if len(line) > 0 {
 			data, ok := bytes.CutPrefix(line, []byte("data:"))
@@ -303,6 +413,12 @@ func readStream(r io.Reader, start time.Time, now func() time.Time, mode streamM
 				}
 				s.Chunks++
 				m := c.MetaInfo
+				if bad := mode.limits.check(s.Chunks, m, lastTokens, lastVerify); bad != "" {
+					s.Err = bad
+					s.E2E = t.Sub(start).Seconds()
+					return
+				}
+				lastVerify = max(lastVerify, m.SpecVerifyCt)
 				if m.PromptTokens > 0 {
 					s.PromptTokens = m.PromptTokens
 				}
@@ -375,6 +491,26 @@ func readStream(r io.Reader, start time.Time, now func() time.Time, mode streamM
 	}
 	if s.TokensAtAgree == 0 {
 		s.TextAtAgree, s.TokensAtAgree = s.Text, s.CompletionTokens
+	}
+}
+
+// errLongLine is a stream line longer than MaxLine.
+var errLongLine = errors.New("line too long")
+
+// readLine reads up to and including the next '\n', at most n bytes; a
+// longer line is errLongLine. What it returns is its own (ReadSlice's
+// slices are not: the next read reuses the buffer under them).
+func readLine(br *bufio.Reader, n int) ([]byte, error) {
+	var out []byte
+	for {
+		part, err := br.ReadSlice('\n')
+		if len(out)+len(part) > n {
+			return nil, errLongLine
+		}
+		out = append(out, part...)
+		if err != bufio.ErrBufferFull {
+			return out, err
+		}
 	}
 }
 

@@ -3,7 +3,9 @@ package sglang_test
 import (
 	"context"
 	"fmt"
+	"io"
 	"math"
+	"net/http"
 	"net/http/httptest"
 	"slices"
 	"strings"
@@ -169,7 +171,7 @@ func streamAtRates(span float64) []*rateStream {
 	var wg sync.WaitGroup
 	for _, r := range runs {
 		r.tokens = 1 + int(span*r.rate)
-		r.srv = sglangtest.New(sglangtest.Config{TokPerSec: r.rate, TTFT: 30 * time.Millisecond, TokensPerChunk: r.chunk, AcceptLength: float64(r.chunk) - 0.5})
+		r.srv = sglangtest.New(sglangtest.Config{TokPerSec: r.rate, TTFT: 30 * time.Millisecond, TokensPerChunk: r.chunk, AcceptLength: max(1, float64(r.chunk)-0.5)}) // at least 1: a verify pass yields a token
 		ts := httptest.NewServer(r.srv)
 		c := sglang.NewClient(ts.URL)
 		wg.Go(func() {
@@ -450,6 +452,99 @@ func itoa(n int) string {
 		n /= 10
 		if n == 0 {
 			return s
+		}
+	}
+}
+
+// generateFrom sends one request, for a prompt of 5 bytes and at most 8
+// new tokens, to a server that answers with body, from a client that
+// knows the server's speculative_num_steps (steps).
+func generateFrom(t *testing.T, steps int, body string) sglang.Sample {
+	t.Helper()
+	srv := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/event-stream")
+		_, _ = io.WriteString(w, body)
+	}))
+	defer srv.Close()
+	c := sglang.NewClient(srv.URL)
+	c.SpecSteps = steps
+	return c.Generate(context.Background(), 3, sglang.Request{Text: "a b c", MaxNewTokens: 8})
+}
+
+// TestImpossibleCounts: every count a server reports is bounded by what
+// the request allows; each bound refuses the value past it, naming the
+// chunk and the field, and accepts the value at it.
+func TestImpossibleCounts(t *testing.T) {
+	chunk := func(meta string) string {
+		return `data: {"text": " a", "meta_info": {` + meta + `}}` + "\n\n"
+	}
+	done := "data: [DONE]\n\n"
+	for _, c := range []struct {
+		name  string
+		steps int
+		body  string
+		want  string // "" : accepted
+	}{
+		{"at every bound", 3, chunk(`"prompt_tokens": 69, "completion_tokens": 1`) + chunk(`"prompt_tokens": 69, "completion_tokens": 8, "spec_verify_ct": 2, "spec_accept_length": 4, "finish_reason": {"type": "length"}`) + done, ""},
+		{"steps unknown", 0, chunk(`"completion_tokens": 8, "spec_verify_ct": 1, "spec_accept_length": 8`) + done, ""},
+		{"a chunk without counts", 3, chunk(`"completion_tokens": 4`) + chunk(`"finish_reason": null`) + chunk(`"completion_tokens": 6`) + done, ""},
+		{"10x the tokens", 3, chunk(`"completion_tokens": 80`) + done, "impossible data from the server: chunk 1: completion_tokens 80 is more than the request's max_new_tokens 8"},
+		{"would overflow a sum", 3, chunk(`"completion_tokens": 9223372036854775807`) + done, "chunk 1: completion_tokens 9223372036854775807 is more than the request's max_new_tokens 8"},
+		{"beyond int64", 3, chunk(`"completion_tokens": 9223372036854775808`) + done, "malformed chunk 1: json: cannot unmarshal number 9223372036854775808 into Go struct field"},
+		{"not an integer", 3, chunk(`"completion_tokens": 1e30`) + done, "completion_tokens of type int"},
+		{"negative tokens", 3, chunk(`"completion_tokens": -1`) + done, "chunk 1: completion_tokens -1 is negative"},
+		{"tokens go back", 3, chunk(`"completion_tokens": 4`) + chunk(`"completion_tokens": 2`) + done, "chunk 2: completion_tokens 2 is less than an earlier chunk's 4"},
+		{"prompt too long", 3, chunk(`"prompt_tokens": 70, "completion_tokens": 1`) + done, "chunk 1: prompt_tokens 70 for a prompt of 5 bytes (at most one token per byte, and 64 special tokens)"},
+		{"prompt overflow", 3, chunk(`"prompt_tokens": 9223372036854775807, "completion_tokens": 1`) + done, "prompt_tokens 9223372036854775807 for a prompt of 5 bytes"},
+		{"negative prompt", 3, chunk(`"prompt_tokens": -5`) + done, "chunk 1: prompt_tokens -5 is negative"},
+		{"verify above tokens", 3, chunk(`"completion_tokens": 8, "spec_verify_ct": 9`) + done, "chunk 1: spec_verify_ct 9 is more than completion_tokens 8 (every verify pass yields a token)"},
+		{"verify overflow", 3, chunk(`"completion_tokens": 8, "spec_verify_ct": 9223372036854775807`) + done, "spec_verify_ct 9223372036854775807 is more than completion_tokens 8"},
+		{"negative verify", 3, chunk(`"completion_tokens": 8, "spec_verify_ct": -1`) + done, "chunk 1: spec_verify_ct -1 is negative"},
+		{"verify goes back", 3, chunk(`"completion_tokens": 4, "spec_verify_ct": 3`) + chunk(`"completion_tokens": 6, "spec_verify_ct": 2`) + done, "chunk 2: spec_verify_ct 2 is less than an earlier chunk's 3"},
+		{"too many tokens per pass", 3, chunk(`"completion_tokens": 8, "spec_verify_ct": 1`) + done, "chunk 1: completion_tokens 8 from 1 verify passes: more than speculative_num_steps+1 = 4 tokens per pass"},
+		{"accept length below 1", 3, chunk(`"completion_tokens": 8, "spec_verify_ct": 8, "spec_accept_length": 0.5`) + done, "chunk 1: spec_accept_length 0.5 is below 1"},
+		{"negative accept length", 3, chunk(`"completion_tokens": 8, "spec_accept_length": -2`) + done, "spec_accept_length -2 is below 1"},
+		{"accept length beyond steps", 3, chunk(`"completion_tokens": 8, "spec_verify_ct": 2, "spec_accept_length": 4.5`) + done, "chunk 1: spec_accept_length 4.5 is more than a verify pass can yield (speculative_num_steps+1 = 4)"},
+		{"accept length beyond tokens", 0, chunk(`"completion_tokens": 8, "spec_accept_length": 1e300`) + done, "chunk 1: spec_accept_length 1e+300 is more than the request's max_new_tokens 8"},
+	} {
+		s := generateFrom(t, c.steps, c.body)
+		switch {
+		case c.want == "" && s.Err != "":
+			t.Errorf("%s: refused: %s", c.name, s.Err)
+		case c.want != "" && !strings.Contains(s.Err, c.want):
+			t.Errorf("%s: err %q, want %q", c.name, s.Err, c.want)
+		case c.want != "" && !s.Impossible() && !strings.HasPrefix(s.Err, "malformed"):
+			t.Errorf("%s: Impossible() = %v for %q", c.name, s.Impossible(), s.Err)
+		}
+	}
+
+	// A line longer than the longest a request reads: refused before it
+	// is all read (here 1 MiB, lowered from MaxLine's 64 MiB). One longer
+	// than the read buffer (64 KiB) but within the limit reads whole: it
+	// was dropped unseen before (the buffer under its start was reused).
+	defer sglang.SetMaxLine(1 << 20)()
+	long := `data: {"text": "` + strings.Repeat("x", 2<<20) + `", "meta_info": {"completion_tokens": 1}}` + "\n\n" + done
+	if s := generateFrom(t, 3, long); !strings.Contains(s.Err, "impossible data from the server: chunk 1: a line longer than 1048576 bytes") {
+		t.Errorf("long line: %q", s.Err)
+	}
+	if s := generateFrom(t, 3, `data: {"text": "`+strings.Repeat("x", 100<<10)+`", "meta_info": {"completion_tokens": 1}}`+"\n\n"+done); s.Err != "" || s.Text != strings.Repeat("x", 100<<10) {
+		t.Errorf("a 100 KiB line (longer than the read buffer, within the limit): %q, %d bytes", s.Err, len(s.Text))
+	}
+}
+
+// TestSpecSteps reads speculative_num_steps from /server_info, within
+// bounds, and nothing else.
+func TestSpecSteps(t *testing.T) {
+	for _, c := range []struct {
+		info map[string]any
+		want int
+	}{
+		{map[string]any{"speculative_num_steps": 3.0}, 3}, {map[string]any{"speculative_num_steps": nil}, 0}, {map[string]any{}, 0}, {nil, 0},
+		{map[string]any{"speculative_num_steps": 2.5}, 0}, {map[string]any{"speculative_num_steps": 65.0}, 0}, {map[string]any{"speculative_num_steps": -1.0}, 0},
+		{map[string]any{"speculative_num_steps": "3"}, 0}, {map[string]any{"speculative_num_steps": 1e300}, 0},
+	} {
+		if got := sglang.SpecSteps(c.info); got != c.want {
+			t.Errorf("SpecSteps(%v) = %d, want %d", c.info, got, c.want)
 		}
 	}
 }

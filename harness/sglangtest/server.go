@@ -48,6 +48,9 @@ type Config struct {
 	// Empty makes every /generate finish at once with no output
 	// (finish_reason stop, completion_tokens 0).
 	Empty bool
+	// ClaimTokens makes the server lie: it reports completion_tokens as
+	// ClaimTokens times the tokens it generated (0 or 1: the truth).
+	ClaimTokens int
 	// Incremental streams text deltas, as --incremental-streaming-output
 	// does, and /server_info says so.
 	Incremental bool
@@ -164,6 +167,10 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 			"spec_verify_ct": 0, "finish_reason": map[string]any{"type": "stop", "matched": nil}}})
 		fmt.Fprintf(w, "data: %s\n\n", b)
 	}
+	claim := 1 // reported completion_tokens per generated token
+	if s.cfg.ClaimTokens > 1 {
+		claim = s.cfg.ClaimTokens
+	}
 	sent := 0 // bytes of text already streamed, for deltas
 	rate := s.cfg.TokPerSec * (1 + s.cfg.Spread*s.jitter(prompt))
 	// The first chunk carries one token at TTFT; then a chunk of
@@ -197,7 +204,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
-		meta := map[string]any{"id": id, "prompt_tokens": promptTokens, "completion_tokens": tokens, "cached_tokens": 0, "finish_reason": nil}
+		meta := map[string]any{"id": id, "prompt_tokens": promptTokens, "completion_tokens": tokens * claim, "cached_tokens": 0, "finish_reason": nil}
 		if abort && chunks == 2 {
 			meta["finish_reason"] = map[string]any{"type": "abort", "message": fmt.Sprintf("injected abort of request %d", n), "status_code": 500, "err_type": nil}
 			max = tokens // the stream ends here, with [DONE]

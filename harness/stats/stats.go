@@ -50,7 +50,11 @@ type Metrics struct {
 }
 
 // Compute derives a trial's metrics. Failed requests count as errors and
-// add nothing else; a request without output counts as empty.
+// add nothing else; a request without output counts as empty. The sums
+// cannot overflow: a sample's counts come from sglang's client, which
+// fails a request whose completion_tokens exceed its max_new_tokens (at
+// most 2^20, bounds.Bench) or whose spec_verify_ct exceeds that, and a
+// trial has at most 100,000 requests: below 2^37 tokens.
 func Compute(t Trial) Metrics {
 	m := Metrics{Requests: len(t.Samples)}
 	var decode, tpot, itl, ttft, e2e []float64
