@@ -892,13 +892,19 @@ func lineEndings(repo *gitsrc.Repo, head string, root safefs.Root, changes []git
 }
 
 // lineEndingError is the refusal for files git converted to CRLF on
-// checkout. The remedy rewrites every tracked file from HEAD, which loses
-// nothing: it is given only when the conversion is all that differs.
+// checkout. The remedy rewrites those files from HEAD, which loses
+// nothing: it is given only when the conversion is all that differs. It
+// drops their index entries first: `git checkout HEAD -- PATH` keeps an
+// entry whose blob is HEAD's, with its stat data, and skips a file that
+// stat data calls clean, as a converted file is once the index is no
+// longer racy, so the CRLF would stay (seen with git 2.39.5 after
+// `git update-index --refresh`; refusals.txtar makes that case).
 func lineEndingError(src, head string, paths []string) error {
 	sort.Strings(paths)
 	return fmt.Errorf("%s: these files hold commit %s's text with CRLF line endings where the commit has LF: %s. Git converted them when it checked them out (core.autocrlf=true, or a .gitattributes eol/text rule); the patches are written against the commit's bytes, so nothing was changed. "+
-		"Turn the conversion off for this checkout and check its files out again (the conversion is the only difference, so nothing is lost): `%s`, then `%s`, then apply",
-		src, githash.Hash(head).Short(), strings.Join(paths, ", "), sh("git", "-C", src, "config", "core.autocrlf", "false"), sh("git", "-C", src, "checkout", "HEAD", "--", "."))
+		"Turn the conversion off for this checkout and write those files again (the conversion is the only difference, so nothing is lost): `%s`, then `%s`, then `%s`, then apply",
+		src, githash.Hash(head).Short(), strings.Join(paths, ", "), sh("git", "-C", src, "config", "core.autocrlf", "false"),
+		sh(append([]string{"git", "-C", src, "rm", "-q", "--cached", "--"}, paths...)...), sh(append([]string{"git", "-C", src, "checkout", "HEAD", "--"}, paths...)...))
 }
 
 // listedRoot is a checkout read through safefs that can list its tracked
