@@ -1,0 +1,57 @@
+// arpatch kernelsim: the few CUDA runtime names custom_all_reduce.cuh uses,
+// for a host build that runs its push kernels on the CPU. Kernel threads
+// are host threads (driver.cc); __syncthreads is a barrier of one block's
+// threads. Nothing here talks to a GPU.
+#pragma once
+#include <sched.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+#include <stdexcept>
+
+struct dim3 {
+  unsigned x = 1, y = 1, z = 1;
+  dim3() = default;
+  dim3(unsigned x_, unsigned y_ = 1, unsigned z_ = 1) : x(x_), y(y_), z(z_) {}
+};
+struct uint4 {
+  unsigned x, y, z, w;
+};
+extern thread_local dim3 threadIdx, blockIdx, blockDim, gridDim;
+void __syncthreads();
+
+#define __device__
+#define __host__
+#define __global__
+#define __forceinline__ inline
+#define __launch_bounds__(...)
+#define __align__(n) alignas(n)
+#define __restrict__ __restrict
+
+// A kernel thread that polls a flag lets the others run: a few cores then
+// carry hundreds of emulated threads. (The macro does not expand inside its
+// own replacement, so the builtin is still called.)
+#define __atomic_load_n(p, o) (sched_yield(), __atomic_load_n(p, o))
+
+typedef int cudaError_t;
+#define cudaSuccess 0
+typedef void* cudaStream_t;
+struct cudaIpcMemHandle_t {
+  char reserved[64];
+};
+enum cudaStreamCaptureStatus { cudaStreamCaptureStatusNone, cudaStreamCaptureStatusActive };
+#define cudaIpcMemLazyEnablePeerAccess 1
+enum cudaMemcpyKind { cudaMemcpyHostToDevice, cudaMemcpyDeviceToDevice };
+inline cudaError_t cudaIpcOpenMemHandle(void**, cudaIpcMemHandle_t, unsigned) { return 1; }
+inline cudaError_t cudaIpcCloseMemHandle(void*) { return 0; }
+inline cudaError_t cudaIpcGetMemHandle(cudaIpcMemHandle_t*, void*) { return 1; }
+inline cudaError_t cudaStreamIsCapturing(cudaStream_t, cudaStreamCaptureStatus* s) {
+  *s = cudaStreamCaptureStatusNone;
+  return 0;
+}
+inline cudaError_t cudaMemcpy(void* d, const void* s, size_t n, cudaMemcpyKind) {
+  std::memcpy(d, s, n);
+  return 0;
+}
+inline const char* cudaGetErrorString(cudaError_t) { return "kernelsim: no GPU"; }

@@ -1,0 +1,333 @@
+// Package kernelsim runs the pcie series' PCIe-only dispatch settings and
+// push allreduce kernels on the CPU, with a host C++ compiler and no GPU,
+// so that what the series' C++ does is judged by running it: the schedule
+// and islands CustomAllreduce reads at init_custom_ar, the algorithm it
+// picks for each size, and the exact sums its push kernels leave on every
+// rank.
+//
+// The kernels are compiled for the host against small stub headers
+// (cxx/*.h): every CUDA thread is a host thread, __syncthreads is a barrier
+// of one block's threads, a rank is a set of blocks with its own stream
+// (its calls run in order, each rank at its own pace), and the flag
+// barriers use the C++ atomics the series' kernels fall back to outside a
+// device build. It runs what the series adds (the pcie_push_* kernels and
+// CustomAllreduce's pcie_* members); upstream's pull kernels use inline PTX
+// and are not run here (their sums are checked on a GPU by
+// `arpatch bench allreduce`).
+//
+// Two sources: the patched custom_all_reduce.cuh itself (a real tree), or
+// the series' added blocks on cxx/upstream.h, which restates the upstream
+// definitions they use (CI, where no SGLang checkout exists).
+//
+// What the emulation cannot show: the GPU memory model's weaker orderings
+// (the host's are stronger), L1 caching, timing, and PCIe itself.
+package kernelsim
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"sort"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+)
+
+//go:embed cxx
+var cxx embed.FS
+
+// Source is the C++ kernelsim compiles: the patched header, or the series'
+// added blocks.
+type Source struct {
+	// Header is a patched custom_all_reduce.cuh, whole. When set, the
+	// blocks below are not used.
+	Header string
+	// Kernels, Members and Methods are the series' added blocks, each with
+	// its #ifndef USE_MUSA guard: the device code (PcieIslands, the
+	// barrier, the pcie_push_* kernels), CustomAllreduce's pcie_* data
+	// members, and its pcie_* member functions.
+	Kernels, Members, Methods string
+	// Narrow builds the kernels for float32 at world size 8 alone, which
+	// compiles several times faster; Reduce then refuses other cases.
+	Narrow bool
+}
+
+// Sim is a compiled driver.
+type Sim struct {
+	bin string
+}
+
+// ErrNoCompiler is returned by Build when no host C++ compiler is found.
+var ErrNoCompiler = errors.New("no host C++ compiler ($CXX, c++, g++ or clang++) on PATH")
+
+// Compiler returns the host C++ compiler: $CXX, else the first of c++, g++
+// and clang++ on PATH.
+func Compiler() (string, error) {
+	if c := os.Getenv("CXX"); c != "" {
+		return exec.LookPath(c)
+	}
+	for _, c := range []string{"c++", "g++", "clang++"} {
+		if p, err := exec.LookPath(c); err == nil {
+			return p, nil
+		}
+	}
+	return "", ErrNoCompiler
+}
+
+var (
+	buildMu sync.Mutex
+	built   = map[string]*Sim{}
+)
+
+// launch matches a kernel launch's execution configuration, which a host
+// compiler cannot read; the launch becomes a plain call, which nothing
+// kernelsim compiles ever instantiates.
+var launch = regexp.MustCompile(`<<<[^<>]*>>>`)
+
+// Build compiles the driver for src into a directory under dir (which the
+// caller owns and removes), once per process for each distinct source and
+// dir, and returns it. It returns ErrNoCompiler when there is no compiler,
+// and the compiler's output when src does not compile.
+func Build(ctx context.Context, dir string, src Source) (*Sim, error) {
+	cc, err := Compiler()
+	if err != nil {
+		return nil, err
+	}
+	header := src.Header
+	if header != "" {
+		header = launch.ReplaceAllString(header, "")
+	} else {
+		header = blocksHeader(src)
+	}
+	flags := []string{"-std=c++17", "-O0", "-pthread"}
+	if src.Narrow {
+		flags = append(flags, "-DKERNELSIM_NARROW")
+	}
+	sum := sha256.Sum256([]byte(cc + "\x00" + strings.Join(flags, " ") + "\x00" + header))
+	key := dir + "\x00" + hex.EncodeToString(sum[:])
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if s, ok := built[key]; ok {
+		return s, nil
+	}
+	dir, err = os.MkdirTemp(dir, "kernelsim-")
+	if err != nil {
+		return nil, err
+	}
+	files, err := cxx.ReadDir("cxx")
+	if err != nil {
+		return nil, err
+	}
+	for _, f := range files {
+		b, err := cxx.ReadFile("cxx/" + f.Name())
+		if err != nil {
+			return nil, err
+		}
+		if err := os.WriteFile(filepath.Join(dir, f.Name()), b, 0o644); err != nil {
+			return nil, err
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "kernels.h"), []byte(header), 0o644); err != nil {
+		return nil, err
+	}
+	bin := filepath.Join(dir, "driver")
+	cmd := exec.CommandContext(ctx, cc, append(flags, "-iquote", dir, "-I", dir, "-o", bin, filepath.Join(dir, "driver.cc"))...)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		return nil, fmt.Errorf("kernelsim: %s does not compile the series' C++ for the host: %v\n%s", filepath.Base(cc), err, firstLines(out, 40))
+	}
+	s := &Sim{bin: bin}
+	built[key] = s
+	return s, nil
+}
+
+// blocksHeader puts the series' added blocks on upstream.h, in a
+// CustomAllreduce with upstream's constructor signature.
+func blocksHeader(src Source) string {
+	return `#pragma once
+#include "upstream.h"
+namespace sglang {
+` + src.Kernels + `
+class CustomAllreduce {
+ public:
+  int rank_;
+  int world_size_;
+  bool full_nvlink_;
+` + src.Members + `
+  RankSignals sg_;
+  Signal* self_sg_;
+  CustomAllreduce(Signal** signals, void*, size_t, int rank, int world_size, bool full_nvlink = true)
+      : rank_(rank), world_size_(world_size), full_nvlink_(full_nvlink), self_sg_(signals[rank]) {
+    for (int i = 0; i < world_size_; i++) sg_.signals[i] = signals[i];
+#ifndef USE_MUSA
+    if (!full_nvlink_) pcie_init();
+#endif
+  }
+` + src.Methods + `
+};
+}  // namespace sglang
+`
+}
+
+// Step is one step of a schedule: Algo for sizes up to MaxBytes (nil: every
+// larger size).
+type Step struct {
+	Algo     string
+	MaxBytes *uint64
+}
+
+// Parsed is what CustomAllreduce read at init on a PCIe-only group.
+type Parsed struct {
+	Schedule []Step
+	Auto     bool
+	Islands  [][]int
+	// Scratch is the bytes of scratch it found after its Signal block.
+	Scratch uint64
+	// Algos is pcie_algo_for at each size asked, or "error: ..." where it
+	// threw.
+	Algos []string
+	// Error is what the constructor threw (Kind: invalid_argument or
+	// runtime_error), with Schedule and the rest empty.
+	Error, Kind string
+}
+
+// Parse constructs CustomAllreduce for rank 0 of a PCIe-only group of world
+// size ws with capBytes of scratch under env (and nothing else of the
+// process's environment), and asks pcie_algo_for about each of sizes.
+func (s *Sim) Parse(ctx context.Context, ws int, capBytes uint64, env map[string]string, sizes ...uint64) (Parsed, error) {
+	args := []string{"parse", strconv.Itoa(ws), strconv.FormatUint(capBytes, 10)}
+	for _, n := range sizes {
+		args = append(args, strconv.FormatUint(n, 10))
+	}
+	var kv []string
+	for k, v := range env {
+		kv = append(kv, k+"="+v)
+	}
+	sort.Strings(kv)
+	out, err := s.run(ctx, kv, args...)
+	if err != nil {
+		return Parsed{}, err
+	}
+	var raw struct {
+		Schedule [][]json.RawMessage `json:"schedule"`
+		Auto     bool                `json:"auto"`
+		Islands  [][]int             `json:"islands"`
+		Scratch  uint64              `json:"scratch"`
+		Algos    []json.RawMessage   `json:"algos"`
+		Error    string              `json:"error"`
+		Kind     string              `json:"kind"`
+	}
+	if err := json.Unmarshal(out, &raw); err != nil {
+		return Parsed{}, fmt.Errorf("kernelsim parse: %v: %s", err, out)
+	}
+	p := Parsed{Auto: raw.Auto, Islands: raw.Islands, Scratch: raw.Scratch, Error: raw.Error, Kind: raw.Kind}
+	for _, st := range raw.Schedule {
+		var step Step
+		if len(st) != 2 || json.Unmarshal(st[0], &step.Algo) != nil || json.Unmarshal(st[1], &step.MaxBytes) != nil {
+			return Parsed{}, fmt.Errorf("kernelsim parse: bad step in %s", out)
+		}
+		p.Schedule = append(p.Schedule, step)
+	}
+	for _, a := range raw.Algos {
+		var name string
+		if json.Unmarshal(a, &name) == nil {
+			p.Algos = append(p.Algos, name)
+			continue
+		}
+		var e struct {
+			Error string `json:"error"`
+		}
+		if err := json.Unmarshal(a, &e); err != nil {
+			return Parsed{}, fmt.Errorf("kernelsim parse: %v: %s", err, out)
+		}
+		p.Algos = append(p.Algos, "error: "+e.Error)
+	}
+	return p, nil
+}
+
+// Case is one run of Reduce.
+type Case struct {
+	DType   string // float32, float16 or bfloat16
+	WS      int    // world size: 2, 4, 6 or 8
+	Algo    string // push1, push2, island, or mixed (one drawn per call)
+	Islands string // SGLANG_PCIE_CUSTOM_AR_ISLANDS, or "" for one island
+	Threads int    // threads per block (at least WS)
+	Seed    uint32
+	Calls   int
+}
+
+// Result is Reduce's verdict: OK, or the first wrong element.
+type Result struct {
+	OK     bool    `json:"ok"`
+	Calls  int     `json:"calls"`
+	Call   int     `json:"call"`
+	Algo   string  `json:"algo"`
+	Packs  int     `json:"packs"`
+	Blocks int     `json:"blocks"`
+	Rank   int     `json:"rank"`
+	Index  int     `json:"index"`
+	Got    float64 `json:"got"`
+	Want   float64 `json:"want"`
+	Rank0  float64 `json:"rank0"`
+	Error  string  `json:"error"`
+}
+
+func (r Result) String() string {
+	switch {
+	case r.OK:
+		return fmt.Sprintf("ok (%d calls)", r.Calls)
+	case r.Error != "":
+		return r.Error
+	}
+	return fmt.Sprintf("call %d (%s, %d packed elements, %d blocks): rank %d element %d is %g, want %g (rank 0 has %g)",
+		r.Call, r.Algo, r.Packs, r.Blocks, r.Rank, r.Index, r.Got, r.Want, r.Rank0)
+}
+
+// Reduce runs c's allreduces on c.WS emulated ranks and checks every sum.
+func (s *Sim) Reduce(ctx context.Context, c Case) (Result, error) {
+	islands := c.Islands
+	if islands == "" {
+		islands = "-"
+	}
+	out, err := s.run(ctx, nil, "reduce", c.DType, strconv.Itoa(c.WS), c.Algo, islands,
+		strconv.Itoa(c.Threads), strconv.FormatUint(uint64(c.Seed), 10), strconv.Itoa(c.Calls))
+	var r Result
+	if jerr := json.Unmarshal(out, &r); jerr != nil {
+		if err != nil {
+			return Result{}, err
+		}
+		return Result{}, fmt.Errorf("kernelsim reduce: %v: %s", jerr, out)
+	}
+	return r, nil
+}
+
+func (s *Sim) run(ctx context.Context, env []string, args ...string) ([]byte, error) {
+	ctx, cancel := context.WithTimeout(ctx, 3*time.Minute)
+	defer cancel()
+	cmd := exec.CommandContext(ctx, s.bin, args...)
+	cmd.Env = append([]string{}, env...) // only env: never the caller's environment
+	var stderr bytes.Buffer
+	cmd.Stderr = &stderr
+	out, err := cmd.Output()
+	if err != nil && len(bytes.TrimSpace(out)) == 0 {
+		return nil, fmt.Errorf("kernelsim %s: %v: %s", args[0], err, firstLines(stderr.Bytes(), 10))
+	}
+	return bytes.TrimSpace(out), err
+}
+
+func firstLines(b []byte, n int) string {
+	lines := strings.SplitN(string(b), "\n", n+1)
+	if len(lines) > n {
+		lines = append(lines[:n], "...")
+	}
+	return strings.Join(lines, "\n")
+}
