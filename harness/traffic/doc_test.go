@@ -123,8 +123,9 @@ func docLines(t *testing.T) []string {
 		fmt.Sprintf("`SGLANG_PCIE_CUSTOM_AR_MAX_BYTES` = %d", sched.MaxBytes),
 		fmt.Sprintf("at %s B push1 takes %.3f µs and island %.3f; at %s B, %.3f against %.3f", comma(x), ref.Estimate(traffic.CustomPush1, x, p).US, isl(x).US,
 			comma(next), ref.Estimate(traffic.CustomPush1, next, p).US, isl(next).US),
-		fmt.Sprintf("(4 + 2) x %s + %s = %s bytes", comma((sched.MaxBytes+3)/4), comma(sched.MaxBytes), comma(isl(sched.MaxBytes).Scratch)),
-		fmt.Sprintf("the next size scanned, %s B, needs %s", comma(sched.MaxBytes+32768), comma(isl(sched.MaxBytes+32768).Scratch)))
+		fmt.Sprintf("8 x %s + %s = %s bytes", comma(sched.MaxBytes/8), comma(sched.MaxBytes), comma(ref.Estimate(traffic.CustomPush2, sched.MaxBytes, p).Scratch)),
+		fmt.Sprintf("the next size scanned, %s B, needs %s", comma(sched.MaxBytes+65536), comma(ref.Estimate(traffic.CustomPush2, sched.MaxBytes+65536, p).Scratch)),
+		fmt.Sprintf("above %s B it needs more than %s bytes", comma(lastFit(isl)), comma(p.ScratchBytes)))
 	for _, n := range []int{4096, s, 256 << 10, 1 << 20, 3 << 20} {
 		a, nc := ref.Auto(sched, n, p), ref.NCCL(n, p, false)
 		want = append(want, fmt.Sprintf("| %s | %s %.1f | %s %.1f |", allreduce.FormatBytes(n), a.Name(), a.US, nc.Name(), nc.US))
@@ -200,4 +201,17 @@ func TestDocMatchesModel(t *testing.T) {
 	if w := "SGLANG_PCIE_CUSTOM_AR_ALGO=" + s.Algo() + " SGLANG_PCIE_CUSTOM_AR_ISLANDS=" + s.Islands.Islands.String(); !strings.Contains(strings.Join(strings.Fields(string(b)), " "), w) {
 		t.Errorf("README.md does not say %q (doctor's environment on the reference host)", w)
 	}
+}
+
+// lastFit is the largest size the scan tries (multiples of 16 bytes up to
+// 8 MiB) at which e's algorithm fits the scratch.
+func lastFit(e func(int) traffic.Estimate) int {
+	last := 0
+	for n := 16; n <= 8<<20; n += 16 {
+		if !e(n).Fits {
+			break
+		}
+		last = n
+	}
+	return last
 }

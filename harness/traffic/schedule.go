@@ -56,7 +56,8 @@ func (s Schedule) Env() []string {
 
 // Auto is what s runs at bytes: the step whose bound covers it, or, when
 // that algorithm's scratch does not hold the size, the next that does in
-// the order push1, island or push2, pull2 (docs/pcie-dispatch.md, "The
+// the order push1, island (with islands), push2, pull2, as the pcie
+// series' pcie_algo_for falls through (docs/pcie-dispatch.md, "The
 // algorithms").
 func (t *Topology) Auto(s Schedule, bytes int, p Params) Estimate {
 	algo := s.Steps[len(s.Steps)-1].Algo
@@ -75,7 +76,7 @@ func (t *Topology) Auto(s Schedule, bytes int, p Params) Estimate {
 			continue
 		}
 		for _, next := range order[i:] {
-			if next == CustomIsland && s.Islands == nil || next == CustomPush2 && s.Islands != nil {
+			if next == CustomIsland && s.Islands == nil {
 				continue
 			}
 			if e := t.est(s, next, bytes, p); e.Fits {

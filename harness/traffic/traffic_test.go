@@ -473,10 +473,15 @@ func TestDefaults(t *testing.T) {
 		t.Errorf("push1 at %d B: %.3f µs, island %.3f: the bound is too low", next(x), a.US, b.US)
 	}
 	// The cut: auto beats the best NCCL over P2P at every size up to it;
-	// above it island no longer fits the 8 MiB scratch, auto would fall
-	// to pull2, and NCCL wins.
-	if e := isl(s.MaxBytes); !e.Fits || isl(next(s.MaxBytes)).Fits {
-		t.Errorf("cut %d B: island fits %v there, %v above", s.MaxBytes, e.Fits, isl(next(s.MaxBytes)).Fits)
+	// island stops fitting the 8 MiB scratch before it (auto then runs
+	// push2); above it push2 no longer fits either, auto would fall to
+	// pull2, and NCCL wins.
+	push2 := func(n int) traffic.Estimate { return ref.Estimate(traffic.CustomPush2, n, p) }
+	if e := push2(s.MaxBytes); !e.Fits || push2(next(s.MaxBytes)).Fits || isl(s.MaxBytes).Fits {
+		t.Errorf("cut %d B: push2 fits %v there, %v above; island fits %v", s.MaxBytes, e.Fits, push2(next(s.MaxBytes)).Fits, isl(s.MaxBytes).Fits)
+	}
+	if a := ref.Auto(s, s.MaxBytes, p); a.Algo != traffic.CustomPush2 {
+		t.Errorf("at the cut auto runs %s, want push2 (island does not fit)", a.Name())
 	}
 	for n := 16; n <= s.MaxBytes; n = next(n) {
 		if a, nc := ref.Auto(s, n, p), ref.NCCL(n, p, false); a.US >= nc.US {
