@@ -95,7 +95,7 @@ func CheckResult(tree Tree, res *Result, ps []*Patch) error {
 		}
 	}
 	if l, ok := tree.(Lister); ok {
-		all, err := l.Paths()
+		all, err := l.Named(gaterule.DispatchBase)
 		if err != nil {
 			return err
 		}
@@ -113,11 +113,12 @@ func CheckResult(tree Tree, res *Result, ps []*Patch) error {
 	return gaterule.Check(read, paths)
 }
 
-// Lister is a Tree that can list its files (slash paths relative to its
-// root). CheckResult then finds the dispatch header wherever the tree
-// keeps it, not only at the places upstream has used.
+// Lister is a Tree that can list its files of one name (slash paths
+// relative to its root, of every file whose last element is base).
+// CheckResult then finds the dispatch header wherever the tree keeps it,
+// not only at the places upstream has used.
 type Lister interface {
-	Paths() ([]string, error)
+	Named(base string) ([]string, error)
 }
 
 // ApplyChecked is Apply followed by CheckResult: what every command that

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path"
 	"slices"
 	"strings"
 	"testing"
@@ -157,11 +158,17 @@ type gitTree struct {
 	mirror string
 }
 
-// Paths lists the commit's files, so the rule searches the whole tree
-// (and must pass over the JIT kernel's custom_all_reduce.cuh).
-func (g gitTree) Paths() ([]string, error) {
+// Named lists the commit's files of that name, so the rule searches the
+// whole tree (and must pass over the JIT kernel's custom_all_reduce.cuh).
+func (g gitTree) Named(base string) ([]string, error) {
 	out, err := exec.Command("git", "-C", g.mirror, "ls-tree", "-r", "--name-only", g.commit).Output()
-	return strings.Fields(string(out)), err
+	var named []string
+	for _, p := range strings.Fields(string(out)) {
+		if path.Base(p) == base {
+			named = append(named, p)
+		}
+	}
+	return named, err
 }
 
 func (g gitTree) ReadFile(p string) ([]byte, error) {

@@ -10,6 +10,7 @@ import (
 	"io/fs"
 	"math/rand/v2"
 	"os"
+	"path"
 	"path/filepath"
 	"sort"
 	"strconv"
@@ -915,4 +916,12 @@ type listedRoot struct {
 	tracked []string // sorted (gitsrc.Repo.TrackedPaths)
 }
 
-func (l listedRoot) Paths() ([]string, error) { return l.tracked, nil }
+func (l listedRoot) Named(base string) ([]string, error) {
+	var out []string
+	for _, p := range l.tracked {
+		if path.Base(p) == base {
+			out = append(out, p)
+		}
+	}
+	return out, nil
+}

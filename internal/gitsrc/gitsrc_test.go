@@ -242,6 +242,20 @@ func TestResolveRefsBeforeHashPrefixes(t *testing.T) {
 	if got, err := repo.Resolve(c2); err != nil || got != c2 {
 		t.Errorf("Resolve(full hash) = %s, %v", got, err)
 	}
+	// A full hash is its commit even when a ref is named by it, as git
+	// rev-parse takes it (with a warning).
+	if err := g.Storer.SetReference(plumbing.NewHashReference(plumbing.ReferenceName("refs/heads/"+c2), plumbing.NewHash(c1))); err != nil {
+		t.Fatal(err)
+	}
+	if got, err := repo.Resolve(c2); err != nil || got != c2 {
+		t.Errorf("Resolve(%s), a branch of that name at %s: %s, %v", c2, c1, got, err)
+	}
+	if _, err := exec.LookPath("git"); err == nil {
+		out := strings.Split(strings.TrimSpace(gitOut(t, up, "rev-parse", c2)), "\n") // its warning first
+		if got := out[len(out)-1]; got != c2 {
+			t.Errorf("git rev-parse of the full hash: %s, want %s", got, c2)
+		}
+	}
 }
 
 // linkWorktree makes a linked worktree of the checkout up at wt, detached

@@ -185,6 +185,15 @@ func (r *Repo) Resolve(rev string) (string, error) {
 		}
 		return h.Hash().String(), nil
 	}
+	// A full hash names its commit, as in git (get_oid_basic: a ref
+	// named by 40 hex digits only gets a warning there), without a look
+	// at the refs: each lookup of a ref re-reads packed-refs, some ten
+	// for every commit `patches check` is given.
+	if h := strings.ToLower(rev); githash.Hash(h).IsFull() {
+		if _, err := r.commitTreeHash(plumbing.NewHash(h)); err == nil {
+			return h, nil
+		}
+	}
 	// A branch or tag may look like hex ("cafe", "dead1234"): refs first.
 	for _, name := range []string{"refs/heads/" + rev, "refs/tags/" + rev, "refs/remotes/origin/" + rev} {
 		if ref, err := r.r.Reference(plumbing.ReferenceName(name), true); err == nil {
@@ -400,6 +409,19 @@ func (c *CommitTree) Mode(path string) string {
 // Paths lists every file of the commit (slash paths, sorted; submodules
 // are not files and are left out).
 func (c *CommitTree) Paths() ([]string, error) {
+	return c.files(func(string) bool { return true })
+}
+
+// Named lists the files of the commit whose last path element is base
+// (slash paths, sorted), building no path for the others: what the
+// built-in rule asks of every commit `patches check` judges
+// (patches.Lister).
+func (c *CommitTree) Named(base string) ([]string, error) {
+	return c.files(func(name string) bool { return name == base })
+}
+
+// files lists the files of the commit whose name keep takes.
+func (c *CommitTree) files(keep func(name string) bool) ([]string, error) {
 	var out []string
 	var walk func(h plumbing.Hash, prefix string) error
 	walk = func(h plumbing.Hash, prefix string) error {
@@ -415,7 +437,9 @@ func (c *CommitTree) Paths() ([]string, error) {
 				}
 			case filemode.Submodule:
 			default:
-				out = append(out, prefix+e.Name)
+				if keep(e.Name) {
+					out = append(out, prefix+e.Name)
+				}
 			}
 		}
 		return nil

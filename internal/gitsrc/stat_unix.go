@@ -34,6 +34,16 @@ func fillStatT(e *index.Entry, st *syscall.Stat_t) {
 	e.UID, e.GID = st.Uid, st.Gid
 }
 
+// deviceOf is the device of the file at path, 32 bits as the index
+// records an entry's, or 0 when it cannot be had.
+func deviceOf(path string) uint32 {
+	var st syscall.Stat_t
+	if syscall.Stat(path, &st) != nil {
+		return 0
+	}
+	return uint32(st.Dev)
+}
+
 // createFile writes data to a new file at path (O_EXCL, perm before the
 // umask) and records its stat data in e, with raw system calls: an
 // os.File would also set descriptor flags and try to register it with

@@ -38,11 +38,14 @@ import (
 //   - work tree changes: each index entry's stat data (mode, size, mtime
 //     with nanoseconds, and where recorded ctime, inode, uid, gid) is
 //     compared with lstat; a file is hashed only when they differ or when
-//     it is racily clean (its mtime is not before the index file's
-//     second, so an edit in the same second as the index write could
-//     hide behind equal stat data), as git's racy-git rule says: in whole
-//     seconds, as git built without USE_NSEC compares them, since a work
-//     tree on another file system than the index may keep coarser times
+//     it is racily clean (its mtime is not before the index file's, so an
+//     edit made as the index was written could hide behind equal stat
+//     data), as git's racy-git rule says: to the nanosecond, as git built
+//     with USE_NSEC compares them, for a file the index recorded on the
+//     index's own file system (one clock, one granularity, so a fresh
+//     checkout's files are not all suspects); in whole seconds, as git
+//     without USE_NSEC compares them, for any other, since a work tree on
+//     another file system than the index may keep coarser times
 //     (Upstream: read-cache.c@v2.39.0 (is_racy_stat), git/git);
 //   - untracked files: the directories are read as git reads them, with
 //     .git/info/exclude and every .gitignore on the way (go-git's
@@ -73,7 +76,8 @@ func (r *Repo) Changes() ([]Change, error) {
 		return nil, fmt.Errorf("git status in %s: %w", r.Dir, err)
 	}
 	defer root.Close()
-	s := &statusRun{dir: r.Dir, root: root, commonDir: LocalGitDir(r.Dir), idx: idx, tree: newIndexTree(idx.Entries), codes: map[string]*[2]byte{}}
+	s := &statusRun{dir: r.Dir, root: root, commonDir: LocalGitDir(r.Dir), idx: idx, indexDev: deviceOf(filepath.Join(r.GitDir(), "index")),
+		tree: newIndexTree(idx.Entries), codes: map[string]*[2]byte{}}
 	s.tree.cached = trees
 	// The work tree is read while the trees are compared.
 	var wg sync.WaitGroup
@@ -156,6 +160,7 @@ type statusRun struct {
 	root      *treeRoot // dir, held open
 	commonDir string    // the git directory holding info/exclude (the main one of a linked worktree)
 	idx       *index.Index
+	indexDev  uint32 // the index file's device (as entries record theirs), 0 when unknown
 	// tree's maps are not changed once built, and the concurrent walks
 	// (untracked, worktreeChanges, stagedChanges) read them; each
 	// indexDir's sum and entries are filled in lazily by hash and count,
@@ -446,7 +451,7 @@ func (s *statusRun) worktreeChanges() ([]Change, error) {
 			verdict[i] = deleted
 		case err != nil:
 			errs[i] = err
-		case !statClean(e, st, s.idx.ModTime):
+		case !statClean(e, st, s.idx.ModTime, s.indexDev):
 			c := st // only a suspect's stat data escapes to the heap
 			verdict[i], stats[i] = suspect, &c
 		}
@@ -516,14 +521,23 @@ type dirEntry struct {
 
 // statClean reports whether st matches the stat data the index recorded
 // for e and the entry is not racily clean, so that its content need not
-// be read. Fields the index left zero (ctime, inode, uid, gid from go-git
+// be read: racily clean to the nanosecond when the index recorded e on
+// the index file's device (indexDev, 0 when unknown), else in whole
+// seconds. Fields the index left zero (ctime, inode, uid, gid from go-git
 // on other systems) are not compared.
-func statClean(e *index.Entry, st fileStat, indexTime time.Time) bool {
+func statClean(e *index.Entry, st fileStat, indexTime time.Time, indexDev uint32) bool {
 	mode, err := filemode.NewFromOSFileMode(st.mode)
 	if err != nil || mode != e.Mode || uint32(st.size) != e.Size || !st.mtime.Equal(e.ModifiedAt) {
 		return false
 	}
-	if indexTime.IsZero() || e.ModifiedAt.Unix() >= indexTime.Unix() {
+	switch {
+	case indexTime.IsZero():
+		return false
+	case indexDev != 0 && e.Dev == indexDev:
+		if !e.ModifiedAt.Before(indexTime) {
+			return false // racily clean, to the nanosecond: hash it
+		}
+	case e.ModifiedAt.Unix() >= indexTime.Unix():
 		return false // racily clean, in whole seconds: hash it
 	}
 	if !e.CreatedAt.IsZero() && !st.ctime.IsZero() && !e.CreatedAt.Equal(st.ctime) {

@@ -30,7 +30,35 @@ func TestStatCleanRacyInWholeSeconds(t *testing.T) {
 	} {
 		e := &index.Entry{Name: "README.md", Mode: filemode.Regular, Size: 5, ModifiedAt: tc.mtime}
 		st := fileStat{mode: fs.FileMode(0o644), size: 5, mtime: tc.mtime}
-		if got := statClean(e, st, indexTime); got != tc.clean {
+		for _, dev := range []uint32{0, 8} { // unknown; another device than the index's 7
+			e.Dev = dev
+			if got := statClean(e, st, indexTime, 7); got != tc.clean {
+				t.Errorf("device %d, mtime %s, index %s: statClean = %v, want %v", dev, tc.mtime.Format(time.RFC3339Nano), indexTime.Format(time.RFC3339Nano), got, tc.clean)
+			}
+		}
+	}
+}
+
+// TestStatCleanRacyToTheNanosecond: an entry recorded on the index
+// file's own device shares its clock and granularity, so only an mtime
+// at or after the index's is racily clean: a checkout's files, written
+// before its index, are trusted on their stat data.
+func TestStatCleanRacyToTheNanosecond(t *testing.T) {
+	sec := time.Date(2026, 11, 30, 15, 0, 0, 0, time.UTC)
+	indexTime := sec.Add(17 * time.Millisecond)
+	for _, tc := range []struct {
+		mtime time.Time
+		clean bool
+	}{
+		{sec, true},                              // same second, before the index's nanoseconds
+		{indexTime.Add(-time.Nanosecond), true},  // just before
+		{indexTime, false},                       // same instant
+		{indexTime.Add(time.Nanosecond), false},  // after
+		{sec.Add(999 * time.Millisecond), false}, // same second, after
+	} {
+		e := &index.Entry{Name: "README.md", Mode: filemode.Regular, Size: 5, ModifiedAt: tc.mtime, Dev: 7}
+		st := fileStat{mode: fs.FileMode(0o644), size: 5, mtime: tc.mtime}
+		if got := statClean(e, st, indexTime, 7); got != tc.clean {
 			t.Errorf("mtime %s, index %s: statClean = %v, want %v", tc.mtime.Format(time.RFC3339Nano), indexTime.Format(time.RFC3339Nano), got, tc.clean)
 		}
 	}
