@@ -1,10 +1,13 @@
 #!/usr/bin/env bash
 # compare.sh measures arpatch's main job against git on a real SGLang
 # mirror, as paired ratios (arpatch ÷ the alternative): each round runs
-# both sides back to back, in alternating order, and the table gives
-# medians over the rounds. Wall time with GNU time (-f %e), peak RSS
-# (%M) and CPU (user+sys, 10 ms resolution) from GNU time. The short jobs
-# (apply on a checkout, status) run three times as many rounds.
+# both sides back to back, in alternating order (an interleaved pair), and
+# the table gives, for each side, the median over the rounds with its
+# range (min-max), and the median of the pairs' ratios with their range.
+# Wall time from the clock, CPU (user+sys, 10 ms resolution) and peak RSS
+# from GNU time. The short jobs (apply on a checkout, status) run three
+# times as many rounds. The header line names the commit, the cores and
+# the load average before and after.
 #
 #   bench/compare.sh MIRROR [ROUNDS]      (default 7 rounds)
 #
@@ -25,6 +28,7 @@ TIME=/usr/bin/time
 [ -x "$TIME" ] || { echo "compare.sh: GNU time is needed at $TIME (apt-get install time)" >&2; exit 2; }
 git -C "$mirror" cat-file -e "$commit^{commit}" 2>/dev/null || { echo "compare.sh: $mirror does not have commit $commit; pass a mirror of SGLang that does" >&2; exit 2; }
 
+load0=$(cut -d' ' -f1-3 /proc/loadavg)
 work=$(mktemp -d "${TMPDIR:-/tmp}/arpatch-compare-XXXXXX")
 trap 'rm -rf "$work"' EXIT
 arpatch=$work/arpatch
@@ -42,10 +46,14 @@ run() {
 	awk -v ns=$((t1 - t0)) '{printf "%.4f %.2f %d\n", ns/1e9, $1+$2, $3}' "$work/t" >>"$work/$label"
 }
 
-# median LABEL FIELD: the median of one field (1 wall, 2 cpu, 3 rss KiB).
-median() {
-	cut -d' ' -f"$2" "$work/$1" | sort -g | awk '{a[NR]=$1} END{print (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2}'
+# stat FIELD: "median [min-max]" of the numbers on stdin, field FIELD.
+stat() {
+	cut -d' ' -f"$1" | sort -g | awk '{a[NR]=$1} END{m = (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2; printf "%g [%g-%g]", m, a[1], a[NR]}'
 }
+
+# median LABEL FIELD: "median [min-max]" of one field (1 wall s, 2 cpu s,
+# 3 rss KiB) over LABEL's rounds.
+median() { stat "$2" <"$work/$1"; }
 
 # pair A B [N]: run the two jobs of one row N times (default ROUNDS),
 # alternating which goes first.
@@ -107,14 +115,20 @@ git clone -q -n --local "$mirror" "$work/c"
 check_git() { run check_git sh "$work/check-git.sh" "${commits[@]}"; }
 pair check_arpatch check_git
 
-ratio() { awk -v a="$(median "$1" "$3")" -v b="$(median "$2" "$3")" 'BEGIN{if (b > 0) printf "%.2f", a/b; else printf "n/a"}'; }
+# ratio A B FIELD: the ratios of the pairs (A's round i over B's round
+# i), "median [min-max]"; n/a when B's field is 0 in some pair (CPU below
+# GNU time's 10 ms).
+ratio() {
+	paste -d' ' "$work/$1" "$work/$2" | awk -v f="$3" '{b = $(f+3); if (b <= 0) {print "n/a"; exit 1}; print $f/b}' >"$work/ratio" || { echo n/a; return; }
+	stat 1 <"$work/ratio"
+}
 row() { # TASK ALT LABEL_A LABEL_B
-	printf '| %s | %s s (cpu %s s), %d MiB | %s: %s s (cpu %s s), %d MiB | %s× (cpu %s×) |\n' "$1" \
-		"$(median "$3" 1)" "$(median "$3" 2)" "$(($(median "$3" 3) / 1024))" \
-		"$2" "$(median "$4" 1)" "$(median "$4" 2)" "$(($(median "$4" 3) / 1024))" \
+	printf '| %s | %s s, cpu %s s, %s KiB | %s: %s s, cpu %s s, %s KiB | %s× (cpu %s×) |\n' "$1" \
+		"$(median "$3" 1)" "$(median "$3" 2)" "$(median "$3" 3)" \
+		"$2" "$(median "$4" 1)" "$(median "$4" 2)" "$(median "$4" 3)" \
 		"$(ratio "$3" "$4" 1)" "$(ratio "$3" "$4" 2)"
 }
-echo "arpatch $(git -C "$repo" rev-parse --short HEAD), $(git --version), $(nproc) cores, load $(cut -d' ' -f1-3 /proc/loadavg), $rounds rounds, medians"
+echo "arpatch $(git -C "$repo" rev-parse --short HEAD), $(git --version), $(nproc) cores, load $load0 before and $(cut -d' ' -f1-3 /proc/loadavg) after, $rounds rounds (3× for the short jobs); each cell: median [min-max] over the rounds, ratios over the interleaved pairs"
 echo
 echo '| task | arpatch | alternative | ratio (wall, cpu) |'
 echo '|---|---|---|---|'

@@ -195,7 +195,7 @@ func (t *trialRow) dest() []any {
 // metrics is the trial, a metric stored as NULL left out of Values.
 func (t *trialRow) metrics() TrialMetrics {
 	m := TrialMetrics{Index: int(t.index.Int64), Concurrency: int(t.level.Int64), Wall: t.wall.Float64, Errors: int(t.errors.Int64),
-		Samples: int(t.samples.Int64), Values: map[string]float64{}}
+		Samples: int(t.samples.Int64), Values: make(map[string]float64, len(stats.Table))}
 	for i, v := range t.vals {
 		if v.Valid {
 			m.Values[stats.Table[i].Name] = v.Float64
@@ -254,13 +254,14 @@ func (s *Store) Export() ([]ExportRow, error) {
 	const what = "exporting the trials"
 	trials := map[int64][]TrialMetrics{} // by arm
 	n := 0
+	var armID int64
+	var t trialRow
+	dest := append([]any{&armID}, t.dest()...) // filled again by each row
 	err := s.each(what, `SELECT t.arm_id, `+trialColumns+` FROM trials t ORDER BY t.arm_id, t.idx, t.concurrency`, nil, func(r *sql.Rows) error {
-		var arm int64
-		var t trialRow
-		if err := r.Scan(append([]any{&arm}, t.dest()...)...); err != nil {
-			return fmt.Errorf("a trial of arm %d: %w", arm, err)
+		if err := r.Scan(dest...); err != nil {
+			return fmt.Errorf("a trial of arm %d: %w", armID, err)
 		}
-		trials[arm] = append(trials[arm], t.metrics())
+		trials[armID] = append(trials[armID], t.metrics())
 		n++
 		return nil
 	})

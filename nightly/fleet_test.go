@@ -138,3 +138,28 @@ func TestHistoryFailingAtRecordKeepsTheRun(t *testing.T) {
 		t.Errorf("the kept run: %+v, %v", d, err)
 	}
 }
+
+// The fleet's nightly.toml in docs/nightly.md loads: its history is the
+// URL, kept locally in the config's state directory when unreachable.
+func TestFleetDocExample(t *testing.T) {
+	b, err := os.ReadFile("../docs/nightly.md")
+	must(t, err)
+	doc := string(b)
+	i := strings.Index(doc, "## A fleet")
+	m := regexp.MustCompile("(?s)```toml\n(.*?)```").FindStringSubmatch(doc[i:])
+	if i < 0 || m == nil {
+		t.Fatal("docs/nightly.md has no fleet section with a toml block")
+	}
+	dir := t.TempDir()
+	t.Setenv("ARPATCH_STATE", filepath.Join(dir, "state"))
+	p := filepath.Join(dir, "nightly.toml")
+	must(t, os.WriteFile(p, []byte(m[1]), 0o644))
+	cfg, err := LoadConfig(p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if cfg.History.Path != "postgres://arpatch@db.internal/arpatch" || cfg.Path(cfg.History.Path) != cfg.History.Path || cfg.History.HardwareKey != "box-a" ||
+		!strings.HasPrefix(cfg.History.Keep, filepath.Join(dir, "state", "nightly")) || filepath.Base(cfg.History.Keep) != "kept.db" {
+		t.Errorf("fleet config: %+v", cfg.History)
+	}
+}

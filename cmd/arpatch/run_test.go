@@ -3,7 +3,9 @@ package main
 import (
 	"bytes"
 	"context"
+	"os"
 	"path/filepath"
+	"regexp"
 	"strings"
 	"testing"
 
@@ -97,6 +99,37 @@ func TestHistoryRunsTakeAURL(t *testing.T) {
 		code := run(context.Background(), []string{"arpatch", "history", "list", flag, u}, &out, &errb)
 		if code != exitFailure || !strings.Contains(errb.String(), "history "+u+": cannot reach the server") {
 			t.Errorf("history list %s %s: exit %d, %s", flag, u, code, errb.String())
+		}
+	}
+}
+
+// The fleet's commands in docs/nightly.md run as printed but for the
+// server's host, which here is a port nothing listens on (no lookup
+// leaves this machine): they reach the server, and say it does not
+// answer.
+func TestFleetDocCommands(t *testing.T) {
+	b, err := os.ReadFile("../../docs/nightly.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	doc := string(b)
+	i := strings.Index(doc, "## A fleet")
+	m := regexp.MustCompile("(?s)```sh\n(.*?)```").FindStringSubmatch(doc[i:])
+	if i < 0 || m == nil {
+		t.Fatal("docs/nightly.md has no fleet section with a sh block")
+	}
+	lines := strings.Split(strings.TrimSpace(m[1]), "\n")
+	if len(lines) != 2 {
+		t.Fatalf("fleet commands: %q", lines)
+	}
+	for _, line := range lines {
+		line = strings.ReplaceAll(line, "db.internal", "127.0.0.1:1")
+		line = strings.Replace(line, "/arpatch ", "/arpatch?connect_timeout=2 ", -1)
+		line = strings.ReplaceAll(line, "box-a.svg", filepath.Join(t.TempDir(), "box-a.svg"))
+		var out, errb bytes.Buffer
+		code := run(context.Background(), strings.Fields(line), &out, &errb)
+		if code != exitFailure || !strings.Contains(errb.String(), ": cannot reach the server: ") {
+			t.Errorf("%s: exit %d, %s", line, code, errb.String())
 		}
 	}
 }
