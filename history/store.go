@@ -516,12 +516,17 @@ func (s *Store) wrap(what string, err error) error {
 // ended loses its lock: the next MarkStale marks it incomplete.
 func (s *Store) Close() error {
 	s.mu.Lock()
-	live := s.live
+	var ids []int64
+	for id := range s.live {
+		ids = append(ids, id)
+	}
+	s.mu.Unlock()
+	for _, id := range ids {
+		s.releaseRun(id) // now, not when the server notices the session gone
+	}
+	s.mu.Lock()
 	s.live = nil
 	s.mu.Unlock()
-	for _, c := range live {
-		discard(c)
-	}
 	return s.db.Close()
 }
 
