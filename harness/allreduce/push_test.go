@@ -399,3 +399,98 @@ print(json.dumps({"caps": caps, "force": force, "need": ns["scratch_need"]("cust
 		}
 	}
 }
+
+// TestVariantFindings: a variant that runs out of memory, hangs or dies is
+// reported as such, named with its knob, and fails nothing; the fastest
+// NCCL is then the default's.
+func TestVariantFindings(t *testing.T) {
+	ok := Result{Impl: NCCL, Branch: "-", Bytes: 1 << 20, Mode: ModeGraph, OK: true, MedianUS: 40}
+	oom := Result{Impl: NCCL, Branch: "-", Variant: "buff1M", Bytes: 1 << 20, Mode: ModeGraph, Error: "DistBackendError: NCCL error: unhandled cuda error (run with NCCL_DEBUG=INFO for details), CUDA out of memory"}
+	hang := Result{Impl: NCCL, Branch: "-", Variant: "Tree", Bytes: 1 << 20, Mode: ModeGraph, Error: "hang"}
+	rep := NewReport(Options{Impls: []string{NCCL}, Sizes: []int{1 << 20}, Modes: []string{ModeGraph}}, Verify{Count: 122, Bytes: 1 << 20},
+		&Run{Exit: "ok", Results: []Result{ok}}, "test")
+	buff, _ := LookupVariant("buff1M")
+	tree, _ := LookupVariant("Tree")
+	rep.AddVariants([]*VariantRun{
+		{Variant: buff, Sizes: []int{1 << 20}, Run: &Run{Exit: "exit status 1", Results: []Result{oom}}},
+		{Variant: tree, Sizes: []int{1 << 20}, Run: &Run{Exit: "timeout", Results: []Result{hang}, Hang: &hang}},
+	}, nil)
+	f := strings.Join(rep.Findings, "\n")
+	for _, want := range []string{
+		"OOM nccl:buff1M (NCCL_BUFFSIZE=1048576) at 1M (graph): DistBackendError: NCCL error",
+		"nccl:buff1M (NCCL_BUFFSIZE=1048576): the run ended badly: exit status 1",
+		"HANG nccl:Tree (NCCL_ALGO=Tree) at 1M (graph): no result before the timeout; the variant's ranks were killed",
+	} {
+		if !strings.Contains(f, want) {
+			t.Errorf("findings lack %q:\n%s", want, f)
+		}
+	}
+	if rep.Failed() {
+		t.Error("a failed NCCL variant failed the report")
+	}
+	if best, ok := bestNCCL(rep.AllResults(), 1<<20, ModeGraph, ""); !ok || best.Variant != "" {
+		t.Errorf("fastest NCCL %+v", best)
+	}
+}
+
+// TestBenchPyOnCPU runs bench.py itself, end to end through Execute, on
+// the CPU shim of testdata/cpushim (torch.cuda answered on the CPU, the
+// fake extension fake_ar.py summing over gloo): world size 4 on one
+// "GPU", every implementation through both branches, two layouts, two
+// dtypes, 4K and each cap, eager and graphs. It checks bench.py's own
+// control flow (the probes, the forcing, the cases, the n/a and cap
+// records) against what the report expects: nothing missing, nothing
+// failed; then an extension from before the push kernels (UNSUPPORTED)
+// and a push1 that writes nothing (WRONG). Opt in with
+// ARPATCH_BENCHPY_CPU=/usr/bin/python3 (an interpreter with torch, e.g.
+// Debian's python3-torch; about a minute on two cores): no GPU is
+// involved, so nothing here is a measurement.
+func TestBenchPyOnCPU(t *testing.T) {
+	if os.Getenv("ARPATCH_BENCHPY_CPU") == "" {
+		t.Skip("set ARPATCH_BENCHPY_CPU to a python3 with torch to run bench.py on the CPU shim")
+	}
+	py, err := filepath.Abs("testdata/cpushim/python3")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ext, _ := filepath.Abs("testdata/cpushim/fake_ar.py")
+	run := func(env ...string) *Report {
+		opts := Options{Python: py, WorldSize: 4, Sizes: []int{4096}, Cap: true, Impls: KnownImpls, Branches: []string{"nvlink", "pcie"},
+			Modes: KnownModes, DTypes: []string{BF16, FP32}, Layouts: []Islands{Consecutive(4, 2), Strided(4, 2)}, Ext: ext,
+			Inner: 2, Reps: 1, Timeout: 5 * time.Minute, ProbeThresholds: true, Env: append(os.Environ(), env...)}
+		r, err := Execute(context.Background(), opts)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return NewReport(opts, Verify{Count: 122, Bytes: 4096}, r, "test")
+	}
+	rep := run()
+	if rep.Failed() || len(rep.Missing) != 0 || rep.Run.Exit != "ok" || !rep.Run.AlgoProbe.Refused || !rep.Run.ThresholdProbe.Refused {
+		t.Fatalf("failed %v, missing %v, exit %s, findings %q\n%s", rep.Failed(), rep.Missing, rep.Run.Exit, rep.Findings, strings.Join(rep.Run.Output, "\n"))
+	}
+	caps := map[string]int{}
+	for _, r := range rep.Run.Results {
+		if r.Cap && r.DType == BF16 && r.Mode == ModeGraph {
+			caps[caseName(r)] = r.Bytes
+		}
+	}
+	if caps["custom-push1/pcie"] != 2<<20 || caps["custom-island/pcie[0,2/1,3]"] != 2796192 || caps["custom-push2/pcie"] != 4194304 || caps["custom-2stage/nvlink"] != 8<<20 {
+		t.Errorf("caps %v", caps)
+	}
+	rep = run("FAKE_EXT_OLD=1")
+	if !rep.Failed() || !strings.HasPrefix(rep.Findings[0], "UNSUPPORTED push algorithms") {
+		t.Errorf("old extension: failed %v, findings %q", rep.Failed(), rep.Findings)
+	}
+	rep = run("FAKE_EXT_WRONG=push1")
+	var wrong []string
+	for _, r := range rep.Run.Results {
+		if r.Status() == "WRONG" && r.DType == BF16 && r.Mode == ModeEager {
+			wrong = append(wrong, caseName(r)+" "+FormatBytes(r.Bytes))
+		}
+	}
+	// custom-push1 and, where its schedule runs push1, nothing else: the
+	// fake's auto is push2 at world size 4.
+	if !rep.Failed() || !reflect.DeepEqual(wrong, []string{"custom-push1/pcie 4K", "custom-push1/pcie 2M"}) {
+		t.Errorf("WRONG push1: %v", wrong)
+	}
+}

@@ -142,7 +142,11 @@ func variantFindings(vr *VariantRun) []string {
 		case "HANG":
 			f = append(f, fmt.Sprintf("HANG %s at %s: no result before the timeout; the variant's ranks were killed", name, at(r)))
 		case "ERROR":
-			f = append(f, fmt.Sprintf("ERROR %s at %s: %s", name, at(r), r.Error))
+			kind := "ERROR"
+			if strings.Contains(strings.ToLower(r.Error), "out of memory") {
+				kind = "OOM" // NCCL's buffers, or the run's, did not fit
+			}
+			f = append(f, fmt.Sprintf("%s %s at %s: %s", kind, name, at(r), r.Error))
 		}
 	}
 	if e := vr.Run.Exit; e != "ok" && e != ExitInterrupted && vr.Run.Hang == nil {
