@@ -1,6 +1,7 @@
 package nightly
 
 import (
+	"errors"
 	"fmt"
 
 	"github.com/arpatch/arpatch/harness/bench"
@@ -37,7 +38,11 @@ func applyTune(cfg *Config, tf *tune.File, rep *Report, bo *bench.Options) error
 	}
 	path := cfg.Path(cfg.Bench.Tune)
 	warnings, err := tf.Check(path, rep.Environment.TuneHost(), bo.TP, cfg.Bench.ForceTune)
-	if err != nil {
+	var ie *tune.IslandsError
+	switch {
+	case errors.As(err, &ie):
+		return fmt.Errorf("bench.tune: %w", err) // force_tune would not help
+	case err != nil:
 		return fmt.Errorf("bench.tune: %w (in nightly.toml: bench.force_tune = true)", err)
 	}
 	rep.Warnings = append(rep.Warnings, warnings...)

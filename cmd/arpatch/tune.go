@@ -331,12 +331,16 @@ func loadTune(ctx context.Context, path string, ws int, force bool, sizes []int,
 	}
 	warnings, err := f.Check(path, discoverHost(ctx), ws, force)
 	var he *tune.HostError
-	if errors.As(err, &he) {
+	var ie *tune.IslandsError
+	switch {
+	case errors.As(err, &he):
 		rws := ws
 		if rws == 0 {
 			rws = f.WorldSize
 		}
 		he.Command = tune.RetuneCommand(path, rws, inputs...)
+	case errors.As(err, &ie):
+		ie.Command = tune.RetuneCommand(path, ws, inputs...)
 	}
 	if err != nil {
 		return nil, err

@@ -292,7 +292,8 @@ func RetuneCommand(path string, ws int, inputs ...string) string {
 
 // Check compares the file's host with here. It returns a *HostError when
 // the hostname, GPU model or GPU count differ (unless force, which turns it
-// into a warning), and warnings for a changed driver or NCCL, or a world
+// into a warning), an *IslandsError when its islands do not fit world size
+// ws (force or not), and warnings for a changed driver or NCCL, or a world
 // size other than ws (0: not checked).
 func (f *File) Check(path string, here Host, ws int, force bool) (warnings []string, err error) {
 	var differs []string
@@ -321,9 +322,30 @@ func (f *File) Check(path string, here Host, ws int, force bool) (warnings []str
 		}
 	}
 	if ws != 0 && f.WorldSize != ws {
+		if _, err := allreduce.ParseIslands(f.Thresholds.Islands, ws); f.Thresholds.Islands != "" && err != nil {
+			return nil, &IslandsError{Path: path, Islands: f.Thresholds.Islands, Made: f.WorldSize, WorldSize: ws, Command: RetuneCommand(path, ws)}
+		}
 		warnings = append(warnings, fmt.Sprintf("tune file %s was measured at world size %d, this run uses %d: its thresholds may not fit", path, f.WorldSize, ws))
 	}
 	return warnings, nil
+}
+
+// IslandsError refuses a tune file whose islands are no partition of the
+// ranks at the run's world size: the pcie series would refuse
+// SGLANG_PCIE_CUSTOM_AR_ISLANDS at init, and SGLang would serve on NCCL
+// (Upstream: python/sglang/srt/distributed/parallel_state.py@84118acf50b3
+// (GroupCoordinator.__init__) catches it). --force-tune does not help.
+type IslandsError struct {
+	Path, Islands   string
+	Made, WorldSize int
+	// Command is the remedy: the command that tunes at WorldSize here and
+	// writes Path again (RetuneCommand, with the caller's inputs).
+	Command string
+}
+
+func (e *IslandsError) Error() string {
+	return fmt.Sprintf("tune file %s sets %s=%s for world size %d; at world size %d the pcie series refuses it at init and SGLang would run on NCCL: tune at this world size with `%s`",
+		e.Path, EnvIslands, e.Islands, e.Made, e.WorldSize, e.Command)
 }
 
 // Dispatch lists, per size, what the patched stack runs with t at world

@@ -499,6 +499,19 @@ func TestFileSchedule(t *testing.T) {
 	if !reflect.DeepEqual(g.Thresholds, f.Thresholds) || g.Thresholds.Algorithm(8, 16384) != allreduce.CustomPush1 || g.Thresholds.Algorithm(8, 16400) != allreduce.CustomIsland {
 		t.Errorf("round trip: %+v", g.Thresholds)
 	}
+	// A run at another world size: refused where the islands do not fit,
+	// with or without force (the kernel would refuse them at init).
+	for _, force := range []bool{false, true} {
+		_, err := g.Check("s.env", f.Host, 4, force)
+		var ie *IslandsError
+		if !errors.As(err, &ie) || !strings.Contains(err.Error(), "tune file s.env sets SGLANG_PCIE_CUSTOM_AR_ISLANDS=0,1,2,3/4,5,6,7 for world size 8; at world size 4 the pcie series refuses it at init") ||
+			!strings.HasSuffix(err.Error(), "`arpatch tune allreduce --world-size 4 --out s.env`") {
+			t.Errorf("islands at world size 4 (force %v): %v", force, err)
+		}
+	}
+	if w, err := (&File{Host: f.Host, WorldSize: 8, Thresholds: Thresholds{Schedule: f.Thresholds.Schedule}}).Check("s.env", f.Host, 4, false); err != nil || len(w) != 1 {
+		t.Errorf("no islands at another world size: a warning, not %v %v", w, err)
+	}
 	bad := strings.Replace(data, "world_size: 8", "world_size: 4", 1)
 	if _, err := Parse("s.env", []byte(bad)); err == nil || !strings.Contains(err.Error(), `s.env:16: SGLANG_PCIE_CUSTOM_AR_ISLANDS="0,1,2,3/4,5,6,7": rank 4 is out of range (world size 4`) {
 		t.Errorf("islands beyond the world size: %v", err)
