@@ -16,7 +16,8 @@ package main
 //   - an unknown command, which urfave reports as "No help topic"
 //     (unknownCommand);
 //   - help that shows a one-letter flag as "-a" (flagString);
-//   - flag errors that urfave returns as plain errors (isFlagError);
+//   - flag errors, which urfave prints with the help page on stdout, in
+//     arpatch's words on stderr instead (conform, flagUsageError);
 //   - its exit codes mapped onto arpatch's (exitCode);
 //   - values read by flag name (bindFlags).
 
@@ -27,11 +28,14 @@ import (
 	"io"
 	"os"
 	"reflect"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/lazyre"
+	"github.com/arpatch/arpatch/internal/shellq"
 )
 
 func init() {
@@ -206,8 +210,8 @@ func (e exitError) ExitCode() int { return e.code }
 func exitWith(code int, msg string) error { return exitError{code, msg} }
 
 // exitCode maps a command's error onto arpatch's exit codes: a usage
-// error (usageError, urfave's flag errors, an abbreviated commit) is 2, an
-// exitError its code, any other error 1.
+// error (usageError, an abbreviated commit) is 2, an exitError its code,
+// any other error 1.
 func exitCode(err error) int {
 	if err == nil {
 		return exitOK
@@ -215,7 +219,7 @@ func exitCode(err error) int {
 	var ue usageError
 	var ec cli.ExitCoder
 	switch {
-	case errors.As(err, &ue), isFlagError(err), errors.Is(err, gitsrc.ErrAbbreviated):
+	case errors.As(err, &ue), errors.Is(err, gitsrc.ErrAbbreviated):
 		return exitUsage
 	case errors.As(err, &ec):
 		// urfave/cli answers an unknown command with exit 3; arpatch's
@@ -228,22 +232,147 @@ func exitCode(err error) int {
 	return exitFailure
 }
 
-// onUsageError marks a flag error urfave/cli reports at the app's level
-// (before any command) as a usage error; a command's own flag errors come
-// back plain, and isFlagError knows them.
-func onUsageError(_ *cli.Context, err error, _ bool) error { return usageError{err} }
+// conform makes every command of cmds, subcommands included, answer a
+// usage error as git and the go command do: one line on stderr in
+// arpatch's words (run adds the pointer to --help), exit 2, nothing on
+// stdout. urfave/cli would print "Incorrect Usage: ..." and the whole
+// help page on stdout for a flag error, and the help page for a missing
+// required flag, so that `arpatch status --json --bogus | jq` received
+// text. So each command gets an OnUsageError (flagUsageError) and checks
+// its required flags itself, in its Before (urfave's Required is cleared
+// here, where its declarations stay readable). A leaf command hides
+// urfave's "help" subcommand, which its help page listed as
+// "COMMANDS: help, h" though the leaf has no commands.
+func conform(cmds []*cli.Command) {
+	for _, c := range cmds {
+		c.OnUsageError = flagUsageError
+		if len(c.Subcommands) == 0 {
+			c.HideHelpCommand = true
+		}
+		if req := clearRequired(c.Flags); len(req) > 0 {
+			before := c.Before
+			c.Before = func(ctx *cli.Context) error {
+				var missing []string
+				for _, n := range req {
+					if !ctx.IsSet(n) {
+						missing = append(missing, "--"+n)
+					}
+				}
+				switch len(missing) {
+				case 0:
+				case 1:
+					return usagef("%s is required", missing[0])
+				default:
+					return usagef("%s are required", strings.Join(missing, " and "))
+				}
+				if before != nil {
+					return before(ctx)
+				}
+				return nil
+			}
+		}
+		conform(c.Subcommands)
+	}
+}
 
-// isFlagError recognizes urfave/cli's flag errors, which it returns as
-// plain errors.
-func isFlagError(err error) bool {
-	m := err.Error()
-	for _, s := range []string{"flag provided but not defined", "Required flag", "Required flags", "invalid value", "flag needs an argument", "No help topic for"} {
-		if strings.Contains(m, s) {
-			return true
+// clearRequired returns the names of the flags marked Required, and
+// clears the mark (every flag type of urfave/cli v2 that has one keeps
+// it in a bool field named Required).
+func clearRequired(flags []cli.Flag) []string {
+	var names []string
+	for _, f := range flags {
+		if rf, ok := f.(cli.RequiredFlag); ok && rf.IsRequired() {
+			names = append(names, f.Names()[0])
+			reflect.ValueOf(f).Elem().FieldByName("Required").SetBool(false)
 		}
 	}
-	// "invalid boolean value "maybe" for -dry-run: parse error"
-	return strings.HasPrefix(m, "invalid ") && strings.Contains(m, " for -")
+	return names
+}
+
+// flagMessages are the flag package's parse errors (urfave/cli passes
+// them on as they are), with the flag's name and value as groups.
+var (
+	errUndefined = lazyre.New(`^flag provided but not defined: -+(.*)$`)
+	errNoValue   = lazyre.New(`^flag needs an argument: -+(.*)$`)
+	errBadValue  = lazyre.New(`^invalid value "(.*)" for flag -+([^:]*): (.*)$`)
+	errBadBool   = lazyre.New(`^invalid boolean value "(.*)" for -+([^:]*): (.*)$`)
+	errBoolFlag  = lazyre.New(`^invalid boolean flag ([^:]*): (.*)$`)
+	errSyntax    = lazyre.New(`^bad flag syntax: (.*)$`)
+)
+
+// flagUsageError is every command's (and the app's) OnUsageError: a flag
+// that did not parse, in arpatch's words, as a usage error. It names the
+// flag as the README and --help spell it (--name) and, for a value of
+// the wrong type, the type the flag takes.
+func flagUsageError(c *cli.Context, err error, _ bool) error {
+	return usageError{errors.New(flagMessage(c, err.Error()))}
+}
+
+// flagMessage is flagUsageError's text for the flag package's message m.
+func flagMessage(c *cli.Context, m string) string {
+	if g := errUndefined().FindStringSubmatch(m); g != nil {
+		return fmt.Sprintf("unknown flag --%s", g[1])
+	}
+	if g := errNoValue().FindStringSubmatch(m); g != nil {
+		return fmt.Sprintf("--%s needs a value", g[1])
+	}
+	if g := errBadBool().FindStringSubmatch(m); g != nil {
+		return fmt.Sprintf("--%s=%s: want true or false", g[2], g[1])
+	}
+	if g := errBoolFlag().FindStringSubmatch(m); g != nil {
+		return fmt.Sprintf("--%s: want true or false", g[1])
+	}
+	if g := errSyntax().FindStringSubmatch(m); g != nil {
+		return fmt.Sprintf("bad flag syntax %s (flags are --name or --name=value)", g[1])
+	}
+	if g := errBadValue().FindStringSubmatch(m); g != nil {
+		val, name, why := g[1], g[2], g[3]
+		var f cli.Flag
+		if c != nil && c.Command != nil {
+			f = lookupFlag(c.Command.Flags, name)
+		} else if c != nil && c.App != nil {
+			f = lookupFlag(c.App.Flags, name)
+		}
+		switch f.(type) {
+		case *cli.GenericFlag:
+			if strings.HasPrefix(why, "--"+name) { // arpatch's own value type said it
+				return why
+			}
+		case *cli.IntFlag, *cli.Int64Flag:
+			why = "want a whole number"
+		case *cli.Float64Flag:
+			why = "want a number"
+		case *cli.DurationFlag:
+			why = "want a duration with its unit, e.g. 90s or 5m"
+		}
+		return fmt.Sprintf("--%s %s: %s", name, shellq.Quote(val), why)
+	}
+	return m
+}
+
+func lookupFlag(flags []cli.Flag, name string) cli.Flag {
+	for _, f := range flags {
+		if slices.Contains(f.Names(), name) {
+			return f
+		}
+	}
+	return nil
+}
+
+// helpPointer is the --help page a usage error of the command line args
+// points at: that of the deepest command args name before any flag
+// ("arpatch patches check --help"), else arpatch's (a flag before the
+// command is arpatch's own).
+func helpPointer(app *cli.App, args []string) string {
+	path, cmds := "arpatch", app.Commands
+	for _, a := range args[min(1, len(args)):] {
+		c := findCommand(cmds, a)
+		if c == nil || c.Name == "help" {
+			break
+		}
+		path, cmds = path+" "+c.Name, c.Subcommands
+	}
+	return path + " --help"
 }
 
 // noArgs refuses positional arguments for commands that take none, and
@@ -256,7 +385,7 @@ func noArgs(c *cli.Context) error {
 		return nil
 	}
 	if c.Args().Len() > 0 {
-		return usagef("%s takes no arguments, got %q (flags go before arguments: --flag value)", c.Command.Name, c.Args().Slice())
+		return usagef("%s takes no arguments, got %q", c.Command.Name, c.Args().Slice())
 	}
 	for _, name := range c.FlagNames() {
 		if c.IsSet(name) {

@@ -104,36 +104,40 @@ func refuses[F, O any](t *testing.T, opts func(F) (O, error), rs []refusal) {
 }
 
 // TestExitCode maps urfave/cli's own errors, got by parsing bad command
-// lines, and arpatch's onto the documented exit codes.
+// lines, and arpatch's onto the documented exit codes, each in arpatch's
+// words, and prints none of urfave's help: as git and the go command, one
+// line on stderr and nothing on stdout (run adds the --help pointer,
+// TestUsageErrorOneLine).
 func TestExitCode(t *testing.T) {
 	for _, c := range []struct {
 		argv string
-		flag bool // urfave's plain flag error, which isFlagError must know
 		says string
 	}{
-		{"arpatch apply --no-such-flag", true, "flag provided but not defined: -no-such-flag"},
-		{"arpatch history show 3 --bogus", true, "flag provided but not defined: -bogus"},
+		{"arpatch apply --no-such-flag", "unknown flag --no-such-flag"},
+		{"arpatch history show 3 --bogus", "unknown flag --bogus"},
 		// urfave's "flag needs an argument" never comes: interspersed
 		// names the flag first.
-		{"arpatch apply --src", false, "--src needs a value (arpatch apply --help)"},
-		{"arpatch apply --dry-run=maybe", true, `invalid boolean value "maybe" for -dry-run`},
-		{"arpatch build --jobs 1.5", true, `invalid value "1.5" for flag -jobs`},
-		{"arpatch bench allreduce --timeout 5", true, `invalid value "5" for flag -timeout`},
-		{"arpatch patches check --commit a", true, `Required flag "repo" not set`},
-		{"arpatch patches check", true, `Required flags "repo, commit" not set`},
+		{"arpatch apply --src", "--src needs a value (arpatch apply --help)"},
+		{"arpatch apply --dry-run=maybe", "--dry-run=maybe: want true or false"},
+		{"arpatch build --jobs 1.5", "--jobs 1.5: want a whole number"},
+		{"arpatch bench allreduce --timeout 5", "--timeout 5: want a duration with its unit, e.g. 90s or 5m"},
+		{"arpatch bench --agree-threshold x", "--agree-threshold x: want a number"},
+		{"arpatch bench allreduce --islands 0,1/x", `--islands "0,1/x": "x" is not a rank`},
+		{"arpatch patches check --commit a", "--repo is required"},
+		{"arpatch patches check", "--repo and --commit are required"},
 		// urfave's exit 3 for an unknown command or help topic.
-		{"arpatch bogus", true, "No help topic for 'bogus'"},
-		{"arpatch patches bogus", true, "No help topic for 'bogus'"},
-		{"arpatch help nosuch", true, "No help topic for 'nosuch'"},
-		// An app-level flag: urfave's OnUsageError, which the adapter
-		// makes a usageError.
-		{"arpatch --bogus", true, "flag provided but not defined: -bogus"},
+		{"arpatch bogus", "No help topic for 'bogus'"},
+		{"arpatch patches bogus", "No help topic for 'bogus'"},
+		{"arpatch help nosuch", "No help topic for 'nosuch'"},
+		// An app-level flag.
+		{"arpatch --bogus", "unknown flag --bogus"},
 		// Refused by noArgs, arpatch's own usage error.
-		{"arpatch apply stray", false, `apply takes no arguments, got ["stray"]`},
-		{"arpatch apply --series ''", false, "--series was given an empty value"},
+		{"arpatch apply stray", `apply takes no arguments, got ["stray"]`},
+		{"arpatch apply --series ''", "--series was given an empty value"},
 	} {
 		words, _ := shell.Fields(c.argv, nil)
-		app := newApp(io.Discard, io.Discard)
+		var stdout, stderr bytes.Buffer
+		app := newApp(&stdout, &stderr)
 		argv, err := interspersed(app, words)
 		if err == nil {
 			err = app.RunContext(context.Background(), argv)
@@ -145,18 +149,15 @@ func TestExitCode(t *testing.T) {
 		if !strings.Contains(err.Error(), c.says) {
 			t.Errorf("%s: %q, want %q", c.argv, err, c.says)
 		}
-		if isFlagError(err) != c.flag {
-			t.Errorf("%s: isFlagError(%q) = %v, want %v", c.argv, err, !c.flag, c.flag)
+		if strings.Contains(err.Error(), "\n") {
+			t.Errorf("%s: %q is more than one line", c.argv, err)
 		}
 		if got := exitCode(err); got != exitUsage {
 			t.Errorf("%s: exit %d, want %d", c.argv, got, exitUsage)
 		}
-	}
-	// The app-level flag error comes through onUsageError as a usageError.
-	app := newApp(io.Discard, io.Discard)
-	var ue usageError
-	if err := app.RunContext(context.Background(), []string{"arpatch", "--bogus"}); !errors.As(err, &ue) {
-		t.Errorf("arpatch --bogus: %T %v, want a usageError", err, err)
+		if stdout.Len() > 0 || stderr.Len() > 0 {
+			t.Errorf("%s: urfave printed\n%s%s", c.argv, &stdout, &stderr)
+		}
 	}
 	for _, c := range []struct {
 		err  error
@@ -407,4 +408,58 @@ func TestABBuildHelp(t *testing.T) {
 			t.Errorf("ab build --help shows %q:\n%s", s, h)
 		}
 	}
+}
+
+// TestUsageErrorOneLine runs bad command lines as main does: each exits
+// 2 with nothing on stdout and one line on stderr that ends with the
+// --help page of the command it was given to.
+func TestUsageErrorOneLine(t *testing.T) {
+	for _, c := range []struct{ argv, want string }{
+		{"arpatch status --json --bogus", "arpatch: unknown flag --bogus (arpatch status --help)"},
+		{"arpatch --bogus status", "arpatch: unknown flag --bogus (arpatch --help)"},
+		{"arpatch history show 3 --db h.db --bogus", "arpatch: unknown flag --bogus (arpatch history show --help)"},
+		{"arpatch nightly", "arpatch: --config is required (arpatch nightly --help)"},
+		{"arpatch patches check --repo m", "arpatch: --commit is required (arpatch patches check --help)"},
+		{"arpatch build --jobs x", "arpatch: --jobs x: want a whole number (arpatch build --help)"},
+		{"arpatch bench allreduce --timeout 5", "arpatch: --timeout 5: want a duration with its unit, e.g. 90s or 5m (arpatch bench allreduce --help)"},
+		{"arpatch status stray", `arpatch: status takes no arguments, got ["stray"] (arpatch status --help)`},
+		// A message that names its --help already gets no second one.
+		{"arpatch apply --src", "arpatch: --src needs a value (arpatch apply --help)"},
+	} {
+		words, _ := shell.Fields(c.argv, nil)
+		var stdout, stderr bytes.Buffer
+		if code := run(context.Background(), words, &stdout, &stderr); code != exitUsage {
+			t.Errorf("%s: exit %d, want %d", c.argv, code, exitUsage)
+		}
+		if stdout.Len() > 0 {
+			t.Errorf("%s: stdout %q, want nothing", c.argv, &stdout)
+		}
+		if got := stderr.String(); got != c.want+"\n" {
+			t.Errorf("%s: stderr %q, want %q", c.argv, got, c.want)
+		}
+	}
+}
+
+// TestLeafHelpHasNoCommands: a command without subcommands lists no
+// COMMANDS (urfave's "help, h"); a group lists its own.
+func TestLeafHelpHasNoCommands(t *testing.T) {
+	var walk func(path []string, cmds []*cli.Command)
+	walk = func(path []string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			if c.Hidden || c.Name == "help" {
+				continue
+			}
+			p := append(append([]string{}, path...), c.Name)
+			var stdout bytes.Buffer
+			if code := run(context.Background(), append(p, "--help"), &stdout, io.Discard); code != exitOK {
+				t.Errorf("%s --help: exit %d", strings.Join(p, " "), code)
+			}
+			has := strings.Contains(stdout.String(), "\nCOMMANDS:")
+			if leaf := len(c.Subcommands) == 0; leaf == has {
+				t.Errorf("%s --help: COMMANDS shown %v, for a leaf %v:\n%s", strings.Join(p, " "), has, leaf, &stdout)
+			}
+			walk(p, c.Subcommands)
+		}
+	}
+	walk([]string{"arpatch"}, newApp(io.Discard, io.Discard).Commands)
 }

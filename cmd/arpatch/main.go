@@ -146,6 +146,15 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 	code, msg := exitOK, ""
 	if err != nil {
 		code, msg = exitCode(err), err.Error()
+		if code == exitUsage && !strings.Contains(msg, "--help") {
+			// The pointer ends the first line, the error's own; lines
+			// after it are notes.
+			first, rest, _ := strings.Cut(msg, "\n")
+			msg = first + " (" + helpPointer(app, args) + ")"
+			if rest != "" {
+				msg += "\n" + rest
+			}
+		}
 		if ctx.Err() != nil && code != exitUsage {
 			code, msg = interrupted(msg)
 		}
@@ -183,7 +192,7 @@ func interrupted(msg string) (int, string) {
 }
 
 func newApp(stdout, stderr io.Writer) *cli.App {
-	return &cli.App{
+	app := &cli.App{
 		Name:    "arpatch",
 		Usage:   "patch, build and benchmark SGLang custom allreduce on PCIe-only GPU hosts",
 		Version: arpatchVersion(),
@@ -217,7 +226,7 @@ Exit codes:
 		ErrWriter:            stderr,
 		EnableBashCompletion: true,
 		HideHelpCommand:      false,
-		OnUsageError:         onUsageError,
+		OnUsageError:         flagUsageError,
 		ExitErrHandler:       func(*cli.Context, error) {}, // run() prints the error and exits with exitCode's code
 		Commands: []*cli.Command{
 			applyCommand(),
@@ -236,6 +245,8 @@ Exit codes:
 			fakeSGLangCommand(),
 		},
 	}
+	conform(app.Commands)
+	return app
 }
 
 // stateDirFlag returns the value v of a path flag (~ expanded) when
