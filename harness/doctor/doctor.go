@@ -559,6 +559,10 @@ func verdict(h *Host, j *Judged) string {
 	if j.Visible.Unknown != "" && len(h.GPUs) == 0 && t != nil {
 		return "the GPUs the job sees are unknown: " + j.Visible.Unknown
 	}
+	if len(h.GPUs) == 0 && len(h.Errors) > 0 && h.DriverHung == "" {
+		// Not "no GPU": nvidia-smi's GPU list could not be read.
+		return "the GPUs are not judged: " + h.Errors[0]
+	}
 	if t != nil && len(t.GPUs) == 0 {
 		return "no GPU is visible to the job (" + j.Why + ")"
 	}

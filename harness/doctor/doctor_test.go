@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strings"
 	"testing"
 	"testing/fstest"
@@ -306,5 +307,60 @@ func TestNVCCFinding(t *testing.T) {
 	}
 	if _, _, _, _, remedy := nvccFinding("13.0", "nvcc", []cudaarch.Arch{"120a", "90a"}); remedy != "sm_120a needs CUDA 12.8+, sm_90a needs CUDA 12.0+, FlashInfer on sm_120 needs 12.9+" {
 		t.Errorf("remedy %q", remedy)
+	}
+}
+
+// FuzzInspect runs the whole of doctor, parse to verdict, on fuzzed
+// nvidia-smi outputs (the recorded hosts as seeds, and the repeated GPU
+// index that once panicked in nvsmi.(*P2PMatrix).Blocked): it never
+// panics, and a parse error is reported, not judged on.
+func FuzzInspect(f *testing.F) {
+	hosts, _ := filepath.Glob("testdata/*/query-gpu.csv")
+	for _, q := range hosts {
+		dir := filepath.Dir(q)
+		read := func(name string) string { b, _ := os.ReadFile(filepath.Join(dir, name)); return string(b) }
+		f.Add(read("query-gpu.csv"), read("topo-m.txt"), read("topo-p2p-r.txt"), read("topo-p2p-w.txt"), "")
+		f.Add(read("query-gpu.csv")+"0, NVIDIA H200, 00000000:18:00.0, 9.0, 580.95.05, 5, 5, 16, 16, 143771 MiB\n", read("topo-m.txt"), read("topo-p2p-r.txt"), read("topo-p2p-w.txt"), "0,0,1")
+	}
+	f.Fuzz(func(t *testing.T, query, topo, p2pr, p2pw, visible string) {
+		run := func(ctx context.Context, name string, args ...string) (string, error) {
+			switch cmd := name + " " + strings.Join(args, " "); {
+			case strings.HasPrefix(cmd, "nvidia-smi --query-gpu"):
+				return query, nil
+			case cmd == "nvidia-smi topo -m":
+				return topo, nil
+			case cmd == "nvidia-smi topo -p2p r":
+				return p2pr, nil
+			case cmd == "nvidia-smi topo -p2p w":
+				return p2pw, nil
+			}
+			return "", errors.New("not recorded")
+		}
+		rep := Inspect(context.Background(), Options{Run: run, Env: []string{"CUDA_VISIBLE_DEVICES=" + visible}})
+		if rep.Verdict == "" {
+			t.Fatalf("no verdict: %+v", rep)
+		}
+	})
+}
+
+// A --query-gpu output that repeats a GPU index (which made doctor panic
+// and exit 2, the usage code): reported as the error it is, naming the
+// line, and the GPUs are not judged.
+func TestRepeatedGPUIndex(t *testing.T) {
+	b, err := os.ReadFile("testdata/pcie8/query-gpu.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dup := string(b) + strings.SplitN(string(b), "\n", 3)[1] + "\n"
+	rec := recorded(t, "pcie8", nil)
+	run := func(ctx context.Context, name string, args ...string) (string, error) {
+		if name == "nvidia-smi" && strings.HasPrefix(args[0], "--query-gpu") {
+			return dup, nil
+		}
+		return rec(ctx, name, args...)
+	}
+	rep := Inspect(context.Background(), Options{Run: run})
+	if len(rep.Host.GPUs) != 0 || !slices.Contains(rep.Host.Errors, "nvidia-smi --query-gpu line 10: GPU index 0 again (line 2 has it): each GPU has one row") {
+		t.Errorf("errors %q, GPUs %d, verdict %q", rep.Host.Errors, len(rep.Host.GPUs), rep.Verdict)
 	}
 }

@@ -6,12 +6,18 @@
 // and judges nothing: harness/doctor runs nvidia-smi and draws findings,
 // harness/traffic models a topology; nightly and tune record the GPUs.
 // The parsers are tested on recorded outputs (harness/doctor/testdata)
-// by harness/doctor's and harness/traffic's tests.
+// by harness/doctor's and harness/traffic's tests, and fuzzed here
+// (testdata/fuzz holds the seeds): output that is not what nvidia-smi
+// prints (a GPU index twice, a matrix that is not square, rows that do
+// not match the header) is an error that names the line, never a value
+// that a caller could index out of range with.
 package nvsmi
 
 import (
+	"cmp"
 	"encoding/csv"
 	"fmt"
+	"io"
 	"maps"
 	"slices"
 	"strconv"
@@ -55,19 +61,26 @@ var unreadableRe = lazyre.New(`^\[[^\]]*\]$`)
 // ParseQueryGPU reads nvidia-smi --query-gpu=QueryGPUFields --format=csv
 // output. With its header line, columns are found by name (units such as
 // " [MiB]" stripped); without it (csv,noheader), they are taken in
-// QueryGPUFields order. A row without an index is skipped. Errors: a CSV
-// that does not parse, or no GPU row.
+// QueryGPUFields order. A row whose index is not a number is skipped (a
+// message nvidia-smi prints among the rows). Errors, naming the line: a
+// CSV that does not parse, a negative index, an index given twice (each
+// GPU has one row), or no GPU row.
 func ParseQueryGPU(out string) ([]GPU, error) {
-	r := csv.NewReader(strings.NewReader(strings.TrimSpace(out)))
+	r := csv.NewReader(strings.NewReader(out))
 	r.TrimLeadingSpace = true
 	r.FieldsPerRecord = -1
-	rows, err := r.ReadAll()
-	if err != nil {
-		return nil, fmt.Errorf("nvidia-smi --query-gpu: %w", err)
-	}
 	cols := strings.Split(QueryGPUFields, ",")
 	var gpus []GPU
-	for _, row := range rows {
+	lineOf := map[int]int{} // GPU index -> its line
+	for {
+		row, err := r.Read()
+		if err == io.EOF {
+			break
+		}
+		if err != nil {
+			return nil, fmt.Errorf("nvidia-smi --query-gpu: %w", err)
+		}
+		line, _ := r.FieldPos(0)
 		if len(row) > 0 && strings.TrimSpace(row[0]) == "index" {
 			cols = cols[:0:0]
 			for _, h := range row {
@@ -112,6 +125,13 @@ func ParseQueryGPU(out string) ([]GPU, error) {
 		if g.Index, err = strconv.Atoi(idx); err != nil {
 			continue
 		}
+		if g.Index < 0 {
+			return nil, fmt.Errorf("nvidia-smi --query-gpu line %d: GPU index %d is negative", line, g.Index)
+		}
+		if first, dup := lineOf[g.Index]; dup {
+			return nil, fmt.Errorf("nvidia-smi --query-gpu line %d: GPU index %d again (line %d has it): each GPU has one row", line, g.Index, first)
+		}
+		lineOf[g.Index] = line
 		text("name", &g.Name)
 		text("uuid", &g.UUID)
 		text("pci.bus_id", &g.BusID)
@@ -149,19 +169,31 @@ var ansi = lazyre.New(`\x1b\[[0-9;]*m`)
 
 // ParseTopoMatrix reads `nvidia-smi topo -m`. Columns other than GPUs (NICs)
 // are ignored; ANSI underline codes that nvidia-smi prints on a terminal
-// are stripped.
+// are stripped. Errors, naming the line: no GPU row, a GPU column or row
+// twice, rows other than the header's GPUs or in another order, a row
+// with fewer links than GPUs.
 func ParseTopoMatrix(out string) (*Topology, error) {
 	lines := strings.Split(ansi().ReplaceAllString(out, ""), "\n")
-	var header []string
+	var header, cols []string // cols: the header's GPU columns
+	headerLine := 0
 	t := &Topology{Links: map[string][]string{}, CPU: map[string]string{}, NUMA: map[string]string{}}
-	for _, l := range lines {
+	for n, l := range lines {
+		n++
 		f := strings.Split(strings.TrimRight(l, " \t\r"), "\t")
 		for i := range f {
 			f[i] = strings.TrimSpace(f[i])
 		}
 		if header == nil {
 			if len(f) > 1 && f[0] == "" && strings.HasPrefix(f[1], "GPU") {
-				header = f[1:]
+				header, headerLine = f[1:], n
+				for _, h := range header {
+					if isGPUColumn(h) {
+						if slices.Contains(cols, h) {
+							return nil, fmt.Errorf("nvidia-smi topo -m line %d: column %s twice", n, h)
+						}
+						cols = append(cols, h)
+					}
+				}
 			}
 			continue
 		}
@@ -172,13 +204,19 @@ func ParseTopoMatrix(out string) (*Topology, error) {
 			continue
 		}
 		row := f[0]
+		switch i := len(t.GPUs); {
+		case slices.Contains(t.GPUs, row):
+			return nil, fmt.Errorf("nvidia-smi topo -m line %d: row %s twice", n, row)
+		case i >= len(cols) || cols[i] != row:
+			return nil, fmt.Errorf("nvidia-smi topo -m line %d: row %s where the header (line %d) has %s", n, row, headerLine, cmp.Or(strings.Join(cols[min(i, len(cols)):], " or "), "no more GPUs"))
+		}
 		t.GPUs = append(t.GPUs, row)
 		for i, h := range header {
 			if i+1 >= len(f) {
 				break
 			}
 			switch {
-			case strings.HasPrefix(h, "GPU") && !strings.Contains(h, "NUMA"):
+			case isGPUColumn(h):
 				t.Links[row] = append(t.Links[row], f[i+1])
 			case h == "CPU Affinity":
 				t.CPU[row] = f[i+1]
@@ -190,6 +228,9 @@ func ParseTopoMatrix(out string) (*Topology, error) {
 	if len(t.GPUs) == 0 {
 		return nil, fmt.Errorf("nvidia-smi topo -m: no GPU rows found")
 	}
+	if len(t.GPUs) != len(cols) {
+		return nil, fmt.Errorf("nvidia-smi topo -m: %d GPU rows for the %d GPU columns of the header (line %d)", len(t.GPUs), len(cols), headerLine)
+	}
 	for _, g := range t.GPUs {
 		if len(t.Links[g]) != len(t.GPUs) {
 			return nil, fmt.Errorf("nvidia-smi topo -m: row %s has %d links for %d GPUs", g, len(t.Links[g]), len(t.GPUs))
@@ -197,6 +238,10 @@ func ParseTopoMatrix(out string) (*Topology, error) {
 	}
 	return t, nil
 }
+
+// isGPUColumn reports whether a topo -m header names a GPU ("GPU3"), not
+// an affinity column ("GPU NUMA ID").
+func isGPUColumn(h string) bool { return strings.HasPrefix(h, "GPU") && !strings.Contains(h, "NUMA") }
 
 // FullNVLink reports whether every pair of GPUs is joined by NVLink (NV#),
 // which is what SGLang's is_full_nvlink checks through NVML.
@@ -282,11 +327,17 @@ type P2PMatrix struct {
 	Status map[string][]string `json:"status"`
 }
 
-// ParseP2P reads `nvidia-smi topo -p2p r|w|n`.
+// ParseP2P reads `nvidia-smi topo -p2p r|w|n`: a header line of GPU
+// names, then a row per GPU, in the header's order. Errors, naming the
+// line: no GPU rows, a GPU in the header twice, a row whose GPU is not the
+// header's next one (a row twice, or out of order), a row with another
+// number of cells than GPUs, fewer rows than GPUs.
 func ParseP2P(out string) (*P2PMatrix, error) {
 	m := &P2PMatrix{Status: map[string][]string{}}
-	var n int
-	for _, l := range strings.Split(ansi().ReplaceAllString(out, ""), "\n") {
+	var header []string
+	headerLine := 0
+	for n, l := range strings.Split(ansi().ReplaceAllString(out, ""), "\n") {
+		n++
 		f := strings.Fields(l)
 		if len(f) == 0 {
 			continue
@@ -294,17 +345,34 @@ func ParseP2P(out string) (*P2PMatrix, error) {
 		if f[0] == "Legend:" {
 			break
 		}
-		if n == 0 && strings.HasPrefix(f[0], "GPU") && len(f) >= 1 && !strings.Contains(l, "X") {
-			n = len(f)
+		if header == nil && strings.HasPrefix(f[0], "GPU") && !strings.Contains(l, "X") {
+			for _, g := range f {
+				if slices.Contains(header, g) {
+					return nil, fmt.Errorf("nvidia-smi topo -p2p line %d: GPU %s twice in the header", n, g)
+				}
+				header = append(header, g)
+			}
+			headerLine = n
 			continue
 		}
-		if n > 0 && strings.HasPrefix(f[0], "GPU") && len(f) == n+1 {
-			m.GPUs = append(m.GPUs, f[0])
-			m.Status[f[0]] = f[1:]
+		if header == nil || !strings.HasPrefix(f[0], "GPU") {
+			continue
 		}
+		i := len(m.GPUs)
+		switch {
+		case i >= len(header) || f[0] != header[i]:
+			return nil, fmt.Errorf("nvidia-smi topo -p2p line %d: row %s where the header (line %d) has %s", n, f[0], headerLine, cmp.Or(strings.Join(header[min(i, len(header)):], " or "), "no more GPUs"))
+		case len(f) != len(header)+1:
+			return nil, fmt.Errorf("nvidia-smi topo -p2p line %d: row %s has %d cells for %d GPUs", n, f[0], len(f)-1, len(header))
+		}
+		m.GPUs = append(m.GPUs, f[0])
+		m.Status[f[0]] = f[1:]
 	}
-	if len(m.GPUs) == 0 {
+	switch {
+	case len(m.GPUs) == 0:
 		return nil, fmt.Errorf("nvidia-smi topo -p2p: no GPU rows found")
+	case len(m.GPUs) != len(header):
+		return nil, fmt.Errorf("nvidia-smi topo -p2p: %d GPU rows for the %d GPUs of the header (line %d)", len(m.GPUs), len(header), headerLine)
 	}
 	return m, nil
 }
@@ -315,7 +383,7 @@ func ParseP2P(out string) (*P2PMatrix, error) {
 func (m *P2PMatrix) Blocked() []string {
 	var out []string
 	for i, g := range m.GPUs {
-		for j, s := range m.Status[g] {
+		for j, s := range m.Status[g][:min(len(m.Status[g]), len(m.GPUs))] {
 			if i != j && s != "OK" && s != "X" && s != "U" {
 				out = append(out, fmt.Sprintf("%s->%s: %s", g, m.GPUs[j], s))
 			}
@@ -329,7 +397,7 @@ func (m *P2PMatrix) Blocked() []string {
 func (m *P2PMatrix) Unknown() []string {
 	var out []string
 	for i, g := range m.GPUs {
-		for j, s := range m.Status[g] {
+		for j, s := range m.Status[g][:min(len(m.Status[g]), len(m.GPUs))] {
 			if i != j && s == "U" {
 				out = append(out, fmt.Sprintf("%s->%s", g, m.GPUs[j]))
 			}
@@ -339,7 +407,7 @@ func (m *P2PMatrix) Unknown() []string {
 }
 
 // Sub returns the matrix restricted to the named GPUs, in that order; a
-// name the matrix lacks is left out.
+// name the matrix lacks, or one named again, is left out.
 func (m *P2PMatrix) Sub(names []string) *P2PMatrix {
 	pos := map[string]int{}
 	for i, g := range m.GPUs {
@@ -347,21 +415,28 @@ func (m *P2PMatrix) Sub(names []string) *P2PMatrix {
 	}
 	out := &P2PMatrix{Status: map[string][]string{}}
 	for _, a := range names {
-		if _, ok := pos[a]; !ok {
-			continue
+		if _, ok := pos[a]; ok && !slices.Contains(out.GPUs, a) {
+			out.GPUs = append(out.GPUs, a)
 		}
-		out.GPUs = append(out.GPUs, a)
 	}
 	for _, a := range out.GPUs {
 		for _, b := range out.GPUs {
-			out.Status[a] = append(out.Status[a], m.Status[a][pos[b]])
+			out.Status[a] = append(out.Status[a], cell(m.Status[a], pos[b]))
 		}
 	}
 	return out
 }
 
+// cell is row[j], or "" past its end (a matrix not made by a parser).
+func cell(row []string, j int) string {
+	if j < len(row) {
+		return row[j]
+	}
+	return ""
+}
+
 // Sub returns the topology restricted to the named GPUs, in that order; a
-// name the matrix lacks is left out.
+// name the matrix lacks, or one named again, is left out.
 func (t *Topology) Sub(names []string) *Topology {
 	pos := map[string]int{}
 	for i, g := range t.GPUs {
@@ -369,13 +444,13 @@ func (t *Topology) Sub(names []string) *Topology {
 	}
 	out := &Topology{Links: map[string][]string{}, CPU: map[string]string{}, NUMA: map[string]string{}}
 	for _, a := range names {
-		if _, ok := pos[a]; ok {
+		if _, ok := pos[a]; ok && !slices.Contains(out.GPUs, a) {
 			out.GPUs = append(out.GPUs, a)
 		}
 	}
 	for _, a := range out.GPUs {
 		for _, b := range out.GPUs {
-			out.Links[a] = append(out.Links[a], t.Links[a][pos[b]])
+			out.Links[a] = append(out.Links[a], cell(t.Links[a], pos[b]))
 		}
 		out.CPU[a], out.NUMA[a] = t.CPU[a], t.NUMA[a]
 	}
