@@ -28,7 +28,7 @@ Tests, in order: the GPU's link to pinned host memory (loads and stores,
 one stream, each GPU alone); per ordered GPU pair, alone: read and write
 bandwidth at each size, flag round trip, dependent-read latency; then the
 all-to-all patterns of the kernels (--patterns: groups of ranks that read,
-then write, all at once). Rank 0 appends one JSON object per line to
+then write, then make dependent loads, all at once). Rank 0 appends one JSON object per line to
 --out: "env", a "start" before each case (a hang names its case), its
 "result", and "done".
 
@@ -159,6 +159,18 @@ extern "C" __global__ void chase(const u32* ring, int warm, int hops, u64* out) 
   out[1] = idx;
 }
 
+// The same from each of gridDim.x peers' rings at once (blockIdx.x picks
+// one): dependent loads under all-to-all load; out[2k], out[2k+1] for peer k.
+extern "C" __global__ void chase_many(Peers q, int warm, int hops, u64* out) {
+  const u32* ring = (const u32*)q.ptr[blockIdx.x];
+  u32 idx = 0;
+  for (int k = 0; k < warm; k++) idx = *(const volatile u32*)(ring + idx);
+  u64 t0 = now_ns();
+  for (int k = 0; k < hops; k++) idx = *(const volatile u32*)(ring + idx);
+  out[2 * blockIdx.x] = now_ns() - t0;
+  out[2 * blockIdx.x + 1] = idx;
+}
+
 // Waits until *flag reaches v (wrapping compare); 1 once timeout_ns passed.
 __device__ __forceinline__ int wait_flag(const volatile u32* flag, u32 v, u64 t0, u64 timeout_ns) {
   for (u32 spin = 0; (int)(*flag - v) < 0; spin++)
@@ -267,7 +279,7 @@ class Cuda:
         self._check(self.lib.cuStreamCreate(ctypes.byref(self.stream), 1), "cuStreamCreate")  # CU_STREAM_NON_BLOCKING
         self.ptx_arch, self.nvrtc = self._compile()
         self.fn = {}
-        for k in ("fill", "check", "read_check", "write_pattern", "make_ring", "chase", "pingpong", "barrier"):
+        for k in ("fill", "check", "read_check", "write_pattern", "make_ring", "chase", "chase_many", "pingpong", "barrier"):
             f = ctypes.c_void_p()
             self._check(self.lib.cuModuleGetFunction(ctypes.byref(f), self.module, k.encode()), "cuModuleGetFunction(%s)" % k)
             self.fn[k] = f
@@ -420,6 +432,12 @@ class Cuda:
         raw = self.download(self.scratch, 16)
         return int.from_bytes(raw[:8], "little"), int.from_bytes(raw[8:16], "little")
 
+    def chase_many(self, rings, warm, hops):
+        """Dependent loads around each ring at once: [(ns, index reached)]."""
+        self._launch("chase_many", (len(rings), 1), 1, peers(rings, [0] * len(rings)), ctypes.c_int(warm), ctypes.c_int(hops), self.scratch)
+        raw = self.download(self.scratch, 16 * len(rings))
+        return [(int.from_bytes(raw[16 * k:16 * k + 8], "little"), int.from_bytes(raw[16 * k + 8:16 * k + 16], "little")) for k in range(len(rings))]
+
     def pingpong(self, peer_flag, my_flag, base, warm, iters, leader, timeout_ns):
         self.upload(self.scratch, b"\x00" * 16)
         self._launch("pingpong", (1, 1), 1, peer_flag, my_flag, ctypes.c_uint32(base), ctypes.c_int(warm), ctypes.c_int(iters),
@@ -476,7 +494,8 @@ class StubWorld:
                                     timeout); "ipc": it cannot map PEER's memory.
                                     PEER is a rank or "host".
       --stub-rate OP:RANK:PEER:V    "read"/"write" in GB/s (default 40),
-                                    "read_latency"/"flag_rtt" in µs (1.5, 2);
+                                    "read_latency"/"flag_rtt" in µs (1.5, 2),
+                                    "loaded_read_latency" (a pattern's) in µs (4);
                                     RANK and PEER may be "*".
       --stub-max-bytes N            a transfer moves and checks its first N
                                     bytes only (64), its time counting them all.
@@ -510,15 +529,13 @@ class StubWorld:
     def find(self, addr, n):
         a = self.starts.get(addr // self.PAGE)
         if a is None:
-            for a in self.maps:
-                if a <= addr < a + max(1, self.maps[a][1]):
-                    break
-            else:
-                a = None
+            with self.lock:  # other ranks' threads add mappings
+                a = next((m for m, (_, size, _) in self.maps.items() if m <= addr < m + max(1, size)), None)
         if a is None or addr + n > a + self.maps[a][1]:
             raise RuntimeError("stub: %d bytes at %#x are not mapped (an illegal address on a GPU)" % (n, addr))
         self.starts[addr // self.PAGE] = a
-        base, _, owner = self.maps[a]
+        with self.lock:
+            base, _, owner = self.maps[a]
         return base, addr - a, owner
 
     def read(self, addr, n):
@@ -660,12 +677,15 @@ class Stub:
         for s in range(nslots):
             self.w.write(ptr + 256 * s, pack([64 * ((s + step) % nslots)]))
 
-    def chase(self, ptr, warm, hops):
+    def chase(self, ptr, warm, hops, rate="read_latency"):
         idx = 0
         for _ in range(warm + hops):
             idx = words(self.w.read(ptr + 4 * idx, 4))[0]
-        us = self.w.rates.get(("read_latency", self.rank, self._owner(ptr)), self.w.rates.get(("read_latency", "*", "*"), 1.5))
+        us = self.w.rates.get((rate, self.rank, self._owner(ptr)), self.w.rates.get((rate, "*", "*"), 1.5 if rate == "read_latency" else 4.0))
         return int(hops * 1000 * us), idx
+
+    def chase_many(self, rings, warm, hops):
+        return [self.chase(r, warm, hops, "loaded_read_latency") for r in rings]
 
     def pingpong(self, peer_flag, my_flag, base, warm, iters, leader, timeout_ns):
         if ("flag", self.rank, self._owner(peer_flag)) in self.w.corrupt:
@@ -1058,7 +1078,9 @@ class Probe:
     def pattern(self, name, group, op):
         """Every rank of group reads (op "read": as 1-stage pulls) or writes
         (op "write": as a push does) --pattern-bytes from or to every other
-        at once, after a start barrier on the GPUs."""
+        at once, or makes dependent loads around every other's ring at once
+        (op "read_latency": a round of reads under all-to-all load), after
+        a start barrier on the GPUs."""
         size = self.a.pattern_bytes
         key = {"test": "pattern", "name": name, "op": op, "ranks": group, "bytes": size}
         if self.skip(key, [(a, b) for a in group for b in group if a != b]):
@@ -1066,8 +1088,9 @@ class Probe:
         self.start(key)
         others = [r for r in group if r != self.me]
         slot = {r: k for k, r in enumerate(group)}
-        accs = {r: Acc(self.me, r) if op == "read" else Acc(r, self.me) for r in others}
+        accs = {r: Acc(r, self.me) if op == "write" else Acc(self.me, r) for r in others}
         ms, err = [], ""
+        warm, hops = 16, 200
         for rep in range(self.a.reps + 1):
             self.epoch += 1
             self.comm.barrier()
@@ -1083,9 +1106,15 @@ class Probe:
                         t = d.timed(1, 1, lambda _r, _k: d.read_check(ptrs, [seed_of("data", r) for r in others], size))
                         for r, b in zip(others, d.bad(len(others))):
                             accs[r].add(size, b)
-                    else:
+                    elif op == "write":
                         ptrs = [self.peer_base[r] + self.off_recv + slot[self.me] * size for r in others]
                         t = d.timed(1, 1, lambda _r, _k: d.write(ptrs, [seed_of("a2a", self.me, r, rep) for r in others], size))
+                    else:
+                        res = d.chase_many([self.peer_base[r] + self.off_ring for r in others], warm, hops)
+                        want = 64 * (((warm + hops) * 97) % self.ring_slots)
+                        for r, (_, idx) in zip(others, res):
+                            accs[r].add(4 * (warm + hops), (0, None, None) if idx == want else (1, warm + hops, idx))
+                        t = [max(ns for ns, _ in res) / hops / 1e6]  # ms per round: the slowest peer's load
                     if int.from_bytes(d.download(self.out8, 8), "little"):
                         err = "the start barrier timed out (%gs): a peer's flag never arrived" % self.a.device_timeout
                     elif rep:
@@ -1102,6 +1131,8 @@ class Probe:
                 except Exception as e:
                     err = "the check on the receiver: " + errtext(e)
             self.comm.barrier()
+        # Per rep, in µs: the kernel's time (read, write) or one round of
+        # dependent loads (read_latency).
         parts = self.comm.gather({"us": [m * 1000.0 for m in ms], "err": err, "checks": [a.rec() for a in accs.values()]})
         rec = dict(key, per_rank_us={str(r): parts[r]["us"] for r in group}, checks=[c for r in group for c in parts[r]["checks"]])
         errs = ["rank %d: %s" % (r, parts[r]["err"]) for r in group if parts[r]["err"]]
@@ -1140,7 +1171,7 @@ def run_rank(dev, comm, args, emit):
     for spec in [p for p in args.patterns.split(";") if p]:
         name, members = spec.split(":", 1)
         group = [int(x) for x in members.split(",")]
-        for op in ("read", "write"):
+        for op in ("read", "write", "read_latency"):
             pr.pattern(name, group, op)
     if comm.rank == 0:
         emit({"event": "done"})

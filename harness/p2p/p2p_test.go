@@ -167,7 +167,7 @@ func TestStubExact(t *testing.T) {
 	if rep.Failed() || len(rep.Corrupt) != 0 || !rep.Run.Done {
 		t.Fatalf("an exact run failed: %+v", rep.Findings)
 	}
-	if len(rep.Pairs) != 12 || len(rep.HostLinks) != 4 || len(rep.Patterns) != 2 {
+	if len(rep.Pairs) != 12 || len(rep.HostLinks) != 4 || len(rep.Patterns) != 3 {
 		t.Fatalf("%d pairs, %d host links, %d patterns", len(rep.Pairs), len(rep.HostLinks), len(rep.Patterns))
 	}
 	for _, p := range rep.Pairs {
@@ -191,7 +191,7 @@ func TestStubExact(t *testing.T) {
 		}
 	}
 	if checked["pair/read"] != 12*4*(1024+4096) || checked["pair/write"] != 12*4*(1024+4096) || checked["host/load"] != 4*4*(1024+4096) ||
-		checked["pattern/read"] != 12*4*1024 || checked["pattern/write"] != 12*4*1024 {
+		checked["pattern/read"] != 12*4*1024 || checked["pattern/write"] != 12*4*1024 || checked["pattern/read_latency"] != 12*4*4*(16+200) {
 		t.Errorf("bytes checked: %v", checked)
 	}
 	if a := rep.Asymmetries(); len(a) != 1 || a[0].Kind != KindSwitch || a[0].ReadGBps != a[0].WriteGBps {
@@ -208,7 +208,7 @@ func TestStubExact(t *testing.T) {
 		`(?m)^ +GPU0 +- +40\.0 +40\.0 +40\.0 *$`,
 		`(?m)^ +GPU3 +2\.00/1\.50 +2\.00/1\.50 +2\.00/1\.50 +- *$`,
 		`(?m)^  GPU0-GPU1  PCIe PIX \(one switch\), 63\.0 GB/s nominal$`,
-		`(?m)^  switch GPU0-GPU3 +40\.0 \(40\.0-40\.0\) +40\.0 \(40\.0-40\.0\)$`,
+		`(?m)^  switch GPU0-GPU3 +40\.0 \(40\.0-40\.0\) +40\.0 \(40\.0-40\.0\) +4\.00 \(4\.00-4\.00\)$`,
 		`(?m)^verdict: 4 GPUs, every pair PCIe PIX`,
 	} {
 		if !regexp.MustCompile(re).MatchString(tab.String()) {
@@ -307,8 +307,8 @@ func TestStubUnmapped(t *testing.T) {
 	}
 	errs := findings(rep, "p2p.error")
 	// The flag round trip, GPU1's dependent loads, its reads and writes
-	// at both sizes and both patterns.
-	if len(errs) != 8 || !strings.Contains(errs[0], "not run: GPU rank 1 could not map rank 0's memory") {
+	// at both sizes and the three patterns.
+	if len(errs) != 9 || !strings.Contains(errs[0], "not run: GPU rank 1 could not map rank 0's memory") {
 		t.Errorf("errors %q", errs)
 	}
 	if len(rep.Pairs) != 2 || rep.Pairs[0].Link.Label != "NVLink NV18" || len(rep.Pairs[0].Read) != 2 || len(rep.Pairs[1].Read) != 0 {

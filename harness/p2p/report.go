@@ -82,7 +82,9 @@ type HostLinkReport struct {
 
 // PatternReport is one all-to-all pattern: every GPU of the group loading
 // from (Op OpRead, as custom 1-stage pulls) or storing to (OpWrite, as a
-// push does) every other at once, BytesPerPeer each.
+// push does) every other at once, BytesPerPeer each; or making dependent
+// loads from every other at once (OpReadLatency: a round of P2P reads
+// under all-to-all load, what harness/traffic's ReadRound constants are).
 type PatternReport struct {
 	Name         string `json:"name"` // "socket GPU0-GPU3"
 	Kind         string `json:"kind"` // KindSwitch, ...
@@ -95,7 +97,9 @@ type PatternReport struct {
 	// per rep.
 	PerGPUGBps    *Figure `json:"per_gpu_gbps,omitempty"`
 	AggregateGBps *Figure `json:"aggregate_gbps,omitempty"`
-	Error         string  `json:"error,omitempty"`
+	// RoundUS is OpReadLatency's round, µs, over every GPU and rep.
+	RoundUS *Figure `json:"round_us,omitempty"`
+	Error   string  `json:"error,omitempty"`
 }
 
 // Corruption is a check that found bytes wrong.
@@ -265,6 +269,9 @@ func (b *builder) linkOf(r, p int) string {
 func (b *builder) caseName(r Result) string {
 	switch r.Test {
 	case TestPattern:
+		if r.Op == OpReadLatency {
+			return fmt.Sprintf("all-to-all dependent loads, %s", b.patternName(r))
+		}
 		return fmt.Sprintf("all-to-all %s, %s (%s per peer)", r.Op, b.patternName(r), allreduce.FormatBytes(r.Bytes))
 	case TestHost:
 		return fmt.Sprintf("%s's %ss, pinned host memory, %s", b.name(r.Rank), r.Op, allreduce.FormatBytes(r.Bytes))
@@ -378,6 +385,15 @@ func (b *builder) pattern(r Result) {
 	}
 	for _, x := range r.Ranks {
 		pr.GPUs = append(pr.GPUs, b.gpu(x))
+	}
+	if r.Op == OpReadLatency {
+		var us []float64
+		for _, x := range r.Ranks {
+			us = append(us, r.PerRankUS[strconv.Itoa(x)]...)
+		}
+		pr.RoundUS = figureOf(us)
+		b.rep.Patterns = append(b.rep.Patterns, pr)
+		return
 	}
 	moved := float64(len(r.Ranks)-1) * float64(r.Bytes)
 	var per, agg []float64
@@ -812,26 +828,33 @@ func (rep *Report) WriteTable(w io.Writer) {
 		_ = tw.Flush() // w's own errors are the caller's to see
 	}
 	if len(rep.Patterns) > 0 {
-		fmt.Fprintf(w, "all-to-all, every GPU of a group at once, %s per peer (GB/s per GPU, median and range):\n", allreduce.FormatBytes(rep.Options.PatternBytes))
+		fmt.Fprintf(w, "all-to-all, every GPU of a group at once: %s per peer (GB/s per GPU), a round of dependent loads from every peer (µs); median and range:\n", allreduce.FormatBytes(rep.Options.PatternBytes))
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  group\tread\twrite")
+		fmt.Fprintln(tw, "  group\tread\twrite\tround")
 		for _, a := range rep.Patterns {
 			if a.Op != OpRead {
 				continue
 			}
-			cell := func(p PatternReport) string {
-				if p.Error != "" || p.PerGPUGBps == nil {
-					return "ERR"
+			cell := func(op string) string {
+				for _, p := range rep.Patterns {
+					if p.Op != op || p.Name != a.Name {
+						continue
+					}
+					f := p.PerGPUGBps
+					if op == OpReadLatency {
+						f = p.RoundUS
+					}
+					if p.Error != "" || f == nil {
+						return "ERR"
+					}
+					if op == OpReadLatency {
+						return fmt.Sprintf("%.2f (%.2f-%.2f)", f.Median, f.Min, f.Max)
+					}
+					return fmt.Sprintf("%.1f (%.1f-%.1f)", f.Median, f.Min, f.Max)
 				}
-				return fmt.Sprintf("%.1f (%.1f-%.1f)", p.PerGPUGBps.Median, p.PerGPUGBps.Min, p.PerGPUGBps.Max)
+				return "-"
 			}
-			wr := "-"
-			for _, b := range rep.Patterns {
-				if b.Op == OpWrite && b.Name == a.Name {
-					wr = cell(b)
-				}
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\n", a.Name, cell(a), wr)
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", a.Name, cell(OpRead), cell(OpWrite), cell(OpReadLatency))
 		}
 		_ = tw.Flush() // w's own errors are the caller's to see
 	}

@@ -144,7 +144,7 @@ const (
 	TestHost    = "host"    // ops OpLoad, OpStore: a GPU and pinned host memory
 	TestPair    = "pair"    // ops OpRead, OpWrite: a GPU's kernel and a peer's memory, alone
 	TestLatency = "latency" // ops OpFlagRTT, OpRead (dependent loads from a peer), OpHostRead
-	TestPattern = "pattern" // ops OpRead, OpWrite: every rank of a group at once
+	TestPattern = "pattern" // ops OpRead, OpWrite, OpReadLatency: every rank of a group at once
 	TestIPC     = "ipc"     // a mapping that failed
 
 	OpLoad     = "load"
@@ -153,6 +153,9 @@ const (
 	OpWrite    = "write"
 	OpFlagRTT  = "flag_rtt"
 	OpHostRead = "host_read"
+	// OpReadLatency is a pattern's round of dependent loads, every rank
+	// from every other at once.
+	OpReadLatency = "read_latency"
 )
 
 // Result is one case as rank 0 reported it. Ranks are torchrun's, as in
@@ -171,7 +174,9 @@ type Result struct {
 	// dependent load.
 	SamplesUS []float64 `json:"samples_us,omitempty"`
 	// PerRankUS are a pattern's times per rank (the key: its rank, as
-	// JSON writes it) per rep, in µs.
+	// JSON writes it) per rep, in µs: its kernel's (OpRead, OpWrite), or
+	// one round of dependent loads from every peer at once, the slowest
+	// peer's (OpReadLatency).
 	PerRankUS map[string][]float64 `json:"per_rank_us,omitempty"`
 	Checks    []Check              `json:"checks,omitempty"`
 	// CPUCheck is "ok" when the CPU read back what the GPU wrote to
