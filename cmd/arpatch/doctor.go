@@ -13,6 +13,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/harness/doctor"
+	"github.com/arpatch/arpatch/harness/p2p"
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/textfmt"
@@ -23,7 +24,7 @@ func doctorCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "doctor",
 		Usage:     "check the GPU host before a long run: topology, P2P, toolchain, installed kernels, hazards",
-		UsageText: `arpatch doctor [--python PY] [--server-cmd "python -m sglang.launch_server ..." [--src DIR]] [--json]`,
+		UsageText: `arpatch doctor [--python PY] [--server-cmd "python -m sglang.launch_server ..." [--src DIR]] [--p2p FILE] [--json]`,
 		Description: `doctor reads nvidia-smi (GPUs, PCIe links, topo -m, topo -p2p r/w), the kernel
 command line and IOMMU groups, the CUDA toolchain and torch, the archs compiled
 into the installed sgl-kernel (cuobjdump --list-elf), and environment
@@ -31,7 +32,17 @@ variables known to hurt custom allreduce. It judges only the GPUs the job
 uses: those CUDA_VISIBLE_DEVICES leaves visible (by index or UUID, in its
 order), narrowed to the TP group when --server-cmd gives a TP size. A value
 nvidia-smi cannot read ([N/A], [Not Supported], ...) is listed as
-unreadable and draws no finding. --server-cmd is read as SGLang's argparse
+unreadable and draws no finding.
+
+It names what stops P2P on PCIe hosts: IOMMU groups that translate the GPUs'
+DMA (/sys/kernel/iommu_groups/*/type DMA or DMA-FQ) with no iommu=pt on the
+kernel command line, ACS redirection on the PCIe switch ports above GPUs
+that share a switch (lspci -D -vvv, read as root), and, given --p2p with the
+JSON of arpatch bench p2p, a pair whose bytes came back wrong (an error:
+custom allreduce must not run there). The traffic model behind expect: then
+takes the constants that measurement gives, and expect: says which.
+$ARPATCH_SYSROOT, when set, is read in place of / for /proc and /sys (a copy
+taken on another host). --server-cmd is read as SGLang's argparse
 reads it (aliases, unique prefixes, --opt=value, VAR=value before the
 program), with the options of --src's server_args.py when given, else a
 built-in table. Each finding has a severity and a remedy; the verdict sums
@@ -42,11 +53,13 @@ Examples:
    CUDA_VISIBLE_DEVICES=0,1 arpatch doctor --server-cmd "python -m sglang.launch_server --model-path m --tp 2"
    arpatch doctor --server-cmd "python -m sglang.launch_server --speculative-algorithm EAGLE --speculative-draft-model-path my-eagle3"
    arpatch doctor --src sglang --server-cmd "python -m sglang.launch_server --speculative-algo EAGLE3 --speculative-draft-model d"
+   arpatch doctor --p2p p2p.json
    arpatch doctor --json > doctor.json`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` of the serving environment", Value: pyenv.Default},
 			&cli.StringFlag{Name: "server-cmd", Usage: "an SGLang server `COMMAND` line to check, as typed in a shell"},
 			&cli.StringFlag{Name: "src", Usage: "read --server-cmd with the options of the SGLang checkout `DIR` (its python/sglang/srt/server_args.py)"},
+			&cli.StringFlag{Name: "p2p", Usage: "the host's P2P measurement `FILE` (arpatch bench p2p --json FILE): its corrupt pairs, and its constants for the traffic model"},
 			jsonFlag(),
 		},
 		Before: noArgs,
@@ -59,6 +72,7 @@ type doctorFlags struct {
 	Python    string `flag:"python"`
 	ServerCmd string `flag:"server-cmd"`
 	Src       string `flag:"src"`
+	P2P       string `flag:"p2p"`
 	JSON      bool   `flag:"json"`
 }
 
@@ -87,10 +101,21 @@ func doctorOpts(f doctorFlags) (doctorOptions, error) {
 			return doctorOptions{}, err
 		}
 	}
+	var measured *p2p.Report
+	if f.P2P != "" {
+		var err error
+		if measured, err = p2p.Load(expandHome(f.P2P)); err != nil {
+			return doctorOptions{}, usagef("--p2p: %v", err)
+		}
+	}
+	fsys := doctor.OSFS()
+	if root := os.Getenv("ARPATCH_SYSROOT"); root != "" {
+		fsys = os.DirFS(root)
+	}
 	python := f.Python
 	return doctorOptions{JSON: f.JSON, Inspect: doctor.Options{
-		Run: doctor.ExecRunner(env), Env: env, Python: python, ServerCmd: f.ServerCmd, FS: doctor.OSFS(),
-		ServerOptions: table,
+		Run: doctor.ExecRunner(env), Env: env, Python: python, ServerCmd: f.ServerCmd, FS: fsys,
+		ServerOptions: table, P2P: measured, P2PFile: f.P2P,
 		Probe: func(ctx context.Context) (*kernels.Toolchain, error) {
 			return kernels.Probe(ctx, kernels.ProbeOptions{Python: python})
 		},

@@ -53,7 +53,12 @@ func TestMain(m *testing.M) {
 //	sametree DIR VAR     fail unless DIR hashes to $VAR
 //	lockpid FILE         write a lock file naming a live pid (the test's)
 //	fakebin              put the fake CUDA toolchain of kernels/testdata first on PATH
-//	fakesmi HOST         put a fake nvidia-smi first on PATH, printing harness/doctor/testdata/HOST
+//	fakesmi HOST         put a fake nvidia-smi first on PATH, printing harness/doctor/testdata/HOST,
+//	                     and a fake lspci printing its lspci-vvv.txt (nothing without one)
+//	fixture HOST FILE    copy harness/doctor/testdata/HOST/FILE into the script's directory
+//	demosetpci DIR       write DIR/setpci: pciutils' setpci in demo mode (-D: it reads and
+//	                     checks a command, writes nothing), or without one a check of the
+//	                     `setpci -s BDF ECAP_ACS+0x6.w=0000` form
 //	short VAR NEW        set $NEW to the first 12 hex digits of $VAR (a commit)
 //	remedy [-sub OLD=NEW] [REGEXP]
 //	                     run the `arpatch ...` command the previous command printed in
@@ -91,6 +96,9 @@ func TestScripts(t *testing.T) {
 			// Working files arpatch makes unasked (bench-logs/, ab/) go
 			// to the state directory: the script's own.
 			env.Setenv("ARPATCH_STATE", filepath.Join(env.WorkDir, "state"))
+			// doctor reads /proc and /sys under $ARPATCH_SYSROOT: an empty
+			// one, not the machine's, unless a script makes one.
+			env.Setenv("ARPATCH_SYSROOT", filepath.Join(env.WorkDir, "sysroot"))
 			env.Setenv("METRICS", strings.Join(stats.Names(), ","))
 			env.Setenv("METRICS_KNOWN", stats.Known())
 			if os.Getenv("ARPATCH_SGLANG_MIRROR") != "" {
@@ -187,6 +195,13 @@ func TestScripts(t *testing.T) {
 					"'topo -p2p w') out topo-p2p-w.txt;;\n" +
 					"*) echo \"fake nvidia-smi: nothing recorded for: $*\" >&2; exit 9;;\nesac\n"
 				ts.Check(testbin.Write(filepath.Join(dst, "nvidia-smi"), []byte(script)))
+				// lspci: the host's rendering, or none (this machine's own
+				// devices would be judged otherwise).
+				lspci := "#!/bin/sh\n"
+				if _, err := os.Stat(filepath.Join(src, "lspci-vvv.txt")); err == nil {
+					lspci += "d='" + src + "'\nwhile IFS= read -r l; do printf '%s\\n' \"$l\"; done < \"$d/lspci-vvv.txt\"\n"
+				}
+				ts.Check(testbin.Write(filepath.Join(dst, "lspci"), []byte(lspci)))
 				ts.Setenv("PATH", dst+string(os.PathListSeparator)+ts.Getenv("PATH"))
 			},
 			"short": func(ts *testscript.TestScript, neg bool, args []string) {
@@ -246,6 +261,23 @@ func TestScripts(t *testing.T) {
 				ts.Check(err)
 				ts.Check(os.MkdirAll(filepath.Dir(ts.MkAbs(args[0])), 0o755))
 				ts.Check(testbin.Write(ts.MkAbs(args[0]), b))
+			},
+			"fixture": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 2 {
+					ts.Fatalf("usage: fixture HOST FILE")
+				}
+				b, err := os.ReadFile(filepath.Join("..", "..", "harness", "doctor", "testdata", args[0], args[1]))
+				ts.Check(err)
+				ts.Check(os.WriteFile(ts.MkAbs(args[1]), b, 0o644))
+			},
+			"demosetpci": func(ts *testscript.TestScript, neg bool, args []string) {
+				if len(args) != 1 {
+					ts.Fatalf("usage: demosetpci DIR")
+				}
+				b, err := os.ReadFile(filepath.Join("..", "..", "harness", "doctor", "testdata", "setpci-demo.sh"))
+				ts.Check(err)
+				ts.Check(os.MkdirAll(ts.MkAbs(args[0]), 0o755))
+				ts.Check(testbin.Write(filepath.Join(ts.MkAbs(args[0]), "setpci"), b))
 			},
 			"stubp2p": func(ts *testscript.TestScript, neg bool, args []string) {
 				if len(args) != 1 {

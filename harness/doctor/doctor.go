@@ -16,6 +16,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/harness/nvsmi"
+	"github.com/arpatch/arpatch/harness/p2p"
 	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/internal/pyenv"
@@ -43,12 +44,18 @@ type Finding struct {
 
 // Host is what doctor read.
 type Host struct {
-	GPUs        []nvsmi.GPU         `json:"gpus,omitempty"`
-	Topology    *nvsmi.Topology     `json:"topology,omitempty"`
-	P2PRead     *nvsmi.P2PMatrix    `json:"p2p_read,omitempty"`
-	P2PWrite    *nvsmi.P2PMatrix    `json:"p2p_write,omitempty"`
-	IOMMUGroups int                 `json:"iommu_groups"`
-	Cmdline     string              `json:"kernel_cmdline,omitempty"`
+	GPUs        []nvsmi.GPU      `json:"gpus,omitempty"`
+	Topology    *nvsmi.Topology  `json:"topology,omitempty"`
+	P2PRead     *nvsmi.P2PMatrix `json:"p2p_read,omitempty"`
+	P2PWrite    *nvsmi.P2PMatrix `json:"p2p_write,omitempty"`
+	IOMMUGroups int              `json:"iommu_groups"`
+	// IOMMU are the groups whose type could be read, with their devices.
+	IOMMU   []IOMMUGroup `json:"iommu,omitempty"`
+	Cmdline string       `json:"kernel_cmdline,omitempty"`
+	// PCI is `lspci -D -vvv` (the switch ports' ACS).
+	PCI *PCIScan `json:"pci,omitempty"`
+	// P2P is the host qualification report given with --p2p.
+	P2P         *Measured           `json:"p2p,omitempty"`
 	Toolchain   *kernels.Toolchain  `json:"toolchain,omitempty"`
 	SGLKernel   string              `json:"sgl_kernel_dir,omitempty"`
 	KernelArchs map[string][]string `json:"sgl_kernel_archs,omitempty"` // .so file -> archs
@@ -152,6 +159,11 @@ type Options struct {
 	// BuiltinServerOptions. ParseServerArgsPy reads a tree's.
 	ServerOptions *ServerOptions
 	FS            fs.FS // the host's root file system, for /proc and /sys
+	// P2P is a host qualification report (`arpatch bench p2p --json
+	// FILE`), P2PFile the FILE it was read from: its corrupt pairs are
+	// errors, and the traffic model takes its constants (p2p.ModelParams).
+	P2P     *p2p.Report
+	P2PFile string
 	// Probe reads the toolchain; nil uses kernels.Probe.
 	Probe func(ctx context.Context) (*kernels.Toolchain, error)
 }
@@ -216,12 +228,20 @@ func Inspect(ctx context.Context, o Options) *Report {
 		}
 	}
 	if o.FS != nil {
-		if ents, err := fs.ReadDir(o.FS, "sys/kernel/iommu_groups"); err == nil {
-			h.IOMMUGroups = len(ents)
-		}
+		h.IOMMUGroups, h.IOMMU = readIOMMU(o.FS)
 		if b, err := fs.ReadFile(o.FS, "proc/cmdline"); err == nil {
 			h.Cmdline = strings.TrimSpace(string(b))
 		}
+	}
+	if out, err := o.Run(ctx, "lspci", "-D", "-vvv"); err == nil {
+		h.PCI = &PCIScan{Devices: ParseLSPCI(out)}
+	} else if errors.Is(err, exec.ErrNotFound) || strings.Contains(err.Error(), "executable file not found") {
+		h.PCI = &PCIScan{Error: "lspci is not on PATH"}
+	} else if !errors.Is(err, ErrTimedOut) {
+		h.PCI = &PCIScan{Error: "lspci -D -vvv: " + cmp.Or(textfmt.FirstLine(out), err.Error())}
+	}
+	if o.P2P != nil {
+		h.P2P = &Measured{File: o.P2PFile, Report: o.P2P}
 	}
 	if o.Probe != nil {
 		if tc, err := o.Probe(ctx); err == nil {
@@ -396,6 +416,10 @@ func restrict(h *Host, group []int, j *Judged) *Host {
 			j.Unreadable = append(j.Unreadable, s)
 		}
 	}
+	if h.P2P != nil {
+		m := *h.P2P
+		out.P2P = &m
+	}
 	for _, i := range group {
 		for _, g := range h.GPUs {
 			if g.Index == i {
@@ -425,6 +449,9 @@ func restrict(h *Host, group []int, j *Judged) *Host {
 				note(fmt.Sprintf("P2P %s %s: U (nvidia-smi topo -p2p)", m.name, p))
 			}
 		}
+	}
+	if out.P2P != nil {
+		out.P2P.Covers = out.P2P.Report.Covers(out.GPUs)
 	}
 	return &out
 }
@@ -578,6 +605,9 @@ func verdict(h *Host, j *Judged) string {
 	n := len(t.GPUs)
 	if n == 1 {
 		return fmt.Sprintf("1 GPU (%s): no allreduce between GPUs, custom allreduce is not used", j.Why)
+	}
+	if c := corruptBetween(h); c != "" {
+		return c + ": custom allreduce must not run here; serve with --disable-custom-all-reduce until a new measurement is exact (see findings)"
 	}
 	numa := len(t.NUMANodes())
 	split := ""

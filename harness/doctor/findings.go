@@ -74,15 +74,9 @@ func findings(h *Host, j *Judged, env []string) []Finding {
 		add("p2p.blocked", Error, fmt.Sprintf("P2P %s is not supported between %s", m.name, textfmt.Plural(len(m.pairs), "GPU pair", "GPU pairs")), strings.Join(m.pairs, "; "),
 			"custom allreduce needs P2P and NCCL falls back to SHM without it; check ACS in the BIOS or kernel, IOMMU (iommu=pt), and that the GPUs share a root complex")
 	}
-	if c := h.Cmdline; c != "" {
-		if (strings.Contains(c, "intel_iommu=on") || strings.Contains(c, "amd_iommu=on")) && !strings.Contains(c, "iommu=pt") {
-			add("iommu.translate", Warn, "the IOMMU translates DMA", "kernel command line: "+c,
-				"add iommu=pt (passthrough) to the kernel command line; translated P2P is slower and can fail")
-		}
-	}
-	if h.IOMMUGroups > 0 {
-		add("iommu.groups", Info, fmt.Sprintf("%d IOMMU groups", h.IOMMUGroups), "", "if P2P is blocked, check that ACS does not isolate the GPUs behind one switch")
-	}
+	f = append(f, iommuFindings(h)...)
+	f = append(f, acsFindings(h)...)
+	f = append(f, measuredFindings(h)...)
 	// Toolchain and torch.
 	if tc := h.Toolchain; tc != nil {
 		if !tc.NVCC.Found() {

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
+	"github.com/arpatch/arpatch/harness/p2p"
 	"github.com/arpatch/arpatch/harness/traffic"
 )
 
@@ -13,12 +14,38 @@ import (
 const VerifyBytes = 4 * 5120 * 2
 
 // model is the traffic model of h's GPUs with the constants it uses
-// (traffic.Default: "calibrated"; a measurement file replaces them once
-// host qualification writes one).
+// (params).
 func model(h *Host) (*traffic.Topology, traffic.Params, error) {
-	p := traffic.Default()
+	p, _ := params(h)
 	m, err := traffic.FromNVSMI(h.Topology, h.GPUs, p)
 	return m, p, err
+}
+
+// params are the model's constants for h: traffic.Default ("calibrated"),
+// with those a --p2p report measured in their place when it measured
+// every judged GPU (p2p.ModelParams; none from a report that found
+// corrupt data), and the list of those.
+func params(h *Host) (traffic.Params, []p2p.Constant) {
+	base := traffic.Default()
+	if m := h.P2P; m != nil && m.Report != nil && m.Covers {
+		return m.Report.ModelParams(base, m.File)
+	}
+	return base, nil
+}
+
+// constantsText says which constants the model used: "calibrated
+// constants", or "constants measured: p2p.json (host, date): barrier_us
+// 0.41 µs (calibrated 0.65), ...; the rest calibrated".
+func constantsText(h *Host) string {
+	p, cs := params(h)
+	if len(cs) == 0 {
+		return p.Source + " constants"
+	}
+	var parts []string
+	for _, c := range cs {
+		parts = append(parts, c.String())
+	}
+	return "constants " + p.Source + ": " + strings.Join(parts, ", ") + "; the rest calibrated"
 }
 
 // ranking is the model's estimates at the verify shape, fastest first:
@@ -75,8 +102,8 @@ func expectation(h *Host) string {
 		parts = append(parts, label(e))
 	}
 	nccl := m.NCCL(VerifyBytes, p, false)
-	s := fmt.Sprintf("traffic model (an estimate, %s constants) at the verify shape (%s, world size %d): %s; NCCL's best configuration is %s (%s); NCCL over SHM, as in the published account, %.1f µs",
-		p.Source, allreduce.FormatBytes(VerifyBytes), m.N, strings.Join(parts, ", "), strings.TrimPrefix(nccl.Name(), "nccl-"), nccl.NCCLEnv(), m.NCCL(VerifyBytes, p, true).US)
+	s := fmt.Sprintf("traffic model (an estimate, %s) at the verify shape (%s, world size %d): %s; NCCL's best configuration is %s (%s); NCCL over SHM, as in the published account, %.1f µs",
+		constantsText(h), allreduce.FormatBytes(VerifyBytes), m.N, strings.Join(parts, ", "), strings.TrimPrefix(nccl.Name(), "nccl-"), nccl.NCCLEnv(), m.NCCL(VerifyBytes, p, true).US)
 	if why := customAROff(h); why != "" {
 		return s + "; custom allreduce does not start here: " + why + "; its figures hold only once that changes"
 	}

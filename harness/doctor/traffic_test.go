@@ -68,7 +68,7 @@ func TestExpectationFollowsModel(t *testing.T) {
 		for _, w := range []string{
 			fmt.Sprintf("%s %.1f µs", nccl.Name(), nccl.US),
 			"NCCL's best configuration is " + strings.TrimPrefix(nccl.Name(), "nccl-") + " (" + nccl.NCCLEnv() + ")",
-			"(an estimate, " + p.Source + " constants)",
+			"(an estimate, " + constantsText(h) + ")",
 		} {
 			if !strings.Contains(rep.Expect, w) {
 				t.Errorf("%s: expect %q does not say %q", host, rep.Expect, w)

@@ -456,3 +456,20 @@ func (t *Topology) Sub(names []string) *Topology {
 	}
 	return out
 }
+
+// BusID writes a PCI bus ID as the kernel and lspci -D do, lower case
+// with a 4-digit domain: nvidia-smi's "00000000:1A:00.0" and the driver's
+// "0000:1a:00.0" both give "0000:1a:00.0". An ID it cannot read comes
+// back lower-cased and trimmed.
+func BusID(s string) string {
+	s = strings.ToLower(strings.TrimSpace(s))
+	dom, rest, ok := strings.Cut(s, ":")
+	if !ok || strings.Count(rest, ":") != 1 {
+		return s
+	}
+	d, err := strconv.ParseUint(dom, 16, 32)
+	if err != nil {
+		return s
+	}
+	return fmt.Sprintf("%04x:%s", d, rest)
+}

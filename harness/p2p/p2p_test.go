@@ -4,6 +4,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -14,6 +15,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/harness/nvsmi"
+	"github.com/arpatch/arpatch/harness/traffic"
 	"github.com/arpatch/arpatch/internal/testbin"
 	"github.com/arpatch/arpatch/internal/textfmt"
 )
@@ -384,4 +386,118 @@ func TestRunEnds(t *testing.T) {
 			t.Errorf("a bad size: %v", err)
 		}
 	})
+}
+
+// synthetic is a run on the 8-GPU PCIe host (two sockets, two switches of
+// two GPUs each per socket), built record by record: each pair's writes
+// alone (PIX 45 GB/s, NODE 44, SYS 40) and flag round trips (PIX 1.0 µs,
+// others 1.2), and the patterns' times per GPU (1 MB per peer).
+func synthetic(t *testing.T) Options {
+	gpus, topo := host(t, "pcie8")
+	return Options{GPUs: gpus, Topology: topo, Sizes: []int{64 << 20}, PatternBytes: 1e6, Reps: 3}
+}
+
+func syntheticRun(o Options) *Run {
+	run := &Run{Exit: "ok", Done: true}
+	cell := func(a, b int) string { return o.Topology.Links[o.Topology.GPUs[a]][b] }
+	for a := range 8 {
+		for b := range 8 {
+			if a == b {
+				continue
+			}
+			w, rtt := map[string]float64{"PIX": 45, "NODE": 44, "SYS": 40}[cell(a, b)], 1.2
+			if cell(a, b) == "PIX" {
+				rtt = 1.0
+			}
+			run.Results = append(run.Results,
+				Result{Test: TestPair, Op: OpWrite, Rank: a, Peer: b, Bytes: 64 << 20, SamplesGBps: []float64{w, w, w}},
+				Result{Test: TestPair, Op: OpRead, Rank: a, Peer: b, Bytes: 64 << 20, SamplesGBps: []float64{w - 5, w - 5, w - 5}})
+			if a < b {
+				run.Results = append(run.Results, Result{Test: TestLatency, Op: OpFlagRTT, Rank: a, Peer: b, SamplesUS: []float64{rtt, rtt, rtt}})
+			}
+		}
+	}
+	us := map[string]map[string]float64{ // per kind and op: each GPU's time per rep
+		KindSwitch: {OpRead: 50, OpWrite: 25, OpReadLatency: 3},
+		KindSocket: {OpRead: 1000, OpWrite: 100, OpReadLatency: 5},
+		KindCross:  {OpRead: 4000, OpWrite: 500, OpReadLatency: 8},
+	}
+	for _, p := range Patterns(o.Topology, 8) {
+		for _, op := range []string{OpRead, OpWrite, OpReadLatency} {
+			r := Result{Test: TestPattern, Op: op, Name: p.Name, Ranks: p.Ranks, Bytes: o.PatternBytes, PerRankUS: map[string][]float64{}}
+			for _, x := range p.Ranks {
+				v := us[p.Kind][op]
+				r.PerRankUS[fmt.Sprint(x)] = []float64{v, v, v}
+			}
+			run.Results = append(run.Results, r)
+		}
+	}
+	return run
+}
+
+// The model takes the host's measured constants, each from what the
+// report says it is; the rest stay calibrated.
+func TestModelParams(t *testing.T) {
+	o := synthetic(t)
+	rep := NewReport(o, syntheticRun(o), "test")
+	base := traffic.Default()
+	p, consts := rep.ModelParams(base, "p2p.json")
+	got := map[string]float64{}
+	for _, c := range consts {
+		got[c.Field] = c.Value
+	}
+	near := func(field string, v, want float64) {
+		t.Helper()
+		if math.Abs(v-want) > 1e-9*math.Max(1, want) || math.Abs(got[field]-want) > 1e-9*math.Max(1, want) {
+			t.Errorf("%s = %v (listed %v), want %v", field, v, got[field], want)
+		}
+	}
+	// A PIX pair's writes over its link: 45 of 16 x 3.938 GB/s.
+	near("pcie_efficiency", p.PCIeEfficiency, 45/(16*3.938))
+	near("kernel_store_efficiency", p.KernelStoreEfficiency, 1)
+	// NVLink was not measured: the calibrated rate, the same per link.
+	near("nvlink_gbps", p.NVLinkGBps, base.NVLinkGBps*base.PCIeEfficiency/p.PCIeEfficiency)
+	// Half the median round trip: 48 of the 56 ordered pairs take 1.2 µs.
+	near("barrier_us", p.BarrierUS, 0.6)
+	// A socket's write pattern: 12 pairs x 1 MB in 100 µs, 8 of them across
+	// its root complex (NODE): 80 GB/s.
+	near("root_complex_write_gbps", p.RootComplexWriteGBps, 80)
+	// All 8 reading across the sockets: 56 MB in 4 ms; into each socket 24
+	// reads cross its root complex (2 NODE and 4 SYS peers per GPU): 6 GB/s.
+	near("root_complex_read_gbps", p.RootComplexReadGBps, 6)
+	// All 8 writing: 16 of the 56 cross into each socket: 56 MB / 0.5 ms x 16/56.
+	near("inter_socket_gbps", p.InterSocketGBps, 32)
+	near("read_round4_us", p.ReadRound4US, 5)
+	near("read_round8_us", p.ReadRound8US, 8)
+	if len(consts) != 9 || !strings.HasPrefix(p.Source, "measured: p2p.json (host unnamed, ") {
+		t.Errorf("%d constants, source %q: %+v", len(consts), p.Source, consts)
+	}
+	if p.CustomFixedUS != base.CustomFixedUS || p.NVLinkBarrierUS != base.NVLinkBarrierUS || p.NCCLStepUS != base.NCCLStepUS {
+		t.Errorf("a constant the probe does not measure changed: %+v", p)
+	}
+	if c := consts[0]; c.String() != "pcie_efficiency 0.7142 (calibrated 0.857)" || !strings.Contains(c.From, "8 PIX pairs") {
+		t.Errorf("first constant %q from %q", c, c.From)
+	}
+	// The asymmetry that decides pull against push, as the model now has it.
+	if r, w := p.RootComplexReadGBps, p.RootComplexWriteGBps*p.KernelStoreEfficiency; w/r < 13 {
+		t.Errorf("read %v against write %v GB/s", r, w)
+	}
+	// One group size (4 GPUs behind one switch): the line is shifted.
+	g4, t4 := host(t, "switch4")
+	o4 := Options{GPUs: g4, Topology: t4, PatternBytes: 16}
+	run := &Run{Exit: "ok", Done: true, Results: []Result{{Test: TestPattern, Op: OpReadLatency, Ranks: []int{0, 1, 2}, Name: "x", PerRankUS: map[string][]float64{"0": {3.75}}}}}
+	o4.Topology = o4.Topology.Sub([]string{"GPU0", "GPU1", "GPU2"})
+	o4.GPUs = o4.GPUs[:3]
+	p3, c3 := NewReport(o4, run, "test").ModelParams(base, "f")
+	if d := base.ReadRoundUS(3); len(c3) != 2 || math.Abs(p3.ReadRoundUS(3)-3.75) > 1e-9 || math.Abs(p3.ReadRound8US-base.ReadRound8US-(3.75-d)) > 1e-9 {
+		t.Errorf("3 GPUs: %+v %+v", p3, c3)
+	}
+	// Nothing from a report that found corrupt data.
+	rep.Corrupt = []Corruption{{}}
+	if p, c := rep.ModelParams(base, "p2p.json"); len(c) != 0 || p != base {
+		t.Errorf("a corrupt report gave constants %+v", c)
+	}
+	if !rep.Covers(o.GPUs[2:5]) || rep.Covers([]nvsmi.GPU{{BusID: "00000000:01:00.0"}}) {
+		t.Error("Covers")
+	}
 }

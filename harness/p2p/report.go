@@ -217,25 +217,11 @@ func (b *builder) ranks() {
 		if ri.SelfCheck != "" {
 			b.find("p2p.self-check", Error, "rank %d (%s): the probe's self-check failed, so nothing it measured could be trusted: %s", r, b.name(r), ri.SelfCheck)
 		}
-		if r < len(b.o.GPUs) && ri.BusID != "" && normBus(ri.BusID) != normBus(b.o.GPUs[r].BusID) {
+		if r < len(b.o.GPUs) && ri.BusID != "" && nvsmi.BusID(ri.BusID) != nvsmi.BusID(b.o.GPUs[r].BusID) {
 			b.find("p2p.rank-order", Error, "rank %d ran on the GPU at bus %s, not on GPU%d (%s): CUDA numbers the GPUs otherwise than nvidia-smi here, so the labels below are wrong; run with CUDA_DEVICE_ORDER=PCI_BUS_ID",
 				r, ri.BusID, b.o.GPUs[r].Index, b.o.GPUs[r].BusID)
 		}
 	}
-}
-
-// normBus reads "00000000:1A:00.0" and "0000:1a:00.0" alike.
-func normBus(s string) string {
-	s = strings.ToLower(strings.TrimSpace(s))
-	dom, rest, ok := strings.Cut(s, ":")
-	if !ok || strings.Count(rest, ":") != 1 {
-		return s
-	}
-	d, err := strconv.ParseUint(dom, 16, 32)
-	if err != nil {
-		return s
-	}
-	return fmt.Sprintf("%04x:%s", d, rest)
 }
 
 func (b *builder) pair(r, p int) *Pair {

@@ -4,8 +4,10 @@
 # with ARGS on its stub device (--stub-world-size N: N ranks as threads of
 # one process, no torch, no GPU), adding the words of $P2P_STUB (stub
 # faults: --stub-corrupt write:1:2, --stub-rate read:0:3:12, ...) and
-# --stub-bus-ids $P2P_STUB_BUS_IDS. Anything else goes to the python3
-# that comes after this script's directory on PATH.
+# --stub-bus-ids $P2P_STUB_BUS_IDS, with the first python3 after this
+# script's directory on PATH that runs Python (a fake python3 for doctor's
+# probes may come before it). Anything else goes to the python3 that
+# comes after this script's directory on PATH.
 self=$(cd "$(dirname "$0")" && pwd)
 PATH=$(printf '%s\n' "$PATH" | tr ':' '\n' | grep -vx "$self" | paste -sd: -)
 export PATH
@@ -22,6 +24,13 @@ while [ $# -gt 0 ]; do
   esac
   shift
 done
+py=
+IFS=:
+for d in $PATH; do
+  if [ -x "$d/python3" ] && "$d/python3" -c 'import sys' >/dev/null 2>&1; then py=$d/python3; break; fi
+done
+unset IFS
+[ -n "$py" ] || { echo "stubranks.sh: no python3 that runs Python on PATH" >&2; exit 2; }
 # $P2P_STUB is split into words on purpose.
 # shellcheck disable=SC2086
-exec python3 "$@" --stub-world-size "$ws" --stub-bus-ids "${P2P_STUB_BUS_IDS-}" $P2P_STUB
+exec "$py" "$@" --stub-world-size "$ws" --stub-bus-ids "${P2P_STUB_BUS_IDS-}" $P2P_STUB
