@@ -252,19 +252,22 @@ func (t *Topology) stages(algo string, s float64, is Islands) []stage {
 	panic("traffic: no stages for " + algo)
 }
 
-// scratch is what algo needs on each rank at s bytes
+// scratch is what algo needs on each rank at s bytes, in 16-byte packed
+// elements as the pcie series' pcie_scratch_needed counts them: a slot of
+// push2 or island is ceil(s / N) or ceil(s / M) rounded up to whole packs
 // (docs/pcie-dispatch.md, "The algorithms").
 func scratch(algo string, s, n int, is Islands) int {
 	ceil := func(a, b int) int { return (a + b - 1) / b }
+	slot := func(parts int) int { return 16 * ceil(s, 16*parts) }
 	switch algo {
 	case Custom2Stage:
 		return ceil(s, n) + s%n
 	case CustomPush1:
 		return n * s
 	case CustomPush2:
-		return n*ceil(s, n) + s
+		return n*slot(n) + s
 	case CustomIsland, FlashInferTP8Ring:
-		return (is.M()+is.K())*ceil(s, is.M()) + s
+		return (is.M()+is.K())*slot(is.M()) + s
 	}
 	return 0
 }

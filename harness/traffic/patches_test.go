@@ -9,6 +9,7 @@ import (
 	"testing"
 
 	"github.com/arpatch/arpatch/harness/traffic"
+	"github.com/arpatch/arpatch/harness/tune"
 )
 
 // Where the shipped patches carry the model's defaults: 0001's
@@ -48,9 +49,8 @@ func patchConst(t *testing.T, path string, re *regexp.Regexp) string {
 }
 
 // TestShippedDefaultsAreTheModels: every era of the pcie series ships the
-// model's defaults for the reference host. Until the push algorithms land
-// in 0001 (no era defines kPcieAutoPush1MaxBytes) it skips, naming the
-// numbers the patches are to carry.
+// model's defaults for the reference host, and the tune's idea of 0002's
+// built-in cut (tune.DefaultMaxBytes) is that default too.
 func TestShippedDefaultsAreTheModels(t *testing.T) {
 	p := traffic.Default()
 	s := traffic.RefHost(p).Suggest(p, false)
@@ -72,7 +72,10 @@ func TestShippedDefaultsAreTheModels(t *testing.T) {
 		landed = landed || v[0] != ""
 	}
 	if !landed {
-		t.Skipf("no era's 0001 defines kPcieAutoPush1MaxBytes yet (the push algorithms have not landed); the model wants kPcieAutoPush1MaxBytes = %s in 0001 and PCIE_CUSTOM_AR_DEFAULT_MAX_BYTES = %s in 0002 (traffic.RefHost(p).Suggest, docs/pcie-dispatch.md)", push1, cut)
+		t.Fatalf("no era's 0001 defines kPcieAutoPush1MaxBytes; the model wants kPcieAutoPush1MaxBytes = %s in 0001 and PCIE_CUSTOM_AR_DEFAULT_MAX_BYTES = %s in 0002 (traffic.RefHost(p).Suggest, docs/pcie-dispatch.md)", push1, cut)
+	}
+	if strconv.Itoa(tune.DefaultMaxBytes) != cut {
+		t.Errorf("tune.DefaultMaxBytes is %d; 0002's default is the model's cut, %s", tune.DefaultMaxBytes, cut)
 	}
 	for era, v := range got {
 		if v[0] != push1 || v[1] != cut {

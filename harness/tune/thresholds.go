@@ -60,8 +60,10 @@ const (
 var Variables = []string{EnvForce, EnvMaxBytes, Env1StageMax, EnvSchedule, EnvIslands}
 
 // DefaultMaxBytes is 0002's built-in SGLANG_PCIE_CUSTOM_AR_MAX_BYTES in
-// bytes (docs/pcie-dispatch.md derives it).
-const DefaultMaxBytes = 64 << 10
+// bytes: the traffic model's cut on its reference host (docs/pcie-dispatch.md
+// derives it; harness/traffic's TestShippedDefaultsAreTheModels holds the
+// two equal).
+const DefaultMaxBytes = 4 << 20
 
 // UpstreamMaxSize is CustomAllreduce's max_size in bytes (8 MiB), the
 // largest allreduce custom allreduce takes at all.

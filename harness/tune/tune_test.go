@@ -37,8 +37,8 @@ func TestParseBytesAndAlgorithm(t *testing.T) {
 		want string
 	}{
 		{def, 8, 40960, allreduce.CustomAuto}, // the verify shape at TP 8: the kernel's auto schedule decides
-		{def, 8, 65536, allreduce.CustomAuto},
-		{def, 8, 65536 + 16, allreduce.NCCL},
+		{def, 8, DefaultMaxBytes, allreduce.CustomAuto},
+		{def, 8, DefaultMaxBytes + 16, allreduce.NCCL},
 		{def, 2, 40960, allreduce.Custom1Stage}, // world size 2: upstream's 1-stage, which auto keeps
 		{def, 4, 16, allreduce.CustomAuto},
 		{Thresholds{MaxBytes: 1 << 30, OneStageMax: U64(1 << 30)}, 8, 8 << 20, allreduce.Custom1Stage},
