@@ -1,7 +1,6 @@
 package patches
 
 import (
-	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -71,6 +70,13 @@ func LoadSeries(fsys fs.FS, dir, label string) (*Series, error) {
 	if err != nil {
 		return nil, fmt.Errorf("series %s: %w", label, err)
 	}
+	return loadSeries(fsys, dir, label, data, false)
+}
+
+// loadSeries decodes and validates series.toml's data by LoadSeries'
+// rules; sealing leaves out the two that Seal is there to mend or
+// words itself: each patch's sha256, and .patch files it does not list.
+func loadSeries(fsys fs.FS, dir, label string, data []byte, sealing bool) (*Series, error) {
 	where := label + "/" + SeriesFile
 	var s Series
 	md, err := toml.Decode(string(data), &s)
@@ -120,14 +126,14 @@ func LoadSeries(fsys fs.FS, dir, label string) (*Series, error) {
 			return nil, fail("patch.file", "%q is listed twice", p.File)
 		}
 		names[p.File] = true
-		if !digest.IsSHA256Hex(p.SHA256) {
+		if !sealing && !digest.IsSHA256Hex(p.SHA256) {
 			return nil, fail("patch.sha256", "%s: %q is not a 64-hex sha256; run `%s`", p.File, p.SHA256, shellq.Join([]string{"arpatch", "patches", "seal", label}))
 		}
 		for _, t := range p.Provides {
 			tags[t] = true
 		}
 	}
-	if ents, err := fs.ReadDir(fsys, dir); err == nil {
+	if ents, err := fs.ReadDir(fsys, dir); err == nil && !sealing {
 		for _, e := range ents {
 			if strings.HasSuffix(e.Name(), ".patch") && !names[e.Name()] {
 				return nil, fmt.Errorf("%s: %s is in the series directory but not listed in %s; list it as a [[patch]] (and seal) or remove it", label, e.Name(), SeriesFile)
@@ -286,7 +292,12 @@ func (s *Series) Files() []string {
 
 // Seal recomputes every patch's sha256 in dir/series.toml on disk, keeping
 // the rest of the file as written. It is the maintainer's step after editing
-// a patch. It returns the names whose hash changed.
+// a patch. It refuses what LoadSeries refuses (a patch name apply would
+// not take, an unknown key, ...), but for the hashes it is there to write,
+// and a patch that does not parse. It returns the names whose hash
+// changed. It reads each patch once and writes series.toml in one pass:
+// linear in the series' size. dir is the series directory's path in
+// fsys, not "." : its base name is the one series.toml's name must match.
 func Seal(fsys fs.FS, dir string, write func(name string, data []byte) error) ([]string, error) {
 	data, err := fs.ReadFile(fsys, path.Join(dir, SeriesFile))
 	if errors.Is(err, fs.ErrNotExist) {
@@ -295,12 +306,12 @@ func Seal(fsys fs.FS, dir string, write func(name string, data []byte) error) ([
 	if err != nil {
 		return nil, err
 	}
-	s, err := LoadSeriesLoose(fsys, dir)
-	if err != nil {
-		return nil, err
+	var loose Series
+	if _, err := toml.Decode(string(data), &loose); err != nil {
+		return nil, tomlx.DecodeError(path.Join(dir, SeriesFile), err)
 	}
 	listed := map[string]bool{}
-	for _, p := range s.Patches {
+	for _, p := range loose.Patches {
 		listed[p.File] = true
 	}
 	if ents, err := fs.ReadDir(fsys, dir); err == nil {
@@ -310,6 +321,11 @@ func Seal(fsys fs.FS, dir string, write func(name string, data []byte) error) ([
 			}
 		}
 	}
+	s, err := loadSeries(fsys, dir, dir, data, true)
+	if err != nil {
+		return nil, err
+	}
+	sums := map[string]string{}
 	var changed []string
 	for _, p := range s.Patches {
 		b, err := fs.ReadFile(fsys, path.Join(dir, p.File))
@@ -327,69 +343,81 @@ func Seal(fsys fs.FS, dir string, write func(name string, data []byte) error) ([
 		if m := d.Header.Missing(); len(m) > 0 {
 			return nil, fmt.Errorf("seal %s: %s: the DEP-3 header lacks %s", dir, p.File, strings.Join(m, ", "))
 		}
-		sum := digest.SHA256Hex(b)
-		if sum == p.SHA256 {
-			continue
-		}
-		changed = append(changed, p.File)
-		data, err = replaceSHA(data, p.File, sum)
-		if err != nil {
-			return nil, fmt.Errorf("seal %s: %w", dir, err)
+		if sum := digest.SHA256Hex(b); sum != p.SHA256 {
+			sums[p.File] = sum
+			changed = append(changed, p.File)
 		}
 	}
 	if len(changed) == 0 {
 		return nil, nil
 	}
-	return changed, write(path.Join(dir, SeriesFile), data)
-}
-
-// LoadSeriesLoose decodes series.toml without validating hashes, for Seal.
-func LoadSeriesLoose(fsys fs.FS, dir string) (*Series, error) {
-	data, err := fs.ReadFile(fsys, path.Join(dir, SeriesFile))
+	out, err := rewriteSHAs(data, sums)
 	if err != nil {
-		return nil, err
+		return nil, fmt.Errorf("seal %s: %w", dir, err)
 	}
-	var s Series
-	if _, err := toml.Decode(string(data), &s); err != nil {
-		return nil, tomlx.DecodeError(path.Join(dir, SeriesFile), err)
-	}
-	return &s, nil
+	return changed, write(path.Join(dir, SeriesFile), out)
 }
 
-var shaLine = regexp.MustCompile(`(?m)^(\s*sha256\s*=\s*)"[^"]*"`)
+var (
+	patchTable = regexp.MustCompile(`(?m)^[ \t]*\[\[[ \t]*patch[ \t]*\]\]`)
+	fileLine   = regexp.MustCompile(`(?m)^[ \t]*file[ \t]*=[ \t]*(?:"([^"\n]*)"|'([^'\n]*)')[^\n]*(?:\n|$)`)
+	shaLine    = regexp.MustCompile(`(?m)^([ \t]*sha256[ \t]*=[ \t]*)(?:"[^"\n]*"|'[^'\n]*')`)
+)
 
-// replaceSHA rewrites the sha256 line of the [[patch]] table whose file is
-// name.
-func replaceSHA(data []byte, name, sum string) ([]byte, error) {
-	i := bytes.Index(data, []byte(`"`+name+`"`))
-	if i < 0 {
-		return nil, fmt.Errorf("series.toml does not name %s", name)
-	}
-	next := bytes.Index(data[i:], []byte("[[patch]]"))
-	end := len(data)
-	if next >= 0 {
-		end = i + next
-	}
-	if start := bytes.LastIndex(data[:i], []byte("[[patch]]")); start >= 0 {
-		seg := data[start:end]
+// rewriteSHAs returns data with the sha256 of each [[patch]] table whose
+// file is a key of sums set to its value (a sha256 line added after the
+// file line where the table has none), in one pass over data. It is an
+// error for a name of sums to have no table.
+func rewriteSHAs(data []byte, sums map[string]string) ([]byte, error) {
+	starts := patchTable.FindAllIndex(data, -1)
+	out := make([]byte, 0, len(data)+len(sums)*80)
+	done := map[string]bool{}
+	prev := 0
+	for k, st := range starts {
+		end := len(data)
+		if k+1 < len(starts) {
+			end = starts[k+1][0]
+		}
+		seg := data[st[0]:end]
+		out = append(out, data[prev:st[0]]...)
+		prev = end
+		m := fileLine.FindSubmatchIndex(seg)
+		if m == nil {
+			out = append(out, seg...)
+			continue
+		}
+		var name string
+		if m[2] >= 0 {
+			name = string(seg[m[2]:m[3]])
+		} else {
+			name = string(seg[m[4]:m[5]])
+		}
+		sum, ok := sums[name]
+		if !ok || done[name] {
+			out = append(out, seg...)
+			continue
+		}
+		done[name] = true
 		if loc := shaLine.FindSubmatchIndex(seg); loc != nil {
-			out := append([]byte(nil), data[:start]...)
-			out = append(out, seg[:loc[3]]...)
-			out = append(out, `"`+sum+`"`...)
+			out = append(append(append(append(out, seg[:loc[3]]...), '"'), sum...), '"')
 			out = append(out, seg[loc[1]:]...)
-			return append(out, data[end:]...), nil
+			continue
 		}
-		// No sha256 line yet: add one after the file line.
-		lineEnd := bytes.IndexByte(data[i:], '\n')
-		if lineEnd < 0 {
-			return nil, errors.New("malformed [[patch]] table for " + name)
+		at := m[1] // after the file line
+		out = append(out, seg[:at]...)
+		if at > 0 && seg[at-1] != '\n' {
+			out = append(out, '\n')
 		}
-		at := i + lineEnd + 1
-		out := append([]byte(nil), data[:at]...)
-		out = append(out, `sha256 = "`+sum+`"`+"\n"...)
-		return append(out, data[at:]...), nil
+		out = append(append(append(out, `sha256 = "`...), sum...), "\"\n"...)
+		out = append(out, seg[at:]...)
 	}
-	return nil, fmt.Errorf("%s is not inside a [[patch]] table", name)
+	out = append(out, data[prev:]...)
+	for name := range sums {
+		if !done[name] {
+			return nil, fmt.Errorf("%s names %s in no [[patch]] table's file line", SeriesFile, name)
+		}
+	}
+	return out, nil
 }
 
 // sortSeries orders series by family then name.

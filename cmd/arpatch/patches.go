@@ -179,8 +179,15 @@ func patchesSealOpts(f patchesSealFlags) ([]string, error) {
 // series.toml and says what changed.
 func patchesSealRun(_ context.Context, dirs []string, s streams) error {
 	for _, dir := range dirs {
-		changed, err := patches.Seal(os.DirFS(dir), ".", func(name string, data []byte) error {
-			return safefs.WriteFile(filepath.Join(dir, name), data, 0o644)
+		// The series is read as apply reads it, its directory by name:
+		// series.toml's name must match it.
+		abs, err := filepath.Abs(dir)
+		if err != nil {
+			return err
+		}
+		parent, base := filepath.Split(abs)
+		changed, err := patches.Seal(os.DirFS(parent), base, func(name string, data []byte) error {
+			return safefs.WriteFile(filepath.Join(parent, name), data, 0o644)
 		})
 		if err != nil {
 			return fmt.Errorf("%s: %w", dir, err)

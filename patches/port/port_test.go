@@ -505,8 +505,10 @@ func sealSeries(sdir, toml, file, patch string) error {
 	if err := testrepo.WriteFiles(sdir, map[string]string{"series.toml": toml, file: patch}); err != nil {
 		return err
 	}
-	_, err := patches.Seal(os.DirFS(sdir), ".", func(name string, data []byte) error {
-		return os.WriteFile(filepath.Join(sdir, name), data, 0o644)
+	// Sealed by its directory's name, which series.toml's name must match.
+	parent, base := filepath.Split(sdir)
+	_, err := patches.Seal(os.DirFS(parent), base, func(name string, data []byte) error {
+		return os.WriteFile(filepath.Join(parent, name), data, 0o644)
 	})
 	return err
 }
