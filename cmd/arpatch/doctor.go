@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/doctor"
 	"github.com/arpatch/arpatch/harness/p2p"
 	"github.com/arpatch/arpatch/internal/cudaarch"
@@ -24,7 +25,7 @@ func doctorCommand() *cli.Command {
 	return &cli.Command{
 		Name:      "doctor",
 		Usage:     "check the GPU host before a long run: topology, P2P, toolchain, installed kernels, hazards",
-		UsageText: `arpatch doctor [--python PY] [--server-cmd "python -m sglang.launch_server ..." [--src DIR]] [--p2p FILE] [--json]`,
+		UsageText: `arpatch doctor [--python PY] [--server-cmd "python -m sglang.launch_server ..." [--src DIR]] [--p2p FILE] [--nccl-log FILE] [--json]`,
 		Description: `doctor reads nvidia-smi (GPUs, PCIe links, topo -m, topo -p2p r/w), the kernel
 command line and IOMMU groups, the CUDA toolchain and torch, the archs compiled
 into the installed sgl-kernel (cuobjdump --list-elf), and environment
@@ -40,7 +41,11 @@ kernel command line, ACS redirection on the PCIe switch ports above GPUs
 that share a switch (lspci -D -vvv, read as root), and, given --p2p with the
 JSON of arpatch bench p2p, a pair whose bytes came back wrong (an error:
 custom allreduce must not run there). The traffic model behind expect: then
-takes the constants that measurement gives, and expect: says which.
+takes the constants that measurement gives, and expect: says which. Given
+--nccl-log with the --log of arpatch bench allreduce (NCCL_DEBUG=INFO; the
+run of NCCL as the environment leaves it, before its variants), it says why
+NCCL took SHM between GPUs: P2P blocked, NCCL_P2P_DISABLE, or NCCL's policy
+past a CPU host bridge though P2P works (NCCL_P2P_LEVEL=SYS).
 $ARPATCH_SYSROOT, when set, is read in place of / for /proc and /sys (a copy
 taken on another host). --server-cmd is read as SGLang's argparse
 reads it (aliases, unique prefixes, --opt=value, VAR=value before the
@@ -54,12 +59,14 @@ Examples:
    arpatch doctor --server-cmd "python -m sglang.launch_server --speculative-algorithm EAGLE --speculative-draft-model-path my-eagle3"
    arpatch doctor --src sglang --server-cmd "python -m sglang.launch_server --speculative-algo EAGLE3 --speculative-draft-model d"
    arpatch doctor --p2p p2p.json
+   arpatch doctor --nccl-log nccl.log
    arpatch doctor --json > doctor.json`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` of the serving environment", Value: pyenv.Default},
 			&cli.StringFlag{Name: "server-cmd", Usage: "an SGLang server `COMMAND` line to check, as typed in a shell"},
 			&cli.StringFlag{Name: "src", Usage: "read --server-cmd with the options of the SGLang checkout `DIR` (its python/sglang/srt/server_args.py)"},
 			&cli.StringFlag{Name: "p2p", Usage: "the host's P2P measurement `FILE` (arpatch bench p2p --json FILE): its corrupt pairs, and its constants for the traffic model"},
+			&cli.StringFlag{Name: "nccl-log", Usage: "a `FILE` of NCCL_DEBUG=INFO output (arpatch bench allreduce --log FILE): why NCCL took SHM"},
 			jsonFlag(),
 		},
 		Before: noArgs,
@@ -73,6 +80,7 @@ type doctorFlags struct {
 	ServerCmd string `flag:"server-cmd"`
 	Src       string `flag:"src"`
 	P2P       string `flag:"p2p"`
+	NCCLLog   string `flag:"nccl-log"`
 	JSON      bool   `flag:"json"`
 }
 
@@ -108,6 +116,14 @@ func doctorOpts(f doctorFlags) (doctorOptions, error) {
 			return doctorOptions{}, usagef("--p2p: %v", err)
 		}
 	}
+	var nccl []string
+	if f.NCCLLog != "" {
+		b, err := os.ReadFile(expandHome(f.NCCLLog))
+		if err != nil {
+			return doctorOptions{}, usagef("--nccl-log: %v", err)
+		}
+		nccl = allreduce.MainRun(strings.Split(string(b), "\n"))
+	}
 	fsys := doctor.OSFS()
 	if root := os.Getenv("ARPATCH_SYSROOT"); root != "" {
 		fsys = os.DirFS(root)
@@ -115,7 +131,7 @@ func doctorOpts(f doctorFlags) (doctorOptions, error) {
 	python := f.Python
 	return doctorOptions{JSON: f.JSON, Inspect: doctor.Options{
 		Run: doctor.ExecRunner(env), Env: env, Python: python, ServerCmd: f.ServerCmd, FS: fsys,
-		ServerOptions: table, P2P: measured, P2PFile: f.P2P,
+		ServerOptions: table, P2P: measured, P2PFile: f.P2P, NCCLLog: nccl, NCCLLogFile: f.NCCLLog,
 		Probe: func(ctx context.Context) (*kernels.Toolchain, error) {
 			return kernels.Probe(ctx, kernels.ProbeOptions{Python: python})
 		},

@@ -19,6 +19,7 @@ import (
 	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/doctor"
+	"github.com/arpatch/arpatch/harness/p2p"
 	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/recipes"
@@ -40,7 +41,7 @@ func tuneAllreduceCommand() *cli.Command {
 		Usage: "measure NCCL and its variants, the pull and push kernels through the PCIe branch, and write the fastest correct settings as an env file",
 		UsageText: `arpatch tune allreduce [--recipe NAME] [--world-size N] [--hidden 5120] [--draft-tokens N] [--sizes SIZES]
                        [--modes eager,graph] [--islands LAYOUT] [--nccl-variants all|none|NAMES]
-                       (--ext PATH | --src DIR [--arch A]) [--out tune.env] [--json FILE]`,
+                       (--ext PATH | --src DIR [--arch A]) [--out tune.env] [--json FILE] [--p2p FILE]`,
 		Description: `On the target host, at the recipe's TP (or --world-size), tune measures NCCL
 and, through the PCIe branch (full_nvlink=false), the pull kernels
 (custom-1stage, custom-2stage) and the push kernels (custom-push1,
@@ -78,6 +79,11 @@ still load (pull1 up to it, pull2 above). Nothing is written when a sum is
 wrong, a case hangs or the run is oversubscribed (more ranks than GPUs:
 correctness only).
 
+Beside what it measured, it prints what the traffic model expects of these
+GPUs at the verify shape (doctor's expect: line): with the calibrated
+constants, or, given --p2p, those of this host's P2P measurement (arpatch
+bench p2p --json FILE).
+
 It exits 1 when any sum is wrong, a case hangs or errors, or the extension
 takes a bad threshold or predates the push kernels; a failed NCCL variant
 is reported and never chosen.
@@ -94,6 +100,7 @@ Examples:
 			&cli.StringFlag{Name: "modes", Usage: "`MODES`: eager, graph", Value: "eager,graph"},
 			&cli.StringFlag{Name: "out", Usage: "write the thresholds to the env `FILE`", Value: "tune.env"},
 			&cli.StringFlag{Name: "json", Usage: "write every run and the choice to `FILE`"},
+			&cli.StringFlag{Name: "p2p", Usage: "the host's P2P measurement `FILE` (arpatch bench p2p --json FILE): the traffic model's constants for expect:"},
 		}, allreduceRunFlags()...),
 		Before: noArgs,
 		Action: action(tuneAllreduceOpts, tuneAllreduceRun),
@@ -110,6 +117,7 @@ type tuneAllreduceFlags struct {
 	Modes       string `flag:"modes"`
 	Out         string `flag:"out"`
 	JSON        string `flag:"json"`
+	P2P         string `flag:"p2p"`
 	allreduceRunValues
 	Given given
 }
@@ -123,6 +131,10 @@ type tuneAllreduceOptions struct {
 	// Out is the env file, JSON the report's and Log the ranks' output
 	// file ("": none).
 	Out, JSON, Log string
+	// P2P is --p2p's measurement (nil: none), read from P2PFile: the
+	// traffic model's constants for expect:.
+	P2P     *p2p.Report
+	P2PFile string
 }
 
 // tuneAllreduceOpts turns tune allreduce's flags and the recipe's [bench]
@@ -179,6 +191,12 @@ func tuneAllreduceOpts(f tuneAllreduceFlags) (tuneAllreduceOptions, error) {
 	if err := checkOutputs(outFile{flag: "out", path: o.Out}, outFile{flag: "json", path: o.JSON}, outFile{flag: "log", path: o.Log}); err != nil {
 		return o, err
 	}
+	if f.P2P != "" {
+		if o.P2P, err = p2p.Load(expandHome(f.P2P)); err != nil {
+			return o, usagef("--p2p: %v", err)
+		}
+		o.P2PFile = f.P2P
+	}
 	o.Ext = f.extFinder(f.Given)
 	o.Tune = tune.Options{
 		Bench: allreduce.Options{Python: f.Python, WorldSize: ws, Warmup: f.Warmup, Inner: f.Inner,
@@ -222,6 +240,10 @@ func tuneAllreduceRun(ctx context.Context, to tuneAllreduceOptions, s streams) (
 	res, err := tune.Run(ctx, o)
 	if err != nil {
 		return err
+	}
+	if gpus, topo, err := visibleGPUs(ctx); err == nil && topo != nil && len(gpus) >= o.Bench.WorldSize {
+		names := topo.GPUs[:o.Bench.WorldSize]
+		res.Expect = doctor.ModelExpectation(gpus[:o.Bench.WorldSize], topo.Sub(names), to.P2P, to.P2PFile)
 	}
 	if res.File != nil {
 		res.File.Command = commandLine(os.Args)

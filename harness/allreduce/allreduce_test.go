@@ -76,12 +76,25 @@ func TestNCCLTransportRecorded(t *testing.T) {
 	if !reflect.DeepEqual(tr.Details, []string{"P2P/CUMEM"}) {
 		t.Errorf("details %v", tr.Details)
 	}
+	// Which rank runs on which GPU (nvidia-smi's index, NVML's), and each
+	// connection once: rank 1 logged its first.
+	if !reflect.DeepEqual(tr.Ranks, map[int]NCCLRank{0: {CUDADev: 0, NVMLDev: 0, BusID: "60"}, 1: {CUDADev: 1, NVMLDev: 1, BusID: "70"}}) ||
+		!reflect.DeepEqual(tr.Links, []NCCLLink{{From: 1, To: 0, Via: "P2P/CUMEM"}, {From: 0, To: 1, Via: "P2P/CUMEM"}}) || tr.P2PDisabled != nil {
+		t.Errorf("ranks %+v, links %+v, disabled %v", tr.Ranks, tr.Links, tr.P2PDisabled)
+	}
 	shm := ParseNCCLTransport([]string{
 		"[rank0]: host:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via SHM/direct/direct",
 		"host:1:1 [0] NCCL INFO 1 coll channels, 0 nvls channels",
 	})
-	if shm.Transports["SHM"] != 1 || len(shm.Findings) != 2 || !strings.Contains(shm.Findings[0], "~200 us") {
+	if shm.Transports["SHM"] != 1 || len(shm.Findings) != 2 || !strings.Contains(shm.Findings[0], "~200 us") ||
+		!reflect.DeepEqual(shm.Links, []NCCLLink{{From: 0, To: 1, Via: "SHM/direct/direct"}}) || shm.Links[0].Transport() != "SHM" {
 		t.Errorf("SHM run: %+v", shm)
+	}
+	// NCCL's own line when NVML says a pair's P2P is not OK (Upstream:
+	// NVIDIA/nccl src/graph/paths.cc@5067397c2676 (ncclTopoCheckP2p)).
+	off := ParseNCCLTransport([]string{"host:1:1 [1] NCCL INFO P2P is disabled between connected GPUs 1 and 0. You can repress this message with NCCL_IGNORE_DISABLED_P2P=1."})
+	if !reflect.DeepEqual(off.P2PDisabled, [][2]int{{1, 0}}) {
+		t.Errorf("disabled %v", off.P2PDisabled)
 	}
 }
 
@@ -468,5 +481,17 @@ func TestExecuteScriptDirIsPrivate(t *testing.T) {
 	}
 	if filepath.Clean(dir) == filepath.Clean(os.TempDir()) || perm&0o022 != 0 {
 		t.Errorf("the script ran from %s (mode %s): a directory others can write, where a planted torch.py would be imported by every rank", dir, mode)
+	}
+}
+
+// A bench allreduce log holds the run of NCCL as the environment left it,
+// then each variant's after its line: MainRun is the first.
+func TestMainRun(t *testing.T) {
+	lines := []string{"a", "b", VariantLogPrefix + "nccl:P2P-SYS: NCCL_P2P_LEVEL=SYS", "c"}
+	if got := MainRun(lines); !reflect.DeepEqual(got, []string{"a", "b"}) {
+		t.Errorf("MainRun = %q", got)
+	}
+	if got := MainRun(lines[:2]); len(got) != 2 {
+		t.Errorf("a log without variants: %q", got)
 	}
 }

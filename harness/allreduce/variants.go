@@ -162,6 +162,11 @@ func ExecuteVariants(ctx context.Context, opts Options, main *Run, vs []NCCLVari
 		o.Branches = []string{"pcie"} // NCCL has none; bench.py wants the flag
 		o.NCCLDebug = true
 		o.Env = append(withoutKnobs(opts.Env), v.Env...)
+		if o.Log != nil {
+			// A log's later runs are the variants': what NCCL logs there
+			// is not what the environment left it (MainRun).
+			fmt.Fprintf(o.Log, "%snccl:%s: %s\n", VariantLogPrefix, v.Name, strings.Join(v.Env, " "))
+		}
 		r, err := Execute(ctx, o)
 		if err != nil {
 			return runs, skipped, err
@@ -178,6 +183,21 @@ func ExecuteVariants(ctx context.Context, opts Options, main *Run, vs []NCCLVari
 		runs = append(runs, &VariantRun{Variant: v, Sizes: sizes, Run: r, Missing: MissingCases(o, r.Results)})
 	}
 	return runs, skipped, nil
+}
+
+// VariantLogPrefix starts the line Options.Log gets before each variant's
+// run: "arpatch: nccl:P2P-SYS: NCCL_P2P_LEVEL=SYS".
+const VariantLogPrefix = "arpatch: "
+
+// MainRun is the part of a bench allreduce log (--log) before its first
+// NCCL variant: the run of NCCL as the environment left it.
+func MainRun(lines []string) []string {
+	for i, l := range lines {
+		if strings.HasPrefix(l, VariantLogPrefix+"nccl:") {
+			return lines[:i]
+		}
+	}
+	return lines
 }
 
 // withoutKnobs is env (nil: the process environment) less NCCLKnobs.

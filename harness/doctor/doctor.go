@@ -15,6 +15,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/nvsmi"
 	"github.com/arpatch/arpatch/harness/p2p"
 	"github.com/arpatch/arpatch/internal/bounds"
@@ -55,7 +56,9 @@ type Host struct {
 	// PCI is `lspci -D -vvv` (the switch ports' ACS).
 	PCI *PCIScan `json:"pci,omitempty"`
 	// P2P is the host qualification report given with --p2p.
-	P2P         *Measured           `json:"p2p,omitempty"`
+	P2P *Measured `json:"p2p,omitempty"`
+	// NCCL is the NCCL_DEBUG=INFO log given with --nccl-log.
+	NCCL        *NCCLLog            `json:"nccl,omitempty"`
 	Toolchain   *kernels.Toolchain  `json:"toolchain,omitempty"`
 	SGLKernel   string              `json:"sgl_kernel_dir,omitempty"`
 	KernelArchs map[string][]string `json:"sgl_kernel_archs,omitempty"` // .so file -> archs
@@ -164,6 +167,11 @@ type Options struct {
 	// errors, and the traffic model takes its constants (p2p.ModelParams).
 	P2P     *p2p.Report
 	P2PFile string
+	// NCCLLog is the output of a run with NCCL_DEBUG=INFO (arpatch bench
+	// allreduce --log FILE), NCCLLogFile the FILE: where NCCL took SHM
+	// between judged GPUs, doctor says why (ncclFindings).
+	NCCLLog     []string
+	NCCLLogFile string
 	// Probe reads the toolchain; nil uses kernels.Probe.
 	Probe func(ctx context.Context) (*kernels.Toolchain, error)
 }
@@ -242,6 +250,9 @@ func Inspect(ctx context.Context, o Options) *Report {
 	}
 	if o.P2P != nil {
 		h.P2P = &Measured{File: o.P2PFile, Report: o.P2P}
+	}
+	if o.NCCLLog != nil {
+		h.NCCL = &NCCLLog{File: o.NCCLLogFile, Transport: allreduce.ParseNCCLTransport(o.NCCLLog)}
 	}
 	if o.Probe != nil {
 		if tc, err := o.Probe(ctx); err == nil {

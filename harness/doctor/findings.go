@@ -77,6 +77,7 @@ func findings(h *Host, j *Judged, env []string) []Finding {
 	f = append(f, iommuFindings(h)...)
 	f = append(f, acsFindings(h)...)
 	f = append(f, measuredFindings(h)...)
+	f = append(f, ncclFindings(h, j)...)
 	// Toolchain and torch.
 	if tc := h.Toolchain; tc != nil {
 		if !tc.NVCC.Found() {

@@ -5,10 +5,13 @@ import (
 	"io/fs"
 	"path"
 	"slices"
+	"strconv"
 	"strings"
 
+	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/nvsmi"
 	"github.com/arpatch/arpatch/harness/p2p"
+	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/internal/textfmt"
 )
@@ -193,4 +196,157 @@ func corruptBetween(h *Host) string {
 		}
 	}
 	return ""
+}
+
+// NCCLLog is an NCCL_DEBUG=INFO log doctor was given (--nccl-log: the
+// --log of arpatch bench allreduce), as allreduce.ParseNCCLTransport reads
+// it.
+type NCCLLog struct {
+	File      string                  `json:"file"`
+	Transport allreduce.NCCLTransport `json:"transport"`
+}
+
+// ncclPair is one pair of judged GPUs NCCL connected through SHM: the
+// nvidia-smi indexes, their topo -m cell.
+type ncclPair struct {
+	a, b int
+	cell string
+}
+
+func (p ncclPair) String() string { return fmt.Sprintf("GPU%d-GPU%d (%s)", p.a, p.b, p.cell) }
+
+// ncclFindings tells why NCCL took SHM between judged GPUs where its log
+// says so: P2P blocked there (nvidia-smi's P2P status, or NCCL's own "P2P
+// is disabled" line), disabled by NCCL_P2P_DISABLE or NCCL_P2P_LEVEL, or
+// left out by NCCL's default policy, which takes P2P only up to PXB (one
+// or more PCIe switches) and SHM past a CPU host bridge though P2P works
+// there (Upstream: NVIDIA/nccl src/graph/paths.cc@5067397c2676
+// (ncclTopoCheckP2p: p2pLevel = PATH_PXB, PATH_SYS on AMD CPUs with two
+// GPUs at most; NCCL_P2P_LEVEL overrides)).
+func ncclFindings(h *Host, j *Judged) []Finding {
+	lg := h.NCCL
+	if lg == nil || h.Topology == nil {
+		return nil
+	}
+	t := lg.Transport
+	judged := map[int]bool{}
+	for _, g := range h.GPUs {
+		judged[g.Index] = true
+	}
+	offByNCCL := map[[2]int]bool{}
+	for _, p := range t.P2PDisabled {
+		offByNCCL[p], offByNCCL[[2]int{p[1], p[0]}] = true, true
+	}
+	seen := map[[2]int]bool{}
+	var blocked, policy, other []ncclPair
+	unmapped := 0
+	for _, l := range t.Links {
+		if l.Transport() != "SHM" {
+			continue
+		}
+		ra, oka := t.Ranks[l.From]
+		rb, okb := t.Ranks[l.To]
+		if !oka || !okb {
+			unmapped++
+			continue
+		}
+		a, b := min(ra.NVMLDev, rb.NVMLDev), max(ra.NVMLDev, rb.NVMLDev)
+		if !judged[a] || !judged[b] || seen[[2]int{a, b}] {
+			continue
+		}
+		seen[[2]int{a, b}] = true
+		cell := topoCell(h.Topology, a, b)
+		p := ncclPair{a, b, cell}
+		switch {
+		case offByNCCL[[2]int{a, b}] || !p2pOK(h, a, b):
+			blocked = append(blocked, p)
+		case cell == "PHB" || cell == "NODE" || cell == "SYS":
+			policy = append(policy, p)
+		default:
+			other = append(other, p)
+		}
+	}
+	var f []Finding
+	names := func(ps []ncclPair) string {
+		s := make([]string, len(ps))
+		for i, p := range ps {
+			s[i] = p.String()
+		}
+		return strings.Join(s, ", ")
+	}
+	if v, ok := t.Env["NCCL_P2P_DISABLE"]; ok && len(blocked)+len(policy)+len(other) > 0 {
+		f = append(f, Finding{ID: "nccl.p2p-disabled", Severity: Warn, Title: "NCCL uses SHM between GPUs: NCCL_P2P_DISABLE=" + v + " was set for the run of " + lg.File,
+			Detail: "the pairs: " + names(append(append(blocked, policy...), other...)), Remedy: "unset NCCL_P2P_DISABLE; if P2P hangs without it, fix the path (the iommu and pci findings) instead"})
+		return f
+	}
+	if len(blocked) > 0 {
+		f = append(f, Finding{ID: "nccl.p2p-blocked", Severity: Warn, Title: "NCCL uses SHM between " + names(blocked) + ": P2P is blocked there",
+			Detail: "nvidia-smi's P2P status, or NCCL's own line (\"P2P is disabled between connected GPUs\"), says P2P does not work between them (" + lg.File + ")",
+			Remedy: "fix the path (ACS in the BIOS or kernel, the IOMMU: iommu=pt; the iommu and pci findings), then check P2P with " + measureP2P(h)})
+	}
+	if len(policy) > 0 {
+		level := t.Env["NCCL_P2P_LEVEL"]
+		title := "NCCL chose SHM by policy between " + names(policy) + ", though P2P works there"
+		detail := "NCCL takes P2P by default only within PCIe switches (PIX, PXB) and SHM through host memory past a CPU host bridge (ncclTopoCheckP2p, NVIDIA/nccl src/graph/paths.cc); nvidia-smi reports P2P OK for these pairs (" + lg.File + ")"
+		if level != "" {
+			title = "NCCL_P2P_LEVEL=" + level + " leaves " + names(policy) + " on SHM, though P2P works there"
+			detail = "NCCL takes P2P only up to NCCL_P2P_LEVEL (" + lg.File + ")"
+		}
+		f = append(f, Finding{ID: "nccl.shm-policy", Severity: Warn, Title: title, Detail: detail, Remedy: ncclLevelRemedy(h, j)})
+	}
+	if len(other) > 0 {
+		f = append(f, Finding{ID: "nccl.shm", Severity: Warn, Title: "NCCL uses SHM between " + names(other) + ", though P2P works there and NCCL's default takes it",
+			Detail: "within PCIe switches NCCL's default is P2P (" + lg.File + ")",
+			Remedy: "look for NCCL_P2P_LEVEL or NCCL_P2P_DISABLE in /etc/nccl.conf and ~/.nccl.conf, and run containers with --ipc=host (NCCL needs the peer's process for P2P)"})
+	}
+	if unmapped > 0 && len(f) == 0 {
+		f = append(f, Finding{ID: "nccl.shm", Severity: Info, Title: "NCCL used SHM, but its log does not say which GPUs each rank ran on (" + lg.File + ")",
+			Remedy: "log a run with arpatch bench allreduce --log FILE (it sets NCCL_DEBUG=INFO and NCCL_DEBUG_SUBSYS=INIT,GRAPH) and give that to --nccl-log"})
+	}
+	return f
+}
+
+// ncclLevelRemedy is the remedy for SHM by policy: NCCL_P2P_LEVEL=SYS,
+// and the run that shows its effect, on the judged GPUs.
+func ncclLevelRemedy(h *Host, j *Judged) string {
+	s := "let NCCL use P2P there: NCCL_P2P_LEVEL=SYS in the server's environment"
+	n := len(h.GPUs)
+	if bounds.WorldSizeError(n) != nil {
+		return s
+	}
+	run := shellq.Assign("NCCL_P2P_LEVEL", "SYS") + " arpatch bench allreduce --world-size " + strconv.Itoa(n) + " --impl nccl --log nccl-sys.log"
+	if j.Visible.Set {
+		run = shellq.Assign("CUDA_VISIBLE_DEVICES", j.Visible.Spec) + " " + run
+	}
+	return s + "; first see NCCL take P2P and what it gains: `" + run + "`, then `arpatch doctor --nccl-log nccl-sys.log`"
+}
+
+// topoCell is nvidia-smi topo -m's cell between GPUa and GPUb.
+func topoCell(t *nvsmi.Topology, a, b int) string {
+	row := t.Links[fmt.Sprintf("GPU%d", a)]
+	for k, g := range t.GPUs {
+		if g == fmt.Sprintf("GPU%d", b) && k < len(row) {
+			return row[k]
+		}
+	}
+	return "?"
+}
+
+// p2pOK reports whether nvidia-smi's P2P read and write status (where
+// read) are OK between GPUa and GPUb, both ways.
+func p2pOK(h *Host, a, b int) bool {
+	for _, m := range []*nvsmi.P2PMatrix{h.P2PRead, h.P2PWrite} {
+		if m == nil {
+			continue
+		}
+		for _, pr := range [][2]int{{a, b}, {b, a}} {
+			row := m.Status[fmt.Sprintf("GPU%d", pr[0])]
+			for k, g := range m.GPUs {
+				if g == fmt.Sprintf("GPU%d", pr[1]) && k < len(row) && row[k] != "OK" && row[k] != "U" {
+					return false
+				}
+			}
+		}
+	}
+	return true
 }

@@ -9,6 +9,7 @@ import (
 	"testing"
 	"testing/fstest"
 
+	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/p2p"
 	"github.com/arpatch/arpatch/harness/traffic"
 )
@@ -170,5 +171,62 @@ func TestLSPCIRendering(t *testing.T) {
 	}
 	if got := strip(ParseLSPCI(string(out))); !reflect.DeepEqual(got, strip(devs)) {
 		t.Errorf("lspci renders the dump otherwise than lspci-vvv.txt:\n%+v\nwant\n%+v", got, devs)
+	}
+}
+
+// NCCL took SHM between GPUs where P2P works: doctor tells NCCL's policy
+// (past a CPU host bridge) from P2P that is blocked, and from a variable
+// that turned it off, with the remedy each needs.
+func TestNCCLSHM(t *testing.T) {
+	b, err := os.ReadFile("testdata/amd8/nccl-info.txt")
+	if err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(string(b), "\n")
+	rep := Inspect(context.Background(), amd8(t, Options{NCCLLog: lines, NCCLLogFile: "nccl.log"}))
+	pol := ids(rep)["nccl.shm-policy"]
+	if pol.Severity != Warn || pol.Title != "NCCL chose SHM by policy between GPU1-GPU4 (SYS), GPU0-GPU5 (SYS), though P2P works there" ||
+		!strings.Contains(pol.Detail, "nvidia-smi reports P2P OK for these pairs (nccl.log)") ||
+		!strings.HasSuffix(pol.Remedy, "`CUDA_VISIBLE_DEVICES=0,1,4,5 NCCL_P2P_LEVEL=SYS arpatch bench allreduce --world-size 4 --impl nccl --log nccl-sys.log`, then `arpatch doctor --nccl-log nccl-sys.log`") {
+		t.Errorf("nccl.shm-policy %+v", pol)
+	}
+	if _, ok := ids(rep)["nccl.p2p-blocked"]; ok {
+		t.Error("P2P reported blocked where nvidia-smi says OK")
+	}
+	// The same log where P2P is blocked between GPU1 and GPU4: nvidia-smi
+	// says CNS, or NCCL itself says it is disabled.
+	h := &rep.Host
+	j := &rep.Judged
+	hosts := judge(h, j)
+	g := hosts[0]
+	ok := g.P2PWrite
+	w := *g.P2PWrite
+	w.Status = map[string][]string{}
+	for k, v := range g.P2PWrite.Status {
+		w.Status[k] = append([]string(nil), v...)
+	}
+	w.Status["GPU1"][2] = "CNS" // GPU1 -> GPU4 (the judged order 0,1,4,5)
+	g.P2PWrite = &w
+	got := map[string]Finding{}
+	for _, f := range ncclFindings(g, j) {
+		got[f.ID] = f
+	}
+	if f := got["nccl.p2p-blocked"]; f.Title != "NCCL uses SHM between GPU1-GPU4 (SYS): P2P is blocked there" || !strings.Contains(f.Remedy, "`arpatch bench p2p`") ||
+		got["nccl.shm-policy"].Title != "NCCL chose SHM by policy between GPU0-GPU5 (SYS), though P2P works there" {
+		t.Errorf("blocked: %+v", got)
+	}
+	g.P2PWrite = ok
+	off := append([]string{"amd8:4102:4102 [1] NCCL INFO P2P is disabled between connected GPUs 5 and 0. You can repress this message with NCCL_IGNORE_DISABLED_P2P=1."}, lines...)
+	g.NCCL = &NCCLLog{File: "x.log", Transport: allreduce.ParseNCCLTransport(off)}
+	if fs := ncclFindings(g, j); len(fs) != 2 || fs[0].Title != "NCCL uses SHM between GPU0-GPU5 (SYS): P2P is blocked there" {
+		t.Errorf("NCCL's own line: %+v", fs)
+	}
+	g.NCCL = &NCCLLog{File: "x.log", Transport: allreduce.ParseNCCLTransport(append(lines, "amd8:4101:4101 [0] NCCL INFO NCCL_P2P_DISABLE set by environment to 1."))}
+	if fs := ncclFindings(g, j); len(fs) != 1 || fs[0].ID != "nccl.p2p-disabled" || fs[0].Title != "NCCL uses SHM between GPUs: NCCL_P2P_DISABLE=1 was set for the run of x.log" {
+		t.Errorf("disabled: %+v", fs)
+	}
+	g.NCCL = &NCCLLog{File: "x.log", Transport: allreduce.ParseNCCLTransport(append(lines, "amd8:4101:4101 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to PXB"))}
+	if fs := ncclFindings(g, j); len(fs) != 1 || fs[0].Title != "NCCL_P2P_LEVEL=PXB leaves GPU1-GPU4 (SYS), GPU0-GPU5 (SYS) on SHM, though P2P works there" {
+		t.Errorf("level: %+v", fs)
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"strings"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
+	"github.com/arpatch/arpatch/harness/nvsmi"
 	"github.com/arpatch/arpatch/harness/p2p"
 	"github.com/arpatch/arpatch/harness/traffic"
 )
@@ -31,6 +32,19 @@ func params(h *Host) (traffic.Params, []p2p.Constant) {
 		return m.Report.ModelParams(base, m.File)
 	}
 	return base, nil
+}
+
+// ModelExpectation is expect:'s line for the GPUs gpus (in rank order)
+// with topo among them (nvidia-smi topo -m), the constants those of rep
+// (a host qualification report read from file; nil: calibrated) where it
+// measured every one of them: what `arpatch tune allreduce --p2p FILE`
+// prints beside what it measured. "" for fewer than 2 GPUs.
+func ModelExpectation(gpus []nvsmi.GPU, topo *nvsmi.Topology, rep *p2p.Report, file string) string {
+	h := &Host{GPUs: gpus, Topology: topo}
+	if rep != nil {
+		h.P2P = &Measured{File: file, Report: rep, Covers: rep.Covers(gpus)}
+	}
+	return expectation(h)
 }
 
 // constantsText says which constants the model used: "calibrated

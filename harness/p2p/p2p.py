@@ -244,6 +244,13 @@ def _load_lib(names, what):
             pass
         for d in dirs:
             for p in sorted(glob.glob(os.path.join(d, n + "*"))):
+                # NVRTC loads its builtins by name: from a wheel's directory
+                # that only works once they are loaded.
+                for b in sorted(glob.glob(os.path.join(d, "libnvrtc-builtins.so*"))):
+                    try:
+                        ctypes.CDLL(b, mode=ctypes.RTLD_GLOBAL)
+                    except OSError:
+                        pass
                 try:
                     return ctypes.CDLL(p)
                 except OSError:

@@ -162,6 +162,11 @@ type Outcome struct {
 	// Interrupted is true when the caller's context (a signal) ended the
 	// tune: the runs hold what finished, and no tune file is chosen.
 	Interrupted bool `json:"interrupted,omitempty"`
+	// Expect is the traffic model's expectation for the tuned GPUs at the
+	// verify shape (doctor's expect: line, with the constants of tune
+	// allreduce --p2p's measurement where given), beside what was
+	// measured; "" when the host's topology is unknown.
+	Expect string `json:"expect,omitempty"`
 }
 
 // OutcomeSchema names the JSON layout of an Outcome.
@@ -418,6 +423,9 @@ func (o *Outcome) Write(w io.Writer) {
 		for _, f := range o.Findings {
 			fmt.Fprintf(w, "  - %s\n", f)
 		}
+	}
+	if o.Expect != "" {
+		fmt.Fprintf(w, "\nexpect: %s\n", o.Expect)
 	}
 }
 

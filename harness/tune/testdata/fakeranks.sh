@@ -55,7 +55,17 @@ for k in NCCL_PROTO NCCL_ALGO NCCL_MAX_NCHANNELS NCCL_MIN_NCHANNELS NCCL_BUFFSIZ
   eval "v=\${$k-}"
   [ -n "$v" ] && echo "host:1:1 [0] NCCL INFO $k set by environment to $v"
 done
-echo 'host:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read'
+if [ -n "$FAKE_AR_NCCL_LOG" ]; then
+  # NCCL's lines from a log; NCCL_P2P_LEVEL as NCCL takes it: logged, and
+  # at SYS the SHM connections go P2P (the host's P2P works).
+  [ -n "$NCCL_P2P_LEVEL" ] && echo "host:1:1 [0] NCCL INFO NCCL_P2P_LEVEL set by environment to $NCCL_P2P_LEVEL"
+  while IFS= read -r l; do
+    if [ "$NCCL_P2P_LEVEL" = SYS ]; then l=$(printf '%s\n' "$l" | sed 's#via SHM/direct/direct#via P2P/CUMEM#'); fi
+    printf '%s\n' "$l"
+  done < "$FAKE_AR_NCCL_LOG"
+else
+  echo 'host:1:1 [0] NCCL INFO Channel 00/0 : 0[0] -> 1[1] via P2P/CUMEM/read'
+fi
 over=false; [ -n "$FAKE_AR_OVERSUB" ] && over=true
 lj=""; IFS=';'; for l in $layouts; do lj="$lj${lj:+, }\"$l\""; done; unset IFS
 echo "{\"event\": \"env\", \"world_size\": $ws, \"devices\": 2, \"oversubscribed\": $over, \"device\": \"Fake GPU\", \"nccl\": \"2.28.9\", \"islands\": [$lj]}" > "$out"
