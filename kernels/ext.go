@@ -26,7 +26,7 @@ const ExtModule = "arpatch_custom_ar"
 // key (kind "allreduce-ext", with the binding's and build script's sha256).
 // The tree must carry apply state, as for PlanBuild.
 func PlanExt(ctx context.Context, opts BuildOptions) (*Plan, error) {
-	p, env, err := startPlan(ctx, &opts)
+	p, env, err := startPlan(ctx, &opts, nil)
 	if err != nil {
 		return nil, err
 	}

@@ -113,9 +113,11 @@ type Plan struct {
 // startPlan begins every plan: the tree as an absolute path (set in
 // opts), its apply state (refused as appliedState says), its sgl-kernel
 // project (a tree with none, or more than one, is refused naming what was
-// looked for), the environment the build starts from, and the probed
-// toolchain.
-func startPlan(ctx context.Context, opts *BuildOptions) (*Plan, []string, error) {
+// looked for), then pre (nil: none), which checks what the flags ask of
+// the tree before anything is probed (an arch upstream does not compile
+// is refused with its hint whatever the toolchain), the environment the
+// build starts from, and the probed toolchain.
+func startPlan(ctx context.Context, opts *BuildOptions, pre func(p *Plan) error) (*Plan, []string, error) {
 	src, err := filepath.Abs(opts.Src)
 	if err != nil {
 		return nil, nil, err
@@ -128,6 +130,12 @@ func startPlan(ctx context.Context, opts *BuildOptions) (*Plan, []string, error)
 	if rep.KernelErr != nil {
 		return nil, nil, rep.KernelErr
 	}
+	p := &Plan{Src: src, Project: *rep.Kernel, Archs: opts.Archs, State: rep.State}
+	if pre != nil {
+		if err := pre(p); err != nil {
+			return nil, nil, err
+		}
+	}
 	env := opts.Env
 	if env == nil {
 		env = os.Environ()
@@ -137,7 +145,8 @@ func startPlan(ctx context.Context, opts *BuildOptions) (*Plan, []string, error)
 	if err != nil {
 		return nil, nil, err
 	}
-	return &Plan{Src: src, Project: *rep.Kernel, Archs: opts.Archs, Toolchain: tc, State: rep.State, ProbeSeconds: time.Since(t0).Seconds()}, env, nil
+	p.Toolchain, p.ProbeSeconds = tc, time.Since(t0).Seconds()
+	return p, env, nil
 }
 
 // probeCacheName is the file in a build cache's directory where PlanBuild
@@ -150,20 +159,27 @@ const TmpMarker = "@TMP@"
 // PlanBuild decides the build of opts.Src: it reads the apply state
 // (refusing a tree arpatch did not apply, or one that drifted since),
 // locates the sgl-kernel project (sgl-kernel/ or python/sglang/kernels/aot/,
-// read from the tree), scans its FetchContent dependencies, probes the
-// toolchain and computes the cache key. Toolchain problems are returned in Plan.Problems, not as an
-// error, so that --plan can show them.
+// read from the tree), refuses an arch upstream's CMake files do not
+// compile (CheckUpstreamArchs, before the toolchain is probed, so that its
+// hint shows whatever the toolchain lacks), scans its FetchContent
+// dependencies, probes the toolchain and computes the cache key. Toolchain
+// problems are returned in Plan.Problems, not as an error, so that --plan
+// can show them.
 func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
-	p, env, err := startPlan(ctx, &opts)
+	var kdir string
+	p, env, err := startPlan(ctx, &opts, func(p *Plan) error {
+		kdir = filepath.Join(p.Src, filepath.FromSlash(p.Project.Dir))
+		cm, err := os.ReadFile(filepath.Join(kdir, "CMakeLists.txt"))
+		if err != nil {
+			return fmt.Errorf("%s: %v", p.Project.Path("CMakeLists.txt"), err)
+		}
+		p.Upstream = UpstreamArchs(string(cm))
+		return CheckUpstreamArchs(opts.Archs, p.Upstream)
+	})
 	if err != nil {
 		return nil, err
 	}
 	st, tc := p.State, p.Toolchain
-	kdir := filepath.Join(opts.Src, filepath.FromSlash(p.Project.Dir))
-	cm, err := os.ReadFile(filepath.Join(kdir, "CMakeLists.txt"))
-	if err != nil {
-		return nil, fmt.Errorf("%s: %v", p.Project.Path("CMakeLists.txt"), err)
-	}
 	deps, err := ScanDeps(kdir, p.Project.Dir)
 	if err != nil {
 		return nil, err
@@ -171,7 +187,7 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	if deps, err = MapDeps(deps, opts.DepsDir, opts.Offline); err != nil {
 		return nil, err
 	}
-	p.Dir, p.Upstream, p.Deps, p.Output = kdir, UpstreamArchs(string(cm)), deps, "out/*.whl"
+	p.Dir, p.Deps, p.Output = kdir, deps, "out/*.whl"
 	p.Builder, err = tc.PickBuilder(opts.Tool)
 	if err != nil {
 		p.Problems = err
@@ -179,9 +195,6 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	}
 	if verr := tc.Validate(Needs{Archs: opts.Archs, Builder: p.Builder, CMake: true, Torch: true}); verr != nil && p.Problems == nil {
 		p.Problems = verr
-	}
-	if err := CheckUpstreamArchs(opts.Archs, p.Upstream); err != nil && p.Problems == nil {
-		p.Problems = err
 	}
 	p.Jobs = opts.Jobs
 	if p.Jobs <= 0 {
