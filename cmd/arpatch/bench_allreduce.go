@@ -20,8 +20,6 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
-	"github.com/arpatch/arpatch/harness/doctor"
-	"github.com/arpatch/arpatch/harness/nvsmi"
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/kernels"
@@ -471,28 +469,18 @@ func (v allreduceRunValues) variants() ([]allreduce.NCCLVariant, error) {
 // topo -m), as the pcie series' 0002 does from NVML; why says how, or why
 // one island.
 func hostIslands(ctx context.Context, ws int) (allreduce.Islands, string) {
-	run := doctor.ExecRunner(os.Environ())
-	unknown := func(what string, err error) (allreduce.Islands, string) {
-		return allreduce.OneIsland(ws), fmt.Sprintf("the host topology is unknown (%s: %s): one island", what, textfmt.FirstLine(err.Error()))
+	gpus, topo, err := visibleGPUs(ctx)
+	switch {
+	case err != nil:
+		return allreduce.OneIsland(ws), fmt.Sprintf("the host topology is unknown (%s): one island", textfmt.FirstLine(err.Error()))
+	case topo == nil:
+		return allreduce.OneIsland(ws), "the host topology is unknown (nvidia-smi topo -m could not be read): one island"
 	}
-	out, err := run(ctx, "nvidia-smi", "--query-gpu="+nvsmi.QueryGPUFields, "--format=csv")
-	if err != nil {
-		return unknown("nvidia-smi --query-gpu", err)
+	idx := make([]int, len(gpus))
+	for i, g := range gpus {
+		idx[i] = g.Index
 	}
-	gpus, err := nvsmi.ParseQueryGPU(out)
-	if err != nil {
-		return unknown("nvidia-smi --query-gpu", err)
-	}
-	spec, set := os.LookupEnv("CUDA_VISIBLE_DEVICES")
-	vis := doctor.ResolveVisible(spec, set, gpus)
-	if out, err = run(ctx, "nvidia-smi", "topo", "-m"); err != nil {
-		return unknown("nvidia-smi topo -m", err)
-	}
-	topo, err := nvsmi.ParseTopoMatrix(out)
-	if err != nil {
-		return unknown("nvidia-smi topo -m", err)
-	}
-	return allreduce.HostIslands(topo, vis.Indexes, ws)
+	return allreduce.HostIslands(topo, idx, ws)
 }
 
 // allreduceRunValues are the values of allreduceRunFlags.

@@ -192,15 +192,16 @@ func (m *modelFrom) replace(field string, dst *float64, v float64, unit, from st
 // patterns sets the constants of the all-to-all patterns.
 func (m *modelFrom) patterns() {
 	rep := m.rep
-	cls, ok := classes(rep.Host.Topology, len(rep.Host.GPUs))
+	t, ok := model(rep.Host.Topology, len(rep.Host.GPUs))
 	if !ok {
 		return
 	}
+	cls := t.Class
 	rank := map[int]int{}
 	for r, g := range rep.Host.GPUs {
 		rank[g.Index] = r
 	}
-	sockets := components(cls, traffic.NODE)
+	_, sockets := t.Parts()
 	find := func(kind, op string) (PatternReport, bool) {
 		for _, p := range rep.Patterns {
 			if p.Kind == kind && p.Op == op && p.Error == "" {

@@ -28,11 +28,12 @@ type Pattern struct {
 }
 
 // Patterns are the groups the kernels' traffic crosses on a host of n
-// ranks whose `nvidia-smi topo -m` among them is t (rows in rank order):
-// each PCIe switch island (pairs PIX or PXB) and each socket (pairs up to
-// NODE) that holds two or more GPUs, then all of them (across sockets
-// when there are several); a group already listed is not repeated. With
-// t nil, or not n rows, it is the one group of all. None below 2 ranks.
+// ranks whose GPUs (in rank order) and `nvidia-smi topo -m` among them
+// are gpus and t: each PCIe switch island (pairs PIX or PXB) and each
+// socket (pairs up to NODE) that holds two or more GPUs, as harness/traffic
+// groups them (Topology.Parts), then all of them (across sockets when
+// there are several); a group already listed is not repeated. With t nil,
+// or not n rows, it is the one group of all. None below 2 ranks.
 func Patterns(t *nvsmi.Topology, n int) []Pattern {
 	if n < 2 {
 		return nil
@@ -41,7 +42,7 @@ func Patterns(t *nvsmi.Topology, n int) []Pattern {
 	for i := range all {
 		all[i] = i
 	}
-	cls, ok := classes(t, n)
+	m, ok := model(t, n)
 	if !ok {
 		return []Pattern{{Name: "all " + rankList(nil, all), Kind: KindAll, Ranks: all}}
 	}
@@ -50,13 +51,13 @@ func Patterns(t *nvsmi.Topology, n int) []Pattern {
 		if len(g) < 2 || slices.ContainsFunc(out, func(p Pattern) bool { return slices.Equal(p.Ranks, g) }) {
 			return
 		}
-		if everyPair(cls, g, func(c traffic.Class) bool { return c == traffic.NV }) {
+		if everyPair(m.Class, g, func(c traffic.Class) bool { return c == traffic.NV }) {
 			kind = KindNVLink
 		}
 		out = append(out, Pattern{Name: kind + " " + rankList(t, g), Kind: kind, Ranks: g})
 	}
-	sockets := components(cls, traffic.NODE)
-	for _, g := range components(cls, traffic.PXB) {
+	switches, sockets := m.Parts()
+	for _, g := range switches {
 		add(KindSwitch, g)
 	}
 	for _, g := range sockets {
@@ -70,50 +71,15 @@ func Patterns(t *nvsmi.Topology, n int) []Pattern {
 	return out
 }
 
-// classes reads t's cells as traffic.Class, n x n; false when t is nil,
-// has not n rows, or holds a cell it cannot read.
-func classes(t *nvsmi.Topology, n int) ([][]traffic.Class, bool) {
+// model is harness/traffic's view of t (rows in rank order; n of them),
+// for its path classes and groups; false when t is nil, has not n rows,
+// or holds a cell traffic cannot read.
+func model(t *nvsmi.Topology, n int) (*traffic.Topology, bool) {
 	if t == nil || len(t.GPUs) != n {
 		return nil, false
 	}
-	out := make([][]traffic.Class, n)
-	for i, g := range t.GPUs {
-		out[i] = make([]traffic.Class, n)
-		for j, cell := range t.Links[g] {
-			c, _, err := traffic.ParseClass(cell)
-			if err != nil || j >= n {
-				return nil, false
-			}
-			out[i][j] = c
-		}
-	}
-	return out, true
-}
-
-// components partitions the ranks into the connected components of pairs
-// whose class is at most c, each ascending, in order of their first rank.
-func components(cls [][]traffic.Class, c traffic.Class) [][]int {
-	n := len(cls)
-	seen := make([]bool, n)
-	var out [][]int
-	for s := range n {
-		if seen[s] {
-			continue
-		}
-		g := []int{s}
-		seen[s] = true
-		for k := 0; k < len(g); k++ {
-			for j := range n {
-				if !seen[j] && cls[g[k]][j] <= c {
-					seen[j] = true
-					g = append(g, j)
-				}
-			}
-		}
-		slices.Sort(g)
-		out = append(out, g)
-	}
-	return out
+	m, err := traffic.FromNVSMI(t, nil, traffic.Default())
+	return m, err == nil
 }
 
 func everyPair(cls [][]traffic.Class, g []int, ok func(traffic.Class) bool) bool {

@@ -68,6 +68,12 @@ func (t *Topology) parts() (switches, sockets [][]int) {
 	return t.switches, t.sockets
 }
 
+// Parts are the GPUs behind each PCIe switch (pairs up to PXB, or joined
+// by NVLink) and on each socket (pairs up to NODE), each ascending, in the
+// order of their first GPU: the groups the model charges uplinks and root
+// complexes for, and those harness/p2p measures all-to-all.
+func (t *Topology) Parts() (switches, sockets [][]int) { return t.parts() }
+
 // FromNVSMI builds the topology of a host from its `nvidia-smi topo -m`
 // (t) and its GPUs' current PCIe generation and width (gpus, in index
 // order; one missing is gen 5 x16, as in New), as harness/nvsmi parses
