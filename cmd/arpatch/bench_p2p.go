@@ -47,7 +47,9 @@ patterns, names each rate below half its link's nominal rate with the link,
 and writes --json. With one GPU there is no peer: it says what cannot be
 measured and measures the GPU's link to host memory.
 
-arpatch doctor --p2p FILE reads the JSON and names a pair that corrupts.
+arpatch doctor --p2p FILE reads the JSON and names a pair that corrupts;
+doctor and arpatch tune allreduce --p2p FILE give the traffic model the
+constants it measured, and their expect: line names each.
 
 It exits 1 when bytes came back wrong, a case errs or hangs (--timeout); 4
 when interrupted.

@@ -295,6 +295,13 @@ func Inspect(ctx context.Context, o Options) *Report {
 	spec, set := lookupEnv(env, "CUDA_VISIBLE_DEVICES")
 	j.Visible = ResolveVisible(spec, set, h.GPUs)
 	hosts := judge(h, j)
+	if h.P2P != nil {
+		var judged []nvsmi.GPU
+		for _, gh := range hosts {
+			judged = append(judged, gh.GPUs...)
+		}
+		h.P2P.Covers = h.P2P.Report.Covers(judged)
+	}
 	extra = append(extra, visibleFindings(h, j)...)
 	for i, gh := range hosts {
 		for _, f := range findings(gh, j, env) {
