@@ -1,4 +1,5 @@
-"""Writes lspci-xxxx.txt: the PCIe config space (`lspci -D -xxxx` shape)
+"""Writes lspci-xxxx.txt: the PCIe config space (`lspci -D -xxxx` shape,
+its first 512 bytes: the extended capabilities end at 0x108)
 of the amd8 fixture host's GPU paths, handwritten, not recorded: per
 socket, one root port above a PCIe switch (one upstream port, two
 downstream ports) per GPU pair, the downstream ports with ACS redirection
@@ -38,7 +39,7 @@ def space(vendor, device, cls, header, exp_type, bus=None, acs=None):
 
 def dump(addr, desc, c):
     out = ["%s %s" % (addr, desc)]
-    for row in range(0, 4096, 16):
+    for row in range(0, 0x200, 16):  # the extended capabilities end at 0x108
         out.append("%03x: %s" % (row, " ".join("%02x" % b for b in c[row:row + 16])) if row >= 0x100 else
                    "%02x: %s" % (row, " ".join("%02x" % b for b in c[row:row + 16])))
     return "\n".join(out)
