@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"maps"
+	"math"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -59,6 +60,7 @@ func benchCommand() *cli.Command {
 		Usage: "EAGLE-3 serving benchmark: tok/s, accept length and latency of each arm against the baseline",
 		UsageText: benchDefaults.Replace(`arpatch bench [--recipe NAME] [--model M --draft-model D] [--arm NAME:key=val,...] [--baseline NAME]
               [--trials {{trials}}] [--num-prompts {{num-prompts}}] [--max-new-tokens {{max-new-tokens}}] [--concurrency {{concurrency}}[,4,16]] [--warmup {{warmup}}]
+              [--request-rate R [--burstiness 1] [--seed N]] [--percentile-metrics ttft,tpot,itl] [--metric-percentiles 99]
               [--prompts FILE] [--launch-cmd 'TEMPLATE {port}' | --url URL] [--preflight --ext PATH]
               [--json FILE] [--markdown FILE] [--benchfmt FILE] [--plot FILE.svg]
 arpatch bench allreduce ...`),
@@ -102,6 +104,21 @@ arm (slower if any level is slower). A server started with
 --incremental-streaming-output (read from /server_info) streams text
 deltas, which are joined.
 
+Load: each level sends its requests as a closed loop of that many in
+flight, unless --request-rate R makes it an open loop, as vllm bench
+serve --request-rate does: requests arrive at R per second on average
+(gaps drawn from a gamma distribution of shape --burstiness, 1 being a
+Poisson process; --seed fixes them, and every trial and arm gets the
+same arrivals), at most --concurrency (alias --max-concurrency) in
+flight; without --concurrency nothing caps them.
+
+Serving metrics (a second table, the markdown, and each trial's
+"serving" in the JSON, under vLLM's --save-result names): request
+throughput (req/s), output and total token throughput, and the mean,
+median, std and --metric-percentiles (99) of --percentile-metrics
+(ttft,tpot,itl; e2el too), with vllm bench serve's formulas. The A/B
+statistics and the verdicts stay on the first table's metrics.
+
 Output check: at temperature 0 every output of every trial must be the
 baseline's text for its prompt at the same level; an arm whose outputs
 match over the first {{agree-tokens}} tokens less than --agree-threshold ({{agree-threshold%}}) of the
@@ -126,7 +143,8 @@ runs, or the run was interrupted.
 
 Examples (each runs in seconds against arpatch's built-in fake server):
    arpatch bench --trials 2 --num-prompts 4 --max-new-tokens 32 --warmup 1 --launch-cmd '{arpatch} fake-sglang --port {port} --rate 2000 --ttft 2ms' --markdown bench.md
-   arpatch bench --trials 2 --num-prompts 4 --max-new-tokens 32 --concurrency 1,4 --launch-cmd '{arpatch} fake-sglang --port {port} --rate 2000 --ttft 2ms' --arm 'algo1:env.SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage,env.SGLANG_FORCE_CUSTOM_AR_PCIE=1' --json bench.json --plot bench.svg`),
+   arpatch bench --trials 2 --num-prompts 4 --max-new-tokens 32 --concurrency 1,4 --launch-cmd '{arpatch} fake-sglang --port {port} --rate 2000 --ttft 2ms' --arm 'algo1:env.SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage,env.SGLANG_FORCE_CUSTOM_AR_PCIE=1' --json bench.json --plot bench.svg
+   arpatch bench --trials 2 --num-prompts 8 --max-new-tokens 16 --warmup 0 --request-rate 40 --metric-percentiles 50,90,99 --launch-cmd '{arpatch} fake-sglang --port {port} --rate 2000 --ttft 2ms' --json open.json`),
 		Flags: append([]cli.Flag{
 			recipeFlag(), recipeFileFlag(),
 			&cli.StringFlag{Name: "model", Usage: "target model `PATH` (default: the recipe's [bench] model)"},
@@ -141,7 +159,12 @@ Examples (each runs in seconds against arpatch's built-in fake server):
 			&cli.StringFlag{Name: "prompts", Usage: "prompt `FILE`: JSONL ({\"prompt\": ...}) or ShareGPT JSON", DefaultText: fmt.Sprintf("%d built-in prompts", len(workload.Builtin()))},
 			&cli.IntFlag{Name: "num-prompts", Usage: "prompts `N` per trial (cycling the set)", DefaultText: recipeDefault(recipes.DefaultNumPrompts)},
 			&cli.IntFlag{Name: "max-new-tokens", Usage: "tokens `N` per request", DefaultText: recipeDefault(recipes.DefaultMaxNewTokens)},
-			&cli.StringFlag{Name: "concurrency", Usage: "requests in flight, one level or several in increasing order: `N[,N...]` (1: single-stream tok/s; 1,4,16: a sweep on one server start per arm and trial)", DefaultText: recipeDefault(recipes.DefaultConcurrency)},
+			&cli.StringFlag{Name: "concurrency", Aliases: []string{"max-concurrency"}, Usage: "requests in flight, one level or several in increasing order: `N[,N...]` (1: single-stream tok/s; 1,4,16: a sweep on one server start per arm and trial); with --request-rate, the most in flight, uncapped without this flag", DefaultText: recipeDefault(recipes.DefaultConcurrency)},
+			&cli.Float64Flag{Name: "request-rate", Value: math.Inf(1), DefaultText: "inf", Usage: "open-loop load: send each level's requests at `R` per second on average (arrival gaps from a gamma distribution of shape --burstiness: 1 is a Poisson process), as vllm bench serve does; inf sends them all at once"},
+			&cli.Float64Flag{Name: "burstiness", Value: 1, Usage: "with --request-rate: the arrival gaps' gamma shape `B` (below 1 burstier, above 1 more even, inf evenly spaced)"},
+			&cli.IntFlag{Name: "seed", Usage: "with --request-rate: the arrivals' random `SEED` (every trial and arm gets the same arrivals)"},
+			&cli.StringFlag{Name: "percentile-metrics", Value: strings.Join(stats.DefaultSelection.Metrics, ","), Usage: "serving latency metrics to report mean, median, std and percentiles of: `M[,M...]` of ttft, tpot, itl, e2el (as vllm bench serve)"},
+			&cli.StringFlag{Name: "metric-percentiles", Value: "99", Usage: "percentiles of the serving latency metrics: `P[,P...]`, each 0 to 100 (e.g. 50,90,99.9)"},
 			&cli.BoolFlag{Name: "ignore-eos", Usage: "generate max-new-tokens even past EOS"},
 			&cli.IntFlag{Name: "warmup", Usage: "untimed requests `N` after each server start (or attach), before the first timed level", Value: recipes.DefaultWarmup, DefaultText: recipeDefault(recipes.DefaultWarmup)},
 			&cli.IntFlag{Name: "trials", Usage: "trials `N` per arm", DefaultText: recipeDefault(recipes.DefaultTrials)},
@@ -363,6 +386,11 @@ type benchFlags struct {
 	NumPrompts      int           `flag:"num-prompts"`
 	MaxNewTokens    int           `flag:"max-new-tokens"`
 	Concurrency     string        `flag:"concurrency"`
+	RequestRate     float64       `flag:"request-rate"`
+	Burstiness      float64       `flag:"burstiness"`
+	Seed            int           `flag:"seed"`
+	PercentileMets  string        `flag:"percentile-metrics"`
+	MetricPcts      string        `flag:"metric-percentiles"`
 	IgnoreEOS       bool          `flag:"ignore-eos"`
 	Warmup          int           `flag:"warmup"`
 	Trials          int           `flag:"trials"`
@@ -531,6 +559,9 @@ func benchSettings(f benchFlags, r *recipes.Recipe) (bench.Options, error) {
 		return o, usagef("%v", err)
 	}
 	o.Force = f.Force
+	if err := benchLoad(f, &o); err != nil {
+		return o, err
+	}
 	arms := map[string]*bench.Arm{}
 	var order []string
 	for i := range o.Arms {
@@ -596,6 +627,42 @@ func benchSettings(f benchFlags, r *recipes.Recipe) (bench.Options, error) {
 	return o, nil
 }
 
+// benchLoad sets the open-loop load and the serving metrics' selection
+// from --request-rate, --burstiness, --seed, --percentile-metrics and
+// --metric-percentiles. With a rate and no --concurrency, nothing caps
+// the requests in flight (a level of one per prompt, at most
+// concurrency's bound), as vllm bench serve without --max-concurrency.
+func benchLoad(f benchFlags, o *bench.Options) error {
+	arr := workload.Arrivals{Rate: f.RequestRate, Burstiness: f.Burstiness, Seed: uint64(f.Seed)}
+	if f.RequestRate <= 0 || math.IsNaN(f.RequestRate) {
+		return usagef("--request-rate %v: want requests per second above 0, or inf to send them all at once", f.RequestRate)
+	}
+	if f.Burstiness <= 0 || math.IsNaN(f.Burstiness) {
+		return usagef("--burstiness %v: want a gamma shape above 0 (1 is a Poisson process, inf even spacing)", f.Burstiness)
+	}
+	if f.Seed < 0 {
+		return usagef("--seed %d: want 0 or more", f.Seed)
+	}
+	if !arr.Open() {
+		for _, fl := range []string{"burstiness", "seed"} {
+			if f.Given[fl] {
+				return usagef("--%s shapes the arrivals of --request-rate, which is inf (every request at once): add --request-rate R, or leave --%s out", fl, fl)
+			}
+		}
+	} else {
+		o.Arrivals = arr
+		if !f.Given["concurrency"] {
+			o.Concurrency = []int{int(min(int64(len(o.Prompts)), bounds.Bench["concurrency"].Max))}
+		}
+	}
+	sel, err := stats.ParseSelection(f.PercentileMets, f.MetricPcts)
+	if err != nil {
+		return usagef("--percentile-metrics %s --metric-percentiles %s: %v", shellq.Quote(f.PercentileMets), shellq.Quote(f.MetricPcts), err)
+	}
+	o.Serving = sel
+	return nil
+}
+
 // benchRun applies the tune, runs the bench (after the preflight), prints
 // the table and writes the reports. An INVALID or slower arm is a failure
 // (exit 1); a server that failed, or an interrupted run, exit 4.
@@ -636,6 +703,8 @@ func benchRun(ctx context.Context, bo benchOptions, s streams) error {
 	}
 	if err == nil && res != nil && len(res.Arms) > 0 && res.Arms[0].Levels != nil {
 		report.WriteTable(s.Out, res, settings)
+		fmt.Fprintln(s.Out)
+		report.WriteServing(s.Out, res, settings)
 	}
 	if res != nil {
 		doc := report.NewDocument(res, settings, arpatchVersion())

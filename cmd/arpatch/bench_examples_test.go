@@ -44,8 +44,8 @@ func TestBenchExamplesRun(t *testing.T) {
 		return ex
 	}
 	help, doc := examples(out.String()), examples(string(readme))
-	if len(help) != 2 || len(doc) != 2 {
-		t.Fatalf("examples: %d in --help, %d in README, want 2 each", len(help), len(doc))
+	if len(help) != 3 || len(doc) != 3 {
+		t.Fatalf("examples: %d in --help, %d in README, want 3 each", len(help), len(doc))
 	}
 	for i, l := range help {
 		if !ran[l] {

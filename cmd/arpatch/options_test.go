@@ -15,6 +15,7 @@ import (
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/harness/tune"
+	"github.com/arpatch/arpatch/harness/workload"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/testrepo"
@@ -443,11 +444,38 @@ func TestBenchOpts(t *testing.T) {
 		o.Reports != (benchReports{JSON: dir + "/b.json", Markdown: dir + "/b.md", Benchfmt: dir + "/b.txt", Plot: dir + "/b.svg"}) {
 		t.Errorf("flags: %+v", o)
 	}
+	// The load and the serving selection: a rate opens the loop, with no
+	// cap on requests in flight unless --max-concurrency (--concurrency)
+	// gives one; without a rate, nothing is open and the selection is
+	// vLLM's default.
+	if !reflect.DeepEqual(b.Serving, stats.DefaultSelection) || b.Arrivals != (workload.Arrivals{}) {
+		t.Errorf("load defaults: %+v %+v", b.Serving, b.Arrivals)
+	}
+	o, err = optsOf(t, benchOpts, "arpatch bench --num-prompts 12 --request-rate 2.5 --burstiness 0.5 --seed 9 --percentile-metrics e2el,itl --metric-percentiles 50,99.9 --launch-cmd 'fake {port}'")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if b := o.Bench; b.Arrivals != (workload.Arrivals{Rate: 2.5, Burstiness: 0.5, Seed: 9}) || !reflect.DeepEqual(b.Concurrency, []int{12}) ||
+		!reflect.DeepEqual(b.Serving, stats.Selection{Metrics: []string{"itl", "e2el"}, Percentiles: []float64{50, 99.9}}) ||
+		o.Settings.RequestRate != 2.5 || o.Settings.Burstiness != 0.5 || o.Settings.Seed != 9 {
+		t.Errorf("load: %+v %+v %+v", b.Arrivals, b.Concurrency, o.Settings)
+	}
+	o, err = optsOf(t, benchOpts, "arpatch bench --request-rate 8 --burstiness inf --max-concurrency 4 --launch-cmd 'fake {port}'")
+	if err != nil || !reflect.DeepEqual(o.Bench.Concurrency, []int{4}) || o.Settings.Burstiness != "inf" {
+		t.Errorf("--max-concurrency with a rate: %+v %+v, %v", o.Bench.Concurrency, o.Settings, err)
+	}
 	if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
 	launch := " --launch-cmd 'fake {port}'"
 	refuses(t, benchOpts, []refusal{
+		{"arpatch bench --request-rate -2" + launch, exitUsage, []string{"--request-rate -2: want requests per second above 0"}},
+		{"arpatch bench --request-rate NaN" + launch, exitUsage, []string{"--request-rate NaN"}},
+		{"arpatch bench --request-rate 4 --burstiness 0" + launch, exitUsage, []string{"--burstiness 0: want a gamma shape above 0"}},
+		{"arpatch bench --seed 3" + launch, exitUsage, []string{"--seed shapes the arrivals of --request-rate, which is inf", "add --request-rate R, or leave --seed out"}},
+		{"arpatch bench --request-rate 4 --seed -1" + launch, exitUsage, []string{"--seed -1: want 0 or more"}},
+		{"arpatch bench --percentile-metrics ttft,bogus" + launch, exitUsage, []string{`percentile metric "bogus": use any of ttft, tpot, itl, e2el`}},
+		{"arpatch bench --metric-percentiles 99,99" + launch, exitUsage, []string{"metric percentile 99 is given twice"}},
 		{"arpatch bench --prompts nope.jsonl" + launch, exitUsage, []string{"--prompts: open nope.jsonl: no such file or directory"}},
 		{"arpatch bench --ext ~/x.so" + launch, exitUsage, []string{"--ext goes with --preflight", "or --tune", "add --preflight, or leave --ext out"}},
 		{"arpatch bench --preflight --ext /nonexist.so" + launch, exitUsage, []string{"--ext /nonexist.so: no such file or directory"}},

@@ -37,6 +37,7 @@ import (
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/harness/tune"
+	"github.com/arpatch/arpatch/harness/workload"
 	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/progress"
 	"github.com/arpatch/arpatch/internal/pyenv"
@@ -80,10 +81,21 @@ type Options struct {
 	IgnoreEOS    bool
 	// Concurrency lists the levels (requests in flight) to run, in order:
 	// each trial of each arm runs every level on one server start ([1]).
+	// With an open Arrivals a level caps the requests in flight, as
+	// vllm bench serve's --max-concurrency does.
 	Concurrency []int
-	Warmup      int // untimed single requests after each server start (or attach), before its first timed level
-	Trials      int
-	Interleave  bool // restart servers each trial so arms alternate A B A B
+	// Arrivals, when Open, sends each level's requests at the times it
+	// gives (an open-loop load: --request-rate, --burstiness) instead of
+	// all at once; every trial of every arm gets the same times (one
+	// seed), so arms meet the same load.
+	Arrivals workload.Arrivals
+	// Serving selects the latency metrics and percentiles of the serving
+	// metrics (vLLM's --percentile-metrics, --metric-percentiles); an
+	// empty one is stats.DefaultSelection.
+	Serving    stats.Selection
+	Warmup     int // untimed single requests after each server start (or attach), before its first timed level
+	Trials     int
+	Interleave bool // restart servers each trial so arms alternate A B A B
 
 	Host           string
 	Env            []string // the base environment of launched servers
@@ -159,6 +171,9 @@ type ArmResult struct {
 	// order they ran; Metrics is parallel to it.
 	Trials  []stats.Trial   `json:"trials"`
 	Metrics []stats.Metrics `json:"trial_metrics"`
+	// Serving is parallel to Trials: each trial's serving metrics, as
+	// vllm bench serve computes and names them (stats.Serving).
+	Serving []stats.Serving `json:"serving"`
 	// Levels holds the summaries and verdict per concurrency level, in
 	// Options.Concurrency order.
 	Levels []*Level `json:"levels"`
@@ -636,6 +651,9 @@ func (o *Options) fill() error {
 	if o.RequestTimeout < 0 || o.ReadyTimeout < 0 {
 		return errors.New("bench: a negative timeout")
 	}
+	if err := o.Arrivals.Check(); err != nil {
+		return err
+	}
 	if o.LogDir == "" {
 		o.LogDir = os.TempDir()
 	}
@@ -784,12 +802,15 @@ func (o *Options) request(p string) sglang.Request {
 	return sglang.Request{Text: p, MaxNewTokens: o.MaxNewTokens, Temperature: o.Temperature, IgnoreEOS: o.IgnoreEOS}
 }
 
-// trial sends every prompt, level at a time. On cancellation it stops
-// sending, waits for the requests in flight (each bounded by ctx) and
-// returns ctx's error.
+// trial sends every prompt, level at a time: at most level in flight,
+// each as soon as a request before it is done, or, with open Arrivals,
+// each at its arrival time or as soon as one is done after that. On
+// cancellation it stops sending, waits for the requests in flight (each
+// bounded by ctx) and returns ctx's error.
 func (o *Options) trial(ctx context.Context, c *sglang.Client, arm string, index, level int) (stats.Trial, error) {
 	t := stats.Trial{Arm: arm, Index: index, Concurrency: level, Start: time.Now().UTC()}
 	samples := make([]sglang.Sample, len(o.Prompts))
+	due := o.Arrivals.Times(len(o.Prompts))
 	next := make(chan int)
 	var wg sync.WaitGroup
 	var mu sync.Mutex
@@ -814,6 +835,15 @@ func (o *Options) trial(ctx context.Context, c *sglang.Client, arm string, index
 	}
 send:
 	for i := range o.Prompts {
+		if wait := time.Until(start.Add(due[i])); wait > 0 {
+			timer := time.NewTimer(wait)
+			select {
+			case <-timer.C:
+			case <-ctx.Done():
+				timer.Stop()
+				break send
+			}
+		}
 		select {
 		case next <- i:
 		case <-ctx.Done():
@@ -859,9 +889,10 @@ func analyze(res *Result, o Options) {
 	base := res.Arm(res.Baseline)
 	tokens := o.agreeTokens()
 	for _, ar := range res.Arms {
-		ar.Metrics = nil
+		ar.Metrics, ar.Serving = nil, nil
 		for _, t := range ar.Trials {
 			ar.Metrics = append(ar.Metrics, stats.Compute(t))
+			ar.Serving = append(ar.Serving, stats.ComputeServing(t, o.Serving))
 		}
 		failures(ar)
 		var toks, verify int

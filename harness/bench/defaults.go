@@ -5,6 +5,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/server"
 	"github.com/arpatch/arpatch/harness/sglang"
+	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/recipes"
 )
 
@@ -53,6 +54,12 @@ func (o Options) Resolved() Options {
 	}
 	if o.AgreeThreshold == 0 && !o.AgreeOff {
 		o.AgreeThreshold = DefaultAgreeThreshold
+	}
+	if len(o.Serving.Metrics) == 0 {
+		o.Serving.Metrics = stats.DefaultSelection.Metrics
+	}
+	if len(o.Serving.Percentiles) == 0 {
+		o.Serving.Percentiles = stats.DefaultSelection.Percentiles
 	}
 	return o
 }

@@ -32,7 +32,11 @@ import (
 // (trial_metrics[], stats.Metrics) name two values by how they are
 // made, decode_tok_s_median and tpot_ms_median (medians over the trial's
 // requests); the summaries, the metric table (stats.Table) and the
-// history name the same metrics decode_tok_s and tpot_ms.
+// history name the same metrics decode_tok_s and tpot_ms. Each arm's
+// serving[] (parallel to trials[]) holds a trial's serving metrics under
+// vllm bench serve's result names, and settings say the load
+// (request_rate, burstiness, seed) and the serving selection: fields
+// added to v2, which readers of v2 pass over.
 const Schema = "arpatch.bench/v2"
 
 // Environment is where the run happened.
@@ -65,6 +69,16 @@ type Settings struct {
 	Interleave      bool    `json:"interleave"`
 	AgreeTokens     int     `json:"agree_tokens"`    // leading tokens the output check compares (bench.Options.AgreeTokens; all of them when max_new_tokens is fewer)
 	AgreeThreshold  float64 `json:"agree_threshold"` // share of outputs that must agree, 0..1, as the run used it (0: the check was off)
+	// RequestRate is the open-loop rate in req/s (a float64), or "inf"
+	// when every request of a level was sent at once, as vLLM's result
+	// file writes it; Burstiness (a float64, or "inf" for even spacing)
+	// and Seed shape the arrivals then.
+	RequestRate any    `json:"request_rate"`
+	Burstiness  any    `json:"burstiness"`
+	Seed        uint64 `json:"seed"`
+	// Serving is the serving metrics' selection (--percentile-metrics,
+	// --metric-percentiles).
+	Serving stats.Selection `json:"serving_selection"`
 }
 
 // SettingsOf returns the settings of a run's options: the one place they
@@ -73,10 +87,27 @@ type Settings struct {
 // means a default is recorded as that default.
 func SettingsOf(o bench.Options) Settings {
 	o = o.Resolved()
-	return Settings{Model: o.Model, DraftModel: o.DraftModel, TP: o.TP, SpecAlgorithm: o.SpecAlgorithm, SpecSteps: o.SpecSteps,
+	rate := infOr(o.Arrivals.Rate)
+	if !o.Arrivals.Open() {
+		rate = "inf"
+	}
+	burst := o.Arrivals.Burstiness
+	if burst == 0 {
+		burst = 1
+	}
+	return Settings{RequestRate: rate, Burstiness: infOr(burst), Seed: o.Arrivals.Seed, Serving: o.Serving, Model: o.Model, DraftModel: o.DraftModel, TP: o.TP, SpecAlgorithm: o.SpecAlgorithm, SpecSteps: o.SpecSteps,
 		SpecTopK: o.SpecTopK, SpecDraftTokens: o.SpecDraftTokens, Workload: o.Workload, Prompts: len(o.Prompts), MaxNewTokens: o.MaxNewTokens,
 		Concurrency: o.Concurrency, Warmup: o.Warmup, Trials: o.Trials, Temperature: o.Temperature, IgnoreEOS: o.IgnoreEOS,
 		Interleave: o.Interleave, AgreeTokens: o.AgreeTokens, AgreeThreshold: o.AgreeThreshold}
+}
+
+// infOr is v, or "inf" for +Inf, which JSON cannot hold (vLLM's result
+// file writes an infinite request rate so).
+func infOr(v float64) any {
+	if math.IsInf(v, 1) {
+		return "inf"
+	}
+	return v
 }
 
 // Document is the JSON file.
@@ -214,6 +245,14 @@ func overall(a *bench.ArmResult) string {
 	return fmt.Sprintf("overall: %s %s (concurrency %s)", a.Arm.Name, a.Verdict, strings.Join(per, ", "))
 }
 
+// openLoop is ", request rate R req/s" for an open-loop run, else "".
+func openLoop(s Settings) string {
+	if r, ok := s.RequestRate.(float64); ok {
+		return fmt.Sprintf(", request rate %g req/s (burstiness %v)", r, s.Burstiness)
+	}
+	return ""
+}
+
 // WriteTable prints the terminal table: per arm and concurrency level,
 // tok/s median [CI], delta % and p against the baseline, the median of
 // every other metric of stats.Table (in its order, under its Label),
@@ -221,8 +260,8 @@ func overall(a *bench.ArmResult) string {
 // with several levels an overall line per arm (but a valid baseline);
 // then warnings.
 func WriteTable(w io.Writer, res *bench.Result, s Settings) {
-	fmt.Fprintf(w, "%s: %d prompts x %d trials, concurrency %s, max %d new tokens, temperature %g; medians across trials [confidence interval, 95%% where the trials allow]\n", benchName(s),
-		s.Prompts, s.Trials, textfmt.Ints(s.Concurrency, ","), s.MaxNewTokens, s.Temperature)
+	fmt.Fprintf(w, "%s: %d prompts x %d trials, concurrency %s%s, max %d new tokens, temperature %g; medians across trials [confidence interval, 95%% where the trials allow]\n", benchName(s),
+		s.Prompts, s.Trials, textfmt.Ints(s.Concurrency, ","), openLoop(s), s.MaxNewTokens, s.Temperature)
 	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
 	fmt.Fprintln(tw, strings.Join(header(), "\t")+"\t")
 	for _, r := range rows(res, "-") {
@@ -281,6 +320,7 @@ func WriteMarkdown(out io.Writer, res *bench.Result, s Settings) error {
 			}
 		}
 	}
+	writeServingMarkdown(w, res, s)
 	for _, a := range res.Arms {
 		for _, warn := range a.Warnings {
 			fmt.Fprintf(w, "\n> **%s**: %s\n", a.Arm.Name, warn)

@@ -84,9 +84,13 @@ func TestTableAndMarkdown(t *testing.T) {
 		!strings.Contains(md, "**INVALID**") || !strings.Contains(md, "> **broken**: INVALID") {
 		t.Errorf("markdown:\n%s", md)
 	}
-	// The markdown row's cell under "TPOT p99 ms" holds the same median.
+	// The markdown row's cell under "TPOT p99 ms" holds the same median
+	// (in the first table; the serving metrics' follows).
 	var head []string
 	for _, l := range strings.Split(md, "\n") {
+		if head != nil && !strings.HasPrefix(l, "|") {
+			break
+		}
 		cells := strings.Split(strings.Trim(l, "|"), "|")
 		for i := range cells {
 			cells[i] = strings.TrimSpace(cells[i])
@@ -470,5 +474,60 @@ func TestJSONAndPlotMarkInvalid(t *testing.T) {
 	}
 	if err := PlotConcurrency(out, "title", "tok/s", curves); err == nil || !strings.Contains(err.Error(), "no arm with a result to plot (baseline: no verdict (INVALID baseline); pcie") {
 		t.Errorf("plot of no valid arm: %v", err)
+	}
+}
+
+// The serving table shows, per arm and level, the median across trials
+// of each vLLM figure the selection names, under its title; an INVALID
+// arm's figures are not shown.
+func TestServingTable(t *testing.T) {
+	res, s := run(t)
+	s.Serving = stats.Selection{Metrics: []string{stats.ServingTTFT, stats.ServingE2EL}, Percentiles: []float64{90, 99.9}}
+	s.RequestRate = "inf"
+	for _, a := range res.Arms { // as bench.Run computes them with this selection
+		for i, tr := range a.Trials {
+			a.Serving[i] = stats.ComputeServing(tr, s.Serving)
+		}
+	}
+	var b bytes.Buffer
+	WriteServing(&b, res, s)
+	out := b.String()
+	if !strings.HasPrefix(out, "serving metrics as vllm bench serve computes them (max concurrency 1, request rate inf (all at once)); medians across trials\n") {
+		t.Errorf("title:\n%s", out)
+	}
+	lines := strings.Split(out, "\n")
+	for _, h := range []string{"req/s", "output tok/s", "total tok/s", "TTFT mean ms", "TTFT median ms", "TTFT p90 ms", "TTFT p99.9 ms", "E2EL mean ms", "E2EL p99.9 ms"} {
+		if !strings.Contains(lines[1], h) {
+			t.Errorf("header lacks %q: %s", h, lines[1])
+		}
+	}
+	if strings.Contains(lines[1], "TPOT") || strings.Contains(lines[1], "ITL") {
+		t.Errorf("header shows a metric not selected: %s", lines[1])
+	}
+	pcie := res.Arm("pcie")
+	var rps, p90 []float64
+	for _, sv := range pcie.Serving {
+		rps = append(rps, sv.RequestThroughput)
+		p90 = append(p90, sv.Latencies[0].Percentiles[0].Value)
+	}
+	if len(rps) != 3 {
+		t.Fatalf("pcie has %d serving records, want one per trial (3)", len(rps))
+	}
+	// cell reads the first table of out: the serving one here.
+	if got, want := cell(t, out, "pcie", "req/s"), fmt.Sprintf("%.2f", stats.Quantile(rps, 0.5)); got != want || want == "0.00" {
+		t.Errorf("pcie req/s %q, want %s:\n%s", got, want, out)
+	}
+	if got, want := cell(t, out, "pcie", "TTFT p90 ms"), fmt.Sprintf("%.2f", stats.Quantile(p90, 0.5)); got != want {
+		t.Errorf("pcie TTFT p90 %q, want %s:\n%s", got, want, out)
+	}
+	if got := cell(t, out, "broken", "req/s"); got != "-" {
+		t.Errorf("the INVALID arm's req/s is shown: %q\n%s", got, out)
+	}
+	b.Reset()
+	if err := WriteMarkdown(&b, res, s); err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(b.String(), "| arm | concurrency | req/s | output tok/s | total tok/s | TTFT mean ms |") {
+		t.Errorf("markdown lacks the serving table:\n%s", &b)
 	}
 }
