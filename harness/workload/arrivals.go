@@ -5,7 +5,8 @@ import (
 	"math"
 	"time"
 
-	"golang.org/x/exp/rand"
+	"math/rand/v2"
+
 	"gonum.org/v1/gonum/stat/distuv"
 )
 
@@ -89,9 +90,16 @@ func (l Arrivals) Gaps(n int) []float64 {
 		}
 		return out
 	}
-	g := distuv.Gamma{Alpha: b, Beta: l.Rate * b, Src: rand.NewSource(l.Seed)}
+	g := distuv.Gamma{Alpha: b, Beta: l.Rate * b, Src: pcg{rand.NewPCG(l.Seed, 0)}}
 	for i := range out {
 		out[i] = g.Rand()
 	}
 	return out
 }
+
+// pcg is math/rand/v2's PCG generator as the source gonum's distuv takes
+// (golang.org/x/exp/rand.Source: Uint64 and Seed), without that
+// deprecated package.
+type pcg struct{ *rand.PCG }
+
+func (p pcg) Seed(seed uint64) { p.PCG.Seed(seed, 0) }
