@@ -21,7 +21,7 @@ import (
 //
 // Formulas (Upstream: vllm/benchmarks/serve.py@2e2bf3cb16509a3bf7f66bb532a8a561b26a280f
 // of flytiger-eco/vllm-for-sail (calculate_metrics, benchmark); the same
-// in python/sglang/bench_serving.py@84118acf50b3a4c74e85e9ff9033792552de1a76
+// in Upstream: python/sglang/bench_serving.py@84118acf50b3a4c74e85e9ff9033792552de1a76
 // (calculate_metrics)), over the requests that succeeded, with the
 // trial's wall time (first request sent to last response done) as the
 // duration:

@@ -51,7 +51,7 @@ func (l Arrivals) Check() error {
 // so that the last is due at n/R exactly, which vLLM does to keep the
 // throughput of different seeds alike. With no rate every offset is 0;
 // with B = +Inf request i is due at (i+1)/R. SGLang's bench_serving
-// (python/sglang/bench_serving.py@84118acf50b3 (get_request)) sends its
+// (Upstream: python/sglang/bench_serving.py@84118acf50b3 (get_request)) sends its
 // first request at once and draws exponential gaps, unscaled, and has
 // no burstiness: the same process up to those two details.
 func (l Arrivals) Times(n int) []time.Duration {
