@@ -31,6 +31,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/shellq"
+	"github.com/arpatch/arpatch/internal/textfmt"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/server"
@@ -445,11 +446,24 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 				return res, err
 			}
 			// A server that died says so with its log, before its failed
-			// requests are counted.
-			if p := running[s.arm]; p != nil && !allOK(trial.Samples) {
-				if exited, werr := p.Exited(ctx, o.deathWait(ctx, client)); exited {
-					return res, &InfraError{&server.ExitError{Name: ar.Arm.Name, Log: p.Spec.LogPath,
-						Why: fmt.Sprintf("died during trial %d (%s)", s.trial, exitText(werr)), Tail: server.Tail(p.Spec.LogPath, 40)}}
+			// requests are counted; so does one that stopped answering
+			// while the process it was launched by lives on (a wrapper
+			// shell whose server died): no request failed for the arm's
+			// sake, the server is gone.
+			// (An attached server is judged so only once it has answered:
+			// one that never did is the "is it up?" failure below.)
+			if p := running[s.arm]; !allOK(trial.Samples) && (p != nil || answeredBy(ar, trial) > 0) {
+				wait := o.deathWait(ctx, client)
+				if p != nil {
+					if exited, werr := p.Exited(ctx, wait); exited {
+						return res, &InfraError{&server.ExitError{Name: ar.Arm.Name, Log: p.Spec.LogPath,
+							Why: fmt.Sprintf("died during trial %d (%s)", s.trial, server.ExitStatus(werr)), Tail: server.Tail(p.Spec.LogPath, 40)}}
+					}
+				} else if wait > 0 {
+					sleepCtx(ctx, wait) // attached: the same time to come back
+				}
+				if wait > 0 && ctx.Err() == nil && !o.answers(ctx, client) {
+					return res, &InfraError{stoppedAnswering(ar, p, url, trial, level)}
 				}
 			}
 			if ctx.Err() != nil {
@@ -560,13 +574,6 @@ func (o Options) agreeTokens() int {
 	return n
 }
 
-func exitText(err error) string {
-	if err == nil {
-		return "exit status 0"
-	}
-	return err.Error()
-}
-
 // serverDeathWait bounds how long a trial with failed requests waits for
 // its launched server's process to end, when the server no longer answers
 // /health_generate, to report a death (with its log) rather than failed
@@ -583,6 +590,75 @@ func (o *Options) deathWait(ctx context.Context, c *sglang.Client) time.Duration
 		return 0
 	}
 	return serverDeathWait
+}
+
+// answers reports whether the server answers /health_generate within a
+// second.
+func (o *Options) answers(ctx context.Context, c *sglang.Client) bool {
+	hctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	return c.Health(hctx) == nil
+}
+
+// sleepCtx waits d or until ctx is done.
+func sleepCtx(ctx context.Context, d time.Duration) {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+	case <-ctx.Done():
+	}
+}
+
+// stoppedAnswering is the infrastructure failure of a server that no
+// longer answers after some of a trial's requests failed: its port, how
+// many of the arm's requests it had answered, the trial's failures and
+// the first, and for a launched one the process that still runs and the
+// log.
+func stoppedAnswering(ar *ArmResult, p *server.Proc, url string, trial stats.Trial, level int) error {
+	answered, failed := answeredBy(ar, trial), 0
+	first := ""
+	for _, x := range trial.Samples {
+		if x.Err != "" {
+			failed++
+			if first == "" {
+				first = x.Err
+			}
+		}
+	}
+	where := "the server at " + url
+	if u, err := url2port(url); err == nil {
+		where = "the server on port " + u
+	}
+	msg := fmt.Sprintf("arm %s: %s stopped answering after %s (trial %d, concurrency %d: %d of %d requests failed, the first: %s; /health_generate does not answer %s later)",
+		ar.Arm.Name, where, textfmt.Plural(answered, "answered request", "answered requests"), trial.Index, level, failed, len(trial.Samples), first, serverDeathWait)
+	if p != nil {
+		msg += fmt.Sprintf("; its launch command (pid %d) still runs, so it outlived the server it started (a wrapper such as sh -c 'server & ...'): see %s", p.PID(), p.Spec.LogPath)
+	}
+	return errors.New(msg)
+}
+
+// answeredBy counts the arm's requests that were answered, in its trials
+// so far and in trial.
+func answeredBy(ar *ArmResult, trial stats.Trial) int {
+	n := 0
+	for _, t := range append(append([]stats.Trial(nil), ar.Trials...), trial) {
+		for _, x := range t.Samples {
+			if x.Err == "" {
+				n++
+			}
+		}
+	}
+	return n
+}
+
+// url2port is the port of a server URL.
+func url2port(u string) (string, error) {
+	pu, err := url.Parse(u)
+	if err != nil || pu.Port() == "" {
+		return "", fmt.Errorf("no port in %q", u)
+	}
+	return pu.Port(), nil
 }
 
 func allOK(ss []sglang.Sample) bool {

@@ -10,6 +10,7 @@ import (
 	"net/http/httptest"
 	"slices"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
@@ -387,5 +388,35 @@ func testImpossibleCountsAreInvalid(t *testing.T) {
 	if a.Verdict != Invalid || !a.Verdict.Fails() || a.Levels[0].Deltas != nil ||
 		!strings.Contains(warnings(a), "INVALID: 10 of 10 requests failed (10 with impossible data): the arm's speed leaves them out; the first: trial 1, concurrency 1, prompt 0: impossible data from the server: chunk 3: completion_tokens 50 is more than the request's max_new_tokens 40") {
 		t.Errorf("lying arm: %v %v", a.Verdict, a.Warnings)
+	}
+}
+
+// An attached server that answered, then stops answering (its streams
+// cut, /health_generate failing) is an infrastructure failure naming its
+// port and how many requests it answered, not an INVALID arm.
+func TestServerStopsAnswering(t *testing.T) {
+	defer func(w time.Duration) { serverDeathWait = w }(serverDeathWait)
+	serverDeathWait = 50 * time.Millisecond
+	_, b := serve(t, sglangtest.Config{})
+	inner := sglangtest.New(instant(sglangtest.Config{}))
+	var generated atomic.Int64
+	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/generate" && generated.Add(1) > 4 || r.URL.Path == "/health_generate" && generated.Load() > 4 {
+			if hj, ok := w.(http.Hijacker); ok {
+				if c, _, err := hj.Hijack(); err == nil {
+					_ = c.Close()
+					return
+				}
+			}
+		}
+		inner.ServeHTTP(w, r)
+	}))
+	t.Cleanup(dead.Close)
+	_, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: dead.URL}},
+		Prompts: []string{"a", "b", "c", "d"}, MaxNewTokens: 8, Trials: 3})
+	var ie *InfraError
+	port := dead.URL[strings.LastIndex(dead.URL, ":")+1:]
+	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "arm pcie: the server on port "+port+" stopped answering after 4 answered requests (trial 2, concurrency 1: 4 of 4 requests failed") {
+		t.Errorf("err = %v", err)
 	}
 }

@@ -211,7 +211,7 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 			p.end()
 			_ = os.Remove(spec.LogPath + PGIDSuffix)
 			_ = p.log.Close() // the server wrote through its own descriptor: closing ours loses nothing
-			return nil, &ExitError{Name: spec.Name, Log: spec.LogPath, Why: fmt.Sprintf("exited (%v) before it was ready", p.err), Tail: Tail(spec.LogPath, 40), Exited: true}
+			return nil, &ExitError{Name: spec.Name, Log: spec.LogPath, Why: "exited (" + ExitStatus(p.err) + ") before it was ready" + earlyZero(p.err), Tail: Tail(spec.LogPath, 40), Exited: true}
 		case <-ready.Done():
 			if ctx.Err() != nil {
 				if err := p.Stop(); err != nil {
@@ -230,6 +230,29 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 		}
 	}
 }
+
+// ExitStatus says how a server process ended, from its wait error:
+// "exit status 0" for nil (cmd.Wait reports a clean exit as no error),
+// else the error ("exit status 7", "signal: killed").
+func ExitStatus(err error) string {
+	if err == nil {
+		return "exit status 0"
+	}
+	return err.Error()
+}
+
+// earlyZero explains a clean exit before the server was ready: the launch
+// command returned, most often because it started the server in the
+// background or handed it to another process and ended.
+func earlyZero(err error) string {
+	if err != nil {
+		return ""
+	}
+	return ": the launch command returned, so nothing of it served the port (a command that starts the server in the background must wait for it, e.g. with exec or wait)"
+}
+
+// PID is the launch command's process id, the leader of its group.
+func (p *Proc) PID() int { return p.cmd.Process.Pid }
 
 // Exited reports whether the server process has ended, and how, waiting
 // up to wait for it to end (0: just look), or until ctx is done. A server
