@@ -46,14 +46,17 @@ run() {
 	awk -v ns=$((t1 - t0)) '{printf "%.4f %.2f %d\n", ns/1e9, $1+$2, $3}' "$work/t" >>"$work/$label"
 }
 
-# stat FIELD: "median [min-max]" of the numbers on stdin, field FIELD.
+# stat FIELD [DIV]: "median [min-max]" of field FIELD of the numbers on
+# stdin, each divided by DIV (default 1), to 3 significant digits.
 stat() {
-	cut -d' ' -f"$1" | sort -g | awk '{a[NR]=$1} END{m = (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2; printf "%g [%g-%g]", m, a[1], a[NR]}'
+	cut -d' ' -f"$1" | sort -g | awk -v d="${2:-1}" '{a[NR]=$1/d} END{m = (NR%2) ? a[(NR+1)/2] : (a[NR/2]+a[NR/2+1])/2; printf "%.3g [%.3g-%.3g]", m, a[1], a[NR]}'
 }
 
 # median LABEL FIELD: "median [min-max]" of one field (1 wall s, 2 cpu s,
-# 3 rss KiB) over LABEL's rounds.
-median() { stat "$2" <"$work/$1"; }
+# 3 peak RSS, shown in MiB) over LABEL's rounds.
+median() {
+	if [ "$2" = 3 ]; then stat 3 1024 <"$work/$1"; else stat "$2" <"$work/$1"; fi
+}
 
 # pair A B [N]: run the two jobs of one row N times (default ROUNDS),
 # alternating which goes first.
@@ -123,7 +126,7 @@ ratio() {
 	stat 1 <"$work/ratio"
 }
 row() { # TASK ALT LABEL_A LABEL_B
-	printf '| %s | %s s, cpu %s s, %s KiB | %s: %s s, cpu %s s, %s KiB | %s× (cpu %s×) |\n' "$1" \
+	printf '| %s | %s s, cpu %s s, %s MiB | %s: %s s, cpu %s s, %s MiB | %s× (cpu %s×) |\n' "$1" \
 		"$(median "$3" 1)" "$(median "$3" 2)" "$(median "$3" 3)" \
 		"$2" "$(median "$4" 1)" "$(median "$4" 2)" "$(median "$4" 3)" \
 		"$(ratio "$3" "$4" 1)" "$(ratio "$3" "$4" 2)"
