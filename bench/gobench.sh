@@ -30,7 +30,7 @@ dir=$(cd "$repo" && go list -f '{{.Dir}}' "$pkg")
 for ((i = 0; i < rounds; i++)); do
 	(cd "$dir" && "$work/bench.test" -test.run '^$' -test.bench "$pattern" -test.benchtime "$benchtime" "$@") >>"$work/out"
 done
-echo "arpatch $(git -C "$repo" rev-parse --short HEAD), $pkg, $(nproc) cores ($(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)), load $load0 before and $(cut -d' ' -f1-3 /proc/loadavg) after, $rounds rounds of -benchtime $benchtime; each cell: median [min-max] (results)"
+echo "arpatch $(git -C "$repo" rev-parse --short HEAD), $pkg, $(nproc) cores ($(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)), load $load0 before and $(cut -d' ' -f1-3 /proc/loadavg) after, $rounds rounds of -benchtime $benchtime${*:+ $*}; each cell: median [min-max] (results)"
 echo
 echo '| benchmark | unit | median [min-max] (results) |'
 echo '|---|---|---|'

@@ -2,11 +2,12 @@
 // (modernc.org/sqlite: pure Go, no cgo) in WAL mode, whose -wal and -shm
 // files stay beside it between opens (the -wal emptied at each close;
 // see Open), or, for a fleet of hosts, in a PostgreSQL database named by
-// a postgres:// URL with the same schema and queries (postgres.go): runs and their environment, the drift of every series at every commit checked, the
-// arms with their trials and samples, and every check's outcome. Schema
-// changes are versioned migrations. A run starts as "running" and ends
-// "complete" or "failed"; a run whose process died is marked "incomplete"
-// and is never a reference for regressions.
+// a postgres:// URL with the same schema and queries (postgres.go): runs
+// and their environment, the drift of every series at every commit
+// checked, the arms with their trials and samples, and every check's
+// outcome. Schema changes are versioned migrations. A run starts as
+// "running" and ends "complete" or "failed"; a run whose process died is
+// marked "incomplete" and is never a reference for regressions.
 package history
 
 import (
