@@ -2,6 +2,7 @@ package kernels
 
 import (
 	"path/filepath"
+	"time"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/recipes"
@@ -23,6 +24,8 @@ type BuildOverrides struct {
 	Src, Out, Python string
 	Env, Launcher    []string
 	Version          string
+	// LockWait is BuildOptions.LockWait; nil: DefaultLockWait.
+	LockWait *time.Duration
 }
 
 // FromRecipe turns a recipe's [build] table and the overrides into
@@ -47,6 +50,10 @@ func FromRecipe(rb recipes.Build, ov BuildOverrides) (BuildOptions, error) {
 		Python: ov.Python, Cache: Cache{Dir: ov.CacheDir}, Out: ov.Out, Env: ov.Env, Launcher: ov.Launcher, Version: ov.Version}
 	if ov.Jobs != nil {
 		o.Jobs = *ov.Jobs
+	}
+	o.LockWait = DefaultLockWait
+	if ov.LockWait != nil {
+		o.LockWait = *ov.LockWait
 	}
 	if ov.Tool != "" {
 		o.Tool = ov.Tool

@@ -3,6 +3,7 @@ package kernels
 import (
 	"context"
 	"fmt"
+	"io"
 	"os"
 	"path/filepath"
 	"runtime"
@@ -35,7 +36,20 @@ type BuildOptions struct {
 	// filter, e.g. ["/usr/local/bin/arpatch", "gencode-filter"].
 	Launcher []string
 	Version  string // arpatch version, for the manifest
+	// LockWait is how long a build waits for another one to leave the
+	// fixed build path they share (its lock); 0 refuses at once.
+	// FromRecipe sets DefaultLockWait unless told otherwise.
+	LockWait time.Duration
+	// Log gets the notes a build prints while it waits (the lock); nil:
+	// none.
+	Log io.Writer
 }
+
+// DefaultLockWait is LockWait when the caller does not choose: longer
+// than a full sgl-kernel build on a small host, so that a second build
+// started beside the first waits for it, as cargo waits for its build
+// directory's lock.
+const DefaultLockWait = 3 * time.Hour
 
 // passthroughEnv lists the caller's variables that change what CMake,
 // nvcc, the host compiler or the linker produce; their values go into the

@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -254,12 +255,13 @@ func NVCCVersionAtLeast(v string, major, minor int) bool {
 }
 
 // stageBuild prepares a plan's fixed build path from scratch: it takes
-// the path's lock (another build using it is refused, naming its pid),
-// empties it, and copies each of plan.Stage from the tree into
-// <path>/sglang, with modes 0644 or 0755 and mtimes at SOURCE_DATE_EPOCH,
-// so that neither the user's umask nor checkout time reach the outputs.
-// The returned function removes the path and releases the lock.
-func stageBuild(plan *Plan) (func(), error) {
+// the path's lock (takeBuildPath: while another build holds it, it waits
+// up to opts.LockWait, saying so on opts.Log), empties it, and copies
+// each of plan.Stage from the tree into <path>/sglang, with modes 0644 or
+// 0755 and mtimes at SOURCE_DATE_EPOCH, so that neither the user's umask
+// nor checkout time reach the outputs. The returned function removes the
+// path and releases the lock.
+func stageBuild(ctx context.Context, plan *Plan, opts BuildOptions) (func(), error) {
 	if plan.BuildPath == "" {
 		return func() {}, nil
 	}
@@ -267,13 +269,9 @@ func stageBuild(plan *Plan) (func(), error) {
 	if err := os.MkdirAll(root, 0o755); err != nil {
 		return nil, buildRootError(root, err)
 	}
-	release, err := lockfile.Acquire(plan.BuildPath + ".lock")
+	release, err := takeBuildPath(ctx, plan.BuildPath, opts)
 	if err != nil {
-		var held *lockfile.HeldError
-		if errors.As(err, &held) {
-			return nil, fmt.Errorf("another build is using the fixed build path %s (pid %s); wait for it to finish (if no arpatch runs as that pid, remove %s)", plan.BuildPath, held.PID, held.Path)
-		}
-		return nil, buildRootError(root, err)
+		return nil, err
 	}
 	done := func() {
 		// Best effort: the next build at this path removes it first, and
@@ -295,6 +293,50 @@ func stageBuild(plan *Plan) (func(), error) {
 		}
 	}
 	return done, nil
+}
+
+// lockPoll is how often a build waiting for the fixed build path tries
+// its lock again.
+var lockPoll = 200 * time.Millisecond
+
+// takeBuildPath takes the lock of the fixed build path path. While
+// another live build holds it, it says once on opts.Log that it waits
+// ("Blocking waiting for file lock on the fixed build path ...", as
+// cargo says it of its build directory) and tries again every lockPoll,
+// up to opts.LockWait; then the error names the holder, the time waited
+// and the flag that sets it. ctx's end stops the wait: ErrInterrupted.
+func takeBuildPath(ctx context.Context, path string, opts BuildOptions) (func(), error) {
+	start := time.Now()
+	said := false
+	for {
+		release, err := lockfile.Acquire(path + ".lock")
+		var held *lockfile.HeldError
+		switch {
+		case err == nil:
+			return release, nil
+		case !errors.As(err, &held):
+			return nil, buildRootError(filepath.Dir(path), err)
+		}
+		waited := time.Since(start)
+		if waited >= opts.LockWait {
+			what := "; wait for it to finish, or pass --lock-timeout to wait for it"
+			if opts.LockWait > 0 {
+				what = fmt.Sprintf(" after %s of waiting (--lock-timeout); run this build when it is done, or pass a longer --lock-timeout", opts.LockWait)
+			}
+			return nil, fmt.Errorf("another build (pid %s) is using the fixed build path %s%s (if no arpatch runs as that pid, remove %s)", held.PID, path, what, held.Path)
+		}
+		if !said && opts.Log != nil {
+			fmt.Fprintf(opts.Log, "Blocking waiting for file lock on the fixed build path %s: another build (pid %s) is using it; waiting up to %s (--lock-timeout)\n", path, held.PID, opts.LockWait)
+			said = true
+		}
+		t := time.NewTimer(min(lockPoll, opts.LockWait-waited))
+		select {
+		case <-ctx.Done():
+			t.Stop()
+			return nil, ErrInterrupted
+		case <-t.C:
+		}
+	}
 }
 
 // copyTree copies the regular files, directories and symlinks under from

@@ -8,6 +8,7 @@ import (
 	"debug/elf"
 	"encoding/base64"
 	"encoding/binary"
+	"errors"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -396,33 +397,65 @@ func TestVerifyReproducible(t *testing.T) {
 	}
 }
 
-// TestBuildPathInUse: a build path another live process holds is refused,
-// naming the pid and the lock, and nothing is built or cached.
+// TestBuildPathInUse: a build path another live build holds (its lock
+// names a live pid: this test's) is waited for, as cargo waits for its
+// build directory, saying so once; the build then runs when the holder
+// lets go. Past LockWait it is refused, naming the pid, the time waited,
+// the flag and the lock; an interrupt ends the wait; nothing is built or
+// cached meanwhile.
 func TestBuildPathInUse(t *testing.T) {
+	defer func(d time.Duration) { lockPoll = d }(lockPoll)
+	lockPoll = 5 * time.Millisecond
 	e := newEnv(t)
 	o := e.opts()
 	p := mustPlan(t, o)
 	lock := p.BuildPath + ".lock"
-	if err := os.MkdirAll(filepath.Dir(lock), 0o755); err != nil {
-		t.Fatal(err)
+	hold := func() {
+		if err := os.MkdirAll(filepath.Dir(lock), 0o755); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.WriteFile(lock, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
-	if err := os.WriteFile(lock, []byte(strconv.Itoa(os.Getpid())+"\n"), 0o644); err != nil {
-		t.Fatal(err)
-	} // a live pid: this test's
+	pid := strconv.Itoa(os.Getpid())
+
+	// No wait at all (LockWait 0): refused at once.
+	hold()
 	_, err := Build(context.Background(), p, o, nil)
-	want := "another build is using the fixed build path " + p.BuildPath + " (pid " + strconv.Itoa(os.Getpid()) + "); wait for it to finish (if no arpatch runs as that pid, remove " + lock + ")"
-	if err == nil || err.Error() != want {
+	want := "another build (pid " + pid + ") is using the fixed build path " + p.BuildPath + "; wait for it to finish, or pass --lock-timeout to wait for it (if no arpatch runs as that pid, remove " + lock + ")"
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
 		t.Fatalf("err = %v\nwant %s", err, want)
+	}
+	// Waiting up to 50 ms for a holder that stays: refused after the wait.
+	o.LockWait = 50 * time.Millisecond
+	var log bytes.Buffer
+	o.Log = &log
+	_, err = Build(context.Background(), p, o, nil)
+	if err == nil || !strings.Contains(err.Error(), "another build (pid "+pid+") is using the fixed build path "+p.BuildPath+" after 50ms of waiting (--lock-timeout); run this build when it is done") {
+		t.Fatalf("after the wait: %v", err)
+	}
+	if got := log.String(); got != "Blocking waiting for file lock on the fixed build path "+p.BuildPath+": another build (pid "+pid+") is using it; waiting up to 50ms (--lock-timeout)\n" {
+		t.Errorf("log: %q", got)
 	}
 	if ents, _ := e.cache.List(); len(ents) != 0 {
 		t.Error("a refused build left a cache entry")
 	}
-	// The remedy, as printed: remove the lock; the build runs.
-	if err := os.Remove(lock); err != nil {
-		t.Fatal(err)
+	// An interrupt ends the wait.
+	o.LockWait = time.Hour
+	ctx, cancel := context.WithCancel(context.Background())
+	time.AfterFunc(30*time.Millisecond, cancel)
+	if _, err := Build(ctx, p, o, nil); !errors.Is(err, ErrInterrupted) {
+		t.Fatalf("interrupted wait: %v", err)
 	}
+	// The holder lets go while the build waits: the build runs.
+	log.Reset()
+	time.AfterFunc(50*time.Millisecond, func() { _ = os.Remove(lock) })
 	if _, err := Build(context.Background(), p, o, nil); err != nil {
 		t.Fatal(err)
+	}
+	if !strings.HasPrefix(log.String(), "Blocking waiting for file lock on the fixed build path ") {
+		t.Errorf("the wait was not said: %q", log.String())
 	}
 }
 

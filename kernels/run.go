@@ -118,7 +118,7 @@ func Build(ctx context.Context, plan *Plan, opts BuildOptions, progress Progress
 // a failed command is a *BuildError with its log kept under the cache's
 // logs/, and a cancelled one ErrInterrupted.
 func produce(ctx context.Context, plan *Plan, opts BuildOptions, tmp string, progress Progress) (*Manifest, error) {
-	unstage, err := stageBuild(plan)
+	unstage, err := stageBuild(ctx, plan, opts)
 	if err != nil {
 		return nil, err
 	}

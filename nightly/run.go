@@ -993,6 +993,7 @@ func BuildOptions(cfg *Config, o Options, b *recipes.Recipe) (kernels.BuildOptio
 	if err != nil {
 		return bo, fmt.Errorf("build.%w", err)
 	}
+	bo.Log = o.Log // a wait for the fixed build path says so
 	return bo, nil
 }
 

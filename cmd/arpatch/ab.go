@@ -170,6 +170,7 @@ func abBuildOpts(f abBuildFlags) (abBuildOptions, error) {
 func abBuildRun(ctx context.Context, o abBuildOptions, s streams) error {
 	notePassedOver(s.Err, o.AB.Catalog)
 	w, dir := s.Out, o.AB.Dir
+	o.AB.Build.Log = s.Err
 	ab, results, err := kernels.ABBuild(ctx, o.AB, func(arm string) kernels.Progress { return kernels.NewProgress(s.Err, "arm "+arm) })
 	if err != nil {
 		return err

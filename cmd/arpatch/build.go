@@ -43,6 +43,7 @@ func buildToolFlags() []cli.Flag {
 		&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` of the serving environment (with torch)", Value: pyenv.Default},
 		&cli.StringFlag{Name: "cache-dir", Usage: "build cache `DIR` (default $ARPATCH_CACHE or ~/.cache/arpatch/builds)"},
 		&cli.BoolFlag{Name: "plan", Usage: "print the exact command, environment, archs and cache key; build nothing"},
+		&cli.DurationFlag{Name: "lock-timeout", Value: kernels.DefaultLockWait, Usage: "how long to wait for another build that is using the fixed build path (builds of one kind share it); 0 refuses at once"},
 	}
 }
 
@@ -135,6 +136,8 @@ type buildToolValues struct {
 	Python   string   `flag:"python"`
 	CacheDir string   `flag:"cache-dir"`
 	Plan     bool     `flag:"plan"`
+	// LockTimeout is how long to wait for the fixed build path.
+	LockTimeout time.Duration `flag:"lock-timeout"`
 }
 
 // buildCmdFlags are build's parsed flags.
@@ -204,11 +207,14 @@ func optsFromRecipe(f buildFlagValues, out string, g given, r *recipes.Recipe) (
 			return kernels.BuildOptions{}, usagef("--jobs %v (0 is one per CPU core)", err)
 		}
 	}
+	if f.LockTimeout < 0 {
+		return kernels.BuildOptions{}, usagef("--lock-timeout %s: use 0 (refuse at once) or a wait such as 30m", f.LockTimeout)
+	}
 	if g["tool"] && (f.Tool == "" || !recipes.ValidTool(recipes.Tool(f.Tool))) {
 		return kernels.BuildOptions{}, usagef("--tool %q: use %s", f.Tool, recipes.ToolsText)
 	}
 	ov := kernels.BuildOverrides{Archs: f.Arch, Offline: f.Offline, CacheDir: expandHome(f.CacheDir),
-		Src: expandHome(f.Src), Out: expandHome(out), Python: f.Python, Launcher: launcher(), Version: arpatchVersion()}
+		Src: expandHome(f.Src), Out: expandHome(out), Python: f.Python, Launcher: launcher(), Version: arpatchVersion(), LockWait: &f.LockTimeout}
 	if g["jobs"] {
 		ov.Jobs = &f.Jobs
 	}
@@ -308,6 +314,7 @@ func launcher() []string {
 // allreduce unit, print the plan, verify a cached build, or build.
 func buildRun(ctx context.Context, bo buildOptions, s streams) error {
 	o := bo.Build
+	o.Log = s.Err
 	w := s.Out
 	var err error
 	switch {

@@ -6,6 +6,7 @@ import (
 	"reflect"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/kernels"
@@ -88,5 +89,27 @@ func TestBuildOptionsAgreeWithNightly(t *testing.T) {
 		if !reflect.DeepEqual(got, tc.want) || !reflect.DeepEqual(cudaarch.Strings(n.Archs), tc.archs) {
 			t.Errorf("%s: options %+v archs %v, want %+v archs %v", tc.name, got, n.Archs, tc.want, tc.archs)
 		}
+	}
+}
+
+// TestLockTimeout: --lock-timeout sets how long a build waits for the
+// fixed build path (kernels.DefaultLockWait unless given; 0 refuses at
+// once); a negative one is a usage error.
+func TestLockTimeout(t *testing.T) {
+	t.Setenv("ARPATCH_CACHE", t.TempDir())
+	pcie, err := recipes.Embedded("pcie")
+	if err != nil {
+		t.Fatal(err)
+	}
+	opts := func(f buildCmdFlags) (kernels.BuildOptions, error) {
+		return optsFromRecipe(f.buildFlagValues, f.Out, f.Given, pcie)
+	}
+	for argv, want := range map[string]time.Duration{"arpatch build": kernels.DefaultLockWait, "arpatch build --lock-timeout 0": 0, "arpatch build --lock-timeout 90s": 90 * time.Second} {
+		if o, err := optsOf(t, opts, argv); err != nil || o.LockWait != want {
+			t.Errorf("%s: LockWait %v, %v; want %v", argv, o.LockWait, err, want)
+		}
+	}
+	if _, err := optsOf(t, opts, "arpatch build --lock-timeout -1s"); exitCode(err) != exitUsage || !strings.Contains(err.Error(), "--lock-timeout -1s: use 0 (refuse at once) or a wait such as 30m") {
+		t.Errorf("negative: %v", err)
 	}
 }
