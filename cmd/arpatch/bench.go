@@ -577,6 +577,14 @@ func benchSettings(f benchFlags, r *recipes.Recipe) (bench.Options, error) {
 			order = append(order, name)
 		}
 	}
+	if alone := soleServer(f, o.Arms); alone != "" {
+		// One server named by --url and no arm of its own: measure it as
+		// one arm, as vllm bench serve measures the server it is given,
+		// not as the recipe's A/B, which needs a server per arm.
+		o.Arms, o.Baseline, order = []bench.Arm{{Name: soleArm}}, soleArm, []string{soleArm}
+		arms = map[string]*bench.Arm{soleArm: &o.Arms[0]}
+		o.Notes = append(o.Notes, alone)
+	}
 	var out []bench.Arm
 	for _, name := range order {
 		a := arms[name]
@@ -625,6 +633,27 @@ func benchSettings(f benchFlags, r *recipes.Recipe) (bench.Options, error) {
 		}
 	}
 	return o, nil
+}
+
+// soleArm is the name of the one arm that --url measures alone.
+const soleArm = "server"
+
+// soleServer returns the note for a run that --url measures alone, or
+// "": --url with no --arm and no --baseline, where the recipe's arms
+// (more than one, none attached by URL) would otherwise all take that
+// one server and compare it with itself.
+func soleServer(f benchFlags, recipeArms []bench.Arm) string {
+	if f.URL == "" || len(f.Arms) > 0 || f.Given["baseline"] || len(recipeArms) < 2 {
+		return ""
+	}
+	var names []string
+	for _, a := range recipeArms {
+		if a.URL != "" {
+			return ""
+		}
+		names = append(names, a.Name)
+	}
+	return fmt.Sprintf("--url %s: one server, measured as one arm named %s; the recipe's arms (%s) are an A/B that needs a server per arm: --arm NAME:url=URL for each", f.URL, soleArm, strings.Join(names, ", "))
 }
 
 // benchLoad sets the open-loop load and the serving metrics' selection

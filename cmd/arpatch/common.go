@@ -7,6 +7,7 @@ import (
 	"github.com/arpatch/arpatch/internal/errwriter"
 	"io"
 	"os"
+	"reflect"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -174,10 +175,60 @@ func notePassedOver(w io.Writer, cat *patches.Catalog) {
 	}
 }
 
+// writeJSON writes v indented, every nil slice and map in it as [] and
+// {} (emptyLists): a list that is empty reads as one, not as null, so
+// that `jq '.drift | length'` and a dashboard's loop work on it.
 func writeJSON(w io.Writer, v any) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
-	return enc.Encode(v)
+	cp := reflect.New(reflect.TypeOf(v))
+	cp.Elem().Set(reflect.ValueOf(v))
+	emptyLists(cp.Elem(), 0)
+	return enc.Encode(cp.Elem().Interface())
+}
+
+// emptyLists sets every nil slice and map reachable from v through
+// exported fields, pointers, slices, maps' values of pointer type and
+// interfaces to an empty one, in place (v's pointers are followed, so
+// the values they point to change too). It stops 32 levels down.
+func emptyLists(v reflect.Value, depth int) {
+	if depth > 32 {
+		return
+	}
+	switch v.Kind() {
+	case reflect.Pointer, reflect.Interface:
+		if !v.IsNil() {
+			emptyLists(v.Elem(), depth+1)
+		}
+	case reflect.Struct:
+		for i := 0; i < v.NumField(); i++ {
+			if f := v.Field(i); f.CanSet() {
+				emptyLists(f, depth+1)
+			}
+		}
+	case reflect.Slice:
+		if v.IsNil() {
+			if v.CanSet() && v.Type().Elem().Kind() != reflect.Uint8 { // []byte is a base64 string
+				v.Set(reflect.MakeSlice(v.Type(), 0, 0))
+			}
+			return
+		}
+		for i := 0; i < v.Len(); i++ {
+			emptyLists(v.Index(i), depth+1)
+		}
+	case reflect.Map:
+		if v.IsNil() {
+			if v.CanSet() {
+				v.Set(reflect.MakeMap(v.Type()))
+			}
+			return
+		}
+		for _, k := range v.MapKeys() {
+			if e := v.MapIndex(k); e.Kind() == reflect.Pointer {
+				emptyLists(e, depth+1)
+			}
+		}
+	}
 }
 
 // closeWritten closes f, a file the command wrote (named by flag), and

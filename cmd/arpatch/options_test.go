@@ -444,6 +444,13 @@ func TestBenchOpts(t *testing.T) {
 		o.Reports != (benchReports{JSON: dir + "/b.json", Markdown: dir + "/b.md", Benchfmt: dir + "/b.txt", Plot: dir + "/b.svg"}) {
 		t.Errorf("flags: %+v", o)
 	}
+	// --url alone, with the recipe's two arms: one arm measuring that
+	// server, and a note that says so.
+	o, err = optsOf(t, benchOpts, "arpatch bench --url http://h:1")
+	if err != nil || len(o.Bench.Arms) != 1 || o.Bench.Arms[0].Name != "server" || o.Bench.Arms[0].URL != "http://h:1" || o.Bench.Baseline != "server" ||
+		len(o.Bench.Notes) != 1 || !strings.Contains(o.Bench.Notes[0], "one server, measured as one arm named server; the recipe's arms (baseline, pcie) are an A/B") {
+		t.Errorf("--url alone: %+v, %v", o.Bench, err)
+	}
 	// The load and the serving selection: a rate opens the loop, with no
 	// cap on requests in flight unless --max-concurrency (--concurrency)
 	// gives one; without a rate, nothing is open and the selection is
@@ -483,7 +490,7 @@ func TestBenchOpts(t *testing.T) {
 		{"arpatch bench --url http://h:1 --launch-cmd x", exitUsage, []string{"--url attaches to a running server and --launch-cmd starts one: pass one of them"}},
 		{"arpatch bench --url h:1", exitUsage, []string{"--url h:1 is not a server URL: give http://HOST:PORT (e.g. http://h:1)"}},
 		{"arpatch bench --url 127.0.0.1:39111", exitUsage, []string{"--url 127.0.0.1:39111 is not a server URL: give http://HOST:PORT (e.g. http://127.0.0.1:39111)"}},
-		{"arpatch bench --url http://h:1", exitUsage, []string{"--url http://h:1 would serve 2 arms", "--arm NAME:url=URL, or --launch-cmd"}},
+		{"arpatch bench --url http://h:1 --baseline pcie", exitUsage, []string{"--url http://h:1 would serve 2 arms", "--arm NAME:url=URL, or --launch-cmd"}},
 		{"arpatch bench --arm 'x:bogus=1'" + launch, exitUsage, []string{`--arm x: unknown key "bogus"`}},
 		{"arpatch bench --arm 'x:args=--tp 2,launch-cmd=y'" + launch, exitUsage, []string{"--arm x: args= are server arguments for the built-in launch", "with launch-cmd= put them in the command"}},
 		{"arpatch bench --arm 'x:url=http://h:1,env.A=1'" + launch, exitUsage, []string{"--arm x: url= attaches to a running server, so env.VAR= would not apply"}},

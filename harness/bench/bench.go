@@ -118,6 +118,11 @@ type Options struct {
 	Preflight func(ctx context.Context) (*allreduce.Report, error)
 	Force     bool
 
+	// Notes are what the caller's settings decided for the run that a
+	// reader of its result must know (a server measured alone); Run
+	// puts them first in Result.Findings.
+	Notes []string
+
 	// Progress is told about each request; nil for none.
 	Progress func(p Progress)
 	// HTTP, when set, is the HTTP client for every server's requests (a
@@ -324,6 +329,7 @@ func Run(ctx context.Context, o Options) (*Result, error) {
 		return res, err
 	}
 	res.Baseline = o.Baseline
+	res.Findings = append(res.Findings, o.Notes...)
 	if launching(o) {
 		if orphans := server.Orphans(o.LogDir); len(orphans) > 0 {
 			g := orphans[0]
