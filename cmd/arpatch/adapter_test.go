@@ -268,6 +268,7 @@ func TestInterspersed(t *testing.T) {
 func TestTrailingFlagNeedsValue(t *testing.T) {
 	type showFlags struct {
 		DB   string `flag:"db"`
+		JSON bool   `flag:"json"`
 		Args args
 	}
 	for _, r := range []refusal{
@@ -462,4 +463,27 @@ func TestLeafHelpHasNoCommands(t *testing.T) {
 		}
 	}
 	walk([]string{"arpatch"}, newApp(io.Discard, io.Discard).Commands)
+}
+
+// Every command that runs (a leaf, or a group with an action of its own)
+// has examples in its --help, which TestDocExamplesRun runs.
+func TestEveryCommandHasExamples(t *testing.T) {
+	var walk func(path string, cmds []*cli.Command)
+	walk = func(path string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			if c.Hidden || c.Name == "help" {
+				continue
+			}
+			name := path + " " + c.Name
+			if len(c.Subcommands) == 0 || c.Action != nil {
+				// bench's say "Examples (each runs in seconds ...):",
+				// which bench_examples_test.go runs.
+				if !strings.Contains(c.Description, "Examples:\n") && !strings.Contains(c.Description, "\nExamples (") {
+					t.Errorf("%s --help has no Examples", name)
+				}
+			}
+			walk(name, c.Subcommands)
+		}
+	}
+	walk("arpatch", newApp(io.Discard, io.Discard).Commands)
 }

@@ -112,6 +112,11 @@ func applyRun(ctx context.Context, o applyOptions, s streams) error {
 		return err
 	}
 	printApply(s.Out, rep, printed, o.Apply.Repo, o.Apply.Catalog)
+	if rep.Series != nil && o.Apply.Catalog.Dir == "" {
+		if n := builtInCopyNote(shippedDir, rep.Series.Name); n != "" {
+			fmt.Fprintln(s.Err, n)
+		}
+	}
 	printRuntimeEnv(s.Out, rep, printed.Env, o.Tune.Tune, tuned)
 	return nil
 }

@@ -4,15 +4,18 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"github.com/arpatch/arpatch/internal/errwriter"
 	"io"
 	"os"
+	"path/filepath"
 	"reflect"
 	"strings"
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/arpatch/arpatch/internal/digest"
+	"github.com/arpatch/arpatch/internal/errwriter"
 	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -257,4 +260,44 @@ func openLog(path string) (*errwriter.Writer, func(err *error), error) {
 		}
 		closeWritten(err, f, "--log")
 	}, nil
+}
+
+// shippedDir is where a checkout of arpatch keeps the series it builds
+// in, relative to the checkout's root.
+const shippedDir = "patches/sglang"
+
+// builtInCopyNote says when the series name that arpatch has built in
+// differs from dir/name on disk (dir: a checkout's patches/sglang, as
+// the README's `arpatch patches seal patches/sglang/<name>` edits it):
+// another patch list, or a patch whose bytes are not the ones built in,
+// sealed or not. apply, check and the nightly run the copy built into
+// the binary unless given --patches-dir, so the note names the flag
+// that runs the copy on disk and the build that builds it in. It is ""
+// when name is not a built-in series, dir/name holds no series, or the
+// two are the same.
+func builtInCopyNote(dir, name string) string {
+	cat, err := patches.Embedded()
+	if err != nil {
+		return ""
+	}
+	built, err := cat.Get(name)
+	if err != nil {
+		return ""
+	}
+	b, err := os.ReadFile(filepath.Join(dir, name, patches.SeriesFile))
+	if err != nil {
+		return ""
+	}
+	onDisk, err := patches.LoadSeries(os.DirFS(dir), name, dir+"/")
+	same := err == nil && len(onDisk.Patches) == len(built.Patches) && len(b) > 0
+	for i := 0; same && i < len(built.Patches); i++ {
+		p := built.Patches[i]
+		data, err := os.ReadFile(filepath.Join(dir, name, p.File))
+		same = err == nil && onDisk.Patches[i].File == p.File && digest.SHA256Hex(data) == p.SHA256
+	}
+	if same {
+		return ""
+	}
+	return fmt.Sprintf("note: %s differs from the series %s built into this arpatch, which is the one apply, patches check and nightly use: pass `--patches-dir %s` to use the copy on disk, or rebuild arpatch (`go build -o bin/arpatch ./cmd/arpatch`) to build it in",
+		filepath.Join(dir, name), name, shellq.Quote(dir))
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"os"
@@ -136,16 +135,31 @@ func historyCommand() *cli.Command {
 		Subcommands: []*cli.Command{
 			{
 				Name: "list", Usage: "list runs, newest first", UsageText: "arpatch history list [--db FILE] [--limit N]",
+				Description: `Examples:
+   arpatch history list
+   arpatch history list --limit 1`,
 				Flags: []cli.Flag{db, &cli.IntFlag{Name: "limit", Value: 30, Usage: "list the newest `N` runs; 0 lists every run"}}, Before: noArgs,
 				Action: action(historyListOpts, historyListRun),
 			},
 			{
-				Name: "show", Usage: "show one run: environment, drift, arms, checks", UsageText: "arpatch history show RUN [--db FILE]",
-				Flags:  []cli.Flag{db},
-				Action: action(historyRunOpts("show"), historyShowRun),
+				Name: "show", Usage: "show one run: environment, drift, arms, checks", UsageText: "arpatch history show RUN [--db FILE] [--json]",
+				Description: `Text for a person; --json gives the run as JSON (run, drift, checks, arms
+with their trials' metrics). An INVALID arm's figures are not shown.
+
+Examples:
+   arpatch history show 1
+   arpatch history show 1 --json`,
+				Flags:  []cli.Flag{db, jsonFlag()},
+				Action: action(historyShowOpts, historyShowRun),
 			},
 			{
 				Name: "export", Usage: "export every trial as CSV or JSON", UsageText: "arpatch history export --format csv|json [--db FILE]",
+				Description: `One row per trial: the run, hardware, workload and commit, the arm, and
+every metric of the bench table. An INVALID arm's rows say so.
+
+Examples:
+   arpatch history export --format csv
+   arpatch history export --format json`,
 				Flags: []cli.Flag{db, &cli.StringFlag{Name: "format", Value: "csv", Usage: "report `FORMAT`: csv or json"}}, Before: noArgs,
 				Action: action(historyExportOpts, historyExportRun),
 			},
@@ -157,7 +171,11 @@ arpatch history plot --x concurrency --metric tok_s --out FILE.svg|png [--run RU
 level (numbers from other machines, workloads or levels do not belong on one
 line); by default those of the newest run, at its lowest level. With
 --x concurrency: one line per arm of one run (--run, default the newest with
-bench results), the metric against the concurrency levels it swept.`,
+bench results), the metric against the concurrency levels it swept.
+
+Examples:
+   arpatch history plot --metric tok_s --out tok_s.svg
+   arpatch history plot --x concurrency --metric tok_s --out conc.png`,
 				Flags: []cli.Flag{db, &cli.StringFlag{Name: "metric", Value: stats.TokS, Usage: "`METRIC`: " + stats.Known()},
 					&cli.StringFlag{Name: "out", Usage: "`FILE` (.svg, .png or .pdf)", Required: true},
 					&cli.StringFlag{Name: "hardware", Usage: "hardware `KEY` to plot (default: the newest run's)"},
@@ -174,7 +192,10 @@ bench results), the metric against the concurrency levels it swept.`,
 the same hardware and workload; nights that failed their checks (exit 1)
 are never references, so a real slowdown keeps failing. When the change is
 deliberate (a new upstream, a new toolchain), accept the first night of the
-new level: later nights then compare with it and the runs after it.`,
+new level: later nights then compare with it and the runs after it.
+
+Examples:
+   arpatch history accept 1`,
 				Flags:  []cli.Flag{db},
 				Action: action(historyRunOpts("accept"), historyAcceptRun),
 			},
@@ -301,20 +322,6 @@ func historyRunOpts(cmd string) func(historyRunFlags) (historyRunOptions, error)
 		db, err := historyDB(f.DB)
 		return historyRunOptions{DB: db, Run: id}, err
 	}
-}
-
-// historyShowRun prints one run as JSON.
-func historyShowRun(_ context.Context, o historyRunOptions, st streams) error {
-	return withHistory(o.DB, false, func(s *history.Store) error {
-		d, err := s.Show(o.Run)
-		if err != nil {
-			return err
-		}
-		enc := json.NewEncoder(st.Out)
-		enc.SetIndent("", "  ")
-		enc.SetEscapeHTML(false) // conflict details hold C++'s < > &
-		return enc.Encode(d)
-	})
 }
 
 // historyAcceptRun makes the run the new reference.

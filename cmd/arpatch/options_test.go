@@ -551,9 +551,15 @@ func TestHistoryOpts(t *testing.T) {
 	if err != nil || l != (historyListOptions{DB: home + "/h.db", Limit: 5}) {
 		t.Errorf("list: %+v, %v", l, err)
 	}
-	for _, c := range []struct{ argv, cmd string }{{"arpatch history show 3 --db ~/h.db", "show"}, {"arpatch history accept --db ~/h.db 3", "accept"}} {
-		r, err := optsOf(t, historyRunOpts(c.cmd), c.argv)
-		if err != nil || r != (historyRunOptions{DB: home + "/h.db", Run: 3}) {
+	if r, err := optsOf(t, historyRunOpts("accept"), "arpatch history accept --db ~/h.db 3"); err != nil || r != (historyRunOptions{DB: home + "/h.db", Run: 3}) {
+		t.Errorf("accept: %+v, %v", r, err)
+	}
+	for _, c := range []struct {
+		argv string
+		json bool
+	}{{"arpatch history show 3 --db ~/h.db", false}, {"arpatch history show 3 --json --db ~/h.db", true}} {
+		r, err := optsOf(t, historyShowOpts, c.argv)
+		if err != nil || r != (historyShowOptions{historyRunOptions{DB: home + "/h.db", Run: 3}, c.json}) {
 			t.Errorf("%s: %+v, %v", c.argv, r, err)
 		}
 	}
@@ -579,7 +585,12 @@ func TestHistoryOpts(t *testing.T) {
 		{"accept", refusal{"arpatch history accept x", exitUsage, []string{"history accept takes one run number"}}},
 		{"show", refusal{"arpatch history show 3 --bogus", exitUsage, []string{"unknown flag --bogus"}}},
 	} {
-		_, err := optsOf(t, historyRunOpts(c.cmd), c.r.argv)
+		var err error
+		if c.cmd == "show" {
+			_, err = optsOf(t, historyShowOpts, c.r.argv)
+		} else {
+			_, err = optsOf(t, historyRunOpts(c.cmd), c.r.argv)
+		}
 		checkRefusal(t, c.r, err)
 	}
 	refuses(t, historyExportOpts, []refusal{

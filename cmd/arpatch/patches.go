@@ -30,9 +30,16 @@ func patchesCommand() *cli.Command {
 				Name:      "list",
 				Usage:     "list the known series with their patches",
 				UsageText: "arpatch patches list [--patches-dir DIR]",
-				Flags:     []cli.Flag{patchesDirFlag()},
-				Before:    noArgs,
-				Action:    action(patchesListOpts, patchesListRun),
+				Description: `Lists each series with its family, the commits it was tested on and its
+patches with their sha256: those built into arpatch, or those under
+--patches-dir.
+
+Examples:
+   arpatch patches list
+   arpatch patches list --patches-dir patches/sglang`,
+				Flags:  []cli.Flag{patchesDirFlag()},
+				Before: noArgs,
+				Action: action(patchesListOpts, patchesListRun),
 			},
 			{
 				Name:      "check",
@@ -66,9 +73,11 @@ Examples:
 				UsageText: "arpatch patches seal DIR...",
 				Description: `After editing a patch, seal writes its new sha256 into series.toml, so that
 apply accepts it. Apply refuses any patch whose bytes differ from the
-recorded sha256.
+recorded sha256. arpatch applies the series built into it: an edited copy
+of one (in a checkout of arpatch) runs with --patches-dir patches/sglang,
+or once arpatch is rebuilt, and seal says so.
 
-Example:
+Examples:
    arpatch patches seal patches/sglang/pcie-2026-04`,
 				Action: action(patchesSealOpts, patchesSealRun),
 			},
@@ -197,6 +206,9 @@ func patchesSealRun(_ context.Context, dirs []string, s streams) error {
 		}
 		for _, n := range changed {
 			fmt.Fprintf(s.Out, "%s: sealed %s\n", dir, n)
+		}
+		if n := builtInCopyNote(filepath.Dir(filepath.Clean(dir)), base); n != "" {
+			fmt.Fprintln(s.Err, n)
 		}
 	}
 	return nil

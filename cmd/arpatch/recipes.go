@@ -26,8 +26,14 @@ func recipesCommand() *cli.Command {
 			Name:      "show",
 			Usage:     "print one recipe with every default filled in",
 			UsageText: "arpatch recipes show NAME | arpatch recipes show --recipe-file PATH",
-			Flags:     []cli.Flag{recipeFileFlag()},
-			Action:    action(recipesShowOpts, recipesShowRun),
+			Description: `Prints the recipe as TOML with every default filled in, and where it came
+from.
+
+Examples:
+   arpatch recipes show pcie
+   arpatch recipes show --recipe-file my-recipe.toml`,
+			Flags:  []cli.Flag{recipeFileFlag()},
+			Action: action(recipesShowOpts, recipesShowRun),
 		}},
 	}
 }

@@ -78,6 +78,7 @@ func TestMain(m *testing.M) {
 // script.
 //
 //	fakeranks FILE       write harness/tune/testdata/fakeranks.sh (fake torchrun ranks) to FILE
+//	shippedseries DIR    copy the shipped series (patches/sglang) to DIR
 //	stubp2p DIR          write harness/p2p/testdata/stubranks.sh as DIR/python3: torchrun's
 //	                     ranks as p2p.py on its stub device ($P2P_STUB: its faults), any
 //	                     other python3 call to the python3 after DIR on PATH
@@ -278,6 +279,14 @@ func TestScripts(t *testing.T) {
 				ts.Check(err)
 				ts.Check(os.MkdirAll(ts.MkAbs(args[0]), 0o755))
 				ts.Check(testbin.Write(filepath.Join(ts.MkAbs(args[0]), "setpci"), b))
+			},
+			"shippedseries": func(ts *testscript.TestScript, neg bool, args []string) {
+				// Copy the series arpatch ships (patches/sglang, as a
+				// checkout of arpatch holds them) to DIR.
+				if len(args) != 1 {
+					ts.Fatalf("usage: shippedseries DIR")
+				}
+				ts.Check(os.CopyFS(ts.MkAbs(args[0]), os.DirFS(filepath.Join("..", "..", "patches", "sglang"))))
 			},
 			"stubp2p": func(ts *testscript.TestScript, neg bool, args []string) {
 				if len(args) != 1 {

@@ -1,0 +1,154 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"maps"
+	"slices"
+	"strings"
+	"text/tabwriter"
+	"time"
+
+	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/history"
+)
+
+// historyShowFlags are history show's parsed flags: the run, --db and
+// --json.
+type historyShowFlags struct {
+	historyRunFlags
+	JSON bool `flag:"json"`
+}
+
+// historyShowOptions are every input of historyShowRun.
+type historyShowOptions struct {
+	historyRunOptions
+	JSON bool // the run as JSON (history.Detail) instead of text
+}
+
+func historyShowOpts(f historyShowFlags) (historyShowOptions, error) {
+	o, err := historyRunOpts("show")(f.historyRunFlags)
+	return historyShowOptions{historyRunOptions: o, JSON: f.JSON}, err
+}
+
+// historyShowRun prints one run: as text for a person, or with --json
+// as history.Detail.
+func historyShowRun(_ context.Context, o historyShowOptions, st streams) error {
+	return withHistory(o.DB, false, func(s *history.Store) error {
+		d, err := s.Show(o.Run)
+		if err != nil {
+			return err
+		}
+		if o.JSON {
+			return writeJSON(st.Out, d)
+		}
+		printRun(st.Out, d)
+		return nil
+	})
+}
+
+// printRun writes a run as text: the run's line and its identity, the
+// environment, the drift per series, commit and patch (with each
+// conflict's detail indented), the checks, and per arm its trials with
+// every metric of stats.Table.
+func printRun(w io.Writer, d *history.Detail) {
+	r := d.Run
+	exit := "-"
+	if r.ExitCode != nil {
+		exit = fmt.Sprint(*r.ExitCode)
+	}
+	fmt.Fprintf(w, "run %d: %s, exit %s, %s\n", r.ID, r.Status, exit, r.Verdict)
+	if r.Accepted {
+		fmt.Fprintln(w, "  accepted as the reference of its hardware and workload")
+	}
+	finished := "-"
+	if r.FinishedAt != nil {
+		finished = r.FinishedAt.UTC().Format(time.DateTime)
+	}
+	for _, kv := range [][2]string{
+		{"started", r.StartedAt.UTC().Format(time.DateTime) + " UTC (finished " + finished + ", pid " + fmt.Sprint(r.PID) + ")"},
+		{"hardware", r.HardwareKey}, {"workload", r.Workload}, {"sglang", r.SGLangCommit + " (upstream head " + r.UpstreamHead + ")"},
+		{"series", r.SeriesHash}, {"arpatch", r.ArpatchVersion},
+	} {
+		if kv[1] != "" {
+			fmt.Fprintf(w, "  %-9s %s\n", kv[0], kv[1])
+		}
+	}
+	if len(r.Env) > 0 {
+		fmt.Fprintln(w, "environment:")
+		for _, k := range slices.Sorted(maps.Keys(r.Env)) {
+			fmt.Fprintf(w, "  %s=%s\n", k, r.Env[k])
+		}
+	}
+	if len(d.Drift) > 0 {
+		fmt.Fprintln(w, "drift:")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		fmt.Fprintln(tw, "  SERIES\tCOMMIT\tREV\tPATCH\tFIT")
+		for _, x := range d.Drift {
+			fmt.Fprintf(tw, "  %s\t%.12s\t%s\t%s\t%s\n", x.Series, x.Commit, x.Rev, x.Patch, x.Fit)
+		}
+		tw.Flush()
+		for _, x := range d.Drift {
+			if x.Detail != "" {
+				fmt.Fprintf(w, "  %s %s at %.12s:\n    %s\n", x.Series, x.Patch, x.Commit, strings.ReplaceAll(strings.TrimRight(x.Detail, "\n"), "\n", "\n    "))
+			}
+		}
+	}
+	if len(d.Checks) > 0 {
+		fmt.Fprintln(w, "checks:")
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		for _, c := range d.Checks {
+			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", c.Status, c.Kind, c.Name, firstLine(c.Detail))
+		}
+		tw.Flush()
+	}
+	for _, a := range d.Arms {
+		mark := ""
+		if a.Invalid {
+			mark = " INVALID: its figures are no result"
+		}
+		agree := ""
+		if a.Agreement != nil {
+			agree = fmt.Sprintf(", outputs agree %.0f%%", *a.Agreement*100)
+		}
+		build := ", no build recorded"
+		if a.BuildKey != "" {
+			build = fmt.Sprintf(", build %.12s", a.BuildKey)
+		}
+		fmt.Fprintf(w, "arm %s (recipe %s%s%s)%s\n", a.Name, a.Recipe, build, agree, mark)
+		if len(a.Trials) == 0 {
+			continue
+		}
+		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+		h := []string{"  trial", "conc", "wall s", "errors"}
+		for _, m := range stats.Table {
+			h = append(h, m.Label)
+		}
+		fmt.Fprintln(tw, strings.Join(h, "\t"))
+		for _, t := range a.Trials {
+			row := []string{fmt.Sprintf("  %d", t.Index), fmt.Sprint(t.Concurrency), fmt.Sprintf("%.2f", t.Wall), fmt.Sprint(t.Errors)}
+			for _, m := range stats.Table {
+				v, ok := t.Values[m.Name]
+				switch {
+				case a.Invalid:
+					row = append(row, "-")
+				case ok:
+					row = append(row, fmt.Sprintf("%.*f", m.Prec, v))
+				default:
+					row = append(row, "n/a")
+				}
+			}
+			fmt.Fprintln(tw, strings.Join(row, "\t"))
+		}
+		tw.Flush()
+	}
+}
+
+// firstLine is s up to its first newline, with " ..." when more follows.
+func firstLine(s string) string {
+	if f, _, more := strings.Cut(s, "\n"); more {
+		return f + " ..."
+	}
+	return s
+}
