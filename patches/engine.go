@@ -6,6 +6,7 @@ import (
 	"io/fs"
 	"slices"
 	"sort"
+	"strings"
 )
 
 // Tree is read access to a source tree: a checkout on disk, or a commit in a
@@ -58,7 +59,35 @@ func (r *Result) Offsets() []HunkResult {
 var (
 	ErrFileExists  = errors.New("file already exists")
 	ErrFileMissing = errors.New("file does not exist")
+	// ErrNotADirectory is a file created or edited under a path that is a
+	// file (git apply: "Not a directory", ENOTDIR).
+	ErrNotADirectory = errors.New("not a directory")
 )
+
+// underFile returns the first parent directory of path that is a file
+// in the tree the series has made so far or in its base (a file the
+// series deletes included: it has no directory in its place), or "".
+func (o *overlay) underFile(path string) string {
+	for i := strings.IndexByte(path, '/'); i >= 0; i = next(path, i) {
+		a := path[:i]
+		if e, ok := o.cur[a]; ok && e.exists {
+			return a
+		}
+		if _, err := o.base.ReadFile(a); err == nil {
+			return a
+		}
+	}
+	return ""
+}
+
+// next is the index of the '/' after i in path, or -1.
+func next(path string, i int) int {
+	j := strings.IndexByte(path[i+1:], '/')
+	if j < 0 {
+		return -1
+	}
+	return i + 1 + j
+}
 
 // FileError is a conflict on a whole file: a created file that exists, or a
 // modified or deleted one that does not.
@@ -166,6 +195,9 @@ func (o *overlay) result() *Result {
 func applyPatch(o *overlay, p *Patch, d *Diff) ([]HunkResult, error) {
 	var all []HunkResult
 	for _, fc := range d.Changes {
+		if a := o.underFile(fc.Path); a != "" && fc.Op != Delete {
+			return nil, &FileError{Patch: p.Name, Path: fc.Path, Op: fc.Op, Err: fmt.Errorf("%w: %s is a file", ErrNotADirectory, a)}
+		}
 		e, err := o.get(fc.Path)
 		if err != nil {
 			return nil, fmt.Errorf("patch %s: reading %s: %w", p.Name, fc.Path, err)

@@ -345,3 +345,29 @@ func TestApplyDoesNotTouchTheTree(t *testing.T) {
 		t.Error("Apply changed its input tree")
 	}
 }
+
+// TestUnderAFile: a file created or edited under a path that is a file
+// (in the tree, made by the series, or deleted by it: no directory takes
+// its place) is refused, as git apply's write is ("Not a directory"), so
+// that `patches check` does not call fitting what apply refuses.
+func TestUnderAFile(t *testing.T) {
+	create := func(p string) string {
+		return "diff --git a/" + p + " b/" + p + "\nnew file mode 100644\n--- /dev/null\n+++ b/" + p + "\n@@ -0,0 +1 @@\n+x\n"
+	}
+	const del = "diff --git a/f.txt b/f.txt\ndeleted file mode 100644\n--- a/f.txt\n+++ /dev/null\n@@ -1 +0,0 @@\n-a\n"
+	for name, c := range map[string]struct{ diff, want string }{
+		"under a tree file":         {create("f.txt/x"), "patch 0001-test.patch: cannot create f.txt/x: not a directory: f.txt is a file"},
+		"deep under a tree file":    {create("f.txt/d/x"), "cannot create f.txt/d/x: not a directory: f.txt is a file"},
+		"under a file it creates":   {create("n") + create("n/x"), "cannot create n/x: not a directory: n is a file"},
+		"in a deleted file's place": {del + create("f.txt/x"), "cannot create f.txt/x: not a directory: f.txt is a file"},
+	} {
+		_, err := applyOne(t, memTree{"f.txt": "a\n", "d/g.txt": "g\n"}, c.diff)
+		if err == nil || !errors.Is(err, ErrNotADirectory) || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("%s: %v, want %q", name, err, c.want)
+		}
+	}
+	// Beside a file, or in a directory: fine.
+	if _, err := applyOne(t, memTree{"f.txt": "a\n", "d/g.txt": "g\n"}, create("d/x")+create("f.txt.d/x")); err != nil {
+		t.Error(err)
+	}
+}

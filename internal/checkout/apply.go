@@ -552,6 +552,9 @@ func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.
 			}
 		}
 	}
+	if err := pathKinds(tree, head, root.Dir, ps, checkCmd); err != nil {
+		return err
+	}
 	for p := range seriesFiles(ps) {
 		want, werr := tree.ReadFile(p)
 		got, gerr := root.ReadFile(p)
@@ -561,6 +564,12 @@ func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.
 		var pe *safefs.PathError
 		if errors.As(gerr, &pe) {
 			return gerr
+		}
+		if gerr != nil && !errors.Is(gerr, fs.ErrNotExist) {
+			return fmt.Errorf("%s: %s cannot be read: %s; nothing was changed. Fix that (its permissions), then apply", root.Dir, p, cause(gerr))
+		}
+		if werr != nil && !errors.Is(werr, fs.ErrNotExist) {
+			return fmt.Errorf("%s: %v; nothing was changed. The series was made for another tree: `%s` shows which series fits commit %s", root.Dir, werr, checkCmd, githash.Hash(head).Short())
 		}
 		switch {
 		case errors.Is(werr, fs.ErrNotExist) && gerr == nil:

@@ -46,7 +46,8 @@ func (r Root) resolve(rel string) (string, error) {
 	for _, part := range strings.Split(rel, "/") {
 		cur = filepath.Join(cur, part)
 		fi, err := os.Lstat(cur)
-		if errors.Is(err, fs.ErrNotExist) {
+		if errors.Is(err, fs.ErrNotExist) || errors.Is(err, syscall.ENOTDIR) {
+			// Absent, or under a file (ENOTDIR): no symlink on the way.
 			return filepath.Join(r.Dir, filepath.FromSlash(rel)), nil
 		}
 		if err != nil {
@@ -60,7 +61,9 @@ func (r Root) resolve(rel string) (string, error) {
 }
 
 // ReadFile reads a file under the root. A missing file gives an error
-// wrapping fs.ErrNotExist; a refused path a *PathError.
+// wrapping fs.ErrNotExist, one under a path that is a file too (it wraps
+// syscall.ENOTDIR as well: "not a directory"); a refused path a
+// *PathError.
 func (r Root) ReadFile(rel string) ([]byte, error) {
 	p, err := r.resolve(rel)
 	if err != nil {
@@ -68,7 +71,7 @@ func (r Root) ReadFile(rel string) ([]byte, error) {
 	}
 	fi, err := os.Stat(p)
 	if err != nil {
-		return nil, err
+		return nil, absent(err)
 	}
 	if !fi.Mode().IsRegular() {
 		return nil, &PathError{rel, "not a regular file"}
@@ -84,7 +87,7 @@ func (r Root) Mode(rel string) (fs.FileMode, error) {
 	}
 	fi, err := os.Stat(p)
 	if err != nil {
-		return 0, err
+		return 0, absent(err)
 	}
 	return fi.Mode().Perm(), nil
 }
@@ -143,6 +146,15 @@ func (e *WriteError) Unwrap() error { return e.Err }
 // If any step fails, files already changed are put back byte for byte and
 // created directories removed, and the returned error says so. It returns
 // a *PathError for a refused path.
+// absent makes an ENOTDIR (a path under a file) an error that wraps
+// fs.ErrNotExist too: no file is there.
+func absent(err error) error {
+	if errors.Is(err, syscall.ENOTDIR) && !errors.Is(err, fs.ErrNotExist) {
+		return fmt.Errorf("%w (%w)", fs.ErrNotExist, err)
+	}
+	return err
+}
+
 func (r Root) Write(changes []Change) error {
 	plan := make([]undo, len(changes))
 	for i, c := range changes {
@@ -241,7 +253,11 @@ func rollback(plan []undo, changes []Change, made []string) error {
 				err = os.Chmod(u.abs, u.mode)
 			}
 		default:
-			if rerr := os.Remove(u.abs); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) {
+			// A file that did not exist is gone when removing it says it
+			// is not there, or that it cannot be there (a parent is a
+			// file, the name is too long): the write that failed made
+			// nothing.
+			if rerr := os.Remove(u.abs); rerr != nil && !errors.Is(rerr, fs.ErrNotExist) && !errors.Is(rerr, syscall.ENOTDIR) && !errors.Is(rerr, syscall.ENAMETOOLONG) {
 				err = rerr
 			}
 		}

@@ -255,3 +255,33 @@ func TestWriteFileFollowsWhatIsThere(t *testing.T) {
 		}
 	})
 }
+
+// TestWriteRestoresAfterImpossiblePaths: a write that fails because its
+// path cannot exist (a name longer than the file system takes, a file
+// under a file an earlier change writes) is rolled back fully: removing
+// the file it never made is no failure of the rollback. A read under a
+// file is a missing file (fs.ErrNotExist, and ENOTDIR's words).
+func TestWriteRestoresAfterImpossiblePaths(t *testing.T) {
+	for name, bad := range map[string][]Change{
+		"name too long":         {{Path: "new/" + strings.Repeat("n", 300), Data: []byte("x")}},
+		"under a file it makes": {{Path: "new", Data: []byte("n")}, {Path: "new/x", Data: []byte("x")}},
+	} {
+		dir := t.TempDir()
+		write(t, filepath.Join(dir, "a.txt"), "A", 0o644)
+		root := Root{Dir: dir}
+		err := root.Write(append([]Change{{Path: "a.txt", Data: []byte("A2")}}, bad...))
+		var we *WriteError
+		if !errors.As(err, &we) || !we.Restored || read(t, filepath.Join(dir, "a.txt")) != "A" {
+			t.Errorf("%s: %v (restored: %v)", name, err, we != nil && we.Restored)
+		}
+		if _, err := os.Stat(filepath.Join(dir, "new")); !errors.Is(err, fs.ErrNotExist) {
+			t.Errorf("%s: what it made is left", name)
+		}
+	}
+	dir := t.TempDir()
+	write(t, filepath.Join(dir, "a.txt"), "A", 0o644)
+	_, err := Root{Dir: dir}.ReadFile("a.txt/x")
+	if !errors.Is(err, fs.ErrNotExist) || !errors.Is(err, syscall.ENOTDIR) {
+		t.Errorf("read under a file: %v", err)
+	}
+}
