@@ -210,7 +210,7 @@ func (e exitError) ExitCode() int { return e.code }
 func exitWith(code int, msg string) error { return exitError{code, msg} }
 
 // exitCode maps a command's error onto arpatch's exit codes: a usage
-// error (usageError, an abbreviated commit) is 2, an exitError its code,
+// error (usageError, an ambiguous abbreviated commit) is 2, an exitError its code,
 // any other error 1.
 func exitCode(err error) int {
 	if err == nil {

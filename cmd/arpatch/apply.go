@@ -36,7 +36,7 @@ a no-op.
 
 Examples:
    arpatch apply --recipe pcie --repo ~/mirrors/sglang.git
-   arpatch apply --recipe pcie --src ~/sglang --dry-run
+   arpatch apply --recipe pcie --repo ~/mirrors/sglang.git --dry-run
    arpatch apply --recipe pcie --commit 8905cbd42f4a27dbecad6487cd3904278756fef8 --repo ~/mirrors/sglang.git --src sglang-b
    arpatch apply --recipe-file my.toml --patches-dir ./my-series`,
 		Flags: append([]cli.Flag{
@@ -112,6 +112,11 @@ func applyRun(ctx context.Context, o applyOptions, s streams) error {
 		return err
 	}
 	printApply(s.Out, rep, printed, o.Apply.Repo, o.Apply.Catalog)
+	if rep.WouldClone && rep.Result == nil && printed.Series != "" {
+		// Nothing was checked: a dry run that exits 0 would say the
+		// series applies.
+		return exitWith(exitFailure, "the dry run checked nothing (no local repository to read the pinned commit from); the series above says how to check it")
+	}
 	if rep.Series != nil && o.Apply.Catalog.Dir == "" {
 		if n := builtInCopyNote(shippedDir, rep.Series.Name); n != "" {
 			fmt.Fprintln(s.Err, n)

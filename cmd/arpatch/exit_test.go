@@ -27,7 +27,7 @@ func TestExitCodes(t *testing.T) {
 		{[]string{"arpatch", "help", "apply"}, exitOK},
 		{[]string{"arpatch", "help", "nosuch"}, exitUsage},
 		{[]string{"arpatch", "history", "show", "1", "--bogus"}, exitUsage},
-		{[]string{"arpatch", "patches", "check", "--repo", repo, "--commit", "84118acf"}, exitUsage}, // abbreviated hash
+		{[]string{"arpatch", "patches", "check", "--repo", repo, "--commit", "84118acf"}, exitFailure}, // an abbreviated hash of no commit there
 		{[]string{"arpatch", "bench", "--arm", "x:launch-cmd="}, exitUsage},
 		{[]string{"arpatch", "recipes"}, exitOK},
 		{[]string{"arpatch", "apply", "--no-such-flag"}, exitUsage},

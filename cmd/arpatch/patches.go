@@ -47,7 +47,8 @@ Examples:
 				UsageText: "arpatch patches check --repo PATH --commit REV [--commit REV...] [--series NAME...] [--strict] [--json]",
 				Description: `check reads files straight from the repository's object store (a checkout or
 a bare mirror), so nothing is checked out or written. Each commit may be a
-hash, branch or tag (abbreviated hashes are refused: they can be ambiguous).
+hash (abbreviated as git takes one: refused when it starts several commits),
+branch or tag.
 A family's series are one job for different upstream eras, so check exits 0
 when at each commit some series of each family checked fits (exact, offset
 or applied), and 1 otherwise, naming what has none; --strict exits 1 unless

@@ -24,9 +24,9 @@ It refuses when a patched file was edited since apply, so your edits are
 never lost silently; --force discards them.
 
 Examples:
+   arpatch revert --dry-run
    arpatch revert
-   arpatch revert --src ~/sglang --dry-run
-   arpatch revert --src ~/sglang --force`,
+   arpatch revert --force`,
 		Flags: []cli.Flag{
 			srcFlag(),
 			patchesDirFlag(),

@@ -32,7 +32,7 @@ exists or not.
 
 Examples:
    arpatch status
-   arpatch status --src ~/sglang --json`,
+   arpatch status --json`,
 		Flags:  []cli.Flag{srcFlag(), patchesDirFlag(), jsonFlag()},
 		Before: noArgs,
 		Action: action(statusOpts, statusRun),

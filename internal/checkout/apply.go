@@ -482,12 +482,10 @@ func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer
 	}
 	if !githash.Hash(want).IsFull() {
 		full, err := repo.Resolve(want)
-		if errors.Is(err, gitsrc.ErrAbbreviated) && gitsrc.LocalGitDir(source) != "" {
+		var pe *gitsrc.PrefixError
+		if errors.As(err, &pe) {
 			// The clone is temporary: name the repository the user gave.
-			return info, gitsrc.AbbreviatedError(source, want)
-		}
-		if errors.Is(err, gitsrc.ErrAbbreviated) {
-			return info, fmt.Errorf("%q looks like an abbreviated commit hash; pass the full 40-hex hash of that commit in %s: a prefix can match several objects: %w", want, source, gitsrc.ErrAbbreviated)
+			pe.Dir = source
 		}
 		if err != nil {
 			return info, err

@@ -13,9 +13,11 @@ import (
 	"strings"
 	"syscall"
 	"testing"
+	"time"
 
 	git "github.com/go-git/go-git/v5"
 	"github.com/go-git/go-git/v5/plumbing"
+	"github.com/go-git/go-git/v5/plumbing/object"
 
 	"github.com/arpatch/arpatch/internal/testrepo"
 )
@@ -104,8 +106,8 @@ func TestCloneLocalHardlinksAndChecksOut(t *testing.T) {
 			t.Errorf("git rev-parse origin = %s, want %s", got, c2)
 		}
 	}
-	if _, err := repo.Resolve(c2[:10]); err == nil || !strings.Contains(err.Error(), "pass the full 40-hex hash") {
-		t.Errorf("Resolve(short) = %v, want a refusal", err)
+	if got, err := repo.Resolve(c2[:10]); err != nil || got != c2 {
+		t.Errorf("Resolve(short) = %s, %v, want %s", got, err, c2)
 	}
 	if got, err := repo.Resolve(strings.ToUpper(c2)); err != nil || got != c2 {
 		t.Errorf("Resolve(upper-case full hash) = %s, %v", got, err)
@@ -224,9 +226,20 @@ func TestResolveRefsBeforeHashPrefixes(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// An abbreviated hash is refused, with the way to get the full one.
-	if _, err := repo.Resolve(c1[:8]); err == nil || !strings.Contains(err.Error(), "looks like an abbreviated commit hash") {
-		t.Errorf("Resolve(%s) = %v", c1[:8], err)
+	// An abbreviated hash names its commit, as in git, in either case;
+	// one that names none is "not in" the repository, not a usage error.
+	for _, p := range []string{c1[:8], c1[:4], strings.ToUpper(c1[:12]), c1[:39]} {
+		if got, err := repo.Resolve(p); err != nil || got != c1 {
+			t.Errorf("Resolve(%s) = %s, %v; want %s", p, got, err, c1)
+		}
+	}
+	none := "0000000"
+	if strings.HasPrefix(c1, none) || strings.HasPrefix(c2, none) {
+		none = "fffffff"
+	}
+	var pe *PrefixError
+	if _, err := repo.Resolve(none); !errors.As(err, &pe) || errors.Is(err, ErrAbbreviated) || !strings.Contains(err.Error(), "no commit of") {
+		t.Errorf("Resolve(%s) = %v, want no commit", none, err)
 	}
 	// A branch whose name looks like hex is a branch.
 	g, err := git.PlainOpen(up)
@@ -402,5 +415,57 @@ func TestCloneOverHTTPWritesOriginHead(t *testing.T) {
 	}
 	if got, err := repo.Resolve("master"); err != nil || got != c2 {
 		t.Errorf("Resolve(master) = %s, %v; want %s", got, err, c2)
+	}
+}
+
+// Two commits whose hashes share their first 4 hex digits: the 4-digit
+// prefix is ambiguous (a usage error naming both, with the git command
+// that lists them, which git runs), and more digits name one.
+func TestResolveAmbiguousPrefix(t *testing.T) {
+	dir := t.TempDir()
+	g, err := git.PlainInit(dir, false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	w, err := g.Worktree()
+	if err != nil {
+		t.Fatal(err)
+	}
+	byPrefix := map[string]string{}
+	var a, b string
+	for i := 0; a == "" && i < 5000; i++ {
+		h, err := w.Commit(fmt.Sprintf("commit %d", i), &git.CommitOptions{AllowEmptyCommits: true, Author: &object.Signature{Name: "t", Email: "t@t", When: time.Unix(1e9, 0)}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		c := h.String()
+		if o, ok := byPrefix[c[:4]]; ok {
+			a, b = o, c
+		}
+		byPrefix[c[:4]] = c
+	}
+	if a == "" {
+		t.Fatal("no two of 5000 commits share 4 hex digits")
+	}
+	repo, err := OpenAny(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	_, err = repo.Resolve(a[:4])
+	var pe *PrefixError
+	if !errors.As(err, &pe) || !errors.Is(err, ErrAbbreviated) || len(pe.Candidates) != 2 || !strings.Contains(err.Error(), "rev-parse --disambiguate="+a[:4]) {
+		t.Errorf("Resolve(%s), shared by %s and %s: %v", a[:4], a, b, err)
+	}
+	n := 5
+	for a[:n] == b[:n] {
+		n++
+	}
+	if got, err := repo.Resolve(a[:n]); err != nil || got != a {
+		t.Errorf("Resolve(%s) = %s, %v; want %s", a[:n], got, err, a)
+	}
+	if _, err := exec.LookPath("git"); err == nil {
+		if out := gitOut(t, dir, "rev-parse", "--disambiguate="+a[:4]); !strings.Contains(out, a) || !strings.Contains(out, b) {
+			t.Errorf("the printed remedy lists %q, want both commits", out)
+		}
 	}
 }

@@ -1,7 +1,9 @@
 package gitsrc
 
 import (
+	"bytes"
 	"context"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"io"
@@ -162,16 +164,20 @@ func (r *Repo) Head() (string, error) {
 	return h.Hash().String(), nil
 }
 
-// ErrAbbreviated marks a revision refused as an abbreviated hash: the
+// ErrAbbreviated marks a revision refused as an abbreviated hash that
+// names more than one commit (PrefixError): the
 // caller's input is wrong (a usage error), not the repository.
-var ErrAbbreviated = errors.New("abbreviated hashes are refused")
+var ErrAbbreviated = errors.New("an ambiguous abbreviated hash")
 
 // Resolve turns a revision (a full hash, a branch, a tag, HEAD, or
 // origin/<branch>) into a 40-hex commit; a branch or tag of that name wins
-// over a hash prefix, as in git. An abbreviated hash is refused:
-// go-git takes the first object that matches a prefix, where git would
-// report the prefix as ambiguous, and a pin must never depend on which
-// objects a clone happens to hold. The error names the revision.
+// over a hash prefix, as in git. An abbreviated hash (4 to 39 hex
+// digits) resolves as git resolves one, to the one commit it names
+// (expandPrefix): go-git's own ResolveRevision takes the first object
+// that matches, where git reports the prefix as ambiguous. A recipe's
+// pin stays a full hash (recipes refuses a short one): what it names
+// must not depend on which objects a clone happens to hold. The error
+// names the revision.
 func (r *Repo) Resolve(rev string) (string, error) {
 	// HEAD is the checkout's own, as in git ($GIT_DIR/HEAD comes before
 	// any ref): never refs/remotes/origin/HEAD, which a clone has too.
@@ -209,7 +215,7 @@ func (r *Repo) Resolve(rev string) (string, error) {
 		}
 	}
 	if githash.Hash(rev).IsAbbreviated() {
-		return "", AbbreviatedError(r.Dir, rev)
+		return r.expandPrefix(strings.ToLower(rev))
 	}
 	if rev == "" {
 		return "", fmt.Errorf("empty revision")
@@ -451,11 +457,91 @@ func (c *CommitTree) files(keep func(name string) bool) ([]string, error) {
 	return out, nil
 }
 
-// AbbreviatedError is the one refusal of an abbreviated hash rev, with
-// the command that prints the full hash as it runs from the current
-// directory: `git -C DIR rev-parse REV`, DIR the repository as the user
-// named it (quoted for the shell). apply, patches check, port and the
-// nightly all print it through Resolve (apply's clone names its source).
-func AbbreviatedError(dir, rev string) error {
-	return fmt.Errorf("%q looks like an abbreviated commit hash; pass the full 40-hex hash (`git -C %s rev-parse %s` prints it): a prefix can match several objects: %w", rev, shellq.Quote(dir), shellq.Quote(rev), ErrAbbreviated)
+// PrefixError is an abbreviated hash Rev that names no commit of the
+// repository Dir, or more than one (Candidates, full hashes, sorted).
+// The second is a usage error (it wraps ErrAbbreviated), with the command
+// that lists the objects the prefix names as it runs from the current
+// directory, `git -C DIR rev-parse --disambiguate=REV`, Dir the
+// repository as the user named it (apply's clone renames it so). apply,
+// patches check, port and the nightly all print it through Resolve.
+type PrefixError struct {
+	Dir, Rev   string
+	Candidates []string
+}
+
+func (e *PrefixError) Error() string {
+	if len(e.Candidates) == 0 {
+		return fmt.Sprintf("no commit of %s starts with %s; fetch it there first, or check the hash", e.Dir, e.Rev)
+	}
+	return fmt.Sprintf("the abbreviated hash %q names more than one commit in %s (%s); pass more hex digits or the full 40-hex hash (`git -C %s rev-parse --disambiguate=%s` lists the objects it names)",
+		e.Rev, e.Dir, strings.Join(e.Candidates, ", "), shellq.Quote(e.Dir), shellq.Quote(e.Rev))
+}
+
+// Unwrap is ErrAbbreviated for an ambiguous prefix (a usage error).
+func (e *PrefixError) Unwrap() error {
+	if len(e.Candidates) > 1 {
+		return ErrAbbreviated
+	}
+	return nil
+}
+
+// expandPrefix resolves an abbreviated hash (4 to 39 hex digits, lower
+// case) as git does for a commit-ish: the one commit, or annotated tag
+// of a commit, whose hash starts with it; other objects with that prefix
+// (blobs, trees) do not make it ambiguous (git's disambiguation by the
+// type asked for, get_oid with GET_OID_COMMITTISH). None, or more than
+// one, is a *PrefixError.
+func (r *Repo) expandPrefix(rev string) (string, error) {
+	even, err := hex.DecodeString(rev[:len(rev)&^1])
+	if err != nil {
+		return "", fmt.Errorf("%q is not a hex hash", rev)
+	}
+	var hashes []plumbing.Hash
+	if fi, ok := r.r.Storer.(interface {
+		HashesWithPrefix([]byte) ([]plumbing.Hash, error)
+	}); ok {
+		if hashes, err = fi.HashesWithPrefix(even); err != nil {
+			return "", fmt.Errorf("%s: looking up the objects that start with %s: %w", r.Dir, rev, err)
+		}
+	} else {
+		iter, err := r.r.Storer.IterEncodedObjects(plumbing.AnyObject)
+		if err != nil {
+			return "", err
+		}
+		err = iter.ForEach(func(o plumbing.EncodedObject) error {
+			if h := o.Hash(); bytes.HasPrefix(h[:], even) {
+				hashes = append(hashes, h)
+			}
+			return nil
+		})
+		if err != nil {
+			return "", err
+		}
+	}
+	seen := map[string]bool{}
+	var commits []string
+	for _, h := range hashes {
+		if !strings.HasPrefix(h.String(), rev) {
+			continue // the odd digit
+		}
+		c := h
+		if tag, err := r.r.TagObject(h); err == nil {
+			tc, err := tag.Commit()
+			if err != nil {
+				continue
+			}
+			c = tc.Hash
+		} else if _, err := r.r.CommitObject(h); err != nil {
+			continue
+		}
+		if !seen[c.String()] {
+			seen[c.String()] = true
+			commits = append(commits, c.String())
+		}
+	}
+	sort.Strings(commits)
+	if len(commits) == 1 {
+		return commits[0], nil
+	}
+	return "", &PrefixError{Dir: r.Dir, Rev: rev, Candidates: commits}
 }
