@@ -213,7 +213,9 @@ func applyPatch(o *overlay, p *Patch, d *Diff) ([]HunkResult, error) {
 			}
 			o.set(fc.Path, &entry{data: joinLines(lines), exists: true, mode: fc.Mode})
 			if len(fc.Hunks) == 1 {
-				all = append(all, HunkResult{Patch: p.Name, Path: fc.Path, Hunk: fc.Hunks[0].Header, Line: 1})
+				// At line 1 of the empty file, whatever its header says:
+				// "@@ -1,0 +2,1 @@" is offset -1, as git apply reports it.
+				all = append(all, HunkResult{Patch: p.Name, Path: fc.Path, Hunk: fc.Hunks[0].Header, Line: 1, Offset: -headerPos(fc.Hunks[0])})
 			}
 		case Delete, Modify:
 			if !e.exists {

@@ -74,8 +74,32 @@ type image struct {
 type placement struct {
 	old            []string
 	beginning, end bool
-	header         int // 0-based line the header names in the current image
+	header         int // 0-based line the header names in the current image: where the search starts
 }
+
+// headerPos is the 0-based line a hunk's header says it lands at, from
+// which HunkResult.Offset counts, whatever anchors its search: the new
+// side's start less one ("+0": 0), as git apply counts its offsets
+// (Upstream: git apply.c@v2.39.5 (apply_one_fragment: pos =
+// frag->newpos ? (frag->newpos - 1) : 0; offset = applied_pos - pos)), a
+// hunk anchored at the first line and a new file's hunk included
+// ("@@ -1,0 +2,1 @@" is offset -1, as git says). One deliberate
+// difference: for an empty new side past the first line ("-M +N,0" with
+// M > 1, N > 0: the hunk's lines went after line N) it is N, where git
+// takes N-1 and so reports offset 1 for its own exact -U0 diff of a
+// deletion; arpatch reports 0 there, one less than git for every such
+// hunk (TestOffsetsAgainstGitApply).
+func headerPos(h *Hunk) int {
+	if emptyNewAfter(h) {
+		return h.NewStart
+	}
+	return max(h.NewStart-1, 0)
+}
+
+// emptyNewAfter reports a hunk whose new side is empty and names the line
+// after which it sits ("+N,0", N > 0), away from the first line (which
+// git anchors at the file's start).
+func emptyNewAfter(h *Hunk) bool { return h.NewLines == 0 && h.NewStart > 0 && h.OrigStart > 1 }
 
 func newPlacement(h *Hunk) placement {
 	p := placement{
@@ -162,13 +186,12 @@ func applyHunks(patch, path string, content []byte, hunks []*Hunk) ([]byte, []Hu
 				return nil, nil, c
 			}
 		}
-		off := pos - p.header
 		img.replace(pos, len(h.Old), h.New)
-		line := h.OrigStart + off
+		line := h.OrigStart + pos - p.header
 		if h.OrigLines == 0 {
 			line++
 		}
-		results = append(results, HunkResult{Patch: patch, Path: path, Hunk: h.Header, Line: line, Offset: off})
+		results = append(results, HunkResult{Patch: patch, Path: path, Hunk: h.Header, Line: line, Offset: pos - headerPos(h)})
 	}
 	// A hunk that drops the last line's newline must be the file's end.
 	for i := 0; i < len(img.lines)-1; i++ {
