@@ -7,6 +7,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -128,7 +129,7 @@ func TestOffsetsAgainstGitApply(t *testing.T) {
 		got, aok := arpatchOffsets(files, p)
 		if gok && aok {
 			both++
-			if len(got) != n || !equalInts(got, want) {
+			if len(got) != n || !slices.Equal(got, want) {
 				t.Errorf("offsets: arpatch %v, git apply %v\n%s", got, want, p)
 			}
 		}
@@ -162,7 +163,7 @@ func TestOffsetsAgainstGitApply(t *testing.T) {
 			continue
 		}
 		compared++
-		if !equalInts(got, want) {
+		if !slices.Equal(got, want) {
 			t.Errorf("case %d: offsets arpatch %v, git apply %v\npatch:\n%s\ntarget %q", i, got, want, p, files["f.txt"])
 		}
 		for _, o := range want {
@@ -175,18 +176,6 @@ func TestOffsetsAgainstGitApply(t *testing.T) {
 	if compared < 50 || shifted < 10 {
 		t.Errorf("%d random cases compared, %d with an offset: too few", compared, shifted)
 	}
-}
-
-func equalInts(a, b []int) bool {
-	if len(a) != len(b) {
-		return false
-	}
-	for i := range a {
-		if a[i] != b[i] {
-			return false
-		}
-	}
-	return true
 }
 
 // A new file's hunk whose header names a line past the first is applied
