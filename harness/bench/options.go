@@ -1,10 +1,14 @@
 package bench
 
 import (
+	"errors"
 	"fmt"
+	"os"
+	"sort"
 	"strings"
 	"time"
 
+	"github.com/arpatch/arpatch/harness/server"
 	"github.com/arpatch/arpatch/harness/workload"
 	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/recipes"
@@ -120,4 +124,109 @@ func FromRecipe(rb recipes.Bench, ov Overrides) (Options, error) {
 		return o, fmt.Errorf("%s EAGLE with the EAGLE-3 draft %s gives accept length 1.00; use EAGLE3", specAlgorithmSetting, o.DraftModel)
 	}
 	return o, nil
+}
+
+func (o *Options) fill() error {
+	if len(o.Arms) == 0 {
+		return errors.New("no arms to run")
+	}
+	seen := map[string]bool{}
+	for _, a := range o.Arms {
+		if seen[a.Name] {
+			return fmt.Errorf("arm %q is defined twice", a.Name)
+		}
+		seen[a.Name] = true
+	}
+	if err := o.CheckArms(); err != nil {
+		return err
+	}
+	if o.Baseline == "" {
+		o.Baseline = o.Arms[0].Name
+	}
+	if !seen[o.Baseline] {
+		return fmt.Errorf("baseline arm %q is not among the arms (%s)", o.Baseline, armNames(o.Arms))
+	}
+	// Run the baseline first in every trial.
+	sort.SliceStable(o.Arms, func(i, j int) bool { return o.Arms[i].Name == o.Baseline && o.Arms[j].Name != o.Baseline })
+	*o = o.Resolved()
+	if err := o.checkBounds(); err != nil {
+		return err
+	}
+	if o.Host == "" {
+		o.Host = server.DefaultHost
+	}
+	if len(o.Prompts) == 0 {
+		return errors.New("no prompts")
+	}
+	if o.RequestTimeout < 0 || o.ReadyTimeout < 0 {
+		return errors.New("bench: a negative timeout")
+	}
+	if err := o.Arrivals.Check(); err != nil {
+		return err
+	}
+	if o.LogDir == "" {
+		o.LogDir = os.TempDir()
+	}
+	if o.Env == nil {
+		o.Env = os.Environ()
+	}
+	for _, a := range o.Arms {
+		if a.URL == "" && a.LaunchCmd == "" && o.Model == "" {
+			return fmt.Errorf("arm %s needs a server: pass --model (and --draft-model) to launch SGLang, --launch-cmd, or --url", a.Name)
+		}
+		if a.URL == "" && a.LaunchCmd == "" && strings.EqualFold(o.SpecAlgorithm, "EAGLE3") && o.DraftModel == "" {
+			return fmt.Errorf("arm %s: --speculative-algorithm EAGLE3 needs --draft-model", a.Name)
+		}
+	}
+	if !launching(*o) {
+		return nil // LogDir holds launched servers' logs: none here
+	}
+	return os.MkdirAll(o.LogDir, 0o755)
+}
+
+// checkBounds refuses a count out of its range (package bounds), and a
+// concurrency level given twice, before anything is allocated or started.
+func (o *Options) checkBounds() error {
+	for _, v := range []struct {
+		key string
+		n   int
+	}{{"trials", o.Trials}, {"warmup", o.Warmup}, {"max_new_tokens", o.MaxNewTokens}, {"num_prompts", len(o.Prompts)}} {
+		if err := bounds.Check(v.key, int64(v.n)); err != nil {
+			return fmt.Errorf("bench %s %v", v.key, err)
+		}
+	}
+	if err := recipes.CheckLevels(o.Concurrency); err != nil {
+		return fmt.Errorf("bench concurrency %v", err)
+	}
+	// A NaN threshold would pass every "share < threshold" test: the
+	// output check off, and a garbage arm faster.
+	if err := bounds.CheckFloat("agree_threshold", o.AgreeThreshold); err != nil {
+		return fmt.Errorf("bench agree_threshold %v", err)
+	}
+	return nil
+}
+
+func armNames(as []Arm) string {
+	var n []string
+	for _, a := range as {
+		n = append(n, a.Name)
+	}
+	return strings.Join(n, ", ")
+}
+
+// CheckArms refuses arms that cannot give a comparison: two attached to
+// one server (it would be compared with itself), and a launch template
+// without {port} (its server would not listen where arpatch waits).
+func (o Options) CheckArms() error {
+	for i, a := range o.Arms {
+		for _, b := range o.Arms[i+1:] {
+			if SameServer(a.URL, b.URL) {
+				return fmt.Errorf("arms %s and %s attach to one server (%s): the A/B would compare it with itself; give each arm its own", a.Name, b.Name, a.URL)
+			}
+		}
+		if a.URL == "" && a.LaunchCmd != "" && !strings.Contains(a.LaunchCmd, "{port}") {
+			return fmt.Errorf("arm %s: the launch command has no {port}; its server must listen on the port arpatch gives it (e.g. --port {port})", a.Name)
+		}
+	}
+	return nil
 }

@@ -2,21 +2,18 @@ package bench
 
 import (
 	"context"
-	"encoding/json"
 	"errors"
 	"fmt"
 	"math"
-	"net/http"
-	"net/http/httptest"
-	"slices"
 	"strings"
-	"sync/atomic"
 	"testing"
 	"testing/synctest"
 	"time"
 
+	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/sglangtest"
+	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/harness/workload"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -113,98 +110,6 @@ func TestIncrementalStreamingAgrees(t *testing.T) {
 	}
 }
 
-// The caller's environment does not reach an arm through the variables
-// the arms control; what an arm sets is its own, and the result records
-// the effective SGLANG_/NCCL_/CUDA_/PYTORCH_ variables.
-func TestArmEnvironment(t *testing.T) {
-	o := Options{Arms: []Arm{{Name: "baseline"}, {Name: "pcie", Env: map[string]string{"SGLANG_FORCE_CUSTOM_AR_PCIE": "1", "MY_KNOB": "2"}}},
-		Env: []string{"PATH=/bin", "SGLANG_FORCE_CUSTOM_AR_PCIE=1", "SGLANG_CUSTOM_ALLREDUCE_ALGO=2stage", "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=9", "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=9", "MY_KNOB=7",
-			"NCCL_DEBUG=INFO", "CUDA_VISIBLE_DEVICES=0,1", "PYTORCH_CUDA_ALLOC_CONF=expandable_segments:True", "SGLANG_LOG_LEVEL=info", "HOME=/root"}}
-	base := o.armEnv(o.Arms[0])
-	for _, kv := range base {
-		for _, k := range []string{"SGLANG_FORCE_CUSTOM_AR_PCIE=", "SGLANG_CUSTOM_ALLREDUCE_ALGO=", "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=", "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=", "MY_KNOB="} {
-			if strings.HasPrefix(kv, k) {
-				t.Errorf("baseline inherits %s", kv)
-			}
-		}
-	}
-	if !slices.Contains(base, "PATH=/bin") || !slices.Contains(base, "NCCL_DEBUG=INFO") {
-		t.Errorf("baseline env %v", base)
-	}
-	pcie := o.armEnv(o.Arms[1])
-	if !slices.Contains(pcie, "SGLANG_FORCE_CUSTOM_AR_PCIE=1") || !slices.Contains(pcie, "MY_KNOB=2") || slices.Contains(pcie, "MY_KNOB=7") {
-		t.Errorf("pcie env %v", pcie)
-	}
-	rec := recordedEnv(pcie)
-	want := map[string]string{"SGLANG_FORCE_CUSTOM_AR_PCIE": "1", "NCCL_DEBUG": "INFO", "CUDA_VISIBLE_DEVICES": "0,1",
-		"PYTORCH_CUDA_ALLOC_CONF": "expandable_segments:True", "SGLANG_LOG_LEVEL": "info"}
-	if len(rec) != len(want) {
-		t.Errorf("recorded %v, want %v", rec, want)
-	}
-	for k, v := range want {
-		if rec[k] != v {
-			t.Errorf("recorded %s=%q, want %q", k, rec[k], v)
-		}
-	}
-}
-
-// A warm-up of many requests stops at once on cancellation (SIGTERM or
-// Ctrl-C cancel the context), as does a trial: on the virtual clock of a
-// synctest bubble, Run returns at the instant of the cancel, not a token
-// later.
-func TestCancellationStopsLoops(t *testing.T) {
-	synctest.Test(t, func(t *testing.T) {
-		n := sglangtest.NewNetwork()
-		defer n.Close()
-		b := serveOn(n, sglangtest.Config{TokPerSec: 50, TTFT: time.Millisecond})
-		ctx, cancel := context.WithCancel(context.Background())
-		time.AfterFunc(200*time.Millisecond, cancel)
-		start := time.Now()
-		_, err := Run(ctx, Options{Arms: []Arm{{Name: "baseline", URL: b}}, Prompts: []string{"a"}, MaxNewTokens: 100, Trials: 1, Warmup: 10000, HTTP: n.HTTP()})
-		if !errors.Is(err, context.Canceled) || time.Since(start) != 200*time.Millisecond {
-			t.Errorf("warm-up: err %v after %v", err, time.Since(start))
-		}
-		ctx, cancel = context.WithCancel(context.Background())
-		time.AfterFunc(200*time.Millisecond, cancel)
-		start = time.Now()
-		_, err = Run(ctx, Options{Arms: []Arm{{Name: "baseline", URL: b}}, Prompts: workload.Take(workload.Builtin(), 1000), MaxNewTokens: 100, Trials: 5, HTTP: n.HTTP()})
-		if !errors.Is(err, context.Canceled) || time.Since(start) != 200*time.Millisecond {
-			t.Errorf("trial: err %v after %v", err, time.Since(start))
-		}
-	})
-}
-
-// Counts beyond their bounds are refused before anything is allocated.
-func TestOptionBounds(t *testing.T) {
-	for _, tc := range []struct {
-		o    Options
-		want string
-	}{
-		{Options{Trials: 100000}, "bench trials 100000: use 1 to 1000"},
-		{Options{Warmup: 1 << 40}, "bench warmup 1099511627776: use 0 to 10000"},
-		{Options{Concurrency: []int{1, 1 << 30}}, "bench concurrency 1073741824: use 1 to 4096"},
-		{Options{Concurrency: []int{4, 4}}, "bench concurrency 4 is listed twice"},
-		{Options{MaxNewTokens: 1 << 40}, "bench max_new_tokens 1099511627776: use 1 to 1048576"},
-	} {
-		tc.o.Arms, tc.o.Prompts = []Arm{{Name: "baseline", URL: "http://127.0.0.1:1"}}, []string{"a"}
-		if _, err := Run(context.Background(), tc.o); err == nil || err.Error() != tc.want {
-			t.Errorf("err = %v, want %q", err, tc.want)
-		}
-	}
-}
-
-// A level above the prompts of a trial cannot fill: the result says so.
-func TestLevelAbovePrompts(t *testing.T) {
-	_, b := serve(t, sglangtest.Config{})
-	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}}, Prompts: []string{"a", "b"}, MaxNewTokens: 4, Trials: 1, Concurrency: []int{1, 2, 8}})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if len(res.Findings) != 1 || res.Findings[0] != "concurrency 8 is above the 2 prompts of a trial: at most 2 requests are in flight at that level (raise --num-prompts to fill it)" {
-		t.Errorf("findings %q", res.Findings)
-	}
-}
-
 // --agree-threshold 0 (and nightly's agree_threshold = 0) turn the output
 // check off, as the help says; Options left at zero keep 90%.
 func TestAgreeThresholdZeroIsOff(t *testing.T) {
@@ -223,18 +128,6 @@ func TestAgreeThresholdZeroIsOff(t *testing.T) {
 	res, err = Run(context.Background(), o)
 	if err != nil || !res.Arm("pcie").Invalid {
 		t.Errorf("default 90%%: %v %+v", err, res.Arm("pcie").Warnings)
-	}
-}
-
-// A NaN agreement threshold passes every "share < threshold" test, so the
-// output check would be off: Run refuses it, as the flag and the config do.
-func TestNaNThresholdRefused(t *testing.T) {
-	_, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: "http://127.0.0.1:1"}}, Prompts: []string{"a"}, AgreeThreshold: math.NaN()})
-	if err == nil || !strings.Contains(err.Error(), "agree_threshold NaN: not a number") {
-		t.Errorf("NaN threshold: %v", err)
-	}
-	if _, err := FromRecipe(recipes.Bench{}, Overrides{AgreeThreshold: math.Inf(1)}); err == nil || !strings.Contains(err.Error(), "agree_threshold: +Inf: not a finite number") {
-		t.Errorf("FromRecipe +Inf: %v", err)
 	}
 }
 
@@ -265,72 +158,6 @@ func TestAgreementIndependentOfChunking(t *testing.T) {
 	}
 }
 
-// misreport serves cfg's stream (paced by instant) but answers
-// /server_info with incremental_streaming_output: says, as a server that
-// misreports its streaming mode.
-func misreport(t *testing.T, cfg sglangtest.Config, says bool) string {
-	t.Helper()
-	inner := sglangtest.New(instant(cfg))
-	ts := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/server_info" {
-			// An HTTP response: see .ci/errcheck-excludes.txt.
-			_ = json.NewEncoder(w).Encode(map[string]any{"incremental_streaming_output": says})
-			return
-		}
-		inner.ServeHTTP(w, r)
-	}))
-	t.Cleanup(ts.Close)
-	return ts.URL
-}
-
-// A server whose stream contradicts its /server_info is named for what
-// it does: deltas where it says incremental_streaming_output: false
-// (not "does not say", and not "is the server up?"), whole texts where it
-// says true (not an arm that "computes something else").
-func TestStreamModeMismatch(t *testing.T) {
-	_, b := serve(t, sglangtest.Config{})
-	for _, tc := range []struct {
-		name string
-		cfg  sglangtest.Config
-		says bool
-		want string
-	}{
-		{"deltas, says false", sglangtest.Config{TokensPerChunk: 2, Incremental: true}, false,
-			"the server streams text deltas (--incremental-streaming-output) though /server_info says incremental_streaming_output: false; no output of this server can be read until its stream and its /server_info agree"},
-		{"whole texts, says true", sglangtest.Config{TokensPerChunk: 2}, true,
-			"the texts of the first 3 chunks each extend the one before: the server sends whole texts though /server_info says incremental_streaming_output: true; no output of this server can be read"},
-	} {
-		u := misreport(t, tc.cfg, tc.says)
-		res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: u}},
-			Prompts: workload.Take(workload.Builtin(), 2), MaxNewTokens: 16, Trials: 1})
-		var ie *InfraError
-		if !errors.As(err, &ie) || !strings.Contains(err.Error(), tc.want) || strings.Contains(err.Error(), "is the server") {
-			t.Errorf("%s: %v", tc.name, err)
-		}
-		if a := res.Arm("pcie"); a != nil && a.Agreement != nil && a.Agreement.Invalid {
-			t.Errorf("%s: blamed on the output check: %v", tc.name, a.Warnings)
-		}
-	}
-}
-
-// A recipe's arm attached by URL keeps its env in the recipe, but
-// arpatch launches nothing for it: the result says so, loudly.
-func TestAttachedArmEnvWarned(t *testing.T) {
-	_, b := serve(t, sglangtest.Config{})
-	_, p := serve(t, sglangtest.Config{})
-	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: p, Env: map[string]string{"SGLANG_FORCE_CUSTOM_AR_PCIE": "1"}}},
-		Prompts: []string{"a"}, MaxNewTokens: 8, Trials: 1})
-	if err != nil {
-		t.Fatal(err)
-	}
-	if w := warnings(res.Arm("pcie")); !strings.Contains(w, "attached to "+p+", so arpatch applied none of the arm's environment (SGLANG_FORCE_CUSTOM_AR_PCIE=1)") {
-		t.Errorf("warnings: %s", w)
-	}
-	if w := warnings(res.Arm("baseline")); strings.Contains(w, "environment") {
-		t.Errorf("baseline: %s", w)
-	}
-}
-
 // Options.AgreeTokens is the output check's prefix: an arm that differs
 // from token 20 on agrees over the first 16 tokens and is INVALID over the
 // default 32. It is an option of the run, not a process-wide setting, so
@@ -348,22 +175,6 @@ func TestAgreeTokensOption(t *testing.T) {
 		if a := res.Arm("early"); a.Invalid != invalid || a.Agreement.IdenticalN != map[bool]int{false: 8}[invalid] {
 			t.Errorf("AgreeTokens %d: invalid %v, %d/%d agree; %v", agree, a.Invalid, a.Agreement.IdenticalN, a.Agreement.Outputs, a.Warnings)
 		}
-	}
-}
-
-func TestFromRecipeAgreeTokens(t *testing.T) {
-	rb := recipes.Bench{MaxNewTokens: 8, Trials: 1, NumPrompts: 2, SpeculativeNumSteps: 3, SpeculativeEagleTopK: 1, SpeculativeNumDraftTokens: 4}
-	o, err := FromRecipe(rb, Overrides{AgreeThreshold: 0.9})
-	if err != nil || o.AgreeTokens != sglang.DefaultAgreeTokens {
-		t.Errorf("default: %d, %v", o.AgreeTokens, err)
-	}
-	n := 16
-	if o, err := FromRecipe(rb, Overrides{AgreeTokens: &n, AgreeThreshold: 0.9}); err != nil || o.AgreeTokens != 16 {
-		t.Errorf("override: %d, %v", o.AgreeTokens, err)
-	}
-	n = 0
-	if _, err := FromRecipe(rb, Overrides{AgreeTokens: &n, AgreeThreshold: 0.9}); err == nil || !strings.HasPrefix(err.Error(), "agree_tokens: 0") {
-		t.Errorf("0 tokens: %v", err)
 	}
 }
 
@@ -391,32 +202,145 @@ func testImpossibleCountsAreInvalid(t *testing.T) {
 	}
 }
 
-// An attached server that answered, then stops answering (its streams
-// cut, /health_generate failing) is an infrastructure failure naming its
-// port and how many requests it answered, not an INVALID arm.
-func TestServerStopsAnswering(t *testing.T) {
-	defer func(w time.Duration) { serverDeathWait = w }(serverDeathWait)
-	serverDeathWait = 50 * time.Millisecond
-	_, b := serve(t, sglangtest.Config{})
-	inner := sglangtest.New(instant(sglangtest.Config{}))
-	var generated atomic.Int64
-	dead := httptest.NewServer(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
-		if r.URL.Path == "/generate" && generated.Add(1) > 4 || r.URL.Path == "/health_generate" && generated.Load() > 4 {
-			if hj, ok := w.(http.Hijacker); ok {
-				if c, _, err := hj.Hijack(); err == nil {
-					_ = c.Close()
-					return
-				}
+// TestRunVerdicts attaches to in-test servers: a baseline, an identical
+// arm and an arm that returns other text, on the virtual clock of a
+// synctest bubble, where each arm's rates are exact. (A slower arm is
+// TestAcceptance's; measured rates on the wall clock are
+// harness/sglang's TestMeasuredRate.)
+func TestRunVerdicts(t *testing.T) { synctest.Test(t, testRunVerdicts) }
+
+func testRunVerdicts(t *testing.T) {
+	n := sglangtest.NewNetwork()
+	defer n.Close()
+	base := sglangtest.Config{TokPerSec: 1000, TTFT: 2 * time.Millisecond, TokensPerChunk: 3, AcceptLength: 2.5, Spread: 0.01}
+	b := serveOn(n, base)
+	same := serveOn(n, base)
+	wrongCfg := base
+	wrongCfg.Variant, wrongCfg.DivergeAt = "broken allreduce", 5
+	wrong := serveOn(n, wrongCfg)
+	res, err := Run(context.Background(), Options{
+		Arms:    []Arm{{Name: "baseline", URL: b}, {Name: "same", URL: same}, {Name: "wrong", URL: wrong}},
+		Prompts: workload.Take(workload.Builtin(), 4), MaxNewTokens: 40, Trials: 5, SpecAlgorithm: "EAGLE3", HTTP: n.HTTP(),
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Arms at the baseline's rate (each request within 1% of it, the same
+	// request at the same rate on each): no change, and tok/s within 1%;
+	// the INVALID arm keeps its measurement but no delta (no figure of it
+	// is compared).
+	if d := res.Arm("same").Levels[0].Deltas["tok_s"]; d.Verdict != stats.NoChange || math.Abs(d.Pct) > 1 {
+		t.Errorf("same: %+v, want no change", d)
+	}
+	baseTokS := res.Arm("baseline").Levels[0].Summaries["tok_s"].Center
+	if w := res.Arm("wrong").Levels[0]; w.Deltas != nil || math.Abs(w.Summaries["tok_s"].Center/baseTokS-1) > 0.01 {
+		t.Errorf("wrong: deltas %v, tok/s %v against %v: want none, and within 1%%", w.Deltas, w.Summaries["tok_s"].Center, baseTokS)
+	}
+	if got := res.Arm("baseline").Levels[0].Summaries["decode_tok_s"].Center; math.Abs(got/1000-1) > 0.01 {
+		t.Errorf("baseline decode %v tok/s, want 1000 +- 1%%", got)
+	}
+	if !res.Arm("wrong").Invalid || res.Arm("wrong").Verdict != Invalid || res.Arm("same").Invalid {
+		t.Errorf("verdicts: wrong %v same %v", res.Arm("wrong").Verdict, res.Arm("same").Verdict)
+	}
+	// Exact accept length: 40 tokens, ceil(39/2.5)+1 = 17 verify steps.
+	for _, a := range res.Arms {
+		for _, m := range a.Metrics {
+			if m.AcceptLength != 40.0/17 || m.Errors != 0 || m.Requests != 4 {
+				t.Fatalf("%s: %+v", a.Arm.Name, m)
 			}
 		}
-		inner.ServeHTTP(w, r)
-	}))
-	t.Cleanup(dead.Close)
-	_, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}, {Name: "pcie", URL: dead.URL}},
-		Prompts: []string{"a", "b", "c", "d"}, MaxNewTokens: 8, Trials: 3})
-	var ie *InfraError
-	port := dead.URL[strings.LastIndex(dead.URL, ":")+1:]
-	if !errors.As(err, &ie) || !strings.Contains(err.Error(), "arm pcie: the server on port "+port+" stopped answering after 4 answered requests (trial 2, concurrency 1: 4 of 4 requests failed") {
-		t.Errorf("err = %v", err)
+	}
+	if !strings.Contains(strings.Join(res.Arm("wrong").Warnings, "\n"), "INVALID: only 0 of 20 outputs (4 prompts x trials)") {
+		t.Errorf("warnings %v", res.Arm("wrong").Warnings)
+	}
+}
+
+// Some failed requests are counted and warned about; an arm whose every
+// request fails is a server that does not serve: an infrastructure error,
+// never a (zero) speed.
+func TestRunCountsFailures(t *testing.T) {
+	t.Parallel() // real sockets and clock, but no timing asserted: waits overlap
+	_, b := serve(t, sglangtest.Config{HTTP500Every: 3})
+	_, ok := serve(t, sglangtest.Config{})
+	res, err := Run(context.Background(), Options{
+		Arms:    []Arm{{Name: "baseline", URL: ok}, {Name: "flaky", URL: b}},
+		Prompts: workload.Take(workload.Builtin(), 6), MaxNewTokens: 12, Trials: 2,
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a := res.Arm("flaky")
+	if e := a.Metrics[0].Errors; e != 2 || !strings.Contains(strings.Join(a.Warnings, " "), "requests failed") {
+		t.Errorf("HTTP 500 every 3rd request: %d errors in 6, warnings %v", e, a.Warnings)
+	}
+	for name, cfg := range map[string]sglangtest.Config{
+		"the stream ended before [DONE]": {DropAfter: 2},
+		"malformed chunk":                {Malformed: true},
+	} {
+		_, u := serve(t, cfg)
+		_, err := Run(context.Background(), Options{
+			Arms:    []Arm{{Name: "baseline", URL: ok}, {Name: "broken", URL: u}},
+			Prompts: workload.Take(workload.Builtin(), 6), MaxNewTokens: 12, Trials: 2,
+		})
+		var ie *InfraError
+		if !errors.As(err, &ie) || !strings.Contains(err.Error(), "arm broken: all 6 requests of trial 1 (concurrency 1) failed") || !strings.Contains(err.Error(), name) {
+			t.Errorf("%s: err = %v", name, err)
+		}
+	}
+	// Nothing listening at all.
+	_, err = Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: "http://127.0.0.1:1"}}, Prompts: []string{"a"}, MaxNewTokens: 4, Trials: 1})
+	if err == nil || !strings.Contains(err.Error(), "request failed") || !strings.Contains(err.Error(), "is the server at http://127.0.0.1:1 up") {
+		t.Errorf("no server: %v", err)
+	}
+}
+
+func TestAcceptLengthOneWarns(t *testing.T) {
+	_, b := serve(t, sglangtest.Config{AcceptLength: 1})
+	res, err := Run(context.Background(), Options{Arms: []Arm{{Name: "baseline", URL: b}}, Prompts: []string{"a", "b"}, MaxNewTokens: 8, Trials: 1, SpecAlgorithm: "EAGLE3"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if !strings.Contains(strings.Join(res.Arms[0].Warnings, " "), "accept length 1.00 with speculation on") {
+		t.Errorf("warnings %v", res.Arms[0].Warnings)
+	}
+}
+
+func TestPreflightStops(t *testing.T) {
+	_, b := serve(t, sglangtest.Config{})
+	slowCustom := func(ctx context.Context) (*allreduce.Report, error) {
+		v := allreduce.Verify{Count: 122, Bytes: 40960}
+		run := &allreduce.Run{Exit: "ok", Results: []allreduce.Result{
+			{Impl: allreduce.NCCL, Branch: "-", Bytes: 40960, Mode: "graph", OK: true, MedianUS: 25},
+			{Impl: allreduce.CustomAuto, Branch: "pcie", Bytes: 40960, Mode: "graph", OK: true, MedianUS: 38},
+		}}
+		return allreduce.NewReport(allreduce.Options{}, v, run, "test"), nil
+	}
+	o := Options{Arms: []Arm{{Name: "baseline", URL: b}}, Prompts: []string{"a"}, MaxNewTokens: 4, Trials: 1, Preflight: slowCustom}
+	res, err := Run(context.Background(), o)
+	var pe *PreflightError
+	if !errors.As(err, &pe) || !strings.Contains(err.Error(), "takes 38.0 us at the verify shape, NCCL 25.0 us") || len(res.Arms) != 0 {
+		t.Fatalf("err = %v", err)
+	}
+	o.Force = true
+	res, err = Run(context.Background(), o)
+	if err != nil || len(res.Arms) != 1 || len(res.Findings) != 1 {
+		t.Errorf("forced: %v %+v", err, res)
+	}
+	// A wrong sum, a hang or a failed run is never forced past: a fast
+	// number from a broken allreduce is no result.
+	for _, bad := range []allreduce.Result{
+		{Impl: allreduce.CustomAuto, Branch: "pcie", Bytes: 40960, Mode: "graph", OK: false, MedianUS: 5, Wrong: &allreduce.Wrong{Rank: 1, Got: "3.0", Want: "2.0", Mismatches: 7, Of: 20480}},
+		{Impl: allreduce.CustomAuto, Branch: "pcie", Bytes: 40960, Mode: "graph", Error: "hang"},
+		{Impl: allreduce.CustomAuto, Branch: "pcie", Bytes: 40960, Mode: "graph", Error: "CUDA error: an illegal memory access"},
+	} {
+		o.Preflight = func(ctx context.Context) (*allreduce.Report, error) {
+			run := &allreduce.Run{Exit: "ok", Results: []allreduce.Result{
+				{Impl: allreduce.NCCL, Branch: "-", Bytes: 40960, Mode: "graph", OK: true, MedianUS: 25}, bad}}
+			return allreduce.NewReport(allreduce.Options{}, allreduce.Verify{Count: 122, Bytes: 40960}, run, "test"), nil
+		}
+		res, err = Run(context.Background(), o)
+		if !errors.As(err, &pe) || !pe.Broken || !strings.Contains(err.Error(), "--force does not run past a broken allreduce") || len(res.Arms) != 0 || len(res.Findings) != 1 {
+			t.Errorf("forced past a broken allreduce (%+v): err = %v, %d arms", bad, err, len(res.Arms))
+		}
 	}
 }
