@@ -43,27 +43,49 @@ const specAlgorithmSetting = "--speculative-algorithm (recipe: bench.speculative
 // unless ov.Arms replaces them. The Options it returns are Resolved: what
 // is left unset holds its default. It returns an error naming the setting for
 // a count out of its range (package bounds) and for a workload file that
-// cannot be read.
+// cannot be read; the Options it returns then hold what was resolved
+// before the error (nightly keys its history by them).
 func FromRecipe(rb recipes.Bench, ov Overrides) (Options, error) {
-	pick := func(p *int, v int) int {
-		if p != nil {
-			return *p
-		}
-		return v
+	o := ov.over(rb)
+	n := or(ov.NumPrompts, rb.NumPrompts)
+	if err := o.checkCounts(n, ov.AgreeTokens != nil); err != nil {
+		return o, err
 	}
-	pickS := func(p *string, v string) string {
-		if p != nil {
-			return *p
-		}
-		return v
+	prompts, name, err := ov.workload(rb)
+	if err != nil {
+		return o, err
 	}
+	o.Prompts, o.Workload = workload.Take(prompts, n), workload.Identity(name, prompts)
+	o.Arms = ov.arms(rb)
+	o = o.Resolved()
+	if err := recipes.CheckSpecAlgorithm(o.SpecAlgorithm); err != nil {
+		return o, fmt.Errorf("%s: %v", specAlgorithmSetting, err)
+	}
+	if strings.EqualFold(o.SpecAlgorithm, "EAGLE") && strings.Contains(strings.ToLower(o.DraftModel), "eagle3") {
+		return o, fmt.Errorf("%s EAGLE with the EAGLE-3 draft %s gives accept length 1.00; use EAGLE3", specAlgorithmSetting, o.DraftModel)
+	}
+	return o, nil
+}
+
+// or is *p when the override p is set, else the recipe's v.
+func or[T any](p *T, v T) T {
+	if p != nil {
+		return *p
+	}
+	return v
+}
+
+// over is the recipe's settings with each override set over them, and
+// the concurrency levels ([1] when neither gives any); the workload and
+// the arms are FromRecipe's next steps.
+func (ov Overrides) over(rb recipes.Bench) Options {
 	o := Options{
-		Model: pickS(ov.Model, rb.Model), DraftModel: pickS(ov.DraftModel, rb.DraftModel),
-		SpecAlgorithm: pickS(ov.SpecAlgorithm, rb.SpeculativeAlgorithm), Baseline: pickS(ov.Baseline, rb.BaselineArm),
-		TP: pick(ov.TP, rb.TP), SpecSteps: pick(ov.SpecSteps, rb.SpeculativeNumSteps), SpecTopK: pick(ov.SpecTopK, rb.SpeculativeEagleTopK),
-		SpecDraftTokens: pick(ov.SpecDraftTokens, rb.SpeculativeNumDraftTokens), MaxNewTokens: pick(ov.MaxNewTokens, rb.MaxNewTokens),
-		Trials: pick(ov.Trials, rb.Trials), Warmup: pick(ov.Warmup, rb.Warmup), Concurrency: []int(rb.Concurrency),
-		AgreeTokens: pick(ov.AgreeTokens, 0),
+		Model: or(ov.Model, rb.Model), DraftModel: or(ov.DraftModel, rb.DraftModel),
+		SpecAlgorithm: or(ov.SpecAlgorithm, rb.SpeculativeAlgorithm), Baseline: or(ov.Baseline, rb.BaselineArm),
+		TP: or(ov.TP, rb.TP), SpecSteps: or(ov.SpecSteps, rb.SpeculativeNumSteps), SpecTopK: or(ov.SpecTopK, rb.SpeculativeEagleTopK),
+		SpecDraftTokens: or(ov.SpecDraftTokens, rb.SpeculativeNumDraftTokens), MaxNewTokens: or(ov.MaxNewTokens, rb.MaxNewTokens),
+		Trials: or(ov.Trials, rb.Trials), Warmup: or(ov.Warmup, rb.Warmup), Concurrency: []int(rb.Concurrency),
+		AgreeTokens: or(ov.AgreeTokens, 0),
 		Interleave:  ov.Interleave, IgnoreEOS: ov.IgnoreEOS, ReadyTimeout: ov.ReadyTimeout, RequestTimeout: ov.RequestTimeout,
 		AgreeThreshold: ov.AgreeThreshold, AgreeOff: ov.AgreeThreshold == 0, LogDir: ov.LogDir, Env: ov.Env,
 	}
@@ -73,57 +95,69 @@ func FromRecipe(rb recipes.Bench, ov Overrides) (Options, error) {
 	if len(o.Concurrency) == 0 {
 		o.Concurrency = []int{1}
 	}
+	return o
+}
+
+// checkCounts refuses, naming the setting, concurrency levels, an
+// agreement threshold and counts out of their ranges (package bounds),
+// numPrompts among them; no TP (0) is none, and agree_tokens is checked
+// only when set (agreeTokensSet), since Resolved fills it.
+func (o Options) checkCounts(numPrompts int, agreeTokensSet bool) error {
 	if err := recipes.CheckLevels(o.Concurrency); err != nil {
-		return o, fmt.Errorf("concurrency: %v", err)
+		return fmt.Errorf("concurrency: %v", err)
 	}
-	if err := bounds.CheckFloat("agree_threshold", ov.AgreeThreshold); err != nil {
-		return o, fmt.Errorf("agree_threshold: %v", err)
+	if err := bounds.CheckFloat("agree_threshold", o.AgreeThreshold); err != nil {
+		return fmt.Errorf("agree_threshold: %v", err)
 	}
-	n := pick(ov.NumPrompts, rb.NumPrompts)
 	for _, v := range []struct {
 		key string
 		n   int
 	}{{"tp", o.TP}, {"speculative_num_steps", o.SpecSteps}, {"speculative_eagle_topk", o.SpecTopK}, {"speculative_num_draft_tokens", o.SpecDraftTokens},
-		{"num_prompts", n}, {"max_new_tokens", o.MaxNewTokens}, {"trials", o.Trials}, {"warmup", o.Warmup}, {"agree_tokens", o.AgreeTokens}} {
+		{"num_prompts", numPrompts}, {"max_new_tokens", o.MaxNewTokens}, {"trials", o.Trials}, {"warmup", o.Warmup}, {"agree_tokens", o.AgreeTokens}} {
 		if v.key == "tp" && v.n == 0 {
 			continue // no TP: the launch leaves --tp-size out
 		}
-		if v.key == "agree_tokens" && ov.AgreeTokens == nil {
+		if v.key == "agree_tokens" && !agreeTokensSet {
 			continue // unset: Resolved fills it
 		}
 		if err := bounds.Check(v.key, int64(v.n)); err != nil {
-			return o, fmt.Errorf("%s: %v", v.key, err)
+			return fmt.Errorf("%s: %v", v.key, err)
 		}
 	}
-	prompts, name := ov.Prompts, ov.PromptsFrom
-	if prompts == nil {
-		prompts, name = workload.Builtin(), workload.BuiltinName
-		if w := rb.Workload; w != "" && w != workload.BuiltinName {
-			var err error
-			if prompts, err = workload.Load(w); err != nil {
-				return o, fmt.Errorf("bench.workload: %w", err)
-			}
-			name = w
+	return nil
+}
+
+// workload returns the prompts before NumPrompts and where they came
+// from: the overrides' (--prompts), else the recipe's bench.workload,
+// else the built-in workload.
+func (ov Overrides) workload(rb recipes.Bench) ([]string, string, error) {
+	if ov.Prompts != nil {
+		return ov.Prompts, ov.PromptsFrom, nil
+	}
+	if w := rb.Workload; w != "" && w != workload.BuiltinName {
+		prompts, err := workload.Load(w)
+		if err != nil {
+			return nil, "", fmt.Errorf("bench.workload: %w", err)
 		}
+		return prompts, w, nil
 	}
-	o.Prompts, o.Workload = workload.Take(prompts, n), workload.Identity(name, prompts)
-	o.Arms = ov.Arms
-	if o.Arms == nil {
-		for _, ra := range rb.Arms {
-			o.Arms = append(o.Arms, Arm{Name: ra.Name, Python: ra.Python, Env: ra.Env, Args: ra.Args})
-		}
-		if len(o.Arms) == 0 {
-			o.Arms = []Arm{{Name: "baseline"}}
-		}
+	return workload.Builtin(), workload.BuiltinName, nil
+}
+
+// arms are the overrides' arms, else the recipe's [[bench.arm]], else one
+// "baseline".
+func (ov Overrides) arms(rb recipes.Bench) []Arm {
+	if ov.Arms != nil {
+		return ov.Arms
 	}
-	o = o.Resolved()
-	if err := recipes.CheckSpecAlgorithm(o.SpecAlgorithm); err != nil {
-		return o, fmt.Errorf("%s: %v", specAlgorithmSetting, err)
+	var arms []Arm
+	for _, ra := range rb.Arms {
+		arms = append(arms, Arm{Name: ra.Name, Python: ra.Python, Env: ra.Env, Args: ra.Args})
 	}
-	if strings.EqualFold(o.SpecAlgorithm, "EAGLE") && strings.Contains(strings.ToLower(o.DraftModel), "eagle3") {
-		return o, fmt.Errorf("%s EAGLE with the EAGLE-3 draft %s gives accept length 1.00; use EAGLE3", specAlgorithmSetting, o.DraftModel)
+	if len(arms) == 0 {
+		arms = []Arm{{Name: "baseline"}}
 	}
-	return o, nil
+	return arms
 }
 
 func (o *Options) fill() error {

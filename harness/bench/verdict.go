@@ -8,6 +8,30 @@ import (
 	"github.com/arpatch/arpatch/harness/stats"
 )
 
+// The rules that decide what a run's figures mean, in the order they
+// apply:
+//   - Before any server starts, the allreduce preflight stops a run whose
+//     custom allreduce is broken (a wrong sum, a hang, an error), and one
+//     whose custom allreduce is slower than NCCL at the verify shape
+//     unless Options.Force (preflightFinding; Run's precheck).
+//   - A trial whose requests all failed unanswered, or whose server died
+//     or stopped answering, is no verdict of the arm but an InfraError
+//     that stops the run (checkTrial, run.go).
+//   - An arm with a failed, aborted or impossible request is INVALID
+//     (failures).
+//   - A baseline with no output, or whose outputs differ across trials,
+//     is INVALID baseline: no arm is faster or slower than it, and every
+//     other arm gets no verdict (baselineComparable, outputCheck).
+//   - An arm whose outputs give the baseline's in fewer than
+//     AgreeThreshold of them over the first agreeTokens tokens is INVALID
+//     (outputCheck).
+//   - Otherwise tok/s against the baseline per level decides Faster,
+//     Slower, NoChange or TooFew (stats.Compare, Mann-Whitney U), and
+//     overall Slower when any level is, else Faster when any is
+//     (verdicts).
+// A new metric is one entry in stats.Table: summarize summarizes and
+// compares every entry; only tok/s decides the verdict.
+
 // Verdict is an arm's verdict at a level or overall.
 type Verdict string
 
@@ -43,8 +67,11 @@ func (v Verdict) Fails() bool {
 	return v == InvalidBaseline || v == Invalid || v == NoReference || v == Slower
 }
 
-// analyze computes metrics, summaries per level, comparisons, agreement,
-// warnings and verdicts.
+// analyze judges a run's trials, rule by rule: each arm's metrics
+// (stats.Compute, stats.ComputeServing), its failed requests (failures)
+// and accept length (acceptLength); the baseline as a reference
+// (baselineComparable); per level the summaries, agreement and deltas
+// (summarize), the output check (outputCheck); and last the verdicts.
 func analyze(res *Result, o Options) {
 	base := res.Arm(res.Baseline)
 	tokens := o.agreeTokens()
@@ -55,58 +82,15 @@ func analyze(res *Result, o Options) {
 			ar.Serving = append(ar.Serving, stats.ComputeServing(t, o.Serving))
 		}
 		failures(ar)
-		var toks, verify int
-		for _, m := range ar.Metrics {
-			toks += m.Tokens
-			verify += m.VerifyCt
-		}
-		if acc := float64(toks) / float64(verify); o.SpecAlgorithm != "" && !strings.EqualFold(o.SpecAlgorithm, "none") && verify > 0 && acc < 1.05 {
-			ar.Warnings = append(ar.Warnings, fmt.Sprintf("accept length %.2f with speculation on: the draft is accepted almost never (is the algorithm EAGLE with an EAGLE-3 draft? use EAGLE3)", acc))
-		}
+		acceptLength(ar, o)
 	}
 	if base != nil {
 		baselineComparable(base, o, tokens)
 	}
 	for _, ar := range res.Arms {
-		ar.Levels = nil
+		summarize(ar, base, o, tokens)
 		if ar != base {
-			ar.Agreement = &stats.Agreement{Threshold: o.AgreeThreshold}
-		}
-		for _, c := range o.Concurrency {
-			lv := &Level{Concurrency: c, Summaries: map[string]stats.Summary{}}
-			ms := ar.MetricsAt(c)
-			for _, m := range stats.Table {
-				lv.Summaries[m.Name] = stats.Summarize(values(ms, m.Get))
-			}
-			ar.Levels = append(ar.Levels, lv)
-			if ar == base {
-				continue
-			}
-			ag := stats.Agree(trialsAt(base.Trials, c), trialsAt(ar.Trials, c), o.AgreeThreshold, tokens)
-			lv.Agreement = &ag
-			ar.Agreement.Add(ag)
-			if base.Invalid {
-				continue // no reference: no delta means anything
-			}
-			lv.Deltas = map[string]stats.Delta{}
-			bm := base.MetricsAt(c)
-			for _, m := range stats.Table {
-				lv.Deltas[m.Name] = stats.Compare(values(bm, m.Get), values(ms, m.Get), m.HigherIsBetter)
-			}
-		}
-		if ar != base && base != nil && base.Invalid {
-			// Nothing to compare with: the arm gets no verdict, whatever
-			// its outputs (its own failed requests still make it INVALID).
-			ar.Warnings = append(ar.Warnings, fmt.Sprintf("no verdict: the baseline is INVALID (%s)", invalidWhy(base)))
-		} else if ar != base && ar.Agreement.Invalid {
-			ag := ar.Agreement
-			ar.Invalid = true
-			what := "prompts x trials"
-			if len(o.Concurrency) > 1 {
-				what = "prompts x trials x levels"
-			}
-			ar.Warnings = append(ar.Warnings, fmt.Sprintf("INVALID: only %d of %d outputs (%d %s) give the baseline's output over the first %d tokens (threshold %.0f%%): the arm computes something else, so its speed means nothing",
-				ag.IdenticalN, ag.Outputs, ag.Prompts, what, tokens, o.AgreeThreshold*100))
+			outputCheck(ar, base, o, tokens)
 		}
 	}
 	for _, ar := range res.Arms {
@@ -118,6 +102,75 @@ func analyze(res *Result, o Options) {
 			}
 		}
 		verdicts(ar, ar == base, base != nil && base.Invalid)
+	}
+}
+
+// acceptLength warns of an accept length below 1.05 (tokens per verify
+// pass) with speculation on: the draft is accepted almost never, which
+// EAGLE with an EAGLE-3 draft gives.
+func acceptLength(ar *ArmResult, o Options) {
+	var toks, verify int
+	for _, m := range ar.Metrics {
+		toks += m.Tokens
+		verify += m.VerifyCt
+	}
+	if acc := float64(toks) / float64(verify); o.SpecAlgorithm != "" && !strings.EqualFold(o.SpecAlgorithm, "none") && verify > 0 && acc < 1.05 {
+		ar.Warnings = append(ar.Warnings, fmt.Sprintf("accept length %.2f with speculation on: the draft is accepted almost never (is the algorithm EAGLE with an EAGLE-3 draft? use EAGLE3)", acc))
+	}
+}
+
+// summarize fills the arm's levels, in Options.Concurrency order: every
+// metric of stats.Table summarized across the level's trials and, for an
+// arm other than the baseline, its agreement with the baseline's outputs
+// at that level (summed into ArmResult.Agreement) and, unless the
+// baseline is INVALID, its deltas against the baseline per metric.
+func summarize(ar, base *ArmResult, o Options, tokens int) {
+	ar.Levels = nil
+	if ar != base {
+		ar.Agreement = &stats.Agreement{Threshold: o.AgreeThreshold}
+	}
+	for _, c := range o.Concurrency {
+		lv := &Level{Concurrency: c, Summaries: map[string]stats.Summary{}}
+		ms := ar.MetricsAt(c)
+		for _, m := range stats.Table {
+			lv.Summaries[m.Name] = stats.Summarize(values(ms, m.Get))
+		}
+		ar.Levels = append(ar.Levels, lv)
+		if ar == base {
+			continue
+		}
+		ag := stats.Agree(trialsAt(base.Trials, c), trialsAt(ar.Trials, c), o.AgreeThreshold, tokens)
+		lv.Agreement = &ag
+		ar.Agreement.Add(ag)
+		if base.Invalid {
+			continue // no reference: no delta means anything
+		}
+		lv.Deltas = map[string]stats.Delta{}
+		bm := base.MetricsAt(c)
+		for _, m := range stats.Table {
+			lv.Deltas[m.Name] = stats.Compare(values(bm, m.Get), values(ms, m.Get), m.HigherIsBetter)
+		}
+	}
+}
+
+// outputCheck judges an arm other than the baseline by its outputs: one
+// measured against an INVALID baseline gets no verdict, whatever its
+// outputs (its own failed requests still make it INVALID); one whose
+// outputs give the baseline's over the first tokens tokens in fewer than
+// AgreeThreshold of them, over all levels (summarize), is INVALID.
+func outputCheck(ar, base *ArmResult, o Options, tokens int) {
+	switch {
+	case base != nil && base.Invalid:
+		ar.Warnings = append(ar.Warnings, fmt.Sprintf("no verdict: the baseline is INVALID (%s)", invalidWhy(base)))
+	case ar.Agreement.Invalid:
+		ag := ar.Agreement
+		ar.Invalid = true
+		what := "prompts x trials"
+		if len(o.Concurrency) > 1 {
+			what = "prompts x trials x levels"
+		}
+		ar.Warnings = append(ar.Warnings, fmt.Sprintf("INVALID: only %d of %d outputs (%d %s) give the baseline's output over the first %d tokens (threshold %.0f%%): the arm computes something else, so its speed means nothing",
+			ag.IdenticalN, ag.Outputs, ag.Prompts, what, tokens, o.AgreeThreshold*100))
 	}
 }
 
