@@ -12,6 +12,7 @@ import (
 
 	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/digest"
+	"github.com/arpatch/arpatch/internal/progress"
 	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/internal/textfmt"
 	"github.com/arpatch/arpatch/patches"
@@ -106,6 +107,11 @@ func applyRun(ctx context.Context, o applyOptions, s streams) error {
 	printed, tuned, err := tunedRecipe(ctx, o.Apply.Recipe, o.Tune, o.Apply.Src, s.Err)
 	if err != nil {
 		return err
+	}
+	if progress.IsTerminal(s.Err) {
+		// As git: progress on a terminal only (the clone's, then a
+		// count of the files checked out).
+		o.Apply.Progress = s.Err
 	}
 	rep, err := checkout.Apply(ctx, o.Apply)
 	if err != nil {

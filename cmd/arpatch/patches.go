@@ -8,6 +8,7 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"text/tabwriter"
 
 	"github.com/urfave/cli/v2"
 
@@ -15,6 +16,7 @@ import (
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
+	"github.com/arpatch/arpatch/internal/progress"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/internal/textfmt"
 	"github.com/arpatch/arpatch/patches"
@@ -44,24 +46,33 @@ Examples:
 			{
 				Name:      "check",
 				Usage:     "report how each series fits each commit (exact, offset, applied, partial, conflict), writing nothing",
-				UsageText: "arpatch patches check --repo PATH --commit REV [--commit REV...] [--series NAME...] [--strict] [--json]",
+				UsageText: "arpatch patches check --repo PATH --commit REV|A..B [--commit ...] [--series NAME...] [--strict] [--details | --summary | --json]",
 				Description: `check reads files straight from the repository's object store (a checkout or
 a bare mirror), so nothing is checked out or written. Each commit may be a
 hash (abbreviated as git takes one: refused when it starts several commits),
-branch or tag.
-A family's series are one job for different upstream eras, so check exits 0
-when at each commit some series of each family checked fits (exact, offset
-or applied), and 1 otherwise, naming what has none; --strict exits 1 unless
-every series fits every commit.
+branch or tag, or a range A..B: the commits on B's first-parent chain after
+A, oldest first (git log --first-parent --reverse A..B). The table has one
+line per series and commit; each conflict's hunk, moved file and port
+command follow it for one commit, and with --details; --summary prints one
+line per series, its runs of commits with one verdict. A patch whose file
+is gone reads moved(FIT), deleted, ambiguous (patches port --move picks) or
+not-followed (the history to follow it is missing: a shallow clone, or no
+tested_on commit). A family's series are one job for different upstream
+eras, so check exits 0 when at each commit some series of each family
+checked fits (exact, offset or applied), and 1 otherwise, naming what has
+none; --strict exits 1 unless every series fits every commit.
 
 Examples:
    arpatch patches check --repo ~/mirrors/sglang.git --commit 84118acf50b3a4c74e85e9ff9033792552de1a76
-   arpatch patches check --repo sglang --commit main --series pcie-2026-08 --json`,
+   arpatch patches check --repo sglang --commit main --series pcie-2026-08 --json
+   arpatch patches check --repo ~/mirrors/sglang.git --commit cce5873513fe..c32c4ef79cf5 --summary`,
 				Flags: []cli.Flag{
 					&cli.StringFlag{Name: "repo", Usage: "local repository `PATH` (checkout or bare mirror)", Required: true},
 					&cli.StringSliceFlag{Name: "commit", Usage: "commit `REV` to check; repeat for several", Required: true},
 					&cli.StringSliceFlag{Name: "series", Usage: "check only series `NAME`; repeat for several"},
 					&cli.BoolFlag{Name: "strict", Usage: "exit 1 unless every series fits every commit"},
+					&cli.BoolFlag{Name: "details", Usage: "after the table, each conflict's hunk and each moved file (the default when one commit is checked)"},
+					&cli.BoolFlag{Name: "summary", Usage: "one line per series instead of the table: its runs of consecutive commits with one verdict"},
 					patchesDirFlag(), jsonFlag(),
 				},
 				Before: noArgs,
@@ -112,6 +123,8 @@ type patchesCheckFlags struct {
 	Commits    []string `flag:"commit"`
 	Series     []string `flag:"series"`
 	Strict     bool     `flag:"strict"`
+	Details    bool     `flag:"details"`
+	Summary    bool     `flag:"summary"`
 	PatchesDir string   `flag:"patches-dir"`
 	JSON       bool     `flag:"json"`
 }
@@ -127,6 +140,10 @@ type patchesCheckOptions struct {
 	Series []string
 	Strict bool
 	JSON   bool
+	// Details prints the detail blocks (conflicting hunks, moves, port
+	// commands) after the table; Summary prints one line per series
+	// instead (printDrift, printSummary).
+	Details, Summary bool
 }
 
 // patchesCheckOpts turns patches check's flags into options; a --series
@@ -141,15 +158,34 @@ func patchesCheckOpts(f patchesCheckFlags) (patchesCheckOptions, error) {
 			return patchesCheckOptions{}, err
 		}
 	}
-	return patchesCheckOptions{Repo: expandHome(f.Repo), RepoArg: f.Repo, Commits: f.Commits, Catalog: cat, Series: f.Series, Strict: f.Strict, JSON: f.JSON}, nil
+	if f.JSON && (f.Details || f.Summary) {
+		return patchesCheckOptions{}, usagef("--json holds every detail; --details and --summary shape the text, so pass one or the other")
+	}
+	if f.Details && f.Summary {
+		return patchesCheckOptions{}, usagef("--summary prints one line per series and --details every hunk after the table: pass one")
+	}
+	return patchesCheckOptions{Repo: expandHome(f.Repo), RepoArg: f.Repo, Commits: f.Commits, Catalog: cat, Series: f.Series, Strict: f.Strict, JSON: f.JSON,
+		Details: f.Details, Summary: f.Summary}, nil
 }
 
 // patchesCheckRun checks each series at each commit and prints the fits;
 // a family without a fitting series at a commit (with Strict: any series
 // that does not fit) is a failure (exit 1), naming it.
-func patchesCheckRun(_ context.Context, o patchesCheckOptions, s streams) error {
+func patchesCheckRun(ctx context.Context, o patchesCheckOptions, s streams) error {
 	notePassedOver(s.Err, o.Catalog)
-	rows, err := checkout.CheckCommits(o.Repo, o.Commits, o.Catalog, o.Series)
+	var show func(done, total int)
+	if progress.IsTerminal(s.Err) {
+		// As git: a count on a terminal only, for a check of several
+		// commits (a range may take minutes).
+		c := progress.New(s.Err, "commits")
+		defer c.Done(true)
+		show = func(n, total int) {
+			if total > 1 {
+				c.Set("checking", n, total)
+			}
+		}
+	}
+	rows, err := checkout.CheckCommitsContext(ctx, o.Repo, o.Commits, o.Catalog, o.Series, show)
 	if err != nil {
 		return err
 	}
@@ -157,13 +193,76 @@ func patchesCheckRun(_ context.Context, o patchesCheckOptions, s streams) error 
 		if err := writeJSON(s.Out, driftJSON(rows)); err != nil {
 			return err
 		}
+	} else if o.Summary {
+		printSummary(s.Out, rows)
 	} else {
-		printDrift(s.Out, rows, o.RepoArg, o.Catalog.Dir)
+		details := o.Details || commitCount(rows) == 1
+		if n := printDrift(s.Out, rows, o.RepoArg, o.Catalog.Dir, details); n > 0 && !details {
+			fmt.Fprintf(s.Out, "\n%s of conflicting hunks, moved files and port commands: add --details\n", textfmt.Plural(n, "detail", "details"))
+		}
 	}
 	if unfit := checkout.Unfit(rows, o.Catalog, o.Strict); len(unfit) > 0 {
+		const shown = 5
+		if len(unfit) > shown+1 && !o.Details {
+			unfit = append(unfit[:shown:shown], fmt.Sprintf("... and %d more (--details lists every one)", len(unfit)-shown))
+		}
 		return exitWith(exitFailure, strings.Join(unfit, "\n"))
 	}
 	return nil
+}
+
+// commitCount is how many commits rows cover.
+func commitCount(rows []checkout.DriftRow) int {
+	seen := map[string]bool{}
+	for _, r := range rows {
+		seen[r.Commit] = true
+	}
+	return len(seen)
+}
+
+// printSummary prints one line per series, in the order the rows name
+// them: how many of the commits it fits (exact, offset or applied), then
+// its runs of consecutive commits (in the order checked) with one
+// verdict, each as FIRST..LAST (N) VERDICT.
+func printSummary(w io.Writer, rows []checkout.DriftRow) {
+	type run struct {
+		first, last string
+		n           int
+		verdict     patches.SeriesVerdict
+	}
+	var order []string
+	runs := map[string][]run{}
+	fits, total := map[string]int{}, map[string]int{}
+	for _, r := range rows {
+		rs, ok := runs[r.Series]
+		if !ok {
+			order = append(order, r.Series)
+		}
+		total[r.Series]++
+		if r.Applies() {
+			fits[r.Series]++
+		}
+		if k := len(rs) - 1; k >= 0 && rs[k].verdict == r.Verdict {
+			rs[k].last, rs[k].n = r.Commit, rs[k].n+1
+		} else {
+			rs = append(rs, run{r.Commit, r.Commit, 1, r.Verdict})
+		}
+		runs[r.Series] = rs
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "SERIES\tFITS\tRUNS (first..last commit (count) verdict, in the order checked)")
+	for _, s := range order {
+		var parts []string
+		for _, r := range runs[s] {
+			span := githash.Hash(r.first).Short()
+			if r.n > 1 {
+				span += ".." + githash.Hash(r.last).Short()
+			}
+			parts = append(parts, fmt.Sprintf("%s (%d) %s", span, r.n, r.verdict))
+		}
+		fmt.Fprintf(tw, "%s\t%d of %d\t%s\n", s, fits[s], total[s], strings.Join(parts, "; "))
+	}
+	tw.Flush()
 }
 
 // patchesSealFlags are patches seal's arguments: series directories.
@@ -215,7 +314,11 @@ func patchesSealRun(_ context.Context, dirs []string, s streams) error {
 	return nil
 }
 
-func printDrift(w io.Writer, rows []checkout.DriftRow, repo, patchesDir string) {
+// printDrift prints the table, one line per series and commit, and with
+// details the blocks that explain it (a clean port's command, each move,
+// each conflicting hunk). It returns how many blocks there are, printed
+// or not.
+func printDrift(w io.Writer, rows []checkout.DriftRow, repo, patchesDir string, details bool) int {
 	fmt.Fprintf(w, "%-14s %-20s %-9s %s\n", "SERIES", "COMMIT", "VERDICT", "PATCHES")
 	for _, r := range rows {
 		commit := githash.Hash(r.Commit).Short()
@@ -243,11 +346,17 @@ func printDrift(w io.Writer, rows []checkout.DriftRow, repo, patchesDir string) 
 		}
 		fmt.Fprintf(w, "%-14s %-20s %-9s %s\n", r.Series, commit, r.Verdict, strings.Join(parts, " "))
 	}
+	blocks := 0
+	if !details {
+		w = io.Discard
+	}
 	for _, r := range rows {
 		if r.PortClean {
+			blocks++
 			fmt.Fprintf(w, "\n%s at %s:\n  the hunks do not fit as they are, but a port (three-way merge) is clean; write it with: %s\n", r.Series, githash.Hash(r.Commit).Short(), port.Command(r.Series, repo, r.Commit, port.DraftDir(r.Series, r.Commit), patchesDir))
 		}
 		if r.Moved != nil {
+			blocks++
 			fmt.Fprintf(w, "\n%s at %s:\n  %s\n", r.Series, githash.Hash(r.Commit).Short(), strings.Join(r.Moved.Explain(r.Series, repo, r.Commit, patchesDir), "\n  "))
 		}
 		for i, f := range r.Fits {
@@ -258,10 +367,12 @@ func printDrift(w io.Writer, rows []checkout.DriftRow, repo, patchesDir string) 
 				f = r.Moved.Fits[i] // how it fits at the new path
 			}
 			if f.Fit == patches.FitConflict {
+				blocks++
 				fmt.Fprintf(w, "\n%s at %s:\n  %s\n", r.Series, githash.Hash(r.Commit).Short(), strings.ReplaceAll(f.Err.Error(), "\n", "\n  "))
 			}
 		}
 	}
+	return blocks
 }
 
 // movedAway reports whether a patch conflicts only because a file it

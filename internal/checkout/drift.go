@@ -1,7 +1,9 @@
 package checkout
 
 import (
+	"context"
 	"fmt"
+	"strings"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
@@ -40,11 +42,20 @@ type DriftRow struct {
 // CheckCommits checks every series in cat (or only those named) against
 // each revision of the repository at repoPath, reading files from git's
 // object store: nothing is checked out or written. Revisions may be hashes,
-// branches or tags. It returns an error for a repository or revision that
+// branches or tags, or ranges FROM..TO (gitsrc.Repo.Range: the commits on
+// TO's first-parent chain after FROM, oldest first). It returns an error for a repository or revision that
 // cannot be read; a series that does not load is reported in its rows. A
 // series whose files are missing at a commit is followed through renames
 // from its tested_on commit (DriftRow.Moved).
 func CheckCommits(repoPath string, revs []string, cat *patches.Catalog, only []string) ([]DriftRow, error) {
+	return CheckCommitsContext(context.Background(), repoPath, revs, cat, only, nil)
+}
+
+// CheckCommitsContext is CheckCommits that stops between two commits
+// once ctx is done, returning ctx's error, and tells progress (when not
+// nil) after each commit how many of them are checked: a range may hold
+// thousands.
+func CheckCommitsContext(ctx context.Context, repoPath string, revs []string, cat *patches.Catalog, only []string, progress func(done, total int)) ([]DriftRow, error) {
 	repo, err := gitsrc.OpenAny(repoPath)
 	if err != nil {
 		return nil, err
@@ -61,12 +72,31 @@ func CheckCommits(repoPath string, revs []string, cat *patches.Catalog, only []s
 			series = append(series, s)
 		}
 	}
-	var rows []DriftRow
+	type at struct{ rev, commit string }
+	var commits []at
 	for _, rev := range revs {
+		if strings.Contains(rev, "..") {
+			cs, err := repo.Range(rev)
+			if err != nil {
+				return nil, err
+			}
+			for _, c := range cs {
+				commits = append(commits, at{c, c})
+			}
+			continue
+		}
 		commit, err := repo.Resolve(rev)
 		if err != nil {
 			return nil, err
 		}
+		commits = append(commits, at{rev, commit})
+	}
+	var rows []DriftRow
+	for i, a := range commits {
+		if err := ctx.Err(); err != nil {
+			return nil, err
+		}
+		rev, commit := a.rev, a.commit
 		tree, err := repo.TreeAt(commit)
 		if err != nil {
 			return nil, err
@@ -102,6 +132,9 @@ func CheckCommits(repoPath string, revs []string, cat *patches.Catalog, only []s
 			for _, k := range cat.Skipped {
 				rows = append(rows, DriftRow{Series: k.Name, Commit: commit, Rev: rev, Verdict: VerdictError, Err: k.Err})
 			}
+		}
+		if progress != nil {
+			progress(i+1, len(commits))
 		}
 	}
 	return rows, nil

@@ -1,10 +1,15 @@
 package checkout
 
 import (
+	"context"
 	"errors"
+	"os"
+	"path/filepath"
 	"reflect"
+	"strconv"
 	"testing"
 
+	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/patches"
 )
 
@@ -36,5 +41,44 @@ func TestUnfit(t *testing.T) {
 	want = []string{"series other-1 does not load: sha256 mismatch", `no "pcie" series fits main`, `no "other" series fits ` + a}
 	if got := Unfit(rows, cat, false); !reflect.DeepEqual(got, want) {
 		t.Errorf("default: %q, want %q", got, want)
+	}
+}
+
+// CheckCommitsContext tells its progress after each commit, expands a
+// range FROM..TO to TO's first-parent commits after FROM, and stops on a
+// cancelled context.
+func TestCheckCommitsProgressRangeCancel(t *testing.T) {
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "f"), []byte("1\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	c1, err := testrepo.Init(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var cs []string
+	for i := 2; i <= 4; i++ {
+		if err := os.WriteFile(filepath.Join(dir, "f"), []byte(strconv.Itoa(i)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		c, err := testrepo.Commit(dir, "change")
+		if err != nil {
+			t.Fatal(err)
+		}
+		cs = append(cs, c)
+	}
+	cat := &patches.Catalog{}
+	var seen [][2]int
+	rows, err := CheckCommitsContext(context.Background(), dir, []string{c1, c1[:12] + ".." + cs[2]}, cat, nil, func(n, total int) { seen = append(seen, [2]int{n, total}) })
+	if err != nil || len(rows) != 0 {
+		t.Fatalf("rows %v, %v", rows, err)
+	}
+	if want := [][2]int{{1, 4}, {2, 4}, {3, 4}, {4, 4}}; !reflect.DeepEqual(seen, want) {
+		t.Errorf("progress %v, want %v (c1, then the range's three commits)", seen, want)
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if _, err := CheckCommitsContext(ctx, dir, []string{c1}, cat, nil, nil); !errors.Is(err, context.Canceled) {
+		t.Errorf("cancelled: %v", err)
 	}
 }

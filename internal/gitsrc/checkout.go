@@ -13,6 +13,7 @@ import (
 	"runtime"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/go-git/go-git/v5/plumbing"
 	"github.com/go-git/go-git/v5/plumbing/filemode"
@@ -196,6 +197,7 @@ func (r *Repo) writeFiles(files []*index.Entry) error {
 	var wg sync.WaitGroup
 	var mu sync.Mutex
 	var first error
+	var done atomic.Int64
 	failed := func() bool { mu.Lock(); defer mu.Unlock(); return first != nil }
 	for range checkoutWorkers() {
 		wg.Go(func() {
@@ -210,6 +212,9 @@ func (r *Repo) writeFiles(files []*index.Entry) error {
 							first = fmt.Errorf("%s: %w", e.Name, err)
 						}
 						mu.Unlock()
+					}
+					if r.CheckoutProgress != nil {
+						r.CheckoutProgress(int(done.Add(1)), len(files))
 					}
 				}
 			}

@@ -196,6 +196,40 @@ func (r *Repo) Follow(from, to, path string) ([]Rename, error) {
 	}
 }
 
+// Range returns the commits of a range FROM..TO as `git log
+// --first-parent --reverse FROM..TO` lists them: the commits on TO's
+// first-parent chain after FROM, oldest first, as 40-hex hashes. FROM
+// and TO are any revisions Resolve takes. FROM must be on TO's chain (a
+// *NotAncestorError otherwise, which says so): the range is a line of
+// upstream's main branch, not a set difference across merges.
+func (r *Repo) Range(spec string) ([]string, error) {
+	from, to, ok := strings.Cut(spec, "..")
+	if !ok || from == "" || to == "" || strings.HasPrefix(to, ".") {
+		return nil, fmt.Errorf("%q is not a range FROM..TO (two revisions joined by ..)", spec)
+	}
+	f, err := r.Resolve(from)
+	if err != nil {
+		return nil, err
+	}
+	t, err := r.Resolve(to)
+	if err != nil {
+		return nil, err
+	}
+	chain, err := r.firstParentChain(f, t)
+	var na *NotAncestorError
+	if errors.As(err, &na) {
+		return nil, fmt.Errorf("range %s: %s (%s) is not on the first-parent chain of %s (%s), which a range follows, as git log --first-parent %s does", spec, from, githash.Hash(f).Short(), to, githash.Hash(t).Short(), spec)
+	}
+	if err != nil {
+		return nil, err
+	}
+	out := make([]string, 0, len(chain)-1)
+	for _, c := range chain[1:] {
+		out = append(out, c.Hash.String())
+	}
+	return out, nil
+}
+
 // Precedes reports whether older is on newer's first-parent chain (and
 // not newer itself): newer descends from it along the line upstream's
 // main branch takes.

@@ -11,6 +11,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"syscall"
 	"testing"
 	"time"
@@ -80,8 +81,15 @@ func TestCloneLocalHardlinksAndChecksOut(t *testing.T) {
 	if linked == 0 {
 		t.Error("no object file is hardlinked")
 	}
+	// Checkout counts its files as it writes them (apply's progress):
+	// every one once, up to the total of the commit's two files.
+	var calls, last, total atomic.Int64
+	repo.CheckoutProgress = func(n, t int) { calls.Add(1); last.Store(max(last.Load(), int64(n))); total.Store(int64(t)) }
 	if err := repo.Checkout(c1); err != nil {
 		t.Fatal(err)
+	}
+	if calls.Load() != 2 || last.Load() != 2 || total.Load() != 2 {
+		t.Errorf("checkout progress: %d calls, last %d of %d; want 2, 2 of 2", calls.Load(), last.Load(), total.Load())
 	}
 	if b, _ := os.ReadFile(filepath.Join(dst, "a", "x.txt")); string(b) != "one\n" {
 		t.Errorf("checked out a/x.txt = %q, want the first commit's", b)

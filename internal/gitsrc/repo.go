@@ -30,7 +30,11 @@ import (
 
 // Repo is a git repository with a work tree, or a bare one.
 type Repo struct {
-	Dir       string // the work tree (or, bare, the git directory)
+	Dir string // the work tree (or, bare, the git directory)
+	// CheckoutProgress, when set, is told how many of Checkout's files
+	// are written (done of total), after each; it may be called from
+	// several goroutines at once.
+	CheckoutProgress func(done, total int)
 	r         *git.Repository
 	once      sync.Once
 	obj       *objectReader
