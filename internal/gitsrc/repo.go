@@ -35,13 +35,13 @@ type Repo struct {
 	// are written (done of total), after each; it may be called from
 	// several goroutines at once.
 	CheckoutProgress func(done, total int)
-	r         *git.Repository
-	once      sync.Once
-	obj       *objectReader
-	treeMu    sync.Mutex                           // guards trees, blobs, blobBytes
-	trees     map[plumbing.Hash][]object.TreeEntry // see treeEntries
-	blobs     map[plumbing.Hash][]byte             // see blob
-	blobBytes int
+	r                *git.Repository
+	once             sync.Once
+	obj              *objectReader
+	treeMu           sync.Mutex                           // guards trees, blobs, blobBytes
+	trees            map[plumbing.Hash][]object.TreeEntry // see treeEntries
+	blobs            map[plumbing.Hash][]byte             // see blob
+	blobBytes        int
 }
 
 // Open opens the checkout at dir. It returns an error naming dir when dir
