@@ -4,11 +4,14 @@ import (
 	"context"
 	"fmt"
 	"os"
+	"slices"
 	"strings"
 
 	"github.com/arpatch/arpatch/harness/doctor"
 	"github.com/arpatch/arpatch/harness/nvsmi"
+	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/digest"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/kernels"
 )
 
@@ -99,4 +102,46 @@ func (e Environment) Map() map[string]string {
 // shortHash is a fingerprint of s: the first 16 hex digits of its SHA-256.
 func shortHash(s string) string {
 	return digest.SHA256Hex([]byte(s))[:16]
+}
+
+// EnvChange is an environment that differs from the reference runs'.
+type EnvChange struct {
+	// Since is the newest reference run whose environment differs;
+	// Changes say how ("driver 570.172.08 -> 580.95.05").
+	Since   int64    `json:"since_run"`
+	Changes []string `json:"changes"`
+	// Accept is the command that makes tonight the new reference.
+	Accept string `json:"accept"`
+}
+
+func (e *EnvChange) String() string {
+	return fmt.Sprintf("the environment changed since run %d (%s): not compared with history; if the change is intended, make this run the reference: `%s`",
+		e.Since, strings.Join(e.Changes, ", "), e.Accept)
+}
+
+// envChange compares tonight's environment with each reference run's
+// (newest first) over EnvKeys, and returns the first difference (nil for
+// none) with the "environment" check (nil without reference runs). A
+// value either run did not record is not compared. The error is a
+// history that could not be read.
+func envChange(store *history.Store, rep *Report, refRuns []int64, dbPath string) (*EnvChange, *history.Check, error) {
+	slices.Sort(refRuns)
+	refRuns = slices.Compact(refRuns)
+	if len(refRuns) == 0 {
+		return nil, nil, nil
+	}
+	now := rep.Environment.Map()
+	for i := len(refRuns) - 1; i >= 0; i-- {
+		old, err := store.Env(refRuns[i])
+		if err != nil {
+			return nil, nil, err
+		}
+		if ch := EnvChanges(old, now); len(ch) > 0 {
+			e := &EnvChange{Since: refRuns[i], Changes: ch,
+				Accept: shellq.Join([]string{"arpatch", "history", "accept", fmt.Sprint(rep.RunID), "--db", dbPath})}
+			return e, &history.Check{Name: "environment vs reference runs", Kind: history.KindEnvironment, Status: history.CheckSkip, Detail: e.String()}, nil
+		}
+	}
+	return nil, &history.Check{Name: "environment vs reference runs", Kind: history.KindEnvironment, Status: history.CheckPass,
+		Detail: fmt.Sprintf("same %s as reference runs %d..%d", strings.Join(EnvKeys, ", "), refRuns[0], refRuns[len(refRuns)-1])}, nil
 }

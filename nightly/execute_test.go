@@ -6,7 +6,6 @@ import (
 	"database/sql"
 	"encoding/json"
 	"encoding/xml"
-	"errors"
 	"os"
 	"path/filepath"
 	"strings"
@@ -259,58 +258,5 @@ func testHistoryReadFails(t *testing.T) {
 	runs, err := store.Runs(1)
 	if err != nil || len(runs) != 1 || runs[0].ID != 2 || runs[0].Status != history.Failed || !strings.Contains(runs[0].Verdict, want) {
 		t.Errorf("stored run: %v %+v", err, runs)
-	}
-}
-
-// A history that fails twice in a run (a read while judging, then the
-// write) is one failed "history" test case, not two: the first failure
-// leads, the follow-on is in its text.
-func TestHistoryFailsTwiceOneCase(t *testing.T) {
-	n := &night{rep: &Report{}}
-	n.historyFailed(errors.New("history h.db: recording run 1: database or disk is full"))
-	n.historyFailed(errors.New("history h.db: reading the reference window of pcie tok_s: bad value"))
-	var b bytes.Buffer
-	if err := JUnit(&b, n.rep); err != nil {
-		t.Fatal(err)
-	}
-	x := b.String()
-	if got := strings.Count(x, `<testcase classname="arpatch.infra" name="history">`); got != 1 {
-		t.Errorf("%d history test cases, want 1:\n%s", got, x)
-	}
-	if !strings.Contains(x, `<failure message="history h.db: recording run 1: database or disk is full">`) || !strings.Contains(x, "reading the reference window of pcie tok_s") ||
-		!strings.Contains(x, `tests="1" failures="1"`) {
-		t.Errorf("junit:\n%s", x)
-	}
-}
-
-// Config errors found before the run name the config's file, line and
-// key, never a flag: an arm's recipe file and the patches_dir that are
-// not there, a recipe name no recipe has.
-func TestConfigPathErrorsNameKeys(t *testing.T) {
-	dir := t.TempDir()
-	for body, want := range map[string]string{
-		"[arms]\na_file = \"nope.toml\"\n":           "c.toml:2: arms.a_file: open " + filepath.Join(dir, "nope.toml") + ": no such file or directory",
-		"[arms]\na = \"nosuch\"\n":                   `c.toml:2: arms.a: no recipe named "nosuch"; known recipes: baseline, pcie (or name a recipe file with arms.a_file)`,
-		"[arms]\n\npatches_dir = \"/nonexistent\"\n": "c.toml:3: arms.patches_dir: /nonexistent: no such file or directory",
-		"[arms]\npatches_dir = \"c.toml\"\n":         "c.toml:2: arms.patches_dir: " + filepath.Join(dir, "c.toml") + " is a file; pass the directory",
-	} {
-		p := filepath.Join(dir, "c.toml")
-		if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
-			t.Fatal(err)
-		}
-		cfg, err := LoadConfig(p)
-		if err != nil {
-			t.Fatalf("%q: %v", body, err)
-		}
-		_, _, err = loadArms(cfg)
-		if err == nil {
-			_, err = catalog(cfg)
-		}
-		if err == nil || !strings.HasPrefix(err.Error(), filepath.Join(dir, want)) {
-			t.Errorf("%q:\n got %v\nwant %s", body, err, want)
-		}
-		if err != nil && strings.Contains(err.Error(), "--") {
-			t.Errorf("%q: %v names a flag", body, err)
-		}
 	}
 }
