@@ -8,25 +8,28 @@ import (
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/report"
 	"github.com/arpatch/arpatch/harness/stats"
-	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/textfmt"
 	"github.com/arpatch/arpatch/recipes"
 )
 
-// bench is step 3: bench arm B against arm A; the result is stored with
-// the run (its arms, trials and server versions).
-func (n *night) bench(ctx context.Context) []history.Check {
+// bench is step 3: bench arm B against arm A with the options Run built
+// once (BenchOptions: bo, or optsErr, why they could not be built, which
+// fails the step) and bench.tune applied (applyTune). It returns the
+// result when the bench ran to one, for judge and the history (its arms,
+// trials and server versions), and nil when it was skipped, did not run
+// or failed; and its checks.
+func (n *night) bench(ctx context.Context, bo bench.Options, optsErr error) (*bench.Result, []history.Check) {
 	rep := n.rep
 	if n.o.SkipBench {
-		return []history.Check{{Name: "bench", Kind: history.KindValidity, Status: history.CheckSkip, Detail: "--skip-bench"}}
+		return nil, []history.Check{{Name: "bench", Kind: history.KindValidity, Status: history.CheckSkip, Detail: "--skip-bench"}}
 	}
 	if rep.ExitCode >= ExitInfra || !n.canContinue() || ctx.Err() != nil {
-		return nil
+		return nil, nil
 	}
 	a, b := n.in.a, n.in.b
 	n.o.logf("benching %s against %s", b.Name, a.Name)
-	res, settings, err := runBench(ctx, n.cfg, n.bo, n.boErr, n.in.tune, rep)
+	res, settings, err := n.runBench(ctx, bo, optsErr)
 	rep.BenchSettings = &settings
 	rep.Bench = res
 	if err != nil {
@@ -34,14 +37,26 @@ func (n *night) bench(ctx context.Context) []history.Check {
 		if errors.As(err, &ie) || ctx.Err() == nil {
 			rep.Errors = append(rep.Errors, "bench: "+err.Error())
 			rep.exit(ExitInfra)
-			return []history.Check{{Name: "bench", Kind: history.KindValidity, Status: history.CheckFail, Detail: err.Error()}}
+			return nil, []history.Check{{Name: "bench", Kind: history.KindValidity, Status: history.CheckFail, Detail: err.Error()}}
 		}
-		return nil
+		return nil, nil
 	}
-	n.res = res
-	n.out.Env = benchEnv(res)
-	n.out.Arms = armRecords(rep, res)
-	return nil
+	return res, nil
+}
+
+// runBench runs the bench with bench.tune applied, and returns the
+// settings it ran with (report.SettingsOf, before the tune; none when the
+// options could not be built).
+func (n *night) runBench(ctx context.Context, bo bench.Options, optsErr error) (*bench.Result, report.Settings, error) {
+	if optsErr != nil {
+		return nil, report.Settings{}, fmt.Errorf("bench: %w", optsErr)
+	}
+	s := report.SettingsOf(bo)
+	if err := applyTune(n.cfg, n.in.tune, n.rep, &bo); err != nil {
+		return nil, s, err
+	}
+	res, err := bench.Run(ctx, bo)
+	return res, s, err
 }
 
 // BenchOptions turns recipe B's [bench] and nightly.toml's [bench] into
@@ -83,18 +98,8 @@ func BenchOptions(cfg *Config, o Options, a, b *recipes.Recipe) (bench.Options, 
 	return bo, err
 }
 
-func runBench(ctx context.Context, cfg *Config, bo bench.Options, err error, tf *tune.File, rep *Report) (*bench.Result, report.Settings, error) {
-	if err != nil {
-		return nil, report.Settings{}, fmt.Errorf("bench: %w", err)
-	}
-	s := report.SettingsOf(bo)
-	if err := applyTune(cfg, tf, rep, &bo); err != nil {
-		return nil, s, err
-	}
-	res, err := bench.Run(ctx, bo)
-	return res, s, err
-}
-
+// benchEnv is the server version of each benched arm, as
+// "sglang_version@ARM", for the run's environment in the history.
 func benchEnv(res *bench.Result) map[string]string {
 	m := map[string]string{}
 	for _, a := range res.Arms {

@@ -11,7 +11,6 @@ import (
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/kernels"
-	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
 )
 
@@ -24,41 +23,41 @@ type BuildRow struct {
 	Error  string `json:"error,omitempty"`
 }
 
-// build is step 2: both arms through the build cache.
-func (n *night) build(ctx context.Context) []history.Check {
+// build is step 2: both arms through the build cache at commit (drift's:
+// the pinned commit, or the head with arms.commit = "head"), with recipe
+// B's build options (BuildOptions). A checkout of another commit is
+// cloned afresh first (refreshArms). Each arm's build goes into the
+// report's builds, whose keys the history stores with the arms.
+func (n *night) build(ctx context.Context, commit string) []history.Check {
 	if n.o.SkipBuild {
 		return []history.Check{{Name: "build", Kind: history.KindBuild, Status: history.CheckSkip, Detail: "--skip-build"}}
 	}
 	if !n.canContinue() || ctx.Err() != nil {
 		return nil
 	}
-	a, b := n.in.a, n.in.b
-	n.o.logf("building %s and %s at %s", a.Name, b.Name, githash.Hash(n.rep.BuildCommit).Short())
-	return build(ctx, n.rep, n.cfg, n.o, a, b, n.in.cat)
-}
-
-func build(ctx context.Context, rep *Report, cfg *Config, o Options, a, b *recipes.Recipe, cat *patches.Catalog) []history.Check {
-	bo, err := BuildOptions(cfg, o, b)
+	rep, cfg, a, b := n.rep, n.cfg, n.in.a, n.in.b
+	n.o.logf("building %s and %s at %s", a.Name, b.Name, githash.Hash(commit).Short())
+	fail := func(msg string, err error) []history.Check {
+		rep.Errors = append(rep.Errors, msg)
+		rep.exit(ExitInfra)
+		return []history.Check{{Name: "build", Kind: history.KindBuild, Status: history.CheckFail, Detail: err.Error()}}
+	}
+	bo, err := BuildOptions(cfg, n.o, b)
 	if err != nil {
-		rep.Errors = append(rep.Errors, err.Error())
-		rep.exit(ExitInfra)
-		return []history.Check{{Name: "build", Kind: history.KindBuild, Status: history.CheckFail, Detail: err.Error()}}
+		return fail(err.Error(), err)
 	}
-	commit := ""
+	if err := refreshArms(cfg.Path(cfg.Build.WorkDir), commit); err != nil {
+		return fail("build: "+err.Error(), err)
+	}
+	at := "" // ABBuild's word for the recipes' pinned commit
 	if cfg.Arms.Commit == CommitHead {
-		commit = rep.Head
-	}
-	if err := refreshArms(cfg.Path(cfg.Build.WorkDir), rep.BuildCommit); err != nil {
-		rep.Errors = append(rep.Errors, "build: "+err.Error())
-		rep.exit(ExitInfra)
-		return []history.Check{{Name: "build", Kind: history.KindBuild, Status: history.CheckFail, Detail: err.Error()}}
+		at = commit
 	}
 	var cs []history.Check
-	_, results, err := kernels.ABBuild(ctx, kernels.ABOptions{A: a, B: b, Catalog: cat, Dir: cfg.Path(cfg.Build.WorkDir), Repo: cfg.Path(cfg.Upstream.Repo), Commit: commit, Build: bo}, nil)
+	_, results, err := kernels.ABBuild(ctx, kernels.ABOptions{A: a, B: b, Catalog: n.in.cat, Dir: cfg.Path(cfg.Build.WorkDir), Repo: cfg.Path(cfg.Upstream.Repo), Commit: at, Build: bo}, nil)
 	for i, r := range results {
 		arm := []string{a.Name, b.Name}[i]
-		row := BuildRow{Arm: arm, Key: r.Plan.Key, Hit: r.Hit, Output: r.Wheel}
-		rep.Builds = append(rep.Builds, row)
+		rep.Builds = append(rep.Builds, BuildRow{Arm: arm, Key: r.Plan.Key, Hit: r.Hit, Output: r.Wheel})
 		cs = append(cs, history.Check{Name: "build " + arm, Kind: history.KindBuild, Status: history.CheckPass, Detail: fmt.Sprintf("key %s, cache hit %v", digest.Short(r.Plan.Key), r.Hit)})
 	}
 	if err != nil {

@@ -42,6 +42,10 @@ func (n *night) finish(ctx context.Context) []history.Check {
 // verdictInterrupted is the verdict of a run whose context was cancelled.
 const verdictInterrupted = "interrupted"
 
+// verdictText is the run's one-line headline from its exit code: the
+// first infrastructure failure, where the series drifted (with the port
+// hints and any regression beside it), the failed checks, or no
+// regression; an environment change is noted.
 func verdictText(rep *Report) string {
 	switch rep.ExitCode {
 	case ExitInfra:
@@ -92,6 +96,7 @@ func hasCheck(cs []history.Check, name string, kind history.CheckKind) bool {
 	return slices.ContainsFunc(cs, func(c history.Check) bool { return c.Name == name && c.Kind == kind })
 }
 
+// failedCheck reports whether any of cs failed.
 func failedCheck(cs []history.Check) bool {
 	for _, c := range cs {
 		if c.Status == history.CheckFail {

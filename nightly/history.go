@@ -1,12 +1,84 @@
 package nightly
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"os"
 	"path/filepath"
 
+	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/history"
+	"github.com/arpatch/arpatch/internal/lockfile"
 )
+
+// lockHistory takes the lock of history.path, so that one nightly at a
+// time writes it, and returns its release. The error says that another
+// nightly holds it, or why the lock cannot be taken.
+func lockHistory(cfg *Config) (func(), error) {
+	dbPath := cfg.Path(cfg.History.Path)
+	unlock, err := history.Lock(dbPath)
+	if err != nil {
+		var held *lockfile.HeldError
+		if errors.As(err, &held) {
+			return nil, fmt.Errorf("another nightly is running on this history (%v); wait for it to finish", err)
+		}
+		return nil, fmt.Errorf("history.path %s: cannot take its lock: %w", dbPath, err)
+	}
+	return unlock, nil
+}
+
+// record is the last step: it stores what the night found in one
+// transaction (history.Store.Record; res is the bench's result, nil when
+// it ran to none). A write that fails makes the night an infrastructure
+// failure (finish runs again), stores nothing of tonight, and marks the
+// run's row failed as far as the history takes writes at all; a shared
+// history's night is then kept whole in history.keep for the next
+// nightly to send. The error is the failed write.
+func (n *night) record(ctx context.Context, res *bench.Result) error {
+	rep, cfg := n.rep, n.cfg
+	rep.Seconds = n.o.now().Sub(rep.StartedAt).Seconds()
+	rerr := n.store.Record(n.id, n.outcome(res))
+	if rerr == nil {
+		n.recorded = true
+		return nil
+	}
+	n.historyFailed(rerr)
+	rep.add(n.finish(ctx))
+	if at := rep.History; history.IsURL(at) {
+		keep := cfg.Path(cfg.History.Keep)
+		kid, kerr := keepRun(keep, n.row, n.outcome(res))
+		if kerr != nil {
+			rep.Errors = append(rep.Errors, fmt.Sprintf("tonight's run could not be kept in history.keep either: %v", kerr))
+		} else {
+			rep.History, rep.RunID = keep, kid
+			rep.Errors = append(rep.Errors, fmt.Sprintf("tonight's run is kept in %s (history.keep) as run %d and sent to %s by the next nightly that reaches it", keep, kid, at))
+		}
+		n.o.logf("%s", rep.Errors[len(rep.Errors)-1])
+	}
+	if ferr := n.store.FinishRun(n.id, rep.Status, rep.ExitCode, rep.Verdict); ferr == nil {
+		n.recorded = true
+	}
+	return rerr
+}
+
+// outcome is what the history stores of the night: the drift records
+// (the drift rows' patches), the head and, with arms.commit = "head",
+// the commit built and benched; the bench's arms and server versions
+// when it ran to a result; and the report's checks, status, exit code
+// and verdict as they stand.
+func (n *night) outcome(res *bench.Result) history.Outcome {
+	rep := n.rep
+	out := history.Outcome{Drift: driftRecords(rep.Drift), UpstreamHead: rep.Head,
+		Checks: rep.Checks, Status: rep.Status, ExitCode: rep.ExitCode, Verdict: rep.Verdict}
+	if n.cfg.Arms.Commit == CommitHead && rep.Head != "" {
+		out.SGLangCommit = rep.BuildCommit // what is built and benched
+	}
+	if res != nil {
+		out.Env, out.Arms = benchEnv(res), armRecords(rep, res)
+	}
+	return out
+}
 
 // openHistory opens the run's history, history.path, and returns it with
 // where it is (the file or URL that the report's run_id belongs to). A

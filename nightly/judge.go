@@ -14,119 +14,6 @@ import (
 	"github.com/arpatch/arpatch/history"
 )
 
-// judge is step 4: each arm's output, its metrics against history, and B
-// against A tonight. The error is a history that could not be read.
-func (n *night) judge() ([]history.Check, error) {
-	if n.res == nil {
-		return nil, nil
-	}
-	return judge(n.rep, n.cfg, n.store, n.res, n.in.a.Name, n.in.b.Name)
-}
-
-// judge decides regressions against history and B against A tonight,
-// and returns its checks: each arm's output, the environment, each
-// regression check. The error is a history that could not be read (it
-// names the database file); the checks are then those judged before it.
-func judge(rep *Report, cfg *Config, store *history.Store, res *bench.Result, aName, bName string) ([]history.Check, error) {
-	var cs []history.Check
-	for _, ar := range res.Arms {
-		c := history.Check{Name: "output of " + ar.Arm.Name, Kind: history.KindValidity, Status: history.CheckPass}
-		switch {
-		case ar.Invalid:
-			c.Status = history.CheckFail
-			c.Detail = strings.Join(ar.Warnings, "; ")
-			rep.exit(ExitRegression)
-		case ar.Verdict == bench.NoReference:
-			// Against an INVALID arm A nothing was checked: not a pass.
-			c.Status = history.CheckSkip
-			c.Detail = strings.Join(ar.Warnings, "; ")
-			rep.exit(ExitRegression)
-		}
-		cs = append(cs, c)
-	}
-	metrics := slices.Sorted(maps.Keys(cfg.Regression.Metrics))
-	levels := res.Levels()
-	// The reference windows first: their runs must share tonight's
-	// environment for a comparison to mean anything.
-	type window struct {
-		ref  []float64
-		runs []int64
-	}
-	windows := map[string]window{}
-	var refRuns []int64
-	for _, ar := range res.Arms {
-		for _, c := range levels {
-			for _, m := range metrics {
-				var w window
-				var err error
-				if w.ref, w.runs, err = store.Window(rep.HardwareKey, rep.Workload, ar.Arm.Name, m, c, cfg.History.Window, rep.RunID); err != nil {
-					return cs, err
-				}
-				windows[fmt.Sprint(ar.Arm.Name, c, m)] = w
-				refRuns = append(refRuns, w.runs...)
-			}
-		}
-	}
-	var envCheck *history.Check
-	var err error
-	if rep.EnvChange, envCheck, err = envChange(store, rep, refRuns, cfg.Path(cfg.History.Path)); err != nil {
-		return cs, err
-	}
-	if envCheck != nil {
-		cs = append(cs, *envCheck)
-	}
-	// With one level the checks keep their names; with several each
-	// names its level, and compares it with the same level only.
-	named := func(metric string, c int) string {
-		if len(levels) > 1 {
-			return fmt.Sprintf("%s@concurrency=%d", metric, c)
-		}
-		return metric
-	}
-	for _, ar := range res.Arms {
-		for _, c := range levels {
-			for _, m := range metrics {
-				tonight := metricValues(ar.MetricsAt(c), m)
-				w := windows[fmt.Sprint(ar.Arm.Name, c, m)]
-				r := Check{Arm: ar.Arm.Name, Metric: named(m, c), Against: "history", ThresholdPct: cfg.Regression.Metrics[m], RefRuns: len(w.runs), RefSamples: len(w.ref), measured: true}
-				switch {
-				case !ar.Verdict.Valid():
-					r.Reference = stats.Quantile(w.ref, 0.5)
-					r.Verdict, r.Note, r.measured = VerdictNotCompared, noResult(ar), false
-				case rep.EnvChange != nil && len(w.ref) > 0:
-					r.Tonight, r.Reference = stats.Quantile(tonight, 0.5), stats.Quantile(w.ref, 0.5)
-					r.Verdict, r.Note = VerdictNotCompared, rep.EnvChange.String()
-				default:
-					d, _ := stats.Lookup(m) // LoadConfig refused an unknown one
-					compare(&r, w.ref, tonight, cfg.Regression.Alpha, d.HigherIsBetter)
-				}
-				cs = append(cs, rep.addRegression(r))
-			}
-		}
-	}
-	if a, b := res.Arm(aName), res.Arm(bName); a != nil && b != nil {
-		for _, c := range levels {
-			am, bm := a.MetricsAt(c), b.MetricsAt(c)
-			r := Check{Arm: bName, Metric: named(stats.TokS, c), Against: aName, ThresholdPct: cfg.Regression.Metrics[stats.TokS], RefSamples: len(am), measured: true}
-			if r.ThresholdPct == 0 {
-				r.ThresholdPct = cfg.Regression.ThresholdPct
-			}
-			if bad := cmp.Or(noResult(b), noResult(a)); bad != "" {
-				r.Verdict, r.Note, r.measured, r.RefSamples = VerdictNotCompared, bad, false, 0
-				cs = append(cs, rep.addRegression(r))
-				continue
-			}
-			compare(&r, metricValues(am, stats.TokS), metricValues(bm, stats.TokS), cfg.Regression.Alpha, true)
-			if r.Verdict == VerdictRegression && !*cfg.Regression.RequireBFaster {
-				r.Note = "B slower than A, but regression.require_b_faster is false"
-				r.Verdict = VerdictNoChange
-			}
-			cs = append(cs, rep.addRegression(r))
-		}
-	}
-	return cs, nil
-}
-
 // RegressionVerdict is the outcome of one regression check (Check).
 type RegressionVerdict string
 
@@ -193,6 +80,167 @@ func (c Check) pctP() (string, string) {
 		return "-", "-"
 	}
 	return fmt.Sprintf("%+.1f%%", c.Pct), fmt.Sprintf("%.3f", c.P)
+}
+
+// judge is step 4: each arm's output (outputChecks), its metrics against
+// history (historyChecks, each against the reference window of its arm,
+// metric and level, unless tonight's environment differs from the
+// reference runs': envChange), and B against A tonight (tonightChecks).
+// res is the bench's result, nil when it ran to none (nothing to judge).
+// The error is a history that could not be read (it names the database
+// file); the checks are then those judged before it.
+func (n *night) judge(res *bench.Result) ([]history.Check, error) {
+	if res == nil {
+		return nil, nil
+	}
+	rep, cfg := n.rep, n.cfg
+	cs := n.outputChecks(res)
+	metrics := slices.Sorted(maps.Keys(cfg.Regression.Metrics))
+	// The reference windows first: their runs must share tonight's
+	// environment for a comparison to mean anything.
+	windows, refRuns, err := n.windows(res, metrics)
+	if err != nil {
+		return cs, err
+	}
+	var envCheck *history.Check
+	if rep.EnvChange, envCheck, err = envChange(n.store, rep, refRuns, cfg.Path(cfg.History.Path)); err != nil {
+		return cs, err
+	}
+	if envCheck != nil {
+		cs = append(cs, *envCheck)
+	}
+	cs = append(cs, n.historyChecks(res, metrics, windows)...)
+	return append(cs, n.tonightChecks(res)...), nil
+}
+
+// outputChecks are each arm's output check: an INVALID arm fails it, as
+// does an arm with no verdict (against an INVALID arm A nothing was
+// checked: it is skipped, not a pass); both fail the night (exit 1).
+func (n *night) outputChecks(res *bench.Result) []history.Check {
+	var cs []history.Check
+	for _, ar := range res.Arms {
+		c := history.Check{Name: "output of " + ar.Arm.Name, Kind: history.KindValidity, Status: history.CheckPass}
+		switch {
+		case ar.Invalid:
+			c.Status = history.CheckFail
+			c.Detail = strings.Join(ar.Warnings, "; ")
+			n.rep.exit(ExitRegression)
+		case ar.Verdict == bench.NoReference:
+			c.Status = history.CheckSkip
+			c.Detail = strings.Join(ar.Warnings, "; ")
+			n.rep.exit(ExitRegression)
+		}
+		cs = append(cs, c)
+	}
+	return cs
+}
+
+// window is the reference of one arm's metric at one level: the values
+// of the last history.window runs like tonight's, and those runs.
+type window struct {
+	ref  []float64
+	runs []int64
+}
+
+// windowKey names a window: its arm, level and metric.
+type windowKey struct {
+	arm    string
+	level  int
+	metric string
+}
+
+// windows reads the reference window of each arm, level and metric from
+// the history, and returns them with every run they hold. The error is
+// a history that could not be read.
+func (n *night) windows(res *bench.Result, metrics []string) (map[windowKey]window, []int64, error) {
+	rep, cfg := n.rep, n.cfg
+	windows := map[windowKey]window{}
+	var refRuns []int64
+	for _, ar := range res.Arms {
+		for _, c := range res.Levels() {
+			for _, m := range metrics {
+				var w window
+				var err error
+				if w.ref, w.runs, err = n.store.Window(rep.HardwareKey, rep.Workload, ar.Arm.Name, m, c, cfg.History.Window, rep.RunID); err != nil {
+					return nil, nil, err
+				}
+				windows[windowKey{ar.Arm.Name, c, m}] = w
+				refRuns = append(refRuns, w.runs...)
+			}
+		}
+	}
+	return windows, refRuns, nil
+}
+
+// levelMetric names a check's metric: with one level the checks keep
+// their names; with several each names its level, and compares it with
+// the same level only.
+func levelMetric(res *bench.Result, metric string, c int) string {
+	if len(res.Levels()) > 1 {
+		return fmt.Sprintf("%s@concurrency=%d", metric, c)
+	}
+	return metric
+}
+
+// historyChecks compare each arm's metrics tonight with their reference
+// windows: not compared when the arm's figures are no result or the
+// environment changed since the reference runs, else judged (compare).
+func (n *night) historyChecks(res *bench.Result, metrics []string, windows map[windowKey]window) []history.Check {
+	rep, cfg := n.rep, n.cfg
+	var cs []history.Check
+	for _, ar := range res.Arms {
+		for _, c := range res.Levels() {
+			for _, m := range metrics {
+				tonight := metricValues(ar.MetricsAt(c), m)
+				w := windows[windowKey{ar.Arm.Name, c, m}]
+				r := Check{Arm: ar.Arm.Name, Metric: levelMetric(res, m, c), Against: "history", ThresholdPct: cfg.Regression.Metrics[m], RefRuns: len(w.runs), RefSamples: len(w.ref), measured: true}
+				switch {
+				case !ar.Verdict.Valid():
+					r.Reference = stats.Quantile(w.ref, 0.5)
+					r.Verdict, r.Note, r.measured = VerdictNotCompared, noResult(ar), false
+				case rep.EnvChange != nil && len(w.ref) > 0:
+					r.Tonight, r.Reference = stats.Quantile(tonight, 0.5), stats.Quantile(w.ref, 0.5)
+					r.Verdict, r.Note = VerdictNotCompared, rep.EnvChange.String()
+				default:
+					d, _ := stats.Lookup(m) // LoadConfig refused an unknown one
+					compare(&r, w.ref, tonight, cfg.Regression.Alpha, d.HigherIsBetter)
+				}
+				cs = append(cs, rep.addRegression(r))
+			}
+		}
+	}
+	return cs
+}
+
+// tonightChecks compare B's tok/s with A's tonight at each level: not
+// compared when either arm's figures are no result; B slower than A is
+// no regression when regression.require_b_faster is false.
+func (n *night) tonightChecks(res *bench.Result) []history.Check {
+	rep, cfg, aName, bName := n.rep, n.cfg, n.in.a.Name, n.in.b.Name
+	a, b := res.Arm(aName), res.Arm(bName)
+	if a == nil || b == nil {
+		return nil
+	}
+	var cs []history.Check
+	for _, c := range res.Levels() {
+		am, bm := a.MetricsAt(c), b.MetricsAt(c)
+		r := Check{Arm: bName, Metric: levelMetric(res, stats.TokS, c), Against: aName, ThresholdPct: cfg.Regression.Metrics[stats.TokS], RefSamples: len(am), measured: true}
+		if r.ThresholdPct == 0 {
+			r.ThresholdPct = cfg.Regression.ThresholdPct
+		}
+		if bad := cmp.Or(noResult(b), noResult(a)); bad != "" {
+			r.Verdict, r.Note, r.measured, r.RefSamples = VerdictNotCompared, bad, false, 0
+			cs = append(cs, rep.addRegression(r))
+			continue
+		}
+		compare(&r, metricValues(am, stats.TokS), metricValues(bm, stats.TokS), cfg.Regression.Alpha, true)
+		if r.Verdict == VerdictRegression && !*cfg.Regression.RequireBFaster {
+			r.Note = "B slower than A, but regression.require_b_faster is false"
+			r.Verdict = VerdictNoChange
+		}
+		cs = append(cs, rep.addRegression(r))
+	}
+	return cs
 }
 
 // noResult says why an arm's figures are no result ("patched: INVALID

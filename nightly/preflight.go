@@ -103,6 +103,8 @@ func preflight(cfg *Config, o Options) (*runInputs, error) {
 	return in, nil
 }
 
+// loadArms loads the recipes of arm A and arm B, which must pin one
+// commit and be two recipes.
 func loadArms(cfg *Config) (*recipes.Recipe, *recipes.Recipe, error) {
 	// load returns arm's recipe: its file (arms.X_file, relative to the
 	// config), else the embedded one it names (arms.X). Errors name the

@@ -57,6 +57,8 @@ type Report struct {
 // ReportSchema names the JSON layout.
 const ReportSchema = "arpatch.nightly/v1"
 
+// exit sets the run's exit code to code unless it holds a higher one
+// (the codes are in increasing precedence).
 func (r *Report) exit(code int) {
 	if code > r.ExitCode {
 		r.ExitCode = code

@@ -2,16 +2,12 @@ package nightly
 
 import (
 	"context"
-	"errors"
-	"fmt"
 	"io"
 	"net/http"
 	"strings"
 	"time"
 
-	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/history"
-	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/patches"
 )
 
@@ -52,54 +48,92 @@ type Options struct {
 // history) or could not read or write its history (the error names the
 // database file; the report then says exit 4, ExitInfra).
 //
-// The night runs in steps, each returning its checks: drift, build,
-// bench, judge and finish; what they found is stored at the end in one
+// The night runs in steps, each in a file of its own and each returning
+// its checks and what the next step needs: preflight, drift (the commit
+// to build), build, bench (the result), judge, finish (the status and
+// verdict) and record: what they found is stored at the end in one
 // transaction (history.Store.Record), so a failed write leaves no half
 // night. A run killed midway leaves its row "running"; the next nightly
 // marks it incomplete. A run whose context is cancelled is marked
 // incomplete.
 func Run(ctx context.Context, o Options) (*Report, error) {
-	cfg := o.Config
-	now := time.Now
-	if o.Now != nil {
-		now = o.Now
-	}
-	rep := &Report{Schema: ReportSchema, StartedAt: now().UTC(), Ref: cfg.Upstream.Ref, ArmRecipes: map[string]string{}}
+	started := o.now()
 	// Everything the config decides is checked before anything runs: a
 	// mistake found an hour into a build wastes the night.
-	in, err := preflight(cfg, o)
+	in, err := preflight(o.Config, o)
 	if err != nil {
 		return nil, &ConfigError{err}
 	}
-	dbPath := cfg.Path(cfg.History.Path)
-	unlock, err := history.Lock(dbPath)
+	unlock, err := lockHistory(o.Config)
 	if err != nil {
-		var held *lockfile.HeldError
-		if errors.As(err, &held) {
-			return nil, fmt.Errorf("another nightly is running on this history (%v); wait for it to finish", err)
-		}
-		return nil, fmt.Errorf("history.path %s: cannot take its lock: %w", dbPath, err)
+		return nil, err
 	}
 	defer unlock()
+	// The bench's options, built once: the workload key is read off the
+	// options the bench then runs with; why they cannot be built fails
+	// the bench step.
+	bo, boErr := BenchOptions(o.Config, o, in.a, in.b)
+	n, err := begin(ctx, o, in, started, benchKey(bo))
+	if err != nil {
+		return nil, err
+	}
+	defer n.close()
+	commit, cs := n.drift(ctx)
+	n.rep.add(cs)
+	n.rep.add(n.build(ctx, commit))
+	res, cs := n.bench(ctx, bo, boErr)
+	n.rep.add(cs)
+	cs, err = n.judge(res)
+	n.rep.add(cs)
+	if err != nil {
+		n.historyFailed(err)
+	}
+	n.rep.add(n.finish(ctx))
+	if rerr := n.record(ctx, res); rerr != nil {
+		return n.rep, rerr
+	}
+	return n.rep, err
+}
+
+// night is one run in progress: its inputs, its history and the run's
+// row there, and its report, which every step adds to.
+type night struct {
+	o     Options
+	cfg   *Config
+	in    *runInputs
+	store *history.Store
+	row   history.Run // as begun (history.keep takes it again)
+	id    int64       // the row's id in store
+	rep   *Report
+	// recorded is set once the history holds the night's outcome or its
+	// failed status; close marks a night that was not incomplete.
+	recorded bool
+}
+
+// begin opens the history (openHistory: a shared one that will not open
+// makes the night go into history.keep), marks the runs killed midway
+// incomplete, reads the environment and begins the run's row. The error
+// is a history that could not be read or written.
+func begin(ctx context.Context, o Options, in *runInputs, started time.Time, workload string) (*night, error) {
+	cfg := o.Config
 	store, at, kept, sent, err := openHistory(cfg)
 	if err != nil {
 		return nil, err
 	}
-	defer func() { _ = store.Close() }() // every write was committed or reported
-	rep.History = at
 	if sent != "" {
 		o.logf("%s", sent)
 	}
-	if stale, err := store.MarkStale(); err != nil {
+	fail := func(err error) (*night, error) {
+		_ = store.Close() // the error that stops the night is err
 		return nil, err
+	}
+	if stale, err := store.MarkStale(); err != nil {
+		return fail(err)
 	} else if len(stale) > 0 {
 		o.logf("marked %d runs killed midway as incomplete: %v", len(stale), stale)
 	}
-	rep.ArmRecipes["a"], rep.ArmRecipes["b"] = in.a.Name, in.b.Name
-	// The bench's options, built once: the workload key is read off the
-	// options the bench then runs with.
-	bo, boErr := BenchOptions(cfg, o, in.a, in.b)
-	rep.Workload = benchKey(bo)
+	rep := &Report{Schema: ReportSchema, StartedAt: started, Ref: cfg.Upstream.Ref, History: at, Workload: workload,
+		ArmRecipes: map[string]string{"a": in.a.Name, "b": in.b.Name}}
 	probe := o.Probe
 	if probe == nil {
 		probe = func(ctx context.Context) Environment {
@@ -115,77 +149,35 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	row := history.Run{StartedAt: rep.StartedAt, HardwareKey: rep.HardwareKey, SGLangCommit: rep.Pinned, SeriesHash: seriesHash(in.cat), ArpatchVersion: o.Version, Workload: rep.Workload, Env: rep.Environment.Map()}
 	id, err := store.BeginRun(row)
 	if err != nil {
-		return nil, err
+		return fail(err)
 	}
 	rep.RunID = id
 	o.logf("run %d on %s", id, rep.HardwareKey)
-	n := &night{o: o, cfg: cfg, in: in, store: store, rep: rep, bo: bo, boErr: boErr}
+	n := &night{o: o, cfg: cfg, in: in, store: store, row: row, id: id, rep: rep}
 	if kept != nil {
 		o.logf("%v", kept)
 		n.historyFailed(kept)
 	}
-	recorded := false
-	defer func() {
-		if !recorded {
-			// A panic, or a history that failed below: the run is no
-			// reference. Best effort: the history may be what failed.
-			_ = store.FinishRun(id, history.Incomplete, rep.ExitCode, verdictInterrupted)
-		}
-	}()
-
-	rep.add(n.drift(ctx))
-	rep.add(n.build(ctx))
-	rep.add(n.bench(ctx))
-	cs, err := n.judge()
-	rep.add(cs)
-	if err != nil {
-		n.historyFailed(err)
-	}
-	rep.add(n.finish(ctx))
-	rep.Seconds = now().Sub(rep.StartedAt).Seconds()
-	out := n.out
-	out.Checks, out.Status, out.ExitCode, out.Verdict = rep.Checks, rep.Status, rep.ExitCode, rep.Verdict
-	if rerr := store.Record(id, out); rerr != nil {
-		// Nothing of tonight was stored; the run's row says it failed,
-		// as far as the history takes writes at all.
-		n.historyFailed(rerr)
-		rep.add(n.finish(ctx))
-		if history.IsURL(at) {
-			// A shared history's night is kept locally, whole, for the
-			// next nightly to send.
-			out.Checks, out.Status, out.ExitCode, out.Verdict = rep.Checks, rep.Status, rep.ExitCode, rep.Verdict
-			keep := cfg.Path(cfg.History.Keep)
-			kid, kerr := keepRun(keep, row, out)
-			if kerr != nil {
-				rep.Errors = append(rep.Errors, fmt.Sprintf("tonight's run could not be kept in history.keep either: %v", kerr))
-			} else {
-				rep.History, rep.RunID = keep, kid
-				rep.Errors = append(rep.Errors, fmt.Sprintf("tonight's run is kept in %s (history.keep) as run %d and sent to %s by the next nightly that reaches it", keep, kid, at))
-			}
-			o.logf("%s", rep.Errors[len(rep.Errors)-1])
-		}
-		if ferr := store.FinishRun(id, rep.Status, rep.ExitCode, rep.Verdict); ferr == nil {
-			recorded = true
-		}
-		return rep, rerr
-	}
-	recorded = true
-	return rep, err
+	return n, nil
 }
 
-// night is one run in progress: its inputs, its history, its report, and
-// what the steps found that the history stores at the end (out; the
-// checks and the verdict are the report's).
-type night struct {
-	o     Options
-	cfg   *Config
-	in    *runInputs
-	store *history.Store
-	rep   *Report
-	bo    bench.Options // the bench's options (BenchOptions)
-	boErr error         // why bo could not be built; the bench step reports it
-	res   *bench.Result // the bench's result, when it ran to one
-	out   history.Outcome
+// close ends the night: one that was not recorded (a panic, or a history
+// that failed below) is marked incomplete, no reference; best effort, as
+// the history may be what failed. Then the history is closed: every write
+// was committed or reported.
+func (n *night) close() {
+	if !n.recorded {
+		_ = n.store.FinishRun(n.id, history.Incomplete, n.rep.ExitCode, verdictInterrupted)
+	}
+	_ = n.store.Close()
+}
+
+// now is the clock of the run (Options.Now, else time.Now), in UTC.
+func (o Options) now() time.Time {
+	if o.Now != nil {
+		return o.Now().UTC()
+	}
+	return time.Now().UTC()
 }
 
 // historyFailed makes a failed read or write of the history an
@@ -198,6 +190,9 @@ func (n *night) historyFailed(err error) {
 	n.rep.exit(ExitInfra)
 }
 
+// seriesHash fingerprints the series a night checks and builds: each
+// patch's series, file and sha256 (the run's series hash in the
+// history).
 func seriesHash(cat *patches.Catalog) string {
 	var parts []string
 	for _, s := range cat.Series {
