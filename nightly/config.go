@@ -326,7 +326,8 @@ func (c *Config) At(key string) string {
 }
 
 // LoadConfig reads nightly.toml strictly (an unknown key is an error
-// naming file, line and key), checks the values and fills defaults.
+// naming file, line and key), checks the values (checkNumbers,
+// checkNames) and fills defaults.
 func LoadConfig(path string) (*Config, error) {
 	data, err := os.ReadFile(path)
 	if err != nil {
@@ -351,84 +352,11 @@ func LoadConfig(path string) (*Config, error) {
 	default:
 		return nil, fail("arms.commit", "%q: use %q or %q", c.Arms.Commit, CommitPinned, CommitHead)
 	}
-	// Every real number is finite and in its range (package bounds): a
-	// NaN compares false with every limit, and would pass "v < 0".
-	if err := bounds.CheckFloat("threshold_pct", c.Regression.ThresholdPct); err != nil {
-		return nil, fail("regression.threshold_pct", "%v", err)
+	if err := c.checkNumbers(set, fail); err != nil {
+		return nil, err
 	}
-	for _, m := range slices.Sorted(maps.Keys(c.Regression.Metrics)) {
-		if _, ok := stats.Lookup(m); !ok {
-			return nil, fail("regression.metrics", "unknown metric %q (known: %s)", m, stats.Known())
-		}
-		if err := bounds.CheckFloat("threshold_pct", c.Regression.Metrics[m]); err != nil {
-			return nil, fail("regression.metrics", "%s: threshold %v", m, err)
-		}
-	}
-	if a := c.Regression.Alpha; a != 0 || set("regression.alpha") {
-		if err := bounds.CheckFloat("alpha", a); err != nil {
-			return nil, fail("regression.alpha", "%v, e.g. 0.05", err)
-		}
-	}
-	if c.Bench.ReadyTimeout != "" {
-		d, err := time.ParseDuration(c.Bench.ReadyTimeout)
-		if err != nil {
-			return nil, fail("bench.ready_timeout", "%v", err)
-		}
-		if err := bounds.CheckDuration("ready_timeout", d); err != nil {
-			return nil, fail("bench.ready_timeout", "%v, e.g. \"20m\"", err)
-		}
-	}
-	for _, r := range []struct {
-		key            string
-		v, least, most int
-	}{
-		{"history.window", c.History.Window, 1, 1000}, {"build.jobs", c.Build.Jobs, int(bounds.Bench["jobs"].Min), int(bounds.Bench["jobs"].Max)},
-	} {
-		if set(r.key) && (r.v < r.least || r.v > r.most) {
-			return nil, fail(r.key, "%d: use %d to %d", r.v, r.least, r.most)
-		}
-	}
-	// The bench's counts have the ranges a recipe's have (package bounds).
-	for _, r := range []struct {
-		key string
-		v   int
-	}{{"trials", c.Bench.Trials}, {"warmup", c.Bench.Warmup}, {"num_prompts", c.Bench.NumPrompts}, {"max_new_tokens", c.Bench.MaxNewTokens}} {
-		if set("bench." + r.key) {
-			if err := bounds.Check(r.key, int64(r.v)); err != nil {
-				return nil, fail("bench."+r.key, "%v", err)
-			}
-		}
-	}
-	if set("bench.concurrency") {
-		if err := recipes.CheckLevels(c.Bench.Concurrency); err != nil {
-			return nil, fail("bench.concurrency", "%v", err)
-		}
-	}
-	if err := bounds.CheckFloat("agree_threshold", c.Bench.AgreeThreshold); err != nil {
-		return nil, fail("bench.agree_threshold", "%v, e.g. %v (0 turns the output check off)", err, bench.DefaultAgreeThreshold)
-	}
-	if !recipes.ValidTool(c.Build.Tool) {
-		return nil, fail("build.tool", "%q: use %s", c.Build.Tool, recipes.ToolsText)
-	}
-	for _, arm := range []string{"a", "b"} {
-		if set("arms."+arm) && set("arms."+arm+"_file") {
-			return nil, fail("arms."+arm+"_file", "arms.%s and arms.%s_file are exclusive; keep one", arm, arm)
-		}
-	}
-	for _, u := range []struct{ key, v string }{{"bench.url_a", c.Bench.URLA}, {"bench.url_b", c.Bench.URLB}} {
-		if u.v != "" {
-			if err := bench.CheckURL(u.v); err != nil {
-				return nil, fail(u.key, "%v", err)
-			}
-		}
-	}
-	if c.Bench.URLA != "" && bench.SameServer(c.Bench.URLA, c.Bench.URLB) {
-		return nil, fail("bench.url_b", "%s is also bench.url_a: an A/B of one server measures nothing", c.Bench.URLB)
-	}
-	if c.Outputs.Plot != "" {
-		if err := history.PlotFormat(c.Outputs.Plot); err != nil {
-			return nil, fail("outputs.plot", "%v", err)
-		}
+	if err := c.checkNames(set, fail); err != nil {
+		return nil, err
 	}
 	// An interpreter given as a path (venv/bin/python3) is relative to
 	// the config, like every other path; a bare name is looked up on PATH.
@@ -442,4 +370,101 @@ func LoadConfig(path string) (*Config, error) {
 		return nil, err
 	}
 	return &c, nil
+}
+
+// failFunc makes LoadConfig's error for key: "FILE:LINE: key: message".
+type failFunc func(key, format string, args ...any) error
+
+// checkNumbers checks every number the file sets against its range:
+// the regression thresholds and alpha, bench.ready_timeout, history.window,
+// build.jobs and the bench's counts, levels and agreement threshold (set
+// says whether the file sets a key). Every real number is finite and in
+// its range (package bounds): a NaN compares false with every limit, and
+// would pass "v < 0".
+func (c *Config) checkNumbers(set func(string) bool, fail failFunc) error {
+	if err := bounds.CheckFloat("threshold_pct", c.Regression.ThresholdPct); err != nil {
+		return fail("regression.threshold_pct", "%v", err)
+	}
+	for _, m := range slices.Sorted(maps.Keys(c.Regression.Metrics)) {
+		if _, ok := stats.Lookup(m); !ok {
+			return fail("regression.metrics", "unknown metric %q (known: %s)", m, stats.Known())
+		}
+		if err := bounds.CheckFloat("threshold_pct", c.Regression.Metrics[m]); err != nil {
+			return fail("regression.metrics", "%s: threshold %v", m, err)
+		}
+	}
+	if a := c.Regression.Alpha; a != 0 || set("regression.alpha") {
+		if err := bounds.CheckFloat("alpha", a); err != nil {
+			return fail("regression.alpha", "%v, e.g. 0.05", err)
+		}
+	}
+	if c.Bench.ReadyTimeout != "" {
+		d, err := time.ParseDuration(c.Bench.ReadyTimeout)
+		if err != nil {
+			return fail("bench.ready_timeout", "%v", err)
+		}
+		if err := bounds.CheckDuration("ready_timeout", d); err != nil {
+			return fail("bench.ready_timeout", "%v, e.g. \"20m\"", err)
+		}
+	}
+	for _, r := range []struct {
+		key            string
+		v, least, most int
+	}{
+		{"history.window", c.History.Window, 1, 1000}, {"build.jobs", c.Build.Jobs, int(bounds.Bench["jobs"].Min), int(bounds.Bench["jobs"].Max)},
+	} {
+		if set(r.key) && (r.v < r.least || r.v > r.most) {
+			return fail(r.key, "%d: use %d to %d", r.v, r.least, r.most)
+		}
+	}
+	// The bench's counts have the ranges a recipe's have (package bounds).
+	for _, r := range []struct {
+		key string
+		v   int
+	}{{"trials", c.Bench.Trials}, {"warmup", c.Bench.Warmup}, {"num_prompts", c.Bench.NumPrompts}, {"max_new_tokens", c.Bench.MaxNewTokens}} {
+		if set("bench." + r.key) {
+			if err := bounds.Check(r.key, int64(r.v)); err != nil {
+				return fail("bench."+r.key, "%v", err)
+			}
+		}
+	}
+	if set("bench.concurrency") {
+		if err := recipes.CheckLevels(c.Bench.Concurrency); err != nil {
+			return fail("bench.concurrency", "%v", err)
+		}
+	}
+	if err := bounds.CheckFloat("agree_threshold", c.Bench.AgreeThreshold); err != nil {
+		return fail("bench.agree_threshold", "%v, e.g. %v (0 turns the output check off)", err, bench.DefaultAgreeThreshold)
+	}
+	return nil
+}
+
+// checkNames checks what the file names rather than counts: build.tool,
+// the arms (a recipe name or a file, not both), the bench's server URLs
+// (two of one server compare nothing) and the plot's format.
+func (c *Config) checkNames(set func(string) bool, fail failFunc) error {
+	if !recipes.ValidTool(c.Build.Tool) {
+		return fail("build.tool", "%q: use %s", c.Build.Tool, recipes.ToolsText)
+	}
+	for _, arm := range []string{"a", "b"} {
+		if set("arms."+arm) && set("arms."+arm+"_file") {
+			return fail("arms."+arm+"_file", "arms.%s and arms.%s_file are exclusive; keep one", arm, arm)
+		}
+	}
+	for _, u := range []struct{ key, v string }{{"bench.url_a", c.Bench.URLA}, {"bench.url_b", c.Bench.URLB}} {
+		if u.v != "" {
+			if err := bench.CheckURL(u.v); err != nil {
+				return fail(u.key, "%v", err)
+			}
+		}
+	}
+	if c.Bench.URLA != "" && bench.SameServer(c.Bench.URLA, c.Bench.URLB) {
+		return fail("bench.url_b", "%s is also bench.url_a: an A/B of one server measures nothing", c.Bench.URLB)
+	}
+	if c.Outputs.Plot != "" {
+		if err := history.PlotFormat(c.Outputs.Plot); err != nil {
+			return fail("outputs.plot", "%v", err)
+		}
+	}
+	return nil
 }
