@@ -66,24 +66,62 @@ func Run(args []string, stdout, stderr io.Writer, serve func(http.Handler) (url 
 // reports; it returns the last night's exit code, or the error that
 // stopped it.
 func demo(dir string, stdout io.Writer, serve func(http.Handler) (string, func()), client *http.Client) (int, error) {
+	abs, cfg, env, err := setUp(dir)
+	if err != nil {
+		return 0, err
+	}
+	rep, err := nights(cfg, env, stdout, serve, client)
+	if err != nil {
+		return 0, err
+	}
+	fmt.Fprintln(stdout)
+	nightly.WriteTable(stdout, rep)
+	if err := nightly.WriteOutputs(rep, cfg, nil); err != nil {
+		return 0, err
+	}
+	if err := plots(abs); err != nil {
+		return 0, err
+	}
+	_, err = fmt.Fprintf(stdout, "\nexit code %d; reports in %s: %s\n", rep.ExitCode, filepath.Join(dir, "out"), strings.Join(reports, ", "))
+	return rep.ExitCode, err
+}
+
+// setUp makes the demo's directory (Prepare) with its upstream, series,
+// recipes and nightly.toml, and returns its absolute path, the config and
+// the environment the nights build in (the fake toolchain of
+// kernels/testdata/fakebin first on PATH).
+func setUp(dir string) (string, *nightly.Config, []string, error) {
 	fake, err := filepath.Abs("kernels/testdata/fakebin")
 	if _, serr := os.Stat(fake); err != nil || serr != nil {
-		return 0, errors.New("run the demo from the arpatch repository root (kernels/testdata/fakebin not found)")
+		return "", nil, nil, errors.New("run the demo from the arpatch repository root (kernels/testdata/fakebin not found)")
 	}
 	abs, err := Prepare(dir)
 	if err != nil {
-		return 0, err
+		return "", nil, nil, err
 	}
 	_, commit, err := fixture.MakeUpstream(filepath.Join(abs, "upstream"))
 	if err != nil {
-		return 0, err
+		return "", nil, nil, err
 	}
 	if err := testrepo.WriteFiles(abs, map[string]string{
 		"series/demo/series.toml":         "name = \"demo\"\nfamily = \"demo\"\ntested_on = [\"" + commit + "\"]\n\n[[patch]]\nfile = \"0001-dispatch.patch\"\nsha256 = \"" + digest.SHA256Hex([]byte(patch)) + "\"\n",
 		"series/demo/0001-dispatch.patch": patch,
 		"baseline.toml":                   "name = \"baseline\"\n[upstream]\ncommit = \"" + commit + "\"\n",
 		"pcie.toml":                       "name = \"pcie\"\nseries = \"demo\"\n[upstream]\ncommit = \"" + commit + "\"\n[env]\nSGLANG_FORCE_CUSTOM_AR_PCIE = \"1\"\n",
-		"nightly.toml": `[upstream]
+		"nightly.toml":                    config,
+	}); err != nil {
+		return "", nil, nil, err
+	}
+	cfg, err := nightly.LoadConfig(filepath.Join(abs, "nightly.toml"))
+	if err != nil {
+		return "", nil, nil, err
+	}
+	env := []string{"PATH=" + fake + ":/usr/bin:/bin", "HOME=" + abs, kernels.BuildRootEnv + "=" + filepath.Join(abs, "broot")}
+	return abs, cfg, env, nil
+}
+
+// config is the demo's nightly.toml.
+const config = `[upstream]
 repo = "upstream"
 ref = "master"
 [arms]
@@ -107,26 +145,25 @@ github_benchmark = "out/github-benchmark"
 bencher = "out/bencher.json"
 junit = "out/junit.xml"
 plot = "out/tok_s.svg"
-`,
-	}); err != nil {
-		return 0, err
-	}
-	cfg, err := nightly.LoadConfig(filepath.Join(abs, "nightly.toml"))
-	if err != nil {
-		return 0, err
-	}
-	env := []string{"PATH=" + fake + ":/usr/bin:/bin", "HOME=" + abs, kernels.BuildRootEnv + "=" + filepath.Join(abs, "broot")}
+`
+
+// nights runs the demo's six nights, one a day from 2026-11-23, each
+// against two in-test servers (serve) at that night's decode rates, and
+// prints each night's exit and verdict; it returns the last night's
+// report.
+func nights(cfg *nightly.Config, env []string, stdout io.Writer, serve func(http.Handler) (string, func()), client *http.Client) (*nightly.Report, error) {
 	start := time.Date(2026, 11, 23, 3, 0, 0, 0, time.UTC)
 	// Decode rates of the two arms' servers, night by night; tonight (the
 	// last) the patched arm's server decodes 10% slower, which the bench
 	// measures as about 8% fewer tok/s (the time to first token stays).
-	nights := []struct{ a, b float64 }{{1000, 1600}, {1010, 1590}, {990, 1610}, {1000, 1605}, {1005, 1595}, {1000, 1440}}
+	rates := []struct{ a, b float64 }{{1000, 1600}, {1010, 1590}, {990, 1610}, {1000, 1605}, {1005, 1595}, {1000, 1440}}
 	var rep *nightly.Report
-	for i, n := range nights {
+	for i, n := range rates {
 		urlA, stopA := serve(sglangtest.New(sglangtest.Config{TokPerSec: n.a, TTFT: 2 * time.Millisecond, TokensPerChunk: 2, AcceptLength: 1.9}))
 		urlB, stopB := serve(sglangtest.New(sglangtest.Config{TokPerSec: n.b, TTFT: 2 * time.Millisecond, TokensPerChunk: 3, AcceptLength: 2.8}))
 		cfg.Bench.URLA, cfg.Bench.URLB = urlA, urlB
 		night := start.Add(time.Duration(i) * 24 * time.Hour)
+		var err error
 		rep, err = nightly.Run(context.Background(), nightly.Options{Config: cfg, Env: env, Launcher: []string{"/bin/true"}, Version: "demo",
 			Now: func() time.Time { return night }, Probe: func(context.Context) nightly.Environment {
 				return nightly.Environment{GPUModel: "NVIDIA RTX PRO 6000 Blackwell (demo)", GPUCount: 8}
@@ -134,30 +171,27 @@ plot = "out/tok_s.svg"
 		stopA()
 		stopB()
 		if err != nil {
-			return 0, err
+			return nil, err
 		}
 		fmt.Fprintf(stdout, "night %d (%s): exit %d, %s\n", i+1, night.Format("2006-01-02"), rep.ExitCode, rep.Verdict)
 	}
-	fmt.Fprintln(stdout)
-	nightly.WriteTable(stdout, rep)
-	if err := nightly.WriteOutputs(rep, cfg, nil); err != nil {
-		return 0, err
-	}
+	return rep, nil
+}
+
+// plots draws tok/s over the nights from the demo's history, as
+// out/tok_s.svg and out/tok_s.png.
+func plots(abs string) error {
 	store, err := history.Open(filepath.Join(abs, "history.db"))
 	if err != nil {
-		return 0, err
+		return err
 	}
 	for _, ext := range []string{"svg", "png"} {
 		if err := store.Plot(stats.TokS, filepath.Join(abs, "out", "tok_s."+ext), history.Series{}); err != nil {
 			_ = store.Close() // the plot's error is the one to report
-			return 0, err
+			return err
 		}
 	}
-	if err := store.Close(); err != nil {
-		return 0, err
-	}
-	_, err = fmt.Fprintf(stdout, "\nexit code %d; reports in %s: %s\n", rep.ExitCode, filepath.Join(dir, "out"), strings.Join(reports, ", "))
-	return rep.ExitCode, err
+	return store.Close()
 }
 
 // Marker is the file that marks a directory the demo made, which a later
