@@ -362,6 +362,11 @@ func testExportAndPlot(t *testing.T, target string) {
 	if pts["pcie"][2].Mark != "drift" || pts["pcie"][1].Mark != "" {
 		t.Errorf("marks: %+v", pts["pcie"])
 	}
+	// The tok_s regression is not marked on another metric's plot; the
+	// run's drift is.
+	if tt, _, err := s.Points("ttft_ms_p50", Series{}); err != nil || len(tt["pcie"]) != 4 || tt["pcie"][3].Mark != "" || tt["pcie"][2].Mark != "drift" {
+		t.Errorf("ttft_ms_p50 marks: %+v %v", tt["pcie"], err)
+	}
 	// A regression marks only the arm its check names.
 	if err := s.AddArm(ids[3], "baseline", "baseline", "key0", true, 1, []TrialRecord{{Index: 1, Values: tokOnly(60)}}); err != nil {
 		t.Fatal(err)
@@ -772,5 +777,28 @@ func testConcurrentOpenOfNewDatabase(t *testing.T, p string) {
 	}
 	if rows != SchemaVersion || maxV != SchemaVersion {
 		t.Errorf("schema_migrations holds %d rows up to version %d, want %d, each once", rows, maxV, SchemaVersion)
+	}
+}
+
+// regressedOn: a failed regression check marks its arm and metric, at
+// its level when it names one.
+func TestRegressedOn(t *testing.T) {
+	for _, c := range []struct {
+		name, arm, metric string
+		level             int
+		want              bool
+	}{
+		{"pcie tok_s vs history", "pcie", "tok_s", 1, true},
+		{"pcie tok_s vs history", "pcie", "tpot_ms", 1, false},
+		{"pcie tpot_ms_p99 vs history", "pcie", "tpot_ms", 1, false},
+		{"pcie tok_s vs history", "pcie2", "tok_s", 1, false},
+		{"pcie2 tok_s vs history", "pcie", "tok_s", 1, false},
+		{"pcie tok_s@concurrency=4 vs history", "pcie", "tok_s", 4, true},
+		{"pcie tok_s@concurrency=4 vs history", "pcie", "tok_s", 1, false},
+		{"pcie tok_s@concurrency=16 vs baseline", "pcie", "tok_s", 1, false},
+	} {
+		if got := regressedOn(c.name, c.arm, c.metric, c.level); got != c.want {
+			t.Errorf("regressedOn(%q, %s, %s, %d) = %v", c.name, c.arm, c.metric, c.level, got)
+		}
 	}
 }

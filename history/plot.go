@@ -9,6 +9,7 @@ import (
 	"math"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -28,7 +29,7 @@ type Point struct {
 	RunID          int64
 	X              float64   // run start, Unix seconds
 	Center, Lo, Hi float64   // median and interval, in the metric's unit (stats.Metric.Unit)
-	Mark           CheckKind // KindRegression when this arm failed a regression check, else KindDrift when the run failed a drift check; "" for neither
+	Mark           CheckKind // KindRegression when this arm failed a regression check of the plotted metric at the plotted level, else KindDrift when the run failed a drift check; "" for neither
 	// Invalid: the arm's figures that night are no result (arms.invalid:
 	// INVALID, or no verdict); Plot draws no line through it.
 	Invalid bool
@@ -77,8 +78,10 @@ func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, e
 		}
 	}
 	what := fmt.Sprintf("reading the %s points of %s, %s", metric, sel.HardwareKey, sel.Workload)
-	// Drift marks every arm of the run; a regression marks the arm its
-	// check names ("<arm> <metric> vs <reference>").
+	// Drift marks every arm of the run; a regression marks the arm and
+	// metric its check names ("<arm> <metric> vs <reference>", with
+	// "@concurrency=N" after the metric when the run had several levels),
+	// and only on that metric's plot at that level (regressedOn).
 	type failed struct {
 		drift bool
 		names []string // of failed regression checks
@@ -123,7 +126,7 @@ func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, e
 		}
 		var mark CheckKind
 		if f := marks[cur.run]; f != nil {
-			if slices.ContainsFunc(f.names, func(n string) bool { return strings.HasPrefix(n, cur.name+" ") }) {
+			if slices.ContainsFunc(f.names, func(n string) bool { return regressedOn(n, cur.name, metric, sel.Level) }) {
 				mark = KindRegression
 			} else if f.drift {
 				mark = KindDrift
@@ -161,6 +164,22 @@ func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, e
 	}
 	flush()
 	return out, sel, nil
+}
+
+// regressedOn reports whether the failed regression check named name
+// ("pcie tok_s vs history", "pcie tok_s@concurrency=4 vs baseline") is
+// of arm and metric, at level when it names one (a run of one level
+// names none: its only level is the one plotted).
+func regressedOn(name, arm, metric string, level int) bool {
+	rest, ok := strings.CutPrefix(name, arm+" "+metric)
+	if !ok {
+		return false
+	}
+	if at, ok := strings.CutPrefix(rest, "@concurrency="); ok {
+		n, _, _ := strings.Cut(at, " ")
+		return n == strconv.Itoa(level)
+	}
+	return strings.HasPrefix(rest, " ")
 }
 
 // lowestLevel is the lowest concurrency level of a run's trials (1 when
@@ -285,8 +304,9 @@ func PlotFormat(out string) error {
 
 // Plot draws metric over time per arm for one hardware key and workload
 // (sel; empty fields take the newest run's): the median of each run as a
-// line, its confidence interval as a band, and a red cross on runs with
-// drift or a regression. A run whose arm's figures are no result (INVALID,
+// line, its confidence interval as a band, a red cross on an arm's run
+// that failed a regression check of this metric at this level (not one
+// of another metric), and a grey triangle on runs with drift. A run whose arm's figures are no result (INVALID,
 // or no verdict: Point.Invalid) is not drawn; the legend names it. The format follows out's extension (.svg, .png,
 // .pdf). It returns an error for an unknown metric, a history without
 // bench results or an unsupported extension.
@@ -323,7 +343,7 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 	p.Legend.Top = true
 	p.Legend.Left = true
 	arms := slices.Sorted(maps.Keys(pts))
-	var marked plotter.XYs
+	var regressed, drifted plotter.XYs
 	var left []string // "pcie run 4": arm-nights whose figures are no result
 	drawn := 0
 	for i, arm := range arms {
@@ -345,8 +365,11 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 		for _, q := range ps {
 			band = append(band, plotter.XY{X: q.X, Y: q.Hi})
 			line = append(line, plotter.XY{X: q.X, Y: q.Center})
-			if q.Mark != "" {
-				marked = append(marked, plotter.XY{X: q.X, Y: q.Center})
+			switch q.Mark {
+			case KindRegression:
+				regressed = append(regressed, plotter.XY{X: q.X, Y: q.Center})
+			case KindDrift:
+				drifted = append(drifted, plotter.XY{X: q.X, Y: q.Center})
 			}
 		}
 		for j := len(ps) - 1; j >= 0; j-- {
@@ -370,16 +393,25 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 		p.Add(l, sc)
 		p.Legend.Add(arm, l, sc)
 	}
-	if len(marked) > 0 {
-		m, err := plotter.NewScatter(marked)
+	for _, mk := range []struct {
+		xys   plotter.XYs
+		shape draw.GlyphDrawer
+		col   color.Color
+		label string
+	}{
+		{regressed, draw.CrossGlyph{}, color.RGBA{214, 39, 40, 255}, "regression of " + metric},
+		{drifted, draw.TriangleGlyph{}, color.RGBA{127, 127, 127, 255}, "drift (the series no longer applied)"},
+	} {
+		if len(mk.xys) == 0 {
+			continue
+		}
+		m, err := plotter.NewScatter(mk.xys)
 		if err != nil {
 			return err
 		}
-		m.Shape = draw.CrossGlyph{}
-		m.Radius = vg.Points(6)
-		m.Color = color.RGBA{214, 39, 40, 255}
+		m.Shape, m.Radius, m.Color = mk.shape, vg.Points(6), mk.col
 		p.Add(m)
-		p.Legend.Add("drift or regression", m)
+		p.Legend.Add(mk.label, m)
 	}
 	if drawn == 0 {
 		return fmt.Errorf("history %s has no run with a result to plot on hardware %q, workload %q at concurrency %d: every arm's figures there are INVALID or without a verdict (%s)", s.Path, sel.HardwareKey, sel.Workload, sel.Level, textfmt.List(left, 5))
@@ -391,5 +423,5 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 	if span := p.Y.Max - p.Y.Min; span > 0 {
 		p.Y.Max += 0.12 * span * float64(len(arms)+1)
 	}
-	return p.Save(8*vg.Inch, 4*vg.Inch, out)
+	return report.Save(p, 8*vg.Inch, 4*vg.Inch, out)
 }

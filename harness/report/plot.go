@@ -1,9 +1,11 @@
 package report
 
 import (
+	"bytes"
 	"fmt"
 	"image/color"
 	"math"
+	"path/filepath"
 	"strings"
 
 	"gonum.org/v1/plot"
@@ -12,6 +14,7 @@ import (
 	"gonum.org/v1/plot/vg/draw"
 
 	"github.com/arpatch/arpatch/harness/bench"
+	"github.com/arpatch/arpatch/internal/safefs"
 )
 
 // LevelPoint is one arm at one concurrency level: the median of a metric
@@ -67,6 +70,17 @@ var Palette = []color.RGBA{{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 4
 // interval, and "(median across trials; too few trials for an
 // interval)" when none has: 2 or 3 trials give none.
 func PlotConcurrency(out, title, ylabel string, curves []Curve) error {
+	levels := map[int]bool{}
+	for _, c := range curves {
+		for _, q := range c.Points {
+			levels[q.Concurrency] = true
+		}
+	}
+	if len(levels) == 1 {
+		for l := range levels {
+			return plotOneLevel(out, title, ylabel, l, curves)
+		}
+	}
 	p := plot.New()
 	p.Title.Text = title + " " + intervalNote(curves)
 	p.X.Label.Text = "concurrency (requests in flight)"
@@ -141,7 +155,66 @@ func PlotConcurrency(out, title, ylabel string, curves []Curve) error {
 	if p.Y.Max > 0 {
 		p.Y.Max *= 1.15
 	}
-	return p.Save(7*vg.Inch, 4*vg.Inch, out)
+	return Save(p, 7*vg.Inch, 4*vg.Inch, out)
+}
+
+// plotOneLevel is PlotConcurrency for a run of one level: a line through
+// one point per arm says nothing, so each arm with a result gets a bar
+// (its median) with its interval as an error bar, side by side, the
+// arms named under them and the level in the title.
+func plotOneLevel(out, title, ylabel string, level int, curves []Curve) error {
+	p := plot.New()
+	p.Title.Text = fmt.Sprintf("%s at concurrency %d (one level: a bar per arm) %s", strings.Replace(title, " against concurrency", "", 1), level, intervalNote(curves))
+	p.Y.Label.Text = ylabel
+	var names, left []string
+	for i, c := range curves {
+		if c.NoResult != "" {
+			left = append(left, c.Arm+": "+c.NoResult)
+			continue
+		}
+		if len(c.Points) == 0 {
+			continue
+		}
+		q := c.Points[0]
+		x := float64(len(names))
+		bar, err := plotter.NewBarChart(plotter.Values{q.Center}, vg.Points(60))
+		if err != nil {
+			return err
+		}
+		col := Palette[i%len(Palette)]
+		bar.Color, bar.LineStyle.Color, bar.XMin = col, col, x
+		p.Add(bar)
+		if !math.IsInf(q.Lo, 0) && !math.IsInf(q.Hi, 0) {
+			eb, err := plotter.NewYErrorBars(struct {
+				plotter.XYs
+				plotter.YErrors
+			}{plotter.XYs{{X: x, Y: q.Center}}, plotter.YErrors{{Low: q.Center - q.Lo, High: q.Hi - q.Center}}})
+			if err != nil {
+				return err
+			}
+			p.Add(eb)
+		}
+		names = append(names, c.Arm)
+	}
+	if len(names) == 0 && len(left) > 0 {
+		return fmt.Errorf("%s: no arm with a result to plot (%s)", out, strings.Join(left, "; "))
+	}
+	if len(names) == 0 {
+		return fmt.Errorf("%s: no points to plot", out)
+	}
+	p.NominalX(names...)
+	// Half a slot of room beside the outer bars (gonum's range ends at
+	// their centres).
+	p.X.Min, p.X.Max = -0.6, float64(len(names))-0.4
+	for _, l := range left {
+		p.Legend.Add(l + ", not drawn")
+	}
+	p.Legend.Top = true
+	p.Y.Min = 0
+	if p.Y.Max > 0 {
+		p.Y.Max *= 1.15
+	}
+	return Save(p, 7*vg.Inch, 4*vg.Inch, out)
 }
 
 // intervalNote says what the points and bars of curves are.
@@ -157,4 +230,28 @@ func intervalNote(curves []Curve) string {
 		}
 	}
 	return "(median across trials; too few trials for an interval)"
+}
+
+// Save writes p to out, w x h, in the format out's extension names (.svg,
+// .png, .pdf), atomically (safefs.WriteFile). It draws p on a canvas
+// whose top is lowered by the title font's descent and 4 points:
+// gonum/plot v0.10 places the title's top that descent above the
+// canvas (Plot.Draw: FillText at Max.Y + descent, aligned YTop), which
+// clipped its letters at the top of a PNG.
+func Save(p *plot.Plot, w, h vg.Length, out string) error {
+	format := strings.TrimPrefix(strings.ToLower(filepath.Ext(out)), ".")
+	c, err := draw.NewFormattedCanvas(w, h, format)
+	if err != nil {
+		return fmt.Errorf("%s: %w", out, err)
+	}
+	top := vg.Points(4)
+	if p.Title.Text != "" {
+		top += p.Title.TextStyle.FontExtents().Descent
+	}
+	p.Draw(draw.Crop(draw.New(c), 0, 0, 0, -top))
+	var b bytes.Buffer
+	if _, err := c.WriteTo(&b); err != nil {
+		return fmt.Errorf("%s: %w", out, err)
+	}
+	return safefs.WriteFile(out, b.Bytes(), 0o644)
 }

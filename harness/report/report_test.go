@@ -531,3 +531,32 @@ func TestServingTable(t *testing.T) {
 		t.Errorf("markdown lacks the serving table:\n%s", &b)
 	}
 }
+
+// One level makes a bar per arm, not a line through one point each: the
+// arms are named under their bars, the level is in the title, and an
+// INVALID arm gets no bar, only its legend line.
+func TestPlotOneLevel(t *testing.T) {
+	curves := []Curve{
+		{Arm: "baseline", Points: []LevelPoint{{Concurrency: 4, Center: 900, Lo: 880, Hi: 920}}},
+		{Arm: "pcie", Points: []LevelPoint{{Concurrency: 4, Center: 1300, Lo: 1250, Hi: 1340}}},
+		{Arm: "broken", NoResult: "INVALID", Points: []LevelPoint{{Concurrency: 4, Center: 5000, Lo: 4900, Hi: 5100}}},
+	}
+	dir := t.TempDir()
+	out := filepath.Join(dir, "one.svg")
+	if err := PlotConcurrency(out, "arpatch run 3: tok_s against concurrency", "tok_s (tok/s)", curves); err != nil {
+		t.Fatal(err)
+	}
+	b, _ := os.ReadFile(out)
+	svg := string(b)
+	for _, want := range []string{"arpatch run 3: tok_s at concurrency 4 (one level: a bar per arm) (median across trials, CI)", ">baseline<", ">pcie<", "broken: INVALID, not drawn"} {
+		if !strings.Contains(svg, want) {
+			t.Errorf("one-level plot lacks %q", want)
+		}
+	}
+	if strings.Contains(svg, ">broken<") || strings.Contains(svg, "concurrency (requests in flight)") {
+		t.Error("the INVALID arm has a bar, or the plot still has a concurrency axis")
+	}
+	if err := PlotConcurrency(filepath.Join(dir, "one.png"), "arpatch run 3: tok_s against concurrency", "tok_s (tok/s)", curves); err != nil {
+		t.Fatal(err)
+	}
+}
