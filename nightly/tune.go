@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/tune"
 )
@@ -47,7 +48,7 @@ func applyTune(cfg *Config, tf *tune.File, rep *Report, bo *bench.Options) error
 	}
 	rep.Warnings = append(rep.Warnings, warnings...)
 	rec := &TuneRecord{Path: path, Host: tf.Host.Name, Thresholds: tf.Thresholds,
-		Dispatch: tune.Dispatch(tf.Thresholds, bo.TP, tune.ServingSizes(5120, max(bo.SpecDraftTokens, 1)))}
+		Dispatch: tune.Dispatch(tf.Thresholds, bo.TP, tune.ServingSizes(allreduce.VerifyHidden, max(bo.SpecDraftTokens, 1)))}
 	for _, a := range bench.TuneArms(bo.Arms, tf.Thresholds) {
 		if a.PCIe {
 			rec.Arms = append(rec.Arms, a.Name)

@@ -709,8 +709,7 @@ func benchRun(ctx context.Context, bo benchOptions, s streams) error {
 		}
 		tp := o.TP
 		o.Preflight = func(ctx context.Context) (*allreduce.Report, error) {
-			v := allreduce.Verify{Count: 122, Shape: allreduce.Shape{Tokens: 4, Hidden: 5120, ElemBytes: 2}}
-			v.Bytes = v.Shape.Bytes()
+			v := allreduce.DefaultVerify()
 			ao := allreduce.Options{Python: bo.Python, WorldSize: tp, Sizes: []int{v.Bytes}, Impls: allreduce.KnownImpls,
 				Branches: []string{"pcie"}, Modes: []string{allreduce.ModeGraph}, Ext: bo.Ext, Warmup: allreduce.DefaultWarmup, NCCLDebug: true}
 			tunePreflight(tuned, &ao, v, s.Err)

@@ -29,11 +29,11 @@ func benchAllreduceCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "allreduce",
 		Usage: "measure NCCL against the patched custom allreduce, checking every sum",
-		UsageText: `arpatch bench allreduce [--world-size N] [--sizes 4K..1M[,cap]] [--shape 4x5120] [--count 122]
+		UsageText: fmt.Sprintf(`arpatch bench allreduce [--world-size N] [--sizes 4K..1M[,cap]] [--shape %s] [--count %d]
                         [--impl IMPLS] [--branches nvlink,pcie] [--modes eager,graph] [--dtype bf16,fp16,fp32]
                         [--islands LAYOUT|all]... [--nccl-variants all|none|NAMES]
-                        (--ext PATH | --src DIR [--arch 90a]) [--json FILE]`,
-		Description: `Go starts bench.py on N ranks with torchrun. For each implementation, branch,
+                        (--ext PATH | --src DIR [--arch 90a]) [--json FILE]`, allreduce.VerifyShape.Spec(), allreduce.VerifyCount),
+		Description: fmt.Sprintf(`Go starts bench.py on N ranks with torchrun. For each implementation, branch,
 size, dtype and mode, every rank first checks the result is the exact sum over
 ranks (a kernel that launched nothing shows as WRONG, never as fast), then
 times eager loops and CUDA-graph-captured loops (as nccl-tests -G). Medians
@@ -70,9 +70,9 @@ fastest correct NCCL at that size and names it. A variant that is wrong,
 fails, hangs or runs out of memory is reported and never used as a baseline;
 it does not fail the run.
 
-The verify shape (--shape, default 4 tokens x hidden 5120 x bf16 = 40K) is
+The verify shape (--shape, default %s) is
 always measured, and the predicted allreduce time of one EAGLE-3 verify pass
-is --count (default 122) x its latency.
+is --count (default %d) x its latency.
 
 "pcie" initializes custom allreduce with full_nvlink=false, "nvlink" with
 true. The kernel's PCIe branch is reached only above world size 2; a world
@@ -87,12 +87,12 @@ Examples:
    arpatch bench allreduce --world-size 2 --ext arpatch_custom_ar.so                # the .so build --allreduce-ext printed
    arpatch bench allreduce --world-size 8 --src sglang --arch 120a --json allreduce.json
    arpatch bench allreduce --world-size 4 --impl custom-auto --branches pcie --modes eager --src sglang --arch 90a
-   arpatch bench allreduce --world-size 8 --impl custom-push1,custom-push2,custom-island,custom-auto --branches pcie --sizes 4K,40K,1M,cap --dtype bf16,fp16,fp32 --islands all --src sglang --arch 90a`,
+   arpatch bench allreduce --world-size 8 --impl custom-push1,custom-push2,custom-island,custom-auto --branches pcie --sizes 4K,40K,1M,cap --dtype bf16,fp16,fp32 --islands all --src sglang --arch 90a`, allreduce.VerifyShape, allreduce.VerifyCount),
 		Flags: append([]cli.Flag{
 			&cli.IntFlag{Name: "world-size", Usage: "ranks `N` (one per GPU up to the GPU count)", Value: 2},
 			&cli.StringFlag{Name: "sizes", Usage: "`SIZES` in bytes: list and ranges of powers of two, and cap (each implementation's largest)", Value: "4K..1M"},
-			&cli.StringFlag{Name: "shape", Usage: "verify-pass allreduce `TOKENSxHIDDEN` (bf16)", Value: "4x5120"},
-			&cli.IntFlag{Name: "count", Usage: "allreduces `N` per EAGLE-3 verify pass", Value: 122},
+			&cli.StringFlag{Name: "shape", Usage: "verify-pass allreduce `TOKENSxHIDDEN` (bf16)", Value: allreduce.VerifyShape.Spec()},
+			&cli.IntFlag{Name: "count", Usage: "allreduces `N` per EAGLE-3 verify pass", Value: allreduce.VerifyCount},
 			&cli.StringFlag{Name: "impl", Usage: "`IMPLS` to run", Value: strings.Join(allreduce.KnownImpls, ",")},
 			&cli.StringFlag{Name: "branches", Usage: "custom allreduce `BRANCHES`: nvlink (full_nvlink=true), pcie (false)", Value: "nvlink,pcie"},
 			&cli.StringFlag{Name: "modes", Usage: "`MODES`: eager, graph (CUDA-graph-captured loops)", Value: "eager,graph"},

@@ -39,9 +39,9 @@ func tuneAllreduceCommand() *cli.Command {
 	return &cli.Command{
 		Name:  "allreduce",
 		Usage: "measure NCCL and its variants, the pull and push kernels through the PCIe branch, and write the fastest correct settings as an env file",
-		UsageText: `arpatch tune allreduce [--recipe NAME] [--world-size N] [--hidden 5120] [--draft-tokens N] [--sizes SIZES]
+		UsageText: fmt.Sprintf(`arpatch tune allreduce [--recipe NAME] [--world-size N] [--hidden %d] [--draft-tokens N] [--sizes SIZES]
                        [--modes eager,graph] [--islands LAYOUT] [--nccl-variants all|none|NAMES]
-                       (--ext PATH | --src DIR [--arch A]) [--out tune.env] [--json FILE] [--p2p FILE]`,
+                       (--ext PATH | --src DIR [--arch A]) [--out tune.env] [--json FILE] [--p2p FILE]`, allreduce.VerifyHidden),
 		Description: `On the target host, at the recipe's TP (or --world-size), tune measures NCCL
 and, through the PCIe branch (full_nvlink=false), the pull kernels
 (custom-1stage, custom-2stage) and the push kernels (custom-push1,
@@ -94,7 +94,7 @@ Examples:
 		Flags: append([]cli.Flag{
 			recipeFlag(), recipeFileFlag(),
 			&cli.IntFlag{Name: "world-size", Usage: "ranks `N`", DefaultText: "the recipe's bench.tp"},
-			&cli.IntFlag{Name: "hidden", Usage: "the model's hidden size `H` (bf16 allreduces of tokens x H)", Value: 5120},
+			&cli.IntFlag{Name: "hidden", Usage: "the model's hidden size `H` (bf16 allreduces of tokens x H)", Value: allreduce.VerifyHidden},
 			&cli.IntFlag{Name: "draft-tokens", Usage: "tokens `N` of one EAGLE-3 verify pass", DefaultText: "the recipe's speculative_num_draft_tokens"},
 			&cli.StringFlag{Name: "sizes", Usage: "`SIZES` in bytes instead of the serving sizes: list and ranges of powers of two"},
 			&cli.StringFlag{Name: "modes", Usage: "`MODES`: eager, graph", Value: "eager,graph"},
@@ -159,9 +159,9 @@ func tuneAllreduceOpts(f tuneAllreduceFlags) (tuneAllreduceOptions, error) {
 		draft = f.DraftTokens
 	}
 	if draft <= 0 || f.Hidden <= 0 {
-		return o, usagef("--draft-tokens %d, --hidden %d: use positive numbers (e.g. --draft-tokens 4 --hidden 5120)", draft, f.Hidden)
+		return o, usagef("--draft-tokens %d, --hidden %d: use positive numbers (e.g. --draft-tokens %d --hidden %d)", draft, f.Hidden, allreduce.VerifyTokens, allreduce.VerifyHidden)
 	}
-	verify := allreduce.Verify{Count: 122, Shape: allreduce.Shape{Tokens: draft, Hidden: f.Hidden, ElemBytes: 2}}
+	verify := allreduce.Verify{Count: allreduce.VerifyCount, Shape: allreduce.Shape{Tokens: draft, Hidden: f.Hidden, ElemBytes: 2}}
 	verify.Bytes = verify.Shape.Bytes() / 16 * 16
 	sizes := tune.ServingSizes(f.Hidden, draft)
 	if f.Given["sizes"] {
@@ -313,7 +313,7 @@ func tunedRecipe(ctx context.Context, r *recipes.Recipe, t tuneFlags, src string
 	if t.Tune == "" {
 		return r, false, nil
 	}
-	f, err := loadTune(ctx, t.Tune, r.Bench.TP, t.ForceTune, tune.ServingSizes(5120, max(r.Bench.SpeculativeNumDraftTokens, 1)), w,
+	f, err := loadTune(ctx, t.Tune, r.Bench.TP, t.ForceTune, tune.ServingSizes(allreduce.VerifyHidden, max(r.Bench.SpeculativeNumDraftTokens, 1)), w,
 		"--src", src)
 	if err != nil {
 		return nil, false, err
@@ -388,7 +388,7 @@ func applyTune(ctx context.Context, o *bench.Options, t tuneFlags, inputs []stri
 	if t.Tune == "" {
 		return nil, nil
 	}
-	f, err := loadTune(ctx, t.Tune, o.TP, t.ForceTune, tune.ServingSizes(5120, max(o.SpecDraftTokens, 1)), w, inputs...)
+	f, err := loadTune(ctx, t.Tune, o.TP, t.ForceTune, tune.ServingSizes(allreduce.VerifyHidden, max(o.SpecDraftTokens, 1)), w, inputs...)
 	if err != nil {
 		return nil, err
 	}

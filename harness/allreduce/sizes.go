@@ -9,9 +9,10 @@
 // SGLANG_CUSTOM_ALLREDUCE_ALGO forces one (Upstream:
 // sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@8905cbd42f4a
 // (CustomAllreduce::allreduce), the same bytes under
-// python/sglang/kernels/aot/ at c32c4ef79cf5 and 0bda0b168ad5); an EAGLE-3 verify pass in the published PCIe account did 122
-// allreduces of about 42 KB (4 tokens x hidden 5120 x bf16 = 40 KiB);
-// nccl-tests' -G flag times CUDA-graph-captured loops.
+// python/sglang/kernels/aot/ at c32c4ef79cf5 and 0bda0b168ad5); an EAGLE-3
+// verify pass in the published PCIe account did VerifyCount allreduces of
+// VerifyShape (verify.go); nccl-tests' -G flag times CUDA-graph-captured
+// loops.
 package allreduce
 
 import (
@@ -110,19 +111,19 @@ type Shape struct {
 	Tokens, Hidden, ElemBytes int
 }
 
-// ParseShape reads "4x5120" (bf16, 2 bytes per element). It refuses a
-// malformed shape, and one of more than MaxBytes (tested without
-// overflowing an int), naming s.
+// ParseShape reads TOKENSxHIDDEN (as Shape.Spec prints it) in bf16. It
+// refuses a malformed shape, and one of more than MaxBytes (tested
+// without overflowing an int), naming s.
 func ParseShape(s string) (Shape, error) {
 	a, b, ok := strings.Cut(strings.ToLower(s), "x")
 	t, err1 := strconv.Atoi(strings.TrimSpace(a))
 	h, err2 := strconv.Atoi(strings.TrimSpace(b))
 	if !ok || err1 != nil || err2 != nil || t <= 0 || h <= 0 {
-		return Shape{}, fmt.Errorf("%q: want TOKENSxHIDDEN, e.g. 4x5120", s)
+		return Shape{}, fmt.Errorf("%q: want TOKENSxHIDDEN, e.g. %s", s, VerifyShape.Spec())
 	}
-	shape := Shape{Tokens: t, Hidden: h, ElemBytes: 2}
+	shape := Shape{Tokens: t, Hidden: h, ElemBytes: bf16Size}
 	if t > MaxBytes/shape.ElemBytes/h {
-		return Shape{}, fmt.Errorf("%q is more than %s bytes of bf16: want TOKENSxHIDDEN of a verify pass, e.g. 4x5120", s, FormatBytes(MaxBytes))
+		return Shape{}, fmt.Errorf("%q is more than %s bytes of bf16: want TOKENSxHIDDEN of a verify pass, e.g. %s", s, FormatBytes(MaxBytes), VerifyShape.Spec())
 	}
 	return shape, nil
 }

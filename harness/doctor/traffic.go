@@ -10,10 +10,6 @@ import (
 	"github.com/arpatch/arpatch/harness/traffic"
 )
 
-// VerifyBytes is the allreduce of one EAGLE-3 verify pass of the published
-// account: 4 tokens x hidden 5120 x bf16 = 40 KiB.
-const VerifyBytes = 4 * 5120 * 2
-
 // model is the traffic model of h's GPUs with the constants it uses
 // (params).
 func model(h *Host) (*traffic.Topology, traffic.Params, error) {
@@ -69,7 +65,7 @@ func constantsText(h *Host) string {
 // NCCL's best configuration over P2P (NCCL over SHM apart).
 func ranking(m *traffic.Topology, p traffic.Params) []traffic.Estimate {
 	var out []traffic.Estimate
-	for _, e := range m.Compare(VerifyBytes, p) {
+	for _, e := range m.Compare(allreduce.VerifyBytes, p) {
 		switch {
 		case e.Algo == traffic.NCCLRingSHM || e.Algo == traffic.NCCLTree || e.Algo == traffic.NCCLRing:
 			continue
@@ -80,7 +76,7 @@ func ranking(m *traffic.Topology, p traffic.Params) []traffic.Estimate {
 		}
 		out = append(out, e)
 	}
-	nccl := m.NCCL(VerifyBytes, p, false)
+	nccl := m.NCCL(allreduce.VerifyBytes, p, false)
 	i := 0
 	for i < len(out) && out[i].US <= nccl.US {
 		i++
@@ -115,9 +111,9 @@ func expectation(h *Host) string {
 	for _, e := range ranking(m, p) {
 		parts = append(parts, label(e))
 	}
-	nccl := m.NCCL(VerifyBytes, p, false)
+	nccl := m.NCCL(allreduce.VerifyBytes, p, false)
 	s := fmt.Sprintf("traffic model (an estimate, %s) at the verify shape (%s, world size %d): %s; NCCL's best configuration is %s (%s); NCCL over SHM, as in the published account, %.1f µs",
-		constantsText(h), allreduce.FormatBytes(VerifyBytes), m.N, strings.Join(parts, ", "), strings.TrimPrefix(nccl.Name(), "nccl-"), nccl.NCCLEnv(), m.NCCL(VerifyBytes, p, true).US)
+		constantsText(h), allreduce.FormatBytes(allreduce.VerifyBytes), m.N, strings.Join(parts, ", "), strings.TrimPrefix(nccl.Name(), "nccl-"), nccl.NCCLEnv(), m.NCCL(allreduce.VerifyBytes, p, true).US)
 	if why := customAROff(h); why != "" {
 		return s + "; custom allreduce does not start here: " + why + "; its figures hold only once that changes"
 	}
@@ -162,7 +158,7 @@ func modelVerdict(h *Host) string {
 		return "the traffic model cannot read this topology (" + err.Error() + ")"
 	}
 	best := ranking(m, p)[0]
-	one := m.Estimate(traffic.Custom1Stage, VerifyBytes, p)
+	one := m.Estimate(traffic.Custom1Stage, allreduce.VerifyBytes, p)
 	if best.Algo == traffic.Custom1Stage {
 		return fmt.Sprintf("the traffic model expects custom 1-stage to win at the verify shape (%.1f µs; see expect)", best.US)
 	}

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/traffic"
 )
 
@@ -64,7 +65,7 @@ func TestExpectationFollowsModel(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		nccl := m.NCCL(VerifyBytes, p, false)
+		nccl := m.NCCL(allreduce.VerifyBytes, p, false)
 		for _, w := range []string{
 			fmt.Sprintf("%s %.1f µs", nccl.Name(), nccl.US),
 			"NCCL's best configuration is " + strings.TrimPrefix(nccl.Name(), "nccl-") + " (" + nccl.NCCLEnv() + ")",
@@ -76,7 +77,7 @@ func TestExpectationFollowsModel(t *testing.T) {
 		}
 		for _, v := range []string{traffic.NCCLRing, traffic.NCCLTree} {
 			for _, pr := range []string{"LL", "Simple"} {
-				if e := m.NCCLVariant(v, pr, VerifyBytes, p); e.US < nccl.US {
+				if e := m.NCCLVariant(v, pr, allreduce.VerifyBytes, p); e.US < nccl.US {
 					t.Errorf("%s: %s %.1f µs beats the NCCL expect: names (%s %.1f)", host, e.Name(), e.US, nccl.Name(), nccl.US)
 				}
 			}

@@ -3,6 +3,8 @@ package traffic
 import (
 	"math"
 	"strings"
+
+	"github.com/arpatch/arpatch/harness/allreduce"
 )
 
 // Params are the model's constants. Each field says where its value in
@@ -111,17 +113,19 @@ type Params struct {
 }
 
 // Published anchors: the published account's figures for 8 PCIe GPUs
-// serving with EAGLE-3 (NCCL ~200 µs per ~42 KB allreduce, 122 per verify
-// pass; forced 1-stage 38 tok/s against NCCL's 54).
+// serving with EAGLE-3 (NCCL ~200 µs per ~42 KB allreduce,
+// allreduce.VerifyCount per verify pass; forced 1-stage 38 tok/s against
+// NCCL's 54).
 const (
 	// AnchorBytes is the published account's allreduce size: ~42 KB.
 	AnchorBytes = 42000
 	// AnchorNCCLUS is NCCL's time per allreduce there.
 	AnchorNCCLUS = 200.0
 	// Anchor1StageUS is forced 1-stage's time per allreduce implied by
-	// 38 tok/s against NCCL's 54 with 122 allreduces per verify pass at
-	// accept length 3: (3/38 - 3/54) s / 122 + 200 µs.
-	Anchor1StageUS = (3.0/38-3.0/54)/122*1e6 + AnchorNCCLUS
+	// 38 tok/s against NCCL's 54 with allreduce.VerifyCount allreduces per
+	// verify pass at accept length 3: (3/38 - 3/54) s / VerifyCount +
+	// 200 µs.
+	Anchor1StageUS = (3.0/38-3.0/54)/allreduce.VerifyCount*1e6 + AnchorNCCLUS
 )
 
 // Default returns the calibrated parameters (Source "calibrated").
