@@ -65,9 +65,9 @@ func (n *night) drift(ctx context.Context) (string, []history.Check) {
 }
 
 // revisions are the commits drift checks, in order: the pinned commit
-// and the tracked ref's head, which are judged (the first judged of
-// them), then the also_check revisions, which are recorded and reported,
-// never judged.
+// and the tracked ref's head (the first judged of them), which decide
+// the night, then the also_check revisions, which are recorded and
+// reported, never judged.
 type revisions struct {
 	commits []string
 	judged  int

@@ -55,7 +55,10 @@ type Options struct {
 // transaction (history.Store.Record), so a failed write leaves no half
 // night. A run killed midway leaves its row "running"; the next nightly
 // marks it incomplete. A run whose context is cancelled is marked
-// incomplete.
+// incomplete. A new step is a night method in a file of its own that
+// adds to the report and returns its checks and what a later step
+// needs, called in its place here; what the history should keep of it
+// goes into outcome (history.go).
 func Run(ctx context.Context, o Options) (*Report, error) {
 	started := o.now()
 	// Everything the config decides is checked before anything runs: a
