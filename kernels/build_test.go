@@ -549,8 +549,15 @@ FetchContent_Declare(repo-odd URL https://example.invalid/odd.tar.gz)
 	if got, err := MapDeps(two, dd, false); err != nil || got[0].Dir != filepath.Join(dd, "cutlass") || got[1].Dir != "" {
 		t.Errorf("shared base name: %+v %v", got, err)
 	}
-	if _, err := MapDeps(deps, filepath.Join(dd, "nosuch"), true); err == nil || !strings.Contains(err.Error(), "--deps-dir") || !strings.Contains(err.Error(), "not a directory") {
+	// A missing deps dir: online, refused with the mkdir; offline, one
+	// refusal with the mkdir and every fetch into it.
+	nosuch := filepath.Join(dd, "nosuch")
+	if _, err := MapDeps(deps, nosuch, false); err == nil || !strings.Contains(err.Error(), "--deps-dir") || !strings.Contains(err.Error(), "not a directory") {
 		t.Errorf("missing deps dir: %v", err)
+	}
+	var me *MissingDepsError
+	if _, err := MapDeps(deps, nosuch, true); !errors.As(err, &me) || len(me.Missing) != 3 || !strings.Contains(err.Error(), "does not exist yet") || !strings.Contains(err.Error(), "\n  mkdir -p "+nosuch+"\n") {
+		t.Errorf("missing deps dir, offline: %v", err)
 	}
 }
 

@@ -177,6 +177,9 @@ func (e *MissingDepsError) Error() string {
 	where, dir := "no --deps-dir was given", "deps"
 	if e.DepsDir != "" {
 		where, dir = "not found in --deps-dir "+e.DepsDir, e.DepsDir
+		if fi, err := os.Stat(e.DepsDir); err != nil || !fi.IsDir() {
+			where = "--deps-dir " + e.DepsDir + " does not exist yet"
+		}
 	}
 	fmt.Fprintf(&b, "--offline: %d dependencies would be downloaded at configure time (%s):", len(e.Missing), where)
 	for _, d := range e.Missing {
@@ -241,11 +244,12 @@ func CheckDepsDir(dir string) error {
 //     "archive-sha256:<hex>" is recorded, and Dir is where Build unpacks
 //     it: TmpMarker/deps/<name>.
 //
-// A depsDir that does not exist is an error (CheckDepsDir's). With
-// offline set, any dep without a copy is a *MissingDepsError listing every
-// one with the command that fetches it.
+// A depsDir that does not exist is an error (CheckDepsDir's), but with
+// offline set, where it holds no copy: then any dep without a copy is a
+// *MissingDepsError listing every one with the command that fetches it,
+// the mkdir of depsDir first (one step for a deps dir not made yet).
 func MapDeps(deps []Dep, depsDir string, offline bool) ([]Dep, error) {
-	if depsDir != "" {
+	if depsDir != "" && !offline {
 		if err := CheckDepsDir(depsDir); err != nil {
 			return nil, err
 		}

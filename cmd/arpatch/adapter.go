@@ -377,7 +377,16 @@ func helpPointer(app *cli.App, args []string) string {
 
 // noArgs refuses positional arguments for commands that take none, and
 // flags given an empty value, which would silently mean "not given".
-func noArgs(c *cli.Context) error {
+func noArgs(c *cli.Context) error { return noArgsExcept()(c) }
+
+// noArgsExcept is noArgs with the flags named allowed an empty value: the
+// command itself says what an empty one means (nightly's --summary
+// "$GITHUB_STEP_SUMMARY" outside GitHub Actions).
+func noArgsExcept(emptyOK ...string) cli.BeforeFunc {
+	return func(c *cli.Context) error { return checkArgs(c, emptyOK) }
+}
+
+func checkArgs(c *cli.Context, emptyOK []string) error {
 	// urfave/cli runs a command's Before before it dispatches to a
 	// subcommand ("bench allreduce"): the subcommand's name is no stray
 	// argument.
@@ -388,7 +397,7 @@ func noArgs(c *cli.Context) error {
 		return usagef("%s takes no arguments, got %q", c.Command.Name, c.Args().Slice())
 	}
 	for _, name := range c.FlagNames() {
-		if c.IsSet(name) {
+		if c.IsSet(name) && !slices.Contains(emptyOK, name) {
 			if v, ok := c.Value(name).(string); ok && strings.TrimSpace(v) == "" {
 				return usagef("--%s was given an empty value", name)
 			}

@@ -236,7 +236,9 @@ func optsFromRecipe(f buildFlagValues, out string, g given, r *recipes.Recipe) (
 	case err != nil:
 		return o, usageError{err}
 	}
-	if g["deps-dir"] {
+	if g["deps-dir"] && !o.Offline {
+		// Offline, a missing deps dir is refused by the build itself, in
+		// one step: the mkdir and each dependency's fetch command.
 		if err := kernels.CheckDepsDir(o.DepsDir); err != nil {
 			return o, usageError{err}
 		}

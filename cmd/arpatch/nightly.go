@@ -62,7 +62,7 @@ Examples:
 			&cli.StringFlag{Name: "junit", Usage: "JUnit XML `FILE`"},
 			&cli.StringFlag{Name: "summary", Usage: "also write the markdown summary to `FILE` (e.g. $GITHUB_STEP_SUMMARY)"},
 		},
-		Before: noArgs,
+		Before: noArgsExcept("summary"),
 		Action: action(nightlyOpts, nightlyRun),
 	}
 }
@@ -76,6 +76,7 @@ type nightlyFlags struct {
 	Bencher         string `flag:"bencher"`
 	JUnit           string `flag:"junit"`
 	Summary         string `flag:"summary"`
+	Given           given
 }
 
 // nightlyOptions are every input of nightlyRun.
@@ -84,6 +85,8 @@ type nightlyOptions struct {
 	Run nightly.Options
 	// ConfigPath is --config's file, ~ expanded.
 	ConfigPath string
+	// Notes are said on stderr before the run.
+	Notes []string
 }
 
 // nightlyOpts reads --config and checks the report files (the config's
@@ -101,7 +104,14 @@ func nightlyOpts(f nightlyFlags) (nightlyOptions, error) {
 	if err := nightly.CheckOutputs(cfg, extra); err != nil {
 		return nightlyOptions{}, usageError{err}
 	}
-	return nightlyOptions{ConfigPath: path, Run: nightly.Options{
+	var notes []string
+	if f.Given["summary"] && strings.TrimSpace(f.Summary) == "" {
+		// "$GITHUB_STEP_SUMMARY" outside GitHub Actions: the summary
+		// still goes to the reports directory.
+		extra["summary"] = ""
+		notes = append(notes, "note: --summary is empty ($GITHUB_STEP_SUMMARY is set inside GitHub Actions only), so the markdown summary goes only to summary.md in the reports directory")
+	}
+	return nightlyOptions{ConfigPath: path, Notes: notes, Run: nightly.Options{
 		Config: cfg, SkipBuild: f.SkipBuild, SkipBench: f.SkipBench,
 		Version: arpatchVersion(), Launcher: launcher(), Reports: extra,
 	}}, nil
@@ -110,6 +120,9 @@ func nightlyOpts(f nightlyFlags) (nightlyOptions, error) {
 // nightlyRun runs the nightly and exits with its code: a config error
 // found during the run is a usage error naming the config file.
 func nightlyRun(ctx context.Context, o nightlyOptions, s streams) error {
+	for _, n := range o.Notes {
+		fmt.Fprintln(s.Err, n)
+	}
 	ro := o.Run
 	ro.Log, ro.Out = s.Err, s.Out
 	code, err := nightly.Execute(ctx, ro)
