@@ -129,6 +129,10 @@ type CommitMismatchError struct {
 	Src, Head, Want string
 	FromFlag        bool
 	Missing         bool
+	// Applied names the series arpatch applied to Src at Head: its files
+	// hold the patches, so git checkout would refuse to move, and the
+	// remedy reverts first.
+	Applied string
 }
 
 func (e *CommitMismatchError) Error() string {
@@ -144,6 +148,16 @@ func (e *CommitMismatchError) Error() string {
 		if !e.FromFlag {
 			fix += fmt.Sprintf(", or, to patch this commit, pass --commit %s", e.Head)
 		}
+	}
+	if e.Applied != "" {
+		// git checkout refuses to move a tree whose files the series
+		// changed: revert them to upstream's first.
+		fetch := ""
+		if e.Missing {
+			fetch = fmt.Sprintf(", fetch it (`%s`)", sh("git", "-C", e.Src, "fetch", "origin"))
+		}
+		fix = fmt.Sprintf("Series %s is applied there, so git checkout would refuse to move: revert it (`%s`)%s, check out %s (`%s`), then run apply again",
+			e.Applied, sh("arpatch", "revert", "--src", e.Src), fetch, e.Want, sh("git", "-C", e.Src, "checkout", "--detach", e.Want))
 	}
 	return fmt.Sprintf("%s is at commit %s, but %s %s; nothing was changed. %s", e.Src, e.Head, src, e.Want, fix)
 }
@@ -219,7 +233,11 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 	}
 	rep.Commit = head
 	if head != want {
-		return nil, &CommitMismatchError{Src: opts.Src, Head: head, Want: want, FromFlag: opts.Commit != "", Missing: !repo.HasCommit(want)}
+		e := &CommitMismatchError{Src: opts.Src, Head: head, Want: want, FromFlag: opts.Commit != "", Missing: !repo.HasCommit(want)}
+		if st, err := ReadState(repo.GitDir()); err == nil && st != nil && st.Commit == head && st.Series != "" {
+			e.Applied = st.Series
+		}
+		return nil, e
 	}
 	gitDir := repo.GitDir()
 	if !opts.DryRun {
