@@ -158,6 +158,23 @@ torch = types.SimpleNamespace(distributed=types.SimpleNamespace(ProcessGroup=obj
 pynvml = None
 
 
+class _Dist:
+    """torch.distributed's all_gather_object for one process: every rank
+    reads what this one read, unless a test sets other = (overrides of the
+    settings, islands read from NVML) for rank 1."""
+
+    other = None
+
+    def all_gather_object(self, out, obj, group=None):
+        for i in range(len(out)):
+            out[i] = obj
+        if self.other is not None and len(out) > 1:
+            out[1] = ({**obj[0], **self.other[0]}, self.other[1])
+
+
+dist = _Dist()
+
+
 def with_nvml_context(fn):
     return fn
 
@@ -204,6 +221,7 @@ for c in json.load(sys.stdin):
         os.environ.pop(k, None)
     os.environ.update(c.get("env") or {})
     gate.pynvml = NVML(c["sockets"]) if c.get("sockets") else None
+    gate.dist.other = (c["other_env"], c.get("other_islands")) if c.get("other_env") is not None else None
     op = c["op"]
     try:
         if op == "schedule":
@@ -236,6 +254,11 @@ type pyCase struct {
 	MaxBytes int64             `json:"max_bytes,omitempty"`
 	Rank     int               `json:"rank"`
 	Sockets  []int             `json:"sockets,omitempty"`
+	// OtherEnv and OtherIslands, when OtherEnv is set, are what rank 1
+	// read: its settings where they differ from this rank's, and the
+	// islands it read from NVML (nil: none).
+	OtherEnv     map[string]string `json:"other_env"`
+	OtherIslands *string           `json:"other_islands,omitempty"`
 }
 
 type pyResult struct {
@@ -1027,6 +1050,46 @@ print(json.dumps(out))
 		for i, c := range cases {
 			if !strings.HasPrefix(got[i], c.want) {
 				t.Errorf("world size %d, full_nvlink %v, %v: %s, want %s", c.WS, c.NVLink, c.Env, got[i], c.want)
+			}
+		}
+	})
+}
+
+// TestPCIeRanksAgree: every rank of a group must run the same PCIe
+// dispatch, or the kernels' barriers never meet. A variable set differently
+// on another rank is refused at init, naming it; islands that another
+// rank's NVML read differently (or not at all) give every rank one island.
+func TestPCIeRanksAgree(t *testing.T) {
+	eachPCIeSeries(t, func(t *testing.T, ps []*Patch) {
+		none := ""
+		cases := []struct {
+			c    pyCase
+			want string
+		}{
+			{pyCase{OtherEnv: map[string]string{}}, `"0,1,2,3/4,5,6,7"`},
+			{pyCase{OtherEnv: map[string]string{"SGLANG_PCIE_CUSTOM_AR_ALGO": "push2"}}, "error: SGLANG_PCIE_CUSTOM_AR_ALGO differs between the ranks of this group ('' against 'push2')"},
+			{pyCase{OtherEnv: map[string]string{"SGLANG_PCIE_CUSTOM_AR_ISLANDS": "0,1/2,3/4,5/6,7"}}, "error: SGLANG_PCIE_CUSTOM_AR_ISLANDS differs between the ranks"},
+			{pyCase{OtherEnv: map[string]string{"SGLANG_PCIE_CUSTOM_AR_MAX_BYTES": "1024"}}, "error: SGLANG_PCIE_CUSTOM_AR_MAX_BYTES differs between the ranks of this group ('1024' against '65536')"},
+			{pyCase{OtherEnv: map[string]string{}, OtherIslands: &none}, `null`},
+		}
+		var pc []pyCase
+		for _, c := range cases {
+			c.c.Op, c.c.WS, c.c.MaxSize, c.c.MaxBytes = "setup", 8, 8<<20, 65536
+			c.c.Sockets = []int{0, 0, 0, 0, 1, 1, 1, 1}
+			if c.c.OtherIslands == nil {
+				s := "0,1,2,3/4,5,6,7"
+				c.c.OtherIslands = &s
+			}
+			pc = append(pc, c.c)
+		}
+		py := runPython(t, ps, pc)
+		for i, c := range cases {
+			got := string(py[i].Value)
+			if py[i].Error != "" {
+				got = "error: " + py[i].Error
+			}
+			if !strings.HasPrefix(got, c.want) {
+				t.Errorf("rank 1 with %v, islands %q: %s, want %s", c.c.OtherEnv, *pc[i].OtherIslands, got, c.want)
 			}
 		}
 	})
