@@ -13,6 +13,9 @@ import (
 var scratch string
 
 func TestMain(m *testing.M) {
+	if p := os.Getenv(asUserEnv); p != "" {
+		os.Exit(asUserMain(p))
+	}
 	code := m.Run()
 	pgtest.Stop()
 	if scratch != "" {

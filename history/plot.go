@@ -57,13 +57,19 @@ func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, e
 		return nil, sel, err
 	}
 	if sel.HardwareKey == "" || sel.Workload == "" || sel.Level == 0 {
-		// The newest finished run (on the hardware asked for) fills in
-		// what sel leaves out.
+		// The newest finished run with a trial of metric (on the
+		// hardware and workload asked for) fills in what sel leaves out:
+		// a newer run without bench results (--skip-bench) has nothing
+		// to plot, whatever its workload.
 		where, args := `WHERE status IN (?, ?)`, []any{Complete, Failed}
 		if sel.HardwareKey != "" {
 			where, args = where+` AND hardware_key = ?`, append(args, sel.HardwareKey)
 		}
-		runs, err := s.selectRuns("reading the newest run", where+` ORDER BY id DESC LIMIT 1`, args...)
+		if sel.Workload != "" {
+			where, args = where+` AND workload = ?`, append(args, sel.Workload)
+		}
+		where += ` AND EXISTS (SELECT 1 FROM arms a JOIN trials t ON t.arm_id = a.id WHERE a.run_id = runs.id AND t.` + col + ` IS NOT NULL)`
+		runs, err := s.selectRuns("reading the newest run with bench results", where+` ORDER BY id DESC LIMIT 1`, args...)
 		if err != nil {
 			return nil, sel, err
 		}
@@ -76,6 +82,7 @@ func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, e
 				}
 			}
 		}
+		sel.Level = cmp.Or(sel.Level, 1) // no run to take it from: the level a single stream runs at
 	}
 	what := fmt.Sprintf("reading the %s points of %s, %s", metric, sel.HardwareKey, sel.Workload)
 	// Drift marks every arm of the run; a regression marks the arm and
@@ -285,6 +292,21 @@ func (s *Store) LevelCurves(metric string, sel Series, run int64) ([]report.Curv
 	return nil, 0, fmt.Errorf("history %s: run %d has no bench results (arpatch history list shows the runs)", s.Path, run)
 }
 
+// timeFormat is the layout of the time axis' ticks for runs started
+// from first to last (Unix seconds, UTC): the date, with the hour when
+// the runs lie within three days (it tells them apart), and with the year
+// when they do not lie within one year (UTC).
+func timeFormat(first, last float64) string {
+	a, b := time.Unix(int64(first), 0).UTC(), time.Unix(int64(last), 0).UTC()
+	switch {
+	case a.Year() != b.Year():
+		return "2006-01-02"
+	case last-first < 3*24*3600:
+		return "01-02 15:04"
+	}
+	return "01-02"
+}
+
 func minMax(xs []float64) (float64, float64) {
 	lo, hi := math.Inf(1), math.Inf(-1)
 	for _, x := range xs {
@@ -335,11 +357,7 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 			last = max(last, q.X)
 		}
 	}
-	format := "01-02"
-	if last-first < 3*24*3600 {
-		format = "01-02 15:04" // runs within days: the hour tells them apart
-	}
-	p.X.Tick.Marker = plot.TimeTicks{Format: format}
+	p.X.Tick.Marker = plot.TimeTicks{Format: timeFormat(first, last)}
 	p.Legend.Top = true
 	p.Legend.Left = true
 	arms := slices.Sorted(maps.Keys(pts))

@@ -4,12 +4,15 @@ import (
 	"context"
 	"database/sql"
 	"database/sql/driver"
+	"errors"
 	"fmt"
-	"net/url"
+	"hash/fnv"
+	"slices"
 	"strings"
+	"sync"
 	"time"
 
-	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 	"github.com/jackc/pgx/v5/stdlib"
 )
 
@@ -26,19 +29,24 @@ import (
 //     BEGIN IMMEDIATE does;
 //   - a run this process begins holds a session lock on its id
 //     (pg_advisory_lock) from before its row is committed until its end
-//     is recorded, on a connection of its own; MarkStale marks
-//     incomplete only runs whose lock no session holds (their process
-//     died, its connection with it), never a live run of another host;
+//     is recorded, on a connection of its own (runLock), taken again on a
+//     new connection when that one is lost (a server restart); MarkStale
+//     marks incomplete only runs whose lock no session holds (their
+//     process died, its connection with it), never a live run of another
+//     host, and a live run that was marked while it had lost its lock
+//     is running again once it holds it (runLock.retake);
 //   - Record writes all of a run in one transaction, as on SQLite.
+//
+// The locks' first key is the history's (lockSpace of its schema), so
+// that histories in other schemas of one database never share a lock.
 
-// lockSpace is the first key of every advisory lock arpatch takes
-// ("arpt"); the second is 0 for the schema or a run's id.
-const lockSpace int32 = 0x61727074
-
-// IsURL reports whether target names a PostgreSQL history, a postgres://
-// or postgresql:// URL, rather than an SQLite file.
-func IsURL(target string) bool {
-	return strings.HasPrefix(target, "postgres://") || strings.HasPrefix(target, "postgresql://")
+// lockSpace is the first key of the advisory locks of the history in
+// schema: "arpatch " and the schema's name, hashed (FNV-1a) to 31 bits;
+// the second key is 0 for the schema or a run's id.
+func lockSpace(schema string) int32 {
+	h := fnv.New32a()
+	_, _ = h.Write([]byte("arpatch " + schema)) // a hash.Hash never fails
+	return int32(h.Sum32() & 0x7fffffff)
 }
 
 // connectTimeout bounds connecting to a server whose URL sets no
@@ -46,41 +54,50 @@ func IsURL(target string) bool {
 // minutes.
 const connectTimeout = 10 * time.Second
 
-// openPostgres opens the history at a postgres:// URL and, unless
-// readOnly, migrates it (readOnly: default_transaction_read_only, so
-// that the server refuses every write, and the schema must be current).
-// A password in the URL is refused: the URL is printed in errors,
-// remedies and reports, so it goes in PGPASSWORD or ~/.pgpass, which pgx
-// reads.
-func openPostgres(raw string, readOnly bool) (*Store, error) {
-	u, err := url.Parse(raw)
+// pgMode is how openPostgres opens a history.
+type pgMode int
+
+const (
+	pgWrite    pgMode = iota // migrated, made if need be (Open)
+	pgRead                   // read-only, the schema current (OpenRead)
+	pgExisting               // migrated, but refused when no history is there (OpenExisting)
+)
+
+// openPostgres opens the history at a postgres:// URL in mode: pgRead
+// sets default_transaction_read_only, so that the server refuses every
+// write, and the schema must be current; pgWrite and pgExisting migrate
+// it, and pgExisting refuses a database without arpatch's schema. A URL
+// that does not parse, or holds a password, is refused as CheckTarget
+// refuses it; a server that cannot be reached, or that refuses the
+// connection, is an error saying which (connectError).
+func openPostgres(raw string, mode pgMode) (*Store, error) {
+	cfg, err := pgConfig(raw)
 	if err != nil {
-		return nil, fmt.Errorf("history %s: %w", raw, err)
+		return nil, fmt.Errorf("history %w", err)
 	}
-	if _, set := u.User.Password(); set || u.Query().Has("password") {
-		u.User = url.User(u.User.Username())
-		q := u.Query()
-		q.Del("password")
-		u.RawQuery = q.Encode()
-		return nil, fmt.Errorf("history %s: the URL holds a password, which arpatch would print in its errors and reports: put it in ~/.pgpass or PGPASSWORD instead", u.Redacted())
-	}
-	cfg, err := pgx.ParseConfig(raw)
-	if err != nil {
-		return nil, fmt.Errorf("history %s: %w", raw, err)
-	}
-	if cfg.ConnectTimeout == 0 {
-		cfg.ConnectTimeout = connectTimeout
-	}
+	readOnly := mode == pgRead
 	if readOnly {
 		cfg.RuntimeParams["default_transaction_read_only"] = "on"
 	}
 	db := stdlib.OpenDB(*cfg)
-	s := &Store{Path: raw, db: db, pg: true, live: map[int64]*sql.Conn{}}
+	s := &Store{Path: raw, db: db, pg: true, live: map[int64]*runLock{}}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout+5*time.Second)
 	defer cancel()
-	if err := db.PingContext(ctx); err != nil {
+	var schema string
+	if err := db.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
 		_ = db.Close() // the error below is what to report
-		return nil, fmt.Errorf("history %s: cannot reach the server: %w", raw, err)
+		return nil, connectError(raw, err)
+	}
+	s.space = lockSpace(schema)
+	if mode == pgExisting {
+		var made bool
+		if err := db.QueryRowContext(ctx, `SELECT to_regclass('schema_migrations') IS NOT NULL`).Scan(&made); err != nil || !made {
+			_ = db.Close() // the error below is what to report
+			if err != nil {
+				return nil, s.wrap("reading the schema", err)
+			}
+			return nil, fmt.Errorf("history %s has no arpatch schema (no schema_migrations table in schema %s): not a history a nightly wrote; the history commands (accept included) never make one", s.Path, schema)
+		}
 	}
 	if readOnly {
 		err = s.current()
@@ -92,6 +109,48 @@ func openPostgres(raw string, readOnly bool) (*Store, error) {
 		return nil, err
 	}
 	return s, nil
+}
+
+// connectError is why the history at target could not be opened: the
+// server cannot be reached (down, a wrong host or port: pgx could not
+// talk to it), or it refused the connection (it answered with an error:
+// a wrong password or user, no such database, a URL parameter it does
+// not know). pgx's error lists each address it tried, one per line, and
+// says the same cause again for each fallback (with TLS, then without):
+// each cause is said once, on one line.
+func connectError(target string, err error) error {
+	what, remedy := "cannot reach the server", ""
+	var pe *pgconn.PgError
+	if errors.As(err, &pe) {
+		what = "the server refused the connection"
+		switch pe.Code {
+		case "28P01", "28000": // invalid_password, invalid_authorization_specification
+			remedy = ": check the user in the URL, and its password in ~/.pgpass or PGPASSWORD"
+		case "3D000": // invalid_catalog_name
+			remedy = ": create the database (createdb), or name one that exists"
+		case "42704", "22023": // undefined_object (an unknown parameter), invalid_parameter_value
+			remedy = ": a query parameter of the URL is one the server does not take; remove it or fix its value"
+		}
+	}
+	return fmt.Errorf("history %s: %s: %s%s", Redact(target), what, oneLine(err), remedy)
+}
+
+// oneLine is err's text on one line: pgx's "failed to connect to
+// `user=U database=D`:" and its lines, one per address tried, joined with
+// "; " and each said once.
+func oneLine(err error) string {
+	var parts []string
+	for _, l := range strings.Split(err.Error(), "\n") {
+		l = strings.TrimSpace(l)
+		if l == "" || slices.Contains(parts, l) {
+			continue
+		}
+		parts = append(parts, l)
+	}
+	if len(parts) > 1 && strings.HasSuffix(parts[0], ":") {
+		return parts[0] + " " + strings.Join(parts[1:], "; ")
+	}
+	return strings.Join(parts, "; ")
 }
 
 // rebind numbers q's ? parameters for PostgreSQL ($1, $2, ...), leaving
@@ -129,15 +188,81 @@ func (s *Store) lockSchema(tx runner) error {
 	if !s.pg {
 		return nil
 	}
-	_, err := tx.exec(`SELECT pg_advisory_xact_lock(?, 0)`, lockSpace)
+	_, err := tx.exec(`SELECT pg_advisory_xact_lock(?, 0)`, s.space)
 	return err
 }
 
 // holdRun, in the transaction that inserts run id on connection c, takes
 // the run's session lock, held after the commit until releaseRun.
 func (s *Store) holdRun(tx runner, id int64) error {
-	_, err := tx.exec(`SELECT pg_advisory_lock(?, ?)`, lockSpace, int32(id))
+	_, err := tx.exec(`SELECT pg_advisory_lock(?, ?)`, s.space, int32(id))
 	return err
+}
+
+// lockCheck is how often a run's lock connection is checked (runLock.keep),
+// and so about how long a run goes without its lock after its server
+// restarts. A variable for tests.
+var lockCheck = 2 * time.Second
+
+// runLock is the session lock of a run this Store began: the connection
+// that holds it, checked every lockCheck and replaced, with the lock
+// taken again, when it is lost.
+type runLock struct {
+	s    *Store
+	id   int64
+	mu   sync.Mutex // guards conn
+	conn *sql.Conn
+	stop chan struct{} // closed by release
+	done chan struct{} // closed when keep returns
+}
+
+// keep checks the lock's connection every lockCheck until stop, and
+// takes the lock again on a new connection when it is gone.
+func (l *runLock) keep() {
+	defer close(l.done)
+	t := time.NewTicker(lockCheck)
+	defer t.Stop()
+	for {
+		select {
+		case <-l.stop:
+			return
+		case <-t.C:
+		}
+		l.mu.Lock()
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		err := l.conn.PingContext(ctx)
+		cancel()
+		if err != nil {
+			l.retake()
+		}
+		l.mu.Unlock()
+	}
+}
+
+// retake, with l.mu held, replaces a lost lock connection with a new one
+// holding the run's lock again, and makes the run running again if
+// another host's MarkStale marked it killed meanwhile (its lock was free:
+// it looked dead). It leaves the old connection in place when the server
+// still cannot be reached; keep tries again at its next check.
+func (l *runLock) retake() {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	c, err := l.s.db.Conn(ctx)
+	if err != nil {
+		return
+	}
+	var got bool
+	if err := c.QueryRowContext(ctx, rebind(`SELECT pg_try_advisory_lock(?, ?)`), l.s.space, int32(l.id)).Scan(&got); err != nil || !got {
+		discard(c) // a MarkStale holds it for an instant: try again at the next check
+		return
+	}
+	if _, err := c.ExecContext(ctx, rebind(`UPDATE runs SET status = ?, verdict = '', finished_at = NULL WHERE id = ? AND status = ? AND verdict = ?`),
+		Running, l.id, Incomplete, VerdictKilled); err != nil {
+		discard(c)
+		return
+	}
+	discard(l.conn) // its session is gone already
+	l.conn = c
 }
 
 // releaseRun ends the session lock of run id, if this Store holds it,
@@ -145,17 +270,19 @@ func (s *Store) holdRun(tx runner, id int64) error {
 // fails is discarded (its session, and so the lock, ends with it).
 func (s *Store) releaseRun(id int64) {
 	s.mu.Lock()
-	c := s.live[id]
+	l := s.live[id]
 	delete(s.live, id)
 	s.mu.Unlock()
-	if c == nil {
+	if l == nil {
 		return
 	}
-	if _, err := c.ExecContext(context.Background(), rebind(`SELECT pg_advisory_unlock(?, ?)`), lockSpace, int32(id)); err != nil {
-		discard(c)
+	close(l.stop)
+	<-l.done
+	if _, err := l.conn.ExecContext(context.Background(), rebind(`SELECT pg_advisory_unlock(?, ?)`), s.space, int32(id)); err != nil {
+		discard(l.conn)
 		return
 	}
-	_ = c.Close() // back to the pool, its lock released
+	_ = l.conn.Close() // back to the pool, its lock released
 }
 
 // discard closes c's session instead of returning it to the pool, so
@@ -170,8 +297,27 @@ func discard(c *sql.Conn) {
 // transaction fails then.
 func (s *Store) runIsLive(tx runner, id int64) (bool, error) {
 	var free bool
-	err := tx.row(`SELECT pg_try_advisory_xact_lock(?, ?)`, lockSpace, int32(id)).Scan(&free)
+	err := tx.row(`SELECT pg_try_advisory_xact_lock(?, ?)`, s.space, int32(id)).Scan(&free)
 	return !free, err
+}
+
+// lockedRuns returns the ids of the runs whose lock a session holds (on
+// PostgreSQL; nil on SQLite), read from pg_locks: it takes no lock, and
+// works on a read-only open. A run id above 2^31 is matched by its low
+// 32 bits, as the lock is.
+func (s *Store) lockedRuns() (map[int64]bool, error) {
+	if !s.pg {
+		return nil, nil
+	}
+	held := map[int64]bool{}
+	err := s.each("reading the runs' locks", `SELECT objid::bigint FROM pg_locks WHERE locktype = 'advisory' AND granted AND objsubid = 2
+		AND classid::bigint = ? AND database = (SELECT oid FROM pg_database WHERE datname = current_database())`, []any{int64(s.space)}, func(r *sql.Rows) error {
+		var id int64
+		err := r.Scan(&id)
+		held[id] = true
+		return err
+	})
+	return held, err
 }
 
 // pgMigrations[i] is migrations[i] in PostgreSQL's types: identity

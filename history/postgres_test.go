@@ -259,3 +259,95 @@ func TestRebind(t *testing.T) {
 		t.Error("IsURL")
 	}
 }
+
+// TestRunKeepsItsLockAcrossARestart: a live run's lock ends with its
+// connection when the server restarts; the run takes it again on a new
+// connection within lockCheck, so another host's MarkStale then spares it
+// (and a mark made before it did is undone: the run is running again),
+// and the run ends as recorded. Gone tells a live run from a dead one
+// the same way, on a read-only open.
+func TestRunKeepsItsLockAcrossARestart(t *testing.T) {
+	srv := pgtest.Own(t)
+	defer func(d time.Duration) { lockCheck = d }(lockCheck)
+	lockCheck = 100 * time.Millisecond
+	a := openTest(t, srv.URL)
+	live, err := a.BeginRun(Run{HardwareKey: "host-a"})
+	must(t, err)
+	gone, err := Open(srv.URL)
+	must(t, err)
+	dead, err := gone.BeginRun(Run{HardwareKey: "host-c"})
+	must(t, err)
+	must(t, gone.Close())
+
+	must(t, srv.Restart())
+	b := openTest(t, srv.URL)
+	_, err = b.MarkStale() // may run before run live holds its lock again
+	must(t, err)
+	locked := func() bool {
+		held, err := b.lockedRuns()
+		must(t, err)
+		return held[live]
+	}
+	for deadline := time.Now().Add(10 * time.Second); !locked(); time.Sleep(20 * time.Millisecond) {
+		if time.Now().After(deadline) {
+			t.Fatalf("run %d did not take its lock again after the restart", live)
+		}
+	}
+	d, err := b.Show(live)
+	if err != nil || d.Run.Status != Running || d.Run.Verdict != "" || d.Run.FinishedAt != nil {
+		t.Fatalf("live run %d after the restart: %+v, %v", live, d.Run, err)
+	}
+	if marked, err := b.MarkStale(); err != nil || len(marked) != 0 {
+		t.Errorf("MarkStale once the live run holds its lock again: %v, %v", marked, err)
+	}
+	r, err := OpenRead(srv.URL)
+	must(t, err)
+	runs, err := r.Runs(0)
+	must(t, err)
+	g, err := r.Gone(runs)
+	must(t, err)
+	must(t, r.Close())
+	if len(g) != 0 { // dead was marked incomplete by the MarkStale above
+		t.Errorf("Gone after MarkStale: %v", g)
+	}
+	must(t, a.Record(live, benchOutcome(1)))
+	if d, err := b.Show(live); err != nil || d.Run.Status != Complete || len(d.Arms) != 2 {
+		t.Errorf("live run %d after its record: %+v, %v", live, d.Run, err)
+	}
+	if d, err := b.Show(dead); err != nil || d.Run.Status != Incomplete {
+		t.Errorf("dead run %d: %+v, %v", dead, d.Run, err)
+	}
+}
+
+// TestGone: a running run whose process is gone is told from a live one
+// on both stores, read-only: on SQLite by its pid, on PostgreSQL by its
+// lock (history list shows it "killed?").
+func TestGone(t *testing.T) { eachStore(t, testGone) }
+
+func testGone(t *testing.T, target string) {
+	s := openTest(t, target)
+	live, err := s.BeginRun(Run{HardwareKey: "h"})
+	must(t, err)
+	done, err := s.BeginRun(Run{HardwareKey: "h"})
+	must(t, err)
+	must(t, s.FinishRun(done, Complete, 0, "no regression"))
+	other, err := Open(target)
+	must(t, err)
+	dead, err := other.BeginRun(Run{HardwareKey: "h", PID: 999999999})
+	must(t, err)
+	must(t, other.Close()) // on PostgreSQL its lock ends with it
+	r, err := OpenRead(target)
+	must(t, err)
+	defer func() { must(t, r.Close()) }()
+	runs, err := r.Runs(0)
+	must(t, err)
+	g, err := r.Gone(runs)
+	must(t, err)
+	want := "pid 999999999 is gone"
+	if s.pg {
+		want = "no session holds its lock: its nightly's process ended"
+	}
+	if len(g) != 1 || g[dead] != want {
+		t.Errorf("Gone = %v; want only run %d: %q (live %d, done %d)", g, dead, want, live, done)
+	}
+}

@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/patches"
 )
 
@@ -81,14 +82,16 @@ func (s *Store) BeginRun(r Run) (int64, error) {
 			discard(conn) // a lock taken in the failed transaction ends with its session
 			return 0, err
 		}
+		l := &runLock{s: s, id: id, conn: conn, stop: make(chan struct{}), done: make(chan struct{})}
 		s.mu.Lock()
 		if s.live == nil { // closed meanwhile
 			s.mu.Unlock()
 			discard(conn)
 			return id, s.wrap(what, errors.New("the history was closed"))
 		}
-		s.live[id] = conn
+		s.live[id] = l
 		s.mu.Unlock()
+		go l.keep()
 	}
 	return id, err
 }
@@ -287,6 +290,30 @@ func (s *Store) MarkStale() ([]int64, error) {
 		return nil, err
 	}
 	return marked, nil
+}
+
+// Gone returns, of runs, the ids of those still running whose nightly's
+// process is gone, each with why it looks so: on SQLite (a history of
+// this host) its pid runs no process here; on PostgreSQL no session holds
+// its lock (BeginRun), which its process held on any host for as long as
+// it lived. The next nightly marks them incomplete (MarkStale). It writes
+// nothing, and works on a read-only open.
+func (s *Store) Gone(runs []Run) (map[int64]string, error) {
+	held, err := s.lockedRuns()
+	if err != nil {
+		return nil, err
+	}
+	gone := map[int64]string{}
+	for _, r := range runs {
+		switch {
+		case r.Status != Running:
+		case s.pg && !held[int64(uint32(int32(r.ID)))]:
+			gone[r.ID] = "no session holds its lock: its nightly's process ended"
+		case !s.pg && !lockfile.Alive(r.PID):
+			gone[r.ID] = fmt.Sprintf("pid %d is gone", r.PID)
+		}
+	}
+	return gone, nil
 }
 
 // DriftRecord is one patch of one series at one commit.

@@ -16,9 +16,13 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"path/filepath"
 	"strings"
 	"sync"
+	"syscall"
 	"time"
+
+	"golang.org/x/sys/unix"
 
 	"modernc.org/sqlite"
 	sqlite3 "modernc.org/sqlite/lib"
@@ -36,8 +40,13 @@ type Store struct {
 	db   *sql.DB
 	pg   bool // PostgreSQL
 
+	space int32 // PostgreSQL: the first key of the history's advisory locks (lockSpace)
+
 	mu   sync.Mutex
-	live map[int64]*sql.Conn // PostgreSQL: the runs begun here and not ended, each on the connection holding its lock
+	live map[int64]*runLock // PostgreSQL: the runs begun here and not ended, each with the connection holding its lock
+
+	guard        *os.FileInfo // an immutable read's file at open (readDSN), checked by Close
+	migratedFrom int          // the older schema version Open migrated from; 0 for none
 }
 
 // migrations[i] brings the schema from version i to i+1.
@@ -212,8 +221,11 @@ var SchemaVersion = len(migrations)
 // A postgres:// or postgresql:// URL opens a PostgreSQL history instead
 // (openPostgres), migrated the same way under an advisory lock.
 func Open(path string) (*Store, error) {
+	if err := CheckTarget(path); err != nil {
+		return nil, fmt.Errorf("history %w", err)
+	}
 	if IsURL(path) {
-		return openPostgres(path, false)
+		return openPostgres(path, pgWrite)
 	}
 	// The path goes into a file: URI, where '#' and '?' would cut it.
 	// _txlock=immediate: every transaction is BEGIN IMMEDIATE, taking the
@@ -242,30 +254,86 @@ func Open(path string) (*Store, error) {
 // OpenRead opens the history at path for reading only (SQLite's
 // mode=ro): it writes nothing, neither a schema, a migration nor WAL mode,
 // so a read command (history list, show, export, plot) leaves the file as
-// it found it. It refuses, naming path, a file that does not exist, an
-// empty file (0 bytes, which SQLite would take as an empty database), a
-// database without arpatch's schema, and a schema other than
-// SchemaVersion: an older one is migrated by the next writer (a nightly),
-// a newer one needs a newer arpatch. A postgres:// URL opens a
-// PostgreSQL history whose server refuses writes
-// (default_transaction_read_only), refused the same ways.
+// it found it, and it creates no file beside it that its owner could not
+// write (readDSN). It refuses, naming path, a target CheckTarget refuses,
+// a file that does not exist, an empty file (0 bytes, which SQLite would
+// take as an empty database), a database without arpatch's schema, and a
+// schema other than SchemaVersion: an older one is migrated by the next
+// writer (a nightly, or history accept), a newer one needs a newer
+// arpatch. A postgres:// URL opens a PostgreSQL history whose server
+// refuses writes (default_transaction_read_only), refused the same ways.
 func OpenRead(path string) (*Store, error) {
-	if IsURL(path) {
-		return openPostgres(path, true)
+	if err := CheckTarget(path); err != nil {
+		return nil, fmt.Errorf("history %w", err)
 	}
+	if IsURL(path) {
+		return openPostgres(path, pgRead)
+	}
+	s, err := openSQLiteRead(path)
+	if err != nil {
+		return nil, err
+	}
+	if err := s.current(); err != nil {
+		_ = s.db.Close() // err is what to report
+		return nil, err
+	}
+	return s, nil
+}
+
+// OpenExisting opens the history at path for a command that changes a
+// history already there (history accept): as Open, migrating an older
+// schema (MigratedFrom says from which version), but a target that is
+// not yet a history is refused as OpenRead refuses it (a missing or empty
+// file, a database without arpatch's schema), never made into one.
+func OpenExisting(path string) (*Store, error) {
+	if err := CheckTarget(path); err != nil {
+		return nil, fmt.Errorf("history %w", err)
+	}
+	if IsURL(path) {
+		return openPostgres(path, pgExisting)
+	}
+	r, err := openSQLiteRead(path)
+	if err != nil {
+		return nil, err
+	}
+	if _, err := r.Version(); err != nil {
+		_ = r.db.Close() // the error below is what to report
+		return nil, r.wrap("reading the schema version (is this a history a nightly wrote?)", err)
+	}
+	if err := r.Close(); err != nil {
+		return nil, err
+	}
+	return Open(path)
+}
+
+// MigratedFrom is the schema version the history had when this Store
+// opened it, if Open migrated it from an older one; 0 when it did not.
+func (s *Store) MigratedFrom() int { return s.migratedFrom }
+
+// openSQLiteRead opens the SQLite history at path read-only (readDSN),
+// refusing what is no history (OpenRead); the schema version is not
+// checked.
+func openSQLiteRead(path string) (*Store, error) {
 	fi, err := os.Stat(path)
 	if err != nil {
 		return nil, fmt.Errorf("history %w", err)
 	}
-	if fi.Size() == 0 {
-		return nil, fmt.Errorf("history %s is an empty file (0 bytes), not a history: a nightly writes one there on its first run; history commands only read it", path)
+	if fi.IsDir() {
+		return nil, fmt.Errorf("history %s is a directory, not a history file", path)
 	}
-	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?mode=ro&_pragma=busy_timeout(10000)")
+	if fi.Size() == 0 {
+		return nil, fmt.Errorf("history %s is an empty file (0 bytes), not a history: a nightly writes one there on its first run; the history commands (accept included) never make one", path)
+	}
+	dsn, guard, err := readDSN(path, fi)
+	if err != nil {
+		return nil, err
+	}
+	db, err := sql.Open("sqlite", dsn)
 	if err != nil {
 		return nil, fmt.Errorf("history %s: %w", path, err)
 	}
 	db.SetMaxOpenConns(1)
-	s := &Store{Path: path, db: db}
+	s := &Store{Path: path, db: db, guard: guard}
 	var tables int
 	if err := db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'`).Scan(&tables); err != nil {
 		_ = db.Close() // the error below is what to report
@@ -273,13 +341,59 @@ func OpenRead(path string) (*Store, error) {
 	}
 	if tables == 0 {
 		_ = db.Close() // the error below is what to report
-		return nil, fmt.Errorf("history %s is a SQLite database without arpatch's schema (no schema_migrations table): not a history a nightly wrote; history commands only read it", path)
-	}
-	if err := s.current(); err != nil {
-		_ = db.Close() // err is what to report
-		return nil, err
+		return nil, fmt.Errorf("history %s is a SQLite database without arpatch's schema (no schema_migrations table): not a history a nightly wrote; the history commands (accept included) never make one", path)
 	}
 	return s, nil
+}
+
+// readDSN is the SQLite URI that opens the history at path (fi its
+// stat) read-only. A WAL-mode database is read through its path-wal and
+// path-shm; when either is missing, SQLite's mode=ro still creates them,
+// which fails where the directory is not writable (a backup, a read-only
+// mount: "attempt to write a readonly database") and, where it is,
+// leaves two files owned by the reader that the history's owner then
+// cannot write, breaking its next nightly. So when they are missing and
+// the reader cannot create them or is not the file's owner (root is
+// served as the owner: SQLite gives the files it creates as root to the
+// database file's owner), the history is opened immutable=1, reading
+// path alone without locks: path-wal then holds nothing path lacks (an
+// empty or missing -wal; one with commits in it is refused, naming how
+// to fold them in). An immutable read could see a nightly's checkpoint
+// change path under it: guard, checked by Close, holds path's size and
+// time of change at open, and Close fails when they moved.
+//
+// Upstream: sqlite www/wal.html@version-3.54.1 ("Read-Only Databases"):
+// a read-only WAL database opens if its -shm and -wal exist or can be
+// created, or if it is immutable.
+func readDSN(path string, fi os.FileInfo) (string, *os.FileInfo, error) {
+	base := "file:" + uriPath(path) + "?mode=ro&_pragma=busy_timeout(10000)"
+	walFi, werr := os.Stat(path + "-wal")
+	_, serr := os.Stat(path + "-shm")
+	if werr == nil && serr == nil {
+		return base, nil, nil
+	}
+	owner := true
+	if st, ok := fi.Sys().(*syscall.Stat_t); ok && os.Geteuid() != 0 && int(st.Uid) != os.Geteuid() {
+		owner = false
+	}
+	if owner && unix.Access(filepath.Dir(path), unix.W_OK) == nil {
+		return base, nil, nil // this user may make the two files, as their owner would
+	}
+	if werr == nil && walFi.Size() > 0 {
+		return "", nil, fmt.Errorf("history %s: its write-ahead log %s-wal holds commits not yet in it, and there is no %s-shm, which this user cannot create: "+
+			"open it once as its owner (arpatch history list --db %s), or copy the three files where you can write", path, path, path, path)
+	}
+	return "file:" + uriPath(path) + "?mode=ro&immutable=1", &fi, nil
+}
+
+// checkGuard is Close's check of an immutable read: the file it read
+// (path, stat g at open) has the same size and time of change.
+func checkGuard(path string, g os.FileInfo) error {
+	fi, err := os.Stat(path)
+	if err == nil && fi.Size() == g.Size() && fi.ModTime().Equal(g.ModTime()) {
+		return nil
+	}
+	return fmt.Errorf("history %s changed while it was read (a nightly wrote it): what was read may mix two states; run the command again", path)
 }
 
 // current refuses, naming the history, a schema other than
@@ -292,7 +406,7 @@ func (s *Store) current() error {
 	case cur > SchemaVersion:
 		return fmt.Errorf("history %s has schema version %d; this arpatch knows up to %d: use a newer arpatch", s.Path, cur, SchemaVersion)
 	case cur < SchemaVersion:
-		return fmt.Errorf("history %s has schema version %d, older than this arpatch's %d: the next `arpatch nightly` that writes it migrates it; history commands only read it", s.Path, cur, SchemaVersion)
+		return fmt.Errorf("history %s has schema version %d, older than this arpatch's %d: the next `arpatch nightly` or `arpatch history accept` migrates it (they write it); history list, show, export and plot only read it", s.Path, cur, SchemaVersion)
 	}
 	return nil
 }
@@ -347,7 +461,12 @@ func openAt(path string, v int) (*Store, error) {
 		if err != nil {
 			return nil, err
 		}
-		s := &Store{Path: path, db: db, pg: true, live: map[int64]*sql.Conn{}}
+		s := &Store{Path: path, db: db, pg: true, live: map[int64]*runLock{}}
+		var schema string
+		if err := db.QueryRow(`SELECT current_schema()`).Scan(&schema); err != nil {
+			return nil, err
+		}
+		s.space = lockSpace(schema)
 		return s, s.migrate(v)
 	}
 	db, err := sql.Open("sqlite", "file:"+uriPath(path)+"?_txlock=immediate")
@@ -400,6 +519,9 @@ func (s *Store) migrate(to int) error {
 	}
 	if cur > SchemaVersion {
 		return fmt.Errorf("history %s has schema version %d; this arpatch knows up to %d: use a newer arpatch", s.Path, cur, SchemaVersion)
+	}
+	if cur < to && cur > 0 {
+		s.migratedFrom = cur
 	}
 	for v := cur; v < to; v++ {
 		err := s.inTx(fmt.Sprintf("migration to version %d", v+1), func(tx runner) error {
@@ -528,19 +650,34 @@ func (s *Store) Close() error {
 	s.mu.Lock()
 	s.live = nil
 	s.mu.Unlock()
-	return s.db.Close()
+	err := s.db.Close()
+	if s.guard != nil && err == nil {
+		err = checkGuard(s.Path, *s.guard)
+	}
+	return err
 }
 
 // Lock takes the lock that keeps two nightlies of one host off one
 // history: a file next to an SQLite database, or for a PostgreSQL URL
-// history-HASH.lock in the state directory (nightlies of other hosts
-// share the server's history, each run under its own advisory lock). It
-// returns a *lockfile.HeldError when another live process holds it.
+// history-HASH.lock in the state directory, HASH naming the database the
+// URL reaches however it is spelt (identity: postgres:// or
+// postgresql://, a default port written or not), so that two spellings
+// of one history take one lock (nightlies of other hosts share the
+// server's history, each run under its own advisory lock). It returns a
+// *lockfile.HeldError when another live process holds it, and
+// CheckTarget's error for a target that is no history.
 func Lock(target string) (func(), error) {
+	if err := CheckTarget(target); err != nil {
+		return nil, fmt.Errorf("history %w", err)
+	}
 	if !IsURL(target) {
 		return lockfile.Acquire(target + ".lock")
 	}
-	p, err := statedir.Path("history-" + digest.Short(digest.SHA256Hex([]byte(target))) + ".lock")
+	id, err := identity(target)
+	if err != nil {
+		return nil, fmt.Errorf("history %w", err)
+	}
+	p, err := statedir.Path("history-" + digest.Short(digest.SHA256Hex([]byte(id))) + ".lock")
 	if err != nil {
 		return nil, err
 	}

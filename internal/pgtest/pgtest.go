@@ -108,88 +108,157 @@ func WithParam(u, k, v string) string {
 	return p.String()
 }
 
+// Own starts a server of t's own (not the shared one: a test that stops
+// or restarts its server must not take the other tests' with it), in a
+// temporary directory on a unix socket, stopped when t ends; it skips t,
+// saying why, when no server can be started. Its URL names the
+// database "postgres" as the postgres user.
+func Own(t testing.TB) *Instance {
+	t.Helper()
+	in, why := newInstance()
+	if in == nil {
+		t.Skipf("no PostgreSQL server of the test's own: %s", why)
+	}
+	t.Cleanup(in.remove)
+	return in
+}
+
+// Instance is a server this package started: its data directory and
+// socket directory, and the running postgres process.
+type Instance struct {
+	URL  string
+	dir  string // socket directory, holding data/
+	bin  string
+	cred *syscall.Credential // the postgres user's, when root
+
+	mu     sync.Mutex
+	srv    *exec.Cmd
+	exited chan struct{}
+	log    *strings.Builder
+}
+
 // start starts a server in a temporary directory on a unix socket: its
 // URL and stop, or why it could not.
 func start() (string, func(), string) {
+	in, why := newInstance()
+	if in == nil {
+		return "", nil, why
+	}
+	return in.URL, in.remove, ""
+}
+
+// newInstance makes a data directory and starts a server on it, or
+// says why it could not.
+func newInstance() (*Instance, string) {
 	bin, err := binDir()
 	if err != nil {
-		return "", nil, err.Error()
+		return nil, err.Error()
 	}
 	dir, err := os.MkdirTemp("", "arpatch-pgtest-")
 	if err != nil {
-		return "", nil, err.Error()
+		return nil, err.Error()
 	}
-	// run runs one of the server's programs, as postgres when root (the
-	// child itself, no runuser between: signals reach it).
-	attr := &syscall.SysProcAttr{}
+	in := &Instance{dir: dir, bin: bin, URL: "postgres://postgres@/postgres?host=" + url.QueryEscape(dir)}
+	// As root the programs run as postgres (the child itself, no
+	// runuser between: signals reach it).
 	if os.Geteuid() == 0 {
 		pg, err := user.Lookup("postgres")
 		if err != nil {
 			_ = os.RemoveAll(dir) // nothing in it yet
-			return "", nil, "running as root, and there is no postgres user to run the server as (" + err.Error() + ")"
+			return nil, "running as root, and there is no postgres user to run the server as (" + err.Error() + ")"
 		}
 		var uid, gid uint32
 		if _, err := fmt.Sscan(pg.Uid+" "+pg.Gid, &uid, &gid); err != nil {
 			_ = os.RemoveAll(dir)
-			return "", nil, fmt.Sprintf("the postgres user's ids %s:%s: %v", pg.Uid, pg.Gid, err)
+			return nil, fmt.Sprintf("the postgres user's ids %s:%s: %v", pg.Uid, pg.Gid, err)
 		}
 		if err := os.Chown(dir, int(uid), int(gid)); err != nil {
 			_ = os.RemoveAll(dir)
-			return "", nil, err.Error()
+			return nil, err.Error()
 		}
-		attr.Credential = &syscall.Credential{Uid: uid, Gid: gid}
+		in.cred = &syscall.Credential{Uid: uid, Gid: gid}
 	}
-	run := func(name string, args ...string) *exec.Cmd {
-		c := exec.Command(filepath.Join(bin, name), args...)
-		c.Dir = dir
-		c.SysProcAttr = attr
-		return c
-	}
-	data := filepath.Join(dir, "data")
-	if out, err := run("initdb", "-D", data, "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8").CombinedOutput(); err != nil {
+	c := exec.Command(filepath.Join(bin, "initdb"), "-D", filepath.Join(dir, "data"), "-U", "postgres", "-A", "trust", "--no-sync", "-E", "UTF8")
+	c.Dir, c.SysProcAttr = dir, &syscall.SysProcAttr{Credential: in.cred}
+	if out, err := c.CombinedOutput(); err != nil {
 		_ = os.RemoveAll(dir)
-		return "", nil, fmt.Sprintf("initdb: %v: %s", err, lastLine(out))
+		return nil, fmt.Sprintf("initdb: %v: %s", err, lastLine(out))
 	}
-	// The server is this process's child, not pg_ctl's daemon: when the
-	// test binary dies, however it dies, the kernel sends it SIGTERM
-	// (Pdeathsig), and it shuts down.
-	srv := run("postgres", "-D", data, "-k", dir, "-c", "listen_addresses=", "-c", "fsync=off", "-c", "max_connections=100")
-	var log strings.Builder
-	srv.Stdout, srv.Stderr = &log, &log
-	srv.SysProcAttr = &syscall.SysProcAttr{Credential: attr.Credential, Pdeathsig: syscall.SIGTERM}
+	if err := in.Start(); err != nil {
+		_ = os.RemoveAll(dir)
+		return nil, err.Error()
+	}
+	return in, ""
+}
+
+// Start starts the server on its data directory and waits until it
+// answers (up to 60 s). The server is this process's child, not pg_ctl's
+// daemon: when the test binary dies, however it dies, the kernel sends it
+// SIGTERM (Pdeathsig), and it shuts down.
+func (in *Instance) Start() error {
+	in.mu.Lock()
+	srv := exec.Command(filepath.Join(in.bin, "postgres"), "-D", filepath.Join(in.dir, "data"), "-k", in.dir, "-c", "listen_addresses=", "-c", "fsync=off", "-c", "max_connections=100")
+	srv.Dir = in.dir
+	in.log = &strings.Builder{}
+	srv.Stdout, srv.Stderr = in.log, in.log
+	srv.SysProcAttr = &syscall.SysProcAttr{Credential: in.cred, Pdeathsig: syscall.SIGTERM}
 	if err := srv.Start(); err != nil {
-		_ = os.RemoveAll(dir)
-		return "", nil, fmt.Sprintf("postgres: %v", err)
+		in.mu.Unlock()
+		return fmt.Errorf("postgres: %v", err)
 	}
 	exited := make(chan struct{})
 	go func() { _ = srv.Wait(); close(exited) }() // its output is in log
-	stop := func() {
-		_ = srv.Process.Signal(syscall.SIGINT) // fast shutdown
-		select {
-		case <-exited:
-		case <-time.After(30 * time.Second):
-			_ = srv.Process.Kill() // a server that will not stop
-		}
-		_ = os.RemoveAll(dir)
-	}
-	u := "postgres://postgres@/postgres?host=" + url.QueryEscape(dir)
+	in.srv, in.exited = srv, exited
+	in.mu.Unlock()
 	deadline := time.Now().Add(60 * time.Second)
 	for {
-		err := ping(u)
+		err := ping(in.URL)
 		if err == nil {
-			return u, stop, ""
+			return nil
 		}
 		select {
 		case <-exited:
-			stop()
-			return "", nil, fmt.Sprintf("postgres exited: %s", lastLine([]byte(log.String())))
+			return fmt.Errorf("postgres exited: %s", lastLine([]byte(in.log.String())))
 		case <-time.After(100 * time.Millisecond):
 		}
 		if time.Now().After(deadline) {
-			stop()
-			return "", nil, fmt.Sprintf("the server started in %s does not answer: %v", dir, err)
+			in.Stop()
+			return fmt.Errorf("the server started in %s does not answer: %v", in.dir, err)
 		}
 	}
+}
+
+// Stop stops the server (a fast shutdown: every session ends, as a
+// server's restart ends them) and waits for it to exit, up to 30 s before
+// it is killed. Its data stay for Start.
+func (in *Instance) Stop() {
+	in.mu.Lock()
+	srv, exited := in.srv, in.exited
+	in.srv = nil
+	in.mu.Unlock()
+	if srv == nil {
+		return
+	}
+	_ = srv.Process.Signal(syscall.SIGINT) // fast shutdown
+	select {
+	case <-exited:
+	case <-time.After(30 * time.Second):
+		_ = srv.Process.Kill() // a server that will not stop
+		<-exited
+	}
+}
+
+// Restart stops the server and starts it again on the same data and
+// socket: every session it had is gone.
+func (in *Instance) Restart() error {
+	in.Stop()
+	return in.Start()
+}
+
+// remove stops the server and removes its directory.
+func (in *Instance) remove() {
+	in.Stop()
+	_ = os.RemoveAll(in.dir)
 }
 
 // binDir finds the directory of initdb and postgres.

@@ -1,0 +1,151 @@
+package history
+
+import (
+	"errors"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/arpatch/arpatch/internal/lockfile"
+	"github.com/arpatch/arpatch/internal/pgtest"
+)
+
+// TestCheckTarget: PostgreSQL URLs that parse pass, and so do file paths
+// (one with a colon written ./NAME); a URL that does not parse (as pgx
+// parses it), one with a password, and every value that looks like a URL
+// or a connection string but is no PostgreSQL URL are refused, each
+// naming what is wrong and, for the look-alikes, the forms that work;
+// no refusal prints the password.
+func TestCheckTarget(t *testing.T) {
+	for _, ok := range []string{"postgres://arpatch@db.internal/arpatch", "postgresql://arpatch@db.internal:5433/arpatch?sslmode=disable",
+		"postgres://arpatch@/arpatch?host=/run/postgresql", "history.db", "/var/lib/arpatch/history.db", "./postgres:fleet2", "../a:b.db", "dir/h.db", ""} {
+		if err := CheckTarget(ok); err != nil {
+			t.Errorf("CheckTarget(%q) = %v", ok, err)
+		}
+	}
+	for _, c := range []struct{ target, want string }{
+		{"postgres://ci:s3cret@db.example/arpatch", "postgres://ci:xxxxx@db.example/arpatch holds a password, which arpatch would print in its errors and reports: put it in ~/.pgpass or PGPASSWORD instead"},
+		{"postgresql://ci@db.example/arpatch?password=s3cret", "postgresql://ci@db.example/arpatch?password=xxxxx holds a password"},
+		{"postgres://ci:s3cret@[::1/arpatch", "postgres://ci:xxxxx@[::1/arpatch holds a password"},
+		{"postgres://arpatch@[::1/arpatch", "postgres://arpatch@[::1/arpatch: failed to parse as URL (end of string reached when looking for matching \"]\" in IPv6 host address in URI)"},
+		{"postgres://arpatch@db:99999/arpatch", "postgres://arpatch@db:99999/arpatch: invalid port"},
+		{"postgres://arpatch@db/arpatch?connect_timeout=abc", "postgres://arpatch@db/arpatch?connect_timeout=abc: invalid connect_timeout"},
+		{"Postgres://arpatch@/fleet?host=/tmp/pg", `"Postgres://arpatch@/fleet?host=/tmp/pg" looks like a URL but is not a history arpatch reads (write the scheme in lower case: postgres://arpatch@/fleet?host=/tmp/pg): ` + Forms},
+		{"pg://arpatch@db/fleet", `"pg://arpatch@db/fleet" looks like a URL but is not a history arpatch reads (a PostgreSQL URL starts postgres://): ` + Forms},
+		{"postgres:fleet2", `"postgres:fleet2" looks like a URL but is not a history arpatch reads (a PostgreSQL URL starts postgres://): ` + Forms},
+		{"mysql://x@y/z", `"mysql://x@y/z" looks like a URL but is not a history arpatch reads: ` + Forms},
+		{"sqlite:history.db", `"sqlite:history.db" looks like a URL but is not a history arpatch reads: ` + Forms},
+		{"host=db user=arpatch dbname=arpatch", `"host=db user=arpatch dbname=arpatch" is a keyword/value connection string: arpatch takes a PostgreSQL history as a URL: ` + Forms},
+	} {
+		err := CheckTarget(c.target)
+		if err == nil || !strings.HasPrefix(err.Error(), c.want) || strings.Contains(err.Error(), "s3cret") {
+			t.Errorf("CheckTarget(%q) = %v\nwant it to start %q", c.target, err, c.want)
+		}
+	}
+	if err := CheckKeep("postgres://arpatch@db/keep"); err == nil || !strings.Contains(err.Error(), "history.keep is the local SQLite file") {
+		t.Errorf("CheckKeep of a URL: %v", err)
+	}
+}
+
+// Every way into a history (Open, OpenRead, OpenExisting, Lock) refuses
+// what CheckTarget refuses, creating no file: a mistyped URL never
+// becomes an SQLite history under an odd name.
+func TestTyposMakeNoFile(t *testing.T) {
+	dir := t.TempDir()
+	t.Chdir(dir)
+	t.Setenv("ARPATCH_STATE", filepath.Join(dir, "state"))
+	for _, target := range []string{"Postgres://arpatch@/fleet?host=/tmp/pg", "pg://arpatch@db/fleet", "postgres:fleet2", "mysql://x@y/z", "postgres://ci:s3cret@db/x"} {
+		for name, open := range map[string]func(string) (*Store, error){"Open": Open, "OpenRead": OpenRead, "OpenExisting": OpenExisting} {
+			if s, err := open(target); err == nil || !strings.HasPrefix(err.Error(), "history ") || strings.Contains(err.Error(), "s3cret") {
+				if s != nil {
+					_ = s.Close()
+				}
+				t.Errorf("%s(%q) = %v", name, target, err)
+			}
+		}
+		if release, err := Lock(target); err == nil {
+			release()
+			t.Errorf("Lock(%q) took a lock", target)
+		}
+	}
+	ents, err := os.ReadDir(dir)
+	must(t, err)
+	for _, e := range ents {
+		t.Errorf("%s appeared", e.Name())
+	}
+}
+
+// Redact replaces only a URL's password, in its user info or as a
+// password= parameter, and leaves the rest as written (never
+// %-encoded).
+func TestRedact(t *testing.T) {
+	for in, want := range map[string]string{
+		"postgres://ci:s3cret@/arpatch?host=/tmp/pg":                   "postgres://ci:xxxxx@/arpatch?host=/tmp/pg",
+		"postgresql://ci@db/arpatch?sslmode=disable&password=s3cret#x": "postgresql://ci@db/arpatch?sslmode=disable&password=xxxxx#x",
+		"postgres://ci:p%40ss@db:5432/arpatch":                         "postgres://ci:xxxxx@db:5432/arpatch",
+		"postgres://ci@/arpatch?host=/tmp/pg":                          "postgres://ci@/arpatch?host=/tmp/pg",
+		"/var/lib/h:1.db":                                              "/var/lib/h:1.db",
+	} {
+		if got := Redact(in); got != want {
+			t.Errorf("Redact(%s) = %s, want %s", in, got, want)
+		}
+	}
+}
+
+// TestLockIsPerDatabase: the per-host lock of a PostgreSQL history
+// names the database the URL reaches, not its spelling: postgres:// and
+// postgresql://, the default port written out, a socket directory with
+// a trailing slash or %-encoded, all take one lock; another database,
+// user or search_path is another history, with a lock of its own.
+func TestLockIsPerDatabase(t *testing.T) {
+	t.Setenv("ARPATCH_STATE", t.TempDir())
+	first := "postgres://arpatch@/fleet?host=/tmp/pgsock"
+	release, err := Lock(first)
+	must(t, err)
+	defer release()
+	for _, same := range []string{"postgresql://arpatch@/fleet?host=/tmp/pgsock", "postgres://arpatch@/fleet?host=/tmp/pgsock/",
+		"postgres://arpatch@/fleet?host=%2Ftmp%2Fpgsock&port=5432", "postgres://arpatch@:5432/fleet?host=/tmp/pgsock&sslmode=disable"} {
+		var held *lockfile.HeldError
+		if r, err := Lock(same); !errors.As(err, &held) {
+			if r != nil {
+				r()
+			}
+			t.Errorf("Lock(%s) while %s is held: %v; want it held", same, first, err)
+		}
+	}
+	for _, other := range []string{"postgres://arpatch@/fleet2?host=/tmp/pgsock", "postgres://ci@/fleet?host=/tmp/pgsock",
+		"postgres://arpatch@/fleet?host=/tmp/pgsock&search_path=box", "postgres://arpatch@/fleet?host=/tmp/pgsock&port=5433"} {
+		r, err := Lock(other)
+		if err != nil {
+			t.Errorf("Lock(%s) while %s is held: %v", other, first, err)
+			continue
+		}
+		r()
+	}
+}
+
+// A server that refuses the connection (a parameter it does not know,
+// a database it does not have) is not said to be unreachable, and pgx's
+// multi-line error comes on one line, each cause once; an unreachable
+// one is.
+func TestConnectErrors(t *testing.T) {
+	base, why := pgtest.Server()
+	if base == "" {
+		t.Skipf("no PostgreSQL server: %s", why)
+	}
+	for _, c := range []struct{ url, want string }{
+		{pgtest.WithParam(base, "no_such_setting", "1"), `: the server refused the connection: failed to connect to ` + "`user=postgres database=postgres`" + `: `},
+		{strings.Replace(base, "/postgres?", "/no_such_db?", 1), `: the server refused the connection: failed to connect to ` + "`user=postgres database=no_such_db`" + `: `},
+		{"postgres://arpatch@127.0.0.1:1/arpatch?connect_timeout=2", `: cannot reach the server: failed to connect to ` + "`user=arpatch database=arpatch`" + `: `},
+	} {
+		_, err := Open(c.url)
+		if err == nil || !strings.HasPrefix(err.Error(), "history "+c.url+c.want) || strings.Contains(err.Error(), "\n") {
+			t.Errorf("Open(%s) = %q\nwant it to start %q, on one line", c.url, err, "history "+c.url+c.want)
+		}
+	}
+	_, err := Open(strings.Replace(base, "/postgres?", "/no_such_db?", 1))
+	if err == nil || !strings.HasSuffix(err.Error(), ": create the database (createdb), or name one that exists") {
+		t.Errorf("no such database: %v", err)
+	}
+}
