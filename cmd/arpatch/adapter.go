@@ -298,6 +298,7 @@ var (
 	errBadBool   = lazyre.New(`^invalid boolean value "(.*)" for -+([^:]*): (.*)$`)
 	errBoolFlag  = lazyre.New(`^invalid boolean flag ([^:]*): (.*)$`)
 	errSyntax    = lazyre.New(`^bad flag syntax: (.*)$`)
+	errTwoForms  = lazyre.New(`^Cannot use two forms of the same flag: (\S+) (\S+)$`) // urfave/cli's own: a flag given by two of its names
 )
 
 // flagUsageError is every command's (and the app's) OnUsageError: a flag
@@ -321,6 +322,10 @@ func flagMessage(c *cli.Context, m string) string {
 	}
 	if g := errBoolFlag().FindStringSubmatch(m); g != nil {
 		return fmt.Sprintf("--%s: want true or false", g[1])
+	}
+	if g := errTwoForms().FindStringSubmatch(m); g != nil {
+		a, b := min(g[1], g[2]), max(g[1], g[2])
+		return fmt.Sprintf("--%s and --%s are two names of one flag: give it once", a, b)
 	}
 	if g := errSyntax().FindStringSubmatch(m); g != nil {
 		return fmt.Sprintf("bad flag syntax %s (flags are --name or --name=value)", g[1])

@@ -35,7 +35,7 @@ func historyShowOpts(f historyShowFlags) (historyShowOptions, error) {
 // historyShowRun prints one run: as text for a person, or with --json
 // as history.Detail.
 func historyShowRun(_ context.Context, o historyShowOptions, st streams) error {
-	return withHistory(o.DB, false, func(s *history.Store) error {
+	return withHistory(o.DB, false, st, func(s *history.Store) error {
 		d, err := s.Show(o.Run)
 		if err != nil {
 			return err

@@ -13,7 +13,6 @@ import (
 	"github.com/arpatch/arpatch/harness/report"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/history"
-	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/internal/statedir"
 	"github.com/arpatch/arpatch/nightly"
 	"github.com/arpatch/arpatch/recipes"
@@ -220,6 +219,9 @@ Examples:
 // nightly's default history in the state directory; no state directory
 // is a usage error.
 func historyDB(flag string) (string, error) {
+	if err := history.CheckTarget(flag); err != nil {
+		return "", usagef("--db %v", err)
+	}
 	if history.IsURL(flag) {
 		return flag, nil
 	}
@@ -237,16 +239,18 @@ func historyDB(flag string) (string, error) {
 
 // withHistory opens the history at path, which must exist (--db names
 // it), calls f with it and closes it; a failed close is an error too
-// (accept writes). Only write (history accept) opens it for writing (and
-// migrates it); the read commands open it read-only (history.OpenRead),
-// so they never change the file.
-func withHistory(path string, write bool, f func(*history.Store) error) (err error) {
+// (accept writes; an immutable read that saw the file change). Only write
+// (history accept) opens it for writing (history.OpenExisting, which
+// migrates an older schema and says so on st.Err), never making a history
+// where there is none; the read commands open it read-only
+// (history.OpenRead), so they never change the file.
+func withHistory(path string, write bool, st streams, f func(*history.Store) error) (err error) {
 	if _, err := os.Stat(path); err != nil && !history.IsURL(path) {
 		return fmt.Errorf("--db %s: %w", path, err)
 	}
 	open := history.OpenRead
 	if write {
-		open = history.Open
+		open = history.OpenExisting
 	}
 	s, err := open(path)
 	if err != nil {
@@ -257,6 +261,9 @@ func withHistory(path string, write bool, f func(*history.Store) error) (err err
 			err = cerr
 		}
 	}()
+	if v := s.MigratedFrom(); v != 0 {
+		fmt.Fprintf(st.Err, "arpatch: migrated history %s from schema version %d to %d (history accept writes it; list, show, export and plot never do)\n", path, v, history.SchemaVersion)
+	}
 	return f(s)
 }
 
@@ -283,8 +290,12 @@ func historyListOpts(f historyListFlags) (historyListOptions, error) {
 
 // historyListRun prints the newest runs.
 func historyListRun(_ context.Context, o historyListOptions, st streams) error {
-	return withHistory(o.DB, false, func(s *history.Store) error {
+	return withHistory(o.DB, false, st, func(s *history.Store) error {
 		runs, err := s.Runs(o.Limit)
+		if err != nil {
+			return err
+		}
+		gone, err := s.Gone(runs)
 		if err != nil {
 			return err
 		}
@@ -296,11 +307,9 @@ func historyListRun(_ context.Context, o historyListOptions, st streams) error {
 				exit = strconv.Itoa(*r.ExitCode)
 			}
 			status, verdict := r.Status, r.Verdict
-			if status == history.Running && !history.IsURL(o.DB) && !lockfile.Alive(r.PID) {
-				// The next nightly marks it incomplete; say now. (A
-				// shared history's runs may be other hosts': their pids
-				// say nothing here.)
-				status, verdict = "killed?", fmt.Sprintf("pid %d is gone; the next nightly marks this run incomplete", r.PID)
+			if why, ok := gone[r.ID]; ok {
+				// The next nightly marks it incomplete; say now.
+				status, verdict = "killed?", why+"; the next nightly marks this run incomplete"
 			}
 			if r.Accepted {
 				verdict += " (accepted reference)"
@@ -339,7 +348,7 @@ func historyRunOpts(cmd string) func(historyRunFlags) (historyRunOptions, error)
 
 // historyAcceptRun makes the run the new reference.
 func historyAcceptRun(_ context.Context, o historyRunOptions, st streams) error {
-	return withHistory(o.DB, true, func(s *history.Store) error {
+	return withHistory(o.DB, true, st, func(s *history.Store) error {
 		if err := s.Accept(o.Run); err != nil {
 			return err
 		}
@@ -365,7 +374,7 @@ func historyExportOpts(f historyExportFlags) (historyExportFlags, error) {
 
 // historyExportRun writes every trial as CSV or JSON.
 func historyExportRun(_ context.Context, o historyExportFlags, st streams) error {
-	return withHistory(o.DB, false, func(s *history.Store) error {
+	return withHistory(o.DB, false, st, func(s *history.Store) error {
 		rows, err := s.Export()
 		if err != nil {
 			return err
@@ -435,7 +444,7 @@ func historyPlotOpts(f historyPlotFlags) (historyPlotOptions, error) {
 // historyPlotRun plots the metric over time per arm, or one run's against
 // concurrency, and says where it wrote it.
 func historyPlotRun(_ context.Context, o historyPlotOptions, st streams) error {
-	return withHistory(o.DB, false, func(s *history.Store) error {
+	return withHistory(o.DB, false, st, func(s *history.Store) error {
 		if o.X == "time" {
 			if err := s.Plot(o.Metric.Name, o.Out, o.Series); err != nil {
 				return err
