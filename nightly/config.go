@@ -461,6 +461,16 @@ func (c *Config) checkNames(set func(string) bool, fail failFunc) error {
 	if c.Bench.URLA != "" && bench.SameServer(c.Bench.URLA, c.Bench.URLB) {
 		return fail("bench.url_b", "%s is also bench.url_a: an A/B of one server measures nothing", c.Bench.URLB)
 	}
+	// A history that cannot be one (a URL that does not parse, holds a
+	// password or is no PostgreSQL URL) is found now, not after the night.
+	if err := history.CheckTarget(c.History.Path); err != nil {
+		return fail("history.path", "%v", err)
+	}
+	if c.History.Keep != "" {
+		if err := history.CheckKeep(c.History.Keep); err != nil {
+			return fail("history.keep", "%v", err)
+		}
+	}
 	if c.Outputs.Plot != "" {
 		if err := history.PlotFormat(c.Outputs.Plot); err != nil {
 			return fail("outputs.plot", "%v", err)

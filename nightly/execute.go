@@ -82,9 +82,10 @@ func Execute(ctx context.Context, o Options) (int, error) {
 }
 
 // plot draws outputs.plot: tok/s over time for the run's hardware and
-// workload.
+// workload, from the history that holds the run (history.keep for a
+// night kept there).
 func plot(cfg *Config, rep *Report) error {
-	store, err := history.Open(cfg.Path(cfg.History.Path))
+	store, err := history.OpenRead(cmp.Or(rep.History, cfg.Path(cfg.History.Path)))
 	if err != nil {
 		return err
 	}

@@ -50,7 +50,11 @@ func verdictText(rep *Report) string {
 	switch rep.ExitCode {
 	case ExitInfra:
 		first, _, _ := strings.Cut(strings.Join(rep.Errors, "; "), "\n")
-		return "infrastructure failure: " + first
+		v := "infrastructure failure: " + first
+		if why := failedNames(rep, history.KindRegression, history.KindValidity); why != "" {
+			v += "; and regression: " + why // judged all the same (a night kept in history.keep)
+		}
+		return v
 	case ExitDrift:
 		v := "drift: the series no longer applies to " + strings.Join(rep.DriftedAt, " and ")
 		for _, h := range rep.Ports {

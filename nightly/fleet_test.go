@@ -3,13 +3,20 @@ package nightly
 import (
 	"context"
 	"database/sql"
+	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"path/filepath"
+	"reflect"
 	"regexp"
 	"strings"
+	"sync"
 	"testing"
+	"testing/synctest"
+	"time"
 
+	"github.com/arpatch/arpatch/harness/sglangtest"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/pgtest"
 )
@@ -51,91 +58,224 @@ func TestFleetSharesOneHistory(t *testing.T) {
 	}
 }
 
-// TestUnreachableHistoryKeepsTheRun: a nightly whose PostgreSQL history
-// cannot be reached still runs, keeps its run in history.keep (default
-// STATE/nightly/KEY/kept.db) and exits 4 saying where it is; the next
-// nightly that reaches the server sends the kept run there first.
-func TestUnreachableHistoryKeepsTheRun(t *testing.T) {
-	w := newWorld(t)
-	down := "postgres://arpatch@127.0.0.1:1/arpatch?connect_timeout=2"
-	w.pointAt(down, "box-a")
-	keep := w.cfg.History.Keep
-	if !strings.HasPrefix(keep, filepath.Join(w.dir, "state", "nightly")) || filepath.Base(keep) != "kept.db" {
-		t.Fatalf("history.keep defaults to %q", keep)
-	}
-	rep := w.runSkipBench(true)
-	c := w.check(rep, "history")
-	if rep.ExitCode != ExitInfra || rep.History != keep || c.Status != history.CheckFail ||
-		!strings.Contains(c.Detail, "history "+down+": cannot reach the server") || !strings.Contains(c.Detail, "tonight's run is kept in "+keep+" (history.keep) and sent to "+down) {
-		t.Fatalf("exit %d, history %q, check %+v", rep.ExitCode, rep.History, c)
-	}
-	local, err := history.OpenRead(keep)
-	must(t, err)
-	kept, err := local.Show(rep.RunID)
-	must(t, local.Close())
-	if err != nil || kept.Run.Status != history.Failed || len(kept.Drift) == 0 {
-		t.Fatalf("the kept run: %+v, %v", kept, err)
-	}
-
-	target := pgtest.Schema(t)
-	w.pointAt(target, "box-a")
-	w.cfg.History.Keep = keep
-	rep = w.runSkipBench(true)
-	if rep.ExitCode != ExitOK || rep.History != target {
-		t.Fatalf("with the server up: exit %d, %q, %v", rep.ExitCode, rep.History, rep.Errors)
-	}
+// keptIn returns the runs of the history at target, each with all that
+// Show reads of it.
+func keptIn(t *testing.T, target string) []*history.Detail {
+	t.Helper()
 	s, err := history.OpenRead(target)
 	must(t, err)
-	defer func() { _ = s.Close() }()
+	defer func() { must(t, s.Close()) }()
 	runs, err := s.Runs(0)
-	if err != nil || len(runs) != 2 || !runs[1].StartedAt.Equal(kept.Run.StartedAt) || runs[1].Status != history.Failed || runs[0].ID != rep.RunID {
-		t.Fatalf("shared history after the send: %+v, %v", runs, err)
-	}
-	if d, err := s.Show(runs[1].ID); err != nil || len(d.Drift) != len(kept.Drift) || len(d.Checks) != len(kept.Checks) {
-		t.Errorf("the sent run: %+v, %v", d, err)
-	}
-	local, err = history.OpenRead(keep)
 	must(t, err)
-	defer func() { _ = local.Close() }()
-	if left, err := local.Runs(0); err != nil || len(left) != 0 {
-		t.Errorf("still kept after the send: %+v, %v", left, err)
+	var out []*history.Detail
+	for i := len(runs) - 1; i >= 0; i-- {
+		d, err := s.Show(runs[i].ID)
+		must(t, err)
+		out = append(out, d)
+	}
+	return out
+}
+
+// sameRun reports whether two runs hold the same, but for their ids.
+func sameRun(a, b *history.Detail) bool {
+	x, y := *a, *b
+	x.Run.ID, y.Run.ID = 0, 0
+	return reflect.DeepEqual(x, y)
+}
+
+// checkKept checks a night kept in history.keep: exit 4, failed, its
+// report naming keep and its run there; a failed "history" check saying
+// why (want) and where the run is kept; every step run all the same (two
+// arms benched, each output checked, B judged against A tonight, each arm
+// against history.keep); and the kept run holding all of it. It returns
+// the kept run.
+func checkKept(t *testing.T, rep *Report, keep, target, want string) *history.Detail {
+	t.Helper()
+	var c history.Check
+	for _, x := range rep.Checks {
+		if x.Name == "history" {
+			c = x
+		}
+	}
+	if rep.ExitCode != ExitInfra || rep.Status != history.Failed || rep.History != keep || c.Status != history.CheckFail || !strings.Contains(c.Detail, want) ||
+		!strings.HasSuffix(c.Detail, "; tonight's run is kept in "+keep+" (history.keep) and sent to "+target+" by the next nightly that reaches it") {
+		t.Fatalf("kept night: exit %d, %s, history %q, check %+v", rep.ExitCode, rep.Status, rep.History, c)
+	}
+	if rep.Bench == nil || len(rep.Bench.Arms) != 2 {
+		t.Fatalf("kept night benched nothing: %+v", rep.Checks)
+	}
+	if r := findReg(rep, "patched", "tok_s", "base"); r.Verdict != VerdictImprovement {
+		t.Errorf("kept night, B against A tonight: %+v", r)
+	}
+	if r := findReg(rep, "patched", "tok_s", "history"); r.Verdict != VerdictNotEnoughData {
+		t.Errorf("kept night, against history.keep (nothing there yet): %+v", r)
+	}
+	var d *history.Detail
+	for _, k := range keptIn(t, keep) {
+		if k.Run.ID == rep.RunID {
+			d = k
+		}
+	}
+	if d == nil || d.Run.Status != history.Failed || *d.Run.ExitCode != ExitInfra || d.Run.Verdict != rep.Verdict || len(d.Arms) != 2 || len(d.Arms[1].Trials) != 5 ||
+		len(d.Checks) != len(rep.Checks) || len(d.Drift) == 0 {
+		t.Fatalf("the kept run %d in %s: %+v", rep.RunID, keep, d)
+	}
+	return d
+}
+
+// TestUnreachableHistoryKeepsTheRun: a nightly whose PostgreSQL history
+// cannot be reached at its start still builds, benches and judges (B
+// against A tonight, each arm against history.keep, default
+// STATE/nightly/KEY/kept.db), keeps the whole run there and exits 4
+// saying where it is; the next nightly that reaches the server sends the
+// kept run there first, whole, and empties kept.db.
+func TestUnreachableHistoryKeepsTheRun(t *testing.T) {
+	target := pgtest.Schema(t)
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t)
+		down := "postgres://arpatch@127.0.0.1:1/arpatch?connect_timeout=2"
+		w.pointAt(down, "box-a")
+		w.serve("a", 1000)
+		w.serve("b", 1600)
+		keep := w.cfg.History.Keep
+		if !strings.HasPrefix(keep, filepath.Join(w.dir, "state", "nightly")) || filepath.Base(keep) != "kept.db" {
+			t.Fatalf("history.keep defaults to %q", keep)
+		}
+		rep := w.run(context.Background(), false)
+		if len(rep.Builds) != 2 || rep.Builds[0].Error != "" {
+			t.Errorf("kept night's builds: %+v", rep.Builds)
+		}
+		kept := checkKept(t, rep, keep, down, "history "+down+": cannot reach the server: ")
+
+		w.pointAt(target, "box-a")
+		w.cfg.History.Keep = keep
+		w.serve("a", 1000)
+		w.serve("b", 1600)
+		rep = w.run(context.Background(), true)
+		if rep.ExitCode != ExitOK || rep.History != target {
+			t.Fatalf("with the server up: exit %d, %q, %v", rep.ExitCode, rep.History, rep.Errors)
+		}
+		runs := keptIn(t, target)
+		if len(runs) != 2 || !sameRun(runs[0], kept) || runs[1].Run.ID != rep.RunID {
+			t.Fatalf("shared history after the send: %d runs; the first %+v\nwant the kept run %+v", len(runs), runs[0], kept)
+		}
+		if left := keptIn(t, keep); len(left) != 0 {
+			t.Errorf("still kept after the send: %+v", left)
+		}
+	})
+}
+
+// TestHistoryFailingAtRecordKeepsTheRun: when the shared history takes
+// the night's start but refuses its record (a trigger fails every sample
+// inserted, as a full disk would), the whole run is kept in history.keep,
+// judged against the shared history's window (read before the failure),
+// and the shared row it began says where it went; once the server takes
+// writes again, the next nightly replaces that row with the kept run,
+// whole, and empties kept.db.
+func TestHistoryFailingAtRecordKeepsTheRun(t *testing.T) {
+	target := pgtest.Schema(t)
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t)
+		w.pointAt(target, "box-a")
+		w.serve("a", 1000)
+		w.serve("b", 1600)
+		if rep := w.run(context.Background(), true); rep.ExitCode != ExitOK {
+			t.Fatalf("night 1: exit %d %v", rep.ExitCode, rep.Errors)
+		}
+		pgExec(t, target, `CREATE FUNCTION fail_insert() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'disk full'; END $$;
+			CREATE TRIGGER disk_full BEFORE INSERT ON samples FOR EACH ROW EXECUTE FUNCTION fail_insert();`)
+		rep := w.run(context.Background(), true)
+		keep := w.cfg.History.Keep
+		var c history.Check
+		for _, x := range rep.Checks {
+			if x.Name == "history" {
+				c = x
+			}
+		}
+		if rep.ExitCode != ExitInfra || rep.History != keep || !strings.Contains(c.Detail, "recording run 2: ERROR: disk full") ||
+			!strings.HasSuffix(c.Detail, "; tonight's run is kept in "+keep+" (history.keep) and sent to "+target+" by the next nightly that reaches it") {
+			t.Fatalf("night 2: exit %d, history %q, check %+v", rep.ExitCode, rep.History, c)
+		}
+		if r := findReg(rep, "patched", "tok_s", "history"); r.RefRuns != 1 || r.RefSamples != 5 {
+			t.Errorf("night 2 against the shared history's window: %+v", r)
+		}
+		kept := keptIn(t, keep)
+		if len(kept) != 1 || len(kept[0].Arms) != 2 || len(kept[0].Checks) != len(rep.Checks) {
+			t.Fatalf("kept: %+v", kept)
+		}
+		began := keptIn(t, target)[1]
+		if began.Run.Status != history.Failed || !strings.HasSuffix(began.Run.Verdict, fmt.Sprintf("; kept in %s as run %d until it is sent here", keep, rep.RunID)) || len(began.Arms) != 0 {
+			t.Errorf("the shared row night 2 began: %+v", began.Run)
+		}
+
+		pgExec(t, target, `DROP TRIGGER disk_full ON samples`)
+		if rep := w.run(context.Background(), true); rep.ExitCode != ExitOK || rep.History != target {
+			t.Fatalf("night 3: exit %d %v", rep.ExitCode, rep.Errors)
+		}
+		runs := keptIn(t, target)
+		if len(runs) != 3 || runs[1].Run.ID != began.Run.ID || !sameRun(runs[1], kept[0]) {
+			t.Fatalf("shared history after the send: %d runs; run %d is %+v\nwant the kept run %+v", len(runs), began.Run.ID, runs[1], kept[0])
+		}
+		if left := keptIn(t, keep); len(left) != 0 {
+			t.Errorf("still kept after the send: %+v", left)
+		}
+	})
+}
+
+// TestServerStoppedMidBenchKeepsAJudgedRun: a server that stops while
+// the arms are benched fails the night's read of the reference window:
+// the night is judged against history.keep instead (B against A tonight
+// included) and kept there whole; the row it began on the server is
+// left running, and once the server is back the next nightly replaces it
+// with the kept run, whole.
+func TestServerStoppedMidBenchKeepsAJudgedRun(t *testing.T) {
+	srv := pgtest.Own(t)
+	keep := filepath.Join(t.TempDir(), "kept.db")
+	var kept *history.Detail
+	synctest.Test(t, func(t *testing.T) {
+		w := newWorld(t)
+		w.pointAt(srv.URL, "box-a")
+		w.cfg.History.Keep = keep
+		w.serve("a", 1000)
+		w.serve("b", 1600)
+		if rep := w.run(context.Background(), true); rep.ExitCode != ExitOK {
+			t.Fatalf("night 1: exit %d %v", rep.ExitCode, rep.Errors)
+		}
+		var once sync.Once
+		b := sglangtest.New(sglangtest.Config{TokPerSec: 1600, TTFT: time.Millisecond, TokensPerChunk: 2, Spread: 0.01})
+		url, stop := w.net.Serve(http.HandlerFunc(func(rw http.ResponseWriter, r *http.Request) {
+			once.Do(srv.Stop)
+			b.ServeHTTP(rw, r)
+		}))
+		defer stop()
+		w.cfg.Bench.URLB = url
+		rep := w.run(context.Background(), true)
+		kept = checkKept(t, rep, keep, srv.URL, "reading the reference window of ")
+	})
+	must(t, srv.Start())
+	w := newWorld(t)
+	w.pointAt(srv.URL, "box-a")
+	w.cfg.History.Keep = keep
+	if rep := w.runSkipBench(true); rep.ExitCode != ExitOK {
+		t.Fatalf("night 3: exit %d %v", rep.ExitCode, rep.Errors)
+	}
+	runs := keptIn(t, srv.URL)
+	if len(runs) != 3 || !sameRun(runs[1], kept) {
+		t.Fatalf("shared history after the send: %d runs; the second %+v\nwant the kept run %+v", len(runs), runs[1], kept)
+	}
+	if left := keptIn(t, keep); len(left) != 0 {
+		t.Errorf("still kept after the send: %+v", left)
 	}
 }
 
-// TestHistoryFailingAtRecordKeepsTheRun: when the shared history opens
-// but refuses the night's record (here a trigger fails every check
-// inserted, as a full disk would), the whole run is kept in history.keep
-// and the report names it there, with exit 4.
-func TestHistoryFailingAtRecordKeepsTheRun(t *testing.T) {
-	target := pgtest.Schema(t)
-	w := newWorld(t)
-	w.pointAt(target, "box-a")
-	w.runSkipBench(true) // makes the schema
-	must(t, func() error {
-		db, err := sql.Open("pgx", target)
-		if err == nil {
-			_, err = db.Exec(`CREATE FUNCTION fail_insert() RETURNS trigger LANGUAGE plpgsql AS $$ BEGIN RAISE EXCEPTION 'disk full'; END $$;
-				CREATE TRIGGER disk_full BEFORE INSERT ON checks FOR EACH ROW EXECUTE FUNCTION fail_insert();`)
-			_ = db.Close() // the trigger is committed
-		}
-		return err
-	}())
-	rep, err := Run(context.Background(), Options{Config: w.cfg, Env: w.env, SkipBuild: true, SkipBench: true,
-		Probe: func(context.Context) Environment { return Environment{} }})
-	if err == nil || !strings.Contains(err.Error(), "recording run") {
-		t.Fatalf("Run = %v", err)
-	}
-	keep := w.cfg.History.Keep
-	if rep.ExitCode != ExitInfra || rep.History != keep || len(rep.Errors) != 2 || !strings.Contains(rep.Errors[0], "disk full") ||
-		rep.Errors[1] != fmt.Sprintf("tonight's run is kept in %s (history.keep) as run %d and sent to %s by the next nightly that reaches it", keep, rep.RunID, target) {
-		t.Fatalf("exit %d, history %q, run %d, errors %q", rep.ExitCode, rep.History, rep.RunID, rep.Errors)
-	}
-	local, err := history.OpenRead(keep)
+// pgExec runs q on the PostgreSQL history at target.
+func pgExec(t *testing.T, target, q string) {
+	t.Helper()
+	db, err := sql.Open("pgx", target)
 	must(t, err)
-	defer func() { _ = local.Close() }()
-	d, err := local.Show(rep.RunID)
-	if err != nil || d.Run.Status != history.Failed || len(d.Checks) != len(rep.Checks) || len(d.Drift) == 0 {
-		t.Errorf("the kept run: %+v, %v", d, err)
+	defer func() { _ = db.Close() }() // q is committed or failed
+	if _, err := db.Exec(q); err != nil {
+		t.Fatal(err)
 	}
 }
 
@@ -162,4 +302,31 @@ func TestFleetDocExample(t *testing.T) {
 		!strings.HasPrefix(cfg.History.Keep, filepath.Join(dir, "state", "nightly")) || filepath.Base(cfg.History.Keep) != "kept.db" {
 		t.Errorf("fleet config: %+v", cfg.History)
 	}
+}
+
+// TestPasswordURLRunsNothing: a history URL with a password, in a
+// config built in code (not read by LoadConfig, which refuses it too),
+// is a config error before any step: no report, no history, no kept run,
+// and the password is nowhere, neither in the error nor in any file.
+func TestPasswordURLRunsNothing(t *testing.T) {
+	w := newWorld(t)
+	w.cfg.History.Path = "postgres://ci:s3cret@127.0.0.1:1/arpatch?connect_timeout=1"
+	w.cfg.History.Keep = filepath.Join(w.dir, "kept.db")
+	var log strings.Builder
+	code, err := Execute(context.Background(), Options{Config: w.cfg, Env: w.env, SkipBuild: true, SkipBench: true, Log: &log, Out: &log,
+		Probe: func(context.Context) Environment { return Environment{} }})
+	var ce *ConfigError
+	if !errors.As(err, &ce) || code != 0 || !strings.Contains(err.Error(), "history.path: postgres://ci:xxxxx@127.0.0.1:1/arpatch?connect_timeout=1 holds a password") ||
+		strings.Contains(err.Error()+log.String(), "s3cret") {
+		t.Fatalf("Execute = %d, %v; log %q", code, err, log.String())
+	}
+	must(t, filepath.WalkDir(w.dir, func(p string, d os.DirEntry, err error) error {
+		if err != nil || d.IsDir() {
+			return err
+		}
+		if b, err := os.ReadFile(p); err != nil || strings.Contains(string(b), "s3cret") || filepath.Ext(p) == ".db" || filepath.Base(p) == "nightly.json" {
+			t.Errorf("%s: %v (the night left it, or it holds the password)", p, err)
+		}
+		return nil
+	}))
 }

@@ -23,39 +23,34 @@ func lockHistory(cfg *Config) (func(), error) {
 		if errors.As(err, &held) {
 			return nil, fmt.Errorf("another nightly is running on this history (%v); wait for it to finish", err)
 		}
-		return nil, fmt.Errorf("history.path %s: cannot take its lock: %w", dbPath, err)
+		return nil, fmt.Errorf("history.path %s: cannot take its lock: %w", history.Redact(dbPath), err)
 	}
 	return unlock, nil
 }
 
 // record is the last step: it stores what the night found in one
 // transaction (history.Store.Record; res is the bench's result, nil when
-// it ran to none). A write that fails makes the night an infrastructure
-// failure (finish runs again), stores nothing of tonight, and marks the
-// run's row failed as far as the history takes writes at all; a shared
-// history's night is then kept whole in history.keep for the next
-// nightly to send. The error is the failed write.
+// it ran to none). A shared history that fails the write keeps the night
+// (keep): it is an infrastructure failure (finish runs again), stored
+// whole in history.keep for the next nightly to send. A write that fails
+// otherwise makes the night an infrastructure failure, stores nothing of
+// tonight, and marks the run's row failed as far as the history takes
+// writes at all. The error is the failed write the night could not keep.
 func (n *night) record(ctx context.Context, res *bench.Result) error {
-	rep, cfg := n.rep, n.cfg
+	rep := n.rep
 	rep.Seconds = n.o.now().Sub(rep.StartedAt).Seconds()
 	rerr := n.store.Record(n.id, n.outcome(res))
+	if rerr != nil && n.keep(rerr) == nil {
+		n.historyFailed(n.kept)
+		rep.add(n.finish(ctx))
+		rerr = n.store.Record(n.id, n.outcome(res))
+	}
 	if rerr == nil {
 		n.recorded = true
 		return nil
 	}
 	n.historyFailed(rerr)
 	rep.add(n.finish(ctx))
-	if at := rep.History; history.IsURL(at) {
-		keep := cfg.Path(cfg.History.Keep)
-		kid, kerr := keepRun(keep, n.row, n.outcome(res))
-		if kerr != nil {
-			rep.Errors = append(rep.Errors, fmt.Sprintf("tonight's run could not be kept in history.keep either: %v", kerr))
-		} else {
-			rep.History, rep.RunID = keep, kid
-			rep.Errors = append(rep.Errors, fmt.Sprintf("tonight's run is kept in %s (history.keep) as run %d and sent to %s by the next nightly that reaches it", keep, kid, at))
-		}
-		n.o.logf("%s", rep.Errors[len(rep.Errors)-1])
-	}
 	if ferr := n.store.FinishRun(n.id, rep.Status, rep.ExitCode, rep.Verdict); ferr == nil {
 		n.recorded = true
 	}
@@ -80,35 +75,135 @@ func (n *night) outcome(res *bench.Result) history.Outcome {
 	return out
 }
 
-// openHistory opens the run's history, history.path, and returns it with
-// where it is (the file or URL that the report's run_id belongs to). A
-// postgres:// history the nightly cannot open (the server is down,
-// unreachable, refuses the login) loses no night: the run goes into the
-// local history.keep instead, and kept says so, naming both (the run then
-// exits 4, ExitInfra). When the server opens, the runs kept there by
-// earlier nights are sent to it first (history.Send); what could not be
-// sent stays kept, and sent says what happened. The error is a history
-// that will not open at all.
-func openHistory(cfg *Config) (store *history.Store, at string, kept error, sent string, err error) {
-	target := cfg.Path(cfg.History.Path)
-	store, err = history.Open(target)
-	if !history.IsURL(target) {
-		return store, target, nil, "", err
-	}
-	keep := cfg.Path(cfg.History.Keep)
-	if err != nil {
-		local, lerr := openKeep(keep)
-		if lerr != nil {
-			return nil, "", nil, "", fmt.Errorf("%v; and history.keep will not open either: %w", err, lerr)
-		}
-		return local, keep, keptError(err, keep, target), "", nil
-	}
-	return store, target, nil, sendKept(store, keep), nil
+// keeping is what a night knows of history.keep, the local SQLite
+// history it goes into when a shared history (a postgres:// URL) fails it:
+// its server could not be reached at the start, or failed it partway
+// (marking stale runs, beginning the run, reading the reference window,
+// recording the night). A night kept runs every step as it would have
+// (drift, build, bench), is judged against what it can still read (the
+// shared history's reference window when that was read before the
+// failure, else history.keep's), and is stored there whole, to be sent to
+// the shared history by the next nightly that reaches it (history.Send);
+// it exits 4 with a failed "history" check saying so, after its steps.
+type keeping struct {
+	keepPath string // history.keep; "" for an SQLite history.path, which nothing replaces
+	// kept is why tonight's run is in history.keep rather than in
+	// history.path (it names both); nil while it is in history.path.
+	kept error
+	// shared and sharedID are history.path's store and tonight's row
+	// there, when the night was kept after it began there: close ends the
+	// row failed, naming where the night went, and the send replaces it
+	// with the kept run.
+	shared   *history.Store
+	sharedID int64
 }
 
-// keptError is why a run is in history.keep rather than in target.
+// openHistory opens the night's history, history.path, and marks the
+// runs killed midway as incomplete (history.Store.MarkStale; Run holds
+// the nightly lock). A postgres:// history the nightly cannot open or
+// mark (the server is down, unreachable, refuses the login) loses no
+// night: it goes into history.keep instead (keep). When the server
+// opens, the runs kept there by earlier nights are sent to it first
+// (history.Send); what could not be sent stays kept, and the log says
+// what happened. The error is a history that will not open at all.
+func (n *night) openHistory() error {
+	target := n.cfg.Path(n.cfg.History.Path)
+	if history.IsURL(target) {
+		n.keepPath = n.cfg.Path(n.cfg.History.Keep)
+	}
+	store, err := history.Open(target)
+	if err == nil {
+		n.store, n.at = store, target
+		if n.keepPath != "" {
+			if sent := sendKept(store, n.keepPath); sent != "" {
+				n.o.logf("%s", sent)
+			}
+		}
+		err = n.markStale()
+	}
+	if err != nil {
+		if kerr := n.keep(err); kerr != nil {
+			n.closeHistory()
+			return kerr
+		}
+	}
+	return nil
+}
+
+// markStale marks the runs of the night's history killed midway as
+// incomplete.
+func (n *night) markStale() error {
+	stale, err := n.store.MarkStale()
+	if err == nil && len(stale) > 0 {
+		n.o.logf("marked %d runs killed midway in %s as incomplete: %v", len(stale), history.Redact(n.at), stale)
+	}
+	return err
+}
+
+// beginRun records tonight's run, row, as running
+// (history.Store.BeginRun); a shared history that fails it keeps the
+// night.
+func (n *night) beginRun(row history.Run) error {
+	n.row, n.begun = row, true
+	id, err := n.store.BeginRun(row)
+	if err != nil {
+		return n.keep(err)
+	}
+	n.id = id
+	return nil
+}
+
+// keep puts the night into history.keep because the shared history
+// failed it (err): it opens history.keep (making it and its directory if
+// need be), marks its stale runs, begins tonight's run there when it had
+// begun, sets kept, and makes the report name the run there. It
+// returns err itself (wrapped) when the night
+// cannot be kept: history.path is an SQLite file, the night is kept
+// already, or history.keep will not take it either.
+func (n *night) keep(err error) error {
+	if n.keepPath == "" || n.kept != nil {
+		return err
+	}
+	local, lerr := openKeep(n.keepPath)
+	if lerr == nil {
+		n.shared, n.sharedID = n.store, n.id
+		n.store, n.at, n.id = local, n.keepPath, 0
+		if lerr = n.markStale(); lerr == nil && n.begun {
+			n.id, lerr = local.BeginRun(n.row)
+		}
+	}
+	if lerr != nil {
+		return fmt.Errorf("%w; and history.keep will not take tonight's run either: %w", err, lerr)
+	}
+	n.kept = keptError(err, n.keepPath, n.cfg.Path(n.cfg.History.Path))
+	n.o.logf("%v", n.kept)
+	if n.rep != nil { // the report names the run where it now is
+		n.rep.RunID, n.rep.History = n.id, n.at
+	}
+	return nil
+}
+
+// keptError is why a run is in history.keep rather than in target. The
+// URL is printed as history.Redact prints it.
 func keptError(err error, keep, target string) error {
-	return fmt.Errorf("%w; tonight's run is kept in %s (history.keep) and sent to %s by the next nightly that reaches it", err, keep, target)
+	return fmt.Errorf("%w; tonight's run is kept in %s (history.keep) and sent to %s by the next nightly that reaches it", err, keep, history.Redact(target))
+}
+
+// closeHistory ends the shared history's row of a night kept after it
+// began there (failed, with the night's exit code and a verdict naming
+// where the night is; best effort: the server failed the night), and
+// closes the stores: every write was committed or reported.
+func (n *night) closeHistory() {
+	if n.shared != nil {
+		if n.sharedID != 0 && n.rep != nil {
+			v := fmt.Sprintf("%s; kept in %s as run %d until it is sent here", n.rep.Verdict, n.keepPath, n.id)
+			_ = n.shared.FinishRun(n.sharedID, history.Failed, n.rep.ExitCode, v)
+		}
+		_ = n.shared.Close()
+	}
+	if n.store != nil {
+		_ = n.store.Close()
+	}
 }
 
 // sendKept sends the runs kept in keep, if any, to store, and says what
@@ -126,7 +221,7 @@ func sendKept(store *history.Store, keep string) string {
 		return fmt.Sprintf("the runs kept in %v stay there: %v", keep, err)
 	}
 	ids, err := history.Send(local, store)
-	msg := fmt.Sprintf("sent %d runs kept in %s to %s (now runs %v)", len(ids), keep, store.Path, ids)
+	msg := fmt.Sprintf("sent %d runs kept in %s to %s (now runs %v)", len(ids), keep, history.Redact(store.Path), ids)
 	if err != nil {
 		msg += fmt.Sprintf("; the rest stay there: %v", err)
 	}
@@ -134,24 +229,6 @@ func sendKept(store *history.Store, keep string) string {
 		return ""
 	}
 	return msg
-}
-
-// keepRun stores tonight's run, r with its outcome o, in the local
-// history keep (history.keep) when the shared history failed to record
-// it, so that the next nightly sends it; it returns its id there.
-func keepRun(keep string, r history.Run, o history.Outcome) (int64, error) {
-	local, err := openKeep(keep)
-	if err != nil {
-		return 0, err
-	}
-	id, err := local.BeginRun(r)
-	if err == nil {
-		err = local.Record(id, o)
-	}
-	if cerr := local.Close(); err == nil {
-		err = cerr
-	}
-	return id, err
 }
 
 // openKeep opens (creating it and its directory if need be) the local

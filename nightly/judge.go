@@ -103,7 +103,7 @@ func (n *night) judge(res *bench.Result) ([]history.Check, error) {
 		return cs, err
 	}
 	var envCheck *history.Check
-	if rep.EnvChange, envCheck, err = envChange(n.store, rep, refRuns, cfg.Path(cfg.History.Path)); err != nil {
+	if rep.EnvChange, envCheck, err = envChange(n.store, rep, refRuns, rep.History); err != nil {
 		return cs, err
 	}
 	if envCheck != nil {

@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/arpatch/arpatch/harness/tune"
+	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/sglkernel"
 	"github.com/arpatch/arpatch/kernels"
@@ -36,6 +37,14 @@ type runInputs struct {
 // the interpreters, the deps dir and what the bench needs. Errors name
 // the config key.
 func preflight(cfg *Config, o Options) (*runInputs, error) {
+	if err := history.CheckTarget(cfg.History.Path); err != nil {
+		return nil, fmt.Errorf("%s: %w", cfg.At("history.path"), err)
+	}
+	if k := cfg.History.Keep; k != "" {
+		if err := history.CheckKeep(k); err != nil {
+			return nil, fmt.Errorf("%s: %w", cfg.At("history.keep"), err)
+		}
+	}
 	a, b, err := loadArms(cfg)
 	if err != nil {
 		return nil, err

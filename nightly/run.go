@@ -4,6 +4,7 @@ import (
 	"context"
 	"io"
 	"net/http"
+	"os"
 	"strings"
 	"time"
 
@@ -87,9 +88,15 @@ func Run(ctx context.Context, o Options) (*Report, error) {
 	res, cs := n.bench(ctx, bo, boErr)
 	n.rep.add(cs)
 	cs, err = n.judge(res)
+	if err != nil && n.keep(err) == nil {
+		cs, err = n.judge(res) // against history.keep
+	}
 	n.rep.add(cs)
 	if err != nil {
 		n.historyFailed(err)
+	}
+	if n.kept != nil {
+		n.historyFailed(n.kept)
 	}
 	n.rep.add(n.finish(ctx))
 	if rerr := n.record(ctx, res); rerr != nil {
@@ -105,38 +112,30 @@ type night struct {
 	cfg   *Config
 	in    *runInputs
 	store *history.Store
+	at    string      // store's target: history.path, or history.keep once kept
 	row   history.Run // as begun (history.keep takes it again)
+	begun bool        // BeginRun was called with row
 	id    int64       // the row's id in store
 	rep   *Report
 	// recorded is set once the history holds the night's outcome or its
 	// failed status; close marks a night that was not incomplete.
 	recorded bool
+	keeping
 }
 
-// begin opens the history (openHistory: a shared one that will not open
-// makes the night go into history.keep), marks the runs killed midway
+// begin opens the history (openHistory: a shared one that fails the
+// night makes it go into history.keep), marks the runs killed midway
 // incomplete, reads the environment and begins the run's row. The error
 // is a history that could not be read or written.
 func begin(ctx context.Context, o Options, in *runInputs, started time.Time, workload string) (*night, error) {
 	cfg := o.Config
-	store, at, kept, sent, err := openHistory(cfg)
-	if err != nil {
+	n := &night{o: o, cfg: cfg, in: in}
+	if err := n.openHistory(); err != nil {
 		return nil, err
 	}
-	if sent != "" {
-		o.logf("%s", sent)
-	}
-	fail := func(err error) (*night, error) {
-		_ = store.Close() // the error that stops the night is err
-		return nil, err
-	}
-	if stale, err := store.MarkStale(); err != nil {
-		return fail(err)
-	} else if len(stale) > 0 {
-		o.logf("marked %d runs killed midway as incomplete: %v", len(stale), stale)
-	}
-	rep := &Report{Schema: ReportSchema, StartedAt: started, Ref: cfg.Upstream.Ref, History: at, Workload: workload,
+	rep := &Report{Schema: ReportSchema, StartedAt: started, Ref: cfg.Upstream.Ref, Workload: workload,
 		ArmRecipes: map[string]string{"a": in.a.Name, "b": in.b.Name}}
+	n.rep = rep
 	probe := o.Probe
 	if probe == nil {
 		probe = func(ctx context.Context) Environment {
@@ -149,18 +148,16 @@ func begin(ctx context.Context, o Options, in *runInputs, started time.Time, wor
 		rep.HardwareKey = rep.Environment.HardwareKey()
 	}
 	rep.Pinned = in.b.Upstream.Commit
-	row := history.Run{StartedAt: rep.StartedAt, HardwareKey: rep.HardwareKey, SGLangCommit: rep.Pinned, SeriesHash: seriesHash(in.cat), ArpatchVersion: o.Version, Workload: rep.Workload, Env: rep.Environment.Map()}
-	id, err := store.BeginRun(row)
-	if err != nil {
-		return fail(err)
+	// The pid is set here, with the start: a night kept in history.keep
+	// after it began in the shared history is then the same run in both
+	// (history.Send replaces the one with the other).
+	row := history.Run{StartedAt: rep.StartedAt, PID: os.Getpid(), HardwareKey: rep.HardwareKey, SGLangCommit: rep.Pinned, SeriesHash: seriesHash(in.cat), ArpatchVersion: o.Version, Workload: rep.Workload, Env: rep.Environment.Map()}
+	if err := n.beginRun(row); err != nil {
+		n.closeHistory()
+		return nil, err
 	}
-	rep.RunID = id
-	o.logf("run %d on %s", id, rep.HardwareKey)
-	n := &night{o: o, cfg: cfg, in: in, store: store, row: row, id: id, rep: rep}
-	if kept != nil {
-		o.logf("%v", kept)
-		n.historyFailed(kept)
-	}
+	rep.RunID, rep.History = n.id, n.at
+	o.logf("run %d on %s", n.id, rep.HardwareKey)
 	return n, nil
 }
 
@@ -172,7 +169,7 @@ func (n *night) close() {
 	if !n.recorded {
 		_ = n.store.FinishRun(n.id, history.Incomplete, n.rep.ExitCode, verdictInterrupted)
 	}
-	_ = n.store.Close()
+	n.closeHistory()
 }
 
 // now is the clock of the run (Options.Now, else time.Now), in UTC.
