@@ -11,7 +11,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/checkout"
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/patches"

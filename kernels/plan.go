@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/checkout"
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/sglkernel"
 	"github.com/arpatch/arpatch/recipes"

@@ -13,7 +13,7 @@ import (
 	"strings"
 	"time"
 
-	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/checkout"
 	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/internal/shellq"

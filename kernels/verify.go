@@ -16,7 +16,7 @@ import (
 
 	"github.com/rogpeppe/go-internal/diff"
 
-	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/checkout"
 	"github.com/arpatch/arpatch/internal/digest"
 )
 

@@ -6,8 +6,8 @@ import (
 	"os"
 	"path/filepath"
 
+	"github.com/arpatch/arpatch/checkout"
 	"github.com/arpatch/arpatch/history"
-	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/kernels"

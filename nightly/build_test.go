@@ -6,7 +6,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/checkout"
 )
 
 // With arms.commit = "head", a night after upstream moved builds the new

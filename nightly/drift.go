@@ -8,8 +8,8 @@ import (
 	"slices"
 	"strings"
 
+	"github.com/arpatch/arpatch/checkout"
 	"github.com/arpatch/arpatch/history"
-	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/patches"

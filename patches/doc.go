@@ -21,6 +21,6 @@
 // effect rule of package gaterule on the in-memory result (CheckResult),
 // which is the SGLang-specific part and lives apart from the engine.
 //
-// It does not touch a checkout on disk: internal/checkout writes the
+// It does not touch a checkout on disk: checkout writes the
 // result, records the apply state and reverts it.
 package patches

@@ -19,8 +19,8 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/arpatch/arpatch/checkout"
 	"github.com/arpatch/arpatch/harness/allreduce"
-	"github.com/arpatch/arpatch/internal/checkout"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/kernels"
 )

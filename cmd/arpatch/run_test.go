@@ -9,7 +9,7 @@ import (
 	"strings"
 	"testing"
 
-	"github.com/arpatch/arpatch/internal/checkout"
+	"github.com/arpatch/arpatch/checkout"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/patches"
 )

@@ -16,7 +16,7 @@ import (
 // upstream's depths, 47 MB), committed and put into one deltified pack as
 // a clone from a server holds them.
 //
-//	go test -run XXX -bench . -benchtime 10x ./internal/checkout
+//	go test -run XXX -bench . -benchtime 10x ./checkout
 func bigFixture(b *testing.B) *fixtureEnv {
 	b.Helper()
 	f := newFixtureOwn(b) // grows its upstream
