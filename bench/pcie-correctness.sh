@@ -20,8 +20,12 @@
 # ranks share GPUs over gloo: sums only, no timings. Each report is
 # OUTDIR/<era>-ws<N>.json; arpatch must be on PATH. It needs about 9
 # minutes on one H200 with 16 cores; ERAS (default "A B C") and SIZES_WS
-# (default "8 6 4 2") narrow it.
+# (default "8 6 4 2") narrow it, and P2P=0 leaves out bench p2p. With
+# SLIM_DIR set, the slim copies are made beforehand, on a machine holding
+# the mirror, with `bench/pcie-correctness.sh --slim MIRROR SLIM_DIR`, and
+# copied from SLIM_DIR/upstream-<era> (MIRROR is then not read: pass -).
 set -u
+if [ "${1:-}" = --slim ]; then slim_only=1; shift; fi
 mirror=${1:?usage: bench/pcie-correctness.sh MIRROR OUTDIR [WORKDIR]}
 out=${2:?usage: bench/pcie-correctness.sh MIRROR OUTDIR [WORKDIR]}
 work=${3:-$(mktemp -d)}
@@ -29,10 +33,15 @@ mkdir -p "$out" "$work"
 declare -A commit=([A]=84118acf50b3a4c74e85e9ff9033792552de1a76 [B]=8905cbd42f4a27dbecad6487cd3904278756fef8 [C]=0bda0b168ad5bf7311ae639904489a4698a05546)
 declare -A kdir=([A]=sgl-kernel [B]=sgl-kernel [C]=python/sglang/kernels/aot)
 gates=python/sglang/srt/distributed
-{ nvidia-smi -L; nvcc --version | tail -1; python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "NCCL", torch.cuda.nccl.version())'; echo "cores $(nproc)"; date -u; } > "$out/env.txt" 2>&1
+[ -n "${slim_only:-}" ] || { nvidia-smi -L; nvcc --version | tail -1; python3 -c 'import torch; print("torch", torch.__version__, "CUDA", torch.version.cuda, "NCCL", torch.cuda.nccl.version())'; echo "cores $(nproc)"; date -u; } > "$out/env.txt" 2>&1
 slim() { # era -> scratch repository commit
   local e=$1 d=${kdir[$1]} r=$work/upstream-$1
-  rm -rf "$r" && mkdir -p "$r"
+  rm -rf "$r"
+  if [ -n "${SLIM_DIR:-}" ]; then
+    cp -a "$SLIM_DIR/upstream-$e" "$r" && git -C "$r" rev-parse HEAD
+    return
+  fi
+  mkdir -p "$r"
   for p in $d/CMakeLists.txt $d/pyproject.toml $d/cmake $d/include $d/csrc/allreduce \
     $gates/device_communicators/custom_all_reduce.py $gates/device_communicators/custom_all_reduce_utils.py $gates/parallel_state.py; do
     git -C "$mirror" archive "${commit[$e]}" "$p" 2>/dev/null | tar -x -C "$r"
@@ -40,6 +49,10 @@ slim() { # era -> scratch repository commit
   git -C "$r" init -q && git -C "$r" add -A &&
     git -C "$r" -c user.name=arpatch -c user.email=arpatch@localhost commit -qm "slim copy of ${commit[$e]}" && git -C "$r" rev-parse HEAD
 }
+if [ -n "${slim_only:-}" ]; then
+  for e in ${ERAS:-A B C}; do work=$out slim "$e" || exit 1; done
+  exit 0
+fi
 for e in ${ERAS:-A B C}; do
   c=$(slim "$e") || exit 1
   arpatch apply --recipe pcie --repo "$work/upstream-$e" --src "$work/$e-pcie" --commit "$c" > "$out/apply-$e.txt" 2>&1 || exit 1
@@ -60,5 +73,5 @@ for e in ${ERAS:-A B C}; do
 done
 [ -d "$work/A-base" ] && arpatch bench allreduce --world-size 8 --ext "$(ext A-base)" --impl custom-push1,custom-auto --branches pcie \
   --sizes 4K,1M --modes eager,graph --warmup 1 --inner 3 --reps 2 --timeout 200s --json "$out/A-base-ws8.json" > "$out/A-base-ws8.txt" 2>&1
-arpatch bench p2p --json "$out/p2p.json" > "$out/p2p.txt" 2>&1
+[ "${P2P:-1}" = 0 ] || arpatch bench p2p --json "$out/p2p.json" > "$out/p2p.txt" 2>&1
 echo "reports in $out"

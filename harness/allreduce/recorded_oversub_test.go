@@ -9,8 +9,7 @@ import (
 // TestRecordedPushOneH200 reads the correctness matrix of the pcie series'
 // push kernels run on one NVIDIA H200 with ranks oversubscribed over gloo
 // (2026-12-02, bench/pcie-correctness.sh; docs/pcie-dispatch.md, "Correct
-// on one H200"): every era's patched tree, world sizes 2, 4, 6 and 8 (eras
-// B and C at 6 and 8), bf16, fp16 and fp32, eager and CUDA graphs, 4 KiB,
+// on one H200"): every era's patched tree, world sizes 2, 4, 6 and 8, bf16, fp16 and fp32, eager and CUDA graphs, 4 KiB,
 // 40 KiB, 1 MiB and each kernel's cap, every island layout the world size
 // allows. Every sum is exact; the only cases not run are those whose
 // scratch does not hold the size. The unpatched tree takes the push
@@ -28,8 +27,12 @@ func TestRecordedPushOneH200(t *testing.T) {
 		{"A-ws4", 4, 288, 4, 0, false},
 		{"A-ws6", 6, 378, 6, 0, false},
 		{"A-ws8", 8, 372, 6, 6, false},
+		{"B-ws2", 2, 192, 2, 0, false},
+		{"B-ws4", 4, 288, 4, 0, false},
 		{"B-ws6", 6, 378, 6, 0, false},
 		{"B-ws8", 8, 372, 6, 6, false},
+		{"C-ws2", 2, 192, 2, 0, false},
+		{"C-ws4", 4, 288, 4, 0, false},
 		{"C-ws6", 6, 378, 6, 0, false},
 		{"C-ws8", 8, 372, 6, 6, false},
 	} {
