@@ -21,6 +21,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/bench"
+	"github.com/arpatch/arpatch/harness/nvsmi"
 	"github.com/arpatch/arpatch/harness/report"
 	"github.com/arpatch/arpatch/harness/server"
 	"github.com/arpatch/arpatch/harness/sglang"
@@ -735,7 +736,7 @@ func benchRun(ctx context.Context, bo benchOptions, s streams) error {
 		report.WriteServing(s.Out, res, settings)
 	}
 	if res != nil {
-		doc := report.NewDocument(res, settings, arpatchVersion())
+		doc := report.NewDocument(res, settings, arpatchVersion(), nvsmi.Drivers(context.Background()))
 		if err != nil {
 			doc.Error = err.Error()
 		}

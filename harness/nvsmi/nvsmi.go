@@ -2,8 +2,9 @@
 // of `nvidia-smi --query-gpu=... --format=csv` (ParseQueryGPU), the link
 // matrix of `nvidia-smi topo -m` (ParseTopoMatrix) and the P2P status
 // matrices of `nvidia-smi topo -p2p r|w` (ParseP2P). A value nvidia-smi
-// cannot read is left unknown and named, never guessed. It runs nothing
-// and judges nothing: harness/doctor runs nvidia-smi and draws findings,
+// cannot read is left unknown and named, never guessed. It runs
+// nvidia-smi only for Drivers, the GPU names a bench report records, and
+// judges nothing: harness/doctor runs nvidia-smi and draws findings,
 // harness/traffic models a topology; nightly and tune record the GPUs.
 // The parsers are tested on recorded outputs (harness/doctor/testdata)
 // by harness/doctor's and harness/traffic's tests, and fuzzed here
@@ -15,6 +16,7 @@ package nvsmi
 
 import (
 	"cmp"
+	"context"
 	"encoding/csv"
 	"fmt"
 	"io"
@@ -22,8 +24,10 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/arpatch/arpatch/internal/lazyre"
+	"github.com/arpatch/arpatch/internal/procgroup"
 )
 
 // GPU is one row of `nvidia-smi --query-gpu=... --format=csv`. A field
@@ -472,4 +476,24 @@ func BusID(s string) string {
 		return s
 	}
 	return fmt.Sprintf("%04x:%s", d, rest)
+}
+
+// Drivers lists "name, driver" per GPU from `nvidia-smi
+// --query-gpu=name,driver_version --format=csv,noheader`, nothing when
+// nvidia-smi is missing, fails or does not answer in 20 s (a driver that
+// is stuck: a report does not wait for it).
+func Drivers(ctx context.Context) []string {
+	ctx, cancel := context.WithTimeout(ctx, 20*time.Second)
+	defer cancel()
+	out, err := procgroup.Command(ctx, 0, "nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader").Output()
+	if err != nil {
+		return nil
+	}
+	var g []string
+	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
+		if l = strings.TrimSpace(l); l != "" {
+			g = append(g, l)
+		}
+	}
+	return g
 }

@@ -1,6 +1,7 @@
 package nvsmi
 
 import (
+	"context"
 	"os"
 	"path/filepath"
 	"slices"
@@ -186,4 +187,30 @@ func FuzzParseP2P(f *testing.F) {
 			checkP2P(t, m)
 		}
 	})
+}
+
+// TestDrivers runs a stand-in nvidia-smi on PATH: Drivers keeps its
+// lines, trimmed and without blanks, and is nil when nvidia-smi fails or
+// is missing.
+func TestDrivers(t *testing.T) {
+	dir := t.TempDir()
+	script := "#!/bin/sh\n[ \"$*\" = \"--query-gpu=name,driver_version --format=csv,noheader\" ] || exit 3\nprintf 'NVIDIA H200, 570.124.06\\n\\n  NVIDIA H200, 570.124.06  \\n'\n"
+	if err := os.WriteFile(filepath.Join(dir, "nvidia-smi"), []byte(script), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv("PATH", dir)
+	got := Drivers(context.Background())
+	if want := []string{"NVIDIA H200, 570.124.06", "NVIDIA H200, 570.124.06"}; !slices.Equal(got, want) {
+		t.Errorf("Drivers = %q, want %q", got, want)
+	}
+	if err := os.WriteFile(filepath.Join(dir, "nvidia-smi"), []byte("#!/bin/sh\nexit 9\n"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if got := Drivers(context.Background()); got != nil {
+		t.Errorf("failing nvidia-smi: Drivers = %q, want nil", got)
+	}
+	t.Setenv("PATH", t.TempDir())
+	if got := Drivers(context.Background()); got != nil {
+		t.Errorf("no nvidia-smi: Drivers = %q, want nil", got)
+	}
 }

@@ -5,7 +5,6 @@
 package report
 
 import (
-	"context"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -21,7 +20,6 @@ import (
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/internal/errwriter"
-	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
@@ -123,10 +121,11 @@ type Document struct {
 	Error string `json:"error,omitempty"`
 }
 
-// NewDocument wraps a result with its environment.
-func NewDocument(res *bench.Result, s Settings, version string) *Document {
+// NewDocument wraps a result with its environment. gpus is one "name,
+// driver" per GPU (nvsmi.Drivers), nil when unknown.
+func NewDocument(res *bench.Result, s Settings, version string, gpus []string) *Document {
 	d := &Document{Schema: Schema, CreatedAt: time.Now().UTC(), Settings: s, Result: res}
-	d.Environment = Environment{OS: runtime.GOOS + "/" + runtime.GOARCH, ArpatchVersion: version, GoVersion: runtime.Version(), GPUs: gpus(), Versions: map[string]string{}}
+	d.Environment = Environment{OS: runtime.GOOS + "/" + runtime.GOARCH, ArpatchVersion: version, GoVersion: runtime.Version(), GPUs: gpus, Versions: map[string]string{}}
 	d.Environment.Host, _ = os.Hostname()
 	for _, a := range res.Arms {
 		if v, ok := a.ServerInfo["version"].(string); ok {
@@ -134,25 +133,6 @@ func NewDocument(res *bench.Result, s Settings, version string) *Document {
 		}
 	}
 	return d
-}
-
-// gpus lists "name, driver" per GPU from nvidia-smi, nothing when it is
-// missing, fails or does not answer in 20 s (a driver that is stuck: the
-// report does not wait for it).
-func gpus() []string {
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
-	out, err := procgroup.Command(ctx, 0, "nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader").Output()
-	if err != nil {
-		return nil
-	}
-	var g []string
-	for _, l := range strings.Split(strings.TrimSpace(string(out)), "\n") {
-		if l = strings.TrimSpace(l); l != "" {
-			g = append(g, l)
-		}
-	}
-	return g
 }
 
 // WriteJSON writes the document, indented.

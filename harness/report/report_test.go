@@ -177,10 +177,10 @@ func TestBenchfmtReadsBack(t *testing.T) {
 func TestJSONDocument(t *testing.T) {
 	res, s := run(t)
 	var b bytes.Buffer
-	if err := NewDocument(res, s, "test").WriteJSON(&b); err != nil {
+	if err := NewDocument(res, s, "test", nil).WriteJSON(&b); err != nil {
 		t.Fatal(err)
 	}
-	errwritertest.EveryWriteFails(t, NewDocument(res, s, "test").WriteJSON)
+	errwritertest.EveryWriteFails(t, NewDocument(res, s, "test", nil).WriteJSON)
 	var doc struct {
 		Schema      string `json:"schema"`
 		Environment struct {
@@ -424,7 +424,7 @@ func TestBenchfmtLeavesInvalidOut(t *testing.T) {
 func TestJSONAndPlotMarkInvalid(t *testing.T) {
 	res, s := runFasterBroken(t)
 	var b bytes.Buffer
-	if err := NewDocument(res, s, "test").WriteJSON(&b); err != nil {
+	if err := NewDocument(res, s, "test", nil).WriteJSON(&b); err != nil {
 		t.Fatal(err)
 	}
 	var doc struct {
