@@ -16,7 +16,7 @@ import (
 	"testing"
 	"time"
 
-	"github.com/arpatch/arpatch/harness/report"
+	"github.com/arpatch/arpatch/harness/chart"
 )
 
 func seed(t *testing.T, s *Store, n int, tokS float64) []int64 {
@@ -469,7 +469,7 @@ func testWindowPerLevel(t *testing.T, target string) {
 	dir := t.TempDir()
 	for _, f := range []string{"c.svg", "c.png"} {
 		out := filepath.Join(dir, f)
-		if err := report.PlotConcurrency(out, "t", "tok/s", curves); err != nil {
+		if err := chart.PlotConcurrency(out, "t", "tok/s", curves); err != nil {
 			t.Fatal(err)
 		}
 		b, _ := os.ReadFile(out)

@@ -18,7 +18,7 @@ import (
 	"gonum.org/v1/plot/vg"
 	"gonum.org/v1/plot/vg/draw"
 
-	"github.com/arpatch/arpatch/harness/report"
+	"github.com/arpatch/arpatch/harness/chart"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/internal/textfmt"
 )
@@ -206,8 +206,8 @@ func (s *Store) lowestLevel(run int64) (int, error) {
 // LevelCurves returns, per arm of run (0: the newest complete or failed
 // run with bench results on sel's hardware and workload), metric against
 // concurrency: the median across the run's trials at each level with its
-// interval, for report.PlotConcurrency. It returns the run used.
-func (s *Store) LevelCurves(metric string, sel Series, run int64) ([]report.Curve, int64, error) {
+// interval, for chart.PlotConcurrency. It returns the run used.
+func (s *Store) LevelCurves(metric string, sel Series, run int64) ([]chart.Curve, int64, error) {
 	col, err := column(metric)
 	if err != nil {
 		return nil, 0, err
@@ -269,15 +269,15 @@ func (s *Store) LevelCurves(metric string, sel Series, run int64) ([]report.Curv
 	if err != nil {
 		return nil, 0, err
 	}
-	var curves []report.Curve
+	var curves []chart.Curve
 	for _, arm := range arms {
-		c := report.Curve{Arm: arm}
+		c := chart.Curve{Arm: arm}
 		if invalid[arm] {
-			c.NoResult = "INVALID" // report.PlotConcurrency draws no line for it
+			c.NoResult = "INVALID" // chart.PlotConcurrency draws no line for it
 		}
 		for _, l := range slices.Sorted(maps.Keys(byArm[arm])) {
 			sm := stats.Summarize(byArm[arm][l])
-			c.Points = append(c.Points, report.LevelPoint{Concurrency: l, Center: sm.Center, Lo: sm.Lo, Hi: sm.Hi})
+			c.Points = append(c.Points, chart.LevelPoint{Concurrency: l, Center: sm.Center, Lo: sm.Lo, Hi: sm.Hi})
 		}
 		if len(c.Points) > 0 {
 			curves = append(curves, c)
@@ -377,7 +377,7 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 			continue
 		}
 		drawn++
-		c := report.Palette[i%len(report.Palette)]
+		c := chart.Palette[i%len(chart.Palette)]
 		band := make(plotter.XYs, 0, 2*len(ps))
 		line := make(plotter.XYs, 0, len(ps))
 		for _, q := range ps {
@@ -441,5 +441,5 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 	if span := p.Y.Max - p.Y.Min; span > 0 {
 		p.Y.Max += 0.12 * span * float64(len(arms)+1)
 	}
-	return report.Save(p, 8*vg.Inch, 4*vg.Inch, out)
+	return chart.Save(p, 8*vg.Inch, 4*vg.Inch, out)
 }

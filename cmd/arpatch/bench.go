@@ -21,6 +21,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/bench"
+	"github.com/arpatch/arpatch/harness/chart"
 	"github.com/arpatch/arpatch/harness/nvsmi"
 	"github.com/arpatch/arpatch/harness/report"
 	"github.com/arpatch/arpatch/harness/server"
@@ -783,7 +784,7 @@ func writeReports(files benchReports, doc *report.Document, res *bench.Result, s
 		}
 		if f.write == nil { // the plot: gonum writes the file itself
 			tokS, _ := stats.Lookup(stats.TokS)
-			if err := report.PlotConcurrency(p, "arpatch bench: tok/s against concurrency", tokS.Axis(), report.Curves(res, stats.TokS)); err != nil {
+			if err := chart.PlotConcurrency(p, "arpatch bench: tok/s against concurrency", tokS.Axis(), report.Curves(res, stats.TokS)); err != nil {
 				return fmt.Errorf("--plot: %w", err)
 			}
 			continue

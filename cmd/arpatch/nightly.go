@@ -10,7 +10,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
-	"github.com/arpatch/arpatch/harness/report"
+	"github.com/arpatch/arpatch/harness/chart"
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/statedir"
@@ -455,7 +455,7 @@ func historyPlotRun(_ context.Context, o historyPlotOptions, st streams) error {
 				return err
 			}
 			title := fmt.Sprintf("arpatch run %d: %s against concurrency", run, o.Metric.Name)
-			if err := report.PlotConcurrency(o.Out, title, o.Metric.Axis(), curves); err != nil {
+			if err := chart.PlotConcurrency(o.Out, title, o.Metric.Axis(), curves); err != nil {
 				return err
 			}
 		}

@@ -1,257 +1,26 @@
 package report
 
 import (
-	"bytes"
-	"fmt"
-	"image/color"
-	"math"
-	"path/filepath"
-	"strings"
-
-	"gonum.org/v1/plot"
-	"gonum.org/v1/plot/plotter"
-	"gonum.org/v1/plot/vg"
-	"gonum.org/v1/plot/vg/draw"
-
 	"github.com/arpatch/arpatch/harness/bench"
-	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/harness/chart"
 )
-
-// LevelPoint is one arm at one concurrency level: the median of a metric
-// across trials and its interval (Lo, Hi; ±Inf when the trials allow
-// none, drawn as no error bar).
-type LevelPoint struct {
-	Concurrency    int
-	Center, Lo, Hi float64
-}
-
-// Curve is one arm's points, lowest level first.
-type Curve struct {
-	Arm    string
-	Points []LevelPoint
-	// NoResult is why the arm's figures are no result ("INVALID", "no
-	// verdict (INVALID baseline)"; bench.Verdict.Valid), "" when they
-	// are one: such a curve is not drawn, and the legend says so.
-	NoResult string
-}
 
 // Curves returns metric (a stats.Table name, in its unit) against
 // concurrency per arm of a bench result: the median across trials at each
 // level with its interval, and for an arm whose figures are no result,
 // its verdict (Curve.NoResult).
-func Curves(res *bench.Result, metric string) []Curve {
-	var out []Curve
+func Curves(res *bench.Result, metric string) []chart.Curve {
+	var out []chart.Curve
 	for _, a := range res.Arms {
-		c := Curve{Arm: a.Arm.Name}
+		c := chart.Curve{Arm: a.Arm.Name}
 		if !a.Verdict.Valid() {
 			c.NoResult = string(a.Verdict)
 		}
 		for _, l := range a.Levels {
 			s := l.Summaries[metric]
-			c.Points = append(c.Points, LevelPoint{Concurrency: l.Concurrency, Center: s.Center, Lo: s.Lo, Hi: s.Hi})
+			c.Points = append(c.Points, chart.LevelPoint{Concurrency: l.Concurrency, Center: s.Center, Lo: s.Lo, Hi: s.Hi})
 		}
 		out = append(out, c)
 	}
 	return out
-}
-
-// Palette holds the line colours of arpatch's plots, one per arm.
-var Palette = []color.RGBA{{31, 119, 180, 255}, {255, 127, 14, 255}, {44, 160, 44, 255}, {148, 103, 189, 255}, {140, 86, 75, 255}}
-
-// PlotConcurrency draws metric (its unit in ylabel, e.g. "tok/s") against
-// concurrency, one line per arm with the interval as error bars, on a
-// log x axis, to out: .svg or .png (or another extension gonum/plot
-// writes; history.PlotFormat checks one before a run). A curve whose
-// figures are no result (NoResult) is not drawn: its legend entry reads
-// "broken: INVALID, not drawn". It returns an error for an unsupported
-// extension or no points to draw.
-//
-// The title gets "(median across trials, CI)" when some point has an
-// interval, and "(median across trials; too few trials for an
-// interval)" when none has: 2 or 3 trials give none.
-func PlotConcurrency(out, title, ylabel string, curves []Curve) error {
-	levels := map[int]bool{}
-	for _, c := range curves {
-		for _, q := range c.Points {
-			levels[q.Concurrency] = true
-		}
-	}
-	if len(levels) == 1 {
-		for l := range levels {
-			return plotOneLevel(out, title, ylabel, l, curves)
-		}
-	}
-	p := plot.New()
-	p.Title.Text = title + " " + intervalNote(curves)
-	p.X.Label.Text = "concurrency (requests in flight)"
-	p.Y.Label.Text = ylabel
-	p.X.Scale = plot.LogScale{}
-	var ticks []plot.Tick
-	seen := map[int]bool{}
-	n := 0
-	var left []string
-	for i, c := range curves {
-		if c.NoResult != "" {
-			left = append(left, c.Arm+": "+c.NoResult)
-			continue
-		}
-		if len(c.Points) == 0 {
-			continue
-		}
-		col := Palette[i%len(Palette)]
-		xys := make(plotter.XYs, 0, len(c.Points))
-		var errs plotter.YErrors
-		for _, q := range c.Points {
-			xys = append(xys, plotter.XY{X: float64(q.Concurrency), Y: q.Center})
-			lo, hi := 0.0, 0.0
-			if !math.IsInf(q.Lo, 0) && !math.IsInf(q.Hi, 0) {
-				lo, hi = q.Center-q.Lo, q.Hi-q.Center
-			}
-			errs = append(errs, struct{ Low, High float64 }{lo, hi})
-			if !seen[q.Concurrency] {
-				seen[q.Concurrency] = true
-				ticks = append(ticks, plot.Tick{Value: float64(q.Concurrency), Label: fmt.Sprint(q.Concurrency)})
-			}
-			n++
-		}
-		l, sc, err := plotter.NewLinePoints(xys)
-		if err != nil {
-			return err
-		}
-		l.Color, sc.Color = col, col
-		sc.Shape = draw.CircleGlyph{}
-		p.Add(l, sc)
-		eb, err := plotter.NewYErrorBars(struct {
-			plotter.XYs
-			plotter.YErrors
-		}{xys, errs})
-		if err != nil {
-			return err
-		}
-		eb.Color = col
-		p.Add(eb)
-		p.Legend.Add(c.Arm, l, sc)
-	}
-	if n == 0 && len(left) > 0 {
-		return fmt.Errorf("%s: no arm with a result to plot (%s)", out, strings.Join(left, "; "))
-	}
-	if n == 0 {
-		return fmt.Errorf("%s: no points to plot", out)
-	}
-	for _, l := range left {
-		p.Legend.Add(l + ", not drawn")
-	}
-	p.X.Tick.Marker = plot.ConstantTicks(ticks)
-	// Room on both sides, and a range even for one level (a log axis
-	// cannot start at 0).
-	lo, hi := math.Inf(1), 0.0
-	for c := range seen {
-		lo, hi = math.Min(lo, float64(c)), math.Max(hi, float64(c))
-	}
-	p.X.Min, p.X.Max = lo/1.5, hi*1.5
-	p.Legend.Top = true
-	p.Legend.Left = true
-	p.Y.Min = 0
-	if p.Y.Max > 0 {
-		p.Y.Max *= 1.15
-	}
-	return Save(p, 7*vg.Inch, 4*vg.Inch, out)
-}
-
-// plotOneLevel is PlotConcurrency for a run of one level: a line through
-// one point per arm says nothing, so each arm with a result gets a bar
-// (its median) with its interval as an error bar, side by side, the
-// arms named under them and the level in the title.
-func plotOneLevel(out, title, ylabel string, level int, curves []Curve) error {
-	p := plot.New()
-	p.Title.Text = fmt.Sprintf("%s at concurrency %d (one level: a bar per arm) %s", strings.Replace(title, " against concurrency", "", 1), level, intervalNote(curves))
-	p.Y.Label.Text = ylabel
-	var names, left []string
-	for i, c := range curves {
-		if c.NoResult != "" {
-			left = append(left, c.Arm+": "+c.NoResult)
-			continue
-		}
-		if len(c.Points) == 0 {
-			continue
-		}
-		q := c.Points[0]
-		x := float64(len(names))
-		bar, err := plotter.NewBarChart(plotter.Values{q.Center}, vg.Points(60))
-		if err != nil {
-			return err
-		}
-		col := Palette[i%len(Palette)]
-		bar.Color, bar.LineStyle.Color, bar.XMin = col, col, x
-		p.Add(bar)
-		if !math.IsInf(q.Lo, 0) && !math.IsInf(q.Hi, 0) {
-			eb, err := plotter.NewYErrorBars(struct {
-				plotter.XYs
-				plotter.YErrors
-			}{plotter.XYs{{X: x, Y: q.Center}}, plotter.YErrors{{Low: q.Center - q.Lo, High: q.Hi - q.Center}}})
-			if err != nil {
-				return err
-			}
-			p.Add(eb)
-		}
-		names = append(names, c.Arm)
-	}
-	if len(names) == 0 && len(left) > 0 {
-		return fmt.Errorf("%s: no arm with a result to plot (%s)", out, strings.Join(left, "; "))
-	}
-	if len(names) == 0 {
-		return fmt.Errorf("%s: no points to plot", out)
-	}
-	p.NominalX(names...)
-	// Half a slot of room beside the outer bars (gonum's range ends at
-	// their centres).
-	p.X.Min, p.X.Max = -0.6, float64(len(names))-0.4
-	for _, l := range left {
-		p.Legend.Add(l + ", not drawn")
-	}
-	p.Legend.Top = true
-	p.Y.Min = 0
-	if p.Y.Max > 0 {
-		p.Y.Max *= 1.15
-	}
-	return Save(p, 7*vg.Inch, 4*vg.Inch, out)
-}
-
-// intervalNote says what the points and bars of curves are.
-func intervalNote(curves []Curve) string {
-	for _, c := range curves {
-		if c.NoResult != "" {
-			continue
-		}
-		for _, q := range c.Points {
-			if !math.IsInf(q.Lo, 0) && !math.IsInf(q.Hi, 0) && q.Hi > q.Lo {
-				return "(median across trials, CI)"
-			}
-		}
-	}
-	return "(median across trials; too few trials for an interval)"
-}
-
-// Save writes p to out, w x h, in the format out's extension names (.svg,
-// .png, .pdf), atomically (safefs.WriteFile). It draws p on a canvas
-// whose top is lowered by the title font's descent and 4 points:
-// gonum/plot v0.10 places the title's top that descent above the
-// canvas (Plot.Draw: FillText at Max.Y + descent, aligned YTop), which
-// clipped its letters at the top of a PNG.
-func Save(p *plot.Plot, w, h vg.Length, out string) error {
-	format := strings.TrimPrefix(strings.ToLower(filepath.Ext(out)), ".")
-	c, err := draw.NewFormattedCanvas(w, h, format)
-	if err != nil {
-		return fmt.Errorf("%s: %w", out, err)
-	}
-	top := vg.Points(4)
-	if p.Title.Text != "" {
-		top += p.Title.TextStyle.FontExtents().Descent
-	}
-	p.Draw(draw.Crop(draw.New(c), 0, 0, 0, -top))
-	var b bytes.Buffer
-	if _, err := c.WriteTo(&b); err != nil {
-		return fmt.Errorf("%s: %w", out, err)
-	}
-	return safefs.WriteFile(out, b.Bytes(), 0o644)
 }

@@ -19,6 +19,7 @@ import (
 	"golang.org/x/perf/benchfmt"
 
 	"github.com/arpatch/arpatch/harness/bench"
+	"github.com/arpatch/arpatch/harness/chart"
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/sglangtest"
 	"github.com/arpatch/arpatch/harness/stats"
@@ -241,29 +242,6 @@ func TestJSONDocument(t *testing.T) {
 	}
 }
 
-// The plot's title says CI only when some point has an interval: 2 or 3
-// trials give none.
-func TestPlotTitleInterval(t *testing.T) {
-	dir := t.TempDir()
-	for _, tc := range []struct {
-		trials []float64
-		want   string
-	}{
-		{[]float64{100, 101}, "(median across trials; too few trials for an interval)"},
-		{[]float64{100, 101, 99, 102, 98, 100}, "(median across trials, CI)"},
-	} {
-		s := stats.Summarize(tc.trials)
-		out := filepath.Join(dir, "p.svg")
-		if err := PlotConcurrency(out, "title", "tok/s", []Curve{{Arm: "a", Points: []LevelPoint{{Concurrency: 1, Center: s.Center, Lo: s.Lo, Hi: s.Hi}, {Concurrency: 4, Center: s.Center, Lo: s.Lo, Hi: s.Hi}}}}); err != nil {
-			t.Fatal(err)
-		}
-		b, _ := os.ReadFile(out)
-		if !strings.Contains(string(b), tc.want) {
-			t.Errorf("%d trials: title lacks %q", len(tc.trials), tc.want)
-		}
-	}
-}
-
 // TestSettingsOfZeroOptions runs bench with Options built directly, every
 // defaulted setting left zero, and checks that the settings a report
 // records are the ones the run used: trials run, tokens generated per
@@ -456,11 +434,11 @@ func TestJSONAndPlotMarkInvalid(t *testing.T) {
 		t.Errorf("curves: %+v", curves)
 	}
 	out := filepath.Join(t.TempDir(), "p.svg")
-	if err := PlotConcurrency(out, "title", "tok/s", curves); err != nil {
+	if err := chart.PlotConcurrency(out, "title", "tok/s", curves); err != nil {
 		t.Fatal(err)
 	}
 	svg, _ := os.ReadFile(out)
-	drawn := PlotConcurrency // the same plot without the INVALID arm: byte for byte, but for its legend line
+	drawn := chart.PlotConcurrency // the same plot without the INVALID arm: byte for byte, but for its legend line
 	out2 := filepath.Join(t.TempDir(), "p2.svg")
 	if err := drawn(out2, "title", "tok/s", curves[:2]); err != nil {
 		t.Fatal(err)
@@ -472,7 +450,7 @@ func TestJSONAndPlotMarkInvalid(t *testing.T) {
 	for i := range curves {
 		curves[i].NoResult = "no verdict (INVALID baseline)"
 	}
-	if err := PlotConcurrency(out, "title", "tok/s", curves); err == nil || !strings.Contains(err.Error(), "no arm with a result to plot (baseline: no verdict (INVALID baseline); pcie") {
+	if err := chart.PlotConcurrency(out, "title", "tok/s", curves); err == nil || !strings.Contains(err.Error(), "no arm with a result to plot (baseline: no verdict (INVALID baseline); pcie") {
 		t.Errorf("plot of no valid arm: %v", err)
 	}
 }
@@ -529,34 +507,5 @@ func TestServingTable(t *testing.T) {
 	}
 	if !strings.Contains(b.String(), "| arm | concurrency | req/s | output tok/s | total tok/s | TTFT mean ms |") {
 		t.Errorf("markdown lacks the serving table:\n%s", &b)
-	}
-}
-
-// One level makes a bar per arm, not a line through one point each: the
-// arms are named under their bars, the level is in the title, and an
-// INVALID arm gets no bar, only its legend line.
-func TestPlotOneLevel(t *testing.T) {
-	curves := []Curve{
-		{Arm: "baseline", Points: []LevelPoint{{Concurrency: 4, Center: 900, Lo: 880, Hi: 920}}},
-		{Arm: "pcie", Points: []LevelPoint{{Concurrency: 4, Center: 1300, Lo: 1250, Hi: 1340}}},
-		{Arm: "broken", NoResult: "INVALID", Points: []LevelPoint{{Concurrency: 4, Center: 5000, Lo: 4900, Hi: 5100}}},
-	}
-	dir := t.TempDir()
-	out := filepath.Join(dir, "one.svg")
-	if err := PlotConcurrency(out, "arpatch run 3: tok_s against concurrency", "tok_s (tok/s)", curves); err != nil {
-		t.Fatal(err)
-	}
-	b, _ := os.ReadFile(out)
-	svg := string(b)
-	for _, want := range []string{"arpatch run 3: tok_s at concurrency 4 (one level: a bar per arm) (median across trials, CI)", ">baseline<", ">pcie<", "broken: INVALID, not drawn"} {
-		if !strings.Contains(svg, want) {
-			t.Errorf("one-level plot lacks %q", want)
-		}
-	}
-	if strings.Contains(svg, ">broken<") || strings.Contains(svg, "concurrency (requests in flight)") {
-		t.Error("the INVALID arm has a bar, or the plot still has a concurrency axis")
-	}
-	if err := PlotConcurrency(filepath.Join(dir, "one.png"), "arpatch run 3: tok_s against concurrency", "tok_s (tok/s)", curves); err != nil {
-		t.Fatal(err)
 	}
 }
