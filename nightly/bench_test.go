@@ -61,7 +61,7 @@ func TestWorkloadKeyIsWhatTheBenchSends(t *testing.T) {
 		t.Errorf("edited prompts under the same path keep the key %q", key)
 	}
 	builtin := workloadKey(cfg, Options{}, a, recipe(""))
-	if want := "prompts=" + workload.Identity(workload.BuiltinName, workload.Builtin()) + ":3 "; !strings.Contains(builtin, want) {
+	if want := "prompts=" + workload.Identity(recipes.BuiltinWorkload, workload.Builtin()) + ":3 "; !strings.Contains(builtin, want) {
 		t.Errorf("built-in key %q does not hold %q", builtin, want)
 	}
 }

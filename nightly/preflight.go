@@ -7,6 +7,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/gitsrc"
@@ -120,7 +121,7 @@ func loadArms(cfg *Config) (*recipes.Recipe, *recipes.Recipe, error) {
 	// key and its line.
 	load := func(arm, name, file string) (*recipes.Recipe, error) {
 		if file != "" {
-			r, err := recipes.File(cfg.Path(file))
+			r, err := bench.RecipeFile(cfg.Path(file))
 			if err != nil {
 				return nil, fmt.Errorf("%s: %w", cfg.At("arms."+arm+"_file"), err)
 			}

@@ -10,7 +10,10 @@
 // from a file with the same schema.
 //
 // The package validates and fills defaults; it does not clone, patch,
-// build or bench.
+// build or bench. What a recipe's values mean to the harness is checked
+// there: bench.CheckRecipe runs the pcie series' variables of [env]
+// through tune.CheckEnv and loads bench.workload's prompts (bench.RecipeFile
+// reads a file with both).
 package recipes
 
 import (
@@ -26,8 +29,6 @@ import (
 
 	"github.com/BurntSushi/toml"
 
-	"github.com/arpatch/arpatch/harness/tune"
-	"github.com/arpatch/arpatch/harness/workload"
 	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/digest"
@@ -38,6 +39,10 @@ import (
 
 //go:embed *.toml
 var embedded embed.FS
+
+// BuiltinWorkload is the bench.workload word for harness/workload's
+// built-in prompts (workload.Builtin), the default.
+const BuiltinWorkload = "builtin"
 
 // DefaultUpstreamURL is SGLang's upstream repository.
 const DefaultUpstreamURL = "https://github.com/sgl-project/sglang.git"
@@ -61,6 +66,8 @@ type Recipe struct {
 	Source string `toml:"-"`
 	// SHA256 is the hex sha256 of the recipe file's bytes.
 	SHA256 string `toml:"-"`
+
+	data []byte // the file's bytes, for KeyError's line numbers
 }
 
 // Upstream pins the SGLang source.
@@ -114,7 +121,8 @@ type Bench struct {
 	SpeculativeNumSteps       int    `toml:"speculative_num_steps"`
 	SpeculativeEagleTopK      int    `toml:"speculative_eagle_topk"`
 	SpeculativeNumDraftTokens int    `toml:"speculative_num_draft_tokens"`
-	// Workload is workload.BuiltinName or a path to a JSONL or ShareGPT JSON file.
+	// Workload is BuiltinWorkload or a path to a JSONL or ShareGPT JSON
+	// file (harness/workload reads it).
 	Workload     string `toml:"workload"`
 	NumPrompts   int    `toml:"num_prompts"`
 	MaxNewTokens int    `toml:"max_new_tokens"`
@@ -277,54 +285,58 @@ func parse(source, dir string, data []byte) (*Recipe, error) {
 	}
 	r.Source = source
 	r.SHA256 = digest.SHA256Hex(data)
-	if err := r.validate(data, md); err != nil {
+	r.data = data
+	if err := r.validate(md); err != nil {
 		return nil, err
 	}
-	if err := r.checkPaths(data, dir); err != nil {
+	if err := r.checkPaths(dir); err != nil {
 		return nil, err
 	}
 	r.fillDefaults(md)
 	return &r, nil
 }
 
-// checkPaths makes the path-valued keys (bench.workload unless workload.BuiltinName,
-// build.deps_dir) relative to dir and checks what they name: the prompts
-// load (harness/workload), the deps directory exists.
-func (r *Recipe) checkPaths(data []byte, dir string) error {
+// checkPaths makes the path-valued keys (bench.workload unless
+// BuiltinWorkload, build.deps_dir) relative to dir and checks that the
+// deps directory exists (bench.CheckRecipe loads the prompts).
+func (r *Recipe) checkPaths(dir string) error {
 	rel := func(p string) string {
 		if dir == "" || filepath.IsAbs(p) {
 			return p
 		}
 		return filepath.Join(dir, p)
 	}
-	if w := r.Bench.Workload; w != "" && w != workload.BuiltinName {
+	if w := r.Bench.Workload; w != "" && w != BuiltinWorkload {
 		r.Bench.Workload = rel(w)
-		if _, err := workload.Load(r.Bench.Workload); err != nil {
-			return r.fail(data, "bench.workload", "%v (a relative path is relative to the recipe's directory)", err)
-		}
 	}
 	if d := r.Build.DepsDir; d != "" {
 		r.Build.DepsDir = rel(d)
 		if fi, err := os.Stat(r.Build.DepsDir); err != nil || !fi.IsDir() {
-			return r.fail(data, "build.deps_dir", "%s is not a directory (a relative path is relative to the recipe's directory); create it (mkdir -p %s), or remove the key", r.Build.DepsDir, shellq.Quote(r.Build.DepsDir))
+			return r.fail("build.deps_dir", "%s is not a directory (a relative path is relative to the recipe's directory); create it (mkdir -p %s), or remove the key", r.Build.DepsDir, shellq.Quote(r.Build.DepsDir))
 		}
 	}
 	return nil
 }
 
-// fail is the error "source:line: key: problem" (or "source: key:
-// problem" when the key is not found in data).
-func (r *Recipe) fail(data []byte, key, format string, args ...any) error {
-	line := tomlx.Line(data, key)
+// KeyError is err about key (a dotted TOML key, e.g. "env.NAME") as
+// "source:line: key: err", or "source: key: err" when the key is not in
+// the file, for the checks of a recipe made outside this package.
+func (r *Recipe) KeyError(key string, err error) error {
+	line := tomlx.Line(r.data, key)
 	loc := fmt.Sprintf("%s:%d", r.Source, line)
 	if line == 0 {
 		loc = r.Source
 	}
-	return fmt.Errorf("%s: %s: %s", loc, key, fmt.Sprintf(format, args...))
+	return fmt.Errorf("%s: %s: %w", loc, key, err)
 }
 
-func (r *Recipe) validate(data []byte, md toml.MetaData) error {
-	fail := func(key, format string, args ...any) error { return r.fail(data, key, format, args...) }
+// fail is KeyError with a formatted problem.
+func (r *Recipe) fail(key, format string, args ...any) error {
+	return r.KeyError(key, fmt.Errorf(format, args...))
+}
+
+func (r *Recipe) validate(md toml.MetaData) error {
+	fail := r.fail
 	if r.Name == "" {
 		return fail("name", "missing; every recipe has a name")
 	}
@@ -343,12 +355,9 @@ func (r *Recipe) validate(data []byte, md toml.MetaData) error {
 	if r.Series == "" && len(r.Skip) > 0 {
 		return fail("skip", "names patches but the recipe has no series")
 	}
-	for k, v := range r.Env {
+	for k := range r.Env {
 		if !envKeyRe.MatchString(k) {
 			return fail("env."+k, "%q is not a valid environment variable name", k)
-		}
-		if err := checkKnownEnv(k, v); err != nil {
-			return fail("env."+k, "%v", err)
 		}
 	}
 	if md.IsDefined("upstream", "url") && strings.TrimSpace(r.Upstream.URL) == "" {
@@ -416,37 +425,6 @@ func (r *Recipe) validate(data []byte, md toml.MetaData) error {
 	}
 	if b.BaselineArm != "" && len(b.Arms) > 0 && !names[b.BaselineArm] {
 		return fail("bench.baseline_arm", "%q names no [[bench.arm]]", b.BaselineArm)
-	}
-	return nil
-}
-
-// checkKnownEnv validates the variables whose meaning arpatch knows: the
-// pcie series' (byte limits, the schedule, the islands) (its patched custom_all_reduce_utils.py and
-// custom_all_reduce.cuh refuse a bad byte limit at server start, far from
-// the recipe) and SGLang's algorithm override
-// (custom_all_reduce.cuh throws on an unknown value).
-func checkKnownEnv(k, v string) error {
-	switch k {
-	case tune.EnvMaxBytes, tune.Env1StageMax:
-		if _, err := tune.ParseBytes(k, v); err != nil {
-			return err
-		}
-	case tune.EnvSchedule, tune.EnvIslands:
-		if _, err := tune.FromEnv(map[string]string{k: v}); err != nil {
-			return err
-		}
-	case "SGLANG_FORCE_CUSTOM_AR_PCIE":
-		switch strings.ToLower(v) {
-		case "0", "1", "true", "false", "yes", "no", "on", "off":
-		default:
-			return fmt.Errorf("%q: want \"1\" (on) or \"0\" (off)", v)
-		}
-	case "SGLANG_CUSTOM_ALLREDUCE_ALGO":
-		switch v {
-		case "1stage", "oneshot", "2stage", "twoshot":
-		default:
-			return fmt.Errorf("%q: sgl-kernel accepts 1stage, oneshot, 2stage, twoshot", v)
-		}
 	}
 	return nil
 }
@@ -525,7 +503,7 @@ func (r *Recipe) fillDefaults(md toml.MetaData) {
 		b.SpeculativeAlgorithm = "EAGLE3"
 	}
 	if b.Workload == "" {
-		b.Workload = workload.BuiltinName
+		b.Workload = BuiltinWorkload
 	}
 	if b.BaselineArm == "" {
 		b.BaselineArm = "baseline"

@@ -12,6 +12,7 @@ import (
 
 	"github.com/urfave/cli/v2"
 
+	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/errwriter"
 	"github.com/arpatch/arpatch/internal/safefs"
@@ -85,7 +86,7 @@ func (f recipeFlags) load(g given) (*recipes.Recipe, error) {
 // A file that cannot be read is named with the flag; an error inside it
 // names its file, line and key.
 func recipeFile(flag, p string) (*recipes.Recipe, error) {
-	r, err := recipes.File(p)
+	r, err := bench.RecipeFile(p)
 	var pe *os.PathError
 	switch {
 	case errors.As(err, &pe) && pe.Path == p:

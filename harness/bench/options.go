@@ -134,14 +134,14 @@ func (ov Overrides) workload(rb recipes.Bench) ([]string, string, error) {
 	if ov.Prompts != nil {
 		return ov.Prompts, ov.PromptsFrom, nil
 	}
-	if w := rb.Workload; w != "" && w != workload.BuiltinName {
+	if w := rb.Workload; w != "" && w != recipes.BuiltinWorkload {
 		prompts, err := workload.Load(w)
 		if err != nil {
 			return nil, "", fmt.Errorf("bench.workload: %w", err)
 		}
 		return prompts, w, nil
 	}
-	return workload.Builtin(), workload.BuiltinName, nil
+	return workload.Builtin(), recipes.BuiltinWorkload, nil
 }
 
 // arms are the overrides' arms, else the recipe's [[bench.arm]], else one

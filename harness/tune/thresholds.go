@@ -377,3 +377,36 @@ func formatBytes(n uint64) string {
 
 // U64 returns a pointer to v, for Thresholds.OneStageMax.
 func U64(v uint64) *uint64 { return &v }
+
+// CheckEnv checks the value v of a variable k whose meaning arpatch
+// knows, as a recipe's [env] sets it: the pcie series' byte limits,
+// schedule and islands (its patched custom_all_reduce_utils.py and
+// custom_all_reduce.cuh refuse a bad one at server start, far from the
+// recipe), its switch EnvForce, and SGLang's algorithm override EnvAlgo
+// (custom_all_reduce.cuh throws on an unknown value). Any other variable
+// passes. The error names the value and what is wanted.
+func CheckEnv(k, v string) error {
+	switch k {
+	case EnvMaxBytes, Env1StageMax:
+		if _, err := ParseBytes(k, v); err != nil {
+			return err
+		}
+	case EnvSchedule, EnvIslands:
+		if _, err := FromEnv(map[string]string{k: v}); err != nil {
+			return err
+		}
+	case EnvForce:
+		switch strings.ToLower(v) {
+		case "0", "1", "true", "false", "yes", "no", "on", "off":
+		default:
+			return fmt.Errorf("%q: want \"1\" (on) or \"0\" (off)", v)
+		}
+	case EnvAlgo:
+		switch v {
+		case "1stage", "oneshot", "2stage", "twoshot":
+		default:
+			return fmt.Errorf("%q: sgl-kernel accepts 1stage, oneshot, 2stage, twoshot", v)
+		}
+	}
+	return nil
+}

@@ -16,16 +16,12 @@ import (
 	"github.com/arpatch/arpatch/internal/digest"
 )
 
-// BuiltinName is the name of the built-in prompts, as a recipe's
-// [bench] workload and Identity write it.
-const BuiltinName = "builtin"
-
 //go:embed prompts.jsonl
 var builtin []byte
 
 // Builtin returns the built-in prompts.
 func Builtin() []string {
-	p, err := parseJSONL(BuiltinName, builtin)
+	p, err := parseJSONL("prompts.jsonl", builtin)
 	if err != nil {
 		panic(err) // the embedded file is part of arpatch
 	}
@@ -116,7 +112,7 @@ func Take(ps []string, n int) []string {
 	return out
 }
 
-// Identity names a workload for reports and history keys: name (BuiltinName
+// Identity names a workload for reports and history keys: name (recipes.BuiltinWorkload
 // or the file's path as given) and the SHA-256 of the prompts, cut to
 // digest.ShortLen hex digits, so that a file edited in place, or another
 // file under the same name, is told apart: "builtin@sha256:3f1c0a9e2b7d".
