@@ -709,6 +709,10 @@ func benchRun(ctx context.Context, bo benchOptions, s streams) error {
 		if bo.Ext == "" {
 			return usagef("--preflight needs --ext PATH, the allreduce extension from arpatch build --allreduce-ext")
 		}
+		// Before any server starts: the preflight's ranks need torch.
+		if err := checkTorch(ctx, bo.Python, nil); err != nil {
+			return err
+		}
 		tp := o.TP
 		o.Preflight = func(ctx context.Context) (*allreduce.Report, error) {
 			v := allreduce.DefaultVerify()

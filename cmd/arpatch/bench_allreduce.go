@@ -221,6 +221,9 @@ func checkWorldSize(ws int) error {
 // interrupted run infrastructure (exit 4), with the cases that finished.
 func benchAllreduceRun(ctx context.Context, o benchAllreduceOptions, s streams) (err error) {
 	opts := o.Run
+	if err := checkTorch(ctx, opts.Python, opts.Env); err != nil {
+		return err
+	}
 	needsExt := false
 	for _, i := range opts.Impls {
 		needsExt = needsExt || strings.HasPrefix(i, "custom")

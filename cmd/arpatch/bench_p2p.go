@@ -125,6 +125,9 @@ func benchP2PRun(ctx context.Context, o benchP2POptions, s streams) (err error) 
 	if opts.GPUs, opts.Topology, err = visibleGPUs(ctx); err != nil {
 		return err
 	}
+	if err := checkTorch(ctx, opts.Python, opts.Env); err != nil {
+		return err
+	}
 	if o.Log != "" {
 		lw, closeLog, lerr := openLog(o.Log)
 		if lerr != nil {

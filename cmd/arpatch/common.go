@@ -1,6 +1,7 @@
 package main
 
 import (
+	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -16,7 +17,9 @@ import (
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/errwriter"
 	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/shellq"
+	"github.com/arpatch/arpatch/internal/torchrun"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -301,4 +304,15 @@ func builtInCopyNote(dir, name string) string {
 	}
 	return fmt.Sprintf("note: %s differs from the series %s built into this arpatch, which is the one apply, patches check and nightly use: pass `--patches-dir %s` to use the copy on disk, or rebuild arpatch (`go build -o bin/arpatch ./cmd/arpatch`) to build it in",
 		filepath.Join(dir, name), name, shellq.Quote(dir))
+}
+
+// checkTorch asks python (--python; "" is pyenv.Default) once, before a
+// GPU command (bench allreduce, tune allreduce, bench p2p, bench
+// --preflight) starts anything, whether it can start torchrun's ranks
+// (torchrun.Check): a missing torch is named as Python names it, with
+// its remedy, not as rounds of ranks that reported nothing. env nil is
+// this process's environment.
+func checkTorch(ctx context.Context, python string, env []string) error {
+	_, err := torchrun.Check(ctx, pyenv.Or(python), env)
+	return err
 }

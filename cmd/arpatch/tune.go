@@ -217,6 +217,9 @@ func tuneAllreduceOpts(f tuneAllreduceFlags) (tuneAllreduceOptions, error) {
 // takes a bad threshold is a failure (exit 1).
 func tuneAllreduceRun(ctx context.Context, to tuneAllreduceOptions, s streams) (err error) {
 	o := to.Tune
+	if err := checkTorch(ctx, o.Bench.Python, o.Bench.Env); err != nil {
+		return err
+	}
 	ext, err := to.Ext.find(ctx)
 	if err != nil {
 		return err

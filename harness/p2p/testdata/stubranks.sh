@@ -7,7 +7,19 @@
 # --stub-bus-ids $P2P_STUB_BUS_IDS, with the first python3 after this
 # script's directory on PATH that runs Python (a fake python3 for doctor's
 # probes may come before it). Anything else goes to the python3 that
-# comes after this script's directory on PATH.
+# comes after this script's directory on PATH, except torchrun.Check's
+# script (its first line names it), which the stub answers as an
+# interpreter with torch does (the stub device needs none), or with
+# P2P_STUB_NO_TORCH=1 as one without.
+case "$1 $2" in
+"-c # arpatch: can this interpreter start torchrun's ranks?"*)
+  if [ -n "${P2P_STUB_NO_TORCH-}" ]; then
+    echo "ModuleNotFoundError: No module named 'torch'"
+    exit 1
+  fi
+  echo "2.11.0+cu130"
+  exit 0 ;;
+esac
 self=$(cd "$(dirname "$0")" && pwd)
 PATH=$(printf '%s\n' "$PATH" | tr ':' '\n' | grep -vx "$self" | paste -sd: -)
 export PATH

@@ -24,8 +24,19 @@
 # bad threshold and a bad schedule; FAKE_AR_NO_PUSH=1 one that takes a bad
 # schedule only (it predates the push kernels); FAKE_AR_BLOCK=FILE reports
 # the first case, starts the second, writes "started" to FILE and blocks (a
-# hang, or a run to interrupt). Anything else goes to the fake toolchain's
-# python3.
+# hang, or a run to interrupt). It answers torchrun.Check's script (its
+# first line names it) as an interpreter with torch does, or with
+# FAKE_AR_NO_TORCH=1 as one without. Anything else goes to the fake
+# toolchain's python3.
+case "$1 $2" in
+"-c # arpatch: can this interpreter start torchrun's ranks?"*)
+  if [ -n "${FAKE_AR_NO_TORCH-}" ]; then
+    echo "ModuleNotFoundError: No module named 'torch'"
+    exit 1
+  fi
+  echo "2.11.0+cu130"
+  exit 0 ;;
+esac
 if [ "$1 $2" != "-m torch.distributed.run" ]; then
   nvcc=$(command -v nvcc)
   exec "${nvcc%/*}/python3" "$@"

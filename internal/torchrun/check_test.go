@@ -1,0 +1,79 @@
+package torchrun
+
+import (
+	"context"
+	"errors"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"testing"
+
+	"github.com/arpatch/arpatch/internal/testbin"
+)
+
+// Check runs CheckScript in a real Python against a made-up torch package
+// on PYTHONPATH (ahead of any torch the machine has): one that imports,
+// one without torch.distributed.run, one whose import fails as a torch
+// built for another CUDA does; then an interpreter that is not there and
+// one that is not Python.
+func TestCheck(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3 on PATH")
+	}
+	pkg := func(files map[string]string) []string {
+		dir := t.TempDir()
+		for name, body := range files {
+			p := filepath.Join(dir, name)
+			if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+				t.Fatal(err)
+			}
+			if err := os.WriteFile(p, []byte(body), 0o644); err != nil {
+				t.Fatal(err)
+			}
+		}
+		return append(os.Environ(), "PYTHONPATH="+dir)
+	}
+	ctx := context.Background()
+	good := pkg(map[string]string{"torch/__init__.py": "__version__ = '2.11.0+cu130'\n", "torch/distributed/__init__.py": "", "torch/distributed/run.py": ""})
+	if v, err := Check(ctx, py, good); err != nil || v != "2.11.0+cu130" {
+		t.Errorf("torch that imports: %q, %v", v, err)
+	}
+	for _, c := range []struct {
+		name  string
+		env   []string
+		cause string
+	}{
+		{"no torchrun", pkg(map[string]string{"torch/__init__.py": "__version__ = '2.11.0'\n", "torch/distributed/__init__.py": ""}),
+			"ModuleNotFoundError: No module named 'torch.distributed.run'"},
+		{"a torch that fails to load", pkg(map[string]string{"torch/__init__.py": "raise ImportError('libcudart.so.13: cannot open shared object file: No such file or directory')\n"}),
+			"ImportError: libcudart.so.13: cannot open shared object file: No such file or directory"},
+	} {
+		_, err := Check(ctx, py, c.env)
+		var ee *EnvError
+		if !errors.As(err, &ee) || ee.Cause != c.cause || !ee.Ran {
+			t.Errorf("%s: %v, want the cause %q", c.name, err, c.cause)
+			continue
+		}
+		want := "--python " + py + " cannot start the ranks: " + c.cause + "; install torch for it (`" + py + " -m pip install torch`) or pass --python with the interpreter of your serving environment"
+		if err.Error() != want {
+			t.Errorf("%s:\n got %s\nwant %s", c.name, err, want)
+		}
+	}
+	_, err = Check(ctx, "no-such-python-arpatch", nil)
+	if want := "--python no-such-python-arpatch cannot start the ranks: not found on PATH; pass --python with the interpreter of your serving environment (the one with torch)"; err == nil || err.Error() != want {
+		t.Errorf("a missing interpreter: %v", err)
+	}
+	sh := filepath.Join(t.TempDir(), "python3")
+	if err := testbin.Write(sh, []byte("#!/bin/sh\necho 'not python' >&2\nexit 2\n")); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := Check(ctx, sh, nil); err == nil || err.Error() != "--python "+sh+" cannot start the ranks: not python; install torch for it (`"+sh+" -m pip install torch`) or pass --python with the interpreter of your serving environment" {
+		t.Errorf("not Python: %v", err)
+	}
+	cctx, cancel := context.WithCancel(ctx)
+	cancel()
+	if _, err := Check(cctx, py, good); !errors.Is(err, context.Canceled) {
+		t.Errorf("a cancelled context: %v", err)
+	}
+}
