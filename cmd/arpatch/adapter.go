@@ -209,16 +209,19 @@ func (e exitError) ExitCode() int { return e.code }
 // msg unless it is empty.
 func exitWith(code int, msg string) error { return exitError{code, msg} }
 
-// exitCode maps a command's error onto arpatch's exit codes: a usage
-// error (usageError, an ambiguous abbreviated commit) is 2, an exitError its code,
-// any other error 1.
+// exitCode maps a command's error onto arpatch's exit codes: a panic
+// (internalError) is 5, a usage error (usageError, an ambiguous
+// abbreviated commit) 2, an exitError its code, any other error 1.
 func exitCode(err error) int {
 	if err == nil {
 		return exitOK
 	}
 	var ue usageError
 	var ec cli.ExitCoder
+	var ie internalError
 	switch {
+	case errors.As(err, &ie):
+		return exitInternal
 	case errors.As(err, &ue), errors.Is(err, gitsrc.ErrAbbreviated):
 		return exitUsage
 	case errors.As(err, &ec):

@@ -11,6 +11,8 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/urfave/cli/v2"
+
 	"github.com/arpatch/arpatch/internal/errwriter/errwritertest"
 	"github.com/arpatch/arpatch/internal/testrepo"
 )
@@ -59,7 +61,7 @@ func TestHelpListsExitCodes(t *testing.T) {
 	if code := run(context.Background(), []string{"arpatch", "--help"}, &out, &out); code != exitOK {
 		t.Fatalf("exit %d", code)
 	}
-	for _, want := range []string{"   0  success", "   1  failure", "   2  usage error", "   3  drift (nightly)", "   4  infrastructure (bench, nightly)"} {
+	for _, want := range []string{"   0  success", "   1  failure", "   2  usage error", "   3  drift (nightly)", "   4  infrastructure (bench, nightly)", "   5  internal error"} {
 		if !strings.Contains(out.String(), want) {
 			t.Errorf("arpatch --help lacks %q", want)
 		}
@@ -121,6 +123,45 @@ func TestInterruptedExit(t *testing.T) {
 		if code, got := interrupted(msg); code != exitInfra || got != want {
 			t.Errorf("interrupted(%q) = %d, %q; want 4, %q", msg, code, got, want)
 		}
+	}
+}
+
+// TestPanicExitsInternal: a command that panics (arpatch's bug) exits 5,
+// the internal-error code, never 2 (the Go runtime's code for a panic,
+// which arpatch keeps for usage errors), with one message that says it is
+// arpatch's bug and carries the panic and the stack; also when a signal
+// ended the context first.
+func TestPanicExitsInternal(t *testing.T) {
+	withBoom := func(stdout, stderr io.Writer) *cli.App {
+		app := newApp(stdout, stderr)
+		app.Commands = append(app.Commands, &cli.Command{Name: "boom", Action: action(noFlags, func(_ context.Context, _ struct{}, s streams) error {
+			fmt.Fprintln(s.Out, "partial")
+			var m map[string]int
+			m["x"]++ // a runtime error, as a real bug panics
+			return nil
+		})})
+		conform(app.Commands)
+		return app
+	}
+	cancelled, cancel := context.WithCancel(context.Background())
+	cancel()
+	for _, ctx := range []context.Context{context.Background(), cancelled} {
+		var out, errb bytes.Buffer
+		code := runApp(ctx, withBoom, []string{"arpatch", "boom"}, &out, &errb)
+		first, rest, _ := strings.Cut(errb.String(), "\n")
+		if code != exitInternal || first != "arpatch: internal error: panic: assignment to entry in nil map" ||
+			!strings.HasPrefix(rest, "this is a bug in arpatch, not in what you asked: please report it with the command line and the stack below\n") ||
+			!strings.Contains(rest, "TestPanicExitsInternal") || strings.Count(errb.String(), "arpatch: ") != 1 {
+			t.Errorf("a panic (ctx err %v): exit %d, want %d; stderr:\n%s", ctx.Err(), code, exitInternal, errb.String())
+		}
+		if out.String() != "partial\n" {
+			t.Errorf("stdout %q: what the command wrote before it panicked is kept", out.String())
+		}
+	}
+	// The usage errors around it keep their code.
+	var out, errb bytes.Buffer
+	if code := runApp(context.Background(), withBoom, []string{"arpatch", "boom", "--bogus"}, &out, &errb); code != exitUsage || out.Len() != 0 {
+		t.Errorf("boom --bogus: exit %d, stdout %q", code, out.String())
 	}
 }
 

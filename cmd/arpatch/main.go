@@ -3,11 +3,12 @@
 // applies a versioned patch series (apply, status, revert, patches check).
 //
 // Exit codes: 0 success, 1 failure, 2 usage error (a bad flag or argument),
-// 3 drift (nightly), 4 infrastructure failure (bench, nightly); `arpatch
-// --help` lists them.
+// 3 drift (nightly), 4 infrastructure failure (bench, nightly), 5 internal
+// error (a panic); `arpatch --help` lists them.
 package main
 
 import (
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -33,6 +34,10 @@ const (
 	exitOK      = 0
 	exitFailure = 1
 	exitUsage   = 2
+	// exitInternal is arpatch's own bug: a command panicked. Not 2, the
+	// code the Go runtime gives an unrecovered panic, which arpatch
+	// keeps for usage errors.
+	exitInternal = 5
 )
 
 // version is set with -ldflags "-X main.version=v1.2.3"; otherwise it comes
@@ -131,16 +136,45 @@ func usagef(format string, args ...any) error {
 }
 
 func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
+	return runApp(ctx, newApp, args, stdout, stderr)
+}
+
+// internalError is a panic in a command, arpatch's bug: exit
+// exitInternal, with the panic's value and the stack.
+type internalError struct {
+	value any
+	stack []byte
+}
+
+func (e internalError) Error() string {
+	return fmt.Sprintf("internal error: panic: %v\nthis is a bug in arpatch, not in what you asked: please report it with the command line and the stack below\n%s",
+		e.value, bytes.TrimSpace(e.stack))
+}
+
+// runGuarded runs app, turning a panic on this goroutine (every command's
+// action runs here) into an internalError. A panic on a goroutine a
+// command started still ends the process as the Go runtime does.
+func runGuarded(ctx context.Context, app *cli.App, argv []string) (err error) {
+	defer func() {
+		if p := recover(); p != nil {
+			err = internalError{value: p, stack: debug.Stack()}
+		}
+	}()
+	return app.RunContext(ctx, argv)
+}
+
+// runApp is run with the app newApp makes (a test adds commands to it).
+func runApp(ctx context.Context, makeApp func(stdout, stderr io.Writer) *cli.App, args []string, stdout, stderr io.Writer) int {
 	// Every command's output goes through one writer that keeps its first
 	// error, so that a table, report or help text that could not be
 	// written (a full disk, a closed file) fails the run instead of
 	// exiting 0 with a short output. (Progress goes to stderr, which is
 	// not wrapped: its terminal test needs the *os.File.)
 	out := errwriter.New(stdout)
-	app := newApp(out, stderr)
+	app := makeApp(out, stderr)
 	argv, err := interspersed(app, args)
 	if err == nil {
-		err = app.RunContext(ctx, argv)
+		err = runGuarded(ctx, app, argv)
 	}
 	err = unknownCommand(app, args, err)
 	code, msg := exitOK, ""
@@ -155,7 +189,7 @@ func run(ctx context.Context, args []string, stdout, stderr io.Writer) int {
 				msg += "\n" + rest
 			}
 		}
-		if ctx.Err() != nil && code != exitUsage {
+		if ctx.Err() != nil && code != exitUsage && code != exitInternal {
 			code, msg = interrupted(msg)
 		}
 	}
@@ -221,7 +255,9 @@ Exit codes:
       ab, bench, bench allreduce, tune allreduce, doctor, nightly...) that
       a signal (SIGINT, SIGTERM, SIGHUP) interrupted: its message starts
       "interrupted" and says what was stopped or left; a partial table or
-      JSON report says interrupted, never WRONG, ERROR or MISSING`,
+      JSON report says interrupted, never WRONG, ERROR or MISSING
+   5  internal error: arpatch itself failed (a panic, its bug): the message
+      says so and gives the stack to report`,
 		Writer:               stdout,
 		ErrWriter:            stderr,
 		EnableBashCompletion: true,
