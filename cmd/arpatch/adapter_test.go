@@ -487,3 +487,65 @@ func TestEveryCommandHasExamples(t *testing.T) {
 	}
 	walk("arpatch", newApp(io.Discard, io.Discard).Commands)
 }
+
+// urfaveWords are urfave/cli's and the flag package's own messages, which
+// arpatch words itself (flagMessage, conform, unknownCommand).
+var urfaveWords = regexp.MustCompile(`Incorrect Usage|Required flags? .*not set|flag provided but not defined|flag needs an argument|invalid value ".*" for flag|invalid boolean|No help topic|could not parse|bad flag syntax|Cannot use two forms|^NAME:|USAGE:`)
+
+// TestEveryCommandUsageError: every command, hidden ones included, answers
+// each kind of bad flag (unknown, after --json, a value missing, a value
+// of the wrong type, a boolean that is not one) as git and the go command
+// do: exit 2, nothing on stdout, one line on stderr in arpatch's words
+// ending with the pointer to the command's --help. It runs on an
+// options-only context, so a command line the parser took would fail
+// here with exit 1 instead of running.
+func TestEveryCommandUsageError(t *testing.T) {
+	ctx := context.WithValue(context.Background(), optionsOnly{}, true)
+	check := func(path string, argv []string) {
+		t.Helper()
+		var out, errb bytes.Buffer
+		code := run(ctx, append([]string{"arpatch"}, argv...), &out, &errb)
+		msg := errb.String()
+		help := "(" + path + " --help)\n"
+		if code != exitUsage || out.Len() != 0 || strings.Count(msg, "\n") != 1 || !strings.HasPrefix(msg, "arpatch: ") ||
+			!strings.HasSuffix(msg, help) || urfaveWords.MatchString(msg) {
+			t.Errorf("arpatch %s: exit %d (want 2), stdout %q (want none), stderr %q (want one line ending %q, in arpatch's words)",
+				strings.Join(argv, " "), code, out.String(), msg, strings.TrimSpace(help))
+		}
+	}
+	n := 0
+	var walk func(path string, words []string, cmds []*cli.Command)
+	walk = func(path string, words []string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			if c.Name == "help" || c.SkipFlagParsing { // gencode-filter: its arguments are a compiler's
+				continue
+			}
+			p, w := path+" "+c.Name, append(words[:len(words):len(words)], c.Name)
+			check(p, append(w, "--bogus"))
+			for _, f := range c.Flags {
+				name := "--" + f.Names()[0]
+				switch f.(type) {
+				case *cli.BoolFlag:
+					check(p, append(w, name+"=maybe"))
+					if name == "--json" {
+						check(p, append(w, "--json", "--bogus"))
+					}
+				case *cli.IntFlag, *cli.Int64Flag, *cli.Float64Flag:
+					check(p, append(w, name, "x"))
+					check(p, append(w, name))
+				case *cli.DurationFlag:
+					check(p, append(w, name, "5"))
+					check(p, append(w, name))
+				default:
+					check(p, append(w, name))
+				}
+				n++
+			}
+			walk(p, w, c.Subcommands)
+		}
+	}
+	walk("arpatch", nil, newApp(io.Discard, io.Discard).Commands)
+	if n < 100 {
+		t.Fatalf("checked only %d flags; the walk broke", n)
+	}
+}
