@@ -30,7 +30,7 @@ type edge struct {
 	file, from, to string
 }
 
-var rowRe = regexp.MustCompile("^\\|\\s*([a-z]+)\\s*\\|([^|]*)\\|")
+var rowRe = regexp.MustCompile(`^\|\s*([a-z]+)\s*\|([^|]*)\|`)
 var codeRe = regexp.MustCompile("`([^`]+)`")
 
 // readLayers reads the table between <!-- layers and <!-- /layers --> of
