@@ -17,7 +17,6 @@ import (
 	"time"
 
 	"github.com/urfave/cli/v2"
-	"mvdan.cc/sh/v3/syntax"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/bench"
@@ -274,7 +273,7 @@ func parseArm(spec string, into map[string]*bench.Arm) (string, error) {
 		case k == "launch-cmd":
 			a.LaunchCmd = v
 		case k == "args":
-			words, err := shellWords(v)
+			words, err := shellq.Split(v)
 			if err != nil {
 				return "", fmt.Errorf("--arm %s: args=%s: %v", name, v, err)
 			}
@@ -308,68 +307,6 @@ func parseArm(spec string, into map[string]*bench.Arm) (string, error) {
 	}
 	into[name] = &a
 	return name, nil
-}
-
-// shellWords splits s into words as sh does (quotes, backslashes), with
-// no expansion: a $VARIABLE, $(command) or $((arithmetic)) is refused, as
-// a brace or a tilde stays literal.
-func shellWords(s string) ([]string, error) {
-	var out []string
-	for w, err := range syntax.NewParser().WordsSeq(strings.NewReader(s)) {
-		if err != nil {
-			return nil, err
-		}
-		var exp string
-		syntax.Walk(w, func(n syntax.Node) bool {
-			switch n.(type) {
-			case *syntax.ParamExp, *syntax.CmdSubst, *syntax.ArithmExp, *syntax.ProcSubst, *syntax.ExtGlob:
-				if exp == "" {
-					exp = s[n.Pos().Offset():n.End().Offset()]
-				}
-			}
-			return true
-		})
-		if exp != "" {
-			return nil, fmt.Errorf("%s: arpatch does not expand it; write the value, or quote the '$' with single quotes", exp)
-		}
-		var b strings.Builder
-		for _, p := range w.Parts {
-			switch p := p.(type) {
-			case *syntax.Lit:
-				b.WriteString(unescape(p.Value, ""))
-			case *syntax.SglQuoted:
-				b.WriteString(p.Value)
-			case *syntax.DblQuoted:
-				for _, q := range p.Parts {
-					if l, ok := q.(*syntax.Lit); ok {
-						b.WriteString(unescape(l.Value, "$`\"\\\n"))
-					}
-				}
-			default:
-				return nil, fmt.Errorf("%s: arpatch does not expand it", s[p.Pos().Offset():p.End().Offset()])
-			}
-		}
-		out = append(out, b.String())
-	}
-	return out, nil
-}
-
-// unescape removes sh's backslashes: before any character outside
-// quotes (only), or inside double quotes before one of special; a
-// backslash-newline disappears.
-func unescape(s, special string) string {
-	var b strings.Builder
-	for i := 0; i < len(s); i++ {
-		if s[i] == '\\' && i+1 < len(s) && (special == "" || strings.IndexByte(special, s[i+1]) >= 0) {
-			i++
-			if s[i] != '\n' {
-				b.WriteByte(s[i])
-			}
-			continue
-		}
-		b.WriteByte(s[i])
-	}
-	return b.String()
 }
 
 // benchFlags are bench's parsed flags.

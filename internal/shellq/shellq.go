@@ -1,10 +1,13 @@
 // Package shellq quotes words for a POSIX shell, so that every command
 // arpatch prints (remedies, plans, recorded commands) runs as printed
-// when pasted. It is the one place that decides what needs quoting;
-// mvdan.cc/sh's syntax.Quote makes that decision.
+// when pasted, and splits a line a user gives (bench --arm's args=) into
+// words as sh would, expanding nothing. It is the one place that decides
+// what needs quoting (mvdan.cc/sh's syntax.Quote makes that decision) and
+// how a line splits (mvdan.cc/sh's parser).
 package shellq
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 
@@ -61,4 +64,68 @@ func Path(p string) string {
 		return "~/" + Quote(rest)
 	}
 	return Quote(p)
+}
+
+// Split splits s into words as sh does (quotes, backslashes), with no
+// expansion: a $VARIABLE, $(command) or $((arithmetic)) is refused, naming
+// it, and a brace or a tilde stays literal. Quote's words read back as
+// themselves. A syntax error (an unclosed quote) is mvdan.cc/sh's, with
+// its position.
+func Split(s string) ([]string, error) {
+	var out []string
+	for w, err := range syntax.NewParser().WordsSeq(strings.NewReader(s)) {
+		if err != nil {
+			return nil, err
+		}
+		var exp string
+		syntax.Walk(w, func(n syntax.Node) bool {
+			switch n.(type) {
+			case *syntax.ParamExp, *syntax.CmdSubst, *syntax.ArithmExp, *syntax.ProcSubst, *syntax.ExtGlob:
+				if exp == "" {
+					exp = s[n.Pos().Offset():n.End().Offset()]
+				}
+			}
+			return true
+		})
+		if exp != "" {
+			return nil, fmt.Errorf("%s: arpatch does not expand it; write the value, or quote the '$' with single quotes", exp)
+		}
+		var b strings.Builder
+		for _, p := range w.Parts {
+			switch p := p.(type) {
+			case *syntax.Lit:
+				b.WriteString(unescape(p.Value, ""))
+			case *syntax.SglQuoted:
+				b.WriteString(p.Value)
+			case *syntax.DblQuoted:
+				for _, q := range p.Parts {
+					if l, ok := q.(*syntax.Lit); ok {
+						b.WriteString(unescape(l.Value, "$`\"\\\n"))
+					}
+				}
+			default:
+				return nil, fmt.Errorf("%s: arpatch does not expand it", s[p.Pos().Offset():p.End().Offset()])
+			}
+		}
+		out = append(out, b.String())
+	}
+	return out, nil
+}
+
+// unescape removes sh's backslashes: before any character outside
+// quotes (only), or inside double quotes before one of special; a
+// backslash-newline disappears.
+func unescape(s, special string) string {
+	var b strings.Builder
+	for i := 0; i < len(s); i++ {
+		if s[i] == '\\' && i+1 < len(s) && (special == "" || strings.IndexByte(special, s[i+1]) >= 0) {
+			i++
+			if s[i] != '\n' {
+				b.WriteByte(s[i])
+			}
+			continue
+		}
+		b.WriteByte(s[i])
+	}
+	return b.String()
 }

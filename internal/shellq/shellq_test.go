@@ -3,6 +3,7 @@ package shellq
 import (
 	"os"
 	"os/exec"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -56,5 +57,29 @@ func TestAssignRoundTrip(t *testing.T) {
 	}
 	if got := AssignKV("CMAKE_ARGS=-Da -Db;x"); got != "CMAKE_ARGS='-Da -Db;x'" {
 		t.Errorf("AssignKV = %s", got)
+	}
+}
+
+// TestSplit: Split reads sh's quoting as sh does, reads every quoted word
+// back as itself, and refuses an expansion, naming it.
+func TestSplit(t *testing.T) {
+	got, err := Split(`--json '{"a": 1}' --name "two words" a\ b {x,y} ~/m '$X' "say \"hi\" \n" c\$d`)
+	want := []string{"--json", `{"a": 1}`, "--name", "two words", "a b", "{x,y}", "~/m", "$X", `say "hi" \n`, "c$d"}
+	if err != nil || !slices.Equal(got, want) {
+		t.Errorf("Split = %q, %v\nwant %q", got, err, want)
+	}
+	words := []string{"plain", "a b", "it's", `"dq"`, "$HOME", "`x`", "a\\b", "semi;colon", "*glob?", "~user", "-dash", "ünï"}
+	if got, err := Split(Join(words)); err != nil || !slices.Equal(got, words) {
+		t.Errorf("Split(Join(%q)) = %q, %v", words, got, err)
+	}
+	for in, want := range map[string]string{
+		"--x $HOME":    "$HOME: arpatch does not expand it",
+		"--x $(id)":    "$(id): arpatch does not expand it",
+		"--x $((1+1))": "$((1+1)): arpatch does not expand it",
+		"--x 'open":    "1:5: reached EOF without closing quote",
+	} {
+		if _, err := Split(in); err == nil || !strings.Contains(err.Error(), want) {
+			t.Errorf("Split(%q) = %v, want an error containing %q", in, err, want)
+		}
 	}
 }
