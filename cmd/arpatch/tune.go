@@ -6,7 +6,6 @@ import (
 	"errors"
 	"fmt"
 	"io"
-	"maps"
 	"os"
 	"slices"
 	"strings"
@@ -328,16 +327,13 @@ func tunedRecipe(ctx context.Context, r *recipes.Recipe, t tuneFlags, src string
 
 // tunedEnv returns a copy of env with t's variables in it when env opens
 // the PCIe gate (tuned), else env itself: the runtime environment apply
-// prints is the patched server's.
+// prints is the patched server's. It is bench.TuneArms on one arm.
 func tunedEnv(env map[string]string, t tune.Thresholds) (out map[string]string, tuned bool) {
-	out = maps.Clone(env)
-	if out == nil {
-		out = map[string]string{}
-	}
-	if _, gate := t.ApplyEnv(out); !gate {
+	arm := []bench.Arm{{Env: env}}
+	if set := bench.TuneArms(arm, t); len(set) == 0 || !set[0].PCIe {
 		return env, false
 	}
-	return out, true
+	return arm[0].Env, true
 }
 
 // loadTune reads a tune file and checks it was made on this host at world
