@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"io"
 	"path/filepath"
 	"reflect"
 	"sort"
@@ -30,6 +31,9 @@ type ABOptions struct {
 	PythonA, PythonB string
 	Build            BuildOptions // Src and Python are set per arm
 	PlanOnly         bool
+	// CheckoutProgress receives each arm's clone and checkout progress
+	// (checkout.ApplyOptions.Progress: a terminal); nil for none.
+	CheckoutProgress io.Writer
 }
 
 // ABArm is one side of an A/B build.
@@ -98,7 +102,8 @@ func ABBuild(ctx context.Context, opts ABOptions, progress func(arm string) Prog
 	}{{"a", opts.A, opts.PythonA}, {"b", opts.B, opts.PythonB}}
 	for i, arm := range arms {
 		src := filepath.Join(opts.Dir, arm.name)
-		_, err := checkout.Apply(ctx, checkout.ApplyOptions{Recipe: arm.recipe, Catalog: opts.Catalog, Src: src, Repo: opts.Repo, Commit: commit, Version: opts.Build.Version})
+		_, err := checkout.Apply(ctx, checkout.ApplyOptions{Recipe: arm.recipe, Catalog: opts.Catalog, Src: src, Repo: opts.Repo, Commit: commit, Version: opts.Build.Version,
+			Progress: opts.CheckoutProgress})
 		if err != nil {
 			return nil, nil, fmt.Errorf("arm %s (recipe %s): %w", arm.name, arm.recipe.Name, err)
 		}

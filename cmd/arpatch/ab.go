@@ -9,6 +9,7 @@ import (
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/digest"
+	"github.com/arpatch/arpatch/internal/progress"
 	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/internal/textfmt"
 
@@ -171,6 +172,11 @@ func abBuildRun(ctx context.Context, o abBuildOptions, s streams) error {
 	notePassedOver(s.Err, o.AB.Catalog)
 	w, dir := s.Out, o.AB.Dir
 	o.AB.Build.Log = s.Err
+	if progress.IsTerminal(s.Err) {
+		// As apply, and git: each arm's checkout (4,303 files take
+		// seconds) counted on a terminal only.
+		o.AB.CheckoutProgress = s.Err
+	}
 	ab, results, err := kernels.ABBuild(ctx, o.AB, func(arm string) kernels.Progress { return kernels.NewProgress(s.Err, "arm "+arm) })
 	if err != nil {
 		return err
