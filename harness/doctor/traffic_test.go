@@ -100,7 +100,7 @@ func TestExpectationFollowsModel(t *testing.T) {
 			t.Errorf("%s: ALGO=%s with ISLANDS %v", host, algo[1], isl)
 		}
 		if isl != nil {
-			if _, err := traffic.ParseIslands(isl[1], m.N); err != nil || isl[1] != s.Islands.Islands.String() {
+			if _, err := allreduce.ParseIslands(isl[1], m.N); err != nil || isl[1] != s.Islands.Islands.String() {
 				t.Errorf("%s: ISLANDS=%s: %v", host, isl[1], err)
 			}
 		}

@@ -80,7 +80,7 @@ func docLines(t *testing.T) []string {
 	}
 	// FlashInfer.
 	fi := flashInferHost(t)
-	c := traffic.IslandChoice{Kind: "sockets", Islands: traffic.Islands{{0, 1, 2, 3}, {4, 5, 6, 7}}}
+	c := traffic.IslandChoice{Kind: "sockets", Islands: allreduce.Islands{{0, 1, 2, 3}, {4, 5, 6, 7}}}
 	big := p
 	big.ScratchBytes = 1 << 30
 	for _, pt := range []struct {

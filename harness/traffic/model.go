@@ -6,6 +6,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/arpatch/arpatch/harness/allreduce"
 )
 
 // Algorithms the model knows: the pcie series' custom kernels
@@ -210,7 +212,7 @@ func (t *Topology) all() [][]int {
 
 // stages are the custom algorithm's barriers and data movement at s bytes
 // (islands is for CustomIsland only).
-func (t *Topology) stages(algo string, s float64, is Islands) []stage {
+func (t *Topology) stages(algo string, s float64, is allreduce.Islands) []stage {
 	n := float64(t.N)
 	switch algo {
 	case Custom1Stage:
@@ -224,20 +226,20 @@ func (t *Topology) stages(algo string, s float64, is Islands) []stage {
 		return []stage{barrier("start", SpanFull), staged("reduce-scatter", t.all(), s/n), barrier("RS-ready", SpanFull),
 			staged("all-gather", t.all(), s/n), barrier("AG-ready", SpanFull)}
 	case CustomIsland:
-		m := float64(is.M())
+		m := float64(is.Size())
 		out := []stage{barrier("start", SpanFull)}
-		if is.M() > 1 {
+		if is.Size() > 1 {
 			out = append(out, staged("island reduce-scatter", is, s/m), barrier("island", SpanIsland))
 		}
-		if is.K() > 1 {
-			out = append(out, staged("partners", is.partners(), s/m), barrier("partners", SpanPartners))
+		if len(is) > 1 {
+			out = append(out, staged("partners", partners(is), s/m), barrier("partners", SpanPartners))
 		}
-		if is.M() > 1 {
+		if is.Size() > 1 {
 			out = append(out, staged("island all-gather", is, s/m), barrier("island", SpanIsland))
 		}
 		return out
 	case FlashInferTP8Ring:
-		m := float64(is.M())
+		m := float64(is.Size())
 		var out []stage
 		passes := func(name string) {
 			for _, step := range staged(name, is, s/m).steps {
@@ -245,7 +247,7 @@ func (t *Topology) stages(algo string, s float64, is Islands) []stage {
 			}
 		}
 		passes("island reduce-scatter pass")
-		out = append(out, staged("owner-pair exchange", is.partners(), s/m), barrier("owner pair", SpanPartners))
+		out = append(out, staged("owner-pair exchange", partners(is), s/m), barrier("owner pair", SpanPartners))
 		passes("island all-gather pass")
 		return append(out, barrier("final", SpanIsland))
 	}
@@ -256,7 +258,7 @@ func (t *Topology) stages(algo string, s float64, is Islands) []stage {
 // elements as the pcie series' pcie_scratch_needed counts them: a slot of
 // push2 or island is ceil(s / N) or ceil(s / M) rounded up to whole packs
 // (docs/pcie-dispatch.md, "The algorithms").
-func scratch(algo string, s, n int, is Islands) int {
+func scratch(algo string, s, n int, is allreduce.Islands) int {
 	ceil := func(a, b int) int { return (a + b - 1) / b }
 	slot := func(parts int) int { return 16 * ceil(s, 16*parts) }
 	switch algo {
@@ -267,7 +269,7 @@ func scratch(algo string, s, n int, is Islands) int {
 	case CustomPush2:
 		return n*slot(n) + s
 	case CustomIsland, FlashInferTP8Ring:
-		return (is.M()+is.K())*slot(is.M()) + s
+		return (is.Size()+len(is))*slot(is.Size()) + s
 	}
 	return 0
 }
@@ -321,7 +323,7 @@ func (t *Topology) BestIslands(bytes int, p Params) IslandChoice {
 // custom models a custom kernel: its fixed cost, a barrier per barrier
 // stage, a read round per read stage, and each step's data through the
 // host's shared parts.
-func (t *Topology) custom(algo string, bytes int, is Islands, p Params) Estimate {
+func (t *Topology) custom(algo string, bytes int, is allreduce.Islands, p Params) Estimate {
 	nv := t.FullNVLink()
 	bar, read := p.BarrierUS, p.ReadRoundUS(t.N)
 	if nv {

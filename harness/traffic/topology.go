@@ -7,6 +7,7 @@ import (
 	"strconv"
 	"strings"
 
+	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/nvsmi"
 )
 
@@ -202,43 +203,11 @@ func gpuList(g []int) string {
 	return strings.Join(s, ",")
 }
 
-// Islands is a partition of the ranks 0..N-1 into K islands of M ranks
-// each, in the form SGLANG_PCIE_CUSTOM_AR_ISLANDS writes it
-// ("0,1,2,3/4,5,6,7"): ranks within an island in order, islands in order
-// of their first rank. The island algorithm reduces inside each island,
-// exchanges between islands pairwise (the rank at position m of each
-// island with the rank at position m of every other), and gathers inside.
-type Islands [][]int
-
-// String writes the islands as SGLANG_PCIE_CUSTOM_AR_ISLANDS takes them.
-func (is Islands) String() string {
-	s := make([]string, len(is))
-	for k, g := range is {
-		r := make([]string, len(g))
-		for m, x := range g {
-			r[m] = strconv.Itoa(x)
-		}
-		s[k] = strings.Join(r, ",")
-	}
-	return strings.Join(s, "/")
-}
-
-// K is the number of islands, M the ranks in each.
-func (is Islands) K() int { return len(is) }
-
-// M is the number of ranks in each island (0 for none).
-func (is Islands) M() int {
-	if len(is) == 0 {
-		return 0
-	}
-	return len(is[0])
-}
-
-// partners are the groups of ranks at the same position in every island:
-// the rank at position m of island k exchanges with position m of the
-// others.
-func (is Islands) partners() [][]int {
-	out := make([][]int, is.M())
+// partners are the groups of ranks at the same position in every island
+// of is: the rank at position m of island k exchanges with position m of
+// the others.
+func partners(is allreduce.Islands) [][]int {
+	out := make([][]int, is.Size())
 	for m := range out {
 		for _, g := range is {
 			out[m] = append(out[m], g[m])
@@ -247,60 +216,10 @@ func (is Islands) partners() [][]int {
 	return out
 }
 
-// ParseIslands reads SGLANG_PCIE_CUSTOM_AR_ISLANDS for n ranks: islands
-// separated by "/", ranks by ",". It returns an error naming the variable
-// unless the islands are a partition of 0..n-1 into islands of equal size,
-// the rule the patched kernel applies (docs/pcie-dispatch.md).
-func ParseIslands(s string, n int) (Islands, error) {
-	const name = "SGLANG_PCIE_CUSTOM_AR_ISLANDS"
-	bad := func(why string) (Islands, error) {
-		return nil, fmt.Errorf("%s=%q: %s; want a partition of the ranks 0..%d into islands of equal size, e.g. %s=%s", name, s, why, n-1, name, oneIsland(n))
-	}
-	var is Islands
-	seen := make([]bool, n)
-	for _, part := range strings.Split(s, "/") {
-		var g []int
-		for _, f := range strings.Split(part, ",") {
-			r, err := strconv.Atoi(strings.TrimSpace(f))
-			switch {
-			case err != nil:
-				return bad(fmt.Sprintf("%q is not a rank", f))
-			case r < 0 || r >= n:
-				return bad(fmt.Sprintf("rank %d is outside 0..%d", r, n-1))
-			case seen[r]:
-				return bad(fmt.Sprintf("rank %d is in two places", r))
-			}
-			seen[r] = true
-			g = append(g, r)
-		}
-		is = append(is, g)
-	}
-	for r, ok := range seen {
-		if !ok {
-			return bad(fmt.Sprintf("rank %d is in no island", r))
-		}
-	}
-	for _, g := range is {
-		if len(g) != len(is[0]) {
-			return bad("the islands differ in size")
-		}
-	}
-	return is, nil
-}
-
-// oneIsland is every rank in one island: "0,1,...,n-1".
-func oneIsland(n int) string {
-	g := make([]int, n)
-	for i := range g {
-		g[i] = i
-	}
-	return Islands{g}.String()
-}
-
 // IslandChoice is one way to cut a host into islands.
 type IslandChoice struct {
-	Kind    string  `json:"kind"` // "sockets": GPUs within one NUMA node (no SYS between them); "switches": GPUs behind one PCIe switch or bridge (PIX/PXB) or joined by NVLink
-	Islands Islands `json:"islands"`
+	Kind    string            `json:"kind"` // "sockets": GPUs within one NUMA node (no SYS between them); "switches": GPUs behind one PCIe switch or bridge (PIX/PXB) or joined by NVLink
+	Islands allreduce.Islands `json:"islands"`
 }
 
 // IslandChoices are the ways the topology cuts into at least two islands
@@ -317,7 +236,7 @@ func (t *Topology) IslandChoices() []IslandChoice {
 		if len(g) < 2 || len(g[0]) < 2 || slices.ContainsFunc(g, func(x []int) bool { return len(x) != len(g[0]) }) {
 			continue
 		}
-		is := Islands(g)
+		is := allreduce.Islands(g)
 		if !slices.ContainsFunc(out, func(o IslandChoice) bool { return o.Islands.String() == is.String() }) {
 			out = append(out, IslandChoice{c.kind, is})
 		}

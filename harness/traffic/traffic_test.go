@@ -204,7 +204,7 @@ func TestReferenceHost(t *testing.T) {
 	}
 	// The switch islands (4 of 2) lose to the sockets here: 3 partners
 	// each, two of them across the sockets.
-	sw := ref.EstimateIslands(traffic.IslandChoice{Kind: "switches", Islands: traffic.Islands{{0, 1}, {2, 3}, {4, 5}, {6, 7}}}, s, p)
+	sw := ref.EstimateIslands(traffic.IslandChoice{Kind: "switches", Islands: allreduce.Islands{{0, 1}, {2, 3}, {4, 5}, {6, 7}}}, s, p)
 	if strings.Join(sw.Barriers, " ") != "full island partners island" || sw.BytesPerRank != 0.5*s+1.5*s+0.5*s || sw.US <= is.US {
 		t.Errorf("switch islands %.2f µs (%.0f B per rank, %v), sockets %.2f", sw.US, sw.BytesPerRank, sw.Barriers, is.US)
 	}
@@ -248,7 +248,7 @@ func TestFlashInfer(t *testing.T) {
 	p.ScratchBytes = 1 << 30 // FlashInfer sizes its own workspace
 	m := flashInferHost(t)
 	_, rcw, sys := rates(p)
-	c := traffic.IslandChoice{Kind: "sockets", Islands: traffic.Islands{{0, 1, 2, 3}, {4, 5, 6, 7}}}
+	c := traffic.IslandChoice{Kind: "sockets", Islands: allreduce.Islands{{0, 1, 2, 3}, {4, 5, 6, 7}}}
 	for _, pt := range []struct {
 		bytes int
 		us    float64
@@ -532,22 +532,23 @@ func TestWorldSizeTwo(t *testing.T) {
 	}
 }
 
-// TestIslands: SGLANG_PCIE_CUSTOM_AR_ISLANDS as the kernel reads it, and
-// the ways the recorded hosts cut into islands.
+// TestIslands: SGLANG_PCIE_CUSTOM_AR_ISLANDS as the kernel reads it
+// (allreduce.ParseIslands, the model's islands too), and the ways the
+// recorded hosts cut into islands.
 func TestIslands(t *testing.T) {
-	is, err := traffic.ParseIslands("0,1,2,3/4,5,6,7", 8)
-	if err != nil || is.String() != "0,1,2,3/4,5,6,7" || is.K() != 2 || is.M() != 4 {
+	is, err := allreduce.ParseIslands("0,1,2,3/4,5,6,7", 8)
+	if err != nil || is.String() != "0,1,2,3/4,5,6,7" || len(is) != 2 || is.Size() != 4 {
 		t.Errorf("%v %v", is, err)
 	}
 	for _, c := range []struct{ s, want string }{
-		{"0,1,2/3,4,5,6,7", "the islands differ in size"},
-		{"0,1,2,3/4,5,6", "rank 7 is in no island"},
-		{"0,1,2,3/3,4,5,6", "rank 3 is in two places"},
-		{"0,1,2,3/4,5,6,8", "rank 8 is outside 0..7"},
+		{"0,1,2/3,4,5,6,7", "islands of 3 and 5 ranks: the island algorithm needs islands of equal size"},
+		{"0,1,2,3/4,5,6", "rank 7 is missing (world size 8)"},
+		{"0,1,2,3/3,4,5,6", "rank 3 is in more than one place"},
+		{"0,1,2,3/4,5,6,8", "rank 8 is out of range (world size 8: ranks 0 to 7)"},
 		{"0,1,2,3/4,5,6,x", `"x" is not a rank`},
 	} {
-		_, err := traffic.ParseIslands(c.s, 8)
-		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "SGLANG_PCIE_CUSTOM_AR_ISLANDS=0,1,2,3,4,5,6,7") {
+		_, err := allreduce.ParseIslands(c.s, 8)
+		if err == nil || !strings.Contains(err.Error(), c.want) || !strings.Contains(err.Error(), "(e.g. 0,1,2,3/4,5,6,7)") {
 			t.Errorf("%q: %v, want %q and a working example", c.s, err, c.want)
 		}
 	}
