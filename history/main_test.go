@@ -4,6 +4,7 @@ import (
 	"os"
 	"path/filepath"
 	"testing"
+	"time"
 
 	"github.com/arpatch/arpatch/internal/pgtest"
 )
@@ -16,6 +17,9 @@ func TestMain(m *testing.M) {
 	if p := os.Getenv(asUserEnv); p != "" {
 		os.Exit(asUserMain(p))
 	}
+	// No test but the restart's (which sets its own) has a live run
+	// that loses its lock: MarkStale need not wait seconds to look again.
+	staleRecheck = 100 * time.Millisecond
 	code := m.Run()
 	pgtest.Stop()
 	if scratch != "" {

@@ -204,6 +204,12 @@ func (s *Store) holdRun(tx runner, id int64) error {
 // restarts. A variable for tests.
 var lockCheck = 2 * time.Second
 
+// staleRecheck is how long MarkStale waits before it looks again at the
+// runs whose lock it found free, on PostgreSQL: three times lockCheck,
+// so that a live run that lost its lock to a server's restart holds it
+// again by then. A variable for tests.
+var staleRecheck = 3 * lockCheck
+
 // runLock is the session lock of a run this Store began: the connection
 // that holds it, checked every lockCheck and replaced, with the lock
 // taken again, when it is lost.

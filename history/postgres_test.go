@@ -319,6 +319,54 @@ func TestRunKeepsItsLockAcrossARestart(t *testing.T) {
 	}
 }
 
+// TestMarkStaleSparesARunRetakingItsLock: right after a server restart
+// no session holds any run's lock, the live runs' included, until each
+// takes its own again (runLock.keep, within lockCheck): another host's
+// MarkStale then must not mark a live run incomplete, however soon after
+// the restart it runs. It looks again staleRecheck later and marks only
+// the runs still without a lock. (Here the live run's check is made by
+// hand, after MarkStale's first look, so that the order is certain.)
+func TestMarkStaleSparesARunRetakingItsLock(t *testing.T) {
+	srv := pgtest.Own(t)
+	defer func(d, r time.Duration) { lockCheck, staleRecheck = d, r }(lockCheck, staleRecheck)
+	lockCheck, staleRecheck = time.Hour, 3*time.Second // keep never checks by itself
+	a := openTest(t, srv.URL)
+	live, err := a.BeginRun(Run{HardwareKey: "host-a"})
+	must(t, err)
+	gone, err := Open(srv.URL)
+	must(t, err)
+	dead, err := gone.BeginRun(Run{HardwareKey: "host-c"})
+	must(t, err)
+	must(t, gone.Close())
+	must(t, srv.Restart())
+
+	b := openTest(t, srv.URL)
+	type result struct {
+		marked []int64
+		err    error
+	}
+	done := make(chan result)
+	go func() {
+		m, err := b.MarkStale()
+		done <- result{m, err}
+	}()
+	time.Sleep(time.Second) // MarkStale has found both locks free, and waits
+	l := a.live[live]
+	l.mu.Lock()
+	l.retake() // keep's check, as it runs every lockCheck
+	l.mu.Unlock()
+	if held, err := b.lockedRuns(); err != nil || !held[live] {
+		t.Fatalf("run %d did not take its lock again: %v, %v", live, held, err)
+	}
+	r := <-done
+	if r.err != nil || !slices.Equal(r.marked, []int64{dead}) {
+		t.Errorf("MarkStale right after the restart marked %v (%v); want only the dead run %d, not the live %d", r.marked, r.err, dead, live)
+	}
+	if d, err := b.Show(live); err != nil || d.Run.Status != Running || d.Run.Verdict != "" {
+		t.Errorf("live run %d: %+v, %v", live, d.Run, err)
+	}
+}
+
 // TestGone: a running run whose process is gone is told from a live one
 // on both stores, read-only: on SQLite by its pid, on PostgreSQL by its
 // lock (history list shows it "killed?").

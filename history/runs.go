@@ -246,9 +246,13 @@ func (s *Store) Accept(id int64) error {
 // nightly lock (Lock): no other nightly can then be running, so such a
 // run was killed midway. On PostgreSQL, where nightlies of other hosts
 // run at once, a run is marked only when no session holds its lock
-// (BeginRun): its process, and so its connection, ended. A run that ends
-// while this runs keeps its end (the update takes only runs still
-// running). The error names the database file.
+// (BeginRun) twice, staleRecheck apart: its process, and so its
+// connection, ended. A server that restarted (or ended the sessions
+// after a crash of one) has freed every lock at once, and a live run
+// takes its own again within lockCheck (runLock.keep): the second look
+// leaves it running. A run that ends while this runs keeps its end (the
+// update takes only runs still running). The error names the database
+// file.
 func (s *Store) MarkStale() ([]int64, error) {
 	var ids []int64
 	err := s.each("reading the running runs", `SELECT id FROM runs WHERE status = ?`, []any{Running}, func(r *sql.Rows) error {
@@ -259,6 +263,16 @@ func (s *Store) MarkStale() ([]int64, error) {
 	})
 	if err != nil {
 		return nil, err
+	}
+	if s.pg && len(ids) > 0 {
+		held, err := s.lockedRuns()
+		if err != nil {
+			return nil, err
+		}
+		ids = slices.DeleteFunc(ids, func(id int64) bool { return held[int64(uint32(int32(id)))] })
+		if len(ids) > 0 {
+			time.Sleep(staleRecheck) // the second look is runIsLive's, below
+		}
 	}
 	var marked []int64
 	err = s.inTx("marking runs killed midway incomplete", func(tx runner) error {

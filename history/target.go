@@ -9,6 +9,7 @@ import (
 	"strings"
 
 	"github.com/jackc/pgx/v5"
+	"github.com/jackc/pgx/v5/pgconn"
 )
 
 // A history target is what history.path and --db name: an SQLite file,
@@ -28,31 +29,46 @@ func IsURL(target string) bool {
 // Forms names the values a history target can take, for refusals.
 const Forms = "a PostgreSQL history is postgres://USER@HOST[:PORT]/DATABASE (or postgresql://...; " +
 	"a unix socket directory as ?host=/run/postgresql, the password in ~/.pgpass or PGPASSWORD); " +
-	"an SQLite history is a file path (a file whose name has a colon as ./NAME)"
+	"an SQLite history is a file path (one whose name reads as a URL or a connection string as ./NAME)"
 
 // schemeLike matches what starts a URL: a scheme (RFC 3986: a letter,
 // then letters, digits, '+', '-' or '.') and its colon.
 var schemeLike = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:`)
 
+// noColon matches a PostgreSQL URL that lost its scheme's colon
+// ("postgres//db/arpatch"), which would otherwise be a relative path:
+// a directory named postgres.
+var noColon = regexp.MustCompile(`^(?i)(postgres|postgresql|pg|pgsql)//`)
+
 // keywordForm matches a libpq keyword/value connection string
-// ("host=db user=arpatch dbname=arpatch").
-var keywordForm = regexp.MustCompile(`^\s*(host|hostaddr|port|user|dbname|service)\s*=`)
+// ("host=db user=arpatch dbname=arpatch"): a value starting with a
+// connection keyword of libpq or pgx and '='.
+// Upstream: postgres src/interfaces/libpq/fe-connect.c@REL_15_18 (PQconninfoOptions);
+// pgx pgconn/config.go@v5.13.0 (ParseConfigWithOptions: notRuntimeParams).
+var keywordForm = regexp.MustCompile(`^\s*(host|hostaddr|port|dbname|database|user|password|passfile|channel_binding|require_auth|connect_timeout|` +
+	`client_encoding|options|application_name|fallback_application_name|keepalives|keepalives_idle|keepalives_interval|keepalives_count|` +
+	`tcp_user_timeout|replication|gssencmode|sslmode|sslnegotiation|requiressl|sslcompression|sslcert|sslcertmode|sslkey|sslpassword|` +
+	`sslrootcert|sslcrl|sslcrldir|sslsni|requirepeer|ssl_min_protocol_version|ssl_max_protocol_version|min_protocol_version|max_protocol_version|` +
+	`krbsrvname|krbspn|gsslib|service|servicefile|target_session_attrs)\s*=`)
 
 // CheckTarget checks a history target without opening it (no file is
 // read, no server reached): a PostgreSQL URL must parse as pgx parses it
 // (host, port 1 to 65535, parameters such as connect_timeout) and hold no
 // password (arpatch prints the URL in its errors and reports); a value
 // that looks like a URL or a connection string and is not a PostgreSQL
-// URL is refused, naming the forms that work (Forms). A file path, and
-// "", pass. The error does not name the setting (history.path, --db):
-// the caller does.
+// URL is refused, naming the forms that work (Forms), its passwords
+// shown as Redact shows them. A file path, and "", pass. The error does
+// not name the setting (history.path, --db): the caller does.
 func CheckTarget(target string) error {
 	if IsURL(target) {
 		_, err := pgConfig(target)
 		return err
 	}
-	if strings.HasPrefix(target, "/") || strings.HasPrefix(target, ".") || strings.HasPrefix(target, "~") {
+	if isPath(target) {
 		return nil // a path, whatever colons it holds further on
+	}
+	if noColon.MatchString(target) {
+		return fmt.Errorf("%q looks like a PostgreSQL URL without the colon after its scheme (postgres://...): %s", Redact(target), Forms)
 	}
 	if m := schemeLike.FindString(target); m != "" {
 		scheme := strings.ToLower(strings.TrimSuffix(m, ":"))
@@ -60,7 +76,7 @@ func CheckTarget(target string) error {
 		hint := ""
 		switch {
 		case (scheme == "postgres" || scheme == "postgresql") && strings.HasPrefix(rest, "//"):
-			hint = fmt.Sprintf(" (write the scheme in lower case: %s:%s)", scheme, Redact(rest))
+			hint = fmt.Sprintf(" (write the scheme in lower case: %s)", Redact(scheme+":"+rest))
 		case scheme == "postgres" || scheme == "postgresql" || scheme == "pg" || scheme == "pgsql":
 			hint = " (a PostgreSQL URL starts postgres://)"
 		}
@@ -70,6 +86,12 @@ func CheckTarget(target string) error {
 		return fmt.Errorf("%q is a keyword/value connection string: arpatch takes a PostgreSQL history as a URL: %s", Redact(target), Forms)
 	}
 	return nil
+}
+
+// isPath reports whether target is written as a path (absolute, or from
+// . or ~), which CheckTarget takes as an SQLite file whatever it holds.
+func isPath(target string) bool {
+	return strings.HasPrefix(target, "/") || strings.HasPrefix(target, ".") || strings.HasPrefix(target, "~")
 }
 
 // CheckKeep checks history.keep, the local history a night is kept in
@@ -96,7 +118,7 @@ func pgConfig(raw string) (*pgx.ConnConfig, error) {
 		if i := strings.Index(msg, "`: "); strings.HasPrefix(msg, "cannot parse `") && i > 0 {
 			msg = msg[i+3:]
 		}
-		return nil, fmt.Errorf("%s: %s", raw, msg)
+		return nil, fmt.Errorf("%s: %s", Redact(raw), msg)
 	}
 	if cfg.ConnectTimeout == 0 {
 		cfg.ConnectTimeout = connectTimeout
@@ -104,40 +126,67 @@ func pgConfig(raw string) (*pgx.ConnConfig, error) {
 	return cfg, nil
 }
 
-// Redact returns target as given, but for the password of a URL (in its
-// user info, or a password= parameter), replaced by xxxxx. Nothing else
-// changes: a URL is printed as its user wrote it, never re-encoded.
+// Redact returns target as given, but for its passwords, each replaced
+// by xxxxx: in a PostgreSQL URL, every place pgx reads one from (the user
+// info, up to the '@' that ends it as pgx's parser finds it, so a
+// password holding '?', '#' or '/' is masked whole; a password= or
+// sslpassword= parameter), and in a value CheckTarget refuses as a
+// look-alike (another scheme, a URL without its colon, a keyword/value
+// string), what looks like one (USER:PASSWORD@, password=VALUE). The rest
+// is printed as its user wrote it, never re-encoded; a path is returned
+// as it is. The masking is pgx's own (the text of its ParseConfigError,
+// which never prints a password it can find); keyword values written
+// with spaces around '=' are masked here too.
+//
+// Upstream: pgx pgconn/errors.go@v5.13.0 (ParseConfigError.Error,
+// redactPW, redactURLPassword).
 func Redact(target string) string {
-	m := schemeLike.FindString(target)
-	if m == "" || !strings.HasPrefix(target[len(m):], "//") {
+	if IsURL(target) {
+		return pgxRedact(target)
+	}
+	if isPath(target) {
 		return target
 	}
-	head, rest := target[:len(m)+2], target[len(m)+2:]
-	end := strings.IndexAny(rest, "/?#")
-	if end < 0 {
-		end = len(rest)
-	}
-	auth, tail := rest[:end], rest[end:]
-	if at := strings.LastIndex(auth, "@"); at >= 0 {
-		if colon := strings.Index(auth[:at], ":"); colon >= 0 {
-			auth = auth[:colon+1] + "xxxxx" + auth[at:]
+	// A look-alike URL is masked as the PostgreSQL URL it would be, its
+	// scheme as written.
+	scheme := noColon.FindString(target)
+	if scheme == "" {
+		if scheme = schemeLike.FindString(target); strings.HasPrefix(target[len(scheme):], "//") {
+			scheme += "//"
 		}
 	}
-	if q := strings.Index(tail, "?"); q >= 0 {
-		params := strings.Split(tail[q+1:], "&")
-		for i, p := range params {
-			if k, _, ok := strings.Cut(p, "="); ok && strings.EqualFold(k, "password") {
-				frag := ""
-				if h := strings.Index(p, "#"); h >= 0 {
-					frag = p[h:]
-				}
-				params[i] = k + "=xxxxx" + frag
-			}
+	if scheme != "" {
+		const as = "postgres://"
+		if r := pgxRedact(as + target[len(scheme):]); strings.HasPrefix(r, as) {
+			return scheme + r[len(as):]
 		}
-		tail = tail[:q+1] + strings.Join(params, "&")
+		return unshown
 	}
-	return head + auth + tail
+	if keywordForm.MatchString(target) {
+		return spacedPassword.ReplaceAllString(pgxRedact(target), "${1}xxxxx")
+	}
+	return target
 }
+
+// pgxRedact is target as pgx's ParseConfigError prints it, its passwords
+// masked, or unshown when pgx's text is not the one this reads.
+func pgxRedact(target string) string {
+	const pre, post = "cannot parse `", "`: "
+	msg := pgconn.NewParseConfigError(target, "", nil).Error()
+	if !strings.HasPrefix(msg, pre) || !strings.HasSuffix(msg, post) {
+		return unshown
+	}
+	return strings.TrimSuffix(strings.TrimPrefix(msg, pre), post)
+}
+
+// unshown stands for a connection string Redact cannot mask: pgx's
+// text changed, and none of it is printed.
+const unshown = "(a connection string, not shown: it may hold a password)"
+
+// spacedPassword matches a keyword/value password written with spaces
+// around its '=' (libpq takes "password = VALUE"), which pgx's masking
+// does not look for: the value, quoted or not.
+var spacedPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']\S*)`)
 
 // identity names the database a PostgreSQL URL reaches, whatever the
 // spelling: its servers (host names in lower case, socket directories

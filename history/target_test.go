@@ -37,6 +37,20 @@ func TestCheckTarget(t *testing.T) {
 		{"mysql://x@y/z", `"mysql://x@y/z" looks like a URL but is not a history arpatch reads: ` + Forms},
 		{"sqlite:history.db", `"sqlite:history.db" looks like a URL but is not a history arpatch reads: ` + Forms},
 		{"host=db user=arpatch dbname=arpatch", `"host=db user=arpatch dbname=arpatch" is a keyword/value connection string: arpatch takes a PostgreSQL history as a URL: ` + Forms},
+		// Every refusal prints the value with its password masked,
+		// wherever pgx would read one from.
+		{"postgres://ci:pa?s3cret@db/arpatch", "postgres://ci:xxxxx@db/arpatch holds a password"},
+		{"postgres://ci:pa#s3cret@db/arpatch", "postgres://ci:xxxxx@db/arpatch holds a password"},
+		{"postgres://ci@db/arpatch?sslpassword=s3cret", "postgres://ci@db/arpatch?sslpassword=xxxxx holds a password"},
+		{"postgres://ci@db/arpatch?pass%77ord=s3cret", "postgres://ci@db/arpatch?pass%77ord=xxxxx holds a password"},
+		{"postgres://ci:pa/s3cret@db/arpatch", "postgres://ci:xxxxxx@db/arpatch holds a password"},
+		{"Postgres://ci:s3cret@db/arpatch", `"Postgres://ci:xxxxx@db/arpatch" looks like a URL but is not a history arpatch reads (write the scheme in lower case: postgres://ci:xxxxx@db/arpatch): `},
+		{"postgres:ci:s3cret@db/arpatch", `"postgres:ci:xxxxx@db/arpatch" looks like a URL but is not a history arpatch reads (a PostgreSQL URL starts postgres://): `},
+		{"host=db user=ci password=s3cret", `"host=db user=ci password=xxxxx" is a keyword/value connection string: `},
+		{"host=db password = 's3 cret' user=ci", `"host=db password = xxxxx user=ci" is a keyword/value connection string: `},
+		{"password=s3cret host=db", `"password=xxxxx host=db" is a keyword/value connection string: `},
+		{"sslmode=disable host=db", `"sslmode=disable host=db" is a keyword/value connection string: `},
+		{"postgres//ci@db/arpatch", `"postgres//ci@db/arpatch" looks like a PostgreSQL URL without the colon after its scheme (postgres://...): ` + Forms},
 	} {
 		err := CheckTarget(c.target)
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) || strings.Contains(err.Error(), "s3cret") {
@@ -55,7 +69,8 @@ func TestTyposMakeNoFile(t *testing.T) {
 	dir := t.TempDir()
 	t.Chdir(dir)
 	t.Setenv("ARPATCH_STATE", filepath.Join(dir, "state"))
-	for _, target := range []string{"Postgres://arpatch@/fleet?host=/tmp/pg", "pg://arpatch@db/fleet", "postgres:fleet2", "mysql://x@y/z", "postgres://ci:s3cret@db/x"} {
+	for _, target := range []string{"Postgres://arpatch@/fleet?host=/tmp/pg", "pg://arpatch@db/fleet", "postgres:fleet2", "mysql://x@y/z", "postgres://ci:s3cret@db/x",
+		"postgres//arpatch@db/fleet", "password=s3cret host=db", "sslmode=disable host=db", "postgres://ci:pa?s3cret@db/x"} {
 		for name, open := range map[string]func(string) (*Store, error){"Open": Open, "OpenRead": OpenRead, "OpenExisting": OpenExisting} {
 			if s, err := open(target); err == nil || !strings.HasPrefix(err.Error(), "history ") || strings.Contains(err.Error(), "s3cret") {
 				if s != nil {
@@ -76,16 +91,28 @@ func TestTyposMakeNoFile(t *testing.T) {
 	}
 }
 
-// Redact replaces only a URL's password, in its user info or as a
-// password= parameter, and leaves the rest as written (never
-// %-encoded).
+// Redact replaces only a URL's passwords, wherever pgx reads one (the
+// user info up to the '@' pgx's parser ends it at, a password= or
+// sslpassword= parameter, whole: pgx reads "s3cret#x" as the password),
+// and leaves the rest as written (never %-encoded); the look-alikes
+// CheckTarget refuses are masked as well as pgx can, and a path is
+// printed as it is, colons and '@' included.
 func TestRedact(t *testing.T) {
 	for in, want := range map[string]string{
 		"postgres://ci:s3cret@/arpatch?host=/tmp/pg":                   "postgres://ci:xxxxx@/arpatch?host=/tmp/pg",
-		"postgresql://ci@db/arpatch?sslmode=disable&password=s3cret#x": "postgresql://ci@db/arpatch?sslmode=disable&password=xxxxx#x",
+		"postgresql://ci@db/arpatch?sslmode=disable&password=s3cret#x": "postgresql://ci@db/arpatch?sslmode=disable&password=xxxxx",
 		"postgres://ci:p%40ss@db:5432/arpatch":                         "postgres://ci:xxxxx@db:5432/arpatch",
 		"postgres://ci@/arpatch?host=/tmp/pg":                          "postgres://ci@/arpatch?host=/tmp/pg",
+		"postgres://ci:pa?ss@db/arpatch":                               "postgres://ci:xxxxx@db/arpatch",
+		"postgres://ci@db/arpatch?application_name=a@b":                "postgres://ci@db/arpatch?application_name=a@b",
+		"postgres://ci@db/arpatch?sslpassword=s3cret&sslmode=require":  "postgres://ci@db/arpatch?sslpassword=xxxxx&sslmode=require",
+		"user=ci password='s3 cret' host=db":                           "user=ci password=xxxxx host=db",
+		"pg://ci:s3cret@db/x?password=s3cret":                          "pg://ci:xxxxx@db/x?password=xxxxx",
+		"pg://ci@db/x":                                                 "pg://ci@db/x",
+		"postgres//ci:s3cret@db/x":                                     "postgres//ci:xxxxx@db/x",
 		"/var/lib/h:1.db":                                              "/var/lib/h:1.db",
+		"./ci:s3cret@db.db":                                            "./ci:s3cret@db.db",
+		"history.db":                                                   "history.db",
 	} {
 		if got := Redact(in); got != want {
 			t.Errorf("Redact(%s) = %s, want %s", in, got, want)

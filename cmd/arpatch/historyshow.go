@@ -43,7 +43,11 @@ func historyShowRun(_ context.Context, o historyShowOptions, st streams) error {
 		if o.JSON {
 			return writeJSON(st.Out, d)
 		}
-		printRun(st.Out, d)
+		gone, err := s.Gone([]history.Run{d.Run})
+		if err != nil {
+			return err
+		}
+		printRun(st.Out, d, gone[d.Run.ID])
 		return nil
 	})
 }
@@ -51,14 +55,23 @@ func historyShowRun(_ context.Context, o historyShowOptions, st streams) error {
 // printRun writes a run as text: the run's line and its identity, the
 // environment, the drift per series, commit and patch (with each
 // conflict's detail indented), the checks, and per arm its trials with
-// every metric of stats.Table.
-func printRun(w io.Writer, d *history.Detail) {
+// every metric of stats.Table. gone, when not "", is why a running run's
+// nightly looks dead (history.Store.Gone): the run's line says so, as
+// history list does.
+func printRun(w io.Writer, d *history.Detail, gone string) {
 	r := d.Run
 	exit := "-"
 	if r.ExitCode != nil {
 		exit = fmt.Sprint(*r.ExitCode)
 	}
-	fmt.Fprintf(w, "run %d: %s, exit %s, %s\n", r.ID, r.Status, exit, r.Verdict)
+	status, verdict := string(r.Status), r.Verdict
+	if gone != "" {
+		status, verdict = "killed?", gone+"; the next nightly marks this run incomplete"
+	}
+	if verdict != "" {
+		verdict = ", " + verdict
+	}
+	fmt.Fprintf(w, "run %d: %s, exit %s%s\n", r.ID, status, exit, verdict)
 	if r.Accepted {
 		fmt.Fprintln(w, "  accepted as the reference of its hardware and workload")
 	}
@@ -68,7 +81,7 @@ func printRun(w io.Writer, d *history.Detail) {
 	}
 	for _, kv := range [][2]string{
 		{"started", r.StartedAt.UTC().Format(time.DateTime) + " UTC (finished " + finished + ", pid " + fmt.Sprint(r.PID) + ")"},
-		{"hardware", r.HardwareKey}, {"workload", r.Workload}, {"sglang", r.SGLangCommit + " (upstream head " + r.UpstreamHead + ")"},
+		{"hardware", r.HardwareKey}, {"workload", r.Workload}, {"sglang", sglangLine(r)},
 		{"series", r.SeriesHash}, {"arpatch", r.ArpatchVersion},
 	} {
 		if kv[1] != "" {
@@ -143,6 +156,15 @@ func printRun(w io.Writer, d *history.Detail) {
 		}
 		tw.Flush()
 	}
+}
+
+// sglangLine is the commit a run built and the upstream head it saw, as
+// far as the run recorded them ("" for neither).
+func sglangLine(r history.Run) string {
+	if r.UpstreamHead == "" {
+		return r.SGLangCommit
+	}
+	return strings.TrimSpace(r.SGLangCommit + " (upstream head " + r.UpstreamHead + ")")
 }
 
 // firstLine is s up to its first newline, with " ..." when more follows.

@@ -12,6 +12,7 @@ import (
 	"testing"
 
 	"github.com/arpatch/arpatch/history"
+	"github.com/arpatch/arpatch/internal/pgtest"
 )
 
 // TestHistoryTargetMistakes: a history.path or --db that cannot be a
@@ -49,6 +50,17 @@ func TestHistoryTargetMistakes(t *testing.T) {
 		{[]string{"history", "export", "--db", "mysql://x@y/z"}, `--db "mysql://x@y/z" looks like a URL but is not a history arpatch reads: ` + history.Forms},
 		{[]string{"history", "accept", "1", "--db", "Postgres://arpatch@db/fleet"}, `--db "Postgres://arpatch@db/fleet" looks like a URL`},
 		{[]string{"history", "list", "--db", "a.db", "--history", "b.db"}, "--db and --history are two names of one flag: give it once"},
+		// Passwords wherever pgx would read one, and look-alikes that
+		// would have been file names: refused, nothing printed of the
+		// password, no file made.
+		{[]string{"nightly", "--config", toml("host=db user=ci password=s3cret")}, dir + `/n7.toml:2: history.path: "host=db user=ci password=xxxxx" is a keyword/value connection string`},
+		{[]string{"nightly", "--config", toml("password=s3cret host=db")}, dir + `/n8.toml:2: history.path: "password=xxxxx host=db" is a keyword/value connection string`},
+		{[]string{"nightly", "--config", toml("Postgres://ci:s3cret@db/fleet")}, dir + `/n9.toml:2: history.path: "Postgres://ci:xxxxx@db/fleet" looks like a URL but is not a history arpatch reads (write the scheme in lower case: postgres://ci:xxxxx@db/fleet)`},
+		{[]string{"nightly", "--config", toml("postgres//ci@db/fleet")}, dir + `/n10.toml:2: history.path: "postgres//ci@db/fleet" looks like a PostgreSQL URL without the colon`},
+		{[]string{"history", "list", "--db", "postgres://ci:pa?s3cret@db/arpatch"}, "--db postgres://ci:xxxxx@db/arpatch holds a password"},
+		{[]string{"history", "show", "1", "--db", "postgres://ci@db/arpatch?sslpassword=s3cret"}, "--db postgres://ci@db/arpatch?sslpassword=xxxxx holds a password"},
+		{[]string{"history", "export", "--db", "postgres:ci:s3cret@db/arpatch"}, `--db "postgres:ci:xxxxx@db/arpatch" looks like a URL`},
+		{[]string{"history", "list", "--db", "sslmode=disable host=db"}, `--db "sslmode=disable host=db" is a keyword/value connection string`},
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), append([]string{"arpatch"}, c.args...), &out, &errb)
@@ -126,5 +138,74 @@ func TestHistoryAcceptOpensOnlyAHistory(t *testing.T) {
 	if want := "arpatch: migrated history " + old + " from schema version 5 to 6 (history accept writes it; list, show, export and plot never do)\n"; code != exitOK || errb.String() != want ||
 		out.String() != "run 1 is the new reference for its hardware and workload\n" {
 		t.Errorf("accept of schema 5: exit %d, stdout %q, stderr %q\nwant %q", code, out.String(), errb.String(), want)
+	}
+}
+
+// testPostgres is a new, empty PostgreSQL history for t: a schema of its
+// own on $ARPATCH_TEST_POSTGRES's server, else a server of t's own
+// (internal/pgtest; t skips, saying why, when none can be started).
+func testPostgres(t *testing.T) string {
+	t.Helper()
+	if os.Getenv(pgtest.Env) != "" {
+		return pgtest.Schema(t)
+	}
+	return pgtest.Own(t).URL
+}
+
+// TestHistoryShowsKilledRuns: a run still "running" whose nightly is
+// gone (its pid on SQLite, its lock on PostgreSQL) is "killed?" in
+// history list and history show alike, with why; a live run is running
+// in both.
+func TestHistoryShowsKilledRuns(t *testing.T) {
+	for _, c := range []struct{ store, target string }{{"sqlite", filepath.Join(t.TempDir(), "h.db")}, {"postgres", ""}} {
+		t.Run(c.store, func(t *testing.T) {
+			target := c.target
+			if target == "" {
+				target = testPostgres(t)
+			}
+			live, err := history.Open(target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer func() { _ = live.Close() }() // its run stays live until the test ends
+			liveID, err := live.BeginRun(history.Run{HardwareKey: "box-a"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			other, err := history.Open(target)
+			if err != nil {
+				t.Fatal(err)
+			}
+			deadID, err := other.BeginRun(history.Run{HardwareKey: "box-b", PID: 999999999}) // no such process
+			if cerr := other.Close(); err == nil {
+				err = cerr // on PostgreSQL its lock ends with it
+			}
+			if err != nil {
+				t.Fatal(err)
+			}
+			why := map[string]string{"sqlite": "pid 999999999 is gone", "postgres": "no session holds its lock: its nightly's process ended"}[c.store]
+			var out, errb bytes.Buffer
+			if code := run(context.Background(), []string{"arpatch", "history", "list", "--db", target}, &out, &errb); code != exitOK {
+				t.Fatalf("list: exit %d, %s", code, errb.String())
+			}
+			lines := strings.Split(out.String(), "\n")
+			if len(lines) < 3 || !strings.HasPrefix(lines[1], fmt.Sprintf("%-5d", deadID)) || !strings.Contains(lines[1], " killed? ") ||
+				!strings.HasSuffix(lines[1], why+"; the next nightly marks this run incomplete") ||
+				!strings.HasPrefix(lines[2], fmt.Sprintf("%-5d", liveID)) || !strings.Contains(lines[2], " running ") {
+				t.Errorf("list:\n%s", out.String())
+			}
+			for id, want := range map[int64]string{
+				deadID: fmt.Sprintf("run %d: killed?, exit -, %s; the next nightly marks this run incomplete\n", deadID, why),
+				liveID: fmt.Sprintf("run %d: running, exit -\n", liveID),
+			} {
+				out.Reset()
+				if code := run(context.Background(), []string{"arpatch", "history", "show", fmt.Sprint(id), "--db", target}, &out, &errb); code != exitOK {
+					t.Fatalf("show %d: exit %d, %s", id, code, errb.String())
+				}
+				if first, _, _ := strings.Cut(out.String(), "\n"); first+"\n" != want {
+					t.Errorf("show %d: %q, want %q", id, first, want)
+				}
+			}
+		})
 	}
 }
