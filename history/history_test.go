@@ -251,7 +251,7 @@ func TestOpenReadWritesNothing(t *testing.T) {
 	for _, c := range []struct{ path, want string }{
 		{empty, "history " + empty + " is an empty file (0 bytes), not a history: a nightly writes one there on its first run"},
 		{other, "history " + other + " is a SQLite database without arpatch's schema (no schema_migrations table)"},
-		{older, fmt.Sprintf("history %s has schema version 1, older than this arpatch's %d: the next `arpatch nightly` or `arpatch history accept` migrates it (they write it); history list, show, export and plot only read it", older, SchemaVersion)},
+		{older, fmt.Sprintf("history %s has schema version 1, older than this arpatch's %d: the next `arpatch nightly` on it migrates it (so does `arpatch history accept RUN`, which also makes RUN the reference); history list, show, export and plot only read it", older, SchemaVersion)},
 		{newer, "history " + newer + " has schema version 99; this arpatch knows up to"},
 		{filepath.Join(dir, "none.db"), "history stat " + filepath.Join(dir, "none.db") + ": no such file or directory"},
 	} {

@@ -98,9 +98,30 @@ func testPlotDefaultsToBenchedRun(t *testing.T, target string) {
 	}
 }
 
+// TestPlotRemedyNamesOnlyWhatWasAsked: a plot with no point says why,
+// and names as flags to leave out only those the user gave: with none
+// given, none (the history has no bench results to plot at all).
+func TestPlotRemedyNamesOnlyWhatWasAsked(t *testing.T) { eachStore(t, testPlotRemedy) }
+
+func testPlotRemedy(t *testing.T, target string) {
+	s := openTest(t, target)
+	out := filepath.Join(t.TempDir(), "p.svg")
+	why := "runs with --skip-bench have none; runs recorded before tok_s existed have none of it"
+	want := "history " + target + " has no run with bench results to plot (" + why + ")"
+	if err := s.Plot("tok_s", out, Series{}); err == nil || err.Error() != want {
+		t.Errorf("plot of an empty history: %v\nwant %s", err, want)
+	}
+	seed(t, s, 2, 90)
+	want = "history " + target + ` has no run with bench results to plot on hardware "box-z", workload "" at concurrency 4 (` + why + "; leave out --hardware, --concurrency to plot the newest run's)"
+	if err := s.Plot("tok_s", out, Series{HardwareKey: "box-z", Level: 4}); err == nil || err.Error() != want {
+		t.Errorf("plot of another host: %v\nwant %s", err, want)
+	}
+}
+
 // TestTimeAxisYears: the time axis' ticks name the year when the runs
-// span more than one, the hour when they lie within three days, and
-// only the month and day otherwise.
+// span more than one, the hour when they lie within three days (across
+// a new year too), and only the month and day otherwise, the label then
+// naming the year.
 func TestTimeAxisYears(t *testing.T) {
 	at := func(y int, m time.Month, d, h int) float64 {
 		return float64(time.Date(y, m, d, h, 0, 0, 0, time.UTC).Unix())
@@ -110,7 +131,8 @@ func TestTimeAxisYears(t *testing.T) {
 		want        string
 	}{
 		{at(2024, 3, 28, 3), at(2026, 2, 19, 3), "2006-01-02"},
-		{at(2025, 12, 31, 22), at(2026, 1, 1, 3), "2006-01-02"},
+		{at(2025, 12, 31, 22), at(2026, 1, 1, 3), "2006-01-02 15:04"},
+		{at(2025, 11, 30, 22), at(2026, 1, 1, 3), "2006-01-02"},
 		{at(2026, 1, 1, 3), at(2026, 1, 2, 3), "01-02 15:04"},
 		{at(2026, 1, 1, 3), at(2026, 11, 2, 3), "01-02"},
 	} {
@@ -130,7 +152,10 @@ func TestTimeAxisYears(t *testing.T) {
 	must(t, s.Plot("tok_s", out, Series{}))
 	b, err := os.ReadFile(out)
 	must(t, err)
-	if !strings.Contains(string(b), ">2025-") {
+	if !strings.Contains(string(b), ">2025-") || !strings.Contains(string(b), ">run start (UTC)<") {
 		t.Errorf("no tick names a year on a plot of 2024 to 2026")
+	}
+	if got := timeLabel(timeFormat(at(2024, 3, 1, 3), at(2024, 9, 1, 3)), at(2024, 3, 1, 3)); got != "run start (UTC, 2024)" {
+		t.Errorf("label of a plot within 2024: %q", got)
 	}
 }

@@ -173,6 +173,28 @@ func (s *Store) Points(metric string, sel Series) (map[string][]Point, Series, e
 	return out, sel, nil
 }
 
+// noPoints is why a plot of metric from the history at path has no
+// point: no run has bench results with the metric at all, or none on
+// the series asked (sel, as Points filled it in), with the flags to
+// leave out.
+func noPoints(path, metric string, asked, sel Series) error {
+	why := "runs with --skip-bench have none; runs recorded before " + metric + " existed have none of it"
+	var given []string
+	for _, f := range []struct {
+		flag string
+		set  bool
+	}{{"--hardware", asked.HardwareKey != ""}, {"--workload", asked.Workload != ""}, {"--concurrency", asked.Level != 0}} {
+		if f.set {
+			given = append(given, f.flag)
+		}
+	}
+	if len(given) == 0 {
+		return fmt.Errorf("history %s has no run with bench results to plot (%s)", path, why)
+	}
+	return fmt.Errorf("history %s has no run with bench results to plot on hardware %q, workload %q at concurrency %d (%s; leave out %s to plot the newest run's)",
+		path, sel.HardwareKey, sel.Workload, sel.Level, why, strings.Join(given, ", "))
+}
+
 // regressedOn reports whether the failed regression check named name
 // ("pcie tok_s vs history", "pcie tok_s@concurrency=4 vs baseline") is
 // of arm and metric, at level when it names one (a run of one level
@@ -298,13 +320,26 @@ func (s *Store) LevelCurves(metric string, sel Series, run int64) ([]chart.Curve
 // when they do not lie within one year (UTC).
 func timeFormat(first, last float64) string {
 	a, b := time.Unix(int64(first), 0).UTC(), time.Unix(int64(last), 0).UTC()
+	hours := last-first < 3*24*3600
 	switch {
+	case a.Year() != b.Year() && hours:
+		return "2006-01-02 15:04"
 	case a.Year() != b.Year():
 		return "2006-01-02"
-	case last-first < 3*24*3600:
+	case hours:
 		return "01-02 15:04"
 	}
 	return "01-02"
+}
+
+// timeLabel is the time axis' label for ticks in layout (timeFormat) of
+// runs started from first (Unix seconds): the year, when the ticks do
+// not name it.
+func timeLabel(layout string, first float64) string {
+	if strings.HasPrefix(layout, "2006") {
+		return "run start (UTC)"
+	}
+	return fmt.Sprintf("run start (UTC, %d)", time.Unix(int64(first), 0).UTC().Year())
 }
 
 func minMax(xs []float64) (float64, float64) {
@@ -336,16 +371,16 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 	if err := PlotFormat(out); err != nil {
 		return err
 	}
+	asked := sel
 	pts, sel, err := s.Points(metric, sel)
 	if err != nil {
 		return err
 	}
 	if len(pts) == 0 {
-		return fmt.Errorf("history %s has no run with bench results to plot on hardware %q, workload %q at concurrency %d (runs with --skip-bench have none; runs recorded before %s existed have none of it; leave out --hardware, --workload and --concurrency to plot the newest run's)", s.Path, sel.HardwareKey, sel.Workload, sel.Level, metric)
+		return noPoints(s.Path, metric, asked, sel)
 	}
 	p := plot.New()
 	p.Title.Text = fmt.Sprintf("arpatch nightly: %s per run on %s at concurrency %d (median, CI band)", metric, sel.HardwareKey, sel.Level)
-	p.X.Label.Text = "run start (UTC)"
 	m, _ := stats.Lookup(metric) // Points refused an unknown one
 	p.Y.Label.Text = m.Axis()
 	var first, last float64
@@ -357,7 +392,9 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 			last = max(last, q.X)
 		}
 	}
-	p.X.Tick.Marker = plot.TimeTicks{Format: timeFormat(first, last)}
+	layout := timeFormat(first, last)
+	p.X.Tick.Marker = plot.TimeTicks{Format: layout}
+	p.X.Label.Text = timeLabel(layout, first)
 	p.Legend.Top = true
 	p.Legend.Left = true
 	arms := slices.Sorted(maps.Keys(pts))

@@ -1,6 +1,7 @@
 package history
 
 import (
+	"database/sql"
 	"fmt"
 	"io"
 	"os"
@@ -183,12 +184,54 @@ func TestReadLeavesNoFilesTheOwnerCannotWrite(t *testing.T) {
 		t.Errorf("the owner's second write: %q, %v", out, err)
 	}
 
-	must(t, os.Remove(p+"-shm"))
-	must(t, os.WriteFile(p+"-wal", []byte("commits"), 0o644))
-	out, err := asUser(t, "nobody", "read:"+p)
-	if want := "its write-ahead log " + p + "-wal holds commits not yet in it"; err == nil || !strings.Contains(out, want) || !strings.Contains(out, "arpatch history list --db "+p) {
+	// A crash before the checkpoint: a -wal holding a commit (a sixth
+	// run) that the file lacks, and no -shm. Another user's read is
+	// refused with a remedy; the remedy, run as printed by the owner,
+	// lets that read see the commit.
+	crash := filepath.Join(dir, "crash.db")
+	walWithACommit(t, p, crash)
+	must(t, os.Chown(crash, uid, gid))
+	must(t, os.Chown(crash+"-wal", uid, gid))
+	out, err := asUser(t, "nobody", "read:"+crash)
+	want := "its write-ahead log " + crash + "-wal holds commits not yet in it, and there is no " + crash + "-shm, which this user cannot create: " +
+		"open it once as its owner (arpatch history list --db " + crash + "), or copy it and its -wal where you can write"
+	if err == nil || !strings.Contains(out, want) {
 		t.Errorf("a -wal with commits and no -shm: %q, %v; want %q", out, err, want)
 	}
+	if out, err := asUser(t, "postgres", "read:"+crash); err != nil || out != "6 runs" {
+		t.Fatalf("the owner's read, the remedy: %q, %v", out, err)
+	}
+	if out, err := asUser(t, "nobody", "read:"+crash); err != nil || out != "6 runs" {
+		t.Errorf("nobody's read after the remedy: %q, %v; want the run in the -wal too", out, err)
+	}
+}
+
+// walWithACommit copies the history at src to dst with a -wal holding
+// one more run that dst itself lacks and no -shm, as a crash between a
+// commit and its checkpoint leaves them: the copy is taken while a
+// connection that never checkpoints has the commit in its -wal.
+func walWithACommit(t *testing.T, src, dst string) {
+	t.Helper()
+	tmp := filepath.Join(t.TempDir(), "w.db")
+	copyFile(t, src, tmp)
+	db, err := sql.Open("sqlite", "file:"+tmp+"?_pragma=wal_autocheckpoint(0)")
+	must(t, err)
+	defer func() { must(t, db.Close()) }()
+	db.SetMaxOpenConns(1)
+	_, err = db.Exec(`PRAGMA journal_mode=WAL`)
+	must(t, err)
+	_, err = db.Exec(`INSERT INTO runs (started_at, status, pid, hardware_key) VALUES ('2026-01-01T03:00:00Z', 'complete', 1, '8x GPU')`)
+	must(t, err)
+	copyFile(t, tmp, dst)
+	copyFile(t, tmp+"-wal", dst+"-wal")
+}
+
+// copyFile copies the file src to dst (mode 0644).
+func copyFile(t *testing.T, src, dst string) {
+	t.Helper()
+	b, err := os.ReadFile(src)
+	must(t, err)
+	must(t, os.WriteFile(dst, b, 0o644))
 }
 
 // An immutable read whose file changed under it fails at Close, saying

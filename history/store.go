@@ -381,7 +381,7 @@ func readDSN(path string, fi os.FileInfo) (string, *os.FileInfo, error) {
 	}
 	if werr == nil && walFi.Size() > 0 {
 		return "", nil, fmt.Errorf("history %s: its write-ahead log %s-wal holds commits not yet in it, and there is no %s-shm, which this user cannot create: "+
-			"open it once as its owner (arpatch history list --db %s), or copy the three files where you can write", path, path, path, path)
+			"open it once as its owner (arpatch history list --db %s), or copy it and its -wal where you can write", path, path, path, path)
 	}
 	return "file:" + uriPath(path) + "?mode=ro&immutable=1", &fi, nil
 }
@@ -406,7 +406,7 @@ func (s *Store) current() error {
 	case cur > SchemaVersion:
 		return fmt.Errorf("history %s has schema version %d; this arpatch knows up to %d: use a newer arpatch", s.Path, cur, SchemaVersion)
 	case cur < SchemaVersion:
-		return fmt.Errorf("history %s has schema version %d, older than this arpatch's %d: the next `arpatch nightly` or `arpatch history accept` migrates it (they write it); history list, show, export and plot only read it", s.Path, cur, SchemaVersion)
+		return fmt.Errorf("history %s has schema version %d, older than this arpatch's %d: the next `arpatch nightly` on it migrates it (so does `arpatch history accept RUN`, which also makes RUN the reference); history list, show, export and plot only read it", s.Path, cur, SchemaVersion)
 	}
 	return nil
 }

@@ -129,7 +129,7 @@ func TestHistoryAcceptOpensOnlyAHistory(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	if code := run(context.Background(), []string{"arpatch", "history", "list", "--db", old}, &out, &errb); code != exitFailure ||
-		!strings.Contains(errb.String(), "has schema version 5, older than this arpatch's 6: the next `arpatch nightly` or `arpatch history accept` migrates it (they write it); history list, show, export and plot only read it") {
+		!strings.Contains(errb.String(), "has schema version 5, older than this arpatch's 6: the next `arpatch nightly` on it migrates it (so does `arpatch history accept RUN`, which also makes RUN the reference); history list, show, export and plot only read it") {
 		t.Errorf("list of schema 5: exit %d, %q", code, errb.String())
 	}
 	out.Reset()
