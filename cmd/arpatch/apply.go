@@ -11,6 +11,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/checkout"
+	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/progress"
 	"github.com/arpatch/arpatch/internal/shellq"
@@ -201,7 +202,7 @@ func printApply(w io.Writer, rep *checkout.ApplyReport, r *recipes.Recipe, repoF
 func printRuntimeEnv(w io.Writer, rep *checkout.ApplyReport, env map[string]string, tunePath string, tuned bool) {
 	if len(env) == 0 || rep.DryRun {
 		if tunePath != "" && !tuned && !rep.DryRun {
-			fmt.Fprintf(w, "tune %s not used: the recipe's [env] does not set SGLANG_FORCE_CUSTOM_AR_PCIE=1, so its thresholds would change nothing\n", tunePath)
+			fmt.Fprintf(w, "tune %s not used: the recipe's [env] does not set %s=1, so its thresholds would change nothing\n", tunePath, tune.EnvForce)
 		}
 		return
 	}
@@ -210,7 +211,7 @@ func printRuntimeEnv(w io.Writer, rep *checkout.ApplyReport, env map[string]stri
 	case tuned:
 		heading = fmt.Sprintf("runtime environment: the recipe's [env] with the thresholds of tune %s (export it for the server):", tunePath)
 	case tunePath != "":
-		heading = fmt.Sprintf("runtime environment from the recipe; tune %s not used: the recipe's [env] does not set SGLANG_FORCE_CUSTOM_AR_PCIE=1 (export it for the server):", tunePath)
+		heading = fmt.Sprintf("runtime environment from the recipe; tune %s not used: the recipe's [env] does not set %s=1 (export it for the server):", tunePath, tune.EnvForce)
 	}
 	fmt.Fprintln(w, heading)
 	for _, k := range slices.Sorted(maps.Keys(env)) {

@@ -26,6 +26,7 @@ import (
 	"github.com/arpatch/arpatch/harness/server"
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/harness/workload"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/bounds"
@@ -222,7 +223,7 @@ func parseArm(spec string, into map[string]*bench.Arm) (string, error) {
 	name = strings.TrimSpace(name)
 	if name == "" || strings.TrimSpace(rest) == "" {
 		// An arm with nothing set would silently repeat the baseline.
-		return "", fmt.Errorf("--arm %q: want NAME:key=val[,key=val], e.g. --arm 'algo1:env.SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage'", spec)
+		return "", fmt.Errorf("--arm %q: want NAME:key=val[,key=val], e.g. --arm 'algo1:env.%s=1stage'", spec, tune.EnvAlgo)
 	}
 	if !recipes.ValidName(name) {
 		return "", fmt.Errorf("--arm %q: an arm's name is lower case letters, digits, '_', '.' and '-', starting with a letter or digit (it names benchmark lines and log files)", name)

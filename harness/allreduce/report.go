@@ -402,7 +402,7 @@ func (rep *Report) WriteTable(w io.Writer) {
 	fmt.Fprintf(w, "allreduce, world size %d on %d x %s, torch %s, CUDA %s, NCCL %s, %s; median us [p10-p90]\n",
 		e.WorldSize, e.Devices, orQ(e.Device), orQ(e.Torch), orQ(e.CUDA), orQ(e.NCCL), orQ(e.DType))
 	if len(rep.Options.Islands) > 0 {
-		fmt.Fprintf(w, "islands (SGLANG_PCIE_CUSTOM_AR_ISLANDS): %s", strings.Join(rep.Options.Islands, "; "))
+		fmt.Fprintf(w, "islands (%s): %s", EnvIslands, strings.Join(rep.Options.Islands, "; "))
 		if rep.IslandsFrom != "" {
 			fmt.Fprintf(w, " (%s)", rep.IslandsFrom)
 		}

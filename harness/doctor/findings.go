@@ -8,6 +8,7 @@ import (
 	"strings"
 
 	"github.com/arpatch/arpatch/harness/nvsmi"
+	"github.com/arpatch/arpatch/harness/tune"
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/textfmt"
 	"github.com/arpatch/arpatch/kernels"
@@ -67,7 +68,7 @@ func findings(h *Host, j *Judged, env []string) []Finding {
 		if numa := t.NUMANodes(); len(numa) > 1 {
 			add("topo.numa-split", Warn, fmt.Sprintf("GPUs span %d NUMA nodes (%s)", len(numa), strings.Join(numa, ", ")),
 				"SYS pairs cross the inter-socket link; an all-to-all 1-stage allreduce sends every rank's data across it at once",
-				"prefer 2-stage (SGLANG_CUSTOM_ALLREDUCE_ALGO=2stage) or NCCL there, and measure both")
+				"prefer 2-stage ("+tune.EnvAlgo+"=2stage) or NCCL there, and measure both")
 		}
 	}
 	for _, m := range h.blockedP2P() {
@@ -142,7 +143,7 @@ func findings(h *Host, j *Judged, env []string) []Finding {
 			"remove expandable_segments:True when serving with custom allreduce")
 	}
 	if j.ServerArgs != nil {
-		f = append(f, serverFindings(j, get("SGLANG_FORCE_CUSTOM_AR_PCIE"))...)
+		f = append(f, serverFindings(j, get(tune.EnvForce))...)
 	}
 	return f
 }
@@ -176,7 +177,7 @@ func serverFindings(j *Judged, forcePCIe string) []Finding {
 		f = append(f, Finding{ID: "server.no-draft", Severity: Error, Title: written("--speculative-algorithm") + " " + algo + " without --speculative-draft-model-path (or its alias --speculative-draft-model)", Remedy: "pass the draft model"})
 	}
 	if _, off := a.Values["--disable-custom-all-reduce"]; off && forcePCIe == "1" {
-		f = append(f, Finding{ID: "server.custom-ar-off", Severity: Warn, Title: written("--disable-custom-all-reduce") + " with SGLANG_FORCE_CUSTOM_AR_PCIE=1",
+		f = append(f, Finding{ID: "server.custom-ar-off", Severity: Warn, Title: written("--disable-custom-all-reduce") + " with " + tune.EnvForce + "=1",
 			Detail: "the flag wins: every allreduce goes to NCCL", Remedy: "drop one of them"})
 	}
 	if l, ok := layoutOf(a); ok && j.Visible.Unknown == "" && len(j.Visible.Indexes) > 0 && l.nnodes == 1 {

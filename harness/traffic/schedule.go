@@ -4,6 +4,8 @@ import (
 	"math"
 	"strconv"
 	"strings"
+
+	"github.com/arpatch/arpatch/harness/tune"
 )
 
 // Schedule is a PCIe dispatch as the pcie series runs it: custom
@@ -47,11 +49,11 @@ func (s Schedule) Algo() string {
 // each: the gate open (0002 reads SGLANG_PCIE_CUSTOM_AR_MAX_BYTES only
 // then, at world size 2 too), the schedule, its islands and the cut.
 func (s Schedule) Env() []string {
-	env := []string{"SGLANG_FORCE_CUSTOM_AR_PCIE=1", "SGLANG_PCIE_CUSTOM_AR_ALGO=" + s.Algo()}
+	env := []string{tune.EnvForce + "=1", tune.EnvSchedule + "=" + s.Algo()}
 	if s.Islands != nil {
-		env = append(env, "SGLANG_PCIE_CUSTOM_AR_ISLANDS="+s.Islands.Islands.String())
+		env = append(env, tune.EnvIslands+"="+s.Islands.Islands.String())
 	}
-	return append(env, "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES="+strconv.Itoa(s.MaxBytes))
+	return append(env, tune.EnvMaxBytes+"="+strconv.Itoa(s.MaxBytes))
 }
 
 // Auto is what s runs at bytes: the step whose bound covers it, or, when
