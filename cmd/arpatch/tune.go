@@ -58,7 +58,7 @@ Per size it compares each custom kernel with the fastest correct NCCL variant
 there (CUDA-graph medians when measured: SGLang decodes in graphs) and cuts
 the sizes into custom allreduce and NCCL with the least summed slow-down:
 SGLANG_PCIE_CUSTOM_AR_MAX_BYTES; below the cut a schedule of the fastest
-kernels, SGLANG_PCIE_CUSTOM_AR_ALGO (e.g. push1:32768,island), with
+kernels, SGLANG_PCIE_CUSTOM_AR_ALGO (e.g. push1:32768,push2:2097152,pull2), with
 SGLANG_PCIE_CUSTOM_AR_ISLANDS when island runs (--islands, or the host
 topology as bench allreduce reads it); above it the NCCL variant with the
 least summed slow-down there, its variables written when it beats NCCL as

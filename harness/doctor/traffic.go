@@ -125,8 +125,8 @@ func expectation(h *Host) string {
 		steps(sched), allreduce.FormatBytes(sched.MaxBytes), allreduce.FormatBytes(shm.MaxBytes), strings.Join(sched.Env(), " "), m.N)
 }
 
-// steps says a schedule's steps in words: "push1 up to 5.7K, then island
-// on sockets (0,1,2,3/4,5,6,7)".
+// steps says a schedule's steps in words: "push1 up to 5.7K, island on
+// sockets (0,1,2,3/4,5,6,7) up to 3276.8K, then push2".
 func steps(s traffic.Schedule) string {
 	var parts []string
 	for i, st := range s.Steps {

@@ -21,8 +21,8 @@ func TestExpectation(t *testing.T) {
 	model := "traffic model (an estimate, calibrated constants) at the verify shape (40K, world size 8): custom-push2 28.6 µs, custom-island 29.2 µs (sockets 0,1,2,3/4,5,6,7), " +
 		"nccl-ring/LL 79.1 µs, custom-push1 105.7 µs, custom-2stage 108.9 µs, custom-1stage 382.3 µs; NCCL's best configuration is ring/LL (NCCL_ALGO=Ring NCCL_PROTO=LL); " +
 		"NCCL over SHM, as in the published account, 225.9 µs"
-	want := model + "; PCIe dispatch fit: push1 up to 672B, then island on sockets (0,1,2,3/4,5,6,7), custom allreduce up to 4M against NCCL's best (4M against SHM NCCL); " +
-		"to run it: SGLANG_FORCE_CUSTOM_AR_PCIE=1 SGLANG_PCIE_CUSTOM_AR_ALGO=push1:672,island SGLANG_PCIE_CUSTOM_AR_ISLANDS=0,1,2,3/4,5,6,7 SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=4194304; " +
+	want := model + "; PCIe dispatch fit: push1 up to 672B, island on sockets (0,1,2,3/4,5,6,7) up to 3276.8K, then push2, custom allreduce up to 4M against NCCL's best (4M against SHM NCCL); " +
+		"to run it: SGLANG_FORCE_CUSTOM_AR_PCIE=1 SGLANG_PCIE_CUSTOM_AR_ALGO=push1:672,island:3355424,push2 SGLANG_PCIE_CUSTOM_AR_ISLANDS=0,1,2,3/4,5,6,7 SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=4194304; " +
 		"measure with `arpatch tune allreduce --world-size 8`"
 	if pcie.Expect != want {
 		t.Errorf("pcie8 with P2P write OK:\n got %q\nwant %q", pcie.Expect, want)

@@ -2,6 +2,7 @@ package traffic
 
 import (
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 
@@ -33,7 +34,7 @@ type Step struct {
 }
 
 // Algo is the schedule as SGLANG_PCIE_CUSTOM_AR_ALGO takes it:
-// "push1:5824,island".
+// "push1:5824,island:3355424,push2".
 func (s Schedule) Algo() string {
 	parts := make([]string, len(s.Steps))
 	for i, st := range s.Steps {
@@ -56,12 +57,44 @@ func (s Schedule) Env() []string {
 	return append(env, tune.EnvMaxBytes+"="+strconv.Itoa(s.MaxBytes))
 }
 
-// Auto is what s runs at bytes: the step whose bound covers it, or, when
-// that algorithm's scratch does not hold the size, the next that does in
-// the order push1, island (with islands), push2, pull2, as the pcie
-// series' pcie_algo_for falls through (docs/pcie-dispatch.md, "The
-// algorithms").
+// Auto is what the series' auto dispatch runs at bytes for the steps of
+// s: the step whose bound covers it, or, when that algorithm's scratch
+// does not hold the size, the next that does in the order push1, island
+// (with islands), push2, pull2, as the pcie series' pcie_algo_for falls
+// through when SGLANG_PCIE_CUSTOM_AR_ALGO is auto (docs/pcie-dispatch.md,
+// "The algorithms"). An explicit schedule never falls through (the
+// kernel throws instead), so Suggest states every fall-through as a
+// bounded step: on its schedules Auto is the step lookup at every size up
+// to MaxBytes.
 func (t *Topology) Auto(s Schedule, bytes int, p Params) Estimate {
+	algo := t.autoAlgo(s, bytes, p)
+	return t.est(s, algo, bytes, p)
+}
+
+// fallThrough is the order the series' auto falls through in, from algo
+// on: push1, island (when s has islands), push2, pull2; at world size 2,
+// the model's own push1, then pull1.
+func (t *Topology) fallThrough(s Schedule, algo string) []string {
+	order := []string{CustomPush1, CustomIsland, CustomPush2, Custom2Stage}
+	if t.N == 2 {
+		order = []string{CustomPush1, Custom1Stage}
+	}
+	i := slices.Index(order, algo)
+	if i < 0 {
+		return []string{algo}
+	}
+	var out []string
+	for _, a := range order[i:] {
+		if a != CustomIsland || s.Islands != nil {
+			out = append(out, a)
+		}
+	}
+	return out
+}
+
+// autoAlgo is the algorithm Auto runs at bytes: the step's, or the first
+// of its fall-through that fits the scratch; the step's when none fits.
+func (t *Topology) autoAlgo(s Schedule, bytes int, p Params) string {
 	algo := s.Steps[len(s.Steps)-1].Algo
 	for _, st := range s.Steps {
 		if st.Max == 0 || bytes <= st.Max {
@@ -69,24 +102,80 @@ func (t *Topology) Auto(s Schedule, bytes int, p Params) Estimate {
 			break
 		}
 	}
-	order := []string{CustomPush1, CustomIsland, CustomPush2, Custom2Stage}
-	if t.N == 2 {
-		order = []string{CustomPush1, Custom1Stage}
-	}
-	for i, a := range order {
-		if a != algo {
-			continue
-		}
-		for _, next := range order[i:] {
-			if next == CustomIsland && s.Islands == nil {
-				continue
-			}
-			if e := t.est(s, next, bytes, p); e.Fits {
-				return e
-			}
+	for _, next := range t.fallThrough(s, algo) {
+		if t.fits(s, next, bytes, p) {
+			return next
 		}
 	}
-	return t.est(s, algo, bytes, p)
+	return algo
+}
+
+// fits says algo's scratch at bytes (docs/pcie-dispatch.md, "The
+// algorithms") is within Params.ScratchBytes, on s's islands for island.
+func (t *Topology) fits(s Schedule, algo string, bytes int, p Params) bool {
+	is := t.all()
+	if algo == CustomIsland && s.Islands != nil {
+		is = s.Islands.Islands
+	}
+	return scratch(algo, bytes, t.N, is) <= p.ScratchBytes
+}
+
+// explicit is s with every fall-through of the series' auto up to
+// s.MaxBytes stated as a step of its own, so that the schedule runs the
+// same as SGLANG_PCIE_CUSTOM_AR_ALGO, where the kernel does not fall
+// through but throws (and 0002 refuses, at init, a step whose algorithm
+// does not fit the scratch up to its bound or the cut): each step's
+// algorithm fits at its bound, the last one's at MaxBytes. Sizes are
+// whole 16-byte packs, as the kernel moves them; a step changes where the
+// last whole pack fits. s is returned as is when MaxBytes is below one
+// pack (custom allreduce runs at no size).
+func (t *Topology) explicit(s Schedule, p Params) Schedule {
+	if s.MaxBytes < 16 {
+		return s
+	}
+	out := s
+	out.Steps = nil
+	lo := 16 // the smallest size not yet covered
+	add := func(algo string, hi int) {
+		if n := len(out.Steps); n > 0 && out.Steps[n-1].Algo == algo {
+			out.Steps[n-1].Max = hi
+			return
+		}
+		out.Steps = append(out.Steps, Step{Algo: algo, Max: hi})
+	}
+	for _, st := range s.Steps {
+		hi := s.MaxBytes
+		if st.Max > 0 {
+			hi = min(st.Max, s.MaxBytes)
+		}
+		for lo <= hi {
+			algo := t.autoAlgo(Schedule{Steps: []Step{{Algo: st.Algo}}, Islands: s.Islands}, lo, p)
+			// algo fits from lo on up to its last whole pack that fits.
+			last := hi
+			if !t.fits(s, algo, hi, p) {
+				a, b := lo, hi // fits at a, not at b
+				for b-a > 16 {
+					mid := (a + b) / 2 / 16 * 16
+					if mid <= a {
+						mid = a + 16
+					}
+					if t.fits(s, algo, mid, p) {
+						a = mid
+					} else {
+						b = mid
+					}
+				}
+				last = a
+			}
+			add(algo, last)
+			lo = last + 16
+		}
+		if hi == s.MaxBytes {
+			break
+		}
+	}
+	out.Steps[len(out.Steps)-1].Max = 0
+	return out
 }
 
 func (t *Topology) est(s Schedule, algo string, bytes int, p Params) Estimate {
@@ -106,7 +195,10 @@ func (t *Topology) est(s Schedule, algo string, bytes int, p Params) Estimate {
 // is the largest size up to which the schedule beats NCCL without a
 // break: the best NCCL over P2P at each size, or NCCL over SHM when shm.
 // Sizes are scanned in steps of 16 bytes (scanSizes) up to
-// Params.ScratchBytes.
+// Params.ScratchBytes. The schedule is returned as an explicit
+// SGLANG_PCIE_CUSTOM_AR_ALGO must state it (explicit): where auto would
+// fall through (island, then push2, as the scratch runs out) the steps
+// say so, e.g. push1:5824,island:3355424,push2 on the reference host.
 func (t *Topology) Suggest(p Params, shm bool) Schedule {
 	sizes := scanSizes(p.ScratchBytes)
 	s := Schedule{AgainstSHM: shm}
@@ -145,7 +237,7 @@ func (t *Topology) Suggest(p Params, shm bool) Schedule {
 		}
 		s.MaxBytes = n
 	}
-	return s
+	return t.explicit(s, p)
 }
 
 // scanSizes are 16 B .. top: powers of two with 64 even steps (multiples

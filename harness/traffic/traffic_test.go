@@ -2,6 +2,7 @@ package traffic_test
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"math/bits"
 	"os"
@@ -457,7 +458,7 @@ func TestDefaults(t *testing.T) {
 	p := traffic.Default()
 	ref := traffic.RefHost(p)
 	s := ref.Suggest(p, false)
-	if len(s.Steps) != 2 || s.Steps[0].Algo != traffic.CustomPush1 || s.Steps[1].Algo != traffic.CustomIsland || s.Islands == nil || s.Islands.Kind != "sockets" {
+	if len(s.Steps) != 3 || s.Steps[0].Algo != traffic.CustomPush1 || s.Steps[1].Algo != traffic.CustomIsland || s.Steps[2].Algo != traffic.CustomPush2 || s.Islands == nil || s.Islands.Kind != "sockets" {
 		t.Fatalf("reference host schedule %+v", s)
 	}
 	x := s.Steps[0].Max
@@ -491,7 +492,17 @@ func TestDefaults(t *testing.T) {
 	if a := ref.Auto(s, next(s.MaxBytes), p); a.Algo != traffic.Custom2Stage {
 		t.Errorf("above the cut auto runs %s", a.Name())
 	}
-	if got := strings.Join(s.Env(), " "); got != "SGLANG_FORCE_CUSTOM_AR_PCIE=1 SGLANG_PCIE_CUSTOM_AR_ALGO="+s.Algo()+" SGLANG_PCIE_CUSTOM_AR_ISLANDS=0,1,2,3/4,5,6,7 SGLANG_PCIE_CUSTOM_AR_MAX_BYTES="+strconv.Itoa(s.MaxBytes) || s.Algo() != "push1:"+strconv.Itoa(x)+",island" {
+	// The fall-through is stated: island up to the last whole pack whose
+	// scratch fits (the series' explicit schedule would throw above it),
+	// then push2.
+	lastIsland := 0
+	for n := x; isl(n).Fits; n += 16 {
+		lastIsland = n
+	}
+	if s.Steps[1].Max != lastIsland || lastIsland != 3355424 {
+		t.Errorf("island's bound %d, want its last fit %d (3,355,424 B is 209,714 packs: (4+2) x 52,429 + 209,714 = 524,288 packs of scratch, all of 8 MiB)", s.Steps[1].Max, lastIsland)
+	}
+	if got := strings.Join(s.Env(), " "); got != "SGLANG_FORCE_CUSTOM_AR_PCIE=1 SGLANG_PCIE_CUSTOM_AR_ALGO="+s.Algo()+" SGLANG_PCIE_CUSTOM_AR_ISLANDS=0,1,2,3/4,5,6,7 SGLANG_PCIE_CUSTOM_AR_MAX_BYTES="+strconv.Itoa(s.MaxBytes) || s.Algo() != "push1:"+strconv.Itoa(x)+",island:3355424,push2" {
 		t.Errorf("env %q", got)
 	}
 	t.Logf("reference host: kPcieAutoPush1MaxBytes = %d, SGLANG_PCIE_CUSTOM_AR_MAX_BYTES default = %d", x, s.MaxBytes)
@@ -575,5 +586,76 @@ func TestBadTopology(t *testing.T) {
 		if _, err := traffic.New(c.links, nil, nil, p); err == nil || !strings.Contains(err.Error(), c.want) {
 			t.Errorf("%v: %v, want %q", c.links, err, c.want)
 		}
+	}
+}
+
+// TestSuggestStatesFallThrough: an explicit SGLANG_PCIE_CUSTOM_AR_ALGO
+// does not fall through (the kernel throws, and 0002 refuses it at init,
+// where a step's algorithm does not fit the scratch up to its bound), so
+// every schedule Suggest gives states its fall-through: its bounds ascend,
+// the last step has none, and at every size up to the cut the step that
+// covers it fits the scratch, the same algorithm the series' auto runs
+// there. On hosts of 2 to 8 GPUs, scratch from 64 KiB to 8 MiB, against
+// NCCL over P2P and over SHM.
+func TestSuggestStatesFallThrough(t *testing.T) {
+	hosts := map[string]*traffic.Topology{
+		"reference": traffic.RefHost(traffic.Default()), "pcie8": load(t, "../doctor/testdata/pcie8"),
+		"switch4": load(t, "testdata/switch4"), "nvpairs8": load(t, "../doctor/testdata/nvpairs8"), "flashinfer": flashInferHost(t),
+	}
+	for _, n := range []int{2, 4, 6, 8} {
+		hosts[fmt.Sprintf("%d GPUs on one switch", n)] = matrix(t, n, func(int, int) string { return "PIX" })
+		hosts[fmt.Sprintf("%d GPUs on two sockets", n)] = matrix(t, n, func(i, j int) string {
+			if i < n/2 == (j < n/2) {
+				return "NODE"
+			}
+			return "SYS"
+		})
+	}
+	stated := 0
+	for name, m := range hosts {
+		for _, scratch := range []int{64 << 10, 1 << 20, 8 << 20} {
+			p := traffic.Default()
+			p.ScratchBytes = scratch
+			for _, shm := range []bool{false, true} {
+				s := m.Suggest(p, shm)
+				what := fmt.Sprintf("%s, %d B of scratch, shm %v: %s up to %d", name, scratch, shm, s.Algo(), s.MaxBytes)
+				if len(s.Steps) == 0 || s.Steps[len(s.Steps)-1].Max != 0 {
+					t.Errorf("%s: the last step is bounded", what)
+					continue
+				}
+				for i := 1; i+1 < len(s.Steps); i++ {
+					if s.Steps[i].Max <= s.Steps[i-1].Max {
+						t.Errorf("%s: bounds do not ascend", what)
+					}
+				}
+				stated += len(s.Steps) - 1
+				for size := 16; size <= s.MaxBytes; size += max(16, size/256/16*16) {
+					step := s.Steps[len(s.Steps)-1]
+					for _, st := range s.Steps {
+						if st.Max == 0 || size <= st.Max {
+							step = st
+							break
+						}
+					}
+					var e traffic.Estimate
+					if step.Algo == traffic.CustomIsland {
+						e = m.EstimateIslands(*s.Islands, size, p)
+					} else {
+						e = m.Estimate(step.Algo, size, p)
+					}
+					if !e.Fits {
+						t.Errorf("%s: at %d B the step runs %s, which needs %d B of scratch", what, size, step.Algo, e.Scratch)
+						break
+					}
+					if a := m.Auto(s, size, p); a.Algo != step.Algo {
+						t.Errorf("%s: at %d B the step runs %s, auto %s", what, size, step.Algo, a.Algo)
+						break
+					}
+				}
+			}
+		}
+	}
+	if stated == 0 {
+		t.Error("no schedule has a bounded step")
 	}
 }

@@ -151,7 +151,9 @@ var choiceImpls = []string{allreduce.Custom1Stage, allreduce.Custom2Stage, allre
 // refuses), a variable other than the pcie series', a variable or record
 // line given twice (a shell takes the last; a reader would not see which),
 // a bad threshold, a world size custom allreduce cannot run (not 2, 4, 6 or
-// 8), and a file without the schema line or without a variable it needs.
+// 8), a schedule the pcie series refuses at init at the file's world size
+// (Thresholds.SeriesError), and a file without the schema line or without
+// a variable it needs.
 func Parse(name string, data []byte) (*File, error) {
 	f := &File{}
 	env := map[string]string{}
@@ -239,6 +241,9 @@ func Parse(name string, data []byte) (*File, error) {
 			return nil, fmt.Errorf("%s:%d: %s=%w, but the tune was made at world size %d; write the file again with `%s`", name, lineOf[EnvIslands], EnvIslands, err, f.WorldSize, retune)
 		}
 	}
+	if err := t.SeriesError(f.WorldSize); err != nil {
+		return nil, fmt.Errorf("%s:%d: %w; write the file again with `%s`", name, lineOf[EnvSchedule], err, retune)
+	}
 	return f, nil
 }
 
@@ -292,8 +297,9 @@ func RetuneCommand(path string, ws int, inputs ...string) string {
 
 // Check compares the file's host with here. It returns a *HostError when
 // the hostname, GPU model or GPU count differ (unless force, which turns it
-// into a warning), an *IslandsError when its islands do not fit world size
-// ws (force or not), and warnings for a changed driver or NCCL, or a world
+// into a warning), an *IslandsError when its islands or its schedule do
+// not fit world size ws (force or not: the pcie series would refuse them
+// at init), and warnings for a changed driver or NCCL, or a world
 // size other than ws (0: not checked).
 func (f *File) Check(path string, here Host, ws int, force bool) (warnings []string, err error) {
 	var differs []string
@@ -325,13 +331,17 @@ func (f *File) Check(path string, here Host, ws int, force bool) (warnings []str
 		if _, err := allreduce.ParseIslands(f.Thresholds.Islands, ws); f.Thresholds.Islands != "" && err != nil {
 			return nil, &IslandsError{Path: path, Islands: f.Thresholds.Islands, Made: f.WorldSize, WorldSize: ws, Command: RetuneCommand(path, ws)}
 		}
+		if err := f.Thresholds.SeriesError(ws); err != nil {
+			return nil, &IslandsError{Path: path, Islands: f.Thresholds.Islands, Made: f.WorldSize, WorldSize: ws, Command: RetuneCommand(path, ws), Scratch: err}
+		}
 		warnings = append(warnings, fmt.Sprintf("tune file %s was measured at world size %d, this run uses %d: its thresholds may not fit", path, f.WorldSize, ws))
 	}
 	return warnings, nil
 }
 
 // IslandsError refuses a tune file whose islands are no partition of the
-// ranks at the run's world size: the pcie series would refuse
+// ranks at the run's world size, or whose schedule does not fit the
+// scratch there (Scratch): the pcie series would refuse
 // SGLANG_PCIE_CUSTOM_AR_ISLANDS at init, and SGLang would serve on NCCL
 // (Upstream: python/sglang/srt/distributed/parallel_state.py@84118acf50b3
 // (GroupCoordinator.__init__) catches it). --force-tune does not help.
@@ -341,9 +351,15 @@ type IslandsError struct {
 	// Command is the remedy: the command that tunes at WorldSize here and
 	// writes Path again (RetuneCommand, with the caller's inputs).
 	Command string
+	// Scratch, when set, is why the islands fit but the schedule does not
+	// at WorldSize (Thresholds.SeriesError).
+	Scratch error
 }
 
 func (e *IslandsError) Error() string {
+	if e.Scratch != nil {
+		return fmt.Sprintf("tune file %s was made at world size %d; at world size %d: %v: tune at this world size with `%s`", e.Path, e.Made, e.WorldSize, e.Scratch, e.Command)
+	}
 	return fmt.Sprintf("tune file %s sets %s=%s for world size %d; at world size %d the pcie series refuses it at init and SGLang would run on NCCL: tune at this world size with `%s`",
 		e.Path, EnvIslands, e.Islands, e.Made, e.WorldSize, e.Command)
 }

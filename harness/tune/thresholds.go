@@ -101,6 +101,14 @@ type Step struct {
 // bounds, the last without one. nil is "auto", the kernel's own.
 type Schedule []Step
 
+// ExampleSchedule is the schedule arpatch's messages and help give as an
+// example of SGLANG_PCIE_CUSTOM_AR_ALGO, the one every era's series gives
+// too: push1 up to 32 KiB, push2 up to 2 MiB, pull2 above. Every step fits
+// the 8 MiB scratch up to its bound at every world size and on any
+// islands, and pull2 needs none, so the series takes it as printed
+// whatever the cut (TestPrintedSchedulesAccepted).
+const ExampleSchedule = "push1:32768,push2:2097152,pull2"
+
 // ParseSchedule reads SGLANG_PCIE_CUSTOM_AR_ALGO as 0001 does: "" or
 // "auto" is nil; else comma-separated ALGO[:MAX_BYTES] steps, ALGO one
 // of Algos, MAX_BYTES digits (ParseBytes), bounds strictly ascending, the
@@ -111,8 +119,8 @@ func ParseSchedule(raw string) (Schedule, error) {
 		return nil, nil
 	}
 	bad := func(f string, a ...any) (Schedule, error) {
-		return nil, fmt.Errorf("%s=%q: %s; want auto, or steps ALGO[:MAX_BYTES] joined by ',' (ALGO: %s), bounds strictly ascending, the last step without a bound, e.g. %s=push1:32768,island",
-			EnvSchedule, raw, fmt.Sprintf(f, a...), strings.Join(Algos, ", "), EnvSchedule)
+		return nil, fmt.Errorf("%s=%q: %s; want auto, or steps ALGO[:MAX_BYTES] joined by ',' (ALGO: %s), bounds strictly ascending, the last step without a bound, e.g. %s=%s",
+			EnvSchedule, raw, fmt.Sprintf(f, a...), strings.Join(Algos, ", "), EnvSchedule, ExampleSchedule)
 	}
 	parts := strings.Split(raw, ",")
 	var s Schedule
@@ -142,7 +150,7 @@ func ParseSchedule(raw string) (Schedule, error) {
 	return s, nil
 }
 
-// String is the variable's value, e.g. "push1:32768,island"; "auto" for
+// String is the variable's value, e.g. "push1:5824,island:3355424,push2"; "auto" for
 // nil.
 func (s Schedule) String() string {
 	if s == nil {
@@ -409,4 +417,82 @@ func CheckEnv(k, v string) error {
 		}
 	}
 	return nil
+}
+
+// ScratchNeeded is the scratch in bytes (after a rank's Signal block) that
+// the pcie series' algo needs for an allreduce of n bytes at world size ws
+// on k islands of m ranks (m = ws, k = 1 for one island), counted in whole
+// 16-byte packs as 0002's _pcie_scratch_needed and 0001's
+// pcie_scratch_needed count them: push1 ws·P; push2 ws·ceil(P/ws) + P;
+// island (m+k)·ceil(P/m) + P, for P = n/16 packs; 0 for the pulls. It
+// grows with n.
+func ScratchNeeded(algo string, n uint64, ws, m, k int) uint64 {
+	p, w, um, uk := n/16, uint64(ws), uint64(m), uint64(k)
+	ceil := func(a, b uint64) uint64 { return (a + b - 1) / b }
+	switch algo {
+	case "push1":
+		return w * p * 16
+	case "push2":
+		return (w*ceil(p, w) + p) * 16
+	case "island":
+		return ((um+uk)*ceil(p, um) + p) * 16
+	}
+	return 0
+}
+
+// SeriesError is what 0002 raises at CustomAllreduce init (before
+// sgl-kernel's init_custom_ar) when a PCIe-only group of ws ranks runs
+// with these thresholds and SGLANG_FORCE_CUSTOM_AR_PCIE=1, nil when it
+// takes them: the islands must cut ws ranks, and each step of the
+// schedule must fit the communicator's scratch (UpstreamMaxSize bytes,
+// SGLang's max_size) up to its bound or the cut, whichever is lower (the
+// kernel would throw mid-serving there, since an explicit schedule does
+// not fall through). Auto (no schedule) always fits: the kernel falls
+// through. It mirrors pcie_custom_ar_setup in every era's 0002; the
+// series' own Python decides in the tests (harness/tune's
+// TestPrintedSchedulesAccepted).
+func (t Thresholds) SeriesError(ws int) error {
+	m, k := ws, 1
+	if t.Islands != "" {
+		is, err := allreduce.ParseIslands(t.Islands, ws)
+		if err != nil {
+			return fmt.Errorf("%s=%w", EnvIslands, err)
+		}
+		m, k = is.Size(), len(is)
+	}
+	cut := min(t.MaxBytes, UpstreamMaxSize)
+	lower := uint64(0)
+	for _, st := range t.Effective() {
+		largest := cut
+		if !st.Last {
+			largest = min(st.MaxBytes, cut)
+		}
+		if need := ScratchNeeded(st.Algo, largest, ws, m, k); largest >= lower && need > UpstreamMaxSize {
+			return fmt.Errorf("%s: %s up to %d bytes needs %d bytes of scratch at world size %d and custom allreduce has %d, which the pcie series refuses at init (SGLang then serves on NCCL): bound that step at %d bytes or lower, or lower %s",
+				EnvSchedule, st.Algo, largest, need, ws, uint64(UpstreamMaxSize), LastFit(st.Algo, ws, m, k), EnvMaxBytes)
+		}
+		if !st.Last {
+			lower = st.MaxBytes + 1
+		}
+	}
+	return nil
+}
+
+// LastFit is the largest size in bytes, a whole number of 16-byte packs,
+// at which algo fits UpstreamMaxSize bytes of scratch (ScratchNeeded) at
+// world size ws on k islands of m ranks: 3355424 for island on 4+4 ranks.
+func LastFit(algo string, ws, m, k int) uint64 {
+	lo, hi := uint64(0), uint64(UpstreamMaxSize/16) // packs: lo fits
+	if ScratchNeeded(algo, hi*16, ws, m, k) <= UpstreamMaxSize {
+		return hi * 16
+	}
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		if ScratchNeeded(algo, mid*16, ws, m, k) <= UpstreamMaxSize {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo * 16
 }

@@ -118,7 +118,7 @@ func TestSchedule(t *testing.T) {
 		"push1:+4096,island":            `the bound "+4096"`,
 	} {
 		_, err := ParseSchedule(raw)
-		if err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), EnvSchedule+"=") || !strings.Contains(err.Error(), "e.g. SGLANG_PCIE_CUSTOM_AR_ALGO=push1:32768,island") {
+		if err == nil || !strings.Contains(err.Error(), want) || !strings.HasPrefix(err.Error(), EnvSchedule+"=") || !strings.Contains(err.Error(), "e.g. SGLANG_PCIE_CUSTOM_AR_ALGO="+ExampleSchedule) {
 			t.Errorf("ParseSchedule(%q) = %v, want a refusal with %q", raw, err, want)
 		}
 	}
