@@ -6,8 +6,10 @@
 #   NCCL $FAKE_AR_NCCL_US (20) µs; under NCCL_PROTO=LL $FAKE_AR_LL_US (15),
 #   under NCCL_PROTO=Simple $FAKE_AR_SIMPLE_US (20), any other variant 20;
 #   custom-1stage 5 µs up to 16 KiB and 50 above, custom-2stage 12,
-#   custom-push1 3 up to 32 KiB and 30 above (n/a where world size x size
-#   passes the 8 MiB scratch), custom-push2 9, custom-island 7.
+#   custom-push1 3 up to 32 KiB and 30 above, custom-push2 9,
+#   custom-island 7, each n/a where its scratch (as the pcie series counts
+#   it: push1 N x S, push2 N x ceil(S/N) + S, island (M+K) x ceil(S/M) +
+#   S, in 16-byte packs) passes the 8 MiB after the Signal block.
 # custom-auto runs what the pcie series' dispatch picks: the schedule in
 # SGLANG_PCIE_CUSTOM_AR_ALGO (its first step's algorithm up to its bound,
 # the last one above; a single name everywhere), else the legacy
@@ -132,6 +134,12 @@ for impl in $impls; do
     for l in $ls; do
       IFS=,
       isl=""; [ "$l" != - ] && isl=", \"islands\": \"$l\""
+      # im: ranks per island (the first island's, or every rank).
+      im=$ws
+      if [ "$l" != - ]; then
+        r=${l%%/*}; im=1
+        while [ "$r" != "${r#*,}" ]; do r=${r#*,}; im=$((im + 1)); done
+      fi
       case $impl in
         custom-push1|custom-push2|custom-island)
           if [ "$b" = nvlink ]; then
@@ -160,6 +168,8 @@ for impl in $impls; do
         na=""
         if [ "$impl" != nccl ] && [ "$gate" -ge 0 ] && [ "$s" -gt "$gate" ]; then na="above the custom allreduce cut"
         elif [ "$alg" = custom-push1 ] && [ $((ws * s)) -gt 8388608 ]; then na="custom-push1 needs $((ws * s)) bytes of scratch"
+        elif [ "$alg" = custom-push2 ] && [ $(((ws * ((s / 16 + ws - 1) / ws) + s / 16) * 16)) -gt 8388608 ]; then na="custom-push2 does not fit the scratch"
+        elif [ "$alg" = custom-island ] && [ $(((im + ws / im) * ((s / 16 + im - 1) / im) * 16 + s / 16 * 16)) -gt 8388608 ]; then na="custom-island does not fit the scratch"
         fi
         case $alg in
           nccl)
