@@ -146,8 +146,10 @@ func realUpstream(t *testing.T) (*Catalog, func(commit, path string) ([]byte, er
 	if err != nil {
 		t.Fatal(err)
 	}
+	// A blob only: git show of a directory prints its listing, which the
+	// engine would take for a file in the directory's place.
 	show := func(commit, path string) ([]byte, error) {
-		return exec.Command("git", "-C", mirror, "show", commit+":"+path).Output()
+		return exec.Command("git", "-C", mirror, "cat-file", "blob", commit+":"+path).Output()
 	}
 	return cat, show, mirror
 }

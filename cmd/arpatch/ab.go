@@ -179,7 +179,7 @@ func abBuildRun(ctx context.Context, o abBuildOptions, s streams) error {
 	}
 	ab, results, err := kernels.ABBuild(ctx, o.AB, func(arm string) kernels.Progress { return kernels.NewProgress(s.Err, "arm "+arm) })
 	if err != nil {
-		return err
+		return repoRemedy(err, o.AB.A.Upstream.URL)
 	}
 	m := ab.Manifest
 	fmt.Fprintf(w, "A/B at %s: inputs differ only in %v\n", m.Commit, m.DifferOnlyIn)

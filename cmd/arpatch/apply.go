@@ -116,7 +116,7 @@ func applyRun(ctx context.Context, o applyOptions, s streams) error {
 	}
 	rep, err := checkout.Apply(ctx, o.Apply)
 	if err != nil {
-		return err
+		return repoRemedy(err, o.Apply.Recipe.Upstream.URL)
 	}
 	printApply(s.Out, rep, printed, o.Apply.Repo, o.Apply.Catalog)
 	if rep.WouldClone && rep.Result == nil && printed.Series != "" {

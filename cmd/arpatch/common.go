@@ -1,11 +1,13 @@
 package main
 
 import (
+	"cmp"
 	"context"
 	"encoding/json"
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"os"
 	"path/filepath"
 	"reflect"
@@ -16,6 +18,7 @@ import (
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/errwriter"
+	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/internal/shellq"
@@ -108,6 +111,8 @@ func checkPathFlag(flag, p string, dir bool) error {
 	st, err := os.Stat(p)
 	var pe *os.PathError
 	switch {
+	case flag == "src" && dir && errors.Is(err, fs.ErrNotExist):
+		return usageError{gitsrc.NoCheckoutError(p)}
 	case errors.As(err, &pe):
 		return usagef("--%s %s: %v", flag, p, pe.Err)
 	case err != nil:
@@ -315,4 +320,17 @@ func builtInCopyNote(dir, name string) string {
 func checkTorch(ctx context.Context, python string, env []string) error {
 	_, err := torchrun.Check(ctx, pyenv.Or(python), env)
 	return err
+}
+
+// repoRemedy adds to err, when it names a repository path where nothing
+// is (--repo ~/mirrors/sglang.git before the README's set-up step made
+// it: gitsrc.NoRepoError, Missing), the command that makes it: a mirror
+// of url there, as the README's set-up clones one.
+func repoRemedy(err error, url string) error {
+	var nr *gitsrc.NoRepoError
+	if !errors.As(err, &nr) || !nr.Missing {
+		return err
+	}
+	return fmt.Errorf("%w: make a copy of SGLang's history there first (`%s`), or pass --repo with one", err,
+		shellq.Join([]string{"git", "clone", "--mirror", cmp.Or(url, recipes.DefaultUpstreamURL), nr.Path}))
 }

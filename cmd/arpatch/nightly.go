@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"io/fs"
 	"os"
 	"strconv"
 	"strings"
@@ -245,7 +246,10 @@ func historyDB(flag string) (string, error) {
 // where there is none; the read commands open it read-only
 // (history.OpenRead), so they never change the file.
 func withHistory(path string, write bool, st streams, f func(*history.Store) error) (err error) {
-	if _, err := os.Stat(path); err != nil && !history.IsURL(path) {
+	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) && !history.IsURL(path) {
+		// A new user's first history command.
+		return fmt.Errorf("--db %s: no history there yet: a nightly writes it on its first night (arpatch nightly --config FILE; docs/nightly.md); for a demo's, run `go run ./nightly/demo -dir /tmp/nightly-demo` in arpatch's checkout, then pass --db /tmp/nightly-demo/history.db", path)
+	} else if err != nil && !history.IsURL(path) {
 		return fmt.Errorf("--db %s: %w", path, err)
 	}
 	open := history.OpenRead

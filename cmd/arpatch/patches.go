@@ -21,6 +21,7 @@ import (
 	"github.com/arpatch/arpatch/internal/textfmt"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/patches/port"
+	"github.com/arpatch/arpatch/recipes"
 )
 
 func patchesCommand() *cli.Command {
@@ -187,7 +188,7 @@ func patchesCheckRun(ctx context.Context, o patchesCheckOptions, s streams) erro
 	}
 	rows, err := checkout.CheckCommitsContext(ctx, o.Repo, o.Commits, o.Catalog, o.Series, show)
 	if err != nil {
-		return err
+		return repoRemedy(err, recipes.DefaultUpstreamURL)
 	}
 	if o.JSON {
 		if err := writeJSON(s.Out, driftJSON(rows)); err != nil {

@@ -14,6 +14,7 @@ import (
 	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/patches/port"
+	"github.com/arpatch/arpatch/recipes"
 )
 
 func portCommand() *cli.Command {
@@ -128,7 +129,7 @@ func portRun(_ context.Context, o portOptions, s streams) error {
 	out, jsonOut := o.Out, o.JSON
 	repo, err := gitsrc.OpenAny(o.Repo)
 	if err != nil {
-		return fmt.Errorf("--repo: %w", err)
+		return repoRemedy(fmt.Errorf("--repo: %w", err), recipes.DefaultUpstreamURL)
 	}
 	to, err := repo.Resolve(o.To)
 	if err != nil {

@@ -10,6 +10,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
 	"net/url"
 	"os"
 	"path/filepath"
@@ -48,6 +49,43 @@ func (i CloneInfo) How() string {
 		return fmt.Sprintf("local: objects copied (%d files: hardlinks need the same file system)", i.Copied)
 	}
 	return fmt.Sprintf("local: %d object files hardlinked, %d copied", i.Linked, i.Copied)
+}
+
+// NoRepoError is a local path named as a repository (a clone's source,
+// --repo) that holds none: Missing when nothing is there at all, so that
+// the caller can say how to make one.
+type NoRepoError struct {
+	Path    string // as given
+	Missing bool
+	// Detail follows "is not a git repository" ("" or " (no objects/ and
+	// HEAD found)").
+	Detail string
+}
+
+func (e *NoRepoError) Error() string {
+	if e.Missing {
+		return e.Path + " does not exist (no git repository there)"
+	}
+	return e.Path + " is not a git repository" + e.Detail
+}
+
+// Unwrap is fs.ErrNotExist for a path where nothing is.
+func (e *NoRepoError) Unwrap() error {
+	if e.Missing {
+		return fs.ErrNotExist
+	}
+	return nil
+}
+
+// noRepo is the *NoRepoError for path, which holds no repository.
+func noRepo(path, detail string) error {
+	e := &NoRepoError{Path: path, Detail: detail}
+	if p, ok := localPath(path); ok {
+		if _, err := os.Lstat(p); errors.Is(err, fs.ErrNotExist) {
+			e.Missing = true
+		}
+	}
+	return e
 }
 
 // localPath returns the file system path of a file:// URL (or src itself
@@ -156,7 +194,7 @@ func Clone(ctx context.Context, src, dir string, progress io.Writer) (*Repo, Clo
 		repo, info.Linked, info.Copied, err = cloneLocal(gd, src, dir)
 	} else {
 		if p, ok := localPath(src); ok && (strings.HasPrefix(p, "/") || strings.HasPrefix(p, ".")) {
-			err = fmt.Errorf("%s is not a git repository (no objects/ and HEAD found)", src)
+			err = noRepo(src, " (no objects/ and HEAD found)")
 		} else {
 			repo, err = git.PlainCloneContext(ctx, dir, false, &git.CloneOptions{
 				URL:        src,

@@ -176,7 +176,8 @@ func TestCloneThroughTransportAndErrors(t *testing.T) {
 	}
 	bad := filepath.Join(t.TempDir(), "nope")
 	_, _, err = Clone(context.Background(), "/nonexistent/repo", bad, nil)
-	if err == nil || !strings.Contains(err.Error(), "is not a git repository") {
+	var nr *NoRepoError
+	if !errors.As(err, &nr) || !nr.Missing || !errors.Is(err, fs.ErrNotExist) || !strings.Contains(err.Error(), "/nonexistent/repo does not exist (no git repository there)") {
 		t.Errorf("bad path: %v", err)
 	}
 	if _, err := os.Stat(bad); !errors.Is(err, fs.ErrNotExist) {

@@ -48,6 +48,10 @@ type Repo struct {
 // is missing or is not a git checkout.
 func Open(dir string) (*Repo, error) {
 	fi, err := os.Stat(dir)
+	if errors.Is(err, fs.ErrNotExist) {
+		// A new user's first status, revert or build.
+		return nil, NoCheckoutError(dir)
+	}
 	if err != nil {
 		return nil, fmt.Errorf("--src %s: %w", dir, err)
 	}
@@ -68,12 +72,23 @@ func Open(dir string) (*Repo, error) {
 	return &Repo{Dir: dir, r: r}, nil
 }
 
+// NoCheckoutError is Open's error for a dir where nothing is: the apply
+// that makes a checkout there. It is fs.ErrNotExist.
+type NoCheckoutError string
+
+func (dir NoCheckoutError) Error() string {
+	return fmt.Sprintf("--src %s: no checkout there: `%s` clones SGLang there at the recipe's commit and applies its series (add --repo with a local mirror), or point --src at your SGLang checkout",
+		string(dir), shellq.Join([]string{"arpatch", "apply", "--src", string(dir)}))
+}
+
+func (NoCheckoutError) Unwrap() error { return fs.ErrNotExist }
+
 // OpenAny opens a checkout or a bare repository (a mirror) at path, a
 // directory or a file:// URL.
 func OpenAny(path string) (*Repo, error) {
 	gd := LocalGitDir(path)
 	if gd == "" {
-		return nil, fmt.Errorf("%s is not a git repository", path)
+		return nil, noRepo(path, "")
 	}
 	r, err := plainOpen(gd, false)
 	if dir, ok := dotGitFile(path); ok {
