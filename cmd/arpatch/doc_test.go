@@ -272,3 +272,76 @@ func TestREADMERecipeLoads(t *testing.T) {
 		t.Error("no recipe example found in README.md")
 	}
 }
+
+// TestNewUserMakesNothing holds testdata/script/newuser.txtar to a new
+// user's state: it starts from a fresh HOME and makes nothing by hand but
+// the README's set-up (a copy of SGLang's history at ~/mirrors/sglang.git)
+// in a checkout of arpatch (its patches/sglang): no fixture files, no
+// shell, no fake tools, only arpatch's commands and checks of what they
+// print and leave. And it runs, in their documented order, the README's
+// main job and the --help examples of the commands a new user meets first
+// (apply, status, revert, patches, recipes), but for those that name a
+// file the user writes (--recipe-file, --patches-dir ./my-series).
+func TestNewUserMakesNothing(t *testing.T) {
+	const script = "testdata/script/newuser.txtar"
+	a, err := txtar.ParseFile(script)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(a.Files) > 0 {
+		t.Errorf("%s carries %d fixture files; a new user has none", script, len(a.Files))
+	}
+	allowed := map[string]bool{
+		"env HOME=$WORK/home": true, "env ARPATCH_STATE=": true, "mkdir $HOME": true,
+		"shippedseries patches/sglang": true, // a checkout of arpatch
+		"mkdir $HOME/mirrors":          true, // the README's set-up
+		"symlink $HOME/mirrors/sglang.git -> $SGLANG_MIRROR": true,
+	}
+	check := regexp.MustCompile(`^!?\s*(stdout|stderr|exists|skip)\s`)
+	var execs [][]string
+	for n, l := range strings.Split(string(a.Comment), "\n") {
+		l = strings.TrimSpace(l)
+		l = strings.TrimSpace(regexp.MustCompile(`^\[!?mirror\]`).ReplaceAllString(l, ""))
+		if l == "" || strings.HasPrefix(l, "#") || allowed[l] || check.MatchString(l) {
+			continue
+		}
+		m := execLine.FindStringSubmatch(l)
+		if m == nil {
+			t.Errorf("%s:%d: %q makes or fakes something a new user would not have", script, n+1, l)
+			continue
+		}
+		args, err := shell.Fields(m[1], keepVars)
+		if err != nil {
+			t.Fatal(err)
+		}
+		execs = append(execs, args)
+	}
+	first := map[string]bool{"apply": true, "status": true, "revert": true, "patches": true, "recipes": true}
+	want := []docExample{}
+	for _, ex := range readmeExamples(t) {
+		if slices.Equal(ex.Args, []string{"arpatch", "apply", "--recipe", "pcie", "--repo", "~/mirrors/sglang.git"}) {
+			want = append(want, ex)
+		}
+	}
+	for _, ex := range helpExamples(t) {
+		name := strings.Fields(ex.Where)[1]
+		if first[name] && !slices.Contains(ex.Args, "--recipe-file") && !slices.Contains(ex.Args, "./my-series") &&
+			!slices.ContainsFunc(want, func(w docExample) bool { return slices.Equal(w.Args, ex.Args) }) {
+			want = append(want, ex)
+		}
+	}
+	if len(want) < 15 {
+		t.Fatalf("only %d examples to find; the extraction broke", len(want))
+	}
+	// In order: each after the one before it (the same line may run
+	// again later, as the main job does).
+	at := 0
+	for _, ex := range want {
+		i := slices.IndexFunc(execs[at:], func(args []string) bool { return slices.Equal(args, ex.Args) })
+		if i < 0 {
+			t.Errorf("%s: %s is not run by %s after the examples before it", ex.Where, ex.Line, script)
+			continue
+		}
+		at += i + 1
+	}
+}

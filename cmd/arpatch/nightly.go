@@ -94,6 +94,10 @@ type nightlyOptions struct {
 func nightlyOpts(f nightlyFlags) (nightlyOptions, error) {
 	path := expandHome(f.Config)
 	cfg, err := nightly.LoadConfig(path)
+	if errors.Is(err, fs.ErrNotExist) {
+		// A new user's first nightly.
+		return nightlyOptions{}, usagef("%v: docs/nightly.md (Configuration) has every key with its default, and `go run ./nightly/demo -dir /tmp/nightly-demo`, in arpatch's checkout, writes a working one to start from (/tmp/nightly-demo/nightly.toml)", err)
+	}
 	if err != nil {
 		return nightlyOptions{}, usageError{err}
 	}
