@@ -293,8 +293,8 @@ func TestNewUserMakesNothing(t *testing.T) {
 	}
 	allowed := map[string]bool{
 		"env HOME=$WORK/home": true, "env ARPATCH_STATE=": true, "mkdir $HOME": true,
-		"shippedseries patches/sglang": true, // a checkout of arpatch
-		"mkdir $HOME/mirrors":          true, // the README's set-up
+		"shippedseries patches/sglang":                       true, // a checkout of arpatch
+		"mkdir $HOME/mirrors":                                true, // the README's set-up
 		"symlink $HOME/mirrors/sglang.git -> $SGLANG_MIRROR": true,
 	}
 	check := regexp.MustCompile(`^!?\s*(stdout|stderr|exists|skip)\s`)
