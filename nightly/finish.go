@@ -51,8 +51,17 @@ func verdictText(rep *Report) string {
 	case ExitInfra:
 		first, _, _ := strings.Cut(strings.Join(rep.Errors, "; "), "\n")
 		v := "infrastructure failure: " + first
-		if why := failedNames(rep, history.KindRegression, history.KindValidity); why != "" {
-			v += "; and regression: " + why // judged all the same (a night kept in history.keep)
+		// Judged all the same (a night kept in history.keep): the failed
+		// judgements, but not the bench's own failure (its check "bench"),
+		// which is the infrastructure failure itself.
+		var judged []string
+		for _, c := range rep.Checks {
+			if c.Status == history.CheckFail && (c.Kind == history.KindRegression || c.Kind == history.KindValidity && c.Name != "bench") {
+				judged = append(judged, c.Name)
+			}
+		}
+		if len(judged) > 0 {
+			v += "; and regression: " + strings.Join(judged, ", ")
 		}
 		return v
 	case ExitDrift:

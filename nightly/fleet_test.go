@@ -330,3 +330,32 @@ func TestPasswordURLRunsNothing(t *testing.T) {
 		return nil
 	}))
 }
+
+// TestBenchFailureIsNoRegression: a night whose bench cannot reach its
+// servers is an infrastructure failure, and its verdict says only that:
+// the bench's own failed check is not a regression (on an SQLite history
+// and on a PostgreSQL one, where a night kept in history.keep names the
+// regressions it was judged to have).
+func TestBenchFailureIsNoRegression(t *testing.T) {
+	for _, store := range []string{"sqlite", "postgres"} {
+		t.Run(store, func(t *testing.T) {
+			target := ""
+			if store == "postgres" {
+				target = pgtest.Schema(t)
+			}
+			synctest.Test(t, func(t *testing.T) {
+				w := newWorld(t)
+				if target != "" {
+					w.pointAt(target, "box-a")
+				}
+				w.serve("a", 1000)
+				w.serve("b", 1600)
+				w.servers["a"].stop() // arm A's server is down tonight
+				rep := w.run(context.Background(), true)
+				if rep.ExitCode != ExitInfra || !strings.HasPrefix(rep.Verdict, "infrastructure failure: bench: ") || strings.Contains(rep.Verdict, "regression") {
+					t.Errorf("exit %d, verdict %q; want an infrastructure failure of the bench, no regression", rep.ExitCode, rep.Verdict)
+				}
+			})
+		})
+	}
+}
