@@ -177,80 +177,27 @@ func (e *CommitMismatchError) Error() string {
 // series is reported and nothing is written. After any error the checkout
 // is byte-identical to before.
 func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
-	r := opts.Recipe
 	rep := &ApplyReport{Src: opts.Src, DryRun: opts.DryRun}
-	want := r.Upstream.Commit
-	if opts.Commit != "" {
-		want = opts.Commit
-		if githash.Hash(strings.ToLower(want)).IsFull() {
-			want = strings.ToLower(want)
-		}
+	// Resolve: the checkout (cloned when missing) at the commit asked for.
+	missing, err := cloneTarget(opts.Src)
+	if err != nil {
+		return nil, err
 	}
-	source := r.Upstream.URL
-	if opts.Repo != "" {
-		source = opts.Repo
+	if missing && opts.DryRun {
+		return dryRunClone(opts, rep, opts.source(), opts.want())
 	}
-	fi, err := os.Lstat(opts.Src)
-	if errors.Is(err, fs.ErrNotExist) || (err == nil && emptyDir(opts.Src, fi)) {
-		// A missing Src, or an empty directory (which git clone takes
-		// too), is cloned into.
-		if opts.DryRun {
-			return dryRunClone(opts, rep, source, want)
-		}
-		if strings.HasPrefix(want, "HEAD") && gitsrc.LocalGitDir(source) != "" {
-			// HEAD (HEAD~1, ...) is the source's HEAD, a linked
-			// worktree's own, as the dry run reads it; the clone has
-			// no copy of it. Branches and tags resolve in the clone.
-			src, err := gitsrc.OpenAny(source)
-			if err != nil {
-				return nil, err
-			}
-			if want, err = src.Resolve(want); err != nil {
-				return nil, err
-			}
-		}
-		info, err := cloneInto(ctx, source, opts.Src, want, opts.Progress)
-		if err != nil {
-			return nil, err
-		}
-		rep.Cloned, rep.Clone = true, info
-	} else if err != nil {
+	repo, head, err := checkoutAt(ctx, opts, rep, missing)
+	if err != nil {
 		return nil, err
 	}
 	start := time.Now()
-	repo, err := gitsrc.Open(opts.Src)
-	if err != nil {
-		return nil, err
-	}
-	if !githash.Hash(want).IsFull() {
-		if want, err = repo.Resolve(want); err != nil {
-			return nil, err
-		}
-	}
-	head, err := repo.Head()
-	if err != nil {
-		return nil, err
-	}
-	rep.Commit = head
-	if head != want {
-		e := &CommitMismatchError{Src: opts.Src, Head: head, Want: want, FromFlag: opts.Commit != "", Missing: !repo.HasCommit(want)}
-		if st, err := ReadState(repo.GitDir()); err == nil && st != nil && st.Commit == head && st.Series != "" {
-			e.Applied = st.Series
-		}
-		return nil, e
-	}
 	gitDir := repo.GitDir()
-	if !opts.DryRun {
-		unlock, err := lock(gitDir)
-		if err != nil {
-			return nil, err
-		}
-		defer unlock()
+	unlock, err := lockToWrite(gitDir, opts.DryRun)
+	if err != nil {
+		return nil, err
 	}
+	defer unlock()
 	root := safefs.Root{Dir: opts.Src}
-	if !opts.DryRun {
-		removeStrayTemps(gitDir)
-	}
 	st, err := readTrusted(repo, opts.Src, opts.Catalog)
 	if err != nil {
 		return nil, err
@@ -258,164 +205,306 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 	if st != nil {
 		return rep, alreadyApplied(opts, rep, st, root, head)
 	}
-	// What the series needs (its choice, the checks against HEAD, the
-	// patched bytes, the gate rule) is worked out while Changes reads the
-	// work tree, through a repository opened for it (alongside); the
-	// answers are looked at below in the order they were asked in before,
-	// so the first refusal is the same. Both only read.
-	var prepared func() (*seriesPrep, error)
-	if r.Series != "" || opts.Series != "" {
-		prepared = alongside(opts.Src, func(own *gitsrc.Repo) (*seriesPrep, error) {
-			return prepareSeries(opts, own, root, head), nil
-		})
-		defer func() { _, _ = prepared() }() // nothing runs on after Apply returns
+	if opts.Recipe.Series == "" && opts.Series == "" {
+		return applyNoSeries(opts, rep, repo, root, head)
 	}
-	changes, err := repo.Changes()
+
+	// Check: the series is worked out (prepareSeries: its choice, the
+	// checks against HEAD, the patched bytes, the gate rule) on a
+	// repository of its own while the work tree is read here; both only
+	// read. A tree with changes is refused before any refusal of the
+	// series but its choice.
+	series := alongside(opts.Src, func(own *gitsrc.Repo) (*preparedSeries, error) {
+		return prepareSeries(opts, own, root, head)
+	})
+	defer func() { _, _ = series() }() // nothing runs on after Apply returns
+	tree, err := readWorkTree(repo, head, root)
 	if err != nil {
 		return nil, err
 	}
-	var tracked []gitsrc.Change
-	for _, c := range changes {
-		if c.Untracked() {
-			rep.Untracked = append(rep.Untracked, c.Path)
-		} else {
-			tracked = append(tracked, c)
-		}
+	rep.Untracked = tree.untracked
+	prep, err := series()
+	if prep == nil || prep.choice == nil {
+		return nil, err // no series fits, or the repository could not be read
 	}
-	if len(tracked) > 0 {
-		if err := lineEndings(repo, head, root, tracked); err != nil {
-			return nil, err
-		}
+	rep.Series, rep.Reason, rep.Patches = prep.choice.Series, prep.choice.Reason, prep.choice.Patches
+	if len(tree.tracked) > 0 {
+		return changedTree(opts, rep, root, tree, prep.choice)
 	}
-	hidden, err := hiddenChanges(repo, tracked) // tracked changes git status cannot see
+	if prep.committed {
+		rep.AlreadyApplied, rep.ByHand = true, true
+		return rep, nil
+	}
 	if err != nil {
 		return nil, err
 	}
-	if r.Series == "" && opts.Series == "" {
-		if len(tracked) > 0 {
-			return nil, &DirtyError{Src: opts.Src, Changes: tracked, Hidden: hidden}
-		}
-		rep.Result = &patches.Result{}
-		if opts.DryRun {
-			return rep, nil
-		}
-		return rep, writeState(gitDir, newState(opts, rep, head))
-	}
-	prep, err := prepared()
-	if err != nil {
-		return nil, err
-	}
-	choice, err := prep.choice, prep.resolveErr
-	if err != nil {
-		var nse *patches.NoSeriesError
-		if errors.As(err, &nse) {
-			explainMoves(nse, opts.Catalog, repo, opts.Src, head)
-		}
-		return nil, withCheck(err, opts.Catalog, opts.Src, head)
-	}
-	rep.Series, rep.Reason, rep.Patches = choice.Series, choice.Reason, choice.Patches
-	if len(tracked) > 0 {
-		fits := patches.Check(root, choice.Patches)
-		if allApplied(fits) && onlySeriesFiles(tracked, choice.Patches) {
-			rep.AlreadyApplied, rep.ByHand = true, true
-			return rep, nil
-		}
-		return nil, &DirtyError{Src: opts.Src, Changes: tracked, Hidden: hidden, Fits: touching(tracked, choice.Patches, fits)}
-	}
-	if err := prep.sameErr; err != nil {
-		return nil, err
-	}
-	res, err := prep.res, prep.applyErr
-	if err != nil {
-		fits := patches.Check(root, choice.Patches)
-		switch patches.Verdict(fits) {
-		case patches.VerdictApplied:
-			// A clean tree that holds the series: the patches are
-			// committed at this commit.
-			rep.AlreadyApplied, rep.ByHand = true, true
-			return rep, nil
-		case patches.VerdictPartial:
-			return nil, &DirtyError{Src: opts.Src, Fits: fits, Committed: true}
-		}
-		return nil, fmt.Errorf("%w\nthe tree is unchanged. Run `%s` to see which series fits this commit", err, opts.Catalog.CheckCommand(opts.Src, head))
-	}
-	if err := prep.listErr; err != nil {
-		return nil, err
-	}
-	if err := prep.ruleErr; err != nil {
-		return nil, fmt.Errorf("series %s: %w\nthe tree is unchanged", choice.Series.Name, err)
-	}
-	rep.Result = res
+	rep.Result = prep.res
 	if opts.DryRun {
 		return rep, nil
 	}
 	if ctx.Err() != nil {
 		return nil, fmt.Errorf("interrupted before writing; %s is unchanged", opts.Src)
 	}
-	st = newState(opts, rep, head)
-	st.Incomplete = true
-	if err := writeState(gitDir, st); err != nil {
-		return nil, fmt.Errorf("recording apply state in %s: %w; nothing was changed", StatePath(gitDir), err)
-	}
-	if err := root.Write(orderedWrites(res, choice.Patches, false)); err != nil {
-		var we *safefs.WriteError
-		if errors.As(err, &we) && !we.Restored {
-			// A double fault: some files hold patched bytes. The state,
-			// still marked incomplete, is the record status and revert
-			// need; it stays.
-			return nil, fmt.Errorf("writing the patched files: %w; the apply state stays, marked incomplete, so that nothing is lost: once the cause is fixed, run `%s`", err, sh("arpatch", "revert", "--src", opts.Src))
-		}
-		if rerr := removeState(gitDir); rerr != nil {
-			return nil, fmt.Errorf("writing the patched files: %w; the files were restored, but the apply state %s could not be removed (%v): remove it", err, StatePath(gitDir), rerr)
-		}
-		return nil, fmt.Errorf("writing the patched files: %w", err)
-	}
-	st.Incomplete = false
-	if err := writeState(gitDir, st); err != nil {
-		if uerr := root.Write(orderedWrites(res, choice.Patches, true)); uerr != nil {
-			return nil, fmt.Errorf("recording apply state: %v; restoring the files also failed: %v; run `%s`", err, uerr, sh("arpatch", "revert", "--src", opts.Src))
-		}
-		if rerr := removeState(gitDir); rerr != nil {
-			return nil, fmt.Errorf("recording apply state in %s: %w; the files were restored, but the incomplete state could not be removed (%v): remove it", StatePath(gitDir), err, rerr)
-		}
-		return nil, fmt.Errorf("recording apply state in %s: %w; the files were restored", StatePath(gitDir), err)
+
+	// Write and record: journaled by the apply state.
+	if err := writeSeries(gitDir, root, newState(opts, rep, head), prep); err != nil {
+		return nil, err
 	}
 	rep.ApplyTime = time.Since(start)
 	return rep, nil
 }
 
-// seriesPrep holds what Apply asks about the series, each step's answer
-// or error; a step runs only when those before it succeeded.
-type seriesPrep struct {
-	choice     *patches.Choice
-	resolveErr error // the series for this commit (Catalog.Resolve)
-	sameErr    error // the touched files hold HEAD's bytes and modes (sameAsHead)
-	res        *patches.Result
-	applyErr   error // every hunk applies in memory (patches.Apply)
-	listErr    error // the index's paths (gitsrc.Repo.TrackedPaths)
-	ruleErr    error // the built-in gate rule (patches.CheckResult)
+// want is the commit Apply brings the checkout to: --commit (a full hash
+// in lower case), else the recipe's pin.
+func (o ApplyOptions) want() string {
+	if o.Commit == "" {
+		return o.Recipe.Upstream.Commit
+	}
+	if githash.Hash(strings.ToLower(o.Commit)).IsFull() {
+		return strings.ToLower(o.Commit)
+	}
+	return o.Commit
 }
 
-// prepareSeries works out, without writing anything, what Apply needs of
-// the series for the checkout at head.
-func prepareSeries(opts ApplyOptions, repo *gitsrc.Repo, root safefs.Root, head string) *seriesPrep {
-	p := &seriesPrep{}
+// source is where a clone comes from: --repo, else the recipe's URL.
+func (o ApplyOptions) source() string { return cmp.Or(o.Repo, o.Recipe.Upstream.URL) }
+
+// cloneTarget reports whether src is to be cloned into: missing, or an
+// empty directory (which git clone takes too).
+func cloneTarget(src string) (bool, error) {
+	fi, err := os.Lstat(src)
+	if errors.Is(err, fs.ErrNotExist) {
+		return true, nil
+	}
+	if err != nil {
+		return false, err
+	}
+	return emptyDir(src, fi), nil
+}
+
+// checkoutAt returns the checkout, cloned first when missing (cloneInto,
+// recorded in rep), with its HEAD, which it records in rep; it refuses a
+// checkout at another commit than the one asked for
+// (*CommitMismatchError, naming a series arpatch applied there, which the
+// remedy reverts first). A want that names the clone source's HEAD (HEAD,
+// HEAD~1, ...: a linked worktree's own, as the dry run reads it) is
+// resolved in the source, since the clone has no copy of it; branches and
+// tags resolve in the clone.
+func checkoutAt(ctx context.Context, opts ApplyOptions, rep *ApplyReport, missing bool) (*gitsrc.Repo, string, error) {
+	want, source := opts.want(), opts.source()
+	if missing {
+		if strings.HasPrefix(want, "HEAD") && gitsrc.LocalGitDir(source) != "" {
+			src, err := gitsrc.OpenAny(source)
+			if err != nil {
+				return nil, "", err
+			}
+			if want, err = src.Resolve(want); err != nil {
+				return nil, "", err
+			}
+		}
+		info, err := cloneInto(ctx, source, opts.Src, want, opts.Progress)
+		if err != nil {
+			return nil, "", err
+		}
+		rep.Cloned, rep.Clone = true, info
+	}
+	repo, err := gitsrc.Open(opts.Src)
+	if err != nil {
+		return nil, "", err
+	}
+	if !githash.Hash(want).IsFull() {
+		if want, err = repo.Resolve(want); err != nil {
+			return nil, "", err
+		}
+	}
+	head, err := repo.Head()
+	if err != nil {
+		return nil, "", err
+	}
+	if head != want {
+		e := &CommitMismatchError{Src: opts.Src, Head: head, Want: want, FromFlag: opts.Commit != "", Missing: !repo.HasCommit(want)}
+		if st, err := ReadState(repo.GitDir()); err == nil && st != nil && st.Commit == head && st.Series != "" {
+			e.Applied = st.Series
+		}
+		return nil, "", e
+	}
+	rep.Commit = head
+	return repo, head, nil
+}
+
+// lockToWrite takes the checkout's lock (lock) and removes the temp files
+// a killed write left (removeStrayTemps), unless dryRun, which writes
+// nothing and takes no lock. It returns the unlock.
+func lockToWrite(gitDir string, dryRun bool) (func(), error) {
+	if dryRun {
+		return func() {}, nil
+	}
+	unlock, err := lock(gitDir)
+	if err != nil {
+		return nil, err
+	}
+	removeStrayTemps(gitDir)
+	return unlock, nil
+}
+
+// changedTree is Apply's answer for a tree with tracked changes: the
+// series applied by hand when the changes are the series' files and hold
+// every patch, else a *DirtyError that says how each patch the changes
+// touch relates to the tree.
+func changedTree(opts ApplyOptions, rep *ApplyReport, root safefs.Root, tree *workTree, choice *patches.Choice) (*ApplyReport, error) {
+	fits := patches.Check(root, choice.Patches)
+	if allApplied(fits) && onlySeriesFiles(tree.tracked, choice.Patches) {
+		rep.AlreadyApplied, rep.ByHand = true, true
+		return rep, nil
+	}
+	return nil, &DirtyError{Src: opts.Src, Changes: tree.tracked, Hidden: tree.hidden, Fits: touching(tree.tracked, choice.Patches, fits)}
+}
+
+// workTree is what Apply reads of the work tree.
+type workTree struct {
+	tracked   []gitsrc.Change // changes to tracked files
+	hidden    []string        // those of tracked that git status cannot see (hiddenChanges)
+	untracked []string        // untracked paths, reported only
+}
+
+// readWorkTree reads the checkout's changes (gitsrc.Repo.Changes),
+// refusing tracked changes that are only line endings git would convert
+// (lineEndings), and finds those hidden from git status.
+func readWorkTree(repo *gitsrc.Repo, head string, root safefs.Root) (*workTree, error) {
+	changes, err := repo.Changes()
+	if err != nil {
+		return nil, err
+	}
+	t := &workTree{}
+	for _, c := range changes {
+		if c.Untracked() {
+			t.untracked = append(t.untracked, c.Path)
+		} else {
+			t.tracked = append(t.tracked, c)
+		}
+	}
+	if len(t.tracked) > 0 {
+		if err := lineEndings(repo, head, root, t.tracked); err != nil {
+			return nil, err
+		}
+	}
+	if t.hidden, err = hiddenChanges(repo, t.tracked); err != nil {
+		return nil, err
+	}
+	return t, nil
+}
+
+// applyNoSeries is Apply for a recipe without patches: a clean tree at
+// the commit, recorded as such (not on a dry run).
+func applyNoSeries(opts ApplyOptions, rep *ApplyReport, repo *gitsrc.Repo, root safefs.Root, head string) (*ApplyReport, error) {
+	tree, err := readWorkTree(repo, head, root)
+	if err != nil {
+		return nil, err
+	}
+	rep.Untracked = tree.untracked
+	if len(tree.tracked) > 0 {
+		return nil, &DirtyError{Src: opts.Src, Changes: tree.tracked, Hidden: tree.hidden}
+	}
+	rep.Result = &patches.Result{}
+	if opts.DryRun {
+		return rep, nil
+	}
+	return rep, writeState(repo.GitDir(), newState(opts, rep, head))
+}
+
+// preparedSeries is what Apply works out of the series, reading only.
+type preparedSeries struct {
+	choice *patches.Choice // nil when no series fits
+	res    *patches.Result // the patched files; nil when a check failed
+	// committed: the patches do not apply because the clean tree at HEAD
+	// holds them all (committed at this commit).
+	committed bool
+}
+
+// prepareSeries works out, without writing anything, what Apply writes
+// for the series at head, one step after another: the series for this
+// commit (Catalog.Resolve, its refusal naming the check command), the
+// touched files holding HEAD's bytes and modes (sameAsHead), every hunk
+// applied in memory (patches.Apply; when one does not, a tree that holds
+// them all is committed, one that holds some a *DirtyError with
+// Committed), and the built-in gate rule on the result
+// (patches.CheckResult, with the index's paths). The error is the first
+// failed step's, ready to print; the steps before it are kept in p.
+func prepareSeries(opts ApplyOptions, repo *gitsrc.Repo, root safefs.Root, head string) (*preparedSeries, error) {
+	p := &preparedSeries{}
 	r := opts.Recipe
-	if p.choice, p.resolveErr = opts.Catalog.Resolve(r.Series, opts.Series, head, root, r.Skip); p.resolveErr != nil {
-		return p
+	check := opts.Catalog.CheckCommand(opts.Src, head)
+	choice, err := opts.Catalog.Resolve(r.Series, opts.Series, head, root, r.Skip)
+	if err != nil {
+		var nse *patches.NoSeriesError
+		if errors.As(err, &nse) {
+			explainMoves(nse, opts.Catalog, repo, opts.Src, head)
+		}
+		return p, withCheck(err, opts.Catalog, opts.Src, head)
 	}
-	if p.sameErr = sameAsHead(repo, head, root, p.choice.Patches, opts.Catalog.CheckCommand(opts.Src, head)); p.sameErr != nil {
-		return p
+	p.choice = choice
+	if err := sameAsHead(repo, head, root, choice.Patches, check); err != nil {
+		return p, err
 	}
-	if p.res, p.applyErr = patches.Apply(root, p.choice.Patches); p.applyErr != nil {
-		return p
+	res, err := patches.Apply(root, choice.Patches)
+	if err != nil {
+		fits := patches.Check(root, choice.Patches)
+		switch patches.Verdict(fits) {
+		case patches.VerdictApplied:
+			p.committed = true
+			return p, nil
+		case patches.VerdictPartial:
+			return p, &DirtyError{Src: opts.Src, Fits: fits, Committed: true}
+		}
+		return p, fmt.Errorf("%w\nthe tree is unchanged. Run `%s` to see which series fits this commit", err, check)
 	}
-	var listed []string
-	if listed, p.listErr = repo.TrackedPaths(); p.listErr != nil {
-		return p
+	listed, err := repo.TrackedPaths()
+	if err != nil {
+		return p, err
 	}
-	p.ruleErr = patches.CheckResult(listedRoot{root, listed}, p.res, p.choice.Patches)
-	return p
+	if err := patches.CheckResult(listedRoot{root, listed}, res, choice.Patches); err != nil {
+		return p, fmt.Errorf("series %s: %w\nthe tree is unchanged", choice.Series.Name, err)
+	}
+	p.res = res
+	return p, nil
+}
+
+// writeSeries writes the patched files, journaled: st is recorded
+// incomplete first, the files go in patch order (so a kill can never
+// leave a later patch without the one it requires), and st is completed
+// last. A failure restores the files and removes the state, or, when the
+// files cannot be restored, keeps the incomplete state and names the
+// revert that finishes the job.
+func writeSeries(gitDir string, root safefs.Root, st *State, p *preparedSeries) error {
+	src := root.Dir
+	st.Incomplete = true
+	if err := writeState(gitDir, st); err != nil {
+		return fmt.Errorf("recording apply state in %s: %w; nothing was changed", StatePath(gitDir), err)
+	}
+	if err := root.Write(orderedWrites(p.res, p.choice.Patches, false)); err != nil {
+		var we *safefs.WriteError
+		if errors.As(err, &we) && !we.Restored {
+			// A double fault: some files hold patched bytes. The state,
+			// still marked incomplete, is the record status and revert
+			// need; it stays.
+			return fmt.Errorf("writing the patched files: %w; the apply state stays, marked incomplete, so that nothing is lost: once the cause is fixed, run `%s`", err, sh("arpatch", "revert", "--src", src))
+		}
+		if rerr := removeState(gitDir); rerr != nil {
+			return fmt.Errorf("writing the patched files: %w; the files were restored, but the apply state %s could not be removed (%v): remove it", err, StatePath(gitDir), rerr)
+		}
+		return fmt.Errorf("writing the patched files: %w", err)
+	}
+	st.Incomplete = false
+	if err := writeState(gitDir, st); err != nil {
+		if uerr := root.Write(orderedWrites(p.res, p.choice.Patches, true)); uerr != nil {
+			return fmt.Errorf("recording apply state: %v; restoring the files also failed: %v; run `%s`", err, uerr, sh("arpatch", "revert", "--src", src))
+		}
+		if rerr := removeState(gitDir); rerr != nil {
+			return fmt.Errorf("recording apply state in %s: %w; the files were restored, but the incomplete state could not be removed (%v): remove it", StatePath(gitDir), err, rerr)
+		}
+		return fmt.Errorf("recording apply state in %s: %w; the files were restored", StatePath(gitDir), err)
+	}
+	return nil
 }
 
 // clonePrefix is how the name of a clone's temp directory beside dst
