@@ -6,8 +6,9 @@
 # range (min-max), and the median of the pairs' ratios with their range.
 # Wall time from the clock, CPU (user+sys, 10 ms resolution) and peak RSS
 # from GNU time. The short jobs (apply on a checkout, status) run three
-# times as many rounds. The header line names the commit, the cores and
-# the load average before and after.
+# times as many rounds. The header line names the commit (and whether the
+# tree had uncommitted changes), the Go and git versions, the cores and
+# their model, and the load average before and after.
 #
 #   bench/compare.sh MIRROR [ROUNDS]      (default 7 rounds)
 #
@@ -131,7 +132,8 @@ row() { # TASK ALT LABEL_A LABEL_B
 		"$2" "$(median "$4" 1)" "$(median "$4" 2)" "$(median "$4" 3)" \
 		"$(ratio "$3" "$4" 1)" "$(ratio "$3" "$4" 2)"
 }
-echo "arpatch $(git -C "$repo" rev-parse --short HEAD), $(git --version), $(nproc) cores, load $load0 before and $(cut -d' ' -f1-3 /proc/loadavg) after, $rounds rounds (3× for the short jobs); each cell: median [min-max] over the rounds, ratios over the interleaved pairs"
+dirty=$(git -C "$repo" diff --quiet HEAD -- || echo " with uncommitted changes")
+echo "arpatch $(git -C "$repo" rev-parse --short HEAD)$dirty, $(cd "$repo" && go env GOVERSION), $(git --version), $(nproc) cores ($(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)), load $load0 before and $(cut -d' ' -f1-3 /proc/loadavg) after, $rounds rounds (3× for the short jobs); each cell: median [min-max] over the rounds, ratios over the interleaved pairs"
 echo
 echo '| task | arpatch | alternative | ratio (wall, cpu) |'
 echo '|---|---|---|---|'

@@ -12,8 +12,9 @@
 #   bench/gobench.sh ./internal/gitsrc . 10x 5 -mirror MIRROR
 #
 # FLAGS go to the test binary (after -test.bench and -test.benchtime).
-# The header line names the commit, the cores and the load average before
-# and after; docs/performance.md records runs.
+# The header line names the commit (and whether the tree had uncommitted
+# changes), the Go version, the cores and their model, and the load
+# average before and after; docs/performance.md records runs.
 set -euo pipefail
 
 pkg=${1:?usage: bench/gobench.sh PACKAGE PATTERN BENCHTIME ROUNDS [FLAGS...]}
@@ -30,7 +31,8 @@ dir=$(cd "$repo" && go list -f '{{.Dir}}' "$pkg")
 for ((i = 0; i < rounds; i++)); do
 	(cd "$dir" && "$work/bench.test" -test.run '^$' -test.bench "$pattern" -test.benchtime "$benchtime" "$@") >>"$work/out"
 done
-echo "arpatch $(git -C "$repo" rev-parse --short HEAD), $pkg, $(nproc) cores ($(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)), load $load0 before and $(cut -d' ' -f1-3 /proc/loadavg) after, $rounds rounds of -benchtime $benchtime${*:+ $*}; each cell: median [min-max] (results)"
+dirty=$(git -C "$repo" diff --quiet HEAD -- || echo " with uncommitted changes")
+echo "arpatch $(git -C "$repo" rev-parse --short HEAD)$dirty, $pkg, $(cd "$repo" && go env GOVERSION), $(nproc) cores ($(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)), load $load0 before and $(cut -d' ' -f1-3 /proc/loadavg) after, $rounds rounds of -benchtime $benchtime${*:+ $*}; each cell: median [min-max] (results)"
 echo
 echo '| benchmark | unit | median [min-max] (results) |'
 echo '|---|---|---|'
