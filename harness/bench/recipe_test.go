@@ -18,7 +18,7 @@ func TestCheckRecipe(t *testing.T) {
 		{"SGLANG_PCIE_CUSTOM_AR_MAX_BYTES = \"lots\"", `r.toml:5: env.SGLANG_PCIE_CUSTOM_AR_MAX_BYTES: SGLANG_PCIE_CUSTOM_AR_MAX_BYTES="lots": expected a whole number of bytes`},
 		{"SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES = \"16K\"", `r.toml:5: env.SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES: SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES="16K": expected a whole number of bytes`},
 		{"SGLANG_CUSTOM_ALLREDUCE_ALGO = \"3stage\"", `r.toml:5: env.SGLANG_CUSTOM_ALLREDUCE_ALGO: "3stage": sgl-kernel accepts 1stage, oneshot, 2stage, twoshot`},
-		{"SGLANG_FORCE_CUSTOM_AR_PCIE = \"maybe\"", `r.toml:5: env.SGLANG_FORCE_CUSTOM_AR_PCIE: "maybe": want "1" (on) or "0" (off)`},
+		{"SGLANG_FORCE_CUSTOM_AR_PCIE = \"maybe\"", `r.toml:5: env.SGLANG_FORCE_CUSTOM_AR_PCIE: "maybe": the pcie series reads it as off (it opens the gate for 1, true, yes or on, in any case); want "1" (on) or "0" (off)`},
 		{"SGLANG_PCIE_CUSTOM_AR_ISLANDS = \"0,1/1\"", `r.toml:5: env.SGLANG_PCIE_CUSTOM_AR_ISLANDS: SGLANG_PCIE_CUSTOM_AR_ISLANDS=`},
 	} {
 		r, err := recipes.Parse("r.toml", []byte(pin+tc.env+"\n"))

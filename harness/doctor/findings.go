@@ -176,8 +176,8 @@ func serverFindings(j *Judged, forcePCIe string) []Finding {
 	if (algo == "EAGLE3" || algo == "EAGLE") && (!hasDraft || draft == "") {
 		f = append(f, Finding{ID: "server.no-draft", Severity: Error, Title: written("--speculative-algorithm") + " " + algo + " without --speculative-draft-model-path (or its alias --speculative-draft-model)", Remedy: "pass the draft model"})
 	}
-	if _, off := a.Values["--disable-custom-all-reduce"]; off && forcePCIe == "1" {
-		f = append(f, Finding{ID: "server.custom-ar-off", Severity: Warn, Title: written("--disable-custom-all-reduce") + " with " + tune.EnvForce + "=1",
+	if _, off := a.Values["--disable-custom-all-reduce"]; off && tune.Forced(forcePCIe) {
+		f = append(f, Finding{ID: "server.custom-ar-off", Severity: Warn, Title: written("--disable-custom-all-reduce") + " with " + tune.EnvForce + "=" + forcePCIe,
 			Detail: "the flag wins: every allreduce goes to NCCL", Remedy: "drop one of them"})
 	}
 	if l, ok := layoutOf(a); ok && j.Visible.Unknown == "" && len(j.Visible.Indexes) > 0 && l.nnodes == 1 {

@@ -38,11 +38,12 @@ func ServingSizes(hidden, draftTokens int) []int {
 // ApplyEnv sets the tune's variables in env, a server's environment: the
 // NCCL variant's always (every arm's NCCL then is the strongest one the
 // tune found, the baseline's included), the pcie series' only when env
-// opens the PCIe gate (SGLANG_FORCE_CUSTOM_AR_PCIE=1; gate reports it),
+// opens the PCIe gate (SGLANG_FORCE_CUSTOM_AR_PCIE read as the series
+// reads it, Forced; gate reports it),
 // clearing those of its variables the tune does not set, so that the arm
 // runs exactly the tune. set lists what it set, "K=V", in Env's order.
 func (t Thresholds) ApplyEnv(env map[string]string) (set []string, gate bool) {
-	gate = env[EnvForce] == "1"
+	gate = Forced(env[EnvForce])
 	for _, kv := range t.Env() {
 		k, v, _ := strings.Cut(kv, "=")
 		if !gate && !strings.HasPrefix(k, "NCCL_") {

@@ -267,6 +267,13 @@ func TestServingSizesAndApplyEnv(t *testing.T) {
 	if set, gate := (Thresholds{MaxBytes: 65536}).ApplyEnv(base); gate || len(set) != 0 || len(base) != 0 {
 		t.Errorf("an arm without the gate took thresholds: %v", base)
 	}
+	// The gate as the series reads the variable: "True" opens it, "2" not.
+	for v, open := range map[string]bool{"True": true, " yes": true, "2": false, "0": false} {
+		arm := map[string]string{EnvForce: v}
+		if _, gate := (Thresholds{MaxBytes: 65536}).ApplyEnv(arm); gate != open || (arm[EnvMaxBytes] == "65536") != open {
+			t.Errorf("%s=%q: gate %v, %v; the series opens it: %v", EnvForce, v, gate, arm, open)
+		}
+	}
 	// A tune's schedule replaces an arm's legacy limit; its NCCL variant
 	// reaches every arm, the baseline's too.
 	th := sched("push1:32768,island", 1<<20)

@@ -41,6 +41,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"unicode"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/internal/lazyre"
@@ -386,6 +387,30 @@ func formatBytes(n uint64) string {
 // U64 returns a pointer to v, for Thresholds.OneStageMax.
 func U64(v uint64) *uint64 { return &v }
 
+// Forced reports whether the pcie series opens its PCIe gate for the value
+// v of SGLANG_FORCE_CUSTOM_AR_PCIE (EnvForce; "" for unset): as every
+// era's 0002 reads it (pcie_custom_ar_forced:
+// os.getenv(NAME, "0").strip().lower() in ("1", "true", "yes", "on")),
+// so 1, true, yes and on in any case, with Python's whitespace around
+// them. Every reading of the variable in arpatch goes through it
+// (TestForcedIsTheSeries runs each era's function beside it).
+func Forced(v string) bool {
+	switch forceWord(v) {
+	case "1", "true", "yes", "on":
+		return true
+	}
+	return false
+}
+
+// forceWord is v as 0002 compares it: Python's str.strip() (which also
+// strips U+001C..U+001F, the separators Go's unicode.IsSpace leaves) and
+// lower(). Only ASCII capitals lower to the ASCII letters of 0002's words.
+func forceWord(v string) string {
+	return strings.ToLower(strings.TrimFunc(v, func(r rune) bool {
+		return unicode.IsSpace(r) || r >= 0x1c && r <= 0x1f
+	}))
+}
+
 // CheckEnv checks the value v of a variable k whose meaning arpatch
 // knows, as a recipe's [env] sets it: the pcie series' byte limits,
 // schedule and islands (its patched custom_all_reduce_utils.py and
@@ -404,10 +429,8 @@ func CheckEnv(k, v string) error {
 			return err
 		}
 	case EnvForce:
-		switch strings.ToLower(v) {
-		case "0", "1", "true", "false", "yes", "no", "on", "off":
-		default:
-			return fmt.Errorf("%q: want \"1\" (on) or \"0\" (off)", v)
+		if w := forceWord(v); !Forced(v) && w != "0" && w != "false" && w != "no" && w != "off" {
+			return fmt.Errorf("%q: the pcie series reads it as off (it opens the gate for 1, true, yes or on, in any case); want \"1\" (on) or \"0\" (off)", v)
 		}
 	case EnvAlgo:
 		switch v {

@@ -211,7 +211,7 @@ def with_nvml_context(fn):
 // runner constructs CustomAllreduce for each case (JSON on stdin) and
 // prints the results, or calls pcie_custom_ar_forced ("forced" cases).
 const runner = `
-import json, os, sys
+import json, os, sys, types
 sys.path.insert(0, sys.argv[1])
 import ca
 
@@ -237,6 +237,22 @@ out = []
 for c in json.load(sys.stdin):
     for k in VARS:
         os.environ.pop(k, None)
+    if "forced_scan" in c:
+        # pcie_custom_ar_forced itself, with os.getenv answering each value:
+        # the code points ch for which it reads ch + word + ch as on.
+        real = ca.os
+        hits = []
+        for word in c["forced_scan"]:
+            got = []
+            for ch in range(0x110000):
+                v = chr(ch) + word + chr(ch)
+                ca.os = types.SimpleNamespace(getenv=lambda k, d=None, v=v: v, environ=real.environ)
+                if ca.pcie_custom_ar_forced():
+                    got.append(ch)
+            hits.append(got)
+        ca.os = real
+        out.append({"hits": hits})
+        continue
     if "forced" in c:
         if c["forced"] is not None:
             os.environ["SGLANG_FORCE_CUSTOM_AR_PCIE"] = c["forced"]
@@ -300,6 +316,23 @@ func (s *Series) Construct(ctx context.Context, py string, cases []Init) ([]Init
 		return nil, fmt.Errorf("series %s: %d results for %d cases", s.Name, len(out), len(cases))
 	}
 	return out, nil
+}
+
+// ForcedAround returns, for each word, the code points c (surrogates
+// included: the function reads strings, not the environment's bytes) for
+// which 0002's pcie_custom_ar_forced() reads c+word+c as on, with
+// os.getenv answering that value: what the series strips around a value.
+func (s *Series) ForcedAround(ctx context.Context, py string, words []string) ([][]rune, error) {
+	var out []struct {
+		Hits [][]rune `json:"hits"`
+	}
+	if err := s.run(ctx, py, []map[string][]string{{"forced_scan": words}}, &out); err != nil {
+		return nil, err
+	}
+	if len(out) != 1 || len(out[0].Hits) != len(words) {
+		return nil, fmt.Errorf("series %s: no scan result", s.Name)
+	}
+	return out[0].Hits, nil
 }
 
 // Forced is 0002's pcie_custom_ar_forced() with SGLANG_FORCE_CUSTOM_AR_PCIE
