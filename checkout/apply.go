@@ -1,30 +1,21 @@
 package checkout
 
 import (
-	"bytes"
 	"cmp"
 	"context"
 	"errors"
 	"fmt"
 	"io"
-	"io/fs"
-	"math/rand/v2"
-	"os"
 	"path"
 	"path/filepath"
 	"sort"
-	"strconv"
 	"strings"
-	"syscall"
 	"time"
 
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
-	"github.com/arpatch/arpatch/internal/lockfile"
-	prog "github.com/arpatch/arpatch/internal/progress"
 	"github.com/arpatch/arpatch/internal/safefs"
-	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/recipes"
 )
@@ -60,106 +51,6 @@ type ApplyReport struct {
 	WouldClone     bool // dry run: Src is missing and would be cloned
 	Untracked      []string
 	ApplyTime      time.Duration // from tree checks to state written, clone excluded
-}
-
-// DirtyError is a checkout with uncommitted changes to tracked files.
-type DirtyError struct {
-	Src     string
-	Changes []gitsrc.Change
-	// Fits, when the changes touch the series' files, says how each patch
-	// relates to the tree (a half-applied series shows here).
-	Fits []patches.PatchFit
-	// Committed is set when the tree is clean but its commit already holds
-	// some of the patches.
-	Committed bool
-	// Hidden are the changed paths whose index entries are marked
-	// assume-unchanged: git status and git stash do not see them until
-	// the bit is cleared, which the remedy does first.
-	Hidden []string
-}
-
-func (e *DirtyError) Error() string {
-	var b strings.Builder
-	applied := 0
-	for _, f := range e.Fits {
-		if f.Fit == patches.FitApplied {
-			applied++
-		}
-	}
-	if e.Committed {
-		fmt.Fprintf(&b, "%s is at a commit that already holds part of the series (merged upstream, or committed by hand):", e.Src)
-		for _, f := range e.Fits {
-			fmt.Fprintf(&b, "\n  %s: %s", f.Patch, fitWords(f.Fit))
-		}
-		b.WriteString("\nnothing was changed. Use a series made for this commit (arpatch patches check), or skip the patches it already holds with the recipe's skip list")
-		return b.String()
-	}
-	if applied > 0 && applied < len(e.Fits) {
-		fmt.Fprintf(&b, "%s is half-applied: arpatch has no state for it and will not guess which bytes are yours:", e.Src)
-		for _, f := range e.Fits {
-			fmt.Fprintf(&b, "\n  %s: %s", f.Patch, fitWords(f.Fit))
-		}
-		b.WriteString("\nuncommitted changes:")
-	} else {
-		fmt.Fprintf(&b, "%s has uncommitted changes:", e.Src)
-	}
-	for _, c := range e.Changes {
-		b.WriteString("\n  " + c.String())
-	}
-	b.WriteString("\nnothing was changed. ")
-	b.WriteString(unhideFirst(e.Src, e.Hidden, fmt.Sprintf("stash them (`%s`), or drop them (`%s`; this loses them), then run apply again",
-		sh("git", "-C", e.Src, "stash"), sh("git", "-C", e.Src, "reset", "--hard"))))
-	return b.String()
-}
-
-func fitWords(f patches.Fit) string {
-	switch f {
-	case patches.FitApplied:
-		return "applied"
-	case patches.FitConflict:
-		return "partly applied or changed: neither it nor its reverse applies"
-	}
-	return "not applied"
-}
-
-// CommitMismatchError is a checkout at another commit than the one asked
-// for. Missing: the checkout does not hold the commit asked for, so it
-// must be fetched before it can be checked out.
-type CommitMismatchError struct {
-	Src, Head, Want string
-	FromFlag        bool
-	Missing         bool
-	// Applied names the series arpatch applied to Src at Head: its files
-	// hold the patches, so git checkout would refuse to move, and the
-	// remedy reverts first.
-	Applied string
-}
-
-func (e *CommitMismatchError) Error() string {
-	src := "the recipe pins"
-	fix := fmt.Sprintf("Check out the pin (`%s`) or, to patch this commit, pass --commit %s", sh("git", "-C", e.Src, "checkout", "--detach", e.Want), e.Head)
-	if e.FromFlag {
-		src = "--commit asks for"
-		fix = fmt.Sprintf("Check it out first (`%s`)", sh("git", "-C", e.Src, "checkout", "--detach", e.Want))
-	}
-	if e.Missing {
-		fix = fmt.Sprintf("%s does not hold commit %s: fetch it (`%s`), check it out (`%s`), then run apply again. If the fetch does not bring it, origin has no such commit: check the hash",
-			e.Src, e.Want, sh("git", "-C", e.Src, "fetch", "origin"), sh("git", "-C", e.Src, "checkout", "--detach", e.Want))
-		if !e.FromFlag {
-			fix += fmt.Sprintf(", or, to patch this commit, pass --commit %s", e.Head)
-		}
-	}
-	if e.Applied != "" {
-		// git checkout refuses to move a tree whose files the series
-		// changed: revert them to upstream's first.
-		fetch := ""
-		if e.Missing {
-			fetch = fmt.Sprintf(", fetch it (`%s`)", sh("git", "-C", e.Src, "fetch", "origin"))
-		}
-		fix = fmt.Sprintf("Series %s is applied there, so git checkout would refuse to move: revert it (`%s`)%s, check out %s (`%s`), then run apply again",
-			e.Applied, sh("arpatch", "revert", "--src", e.Src), fetch, e.Want, sh("git", "-C", e.Src, "checkout", "--detach", e.Want))
-	}
-	return fmt.Sprintf("%s is at commit %s, but %s %s; nothing was changed. %s", e.Src, e.Head, src, e.Want, fix)
 }
 
 // Apply brings opts.Src to the recipe's commit with its patch series
@@ -268,19 +159,6 @@ func (o ApplyOptions) want() string {
 
 // source is where a clone comes from: --repo, else the recipe's URL.
 func (o ApplyOptions) source() string { return cmp.Or(o.Repo, o.Recipe.Upstream.URL) }
-
-// cloneTarget reports whether src is to be cloned into: missing, or an
-// empty directory (which git clone takes too).
-func cloneTarget(src string) (bool, error) {
-	fi, err := os.Lstat(src)
-	if errors.Is(err, fs.ErrNotExist) {
-		return true, nil
-	}
-	if err != nil {
-		return false, err
-	}
-	return emptyDir(src, fi), nil
-}
 
 // checkoutAt returns the checkout, cloned first when missing (cloneInto,
 // recorded in rep), with its HEAD, which it records in rep; it refuses a
@@ -507,210 +385,6 @@ func writeSeries(gitDir string, root safefs.Root, st *State, p *preparedSeries) 
 	return nil
 }
 
-// clonePrefix is how the name of a clone's temp directory beside dst
-// starts: ".NAME.arpatch-clone-", then the cloning process's pid, "-"
-// and a random suffix.
-func clonePrefix(dst string) string { return "." + filepath.Base(dst) + ".arpatch-clone-" }
-
-// StaleClones returns the temp directories beside dst (the --src of a
-// clone) that a clone left when its process was killed before it could
-// remove them (SIGKILL, a power cut): those named by clonePrefix whose pid
-// no longer runs (lockfile.Alive). A live clone's is not listed. The paths
-// are dst's directory joined with each name, in name order; none is an
-// empty list.
-func StaleClones(dst string) []string {
-	prefix := clonePrefix(dst)
-	all, _ := filepath.Glob(filepath.Join(filepath.Dir(dst), prefix+"*"))
-	var stale []string
-	for _, d := range all {
-		pid, _, _ := strings.Cut(strings.TrimPrefix(filepath.Base(d), prefix), "-")
-		if n, err := strconv.Atoi(pid); err == nil && !lockfile.Alive(n) {
-			stale = append(stale, d)
-		}
-	}
-	return stale
-}
-
-// emptyDir reports whether dst, whose Lstat is fi, is a directory with
-// nothing in it: git clone's other destination.
-func emptyDir(dst string, fi fs.FileInfo) bool {
-	if !fi.IsDir() {
-		return false
-	}
-	ents, err := os.ReadDir(dst)
-	return err == nil && len(ents) == 0
-}
-
-// cloneInto clones source and checks out want in a temp directory beside
-// dst, then renames it to dst, which is missing or an empty directory
-// (replaced, its mode kept, as git clone keeps it): a clone that fails or
-// is interrupted leaves dst as it was and removes the parent directories
-// it created, and two runs cloning to one dst cannot mix.
-func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer) (_ gitsrc.CloneInfo, err error) {
-	parent := filepath.Dir(dst)
-	made, err := safefs.Mkdirs(parent)
-	defer func() {
-		for i := len(made) - 1; err != nil && i >= 0; i-- {
-			_ = os.Remove(made[i]) // fails only when not empty: then it is not ours
-		}
-	}()
-	if err != nil {
-		return gitsrc.CloneInfo{}, err
-	}
-	// Temp dirs carry the pid of their clone: one whose process is gone
-	// (killed with SIGKILL, a power cut) is removed here.
-	prefix := clonePrefix(dst)
-	for _, d := range StaleClones(dst) {
-		// Best effort: a stale clone that stays only costs disk, and
-		// the next clone tries again.
-		_ = os.RemoveAll(d)
-	}
-	// Clone takes the empty directory: made here with the mode git
-	// gives a checkout (0o777 less the umask, as git/git
-	// builtin/clone.c@v2.39.5 cmd_clone's mkdir(work_tree, 0777);
-	// os.MkdirTemp's is 0o700),
-	// not made, removed and made again by Clone. Renamed to dst on
-	// success. A temp that fails to go is swept by the next clone
-	// (above), once this pid is gone.
-	var tmp string
-	for {
-		tmp = filepath.Join(parent, prefix+strconv.Itoa(os.Getpid())+"-"+strconv.FormatUint(rand.Uint64(), 36))
-		err := os.Mkdir(tmp, 0o777)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, fs.ErrExist) {
-			return gitsrc.CloneInfo{}, err
-		}
-	}
-	defer func() { _ = os.RemoveAll(tmp) }()
-	repo, info, err := gitsrc.Clone(ctx, source, tmp, progress)
-	if err != nil {
-		return info, err
-	}
-	if !githash.Hash(want).IsFull() {
-		full, err := repo.Resolve(want)
-		var pe *gitsrc.PrefixError
-		if errors.As(err, &pe) {
-			// The clone is temporary: name the repository the user gave.
-			pe.Dir = source
-		}
-		if err != nil {
-			return info, err
-		}
-		want = full
-	}
-	if progress != nil {
-		// As git clone: a count of the files checked out, on the
-		// terminal the clone's progress goes to (4,303 files take
-		// seconds).
-		c := prog.New(progress, "files")
-		repo.CheckoutProgress = func(n, total int) { c.Set("checking out", n, total) }
-		defer func() { c.Done(err == nil) }()
-	}
-	if err := repo.Checkout(want); err != nil {
-		return info, err
-	}
-	if ctx.Err() != nil {
-		return info, fmt.Errorf("clone %s: interrupted; nothing was kept", source)
-	}
-	if fi, err := os.Lstat(dst); err == nil {
-		// An empty directory: the checkout takes its mode, and
-		// rename(2) replaces it only while it is still empty (os.Rename
-		// refuses any directory).
-		if err := os.Chmod(tmp, fi.Mode().Perm()); err != nil {
-			return info, err
-		}
-		if err := syscall.Rename(tmp, dst); err != nil {
-			return info, fmt.Errorf("clone into %s: %w (did something create files in it meanwhile?)", dst, err)
-		}
-		return info, nil
-	}
-	if err := os.Rename(tmp, dst); err != nil {
-		return info, fmt.Errorf("clone into %s: %w (did another arpatch create it meanwhile?)", dst, err)
-	}
-	return info, nil
-}
-
-// sameAsHead checks the checkout against commit head before any write,
-// for what git status does not show: every mode a patch header claims
-// (old mode, deleted file mode, an index line's mode) is head's, else an
-// error names the patch and file and runs checkCmd as the remedy; no
-// file the series creates is there already (untracked or ignored), else
-// an error gives the mv that moves it away; and every file the series
-// touches holds head's bytes: one that differs only by CRLF line endings
-// gets lineEndingError, others (an edit hidden by skip-worktree or
-// assume-unchanged) an error with the git update-index command that
-// clears the bits. Patching over any of them would record the user's
-// bytes as upstream's.
-func sameAsHead(repo *gitsrc.Repo, head string, root safefs.Root, ps []*patches.Patch, checkCmd string) error {
-	tree, err := repo.TreeAt(head)
-	if err != nil {
-		return err
-	}
-	var differ, extra, eol []string
-	for _, p := range ps {
-		for _, fc := range p.Diff.Changes {
-			// One rule for every header that claims the old mode (old
-			// mode, deleted file mode, index ... MODE): the commit must
-			// have it. git apply only warns; arpatch refuses by name.
-			have := tree.Mode(fc.Path)
-			check := "`" + checkCmd + "`"
-			switch {
-			case fc.OldMode != "" && have != fc.OldMode:
-				return fmt.Errorf("patch %s changes the mode of %s from %s, but commit %s has it as %s; nothing was changed. Use a series made for this commit (%s)",
-					p.Name, fc.Path, fc.OldMode, githash.Hash(head).Short(), cmp.Or(have, "(none)"), check)
-			case fc.ModeClaim != "" && have != "" && have != fc.ModeClaim:
-				return fmt.Errorf("patch %s says %s has mode %s (%q), but commit %s has it as %s; nothing was changed (git apply would only warn \"has type %s, expected %s\"; arpatch refuses a wrong mode claim in any header, as for \"old mode\"). Use a series made for this commit (%s)",
-					p.Name, fc.Path, fc.ModeClaim, fc.ModeClaimBy, githash.Hash(head).Short(), have, strings.TrimLeft(have, "0"), strings.TrimLeft(fc.ModeClaim, "0"), check)
-			}
-		}
-	}
-	if err := pathKinds(tree, head, root.Dir, ps, checkCmd); err != nil {
-		return err
-	}
-	for p := range seriesFiles(ps) {
-		want, werr := tree.ReadFile(p)
-		got, gerr := root.ReadFile(p)
-		if errors.Is(werr, fs.ErrNotExist) && errors.Is(gerr, fs.ErrNotExist) {
-			continue
-		}
-		var pe *safefs.PathError
-		if errors.As(gerr, &pe) {
-			return gerr
-		}
-		if gerr != nil && !errors.Is(gerr, fs.ErrNotExist) {
-			return fmt.Errorf("%s: %s cannot be read: %s; nothing was changed. Fix that (its permissions), then apply", root.Dir, p, cause(gerr))
-		}
-		if werr != nil && !errors.Is(werr, fs.ErrNotExist) {
-			return fmt.Errorf("%s: %v; nothing was changed. The series was made for another tree: `%s` shows which series fits commit %s", root.Dir, werr, checkCmd, githash.Hash(head).Short())
-		}
-		switch {
-		case errors.Is(werr, fs.ErrNotExist) && gerr == nil:
-			extra = append(extra, p)
-		case werr == nil && gerr == nil && !bytes.Equal(want, got) && bytes.Equal(crlf(want), got):
-			eol = append(eol, p)
-		case werr != nil || gerr != nil || !bytes.Equal(want, got):
-			differ = append(differ, p)
-		}
-	}
-	if len(eol) > 0 && len(differ) == 0 {
-		return lineEndingError(root.Dir, head, eol)
-	}
-	differ = append(differ, eol...)
-	if len(extra) > 0 {
-		sort.Strings(extra)
-		return fmt.Errorf("%s: the series creates %s, but the tree already has a file there that commit %s does not (untracked or ignored); nothing was changed. Move it away (`%s`), then apply",
-			root.Dir, strings.Join(extra, ", "), githash.Hash(head).Short(), shellq.Join([]string{"mv", filepath.Join(root.Dir, extra[0]), filepath.Join(root.Dir, extra[0]) + ".mine"}))
-	}
-	if len(differ) == 0 {
-		return nil
-	}
-	sort.Strings(differ)
-	return fmt.Errorf("%s: these files differ from commit %s although git status does not list them (skip-worktree or assume-unchanged bits hide the edit): %s; nothing was changed. Clear the bits (`%s`), then stash or restore the edits",
-		root.Dir, githash.Hash(head).Short(), strings.Join(differ, ", "), unhide(root.Dir, differ))
-}
-
 // inPatchOrder returns the result's files ordered by the first patch that
 // touches each (stable within a patch): the order apply writes them in,
 // and, reversed, the order revert restores them in.
@@ -749,41 +423,6 @@ func orderedWrites(res *patches.Result, ps []*patches.Patch, undo bool) []safefs
 		}
 	}
 	return out
-}
-
-// dryRunClone reports what a real run would do with a missing Src, checking
-// the series against the commit when the source is a local repository.
-func dryRunClone(opts ApplyOptions, rep *ApplyReport, source, want string) (*ApplyReport, error) {
-	rep.WouldClone = true
-	rep.Commit = want
-	if opts.Recipe.Series == "" || gitsrc.LocalGitDir(source) == "" {
-		return rep, nil
-	}
-	repo, err := gitsrc.OpenAny(source)
-	if err != nil {
-		return nil, err
-	}
-	if !githash.Hash(want).IsFull() {
-		if want, err = repo.Resolve(want); err != nil {
-			return nil, err
-		}
-		rep.Commit = want
-	}
-	tree, err := repo.TreeAt(want)
-	if err != nil {
-		return nil, err
-	}
-	choice, err := opts.Catalog.Resolve(opts.Recipe.Series, opts.Series, want, tree, opts.Recipe.Skip)
-	if err != nil {
-		return nil, withCheck(err, opts.Catalog, source, want)
-	}
-	rep.Series, rep.Reason, rep.Patches = choice.Series, choice.Reason, choice.Patches
-	res, err := patches.ApplyChecked(tree, choice.Patches)
-	if err != nil {
-		return nil, err
-	}
-	rep.Result = res
-	return rep, nil
 }
 
 // alreadyApplied handles a checkout that has apply state: the same recipe
@@ -958,13 +597,6 @@ func touching(cs []gitsrc.Change, ps []*patches.Patch, fits []patches.PatchFit) 
 	return nil
 }
 
-func gitMode(m string) fs.FileMode {
-	if m == "100755" {
-		return 0o755
-	}
-	return 0o644
-}
-
 // withCheck fills a *patches.NoSeriesError's remedy with the patches check
 // command for repo at commit, through the catalog that was used.
 func withCheck(err error, c *patches.Catalog, repo, commit string) error {
@@ -980,55 +612,6 @@ func withCheck(err error, c *patches.Catalog, repo, commit string) error {
 func movedHead(src, head string, st *State) error {
 	return fmt.Errorf("%s is at commit %s, but series %s was applied at %s; nothing was changed. Check that commit out again (`%s`), then revert or apply",
 		src, head, cmp.Or(st.Series, "(none)"), st.Commit, sh("git", "-C", src, "checkout", "--detach", st.Commit))
-}
-
-// crlf returns b with every LF that has no CR before it turned into CRLF,
-// as git's core.autocrlf=true writes a text file on checkout.
-func crlf(b []byte) []byte {
-	out := make([]byte, 0, len(b)+bytes.Count(b, []byte("\n")))
-	for i, c := range b {
-		if c == '\n' && (i == 0 || b[i-1] != '\r') {
-			out = append(out, '\r')
-		}
-		out = append(out, c)
-	}
-	return out
-}
-
-// lineEndings returns a *lineEndingError when every one of the tracked
-// changes is a file holding HEAD's text with CRLF where HEAD has LF: what
-// a checkout by git with core.autocrlf=true looks like. Otherwise nil.
-func lineEndings(repo *gitsrc.Repo, head string, root safefs.Root, changes []gitsrc.Change) error {
-	tree, err := repo.TreeAt(head)
-	if err != nil {
-		return nil
-	}
-	var paths []string
-	for _, c := range changes {
-		want, werr := tree.ReadFile(c.Path)
-		got, gerr := root.ReadFile(c.Path)
-		if werr != nil || gerr != nil || bytes.Equal(want, got) || !bytes.Equal(crlf(want), got) {
-			return nil
-		}
-		paths = append(paths, c.Path)
-	}
-	return lineEndingError(root.Dir, head, paths)
-}
-
-// lineEndingError is the refusal for files git converted to CRLF on
-// checkout. The remedy rewrites those files from HEAD, which loses
-// nothing: it is given only when the conversion is all that differs. It
-// drops their index entries first: `git checkout HEAD -- PATH` keeps an
-// entry whose blob is HEAD's, with its stat data, and skips a file that
-// stat data calls clean, as a converted file is once the index is no
-// longer racy, so the CRLF would stay (seen with git 2.39.5 after
-// `git update-index --refresh`; refusals.txtar makes that case).
-func lineEndingError(src, head string, paths []string) error {
-	sort.Strings(paths)
-	return fmt.Errorf("%s: these files hold commit %s's text with CRLF line endings where the commit has LF: %s. Git converted them when it checked them out (core.autocrlf=true, or a .gitattributes eol/text rule); the patches are written against the commit's bytes, so nothing was changed. "+
-		"Turn the conversion off for this checkout and write those files again (the conversion is the only difference, so nothing is lost): `%s`, then `%s`, then `%s`, then apply",
-		src, githash.Hash(head).Short(), strings.Join(paths, ", "), sh("git", "-C", src, "config", "core.autocrlf", "false"),
-		sh(append([]string{"git", "-C", src, "rm", "-q", "--cached", "--"}, paths...)...), sh(append([]string{"git", "-C", src, "checkout", "HEAD", "--"}, paths...)...))
 }
 
 // listedRoot is a checkout read through safefs that can list its tracked

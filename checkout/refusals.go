@@ -1,0 +1,109 @@
+package checkout
+
+import (
+	"fmt"
+	"strings"
+
+	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/patches"
+)
+
+// DirtyError is a checkout with uncommitted changes to tracked files.
+type DirtyError struct {
+	Src     string
+	Changes []gitsrc.Change
+	// Fits, when the changes touch the series' files, says how each patch
+	// relates to the tree (a half-applied series shows here).
+	Fits []patches.PatchFit
+	// Committed is set when the tree is clean but its commit already holds
+	// some of the patches.
+	Committed bool
+	// Hidden are the changed paths whose index entries are marked
+	// assume-unchanged: git status and git stash do not see them until
+	// the bit is cleared, which the remedy does first.
+	Hidden []string
+}
+
+func (e *DirtyError) Error() string {
+	var b strings.Builder
+	applied := 0
+	for _, f := range e.Fits {
+		if f.Fit == patches.FitApplied {
+			applied++
+		}
+	}
+	if e.Committed {
+		fmt.Fprintf(&b, "%s is at a commit that already holds part of the series (merged upstream, or committed by hand):", e.Src)
+		for _, f := range e.Fits {
+			fmt.Fprintf(&b, "\n  %s: %s", f.Patch, fitWords(f.Fit))
+		}
+		b.WriteString("\nnothing was changed. Use a series made for this commit (arpatch patches check), or skip the patches it already holds with the recipe's skip list")
+		return b.String()
+	}
+	if applied > 0 && applied < len(e.Fits) {
+		fmt.Fprintf(&b, "%s is half-applied: arpatch has no state for it and will not guess which bytes are yours:", e.Src)
+		for _, f := range e.Fits {
+			fmt.Fprintf(&b, "\n  %s: %s", f.Patch, fitWords(f.Fit))
+		}
+		b.WriteString("\nuncommitted changes:")
+	} else {
+		fmt.Fprintf(&b, "%s has uncommitted changes:", e.Src)
+	}
+	for _, c := range e.Changes {
+		b.WriteString("\n  " + c.String())
+	}
+	b.WriteString("\nnothing was changed. ")
+	b.WriteString(unhideFirst(e.Src, e.Hidden, fmt.Sprintf("stash them (`%s`), or drop them (`%s`; this loses them), then run apply again",
+		sh("git", "-C", e.Src, "stash"), sh("git", "-C", e.Src, "reset", "--hard"))))
+	return b.String()
+}
+
+func fitWords(f patches.Fit) string {
+	switch f {
+	case patches.FitApplied:
+		return "applied"
+	case patches.FitConflict:
+		return "partly applied or changed: neither it nor its reverse applies"
+	}
+	return "not applied"
+}
+
+// CommitMismatchError is a checkout at another commit than the one asked
+// for. Missing: the checkout does not hold the commit asked for, so it
+// must be fetched before it can be checked out.
+type CommitMismatchError struct {
+	Src, Head, Want string
+	FromFlag        bool
+	Missing         bool
+	// Applied names the series arpatch applied to Src at Head: its files
+	// hold the patches, so git checkout would refuse to move, and the
+	// remedy reverts first.
+	Applied string
+}
+
+func (e *CommitMismatchError) Error() string {
+	src := "the recipe pins"
+	fix := fmt.Sprintf("Check out the pin (`%s`) or, to patch this commit, pass --commit %s", sh("git", "-C", e.Src, "checkout", "--detach", e.Want), e.Head)
+	if e.FromFlag {
+		src = "--commit asks for"
+		fix = fmt.Sprintf("Check it out first (`%s`)", sh("git", "-C", e.Src, "checkout", "--detach", e.Want))
+	}
+	if e.Missing {
+		fix = fmt.Sprintf("%s does not hold commit %s: fetch it (`%s`), check it out (`%s`), then run apply again. If the fetch does not bring it, origin has no such commit: check the hash",
+			e.Src, e.Want, sh("git", "-C", e.Src, "fetch", "origin"), sh("git", "-C", e.Src, "checkout", "--detach", e.Want))
+		if !e.FromFlag {
+			fix += fmt.Sprintf(", or, to patch this commit, pass --commit %s", e.Head)
+		}
+	}
+	if e.Applied != "" {
+		// git checkout refuses to move a tree whose files the series
+		// changed: revert them to upstream's first.
+		fetch := ""
+		if e.Missing {
+			fetch = fmt.Sprintf(", fetch it (`%s`)", sh("git", "-C", e.Src, "fetch", "origin"))
+		}
+		fix = fmt.Sprintf("Series %s is applied there, so git checkout would refuse to move: revert it (`%s`)%s, check out %s (`%s`), then run apply again",
+			e.Applied, sh("arpatch", "revert", "--src", e.Src), fetch, e.Want, sh("git", "-C", e.Src, "checkout", "--detach", e.Want))
+	}
+	return fmt.Sprintf("%s is at commit %s, but %s %s; nothing was changed. %s", e.Src, e.Head, src, e.Want, fix)
+}
