@@ -4,20 +4,17 @@ import (
 	"cmp"
 	"encoding/json"
 	"fmt"
-	"io"
 	"maps"
 	"os"
 	"slices"
 	"sort"
 	"strconv"
 	"strings"
-	"text/tabwriter"
 	"time"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/nvsmi"
 	"github.com/arpatch/arpatch/harness/stats"
-	"github.com/arpatch/arpatch/internal/textfmt"
 	"github.com/arpatch/arpatch/internal/torchrun"
 )
 
@@ -543,119 +540,6 @@ func slowRates(l Link, ops map[string][]Rate) []string {
 	return out
 }
 
-// verdict sums the report up in one line.
-func (b *builder) verdict() string {
-	rep := b.rep
-	n := len(b.o.GPUs)
-	if rep.Run.Stopped != nil || rep.Run.Exit == torchrun.ExitInterrupted {
-		return "interrupted: the cases after the signal were not run; no verdict is drawn"
-	}
-	if len(rep.Corrupt) > 0 {
-		c := rep.Corrupt[0]
-		if c.Peer == HostPeer {
-			return fmt.Sprintf("CORRUPT: GPU%d's link to pinned host memory changes data (%s): nothing measured through it can be trusted", c.GPU, c.Link)
-		}
-		return fmt.Sprintf("CORRUPT: %s between GPU%d and GPU%d (%s): custom allreduce must not run there (%d %s found bytes wrong)",
-			CorruptText, c.GPU, c.Peer, c.Link, len(rep.Corrupt), textfmt.Word(len(rep.Corrupt), "check", "checks"))
-	}
-	for _, f := range rep.Findings {
-		if f.Severity == Error {
-			return "FAILED: " + f.Text
-		}
-	}
-	if n == 1 {
-		h := hostSummary(rep.HostLinks)
-		return fmt.Sprintf("1 GPU (%s): no peer, so no P2P pair or all-to-all pattern can be measured here; its link to pinned host memory, every byte checked and exact: %s", b.gpuName(0), h)
-	}
-	var parts []string
-	kinds := map[string]bool{}
-	for _, p := range rep.Pairs {
-		kinds[p.Link.Label] = true
-	}
-	s := fmt.Sprintf("%d GPUs, %d ordered pairs, every byte checked and exact", n, len(rep.Pairs))
-	if len(kinds) == 1 {
-		for k := range kinds {
-			s = fmt.Sprintf("%d GPUs, every pair %s, every byte checked and exact", n, k)
-		}
-	}
-	if r, w := spread(rep.Pairs, true), spread(rep.Pairs, false); r != "" {
-		parts = append(parts, "pairs alone: read "+r+", write "+w)
-	}
-	if rtt := rttSpread(rep.Pairs); rtt != "" {
-		parts = append(parts, "flag round trip "+rtt)
-	}
-	slow := 0
-	for _, p := range rep.Pairs {
-		slow += len(p.Slow)
-	}
-	if slow > 0 {
-		parts = append(parts, fmt.Sprintf("%s far below %s link (see findings)", textfmt.Plural(slow, "rate", "rates"), textfmt.Word(slow, "its", "their")))
-	}
-	if a := asymmetry(rep.Patterns); a != "" {
-		parts = append(parts, a)
-	}
-	return s + ": " + strings.Join(parts, "; ")
-}
-
-func hostSummary(hs []HostLinkReport) string {
-	var out []string
-	for _, h := range hs {
-		var l, st string
-		for _, r := range h.Load {
-			l += fmt.Sprintf(" %.1f at %s,", r.GBps.Median, allreduce.FormatBytes(r.Bytes))
-		}
-		for _, r := range h.Store {
-			st += fmt.Sprintf(" %.1f at %s,", r.GBps.Median, allreduce.FormatBytes(r.Bytes))
-		}
-		out = append(out, fmt.Sprintf("GPU%d (%s) loads%s stores%s GB/s", h.GPU, h.Link.Label, strings.TrimSuffix(l, ","), strings.TrimSuffix(st, ",")))
-	}
-	return strings.Join(out, "; ")
-}
-
-// spread is the range of the pairs' read (or write) medians at the largest
-// size, "51.0-53.2 GB/s at 64M".
-func spread(ps []Pair, read bool) string {
-	var xs []float64
-	size := 0
-	for _, p := range ps {
-		rs := p.Write
-		if read {
-			rs = p.Read
-		}
-		if len(rs) == 0 {
-			continue
-		}
-		r := slices.MaxFunc(rs, func(a, b Rate) int { return a.Bytes - b.Bytes })
-		size = r.Bytes
-		xs = append(xs, r.GBps.Median)
-	}
-	if len(xs) == 0 {
-		return ""
-	}
-	lo, hi := slices.Min(xs), slices.Max(xs)
-	if hi-lo < 0.05 {
-		return fmt.Sprintf("%.1f GB/s at %s", lo, allreduce.FormatBytes(size))
-	}
-	return fmt.Sprintf("%.1f-%.1f GB/s at %s", lo, hi, allreduce.FormatBytes(size))
-}
-
-func rttSpread(ps []Pair) string {
-	var xs []float64
-	for _, p := range ps {
-		if p.FlagRTTUS != nil {
-			xs = append(xs, p.FlagRTTUS.Median)
-		}
-	}
-	if len(xs) == 0 {
-		return ""
-	}
-	lo, hi := slices.Min(xs), slices.Max(xs)
-	if hi-lo < 0.05 {
-		return fmt.Sprintf("%.2f µs", lo)
-	}
-	return fmt.Sprintf("%.2f-%.2f µs", lo, hi)
-}
-
 // Asymmetry is a group's all-to-all read against its all-to-all write:
 // what decides between pull (custom 1-stage and 2-stage read their
 // peers) and push algorithms there.
@@ -685,23 +569,6 @@ func asymmetries(ps []PatternReport) []Asymmetry {
 		}
 	}
 	return out
-}
-
-// asymmetry is the verdict's clause on the widest group measured.
-func asymmetry(ps []PatternReport) string {
-	as := asymmetries(ps)
-	if len(as) == 0 {
-		return ""
-	}
-	a := as[len(as)-1] // Patterns lists all GPUs last
-	s := fmt.Sprintf("all-to-all %s: read %.1f GB/s per GPU, write %.1f", a.Pattern, a.ReadGBps, a.WriteGBps)
-	switch ratio := a.WriteGBps / a.ReadGBps; {
-	case ratio > 1.25:
-		return s + fmt.Sprintf(" (writes %.1fx reads: pushes suit this host better than pulls)", ratio)
-	case ratio < 0.8:
-		return s + fmt.Sprintf(" (reads %.1fx writes: pulls suit this host)", 1/ratio)
-	}
-	return s + " (within 25%: pull and push move bytes alike here)"
 }
 
 // Failed reports whether the run found corrupt data or an error.
@@ -737,146 +604,4 @@ func Load(path string) (*Report, error) {
 		rep.Run = &Run{}
 	}
 	return &rep, nil
-}
-
-// WriteTable prints the matrices, the host links, the patterns, the
-// findings and the verdict.
-func (rep *Report) WriteTable(w io.Writer) {
-	if len(rep.Pairs) > 0 {
-		size := 0
-		for _, p := range rep.Pairs {
-			for _, r := range p.Read {
-				size = max(size, r.Bytes)
-			}
-		}
-		fmt.Fprintf(w, "P2P through CUDA IPC mappings, each pair alone, GB/s at %s (row: the GPU whose kernel runs; column: the peer whose memory it uses):\n", allreduce.FormatBytes(size))
-		for _, op := range []string{OpRead, OpWrite} {
-			rep.matrix(w, op+" ("+map[string]string{OpRead: "loads from", OpWrite: "stores to"}[op]+" the peer)", func(p Pair) string {
-				rs := p.Read
-				if op == OpWrite {
-					rs = p.Write
-				}
-				for _, r := range rs {
-					if r.Bytes == size {
-						mark := ""
-						if len(p.Slow) > 0 {
-							mark = "*"
-						}
-						return fmt.Sprintf("%.1f%s", r.GBps.Median, mark)
-					}
-				}
-				return "ERR"
-			})
-		}
-		rep.matrix(w, "latency, µs: flag round trip / one dependent load", func(p Pair) string {
-			f := func(x *Figure) string {
-				if x == nil {
-					return "-"
-				}
-				return fmt.Sprintf("%.2f", x.Median)
-			}
-			return f(p.FlagRTTUS) + "/" + f(p.ReadLatencyUS)
-		})
-		fmt.Fprintln(w, "links:")
-		seen := map[string]bool{}
-		for _, p := range rep.Pairs {
-			a, b := min(p.GPU, p.Peer), max(p.GPU, p.Peer)
-			k := fmt.Sprint(a, b)
-			if !seen[k] {
-				seen[k] = true
-				fmt.Fprintf(w, "  GPU%d-GPU%d  %s", a, b, p.Link.Label)
-				if p.Link.NominalGBps > 0 {
-					fmt.Fprintf(w, ", %.1f GB/s nominal", p.Link.NominalGBps)
-				}
-				fmt.Fprintln(w)
-			}
-		}
-	}
-	if len(rep.HostLinks) > 0 {
-		fmt.Fprintln(w, "link to pinned host memory, each GPU alone, one stream (GB/s; latency µs):")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  GPU\tlink\tsize\tloads\tstores\tdependent load")
-		for _, h := range rep.HostLinks {
-			lat := "-"
-			if h.ReadLatencyUS != nil {
-				lat = fmt.Sprintf("%.2f", h.ReadLatencyUS.Median)
-			}
-			for k, r := range h.Load {
-				st := "-"
-				for _, s := range h.Store {
-					if s.Bytes == r.Bytes {
-						st = fmt.Sprintf("%.1f (%.1f-%.1f)", s.GBps.Median, s.GBps.Min, s.GBps.Max)
-					}
-				}
-				fmt.Fprintf(tw, "  GPU%d\t%s\t%s\t%.1f (%.1f-%.1f)\t%s\t%s\n", h.GPU, h.Link.Label, allreduce.FormatBytes(r.Bytes), r.GBps.Median, r.GBps.Min, r.GBps.Max, st, map[bool]string{true: lat, false: ""}[k == 0])
-			}
-		}
-		_ = tw.Flush() // w's own errors are the caller's to see
-	}
-	if len(rep.Patterns) > 0 {
-		fmt.Fprintf(w, "all-to-all, every GPU of a group at once: %s per peer (GB/s per GPU), a round of dependent loads from every peer (µs); median and range:\n", allreduce.FormatBytes(rep.Options.PatternBytes))
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  group\tread\twrite\tround")
-		for _, a := range rep.Patterns {
-			if a.Op != OpRead {
-				continue
-			}
-			cell := func(op string) string {
-				for _, p := range rep.Patterns {
-					if p.Op != op || p.Name != a.Name {
-						continue
-					}
-					f := p.PerGPUGBps
-					if op == OpReadLatency {
-						f = p.RoundUS
-					}
-					if p.Error != "" || f == nil {
-						return "ERR"
-					}
-					if op == OpReadLatency {
-						return fmt.Sprintf("%.2f (%.2f-%.2f)", f.Median, f.Min, f.Max)
-					}
-					return fmt.Sprintf("%.1f (%.1f-%.1f)", f.Median, f.Min, f.Max)
-				}
-				return "-"
-			}
-			fmt.Fprintf(tw, "  %s\t%s\t%s\t%s\n", a.Name, cell(OpRead), cell(OpWrite), cell(OpReadLatency))
-		}
-		_ = tw.Flush() // w's own errors are the caller's to see
-	}
-	if len(rep.Findings) > 0 {
-		fmt.Fprintln(w, "findings:")
-		for _, f := range rep.Findings {
-			fmt.Fprintf(w, "  [%s] %s\n", f.Severity, f.Text)
-		}
-	}
-	fmt.Fprintf(w, "verdict: %s\n", rep.Verdict)
-}
-
-// matrix prints one GPU x GPU table of cell(pair).
-func (rep *Report) matrix(w io.Writer, title string, cell func(Pair) string) {
-	fmt.Fprintln(w, title+":")
-	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprint(tw, "\t")
-	for _, g := range rep.Host.GPUs {
-		fmt.Fprintf(tw, "GPU%d\t", g.Index)
-	}
-	fmt.Fprintln(tw)
-	for _, a := range rep.Host.GPUs {
-		fmt.Fprintf(tw, "  GPU%d\t", a.Index)
-		for _, b := range rep.Host.GPUs {
-			c := "-"
-			if a.Index != b.Index {
-				c = "?"
-				for _, p := range rep.Pairs {
-					if p.GPU == a.Index && p.Peer == b.Index {
-						c = cell(p)
-					}
-				}
-			}
-			fmt.Fprintf(tw, "%s\t", c)
-		}
-		fmt.Fprintln(tw)
-	}
-	_ = tw.Flush() // w's own errors are the caller's to see
 }
