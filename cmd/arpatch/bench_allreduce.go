@@ -248,6 +248,9 @@ func benchAllreduceRun(ctx context.Context, o benchAllreduceOptions, s streams) 
 		opts.Layouts = []allreduce.Islands{is}
 	}
 	fmt.Fprintf(s.Err, "running %s on %d ranks (timeout %s)...\n", strings.Join(opts.Impls, ", "), opts.WorldSize, opts.Timeout)
+	var endProgress func()
+	opts.Progress, endProgress = caseProgress(s.Err)
+	defer endProgress() // an error after a run left its count short
 	run, err := allreduce.Execute(ctx, opts)
 	if err != nil {
 		return err
@@ -264,6 +267,7 @@ func benchAllreduceRun(ctx context.Context, o benchAllreduceOptions, s streams) 
 		}
 		rep.AddVariants(vs, skipped)
 	}
+	endProgress()
 	rep.WriteTable(s.Out)
 	if o.JSON != "" {
 		b, _ := json.MarshalIndent(rep, "", "  ")

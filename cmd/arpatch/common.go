@@ -19,6 +19,7 @@ import (
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/errwriter"
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/progress"
 	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/internal/shellq"
@@ -333,4 +334,16 @@ func repoRemedy(err error, url string) error {
 	}
 	return fmt.Errorf("%w: make a copy of SGLang's history there first (`%s`), or pass --repo with one", err,
 		shellq.Join([]string{"git", "clone", "--mirror", cmp.Or(url, recipes.DefaultUpstreamURL), nr.Path}))
+}
+
+// caseProgress counts a torchrun's cases on w as they report
+// (allreduce.Options.Progress), on a terminal only, as git shows
+// progress: one run of bench.py takes minutes. show is nil when w is no
+// terminal; end closes a count left short (cases that never reported).
+func caseProgress(w io.Writer) (show func(done, total int), end func()) {
+	if !progress.IsTerminal(w) {
+		return nil, func() {}
+	}
+	c := progress.New(w, "cases")
+	return func(done, total int) { c.Set("measuring", done, total) }, func() { c.Done(false) }
 }

@@ -13,6 +13,7 @@ import (
 
 	"golang.org/x/sys/unix"
 
+	"github.com/arpatch/arpatch/internal/testbin"
 	"github.com/arpatch/arpatch/internal/testrepo"
 )
 
@@ -53,7 +54,9 @@ func openPTY(t *testing.T) (tty *os.File, wait func() string) {
 // TestProgressOnTerminal: the steps that take seconds on SGLang's tree
 // show a count on stderr as git does, on a terminal only: apply's
 // checkout, ab build's two checkouts, patches check over a range of
-// commits. Through a pipe or a file, stderr gets none of it.
+// commits, the cases of each torchrun of bench allreduce and tune
+// allreduce as they report. Through a pipe or a file, stderr gets none of
+// it.
 func TestProgressOnTerminal(t *testing.T) {
 	repo := t.TempDir()
 	files := map[string]string{}
@@ -89,6 +92,19 @@ func TestProgressOnTerminal(t *testing.T) {
 	}
 	t.Setenv("ARPATCH_STATE", t.TempDir())
 	work := t.TempDir()
+	// The fake ranks of harness/tune/testdata, for bench allreduce and
+	// tune allreduce: each case's record comes from a shell.
+	b, err := os.ReadFile("../../harness/tune/testdata/fakeranks.sh")
+	if err != nil {
+		t.Fatal(err)
+	}
+	ranks, ext := filepath.Join(work, "ranks"), filepath.Join(work, "fake.so")
+	if err := testbin.Write(ranks, b); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(ext, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
 	checkingOut := regexp.MustCompile(`checking out 100% .*\(300/300, `)
 	for _, c := range []struct {
 		name string
@@ -99,6 +115,13 @@ func TestProgressOnTerminal(t *testing.T) {
 		{"apply", []string{"apply", "--recipe", "baseline", "--repo", repo, "--commit", "HEAD", "--src", filepath.Join(work, "one")}, checkingOut, 1},
 		{"ab build", []string{"ab", "build", "--a", "baseline", "--b", "pcie", "--repo", repo, "--commit", "HEAD", "--dir", filepath.Join(work, "ab"), "--arch", "120a", "--plan"}, checkingOut, 2},
 		{"patches check", []string{"patches", "check", "--repo", repo, "--commit", first + "~0..HEAD", "--summary"}, regexp.MustCompile(`checking 100% .*\(2/2, `), 1},
+		{"bench allreduce", []string{"bench", "allreduce", "--world-size", "2", "--ext", ext, "--python", ranks, "--impl", "nccl,custom-1stage", "--branches", "pcie",
+			"--modes", "eager", "--sizes", "4K,8K", "--nccl-variants", "none", "--json", filepath.Join(work, "ar.json")}, // 2 implementations x 3 sizes (the verify shape's 40K is always measured)
+			regexp.MustCompile(`measuring 100% .*\(6/6, `), 1},
+		// The measurement, then the checks of the built-in default and of
+		// the chosen settings, one torchrun each.
+		{"tune allreduce", []string{"tune", "allreduce", "--world-size", "2", "--ext", ext, "--python", ranks, "--sizes", "4K,40K", "--reps", "3", "--nccl-variants", "none",
+			"--out", filepath.Join(work, "tune.env")}, regexp.MustCompile(`measuring 100% .*cases`), 3},
 	} {
 		tty, wait := openPTY(t)
 		run(context.Background(), append([]string{"arpatch"}, c.args...), io.Discard, tty)
@@ -115,7 +138,7 @@ func TestProgressOnTerminal(t *testing.T) {
 			}
 		}
 		run(context.Background(), append([]string{"arpatch"}, args...), io.Discard, &pipe)
-		if strings.Contains(pipe.String(), "checking") {
+		if strings.Contains(pipe.String(), "checking") || strings.Contains(pipe.String(), "measuring ") {
 			t.Errorf("%s through a pipe shows progress:\n%s", c.name, pipe.String())
 		}
 	}

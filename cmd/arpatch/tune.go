@@ -231,6 +231,8 @@ func tuneAllreduceRun(ctx context.Context, to tuneAllreduceOptions, s streams) (
 		o.Bench.Layouts = []allreduce.Islands{is}
 	}
 	o.Progress = func(msg string) { fmt.Fprintln(s.Err, msg+"...") }
+	var endProgress func()
+	o.Bench.Progress, endProgress = caseProgress(s.Err)
 	if to.Log != "" {
 		lw, closeLog, lerr := openLog(to.Log)
 		if lerr != nil {
@@ -240,6 +242,7 @@ func tuneAllreduceRun(ctx context.Context, to tuneAllreduceOptions, s streams) (
 		o.Bench.Log = lw
 	}
 	res, err := tune.Run(ctx, o)
+	endProgress()
 	if err != nil {
 		return err
 	}

@@ -73,6 +73,10 @@ type Options struct {
 	// the run with that error as Run.Exit: give a log that keeps going,
 	// as --log does (internal/errwriter.NewLog).
 	Log io.Writer
+	// Progress, when set, is told how many of the cases asked for
+	// (MissingCases with no results) have reported, as rank 0 records
+	// them; nil for none.
+	Progress func(done, total int)
 }
 
 // Impl names. The pull and push implementations each force one of the
@@ -353,10 +357,20 @@ func Execute(ctx context.Context, opts Options) (*Run, error) {
 		// graph's replay logs nothing).
 		env = append(env[:len(env):len(env)], "NCCL_DEBUG=INFO", "NCCL_DEBUG_SUBSYS=INIT,GRAPH,ENV,TUNING")
 	}
-	tr, err := torchrun.Run(ctx, torchrun.Spec{
+	spec := torchrun.Spec{
 		Script: benchScript, Name: "bench.py", Env: env, Timeout: opts.Timeout, Log: opts.Log,
 		Argv: func(script, out string) []string { return torchrunArgs(opts, script, out) },
-	})
+	}
+	if opts.Progress != nil {
+		total := len(MissingCases(opts, nil))
+		opts.Progress(0, total)
+		spec.Watch = func(records []byte) {
+			so := Run{Exit: torchrun.ExitOK} // a case started is not done
+			_ = readResults(records, &so)    // a partial file: what parses counts
+			opts.Progress(total-len(MissingCases(opts, so.Results)), total)
+		}
+	}
+	tr, err := torchrun.Run(ctx, spec)
 	if err != nil {
 		return nil, err
 	}
@@ -364,6 +378,10 @@ func Execute(ctx context.Context, opts Options) (*Run, error) {
 	run.NCCL = ParseNCCLTransport(run.Output)
 	if err := readResults(tr.Records, run); err != nil {
 		return run, err
+	}
+	if opts.Progress != nil {
+		total := len(MissingCases(opts, nil))
+		opts.Progress(total-len(MissingCases(opts, run.Results)), total)
 	}
 	return run, nil
 }

@@ -40,6 +40,11 @@ type Spec struct {
 	// adds PYTHONUNBUFFERED=1 and OMP_NUM_THREADS=1.
 	Env     []string
 	Timeout time.Duration // the whole run's; it must be positive
+	// Watch, when set, is called with the --out file as rank 0 has
+	// written it so far, each time it grew (looked at every
+	// WatchInterval while the ranks run), from one goroutine; Run
+	// returns only after its last call. Its caller counts the cases done.
+	Watch func(records []byte)
 	// Log receives the ranks' combined output as it comes; nil for none.
 	// A write error from it stops the copying of the output and so ends
 	// the run with that error as Result.Exit.
@@ -105,7 +110,9 @@ func Run(ctx context.Context, s Spec) (*Result, error) {
 	start := time.Now()
 	err = cmd.Start()
 	if err == nil {
+		stop := watch(out, s.Watch)
 		err = cmd.Wait()
+		stop()
 	} else if rctx.Err() == nil {
 		return nil, fmt.Errorf("starting %s: %w; is torch installed for --python %s?", argv[0], err, argv[0])
 	}
@@ -127,4 +134,40 @@ func Run(ctx context.Context, s Spec) (*Result, error) {
 		return res, err
 	}
 	return res, nil
+}
+
+// WatchInterval is how often Run looks at the --out file for Spec.Watch.
+const WatchInterval = 250 * time.Millisecond
+
+// watch calls fn with the file at path each time it grew, every
+// WatchInterval, until the returned stop is called (which waits for the
+// last call); fn nil watches nothing.
+func watch(path string, fn func([]byte)) (stop func()) {
+	if fn == nil {
+		return func() {}
+	}
+	done, finished := make(chan struct{}), make(chan struct{})
+	go func() {
+		defer close(finished)
+		t := time.NewTicker(WatchInterval)
+		defer t.Stop()
+		last := int64(-1)
+		for {
+			select {
+			case <-done:
+				return
+			case <-t.C:
+			}
+			if fi, err := os.Stat(path); err == nil && fi.Size() > last {
+				if b, err := os.ReadFile(path); err == nil {
+					last = int64(len(b))
+					fn(b)
+				}
+			}
+		}
+	}()
+	return func() {
+		close(done)
+		<-finished
+	}
 }

@@ -41,3 +41,32 @@ func TestRun(t *testing.T) {
 		t.Errorf("a missing interpreter: %v", err)
 	}
 }
+
+// Watch sees the --out file grow while the ranks run, each time it grew,
+// and is not called after Run returns.
+func TestWatch(t *testing.T) {
+	py := filepath.Join(t.TempDir(), "python3")
+	fake := "#!/bin/sh\nprev=\nfor a in \"$@\"; do [ \"$prev\" = --out ] && out=$a; prev=$a; done\n" +
+		"echo one >> \"$out\"; sleep 1; echo two >> \"$out\"; sleep 1\n"
+	if err := testbin.Write(py, []byte(fake)); err != nil {
+		t.Fatal(err)
+	}
+	var seen []string
+	returned := false
+	spec := Spec{Script: []byte(""), Name: "s.py", Timeout: time.Minute,
+		Argv: func(script, out string) []string { return []string{py, script, "--out", out} },
+		Watch: func(b []byte) {
+			if returned {
+				t.Error("Watch called after Run returned")
+			}
+			seen = append(seen, string(b))
+		}}
+	res, err := Run(context.Background(), spec)
+	returned = true
+	if err != nil || string(res.Records) != "one\ntwo\n" {
+		t.Fatalf("run: %v, records %q", err, res.Records)
+	}
+	if !slices.Equal(seen, []string{"one\n", "one\ntwo\n"}) {
+		t.Errorf("Watch saw %q, want the file after each write", seen)
+	}
+}
