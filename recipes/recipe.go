@@ -24,12 +24,12 @@ import (
 	"path/filepath"
 	"regexp"
 	"sort"
-	"strconv"
 	"strings"
 
 	"github.com/BurntSushi/toml"
 
 	"github.com/arpatch/arpatch/internal/bounds"
+	"github.com/arpatch/arpatch/internal/listspec"
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
@@ -197,13 +197,18 @@ func CheckLevels(l []int) error {
 	return nil
 }
 
-// ParseLevels reads "1,4,16" (a flag's value) into levels and checks them.
+// ParseLevels reads "1,4,16" (a flag's value) into levels (listspec:
+// whole numbers, no empty item) and checks them (CheckLevels).
 func ParseLevels(s string) ([]int, error) {
+	items, err := listspec.Split(s)
+	if err != nil {
+		return nil, err
+	}
 	var l []int
-	for _, f := range strings.Split(s, ",") {
-		n, err := strconv.Atoi(strings.TrimSpace(f))
+	for _, f := range items {
+		n, err := listspec.Count(f, int(bounds.Bench["concurrency"].Max))
 		if err != nil {
-			return nil, fmt.Errorf("%q is not a list of integers, e.g. 1,4,16", s)
+			return nil, fmt.Errorf("%w, e.g. 1,4,16", err)
 		}
 		l = append(l, n)
 	}

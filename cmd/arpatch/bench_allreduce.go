@@ -21,6 +21,7 @@ import (
 
 	"github.com/arpatch/arpatch/checkout"
 	"github.com/arpatch/arpatch/harness/allreduce"
+	"github.com/arpatch/arpatch/internal/listspec"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/kernels"
 )
@@ -151,7 +152,10 @@ func benchAllreduceOpts(f benchAllreduceFlags) (benchAllreduceOptions, error) {
 	if err != nil { // both parts parsed alone: not reached
 		return o, usagef("--sizes with --shape %s: %w", f.Shape, err)
 	}
-	impls := splitList(f.Impl)
+	impls, err := splitList("impl", f.Impl)
+	if err != nil {
+		return o, err
+	}
 	for _, i := range impls {
 		if !slices.Contains(allreduce.KnownImpls, i) {
 			return o, usagef("--impl %q: known implementations are %s", i, strings.Join(allreduce.KnownImpls, ", "))
@@ -163,7 +167,10 @@ func benchAllreduceOpts(f benchAllreduceFlags) (benchAllreduceOptions, error) {
 	if err := f.check(); err != nil {
 		return o, err
 	}
-	branches := splitList(f.Branches)
+	branches, err := splitList("branches", f.Branches)
+	if err != nil {
+		return o, err
+	}
 	if len(branches) == 0 {
 		return o, usagef("--branches is empty: use nvlink, pcie")
 	}
@@ -172,7 +179,10 @@ func benchAllreduceOpts(f benchAllreduceFlags) (benchAllreduceOptions, error) {
 			return o, usagef("--branches %q: use nvlink, pcie", b)
 		}
 	}
-	modes := splitList(f.Modes)
+	modes, err := splitList("modes", f.Modes)
+	if err != nil {
+		return o, err
+	}
 	if err := allreduce.ModesError(modes); err != nil {
 		return o, usagef("--modes %w", err)
 	}
@@ -182,7 +192,10 @@ func benchAllreduceOpts(f benchAllreduceFlags) (benchAllreduceOptions, error) {
 	if err := checkWorldSize(f.WorldSize); err != nil {
 		return o, err
 	}
-	dtypes := splitList(f.DType)
+	dtypes, err := splitList("dtype", f.DType)
+	if err != nil {
+		return o, err
+	}
 	if err := allreduce.DTypesError(dtypes); err != nil {
 		return o, usagef("--dtype %w", err)
 	}
@@ -407,14 +420,15 @@ func (e extFinder) buildArgs(expand bool) []string {
 	return out
 }
 
-func splitList(s string) []string {
-	var out []string
-	for _, x := range strings.Split(s, ",") {
-		if x = strings.TrimSpace(x); x != "" {
-			out = append(out, x)
-		}
+// splitList reads the comma-separated list a flag gives
+// (listspec.Split): no items for an empty value, and a usage error naming
+// the flag for an empty item ("eager,,graph").
+func splitList(flag, s string) ([]string, error) {
+	items, err := listspec.Split(s)
+	if err != nil {
+		return nil, usagef("--%s: %w", flag, err)
 	}
-	return out
+	return items, nil
 }
 
 // allreduceRunFlags are the flags of a bench.py run that bench allreduce
@@ -460,7 +474,10 @@ func (v allreduceRunValues) layouts(ws int) ([]allreduce.Islands, error) {
 
 // variants reads --nccl-variants.
 func (v allreduceRunValues) variants() ([]allreduce.NCCLVariant, error) {
-	names := splitList(v.NCCLVariants)
+	names, err := splitList("nccl-variants", v.NCCLVariants)
+	if err != nil {
+		return nil, err
+	}
 	if len(names) == 0 {
 		return nil, usagef("--nccl-variants is empty: use all, none, or names among %s", strings.Join(allreduce.VariantNames()[2:], ", "))
 	}

@@ -168,7 +168,10 @@ func tuneAllreduceOpts(f tuneAllreduceFlags) (tuneAllreduceOptions, error) {
 			return o, usagef("--sizes: %w", err)
 		}
 	}
-	modes := splitList(f.Modes)
+	modes, err := splitList("modes", f.Modes)
+	if err != nil {
+		return o, err
+	}
 	if err := allreduce.ModesError(modes); err != nil {
 		return o, usagef("--modes %w", err)
 	}

@@ -32,7 +32,7 @@ func TestParseSizesAndShape(t *testing.T) {
 	if got, _ := ParseSizes("100"); got[0] != 112 {
 		t.Errorf("100 bytes rounds to %d, want 112 (multiple of 16)", got[0])
 	}
-	for _, bad := range []string{"", "1M..4K", "12Q", "-4K"} {
+	for _, bad := range []string{"", "1M..4K", "12Q", "-4K", "0.5..1M", "4K,,8K", "1.5K", "0"} {
 		if _, err := ParseSizes(bad); err == nil {
 			t.Errorf("ParseSizes(%q) accepted", bad)
 		}

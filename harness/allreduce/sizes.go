@@ -19,9 +19,10 @@ import (
 	"fmt"
 	"math"
 	"math/bits"
-	"sort"
-	"strconv"
+	"slices"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/listspec"
 )
 
 // MaxBytes is the largest size ParseBytes and ParseShape take: 1 TiB
@@ -30,80 +31,27 @@ import (
 // doubling, fit in an int there.
 const MaxBytes = min(1<<40, 1<<(bits.UintSize-2))
 
-// ParseBytes reads "42K", "40KiB", "1M", "4096" as a byte count (K and M
-// are binary: 1K = 1024 bytes). It refuses what is not a positive size up
-// to MaxBytes, naming s.
-func ParseBytes(s string) (int, error) {
-	t := strings.ToUpper(strings.TrimSpace(s))
-	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
-	mult := 1
-	switch {
-	case strings.HasSuffix(t, "K"):
-		mult, t = 1<<10, strings.TrimSuffix(t, "K")
-	case strings.HasSuffix(t, "M"):
-		mult, t = 1<<20, strings.TrimSuffix(t, "M")
-	case strings.HasSuffix(t, "G"):
-		mult, t = 1<<30, strings.TrimSuffix(t, "G")
-	}
-	n, err := strconv.ParseFloat(t, 64)
-	// NaN and Inf parse as floats; NaN passes "n <= 0", and neither is a
-	// size.
-	if err != nil || math.IsNaN(n) || n <= 0 || n*float64(mult) > MaxBytes {
-		return 0, fmt.Errorf("%q is not a size in bytes up to %s (examples: 4096, 42K, 1M)", s, FormatBytes(MaxBytes))
-	}
-	return int(n * float64(mult)), nil
-}
+// ParseBytes reads "42K", "40KiB", "1M", "4096" as a byte count (K, M
+// and G are binary: 1K = 1024 bytes), by listspec.Bytes: a whole number
+// from 1 to MaxBytes, no fraction, sign or other unit; the error quotes s
+// and says why.
+func ParseBytes(s string) (int, error) { return listspec.Bytes(s, MaxBytes) }
 
-// ParseSizes reads a size list: comma-separated sizes and ranges "A..B",
-// which expand to the powers of two from A to B. Each size is rounded up to
-// a multiple of 16 bytes (custom allreduce needs it) and the result is
-// sorted and unique.
+// ParseSizes reads a size list (listspec.Sizes): comma-separated sizes
+// and ranges "A..B", which run from A doubling up to B. Each size is
+// rounded up to a multiple of 16 bytes (custom allreduce needs it) and
+// the result is sorted and unique. Empty items, fractions, zero,
+// backward ranges and sizes above MaxBytes are refused.
 func ParseSizes(spec string) ([]int, error) {
-	seen := map[int]bool{}
-	var out []int
-	add := func(n int) {
-		n = (n + 15) / 16 * 16
-		if !seen[n] {
-			seen[n] = true
-			out = append(out, n)
-		}
+	sizes, err := listspec.Sizes(spec, MaxBytes)
+	if err != nil {
+		return nil, err
 	}
-	for _, part := range strings.Split(spec, ",") {
-		part = strings.TrimSpace(part)
-		if part == "" {
-			continue
-		}
-		if lo, hi, ok := strings.Cut(part, ".."); ok {
-			a, err := ParseBytes(lo)
-			if err != nil {
-				return nil, err
-			}
-			b, err := ParseBytes(hi)
-			if err != nil {
-				return nil, err
-			}
-			if a > b {
-				return nil, fmt.Errorf("size range %q runs backwards", part)
-			}
-			for n := a; n <= b; n *= 2 {
-				add(n)
-				if n > b/2 { // the next doubling is past b, and could overflow
-					break
-				}
-			}
-			continue
-		}
-		n, err := ParseBytes(part)
-		if err != nil {
-			return nil, err
-		}
-		add(n)
+	for i, n := range sizes {
+		sizes[i] = (n + 15) / 16 * 16
 	}
-	if len(out) == 0 {
-		return nil, fmt.Errorf("no sizes in %q", spec)
-	}
-	sort.Ints(out)
-	return out, nil
+	slices.Sort(sizes)
+	return slices.Compact(sizes), nil
 }
 
 // Shape is an allreduce of tokens x hidden elements of elemBytes each.
@@ -116,9 +64,9 @@ type Shape struct {
 // without overflowing an int), naming s.
 func ParseShape(s string) (Shape, error) {
 	a, b, ok := strings.Cut(strings.ToLower(s), "x")
-	t, err1 := strconv.Atoi(strings.TrimSpace(a))
-	h, err2 := strconv.Atoi(strings.TrimSpace(b))
-	if !ok || err1 != nil || err2 != nil || t <= 0 || h <= 0 {
+	t, err1 := listspec.Count(a, math.MaxInt)
+	h, err2 := listspec.Count(b, math.MaxInt)
+	if !ok || err1 != nil || err2 != nil {
 		return Shape{}, fmt.Errorf("%q: want TOKENSxHIDDEN, e.g. %s", s, VerifyShape.Spec())
 	}
 	shape := Shape{Tokens: t, Hidden: h, ElemBytes: bf16Size}
@@ -157,15 +105,19 @@ func FormatBytes(n int) string {
 // "cap": each implementation's own largest size (Options.Cap). A list of
 // "cap" alone has no other size.
 func ParseSizesCap(spec string) (sizes []int, capped bool, err error) {
+	items, err := listspec.Split(spec)
+	if err != nil {
+		return nil, false, err
+	}
 	var rest []string
-	for _, part := range strings.Split(spec, ",") {
-		if strings.EqualFold(strings.TrimSpace(part), "cap") {
+	for _, it := range items {
+		if strings.EqualFold(it, "cap") {
 			capped = true
 			continue
 		}
-		rest = append(rest, part)
+		rest = append(rest, it)
 	}
-	if capped && strings.TrimSpace(strings.Join(rest, "")) == "" {
+	if capped && len(rest) == 0 {
 		return nil, true, nil
 	}
 	sizes, err = ParseSizes(strings.Join(rest, ","))
