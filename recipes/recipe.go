@@ -29,10 +29,10 @@ import (
 	"github.com/BurntSushi/toml"
 
 	"github.com/arpatch/arpatch/internal/bounds"
-	"github.com/arpatch/arpatch/internal/listspec"
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/digest"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
+	"github.com/arpatch/arpatch/internal/listspec"
 	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/internal/tomlx"
 )
