@@ -206,11 +206,14 @@ func ParseLevels(s string) ([]int, error) {
 	}
 	var l []int
 	for _, f := range items {
-		n, err := listspec.Count(f, int(bounds.Bench["concurrency"].Max))
+		n, err := listspec.Whole(f)
 		if err != nil {
 			return nil, fmt.Errorf("%w, e.g. 1,4,16", err)
 		}
-		l = append(l, n)
+		if err := bounds.Check("concurrency", n); err != nil {
+			return nil, err
+		}
+		l = append(l, int(n))
 	}
 	return l, CheckLevels(l)
 }

@@ -63,7 +63,7 @@ func TestConcurrencyLevels(t *testing.T) {
 	if l, err := ParseLevels("1, 4,16"); err != nil || !slices.Equal(l, []int{1, 4, 16}) {
 		t.Errorf("ParseLevels: %v %v", l, err)
 	}
-	for in, want := range map[string]string{"1,x": `"x" is not a whole number from 1 to 4096, e.g. 1,4,16`, "0": `"0" is not a whole number from 1 to 4096`, "4097": `"4097" is not a whole number`,
+	for in, want := range map[string]string{"1,x": `"x" is not a whole number (digits only), e.g. 1,4,16`, "0": "0: use 1 to 4096", "4097": "4097: use 1 to 4096",
 		"1,1": "1 is listed twice", "": "no level", "1,,4": "item 2 of 3 is empty", "1.5": `"1.5" is not a whole number`, "+4": `"+4" is not`, "4,1": "list the levels in increasing order"} {
 		if _, err := ParseLevels(in); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("ParseLevels(%q) = %v, want %q", in, err, want)

@@ -35,6 +35,16 @@ func Split(s string) ([]string, error) {
 	return parts, nil
 }
 
+// Whole reads a whole number in ASCII digits, 0 to 2^63-1, for a caller
+// that checks the range itself; anything else is refused, naming s.
+func Whole(s string) (int64, error) {
+	n, ok := digits(s)
+	if !ok || n > 1<<63-1 {
+		return 0, fmt.Errorf("%q is not a whole number (digits only)", s)
+	}
+	return int64(n), nil
+}
+
 // Count reads a whole number from 1 to max in ASCII digits (a leading
 // zero is taken: "08" is 8); anything else is refused, naming s.
 func Count(s string, max int) (int, error) {
