@@ -547,6 +547,11 @@ func benchRun(ctx context.Context, bo benchOptions, s streams) error {
 		}
 	}
 	o.Progress = bench.ShowProgress(s.Err)
+	o.Starting = func(arm string, trial int, log string) {
+		// As the trials' counts: a line on stderr (a model loads for
+		// minutes before the first request).
+		fmt.Fprintf(s.Err, "starting the %s server for trial %d of %d (log %s)...\n", arm, trial, o.Trials, log)
+	}
 	o.Self = selfPath()
 	res, err := bench.Run(ctx, o)
 	interrupted := ctx.Err() != nil

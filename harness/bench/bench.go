@@ -106,6 +106,10 @@ type Options struct {
 
 	// Progress is told about each request; nil for none.
 	Progress func(p Progress)
+	// Starting is told before each server launch (a model load takes
+	// minutes): the arm, the trial that starts it and its log file; nil
+	// for none.
+	Starting func(arm string, trial int, log string)
 	// HTTP, when set, is the HTTP client for every server's requests (a
 	// test's in-memory network, sglangtest.Network); nil gives each server
 	// start a client of its own.

@@ -106,11 +106,14 @@ func recordedEnv(env []string) map[string]string {
 }
 
 func (o *Options) start(ctx context.Context, a Arm, trial int) (*server.Proc, error) {
+	log := filepath.Join(o.LogDir, fmt.Sprintf("server-%s-trial%d.log", a.Name, trial))
+	if o.Starting != nil {
+		o.Starting(a.Name, trial, log)
+	}
 	return server.StartOnFreePort(ctx, o.Host, func(port int) server.Spec {
 		return server.Spec{
 			Name: a.Name, Argv: o.Argv(a, port), Env: o.armEnv(a), Host: o.Host, Port: port,
-			LogPath:      filepath.Join(o.LogDir, fmt.Sprintf("server-%s-trial%d.log", a.Name, trial)),
-			ReadyTimeout: o.ReadyTimeout,
+			LogPath: log, ReadyTimeout: o.ReadyTimeout,
 		}
 	})
 }
