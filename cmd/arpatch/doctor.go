@@ -3,6 +3,7 @@ package main
 import (
 	"cmp"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
@@ -113,7 +114,7 @@ func doctorOpts(f doctorFlags) (doctorOptions, error) {
 	if f.P2P != "" {
 		var err error
 		if measured, err = p2p.Load(expandHome(f.P2P)); err != nil {
-			return doctorOptions{}, usagef("--p2p: %v", err)
+			return doctorOptions{}, loadError("p2p", err)
 		}
 	}
 	var nccl []string
@@ -221,4 +222,15 @@ func printDoctor(w io.Writer, rep *doctor.Report) {
 	if rep.Expect != "" {
 		fmt.Fprintf(w, "expect: %s\n", rep.Expect)
 	}
+}
+
+// loadError is the error of a file that --flag names: a usage error (exit
+// 2) when it cannot be read (a wrong path), a failure (exit 1) when it was
+// read and its data is bad: the invocation was right, the data is not.
+func loadError(flag string, err error) error {
+	var pe *os.PathError
+	if errors.As(err, &pe) {
+		return usagef("--%s: %v", flag, err)
+	}
+	return fmt.Errorf("--%s: %w", flag, err)
 }

@@ -195,7 +195,7 @@ func tuneAllreduceOpts(f tuneAllreduceFlags) (tuneAllreduceOptions, error) {
 	}
 	if f.P2P != "" {
 		if o.P2P, err = p2p.Load(expandHome(f.P2P)); err != nil {
-			return o, usagef("--p2p: %v", err)
+			return o, loadError("p2p", err)
 		}
 		o.P2PFile = f.P2P
 	}

@@ -2,10 +2,8 @@ package p2p
 
 import (
 	"cmp"
-	"encoding/json"
 	"fmt"
 	"maps"
-	"os"
 	"slices"
 	"sort"
 	"strconv"
@@ -584,24 +582,4 @@ func (rep *Report) Failed() bool {
 // Interrupted reports whether a signal stopped the run.
 func (rep *Report) Interrupted() bool {
 	return rep.Run.Exit == torchrun.ExitInterrupted
-}
-
-// Load reads a report `arpatch bench p2p --json` wrote, refusing another
-// schema, naming path.
-func Load(path string) (*Report, error) {
-	b, err := os.ReadFile(path)
-	if err != nil {
-		return nil, err
-	}
-	var rep Report
-	if err := json.Unmarshal(b, &rep); err != nil {
-		return nil, fmt.Errorf("%s: not a bench p2p report: %w", path, err)
-	}
-	if rep.Schema != Schema {
-		return nil, fmt.Errorf("%s: schema %q, want %q (write one with `arpatch bench p2p --json %s`)", path, rep.Schema, Schema, path)
-	}
-	if rep.Run == nil {
-		rep.Run = &Run{}
-	}
-	return &rep, nil
 }
