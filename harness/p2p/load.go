@@ -83,72 +83,81 @@ func (rep *Report) checkRecords() error {
 			return fmt.Errorf("%s is %d, want a positive multiple of 16 bytes", f, s)
 		}
 	}
+	for i, r := range rep.Run.Results {
+		if err := checkResult(fmt.Sprintf("run.results[%d]", i), r, n); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// checkResult refuses a record (field at) that no run on n GPUs writes.
+func checkResult(at string, r Result, n int) error {
 	rank := func(field string, r int) error {
 		if r < 0 || r >= n {
 			return fmt.Errorf("%s is %d, not a rank of the %d GPUs measured", field, r, n)
 		}
 		return nil
 	}
-	for i, r := range rep.Run.Results {
-		at := fmt.Sprintf("run.results[%d]", i)
-		ops, ok := testOps[r.Test]
-		if !ok {
-			return fmt.Errorf("%s.test is %q, not a test of bench p2p (%s)", at, r.Test, strings.Join(slices.Sorted(maps.Keys(testOps)), ", "))
-		}
-		if !slices.Contains(ops, r.Op) && r.Test != TestIPC {
-			return fmt.Errorf("%s.op is %q, not an op of test %s (%s)", at, r.Op, r.Test, strings.Join(ops, ", "))
-		}
-		if err := rank(at+".rank", r.Rank); err != nil && r.Test != TestPattern {
+	ops, ok := testOps[r.Test]
+	if !ok {
+		return fmt.Errorf("%s.test is %q, not a test of bench p2p (%s)", at, r.Test, strings.Join(slices.Sorted(maps.Keys(testOps)), ", "))
+	}
+	if !slices.Contains(ops, r.Op) && r.Test != TestIPC {
+		return fmt.Errorf("%s.op is %q, not an op of test %s (%s)", at, r.Op, r.Test, strings.Join(ops, ", "))
+	}
+	if err := rank(at+".rank", r.Rank); err != nil && r.Test != TestPattern {
+		return err
+	}
+	if r.Test == TestPair || r.Test == TestIPC || r.Test == TestLatency && r.Op != OpHostRead {
+		if err := rank(at+".peer", r.Peer); err != nil {
 			return err
 		}
-		if r.Test == TestPair || r.Test == TestIPC || r.Test == TestLatency && r.Op != OpHostRead {
-			if err := rank(at+".peer", r.Peer); err != nil {
-				return err
-			}
+	}
+	for j, c := range r.Checks {
+		if c.CheckedBytes < 0 || c.BadWords < 0 {
+			return fmt.Errorf("%s.checks[%d]: checked_bytes %d, bad_words %d: counts are not negative", at, j, c.CheckedBytes, c.BadWords)
 		}
-		for j, c := range r.Checks {
-			if c.CheckedBytes < 0 || c.BadWords < 0 {
-				return fmt.Errorf("%s.checks[%d]: checked_bytes %d, bad_words %d: counts are not negative", at, j, c.CheckedBytes, c.BadWords)
-			}
+	}
+	if r.Error != "" {
+		return nil // nothing measured: its error is the finding
+	}
+	switch r.Test {
+	case TestPair, TestHost:
+		if r.Bytes <= 0 {
+			return fmt.Errorf("%s.bytes is %d, want the transfer's size", at, r.Bytes)
 		}
-		if r.Error != "" {
-			continue // nothing measured: its error is the finding
+		return positive(at+".samples_gbps", r.SamplesGBps, "GB/s")
+	case TestLatency:
+		return positive(at+".samples_us", r.SamplesUS, "µs")
+	case TestPattern:
+		return checkPattern(at, r, rank)
+	}
+	return nil
+}
+
+// checkPattern refuses a pattern record without every rank's times.
+func checkPattern(at string, r Result, rank func(string, int) error) error {
+	if len(r.Ranks) < 2 {
+		return fmt.Errorf("%s.ranks is %v: a pattern spans two ranks or more", at, r.Ranks)
+	}
+	if r.Op != OpReadLatency && r.Bytes <= 0 {
+		return fmt.Errorf("%s.bytes is %d, want the bytes per peer", at, r.Bytes)
+	}
+	reps := -1
+	for _, x := range r.Ranks {
+		if err := rank(at+".ranks", x); err != nil {
+			return err
 		}
-		switch r.Test {
-		case TestPair, TestHost:
-			if r.Bytes <= 0 {
-				return fmt.Errorf("%s.bytes is %d, want the transfer's size", at, r.Bytes)
-			}
-			if err := positive(at+".samples_gbps", r.SamplesGBps, "GB/s"); err != nil {
-				return err
-			}
-		case TestLatency:
-			if err := positive(at+".samples_us", r.SamplesUS, "µs"); err != nil {
-				return err
-			}
-		case TestPattern:
-			if len(r.Ranks) < 2 {
-				return fmt.Errorf("%s.ranks is %v: a pattern spans two ranks or more", at, r.Ranks)
-			}
-			if r.Op != OpReadLatency && r.Bytes <= 0 {
-				return fmt.Errorf("%s.bytes is %d, want the bytes per peer", at, r.Bytes)
-			}
-			reps := -1
-			for _, x := range r.Ranks {
-				if err := rank(at+".ranks", x); err != nil {
-					return err
-				}
-				f := fmt.Sprintf("%s.per_rank_us[%q]", at, strconv.Itoa(x))
-				us := r.PerRankUS[strconv.Itoa(x)]
-				if err := positive(f, us, "µs"); err != nil {
-					return err
-				}
-				if reps >= 0 && len(us) != reps {
-					return fmt.Errorf("%s has %d reps, rank %d's %d: every rank times every rep", f, len(us), r.Ranks[0], reps)
-				}
-				reps = len(us)
-			}
+		f := fmt.Sprintf("%s.per_rank_us[%q]", at, strconv.Itoa(x))
+		us := r.PerRankUS[strconv.Itoa(x)]
+		if err := positive(f, us, "µs"); err != nil {
+			return err
 		}
+		if reps >= 0 && len(us) != reps {
+			return fmt.Errorf("%s has %d reps, rank %d's %d: every rank times every rep", f, len(us), r.Ranks[0], reps)
+		}
+		reps = len(us)
 	}
 	return nil
 }
