@@ -22,6 +22,7 @@ import (
 	"syscall"
 
 	"github.com/urfave/cli/v2"
+	"golang.org/x/sys/unix"
 
 	"github.com/arpatch/arpatch/internal/errwriter"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
@@ -122,7 +123,52 @@ func relaxFirstGC(then func()) {
 func runMain() int {
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
+	ctx, stopPipe := onClosedPipe(ctx)
+	defer stopPipe()
 	return run(ctx, os.Args, os.Stdout, os.Stderr)
+}
+
+// errClosedPipe is the cause of a context onClosedPipe ended.
+var errClosedPipe = errors.New("the pipe reading arpatch's output was closed")
+
+// onClosedPipe returns ctx ended (cause errClosedPipe) when a write to
+// stdout or stderr meets a pipe whose reader is gone (`arpatch bench 2>&1
+// | head -1`): the command stops as on SIGINT, stopping the servers and
+// ranks it started, where the Go runtime would end arpatch at once on
+// the SIGPIPE and leave them running. A SIGPIPE from a socket (a server
+// that went away mid-request) leaves ctx alone: the write fails with
+// EPIPE, as it did. stop undoes it.
+func onClosedPipe(parent context.Context) (ctx context.Context, stop func()) {
+	ctx, cancel := context.WithCancelCause(parent)
+	sig := make(chan os.Signal, 1)
+	signal.Notify(sig, syscall.SIGPIPE)
+	done := make(chan struct{})
+	go func() {
+		for {
+			select {
+			case <-done:
+				return
+			case <-sig:
+				if closedPipe(1) || closedPipe(2) {
+					cancel(errClosedPipe)
+				}
+			}
+		}
+	}()
+	return ctx, func() {
+		signal.Stop(sig)
+		close(done)
+		cancel(nil)
+	}
+}
+
+// closedPipe reports whether fd is the write end of a pipe with no
+// reader left: poll(2) reports POLLERR there (Linux's pipe_poll), and
+// never on a terminal or file.
+func closedPipe(fd int) bool {
+	fds := []unix.PollFd{{Fd: int32(fd)}}
+	n, err := unix.Poll(fds, 0)
+	return err == nil && n > 0 && fds[0].Revents&unix.POLLERR != 0
 }
 
 // usageError marks an error as the user's invocation being wrong (exit 2).
@@ -191,6 +237,9 @@ func runApp(ctx context.Context, makeApp func(stdout, stderr io.Writer) *cli.App
 		}
 		if ctx.Err() != nil && code != exitUsage && code != exitInternal {
 			code, msg = interrupted(msg)
+			if errors.Is(context.Cause(ctx), errClosedPipe) {
+				msg = "interrupted (" + errClosedPipe.Error() + ")" + strings.TrimPrefix(msg, "interrupted")
+			}
 		}
 	}
 	if werr := out.Err(); werr != nil {
