@@ -26,11 +26,11 @@ var demoLine = regexp.MustCompile(`(?m)^go run \./nightly/demo -dir (\S+)$`)
 // printed night lines against the README's, exit code 1 and every report
 // file.
 func TestDemoAsDocumented(t *testing.T) {
-	readme, err := os.ReadFile("../README.md")
+	readme, err := os.ReadFile("../docs/usage.md")
 	if err != nil {
 		t.Fatal(err)
 	}
-	for _, doc := range []string{"../README.md", "../docs/nightly.md"} {
+	for _, doc := range []string{"../docs/usage.md", "../docs/nightly.md"} {
 		b, err := os.ReadFile(doc)
 		if err != nil {
 			t.Fatal(err)
@@ -47,7 +47,7 @@ func TestDemoAsDocumented(t *testing.T) {
 		}
 	}
 	if len(shown) != 2 {
-		t.Fatalf("README shows %d night lines, want the first and the last: %q", len(shown), shown)
+		t.Fatalf("docs/usage.md shows %d night lines, want the first and the last: %q", len(shown), shown)
 	}
 
 	dir := filepath.Join(t.TempDir(), "nightly-demo")

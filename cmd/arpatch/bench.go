@@ -124,7 +124,7 @@ match over the first {{agree-tokens}} tokens less than --agree-threshold ({{agre
 time is INVALID, whatever its speed. An output shorter than that agrees
 only with one that ended at the same token for the same reason. The
 compared text is the first {{agree-tokens}} tokens' worth whatever the chunking (the
-README's output check gives the rule for multi-token chunks); a
+output check in docs/usage.md gives the rule for multi-token chunks); a
 difference after it is shown as such and does not count. An arm
 with failed requests is INVALID, an abort in the stream
 (finish_reason abort) included; so is a baseline whose own trials

@@ -24,7 +24,7 @@ func TestBenchExamplesRun(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/usage.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -45,14 +45,14 @@ func TestBenchExamplesRun(t *testing.T) {
 	}
 	help, doc := examples(out.String()), examples(string(readme))
 	if len(help) != 3 || len(doc) != 3 {
-		t.Fatalf("examples: %d in --help, %d in README, want 3 each", len(help), len(doc))
+		t.Fatalf("examples: %d in --help, %d in docs/usage.md, want 3 each", len(help), len(doc))
 	}
 	for i, l := range help {
 		if !ran[l] {
 			t.Errorf("the --help example %q is not run by bench_examples.txtar", l)
 		}
 		if doc[i] != l {
-			t.Errorf("README example %d:\n%s\n--help:\n%s", i, doc[i], l)
+			t.Errorf("docs/usage.md example %d:\n%s\n--help:\n%s", i, doc[i], l)
 		}
 	}
 	// No other bench example in --help: the GPU one is prose, not an

@@ -61,7 +61,7 @@ func TestBenchDefaults(t *testing.T) {
 		t.Fatalf("arpatch bench --help: exit %d\n%s", code, help.String())
 	}
 	nightlyDoc := section(t, "../../docs/nightly.md", "[bench]")
-	readmeRecipe := section(t, "../../README.md", "[bench]                     # used by `arpatch bench`; the counts shown are the defaults")
+	readmeRecipe := section(t, "../../docs/usage.md", "[bench]                     # used by `arpatch bench`; the counts shown are the defaults")
 
 	// nightly judges at the significance level bench compares at.
 	if v, _ := keyLine(section(t, "../../docs/nightly.md", "[regression]"), "alpha"); cfg.Regression.Alpha != stats.DefaultAlpha || v != fmt.Sprint(stats.DefaultAlpha) {

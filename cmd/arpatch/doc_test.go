@@ -134,14 +134,27 @@ func helpExamples(t *testing.T) []docExample {
 	return out
 }
 
-// readmeExamples returns the arpatch command lines of the README: every
+// readmeExamples returns the arpatch command lines of the README and of
+// docs/usage.md (each command in depth, moved out of the README): every
 // line of a ```sh block, and the "$ " lines of a plain ``` block (a
 // transcript). The synopsis block (no "$ ") is not an example.
+// docs/commands.md is --help's text, whose examples helpExamples reads;
+// the other docs record runs on real hosts and mirrors, with their output.
 func readmeExamples(t *testing.T) []docExample {
-	b, err := os.ReadFile("../../README.md")
+	var out []docExample
+	for _, f := range []string{"../../README.md", "../../docs/usage.md"} {
+		out = append(out, fileExamples(t, f)...)
+	}
+	return out
+}
+
+// fileExamples returns the arpatch command lines of one markdown file.
+func fileExamples(t *testing.T, file string) []docExample {
+	b, err := os.ReadFile(file)
 	if err != nil {
 		t.Fatal(err)
 	}
+	name := strings.TrimPrefix(file, "../../")
 	var out []docExample
 	fence := ""
 	sc := bufio.NewScanner(bytes.NewReader(b))
@@ -169,10 +182,10 @@ func readmeExamples(t *testing.T) []docExample {
 		}
 		env, args, err := docWords(cmd)
 		if err != nil {
-			t.Errorf("README.md:%d: %q does not parse as a shell line: %v", n, cmd, err)
+			t.Errorf("%s:%d: %q does not parse as a shell line: %v", name, n, cmd, err)
 		}
 		if args != nil {
-			out = append(out, docExample{Where: fmt.Sprintf("README.md:%d", n), Line: cmd, Env: env, Args: args})
+			out = append(out, docExample{Where: fmt.Sprintf("%s:%d", name, n), Line: cmd, Env: env, Args: args})
 		}
 	}
 	return out
@@ -250,10 +263,11 @@ func TestDocExamplesRun(t *testing.T) {
 	}
 }
 
-// TestREADMERecipeLoads loads every recipe the README shows (a ```toml
-// block with an [upstream] table) with the same loader as --recipe-file.
+// TestREADMERecipeLoads loads every recipe docs/usage.md shows (a
+// ```toml block with an [upstream] table) with the same loader as
+// --recipe-file.
 func TestREADMERecipeLoads(t *testing.T) {
-	b, err := os.ReadFile("../../README.md")
+	b, err := os.ReadFile("../../docs/usage.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -269,7 +283,7 @@ func TestREADMERecipeLoads(t *testing.T) {
 		}
 	}
 	if n == 0 {
-		t.Error("no recipe example found in README.md")
+		t.Error("no recipe example found in docs/usage.md")
 	}
 }
 

@@ -77,7 +77,7 @@ func TestRecordedH200HostLink(t *testing.T) {
 			}
 		}
 	}
-	readme, err := os.ReadFile("../../README.md")
+	readme, err := os.ReadFile("../../docs/usage.md")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -85,7 +85,7 @@ func TestRecordedH200HostLink(t *testing.T) {
 	for _, c := range []struct{ loads, stores string }{{"loads 8388608", "stores 8388608"}, {"loads 67108864", "stores 67108864"}, {"loads 262144", "stores 262144"}} {
 		l, s := summary(per[c.loads]), summary(per[c.stores])
 		if len(per[c.loads]) != 6 || !strings.Contains(text, l) || !strings.Contains(text, s) {
-			t.Errorf("README does not give %s as %s and %s as %s", c.loads, l, c.stores, s)
+			t.Errorf("docs/usage.md does not give %s as %s and %s as %s", c.loads, l, c.stores, s)
 		}
 	}
 }

@@ -192,14 +192,14 @@ func TestDocMatchesModel(t *testing.T) {
 		}
 	}
 	// The README's example of doctor's environment on the reference host.
-	b, err = os.ReadFile("../../README.md")
+	b, err = os.ReadFile("../../docs/usage.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	p := traffic.Default()
 	s := traffic.RefHost(p).Suggest(p, false)
 	if w := "SGLANG_PCIE_CUSTOM_AR_ALGO=" + s.Algo() + " SGLANG_PCIE_CUSTOM_AR_ISLANDS=" + s.Islands.Islands.String(); !strings.Contains(strings.Join(strings.Fields(string(b)), " "), w) {
-		t.Errorf("README.md does not say %q (doctor's environment on the reference host)", w)
+		t.Errorf("docs/usage.md does not say %q (doctor's environment on the reference host)", w)
 	}
 }
 
