@@ -360,7 +360,7 @@ func loadRecorded(t *testing.T, name string) (*Report, Options) {
 	return &rec, Options{WorldSize: o.WorldSize, Sizes: o.Sizes, Impls: o.Impls, Branches: o.Branches, Modes: o.Modes}
 }
 
-// World size 4 on 4x H200 (nvidia-h200-x4, 2026-11-29): the patched tree
+// World size 4 on 4x H200 (2026-11-29): the patched tree
 // gives the exact sum in all 140 cases, both branches, both modes, and
 // custom allreduce beats NCCL at the verify size; the unpatched tree's
 // PCIe branch (custom-auto, full_nvlink=false) launches nothing.
