@@ -353,7 +353,11 @@ func benchOpts(f benchFlags) (benchOptions, error) {
 		}
 	}
 	rep := bo.Reports
-	if err := checkOutputs(outFile{flag: "json", path: rep.JSON}, outFile{flag: "markdown", path: rep.Markdown}, outFile{flag: "benchfmt", path: rep.Benchfmt}, outFile{flag: "plot", path: rep.Plot}); err != nil {
+	outs := []outFile{{flag: "json", path: rep.JSON}, {flag: "markdown", path: rep.Markdown}, {flag: "benchfmt", path: rep.Benchfmt}, {flag: "plot", path: rep.Plot}}
+	if err := checkOutputs(outs...); err != nil {
+		return benchOptions{}, err
+	}
+	if err := checkNotInputs(outs, inFile{"tune", bo.Tune.Tune}); err != nil {
 		return benchOptions{}, err
 	}
 	return bo, nil

@@ -158,6 +158,24 @@ type outFile struct {
 	dir        bool
 }
 
+// inFile is a file a flag names for the command to read.
+type inFile struct{ flag, path string }
+
+// checkNotInputs refuses, before anything runs, an output that names a
+// file the command reads (safefs.SamePath): arpatch never writes over its
+// own input. The usage error names both flags.
+func checkNotInputs(outs []outFile, ins ...inFile) error {
+	for _, o := range outs {
+		for _, in := range ins {
+			if o.path != "" && safefs.SamePath(o.path, in.path) {
+				return usagef("--%s %s is the file --%s reads: arpatch never writes over its input; name another file (e.g. --%s %s)",
+					o.flag, o.path, in.flag, o.flag, safefs.Beside(o.path, "new"))
+			}
+		}
+	}
+	return nil
+}
+
 // checkOutputs checks, before anything runs, that each output a flag
 // names can be written (safefs.CanWrite, safefs.CanWriteIn): a path
 // mistake (a file where a directory must be, a directory where the file

@@ -193,6 +193,9 @@ func tuneAllreduceOpts(f tuneAllreduceFlags) (tuneAllreduceOptions, error) {
 	if err := checkOutputs(outFile{flag: "out", path: o.Out}, outFile{flag: "json", path: o.JSON}, outFile{flag: "log", path: o.Log}); err != nil {
 		return o, err
 	}
+	if err := checkNotInputs([]outFile{{flag: "out", path: o.Out}, {flag: "json", path: o.JSON}, {flag: "log", path: o.Log}}, inFile{"p2p", expandHome(f.P2P)}); err != nil {
+		return o, err
+	}
 	if f.P2P != "" {
 		if o.P2P, err = p2p.Load(expandHome(f.P2P)); err != nil {
 			return o, loadError("p2p", err)

@@ -12,6 +12,7 @@ import (
 	"github.com/arpatch/arpatch/harness/nvsmi"
 	"github.com/arpatch/arpatch/harness/p2p"
 	"github.com/arpatch/arpatch/internal/bounds"
+	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/internal/textfmt"
 )
@@ -127,11 +128,13 @@ type Measured struct {
 	Covers bool `json:"covers"`
 }
 
-// measureP2P is the command that measures P2P on this host, writing the
-// --p2p file doctor was given, if any.
+// measureP2P is the command that measures P2P on this host: given a --p2p
+// file, one that writes a new file beside it (never over the file doctor
+// read) and the doctor that reads that one.
 func measureP2P(h *Host) string {
 	if h.P2P != nil {
-		return "`" + shellq.Join([]string{"arpatch", "bench", "p2p", "--json", h.P2P.File}) + "`"
+		out := safefs.Beside(h.P2P.File, "new")
+		return "`" + shellq.Join([]string{"arpatch", "bench", "p2p", "--json", out}) + "`, then `" + shellq.Join([]string{"arpatch", "doctor", "--p2p", out}) + "`"
 	}
 	return "`arpatch bench p2p`"
 }
@@ -314,11 +317,15 @@ func ncclLevelRemedy(h *Host, j *Judged) string {
 	if bounds.WorldSizeError(n) != nil {
 		return s
 	}
-	run := shellq.Assign("NCCL_P2P_LEVEL", "SYS") + " arpatch bench allreduce --world-size " + strconv.Itoa(n) + " --impl nccl --log nccl-sys.log"
+	log := "nccl-sys.log"
+	if h.NCCL != nil && safefs.SamePath(log, h.NCCL.File) {
+		log = safefs.Beside(log, "new") // never over the log doctor read
+	}
+	run := shellq.Assign("NCCL_P2P_LEVEL", "SYS") + " arpatch bench allreduce --world-size " + strconv.Itoa(n) + " --impl nccl --log " + shellq.Quote(log)
 	if j.Visible.Set {
 		run = shellq.Assign("CUDA_VISIBLE_DEVICES", j.Visible.Spec) + " " + run
 	}
-	return s + "; first see NCCL take P2P and what it gains: `" + run + "`, then `arpatch doctor --nccl-log nccl-sys.log`"
+	return s + "; first see NCCL take P2P and what it gains: `" + run + "`, then `arpatch doctor --nccl-log " + shellq.Quote(log) + "`"
 }
 
 // topoCell is nvidia-smi topo -m's cell between GPUa and GPUb.

@@ -57,7 +57,7 @@ func TestHazards(t *testing.T) {
 	f := ids(rep)
 	if got := f["iommu.translate"]; got.Severity != Warn || got.Title != "the IOMMU translates the GPUs' DMA: group 30 (DMA-FQ: GPU0), group 31 (DMA-FQ: GPU1), group 60 (DMA-FQ: GPU4), group 61 (DMA-FQ: GPU5)" ||
 		!strings.Contains(got.Detail, "(no iommu=pt or equivalent)") || !strings.HasPrefix(got.Remedy, "add iommu=pt to the kernel command line") ||
-		!strings.HasSuffix(got.Remedy, "then check every byte P2P moves with `arpatch bench p2p --json p2p-corrupt.json`") {
+		!strings.HasSuffix(got.Remedy, "then check every byte P2P moves with `arpatch bench p2p --json p2p-corrupt-new.json`, then `arpatch doctor --p2p p2p-corrupt-new.json`") {
 		t.Errorf("iommu.translate %+v", got)
 	}
 	acs := f["pci.acs-redirect"]

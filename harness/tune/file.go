@@ -16,6 +16,7 @@ import (
 
 	"github.com/arpatch/arpatch/internal/bounds"
 	"github.com/arpatch/arpatch/internal/envfile"
+	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/internal/shellq"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
@@ -159,14 +160,14 @@ func Parse(name string, data []byte) (*File, error) {
 	env := map[string]string{}
 	meta := map[string]string{}
 	lineOf := map[string]int{} // variable or "# arpatch-tune KEY" -> line
-	retune := RetuneCommand(name, 0)
+	retune := retuneText(name)
 	lines, err := envfile.Parse(data)
 	var le *envfile.LineError
 	switch {
 	case errors.As(err, &le) && le.CRLF:
-		return nil, fmt.Errorf("%s:%d: the line ends in CRLF (\\r\\n): `%s` would pass the \\r into the value, which SGLang refuses; write the file again with `%s`, or strip the \\r (`sed -i 's/\\r$//' %s`)", name, le.Line, envfile.Source(name), retune, shellq.Quote(name))
+		return nil, fmt.Errorf("%s:%d: the line ends in CRLF (\\r\\n): `%s` would pass the \\r into the value, which SGLang refuses; %s, or strip the \\r (`sed -i 's/\\r$//' %s`)", name, le.Line, envfile.Source(name), retune, shellq.Quote(name))
 	case errors.As(err, &le):
-		return nil, fmt.Errorf("%s:%d: %s: a shell, systemd and docker would not all read the line as arpatch does; write the file again with `%s`", name, le.Line, le.Reason, retune)
+		return nil, fmt.Errorf("%s:%d: %s: a shell, systemd and docker would not all read the line as arpatch does; %s", name, le.Line, le.Reason, retune)
 	case err != nil:
 		return nil, fmt.Errorf("%s: %w", name, err)
 	}
@@ -176,7 +177,7 @@ func Parse(name string, data []byte) (*File, error) {
 			k, v, ok := strings.Cut(rest, ":")
 			if ok {
 				if prev, dup := lineOf["# "+k]; dup {
-					return nil, fmt.Errorf("%s:%d: the %s record is given twice (lines %d and %d); write the file again with `%s`", name, n, k, prev, n, retune)
+					return nil, fmt.Errorf("%s:%d: the %s record is given twice (lines %d and %d); %s", name, n, k, prev, n, retune)
 				}
 				lineOf["# "+k] = n
 				meta[k] = envfile.UnquoteText(strings.TrimSpace(v))
@@ -191,22 +192,22 @@ func Parse(name string, data []byte) (*File, error) {
 			return nil, fmt.Errorf("%s:%d: %s is not a variable a tune file sets (%s)", name, n, k, strings.Join(fileVariables, ", "))
 		}
 		if prev, dup := lineOf[k]; dup {
-			return nil, fmt.Errorf("%s:%d: %s is set twice (lines %d and %d; a shell would take the last, %q, silently); keep one, or write the file again with `%s`", name, n, k, prev, n, v, retune)
+			return nil, fmt.Errorf("%s:%d: %s is set twice (lines %d and %d; a shell would take the last, %q, silently); keep one, or %s", name, n, k, prev, n, v, retune)
 		}
 		lineOf[k] = n
 		env[k] = v
 	}
 	if meta["schema"] != Schema {
-		return nil, fmt.Errorf("%s: not an arpatch tune file (no \"# arpatch-tune schema: %s\" line); make one with `%s`", name, Schema, retune)
+		return nil, fmt.Errorf("%s: not an arpatch tune file (no \"# arpatch-tune schema: %s\" line); %s", name, Schema, retune)
 	}
 	if _, ok := env[EnvForce]; !ok {
-		return nil, fmt.Errorf("%s: no %s line (want %s=1: the thresholds apply only with the PCIe gate open); write the file again with `%s`", name, EnvForce, EnvForce, retune)
+		return nil, fmt.Errorf("%s: no %s line (want %s=1: the thresholds apply only with the PCIe gate open); %s", name, EnvForce, EnvForce, retune)
 	}
 	if env[EnvForce] != "1" {
 		return nil, fmt.Errorf("%s:%d: %s=%q, want 1: the thresholds apply only with the PCIe gate open", name, lineOf[EnvForce], EnvForce, env[EnvForce])
 	}
 	if _, ok := env[EnvMaxBytes]; !ok {
-		return nil, fmt.Errorf("%s: no %s line; write the file again with `%s`", name, EnvMaxBytes, retune)
+		return nil, fmt.Errorf("%s: no %s line; %s", name, EnvMaxBytes, retune)
 	}
 	t, err := FromEnv(env)
 	if err != nil {
@@ -231,18 +232,18 @@ func Parse(name string, data []byte) (*File, error) {
 	f.Date, _ = time.Parse(time.RFC3339, meta["date"])
 	f.Mode, f.Verdict, f.Command = meta["mode"], meta["verdict"], meta["command"]
 	if f.Host.Name == "" || f.Host.GPUCount == 0 || f.WorldSize == 0 || f.Date.IsZero() {
-		return nil, fmt.Errorf("%s: the host, gpus, world_size or date record is missing or unreadable; write the file again with `%s`", name, retune)
+		return nil, fmt.Errorf("%s: the host, gpus, world_size or date record is missing or unreadable; %s", name, retune)
 	}
 	if err := bounds.WorldSizeError(f.WorldSize); err != nil {
-		return nil, fmt.Errorf("%s:%d: world_size %v, so no tune measured it; write the file again with `%s`", name, lineOf["# world_size"], err, retune)
+		return nil, fmt.Errorf("%s:%d: world_size %v, so no tune measured it; %s", name, lineOf["# world_size"], err, retune)
 	}
 	if t.Islands != "" {
 		if _, err := allreduce.ParseIslands(t.Islands, f.WorldSize); err != nil {
-			return nil, fmt.Errorf("%s:%d: %s=%w, but the tune was made at world size %d; write the file again with `%s`", name, lineOf[EnvIslands], EnvIslands, err, f.WorldSize, retune)
+			return nil, fmt.Errorf("%s:%d: %s=%w, but the tune was made at world size %d; %s", name, lineOf[EnvIslands], EnvIslands, err, f.WorldSize, retune)
 		}
 	}
 	if err := t.SeriesError(f.WorldSize); err != nil {
-		return nil, fmt.Errorf("%s:%d: %w; write the file again with `%s`", name, lineOf[EnvSchedule], err, retune)
+		return nil, fmt.Errorf("%s:%d: %w; %s", name, lineOf[EnvSchedule], err, retune)
 	}
 	return f, nil
 }
@@ -263,8 +264,8 @@ type HostError struct {
 	Path       string
 	Made, Here Host
 	Differs    []string // "hostname", "GPUs"
-	// Command is the remedy: the command that tunes on this host and
-	// writes Path again (RetuneCommand), never the other host's recorded
+	// Command is the remedy: the command that tunes on this host into
+	// RetunePath(Path) (RetuneCommand), never the other host's recorded
 	// command, whose inputs (--ext, --python, --out) are that host's.
 	Command string
 }
@@ -278,21 +279,32 @@ func (e *HostError) Error() string {
 	if e.Here.GPUCount > 0 {
 		here += " (" + e.Here.GPUs() + ")"
 	}
-	return fmt.Sprintf("tune file %s was made on %s (%s), this is %s: not the same %s, and thresholds measured there say nothing about this host's PCIe topology; tune here with `%s`, or pass --force-tune to use it anyway",
-		e.Path, e.Made.Name, e.Made.GPUs(), here, strings.Join(e.Differs, " or "), cmd)
+	return fmt.Sprintf("tune file %s was made on %s (%s), this is %s: not the same %s, and thresholds measured there say nothing about this host's PCIe topology; tune here with `%s` and use %s, or pass --force-tune to use %s anyway",
+		e.Path, e.Made.Name, e.Made.GPUs(), here, strings.Join(e.Differs, " or "), cmd, shellq.Quote(RetunePath(e.Path)), e.Path)
 }
 
 // RetuneCommand is the command that tunes on this host at world size ws
-// (0: the recipe's bench.tp) and writes the tune file path, with this
-// host's inputs (e.g. "--src", "sglang" or "--ext", "x.so"; none: tune's
-// default --src sglang), quoted as a shell reads it back.
+// (0: the recipe's bench.tp), with this host's inputs (e.g. "--src",
+// "sglang" or "--ext", "x.so"; none: tune's default --src sglang), quoted
+// as a shell reads it back, and writes RetunePath(path): never the tune
+// file path the refused command read.
 func RetuneCommand(path string, ws int, inputs ...string) string {
 	args := []string{"arpatch", "tune", "allreduce"}
 	if ws != 0 {
 		args = append(args, "--world-size", strconv.Itoa(ws))
 	}
-	args = append(append(args, inputs...), "--out", path)
+	args = append(append(args, inputs...), "--out", RetunePath(path))
 	return shellq.Join(args)
+}
+
+// RetunePath is the file a remedy's tune writes in place of the tune file
+// path it refused: beside it, "tune.env" gives "tune-new.env".
+func RetunePath(path string) string { return safefs.Beside(path, "new") }
+
+// retuneText is a refusal's remedy for the tune file name: tune again,
+// into RetunePath(name), and use that file.
+func retuneText(name string) string {
+	return fmt.Sprintf("tune again with `%s` and use %s", RetuneCommand(name, 0), shellq.Quote(RetunePath(name)))
 }
 
 // Check compares the file's host with here. It returns a *HostError when
@@ -348,8 +360,8 @@ func (f *File) Check(path string, here Host, ws int, force bool) (warnings []str
 type IslandsError struct {
 	Path, Islands   string
 	Made, WorldSize int
-	// Command is the remedy: the command that tunes at WorldSize here and
-	// writes Path again (RetuneCommand, with the caller's inputs).
+	// Command is the remedy: the command that tunes at WorldSize here into
+	// RetunePath(Path) (RetuneCommand, with the caller's inputs).
 	Command string
 	// Scratch, when set, is why the islands fit but the schedule does not
 	// at WorldSize (Thresholds.SeriesError).
@@ -358,10 +370,10 @@ type IslandsError struct {
 
 func (e *IslandsError) Error() string {
 	if e.Scratch != nil {
-		return fmt.Sprintf("tune file %s was made at world size %d; at world size %d: %v: tune at this world size with `%s`", e.Path, e.Made, e.WorldSize, e.Scratch, e.Command)
+		return fmt.Sprintf("tune file %s was made at world size %d; at world size %d: %v: tune at this world size with `%s` and use %s", e.Path, e.Made, e.WorldSize, e.Scratch, e.Command, shellq.Quote(RetunePath(e.Path)))
 	}
-	return fmt.Sprintf("tune file %s sets %s=%s for world size %d; at world size %d the pcie series refuses it at init and SGLang would run on NCCL: tune at this world size with `%s`",
-		e.Path, EnvIslands, e.Islands, e.Made, e.WorldSize, e.Command)
+	return fmt.Sprintf("tune file %s sets %s=%s for world size %d; at world size %d the pcie series refuses it at init and SGLang would run on NCCL: tune at this world size with `%s` and use %s",
+		e.Path, EnvIslands, e.Islands, e.Made, e.WorldSize, e.Command, shellq.Quote(RetunePath(e.Path)))
 }
 
 // Dispatch lists, per size, what the patched stack runs with t at world

@@ -278,11 +278,11 @@ func TestFileRoundTripAndHostCheck(t *testing.T) {
 	_, err = g.Check("t.env", other, 8, false)
 	var he *HostError
 	if !errors.As(err, &he) || !strings.Contains(err.Error(), "tune file t.env was made on gpu-a (8 x NVIDIA RTX PRO 6000 Blackwell Server Edition), this is gpu-b") ||
-		!strings.Contains(err.Error(), "tune here with `arpatch tune allreduce --world-size 8 --out t.env`, or pass --force-tune") ||
+		!strings.Contains(err.Error(), "tune here with `arpatch tune allreduce --world-size 8 --out t-new.env` and use t-new.env, or pass --force-tune to use t.env anyway") ||
 		strings.Contains(err.Error(), "gpu-a/ext.so") || strings.Contains(err.Error(), "made-on-gpu-a.env") {
-		t.Errorf("other host: the remedy must tune here, writing t.env, not replay gpu-a's command: %v", err)
+		t.Errorf("other host: the remedy must tune here, writing t-new.env (never over t.env, the file it read), not replay gpu-a's command: %v", err)
 	}
-	if got, want := RetuneCommand("my tune.env", 4, "--src", "sglang"), "arpatch tune allreduce --world-size 4 --src sglang --out 'my tune.env'"; got != want {
+	if got, want := RetuneCommand("my tune.env", 4, "--src", "sglang"), "arpatch tune allreduce --world-size 4 --src sglang --out 'my tune-new.env'"; got != want {
 		t.Errorf("RetuneCommand = %s, want %s", got, want)
 	}
 	fewer := here
@@ -310,7 +310,7 @@ func TestFileRoundTripAndHostCheck(t *testing.T) {
 		{string(data) + "NCCL_PROTO=LL LL128\n", `t.env:19: NCCL_PROTO: the value "LL LL128" holds ' '`},
 		{string(data) + "junk\n", `t.env:19: "junk" is neither a comment nor KEY=VALUE`},
 		// Lines a shell reads otherwise (issue 26): each refused by line.
-		{string(data) + "\v#; touch X\n", `t.env:19: byte 1 is the control character '\v', which a shell reads as part of a word: a shell, systemd and docker would not all read the line as arpatch does; write the file again with ` + "`arpatch tune allreduce --out t.env`"},
+		{string(data) + "\v#; touch X\n", `t.env:19: byte 1 is the control character '\v', which a shell reads as part of a word: a shell, systemd and docker would not all read the line as arpatch does; tune again with ` + "`arpatch tune allreduce --out t-new.env` and use t-new.env"},
 		{string(data) + "\u00a0#; touch X\n", "t.env:19: the line starts with U+00A0"},
 		{strings.Replace(string(data), "MAX_BYTES=262144", "MAX_BYTES=262144$(touch X)", 1), `t.env:17: SGLANG_PCIE_CUSTOM_AR_MAX_BYTES: the value "262144$(touch X)" holds '$'`},
 		{strings.Replace(string(data), "MAX_BYTES=262144", "MAX_BYTES='262144'", 1), `holds '\''`},
@@ -324,7 +324,7 @@ func TestFileRoundTripAndHostCheck(t *testing.T) {
 		{strings.ReplaceAll(string(data), "\n", "\r\n"), "t.env:1: the line ends in CRLF (\\r\\n): `set -a; . ./t.env; set +a` would pass"},
 		{strings.Replace(string(data), "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=4096\n", "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES=4096\r\n", 1), "t.env:18: the line ends in CRLF"},
 		{strings.Split(string(data), "SGLANG_FORCE_CUSTOM_AR_PCIE=1")[0], "t.env: no SGLANG_FORCE_CUSTOM_AR_PCIE line (want SGLANG_FORCE_CUSTOM_AR_PCIE=1"},
-		{strings.Split(string(data), "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=")[0], "t.env: no SGLANG_PCIE_CUSTOM_AR_MAX_BYTES line; write the file again with `arpatch tune allreduce --out t.env`"},
+		{strings.Split(string(data), "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=")[0], "t.env: no SGLANG_PCIE_CUSTOM_AR_MAX_BYTES line; tune again with `arpatch tune allreduce --out t-new.env` and use t-new.env"},
 		{strings.Replace(string(data), "# arpatch-tune host: gpu-a\n", "", 1), "the host, gpus, world_size or date record is missing"},
 	} {
 		if _, err := Parse("t.env", []byte(bad.text)); err == nil || !strings.Contains(err.Error(), bad.want) {
@@ -351,7 +351,7 @@ func TestFormatHostileRecords(t *testing.T) {
 		t.Fatalf("%v\n%s", err, data)
 	}
 	g.Choices = f.Choices
-	if !reflect.DeepEqual(g, f) || !strings.Contains(string(data), "\n# arpatch-tune command: \"arpatch tune allreduce --world-size 8 --out 'a\\n$(touch CMD).env'\"\n") {
+	if !reflect.DeepEqual(g, f) || !strings.Contains(string(data), "\n# arpatch-tune command: \"arpatch tune allreduce --world-size 8 --out 'a\\n$(touch CMD)-new.env'\"\n") {
 		t.Errorf("records not quoted on their lines: host %q\n%s", g.Host.Name, data)
 	}
 	sh, err := exec.LookPath("sh")
@@ -505,7 +505,7 @@ func TestFileSchedule(t *testing.T) {
 		_, err := g.Check("s.env", f.Host, 4, force)
 		var ie *IslandsError
 		if !errors.As(err, &ie) || !strings.Contains(err.Error(), "tune file s.env sets SGLANG_PCIE_CUSTOM_AR_ISLANDS=0,1,2,3/4,5,6,7 for world size 8; at world size 4 the pcie series refuses it at init") ||
-			!strings.HasSuffix(err.Error(), "`arpatch tune allreduce --world-size 4 --out s.env`") {
+			!strings.HasSuffix(err.Error(), "`arpatch tune allreduce --world-size 4 --out s-new.env` and use s-new.env") {
 			t.Errorf("islands at world size 4 (force %v): %v", force, err)
 		}
 	}
