@@ -225,3 +225,25 @@ func TestOptionsOnly(t *testing.T) {
 		t.Errorf("a refusal: exit %d, stderr %q", code, errb.String())
 	}
 }
+
+// TestStdoutClosedPipe: a stdout whose reader is gone (| head) is
+// incomplete too, exit 4, but said nothing of, as git says nothing; a
+// command that failed on its own keeps its code and its message.
+func TestStdoutClosedPipe(t *testing.T) {
+	r, w, err := os.Pipe()
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = w.Close() }() // written to by run only
+	if err := r.Close(); err != nil {
+		t.Fatal(err)
+	}
+	var errb bytes.Buffer
+	if code := run(context.Background(), []string{"arpatch", "recipes"}, w, &errb); code != exitInfra || errb.Len() != 0 {
+		t.Errorf("recipes | (closed): exit %d, want 4; stderr %q, want none", code, errb.String())
+	}
+	errb.Reset()
+	if code := run(context.Background(), []string{"arpatch", "status", "--src", t.TempDir()}, w, &errb); code != exitFailure || !strings.Contains(errb.String(), "not the top of a git checkout") {
+		t.Errorf("a failing status | (closed): exit %d, want 1; stderr %q", code, errb.String())
+	}
+}

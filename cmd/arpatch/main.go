@@ -253,6 +253,15 @@ func runApp(ctx context.Context, makeApp func(stdout, stderr io.Writer) *cli.App
 			msg += "\narpatch: " + lost + werr.Error()
 		}
 	}
+	if werr := out.Err(); errors.Is(werr, syscall.EPIPE) && code != exitInternal {
+		// The reader of stdout stopped reading (| head): as git, say
+		// nothing of it, but exit 4, not 0 (a command that failed on its
+		// own keeps its code).
+		if code == exitOK {
+			code = exitInfra
+		}
+		msg = ""
+	}
 	if msg != "" {
 		fmt.Fprintln(stderr, "arpatch: "+msg)
 	}
