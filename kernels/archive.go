@@ -73,60 +73,8 @@ func unpackTarGz(src, dst, wantSHA256 string) (err error) {
 		if err != nil {
 			return fmt.Errorf("%s: %w", src, err)
 		}
-		if hd.Typeflag == tar.TypeXGlobalHeader { // git archive's commit id
-			continue
-		}
-		name := path.Clean(strings.TrimPrefix(hd.Name, "./"))
-		if name == "." {
-			continue
-		}
-		if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
-			return fmt.Errorf("%s: entry %s leaves the directory it unpacks into", src, hd.Name)
-		}
-		p := filepath.Join(stage, filepath.FromSlash(name))
-		if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		if err := unpackEntry(src, stage, tr, hd); err != nil {
 			return err
-		}
-		switch hd.Typeflag {
-		case tar.TypeDir:
-			if err := os.MkdirAll(p, 0o755); err != nil {
-				return err
-			}
-		case tar.TypeReg:
-			mode := os.FileMode(0o644)
-			if hd.Mode&0o111 != 0 {
-				mode = 0o755
-			}
-			out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
-			if err != nil {
-				return err
-			}
-			_, err = io.Copy(out, tr)
-			if cerr := out.Close(); err == nil {
-				err = cerr
-			}
-			if err != nil {
-				return fmt.Errorf("%s: entry %s: %w", src, hd.Name, err)
-			}
-		case tar.TypeSymlink, tar.TypeLink:
-			target := hd.Linkname
-			if hd.Typeflag == tar.TypeSymlink {
-				target = path.Join(path.Dir(name), hd.Linkname)
-			}
-			target = path.Clean(target)
-			if path.IsAbs(hd.Linkname) || target == ".." || strings.HasPrefix(target, "../") {
-				return fmt.Errorf("%s: link %s -> %s leaves the directory it unpacks into", src, hd.Name, hd.Linkname)
-			}
-			if hd.Typeflag == tar.TypeSymlink {
-				err = os.Symlink(hd.Linkname, p)
-			} else {
-				err = os.Link(filepath.Join(stage, filepath.FromSlash(target)), p)
-			}
-			if err != nil {
-				return fmt.Errorf("%s: entry %s: %w", src, hd.Name, err)
-			}
-		default:
-			return fmt.Errorf("%s: entry %s is neither a file, a directory nor a link (type %q)", src, hd.Name, hd.Typeflag)
 		}
 	}
 	if _, err := io.Copy(h, f); err != nil { // the hash covers the whole file, trailing bytes too
@@ -143,4 +91,68 @@ func unpackTarGz(src, dst, wantSHA256 string) (err error) {
 		return err
 	}
 	return os.Rename(root, dst)
+}
+
+// unpackEntry writes the tar entry hd, read from tr, under stage (the
+// directory the archive src unpacks into): a directory, a regular file
+// (executable when any x bit is set) or a link that stays inside stage.
+// git archive's global header and the "." entry are skipped. Errors name
+// src and the entry.
+func unpackEntry(src, stage string, tr *tar.Reader, hd *tar.Header) (err error) {
+	if hd.Typeflag == tar.TypeXGlobalHeader { // git archive's commit id
+		return nil
+	}
+	name := path.Clean(strings.TrimPrefix(hd.Name, "./"))
+	if name == "." {
+		return nil
+	}
+	if path.IsAbs(name) || name == ".." || strings.HasPrefix(name, "../") {
+		return fmt.Errorf("%s: entry %s leaves the directory it unpacks into", src, hd.Name)
+	}
+	p := filepath.Join(stage, filepath.FromSlash(name))
+	if err := os.MkdirAll(filepath.Dir(p), 0o755); err != nil {
+		return err
+	}
+	switch hd.Typeflag {
+	case tar.TypeDir:
+		if err := os.MkdirAll(p, 0o755); err != nil {
+			return err
+		}
+	case tar.TypeReg:
+		mode := os.FileMode(0o644)
+		if hd.Mode&0o111 != 0 {
+			mode = 0o755
+		}
+		out, err := os.OpenFile(p, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, mode)
+		if err != nil {
+			return err
+		}
+		_, err = io.Copy(out, tr)
+		if cerr := out.Close(); err == nil {
+			err = cerr
+		}
+		if err != nil {
+			return fmt.Errorf("%s: entry %s: %w", src, hd.Name, err)
+		}
+	case tar.TypeSymlink, tar.TypeLink:
+		target := hd.Linkname
+		if hd.Typeflag == tar.TypeSymlink {
+			target = path.Join(path.Dir(name), hd.Linkname)
+		}
+		target = path.Clean(target)
+		if path.IsAbs(hd.Linkname) || target == ".." || strings.HasPrefix(target, "../") {
+			return fmt.Errorf("%s: link %s -> %s leaves the directory it unpacks into", src, hd.Name, hd.Linkname)
+		}
+		if hd.Typeflag == tar.TypeSymlink {
+			err = os.Symlink(hd.Linkname, p)
+		} else {
+			err = os.Link(filepath.Join(stage, filepath.FromSlash(target)), p)
+		}
+		if err != nil {
+			return fmt.Errorf("%s: entry %s: %w", src, hd.Name, err)
+		}
+	default:
+		return fmt.Errorf("%s: entry %s is neither a file, a directory nor a link (type %q)", src, hd.Name, hd.Typeflag)
+	}
+	return nil
 }
