@@ -99,6 +99,43 @@ const (
 // It returns an error naming BuildRootEnv when the root is unusable, and
 // one naming the commit when the tree's repository cannot date it.
 func makeReproducible(p *Plan, env []string, launcher []string) error {
+	if err := pinBuild(p, env); err != nil {
+		return err
+	}
+	p.Stage = []string{p.Project.Dir}
+	moveToBuildPath(p)
+	maps, err := pathMaps(p)
+	if err != nil {
+		return err
+	}
+	nvccObjTemp := p.Toolchain != nil && p.Toolchain.NVCC.Version != "" && NVCCVersionAtLeast(p.Toolchain.NVCC.Version, 12, 8)
+	setReproEnv(p, maps, nvccObjTemp)
+	if p.Inputs.Kind == KindAllreduceExt {
+		host := HostReproFlags(maps, reproSeed)
+		for _, f := range host {
+			p.Argv = append(p.Argv, "--extra-cflag="+f)
+		}
+		for _, f := range NVCCReproFlags(maps, reproSeed, nvccObjTemp) {
+			p.Argv = append(p.Argv, "--extra-cuda-cflag="+f)
+		}
+		return nil
+	}
+	// The wheel: the host compiler runs through the same launcher as
+	// nvcc, set before the user's CMAKE_ARGS so that theirs still win.
+	if len(launcher) > 0 {
+		l := strings.Join(launcher, ";")
+		p.Env["CMAKE_ARGS"] = cmakeArg("-DCMAKE_C_COMPILER_LAUNCHER="+l) + " " +
+			cmakeArg("-DCMAKE_CXX_COMPILER_LAUNCHER="+l) + " " + p.Env["CMAKE_ARGS"]
+	}
+	return nil
+}
+
+// pinBuild fixes what makes the build reproducible, from env: the build
+// root (BuildRootEnv, else DefaultBuildRoot), SOURCE_DATE_EPOCH (the
+// committer time of the plan's commit), TZ and locale; it sets p.BuildPath
+// and p.Key from them. An unusable root is an error naming BuildRootEnv;
+// a root checkBuildRoot refuses becomes p.Problems.
+func pinBuild(p *Plan, env []string) error {
 	root := getenv(env, BuildRootEnv)
 	if root == "" {
 		root = DefaultBuildRoot
@@ -123,9 +160,15 @@ func makeReproducible(p *Plan, env []string, launcher []string) error {
 		p.Notes = append(p.Notes, fmt.Sprintf("SOURCE_DATE_EPOCH=%s from your environment is replaced by %d, the committer time of %s (every build of these inputs gets the same stamps)", user, when.Unix(), githash.Hash(p.Inputs.Commit).Short()))
 	}
 	p.Key = p.Inputs.Key()
+	return nil
+}
 
+// moveToBuildPath points the plan's archive dependencies, its env, its
+// argv and its working directory at the fixed build path: the sgl-kernel
+// sources are staged at <BuildPath>/sglang, the build dir and --deps-dir
+// archives under BuildPath.
+func moveToBuildPath(p *Plan) {
 	staged := filepath.Join(p.BuildPath, "sglang")
-	p.Stage = []string{p.Project.Dir}
 	// Archives are unpacked at build time where the marker says; under the
 	// build path their paths are the same in every build.
 	for i, d := range p.Deps {
@@ -134,6 +177,29 @@ func makeReproducible(p *Plan, env []string, launcher []string) error {
 	for k, v := range p.Env {
 		p.Env[k] = strings.ReplaceAll(v, TmpMarker+"/deps", p.BuildPath+"/deps")
 	}
+	for i, a := range p.Argv {
+		switch {
+		case strings.HasPrefix(a, TmpMarker+"/build"), strings.HasPrefix(a, TmpMarker+"/src"):
+			p.Argv[i] = p.BuildPath + strings.TrimPrefix(a, TmpMarker)
+		case strings.Contains(a, "="+TmpMarker+"/build"):
+			p.Argv[i] = strings.Replace(a, "="+TmpMarker+"/build", "="+p.BuildPath+"/build", 1)
+		case a == p.Src || strings.HasPrefix(a, p.Src+string(filepath.Separator)):
+			p.Argv[i] = staged + strings.TrimPrefix(a, p.Src)
+		}
+	}
+	if p.Dir == p.Src || strings.HasPrefix(p.Dir, p.Src+string(filepath.Separator)) {
+		p.Dir = staged + strings.TrimPrefix(p.Dir, p.Src)
+	}
+	if p.Dir == staged {
+		p.Dir = p.BuildPath // the extension's command runs above its inputs
+	}
+}
+
+// pathMaps returns the prefix maps, "from=to", that hide the build path,
+// torch's site-packages, CUDA's home and each dependency's directory from
+// the compilers' output, shortest "from" first. A path with ';' or ','
+// is an error: nvcc's -Xcompiler cannot carry it.
+func pathMaps(p *Plan) ([]string, error) {
 	maps := []string{p.BuildPath + "=" + mappedBuild}
 	if tc := p.Toolchain; tc != nil {
 		if site := torchSite(tc.Torch.IncludePaths); site != "" {
@@ -155,26 +221,16 @@ func makeReproducible(p *Plan, env []string, launcher []string) error {
 	})
 	for _, m := range maps {
 		if strings.ContainsAny(m, ";,") {
-			return fmt.Errorf("path map %q: a path with ';' or ',' cannot be passed through nvcc's -Xcompiler; move it to a path without them", m)
+			return nil, fmt.Errorf("path map %q: a path with ';' or ',' cannot be passed through nvcc's -Xcompiler; move it to a path without them", m)
 		}
 	}
-	for i, a := range p.Argv {
-		switch {
-		case strings.HasPrefix(a, TmpMarker+"/build"), strings.HasPrefix(a, TmpMarker+"/src"):
-			p.Argv[i] = p.BuildPath + strings.TrimPrefix(a, TmpMarker)
-		case strings.Contains(a, "="+TmpMarker+"/build"):
-			p.Argv[i] = strings.Replace(a, "="+TmpMarker+"/build", "="+p.BuildPath+"/build", 1)
-		case a == p.Src || strings.HasPrefix(a, p.Src+string(filepath.Separator)):
-			p.Argv[i] = staged + strings.TrimPrefix(a, p.Src)
-		}
-	}
-	if p.Dir == p.Src || strings.HasPrefix(p.Dir, p.Src+string(filepath.Separator)) {
-		p.Dir = staged + strings.TrimPrefix(p.Dir, p.Src)
-	}
-	if p.Dir == staged {
-		p.Dir = p.BuildPath // the extension's command runs above its inputs
-	}
-	nvccObjTemp := p.Toolchain != nil && p.Toolchain.NVCC.Version != "" && NVCCVersionAtLeast(p.Toolchain.NVCC.Version, 12, 8)
+	return maps, nil
+}
+
+// setReproEnv sets the environment a reproducible build runs in:
+// SOURCE_DATE_EPOCH, TZ, the locale, PYTHONHASHSEED, the prefix maps
+// (PrefixMapEnv) and, for nvcc 12.8 and later, ObjTempEnv.
+func setReproEnv(p *Plan, maps []string, nvccObjTemp bool) {
 	p.Env["SOURCE_DATE_EPOCH"] = strconv.FormatInt(p.Inputs.Repro.SourceDateEpoch, 10)
 	p.Env["TZ"] = p.Inputs.Repro.TZ
 	p.Env["LC_ALL"] = p.Inputs.Repro.Locale
@@ -184,24 +240,6 @@ func makeReproducible(p *Plan, env []string, launcher []string) error {
 	if nvccObjTemp {
 		p.Env[ObjTempEnv] = "1"
 	}
-	if p.Inputs.Kind == KindAllreduceExt {
-		host := HostReproFlags(maps, reproSeed)
-		for _, f := range host {
-			p.Argv = append(p.Argv, "--extra-cflag="+f)
-		}
-		for _, f := range NVCCReproFlags(maps, reproSeed, nvccObjTemp) {
-			p.Argv = append(p.Argv, "--extra-cuda-cflag="+f)
-		}
-		return nil
-	}
-	// The wheel: the host compiler runs through the same launcher as
-	// nvcc, set before the user's CMAKE_ARGS so that theirs still win.
-	if len(launcher) > 0 {
-		l := strings.Join(launcher, ";")
-		p.Env["CMAKE_ARGS"] = cmakeArg("-DCMAKE_C_COMPILER_LAUNCHER="+l) + " " +
-			cmakeArg("-DCMAKE_CXX_COMPILER_LAUNCHER="+l) + " " + p.Env["CMAKE_ARGS"]
-	}
-	return nil
 }
 
 // torchSite returns the directory that holds the torch package, from
