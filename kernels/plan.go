@@ -214,38 +214,8 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	if p.Jobs <= 0 {
 		p.Jobs = runtime.NumCPU()
 	}
-	threads := len(opts.Archs)
-	if max := runtime.NumCPU() / p.Jobs; threads > max {
-		threads = max
-	}
-	if threads < 1 {
-		threads = 1
-	}
-	cmakeArgs := []string{
-		"-DSGL_KERNEL_COMPILE_THREADS=" + strconv.Itoa(threads),
-		"-DENABLE_CCACHE=OFF",
-		cmakeArg("-DCMAKE_CUDA_COMPILER_LAUNCHER=" + strings.Join(opts.Launcher, ";")),
-	}
-	keyArgs := []string{"-DENABLE_CCACHE=OFF"}
-	for _, d := range deps {
-		switch {
-		case d.Archive != "":
-			// Unpacked into the build's temp dir, whose path may need
-			// the quotes once the marker is replaced.
-			cmakeArgs = append(cmakeArgs, "'-D"+d.Var()+"="+d.Dir+"'")
-		case d.Dir != "":
-			cmakeArgs = append(cmakeArgs, cmakeArg("-D"+d.Var()+"="+d.Dir))
-		}
-	}
-	if opts.Offline {
-		cmakeArgs = append(cmakeArgs, "-DFETCHCONTENT_FULLY_DISCONNECTED=ON")
-		keyArgs = append(keyArgs, "-DFETCHCONTENT_FULLY_DISCONNECTED=ON")
-	}
 	buildEnv := outputEnv(env)
-	if user := buildEnv["CMAKE_ARGS"]; user != "" {
-		cmakeArgs = append(cmakeArgs, user)
-		keyArgs = append(keyArgs, user)
-	}
+	cmakeArgs, keyArgs := wheelCMakeArgs(opts, deps, buildEnv["CMAKE_ARGS"], compileThreads(len(opts.Archs), p.Jobs))
 	buildEnv["CMAKE_ARGS"] = strings.Join(keyArgs, " ")
 	p.Env = map[string]string{
 		"MAX_JOBS":                   strconv.Itoa(p.Jobs),
@@ -256,14 +226,7 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 	if home := tc.CUDAHome(); home != "" {
 		p.Env["CUDA_HOME"] = home
 	}
-	switch recipes.Tool(p.Builder) {
-	case recipes.ToolPip:
-		p.Argv = []string{tc.Python.Path, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v",
-			"--wheel-dir", TmpMarker + "/out", "-Cbuild-dir=" + TmpMarker + "/build", "."}
-	default:
-		p.Argv = []string{orName(tc.UV.Path, "uv"), "build", "--wheel", "--no-build-isolation", "--verbose",
-			"--python", tc.Python.Path, "-Cbuild-dir=" + TmpMarker + "/build", "--out-dir", TmpMarker + "/out", "."}
-	}
+	p.Argv = wheelArgv(recipes.Tool(p.Builder), tc)
 	var depIn []DepInput
 	for _, d := range deps {
 		depIn = append(depIn, DepInput{Name: d.Name, Repo: d.Repo, Tag: d.Tag, URLHash: d.URLHash, Commit: d.Commit})
@@ -278,6 +241,65 @@ func PlanBuild(ctx context.Context, opts BuildOptions) (*Plan, error) {
 		return nil, err
 	}
 	return p, nil
+}
+
+// compileThreads is SGL_KERNEL_COMPILE_THREADS: one nvcc thread per arch,
+// as many as the CPUs left to each of the jobs allow, at least 1.
+func compileThreads(archs, jobs int) int {
+	threads := archs
+	if max := runtime.NumCPU() / jobs; threads > max {
+		threads = max
+	}
+	if threads < 1 {
+		threads = 1
+	}
+	return threads
+}
+
+// wheelCMakeArgs returns the wheel's CMAKE_ARGS (cmake) and the part of
+// them that enters the cache key (key): the compile threads, ccache off,
+// the gencode filter as CUDA compiler launcher, each dependency's
+// FETCHCONTENT_SOURCE_DIR, offline's FETCHCONTENT_FULLY_DISCONNECTED, and
+// last the user's own CMAKE_ARGS (user), so that theirs win.
+func wheelCMakeArgs(opts BuildOptions, deps []Dep, user string, threads int) (cmake, key []string) {
+	cmake = []string{
+		"-DSGL_KERNEL_COMPILE_THREADS=" + strconv.Itoa(threads),
+		"-DENABLE_CCACHE=OFF",
+		cmakeArg("-DCMAKE_CUDA_COMPILER_LAUNCHER=" + strings.Join(opts.Launcher, ";")),
+	}
+	key = []string{"-DENABLE_CCACHE=OFF"}
+	for _, d := range deps {
+		switch {
+		case d.Archive != "":
+			// Unpacked into the build's temp dir, whose path may need
+			// the quotes once the marker is replaced.
+			cmake = append(cmake, "'-D"+d.Var()+"="+d.Dir+"'")
+		case d.Dir != "":
+			cmake = append(cmake, cmakeArg("-D"+d.Var()+"="+d.Dir))
+		}
+	}
+	if opts.Offline {
+		cmake = append(cmake, "-DFETCHCONTENT_FULLY_DISCONNECTED=ON")
+		key = append(key, "-DFETCHCONTENT_FULLY_DISCONNECTED=ON")
+	}
+	if user != "" {
+		cmake = append(cmake, user)
+		key = append(key, user)
+	}
+	return cmake, key
+}
+
+// wheelArgv is the command that builds the wheel with builder (uv build
+// unless pip), into TmpMarker/out with its build dir TmpMarker/build.
+func wheelArgv(builder recipes.Tool, tc *Toolchain) []string {
+	switch builder {
+	case recipes.ToolPip:
+		return []string{tc.Python.Path, "-m", "pip", "wheel", "--no-build-isolation", "--no-deps", "-v",
+			"--wheel-dir", TmpMarker + "/out", "-Cbuild-dir=" + TmpMarker + "/build", "."}
+	default:
+		return []string{orName(tc.UV.Path, "uv"), "build", "--wheel", "--no-build-isolation", "--verbose",
+			"--python", tc.Python.Path, "-Cbuild-dir=" + TmpMarker + "/build", "--out-dir", TmpMarker + "/out", "."}
+	}
 }
 
 // CheckUpstreamArchs refuses archs upstream's CMake files (UpstreamArchs
