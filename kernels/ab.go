@@ -94,46 +94,14 @@ func ABBuild(ctx context.Context, opts ABOptions, progress func(arm string) Prog
 		}
 		commit = opts.A.Upstream.Commit
 	}
-	plans := [2]*Plan{}
-	arms := [2]struct {
-		name   string
-		recipe *recipes.Recipe
-		python string
-	}{{"a", opts.A, opts.PythonA}, {"b", opts.B, opts.PythonB}}
-	for i, arm := range arms {
-		src := filepath.Join(opts.Dir, arm.name)
-		_, err := checkout.Apply(ctx, checkout.ApplyOptions{Recipe: arm.recipe, Catalog: opts.Catalog, Src: src, Repo: opts.Repo, Commit: commit, Version: opts.Build.Version,
-			Progress: opts.CheckoutProgress})
-		if err != nil {
-			return nil, nil, fmt.Errorf("arm %s (recipe %s): %w", arm.name, arm.recipe.Name, err)
-		}
-		bo := opts.Build
-		bo.Src = src
-		if arm.python != "" {
-			bo.Python = arm.python
-		}
-		if plans[i], err = PlanBuild(ctx, bo); err != nil {
-			return nil, nil, fmt.Errorf("arm %s (recipe %s): %w", arm.name, arm.recipe.Name, err)
-		}
+	arms := [2]abArm{{"a", opts.A, opts.PythonA}, {"b", opts.B, opts.PythonB}}
+	plans, err := planArms(ctx, opts, commit, arms)
+	if err != nil {
+		return nil, nil, err
 	}
-	if diff := diffInputs(plans[0].Inputs, plans[1].Inputs); len(diff) > 0 {
-		return nil, nil, &ABMismatchError{Fields: diff}
-	}
-	if plans[0].Key == plans[1].Key {
-		return nil, nil, fmt.Errorf("recipes %s and %s give the same build (series %s, same patches, key %s): an A/B of them measures nothing; pick recipes that differ in their patches (e.g. --a baseline --b pcie)",
-			opts.A.Name, opts.B.Name, cmp.Or(plans[0].Inputs.Series, "(none)"), digest.Short(plans[0].Key))
-	}
-	ab := &ABPlan{A: plans[0], B: plans[1]}
-	common := plans[0].Inputs
-	common.Series, common.Patches = "", nil
-	ab.Manifest = &ABManifest{Schema: 1, Commit: plans[0].Inputs.Commit, Common: common, DifferOnlyIn: []string{"series", "patches"}}
-	for i, p := range plans {
-		arm := ABArm{Recipe: arms[i].recipe.Name, Src: p.Src, Series: p.Inputs.Series, Patches: p.Inputs.Patches, Key: p.Key}
-		if i == 0 {
-			ab.Manifest.A = arm
-		} else {
-			ab.Manifest.B = arm
-		}
+	ab, err := newABPlan(opts, plans, arms)
+	if err != nil {
+		return nil, nil, err
 	}
 	if opts.PlanOnly {
 		return ab, nil, nil
@@ -173,6 +141,64 @@ func ABBuild(ctx context.Context, opts ABOptions, progress func(arm string) Prog
 		return ab, results, err
 	}
 	return ab, results, nil
+}
+
+// abArm is one side of an A/B build: its name (a or b), its recipe and
+// the Python that builds it ("" for the build options').
+type abArm struct {
+	name   string
+	recipe *recipes.Recipe
+	python string
+}
+
+// planArms checks each arm out at commit under opts.Dir/<arm>, applies
+// its recipe and plans its build. Errors name the arm and its recipe.
+func planArms(ctx context.Context, opts ABOptions, commit string, arms [2]abArm) ([2]*Plan, error) {
+	var plans [2]*Plan
+	for i, arm := range arms {
+		src := filepath.Join(opts.Dir, arm.name)
+		_, err := checkout.Apply(ctx, checkout.ApplyOptions{Recipe: arm.recipe, Catalog: opts.Catalog, Src: src, Repo: opts.Repo, Commit: commit, Version: opts.Build.Version,
+			Progress: opts.CheckoutProgress})
+		if err != nil {
+			return plans, fmt.Errorf("arm %s (recipe %s): %w", arm.name, arm.recipe.Name, err)
+		}
+		bo := opts.Build
+		bo.Src = src
+		if arm.python != "" {
+			bo.Python = arm.python
+		}
+		if plans[i], err = PlanBuild(ctx, bo); err != nil {
+			return plans, fmt.Errorf("arm %s (recipe %s): %w", arm.name, arm.recipe.Name, err)
+		}
+	}
+	return plans, nil
+}
+
+// newABPlan refuses two plans whose inputs differ in more than series and
+// patches (*ABMismatchError) or not at all, and returns the A/B plan with
+// its manifest: the common inputs and each arm's recipe, series, patches
+// and key.
+func newABPlan(opts ABOptions, plans [2]*Plan, arms [2]abArm) (*ABPlan, error) {
+	if diff := diffInputs(plans[0].Inputs, plans[1].Inputs); len(diff) > 0 {
+		return nil, &ABMismatchError{Fields: diff}
+	}
+	if plans[0].Key == plans[1].Key {
+		return nil, fmt.Errorf("recipes %s and %s give the same build (series %s, same patches, key %s): an A/B of them measures nothing; pick recipes that differ in their patches (e.g. --a baseline --b pcie)",
+			opts.A.Name, opts.B.Name, cmp.Or(plans[0].Inputs.Series, "(none)"), digest.Short(plans[0].Key))
+	}
+	ab := &ABPlan{A: plans[0], B: plans[1]}
+	common := plans[0].Inputs
+	common.Series, common.Patches = "", nil
+	ab.Manifest = &ABManifest{Schema: 1, Commit: plans[0].Inputs.Commit, Common: common, DifferOnlyIn: []string{"series", "patches"}}
+	for i, p := range plans {
+		arm := ABArm{Recipe: arms[i].recipe.Name, Src: p.Src, Series: p.Inputs.Series, Patches: p.Inputs.Patches, Key: p.Key}
+		if i == 0 {
+			ab.Manifest.A = arm
+		} else {
+			ab.Manifest.B = arm
+		}
+	}
+	return ab, nil
 }
 
 // diffInputs lists the fields, other than series and patches, in which two
