@@ -123,16 +123,7 @@ func produce(ctx context.Context, plan *Plan, opts BuildOptions, tmp string, pro
 		return nil, err
 	}
 	defer unstage()
-	if plan.Inputs.Kind == KindAllreduceExt {
-		dir := tmp
-		if plan.BuildPath != "" {
-			dir = plan.BuildPath
-		}
-		if err := writeExtSources(dir); err != nil {
-			return nil, err
-		}
-	}
-	if err := unpackDeps(plan, tmp); err != nil {
+	if err := prepareSources(plan, tmp); err != nil {
 		return nil, err
 	}
 	logPath := filepath.Join(tmp, "build.log")
@@ -183,12 +174,8 @@ func produce(ctx context.Context, plan *Plan, opts BuildOptions, tmp string, pro
 			return nil, err
 		}
 	}
-	for _, d := range []string{"out", "build", "src", "deps"} {
-		// Gigabytes; the output is what is kept. Left, they would be
-		// committed into the cache entry.
-		if err := os.RemoveAll(filepath.Join(tmp, d)); err != nil {
-			return nil, err
-		}
+	if err := removeScratch(tmp); err != nil {
+		return nil, err
 	}
 	sum, n, err := fileSHA256(out)
 	if err != nil {
@@ -200,6 +187,34 @@ func produce(ctx context.Context, plan *Plan, opts BuildOptions, tmp string, pro
 		return nil, fmt.Errorf("%w; the build finished but was not cached (its log: %s)", err, kept)
 	}
 	return m, nil
+}
+
+// prepareSources writes the allreduce extension's sources (into the
+// build path, else tmp) and unpacks the plan's archive dependencies under
+// tmp.
+func prepareSources(plan *Plan, tmp string) error {
+	if plan.Inputs.Kind == KindAllreduceExt {
+		dir := tmp
+		if plan.BuildPath != "" {
+			dir = plan.BuildPath
+		}
+		if err := writeExtSources(dir); err != nil {
+			return err
+		}
+	}
+	return unpackDeps(plan, tmp)
+}
+
+// removeScratch removes the build's out, build, src and deps from tmp:
+// gigabytes, which would otherwise be committed into the cache entry; the
+// output moved to tmp is what is kept.
+func removeScratch(tmp string) error {
+	for _, d := range []string{"out", "build", "src", "deps"} {
+		if err := os.RemoveAll(filepath.Join(tmp, d)); err != nil {
+			return err
+		}
+	}
+	return nil
 }
 
 // moveFile renames src to dst, copying when they are on two file systems
