@@ -55,7 +55,8 @@ func findings(h *Host, j *Judged, env []string) []Finding {
 			add("topo.full-nvlink", Info, fmt.Sprintf("full NVLink between all %d GPUs", len(t.GPUs)), "GPU pairs by link: "+desc,
 				"conclusions about PCIe contention need a PCIe-only host with more than two GPUs")
 		case t.PCIeOnly() && len(t.GPUs) > 2:
-			remedy := fmt.Sprintf("apply the pcie series (`arpatch apply --recipe pcie`), then measure 1-stage vs 2-stage with `arpatch bench allreduce --world-size %d --src sglang` before serving", len(t.GPUs))
+			remedy := fmt.Sprintf("apply the pcie series (`arpatch apply --recipe pcie`): with %s=1 its auto dispatch runs %s; build its extension (`arpatch build --allreduce-ext --src sglang`), then measure it against NCCL here with `arpatch tune allreduce --world-size %d` before serving",
+				tune.EnvForce, tune.AutoText(len(t.GPUs)), len(t.GPUs))
 			if why := customAROff(h); why != "" {
 				remedy = "the pcie series cannot help: " + why
 			}
@@ -68,7 +69,7 @@ func findings(h *Host, j *Judged, env []string) []Finding {
 		if numa := t.NUMANodes(); len(numa) > 1 {
 			add("topo.numa-split", Warn, fmt.Sprintf("GPUs span %d NUMA nodes (%s)", len(numa), strings.Join(numa, ", ")),
 				"SYS pairs cross the inter-socket link; an all-to-all 1-stage allreduce sends every rank's data across it at once",
-				"prefer 2-stage ("+tune.EnvAlgo+"=2stage) or NCCL there, and measure both")
+				numaRemedy(h, len(t.GPUs)))
 		}
 	}
 	for _, m := range h.blockedP2P() {
@@ -322,4 +323,16 @@ func nvccFinding(version, path string, onGPU []cudaarch.Arch) (id string, sev Se
 		sev = Error
 	}
 	return "toolchain.nvcc", sev, "nvcc " + version + " cannot compile " + strings.Join(cannot, ", "), detail, remedy
+}
+
+// numaRemedy is the NUMA split's remedy for h's n GPUs: the pcie series' auto
+// dispatch (tune.AutoText), which above two GPUs pushes and cuts the
+// group into islands on the sockets, so only one slice per rank crosses
+// the link; and the measurement that decides; where custom allreduce
+// cannot start (customAROff), why.
+func numaRemedy(h *Host, n int) string {
+	if why := customAROff(h); why != "" {
+		return "custom allreduce does not run here (" + why + "): NCCL carries every allreduce across the sockets"
+	}
+	return fmt.Sprintf("leave the schedule to the pcie series' auto (%s); measure it against NCCL here with `arpatch tune allreduce --world-size %d`", tune.AutoText(n), n)
 }

@@ -3,12 +3,14 @@ package doctor
 import (
 	"context"
 	"fmt"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
 
 	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/traffic"
+	"github.com/arpatch/arpatch/harness/tune"
 )
 
 // TestExpectation: doctor says what the traffic model expects at the
@@ -135,5 +137,47 @@ func p2pWriteOK(t *testing.T, host string) Runner {
 			args = []string{"topo", "-p2p", "r"}
 		}
 		return rec(ctx, name, args...)
+	}
+}
+
+// TestRemediesFollowTheSeries: no remedy on a recorded host recommends the
+// series' old defaults (2-stage above world size 2, 1-stage against
+// 2-stage); where the pcie series helps, the remedies name what its auto
+// runs today (tune.AutoText: push1 up to 0001's bound, then island or
+// push2, falling through to push2 and pull2) and tune to measure it.
+func TestRemediesFollowTheSeries(t *testing.T) {
+	hosts, _ := filepath.Glob("testdata/*/query-gpu.csv")
+	seen := 0
+	for _, q := range hosts {
+		host := filepath.Base(filepath.Dir(q))
+		for _, run := range []Runner{recorded(t, host, nil), p2pWriteOK(t, host)} {
+			rep := Inspect(context.Background(), Options{Run: run})
+			for _, f := range rep.Findings {
+				for _, old := range []string{"2stage", "2-stage", "1-stage vs", tune.EnvAlgo + "="} {
+					if strings.Contains(f.Remedy, old) {
+						t.Errorf("%s: %s's remedy recommends %q, the series' old default: %s", host, f.ID, old, f.Remedy)
+					}
+				}
+				if f.ID == "topo.pcie-only" || f.ID == "topo.numa-split" {
+					n := len(rep.Judged.GPUs)
+					if strings.Contains(f.Remedy, "does not run here") || strings.Contains(f.Remedy, "cannot help") {
+						continue
+					}
+					seen++
+					if !strings.Contains(f.Remedy, tune.AutoText(n)) || !strings.Contains(f.Remedy, fmt.Sprintf("`arpatch tune allreduce --world-size %d`", n)) {
+						t.Errorf("%s: %s's remedy %q does not say what auto runs (%s) or how to measure it", host, f.ID, f.Remedy, tune.AutoText(n))
+					}
+				}
+			}
+		}
+	}
+	if seen == 0 {
+		t.Error("no host had a remedy naming the series' auto")
+	}
+	if got := tune.AutoText(8); !strings.Contains(got, "push1 up to 5824 bytes, then island") || !strings.Contains(got, "push2 to pull2") || !strings.Contains(got, "up to 4M, NCCL above") {
+		t.Errorf("AutoText(8) = %q", got)
+	}
+	if got := tune.AutoText(2); !strings.HasPrefix(got, "pull1") {
+		t.Errorf("AutoText(2) = %q", got)
 	}
 }

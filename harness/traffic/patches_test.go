@@ -74,6 +74,9 @@ func TestShippedDefaultsAreTheModels(t *testing.T) {
 	if !landed {
 		t.Fatalf("no era's 0001 defines kPcieAutoPush1MaxBytes; the model wants kPcieAutoPush1MaxBytes = %s in 0001 and PCIE_CUSTOM_AR_DEFAULT_MAX_BYTES = %s in 0002 (traffic.RefHost(p).Suggest, docs/pcie-dispatch.md)", push1, cut)
 	}
+	if strconv.Itoa(tune.AutoPush1MaxBytes) != push1 {
+		t.Errorf("tune.AutoPush1MaxBytes is %d; 0001's auto push1 bound is the model's, %s", tune.AutoPush1MaxBytes, push1)
+	}
 	if strconv.Itoa(tune.DefaultMaxBytes) != cut {
 		t.Errorf("tune.DefaultMaxBytes is %d; 0002's default is the model's cut, %s", tune.DefaultMaxBytes, cut)
 	}

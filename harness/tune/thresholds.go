@@ -66,6 +66,28 @@ var Variables = []string{EnvForce, EnvMaxBytes, Env1StageMax, EnvSchedule, EnvIs
 // two equal).
 const DefaultMaxBytes = 4 << 20
 
+// AutoPush1MaxBytes is 0001's kPcieAutoPush1MaxBytes in bytes: auto's
+// push1 bound above world size 2, the traffic model's on its reference
+// host (harness/traffic's TestShippedDefaultsAreTheModels holds the
+// three equal).
+const AutoPush1MaxBytes = 5824
+
+// AutoText says what the pcie series runs on a PCIe-only group of ws
+// ranks with none of its schedule variables set (auto), as every era's
+// 0001 defines it: pull1 (upstream's 1-stage) at world size 2; above it
+// push1 up to AutoPush1MaxBytes, then island where the ranks form two
+// islands or more (0002 hands over the CPU sockets NVML shows), else
+// push2; where an algorithm's scratch runs out, island falls through to
+// push2, push2 to pull2. Custom allreduce takes sizes up to
+// DefaultMaxBytes, NCCL the rest.
+func AutoText(ws int) string {
+	if ws == 2 {
+		return fmt.Sprintf("pull1 (upstream's 1-stage) at every size up to %s, NCCL above", formatBytes(DefaultMaxBytes))
+	}
+	return fmt.Sprintf("push1 up to %d bytes, then island on the CPU sockets where there are two or more of equal size, else push2 (island falls through to push2 and push2 to pull2 where the 8 MiB scratch runs out), up to %s, NCCL above",
+		AutoPush1MaxBytes, formatBytes(DefaultMaxBytes))
+}
+
 // UpstreamMaxSize is CustomAllreduce's max_size in bytes (8 MiB), the
 // largest allreduce custom allreduce takes at all.
 // Upstream: python/sglang/srt/distributed/device_communicators/custom_all_reduce.py@84118acf50b3 (CustomAllreduce.__init__).
