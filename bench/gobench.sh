@@ -12,12 +12,6 @@
 #   bench/gobench.sh ./internal/gitsrc . 10x 5 -mirror MIRROR
 #
 # FLAGS go to the test binary (after -test.bench and -test.benchtime).
-# On a machine without Go, GOBENCH_TEST names the package's test binary
-# built elsewhere (go test -c -o FILE PACKAGE, at the same commit) and
-# GOBENCH_GO the Go version that built it (and, where the copy of the
-# repository is no git checkout, GOBENCH_COMMIT its commit):
-#
-#   GOBENCH_TEST=history.test GOBENCH_GO=go1.26.8 bench/gobench.sh ./history . 5x 5
 # The header line names the commit (and whether the tree had uncommitted
 # changes), the Go version, the cores and their model, and the load
 # average before and after; docs/performance.md records runs.
@@ -32,25 +26,13 @@ repo=$(cd "$(dirname "$0")/.." && pwd)
 load0=$(cut -d' ' -f1-3 /proc/loadavg)
 work=$(mktemp -d "${TMPDIR:-/tmp}/arpatch-gobench-XXXXXX")
 trap 'rm -rf "$work"' EXIT
-if [ -n "${GOBENCH_TEST:-}" ]; then
-	# A test binary built elsewhere, for a machine without Go.
-	cp "$GOBENCH_TEST" "$work/bench.test"
-	gover=${GOBENCH_GO:?GOBENCH_GO: the Go version that built GOBENCH_TEST (go env GOVERSION)}
-	dir=$repo/${pkg#./}
-else
-	(cd "$repo" && go test -c -o "$work/bench.test" "$pkg")
-	gover=$(cd "$repo" && go env GOVERSION)
-	dir=$(cd "$repo" && go list -f '{{.Dir}}' "$pkg")
-fi
+(cd "$repo" && go test -c -o "$work/bench.test" "$pkg")
+dir=$(cd "$repo" && go list -f '{{.Dir}}' "$pkg")
 for ((i = 0; i < rounds; i++)); do
 	(cd "$dir" && "$work/bench.test" -test.run '^$' -test.bench "$pattern" -test.benchtime "$benchtime" "$@") >>"$work/out"
 done
-if rev=$(git -C "$repo" rev-parse --short HEAD 2>/dev/null); then
-	git -C "$repo" diff --quiet HEAD -- || rev="$rev with uncommitted changes"
-else
-	rev="${GOBENCH_COMMIT:?GOBENCH_COMMIT: $repo is no git checkout: name the commit GOBENCH_TEST was built at}"
-fi
-echo "arpatch $rev, $pkg, $gover, $(nproc) cores ($(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)), load $load0 before and $(cut -d' ' -f1-3 /proc/loadavg) after, $rounds rounds of -benchtime $benchtime${*:+ $*}; each cell: median [min-max] (results)"
+dirty=$(git -C "$repo" diff --quiet HEAD -- || echo " with uncommitted changes")
+echo "arpatch $(git -C "$repo" rev-parse --short HEAD)$dirty, $pkg, $(cd "$repo" && go env GOVERSION), $(nproc) cores ($(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)), load $load0 before and $(cut -d' ' -f1-3 /proc/loadavg) after, $rounds rounds of -benchtime $benchtime${*:+ $*}; each cell: median [min-max] (results)"
 echo
 echo '| benchmark | unit | median [min-max] (results) |'
 echo '|---|---|---|'
