@@ -74,49 +74,8 @@ func decodeIndexFast(b []byte) (idx *index.Index, tree []cacheTreeNode, ok bool)
 	text := unsafe.String(unsafe.SliceData(body), len(body))
 	off := 12
 	for i := range ents {
-		h := body[off:]
-		if len(h) < 62 {
-			return nil, nil, false
-		}
 		e := &ents[i]
-		// ctime s, ns; mtime s, ns; dev; ino; mode; uid; gid; size; sha-1; flags
-		if s, ns := be.Uint32(h[0:]), be.Uint32(h[4:]); s != 0 || ns != 0 {
-			e.CreatedAt = time.Unix(int64(s), int64(ns))
-		}
-		if s, ns := be.Uint32(h[8:]), be.Uint32(h[12:]); s != 0 || ns != 0 {
-			e.ModifiedAt = time.Unix(int64(s), int64(ns))
-		}
-		e.Dev, e.Inode = be.Uint32(h[16:]), be.Uint32(h[20:])
-		e.Mode = filemode.FileMode(be.Uint32(h[24:]))
-		e.UID, e.GID, e.Size = be.Uint32(h[28:]), be.Uint32(h[32:]), be.Uint32(h[36:])
-		copy(e.Hash[:], h[40:60])
-		flags := be.Uint16(h[60:])
-		e.Stage = index.Stage(flags>>12) & 0x3
-		read := 62
-		if flags&0x4000 != 0 { // extended flags, as go-git reads them in any version
-			if len(h) < 64 {
-				return nil, nil, false
-			}
-			x := be.Uint16(h[62:])
-			e.IntentToAdd, e.SkipWorktree = x&(1<<13) != 0, x&(1<<14) != 0
-			read += 2
-		}
-		nameLen := int(flags & 0xfff)
-		consumed := nameLen
-		if nameLen == 0xfff { // longer than the field holds: NUL-terminated
-			nameLen = bytes.IndexByte(h[read:], 0)
-			if nameLen < 0 {
-				return nil, nil, false
-			}
-			consumed = nameLen + 1
-		} else if len(h) < read+consumed {
-			return nil, nil, false
-		}
-		e.Name = text[off+read : off+read+nameLen]
-		// NUL padding to a multiple of 8, less the NUL a long name took.
-		pad := 8 - (read+nameLen)%8 - (consumed - nameLen)
-		off += read + consumed + max(pad, 0)
-		if off > len(body) {
+		if off, ok = decodeEntry(body, text, off, e); !ok {
 			return nil, nil, false
 		}
 		idx.Entries[i] = e
@@ -136,6 +95,55 @@ func decodeIndexFast(b []byte) (idx *index.Index, tree []cacheTreeNode, ok bool)
 		off += int(size)
 	}
 	return idx, tree, off == len(body)
+}
+
+// decodeEntry decodes the index entry at body[off:] into e, its name a
+// slice of text (body as a string), and returns the offset of the next
+// entry; ok is false when the entry runs past body.
+func decodeEntry(body []byte, text string, off int, e *index.Entry) (next int, ok bool) {
+	be := binary.BigEndian
+	h := body[off:]
+	if len(h) < 62 {
+		return 0, false
+	}
+	// ctime s, ns; mtime s, ns; dev; ino; mode; uid; gid; size; sha-1; flags
+	if s, ns := be.Uint32(h[0:]), be.Uint32(h[4:]); s != 0 || ns != 0 {
+		e.CreatedAt = time.Unix(int64(s), int64(ns))
+	}
+	if s, ns := be.Uint32(h[8:]), be.Uint32(h[12:]); s != 0 || ns != 0 {
+		e.ModifiedAt = time.Unix(int64(s), int64(ns))
+	}
+	e.Dev, e.Inode = be.Uint32(h[16:]), be.Uint32(h[20:])
+	e.Mode = filemode.FileMode(be.Uint32(h[24:]))
+	e.UID, e.GID, e.Size = be.Uint32(h[28:]), be.Uint32(h[32:]), be.Uint32(h[36:])
+	copy(e.Hash[:], h[40:60])
+	flags := be.Uint16(h[60:])
+	e.Stage = index.Stage(flags>>12) & 0x3
+	read := 62
+	if flags&0x4000 != 0 { // extended flags, as go-git reads them in any version
+		if len(h) < 64 {
+			return 0, false
+		}
+		x := be.Uint16(h[62:])
+		e.IntentToAdd, e.SkipWorktree = x&(1<<13) != 0, x&(1<<14) != 0
+		read += 2
+	}
+	nameLen := int(flags & 0xfff)
+	consumed := nameLen
+	if nameLen == 0xfff { // longer than the field holds: NUL-terminated
+		nameLen = bytes.IndexByte(h[read:], 0)
+		if nameLen < 0 {
+			return 0, false
+		}
+		consumed = nameLen + 1
+	} else if len(h) < read+consumed {
+		return 0, false
+	}
+	e.Name = text[off+read : off+read+nameLen]
+	// NUL padding to a multiple of 8, less the NUL a long name took.
+	pad := 8 - (read+nameLen)%8 - (consumed - nameLen)
+	off += read + consumed + max(pad, 0)
+	return off, off <= len(body)
 }
 
 // cacheTreeNode is one directory of a TREE extension's body, in the
