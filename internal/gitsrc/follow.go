@@ -115,67 +115,32 @@ func (r *Repo) Follow(from, to, path string) ([]Rename, error) {
 	if err != nil {
 		return nil, err
 	}
-	trees := make([]*object.Tree, len(chain))
-	tree := func(i int) (*object.Tree, error) {
-		if trees[i] == nil {
-			t, err := chain[i].Tree()
-			if err != nil {
-				return nil, err
-			}
-			trees[i] = t
-		}
-		return trees[i], nil
-	}
-	has := func(i int, p string) (bool, error) {
-		t, err := tree(i)
-		if err != nil {
-			return false, err
-		}
-		_, err = t.FindEntry(p)
-		if err == nil {
-			return true, nil
-		}
-		if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrFileNotFound) {
-			return false, nil
-		}
-		return false, err
-	}
-	if ok, err := has(0, path); err != nil {
+	ch := &chainTrees{chain: chain, trees: make([]*object.Tree, len(chain))}
+	if ok, err := ch.has(0, path); err != nil {
 		return nil, err
 	} else if !ok {
 		return nil, fmt.Errorf("%s does not exist at %s, so there is nothing to follow", path, githash.Hash(from).Short())
 	}
 	var moves []Rename
 	cur, lo := path, 0
+	last := len(chain) - 1
 	for {
-		last := len(chain) - 1
-		ok, err := has(last, cur)
+		ok, err := ch.has(last, cur)
 		if err != nil {
 			return nil, err
 		}
 		if ok {
 			return moves, nil
 		}
-		// cur exists at lo and not at last: bisect for the commit that
-		// removed it.
-		hi := last
-		for hi-lo > 1 {
-			mid := (lo + hi) / 2
-			ok, err := has(mid, cur)
-			if err != nil {
-				return nil, err
-			}
-			if ok {
-				lo = mid
-			} else {
-				hi = mid
-			}
-		}
-		pt, err := tree(hi - 1)
+		hi, err := ch.removedAt(lo, cur)
 		if err != nil {
 			return nil, err
 		}
-		ct, err := tree(hi)
+		pt, err := ch.tree(hi - 1)
+		if err != nil {
+			return nil, err
+		}
+		ct, err := ch.tree(hi)
 		if err != nil {
 			return nil, err
 		}
@@ -194,6 +159,60 @@ func (r *Repo) Follow(from, to, path string) ([]Rename, error) {
 		moves = append(moves, Rename{From: cur, To: to, Commit: c.Hash.String(), Subject: subject})
 		cur, lo = to, hi
 	}
+}
+
+// chainTrees reads the trees of a first-parent chain, each once.
+type chainTrees struct {
+	chain []*object.Commit
+	trees []*object.Tree
+}
+
+// tree returns the tree of chain[i].
+func (ch *chainTrees) tree(i int) (*object.Tree, error) {
+	if ch.trees[i] == nil {
+		t, err := ch.chain[i].Tree()
+		if err != nil {
+			return nil, err
+		}
+		ch.trees[i] = t
+	}
+	return ch.trees[i], nil
+}
+
+// has says whether chain[i]'s tree holds the path p.
+func (ch *chainTrees) has(i int, p string) (bool, error) {
+	t, err := ch.tree(i)
+	if err != nil {
+		return false, err
+	}
+	_, err = t.FindEntry(p)
+	if err == nil {
+		return true, nil
+	}
+	if errors.Is(err, object.ErrEntryNotFound) || errors.Is(err, object.ErrDirectoryNotFound) || errors.Is(err, object.ErrFileNotFound) {
+		return false, nil
+	}
+	return false, err
+}
+
+// removedAt returns the index of the commit that removed p, which exists
+// at chain[lo] and not at the chain's last commit: a bisection, log2 of
+// the chain's length tree lookups.
+func (ch *chainTrees) removedAt(lo int, p string) (int, error) {
+	hi := len(ch.chain) - 1
+	for hi-lo > 1 {
+		mid := (lo + hi) / 2
+		ok, err := ch.has(mid, p)
+		if err != nil {
+			return 0, err
+		}
+		if ok {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return hi, nil
 }
 
 // Range returns the commits of a range FROM..TO as `git log
