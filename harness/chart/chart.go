@@ -83,39 +83,16 @@ func PlotConcurrency(out, title, ylabel string, curves []Curve) error {
 		if len(c.Points) == 0 {
 			continue
 		}
-		col := Palette[i%len(Palette)]
-		xys := make(plotter.XYs, 0, len(c.Points))
-		var errs plotter.YErrors
+		if err := addCurve(p, c, Palette[i%len(Palette)]); err != nil {
+			return err
+		}
 		for _, q := range c.Points {
-			xys = append(xys, plotter.XY{X: float64(q.Concurrency), Y: q.Center})
-			lo, hi := 0.0, 0.0
-			if !math.IsInf(q.Lo, 0) && !math.IsInf(q.Hi, 0) {
-				lo, hi = q.Center-q.Lo, q.Hi-q.Center
-			}
-			errs = append(errs, struct{ Low, High float64 }{lo, hi})
 			if !seen[q.Concurrency] {
 				seen[q.Concurrency] = true
 				ticks = append(ticks, plot.Tick{Value: float64(q.Concurrency), Label: fmt.Sprint(q.Concurrency)})
 			}
 			n++
 		}
-		l, sc, err := plotter.NewLinePoints(xys)
-		if err != nil {
-			return err
-		}
-		l.Color, sc.Color = col, col
-		sc.Shape = draw.CircleGlyph{}
-		p.Add(l, sc)
-		eb, err := plotter.NewYErrorBars(struct {
-			plotter.XYs
-			plotter.YErrors
-		}{xys, errs})
-		if err != nil {
-			return err
-		}
-		eb.Color = col
-		p.Add(eb)
-		p.Legend.Add(c.Arm, l, sc)
 	}
 	if n == 0 && len(left) > 0 {
 		return fmt.Errorf("%s: no arm with a result to plot (%s)", out, strings.Join(left, "; "))
@@ -141,6 +118,41 @@ func PlotConcurrency(out, title, ylabel string, curves []Curve) error {
 		p.Y.Max *= 1.15
 	}
 	return Save(p, 7*vg.Inch, 4*vg.Inch, out)
+}
+
+// addCurve draws curve c on p in colour col: a line through its points
+// (median against concurrency), each point a circle with its interval as
+// an error bar (none where the interval is unbounded), and its legend
+// entry.
+func addCurve(p *plot.Plot, c Curve, col color.RGBA) error {
+	xys := make(plotter.XYs, 0, len(c.Points))
+	var errs plotter.YErrors
+	for _, q := range c.Points {
+		xys = append(xys, plotter.XY{X: float64(q.Concurrency), Y: q.Center})
+		lo, hi := 0.0, 0.0
+		if !math.IsInf(q.Lo, 0) && !math.IsInf(q.Hi, 0) {
+			lo, hi = q.Center-q.Lo, q.Hi-q.Center
+		}
+		errs = append(errs, struct{ Low, High float64 }{lo, hi})
+	}
+	l, sc, err := plotter.NewLinePoints(xys)
+	if err != nil {
+		return err
+	}
+	l.Color, sc.Color = col, col
+	sc.Shape = draw.CircleGlyph{}
+	p.Add(l, sc)
+	eb, err := plotter.NewYErrorBars(struct {
+		plotter.XYs
+		plotter.YErrors
+	}{xys, errs})
+	if err != nil {
+		return err
+	}
+	eb.Color = col
+	p.Add(eb)
+	p.Legend.Add(c.Arm, l, sc)
+	return nil
 }
 
 // plotOneLevel is PlotConcurrency for a run of one level: a line through
