@@ -104,28 +104,6 @@ func ParseQueryGPU(out string) ([]GPU, error) {
 		if !ok {
 			continue
 		}
-		text := func(name string, dst *string) {
-			v, ok := field[name]
-			switch {
-			case !ok:
-			case unreadableRe().MatchString(v) || v == "":
-				g.Unreadable = append(g.Unreadable, name+": "+v)
-			default:
-				*dst = v
-			}
-		}
-		num := func(name string, dst *int) {
-			v, ok := field[name]
-			if !ok {
-				return
-			}
-			n, err := strconv.Atoi(strings.TrimSuffix(v, " MiB"))
-			if err != nil || n < 0 {
-				g.Unreadable = append(g.Unreadable, name+": "+v)
-				return
-			}
-			*dst = n
-		}
 		if g.Index, err = strconv.Atoi(idx); err != nil {
 			continue
 		}
@@ -136,26 +114,56 @@ func ParseQueryGPU(out string) ([]GPU, error) {
 			return nil, fmt.Errorf("nvidia-smi --query-gpu line %d: GPU index %d again (line %d has it): each GPU has one row", line, g.Index, first)
 		}
 		lineOf[g.Index] = line
-		text("name", &g.Name)
-		text("uuid", &g.UUID)
-		text("pci.bus_id", &g.BusID)
-		text("compute_cap", &g.ComputeCap)
-		text("driver_version", &g.Driver)
-		num("pcie.link.gen.current", &g.PCIeGen)
-		num("pcie.link.gen.max", &g.PCIeGenMax)
-		num("pcie.link.width.current", &g.PCIeWidth)
-		num("pcie.link.width.max", &g.PCIeWidthMax)
-		num("memory.total", &g.MemoryMiB)
-		if g.ComputeCap != "" && !ccRe().MatchString(g.ComputeCap) {
-			g.Unreadable = append(g.Unreadable, "compute_cap: "+g.ComputeCap)
-			g.ComputeCap = ""
-		}
+		readFields(&g, field)
 		gpus = append(gpus, g)
 	}
 	if len(gpus) == 0 {
 		return nil, fmt.Errorf("nvidia-smi --query-gpu printed no GPU rows")
 	}
 	return gpus, nil
+}
+
+// readFields fills g's name, uuid, bus id, compute capability, driver,
+// PCIe link and memory from field (a row's values by column name); a
+// value nvidia-smi could not read, or a number or compute capability
+// that does not parse, goes to g.Unreadable as "column: value" instead.
+func readFields(g *GPU, field map[string]string) {
+	text := func(name string, dst *string) {
+		v, ok := field[name]
+		switch {
+		case !ok:
+		case unreadableRe().MatchString(v) || v == "":
+			g.Unreadable = append(g.Unreadable, name+": "+v)
+		default:
+			*dst = v
+		}
+	}
+	num := func(name string, dst *int) {
+		v, ok := field[name]
+		if !ok {
+			return
+		}
+		n, err := strconv.Atoi(strings.TrimSuffix(v, " MiB"))
+		if err != nil || n < 0 {
+			g.Unreadable = append(g.Unreadable, name+": "+v)
+			return
+		}
+		*dst = n
+	}
+	text("name", &g.Name)
+	text("uuid", &g.UUID)
+	text("pci.bus_id", &g.BusID)
+	text("compute_cap", &g.ComputeCap)
+	text("driver_version", &g.Driver)
+	num("pcie.link.gen.current", &g.PCIeGen)
+	num("pcie.link.gen.max", &g.PCIeGenMax)
+	num("pcie.link.width.current", &g.PCIeWidth)
+	num("pcie.link.width.max", &g.PCIeWidthMax)
+	num("memory.total", &g.MemoryMiB)
+	if g.ComputeCap != "" && !ccRe().MatchString(g.ComputeCap) {
+		g.Unreadable = append(g.Unreadable, "compute_cap: "+g.ComputeCap)
+		g.ComputeCap = ""
+	}
 }
 
 var ccRe = lazyre.New(`^[0-9]+\.[0-9]+$`)
