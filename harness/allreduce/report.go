@@ -408,118 +408,11 @@ func (rep *Report) WriteTable(w io.Writer) {
 		}
 		fmt.Fprintln(w)
 	}
-	type section struct{ mode, dtype string }
-	var order []section
-	seenSec := map[section]bool{}
-	cols := []string{}
-	seenCol := map[string]bool{}
-	cells := map[string]Result{}
-	sizes := map[int]bool{}
-	cell := func(sec section, c string, n int) string {
-		return fmt.Sprintf("%s|%s|%s|%d", sec.mode, sec.dtype, c, n)
+	g := newGrid(rep)
+	for _, sec := range g.order {
+		g.writeSection(w, rep, sec)
 	}
-	all := rep.AllResults()
-	rows, cut := all, ""
-	if p := run.Interrupted; p != nil {
-		// Its cell says INTERRUPTED: no verdict, not an ERROR.
-		rows, cut = append(slices.Clone(rows), *p), cell(section{p.Mode, p.DType}, caseName(*p), p.Bytes)
-	}
-	dtypes := map[string]bool{}
-	for _, r := range rows {
-		sec := section{r.Mode, r.DType}
-		if !seenSec[sec] && r.Mode != "" {
-			seenSec[sec] = true
-			order = append(order, sec)
-		}
-		if r.Mode != "" {
-			dtypes[r.DType] = true
-		}
-		c := caseName(r)
-		if !seenCol[c] {
-			seenCol[c] = true
-			cols = append(cols, c)
-		}
-		cells[cell(sec, c, r.Bytes)] = r
-		if r.Bytes > 0 {
-			sizes[r.Bytes] = true
-		}
-	}
-	// A case without a size (skipped, n/a, unsupported) fills its whole
-	// column.
-	wholeCase := map[string]Result{}
-	for _, r := range rows {
-		if r.Bytes == 0 {
-			wholeCase[caseName(r)] = r
-		}
-	}
-	sz := slices.Sorted(maps.Keys(sizes))
-	variants := len(rep.NCCLVariants) > 0
-	for _, sec := range order {
-		head := "mode " + sec.mode
-		if len(dtypes) > 1 || sec.dtype != "" && sec.dtype != BF16 {
-			head += ", " + cmp.Or(sec.dtype, orQ(e.DType))
-		}
-		fmt.Fprintf(w, "\n%s\n", head)
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		hdr := "size\t" + strings.Join(cols, "\t")
-		if variants {
-			hdr += "\tfastest NCCL"
-		}
-		fmt.Fprintf(tw, "%s\t\n", hdr)
-		for _, s := range sz {
-			label := FormatBytes(s)
-			if s == rep.Verify.Bytes {
-				label += "*"
-			}
-			row := []string{label}
-			best, hasBest := bestNCCL(all, s, sec.mode, sec.dtype)
-			for _, c := range cols {
-				r, ok := cells[cell(sec, c, s)]
-				if !ok {
-					r, ok = wholeCase[c]
-				}
-				switch {
-				case !ok:
-					row = append(row, "-")
-				case cell(sec, c, s) == cut:
-					row = append(row, "INTERRUPTED")
-				case r.Status() != "ok":
-					row = append(row, r.Status())
-				case !r.Timed():
-					row = append(row, "ok (untimed)")
-				default:
-					txt := fmt.Sprintf("%.1f [%.1f-%.1f]", r.MedianUS, r.P10US, r.P90US)
-					if hasBest && r.Impl != NCCL {
-						txt += fmt.Sprintf(" %.2fx", best.MedianUS/r.MedianUS)
-					}
-					if r.Cap {
-						txt += " cap"
-					}
-					row = append(row, txt)
-				}
-			}
-			if variants {
-				if hasBest {
-					row = append(row, fmt.Sprintf("%s %.1f", VariantName(best.Variant), best.MedianUS))
-				} else {
-					row = append(row, "-")
-				}
-			}
-			fmt.Fprintf(tw, "%s\t\n", strings.Join(row, "\t"))
-		}
-		tw.Flush()
-	}
-	if len(rep.Costs) > 0 {
-		v := rep.Verify
-		fmt.Fprintf(w, "\npredicted allreduce time per EAGLE-3 verify pass: %d allreduces x %s (* above)\n", v.Count, v.Shape)
-		for _, c := range rep.Costs {
-			sp := ""
-			if c.Speedup > 0 {
-				sp = fmt.Sprintf("  %.2fx vs %s", c.Speedup, c.Baseline)
-			}
-			fmt.Fprintf(w, "  %-6s %-22s %8.1f us%s\n", c.Mode, caseName(Result{Impl: c.Impl, Branch: c.Branch, Islands: c.Islands, Variant: c.Variant}), c.TotalUS, sp)
-		}
-	}
+	rep.writeCosts(w)
 	if run.NCCL.Transports != nil {
 		fmt.Fprintf(w, "\nNCCL transport: %s (%d channels)\n", strings.Join(run.NCCL.Details, ", "), run.NCCL.Channels)
 	}
@@ -529,6 +422,150 @@ func (rep *Report) WriteTable(w io.Writer) {
 		for _, f := range rep.Findings {
 			fmt.Fprintf(w, "  - %s\n", f)
 		}
+	}
+}
+
+// section is one table of WriteTable: a mode and a dtype.
+type section struct{ mode, dtype string }
+
+// grid is a report's results laid out for WriteTable: its sections in the
+// order the results give them, the cases (columns) likewise, the sizes,
+// and each result by section, case and size.
+type grid struct {
+	order     []section
+	cols      []string
+	cells     map[string]Result
+	wholeCase map[string]Result // a case without a size (skipped, n/a, unsupported) fills its whole column
+	sizes     []int
+	dtypes    map[string]bool
+	all       []Result // rep.AllResults(), for the fastest NCCL at each size
+	cut       string   // the cell of the case a signal cut short, or ""
+}
+
+// cell is the key of a result in grid.cells.
+func cell(sec section, c string, n int) string {
+	return fmt.Sprintf("%s|%s|%s|%d", sec.mode, sec.dtype, c, n)
+}
+
+// newGrid lays out rep's results, the interrupted case among them (its
+// cell says INTERRUPTED: no verdict, not an ERROR).
+func newGrid(rep *Report) *grid {
+	g := &grid{cells: map[string]Result{}, wholeCase: map[string]Result{}, dtypes: map[string]bool{}, all: rep.AllResults()}
+	seenSec := map[section]bool{}
+	seenCol := map[string]bool{}
+	sizes := map[int]bool{}
+	rows := g.all
+	if p := rep.Run.Interrupted; p != nil {
+		rows, g.cut = append(slices.Clone(rows), *p), cell(section{p.Mode, p.DType}, caseName(*p), p.Bytes)
+	}
+	for _, r := range rows {
+		sec := section{r.Mode, r.DType}
+		if !seenSec[sec] && r.Mode != "" {
+			seenSec[sec] = true
+			g.order = append(g.order, sec)
+		}
+		if r.Mode != "" {
+			g.dtypes[r.DType] = true
+		}
+		c := caseName(r)
+		if !seenCol[c] {
+			seenCol[c] = true
+			g.cols = append(g.cols, c)
+		}
+		g.cells[cell(sec, c, r.Bytes)] = r
+		if r.Bytes > 0 {
+			sizes[r.Bytes] = true
+		}
+	}
+	for _, r := range rows {
+		if r.Bytes == 0 {
+			g.wholeCase[caseName(r)] = r
+		}
+	}
+	g.sizes = slices.Sorted(maps.Keys(sizes))
+	return g
+}
+
+// writeSection prints sec's table: a row per size (the verify size marked
+// '*'), a column per case, and with NCCL variants the fastest NCCL.
+func (g *grid) writeSection(w io.Writer, rep *Report, sec section) {
+	variants := len(rep.NCCLVariants) > 0
+	head := "mode " + sec.mode
+	if len(g.dtypes) > 1 || sec.dtype != "" && sec.dtype != BF16 {
+		head += ", " + cmp.Or(sec.dtype, orQ(rep.Run.Env.DType))
+	}
+	fmt.Fprintf(w, "\n%s\n", head)
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	hdr := "size\t" + strings.Join(g.cols, "\t")
+	if variants {
+		hdr += "\tfastest NCCL"
+	}
+	fmt.Fprintf(tw, "%s\t\n", hdr)
+	for _, s := range g.sizes {
+		label := FormatBytes(s)
+		if s == rep.Verify.Bytes {
+			label += "*"
+		}
+		row := []string{label}
+		best, hasBest := bestNCCL(g.all, s, sec.mode, sec.dtype)
+		for _, c := range g.cols {
+			row = append(row, g.cellText(sec, c, s, best, hasBest))
+		}
+		if variants {
+			if hasBest {
+				row = append(row, fmt.Sprintf("%s %.1f", VariantName(best.Variant), best.MedianUS))
+			} else {
+				row = append(row, "-")
+			}
+		}
+		fmt.Fprintf(tw, "%s\t\n", strings.Join(row, "\t"))
+	}
+	tw.Flush()
+}
+
+// cellText is case c's cell at size s in sec: the median in microseconds
+// with [p10-p90] (with the speed-up against best, the fastest correct
+// NCCL, when hasBest, and "cap" for a capped case), or its status, "-"
+// for none, INTERRUPTED for the case a signal cut short.
+func (g *grid) cellText(sec section, c string, s int, best Result, hasBest bool) string {
+	r, ok := g.cells[cell(sec, c, s)]
+	if !ok {
+		r, ok = g.wholeCase[c]
+	}
+	switch {
+	case !ok:
+		return "-"
+	case cell(sec, c, s) == g.cut:
+		return "INTERRUPTED"
+	case r.Status() != "ok":
+		return r.Status()
+	case !r.Timed():
+		return "ok (untimed)"
+	}
+	txt := fmt.Sprintf("%.1f [%.1f-%.1f]", r.MedianUS, r.P10US, r.P90US)
+	if hasBest && r.Impl != NCCL {
+		txt += fmt.Sprintf(" %.2fx", best.MedianUS/r.MedianUS)
+	}
+	if r.Cap {
+		txt += " cap"
+	}
+	return txt
+}
+
+// writeCosts prints the predicted allreduce time per verify pass of each
+// mode and case, with its speed-up against the baseline.
+func (rep *Report) writeCosts(w io.Writer) {
+	if len(rep.Costs) == 0 {
+		return
+	}
+	v := rep.Verify
+	fmt.Fprintf(w, "\npredicted allreduce time per EAGLE-3 verify pass: %d allreduces x %s (* above)\n", v.Count, v.Shape)
+	for _, c := range rep.Costs {
+		sp := ""
+		if c.Speedup > 0 {
+			sp = fmt.Sprintf("  %.2fx vs %s", c.Speedup, c.Baseline)
+		}
+		fmt.Fprintf(w, "  %-6s %-22s %8.1f us%s\n", c.Mode, caseName(Result{Impl: c.Impl, Branch: c.Branch, Islands: c.Islands, Variant: c.Variant}), c.TotalUS, sp)
 	}
 }
 
