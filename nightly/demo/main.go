@@ -6,20 +6,31 @@
 // Run it from the repository root:
 //
 //	go run ./nightly/demo [-dir nightly-demo]
+//
+// Its servers and bench run on an in-memory network on a fake clock
+// (demo.RunVirtual, a testing/synctest bubble), so it prints the same
+// figures on every run, however loaded the machine. A bubble needs a
+// *testing.T: main gets one from testing.Main, running the demo as the
+// one test of a test binary, and exits with the demo's code (2 when the
+// bubble itself failed, a deadlock say, which testing reports).
 package main
 
 import (
-	"net/http"
-	"net/http/httptest"
 	"os"
+	"testing"
 
 	"github.com/arpatch/arpatch/nightly/internal/demo"
 )
 
 func main() {
-	serve := func(h http.Handler) (string, func()) {
-		s := httptest.NewServer(h)
-		return s.URL, s.Close
-	}
-	os.Exit(demo.Run(os.Args[1:], os.Stdout, os.Stderr, serve, nil))
+	args := os.Args[1:]
+	os.Args = os.Args[:1] // testing.Main parses os.Args as its own -test.* flags
+	all := func(pat, str string) (bool, error) { return true, nil }
+	testing.Main(all, []testing.InternalTest{{Name: "demo", F: func(t *testing.T) {
+		code := 2
+		if !t.Run("virtual", func(t *testing.T) { code = demo.RunVirtual(t, args, os.Stdout, os.Stderr) }) {
+			code = 2
+		}
+		os.Exit(code)
+	}}}, nil, nil)
 }
