@@ -52,7 +52,10 @@ taken on another host). --server-cmd is read as SGLang's argparse
 reads it (aliases, unique prefixes, --opt=value, VAR=value before the
 program), with the options of --src's server_args.py when given, else a
 built-in table. Each finding has a severity and a remedy; the verdict sums
-up the judged GPUs' topology. It exits 1 when a finding is an error.
+up the judged GPUs' topology. It exits 1 when a finding is an error, and GPUs
+it could not judge are one (nvidia-smi unreadable or malformed,
+CUDA_VISIBLE_DEVICES naming GPUs it cannot match, such as MIG instances);
+4 when a signal stopped it.
 
 Examples:
    arpatch doctor

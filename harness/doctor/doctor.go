@@ -345,7 +345,7 @@ func visibleFindings(h *Host, j *Judged) []Finding {
 	v := j.Visible
 	switch {
 	case v.Unknown != "":
-		return []Finding{{ID: "visible.unknown", Severity: Warn, Title: "which GPUs the job uses cannot be judged",
+		return []Finding{{ID: "visible.unknown", Severity: Error, Title: "which GPUs the job uses cannot be judged",
 			Detail: v.Unknown + "; no finding is drawn about its GPUs, topology or TP size",
 			Remedy: "to have doctor judge them, run it with CUDA_VISIBLE_DEVICES naming whole GPUs by index or by the UUIDs `nvidia-smi -L` prints"}}
 	case v.Set && len(v.Indexes) == 0 && len(h.GPUs) > 0:

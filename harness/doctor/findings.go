@@ -30,7 +30,9 @@ func findings(h *Host, j *Judged, env []string) []Finding {
 			"install the NVIDIA driver (nvidia-smi comes with it), or run doctor on the GPU host")
 	}
 	for _, e := range h.Errors {
-		add("read.error", Warn, "could not read part of the host", e, "run doctor where nvidia-smi works, or check the driver")
+		// What nvidia-smi could not give was not judged: an error, so that
+		// doctor's exit says the host is not known good.
+		add("read.error", Error, "could not read part of the host, so the GPUs are not fully judged", e, "run doctor where nvidia-smi works, or check the driver")
 	}
 	if h.ToolchainError != "" {
 		add("read.toolchain", Warn, "could not read the CUDA toolchain and torch", h.ToolchainError,

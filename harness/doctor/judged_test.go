@@ -610,7 +610,7 @@ func TestVisibleNone(t *testing.T) {
 		}
 	}
 	rep := inspect("MIG-GPU-e8d79f49-af6d-114c-4a6f-188a424e617b/1/0", "python -m sglang.launch_server --tp 2")
-	if f := ids(rep)["visible.unknown"]; f.Severity != Warn || !strings.Contains(f.Detail, "MIG") || f.Remedy == "" {
+	if f := ids(rep)["visible.unknown"]; f.Severity != Error || !strings.Contains(f.Detail, "MIG") || f.Remedy == "" {
 		t.Errorf("MIG: %+v", rep.Findings)
 	}
 }
