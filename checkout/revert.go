@@ -93,42 +93,16 @@ func Revert(opts RevertOptions) (*RevertReport, error) {
 	// bytes are edits.
 	lost := edits(drift)
 	if len(lost) > 0 && !opts.Force {
-		var b strings.Builder
-		fmt.Fprintf(&b, "%s: files changed since apply, and revert would lose those edits:", opts.Src)
-		for _, d := range lost {
-			b.WriteString("\n  " + d.String())
-		}
-		fmt.Fprintf(&b, "\nnothing was changed. To keep your edits, save the tree's diff first (`%s > my.diff`: it holds the series' changes as well as yours, so take your lines from it after the revert), then run `%s`", sh("git", "-C", opts.Src, "diff"), sh("arpatch", "revert", "--src", opts.Src, "--force"))
-		return nil, errors.New(b.String())
+		return nil, lostEditsError(opts.Src, lost)
 	}
 	rep.Discarded = lost
 	tree, err := repo.TreeAt(st.Commit)
 	if err != nil {
 		return nil, err
 	}
-	var writes []safefs.Change
-	for _, f := range st.Files {
-		data, err := tree.ReadFile(f.Path)
-		switch {
-		case errors.Is(err, fs.ErrNotExist):
-			data = nil
-		case err != nil:
-			return nil, err
-		}
-		if upstream[f.Path] {
-			rep.AlreadyUpstream = append(rep.AlreadyUpstream, f.Path)
-		} else {
-			rep.Restored = append(rep.Restored, f.Path)
-		}
-		c := safefs.Change{Path: f.Path, Data: data}
-		if data != nil {
-			c.Mode = gitMode(tree.Mode(f.Path))
-		}
-		writes = append(writes, c)
-	}
-	// Restore in reverse patch order, the opposite of apply's.
-	for i, j := 0, len(writes)-1; i < j; i, j = i+1, j-1 {
-		writes[i], writes[j] = writes[j], writes[i]
+	writes, err := restores(tree, st, upstream, rep)
+	if err != nil {
+		return nil, err
 	}
 	if opts.DryRun {
 		return rep, nil
@@ -149,4 +123,48 @@ func Revert(opts RevertOptions) (*RevertReport, error) {
 		return nil, fmt.Errorf("files restored, but removing %s failed: %w", StatePath(gitDir), err)
 	}
 	return rep, nil
+}
+
+// lostEditsError refuses a revert that would lose the edits lost (files
+// changed since apply), saying how to keep them and how to go on.
+func lostEditsError(src string, lost []FileDrift) error {
+	var b strings.Builder
+	fmt.Fprintf(&b, "%s: files changed since apply, and revert would lose those edits:", src)
+	for _, d := range lost {
+		b.WriteString("\n  " + d.String())
+	}
+	fmt.Fprintf(&b, "\nnothing was changed. To keep your edits, save the tree's diff first (`%s > my.diff`: it holds the series' changes as well as yours, so take your lines from it after the revert), then run `%s`", sh("git", "-C", src, "diff"), sh("arpatch", "revert", "--src", src, "--force"))
+	return errors.New(b.String())
+}
+
+// restores are the writes that put each file st records back to its bytes
+// in tree (upstream's commit; nil for a file the commit does not hold),
+// in reverse patch order, the opposite of apply's. Each file goes into
+// rep.AlreadyUpstream when upstream says it holds them already, else into
+// rep.Restored.
+func restores(tree *gitsrc.CommitTree, st *State, upstream map[string]bool, rep *RevertReport) ([]safefs.Change, error) {
+	var writes []safefs.Change
+	for _, f := range st.Files {
+		data, err := tree.ReadFile(f.Path)
+		switch {
+		case errors.Is(err, fs.ErrNotExist):
+			data = nil
+		case err != nil:
+			return nil, err
+		}
+		if upstream[f.Path] {
+			rep.AlreadyUpstream = append(rep.AlreadyUpstream, f.Path)
+		} else {
+			rep.Restored = append(rep.Restored, f.Path)
+		}
+		c := safefs.Change{Path: f.Path, Data: data}
+		if data != nil {
+			c.Mode = gitMode(tree.Mode(f.Path))
+		}
+		writes = append(writes, c)
+	}
+	for i, j := 0, len(writes)-1; i < j; i, j = i+1, j-1 {
+		writes[i], writes[j] = writes[j], writes[i]
+	}
+	return writes, nil
 }
