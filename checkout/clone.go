@@ -84,31 +84,9 @@ func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer
 	if err != nil {
 		return gitsrc.CloneInfo{}, err
 	}
-	// Temp dirs carry the pid of their clone: one whose process is gone
-	// (killed with SIGKILL, a power cut) is removed here.
-	prefix := clonePrefix(dst)
-	for _, d := range StaleClones(dst) {
-		// Best effort: a stale clone that stays only costs disk, and
-		// the next clone tries again.
-		_ = os.RemoveAll(d)
-	}
-	// Clone takes the empty directory: made here with the mode git
-	// gives a checkout (0o777 less the umask, as git/git
-	// builtin/clone.c@v2.39.5 cmd_clone's mkdir(work_tree, 0777);
-	// os.MkdirTemp's is 0o700),
-	// not made, removed and made again by Clone. Renamed to dst on
-	// success. A temp that fails to go is swept by the next clone
-	// (above), once this pid is gone.
-	var tmp string
-	for {
-		tmp = filepath.Join(parent, prefix+strconv.Itoa(os.Getpid())+"-"+strconv.FormatUint(rand.Uint64(), 36))
-		err := os.Mkdir(tmp, 0o777)
-		if err == nil {
-			break
-		}
-		if !errors.Is(err, fs.ErrExist) {
-			return gitsrc.CloneInfo{}, err
-		}
+	tmp, err := makeCloneTemp(parent, dst)
+	if err != nil {
+		return gitsrc.CloneInfo{}, err
 	}
 	defer func() { _ = os.RemoveAll(tmp) }()
 	repo, info, err := gitsrc.Clone(ctx, source, tmp, progress)
@@ -141,22 +119,59 @@ func cloneInto(ctx context.Context, source, dst, want string, progress io.Writer
 	if ctx.Err() != nil {
 		return info, fmt.Errorf("clone %s: interrupted; nothing was kept", source)
 	}
+	return info, moveClone(tmp, dst)
+}
+
+// makeCloneTemp makes the directory a clone to dst goes into first, in
+// parent, named by clonePrefix, this pid and a random suffix, having
+// removed the stale ones (StaleClones) of processes that are gone.
+func makeCloneTemp(parent, dst string) (string, error) {
+	// Temp dirs carry the pid of their clone: one whose process is gone
+	// (killed with SIGKILL, a power cut) is removed here.
+	prefix := clonePrefix(dst)
+	for _, d := range StaleClones(dst) {
+		// Best effort: a stale clone that stays only costs disk, and
+		// the next clone tries again.
+		_ = os.RemoveAll(d)
+	}
+	// Clone takes the empty directory: made here with the mode git
+	// gives a checkout (0o777 less the umask, as git/git
+	// builtin/clone.c@v2.39.5 cmd_clone's mkdir(work_tree, 0777);
+	// os.MkdirTemp's is 0o700),
+	// not made, removed and made again by Clone. Renamed to dst on
+	// success. A temp that fails to go is swept by the next clone
+	// (above), once this pid is gone.
+	for {
+		tmp := filepath.Join(parent, prefix+strconv.Itoa(os.Getpid())+"-"+strconv.FormatUint(rand.Uint64(), 36))
+		err := os.Mkdir(tmp, 0o777)
+		if err == nil {
+			return tmp, nil
+		}
+		if !errors.Is(err, fs.ErrExist) {
+			return "", err
+		}
+	}
+}
+
+// moveClone renames the finished clone tmp to dst: over dst when it is an
+// empty directory (the checkout takes its mode), else to the missing dst.
+func moveClone(tmp, dst string) error {
 	if fi, err := os.Lstat(dst); err == nil {
 		// An empty directory: the checkout takes its mode, and
 		// rename(2) replaces it only while it is still empty (os.Rename
 		// refuses any directory).
 		if err := os.Chmod(tmp, fi.Mode().Perm()); err != nil {
-			return info, err
+			return err
 		}
 		if err := syscall.Rename(tmp, dst); err != nil {
-			return info, fmt.Errorf("clone into %s: %w (did something create files in it meanwhile?)", dst, err)
+			return fmt.Errorf("clone into %s: %w (did something create files in it meanwhile?)", dst, err)
 		}
-		return info, nil
+		return nil
 	}
 	if err := os.Rename(tmp, dst); err != nil {
-		return info, fmt.Errorf("clone into %s: %w (did another arpatch create it meanwhile?)", dst, err)
+		return fmt.Errorf("clone into %s: %w (did another arpatch create it meanwhile?)", dst, err)
 	}
-	return info, nil
+	return nil
 }
 
 // dryRunClone reports what a real run would do with a missing Src, checking
