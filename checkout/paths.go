@@ -33,26 +33,9 @@ const gitDirMode = "040000"
 // system's words. checkCmd is the `patches check` remedy for a series
 // made for another tree; src is the checkout's directory.
 func pathKinds(tree *gitsrc.CommitTree, head, src string, ps []*patches.Patch, checkCmd string) error {
-	created := map[string]string{} // path -> the patch that creates it, in the series' final tree
-	deleted := map[string]bool{}
-	for _, p := range ps {
-		for _, fc := range p.Diff.Changes {
-			switch fc.Op {
-			case patches.Create:
-				created[fc.Path] = p.Name
-				delete(deleted, fc.Path)
-			case patches.Delete:
-				deleted[fc.Path] = true
-				delete(created, fc.Path)
-			}
-		}
-	}
+	created, deleted := finalPaths(ps)
 	short := githash.Hash(head).Short()
-	nameMax := 255 // NAME_MAX of Linux's file systems, where statfs does not say
-	var sfs unix.Statfs_t
-	if unix.Statfs(src, &sfs) == nil && sfs.Namelen > 0 {
-		nameMax = int(sfs.Namelen)
-	}
+	nameMax := fsNameMax(src)
 	// refuse words a refusal: the patch, the change, why, and the remedy.
 	refuse := func(p *patches.Patch, fc *patches.FileChange, why, remedy string) error {
 		verb := "edits"
@@ -115,6 +98,36 @@ func pathKinds(tree *gitsrc.CommitTree, head, src string, ps []*patches.Patch, c
 		}
 	}
 	return nil
+}
+
+// finalPaths returns the paths ps (a series, in order) creates, each
+// with the patch that creates it, and those it deletes, as the series'
+// final tree has them.
+func finalPaths(ps []*patches.Patch) (created map[string]string, deleted map[string]bool) {
+	created, deleted = map[string]string{}, map[string]bool{}
+	for _, p := range ps {
+		for _, fc := range p.Diff.Changes {
+			switch fc.Op {
+			case patches.Create:
+				created[fc.Path] = p.Name
+				delete(deleted, fc.Path)
+			case patches.Delete:
+				deleted[fc.Path] = true
+				delete(created, fc.Path)
+			}
+		}
+	}
+	return created, deleted
+}
+
+// fsNameMax is the longest file name, in bytes, that src's file system
+// takes: statfs's, else 255 (NAME_MAX of Linux's file systems).
+func fsNameMax(src string) int {
+	var sfs unix.Statfs_t
+	if unix.Statfs(src, &sfs) == nil && sfs.Namelen > 0 {
+		return int(sfs.Namelen)
+	}
+	return 255
 }
 
 // cause is an os error's cause in the system's words, capitalised as git
