@@ -24,7 +24,7 @@ const LongFunc = 80
 // maxLong is the most long functions the tree may hold: the count when
 // this check was written, lowered as functions are split (the goal is
 // 15), never raised.
-const maxLong = 32
+const maxLong = 29
 
 // overSize are the files allowed over MaxFileLines, each with the most
 // lines it may have: patches/gaterule/dispatch.go is being replaced.
