@@ -100,7 +100,7 @@ Examples:
 			&cli.StringFlag{Name: "dtype", Usage: "element `TYPES`: bf16, fp16, fp32", Value: allreduce.BF16},
 			&cli.BoolFlag{Name: "nccl-debug", Usage: "record NCCL's transport (NCCL_DEBUG=INFO)", Value: true},
 			&cli.StringFlag{Name: "json", Usage: "write the report to `FILE`"},
-		}, allreduceRunFlags()...),
+		}, allreduceRunFlags("islands of ranks for the PCIe branch, `LAYOUT` as 0,1,2,3/4,5,6,7, or all; repeat for several")...),
 		Before: noArgs,
 		Action: action(benchAllreduceOpts, benchAllreduceRun),
 	}
@@ -433,8 +433,9 @@ func splitList(flag, s string) ([]string, error) {
 
 // allreduceRunFlags are the flags of a bench.py run that bench allreduce
 // and tune allreduce share: the extension, the interpreter, the timeout,
-// the batch counts and the log.
-func allreduceRunFlags() []cli.Flag {
+// the batch counts, the log, the NCCL variants and --islands, whose usage
+// islands is (bench compares layouts, tune measures one).
+func allreduceRunFlags(islands string) []cli.Flag {
 	return []cli.Flag{
 		&cli.StringFlag{Name: "ext", Usage: "allreduce extension `PATH` (.so) from arpatch build --allreduce-ext"},
 		&cli.StringFlag{Name: "src", Usage: "find the extension of this patched checkout `DIR` in the build cache; not read when --ext is given", Value: "sglang"},
@@ -446,7 +447,7 @@ func allreduceRunFlags() []cli.Flag {
 		&cli.IntFlag{Name: "inner", Usage: "allreduces `N` per timed batch or graph", Value: allreduce.DefaultInner},
 		&cli.IntFlag{Name: "reps", Usage: "timed batches `N` per case", Value: allreduce.DefaultReps},
 		&cli.StringFlag{Name: "log", Usage: "write the ranks' output to `FILE`"},
-		&cli.GenericFlag{Name: "islands", Value: &islandsFlag{}, Usage: "islands of ranks for the PCIe branch, `LAYOUT` as 0,1,2,3/4,5,6,7, or all; repeat for several", DefaultText: "from the host topology"},
+		&cli.GenericFlag{Name: "islands", Value: &islandsFlag{}, Usage: islands, DefaultText: "from the host topology"},
 		&cli.StringFlag{Name: "nccl-variants", Usage: "NCCL variants `NAMES` to run besides NCCL as the environment leaves it: all, none, or " + strings.Join(allreduce.VariantNames()[2:], ", "), Value: "all"},
 	}
 }

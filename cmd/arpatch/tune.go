@@ -100,7 +100,7 @@ Examples:
 			&cli.StringFlag{Name: "out", Usage: "write the thresholds to the env `FILE`", Value: "tune.env"},
 			&cli.StringFlag{Name: "json", Usage: "write every run and the choice to `FILE`"},
 			&cli.StringFlag{Name: "p2p", Usage: "the host's P2P measurement `FILE` (arpatch bench p2p --json FILE): the traffic model's constants for expect:"},
-		}, allreduceRunFlags()...),
+		}, allreduceRunFlags("the islands of ranks custom-island is measured with and the tune file's "+tune.EnvIslands+" gets: one `LAYOUT`, as 0,1,2,3/4,5,6,7 (to compare layouts, or all of them, use arpatch bench allreduce --islands)")...),
 		Before: noArgs,
 		Action: action(tuneAllreduceOpts, tuneAllreduceRun),
 	}
@@ -182,8 +182,8 @@ func tuneAllreduceOpts(f tuneAllreduceFlags) (tuneAllreduceOptions, error) {
 	if err != nil {
 		return o, err
 	}
-	if len(layouts) > 1 {
-		return o, usagef("--islands given %d times: tune allreduce measures custom-island with one layout (the one it would write to %s); tune once per layout, or compare layouts with arpatch bench allreduce --islands", len(layouts), tune.EnvIslands)
+	if len(f.Islands) > 1 || slices.Contains(f.Islands, "all") {
+		return o, usagef("--islands %s: tune allreduce measures custom-island with one layout (the one it writes to %s); tune once per layout, or compare layouts with arpatch bench allreduce --islands", strings.Join(f.Islands, " --islands "), tune.EnvIslands)
 	}
 	variants, err := f.variants()
 	if err != nil {
