@@ -287,12 +287,43 @@ func (h Header) Missing() []string {
 	return m
 }
 
+// fileChange turns go-diff's file diff into a FileChange: its operation
+// and clean path, its modes, its hunks in file order. Errors name the file.
 func fileChange(fd *diff.FileDiff) (*FileChange, error) {
-	fc := &FileChange{Op: Modify, Mode: "100644"}
 	hdr, err := readExtended(fileName(fd), fd.Extended)
 	if err != nil {
 		return nil, err
 	}
+	fc, err := newFileChange(fd, hdr)
+	if err != nil {
+		return nil, err
+	}
+	if err := fc.readModes(hdr); err != nil {
+		return nil, err
+	}
+	if len(fd.Hunks) == 0 && fc.Op == Modify && fc.NewMode == "" {
+		return nil, fmt.Errorf("%s: the file diff has no hunks and changes no mode", fc.Path)
+	}
+	if err := fc.readHunks(fd.Hunks); err != nil {
+		return nil, err
+	}
+	switch fc.Op {
+	case Create:
+		if len(fc.Hunks) > 1 || (len(fc.Hunks) == 1 && len(fc.Hunks[0].Old) != 0) {
+			return nil, fmt.Errorf("%s: a created file must be one hunk with no old lines", fc.Path)
+		}
+	case Delete:
+		if len(fc.Hunks) > 1 || (len(fc.Hunks) == 1 && len(fc.Hunks[0].New) != 0) {
+			return nil, fmt.Errorf("%s: a deleted file must be one hunk with no new lines", fc.Path)
+		}
+	}
+	return fc, nil
+}
+
+// newFileChange is fd's operation (create, delete or modify; a rename is
+// refused) and its path, cleaned of git's a/ or b/ (cleanPath).
+func newFileChange(fd *diff.FileDiff, hdr extended) (*FileChange, error) {
+	fc := &FileChange{Op: Modify, Mode: "100644"}
 	switch {
 	case fd.OrigName == "/dev/null" || hdr.newFile != "":
 		fc.Op = Create
@@ -315,12 +346,20 @@ func fileChange(fd *diff.FileDiff) (*FileChange, error) {
 		return nil, err
 	}
 	fc.Path = p
+	return fc, nil
+}
+
+// readModes takes the file's modes from its extended header: a created
+// file's mode, a mode change (old and new mode, as a pair), and the old
+// mode the headers claim (old mode, deleted file mode, index), which must
+// agree. Each mode must be one git writes (checkMode).
+func (fc *FileChange) readModes(hdr extended) error {
 	if hdr.newFile != "" {
 		fc.Mode = hdr.newFile
 	}
 	if hdr.oldMode != "" || hdr.newMode != "" {
 		if fc.Op != Modify || hdr.oldMode == "" || hdr.newMode == "" {
-			return nil, fmt.Errorf("%s: \"old mode\" and \"new mode\" come as a pair, on a file that is neither created nor deleted", fc.Path)
+			return fmt.Errorf("%s: \"old mode\" and \"new mode\" come as a pair, on a file that is neither created nor deleted", fc.Path)
 		}
 		if hdr.oldMode != hdr.newMode {
 			fc.OldMode, fc.NewMode = hdr.oldMode, hdr.newMode
@@ -328,7 +367,7 @@ func fileChange(fd *diff.FileDiff) (*FileChange, error) {
 	}
 	for _, m := range []string{fc.Mode, fc.OldMode, fc.NewMode, hdr.deletedFile, hdr.indexMode} {
 		if err := checkMode(m); err != nil {
-			return nil, fmt.Errorf("%s: %w", fc.Path, err)
+			return fmt.Errorf("%s: %w", fc.Path, err)
 		}
 	}
 	// Every header that claims the old mode claims the same one.
@@ -342,7 +381,7 @@ func fileChange(fd *diff.FileDiff) (*FileChange, error) {
 	if hdr.indexMode != "" {
 		if fc.Op == Create {
 			if hdr.indexMode != fc.Mode {
-				return nil, fmt.Errorf("%s: \"index ... %s\" disagrees with the created file's mode %s", fc.Path, hdr.indexMode, fc.Mode)
+				return fmt.Errorf("%s: \"index ... %s\" disagrees with the created file's mode %s", fc.Path, hdr.indexMode, fc.Mode)
 			}
 		} else {
 			claims = append(claims, [2]string{hdr.indexMode, "index ... " + hdr.indexMode})
@@ -350,20 +389,23 @@ func fileChange(fd *diff.FileDiff) (*FileChange, error) {
 	}
 	for _, c := range claims {
 		if c[0] != claims[0][0] {
-			return nil, fmt.Errorf("%s: %q and %q claim different old modes", fc.Path, claims[0][1], c[1])
+			return fmt.Errorf("%s: %q and %q claim different old modes", fc.Path, claims[0][1], c[1])
 		}
 	}
 	if len(claims) > 0 {
 		fc.ModeClaim, fc.ModeClaimBy = claims[0][0], claims[0][1]
 	}
-	if len(fd.Hunks) == 0 && fc.Op == Modify && fc.NewMode == "" {
-		return nil, fmt.Errorf("%s: the file diff has no hunks and changes no mode", fc.Path)
-	}
+	return nil
+}
+
+// readHunks converts each hunk (convertHunk) and refuses hunks out of
+// file order or overlapping.
+func (fc *FileChange) readHunks(hunks []*diff.Hunk) error {
 	lastEnd := 0
-	for i, h := range fd.Hunks {
+	for i, h := range hunks {
 		hk, err := convertHunk(h)
 		if err != nil {
-			return nil, fmt.Errorf("%s: %w", fc.Path, err)
+			return fmt.Errorf("%s: %w", fc.Path, err)
 		}
 		// git apply places each hunk on the file as the hunks before it
 		// left it and takes the new side's start only as a first guess,
@@ -375,7 +417,7 @@ func fileChange(fd *diff.FileDiff) (*FileChange, error) {
 			first++
 		}
 		if i > 0 && first <= lastEnd {
-			return nil, fmt.Errorf("%s: hunk %s is out of order: its old side starts at line %d, but the hunk before it reaches line %d; hunks must follow each other down the file without overlapping (regenerate the patch with git diff)", fc.Path, hk.Header, first, lastEnd)
+			return fmt.Errorf("%s: hunk %s is out of order: its old side starts at line %d, but the hunk before it reaches line %d; hunks must follow each other down the file without overlapping (regenerate the patch with git diff)", fc.Path, hk.Header, first, lastEnd)
 		}
 		if hk.OrigLines > 0 {
 			lastEnd = hk.OrigStart + hk.OrigLines - 1
@@ -384,17 +426,7 @@ func fileChange(fd *diff.FileDiff) (*FileChange, error) {
 		}
 		fc.Hunks = append(fc.Hunks, hk)
 	}
-	switch fc.Op {
-	case Create:
-		if len(fc.Hunks) > 1 || (len(fc.Hunks) == 1 && len(fc.Hunks[0].Old) != 0) {
-			return nil, fmt.Errorf("%s: a created file must be one hunk with no old lines", fc.Path)
-		}
-	case Delete:
-		if len(fc.Hunks) > 1 || (len(fc.Hunks) == 1 && len(fc.Hunks[0].New) != 0) {
-			return nil, fmt.Errorf("%s: a deleted file must be one hunk with no new lines", fc.Path)
-		}
-	}
-	return fc, nil
+	return nil
 }
 
 func fileName(fd *diff.FileDiff) string {
@@ -497,24 +529,34 @@ func convertHunk(h *diff.Hunk) (*Hunk, error) {
 			return nil, fmt.Errorf("hunk %s: unexpected line %q", hk.Header, raw)
 		}
 	}
+	if err := hk.check(); err != nil {
+		return nil, err
+	}
+	return hk, nil
+}
+
+// check refuses a hunk that changes nothing, has a range starting at line
+// 0 that is not empty, a line without a newline before the last, or a
+// body whose line counts disagree with its header.
+func (hk *Hunk) check() error {
 	if changed := strings.Join(hk.Old, "") != strings.Join(hk.New, ""); !changed {
-		return nil, fmt.Errorf("hunk %s: changes nothing", hk.Header)
+		return fmt.Errorf("hunk %s: changes nothing", hk.Header)
 	}
 	if (hk.OrigStart == 0 && hk.OrigLines != 0) || (hk.NewStart == 0 && hk.NewLines != 0) {
-		return nil, fmt.Errorf("hunk %s: a range starting at line 0 must be empty", hk.Header)
+		return fmt.Errorf("hunk %s: a range starting at line 0 must be empty", hk.Header)
 	}
 	for _, side := range [][]string{hk.Old, hk.New} {
 		for i, l := range side {
 			if l == "" || (i < len(side)-1 && !strings.HasSuffix(l, "\n")) {
-				return nil, fmt.Errorf("hunk %s: line %d has no newline but is not the file's last line", hk.Header, i+1)
+				return fmt.Errorf("hunk %s: line %d has no newline but is not the file's last line", hk.Header, i+1)
 			}
 		}
 	}
 	if len(hk.Old) != hk.OrigLines || len(hk.New) != hk.NewLines {
-		return nil, fmt.Errorf("hunk %s: body has %d old and %d new lines, header says %d and %d",
+		return fmt.Errorf("hunk %s: body has %d old and %d new lines, header says %d and %d",
 			hk.Header, len(hk.Old), len(hk.New), hk.OrigLines, hk.NewLines)
 	}
-	return hk, nil
+	return nil
 }
 
 // HunkRange is a hunk range as git writes it in an @@ line: "N" for one
