@@ -178,16 +178,8 @@ func Run(opts Options) (*Report, error) {
 	}
 	rep := &Report{Series: s.Name, From: from, To: opts.To, Clean: true}
 	base, theirs := newMem(baseTree), newMem(toTree)
-	for old, np := range opts.Moves {
-		if !changes(ps, old) {
-			return nil, fmt.Errorf("--move %s=%s: series %s does not change %s", old, np, s.Name, old)
-		}
-		if _, err := toTree.ReadFile(old); err == nil {
-			return nil, fmt.Errorf("--move %s=%s: %s is still there at %s; nothing to move", old, np, old, githash.Hash(opts.To).Short())
-		}
-		if _, err := toTree.ReadFile(np); err != nil {
-			return nil, fmt.Errorf("--move %s=%s: %s is not a file at %s", old, np, np, githash.Hash(opts.To).Short())
-		}
+	if err := checkMoves(opts, ps, toTree); err != nil {
+		return nil, err
 	}
 	moved, follow := FollowMissing(opts.Repo, from, opts.To, ps, toTree, opts.Moves)
 	seen := map[string]bool{}
@@ -240,20 +232,47 @@ func Run(opts Options) (*Report, error) {
 		rep.Patches = append(rep.Patches, pr)
 	}
 	if rep.Clean {
-		var ported []*patches.Patch
-		for i, pr := range rep.Patches {
-			d, err := patches.ParseDiff(pr.Patch, pr.Text)
-			if err != nil {
-				return nil, err // verify parsed it already
-			}
-			ported = append(ported, &patches.Patch{Name: pr.Patch, Provides: ps[i].Provides, Diff: d})
-		}
-		if _, err := patches.ApplyChecked(toTree, ported); err != nil {
-			rep.Clean = false
-			rep.Refused = err.Error()
+		if err := rep.applyPorted(ps, toTree); err != nil {
+			return nil, err
 		}
 	}
 	return rep, nil
+}
+
+// checkMoves refuses a --move OLD=NEW whose OLD the series does not
+// change, whose OLD is still at opts.To, or whose NEW is not a file there.
+func checkMoves(opts Options, ps []*patches.Patch, toTree *gitsrc.CommitTree) error {
+	for old, np := range opts.Moves {
+		if !changes(ps, old) {
+			return fmt.Errorf("--move %s=%s: series %s does not change %s", old, np, opts.Series.Name, old)
+		}
+		if _, err := toTree.ReadFile(old); err == nil {
+			return fmt.Errorf("--move %s=%s: %s is still there at %s; nothing to move", old, np, old, githash.Hash(opts.To).Short())
+		}
+		if _, err := toTree.ReadFile(np); err != nil {
+			return fmt.Errorf("--move %s=%s: %s is not a file at %s", old, np, np, githash.Hash(opts.To).Short())
+		}
+	}
+	return nil
+}
+
+// applyPorted applies the ported series (each patch keeping what its
+// original provides) to toTree as apply would; a refusal marks the report
+// not clean, with the refusal in Refused.
+func (rep *Report) applyPorted(ps []*patches.Patch, toTree *gitsrc.CommitTree) error {
+	var ported []*patches.Patch
+	for i, pr := range rep.Patches {
+		d, err := patches.ParseDiff(pr.Patch, pr.Text)
+		if err != nil {
+			return err // verify parsed it already
+		}
+		ported = append(ported, &patches.Patch{Name: pr.Patch, Provides: ps[i].Provides, Diff: d})
+	}
+	if _, err := patches.ApplyChecked(toTree, ported); err != nil {
+		rep.Clean = false
+		rep.Refused = err.Error()
+	}
+	return nil
 }
 
 // BaseCommit returns the last of the series' tested_on commits that repo
