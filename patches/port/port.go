@@ -383,18 +383,12 @@ func changes(ps []*patches.Patch, path string) bool {
 
 // portFile ports one file change, records its hunks and conflicts in pr,
 // updates the base and target views, and returns the file's section of
-// the ported patch ("" when it conflicts).
+// the ported patch ("" when it conflicts): directly when every hunk's
+// context is at the target, else by a three-way merge.
 func portFile(p *patches.Patch, fc *patches.FileChange, newPath string, moves []gitsrc.Rename, base, theirs *mem, pr *Patch) (string, error) {
-	one := func(path string, hunks []*patches.Hunk) []*patches.Patch {
-		c := *fc
-		c.Path, c.Hunks = path, hunks
-		return []*patches.Patch{{Name: p.Name, Diff: &patches.Diff{Header: p.Diff.Header, Changes: []*patches.FileChange{&c}}}}
-	}
-	hunkReport := func(h *patches.Hunk, st Status) Hunk {
-		return Hunk{Patch: p.Name, File: fc.Path, Path: newPath, Hunk: h.Header, Status: st, Moved: moves}
-	}
+	fp := &filePort{p: p, fc: fc, newPath: newPath, moves: moves, theirs: theirs, pr: pr}
 	// ours = base + this file change.
-	ours, err := patches.Apply(base, one(fc.Path, fc.Hunks))
+	ours, err := patches.Apply(base, fp.one(fc.Path, fc.Hunks))
 	if err != nil {
 		return "", fmt.Errorf("series patch %s does not apply to its own base commit (with the patches before it), so it cannot be ported: %w", p.Name, err)
 	}
@@ -403,32 +397,14 @@ func portFile(p *patches.Patch, fc *patches.FileChange, newPath string, moves []
 	base.set(fc.Path, oursFile.After, oursFile.Op != patches.Delete)
 
 	// Direct: every hunk's context is at the target.
-	if res, err := patches.Apply(theirs, one(newPath, fc.Hunks)); err == nil {
-		var hunks []*patches.Hunk
-		for i, h := range fc.Hunks {
-			hr := res.Hunks[i]
-			st := Exact
-			if hr.Offset != 0 {
-				st = Offset
-			}
-			r := hunkReport(h, st)
-			r.Offset, r.Line = hr.Offset, hr.Line
-			pr.Hunks = append(pr.Hunks, r)
-			hunks = append(hunks, h)
-		}
-		if len(res.Files) == 0 {
-			return "", nil // the target already holds this change
-		}
-		f := res.Files[0]
-		before, _ := theirs.ReadFile(newPath)
-		theirs.stage(newPath, f.After, f.Op != patches.Delete)
-		return section(newPath, f, before, reheader(hunks, res.Hunks), theirs.mode(newPath)), nil
+	if res, err := patches.Apply(theirs, fp.one(newPath, fc.Hunks)); err == nil {
+		return fp.direct(res), nil
 	}
 	if fc.Op != patches.Modify {
 		pr.Clean = false
 		pr.Conflicts = append(pr.Conflicts, ConflictDetail{Patch: p.Name, Path: newPath, Reason: fmt.Sprintf("the patch %ss %s, which does not fit the target as is; port %s by hand", fc.Op, newPath, fc.Op)})
 		for _, h := range fc.Hunks {
-			pr.Hunks = append(pr.Hunks, hunkReport(h, Conflict))
+			pr.Hunks = append(pr.Hunks, fp.hunkReport(h, Conflict))
 		}
 		return "", nil
 	}
@@ -438,12 +414,71 @@ func portFile(p *patches.Patch, fc *patches.FileChange, newPath string, moves []
 		pr.Conflicts = append(pr.Conflicts, ConflictDetail{Patch: p.Name, Path: newPath, Reason: err.Error()})
 		return "", nil
 	}
-	m := merge3.Merge(lines(baseBytes), lines(oursFile.After), lines(theirsBytes))
+	return fp.merge(baseBytes, ours, theirsBytes), nil
+}
+
+// filePort is one file change being ported: the patch, the change, its
+// path at the target, the moves that led there, the target's view, and
+// the patch's report.
+type filePort struct {
+	p       *patches.Patch
+	fc      *patches.FileChange
+	newPath string
+	moves   []gitsrc.Rename
+	theirs  *mem
+	pr      *Patch
+}
+
+// one is the change alone, at path with hunks, as a series of one patch.
+func (fp *filePort) one(path string, hunks []*patches.Hunk) []*patches.Patch {
+	c := *fp.fc
+	c.Path, c.Hunks = path, hunks
+	return []*patches.Patch{{Name: fp.p.Name, Diff: &patches.Diff{Header: fp.p.Diff.Header, Changes: []*patches.FileChange{&c}}}}
+}
+
+// hunkReport is hunk h's line of the report, with status st.
+func (fp *filePort) hunkReport(h *patches.Hunk, st Status) Hunk {
+	return Hunk{Patch: fp.p.Name, File: fp.fc.Path, Path: fp.newPath, Hunk: h.Header, Status: st, Moved: fp.moves}
+}
+
+// direct records each hunk where res (the change applied to the target
+// as is) placed it, exactly or at an offset, stages the result and
+// returns its section ("" when the target already holds the change).
+func (fp *filePort) direct(res *patches.Result) string {
+	var hunks []*patches.Hunk
+	for i, h := range fp.fc.Hunks {
+		hr := res.Hunks[i]
+		st := Exact
+		if hr.Offset != 0 {
+			st = Offset
+		}
+		r := fp.hunkReport(h, st)
+		r.Offset, r.Line = hr.Offset, hr.Line
+		fp.pr.Hunks = append(fp.pr.Hunks, r)
+		hunks = append(hunks, h)
+	}
+	if len(res.Files) == 0 {
+		return "" // the target already holds this change
+	}
+	f := res.Files[0]
+	before, _ := fp.theirs.ReadFile(fp.newPath)
+	fp.theirs.stage(fp.newPath, f.After, f.Op != patches.Delete)
+	return section(fp.newPath, f, before, reheader(hunks, res.Hunks), fp.theirs.mode(fp.newPath))
+}
+
+// merge merges the change three ways (base, ours: base with the change,
+// theirs: the target's bytes), records each hunk as merged, conflicting or
+// still fitting alone, and each conflict with the hunks it touches; it
+// stages the merge and returns its section, or "" when it conflicts or
+// changes nothing.
+func (fp *filePort) merge(baseBytes []byte, ours *patches.Result, theirsBytes []byte) string {
+	fc, pr, newPath, theirs := fp.fc, fp.pr, fp.newPath, fp.theirs
+	m := merge3.Merge(lines(baseBytes), lines(ours.Files[0].After), lines(theirsBytes))
 	// Where each source hunk sat in base.
 	spans := hunkSpans(fc, ours)
 	conflicted := make([]bool, len(fc.Hunks))
 	for _, c := range m.Conflicts {
-		d := ConflictDetail{Patch: p.Name, Path: newPath, Reason: "the patch and upstream changed the same lines", BaseLine: c.BaseStart + 1, Base: c.Base, Ours: c.Ours, Theirs: c.Theirs}
+		d := ConflictDetail{Patch: fp.p.Name, Path: newPath, Reason: "the patch and upstream changed the same lines", BaseLine: c.BaseStart + 1, Base: c.Base, Ours: c.Ours, Theirs: c.Theirs}
 		for i, sp := range spans {
 			if sp[0] <= c.BaseEnd && c.BaseStart <= sp[1] {
 				conflicted[i] = true
@@ -456,30 +491,30 @@ func portFile(p *patches.Patch, fc *patches.FileChange, newPath string, moves []
 		st := Merged
 		if conflicted[i] {
 			st = Conflict
-		} else if res, err := patches.Apply(theirs, one(newPath, []*patches.Hunk{h})); err == nil {
+		} else if res, err := patches.Apply(theirs, fp.one(newPath, []*patches.Hunk{h})); err == nil {
 			// This hunk alone still fits; the file needed the merge
 			// for another.
 			st = Exact
-			r := hunkReport(h, st)
+			r := fp.hunkReport(h, st)
 			if r.Offset, r.Line = res.Hunks[0].Offset, res.Hunks[0].Line; r.Offset != 0 {
 				r.Status = Offset
 			}
 			pr.Hunks = append(pr.Hunks, r)
 			continue
 		}
-		pr.Hunks = append(pr.Hunks, hunkReport(h, st))
+		pr.Hunks = append(pr.Hunks, fp.hunkReport(h, st))
 	}
 	if !m.Clean() {
 		pr.Clean = false
-		return "", nil
+		return ""
 	}
 	merged := []byte(strings.Join(m.Lines, ""))
 	if bytes.Equal(merged, theirsBytes) {
-		return "", nil
+		return ""
 	}
 	theirs.stage(newPath, merged, true)
 	f := &patches.FileResult{Path: newPath, Op: patches.Modify, Before: theirsBytes, After: merged, Mode: fc.NewMode, OldMode: fc.OldMode}
-	return section(newPath, f, theirsBytes, unified(lines(theirsBytes), m.Lines), theirs.mode(newPath)), nil
+	return section(newPath, f, theirsBytes, unified(lines(theirsBytes), m.Lines), theirs.mode(newPath))
 }
 
 // hunkSpans returns, per hunk, the 0-based base line range [start, end]
