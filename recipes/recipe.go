@@ -343,7 +343,26 @@ func (r *Recipe) fail(key, format string, args ...any) error {
 	return r.KeyError(key, fmt.Errorf(format, args...))
 }
 
+// validate checks the recipe decoded with md, returning the first problem
+// as a KeyError: its name and upstream, the bounds of its bench counts,
+// its build, then the rest of its bench.
 func (r *Recipe) validate(md toml.MetaData) error {
+	if err := r.validateHead(md); err != nil {
+		return err
+	}
+	if err := r.validateBounds(md); err != nil {
+		return err
+	}
+	if err := r.validateBuild(); err != nil {
+		return err
+	}
+	return r.validateBench()
+}
+
+// validateHead checks the recipe's name, its upstream (a table with a
+// full commit; a url, when given, not empty), skip (only with a series)
+// and its env's names.
+func (r *Recipe) validateHead(md toml.MetaData) error {
 	fail := r.fail
 	if r.Name == "" {
 		return fail("name", "missing; every recipe has a name")
@@ -371,8 +390,14 @@ func (r *Recipe) validate(md toml.MetaData) error {
 	if md.IsDefined("upstream", "url") && strings.TrimSpace(r.Upstream.URL) == "" {
 		return fail("upstream.url", "is empty; remove the key to use %s, or name a repository", DefaultUpstreamURL)
 	}
-	// Every count the file gives is bounded (package bounds): a huge one
-	// would reach an allocation or a loop that never ends.
+	return nil
+}
+
+// validateBounds checks each bench count the file gives against package
+// bounds (a huge one would reach an allocation or a loop that never ends),
+// and the concurrency levels (CheckLevels).
+func (r *Recipe) validateBounds(md toml.MetaData) error {
+	fail := r.fail
 	for _, k := range []string{"tp", "speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens", "num_prompts", "max_new_tokens", "warmup", "trials"} {
 		if md.IsDefined("bench", k) {
 			if err := bounds.Check(k, int64(intField(&r.Bench, k))); err != nil {
@@ -385,6 +410,13 @@ func (r *Recipe) validate(md toml.MetaData) error {
 			return fail("bench.concurrency", "%v", err)
 		}
 	}
+	return nil
+}
+
+// validateBuild checks [build]: each arch a known CUDA arch, written
+// without sm_; jobs within bounds; a known tool.
+func (r *Recipe) validateBuild() error {
+	fail := r.fail
 	for _, a := range r.Build.Archs {
 		switch c, ok := cudaarch.Canonical(a); {
 		case ok && string(c) != a:
@@ -399,6 +431,14 @@ func (r *Recipe) validate(md toml.MetaData) error {
 	if !ValidTool(r.Build.Tool) {
 		return fail("build.tool", "%q: use %q, %q or %q", r.Build.Tool, ToolAuto, ToolUV, ToolPip)
 	}
+	return nil
+}
+
+// validateBench checks [bench]: the speculative algorithm, no negative
+// count, each arm's name (valid, once) and env names, and a baseline_arm
+// that names an arm.
+func (r *Recipe) validateBench() error {
+	fail := r.fail
 	b := r.Bench
 	if err := CheckSpecAlgorithm(b.SpeculativeAlgorithm); err != nil {
 		return fail("bench.speculative_algorithm", "%v", err)
