@@ -135,6 +135,19 @@ func startOnFreePort(ctx context.Context, host string, at func(port int) Spec, p
 // the wait times out (the process group is then killed), and ctx's error,
 // after killing it, when ctx is cancelled.
 func Start(ctx context.Context, spec Spec) (*Proc, error) {
+	p, err := launch(spec.withDefaults())
+	if err != nil {
+		return nil, err
+	}
+	if err := p.waitReady(ctx); err != nil {
+		return nil, err
+	}
+	return p, nil
+}
+
+// withDefaults is spec with DefaultHost, DefaultReadyTimeout, a 250 ms
+// poll interval and a 15 s grace where it leaves them zero.
+func (spec Spec) withDefaults() Spec {
 	if spec.Host == "" {
 		spec.Host = DefaultHost
 	}
@@ -147,6 +160,14 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 	if spec.Grace == 0 {
 		spec.Grace = 15 * time.Second
 	}
+	return spec
+}
+
+// launch starts the server in its own process group, its output to
+// spec.LogPath (headed by the arm and its command line), and records the
+// group beside the log (PGIDSuffix); a server whose group cannot be
+// recorded is stopped.
+func launch(spec Spec) (*Proc, error) {
 	logf, err := os.Create(spec.LogPath)
 	if err != nil {
 		return nil, fmt.Errorf("server log: %w", err)
@@ -176,12 +197,20 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 	if err := lockfile.WritePID(spec.LogPath+PGIDSuffix, cmd.PGID()); err != nil {
 		return nil, errors.Join(fmt.Errorf("recording the server's process group: %w", err), p.Stop())
 	}
+	return p, nil
+}
+
+// waitReady probes the server's health until it answers, 5 ms apart at
+// first and the gap doubling up to PollInterval. It returns an *ExitError
+// when the server exits first or is not ready within ReadyTimeout (it is
+// then stopped), and ctx's error, after stopping it, when ctx ends.
+func (p *Proc) waitReady(ctx context.Context) error {
 	client := sglang.NewClient(p.URL)
 	// A probe ends when the server exits, as well as at the ready
 	// deadline or ctx's end: a probe that another process's listener
 	// holds (its port taken between FreePort and the server's bind) must
 	// not hide the exit.
-	ready, endReady := context.WithTimeout(ctx, spec.ReadyTimeout)
+	ready, endReady := context.WithTimeout(ctx, p.Spec.ReadyTimeout)
 	defer endReady()
 	probing, endProbing := context.WithCancel(ready)
 	defer endProbing()
@@ -196,7 +225,7 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 	// a server that is ready in milliseconds (a test's, a restart) is not
 	// waited on for a whole interval, and one that loads a model for
 	// minutes is probed every PollInterval after the first few.
-	gap := min(5*time.Millisecond, spec.PollInterval)
+	gap := min(5*time.Millisecond, p.Spec.PollInterval)
 	tick := time.NewTimer(gap)
 	defer tick.Stop()
 	for {
@@ -204,28 +233,28 @@ func Start(ctx context.Context, spec Spec) (*Proc, error) {
 		herr := client.Health(hctx)
 		cancel()
 		if herr == nil {
-			return p, nil
+			return nil
 		}
 		select {
 		case <-p.done: // its group is killed too, so the record goes
 			p.end()
-			_ = os.Remove(spec.LogPath + PGIDSuffix)
+			_ = os.Remove(p.Spec.LogPath + PGIDSuffix)
 			_ = p.log.Close() // the server wrote through its own descriptor: closing ours loses nothing
-			return nil, &ExitError{Name: spec.Name, Log: spec.LogPath, Why: "exited (" + ExitStatus(p.err) + ") before it was ready" + earlyZero(p.err), Tail: Tail(spec.LogPath, 40), Exited: true}
+			return &ExitError{Name: p.Spec.Name, Log: p.Spec.LogPath, Why: "exited (" + ExitStatus(p.err) + ") before it was ready" + earlyZero(p.err), Tail: Tail(p.Spec.LogPath, 40), Exited: true}
 		case <-ready.Done():
 			if ctx.Err() != nil {
 				if err := p.Stop(); err != nil {
-					return nil, errors.Join(ctx.Err(), fmt.Errorf("stopping the server for arm %s: %w", spec.Name, err))
+					return errors.Join(ctx.Err(), fmt.Errorf("stopping the server for arm %s: %w", p.Spec.Name, err))
 				}
-				return nil, ctx.Err()
+				return ctx.Err()
 			}
-			why := fmt.Sprintf("was not ready after %s (%v)", spec.ReadyTimeout, herr)
+			why := fmt.Sprintf("was not ready after %s (%v)", p.Spec.ReadyTimeout, herr)
 			if err := p.Stop(); err != nil {
 				why += fmt.Sprintf("; stopping it: %v", err)
 			}
-			return nil, &ExitError{Name: spec.Name, Log: spec.LogPath, Why: why, Tail: Tail(spec.LogPath, 40)}
+			return &ExitError{Name: p.Spec.Name, Log: p.Spec.LogPath, Why: why, Tail: Tail(p.Spec.LogPath, 40)}
 		case <-tick.C:
-			gap = min(2*gap, spec.PollInterval)
+			gap = min(2*gap, p.Spec.PollInterval)
 			tick.Reset(gap)
 		}
 	}
