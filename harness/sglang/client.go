@@ -368,13 +368,13 @@ func ReadStream(r io.Reader, start time.Time, now func() time.Time, incremental 
 	readStream(r, start, now, streamMode{incremental: incremental, agree: agreeTokens, limits: Limits{PromptBytes: -1}}, s)
 }
 
+// readStream reads the stream r into s, line by line: each "data:" line
+// is one chunk (streamState.chunk) until [DONE], an error or the stream's
+// end, each timed by now against start.
 func readStream(r io.Reader, start time.Time, now func() time.Time, mode streamMode, s *Sample) {
-	incremental := mode.incremental
-	agree := cmp.Or(mode.agree, DefaultAgreeTokens)
-	prev, extending, texts := "", true, 0 // raw chunk texts: do they extend each other?
+	st := &streamState{mode: mode, agree: cmp.Or(mode.agree, DefaultAgreeTokens), start: start, s: s, extending: true}
 	br := bufio.NewReaderSize(r, 64<<10)
-	var last time.Time
-	lastTokens, lastVerify := 0, 0
+read:
 	for {
 		line, err := br.ReadSlice('\n')
 		if err == bufio.ErrBufferFull {
@@ -387,94 +387,15 @@ func readStream(r io.Reader, start time.Time, now func() time.Time, mode streamM
 		}
 		t := now()
 		if errors.Is(err, errLongLine) {
-			s.Err = fmt.Sprintf("%schunk %d: a line longer than %d bytes", ImpossibleData, s.Chunks+1, maxLine)
-			s.E2E = t.Sub(start).Seconds()
+			st.fail(t, fmt.Sprintf("%schunk %d: a line longer than %d bytes", ImpossibleData, s.Chunks+1, maxLine))
 			return
 		}
-		line = bytes.TrimSpace(line)
-		if len(line) > 0 {
-			data, ok := bytes.CutPrefix(line, []byte("data:"))
-			if ok {
-				data = bytes.TrimSpace(data)
-				if bytes.Equal(data, []byte("[DONE]")) {
-					s.E2E = t.Sub(start).Seconds()
-					break
-				}
-				var c chunk
-				if jerr := json.Unmarshal(data, &c); jerr != nil {
-					s.Err = fmt.Sprintf("malformed chunk %d: %v", s.Chunks+1, jerr)
-					s.E2E = t.Sub(start).Seconds()
-					return
-				}
-				if len(c.Error) > 0 && string(c.Error) != "null" {
-					s.Err = "server error: " + string(c.Error)
-					s.E2E = t.Sub(start).Seconds()
-					return
-				}
-				s.Chunks++
-				m := c.MetaInfo
-				if bad := mode.limits.check(s.Chunks, m, lastTokens, lastVerify); bad != "" {
-					s.Err = bad
-					s.E2E = t.Sub(start).Seconds()
-					return
-				}
-				lastVerify = max(lastVerify, m.SpecVerifyCt)
-				if m.PromptTokens > 0 {
-					s.PromptTokens = m.PromptTokens
-				}
-				if s.TTFT == 0 && (m.CompletionTokens > 0 || c.Text != "") {
-					s.TTFT = t.Sub(start).Seconds()
-					last = t
-				} else if n := m.CompletionTokens - lastTokens; n > 0 && !last.IsZero() {
-					gap := t.Sub(last).Seconds() / float64(n)
-					for i := 0; i < n; i++ {
-						s.ITL = append(s.ITL, gap)
-					}
-					last = t
-				}
-				if m.CompletionTokens > 0 {
-					lastTokens = m.CompletionTokens
-				}
-				s.CompletionTokens = m.CompletionTokens
-				switch {
-				case incremental:
-					if c.Text != "" {
-						extending = extending && len(c.Text) > len(prev) && strings.HasPrefix(c.Text, prev)
-						prev = c.Text
-						texts++
-					}
-					if extending && texts >= 3 {
-						s.Err = fmt.Sprintf("%sthe texts of the first %d chunks each extend the one before: the server sends whole texts though %s", ModeMismatch, texts, mode.said())
-						s.E2E = t.Sub(start).Seconds()
-						return
-					}
-					s.Text += c.Text
-				case !strings.HasPrefix(c.Text, s.Text):
-					s.Err = fmt.Sprintf("%schunk %d's text does not extend the text so far: the server streams text deltas (--incremental-streaming-output) though %s", ModeMismatch, s.Chunks, mode.said())
-					s.E2E = t.Sub(start).Seconds()
-					return
-				default:
-					s.Text = c.Text
-				}
-				if grew := len(s.Marks) == 0 || m.CompletionTokens > s.Marks[len(s.Marks)-1][0]; grew && s.TokensAtAgree == 0 {
-					s.Marks = append(s.Marks, [2]int{m.CompletionTokens, len(s.Text)})
-				}
-				if s.TokensAtAgree == 0 && m.CompletionTokens >= agree {
-					s.TextAtAgree, s.TokensAtAgree = s.Text, m.CompletionTokens
-				}
-				if m.SpecVerifyCt > 0 {
-					s.SpecVerifyCt = m.SpecVerifyCt
-				}
-				if m.SpecAcceptLength > 0 {
-					s.SpecAcceptLength = m.SpecAcceptLength
-				}
-				if fr, msg := finishReason(m.FinishReason); fr != "" {
-					s.FinishReason = fr
-					s.E2E = t.Sub(start).Seconds()
-					if fr == FinishAbort {
-						s.Err = "aborted by the server: " + msg
-					}
-				}
+		if data, ok := bytes.CutPrefix(bytes.TrimSpace(line), []byte("data:")); ok {
+			switch st.chunk(t, bytes.TrimSpace(data)) {
+			case streamDone:
+				break read
+			case streamFailed:
+				return
 			}
 		}
 		if err != nil {
@@ -492,6 +413,133 @@ func readStream(r io.Reader, start time.Time, now func() time.Time, mode streamM
 	if s.TokensAtAgree == 0 {
 		s.TextAtAgree, s.TokensAtAgree = s.Text, s.CompletionTokens
 	}
+}
+
+// streamStep is what a chunk leaves the stream to do: read on, stop at
+// [DONE], or stop on an error (in the sample's Err).
+type streamStep int
+
+const (
+	streamMore streamStep = iota
+	streamDone
+	streamFailed
+)
+
+// streamState is a stream being read into s: what the chunks so far said.
+type streamState struct {
+	mode  streamMode
+	agree int // where TextAtAgree and Marks stop
+	start time.Time
+	s     *Sample
+
+	prev      string // the last raw chunk text
+	extending bool   // whether the raw chunk texts extend each other
+	texts     int    // the raw chunk texts seen
+
+	last                   time.Time // when the last tokens came
+	lastTokens, lastVerify int
+}
+
+// fail ends the sample at t with the error msg.
+func (st *streamState) fail(t time.Time, msg string) streamStep {
+	st.s.Err = msg
+	st.s.E2E = t.Sub(st.start).Seconds()
+	return streamFailed
+}
+
+// chunk takes one chunk's data, read at t: [DONE], or a JSON chunk whose
+// error, counts (within the limits), tokens' times, text and finish
+// reason go into the sample.
+func (st *streamState) chunk(t time.Time, data []byte) streamStep {
+	s := st.s
+	if bytes.Equal(data, []byte("[DONE]")) {
+		s.E2E = t.Sub(st.start).Seconds()
+		return streamDone
+	}
+	var c chunk
+	if jerr := json.Unmarshal(data, &c); jerr != nil {
+		return st.fail(t, fmt.Sprintf("malformed chunk %d: %v", s.Chunks+1, jerr))
+	}
+	if len(c.Error) > 0 && string(c.Error) != "null" {
+		return st.fail(t, "server error: "+string(c.Error))
+	}
+	s.Chunks++
+	m := c.MetaInfo
+	if bad := st.mode.limits.check(s.Chunks, m, st.lastTokens, st.lastVerify); bad != "" {
+		return st.fail(t, bad)
+	}
+	st.lastVerify = max(st.lastVerify, m.SpecVerifyCt)
+	if m.PromptTokens > 0 {
+		s.PromptTokens = m.PromptTokens
+	}
+	st.times(t, m, c.Text)
+	if step := st.text(t, c.Text); step != streamMore {
+		return step
+	}
+	if grew := len(s.Marks) == 0 || m.CompletionTokens > s.Marks[len(s.Marks)-1][0]; grew && s.TokensAtAgree == 0 {
+		s.Marks = append(s.Marks, [2]int{m.CompletionTokens, len(s.Text)})
+	}
+	if s.TokensAtAgree == 0 && m.CompletionTokens >= st.agree {
+		s.TextAtAgree, s.TokensAtAgree = s.Text, m.CompletionTokens
+	}
+	if m.SpecVerifyCt > 0 {
+		s.SpecVerifyCt = m.SpecVerifyCt
+	}
+	if m.SpecAcceptLength > 0 {
+		s.SpecAcceptLength = m.SpecAcceptLength
+	}
+	if fr, msg := finishReason(m.FinishReason); fr != "" {
+		s.FinishReason = fr
+		s.E2E = t.Sub(st.start).Seconds()
+		if fr == FinishAbort {
+			s.Err = "aborted by the server: " + msg
+		}
+	}
+	return streamMore
+}
+
+// times records the first token's time (TTFT) and, for each later token,
+// its share of the gap since the last tokens came (ITL, seconds).
+func (st *streamState) times(t time.Time, m metaInfo, text string) {
+	s := st.s
+	if s.TTFT == 0 && (m.CompletionTokens > 0 || text != "") {
+		s.TTFT = t.Sub(st.start).Seconds()
+		st.last = t
+	} else if n := m.CompletionTokens - st.lastTokens; n > 0 && !st.last.IsZero() {
+		gap := t.Sub(st.last).Seconds() / float64(n)
+		for i := 0; i < n; i++ {
+			s.ITL = append(s.ITL, gap)
+		}
+		st.last = t
+	}
+	if m.CompletionTokens > 0 {
+		st.lastTokens = m.CompletionTokens
+	}
+	s.CompletionTokens = m.CompletionTokens
+}
+
+// text adds a chunk's text to the sample, as a delta (incremental mode)
+// or as the whole text so far, and fails the stream when the server's
+// chunks show the other mode.
+func (st *streamState) text(t time.Time, text string) streamStep {
+	s := st.s
+	switch {
+	case st.mode.incremental:
+		if text != "" {
+			st.extending = st.extending && len(text) > len(st.prev) && strings.HasPrefix(text, st.prev)
+			st.prev = text
+			st.texts++
+		}
+		if st.extending && st.texts >= 3 {
+			return st.fail(t, fmt.Sprintf("%sthe texts of the first %d chunks each extend the one before: the server sends whole texts though %s", ModeMismatch, st.texts, st.mode.said()))
+		}
+		s.Text += text
+	case !strings.HasPrefix(text, s.Text):
+		return st.fail(t, fmt.Sprintf("%schunk %d's text does not extend the text so far: the server streams text deltas (--incremental-streaming-output) though %s", ModeMismatch, s.Chunks, st.mode.said()))
+	default:
+		s.Text = text
+	}
+	return streamMore
 }
 
 // errLongLine is a stream line longer than MaxLine.
