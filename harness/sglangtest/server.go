@@ -132,23 +132,12 @@ func (s *Server) ServeHTTP(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// generate streams a completion for the request as SGLang's /generate
+// does, with the faults the config injects.
 func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	n := s.reqs.Add(1)
-	var req genReq
-	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
-		http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
-		return
-	}
-	if s.cfg.HTTP500Every > 0 && n%int64(s.cfg.HTTP500Every) == 0 {
-		http.Error(w, "internal error (injected)", http.StatusInternalServerError)
-		return
-	}
-	max := req.SamplingParams.MaxNewTokens
-	if max <= 0 {
-		max = 128
-	}
-	if !req.Stream {
-		http.Error(w, "only stream=true is implemented", http.StatusBadRequest)
+	req, max, ok := s.readGen(w, r, n)
+	if !ok {
 		return
 	}
 	fl, _ := w.(http.Flusher)
@@ -204,22 +193,9 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 			}
 			return
 		}
-		meta := map[string]any{"id": id, "prompt_tokens": promptTokens, "completion_tokens": tokens * claim, "cached_tokens": 0, "finish_reason": nil}
-		if abort && chunks == 2 {
-			meta["finish_reason"] = map[string]any{"type": "abort", "message": fmt.Sprintf("injected abort of request %d", n), "status_code": 500, "err_type": nil}
+		meta, last := s.meta(n, promptTokens, tokens, claim, abort && chunks == 2, tokens == max, start)
+		if last {
 			max = tokens // the stream ends here, with [DONE]
-		} else if tokens == max {
-			verify := int(math.Ceil(float64(tokens-1)/s.cfg.AcceptLength)) + 1
-			meta["e2e_latency"] = s.cfg.Now().Sub(start).Seconds()
-			meta["spec_verify_ct"] = verify
-			if !s.cfg.OmitAcceptLen {
-				meta["spec_accept_length"] = float64(tokens) / float64(verify)
-			}
-			if s.cfg.LegacyFinish {
-				meta["finish_reason"] = "length"
-			} else {
-				meta["finish_reason"] = map[string]any{"type": "length", "length": tokens}
-			}
 		}
 		out := text.String()
 		if s.cfg.Incremental {
@@ -241,6 +217,55 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.Served++
 	s.mu.Unlock()
+}
+
+// readGen decodes request n, answers it with an error (an injected
+// HTTP 500, or no stream) and ok false when it is not to be streamed, and
+// returns its max_new_tokens (128 when unset).
+func (s *Server) readGen(w http.ResponseWriter, r *http.Request, n int64) (req genReq, max int, ok bool) {
+	if err := json.NewDecoder(r.Body).Decode(&req); err != nil {
+		http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
+		return req, 0, false
+	}
+	if s.cfg.HTTP500Every > 0 && n%int64(s.cfg.HTTP500Every) == 0 {
+		http.Error(w, "internal error (injected)", http.StatusInternalServerError)
+		return req, 0, false
+	}
+	max = req.SamplingParams.MaxNewTokens
+	if max <= 0 {
+		max = 128
+	}
+	if !req.Stream {
+		http.Error(w, "only stream=true is implemented", http.StatusBadRequest)
+		return req, 0, false
+	}
+	return req, max, true
+}
+
+// meta is the meta_info of request n's chunk after tokens tokens
+// (reported as tokens*claim): an injected abort when abortHere (last is
+// then true: the stream ends), the finish and speculative counts when
+// final.
+func (s *Server) meta(n int64, promptTokens, tokens, claim int, abortHere, final bool, start time.Time) (meta map[string]any, last bool) {
+	meta = map[string]any{"id": fmt.Sprintf("req-%d", n), "prompt_tokens": promptTokens, "completion_tokens": tokens * claim, "cached_tokens": 0, "finish_reason": nil}
+	if abortHere {
+		meta["finish_reason"] = map[string]any{"type": "abort", "message": fmt.Sprintf("injected abort of request %d", n), "status_code": 500, "err_type": nil}
+		return meta, true
+	}
+	if final {
+		verify := int(math.Ceil(float64(tokens-1)/s.cfg.AcceptLength)) + 1
+		meta["e2e_latency"] = s.cfg.Now().Sub(start).Seconds()
+		meta["spec_verify_ct"] = verify
+		if !s.cfg.OmitAcceptLen {
+			meta["spec_accept_length"] = float64(tokens) / float64(verify)
+		}
+		if s.cfg.LegacyFinish {
+			meta["finish_reason"] = "length"
+		} else {
+			meta["finish_reason"] = map[string]any{"type": "length", "length": tokens}
+		}
+	}
+	return meta, false
 }
 
 // jitter is u in [-1, 1] for Spread: a hash of the prompt and how many
