@@ -138,20 +138,47 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 		fmt.Fprintf(w, "  %s  sha256 %s\n", p.Name, digest.Short(p.SHA256))
 	}
 	fmt.Fprintf(w, "applied  %s by arpatch %s\n", st.AppliedAt.Format("2006-01-02 15:04:05 UTC"), st.ArpatchVersion)
-	// The revert that restores this tree: with --force when patched files
-	// hold edits, which revert refuses to lose otherwise.
-	revert, save := shellq.Join([]string{"arpatch", "revert", "--src", rep.Src}), ""
-	if len(rep.Edits()) > 0 {
-		revert += " --force"
-		save = fmt.Sprintf(" (patched files hold edits, which revert discards only with --force: save them first with `%s > my.diff`)",
-			shellq.Join([]string{"git", "-C", rep.Src, "diff"}))
-	}
+	revert, save := revertLine(rep)
 	if st.Reverting {
 		fmt.Fprintf(w, "INTERRUPTED: a revert was killed while restoring files; some may be restored, some not. Run `%s` again to finish it%s\n", revert, save)
 	}
 	if st.Incomplete {
 		fmt.Fprintf(w, "INTERRUPTED: this apply did not finish writing files (it was killed, or a write and its rollback both failed); some may be patched, some not. Run `%s`%s\n", revert, save)
 	}
+	printFiles(w, rep)
+	for _, n := range rep.SeriesChanged {
+		fmt.Fprintf(w, "note: %s differs from this arpatch's copy of the series; revert and apply again to take the new one\n", n)
+	}
+	printUnrecorded(w, rep)
+	switch {
+	case rep.Buildable():
+		fmt.Fprintln(w, "clean: the tree is exactly what apply wrote")
+	case rep.Clean():
+		fmt.Fprintf(w, "NOT CLEAN: the patched files are as apply wrote them, but what is listed above would reach a build unrecorded (arpatch build refuses it). %s\n", strings.Join(rep.Remedies(), "; "))
+	case rep.Head != st.Commit:
+		fmt.Fprintf(w, "NOT CLEAN: HEAD is %s, not the commit the series was applied at; check that out again (`%s`)\n", rep.Head, shellq.Join([]string{"git", "-C", rep.Src, "checkout", "--detach", st.Commit}))
+	default:
+		fmt.Fprintf(w, "NOT CLEAN: see above; `%s` restores upstream's bytes%s\n", revert, save)
+	}
+}
+
+// revertLine is the revert that restores rep's tree, with --force when
+// patched files hold edits (which revert refuses to lose otherwise), and
+// then save: how to save those edits first.
+func revertLine(rep *checkout.StatusReport) (revert, save string) {
+	revert = shellq.Join([]string{"arpatch", "revert", "--src", rep.Src})
+	if len(rep.Edits()) > 0 {
+		revert += " --force"
+		save = fmt.Sprintf(" (patched files hold edits, which revert discards only with --force: save them first with `%s > my.diff`)",
+			shellq.Join([]string{"git", "-C", rep.Src, "diff"}))
+	}
+	return revert, save
+}
+
+// printFiles prints each file the apply wrote, ok or how it drifted, and
+// each hunk that applied at an offset.
+func printFiles(w io.Writer, rep *checkout.StatusReport) {
+	st := rep.State
 	drifted := map[string]string{}
 	for _, d := range rep.Drift {
 		drifted[d.Path] = d.String()
@@ -167,9 +194,12 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 	for _, o := range st.Offsets {
 		fmt.Fprintf(w, "  offset %+d: %s %s %s\n", o.Offset, o.Patch, o.Path, o.Hunk)
 	}
-	for _, n := range rep.SeriesChanged {
-		fmt.Fprintf(w, "note: %s differs from this arpatch's copy of the series; revert and apply again to take the new one\n", n)
-	}
+}
+
+// printUnrecorded prints what would reach a build unrecorded: other
+// uncommitted changes, untracked files under the kernel, skip-worktree
+// files and files the wheel's package does not track.
+func printUnrecorded(w io.Writer, rep *checkout.StatusReport) {
 	if len(rep.Other) > 0 {
 		fmt.Fprintf(w, "other uncommitted changes (%d):\n", len(rep.Other))
 		for _, c := range rep.Other {
@@ -187,15 +217,5 @@ func printStatus(w io.Writer, rep *checkout.StatusReport) {
 	}
 	for _, p := range rep.PackageExtra {
 		fmt.Fprintf(w, "not tracked in the wheel's package: %s\n", p)
-	}
-	switch {
-	case rep.Buildable():
-		fmt.Fprintln(w, "clean: the tree is exactly what apply wrote")
-	case rep.Clean():
-		fmt.Fprintf(w, "NOT CLEAN: the patched files are as apply wrote them, but what is listed above would reach a build unrecorded (arpatch build refuses it). %s\n", strings.Join(rep.Remedies(), "; "))
-	case rep.Head != st.Commit:
-		fmt.Fprintf(w, "NOT CLEAN: HEAD is %s, not the commit the series was applied at; check that out again (`%s`)\n", rep.Head, shellq.Join([]string{"git", "-C", rep.Src, "checkout", "--detach", st.Commit}))
-	default:
-		fmt.Fprintf(w, "NOT CLEAN: see above; `%s` restores upstream's bytes%s\n", revert, save)
 	}
 }
