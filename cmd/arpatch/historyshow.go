@@ -94,20 +94,7 @@ func printRun(w io.Writer, d *history.Detail, gone string) {
 			fmt.Fprintf(w, "  %s=%s\n", k, r.Env[k])
 		}
 	}
-	if len(d.Drift) > 0 {
-		fmt.Fprintln(w, "drift:")
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		fmt.Fprintln(tw, "  SERIES\tCOMMIT\tREV\tPATCH\tFIT")
-		for _, x := range d.Drift {
-			fmt.Fprintf(tw, "  %s\t%.12s\t%s\t%s\t%s\n", x.Series, x.Commit, x.Rev, x.Patch, x.Fit)
-		}
-		tw.Flush()
-		for _, x := range d.Drift {
-			if x.Detail != "" {
-				fmt.Fprintf(w, "  %s %s at %.12s:\n    %s\n", x.Series, x.Patch, x.Commit, strings.ReplaceAll(strings.TrimRight(x.Detail, "\n"), "\n", "\n    "))
-			}
-		}
-	}
+	printRunDrift(w, d.Drift)
 	if len(d.Checks) > 0 {
 		fmt.Fprintln(w, "checks:")
 		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
@@ -117,45 +104,72 @@ func printRun(w io.Writer, d *history.Detail, gone string) {
 		tw.Flush()
 	}
 	for _, a := range d.Arms {
-		mark := ""
-		if a.Invalid {
-			mark = " INVALID: its figures are no result"
-		}
-		agree := ""
-		if a.Agreement != nil {
-			agree = fmt.Sprintf(", outputs agree %.0f%%", *a.Agreement*100)
-		}
-		build := ", no build recorded"
-		if a.BuildKey != "" {
-			build = fmt.Sprintf(", build %.12s", a.BuildKey)
-		}
-		fmt.Fprintf(w, "arm %s (recipe %s%s%s)%s\n", a.Name, a.Recipe, build, agree, mark)
-		if len(a.Trials) == 0 {
-			continue
-		}
-		tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
-		h := []string{"  trial", "conc", "wall s", "errors"}
-		for _, m := range stats.Table {
-			h = append(h, m.Label)
-		}
-		fmt.Fprintln(tw, strings.Join(h, "\t"))
-		for _, t := range a.Trials {
-			row := []string{fmt.Sprintf("  %d", t.Index), fmt.Sprint(t.Concurrency), fmt.Sprintf("%.2f", t.Wall), fmt.Sprint(t.Errors)}
-			for _, m := range stats.Table {
-				v, ok := t.Values[m.Name]
-				switch {
-				case a.Invalid:
-					row = append(row, "-")
-				case ok:
-					row = append(row, fmt.Sprintf("%.*f", m.Prec, v))
-				default:
-					row = append(row, "n/a")
-				}
-			}
-			fmt.Fprintln(tw, strings.Join(row, "\t"))
-		}
-		tw.Flush()
+		printArm(w, a)
 	}
+}
+
+// printRunDrift prints the drift a run recorded: a row per series, commit
+// and patch with its fit, then each conflict's detail indented.
+func printRunDrift(w io.Writer, drift []history.DriftRecord) {
+	if len(drift) == 0 {
+		return
+	}
+	fmt.Fprintln(w, "drift:")
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	fmt.Fprintln(tw, "  SERIES\tCOMMIT\tREV\tPATCH\tFIT")
+	for _, x := range drift {
+		fmt.Fprintf(tw, "  %s\t%.12s\t%s\t%s\t%s\n", x.Series, x.Commit, x.Rev, x.Patch, x.Fit)
+	}
+	tw.Flush()
+	for _, x := range drift {
+		if x.Detail != "" {
+			fmt.Fprintf(w, "  %s %s at %.12s:\n    %s\n", x.Series, x.Patch, x.Commit, strings.ReplaceAll(strings.TrimRight(x.Detail, "\n"), "\n", "\n    "))
+		}
+	}
+}
+
+// printArm prints an arm's line (its recipe, build, agreement and whether
+// it is INVALID) and its trials with every metric of stats.Table ("-"
+// for an INVALID arm's, "n/a" for one not recorded).
+func printArm(w io.Writer, a history.ArmDetail) {
+	mark := ""
+	if a.Invalid {
+		mark = " INVALID: its figures are no result"
+	}
+	agree := ""
+	if a.Agreement != nil {
+		agree = fmt.Sprintf(", outputs agree %.0f%%", *a.Agreement*100)
+	}
+	build := ", no build recorded"
+	if a.BuildKey != "" {
+		build = fmt.Sprintf(", build %.12s", a.BuildKey)
+	}
+	fmt.Fprintf(w, "arm %s (recipe %s%s%s)%s\n", a.Name, a.Recipe, build, agree, mark)
+	if len(a.Trials) == 0 {
+		return
+	}
+	tw := tabwriter.NewWriter(w, 0, 0, 2, ' ', 0)
+	h := []string{"  trial", "conc", "wall s", "errors"}
+	for _, m := range stats.Table {
+		h = append(h, m.Label)
+	}
+	fmt.Fprintln(tw, strings.Join(h, "\t"))
+	for _, t := range a.Trials {
+		row := []string{fmt.Sprintf("  %d", t.Index), fmt.Sprint(t.Concurrency), fmt.Sprintf("%.2f", t.Wall), fmt.Sprint(t.Errors)}
+		for _, m := range stats.Table {
+			v, ok := t.Values[m.Name]
+			switch {
+			case a.Invalid:
+				row = append(row, "-")
+			case ok:
+				row = append(row, fmt.Sprintf("%.*f", m.Prec, v))
+			default:
+				row = append(row, "n/a")
+			}
+		}
+		fmt.Fprintln(tw, strings.Join(row, "\t"))
+	}
+	tw.Flush()
 }
 
 // sglangLine is the commit a run built and the upstream head it saw, as
