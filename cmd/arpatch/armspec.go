@@ -49,23 +49,7 @@ func parseArm(spec string, into map[string]*bench.Arm) (string, error) {
 	if !recipes.ValidName(name) {
 		return "", fmt.Errorf("--arm %q: an arm's name is lower case letters, digits, '_', '.' and '-', starting with a letter or digit (it names benchmark lines and log files)", name)
 	}
-	var kvs []string
-	for rest != "" {
-		end := len(rest)
-		for i := strings.IndexByte(rest, ','); i >= 0; {
-			if armKey().MatchString(rest[i+1:]) {
-				end = i
-				break
-			}
-			j := strings.IndexByte(rest[i+1:], ',')
-			if j < 0 {
-				break
-			}
-			i += 1 + j
-		}
-		kvs = append(kvs, rest[:end])
-		rest = strings.TrimPrefix(rest[end:], ",")
-	}
+	kvs := splitArmKeys(rest)
 	set := map[string]bool{}
 	a := bench.Arm{Name: name}
 	if old := into[name]; old != nil {
@@ -84,33 +68,8 @@ func parseArm(spec string, into map[string]*bench.Arm) (string, error) {
 			return "", fmt.Errorf("--arm %s: %s=%s ends with a comma: a comma separates keys, and no key follows it (drop it)", name, k, v)
 		}
 		set[strings.SplitN(k, ".", 2)[0]] = true
-		switch {
-		case k == "python":
-			a.Python = v
-		case k == "url":
-			if err := bench.CheckURL(v); err != nil {
-				return "", fmt.Errorf("--arm %s: url=%v", name, err)
-			}
-			a.URL = v
-		case k == "launch-cmd":
-			a.LaunchCmd = v
-		case k == "args":
-			words, err := shellq.Split(v)
-			if err != nil {
-				return "", fmt.Errorf("--arm %s: args=%s: %v", name, v, err)
-			}
-			a.Args = words
-		case strings.HasPrefix(k, "env."):
-			vr := strings.TrimPrefix(k, "env.")
-			if !recipes.ValidEnvName(vr) {
-				return "", fmt.Errorf("--arm %s: env.%s: %q is not an environment variable name (letters, digits and '_', not starting with a digit)", name, vr, vr)
-			}
-			if a.Env == nil {
-				a.Env = map[string]string{}
-			}
-			a.Env[vr] = v
-		default:
-			return "", fmt.Errorf("--arm %s: unknown key %q (python, url, launch-cmd, args, env.VAR)", name, k)
+		if err := setArmKey(&a, name, k, v); err != nil {
+			return "", err
 		}
 	}
 	if set["url"] {
@@ -129,4 +88,62 @@ func parseArm(spec string, into map[string]*bench.Arm) (string, error) {
 	}
 	into[name] = &a
 	return name, nil
+}
+
+// splitArmKeys splits an --arm's "key=val,key=val" at each comma that a
+// key (armKey) follows, so that a value may hold commas.
+func splitArmKeys(rest string) []string {
+	var kvs []string
+	for rest != "" {
+		end := len(rest)
+		for i := strings.IndexByte(rest, ','); i >= 0; {
+			if armKey().MatchString(rest[i+1:]) {
+				end = i
+				break
+			}
+			j := strings.IndexByte(rest[i+1:], ',')
+			if j < 0 {
+				break
+			}
+			i += 1 + j
+		}
+		kvs = append(kvs, rest[:end])
+		rest = strings.TrimPrefix(rest[end:], ",")
+	}
+	return kvs
+}
+
+// setArmKey sets key k of arm a (named name) to v: python, url (an http(s)
+// URL), launch-cmd, args (split as sh splits words) or env.VAR (a valid
+// name). Errors name the arm and the key.
+func setArmKey(a *bench.Arm, name, k, v string) error {
+	switch {
+	case k == "python":
+		a.Python = v
+	case k == "url":
+		if err := bench.CheckURL(v); err != nil {
+			return fmt.Errorf("--arm %s: url=%v", name, err)
+		}
+		a.URL = v
+	case k == "launch-cmd":
+		a.LaunchCmd = v
+	case k == "args":
+		words, err := shellq.Split(v)
+		if err != nil {
+			return fmt.Errorf("--arm %s: args=%s: %v", name, v, err)
+		}
+		a.Args = words
+	case strings.HasPrefix(k, "env."):
+		vr := strings.TrimPrefix(k, "env.")
+		if !recipes.ValidEnvName(vr) {
+			return fmt.Errorf("--arm %s: env.%s: %q is not an environment variable name (letters, digits and '_', not starting with a digit)", name, vr, vr)
+		}
+		if a.Env == nil {
+			a.Env = map[string]string{}
+		}
+		a.Env[vr] = v
+	default:
+		return fmt.Errorf("--arm %s: unknown key %q (python, url, launch-cmd, args, env.VAR)", name, k)
+	}
+	return nil
 }
