@@ -152,14 +152,9 @@ func benchAllreduceOpts(f benchAllreduceFlags) (benchAllreduceOptions, error) {
 	if err != nil { // both parts parsed alone: not reached
 		return o, usagef("--sizes with --shape %s: %w", f.Shape, err)
 	}
-	impls, err := splitList("impl", f.Impl)
+	impls, err := allreduceImpls(f.Impl)
 	if err != nil {
 		return o, err
-	}
-	for _, i := range impls {
-		if !slices.Contains(allreduce.KnownImpls, i) {
-			return o, usagef("--impl %q: known implementations are %s", i, strings.Join(allreduce.KnownImpls, ", "))
-		}
 	}
 	if f.Count < 1 {
 		return o, usagef("--count %d: use 1 or more", f.Count)
@@ -167,17 +162,9 @@ func benchAllreduceOpts(f benchAllreduceFlags) (benchAllreduceOptions, error) {
 	if err := f.check(); err != nil {
 		return o, err
 	}
-	branches, err := splitList("branches", f.Branches)
+	branches, err := allreduceBranches(f.Branches)
 	if err != nil {
 		return o, err
-	}
-	if len(branches) == 0 {
-		return o, usagef("--branches is empty: use nvlink, pcie")
-	}
-	for _, b := range branches {
-		if b != "nvlink" && b != "pcie" {
-			return o, usagef("--branches %q: use nvlink, pcie", b)
-		}
 	}
 	modes, err := splitList("modes", f.Modes)
 	if err != nil {
@@ -341,35 +328,9 @@ func (e extFinder) find(ctx context.Context) (string, error) {
 		return "", err
 	}
 	cache := kernels.Cache{Dir: dir}
-	var tries [][]cudaarch.Arch
-	if e.Given["arch"] {
-		archs, err := cudaarch.Parse(e.Arch)
-		if err != nil {
-			return "", usagef("--arch: %w", err)
-		}
-		tries = append(tries, archs)
-	} else {
-		// Every arch set an extension was built for at this tree's commit;
-		// the plan below tells which of them match the tree and toolchain.
-		st, err := checkout.Status(src, nil)
-		if err != nil {
-			return "", err
-		}
-		if st.State == nil {
-			return "", fmt.Errorf("%s has no apply state; %s, then `%s`", src, checkout.ApplyFirst(src), shellq.Join([]string{"arpatch", "build", "--allreduce-ext", "--src", src}))
-		}
-		ents, _ := cache.List()
-		seen := map[string]bool{}
-		for _, en := range ents {
-			if en.Err != nil || en.Manifest.Inputs.Kind != kernels.KindAllreduceExt || en.Manifest.Inputs.Commit != st.State.Commit {
-				continue
-			}
-			k := strings.Join(en.Manifest.Inputs.Archs, ",")
-			if archs, err := cudaarch.Parse(en.Manifest.Inputs.Archs); err == nil && !seen[k] {
-				seen[k] = true
-				tries = append(tries, archs)
-			}
-		}
+	tries, err := e.archSets(src, cache)
+	if err != nil {
+		return "", err
 	}
 	var found []string
 	var foundArchs []string
@@ -401,6 +362,73 @@ func (e extFinder) find(ctx context.Context) (string, error) {
 	}
 	return "", fmt.Errorf("no allreduce extension of %s matching its tree and this toolchain in the cache %s; build it: `%s`",
 		src, cache.Dir, shellq.Join(build))
+}
+
+// allreduceImpls splits --impl, refusing an implementation bench.py does
+// not know.
+func allreduceImpls(list string) ([]string, error) {
+	impls, err := splitList("impl", list)
+	if err != nil {
+		return nil, err
+	}
+	for _, i := range impls {
+		if !slices.Contains(allreduce.KnownImpls, i) {
+			return nil, usagef("--impl %q: known implementations are %s", i, strings.Join(allreduce.KnownImpls, ", "))
+		}
+	}
+	return impls, nil
+}
+
+// allreduceBranches splits --branches: nvlink, pcie or both.
+func allreduceBranches(list string) ([]string, error) {
+	branches, err := splitList("branches", list)
+	if err != nil {
+		return nil, err
+	}
+	if len(branches) == 0 {
+		return nil, usagef("--branches is empty: use nvlink, pcie")
+	}
+	for _, b := range branches {
+		if b != "nvlink" && b != "pcie" {
+			return nil, usagef("--branches %q: use nvlink, pcie", b)
+		}
+	}
+	return branches, nil
+}
+
+// archSets are the arch sets to look the extension up for: --arch's when
+// given, else every set an extension was built for at src's applied
+// commit in cache (the plan tells which match the tree and toolchain).
+func (e extFinder) archSets(src string, cache kernels.Cache) ([][]cudaarch.Arch, error) {
+	var tries [][]cudaarch.Arch
+	if e.Given["arch"] {
+		archs, err := cudaarch.Parse(e.Arch)
+		if err != nil {
+			return nil, usagef("--arch: %w", err)
+		}
+		tries = append(tries, archs)
+	} else {
+		st, err := checkout.Status(src, nil)
+		if err != nil {
+			return nil, err
+		}
+		if st.State == nil {
+			return nil, fmt.Errorf("%s has no apply state; %s, then `%s`", src, checkout.ApplyFirst(src), shellq.Join([]string{"arpatch", "build", "--allreduce-ext", "--src", src}))
+		}
+		ents, _ := cache.List()
+		seen := map[string]bool{}
+		for _, en := range ents {
+			if en.Err != nil || en.Manifest.Inputs.Kind != kernels.KindAllreduceExt || en.Manifest.Inputs.Commit != st.State.Commit {
+				continue
+			}
+			k := strings.Join(en.Manifest.Inputs.Archs, ",")
+			if archs, err := cudaarch.Parse(en.Manifest.Inputs.Archs); err == nil && !seen[k] {
+				seen[k] = true
+				tries = append(tries, archs)
+			}
+		}
+	}
+	return tries, nil
 }
 
 // buildArgs repeats --arch and --cache-dir as given, for a printed arpatch
