@@ -164,9 +164,10 @@ func Run(opts Options) (*Report, error) {
 	}
 	from := opts.From
 	if from == "" {
-		if from = BaseCommit(opts.Repo, s); from == "" {
-			return nil, NoBase(opts.Repo, s)
-		}
+		from = BaseCommit(opts.Repo, s)
+	}
+	if from == "" {
+		return nil, NoBase(opts.Repo, s)
 	}
 	baseTree, err := opts.Repo.TreeAt(from)
 	if err != nil {
@@ -201,11 +202,7 @@ func Run(opts Options) (*Report, error) {
 			}
 			seen[fc.Path] = true
 			if err := follow[fc.Path]; err != nil {
-				pr.Clean = false
-				pr.Conflicts = append(pr.Conflicts, ConflictDetail{Patch: p.Name, Path: fc.Path, Reason: err.Error()})
-				for _, h := range fc.Hunks {
-					pr.Hunks = append(pr.Hunks, Hunk{Patch: p.Name, File: fc.Path, Path: fc.Path, Hunk: h.Header, Status: Conflict})
-				}
+				pr.lost(fc, err)
 				continue
 			}
 			sec, err := portFile(p, fc, newPath, moved[fc.Path], base, theirs, &pr)
@@ -237,6 +234,16 @@ func Run(opts Options) (*Report, error) {
 		}
 	}
 	return rep, nil
+}
+
+// lost marks the patch a conflict at fc, which could not be followed to
+// the target (err says why), with each of its hunks.
+func (pr *Patch) lost(fc *patches.FileChange, err error) {
+	pr.Clean = false
+	pr.Conflicts = append(pr.Conflicts, ConflictDetail{Patch: pr.Patch, Path: fc.Path, Reason: err.Error()})
+	for _, h := range fc.Hunks {
+		pr.Hunks = append(pr.Hunks, Hunk{Patch: pr.Patch, File: fc.Path, Path: fc.Path, Hunk: h.Header, Status: Conflict})
+	}
 }
 
 // checkMoves refuses a --move OLD=NEW whose OLD the series does not
