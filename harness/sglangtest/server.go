@@ -152,9 +152,8 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	abort := s.cfg.AbortEvery > 0 && n%int64(s.cfg.AbortEvery) == 0
 	if s.cfg.Empty {
 		max = 0
-		b, _ := json.Marshal(map[string]any{"text": "", "meta_info": map[string]any{"id": id, "prompt_tokens": promptTokens, "completion_tokens": 0,
-			"spec_verify_ct": 0, "finish_reason": map[string]any{"type": "stop", "matched": nil}}})
-		fmt.Fprintf(w, "data: %s\n\n", b)
+		send(w, fl, map[string]any{"text": "", "meta_info": map[string]any{"id": id, "prompt_tokens": promptTokens, "completion_tokens": 0,
+			"spec_verify_ct": 0, "finish_reason": map[string]any{"type": "stop", "matched": nil}}}, false)
 	}
 	claim := 1 // reported completion_tokens per generated token
 	if s.cfg.ClaimTokens > 1 {
@@ -201,11 +200,7 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 		if s.cfg.Incremental {
 			out, sent = out[sent:], len(out)
 		}
-		b, _ := json.Marshal(map[string]any{"text": out, "meta_info": meta})
-		fmt.Fprintf(w, "data: %s\n\n", b)
-		if fl != nil {
-			fl.Flush()
-		}
+		send(w, fl, map[string]any{"text": out, "meta_info": meta}, true)
 		if s.cfg.DropAfter > 0 && chunks >= s.cfg.DropAfter {
 			return
 		}
@@ -217,6 +212,16 @@ func (s *Server) generate(w http.ResponseWriter, r *http.Request) {
 	s.mu.Lock()
 	s.Served++
 	s.mu.Unlock()
+}
+
+// send writes chunk as one SSE data line, flushed through fl when flush
+// and fl is not nil.
+func send(w http.ResponseWriter, fl http.Flusher, chunk map[string]any, flush bool) {
+	b, _ := json.Marshal(chunk)
+	fmt.Fprintf(w, "data: %s\n\n", b)
+	if flush && fl != nil {
+		fl.Flush()
+	}
 }
 
 // readGen decodes request n, answers it with an error (an injected
