@@ -424,17 +424,28 @@ func benchSettings(f benchFlags, r *recipes.Recipe) (bench.Options, error) {
 		out = append(out, *a)
 	}
 	o.Arms = out
+	if err := checkArmServers(f.URL, o, order); err != nil {
+		return o, err
+	}
+	return o, nil
+}
+
+// checkArmServers refuses arms whose servers cannot be what they say:
+// server arguments with an attached server or a launch command, one --url
+// (url) for several arms, arms bench.CheckArms refuses, a baseline that
+// is not one of order, and an arm with no server to launch or attach to.
+func checkArmServers(url string, o bench.Options, order []string) error {
 	for _, a := range o.Arms {
 		// Arguments for the built-in launch would be dropped silently.
 		if len(a.Args) > 0 && a.URL != "" {
-			return o, usagef("arm %s attaches to %s, so its server arguments (%s) would not apply: start that server with them, or launch the arm", a.Name, a.URL, shellq.Join(a.Args))
+			return usagef("arm %s attaches to %s, so its server arguments (%s) would not apply: start that server with them, or launch the arm", a.Name, a.URL, shellq.Join(a.Args))
 		}
 		if len(a.Args) > 0 && a.LaunchCmd != "" {
-			return o, usagef("arm %s: its server arguments (%s) are for the built-in launch (python -m sglang.launch_server); with a launch command, put them in it (--arm %s:launch-cmd=...)", a.Name, shellq.Join(a.Args), a.Name)
+			return usagef("arm %s: its server arguments (%s) are for the built-in launch (python -m sglang.launch_server); with a launch command, put them in it (--arm %s:launch-cmd=...)", a.Name, shellq.Join(a.Args), a.Name)
 		}
 	}
 	// One server for several arms measures the server against itself.
-	if u := f.URL; u != "" && len(o.Arms) > 1 {
+	if u := url; u != "" && len(o.Arms) > 1 {
 		shared := 0
 		for _, a := range o.Arms {
 			if a.URL == u {
@@ -442,21 +453,21 @@ func benchSettings(f benchFlags, r *recipes.Recipe) (bench.Options, error) {
 			}
 		}
 		if shared > 1 {
-			return o, usagef("--url %s would serve %d arms, so the A/B would compare one server with itself (and no arm's env applies); give each arm its own server: --arm NAME:url=URL, or --launch-cmd", u, shared)
+			return usagef("--url %s would serve %d arms, so the A/B would compare one server with itself (and no arm's env applies); give each arm its own server: --arm NAME:url=URL, or --launch-cmd", u, shared)
 		}
 	}
 	if err := o.CheckArms(); err != nil {
-		return o, usageError{err}
+		return usageError{err}
 	}
 	if o.Baseline != "" && !slices.Contains(order, o.Baseline) {
-		return o, usagef("--baseline %q is not an arm (arms: %s)", o.Baseline, strings.Join(order, ", "))
+		return usagef("--baseline %q is not an arm (arms: %s)", o.Baseline, strings.Join(order, ", "))
 	}
 	for _, a := range o.Arms {
 		if a.URL == "" && a.LaunchCmd == "" && o.Model == "" {
-			return o, usagef("arm %s needs a server: pass --model (and --draft-model) to launch SGLang, --launch-cmd TEMPLATE, or --url URL", a.Name)
+			return usagef("arm %s needs a server: pass --model (and --draft-model) to launch SGLang, --launch-cmd TEMPLATE, or --url URL", a.Name)
 		}
 	}
-	return o, nil
+	return nil
 }
 
 // soleArm is the name of the one arm that --url measures alone.
