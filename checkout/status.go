@@ -10,6 +10,7 @@ import (
 	"strings"
 
 	"github.com/arpatch/arpatch/internal/gitsrc"
+	"github.com/arpatch/arpatch/internal/goroutine"
 	"github.com/arpatch/arpatch/internal/safefs"
 	"github.com/arpatch/arpatch/internal/sglkernel"
 	"github.com/arpatch/arpatch/internal/shellq"
@@ -375,13 +376,13 @@ func alongside[T any](src string, fn func(*gitsrc.Repo) (T, error)) func() (T, e
 	var v T
 	var err error
 	done := make(chan struct{})
-	go func() {
+	goroutine.Go(func() {
 		defer close(done)
 		var own *gitsrc.Repo
 		if own, err = gitsrc.Open(src); err == nil {
 			v, err = fn(own)
 		}
-	}()
+	})
 	return func() (T, error) {
 		<-done
 		return v, err

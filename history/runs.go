@@ -12,6 +12,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/internal/goroutine"
 	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/patches"
 )
@@ -91,7 +92,7 @@ func (s *Store) BeginRun(r Run) (int64, error) {
 		}
 		s.live[id] = l
 		s.mu.Unlock()
-		go l.keep()
+		goroutine.Go(l.keep)
 	}
 	return id, err
 }

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/goroutine"
 	"github.com/arpatch/arpatch/internal/sglkernel"
 	"github.com/arpatch/arpatch/internal/shellq"
 )
@@ -94,7 +95,7 @@ func Check(ctx context.Context, opts CheckOptions) ([]CheckResult, *Toolchain, e
 	var wg sync.WaitGroup
 	for i, a := range opts.Archs {
 		wg.Add(1)
-		go func(i int, a cudaarch.Arch) {
+		goroutine.Go(func() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
@@ -110,7 +111,7 @@ func Check(ctx context.Context, opts CheckOptions) ([]CheckResult, *Toolchain, e
 				}
 			}
 			results[i] = r
-		}(i, a)
+		})
 	}
 	wg.Wait()
 	return results, tc, ctx.Err()

@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/checkout"
+	"github.com/arpatch/arpatch/internal/goroutine"
 	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/internal/shellq"
@@ -338,7 +339,7 @@ func runLogged(ctx context.Context, dir string, argv, env []string, logPath stri
 	}
 	var logErr error // the first failed write to the log
 	scanDone := make(chan struct{})
-	go func() {
+	goroutine.Go(func() {
 		defer close(scanDone)
 		sc := bufio.NewScanner(pr)
 		sc.Buffer(make([]byte, 1<<20), 1<<20)
@@ -352,7 +353,7 @@ func runLogged(ctx context.Context, dir string, argv, env []string, logPath stri
 			}
 		}
 		_, _ = io.Copy(io.Discard, pr) // drains the rest; an io.PipeReader reads without error
-	}()
+	})
 	wait := func() error {
 		err := cmd.Wait()
 		_ = pw.Close() // an io.PipeWriter closes without error

@@ -3,9 +3,11 @@ package main
 import (
 	"bytes"
 	"context"
+	"errors"
 	"fmt"
 	"io"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"runtime/debug"
 	"strings"
@@ -14,6 +16,7 @@ import (
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/internal/errwriter/errwritertest"
+	"github.com/arpatch/arpatch/internal/goroutine"
 	"github.com/arpatch/arpatch/internal/testrepo"
 )
 
@@ -161,6 +164,64 @@ func TestPanicExitsInternal(t *testing.T) {
 	var out, errb bytes.Buffer
 	if code := runApp(context.Background(), withBoom, []string{"arpatch", "boom", "--bogus"}, &out, &errb); code != exitUsage || out.Len() != 0 {
 		t.Errorf("boom --bogus: exit %d, stdout %q", code, out.String())
+	}
+}
+
+// goPanicEnv set to 1 makes the test binary arpatch with withGoPanic's
+// command (TestMain): TestGoroutinePanicExitsInternal's child.
+const goPanicEnv = "ARPATCH_TEST_GOROUTINE_PANIC"
+
+// withGoPanic is newApp with a command goboom that writes a line, starts
+// a goroutine (goroutine.Go) that panics, and waits for it, as a command
+// waits for the workers it started.
+func withGoPanic(stdout, stderr io.Writer) *cli.App {
+	app := newApp(stdout, stderr)
+	app.Commands = append(app.Commands, &cli.Command{Name: "goboom", Action: action(noFlags, func(ctx context.Context, _ struct{}, s streams) error {
+		fmt.Fprintln(s.Out, "partial")
+		done := make(chan struct{})
+		goroutine.Go(func() {
+			defer close(done)
+			goboomWorker(nil)
+		})
+		<-done
+		return errors.New("goboom: its goroutine returned")
+	})})
+	conform(app.Commands)
+	return app
+}
+
+// goboomWorker panics as a real bug does, with a runtime error, given a
+// nil m.
+func goboomWorker(m map[string]int) {
+	m["x"]++
+}
+
+// TestGoroutinePanicExitsInternal: a panic on a goroutine a command
+// started exits 5, internal error, not the Go runtime's 2 (issue 26: 2 is
+// for usage errors only), through the real binary's path: the test binary
+// run as arpatch (runMainApp, os.Args, os.Stderr) in a child process,
+// while the command's own goroutine waits for the one that panicked. Its
+// stderr is the one message of a panic on the command's goroutine
+// (TestPanicExitsInternal), with the panicking function in the stack; what
+// the command wrote before is kept.
+func TestGoroutinePanicExitsInternal(t *testing.T) {
+	cmd := exec.Command(os.Args[0], "goboom")
+	cmd.Env = append(os.Environ(), goPanicEnv+"=1")
+	var out, errb bytes.Buffer
+	cmd.Stdout, cmd.Stderr = &out, &errb
+	err := cmd.Run()
+	var ee *exec.ExitError
+	if !errors.As(err, &ee) || ee.ExitCode() != exitInternal {
+		t.Fatalf("arpatch goboom: %v, want exit %d; stderr:\n%s", err, exitInternal, errb.String())
+	}
+	first, rest, _ := strings.Cut(errb.String(), "\n")
+	if first != "arpatch: internal error: panic: assignment to entry in nil map" ||
+		!strings.HasPrefix(rest, "this is a bug in arpatch, not in what you asked: please report it with the command line and the stack below\n") ||
+		!strings.Contains(rest, ".goboomWorker(") || strings.Count(errb.String(), "arpatch: ") != 1 {
+		t.Errorf("arpatch goboom: stderr:\n%s", errb.String())
+	}
+	if out.String() != "partial\n" {
+		t.Errorf("stdout %q: what the command wrote before the panic is kept", out.String())
 	}
 }
 

@@ -11,6 +11,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/sglangtest"
 	"github.com/arpatch/arpatch/internal/bounds"
+	"github.com/arpatch/arpatch/internal/goroutine"
 )
 
 // fakeSGLangCommand serves the SGLang streaming protocol with a set token
@@ -97,10 +98,10 @@ func fakeSGLangRun(ctx context.Context, o fakeSGLangOptions, s streams) error {
 		})
 	}
 	hs := &http.Server{Handler: h}
-	go func() {
+	goroutine.Go(func() {
 		<-ctx.Done()   // SIGTERM or Ctrl-C
 		_ = hs.Close() // Serve then returns http.ErrServerClosed: the way out
-	}()
+	})
 	if err := hs.Serve(l); err != nil && err != http.ErrServerClosed {
 		return err
 	}

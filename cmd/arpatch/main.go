@@ -26,6 +26,7 @@ import (
 
 	"github.com/arpatch/arpatch/internal/errwriter"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
+	"github.com/arpatch/arpatch/internal/goroutine"
 	"github.com/arpatch/arpatch/internal/statedir"
 	"github.com/arpatch/arpatch/kernels"
 )
@@ -120,12 +121,31 @@ func relaxFirstGC(then func()) {
 
 // runMain runs arpatch with os.Args, cancelled by SIGINT, SIGTERM or
 // SIGHUP: main, and the arpatch of the CLI scripts.
-func runMain() int {
+func runMain() int { return runMainApp(newApp) }
+
+// runMainApp is runMain with the app makeApp makes (a test adds a
+// command to it). A panic on a goroutine a command started
+// (goroutine.Go) exits 5 through panicExit.
+func runMainApp(makeApp func(stdout, stderr io.Writer) *cli.App) int {
+	goroutine.SetPanicHandler(panicExit)
+	defer goroutine.SetPanicHandler(nil)
 	ctx, stop := signal.NotifyContext(context.Background(), os.Interrupt, syscall.SIGTERM, syscall.SIGHUP)
 	defer stop()
 	ctx, stopPipe := onClosedPipe(ctx)
 	defer stopPipe()
-	return run(ctx, os.Args, os.Stdout, os.Stderr)
+	return runApp(ctx, makeApp, os.Args, os.Stdout, os.Stderr)
+}
+
+// panicExit is arpatch's handler of a panic on a goroutine a command
+// started (goroutine.SetPanicHandler): it prints the internal error, as
+// runApp does for a panic on the command's own goroutine, and exits 5
+// there and then. The command's goroutine may be waiting for the one
+// that panicked, so this is the process's end, as the Go runtime's own
+// end of a panic was (deferred functions do not run), only with the
+// internal-error code and message instead of exit 2.
+func panicExit(value any, stack []byte) {
+	fmt.Fprintln(os.Stderr, "arpatch: "+internalError{value: value, stack: stack}.Error())
+	os.Exit(exitInternal)
 }
 
 // errClosedPipe is the cause of a context onClosedPipe ended.
@@ -143,7 +163,7 @@ func onClosedPipe(parent context.Context) (ctx context.Context, stop func()) {
 	sig := make(chan os.Signal, 1)
 	signal.Notify(sig, syscall.SIGPIPE)
 	done := make(chan struct{})
-	go func() {
+	goroutine.Go(func() {
 		for {
 			select {
 			case <-done:
@@ -154,7 +174,7 @@ func onClosedPipe(parent context.Context) (ctx context.Context, stop func()) {
 				}
 			}
 		}
-	}()
+	})
 	return ctx, func() {
 		signal.Stop(sig)
 		close(done)
@@ -199,7 +219,8 @@ func (e internalError) Error() string {
 
 // runGuarded runs app, turning a panic on this goroutine (every command's
 // action runs here) into an internalError. A panic on a goroutine a
-// command started still ends the process as the Go runtime does.
+// command started (every one starts with goroutine.Go) goes to the
+// handler runMainApp set, panicExit.
 func runGuarded(ctx context.Context, app *cli.App, argv []string) (err error) {
 	defer func() {
 		if p := recover(); p != nil {

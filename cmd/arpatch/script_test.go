@@ -32,6 +32,9 @@ import (
 )
 
 func TestMain(m *testing.M) {
+	if os.Getenv(goPanicEnv) == "1" { // TestGoroutinePanicExitsInternal's child
+		os.Exit(runMainApp(withGoPanic))
+	}
 	testscript.Main(m, map[string]func(){
 		"arpatch": func() { os.Exit(runMain()) },
 	})

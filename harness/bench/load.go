@@ -7,6 +7,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/sglang"
 	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/internal/goroutine"
 )
 
 // warmup sends Warmup untimed requests, one at a time, cycling the
@@ -43,7 +44,7 @@ func (o *Options) trial(ctx context.Context, c *sglang.Client, arm string, index
 	start := time.Now()
 	for w := 0; w < min(level, len(o.Prompts)); w++ {
 		wg.Add(1)
-		go func() {
+		goroutine.Go(func() {
 			defer wg.Done()
 			for i := range next {
 				rctx, cancel := context.WithTimeout(ctx, o.RequestTimeout)
@@ -56,7 +57,7 @@ func (o *Options) trial(ctx context.Context, c *sglang.Client, arm string, index
 				}
 				mu.Unlock()
 			}
-		}()
+		})
 	}
 send:
 	for i := range o.Prompts {

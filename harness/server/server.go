@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/harness/sglang"
+	"github.com/arpatch/arpatch/internal/goroutine"
 	"github.com/arpatch/arpatch/internal/lockfile"
 	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/internal/shellq"
@@ -187,10 +188,10 @@ func launch(spec Spec) (*Proc, error) {
 		return nil, fmt.Errorf("starting the server for arm %s (%s): %w", spec.Name, spec.Argv[0], err)
 	}
 	p := &Proc{Spec: spec, URL: fmt.Sprintf("http://%s", net.JoinHostPort(spec.Host, fmt.Sprint(spec.Port))), cmd: cmd, end: end, done: make(chan struct{}), log: logf}
-	go func() {
+	goroutine.Go(func() {
 		p.err = cmd.Wait()
 		close(p.done)
-	}()
+	})
 	// Beside the log: if arpatch is killed outright, the next run finds
 	// the group that still holds the GPUs (Orphans). A server without it
 	// could outlive arpatch unseen, so it does not run.
@@ -214,13 +215,13 @@ func (p *Proc) waitReady(ctx context.Context) error {
 	defer endReady()
 	probing, endProbing := context.WithCancel(ready)
 	defer endProbing()
-	go func() {
+	goroutine.Go(func() {
 		select {
 		case <-p.done:
 			endProbing()
 		case <-probing.Done():
 		}
-	}()
+	})
 	// The probes start 5 ms apart and the gap doubles up to PollInterval:
 	// a server that is ready in milliseconds (a test's, a restart) is not
 	// waited on for a whole interval, and one that loads a model for

@@ -7,6 +7,8 @@ import (
 	"net"
 	"net/http"
 	"sync"
+
+	"github.com/arpatch/arpatch/internal/goroutine"
 )
 
 // Network is an in-memory network for test servers: Serve puts a handler
@@ -55,7 +57,7 @@ func (n *Network) Serve(h http.Handler) (url string, stop func()) {
 	n.listeners[addr] = l
 	srv := &http.Server{Handler: h}
 	n.servers = append(n.servers, srv)
-	go func() { _ = srv.Serve(l) }() // returns http.ErrServerClosed once stopped
+	goroutine.Go(func() { _ = srv.Serve(l) }) // returns http.ErrServerClosed once stopped
 	return "http://" + addr, func() {
 		n.mu.Lock()
 		delete(n.listeners, addr)

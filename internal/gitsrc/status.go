@@ -22,6 +22,8 @@ import (
 	"github.com/go-git/go-git/v5/plumbing/filemode"
 	"github.com/go-git/go-git/v5/plumbing/format/gitignore"
 	"github.com/go-git/go-git/v5/plumbing/format/index"
+
+	"github.com/arpatch/arpatch/internal/goroutine"
 )
 
 // Changes lists uncommitted changes, sorted by path, with the status
@@ -83,10 +85,10 @@ func (r *Repo) Changes() ([]Change, error) {
 	var untracked []string
 	var werr error
 	wg.Add(1)
-	go func() {
+	goroutine.Go(func() {
 		defer wg.Done()
 		untracked, werr = s.untracked()
-	}()
+	})
 	staged, serr := r.stagedChanges(s.tree, cachedRoot(idx), headTree)
 	modified, merr := s.worktreeChanges()
 	wg.Wait()

@@ -30,6 +30,8 @@ import (
 	"time"
 
 	_ "github.com/jackc/pgx/v5/stdlib" // the "pgx" database/sql driver
+
+	"github.com/arpatch/arpatch/internal/goroutine"
 )
 
 // Env is the variable that names a server to use instead of starting one.
@@ -207,7 +209,7 @@ func (in *Instance) Start() error {
 		return fmt.Errorf("postgres: %v", err)
 	}
 	exited := make(chan struct{})
-	go func() { _ = srv.Wait(); close(exited) }() // its output is in log
+	goroutine.Go(func() { _ = srv.Wait(); close(exited) }) // its output is in log
 	in.srv, in.exited = srv, exited
 	in.mu.Unlock()
 	deadline := time.Now().Add(60 * time.Second)

@@ -23,6 +23,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/arpatch/arpatch/internal/goroutine"
 	"github.com/arpatch/arpatch/internal/procgroup"
 )
 
@@ -147,7 +148,7 @@ func watch(path string, fn func([]byte)) (stop func()) {
 		return func() {}
 	}
 	done, finished := make(chan struct{}), make(chan struct{})
-	go func() {
+	goroutine.Go(func() {
 		defer close(finished)
 		t := time.NewTicker(WatchInterval)
 		defer t.Stop()
@@ -165,7 +166,7 @@ func watch(path string, fn func([]byte)) (stop func()) {
 				}
 			}
 		}
-	}()
+	})
 	return func() {
 		close(done)
 		<-finished
