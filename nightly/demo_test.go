@@ -125,12 +125,12 @@ func normalize(s, dir, docDir string) string {
 	return strings.Join(lines, "\n")
 }
 
-// burnCPUs keeps every CPU busy (two spinning goroutines per CPU) until
+// burnCPUs keeps every CPU busy (a spinning goroutine per CPU) until
 // the function it returns is called.
 func burnCPUs() (stop func()) {
 	var quit atomic.Bool
 	var wg sync.WaitGroup
-	for range 2 * runtime.NumCPU() {
+	for range runtime.NumCPU() {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
