@@ -80,6 +80,11 @@ func CheckCommitsContext(ctx context.Context, repoPath string, revs []string, ca
 			if err != nil {
 				return nil, err
 			}
+			if len(cs) == 0 {
+				// FROM is on TO's chain (Range checks it): FROM is TO.
+				from, _, _ := strings.Cut(rev, "..")
+				return nil, fmt.Errorf("range %s holds no commits (FROM..TO lists the commits after FROM up to TO, and FROM is TO here), so nothing was checked; name the commit itself (--commit %s), or a FROM before it", rev, from)
+			}
 			for _, c := range cs {
 				commits = append(commits, at{c, c})
 			}

@@ -211,7 +211,8 @@ func exitWith(code int, msg string) error { return exitError{code, msg} }
 
 // exitCode maps a command's error onto arpatch's exit codes: a panic
 // (internalError) is 5, a usage error (usageError, an ambiguous
-// abbreviated commit) 2, an exitError its code, any other error 1.
+// abbreviated commit, a revision that names none: 1-3 hex digits, a
+// one-sided range) 2, an exitError its code, any other error 1.
 func exitCode(err error) int {
 	if err == nil {
 		return exitOK
@@ -222,7 +223,7 @@ func exitCode(err error) int {
 	switch {
 	case errors.As(err, &ie):
 		return exitInternal
-	case errors.As(err, &ue), errors.Is(err, gitsrc.ErrAbbreviated):
+	case errors.As(err, &ue), errors.Is(err, gitsrc.ErrAbbreviated), errors.Is(err, gitsrc.ErrBadRevision):
 		return exitUsage
 	case errors.As(err, &ec):
 		// urfave/cli answers an unknown command with exit 3; arpatch's

@@ -169,6 +169,7 @@ func TestExitCode(t *testing.T) {
 		{errors.New("invalid patch: hunk header @@ -1 +1"), exitFailure},
 		{usagef("--keep %d: use 0 or more", -1), exitUsage},
 		{fmt.Errorf("--commit: %w", gitsrc.ErrAbbreviated), exitUsage},
+		{fmt.Errorf("--commit: %w", gitsrc.ShortHashError("84")), exitUsage},
 		{exitWith(exitFailure, ""), exitFailure},
 		{exitWith(4, "server died"), 4},
 		{fmt.Errorf("wrapped: %w", exitWith(3, "drift")), 3},

@@ -344,8 +344,15 @@ func checkTorch(ctx context.Context, python string, env []string) error {
 // repoRemedy adds to err, when it names a repository path where nothing
 // is (--repo ~/mirrors/sglang.git before the README's set-up step made
 // it: gitsrc.NoRepoError, Missing), the command that makes it: a mirror
-// of url there, as the README's set-up clones one.
+// of url there, as the README's set-up clones one. A revision refused as
+// a usage error (gitsrc.ErrBadRevision, ErrAbbreviated) is named as
+// --commit's value.
 func repoRemedy(err error, url string) error {
+	if errors.Is(err, gitsrc.ErrBadRevision) || errors.Is(err, gitsrc.ErrAbbreviated) {
+		// Only --commit carries a revision into apply, ab build and
+		// patches check: the usage error names it.
+		err = fmt.Errorf("--commit: %w", err)
+	}
 	var nr *gitsrc.NoRepoError
 	if !errors.As(err, &nr) || !nr.Missing {
 		return err

@@ -50,9 +50,10 @@ Examples:
 				UsageText: "arpatch patches check --repo PATH --commit REV|A..B [--commit ...] [--series NAME...] [--strict] [--details | --summary | --json]",
 				Description: `check reads files straight from the repository's object store (a checkout or
 a bare mirror), so nothing is checked out or written. Each commit may be a
-hash (abbreviated as git takes one: refused when it starts several commits),
-branch or tag, or a range A..B: the commits on B's first-parent chain after
-A, oldest first (git log --first-parent --reverse A..B). The table has one
+hash (abbreviated as git takes one, from 4 hex digits: refused when it starts
+several commits), branch or tag, or a range A..B, both sides given: the
+commits on B's first-parent chain after A, oldest first (git log
+--first-parent --reverse A..B; A..A holds none, an error). The table has one
 line per series and commit; each conflict's hunk, moved file and port
 command follow it for one commit, and with --details; --summary prints one
 line per series, its runs of commits with one verdict. A patch whose file

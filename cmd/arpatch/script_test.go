@@ -209,10 +209,20 @@ func TestScripts(t *testing.T) {
 				ts.Setenv("PATH", dst+string(os.PathListSeparator)+ts.Getenv("PATH"))
 			},
 			"short": func(ts *testscript.TestScript, neg bool, args []string) {
-				if len(args) != 2 || len(ts.Getenv(args[0])) < 12 {
-					ts.Fatalf("usage: short VAR NEW (with $VAR a commit hash)")
+				// short VAR NEW [N]: NEW is $VAR's first N hex digits
+				// (12, the short hash arpatch prints, by default).
+				if len(args) < 2 || len(args) > 3 || len(ts.Getenv(args[0])) < 12 {
+					ts.Fatalf("usage: short VAR NEW [N] (with $VAR a commit hash)")
 				}
-				ts.Setenv(args[1], githash.Hash(ts.Getenv(args[0])).Short())
+				h := githash.Hash(ts.Getenv(args[0])).Short()
+				if len(args) == 3 {
+					n, err := strconv.Atoi(args[2])
+					if err != nil || n < 1 || n > len(h) {
+						ts.Fatalf("short: N %q is not 1 to %d", args[2], len(h))
+					}
+					h = h[:n]
+				}
+				ts.Setenv(args[1], h)
 			},
 			"usage": func(ts *testscript.TestScript, neg bool, args []string) {
 				runUsage(ts, neg, args)

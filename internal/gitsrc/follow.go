@@ -224,7 +224,7 @@ func (ch *chainTrees) removedAt(lo int, p string) (int, error) {
 func (r *Repo) Range(spec string) ([]string, error) {
 	from, to, ok := strings.Cut(spec, "..")
 	if !ok || from == "" || to == "" || strings.HasPrefix(to, ".") {
-		return nil, fmt.Errorf("%q is not a range FROM..TO (two revisions joined by ..)", spec)
+		return nil, badRevision(fmt.Sprintf("%q is not a range FROM..TO (two revisions joined by .., both given; FROM...TO is not taken)", spec))
 	}
 	f, err := r.Resolve(from)
 	if err != nil {

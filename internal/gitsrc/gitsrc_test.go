@@ -261,6 +261,25 @@ func TestResolveRefsBeforeHashPrefixes(t *testing.T) {
 	if got, err := repo.Resolve("cafe"); err != nil || got != c1 {
 		t.Errorf("Resolve(cafe) = %s, %v; want %s", got, err, c1)
 	}
+	// 1 to 3 hex digits name no commit, as in git, even where only one
+	// commit starts with them; a branch or tag named so is the ref.
+	for _, p := range []string{c2[:1], c2[:2], strings.ToUpper(c2[:3])} {
+		var se ShortHashError
+		if got, err := repo.Resolve(p); !errors.As(err, &se) || !errors.Is(err, ErrBadRevision) || !strings.Contains(err.Error(), "too short") {
+			t.Errorf("Resolve(%s) = %s, %v; want a ShortHashError", p, got, err)
+		}
+	}
+	if err := g.Storer.SetReference(plumbing.NewHashReference(plumbing.ReferenceName("refs/tags/"+c2[:3]), plumbing.NewHash(c1))); err != nil {
+		t.Fatal(err)
+	}
+	if err := g.Storer.SetReference(plumbing.NewHashReference("refs/heads/e", plumbing.NewHash(c1))); err != nil {
+		t.Fatal(err)
+	}
+	for _, p := range []string{c2[:3], "e"} {
+		if got, err := repo.Resolve(p); err != nil || got != c1 {
+			t.Errorf("Resolve(%s), a ref to %s = %s, %v", p, c1, got, err)
+		}
+	}
 	if got, err := repo.Resolve(c2); err != nil || got != c2 {
 		t.Errorf("Resolve(full hash) = %s, %v", got, err)
 	}

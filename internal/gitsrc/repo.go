@@ -188,12 +188,52 @@ func (r *Repo) Head() (string, error) {
 // caller's input is wrong (a usage error), not the repository.
 var ErrAbbreviated = errors.New("an ambiguous abbreviated hash")
 
+// ErrBadRevision marks a revision that cannot name a commit whatever the
+// repository holds: 1 to 3 hex digits that no branch or tag is named by
+// (ShortHashError), or a range without two sides (Range). Like
+// ErrAbbreviated it is the caller's input that is wrong (a usage error).
+var ErrBadRevision = errors.New("not a revision")
+
+// ShortHashError is Resolve's error for 1 to 3 hex digits that name no
+// branch or tag: git takes a hash prefix from 4 digits on (git rev-parse
+// 84: "ambiguous argument '84': unknown revision"), so such a string names
+// no commit, where go-git's ResolveRevision took the first object that
+// starts with it. It wraps ErrBadRevision.
+type ShortHashError string
+
+func (e ShortHashError) Error() string {
+	return fmt.Sprintf("%q is too short to be a commit hash (an abbreviated hash has at least 4 hex digits, as in git) and no branch or tag is named %s; pass the full 40-hex hash, or 7 or more of its digits", string(e), string(e))
+}
+
+func (ShortHashError) Unwrap() error { return ErrBadRevision }
+
+// badRevision is a usage error (ErrBadRevision) that reads msg.
+type badRevision string
+
+func (e badRevision) Error() string { return string(e) }
+func (badRevision) Unwrap() error   { return ErrBadRevision }
+
+// isShortHex reports whether rev is 1 to 3 hex digits.
+func isShortHex(rev string) bool {
+	if len(rev) == 0 || len(rev) > 3 {
+		return false
+	}
+	for _, c := range rev {
+		if !strings.ContainsRune("0123456789abcdefABCDEF", c) {
+			return false
+		}
+	}
+	return true
+}
+
 // Resolve turns a revision (a full hash, a branch, a tag, HEAD, or
 // origin/<branch>) into a 40-hex commit; a branch or tag of that name wins
 // over a hash prefix, as in git. An abbreviated hash (4 to 39 hex
 // digits) resolves as git resolves one, to the one commit it names
 // (expandPrefix): go-git's own ResolveRevision takes the first object
-// that matches, where git reports the prefix as ambiguous. A recipe's
+// that matches, where git reports the prefix as ambiguous; 1 to 3 hex
+// digits that name no ref are a ShortHashError, as git takes them for no
+// hash at all (go-git took the first object starting with them). A recipe's
 // pin stays a full hash (recipes refuses a short one): what it names
 // must not depend on which objects a clone happens to hold. The error
 // names the revision.
@@ -235,6 +275,9 @@ func (r *Repo) Resolve(rev string) (string, error) {
 	}
 	if githash.Hash(rev).IsAbbreviated() {
 		return r.expandPrefix(strings.ToLower(rev))
+	}
+	if isShortHex(rev) {
+		return "", ShortHashError(rev)
 	}
 	if rev == "" {
 		return "", fmt.Errorf("empty revision")
