@@ -2,6 +2,7 @@ package history
 
 import (
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"regexp"
 	"slices"
@@ -15,7 +16,8 @@ import (
 // A history target is what history.path and --db name: an SQLite file,
 // or a PostgreSQL history as a postgres:// or postgresql:// URL. Every
 // other value that looks like a URL (a scheme in another case or
-// spelling, a URL without //, a keyword/value connection string) is
+// spelling, a URL without //, a keyword/value connection string,
+// USER@HOST/DATABASE without a scheme) is
 // refused by CheckTarget before anything runs, rather than taken for a
 // file name that a nightly would then create.
 
@@ -39,6 +41,12 @@ var schemeLike = regexp.MustCompile(`^[A-Za-z][A-Za-z0-9+.-]*:`)
 // ("postgres//db/arpatch"), which would otherwise be a relative path:
 // a directory named postgres.
 var noColon = regexp.MustCompile(`^(?i)(postgres|postgresql|pg|pgsql)//`)
+
+// userHost matches a PostgreSQL URL that lost its scheme
+// ("postgres@127.0.0.1/arpatch"): a first path element holding an '@'
+// with a host after it, which would otherwise be a relative path (a
+// directory "postgres@127.0.0.1").
+var userHost = regexp.MustCompile(`^[^/@]+@[^/@]+(/|$)`)
 
 // keywordForm matches a libpq keyword/value connection string
 // ("host=db user=arpatch dbname=arpatch"): a value starting with a
@@ -85,6 +93,10 @@ func CheckTarget(target string) error {
 	if keywordForm.MatchString(target) {
 		return fmt.Errorf("%q is a keyword/value connection string: arpatch takes a PostgreSQL history as a URL: %s", Redact(target), Forms)
 	}
+	if userHost.MatchString(target) {
+		r := Redact(target)
+		return fmt.Errorf("%q looks like USER@HOST/DATABASE, a PostgreSQL URL without its scheme: write postgres://%s for a PostgreSQL history, or ./%s for an SQLite file of that name", r, r, r)
+	}
 	return nil
 }
 
@@ -127,45 +139,86 @@ func pgConfig(raw string) (*pgx.ConnConfig, error) {
 }
 
 // Redact returns target as given, but for its passwords, each replaced
-// by xxxxx: in a PostgreSQL URL, every place pgx reads one from (the user
-// info, up to the '@' that ends it as pgx's parser finds it, so a
-// password holding '?', '#' or '/' is masked whole; a password= or
-// sslpassword= parameter), and in a value CheckTarget refuses as a
-// look-alike (another scheme, a URL without its colon, a keyword/value
-// string), what looks like one (USER:PASSWORD@, password=VALUE). The rest
-// is printed as its user wrote it, never re-encoded; a path is returned
-// as it is. The masking is pgx's own (the text of its ParseConfigError,
-// which never prints a password it can find); keyword values written
-// with spaces around '=' are masked here too.
+// by xxxxx. In a PostgreSQL URL: every place pgx reads one from (the
+// user info, up to the '@' that ends it as pgx's parser finds it, so a
+// password holding '?', '#' or '/' is masked whole), and every query
+// parameter whose key, %-decoded and in lower case, holds "password"
+// (password=, sslpassword=, and PASSWORD= or Password=, which pgx would
+// send the server as a setting), its value up to the next '&'. In any
+// other value that is not a path (a look-alike CheckTarget refuses:
+// another scheme or its spelling, postgres:/ with one slash, a URL
+// without its colon, a keyword/value string, USER@HOST/DB), whatever
+// looks like a password, more than pgx would read rather than less:
+// the user info from the first ':' after the scheme and its slashes to
+// the last '@' (or from the scheme's colon when no ':' precedes the
+// '@': "u:pw@host" is a user and a password, not a scheme), each such
+// query parameter, and each keyword PASSWORD = VALUE (any case, spaces
+// around '=', the value quoted or not). The rest is printed as its user
+// wrote it, never re-encoded; a path is returned as it is.
 //
 // Upstream: pgx pgconn/errors.go@v5.13.0 (ParseConfigError.Error,
-// redactPW, redactURLPassword).
+// redactPW, redactURLPassword); pgx pgconn/config.go@v5.13.0
+// (parseURLSettings: a key pgx does not know is a runtime parameter).
 func Redact(target string) string {
-	if IsURL(target) {
-		return pgxRedact(target)
-	}
 	if isPath(target) {
 		return target
 	}
-	// A look-alike URL is masked as the PostgreSQL URL it would be, its
-	// scheme as written.
-	scheme := noColon.FindString(target)
-	if scheme == "" {
-		if scheme = schemeLike.FindString(target); strings.HasPrefix(target[len(scheme):], "//") {
-			scheme += "//"
+	if IsURL(target) {
+		return maskKeys(pgxRedact(target))
+	}
+	prefix := lookPrefix.FindString(target)
+	rest := target[len(prefix):]
+	if i, j := strings.LastIndexByte(rest, '@'), strings.IndexByte(rest, ':'); i >= 0 && (j < 0 || j > i) &&
+		strings.HasSuffix(prefix, ":") && schemeLike.MatchString(prefix) {
+		// No ':' before the '@': the "scheme" was a user, its colon
+		// the password's.
+		prefix, rest = prefix[:len(prefix)-1], ":"+rest
+	}
+	rest = lookUserInfo.ReplaceAllString(rest, ":xxxxx@")
+	rest = spacedPassword.ReplaceAllString(maskKeys(rest), "${1}xxxxx")
+	return prefix + rest
+}
+
+// lookPrefix matches what starts a look-alike URL: a scheme and its
+// colon with any slashes after it, or a PostgreSQL scheme that lost its
+// colon.
+var lookPrefix = regexp.MustCompile(`^([A-Za-z][A-Za-z0-9+.-]*:/*|(?i)(postgres|postgresql|pg|pgsql)//+)`)
+
+// lookUserInfo matches a look-alike's password: from the first ':' to
+// the last '@'.
+var lookUserInfo = regexp.MustCompile(`(?s):.*@`)
+
+// queryKey matches a query parameter's key and its '=', after the '?'
+// or '&' that starts it.
+var queryKey = regexp.MustCompile(`[?&]([^?&=#]*)=`)
+
+// maskKeys replaces the value of each query parameter whose key,
+// %-decoded and in lower case, holds "password", up to the next '&'
+// (or the end), by xxxxx.
+func maskKeys(s string) string {
+	var b strings.Builder
+	at := 0
+	for _, m := range queryKey.FindAllStringSubmatchIndex(s, -1) {
+		if m[0] < at {
+			continue // inside a value already masked
 		}
-	}
-	if scheme != "" {
-		const as = "postgres://"
-		if r := pgxRedact(as + target[len(scheme):]); strings.HasPrefix(r, as) {
-			return scheme + r[len(as):]
+		key := s[m[2]:m[3]]
+		if k, err := url.QueryUnescape(key); err == nil {
+			key = k
 		}
-		return unshown
+		if !strings.Contains(strings.ToLower(key), "password") {
+			continue
+		}
+		end := strings.IndexByte(s[m[1]:], '&')
+		if end < 0 {
+			end = len(s) - m[1]
+		}
+		b.WriteString(s[at:m[1]])
+		b.WriteString("xxxxx")
+		at = m[1] + end
 	}
-	if keywordForm.MatchString(target) {
-		return spacedPassword.ReplaceAllString(pgxRedact(target), "${1}xxxxx")
-	}
-	return target
+	b.WriteString(s[at:])
+	return b.String()
 }
 
 // pgxRedact is target as pgx's ParseConfigError prints it, its passwords
@@ -183,9 +236,9 @@ func pgxRedact(target string) string {
 // text changed, and none of it is printed.
 const unshown = "(a connection string, not shown: it may hold a password)"
 
-// spacedPassword matches a keyword/value password written with spaces
-// around its '=' (libpq takes "password = VALUE"), which pgx's masking
-// does not look for: the value, quoted or not.
+// spacedPassword matches a keyword/value password, in any case, written
+// with or without spaces around its '=' (libpq takes "password = VALUE"):
+// the value, quoted or not.
 var spacedPassword = regexp.MustCompile(`(?i)(password\s*=\s*)('(?:[^'\\]|\\.)*'|[^\s']\S*)`)
 
 // identity names the database a PostgreSQL URL reaches, whatever the

@@ -113,6 +113,19 @@ func TestRedact(t *testing.T) {
 		"/var/lib/h:1.db":                                              "/var/lib/h:1.db",
 		"./ci:s3cret@db.db":                                            "./ci:s3cret@db.db",
 		"history.db":                                                   "history.db",
+		// Keys in any case, as pgx would send PASSWORD= to the server.
+		"postgres://postgres@127.0.0.1:54330/arpatch?PASSWORD=secretpw":          "postgres://postgres@127.0.0.1:54330/arpatch?PASSWORD=xxxxx",
+		"postgres://u@h/db?sslpassword=s3cret&PASSWORD=secretpw":                 "postgres://u@h/db?sslpassword=xxxxx&PASSWORD=xxxxx",
+		"postgres://u@h/db?Password=secretpw&SSLPASSWORD=s3cret&sslmode=require": "postgres://u@h/db?Password=xxxxx&SSLPASSWORD=xxxxx&sslmode=require",
+		"postgres://u@h/db?PASS%57ORD=secretpw":                                  "postgres://u@h/db?PASS%57ORD=xxxxx",
+		"host=db PASSWORD = secretpw":                                            "host=db PASSWORD = xxxxx",
+		// One slash, none, or a user taken for a scheme.
+		"postgres:/postgres:secretpw@127.0.0.1:54330/arpatch": "postgres:/postgres:xxxxx@127.0.0.1:54330/arpatch",
+		"postgresql:/u:secretpw@h/db":                         "postgresql:/u:xxxxx@h/db",
+		"postgres:u:secretpw@h/db":                            "postgres:u:xxxxx@h/db",
+		"u:secretpw@h/db":                                     "u:xxxxx@h/db",
+		"postgres@127.0.0.1/arpatch":                          "postgres@127.0.0.1/arpatch",
+		"POSTGRES:///u:secretpw@h/db?PASSWORD=secretpw":       "POSTGRES:///u:xxxxx@h/db?PASSWORD=xxxxx",
 	} {
 		if got := Redact(in); got != want {
 			t.Errorf("Redact(%s) = %s, want %s", in, got, want)
@@ -175,4 +188,36 @@ func TestConnectErrors(t *testing.T) {
 	if err == nil || !strings.HasSuffix(err.Error(), ": create the database (createdb), or name one that exists") {
 		t.Errorf("no such database: %v", err)
 	}
+}
+
+// FuzzRedact: whatever the scheme's spelling (case, slashes, a lost
+// colon, none), and whatever the password key's case, no password
+// survives Redact, nor the error CheckTarget gives.
+func FuzzRedact(f *testing.F) {
+	f.Add("postgres:/", "u", "secretpw", "h:5432", "PASSWORD")
+	f.Add("postgresql://", "ci", "s3cret", "db", "sslpassword")
+	f.Add("", "postgres", "pw12", "127.0.0.1", "Password")
+	f.Add("pg//", "u", "a?b#c/d", "h", "SSLPassword")
+	f.Fuzz(func(t *testing.T, scheme, user, secret, host, key string) {
+		if len(secret) < 4 || strings.ContainsAny(secret, "@&\x00\n") || strings.ContainsAny(user+host, ":@/?&") ||
+			strings.ContainsAny(scheme, "@?&") || strings.Contains(scheme+user+host+key, secret) || strings.Contains("xxxxx", secret) ||
+			!strings.Contains(strings.ToLower(key), "password") || strings.ContainsAny(key, "?&=#%") {
+			return
+		}
+		for _, in := range []string{
+			scheme + user + ":" + secret + "@" + host + "/db",
+			scheme + user + "@" + host + "/db?" + key + "=" + secret,
+			scheme + user + "@" + host + "/db?sslmode=disable&" + key + "=" + secret + "&x=1",
+		} {
+			if isPath(in) {
+				continue // a file name, printed as written
+			}
+			if r := Redact(in); strings.Contains(r, secret) {
+				t.Errorf("Redact(%q) = %q", in, r)
+			}
+			if err := CheckTarget(in); err != nil && strings.Contains(err.Error(), secret) {
+				t.Errorf("CheckTarget(%q) = %v", in, err)
+			}
+		}
+	})
 }

@@ -61,6 +61,16 @@ func TestHistoryTargetMistakes(t *testing.T) {
 		{[]string{"history", "show", "1", "--db", "postgres://ci@db/arpatch?sslpassword=s3cret"}, "--db postgres://ci@db/arpatch?sslpassword=xxxxx holds a password"},
 		{[]string{"history", "export", "--db", "postgres:ci:s3cret@db/arpatch"}, `--db "postgres:ci:xxxxx@db/arpatch" looks like a URL`},
 		{[]string{"history", "list", "--db", "sslmode=disable host=db"}, `--db "sslmode=disable host=db" is a keyword/value connection string`},
+		// A password key in any case (pgx would send PASSWORD= to the
+		// server as a setting), a scheme with one slash, and a URL
+		// without its scheme.
+		{[]string{"history", "list", "--db", "postgres://postgres@127.0.0.1:54330/arpatch?PASSWORD=s3cret"}, "--db postgres://postgres@127.0.0.1:54330/arpatch?PASSWORD=xxxxx holds a password"},
+		{[]string{"history", "list", "--db", "postgres://ci@db/arpatch?sslpassword=s3cret&Password=s3cret"}, "--db postgres://ci@db/arpatch?sslpassword=xxxxx&Password=xxxxx holds a password"},
+		{[]string{"nightly", "--config", toml("postgres://ci@db/arpatch?SSLPASSWORD=s3cret")}, dir + "/n11.toml:2: history.path: postgres://ci@db/arpatch?SSLPASSWORD=xxxxx holds a password"},
+		{[]string{"history", "list", "--db", "postgres:/postgres:s3cret@127.0.0.1:54330/arpatch"}, `--db "postgres:/postgres:xxxxx@127.0.0.1:54330/arpatch" looks like a URL but is not a history arpatch reads (a PostgreSQL URL starts postgres://)`},
+		{[]string{"nightly", "--config", toml("postgresql:/u:s3cret@h/db")}, dir + `/n12.toml:2: history.path: "postgresql:/u:xxxxx@h/db" looks like a URL but is not a history arpatch reads (a PostgreSQL URL starts postgres://)`},
+		{[]string{"nightly", "--config", toml("postgres@127.0.0.1/arpatch")}, dir + `/n13.toml:2: history.path: "postgres@127.0.0.1/arpatch" looks like USER@HOST/DATABASE, a PostgreSQL URL without its scheme: write postgres://postgres@127.0.0.1/arpatch for a PostgreSQL history, or ./postgres@127.0.0.1/arpatch for an SQLite file of that name`},
+		{[]string{"history", "export", "--db", "ci@db.internal"}, `--db "ci@db.internal" looks like USER@HOST/DATABASE`},
 	} {
 		var out, errb bytes.Buffer
 		code := run(context.Background(), append([]string{"arpatch"}, c.args...), &out, &errb)
