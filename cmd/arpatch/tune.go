@@ -62,7 +62,9 @@ kernels, SGLANG_PCIE_CUSTOM_AR_ALGO (e.g. push1:32768,push2:2097152,pull2), with
 SGLANG_PCIE_CUSTOM_AR_ISLANDS when island runs (--islands, or the host
 topology as bench allreduce reads it); above it the NCCL variant with the
 least summed slow-down there, its variables written when it beats NCCL as
-the environment leaves it by 3% or more. Then custom-auto runs again through
+the environment leaves it by 3% or more, and never NCCL_PROTO=LL128 unless
+NVLink joins every rank (NCCL enables LL128 only there: elsewhere its data
+may be corrupt without a wrong sum in a test). Then custom-auto runs again through
 the PCIe branch with no setting and under the chosen one, which NCCL runs
 under too above the cut, every sum checked. A tune where custom allreduce
 never beats NCCL says so and writes SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=0: NCCL
@@ -247,12 +249,19 @@ func tuneAllreduceRun(ctx context.Context, to tuneAllreduceOptions, s streams) (
 		defer closeLog(&err) // err: the result, not a shadow
 		o.Bench.Log = lw
 	}
+	// The ranks' GPUs, as the probe sees them: whether NVLink joins them
+	// all (NCCL's LL128 rule), and the model's expect: line.
+	gpus, topo, gerr := visibleGPUs(ctx)
+	known := gerr == nil && topo != nil && len(gpus) >= o.Bench.WorldSize && len(topo.GPUs) >= o.Bench.WorldSize
+	if known {
+		o.NVLink = topo.Sub(topo.GPUs[:o.Bench.WorldSize]).FullNVLink()
+	}
 	res, err := tune.Run(ctx, o)
 	endProgress()
 	if err != nil {
 		return err
 	}
-	if gpus, topo, err := visibleGPUs(ctx); err == nil && topo != nil && len(gpus) >= o.Bench.WorldSize {
+	if known {
 		names := topo.GPUs[:o.Bench.WorldSize]
 		res.Expect = doctor.ModelExpectation(gpus[:o.Bench.WorldSize], topo.Sub(names), to.P2P, to.P2PFile)
 	}

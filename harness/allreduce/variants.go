@@ -27,7 +27,12 @@ type NCCLVariant struct {
 	MaxBytes int `json:"max_bytes,omitempty"`
 	// WhenNoP2P runs it only when NCCL as the environment leaves it used
 	// SHM or NET between the GPUs (otherwise it is that run again).
-	WhenNoP2P bool   `json:"when_no_p2p,omitempty"`
+	WhenNoP2P bool `json:"when_no_p2p,omitempty"`
+	// NVLinkOnly: NCCL itself enables it only where every rank reaches
+	// the others by NVLink; forced elsewhere its data may be corrupt
+	// without a wrong sum in a test, so a tune never chooses it there
+	// (it is measured and shown all the same).
+	NVLinkOnly bool `json:"nvlink_only,omitempty"`
 	Why       string `json:"why"`
 }
 
@@ -40,8 +45,15 @@ var NCCLKnobs = []string{"NCCL_PROTO", "NCCL_ALGO", "NCCL_MIN_NCHANNELS", "NCCL_
 var NCCLVariants = []NCCLVariant{
 	{Name: "LL", Env: []string{"NCCL_PROTO=LL"}, MaxBytes: 512 << 10,
 		Why: "the low-latency protocol (8-byte stores of data and flag): the fastest for small allreduces, half the bandwidth for large ones"},
-	{Name: "LL128", Env: []string{"NCCL_PROTO=LL128"},
-		Why: "128-byte lines with a flag: NCCL enables it by default only where it trusts the fabric; forced elsewhere its sums are checked like any other"},
+	// Upstream: NVIDIA/nccl src/graph/tuning.cc@b6475625fbca (ncclTopoTuneModel):
+	// with NCCL_PROTO unset, LL128 is enabled only where the ranks'
+	// intra-node path is NVLink (typeIntra <= PATH_NVB), on one compute
+	// capability NCCL has tested ("Other cases are not tested and may
+	// cause silent data corruption"); NCCL_PROTO=LL128 set by hand skips
+	// that rule. LL128 relies on a 128-byte store reaching the peer in
+	// ascending address order (NVIDIA/nccl#786, a maintainer's answer).
+	{Name: "LL128", Env: []string{"NCCL_PROTO=LL128"}, NVLinkOnly: true,
+		Why: "128-byte lines with a flag: NCCL enables it only over NVLink, where a 128-byte store arrives in order; off NVLink it is measured, its sums checked, and never chosen"},
 	{Name: "Simple", Env: []string{"NCCL_PROTO=Simple"}, MinBytes: 64 << 10,
 		Why: "bulk copies with a fence per chunk: the bandwidth protocol"},
 	{Name: "Ring", Env: []string{"NCCL_ALGO=Ring"},

@@ -42,11 +42,14 @@ const Hysteresis = 0.03
 const KeepNCCLDefault = 0.03
 
 // Pick chooses the settings from measured results of one run at world
-// size ws, in mode (allreduce.ModeGraph or ModeEager), bf16: NCCL and its
-// variants, and the forced custom algorithms through the PCIe branch
+// size ws, in mode (allreduce.ModeGraph or ModeEager), bf16, on ranks
+// joined all by NVLink (nvlink) or not: NCCL and its variants, and the forced custom algorithms through the PCIe branch
 // (custom-1stage, custom-2stage, custom-push1, custom-push2,
 // custom-island). Only correct, timed cases count: a WRONG, failed, n/a or
-// unsupported one is never chosen and never fast.
+// unsupported one is never chosen and never fast. Off NVLink, a variant
+// NCCL enables only over NVLink (allreduce.NCCLVariant.NVLinkOnly: LL128)
+// is neither chosen nor the baseline: its sums can be right in a test
+// and its data corrupt in service.
 //
 // The cut between custom allreduce and NCCL (MaxBytes) minimises the
 // summed ratio of each size's time to the fastest candidate's, where a
@@ -65,7 +68,7 @@ const KeepNCCLDefault = 0.03
 // It returns the settings, the per-size choices and a one-line verdict;
 // an error when NCCL as the environment leaves it has no correct timing
 // at some size, or no size was measured.
-func Pick(results []allreduce.Result, ws int, mode string) (Thresholds, []Choice, string, error) {
+func Pick(results []allreduce.Result, ws int, mode string, nvlink bool) (Thresholds, []Choice, string, error) {
 	by := map[int]map[string]float64{}
 	var variants []string // NCCL names, in order of appearance
 	islands := ""
@@ -77,6 +80,9 @@ func Pick(results []allreduce.Result, ws int, mode string) (Thresholds, []Choice
 		switch {
 		case r.Impl == allreduce.NCCL:
 			name = allreduce.VariantName(r.Variant)
+			if v, ok := allreduce.LookupVariant(r.Variant); ok && v.NVLinkOnly && !nvlink {
+				break // in the table (US), never a candidate
+			}
 			if !slices.Contains(variants, name) {
 				variants = append(variants, name)
 			}

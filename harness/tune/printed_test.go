@@ -163,7 +163,7 @@ func gatherPrinted(t *testing.T) []printed {
 				results = append(results, r)
 			}
 		}
-		th, _, _, err := tune.Pick(results, m.N, allreduce.ModeGraph)
+		th, _, _, err := tune.Pick(results, m.N, allreduce.ModeGraph, m.FullNVLink())
 		if err != nil {
 			t.Fatalf("%s: Pick: %v", name, err)
 		}
@@ -179,7 +179,7 @@ func gatherPrinted(t *testing.T) []printed {
 	for _, era := range []string{"A", "B", "C"} {
 		path := "testdata/h200x2-ws2-" + era + ".json"
 		o := loadOutcomeFile(t, path)
-		th, _, _, err := tune.Pick(o.Measure.Run.Results, 2, allreduce.ModeGraph)
+		th, _, _, err := tune.Pick(o.Measure.Run.Results, 2, allreduce.ModeGraph, true)
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -38,7 +38,7 @@ func TestRecordedH200Tunes(t *testing.T) {
 		if p := o.Measure.Run.ThresholdProbe; p == nil || !p.Refused || !strings.Contains(p.Error, "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES='16K': expected a whole number of bytes") {
 			t.Errorf("%s: probe %+v", era, p)
 		}
-		th, cs, verdict, err := Pick(o.Measure.Run.Results, 2, "graph")
+		th, cs, verdict, err := Pick(o.Measure.Run.Results, 2, "graph", true)
 		sizes := ServingSizes(5120, 4)
 		if err != nil || th.MaxBytes != o.File.Thresholds.MaxBytes || !reflect.DeepEqual(Dispatch(th, 2, sizes), Dispatch(o.File.Thresholds, 2, sizes)) ||
 			!strings.HasPrefix(verdict, "custom allreduce beat the fastest NCCL at 11 of 11 sizes") || !strings.HasPrefix(o.File.Verdict, "custom allreduce beat NCCL at 11 of 11 sizes") {

@@ -28,6 +28,10 @@ type Options struct {
 	Variants []allreduce.NCCLVariant
 	// IslandsFrom says where Bench.Layouts came from (reported).
 	IslandsFrom string
+	// NVLink: every pair of the ranks' GPUs is joined by NVLink
+	// (nvidia-smi topo -m); false where that is unknown. Off NVLink, Pick
+	// never chooses a variant NCCL enables only over NVLink (LL128).
+	NVLink bool
 	// Verify is the allreduce shape of one EAGLE-3 verify pass (reported).
 	Verify allreduce.Verify
 	Host   Host
@@ -272,7 +276,10 @@ func Run(ctx context.Context, o Options) (*Outcome, error) {
 	case out.Measure.Failed():
 		out.Findings = append(out.Findings, "the measurement failed: no settings are chosen")
 	default:
-		th, choices, verdict, err = Pick(out.Measure.AllResults(), m.WorldSize, mode)
+		th, choices, verdict, err = Pick(out.Measure.AllResults(), m.WorldSize, mode, o.NVLink)
+		if !o.NVLink && slices.ContainsFunc(o.Variants, func(v allreduce.NCCLVariant) bool { return v.NVLinkOnly }) {
+			out.Findings = append(out.Findings, "NCCL_PROTO=LL128 is measured but never chosen here: NCCL enables LL128 only where the GPUs are joined by NVLink (its data may be corrupt elsewhere without a wrong sum in a test), and these ranks are not, or their topology is unknown")
+		}
 		if err != nil {
 			out.Findings = append(out.Findings, "no settings chosen: "+err.Error())
 		}

@@ -169,7 +169,7 @@ func TestPickRecordedH200(t *testing.T) {
 	if err := json.Unmarshal(b, &rep); err != nil {
 		t.Fatal(err)
 	}
-	th, cs, verdict, err := Pick(rep.Run.Results, 2, "graph")
+	th, cs, verdict, err := Pick(rep.Run.Results, 2, "graph", true)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -200,7 +200,7 @@ func TestPickShapes(t *testing.T) {
 		return rs
 	}
 	// 1-stage wins small, 2-stage in the middle, NCCL at 1M.
-	th, cs, verdict, err := Pick(mk([]float64{20, 25, 40, 60}, []float64{5, 30, 90, 300}, []float64{8, 10, 30, 80}), 8, "graph")
+	th, cs, verdict, err := Pick(mk([]float64{20, 25, 40, 60}, []float64{5, 30, 90, 300}, []float64{8, 10, 30, 80}), 8, "graph", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -219,7 +219,7 @@ func TestPickShapes(t *testing.T) {
 	}
 
 	// Custom never beats NCCL: NCCL at every size, said plainly.
-	th, _, verdict, err = Pick(mk([]float64{5, 6, 7, 8}, []float64{9, 9, 9, 9}, []float64{9, 9, 9, 9}), 8, "graph")
+	th, _, verdict, err = Pick(mk([]float64{5, 6, 7, 8}, []float64{9, 9, 9, 9}, []float64{9, 9, 9, 9}), 8, "graph", false)
 	if err != nil || th.MaxBytes != 0 || th.Algorithm(8, 16) != allreduce.NCCL {
 		t.Errorf("thresholds %s, %v; want NCCL at every size", th, err)
 	}
@@ -234,13 +234,13 @@ func TestPickShapes(t *testing.T) {
 			rs[i].OK = false
 		}
 	}
-	th, _, _, err = Pick(rs, 8, "graph")
+	th, _, _, err = Pick(rs, 8, "graph", false)
 	if err != nil || th.Schedule.String() != "pull2" || th.MaxBytes != 262144 {
 		t.Errorf("with 1-stage WRONG: %s, %v; want 2-stage up to 256K, 1-stage never", th, err)
 	}
 
 	// No NCCL timing at a size: refused.
-	if _, _, _, err := Pick(rs[1:], 8, "graph"); err == nil || !strings.Contains(err.Error(), "NCCL has no correct timing at 4K") {
+	if _, _, _, err := Pick(rs[1:], 8, "graph", false); err == nil || !strings.Contains(err.Error(), "NCCL has no correct timing at 4K") {
 		t.Errorf("missing NCCL: %v", err)
 	}
 }
@@ -427,7 +427,7 @@ func TestPickPushAndVariants(t *testing.T) {
 		{nccl: 30, ll: 25, simple: 28, one: 90, two: 20, p1: 0, p2: 15, isl: 12}, // push1 n/a: no timing
 		{nccl: 40, simple: 20, one: 300, two: 60, p2: 45, isl: 30},
 	}
-	th, cs, verdict, err := Pick(mk(rows), 8, "graph")
+	th, cs, verdict, err := Pick(mk(rows), 8, "graph", false)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -456,7 +456,7 @@ func TestPickPushAndVariants(t *testing.T) {
 			rs[i].OK, rs[i].MedianUS = false, 0.5
 		}
 	}
-	th, cs, _, _ = Pick(rs, 8, "graph")
+	th, cs, _, _ = Pick(rs, 8, "graph", false)
 	if th.Schedule.String() != "pull1:4096,island" || cs[0].Fastest != allreduce.Custom1Stage || cs[0].US[allreduce.CustomPush1] != 0 {
 		t.Errorf("with push1 WRONG: %s, 4K %+v", th, cs[0])
 	}
@@ -465,12 +465,12 @@ func TestPickPushAndVariants(t *testing.T) {
 	// as the environment leaves it by 3%: LL is not measured at 1M, and
 	// Simple within 2% keeps the default.
 	rows[4].simple = 39.2
-	th, _, _, _ = Pick(mk(rows), 8, "graph")
+	th, _, _, _ = Pick(mk(rows), 8, "graph", false)
 	if th.MaxBytes != 1<<20 {
 		t.Errorf("Simple slower than island at 1M: custom up to %s", th)
 	}
 	rows[4].simple, rows[4].isl = 39.2, 45
-	th, cs, _, _ = Pick(mk(rows), 8, "graph")
+	th, cs, _, _ = Pick(mk(rows), 8, "graph", false)
 	if th.MaxBytes != 262144 || th.NCCL != nil || cs[4].Chosen != allreduce.NCCL || cs[4].BestNCCL != "nccl:Simple" || cs[4].Regret <= 1 {
 		t.Errorf("Simple 2%% faster than the default: %s (%v), 1M %+v", th, th.NCCL, cs[4])
 	}
@@ -519,5 +519,39 @@ func TestFileSchedule(t *testing.T) {
 	bad = strings.Replace(data, "push1:16384,island", "push1:16K,island", 1)
 	if _, err := Parse("s.env", []byte(bad)); err == nil || !strings.Contains(err.Error(), `s.env:15: SGLANG_PCIE_CUSTOM_AR_ALGO="push1:16K,island"`) {
 		t.Errorf("a bad schedule: %v", err)
+	}
+}
+
+// TestPickNeverLL128OffNVLink: NCCL enables LL128 only where NVLink joins
+// the ranks (allreduce.NCCLVariant.NVLinkOnly, after NVIDIA/nccl's
+// ncclTopoTuneModel); off NVLink a measured LL128 that is fastest and
+// correct is neither written to the tune file nor the baseline of the
+// cut, while over NVLink it may win.
+func TestPickNeverLL128OffNVLink(t *testing.T) {
+	var rs []allreduce.Result
+	for _, n := range []int{4096, 1 << 20} {
+		rs = append(rs, result(allreduce.NCCL, "-", n, "graph", 40), result(allreduce.CustomPush2, "pcie", n, "graph", 30))
+		for v, us := range map[string]float64{"LL128": 5, "Simple": 35} {
+			r := result(allreduce.NCCL, "-", n, "graph", us)
+			r.Variant = v
+			rs = append(rs, r)
+		}
+	}
+	th, cs, _, err := Pick(rs, 8, "graph", false)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if strings.Contains(strings.Join(th.Env(), " "), "LL128") || cs[0].BestNCCL != "nccl:Simple" || cs[0].Fastest == "nccl:LL128" || th.MaxBytes != 1<<20 {
+		t.Errorf("off NVLink: %v, 4K best %s fastest %s", th.Env(), cs[0].BestNCCL, cs[0].Fastest)
+	}
+	if cs[0].US["nccl:LL128"] != 5 {
+		t.Errorf("LL128's timing is not shown: %v", cs[0].US)
+	}
+	th, cs, _, _ = Pick(rs, 8, "graph", true)
+	if strings.Join(th.NCCL, " ") != "NCCL_PROTO=LL128" || th.MaxBytes != 0 || cs[0].BestNCCL != "nccl:LL128" {
+		t.Errorf("over NVLink: %v (cut %d), 4K best %s", th.NCCL, th.MaxBytes, cs[0].BestNCCL)
+	}
+	if v, _ := allreduce.LookupVariant("LL128"); !v.NVLinkOnly {
+		t.Error("the LL128 variant is not marked NVLink-only")
 	}
 }
