@@ -32,8 +32,8 @@ type NCCLVariant struct {
 	// the others by NVLink; forced elsewhere its data may be corrupt
 	// without a wrong sum in a test, so a tune never chooses it there
 	// (it is measured and shown all the same).
-	NVLinkOnly bool `json:"nvlink_only,omitempty"`
-	Why       string `json:"why"`
+	NVLinkOnly bool   `json:"nvlink_only,omitempty"`
+	Why        string `json:"why"`
 }
 
 // NCCLKnobs are the variables NCCL variants set. A tune file may carry
