@@ -38,8 +38,9 @@ unsupported, never timed (they would time another kernel).
 
 Sizes are byte counts, or "cap": each implementation's largest size that
 fits the communicator (max_size bytes of input and of scratch after the
-Signal block; the push algorithms' scratch needs, from /work/ALGOS.md, are
-in scratch_need). A size that does not fit is reported not applicable, as
+Signal block; the push algorithms' scratch needs, as the pcie series
+counts them (0001's CustomAllreduce::pcie_scratch_needed, 0002's
+_pcie_scratch_needed), are in scratch_need). A size that does not fit is reported not applicable, as
 is one above --custom-max-bytes (0002's gate sends it to NCCL).
 
 The custom allreduce comes from the extension built by
@@ -268,7 +269,8 @@ def ceil_div(a, b):
 
 def scratch_need(impl, world, island_size, size):
     """Bytes of scratch (the region after each rank's Signal block) the
-    forced algorithm needs for an allreduce of size bytes, per /work/ALGOS.md:
+    forced algorithm needs for an allreduce of size bytes, as the pcie series'
+    0001 counts it (CustomAllreduce::pcie_scratch_needed):
     push1 N*S; push2 N*ceil(S/N) + S; island (M+K)*ceil(S/M) + S, with
     N ranks in K islands of M, each share rounded up to 16-byte packs. The
     pull algorithms' scratch (2-stage's S/N) always fits."""

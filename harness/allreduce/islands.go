@@ -11,7 +11,9 @@ import (
 
 // Islands is a partition of a group's ranks 0..N-1 into K islands of equal
 // size M (N = K*M), as the pcie series' island algorithm takes it from
-// SGLANG_PCIE_CUSTOM_AR_ISLANDS (/work/ALGOS.md, "Environment"): ranks of
+// SGLANG_PCIE_CUSTOM_AR_ISLANDS (0001 reads it in
+// CustomAllreduce::pcie_parse_islands, 0002 checks it in
+// _pcie_parse_islands; the patches hold both): ranks of
 // one island share a PCIe switch or a CPU socket; the island algorithm
 // reduces inside each island by writes and sends only one 1/M share per
 // rank across islands. Each island lists its ranks in ascending order, and
@@ -188,7 +190,9 @@ func ParseLayouts(values []string, ws int) ([]Islands, error) {
 }
 
 // HostIslands derives the islands of a group of ws ranks on this host, as
-// the pcie series' 0002 does from NVML at init (/work/ALGOS.md): rank r
+// the pcie series' 0002 does from NVML at init (its
+// _pcie_islands_from_nvml: ranks whose GPUs' common ancestor is below
+// NVML_TOPOLOGY_SYSTEM share an island): rank r
 // runs on CUDA device r, the nvidia-smi GPU visible[r] (doctor's
 // ResolveVisible); GPUs joined by any link but SYS (NVML_TOPOLOGY_SYSTEM:
 // across the CPU sockets' interconnect) are in one island, transitively.

@@ -65,7 +65,8 @@ func TestPushOversubscribed(t *testing.T) {
 	if !reflect.DeepEqual(status, map[string]int{"ok": 12, "n/a": 8, "skipped": 1}) {
 		t.Errorf("statuses %v", status)
 	}
-	// The caps of /work/ALGOS.md's scratch needs in 8 MiB: push1 N*S <= 8M
+	// The caps of the series' scratch needs (0001's pcie_scratch_needed)
+	// in 8 MiB: push1 N*S <= 8M
 	// gives 2M at world size 4; island (M+K)*S/M + S = 3S <= 8M, in 16-byte
 	// packs, gives 2796192.
 	if !reflect.DeepEqual(caps, map[string]int{"custom-push1/pcie": 2 << 20, "custom-island/pcie[0,1/2,3]": 2796192, "custom-island/pcie[0,2/1,3]": 2796192}) {
@@ -324,8 +325,8 @@ func TestExecuteVariants(t *testing.T) {
 }
 
 // TestBenchPyScratch checks bench.py's scratch_need and cap_size (which
-// decide what is n/a and what "cap" means) against /work/ALGOS.md's
-// formulas worked by hand, and its forcing of each implementation, by
+// decide what is n/a and what "cap" means) against the series' scratch
+// formulas (0001's CustomAllreduce::pcie_scratch_needed) worked by hand, and its forcing of each implementation, by
 // running those functions under python3 without torch (skipped where there
 // is none).
 func TestBenchPyScratch(t *testing.T) {

@@ -80,7 +80,8 @@ type Options struct {
 }
 
 // Impl names. The pull and push implementations each force one of the
-// pcie series' algorithms (/work/ALGOS.md, "Harness names"); custom-auto
+// pcie series' algorithms, named as SGLANG_PCIE_CUSTOM_AR_ALGO names them
+// (Algo: pull1, pull2, push1, push2, island); custom-auto
 // runs the kernel's own dispatch.
 const (
 	NCCL         = "nccl"

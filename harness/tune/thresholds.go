@@ -9,7 +9,9 @@
 // It is not the measurement (harness/allreduce runs the ranks) and not the
 // traffic model (harness/traffic estimates without measuring).
 //
-// Facts it rests on, as the pcie series patches them (/work/ALGOS.md):
+// Facts it rests on, as the pcie series patches them (its 0001 and 0002
+// in patches/sglang/pcie-*, whose own lines the tests run:
+// patches/seriessim):
 //   - Upstream: python/sglang/srt/distributed/device_communicators/custom_all_reduce.py@84118acf50b3 (CustomAllreduce.should_custom_ar)
 //     admits at most max_size bytes (8 MiB); 0002 caps PCIe-only groups at
 //     SGLANG_PCIE_CUSTOM_AR_MAX_BYTES (0 keeps every size on NCCL) when

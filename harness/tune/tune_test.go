@@ -84,7 +84,9 @@ func sched(s string, maxBytes uint64) Thresholds {
 	return Thresholds{MaxBytes: maxBytes, Schedule: sc}
 }
 
-// TestSchedule checks SGLANG_PCIE_CUSTOM_AR_ALGO's grammar (/work/ALGOS.md):
+// TestSchedule checks SGLANG_PCIE_CUSTOM_AR_ALGO's grammar (0001's
+// pcie_parse_schedule, 0002's pcie_custom_ar_schedule; the series' own
+// lines agree with it in TestPrintedSchedulesAccepted):
 // what parses and prints back as given, and each refusal, naming the
 // variable and the step.
 func TestSchedule(t *testing.T) {

@@ -111,3 +111,46 @@ func TestTreeCitations(t *testing.T) {
 		t.Fatalf("read %d Go files from %s; the walk is not reading the module", n, root)
 	}
 }
+
+// outside is a citation of a document outside the repository: a
+// workspace's notes (/work/....md) or a name the repository does not
+// hold, which a reader of the repository cannot open.
+var outside = regexp.MustCompile(`/work/[\w.+-]*\.md|\bALGOS\.md\b|\bHELPERS\.md\b`)
+
+// TestNoCitationOutsideTheRepo: no source, script, doc or test of the
+// repository cites a file outside it; what was cited is restated where it
+// is used, or cited from the patches or upstream (Upstream: ...).
+func TestNoCitationOutsideTheRepo(t *testing.T) {
+	root := filepath.Join("..", "..")
+	n := 0
+	err := filepath.WalkDir(root, func(p string, d fs.DirEntry, err error) error {
+		if err != nil {
+			return err
+		}
+		if d.IsDir() && strings.HasPrefix(d.Name(), ".") && p != root && d.Name() != ".ci" {
+			return filepath.SkipDir
+		}
+		switch filepath.Ext(p) {
+		case ".go", ".py", ".sh", ".md", ".txtar", ".toml", ".patch", ".cc", ".h":
+		default:
+			return nil
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return err
+		}
+		n++
+		for i, line := range strings.Split(string(b), "\n") {
+			if m := outside.FindString(line); m != "" && !strings.HasSuffix(p, "cite_test.go") {
+				t.Errorf("%s:%d cites %s, outside the repository: restate what it says, or cite its source", p, i+1, m)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+	if n < 200 {
+		t.Fatalf("read %d files from %s; the walk is not reading the repository", n, root)
+	}
+}

@@ -1,6 +1,7 @@
 """A fake allreduce extension for bench.py under the CPU shim (tests only):
 the functions of arpatch's allreduce extension, with the pcie series'
-init-time checks of /work/ALGOS.md (a bad SGLANG_PCIE_CUSTOM_AR_ALGO,
+init-time checks as 0001 makes them in init_custom_ar (a bad
+SGLANG_PCIE_CUSTOM_AR_ALGO,
 SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES or SGLANG_PCIE_CUSTOM_AR_ISLANDS
 is a ValueError naming the variable; the schedule and the legacy limit
 together are refused), and sums over gloo. FAKE_EXT_OLD=1 is an extension
