@@ -29,6 +29,7 @@ import (
 	"os"
 	"reflect"
 	"slices"
+	"regexp"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -535,4 +536,43 @@ func findCommand(cmds []*cli.Command, name string) *cli.Command {
 		}
 	}
 	return nil
+}
+
+// asTyped rewrites msg to name each aliased flag as args typed it: an
+// error about --concurrency reads --max-concurrency when that is what the
+// user passed (and --concurrency is not also there), as its remedy is
+// copied from the command line the user wrote.
+func asTyped(app *cli.App, args []string, msg string) string {
+	typed := map[string]bool{}
+	for _, a := range args {
+		if a == "--" {
+			break
+		}
+		if strings.HasPrefix(a, "-") {
+			name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+			typed[name] = true
+		}
+	}
+	var walk func(cmds []*cli.Command, flags []cli.Flag)
+	walk = func(cmds []*cli.Command, flags []cli.Flag) {
+		for _, f := range flags {
+			names := f.Names()
+			if len(names) < 2 || typed[names[0]] {
+				continue
+			}
+			for _, alias := range names[1:] {
+				// (A one-letter alias, -h, is no name an error uses.)
+				if len(alias) > 1 && typed[alias] {
+					re := regexp.MustCompile(`--` + regexp.QuoteMeta(names[0]) + `\b([^-]|$)`)
+					msg = re.ReplaceAllString(msg, "--"+alias+"$1")
+					break
+				}
+			}
+		}
+		for _, c := range cmds {
+			walk(c.Subcommands, c.Flags)
+		}
+	}
+	walk(app.Commands, app.Flags)
+	return msg
 }

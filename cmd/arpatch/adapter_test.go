@@ -550,3 +550,46 @@ func TestEveryCommandUsageError(t *testing.T) {
 		t.Fatalf("checked only %d flags; the walk broke", n)
 	}
 }
+
+// An error about an aliased flag names it as the command line typed it,
+// for each flag that has an alias, whichever command it is on.
+func TestErrorsNameFlagsAsTyped(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := run(context.Background(), []string{"arpatch", "bench", "--max-concurrency", "x"}, &stdout, &stderr); code != exitUsage {
+		t.Fatalf("bench --max-concurrency x: exit %d, %s", code, stderr.String())
+	}
+	if got, want := stderr.String(), "arpatch: --max-concurrency \"x\" is not a whole number (digits only), e.g. 1,4,16 (arpatch bench --help)\n"; got != want {
+		t.Errorf("stderr = %q, want %q", got, want)
+	}
+	stderr.Reset()
+	run(context.Background(), []string{"arpatch", "bench", "--concurrency=x"}, &stdout, &stderr)
+	if got := stderr.String(); !strings.HasPrefix(got, `arpatch: --concurrency "x" is not`) {
+		t.Errorf("the flag's own name, typed: %q", got)
+	}
+	app := newApp(io.Discard, io.Discard)
+	n := 0
+	var walk func(cmds []*cli.Command, flags []cli.Flag)
+	walk = func(cmds []*cli.Command, flags []cli.Flag) {
+		for _, f := range flags {
+			names := f.Names()
+			for _, alias := range names[1:] {
+				if len(alias) == 1 {
+					continue // -h
+				}
+				n++
+				msg := "--" + names[0] + " \"v\": bad; --" + names[0] + "-other stays"
+				want := "--" + alias + " \"v\": bad; --" + names[0] + "-other stays"
+				if got := asTyped(app, []string{"arpatch", "--" + alias + "=v"}, msg); got != want {
+					t.Errorf("asTyped(--%s=v) = %q, want %q", alias, got, want)
+				}
+			}
+		}
+		for _, c := range cmds {
+			walk(c.Subcommands, c.Flags)
+		}
+	}
+	walk(app.Commands, app.Flags)
+	if n < 2 {
+		t.Errorf("%d aliased flags, want bench's --max-concurrency and nightly's --history at least", n)
+	}
+}

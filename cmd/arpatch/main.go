@@ -246,7 +246,7 @@ func runApp(ctx context.Context, makeApp func(stdout, stderr io.Writer) *cli.App
 	err = unknownCommand(app, args, err)
 	code, msg := exitOK, ""
 	if err != nil {
-		code, msg = exitCode(err), err.Error()
+		code, msg = exitCode(err), asTyped(app, args, err.Error())
 		if code == exitUsage && !strings.Contains(msg, "--help") {
 			// The pointer ends the first line, the error's own; lines
 			// after it are notes.
