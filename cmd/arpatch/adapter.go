@@ -28,8 +28,8 @@ import (
 	"io"
 	"os"
 	"reflect"
-	"slices"
 	"regexp"
+	"slices"
 	"strings"
 
 	"github.com/urfave/cli/v2"
@@ -553,6 +553,7 @@ func asTyped(app *cli.App, args []string, msg string) string {
 			typed[name] = true
 		}
 	}
+	seen := map[*cli.Command]bool{}
 	var walk func(cmds []*cli.Command, flags []cli.Flag)
 	walk = func(cmds []*cli.Command, flags []cli.Flag) {
 		for _, f := range flags {
@@ -570,7 +571,10 @@ func asTyped(app *cli.App, args []string, msg string) string {
 			}
 		}
 		for _, c := range cmds {
-			walk(c.Subcommands, c.Flags)
+			if !seen[c] { // (urfave's help command holds itself)
+				seen[c] = true
+				walk(c.Subcommands, c.Flags)
+			}
 		}
 	}
 	walk(app.Commands, app.Flags)
