@@ -300,7 +300,8 @@ const shippedDir = "patches/sglang"
 // another patch list, or a patch whose bytes are not the ones built in,
 // sealed or not. apply, check and the nightly run the copy built into
 // the binary unless given --patches-dir, so the note names the flag
-// that runs the copy on disk and the build that builds it in. It is ""
+// that runs the copy on disk and the build that builds it in; seal,
+// apply and patches check print it. It is ""
 // when name is not a built-in series, dir/name holds no series, or the
 // two are the same.
 func builtInCopyNote(dir, name string) string {

@@ -175,6 +175,21 @@ func patchesCheckOpts(f patchesCheckFlags) (patchesCheckOptions, error) {
 // that does not fit) is a failure (exit 1), naming it.
 func patchesCheckRun(ctx context.Context, o patchesCheckOptions, s streams) error {
 	notePassedOver(s.Err, o.Catalog)
+	if o.Catalog.Dir == "" {
+		// The built-in series are checked: say, as apply and seal do,
+		// where a checkout's patches/sglang copy differs from them.
+		names := o.Series
+		if len(names) == 0 {
+			for _, se := range o.Catalog.Series {
+				names = append(names, se.Name)
+			}
+		}
+		for _, n := range names {
+			if note := builtInCopyNote(shippedDir, n); note != "" {
+				fmt.Fprintln(s.Err, note)
+			}
+		}
+	}
 	var show func(done, total int)
 	if progress.IsTerminal(s.Err) {
 		// As git: a count on a terminal only, for a check of several

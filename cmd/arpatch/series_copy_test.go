@@ -7,6 +7,8 @@ import (
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/arpatch/arpatch/internal/testrepo"
 )
 
 // An edited copy of a built-in series (the README's `arpatch patches seal
@@ -44,6 +46,28 @@ func TestEditedBuiltInSeriesIsNamed(t *testing.T) {
 	}
 	if !strings.Contains(out.String(), "sealed 0002-pcie-gate-bypass.patch") || strings.TrimSpace(errb.String()) != want {
 		t.Errorf("seal said\n%s%s", &out, &errb)
+	}
+	// patches check runs the built-in copy too, and says so.
+	repo := filepath.Join(dir, "up")
+	if err := os.MkdirAll(repo, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(repo, "README.md"), []byte("x\n"), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := testrepo.Init(repo); err != nil {
+		t.Fatal(err)
+	}
+	for _, args := range [][]string{{"--series", "pcie-2026-04"}, nil} {
+		out.Reset()
+		errb.Reset()
+		run(context.Background(), append([]string{"arpatch", "patches", "check", "--repo", "up", "--commit", "HEAD"}, args...), &out, &errb)
+		if got := strings.Count(errb.String(), want+"\n"); got != 1 {
+			t.Errorf("patches check %v: the note %d times in stderr:\n%s", args, got, &errb)
+		}
+		if !strings.Contains(out.String(), "pcie-2026-04 ") {
+			t.Errorf("patches check %v: no row for pcie-2026-04:\n%s", args, &out)
+		}
 	}
 	if n := builtInCopyNote(shippedDir, "no-such-series"); n != "" {
 		t.Errorf("a series not built in: %s", n)
