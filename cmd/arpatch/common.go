@@ -107,13 +107,18 @@ func recipeFile(flag, p string) (*recipes.Recipe, error) {
 // checkPathFlag refuses the value p of a path flag that names nothing, or
 // a file where a directory is wanted (dir) or a directory where a file is:
 // a usage error (exit 2) naming the flag, found by the options function
-// before anything runs.
+// before anything runs; a --src where nothing is, is a
+// gitsrc.NoCheckoutError (exit 1), as status and revert say at the
+// default --src.
 func checkPathFlag(flag, p string, dir bool) error {
 	st, err := os.Stat(p)
 	var pe *os.PathError
 	switch {
 	case flag == "src" && dir && errors.Is(err, fs.ErrNotExist):
-		return usageError{gitsrc.NoCheckoutError(p)}
+		// No checkout yet is no usage error: the same exit 1 and remedy
+		// (the apply that makes one) as at the default --src, where
+		// status and revert find it missing when they open it.
+		return gitsrc.NoCheckoutError(p)
 	case errors.As(err, &pe):
 		return usagef("--%s %s: %v", flag, p, pe.Err)
 	case err != nil:

@@ -100,7 +100,7 @@ func TestRevertOpts(t *testing.T) {
 		}
 	}
 	refuses(t, revertOpts, []refusal{
-		{"arpatch revert --src /nonexistent", exitUsage, []string{"--src /nonexistent: no checkout there: `arpatch apply --src /nonexistent` clones SGLang there at the recipe's commit and applies its series (add --repo with a local mirror), or point --src at your SGLang checkout"}},
+		{"arpatch revert --src /nonexistent", exitFailure, []string{"--src /nonexistent: no checkout there: `arpatch apply --src /nonexistent` clones SGLang there at the recipe's commit and applies its series (add --repo with a local mirror), or point --src at your SGLang checkout"}},
 		{"arpatch revert --src ~/x.so", exitUsage, []string{"--src " + home + "/x.so: is a file; name a directory"}},
 		{"arpatch revert --patches-dir nosuch", exitUsage, []string{"--patches-dir nosuch"}},
 		{"arpatch revert sglang", exitUsage, []string{"revert takes no arguments"}},
@@ -119,7 +119,7 @@ func TestStatusOpts(t *testing.T) {
 		t.Errorf("flags: %+v, %v", o, err)
 	}
 	refuses(t, statusOpts, []refusal{
-		{"arpatch status --src /nonexistent", exitUsage, []string{"--src /nonexistent: no checkout there: `arpatch apply --src /nonexistent` clones SGLang there at the recipe's commit and applies its series (add --repo with a local mirror), or point --src at your SGLang checkout"}},
+		{"arpatch status --src /nonexistent", exitFailure, []string{"--src /nonexistent: no checkout there: `arpatch apply --src /nonexistent` clones SGLang there at the recipe's commit and applies its series (add --repo with a local mirror), or point --src at your SGLang checkout"}},
 		{"arpatch status --patches-dir nosuch", exitUsage, []string{"--patches-dir nosuch"}},
 		{"arpatch status --json=yes", exitUsage, []string{"-json"}},
 		{"arpatch status sglang", exitUsage, []string{"status takes no arguments"}},
