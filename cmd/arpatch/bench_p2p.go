@@ -29,9 +29,12 @@ func benchP2PCommand() *cli.Command {
                   [--json FILE] [--log FILE] [--timeout 10m]`,
 		Description: `Go starts p2p.py on one rank per GPU with torchrun (the GPUs CUDA_VISIBLE_DEVICES
 leaves visible, numbered as nvidia-smi numbers them). Each rank shares a
-cudaMalloc'd buffer through CUDA IPC (cuIpcGetMemHandle, cuIpcOpenMemHandle),
-as custom allreduce does, and kernels of its own (NVRTC) load from and store
-to the peers' buffers through the mappings. Every byte that moves is checked
+buffer from the driver's cuMemAlloc through CUDA IPC (cuIpcGetMemHandle,
+cuIpcOpenMemHandle), as custom allreduce does, and kernels of its own (NVRTC,
+through the CUDA driver API) load from and store to the peers' buffers
+through the mappings. torch in --python is needed only for torchrun and
+torch.distributed (gloo), which pass the handles and results between the
+ranks; no transfer is torch's. Every byte that moves is checked
 against a seeded pattern: a pair whose bytes come back wrong is an error,
 "P2P reports OK but corrupts data", and custom allreduce must not run there.
 

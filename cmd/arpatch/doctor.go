@@ -48,7 +48,10 @@ run of NCCL as the environment leaves it, before its variants), it says why
 NCCL took SHM between GPUs: P2P blocked, NCCL_P2P_DISABLE, or NCCL's policy
 past a CPU host bridge though P2P works (NCCL_P2P_LEVEL=SYS).
 $ARPATCH_SYSROOT, when set, is read in place of / for /proc and /sys (a copy
-taken on another host). --server-cmd is read as SGLang's argparse
+taken on another host); $ARPATCH_RECORDED_HOST=DIR answers nvidia-smi and
+lspci from a recorded host's outputs (query-gpu.csv, topo-m.txt,
+topo-p2p-r.txt, topo-p2p-w.txt, lspci-vvv.txt), as the hosts in
+harness/doctor/testdata are recorded: doctor then judges that host. --server-cmd is read as SGLang's argparse
 reads it (aliases, unique prefixes, --opt=value, VAR=value before the
 program), with the options of --src's server_args.py when given, else a
 built-in table. Each finding has a severity and a remedy; the verdict sums
@@ -64,7 +67,8 @@ Examples:
    arpatch doctor --src sglang --server-cmd "python -m sglang.launch_server --speculative-algo EAGLE3 --speculative-draft-model d"
    arpatch doctor --p2p p2p.json
    arpatch doctor --nccl-log nccl.log
-   arpatch doctor --json > doctor.json`,
+   arpatch doctor --json > doctor.json
+   ARPATCH_RECORDED_HOST=harness/doctor/testdata/pcie8 arpatch doctor`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` of the serving environment", Value: pyenv.Default},
 			&cli.StringFlag{Name: "server-cmd", Usage: "an SGLang server `COMMAND` line to check, as typed in a shell"},
@@ -133,8 +137,15 @@ func doctorOpts(f doctorFlags) (doctorOptions, error) {
 		fsys = os.DirFS(root)
 	}
 	python := f.Python
+	run := doctor.ExecRunner(env)
+	if dir := os.Getenv("ARPATCH_RECORDED_HOST"); dir != "" {
+		var err error
+		if run, err = doctor.RecordedRunner(dir, run); err != nil {
+			return doctorOptions{}, usagef("ARPATCH_RECORDED_HOST=%s: %v", dir, err)
+		}
+	}
 	return doctorOptions{JSON: f.JSON, Inspect: doctor.Options{
-		Run: doctor.ExecRunner(env), Env: env, Python: python, ServerCmd: f.ServerCmd, FS: fsys,
+		Run: run, Env: env, Python: python, ServerCmd: f.ServerCmd, FS: fsys,
 		ServerOptions: table, P2P: measured, P2PFile: f.P2P, NCCLLog: nccl, NCCLLogFile: f.NCCLLog,
 		Probe: func(ctx context.Context) (*kernels.Toolchain, error) {
 			return kernels.Probe(ctx, kernels.ProbeOptions{Python: python})

@@ -59,6 +59,7 @@ func TestMain(m *testing.M) {
 //	fakesmi HOST         put a fake nvidia-smi first on PATH, printing harness/doctor/testdata/HOST,
 //	                     and a fake lspci printing its lspci-vvv.txt (nothing without one)
 //	fixture HOST FILE    copy harness/doctor/testdata/HOST/FILE into the script's directory
+//	repolink PATH        link the repository's PATH at $WORK/PATH (examples run from the root)
 //	demosetpci DIR       write DIR/setpci: pciutils' setpci in demo mode (-D: it reads and
 //	                     checks a command, writes nothing), or without one a check of the
 //	                     `setpci -s BDF ECAP_ACS+0x6.w=0000` form
@@ -275,6 +276,19 @@ func TestScripts(t *testing.T) {
 				ts.Check(err)
 				ts.Check(os.MkdirAll(filepath.Dir(ts.MkAbs(args[0])), 0o755))
 				ts.Check(testbin.Write(ts.MkAbs(args[0]), b))
+			},
+			"repolink": func(ts *testscript.TestScript, neg bool, args []string) {
+				// Link the repository's PATH (read only: no script writes
+				// there) at the same path under $WORK, so that an example
+				// run from the repository root runs as printed.
+				if len(args) != 1 {
+					ts.Fatalf("usage: repolink PATH")
+				}
+				src, err := filepath.Abs(filepath.Join("..", "..", args[0]))
+				ts.Check(err)
+				dst := ts.MkAbs(args[0])
+				ts.Check(os.MkdirAll(filepath.Dir(dst), 0o755))
+				ts.Check(os.Symlink(src, dst))
 			},
 			"fixture": func(ts *testscript.TestScript, neg bool, args []string) {
 				if len(args) != 2 {

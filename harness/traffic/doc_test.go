@@ -201,6 +201,20 @@ func TestDocMatchesModel(t *testing.T) {
 	if w := "SGLANG_PCIE_CUSTOM_AR_ALGO=" + s.Algo() + " SGLANG_PCIE_CUSTOM_AR_ISLANDS=" + s.Islands.Islands.String(); !strings.Contains(strings.Join(strings.Fields(string(b)), " "), w) {
 		t.Errorf("docs/usage.md does not say %q (doctor's environment on the reference host)", w)
 	}
+	// Its account of auto: the schedule stated, island's fall-through
+	// where its scratch runs out, the cut and what sets it.
+	usage := strings.Join(strings.Fields(string(b)), " ")
+	for _, w := range []string{
+		"`" + s.Algo() + "` is auto's on that host",
+		fmt.Sprintf("island to push2, above %s bytes on two islands of four", comma(s.Steps[1].Max)),
+		fmt.Sprintf("push1 up to %s bytes, then island", comma(s.Steps[0].Max)),
+		fmt.Sprintf("default %d bytes, the traffic model's cut on its reference host", s.MaxBytes),
+		"so the scratch, not NCCL, sets it",
+	} {
+		if !strings.Contains(usage, w) {
+			t.Errorf("docs/usage.md does not say %q (the model's auto and cut)", w)
+		}
+	}
 }
 
 // lastFit is the largest size the scan tries (multiples of 16 bytes up to
