@@ -398,3 +398,35 @@ var pgMigrations = []string{
 	`ALTER TABLE trials ADD COLUMN tpot_ms_p99 DOUBLE PRECISION;`,
 	migrations[5],
 }
+
+// privilegeHint is the remedy for a PostgreSQL error of a missing
+// privilege (SQLSTATE 42501, insufficient_privilege), "" for any other
+// error: what the history's database user needs. A new history and each
+// migration of a new arpatch need CREATE on the schema; an up-to-date
+// one needs only to read and write rows, and a read-only user reads.
+// Upstream: postgres src/backend/utils/errcodes.txt@REL_15_18 (42501).
+func privilegeHint(err error) string {
+	var pe *pgconn.PgError
+	if !errors.As(err, &pe) || pe.Code != "42501" {
+		return ""
+	}
+	return "the database user lacks a privilege: writing a history (nightly, history accept) needs SELECT, INSERT, UPDATE and DELETE on its tables and USAGE on their sequences " +
+		"(GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA s TO u; GRANT USAGE ON ALL SEQUENCES IN SCHEMA s TO u), and making or migrating its schema needs CREATE on the schema"
+}
+
+// versionTable makes the schema_migrations table when the database has
+// none. It looks first: CREATE TABLE IF NOT EXISTS needs PostgreSQL's
+// CREATE on the schema even when the table exists, and a user of an
+// up-to-date history needs only to read and write rows.
+func (s *Store) versionTable(tx runner) error {
+	q := `SELECT COUNT(*) > 0 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'`
+	if s.pg {
+		q = `SELECT to_regclass('schema_migrations') IS NOT NULL`
+	}
+	var made bool
+	if err := tx.row(q).Scan(&made); err != nil || made {
+		return err
+	}
+	_, err := tx.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`)
+	return err
+}

@@ -3,6 +3,7 @@ package history
 import (
 	"database/sql"
 	"fmt"
+	"net/url"
 	"path/filepath"
 	"reflect"
 	"slices"
@@ -397,5 +398,73 @@ func testGone(t *testing.T, target string) {
 	}
 	if len(g) != 1 || g[dead] != want {
 		t.Errorf("Gone = %v; want only run %d: %q (live %d, done %d)", g, dead, want, live, done)
+	}
+}
+
+// TestRowsOnlyUser: once a history's schema is up to date, a database
+// user with only SELECT, INSERT, UPDATE and DELETE on its tables (no
+// CREATE on the schema) opens it, writes a night and accepts it; a user
+// with SELECT only opens it and reads, and its accept is refused, saying
+// what privileges writing needs.
+func TestRowsOnlyUser(t *testing.T) {
+	target := pgtest.Schema(t)
+	u, err := url.Parse(target)
+	must(t, err)
+	schema := u.Query().Get("search_path")
+	owner, err := Open(target) // makes the schema
+	must(t, err)
+	first, err := owner.BeginRun(Run{HardwareKey: "h"})
+	must(t, err)
+	must(t, owner.FinishRun(first, Complete, 0, "no regression"))
+	must(t, owner.Close())
+
+	admin, err := sql.Open("pgx", target)
+	must(t, err)
+	t.Cleanup(func() { _ = admin.Close() }) // only grants went through it
+	rw, ro := schema+"_rw", schema+"_ro"
+	for _, q := range []string{
+		`CREATE ROLE ` + rw + ` LOGIN`, `CREATE ROLE ` + ro + ` LOGIN`,
+		`GRANT USAGE ON SCHEMA ` + schema + ` TO ` + rw + `, ` + ro,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + schema + ` TO ` + rw,
+		`GRANT USAGE ON ALL SEQUENCES IN SCHEMA ` + schema + ` TO ` + rw,
+		`GRANT SELECT ON ALL TABLES IN SCHEMA ` + schema + ` TO ` + ro,
+	} {
+		if _, err := admin.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, q := range []string{`DROP OWNED BY ` + rw + `, ` + ro, `DROP ROLE ` + rw, `DROP ROLE ` + ro} {
+			if _, err := admin.Exec(q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+	})
+	as := func(role string) string {
+		v := *u
+		v.User = url.User(role)
+		return v.String()
+	}
+
+	s, err := Open(as(rw))
+	must(t, err)
+	id, err := s.BeginRun(Run{HardwareKey: "h"})
+	must(t, err)
+	must(t, s.FinishRun(id, Complete, 0, "no regression"))
+	must(t, s.Accept(id))
+	must(t, s.Close())
+
+	r, err := Open(as(ro))
+	must(t, err)
+	defer func() { _ = r.Close() }() // read only
+	runs, err := r.Runs(0)
+	must(t, err)
+	if len(runs) != 2 || !runs[0].Accepted && !runs[1].Accepted {
+		t.Errorf("runs as %s: %+v, want 2, one accepted", ro, runs)
+	}
+	err = r.Accept(first)
+	want := fmt.Sprintf("history %s: accepting run %d: ERROR: permission denied for table runs (SQLSTATE 42501): the database user lacks a privilege: writing a history (nightly, history accept) needs SELECT, INSERT, UPDATE and DELETE", as(ro), first)
+	if err == nil || !strings.HasPrefix(err.Error(), want) {
+		t.Errorf("accept as %s: %v\nwant it to start %q", ro, err, want)
 	}
 }

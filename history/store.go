@@ -507,8 +507,7 @@ func (s *Store) migrate(to int) error {
 		if err := s.lockSchema(tx); err != nil {
 			return err
 		}
-		_, err := tx.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`)
-		return err
+		return s.versionTable(tx)
 	})
 	if err != nil {
 		return err
@@ -631,6 +630,11 @@ func (r runner) each(what, q string, args []any, scan func(*sql.Rows) error) err
 func (s *Store) wrap(what string, err error) error {
 	if err == nil {
 		return nil
+	}
+	if s.pg {
+		if hint := privilegeHint(err); hint != "" {
+			return fmt.Errorf("history %s: %s: %w: %s", s.Path, what, err, hint)
+		}
 	}
 	return fmt.Errorf("history %s: %s: %w", s.Path, what, err)
 }
