@@ -45,17 +45,27 @@ func ModelExpectation(gpus []nvsmi.GPU, topo *nvsmi.Topology, rep *p2p.Report, f
 
 // constantsText says which constants the model used: "calibrated
 // constants", or "constants measured: p2p.json (host, date): barrier_us
-// 0.41 µs (calibrated 0.65), ...; the rest calibrated".
+// 0.41 µs (calibrated 0.65), ...; not measured, adjusted to them:
+// kernel_store_efficiency 1 (calibrated 0.8065), ...; the rest
+// calibrated" (p2p.Constant.Derived tells the two apart).
 func constantsText(h *Host) string {
 	p, cs := params(h)
 	if len(cs) == 0 {
 		return p.Source + " constants"
 	}
-	var parts []string
+	var measured, derived []string
 	for _, c := range cs {
-		parts = append(parts, c.String())
+		if c.Derived {
+			derived = append(derived, c.String())
+		} else {
+			measured = append(measured, c.String())
+		}
 	}
-	return "constants " + p.Source + ": " + strings.Join(parts, ", ") + "; the rest calibrated"
+	s := "constants " + p.Source + ": " + strings.Join(measured, ", ")
+	if len(derived) > 0 {
+		s += "; not measured, adjusted to them: " + strings.Join(derived, ", ")
+	}
+	return s + "; the rest calibrated"
 }
 
 // ranking is the model's estimates at the verify shape, fastest first:

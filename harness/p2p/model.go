@@ -14,13 +14,17 @@ import (
 	"github.com/arpatch/arpatch/harness/traffic"
 )
 
-// Constant is one traffic-model constant a report measured.
+// Constant is one traffic-model constant a report gives: measured by it,
+// or (Derived) not measured but changed to keep the model consistent with
+// what was (a calibrated copy-engine rate at the probe's kernel share, a
+// line shifted through one measured point).
 type Constant struct {
 	Field      string  `json:"field"` // traffic.Params' JSON name: "barrier_us"
 	Value      float64 `json:"value"`
 	Calibrated float64 `json:"calibrated"` // the value it replaces
 	Unit       string  `json:"unit"`       // "GB/s", "µs", "" (a share)
 	From       string  `json:"from"`       // what in the report gives it
+	Derived    bool    `json:"derived,omitempty"`
 }
 
 func (c Constant) String() string {
@@ -112,6 +116,12 @@ func (m *modelFrom) set(field string, dst *float64, v float64, unit, from string
 	*dst = v
 }
 
+// derive sets a constant the report did not measure (Constant.Derived).
+func (m *modelFrom) derive(field string, dst *float64, v float64, unit, from string) {
+	m.set(field, dst, v, unit, from)
+	m.out[len(m.out)-1].Derived = true
+}
+
 // largest is the rate at the largest size of rs.
 func largest(rs []Rate) (Rate, bool) {
 	if len(rs) == 0 {
@@ -150,7 +160,7 @@ func (m *modelFrom) links() {
 	kse := base.KernelStoreEfficiency
 	if len(eff) > 0 {
 		m.set("pcie_efficiency", &m.p.PCIeEfficiency, median(eff), "", fmt.Sprintf("the median over %d %s pairs of each one's writes alone at %s over its link's nominal rate", len(eff), best, allreduce.FormatBytes(size)))
-		m.set("kernel_store_efficiency", &m.p.KernelStoreEfficiency, 1, "", "the probe's rates are kernel stores and loads already")
+		m.derive("kernel_store_efficiency", &m.p.KernelStoreEfficiency, 1, "", "the probe's rates are kernel stores and loads already")
 	}
 	var nv []float64
 	for _, p := range rep.Pairs {
@@ -164,13 +174,13 @@ func (m *modelFrom) links() {
 	case len(nv) > 0:
 		m.set("nvlink_gbps", &m.p.NVLinkGBps, median(nv)/m.p.PCIeEfficiency, "GB/s", fmt.Sprintf("the median over %d NVLink pairs of each one's writes alone at %s over its NVLink count, over pcie_efficiency %s (the model scales NVLink by it)", len(nv), allreduce.FormatBytes(size), num(m.p.PCIeEfficiency)))
 	case len(eff) > 0:
-		m.set("nvlink_gbps", &m.p.NVLinkGBps, base.NVLinkGBps*base.PCIeEfficiency/m.p.PCIeEfficiency, "GB/s", "no NVLink pair measured: the calibrated rate, over the new pcie_efficiency")
+		m.derive("nvlink_gbps", &m.p.NVLinkGBps, base.NVLinkGBps*base.PCIeEfficiency/m.p.PCIeEfficiency, "GB/s", "no NVLink pair measured: the calibrated rate, over the new pcie_efficiency")
 	}
 	if len(eff) > 0 {
 		// The copy-engine rates the patterns do not measure keep what the
 		// model charges for them (patterns() replaces them where measured).
-		m.set("root_complex_write_gbps", &m.p.RootComplexWriteGBps, base.RootComplexWriteGBps*kse, "GB/s", "not measured: the calibrated copy-engine rate x its kernel share "+num(kse))
-		m.set("inter_socket_gbps", &m.p.InterSocketGBps, base.InterSocketGBps*kse, "GB/s", "not measured: the calibrated copy-engine rate x its kernel share "+num(kse))
+		m.derive("root_complex_write_gbps", &m.p.RootComplexWriteGBps, base.RootComplexWriteGBps*kse, "GB/s", "not measured: the calibrated copy-engine rate x its kernel share "+num(kse))
+		m.derive("inter_socket_gbps", &m.p.InterSocketGBps, base.InterSocketGBps*kse, "GB/s", "not measured: the calibrated copy-engine rate x its kernel share "+num(kse))
 	}
 	if len(rtt) > 0 {
 		m.set("barrier_us", &m.p.BarrierUS, median(rtt)/2, "µs", fmt.Sprintf("half the median flag round trip of %d PCIe pairs (%s µs)", len(rtt)/2, num(median(rtt))))
@@ -181,7 +191,7 @@ func (m *modelFrom) links() {
 func (m *modelFrom) replace(field string, dst *float64, v float64, unit, from string) {
 	for i, c := range m.out {
 		if c.Field == field {
-			m.out[i].Value, m.out[i].From = v, from
+			m.out[i].Value, m.out[i].From, m.out[i].Derived = v, from, false
 			*dst = v
 			return
 		}
@@ -293,8 +303,8 @@ func (m *modelFrom) rounds() {
 		d := p.RoundUS.Median - m.p.ReadRoundUS(n)
 		why := fmt.Sprintf("%s (%d GPUs), the calibrated line in the peers shifted through it by %+.2f µs", from(p), n, d)
 		r4, r8 := m.p.ReadRound4US+d, m.p.ReadRound8US+d
-		m.set("read_round4_us", &m.p.ReadRound4US, r4, "µs", why)
-		m.set("read_round8_us", &m.p.ReadRound8US, r8, "µs", why)
+		m.derive("read_round4_us", &m.p.ReadRound4US, r4, "µs", why)
+		m.derive("read_round8_us", &m.p.ReadRound8US, r8, "µs", why)
 	}
 }
 

@@ -8,10 +8,14 @@ import (
 )
 
 // Params are the model's constants. Each field says where its value in
-// Default comes from: measured here (arpatch's own H200 runs), published
-// (someone else's measurement, cited), fitted (solved from measurements so
-// that the model reproduces them) or assumed (nothing published; a guess
-// docs/pcie-dispatch.md says what would change if it were wrong). A
+// Default comes from, in one word its doc starts a sentence with:
+// Measured here (arpatch's own runs), Published (someone else's
+// measurement or specification, cited), Fitted (solved from measurements,
+// named, so that the model reproduces them), Assumed (held without a
+// measurement of its own; docs/pcie-dispatch.md says what would change if
+// it were wrong) or Upstream (a value of upstream's code, cited).
+// TestConstantsLabelled holds each field to one label and to its row in
+// docs/pcie-dispatch.md. A
 // measurement file (issue 25's host qualification) replaces them field by
 // field: the JSON names are the field tags, and Source says which set the
 // model used.
@@ -27,8 +31,9 @@ type Params struct {
 	// table); P2P writes between Gen5 GPUs ~53-56 GB/s
 	// (local-inference-lab/rtx6kpro hardware/pcie-bandwidth.md).
 	PCIeEfficiency float64 `json:"pcie_efficiency"`
-	// NVLinkGBps is one NVLink's bandwidth per direction (NVLink 4,
-	// 25 GB/s; specification).
+	// NVLinkGBps is one NVLink's bandwidth per direction: 25 GB/s.
+	// Published: NVIDIA's NVLink 4 figure for H100 and H200, 900 GB/s over
+	// 18 links counting both directions. Only NVLink pairs use it.
 	NVLinkGBps float64 `json:"nvlink_gbps"`
 	// KernelStoreEfficiency is the share of a copy engine's P2P rate that
 	// stores issued by a kernel reach over PCIe: 1/1.24. Published:
@@ -65,10 +70,11 @@ type Params struct {
 	InterSocketGBps float64 `json:"inter_socket_gbps"`
 
 	// CustomFixedUS is a custom kernel's cost beside its barriers, read
-	// rounds and bytes (launch in a CUDA graph, the local reduce). Measured
-	// here: held from the joint fit of 1-stage and 2-stage on 2x H200 in
-	// CUDA graphs (docs/allreduce-h200.md), which cannot tell it from the
-	// barriers apart.
+	// rounds and bytes (launch in a CUDA graph, the local reduce): 0.7 µs.
+	// Assumed: the joint fit of 1-stage and 2-stage on 2x H200 in CUDA
+	// graphs (measured here, docs/allreduce-h200.md) fixes this plus two
+	// barriers, 2.0 µs, but cannot tell the two apart; 0.7 is held, and
+	// the barrier (NVLinkBarrierUS, and BarrierUS with it) is the rest.
 	CustomFixedUS float64 `json:"custom_fixed_us"`
 	// BarrierUS is one flag barrier over PCIe: each rank writes a flag into
 	// each peer's Signal (a posted write, one way) and polls its own
@@ -107,8 +113,9 @@ type Params struct {
 	NCCLSHMStepUS float64 `json:"nccl_shm_step_us"`
 
 	// ScratchBytes is the IPC scratch each rank's push kernels may use
-	// (the region after its Signal block): SGLang's CustomAllreduce
-	// max_size, 8 MiB (docs/pcie-dispatch.md, "The algorithms").
+	// (the region after its Signal block): 8 MiB, SGLang's default
+	// max_size, which the series' kernel reads from the allocation.
+	// Upstream: python/sglang/srt/distributed/device_communicators/custom_all_reduce.py@84118acf50b3 (CustomAllreduce.__init__).
 	ScratchBytes int `json:"scratch_bytes"`
 }
 
