@@ -247,6 +247,7 @@ func benchAllreduceRun(ctx context.Context, o benchAllreduceOptions, s streams) 
 		is, islandsFrom = hostIslands(ctx, opts.WorldSize)
 		opts.Layouts = []allreduce.Islands{is}
 	}
+	opts.NVLink = ranksOnNVLink(ctx, opts.WorldSize)
 	fmt.Fprintf(s.Err, "running %s on %d ranks (timeout %s)...\n", strings.Join(opts.Impls, ", "), opts.WorldSize, opts.Timeout)
 	var endProgress func()
 	opts.Progress, endProgress = caseProgress(s.Err)
@@ -578,4 +579,13 @@ func (v allreduceRunValues) check() error {
 // flags given).
 func (v allreduceRunValues) extFinder(g given) extFinder {
 	return extFinder{Ext: expandHome(v.Ext), Src: expandHome(v.Src), Arch: v.Arch, CacheDir: v.CacheDir, Python: v.Python, Given: g}
+}
+
+// ranksOnNVLink reports whether NVLink joins every one of the first ws
+// visible GPUs (nvidia-smi topo -m); false where that cannot be read. Off
+// it no NVLink-only NCCL variant (LL128) is the baseline of a speed-up
+// (allreduce.IsBaseline).
+func ranksOnNVLink(ctx context.Context, ws int) bool {
+	gpus, topo, err := visibleGPUs(ctx)
+	return err == nil && topo != nil && len(gpus) >= ws && len(topo.GPUs) >= ws && topo.Sub(topo.GPUs[:ws]).FullNVLink()
 }

@@ -117,7 +117,7 @@ func TestRecordedReport(t *testing.T) {
 			t.Errorf("recorded case not ok: %+v", r)
 		}
 	}
-	costs := VerifyCosts(rec.Run.Results, rec.Verify)
+	costs := VerifyCosts(rec.Run.Results, rec.Verify, false)
 	if len(costs) != 14 {
 		t.Fatalf("%d costs, want 7 cases x 2 modes", len(costs))
 	}

@@ -429,7 +429,7 @@ func TestVariantFindings(t *testing.T) {
 	if rep.Failed() {
 		t.Error("a failed NCCL variant failed the report")
 	}
-	if best, ok := bestNCCL(rep.AllResults(), 1<<20, ModeGraph, ""); !ok || best.Variant != "" {
+	if best, ok := bestNCCL(rep.AllResults(), 1<<20, ModeGraph, "", false); !ok || best.Variant != "" {
 		t.Errorf("fastest NCCL %+v", best)
 	}
 }
@@ -493,5 +493,66 @@ func TestBenchPyOnCPU(t *testing.T) {
 	// fake's auto is push2 at world size 4.
 	if !rep.Failed() || !reflect.DeepEqual(wrong, []string{"custom-push1/pcie 4K", "custom-push1/pcie 2M"}) {
 		t.Errorf("WRONG push1: %v", wrong)
+	}
+}
+
+// TestBaselineNeverLL128OffNVLink: off NVLink, NCCL_PROTO=LL128 (an
+// NVLinkOnly variant) is measured and shown but is never the baseline of a
+// speed-up: not in the verify costs (JSON nccl_baseline), the table's
+// fastest NCCL column and speed-ups, the SLOWER findings or BestCustom.
+// Over NVLink it is the fastest NCCL like any other.
+func TestBaselineNeverLL128OffNVLink(t *testing.T) {
+	const n = 40 << 10
+	nccl := Result{Impl: NCCL, Branch: "-", Bytes: n, Mode: ModeGraph, OK: true, MedianUS: 20}
+	ll128 := Result{Impl: NCCL, Branch: "-", Variant: "LL128", Bytes: n, Mode: ModeGraph, OK: true, MedianUS: 1}
+	push := Result{Impl: CustomPush1, Branch: "pcie", Bytes: n, Mode: ModeGraph, OK: true, MedianUS: 10}
+	v, _ := LookupVariant("LL128")
+	build := func(nvlink bool) *Report {
+		rep := NewReport(Options{Impls: []string{NCCL, CustomPush1}, Sizes: []int{n}, Modes: []string{ModeGraph}, NVLink: nvlink},
+			Verify{Count: 122, Bytes: n}, &Run{Exit: "ok", Results: []Result{nccl, push}}, "test")
+		rep.AddVariants([]*VariantRun{{Variant: v, Sizes: []int{n}, Run: &Run{Exit: "ok", Results: []Result{ll128}}}}, nil)
+		return rep
+	}
+	cost := func(rep *Report) Cost {
+		for _, c := range rep.Costs {
+			if c.Impl == CustomPush1 {
+				return c
+			}
+		}
+		t.Fatalf("no cost for custom-push1: %+v", rep.Costs)
+		return Cost{}
+	}
+	table := func(rep *Report) string {
+		var b strings.Builder
+		rep.WriteTable(&b)
+		return b.String()
+	}
+
+	off := build(false)
+	if c := cost(off); c.Baseline != "nccl" || c.Speedup != 2 {
+		t.Errorf("off NVLink: baseline %q speed-up %v, want nccl 2", c.Baseline, c.Speedup)
+	}
+	if tb := table(off); strings.Contains(tb, "vs nccl:LL128") || strings.Contains(tb, "nccl:LL128 1.0") || !strings.Contains(tb, "2.00x vs nccl") {
+		t.Errorf("off NVLink, the table compares with LL128:\n%s", tb)
+	}
+	if f := strings.Join(off.Findings, "\n"); strings.Contains(f, "SLOWER") {
+		t.Errorf("off NVLink, a finding compares with LL128:\n%s", f)
+	}
+	if _, us, ok := off.BestCustom(ModeGraph); !ok || us != 20 {
+		t.Errorf("off NVLink, BestCustom's NCCL %v us, want 20", us)
+	}
+	if b, _ := json.Marshal(off); !strings.Contains(string(b), `"nccl_baseline":"nccl"`) || strings.Contains(string(b), `"nccl_baseline":"nccl:LL128"`) {
+		t.Errorf("off NVLink JSON: %s", b)
+	}
+
+	on := build(true)
+	if c := cost(on); c.Baseline != "nccl:LL128" || c.Speedup != 0.1 {
+		t.Errorf("over NVLink: baseline %q speed-up %v, want nccl:LL128 0.1", c.Baseline, c.Speedup)
+	}
+	if tb := table(on); !strings.Contains(tb, "0.10x vs nccl:LL128") {
+		t.Errorf("over NVLink, the table does not compare with LL128:\n%s", tb)
+	}
+	if f := strings.Join(on.Findings, "\n"); !strings.Contains(f, "SLOWER custom-push1/pcie (graph) takes 10.0 us at the verify size, the fastest NCCL 1.0 us (nccl:LL128)") {
+		t.Errorf("over NVLink findings:\n%s", f)
 	}
 }

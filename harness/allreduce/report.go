@@ -56,6 +56,9 @@ type Report struct {
 		DTypes    []string `json:"dtypes,omitempty"`
 		Islands   []string `json:"islands,omitempty"`
 		Ext       string   `json:"ext,omitempty"`
+		// NVLink: the ranks' GPUs are all joined by NVLink (Options.NVLink);
+		// off NVLink no NVLinkOnly variant is a baseline (IsBaseline).
+		NVLink bool `json:"nvlink"`
 	} `json:"options"`
 	// IslandsFrom says where the islands came from: the flag, or the host
 	// topology and how it was read (allreduce.HostIslands).
@@ -80,7 +83,7 @@ func NewReport(opts Options, v Verify, run *Run, version string) *Report {
 	rep := &Report{Schema: Schema, CreatedAt: time.Now().UTC(), ArpatchVersion: version, Verify: v, Run: run}
 	rep.Options.WorldSize, rep.Options.Sizes, rep.Options.Impls = opts.WorldSize, opts.Sizes, opts.Impls
 	rep.Options.Branches, rep.Options.Modes, rep.Options.Ext = opts.Branches, opts.Modes, opts.Ext
-	rep.Options.Cap, rep.Options.DTypes = opts.Cap, opts.DTypes
+	rep.Options.Cap, rep.Options.DTypes, rep.Options.NVLink = opts.Cap, opts.DTypes, opts.NVLink
 	for _, l := range opts.Layouts {
 		rep.Options.Islands = append(rep.Options.Islands, l.String())
 	}
@@ -100,7 +103,7 @@ func (rep *Report) AddVariants(runs []*VariantRun, skipped []string) {
 // derive computes the costs and findings from the runs and Missing.
 func (rep *Report) derive() {
 	run := rep.Run
-	rep.Costs = VerifyCosts(rep.AllResults(), rep.Verify)
+	rep.Costs = VerifyCosts(rep.AllResults(), rep.Verify, rep.Options.NVLink)
 	rep.Findings = Findings(run, rep.Verify, rep.Costs)
 	for _, vr := range rep.NCCLVariants {
 		rep.Findings = append(rep.Findings, variantFindings(vr)...)
@@ -245,11 +248,13 @@ func MissingCases(opts Options, results []Result) []string {
 	return out
 }
 
-// bestNCCL is the fastest correct, timed NCCL result (any variant) in
-// results at n bytes in mode and dtype; ok false when there is none.
-func bestNCCL(results []Result, n int, mode, dtype string) (best Result, ok bool) {
+// bestNCCL is the fastest correct, timed NCCL result in results at n
+// bytes in mode and dtype, of the variants that may be a baseline on
+// ranks joined by NVLink (nvlink) or not (IsBaseline); ok false when there
+// is none.
+func bestNCCL(results []Result, n int, mode, dtype string, nvlink bool) (best Result, ok bool) {
 	for _, r := range results {
-		if r.Impl == NCCL && r.Bytes == n && r.Mode == mode && r.DType == dtype && r.Timed() && (!ok || r.MedianUS < best.MedianUS) {
+		if r.Impl == NCCL && IsBaseline(r.Variant, nvlink) && r.Bytes == n && r.Mode == mode && r.DType == dtype && r.Timed() && (!ok || r.MedianUS < best.MedianUS) {
 			best, ok = r, true
 		}
 	}
@@ -258,8 +263,9 @@ func bestNCCL(results []Result, n int, mode, dtype string) (best Result, ok bool
 
 // VerifyCosts predicts each case's verify-pass allreduce time from its
 // median at v.Bytes (bf16), with the speed-up against the fastest correct
-// NCCL (any variant) in the same mode, named as Baseline.
-func VerifyCosts(results []Result, v Verify) []Cost {
+// NCCL in the same mode of the variants that may be a baseline on ranks
+// joined by NVLink (nvlink) or not (IsBaseline), named as Baseline.
+func VerifyCosts(results []Result, v Verify, nvlink bool) []Cost {
 	var out []Cost
 	for _, r := range results {
 		if r.Bytes != v.Bytes || !r.Timed() || r.DType != "" && r.DType != BF16 {
@@ -274,7 +280,7 @@ func VerifyCosts(results []Result, v Verify) []Cost {
 		}
 		var best *Cost
 		for j := range out {
-			if out[j].Impl == NCCL && out[j].Mode == out[i].Mode && (best == nil || out[j].PerCallUS < best.PerCallUS) {
+			if out[j].Impl == NCCL && IsBaseline(out[j].Variant, nvlink) && out[j].Mode == out[i].Mode && (best == nil || out[j].PerCallUS < best.PerCallUS) {
 				best = &out[j]
 			}
 		}
@@ -507,7 +513,7 @@ func (g *grid) writeSection(w io.Writer, rep *Report, sec section) {
 			label += "*"
 		}
 		row := []string{label}
-		best, hasBest := bestNCCL(g.all, s, sec.mode, sec.dtype)
+		best, hasBest := bestNCCL(g.all, s, sec.mode, sec.dtype, rep.Options.NVLink)
 		for _, c := range g.cols {
 			row = append(row, g.cellText(sec, c, s, best, hasBest))
 		}
@@ -653,8 +659,8 @@ func (rep *Report) Failed() bool {
 }
 
 // BestCustom returns the fastest custom case at the verify size in mode
-// and the fastest correct NCCL's time there (any variant); ok is false
-// when either is missing.
+// and the fastest correct NCCL's time there (of the variants that may be
+// a baseline here, IsBaseline); ok is false when either is missing.
 func (rep *Report) BestCustom(mode string) (best Cost, ncclUS float64, ok bool) {
 	best.PerCallUS = math.Inf(1)
 	for _, c := range rep.Costs {
@@ -662,6 +668,9 @@ func (rep *Report) BestCustom(mode string) (best Cost, ncclUS float64, ok bool) 
 			continue
 		}
 		if c.Impl == NCCL {
+			if !IsBaseline(c.Variant, rep.Options.NVLink) {
+				continue
+			}
 			if ncclUS == 0 || c.PerCallUS < ncclUS {
 				ncclUS = c.PerCallUS
 			}

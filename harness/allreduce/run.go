@@ -64,6 +64,11 @@ type Options struct {
 	Reps           int           // timed batches per case (0: DefaultReps)
 	Timeout        time.Duration // the whole run's (0: DefaultTimeout)
 	NCCLDebug      bool          // run with NCCL_DEBUG=INFO and record what NCCL chose (Run.NCCL)
+	// NVLink: every pair of the ranks' GPUs is joined by NVLink
+	// (nvidia-smi topo -m); false where that is unknown. Not passed to
+	// the ranks: it decides which NCCL variants may be the baseline of
+	// the report (IsBaseline).
+	NVLink bool
 	// ProbeThresholds first checks that init_custom_ar refuses a bad
 	// SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES (Run.ThresholdProbe).
 	ProbeThresholds bool

@@ -108,6 +108,19 @@ func ParseVariants(names []string) ([]NCCLVariant, error) {
 	return out, nil
 }
 
+// IsBaseline reports whether NCCL run as variant (a result's Variant: ""
+// for NCCL as the environment leaves it, "LL", "LL128", ...) may be the
+// baseline every speed-up compares with, on ranks joined all by NVLink
+// (nvlink) or not: the fastest correct variant the host can use, so never
+// a NVLinkOnly variant (LL128) off NVLink, where NCCL itself would not
+// enable it and its data may be corrupt without a wrong sum in a test.
+// It is the one rule for bench allreduce's table, costs, findings and
+// JSON, and tune's pick (harness/tune.Pick).
+func IsBaseline(variant string, nvlink bool) bool {
+	v, ok := LookupVariant(variant)
+	return nvlink || !ok || !v.NVLinkOnly
+}
+
 // LookupVariant returns the built-in variant named name.
 func LookupVariant(name string) (NCCLVariant, bool) {
 	i := slices.IndexFunc(NCCLVariants, func(v NCCLVariant) bool { return v.Name == name })

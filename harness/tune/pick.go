@@ -80,7 +80,7 @@ func Pick(results []allreduce.Result, ws int, mode string, nvlink bool) (Thresho
 		switch {
 		case r.Impl == allreduce.NCCL:
 			name = allreduce.VariantName(r.Variant)
-			if v, ok := allreduce.LookupVariant(r.Variant); ok && v.NVLinkOnly && !nvlink {
+			if !allreduce.IsBaseline(r.Variant, nvlink) {
 				break // in the table (US), never a candidate
 			}
 			if !slices.Contains(variants, name) {

@@ -222,6 +222,7 @@ func Run(ctx context.Context, o Options) (*Outcome, error) {
 	}
 	out := &Outcome{Schema: OutcomeSchema}
 	m := o.Bench
+	m.NVLink = o.NVLink // the reports' baseline rule is Pick's (allreduce.IsBaseline)
 	m.Sizes, m.Modes, m.Branches = o.Sizes, o.Modes, []string{"pcie"}
 	m.Impls = []string{allreduce.NCCL, allreduce.Custom1Stage, allreduce.Custom2Stage, allreduce.CustomPush1, allreduce.CustomPush2}
 	if len(m.Layouts) > 0 && len(m.Layouts[0]) > 1 {
