@@ -17,7 +17,10 @@ import (
 // Load reads a report `arpatch bench p2p --json` wrote and trusts nothing
 // in it that its records do not give: it refuses another schema; a
 // measured value (run.results[i]: every sample, per-rank time, checked
-// byte count) that is missing, zero, negative, NaN or infinite; a result
+// byte count) that is missing, zero, negative, NaN or infinite; a record
+// that moved bytes and checked fewer (checks missing or empty, a direction
+// with no check, checked_bytes below what its samples moved) or a host
+// record without the CPU's check (cpu_check); a result
 // of no known test, or naming a rank the report did not measure; and a
 // report whose summary (pairs, host links, patterns, corrupt, findings,
 // unmeasured, verdict: what doctor and tune read) is not what NewReport
@@ -127,11 +130,54 @@ func checkResult(at string, r Result, n int) error {
 		if r.Bytes <= 0 {
 			return fmt.Errorf("%s.bytes is %d, want the transfer's size", at, r.Bytes)
 		}
-		return positive(at+".samples_gbps", r.SamplesGBps, "GB/s")
+		if err := positive(at+".samples_gbps", r.SamplesGBps, "GB/s"); err != nil {
+			return err
+		}
+		if r.Test == TestHost && r.CPUCheck == "" {
+			return fmt.Errorf("%s.cpu_check is missing: the CPU's own look at the pinned host memory the GPU moved, \"ok\" or what it found", at)
+		}
+		peer := r.Peer
+		if r.Test == TestHost {
+			peer = HostPeer
+		}
+		return checkedAll(at, r, [][2]int{{r.Rank, peer}}, int64(r.Bytes)*int64(len(r.SamplesGBps)))
 	case TestLatency:
-		return positive(at+".samples_us", r.SamplesUS, "µs")
+		if err := positive(at+".samples_us", r.SamplesUS, "µs"); err != nil {
+			return err
+		}
+		if r.Op == OpFlagRTT {
+			return nil // flags only: no data to check
+		}
+		peer := r.Peer
+		if r.Op == OpHostRead {
+			peer = HostPeer
+		}
+		return checkedAll(at, r, [][2]int{{r.Rank, peer}}, 4*int64(len(r.SamplesUS)))
 	case TestPattern:
 		return checkPattern(at, r, rank)
+	}
+	return nil
+}
+
+// checkedAll refuses a record (field at) whose checks do not cover every
+// direction of dirs (rank's kernel, peer's memory) with at least least
+// bytes each: a record that moved bytes and checked none would say every
+// byte checked. least is what the record's own fields show moved: its
+// size once per timed sample (pair, host, pattern read and write), or a
+// 4-byte load per sample (the dependent loads of a latency record; the
+// probe checks where each chain of them ended).
+func checkedAll(at string, r Result, dirs [][2]int, least int64) error {
+	if len(r.Checks) == 0 {
+		return fmt.Errorf("%s.checks is missing or empty: the record moved bytes and checked none, so nothing says they arrived intact", at)
+	}
+	for _, d := range dirs {
+		j := slices.IndexFunc(r.Checks, func(c Check) bool { return c.Rank == d[0] && c.Peer == d[1] })
+		if j < 0 {
+			return fmt.Errorf("%s.checks has no check of rank %d's transfer with peer %d: those bytes were not checked", at, d[0], d[1])
+		}
+		if c := r.Checks[j]; c.CheckedBytes < least {
+			return fmt.Errorf("%s.checks[%d].checked_bytes is %d, fewer than the %d bytes the record moved: bytes went unchecked", at, j, c.CheckedBytes, least)
+		}
 	}
 	return nil
 }
@@ -159,7 +205,19 @@ func checkPattern(at string, r Result, rank func(string, int) error) error {
 		}
 		reps = len(us)
 	}
-	return nil
+	var dirs [][2]int
+	for _, a := range r.Ranks {
+		for _, b := range r.Ranks {
+			if a != b {
+				dirs = append(dirs, [2]int{a, b})
+			}
+		}
+	}
+	least := int64(r.Bytes) * int64(reps)
+	if r.Op == OpReadLatency {
+		least = 4 * int64(reps)
+	}
+	return checkedAll(at, r, dirs, least)
 }
 
 // testOps are the ops of each test (Result.Test).

@@ -2,9 +2,11 @@ package p2p
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -138,5 +140,110 @@ func TestModelParamsFinite(t *testing.T) {
 				t.Errorf("%s: %s = %v", f, c.Field, c.Value)
 			}
 		}
+	}
+}
+
+// TestLoadRefusesUncheckedBytes: a record that moved bytes must say they
+// were checked, in every direction and at least as many as its samples
+// moved, and a host record must carry the CPU's check; otherwise its
+// verdict would say every byte checked. Each refusal names the file and
+// the record's field. The committed fixtures are mutated: amd8 (four GPUs,
+// handwritten in the recorded shape) and a recorded one-H200 report.
+func TestLoadRefusesUncheckedBytes(t *testing.T) {
+	res := func(m map[string]any, i int) map[string]any { return obj(m, "run", "results", i) }
+	at := func(m map[string]any, test, op string) (map[string]any, string) {
+		i := firstResult(m, test, op)
+		return res(m, i), "run.results[" + strconv.Itoa(i) + "]"
+	}
+	type tc struct {
+		name string
+		f    func(m map[string]any) string // the mutation; returns the error wanted
+	}
+	amd8 := []tc{
+		{"a pair read's checks empty", func(m map[string]any) string {
+			r, f := at(m, TestPair, OpRead)
+			r["checks"] = []any{}
+			return f + ".checks is missing or empty: the record moved bytes and checked none"
+		}},
+		{"a pair write's checks missing", func(m map[string]any) string {
+			r, f := at(m, TestPair, OpWrite)
+			delete(r, "checks")
+			return f + ".checks is missing or empty"
+		}},
+		{"a host load's checked_bytes 0", func(m map[string]any) string {
+			r, f := at(m, TestHost, OpLoad)
+			obj(r, "checks", 0)["checked_bytes"] = 0
+			return f + ".checks[0].checked_bytes is 0, fewer than the 134217728 bytes the record moved"
+		}},
+		{"a pair read checked once of two samples", func(m map[string]any) string {
+			r, f := at(m, TestPair, OpRead)
+			obj(r, "checks", 0)["checked_bytes"] = 67108864
+			return f + ".checks[0].checked_bytes is 67108864, fewer than the 134217728 bytes the record moved"
+		}},
+		{"a host store without the CPU's check", func(m map[string]any) string {
+			r, f := at(m, TestHost, OpStore)
+			delete(r, "cpu_check")
+			return f + ".cpu_check is missing"
+		}},
+		{"a pattern read with one direction unchecked", func(m map[string]any) string {
+			r, f := at(m, TestPattern, OpRead)
+			cs := r["checks"].([]any)
+			r["checks"] = cs[1:]
+			c := cs[0].(map[string]any)
+			return fmt.Sprintf("%s.checks has no check of rank %v's transfer with peer %v", f, c["rank"], c["peer"])
+		}},
+		{"a latency read's checks empty", func(m map[string]any) string {
+			r, f := at(m, TestLatency, OpRead)
+			r["checks"] = []any{}
+			return f + ".checks is missing or empty"
+		}},
+	}
+	for _, c := range amd8 {
+		t.Run("amd8/"+c.name, func(t *testing.T) {
+			var want string
+			p := mutate(t, func(m map[string]any) { want = c.f(m) })
+			if _, err := Load(p); err == nil || !strings.HasPrefix(err.Error(), p+": ") || !strings.Contains(err.Error(), want) || !strings.Contains(err.Error(), "arpatch bench p2p --json NEW.json") {
+				t.Errorf("Load = %v, want %q", err, want)
+			}
+		})
+	}
+
+	// The recorded one-H200 report: its host records.
+	b, err := os.ReadFile("testdata/h200x1-p2p-run1.json")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []tc{
+		{"a host load without the CPU's check", func(m map[string]any) string {
+			r, f := at(m, TestHost, OpLoad)
+			delete(r, "cpu_check")
+			return f + ".cpu_check is missing"
+		}},
+		{"a host read latency's checks empty", func(m map[string]any) string {
+			r, f := at(m, TestLatency, OpHostRead)
+			r["checks"] = []any{}
+			return f + ".checks is missing or empty"
+		}},
+		{"untouched", func(m map[string]any) string { return "" }},
+	} {
+		t.Run("h200x1/"+c.name, func(t *testing.T) {
+			var m map[string]any
+			if err := json.Unmarshal(b, &m); err != nil {
+				t.Fatal(err)
+			}
+			want := c.f(m)
+			out, _ := json.Marshal(m)
+			p := filepath.Join(t.TempDir(), "p2p.json")
+			if err := os.WriteFile(p, out, 0o644); err != nil {
+				t.Fatal(err)
+			}
+			_, err := Load(p)
+			switch {
+			case want == "" && err != nil:
+				t.Errorf("the recorded report: %v", err)
+			case want != "" && (err == nil || !strings.HasPrefix(err.Error(), p+": ") || !strings.Contains(err.Error(), want)):
+				t.Errorf("Load = %v, want %q", err, want)
+			}
+		})
 	}
 }
