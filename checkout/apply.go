@@ -622,6 +622,13 @@ type listedRoot struct {
 	tracked []string // sorted (gitsrc.Repo.TrackedPaths)
 }
 
+// IsDir reports whether path is a directory of the tracked files: some
+// tracked path lies under it (patches.DirTree).
+func (l listedRoot) IsDir(path string) bool {
+	i := sort.SearchStrings(l.tracked, path+"/")
+	return i < len(l.tracked) && strings.HasPrefix(l.tracked[i], path+"/")
+}
+
 func (l listedRoot) Named(base string) ([]string, error) {
 	var out []string
 	for _, p := range l.tracked {

@@ -37,6 +37,9 @@ type DriftRow struct {
 	// (three-way merge) to it is clean: `arpatch patches port` writes a
 	// draft.
 	PortClean bool
+	// Notes say what the built-in gate rule could not check on this
+	// machine (patches.Result.Notes).
+	Notes []string
 }
 
 // CheckCommits checks every series in cat (or only those named) against
@@ -124,8 +127,11 @@ func CheckCommitsContext(ctx context.Context, repoPath string, revs []string, ca
 				}
 				if row.Verdict == patches.VerdictExact || row.Verdict == patches.VerdictOffset {
 					// It applies; the built-in rule judges what it does.
-					if _, err := patches.ApplyChecked(tree, ps); err != nil {
+					res, err := patches.ApplyChecked(tree, ps)
+					if err != nil {
 						row.Verdict, row.Err = VerdictError, err
+					} else {
+						row.Notes = res.Notes
 					}
 				}
 			}

@@ -39,8 +39,9 @@ type CheckOptions struct {
 }
 
 // nvccFlags are those sgl-kernel's CMakeLists.txt passes for its CUDA
-// sources (SGL_KERNEL_CUDA_FLAGS) that matter for this translation unit.
-var nvccFlags = []string{"-std=c++17", "-O3", "-DNDEBUG", "-Xcompiler", "-fPIC", "--expt-relaxed-constexpr", "--expt-extended-lambda"}
+// sources (SGL_KERNEL_CUDA_FLAGS) that matter for this translation unit
+// (sglkernel.CUDAFlags, which the gate rule's judge compiles with too).
+var nvccFlags = sglkernel.CUDAFlags
 
 // Check compiles the allreduce translation unit of the tree's sgl-kernel
 // project (sglkernel.InCheckout: sgl-kernel/ or python/sglang/kernels/aot/)

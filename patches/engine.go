@@ -42,6 +42,9 @@ type FileResult struct {
 type Result struct {
 	Files []*FileResult // sorted by path
 	Hunks []HunkResult  // in application order
+	// Notes say what the built-in gate rule could not check on this
+	// machine (CheckResult), for the command to print.
+	Notes []string
 }
 
 // Offsets returns the hunks that landed away from where their header said.

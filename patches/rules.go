@@ -1,9 +1,11 @@
 package patches
 
 import (
+	"context"
 	"errors"
 	"io/fs"
 	"slices"
+	"strings"
 
 	"github.com/arpatch/arpatch/patches/gaterule"
 )
@@ -54,54 +56,50 @@ func CheckRequires(series string, ps []*Patch, requires [][]string) error {
 	return nil
 }
 
-// opensGates reports whether a selection touches SGLang's custom
-// allreduce gates or says it does: a patch tagged as the gate bypass or
-// the dispatch branch, or one that changes a gate file.
-func opensGates(ps []*Patch) bool {
+// declaresGates reports whether a selection says it opens SGLang's
+// custom allreduce gates or branches the dispatch: a patch tagged as the
+// gate bypass or the dispatch branch. The judge takes such a series'
+// gates as open where it cannot run them.
+func declaresGates(ps []*Patch) bool {
 	for _, p := range ps {
 		if slices.Contains(p.Provides, TagGateBypass) || slices.Contains(p.Provides, TagDispatchBranch) {
 			return true
-		}
-		for _, fc := range p.Diff.Changes {
-			if gaterule.IsGateFile(fc.Path) {
-				return true
-			}
 		}
 	}
 	return false
 }
 
 // CheckResult applies arpatch's built-in effect rule to the in-memory
-// result res of applying ps to tree, before anything is written: when the
-// selection touches SGLang's custom allreduce gates (see opensGates), the
-// patched CustomAllreduce::allreduce dispatch, wherever the tree keeps it,
-// must launch a kernel or throw at every world size above 2 without full
-// NVLink. The header is looked for among the files the series changes, the
+// result res of applying ps to tree, before anything is written
+// (gaterule.Judge): where SGLang's Python gates, imported from the patched
+// tree and run on an emulated PCIe-only host, admit custom allreduce, the
+// patched CustomAllreduce::allreduce, compiled as the build compiles it,
+// must launch one kernel of a non-empty grid or throw on every call. The
+// dispatch header is looked for among the files the series changes, the
 // tree's files when it is a Lister, and upstream's known places. It
-// returns a *gaterule.DispatchError when it does not, or an error reading
-// the tree.
+// returns a *gaterule.DispatchError when the tree fails, or an error
+// reading it; what the judge could not check on this machine goes into
+// res.Notes.
 func CheckResult(tree Tree, res *Result, ps []*Patch) error {
-	if !opensGates(ps) {
-		return nil
-	}
 	files := map[string]*FileResult{}
 	for _, f := range res.Files {
 		files[f.Path] = f
 	}
-	var paths []string
+	in := gaterule.Input{Declared: declaresGates(ps)}
 	for _, p := range ps {
 		for _, fc := range p.Diff.Changes {
-			paths = append(paths, fc.Path)
+			in.Changed = append(in.Changed, fc.Path)
 		}
 	}
+	in.Paths = slices.Clone(in.Changed)
 	if l, ok := tree.(Lister); ok {
 		all, err := l.Named(gaterule.DispatchBase)
 		if err != nil {
 			return err
 		}
-		paths = append(paths, all...)
+		in.Paths = append(in.Paths, all...)
 	}
-	read := func(path string) ([]byte, error) {
+	in.Read = func(path string) ([]byte, error) {
 		if f, ok := files[path]; ok {
 			if f.After == nil {
 				return nil, fs.ErrNotExist
@@ -110,7 +108,27 @@ func CheckResult(tree Tree, res *Result, ps []*Patch) error {
 		}
 		return tree.ReadFile(path)
 	}
-	return gaterule.Check(read, paths)
+	in.IsDir = func(path string) bool {
+		for p, f := range files {
+			if f.After != nil && strings.HasPrefix(p, path+"/") {
+				return true
+			}
+		}
+		d, ok := tree.(DirTree)
+		return ok && d.IsDir(path)
+	}
+	rep, err := gaterule.Judge(context.Background(), in)
+	if err != nil {
+		return err
+	}
+	res.Notes = append(res.Notes, rep.Notes...)
+	return nil
+}
+
+// DirTree is a Tree that can say whether a path is a directory, so that
+// the gate rule's Python judge finds namespace packages as Python does.
+type DirTree interface {
+	IsDir(path string) bool
 }
 
 // Lister is a Tree that can list its files of one name (slash paths

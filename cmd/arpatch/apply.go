@@ -185,6 +185,9 @@ func printApply(w io.Writer, rep *checkout.ApplyReport, r *recipes.Recipe, repoF
 				fmt.Fprintf(w, "  %s %s %s: %+d lines (now at line %d)\n", h.Patch, h.Path, h.Hunk, h.Offset, h.Line)
 			}
 		}
+		for _, n := range rep.Result.Notes {
+			fmt.Fprintf(w, "note: gate rule: %s\n", n)
+		}
 	}
 	if len(rep.Untracked) > 0 {
 		fmt.Fprintf(w, "note: %s in the tree %s left alone\n", textfmt.Plural(len(rep.Untracked), "untracked file", "untracked files"), textfmt.Word(len(rep.Untracked), "was", "were"))

@@ -363,6 +363,7 @@ func printDrift(w io.Writer, rows []checkout.DriftRow, repo, patchesDir string, 
 		}
 		fmt.Fprintf(w, "%-14s %-20s %-9s %s\n", r.Series, commit, r.Verdict, strings.Join(parts, " "))
 	}
+	printNotes(w, rows)
 	blocks := 0
 	if !details {
 		w = io.Discard
@@ -390,6 +391,20 @@ func printDrift(w io.Writer, rows []checkout.DriftRow, repo, patchesDir string, 
 		}
 	}
 	return blocks
+}
+
+// printNotes prints, once each, what the built-in gate rule could not
+// check on this machine for the rows.
+func printNotes(w io.Writer, rows []checkout.DriftRow) {
+	seen := map[string]bool{}
+	for _, r := range rows {
+		for _, n := range r.Notes {
+			if !seen[n] {
+				seen[n] = true
+				fmt.Fprintf(w, "note: gate rule: %s\n", n)
+			}
+		}
+	}
 }
 
 // movedAway reports whether a patch conflicts only because a file it
@@ -420,6 +435,8 @@ type driftJSONRow struct {
 	Moved *driftJSONMoved `json:"moved,omitempty"`
 	// PortClean: a conflict here that a port (three-way merge) resolves.
 	PortClean bool `json:"port_clean,omitempty"`
+	// Notes: what the built-in gate rule could not check on this machine.
+	Notes []string `json:"notes,omitempty"`
 }
 
 type driftJSONMoved struct {
@@ -438,7 +455,7 @@ type driftJSONPatch struct {
 func driftJSON(rows []checkout.DriftRow) []driftJSONRow {
 	out := []driftJSONRow{}
 	for _, r := range rows {
-		jr := driftJSONRow{Series: r.Series, Commit: r.Commit, Rev: r.Rev, Verdict: r.Verdict, Patches: []driftJSONPatch{}, PortClean: r.PortClean || (r.Moved != nil && r.Moved.Clean)}
+		jr := driftJSONRow{Series: r.Series, Commit: r.Commit, Rev: r.Rev, Verdict: r.Verdict, Patches: []driftJSONPatch{}, PortClean: r.PortClean || (r.Moved != nil && r.Moved.Clean), Notes: r.Notes}
 		if r.Err != nil {
 			jr.Error = r.Err.Error()
 		}

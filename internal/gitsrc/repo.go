@@ -464,6 +464,13 @@ func (c *CommitTree) ReadFile(path string) ([]byte, error) {
 	return b, nil
 }
 
+// IsDir reports whether path is a directory of the commit (the gate
+// rule's Python judge asks it, as Python asks the filesystem).
+func (c *CommitTree) IsDir(path string) bool {
+	e, err := c.entry(path)
+	return err == nil && e.Mode == filemode.Dir
+}
+
 // Mode returns the git mode of path at the commit ("100644", "100755"), or
 // "" when absent.
 func (c *CommitTree) Mode(path string) string {

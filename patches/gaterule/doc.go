@@ -1,45 +1,97 @@
-// Package gaterule holds arpatch's SGLang-specific safety rule: a patched
-// tree may open SGLang's custom allreduce gates on PCIe-only hosts only if
-// the kernel's dispatch then launches a kernel, or throws, for every
-// world size above 2 without full NVLink. Upstream's dispatch does
-// neither there, so opening the gates alone returns unreduced data, fast
-// and without an error.
+// Package gaterule holds arpatch's SGLang-specific safety rule: where a
+// patched tree's Python gates admit SGLang's custom allreduce on a
+// PCIe-only group, the kernel's dispatch must then launch a kernel, or
+// throw, on every call. Upstream's dispatch does neither there, so opening
+// the gates alone returns unreduced data, fast and without an error.
 //
-// It judges effects, not labels: it reads the patched file itself (the
-// in-memory result, before anything is written), preprocesses it as the
-// host pass of a CUDA build does, expands the file's macros where they
-// are invoked and follows every path through the whole body of
-// CustomAllreduce::allreduce, from its entry, with full_nvlink_ false:
-// into the case `switch (world_size_)` selects, and both ways through
-// every condition it cannot decide (a forced algorithm, a byte threshold,
-// an environment variable). A path that reaches a `return` or the end of
-// allreduce without a `<<<...>>>` launch (or a cudaLaunchKernel call) and
-// without a throw fails the rule. A path that meets what it does not
-// follow (a loop holding a launch or a return, a goto, try/catch, a launch
-// in a lambda or under a condition inside an expression, an upper-case
-// macro the file does not define) fails too, saying what it met: the rule
-// refuses what it cannot decide. Calls are not followed, so a launch in a
-// helper function does not count.
+// It judges by effect, running both sides of the patched tree (the
+// in-memory result, before anything is written), never by reading them:
+//
+//   - The Python judge (python.go, py/) imports the tree's gate modules as
+//     Python resolves them from the tree's python/ directory: a package
+//     that shadows a gate module counts, and so does every package
+//     __init__ on the way. torch, torch.distributed, NVML, sgl-kernel's
+//     binding, libcudart and the rest are stubs that answer as a PCIe-only
+//     host of 2, 4, 6 and 8 GPUs does (no NVLink, P2P everywhere, two CPU
+//     sockets); each rank is a thread and the collectives meet. It
+//     constructs the class parallel_state would (dispatch_custom_allreduce
+//     where the tree has it) on every rank and asks should_custom_ar about
+//     sizes from 16 bytes to the 8 MiB buffer, and custom_all_reduce
+//     whether an admitted call reaches sgl-kernel's all_reduce. It runs
+//     with no variable set, with each variable the gates read set alone,
+//     and, where one opened the gates, with every other one set beside it
+//     (envValues: the pcie series' variables get their documented values,
+//     others "1"). The tree's files are read through a pipe from arpatch,
+//     so nothing is written. Refused here: gates that admit through
+//     another class than sgl-kernel's CustomAllreduce, ranks that admit
+//     different sizes, and an admitted call that never reaches the kernel.
+//   - The C++ judge (cxx.go, cxxrun.go, cxxcheck.go, cxx/) compiles the
+//     patched custom_all_reduce.cuh, and the tree files it includes, as
+//     the host pass of the real build sees it: clang's CUDA mode
+//     (--cuda-host-only, which parses <<<...>>> itself and lowers each
+//     launch to calls a stub runtime records), the build's own C++
+//     standard and definitions (sglkernel.CUDAFlags: -DNDEBUG and the
+//     rest), the macros nvcc defines (__CUDACC__ ...), and stub CUDA
+//     headers. Comments, line continuations, #ifdef NDEBUG, macros,
+//     constexpr, if constexpr, lambdas and try/catch are the compiler's.
+//     A driver (cxx/judge.cu) constructs CustomAllreduce as init_custom_ar
+//     does, with the environment and full_nvlink the Python gates handed
+//     to it, registers a buffer, and calls allreduce for float, half and
+//     nv_bfloat16, eager and under stream capture, at about 8000 sizes up
+//     to the buffer (every 16 bytes to 16 KiB, every 64 to 64 KiB, every
+//     4 KiB boundary and its neighbours, the powers of two, the Python
+//     gates' limits and the header's decimal literals), on every rank of
+//     the first environment that opens each world size. Wherever the gates
+//     admit a call, it must launch exactly one kernel of a non-empty grid
+//     (and a block of at most 1024 threads), or throw; no launch, two
+//     launches, an empty grid, a crash or a hang is refused, naming the
+//     world size, the environment, the rank, the call and the sizes.
+//
+// Compiled judges are kept under the user's cache directory by content
+// hash (the compiler, the flags, the judge's files and the tree's), and
+// Python judgements in memory with every file they read, so `patches
+// check --commit A..B` judges a commit again only where those differ.
+//
+// Where no clang++ is found, the C++ side is not checked and Report.Notes
+// says so; where no python3 is found, or the gate modules cannot be
+// imported or constructed under the judge, the gates of a series that
+// changes SGLang's Python side (or carries the gate tags) are taken as
+// open at every world size, and those of any other as upstream's, closed;
+// the notes say which.
+//
+// What it cannot check: the kernels' sums (a launched kernel may still
+// compute the wrong thing: the pcie series' push kernels are run on the
+// CPU by package kernelsim, upstream's pull kernels on a GPU by `arpatch
+// bench allreduce`); what the tree's custom_all_reduce.cu (torch-bound)
+// and include/utils.h (restated in cxx/utils.h) do; a series that changes
+// a CMake file (refused: the definitions are upstream's); a dispatch that
+// tests the compiler (__clang__, __GNUC__: refused, the real host compiler
+// is g++); code that behaves otherwise after more calls than the judge
+// makes, at another time, on other hardware than the stubs describe, or
+// for variables or values it does not drive; environment listings by
+// upstream's own files at import, which are taken not to act on the
+// judge's variables.
 //
 // It does not know arpatch's patch engine; package patches applies the
 // rule (patches.CheckResult) to the result of a series.
 //
 // Upstream facts it rests on:
-//   - The dispatch is CustomAllreduce::allreduce, a `switch (world_size_)`
-//     over REDUCE_CASE(2), (4), (6), (8) with a throwing default, after
-//     argument checks that throw and CHECK_CUDA_SUCCESS (which throws).
-//     Upstream: sgl-kernel/include/utils.h@84118acf50b3 (CHECK_CUDA_SUCCESS: throw cuda_error).
+//   - The dispatch is CustomAllreduce::allreduce, constructed by
+//     init_custom_ar with (Signal**, rank data, its size, rank, world
+//     size, full_nvlink), its buffer registered by register_buffer, called
+//     by all_reduce as allreduce<T>(stream, input, output, numel) for
+//     float, half and nv_bfloat16.
 //     Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3 (CustomAllreduce::allreduce),
-//     also at 8905cbd42f4a, where REDUCE_CASE is defined twice under
-//     #ifndef USE_MUSA.
-//   - From c32c4ef79cf5 the file lives under python/sglang/kernels/aot/.
-//     Upstream: python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh@0bda0b168ad5
-//     (CustomAllreduce::allreduce, byte-identical to the era-B file).
-//   - The Python gates are the same in every era. Upstream:
-//     python/sglang/srt/distributed/device_communicators/custom_all_reduce.py@84118acf50b3
-//     (CustomAllreduce.should_custom_ar), also at 8905cbd42f4a and
-//     0bda0b168ad5. Upstream:
-//     python/sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py@84118acf50b3
-//     (can_use_custom_all_reduce_with_nvlink), also at 8905cbd42f4a and
-//     0bda0b168ad5.
+//     also at 8905cbd42f4a; from c32c4ef79cf5 under python/sglang/kernels/aot/.
+//     Upstream: python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cu@0bda0b168ad5 (init_custom_ar, all_reduce, register_buffer).
+//   - The Python gates: can_use_custom_all_reduce_with_nvlink at init and
+//     CustomAllreduce.should_custom_ar per call; parallel_state constructs
+//     dispatch_custom_allreduce()'s class and catches its exceptions.
+//     Upstream: python/sglang/srt/distributed/device_communicators/custom_all_reduce.py@84118acf50b3
+//     (CustomAllreduce.should_custom_ar, dispatch_custom_allreduce), also at 8905cbd42f4a and 0bda0b168ad5.
+//     Upstream: python/sglang/srt/distributed/device_communicators/custom_all_reduce_utils.py@84118acf50b3
+//     (can_use_custom_all_reduce_with_nvlink, gpu_p2p_access_check).
+//     Upstream: python/sglang/srt/distributed/parallel_state.py@84118acf50b3 (GroupCoordinator.__init__).
+//   - sgl-kernel's include/utils.h throws cuda_error from
+//     CHECK_CUDA_SUCCESS. Upstream: sgl-kernel/include/utils.h@84118acf50b3 (CHECK_CUDA_SUCCESS).
 package gaterule

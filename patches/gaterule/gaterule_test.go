@@ -2,397 +2,225 @@ package gaterule
 
 import (
 	"errors"
-	"fmt"
-	"io/fs"
 	"slices"
 	"strings"
 	"testing"
 )
 
-// dispatchFixture is a small header written for these tests in the shape
-// of upstream's CustomAllreduce::allreduce (a REDUCE_CASE macro with
-// continuation lines, a KL launch macro, a forced-algorithm branch, a
-// world size 2 branch, the full NVLink branch, a throwing default, and
-// the USE_MUSA split of era B). BRANCH is replaced by each case's code for
-// the branch after `world_size_ == 2`.
-const dispatchFixture = `// test fixture shaped like sgl-kernel's allreduce header
-#pragma once
-#include <stdexcept>
-constexpr int kGPUSmall = 4;
-constexpr int kGPULarge = 8;
-constexpr long kSmall = 512 * 1024;
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 700
-#define FENCE() device_fence()
-#else
-#define FENCE() host_fence()
-#endif
-template <typename T, int ngpus> __global__ void one_stage(T* p) {}
-template <typename T, int ngpus> __global__ void two_stage(T* p) {}
-class CustomAllreduce {
-  int world_size_;
-  bool full_nvlink_;
- public:
-  template <typename T>
-  void allreduce(T* out, long bytes, bool force_1stage, bool force_2stage) {
-    if (bytes % 16 != 0) throw std::runtime_error("size");
-#define KL(ngpus, name) name<T, ngpus><<<blocks, threads, 0, stream>>>(out);
-#ifndef USE_MUSA
-#define REDUCE_CASE(ngpus)                    \
-  case ngpus: {                               \
-    if (force_1stage) {                       \
-      KL(ngpus, one_stage);                   \
-    } else if (force_2stage) {                \
-      KL(ngpus, two_stage);                   \
-    } else {                                  \
-      if (world_size_ == 2) {                 \
-        KL(ngpus, one_stage);                 \
-BRANCH
-      }                                       \
-    }                                         \
-    break;                                    \
-  }
-#else
-#define REDUCE_CASE(ngpus) \
-  case ngpus: {            \
-    KL(ngpus, two_stage);  \
-    break;                 \
-  }
-#endif
-    switch (world_size_) {
-      REDUCE_CASE(2)
-      REDUCE_CASE(4)
-      REDUCE_CASE(6)
-      REDUCE_CASE(8)
-      default:
-        throw std::runtime_error("world size");
-    }
-#undef REDUCE_CASE
-#undef KL
-  }
-};
-`
+// open is both Python gates opened unconditionally: the dispatch must
+// then launch at every world size, without full NVLink.
+var open = [][2]string{openGate1, openGate2}
 
-// branches: the code after `world_size_ == 2`, one line per macro line.
-var (
-	upstream = []string{
-		"} else if (full_nvlink_) {",
-		"  if ((world_size_ <= kGPUSmall && bytes < kSmall) || (world_size_ <= kGPULarge && bytes < kSmall / 2)) {",
-		"    KL(ngpus, one_stage);",
-		"  } else {",
-		"    KL(ngpus, two_stage);",
-		"  }",
-	}
-	patchedElse = []string{
-		"} else { /* full NVLink, or PCIe-only above 2 GPUs */",
-		"  if ((world_size_ <= kGPUSmall && bytes < kSmall) || (world_size_ <= kGPULarge && bytes < kSmall / 2)) {",
-		"    KL(ngpus, one_stage);",
-		"  } else {",
-		"    KL(ngpus, two_stage);",
-		"  }",
-	}
-)
-
-func fixture(branch []string) []byte {
-	var b strings.Builder
-	for _, l := range branch {
-		b.WriteString("      " + l + " \\\n")
-	}
-	return []byte(strings.Replace(dispatchFixture, "BRANCH\n", b.String(), 1))
+// judgeBranch judges the fixture with branch after `world_size_ == 2`,
+// top before the class and sw before the switch, both gates open.
+func judgeBranch(t *testing.T, branch []string, top, sw string) error {
+	t.Helper()
+	_, err := judge(t, pyTree(header(branch, top, sw), open...).input(gatePy, utilsPy))
+	return err
 }
 
-func with(lines []string, from, to string) []string {
-	out := append([]string(nil), lines...)
-	for i, l := range out {
-		out[i] = strings.Replace(l, from, to, 1)
-	}
-	return out
+// pcie is upstream's branches plus a PCIe-only one holding lines.
+func pcie(lines ...string) []string {
+	return append(append(slices.Clone(upstream), "} else if (!full_nvlink_) {"), lines...)
 }
 
+// The old static reader's cases, now judged by compiling: each either
+// launches a kernel (or throws) on every call or is refused by what it
+// does, naming the world size, the call and the sizes.
 func TestJudgeDispatch(t *testing.T) {
 	for _, tc := range []struct {
 		name   string
 		branch []string
-		miss   string // "" = every world size launches or throws
+		top    string
+		want   string // "" = accepted; else parts of the refusal, "|" between them
 	}{
-		{"upstream: PCIe above 2 GPUs launches nothing", upstream, "at world size 4 without full NVLink reaches `break`"},
-		{"patched: else takes the size rule", patchedElse, ""},
-		// Issue 11, input 5: one space inside the test, sealed as the
-		// dispatch branch: the label says fixed, the effect is upstream's.
-		{"one-space tamper", with(upstream, "(full_nvlink_)", "(full_nvlink_ )"), "reaches `break`"},
-		{"explicit PCIe branch", append(append([]string(nil), upstream...),
-			"} else if (!full_nvlink_ && world_size_ > 2) {",
-			"  if (bytes < pcie_threshold_) { KL(ngpus, one_stage); } else { KL(ngpus, two_stage); }"), ""},
-		{"explicit PCIe branch for world size 4 only", append(append([]string(nil), upstream...),
-			"} else if (!full_nvlink_ && world_size_ == 4) {",
-			"  KL(ngpus, two_stage);"), "at world size 6 without full NVLink"},
-		{"thresholds read from variables, both sides launch", with(patchedElse, "bytes < kSmall) ||", "bytes < small_thr_) ||"), ""},
-		{"a threshold with no launch below it", []string{
-			"} else {",
-			"  if (bytes >= pcie_threshold_) {",
-			"    KL(ngpus, two_stage);",
-			"  }"}, "reaches `break`"},
-		{"env-forced algorithm in the PCIe branch, bad values throw", []string{
+		{"upstream: PCIe above 2 GPUs launches nothing", upstream, "",
+			"in " + cuhPath + " as patched|at world size 4, no variable set (rank 0, without full NVLink; the Python gates admit it up to 8388608 bytes), eager float32 allreduce of 16-8388608 bytes launches no kernel"},
+		{"patched: else takes the size rule", patchedElse, "", ""},
+		// Issue 11, input 5: one space inside the test.
+		{"one-space tamper", with(upstream, "(full_nvlink_)", "(full_nvlink_ )"), "", "launches no kernel"},
+		{"explicit PCIe branch", pcie("  if (bytes < 4096) { KL(ngpus, one_stage); } else { KL(ngpus, two_stage); }"), "", ""},
+		{"explicit PCIe branch for world size 4 only", append(slices.Clone(upstream), "} else if (!full_nvlink_ && world_size_ == 4) {", "  KL(ngpus, two_stage);"), "",
+			"at world size 6, no variable set|launches no kernel"},
+		{"thresholds from constants, both sides launch", with(patchedElse, "bytes < kSmall) ||", "bytes < pcie::small) ||"),
+			"namespace pcie { constexpr long small = 1 << 16; }\n", ""},
+		{"a threshold with no launch below it", []string{"} else {", "  if (bytes >= 4096) {", "    KL(ngpus, two_stage);", "  }"}, "",
+			"eager float32 allreduce of 16-4080 bytes launches no kernel"},
+		{"a variable forces the algorithm, bad values throw", []string{
 			"} else if (!full_nvlink_) {",
 			"  const char* a = std::getenv(\"SGLANG_PCIE_AR_ALGO\");",
 			"  if (a == nullptr) { KL(ngpus, one_stage); }",
 			"  else if (std::strcmp(a, \"2stage\") == 0) { KL(ngpus, two_stage); }",
 			"  else { throw std::runtime_error(\"bad SGLANG_PCIE_AR_ALGO\"); }",
 			"} else {",
-			"  KL(ngpus, one_stage);"}, ""},
-		{"TORCH_CHECK(false) counts as a throw", []string{
-			"} else if (!full_nvlink_) {",
-			"  TORCH_CHECK(false, \"PCIe custom allreduce is not built\");",
-			"} else {",
-			"  KL(ngpus, one_stage);"}, ""},
-		{"a return before the launch", []string{
-			"} else if (!full_nvlink_) {",
-			"  return;",
-			"  KL(ngpus, one_stage);"}, "reaches `return`"},
-		{"a comment that looks like a fix", with(upstream, "} else if (full_nvlink_) {", "} else if (full_nvlink_) { /* } else { */"), "reaches `break`"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			d, err := judgeDispatch(fixture(tc.branch))
-			if err != nil {
-				t.Fatal(err)
-			}
-			if len(d.Cases) != 3 {
-				t.Fatalf("cases = %d, want world sizes 4, 6, 8", len(d.Cases))
-			}
-			var miss []string
-			for _, c := range d.Cases {
-				if !c.OK {
-					miss = append(miss, fmt.Sprintf("at world size %d without full NVLink %s", c.WorldSize, c.Miss))
-				}
-			}
-			if tc.miss == "" && len(miss) > 0 {
-				t.Errorf("refused: %v", miss)
-			}
-			if tc.miss != "" && (len(miss) == 0 || !strings.Contains(strings.Join(miss, "; "), tc.miss)) {
-				t.Errorf("misses = %v, want one containing %q", miss, tc.miss)
-			}
-		})
-	}
-}
-
-// The line of the path's end is the physical line, inside the macro.
-func TestMissNamesTheLine(t *testing.T) {
-	src := fixture(upstream)
-	d, err := judgeDispatch(src)
-	if err != nil {
-		t.Fatal(err)
-	}
-	want := 0
-	for i, l := range strings.Split(string(src), "\n") {
-		if strings.Contains(l, "break;") && want == 0 {
-			want = i + 1
-		}
-	}
-	if d.Cases[0].Miss != fmt.Sprintf("reaches `break` at line %d without launching a kernel or throwing", want) {
-		t.Errorf("miss = %q, want the break at line %d", d.Cases[0].Miss, want)
-	}
-}
-
-func TestJudgeRefusesWhatItCannotRead(t *testing.T) {
-	for _, tc := range []struct{ name, src, want string }{
-		{"no allreduce", "void f() { switch (world_size_) { default: throw 1; } }\n", "no definition of CustomAllreduce::allreduce"},
-		{"only a declaration", "class CustomAllreduce { void allreduce(int* p); };\n", "no definition of CustomAllreduce::allreduce"},
-		{"unclosed #if", "#if 1\nint x;\n", "not closed"},
-	} {
-		_, err := judgeDispatch([]byte(tc.src))
-		if err == nil || !strings.Contains(err.Error(), tc.want) {
-			t.Errorf("%s: err = %v, want %q", tc.name, err, tc.want)
-		}
-	}
-	for _, tc := range []struct{ name, src, miss string }{
-		// No case for the world size and no default: the switch does nothing.
-		{"no case", "class CustomAllreduce { void allreduce() { switch (world_size_) { case 2: k<<<1,1>>>(); break; } } };\n", "no case for world size 4 and no default"},
-		// No switch at all: a launch only with full NVLink.
-		{"no switch", "class CustomAllreduce {\n void allreduce() { if (full_nvlink_) launch<<<1,1>>>(); }\n};\n", "reaches the end of allreduce (line 2)"},
-		// Two switches are both followed: the second misses world size 8.
-		{"two switches", "class CustomAllreduce { void allreduce() {\n switch (world_size_) { case 4: k<<<1,1>>>(); return; default: break; }\n switch (world_size_) { case 6: k<<<1,1>>>(); return; default: break; }\n} };\n", "at world size 8: reaches `break` at line 3"},
-		// Defined out of line.
-		{"out of line", "class CustomAllreduce { void allreduce(); };\nvoid CustomAllreduce::allreduce() {\n  if (!full_nvlink_) return;\n  k<<<1,1>>>();\n}\n", "at world size 4: reaches `return` at line 3"},
-	} {
-		d, err := judgeDispatch([]byte(tc.src))
-		if err != nil {
-			t.Errorf("%s: %v", tc.name, err)
-			continue
-		}
-		if got := misses(d); !strings.Contains(got, tc.miss) {
-			t.Errorf("%s: misses %q, want %q", tc.name, got, tc.miss)
-		}
-	}
-}
-
-// misses joins what a judged file misses, "at world size N: ...".
-func misses(d *judged) string {
-	var out []string
-	for _, c := range d.Cases {
-		if !c.OK {
-			out = append(out, fmt.Sprintf("at world size %d: %s", c.WorldSize, c.Miss))
-		}
-	}
-	return strings.Join(out, "; ")
-}
-
-// lineOf returns the 1-based line of the first line of src containing s.
-func lineOf(src []byte, s string) int {
-	for i, l := range strings.Split(string(src), "\n") {
-		if strings.Contains(l, s) {
-			return i + 1
-		}
-	}
-	return 0
-}
-
-// Finding F1: the rule judges every path through the whole of allreduce,
-// from its entry, not only the paths inside the dispatch switch. Each
-// case edits the patched fixture (which passes) the way a series could.
-func TestJudgeWholeAllreduce(t *testing.T) {
-	const sw = "    switch (world_size_) {\n"
-	const after = "    }\n#undef REDUCE_CASE\n"
-	before := func(src []byte, add string) []byte {
-		return []byte(strings.Replace(string(src), sw, add+sw, 1))
-	}
-	around := func(src []byte, open, shut string) []byte {
-		s := strings.Replace(string(src), sw, open+sw, 1)
-		return []byte(strings.Replace(s, after, "    }\n"+shut+"#undef REDUCE_CASE\n", 1))
-	}
-	top := func(src []byte, add string) []byte {
-		return []byte(strings.Replace(string(src), "class CustomAllreduce {\n", add+"class CustomAllreduce {\n", 1))
-	}
-	good := fixture(patchedElse)
-	if d, err := judgeDispatch(good); err != nil || misses(d) != "" {
-		t.Fatalf("the patched fixture: %v %v", err, d)
-	}
-	pcie := func(lines ...string) []byte {
-		return fixture(append(append([]string(nil), upstream...), append([]string{"} else if (!full_nvlink_) {"}, lines...)...))
-	}
-	for _, tc := range []struct {
-		name string
-		src  []byte
-		miss string // "" = accepted; else a refusal holding this, with %d the line of `at`
-		at   string
-	}{
-		{"the F1 input: an early exit before the switch", before(good, "    if (!full_nvlink_ && world_size_ > 2) return;\n"),
-			"at world size 4: reaches `return` at line %d without launching a kernel or throwing", "if (!full_nvlink_ && world_size_ > 2) return;"},
-		{"an early exit in a block, after other work", before(good, "    if (!full_nvlink_) {\n      std::fprintf(stderr, \"pcie\\n\");\n      return;\n    }\n"),
-			"reaches `return` at line %d", "      return;"},
-		{"an early exit for world size 8 only", before(good, "    if (world_size_ == 8 && !this->full_nvlink_) return;\n"),
-			"at world size 8: reaches `return` at line %d", "if (world_size_ == 8"},
-		{"a goto over the switch", around(good, "    if (!full_nvlink_) goto done;\n", "  done:\n    ;\n"),
-			"meets `goto done` at line %d; arpatch does not follow jumps", "goto done"},
-		{"a return hidden in a macro defined elsewhere in the file", before(top(good, "#define SKIP_PCIE() if (!full_nvlink_ && world_size_ > 2) return\n"), "    SKIP_PCIE();\n"),
-			"reaches `return` at line %d", "#define SKIP_PCIE"}, // the line where the macro writes it
-		{"a macro the file does not define (yet)", before(good, "    SKIP_PCIE();\n"),
-			"meets `SKIP_PCIE` at line %d, a macro this file does not define", "SKIP_PCIE();"},
-		{"a condition on full_nvlink_ around the whole switch", around(good, "    if (full_nvlink_) {\n", "    }\n"),
-			"reaches the end of allreduce", ""},
-		{"an #ifdef that leaves the switch out of the host pass", around(good, "#ifdef __CUDA_ARCH__\n", "#endif\n"),
-			"reaches the end of allreduce", ""},
-		{"an #if USE_ROCM that leaves the switch to ROCm builds", around(good, "#if defined(USE_ROCM)\n", "#endif\n"),
-			"reaches the end of allreduce", ""},
-		{"full_nvlink_ set true before a PCIe-only branch", before(pcie("  KL(ngpus, two_stage);"), "    full_nvlink_ = true;\n"),
-			"reaches `break`", ""},
-		{"a local full_nvlink_ that says NVLink", before(pcie("  KL(ngpus, two_stage);"), "    bool full_nvlink_{true};\n"),
-			"reaches `break`", ""},
-		{"a launch in a helper function", top(pcie("  pcie_dispatch(out);"), "template <typename T> void pcie_dispatch(T* out) { two_stage<T, 4><<<1, 1>>>(out); }\n"),
-			"it calls `pcie_dispatch` at line %d, and arpatch does not follow calls", "pcie_dispatch(out);"},
-		{"a launch in a loop", pcie("  for (int i = 0; i < n_; i++) { KL(ngpus, two_stage); }"),
-			"meets a `for` loop at line %d that holds a kernel launch", "for (int i = 0"},
-		{"a loop before the switch that cannot leave", before(good, "    long sum = 0;\n    for (int i = 0; i < 4; i++) sum += i;\n"), "", ""},
-		{"a return in a loop before the switch", before(good, "    while (pending_) { if (!full_nvlink_) return; }\n"),
-			"meets a `while` loop at line %d", "while (pending_)"},
-		{"a launch in a lambda", pcie("  auto go = [&] { KL(ngpus, two_stage); };"),
-			"a kernel launch inside braces (a lambda, which may never be called) at line %d", "auto go"},
-		{"a launch under &&", pcie("  bytes > 0 && (two_stage<T, ngpus><<<1, 1>>>(out), true);"),
-			"a kernel launch under `&&`, `||` or `?:`", ""},
-		{"try/catch before the switch", before(good, "    try { check(); } catch (...) { return; }\n"),
-			"meets `try` at line %d", "try {"},
+			"  KL(ngpus, one_stage);"}, "", ""},
+		{"a variable that turns the PCIe branch off", pcie("  if (std::getenv(\"ARPATCH_OFF\") == nullptr) { KL(ngpus, two_stage); }"), "",
+			"ARPATCH_OFF=1|launches no kernel"},
+		{"TORCH_CHECK(false) counts as a throw", []string{"} else if (!full_nvlink_) {", "  TORCH_CHECK(false, \"PCIe custom allreduce is not built\");", "} else {", "  KL(ngpus, one_stage);"}, "", ""},
+		{"a return before the launch", pcie("  return;", "  KL(ngpus, one_stage);"), "", "launches no kernel"},
+		{"a comment that looks like a fix", with(upstream, "} else if (full_nvlink_) {", "} else if (full_nvlink_) { /* } else { */"), "", "launches no kernel"},
 		{"a return after the launch", pcie("  KL(ngpus, two_stage);", "  return;"), "", ""},
-		{"a throw before the switch for PCIe", before(fixture(upstream), "    if (!full_nvlink_ && world_size_ > 2) throw std::runtime_error(\"PCIe\");\n"), "", ""},
+		{"an explicit cudaLaunchKernel", pcie("  void* args[] = {&ptrs};", "  CHECK_CUDA_SUCCESS(cudaLaunchKernel(two_stage<T, ngpus>, dim3(blocks), dim3(threads), args, 0, stream));"), "", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) { refused(t, judgeBranch(t, tc.branch, tc.top, ""), tc.want) })
+	}
+}
+
+// pcieSW is a PCIe-only early branch before the switch, holding lines
+// and then returning.
+func pcieSW(lines ...string) string {
+	return "    if (!full_nvlink_ && world_size_ > 2) {\n" + strings.Join(lines, "\n") + "\n      return;\n    }\n"
+}
+
+// The issue's kinds, and their relatives: what a hand-written reader
+// misses and the compiler does not.
+func TestJudgeSeesWhatTheCompilerSees(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		branch  []string
+		top, sw string
+		want    string
+	}{
+		{"a PCIe branch under #ifndef NDEBUG (the build passes -DNDEBUG)", upstream, "", pcieSW("#ifndef NDEBUG", "      KL(8, two_stage);", "#endif"),
+			"launches no kernel"},
+		{"a PCIe branch under #ifndef __CUDACC__ (nvcc defines it)", upstream, "", pcieSW("#ifndef __CUDACC__", "      KL(8, two_stage);", "#endif"),
+			"launches no kernel"},
+		{"a PCIe branch under #ifdef __CUDACC__ launches", upstream, "", pcieSW("#ifdef __CUDACC__", "      KL(8, two_stage);", "#endif"), ""},
+		{"every launch gone under NDEBUG", patchedElse, "", "#ifdef NDEBUG\n#undef KL\n#define KL(ngpus, name)\n#else\n#endif\n",
+			"launches no kernel"},
+		{"a // comment whose backslash swallows the launch", upstream, "", pcieSW("      // PCIe-only: the launch below \\", "      KL(8, two_stage);"),
+			"launches no kernel"},
+		{"a constexpr of the member's name in another namespace", with(patchedElse, "} else { /* full NVLink, or PCIe-only above 2 GPUs */", "} else if (!cfg::full_nvlink_) {"),
+			"namespace cfg { constexpr bool full_nvlink_ = true; }\n", "", "launches no kernel"},
+		{"a grid of 0 below 4 KiB", pcie("  KL_GRID(ngpus, two_stage, bytes < 4096 ? 0 : blocks);"),
+			"", "#define KL_GRID(ngpus, name, g) name<T, ngpus><<<g, threads, 0, stream>>>(ptrs, sg_, self_sg_, output, rank_, size);\n",
+			"eager float32 allreduce of 16-4080 bytes launches sglang::two_stage<float, 4> with grid (0,1,1) and block (512,1,1), which runs nothing"},
+		{"a block of 0", pcie("  two_stage<T, ngpus><<<blocks, 0, 0, stream>>>(ptrs, sg_, self_sg_, output, rank_, size);"), "", "",
+			"with grid (1,1,1) and block (0,1,1)"},
+		{"a macro that renames the kernel to nothing", pcie("  KL(ngpus, two_stage);"), "", "#undef KL\n#define KL(ngpus, name) (void)0;\n",
+			"launches no kernel"},
+		{"if constexpr leaves out half and bfloat16", pcie("  if constexpr (sizeof(T) == 4) { KL(ngpus, two_stage); }"), "", "",
+			"eager float16 allreduce of 16-8388608 bytes launches no kernel"},
+		{"an early return above a size", patchedElse, "", "    if (!full_nvlink_ && bytes > 65536) return;\n",
+			"allreduce of 65552-8388608 bytes launches no kernel"},
+		{"a launch in a lambda never called", pcie("  auto go = [&] { KL(ngpus, two_stage); };"), "", "", "launches no kernel"},
+		{"a launch in a lambda that is called", pcie("  auto go = [&] { KL(ngpus, two_stage); };", "  go();"), "", "", ""},
+		{"a throw swallowed by try/catch", pcie("  try { throw std::runtime_error(\"pcie\"); } catch (...) {}"), "", "", "launches no kernel"},
+		{"two launches", pcie("  KL(ngpus, one_stage);", "  KL(ngpus, two_stage);"), "", "",
+			"launches 2 kernels (sglang::one_stage<float, 4>, then sglang::two_stage<float, 4>)"},
+		{"one rank skips", patchedElse, "", "    if (!full_nvlink_ && rank_ == 3) return;\n", "(rank 3, without full NVLink"},
+		{"graphs skip", patchedElse, "", "    cudaStreamCaptureStatus st;\n    cudaStreamIsCapturing(stream, &st);\n    if (!full_nvlink_ && st == cudaStreamCaptureStatusActive) return;\n",
+			"graph float32 allreduce of 16-8388608 bytes launches no kernel"},
+		{"stops after a hundred calls", patchedElse, "", "    static int calls = 0;\n    if (!full_nvlink_ && ++calls > 100) return;\n", "launches no kernel"},
+		{"host code reads device memory", patchedElse, "", "    if (!full_nvlink_) { volatile char c = *reinterpret_cast<char*>(input); (void)c; }\n",
+			"stopped the judge (crash) in scenario"},
+		{"a test of the compiler", upstream, "", pcieSW("#ifdef __clang__", "      KL(8, two_stage);", "#endif"),
+			"it tests __clang__ (" + cuhPath + ":"},
+		{"does not compile", pcie("  KL(ngpus, no_such_kernel);"), "", "", "does not compile " + cuhPath + "|no_such_kernel"},
+	} {
+		t.Run(tc.name, func(t *testing.T) { refused(t, judgeBranch(t, tc.branch, tc.top, tc.sw), tc.want) })
+	}
+}
+
+// The gates as upstream has them: closed on PCIe above 2 GPUs, so
+// upstream's dispatch passes (a PCIe pair launches 1-stage); opened by a
+// variable, the same dispatch is refused under it.
+func TestJudgeByWhatTheGatesAdmit(t *testing.T) {
+	rep, err := judge(t, pyTree(fixture(upstream)).input())
+	refused(t, err, "")
+	if len(rep.Admitted) == 0 || !strings.HasPrefix(rep.Admitted[0], "world size 2, no variable set: up to 8388608 bytes") {
+		t.Errorf("admitted = %q, want world size 2 first", rep.Admitted)
+	}
+	for _, a := range rep.Admitted {
+		if !strings.HasPrefix(a, "world size 2,") {
+			t.Errorf("upstream's gates admit %q", a)
+		}
+	}
+	_, err = judge(t, pyTree(fixture(upstream), forced1, forced2).input(gatePy, utilsPy))
+	refused(t, err, "at world size 4, SGLANG_FORCE_CUSTOM_AR_PCIE=1 (rank 0, without full NVLink; the Python gates admit it up to 8388608 bytes)|launches no kernel")
+	_, err = judge(t, pyTree(fixture(patchedElse), forced1, forced2).input(gatePy, utilsPy))
+	refused(t, err, "")
+	// One gate alone opens nothing: should_custom_ar still refuses.
+	_, err = judge(t, pyTree(fixture(upstream), forced1).input(utilsPy))
+	refused(t, err, "")
+}
+
+func TestJudgeRefusesWhatItCannotBuild(t *testing.T) {
+	for _, tc := range []struct{ name, src, want string }{
+		{"no allreduce", "namespace sglang { struct Signal {}; class CustomAllreduce {}; }\n", "does not compile"},
+		{"only a declaration", "#include <cuda_runtime.h>\nnamespace sglang {\nstruct Signal {};\nclass CustomAllreduce {\n public:\n  CustomAllreduce(Signal**, void*, size_t, int, int, bool = true);\n  void register_buffer(void**);\n  template <typename T>\n  void allreduce(cudaStream_t, T*, T*, int, int = 512, int = 36);\n};\n}  // namespace sglang\n", "does not compile"},
+		{"unclosed #if", "#if 1\nclass CustomAllreduce {};\n", "does not compile"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			d, err := judgeDispatch(tc.src)
-			if err != nil {
-				t.Fatal(err)
-			}
-			got := misses(d)
-			if tc.miss == "" {
-				if got != "" {
-					t.Errorf("refused: %s", got)
-				}
-				return
-			}
-			want := tc.miss
-			if strings.Contains(want, "%d") {
-				want = fmt.Sprintf(want, lineOf(tc.src, tc.at))
-			}
-			if !strings.Contains(got, want) {
-				t.Errorf("misses = %q\nwant one holding %q", got, want)
-			}
+			_, err := judge(t, pyTree([]byte(tc.src), open...).input(gatePy))
+			refused(t, err, tc.want)
 		})
 	}
 }
 
 func TestCheckFindsTheDispatchWhereTheTreeKeepsIt(t *testing.T) {
-	tree := func(files map[string][]byte) Reader {
-		return func(p string) ([]byte, error) {
-			if b, ok := files[p]; ok {
-				return b, nil
-			}
-			return nil, fs.ErrNotExist
-		}
-	}
 	eraC := "python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh"
-	if err := Check(tree(map[string][]byte{eraC: fixture(patchedElse)}), nil); err != nil {
-		t.Errorf("era C layout, patched: %v", err)
+	move := func(tr tree, to string) tree {
+		tr[to] = tr[cuhPath]
+		delete(tr, cuhPath)
+		return tr
 	}
-	err := Check(tree(map[string][]byte{eraC: fixture(upstream)}), nil)
-	var de *DispatchError
-	if !errors.As(err, &de) || de.Path != eraC || !strings.Contains(err.Error(), "at world size 4 without full NVLink reaches `break`") {
-		t.Errorf("era C layout, upstream: %v", err)
-	}
-	// A series that keeps it elsewhere names it by changing it.
-	other := "csrc/custom/custom_all_reduce.cuh"
-	if err := Check(tree(map[string][]byte{other: fixture(upstream)}), []string{other, "README.md"}); err == nil {
-		t.Error("a changed dispatch file elsewhere was not judged")
-	}
-	// Listed files named like it that are another kernel's (the JIT
-	// custom allreduce v2 keeps one) are not the dispatch.
+	in := move(pyTree(fixture(patchedElse), open...), eraC).input(gatePy)
+	in.Paths = nil
+	_, err := judge(t, in)
+	refused(t, err, "")
+	in = move(pyTree(fixture(upstream), open...), eraC).input(gatePy)
+	in.Paths = nil
+	_, err = judge(t, in)
+	refused(t, err, "in "+eraC+" as patched")
+	// Elsewhere, found by listing; the JIT kernel's header of the same
+	// name beside it is not the dispatch.
 	jit := "python/sglang/kernels/jit/csrc/distributed/custom_all_reduce.cuh"
 	moved := "csrc/elsewhere/allreduce/custom_all_reduce.cuh"
-	files := map[string][]byte{jit: []byte("struct AllReducePushImpl {};\n"), moved: fixture(patchedElse)}
-	if err := Check(tree(files), []string{jit, moved, "README.md"}); err != nil {
-		t.Errorf("dispatch found by listing, JIT header beside it: %v", err)
-	}
-	files[moved] = fixture(upstream)
-	if err := Check(tree(files), []string{jit, moved}); !errors.As(err, &de) || de.Path != moved {
-		t.Errorf("upstream dispatch found by listing: %v", err)
-	}
-	if err := Check(tree(map[string][]byte{jit: files[jit]}), []string{jit}); !errors.As(err, &de) || de.Path != "" {
+	tr := move(pyTree(fixture(upstream), open...), moved).with(jit, "struct AllReducePushImpl {};\n")
+	in = tr.input(gatePy)
+	in.Paths = []string{jit, moved}
+	_, err = judge(t, in)
+	refused(t, err, "in "+moved+" as patched")
+	delete(tr, moved)
+	in = tr.input(gatePy)
+	in.Paths = []string{jit}
+	_, err = judge(t, in)
+	var de *DispatchError
+	if !errors.As(err, &de) || de.Path != "" || !strings.Contains(err.Error(), "has no custom_all_reduce.cuh holding CustomAllreduce::allreduce (looked at "+eraC+", "+jit+", sgl-kernel/csrc/allreduce/custom_all_reduce.cuh)") {
 		t.Errorf("only the JIT header: %v", err)
-	}
-	err = Check(tree(nil), []string{"README.md"})
-	if !errors.As(err, &de) || de.Path != "" || !strings.Contains(err.Error(), "sgl-kernel/csrc/allreduce/custom_all_reduce.cuh") {
-		t.Errorf("no dispatch anywhere: %v", err)
 	}
 }
 
-// FuzzJudgeDispatch: the analyzer reads any bytes without panicking.
+// TestWorldSizes pins the world sizes the judge runs, derived from
+// bounds.WorldSizes.
+func TestWorldSizes(t *testing.T) {
+	if !slices.Equal(WorldSizes, []int{2, 4, 6, 8}) {
+		t.Errorf("WorldSizes = %v, want [2 4 6 8]", WorldSizes)
+	}
+}
+
+// FuzzJudgeDispatch: what the judge reads of a header without compiling
+// it (its includes, literals, compiler macros, whether it holds the
+// dispatch) and of the driver's report takes any bytes without panicking.
 func FuzzJudgeDispatch(f *testing.F) {
 	f.Add(fixture(upstream))
 	f.Add(fixture(patchedElse))
-	f.Add([]byte("class CustomAllreduce { void allreduce() { switch (world_size_) { case 4: { if (x) goto a; } } } };"))
+	f.Add([]byte("{\"scenario\":0,\"mode\":\"eager\",\"dtype\":\"float32\",\"runs\":[[16,32,\"empty\",\"k\",0,1,1,0]]}\n{\"done\":true}\n"))
 	f.Fuzz(func(t *testing.T, src []byte) {
-		_, _ = judgeDispatch(src) // any verdict will do: the fuzz looks for panics
+		read := func(p string) ([]byte, error) {
+			if p == cuhPath {
+				return src, nil
+			}
+			return src, nil // every include resolves to the same bytes
+		}
+		s, err := gather(read, cuhPath, projectDirs(cuhPath))
+		if err != nil {
+			t.Fatal(err)
+		}
+		s.compilerMacro()
+		headerLiterals(s)
+		holdsDispatch(src)
+		_, _ = parseReport(src, []cxxScenario{{WS: 4}}) // any verdict: the fuzz looks for panics
 	})
-}
-
-// TestWorldSizes pins the world sizes above 2 that the dispatch check
-// walks, derived from bounds.WorldSizes.
-func TestWorldSizes(t *testing.T) {
-	if !slices.Equal(WorldSizes, []int{4, 6, 8}) {
-		t.Errorf("WorldSizes = %v, want [4 6 8]", WorldSizes)
-	}
 }

@@ -2,13 +2,13 @@ package gaterule
 
 import (
 	"bytes"
-	"errors"
 	"fmt"
-	"io/fs"
 	"path"
 	"regexp"
-	"sort"
+	"slices"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/bounds"
 )
 
 // Tags a series' patches may carry in series.toml (`provides`).
@@ -31,98 +31,108 @@ const DispatchBase = "custom_all_reduce.cuh"
 // DispatchPaths are where upstream has kept that header: eras A and B, and
 // era C from c32c4ef79cf5 on. They are looked at when the tree cannot list
 // its files; otherwise every file of the tree named DispatchBase is a
-// candidate (see Check).
+// candidate (see Judge).
 var DispatchPaths = []string{
 	"sgl-kernel/csrc/allreduce/" + DispatchBase,
 	"python/sglang/kernels/aot/csrc/allreduce/" + DispatchBase,
 }
 
+// WorldSizes are the world sizes the judge runs the gates and the
+// dispatch at: bounds.WorldSizes, those custom allreduce supports.
+// Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3
+// (CustomAllreduce::allreduce: REDUCE_CASE(2), (4), (6), (8)).
+var WorldSizes = slices.Clone(bounds.WorldSizes)
+
 // IsGateFile reports whether p is one of GateFiles.
-func IsGateFile(p string) bool {
-	for _, g := range GateFiles {
-		if p == g {
+func IsGateFile(p string) bool { return slices.Contains(GateFiles, p) }
+
+// IsDispatchFile reports whether p is named like the dispatch header.
+func IsDispatchFile(p string) bool { return path.Base(p) == DispatchBase }
+
+// Reader reads one file of the patched tree, repository-relative; a
+// missing file (or a directory) is an error wrapping fs.ErrNotExist.
+type Reader func(path string) ([]byte, error)
+
+// Input is the patched tree the rule judges, in memory, before anything
+// is written.
+type Input struct {
+	// Read reads the patched tree.
+	Read Reader
+	// IsDir reports whether a path is a directory of the tree; nil when the
+	// tree cannot say, and then a directory without __init__.py is not a
+	// Python namespace package to the judge.
+	IsDir func(path string) bool
+	// Paths are where to look for the dispatch header besides
+	// DispatchPaths: the files the series changes and, when the tree can
+	// list them, every file of the tree named DispatchBase.
+	Paths []string
+	// Changed are the files the series changes.
+	Changed []string
+	// Declared is whether the series says it opens the gates or branches
+	// the dispatch (TagGateBypass or TagDispatchBranch).
+	Declared bool
+}
+
+// touchesGates reports whether the series changes SGLang's Python side
+// (a file under python/sglang/, the gates' package or anything it may
+// import) or says it opens the gates: where the Python judge cannot run,
+// the gates of such a series are taken as open.
+func (in Input) touchesGates() bool {
+	if in.Declared {
+		return true
+	}
+	for _, p := range in.Changed {
+		if strings.HasPrefix(p, "python/sglang/") && strings.HasSuffix(p, ".py") {
 			return true
 		}
 	}
 	return false
 }
 
-// IsDispatchFile reports whether p is named like the dispatch header.
-func IsDispatchFile(p string) bool { return path.Base(p) == DispatchBase }
-
-// Reader reads one file of the patched tree, repository-relative; a
-// missing file is an error wrapping fs.ErrNotExist.
-type Reader func(path string) ([]byte, error)
-
-// DispatchError says why a patched tree's dispatch fails the rule.
-type DispatchError struct {
-	Path    string // the dispatch header, or "" when none was found
-	Problem string
-	Looked  []string // where it looked, when none was found
-}
-
-func (e *DispatchError) Error() string {
-	if e.Path == "" {
-		return fmt.Sprintf("the series opens SGLang's custom allreduce gates, but the tree has no %s holding CustomAllreduce::allreduce (looked at %s), so arpatch cannot check that PCIe groups above 2 GPUs get a kernel; nothing was changed",
-			DispatchBase, strings.Join(e.Looked, ", "))
-	}
-	return fmt.Sprintf("in %s as patched, CustomAllreduce::allreduce %s; the series opens SGLang's custom allreduce gates, so a PCIe-only group would get unreduced data without an error. The dispatch must launch a kernel or throw for every world size above 2 without full NVLink",
-		e.Path, e.Problem)
-}
-
-// Check judges every dispatch header of the patched tree. It looks at the
-// files of paths (the files the series changes and, when the tree can list
-// them, every file of the tree) and at DispatchPaths, takes those named
-// DispatchBase that hold CustomAllreduce (other kernels of that name, such
-// as the JIT custom allreduce v2's, do not), and follows each one's
-// dispatch. It returns nil when it found at least one and each launches a
-// kernel or throws at every world size in WorldSizes without full NVLink;
-// otherwise a *DispatchError naming the file, the world size and the line
-// where a path ends with nothing launched; or the reader's error.
-func Check(read Reader, paths []string) error {
-	seen := map[string]bool{}
-	var cands []string
-	for _, p := range append(append([]string(nil), paths...), DispatchPaths...) {
-		if IsDispatchFile(p) && !seen[p] {
-			seen[p] = true
-			cands = append(cands, p)
+// dispatchCandidates are the files named DispatchBase among in.Paths and
+// DispatchPaths, sorted, each once.
+func (in Input) dispatchCandidates() []string {
+	var out []string
+	for _, p := range append(append([]string(nil), in.Paths...), DispatchPaths...) {
+		if IsDispatchFile(p) && !slices.Contains(out, p) {
+			out = append(out, p)
 		}
 	}
-	sort.Strings(cands)
-	found := 0
-	for _, p := range cands {
-		src, err := read(p)
-		if errors.Is(err, fs.ErrNotExist) {
-			continue
-		}
-		if err != nil {
-			return err
-		}
-		if !holdsDispatch(src) {
-			continue
-		}
-		found++
-		d, err := judgeDispatch(src)
-		if err != nil {
-			return &DispatchError{Path: p, Problem: "cannot be followed: " + err.Error()}
-		}
-		for _, c := range d.Cases {
-			if !c.OK {
-				return &DispatchError{Path: p, Problem: fmt.Sprintf("at world size %d without full NVLink %s", c.WorldSize, c.Miss)}
-			}
-		}
-	}
-	if found == 0 {
-		return &DispatchError{Looked: cands}
-	}
-	return nil
+	slices.Sort(out)
+	return out
 }
 
 // holdsDispatch reports whether a header is CustomAllreduce's (it names
 // the class or switches on world_size_), not another kernel's file of the
-// same name.
+// same name (the JIT custom allreduce v2 keeps one).
 func holdsDispatch(src []byte) bool {
 	return bytes.Contains(src, []byte("CustomAllreduce")) || switchRe.Match(src)
 }
 
 var switchRe = regexp.MustCompile(`switch\s*\(\s*world_size_\s*\)`)
+
+// DispatchError is the rule's refusal: Path is the file it names (the
+// dispatch header, a gate module, or "" when no dispatch was found),
+// Problem what was found, Remedy what would make it pass.
+type DispatchError struct {
+	Path    string
+	Problem string
+	Remedy  string
+	Looked  []string // where it looked, when no dispatch was found
+}
+
+func (e *DispatchError) Error() string {
+	if e.Path == "" && len(e.Looked) > 0 {
+		return fmt.Sprintf("the patched tree admits SGLang's custom allreduce on PCIe-only GPUs (%s), but it has no %s holding CustomAllreduce::allreduce (looked at %s), so arpatch cannot check that those calls get a kernel; nothing was changed",
+			e.Problem, DispatchBase, strings.Join(e.Looked, ", "))
+	}
+	where := ""
+	if e.Path != "" {
+		where = "in " + e.Path + " as patched, "
+	}
+	msg := where + e.Problem
+	if e.Remedy != "" {
+		msg += "; " + e.Remedy
+	}
+	return msg
+}

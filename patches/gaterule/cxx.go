@@ -1,0 +1,455 @@
+package gaterule
+
+import (
+	"bytes"
+	"context"
+	"crypto/sha256"
+	"embed"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io/fs"
+	"os"
+	"os/exec"
+	"path"
+	"path/filepath"
+	"regexp"
+	"slices"
+	"sort"
+	"strings"
+	"sync"
+	"time"
+
+	"github.com/arpatch/arpatch/internal/sglkernel"
+)
+
+//go:embed cxx
+var cxxFS embed.FS
+
+// ErrNoClang is returned when no clang++ is found: the C++ judge needs
+// clang's CUDA mode (Debian's clang package).
+var ErrNoClang = errors.New("no clang++ on PATH (or $ARPATCH_CLANG): the C++ side of the gate rule compiles the dispatch with clang's CUDA host pass; install clang (Debian: `apt-get install clang`)")
+
+// Clang returns the compiler the C++ judge runs: $ARPATCH_CLANG, else the
+// first of clang++, clang++-19 ... clang++-14 on PATH.
+func Clang() (string, error) {
+	if c := os.Getenv("ARPATCH_CLANG"); c != "" {
+		p, err := exec.LookPath(c)
+		if err != nil {
+			return "", fmt.Errorf("%w (ARPATCH_CLANG=%s: %v)", ErrNoClang, c, err)
+		}
+		return p, nil
+	}
+	for _, c := range []string{"clang++", "clang++-19", "clang++-18", "clang++-17", "clang++-16", "clang++-15", "clang++-14"} {
+		if p, err := exec.LookPath(c); err == nil {
+			return p, nil
+		}
+	}
+	return "", ErrNoClang
+}
+
+// nvccHostDefines are what nvcc defines in the host pass of a .cu file
+// that clang's CUDA mode does not: __CUDACC__ and __NVCC__, the toolkit
+// version (12.8, the oldest that builds sm_120a), and the macros of
+// --expt-relaxed-constexpr and --expt-extended-lambda, which sgl-kernel
+// passes (sglkernel.CUDAFlags).
+var nvccHostDefines = []string{
+	"__CUDACC__", "__NVCC__", "__CUDACC_VER_MAJOR__=12", "__CUDACC_VER_MINOR__=8", "__CUDACC_VER_BUILD__=93",
+	"__CUDACC_RELAXED_CONSTEXPR__", "__CUDACC_EXTENDED_LAMBDA__", "_GLIBCXX_USE_CXX11_ABI=1",
+}
+
+// compilerMacros are macros that name the compiler. The real build's host
+// compiler is g++ under nvcc; the judge's is clang, which defines them
+// otherwise, so a dispatch that tests one would be judged as another
+// build than the real one compiles.
+var compilerMacros = regexp.MustCompile(`\b(__clang__|__clang_major__|__clang_minor__|__clang_patchlevel__|__clang_version__|__llvm__|__CUDA__|__GNUC__|__GNUC_MINOR__|__GNUC_PATCHLEVEL__|__GNUG__|__VERSION__|__INTEL_COMPILER|__NVCOMPILER|__NVCC_DIAG_PRAGMA_SUPPORT__)\b`)
+
+// cxxFlags are the judge's compile flags: clang's CUDA host pass without
+// CUDA's headers (arpatch's stubs stand in), the build's own C++ standard
+// and definitions (sglkernel.CUDAFlags: -DNDEBUG and the rest), nvcc's
+// host-pass macros.
+func cxxFlags() []string {
+	f := []string{"-x", "cuda", "--cuda-host-only", "-nocudainc", "-nocudalib", "--cuda-gpu-arch=sm_80", "-O1", "-w"}
+	for _, d := range sglkernel.CUDAFlags {
+		if strings.HasPrefix(d, "-D") || strings.HasPrefix(d, "-std=") {
+			f = append(f, d)
+		}
+	}
+	for _, d := range nvccHostDefines {
+		f = append(f, "-D"+d)
+	}
+	return f
+}
+
+// cxxSource is what the C++ judge compiles: the dispatch header and the
+// files of the tree it includes with quotes, tree-relative.
+type cxxSource struct {
+	Header string
+	Files  map[string][]byte
+	// Dirs are the include directories of the build (the project's
+	// include/ and csrc/), tree-relative.
+	Dirs []string
+}
+
+var includeRe = regexp.MustCompile(`(?m)^[ \t]*#[ \t]*include[ \t]*"([^"\n]+)"`)
+
+// gather reads the header and, transitively, every file it names in a
+// quoted #include that the tree holds (next to the including file, then
+// in dirs), except utils.h, which is the judge's own (it would pull in
+// torch). It is over-inclusive on purpose: the compiler decides what is
+// used.
+func gather(read Reader, header string, dirs []string) (cxxSource, error) {
+	src := cxxSource{Header: header, Files: map[string][]byte{}, Dirs: dirs}
+	todo := []string{header}
+	for len(todo) > 0 {
+		p := todo[0]
+		todo = todo[1:]
+		if _, ok := src.Files[p]; ok {
+			continue
+		}
+		b, err := read(p)
+		if err != nil {
+			if errors.Is(err, fs.ErrNotExist) && p != header {
+				continue
+			}
+			return src, err
+		}
+		src.Files[p] = b
+		for _, m := range includeRe.FindAllSubmatch(b, -1) {
+			name := string(m[1])
+			if name == "utils.h" {
+				continue
+			}
+			for _, d := range append([]string{path.Dir(p)}, dirs...) {
+				q := path.Clean(path.Join(d, name))
+				if strings.HasPrefix(q, "../") {
+					continue
+				}
+				if _, err := read(q); err == nil {
+					todo = append(todo, q)
+					break
+				}
+			}
+		}
+	}
+	return src, nil
+}
+
+// compilerMacro returns the first compiler-naming macro the source's
+// files mention, and where, or "".
+func (s cxxSource) compilerMacro() (string, string) {
+	var paths []string
+	for p := range s.Files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		if loc := compilerMacros.FindIndex(s.Files[p]); loc != nil {
+			line := bytes.Count(s.Files[p][:loc[0]], []byte("\n")) + 1
+			return string(s.Files[p][loc[0]:loc[1]]), fmt.Sprintf("%s:%d", p, line)
+		}
+	}
+	return "", ""
+}
+
+// key is the content hash of everything a build reads: the compiler, its
+// flags, the judge's own files and the tree's.
+func (s cxxSource) key(cc, version string) string {
+	h := sha256.New()
+	fmt.Fprintf(h, "gate-judge-v1\x00%s\x00%s\x00%s\x00%s\x00", cc, version, strings.Join(cxxFlags(), " "), s.Header)
+	ents, _ := cxxFS.ReadDir("cxx")
+	for _, e := range ents {
+		b, _ := cxxFS.ReadFile("cxx/" + e.Name())
+		fmt.Fprintf(h, "%s\x00%d\x00%s", e.Name(), len(b), b)
+	}
+	var paths []string
+	for p := range s.Files {
+		paths = append(paths, p)
+	}
+	sort.Strings(paths)
+	for _, p := range paths {
+		fmt.Fprintf(h, "%s\x00%d\x00%s", p, len(s.Files[p]), s.Files[p])
+	}
+	fmt.Fprintf(h, "%s", strings.Join(s.Dirs, "\x00"))
+	return hex.EncodeToString(h.Sum(nil))
+}
+
+// CompileError is a dispatch header the judge's compiler refuses, with
+// its first error lines.
+type CompileError struct {
+	Header string
+	Output string
+}
+
+func (e *CompileError) Error() string {
+	return fmt.Sprintf("clang's CUDA host pass does not compile %s with arpatch's stub CUDA headers:\n%s", e.Header, e.Output)
+}
+
+var (
+	buildMu   sync.Mutex
+	builds    = map[string]string{} // key: binary
+	versionOf = map[string]string{} // compiler: its --version
+)
+
+// cacheDir is where compiled judges are kept across runs:
+// $XDG_CACHE_HOME/arpatch/gate-judge (os.UserCacheDir), else the system
+// temp dir.
+func cacheDir() string {
+	if d, err := os.UserCacheDir(); err == nil {
+		return filepath.Join(d, "arpatch", "gate-judge")
+	}
+	return filepath.Join(os.TempDir(), fmt.Sprintf("arpatch-gate-judge-%d", os.Getuid()))
+}
+
+// buildJudge compiles the judge driver with src, or finds it compiled
+// (in this process, or in cacheDir under its content key, the binary's
+// sha256 checked). It returns ErrNoClang, a *CompileError, or the
+// filesystem's error.
+func buildJudge(ctx context.Context, src cxxSource) (string, error) {
+	cc, err := Clang()
+	if err != nil {
+		return "", err
+	}
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if _, ok := versionOf[cc]; !ok {
+		out, err := exec.CommandContext(ctx, cc, "--version").Output()
+		if err != nil {
+			return "", fmt.Errorf("%s --version: %v", cc, err)
+		}
+		versionOf[cc] = string(out)
+	}
+	key := src.key(cc, versionOf[cc])
+	if bin, ok := builds[key]; ok {
+		return bin, nil
+	}
+	dir := filepath.Join(cacheDir(), key[:32])
+	bin := filepath.Join(dir, "judge")
+	if sumOK(bin) {
+		builds[key] = bin
+		return bin, nil
+	}
+	if err := compile(ctx, cc, src, dir); err != nil {
+		return "", err
+	}
+	builds[key] = bin
+	pruneBuilds(dir)
+	return bin, nil
+}
+
+// keepBuilds is how many compiled judges cacheDir keeps; beyond it the
+// least recently built go.
+const keepBuilds = 128
+
+// pruneBuilds removes the oldest compiled judges beyond keepBuilds, never
+// keep (the one just built).
+func pruneBuilds(keep string) {
+	ents, err := os.ReadDir(filepath.Dir(keep))
+	if err != nil {
+		return
+	}
+	type entry struct {
+		path string
+		at   time.Time
+	}
+	var builds []entry
+	for _, e := range ents {
+		if info, err := e.Info(); err == nil && e.IsDir() && len(e.Name()) == 32 {
+			builds = append(builds, entry{filepath.Join(filepath.Dir(keep), e.Name()), info.ModTime()})
+		}
+	}
+	if len(builds) <= keepBuilds {
+		return
+	}
+	sort.Slice(builds, func(i, j int) bool { return builds[i].at.Before(builds[j].at) })
+	for _, b := range builds[:len(builds)-keepBuilds] {
+		if b.path != keep {
+			_ = os.RemoveAll(b.path) // the cache's oldest entry
+		}
+	}
+}
+
+// sumOK reports whether bin exists and matches the sha256 beside it.
+func sumOK(bin string) bool {
+	want, err := os.ReadFile(bin + ".sha256")
+	if err != nil {
+		return false
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		return false
+	}
+	got := sha256.Sum256(b)
+	return hex.EncodeToString(got[:]) == strings.TrimSpace(string(want))
+}
+
+// compile writes src's files into a scratch directory, compiles them
+// with the judge's driver, and moves the binary into dir (atomically: a
+// rename).
+func compile(ctx context.Context, cc string, src cxxSource, dir string) error {
+	stubs, pch, err := prepared(ctx, cc)
+	if err != nil {
+		return err
+	}
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return err
+	}
+	work, err := os.MkdirTemp(filepath.Dir(dir), ".build-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(work) }() // scratch of this build
+	tree := filepath.Join(work, "tree")
+	if err := writeFiles(tree, src.Files); err != nil {
+		return err
+	}
+	args := append(cxxFlags(), "-I", stubs)
+	for _, d := range append(slices.Clone(src.Dirs), path.Dir(src.Header)) {
+		args = append(args, "-I", filepath.Join(tree, filepath.FromSlash(d)))
+	}
+	args = append(args, pch...)
+	args = append(args, filepath.Join(stubs, "judge.cu"), "-x", "none", "-o", filepath.Join(work, "judge"), "-rdynamic", "-ldl")
+	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
+	defer cancel()
+	if out, err := exec.CommandContext(ctx, cc, args...).CombinedOutput(); err != nil {
+		if ctx.Err() != nil {
+			return fmt.Errorf("compiling the gate judge for %s: %w", src.Header, ctx.Err())
+		}
+		out = bytes.ReplaceAll(out, []byte(stubs+"/"), []byte("judge stubs/"))
+		return &CompileError{Header: src.Header, Output: errorLines(string(out), work, 12)}
+	}
+	return install(work, dir)
+}
+
+// install moves work's judge, with its sha256 beside it, into dir.
+func install(work, dir string) error {
+	b, err := os.ReadFile(filepath.Join(work, "judge"))
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(b)
+	final := filepath.Join(work, "out")
+	if err := os.Mkdir(final, 0o755); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(final, "judge.sha256"), []byte(hex.EncodeToString(sum[:])+"\n"), 0o644); err != nil {
+		return err
+	}
+	if err := os.Rename(filepath.Join(work, "judge"), filepath.Join(final, "judge")); err != nil {
+		return err
+	}
+	_ = os.RemoveAll(dir) // a damaged entry of the same key, replaced whole
+	if err := os.Rename(final, dir); err != nil && !sumOK(filepath.Join(dir, "judge")) {
+		return err
+	}
+	return nil
+}
+
+func writeFiles(root string, files map[string][]byte) error {
+	for p, b := range files {
+		f := filepath.Join(root, filepath.FromSlash(p))
+		if err := os.MkdirAll(filepath.Dir(f), 0o755); err != nil {
+			return err
+		}
+		if err := os.WriteFile(f, b, 0o644); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+var preparedOnce struct {
+	sync.Mutex
+	stubs string
+	pch   []string
+}
+
+// prepared returns the judge's stub headers, written once under
+// cacheDir (the same directory for every build, so that a precompiled
+// header of prelude.h holds), and the flags that include that header:
+// -include-pch of one built once, or -include prelude.h where clang
+// cannot precompile it.
+func prepared(ctx context.Context, cc string) (string, []string, error) {
+	preparedOnce.Lock()
+	defer preparedOnce.Unlock()
+	if preparedOnce.stubs != "" {
+		return preparedOnce.stubs, preparedOnce.pch, nil
+	}
+	files := map[string][]byte{}
+	h := sha256.New()
+	ents, err := cxxFS.ReadDir("cxx")
+	if err != nil {
+		return "", nil, err
+	}
+	for _, e := range ents {
+		b, _ := cxxFS.ReadFile("cxx/" + e.Name())
+		files[e.Name()] = b
+		fmt.Fprintf(h, "%s\x00%d\x00%s", e.Name(), len(b), b)
+	}
+	fmt.Fprintf(h, "%s\x00%s\x00%s", cc, versionOf[cc], strings.Join(cxxFlags(), " "))
+	dir := filepath.Join(cacheDir(), "stubs-"+hex.EncodeToString(h.Sum(nil))[:16])
+	if _, err := os.Stat(filepath.Join(dir, "prelude.pch")); err != nil {
+		if err := buildStubs(ctx, cc, dir, files); err != nil {
+			return "", nil, err
+		}
+	}
+	preparedOnce.stubs, preparedOnce.pch = dir, []string{"-include", "prelude.h"}
+	if _, err := os.Stat(filepath.Join(dir, "prelude.pch")); err == nil {
+		preparedOnce.pch = []string{"-include-pch", filepath.Join(dir, "prelude.pch")}
+	}
+	return dir, preparedOnce.pch, nil
+}
+
+// buildStubs writes files into dir and precompiles prelude.h there,
+// through a scratch directory renamed into place.
+func buildStubs(ctx context.Context, cc, dir string, files map[string][]byte) error {
+	if err := os.MkdirAll(filepath.Dir(dir), 0o755); err != nil {
+		return err
+	}
+	tmp, err := os.MkdirTemp(filepath.Dir(dir), ".stubs-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(tmp) }() // gone once renamed
+	if err := writeFiles(tmp, files); err != nil {
+		return err
+	}
+	if _, err := os.Stat(dir); err == nil {
+		_ = os.RemoveAll(dir) // written without its precompiled header: again, whole
+	}
+	if err := os.Rename(tmp, dir); err != nil {
+		if _, serr := os.Stat(filepath.Join(dir, "prelude.pch")); serr == nil {
+			return nil // another process finished first
+		}
+		return err
+	}
+	args := append(cxxFlags(), "-I", dir, "-Xclang", "-emit-pch", "-c", "-o", filepath.Join(dir, "prelude.pch.tmp"), filepath.Join(dir, "prelude.h"))
+	if err := exec.CommandContext(ctx, cc, args...).Run(); err == nil {
+		return os.Rename(filepath.Join(dir, "prelude.pch.tmp"), filepath.Join(dir, "prelude.pch"))
+	}
+	return nil // no precompiled header: builds include prelude.h
+}
+
+// errorLines keeps the compiler's error lines (and the lines just after
+// each), at most max, with the scratch directory work removed from paths:
+// the tree's files read as tree paths.
+func errorLines(out, work string, max int) string {
+	out = strings.ReplaceAll(out, filepath.Join(work, "tree")+"/", "")
+	var keep []string
+	lines := strings.Split(out, "\n")
+	for i, l := range lines {
+		if strings.Contains(l, "error:") {
+			keep = append(keep, l)
+			if i+1 < len(lines) {
+				keep = append(keep, lines[i+1])
+			}
+		}
+		if len(keep) >= max {
+			break
+		}
+	}
+	if len(keep) == 0 {
+		keep = lines[:min(len(lines), max)]
+	}
+	return strings.Join(keep, "\n")
+}

@@ -1,0 +1,219 @@
+package gaterule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"slices"
+	"strings"
+)
+
+// cxxJudge is one dispatch header, compiled for judging (bin), or why it
+// could not be (buildErr: no clang++, or a *CompileError).
+type cxxJudge struct {
+	header   string
+	src      cxxSource
+	bin      string
+	buildErr error
+	macro    string // a compiler-naming macro the source tests, and where
+	macroAt  string
+	cmake    string // a CMake file the series changes
+	names    []string
+}
+
+// prepareCxx gathers and compiles header. Problems that refuse the tree
+// only where the gates admit custom allreduce are kept for check; it
+// returns an error only when the tree cannot be read.
+func prepareCxx(ctx context.Context, in Input, header string, rep *Report) (*cxxJudge, error) {
+	src, err := gather(in.Read, header, projectDirs(header))
+	if err != nil {
+		return nil, err
+	}
+	cx := &cxxJudge{header: header, src: src, cmake: cmakeChanged(in)}
+	cx.macro, cx.macroAt = src.compilerMacro()
+	cx.bin, cx.buildErr = buildJudge(ctx, src)
+	if ctx.Err() != nil {
+		return nil, ctx.Err()
+	}
+	return cx, nil
+}
+
+// probeNames runs the dispatch once per world size with nothing set and
+// returns the variables it reads.
+func (cx *cxxJudge) probeNames(ctx context.Context) ([]string, error) {
+	if cx.bin == "" {
+		return nil, nil
+	}
+	var scs []cxxScenario
+	for _, ws := range WorldSizes {
+		scs = append(scs, cxxScenario{WS: ws, Cap: defaultCap, Env: map[string]string{}, Calls: 1 << 2})
+	}
+	r, err := runJudge(ctx, cx.bin, []uint64{16, 4096, 65536, 1 << 20, 4 << 20, 8 << 20}, scs)
+	if err != nil {
+		return nil, err
+	}
+	cx.names = r.Getenv
+	return r.Getenv, nil
+}
+
+// check runs the dispatch where reqs say the gates admit custom allreduce
+// and returns the refusal of every call that does not launch exactly one
+// kernel of a non-empty grid or throw.
+func (cx *cxxJudge) check(ctx context.Context, reqs []requirement, rep *Report) error {
+	switch {
+	case errors.Is(cx.buildErr, ErrNoClang):
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%v; so %s was not compiled, and what it launches where the gates admit custom allreduce (%d places) was not checked", cx.buildErr, cx.header, len(reqs)))
+		return nil
+	case cx.buildErr != nil:
+		return &DispatchError{Path: cx.header, Problem: cx.buildErr.Error(), Remedy: "the gate rule judges the dispatch by compiling it as the real build does (clang's CUDA host pass, the build's definitions, arpatch's stub CUDA headers); make it compile, or report a CUDA name the stubs lack"}
+	case cx.cmake != "":
+		return &DispatchError{Path: cx.cmake, Problem: "the series changes a CMake file, which sets the build's compiler definitions; the gate judge compiles CustomAllreduce::allreduce with upstream's (sglkernel.CUDAFlags: -DNDEBUG and the rest) and cannot follow a changed build",
+			Remedy: "keep build changes out of a series that admits custom allreduce on PCIe, or put them in a series of their own"}
+	case cx.macro != "":
+		return &DispatchError{Path: cx.header, Problem: fmt.Sprintf("it tests %s (%s), which names the compiler: the real build's host compiler is g++ under nvcc, the judge's is clang, so the judge would compile another dispatch than the build does", cx.macro, cx.macroAt),
+			Remedy: "test the CUDA or C++ feature itself (__CUDA_ARCH__, __cplusplus, a version macro of CUDA), not the compiler"}
+	}
+	maxCap := uint64(defaultCap)
+	for _, r := range reqs {
+		maxCap = max(maxCap, r.Cap)
+	}
+	sizes := judgeSizes(maxCap, append(slices.Clone(probes), headerLiterals(cx.src)...))
+	results, err := cx.runAll(ctx, reqs, sizes)
+	if err != nil {
+		return err
+	}
+	var problems []string
+	for _, r := range reqs {
+		problems = append(problems, cx.misses(r, results)...)
+	}
+	for _, res := range results {
+		rep.Constructions++
+		rep.Calls += len(res.Runs) * len(sizes)
+	}
+	if len(problems) > 0 {
+		return &DispatchError{Path: cx.header, Problem: "CustomAllreduce::allreduce, compiled as the build compiles it, " + summarize(problems, 3),
+			Remedy: "every call the Python gates admit must launch exactly one kernel of a non-empty grid, or throw: give those PCIe-only calls a kernel at every size, or keep the gates closed there"}
+	}
+	return nil
+}
+
+// scenarioOf is the construction requirement r needs for rank, with the
+// environment cut to the variables the dispatch reads (names).
+func scenarioOf(r requirement, rank int, names []string) cxxScenario {
+	env := map[string]string{}
+	for k, v := range r.KernelEnv {
+		if slices.Contains(names, k) {
+			env[k] = v
+		}
+	}
+	calls := uint(0) // all six
+	if rank != 0 {
+		calls = 1<<2 | 1<<5 // eager and graph bfloat16
+	} else if !r.AllRanks {
+		calls = 1<<2 | 1<<3 // eager bfloat16, graph float32
+	}
+	return cxxScenario{WS: r.WS, Rank: rank, NVL: r.NVL, Cap: r.Cap, Env: env, Calls: calls}
+}
+
+func scenarioKey(s cxxScenario) string {
+	return fmt.Sprintf("%d/%d/%v/%d/%d/%v", s.WS, s.Rank, s.NVL, s.Cap, s.Calls, envText(s.Env))
+}
+
+func ranksOf(r requirement) []int {
+	if !r.AllRanks {
+		return []int{0}
+	}
+	out := make([]int, r.WS)
+	for i := range out {
+		out[i] = i
+	}
+	return out
+}
+
+// runAll runs every construction reqs need, each once, until the
+// variables the dispatch reads are all known (a value may open a path
+// that reads another), and returns the results by scenarioKey.
+func (cx *cxxJudge) runAll(ctx context.Context, reqs []requirement, sizes []uint64) (map[string]cxxResult, error) {
+	names := slices.Clone(cx.names)
+	for round := 0; ; round++ {
+		var scs []cxxScenario
+		seen := map[string]bool{}
+		for _, r := range reqs {
+			for _, rank := range ranksOf(r) {
+				s := scenarioOf(r, rank, names)
+				if k := scenarioKey(s); !seen[k] {
+					seen[k] = true
+					scs = append(scs, s)
+				}
+			}
+		}
+		rep, err := runJudge(ctx, cx.bin, sizes, scs)
+		if err != nil {
+			return nil, err
+		}
+		if rep.Stopped != "" {
+			return nil, &DispatchError{Path: cx.header, Problem: fmt.Sprintf("CustomAllreduce, compiled as the build compiles it, stopped the judge (%s) in %s", rep.Stopped, rep.At),
+				Remedy: "host code must not dereference device memory, loop forever or abort where the gates admit custom allreduce"}
+		}
+		grown := union(slices.Clone(names), rep.Getenv)
+		if len(grown) == len(names) || round == 2 {
+			out := map[string]cxxResult{}
+			for _, res := range rep.Results {
+				out[scenarioKey(res.Scenario)] = res
+			}
+			cx.names = names
+			return out, nil
+		}
+		names = grown
+	}
+}
+
+// misses is what the dispatch does wrong where r says the gates admit
+// custom allreduce, one line per rank, call and run of sizes.
+func (cx *cxxJudge) misses(r requirement, results map[string]cxxResult) []string {
+	var out []string
+	for _, rank := range ranksOf(r) {
+		res, ok := results[scenarioKey(scenarioOf(r, rank, cx.names))]
+		if !ok || res.Init != "" {
+			continue // the constructor throws: init_custom_ar raises, custom allreduce stays off
+		}
+		for _, call := range callBits {
+			for _, run := range res.Runs[call] {
+				from, to := run.From, min(run.To, r.UpTo)
+				if from > to || run.Kind == "one" || run.Kind == "throw" {
+					continue
+				}
+				out = append(out, fmt.Sprintf("at %s (rank %d%s; %s up to %d bytes), %s allreduce of %s %s",
+					r.where(), rank, nvlText(r.NVL), r.Why, r.UpTo, call, bytesRange(from, to), runText(run)))
+			}
+		}
+	}
+	return out
+}
+
+func nvlText(nvl bool) string {
+	if nvl {
+		return ", handed full_nvlink=true"
+	}
+	return ", without full NVLink"
+}
+
+func bytesRange(from, to uint64) string {
+	if from == to {
+		return fmt.Sprintf("%d bytes", from)
+	}
+	return fmt.Sprintf("%d-%d bytes", from, to)
+}
+
+func runText(run cxxRunOf) string {
+	switch run.Kind {
+	case "none":
+		return "launches no kernel"
+	case "many":
+		return fmt.Sprintf("launches %d kernels (%s, then %s)", run.N, run.Kernel, run.Second)
+	case "empty":
+		return fmt.Sprintf("launches %s with grid (%d,%d,%d) and block (%d,%d,%d), which runs nothing", run.Kernel,
+			run.Grid[0], run.Grid[1], run.Grid[2], run.Block[0], run.Block[1], run.Block[2])
+	}
+	return strings.TrimSpace(run.Kind + " " + run.What)
+}

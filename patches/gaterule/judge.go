@@ -1,0 +1,180 @@
+package gaterule
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io/fs"
+	"path"
+	"slices"
+	"strings"
+)
+
+// Report is what the judge found on a tree it accepted.
+type Report struct {
+	// Notes say what the judge could not check on this machine, and why
+	// (no clang++, no python3, a Python side it could not import).
+	Notes []string
+	// Admitted lists where the gates admit custom allreduce on PCIe-only
+	// GPUs, one line per world size and environment.
+	Admitted []string
+	// Constructions counts the CustomAllreduce objects the C++ judge
+	// built and called; Calls the allreduce calls it made.
+	Constructions, Calls int
+}
+
+// requirement is one place where the Python gates admit custom allreduce
+// on PCIe-only GPUs: there the dispatch must launch one kernel of a
+// non-empty grid, or throw, at every size up to UpTo.
+type requirement struct {
+	Env       map[string]string // the environment the gates ran under
+	WS        int
+	KernelEnv map[string]string // what sgl-kernel's constructor reads
+	NVL       bool              // the full_nvlink the gates hand to sgl-kernel
+	UpTo, Cap uint64
+	AllRanks  bool   // check every rank, not only rank 0
+	Why       string // how the gates were judged
+}
+
+func (r requirement) where() string {
+	env := "no variable set"
+	if len(r.Env) > 0 {
+		var kv []string
+		for _, k := range sortedKeys(r.Env) {
+			kv = append(kv, k+"="+expandValue(r.Env[k], r.WS))
+		}
+		env = strings.Join(kv, " ")
+	}
+	return fmt.Sprintf("world size %d, %s", r.WS, env)
+}
+
+// defaultCap is SGLang's custom allreduce buffer, in bytes, where the
+// gates do not say: CustomAllreduce._MAX_CAR_SIZE.
+// Upstream: python/sglang/srt/distributed/device_communicators/custom_all_reduce.py@84118acf50b3 (CustomAllreduce._MAX_CAR_SIZE)
+const defaultCap = 8192 * 1024
+
+// Judge applies the rule to a patched tree: where SGLang's Python gates,
+// imported from the tree and run on an emulated PCIe-only host, admit
+// custom allreduce, CustomAllreduce::allreduce as the real build compiles
+// it must launch exactly one kernel of a non-empty grid, or throw, on
+// every call (see the package doc). It returns a *DispatchError when the
+// tree fails, an error when the tree cannot be read, else what it found.
+func Judge(ctx context.Context, in Input) (*Report, error) {
+	rep := &Report{}
+	disps, looked, err := findDispatches(in)
+	if err != nil {
+		return nil, err
+	}
+	var cxs []*cxxJudge
+	var names []string
+	for _, d := range disps {
+		cx, err := prepareCxx(ctx, in, d, rep)
+		if err != nil {
+			return nil, err
+		}
+		if cx == nil {
+			continue
+		}
+		n, err := cx.probeNames(ctx)
+		if err != nil {
+			return nil, err
+		}
+		names = union(names, n)
+		cxs = append(cxs, cx)
+	}
+	reqs, err := requirements(ctx, in, names, rep)
+	if err != nil || len(reqs) == 0 {
+		return rep, err
+	}
+	if len(disps) == 0 {
+		return nil, &DispatchError{Problem: reqs[0].Why + " at " + reqs[0].where(), Looked: looked}
+	}
+	for _, r := range reqs {
+		rep.Admitted = append(rep.Admitted, fmt.Sprintf("%s: up to %d bytes (%s)", r.where(), r.UpTo, r.Why))
+	}
+	for _, cx := range cxs {
+		if err := cx.check(ctx, reqs, rep); err != nil {
+			return nil, err
+		}
+	}
+	return rep, nil
+}
+
+func union(a, b []string) []string {
+	for _, x := range b {
+		if !slices.Contains(a, x) {
+			a = append(a, x)
+		}
+	}
+	return a
+}
+
+// findDispatches returns the dispatch headers the rule judges (every
+// candidate that holds CustomAllreduce's), and where it looked.
+func findDispatches(in Input) ([]string, []string, error) {
+	looked := in.dispatchCandidates()
+	var out []string
+	for _, p := range looked {
+		src, err := in.Read(p)
+		if errors.Is(err, fs.ErrNotExist) {
+			continue
+		}
+		if err != nil {
+			return nil, nil, err
+		}
+		if holdsDispatch(src) {
+			out = append(out, p)
+		}
+	}
+	return out, looked, nil
+}
+
+// projectDirs are the include directories the build passes for the
+// project that holds header: <project>/include and <project>/csrc, the
+// project being the directory above csrc/.
+func projectDirs(header string) []string {
+	dir := path.Dir(header)
+	for d := dir; d != "." && d != "/"; d = path.Dir(d) {
+		if path.Base(d) == "csrc" {
+			proj := path.Dir(d)
+			return []string{path.Join(proj, "include"), d}
+		}
+	}
+	return nil
+}
+
+// hasSGLang reports whether the tree holds SGLang's Python package.
+func hasSGLang(in Input) bool {
+	if _, err := in.Read("python/sglang/__init__.py"); err == nil {
+		return true
+	}
+	if in.IsDir != nil && in.IsDir("python/sglang") {
+		return true
+	}
+	for _, p := range in.Changed {
+		if strings.HasPrefix(p, "python/sglang/") {
+			return true
+		}
+	}
+	return false
+}
+
+// cmakeChanged returns a CMake file of the series, if any: it sets the
+// build's definitions, which the judge takes from upstream.
+func cmakeChanged(in Input) string {
+	for _, p := range in.Changed {
+		if b := path.Base(p); b == "CMakeLists.txt" || strings.HasSuffix(b, ".cmake") {
+			return p
+		}
+	}
+	return ""
+}
+
+// summarize joins the first few problems, in the order found, and
+// counts the rest.
+func summarize(problems []string, max int) string {
+	if len(problems) <= max {
+		return strings.Join(problems, "; ")
+	}
+	return fmt.Sprintf("%s; and %d more", strings.Join(problems[:max], "; "), len(problems)-max)
+}
