@@ -94,7 +94,7 @@ func (cx *cxxJudge) check(ctx context.Context, reqs []requirement, rep *Report) 
 		return &DispatchError{Path: cx.header, Problem: "CustomAllreduce::allreduce, compiled as the build compiles it, " + summarize(problems, 3),
 			Remedy: "every call the Python gates admit must launch exactly one kernel of a non-empty grid, or throw: give those PCIe-only calls a kernel at every size, or keep the gates closed there"}
 	}
-	return nil
+	return cx.checkPush(ctx, cx.pushRuns(reqs, results), rep)
 }
 
 // scenarioOf is the construction requirement r needs for rank, with the

@@ -104,7 +104,9 @@ func runJudge(ctx context.Context, bin string, sizes []uint64, scs []cxxScenario
 
 // runFile is where a report of bin on the input of key is kept: beside
 // the binary, in its content-keyed cache entry.
-func runFile(bin, key string) string { return filepath.Join(filepath.Dir(bin), "runs", key[:32]+".json") }
+func runFile(bin, key string) string {
+	return filepath.Join(filepath.Dir(bin), "runs", key[:32]+".json")
+}
 
 func loadRun(bin, key string) *cxxReport {
 	b, err := os.ReadFile(runFile(bin, key))

@@ -19,8 +19,9 @@ type Report struct {
 	// GPUs, one line per world size and environment.
 	Admitted []string
 	// Constructions counts the CustomAllreduce objects the C++ judge
-	// built and called; Calls the allreduce calls it made.
-	Constructions, Calls int
+	// built and called; Calls the allreduce calls it made; Pushed the
+	// push kernels it ran on the CPU (push.go).
+	Constructions, Calls, Pushed int
 }
 
 // requirement is one place where the Python gates admit custom allreduce

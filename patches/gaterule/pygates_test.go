@@ -94,9 +94,9 @@ func indent(s string) string {
 // takes the gates of a series that touches them as open.
 func TestJudgeSaysWhatItDidNotCheck(t *testing.T) {
 	broken := pyTree(fixture(upstream)).with(gatePy, gateSrc+"\ndef broken(:\n")
-	rep, err := judge(t, broken.input(gatePy))
+	_, err := judge(t, broken.input(gatePy))
 	refused(t, err, "at world size 4, no variable set (rank 0, without full NVLink; the Python gates taken as open up to 8388608 bytes)|launches no kernel")
-	rep, err = judge(t, broken.input())
+	rep, err := judge(t, broken.input())
 	refused(t, err, "")
 	if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], "the Python gate modules did not import under the judge (SyntaxError") ||
 		!strings.Contains(rep.Notes[0], "so its gates are taken as upstream's, closed on PCIe above 2 GPUs") {

@@ -192,13 +192,13 @@ func runPython(ctx context.Context, files *treeFiles, plan pyPlan) (*pyReport, e
 	if err != nil {
 		return nil, err
 	}
-	defer reqR.Close()
+	defer func() { _ = reqR.Close() }() // a pipe: nothing to lose
 	ansR, ansW, err := os.Pipe()
 	if err != nil {
-		reqW.Close()
+		_ = reqW.Close() // a pipe: nothing to lose
 		return nil, err
 	}
-	defer ansW.Close()
+	defer func() { _ = ansW.Close() }() // closed below; again is harmless
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	in, _ := json.Marshal(plan)
@@ -208,15 +208,14 @@ func runPython(ctx context.Context, files *treeFiles, plan pyPlan) (*pyReport, e
 	var stderr bytes.Buffer
 	cmd.Stderr = &stderr
 	cmd.ExtraFiles = []*os.File{reqW, ansR} // fds 3 and 4
-	if err := cmd.Start(); err != nil {
-		reqW.Close()
-		ansR.Close()
+	err = cmd.Start()
+	_ = reqW.Close() // the child's ends: this process keeps none
+	_ = ansR.Close()
+	if err != nil {
 		return nil, err
 	}
-	reqW.Close()
-	ansR.Close()
 	rep, serr := serve(reqR, ansW, files)
-	ansW.Close()
+	_ = ansW.Close() // the judge reads its end of file and stops
 	werr := cmd.Wait()
 	if serr != nil {
 		return nil, serr
@@ -263,4 +262,3 @@ func lastLines(s string, n int) string {
 	}
 	return strings.Join(lines, "\n")
 }
-

@@ -60,12 +60,20 @@ type Source struct {
 	// Narrow builds the kernels for float32 at world size 8 alone, which
 	// compiles several times faster; Reduce then refuses other cases.
 	Narrow bool
+	// Dispatch, with the blocks, is more of CustomAllreduce's members
+	// (its register_buffer and allreduce, for a header the gate rule can
+	// compile too); "" adds none.
+	Dispatch string
 }
 
 // Sim is a compiled driver.
 type Sim struct {
 	bin string
 }
+
+// ID names the driver by the content it was compiled from (its cache
+// entry under Build's dir): two Sims with one ID run the same code.
+func (s *Sim) ID() string { return filepath.Base(filepath.Dir(s.bin)) }
 
 // ErrNoCompiler is returned by Build when no host C++ compiler is found.
 var ErrNoCompiler = errors.New("no host C++ compiler ($CXX, c++, g++ or clang++) on PATH")
@@ -94,65 +102,126 @@ var (
 // kernelsim compiles ever instantiates.
 var launch = regexp.MustCompile(`<<<[^<>]*>>>`)
 
-// Build compiles the driver for src into a directory under dir (which the
-// caller owns and removes), once per process for each distinct source and
-// dir, and returns it. It returns ErrNoCompiler when there is no compiler,
-// and the compiler's output when src does not compile.
+// Build compiles the driver for src into a directory under dir named by
+// the content of everything it compiles (the compiler, the flags, the
+// driver and stubs, the source), and returns it; a driver already there
+// (from this process or an earlier one, its sha256 checked) is not
+// compiled again. It returns ErrNoCompiler when there is no compiler, and
+// the compiler's output when src does not compile.
 func Build(ctx context.Context, dir string, src Source) (*Sim, error) {
 	cc, err := Compiler()
 	if err != nil {
 		return nil, err
 	}
-	header := src.Header
-	if header != "" {
-		header = launch.ReplaceAllString(header, "")
-	} else {
-		header = blocksHeader(src)
-	}
-	flags := []string{"-std=c++17", "-O0", "-pthread"}
+	header, flags := src.Text(), []string{"-std=c++17", "-O0", "-pthread"}
 	if src.Narrow {
 		flags = append(flags, "-DKERNELSIM_NARROW")
 	}
-	sum := sha256.Sum256([]byte(cc + "\x00" + strings.Join(flags, " ") + "\x00" + header))
-	key := dir + "\x00" + hex.EncodeToString(sum[:])
-	buildMu.Lock()
-	defer buildMu.Unlock()
-	if s, ok := built[key]; ok {
-		return s, nil
-	}
-	dir, err = os.MkdirTemp(dir, "kernelsim-")
-	if err != nil {
-		return nil, err
-	}
+	h := sha256.New()
+	fmt.Fprintf(h, "kernelsim-v2\x00%s\x00%s\x00%s", cc, strings.Join(flags, " "), header)
 	files, err := cxx.ReadDir("cxx")
 	if err != nil {
 		return nil, err
 	}
 	for _, f := range files {
-		b, err := cxx.ReadFile("cxx/" + f.Name())
-		if err != nil {
-			return nil, err
-		}
-		if err := os.WriteFile(filepath.Join(dir, f.Name()), b, 0o644); err != nil {
+		b, _ := cxx.ReadFile("cxx/" + f.Name())
+		fmt.Fprintf(h, "\x00%s\x00%d\x00%s", f.Name(), len(b), b)
+	}
+	entry := filepath.Join(dir, hex.EncodeToString(h.Sum(nil))[:32])
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if s, ok := built[entry]; ok {
+		return s, nil
+	}
+	bin := filepath.Join(entry, "driver")
+	if !sumOK(bin) {
+		if err := compileDriver(ctx, cc, flags, header, entry); err != nil {
 			return nil, err
 		}
 	}
+	s := &Sim{bin: bin}
+	built[entry] = s
+	return s, nil
+}
+
+// Text is the C++ kernelsim compiles for src: the header, or the
+// series' blocks on upstream.h (BlocksHeader), with its launches made
+// plain calls.
+func (src Source) Text() string {
+	if src.Header != "" {
+		return launch.ReplaceAllString(src.Header, "")
+	}
+	return launch.ReplaceAllString(BlocksHeader(src), "")
+}
+
+// UpstreamH is cxx/upstream.h, which BlocksHeader includes: for a tree
+// that holds a BlocksHeader as its dispatch header, beside it.
+func UpstreamH() []byte {
+	b, _ := cxx.ReadFile("cxx/upstream.h")
+	return b
+}
+
+// compileDriver compiles the driver for header in a scratch directory
+// beside entry and renames it to entry whole.
+func compileDriver(ctx context.Context, cc string, flags []string, header, entry string) error {
+	if err := os.MkdirAll(filepath.Dir(entry), 0o755); err != nil {
+		return err
+	}
+	dir, err := os.MkdirTemp(filepath.Dir(entry), ".kernelsim-")
+	if err != nil {
+		return err
+	}
+	defer func() { _ = os.RemoveAll(dir) }() // gone once renamed
+	files, err := cxx.ReadDir("cxx")
+	if err != nil {
+		return err
+	}
+	for _, f := range files {
+		b, _ := cxx.ReadFile("cxx/" + f.Name())
+		if err := os.WriteFile(filepath.Join(dir, f.Name()), b, 0o644); err != nil {
+			return err
+		}
+	}
 	if err := os.WriteFile(filepath.Join(dir, "kernels.h"), []byte(header), 0o644); err != nil {
-		return nil, err
+		return err
 	}
 	bin := filepath.Join(dir, "driver")
 	cmd := exec.CommandContext(ctx, cc, append(flags, "-iquote", dir, "-I", dir, "-o", bin, filepath.Join(dir, "driver.cc"))...)
 	if out, err := cmd.CombinedOutput(); err != nil {
-		return nil, fmt.Errorf("kernelsim: %s does not compile the series' C++ for the host: %v\n%s", filepath.Base(cc), err, firstLines(out, 40))
+		return fmt.Errorf("kernelsim: %s does not compile the series' C++ for the host: %v\n%s", filepath.Base(cc), err, firstLines(out, 40))
 	}
-	s := &Sim{bin: bin}
-	built[key] = s
-	return s, nil
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		return err
+	}
+	sum := sha256.Sum256(b)
+	if err := os.WriteFile(bin+".sha256", []byte(hex.EncodeToString(sum[:])+"\n"), 0o644); err != nil {
+		return err
+	}
+	_ = os.RemoveAll(entry) // a damaged entry of the same key, replaced whole
+	if err := os.Rename(dir, entry); err != nil && !sumOK(filepath.Join(entry, "driver")) {
+		return err
+	}
+	return nil
 }
 
-// blocksHeader puts the series' added blocks on upstream.h, in a
-// CustomAllreduce with upstream's constructor signature.
-func blocksHeader(src Source) string {
+// sumOK reports whether bin exists and matches the sha256 beside it.
+func sumOK(bin string) bool {
+	want, err := os.ReadFile(bin + ".sha256")
+	if err != nil {
+		return false
+	}
+	b, err := os.ReadFile(bin)
+	if err != nil {
+		return false
+	}
+	got := sha256.Sum256(b)
+	return hex.EncodeToString(got[:]) == strings.TrimSpace(string(want))
+}
+
+// BlocksHeader puts the series' added blocks on upstream.h, in a
+// CustomAllreduce with upstream's constructor signature and src.Dispatch.
+func BlocksHeader(src Source) string {
 	return `#pragma once
 #include "upstream.h"
 namespace sglang {
@@ -172,7 +241,7 @@ class CustomAllreduce {
     if (!full_nvlink_) pcie_init();
 #endif
   }
-` + src.Methods + `
+` + src.Methods + src.Dispatch + `
 };
 }  // namespace sglang
 `
@@ -263,6 +332,12 @@ type Case struct {
 	Threads int    // threads per block (at least WS)
 	Seed    uint32
 	Calls   int
+	// Packs are the sizes of the calls, in packed elements (16 bytes), call
+	// i taking Packs[i % len(Packs)]; nil draws them from Seed.
+	Packs []int
+	// Timeout is how long the ranks may take before the run says they hang;
+	// 0 means two minutes.
+	Timeout time.Duration
 }
 
 // Result is Reduce's verdict: OK, or the first wrong element.
@@ -298,8 +373,24 @@ func (s *Sim) Reduce(ctx context.Context, c Case) (Result, error) {
 	if islands == "" {
 		islands = "-"
 	}
-	out, err := s.run(ctx, nil, "reduce", c.DType, strconv.Itoa(c.WS), c.Algo, islands,
-		strconv.Itoa(c.Threads), strconv.FormatUint(uint64(c.Seed), 10), strconv.Itoa(c.Calls))
+	args := []string{"reduce", c.DType, strconv.Itoa(c.WS), c.Algo, islands,
+		strconv.Itoa(c.Threads), strconv.FormatUint(uint64(c.Seed), 10), strconv.Itoa(c.Calls)}
+	if len(c.Packs) > 0 || c.Timeout > 0 {
+		packs := "-"
+		if len(c.Packs) > 0 {
+			var p []string
+			for _, n := range c.Packs {
+				p = append(p, strconv.Itoa(n))
+			}
+			packs = strings.Join(p, ",")
+		}
+		secs := 120
+		if c.Timeout > 0 {
+			secs = max(1, int(c.Timeout/time.Second))
+		}
+		args = append(args, packs, strconv.Itoa(secs))
+	}
+	out, err := s.run(ctx, nil, args...)
 	var r Result
 	if jerr := json.Unmarshal(out, &r); jerr != nil {
 		if err != nil {

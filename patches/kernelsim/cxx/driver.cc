@@ -9,15 +9,18 @@
 //     environment, and prints one JSON line: the schedule, auto, the islands,
 //     the scratch size and pcie_algo_for(BYTES) for each BYTES; or the error
 //     the constructor threw.
-//   driver reduce DTYPE WS ALGO ISLANDS THREADS SEED CALLS
+//   driver reduce DTYPE WS ALGO ISLANDS THREADS SEED CALLS [PACKS [SECONDS]]
 //     Runs CALLS allreduces on WS emulated ranks, each rank's calls in order
 //     on its own stream (a rank starts call k+1 when its call k is done, not
 //     when every rank's is), with ALGO (push1, push2, island, or mixed: one
 //     chosen per call), ISLANDS as SGLANG_PCIE_CUSTOM_AR_ISLANDS ("-": one
 //     island), THREADS threads per block, 1-3 blocks and sizes from 1 packed
-//     element up (fixed edge sizes first, then drawn from SEED). It checks
+//     element up (fixed edge sizes first, then drawn from SEED; PACKS, a
+//     comma-separated list, gives the sizes instead, in packed elements,
+//     call i taking the i-th modulo its length). It checks
 //     every element of every rank's output against the exact sum and against
 //     rank 0's bits, and prints one JSON line: ok, or the first mismatch.
+//     SECONDS (default 120) is when it stops, saying the ranks hang.
 //
 // Built with -DKERNELSIM_NARROW it instantiates float32 at world size 8
 // alone, which compiles several times faster.
@@ -137,6 +140,9 @@ static T from_float(float f) {
 // every type and in every partial sum.
 static float input(int c, int r, int e) { return static_cast<float>((e + c) % 7 + r + 1); }
 
+// packs_given are the sizes of reduce's PACKS argument, or none.
+static std::vector<int> packs_given;
+
 struct Call {
   int algo;  // 0 push1, 1 push2, 2 island
   int packs;
@@ -156,6 +162,7 @@ static int reduce(const char* algo_name, const sglang::PcieIslands& islands, int
     const std::string a(algo_name);
     c.algo = a == "push1" ? 0 : a == "push2" ? 1 : a == "island" ? 2 : static_cast<int>(rng() % 3);
     c.packs = i < static_cast<int>(sizeof edges / sizeof edges[0]) ? edges[i] : 1 + static_cast<int>(rng() % 300);
+    if (!packs_given.empty()) c.packs = packs_given[i % packs_given.size()];
     c.blocks = 1 + static_cast<int>(rng() % 3);
     c.blocks = std::min(c.blocks, (c.packs + threads - 1) / threads);
     max_packs = std::max(max_packs, c.packs);
@@ -270,7 +277,16 @@ int main(int argc, char** argv) {
     for (int i = 4; i < argc; i++) sizes.push_back(std::strtoull(argv[i], nullptr, 10));
     return parse(std::atoi(argv[2]), std::strtoull(argv[3], nullptr, 10), sizes);
   }
-  if (cmd == "reduce" && argc == 9) {
+  if (cmd == "reduce" && argc >= 9 && argc <= 11) {
+    if (argc >= 10 && std::string(argv[9]) != "-") {
+      for (const char* p = argv[9]; *p;) {
+        char* end;
+        packs_given.push_back(static_cast<int>(std::strtol(p, &end, 10)));
+        p = *end == ',' ? end + 1 : end;
+        if (end == p && *p) break;
+      }
+    }
+    if (argc == 11) alarm(static_cast<unsigned>(std::atoi(argv[10])));
     const int ws = std::atoi(argv[3]);
     const std::string islands = argv[5];
     if (islands == "-") {
@@ -295,6 +311,6 @@ int main(int argc, char** argv) {
     if (dtype == "bfloat16") return reduce_ws<nv_bfloat16>(ws, argv[4], is, threads, seed, calls);
 #endif
   }
-  std::fprintf(stderr, "usage: driver parse WS CAP [BYTES...] | driver reduce DTYPE WS ALGO ISLANDS THREADS SEED CALLS\n");
+  std::fprintf(stderr, "usage: driver parse WS CAP [BYTES...] | driver reduce DTYPE WS ALGO ISLANDS THREADS SEED CALLS [PACKS [SECONDS]]\n");
   return 2;
 }
