@@ -39,7 +39,10 @@ const maxScenarios = 64
 // what the series touches (Input.touchesGates), and says so in rep.Notes.
 func requirements(ctx context.Context, in Input, cxxNames []string, rep *Report) ([]requirement, error) {
 	if !hasSGLang(in) {
-		return nil, nil
+		if !in.touchesGates() {
+			return nil, nil
+		}
+		return fallback(in, cxxNames, "the tree has no SGLang Python package (python/sglang), so no gates were run", rep), nil
 	}
 	plan := pyPlan{WS: WorldSizes, Probes: probes, Values: envValues, DefaultValues: defaultValues,
 		ExtraNames: cxxNames, Changed: in.Changed, MaxScenarios: maxScenarios}

@@ -21,12 +21,16 @@ import (
 const oldPath = "sgl-kernel/csrc/allreduce/custom_all_reduce.cuh"
 
 // dispatch is a fixture shaped like sgl-kernel's allreduce dispatch.
+// Lines 3, 5 and 6 hold what arpatch's gate rule calls of it (upstream's
+// constructor, register_buffer and allreduce signatures, around the
+// fixture's allreduce(bytes)) and the kernels it names, so that the
+// patched dispatch compiles.
 const dispatch = `// arpatch test fixture: shaped like sgl-kernel's allreduce dispatch.
 #define KL(name) name<<<blocks, threads, 0, stream>>>(out)
-namespace fixture {
+namespace sglang { struct Signal {}; __global__ void one_stage(float*) {} __global__ void two_stage(float*) {} __global__ void one_stage_small(float*) {}
 struct CustomAllreduce {
-  int world_size_;
-  bool full_nvlink_;
+  int world_size_; bool full_nvlink_; int blocks = 1, threads = 512; cudaStream_t stream = nullptr; float* out = nullptr;
+  CustomAllreduce(Signal**, void*, size_t, int, int ws, bool nvl) : world_size_(ws), full_nvlink_(nvl) {} void register_buffer(void**) {} template <typename T> void allreduce(cudaStream_t s, T*, T* o, int n, int = 512, int = 36) { stream = s; out = reinterpret_cast<float*>(o); allreduce(long(n) * long(sizeof(T))); }
   void allreduce(long bytes) { switch (world_size_) { case 2: case 4: case 8: {
     if (world_size_ == 2) {
       KL(one_stage);
@@ -39,7 +43,7 @@ struct CustomAllreduce {
     }
     break; } default: throw std::runtime_error("world size"); } }
 };
-}  // namespace fixture
+}  // namespace sglang
 `
 
 const patch0001 = `Description: fixture: launch a kernel on PCIe-only GPUs above world size 2
@@ -302,7 +306,7 @@ func TestPortOverlapConflictWritesNothing(t *testing.T) {
 func TestPortRenameChain(t *testing.T) {
 	f := newFixture(t)
 	m1 := f.step(map[string]string{oldPath: "", "kernels/custom_all_reduce.cuh": dispatch})
-	edited := strings.Replace(dispatch, "namespace fixture {\n", "#include <cstdint>\nnamespace fixture {\n", 1)
+	edited := strings.Replace(dispatch, "namespace sglang {", "#include <cstdint>\nnamespace sglang {", 1)
 	f.step(map[string]string{"kernels/custom_all_reduce.cuh": edited})
 	m2 := f.step(map[string]string{"kernels/custom_all_reduce.cuh": "", "python/aot/custom_all_reduce.cuh": edited})
 	rep := f.port(m2)
