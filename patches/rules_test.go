@@ -40,10 +40,10 @@ func fixtureBranch(t *testing.T, branch ...string) string {
 }
 
 var (
-	nvlinkBranch = []string{"} else if (full_nvlink_) {", "  KL(ngpus, two_stage);"}
-	fixedBranch  = []string{"} else {", "  KL(ngpus, two_stage);"}
+	nvlinkBranch = []string{"} else if (full_nvlink_) {", "  KL(ngpus, cross_device_reduce_2stage);"}
+	fixedBranch  = []string{"} else {", "  KL(ngpus, cross_device_reduce_2stage);"}
 	// Issue 11, input 5: one space inside the test.
-	tamperBranch = []string{"} else if (full_nvlink_ ) {", "  KL(ngpus, two_stage);"}
+	tamperBranch = []string{"} else if (full_nvlink_ ) {", "  KL(ngpus, cross_device_reduce_2stage);"}
 )
 
 func fixtureTree(t *testing.T) memTree {

@@ -58,11 +58,12 @@ var nvccHostDefines = []string{
 	"__CUDACC_RELAXED_CONSTEXPR__", "__CUDACC_EXTENDED_LAMBDA__", "_GLIBCXX_USE_CXX11_ABI=1",
 }
 
-// compilerMacros are macros that name the compiler. The real build's host
-// compiler is g++ under nvcc; the judge's is clang, which defines them
-// otherwise, so a dispatch that tests one would be judged as another
-// build than the real one compiles.
-var compilerMacros = regexp.MustCompile(`\b(__clang__|__clang_major__|__clang_minor__|__clang_patchlevel__|__clang_version__|__llvm__|__CUDA__|__GNUC__|__GNUC_MINOR__|__GNUC_PATCHLEVEL__|__GNUG__|__VERSION__|__INTEL_COMPILER|__NVCOMPILER|__NVCC_DIAG_PRAGMA_SUPPORT__)\b`)
+// compilerMacros are macros that name the compiler or the toolkit. The
+// real build's host compiler is g++ under nvcc, of whatever CUDA the host
+// has; the judge's is clang with CUDA 12.8's version macros, so a
+// dispatch that tests one would be judged as another build than the real
+// one compiles.
+var compilerMacros = regexp.MustCompile(`\b(__clang__|__clang_major__|__clang_minor__|__clang_patchlevel__|__clang_version__|__llvm__|__CUDA__|__GNUC__|__GNUC_MINOR__|__GNUC_PATCHLEVEL__|__GNUG__|__VERSION__|__INTEL_COMPILER|__NVCOMPILER|__NVCC_DIAG_PRAGMA_SUPPORT__|__CUDACC_VER_MAJOR__|__CUDACC_VER_MINOR__|__CUDACC_VER_BUILD__|CUDART_VERSION|CUDA_VERSION|__CUDA_API_VERSION|__CUDA_ARCH_LIST__)\b`)
 
 // cxxFlags are the judge's compile flags: clang's CUDA host pass without
 // CUDA's headers (arpatch's stubs stand in), the build's own C++ standard
@@ -388,7 +389,7 @@ func prepared(ctx context.Context, cc string) (string, []string, error) {
 	}
 	fmt.Fprintf(h, "%s\x00%s\x00%s", cc, versionOf[cc], strings.Join(cxxFlags(), " "))
 	dir := filepath.Join(cacheDir(), "stubs-"+hex.EncodeToString(h.Sum(nil))[:16])
-	if _, err := os.Stat(filepath.Join(dir, "prelude.pch")); err != nil {
+	if _, err := os.Stat(filepath.Join(dir, "prelude.h")); err != nil {
 		if err := buildStubs(ctx, cc, dir, files); err != nil {
 			return "", nil, err
 		}
@@ -414,12 +415,9 @@ func buildStubs(ctx context.Context, cc, dir string, files map[string][]byte) er
 	if err := writeFiles(tmp, files); err != nil {
 		return err
 	}
-	if _, err := os.Stat(dir); err == nil {
-		_ = os.RemoveAll(dir) // written without its precompiled header: again, whole
-	}
 	if err := os.Rename(tmp, dir); err != nil {
-		if _, serr := os.Stat(filepath.Join(dir, "prelude.pch")); serr == nil {
-			return nil // another process finished first
+		if _, serr := os.Stat(filepath.Join(dir, "prelude.h")); serr == nil {
+			return nil // another process wrote them first (its header, if any, follows by a rename)
 		}
 		return err
 	}

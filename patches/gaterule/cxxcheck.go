@@ -4,8 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"regexp"
 	"slices"
 	"strings"
+
+	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
 // cxxJudge is one dispatch header, compiled for judging (bin), or why it
@@ -70,8 +73,8 @@ func (cx *cxxJudge) check(ctx context.Context, reqs []requirement, rep *Report) 
 		return &DispatchError{Path: cx.cmake, Problem: "the series changes a CMake file, which sets the build's compiler definitions; the gate judge compiles CustomAllreduce::allreduce with upstream's (sglkernel.CUDAFlags: -DNDEBUG and the rest) and cannot follow a changed build",
 			Remedy: "keep build changes out of a series that admits custom allreduce on PCIe, or put them in a series of their own"}
 	case cx.macro != "":
-		return &DispatchError{Path: cx.header, Problem: fmt.Sprintf("it tests %s (%s), which names the compiler: the real build's host compiler is g++ under nvcc, the judge's is clang, so the judge would compile another dispatch than the build does", cx.macro, cx.macroAt),
-			Remedy: "test the CUDA or C++ feature itself (__CUDA_ARCH__, __cplusplus, a version macro of CUDA), not the compiler"}
+		return &DispatchError{Path: cx.header, Problem: fmt.Sprintf("it tests %s (%s), which names the compiler or the toolkit: the real build's host compiler is g++ under nvcc, of the host's CUDA, the judge's is clang with CUDA 12.8's version macros, so the judge would compile another dispatch than the build does", cx.macro, cx.macroAt),
+			Remedy: "test the feature itself (__CUDA_ARCH__ in device code, __cplusplus), not the compiler or the toolkit's version"}
 	}
 	maxCap := uint64(defaultCap)
 	for _, r := range reqs {
@@ -92,9 +95,34 @@ func (cx *cxxJudge) check(ctx context.Context, reqs []requirement, rep *Report) 
 	}
 	if len(problems) > 0 {
 		return &DispatchError{Path: cx.header, Problem: "CustomAllreduce::allreduce, compiled as the build compiles it, " + summarize(problems, 3),
-			Remedy: "every call the Python gates admit must launch exactly one kernel of a non-empty grid, or throw: give those PCIe-only calls a kernel at every size, or keep the gates closed there"}
+			Remedy: "every call the Python gates admit must launch exactly one kernel of a non-empty grid, or throw, and a kernel arpatch knows must get the call's type, world size, buffers, rank and size: give those PCIe-only calls a kernel at every size, or keep the gates closed there"}
+	}
+	if unknown := cx.unknownKernels(reqs, results); len(unknown) > 0 {
+		rep.Notes = append(rep.Notes, fmt.Sprintf("%s launches %s where the gates admit custom allreduce; arpatch knows %s neither from upstream (cross_device_reduce_1stage and _2stage) nor from the pcie series (pcie_push_*), so what it computes was not checked",
+			cx.header, strings.Join(unknown, ", "), textfmt.Word(len(unknown), "it", "them")))
 	}
 	return cx.checkPush(ctx, cx.pushRuns(reqs, results), rep)
+}
+
+// knownKernel matches the kernels arpatch knows (cxx/judge.cu, families).
+var knownKernel = regexp.MustCompile(`^sglang::(cross_device_reduce_1stage|cross_device_reduce_2stage|pcie_push_1shot|pcie_push_2shot|pcie_push_island)<`)
+
+// unknownKernels are the kernels, other than those arpatch knows, that the
+// dispatch launches where the gates admit a call.
+func (cx *cxxJudge) unknownKernels(reqs []requirement, results map[string]cxxResult) []string {
+	var out []string
+	for _, r := range reqs {
+		res := results[scenarioKey(scenarioOf(r, 0, cx.names))]
+		for _, runs := range res.Runs {
+			for _, run := range runs {
+				if run.Kind == "one" && run.From <= r.UpTo && !knownKernel.MatchString(run.Kernel) && !slices.Contains(out, run.Kernel) {
+					out = append(out, run.Kernel)
+				}
+			}
+		}
+	}
+	slices.Sort(out)
+	return out
 }
 
 // scenarioOf is the construction requirement r needs for rank, with the
@@ -211,6 +239,8 @@ func runText(run cxxRunOf) string {
 		return "launches no kernel"
 	case "many":
 		return fmt.Sprintf("launches %d kernels (%s, then %s)", run.N, run.Kernel, run.Second)
+	case "wrong":
+		return fmt.Sprintf("launches %s %s", run.Kernel, run.What)
 	case "empty":
 		return fmt.Sprintf("launches %s with grid (%d,%d,%d) and block (%d,%d,%d), which runs nothing", run.Kernel,
 			run.Grid[0], run.Grid[1], run.Grid[2], run.Block[0], run.Block[1], run.Block[2])

@@ -38,7 +38,9 @@ var callBits = []string{"eager float32", "eager float16", "eager bfloat16", "gra
 // cxxRunOf is a run of sizes that did the same: Kind "one" (exactly one
 // launch of a non-empty grid, of Kernel), "throw" (What), "none" (no
 // launch), "many" (N launches, the first two Kernel and Second), "empty"
-// (one launch of Kernel with an empty or oversized Grid or Block).
+// (one launch of Kernel with an empty or oversized Grid or Block), "wrong"
+// (one launch of a kernel arpatch knows, What says how it is not the
+// call's).
 type cxxRunOf struct {
 	From, To    uint64
 	Kind        string
@@ -287,6 +289,8 @@ func parseRuns(raw []json.RawMessage, mode, dtype string) ([]cxxRunOf, error) {
 			if len(nums) > 0 {
 				run.N = int(nums[0])
 			}
+		case "wrong":
+			run.Kernel, run.What = at(strs, 1), at(strs, 2)
 		case "empty":
 			run.Kernel = at(strs, 1)
 			for i := 0; i < 6 && i < len(nums); i++ {

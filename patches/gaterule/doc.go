@@ -45,7 +45,18 @@
 //     admit a call, it must launch exactly one kernel of a non-empty grid
 //     (and a block of at most 1024 threads), or throw; no launch, two
 //     launches, an empty grid, a crash or a hang is refused, naming the
-//     world size, the environment, the rank, the call and the sizes.
+//     world size, the environment, the rank, the call and the sizes. A
+//     kernel arpatch knows (upstream's cross_device_reduce_1stage and
+//     _2stage, the pcie series' pcie_push_*) must be instantiated for the
+//     call's element type and world size and get the call's output (and
+//     input), rank and size (the launch's recorded arguments); another
+//     kernel is named in Report.Notes, what it computes not checked.
+//   - The push kernels (push.go) the dispatch launches where the gates
+//     admit a call run on the CPU (package kernelsim: every CUDA thread a
+//     host thread, every rank a set of blocks) at sizes from each range
+//     they are launched for, up to 256 KiB, on every rank, with the
+//     islands the gates handed over; every element of every rank's output
+//     must be the exact sum, or the tree is refused.
 //
 // Compiled judges are kept under the user's cache directory by content
 // hash (the compiler, the flags, the judge's files and the tree's), and
@@ -59,14 +70,16 @@
 // open at every world size, and those of any other as upstream's, closed;
 // the notes say which.
 //
-// What it cannot check: the kernels' sums (a launched kernel may still
-// compute the wrong thing: the pcie series' push kernels are run on the
-// CPU by package kernelsim, upstream's pull kernels on a GPU by `arpatch
-// bench allreduce`); what the tree's custom_all_reduce.cu (torch-bound)
+// What it cannot check: upstream's pull kernels' sums (inline PTX: a GPU
+// checks them, `arpatch bench allreduce`), those of a kernel it does not
+// know, and the push kernels' above 256 KiB or under the GPU's weaker
+// memory ordering; what the tree's custom_all_reduce.cu (torch-bound)
 // and include/utils.h (restated in cxx/utils.h) do; a series that changes
-// a CMake file (refused: the definitions are upstream's); a dispatch that
-// tests the compiler (__clang__, __GNUC__: refused, the real host compiler
-// is g++); code that behaves otherwise after more calls than the judge
+// a CMake file (refused wherever the gates admit a call: the definitions
+// are upstream's); a dispatch that tests the compiler or the toolkit's
+// version (__clang__, __GNUC__, CUDART_VERSION, __CUDACC_VER_MAJOR__:
+// refused, the real host compiler is g++ under the host's nvcc, the
+// judge's clang with CUDA 12.8's macros); code that behaves otherwise after more calls than the judge
 // makes, at another time, on other hardware than the stubs describe, or
 // for variables or values it does not drive; environment listings by
 // upstream's own files at import, which are taken not to act on the

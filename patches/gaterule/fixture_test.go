@@ -34,17 +34,17 @@ var (
 	upstream = []string{
 		"} else if (full_nvlink_) {",
 		"  if ((world_size_ <= 4 && bytes < kSmall) || (world_size_ <= 8 && bytes < kSmall / 2)) {",
-		"    KL(ngpus, one_stage);",
+		"    KL(ngpus, cross_device_reduce_1stage);",
 		"  } else {",
-		"    KL(ngpus, two_stage);",
+		"    KL(ngpus, cross_device_reduce_2stage);",
 		"  }",
 	}
 	patchedElse = []string{
 		"} else { /* full NVLink, or PCIe-only above 2 GPUs */",
 		"  if ((world_size_ <= 4 && bytes < kSmall) || (world_size_ <= 8 && bytes < kSmall / 2)) {",
-		"    KL(ngpus, one_stage);",
+		"    KL(ngpus, cross_device_reduce_1stage);",
 		"  } else {",
-		"    KL(ngpus, two_stage);",
+		"    KL(ngpus, cross_device_reduce_2stage);",
 		"  }",
 	}
 )

@@ -39,38 +39,44 @@ func TestJudgeDispatch(t *testing.T) {
 		{"patched: else takes the size rule", patchedElse, "", ""},
 		// Issue 11, input 5: one space inside the test.
 		{"one-space tamper", with(upstream, "(full_nvlink_)", "(full_nvlink_ )"), "", "launches no kernel"},
-		{"explicit PCIe branch", pcie("  if (bytes < 4096) { KL(ngpus, one_stage); } else { KL(ngpus, two_stage); }"), "", ""},
-		{"explicit PCIe branch for world size 4 only", append(slices.Clone(upstream), "} else if (!full_nvlink_ && world_size_ == 4) {", "  KL(ngpus, two_stage);"), "",
+		{"explicit PCIe branch", pcie("  if (bytes < 4096) { KL(ngpus, cross_device_reduce_1stage); } else { KL(ngpus, cross_device_reduce_2stage); }"), "", ""},
+		{"explicit PCIe branch for world size 4 only", append(slices.Clone(upstream), "} else if (!full_nvlink_ && world_size_ == 4) {", "  KL(ngpus, cross_device_reduce_2stage);"), "",
 			"at world size 6, no variable set|launches no kernel"},
 		{"thresholds from constants, both sides launch", with(patchedElse, "bytes < kSmall) ||", "bytes < pcie::small) ||"),
 			"namespace pcie { constexpr long small = 1 << 16; }\n", ""},
-		{"a threshold with no launch below it", []string{"} else {", "  if (bytes >= 4096) {", "    KL(ngpus, two_stage);", "  }"}, "",
+		{"a threshold with no launch below it", []string{"} else {", "  if (bytes >= 4096) {", "    KL(ngpus, cross_device_reduce_2stage);", "  }"}, "",
 			"eager float32 allreduce of 16-4080 bytes launches no kernel"},
 		{"a variable forces the algorithm, bad values throw", []string{
 			"} else if (!full_nvlink_) {",
 			"  const char* a = std::getenv(\"SGLANG_PCIE_AR_ALGO\");",
-			"  if (a == nullptr) { KL(ngpus, one_stage); }",
-			"  else if (std::strcmp(a, \"2stage\") == 0) { KL(ngpus, two_stage); }",
+			"  if (a == nullptr) { KL(ngpus, cross_device_reduce_1stage); }",
+			"  else if (std::strcmp(a, \"2stage\") == 0) { KL(ngpus, cross_device_reduce_2stage); }",
 			"  else { throw std::runtime_error(\"bad SGLANG_PCIE_AR_ALGO\"); }",
 			"} else {",
-			"  KL(ngpus, one_stage);"}, "", ""},
-		{"a variable that turns the PCIe branch off", pcie("  if (std::getenv(\"ARPATCH_OFF\") == nullptr) { KL(ngpus, two_stage); }"), "",
+			"  KL(ngpus, cross_device_reduce_1stage);"}, "", ""},
+		{"a variable that turns the PCIe branch off", pcie("  if (std::getenv(\"ARPATCH_OFF\") == nullptr) { KL(ngpus, cross_device_reduce_2stage); }"), "",
 			"ARPATCH_OFF=1|launches no kernel"},
-		{"TORCH_CHECK(false) counts as a throw", []string{"} else if (!full_nvlink_) {", "  TORCH_CHECK(false, \"PCIe custom allreduce is not built\");", "} else {", "  KL(ngpus, one_stage);"}, "", ""},
-		{"a return before the launch", pcie("  return;", "  KL(ngpus, one_stage);"), "", "launches no kernel"},
+		{"TORCH_CHECK(false) counts as a throw", []string{"} else if (!full_nvlink_) {", "  TORCH_CHECK(false, \"PCIe custom allreduce is not built\");", "} else {", "  KL(ngpus, cross_device_reduce_1stage);"}, "", ""},
+		{"a return before the launch", pcie("  return;", "  KL(ngpus, cross_device_reduce_1stage);"), "", "launches no kernel"},
 		{"a comment that looks like a fix", with(upstream, "} else if (full_nvlink_) {", "} else if (full_nvlink_) { /* } else { */"), "", "launches no kernel"},
-		{"a return after the launch", pcie("  KL(ngpus, two_stage);", "  return;"), "", ""},
-		{"an explicit cudaLaunchKernel", pcie("  void* args[] = {&ptrs};", "  CHECK_CUDA_SUCCESS(cudaLaunchKernel(two_stage<T, ngpus>, dim3(blocks), dim3(threads), args, 0, stream));"), "", ""},
+		{"a return after the launch", pcie("  KL(ngpus, cross_device_reduce_2stage);", "  return;"), "", ""},
+		{"an explicit cudaLaunchKernel", pcie("  void* args[] = {&ptrs};", "  CHECK_CUDA_SUCCESS(cudaLaunchKernel(cross_device_reduce_2stage<T, ngpus>, dim3(blocks), dim3(threads), args, 0, stream));"), "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) { refused(t, judgeBranch(t, tc.branch, tc.top, ""), tc.want) })
 	}
 }
+
+// launchAll launches 2-stage at the world size, as REDUCE_CASE would.
+const launchAll = "      switch (world_size_) { case 4: KL(4, cross_device_reduce_2stage); break; case 6: KL(6, cross_device_reduce_2stage); break; case 8: KL(8, cross_device_reduce_2stage); break; }"
 
 // pcieSW is a PCIe-only early branch before the switch, holding lines
 // and then returning.
 func pcieSW(lines ...string) string {
 	return "    if (!full_nvlink_ && world_size_ > 2) {\n" + strings.Join(lines, "\n") + "\n      return;\n    }\n"
 }
+
+// klArgs launches with the output and size given.
+const klArgs = "#define KL_ARGS(ngpus, name, out, n) name<T, ngpus><<<blocks, threads, 0, stream>>>(ptrs, sg_, self_sg_, out, rank_, n);\n"
 
 // The issue's kinds, and their relatives: what a hand-written reader
 // misses and the compiler does not.
@@ -81,42 +87,50 @@ func TestJudgeSeesWhatTheCompilerSees(t *testing.T) {
 		top, sw string
 		want    string
 	}{
-		{"a PCIe branch under #ifndef NDEBUG (the build passes -DNDEBUG)", upstream, "", pcieSW("#ifndef NDEBUG", "      KL(8, two_stage);", "#endif"),
+		{"a PCIe branch under #ifndef NDEBUG (the build passes -DNDEBUG)", upstream, "", pcieSW("#ifndef NDEBUG", launchAll, "#endif"),
 			"launches no kernel"},
-		{"a PCIe branch under #ifndef __CUDACC__ (nvcc defines it)", upstream, "", pcieSW("#ifndef __CUDACC__", "      KL(8, two_stage);", "#endif"),
+		{"a PCIe branch under #ifndef __CUDACC__ (nvcc defines it)", upstream, "", pcieSW("#ifndef __CUDACC__", launchAll, "#endif"),
 			"launches no kernel"},
-		{"a PCIe branch under #ifdef __CUDACC__ launches", upstream, "", pcieSW("#ifdef __CUDACC__", "      KL(8, two_stage);", "#endif"), ""},
+		{"a PCIe branch under #ifdef __CUDACC__ launches", upstream, "", pcieSW("#ifdef __CUDACC__", launchAll, "#endif"), ""},
 		{"every launch gone under NDEBUG", patchedElse, "", "#ifdef NDEBUG\n#undef KL\n#define KL(ngpus, name)\n#else\n#endif\n",
 			"launches no kernel"},
-		{"a // comment whose backslash swallows the launch", upstream, "", pcieSW("      // PCIe-only: the launch below \\", "      KL(8, two_stage);"),
+		{"a // comment whose backslash swallows the launch", upstream, "", pcieSW("      // PCIe-only: the launch below \\", launchAll),
 			"launches no kernel"},
 		{"a constexpr of the member's name in another namespace", with(patchedElse, "} else { /* full NVLink, or PCIe-only above 2 GPUs */", "} else if (!cfg::full_nvlink_) {"),
 			"namespace cfg { constexpr bool full_nvlink_ = true; }\n", "", "launches no kernel"},
-		{"a grid of 0 below 4 KiB", pcie("  KL_GRID(ngpus, two_stage, bytes < 4096 ? 0 : blocks);"),
+		{"a grid of 0 below 4 KiB", pcie("  KL_GRID(ngpus, cross_device_reduce_2stage, bytes < 4096 ? 0 : blocks);"),
 			"", "#define KL_GRID(ngpus, name, g) name<T, ngpus><<<g, threads, 0, stream>>>(ptrs, sg_, self_sg_, output, rank_, size);\n",
-			"eager float32 allreduce of 16-4080 bytes launches sglang::two_stage<float, 4> with grid (0,1,1) and block (512,1,1), which runs nothing"},
-		{"a block of 0", pcie("  two_stage<T, ngpus><<<blocks, 0, 0, stream>>>(ptrs, sg_, self_sg_, output, rank_, size);"), "", "",
+			"eager float32 allreduce of 16-4080 bytes launches sglang::cross_device_reduce_2stage<float, 4> with grid (0,1,1) and block (512,1,1), which runs nothing"},
+		{"a block of 0", pcie("  cross_device_reduce_2stage<T, ngpus><<<blocks, 0, 0, stream>>>(ptrs, sg_, self_sg_, output, rank_, size);"), "", "",
 			"with grid (1,1,1) and block (0,1,1)"},
-		{"a macro that renames the kernel to nothing", pcie("  KL(ngpus, two_stage);"), "", "#undef KL\n#define KL(ngpus, name) (void)0;\n",
+		{"a macro that renames the kernel to nothing", pcie("  KL(ngpus, cross_device_reduce_2stage);"), "", "#undef KL\n#define KL(ngpus, name) (void)0;\n",
 			"launches no kernel"},
-		{"if constexpr leaves out half and bfloat16", pcie("  if constexpr (sizeof(T) == 4) { KL(ngpus, two_stage); }"), "", "",
+		{"if constexpr leaves out half and bfloat16", pcie("  if constexpr (sizeof(T) == 4) { KL(ngpus, cross_device_reduce_2stage); }"), "", "",
 			"eager float16 allreduce of 16-8388608 bytes launches no kernel"},
 		{"an early return above a size", patchedElse, "", "    if (!full_nvlink_ && bytes > 65536) return;\n",
 			"allreduce of 65552-8388608 bytes launches no kernel"},
-		{"a launch in a lambda never called", pcie("  auto go = [&] { KL(ngpus, two_stage); };"), "", "", "launches no kernel"},
-		{"a launch in a lambda that is called", pcie("  auto go = [&] { KL(ngpus, two_stage); };", "  go();"), "", "", ""},
+		{"a launch in a lambda never called", pcie("  auto go = [&] { KL(ngpus, cross_device_reduce_2stage); };"), "", "", "launches no kernel"},
+		{"a launch in a lambda that is called", pcie("  auto go = [&] { KL(ngpus, cross_device_reduce_2stage); };", "  go();"), "", "", ""},
 		{"a throw swallowed by try/catch", pcie("  try { throw std::runtime_error(\"pcie\"); } catch (...) {}"), "", "", "launches no kernel"},
-		{"two launches", pcie("  KL(ngpus, one_stage);", "  KL(ngpus, two_stage);"), "", "",
-			"launches 2 kernels (sglang::one_stage<float, 4>, then sglang::two_stage<float, 4>)"},
+		{"two launches", pcie("  KL(ngpus, cross_device_reduce_1stage);", "  KL(ngpus, cross_device_reduce_2stage);"), "", "",
+			"launches 2 kernels (sglang::cross_device_reduce_1stage<float, 4>, then sglang::cross_device_reduce_2stage<float, 4>)"},
 		{"one rank skips", patchedElse, "", "    if (!full_nvlink_ && rank_ == 3) return;\n", "(rank 3, without full NVLink"},
 		{"graphs skip", patchedElse, "", "    cudaStreamCaptureStatus st;\n    cudaStreamIsCapturing(stream, &st);\n    if (!full_nvlink_ && st == cudaStreamCaptureStatusActive) return;\n",
 			"graph float32 allreduce of 16-8388608 bytes launches no kernel"},
 		{"stops after a hundred calls", patchedElse, "", "    static int calls = 0;\n    if (!full_nvlink_ && ++calls > 100) return;\n", "launches no kernel"},
 		{"host code reads device memory", patchedElse, "", "    if (!full_nvlink_) { volatile char c = *reinterpret_cast<char*>(input); (void)c; }\n",
 			"stopped the judge (crash) in scenario"},
-		{"a test of the compiler", upstream, "", pcieSW("#ifdef __clang__", "      KL(8, two_stage);", "#endif"),
+		{"a test of the compiler", upstream, "", pcieSW("#ifdef __clang__", launchAll, "#endif"),
 			"it tests __clang__ (" + cuhPath + ":"},
 		{"does not compile", pcie("  KL(ngpus, no_such_kernel);"), "", "", "does not compile " + cuhPath + "|no_such_kernel"},
+		{"a known kernel for another world size", pcie("  KL(8, cross_device_reduce_2stage);"), "", "",
+			"at world size 4, no variable set (rank 0, without full NVLink; the Python gates admit it up to 8388608 bytes), eager float32 allreduce of 16-8388608 bytes launches sglang::cross_device_reduce_2stage<float, 8> instantiated for <float, 8> where the call is <float, 4>"},
+		{"a known kernel for half the size", pcie("  KL_ARGS(ngpus, cross_device_reduce_2stage, output, size / 2);"), "", klArgs,
+			"eager float32 allreduce of 16-8388608 bytes launches sglang::cross_device_reduce_2stage<float, 4> with a size of 0 packed elements where the call has 1"},
+		{"a known kernel into another buffer", pcie("  KL_ARGS(ngpus, cross_device_reduce_2stage, input, size);"), "", klArgs,
+			"launches sglang::cross_device_reduce_2stage<float, 4> with another output than the call's"},
+		{"a test of the toolkit's version", upstream, "", pcieSW("#if CUDART_VERSION >= 13000", launchAll, "#endif"),
+			"it tests CUDART_VERSION (" + cuhPath + ":|the judge's is clang with CUDA 12.8's version macros"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { refused(t, judgeBranch(t, tc.branch, tc.top, tc.sw), tc.want) })
 	}
@@ -156,6 +170,24 @@ func TestJudgeRefusesWhatItCannotBuild(t *testing.T) {
 			refused(t, err, tc.want)
 		})
 	}
+}
+
+// A series that changes a CMake file changes the build's definitions,
+// which the judge takes from upstream: refused, naming the file, wherever
+// the gates admit custom allreduce (upstream's admit a PCIe pair), passed
+// over on a tree without SGLang's Python side.
+func TestJudgeRefusesAChangedBuild(t *testing.T) {
+	const cmake = "sgl-kernel/CMakeLists.txt"
+	const want = "in " + cmake + " as patched, the series changes a CMake file, which sets the build's compiler definitions"
+	tr := pyTree(fixture(patchedElse), open...).with(cmake, "add_compile_definitions(ARPATCH_X)\n")
+	_, err := judge(t, tr.input(gatePy, cmake))
+	refused(t, err, want)
+	tr = pyTree(fixture(upstream)).with(cmake, "add_compile_definitions(ARPATCH_X)\n")
+	_, err = judge(t, tr.input(cmake))
+	refused(t, err, want)
+	bare := tree{cuhPath: fixture(upstream), cmake: []byte("add_compile_definitions(ARPATCH_X)\n")}
+	_, err = judge(t, bare.input(cmake))
+	refused(t, err, "")
 }
 
 func TestCheckFindsTheDispatchWhereTheTreeKeepsIt(t *testing.T) {
@@ -223,4 +255,16 @@ func FuzzJudgeDispatch(f *testing.F) {
 		holdsDispatch(src)
 		_, _ = parseReport(src, []cxxScenario{{WS: 4}}) // any verdict: the fuzz looks for panics
 	})
+}
+
+// A kernel arpatch does not know is launched, and noted: what it computes
+// is not checked.
+func TestJudgeNotesAnUnknownKernel(t *testing.T) {
+	top := "template <typename T, int ngpus>\n__global__ void noop(RankData*, RankSignals, Signal*, T*, int, int) {}\n"
+	rep, err := judge(t, pyTree(header(pcie("  KL(ngpus, noop);"), top, ""), open...).input(gatePy))
+	refused(t, err, "")
+	if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], cuhPath+" launches sglang::noop<__half, 4>, sglang::noop<__half, 6>") ||
+		!strings.Contains(rep.Notes[0], "arpatch knows them neither from upstream") {
+		t.Errorf("notes = %q", rep.Notes)
+	}
 }

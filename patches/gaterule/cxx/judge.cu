@@ -24,7 +24,10 @@
 //     asked) that did the same: ["one",KERNEL] exactly one launch of a
 //     non-empty grid; ["throw",WHAT]; ["none"] no launch; ["many",N,K1,K2]
 //     more than one launch; ["empty",KERNEL,GX,GY,GZ,BX,BY,BZ] a launch of
-//     an empty or oversized grid or block.
+//     an empty or oversized grid or block; ["wrong",KERNEL,WHY] one launch
+//     of a kernel arpatch knows (upstream's pull kernels, the pcie series'
+//     push kernels) for another type, world size or arguments than the
+//     call's.
 //   {"getenv":[NAME...]} every variable the header read; {"done":true}.
 // A crash or a hang prints {"stopped":WHY,"at":WHERE} and exits 3.
 #include "prelude.h"
@@ -41,12 +44,16 @@ extern char** environ;
 
 namespace {
 
+// A launch: its configuration, the kernel's host stub, and its
+// arguments, one byte string each, in parameter order.
 struct Launch {
   dim3 grid, block;
   const void* fn;
+  std::vector<std::string> params;
 };
 
 std::vector<Launch> launches;
+std::vector<std::string> pending_params;
 dim3 pending_grid, pending_block;
 cudaError_t last_error = cudaSuccess;
 bool capturing = false;
@@ -93,8 +100,8 @@ bool valid_dims(dim3 d, unsigned max_x, unsigned max_yz) {
   return d.x > 0 && d.y > 0 && d.z > 0 && d.x <= max_x && d.y <= max_yz && d.z <= max_yz;
 }
 
-cudaError_t record(const void* fn, dim3 grid, dim3 block) {
-  launches.push_back({grid, block, fn});
+cudaError_t record(const void* fn, dim3 grid, dim3 block, std::vector<std::string> params) {
+  launches.push_back({grid, block, fn, std::move(params)});
   const bool ok = valid_dims(grid, 0x7fffffffu, 65535) && valid_dims(block, 1024, 1024) &&
                   uint64_t(block.x) * block.y * block.z <= 1024;
   if (!ok) last_error = cudaErrorInvalidConfiguration;
@@ -119,16 +126,25 @@ cudaError_t cudaConfigureCall(dim3 grid, dim3 block, size_t, cudaStream_t) {
   pending_block = block;
   return cudaSuccess;
 }
-cudaError_t cudaSetupArgument(const void*, size_t, size_t) { return cudaSuccess; }
-cudaError_t cudaLaunch(const void* fn) { return record(fn, pending_grid, pending_block); }
+cudaError_t cudaSetupArgument(const void* arg, size_t size, size_t) {
+  pending_params.emplace_back(static_cast<const char*>(arg), size);
+  return cudaSuccess;
+}
+cudaError_t cudaLaunch(const void* fn) {
+  cudaError_t e = record(fn, pending_grid, pending_block, std::move(pending_params));
+  pending_params.clear();
+  return e;
+}
+// The explicit launches pass their arguments' addresses without sizes:
+// they are not checked (explicit_params leaves them empty).
 cudaError_t cudaLaunchKernel(const void* fn, dim3 grid, dim3 block, void**, size_t, cudaStream_t) {
-  return record(fn, grid, block);
+  return record(fn, grid, block, {});
 }
 cudaError_t cudaLaunchCooperativeKernel(const void* fn, dim3 grid, dim3 block, void**, size_t, cudaStream_t) {
-  return record(fn, grid, block);
+  return record(fn, grid, block, {});
 }
 cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* c, const void* fn, void**) {
-  return record(fn, c->gridDim, c->blockDim);
+  return record(fn, c->gridDim, c->blockDim, {});
 }
 cudaError_t cudaGetLastError(void) {
   cudaError_t e = last_error;
@@ -288,8 +304,63 @@ std::string kernel_name(const void* fn) {
   return s;
 }
 
+// Expect is what one call asked the dispatch for.
+struct Expect {
+  const void* input;
+  const void* output;
+  int rank, ws, packs;
+  const char* type;  // the element type as kernel_name writes it
+};
+
+// Kernels arpatch knows, with the parameter indexes of their input (-1:
+// none, upstream's pull kernels take the registered buffers), output,
+// rank and size: upstream's pull kernels and the pcie series' push ones.
+// Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3 (cross_device_reduce_1stage, cross_device_reduce_2stage)
+struct Family {
+  const char* name;
+  int input, output, rank, size;
+};
+const Family families[] = {
+    {"sglang::cross_device_reduce_1stage", -1, 3, 4, 5}, {"sglang::cross_device_reduce_2stage", -1, 3, 4, 5},
+    {"sglang::pcie_push_1shot", 0, 1, 4, 5},           {"sglang::pcie_push_2shot", 0, 1, 4, 5},
+    {"sglang::pcie_push_island", 0, 1, 4, 5},
+};
+
+bool param_is(const std::string& p, const void* want) {
+  return p.size() == sizeof want && std::memcmp(p.data(), &want, sizeof want) == 0;
+}
+bool param_is(const std::string& p, int want) {
+  return p.size() == sizeof want && std::memcmp(p.data(), &want, sizeof want) == 0;
+}
+
+// kernel_fault says why launch l, of kernel name, does not do call e:
+// another element type or world size than the call's, or arguments
+// (pointers, rank, size) that are not the call's; "" when it does, or
+// when arpatch does not know the kernel (the judge notes those).
+std::string kernel_fault(const Launch& l, const std::string& name, const Expect& e) {
+  for (const Family& f : families) {
+    const std::string prefix = std::string(f.name) + "<";
+    if (name.rfind(prefix, 0) != 0) continue;
+    const std::string args = name.substr(prefix.size(), name.size() - prefix.size() - 1);
+    const std::string want = std::string(e.type) + ", " + std::to_string(e.ws);
+    if (args != want) return "instantiated for <" + args + "> where the call is <" + want + ">";
+    if (l.params.empty()) return "";  // an explicit launch: arguments not recorded
+    const int n = static_cast<int>(l.params.size());
+    if (f.input >= 0 && (f.input >= n || !param_is(l.params[f.input], e.input))) return "with another input than the call's";
+    if (f.output >= n || !param_is(l.params[f.output], e.output)) return "with another output than the call's";
+    if (f.rank >= n || !param_is(l.params[f.rank], e.rank)) return "with another rank than the communicator's";
+    if (f.size >= n || !param_is(l.params[f.size], e.packs)) {
+      int got = 0;
+      if (f.size < n && l.params[f.size].size() == sizeof got) std::memcpy(&got, l.params[f.size].data(), sizeof got);
+      return "with a size of " + std::to_string(got) + " packed elements where the call has " + std::to_string(e.packs);
+    }
+    return "";
+  }
+  return "";
+}
+
 // outcome is what one call did, as a RUN's tail.
-std::string outcome(bool threw, const std::string& what) {
+std::string outcome(bool threw, const std::string& what, const Expect& e) {
   if (threw) return "\"throw\"," + quote(what);
   if (launches.empty()) return "\"none\"";
   if (launches.size() > 1) {
@@ -299,7 +370,12 @@ std::string outcome(bool threw, const std::string& what) {
   const Launch& l = launches[0];
   const bool ok = valid_dims(l.grid, 0x7fffffffu, 65535) && valid_dims(l.block, 1024, 1024) &&
                   uint64_t(l.block.x) * l.block.y * l.block.z <= 1024;
-  if (ok) return "\"one\"," + quote(kernel_name(l.fn));
+  if (ok) {
+    const std::string name = kernel_name(l.fn);
+    const std::string fault = kernel_fault(l, name, e);
+    if (!fault.empty()) return "\"wrong\"," + quote(name) + "," + quote(fault);
+    return "\"one\"," + quote(name);
+  }
   char buf[128];
   std::snprintf(
       buf, sizeof buf, ",%u,%u,%u,%u,%u,%u", l.grid.x, l.grid.y, l.grid.z, l.block.x, l.block.y, l.block.z);
@@ -307,7 +383,14 @@ std::string outcome(bool threw, const std::string& what) {
 }
 
 template <typename T>
-void calls(sglang::CustomAllreduce* ca, int id, T* input, T* output, const std::vector<size_t>& sizes,
+const char* type_name() {
+  if (std::is_same_v<T, float>) return "float";
+  if (std::is_same_v<T, half>) return "__half";
+  return "__nv_bfloat16";
+}
+
+template <typename T>
+void calls(sglang::CustomAllreduce* ca, int id, int rank, int ws, T* input, T* output, const std::vector<size_t>& sizes,
            const char* dtype) {
   std::string runs;
   std::string prev, prev_key;
@@ -333,12 +416,13 @@ void calls(sglang::CustomAllreduce* ca, int id, T* input, T* output, const std::
       threw = true;
       what = "an exception that is not a std::exception";
     }
-    std::string o = outcome(threw, what);
+    const Expect e{input, output, rank, ws, static_cast<int>(bytes / 16), type_name<T>()};
+    std::string o = outcome(threw, what, e);
     // Throws that differ in their numbers only (the size they name), and
     // empty launches that differ in their grid, are one run, reported with
     // the first.
     std::string k = o;
-    if (threw || o.rfind("\"empty\"", 0) == 0) k.erase(std::remove_if(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; }), k.end());
+    if (threw || o.rfind("\"empty\"", 0) == 0 || o.rfind("\"wrong\"", 0) == 0) k.erase(std::remove_if(k.begin(), k.end(), [](char c) { return c >= '0' && c <= '9'; }), k.end());
     if (k != prev_key) {
       flush();
       prev = o;
@@ -383,10 +467,10 @@ void scenario(int id, int ws, int rank, bool nvl, size_t cap, unsigned mask, con
   for (int graph = 0; graph < 2; graph++) {
     capturing = graph != 0;
     const unsigned bits = mask >> (3 * graph);
-    if (bits & 1) calls(ca, id, static_cast<float*>(buffers[rank]), static_cast<float*>(output), sizes, "float32");
-    if (bits & 2) calls(ca, id, static_cast<half*>(buffers[rank]), static_cast<half*>(output), sizes, "float16");
+    if (bits & 1) calls(ca, id, rank, ws, static_cast<float*>(buffers[rank]), static_cast<float*>(output), sizes, "float32");
+    if (bits & 2) calls(ca, id, rank, ws, static_cast<half*>(buffers[rank]), static_cast<half*>(output), sizes, "float16");
     if (bits & 4) {
-      calls(ca, id, static_cast<nv_bfloat16*>(buffers[rank]), static_cast<nv_bfloat16*>(output), sizes, "bfloat16");
+      calls(ca, id, rank, ws, static_cast<nv_bfloat16*>(buffers[rank]), static_cast<nv_bfloat16*>(output), sizes, "bfloat16");
     }
   }
   capturing = false;

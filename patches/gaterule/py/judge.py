@@ -165,7 +165,7 @@ class TreeFinder(importlib.abc.MetaPathFinder):
 
     def find_spec(self, fullname, path=None, target=None):
         if path is None:
-            if fullname in sys.stdlib_module_names or fullname in sys.builtin_module_names:
+            if fullname in getattr(sys, "stdlib_module_names", ()) or fullname in sys.builtin_module_names:
                 return None
             dirs = ["python"]
         else:
