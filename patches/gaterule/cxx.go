@@ -20,6 +20,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/arpatch/arpatch/internal/binstore"
 	"github.com/arpatch/arpatch/internal/sglkernel"
 )
 
@@ -226,7 +227,7 @@ func buildJudge(ctx context.Context, src cxxSource) (string, error) {
 	}
 	dir := filepath.Join(cacheDir(), key[:32])
 	bin := filepath.Join(dir, "judge")
-	if sumOK(bin) {
+	if binstore.Verified(bin) {
 		builds[key] = bin
 		return bin, nil
 	}
@@ -270,20 +271,6 @@ func pruneBuilds(keep string) {
 	}
 }
 
-// sumOK reports whether bin exists and matches the sha256 beside it.
-func sumOK(bin string) bool {
-	want, err := os.ReadFile(bin + ".sha256")
-	if err != nil {
-		return false
-	}
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		return false
-	}
-	got := sha256.Sum256(b)
-	return hex.EncodeToString(got[:]) == strings.TrimSpace(string(want))
-}
-
 // compile writes src's files into a scratch directory, compiles them
 // with the judge's driver, and moves the binary into dir (atomically: a
 // rename).
@@ -324,26 +311,17 @@ func compile(ctx context.Context, cc string, src cxxSource, dir string) error {
 
 // install moves work's judge, with its sha256 beside it, into dir.
 func install(work, dir string) error {
-	b, err := os.ReadFile(filepath.Join(work, "judge"))
-	if err != nil {
-		return err
-	}
-	sum := sha256.Sum256(b)
 	final := filepath.Join(work, "out")
 	if err := os.Mkdir(final, 0o755); err != nil {
-		return err
-	}
-	if err := os.WriteFile(filepath.Join(final, "judge.sha256"), []byte(hex.EncodeToString(sum[:])+"\n"), 0o644); err != nil {
 		return err
 	}
 	if err := os.Rename(filepath.Join(work, "judge"), filepath.Join(final, "judge")); err != nil {
 		return err
 	}
-	_ = os.RemoveAll(dir) // a damaged entry of the same key, replaced whole
-	if err := os.Rename(final, dir); err != nil && !sumOK(filepath.Join(dir, "judge")) {
+	if err := binstore.Seal(filepath.Join(final, "judge")); err != nil {
 		return err
 	}
-	return nil
+	return binstore.Publish(final, dir, "judge")
 }
 
 func writeFiles(root string, files map[string][]byte) error {

@@ -41,6 +41,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/arpatch/arpatch/internal/binstore"
 )
 
 //go:embed cxx
@@ -134,7 +136,7 @@ func Build(ctx context.Context, dir string, src Source) (*Sim, error) {
 		return s, nil
 	}
 	bin := filepath.Join(entry, "driver")
-	if !sumOK(bin) {
+	if !binstore.Verified(bin) {
 		if err := compileDriver(ctx, cc, flags, header, entry); err != nil {
 			return nil, err
 		}
@@ -190,33 +192,10 @@ func compileDriver(ctx context.Context, cc string, flags []string, header, entry
 	if out, err := cmd.CombinedOutput(); err != nil {
 		return fmt.Errorf("kernelsim: %s does not compile the series' C++ for the host: %v\n%s", filepath.Base(cc), err, firstLines(out, 40))
 	}
-	b, err := os.ReadFile(bin)
-	if err != nil {
+	if err := binstore.Seal(bin); err != nil {
 		return err
 	}
-	sum := sha256.Sum256(b)
-	if err := os.WriteFile(bin+".sha256", []byte(hex.EncodeToString(sum[:])+"\n"), 0o644); err != nil {
-		return err
-	}
-	_ = os.RemoveAll(entry) // a damaged entry of the same key, replaced whole
-	if err := os.Rename(dir, entry); err != nil && !sumOK(filepath.Join(entry, "driver")) {
-		return err
-	}
-	return nil
-}
-
-// sumOK reports whether bin exists and matches the sha256 beside it.
-func sumOK(bin string) bool {
-	want, err := os.ReadFile(bin + ".sha256")
-	if err != nil {
-		return false
-	}
-	b, err := os.ReadFile(bin)
-	if err != nil {
-		return false
-	}
-	got := sha256.Sum256(b)
-	return hex.EncodeToString(got[:]) == strings.TrimSpace(string(want))
+	return binstore.Publish(dir, entry, "driver")
 }
 
 // BlocksHeader puts the series' added blocks on upstream.h, in a
