@@ -15,7 +15,7 @@ import (
 	"sync"
 	"testing"
 
-	"github.com/arpatch/arpatch/internal/testbin"
+	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/patches/gaterule"
 	"github.com/arpatch/arpatch/patches/kernelsim"
 )
@@ -29,81 +29,22 @@ import (
 // (patches/kernelsim), and the two must agree on every input. The push
 // kernels then run on emulated ranks and every sum is checked.
 
-// addedBlock returns the lines hunk h adds from the first line containing
-// from up to the first added line after it that equals end (included when
-// inclusive), as one string.
+// addedBlock is AddedLines, failing t where no hunk holds the block.
 func addedBlock(t *testing.T, ps []*Patch, file, from, end string, inclusive bool) string {
 	t.Helper()
-	for _, p := range ps {
-		for _, fc := range p.Diff.Changes {
-			if fc.Path != file {
-				continue
-			}
-			for _, h := range fc.Hunks {
-				start := -1
-				for i, l := range h.New {
-					if start < 0 && strings.Contains(l, from) {
-						start = i
-					}
-					if start >= 0 && i > start && strings.TrimRight(l, "\n") == end {
-						if inclusive {
-							i++
-						}
-						return strings.Join(h.New[start:i], "")
-					}
-				}
-			}
-		}
-	}
-	t.Fatalf("no hunk adds %q ... %q to %s", from, end, file)
-	return ""
-}
-
-// python3 is python3Path's answer, asked once per test binary.
-var python3 = sync.OnceValues(python3Path)
-
-// python3Path returns the interpreter that python3 on PATH runs
-// (sys.executable): where python3 is a version manager's shim (pyenv's
-// starts about 15 shell scripts before the interpreter), each test then
-// starts the interpreter alone. It returns exec.LookPath's error when
-// there is no python3 on PATH (the tests then skip), and the looked-up
-// path itself when asking fails or names nothing (a shim with no version
-// set): the tests then run that python3 and fail on its error, rather
-// than skip or exec "".
-func python3Path() (string, error) {
-	py, err := exec.LookPath("python3")
+	block, err := AddedLines(ps, file, from, end, inclusive)
 	if err != nil {
-		return "", err
+		t.Fatal(err)
 	}
-	out, err := exec.Command(py, "-c", "import sys; print(sys.executable)").Output()
-	if exe := strings.TrimSpace(string(out)); err == nil && exe != "" {
-		return exe, nil
-	}
-	return py, nil
+	return block
 }
 
-// TestPython3Path: a python3 on PATH that fails, or names no interpreter,
-// is run itself, not skipped.
-func TestPython3Path(t *testing.T) {
-	dir := t.TempDir()
-	py := filepath.Join(dir, "python3")
-	t.Setenv("PATH", dir)
-	for _, script := range []string{
-		"#!/bin/sh\necho 'pyenv: python3: command not found' >&2\nexit 127\n",
-		"#!/bin/sh\nexit 0\n", // prints no sys.executable
-	} {
-		if err := testbin.Write(py, []byte(script)); err != nil {
-			t.Fatal(err)
-		}
-		if got, err := python3Path(); got != py || err != nil {
-			t.Errorf("python3 on PATH is %q: python3Path() = %q, %v; want %q, nil", script, got, err, py)
-		}
-	}
-	t.Setenv("PATH", t.TempDir())
-	if got, err := python3Path(); got != "" || err == nil {
-		t.Errorf("no python3 on PATH: python3Path() = %q, %v; want LookPath's error", got, err)
-	}
-}
+// python3 is the interpreter python3 on PATH runs (pyenv.Executable),
+// asked once per test binary.
+var python3 = sync.OnceValues(func() (string, error) {
+	py, _, err := pyenv.Executable("python3")
+	return py, err
+})
 
 // eachPCIeSeries runs f on the loaded patches of every shipped series of
 // the pcie family, one subtest each.
@@ -294,43 +235,15 @@ func runPython(t *testing.T, ps []*Patch, cases []pyCase) []pyResult {
 	return out
 }
 
-// guardedBlock returns the added lines of ps's custom_all_reduce.cuh from
-// the `#ifndef USE_MUSA` line just before the first line containing marker
-// to the `#endif` that closes it, inclusive.
+// guardedBlock is GuardedBlock on ps's custom_all_reduce.cuh, failing t
+// where no hunk holds the block.
 func guardedBlock(t *testing.T, ps []*Patch, marker string) string {
 	t.Helper()
-	file := dispatchPath(t, ps)
-	for _, p := range ps {
-		for _, fc := range p.Diff.Changes {
-			if fc.Path != file {
-				continue
-			}
-			for _, h := range fc.Hunks {
-				for i, l := range h.New {
-					if !strings.Contains(l, marker) {
-						continue
-					}
-					start := i
-					for start > 0 && strings.TrimSpace(h.New[start]) != "#ifndef USE_MUSA" {
-						start--
-					}
-					depth := 0
-					for end := start; end < len(h.New); end++ {
-						switch d := strings.TrimSpace(h.New[end]); {
-						case strings.HasPrefix(d, "#if"):
-							depth++
-						case strings.HasPrefix(d, "#endif"):
-							if depth--; depth == 0 {
-								return strings.Join(h.New[start:end+1], "")
-							}
-						}
-					}
-				}
-			}
-		}
+	block, err := GuardedBlock(ps, filepath.Base(dispatchPath(t, ps)), marker)
+	if err != nil {
+		t.Fatal(err)
 	}
-	t.Fatalf("no hunk of %s adds a guarded block with %q", file, marker)
-	return ""
+	return block
 }
 
 // seriesSource returns the series' added C++ blocks for kernelsim.

@@ -19,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/arpatch/arpatch/internal/pyenv"
 )
 
 //go:embed py
@@ -95,17 +97,12 @@ var findPython = sync.OnceValues(func() (string, error) {
 	if py == "" {
 		py = "python3"
 	}
-	py, err := exec.LookPath(py)
+	exe, version, err := pyenv.Executable(py)
 	if err != nil {
 		return "", fmt.Errorf("%w (%v)", ErrNoPython, err)
 	}
-	out, err := exec.Command(py, "-c", "import sys; print(sys.executable); print(sys.version)").Output()
-	exe, version, _ := strings.Cut(strings.TrimSpace(string(out)), "\n")
-	if err == nil && exe != "" {
-		py = exe
-	}
 	pyVersion = version
-	return py, nil
+	return exe, nil
 })
 
 // pyVersion is the interpreter's sys.version (findPython), part of every

@@ -24,6 +24,7 @@ import (
 	"strings"
 	"sync"
 
+	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/patches/kernelsim"
 )
@@ -65,11 +66,11 @@ func Shipped() ([]*Series, error) {
 			errs = append(errs, err)
 			return b
 		}
-		ss.Utils = get(added(ps, utilsPath, "# arpatch pcie series: opt-in", "def can_use_custom_all_reduce_with_nvlink(", false))
-		ss.Init = get(added(ps, initPath, "# arpatch pcie series: PCIe-only groups", "            )", true))
-		ss.CXX.Kernels = get(guarded(ps, "// arpatch pcie series: push allreduce for PCIe-only groups"))
-		ss.CXX.Members = get(guarded(ps, "enum class PcieAlgo"))
-		ss.CXX.Methods = get(guarded(ps, "static const char* pcie_algo_name(PcieAlgo algo)"))
+		ss.Utils = get(patches.AddedLines(ps, utilsPath, "# arpatch pcie series: opt-in", "def can_use_custom_all_reduce_with_nvlink(", false))
+		ss.Init = get(patches.AddedLines(ps, initPath, "# arpatch pcie series: PCIe-only groups", "            )", true))
+		ss.CXX.Kernels = get(patches.GuardedBlock(ps, dispatch, "// arpatch pcie series: push allreduce for PCIe-only groups"))
+		ss.CXX.Members = get(patches.GuardedBlock(ps, dispatch, "enum class PcieAlgo"))
+		ss.CXX.Methods = get(patches.GuardedBlock(ps, dispatch, "static const char* pcie_algo_name(PcieAlgo algo)"))
 		if err := errors.Join(errs...); err != nil {
 			return nil, fmt.Errorf("series %s: %w", s.Name, err)
 		}
@@ -81,83 +82,12 @@ func Shipped() ([]*Series, error) {
 	return out, nil
 }
 
-// added returns the new-side lines of the hunk of file that adds the
-// first line containing from, up to the first added line after it equal
-// to end (included when inclusive).
-func added(ps []*patches.Patch, file, from, end string, inclusive bool) (string, error) {
-	for _, p := range ps {
-		for _, fc := range p.Diff.Changes {
-			if fc.Path != file {
-				continue
-			}
-			for _, h := range fc.Hunks {
-				start := -1
-				for i, l := range h.New {
-					if start < 0 && strings.Contains(l, from) {
-						start = i
-					}
-					if start >= 0 && i > start && strings.TrimRight(l, "\n") == end {
-						if inclusive {
-							i++
-						}
-						return strings.Join(h.New[start:i], ""), nil
-					}
-				}
-			}
-		}
-	}
-	return "", fmt.Errorf("no hunk adds %q ... %q to %s", from, end, file)
-}
-
-// guarded returns the new-side lines of custom_all_reduce.cuh from the
-// `#ifndef USE_MUSA` before the first line containing marker to the
-// `#endif` that closes it.
-func guarded(ps []*patches.Patch, marker string) (string, error) {
-	for _, p := range ps {
-		for _, fc := range p.Diff.Changes {
-			if filepath.Base(fc.Path) != dispatch {
-				continue
-			}
-			for _, h := range fc.Hunks {
-				for i, l := range h.New {
-					if !strings.Contains(l, marker) {
-						continue
-					}
-					start := i
-					for start > 0 && strings.TrimSpace(h.New[start]) != "#ifndef USE_MUSA" {
-						start--
-					}
-					depth := 0
-					for end := start; end < len(h.New); end++ {
-						switch d := strings.TrimSpace(h.New[end]); {
-						case strings.HasPrefix(d, "#if"):
-							depth++
-						case strings.HasPrefix(d, "#endif"):
-							if depth--; depth == 0 {
-								return strings.Join(h.New[start:end+1], ""), nil
-							}
-						}
-					}
-				}
-			}
-		}
-	}
-	return "", fmt.Errorf("no hunk of %s adds a guarded block with %q", dispatch, marker)
-}
-
 // Python3 is the interpreter python3 on PATH runs (sys.executable, so a
 // version manager's shim starts once), or exec.LookPath's error when there
 // is none: callers skip then.
 var Python3 = sync.OnceValues(func() (string, error) {
-	py, err := exec.LookPath("python3")
-	if err != nil {
-		return "", err
-	}
-	out, err := exec.Command(py, "-c", "import sys; print(sys.executable)").Output()
-	if exe := strings.TrimSpace(string(out)); err == nil && exe != "" {
-		return exe, nil
-	}
-	return py, nil
+	py, _, err := pyenv.Executable("python3")
+	return py, err
 })
 
 // Init is one construction of CustomAllreduce on a PCIe-only group
