@@ -5,11 +5,12 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"strings"
 	"testing"
+
+	"github.com/arpatch/arpatch/internal/gosource"
 )
 
 // TestGoHandsPanicToHandler: a panic on a goroutine Go started reaches
@@ -94,25 +95,7 @@ func TestBareGoStatementFound(t *testing.T) {
 // internal/goroutine/goroutine.go, and how many files it read.
 func bareGoStatements(root string) (bad []string, files int, err error) {
 	fset := token.NewFileSet()
-	err = filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		name := d.Name()
-		if d.IsDir() {
-			if path != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
-			return nil
-		}
-		rel, err := filepath.Rel(root, path)
-		if err != nil {
-			return err
-		}
-		rel = filepath.ToSlash(rel)
+	err = gosource.Walk(root, func(path, rel string) error {
 		if rel == "internal/goroutine/goroutine.go" {
 			return nil
 		}

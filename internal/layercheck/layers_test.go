@@ -4,15 +4,17 @@ import (
 	"fmt"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"maps"
 	"os"
+	pathpkg "path"
 	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
 	"strings"
 	"testing"
+
+	"github.com/arpatch/arpatch/internal/gosource"
 )
 
 const module = "github.com/arpatch/arpatch"
@@ -163,36 +165,19 @@ func circles(g map[string]map[string]string) []string {
 func imports(root string) ([]edge, error) {
 	var out []edge
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		name := d.Name()
-		if d.IsDir() {
-			if path != root && (strings.HasPrefix(name, ".") || strings.HasPrefix(name, "_") || name == "testdata" || name == "vendor") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(name, ".go") || strings.HasSuffix(name, "_test.go") {
-			return nil
-		}
+	err := gosource.Walk(root, func(path, rel string) error {
 		f, err := parser.ParseFile(fset, path, nil, parser.ImportsOnly)
 		if err != nil {
 			return err
 		}
-		rel, err := filepath.Rel(root, filepath.Dir(path))
-		if err != nil {
-			return err
-		}
-		from := filepath.ToSlash(rel)
+		from := pathpkg.Dir(rel)
 		for _, im := range f.Imports {
 			p, err := strconv.Unquote(im.Path.Value)
 			if err != nil {
 				return err
 			}
 			if to, ok := strings.CutPrefix(p, module+"/"); ok {
-				out = append(out, edge{file: filepath.ToSlash(filepath.Join(from, name)), from: from, to: to})
+				out = append(out, edge{file: rel, from: from, to: to})
 			}
 		}
 		return nil

@@ -6,12 +6,13 @@ import (
 	"go/ast"
 	"go/parser"
 	"go/token"
-	"io/fs"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
+
+	"github.com/arpatch/arpatch/internal/gosource"
 )
 
 // MaxFileLines is the most lines a non-test Go file may have.
@@ -41,25 +42,11 @@ func measure(root string) (map[string]int, []long, error) {
 	files := map[string]int{}
 	var longs []long
 	fset := token.NewFileSet()
-	err := filepath.WalkDir(root, func(path string, d fs.DirEntry, err error) error {
-		if err != nil {
-			return err
-		}
-		if d.IsDir() {
-			if n := d.Name(); path != root && (strings.HasPrefix(n, ".") || strings.HasPrefix(n, "_") || n == "testdata" || n == "vendor") {
-				return filepath.SkipDir
-			}
-			return nil
-		}
-		if !strings.HasSuffix(path, ".go") || strings.HasSuffix(path, "_test.go") {
-			return nil
-		}
+	err := gosource.Walk(root, func(path, rel string) error {
 		src, err := os.ReadFile(path)
 		if err != nil {
 			return err
 		}
-		rel, _ := filepath.Rel(root, path)
-		rel = filepath.ToSlash(rel)
 		files[rel] = strings.Count(string(src), "\n")
 		f, err := parser.ParseFile(fset, path, src, 0)
 		if err != nil {
