@@ -135,8 +135,11 @@ func expectation(h *Host) string {
 		steps(sched), allreduce.FormatBytes(sched.MaxBytes), allreduce.FormatBytes(shm.MaxBytes), strings.Join(sched.Env(), " "), m.N)
 }
 
-// steps says a schedule's steps in words: "push1 up to 5.7K, island on
-// sockets (0,1,2,3/4,5,6,7) up to 3276.8K, then push2".
+// steps says a schedule's steps in words: "push1 up to 672B, island on
+// sockets (0,1,2,3/4,5,6,7) up to 3355424B (3.2M), then push2". A bound
+// that is not a whole number of K, M or G is written in exact bytes (the
+// figure the printed SGLANG_PCIE_CUSTOM_AR_ALGO carries), with a rounded
+// reading beside it.
 func steps(s traffic.Schedule) string {
 	var parts []string
 	for i, st := range s.Steps {
@@ -146,7 +149,7 @@ func steps(s traffic.Schedule) string {
 		}
 		switch {
 		case st.Max > 0:
-			w += " up to " + allreduce.FormatBytes(st.Max)
+			w += " up to " + exactBytes(st.Max)
 		case i == 0:
 			w += " at every size"
 		default:
@@ -155,6 +158,22 @@ func steps(s traffic.Schedule) string {
 		parts = append(parts, w)
 	}
 	return strings.Join(parts, ", ")
+}
+
+// exactBytes is allreduce.FormatBytes where that is exact ("40K", "4M",
+// "672B"), else the byte count with a rounded reading: 3355424 is
+// "3355424B (3.2M)", never "3276.8K", which no variable can be set to.
+func exactBytes(n int) string {
+	f := allreduce.FormatBytes(n)
+	if back, err := allreduce.ParseBytes(f); err == nil && back == n {
+		return f
+	}
+	switch {
+	case n >= 1<<20:
+		return fmt.Sprintf("%dB (%.1fM)", n, float64(n)/(1<<20))
+	default:
+		return fmt.Sprintf("%dB (%s)", n, f)
+	}
 }
 
 // modelVerdict is the verdict's clause on a PCIe-only host, from the

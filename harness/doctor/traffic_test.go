@@ -23,7 +23,7 @@ func TestExpectation(t *testing.T) {
 	model := "traffic model (an estimate, calibrated constants) at the verify shape (40K, world size 8): custom-push2 28.6 µs, custom-island 29.2 µs (sockets 0,1,2,3/4,5,6,7), " +
 		"nccl-ring/LL 79.1 µs, custom-push1 105.7 µs, custom-2stage 108.9 µs, custom-1stage 382.3 µs; NCCL's best configuration is ring/LL (NCCL_ALGO=Ring NCCL_PROTO=LL); " +
 		"NCCL over SHM, as in the published account, 225.9 µs"
-	want := model + "; PCIe dispatch fit: push1 up to 672B, island on sockets (0,1,2,3/4,5,6,7) up to 3276.8K, then push2, custom allreduce up to 4M against NCCL's best (4M against SHM NCCL); " +
+	want := model + "; PCIe dispatch fit: push1 up to 672B, island on sockets (0,1,2,3/4,5,6,7) up to 3355424B (3.2M), then push2, custom allreduce up to 4M against NCCL's best (4M against SHM NCCL); " +
 		"to run it: SGLANG_FORCE_CUSTOM_AR_PCIE=1 SGLANG_PCIE_CUSTOM_AR_ALGO=push1:672,island:3355424,push2 SGLANG_PCIE_CUSTOM_AR_ISLANDS=0,1,2,3/4,5,6,7 SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=4194304; " +
 		"measure with `arpatch tune allreduce --world-size 8`"
 	if pcie.Expect != want {
@@ -179,5 +179,17 @@ func TestRemediesFollowTheSeries(t *testing.T) {
 	}
 	if got := tune.AutoText(2); !strings.HasPrefix(got, "pull1") {
 		t.Errorf("AutoText(2) = %q", got)
+	}
+}
+
+// TestExactBytes: a schedule bound is written so that it reads back as
+// the very byte count the printed variable carries, or in exact bytes.
+func TestExactBytes(t *testing.T) {
+	for n, want := range map[int]string{
+		672: "672B", 40960: "40K", 4194304: "4M", 3355424: "3355424B (3.2M)", 5824: "5824B (5.7K)", 1<<30 + 16: "1073741840B (1024.0M)",
+	} {
+		if got := exactBytes(n); got != want {
+			t.Errorf("exactBytes(%d) = %q, want %q", n, got, want)
+		}
 	}
 }
