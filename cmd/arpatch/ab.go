@@ -54,7 +54,7 @@ Examples:
 				&cli.StringFlag{Name: "commit", Usage: "build this commit `SHA` in both arms instead of the recipes' pin"},
 				&cli.StringFlag{Name: "python-a", Usage: "Python `INTERPRETER` for arm A only"},
 				&cli.StringFlag{Name: "python-b", Usage: "Python `INTERPRETER` for arm B only"},
-				patchesDirFlag(),
+				patchesDirFlag(nil),
 			),
 			Before: noArgs,
 			Action: action(abBuildOpts, abBuildRun),

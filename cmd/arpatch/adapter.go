@@ -98,6 +98,51 @@ func action[F, O any](opts func(F) (O, error), run func(context.Context, O, stre
 	}
 }
 
+// cmdline is what a command line gives besides the flags' values, which
+// urfave/cli writes straight into a command's flags struct (each flag's
+// Destination): the flags given (Given, urfave's IsSet: a value alone
+// cannot tell "--jobs 0" from no --jobs) and the positional arguments.
+// A flags struct embeds it; act fills it before the options function
+// runs.
+type cmdline struct {
+	Given given
+	Args  args
+}
+
+// fill sets l from c.
+func (l *cmdline) fill(c *cli.Context) {
+	l.Given = given{}
+	for _, f := range c.Command.Flags {
+		if n := f.Names()[0]; c.IsSet(n) {
+			l.Given[n] = true
+		}
+	}
+	l.Args = c.Args().Slice()
+}
+
+// act is a command's Action, in the style of gh's NewCmdX(f, runF): f is
+// the flags struct the command's flags write into (Destination), opts
+// turns it into the options O, and runF runs them with the app's
+// streams. A command's constructor takes runF, so that a test can run the
+// parser and the options function and keep the options
+// (options_test.go's optsOf). f's cmdline, when it embeds one, is filled
+// first.
+func act[F, O any](f *F, opts func(F) (O, error), runF func(context.Context, O, streams) error) cli.ActionFunc {
+	return func(c *cli.Context) error {
+		if l, ok := any(f).(interface{ fill(*cli.Context) }); ok {
+			l.fill(c)
+		}
+		o, err := opts(*f)
+		if err != nil {
+			return err
+		}
+		if c.Context.Value(optionsOnly{}) != nil {
+			return errOptionsOnly
+		}
+		return runF(c.Context, o, streamsOf(c))
+	}
+}
+
 // optionsOnly, as a context key with any value, stops every command after
 // its options are made, before it runs: the CLI scripts' `usage` command
 // checks refusals in the test process this way, so a command that fails

@@ -8,6 +8,7 @@ import (
 	"io"
 	"reflect"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 	"time"
@@ -66,6 +67,59 @@ func optsOf[F, O any](t *testing.T, opts func(F) (O, error), argv string) (O, er
 		return o, err
 	}
 	return opts(f)
+}
+
+// cmdOptsOf parses the command line argv (split as sh does) as run does
+// (interspersed, urfave/cli, the command's Before), with the command
+// newCmd makes in the place of the one argv names, and returns the
+// options its Action hands to runF, which does not run: gh's
+// NewCmdX(f, runF) test seam. A refusal of the parser or of the options
+// function is returned as it comes.
+func cmdOptsOf[O any](t *testing.T, newCmd func(runF func(context.Context, O, streams) error) *cli.Command, argv string) (O, error) {
+	t.Helper()
+	var got O
+	words, err := shell.Fields(argv, func(string) string { return "" })
+	if err != nil {
+		t.Fatalf("%s: %v", argv, err)
+	}
+	ran := false
+	cmd := newCmd(func(_ context.Context, o O, _ streams) error {
+		got, ran = o, true
+		return nil
+	})
+	conform([]*cli.Command{cmd})
+	app := newApp(io.Discard, io.Discard)
+	var slot **cli.Command
+	for cmds, i := app.Commands, 1; i < len(words); i++ {
+		j := slices.IndexFunc(cmds, func(c *cli.Command) bool { return c.HasName(words[i]) })
+		if j < 0 {
+			break
+		}
+		slot, cmds = &cmds[j], cmds[j].Subcommands
+	}
+	if slot == nil || (*slot).Name != cmd.Name {
+		t.Fatalf("%s does not name the command %s", argv, cmd.Name)
+	}
+	*slot = cmd
+	argv2, err := interspersed(app, words)
+	if err != nil {
+		return got, err
+	}
+	err = app.RunContext(context.Background(), argv2)
+	if err == nil && !ran {
+		t.Fatalf("%s: the command did not run", argv)
+	}
+	return got, err
+}
+
+// cmdRefuses checks that the command newCmd makes refuses each command
+// line (in its parser or its options function) as its refusal says.
+func cmdRefuses[O any](t *testing.T, newCmd func(runF func(context.Context, O, streams) error) *cli.Command, rs []refusal) {
+	t.Helper()
+	for _, r := range rs {
+		_, err := cmdOptsOf(t, newCmd, r.argv)
+		checkRefusal(t, r, err)
+	}
 }
 
 // refusal is a refused command line: its exit code and what its message

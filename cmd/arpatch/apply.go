@@ -20,7 +20,9 @@ import (
 	"github.com/arpatch/arpatch/recipes"
 )
 
-func applyCommand() *cli.Command {
+// newCmdApply is apply, running its options with runF (applyRun).
+func newCmdApply(runF func(context.Context, applyOptions, streams) error) *cli.Command {
+	var f applyFlags
 	return &cli.Command{
 		Name:  "apply",
 		Usage: "clone SGLang at the recipe's commit and apply its patch series",
@@ -41,29 +43,25 @@ Examples:
    arpatch apply --recipe pcie --repo ~/mirrors/sglang.git --dry-run
    arpatch apply --recipe pcie --commit 8905cbd42f4a27dbecad6487cd3904278756fef8 --repo ~/mirrors/sglang.git --src sglang-b
    arpatch apply --recipe-file my.toml --patches-dir ./my-series`,
-		Flags: append([]cli.Flag{
-			recipeFlag(), recipeFileFlag(), srcFlag(), patchesDirFlag(),
-			&cli.StringFlag{Name: "repo", Usage: "clone from `URL|PATH` instead of the recipe's upstream URL, e.g. --repo ~/mirrors/sglang.git"},
-			&cli.StringFlag{Name: "commit", Usage: "patch commit `SHA` instead of the recipe's pin (the checkout must be at it)"},
-			&cli.StringFlag{Name: "series", Usage: "force series `NAME` instead of choosing by commit, e.g. --series pcie-2026-07"},
-			&cli.BoolFlag{Name: "dry-run", Usage: "check and report, write nothing (no clone either)"},
-		}, tuneFlagList("in the runtime environment apply prints")...),
+		Flags: slices.Concat(f.recipeFlags.flags(), []cli.Flag{
+			srcFlag(&f.Src), patchesDirFlag(&f.PatchesDir),
+			&cli.StringFlag{Name: "repo", Destination: &f.Repo, Usage: "clone from `URL|PATH` instead of the recipe's upstream URL, e.g. --repo ~/mirrors/sglang.git"},
+			&cli.StringFlag{Name: "commit", Destination: &f.Commit, Usage: "patch commit `SHA` instead of the recipe's pin (the checkout must be at it)"},
+			&cli.StringFlag{Name: "series", Destination: &f.Series, Usage: "force series `NAME` instead of choosing by commit, e.g. --series pcie-2026-07"},
+			&cli.BoolFlag{Name: "dry-run", Destination: &f.DryRun, Usage: "check and report, write nothing (no clone either)"},
+		}, tuneFlagList(&f.tuneFlags, "in the runtime environment apply prints")),
 		Before: noArgs,
-		Action: action(applyOpts, applyRun),
+		Action: act(&f, applyOpts, runF),
 	}
 }
 
 // applyFlags are apply's parsed flags.
 type applyFlags struct {
 	recipeFlags
-	Src        string `flag:"src"`
-	PatchesDir string `flag:"patches-dir"`
-	Repo       string `flag:"repo"`
-	Commit     string `flag:"commit"`
-	Series     string `flag:"series"`
-	DryRun     bool   `flag:"dry-run"`
+	Src, PatchesDir, Repo, Commit, Series string
+	DryRun                                bool
 	tuneFlags
-	Given given
+	cmdline
 }
 
 // applyOptions are every input of applyRun.

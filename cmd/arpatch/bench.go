@@ -145,7 +145,7 @@ Examples (each runs in seconds against arpatch's built-in fake server):
    arpatch bench --trials 2 --num-prompts 4 --max-new-tokens 32 --concurrency 1,4 --launch-cmd '{arpatch} fake-sglang --port {port} --rate 2000 --ttft 2ms' --arm 'algo1:env.SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage,env.SGLANG_FORCE_CUSTOM_AR_PCIE=1' --json bench.json --plot bench.svg
    arpatch bench --trials 2 --num-prompts 8 --max-new-tokens 16 --warmup 0 --request-rate 40 --metric-percentiles 50,90,99 --launch-cmd '{arpatch} fake-sglang --port {port} --rate 2000 --ttft 2ms' --json open.json`),
 		Flags: append([]cli.Flag{
-			recipeFlag(), recipeFileFlag(),
+			recipeFlag(nil), recipeFileFlag(nil),
 			&cli.StringFlag{Name: "model", Usage: "target model `PATH` (default: the recipe's [bench] model)"},
 			&cli.StringFlag{Name: "draft-model", Usage: "EAGLE-3 draft model `PATH`"},
 			&cli.IntFlag{Name: "tp", Usage: "tensor parallel size `N`", DefaultText: recipeDefault(recipes.DefaultTP)},
@@ -183,7 +183,7 @@ Examples (each runs in seconds against arpatch's built-in fake server):
 			&cli.StringFlag{Name: "markdown", Usage: "write a markdown table to `FILE`"},
 			&cli.StringFlag{Name: "benchfmt", Usage: "write Go benchmark lines (for benchstat) to `FILE`"},
 			&cli.StringFlag{Name: "plot", Usage: "write tok/s against concurrency per arm to `FILE` (.svg or .png)"},
-		}, tuneFlagList("for the arms that open the PCIe gate and the preflight")...),
+		}, tuneFlagList(nil, "for the arms that open the PCIe gate and the preflight")...),
 		Before:      noArgs,
 		Action:      action(benchOpts, benchRun),
 		Subcommands: []*cli.Command{benchAllreduceCommand(), benchP2PCommand()},

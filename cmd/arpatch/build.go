@@ -28,7 +28,7 @@ import (
 // buildFlags are build's flags for one tree: the recipe, the checkout and
 // buildToolFlags.
 func buildFlags() []cli.Flag {
-	return append([]cli.Flag{recipeFlag(), recipeFileFlag(), srcFlag()}, buildToolFlags()...)
+	return append([]cli.Flag{recipeFlag(nil), recipeFileFlag(nil), srcFlag(nil)}, buildToolFlags()...)
 }
 
 // buildToolFlags are the build settings `arpatch build` and `arpatch ab

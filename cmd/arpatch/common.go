@@ -29,39 +29,43 @@ import (
 )
 
 // Flags shared by several commands; functions, so that each command gets
-// its own flag values.
-func recipeFlag() cli.Flag {
+// its own flag, writing into dst, a field of its flags struct.
+func recipeFlag(dst *string) cli.Flag {
 	return &cli.StringFlag{
-		Name:  "recipe",
-		Usage: "embedded recipe `NAME` (see `arpatch recipes`), e.g. --recipe pcie",
-		Value: "pcie",
+		Name:        "recipe",
+		Destination: dst,
+		Usage:       "embedded recipe `NAME` (see `arpatch recipes`), e.g. --recipe pcie",
+		Value:       "pcie",
 	}
 }
 
-func recipeFileFlag() cli.Flag {
+func recipeFileFlag(dst *string) cli.Flag {
 	return &cli.StringFlag{
-		Name:  "recipe-file",
-		Usage: "load the recipe from `PATH` instead, e.g. --recipe-file my-recipe.toml",
+		Name:        "recipe-file",
+		Destination: dst,
+		Usage:       "load the recipe from `PATH` instead, e.g. --recipe-file my-recipe.toml",
 	}
 }
 
-func srcFlag() cli.Flag {
+func srcFlag(dst *string) cli.Flag {
 	return &cli.StringFlag{
-		Name:  "src",
-		Usage: "SGLang checkout `DIR`, e.g. --src ~/work/sglang",
-		Value: "sglang",
+		Name:        "src",
+		Destination: dst,
+		Usage:       "SGLang checkout `DIR`, e.g. --src ~/work/sglang",
+		Value:       "sglang",
 	}
 }
 
-func patchesDirFlag() cli.Flag {
+func patchesDirFlag(dst *string) cli.Flag {
 	return &cli.StringFlag{
-		Name:  "patches-dir",
-		Usage: "use the series under `DIR` (shaped like patches/sglang/) instead of the embedded ones",
+		Name:        "patches-dir",
+		Destination: dst,
+		Usage:       "use the series under `DIR` (shaped like patches/sglang/) instead of the embedded ones",
 	}
 }
 
-func jsonFlag() cli.Flag {
-	return &cli.BoolFlag{Name: "json", Usage: "print machine-readable JSON instead of text"}
+func jsonFlag(dst *bool) cli.Flag {
+	return &cli.BoolFlag{Name: "json", Destination: dst, Usage: "print machine-readable JSON instead of text"}
 }
 
 // recipeFlags are --recipe and --recipe-file, for a command's flags
@@ -69,6 +73,11 @@ func jsonFlag() cli.Flag {
 type recipeFlags struct {
 	Recipe     string `flag:"recipe"`
 	RecipeFile string `flag:"recipe-file"`
+}
+
+// flags are --recipe and --recipe-file, writing into f.
+func (f *recipeFlags) flags() []cli.Flag {
+	return []cli.Flag{recipeFlag(&f.Recipe), recipeFileFlag(&f.RecipeFile)}
 }
 
 // load returns the recipe chosen by --recipe-file or --recipe; g are the

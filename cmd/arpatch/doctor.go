@@ -75,7 +75,7 @@ Examples:
 			&cli.StringFlag{Name: "src", Usage: "read --server-cmd with the options of the SGLang checkout `DIR` (its python/sglang/srt/server_args.py)"},
 			&cli.StringFlag{Name: "p2p", Usage: "the host's P2P measurement `FILE` (arpatch bench p2p --json FILE): its corrupt pairs, and its constants for the traffic model"},
 			&cli.StringFlag{Name: "nccl-log", Usage: "a `FILE` of NCCL_DEBUG=INFO output (arpatch bench allreduce --log FILE): why NCCL took SHM"},
-			jsonFlag(),
+			jsonFlag(nil),
 		},
 		Before: noArgs,
 		Action: action(doctorOpts, doctorRun),

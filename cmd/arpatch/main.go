@@ -344,11 +344,11 @@ Exit codes:
 		OnUsageError:         flagUsageError,
 		ExitErrHandler:       func(*cli.Context, error) {}, // run() prints the error and exits with exitCode's code
 		Commands: []*cli.Command{
-			applyCommand(),
-			statusCommand(),
-			revertCommand(),
-			patchesCommand(),
-			recipesCommand(),
+			newCmdApply(applyRun),
+			newCmdStatus(statusRun),
+			newCmdRevert(revertRun),
+			newCmdPatches(),
+			newCmdRecipes(recipesListRun),
 			buildCommand(),
 			abCommand(),
 			benchCommand(),

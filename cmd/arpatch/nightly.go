@@ -166,7 +166,7 @@ with their trials' metrics). An INVALID arm's figures are not shown.
 Examples:
    arpatch history show 1
    arpatch history show 1 --json`,
-				Flags:  []cli.Flag{db, jsonFlag()},
+				Flags:  []cli.Flag{db, jsonFlag(nil)},
 				Action: action(historyShowOpts, historyShowRun),
 			},
 			{

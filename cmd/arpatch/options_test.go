@@ -51,7 +51,7 @@ func fakeHome(t *testing.T, paths ...string) string {
 
 func TestApplyOpts(t *testing.T) {
 	t.Setenv("HOME", "/home/u")
-	o, err := optsOf(t, applyOpts, "arpatch apply")
+	o, err := cmdOptsOf(t, newCmdApply, "arpatch apply")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -59,7 +59,7 @@ func TestApplyOpts(t *testing.T) {
 	if a.Recipe.Name != "pcie" || a.Src != "sglang" || a.Repo != "" || a.Commit != "" || a.Series != "" || a.DryRun || a.Catalog == nil || len(a.Catalog.Series) == 0 || o.Tune != (tuneFlags{}) {
 		t.Errorf("defaults: %+v %+v", a, o.Tune)
 	}
-	o, err = optsOf(t, applyOpts, "arpatch apply --recipe baseline --src ~/s --repo ~/m.git --commit c0ffee --series pcie-2026-07 --dry-run --tune ~/t.env --force-tune")
+	o, err = cmdOptsOf(t, newCmdApply, "arpatch apply --recipe baseline --src ~/s --repo ~/m.git --commit c0ffee --series pcie-2026-07 --dry-run --tune ~/t.env --force-tune")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -68,7 +68,7 @@ func TestApplyOpts(t *testing.T) {
 		o.Tune != (tuneFlags{Tune: "/home/u/t.env", ForceTune: true}) {
 		t.Errorf("flags: %+v %+v", a, o.Tune)
 	}
-	refuses(t, applyOpts, []refusal{
+	cmdRefuses(t, newCmdApply, []refusal{
 		{"arpatch apply --recipe pcie --recipe-file x.toml", exitUsage, []string{"--recipe and --recipe-file are exclusive", "pass one"}},
 		{"arpatch apply --recipe nosuch", exitUsage, []string{`--recipe: no recipe named "nosuch"`, "known recipes: baseline, pcie", "--recipe-file PATH"}},
 		{"arpatch apply --recipe-file nosuch.toml", exitUsage, []string{"--recipe-file", "nosuch.toml"}},
@@ -90,7 +90,7 @@ func TestRevertOpts(t *testing.T) {
 		{"arpatch revert --src ~/s --force --dry-run", home + "/s", true, true, false},
 		{"arpatch revert --patches-dir ../../patches/sglang", "sglang", false, false, true},
 	} {
-		o, err := optsOf(t, revertOpts, c.argv)
+		o, err := cmdOptsOf(t, newCmdRevert, c.argv)
 		if err != nil {
 			t.Errorf("%s: %v", c.argv, err)
 			continue
@@ -99,7 +99,7 @@ func TestRevertOpts(t *testing.T) {
 			t.Errorf("%s: %+v (catalog dir %q)", c.argv, o, o.Catalog.Dir)
 		}
 	}
-	refuses(t, revertOpts, []refusal{
+	cmdRefuses(t, newCmdRevert, []refusal{
 		{"arpatch revert --src /nonexistent", exitFailure, []string{"--src /nonexistent: no checkout there: `arpatch apply --src /nonexistent` clones SGLang there at the recipe's commit and applies its series (add --repo with a local mirror), or point --src at your SGLang checkout"}},
 		{"arpatch revert --src ~/x.so", exitUsage, []string{"--src " + home + "/x.so: is a file; name a directory"}},
 		{"arpatch revert --patches-dir nosuch", exitUsage, []string{"--patches-dir nosuch"}},
@@ -110,15 +110,15 @@ func TestRevertOpts(t *testing.T) {
 
 func TestStatusOpts(t *testing.T) {
 	home := fakeHome(t, "s/", "d/", "x.so")
-	o, err := optsOf(t, statusOpts, "arpatch status")
+	o, err := cmdOptsOf(t, newCmdStatus, "arpatch status")
 	if err != nil || o.Src != "sglang" || o.JSON || o.Catalog == nil {
 		t.Errorf("defaults: %+v, %v", o, err)
 	}
-	o, err = optsOf(t, statusOpts, "arpatch status --json --src ~/s")
+	o, err = cmdOptsOf(t, newCmdStatus, "arpatch status --json --src ~/s")
 	if err != nil || o.Src != home+"/s" || !o.JSON {
 		t.Errorf("flags: %+v, %v", o, err)
 	}
-	refuses(t, statusOpts, []refusal{
+	cmdRefuses(t, newCmdStatus, []refusal{
 		{"arpatch status --src /nonexistent", exitFailure, []string{"--src /nonexistent: no checkout there: `arpatch apply --src /nonexistent` clones SGLang there at the recipe's commit and applies its series (add --repo with a local mirror), or point --src at your SGLang checkout"}},
 		{"arpatch status --patches-dir nosuch", exitUsage, []string{"--patches-dir nosuch"}},
 		{"arpatch status --json=yes", exitUsage, []string{"-json"}},
@@ -128,11 +128,11 @@ func TestStatusOpts(t *testing.T) {
 
 func TestPatchesOpts(t *testing.T) {
 	t.Setenv("HOME", "/home/u")
-	cat, err := optsOf(t, patchesListOpts, "arpatch patches list")
+	cat, err := cmdOptsOf(t, newCmdPatchesList, "arpatch patches list")
 	if err != nil || len(cat.Series) == 0 || cat.Dir != "" {
 		t.Errorf("list: %v, dir %q", err, cat.Dir)
 	}
-	o, err := optsOf(t, patchesCheckOpts, "arpatch patches check --repo ~/m.git --commit main --commit v1 --series pcie-2026-07 --strict --json")
+	o, err := cmdOptsOf(t, newCmdPatchesCheck, "arpatch patches check --repo ~/m.git --commit main --commit v1 --series pcie-2026-07 --strict --json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -140,22 +140,22 @@ func TestPatchesOpts(t *testing.T) {
 		t.Errorf("check: %+v", o)
 	}
 	// Flags after the arguments move in front of them.
-	dirs, err := optsOf(t, patchesSealOpts, "arpatch patches seal a b")
+	dirs, err := cmdOptsOf(t, newCmdPatchesSeal, "arpatch patches seal a b")
 	if err != nil || !reflect.DeepEqual(dirs, []string{"a", "b"}) {
 		t.Errorf("seal: %q, %v", dirs, err)
 	}
-	refuses(t, patchesListOpts, []refusal{
+	cmdRefuses(t, newCmdPatchesList, []refusal{
 		{"arpatch patches list --patches-dir nosuch", exitUsage, []string{"--patches-dir nosuch"}},
 		{"arpatch patches list x", exitUsage, []string{"list takes no arguments"}},
 	})
-	refuses(t, patchesCheckOpts, []refusal{
+	cmdRefuses(t, newCmdPatchesCheck, []refusal{
 		{"arpatch patches check --commit main", exitUsage, []string{"--repo is required"}},
 		{"arpatch patches check --repo m", exitUsage, []string{"--commit is required"}},
 		{"arpatch patches check --repo m --commit main --series nosuch", exitUsage, []string{"--series", "nosuch"}},
 		{"arpatch patches check --repo m --commit main --patches-dir nosuch", exitUsage, []string{"--patches-dir nosuch"}},
 		{"arpatch patches check --repo m --commit main x", exitUsage, []string{"check takes no arguments"}},
 	})
-	refuses(t, patchesSealOpts, []refusal{
+	cmdRefuses(t, newCmdPatchesSeal, []refusal{
 		{"arpatch patches seal", exitUsage, []string{"seal needs at least one series directory", "patches/sglang/pcie-2026-04"}},
 		{"arpatch patches seal dir --dry-run", exitUsage, []string{"unknown flag --dry-run"}},
 		{"arpatch patches seal -- -x", exitUsage, []string{`seal takes directories only, got "-x" (seal has no flags)`}},
@@ -619,11 +619,11 @@ func TestRecipesOpts(t *testing.T) {
 	if err := os.WriteFile(bad, []byte("name = \"r\"\n[upstream]\ncommit = \"84118acf50b3a4c74e85e9ff9033792552de1a76\"\n[bench]\nworkload = \"p.jsonl\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	r, err := optsOf(t, recipesShowOpts, "arpatch recipes show baseline")
+	r, err := cmdOptsOf(t, newCmdRecipesShow, "arpatch recipes show baseline")
 	if err != nil || r.Name != "baseline" {
 		t.Errorf("show baseline: %v, %v", r, err)
 	}
-	refuses(t, recipesShowOpts, []refusal{
+	cmdRefuses(t, newCmdRecipesShow, []refusal{
 		{"arpatch recipes show", exitUsage, []string{"recipes show takes one recipe NAME or --recipe-file PATH"}},
 		{"arpatch recipes show pcie baseline", exitUsage, []string{"recipes show takes one recipe NAME"}},
 		{"arpatch recipes show pcie --recipe-file r.toml", exitUsage, []string{"recipes show takes one recipe NAME or --recipe-file PATH"}},
@@ -631,7 +631,7 @@ func TestRecipesOpts(t *testing.T) {
 		{"arpatch recipes show --recipe-file nosuch.toml", exitUsage, []string{"--recipe-file: open nosuch.toml: no such file or directory"}},
 		{"arpatch recipes show --recipe-file " + bad, exitUsage, []string{bad + ":5: bench.workload: open " + filepath.Join(filepath.Dir(bad), "p.jsonl") + ": no such file or directory (a relative path is relative to the recipe's directory)"}},
 	})
-	refuses(t, noFlags, []refusal{
+	cmdRefuses(t, newCmdRecipes, []refusal{
 		{"arpatch recipes bogus", exitUsage, []string{`recipes takes no arguments, got ["bogus"]`}},
 	})
 }

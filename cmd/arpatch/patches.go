@@ -24,31 +24,49 @@ import (
 	"github.com/arpatch/arpatch/recipes"
 )
 
-func patchesCommand() *cli.Command {
+func newCmdPatches() *cli.Command {
 	return &cli.Command{
 		Name:  "patches",
 		Usage: "list, check and seal patch series",
 		Subcommands: []*cli.Command{
-			{
-				Name:      "list",
-				Usage:     "list the known series with their patches",
-				UsageText: "arpatch patches list [--patches-dir DIR]",
-				Description: `Lists each series with its family, the commits it was tested on and its
+			newCmdPatchesList(patchesListRun),
+			newCmdPatchesCheck(patchesCheckRun),
+			portCommand(),
+			newCmdPatchesSeal(patchesSealRun),
+		},
+	}
+}
+
+// newCmdPatchesList is patches list, running its catalog with runF
+// (patchesListRun).
+func newCmdPatchesList(runF func(context.Context, *patches.Catalog, streams) error) *cli.Command {
+	var f patchesListFlags
+	return &cli.Command{
+		Name:      "list",
+		Usage:     "list the known series with their patches",
+		UsageText: "arpatch patches list [--patches-dir DIR]",
+		Description: `Lists each series with its family, the commits it was tested on and its
 patches with their sha256: those built into arpatch, or those under
 --patches-dir.
 
 Examples:
    arpatch patches list
    arpatch patches list --patches-dir patches/sglang`,
-				Flags:  []cli.Flag{patchesDirFlag()},
-				Before: noArgs,
-				Action: action(patchesListOpts, patchesListRun),
-			},
-			{
-				Name:      "check",
-				Usage:     "report how each series fits each commit (exact, offset, applied, partial, conflict), writing nothing",
-				UsageText: "arpatch patches check --repo PATH --commit REV|A..B [--commit ...] [--series NAME...] [--strict] [--details | --summary | --json]",
-				Description: `check reads files straight from the repository's object store (a checkout or
+		Flags:  []cli.Flag{patchesDirFlag(&f.PatchesDir)},
+		Before: noArgs,
+		Action: act(&f, patchesListOpts, runF),
+	}
+}
+
+// newCmdPatchesCheck is patches check, running its options with runF
+// (patchesCheckRun).
+func newCmdPatchesCheck(runF func(context.Context, patchesCheckOptions, streams) error) *cli.Command {
+	var f patchesCheckFlags
+	return &cli.Command{
+		Name:      "check",
+		Usage:     "report how each series fits each commit (exact, offset, applied, partial, conflict), writing nothing",
+		UsageText: "arpatch patches check --repo PATH --commit REV|A..B [--commit ...] [--series NAME...] [--strict] [--details | --summary | --json]",
+		Description: `check reads files straight from the repository's object store (a checkout or
 a bare mirror), so nothing is checked out or written. Each commit may be a
 hash (abbreviated as git takes one, from 4 hex digits: refused when it starts
 several commits), branch or tag, or a range A..B, both sides given: the
@@ -68,24 +86,29 @@ Examples:
    arpatch patches check --repo ~/mirrors/sglang.git --commit 84118acf50b3a4c74e85e9ff9033792552de1a76
    arpatch patches check --repo sglang --commit main --series pcie-2026-08 --json
    arpatch patches check --repo ~/mirrors/sglang.git --commit cce5873513fe..c32c4ef79cf5 --summary`,
-				Flags: []cli.Flag{
-					&cli.StringFlag{Name: "repo", Usage: "local repository `PATH` (checkout or bare mirror)", Required: true},
-					&cli.StringSliceFlag{Name: "commit", Usage: "commit `REV` to check; repeat for several", Required: true},
-					&cli.StringSliceFlag{Name: "series", Usage: "check only series `NAME`; repeat for several"},
-					&cli.BoolFlag{Name: "strict", Usage: "exit 1 unless every series fits every commit"},
-					&cli.BoolFlag{Name: "details", Usage: "after the table, each conflict's hunk and each moved file (the default when one commit is checked)"},
-					&cli.BoolFlag{Name: "summary", Usage: "one line per series instead of the table: its runs of consecutive commits with one verdict"},
-					patchesDirFlag(), jsonFlag(),
-				},
-				Before: noArgs,
-				Action: action(patchesCheckOpts, patchesCheckRun),
-			},
-			portCommand(),
-			{
-				Name:      "seal",
-				Usage:     "record the sha256 of every patch in a series directory's series.toml",
-				UsageText: "arpatch patches seal DIR...",
-				Description: `After editing a patch, seal writes its new sha256 into series.toml, so that
+		Flags: []cli.Flag{
+			&cli.StringFlag{Name: "repo", Destination: &f.Repo, Usage: "local repository `PATH` (checkout or bare mirror)", Required: true},
+			&cli.StringSliceFlag{Name: "commit", Destination: &f.Commits, Usage: "commit `REV` to check; repeat for several", Required: true},
+			&cli.StringSliceFlag{Name: "series", Destination: &f.Series, Usage: "check only series `NAME`; repeat for several"},
+			&cli.BoolFlag{Name: "strict", Destination: &f.Strict, Usage: "exit 1 unless every series fits every commit"},
+			&cli.BoolFlag{Name: "details", Destination: &f.Details, Usage: "after the table, each conflict's hunk and each moved file (the default when one commit is checked)"},
+			&cli.BoolFlag{Name: "summary", Destination: &f.Summary, Usage: "one line per series instead of the table: its runs of consecutive commits with one verdict"},
+			patchesDirFlag(&f.PatchesDir), jsonFlag(&f.JSON),
+		},
+		Before: noArgs,
+		Action: act(&f, patchesCheckOpts, runF),
+	}
+}
+
+// newCmdPatchesSeal is patches seal, running its directories with runF
+// (patchesSealRun).
+func newCmdPatchesSeal(runF func(context.Context, []string, streams) error) *cli.Command {
+	var f patchesSealFlags
+	return &cli.Command{
+		Name:      "seal",
+		Usage:     "record the sha256 of every patch in a series directory's series.toml",
+		UsageText: "arpatch patches seal DIR...",
+		Description: `After editing a patch, seal writes its new sha256 into series.toml, so that
 apply accepts it. Apply refuses any patch whose bytes differ from the
 recorded sha256. arpatch applies the series built into it: an edited copy
 of one (in a checkout of arpatch) runs with --patches-dir patches/sglang,
@@ -93,16 +116,12 @@ or once arpatch is rebuilt, and seal says so.
 
 Examples:
    arpatch patches seal patches/sglang/pcie-2026-04`,
-				Action: action(patchesSealOpts, patchesSealRun),
-			},
-		},
+		Action: act(&f, patchesSealOpts, runF),
 	}
 }
 
 // patchesListFlags are patches list's parsed flags.
-type patchesListFlags struct {
-	PatchesDir string `flag:"patches-dir"`
-}
+type patchesListFlags struct{ PatchesDir string }
 
 // patchesListOpts returns the catalog patches list prints.
 func patchesListOpts(f patchesListFlags) (*patches.Catalog, error) { return catalog(f.PatchesDir) }
@@ -121,14 +140,9 @@ func patchesListRun(_ context.Context, cat *patches.Catalog, s streams) error {
 
 // patchesCheckFlags are patches check's parsed flags.
 type patchesCheckFlags struct {
-	Repo       string   `flag:"repo"`
-	Commits    []string `flag:"commit"`
-	Series     []string `flag:"series"`
-	Strict     bool     `flag:"strict"`
-	Details    bool     `flag:"details"`
-	Summary    bool     `flag:"summary"`
-	PatchesDir string   `flag:"patches-dir"`
-	JSON       bool     `flag:"json"`
+	Repo, PatchesDir               string
+	Commits, Series                cli.StringSlice
+	Strict, Details, Summary, JSON bool
 }
 
 // patchesCheckOptions are every input of patchesCheckRun.
@@ -155,7 +169,7 @@ func patchesCheckOpts(f patchesCheckFlags) (patchesCheckOptions, error) {
 	if err != nil {
 		return patchesCheckOptions{}, err
 	}
-	for _, n := range f.Series {
+	for _, n := range f.Series.Value() {
 		if _, err := seriesFlag(cat, n); err != nil {
 			return patchesCheckOptions{}, err
 		}
@@ -166,7 +180,7 @@ func patchesCheckOpts(f patchesCheckFlags) (patchesCheckOptions, error) {
 	if f.Details && f.Summary {
 		return patchesCheckOptions{}, usagef("--summary prints one line per series and --details every hunk after the table: pass one")
 	}
-	return patchesCheckOptions{Repo: expandHome(f.Repo), RepoArg: f.Repo, Commits: f.Commits, Catalog: cat, Series: f.Series, Strict: f.Strict, JSON: f.JSON,
+	return patchesCheckOptions{Repo: expandHome(f.Repo), RepoArg: f.Repo, Commits: f.Commits.Value(), Catalog: cat, Series: f.Series.Value(), Strict: f.Strict, JSON: f.JSON,
 		Details: f.Details, Summary: f.Summary}, nil
 }
 
@@ -283,22 +297,20 @@ func printSummary(w io.Writer, rows []checkout.DriftRow) {
 }
 
 // patchesSealFlags are patches seal's arguments: series directories.
-type patchesSealFlags struct {
-	Dirs args
-}
+type patchesSealFlags struct{ cmdline }
 
 // patchesSealOpts returns the directories to seal: at least one, none
 // looking like a flag (seal has none).
 func patchesSealOpts(f patchesSealFlags) ([]string, error) {
-	if len(f.Dirs) == 0 {
+	if len(f.Args) == 0 {
 		return nil, usagef("seal needs at least one series directory, e.g. patches/sglang/pcie-2026-04")
 	}
-	for _, a := range f.Dirs {
+	for _, a := range f.Args {
 		if strings.HasPrefix(a, "-") {
 			return nil, usagef("seal takes directories only, got %q (seal has no flags)", a)
 		}
 	}
-	return f.Dirs, nil
+	return f.Args, nil
 }
 
 // patchesSealRun records each patch's sha256 in each directory's

@@ -53,7 +53,7 @@ Examples:
 			&cli.StringSliceFlag{Name: "move", Usage: "`OLD=NEW`: the series' file OLD went to NEW at the target, where history does not settle it (a file copied to several identical ones); repeat for several"},
 			&cli.BoolFlag{Name: "seal", Usage: "record the patches' sha256 in the draft (only when nothing conflicts)"},
 			&cli.StringFlag{Name: "json", Usage: "write the report as JSON to `FILE`"},
-			patchesDirFlag(),
+			patchesDirFlag(nil),
 		},
 		Before: noArgs,
 		Action: action(portOpts, portRun),

@@ -10,7 +10,9 @@ import (
 	"github.com/arpatch/arpatch/recipes"
 )
 
-func recipesCommand() *cli.Command {
+// newCmdRecipes is recipes, listing the recipes with runF
+// (recipesListRun); its show subcommand runs recipesShowRun.
+func newCmdRecipes(runF func(context.Context, struct{}, streams) error) *cli.Command {
 	return &cli.Command{
 		Name:      "recipes",
 		Usage:     "list the embedded recipes, or show one resolved",
@@ -20,21 +22,28 @@ func recipesCommand() *cli.Command {
    arpatch recipes show pcie
    arpatch recipes show --recipe-file my-recipe.toml`,
 		// noArgs lets the subcommand's name through.
-		Before: noArgs,
-		Action: action(noFlags, recipesListRun),
-		Subcommands: []*cli.Command{{
-			Name:      "show",
-			Usage:     "print one recipe with every default filled in",
-			UsageText: "arpatch recipes show NAME | arpatch recipes show --recipe-file PATH",
-			Description: `Prints the recipe as TOML with every default filled in, and where it came
+		Before:      noArgs,
+		Action:      act(&struct{}{}, noFlags, runF),
+		Subcommands: []*cli.Command{newCmdRecipesShow(recipesShowRun)},
+	}
+}
+
+// newCmdRecipesShow is recipes show, printing its recipe with runF
+// (recipesShowRun).
+func newCmdRecipesShow(runF func(context.Context, *recipes.Recipe, streams) error) *cli.Command {
+	var f recipesShowFlags
+	return &cli.Command{
+		Name:      "show",
+		Usage:     "print one recipe with every default filled in",
+		UsageText: "arpatch recipes show NAME | arpatch recipes show --recipe-file PATH",
+		Description: `Prints the recipe as TOML with every default filled in, and where it came
 from.
 
 Examples:
    arpatch recipes show pcie
    arpatch recipes show --recipe-file my-recipe.toml`,
-			Flags:  []cli.Flag{recipeFileFlag()},
-			Action: action(recipesShowOpts, recipesShowRun),
-		}},
+		Flags:  []cli.Flag{recipeFileFlag(&f.RecipeFile)},
+		Action: act(&f, recipesShowOpts, runF),
 	}
 }
 
@@ -52,18 +61,18 @@ func recipesListRun(_ context.Context, _ struct{}, s streams) error {
 
 // recipesShowFlags are recipes show's flags and arguments.
 type recipesShowFlags struct {
-	RecipeFile string `flag:"recipe-file"`
-	Names      args
+	RecipeFile string
+	cmdline    // the recipe's name
 }
 
 // recipesShowOpts returns the one recipe named by the argument or
 // --recipe-file.
 func recipesShowOpts(f recipesShowFlags) (*recipes.Recipe, error) {
 	switch {
-	case f.RecipeFile != "" && len(f.Names) == 0:
+	case f.RecipeFile != "" && len(f.Args) == 0:
 		return recipeFile("recipe-file", expandHome(f.RecipeFile))
-	case f.RecipeFile == "" && len(f.Names) == 1:
-		r, err := recipes.Embedded(f.Names[0])
+	case f.RecipeFile == "" && len(f.Args) == 1:
+		r, err := recipes.Embedded(f.Args[0])
 		if err != nil {
 			return nil, usagef("%w (or use arpatch recipes show --recipe-file PATH)", err)
 		}

@@ -10,7 +10,9 @@ import (
 	"github.com/arpatch/arpatch/checkout"
 )
 
-func revertCommand() *cli.Command {
+// newCmdRevert is revert, running its options with runF (revertRun).
+func newCmdRevert(runF func(context.Context, checkout.RevertOptions, streams) error) *cli.Command {
+	var f revertFlags
 	return &cli.Command{
 		Name:      "revert",
 		Usage:     "restore upstream's exact bytes for every file apply changed",
@@ -28,23 +30,21 @@ Examples:
    arpatch revert
    arpatch revert --force`,
 		Flags: []cli.Flag{
-			srcFlag(),
-			patchesDirFlag(),
-			&cli.BoolFlag{Name: "force", Usage: "discard edits made to patched files since apply"},
-			&cli.BoolFlag{Name: "dry-run", Usage: "report what would be restored, write nothing"},
+			srcFlag(&f.Src),
+			patchesDirFlag(&f.PatchesDir),
+			&cli.BoolFlag{Name: "force", Destination: &f.Force, Usage: "discard edits made to patched files since apply"},
+			&cli.BoolFlag{Name: "dry-run", Destination: &f.DryRun, Usage: "report what would be restored, write nothing"},
 		},
 		Before: noArgs,
-		Action: action(revertOpts, revertRun),
+		Action: act(&f, revertOpts, runF),
 	}
 }
 
 // revertFlags are revert's parsed flags.
 type revertFlags struct {
-	Src        string `flag:"src"`
-	PatchesDir string `flag:"patches-dir"`
-	Force      bool   `flag:"force"`
-	DryRun     bool   `flag:"dry-run"`
-	Given      given
+	Src, PatchesDir string
+	Force, DryRun   bool
+	cmdline
 }
 
 // revertOpts turns revert's flags into checkout.RevertOptions.

@@ -16,7 +16,9 @@ import (
 	"github.com/arpatch/arpatch/checkout"
 )
 
-func statusCommand() *cli.Command {
+// newCmdStatus is status, running its options with runF (statusRun).
+func newCmdStatus(runF func(context.Context, statusOptions, streams) error) *cli.Command {
+	var f statusFlags
 	return &cli.Command{
 		Name:      "status",
 		Usage:     "show the recipe, commit and patches applied to a checkout, and any drift",
@@ -33,18 +35,17 @@ exists or not.
 Examples:
    arpatch status
    arpatch status --json`,
-		Flags:  []cli.Flag{srcFlag(), patchesDirFlag(), jsonFlag()},
+		Flags:  []cli.Flag{srcFlag(&f.Src), patchesDirFlag(&f.PatchesDir), jsonFlag(&f.JSON)},
 		Before: noArgs,
-		Action: action(statusOpts, statusRun),
+		Action: act(&f, statusOpts, runF),
 	}
 }
 
 // statusFlags are status's parsed flags.
 type statusFlags struct {
-	Src        string `flag:"src"`
-	PatchesDir string `flag:"patches-dir"`
-	JSON       bool   `flag:"json"`
-	Given      given
+	Src, PatchesDir string
+	JSON            bool
+	cmdline
 }
 
 // statusOptions are every input of statusRun.

@@ -93,7 +93,7 @@ Examples:
    arpatch tune allreduce --src sglang --out tune.env
    arpatch tune allreduce --world-size 2 --ext arpatch_custom_ar.so --modes graph --out tune.env --json tune.json`,
 		Flags: append([]cli.Flag{
-			recipeFlag(), recipeFileFlag(),
+			recipeFlag(nil), recipeFileFlag(nil),
 			&cli.IntFlag{Name: "world-size", Usage: "ranks `N`", DefaultText: "the recipe's bench.tp"},
 			&cli.IntFlag{Name: "hidden", Usage: "the model's hidden size `H` (bf16 allreduces of tokens x H)", Value: allreduce.VerifyHidden},
 			&cli.IntFlag{Name: "draft-tokens", Usage: "tokens `N` of one EAGLE-3 verify pass", DefaultText: "the recipe's speculative_num_draft_tokens"},
@@ -311,10 +311,15 @@ func commandLine(argv []string) string {
 
 // tuneFlagList are --tune and --force-tune, for the commands that take a
 // tune file; tuneFlags binds them.
-func tuneFlagList(what string) []cli.Flag {
+func tuneFlagList(t *tuneFlags, what string) []cli.Flag {
+	var tune *string
+	var force *bool
+	if t != nil {
+		tune, force = &t.Tune, &t.ForceTune
+	}
 	return []cli.Flag{
-		&cli.StringFlag{Name: "tune", Usage: "thresholds `FILE` from arpatch tune allreduce, " + what},
-		&cli.BoolFlag{Name: "force-tune", Usage: "use --tune's file even when it was made on another host"},
+		&cli.StringFlag{Name: "tune", Destination: tune, Usage: "thresholds `FILE` from arpatch tune allreduce, " + what},
+		&cli.BoolFlag{Name: "force-tune", Destination: force, Usage: "use --tune's file even when it was made on another host"},
 	}
 }
 
