@@ -6,10 +6,13 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"io/fs"
+	"os"
 	"path"
 	"path/filepath"
 	"sort"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/arpatch/arpatch/internal/digest"
@@ -105,11 +108,13 @@ func Apply(ctx context.Context, opts ApplyOptions) (*ApplyReport, error) {
 	// repository of its own while the work tree is read here; both only
 	// read. A tree with changes is refused before any refusal of the
 	// series but its choice.
+	read := make(chan *workTree, 1) // what the work tree holds, for the gate rule's blob ids
 	series := alongside(opts.Src, func(own *gitsrc.Repo) (*preparedSeries, error) {
-		return prepareSeries(opts, own, root, head)
+		return prepareSeries(opts, own, root, head, read)
 	})
 	defer func() { _, _ = series() }() // nothing runs on after Apply returns
 	tree, err := readWorkTree(repo, head, root)
+	read <- tree // nil when it could not be read: then no file is trusted
 	if err != nil {
 		return nil, err
 	}
@@ -306,9 +311,11 @@ type preparedSeries struct {
 // applied in memory (patches.Apply; when one does not, a tree that holds
 // them all is committed, one that holds some a *DirtyError with
 // Committed), and the built-in gate rule on the result
-// (patches.CheckResult, with the index's paths). The error is the first
-// failed step's, ready to print; the steps before it are kept in p.
-func prepareSeries(opts ApplyOptions, repo *gitsrc.Repo, root safefs.Root, head string) (*preparedSeries, error) {
+// (patches.CheckResult, with the index's paths, and the index's blob ids
+// of the files read that the work tree, once read, shows clean). The
+// error is the first failed step's, ready to print; the steps before it
+// are kept in p.
+func prepareSeries(opts ApplyOptions, repo *gitsrc.Repo, root safefs.Root, head string, read <-chan *workTree) (*preparedSeries, error) {
 	p := &preparedSeries{}
 	r := opts.Recipe
 	check := opts.Catalog.CheckCommand(opts.Src, head)
@@ -340,7 +347,8 @@ func prepareSeries(opts ApplyOptions, repo *gitsrc.Repo, root safefs.Root, head 
 	if err != nil {
 		return p, err
 	}
-	if err := patches.CheckResult(listedRoot{root, listed}, res, choice.Patches); err != nil {
+	blobs := sync.OnceValue(func() map[string]string { return cleanBlobs(repo, <-read) })
+	if err := patches.CheckResult(listedRoot{root, listed, blobs}, res, choice.Patches); err != nil {
 		return p, fmt.Errorf("series %s: %w\nthe tree is unchanged", choice.Series.Name, err)
 	}
 	p.res = res
@@ -616,10 +624,61 @@ func movedHead(src, head string, st *State) error {
 
 // listedRoot is a checkout read through safefs that can list its tracked
 // files, so that the built-in rule finds the dispatch header wherever the
-// tree keeps it (patches.Lister).
+// tree keeps it (patches.Lister), and give the blob ids of its clean
+// files (patches.BlobTree).
 type listedRoot struct {
 	safefs.Root
-	tracked []string // sorted (gitsrc.Repo.TrackedPaths)
+	tracked []string                 // sorted (gitsrc.Repo.TrackedPaths)
+	blobs   func() map[string]string // cleanBlobs, asked once; nil: none
+}
+
+// ReadFile is safefs.Root's, with a directory absent (wrapping
+// fs.ErrNotExist, as patches.Tree has it): the gate rule's Python judge
+// asks for NAME.py and NAME/__init__.py where NAME may be a package.
+func (l listedRoot) ReadFile(p string) ([]byte, error) {
+	b, err := l.Root.ReadFile(p)
+	var pe *safefs.PathError
+	if errors.As(err, &pe) {
+		if fi, serr := os.Stat(filepath.Join(l.Dir, filepath.FromSlash(p))); serr == nil && fi.IsDir() {
+			return nil, fmt.Errorf("%s is a directory: %w", p, fs.ErrNotExist)
+		}
+	}
+	return b, err
+}
+
+// BlobID is the index's blob id of a clean tracked file (cleanBlobs), ""
+// for any other path: that one is read.
+func (l listedRoot) BlobID(p string) (string, error) {
+	if l.blobs == nil {
+		return "", nil
+	}
+	return l.blobs()[p], nil
+}
+
+// cleanBlobs is the index's blob ids (gitsrc.Repo.IndexBlobs) of the
+// files the work tree t does not show changed: their bytes are the
+// blob's. None when t is nil (not read), when the index cannot be read,
+// or when t holds a .gitattributes (a conversion git may have made).
+func cleanBlobs(repo *gitsrc.Repo, t *workTree) map[string]string {
+	if t == nil {
+		return nil
+	}
+	ids, err := repo.IndexBlobs()
+	if err != nil {
+		return nil
+	}
+	for _, c := range t.tracked {
+		delete(ids, c.Path)
+		if path.Base(c.Path) == ".gitattributes" {
+			return nil
+		}
+	}
+	for _, p := range t.untracked {
+		if path.Base(p) == ".gitattributes" {
+			return nil
+		}
+	}
+	return ids
 }
 
 // IsDir reports whether path is a directory of the tracked files: some

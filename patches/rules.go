@@ -117,6 +117,18 @@ func CheckResult(tree Tree, res *Result, ps []*Patch) error {
 		d, ok := tree.(DirTree)
 		return ok && d.IsDir(path)
 	}
+	in.BlobID = func(path string) (string, error) {
+		if f, ok := files[path]; ok {
+			if f.After == nil {
+				return "", fs.ErrNotExist
+			}
+			return "", nil // the patched bytes, read and hashed
+		}
+		if b, ok := tree.(BlobTree); ok {
+			return b.BlobID(path)
+		}
+		return "", nil
+	}
 	rep, err := gaterule.Judge(context.Background(), in)
 	if err != nil {
 		return err
@@ -129,6 +141,14 @@ func CheckResult(tree Tree, res *Result, ps []*Patch) error {
 // the gate rule's Python judge finds namespace packages as Python does.
 type DirTree interface {
 	IsDir(path string) bool
+}
+
+// BlobTree is a Tree that knows the git blob id of a file without reading
+// it (a commit's tree entry, a clean file's index entry): the gate rule's
+// cached Python answers are then found without reading the files they
+// depend on (gaterule.Input.BlobID, whose contract it has).
+type BlobTree interface {
+	BlobID(path string) (string, error)
 }
 
 // Lister is a Tree that can list its files of one name (slash paths

@@ -464,6 +464,25 @@ func (c *CommitTree) ReadFile(path string) ([]byte, error) {
 	return b, nil
 }
 
+// BlobID returns the blob id (hex) of the file at path, read from the
+// commit's trees without reading the blob: "" for a symlink or any other
+// entry ReadFile refuses (the caller reads it and gets ReadFile's error),
+// and an error wrapping fs.ErrNotExist where ReadFile gives one
+// (patches.BlobTree: the gate rule's cached answers are found by it).
+func (c *CommitTree) BlobID(path string) (string, error) {
+	e, err := c.entry(path)
+	if err != nil {
+		return "", err
+	}
+	switch e.Mode {
+	case filemode.Regular, filemode.Executable, filemode.Deprecated:
+		return e.Hash.String(), nil
+	case filemode.Dir, filemode.Submodule:
+		return "", fmt.Errorf("%s at %s: %w", path, githash.Hash(c.Commit).Short(), fs.ErrNotExist)
+	}
+	return "", nil
+}
+
 // IsDir reports whether path is a directory of the commit (the gate
 // rule's Python judge asks it, as Python asks the filesystem).
 func (c *CommitTree) IsDir(path string) bool {

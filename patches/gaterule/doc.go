@@ -60,8 +60,12 @@
 //
 // Compiled judges are kept under the user's cache directory by content
 // hash (the compiler, the flags, the judge's files and the tree's), and
-// Python judgements in memory with every file they read, so `patches
-// check --commit A..B` judges a commit again only where those differ.
+// Python answers there and in memory with every read they made (each
+// file's git blob id, each directory and each absent path the import
+// tried: verdicts.go), found by the blob ids the tree already holds
+// (Input.BlobID: a commit's tree entries, a clean checkout's index) with
+// no file read, so `patches check --commit A..B` and an apply on a
+// checkout judge again only where what the judge read differs.
 //
 // Where no clang++ is found, the C++ side is not checked and Report.Notes
 // says so; where no python3 is found, or the gate modules cannot be

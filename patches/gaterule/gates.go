@@ -52,7 +52,7 @@ func requirements(ctx context.Context, in Input, cxxNames []string, rep *Report)
 	if plan.Changed == nil {
 		plan.Changed = []string{}
 	}
-	py, err := judgePython(ctx, in.Read, in.IsDir, plan)
+	py, err := judgePython(ctx, in, plan)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()

@@ -4,6 +4,7 @@ import (
 	"bufio"
 	"bytes"
 	"context"
+	"crypto/sha1"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -141,35 +142,72 @@ var pyDir = sync.OnceValues(func() (string, error) {
 
 // treeFiles answers the Python judge's reads: a file, a directory or
 // nothing, tree-relative. It records every answer (the judgement's
-// inputs, for the cache).
+// inputs, for the cache) as ident gives it.
 type treeFiles struct {
-	read  Reader
-	isDir func(string) bool
-	seen  map[string]string // path: "F"+sha256, "D" or "N"
+	read   Reader
+	isDir  func(string) bool
+	blobID func(string) (string, error) // Input.BlobID; nil: every file is read
+	seen   map[string]string            // path: "F"+git blob id, "D" or "N"
+}
+
+// blobOf is git's blob id of b: the hex SHA-1 of "blob LEN\x00" and b, as
+// `git hash-object` gives it, so that a file read and a file whose id a
+// tree's objects or index hold (Input.BlobID) answer alike.
+func blobOf(b []byte) string {
+	h := sha1.New()
+	fmt.Fprintf(h, "blob %d\x00", len(b))
+	h.Write(b)
+	return hex.EncodeToString(h.Sum(nil))
 }
 
 func (t *treeFiles) answer(w io.Writer, p string) error {
 	b, err := t.read(p)
 	switch {
 	case err == nil:
-		sum := sha256.Sum256(b)
-		t.seen[p] = "F" + hex.EncodeToString(sum[:])
+		t.seen[p] = "F" + blobOf(b)
 		if _, err := fmt.Fprintf(w, "F %d\n", len(b)); err != nil {
 			return err
 		}
 		_, err = w.Write(b)
 		return err
 	case errors.Is(err, fs.ErrNotExist):
-		if t.isDir != nil && t.isDir(p) {
-			t.seen[p] = "D"
-			_, err = io.WriteString(w, "D\n")
-			return err
-		}
-		t.seen[p] = "N"
-		_, err = io.WriteString(w, "N\n")
+		t.seen[p] = t.absent(p)
+		_, err = io.WriteString(w, t.seen[p]+"\n")
 		return err
 	default:
 		return err
+	}
+}
+
+func (t *treeFiles) absent(p string) string {
+	if t.isDir != nil && t.isDir(p) {
+		return "D"
+	}
+	return "N"
+}
+
+// ident is what answer would record for p, read as cheaply as the tree
+// allows: the blob id the tree holds (Input.BlobID, no bytes read), else
+// the file read and hashed. Its error is the read's (a file that is
+// neither regular nor absent).
+func (t *treeFiles) ident(p string) (string, error) {
+	if t.blobID != nil {
+		id, err := t.blobID(p)
+		switch {
+		case err == nil && id != "":
+			return "F" + id, nil
+		case errors.Is(err, fs.ErrNotExist):
+			return t.absent(p), nil
+		}
+	}
+	b, err := t.read(p)
+	switch {
+	case err == nil:
+		return "F" + blobOf(b), nil
+	case errors.Is(err, fs.ErrNotExist):
+		return t.absent(p), nil
+	default:
+		return "", err
 	}
 }
 

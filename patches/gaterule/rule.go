@@ -62,6 +62,15 @@ type Input struct {
 	// tree cannot say, and then a directory without __init__.py is not a
 	// Python namespace package to the judge.
 	IsDir func(path string) bool
+	// BlobID returns, without reading it, the git blob id (hex SHA-1 of
+	// "blob LEN\x00" and the bytes, as `git hash-object` gives it) of the
+	// file Read would return at path, where the tree holds it (a commit's
+	// tree entry, a clean file's index entry); "" and no error where it
+	// does not (the file is then read and hashed); an error wrapping
+	// fs.ErrNotExist where Read would give one. The cached Python answers
+	// are found by these ids (verdicts.go), so an id must name the bytes
+	// Read returns. nil: every file is read.
+	BlobID func(path string) (string, error)
 	// Paths are where to look for the dispatch header besides
 	// DispatchPaths: the files the series changes and, when the tree can
 	// list them, every file of the tree named DispatchBase.
