@@ -19,15 +19,22 @@ import (
 	"github.com/arpatch/arpatch/recipes"
 )
 
-func abCommand() *cli.Command {
+func newCmdAB() *cli.Command {
 	return &cli.Command{
-		Name:  "ab",
-		Usage: "reproducible A/B builds of two recipes",
-		Subcommands: []*cli.Command{{
-			Name:      "build",
-			Usage:     "check out one commit twice, apply recipe A and recipe B, build both with one toolchain",
-			UsageText: "arpatch ab build --a NAME --b NAME [--a-file PATH] [--b-file PATH] [--dir DIR] [--repo URL|PATH] [--commit SHA] [build flags]",
-			Description: `ab build makes DIR/a and DIR/b, two checkouts of the same pinned commit,
+		Name:        "ab",
+		Usage:       "reproducible A/B builds of two recipes",
+		Subcommands: []*cli.Command{newCmdABBuild(abBuildRun)},
+	}
+}
+
+// newCmdABBuild is ab build, running its options with runF (abBuildRun).
+func newCmdABBuild(runF func(context.Context, abBuildOptions, streams) error) *cli.Command {
+	var f abBuildFlags
+	return &cli.Command{
+		Name:      "build",
+		Usage:     "check out one commit twice, apply recipe A and recipe B, build both with one toolchain",
+		UsageText: "arpatch ab build --a NAME --b NAME [--a-file PATH] [--b-file PATH] [--dir DIR] [--repo URL|PATH] [--commit SHA] [build flags]",
+		Description: `ab build makes DIR/a and DIR/b, two checkouts of the same pinned commit,
 applies recipe A to the first and recipe B to the second, and plans both
 builds. It refuses unless the two differ only in their patches: the same
 commit, archs, builder, dependencies, build environment and toolchain
@@ -44,38 +51,29 @@ difference. Units and patched files are named by their paths in the tree.
 Examples:
    arpatch ab build --a baseline --b pcie --repo ~/mirrors/sglang.git
    arpatch ab build --a baseline --b pcie --repo ~/mirrors/sglang.git --arch 120a --plan`,
-			Flags: append(buildToolFlags(),
-				&cli.StringFlag{Name: "a", Usage: "embedded recipe `NAME` for arm A", Value: "baseline"},
-				&cli.StringFlag{Name: "b", Usage: "embedded recipe `NAME` for arm B", Value: "pcie"},
-				&cli.StringFlag{Name: "a-file", Usage: "recipe `PATH` for arm A instead"},
-				&cli.StringFlag{Name: "b-file", Usage: "recipe `PATH` for arm B instead"},
-				&cli.StringFlag{Name: "dir", Usage: "`DIR` for the two checkouts and ab-manifest.json (default: ab/ in the state directory, $ARPATCH_STATE or ~/.local/state/arpatch)"},
-				&cli.StringFlag{Name: "repo", Usage: "clone from `URL|PATH` (e.g. a local mirror)"},
-				&cli.StringFlag{Name: "commit", Usage: "build this commit `SHA` in both arms instead of the recipes' pin"},
-				&cli.StringFlag{Name: "python-a", Usage: "Python `INTERPRETER` for arm A only"},
-				&cli.StringFlag{Name: "python-b", Usage: "Python `INTERPRETER` for arm B only"},
-				patchesDirFlag(nil),
-			),
-			Before: noArgs,
-			Action: action(abBuildOpts, abBuildRun),
-		}},
+		Flags: append(f.buildToolValues.flags(),
+			&cli.StringFlag{Name: "a", Destination: &f.A, Usage: "embedded recipe `NAME` for arm A", Value: "baseline"},
+			&cli.StringFlag{Name: "b", Destination: &f.B, Usage: "embedded recipe `NAME` for arm B", Value: "pcie"},
+			&cli.StringFlag{Name: "a-file", Destination: &f.AFile, Usage: "recipe `PATH` for arm A instead"},
+			&cli.StringFlag{Name: "b-file", Destination: &f.BFile, Usage: "recipe `PATH` for arm B instead"},
+			&cli.StringFlag{Name: "dir", Destination: &f.Dir, Usage: "`DIR` for the two checkouts and ab-manifest.json (default: ab/ in the state directory, $ARPATCH_STATE or ~/.local/state/arpatch)"},
+			&cli.StringFlag{Name: "repo", Destination: &f.Repo, Usage: "clone from `URL|PATH` (e.g. a local mirror)"},
+			&cli.StringFlag{Name: "commit", Destination: &f.Commit, Usage: "build this commit `SHA` in both arms instead of the recipes' pin"},
+			&cli.StringFlag{Name: "python-a", Destination: &f.PythonA, Usage: "Python `INTERPRETER` for arm A only"},
+			&cli.StringFlag{Name: "python-b", Destination: &f.PythonB, Usage: "Python `INTERPRETER` for arm B only"},
+			patchesDirFlag(&f.PatchesDir),
+		),
+		Before: noArgs,
+		Action: act(&f, abBuildOpts, runF),
 	}
 }
 
 // abBuildFlags are ab build's parsed flags.
 type abBuildFlags struct {
 	buildToolValues
-	A          string `flag:"a"`
-	B          string `flag:"b"`
-	AFile      string `flag:"a-file"`
-	BFile      string `flag:"b-file"`
-	Dir        string `flag:"dir"`
-	Repo       string `flag:"repo"`
-	Commit     string `flag:"commit"`
-	PythonA    string `flag:"python-a"`
-	PythonB    string `flag:"python-b"`
-	PatchesDir string `flag:"patches-dir"`
-	Given      given
+	A, B, AFile, BFile, Dir, Repo, Commit string
+	PythonA, PythonB, PatchesDir          string
+	cmdline
 }
 
 // abBuildOptions are every input of abBuildRun.
@@ -145,7 +143,7 @@ func abBuildOpts(f abBuildFlags) (abBuildOptions, error) {
 	}
 	// The flags an arm's arpatch build --verify-reproducible repeats.
 	var verify []string
-	for _, fl := range []struct{ name, v string }{{"arch", strings.Join(f.Arch, ",")}, {"jobs", fmt.Sprint(f.Jobs)}, {"tool", f.Tool}, {"deps-dir", f.DepsDir}, {"cache-dir", f.CacheDir}} {
+	for _, fl := range []struct{ name, v string }{{"arch", strings.Join(f.Arch.Value(), ",")}, {"jobs", fmt.Sprint(f.Jobs)}, {"tool", f.Tool}, {"deps-dir", f.DepsDir}, {"cache-dir", f.CacheDir}} {
 		if f.Given[fl.name] {
 			verify = append(verify, "--"+fl.name, fl.v)
 		}

@@ -87,6 +87,10 @@ func action[F, O any](opts func(F) (O, error), run func(context.Context, O, stre
 		if err := bindFlags(c, &f); err != nil {
 			return err
 		}
+		if p, ok := c.Context.Value(flagsOnly{}).(*any); ok {
+			*p = f
+			return errOptionsOnly
+		}
 		o, err := opts(f)
 		if err != nil {
 			return err
@@ -132,6 +136,10 @@ func act[F, O any](f *F, opts func(F) (O, error), runF func(context.Context, O, 
 		if l, ok := any(f).(interface{ fill(*cli.Context) }); ok {
 			l.fill(c)
 		}
+		if p, ok := c.Context.Value(flagsOnly{}).(*any); ok {
+			*p = *f
+			return errOptionsOnly
+		}
 		o, err := opts(*f)
 		if err != nil {
 			return err
@@ -142,6 +150,12 @@ func act[F, O any](f *F, opts func(F) (O, error), runF func(context.Context, O, 
 		return runF(c.Context, o, streamsOf(c))
 	}
 }
+
+// flagsOnly, as a context key whose value is a *any, makes a command
+// store its parsed flags struct there and return errOptionsOnly before
+// its options function: a test reads what the parser wrote
+// (adapter_test.go's parsed).
+type flagsOnly struct{}
 
 // optionsOnly, as a context key with any value, stops every command after
 // its options are made, before it runs: the CLI scripts' `usage` command

@@ -21,8 +21,9 @@ import (
 
 // parsed runs arpatch's parser over the command line argv (split as sh
 // does) as run does: interspersed, urfave/cli, the command's Before
-// (noArgs). Instead of running the command it returns its flags, bound
-// into F. A refusal of the parser is returned as urfave returns it.
+// (noArgs). Instead of running the command it returns its flags struct,
+// F (flagsOnly). A refusal of the parser is returned as urfave returns
+// it.
 func parsed[F any](t *testing.T, argv string) (F, error) {
 	t.Helper()
 	var f F
@@ -31,31 +32,23 @@ func parsed[F any](t *testing.T, argv string) (F, error) {
 		t.Fatalf("%s: %v", argv, err)
 	}
 	app := newApp(io.Discard, io.Discard)
-	var leaf *cli.Command
-	for cmds, i := app.Commands, 1; i < len(words); i++ {
-		c := findCommand(cmds, words[i])
-		if c == nil {
-			break
-		}
-		leaf, cmds = c, c.Subcommands
-	}
-	if leaf == nil {
-		t.Fatalf("%s names no command", argv)
-	}
-	bound := false
-	leaf.Action = func(c *cli.Context) error {
-		bound = true
-		return bindFlags(c, &f)
-	}
 	argv2, err := interspersed(app, words)
 	if err != nil {
 		return f, err
 	}
-	err = app.RunContext(context.Background(), argv2)
-	if err == nil && !bound {
-		t.Fatalf("%s: the command did not run", argv)
+	var got any
+	err = app.RunContext(context.WithValue(context.Background(), flagsOnly{}, &got), argv2)
+	if !errors.Is(err, errOptionsOnly) || got == nil {
+		if err == nil {
+			t.Fatalf("%s: the command did not run", argv)
+		}
+		return f, err
 	}
-	return f, err
+	f, ok := got.(F)
+	if !ok {
+		t.Fatalf("%s: the command's flags are %T, not %T", argv, got, f)
+	}
+	return f, nil
 }
 
 // optsOf parses argv and turns its flags into options with opts.
@@ -321,21 +314,16 @@ func TestInterspersed(t *testing.T) {
 // a positional argument, is refused by name with exit 2, through urfave's
 // real parsing; without the check it took the argument as its value.
 func TestTrailingFlagNeedsValue(t *testing.T) {
-	type showFlags struct {
-		DB   string `flag:"db"`
-		JSON bool   `flag:"json"`
-		Args args
-	}
 	for _, r := range []refusal{
 		{"arpatch history show 1 --db", exitUsage, []string{"--db needs a value", "arpatch history show --help"}},
 		{"arpatch history show --db", exitUsage, []string{"--db needs a value"}},
 	} {
-		_, err := parsed[showFlags](t, r.argv)
+		_, err := parsed[historyShowFlags](t, r.argv)
 		checkRefusal(t, r, err)
 	}
 	// Given its value, the same flag after the argument binds.
-	f, err := parsed[showFlags](t, "arpatch history show 1 --db h.db")
-	if err != nil || f.DB != "h.db" || !reflect.DeepEqual(f.Args, args{"1"}) {
+	f, err := parsed[historyShowFlags](t, "arpatch history show 1 --db h.db")
+	if err != nil || f.DB != "h.db" || !reflect.DeepEqual(f.Run, args{"1"}) {
 		t.Errorf("history show 1 --db h.db: %+v, %v; want db h.db, args [1]", f, err)
 	}
 }

@@ -9,6 +9,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -25,29 +26,32 @@ import (
 	"github.com/arpatch/arpatch/recipes"
 )
 
-// buildFlags are build's flags for one tree: the recipe, the checkout and
-// buildToolFlags.
-func buildFlags() []cli.Flag {
-	return append([]cli.Flag{recipeFlag(nil), recipeFileFlag(nil), srcFlag(nil)}, buildToolFlags()...)
+// flags are build's flags for one tree, writing into v: the recipe, the
+// checkout and the build settings (buildToolValues.flags).
+func (v *buildFlagValues) flags() []cli.Flag {
+	return slices.Concat(v.recipeFlags.flags(), []cli.Flag{srcFlag(&v.Src)}, v.buildToolValues.flags())
 }
 
-// buildToolFlags are the build settings `arpatch build` and `arpatch ab
-// build` share (ab build takes its recipes and trees from its own flags).
-func buildToolFlags() []cli.Flag {
+// flags are the build settings `arpatch build` and `arpatch ab build`
+// share (ab build takes its recipes and trees from its own flags),
+// writing into v.
+func (v *buildToolValues) flags() []cli.Flag {
 	return []cli.Flag{
-		&cli.StringSliceFlag{Name: "arch", Usage: "CUDA `ARCHS` to compile, without sm_ (default: the recipe's [build] archs), e.g. --arch 120a,90a"},
-		&cli.IntFlag{Name: "jobs", Usage: "parallel compile `N`: sets MAX_JOBS and CMAKE_BUILD_PARALLEL_LEVEL, and bounds SGL_KERNEL_COMPILE_THREADS; 0 = one per core", DefaultText: "the recipe's [build] jobs"},
-		&cli.StringFlag{Name: "tool", Usage: "wheel build frontend `auto|uv|pip` (default: the recipe's)"},
-		&cli.BoolFlag{Name: "offline", Usage: "refuse to download any FetchContent dependency"},
-		&cli.StringFlag{Name: "deps-dir", Usage: "the FetchContent dependencies, each as `DIR`/<name> (a clone at the pin or an unpacked archive) or DIR/<name>.tar.gz (the archive upstream's URL_HASH pins)"},
-		&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` of the serving environment (with torch)", Value: pyenv.Default},
-		&cli.StringFlag{Name: "cache-dir", Usage: "build cache `DIR` (default $ARPATCH_CACHE or ~/.cache/arpatch/builds)"},
-		&cli.BoolFlag{Name: "plan", Usage: "print the exact command, environment, archs and cache key; build nothing"},
-		&cli.DurationFlag{Name: "lock-timeout", Value: kernels.DefaultLockWait, Usage: "how long to wait for another build that is using the fixed build path (builds of one kind share it); 0 refuses at once"},
+		&cli.StringSliceFlag{Name: "arch", Destination: &v.Arch, Usage: "CUDA `ARCHS` to compile, without sm_ (default: the recipe's [build] archs), e.g. --arch 120a,90a"},
+		&cli.IntFlag{Name: "jobs", Destination: &v.Jobs, Usage: "parallel compile `N`: sets MAX_JOBS and CMAKE_BUILD_PARALLEL_LEVEL, and bounds SGL_KERNEL_COMPILE_THREADS; 0 = one per core", DefaultText: "the recipe's [build] jobs"},
+		&cli.StringFlag{Name: "tool", Destination: &v.Tool, Usage: "wheel build frontend `auto|uv|pip` (default: the recipe's)"},
+		&cli.BoolFlag{Name: "offline", Destination: &v.Offline, Usage: "refuse to download any FetchContent dependency"},
+		&cli.StringFlag{Name: "deps-dir", Destination: &v.DepsDir, Usage: "the FetchContent dependencies, each as `DIR`/<name> (a clone at the pin or an unpacked archive) or DIR/<name>.tar.gz (the archive upstream's URL_HASH pins)"},
+		&cli.StringFlag{Name: "python", Destination: &v.Python, Usage: "Python `INTERPRETER` of the serving environment (with torch)", Value: pyenv.Default},
+		&cli.StringFlag{Name: "cache-dir", Destination: &v.CacheDir, Usage: "build cache `DIR` (default $ARPATCH_CACHE or ~/.cache/arpatch/builds)"},
+		&cli.BoolFlag{Name: "plan", Destination: &v.Plan, Usage: "print the exact command, environment, archs and cache key; build nothing"},
+		&cli.DurationFlag{Name: "lock-timeout", Destination: &v.LockTimeout, Value: kernels.DefaultLockWait, Usage: "how long to wait for another build that is using the fixed build path (builds of one kind share it); 0 refuses at once"},
 	}
 }
 
-func buildCommand() *cli.Command {
+// newCmdBuild is build, running its options with runF (buildRun).
+func newCmdBuild(runF func(context.Context, buildOptions, streams) error) *cli.Command {
+	var f buildCmdFlags
 	return &cli.Command{
 		Name:  "build",
 		Usage: "build sgl-kernel from a patched tree for the recipe's archs, cached by content",
@@ -104,17 +108,17 @@ Examples:
    arpatch build --allreduce-ext --verify-reproducible --arch 90a
    arpatch build --offline --deps-dir ~/sgl-deps
    arpatch build --list`,
-		Flags: append(buildFlags(),
-			&cli.StringFlag{Name: "out", Usage: "also place the built wheel (or .so) in `DIR`"},
-			&cli.BoolFlag{Name: "check", Usage: "compile only the patched allreduce translation unit, once per arch"},
-			&cli.BoolFlag{Name: "allreduce-ext", Usage: "build the allreduce torch extension instead of the wheel"},
-			&cli.BoolFlag{Name: "verify-reproducible", Usage: "rebuild the cached entry from scratch (outputs into a new temp directory; the same fixed build path, emptied and copied in again) and compare every output's and object's sha256 with it, naming the files, ELF sections or lines that differ; exit 1 on any difference"},
-			&cli.BoolFlag{Name: "list", Usage: "list the cache entries"},
-			&cli.BoolFlag{Name: "gc", Usage: "remove cache entries beyond the newest --keep, damaged ones and stale temp dirs"},
-			&cli.IntFlag{Name: "keep", Usage: "entries --gc keeps", Value: 10},
+		Flags: append(f.buildFlagValues.flags(),
+			&cli.StringFlag{Name: "out", Destination: &f.Out, Usage: "also place the built wheel (or .so) in `DIR`"},
+			&cli.BoolFlag{Name: "check", Destination: &f.Check, Usage: "compile only the patched allreduce translation unit, once per arch"},
+			&cli.BoolFlag{Name: "allreduce-ext", Destination: &f.AllreduceExt, Usage: "build the allreduce torch extension instead of the wheel"},
+			&cli.BoolFlag{Name: "verify-reproducible", Destination: &f.VerifyReproducible, Usage: "rebuild the cached entry from scratch (outputs into a new temp directory; the same fixed build path, emptied and copied in again) and compare every output's and object's sha256 with it, naming the files, ELF sections or lines that differ; exit 1 on any difference"},
+			&cli.BoolFlag{Name: "list", Destination: &f.List, Usage: "list the cache entries"},
+			&cli.BoolFlag{Name: "gc", Destination: &f.GC, Usage: "remove cache entries beyond the newest --keep, damaged ones and stale temp dirs"},
+			&cli.IntFlag{Name: "keep", Destination: &f.Keep, Usage: "entries --gc keeps", Value: 10},
 		),
 		Before: noArgs,
-		Action: action(buildOpts, buildRun),
+		Action: act(&f, buildOpts, runF),
 	}
 }
 
@@ -122,35 +126,27 @@ Examples:
 // share.
 type buildFlagValues struct {
 	recipeFlags
-	Src string `flag:"src"`
+	Src string
 	buildToolValues
 }
 
-// buildToolValues are buildToolFlags' parsed values.
+// buildToolValues are the parsed build settings.
 type buildToolValues struct {
-	Arch     []string `flag:"arch"`
-	Jobs     int      `flag:"jobs"`
-	Tool     string   `flag:"tool"`
-	Offline  bool     `flag:"offline"`
-	DepsDir  string   `flag:"deps-dir"`
-	Python   string   `flag:"python"`
-	CacheDir string   `flag:"cache-dir"`
-	Plan     bool     `flag:"plan"`
+	Arch                            cli.StringSlice
+	Jobs                            int
+	Tool, DepsDir, Python, CacheDir string
+	Offline, Plan                   bool
 	// LockTimeout is how long to wait for the fixed build path.
-	LockTimeout time.Duration `flag:"lock-timeout"`
+	LockTimeout time.Duration
 }
 
 // buildCmdFlags are build's parsed flags.
 type buildCmdFlags struct {
 	buildFlagValues
-	Out                string `flag:"out"`
-	Check              bool   `flag:"check"`
-	AllreduceExt       bool   `flag:"allreduce-ext"`
-	VerifyReproducible bool   `flag:"verify-reproducible"`
-	List               bool   `flag:"list"`
-	GC                 bool   `flag:"gc"`
-	Keep               int    `flag:"keep"`
-	Given              given
+	Out                                               string
+	Check, AllreduceExt, VerifyReproducible, List, GC bool
+	Keep                                              int
+	cmdline
 }
 
 // buildOptions are every input of buildRun.
@@ -213,7 +209,7 @@ func optsFromRecipe(f buildFlagValues, out string, g given, r *recipes.Recipe) (
 	if g["tool"] && (f.Tool == "" || !recipes.ValidTool(recipes.Tool(f.Tool))) {
 		return kernels.BuildOptions{}, usagef("--tool %q: use %s", f.Tool, recipes.ToolsText)
 	}
-	ov := kernels.BuildOverrides{Archs: f.Arch, Offline: f.Offline, CacheDir: expandHome(f.CacheDir),
+	ov := kernels.BuildOverrides{Archs: f.Arch.Value(), Offline: f.Offline, CacheDir: expandHome(f.CacheDir),
 		Src: expandHome(f.Src), Out: expandHome(out), Python: f.Python, Launcher: launcher(), Version: arpatchVersion(), LockWait: &f.LockTimeout}
 	if g["jobs"] {
 		ov.Jobs = &f.Jobs
@@ -229,7 +225,7 @@ func optsFromRecipe(f buildFlagValues, out string, g given, r *recipes.Recipe) (
 	switch {
 	case errors.As(err, &se) && se.Setting == "archs":
 		from := "--arch"
-		if len(f.Arch) == 0 {
+		if len(f.Arch.Value()) == 0 {
 			from = "recipe " + r.Name + " [build] archs"
 		}
 		return o, usagef("%s: %w", from, se.Err)
@@ -521,29 +517,28 @@ func listCache(w io.Writer, cache kernels.Cache) error {
 	return nil
 }
 
-// gencodeFilterCommand is the compiler launcher the wheel build runs nvcc
+// newCmdGencodeFilter is the compiler launcher the wheel build runs nvcc
 // and the host compiler through (kernels.Launch); it is not for users.
-func gencodeFilterCommand() *cli.Command {
+func newCmdGencodeFilter(runF func(context.Context, []string, streams) error) *cli.Command {
+	var f gencodeFilterFlags
 	return &cli.Command{
 		Name:            "gencode-filter",
 		Hidden:          true,
 		SkipFlagParsing: true,
 		Usage:           "run a compiler command keeping only the -gencode options of $" + kernels.GencodeEnv,
-		Action:          action(gencodeFilterOpts, gencodeFilterRun),
+		Action:          act(&f, gencodeFilterOpts, runF),
 	}
 }
 
 // gencodeFilterFlags is the compiler command, unparsed.
-type gencodeFilterFlags struct {
-	Cmd args
-}
+type gencodeFilterFlags struct{ cmdline }
 
 // gencodeFilterOpts requires a compiler command.
 func gencodeFilterOpts(f gencodeFilterFlags) ([]string, error) {
-	if len(f.Cmd) == 0 {
+	if len(f.Args) == 0 {
 		return nil, usagef("gencode-filter needs a compiler command")
 	}
-	return f.Cmd, nil
+	return f.Args, nil
 }
 
 // gencodeFilterRun runs the compiler with the filtered -gencode options.

@@ -22,7 +22,9 @@ import (
 	"github.com/arpatch/arpatch/kernels"
 )
 
-func doctorCommand() *cli.Command {
+// newCmdDoctor is doctor, running its options with runF (doctorRun).
+func newCmdDoctor(runF func(context.Context, doctorOptions, streams) error) *cli.Command {
+	var f doctorFlags
 	return &cli.Command{
 		Name:      "doctor",
 		Usage:     "check the GPU host before a long run: topology, P2P, toolchain, installed kernels, hazards",
@@ -70,26 +72,26 @@ Examples:
    arpatch doctor --json > doctor.json
    ARPATCH_RECORDED_HOST=harness/doctor/testdata/pcie8 arpatch doctor`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` of the serving environment", Value: pyenv.Default},
-			&cli.StringFlag{Name: "server-cmd", Usage: "an SGLang server `COMMAND` line to check, as typed in a shell"},
-			&cli.StringFlag{Name: "src", Usage: "read --server-cmd with the options of the SGLang checkout `DIR` (its python/sglang/srt/server_args.py)"},
-			&cli.StringFlag{Name: "p2p", Usage: "the host's P2P measurement `FILE` (arpatch bench p2p --json FILE): its corrupt pairs, and its constants for the traffic model"},
-			&cli.StringFlag{Name: "nccl-log", Usage: "a `FILE` of NCCL_DEBUG=INFO output (arpatch bench allreduce --log FILE): why NCCL took SHM"},
-			jsonFlag(nil),
+			&cli.StringFlag{Name: "python", Destination: &f.Python, Usage: "Python `INTERPRETER` of the serving environment", Value: pyenv.Default},
+			&cli.StringFlag{Name: "server-cmd", Destination: &f.ServerCmd, Usage: "an SGLang server `COMMAND` line to check, as typed in a shell"},
+			&cli.StringFlag{Name: "src", Destination: &f.Src, Usage: "read --server-cmd with the options of the SGLang checkout `DIR` (its python/sglang/srt/server_args.py)"},
+			&cli.StringFlag{Name: "p2p", Destination: &f.P2P, Usage: "the host's P2P measurement `FILE` (arpatch bench p2p --json FILE): its corrupt pairs, and its constants for the traffic model"},
+			&cli.StringFlag{Name: "nccl-log", Destination: &f.NCCLLog, Usage: "a `FILE` of NCCL_DEBUG=INFO output (arpatch bench allreduce --log FILE): why NCCL took SHM"},
+			jsonFlag(&f.JSON),
 		},
 		Before: noArgs,
-		Action: action(doctorOpts, doctorRun),
+		Action: act(&f, doctorOpts, runF),
 	}
 }
 
 // doctorFlags are doctor's parsed flags.
 type doctorFlags struct {
-	Python    string `flag:"python"`
-	ServerCmd string `flag:"server-cmd"`
-	Src       string `flag:"src"`
-	P2P       string `flag:"p2p"`
-	NCCLLog   string `flag:"nccl-log"`
-	JSON      bool   `flag:"json"`
+	Python    string
+	ServerCmd string
+	Src       string
+	P2P       string
+	NCCLLog   string
+	JSON      bool
 }
 
 // doctorOptions are every input of doctorRun.

@@ -14,46 +14,47 @@ import (
 	"github.com/arpatch/arpatch/internal/goroutine"
 )
 
-// fakeSGLangCommand serves the SGLang streaming protocol with a set token
+// newCmdFakeSGLang serves the SGLang streaming protocol with a set token
 // rate: for demos, CI and trying arpatch without GPUs. It is hidden from
-// help.
-func fakeSGLangCommand() *cli.Command {
+// help. It runs its options with runF (fakeSGLangRun).
+func newCmdFakeSGLang(runF func(context.Context, fakeSGLangOptions, streams) error) *cli.Command {
+	var f fakeSGLangFlags
 	return &cli.Command{
 		Name:   "fake-sglang",
 		Hidden: true,
 		Usage:  "serve SGLang's /generate streaming protocol at a set token rate, for demos and tests",
 		Flags: []cli.Flag{
-			&cli.IntFlag{Name: "port", Usage: "`PORT` to listen on (127.0.0.1)", Required: true},
-			&cli.Float64Flag{Name: "rate", Usage: "decode rate in tokens/s", Value: 90},
-			&cli.DurationFlag{Name: "ttft", Usage: "time to first token", Value: 20e6},
-			&cli.IntFlag{Name: "tokens-per-chunk", Usage: "tokens per chunk (a verify step's accepted tokens)", Value: 3},
-			&cli.Float64Flag{Name: "accept", Usage: "accept length reported through spec_verify_ct", Value: 3},
-			&cli.StringFlag{Name: "variant", Usage: "perturb the output text (a wrong arm)"},
-			&cli.DurationFlag{Name: "start-delay", Usage: "answer /health_generate only after this"},
-			&cli.IntFlag{Name: "http500-every", Usage: "fail every Nth request with HTTP 500"},
-			&cli.IntFlag{Name: "abort-every", Usage: "abort every Nth request in the stream (finish_reason abort)"},
-			&cli.BoolFlag{Name: "empty", Usage: "answer every request with no output"},
-			&cli.BoolFlag{Name: "incremental-streaming-output", Usage: "stream text deltas, as SGLang's flag of that name"},
-			&cli.BoolFlag{Name: "log-requests", Usage: "write a line to stderr as each request arrives (a test waits on it)"},
+			&cli.IntFlag{Name: "port", Destination: &f.Port, Usage: "`PORT` to listen on (127.0.0.1)", Required: true},
+			&cli.Float64Flag{Name: "rate", Destination: &f.Rate, Usage: "decode rate in tokens/s", Value: 90},
+			&cli.DurationFlag{Name: "ttft", Destination: &f.TTFT, Usage: "time to first token", Value: 20e6},
+			&cli.IntFlag{Name: "tokens-per-chunk", Destination: &f.TokensPerChunk, Usage: "tokens per chunk (a verify step's accepted tokens)", Value: 3},
+			&cli.Float64Flag{Name: "accept", Destination: &f.Accept, Usage: "accept length reported through spec_verify_ct", Value: 3},
+			&cli.StringFlag{Name: "variant", Destination: &f.Variant, Usage: "perturb the output text (a wrong arm)"},
+			&cli.DurationFlag{Name: "start-delay", Destination: &f.StartDelay, Usage: "answer /health_generate only after this"},
+			&cli.IntFlag{Name: "http500-every", Destination: &f.HTTP500Every, Usage: "fail every Nth request with HTTP 500"},
+			&cli.IntFlag{Name: "abort-every", Destination: &f.AbortEvery, Usage: "abort every Nth request in the stream (finish_reason abort)"},
+			&cli.BoolFlag{Name: "empty", Destination: &f.Empty, Usage: "answer every request with no output"},
+			&cli.BoolFlag{Name: "incremental-streaming-output", Destination: &f.Incremental, Usage: "stream text deltas, as SGLang's flag of that name"},
+			&cli.BoolFlag{Name: "log-requests", Destination: &f.LogRequests, Usage: "write a line to stderr as each request arrives (a test waits on it)"},
 		},
-		Action: action(fakeSGLangOpts, fakeSGLangRun),
+		Action: act(&f, fakeSGLangOpts, runF),
 	}
 }
 
 // fakeSGLangFlags are fake-sglang's parsed flags.
 type fakeSGLangFlags struct {
-	Port           int           `flag:"port"`
-	Rate           float64       `flag:"rate"`
-	TTFT           time.Duration `flag:"ttft"`
-	TokensPerChunk int           `flag:"tokens-per-chunk"`
-	Accept         float64       `flag:"accept"`
-	Variant        string        `flag:"variant"`
-	StartDelay     time.Duration `flag:"start-delay"`
-	HTTP500Every   int           `flag:"http500-every"`
-	AbortEvery     int           `flag:"abort-every"`
-	Empty          bool          `flag:"empty"`
-	Incremental    bool          `flag:"incremental-streaming-output"`
-	LogRequests    bool          `flag:"log-requests"`
+	Port           int
+	Rate           float64
+	TTFT           time.Duration
+	TokensPerChunk int
+	Accept         float64
+	Variant        string
+	StartDelay     time.Duration
+	HTTP500Every   int
+	AbortEvery     int
+	Empty          bool
+	Incremental    bool
+	LogRequests    bool
 }
 
 // fakeSGLangOptions are the server's behaviour and the port it listens on

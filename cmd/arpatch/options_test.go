@@ -164,14 +164,14 @@ func TestPatchesOpts(t *testing.T) {
 
 func TestPortOpts(t *testing.T) {
 	t.Setenv("HOME", "/home/u")
-	o, err := optsOf(t, portOpts, "arpatch patches port --series pcie-2026-07 --to main")
+	o, err := cmdOptsOf(t, newCmdPort, "arpatch patches port --series pcie-2026-07 --to main")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.Series.Name != "pcie-2026-07" || o.To != "main" || o.From != "" || o.Repo != "sglang" || o.RepoArg != "sglang" || len(o.Moves) != 0 || o.Out != "" || o.JSON != "" || o.Seal {
 		t.Errorf("defaults: %+v", o)
 	}
-	o, err = optsOf(t, portOpts, "arpatch patches port --series pcie-2026-07 --to v2 --from v1 --repo ~/m.git --out ~/next --json ~/p.json --seal --move a/x.cuh=b/x.cuh --move c=d")
+	o, err = cmdOptsOf(t, newCmdPort, "arpatch patches port --series pcie-2026-07 --to v2 --from v1 --repo ~/m.git --out ~/next --json ~/p.json --seal --move a/x.cuh=b/x.cuh --move c=d")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -179,7 +179,7 @@ func TestPortOpts(t *testing.T) {
 		!reflect.DeepEqual(o.Moves, map[string]string{"a/x.cuh": "b/x.cuh", "c": "d"}) {
 		t.Errorf("flags: %+v", o)
 	}
-	refuses(t, portOpts, []refusal{
+	cmdRefuses(t, newCmdPort, []refusal{
 		{"arpatch patches port --to main", exitUsage, []string{"--series is required"}},
 		{"arpatch patches port --series pcie-2026-07", exitUsage, []string{"--to is required"}},
 		{"arpatch patches port --series nosuch --to main", exitUsage, []string{"--series", "nosuch"}},
@@ -190,7 +190,7 @@ func TestPortOpts(t *testing.T) {
 }
 
 func TestDoctorOpts(t *testing.T) {
-	o, err := optsOf(t, doctorOpts, "arpatch doctor")
+	o, err := cmdOptsOf(t, newCmdDoctor, "arpatch doctor")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -205,14 +205,14 @@ func TestDoctorOpts(t *testing.T) {
 	if err := testrepo.WriteFiles(tree, map[string]string{"python/sglang/srt/server_args.py": string(src)}); err != nil {
 		t.Fatal(err)
 	}
-	o, err = optsOf(t, doctorOpts, "arpatch doctor --json --python /venv/bin/python --src "+tree+" --server-cmd 'python -m sglang.launch_server --tp 2'")
+	o, err = cmdOptsOf(t, newCmdDoctor, "arpatch doctor --json --python /venv/bin/python --src "+tree+" --server-cmd 'python -m sglang.launch_server --tp 2'")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if !o.JSON || o.Inspect.Python != "/venv/bin/python" || o.Inspect.ServerCmd != "python -m sglang.launch_server --tp 2" || o.Inspect.ServerOptions == nil {
 		t.Errorf("flags: %+v", o)
 	}
-	refuses(t, doctorOpts, []refusal{
+	cmdRefuses(t, newCmdDoctor, []refusal{
 		{"arpatch doctor --src " + tree, exitUsage, []string{"--src reads a --server-cmd", "pass --server-cmd too, or drop --src"}},
 		{"arpatch doctor --src nowhere --server-cmd x", exitUsage, []string{"--src nowhere: open nowhere/python/sglang/srt/server_args.py", "pass the SGLang checkout the server runs from"}},
 		{"arpatch doctor --server-cmd ''", exitUsage, []string{"--server-cmd was given an empty value"}},
@@ -223,7 +223,7 @@ func TestBuildOpts(t *testing.T) {
 	home := fakeHome(t, "s/", "d/", "x.so")
 	t.Setenv("ARPATCH_CACHE", "/cache")
 	abs := func(p string) string { a, _ := filepath.Abs(p); return a }
-	o, err := optsOf(t, buildOpts, "arpatch build")
+	o, err := cmdOptsOf(t, newCmdBuild, "arpatch build")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -233,7 +233,7 @@ func TestBuildOpts(t *testing.T) {
 		o.Check || o.List || o.GC || o.Plan || o.Verify || o.Ext || o.Keep != 10 {
 		t.Errorf("defaults: %+v", o)
 	}
-	o, err = optsOf(t, buildOpts, "arpatch build --recipe baseline --src ~/s --arch 120a,90a --jobs 32 --tool uv --offline --deps-dir ~/d --out ~/o --cache-dir ~/c --python py3 --allreduce-ext --plan")
+	o, err = cmdOptsOf(t, newCmdBuild, "arpatch build --recipe baseline --src ~/s --arch 120a,90a --jobs 32 --tool uv --offline --deps-dir ~/d --out ~/o --cache-dir ~/c --python py3 --allreduce-ext --plan")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,16 +242,16 @@ func TestBuildOpts(t *testing.T) {
 		b.Python != "py3" || b.Out != home+"/o" || b.Cache.Dir != home+"/c" || !o.Plan || !o.Ext || o.Verify {
 		t.Errorf("flags: %+v", o)
 	}
-	o, err = optsOf(t, buildOpts, "arpatch build --gc --keep 0")
+	o, err = cmdOptsOf(t, newCmdBuild, "arpatch build --gc --keep 0")
 	if err != nil || !o.GC || o.Keep != 0 {
 		t.Errorf("--gc --keep 0: %+v, %v", o, err)
 	}
-	o, err = optsOf(t, buildOpts, "arpatch build --allreduce-ext --verify-reproducible --jobs 0")
+	o, err = cmdOptsOf(t, newCmdBuild, "arpatch build --allreduce-ext --verify-reproducible --jobs 0")
 	if err != nil || !o.Ext || !o.Verify || o.Build.Jobs != 0 {
 		t.Errorf("--allreduce-ext --verify-reproducible: %+v, %v", o, err)
 	}
 	exclusive := "--check, --allreduce-ext, --list, --gc, --plan and --verify-reproducible are exclusive"
-	refuses(t, buildOpts, []refusal{
+	cmdRefuses(t, newCmdBuild, []refusal{
 		{"arpatch build --deps-dir /nonexistent", exitUsage, []string{"--deps-dir /nonexistent: not a directory; create it (mkdir -p /nonexistent)"}},
 		{"arpatch build --check --list", exitUsage, []string{exclusive}},
 		{"arpatch build --plan --verify-reproducible", exitUsage, []string{exclusive, "except --plan or --verify-reproducible with --allreduce-ext"}},
@@ -272,14 +272,14 @@ func TestABBuildOpts(t *testing.T) {
 	t.Setenv("HOME", "/home/u")
 	t.Setenv("ARPATCH_CACHE", "/cache")
 	t.Setenv("ARPATCH_STATE", "/state")
-	o, err := optsOf(t, abBuildOpts, "arpatch ab build")
+	o, err := cmdOptsOf(t, newCmdABBuild, "arpatch ab build")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if o.AB.A.Name != "baseline" || o.AB.B.Name != "pcie" || o.AB.Dir != "/state/ab" || o.AB.Repo != "" || o.AB.PlanOnly || o.AB.Build.Cache.Dir != "/cache" || len(o.Verify) != 0 || o.Python != "" {
 		t.Errorf("defaults: %+v", o)
 	}
-	o, err = optsOf(t, abBuildOpts, "arpatch ab build --a pcie --b baseline --dir ~/ab --repo ~/m.git --commit c0ffee --arch 90a --jobs 8 --offline --cache-dir ~/c --python py --python-b pyb --plan")
+	o, err = cmdOptsOf(t, newCmdABBuild, "arpatch ab build --a pcie --b baseline --dir ~/ab --repo ~/m.git --commit c0ffee --arch 90a --jobs 8 --offline --cache-dir ~/c --python py --python-b pyb --plan")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -302,11 +302,11 @@ func TestABBuildOpts(t *testing.T) {
 	if err := os.WriteFile(pip, bytes.Replace(enc, []byte(`tool = "auto"`), []byte(`tool = "pip"`), 1), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o, err = optsOf(t, abBuildOpts, "arpatch ab build --a-file "+pip+" --tool uv")
+	o, err = cmdOptsOf(t, newCmdABBuild, "arpatch ab build --a-file "+pip+" --tool uv")
 	if err != nil || o.AB.A.Build.Tool != "pip" || o.AB.Build.Tool != "uv" {
 		t.Errorf("--a-file --tool uv: %+v, %v", o, err)
 	}
-	refuses(t, abBuildOpts, []refusal{
+	cmdRefuses(t, newCmdABBuild, []refusal{
 		{"arpatch ab build --a-file " + pip, exitUsage, []string{"[build] tool", `"pip"`, "pass --tool to build both arms alike"}},
 		// Not flags of ab build (its --help does not list them).
 		{"arpatch ab build --recipe pcie", exitUsage, []string{"unknown flag --recipe"}},
@@ -637,19 +637,19 @@ func TestRecipesOpts(t *testing.T) {
 }
 
 func TestFakeSGLangOpts(t *testing.T) {
-	o, err := optsOf(t, fakeSGLangOpts, "arpatch fake-sglang --port 8000 --rate 2000 --ttft 2ms --variant x --empty")
+	o, err := cmdOptsOf(t, newCmdFakeSGLang, "arpatch fake-sglang --port 8000 --rate 2000 --ttft 2ms --variant x --empty")
 	if err != nil || o.Port != 8000 || o.Server.TokPerSec != 2000 || o.Server.TTFT != 2*time.Millisecond || o.Server.TokensPerChunk != 3 || o.Server.AcceptLength != 3 || o.Server.Variant != "x" || !o.Server.Empty {
 		t.Errorf("%+v, %v", o, err)
 	}
-	refuses(t, fakeSGLangOpts, []refusal{
+	cmdRefuses(t, newCmdFakeSGLang, []refusal{
 		{"arpatch fake-sglang", exitUsage, []string{"--port is required"}},
 		{"arpatch fake-sglang --port 1 --rate -1", exitUsage, []string{"--rate"}},
 	})
-	argv, err := optsOf(t, gencodeFilterOpts, "arpatch gencode-filter nvcc -O3 -c x.cu")
+	argv, err := cmdOptsOf(t, newCmdGencodeFilter, "arpatch gencode-filter nvcc -O3 -c x.cu")
 	if err != nil || !reflect.DeepEqual(argv, []string{"nvcc", "-O3", "-c", "x.cu"}) {
 		t.Errorf("gencode-filter: %q, %v", argv, err)
 	}
-	refuses(t, gencodeFilterOpts, []refusal{{"arpatch gencode-filter", exitUsage, []string{"gencode-filter needs a compiler command"}}})
+	cmdRefuses(t, newCmdGencodeFilter, []refusal{{"arpatch gencode-filter", exitUsage, []string{"gencode-filter needs a compiler command"}}})
 }
 
 // TestTuneFileMissing: a --tune that names nothing is a usage error (exit

@@ -31,7 +31,7 @@ func newCmdPatches() *cli.Command {
 		Subcommands: []*cli.Command{
 			newCmdPatchesList(patchesListRun),
 			newCmdPatchesCheck(patchesCheckRun),
-			portCommand(),
+			newCmdPort(portRun),
 			newCmdPatchesSeal(patchesSealRun),
 		},
 	}

@@ -17,7 +17,9 @@ import (
 	"github.com/arpatch/arpatch/recipes"
 )
 
-func portCommand() *cli.Command {
+// newCmdPort is patches port, running its options with runF (portRun).
+func newCmdPort(runF func(context.Context, portOptions, streams) error) *cli.Command {
+	var f portFlags
 	return &cli.Command{
 		Name:      "port",
 		Usage:     "carry a series to a later upstream commit: follow renames, re-place hunks, merge three-way; write a draft series",
@@ -45,32 +47,32 @@ Examples:
    arpatch patches port --series pcie-2026-07 --to main --repo ~/mirrors/sglang.git
    arpatch patches port --series pcie-2026-07 --to main --repo ~/mirrors/sglang.git --out arpatch-port/pcie-next --json pcie-next.port.json`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "series", Usage: "series `NAME` to port, e.g. pcie-2026-07", Required: true},
-			&cli.StringFlag{Name: "to", Usage: "target commit `REV` (hash, branch or tag)", Required: true},
-			&cli.StringFlag{Name: "repo", Usage: "local repository `PATH` (checkout or bare mirror)", Value: "sglang"},
-			&cli.StringFlag{Name: "from", Usage: "base commit `REV` (default: the series' tested_on)"},
-			&cli.StringFlag{Name: "out", Usage: "write the draft series into `DIR` (new or empty; its name is the series name)"},
-			&cli.StringSliceFlag{Name: "move", Usage: "`OLD=NEW`: the series' file OLD went to NEW at the target, where history does not settle it (a file copied to several identical ones); repeat for several"},
-			&cli.BoolFlag{Name: "seal", Usage: "record the patches' sha256 in the draft (only when nothing conflicts)"},
-			&cli.StringFlag{Name: "json", Usage: "write the report as JSON to `FILE`"},
-			patchesDirFlag(nil),
+			&cli.StringFlag{Name: "series", Destination: &f.Series, Usage: "series `NAME` to port, e.g. pcie-2026-07", Required: true},
+			&cli.StringFlag{Name: "to", Destination: &f.To, Usage: "target commit `REV` (hash, branch or tag)", Required: true},
+			&cli.StringFlag{Name: "repo", Destination: &f.Repo, Usage: "local repository `PATH` (checkout or bare mirror)", Value: "sglang"},
+			&cli.StringFlag{Name: "from", Destination: &f.From, Usage: "base commit `REV` (default: the series' tested_on)"},
+			&cli.StringFlag{Name: "out", Destination: &f.Out, Usage: "write the draft series into `DIR` (new or empty; its name is the series name)"},
+			&cli.StringSliceFlag{Name: "move", Destination: &f.Moves, Usage: "`OLD=NEW`: the series' file OLD went to NEW at the target, where history does not settle it (a file copied to several identical ones); repeat for several"},
+			&cli.BoolFlag{Name: "seal", Destination: &f.Seal, Usage: "record the patches' sha256 in the draft (only when nothing conflicts)"},
+			&cli.StringFlag{Name: "json", Destination: &f.JSON, Usage: "write the report as JSON to `FILE`"},
+			patchesDirFlag(&f.PatchesDir),
 		},
 		Before: noArgs,
-		Action: action(portOpts, portRun),
+		Action: act(&f, portOpts, runF),
 	}
 }
 
 // portFlags are patches port's parsed flags.
 type portFlags struct {
-	Series     string   `flag:"series"`
-	To         string   `flag:"to"`
-	Repo       string   `flag:"repo"`
-	From       string   `flag:"from"`
-	Out        string   `flag:"out"`
-	Moves      []string `flag:"move"`
-	Seal       bool     `flag:"seal"`
-	JSON       string   `flag:"json"`
-	PatchesDir string   `flag:"patches-dir"`
+	Series     string
+	To         string
+	Repo       string
+	From       string
+	Out        string
+	Moves      cli.StringSlice
+	Seal       bool
+	JSON       string
+	PatchesDir string
 }
 
 // portOptions are every input of portRun.
@@ -102,7 +104,7 @@ func portOpts(f portFlags) (portOptions, error) {
 		return portOptions{}, err
 	}
 	moves := map[string]string{}
-	for _, m := range f.Moves {
+	for _, m := range f.Moves.Value() {
 		old, np, ok := strings.Cut(m, "=")
 		if !ok || old == "" || np == "" {
 			return portOptions{}, usagef("--move %q: want OLD=NEW, two paths in the tree, e.g. --move sgl-kernel/csrc/x.cuh=python/sglang/kernels/aot/csrc/x.cuh", m)
