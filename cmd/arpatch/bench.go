@@ -53,7 +53,9 @@ func recipeDefault(v int) string {
 	return fmt.Sprintf("the recipe's [bench] value, else %d", v)
 }
 
-func benchCommand() *cli.Command {
+// newCmdBench is bench, running its options with runF (benchRun).
+func newCmdBench(runF func(context.Context, benchOptions, streams) error) *cli.Command {
+	var f benchFlags
 	return &cli.Command{
 		Name:  "bench",
 		Usage: "EAGLE-3 serving benchmark: tok/s, accept length and latency of each arm against the baseline",
@@ -144,94 +146,93 @@ Examples (each runs in seconds against arpatch's built-in fake server):
    arpatch bench --trials 2 --num-prompts 4 --max-new-tokens 32 --warmup 1 --launch-cmd '{arpatch} fake-sglang --port {port} --rate 2000 --ttft 2ms' --markdown bench.md
    arpatch bench --trials 2 --num-prompts 4 --max-new-tokens 32 --concurrency 1,4 --launch-cmd '{arpatch} fake-sglang --port {port} --rate 2000 --ttft 2ms' --arm 'algo1:env.SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage,env.SGLANG_FORCE_CUSTOM_AR_PCIE=1' --json bench.json --plot bench.svg
    arpatch bench --trials 2 --num-prompts 8 --max-new-tokens 16 --warmup 0 --request-rate 40 --metric-percentiles 50,90,99 --launch-cmd '{arpatch} fake-sglang --port {port} --rate 2000 --ttft 2ms' --json open.json`),
-		Flags: append([]cli.Flag{
-			recipeFlag(nil), recipeFileFlag(nil),
-			&cli.StringFlag{Name: "model", Usage: "target model `PATH` (default: the recipe's [bench] model)"},
-			&cli.StringFlag{Name: "draft-model", Usage: "EAGLE-3 draft model `PATH`"},
-			&cli.IntFlag{Name: "tp", Usage: "tensor parallel size `N`", DefaultText: recipeDefault(recipes.DefaultTP)},
-			&cli.StringFlag{Name: "speculative-algorithm", Usage: "`ALGO` (EAGLE3; none disables speculation)"},
-			&cli.IntFlag{Name: "speculative-num-steps", Usage: "draft steps `N`", DefaultText: recipeDefault(recipes.DefaultSpecSteps)},
-			&cli.IntFlag{Name: "speculative-eagle-topk", Usage: "top-k `N`", DefaultText: recipeDefault(recipes.DefaultSpecTopK)},
-			&cli.IntFlag{Name: "speculative-num-draft-tokens", Usage: "draft tokens `N`", DefaultText: recipeDefault(recipes.DefaultSpecDraftTokens)},
-			&cli.GenericFlag{Name: "arm", Value: &armFlag{}, Usage: "add or change an arm: `NAME:key=val,...` (keys: python, url, launch-cmd, args, env.VAR; repeat for several)"},
-			&cli.StringFlag{Name: "baseline", Usage: "baseline arm `NAME`"},
-			&cli.StringFlag{Name: "prompts", Usage: "prompt `FILE`: JSONL ({\"prompt\": ...}) or ShareGPT JSON", DefaultText: fmt.Sprintf("%d built-in prompts", len(workload.Builtin()))},
-			&cli.IntFlag{Name: "num-prompts", Usage: "prompts `N` per trial (cycling the set)", DefaultText: recipeDefault(recipes.DefaultNumPrompts)},
-			&cli.IntFlag{Name: "max-new-tokens", Usage: "tokens `N` per request", DefaultText: recipeDefault(recipes.DefaultMaxNewTokens)},
-			&cli.StringFlag{Name: "concurrency", Aliases: []string{"max-concurrency"}, Usage: "requests in flight, one level or several in increasing order: `N[,N...]` (1: single-stream tok/s; 1,4,16: a sweep on one server start per arm and trial); with --request-rate, the most in flight, uncapped without this flag", DefaultText: recipeDefault(recipes.DefaultConcurrency)},
-			&cli.Float64Flag{Name: "request-rate", Value: math.Inf(1), DefaultText: "inf", Usage: "open-loop load: send each level's requests at `R` per second on average (arrival gaps from a gamma distribution of shape --burstiness: 1 is a Poisson process), as vllm bench serve does; inf sends them all at once"},
-			&cli.Float64Flag{Name: "burstiness", Value: 1, Usage: "with --request-rate: the arrival gaps' gamma shape `B` (below 1 burstier, above 1 more even, inf evenly spaced)"},
-			&cli.IntFlag{Name: "seed", Usage: "with --request-rate: the arrivals' random `SEED` (every trial and arm gets the same arrivals)"},
-			&cli.StringFlag{Name: "percentile-metrics", Value: strings.Join(stats.DefaultSelection.Metrics, ","), Usage: "serving latency metrics to report mean, median, std and percentiles of: `M[,M...]` of ttft, tpot, itl, e2el (as vllm bench serve)"},
-			&cli.StringFlag{Name: "metric-percentiles", Value: "99", Usage: "percentiles of the serving latency metrics: `P[,P...]`, each 0 to 100 (e.g. 50,90,99.9)"},
-			&cli.BoolFlag{Name: "ignore-eos", Usage: "generate max-new-tokens even past EOS"},
-			&cli.IntFlag{Name: "warmup", Usage: "untimed requests `N` after each server start (or attach), before the first timed level", Value: recipes.DefaultWarmup, DefaultText: recipeDefault(recipes.DefaultWarmup)},
-			&cli.IntFlag{Name: "trials", Usage: "trials `N` per arm", DefaultText: recipeDefault(recipes.DefaultTrials)},
-			&cli.BoolFlag{Name: "no-interleave", Usage: "run all trials of an arm on one server start"},
-			&cli.StringFlag{Name: "launch-cmd", Usage: "launch every arm with this sh `TEMPLATE` ({port}, {host}, {model}, {draft}, {tp}, {arm}, {arpatch})"},
-			&cli.StringFlag{Name: "url", Usage: "attach every arm without its own url to the server at `URL`"},
-			&cli.DurationFlag{Name: "ready-timeout", Usage: "wait `DURATION` for /health_generate", Value: server.DefaultReadyTimeout},
-			&cli.DurationFlag{Name: "request-timeout", Usage: "give up on a request after `DURATION`", Value: bench.DefaultRequestTimeout},
-			&cli.StringFlag{Name: "log-dir", Usage: "server logs `DIR` (default: bench-logs/ in the state directory, $ARPATCH_STATE or ~/.local/state/arpatch)"},
-			&cli.Float64Flag{Name: "agree-threshold", Usage: "share `F` of prompts that must match the baseline over the first tokens", Value: bench.DefaultAgreeThreshold},
-			&cli.IntFlag{Name: "agree-tokens", Usage: "tokens `N` compared by the output check", Value: sglang.DefaultAgreeTokens},
-			&cli.BoolFlag{Name: "preflight", Usage: "run the allreduce micro-benchmark first and stop if the patch is slower than NCCL"},
-			&cli.StringFlag{Name: "ext", Usage: "with --preflight: the allreduce extension `PATH`"},
-			&cli.BoolFlag{Name: "force", Usage: "run even when the preflight finds the patched allreduce slower than NCCL (never when it is WRONG, hangs or fails)"},
-			&cli.StringFlag{Name: "python", Usage: "default Python `INTERPRETER` of the arms", Value: pyenv.Default},
-			&cli.StringFlag{Name: "json", Usage: "write every sample and the environment to `FILE`"},
-			&cli.StringFlag{Name: "markdown", Usage: "write a markdown table to `FILE`"},
-			&cli.StringFlag{Name: "benchfmt", Usage: "write Go benchmark lines (for benchstat) to `FILE`"},
-			&cli.StringFlag{Name: "plot", Usage: "write tok/s against concurrency per arm to `FILE` (.svg or .png)"},
-		}, tuneFlagList(nil, "for the arms that open the PCIe gate and the preflight")...),
+		Flags: slices.Concat(f.recipeFlags.flags(), []cli.Flag{
+			&cli.StringFlag{Name: "model", Destination: &f.Model, Usage: "target model `PATH` (default: the recipe's [bench] model)"},
+			&cli.StringFlag{Name: "draft-model", Destination: &f.DraftModel, Usage: "EAGLE-3 draft model `PATH`"},
+			&cli.IntFlag{Name: "tp", Destination: &f.TP, Usage: "tensor parallel size `N`", DefaultText: recipeDefault(recipes.DefaultTP)},
+			&cli.StringFlag{Name: "speculative-algorithm", Destination: &f.SpecAlgorithm, Usage: "`ALGO` (EAGLE3; none disables speculation)"},
+			&cli.IntFlag{Name: "speculative-num-steps", Destination: &f.SpecSteps, Usage: "draft steps `N`", DefaultText: recipeDefault(recipes.DefaultSpecSteps)},
+			&cli.IntFlag{Name: "speculative-eagle-topk", Destination: &f.SpecTopK, Usage: "top-k `N`", DefaultText: recipeDefault(recipes.DefaultSpecTopK)},
+			&cli.IntFlag{Name: "speculative-num-draft-tokens", Destination: &f.SpecDraftTokens, Usage: "draft tokens `N`", DefaultText: recipeDefault(recipes.DefaultSpecDraftTokens)},
+			&cli.GenericFlag{Name: "arm", Value: &f.Arms, Usage: "add or change an arm: `NAME:key=val,...` (keys: python, url, launch-cmd, args, env.VAR; repeat for several)"},
+			&cli.StringFlag{Name: "baseline", Destination: &f.Baseline, Usage: "baseline arm `NAME`"},
+			&cli.StringFlag{Name: "prompts", Destination: &f.Prompts, Usage: "prompt `FILE`: JSONL ({\"prompt\": ...}) or ShareGPT JSON", DefaultText: fmt.Sprintf("%d built-in prompts", len(workload.Builtin()))},
+			&cli.IntFlag{Name: "num-prompts", Destination: &f.NumPrompts, Usage: "prompts `N` per trial (cycling the set)", DefaultText: recipeDefault(recipes.DefaultNumPrompts)},
+			&cli.IntFlag{Name: "max-new-tokens", Destination: &f.MaxNewTokens, Usage: "tokens `N` per request", DefaultText: recipeDefault(recipes.DefaultMaxNewTokens)},
+			&cli.StringFlag{Name: "concurrency", Destination: &f.Concurrency, Aliases: []string{"max-concurrency"}, Usage: "requests in flight, one level or several in increasing order: `N[,N...]` (1: single-stream tok/s; 1,4,16: a sweep on one server start per arm and trial); with --request-rate, the most in flight, uncapped without this flag", DefaultText: recipeDefault(recipes.DefaultConcurrency)},
+			&cli.Float64Flag{Name: "request-rate", Destination: &f.RequestRate, Value: math.Inf(1), DefaultText: "inf", Usage: "open-loop load: send each level's requests at `R` per second on average (arrival gaps from a gamma distribution of shape --burstiness: 1 is a Poisson process), as vllm bench serve does; inf sends them all at once"},
+			&cli.Float64Flag{Name: "burstiness", Destination: &f.Burstiness, Value: 1, Usage: "with --request-rate: the arrival gaps' gamma shape `B` (below 1 burstier, above 1 more even, inf evenly spaced)"},
+			&cli.IntFlag{Name: "seed", Destination: &f.Seed, Usage: "with --request-rate: the arrivals' random `SEED` (every trial and arm gets the same arrivals)"},
+			&cli.StringFlag{Name: "percentile-metrics", Destination: &f.PercentileMets, Value: strings.Join(stats.DefaultSelection.Metrics, ","), Usage: "serving latency metrics to report mean, median, std and percentiles of: `M[,M...]` of ttft, tpot, itl, e2el (as vllm bench serve)"},
+			&cli.StringFlag{Name: "metric-percentiles", Destination: &f.MetricPcts, Value: "99", Usage: "percentiles of the serving latency metrics: `P[,P...]`, each 0 to 100 (e.g. 50,90,99.9)"},
+			&cli.BoolFlag{Name: "ignore-eos", Destination: &f.IgnoreEOS, Usage: "generate max-new-tokens even past EOS"},
+			&cli.IntFlag{Name: "warmup", Destination: &f.Warmup, Usage: "untimed requests `N` after each server start (or attach), before the first timed level", Value: recipes.DefaultWarmup, DefaultText: recipeDefault(recipes.DefaultWarmup)},
+			&cli.IntFlag{Name: "trials", Destination: &f.Trials, Usage: "trials `N` per arm", DefaultText: recipeDefault(recipes.DefaultTrials)},
+			&cli.BoolFlag{Name: "no-interleave", Destination: &f.NoInterleave, Usage: "run all trials of an arm on one server start"},
+			&cli.StringFlag{Name: "launch-cmd", Destination: &f.LaunchCmd, Usage: "launch every arm with this sh `TEMPLATE` ({port}, {host}, {model}, {draft}, {tp}, {arm}, {arpatch})"},
+			&cli.StringFlag{Name: "url", Destination: &f.URL, Usage: "attach every arm without its own url to the server at `URL`"},
+			&cli.DurationFlag{Name: "ready-timeout", Destination: &f.ReadyTimeout, Usage: "wait `DURATION` for /health_generate", Value: server.DefaultReadyTimeout},
+			&cli.DurationFlag{Name: "request-timeout", Destination: &f.RequestTimeout, Usage: "give up on a request after `DURATION`", Value: bench.DefaultRequestTimeout},
+			&cli.StringFlag{Name: "log-dir", Destination: &f.LogDir, Usage: "server logs `DIR` (default: bench-logs/ in the state directory, $ARPATCH_STATE or ~/.local/state/arpatch)"},
+			&cli.Float64Flag{Name: "agree-threshold", Destination: &f.AgreeThreshold, Usage: "share `F` of prompts that must match the baseline over the first tokens", Value: bench.DefaultAgreeThreshold},
+			&cli.IntFlag{Name: "agree-tokens", Destination: &f.AgreeTokens, Usage: "tokens `N` compared by the output check", Value: sglang.DefaultAgreeTokens},
+			&cli.BoolFlag{Name: "preflight", Destination: &f.Preflight, Usage: "run the allreduce micro-benchmark first and stop if the patch is slower than NCCL"},
+			&cli.StringFlag{Name: "ext", Destination: &f.Ext, Usage: "with --preflight: the allreduce extension `PATH`"},
+			&cli.BoolFlag{Name: "force", Destination: &f.Force, Usage: "run even when the preflight finds the patched allreduce slower than NCCL (never when it is WRONG, hangs or fails)"},
+			&cli.StringFlag{Name: "python", Destination: &f.Python, Usage: "default Python `INTERPRETER` of the arms", Value: pyenv.Default},
+			&cli.StringFlag{Name: "json", Destination: &f.JSON, Usage: "write every sample and the environment to `FILE`"},
+			&cli.StringFlag{Name: "markdown", Destination: &f.Markdown, Usage: "write a markdown table to `FILE`"},
+			&cli.StringFlag{Name: "benchfmt", Destination: &f.Benchfmt, Usage: "write Go benchmark lines (for benchstat) to `FILE`"},
+			&cli.StringFlag{Name: "plot", Destination: &f.Plot, Usage: "write tok/s against concurrency per arm to `FILE` (.svg or .png)"},
+		}, tuneFlagList(&f.tuneFlags, "for the arms that open the PCIe gate and the preflight")),
 		Before:      noArgs,
-		Action:      action(benchOpts, benchRun),
-		Subcommands: []*cli.Command{benchAllreduceCommand(), benchP2PCommand()},
+		Action:      act(&f, benchOpts, runF),
+		Subcommands: []*cli.Command{newCmdBenchAllreduce(benchAllreduceRun), newCmdBenchP2P(benchP2PRun)},
 	}
 }
 
 // benchFlags are bench's parsed flags.
 type benchFlags struct {
 	recipeFlags
-	Model           string        `flag:"model"`
-	DraftModel      string        `flag:"draft-model"`
-	TP              int           `flag:"tp"`
-	SpecAlgorithm   string        `flag:"speculative-algorithm"`
-	SpecSteps       int           `flag:"speculative-num-steps"`
-	SpecTopK        int           `flag:"speculative-eagle-topk"`
-	SpecDraftTokens int           `flag:"speculative-num-draft-tokens"`
-	Arms            armFlag       `flag:"arm"`
-	Baseline        string        `flag:"baseline"`
-	Prompts         string        `flag:"prompts"`
-	NumPrompts      int           `flag:"num-prompts"`
-	MaxNewTokens    int           `flag:"max-new-tokens"`
-	Concurrency     string        `flag:"concurrency"`
-	RequestRate     float64       `flag:"request-rate"`
-	Burstiness      float64       `flag:"burstiness"`
-	Seed            int           `flag:"seed"`
-	PercentileMets  string        `flag:"percentile-metrics"`
-	MetricPcts      string        `flag:"metric-percentiles"`
-	IgnoreEOS       bool          `flag:"ignore-eos"`
-	Warmup          int           `flag:"warmup"`
-	Trials          int           `flag:"trials"`
-	NoInterleave    bool          `flag:"no-interleave"`
-	LaunchCmd       string        `flag:"launch-cmd"`
-	URL             string        `flag:"url"`
-	ReadyTimeout    time.Duration `flag:"ready-timeout"`
-	RequestTimeout  time.Duration `flag:"request-timeout"`
-	LogDir          string        `flag:"log-dir"`
-	AgreeThreshold  float64       `flag:"agree-threshold"`
-	AgreeTokens     int           `flag:"agree-tokens"`
-	Preflight       bool          `flag:"preflight"`
-	Ext             string        `flag:"ext"`
-	Force           bool          `flag:"force"`
-	Python          string        `flag:"python"`
-	JSON            string        `flag:"json"`
-	Markdown        string        `flag:"markdown"`
-	Benchfmt        string        `flag:"benchfmt"`
-	Plot            string        `flag:"plot"`
+	Model           string
+	DraftModel      string
+	TP              int
+	SpecAlgorithm   string
+	SpecSteps       int
+	SpecTopK        int
+	SpecDraftTokens int
+	Arms            armFlag
+	Baseline        string
+	Prompts         string
+	NumPrompts      int
+	MaxNewTokens    int
+	Concurrency     string
+	RequestRate     float64
+	Burstiness      float64
+	Seed            int
+	PercentileMets  string
+	MetricPcts      string
+	IgnoreEOS       bool
+	Warmup          int
+	Trials          int
+	NoInterleave    bool
+	LaunchCmd       string
+	URL             string
+	ReadyTimeout    time.Duration
+	RequestTimeout  time.Duration
+	LogDir          string
+	AgreeThreshold  float64
+	AgreeTokens     int
+	Preflight       bool
+	Ext             string
+	Force           bool
+	Python          string
+	JSON            string
+	Markdown        string
+	Benchfmt        string
+	Plot            string
 	tuneFlags
-	Given given
+	cmdline
 }
 
 // benchOptions are every input of benchRun.

@@ -26,7 +26,9 @@ import (
 	"github.com/arpatch/arpatch/kernels"
 )
 
-func benchAllreduceCommand() *cli.Command {
+// newCmdBenchAllreduce is bench allreduce, running its options with runF (benchAllreduceRun).
+func newCmdBenchAllreduce(runF func(context.Context, benchAllreduceOptions, streams) error) *cli.Command {
+	var f benchAllreduceFlags
 	return &cli.Command{
 		Name:  "allreduce",
 		Usage: "measure NCCL against the patched custom allreduce, checking every sum",
@@ -90,36 +92,36 @@ Examples:
    arpatch bench allreduce --world-size 4 --impl custom-auto --branches pcie --modes eager --src sglang --arch 90a
    arpatch bench allreduce --world-size 8 --impl custom-push1,custom-push2,custom-island,custom-auto --branches pcie --sizes 4K,40K,1M,cap --dtype bf16,fp16,fp32 --islands all --src sglang --arch 90a`, allreduce.VerifyShape, allreduce.VerifyCount),
 		Flags: append([]cli.Flag{
-			&cli.IntFlag{Name: "world-size", Usage: "ranks `N` (one per GPU up to the GPU count)", Value: 2},
-			&cli.StringFlag{Name: "sizes", Usage: "`SIZES` in bytes: list and ranges of powers of two, and cap (each implementation's largest)", Value: "4K..1M"},
-			&cli.StringFlag{Name: "shape", Usage: "verify-pass allreduce `TOKENSxHIDDEN` (bf16)", Value: allreduce.VerifyShape.Spec()},
-			&cli.IntFlag{Name: "count", Usage: "allreduces `N` per EAGLE-3 verify pass", Value: allreduce.VerifyCount},
-			&cli.StringFlag{Name: "impl", Usage: "`IMPLS` to run", Value: strings.Join(allreduce.KnownImpls, ",")},
-			&cli.StringFlag{Name: "branches", Usage: "custom allreduce `BRANCHES`: nvlink (full_nvlink=true), pcie (false)", Value: "nvlink,pcie"},
-			&cli.StringFlag{Name: "modes", Usage: "`MODES`: eager, graph (CUDA-graph-captured loops)", Value: "eager,graph"},
-			&cli.StringFlag{Name: "dtype", Usage: "element `TYPES`: bf16, fp16, fp32", Value: allreduce.BF16},
-			&cli.BoolFlag{Name: "nccl-debug", Usage: "record NCCL's transport (NCCL_DEBUG=INFO)", Value: true},
-			&cli.StringFlag{Name: "json", Usage: "write the report to `FILE`"},
-		}, allreduceRunFlags("islands of ranks for the PCIe branch, `LAYOUT` as 0,1,2,3/4,5,6,7, or all; repeat for several")...),
+			&cli.IntFlag{Name: "world-size", Destination: &f.WorldSize, Usage: "ranks `N` (one per GPU up to the GPU count)", Value: 2},
+			&cli.StringFlag{Name: "sizes", Destination: &f.Sizes, Usage: "`SIZES` in bytes: list and ranges of powers of two, and cap (each implementation's largest)", Value: "4K..1M"},
+			&cli.StringFlag{Name: "shape", Destination: &f.Shape, Usage: "verify-pass allreduce `TOKENSxHIDDEN` (bf16)", Value: allreduce.VerifyShape.Spec()},
+			&cli.IntFlag{Name: "count", Destination: &f.Count, Usage: "allreduces `N` per EAGLE-3 verify pass", Value: allreduce.VerifyCount},
+			&cli.StringFlag{Name: "impl", Destination: &f.Impl, Usage: "`IMPLS` to run", Value: strings.Join(allreduce.KnownImpls, ",")},
+			&cli.StringFlag{Name: "branches", Destination: &f.Branches, Usage: "custom allreduce `BRANCHES`: nvlink (full_nvlink=true), pcie (false)", Value: "nvlink,pcie"},
+			&cli.StringFlag{Name: "modes", Destination: &f.Modes, Usage: "`MODES`: eager, graph (CUDA-graph-captured loops)", Value: "eager,graph"},
+			&cli.StringFlag{Name: "dtype", Destination: &f.DType, Usage: "element `TYPES`: bf16, fp16, fp32", Value: allreduce.BF16},
+			&cli.BoolFlag{Name: "nccl-debug", Destination: &f.NCCLDebug, Usage: "record NCCL's transport (NCCL_DEBUG=INFO)", Value: true},
+			&cli.StringFlag{Name: "json", Destination: &f.JSON, Usage: "write the report to `FILE`"},
+		}, f.allreduceRunValues.flags("islands of ranks for the PCIe branch, `LAYOUT` as 0,1,2,3/4,5,6,7, or all; repeat for several")...),
 		Before: noArgs,
-		Action: action(benchAllreduceOpts, benchAllreduceRun),
+		Action: act(&f, benchAllreduceOpts, runF),
 	}
 }
 
 // benchAllreduceFlags are bench allreduce's parsed flags.
 type benchAllreduceFlags struct {
-	WorldSize int    `flag:"world-size"`
-	Sizes     string `flag:"sizes"`
-	Shape     string `flag:"shape"`
-	Count     int    `flag:"count"`
-	Impl      string `flag:"impl"`
-	Branches  string `flag:"branches"`
-	Modes     string `flag:"modes"`
-	DType     string `flag:"dtype"`
-	NCCLDebug bool   `flag:"nccl-debug"`
-	JSON      string `flag:"json"`
+	WorldSize int
+	Sizes     string
+	Shape     string
+	Count     int
+	Impl      string
+	Branches  string
+	Modes     string
+	DType     string
+	NCCLDebug bool
+	JSON      string
 	allreduceRunValues
-	Given given
+	cmdline
 }
 
 // benchAllreduceOptions are every input of benchAllreduceRun.
@@ -460,24 +462,24 @@ func splitList(flag, s string) ([]string, error) {
 	return items, nil
 }
 
-// allreduceRunFlags are the flags of a bench.py run that bench allreduce
+// flags are the flags of a bench.py run that bench allreduce
 // and tune allreduce share: the extension, the interpreter, the timeout,
 // the batch counts, the log, the NCCL variants and --islands, whose usage
 // islands is (bench compares layouts, tune measures one).
-func allreduceRunFlags(islands string) []cli.Flag {
+func (v *allreduceRunValues) flags(islands string) []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "ext", Usage: "allreduce extension `PATH` (.so) from arpatch build --allreduce-ext"},
-		&cli.StringFlag{Name: "src", Usage: "find the extension of this patched checkout `DIR` in the build cache; not read when --ext is given", Value: "sglang"},
-		&cli.StringSliceFlag{Name: "arch", Usage: "with --src: the `ARCHS` the extension was built for (default: the one build of --src in the cache)"},
-		&cli.StringFlag{Name: "cache-dir", Usage: "build cache `DIR`"},
-		&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` with torch", Value: pyenv.Default},
-		&cli.DurationFlag{Name: "timeout", Usage: "kill a run after `DURATION` and report the case in progress as a hang", Value: allreduce.DefaultTimeout},
-		&cli.IntFlag{Name: "warmup", Usage: "untimed calls `N` per case", Value: allreduce.DefaultWarmup},
-		&cli.IntFlag{Name: "inner", Usage: "allreduces `N` per timed batch or graph", Value: allreduce.DefaultInner},
-		&cli.IntFlag{Name: "reps", Usage: "timed batches `N` per case", Value: allreduce.DefaultReps},
-		&cli.StringFlag{Name: "log", Usage: "write the ranks' output to `FILE`"},
-		&cli.GenericFlag{Name: "islands", Value: &islandsFlag{}, Usage: islands, DefaultText: "from the host topology"},
-		&cli.StringFlag{Name: "nccl-variants", Usage: "NCCL variants `NAMES` to run besides NCCL as the environment leaves it: all, none, or " + strings.Join(allreduce.VariantNames()[2:], ", "), Value: "all"},
+		&cli.StringFlag{Name: "ext", Destination: &v.Ext, Usage: "allreduce extension `PATH` (.so) from arpatch build --allreduce-ext"},
+		&cli.StringFlag{Name: "src", Destination: &v.Src, Usage: "find the extension of this patched checkout `DIR` in the build cache; not read when --ext is given", Value: "sglang"},
+		&cli.StringSliceFlag{Name: "arch", Destination: &v.Arch, Usage: "with --src: the `ARCHS` the extension was built for (default: the one build of --src in the cache)"},
+		&cli.StringFlag{Name: "cache-dir", Destination: &v.CacheDir, Usage: "build cache `DIR`"},
+		&cli.StringFlag{Name: "python", Destination: &v.Python, Usage: "Python `INTERPRETER` with torch", Value: pyenv.Default},
+		&cli.DurationFlag{Name: "timeout", Destination: &v.Timeout, Usage: "kill a run after `DURATION` and report the case in progress as a hang", Value: allreduce.DefaultTimeout},
+		&cli.IntFlag{Name: "warmup", Destination: &v.Warmup, Usage: "untimed calls `N` per case", Value: allreduce.DefaultWarmup},
+		&cli.IntFlag{Name: "inner", Destination: &v.Inner, Usage: "allreduces `N` per timed batch or graph", Value: allreduce.DefaultInner},
+		&cli.IntFlag{Name: "reps", Destination: &v.Reps, Usage: "timed batches `N` per case", Value: allreduce.DefaultReps},
+		&cli.StringFlag{Name: "log", Destination: &v.Log, Usage: "write the ranks' output to `FILE`"},
+		&cli.GenericFlag{Name: "islands", Value: &v.Islands, Usage: islands, DefaultText: "from the host topology"},
+		&cli.StringFlag{Name: "nccl-variants", Destination: &v.NCCLVariants, Usage: "NCCL variants `NAMES` to run besides NCCL as the environment leaves it: all, none, or " + strings.Join(allreduce.VariantNames()[2:], ", "), Value: "all"},
 	}
 }
 
@@ -537,21 +539,21 @@ func hostIslands(ctx context.Context, ws int) (allreduce.Islands, string) {
 	return allreduce.HostIslands(topo, idx, ws)
 }
 
-// allreduceRunValues are the values of allreduceRunFlags.
+// allreduceRunValues are the values of a bench.py run's flags (flags).
 type allreduceRunValues struct {
-	Ext      string        `flag:"ext"`
-	Src      string        `flag:"src"`
-	Arch     []string      `flag:"arch"`
-	CacheDir string        `flag:"cache-dir"`
-	Python   string        `flag:"python"`
-	Timeout  time.Duration `flag:"timeout"`
-	Warmup   int           `flag:"warmup"`
-	Inner    int           `flag:"inner"`
-	Reps     int           `flag:"reps"`
-	Log      string        `flag:"log"`
-	Islands  islandsFlag   `flag:"islands"`
+	Ext      string
+	Src      string
+	Arch     cli.StringSlice
+	CacheDir string
+	Python   string
+	Timeout  time.Duration
+	Warmup   int
+	Inner    int
+	Reps     int
+	Log      string
+	Islands  islandsFlag
 	// NCCLVariants is --nccl-variants, a list.
-	NCCLVariants string `flag:"nccl-variants"`
+	NCCLVariants string
 }
 
 // check refuses batch counts and a timeout bench.py cannot use, and an
@@ -578,7 +580,7 @@ func (v allreduceRunValues) check() error {
 // extFinder returns the finder of the extension these flags name (g: the
 // flags given).
 func (v allreduceRunValues) extFinder(g given) extFinder {
-	return extFinder{Ext: expandHome(v.Ext), Src: expandHome(v.Src), Arch: v.Arch, CacheDir: v.CacheDir, Python: v.Python, Given: g}
+	return extFinder{Ext: expandHome(v.Ext), Src: expandHome(v.Src), Arch: v.Arch.Value(), CacheDir: v.CacheDir, Python: v.Python, Given: g}
 }
 
 // ranksOnNVLink reports whether NVLink joins every one of the first ws

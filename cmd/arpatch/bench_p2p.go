@@ -21,7 +21,9 @@ import (
 	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
-func benchP2PCommand() *cli.Command {
+// newCmdBenchP2P is bench p2p, running its options with runF (benchP2PRun).
+func newCmdBenchP2P(runF func(context.Context, benchP2POptions, streams) error) *cli.Command {
+	var f benchP2PFlags
 	return &cli.Command{
 		Name:  "p2p",
 		Usage: "measure P2P between the GPUs as custom allreduce uses it (CUDA IPC mappings), checking every byte",
@@ -62,28 +64,28 @@ Examples:
    arpatch bench p2p --json p2p.json
    CUDA_VISIBLE_DEVICES=0,1 arpatch bench p2p --sizes 8M --reps 5 --json p2p.json`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "sizes", Usage: "transfer `SIZES` in bytes of the pair and host-link tests: list and ranges of powers of two", Value: p2p.DefaultSizes},
-			&cli.StringFlag{Name: "pattern-bytes", Usage: "`BYTES` each GPU moves to or from each peer in the all-to-all patterns", Value: allreduce.FormatBytes(p2p.DefaultPatternBytes)},
-			&cli.IntFlag{Name: "reps", Usage: "timed reps `N` per case", Value: p2p.DefaultReps},
-			&cli.StringFlag{Name: "python", Usage: "Python `INTERPRETER` with torch", Value: pyenv.Default},
-			&cli.DurationFlag{Name: "timeout", Usage: "kill the run after `DURATION` and report the case in progress as a hang", Value: p2p.DefaultTimeout},
-			&cli.StringFlag{Name: "json", Usage: "write the report to `FILE`"},
-			&cli.StringFlag{Name: "log", Usage: "write the ranks' output to `FILE`"},
+			&cli.StringFlag{Name: "sizes", Destination: &f.Sizes, Usage: "transfer `SIZES` in bytes of the pair and host-link tests: list and ranges of powers of two", Value: p2p.DefaultSizes},
+			&cli.StringFlag{Name: "pattern-bytes", Destination: &f.PatternBytes, Usage: "`BYTES` each GPU moves to or from each peer in the all-to-all patterns", Value: allreduce.FormatBytes(p2p.DefaultPatternBytes)},
+			&cli.IntFlag{Name: "reps", Destination: &f.Reps, Usage: "timed reps `N` per case", Value: p2p.DefaultReps},
+			&cli.StringFlag{Name: "python", Destination: &f.Python, Usage: "Python `INTERPRETER` with torch", Value: pyenv.Default},
+			&cli.DurationFlag{Name: "timeout", Destination: &f.Timeout, Usage: "kill the run after `DURATION` and report the case in progress as a hang", Value: p2p.DefaultTimeout},
+			&cli.StringFlag{Name: "json", Destination: &f.JSON, Usage: "write the report to `FILE`"},
+			&cli.StringFlag{Name: "log", Destination: &f.Log, Usage: "write the ranks' output to `FILE`"},
 		},
 		Before: noArgs,
-		Action: action(benchP2POpts, benchP2PRun),
+		Action: act(&f, benchP2POpts, runF),
 	}
 }
 
 // benchP2PFlags are bench p2p's parsed flags.
 type benchP2PFlags struct {
-	Sizes        string        `flag:"sizes"`
-	PatternBytes string        `flag:"pattern-bytes"`
-	Reps         int           `flag:"reps"`
-	Python       string        `flag:"python"`
-	Timeout      time.Duration `flag:"timeout"`
-	JSON         string        `flag:"json"`
-	Log          string        `flag:"log"`
+	Sizes        string
+	PatternBytes string
+	Reps         int
+	Python       string
+	Timeout      time.Duration
+	JSON         string
+	Log          string
 }
 
 // benchP2POptions are every input of benchP2PRun.

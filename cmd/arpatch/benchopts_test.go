@@ -75,7 +75,7 @@ env = { SGLANG_FORCE_CUSTOM_AR_PCIE = "1" }
 	if err != nil {
 		t.Fatal(err)
 	}
-	cli, err := optsOf(t, benchOpts, "arpatch bench --recipe-file "+recipe)
+	cli, err := cmdOptsOf(t, newCmdBench, "arpatch bench --recipe-file "+recipe)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -36,7 +36,7 @@ func TestBenchDefaults(t *testing.T) {
 	if err := os.WriteFile(rf, []byte("name = \"bare\"\n[upstream]\ncommit = \"84118acf50b3a4c74e85e9ff9033792552de1a76\"\n"), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	cliOpts, err := optsOf(t, benchOpts, "arpatch bench --recipe-file "+rf+" --launch-cmd 'x {port}'")
+	cliOpts, err := cmdOptsOf(t, newCmdBench, "arpatch bench --recipe-file "+rf+" --launch-cmd 'x {port}'")
 	if err != nil {
 		t.Fatal(err)
 	}

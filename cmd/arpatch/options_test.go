@@ -321,7 +321,7 @@ func TestABBuildOpts(t *testing.T) {
 
 func TestBenchAllreduceOpts(t *testing.T) {
 	home := fakeHome(t, "s/", "d/", "x.so")
-	o, err := optsOf(t, benchAllreduceOpts, "arpatch bench allreduce")
+	o, err := cmdOptsOf(t, newCmdBenchAllreduce, "arpatch bench allreduce")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -333,7 +333,7 @@ func TestBenchAllreduceOpts(t *testing.T) {
 		o.Verify.Count != 122 || o.Verify.Bytes != 40960 || o.Ext.Src != "sglang" || o.Ext.Ext != "" || o.Log != "" || o.JSON != "" {
 		t.Errorf("defaults: %+v", o)
 	}
-	o, err = optsOf(t, benchAllreduceOpts, "arpatch bench allreduce --world-size 8 --sizes 4K --shape 2x4096 --count 60 --impl nccl,custom-auto --branches pcie --modes graph --nccl-debug=false --ext ~/x.so --arch 120a --timeout 1m --warmup 0 --inner 5 --reps 3 --log ~/l --json ~/r.json")
+	o, err = cmdOptsOf(t, newCmdBenchAllreduce, "arpatch bench allreduce --world-size 8 --sizes 4K --shape 2x4096 --count 60 --impl nccl,custom-auto --branches pcie --modes graph --nccl-debug=false --ext ~/x.so --arch 120a --timeout 1m --warmup 0 --inner 5 --reps 3 --log ~/l --json ~/r.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -343,7 +343,7 @@ func TestBenchAllreduceOpts(t *testing.T) {
 		o.Verify.Count != 60 || o.Verify.Bytes != 16384 || o.Ext.Ext != home+"/x.so" || !reflect.DeepEqual(o.Ext.Arch, []string{"120a"}) || !o.Ext.Given["arch"] || o.Log != home+"/l" || o.JSON != home+"/r.json" {
 		t.Errorf("flags: %+v", o)
 	}
-	refuses(t, benchAllreduceOpts, []refusal{
+	cmdRefuses(t, newCmdBenchAllreduce, []refusal{
 		{"arpatch bench allreduce --ext /nonexist.so", exitUsage, []string{"--ext /nonexist.so: no such file or directory"}},
 		{"arpatch bench allreduce --ext ~/s", exitUsage, []string{"--ext " + home + "/s: is a directory; name a file"}},
 		{"arpatch bench allreduce --world-size 3", exitUsage, []string{"--world-size 3: custom allreduce supports world sizes 2, 4, 6 and 8"}},
@@ -370,7 +370,7 @@ func TestTuneAllreduceOpts(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o, err := optsOf(t, tuneAllreduceOpts, "arpatch tune allreduce --out "+dir+"/tune.env")
+	o, err := cmdOptsOf(t, newCmdTuneAllreduce, "arpatch tune allreduce --out "+dir+"/tune.env")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -381,7 +381,7 @@ func TestTuneAllreduceOpts(t *testing.T) {
 		o.Tune.Rebuild != "arpatch build --allreduce-ext --src sglang" || o.Ext.Src != "sglang" {
 		t.Errorf("defaults: %+v", o)
 	}
-	o, err = optsOf(t, tuneAllreduceOpts, "arpatch tune allreduce --world-size 4 --hidden 4096 --draft-tokens 8 --sizes 4K,8K --modes graph --src ~/s --arch 90a --cache-dir ~/c --out "+dir+"/t.env --json "+dir+"/t.json")
+	o, err = cmdOptsOf(t, newCmdTuneAllreduce, "arpatch tune allreduce --world-size 4 --hidden 4096 --draft-tokens 8 --sizes 4K,8K --modes graph --src ~/s --arch 90a --cache-dir ~/c --out "+dir+"/t.env --json "+dir+"/t.json")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -390,11 +390,11 @@ func TestTuneAllreduceOpts(t *testing.T) {
 		o.Tune.Rebuild != "arpatch build --allreduce-ext --src "+home+"/s --arch 90a --cache-dir '~/c'" {
 		t.Errorf("flags: %+v (rebuild %s)", o, o.Tune.Rebuild)
 	}
-	o, err = optsOf(t, tuneAllreduceOpts, "arpatch tune allreduce --ext ~/x.so --out "+dir+"/t.env")
+	o, err = cmdOptsOf(t, newCmdTuneAllreduce, "arpatch tune allreduce --ext ~/x.so --out "+dir+"/t.env")
 	if err != nil || o.Tune.Rebuild != "" || o.Ext.Ext != home+"/x.so" {
 		t.Errorf("--ext: %+v, %v", o, err)
 	}
-	refuses(t, tuneAllreduceOpts, []refusal{
+	cmdRefuses(t, newCmdTuneAllreduce, []refusal{
 		{"arpatch tune allreduce --ext /nonexist.so", exitUsage, []string{"--ext /nonexist.so: no such file or directory"}},
 		{"arpatch tune allreduce --world-size 3", exitUsage, []string{"--world-size 3: custom allreduce supports world sizes 2, 4, 6 and 8"}},
 		{"arpatch tune allreduce --hidden 0", exitUsage, []string{"--hidden 0: use positive numbers", "e.g. --draft-tokens 4 --hidden 5120"}},
@@ -410,7 +410,7 @@ func TestTuneAllreduceOpts(t *testing.T) {
 func TestBenchOpts(t *testing.T) {
 	home := fakeHome(t, "s/", "d/", "x.so")
 	t.Setenv("ARPATCH_STATE", "/state")
-	o, err := optsOf(t, benchOpts, "arpatch bench --model /m --draft-model /d")
+	o, err := cmdOptsOf(t, newCmdBench, "arpatch bench --model /m --draft-model /d")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -429,7 +429,7 @@ func TestBenchOpts(t *testing.T) {
 		t.Errorf("defaults: %+v", o)
 	}
 	dir := t.TempDir()
-	o, err = optsOf(t, benchOpts, "arpatch bench --recipe baseline --tp 2 --trials 3 --warmup 0 --concurrency 1,4 --no-interleave --launch-cmd 'fake --port {port}' "+
+	o, err = cmdOptsOf(t, newCmdBench, "arpatch bench --recipe baseline --tp 2 --trials 3 --warmup 0 --concurrency 1,4 --no-interleave --launch-cmd 'fake --port {port}' "+
 		"--arm 'algo1:env.SGLANG_CUSTOM_ALLREDUCE_ALGO=1stage,python=py1' --baseline baseline --python py --agree-tokens 16 --log-dir ~/logs "+
 		"--preflight --ext ~/x.so --force --tune ~/t.env --force-tune --json "+dir+"/b.json --markdown "+dir+"/b.md --benchfmt "+dir+"/b.txt --plot "+dir+"/b.svg")
 	if err != nil {
@@ -446,7 +446,7 @@ func TestBenchOpts(t *testing.T) {
 	}
 	// --url alone, with the recipe's two arms: one arm measuring that
 	// server, and a note that says so.
-	o, err = optsOf(t, benchOpts, "arpatch bench --url http://h:1")
+	o, err = cmdOptsOf(t, newCmdBench, "arpatch bench --url http://h:1")
 	if err != nil || len(o.Bench.Arms) != 1 || o.Bench.Arms[0].Name != "server" || o.Bench.Arms[0].URL != "http://h:1" || o.Bench.Baseline != "server" ||
 		len(o.Bench.Notes) != 1 || !strings.Contains(o.Bench.Notes[0], "one server, measured as one arm named server; the recipe's arms (baseline, pcie) are an A/B") {
 		t.Errorf("--url alone: %+v, %v", o.Bench, err)
@@ -458,7 +458,7 @@ func TestBenchOpts(t *testing.T) {
 	if !reflect.DeepEqual(b.Serving, stats.DefaultSelection) || b.Arrivals != (workload.Arrivals{}) {
 		t.Errorf("load defaults: %+v %+v", b.Serving, b.Arrivals)
 	}
-	o, err = optsOf(t, benchOpts, "arpatch bench --num-prompts 12 --request-rate 2.5 --burstiness 0.5 --seed 9 --percentile-metrics e2el,itl --metric-percentiles 50,99.9 --launch-cmd 'fake {port}'")
+	o, err = cmdOptsOf(t, newCmdBench, "arpatch bench --num-prompts 12 --request-rate 2.5 --burstiness 0.5 --seed 9 --percentile-metrics e2el,itl --metric-percentiles 50,99.9 --launch-cmd 'fake {port}'")
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -467,7 +467,7 @@ func TestBenchOpts(t *testing.T) {
 		o.Settings.RequestRate != 2.5 || o.Settings.Burstiness != 0.5 || o.Settings.Seed != 9 {
 		t.Errorf("load: %+v %+v %+v", b.Arrivals, b.Concurrency, o.Settings)
 	}
-	o, err = optsOf(t, benchOpts, "arpatch bench --request-rate 8 --burstiness inf --max-concurrency 4 --launch-cmd 'fake {port}'")
+	o, err = cmdOptsOf(t, newCmdBench, "arpatch bench --request-rate 8 --burstiness inf --max-concurrency 4 --launch-cmd 'fake {port}'")
 	if err != nil || !reflect.DeepEqual(o.Bench.Concurrency, []int{4}) || o.Settings.Burstiness != "inf" {
 		t.Errorf("--max-concurrency with a rate: %+v %+v, %v", o.Bench.Concurrency, o.Settings, err)
 	}
@@ -475,7 +475,7 @@ func TestBenchOpts(t *testing.T) {
 		t.Fatal(err)
 	}
 	launch := " --launch-cmd 'fake {port}'"
-	refuses(t, benchOpts, []refusal{
+	cmdRefuses(t, newCmdBench, []refusal{
 		{"arpatch bench --request-rate -2" + launch, exitUsage, []string{"--request-rate -2: want requests per second above 0"}},
 		{"arpatch bench --request-rate NaN" + launch, exitUsage, []string{"--request-rate NaN"}},
 		{"arpatch bench --request-rate 4 --burstiness 0" + launch, exitUsage, []string{"--burstiness 0: want a gamma shape above 0"}},

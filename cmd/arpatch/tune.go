@@ -24,17 +24,19 @@ import (
 	"github.com/arpatch/arpatch/recipes"
 )
 
-func tuneCommand() *cli.Command {
+func newCmdTune() *cli.Command {
 	return &cli.Command{
 		Name:        "tune",
 		Usage:       "tune the pcie series' run-time thresholds on this host",
 		UsageText:   "arpatch tune allreduce [flags]",
 		Before:      noArgs,
-		Subcommands: []*cli.Command{tuneAllreduceCommand()},
+		Subcommands: []*cli.Command{newCmdTuneAllreduce(tuneAllreduceRun)},
 	}
 }
 
-func tuneAllreduceCommand() *cli.Command {
+// newCmdTuneAllreduce is tune allreduce, running its options with runF (tuneAllreduceRun).
+func newCmdTuneAllreduce(runF func(context.Context, tuneAllreduceOptions, streams) error) *cli.Command {
+	var f tuneAllreduceFlags
 	return &cli.Command{
 		Name:  "allreduce",
 		Usage: "measure NCCL and its variants, the pull and push kernels through the PCIe branch, and write the fastest correct settings as an env file",
@@ -93,34 +95,34 @@ Examples:
    arpatch tune allreduce --src sglang --out tune.env
    arpatch tune allreduce --world-size 2 --ext arpatch_custom_ar.so --modes graph --out tune.env --json tune.json`,
 		Flags: append([]cli.Flag{
-			recipeFlag(nil), recipeFileFlag(nil),
-			&cli.IntFlag{Name: "world-size", Usage: "ranks `N`", DefaultText: "the recipe's bench.tp"},
-			&cli.IntFlag{Name: "hidden", Usage: "the model's hidden size `H` (bf16 allreduces of tokens x H)", Value: allreduce.VerifyHidden},
-			&cli.IntFlag{Name: "draft-tokens", Usage: "tokens `N` of one EAGLE-3 verify pass", DefaultText: "the recipe's speculative_num_draft_tokens"},
-			&cli.StringFlag{Name: "sizes", Usage: "`SIZES` in bytes instead of the serving sizes: list and ranges of powers of two"},
-			&cli.StringFlag{Name: "modes", Usage: "`MODES`: eager, graph", Value: "eager,graph"},
-			&cli.StringFlag{Name: "out", Usage: "write the thresholds to the env `FILE`", Value: "tune.env"},
-			&cli.StringFlag{Name: "json", Usage: "write every run and the choice to `FILE`"},
-			&cli.StringFlag{Name: "p2p", Usage: "the host's P2P measurement `FILE` (arpatch bench p2p --json FILE): the traffic model's constants for expect:"},
-		}, allreduceRunFlags("the islands of ranks custom-island is measured with and the tune file's "+tune.EnvIslands+" gets: one `LAYOUT`, as 0,1,2,3/4,5,6,7 (to compare layouts, or all of them, use arpatch bench allreduce --islands)")...),
+			recipeFlag(&f.Recipe), recipeFileFlag(&f.RecipeFile),
+			&cli.IntFlag{Name: "world-size", Destination: &f.WorldSize, Usage: "ranks `N`", DefaultText: "the recipe's bench.tp"},
+			&cli.IntFlag{Name: "hidden", Destination: &f.Hidden, Usage: "the model's hidden size `H` (bf16 allreduces of tokens x H)", Value: allreduce.VerifyHidden},
+			&cli.IntFlag{Name: "draft-tokens", Destination: &f.DraftTokens, Usage: "tokens `N` of one EAGLE-3 verify pass", DefaultText: "the recipe's speculative_num_draft_tokens"},
+			&cli.StringFlag{Name: "sizes", Destination: &f.Sizes, Usage: "`SIZES` in bytes instead of the serving sizes: list and ranges of powers of two"},
+			&cli.StringFlag{Name: "modes", Destination: &f.Modes, Usage: "`MODES`: eager, graph", Value: "eager,graph"},
+			&cli.StringFlag{Name: "out", Destination: &f.Out, Usage: "write the thresholds to the env `FILE`", Value: "tune.env"},
+			&cli.StringFlag{Name: "json", Destination: &f.JSON, Usage: "write every run and the choice to `FILE`"},
+			&cli.StringFlag{Name: "p2p", Destination: &f.P2P, Usage: "the host's P2P measurement `FILE` (arpatch bench p2p --json FILE): the traffic model's constants for expect:"},
+		}, f.allreduceRunValues.flags("the islands of ranks custom-island is measured with and the tune file's "+tune.EnvIslands+" gets: one `LAYOUT`, as 0,1,2,3/4,5,6,7 (to compare layouts, or all of them, use arpatch bench allreduce --islands)")...),
 		Before: noArgs,
-		Action: action(tuneAllreduceOpts, tuneAllreduceRun),
+		Action: act(&f, tuneAllreduceOpts, runF),
 	}
 }
 
 // tuneAllreduceFlags are tune allreduce's parsed flags.
 type tuneAllreduceFlags struct {
 	recipeFlags
-	WorldSize   int    `flag:"world-size"`
-	Hidden      int    `flag:"hidden"`
-	DraftTokens int    `flag:"draft-tokens"`
-	Sizes       string `flag:"sizes"`
-	Modes       string `flag:"modes"`
-	Out         string `flag:"out"`
-	JSON        string `flag:"json"`
-	P2P         string `flag:"p2p"`
+	WorldSize   int
+	Hidden      int
+	DraftTokens int
+	Sizes       string
+	Modes       string
+	Out         string
+	JSON        string
+	P2P         string
 	allreduceRunValues
-	Given given
+	cmdline
 }
 
 // tuneAllreduceOptions are every input of tuneAllreduceRun.
