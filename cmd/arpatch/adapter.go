@@ -2,14 +2,16 @@ package main
 
 // The adapter between urfave/cli/v2 and the commands. Each command is three
 // parts, as in cli/cli (pkg/cmd/<noun>/<verb>): a flags struct of plain
-// parsed values (fields tagged `flag:"NAME"`); an options function from
-// those values to the command's options, which reads the files the flags
-// name (a recipe, a series directory, a config) but runs and writes
-// nothing, and refuses bad values with a usage error naming the flag
-// (options_test.go tables them); and a run function from options and
-// streams to the work. Only this file reads flags and arguments from a
-// *cli.Context; urfave's quirks live here, each tested in adapter_test.go
-// with urfave's own errors:
+// parsed values, each field the Destination of its flag, which the
+// command's constructor newCmdX(runF) declares beside it; an options
+// function from those values to the command's options, which reads the
+// files the flags name (a recipe, a series directory, a config) but runs
+// and writes nothing, and refuses bad values with a usage error naming the
+// flag (options_test.go tables them); and a run function (runF) from
+// options and streams to the work. Besides urfave's own parsing, only
+// this file reads a *cli.Context (act, cmdline, the Befores); urfave's
+// quirks live here, each tested in adapter_test.go with urfave's own
+// errors:
 //   - flags after positional arguments (interspersed), and a value-taking
 //     flag last on the line with no value, which urfave would give the
 //     positional argument before it;
@@ -18,8 +20,7 @@ package main
 //   - help that shows a one-letter flag as "-a" (flagString);
 //   - flag errors, which urfave prints with the help page on stdout, in
 //     arpatch's words on stderr instead (conform, flagUsageError);
-//   - its exit codes mapped onto arpatch's (exitCode);
-//   - values read by flag name (bindFlags).
+//   - its exit codes mapped onto arpatch's (exitCode).
 
 import (
 	"context"
@@ -71,36 +72,13 @@ func streamsOf(c *cli.Context) streams {
 	return streams{In: c.App.Reader, Out: c.App.Writer, Err: c.App.ErrWriter}
 }
 
-// given is the set of flags given on the command line, by name: a flags
-// struct's field of this type receives it. A flag's value alone cannot
-// tell "--jobs 0" from no --jobs.
+// given is the set of flags given on the command line, by name
+// (cmdline.Given). A flag's value alone cannot tell "--jobs 0" from no
+// --jobs.
 type given map[string]bool
 
-// args is a flags struct's field for the positional arguments.
+// args are the positional arguments (cmdline.Args).
 type args []string
-
-// action is a command's Action: it binds the parsed flags into F, turns
-// them into options O with opts and calls run with the app's streams.
-func action[F, O any](opts func(F) (O, error), run func(context.Context, O, streams) error) cli.ActionFunc {
-	return func(c *cli.Context) error {
-		var f F
-		if err := bindFlags(c, &f); err != nil {
-			return err
-		}
-		if p, ok := c.Context.Value(flagsOnly{}).(*any); ok {
-			*p = f
-			return errOptionsOnly
-		}
-		o, err := opts(f)
-		if err != nil {
-			return err
-		}
-		if c.Context.Value(optionsOnly{}) != nil {
-			return errOptionsOnly
-		}
-		return run(c.Context, o, streamsOf(c))
-	}
-}
 
 // cmdline is what a command line gives besides the flags' values, which
 // urfave/cli writes straight into a command's flags struct (each flag's
@@ -169,91 +147,6 @@ var errOptionsOnly = errors.New("the options were accepted; the command was not 
 
 // noFlags is the options function of a command without flags.
 func noFlags(struct{}) (struct{}, error) { return struct{}{}, nil }
-
-// bindFlags fills the fields of *dst (a struct) from c: a field tagged
-// `flag:"NAME"` gets flag NAME's value (string, bool, int, int64, float64,
-// time.Duration, []string, or a GenericFlag's value), a field of type
-// given the flags given, one of type args the positional arguments. Every
-// flag of the command must have a field and every tag a flag: an error
-// names the mismatch, which is arpatch's bug.
-func bindFlags(c *cli.Context, dst any) error {
-	flags := map[string]cli.Flag{}
-	for _, f := range c.Command.Flags {
-		if n := f.Names()[0]; n != "help" {
-			flags[n] = f
-		}
-	}
-	bound := map[string]bool{}
-	if err := bindStruct(c, reflect.ValueOf(dst).Elem(), flags, bound); err != nil {
-		return err
-	}
-	for n := range flags {
-		if !bound[n] {
-			return fmt.Errorf("arpatch bug: %T has no field for --%s of %s", dst, n, c.Command.FullName())
-		}
-	}
-	return nil
-}
-
-// bindStruct binds the fields of v, and of the structs it embeds.
-func bindStruct(c *cli.Context, v reflect.Value, flags map[string]cli.Flag, bound map[string]bool) error {
-	t := v.Type()
-	for i := 0; i < t.NumField(); i++ {
-		sf, fv := t.Field(i), v.Field(i)
-		switch {
-		case sf.Type == reflect.TypeFor[given]():
-			g := given{}
-			for n := range flags {
-				if c.IsSet(n) {
-					g[n] = true
-				}
-			}
-			fv.Set(reflect.ValueOf(g))
-			continue
-		case sf.Type == reflect.TypeFor[args]():
-			fv.Set(reflect.ValueOf(args(c.Args().Slice())))
-			continue
-		case sf.Anonymous && sf.Type.Kind() == reflect.Struct:
-			if err := bindStruct(c, fv, flags, bound); err != nil {
-				return err
-			}
-			continue
-		}
-		name := sf.Tag.Get("flag")
-		if name == "" {
-			continue
-		}
-		fl, ok := flags[name]
-		if !ok {
-			return fmt.Errorf("arpatch bug: %s.%s binds --%s, which %s does not have", t.Name(), sf.Name, name, c.Command.FullName())
-		}
-		bound[name] = true
-		var val any
-		switch fl.(type) {
-		case *cli.StringFlag:
-			val = c.String(name)
-		case *cli.BoolFlag:
-			val = c.Bool(name)
-		case *cli.IntFlag:
-			val = c.Int(name)
-		case *cli.Int64Flag:
-			val = c.Int64(name)
-		case *cli.Float64Flag:
-			val = c.Float64(name)
-		case *cli.DurationFlag:
-			val = c.Duration(name)
-		case *cli.StringSliceFlag:
-			val = c.StringSlice(name)
-		case *cli.GenericFlag:
-			val = reflect.ValueOf(c.Generic(name)).Elem().Interface()
-		}
-		if val == nil || !reflect.TypeOf(val).AssignableTo(fv.Type()) {
-			return fmt.Errorf("arpatch bug: %s.%s (%s) cannot hold --%s (%T)", t.Name(), sf.Name, fv.Type(), name, val)
-		}
-		fv.Set(reflect.ValueOf(val))
-	}
-	return nil
-}
 
 // exitError ends a command with an exit code (and a message, printed
 // unless empty). It is a cli.ExitCoder.

@@ -228,55 +228,92 @@ func TestExitCode(t *testing.T) {
 	}
 }
 
-// TestBindFlags binds every kind of flag, the flags given and the
-// arguments, and refuses a flags struct that misses a flag or names one
-// the command lacks.
-func TestBindFlags(t *testing.T) {
+// TestActBindsFlags: every kind of flag arpatch uses writes its value,
+// or its default, into its Destination; act fills cmdline (the flags
+// given, the arguments) and hands the options function's result to runF
+// with the app's streams, or stops before runF under optionsOnly.
+func TestActBindsFlags(t *testing.T) {
 	type all struct {
-		S     string        `flag:"s"`
-		B     bool          `flag:"b"`
-		I     int           `flag:"i"`
-		I64   int64         `flag:"i64"`
-		F     float64       `flag:"f"`
-		D     time.Duration `flag:"d"`
-		L     []string      `flag:"l"`
-		Given given
-		Args  args
+		S   string
+		B   bool
+		I   int
+		I64 int64
+		F   float64
+		D   time.Duration
+		L   cli.StringSlice
+		cmdline
 	}
-	type missing struct {
-		S string `flag:"s"`
-	}
-	type extra struct {
+	type opts struct {
 		all
-		X string `flag:"x"`
+		L []string
 	}
-	cmd := func(bind func(*cli.Context) error) *cli.App {
-		return &cli.App{Name: "arpatch", Commands: []*cli.Command{{Name: "c", Action: bind, Flags: []cli.Flag{
-			&cli.StringFlag{Name: "s", Value: "dflt"}, &cli.BoolFlag{Name: "b"}, &cli.IntFlag{Name: "i", Value: 7},
-			&cli.Int64Flag{Name: "i64"}, &cli.Float64Flag{Name: "f"}, &cli.DurationFlag{Name: "d"}, &cli.StringSliceFlag{Name: "l"},
-		}}}}
+	var got opts
+	var out io.Writer
+	cmd := func() *cli.Command {
+		var f all
+		return &cli.Command{Name: "c", Flags: []cli.Flag{
+			&cli.StringFlag{Name: "s", Value: "dflt", Destination: &f.S}, &cli.BoolFlag{Name: "b", Destination: &f.B},
+			&cli.IntFlag{Name: "i", Value: 7, Destination: &f.I}, &cli.Int64Flag{Name: "i64", Destination: &f.I64},
+			&cli.Float64Flag{Name: "f", Destination: &f.F}, &cli.DurationFlag{Name: "d", Destination: &f.D}, &cli.StringSliceFlag{Name: "l", Destination: &f.L},
+		}, Action: act(&f, func(f all) (opts, error) { return opts{f, f.L.Value()}, nil }, func(_ context.Context, o opts, s streams) error {
+			got, out = o, s.Out
+			return nil
+		})}
 	}
-	var got all
-	app := cmd(func(c *cli.Context) error { return bindFlags(c, &got) })
+	var stdout bytes.Buffer
+	app := &cli.App{Name: "arpatch", Writer: &stdout, Commands: []*cli.Command{cmd()}}
 	if err := app.Run(strings.Fields("arpatch c --b --i64 9 --f 0.5 --d 2s --l x --l y,z --i 0 a1 a2")); err != nil {
 		t.Fatal(err)
 	}
-	want := all{S: "dflt", B: true, I: 0, I64: 9, F: 0.5, D: 2 * time.Second, L: []string{"x", "y", "z"},
-		Given: given{"b": true, "i64": true, "f": true, "d": true, "l": true, "i": true}, Args: args{"a1", "a2"}}
-	if !reflect.DeepEqual(got, want) {
-		t.Errorf("bound\n %+v\nwant\n %+v", got, want)
+	a := got.all
+	if a.S != "dflt" || !a.B || a.I != 0 || a.I64 != 9 || a.F != 0.5 || a.D != 2*time.Second || !reflect.DeepEqual(got.L, []string{"x", "y", "z"}) ||
+		!reflect.DeepEqual(a.Given, given{"b": true, "i64": true, "f": true, "d": true, "l": true, "i": true}) || !reflect.DeepEqual(a.Args, args{"a1", "a2"}) {
+		t.Errorf("bound %+v", got)
 	}
-	for _, c := range []struct {
-		bind func(*cli.Context) error
-		says string
-	}{
-		{func(c *cli.Context) error { return bindFlags(c, &missing{}) }, "has no field for --"},
-		{func(c *cli.Context) error { return bindFlags(c, &extra{}) }, "binds --x, which c does not have"},
-	} {
-		err := cmd(c.bind).Run([]string{"arpatch", "c"})
-		if err == nil || !strings.Contains(err.Error(), c.says) {
-			t.Errorf("bind: %v, want %q", err, c.says)
+	if out != io.Writer(&stdout) {
+		t.Errorf("runF got the writer %v, not the app's", out)
+	}
+	got = opts{}
+	app = &cli.App{Name: "arpatch", Commands: []*cli.Command{cmd()}}
+	err := app.RunContext(context.WithValue(context.Background(), optionsOnly{}, true), []string{"arpatch", "c", "--s", "v"})
+	if !errors.Is(err, errOptionsOnly) || got.S != "" {
+		t.Errorf("options only: %v, ran with %+v", err, got)
+	}
+}
+
+// TestEveryFlagBound: every flag of every command writes into a field of
+// its command's flags struct (a Destination, or a GenericFlag's own
+// Value), so no flag is parsed and then dropped; the help flag is
+// urfave's.
+func TestEveryFlagBound(t *testing.T) {
+	n := 0
+	var walk func(path string, cmds []*cli.Command)
+	walk = func(path string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			if c.Name == "help" {
+				continue
+			}
+			for _, f := range c.Flags {
+				if f.Names()[0] == "help" {
+					continue
+				}
+				n++
+				if g, ok := f.(*cli.GenericFlag); ok {
+					if g.Value == nil {
+						t.Errorf("%s %s --%s: a GenericFlag without a Value", path, c.Name, f.Names()[0])
+					}
+					continue
+				}
+				if d := reflect.ValueOf(f).Elem().FieldByName("Destination"); !d.IsValid() || d.IsNil() {
+					t.Errorf("%s %s --%s has no Destination: bind it to its flags struct's field", path, c.Name, f.Names()[0])
+				}
+			}
+			walk(path+" "+c.Name, c.Subcommands)
 		}
+	}
+	walk("arpatch", newApp(io.Discard, io.Discard).Commands)
+	if n < 100 {
+		t.Fatalf("checked only %d flags; the walk broke", n)
 	}
 }
 
@@ -323,7 +360,7 @@ func TestTrailingFlagNeedsValue(t *testing.T) {
 	}
 	// Given its value, the same flag after the argument binds.
 	f, err := parsed[historyShowFlags](t, "arpatch history show 1 --db h.db")
-	if err != nil || f.DB != "h.db" || !reflect.DeepEqual(f.Run, args{"1"}) {
+	if err != nil || f.DB != "h.db" || !reflect.DeepEqual(f.Args, args{"1"}) {
 		t.Errorf("history show 1 --db h.db: %+v, %v; want db h.db, args [1]", f, err)
 	}
 }

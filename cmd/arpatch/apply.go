@@ -49,7 +49,7 @@ Examples:
 			&cli.StringFlag{Name: "commit", Destination: &f.Commit, Usage: "patch commit `SHA` instead of the recipe's pin (the checkout must be at it)"},
 			&cli.StringFlag{Name: "series", Destination: &f.Series, Usage: "force series `NAME` instead of choosing by commit, e.g. --series pcie-2026-07"},
 			&cli.BoolFlag{Name: "dry-run", Destination: &f.DryRun, Usage: "check and report, write nothing (no clone either)"},
-		}, tuneFlagList(&f.tuneFlags, "in the runtime environment apply prints")),
+		}, f.tuneFlags.flags("in the runtime environment apply prints")),
 		Before: noArgs,
 		Action: act(&f, applyOpts, runF),
 	}

@@ -184,7 +184,7 @@ Examples (each runs in seconds against arpatch's built-in fake server):
 			&cli.StringFlag{Name: "markdown", Destination: &f.Markdown, Usage: "write a markdown table to `FILE`"},
 			&cli.StringFlag{Name: "benchfmt", Destination: &f.Benchfmt, Usage: "write Go benchmark lines (for benchstat) to `FILE`"},
 			&cli.StringFlag{Name: "plot", Destination: &f.Plot, Usage: "write tok/s against concurrency per arm to `FILE` (.svg or .png)"},
-		}, tuneFlagList(&f.tuneFlags, "for the arms that open the PCIe gate and the preflight")),
+		}, f.tuneFlags.flags("for the arms that open the PCIe gate and the preflight")),
 		Before:      noArgs,
 		Action:      act(&f, benchOpts, runF),
 		Subcommands: []*cli.Command{newCmdBenchAllreduce(benchAllreduceRun), newCmdBenchP2P(benchP2PRun)},

@@ -71,8 +71,7 @@ func jsonFlag(dst *bool) cli.Flag {
 // recipeFlags are --recipe and --recipe-file, for a command's flags
 // struct to embed.
 type recipeFlags struct {
-	Recipe     string `flag:"recipe"`
-	RecipeFile string `flag:"recipe-file"`
+	Recipe, RecipeFile string
 }
 
 // flags are --recipe and --recipe-file, writing into f.

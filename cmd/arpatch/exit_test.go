@@ -137,7 +137,7 @@ func TestInterruptedExit(t *testing.T) {
 func TestPanicExitsInternal(t *testing.T) {
 	withBoom := func(stdout, stderr io.Writer) *cli.App {
 		app := newApp(stdout, stderr)
-		app.Commands = append(app.Commands, &cli.Command{Name: "boom", Action: action(noFlags, func(_ context.Context, _ struct{}, s streams) error {
+		app.Commands = append(app.Commands, &cli.Command{Name: "boom", Action: act(&struct{}{}, noFlags, func(_ context.Context, _ struct{}, s streams) error {
 			fmt.Fprintln(s.Out, "partial")
 			var sizes []int
 			return fmt.Errorf("%d", sizes[len(s.Err.(*bytes.Buffer).String())+1]) // a runtime error, as a real bug panics
@@ -176,7 +176,7 @@ const goPanicEnv = "ARPATCH_TEST_GOROUTINE_PANIC"
 // waits for the workers it started.
 func withGoPanic(stdout, stderr io.Writer) *cli.App {
 	app := newApp(stdout, stderr)
-	app.Commands = append(app.Commands, &cli.Command{Name: "goboom", Action: action(noFlags, func(ctx context.Context, _ struct{}, s streams) error {
+	app.Commands = append(app.Commands, &cli.Command{Name: "goboom", Action: act(&struct{}{}, noFlags, func(ctx context.Context, _ struct{}, s streams) error {
 		fmt.Fprintln(s.Out, "partial")
 		done := make(chan struct{})
 		goroutine.Go(func() {

@@ -18,7 +18,7 @@ import (
 // --json.
 type historyShowFlags struct {
 	historyRunFlags
-	JSON bool `flag:"json"`
+	JSON bool
 }
 
 // historyShowOptions are every input of historyShowRun.

@@ -19,7 +19,9 @@ import (
 	"github.com/arpatch/arpatch/recipes"
 )
 
-func nightlyCommand() *cli.Command {
+// newCmdNightly is nightly, running its options with runF (nightlyRun).
+func newCmdNightly(runF func(context.Context, nightlyOptions, streams) error) *cli.Command {
+	var f nightlyFlags
 	return &cli.Command{
 		Name:  "nightly",
 		Usage: "drift check, cached A/B build, bench, history and regression verdict, for cron and CI",
@@ -54,29 +56,29 @@ Examples:
    arpatch nightly --config nightly.toml --skip-build --skip-bench      # drift only
    arpatch nightly --config nightly.toml --junit junit.xml --summary "$GITHUB_STEP_SUMMARY"`,
 		Flags: []cli.Flag{
-			&cli.StringFlag{Name: "config", Usage: "nightly `FILE` (TOML; see docs/nightly.md)", Required: true},
-			&cli.BoolFlag{Name: "skip-build", Usage: "skip the build step"},
-			&cli.BoolFlag{Name: "skip-bench", Usage: "skip the bench step (and so the regression verdict)"},
-			&cli.StringFlag{Name: "github-benchmark", Usage: "github-action-benchmark `PREFIX`: writes PREFIX-bigger.json and PREFIX-smaller.json"},
-			&cli.StringFlag{Name: "bencher", Usage: "Bencher Metric Format `FILE`"},
-			&cli.StringFlag{Name: "junit", Usage: "JUnit XML `FILE`"},
-			&cli.StringFlag{Name: "summary", Usage: "also write the markdown summary to `FILE` (e.g. $GITHUB_STEP_SUMMARY)"},
+			&cli.StringFlag{Name: "config", Destination: &f.Config, Usage: "nightly `FILE` (TOML; see docs/nightly.md)", Required: true},
+			&cli.BoolFlag{Name: "skip-build", Destination: &f.SkipBuild, Usage: "skip the build step"},
+			&cli.BoolFlag{Name: "skip-bench", Destination: &f.SkipBench, Usage: "skip the bench step (and so the regression verdict)"},
+			&cli.StringFlag{Name: "github-benchmark", Destination: &f.GithubBenchmark, Usage: "github-action-benchmark `PREFIX`: writes PREFIX-bigger.json and PREFIX-smaller.json"},
+			&cli.StringFlag{Name: "bencher", Destination: &f.Bencher, Usage: "Bencher Metric Format `FILE`"},
+			&cli.StringFlag{Name: "junit", Destination: &f.JUnit, Usage: "JUnit XML `FILE`"},
+			&cli.StringFlag{Name: "summary", Destination: &f.Summary, Usage: "also write the markdown summary to `FILE` (e.g. $GITHUB_STEP_SUMMARY)"},
 		},
 		Before: noArgsExcept("summary"),
-		Action: action(nightlyOpts, nightlyRun),
+		Action: act(&f, nightlyOpts, runF),
 	}
 }
 
 // nightlyFlags are nightly's parsed flags.
 type nightlyFlags struct {
-	Config          string `flag:"config"`
-	SkipBuild       bool   `flag:"skip-build"`
-	SkipBench       bool   `flag:"skip-bench"`
-	GithubBenchmark string `flag:"github-benchmark"`
-	Bencher         string `flag:"bencher"`
-	JUnit           string `flag:"junit"`
-	Summary         string `flag:"summary"`
-	Given           given
+	Config          string
+	SkipBuild       bool
+	SkipBench       bool
+	GithubBenchmark string
+	Bencher         string
+	JUnit           string
+	Summary         string
+	cmdline
 }
 
 // nightlyOptions are every input of nightlyRun.
@@ -144,47 +146,78 @@ func nightlyRun(ctx context.Context, o nightlyOptions, s streams) error {
 	return nil
 }
 
-func historyCommand() *cli.Command {
-	db := &cli.StringFlag{Name: "db", Aliases: []string{"history"}, Usage: "history database `FILE`, or a fleet's shared history as a postgres:// URL (default: history.db in the state directory, where a nightly writes it unless its history.path says otherwise)"}
+func newCmdHistory() *cli.Command {
 	return &cli.Command{
 		Name:  "history",
 		Usage: "list, show, export, plot and accept nightly runs",
 		Subcommands: []*cli.Command{
-			{
-				Name: "list", Usage: "list runs, newest first", UsageText: "arpatch history list [--db FILE] [--limit N]",
-				Description: `Examples:
+			newCmdHistoryList(historyListRun),
+			newCmdHistoryShow(historyShowRun),
+			newCmdHistoryExport(historyExportRun),
+			newCmdHistoryPlot(historyPlotRun),
+			newCmdHistoryAccept(historyAcceptRun),
+		},
+	}
+}
+
+// dbFlag is history's --db (alias --history), writing into dst.
+func dbFlag(dst *string) cli.Flag {
+	return &cli.StringFlag{Name: "db", Aliases: []string{"history"}, Destination: dst, Usage: "history database `FILE`, or a fleet's shared history as a postgres:// URL (default: history.db in the state directory, where a nightly writes it unless its history.path says otherwise)"}
+}
+
+// newCmdHistoryList is history list, running its options with runF (historyListRun).
+func newCmdHistoryList(runF func(context.Context, historyListOptions, streams) error) *cli.Command {
+	var f historyListFlags
+	return &cli.Command{
+		Name: "list", Usage: "list runs, newest first", UsageText: "arpatch history list [--db FILE] [--limit N]",
+		Description: `Examples:
    arpatch history list
    arpatch history list --limit 1`,
-				Flags: []cli.Flag{db, &cli.IntFlag{Name: "limit", Value: 30, Usage: "list the newest `N` runs; 0 lists every run"}}, Before: noArgs,
-				Action: action(historyListOpts, historyListRun),
-			},
-			{
-				Name: "show", Usage: "show one run: environment, drift, arms, checks", UsageText: "arpatch history show RUN [--db FILE] [--json]",
-				Description: `Text for a person; --json gives the run as JSON (run, drift, checks, arms
+		Flags: []cli.Flag{dbFlag(&f.DB), &cli.IntFlag{Name: "limit", Destination: &f.Limit, Value: 30, Usage: "list the newest `N` runs; 0 lists every run"}}, Before: noArgs,
+		Action: act(&f, historyListOpts, runF),
+	}
+}
+
+// newCmdHistoryShow is history show, running its options with runF (historyShowRun).
+func newCmdHistoryShow(runF func(context.Context, historyShowOptions, streams) error) *cli.Command {
+	var f historyShowFlags
+	return &cli.Command{
+		Name: "show", Usage: "show one run: environment, drift, arms, checks", UsageText: "arpatch history show RUN [--db FILE] [--json]",
+		Description: `Text for a person; --json gives the run as JSON (run, drift, checks, arms
 with their trials' metrics). An INVALID arm's figures are not shown.
 
 Examples:
    arpatch history show 1
    arpatch history show 1 --json`,
-				Flags:  []cli.Flag{db, jsonFlag(nil)},
-				Action: action(historyShowOpts, historyShowRun),
-			},
-			{
-				Name: "export", Usage: "export every trial as CSV or JSON", UsageText: "arpatch history export --format csv|json [--db FILE]",
-				Description: `One row per trial: the run, hardware, workload and commit, the arm, and
+		Flags:  []cli.Flag{dbFlag(&f.DB), jsonFlag(&f.JSON)},
+		Action: act(&f, historyShowOpts, runF),
+	}
+}
+
+// newCmdHistoryExport is history export, running its options with runF (historyExportRun).
+func newCmdHistoryExport(runF func(context.Context, historyExportFlags, streams) error) *cli.Command {
+	var f historyExportFlags
+	return &cli.Command{
+		Name: "export", Usage: "export every trial as CSV or JSON", UsageText: "arpatch history export --format csv|json [--db FILE]",
+		Description: `One row per trial: the run, hardware, workload and commit, the arm, and
 every metric of the bench table. An INVALID arm's rows say so.
 
 Examples:
    arpatch history export --format csv
    arpatch history export --format json`,
-				Flags: []cli.Flag{db, &cli.StringFlag{Name: "format", Value: "csv", Usage: "report `FORMAT`: csv or json"}}, Before: noArgs,
-				Action: action(historyExportOpts, historyExportRun),
-			},
-			{
-				Name: "plot", Usage: "plot a metric over time per arm, with CI bands and drift/regression marks, or against concurrency",
-				UsageText: `arpatch history plot --metric tok_s --out FILE.svg|png [--hardware KEY] [--workload KEY] [--concurrency N] [--db FILE]
+		Flags: []cli.Flag{dbFlag(&f.DB), &cli.StringFlag{Name: "format", Destination: &f.Format, Value: "csv", Usage: "report `FORMAT`: csv or json"}}, Before: noArgs,
+		Action: act(&f, historyExportOpts, runF),
+	}
+}
+
+// newCmdHistoryPlot is history plot, running its options with runF (historyPlotRun).
+func newCmdHistoryPlot(runF func(context.Context, historyPlotOptions, streams) error) *cli.Command {
+	var f historyPlotFlags
+	return &cli.Command{
+		Name: "plot", Usage: "plot a metric over time per arm, with CI bands and drift/regression marks, or against concurrency",
+		UsageText: `arpatch history plot --metric tok_s --out FILE.svg|png [--hardware KEY] [--workload KEY] [--concurrency N] [--db FILE]
 arpatch history plot --x concurrency --metric tok_s --out FILE.svg|png [--run RUN] [--db FILE]`,
-				Description: `One line per arm, for one hardware key, one workload and one concurrency
+		Description: `One line per arm, for one hardware key, one workload and one concurrency
 level (numbers from other machines, workloads or levels do not belong on one
 line); by default those of the newest run, at its lowest level. With
 --x concurrency: one line per arm of one run (--run, default the newest with
@@ -193,19 +226,24 @@ bench results), the metric against the concurrency levels it swept.
 Examples:
    arpatch history plot --metric tok_s --out tok_s.svg
    arpatch history plot --x concurrency --metric tok_s --out conc.png`,
-				Flags: []cli.Flag{db, &cli.StringFlag{Name: "metric", Value: stats.TokS, Usage: "`METRIC`: " + stats.Known()},
-					&cli.StringFlag{Name: "out", Usage: "`FILE` (.svg, .png or .pdf)", Required: true},
-					&cli.StringFlag{Name: "hardware", Usage: "hardware `KEY` to plot (default: the newest run's)"},
-					&cli.StringFlag{Name: "workload", Usage: "workload `KEY` to plot (default: the newest run's on that hardware)"},
-					&cli.IntFlag{Name: "concurrency", Usage: "the concurrency level `N` to plot over time", DefaultText: "the newest run's lowest"},
-					&cli.StringFlag{Name: "x", Value: "time", Usage: "the x axis: `time` (runs) or concurrency (one run's levels)"},
-					&cli.Int64Flag{Name: "run", Usage: "with --x concurrency: the `RUN` to plot", DefaultText: "the newest with bench results"}}, Before: noArgs,
-				Action: action(historyPlotOpts, historyPlotRun),
-			},
-			{
-				Name: "accept", Usage: "take a run as the new reference after a deliberate change",
-				UsageText: "arpatch history accept RUN [--db FILE]",
-				Description: `A nightly compares each arm with the last history.window complete runs on
+		Flags: []cli.Flag{dbFlag(&f.DB), &cli.StringFlag{Name: "metric", Destination: &f.Metric, Value: stats.TokS, Usage: "`METRIC`: " + stats.Known()},
+			&cli.StringFlag{Name: "out", Destination: &f.Out, Usage: "`FILE` (.svg, .png or .pdf)", Required: true},
+			&cli.StringFlag{Name: "hardware", Destination: &f.Hardware, Usage: "hardware `KEY` to plot (default: the newest run's)"},
+			&cli.StringFlag{Name: "workload", Destination: &f.Workload, Usage: "workload `KEY` to plot (default: the newest run's on that hardware)"},
+			&cli.IntFlag{Name: "concurrency", Destination: &f.Concurrency, Usage: "the concurrency level `N` to plot over time", DefaultText: "the newest run's lowest"},
+			&cli.StringFlag{Name: "x", Destination: &f.X, Value: "time", Usage: "the x axis: `time` (runs) or concurrency (one run's levels)"},
+			&cli.Int64Flag{Name: "run", Destination: &f.Run, Usage: "with --x concurrency: the `RUN` to plot", DefaultText: "the newest with bench results"}}, Before: noArgs,
+		Action: act(&f, historyPlotOpts, runF),
+	}
+}
+
+// newCmdHistoryAccept is history accept, running its options with runF (historyAcceptRun).
+func newCmdHistoryAccept(runF func(context.Context, historyRunOptions, streams) error) *cli.Command {
+	var f historyRunFlags
+	return &cli.Command{
+		Name: "accept", Usage: "take a run as the new reference after a deliberate change",
+		UsageText: "arpatch history accept RUN [--db FILE]",
+		Description: `A nightly compares each arm with the last history.window complete runs on
 the same hardware and workload; nights that failed their checks (exit 1)
 are never references, so a real slowdown keeps failing. When the change is
 deliberate (a new upstream, a new toolchain), accept the first night of the
@@ -213,10 +251,8 @@ new level: later nights then compare with it and the runs after it.
 
 Examples:
    arpatch history accept 1`,
-				Flags:  []cli.Flag{db},
-				Action: action(historyRunOpts("accept"), historyAcceptRun),
-			},
-		},
+		Flags:  []cli.Flag{dbFlag(&f.DB)},
+		Action: act(&f, historyRunOpts("accept"), runF),
 	}
 }
 
@@ -277,8 +313,8 @@ func withHistory(path string, write bool, st streams, f func(*history.Store) err
 
 // historyListFlags are history list's parsed flags.
 type historyListFlags struct {
-	DB    string `flag:"db"`
-	Limit int    `flag:"limit"`
+	DB    string
+	Limit int
 }
 
 // historyListOptions are every input of historyListRun.
@@ -331,8 +367,8 @@ func historyListRun(_ context.Context, o historyListOptions, st streams) error {
 // historyRunFlags are the flags and the RUN argument of history show and
 // accept.
 type historyRunFlags struct {
-	DB  string `flag:"db"`
-	Run args
+	DB      string
+	cmdline // RUN
 }
 
 // historyRunOptions are a history file and one run in it.
@@ -345,8 +381,8 @@ type historyRunOptions struct {
 // RUN argument (a positive number) and resolves --db.
 func historyRunOpts(cmd string) func(historyRunFlags) (historyRunOptions, error) {
 	return func(f historyRunFlags) (historyRunOptions, error) {
-		id, err := strconv.ParseInt(strings.Join(f.Run, " "), 10, 64)
-		if len(f.Run) != 1 || err != nil || id < 1 {
+		id, err := strconv.ParseInt(strings.Join(f.Args, " "), 10, 64)
+		if len(f.Args) != 1 || err != nil || id < 1 {
 			return historyRunOptions{}, usagef("history %s takes one run number (arpatch history list shows them)", cmd)
 		}
 		db, err := historyDB(f.DB)
@@ -367,8 +403,8 @@ func historyAcceptRun(_ context.Context, o historyRunOptions, st streams) error 
 
 // historyExportFlags are history export's parsed flags.
 type historyExportFlags struct {
-	DB     string `flag:"db"`
-	Format string `flag:"format"`
+	DB     string
+	Format string
 }
 
 // historyExportOpts checks --format (csv or json) and resolves --db.
@@ -396,15 +432,15 @@ func historyExportRun(_ context.Context, o historyExportFlags, st streams) error
 
 // historyPlotFlags are history plot's parsed flags.
 type historyPlotFlags struct {
-	DB          string `flag:"db"`
-	Metric      string `flag:"metric"`
-	Out         string `flag:"out"`
-	Hardware    string `flag:"hardware"`
-	Workload    string `flag:"workload"`
-	Concurrency int    `flag:"concurrency"`
-	X           string `flag:"x"`
-	Run         int64  `flag:"run"`
-	Given       given
+	DB          string
+	Metric      string
+	Out         string
+	Hardware    string
+	Workload    string
+	Concurrency int
+	X           string
+	Run         int64
+	cmdline
 }
 
 // historyPlotOptions are every input of historyPlotRun.

@@ -516,7 +516,7 @@ func TestNightlyOpts(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "file"), nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	o, err := optsOf(t, nightlyOpts, "arpatch nightly --config "+cfg)
+	o, err := cmdOptsOf(t, newCmdNightly, "arpatch nightly --config "+cfg)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -525,14 +525,14 @@ func TestNightlyOpts(t *testing.T) {
 		!reflect.DeepEqual(r.Reports, map[string]string{"github-benchmark": "", "bencher": "", "junit": "", "summary": ""}) || r.Log != nil || r.Out != nil {
 		t.Errorf("defaults: %+v", o)
 	}
-	o, err = optsOf(t, nightlyOpts, "arpatch nightly --config "+cfg+" --skip-build --skip-bench --github-benchmark "+dir+"/gh --bencher "+dir+"/b.json --junit "+dir+"/j.xml --summary "+dir+"/s.md")
+	o, err = cmdOptsOf(t, newCmdNightly, "arpatch nightly --config "+cfg+" --skip-build --skip-bench --github-benchmark "+dir+"/gh --bencher "+dir+"/b.json --junit "+dir+"/j.xml --summary "+dir+"/s.md")
 	if err != nil {
 		t.Fatal(err)
 	}
 	if r := o.Run; !r.SkipBuild || !r.SkipBench || !reflect.DeepEqual(r.Reports, map[string]string{"github-benchmark": dir + "/gh", "bencher": dir + "/b.json", "junit": dir + "/j.xml", "summary": dir + "/s.md"}) {
 		t.Errorf("flags: %+v", o)
 	}
-	refuses(t, nightlyOpts, []refusal{
+	cmdRefuses(t, newCmdNightly, []refusal{
 		{"arpatch nightly", exitUsage, []string{"--config is required"}},
 		{"arpatch nightly --config " + dir + "/nosuch.toml", exitUsage, []string{"nosuch.toml"}},
 		{"arpatch nightly --config " + cfg + " --github-benchmark out/", exitUsage, []string{"--github-benchmark out/: give a file prefix, e.g. out/bench"}},
@@ -543,35 +543,35 @@ func TestNightlyOpts(t *testing.T) {
 func TestHistoryOpts(t *testing.T) {
 	home := fakeHome(t, "h.db")
 	t.Setenv("ARPATCH_STATE", "/state")
-	l, err := optsOf(t, historyListOpts, "arpatch history list")
+	l, err := cmdOptsOf(t, newCmdHistoryList, "arpatch history list")
 	if err != nil || l != (historyListOptions{DB: "/state/history.db", Limit: 30}) {
 		t.Errorf("list: %+v, %v", l, err)
 	}
-	l, err = optsOf(t, historyListOpts, "arpatch history list --db ~/h.db --limit 5")
+	l, err = cmdOptsOf(t, newCmdHistoryList, "arpatch history list --db ~/h.db --limit 5")
 	if err != nil || l != (historyListOptions{DB: home + "/h.db", Limit: 5}) {
 		t.Errorf("list: %+v, %v", l, err)
 	}
-	if r, err := optsOf(t, historyRunOpts("accept"), "arpatch history accept --db ~/h.db 3"); err != nil || r != (historyRunOptions{DB: home + "/h.db", Run: 3}) {
+	if r, err := cmdOptsOf(t, newCmdHistoryAccept, "arpatch history accept --db ~/h.db 3"); err != nil || r != (historyRunOptions{DB: home + "/h.db", Run: 3}) {
 		t.Errorf("accept: %+v, %v", r, err)
 	}
 	for _, c := range []struct {
 		argv string
 		json bool
 	}{{"arpatch history show 3 --db ~/h.db", false}, {"arpatch history show 3 --json --db ~/h.db", true}} {
-		r, err := optsOf(t, historyShowOpts, c.argv)
+		r, err := cmdOptsOf(t, newCmdHistoryShow, c.argv)
 		if err != nil || r != (historyShowOptions{historyRunOptions{DB: home + "/h.db", Run: 3}, c.json}) {
 			t.Errorf("%s: %+v, %v", c.argv, r, err)
 		}
 	}
-	e, err := optsOf(t, historyExportOpts, "arpatch history export --format json")
+	e, err := cmdOptsOf(t, newCmdHistoryExport, "arpatch history export --format json")
 	if err != nil || e != (historyExportFlags{DB: "/state/history.db", Format: "json"}) {
 		t.Errorf("export: %+v, %v", e, err)
 	}
-	p, err := optsOf(t, historyPlotOpts, "arpatch history plot --metric tpot_ms_p99 --out ~/p.svg --hardware hw --workload wl --concurrency 4")
+	p, err := cmdOptsOf(t, newCmdHistoryPlot, "arpatch history plot --metric tpot_ms_p99 --out ~/p.svg --hardware hw --workload wl --concurrency 4")
 	if err != nil || p.Metric.Name != "tpot_ms_p99" || p.Out != home+"/p.svg" || p.X != "time" || p.Series != (history.Series{HardwareKey: "hw", Workload: "wl", Level: 4}) || p.DB != "/state/history.db" {
 		t.Errorf("plot: %+v, %v", p, err)
 	}
-	p, err = optsOf(t, historyPlotOpts, "arpatch history plot --x concurrency --run 7 --out p.png")
+	p, err = cmdOptsOf(t, newCmdHistoryPlot, "arpatch history plot --x concurrency --run 7 --out p.png")
 	if err != nil || p.Metric.Name != stats.TokS || p.X != "concurrency" || p.Run != 7 {
 		t.Errorf("plot --x concurrency: %+v, %v", p, err)
 	}
@@ -587,16 +587,16 @@ func TestHistoryOpts(t *testing.T) {
 	} {
 		var err error
 		if c.cmd == "show" {
-			_, err = optsOf(t, historyShowOpts, c.r.argv)
+			_, err = cmdOptsOf(t, newCmdHistoryShow, c.r.argv)
 		} else {
-			_, err = optsOf(t, historyRunOpts(c.cmd), c.r.argv)
+			_, err = cmdOptsOf(t, newCmdHistoryAccept, c.r.argv)
 		}
 		checkRefusal(t, c.r, err)
 	}
-	refuses(t, historyExportOpts, []refusal{
+	cmdRefuses(t, newCmdHistoryExport, []refusal{
 		{"arpatch history export --format xml", exitUsage, []string{`--format "xml": use csv or json`}},
 	})
-	refuses(t, historyPlotOpts, []refusal{
+	cmdRefuses(t, newCmdHistoryPlot, []refusal{
 		{"arpatch history plot", exitUsage, []string{"--out is required"}},
 		{"arpatch history plot --metric speed --out p.svg", exitUsage, []string{`--metric "speed": use one of tok_s`}},
 		{"arpatch history plot --out p.txt", exitUsage, []string{"--out"}},
@@ -604,7 +604,7 @@ func TestHistoryOpts(t *testing.T) {
 		{"arpatch history plot --concurrency -1 --out p.svg", exitUsage, []string{"--concurrency -1: use 1 to 4096 (leave it out for the newest run's lowest level)"}},
 		{"arpatch history plot --concurrency 0 --out p.svg", exitUsage, []string{"--concurrency 0: use 1 to"}},
 	})
-	refuses(t, historyListOpts, []refusal{
+	cmdRefuses(t, newCmdHistoryList, []refusal{
 		{"arpatch history list --limit -1", exitUsage, []string{"--limit -1: use 1 or more, or 0 for every run"}},
 		{"arpatch history list --limit x", exitUsage, []string{"--limit x: want a whole number"}},
 		{"arpatch history list 3", exitUsage, []string{"list takes no arguments"}},

@@ -311,24 +311,19 @@ func commandLine(argv []string) string {
 	return shellq.Join(append([]string{"arpatch"}, argv[1:]...))
 }
 
-// tuneFlagList are --tune and --force-tune, for the commands that take a
-// tune file; tuneFlags binds them.
-func tuneFlagList(t *tuneFlags, what string) []cli.Flag {
-	var tune *string
-	var force *bool
-	if t != nil {
-		tune, force = &t.Tune, &t.ForceTune
-	}
+// flags are --tune and --force-tune, writing into t, for the commands
+// that take a tune file; what says what the file is for.
+func (t *tuneFlags) flags(what string) []cli.Flag {
 	return []cli.Flag{
-		&cli.StringFlag{Name: "tune", Destination: tune, Usage: "thresholds `FILE` from arpatch tune allreduce, " + what},
-		&cli.BoolFlag{Name: "force-tune", Destination: force, Usage: "use --tune's file even when it was made on another host"},
+		&cli.StringFlag{Name: "tune", Destination: &t.Tune, Usage: "thresholds `FILE` from arpatch tune allreduce, " + what},
+		&cli.BoolFlag{Name: "force-tune", Destination: &t.ForceTune, Usage: "use --tune's file even when it was made on another host"},
 	}
 }
 
 // tuneFlags are --tune's file ("" without it) and --force-tune.
 type tuneFlags struct {
-	Tune      string `flag:"tune"`
-	ForceTune bool   `flag:"force-tune"`
+	Tune      string
+	ForceTune bool
 }
 
 // tunedRecipe returns r with the thresholds of t's file in its [env] (when
