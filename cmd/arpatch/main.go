@@ -283,9 +283,13 @@ func runApp(ctx context.Context, makeApp func(stdout, stderr io.Writer) *cli.App
 		}
 		msg = ""
 	}
-	if msg != "" {
-		fmt.Fprintln(stderr, "arpatch: "+msg)
-	}
+	// A worker panicking on its own goroutine may be what let the
+	// command return: its handler's message and exit 5 come first.
+	goroutine.Ending(func() {
+		if msg != "" {
+			fmt.Fprintln(stderr, "arpatch: "+msg)
+		}
+	})
 	return code
 }
 

@@ -8,7 +8,9 @@ import (
 	"os"
 	"path/filepath"
 	"strings"
+	"sync/atomic"
 	"testing"
+	"time"
 
 	"github.com/arpatch/arpatch/internal/gosource"
 )
@@ -120,4 +122,41 @@ func mkfile(path, src string) error {
 		return err
 	}
 	return os.WriteFile(path, []byte(src), 0o644)
+}
+
+// TestEndingWaitsForAPanicsHandler: a worker whose deferred close(done)
+// lets the command go on while it still unwinds its panic has its
+// handler run to the end before Ending's last step: the process's one
+// message is the panic's (cmd/arpatch's TestGoroutinePanicExitsInternal
+// through the real binary).
+func TestEndingWaitsForAPanicsHandler(t *testing.T) {
+	var handled atomic.Bool
+	SetPanicHandler(func(any, []byte) {
+		time.Sleep(30 * time.Millisecond) // a slow print of the stack
+		handled.Store(true)
+	})
+	defer SetPanicHandler(nil)
+	for i := 0; i < 20; i++ {
+		handled.Store(false)
+		done := make(chan struct{})
+		Go(func() {
+			defer close(done)
+			var m map[string]int
+			m["x"]++
+		})
+		<-done
+		var order []string
+		Ending(func() {
+			if handled.Load() {
+				order = append(order, "handler")
+			}
+			order = append(order, "last")
+		})
+		if len(order) != 2 {
+			t.Fatalf("round %d: Ending's last step ran before the panic's handler had ended: %v", i, order)
+		}
+	}
+	if n := live.Load(); n != 0 {
+		t.Errorf("%d goroutines counted live after every one ended", n)
+	}
 }
