@@ -1,6 +1,7 @@
 package history
 
 import (
+	"bytes"
 	"fmt"
 	"path/filepath"
 	"sync"
@@ -127,16 +128,46 @@ func openBench(b *testing.B) *Store {
 	return s
 }
 
-// BenchmarkExport10k is `arpatch history export` over 10,000 runs
-// (100,000 trials, 800,000 samples).
+// BenchmarkExport10k is `arpatch history export --format csv|json` over
+// 10,000 runs (100,000 trials, 800,000 samples), written to a counter of
+// bytes and lines.
 func BenchmarkExport10k(b *testing.B) {
-	s := openBench(b)
-	for b.Loop() {
-		rows, err := s.Export()
-		if err != nil || len(rows) != benchRuns*10 {
-			b.Fatalf("export: %d rows, %v", len(rows), err)
-		}
+	for _, format := range []string{"csv", "json"} {
+		b.Run(format, func(b *testing.B) {
+			s := openBench(b)
+			for b.Loop() {
+				var w lineCounter
+				export := s.ExportCSV
+				if format == "json" {
+					export = s.ExportJSON
+				}
+				if err := export(&w); err != nil {
+					b.Fatal(err)
+				}
+				// CSV: a header and a line a trial; JSON: an object a trial.
+				if format == "csv" && w.lines != benchRuns*10+1 || format == "json" && w.objects != benchRuns*10 {
+					b.Fatalf("export %s: %d lines, %d objects", format, w.lines, w.objects)
+				}
+			}
+		})
 	}
+}
+
+// lineCounter counts the newlines and the lines "  {" (a JSON export's
+// objects) written to it.
+// A "\n  {" split between two writes is counted: the last 3 bytes of
+// each write are kept for the next.
+type lineCounter struct {
+	lines, objects int
+	tail           []byte
+}
+
+func (c *lineCounter) Write(p []byte) (int, error) {
+	c.lines += bytes.Count(p, []byte("\n"))
+	c.tail = append(c.tail, p...)
+	c.objects += bytes.Count(c.tail, []byte("\n  {"))
+	c.tail = append(c.tail[:0], c.tail[max(0, len(c.tail)-3):]...)
+	return len(p), nil
 }
 
 // BenchmarkPlot10k is `arpatch history plot --metric tok_s` over 10,000

@@ -419,14 +419,10 @@ func historyExportOpts(f historyExportFlags) (historyExportFlags, error) {
 // historyExportRun writes every trial as CSV or JSON.
 func historyExportRun(_ context.Context, o historyExportFlags, st streams) error {
 	return withHistory(o.DB, false, st, func(s *history.Store) error {
-		rows, err := s.Export()
-		if err != nil {
-			return err
-		}
 		if o.Format == "csv" {
-			return history.WriteCSV(st.Out, rows)
+			return s.ExportCSV(st.Out)
 		}
-		return history.WriteJSON(st.Out, rows)
+		return s.ExportJSON(st.Out)
 	})
 }
 
