@@ -86,6 +86,10 @@ func (s *Store) eachExportArm(what string, f func(e ExportRun, armID int64) erro
 	if err != nil {
 		return err
 	}
+	killed, err := s.killedRuns(what)
+	if err != nil {
+		return err
+	}
 	return s.each(what, `SELECT id, started_at, status, hardware_key, workload, sglang_commit FROM runs ORDER BY id`, nil, func(r *sql.Rows) error {
 		var e ExportRun
 		var started string
@@ -95,6 +99,9 @@ func (s *Store) eachExportArm(what string, f func(e ExportRun, armID int64) erro
 		var err error
 		if e.StartedAt, err = parseTime(e.RunID, "started_at", started); err != nil {
 			return err
+		}
+		if killed[e.RunID] {
+			e.Status = Killed
 		}
 		for _, a := range arms[e.RunID] {
 			e.Arm, e.Invalid = a.name, a.invalid
@@ -275,4 +282,29 @@ func appendJSONFloat(b []byte, f float64) ([]byte, error) {
 		}
 	}
 	return b, nil
+}
+
+// killedRuns is the set of runs still "running" whose nightly's process
+// is gone (Gone), which an export reports as Killed, as history list
+// does. It reads the running runs by status (an index).
+func (s *Store) killedRuns(what string) (map[int64]bool, error) {
+	var running []Run
+	err := s.each(what, `SELECT id, pid FROM runs WHERE status = ?`, []any{Running}, func(r *sql.Rows) error {
+		x := Run{Status: Running}
+		err := r.Scan(&x.ID, &x.PID)
+		running = append(running, x)
+		return err
+	})
+	if err != nil {
+		return nil, err
+	}
+	gone, err := s.Gone(running)
+	if err != nil {
+		return nil, err
+	}
+	killed := make(map[int64]bool, len(gone))
+	for id := range gone {
+		killed[id] = true
+	}
+	return killed, nil
 }

@@ -3,6 +3,7 @@ package history
 import (
 	"bytes"
 	"path/filepath"
+	"strings"
 	"testing"
 	"time"
 )
@@ -63,4 +64,21 @@ func TestExportStreamsAsReference(t *testing.T) {
 	_, err := s.BeginRun(Run{HardwareKey: "still running"}) // no arms yet
 	must(t, err)
 	compare("odd fields")
+
+	// Run 2's nightly is gone while it looks running: exported as
+	// history list shows it; run 3's is this process, still running.
+	if _, err := s.db.Exec(`UPDATE runs SET status = ?, pid = ? WHERE id = 2`, Running, 999999999); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := s.db.Exec(`UPDATE runs SET status = ? WHERE id = 3`, Running); err != nil {
+		t.Fatal(err)
+	}
+	compare("a dead run")
+	var b bytes.Buffer
+	must(t, s.ExportCSV(&b))
+	for id, want := range map[string]string{"2": "killed?", "3": "running", "1": "complete"} {
+		if !strings.Contains(b.String(), "\n"+id+",2026-11-02T0"+string(rune('3'+id[0]-'1'))+":00:00+01:00,"+want+",") {
+			t.Errorf("run %s not exported as %s:\n%s", id, want, b.String())
+		}
+	}
 }

@@ -245,7 +245,8 @@ func (r *ExportRow) UnmarshalJSON(b []byte) error {
 	return json.Unmarshal(b, &r.TrialMetrics)
 }
 
-// Export returns every trial of every run, oldest run first, each run's
+// Export returns every trial of every run (a run still running whose
+// nightly is gone as Killed, as history list reports it), oldest run first, each run's
 // arms in the order they were stored and each arm's trials by index and
 // level. It reads the runs, the arms and the trials in one query each
 // and joins them here, so that each row's columns are read once (the
@@ -284,6 +285,10 @@ func (s *Store) Export() ([]ExportRow, error) {
 	if err != nil {
 		return nil, err
 	}
+	killed, err := s.killedRuns(what)
+	if err != nil {
+		return nil, err
+	}
 	out := make([]ExportRow, 0, n)
 	err = s.each(what, `SELECT id, started_at, status, hardware_key, workload, sglang_commit FROM runs ORDER BY id`, nil, func(r *sql.Rows) error {
 		var e ExportRun
@@ -294,6 +299,9 @@ func (s *Store) Export() ([]ExportRow, error) {
 		var err error
 		if e.StartedAt, err = parseTime(e.RunID, "started_at", started); err != nil {
 			return err
+		}
+		if killed[e.RunID] {
+			e.Status = Killed
 		}
 		for _, a := range arms[e.RunID] {
 			e.Arm, e.Invalid = a.name, a.invalid

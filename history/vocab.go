@@ -17,6 +17,11 @@ const (
 	Complete   RunStatus = "complete"
 	Failed     RunStatus = "failed"
 	Incomplete RunStatus = "incomplete"
+	// Killed is never stored: it is how history list, show (and its
+	// --json) and export report a run still Running whose nightly's
+	// process is gone (Store.Gone), until the next nightly marks it
+	// Incomplete.
+	Killed RunStatus = "killed?"
 )
 
 // VerdictKilled is the verdict MarkStale gives a run whose process died

@@ -40,12 +40,15 @@ func historyShowRun(_ context.Context, o historyShowOptions, st streams) error {
 		if err != nil {
 			return err
 		}
-		if o.JSON {
-			return writeJSON(st.Out, d)
-		}
 		gone, err := s.Gone([]history.Run{d.Run})
 		if err != nil {
 			return err
+		}
+		if o.JSON {
+			if why := gone[d.Run.ID]; why != "" { // as history list and printRun report it
+				d.Run.Status, d.Run.Verdict = history.Killed, why+"; the next nightly marks this run incomplete"
+			}
+			return writeJSON(st.Out, d)
 		}
 		printRun(st.Out, d, gone[d.Run.ID])
 		return nil
@@ -66,7 +69,7 @@ func printRun(w io.Writer, d *history.Detail, gone string) {
 	}
 	status, verdict := string(r.Status), r.Verdict
 	if gone != "" {
-		status, verdict = "killed?", gone+"; the next nightly marks this run incomplete"
+		status, verdict = string(history.Killed), gone+"; the next nightly marks this run incomplete"
 	}
 	if verdict != "" {
 		verdict = ", " + verdict

@@ -4,6 +4,7 @@ import (
 	"bytes"
 	"context"
 	"database/sql"
+	"encoding/json"
 	"fmt"
 	"io/fs"
 	"os"
@@ -214,6 +215,16 @@ func TestHistoryShowsKilledRuns(t *testing.T) {
 				}
 				if first, _, _ := strings.Cut(out.String(), "\n"); first+"\n" != want {
 					t.Errorf("show %d: %q, want %q", id, first, want)
+				}
+			}
+			for id, want := range map[int64][2]string{deadID: {"killed?", why + "; the next nightly marks this run incomplete"}, liveID: {"running", ""}} {
+				out.Reset()
+				if code := run(context.Background(), []string{"arpatch", "history", "show", fmt.Sprint(id), "--db", target, "--json"}, &out, &errb); code != exitOK {
+					t.Fatalf("show %d --json: exit %d, %s", id, code, errb.String())
+				}
+				var d history.Detail
+				if err := json.Unmarshal(out.Bytes(), &d); err != nil || string(d.Run.Status) != want[0] || d.Run.Verdict != want[1] {
+					t.Errorf("show %d --json: status %q verdict %q (%v), want %q %q", id, d.Run.Status, d.Run.Verdict, err, want[0], want[1])
 				}
 			}
 		})
