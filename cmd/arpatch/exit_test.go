@@ -11,12 +11,14 @@ import (
 	"path/filepath"
 	"runtime/debug"
 	"strings"
+	"syscall"
 	"testing"
 
 	"github.com/urfave/cli/v2"
 
 	"github.com/arpatch/arpatch/internal/errwriter/errwritertest"
 	"github.com/arpatch/arpatch/internal/goroutine"
+	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/internal/testrepo"
 )
 
@@ -173,11 +175,19 @@ const goPanicEnv = "ARPATCH_TEST_GOROUTINE_PANIC"
 
 // withGoPanic is newApp with a command goboom that writes a line, starts
 // a goroutine (goroutine.Go) that panics, and waits for it, as a command
-// waits for the workers it started.
+// waits for the workers it started, after starting a server (a process
+// group that ignores SIGTERM) that the panic's exit must stop.
 func withGoPanic(stdout, stderr io.Writer) *cli.App {
 	app := newApp(stdout, stderr)
 	app.Commands = append(app.Commands, &cli.Command{Name: "goboom", Action: act(&struct{}{}, noFlags, func(ctx context.Context, _ struct{}, s streams) error {
 		fmt.Fprintln(s.Out, "partial")
+		// A server the command started, which must not outlive it; its
+		// SIGTERM is ignored, so only StopAll's SIGKILL ends it.
+		srv := procgroup.Command(ctx, 0, "sh", "-c", `trap "" TERM; sleep 60 & wait; sleep 60`)
+		if err := srv.Start(); err != nil {
+			return err
+		}
+		fmt.Fprintf(s.Out, "server group %d\n", srv.PGID())
 		done := make(chan struct{})
 		goroutine.Go(func() {
 			defer close(done)
@@ -220,8 +230,17 @@ func TestGoroutinePanicExitsInternal(t *testing.T) {
 		!strings.Contains(rest, ".goboomWorker(") || strings.Count(errb.String(), "arpatch: ") != 1 {
 		t.Errorf("arpatch goboom: stderr:\n%s", errb.String())
 	}
-	if out.String() != "partial\n" {
-		t.Errorf("stdout %q: what the command wrote before the panic is kept", out.String())
+	var pgid int
+	if _, err := fmt.Sscanf(out.String(), "partial\nserver group %d\n", &pgid); err != nil || pgid <= 0 {
+		t.Fatalf("stdout %q: what the command wrote before the panic is kept", out.String())
+	}
+	// The server group the command started is gone (issue 28: a panic on
+	// a goroutine stops the servers, as an interrupt does).
+	// (Its killed processes may linger as zombies until PID 1 reaps
+	// them: only running ones count.)
+	if n, err := procgroup.Running(pgid); err != nil || n != 0 {
+		_ = syscall.Kill(-pgid, syscall.SIGKILL)
+		t.Errorf("the server's process group %d outlived arpatch's panic exit: %d processes running (%v)", pgid, n, err)
 	}
 }
 

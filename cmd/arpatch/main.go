@@ -20,6 +20,7 @@ import (
 	"runtime/debug"
 	"strings"
 	"syscall"
+	"time"
 
 	"github.com/urfave/cli/v2"
 	"golang.org/x/sys/unix"
@@ -27,6 +28,7 @@ import (
 	"github.com/arpatch/arpatch/internal/errwriter"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
 	"github.com/arpatch/arpatch/internal/goroutine"
+	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/internal/statedir"
 	"github.com/arpatch/arpatch/kernels"
 )
@@ -145,8 +147,15 @@ func runMainApp(makeApp func(stdout, stderr io.Writer) *cli.App) int {
 // internal-error code and message instead of exit 2.
 func panicExit(value any, stack []byte) {
 	fmt.Fprintln(os.Stderr, "arpatch: "+internalError{value: value, stack: stack}.Error())
+	// No deferred function will stop the servers and ranks the command
+	// started: stop their groups here, as an interrupt would.
+	procgroup.StopAll(panicGrace)
 	os.Exit(exitInternal)
 }
+
+// panicGrace is how long panicExit lets the groups the command started
+// end on SIGTERM before SIGKILL.
+const panicGrace = 2 * time.Second
 
 // errClosedPipe is the cause of a context onClosedPipe ended.
 var errClosedPipe = errors.New("the pipe reading arpatch's output was closed")

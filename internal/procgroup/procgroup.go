@@ -38,6 +38,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"time"
@@ -78,6 +81,83 @@ func Command(ctx context.Context, grace time.Duration, name string, args ...stri
 	return c
 }
 
+// running holds the groups started by Start and not yet ended by Wait:
+// StopAll's list, for an end of the process where no deferred function
+// runs (a panic on a worker goroutine).
+var running = struct {
+	sync.Mutex
+	pgids map[int]bool
+}{pgids: map[int]bool{}}
+
+// Start starts the command as exec.Cmd.Start does and records its group
+// until Wait, for StopAll.
+func (c *Cmd) Start() error {
+	if err := c.Cmd.Start(); err != nil {
+		return err
+	}
+	running.Lock()
+	running.pgids[c.Process.Pid] = true
+	running.Unlock()
+	return nil
+}
+
+// StopAll ends every group started by Start that Wait has not ended yet:
+// SIGTERM to each, then, for those still there after grace, SIGKILL. It
+// is for a process about to exit without running its deferred functions
+// (cmd/arpatch's handler of a panic on a worker goroutine), so that the
+// servers and ranks its commands started do not outlive it. It returns
+// the groups it signalled.
+func StopAll(grace time.Duration) []int {
+	running.Lock()
+	var pgids []int
+	for pgid := range running.pgids {
+		pgids = append(pgids, pgid)
+	}
+	running.Unlock()
+	for _, pgid := range pgids {
+		_ = signalGroup(pgid, syscall.SIGTERM) // (a group already gone needs nothing)
+	}
+	deadline := time.Now().Add(grace)
+	for _, pgid := range pgids {
+		for signalGroup(pgid, 0) == nil && time.Now().Before(deadline) {
+			time.Sleep(10 * time.Millisecond)
+		}
+		_ = signalGroup(pgid, syscall.SIGKILL) // (gone by now is no error)
+	}
+	return pgids
+}
+
+// Running counts the processes of group pgid that are not zombies (a
+// killed child reparented to PID 1 stays in its group until PID 1 reaps
+// it), from each /proc/PID/stat's state and pgrp fields: 0 once the group
+// has ended. Linux only; the error names /proc where it cannot be read.
+func Running(pgid int) (int, error) {
+	ents, err := os.ReadDir("/proc")
+	if err != nil {
+		return 0, fmt.Errorf("counting process group %d's processes: %w", pgid, err)
+	}
+	n := 0
+	for _, e := range ents {
+		b, err := os.ReadFile("/proc/" + e.Name() + "/stat")
+		if err != nil {
+			continue // not a process, or one that just ended
+		}
+		// pid (comm) state ppid pgrp ...: comm may hold spaces and ")".
+		i := bytes.LastIndex(b, []byte(") "))
+		if i < 0 {
+			continue
+		}
+		f := strings.Fields(string(b[i+2:]))
+		if len(f) < 3 {
+			continue
+		}
+		if g, _ := strconv.Atoi(f[2]); g == pgid && f[0] != "Z" {
+			n++
+		}
+	}
+	return n, nil
+}
+
 // PGID is the process group's id (the leader's pid) once the command has
 // started, and 0 before.
 func (c *Cmd) PGID() int {
@@ -105,6 +185,9 @@ func (c *Cmd) Wait() error {
 		if kerr := c.KillGroup(); kerr != nil {
 			err = errors.Join(err, kerr)
 		}
+		running.Lock()
+		delete(running.pgids, c.Process.Pid)
+		running.Unlock()
 	}
 	return err
 }

@@ -10,6 +10,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"runtime"
+	"slices"
 	"strconv"
 	"strings"
 	"syscall"
@@ -353,4 +354,49 @@ func TestNoLeak(t *testing.T) {
 	if g, f := runtime.NumGoroutine(), fds(); g > g0 || f > f0 {
 		t.Errorf("goroutines %d -> %d, descriptors %d -> %d", g0, g, f0, f)
 	}
+}
+
+// TestStopAll: StopAll ends a group that ignores SIGTERM (SIGKILL after
+// grace) and one that ends on SIGTERM, returns both, and forgets a group
+// Wait has ended.
+func TestStopAll(t *testing.T) {
+	ctx := context.Background()
+	stubborn := Command(ctx, 0, "sh", "-c", `trap "" TERM; sleep 60 & wait; sleep 60`)
+	polite := Command(ctx, 0, "sleep", "60")
+	done := Command(ctx, 0, "true")
+	for _, c := range []*Cmd{stubborn, polite} {
+		if err := c.Start(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := done.Run(); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(50 * time.Millisecond) // the trap is set
+	got := StopAll(300 * time.Millisecond)
+	slices.Sort(got)
+	want := []int{stubborn.PGID(), polite.PGID()}
+	slices.Sort(want)
+	if !slices.Equal(got, want) {
+		t.Errorf("StopAll signalled %v, want the two started groups %v (not %d, which Wait ended)", got, want, done.PGID())
+	}
+	for _, c := range []*Cmd{stubborn, polite} {
+		_ = c.Wait()
+		if n := liveInGroup(t, c.PGID()); n != 0 {
+			t.Errorf("group %d (%v): %d processes still running after StopAll", c.PGID(), c.Args, n)
+		}
+	}
+	if left := StopAll(0); len(left) != 0 {
+		t.Errorf("groups still recorded after Wait: %v", left)
+	}
+}
+
+// liveInGroup is Running, skipping where /proc cannot be read.
+func liveInGroup(t *testing.T, pgid int) int {
+	t.Helper()
+	n, err := Running(pgid)
+	if err != nil {
+		t.Skip(err)
+	}
+	return n
 }
