@@ -35,6 +35,17 @@ func TestUnfit(t *testing.T) {
 	if got := Unfit(rows, cat, true); !reflect.DeepEqual(got, want) {
 		t.Errorf("strict: %q, want %q", got, want)
 	}
+	// Under strict, a fit the gate rule could not judge whole fails too
+	// (no clang here: a CI machine without it must not pass --strict).
+	noted := append([]DriftRow(nil), rows...)
+	noted[0].Notes = []string{"no clang++ found: the C++ dispatch was not compiled", "second"}
+	want = append([]string{"series pcie-2026-04 at " + a + " (84118acf50b3): exact, but the gate rule did not check all of it here (2 notes; the first: no clang++ found: the C++ dispatch was not compiled)"}, want...)
+	if got := Unfit(noted, cat, true); !reflect.DeepEqual(got, want) {
+		t.Errorf("strict with notes: %q, want %q", got, want)
+	}
+	if got := Unfit(noted, cat, false); len(got) != 0 {
+		t.Errorf("default with notes: %q, want none (the notes are printed, the fit stands)", got)
+	}
 	rows[3].Verdict = "moved"
 	rows = append(rows, DriftRow{Series: "other-1", Commit: b, Rev: "main", Verdict: "applied"},
 		DriftRow{Series: "other-1", Commit: a, Rev: a, Verdict: "error", Err: errors.New("sha256 mismatch")})

@@ -80,7 +80,8 @@ not-followed (the history to follow it is missing: a shallow clone, or no
 tested_on commit). A family's series are one job for different upstream
 eras, so check exits 0 when at each commit some series of each family
 checked fits (exact, offset or applied), and 1 otherwise, naming what has
-none; --strict exits 1 unless every series fits every commit.
+none; --strict exits 1 unless every series fits every commit and the gate
+rule judged every fit whole (no note of something left unchecked).
 
 Examples:
    arpatch patches check --repo ~/mirrors/sglang.git --commit 84118acf50b3a4c74e85e9ff9033792552de1a76
@@ -90,7 +91,7 @@ Examples:
 			&cli.StringFlag{Name: "repo", Destination: &f.Repo, Usage: "local repository `PATH` (checkout or bare mirror)", Required: true},
 			&cli.StringSliceFlag{Name: "commit", Destination: &f.Commits, Usage: "commit `REV` to check; repeat for several", Required: true},
 			&cli.StringSliceFlag{Name: "series", Destination: &f.Series, Usage: "check only series `NAME`; repeat for several"},
-			&cli.BoolFlag{Name: "strict", Destination: &f.Strict, Usage: "exit 1 unless every series fits every commit"},
+			&cli.BoolFlag{Name: "strict", Destination: &f.Strict, Usage: "exit 1 unless every series fits every commit, each judged whole by the gate rule"},
 			&cli.BoolFlag{Name: "details", Destination: &f.Details, Usage: "after the table, each conflict's hunk and each moved file (the default when one commit is checked)"},
 			&cli.BoolFlag{Name: "summary", Destination: &f.Summary, Usage: "one line per series instead of the table: its runs of consecutive commits with one verdict"},
 			patchesDirFlag(&f.PatchesDir), jsonFlag(&f.JSON),
