@@ -140,16 +140,6 @@ func checkRefusal(t *testing.T, r refusal, err error) {
 	}
 }
 
-// refuses checks that opts (after the parser) refuses each command line
-// as its refusal says.
-func refuses[F, O any](t *testing.T, opts func(F) (O, error), rs []refusal) {
-	t.Helper()
-	for _, r := range rs {
-		_, err := optsOf(t, opts, r.argv)
-		checkRefusal(t, r, err)
-	}
-}
-
 // TestExitCode maps urfave/cli's own errors, got by parsing bad command
 // lines, and arpatch's onto the documented exit codes, each in arpatch's
 // words, and prints none of urfave's help: as git and the go command, one

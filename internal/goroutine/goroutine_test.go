@@ -141,8 +141,7 @@ func TestEndingWaitsForAPanicsHandler(t *testing.T) {
 		done := make(chan struct{})
 		Go(func() {
 			defer close(done)
-			var m map[string]int
-			m["x"]++
+			bump(nil)
 		})
 		<-done
 		var order []string
@@ -160,3 +159,6 @@ func TestEndingWaitsForAPanicsHandler(t *testing.T) {
 		t.Errorf("%d goroutines counted live after every one ended", n)
 	}
 }
+
+// bump panics as a real bug does, with a runtime error, given a nil m.
+func bump(m map[string]int) { m["x"]++ }
