@@ -29,7 +29,6 @@ import (
 	"io"
 	"os"
 	"reflect"
-	"regexp"
 	"slices"
 	"strings"
 
@@ -83,15 +82,24 @@ type args []string
 // cmdline is what a command line gives besides the flags' values, which
 // urfave/cli writes straight into a command's flags struct (each flag's
 // Destination): the flags given (Given, urfave's IsSet: a value alone
-// cannot tell "--jobs 0" from no --jobs) and the positional arguments.
-// A flags struct embeds it; act fills it before the options function
-// runs.
+// cannot tell "--jobs 0" from no --jobs), the positional arguments, and
+// the name each aliased flag was given by (name). A flags struct embeds
+// it; act fills it before the options function runs.
 type cmdline struct {
 	Given given
 	Args  args
+	// typed maps a flag's name to the alias the command line gave it
+	// by, where that is not its name.
+	typed map[string]string
 }
 
-// fill sets l from c.
+// argvKey is the context key of the command line runApp runs (its
+// []string), which cmdline.fill reads the aliases typed from.
+type argvKey struct{}
+
+// fill sets l from c. The alias typed is read from the command line
+// (argvKey) because urfave does not keep it: IsSet and
+// LocalFlagNames answer every name of a flag given by any one of them.
 func (l *cmdline) fill(c *cli.Context) {
 	l.Given = given{}
 	for _, f := range c.Command.Flags {
@@ -100,6 +108,38 @@ func (l *cmdline) fill(c *cli.Context) {
 		}
 	}
 	l.Args = c.Args().Slice()
+	argv, _ := c.Context.Value(argvKey{}).([]string)
+	typed := map[string]bool{}
+	for _, a := range argv {
+		if a == "--" {
+			break
+		}
+		if strings.HasPrefix(a, "-") {
+			name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
+			typed[name] = true
+		}
+	}
+	l.typed = map[string]string{}
+	for _, f := range c.Command.Flags {
+		names := f.Names()
+		for _, alias := range names[1:] {
+			// (A one-letter alias, -h, is no name an error uses.)
+			if len(alias) > 1 && typed[alias] && !typed[names[0]] {
+				l.typed[names[0]] = alias
+			}
+		}
+	}
+}
+
+// name is flag as the command line named it: the alias it was given by
+// (--max-concurrency for --concurrency, --history for --db) where its own
+// name was not typed, so that an error about it names what the user wrote
+// and its remedy, copied from their command line, reads as they typed it.
+func (l cmdline) name(flag string) string {
+	if a := l.typed[flag]; a != "" {
+		return a
+	}
+	return flag
 }
 
 // act is a command's Action, in the style of gh's NewCmdX(f, runF): f is
@@ -488,47 +528,4 @@ func findCommand(cmds []*cli.Command, name string) *cli.Command {
 		}
 	}
 	return nil
-}
-
-// asTyped rewrites msg to name each aliased flag as args typed it: an
-// error about --concurrency reads --max-concurrency when that is what the
-// user passed (and --concurrency is not also there), as its remedy is
-// copied from the command line the user wrote.
-func asTyped(app *cli.App, args []string, msg string) string {
-	typed := map[string]bool{}
-	for _, a := range args {
-		if a == "--" {
-			break
-		}
-		if strings.HasPrefix(a, "-") {
-			name, _, _ := strings.Cut(strings.TrimLeft(a, "-"), "=")
-			typed[name] = true
-		}
-	}
-	seen := map[*cli.Command]bool{}
-	var walk func(cmds []*cli.Command, flags []cli.Flag)
-	walk = func(cmds []*cli.Command, flags []cli.Flag) {
-		for _, f := range flags {
-			names := f.Names()
-			if len(names) < 2 || typed[names[0]] {
-				continue
-			}
-			for _, alias := range names[1:] {
-				// (A one-letter alias, -h, is no name an error uses.)
-				if len(alias) > 1 && typed[alias] {
-					re := regexp.MustCompile(`--` + regexp.QuoteMeta(names[0]) + `\b([^-]|$)`)
-					msg = re.ReplaceAllString(msg, "--"+alias+"$1")
-					break
-				}
-			}
-		}
-		for _, c := range cmds {
-			if !seen[c] { // (urfave's help command holds itself)
-				seen[c] = true
-				walk(c.Subcommands, c.Flags)
-			}
-		}
-	}
-	walk(app.Commands, app.Flags)
-	return msg
 }

@@ -294,7 +294,7 @@ func benchOverrides(f benchFlags) (bench.Overrides, error) {
 	if f.Given["concurrency"] {
 		l, err := recipes.ParseLevels(f.Concurrency)
 		if err != nil {
-			return ov, usagef("--concurrency %v", err)
+			return ov, usagef("--%s %v", f.name("concurrency"), err)
 		}
 		ov.Concurrency = l
 	}

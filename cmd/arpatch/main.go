@@ -250,12 +250,12 @@ func runApp(ctx context.Context, makeApp func(stdout, stderr io.Writer) *cli.App
 	app := makeApp(out, stderr)
 	argv, err := interspersed(app, args)
 	if err == nil {
-		err = runGuarded(ctx, app, argv)
+		err = runGuarded(context.WithValue(ctx, argvKey{}, args), app, argv)
 	}
 	err = unknownCommand(app, args, err)
 	code, msg := exitOK, ""
 	if err != nil {
-		code, msg = exitCode(err), asTyped(app, args, err.Error())
+		code, msg = exitCode(err), err.Error()
 		if code == exitUsage && !strings.Contains(msg, "--help") {
 			// The pointer ends the first line, the error's own; lines
 			// after it are notes.

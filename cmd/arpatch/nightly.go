@@ -195,7 +195,7 @@ Examples:
 }
 
 // newCmdHistoryExport is history export, running its options with runF (historyExportRun).
-func newCmdHistoryExport(runF func(context.Context, historyExportFlags, streams) error) *cli.Command {
+func newCmdHistoryExport(runF func(context.Context, historyExportOptions, streams) error) *cli.Command {
 	var f historyExportFlags
 	return &cli.Command{
 		Name: "export", Usage: "export every trial as CSV or JSON", UsageText: "arpatch history export --format csv|json [--db FILE]",
@@ -256,26 +256,36 @@ Examples:
 	}
 }
 
-// historyDB is --db's file, ~ expanded, or its postgres:// URL, or the
-// nightly's default history in the state directory; no state directory
-// is a usage error.
-func historyDB(flag string) (string, error) {
-	if err := history.CheckTarget(flag); err != nil {
-		return "", usagef("--db %v", err)
+// historyTarget is the history a history command reads or writes.
+type historyTarget struct {
+	// Path is --db's file (~ expanded) or postgres:// URL, or the
+	// nightly's default history in the state directory.
+	Path string
+	// Flag is --db as the command line named it: db, or its alias
+	// history (cmdline.name); errors about the history name it so.
+	Flag string
+}
+
+// historyDB is the history --db (v, named flag on the command line)
+// names, or the nightly's default history in the state directory; no
+// state directory is a usage error.
+func historyDB(flag, v string) (historyTarget, error) {
+	if err := history.CheckTarget(v); err != nil {
+		return historyTarget{}, usagef("--%s %v", flag, err)
 	}
-	if history.IsURL(flag) {
-		return flag, nil
+	if history.IsURL(v) {
+		return historyTarget{v, flag}, nil
 	}
-	if p := expandHome(flag); p != "" {
+	if p := expandHome(v); p != "" {
 		// A --db that names nothing is a usage error (exit 2), as every
 		// path flag's is.
-		return p, checkPathFlag("db", p, false)
+		return historyTarget{p, flag}, checkPathFlag(flag, p, false)
 	}
 	dir, err := statedir.Dir()
 	if err != nil {
-		return "", usagef("%v", err)
+		return historyTarget{}, usagef("%v", err)
 	}
-	return nightly.DefaultHistoryPath(dir), nil
+	return historyTarget{nightly.DefaultHistoryPath(dir), flag}, nil
 }
 
 // withHistory opens the history at path, which must exist (--db names
@@ -285,12 +295,13 @@ func historyDB(flag string) (string, error) {
 // migrates an older schema and says so on st.Err), never making a history
 // where there is none; the read commands open it read-only
 // (history.OpenRead), so they never change the file.
-func withHistory(path string, write bool, st streams, f func(*history.Store) error) (err error) {
+func withHistory(db historyTarget, write bool, st streams, f func(*history.Store) error) (err error) {
+	path := db.Path
 	if _, err := os.Stat(path); errors.Is(err, fs.ErrNotExist) && !history.IsURL(path) {
 		// A new user's first history command.
-		return fmt.Errorf("--db %s: no history there yet: a nightly writes it on its first night (arpatch nightly --config FILE; docs/nightly.md); for a demo's, run `go run ./nightly/demo -dir /tmp/nightly-demo` in arpatch's checkout, then pass --db /tmp/nightly-demo/history.db", path)
+		return fmt.Errorf("--%s %s: no history there yet: a nightly writes it on its first night (arpatch nightly --config FILE; docs/nightly.md); for a demo's, run `go run ./nightly/demo -dir /tmp/nightly-demo` in arpatch's checkout, then pass --%[1]s /tmp/nightly-demo/history.db", db.Flag, path)
 	} else if err != nil && !history.IsURL(path) {
-		return fmt.Errorf("--db %s: %w", path, err)
+		return fmt.Errorf("--%s %s: %w", db.Flag, path, err)
 	}
 	open := history.OpenRead
 	if write {
@@ -315,12 +326,13 @@ func withHistory(path string, write bool, st streams, f func(*history.Store) err
 type historyListFlags struct {
 	DB    string
 	Limit int
+	cmdline
 }
 
 // historyListOptions are every input of historyListRun.
 type historyListOptions struct {
-	DB    string // the history's file
-	Limit int    // runs listed, newest first; 0: all
+	DB    historyTarget
+	Limit int // runs listed, newest first; 0: all
 }
 
 // historyListOpts resolves --db and refuses a negative --limit.
@@ -328,7 +340,7 @@ func historyListOpts(f historyListFlags) (historyListOptions, error) {
 	if f.Limit < 0 {
 		return historyListOptions{}, usagef("--limit %d: use 1 or more, or 0 for every run", f.Limit)
 	}
-	db, err := historyDB(f.DB)
+	db, err := historyDB(f.name("db"), f.DB)
 	return historyListOptions{DB: db, Limit: f.Limit}, err
 }
 
@@ -373,7 +385,7 @@ type historyRunFlags struct {
 
 // historyRunOptions are a history file and one run in it.
 type historyRunOptions struct {
-	DB  string
+	DB  historyTarget
 	Run int64
 }
 
@@ -385,7 +397,7 @@ func historyRunOpts(cmd string) func(historyRunFlags) (historyRunOptions, error)
 		if len(f.Args) != 1 || err != nil || id < 1 {
 			return historyRunOptions{}, usagef("history %s takes one run number (arpatch history list shows them)", cmd)
 		}
-		db, err := historyDB(f.DB)
+		db, err := historyDB(f.name("db"), f.DB)
 		return historyRunOptions{DB: db, Run: id}, err
 	}
 }
@@ -403,21 +415,27 @@ func historyAcceptRun(_ context.Context, o historyRunOptions, st streams) error 
 
 // historyExportFlags are history export's parsed flags.
 type historyExportFlags struct {
-	DB     string
-	Format string
+	DB, Format string
+	cmdline
+}
+
+// historyExportOptions are every input of historyExportRun.
+type historyExportOptions struct {
+	DB     historyTarget
+	Format string // csv or json
 }
 
 // historyExportOpts checks --format (csv or json) and resolves --db.
-func historyExportOpts(f historyExportFlags) (historyExportFlags, error) {
+func historyExportOpts(f historyExportFlags) (historyExportOptions, error) {
 	if f.Format != "csv" && f.Format != "json" {
-		return f, usagef("--format %q: use csv or json", f.Format)
+		return historyExportOptions{}, usagef("--format %q: use csv or json", f.Format)
 	}
-	db, err := historyDB(f.DB)
-	return historyExportFlags{DB: db, Format: f.Format}, err
+	db, err := historyDB(f.name("db"), f.DB)
+	return historyExportOptions{DB: db, Format: f.Format}, err
 }
 
 // historyExportRun writes every trial as CSV or JSON.
-func historyExportRun(_ context.Context, o historyExportFlags, st streams) error {
+func historyExportRun(_ context.Context, o historyExportOptions, st streams) error {
 	return withHistory(o.DB, false, st, func(s *history.Store) error {
 		if o.Format == "csv" {
 			return s.ExportCSV(st.Out)
@@ -441,7 +459,7 @@ type historyPlotFlags struct {
 
 // historyPlotOptions are every input of historyPlotRun.
 type historyPlotOptions struct {
-	DB     string
+	DB     historyTarget
 	Metric stats.Metric
 	// Out is the image file (.svg, .png or .pdf).
 	Out string
@@ -476,7 +494,7 @@ func historyPlotOpts(f historyPlotFlags) (historyPlotOptions, error) {
 			return historyPlotOptions{}, usagef("--concurrency %v (leave it out for the newest run's lowest level)", err)
 		}
 	}
-	db, err := historyDB(f.DB)
+	db, err := historyDB(f.name("db"), f.DB)
 	return historyPlotOptions{DB: db, Metric: metric, Out: out, X: f.X, Run: f.Run,
 		Series: history.Series{HardwareKey: f.Hardware, Workload: f.Workload, Level: f.Concurrency}}, err
 }

@@ -544,14 +544,14 @@ func TestHistoryOpts(t *testing.T) {
 	home := fakeHome(t, "h.db")
 	t.Setenv("ARPATCH_STATE", "/state")
 	l, err := cmdOptsOf(t, newCmdHistoryList, "arpatch history list")
-	if err != nil || l != (historyListOptions{DB: "/state/history.db", Limit: 30}) {
+	if err != nil || l != (historyListOptions{DB: historyTarget{"/state/history.db", "db"}, Limit: 30}) {
 		t.Errorf("list: %+v, %v", l, err)
 	}
 	l, err = cmdOptsOf(t, newCmdHistoryList, "arpatch history list --db ~/h.db --limit 5")
-	if err != nil || l != (historyListOptions{DB: home + "/h.db", Limit: 5}) {
+	if err != nil || l != (historyListOptions{DB: historyTarget{home + "/h.db", "db"}, Limit: 5}) {
 		t.Errorf("list: %+v, %v", l, err)
 	}
-	if r, err := cmdOptsOf(t, newCmdHistoryAccept, "arpatch history accept --db ~/h.db 3"); err != nil || r != (historyRunOptions{DB: home + "/h.db", Run: 3}) {
+	if r, err := cmdOptsOf(t, newCmdHistoryAccept, "arpatch history accept --db ~/h.db 3"); err != nil || r != (historyRunOptions{DB: historyTarget{home + "/h.db", "db"}, Run: 3}) {
 		t.Errorf("accept: %+v, %v", r, err)
 	}
 	for _, c := range []struct {
@@ -559,16 +559,16 @@ func TestHistoryOpts(t *testing.T) {
 		json bool
 	}{{"arpatch history show 3 --db ~/h.db", false}, {"arpatch history show 3 --json --db ~/h.db", true}} {
 		r, err := cmdOptsOf(t, newCmdHistoryShow, c.argv)
-		if err != nil || r != (historyShowOptions{historyRunOptions{DB: home + "/h.db", Run: 3}, c.json}) {
+		if err != nil || r != (historyShowOptions{historyRunOptions{DB: historyTarget{home + "/h.db", "db"}, Run: 3}, c.json}) {
 			t.Errorf("%s: %+v, %v", c.argv, r, err)
 		}
 	}
 	e, err := cmdOptsOf(t, newCmdHistoryExport, "arpatch history export --format json")
-	if err != nil || e != (historyExportFlags{DB: "/state/history.db", Format: "json"}) {
+	if err != nil || e != (historyExportOptions{DB: historyTarget{"/state/history.db", "db"}, Format: "json"}) {
 		t.Errorf("export: %+v, %v", e, err)
 	}
 	p, err := cmdOptsOf(t, newCmdHistoryPlot, "arpatch history plot --metric tpot_ms_p99 --out ~/p.svg --hardware hw --workload wl --concurrency 4")
-	if err != nil || p.Metric.Name != "tpot_ms_p99" || p.Out != home+"/p.svg" || p.X != "time" || p.Series != (history.Series{HardwareKey: "hw", Workload: "wl", Level: 4}) || p.DB != "/state/history.db" {
+	if err != nil || p.Metric.Name != "tpot_ms_p99" || p.Out != home+"/p.svg" || p.X != "time" || p.Series != (history.Series{HardwareKey: "hw", Workload: "wl", Level: 4}) || p.DB != (historyTarget{"/state/history.db", "db"}) {
 		t.Errorf("plot: %+v, %v", p, err)
 	}
 	p, err = cmdOptsOf(t, newCmdHistoryPlot, "arpatch history plot --x concurrency --run 7 --out p.png")

@@ -72,7 +72,7 @@ func TestStatusAndRevertRun(t *testing.T) {
 func TestHistoryRunsNeedTheirDB(t *testing.T) {
 	db := filepath.Join(t.TempDir(), "nosuch.db")
 	s, _, _ := bufs()
-	err := historyListRun(context.Background(), historyListOptions{DB: db, Limit: 3}, s)
+	err := historyListRun(context.Background(), historyListOptions{DB: historyTarget{db, "db"}, Limit: 3}, s)
 	if err == nil || !strings.HasPrefix(err.Error(), "--db "+db+": ") || exitCode(err) != exitFailure {
 		t.Errorf("history list of a missing db: %v", err)
 	}
