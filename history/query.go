@@ -269,45 +269,10 @@ func (s *Store) Export() ([]ExportRow, error) {
 	if err != nil {
 		return nil, err
 	}
-	type arm struct {
-		id      int64
-		name    string
-		invalid bool
-	}
-	arms := map[int64][]arm{} // by run
-	err = s.each(what, `SELECT id, run_id, name, invalid FROM arms ORDER BY run_id, id`, nil, func(r *sql.Rows) error {
-		var a arm
-		var run int64
-		err := r.Scan(&a.id, &run, &a.name, &a.invalid)
-		arms[run] = append(arms[run], a)
-		return err
-	})
-	if err != nil {
-		return nil, err
-	}
-	killed, err := s.killedRuns(what)
-	if err != nil {
-		return nil, err
-	}
 	out := make([]ExportRow, 0, n)
-	err = s.each(what, `SELECT id, started_at, status, hardware_key, workload, sglang_commit FROM runs ORDER BY id`, nil, func(r *sql.Rows) error {
-		var e ExportRun
-		var started string
-		if err := r.Scan(&e.RunID, &started, &e.Status, &e.HardwareKey, &e.Workload, &e.Commit); err != nil {
-			return fmt.Errorf("run %d: %w", e.RunID, err)
-		}
-		var err error
-		if e.StartedAt, err = parseTime(e.RunID, "started_at", started); err != nil {
-			return err
-		}
-		if killed[e.RunID] {
-			e.Status = Killed
-		}
-		for _, a := range arms[e.RunID] {
-			e.Arm, e.Invalid = a.name, a.invalid
-			for _, t := range trials[a.id] {
-				out = append(out, ExportRow{e, t})
-			}
+	err = s.eachExportArm(what, func(e ExportRun, armID int64) error {
+		for _, t := range trials[armID] {
+			out = append(out, ExportRow{e, t})
 		}
 		return nil
 	})
