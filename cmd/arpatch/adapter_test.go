@@ -278,31 +278,26 @@ func TestActBindsFlags(t *testing.T) {
 // urfave's.
 func TestEveryFlagBound(t *testing.T) {
 	n := 0
-	var walk func(path string, cmds []*cli.Command)
-	walk = func(path string, cmds []*cli.Command) {
-		for _, c := range cmds {
-			if c.Name == "help" {
+	eachCommand(func(path string, c *cli.Command) {
+		if c.Name == "help" {
+			return
+		}
+		for _, f := range c.Flags {
+			if f.Names()[0] == "help" {
 				continue
 			}
-			for _, f := range c.Flags {
-				if f.Names()[0] == "help" {
-					continue
+			n++
+			if g, ok := f.(*cli.GenericFlag); ok {
+				if g.Value == nil {
+					t.Errorf("%s %s --%s: a GenericFlag without a Value", path, c.Name, f.Names()[0])
 				}
-				n++
-				if g, ok := f.(*cli.GenericFlag); ok {
-					if g.Value == nil {
-						t.Errorf("%s %s --%s: a GenericFlag without a Value", path, c.Name, f.Names()[0])
-					}
-					continue
-				}
-				if d := reflect.ValueOf(f).Elem().FieldByName("Destination"); !d.IsValid() || d.IsNil() {
-					t.Errorf("%s %s --%s has no Destination: bind it to its flags struct's field", path, c.Name, f.Names()[0])
-				}
+				continue
 			}
-			walk(path+" "+c.Name, c.Subcommands)
+			if d := reflect.ValueOf(f).Elem().FieldByName("Destination"); !d.IsValid() || d.IsNil() {
+				t.Errorf("%s %s --%s has no Destination: bind it to its flags struct's field", path, c.Name, f.Names()[0])
+			}
 		}
-	}
-	walk("arpatch", newApp(io.Discard, io.Discard).Commands)
+	})
 	if n < 100 {
 		t.Fatalf("checked only %d flags; the walk broke", n)
 	}
@@ -653,51 +648,60 @@ func TestErrorsNameFlagsAsTyped(t *testing.T) {
 	// by it (cmdline.name); given by its name, or by both, by its name.
 	required := regexp.MustCompile(`^(--\S+) is required`)
 	n := 0
-	var walk func(path string, cmds []*cli.Command)
-	walk = func(path string, cmds []*cli.Command) {
-		for _, c := range cmds {
-			if c.Name == "help" {
-				continue
-			}
-			for _, f := range c.Flags {
-				names := f.Names()
-				for _, alias := range names[1:] {
-					if len(alias) == 1 {
-						continue // -h
+	eachCommand(func(path string, c *cli.Command) {
+		if c.Name == "help" {
+			return
+		}
+		for _, f := range c.Flags {
+			names := f.Names()
+			for _, alias := range names[1:] {
+				if len(alias) == 1 {
+					continue // -h
+				}
+				n++
+				for _, typed := range []struct{ argv, want string }{
+					{"--" + alias + "=v", alias}, {"--" + names[0] + "=v", names[0]}, {"--" + alias + "=v --" + names[0] + "=v", names[0]},
+				} {
+					argv := path + " " + c.Name + " " + typed.argv
+					var got any
+					var err error
+					for range 3 {
+						if got, err = parsed[any](t, argv); err == nil {
+							break
+						}
+						m := required.FindStringSubmatch(err.Error())
+						if m == nil {
+							break
+						}
+						argv += " " + m[1] + " x"
 					}
-					n++
-					for _, typed := range []struct{ argv, want string }{
-						{"--" + alias + "=v", alias}, {"--" + names[0] + "=v", names[0]}, {"--" + alias + "=v --" + names[0] + "=v", names[0]},
-					} {
-						argv := path + " " + c.Name + " " + typed.argv
-						var got any
-						var err error
-						for range 3 {
-							if got, err = parsed[any](t, argv); err == nil {
-								break
-							}
-							m := required.FindStringSubmatch(err.Error())
-							if m == nil {
-								break
-							}
-							argv += " " + m[1] + " x"
+					if typed.argv == "--"+alias+"=v --"+names[0]+"=v" {
+						// urfave refuses two names of one flag, naming both.
+						if err == nil || !strings.Contains(err.Error(), "two names of one flag") {
+							t.Errorf("%s: %v, want the two names refused", argv, err)
 						}
-						if typed.argv == "--"+alias+"=v --"+names[0]+"=v" {
-							// urfave refuses two names of one flag, naming both.
-							if err == nil || !strings.Contains(err.Error(), "two names of one flag") {
-								t.Errorf("%s: %v, want the two names refused", argv, err)
-							}
-							continue
-						}
-						l, ok := got.(interface{ name(string) string })
-						if err != nil || !ok {
-							t.Errorf("%s: %T, %v; want a flags struct with a cmdline", argv, got, err)
-						} else if l.name(names[0]) != typed.want {
-							t.Errorf("%s: --%s named %q, want %q", argv, names[0], l.name(names[0]), typed.want)
-						}
+						continue
+					}
+					l, ok := got.(interface{ name(string) string })
+					if err != nil || !ok {
+						t.Errorf("%s: %T, %v; want a flags struct with a cmdline", argv, got, err)
+					} else if l.name(names[0]) != typed.want {
+						t.Errorf("%s: --%s named %q, want %q", argv, names[0], l.name(names[0]), typed.want)
 					}
 				}
 			}
+		}
+	})
+}
+
+// eachCommand calls f for every command of arpatch's tree (newApp's),
+// a command before its subcommands, with path the names above it
+// ("arpatch patches" for check).
+func eachCommand(f func(path string, c *cli.Command)) {
+	var walk func(path string, cmds []*cli.Command)
+	walk = func(path string, cmds []*cli.Command) {
+		for _, c := range cmds {
+			f(path, c)
 			walk(path+" "+c.Name, c.Subcommands)
 		}
 	}
