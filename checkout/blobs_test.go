@@ -1,25 +1,20 @@
 package checkout
 
 import (
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
-	"fmt"
 	"io/fs"
 	"os"
 	"path/filepath"
 	"testing"
 
+	"github.com/go-git/go-git/v5/plumbing"
+
 	"github.com/arpatch/arpatch/internal/gitsrc"
 	"github.com/arpatch/arpatch/internal/safefs"
 )
 
-func gitBlob(b []byte) string {
-	h := sha1.New()
-	fmt.Fprintf(h, "blob %d\x00", len(b))
-	h.Write(b)
-	return hex.EncodeToString(h.Sum(nil))
-}
+// gitBlob is git's blob id of b (go-git's, as `git hash-object` gives it).
+func gitBlob(b []byte) string { return plumbing.ComputeHash(plumbing.BlobObject, b).String() }
 
 // The gate rule reads an applied checkout through listedRoot: a directory
 // is absent to ReadFile (the Python judge asks NAME/__init__.py and

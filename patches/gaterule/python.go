@@ -4,7 +4,6 @@ import (
 	"bufio"
 	"bytes"
 	"context"
-	"crypto/sha1"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
@@ -20,6 +19,8 @@ import (
 	"strings"
 	"sync"
 	"time"
+
+	"github.com/go-git/go-git/v5/plumbing"
 
 	"github.com/arpatch/arpatch/internal/pyenv"
 )
@@ -150,15 +151,10 @@ type treeFiles struct {
 	seen   map[string]string            // path: "F"+git blob id, "D" or "N"
 }
 
-// blobOf is git's blob id of b: the hex SHA-1 of "blob LEN\x00" and b, as
-// `git hash-object` gives it, so that a file read and a file whose id a
+// blobOf is git's blob id of b, as `git hash-object` gives it (go-git's
+// plumbing.ComputeHash), so that a file read and a file whose id a
 // tree's objects or index hold (Input.BlobID) answer alike.
-func blobOf(b []byte) string {
-	h := sha1.New()
-	fmt.Fprintf(h, "blob %d\x00", len(b))
-	h.Write(b)
-	return hex.EncodeToString(h.Sum(nil))
-}
+func blobOf(b []byte) string { return plumbing.ComputeHash(plumbing.BlobObject, b).String() }
 
 func (t *treeFiles) answer(w io.Writer, p string) error {
 	b, err := t.read(p)
