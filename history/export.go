@@ -127,8 +127,7 @@ func (s *Store) ExportCSV(w io.Writer) error {
 	bw := bufio.NewWriterSize(w, 64<<10)
 	var prefix bytes.Buffer
 	cw := csv.NewWriter(&prefix)
-	head := []string{"run_id", "started_at", "status", "hardware_key", "workload", "sglang_commit", "arm", "invalid", "trial", "concurrency", "wall_s"}
-	if err := cw.Write(append(append(head, stats.Names()...), "errors", "samples")); err != nil {
+	if err := cw.Write(csvHeader()); err != nil {
 		return err
 	}
 	cw.Flush()

@@ -279,14 +279,20 @@ func (s *Store) Export() ([]ExportRow, error) {
 	return out, err
 }
 
+// csvHeader is the export's CSV header (WriteCSV's and ExportCSV's): the
+// run's fields, trial, concurrency, wall_s, each metric of stats.Table by
+// name, errors and samples.
+func csvHeader() []string {
+	head := []string{"run_id", "started_at", "status", "hardware_key", "workload", "sglang_commit", "arm", "invalid", "trial", "concurrency", "wall_s"}
+	return append(append(head, stats.Names()...), "errors", "samples")
+}
+
 // WriteCSV writes rows with a header line: the run's fields, trial,
 // concurrency, wall_s, each metric of stats.Table by name (empty where
 // the trial's arpatch did not record it), errors and samples.
 func WriteCSV(w io.Writer, rows []ExportRow) error {
 	cw := csv.NewWriter(w)
-	head := []string{"run_id", "started_at", "status", "hardware_key", "workload", "sglang_commit", "arm", "invalid", "trial", "concurrency", "wall_s"}
-	head = append(append(head, stats.Names()...), "errors", "samples")
-	if err := cw.Write(head); err != nil {
+	if err := cw.Write(csvHeader()); err != nil {
 		return err
 	}
 	f := func(x float64) string { return strconv.FormatFloat(x, 'g', -1, 64) }
