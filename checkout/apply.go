@@ -7,7 +7,6 @@ import (
 	"fmt"
 	"io"
 	"io/fs"
-	"os"
 	"path"
 	"path/filepath"
 	"sort"
@@ -638,10 +637,8 @@ type listedRoot struct {
 func (l listedRoot) ReadFile(p string) ([]byte, error) {
 	b, err := l.Root.ReadFile(p)
 	var pe *safefs.PathError
-	if errors.As(err, &pe) {
-		if fi, serr := os.Stat(filepath.Join(l.Dir, filepath.FromSlash(p))); serr == nil && fi.IsDir() {
-			return nil, fmt.Errorf("%s is a directory: %w", p, fs.ErrNotExist)
-		}
+	if errors.As(err, &pe) && l.Root.DirExists(p) {
+		return nil, fmt.Errorf("%s is a directory: %w", p, fs.ErrNotExist)
 	}
 	return b, err
 }

@@ -79,6 +79,18 @@ func (r Root) ReadFile(rel string) ([]byte, error) {
 	return os.ReadFile(p)
 }
 
+// DirExists reports whether rel is a directory under the root, resolved
+// as ReadFile resolves it: a refused path (a symlink on the way, "..")
+// is none.
+func (r Root) DirExists(rel string) bool {
+	p, err := r.resolve(rel)
+	if err != nil {
+		return false
+	}
+	fi, err := os.Stat(p)
+	return err == nil && fi.IsDir()
+}
+
 // Mode returns the permission bits of a regular file under the root.
 func (r Root) Mode(rel string) (fs.FileMode, error) {
 	p, err := r.resolve(rel)

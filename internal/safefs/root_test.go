@@ -285,3 +285,29 @@ func TestWriteRestoresAfterImpossiblePaths(t *testing.T) {
 		t.Errorf("read under a file: %v", err)
 	}
 }
+
+// DirExists: a directory is one, a file, a missing path and a path
+// through a symlink (to a directory inside or outside the root) are not.
+func TestDirExists(t *testing.T) {
+	dir := t.TempDir()
+	outside := t.TempDir()
+	for _, d := range []string{"pkg/sub"} {
+		if err := os.MkdirAll(filepath.Join(dir, d), 0o755); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if err := os.WriteFile(filepath.Join(dir, "pkg/f.py"), nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	for name, target := range map[string]string{"in": filepath.Join(dir, "pkg"), "out": outside} {
+		if err := os.Symlink(target, filepath.Join(dir, name)); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r := Root{Dir: dir}
+	for rel, want := range map[string]bool{"pkg": true, "pkg/sub": true, "pkg/f.py": false, "pkg/none": false, "in": false, "in/sub": false, "out": false, "../" + filepath.Base(outside): false} {
+		if got := r.DirExists(rel); got != want {
+			t.Errorf("DirExists(%q) = %v, want %v", rel, got, want)
+		}
+	}
+}
