@@ -164,7 +164,7 @@ func tuneAllreduceOpts(f tuneAllreduceFlags) (tuneAllreduceOptions, error) {
 	if draft <= 0 || f.Hidden <= 0 {
 		return o, usagef("--draft-tokens %d, --hidden %d: use positive numbers (e.g. --draft-tokens %d --hidden %d)", draft, f.Hidden, allreduce.VerifyTokens, allreduce.VerifyHidden)
 	}
-	verify := allreduce.Verify{Count: allreduce.VerifyCount, Shape: allreduce.Shape{Tokens: draft, Hidden: f.Hidden, ElemBytes: 2}}
+	verify := allreduce.Verify{Count: allreduce.VerifyCount, Shape: allreduce.Shape{Tokens: draft, Hidden: f.Hidden, ElemBytes: allreduce.BF16Bytes}}
 	verify.Bytes = verify.Shape.Bytes() / 16 * 16
 	sizes := tune.ServingSizes(f.Hidden, draft)
 	if f.Given["sizes"] {

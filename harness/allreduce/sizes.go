@@ -69,7 +69,7 @@ func ParseShape(s string) (Shape, error) {
 	if !ok || err1 != nil || err2 != nil {
 		return Shape{}, fmt.Errorf("%q: want TOKENSxHIDDEN, e.g. %s", s, VerifyShape.Spec())
 	}
-	shape := Shape{Tokens: t, Hidden: h, ElemBytes: bf16Size}
+	shape := Shape{Tokens: t, Hidden: h, ElemBytes: BF16Bytes}
 	if t > MaxBytes/shape.ElemBytes/h {
 		return Shape{}, fmt.Errorf("%q is more than %s bytes of bf16: want TOKENSxHIDDEN of a verify pass, e.g. %s", s, FormatBytes(MaxBytes), VerifyShape.Spec())
 	}

@@ -12,18 +12,19 @@ import "fmt"
 // the nightly's tune record takes VerifyHidden for its serving sizes, and
 // harness/traffic's anchors are fitted to VerifyCount.
 const (
-	VerifyTokens = 4                                      // tokens per verify pass (the draft tokens)
-	VerifyHidden = 5120                                   // the model's hidden size
-	VerifyCount  = 122                                    // allreduces per verify pass
-	VerifyBytes  = VerifyTokens * VerifyHidden * bf16Size // one allreduce of the pass, in bytes
+	VerifyTokens = 4                                       // tokens per verify pass (the draft tokens)
+	VerifyHidden = 5120                                    // the model's hidden size
+	VerifyCount  = 122                                     // allreduces per verify pass
+	VerifyBytes  = VerifyTokens * VerifyHidden * BF16Bytes // one allreduce of the pass, in bytes
 )
 
-// bf16Size is the bytes of one bf16 element.
-const bf16Size = 2
+// BF16Bytes is the bytes of one bf16 element (the verify shape's, the
+// tune's serving sizes').
+const BF16Bytes = 2
 
 // VerifyShape is the verify pass's allreduce: 4 tokens x hidden 5120 x
 // bf16 = 40K.
-var VerifyShape = Shape{Tokens: VerifyTokens, Hidden: VerifyHidden, ElemBytes: bf16Size}
+var VerifyShape = Shape{Tokens: VerifyTokens, Hidden: VerifyHidden, ElemBytes: BF16Bytes}
 
 // DefaultVerify is the verify pass whose cost a report predicts when the
 // caller gives no other: VerifyCount allreduces of VerifyShape.

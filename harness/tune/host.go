@@ -4,6 +4,8 @@ import (
 	"slices"
 	"sort"
 	"strings"
+
+	"github.com/arpatch/arpatch/harness/allreduce"
 )
 
 // ServingSizes are the allreduce sizes in bytes of a serving run with
@@ -14,7 +16,7 @@ import (
 // the cap itself. Each is rounded down to a multiple of 16 bytes; the
 // list is sorted and unique.
 func ServingSizes(hidden, draftTokens int) []int {
-	row := hidden * 2
+	row := hidden * allreduce.BF16Bytes
 	seen := map[int]bool{}
 	var out []int
 	add := func(n int) {
