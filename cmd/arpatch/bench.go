@@ -45,7 +45,21 @@ var benchDefaults = strings.NewReplacer(
 	"{{trials}}", strconv.Itoa(recipes.DefaultTrials), "{{num-prompts}}", strconv.Itoa(recipes.DefaultNumPrompts),
 	"{{max-new-tokens}}", strconv.Itoa(recipes.DefaultMaxNewTokens), "{{concurrency}}", strconv.Itoa(recipes.DefaultConcurrency),
 	"{{warmup}}", strconv.Itoa(recipes.DefaultWarmup), "{{agree-tokens}}", strconv.Itoa(sglang.DefaultAgreeTokens),
-	"{{agree-threshold%}}", strconv.FormatFloat(100*bench.DefaultAgreeThreshold, 'f', -1, 64)+"%")
+	"{{agree-threshold%}}", strconv.FormatFloat(100*bench.DefaultAgreeThreshold, 'f', -1, 64)+"%",
+	"{{controlled-env}}", strings.Join(bench.ControlledEnv, ", "), "{{recorded-env}}", envPrefixes(bench.RecordedEnvPrefixes))
+
+// envPrefixes writes prefixes as --help names them: "SGLANG_*, NCCL_* and
+// PYTORCH_*".
+func envPrefixes(prefixes []string) string {
+	var out []string
+	for _, p := range prefixes {
+		out = append(out, p+"*")
+	}
+	if len(out) < 2 {
+		return strings.Join(out, "")
+	}
+	return strings.Join(out[:len(out)-1], ", ") + " and " + out[len(out)-1]
+}
 
 // recipeDefault is the --help default of a flag that overrides a recipe's
 // [bench] key, whose own default is v.
@@ -85,11 +99,9 @@ commas (none may end with one). args= splits as sh does (quotes; no
 $VARIABLES) and is for the built-in launch only (refused with a launch
 command); url= must be http://HOST:PORT and takes no env., args=, python=
 or launch-cmd= (arpatch launches nothing for it). Each launched arm inherits the caller's environment without the
-variables the arms control (SGLANG_FORCE_CUSTOM_AR_PCIE,
-SGLANG_CUSTOM_ALLREDUCE_ALGO, SGLANG_PCIE_CUSTOM_AR_MAX_BYTES,
-SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES, and every variable an arm sets)
+variables the arms control ({{controlled-env}}, and every variable an arm sets)
 unless it sets them itself; the JSON records each arm's effective
-SGLANG_*, NCCL_*, CUDA_* and PYTORCH_* variables. In a --launch-cmd
+{{recorded-env}} variables. In a --launch-cmd
 template, {arpatch} is this arpatch binary.
 
 Metrics per request: TTFT, E2E, tokens, spec_verify_ct, decode tok/s =
