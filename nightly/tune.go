@@ -4,7 +4,6 @@ import (
 	"errors"
 	"fmt"
 
-	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/harness/tune"
 )
@@ -48,7 +47,7 @@ func applyTune(cfg *Config, tf *tune.File, rep *Report, bo *bench.Options) error
 	}
 	rep.Warnings = append(rep.Warnings, warnings...)
 	rec := &TuneRecord{Path: path, Host: tf.Host.Name, Thresholds: tf.Thresholds,
-		Dispatch: tune.Dispatch(tf.Thresholds, bo.TP, tune.ServingSizes(allreduce.VerifyHidden, max(bo.SpecDraftTokens, 1)))}
+		Dispatch: tune.Dispatch(tf.Thresholds, bo.TP, tune.BenchSizes(bo.SpecDraftTokens))}
 	for _, a := range bench.TuneArms(bo.Arms, tf.Thresholds) {
 		if a.PCIe {
 			rec.Arms = append(rec.Arms, a.Name)

@@ -335,7 +335,7 @@ func tunedRecipe(ctx context.Context, r *recipes.Recipe, t tuneFlags, src string
 	if t.Tune == "" {
 		return r, false, nil
 	}
-	f, err := loadTune(ctx, t.Tune, r.Bench.TP, t.ForceTune, tune.ServingSizes(allreduce.VerifyHidden, max(r.Bench.SpeculativeNumDraftTokens, 1)), w,
+	f, err := loadTune(ctx, t.Tune, r.Bench.TP, t.ForceTune, tune.BenchSizes(r.Bench.SpeculativeNumDraftTokens), w,
 		"--src", src)
 	if err != nil {
 		return nil, false, err
@@ -407,7 +407,7 @@ func applyTune(ctx context.Context, o *bench.Options, t tuneFlags, inputs []stri
 	if t.Tune == "" {
 		return nil, nil
 	}
-	f, err := loadTune(ctx, t.Tune, o.TP, t.ForceTune, tune.ServingSizes(allreduce.VerifyHidden, max(o.SpecDraftTokens, 1)), w, inputs...)
+	f, err := loadTune(ctx, t.Tune, o.TP, t.ForceTune, tune.BenchSizes(o.SpecDraftTokens), w, inputs...)
 	if err != nil {
 		return nil, err
 	}

@@ -37,6 +37,15 @@ func ServingSizes(hidden, draftTokens int) []int {
 	return out
 }
 
+// BenchSizes are the ServingSizes of a bench of draftTokens draft tokens
+// (fewer than 1, as without speculation: 1) on the verify pass's model
+// (allreduce.VerifyHidden): the sizes whose dispatch `arpatch bench
+// --tune`, `arpatch apply --tune` and the nightly's bench.tune print and
+// record.
+func BenchSizes(draftTokens int) []int {
+	return ServingSizes(allreduce.VerifyHidden, max(draftTokens, 1))
+}
+
 // ApplyEnv sets the tune's variables in env, a server's environment: the
 // NCCL variant's always (every arm's NCCL then is the strongest one the
 // tune found, the baseline's included), the pcie series' only when env

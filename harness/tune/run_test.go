@@ -255,6 +255,14 @@ func TestServingSizesAndApplyEnv(t *testing.T) {
 	if !reflect.DeepEqual(got, want) {
 		t.Errorf("ServingSizes(5120, 4) = %v", got)
 	}
+	if got := BenchSizes(4); !reflect.DeepEqual(got, want) {
+		t.Errorf("BenchSizes(4) = %v, want ServingSizes(5120, 4)", got)
+	}
+	// No speculation (0 draft tokens) is one token per step: the decode
+	// batches of 1 to 64 rows.
+	if got, one := BenchSizes(0), []int{10240, 20480, 40960, 81920, 163840, 327680, 655360, 1310720, 2621440, 5242880, 8 << 20}; !reflect.DeepEqual(got, one) {
+		t.Errorf("BenchSizes(0) = %v, want %v", got, one)
+	}
 	if got := ServingSizes(7168, 3); got[0] != 14336 || got[1] != 28672 || got[2] != 43008 || got[len(got)-1] != 8<<20 {
 		t.Errorf("ServingSizes(7168, 3) = %v", got)
 	}
