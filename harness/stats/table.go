@@ -8,16 +8,21 @@ import "strings"
 //   - one entry here (bench tables, JSON, benchfmt, nightly checks, CI
 //     outputs, history export and plots read it from here);
 //   - a history migration adding its Column (history/store.go's
-//     migrations; TestEveryMetricHasItsColumn checks every entry has
-//     one), with fills[v] = fillFromSamples for the trials stored before
-//     it, and its name in history's fromSamples when Compute gets it from
-//     a sample's stored fields (TestFromSamples checks that list; any
-//     other metric stays NULL for old trials);
+//     migrations, and the same in PostgreSQL's types in
+//     history/postgres.go's pgMigrations; TestEveryMetricHasItsColumn
+//     checks every entry has one), with fills[v] = fillFromSamples for
+//     the trials stored before it, and its name in history's fromSamples
+//     when Compute gets it from a sample's stored fields (TestFromSamples
+//     checks that list; any other metric stays NULL for old trials);
 //   - docs/nightly.md's table of regression.metrics, whose names a doc
 //     test compares with Table.
 //
 // Tests take the metric count, headers and units from Table and the
-// schema version from history.SchemaVersion, so they need no edit.
+// schema version from history.SchemaVersion, so they need no edit, but
+// for the outputs the docs show (docs/usage.md's nightly demo, whose
+// bench table gains the column; docs/commands.md, regenerated) and
+// cmd/arpatch's TestHistoryAcceptOpensOnlyAHistory, which undoes
+// migration 6 by name.
 type Metric struct {
 	// Name is the metric's key everywhere: bench summaries and deltas
 	// (JSON), nightly's regression.metrics, check names, history export
