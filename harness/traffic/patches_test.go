@@ -56,8 +56,8 @@ func TestShippedDefaultsAreTheModels(t *testing.T) {
 	s := traffic.RefHost(p).Suggest(p, false)
 	push1, cut := strconv.Itoa(s.Steps[0].Max), strconv.Itoa(s.MaxBytes)
 	eras, err := filepath.Glob("../../patches/sglang/pcie-*")
-	if err != nil || len(eras) != 3 {
-		t.Fatalf("eras %v (%v), want pcie-2026-04, -07 and -08", eras, err)
+	if err != nil || len(eras) == 0 {
+		t.Fatalf("eras %v (%v), want every patches/sglang/pcie-* series", eras, err)
 	}
 	got := map[string][2]string{}
 	landed := false
