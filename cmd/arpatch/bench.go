@@ -182,7 +182,7 @@ Examples (each runs in seconds against arpatch's built-in fake server):
 			&cli.IntFlag{Name: "trials", Destination: &f.Trials, Usage: "trials `N` per arm", DefaultText: recipeDefault(recipes.DefaultTrials)},
 			&cli.BoolFlag{Name: "no-interleave", Destination: &f.NoInterleave, Usage: "run all trials of an arm on one server start"},
 			&cli.StringFlag{Name: "launch-cmd", Destination: &f.LaunchCmd, Usage: "launch every arm with this sh `TEMPLATE` ({port}, {host}, {model}, {draft}, {tp}, {arm}, {arpatch})"},
-			&cli.StringFlag{Name: "url", Destination: &f.URL, Usage: "attach every arm without its own url to the server at `URL`"},
+			&cli.StringFlag{Name: "url", Destination: &f.URL, Usage: "attach every arm without its own url to the server at `URL`; with a recipe's A/B (no --baseline, no --arm naming its arms) that one server is measured as one arm, named server, the baseline of the arms --arm adds"},
 			&cli.DurationFlag{Name: "ready-timeout", Destination: &f.ReadyTimeout, Usage: "wait `DURATION` for /health_generate", Value: server.DefaultReadyTimeout},
 			&cli.DurationFlag{Name: "request-timeout", Destination: &f.RequestTimeout, Usage: "give up on a request after `DURATION`", Value: bench.DefaultRequestTimeout},
 			&cli.StringFlag{Name: "log-dir", Destination: &f.LogDir, Usage: "server logs `DIR` (default: bench-logs/ in the state directory, $ARPATCH_STATE or ~/.local/state/arpatch)"},
@@ -399,6 +399,14 @@ func benchSettings(f benchFlags, r *recipes.Recipe) (bench.Options, error) {
 	if err := benchLoad(f, &o); err != nil {
 		return o, err
 	}
+	if alone := soleServer(f, o.Arms); alone != "" {
+		// One server named by --url and no recipe arm of its own: measure
+		// it as one arm, as vllm bench serve measures the server it is
+		// given, not as the recipe's A/B, which needs a server per arm.
+		// The arms --arm adds are compared with it.
+		o.Arms, o.Baseline = []bench.Arm{{Name: soleArm}}, soleArm
+		o.Notes = append(o.Notes, alone)
+	}
 	arms := map[string]*bench.Arm{}
 	var order []string
 	for i := range o.Arms {
@@ -413,14 +421,6 @@ func benchSettings(f benchFlags, r *recipes.Recipe) (bench.Options, error) {
 		if !slices.Contains(order, name) {
 			order = append(order, name)
 		}
-	}
-	if alone := soleServer(f, o.Arms); alone != "" {
-		// One server named by --url and no arm of its own: measure it as
-		// one arm, as vllm bench serve measures the server it is given,
-		// not as the recipe's A/B, which needs a server per arm.
-		o.Arms, o.Baseline, order = []bench.Arm{{Name: soleArm}}, soleArm, []string{soleArm}
-		arms = map[string]*bench.Arm{soleArm: &o.Arms[0]}
-		o.Notes = append(o.Notes, alone)
 	}
 	var out []bench.Arm
 	for _, name := range order {
@@ -459,14 +459,14 @@ func checkArmServers(url string, o bench.Options, order []string) error {
 	}
 	// One server for several arms measures the server against itself.
 	if u := url; u != "" && len(o.Arms) > 1 {
-		shared := 0
+		var shared []string
 		for _, a := range o.Arms {
 			if a.URL == u {
-				shared++
+				shared = append(shared, a.Name)
 			}
 		}
-		if shared > 1 {
-			return usagef("--url %s would serve %d arms, so the A/B would compare one server with itself (and no arm's env applies); give each arm its own server: --arm NAME:url=URL, or --launch-cmd", u, shared)
+		if len(shared) > 1 {
+			return usagef("--url %s would serve %d arms (%s), so the A/B would compare one server with itself (and no arm's env applies); give each arm its own server: --arm NAME:url=URL, or --launch-cmd", u, len(shared), strings.Join(shared, ", "))
 		}
 	}
 	if err := o.CheckArms(); err != nil {
@@ -486,12 +486,13 @@ func checkArmServers(url string, o bench.Options, order []string) error {
 // soleArm is the name of the one arm that --url measures alone.
 const soleArm = "server"
 
-// soleServer returns the note for a run that --url measures alone, or
-// "": --url with no --arm and no --baseline, where the recipe's arms
-// (more than one, none attached by URL) would otherwise all take that
-// one server and compare it with itself.
+// soleServer returns the note for a run that --url measures as one arm,
+// or "": --url with no --baseline and no --arm that names a recipe arm,
+// where the recipe's arms (more than one, none attached by URL) would
+// otherwise all take that one server and compare it with itself. Arms
+// that --arm adds (new names) are compared with that one arm.
 func soleServer(f benchFlags, recipeArms []bench.Arm) string {
-	if f.URL == "" || len(f.Arms) > 0 || f.Given["baseline"] || len(recipeArms) < 2 {
+	if f.URL == "" || f.Given["baseline"] || len(recipeArms) < 2 {
 		return ""
 	}
 	var names []string
@@ -501,7 +502,22 @@ func soleServer(f benchFlags, recipeArms []bench.Arm) string {
 		}
 		names = append(names, a.Name)
 	}
-	return fmt.Sprintf("--url %s: one server, measured as one arm named %s; the recipe's arms (%s) are an A/B that needs a server per arm: --arm NAME:url=URL for each", f.URL, soleArm, strings.Join(names, ", "))
+	var added []string
+	for _, spec := range f.Arms {
+		name, _, _ := strings.Cut(spec, ":")
+		name = strings.TrimSpace(name)
+		if slices.Contains(names, name) {
+			return ""
+		}
+		if name != soleArm && !slices.Contains(added, name) {
+			added = append(added, name)
+		}
+	}
+	against := ""
+	if len(added) > 0 {
+		against = fmt.Sprintf(", the baseline against the arms --arm adds (%s)", strings.Join(added, ", "))
+	}
+	return fmt.Sprintf("--url %s: one server, measured as one arm named %s%s; the recipe's arms (%s) are an A/B that needs a server per arm: --arm NAME:url=URL for each", f.URL, soleArm, against, strings.Join(names, ", "))
 }
 
 // benchLoad sets the open-loop load and the serving metrics' selection

@@ -451,6 +451,22 @@ func TestBenchOpts(t *testing.T) {
 		len(o.Bench.Notes) != 1 || !strings.Contains(o.Bench.Notes[0], "one server, measured as one arm named server; the recipe's arms (baseline, pcie) are an A/B") {
 		t.Errorf("--url alone: %+v, %v", o.Bench, err)
 	}
+	// --url with an --arm of its own server: two arms, the --url server
+	// as the baseline and the added arm, not the recipe's two plus one.
+	o, err = cmdOptsOf(t, newCmdBench, "arpatch bench --url http://h:1 --arm x:url=http://h:2")
+	if err != nil {
+		t.Fatal(err)
+	}
+	if a := o.Bench.Arms; len(a) != 2 || a[0].Name != "server" || a[0].URL != "http://h:1" || a[1].Name != "x" || a[1].URL != "http://h:2" || o.Bench.Baseline != "server" ||
+		len(o.Bench.Notes) != 1 || !strings.Contains(o.Bench.Notes[0], "one arm named server, the baseline against the arms --arm adds (x); the recipe's arms (baseline, pcie)") {
+		t.Errorf("--url with --arm x:url=: %+v", o.Bench)
+	}
+	// An --arm that changes a recipe arm keeps the recipe's A/B: then
+	// --url serves the other one, and pcie has its own server.
+	o, err = cmdOptsOf(t, newCmdBench, "arpatch bench --url http://h:1 --arm pcie:url=http://h:2")
+	if a := o.Bench.Arms; err != nil || len(a) != 2 || a[0].Name != "baseline" || a[0].URL != "http://h:1" || a[1].Name != "pcie" || a[1].URL != "http://h:2" || len(o.Bench.Notes) != 0 {
+		t.Errorf("--url with --arm pcie:url=: %+v, %v", o.Bench, err)
+	}
 	// The load and the serving selection: a rate opens the loop, with no
 	// cap on requests in flight unless --max-concurrency (--concurrency)
 	// gives one; without a rate, nothing is open and the selection is
@@ -490,7 +506,8 @@ func TestBenchOpts(t *testing.T) {
 		{"arpatch bench --url http://h:1 --launch-cmd x", exitUsage, []string{"--url attaches to a running server and --launch-cmd starts one: pass one of them"}},
 		{"arpatch bench --url h:1", exitUsage, []string{"--url h:1 is not a server URL: give http://HOST:PORT (e.g. http://h:1)"}},
 		{"arpatch bench --url 127.0.0.1:39111", exitUsage, []string{"--url 127.0.0.1:39111 is not a server URL: give http://HOST:PORT (e.g. http://127.0.0.1:39111)"}},
-		{"arpatch bench --url http://h:1 --baseline pcie", exitUsage, []string{"--url http://h:1 would serve 2 arms", "--arm NAME:url=URL, or --launch-cmd"}},
+		{"arpatch bench --url http://h:1 --baseline pcie", exitUsage, []string{"--url http://h:1 would serve 2 arms (baseline, pcie)", "--arm NAME:url=URL, or --launch-cmd"}},
+		{"arpatch bench --url http://h:1 --arm x:env.A=1", exitUsage, []string{"--url http://h:1 would serve 2 arms (server, x)"}},
 		{"arpatch bench --arm 'x:bogus=1'" + launch, exitUsage, []string{`--arm x: unknown key "bogus"`}},
 		{"arpatch bench --arm 'x:args=--tp 2,launch-cmd=y'" + launch, exitUsage, []string{"--arm x: args= are server arguments for the built-in launch", "with launch-cmd= put them in the command"}},
 		{"arpatch bench --arm 'x:url=http://h:1,env.A=1'" + launch, exitUsage, []string{"--arm x: url= attaches to a running server, so env.VAR= would not apply"}},
