@@ -1,6 +1,7 @@
 package bench
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 
@@ -79,7 +80,11 @@ func analyze(res *Result, o Options) {
 		ar.Metrics, ar.Serving = nil, nil
 		for _, t := range ar.Trials {
 			ar.Metrics = append(ar.Metrics, stats.Compute(t))
-			ar.Serving = append(ar.Serving, stats.ComputeServing(t, o.Serving))
+			sv := stats.ComputeServing(t, o.Serving)
+			if o.Arrivals.Open() {
+				sv.RequestRate, sv.Burstiness = o.Arrivals.Rate, cmp.Or(o.Arrivals.Burstiness, 1)
+			}
+			ar.Serving = append(ar.Serving, sv)
 		}
 		failures(ar)
 		acceptLength(ar, o)

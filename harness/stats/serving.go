@@ -124,6 +124,7 @@ type Percentile struct{ P, Value float64 }
 // mean_ttft_ms, p99_ttft_ms, ...), so that what reads vLLM's result
 // files reads these.
 type Serving struct {
+	Traffic
 	Duration              float64 // s
 	Completed, Failed     int     // requests
 	TotalInputTokens      int
@@ -136,10 +137,30 @@ type Serving struct {
 	Latencies             []Latency
 }
 
+// Traffic is how a trial's requests were sent, each field under the
+// name vLLM's --save-result gives the same figure at its top level
+// (num_prompts, request_rate, burstiness, max_concurrency), with the
+// trial's number beside them (vLLM's file holds one run; arpatch's rows
+// are one per trial and level).
+type Traffic struct {
+	Trial      int // 1-based, as stats.Trial.Index
+	NumPrompts int // requests sent in the trial
+	// RequestRate is the open loop's mean arrival rate, req/s; +Inf sends
+	// every request at once (written "inf", as vLLM writes it).
+	RequestRate float64
+	Burstiness  float64 // the arrival gaps' gamma shape (1: Poisson); +Inf is written "inf"
+	// MaxConcurrency is the most requests in flight: the trial's
+	// concurrency level.
+	MaxConcurrency int
+}
+
+// trafficKeys are Traffic's JSON keys, in the order MarshalJSON writes them.
+var trafficKeys = []string{"trial", "num_prompts", "request_rate", "burstiness", "max_concurrency"}
+
 // ComputeServing returns t's serving metrics for the selected latency
 // metrics and percentiles.
 func ComputeServing(t Trial, sel Selection) Serving {
-	var s Serving
+	s := Serving{Traffic: Traffic{Trial: t.Index, NumPrompts: len(t.Samples), RequestRate: math.Inf(1), Burstiness: 1, MaxConcurrency: t.Concurrency}}
 	s.Duration = t.Wall
 	vals := map[string][]float64{}
 	var ok []int
@@ -280,20 +301,37 @@ func PercentileKey(p float64, metric string) string {
 	return "p" + strconv.FormatFloat(p, 'f', -1, 64) + "_" + metric + "_ms"
 }
 
-// MarshalJSON writes Figures as one flat object, in their order.
+// rateJSON is a rate or shape as vLLM writes it: a number, or "inf".
+func rateJSON(x float64) any {
+	if math.IsInf(x, 1) {
+		return "inf"
+	}
+	return x
+}
+
+// MarshalJSON writes the Traffic (trafficKeys) and then Figures as one
+// flat object, in their order.
 func (s Serving) MarshalJSON() ([]byte, error) {
 	var b strings.Builder
 	b.WriteByte('{')
-	for i, f := range s.Figures() {
+	traffic := []any{s.Trial, s.NumPrompts, rateJSON(s.RequestRate), rateJSON(s.Burstiness), s.MaxConcurrency}
+	figs := s.Figures()
+	for i := range len(traffic) + len(figs) {
+		key, val := "", any(nil)
+		if i < len(traffic) {
+			key, val = trafficKeys[i], traffic[i]
+		} else {
+			key, val = figs[i-len(traffic)].Key, figs[i-len(traffic)].Value
+		}
 		if i > 0 {
 			b.WriteByte(',')
 		}
-		k, _ := json.Marshal(f.Key)
+		k, _ := json.Marshal(key)
 		b.Write(k)
 		b.WriteByte(':')
-		v, err := json.Marshal(f.Value)
+		v, err := json.Marshal(val)
 		if err != nil {
-			return nil, fmt.Errorf("serving metric %s: %w", f.Key, err)
+			return nil, fmt.Errorf("serving metric %s: %w", key, err)
 		}
 		b.Write(v)
 	}
@@ -305,11 +343,27 @@ var latencyKey = lazyre.New(`^(mean|median|std|p([0-9.]+))_(ttft|tpot|itl|e2el)_
 
 // UnmarshalJSON reads what MarshalJSON writes (a result file read back).
 func (s *Serving) UnmarshalJSON(data []byte) error {
-	var m map[string]float64
-	if err := json.Unmarshal(data, &m); err != nil {
+	var raw map[string]any
+	if err := json.Unmarshal(data, &raw); err != nil {
 		return err
 	}
-	*s = Serving{Duration: m["duration"], Completed: int(m["completed"]), Failed: int(m["failed"]),
+	m := map[string]float64{}
+	for k, v := range raw {
+		switch v := v.(type) {
+		case float64:
+			m[k] = v
+		case string:
+			if v != "inf" || (k != "request_rate" && k != "burstiness") {
+				return fmt.Errorf("serving metric %s: %q is not a number", k, v)
+			}
+			m[k] = math.Inf(1)
+		default:
+			return fmt.Errorf("serving metric %s: %v is not a number", k, v)
+		}
+	}
+	*s = Serving{Traffic: Traffic{Trial: int(m["trial"]), NumPrompts: int(m["num_prompts"]), RequestRate: m["request_rate"],
+		Burstiness: m["burstiness"], MaxConcurrency: int(m["max_concurrency"])},
+		Duration: m["duration"], Completed: int(m["completed"]), Failed: int(m["failed"]),
 		TotalInputTokens: int(m["total_input_tokens"]), TotalOutputTokens: int(m["total_output_tokens"]),
 		RequestThroughput: m["request_throughput"], OutputThroughput: m["output_throughput"],
 		TotalTokenThroughput: m["total_token_throughput"], MaxOutputTokensPerS: m["max_output_tokens_per_s"],

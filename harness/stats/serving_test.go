@@ -2,6 +2,7 @@ package stats
 
 import (
 	"encoding/json"
+	"fmt"
 	"math"
 	"os"
 	"path/filepath"
@@ -72,12 +73,45 @@ func TestServingMatchesVLLM(t *testing.T) {
 		if err := json.Unmarshal(j, &back); err != nil {
 			t.Fatal(err)
 		}
-		if !reflect.DeepEqual(back.Figures(), s.Figures()) {
+		if !reflect.DeepEqual(back.Figures(), s.Figures()) || back.Traffic != s.Traffic {
 			t.Errorf("%s: JSON round trip\n%s\ngave\n%+v", name, j, back)
 		}
-		if !strings.HasPrefix(string(j), `{"duration":`) || !strings.Contains(string(j), `"p99.9_itl_ms":`) {
-			t.Errorf("%s: JSON keys are not vLLM's: %s", name, j)
+		// The row says which trial and level it is, under vLLM's
+		// top-level names where vLLM has them (max_concurrency for the
+		// level; a closed loop's request rate is inf, as vLLM writes it).
+		head := fmt.Sprintf(`{"trial":%d,"num_prompts":%d,"request_rate":"inf","burstiness":1,"max_concurrency":%d,"duration":`, tr.Index, len(tr.Samples), tr.Concurrency)
+		if tr.Index < 1 || tr.Concurrency < 1 || !strings.HasPrefix(string(j), head) || !strings.Contains(string(j), `"p99.9_itl_ms":`) {
+			t.Errorf("%s: JSON keys are not vLLM's: %s, want it to start %s", name, j, head)
 		}
+	}
+}
+
+// An open loop's rate and burstiness are written under vLLM's
+// --save-result names, "inf" as vLLM writes an infinite one, and read
+// back; a string where a number belongs is refused.
+func TestServingTrafficJSON(t *testing.T) {
+	s := Serving{Traffic: Traffic{Trial: 3, NumPrompts: 8, RequestRate: 2.5, Burstiness: math.Inf(1), MaxConcurrency: 4}, Duration: 1, Completed: 8}
+	j, err := json.Marshal(s)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// vLLM's names (vllm/benchmarks/serve.py, main: result_json's
+	// "Traffic" and the merged benchmark result).
+	var m map[string]any
+	if err := json.Unmarshal(j, &m); err != nil {
+		t.Fatal(err)
+	}
+	for k, w := range map[string]any{"trial": 3.0, "num_prompts": 8.0, "request_rate": 2.5, "burstiness": "inf", "max_concurrency": 4.0, "duration": 1.0, "completed": 8.0} {
+		if m[k] != w {
+			t.Errorf("%s = %v, want %v (in %s)", k, m[k], w, j)
+		}
+	}
+	var back Serving
+	if err := json.Unmarshal(j, &back); err != nil || back.Traffic != s.Traffic {
+		t.Errorf("round trip of %s: %+v, %v", j, back.Traffic, err)
+	}
+	if err := json.Unmarshal([]byte(`{"duration":"inf"}`), &back); err == nil {
+		t.Errorf(`duration "inf" read as a number`)
 	}
 }
 

@@ -33,6 +33,8 @@ type Trial struct {
 
 // Metrics are one trial's results.
 type Metrics struct {
+	Trial         int     `json:"trial"`       // 1-based, as Trial.Index
+	Concurrency   int     `json:"concurrency"` // the level, as Trial.Concurrency
 	Requests      int     `json:"requests"`
 	Errors        int     `json:"errors"`
 	Empty         int     `json:"empty_outputs"`
@@ -56,7 +58,7 @@ type Metrics struct {
 // most 2^20, bounds.Bench) or whose spec_verify_ct exceeds that, and a
 // trial has at most 100,000 requests: below 2^37 tokens.
 func Compute(t Trial) Metrics {
-	m := Metrics{Requests: len(t.Samples)}
+	m := Metrics{Trial: t.Index, Concurrency: t.Concurrency, Requests: len(t.Samples)}
 	var decode, tpot, itl, ttft, e2e []float64
 	for _, s := range t.Samples {
 		if s.Err != "" {

@@ -12,14 +12,14 @@ import (
 )
 
 func TestComputeTrial(t *testing.T) {
-	tr := Trial{Wall: 2, Samples: []sglang.Sample{
+	tr := Trial{Index: 2, Concurrency: 4, Wall: 2, Samples: []sglang.Sample{
 		{Prompt: 0, TTFT: 0.1, E2E: 1.1, CompletionTokens: 101, SpecVerifyCt: 40, Text: "x", ITL: []float64{0.01, 0.01}},
 		{Prompt: 1, TTFT: 0.2, E2E: 0.7, CompletionTokens: 51, SpecVerifyCt: 20, Text: "y", ITL: []float64{0.02}},
 		{Prompt: 2, Err: "HTTP 500: boom"},
 		{Prompt: 3, TTFT: 0.1, E2E: 0.1, CompletionTokens: 0},
 	}}
 	m := Compute(tr)
-	if m.Requests != 4 || m.Errors != 1 || m.Empty != 1 || m.Tokens != 152 || m.VerifyCt != 60 {
+	if m.Trial != 2 || m.Concurrency != 4 || m.Requests != 4 || m.Errors != 1 || m.Empty != 1 || m.Tokens != 152 || m.VerifyCt != 60 {
 		t.Errorf("counts %+v", m)
 	}
 	if m.TokPerSec != 76 || math.Abs(m.AcceptLength-152.0/60) > 1e-12 {
