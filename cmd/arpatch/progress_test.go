@@ -105,7 +105,7 @@ func TestProgressOnTerminal(t *testing.T) {
 	if err := os.WriteFile(ext, nil, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	checkingOut := regexp.MustCompile(`checking out 100% .*\(300/300, `)
+	checkingOut := regexp.MustCompile(`checking out \([0-9.]+ files/s, eta [0-9a-z.]+\) 100% .*\(300/300\)`)
 	for _, c := range []struct {
 		name string
 		args []string
@@ -114,14 +114,14 @@ func TestProgressOnTerminal(t *testing.T) {
 	}{
 		{"apply", []string{"apply", "--recipe", "baseline", "--repo", repo, "--commit", "HEAD", "--src", filepath.Join(work, "one")}, checkingOut, 1},
 		{"ab build", []string{"ab", "build", "--a", "baseline", "--b", "pcie", "--repo", repo, "--commit", "HEAD", "--dir", filepath.Join(work, "ab"), "--arch", "120a", "--plan"}, checkingOut, 2},
-		{"patches check", []string{"patches", "check", "--repo", repo, "--commit", first + "~0..HEAD", "--summary"}, regexp.MustCompile(`checking 100% .*\(2/2, `), 1},
+		{"patches check", []string{"patches", "check", "--repo", repo, "--commit", first + "~0..HEAD", "--summary"}, regexp.MustCompile(`checking \([0-9.]+ commits/s, eta [0-9a-z.]+\) 100% .*\(2/2\)`), 1},
 		{"bench allreduce", []string{"bench", "allreduce", "--world-size", "2", "--ext", ext, "--python", ranks, "--impl", "nccl,custom-1stage", "--branches", "pcie",
 			"--modes", "eager", "--sizes", "4K,8K", "--nccl-variants", "none", "--json", filepath.Join(work, "ar.json")}, // 2 implementations x 3 sizes (the verify shape's 40K is always measured)
-			regexp.MustCompile(`measuring 100% .*\(6/6, `), 1},
+			regexp.MustCompile(`measuring \([0-9.]+ cases/s, eta [0-9a-z.]+\) 100% .*\(6/6\)`), 1},
 		// The measurement, then the checks of the built-in default and of
 		// the chosen settings, one torchrun each.
 		{"tune allreduce", []string{"tune", "allreduce", "--world-size", "2", "--ext", ext, "--python", ranks, "--sizes", "4K,40K", "--reps", "3", "--nccl-variants", "none",
-			"--out", filepath.Join(work, "tune.env")}, regexp.MustCompile(`measuring 100% .*cases`), 3},
+			"--out", filepath.Join(work, "tune.env")}, regexp.MustCompile(`measuring \([0-9.]+ cases/s, eta [0-9a-z.]+\) 100% `), 3},
 	} {
 		tty, wait := openPTY(t)
 		run(context.Background(), append([]string{"arpatch"}, c.args...), io.Discard, tty)

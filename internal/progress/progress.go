@@ -11,6 +11,7 @@ package progress
 import (
 	"fmt"
 	"io"
+	"math"
 	"os"
 	"strconv"
 	"sync"
@@ -48,6 +49,8 @@ type Counter struct {
 	bar         *progressbar.ProgressBar
 	start, last time.Time
 	startN      int
+	n           int       // the count last set
+	drawn       time.Time // when the bar was last drawn; zero before its first
 }
 
 // New returns a Counter on w that draws a bar when w is a terminal
@@ -72,7 +75,15 @@ func (c *Counter) Set(label string, n, total int) {
 		c.begin(label, n, total, t)
 	}
 	if c.TTY {
-		_ = c.bar.Set(n) // only a write to the terminal can fail, and it is not worth stopping for
+		// The rate and ETA are the count's own, from the units done since
+		// it began: the bar's would divide the units it was handed at its
+		// start by the microseconds since (thousands a second at the
+		// first request).
+		c.n = n
+		if n < total && !c.drawn.IsZero() && t.Sub(c.drawn) < barThrottle {
+			return
+		}
+		c.draw(t)
 		if n >= total {
 			_ = c.bar.Finish()
 			fmt.Fprintln(c.W)
@@ -100,10 +111,45 @@ func (c *Counter) Set(label string, n, total int) {
 	fmt.Fprintln(c.W, line)
 }
 
+// barThrottle is how often a bar is redrawn at most, besides its first
+// and last counts.
+const barThrottle = 100 * time.Millisecond
+
+// draw redraws the bar at count c.n and time t: the description with the
+// count's rate, then the count (the bar draws at each, unthrottled; Set
+// throttles by Now, so that a test's clock drives it).
+func (c *Counter) draw(t time.Time) {
+	c.drawn = t
+	c.bar.Describe(c.label + c.rate(c.n, t))
+	_ = c.bar.Set(c.n) // only a write to the terminal can fail, and it is not worth stopping for
+}
+
+// rate is " (R UNIT/s, eta D)" for n done at t, from the units done since
+// the count began over the time since; "" until a unit is done after a
+// measurable interval (a rate from none, or from a zero interval, is no
+// rate).
+func (c *Counter) rate(n int, t time.Time) string {
+	done, elapsed := n-c.startN, t.Sub(c.start)
+	r, ok := Rate(done, elapsed)
+	if !ok {
+		return ""
+	}
+	unit := c.Unit
+	if unit == "" {
+		unit = "steps"
+	}
+	eta, _ := ETA(done, c.total-n, elapsed)
+	digits := 0 // whole units a second from 100 up; else three significant digits
+	if r < 100 {
+		digits = max(0, 2-int(math.Floor(math.Log10(r))))
+	}
+	return fmt.Sprintf(" (%s %s/s, eta %s)", strconv.FormatFloat(r, 'f', digits, 64), unit, eta.Round(time.Second))
+}
+
 func (c *Counter) begin(label string, n, total int, t time.Time) {
 	c.end(false)
 	c.label, c.total, c.open = label, total, true
-	c.start, c.startN, c.last = t, n, time.Time{}
+	c.start, c.startN, c.last, c.n, c.drawn = t, n, time.Time{}, n, time.Time{}
 	if !c.TTY {
 		return
 	}
@@ -111,13 +157,10 @@ func (c *Counter) begin(label string, n, total int, t time.Time) {
 		progressbar.OptionSetWriter(c.W),
 		progressbar.OptionSetDescription(label),
 		progressbar.OptionShowCount(),
-		progressbar.OptionSetPredictTime(true),
+		progressbar.OptionSetPredictTime(false), // rate's, not the bar's
 		progressbar.OptionSetElapsedTime(true),
-		progressbar.OptionThrottle(100 * time.Millisecond),
+		progressbar.OptionThrottle(0), // Set throttles (barThrottle)
 		progressbar.OptionFullWidth(),
-	}
-	if c.Unit != "" {
-		opts = append(opts, progressbar.OptionShowIts(), progressbar.OptionSetItsString(c.Unit))
 	}
 	c.bar = progressbar.NewOptions(total, opts...)
 }
@@ -128,6 +171,14 @@ func (c *Counter) end(ok bool) {
 	if !c.TTY || !c.open || c.bar == nil {
 		c.open = false
 		return
+	}
+	if c.bar.State().CurrentNum != int64(c.n) {
+		// A count that Set's throttle did not draw yet: as it stands.
+		now := time.Now
+		if c.Now != nil {
+			now = c.Now
+		}
+		c.draw(now())
 	}
 	if ok {
 		_ = c.bar.Finish()
@@ -146,10 +197,20 @@ func (c *Counter) Done(ok bool) {
 	c.end(ok)
 }
 
+// Rate is done units over elapsed, per second; ok is false until a unit
+// is done over an interval above zero.
+func Rate(done int, elapsed time.Duration) (float64, bool) {
+	if done <= 0 || elapsed <= 0 {
+		return 0, false
+	}
+	return float64(done) / elapsed.Seconds(), true
+}
+
 // ETA estimates the time left for remaining units from done units that
-// took elapsed, assuming the same rate; ok is false until a unit is done.
+// took elapsed, assuming the same rate; ok is false until a unit is done
+// over an interval above zero.
 func ETA(done, remaining int, elapsed time.Duration) (time.Duration, bool) {
-	if done <= 0 {
+	if done <= 0 || elapsed <= 0 {
 		return 0, false
 	}
 	return time.Duration(float64(elapsed) / float64(done) * float64(remaining)), true

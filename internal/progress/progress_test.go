@@ -116,12 +116,45 @@ func TestBar(t *testing.T) {
 	}
 }
 
+// TestBarRate: a bar's rate and ETA are from the units done since its
+// count began, shown once one is done after a measurable interval: none
+// at the first unit (the bar's own divided it by microseconds, "22688
+// requests/s"), then the count's.
+func TestBarRate(t *testing.T) {
+	var b bytes.Buffer
+	now := time.Unix(0, 0)
+	c := &Counter{W: &b, TTY: true, Unit: "requests", Now: func() time.Time { return now }}
+	c.Set("trial 1/1 pcie concurrency 2", 1, 300)
+	if out := b.String(); !strings.Contains(out, "(1/300)") || strings.Contains(out, "/s") || strings.Contains(out, "eta") || strings.Contains(out, ":") {
+		t.Errorf("first unit: %q, want no rate and no ETA", out)
+	}
+	now = now.Add(2 * time.Second)
+	c.Set("trial 1/1 pcie concurrency 2", 5, 300) // 4 more in 2 s
+	c.Done(false)
+	if out := b.String(); !strings.Contains(out, "trial 1/1 pcie concurrency 2 (2.00 requests/s, eta 2m28s)") {
+		t.Errorf("after 4 units in 2 s: %q, want 2 requests/s and 295 left at that rate", out)
+	}
+	if strings.Contains(b.String(), "Inf") || strings.Contains(b.String(), "NaN") {
+		t.Errorf("bar: %q", b.String())
+	}
+	for _, x := range []struct {
+		done    int
+		elapsed time.Duration
+		want    float64
+		ok      bool
+	}{{0, time.Second, 0, false}, {3, 0, 0, false}, {3, 1500 * time.Millisecond, 2, true}} {
+		if r, ok := Rate(x.done, x.elapsed); r != x.want || ok != x.ok {
+			t.Errorf("Rate(%d, %s) = %v, %v; want %v, %v", x.done, x.elapsed, r, ok, x.want, x.ok)
+		}
+	}
+}
+
 func TestETA(t *testing.T) {
 	for _, c := range []struct {
 		done, remaining int
 		elapsed, want   time.Duration
 		ok              bool
-	}{{0, 10, time.Minute, 0, false}, {1, 3, time.Second, 3 * time.Second, true}, {10, 0, time.Hour, 0, true}, {4, 6, 2 * time.Second, 3 * time.Second, true}} {
+	}{{0, 10, time.Minute, 0, false}, {2, 10, 0, 0, false}, {1, 3, time.Second, 3 * time.Second, true}, {10, 0, time.Hour, 0, true}, {4, 6, 2 * time.Second, 3 * time.Second, true}} {
 		got, ok := ETA(c.done, c.remaining, c.elapsed)
 		if got != c.want || ok != c.ok {
 			t.Errorf("ETA(%d, %d, %s) = %s, %v; want %s, %v", c.done, c.remaining, c.elapsed, got, ok, c.want, c.ok)
