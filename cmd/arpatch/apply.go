@@ -134,7 +134,8 @@ func applyRun(ctx context.Context, o applyOptions, s streams) error {
 func printApply(w io.Writer, rep *checkout.ApplyReport, r *recipes.Recipe, repoFlag string, cat *patches.Catalog) {
 	recipe, source := r.Name, r.Source
 	if rep.Cloned {
-		fmt.Fprintf(w, "cloned %s into %s in %s (%s)\n", rep.Clone.Source, rep.Src, rep.Clone.Duration.Round(time.Millisecond), rep.Clone.How())
+		fmt.Fprintf(w, "cloned %s into %s in %s (%s), then checked out %d files in %s\n", rep.Clone.Source, rep.Src, rep.Clone.Duration.Round(time.Millisecond), rep.Clone.How(),
+			rep.Clone.Files, rep.Clone.Checkout.Round(time.Millisecond))
 	}
 	if rep.WouldClone {
 		fmt.Fprintf(w, "dry run: would clone into %s and check out %s\n", rep.Src, rep.Commit)

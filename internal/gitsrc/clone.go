@@ -31,6 +31,11 @@ type CloneInfo struct {
 	Source   string        // the URL or path cloned from
 	Local    bool          // true when objects were hardlinked or copied from a local repository
 	Duration time.Duration // wall time of the clone, checkout excluded
+	// Checkout is the wall time of checking out the work tree after the
+	// clone, and Files the files it wrote (0 and 0 when the caller
+	// checked nothing out).
+	Checkout time.Duration
+	Files    int
 	// Linked and Copied count the object files of a local clone that were
 	// hardlinked and copied (a hardlink needs the same file system).
 	Linked, Copied int
