@@ -8,7 +8,10 @@
 # from GNU time. The short jobs (apply on a checkout, status) run three
 # times as many rounds. The header line names the commit (and whether the
 # tree had uncommitted changes), the Go and git versions, the cores and
-# their model, and the load average before and after.
+# their model, the Python interpreter the gate judge asks
+# ($ARPATCH_PYTHON, else python3 on PATH; a script such as pyenv's shim is
+# run at every apply, an interpreter's identity is kept by its stat), and
+# the load average before and after.
 #
 #   bench/compare.sh MIRROR [ROUNDS]      (default 7 rounds)
 #
@@ -133,7 +136,9 @@ row() { # TASK ALT LABEL_A LABEL_B
 		"$(ratio "$3" "$4" 1)" "$(ratio "$3" "$4" 2)"
 }
 dirty=$(git -C "$repo" diff --quiet HEAD -- || echo " with uncommitted changes")
-echo "arpatch $(git -C "$repo" rev-parse --short HEAD)$dirty, $(cd "$repo" && go env GOVERSION), $(git --version), $(nproc) cores ($(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)), load $load0 before and $(cut -d' ' -f1-3 /proc/loadavg) after, $rounds rounds (3× for the short jobs); each cell: median [min-max] over the rounds, ratios over the interleaved pairs"
+py=$(command -v "${ARPATCH_PYTHON:-python3}" || echo none)
+case "$(head -c2 "$py" 2>/dev/null)" in '#!') py="$py (a script: asked at every apply)" ;; esac
+echo "arpatch $(git -C "$repo" rev-parse --short HEAD)$dirty, $(cd "$repo" && go env GOVERSION), $(git --version), $(nproc) cores ($(awk -F': ' '/model name/{print $2; exit}' /proc/cpuinfo)), python3 $py, load $load0 before and $(cut -d' ' -f1-3 /proc/loadavg) after, $rounds rounds (3× for the short jobs); each cell: median [min-max] over the rounds, ratios over the interleaved pairs"
 echo
 echo '| task | arpatch | alternative | ratio (wall, cpu) |'
 echo '|---|---|---|---|'

@@ -190,7 +190,7 @@ func (e *CompileError) Error() string {
 var (
 	buildMu   sync.Mutex
 	builds    = map[string]string{} // key: binary
-	versionOf = map[string]string{} // compiler: its --version
+	versionOf = map[string]string{} // compiler: its --version (kept by exeStamp)
 )
 
 // cacheDir is where compiled judges are kept across runs:
@@ -215,11 +215,14 @@ func buildJudge(ctx context.Context, src cxxSource) (string, error) {
 	buildMu.Lock()
 	defer buildMu.Unlock()
 	if _, ok := versionOf[cc]; !ok {
-		out, err := exec.CommandContext(ctx, cc, "--version").Output()
+		out, err := exeAnswer(cc, "cc", func() (string, error) {
+			out, err := exec.CommandContext(ctx, cc, "--version").Output()
+			return string(out), err
+		})
 		if err != nil {
 			return "", fmt.Errorf("%s --version: %v", cc, err)
 		}
-		versionOf[cc] = string(out)
+		versionOf[cc] = out
 	}
 	key := src.key(cc, versionOf[cc])
 	if bin, ok := builds[key]; ok {

@@ -93,19 +93,37 @@ var python3 = findPython
 
 // findPython returns $ARPATCH_PYTHON, else what python3 on PATH runs
 // (sys.executable, so that a version manager's shim starts once, not for
-// every judgement), or ErrNoPython.
+// every judgement), or ErrNoPython. The answer is kept by the
+// interpreter's exeStamp, so a later process starts no interpreter.
 var findPython = sync.OnceValues(func() (string, error) {
 	py := os.Getenv("ARPATCH_PYTHON")
 	if py == "" {
 		py = "python3"
 	}
-	exe, version, err := pyenv.Executable(py)
+	path, err := exec.LookPath(py)
 	if err != nil {
+		return "", fmt.Errorf("%w (%v)", ErrNoPython, err)
+	}
+	var exe, version string
+	ans, err := exeAnswer(path, "python", func() (string, error) {
+		exe, version, err = pyenv.Executable(path)
+		if err == nil && version == "" {
+			err = errNoAnswer // run as it is, asked again next time
+		}
+		return exe + "\n" + version, err
+	})
+	switch {
+	case err == nil:
+		exe, version, _ = strings.Cut(ans, "\n")
+	case err != errNoAnswer:
 		return "", fmt.Errorf("%w (%v)", ErrNoPython, err)
 	}
 	pyVersion = version
 	return exe, nil
 })
+
+// errNoAnswer is an executable's answer about itself not to keep.
+var errNoAnswer = errors.New("no answer to keep")
 
 // pyVersion is the interpreter's sys.version (findPython), part of every
 // cached judgement's key.
