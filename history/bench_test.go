@@ -2,7 +2,10 @@ package history
 
 import (
 	"bytes"
+	"database/sql"
+	"flag"
 	"fmt"
+	"os"
 	"path/filepath"
 	"sync"
 	"syscall"
@@ -10,6 +13,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/harness/stats"
+	"github.com/arpatch/arpatch/internal/pgtest"
 )
 
 // benchRuns is the history the benchmarks read: three years of nightlies
@@ -72,11 +76,10 @@ var benchEnv = map[string]string{"gpu_model": "NVIDIA RTX PRO 6000 Blackwell", "
 // once per test binary with the store's own calls: BeginRun, then Record,
 // one run at a time, as n nightlies would.
 var benchHistory = sync.OnceValues(func() (string, error) {
-	dir, err := tempDirFor("arpatch-bench-history")
+	path, err := benchTarget()
 	if err != nil {
 		return "", err
 	}
-	path := filepath.Join(dir, "h.db")
 	s, err := Open(path)
 	if err != nil {
 		return "", err
@@ -94,6 +97,47 @@ var benchHistory = sync.OnceValues(func() (string, error) {
 	}
 	return path, s.Close()
 })
+
+// benchPostgres builds the benchmarks' history on PostgreSQL (the
+// server of $ARPATCH_TEST_POSTGRES, else one internal/pgtest starts), in
+// a schema of its own dropped when the binary ends, instead of SQLite.
+var benchPostgres = flag.Bool("bench-postgres", false, "build the benchmarks' history on PostgreSQL ($ARPATCH_TEST_POSTGRES or a throwaway server), not SQLite")
+
+// benchTarget is where benchHistory builds: a SQLite file in the
+// binary's scratch directory, or with -bench-postgres the URL of a new
+// schema.
+func benchTarget() (string, error) {
+	if !*benchPostgres {
+		dir, err := tempDirFor("arpatch-bench-history")
+		if err != nil {
+			return "", err
+		}
+		return filepath.Join(dir, "h.db"), nil
+	}
+	base, why := pgtest.Server()
+	if base == "" {
+		return "", fmt.Errorf("-bench-postgres: no PostgreSQL server: %s", why)
+	}
+	db, err := sql.Open("pgx", base)
+	if err != nil {
+		return "", err
+	}
+	defer func() { _ = db.Close() }() // nothing written through it after the schema
+	name := fmt.Sprintf("bench%d", os.Getpid())
+	if _, err := db.Exec(`CREATE SCHEMA ` + name); err != nil {
+		return "", err
+	}
+	dropBenchSchema = func() {
+		if db, err := sql.Open("pgx", base); err == nil {
+			_, _ = db.Exec(`DROP SCHEMA ` + name + ` CASCADE`) // best effort: a throwaway schema
+			_ = db.Close()
+		}
+	}
+	return pgtest.WithParam(base, "search_path", name), nil
+}
+
+// dropBenchSchema drops benchTarget's schema (TestMain, at the end).
+var dropBenchSchema = func() {}
 
 // reportCPU adds the process's CPU time (user + system) per iteration to
 // the benchmark's figures as cpu-ms/op: on a loaded machine wall time

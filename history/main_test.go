@@ -21,6 +21,7 @@ func TestMain(m *testing.M) {
 	// that loses its lock: MarkStale need not wait seconds to look again.
 	staleRecheck = 100 * time.Millisecond
 	code := m.Run()
+	dropBenchSchema()
 	pgtest.Stop()
 	if scratch != "" {
 		_ = os.RemoveAll(scratch) // scratch space only
