@@ -90,6 +90,7 @@ func judgeMem(t *testing.T, tree memTree) (*gaterule.Report, error) {
 // runs them on the CPU (package kernelsim) at the sizes they are launched
 // for and checks every rank's sum.
 func TestGateRuleRunsThePushKernels(t *testing.T) {
+	const sumLine = "    ((P*)result)[idx] = downcast<P>(acc);\n"
 	needJudge(t)
 	if _, err := kernelsim.Compiler(); err != nil {
 		t.Skipf("%v: the push kernels are not run here", err)
@@ -101,13 +102,31 @@ func TestGateRuleRunsThePushKernels(t *testing.T) {
 	}{
 		{"as shipped", "", "", "true", ""},
 		{"push1 skips the reduce", "    ((P*)result)[idx] = downcast<P>(acc);\n", "    ((P*)result)[idx] = in[idx];\n", "true",
-			"the push kernel sglang::pcie_push_1shot<float, 4>, which CustomAllreduce::allreduce launches at world size 4, no variable set, eager float32 allreduce of 16-5824 bytes, run on the CPU on 4 emulated ranks (package kernelsim)|leaves a wrong sum: call 0 (push1, 1 packed elements, 1 blocks): rank 0 element 0 is 1, want 10"},
+			"the push kernel sglang::pcie_push_1shot<float, 4>, which CustomAllreduce::allreduce launches at world size 4, no variable set, eager float32 allreduce of 16-5824 bytes, run on the CPU as the device pass for sm_80 (and 15 more archs that preprocess alike) on 4 emulated ranks (package kernelsim)|leaves a wrong sum: call 0 (push1, 1 packed elements, 1 blocks): rank 0 element 0 is 1, want 10"},
 		{"push1 writes only some of the slots", "(rank + k) % ngpus]) + (size_t)rank * size;\n", "(rank + k) % ngpus]) + (size_t)rank * size;\n    if (k == ngpus - 1) break;\n", "true",
 			"the push kernel sglang::pcie_push_1shot<float, 4>|leaves a wrong sum"},
 		{"island reduces small sizes only", "  P* mine = get_tmp_buf<P>(self_sg);\n  pcie_barrier<ngpus, true>", "  P* mine = get_tmp_buf<P>(self_sg);\n  if (size > 64) return;\n  pcie_barrier<ngpus, true>", "true",
 			"the push kernel sglang::pcie_push_island<__nv_bfloat16, 4>, which CustomAllreduce::allreduce launches at world size 4, SGLANG_PCIE_CUSTOM_AR_ISLANDS=0,1/2,3|leaves a wrong sum: call 11 (island, 65 packed elements"},
 		{"the dispatch launches for small sizes only", "", "", "bytes <= 4096",
 			"eager float32 allreduce of 4112-8388608 bytes launches no kernel"},
+		// Issue 26: the GPU runs the kernels' device pass, which the host
+		// pass does not show. Each of these computes the sum in the host
+		// pass and not on some or every GPU.
+		{"push1 skips the reduce in the device pass", sumLine, "#ifdef __CUDA_ARCH__\n    ((P*)result)[idx] = in[idx];\n#else\n" + sumLine + "#endif\n", "true",
+			"the push kernel sglang::pcie_push_1shot<float, 4>|as the device pass for sm_80 (and 15 more archs that preprocess alike)|leaves a wrong sum"},
+		{"push1 skips the reduce on sm_120a alone", sumLine, "#ifdef __CUDA_ARCH_FEAT_SM120_ALL\n    ((P*)result)[idx] = in[idx];\n#else\n" + sumLine + "#endif\n", "true",
+			"as the device pass for sm_120a on 4 emulated ranks|leaves a wrong sum"},
+		{"push1 skips the reduce on compute capability 9.0", sumLine, "#if __CUDA_ARCH__ == 900\n    ((P*)result)[idx] = in[idx];\n#else\n" + sumLine + "#endif\n", "true",
+			"as the device pass for sm_90 (and sm_90a, which preprocesses alike) on|leaves a wrong sum"},
+		{"push1 skips the reduce under the build's -DNDEBUG", sumLine, "#ifdef NDEBUG\n    ((P*)result)[idx] = in[idx];\n#else\n" + sumLine + "#endif\n", "true",
+			"the push kernel sglang::pcie_push_1shot<float, 4>|leaves a wrong sum"},
+		{"push1 leaves the later blocks out through a macro", "  P* mine = get_tmp_buf<P>(self_sg);\n  pcie_barrier<ngpus, true>",
+			"  P* mine = get_tmp_buf<P>(self_sg);\n  if (PCIE_ON_GPU && blockIdx.x > 0) return;\n  pcie_barrier<ngpus, true>", "true",
+			"the push kernel sglang::pcie_push_island|leaves a wrong sum"},
+		{"push2 exits in PTX on the GPU", "  const int part = pcie_slot(size, ngpus);\n", "  const int part = pcie_slot(size, ngpus);\n#ifdef __CUDA_ARCH__\n  asm volatile(\"exit;\");\n#endif\n", "true",
+			`cannot be run as the GPU would run them|inline assembly "exit;" in the device pass: not one of upstream's PTX templates`},
+		{"the islands' layout differs in the device pass", "struct PcieIslands {\n  int count;\n", "struct PcieIslands {\n#ifdef __CUDA_ARCH__\n  int pad;\n#endif\n  int count;\n", "true",
+			"CustomAllreduce's host pass and the device pass for sm_80 (and 15 more archs that preprocess alike) disagree|PcieIslands=328|PcieIslands=332"},
 	} {
 		t.Run(m.name, func(t *testing.T) {
 			s := src
@@ -116,6 +135,9 @@ func TestGateRuleRunsThePushKernels(t *testing.T) {
 					t.Fatalf("the mutation's anchor %q is not in 0001's kernels once", m.old)
 				}
 				s.Kernels = strings.Replace(s.Kernels, m.old, m.new, 1)
+				if strings.Contains(m.new, "PCIE_ON_GPU") {
+					s.Kernels = "#ifdef __CUDA_ARCH__\n#define PCIE_ON_GPU 1\n#else\n#define PCIE_ON_GPU 0\n#endif\n" + s.Kernels
+				}
 			}
 			tree, _ := pushTree(t, s, m.bytesOK)
 			rep, err := judgeMem(t, tree)

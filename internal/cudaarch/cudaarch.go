@@ -189,3 +189,36 @@ func FromGencode(v string) Arch {
 	}
 	return ""
 }
+
+// NVCCDefines are macros nvcc defines in both passes of a .cu file that a
+// plain host compiler (and clang's CUDA mode) does not: __CUDACC__ and
+// __NVCC__, the toolkit version (12.8, the oldest that builds sm_120a),
+// and the macros of --expt-relaxed-constexpr and --expt-extended-lambda,
+// which sgl-kernel passes (sglkernel.CUDAFlags), each as NAME or
+// NAME=VALUE. The gate rule's judges compile with them so that a dispatch
+// or a kernel that tests one sees what the real build sees.
+// Source: NVIDIA's nvcc documentation (Predefined macros).
+var NVCCDefines = []string{
+	"__CUDACC__", "__NVCC__", "__CUDACC_VER_MAJOR__=12", "__CUDACC_VER_MINOR__=8", "__CUDACC_VER_BUILD__=93",
+	"__CUDACC_RELAXED_CONSTEXPR__", "__CUDACC_EXTENDED_LAMBDA__", "_GLIBCXX_USE_CXX11_ABI=1",
+}
+
+// DeviceDefines returns the macros nvcc defines, beside NVCCDefines, in
+// the device pass for a, as NAME=VALUE: __CUDA_ARCH__ (the compute
+// capability times ten: 1200 for sm_120, sm_120a and sm_120f); for an
+// arch-specific "a" target __CUDA_ARCH_FEAT_SM<cc>_ALL and
+// __CUDA_ARCH_SPECIFIC__; for "a" and family "f" targets
+// __CUDA_ARCH_FAMILY_SPECIFIC__ (nvcc 12.9 and later).
+// Source: NVIDIA's nvcc documentation (Predefined macros; GPU feature list).
+func (a Arch) DeviceDefines() []string {
+	cc := a.CC()
+	arch := cc + "0"
+	out := []string{"__CUDA_ARCH__=" + arch}
+	switch strings.TrimPrefix(string(a), cc) {
+	case "a":
+		out = append(out, "__CUDA_ARCH_FEAT_SM"+cc+"_ALL=1", "__CUDA_ARCH_SPECIFIC__="+arch, "__CUDA_ARCH_FAMILY_SPECIFIC__="+arch)
+	case "f":
+		out = append(out, "__CUDA_ARCH_FAMILY_SPECIFIC__="+arch)
+	}
+	return out
+}

@@ -79,3 +79,21 @@ func TestForComputeCap(t *testing.T) {
 		t.Errorf("ForComputeCap(6.1) = %q, true", a)
 	}
 }
+
+func TestDeviceDefines(t *testing.T) {
+	for _, c := range []struct {
+		a    Arch
+		want string
+	}{
+		{"80", "__CUDA_ARCH__=800"},
+		{"90a", "__CUDA_ARCH__=900 __CUDA_ARCH_FEAT_SM90_ALL=1 __CUDA_ARCH_SPECIFIC__=900 __CUDA_ARCH_FAMILY_SPECIFIC__=900"},
+		{"120", "__CUDA_ARCH__=1200"},
+		{"120a", "__CUDA_ARCH__=1200 __CUDA_ARCH_FEAT_SM120_ALL=1 __CUDA_ARCH_SPECIFIC__=1200 __CUDA_ARCH_FAMILY_SPECIFIC__=1200"},
+		{"100f", "__CUDA_ARCH__=1000 __CUDA_ARCH_FAMILY_SPECIFIC__=1000"},
+		{"121a", "__CUDA_ARCH__=1210 __CUDA_ARCH_FEAT_SM121_ALL=1 __CUDA_ARCH_SPECIFIC__=1210 __CUDA_ARCH_FAMILY_SPECIFIC__=1210"},
+	} {
+		if got := strings.Join(c.a.DeviceDefines(), " "); got != c.want {
+			t.Errorf("%s: DeviceDefines = %q, want %q", c.a, got, c.want)
+		}
+	}
+}

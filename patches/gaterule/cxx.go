@@ -21,6 +21,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/binstore"
+	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/sglkernel"
 )
 
@@ -49,16 +50,6 @@ func Clang() (string, error) {
 	return "", ErrNoClang
 }
 
-// nvccHostDefines are what nvcc defines in the host pass of a .cu file
-// that clang's CUDA mode does not: __CUDACC__ and __NVCC__, the toolkit
-// version (12.8, the oldest that builds sm_120a), and the macros of
-// --expt-relaxed-constexpr and --expt-extended-lambda, which sgl-kernel
-// passes (sglkernel.CUDAFlags).
-var nvccHostDefines = []string{
-	"__CUDACC__", "__NVCC__", "__CUDACC_VER_MAJOR__=12", "__CUDACC_VER_MINOR__=8", "__CUDACC_VER_BUILD__=93",
-	"__CUDACC_RELAXED_CONSTEXPR__", "__CUDACC_EXTENDED_LAMBDA__", "_GLIBCXX_USE_CXX11_ABI=1",
-}
-
 // compilerMacros are macros that name the compiler or the toolkit. The
 // real build's host compiler is g++ under nvcc, of whatever CUDA the host
 // has; the judge's is clang with CUDA 12.8's version macros, so a
@@ -69,7 +60,7 @@ var compilerMacros = regexp.MustCompile(`\b(__clang__|__clang_major__|__clang_mi
 // cxxFlags are the judge's compile flags: clang's CUDA host pass without
 // CUDA's headers (arpatch's stubs stand in), the build's own C++ standard
 // and definitions (sglkernel.CUDAFlags: -DNDEBUG and the rest), nvcc's
-// host-pass macros.
+// host-pass macros (cudaarch.NVCCDefines).
 func cxxFlags() []string {
 	f := []string{"-x", "cuda", "--cuda-host-only", "-nocudainc", "-nocudalib", "--cuda-gpu-arch=sm_80", "-O1", "-w"}
 	for _, d := range sglkernel.CUDAFlags {
@@ -77,7 +68,7 @@ func cxxFlags() []string {
 			f = append(f, d)
 		}
 	}
-	for _, d := range nvccHostDefines {
+	for _, d := range cudaarch.NVCCDefines {
 		f = append(f, "-D"+d)
 	}
 	return f

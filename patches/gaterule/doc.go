@@ -56,7 +56,13 @@
 //     host thread, every rank a set of blocks) at sizes from each range
 //     they are launched for, up to 256 KiB, on every rank, with the
 //     islands the gates handed over; every element of every rank's output
-//     must be the exact sum, or the tree is refused.
+//     must be the exact sum, or the tree is refused. They run as nvcc's
+//     device pass of every arch from sm_80 (what the GPU runs:
+//     __CUDA_ARCH__ and the arch's feature macros defined, the build's
+//     -DNDEBUG, upstream's PTX flag stores and loads emulated, any other
+//     inline assembly refused), archs that preprocess alike once; the
+//     host pass must agree with each on the layout of Signal, RankSignals
+//     and PcieIslands and on the islands it hands the kernels.
 //
 // Compiled judges are kept under the user's cache directory by content
 // hash (the compiler, the flags, the judge's files and the tree's), and

@@ -8,9 +8,12 @@
 // The kernels are compiled for the host against small stub headers
 // (cxx/*.h): every CUDA thread is a host thread, __syncthreads is a barrier
 // of one block's threads, a rank is a set of blocks with its own stream
-// (its calls run in order, each rank at its own pace), and the flag
-// barriers use the C++ atomics the series' kernels fall back to outside a
-// device build. It runs what the series adds (the pcie_push_* kernels and
+// (its calls run in order, each rank at its own pace). The kernels are
+// compiled as nvcc's device pass for an arch (Source.Arch: what the GPU
+// runs, __CUDA_ARCH__ defined, upstream's PTX flag stores and loads
+// emulated by ptx.go, other inline assembly refused) or as the host pass
+// (CustomAllreduce's members as the host runs them), both with the
+// build's definitions (-DNDEBUG and the rest) and nvcc's macros. It runs what the series adds (the pcie_push_* kernels and
 // CustomAllreduce's pcie_* members); upstream's pull kernels use inline PTX
 // and are not run here (their sums are checked on a GPU by
 // `arpatch bench allreduce`).
@@ -43,6 +46,8 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/binstore"
+	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/sglkernel"
 )
 
 //go:embed cxx
@@ -66,6 +71,35 @@ type Source struct {
 	// (its register_buffer and allreduce, for a header the gate rule can
 	// compile too); "" adds none.
 	Dispatch string
+	// Arch is the pass the C++ is compiled as. "" is nvcc's host pass (no
+	// __CUDA_ARCH__), which is what CustomAllreduce's members run as; an
+	// arch ("120a") is its device pass for that arch, which is what the
+	// GPU runs of the kernels: __CUDA_ARCH__ and the arch's feature macros
+	// defined (cudaarch.DeviceDefines), upstream's PTX flag stores and
+	// loads emulated (ptx.go) and any other inline assembly refused
+	// (*UnknownAsmError). Both passes have the build's definitions
+	// (sglkernel.CUDAFlags: -DNDEBUG and the rest) and nvcc's macros
+	// (cudaarch.NVCCDefines).
+	Arch cudaarch.Arch
+	// ParseOnly builds the driver's parse command alone, with no kernel
+	// instantiated, which compiles in a fraction of the time; Reduce then
+	// fails.
+	ParseOnly bool
+}
+
+// Defines are the macros both passes are compiled with, as -D flags: the
+// build's (sglkernel.CUDAFlags) and nvcc's (cudaarch.NVCCDefines).
+func Defines() []string {
+	var f []string
+	for _, d := range sglkernel.CUDAFlags {
+		if strings.HasPrefix(d, "-D") {
+			f = append(f, d)
+		}
+	}
+	for _, d := range cudaarch.NVCCDefines {
+		f = append(f, "-D"+d)
+	}
+	return f
 }
 
 // Sim is a compiled driver.
@@ -115,19 +149,20 @@ func Build(ctx context.Context, dir string, src Source) (*Sim, error) {
 	if err != nil {
 		return nil, err
 	}
-	header, flags := src.Text(), []string{"-std=c++17", "-O0", "-pthread"}
+	header, flags := src.Text(), append([]string{"-std=c++17", "-O0", "-pthread"}, Defines()...)
 	if src.Narrow {
 		flags = append(flags, "-DKERNELSIM_NARROW")
 	}
-	h := sha256.New()
-	fmt.Fprintf(h, "kernelsim-v2\x00%s\x00%s\x00%s", cc, strings.Join(flags, " "), header)
-	files, err := cxx.ReadDir("cxx")
-	if err != nil {
-		return nil, err
+	if src.ParseOnly {
+		flags = append(flags, "-DKERNELSIM_PARSE_ONLY")
 	}
-	for _, f := range files {
-		b, _ := cxx.ReadFile("cxx/" + f.Name())
-		fmt.Fprintf(h, "\x00%s\x00%d\x00%s", f.Name(), len(b), b)
+	if src.Arch != "" {
+		return buildDevice(ctx, dir, cc, flags, header, src.Arch)
+	}
+	h := sha256.New()
+	fmt.Fprintf(h, "kernelsim-v3\x00%s\x00%s\x00%s", cc, strings.Join(flags, " "), header)
+	for _, f := range cxxFiles() {
+		fmt.Fprintf(h, "\x00%s\x00%d\x00%s", f.name, len(f.data), f.data)
 	}
 	entry := filepath.Join(dir, hex.EncodeToString(h.Sum(nil))[:32])
 	buildMu.Lock()
@@ -163,28 +198,125 @@ func UpstreamH() []byte {
 	return b
 }
 
-// compileDriver compiles the driver for header in a scratch directory
-// beside entry and renames it to entry whole.
-func compileDriver(ctx context.Context, cc string, flags []string, header, entry string) error {
-	if err := os.MkdirAll(filepath.Dir(entry), 0o755); err != nil {
-		return err
+// writeSources writes the driver, the stubs and header (as kernels.h)
+// into a new scratch directory under parent, and returns it.
+func writeSources(parent, header string) (string, error) {
+	if err := os.MkdirAll(parent, 0o755); err != nil {
+		return "", err
 	}
-	dir, err := os.MkdirTemp(filepath.Dir(entry), ".kernelsim-")
+	dir, err := os.MkdirTemp(parent, ".kernelsim-")
 	if err != nil {
-		return err
+		return "", err
 	}
-	defer func() { _ = os.RemoveAll(dir) }() // gone once renamed
 	files, err := cxx.ReadDir("cxx")
 	if err != nil {
-		return err
+		return "", err
 	}
 	for _, f := range files {
 		b, _ := cxx.ReadFile("cxx/" + f.Name())
 		if err := os.WriteFile(filepath.Join(dir, f.Name()), b, 0o644); err != nil {
-			return err
+			return "", err
 		}
 	}
-	if err := os.WriteFile(filepath.Join(dir, "kernels.h"), []byte(header), 0o644); err != nil {
+	return dir, os.WriteFile(filepath.Join(dir, "kernels.h"), []byte(header), 0o644)
+}
+
+// buildDevice is Build for a device pass: it preprocesses the driver as
+// nvcc's device pass for arch, emulates the PTX of the result (ptx.go)
+// and compiles that. The entry is named by the emulated text, so archs
+// whose passes preprocess alike share one driver (Sim.ID).
+func buildDevice(ctx context.Context, dir, cc string, flags []string, header string, arch cudaarch.Arch) (*Sim, error) {
+	src := sha256.New()
+	fmt.Fprintf(src, "kernelsim-device-src\x00%s\x00%s\x00%s\x00%s", cc, strings.Join(flags, " "), arch, header)
+	for _, f := range cxxFiles() {
+		fmt.Fprintf(src, "\x00%s\x00%d\x00%s", f.name, len(f.data), f.data)
+	}
+	key := "src:" + hex.EncodeToString(src.Sum(nil))
+	buildMu.Lock()
+	s, ok := built[key]
+	buildMu.Unlock()
+	if ok {
+		return s, nil
+	}
+	scratch, err := writeSources(dir, header)
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = os.RemoveAll(scratch) }() // gone once renamed
+	pp := append(append([]string{}, flags...), "-E", "-include", "ptx.h", "-iquote", scratch, "-I", scratch)
+	for _, d := range arch.DeviceDefines() {
+		pp = append(pp, "-D"+d)
+	}
+	pp = append(pp, filepath.Join(scratch, "driver.cc"))
+	out, err := exec.CommandContext(ctx, cc, pp...).Output()
+	if err != nil {
+		var stderr []byte
+		if ee, ok := err.(*exec.ExitError); ok {
+			stderr = ee.Stderr
+		}
+		return nil, fmt.Errorf("kernelsim: %s does not preprocess the series' C++ as the device pass for %s: %v\n%s", filepath.Base(cc), arch.SM(), err, firstLines(stderr, 40))
+	}
+	// The scratch directory's name, in every linemarker, is not content.
+	text, err := emulatePTX(strings.ReplaceAll(string(out), scratch+string(filepath.Separator), ""))
+	if err != nil {
+		return nil, fmt.Errorf("kernelsim: the device pass for %s: %w", arch.SM(), err)
+	}
+	compile := []string{"-std=c++17", "-O0", "-pthread", "-w"}
+	h := sha256.New()
+	fmt.Fprintf(h, "kernelsim-device-v1\x00%s\x00%s\x00%s", cc, strings.Join(compile, " "), text)
+	entry := filepath.Join(dir, hex.EncodeToString(h.Sum(nil))[:32])
+	buildMu.Lock()
+	defer buildMu.Unlock()
+	if s, ok := built[entry]; ok {
+		built[key] = s
+		return s, nil
+	}
+	bin := filepath.Join(entry, "driver")
+	if !binstore.Verified(bin) {
+		ii := filepath.Join(scratch, "driver.ii")
+		if err := os.WriteFile(ii, []byte(text), 0o644); err != nil {
+			return nil, err
+		}
+		cmd := exec.CommandContext(ctx, cc, append(compile, "-o", filepath.Join(scratch, "driver"), ii)...)
+		if out, err := cmd.CombinedOutput(); err != nil {
+			return nil, fmt.Errorf("kernelsim: %s does not compile the series' C++ as the device pass for %s: %v\n%s", filepath.Base(cc), arch.SM(), err, firstLines(out, 40))
+		}
+		if err := binstore.Seal(filepath.Join(scratch, "driver")); err != nil {
+			return nil, err
+		}
+		if err := binstore.Publish(scratch, entry, "driver"); err != nil {
+			return nil, err
+		}
+	}
+	s = &Sim{bin: bin}
+	built[entry], built[key] = s, s
+	return s, nil
+}
+
+type cxxFile struct {
+	name string
+	data []byte
+}
+
+// cxxFiles are the embedded driver and stubs, in name order.
+func cxxFiles() []cxxFile {
+	files, _ := cxx.ReadDir("cxx")
+	var out []cxxFile
+	for _, f := range files {
+		b, _ := cxx.ReadFile("cxx/" + f.Name())
+		out = append(out, cxxFile{f.Name(), b})
+	}
+	return out
+}
+
+// compileDriver compiles the driver for header in a scratch directory
+// beside entry and renames it to entry whole.
+func compileDriver(ctx context.Context, cc string, flags []string, header, entry string) error {
+	dir, err := writeSources(filepath.Dir(entry), header)
+	if dir != "" {
+		defer func() { _ = os.RemoveAll(dir) }() // gone once renamed
+	}
+	if err != nil {
 		return err
 	}
 	bin := filepath.Join(dir, "driver")
@@ -246,6 +378,13 @@ type Parsed struct {
 	// Error is what the constructor threw (Kind: invalid_argument or
 	// runtime_error), with Schedule and the rest empty.
 	Error, Kind string
+	// Layout is the sizes of Signal, RankSignals and PcieIslands as this
+	// build has them ("Signal=N RankSignals=N PcieIslands=N"); IslandsHex
+	// the bytes of the constructor's pcie_islands_, and ParsedHex those of
+	// pcie_parse_islands(ws) (the islands Reduce hands the kernels), in
+	// hex, or "error: ..." where it threw. Two builds of one tree (the
+	// host pass and a device pass) must agree on them.
+	Layout, IslandsHex, ParsedHex string
 }
 
 // Parse constructs CustomAllreduce for rank 0 of a PCIe-only group of world
@@ -273,11 +412,15 @@ func (s *Sim) Parse(ctx context.Context, ws int, capBytes uint64, env map[string
 		Algos    []json.RawMessage   `json:"algos"`
 		Error    string              `json:"error"`
 		Kind     string              `json:"kind"`
+		Layout   string              `json:"layout"`
+		Islands2 string              `json:"islands_hex"`
+		Parsed   string              `json:"parsed_hex"`
 	}
 	if err := json.Unmarshal(out, &raw); err != nil {
 		return Parsed{}, fmt.Errorf("kernelsim parse: %v: %s", err, out)
 	}
-	p := Parsed{Auto: raw.Auto, Islands: raw.Islands, Scratch: raw.Scratch, Error: raw.Error, Kind: raw.Kind}
+	p := Parsed{Auto: raw.Auto, Islands: raw.Islands, Scratch: raw.Scratch, Error: raw.Error, Kind: raw.Kind,
+		Layout: raw.Layout, IslandsHex: raw.Islands2, ParsedHex: raw.Parsed}
 	for _, st := range raw.Schedule {
 		var step Step
 		if len(st) != 2 || json.Unmarshal(st[0], &step.Algo) != nil || json.Unmarshal(st[1], &step.MaxBytes) != nil {

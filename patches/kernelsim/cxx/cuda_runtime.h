@@ -34,6 +34,26 @@ void __syncthreads();
 // own replacement, so the builtin is still called.)
 #define __atomic_load_n(p, o) (sched_yield(), __atomic_load_n(p, o))
 
+// The device pass's cache-hinted loads and stores (the kernels' data is
+// not written while they read it) and fences.
+template <typename T>
+inline T __ldcg(const T* p) { return *p; }
+template <typename T>
+inline T __ldg(const T* p) { return *p; }
+template <typename T>
+inline T __ldca(const T* p) { return *p; }
+template <typename T>
+inline T __ldcs(const T* p) { return *p; }
+template <typename T>
+inline void __stcg(T* p, T v) { *p = v; }
+template <typename T>
+inline void __stcs(T* p, T v) { *p = v; }
+template <typename T>
+inline void __stwt(T* p, T v) { *p = v; }
+inline void __threadfence() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_system() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+inline void __threadfence_block() { __atomic_thread_fence(__ATOMIC_SEQ_CST); }
+
 typedef int cudaError_t;
 #define cudaSuccess 0
 typedef void* cudaStream_t;

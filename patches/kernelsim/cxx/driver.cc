@@ -8,7 +8,10 @@
 //     false) with CAP bytes of scratch after its Signal, under the process's
 //     environment, and prints one JSON line: the schedule, auto, the islands,
 //     the scratch size and pcie_algo_for(BYTES) for each BYTES; or the error
-//     the constructor threw.
+//     the constructor threw. It prints too the layout (the sizes of Signal,
+//     RankSignals and PcieIslands), the bytes of the constructor's
+//     pcie_islands_ and those of pcie_parse_islands(WS), so that two builds
+//     (the host pass and a device pass) can be compared.
 //   driver reduce DTYPE WS ALGO ISLANDS THREADS SEED CALLS [PACKS [SECONDS]]
 //     Runs CALLS allreduces on WS emulated ranks, each rank's calls in order
 //     on its own stream (a rank starts call k+1 when its call k is done, not
@@ -23,14 +26,17 @@
 //     SECONDS (default 120) is when it stops, saying the ranks hang.
 //
 // Built with -DKERNELSIM_NARROW it instantiates float32 at world size 8
-// alone, which compiles several times faster.
+// alone, which compiles several times faster; with -DKERNELSIM_PARSE_ONLY
+// it has the parse command alone and instantiates no kernel.
 #include <pthread.h>
 #include <unistd.h>
 
 #include <csignal>
 #include <cstdio>
 #include <map>
+#include <cstring>
 #include <memory>
+#include <new>
 #include <random>
 #include <string>
 #include <thread>
@@ -77,15 +83,46 @@ static std::string quote(const std::string& s) {
   return out + "\"";
 }
 
+// hex is the bytes at p, in hex.
+static std::string hex(const void* p, size_t n) {
+  static const char digits[] = "0123456789abcdef";
+  std::string out;
+  for (size_t i = 0; i < n; i++) {
+    const unsigned char b = static_cast<const unsigned char*>(p)[i];
+    out += digits[b >> 4];
+    out += digits[b & 15];
+  }
+  return out;
+}
+
 static int parse(int ws, size_t cap, const std::vector<size_t>& sizes) {
   std::vector<char> buf(sizeof(Signal) + cap, 0);
   allocations[reinterpret_cast<uintptr_t>(buf.data())] = buf.size();
   Signal* signals[8];
   for (auto& s : signals) s = reinterpret_cast<Signal*>(buf.data());
   std::vector<char> rank_data(1 << 12);
+  // Zeroed storage: the bytes of members the constructor leaves unset are
+  // the same in every build, so that two builds' islands compare.
+  alignas(CustomAllreduce) static unsigned char storage[sizeof(CustomAllreduce)];
+  std::memset(storage, 0, sizeof storage);
   try {
-    CustomAllreduce ca(signals, rank_data.data(), rank_data.size(), 0, ws, false);
-    std::string out = "{\"schedule\":[";
+    std::unique_ptr<CustomAllreduce, void (*)(CustomAllreduce*)> owner(
+        new (storage) CustomAllreduce(signals, rank_data.data(), rank_data.size(), 0, ws, false),
+        [](CustomAllreduce* p) { p->~CustomAllreduce(); });
+    CustomAllreduce& ca = *owner;
+    std::string out = "{\"layout\":" +
+                      quote("Signal=" + std::to_string(sizeof(Signal)) + " RankSignals=" + std::to_string(sizeof(RankSignals)) +
+                            " PcieIslands=" + std::to_string(sizeof(sglang::PcieIslands))) +
+                      ",\"islands_hex\":" + quote(hex(&ca.pcie_islands_, sizeof ca.pcie_islands_)) + ",\"parsed_hex\":";
+    try {
+      sglang::PcieIslands parsed{};
+      std::memset(&parsed, 0, sizeof parsed);
+      parsed = CustomAllreduce::pcie_parse_islands(ws);
+      out += quote(hex(&parsed, sizeof parsed));
+    } catch (const std::exception& e) {
+      out += quote(std::string("error: ") + e.what());
+    }
+    out += ",\"schedule\":[";
     for (size_t i = 0; i < ca.pcie_schedule_.size(); i++) {
       const auto& s = ca.pcie_schedule_[i];
       out += std::string(i ? "," : "") + "[" + quote(CustomAllreduce::pcie_algo_name(s.algo)) + "," +
@@ -117,6 +154,7 @@ static int parse(int ws, size_t cap, const std::vector<size_t>& sizes) {
   return 0;
 }
 
+#ifndef KERNELSIM_PARSE_ONLY
 template <typename T>
 static float to_float(T v) {
   if constexpr (std::is_same_v<T, float>) {
@@ -262,6 +300,8 @@ static int reduce_ws(int ws, const char* algo, const sglang::PcieIslands& is, in
   return 2;
 }
 
+#endif  // KERNELSIM_PARSE_ONLY
+
 static void on_alarm(int) {
   const char msg[] = "{\"ok\":false,\"error\":\"hang: the emulated ranks did not finish\"}\n";
   (void)!write(1, msg, sizeof msg - 1);
@@ -277,6 +317,7 @@ int main(int argc, char** argv) {
     for (int i = 4; i < argc; i++) sizes.push_back(std::strtoull(argv[i], nullptr, 10));
     return parse(std::atoi(argv[2]), std::strtoull(argv[3], nullptr, 10), sizes);
   }
+#ifndef KERNELSIM_PARSE_ONLY
   if (cmd == "reduce" && argc >= 9 && argc <= 11) {
     if (argc >= 10 && std::string(argv[9]) != "-") {
       for (const char* p = argv[9]; *p;) {
@@ -311,6 +352,7 @@ int main(int argc, char** argv) {
     if (dtype == "bfloat16") return reduce_ws<nv_bfloat16>(ws, argv[4], is, threads, seed, calls);
 #endif
   }
+#endif  // KERNELSIM_PARSE_ONLY
   std::fprintf(stderr, "usage: driver parse WS CAP [BYTES...] | driver reduce DTYPE WS ALGO ISLANDS THREADS SEED CALLS [PACKS [SECONDS]]\n");
   return 2;
 }

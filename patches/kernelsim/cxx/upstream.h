@@ -3,7 +3,7 @@
 // build, so that the series' kernels run without an SGLang checkout (the
 // tests use this; on a real tree kernelsim compiles the patched header
 // itself). Layouts and semantics follow upstream:
-// Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3 (Signal, RankData, RankSignals, array_t, packed_t, upcast, downcast, packed_assign_add, get_tmp_buf)
+// Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3 (Signal, RankData, RankSignals, array_t, packed_t, upcast, downcast, packed_assign_add, get_tmp_buf, st_flag_release, ld_flag_acquire, st_flag_volatile, ld_flag_volatile)
 #pragma once
 #include <cuda.h>
 #include <cuda_bf16.h>
@@ -84,6 +84,26 @@ DINLINE O downcast(array_t<float, O::size> val) {
     return out;
   }
 }
+// The flag stores and loads, as PTX: the device pass of the kernels
+// (Source.Arch) runs them through ptx.go's emulation; the host pass never
+// instantiates them.
+DINLINE void st_flag_release(FlagType* addr, FlagType v) {
+  asm volatile("st.release.sys.global.u32 [%1], %0;" ::"r"(v), "l"(addr));
+}
+DINLINE FlagType ld_flag_acquire(FlagType* addr) {
+  FlagType v;
+  asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(addr));
+  return v;
+}
+DINLINE void st_flag_volatile(FlagType* addr, FlagType v) {
+  asm volatile("st.volatile.global.u32 [%1], %0;" ::"r"(v), "l"(addr));
+}
+DINLINE FlagType ld_flag_volatile(FlagType* addr) {
+  FlagType v;
+  asm volatile("ld.volatile.global.u32 %0, [%1];" : "=r"(v) : "l"(addr));
+  return v;
+}
+
 template <typename P>
 DINLINE P* get_tmp_buf(Signal* sg) {
   return (P*)(((Signal*)sg) + 1);
