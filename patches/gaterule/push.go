@@ -18,6 +18,7 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
+	"github.com/arpatch/arpatch/internal/goroutine"
 	"github.com/arpatch/arpatch/patches/kernelsim"
 )
 
@@ -153,12 +154,12 @@ func devicePasses(ctx context.Context, dir, header string) ([]devicePass, error)
 	var wg sync.WaitGroup
 	for i, a := range archs {
 		wg.Add(1)
-		go func() {
+		goroutine.Go(func() {
 			defer wg.Done()
 			sem <- struct{}{}
 			defer func() { <-sem }()
 			sims[i], errs[i] = kernelsim.Build(ctx, dir, kernelsim.Source{Header: header, Arch: a})
-		}()
+		})
 	}
 	wg.Wait()
 	var out []devicePass

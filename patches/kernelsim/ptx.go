@@ -43,7 +43,8 @@ type ptxOp struct {
 // for __CUDA_ARCH__ at least 700 and below), whitespace collapsed, and the
 // empty template of a compiler barrier.
 // Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3 (st_flag_release, ld_flag_acquire, st_flag_volatile, ld_flag_volatile),
-// also at 8905cbd42f4a and python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh@0bda0b168ad5.
+// also at 8905cbd42f4a.
+// Upstream: python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh@0bda0b168ad5 (st_flag_release, ld_flag_acquire).
 var knownPTX = map[string]ptxOp{
 	"st.release.sys.global.u32 [%1], %0;":          {ptxStore, ptxRelease},
 	"membar.sys; st.volatile.global.u32 [%1], %0;": {ptxStore, ptxFenceRelaxed},
