@@ -35,7 +35,14 @@ type ApplyOptions struct {
 	// Progress receives clone progress; nil for none.
 	Progress io.Writer
 	Now      func() time.Time
+	// Again is the arpatch command a remedy says to run again once its
+	// steps are done: "apply" when empty; ab build, which applies to its
+	// own trees, passes "ab build" (an apply there would not help).
+	Again string
 }
+
+// again is the command a remedy says to run again (ApplyOptions.Again).
+func (o ApplyOptions) again() string { return cmp.Or(o.Again, "apply") }
 
 // ApplyReport says what Apply did.
 type ApplyReport struct {
@@ -204,9 +211,12 @@ func checkoutAt(ctx context.Context, opts ApplyOptions, rep *ApplyReport, missin
 		return nil, "", err
 	}
 	if head != want {
-		e := &CommitMismatchError{Src: opts.Src, Head: head, Want: want, FromFlag: opts.Commit != "", Missing: !repo.HasCommit(want)}
-		if st, err := ReadState(repo.GitDir()); err == nil && st != nil && st.Commit == head && st.Series != "" {
-			e.Applied = st.Series
+		e := &CommitMismatchError{Src: opts.Src, Head: head, Want: want, FromFlag: opts.Commit != "", Missing: !repo.HasCommit(want), Again: opts.again()}
+		if st, err := ReadState(repo.GitDir()); err == nil && st != nil && st.Commit == head {
+			// A recipe with no series records its apply too: the
+			// remedy forgets it first, or the checkout it names would
+			// leave a state at another commit (movedHead).
+			e.Applied, e.AppliedRecipe = st.Series, st.Recipe
 		}
 		return nil, "", e
 	}
@@ -285,7 +295,7 @@ func applyNoSeries(opts ApplyOptions, rep *ApplyReport, repo *gitsrc.Repo, root 
 	}
 	rep.Untracked = tree.untracked
 	if len(tree.tracked) > 0 {
-		return nil, &DirtyError{Src: opts.Src, Changes: tree.tracked, Hidden: tree.hidden}
+		return nil, &DirtyError{Src: opts.Src, Changes: tree.tracked, Hidden: tree.hidden, Again: opts.again()}
 	}
 	rep.Result = &patches.Result{}
 	if opts.DryRun {
@@ -439,13 +449,13 @@ func orderedWrites(res *patches.Result, ps []*patches.Patch, undo bool) []safefs
 // what differs.
 func alreadyApplied(opts ApplyOptions, rep *ApplyReport, st *State, root safefs.Root, head string) error {
 	if head != st.Commit {
-		return movedHead(opts.Src, head, st)
+		return movedHead(opts.Src, head, st, opts.again())
 	}
 	if st.Reverting {
-		return fmt.Errorf("%s: a revert of series %s was interrupted part way (the state says reverting); run `%s` to finish it, then apply again", opts.Src, cmp.Or(st.Series, "(none)"), sh("arpatch", "revert", "--src", opts.Src))
+		return fmt.Errorf("%s: a revert of series %s was interrupted part way (the state says reverting); run `%s` to finish it, then run %s again", opts.Src, cmp.Or(st.Series, "(none)"), sh("arpatch", "revert", "--src", opts.Src), opts.again())
 	}
 	if st.Incomplete {
-		return fmt.Errorf("%s: an apply of series %s was interrupted part way (the state says incomplete); run `%s` to restore upstream's bytes, then apply again", opts.Src, cmp.Or(st.Series, "(none)"), sh("arpatch", "revert", "--src", opts.Src))
+		return fmt.Errorf("%s: an apply of series %s was interrupted part way (the state says incomplete); run `%s` to restore upstream's bytes, then run %s again", opts.Src, cmp.Or(st.Series, "(none)"), sh("arpatch", "revert", "--src", opts.Src), opts.again())
 	}
 	if st.Recipe != opts.Recipe.Name {
 		return fmt.Errorf("%s already has recipe %q applied (series %s); run `%s` first", opts.Src, st.Recipe, cmp.Or(st.Series, "(none)"), sh("arpatch", "revert", "--src", opts.Src))
@@ -467,7 +477,7 @@ func alreadyApplied(opts ApplyOptions, rep *ApplyReport, st *State, root safefs.
 		for _, d := range drift {
 			b.WriteString("\n  " + d.String())
 		}
-		fmt.Fprintf(&b, "\nnothing was changed. Run `%s` (add --force to discard the edits above; save them first with git diff), then apply again", sh("arpatch", "revert", "--src", opts.Src))
+		fmt.Fprintf(&b, "\nnothing was changed. Run `%s` (add --force to discard the edits above; save them first with git diff), then run %s again", sh("arpatch", "revert", "--src", opts.Src), opts.again())
 		return errors.New(b.String())
 	}
 	rep.AlreadyApplied = true
@@ -615,10 +625,22 @@ func withCheck(err error, c *patches.Catalog, repo, commit string) error {
 }
 
 // movedHead is the refusal apply and revert share for a checkout whose
-// HEAD is not the commit its state was applied at.
-func movedHead(src, head string, st *State) error {
-	return fmt.Errorf("%s is at commit %s, but series %s was applied at %s; nothing was changed. Check that commit out again (`%s`), then revert or apply",
-		src, head, cmp.Or(st.Series, "(none)"), st.Commit, sh("git", "-C", src, "checkout", "--detach", st.Commit))
+// HEAD is not the commit its state was applied at; again is the command
+// to run once the remedy is done. A state that patched no file (a recipe
+// with no series) holds nothing a checkout could lose, and revert
+// forgets it at any commit: the remedy says that, not to go back.
+func movedHead(src, head string, st *State, again string) error {
+	if len(st.Files) == 0 {
+		return fmt.Errorf("%s is at commit %s, but recipe %s (series (none): no file patched) was applied at %s; nothing was changed. Forget that apply (`%s`; with no patched file it works at any commit), then run %s again",
+			src, head, st.Recipe, st.Commit, sh("arpatch", "revert", "--src", src), again)
+	}
+	revert := sh("arpatch", "revert", "--src", src)
+	then := fmt.Sprintf("then revert (`%s`) or run %s again", revert, again)
+	if again == "revert" {
+		then = fmt.Sprintf("then run `%s` again", revert)
+	}
+	return fmt.Errorf("%s is at commit %s, but series %s was applied at %s; nothing was changed. Check that commit out again (`%s`), %s",
+		src, head, cmp.Or(st.Series, "(none)"), st.Commit, sh("git", "-C", src, "checkout", "--detach", st.Commit), then)
 }
 
 // listedRoot is a checkout read through safefs that can list its tracked

@@ -1,6 +1,7 @@
 package checkout
 
 import (
+	"cmp"
 	"fmt"
 	"strings"
 
@@ -22,6 +23,9 @@ type DirtyError struct {
 	// assume-unchanged: git status and git stash do not see them until
 	// the bit is cleared, which the remedy does first.
 	Hidden []string
+	// Again is the command the remedy says to run again ("apply" when
+	// empty; ApplyOptions.Again).
+	Again string
 }
 
 func (e *DirtyError) Error() string {
@@ -53,8 +57,8 @@ func (e *DirtyError) Error() string {
 		b.WriteString("\n  " + c.String())
 	}
 	b.WriteString("\nnothing was changed. ")
-	b.WriteString(unhideFirst(e.Src, e.Hidden, fmt.Sprintf("stash them (`%s`), or drop them (`%s`; this loses them), then run apply again",
-		sh("git", "-C", e.Src, "stash"), sh("git", "-C", e.Src, "reset", "--hard"))))
+	b.WriteString(unhideFirst(e.Src, e.Hidden, fmt.Sprintf("stash them (`%s`), or drop them (`%s`; this loses them), then run %s again",
+		sh("git", "-C", e.Src, "stash"), sh("git", "-C", e.Src, "reset", "--hard"), cmp.Or(e.Again, "apply"))))
 	return b.String()
 }
 
@@ -77,11 +81,18 @@ type CommitMismatchError struct {
 	Missing         bool
 	// Applied names the series arpatch applied to Src at Head: its files
 	// hold the patches, so git checkout would refuse to move, and the
-	// remedy reverts first.
-	Applied string
+	// remedy reverts first. AppliedRecipe is that apply's recipe, set
+	// also for a recipe with no series (Applied ""): its state, left at
+	// Head, would refuse the commit checked out, so the remedy reverts
+	// (forgets) it first too.
+	Applied, AppliedRecipe string
+	// Again is the command the remedy says to run again ("apply" when
+	// empty; ApplyOptions.Again).
+	Again string
 }
 
 func (e *CommitMismatchError) Error() string {
+	again := cmp.Or(e.Again, "apply")
 	src := "the recipe pins"
 	fix := fmt.Sprintf("Check out the pin (`%s`) or, to patch this commit, pass --commit %s", sh("git", "-C", e.Src, "checkout", "--detach", e.Want), e.Head)
 	if e.FromFlag {
@@ -89,21 +100,27 @@ func (e *CommitMismatchError) Error() string {
 		fix = fmt.Sprintf("Check it out first (`%s`)", sh("git", "-C", e.Src, "checkout", "--detach", e.Want))
 	}
 	if e.Missing {
-		fix = fmt.Sprintf("%s does not hold commit %s: fetch it (`%s`), check it out (`%s`), then run apply again. If the fetch does not bring it, origin has no such commit: check the hash",
-			e.Src, e.Want, sh("git", "-C", e.Src, "fetch", "origin"), sh("git", "-C", e.Src, "checkout", "--detach", e.Want))
+		fix = fmt.Sprintf("%s does not hold commit %s: fetch it (`%s`), check it out (`%s`), then run %s again. If the fetch does not bring it, origin has no such commit: check the hash",
+			e.Src, e.Want, sh("git", "-C", e.Src, "fetch", "origin"), sh("git", "-C", e.Src, "checkout", "--detach", e.Want), again)
 		if !e.FromFlag {
 			fix += fmt.Sprintf(", or, to patch this commit, pass --commit %s", e.Head)
 		}
 	}
-	if e.Applied != "" {
+	if e.Applied != "" || e.AppliedRecipe != "" {
 		// git checkout refuses to move a tree whose files the series
-		// changed: revert them to upstream's first.
+		// changed: revert them to upstream's first. A recipe with no
+		// series patched nothing, but its state names Head: revert
+		// forgets it.
 		fetch := ""
 		if e.Missing {
 			fetch = fmt.Sprintf(", fetch it (`%s`)", sh("git", "-C", e.Src, "fetch", "origin"))
 		}
-		fix = fmt.Sprintf("Series %s is applied there, so git checkout would refuse to move: revert it (`%s`)%s, check out %s (`%s`), then run apply again",
-			e.Applied, sh("arpatch", "revert", "--src", e.Src), fetch, e.Want, sh("git", "-C", e.Src, "checkout", "--detach", e.Want))
+		why := fmt.Sprintf("Series %s is applied there, so git checkout would refuse to move: revert it", e.Applied)
+		if e.Applied == "" {
+			why = fmt.Sprintf("Recipe %s (no series) is recorded as applied there at %s: forget that apply", e.AppliedRecipe, e.Head)
+		}
+		fix = fmt.Sprintf("%s (`%s`)%s, check out %s (`%s`), then run %s again",
+			why, sh("arpatch", "revert", "--src", e.Src), fetch, e.Want, sh("git", "-C", e.Src, "checkout", "--detach", e.Want), again)
 	}
 	return fmt.Sprintf("%s is at commit %s, but %s %s; nothing was changed. %s", e.Src, e.Head, src, e.Want, fix)
 }

@@ -75,8 +75,10 @@ func Revert(opts RevertOptions) (*RevertReport, error) {
 	if err != nil {
 		return nil, err
 	}
-	if head != st.Commit {
-		return nil, movedHead(opts.Src, head, st)
+	// A state that patched no file is forgotten at any commit: nothing
+	// is restored, and the commit it names matters to no byte.
+	if head != st.Commit && len(st.Files) > 0 {
+		return nil, movedHead(opts.Src, head, st, "revert")
 	}
 	root := safefs.Root{Dir: opts.Src}
 	drift, err := st.drift(root)

@@ -157,8 +157,8 @@ func planArms(ctx context.Context, opts ABOptions, commit string, arms [2]abArm)
 	var plans [2]*Plan
 	for i, arm := range arms {
 		src := filepath.Join(opts.Dir, arm.name)
-		_, err := checkout.Apply(ctx, checkout.ApplyOptions{Recipe: arm.recipe, Catalog: opts.Catalog, Src: src, Repo: opts.Repo, Commit: commit, Version: opts.Build.Version,
-			Progress: opts.CheckoutProgress})
+		_, err := checkout.Apply(ctx, checkout.ApplyOptions{Recipe: arm.recipe, Catalog: opts.Catalog, Src: src, Repo: opts.Repo, Commit: opts.Commit, Version: opts.Build.Version,
+			Progress: opts.CheckoutProgress, Again: "ab build"})
 		if err != nil {
 			return plans, fmt.Errorf("arm %s (recipe %s): %w", arm.name, arm.recipe.Name, err)
 		}

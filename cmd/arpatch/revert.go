@@ -77,6 +77,16 @@ func revertRun(_ context.Context, o checkout.RevertOptions, s streams) error {
 	if o.DryRun {
 		verb, discard = "dry run: would restore", "dry run: would discard edits"
 	}
+	if len(rep.State.Files) == 0 {
+		// A recipe with no series: only the record goes (at any
+		// commit; checkout.Revert).
+		verb = "forgot"
+		if o.DryRun {
+			verb = "dry run: would forget"
+		}
+		fmt.Fprintf(w, "%s the apply of recipe %s (series (none), at commit %s): it patched no file, so there is nothing to restore\n", verb, rep.State.Recipe, rep.State.Commit)
+		return nil
+	}
 	fmt.Fprintf(w, "%s %d files of series %s to commit %s:\n", verb, len(rep.Restored), cmp.Or(rep.State.Series, "(none)"), rep.State.Commit)
 	for _, p := range rep.Restored {
 		fmt.Fprintf(w, "  %s\n", p)
