@@ -18,7 +18,9 @@ import (
 	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/internal/safefs"
+	"github.com/arpatch/arpatch/internal/shellq"
 	"github.com/arpatch/arpatch/internal/textfmt"
+	"github.com/arpatch/arpatch/internal/torchrun"
 	"github.com/arpatch/arpatch/recipes"
 )
 
@@ -149,7 +151,7 @@ func Probe(ctx context.Context, opts ProbeOptions) (*Toolchain, error) {
 	}
 	out, err := runTool(ctx, env, pyPath, "-c", probeScript)
 	if err != nil {
-		return nil, fmt.Errorf("%s could not run the toolchain probe: %v\n%s", pyPath, err, out)
+		return nil, probeError(ctx, python, pyPath, env, err, out)
 	}
 	if err := tc.parsePythonProbe(pyPath, out); err != nil {
 		return nil, err
@@ -158,6 +160,22 @@ func Probe(ctx context.Context, opts ProbeOptions) (*Toolchain, error) {
 		writeProbeCache(opts.CacheFile, fp, tc)
 	}
 	return tc, nil
+}
+
+// probeError is the refusal of a --python that could not run the
+// toolchain probe: what it printed (or that it printed nothing, as
+// /bin/false does), and the remedy, naming an interpreter on PATH that
+// imports torch when there is one (torchrun.Another).
+func probeError(ctx context.Context, python, pyPath string, env []string, err error, out string) error {
+	what := "it printed nothing"
+	if line := textfmt.LastLine(strings.TrimSpace(out)); line != "" {
+		what = fmt.Sprintf("it printed %q", line)
+	}
+	fix := "pass --python with the interpreter of your serving environment (the one with torch)"
+	if other, v := torchrun.Another(ctx, python, env); other != "" {
+		fix = fmt.Sprintf("pass `--python %s` (it imports torch %s), or the interpreter of your serving environment", shellq.Quote(other), v)
+	}
+	return fmt.Errorf("--python %s could not run the toolchain probe (%s, %v): is it a Python interpreter? %s", shellq.Quote(pyPath), what, err, fix)
 }
 
 // parsePythonProbe fills Python, Pip and Torch from probeScript's JSON.

@@ -7,9 +7,11 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"strings"
 	"time"
 
+	"github.com/arpatch/arpatch/internal/lazyre"
 	"github.com/arpatch/arpatch/internal/procgroup"
 	"github.com/arpatch/arpatch/internal/shellq"
 )
@@ -40,19 +42,40 @@ const CheckTimeout = 3 * time.Minute
 type EnvError struct {
 	Python string // as the user named it (--python)
 	Cause  string // "ModuleNotFoundError: No module named 'torch'", or why it did not run
-	// Ran is whether the interpreter started (it then lacks torch, or
-	// torch failed to import).
+	// Ran is whether the interpreter ran CheckScript as Python does (it
+	// then lacks torch, or torch failed to import, and pip can install
+	// it); false for one that did not start, or that is not Python.
 	Ran bool
+	// Other is an interpreter on PATH that can start the ranks (python3
+	// or python), whose torch is OtherTorch; "" when none can.
+	Other, OtherTorch string
 }
 
 func (e *EnvError) Error() string {
 	py := shellq.Quote(e.Python)
-	if !e.Ran {
-		return fmt.Sprintf("--python %s cannot start the ranks: %s; pass --python with the interpreter of your serving environment (the one with torch)", py, e.Cause)
+	other := "pass --python with the interpreter of your serving environment"
+	if e.Other != "" {
+		other = fmt.Sprintf("pass `--python %s` (it imports torch %s), or the interpreter of your serving environment", shellq.Quote(e.Other), e.OtherTorch)
 	}
-	return fmt.Sprintf("--python %s cannot start the ranks: %s; install torch for it (`%s -m pip install torch`) or pass --python with the interpreter of your serving environment",
-		py, e.Cause, py)
+	if !e.Ran {
+		// pip install through it cannot help: another interpreter can.
+		if e.Other == "" {
+			other += " (the one with torch; no python3 or python on PATH imports it)"
+		}
+		return fmt.Sprintf("--python %s cannot start the ranks: %s; %s", py, e.Cause, other)
+	}
+	return fmt.Sprintf("--python %s cannot start the ranks: %s; install torch for it (`%s -m pip install torch`) or %s",
+		py, e.Cause, py, other)
 }
+
+// pyException is the line CheckScript prints for the exception it caught
+// ("ModuleNotFoundError: No module named 'torch'"), and Python itself
+// for one it did not ("SyntaxError: ..."): a name, a colon, the message.
+var pyException = lazyre.New(`^[A-Za-z_][A-Za-z0-9_.]*(Error|Exception|Warning|Exit|Interrupt): `)
+
+// pythonError is whether line is Python's report of an exception: the
+// interpreter ran as Python, so pip can install into it.
+func pythonError(line string) bool { return pyException().MatchString(line) }
 
 // Check runs CheckScript with python (env nil: this process's
 // environment), once, before a command starts its ranks, so that a
@@ -63,6 +86,57 @@ func Check(ctx context.Context, python string, env []string) (string, error) {
 	if env == nil {
 		env = os.Environ()
 	}
+	v, err := check(ctx, python, env)
+	var ee *EnvError
+	if errors.As(err, &ee) {
+		ee.Other, ee.OtherTorch = Another(ctx, python, env)
+	}
+	return v, err
+}
+
+// Another is the first of python3 and python on env's PATH, other than
+// python, that can start the ranks (check), with its torch's version: the
+// --python a refusal can name as one that works. "" when none does.
+func Another(ctx context.Context, python string, env []string) (string, string) {
+	given := lookPathIn(python, env)
+	for _, name := range []string{"python3", "python"} {
+		p := lookPathIn(name, env)
+		if p == "" || p == given {
+			continue
+		}
+		if v, err := check(ctx, p, env); err == nil {
+			return p, v
+		}
+	}
+	return "", ""
+}
+
+// lookPathIn is prog's path on env's PATH (a path with a slash as it
+// is), "" when there is none that can be run.
+func lookPathIn(prog string, env []string) string {
+	if strings.ContainsRune(prog, '/') {
+		return prog
+	}
+	path := ""
+	for _, kv := range env {
+		if v, ok := strings.CutPrefix(kv, "PATH="); ok {
+			path = v
+		}
+	}
+	for _, dir := range filepath.SplitList(path) {
+		if dir == "" {
+			dir = "."
+		}
+		p := filepath.Join(dir, prog)
+		if fi, err := os.Stat(p); err == nil && fi.Mode().IsRegular() && fi.Mode()&0o111 != 0 {
+			return p
+		}
+	}
+	return ""
+}
+
+// check is Check of python alone.
+func check(ctx context.Context, python string, env []string) (string, error) {
 	cctx, cancel := context.WithTimeout(ctx, CheckTimeout)
 	defer cancel()
 	cmd := procgroup.Command(cctx, 5*time.Second, python, "-c", CheckScript)
@@ -86,7 +160,9 @@ func Check(ctx context.Context, python string, env []string) (string, error) {
 	case err != nil && cmd.ProcessState == nil:
 		return "", &EnvError{Python: python, Cause: err.Error()}
 	case err != nil && text == "":
-		return "", &EnvError{Python: python, Cause: err.Error(), Ran: true}
+		return "", &EnvError{Python: python, Cause: fmt.Sprintf("it is not a Python interpreter (it printed nothing, %v)", err)}
+	case err != nil && !pythonError(last):
+		return "", &EnvError{Python: python, Cause: fmt.Sprintf("it is not a Python interpreter (it printed %q, %v)", last, err)}
 	case err != nil:
 		return "", &EnvError{Python: python, Cause: last, Ran: true}
 	case last == "":

@@ -14,8 +14,10 @@ import (
 // Check runs CheckScript in a real Python against a made-up torch package
 // on PYTHONPATH (ahead of any torch the machine has): one that imports,
 // one without torch.distributed.run, one whose import fails as a torch
-// built for another CUDA does; then an interpreter that is not there and
-// one that is not Python.
+// built for another CUDA does (any other python on PATH reads the same
+// torch, so none is offered); then an interpreter that is not there, one
+// that is not Python and /bin/false, with no python on PATH and then
+// with one that imports torch, which the remedy names.
 func TestCheck(t *testing.T) {
 	py, err := exec.LookPath("python3")
 	if err != nil {
@@ -60,16 +62,36 @@ func TestCheck(t *testing.T) {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, err, want)
 		}
 	}
-	_, err = Check(ctx, "no-such-python-arpatch", nil)
-	if want := "--python no-such-python-arpatch cannot start the ranks: not found on PATH; pass --python with the interpreter of your serving environment (the one with torch)"; err == nil || err.Error() != want {
-		t.Errorf("a missing interpreter: %v", err)
-	}
-	sh := filepath.Join(t.TempDir(), "python3")
+	// Not Python: pip through it cannot help, so the remedy is another
+	// interpreter only, and names one on PATH that works when there is
+	// one (PATH here is a directory of the test's own, then none).
+	bin := t.TempDir()
+	sh := filepath.Join(bin, "notpython")
 	if err := testbin.Write(sh, []byte("#!/bin/sh\necho 'not python' >&2\nexit 2\n")); err != nil {
 		t.Fatal(err)
 	}
-	if _, err := Check(ctx, sh, nil); err == nil || err.Error() != "--python "+sh+" cannot start the ranks: not python; install torch for it (`"+sh+" -m pip install torch`) or pass --python with the interpreter of your serving environment" {
+	noPy := []string{"PATH=" + bin}
+	if _, err := Check(ctx, sh, noPy); err == nil || err.Error() != "--python "+sh+" cannot start the ranks: it is not a Python interpreter (it printed \"not python\", exit status 2); pass --python with the interpreter of your serving environment (the one with torch; no python3 or python on PATH imports it)" {
 		t.Errorf("not Python: %v", err)
+	}
+	if _, err := Check(ctx, "/bin/false", noPy); err == nil || err.Error() != "--python /bin/false cannot start the ranks: it is not a Python interpreter (it printed nothing, exit status 1); pass --python with the interpreter of your serving environment (the one with torch; no python3 or python on PATH imports it)" {
+		t.Errorf("/bin/false: %v", err)
+	}
+	_, err = Check(ctx, "no-such-python-arpatch", noPy)
+	if want := "--python no-such-python-arpatch cannot start the ranks: not found on PATH; pass --python with the interpreter of your serving environment (the one with torch; no python3 or python on PATH imports it)"; err == nil || err.Error() != want {
+		t.Errorf("a missing interpreter: %v", err)
+	}
+	withTorch := filepath.Join(bin, "python3")
+	if err := testbin.Write(withTorch, []byte("#!/bin/sh\ncase \"$2\" in \"# arpatch: can this interpreter\"*) echo 2.11.0+cu130; exit 0;; esac\nexit 2\n")); err != nil {
+		t.Fatal(err)
+	}
+	_, err = Check(ctx, "/bin/false", noPy)
+	if want := "--python /bin/false cannot start the ranks: it is not a Python interpreter (it printed nothing, exit status 1); pass `--python " + withTorch + "` (it imports torch 2.11.0+cu130), or the interpreter of your serving environment"; err == nil || err.Error() != want {
+		t.Errorf("/bin/false with a python3 on PATH that imports torch:\n got %v\nwant %s", err, want)
+	}
+	// The interpreter named is not offered as the other.
+	if other, _ := Another(ctx, "python3", noPy); other != "" {
+		t.Errorf("another than python3 itself: %q, want none", other)
 	}
 	cctx, cancel := context.WithCancel(ctx)
 	cancel()
