@@ -124,3 +124,22 @@ func (e *CommitMismatchError) Error() string {
 	}
 	return fmt.Sprintf("%s is at commit %s, but %s %s; nothing was changed. %s", e.Src, e.Head, src, e.Want, fix)
 }
+
+// movedHead is the refusal apply and revert share for a checkout whose
+// HEAD is not the commit its state was applied at; again is the command
+// to run once the remedy is done. A state that patched no file (a recipe
+// with no series) holds nothing a checkout could lose, and revert
+// forgets it at any commit: the remedy says that, not to go back.
+func movedHead(src, head string, st *State, again string) error {
+	if len(st.Files) == 0 {
+		return fmt.Errorf("%s is at commit %s, but recipe %s (series (none): no file patched) was applied at %s; nothing was changed. Forget that apply (`%s`; with no patched file it works at any commit), then run %s again",
+			src, head, st.Recipe, st.Commit, sh("arpatch", "revert", "--src", src), again)
+	}
+	revert := sh("arpatch", "revert", "--src", src)
+	then := fmt.Sprintf("then revert (`%s`) or run %s again", revert, again)
+	if again == "revert" {
+		then = fmt.Sprintf("then run `%s` again", revert)
+	}
+	return fmt.Errorf("%s is at commit %s, but series %s was applied at %s; nothing was changed. Check that commit out again (`%s`), %s",
+		src, head, cmp.Or(st.Series, "(none)"), st.Commit, sh("git", "-C", src, "checkout", "--detach", st.Commit), then)
+}
