@@ -18,3 +18,15 @@ var CUDAFlags = []string{
 	"-DCUTLASS_DEBUG_TRACE_LEVEL=0",
 	"-Xcompiler", "-fPIC", "--expt-relaxed-constexpr", "--expt-extended-lambda",
 }
+
+// Defines are CUDAFlags' definitions (-DNDEBUG and the rest), as -D flags:
+// what the gate rule's judges compile the dispatch and kernels with.
+func Defines() []string {
+	var out []string
+	for _, f := range CUDAFlags {
+		if len(f) > 2 && f[:2] == "-D" {
+			out = append(out, f)
+		}
+	}
+	return out
+}

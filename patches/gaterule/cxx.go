@@ -21,8 +21,8 @@ import (
 	"time"
 
 	"github.com/arpatch/arpatch/internal/binstore"
-	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/sglkernel"
+	"github.com/arpatch/arpatch/patches/kernelsim"
 )
 
 //go:embed cxx
@@ -60,18 +60,15 @@ var compilerMacros = regexp.MustCompile(`\b(__clang__|__clang_major__|__clang_mi
 // cxxFlags are the judge's compile flags: clang's CUDA host pass without
 // CUDA's headers (arpatch's stubs stand in), the build's own C++ standard
 // and definitions (sglkernel.CUDAFlags: -DNDEBUG and the rest), nvcc's
-// host-pass macros (cudaarch.NVCCDefines).
+// host-pass macros (kernelsim.Defines: the build's and nvcc's).
 func cxxFlags() []string {
 	f := []string{"-x", "cuda", "--cuda-host-only", "-nocudainc", "-nocudalib", "--cuda-gpu-arch=sm_80", "-O1", "-w"}
 	for _, d := range sglkernel.CUDAFlags {
-		if strings.HasPrefix(d, "-D") || strings.HasPrefix(d, "-std=") {
+		if strings.HasPrefix(d, "-std=") {
 			f = append(f, d)
 		}
 	}
-	for _, d := range cudaarch.NVCCDefines {
-		f = append(f, "-D"+d)
-	}
-	return f
+	return append(f, kernelsim.Defines()...)
 }
 
 // cxxSource is what the C++ judge compiles: the dispatch header and the

@@ -90,12 +90,7 @@ type Source struct {
 // Defines are the macros both passes are compiled with, as -D flags: the
 // build's (sglkernel.CUDAFlags) and nvcc's (cudaarch.NVCCDefines).
 func Defines() []string {
-	var f []string
-	for _, d := range sglkernel.CUDAFlags {
-		if strings.HasPrefix(d, "-D") {
-			f = append(f, d)
-		}
-	}
+	f := sglkernel.Defines()
 	for _, d := range cudaarch.NVCCDefines {
 		f = append(f, "-D"+d)
 	}
