@@ -165,7 +165,7 @@ func planArms(ctx context.Context, opts ABOptions, commit string, arms [2]abArm)
 		bo := opts.Build
 		bo.Src = src
 		if arm.python != "" {
-			bo.Python = arm.python
+			bo.Python, bo.PythonFlag = arm.python, "--python-"+arm.name
 		}
 		if plans[i], err = PlanBuild(ctx, bo); err != nil {
 			return plans, fmt.Errorf("arm %s (recipe %s): %w", arm.name, arm.recipe.Name, err)

@@ -28,8 +28,11 @@ type BuildOptions struct {
 	Offline bool
 	DepsDir string
 	Python  string // interpreter of the serving environment
-	Cache   Cache
-	Out     string // also copy the wheel here, when set
+	// PythonFlag is the option that named Python, for the refusals
+	// ("": --python).
+	PythonFlag string
+	Cache      Cache
+	Out        string // also copy the wheel here, when set
 	// Env is the environment the build starts from; nil means os.Environ().
 	Env []string
 	// Launcher is the argv prefix that runs nvcc through the gencode
@@ -155,7 +158,7 @@ func startPlan(ctx context.Context, opts *BuildOptions, pre func(p *Plan) error)
 		env = os.Environ()
 	}
 	t0 := time.Now()
-	tc, err := Probe(ctx, ProbeOptions{Python: opts.Python, Env: env, CacheFile: filepath.Join(opts.Cache.Dir, probeCacheName)})
+	tc, err := Probe(ctx, ProbeOptions{Python: opts.Python, Flag: opts.PythonFlag, Env: env, CacheFile: filepath.Join(opts.Cache.Dir, probeCacheName)})
 	if err != nil {
 		return nil, nil, err
 	}

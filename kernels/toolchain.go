@@ -1,6 +1,7 @@
 package kernels
 
 import (
+	"cmp"
 	"context"
 	"crypto/sha256"
 	"encoding/hex"
@@ -56,7 +57,13 @@ type Toolchain struct {
 	UV      Tool  `json:"uv"`
 	Pip     Tool  `json:"pip"`
 	HostCXX Tool  `json:"host_cxx"`
+	// flag names the option that chose Python, for remedies
+	// (ProbeOptions.Flag); not part of the key.
+	flag string
 }
+
+// pythonFlag is the option a remedy names for the interpreter.
+func (tc *Toolchain) pythonFlag() string { return cmp.Or(tc.flag, "--python") }
 
 // ProbeOptions holds the inputs of Probe.
 type ProbeOptions struct {
@@ -68,6 +75,9 @@ type ProbeOptions struct {
 	// paths, sizes and modification times, so a repeat probe costs one
 	// short Python start instead of a torch import.
 	CacheFile string
+	// Flag is the option that named Python, for the refusals: --python
+	// unless told (ab build's --python-a and --python-b).
+	Flag string
 }
 
 // probeScript prints the Python side of the toolchain as JSON.
@@ -110,9 +120,10 @@ func Probe(ctx context.Context, opts ProbeOptions) (*Toolchain, error) {
 		env = os.Environ()
 	}
 	python := pyenv.Or(opts.Python)
+	flag := cmp.Or(opts.Flag, "--python")
 	pyPath, err := lookPath(python, env)
 	if err != nil {
-		return nil, fmt.Errorf("python interpreter %q not found on PATH; pass --python with the interpreter of your serving environment", python)
+		return nil, fmt.Errorf("python interpreter %q not found on PATH; pass %s with the interpreter of your serving environment", python, flag)
 	}
 	tools := map[string]string{"python": pyPath}
 	nvccName := "nvcc"
@@ -134,11 +145,12 @@ func Probe(ctx context.Context, opts ProbeOptions) (*Toolchain, error) {
 		if err == nil {
 			fp = fingerprint(tools, strings.Fields(out))
 			if tc := readProbeCache(opts.CacheFile, fp); tc != nil {
+				tc.flag = opts.Flag
 				return tc, nil
 			}
 		}
 	}
-	tc := &Toolchain{}
+	tc := &Toolchain{flag: opts.Flag}
 	if p := tools["nvcc"]; p != "" {
 		out, _ := runTool(ctx, env, p, "--version")
 		tc.NVCC = Tool{Path: p, Version: ParseNVCCVersion(out), Raw: textfmt.LastLine(out)}
@@ -151,7 +163,7 @@ func Probe(ctx context.Context, opts ProbeOptions) (*Toolchain, error) {
 	}
 	out, err := runTool(ctx, env, pyPath, "-c", probeScript)
 	if err != nil {
-		return nil, probeError(ctx, python, pyPath, env, err, out)
+		return nil, probeError(ctx, flag, python, pyPath, env, err, out)
 	}
 	if err := tc.parsePythonProbe(pyPath, out); err != nil {
 		return nil, err
@@ -166,16 +178,16 @@ func Probe(ctx context.Context, opts ProbeOptions) (*Toolchain, error) {
 // toolchain probe: what it printed (or that it printed nothing, as
 // /bin/false does), and the remedy, naming an interpreter on PATH that
 // imports torch when there is one (torchrun.Another).
-func probeError(ctx context.Context, python, pyPath string, env []string, err error, out string) error {
+func probeError(ctx context.Context, flag, python, pyPath string, env []string, err error, out string) error {
 	what := "it printed nothing"
 	if line := textfmt.LastLine(strings.TrimSpace(out)); line != "" {
 		what = fmt.Sprintf("it printed %q", line)
 	}
-	fix := "pass --python with the interpreter of your serving environment (the one with torch)"
+	fix := fmt.Sprintf("pass %s with the interpreter of your serving environment (the one with torch)", flag)
 	if other, v := torchrun.Another(ctx, python, env); other != "" {
-		fix = fmt.Sprintf("pass `--python %s` (it imports torch %s), or the interpreter of your serving environment", shellq.Quote(other), v)
+		fix = fmt.Sprintf("pass `%s %s` (it imports torch %s), or the interpreter of your serving environment", flag, shellq.Quote(other), v)
 	}
-	return fmt.Errorf("--python %s could not run the toolchain probe (%s, %v): is it a Python interpreter? %s", shellq.Quote(pyPath), what, err, fix)
+	return fmt.Errorf("%s %s could not run the toolchain probe (%s, %v): is it a Python interpreter? %s", flag, shellq.Quote(pyPath), what, err, fix)
 }
 
 // parsePythonProbe fills Python, Pip and Torch from probeScript's JSON.
@@ -355,7 +367,7 @@ func (tc *Toolchain) Validate(n Needs) error {
 			if why == "" {
 				why = "not installed"
 			}
-			probs = append(probs, fmt.Sprintf("%s cannot import torch (%s); pass --python with the interpreter of your serving environment", tc.Python.Path, why))
+			probs = append(probs, fmt.Sprintf("%s cannot import torch (%s); pass %s with the interpreter of your serving environment", tc.Python.Path, why, tc.pythonFlag()))
 		case tc.Torch.CUDA == "":
 			probs = append(probs, fmt.Sprintf("torch %s is a CPU-only build; install a CUDA build of torch", tc.Torch.Version))
 		case tc.NVCC.Found() && ParseVersion(tc.Torch.CUDA).Major() != nv.Major():

@@ -278,3 +278,23 @@ func TestArchsUpstreamHasAndQuoting(t *testing.T) {
 		}
 	}
 }
+
+// TestPythonFlagInRemedies: a toolchain probed for --python-b names
+// --python-b in Validate's torch remedy and in Probe's refusals, not
+// --python.
+func TestPythonFlagInRemedies(t *testing.T) {
+	tc := &Toolchain{flag: "--python-b", Python: Tool{Path: "/venv-b/bin/python"}, Torch: Torch{Error: "ModuleNotFoundError: No module named 'torch'"},
+		NVCC: Tool{Path: "/cuda/bin/nvcc", Version: "13.0.88"}}
+	err := tc.Validate(Needs{Torch: true})
+	if want := "/venv-b/bin/python cannot import torch (ModuleNotFoundError: No module named 'torch'); pass --python-b with the interpreter of your serving environment"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Validate = %v, want it to hold %q", err, want)
+	}
+	tc.flag = ""
+	if err := tc.Validate(Needs{Torch: true}); err == nil || !strings.Contains(err.Error(), "; pass --python with") {
+		t.Errorf("Validate without a flag = %v, want --python", err)
+	}
+	_, err = Probe(context.Background(), ProbeOptions{Python: "no-such-python-arpatch", Flag: "--python-a", Env: []string{"PATH=" + t.TempDir()}})
+	if want := `python interpreter "no-such-python-arpatch" not found on PATH; pass --python-a with the interpreter of your serving environment`; err == nil || err.Error() != want {
+		t.Errorf("Probe = %v, want %q", err, want)
+	}
+}
