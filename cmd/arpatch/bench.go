@@ -546,6 +546,7 @@ func benchLoad(f benchFlags, o *bench.Options) error {
 		o.Arrivals = arr
 		if !f.Given["concurrency"] {
 			o.Concurrency = []int{int(min(int64(len(o.Prompts)), bounds.Bench["concurrency"].Max))}
+			o.Uncapped = o.Concurrency[0] >= len(o.Prompts)
 		}
 	}
 	sel, err := stats.ParseSelection(f.PercentileMets, f.MetricPcts)

@@ -66,6 +66,10 @@ type Options struct {
 	// With an open Arrivals a level caps the requests in flight, as
 	// vllm bench serve's --max-concurrency does.
 	Concurrency []int
+	// Uncapped says that no --max-concurrency bounds the open loop: its
+	// one level is a request per prompt, and the serving rows write
+	// max_concurrency null, as vllm bench serve does without the flag.
+	Uncapped bool
 	// Arrivals, when Open, sends each level's requests at the times it
 	// gives (an open-loop load: --request-rate, --burstiness) instead of
 	// all at once; every trial of every arm gets the same times (one

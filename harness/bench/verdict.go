@@ -84,6 +84,9 @@ func analyze(res *Result, o Options) {
 			if o.Arrivals.Open() {
 				sv.RequestRate, sv.Burstiness = o.Arrivals.Rate, cmp.Or(o.Arrivals.Burstiness, 1)
 			}
+			if o.Uncapped {
+				sv.MaxConcurrency = 0
+			}
 			ar.Serving = append(ar.Serving, sv)
 		}
 		failures(ar)

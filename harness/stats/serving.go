@@ -149,8 +149,10 @@ type Traffic struct {
 	// every request at once (written "inf", as vLLM writes it).
 	RequestRate float64
 	Burstiness  float64 // the arrival gaps' gamma shape (1: Poisson); +Inf is written "inf"
-	// MaxConcurrency is the most requests in flight: the trial's
-	// concurrency level.
+	// MaxConcurrency is the most requests in flight the load allowed:
+	// the trial's concurrency level; 0 when nothing capped it (an open
+	// loop with no --max-concurrency, a level of one per prompt), which
+	// is written null, as vLLM writes its unset --max-concurrency.
 	MaxConcurrency int
 }
 
@@ -314,7 +316,11 @@ func rateJSON(x float64) any {
 func (s Serving) MarshalJSON() ([]byte, error) {
 	var b strings.Builder
 	b.WriteByte('{')
-	traffic := []any{s.Trial, s.NumPrompts, rateJSON(s.RequestRate), rateJSON(s.Burstiness), s.MaxConcurrency}
+	var maxConc any
+	if s.MaxConcurrency > 0 {
+		maxConc = s.MaxConcurrency
+	}
+	traffic := []any{s.Trial, s.NumPrompts, rateJSON(s.RequestRate), rateJSON(s.Burstiness), maxConc}
 	figs := s.Figures()
 	for i := range len(traffic) + len(figs) {
 		key, val := "", any(nil)
@@ -357,6 +363,10 @@ func (s *Serving) UnmarshalJSON(data []byte) error {
 				return fmt.Errorf("serving metric %s: %q is not a number", k, v)
 			}
 			m[k] = math.Inf(1)
+		case nil:
+			if k != "max_concurrency" {
+				return fmt.Errorf("serving metric %s: null is not a number", k)
+			}
 		default:
 			return fmt.Errorf("serving metric %s: %v is not a number", k, v)
 		}

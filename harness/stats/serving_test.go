@@ -113,6 +113,20 @@ func TestServingTrafficJSON(t *testing.T) {
 	if err := json.Unmarshal([]byte(`{"duration":"inf"}`), &back); err == nil {
 		t.Errorf(`duration "inf" read as a number`)
 	}
+	// No cap on the requests in flight (an open loop without
+	// --max-concurrency): null, as vLLM writes args.max_concurrency's
+	// None, and read back as none.
+	s.MaxConcurrency = 0
+	if j, err = json.Marshal(s); err != nil || !strings.Contains(string(j), `"burstiness":"inf","max_concurrency":null,"duration":1`) {
+		t.Errorf("uncapped: %s, %v; want max_concurrency null", j, err)
+	}
+	back = Serving{Traffic: Traffic{MaxConcurrency: 9}}
+	if err := json.Unmarshal(j, &back); err != nil || back.Traffic != s.Traffic {
+		t.Errorf("round trip of %s: %+v, %v", j, back.Traffic, err)
+	}
+	if err := json.Unmarshal([]byte(`{"duration":null}`), &back); err == nil {
+		t.Errorf(`duration null read as a number`)
+	}
 }
 
 // ParseSelection reads vLLM's --percentile-metrics and
