@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"net"
 	"net/http"
+	"sync/atomic"
 	"time"
 
 	"github.com/urfave/cli/v2"
@@ -36,6 +37,7 @@ func newCmdFakeSGLang(runF func(context.Context, fakeSGLangOptions, streams) err
 			&cli.BoolFlag{Name: "empty", Destination: &f.Empty, Usage: "answer every request with no output"},
 			&cli.BoolFlag{Name: "incremental-streaming-output", Destination: &f.Incremental, Usage: "stream text deltas, as SGLang's flag of that name"},
 			&cli.BoolFlag{Name: "log-requests", Destination: &f.LogRequests, Usage: "write a line to stderr as each request arrives (a test waits on it)"},
+			&cli.IntFlag{Name: "stall-after", Destination: &f.StallAfter, Usage: "answer the first `N` /generate requests, then hold each later one open, unanswered, until the server stops (a hung server; a test kills it)"},
 		},
 		Action: act(&f, fakeSGLangOpts, runF),
 	}
@@ -55,6 +57,7 @@ type fakeSGLangFlags struct {
 	Empty          bool
 	Incremental    bool
 	LogRequests    bool
+	StallAfter     int
 }
 
 // fakeSGLangOptions are the server's behaviour and the port it listens on
@@ -63,6 +66,9 @@ type fakeSGLangOptions struct {
 	Server      sglangtest.Config
 	Port        int
 	LogRequests bool
+	// StallAfter, when above 0, answers that many /generate requests and
+	// holds each later one open until the server stops.
+	StallAfter int
 }
 
 // fakeSGLangOpts refuses a rate or accept length out of range.
@@ -75,7 +81,10 @@ func fakeSGLangOpts(f fakeSGLangFlags) (fakeSGLangOptions, error) {
 			return fakeSGLangOptions{}, usagef("--%s %v", v.flag, err)
 		}
 	}
-	return fakeSGLangOptions{Port: f.Port, LogRequests: f.LogRequests, Server: sglangtest.Config{
+	if f.StallAfter < 0 {
+		return fakeSGLangOptions{}, usagef("--stall-after %d: want 0 (answer every request) or more", f.StallAfter)
+	}
+	return fakeSGLangOptions{Port: f.Port, LogRequests: f.LogRequests, StallAfter: f.StallAfter, Server: sglangtest.Config{
 		TokPerSec: f.Rate, TTFT: f.TTFT, TokensPerChunk: f.TokensPerChunk,
 		AcceptLength: f.Accept, Variant: f.Variant, StartDelay: f.StartDelay,
 		HTTP500Every: f.HTTP500Every, AbortEvery: f.AbortEvery, Empty: f.Empty,
@@ -92,10 +101,22 @@ func fakeSGLangRun(ctx context.Context, o fakeSGLangOptions, s streams) error {
 	}
 	fmt.Fprintf(s.Err, "fake-sglang on %s: %.1f tok/s, %d tokens per chunk\n", l.Addr(), o.Server.TokPerSec, o.Server.TokensPerChunk)
 	var h http.Handler = srv
+	if o.StallAfter > 0 {
+		var generated atomic.Int64
+		next := h
+		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			if r.URL.Path == "/generate" && generated.Add(1) > int64(o.StallAfter) {
+				<-r.Context().Done() // the client gave up, or Close ended the connection
+				return
+			}
+			next.ServeHTTP(w, r)
+		})
+	}
 	if o.LogRequests {
+		next := h
 		h = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
 			fmt.Fprintf(s.Err, "fake-sglang: %s %s\n", r.Method, r.URL.Path)
-			srv.ServeHTTP(w, r)
+			next.ServeHTTP(w, r)
 		})
 	}
 	hs := &http.Server{Handler: h}
