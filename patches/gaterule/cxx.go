@@ -61,8 +61,16 @@ var compilerMacros = regexp.MustCompile(`\b(__clang__|__clang_major__|__clang_mi
 // CUDA's headers (arpatch's stubs stand in), the build's own C++ standard
 // and definitions (sglkernel.CUDAFlags: -DNDEBUG and the rest), nvcc's
 // host-pass macros (kernelsim.Defines: the build's and nvcc's).
+//
+// --cuda-path=/dev/null keeps clang from finding a CUDA toolkit on the
+// host (through ptxas on PATH, CUDA_PATH or /usr/local/cuda): a toolkit
+// it finds sets the CUDA version clang lowers <<<...>>> for, and from
+// CUDA 9.2 on that is __cudaPushCallConfiguration, which the stub runtime
+// does not declare, so on a GPU host with a toolkit every series would
+// be refused. With none found, a launch lowers to cudaConfigureCall
+// (cxx/cuda_runtime.h) on every host alike.
 func cxxFlags() []string {
-	f := []string{"-x", "cuda", "--cuda-host-only", "-nocudainc", "-nocudalib", "--cuda-gpu-arch=sm_80", "-O1", "-w"}
+	f := []string{"-x", "cuda", "--cuda-host-only", "--cuda-path=/dev/null", "-nocudainc", "-nocudalib", "--cuda-gpu-arch=sm_80", "-O1", "-w"}
 	for _, d := range sglkernel.CUDAFlags {
 		if strings.HasPrefix(d, "-std=") {
 			f = append(f, d)

@@ -32,8 +32,10 @@
 //     launch to calls a stub runtime records), the build's own C++
 //     standard and definitions (sglkernel.CUDAFlags: -DNDEBUG and the
 //     rest), the macros nvcc defines (__CUDACC__ ...), and stub CUDA
-//     headers. Comments, line continuations, #ifdef NDEBUG, macros,
-//     constexpr, if constexpr, lambdas and try/catch are the compiler's.
+//     headers, with no toolkit (one installed on the host changes
+//     nothing: --cuda-path=/dev/null). Comments, line continuations,
+//     #ifdef NDEBUG, macros, constexpr, if constexpr, lambdas and
+//     try/catch are the compiler's.
 //     A driver (cxx/judge.cu) constructs CustomAllreduce as init_custom_ar
 //     does, with the environment and full_nvlink the Python gates handed
 //     to it, registers a buffer, and calls allreduce for float, half and
