@@ -70,7 +70,8 @@ Examples:
    arpatch doctor --p2p p2p.json
    arpatch doctor --nccl-log nccl.log
    arpatch doctor --json > doctor.json
-   ARPATCH_RECORDED_HOST=harness/doctor/testdata/pcie8 arpatch doctor`,
+   ARPATCH_RECORDED_HOST=harness/doctor/testdata/pcie8 arpatch doctor
+   ARPATCH_RECORDED_HOST=harness/doctor/testdata/ref8 arpatch doctor`,
 		Flags: []cli.Flag{
 			&cli.StringFlag{Name: "python", Destination: &f.Python, Usage: "Python `INTERPRETER` of the serving environment", Value: pyenv.Default},
 			&cli.StringFlag{Name: "server-cmd", Destination: &f.ServerCmd, Usage: "an SGLang server `COMMAND` line to check, as typed in a shell"},
