@@ -126,6 +126,17 @@ func docLines(t *testing.T) []string {
 		fmt.Sprintf("8 x %s + %s = %s bytes", comma(sched.MaxBytes/8), comma(sched.MaxBytes), comma(ref.Estimate(traffic.CustomPush2, sched.MaxBytes, p).Scratch)),
 		fmt.Sprintf("the next size scanned, %s B, needs %s", comma(sched.MaxBytes+65536), comma(ref.Estimate(traffic.CustomPush2, sched.MaxBytes+65536, p).Scratch)),
 		fmt.Sprintf("above %s B it needs more than %s bytes", comma(lastFit(isl)), comma(p.ScratchBytes)))
+	// At world size 6 a push2 slot is S/6 rounded up to whole 16-byte
+	// packs, so push2 stops fitting just below the cut.
+	six := matrix(t, 6, func(int, int) string { return "PIX" })
+	push2 := func(n int) traffic.Estimate { return six.Estimate(traffic.CustomPush2, n, p) }
+	cap6 := lastFit(push2)
+	need := func(n int) string {
+		sc := push2(n).Scratch
+		return fmt.Sprintf("6 x %s + %s = %s", comma((sc-n)/6), comma(n), comma(sc))
+	}
+	want = append(want, fmt.Sprintf("world size 6 push2 fits up to %s B (%s bytes; at the cut, %s)", comma(cap6), need(cap6), need(sched.MaxBytes)),
+		fmt.Sprintf("the last %d bytes below the cut", sched.MaxBytes-cap6))
 	for _, n := range []int{4096, s, 256 << 10, 1 << 20, 3 << 20} {
 		a, nc := ref.Auto(sched, n, p), ref.NCCL(n, p, false)
 		want = append(want, fmt.Sprintf("| %s | %s %.1f | %s %.1f |", allreduce.FormatBytes(n), a.Name(), a.US, nc.Name(), nc.US))
