@@ -8,20 +8,17 @@ import (
 	"testing"
 )
 
-// launchOnly is the least a CUDA host pass needs to lower a launch with
-// the stub runtime's API (cxx/cuda_runtime.h): cudaConfigureCall, which
-// clang calls when it knows no CUDA version.
-const launchOnly = `#define __global__ __attribute__((global))
-struct dim3 { unsigned x, y, z; dim3(unsigned a = 1, unsigned b = 1, unsigned c = 1) : x(a), y(b), z(c) {} };
-typedef struct CUstream_st* cudaStream_t;
-typedef int cudaError_t;
-cudaError_t cudaConfigureCall(dim3 grid, dim3 block, unsigned long shared = 0, cudaStream_t stream = 0);
+// launchOnly is a launch as the judge compiles one, against the judge's
+// own stub runtime (cxx/cuda_runtime.h), which declares the launch API
+// clang calls when it knows no CUDA version (cudaConfigureCall).
+const launchOnly = `#include "cuda_runtime.h"
 __global__ void kernel(int) {}
 void launch() { kernel<<<1, 32>>>(0); }
 `
 
 // fakeToolkit makes a CUDA 13.0 toolkit as clang looks for one: ptxas in
-// bin/ (found on PATH) and include/cuda.h with its version.
+// bin/ (found on PATH), include/cuda.h with its version, and lib64/ and
+// nvvm/libdevice/, without which clang does not count it as one.
 func fakeToolkit(t *testing.T) string {
 	t.Helper()
 	root := filepath.Join(t.TempDir(), "cuda-13.0")
@@ -33,7 +30,6 @@ func fakeToolkit(t *testing.T) string {
 	files := map[string]string{
 		"bin/ptxas":                      "#!/bin/sh\necho 'ptxas: NVIDIA (R) Ptx optimizing assembler, Cuda compilation tools, release 13.0'\n",
 		"include/cuda.h":                 "#define CUDA_VERSION 13000\n",
-		"version.json":                   `{"cuda": {"name": "CUDA SDK", "version": "13.0.48"}}` + "\n",
 		"nvvm/libdevice/libdevice.10.bc": "",
 	}
 	for name, body := range files {
@@ -57,14 +53,20 @@ func TestJudgeIgnoresAnInstalledCUDA(t *testing.T) {
 	}
 	dir := t.TempDir()
 	src := filepath.Join(dir, "launch.cu")
-	if err := os.WriteFile(src, []byte(launchOnly), 0o644); err != nil {
+	stub, err := cxxFS.ReadFile("cxx/cuda_runtime.h")
+	if err != nil {
 		t.Fatal(err)
+	}
+	for name, b := range map[string][]byte{src: []byte(launchOnly), filepath.Join(dir, "cuda_runtime.h"): stub} {
+		if err := os.WriteFile(name, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
 	}
 	tk := fakeToolkit(t)
 	t.Setenv("PATH", filepath.Join(tk, "bin")+string(os.PathListSeparator)+os.Getenv("PATH"))
 
 	compile := func(flags []string) (string, error) {
-		args := append(append([]string{}, flags...), "-v", "-fsyntax-only", src)
+		args := append(append([]string{}, flags...), "-I", dir, "-v", "-fsyntax-only", src)
 		out, err := exec.Command(cc, args...).CombinedOutput()
 		return string(out), err
 	}

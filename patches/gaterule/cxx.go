@@ -63,7 +63,7 @@ var compilerMacros = regexp.MustCompile(`\b(__clang__|__clang_major__|__clang_mi
 // host-pass macros (kernelsim.Defines: the build's and nvcc's).
 //
 // --cuda-path=/dev/null keeps clang from finding a CUDA toolkit on the
-// host (through ptxas on PATH, CUDA_PATH or /usr/local/cuda): a toolkit
+// host (through ptxas on PATH, or /usr/local/cuda): a toolkit
 // it finds sets the CUDA version clang lowers <<<...>>> for, and from
 // CUDA 9.2 on that is __cudaPushCallConfiguration, which the stub runtime
 // does not declare, so on a GPU host with a toolkit every series would
