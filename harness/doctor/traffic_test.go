@@ -201,8 +201,7 @@ func TestExactBytes(t *testing.T) {
 // doctor` shows a user what the model expects there. doctor's model of it
 // is RefHost's, estimate for estimate; its best push at 40 KiB is within
 // the issue's acceptance (≤ 10 µs and ≥ 2.5x faster than NCCL over P2P);
-// expect: lists those figures and the schedule to run, and nothing on the
-// host is an error.
+// expect: lists those figures, and nothing on the host is an error.
 func TestReferenceHostRecorded(t *testing.T) {
 	rep := Inspect(context.Background(), Options{Run: recorded(t, "ref8", nil)})
 	h := &rep.Host
@@ -222,14 +221,15 @@ func TestReferenceHostRecorded(t *testing.T) {
 	}
 	best := ranking(m, p)[0]
 	nccl := m.NCCL(allreduce.VerifyBytes, p, false)
-	if !strings.HasPrefix(best.Algo, "custom-push") && best.Algo != traffic.CustomIsland {
+	if best.Algo != traffic.CustomPush1 && best.Algo != traffic.CustomPush2 && best.Algo != traffic.CustomIsland {
 		t.Errorf("best at 40K is %s, not a push", best.Name())
 	}
 	if best.US > 10 || nccl.US/best.US < 2.5 {
 		t.Errorf("best push %s %.1f µs against NCCL %.1f µs: the acceptance asks ≤ 10 µs and ≥ 2.5x", best.Name(), best.US, nccl.US)
 	}
-	s := m.Suggest(p, false)
-	for _, w := range []string{label(best), label(nccl), "SGLANG_PCIE_CUSTOM_AR_ALGO=" + s.Algo(), fmt.Sprintf("SGLANG_PCIE_CUSTOM_AR_MAX_BYTES=%d", s.MaxBytes)} {
+	// The schedule expect: prints is TestExpectationFollowsModel's, which
+	// holds ref8 too.
+	for _, w := range []string{label(best), label(nccl)} {
 		if !strings.Contains(rep.Expect, w) {
 			t.Errorf("expect %q does not say %q", rep.Expect, w)
 		}
