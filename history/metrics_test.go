@@ -322,6 +322,62 @@ func testMigrationFillsTPOTp99(t *testing.T, p string) {
 	if _, ok := two["tpot_ms_p99"]; ok || two["tok_s"] != 91 {
 		t.Errorf("trial 2 has no samples, so no TPOT p99: %v", two)
 	}
+	// Migration 7 counted the samples stored before it.
+	if n1, n2 := d.Arms[0].Trials[0].Samples, d.Arms[0].Trials[1].Samples; n1 != 6 || n2 != 0 {
+		t.Errorf("samples after migration 7: trial 1 %d (want 6), trial 2 %d (want 0)", n1, n2)
+	}
+}
+
+// TestSampleCountsHeld: every trial's n_samples is the count of its
+// stored samples, for trials stored by Record (0, 1, and more than the
+// 500 of one INSERT) and for a run Send moved into another history, on
+// both stores.
+func TestSampleCountsHeld(t *testing.T) { eachStore(t, testSampleCountsHeld) }
+
+func testSampleCountsHeld(t *testing.T, p string) {
+	from, to := openTest(t, filepath.Join(t.TempDir(), "kept.db")), openTest(t, p)
+	var trials []TrialRecord
+	for k, n := range []int{0, 1, 8, 1201} {
+		tr := TrialRecord{Index: k + 1, Values: map[string]float64{"tok_s": 90}}
+		for i := range n {
+			tr.Samples = append(tr.Samples, SampleRecord{Prompt: i, TTFT: 0.02, E2E: 1, CompletionTokens: 90, SpecVerifyCt: 30})
+		}
+		trials = append(trials, tr)
+	}
+	for _, s := range []*Store{from, to} {
+		id, err := s.BeginRun(Run{HardwareKey: "hw", Workload: "w", PID: 7})
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := s.Record(id, Outcome{Arms: []ArmRecord{{Name: "pcie", Trials: trials}}, Status: Complete}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if _, err := Send(from, to); err != nil {
+		t.Fatal(err)
+	}
+	var mismatched, rows int
+	err := to.db.QueryRow(`SELECT COUNT(*), COALESCE(SUM(CASE WHEN n_samples <> (SELECT COUNT(*) FROM samples WHERE samples.trial_id = trials.id) THEN 1 ELSE 0 END), 0) FROM trials`).Scan(&rows, &mismatched)
+	if err != nil || rows != 8 || mismatched != 0 {
+		t.Fatalf("%d trials, %d whose n_samples is not their count of samples (%v)", rows, mismatched, err)
+	}
+	runs, err := to.Runs(0)
+	if err != nil || len(runs) != 2 {
+		t.Fatalf("runs: %v %v", runs, err)
+	}
+	for _, r := range runs {
+		d, err := to.Show(r.ID)
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []int
+		for _, tr := range d.Arms[0].Trials {
+			got = append(got, tr.Samples)
+		}
+		if !slices.Equal(got, []int{0, 1, 8, 1201}) {
+			t.Errorf("run %d: samples %v, want [0 1 8 1201]", r.ID, got)
+		}
+	}
 }
 
 // TestFromSamples: the metrics fillFromSamples computes are exactly those

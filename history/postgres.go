@@ -397,6 +397,7 @@ var pgMigrations = []string{
 	migrations[3],
 	`ALTER TABLE trials ADD COLUMN tpot_ms_p99 DOUBLE PRECISION;`,
 	migrations[5],
+	migrations[6],
 }
 
 // privilegeHint is the remedy for a PostgreSQL error of a missing

@@ -164,10 +164,10 @@ func (s *Store) Show(id int64) (*Detail, error) {
 }
 
 // trialColumns are the columns of a trial t that trialRow scans: its
-// index, level, wall time, errors, the count of its samples, and every
-// metric of stats.Table.
+// index, level, wall time, errors, the count of its samples (n_samples,
+// written with them), and every metric of stats.Table.
 var trialColumns = func() string {
-	cols := []string{"t.idx", "t.concurrency", "t.wall_s", "t.errors", "(SELECT COUNT(*) FROM samples WHERE samples.trial_id = t.id)"}
+	cols := []string{"t.idx", "t.concurrency", "t.wall_s", "t.errors", "t.n_samples"}
 	for _, m := range stats.Table {
 		cols = append(cols, "t."+m.Column)
 	}

@@ -404,13 +404,13 @@ func addArm(tx runner, runID int64, a ArmRecord) error {
 	if err != nil {
 		return err
 	}
-	cols := []string{"arm_id", "idx", "concurrency", "wall_s", "errors"}
+	cols := []string{"arm_id", "idx", "concurrency", "wall_s", "errors", "n_samples"}
 	for _, m := range stats.Table {
 		cols = append(cols, m.Column)
 	}
 	insert := `INSERT INTO trials (` + strings.Join(cols, ", ") + `) VALUES (` + placeholders(len(cols)) + `)`
 	for _, t := range a.Trials {
-		args := []any{armID, t.Index, max(t.Concurrency, 1), t.Wall, t.Errors}
+		args := []any{armID, t.Index, max(t.Concurrency, 1), t.Wall, t.Errors, len(t.Samples)}
 		for _, m := range stats.Table {
 			if v, ok := t.Values[m.Name]; ok {
 				args = append(args, v)
