@@ -18,6 +18,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/sglangtest"
 	"github.com/arpatch/arpatch/history"
+	"github.com/arpatch/arpatch/internal/goroutine"
 	"github.com/arpatch/arpatch/internal/pgtest"
 )
 
@@ -357,5 +358,64 @@ func TestBenchFailureIsNoRegression(t *testing.T) {
 				}
 			})
 		})
+	}
+}
+
+// TestSharedKeepIsSentOnce: two nightlies that name one history.keep
+// but take different nightly locks (history.path spelt as localhost in
+// one config and 127.0.0.1 in another) send its runs one at a time:
+// while another process holds the keep's lock nothing is sent and the
+// log says why, and two sends at once store each kept run once.
+func TestSharedKeepIsSentOnce(t *testing.T) {
+	target := pgtest.Schema(t)
+	keep := filepath.Join(t.TempDir(), "kept.db")
+	local, err := history.Open(keep)
+	must(t, err)
+	start := time.Date(2026, 11, 1, 3, 0, 0, 0, time.UTC)
+	const n = 12
+	for i := range n {
+		id, err := local.BeginRun(history.Run{StartedAt: start.Add(time.Duration(i) * 24 * time.Hour), HardwareKey: "box-a", Workload: "w", PID: 4242})
+		must(t, err)
+		o := history.Outcome{Status: history.Failed, ExitCode: ExitInfra, Arms: []history.ArmRecord{{Name: "patched",
+			Trials: []history.TrialRecord{{Index: 1, Values: map[string]float64{"tok_s": 90}, Samples: []history.SampleRecord{{CompletionTokens: 90}}}}}}}
+		must(t, local.Record(id, o))
+	}
+	must(t, local.Close())
+	open := func() *history.Store {
+		s, err := history.Open(target)
+		must(t, err)
+		t.Cleanup(func() { _ = s.Close() })
+		return s
+	}
+	a, b := open(), open()
+
+	unlock, err := history.Lock(keep) // another nightly sending it
+	must(t, err)
+	if msg := sendKept(a, keep); !strings.HasPrefix(msg, "the runs kept in "+keep+" stay there for now: ") || !strings.Contains(msg, "held by pid") {
+		t.Errorf("with the keep's lock held: %q", msg)
+	}
+	if runs, err := a.Runs(0); err != nil || len(runs) != 0 {
+		t.Fatalf("sent while the keep's lock was held: %d runs, %v", len(runs), err)
+	}
+	unlock()
+
+	var wg sync.WaitGroup
+	msgs := make([]string, 2)
+	for i, s := range []*history.Store{a, b} {
+		wg.Add(1)
+		goroutine.Go(func() { defer wg.Done(); msgs[i] = sendKept(s, keep) })
+	}
+	wg.Wait()
+	runs, err := a.Runs(0)
+	must(t, err)
+	seen := map[time.Time]int{}
+	for _, r := range runs {
+		seen[r.StartedAt]++
+	}
+	if len(runs) != n || len(seen) != n {
+		t.Errorf("after two sends at once the shared history holds %d runs of %d nights, want %d once each (%q)", len(runs), len(seen), n, msgs)
+	}
+	if left := keptIn(t, keep); len(left) != 0 {
+		t.Errorf("%d runs still kept", len(left))
 	}
 }

@@ -207,11 +207,23 @@ func (n *night) closeHistory() {
 }
 
 // sendKept sends the runs kept in keep, if any, to store, and says what
-// it did ("" when nothing was kept).
+// it did ("" when nothing was kept). It holds keep's own lock (the one
+// beside an SQLite history, taken on keep's real path) while it sends:
+// nightlies that name one history.keep but take different nightly locks
+// (two configs, or one server's URL spelt two ways: localhost and
+// 127.0.0.1 name two locks) would otherwise both store a kept run before
+// either removed it. A keep another process holds stays as it is, for
+// the next nightly.
 func sendKept(store *history.Store, keep string) string {
-	if _, err := os.Stat(keep); err != nil {
+	real, err := filepath.EvalSymlinks(keep)
+	if err != nil {
 		return "" // nothing was ever kept
 	}
+	unlock, err := history.Lock(real)
+	if err != nil {
+		return fmt.Sprintf("the runs kept in %v stay there for now: %v", keep, err)
+	}
+	defer unlock()
 	local, err := history.Open(keep)
 	if err != nil {
 		return fmt.Sprintf("the runs kept in %v stay there: %v", keep, err)
