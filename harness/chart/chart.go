@@ -229,6 +229,18 @@ func intervalNote(curves []Curve) string {
 	return "(median across trials; too few trials for an interval)"
 }
 
+// Raster reports whether Save writes out, by its extension, as an image
+// of pixels (PNG, JPEG, TIFF, at vgimg.DefaultDPI) rather than as vector
+// paths (SVG, PDF, EPS). Upstream: gonum.org/v1/plot
+// vg/vgimg/vgimg.go@v0.10.1 (init: the formats it registers).
+func Raster(out string) bool {
+	switch strings.TrimPrefix(strings.ToLower(filepath.Ext(out)), ".") {
+	case "png", "jpg", "jpeg", "tif", "tiff":
+		return true
+	}
+	return false
+}
+
 // Save writes p to out, w x h, in the format out's extension names (.svg,
 // .png, .pdf), atomically (safefs.WriteFile). It draws p on a canvas
 // whose top is lowered by the title font's descent and 4 points:
