@@ -509,9 +509,9 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 const plotWidth, plotHeight = 8 * vg.Inch, 4 * vg.Inch
 
 // rasterRun is how many segments of a line a raster strokes as one path
-// (Plot): at 32, a PNG of two arms of 10,000 runs took 0.8 s instead of
-// 1.4 s (thinned to 768 columns first: 2.9 s with neither), on the
-// machine and history of docs/performance.md's BenchmarkNightlyHistory10k.
+// (Plot): short enough that no path holds many cells on one row, long
+// enough that the runs' joins are few (docs/performance.md,
+// BenchmarkNightlyHistory10k/png).
 const rasterRun = 32
 
 // thin returns ps (in X order) as a raster of cols pixel columns draws
