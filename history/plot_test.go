@@ -55,7 +55,11 @@ func TestThinKeepsEveryColumnsExtremes(t *testing.T) {
 			c := int(math.Floor((x - first) / (last - first) * float64(tc.cols)))
 			return min(c, tc.cols-1)
 		}
-		type ext struct{ firstID, lastID int64; lo, hi, bandLo, bandHi float64; n int }
+		type ext struct {
+			firstID, lastID        int64
+			lo, hi, bandLo, bandHi float64
+			n                      int
+		}
 		want, have := map[int]*ext{}, map[int]*ext{}
 		add := func(m map[int]*ext, p Point) {
 			c := colOf(p.X)
@@ -212,5 +216,3 @@ func absDiff(a, b uint32) uint32 {
 	}
 	return b - a
 }
-
-
