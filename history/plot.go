@@ -446,31 +446,9 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 			poly.LineStyle.Width = 0
 			p.Add(poly)
 		}
-		l, sc, err := plotter.NewLinePoints(line)
-		if err != nil {
+		if err := addLine(p, arm, line, c, raster); err != nil {
 			return err
 		}
-		l.Color, sc.Color = c, c
-		sc.Shape = draw.CircleGlyph{}
-		if raster && len(line) > rasterRun {
-			// Stroked in runs of rasterRun segments, each its own path:
-			// the rasterizer's cost grows with the square of a path's
-			// cells on one row (freetype's Rasterizer.findCell walks
-			// them), and one path of thousands of segments is most of a
-			// PNG's time. Each run starts where the last ended.
-			for a := 0; a < len(line)-1; a += rasterRun {
-				seg, err := plotter.NewLine(line[a:min(a+rasterRun+1, len(line))])
-				if err != nil {
-					return err
-				}
-				seg.LineStyle = l.LineStyle
-				p.Add(seg)
-			}
-			p.Add(sc)
-		} else {
-			p.Add(l, sc)
-		}
-		p.Legend.Add(arm, l, sc)
 	}
 	for _, mk := range []struct {
 		xys   plotter.XYs
@@ -503,6 +481,36 @@ func (s *Store) Plot(metric, out string, sel Series) error {
 		p.Y.Max += 0.12 * span * float64(len(arms)+1)
 	}
 	return chart.Save(p, plotWidth, plotHeight, out)
+}
+
+// addLine adds an arm's line of medians to p, with a circle on each
+// point, in colour c, and names it arm in the legend. A raster strokes it
+// in runs of rasterRun segments, each its own path: the rasterizer's cost
+// grows with the square of a path's cells on one row (freetype's
+// Rasterizer.findCell walks them), and one path of thousands of segments
+// was most of a PNG's time. Each run starts where the last ended.
+func addLine(p *plot.Plot, arm string, line plotter.XYs, c color.Color, raster bool) error {
+	l, sc, err := plotter.NewLinePoints(line)
+	if err != nil {
+		return err
+	}
+	l.Color, sc.Color = c, c
+	sc.Shape = draw.CircleGlyph{}
+	p.Legend.Add(arm, l, sc)
+	if !raster || len(line) <= rasterRun {
+		p.Add(l, sc)
+		return nil
+	}
+	for a := 0; a < len(line)-1; a += rasterRun {
+		seg, err := plotter.NewLine(line[a:min(a+rasterRun+1, len(line))])
+		if err != nil {
+			return err
+		}
+		seg.LineStyle = l.LineStyle
+		p.Add(seg)
+	}
+	p.Add(sc)
+	return nil
 }
 
 // plotWidth and plotHeight are the size of Plot's figure.

@@ -135,11 +135,9 @@ var migrations = []string{
 	CREATE INDEX samples_by_trial ON samples(trial_id);
 	CREATE INDEX checks_by_run ON checks(run_id);
 	CREATE INDEX drift_by_run ON drift(run_id);`,
-	// 7: each trial's count of samples, written in the transaction that
-	// stores them (Record), so that reading a trial (show, export) counts
-	// none: an export of 100,000 trials otherwise looks up their 800,000
-	// samples (docs/performance.md). The trials stored before it are
-	// counted here.
+	// 7: each trial's count of samples, written with them (Record), so
+	// that show and export count none (docs/performance.md); the trials
+	// stored before it are counted here.
 	`ALTER TABLE trials ADD COLUMN n_samples INTEGER NOT NULL DEFAULT 0;
 	UPDATE trials SET n_samples = (SELECT COUNT(*) FROM samples WHERE samples.trial_id = trials.id);`,
 }
