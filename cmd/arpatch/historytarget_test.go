@@ -126,11 +126,15 @@ func TestHistoryAcceptOpensOnlyAHistory(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	// Schema version 5: migration 6 (its indexes) undone.
+	// The schema before the newest migration: migration 7 (trials'
+	// n_samples) undone.
+	const newest = 7
+	if history.SchemaVersion != newest {
+		t.Fatalf("history's schema is at version %d: undo its newest migration here, not %d's", history.SchemaVersion, newest)
+	}
 	db, err := sql.Open("sqlite", old)
 	if err == nil {
-		_, err = db.Exec(`DROP INDEX runs_by_series; DROP INDEX runs_by_status; DROP INDEX arms_by_run; DROP INDEX trials_by_arm;
-			DROP INDEX samples_by_trial; DROP INDEX checks_by_run; DROP INDEX drift_by_run; DELETE FROM schema_migrations WHERE version = 6`)
+		_, err = db.Exec(`ALTER TABLE trials DROP COLUMN n_samples; DELETE FROM schema_migrations WHERE version = 7`)
 		if cerr := db.Close(); err == nil {
 			err = cerr
 		}
@@ -140,15 +144,15 @@ func TestHistoryAcceptOpensOnlyAHistory(t *testing.T) {
 	}
 	var out, errb bytes.Buffer
 	if code := run(context.Background(), []string{"arpatch", "history", "list", "--db", old}, &out, &errb); code != exitFailure ||
-		!strings.Contains(errb.String(), "has schema version 5, older than this arpatch's 6: the next `arpatch nightly` on it migrates it (so does `arpatch history accept RUN`, which also makes RUN the reference); history list, show, export and plot only read it") {
-		t.Errorf("list of schema 5: exit %d, %q", code, errb.String())
+		!strings.Contains(errb.String(), fmt.Sprintf("has schema version %d, older than this arpatch's %d: the next `arpatch nightly` on it migrates it (so does `arpatch history accept RUN`, which also makes RUN the reference); history list, show, export and plot only read it", newest-1, newest)) {
+		t.Errorf("list of the older schema: exit %d, %q", code, errb.String())
 	}
 	out.Reset()
 	errb.Reset()
 	code := run(context.Background(), []string{"arpatch", "history", "accept", "1", "--db", old}, &out, &errb)
-	if want := "arpatch: migrated history " + old + " from schema version 5 to 6 (history accept writes it; list, show, export and plot never do)\n"; code != exitOK || errb.String() != want ||
+	if want := fmt.Sprintf("arpatch: migrated history %s from schema version %d to %d (history accept writes it; list, show, export and plot never do)\n", old, newest-1, newest); code != exitOK || errb.String() != want ||
 		out.String() != "run 1 is the new reference for its hardware and workload\n" {
-		t.Errorf("accept of schema 5: exit %d, stdout %q, stderr %q\nwant %q", code, out.String(), errb.String(), want)
+		t.Errorf("accept of the older schema: exit %d, stdout %q, stderr %q\nwant %q", code, out.String(), errb.String(), want)
 	}
 }
 
