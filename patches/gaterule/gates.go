@@ -9,17 +9,21 @@ import (
 
 // envValues are the values the judge gives each variable it drives, where
 // it knows the variable: the pcie series' own (their documented values
-// and examples) and upstream's forced algorithm. A variable it does not
-// know gets defaultValues. "{islands2}" is two islands of equal size at
-// the world size (py/judge.py expands it).
+// and examples, and one value each that is no value, which a series must
+// refuse at init or still launch for: a refusal in the gates or the
+// constructor leaves the gates closed, but one that falls through to a
+// dispatch launching nothing returns unreduced data) and upstream's
+// forced algorithm. A variable it does not know gets defaultValues.
+// "{islands2}" is two islands of equal size at the world size
+// (py/judge.py expands it).
 // Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3 (CustomAllreduce::allreduce: SGLANG_CUSTOM_ALLREDUCE_ALGO)
 var envValues = map[string][]string{
 	"SGLANG_FORCE_CUSTOM_AR_PCIE":            {"1"},
 	"SGLANG_CUSTOM_ALLREDUCE_ALGO":           {"1stage", "2stage"},
-	"SGLANG_PCIE_CUSTOM_AR_ALGO":             {"push1", "push2", "island", "pull1", "pull2", "push1:65536,push2", "push1:32768,island"},
-	"SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES": {"0", "65536"},
-	"SGLANG_PCIE_CUSTOM_AR_ISLANDS":          {"{islands2}"},
-	"SGLANG_PCIE_CUSTOM_AR_MAX_BYTES":        {"0", "65536"},
+	"SGLANG_PCIE_CUSTOM_AR_ALGO":             {"push1", "push2", "island", "pull1", "pull2", "push1:65536,push2", "push1:32768,island", "bogus"},
+	"SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES": {"0", "65536", "64K?"},
+	"SGLANG_PCIE_CUSTOM_AR_ISLANDS":          {"{islands2}", "0/1"},
+	"SGLANG_PCIE_CUSTOM_AR_MAX_BYTES":        {"0", "65536", "64K?"},
 }
 
 var defaultValues = []string{"1"}

@@ -54,6 +54,16 @@ func TestJudgeWholeAllreduce(t *testing.T) {
 		{"a throw before the switch for PCIe", []byte(strings.Replace(string(fixture(upstream)), sw, "    if (!full_nvlink_ && world_size_ > 2) throw std::runtime_error(\"PCIe\");\n"+sw, 1)), ""},
 		{"no case for the world size and no default", []byte(strings.Replace(strings.Replace(string(good), "      REDUCE_CASE(6)\n      REDUCE_CASE(8)\n", "", 1), "      default:\n        throw std::runtime_error(\"world size \" + std::to_string(world_size_));\n", "", 1)),
 			"at world size 6, no variable set|launches no kernel"},
+		{"an algorithm variable whose unknown values launch nothing", pcieBranch(
+			`  { const char* e = std::getenv("SGLANG_PCIE_CUSTOM_AR_ALGO"); std::string a = e ? e : "";`,
+			`    if (a == "" || a == "pull2" || a == "push2" || a == "island" || a.find(",") != std::string::npos) { KL(ngpus, cross_device_reduce_2stage); }`,
+			`    else if (a == "pull1" || a == "push1") { KL(ngpus, cross_device_reduce_1stage); } }`),
+			"SGLANG_PCIE_CUSTOM_AR_ALGO=bogus|launches no kernel"},
+		{"an algorithm variable whose unknown values throw", pcieBranch(
+			`  { const char* e = std::getenv("SGLANG_PCIE_CUSTOM_AR_ALGO"); std::string a = e ? e : "";`,
+			`    if (a == "" || a == "pull2" || a == "push2" || a == "island" || a.find(",") != std::string::npos) { KL(ngpus, cross_device_reduce_2stage); }`,
+			`    else if (a == "pull1" || a == "push1") { KL(ngpus, cross_device_reduce_1stage); }`,
+			`    else throw std::invalid_argument("SGLANG_PCIE_CUSTOM_AR_ALGO: " + a); }`), ""},
 		{"an early exit through a helper", withTop([]byte(strings.Replace(string(good), sw, "    if (!full_nvlink_ && early_out()) return;\n"+sw, 1)), "inline bool early_out() { return true; }\n"),
 			"launches no kernel"},
 	} {
