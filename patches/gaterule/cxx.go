@@ -2,12 +2,14 @@ package gaterule
 
 import (
 	"bytes"
+	"compress/gzip"
 	"context"
 	"crypto/sha256"
 	"embed"
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"io"
 	"io/fs"
 	"os"
 	"os/exec"
@@ -16,6 +18,7 @@ import (
 	"regexp"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"time"
@@ -154,7 +157,7 @@ func (s cxxSource) compilerMacro() (string, string) {
 // flags, the judge's own files and the tree's.
 func (s cxxSource) key(cc, version string) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "gate-judge-v1\x00%s\x00%s\x00%s\x00%s\x00", cc, version, strings.Join(cxxFlags(), " "), s.Header)
+	fmt.Fprintf(h, "gate-judge-v2\x00%s\x00%s\x00%s\x00%s\x00", cc, version, strings.Join(cxxFlags(), " "), s.Header)
 	ents, _ := cxxFS.ReadDir("cxx")
 	for _, e := range ents {
 		b, _ := cxxFS.ReadFile("cxx/" + e.Name())
@@ -226,7 +229,7 @@ func buildJudge(ctx context.Context, src cxxSource) (string, error) {
 	}
 	dir := filepath.Join(cacheDir(), key[:32])
 	bin := filepath.Join(dir, "judge")
-	if binstore.Verified(bin) {
+	if _, err := os.Stat(filepath.Join(dir, irFile)); err == nil && binstore.Verified(bin) {
 		builds[key] = bin
 		return bin, nil
 	}
@@ -295,27 +298,109 @@ func compile(ctx context.Context, cc string, src cxxSource, dir string) error {
 		args = append(args, "-I", filepath.Join(tree, filepath.FromSlash(d)))
 	}
 	args = append(args, pch...)
-	args = append(args, filepath.Join(stubs, "judge.cu"), "-x", "none", "-o", filepath.Join(work, "judge"), "-rdynamic", "-ldl")
+	args = append(args, filepath.Join(stubs, "judge.cu"))
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
-	if out, err := exec.CommandContext(ctx, cc, args...).CombinedOutput(); err != nil {
+	link := append(slices.Clone(args), "-x", "none", "-o", filepath.Join(work, "judge"), "-rdynamic", "-ldl")
+	if out, err := exec.CommandContext(ctx, cc, link...).CombinedOutput(); err != nil {
 		if ctx.Err() != nil {
 			return fmt.Errorf("compiling the gate judge for %s: %w", src.Header, ctx.Err())
 		}
 		out = bytes.ReplaceAll(out, []byte(stubs+"/"), []byte("judge stubs/"))
 		return &CompileError{Header: src.Header, Output: errorLines(string(out), work, 12)}
 	}
+	// The same translation unit as LLVM IR, kept beside the judge: the
+	// integer constants its comparisons and switches test, as the
+	// compiler folded them (judgeCuts).
+	ir := filepath.Join(work, "judge.ll")
+	if out, err := exec.CommandContext(ctx, cc, append(args, "-S", "-emit-llvm", "-o", ir)...).CombinedOutput(); err != nil {
+		return fmt.Errorf("compiling the gate judge for %s to LLVM IR: %v: %s", src.Header, err, errorLines(string(out), work, 4))
+	}
+	text, err := os.ReadFile(ir)
+	if err != nil {
+		return err
+	}
+	var gz bytes.Buffer
+	zw := gzip.NewWriter(&gz)
+	if _, err := zw.Write(text); err != nil {
+		return err
+	}
+	if err := zw.Close(); err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(work, irFile), gz.Bytes(), 0o644); err != nil {
+		return err
+	}
 	return install(work, dir)
 }
 
-// install moves work's judge, with its sha256 beside it, into dir.
+// irFile, beside a compiled judge, is its translation unit as LLVM IR
+// (clang -S -emit-llvm with the judge's flags), gzipped: about 1 MB of
+// text, 0.1 MB kept.
+const irFile = "judge.ll.gz"
+
+// irCmpRe is an integer comparison of LLVM IR, its two operands; irCaseRe
+// a switch's case.
+var (
+	irCmpRe  = regexp.MustCompile(`= icmp [a-z]+ i(?:8|16|32|64) ([^ ,]+), ([^ ,]+)`)
+	irCaseRe = regexp.MustCompile(`^i(?:8|16|32|64) (-?[0-9]+), label `)
+)
+
+// irCuts returns the positive integer constants that LLVM IR (clang -S
+// -emit-llvm of the judge's translation unit, the dispatch compiled as
+// the build compiles it) compares with (icmp) or switches on (a switch's
+// cases, one a line): every size the compiled dispatch can tell from its
+// neighbours, a computed one (6251 * 16) folded to its value. Sorted,
+// each once.
+func irCuts(ir []byte) []uint64 {
+	var out []uint64
+	add := func(lit string) {
+		if n, err := strconv.ParseInt(lit, 10, 64); err == nil && n > 0 && n <= 1<<40 {
+			out = append(out, uint64(n))
+		}
+	}
+	for _, l := range strings.Split(string(ir), "\n") {
+		t := strings.TrimSpace(l)
+		if m := irCmpRe.FindStringSubmatch(t); m != nil {
+			add(m[1])
+			add(m[2])
+		} else if m := irCaseRe.FindStringSubmatch(t); m != nil {
+			add(m[1])
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// judgeCuts returns irCuts of the IR kept beside the compiled judge bin.
+func judgeCuts(bin string) ([]uint64, error) {
+	f, err := os.Open(filepath.Join(filepath.Dir(bin), irFile))
+	if err != nil {
+		return nil, err
+	}
+	defer func() { _ = f.Close() }() // read only
+	zr, err := gzip.NewReader(f)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	b, err := io.ReadAll(zr)
+	if err != nil {
+		return nil, fmt.Errorf("%s: %w", f.Name(), err)
+	}
+	return irCuts(b), nil
+}
+
+// install moves work's judge, with its sha256 and its IR beside it,
+// into dir.
 func install(work, dir string) error {
 	final := filepath.Join(work, "out")
 	if err := os.Mkdir(final, 0o755); err != nil {
 		return err
 	}
-	if err := os.Rename(filepath.Join(work, "judge"), filepath.Join(final, "judge")); err != nil {
-		return err
+	for _, f := range []string{"judge", irFile} {
+		if err := os.Rename(filepath.Join(work, f), filepath.Join(final, f)); err != nil {
+			return err
+		}
 	}
 	if err := binstore.Seal(filepath.Join(final, "judge")); err != nil {
 		return err

@@ -80,7 +80,19 @@ func (cx *cxxJudge) check(ctx context.Context, reqs []requirement, rep *Report) 
 	for _, r := range reqs {
 		maxCap = max(maxCap, r.Cap)
 	}
-	sizes := judgeSizes(maxCap, append(slices.Clone(probes), headerLiterals(cx.src)...))
+	// Every constant the compiled dispatch compares with, as a size in
+	// bytes, as a count of 2- and 4-byte elements, and of the 16-byte
+	// packs upstream's allreduce divides its size into.
+	// Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3 (CustomAllreduce::allreduce: size /= d)
+	cuts, err := judgeCuts(cx.bin)
+	if err != nil {
+		return err
+	}
+	extra := append(slices.Clone(probes), headerLiterals(cx.src)...)
+	for _, n := range cuts {
+		extra = append(extra, n, 2*n, 4*n, 16*n)
+	}
+	sizes := judgeSizes(maxCap, extra)
 	results, err := cx.runAll(ctx, reqs, sizes)
 	if err != nil {
 		return err

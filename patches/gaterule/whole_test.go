@@ -64,6 +64,10 @@ func TestJudgeWholeAllreduce(t *testing.T) {
 			`    if (a == "" || a == "pull2" || a == "push2" || a == "island" || a.find(",") != std::string::npos) { KL(ngpus, cross_device_reduce_2stage); }`,
 			`    else if (a == "pull1" || a == "push1") { KL(ngpus, cross_device_reduce_1stage); }`,
 			`    else throw std::invalid_argument("SGLANG_PCIE_CUSTOM_AR_ALGO: " + a); }`), ""},
+		{"a launch skipped at one computed size", pcieBranch("  if (bytes != 6251 * 16) { KL(ngpus, cross_device_reduce_2stage); }"),
+			"allreduce of 100016 bytes launches no kernel"},
+		{"a launch skipped at one computed count of 16-byte packs", pcieBranch("  if (size != 6253 * 4) { KL(ngpus, cross_device_reduce_2stage); }"),
+			"allreduce of 400192 bytes launches no kernel"},
 		{"an early exit through a helper", withTop([]byte(strings.Replace(string(good), sw, "    if (!full_nvlink_ && early_out()) return;\n"+sw, 1)), "inline bool early_out() { return true; }\n"),
 			"launches no kernel"},
 	} {
