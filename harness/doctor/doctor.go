@@ -223,6 +223,13 @@ func Inspect(ctx context.Context, o Options) *Report {
 			h.Errors = append(h.Errors, err.Error())
 		}
 	}
+	// The two outputs describe one host: as many GPUs in each. (A count
+	// that differs would have the model judge some GPUs without their
+	// links, or links without their GPUs.)
+	if h.GPUs != nil && h.Topology != nil && len(h.GPUs) != len(h.Topology.GPUs) {
+		h.Errors = append(h.Errors, fmt.Sprintf("nvidia-smi --query-gpu lists %d GPUs, nvidia-smi topo -m %d: the two should describe the same GPUs", len(h.GPUs), len(h.Topology.GPUs)))
+		h.GPUs, h.Topology = nil, nil
+	}
 	for _, m := range []struct {
 		flag string
 		dst  **nvsmi.P2PMatrix

@@ -3,6 +3,7 @@ package doctor
 import (
 	"context"
 	"fmt"
+	"os"
 	"path/filepath"
 	"regexp"
 	"strings"
@@ -241,5 +242,46 @@ func TestReferenceHostRecorded(t *testing.T) {
 		if f.Severity == Error {
 			t.Errorf("ref8: error finding %s: %s", f.ID, f.Title)
 		}
+	}
+}
+
+// TestMalformedRecordedHost: ref8 with its outputs edited the ways a
+// broken or unknown tool could print them is judged without a panic: an
+// error that names the line or the mismatch where the outputs cannot be
+// one host's, and expect: saying why the model cannot run where a GPU's
+// PCIe generation is one it does not know; a gen 7 link is modelled.
+func TestMalformedRecordedHost(t *testing.T) {
+	b, err := os.ReadFile("testdata/ref8/query-gpu.csv")
+	if err != nil {
+		t.Fatal(err)
+	}
+	query := string(b)
+	lines := strings.SplitAfter(query, "\n")
+	for _, tc := range []struct {
+		name, query, wantErr, wantExpect string
+	}{
+		{"gen 7", strings.Replace(query, ", 5, 5, 16, 16,", ", 7, 7, 16, 16,", 1), "", "custom-push2 "},
+		{"gen 9", strings.Replace(query, ", 5, 5, 16, 16,", ", 9, 9, 16, 16,", 1), "", "traffic model: topology: GPU0's PCIe link is at gen 9, which the model does not know (gens 1 to 7)"},
+		{"an index that is no number", strings.Replace(query, "\n7, ", "\nseven, ", 1), `nvidia-smi --query-gpu line 9: GPU index "seven" is not a number`, ""},
+		{"an index past the GPUs", strings.Replace(query, "\n7, ", "\n9, ", 1), "nvidia-smi --query-gpu line 9: GPU index 9 of 8 GPUs", ""},
+		{"fewer GPUs than topo -m has", strings.Join(lines[:5], ""), "nvidia-smi --query-gpu lists 4 GPUs, nvidia-smi topo -m 8", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			run := recorded(t, "ref8", nil)
+			edited := func(ctx context.Context, name string, args ...string) (string, error) {
+				if name == "nvidia-smi" && len(args) > 0 && strings.HasPrefix(args[0], "--query-gpu") {
+					return tc.query, nil
+				}
+				return run(ctx, name, args...)
+			}
+			rep := Inspect(context.Background(), Options{Run: edited})
+			errs := strings.Join(rep.Host.Errors, "\n")
+			if tc.wantErr != "" && !strings.Contains(errs, tc.wantErr) || tc.wantErr == "" && errs != "" {
+				t.Errorf("errors %q, want %q", errs, tc.wantErr)
+			}
+			if tc.wantExpect != "" && !strings.Contains(rep.Expect, tc.wantExpect) {
+				t.Errorf("expect: %q, want %q", rep.Expect, tc.wantExpect)
+			}
+		})
 	}
 }

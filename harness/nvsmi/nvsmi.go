@@ -65,17 +65,21 @@ var unreadableRe = lazyre.New(`^\[[^\]]*\]$`)
 // ParseQueryGPU reads nvidia-smi --query-gpu=QueryGPUFields --format=csv
 // output. With its header line, columns are found by name (units such as
 // " [MiB]" stripped); without it (csv,noheader), they are taken in
-// QueryGPUFields order. A row whose index is not a number is skipped (a
-// message nvidia-smi prints among the rows). Errors, naming the line: a
-// CSV that does not parse, a negative index, an index given twice (each
-// GPU has one row), or no GPU row.
+// QueryGPUFields order. A line of one field that is not a number is
+// skipped (a message nvidia-smi prints among the rows). Errors, naming
+// the line: a CSV that does not parse, a row whose index is not a
+// number, a negative index, an index given twice (each GPU has one row),
+// a bus id given twice, indices that are not 0 to N-1 (nvidia-smi numbers
+// every GPU of the host, whatever CUDA_VISIBLE_DEVICES says), or no GPU
+// row.
 func ParseQueryGPU(out string) ([]GPU, error) {
 	r := csv.NewReader(strings.NewReader(out))
 	r.TrimLeadingSpace = true
 	r.FieldsPerRecord = -1
 	cols := strings.Split(QueryGPUFields, ",")
 	var gpus []GPU
-	lineOf := map[int]int{} // GPU index -> its line
+	lineOf := map[int]int{}     // GPU index -> its line
+	busLine := map[string]int{} // bus id -> its line
 	for {
 		row, err := r.Read()
 		if err == io.EOF {
@@ -105,7 +109,10 @@ func ParseQueryGPU(out string) ([]GPU, error) {
 			continue
 		}
 		if g.Index, err = strconv.Atoi(idx); err != nil {
-			continue
+			if len(row) == 1 {
+				continue // a message among the rows
+			}
+			return nil, fmt.Errorf("nvidia-smi --query-gpu line %d: GPU index %q is not a number", line, idx)
 		}
 		if g.Index < 0 {
 			return nil, fmt.Errorf("nvidia-smi --query-gpu line %d: GPU index %d is negative", line, g.Index)
@@ -115,10 +122,21 @@ func ParseQueryGPU(out string) ([]GPU, error) {
 		}
 		lineOf[g.Index] = line
 		readFields(&g, field)
+		if b := BusID(g.BusID); b != "" {
+			if first, dup := busLine[b]; dup {
+				return nil, fmt.Errorf("nvidia-smi --query-gpu line %d: bus id %s again (line %d has it): each GPU has one row", line, g.BusID, first)
+			}
+			busLine[b] = line
+		}
 		gpus = append(gpus, g)
 	}
 	if len(gpus) == 0 {
 		return nil, fmt.Errorf("nvidia-smi --query-gpu printed no GPU rows")
+	}
+	for _, g := range gpus {
+		if g.Index >= len(gpus) {
+			return nil, fmt.Errorf("nvidia-smi --query-gpu line %d: GPU index %d of %d GPUs: nvidia-smi numbers them 0 to %d", lineOf[g.Index], g.Index, len(gpus), len(gpus)-1)
+		}
 	}
 	return gpus, nil
 }
@@ -246,6 +264,14 @@ func ParseTopoMatrix(out string) (*Topology, error) {
 	for _, g := range t.GPUs {
 		if len(t.Links[g]) != len(t.GPUs) {
 			return nil, fmt.Errorf("nvidia-smi topo -m: row %s has %d links for %d GPUs", g, len(t.Links[g]), len(t.GPUs))
+		}
+	}
+	// A link is one link both ways: the matrix is symmetric.
+	for i, a := range t.GPUs {
+		for j, b := range t.GPUs[:i] {
+			if x, y := t.Links[a][j], t.Links[b][i]; x != y {
+				return nil, fmt.Errorf("nvidia-smi topo -m: %s to %s is %s, but %s to %s is %s: a link is the same both ways", a, b, x, b, a, y)
+			}
 		}
 	}
 	return t, nil

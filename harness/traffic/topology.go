@@ -93,12 +93,15 @@ func FromNVSMI(t *nvsmi.Topology, gpus []nvsmi.GPU, p Params) (*Topology, error)
 
 // PCIeGBps is the nominal bandwidth of one PCIe lane per direction in
 // GB/s, by generation (after 8b/10b or 128b/130b encoding).
-var PCIeGBps = map[int]float64{1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563}
+// Gen 6 and 7 (64 and 128 GT/s, PAM4) carry 242 bytes of each 256-byte
+// FLIT.
+var PCIeGBps = map[int]float64{1: 0.25, 2: 0.5, 3: 0.985, 4: 1.969, 5: 3.938, 6: 7.563, 7: 15.125}
 
 // New builds a topology from the `nvidia-smi topo -m` matrix (links[i][j],
 // as nvsmi.Topology holds it) and each GPU's current PCIe generation and
 // width (0 when unknown: gen 5 x16 is assumed). It returns an error for a
-// matrix that is not square or holds an unknown cell.
+// matrix that is not square or holds an unknown cell, and for a
+// generation PCIeGBps does not know.
 func New(links [][]string, gens, widths []int, p Params) (*Topology, error) {
 	n := len(links)
 	if n == 0 {
@@ -126,6 +129,9 @@ func New(links [][]string, gens, widths []int, p Params) (*Topology, error) {
 		}
 		if i < len(widths) && widths[i] > 0 {
 			width = widths[i]
+		}
+		if _, ok := PCIeGBps[gen]; !ok {
+			return nil, fmt.Errorf("topology: GPU%d's PCIe link is at gen %d, which the model does not know (gens 1 to 7)", i, gen)
 		}
 		t.LinkGBps[i] = PCIeGBps[gen] * float64(width) * p.PCIeEfficiency
 	}
