@@ -19,9 +19,12 @@ import (
 // CheckScript is what Check asks the interpreter to run: the imports every
 // rank of Run makes before anything else (torch, and torch.distributed.run,
 // which is torchrun), printing torch's version, or the exception as
-// "ModuleNotFoundError: No module named 'torch'" and exit status 1. Its
-// first line names it, so that the test fakes that stand in for an
-// interpreter with torch can answer it.
+// "ModuleNotFoundError: No module named 'torch'" and exit status 1; a
+// torch that sees no CUDA GPU (torch.cuda.device_count() 0: a CPU-only
+// build, no driver, or CUDA_VISIBLE_DEVICES hiding them all) prints
+// noGPU and its version, exit status 3, where every rank would fail at
+// torch.cuda.set_device. Its first line names it, so that the test fakes
+// that stand in for an interpreter with torch can answer it.
 const CheckScript = `# arpatch: can this interpreter start torchrun's ranks?
 import sys
 try:
@@ -30,8 +33,15 @@ try:
 except Exception as e:
     print("%s: %s" % (type(e).__name__, e))
     sys.exit(1)
+cuda = getattr(torch, "cuda", None)
+if cuda is not None and hasattr(cuda, "device_count") and cuda.device_count() == 0:
+    print("` + noGPU + ` %s" % torch.__version__)
+    sys.exit(3)
 print(torch.__version__)
 `
+
+// noGPU starts CheckScript's line for a torch that sees no CUDA GPU.
+const noGPU = "arpatch-no-cuda-gpu: torch"
 
 // CheckTimeout bounds Check: a first import of torch from a cold disk
 // takes tens of seconds.
@@ -49,10 +59,18 @@ type EnvError struct {
 	// Other is an interpreter on PATH that can start the ranks (python3
 	// or python), whose torch is OtherTorch; "" when none can.
 	Other, OtherTorch string
+	// NoGPU: torch imports, but sees no CUDA GPU (Cause says which
+	// torch); another interpreter of the same host would not see one
+	// either.
+	NoGPU bool
 }
 
 func (e *EnvError) Error() string {
 	py := shellq.Quote(e.Python)
+	if e.NoGPU {
+		return fmt.Sprintf("--python %s cannot start the ranks on a GPU: %s (torch.cuda.device_count() is 0): a CPU-only build of torch, no NVIDIA driver, or CUDA_VISIBLE_DEVICES hiding every GPU; install a CUDA build of torch for it (https://pytorch.org/get-started/locally/) and run where `nvidia-smi -L` lists the GPUs",
+			py, e.Cause)
+	}
 	other := "pass --python with the interpreter of your serving environment"
 	if e.Other != "" {
 		other = fmt.Sprintf("pass `--python %s` (it imports torch %s), or the interpreter of your serving environment", shellq.Quote(e.Other), e.OtherTorch)
@@ -88,7 +106,7 @@ func Check(ctx context.Context, python string, env []string) (string, error) {
 	}
 	v, err := check(ctx, python, env)
 	var ee *EnvError
-	if errors.As(err, &ee) {
+	if errors.As(err, &ee) && !ee.NoGPU {
 		ee.Other, ee.OtherTorch = Another(ctx, python, env)
 	}
 	return v, err
@@ -153,6 +171,8 @@ func check(ctx context.Context, python string, env []string) (string, error) {
 		last = text[i+1:]
 	}
 	switch {
+	case strings.HasPrefix(last, noGPU+" "):
+		return "", &EnvError{Python: python, Cause: "torch " + strings.TrimPrefix(last, noGPU+" ") + " sees no CUDA GPU", Ran: true, NoGPU: true}
 	case errors.Is(cctx.Err(), context.DeadlineExceeded):
 		return "", &EnvError{Python: python, Cause: fmt.Sprintf("importing torch took longer than %s", CheckTimeout), Ran: true}
 	case errors.Is(err, exec.ErrNotFound):

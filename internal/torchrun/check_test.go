@@ -62,6 +62,13 @@ func TestCheck(t *testing.T) {
 			t.Errorf("%s:\n got %s\nwant %s", c.name, err, want)
 		}
 	}
+	// A torch without a CUDA GPU (CPU-only): named once, up front, with
+	// its own remedy, and no other interpreter offered.
+	cpuOnly := pkg(map[string]string{"torch/__init__.py": "__version__ = '2.11.0+cpu'\nfrom . import cuda\n", "torch/cuda.py": "def device_count():\n    return 0\n",
+		"torch/distributed/__init__.py": "", "torch/distributed/run.py": ""})
+	if _, err := Check(ctx, py, cpuOnly); err == nil || err.Error() != "--python "+py+" cannot start the ranks on a GPU: torch 2.11.0+cpu sees no CUDA GPU (torch.cuda.device_count() is 0): a CPU-only build of torch, no NVIDIA driver, or CUDA_VISIBLE_DEVICES hiding every GPU; install a CUDA build of torch for it (https://pytorch.org/get-started/locally/) and run where `nvidia-smi -L` lists the GPUs" {
+		t.Errorf("a CPU-only torch: %v", err)
+	}
 	// Not Python: pip through it cannot help, so the remedy is another
 	// interpreter only, and names one on PATH that works when there is
 	// one (PATH here is a directory of the test's own, then none).
