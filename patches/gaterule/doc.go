@@ -20,8 +20,9 @@
 //     whether an admitted call reaches sgl-kernel's all_reduce. It runs
 //     with no variable set, with each variable the gates read set alone,
 //     and, where one opened the gates, with every other one set beside it
-//     (envValues: the pcie series' variables get their documented values,
-//     others "1"). The tree's files are read through a pipe from arpatch,
+//     (envValues: the pcie series' variables get their documented values
+//     and one value each that is no value, which must be refused or still
+//     launch; others "1"). The tree's files are read through a pipe from arpatch,
 //     so nothing is written. Refused here: gates that admit through
 //     another class than sgl-kernel's CustomAllreduce, ranks that admit
 //     different sizes, and an admitted call that never reaches the kernel.
@@ -42,7 +43,11 @@
 //     nv_bfloat16, eager and under stream capture, at about 8000 sizes up
 //     to the buffer (every 16 bytes to 16 KiB, every 64 to 64 KiB, every
 //     4 KiB boundary and its neighbours, the powers of two, the Python
-//     gates' limits and the header's decimal literals), on every rank of
+//     gates' limits, the header's decimal literals, and every integer
+//     constant the compiled translation unit compares with or switches on,
+//     read from its LLVM IR as the compiler folded it (6251 * 16 is
+//     100016), taken as bytes, as 2- and 4-byte elements and as 16-byte
+//     packs, each with its neighbours), on every rank of
 //     the first environment that opens each world size. Wherever the gates
 //     admit a call, it must launch exactly one kernel of a non-empty grid
 //     (and a block of at most 1024 threads), or throw; no launch, two
