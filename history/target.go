@@ -120,7 +120,7 @@ func CheckKeep(keep string) error {
 // holds a password; an unset connect_timeout becomes connectTimeout. The
 // errors show the URL as Redact does, without pgx's own copy of it.
 func pgConfig(raw string) (*pgx.ConnConfig, error) {
-	if Redact(raw) != raw {
+	if holdsPassword(raw) {
 		return nil, fmt.Errorf("%s holds a password, which arpatch would print in its errors and reports: put it in ~/.pgpass or PGPASSWORD instead, and leave it out of the URL", Redact(raw))
 	}
 	cfg, err := pgx.ParseConfig(raw)
@@ -136,6 +136,14 @@ func pgConfig(raw string) (*pgx.ConnConfig, error) {
 		cfg.ConnectTimeout = connectTimeout
 	}
 	return cfg, nil
+}
+
+// holdsPassword reports whether target holds a password where Redact
+// finds one, whatever it is: one that is Redact's own mask (xxxxx, as a
+// remedy prints a URL) is found with that mask spelt otherwise first.
+func holdsPassword(target string) bool {
+	alt := strings.ReplaceAll(target, "xxxxx", "yyyyy")
+	return Redact(target) != target || Redact(alt) != alt
 }
 
 // Redact returns target as given, but for its passwords, each replaced

@@ -18,7 +18,7 @@ import (
 // naming what is wrong and, for the look-alikes, the forms that work;
 // no refusal prints the password.
 func TestCheckTarget(t *testing.T) {
-	for _, ok := range []string{"postgres://arpatch@db.internal/arpatch", "postgresql://arpatch@db.internal:5433/arpatch?sslmode=disable",
+	for _, ok := range []string{"postgres://arpatch@db.internal/arpatch", "postgresql://arpatch@db.internal:5433/arpatch?sslmode=disable", "postgres://xxxxx@db/xxxxx?application_name=xxxxx",
 		"postgres://arpatch@/arpatch?host=/run/postgresql", "history.db", "/var/lib/arpatch/history.db", "./postgres:fleet2", "../a:b.db", "dir/h.db", ""} {
 		if err := CheckTarget(ok); err != nil {
 			t.Errorf("CheckTarget(%q) = %v", ok, err)
@@ -51,6 +51,9 @@ func TestCheckTarget(t *testing.T) {
 		{"password=s3cret host=db", `"password=xxxxx host=db" is a keyword/value connection string: `},
 		{"sslmode=disable host=db", `"sslmode=disable host=db" is a keyword/value connection string: `},
 		{"postgres//ci@db/arpatch", `"postgres//ci@db/arpatch" looks like a PostgreSQL URL without the colon after its scheme (postgres://...): ` + Forms},
+		// A password that is Redact's own mask, as a remedy prints a URL.
+		{"postgres://ci:xxxxx@db/arpatch", "postgres://ci:xxxxx@db/arpatch holds a password"},
+		{"postgres://ci@db/arpatch?password=xxxxx", "postgres://ci@db/arpatch?password=xxxxx holds a password"},
 	} {
 		err := CheckTarget(c.target)
 		if err == nil || !strings.HasPrefix(err.Error(), c.want) || strings.Contains(err.Error(), "s3cret") {
