@@ -159,3 +159,46 @@ func TestTimeAxisYears(t *testing.T) {
 		t.Errorf("label of a plot within 2024: %q", got)
 	}
 }
+
+// TestOpenRefusesAnotherProgramsDatabase: Open (a nightly's write) makes
+// no history inside an SQLite file that holds another program's tables,
+// and leaves the file as it was; an empty SQLite database (no tables)
+// becomes a history.
+func TestOpenRefusesAnotherProgramsDatabase(t *testing.T) {
+	p := filepath.Join(t.TempDir(), "other.db")
+	db, err := sql.Open("sqlite", p)
+	if err == nil {
+		_, err = db.Exec(`CREATE TABLE foo (x INTEGER)`)
+	}
+	if cerr := db.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		t.Fatal(err)
+	}
+	if s, err := Open(p); err == nil || !strings.Contains(err.Error(), "history "+p+": creating the schema version table: not a history: it holds table foo and no arpatch schema") {
+		if s != nil {
+			_ = s.Close()
+		}
+		t.Fatalf("Open of another program's database: %v", err)
+	}
+	db, err = sql.Open("sqlite", p)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() { _ = db.Close() }()
+	var n int
+	if err := db.QueryRow(`SELECT COUNT(*) FROM sqlite_master WHERE type = 'table'`).Scan(&n); err != nil || n != 1 {
+		t.Errorf("the database holds %d tables after the refusal (want foo alone): %v", n, err)
+	}
+	empty := filepath.Join(t.TempDir(), "empty.db")
+	if db, err := sql.Open("sqlite", empty); err == nil {
+		_, _ = db.Exec(`PRAGMA user_version = 0`)
+		_ = db.Close()
+	}
+	s, err := Open(empty)
+	if err != nil {
+		t.Fatalf("Open of an SQLite database without tables: %v", err)
+	}
+	_ = s.Close()
+}

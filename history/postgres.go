@@ -2,6 +2,7 @@ package history
 
 import (
 	"context"
+	"cmp"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
@@ -83,11 +84,17 @@ func openPostgres(raw string, mode pgMode) (*Store, error) {
 	s := &Store{Path: raw, db: db, pg: true, live: map[int64]*runLock{}}
 	ctx, cancel := context.WithTimeout(context.Background(), cfg.ConnectTimeout+5*time.Second)
 	defer cancel()
-	var schema string
-	if err := db.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&schema); err != nil {
+	var current sql.NullString
+	if err := db.QueryRowContext(ctx, `SELECT current_schema()`).Scan(&current); err != nil {
 		_ = db.Close() // the error below is what to report
 		return nil, connectError(raw, err)
 	}
+	if !current.Valid { // no schema of search_path exists
+		_ = db.Close() // nothing was read or written
+		path := cmp.Or(cfg.RuntimeParams["search_path"], "the server's default ($user, public)")
+		return nil, fmt.Errorf("history %s: no schema of its search_path (%s) exists in database %s: create it (`CREATE SCHEMA name` as a user with CREATE on the database), or name one that exists", Redact(raw), path, cfg.Database)
+	}
+	schema := current.String
 	s.space = lockSpace(schema)
 	if mode == pgExisting {
 		var made bool
@@ -402,9 +409,11 @@ var pgMigrations = []string{
 
 // privilegeHint is the remedy for a PostgreSQL error of a missing
 // privilege (SQLSTATE 42501, insufficient_privilege), "" for any other
-// error: what the history's database user needs. A new history and each
-// migration of a new arpatch need CREATE on the schema; an up-to-date
-// one needs only to read and write rows, and a read-only user reads.
+// error: what the history's database user needs. A new history needs
+// CREATE on the schema, and each migration of a new arpatch alters its
+// tables, which only their owner may (ERROR: must be owner of table);
+// an up-to-date one needs only to read and write rows, and a read-only
+// user reads.
 // Upstream: postgres src/backend/utils/errcodes.txt@REL_15_18 (42501).
 func privilegeHint(err error) string {
 	var pe *pgconn.PgError
@@ -412,7 +421,7 @@ func privilegeHint(err error) string {
 		return ""
 	}
 	return "the database user lacks a privilege: writing a history (nightly, history accept) needs SELECT, INSERT, UPDATE and DELETE on its tables and USAGE on their sequences " +
-		"(GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA s TO u; GRANT USAGE ON ALL SEQUENCES IN SCHEMA s TO u), and making or migrating its schema needs CREATE on the schema"
+		"(GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA s TO u; GRANT USAGE ON ALL SEQUENCES IN SCHEMA s TO u); making its schema needs CREATE on the schema, and migrating it (a new arpatch's first write) needs to own its tables: run that first write as their owner, or make u their owner (ALTER TABLE t OWNER TO u for each)"
 }
 
 // versionTable makes the schema_migrations table when the database has
@@ -427,6 +436,19 @@ func (s *Store) versionTable(tx runner) error {
 	var made bool
 	if err := tx.row(q).Scan(&made); err != nil || made {
 		return err
+	}
+	if !s.pg {
+		// An SQLite file with tables but no arpatch schema is another
+		// program's database: a history is never made inside it. (A
+		// PostgreSQL schema may hold others' tables beside a history.)
+		var other string
+		err := tx.row(`SELECT name FROM sqlite_master WHERE type = 'table' AND name NOT LIKE 'sqlite_%' ORDER BY name LIMIT 1`).Scan(&other)
+		if err == nil {
+			return fmt.Errorf("not a history: it holds table %s and no arpatch schema, so it is another program's database; name a new file for the history (a nightly makes one where none is)", other)
+		}
+		if !errors.Is(err, sql.ErrNoRows) {
+			return err
+		}
 	}
 	_, err := tx.exec(`CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at TEXT NOT NULL)`)
 	return err

@@ -246,6 +246,27 @@ func TestOpenPostgresRefusals(t *testing.T) {
 	}
 }
 
+// A search_path naming no schema that exists is said as that, with its
+// remedy, for a write and a read, not as a server that cannot be
+// reached.
+func TestSearchPathWithoutSchema(t *testing.T) {
+	base, why := pgtest.Server()
+	if base == "" {
+		t.Skip(why)
+	}
+	u := pgtest.WithParam(base, "search_path", "no_such_schema_arpatch")
+	for name, open := range map[string]func(string) (*Store, error){"Open": Open, "OpenRead": OpenRead} {
+		s, err := open(u)
+		if err == nil {
+			_ = s.Close()
+		}
+		if err == nil || !strings.Contains(err.Error(), "no schema of its search_path (no_such_schema_arpatch) exists in database") ||
+			!strings.Contains(err.Error(), "create it (`CREATE SCHEMA name`") || strings.Contains(err.Error(), "cannot reach") {
+			t.Errorf("%s: %v", name, err)
+		}
+	}
+}
+
 func TestRebind(t *testing.T) {
 	for q, want := range map[string]string{
 		`SELECT a FROM t WHERE b = ? AND c IN (?, ?)`:               `SELECT a FROM t WHERE b = $1 AND c IN ($2, $3)`,
