@@ -1,8 +1,8 @@
 package history
 
 import (
-	"context"
 	"cmp"
+	"context"
 	"database/sql"
 	"database/sql/driver"
 	"errors"
