@@ -418,4 +418,13 @@ func TestSharedKeepIsSentOnce(t *testing.T) {
 	if left := keptIn(t, keep); len(left) != 0 {
 		t.Errorf("%d runs still kept", len(left))
 	}
+	sent := 0
+	for _, m := range msgs {
+		if strings.HasPrefix(m, "sent 12 runs kept in "+keep+" to ") && strings.Contains(m, " (now runs [") {
+			sent++
+		}
+	}
+	if sent != 1 {
+		t.Errorf("the two sends said %q: want one that sent the 12 runs", msgs)
+	}
 }

@@ -10,6 +10,7 @@ import (
 	"github.com/arpatch/arpatch/harness/bench"
 	"github.com/arpatch/arpatch/history"
 	"github.com/arpatch/arpatch/internal/lockfile"
+	"github.com/arpatch/arpatch/internal/textfmt"
 )
 
 // lockHistory takes the lock of history.path, so that one nightly at a
@@ -233,7 +234,7 @@ func sendKept(store *history.Store, keep string) string {
 		return fmt.Sprintf("the runs kept in %v stay there: %v", keep, err)
 	}
 	ids, err := history.Send(local, store)
-	msg := fmt.Sprintf("sent %d runs kept in %s to %s (now runs %v)", len(ids), keep, history.Redact(store.Path), ids)
+	msg := fmt.Sprintf("sent %s kept in %s to %s (now %s %v)", textfmt.Plural(len(ids), "run", "runs"), keep, history.Redact(store.Path), textfmt.Word(len(ids), "run", "runs"), ids)
 	if err != nil {
 		msg += fmt.Sprintf("; the rest stay there: %v", err)
 	}
