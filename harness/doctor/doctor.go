@@ -241,6 +241,15 @@ func Inspect(ctx context.Context, o Options) *Report {
 			}
 		}
 	}
+	for _, m := range []struct {
+		name string
+		dst  **nvsmi.P2PMatrix
+	}{{"r", &h.P2PRead}, {"w", &h.P2PWrite}} {
+		if *m.dst != nil && h.Topology != nil && len((*m.dst).GPUs) != len(h.Topology.GPUs) {
+			h.Errors = append(h.Errors, fmt.Sprintf("nvidia-smi topo -p2p %s lists %d GPUs, nvidia-smi topo -m %d: the two should describe the same GPUs", m.name, len((*m.dst).GPUs), len(h.Topology.GPUs)))
+			*m.dst = nil
+		}
+	}
 	if o.FS != nil {
 		h.IOMMUGroups, h.IOMMU = readIOMMU(o.FS)
 		if b, err := fs.ReadFile(o.FS, "proc/cmdline"); err == nil {

@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -257,20 +258,50 @@ func TestMalformedRecordedHost(t *testing.T) {
 	}
 	query := string(b)
 	lines := strings.SplitAfter(query, "\n")
+	var p2p16 string // a 16-GPU topo -p2p matrix, all OK
+	{
+		var b strings.Builder
+		b.WriteString(" ")
+		for j := range 16 {
+			fmt.Fprintf(&b, "\tGPU%d", j)
+		}
+		b.WriteString("\n")
+		for i := range 16 {
+			fmt.Fprintf(&b, " GPU%d", i)
+			for j := range 16 {
+				if i == j {
+					b.WriteString("\tX")
+				} else {
+					b.WriteString("\tOK")
+				}
+			}
+			b.WriteString("\n")
+		}
+		p2p16 = b.String()
+	}
 	for _, tc := range []struct {
 		name, query, wantErr, wantExpect string
+		p2p, wantUnreadable             string
 	}{
-		{"gen 7", strings.Replace(query, ", 5, 5, 16, 16,", ", 7, 7, 16, 16,", 1), "", "custom-push2 "},
-		{"gen 9", strings.Replace(query, ", 5, 5, 16, 16,", ", 9, 9, 16, 16,", 1), "", "traffic model: topology: GPU0's PCIe link is at gen 9, which the model does not know (gens 1 to 7)"},
-		{"an index that is no number", strings.Replace(query, "\n7, ", "\nseven, ", 1), `nvidia-smi --query-gpu line 9: GPU index "seven" is not a number`, ""},
-		{"an index past the GPUs", strings.Replace(query, "\n7, ", "\n9, ", 1), "nvidia-smi --query-gpu line 9: GPU index 9 of 8 GPUs", ""},
-		{"fewer GPUs than topo -m has", strings.Join(lines[:5], ""), "nvidia-smi --query-gpu lists 4 GPUs, nvidia-smi topo -m 8", ""},
+		{"a width of 1000 lanes", strings.ReplaceAll(query, ", 5, 5, 16, 16,", ", 5, 5, 1000, 1000,"), "", "custom-push2 5.5 µs", "", "pcie.link.width.current: 1000"},
+		{"a width of 0 lanes", strings.Replace(query, ", 5, 5, 16, 16,", ", 5, 5, 0, 16,", 1), "", "custom-push2 5.5 µs", "", "pcie.link.width.current: 0"},
+		{"gen 0", strings.ReplaceAll(query, ", 5, 5, 16, 16,", ", 0, 0, 16, 16,"), "", "custom-push2 5.5 µs", "", "pcie.link.gen.current: 0"},
+		{"a link above its maximum", strings.Replace(query, ", 5, 5, 16, 16,", ", 5, 3, 16, 8,", 1), "", "", "", "pcie.link.gen.current: 5"},
+		{"topo -p2p with more GPUs than topo -m", query, "nvidia-smi topo -p2p r lists 16 GPUs, nvidia-smi topo -m 8", "", p2p16, ""},
+		{"gen 7", strings.Replace(query, ", 5, 5, 16, 16,", ", 7, 7, 16, 16,", 1), "", "custom-push2 ", "", ""},
+		{"gen 9", strings.Replace(query, ", 5, 5, 16, 16,", ", 9, 9, 16, 16,", 1), "", "traffic model: topology: GPU0's PCIe link is at gen 9, which the model does not know (gens 1 to 7)", "", ""},
+		{"an index that is no number", strings.Replace(query, "\n7, ", "\nseven, ", 1), `nvidia-smi --query-gpu line 9: GPU index "seven" is not a number`, "", "", ""},
+		{"an index past the GPUs", strings.Replace(query, "\n7, ", "\n9, ", 1), "nvidia-smi --query-gpu line 9: GPU index 9 of 8 GPUs", "", "", ""},
+		{"fewer GPUs than topo -m has", strings.Join(lines[:5], ""), "nvidia-smi --query-gpu lists 4 GPUs, nvidia-smi topo -m 8", "", "", ""},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			run := recorded(t, "ref8", nil)
 			edited := func(ctx context.Context, name string, args ...string) (string, error) {
 				if name == "nvidia-smi" && len(args) > 0 && strings.HasPrefix(args[0], "--query-gpu") {
 					return tc.query, nil
+				}
+				if name == "nvidia-smi" && tc.p2p != "" && strings.Join(args, " ") == "topo -p2p r" {
+					return tc.p2p, nil
 				}
 				return run(ctx, name, args...)
 			}
@@ -281,6 +312,9 @@ func TestMalformedRecordedHost(t *testing.T) {
 			}
 			if tc.wantExpect != "" && !strings.Contains(rep.Expect, tc.wantExpect) {
 				t.Errorf("expect: %q, want %q", rep.Expect, tc.wantExpect)
+			}
+			if tc.wantUnreadable != "" && (len(rep.Host.GPUs) == 0 || !slices.Contains(rep.Host.GPUs[0].Unreadable, tc.wantUnreadable)) {
+				t.Errorf("GPU0 unreadable: %v, want %q", rep.Host.GPUs, tc.wantUnreadable)
 			}
 		})
 	}

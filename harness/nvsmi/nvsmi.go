@@ -178,6 +178,30 @@ func readFields(g *GPU, field map[string]string) {
 	num("pcie.link.width.current", &g.PCIeWidth)
 	num("pcie.link.width.max", &g.PCIeWidthMax)
 	num("memory.total", &g.MemoryMiB)
+	// A PCIe link is x1, x2, x4, x8, x12, x16 or x32 lanes wide, of a
+	// generation from 1, and runs at most at what it can: anything else
+	// is no link nvidia-smi measured, listed as unreadable and left
+	// unknown (the model then assumes gen 5 x16).
+	lanes := map[int]bool{1: true, 2: true, 4: true, 8: true, 12: true, 16: true, 32: true}
+	for _, f := range []struct {
+		name     string
+		v, limit *int
+		ok       func(int) bool
+	}{
+		{"pcie.link.gen.current", &g.PCIeGen, &g.PCIeGenMax, func(n int) bool { return n >= 1 }},
+		{"pcie.link.gen.max", &g.PCIeGenMax, nil, func(n int) bool { return n >= 1 }},
+		{"pcie.link.width.current", &g.PCIeWidth, &g.PCIeWidthMax, func(n int) bool { return lanes[n] }},
+		{"pcie.link.width.max", &g.PCIeWidthMax, nil, func(n int) bool { return lanes[n] }},
+	} {
+		v, ok := field[f.name]
+		if !ok || *f.v == 0 && v != "0" {
+			continue // absent, or unreadable already
+		}
+		if !f.ok(*f.v) || f.limit != nil && *f.limit > 0 && f.ok(*f.limit) && *f.v > *f.limit {
+			g.Unreadable = append(g.Unreadable, f.name+": "+v)
+			*f.v = 0
+		}
+	}
 	if g.ComputeCap != "" && !ccRe().MatchString(g.ComputeCap) {
 		g.Unreadable = append(g.Unreadable, "compute_cap: "+g.ComputeCap)
 		g.ComputeCap = ""
