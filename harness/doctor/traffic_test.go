@@ -281,7 +281,7 @@ func TestMalformedRecordedHost(t *testing.T) {
 	}
 	for _, tc := range []struct {
 		name, query, wantErr, wantExpect string
-		p2p, wantUnreadable             string
+		p2p, wantUnreadable              string
 	}{
 		{"a width of 1000 lanes", strings.ReplaceAll(query, ", 5, 5, 16, 16,", ", 5, 5, 1000, 1000,"), "", "custom-push2 5.5 µs", "", "pcie.link.width.current: 1000"},
 		{"a width of 0 lanes", strings.Replace(query, ", 5, 5, 16, 16,", ", 5, 5, 0, 16,", 1), "", "custom-push2 5.5 µs", "", "pcie.link.width.current: 0"},
