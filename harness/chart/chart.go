@@ -234,12 +234,16 @@ func intervalNote(curves []Curve) string {
 // paths (SVG, PDF, EPS). Upstream: gonum.org/v1/plot
 // vg/vgimg/vgimg.go@v0.10.1 (init: the formats it registers).
 func Raster(out string) bool {
-	switch strings.TrimPrefix(strings.ToLower(filepath.Ext(out)), ".") {
+	switch format(out) {
 	case "png", "jpg", "jpeg", "tif", "tiff":
 		return true
 	}
 	return false
 }
+
+// format is the format out's extension names, as gonum/plot's formats
+// are registered: "png", "svg", ...
+func format(out string) string { return strings.TrimPrefix(strings.ToLower(filepath.Ext(out)), ".") }
 
 // Save writes p to out, w x h, in the format out's extension names (.svg,
 // .png, .pdf), atomically (safefs.WriteFile). It draws p on a canvas
@@ -248,8 +252,7 @@ func Raster(out string) bool {
 // canvas (Plot.Draw: FillText at Max.Y + descent, aligned YTop), which
 // clipped its letters at the top of a PNG.
 func Save(p *plot.Plot, w, h vg.Length, out string) error {
-	format := strings.TrimPrefix(strings.ToLower(filepath.Ext(out)), ".")
-	c, err := draw.NewFormattedCanvas(w, h, format)
+	c, err := draw.NewFormattedCanvas(w, h, format(out))
 	if err != nil {
 		return fmt.Errorf("%s: %w", out, err)
 	}

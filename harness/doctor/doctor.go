@@ -223,11 +223,17 @@ func Inspect(ctx context.Context, o Options) *Report {
 			h.Errors = append(h.Errors, err.Error())
 		}
 	}
-	// The two outputs describe one host: as many GPUs in each. (A count
-	// that differs would have the model judge some GPUs without their
-	// links, or links without their GPUs.)
-	if h.GPUs != nil && h.Topology != nil && len(h.GPUs) != len(h.Topology.GPUs) {
-		h.Errors = append(h.Errors, fmt.Sprintf("nvidia-smi --query-gpu lists %d GPUs, nvidia-smi topo -m %d: the two should describe the same GPUs", len(h.GPUs), len(h.Topology.GPUs)))
+	// The outputs describe one host: as many GPUs in each as topo -m
+	// has. (A count that differs would have the model judge some GPUs
+	// without their links, or links without their GPUs.)
+	sameGPUs := func(what string, n int) bool {
+		if h.Topology == nil || n == len(h.Topology.GPUs) {
+			return true
+		}
+		h.Errors = append(h.Errors, fmt.Sprintf("nvidia-smi %s lists %d GPUs, nvidia-smi topo -m %d: the two should describe the same GPUs", what, n, len(h.Topology.GPUs)))
+		return false
+	}
+	if h.GPUs != nil && !sameGPUs("--query-gpu", len(h.GPUs)) {
 		h.GPUs, h.Topology = nil, nil
 	}
 	for _, m := range []struct {
@@ -238,16 +244,9 @@ func Inspect(ctx context.Context, o Options) *Report {
 			var err error
 			if *m.dst, err = nvsmi.ParseP2P(out); err != nil {
 				h.Errors = append(h.Errors, err.Error())
+			} else if !sameGPUs("topo -p2p "+m.flag, len((*m.dst).GPUs)) {
+				*m.dst = nil
 			}
-		}
-	}
-	for _, m := range []struct {
-		name string
-		dst  **nvsmi.P2PMatrix
-	}{{"r", &h.P2PRead}, {"w", &h.P2PWrite}} {
-		if *m.dst != nil && h.Topology != nil && len((*m.dst).GPUs) != len(h.Topology.GPUs) {
-			h.Errors = append(h.Errors, fmt.Sprintf("nvidia-smi topo -p2p %s lists %d GPUs, nvidia-smi topo -m %d: the two should describe the same GPUs", m.name, len((*m.dst).GPUs), len(h.Topology.GPUs)))
-			*m.dst = nil
 		}
 	}
 	if o.FS != nil {

@@ -146,60 +146,55 @@ func ParseQueryGPU(out string) ([]GPU, error) {
 // value nvidia-smi could not read, or a number or compute capability
 // that does not parse, goes to g.Unreadable as "column: value" instead.
 func readFields(g *GPU, field map[string]string) {
+	unreadable := func(name string) { g.Unreadable = append(g.Unreadable, name+": "+field[name]) }
 	text := func(name string, dst *string) {
 		v, ok := field[name]
 		switch {
 		case !ok:
 		case unreadableRe().MatchString(v) || v == "":
-			g.Unreadable = append(g.Unreadable, name+": "+v)
+			unreadable(name)
 		default:
 			*dst = v
 		}
 	}
-	num := func(name string, dst *int) {
+	// num reads a number that valid admits (any that is not negative
+	// when valid is nil).
+	num := func(name string, dst *int, valid func(int) bool) {
 		v, ok := field[name]
 		if !ok {
 			return
 		}
 		n, err := strconv.Atoi(strings.TrimSuffix(v, " MiB"))
-		if err != nil || n < 0 {
-			g.Unreadable = append(g.Unreadable, name+": "+v)
+		if err != nil || n < 0 || valid != nil && !valid(n) {
+			unreadable(name)
 			return
 		}
 		*dst = n
 	}
+	// A PCIe link is x1, x2, x4, x8, x12, x16 or x32 lanes wide, of a
+	// generation from 1, and runs at most at what it can: anything else
+	// is no link nvidia-smi measured, listed as unreadable and left
+	// unknown (the model then assumes gen 5 x16).
+	gen := func(n int) bool { return n >= 1 }
+	lanes := func(n int) bool { return slices.Contains([]int{1, 2, 4, 8, 12, 16, 32}, n) }
 	text("name", &g.Name)
 	text("uuid", &g.UUID)
 	text("pci.bus_id", &g.BusID)
 	text("compute_cap", &g.ComputeCap)
 	text("driver_version", &g.Driver)
-	num("pcie.link.gen.current", &g.PCIeGen)
-	num("pcie.link.gen.max", &g.PCIeGenMax)
-	num("pcie.link.width.current", &g.PCIeWidth)
-	num("pcie.link.width.max", &g.PCIeWidthMax)
-	num("memory.total", &g.MemoryMiB)
-	// A PCIe link is x1, x2, x4, x8, x12, x16 or x32 lanes wide, of a
-	// generation from 1, and runs at most at what it can: anything else
-	// is no link nvidia-smi measured, listed as unreadable and left
-	// unknown (the model then assumes gen 5 x16).
-	lanes := map[int]bool{1: true, 2: true, 4: true, 8: true, 12: true, 16: true, 32: true}
-	for _, f := range []struct {
-		name     string
-		v, limit *int
-		ok       func(int) bool
-	}{
-		{"pcie.link.gen.current", &g.PCIeGen, &g.PCIeGenMax, func(n int) bool { return n >= 1 }},
-		{"pcie.link.gen.max", &g.PCIeGenMax, nil, func(n int) bool { return n >= 1 }},
-		{"pcie.link.width.current", &g.PCIeWidth, &g.PCIeWidthMax, func(n int) bool { return lanes[n] }},
-		{"pcie.link.width.max", &g.PCIeWidthMax, nil, func(n int) bool { return lanes[n] }},
-	} {
-		v, ok := field[f.name]
-		if !ok || *f.v == 0 && v != "0" {
-			continue // absent, or unreadable already
-		}
-		if !f.ok(*f.v) || f.limit != nil && *f.limit > 0 && f.ok(*f.limit) && *f.v > *f.limit {
-			g.Unreadable = append(g.Unreadable, f.name+": "+v)
-			*f.v = 0
+	num("pcie.link.gen.current", &g.PCIeGen, gen)
+	num("pcie.link.gen.max", &g.PCIeGenMax, gen)
+	num("pcie.link.width.current", &g.PCIeWidth, lanes)
+	num("pcie.link.width.max", &g.PCIeWidthMax, lanes)
+	num("memory.total", &g.MemoryMiB, nil)
+	for _, l := range []struct {
+		name string
+		cur  *int
+		max  int
+	}{{"pcie.link.gen.current", &g.PCIeGen, g.PCIeGenMax}, {"pcie.link.width.current", &g.PCIeWidth, g.PCIeWidthMax}} {
+		if l.max > 0 && *l.cur > l.max {
+			unreadable(l.name)
+			*l.cur = 0
 		}
 	}
 	if g.ComputeCap != "" && !ccRe().MatchString(g.ComputeCap) {

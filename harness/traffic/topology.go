@@ -2,6 +2,7 @@ package traffic
 
 import (
 	"fmt"
+	"maps"
 	"slices"
 	"sort"
 	"strconv"
@@ -131,7 +132,7 @@ func New(links [][]string, gens, widths []int, p Params) (*Topology, error) {
 			width = widths[i]
 		}
 		if _, ok := PCIeGBps[gen]; !ok {
-			return nil, fmt.Errorf("topology: GPU%d's PCIe link is at gen %d, which the model does not know (gens 1 to 7)", i, gen)
+			return nil, fmt.Errorf("topology: GPU%d's PCIe link is at gen %d, which the model does not know (gens 1 to %d)", i, gen, slices.Max(slices.Collect(maps.Keys(PCIeGBps))))
 		}
 		t.LinkGBps[i] = PCIeGBps[gen] * float64(width) * p.PCIeEfficiency
 	}

@@ -203,8 +203,8 @@ func cacheDir() string {
 }
 
 // buildJudge compiles the judge driver with src, or finds it compiled
-// (in this process, or in cacheDir under its content key, the binary's
-// sha256 checked). It returns ErrNoClang, a *CompileError, or the
+// (in this process, or in cacheDir under its content key, the sha256 of
+// the binary and of its IR checked). It returns ErrNoClang, a *CompileError, or the
 // filesystem's error.
 func buildJudge(ctx context.Context, src cxxSource) (string, error) {
 	cc, err := Clang()
@@ -229,7 +229,7 @@ func buildJudge(ctx context.Context, src cxxSource) (string, error) {
 	}
 	dir := filepath.Join(cacheDir(), key[:32])
 	bin := filepath.Join(dir, "judge")
-	if _, err := os.Stat(filepath.Join(dir, irFile)); err == nil && binstore.Verified(bin) {
+	if binstore.Verified(bin) && binstore.Verified(filepath.Join(dir, irFile)) {
 		builds[key] = bin
 		return bin, nil
 	}
@@ -390,8 +390,8 @@ func judgeCuts(bin string) ([]uint64, error) {
 	return irCuts(b), nil
 }
 
-// install moves work's judge, with its sha256 and its IR beside it,
-// into dir.
+// install moves work's judge and its IR, each with its sha256 beside
+// it, into dir.
 func install(work, dir string) error {
 	final := filepath.Join(work, "out")
 	if err := os.Mkdir(final, 0o755); err != nil {
@@ -401,9 +401,9 @@ func install(work, dir string) error {
 		if err := os.Rename(filepath.Join(work, f), filepath.Join(final, f)); err != nil {
 			return err
 		}
-	}
-	if err := binstore.Seal(filepath.Join(final, "judge")); err != nil {
-		return err
+		if err := binstore.Seal(filepath.Join(final, f)); err != nil {
+			return err
+		}
 	}
 	return binstore.Publish(final, dir, "judge")
 }
