@@ -265,6 +265,68 @@ func TestSearchPathWithoutSchema(t *testing.T) {
 			t.Errorf("%s: %v", name, err)
 		}
 	}
+	// The remedy, as printed: with the schema made, the history opens.
+	admin, err := sql.Open("pgx", base)
+	must(t, err)
+	t.Cleanup(func() { _, _ = admin.Exec(`DROP SCHEMA no_such_schema_arpatch CASCADE`); _ = admin.Close() })
+	_, err = admin.Exec(`CREATE SCHEMA no_such_schema_arpatch`)
+	must(t, err)
+	s, err := Open(u)
+	must(t, err)
+	must(t, s.Close())
+}
+
+// A migration by a user that may write rows but does not own the tables
+// is refused with the privilege remedy, which names ownership; once the
+// user owns them (ALTER TABLE t OWNER TO u, as the remedy says) the
+// migration runs.
+func TestMigrationNeedsTheOwner(t *testing.T) {
+	target := pgtest.Schema(t)
+	u, err := url.Parse(target)
+	must(t, err)
+	schema := u.Query().Get("search_path")
+	owner, err := Open(target)
+	must(t, err)
+	must(t, owner.Close())
+	admin, err := sql.Open("pgx", target)
+	must(t, err)
+	t.Cleanup(func() { _ = admin.Close() })
+	rw := schema + "_mig"
+	for _, q := range []string{`ALTER TABLE trials DROP COLUMN n_samples`, `DELETE FROM schema_migrations WHERE version = 7`,
+		`CREATE ROLE ` + rw + ` LOGIN`, `GRANT USAGE, CREATE ON SCHEMA ` + schema + ` TO ` + rw,
+		`GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA ` + schema + ` TO ` + rw,
+		`GRANT USAGE ON ALL SEQUENCES IN SCHEMA ` + schema + ` TO ` + rw} {
+		if _, err := admin.Exec(q); err != nil {
+			t.Fatalf("%s: %v", q, err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, q := range []string{`REASSIGN OWNED BY ` + rw + ` TO CURRENT_USER`, `DROP OWNED BY ` + rw, `DROP ROLE ` + rw} {
+			if _, err := admin.Exec(q); err != nil {
+				t.Errorf("%s: %v", q, err)
+			}
+		}
+	})
+	v := *u
+	v.User = url.User(rw)
+	as := v.String()
+	if s, err := Open(as); err == nil || !strings.Contains(err.Error(), "must be owner of table") || !strings.Contains(err.Error(), "ALTER TABLE t OWNER TO u for each") {
+		if s != nil {
+			_ = s.Close()
+		}
+		t.Fatalf("a migration by a user that owns no table: %v", err)
+	}
+	for _, tb := range []string{"runs", "environment", "drift", "arms", "trials", "samples", "checks", "schema_migrations"} {
+		if _, err := admin.Exec(`ALTER TABLE ` + tb + ` OWNER TO ` + rw); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, err := Open(as)
+	must(t, err)
+	if ver, err := s.Version(); err != nil || ver != SchemaVersion {
+		t.Errorf("after the owner's change: version %d, %v", ver, err)
+	}
+	must(t, s.Close())
 }
 
 func TestRebind(t *testing.T) {
