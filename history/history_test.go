@@ -653,6 +653,15 @@ func must(t *testing.T, err error) {
 	}
 }
 
+// runOf describes a Show result's run for a failure message: a failed
+// Show has none, and a message must not panic on it.
+func runOf(d *Detail) string {
+	if d == nil {
+		return "no run"
+	}
+	return fmt.Sprintf("%+v", d.Run)
+}
+
 // tokOnly is a trial's metrics with only tok/s.
 func tokOnly(v float64) map[string]float64 { return map[string]float64{"tok_s": v} }
 

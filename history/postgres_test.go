@@ -197,7 +197,7 @@ func TestMarkStaleSparesLiveRuns(t *testing.T) {
 	for id, want := range map[int64]RunStatus{live: Running, ended: Complete, dead: Incomplete} {
 		d, err := b.Show(id)
 		if err != nil || d.Run.Status != want {
-			t.Errorf("run %d: %v, %v; want %s", id, d.Run.Status, err, want)
+			t.Errorf("run %d: %s, %v; want %s", id, runOf(d), err, want)
 		}
 	}
 }
@@ -379,7 +379,7 @@ func TestRunKeepsItsLockAcrossARestart(t *testing.T) {
 	}
 	d, err := b.Show(live)
 	if err != nil || d.Run.Status != Running || d.Run.Verdict != "" || d.Run.FinishedAt != nil {
-		t.Fatalf("live run %d after the restart: %+v, %v", live, d.Run, err)
+		t.Fatalf("live run %d after the restart: %s, %v", live, runOf(d), err)
 	}
 	if marked, err := b.MarkStale(); err != nil || len(marked) != 0 {
 		t.Errorf("MarkStale once the live run holds its lock again: %v, %v", marked, err)
@@ -396,10 +396,10 @@ func TestRunKeepsItsLockAcrossARestart(t *testing.T) {
 	}
 	must(t, a.Record(live, benchOutcome(1)))
 	if d, err := b.Show(live); err != nil || d.Run.Status != Complete || len(d.Arms) != 2 {
-		t.Errorf("live run %d after its record: %+v, %v", live, d.Run, err)
+		t.Errorf("live run %d after its record: %s, %v", live, runOf(d), err)
 	}
 	if d, err := b.Show(dead); err != nil || d.Run.Status != Incomplete {
-		t.Errorf("dead run %d: %+v, %v", dead, d.Run, err)
+		t.Errorf("dead run %d: %s, %v", dead, runOf(d), err)
 	}
 }
 
@@ -447,7 +447,7 @@ func TestMarkStaleSparesARunRetakingItsLock(t *testing.T) {
 		t.Errorf("MarkStale right after the restart marked %v (%v); want only the dead run %d, not the live %d", r.marked, r.err, dead, live)
 	}
 	if d, err := b.Show(live); err != nil || d.Run.Status != Running || d.Run.Verdict != "" {
-		t.Errorf("live run %d: %+v, %v", live, d.Run, err)
+		t.Errorf("live run %d: %s, %v", live, runOf(d), err)
 	}
 }
 

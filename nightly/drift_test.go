@@ -19,8 +19,11 @@ func TestAlsoCheck(t *testing.T) {
 	w.cfg.Upstream.Also = []string{"no-such-branch", "master", w.commit}
 	rep, err := Run(context.Background(), Options{Config: w.cfg, Env: w.env, SkipBuild: true, SkipBench: true,
 		Probe: func(context.Context) Environment { return Environment{} }})
-	if err != nil || rep.ExitCode != ExitOK || len(rep.Drift) != 1 || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "no-such-branch") {
-		t.Fatalf("exit %d, %d drift rows, warnings %v, err %v", rep.ExitCode, len(rep.Drift), rep.Warnings, err)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if rep.ExitCode != ExitOK || len(rep.Drift) != 1 || len(rep.Warnings) != 1 || !strings.Contains(rep.Warnings[0], "no-such-branch") {
+		t.Fatalf("exit %d, %d drift rows, warnings %v", rep.ExitCode, len(rep.Drift), rep.Warnings)
 	}
 	if c := w.check(rep, "also_check no-such-branch"); c.Status != "skip" {
 		t.Errorf("check %+v", c)
