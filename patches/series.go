@@ -1,6 +1,7 @@
 package patches
 
 import (
+	"bytes"
 	"errors"
 	"fmt"
 	"io/fs"
@@ -348,15 +349,24 @@ func Seal(fsys fs.FS, dir string, write func(name string, data []byte) error) ([
 			changed = append(changed, p.File)
 		}
 	}
-	if len(changed) == 0 {
+	// A draft's "unsealed" line says what sealing does; once sealed it
+	// would be untrue, so it goes with the hashes.
+	unsealed := bytes.Contains(data, []byte(UnsealedLine))
+	if len(changed) == 0 && !unsealed {
 		return nil, nil
 	}
 	out, err := rewriteSHAs(data, sums)
 	if err != nil {
 		return nil, fmt.Errorf("seal %s: %w", dir, err)
 	}
+	out = bytes.Replace(out, []byte(UnsealedLine), nil, 1)
 	return changed, write(path.Join(dir, SeriesFile), out)
 }
+
+// UnsealedLine is the line `arpatch patches port` writes at the top of a
+// draft's series.toml whose hashes are left empty for review; Seal removes
+// it when it writes the hashes.
+const UnsealedLine = "# Unsealed: review every patch, then run `arpatch patches seal DIR`.\n"
 
 var (
 	patchTable = regexp.MustCompile(`(?m)^[ \t]*\[\[[ \t]*patch[ \t]*\]\]`)

@@ -187,6 +187,27 @@ func TestSealRewritesOnlyHashes(t *testing.T) {
 	}
 }
 
+// TestSealDropsTheUnsealedLine: a draft of patches port says it is
+// unsealed; Seal writes its hashes and takes that line away, keeping the
+// rest, and a sealed series that still holds the line (sealed by an
+// older arpatch) loses it though no hash changed.
+func TestSealDropsTheUnsealedLine(t *testing.T) {
+	sealed := seriesTOML("", [3]string{"0001-dispatch.patch", digest.SHA256Hex([]byte(dispatchPatch)), ""}, [3]string{"0002-gate.patch", digest.SHA256Hex([]byte(gatePatch)), ""})
+	for _, tc := range []struct{ name, toml string }{
+		{"draft", "# Ported.\n" + UnsealedLine + seriesTOML("", [3]string{"0001-dispatch.patch", "", ""}, [3]string{"0002-gate.patch", "", ""})},
+		{"sealed before", "# Ported.\n" + UnsealedLine + sealed},
+	} {
+		fsys := seriesFS(tc.toml, map[string]string{"0001-dispatch.patch": dispatchPatch, "0002-gate.patch": gatePatch})
+		var written string
+		if _, err := Seal(fsys, "s", func(_ string, data []byte) error { written = string(data); return nil }); err != nil {
+			t.Fatal(err)
+		}
+		if want := "# Ported.\n" + sealed; written != want {
+			t.Errorf("%s: sealed series.toml:\n%s\nwant:\n%s", tc.name, written, want)
+		}
+	}
+}
+
 func TestSealRefusesIncompleteSeries(t *testing.T) {
 	nowrite := func(string, []byte) error {
 		t.Error("wrote series.toml")

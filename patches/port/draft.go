@@ -71,7 +71,7 @@ func (r *Report) Draft(s *patches.Series, name string, seal bool) (*Draft, error
 	var b bytes.Buffer
 	fmt.Fprintf(&b, "# Ported by `arpatch patches port` from %s (tested on %s) to %s.\n", s.Name, r.From, r.To)
 	if !seal {
-		fmt.Fprintf(&b, "# Unsealed: review every patch, then run `arpatch patches seal DIR`.\n")
+		b.WriteString(patches.UnsealedLine)
 	}
 	enc := toml.NewEncoder(&b)
 	enc.Indent = ""
