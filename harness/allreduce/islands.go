@@ -7,6 +7,7 @@ import (
 	"strings"
 
 	"github.com/arpatch/arpatch/harness/nvsmi"
+	"github.com/arpatch/arpatch/patches/sglenv"
 )
 
 // Islands is a partition of a group's ranks 0..N-1 into K islands of equal
@@ -22,7 +23,7 @@ import (
 type Islands [][]int
 
 // EnvIslands is the variable the pcie series reads islands from.
-const EnvIslands = "SGLANG_PCIE_CUSTOM_AR_ISLANDS"
+const EnvIslands = sglenv.Islands
 
 // String is the variable's spelling: ranks joined by ',', islands by '/',
 // e.g. "0,1,2,3/4,5,6,7".

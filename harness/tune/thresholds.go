@@ -47,16 +47,17 @@ import (
 
 	"github.com/arpatch/arpatch/harness/allreduce"
 	"github.com/arpatch/arpatch/internal/lazyre"
+	"github.com/arpatch/arpatch/patches/sglenv"
 )
 
 // The variables the pcie series reads.
 const (
-	EnvForce     = "SGLANG_FORCE_CUSTOM_AR_PCIE"
-	EnvMaxBytes  = "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES"
-	Env1StageMax = "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES" // legacy: pull1:B,pull2
-	EnvSchedule  = "SGLANG_PCIE_CUSTOM_AR_ALGO"
-	EnvIslands   = allreduce.EnvIslands
-	EnvAlgo      = "SGLANG_CUSTOM_ALLREDUCE_ALGO" // upstream's
+	EnvForce     = sglenv.Force
+	EnvMaxBytes  = sglenv.MaxBytes
+	Env1StageMax = sglenv.OneStageMax // legacy: pull1:B,pull2
+	EnvSchedule  = sglenv.Schedule
+	EnvIslands   = sglenv.Islands
+	EnvAlgo      = sglenv.Algo // upstream's
 )
 
 // Variables are the pcie series' variables a tune sets or clears.

@@ -5,6 +5,8 @@ import (
 	"fmt"
 	"maps"
 	"strings"
+
+	"github.com/arpatch/arpatch/patches/sglenv"
 )
 
 // envValues are the values the judge gives each variable it drives, where
@@ -18,12 +20,12 @@ import (
 // (py/judge.py expands it).
 // Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3 (CustomAllreduce::allreduce: SGLANG_CUSTOM_ALLREDUCE_ALGO)
 var envValues = map[string][]string{
-	"SGLANG_FORCE_CUSTOM_AR_PCIE":            {"1"},
-	"SGLANG_CUSTOM_ALLREDUCE_ALGO":           {"1stage", "2stage"},
-	"SGLANG_PCIE_CUSTOM_AR_ALGO":             {"push1", "push2", "island", "pull1", "pull2", "push1:65536,push2", "push1:32768,island", "bogus"},
-	"SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES": {"0", "65536", "64K?"},
-	"SGLANG_PCIE_CUSTOM_AR_ISLANDS":          {"{islands2}", "0/1"},
-	"SGLANG_PCIE_CUSTOM_AR_MAX_BYTES":        {"0", "65536", "64K?"},
+	sglenv.Force:       {"1"},
+	sglenv.Algo:        {"1stage", "2stage"},
+	sglenv.Schedule:    {"push1", "push2", "island", "pull1", "pull2", "push1:65536,push2", "push1:32768,island", "bogus"},
+	sglenv.OneStageMax: {"0", "65536", "64K?"},
+	sglenv.Islands:     {"{islands2}", "0/1"},
+	sglenv.MaxBytes:    {"0", "65536", "64K?"},
 }
 
 var defaultValues = []string{"1"}

@@ -20,6 +20,7 @@ import (
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/goroutine"
 	"github.com/arpatch/arpatch/patches/kernelsim"
+	"github.com/arpatch/arpatch/patches/sglenv"
 )
 
 // The pcie series' push kernels are the series' own code, and a launch of
@@ -73,7 +74,7 @@ func (cx *cxxJudge) pushRuns(reqs []requirement, results map[string]cxxResult) [
 				if run.Kind != "one" || m == nil || from > to {
 					continue
 				}
-				islands := r.KernelEnv["SGLANG_PCIE_CUSTOM_AR_ISLANDS"]
+				islands := r.KernelEnv[sglenv.Islands]
 				key := run.Kernel + "/" + islands
 				pr := runs[key]
 				if pr == nil {

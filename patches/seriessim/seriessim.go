@@ -27,6 +27,7 @@ import (
 	"github.com/arpatch/arpatch/internal/pyenv"
 	"github.com/arpatch/arpatch/patches"
 	"github.com/arpatch/arpatch/patches/kernelsim"
+	"github.com/arpatch/arpatch/patches/sglenv"
 )
 
 // The files of the series whose added lines are run.
@@ -140,13 +141,32 @@ def with_nvml_context(fn):
 
 // runner constructs CustomAllreduce for each case (JSON on stdin) and
 // prints the results, or calls pcie_custom_ar_forced ("forced" cases).
-const runner = `
+// The variables' names come from sglenv.
+var runner = strings.NewReplacer("{VARS}", pyStrings(sglenv.Series), "{FORCE}", pyString(sglenv.Force)).Replace(runnerText)
+
+// pyString returns s as a Python str literal: its JSON string, which
+// Python reads as the same text.
+func pyString(s string) string {
+	q, _ := json.Marshal(s)
+	return string(q)
+}
+
+// pyStrings returns the elements of a Python tuple of names.
+func pyStrings(names []string) string {
+	q := make([]string, len(names))
+	for i, n := range names {
+		q[i] = pyString(n)
+	}
+	return strings.Join(q, ", ")
+}
+
+const runnerText = `
 import json, os, sys, types
 sys.path.insert(0, sys.argv[1])
 import ca
 
-VARS = ("SGLANG_FORCE_CUSTOM_AR_PCIE", "SGLANG_PCIE_CUSTOM_AR_MAX_BYTES", "SGLANG_PCIE_CUSTOM_AR_ALGO",
-        "SGLANG_PCIE_CUSTOM_AR_ISLANDS", "SGLANG_PCIE_CUSTOM_AR_1STAGE_MAX_BYTES")
+VARS = ({VARS},)
+FORCE = {FORCE}
 
 
 class NVML:
@@ -185,7 +205,7 @@ for c in json.load(sys.stdin):
         continue
     if "forced" in c:
         if c["forced"] is not None:
-            os.environ["SGLANG_FORCE_CUSTOM_AR_PCIE"] = c["forced"]
+            os.environ[FORCE] = c["forced"]
         out.append({"forced": ca.pcie_custom_ar_forced()})
         continue
     os.environ.update(c.get("env") or {})
