@@ -387,9 +387,12 @@ func patchInputs(st *checkout.State) []PatchInput {
 // splits like a shell (Python's shlex): an argument with spaces or quotes
 // stays one, and a plain one (most: -DVAR=/path) is left as it is, so the
 // plan and the cache key read as the build sees them. Commands printed for
-// a person to paste are quoted by internal/shellq instead.
+// a person to paste are quoted by internal/shellq instead: shlex and sh
+// differ inside double quotes, which shellq uses for a word holding a
+// single quote (shlex keeps the backslash of "\$", sh drops it), so
+// shellq's words are not shlex's (TestCMakeArgIsShlexs).
 func cmakeArg(s string) string {
-	if !strings.ContainsAny(s, " \t\"'\\$`") {
+	if !strings.ContainsAny(s, " \t\r\n\"'\\$`") { // shlex.whitespace, quotes, escape
 		return s
 	}
 	return "'" + strings.ReplaceAll(s, "'", `'"'"'`) + "'"

@@ -7,12 +7,14 @@ import (
 	"os/exec"
 	"path/filepath"
 	"reflect"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 
 	"github.com/arpatch/arpatch/internal/cudaarch"
 	"github.com/arpatch/arpatch/internal/procgroup"
+	"github.com/arpatch/arpatch/internal/shellq"
 )
 
 func TestParseNVCCVersion(t *testing.T) {
@@ -276,6 +278,39 @@ func TestArchsUpstreamHasAndQuoting(t *testing.T) {
 		if got := cmakeArg(in); got != want {
 			t.Errorf("cmakeArg(%q) = %q, want %q", in, got, want)
 		}
+	}
+}
+
+// TestCMakeArgIsShlexs: Python's shlex.split, as scikit-build-core reads
+// CMAKE_ARGS, reads each cmakeArg word back as itself, where it misreads
+// shellq.Quote's word for one with a single quote and a dollar (why
+// cmakeArg is its own quoting).
+func TestCMakeArgIsShlexs(t *testing.T) {
+	py, err := exec.LookPath("python3")
+	if err != nil {
+		t.Skip("no python3 to run shlex")
+	}
+	words := []string{"-DX=/plain/path", "-DX=/tmp/my bin/arpatch;gf", "-DX=/it's", "-DX=a b'c$d", `-DX=a\b`, "-DX=`q`\"x\"", "-DX=line\nnext\rcr"}
+	split := func(line string) []string {
+		out, err := exec.Command(py, "-c", "import json, shlex, sys; print(json.dumps(shlex.split(sys.argv[1])))", line).Output()
+		if err != nil {
+			t.Fatal(err)
+		}
+		var got []string
+		if err := json.Unmarshal(out, &got); err != nil {
+			t.Fatal(err)
+		}
+		return got
+	}
+	q := make([]string, len(words))
+	for i, w := range words {
+		q[i] = cmakeArg(w)
+	}
+	if got := split(strings.Join(q, " ")); !slices.Equal(got, words) {
+		t.Errorf("shlex.split of cmakeArg's words = %q, want %q", got, words)
+	}
+	if got := split(shellq.Quote("-DX=a b'c$d")); slices.Equal(got, []string{"-DX=a b'c$d"}) {
+		t.Errorf("shlex reads shellq.Quote's word back (%q): cmakeArg could be shellq.Quote", got)
 	}
 }
 
