@@ -152,7 +152,7 @@ func TestOpenOddPath(t *testing.T) {
 func TestMigrationFromV1(t *testing.T) { eachStore(t, testMigrationFromV1) }
 
 func testMigrationFromV1(t *testing.T, p string) {
-	old, err := openAt(p, 1)
+	old, err := OpenAt(p, 1)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,7 +218,7 @@ func TestOpenReadWritesNothing(t *testing.T) {
 	must(t, err)
 	must(t, db.Close())
 	older := filepath.Join(dir, "older.db")
-	s, err := openAt(older, 1)
+	s, err := OpenAt(older, 1)
 	must(t, err)
 	must(t, s.Close())
 	newer := filepath.Join(dir, "newer.db")

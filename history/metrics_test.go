@@ -146,7 +146,7 @@ func testMetricsRoundTrip(t *testing.T, target string) {
 func TestMigrationFromV4(t *testing.T) { eachStore(t, testMigrationFromV4) }
 
 func testMigrationFromV4(t *testing.T, p string) {
-	old, err := openAt(p, 4)
+	old, err := OpenAt(p, 4)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -282,7 +282,7 @@ func openTest(t *testing.T, p string) *Store {
 func TestMigrationFillsTPOTp99(t *testing.T) { eachStore(t, testMigrationFillsTPOTp99) }
 
 func testMigrationFillsTPOTp99(t *testing.T, p string) {
-	old, err := openAt(p, 4)
+	old, err := OpenAt(p, 4)
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -53,7 +53,7 @@ func testOpenExisting(t *testing.T, target string) {
 			t.Errorf("OpenExisting made none.db: %v", err)
 		}
 	}
-	o, err := openAt(target, 3)
+	o, err := OpenAt(target, 3)
 	must(t, err)
 	finished := func(s *Store) int64 {
 		id, err := s.BeginRun(Run{HardwareKey: "h"})

@@ -219,7 +219,7 @@ func TestOpenReadOnPostgres(t *testing.T) {
 		t.Errorf("Accept through a read-only open: %v", err)
 	}
 	older := pgtest.Schema(t)
-	o, err := openAt(older, 1)
+	o, err := OpenAt(older, 1)
 	must(t, err)
 	must(t, o.Close())
 	if _, err := OpenRead(older); err == nil || !strings.Contains(err.Error(), "history "+older+" has schema version 1, older than") {

@@ -459,8 +459,13 @@ var keepWAL = func(db *sql.DB) error {
 	})
 }
 
-// openAt opens and migrates only up to version v: for migration tests.
-func openAt(path string, v int) (*Store, error) {
+// OpenAt opens (creating if needed) the history at path and migrates it
+// only up to schema version v (1..SchemaVersion), for the tests of what
+// meets an older history, in this package and its callers: an older
+// arpatch's history without the hand-written undoing of a migration. It
+// takes no run lock and sets no WAL mode; a history it opened is closed
+// with Close.
+func OpenAt(path string, v int) (*Store, error) {
 	if IsURL(path) {
 		db, err := sql.Open("pgx", path)
 		if err != nil {

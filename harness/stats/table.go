@@ -18,11 +18,10 @@ import "strings"
 //     test compares with Table.
 //
 // Tests take the metric count, headers and units from Table and the
-// schema version from history.SchemaVersion, so they need no edit, but
-// for the outputs the docs show (docs/usage.md's nightly demo, whose
-// bench table gains the column; docs/commands.md, regenerated) and
-// cmd/arpatch's TestHistoryAcceptOpensOnlyAHistory, which undoes
-// migration 6 by name.
+// schema version from history.SchemaVersion (an older history from
+// history.OpenAt), so they need no edit, but for the outputs the docs
+// show (docs/usage.md's nightly demo, whose bench table gains the column;
+// docs/commands.md, regenerated).
 type Metric struct {
 	// Name is the metric's key everywhere: bench summaries and deltas
 	// (JSON), nightly's regression.metrics, check names, history export
