@@ -11,6 +11,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"slices"
 	"strings"
 	"time"
 
@@ -57,6 +58,13 @@ type Toolchain struct {
 	UV      Tool  `json:"uv"`
 	Pip     Tool  `json:"pip"`
 	HostCXX Tool  `json:"host_cxx"`
+	// Scripts is the interpreter's scripts directory (sysconfig's
+	// "scripts" path: where `python -m pip install cmake` puts cmake),
+	// named by the remedies; not part of the key.
+	Scripts string `json:"scripts,omitempty"`
+	// Toolkits are CUDA toolkits found in the usual places (toolkitGlobs)
+	// when nvcc is not found, for the remedy; not part of the key.
+	Toolkits []string `json:"-"`
 	// flag names the option that chose Python, for remedies
 	// (ProbeOptions.Flag); not part of the key.
 	flag string
@@ -82,7 +90,8 @@ type ProbeOptions struct {
 
 // probeScript prints the Python side of the toolchain as JSON.
 const probeScript = `import json, sys
-out = {"python": sys.version.split()[0], "executable": sys.executable}
+import sysconfig
+out = {"python": sys.version.split()[0], "executable": sys.executable, "scripts": sysconfig.get_path("scripts")}
 try:
     import pip
     out["pip"] = pip.__version__
@@ -146,11 +155,17 @@ func Probe(ctx context.Context, opts ProbeOptions) (*Toolchain, error) {
 			fp = fingerprint(tools, strings.Fields(out))
 			if tc := readProbeCache(opts.CacheFile, fp); tc != nil {
 				tc.flag = opts.Flag
+				if tools["nvcc"] == "" {
+					tc.Toolkits = findToolkits()
+				}
 				return tc, nil
 			}
 		}
 	}
 	tc := &Toolchain{flag: opts.Flag}
+	if tools["nvcc"] == "" {
+		tc.Toolkits = findToolkits()
+	}
 	if p := tools["nvcc"]; p != "" {
 		out, _ := runTool(ctx, env, p, "--version")
 		tc.NVCC = Tool{Path: p, Version: ParseNVCCVersion(out), Raw: textfmt.LastLine(out)}
@@ -195,6 +210,7 @@ func (tc *Toolchain) parsePythonProbe(pyPath, out string) error {
 	var p struct {
 		Python     string `json:"python"`
 		Executable string `json:"executable"`
+		Scripts    string `json:"scripts"`
 		Pip        string `json:"pip"`
 		Torch      Torch  `json:"torch"`
 	}
@@ -203,6 +219,7 @@ func (tc *Toolchain) parsePythonProbe(pyPath, out string) error {
 		return fmt.Errorf("%s: unexpected toolchain probe output %q: %v", pyPath, line, err)
 	}
 	tc.Python = Tool{Path: pyPath, Version: p.Python, Raw: p.Executable}
+	tc.Scripts = p.Scripts
 	if p.Pip != "" {
 		tc.Pip = Tool{Path: pyPath, Version: p.Pip, Raw: "pip " + p.Pip}
 	}
@@ -350,7 +367,7 @@ func (tc *Toolchain) Validate(n Needs) error {
 	var probs []string
 	nv := ParseVersion(tc.NVCC.Version)
 	if !tc.NVCC.Found() {
-		probs = append(probs, "nvcc not found (looked in $CUDA_HOME/bin and PATH); install the CUDA toolkit or set CUDA_HOME")
+		probs = append(probs, tc.noNVCC(n.Archs))
 	} else {
 		for _, a := range n.Archs {
 			if !a.NVCCSupports(nv.Major(), nv.Minor()) {
@@ -377,14 +394,14 @@ func (tc *Toolchain) Validate(n Needs) error {
 	}
 	if n.CMake {
 		if !tc.CMake.Found() {
-			probs = append(probs, "cmake not found on PATH; install it (pip install cmake)")
+			probs = append(probs, tc.noTool("cmake", "the wheel build needs it"))
 		}
 		if !tc.Ninja.Found() {
-			probs = append(probs, "ninja not found on PATH; install it (pip install ninja)")
+			probs = append(probs, tc.noTool("ninja", "the wheel build needs it"))
 		}
 	}
 	if n.Ninja && !n.CMake && !tc.Ninja.Found() {
-		probs = append(probs, "ninja not found on PATH; torch.utils.cpp_extension needs it (pip install ninja)")
+		probs = append(probs, tc.noTool("ninja", "torch.utils.cpp_extension needs it"))
 	}
 	switch recipes.Tool(n.Builder) {
 	case recipes.ToolUV:
@@ -417,6 +434,66 @@ func (tc *Toolchain) PickBuilder(tool recipes.Tool) (string, error) {
 		return "", errors.New("neither uv nor pip is available to build the wheel; install uv (https://docs.astral.sh/uv/) or pip")
 	}
 	return "", fmt.Errorf("--tool %q: use %s", tool, recipes.ToolsText)
+}
+
+// noTool is the refusal of a build tool (cmake, ninja) missing from
+// PATH, with a remedy that runs as printed: install it into the serving
+// interpreter's environment with that interpreter's pip (its PyPI
+// package has the tool's name), then put the interpreter's scripts
+// directory, where pip puts the tool, first on PATH.
+func (tc *Toolchain) noTool(name, why string) string {
+	py := shellq.Path(tc.Python.Path)
+	if tc.Scripts == "" || !tc.Pip.Found() {
+		return fmt.Sprintf("%s not found on PATH (%s); install it and put it on PATH", name, why)
+	}
+	return fmt.Sprintf("%s not found on PATH (%s); install it with %s's pip and put its scripts directory on PATH: `%s -m pip install %s`, then `export PATH=%s:\"$PATH\"`",
+		name, why, tc.Python.Path, py, name, shellq.Quote(tc.Scripts))
+}
+
+// toolkitGlobs are where CUDA toolkits are usually installed, each
+// holding bin/nvcc.
+var toolkitGlobs = []string{"/usr/local/cuda*/bin/nvcc", "/opt/cuda*/bin/nvcc", "/opt/nvidia/cuda*/bin/nvcc"}
+
+// findToolkits returns the directories of the CUDA toolkits toolkitGlobs
+// finds (each one's bin/nvcc an executable file), sorted, without
+// duplicates (a /usr/local/cuda link to a versioned directory is kept
+// as it is named).
+func findToolkits() []string {
+	var out []string
+	for _, g := range toolkitGlobs {
+		ms, _ := filepath.Glob(g)
+		for _, m := range ms {
+			if fi, err := os.Stat(m); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+				out = append(out, filepath.Dir(filepath.Dir(m)))
+			}
+		}
+	}
+	slices.Sort(out)
+	return slices.Compact(out)
+}
+
+// noNVCC is the refusal of a toolchain without nvcc. A toolkit found in
+// the usual places is named with the export that makes arpatch use it;
+// else the remedy says what to install for the archs asked.
+func (tc *Toolchain) noNVCC(archs []cudaarch.Arch) string {
+	const head = "nvcc not found (looked in $CUDA_HOME/bin and PATH)"
+	if len(tc.Toolkits) > 0 {
+		// /usr/local/cuda is the toolkit's installer's link to the one in
+		// use; else the last by name.
+		home := tc.Toolkits[len(tc.Toolkits)-1]
+		if slices.Contains(tc.Toolkits, "/usr/local/cuda") {
+			home = "/usr/local/cuda"
+		}
+		return fmt.Sprintf("%s; found a CUDA toolkit at %s: `export CUDA_HOME=%s`", head, strings.Join(tc.Toolkits, ", "), shellq.Quote(home))
+	}
+	need, newest := "", [2]int{}
+	for _, a := range archs {
+		if major, minor, ok := a.MinNVCC(); ok && (major > newest[0] || major == newest[0] && minor > newest[1]) {
+			newest = [2]int{major, minor}
+			need = fmt.Sprintf(" %d.%d or newer (for %s)", major, minor, a.SM())
+		}
+	}
+	return fmt.Sprintf("%s; install the CUDA toolkit%s, then set CUDA_HOME to its directory (the one holding bin/nvcc)", head, need)
 }
 
 // CUDAHome is the CUDA installation nvcc belongs to, for CUDA_HOME: the

@@ -333,3 +333,63 @@ func TestPythonFlagInRemedies(t *testing.T) {
 		t.Errorf("Probe = %v, want %q", err, want)
 	}
 }
+
+// TestNoNVCCNamesAToolkitFound: without nvcc on PATH or in $CUDA_HOME,
+// Probe finds the toolkits installed in the usual places and the refusal
+// names the export that uses one; following it as printed (CUDA_HOME set
+// to the quoted directory) finds nvcc. With none installed the refusal
+// says which CUDA to install for the archs asked (the newest minimum).
+func TestNoNVCCNamesAToolkitFound(t *testing.T) {
+	root := t.TempDir()
+	fake, err := filepath.Abs("testdata/fakebin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	home := filepath.Join(root, "usr local", "cuda-13.0")
+	if err := os.MkdirAll(filepath.Join(home, "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Symlink(filepath.Join(fake, "nvcc"), filepath.Join(home, "bin", "nvcc")); err != nil {
+		t.Fatal(err)
+	}
+	// A directory of the glob's shape without an executable nvcc is no toolkit.
+	if err := os.MkdirAll(filepath.Join(root, "usr local", "cuda-12.4", "bin"), 0o755); err != nil {
+		t.Fatal(err)
+	}
+	saved := toolkitGlobs
+	toolkitGlobs = []string{filepath.Join(root, "usr local", "cuda*", "bin", "nvcc")}
+	t.Cleanup(func() { toolkitGlobs = saved })
+
+	noNVCC := t.TempDir() // the fake python, no nvcc
+	if err := os.Symlink(filepath.Join(fake, "python3"), filepath.Join(noNVCC, "python3")); err != nil {
+		t.Fatal(err)
+	}
+	env := []string{"PATH=" + noNVCC}
+	tc, err := Probe(context.Background(), ProbeOptions{Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tc.Validate(Needs{Archs: []cudaarch.Arch{"90a", "120a"}})
+	remedy := "export CUDA_HOME=" + shellq.Quote(home)
+	if want := "nvcc not found (looked in $CUDA_HOME/bin and PATH); found a CUDA toolkit at " + home + ": `" + remedy + "`"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Fatalf("Validate = %v, want it to hold %q", err, want)
+	}
+	out, err := exec.Command("sh", "-c", remedy+` && printf %s "$CUDA_HOME"`).Output()
+	if err != nil {
+		t.Fatal(err)
+	}
+	tc, err = Probe(context.Background(), ProbeOptions{Env: append(env, "CUDA_HOME="+string(out))})
+	if err != nil || tc.NVCC.Version != "13.0.88" || tc.NVCC.Path != filepath.Join(home, "bin", "nvcc") {
+		t.Errorf("after the remedy: nvcc %+v, %v; want %s/bin/nvcc, 13.0.88", tc.NVCC, err, home)
+	}
+
+	toolkitGlobs = []string{filepath.Join(root, "none", "bin", "nvcc")}
+	tc, err = Probe(context.Background(), ProbeOptions{Env: env})
+	if err != nil {
+		t.Fatal(err)
+	}
+	err = tc.Validate(Needs{Archs: []cudaarch.Arch{"90a", "120a", "100a"}})
+	if want := "nvcc not found (looked in $CUDA_HOME/bin and PATH); install the CUDA toolkit 12.8 or newer (for sm_120a), then set CUDA_HOME to its directory (the one holding bin/nvcc)"; err == nil || !strings.Contains(err.Error(), want) {
+		t.Errorf("Validate = %v, want it to hold %q", err, want)
+	}
+}
