@@ -7,7 +7,7 @@ import "strings"
 //   - a field of Metrics, set in Compute;
 //   - one entry here (bench tables, JSON, benchfmt, nightly checks, CI
 //     outputs, history export and plots read it from here);
-//   - a history migration adding its Column (history/store.go's
+//   - a history migration adding its Column (history/migrate.go's
 //     migrations, and the same in PostgreSQL's types in
 //     history/postgres.go's pgMigrations; TestEveryMetricHasItsColumn
 //     checks every entry has one), with fills[v] = fillFromSamples for
