@@ -21,8 +21,8 @@ import (
 )
 
 // The documentation's examples run, as cmd/benchstat/doc_test.go checks
-// benchstat's: every `arpatch` command line in the README's shell blocks
-// and in each command's --help "Examples:" is executed, word for word, by
+// benchstat's: every `arpatch` command line in the shell blocks of the
+// README and docs/ and in each command's --help "Examples:" is executed, word for word, by
 // a CLI script in testdata/script/, which gives it a world to run in
 // (a fixture mirror at ~/mirrors/sglang.git, the fake CUDA toolchain, a
 // fake nvidia-smi, ...), and the README's recipe example loads.
@@ -69,17 +69,6 @@ func docWords(line string) (env, args []string, err error) {
 		}
 	}
 	var p bytes.Buffer
-	for _, a := range call.Assigns {
-		p.Reset()
-		if err := syntax.NewPrinter().Print(&p, a.Value); err != nil {
-			return nil, nil, err
-		}
-		v, err := shell.Fields(p.String(), keepVars)
-		if err != nil {
-			return nil, nil, err
-		}
-		env = append(env, a.Name.Value+"="+strings.Join(v, " "))
-	}
 	for _, w := range call.Args {
 		p.Reset()
 		if err := syntax.NewPrinter().Print(&p, w); err != nil {
@@ -100,6 +89,19 @@ func docWords(line string) (env, args []string, err error) {
 		args = append([]string{"arpatch"}, args[3:]...)
 	default:
 		return nil, nil, nil
+	}
+	// VAR=value words, read only on a line that runs arpatch (a line that
+	// only sets a variable, SLIM=$(git ...), is not an example).
+	for _, a := range call.Assigns {
+		p.Reset()
+		if err := syntax.NewPrinter().Print(&p, a.Value); err != nil {
+			return nil, nil, err
+		}
+		v, err := shell.Fields(p.String(), keepVars)
+		if err != nil {
+			return nil, nil, err
+		}
+		env = append(env, a.Name.Value+"="+strings.Join(v, " "))
 	}
 	return env, args, nil
 }
@@ -135,14 +137,24 @@ func helpExamples(t *testing.T) []docExample {
 }
 
 // readmeExamples returns the arpatch command lines of the README and of
-// docs/usage.md (each command in depth, moved out of the README): every
-// line of a ```sh block, and the "$ " lines of a plain ``` block (a
-// transcript). The synopsis block (no "$ ") is not an example.
-// docs/commands.md is --help's text, whose examples helpExamples reads;
-// the other docs record runs on real hosts and mirrors, with their output.
+// every docs/*.md: every line of a ```sh block, and the "$ " lines of a
+// plain ``` block (a transcript). The synopsis block (no "$ ") is not an
+// example. docs/commands.md is --help's text, whose examples helpExamples
+// reads. docs/verification.md, the record of runs on SGLang's real
+// history, is not read yet (no script runs its lines).
 func readmeExamples(t *testing.T) []docExample {
 	var out []docExample
-	for _, f := range []string{"../../README.md", "../../docs/usage.md"} {
+	docs, err := filepath.Glob("../../docs/*.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	files := []string{"../../README.md"}
+	for _, f := range docs {
+		if b := filepath.Base(f); b != "commands.md" && b != "verification.md" {
+			files = append(files, f)
+		}
+	}
+	for _, f := range files {
 		out = append(out, fileExamples(t, f)...)
 	}
 	return out
@@ -236,7 +248,7 @@ func scriptExecs(t *testing.T) []scriptExec {
 	return out
 }
 
-// TestDocExamplesRun fails for every README or --help example that no CLI
+// TestDocExamplesRun fails for every README, docs/ or --help example that no CLI
 // script executes word for word (with its VAR=value words set by an env
 // line before it).
 func TestDocExamplesRun(t *testing.T) {

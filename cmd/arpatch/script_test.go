@@ -18,6 +18,7 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -26,6 +27,7 @@ import (
 
 	"github.com/arpatch/arpatch/harness/stats"
 	"github.com/arpatch/arpatch/internal/gitsrc/githash"
+	"github.com/arpatch/arpatch/internal/pgtest"
 	"github.com/arpatch/arpatch/internal/testbin"
 	"github.com/arpatch/arpatch/internal/testrepo"
 	"github.com/arpatch/arpatch/kernels"
@@ -73,6 +75,9 @@ func TestMain(m *testing.M) {
 //	                     one each): a printed git or rm remedy must run as printed
 //	usage ARGS...        run `arpatch ARGS...` in this process and require exit 2, a usage
 //	                     error; its output is the script's stdout and stderr (below)
+//	pgschema VAR         set $VAR to the postgres:// URL of a new, empty schema on the
+//	                     [postgres] server (a PostgreSQL server: $ARPATCH_TEST_POSTGRES's, or
+//	                     one internal/pgtest starts), dropped when the script ends
 //	tgz DIR FILE VAR     write FILE, a gzip'd tar of DIR's files under one top directory
 //	                     (GitHub's archive shape, fixed bytes), and set $VAR to its sha256
 //
@@ -88,6 +93,10 @@ func TestMain(m *testing.M) {
 //	                     other python3 call to the python3 after DIR on PATH
 func TestScripts(t *testing.T) {
 	mirror, _ := filepath.Abs(os.Getenv("ARPATCH_SGLANG_MIRROR"))
+	// [postgres]: a PostgreSQL server (internal/pgtest's: the one of
+	// $ARPATCH_TEST_POSTGRES, else one it starts), started only when a
+	// script asks and stopped after the scripts.
+	t.Cleanup(pgtest.Stop)
 	testscript.Run(t, testscript.Params{
 		Dir: "testdata/script",
 		// Builds run in a fixed build path; each script gets its own, so
@@ -112,8 +121,12 @@ func TestScripts(t *testing.T) {
 			return nil
 		},
 		Condition: func(cond string) (bool, error) {
-			if cond == "mirror" {
+			switch cond {
+			case "mirror":
 				return os.Getenv("ARPATCH_SGLANG_MIRROR") != "", nil
+			case "postgres":
+				u, _ := pgtest.Server()
+				return u != "", nil
 			}
 			return false, fmt.Errorf("unknown condition %q", cond)
 		},
@@ -171,6 +184,27 @@ func TestScripts(t *testing.T) {
 					err = cerr
 				}
 				ts.Check(err)
+			},
+			"pgschema": func(ts *testscript.TestScript, neg bool, args []string) {
+				// A new, empty schema on the [postgres] server, dropped
+				// with the script: $VAR is its postgres:// URL.
+				if len(args) != 1 {
+					ts.Fatalf("usage: pgschema VAR")
+				}
+				base, why := pgtest.Server()
+				if base == "" {
+					ts.Fatalf("pgschema: no PostgreSQL server (guard the script with [postgres]): %s", why)
+				}
+				name := fmt.Sprintf("script%d_%d", os.Getpid(), pgSchemas.Add(1))
+				db, err := sql.Open("pgx", base)
+				ts.Check(err)
+				_, err = db.Exec("CREATE SCHEMA " + name)
+				ts.Check(err)
+				ts.Defer(func() {
+					_, _ = db.Exec("DROP SCHEMA " + name + " CASCADE") // the server is the tests' own
+					_ = db.Close()
+				})
+				ts.Setenv(args[0], pgtest.WithParam(base, "search_path", name))
 			},
 			"fakebin": func(ts *testscript.TestScript, neg bool, args []string) {
 				// Put arpatch's fake CUDA toolchain (kernels/testdata/fakebin,
@@ -336,6 +370,9 @@ func TestScripts(t *testing.T) {
 		},
 	})
 }
+
+// pgSchemas numbers the schemas pgschema makes.
+var pgSchemas atomic.Int64
 
 // tgz returns a gzip'd tar of the regular files under dir, in path order,
 // each under the top directory <base of dir>-rev/ with a fixed time.
