@@ -6,8 +6,11 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
+
+	"mvdan.cc/sh/v3/shell"
 
 	"github.com/arpatch/arpatch/checkout"
 	"github.com/arpatch/arpatch/internal/testrepo"
@@ -106,7 +109,8 @@ func TestHistoryRunsTakeAURL(t *testing.T) {
 // The fleet's commands in docs/nightly.md run as printed but for the
 // server's host, which here is a port nothing listens on (no lookup
 // leaves this machine): they reach the server, and say it does not
-// answer.
+// answer. The block exports the URL as $HISTORY_URL first, as a shell
+// reads it (history.txtar runs the lines on a real server).
 func TestFleetDocCommands(t *testing.T) {
 	b, err := os.ReadFile("../../docs/nightly.md")
 	if err != nil {
@@ -119,15 +123,32 @@ func TestFleetDocCommands(t *testing.T) {
 		t.Fatal("docs/nightly.md has no fleet section with a sh block")
 	}
 	lines := strings.Split(strings.TrimSpace(m[1]), "\n")
-	if len(lines) != 2 {
-		t.Fatalf("fleet commands: %q", lines)
+	const want = "export HISTORY_URL=postgres://arpatch@db.internal/arpatch"
+	if len(lines) != 3 || lines[0] != want {
+		t.Fatalf("fleet commands: %q, want %q and two commands", lines, want)
 	}
-	for _, line := range lines {
-		line = strings.ReplaceAll(line, "db.internal", "127.0.0.1:1")
-		line = strings.Replace(line, "/arpatch ", "/arpatch?connect_timeout=2 ", -1)
-		line = strings.ReplaceAll(line, "box-a.svg", filepath.Join(t.TempDir(), "box-a.svg"))
+	url := strings.Replace(strings.TrimPrefix(want, "export HISTORY_URL="), "db.internal", "127.0.0.1:1", 1) + "?connect_timeout=2"
+	env := func(name string) string {
+		if name == "HISTORY_URL" {
+			return url
+		}
+		return ""
+	}
+	for _, line := range lines[1:] {
+		args, err := shell.Fields(line, env)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, a := range args {
+			if a == "box-a.svg" {
+				args[i] = filepath.Join(t.TempDir(), a)
+			}
+		}
+		if !slices.Contains(args, url) {
+			t.Fatalf("%s: names no $HISTORY_URL (%q)", line, args)
+		}
 		var out, errb bytes.Buffer
-		code := run(context.Background(), strings.Fields(line), &out, &errb)
+		code := run(context.Background(), args, &out, &errb)
 		if code != exitFailure || !strings.Contains(errb.String(), ": cannot reach the server: ") {
 			t.Errorf("%s: exit %d, %s", line, code, errb.String())
 		}
