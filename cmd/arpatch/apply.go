@@ -42,6 +42,9 @@ Examples:
    arpatch apply --recipe pcie --repo ~/mirrors/sglang.git
    arpatch apply --recipe pcie --repo ~/mirrors/sglang.git --dry-run
    arpatch apply --recipe pcie --commit 8905cbd42f4a27dbecad6487cd3904278756fef8 --repo ~/mirrors/sglang.git --src sglang-b
+   arpatch recipes show pcie > my.toml        # a recipe of your own to edit
+   arpatch patches port --series pcie-2026-04 --to 84118acf50b3a4c74e85e9ff9033792552de1a76 --repo ~/mirrors/sglang.git --out my-series/pcie-mine --seal
+   arpatch revert                             # ./sglang back to upstream's files
    arpatch apply --recipe-file my.toml --patches-dir ./my-series`,
 		Flags: slices.Concat(f.recipeFlags.flags(), []cli.Flag{
 			srcFlag(&f.Src), patchesDirFlag(&f.PatchesDir),

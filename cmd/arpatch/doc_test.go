@@ -304,10 +304,12 @@ func TestREADMERecipeLoads(t *testing.T) {
 // the README's set-up (a copy of SGLang's history at ~/mirrors/sglang.git)
 // in a checkout of arpatch (its patches/sglang): no fixture files, no
 // shell, no fake tools, only arpatch's commands and checks of what they
-// print and leave. And it runs, in their documented order, the README's
-// main job and the --help examples of the commands a new user meets first
-// (apply, status, revert, patches, recipes), but for those that name a
-// file the user writes (--recipe-file, --patches-dir ./my-series).
+// print and leave (and `cp stdout FILE` after a command whose example
+// writes its output to FILE with `> FILE`). And it runs, in their
+// documented order, the README's main job and every --help example of the
+// commands a new user meets first (apply, status, revert, patches,
+// recipes): the files they name (my.toml, ./my-series, my-recipe.toml)
+// are made by the examples before them.
 func TestNewUserMakesNothing(t *testing.T) {
 	const script = "testdata/script/newuser.txtar"
 	a, err := txtar.ParseFile(script)
@@ -316,6 +318,30 @@ func TestNewUserMakesNothing(t *testing.T) {
 	}
 	if len(a.Files) > 0 {
 		t.Errorf("%s carries %d fixture files; a new user has none", script, len(a.Files))
+	}
+	first := map[string]bool{"apply": true, "status": true, "revert": true, "patches": true, "recipes": true}
+	want := []docExample{}
+	for _, ex := range readmeExamples(t) {
+		if slices.Equal(ex.Args, []string{"arpatch", "apply", "--recipe", "pcie", "--repo", "~/mirrors/sglang.git"}) {
+			want = append(want, ex)
+		}
+	}
+	// The files examples write with > FILE, by the words that write them.
+	redirects := map[string][][]string{}
+	for _, ex := range helpExamples(t) {
+		name := strings.Fields(ex.Where)[1]
+		if !first[name] {
+			continue
+		}
+		if m := redirectTo.FindStringSubmatch(ex.Line); m != nil {
+			redirects[m[1]] = append(redirects[m[1]], ex.Args)
+		}
+		if !slices.ContainsFunc(want, func(w docExample) bool { return slices.Equal(w.Args, ex.Args) }) {
+			want = append(want, ex)
+		}
+	}
+	if len(want) < 20 {
+		t.Fatalf("only %d examples to find; the extraction broke", len(want))
 	}
 	allowed := map[string]bool{
 		"env HOME=$WORK/home": true, "env ARPATCH_STATE=": true, "mkdir $HOME": true,
@@ -331,6 +357,14 @@ func TestNewUserMakesNothing(t *testing.T) {
 		if l == "" || strings.HasPrefix(l, "#") || allowed[l] || check.MatchString(l) {
 			continue
 		}
+		if file, ok := strings.CutPrefix(l, "cp stdout "); ok {
+			// The shell's > FILE, right after the command an example
+			// writes there.
+			if len(execs) == 0 || !slices.ContainsFunc(redirects[file], func(args []string) bool { return slices.Equal(args, execs[len(execs)-1]) }) {
+				t.Errorf("%s:%d: %q follows no example that writes its output to %s", script, n+1, l, file)
+			}
+			continue
+		}
 		m := execLine.FindStringSubmatch(l)
 		if m == nil {
 			t.Errorf("%s:%d: %q makes or fakes something a new user would not have", script, n+1, l)
@@ -341,23 +375,6 @@ func TestNewUserMakesNothing(t *testing.T) {
 			t.Fatal(err)
 		}
 		execs = append(execs, args)
-	}
-	first := map[string]bool{"apply": true, "status": true, "revert": true, "patches": true, "recipes": true}
-	want := []docExample{}
-	for _, ex := range readmeExamples(t) {
-		if slices.Equal(ex.Args, []string{"arpatch", "apply", "--recipe", "pcie", "--repo", "~/mirrors/sglang.git"}) {
-			want = append(want, ex)
-		}
-	}
-	for _, ex := range helpExamples(t) {
-		name := strings.Fields(ex.Where)[1]
-		if first[name] && !slices.Contains(ex.Args, "--recipe-file") && !slices.Contains(ex.Args, "./my-series") &&
-			!slices.ContainsFunc(want, func(w docExample) bool { return slices.Equal(w.Args, ex.Args) }) {
-			want = append(want, ex)
-		}
-	}
-	if len(want) < 15 {
-		t.Fatalf("only %d examples to find; the extraction broke", len(want))
 	}
 	// In order: each after the one before it (the same line may run
 	// again later, as the main job does).
@@ -371,3 +388,6 @@ func TestNewUserMakesNothing(t *testing.T) {
 		at += i + 1
 	}
 }
+
+// redirectTo is the file an example line writes its output to.
+var redirectTo = regexp.MustCompile(`>\s*(\S+)\s*(?:#.*)?$`)

@@ -20,6 +20,7 @@ func newCmdRecipes(runF func(context.Context, struct{}, streams) error) *cli.Com
 		Description: `Examples:
    arpatch recipes
    arpatch recipes show pcie
+   arpatch recipes show pcie > my-recipe.toml
    arpatch recipes show --recipe-file my-recipe.toml`,
 		// noArgs lets the subcommand's name through.
 		Before:      noArgs,
@@ -41,6 +42,7 @@ from.
 
 Examples:
    arpatch recipes show pcie
+   arpatch recipes show pcie > my-recipe.toml
    arpatch recipes show --recipe-file my-recipe.toml`,
 		Flags:  []cli.Flag{recipeFileFlag(&f.RecipeFile)},
 		Action: act(&f, recipesShowOpts, runF),
