@@ -404,6 +404,10 @@ func TestAlternates(t *testing.T) {
 		if h, err := repo.Resolve("HEAD"); err != nil || h != c1 {
 			t.Errorf("Resolve(HEAD) = %s, %v; want %s", h, err, c1)
 		}
+		// An abbreviated hash is looked up in the alternate too.
+		if h, err := repo.Resolve(c2[:12]); err != nil || h != c2 {
+			t.Errorf("Resolve(%s) = %s, %v; want %s", c2[:12], h, err, c2)
+		}
 		if ct, err := repo.TreeAt(c2); err != nil {
 			t.Errorf("TreeAt(%s): %v", c2, err)
 		} else if b, err := ct.ReadFile("a/x.txt"); err != nil || string(b) != "two\n" {

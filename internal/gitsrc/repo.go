@@ -131,6 +131,9 @@ func plainOpen(path string, commonDir bool) (*git.Repository, error) {
 	if w, err := r.Worktree(); err == nil {
 		wt = w.Filesystem
 	}
+	if alts := openAlternates(filepath.Join(gd, "objects")); alts != nil {
+		return git.Open(&altStorage{Storage: st, alts: alts}, wt)
+	}
 	ns := filesystem.NewStorageWithOptions(st.Filesystem(), cache.NewObjectLRUDefault(), filesystem.Options{AlternatesFS: osfs.New("/")})
 	return git.Open(ns, wt)
 }
