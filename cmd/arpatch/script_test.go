@@ -57,7 +57,9 @@ func TestMain(m *testing.M) {
 //	treehash DIR VAR     set $VAR to a hash of DIR's files (not .git/) and its apply state
 //	sametree DIR VAR     fail unless DIR hashes to $VAR
 //	lockpid FILE         write a lock file naming a live pid (the test's)
-//	fakebin              put the fake CUDA toolchain of kernels/testdata first on PATH
+//	fakebin              put the fake CUDA toolchain of kernels/testdata first on PATH, and set
+//	                     $HOSTCXX to the host's c++ it shadows (a script whose apply runs the
+//	                     gate judge on a real series sets CXX=$HOSTCXX: kernelsim compiles with it)
 //	fakesmi HOST         put a fake nvidia-smi first on PATH, printing harness/doctor/testdata/HOST,
 //	                     and a fake lspci printing its lspci-vvv.txt (nothing without one)
 //	fixture HOST FILE    copy harness/doctor/testdata/HOST/FILE into the script's directory
@@ -211,6 +213,16 @@ func TestScripts(t *testing.T) {
 				// read only: no script writes there) first on PATH.
 				dir, err := filepath.Abs(filepath.Join("..", "..", "kernels", "testdata", "fakebin"))
 				ts.Check(err)
+				// The host's c++ the fake one shadows: the gate judge's
+				// kernelsim compiles and runs its driver with $CXX, else
+				// the c++ on PATH, which the fake's output is not.
+				ts.Setenv("HOSTCXX", "")
+				for _, d := range filepath.SplitList(ts.Getenv("PATH")) {
+					if fi, err := os.Stat(filepath.Join(d, "c++")); err == nil && !fi.IsDir() && fi.Mode()&0o111 != 0 {
+						ts.Setenv("HOSTCXX", filepath.Join(d, "c++"))
+						break
+					}
+				}
 				ts.Setenv("PATH", dir+string(os.PathListSeparator)+ts.Getenv("PATH"))
 			},
 			"fakesmi": func(ts *testscript.TestScript, neg bool, args []string) {
