@@ -307,6 +307,14 @@ func judgeEdits(t *testing.T, name string, tree gitTree, res *Result, ps []*Patc
 		{"return in a macro", strings.Replace(patched, sw, "#define ARPATCH_SKIP() if (!full_nvlink_) return\n    ARPATCH_SKIP();\n"+sw, 1), "launches no kernel"},
 		{"full_nvlink_ around the switch", around("    if (full_nvlink_) {\n", "    }\n"), "launches no kernel"},
 		{"#ifdef around the switch", around("#ifdef __CUDA_ARCH__\n", "#endif\n"), "launches no kernel"},
+		// Returns at sizes and calls the sampling judge never makes: the
+		// path proof's.
+		{"a return at a hashed size", strings.Replace(patched, sw, "    if (!full_nvlink_ && ((unsigned long long)bytes * 0x9E3779B97F4A7C15ull) >> 40 == 0x123456ull) return;\n"+sw, 1),
+			"can return without a launch or a throw at some size"},
+		{"a return every 100,000,000th call", strings.Replace(patched, sw, "    static unsigned long long calls = 0;\n    if (!full_nvlink_ && ++calls % 100000000ull == 0) return;\n"+sw, 1),
+			"can return without a launch or a throw at some size"},
+		{"a return when input is output", strings.Replace(patched, sw, "    if (!full_nvlink_ && static_cast<void*>(input) == static_cast<void*>(output)) return;\n"+sw, 1),
+			"can return without a launch or a throw at some size"},
 	} {
 		in := gaterule.Input{Read: func(q string) ([]byte, error) {
 			if q == p {

@@ -157,7 +157,7 @@ func (s cxxSource) compilerMacro() (string, string) {
 // flags, the judge's own files and the tree's.
 func (s cxxSource) key(cc, version string) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "gate-judge-v2\x00%s\x00%s\x00%s\x00%s\x00", cc, version, strings.Join(cxxFlags(), " "), s.Header)
+	fmt.Fprintf(h, "gate-judge-v3\x00%s\x00%s\x00%s\x00%s\x00", cc, version, strings.Join(cxxFlags(), " "), s.Header)
 	ents, _ := cxxFS.ReadDir("cxx")
 	for _, e := range ents {
 		b, _ := cxxFS.ReadFile("cxx/" + e.Name())
@@ -311,9 +311,11 @@ func compile(ctx context.Context, cc string, src cxxSource, dir string) error {
 	}
 	// The same translation unit as LLVM IR, kept beside the judge: the
 	// integer constants its comparisons and switches test, as the
-	// compiler folded them (judgeCuts).
+	// compiler folded them (judgeCuts), and the paths the proof follows
+	// (irproof.go).
+	// With line tables, so that the path proof names the tree's lines.
 	ir := filepath.Join(work, "judge.ll")
-	if out, err := exec.CommandContext(ctx, cc, append(args, "-S", "-emit-llvm", "-o", ir)...).CombinedOutput(); err != nil {
+	if out, err := exec.CommandContext(ctx, cc, append(args, "-gline-tables-only", "-S", "-emit-llvm", "-o", ir)...).CombinedOutput(); err != nil {
 		return fmt.Errorf("compiling the gate judge for %s to LLVM IR: %v: %s", src.Header, err, errorLines(string(out), work, 4))
 	}
 	text, err := os.ReadFile(ir)
@@ -374,6 +376,15 @@ func irCuts(ir []byte) []uint64 {
 
 // judgeCuts returns irCuts of the IR kept beside the compiled judge bin.
 func judgeCuts(bin string) ([]uint64, error) {
+	b, err := judgeIRText(bin)
+	if err != nil {
+		return nil, err
+	}
+	return irCuts(b), nil
+}
+
+// judgeIRText is the IR kept beside the compiled judge bin (irFile).
+func judgeIRText(bin string) ([]byte, error) {
 	f, err := os.Open(filepath.Join(filepath.Dir(bin), irFile))
 	if err != nil {
 		return nil, err
@@ -387,7 +398,40 @@ func judgeCuts(bin string) ([]uint64, error) {
 	if err != nil {
 		return nil, fmt.Errorf("%s: %w", f.Name(), err)
 	}
-	return irCuts(b), nil
+	return b, nil
+}
+
+var irModules = struct {
+	sync.Mutex
+	m map[string]*irModule
+}{m: map[string]*irModule{}}
+
+// judgeIR is the parsed IR beside bin, parsed once a process.
+func judgeIR(bin string) (*irModule, error) {
+	irModules.Lock()
+	defer irModules.Unlock()
+	if m, ok := irModules.m[bin]; ok {
+		return m, nil
+	}
+	b, err := judgeIRText(bin)
+	if err != nil {
+		return nil, err
+	}
+	m := parseIR(string(b))
+	if len(irModules.m) > 16 {
+		clear(irModules.m)
+	}
+	irModules.m[bin] = m
+	return m, nil
+}
+
+// treeRel is a compiled file's tree-relative path (the judge writes the
+// tree's files under a scratch tree/ directory), "" for another file.
+func treeRel(name string) string {
+	if _, rel, ok := strings.Cut(name, "/tree/"); ok {
+		return rel
+	}
+	return ""
 }
 
 // install moves work's judge and its IR, each with its sha256 beside

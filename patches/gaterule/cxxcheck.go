@@ -109,6 +109,9 @@ func (cx *cxxJudge) check(ctx context.Context, reqs []requirement, rep *Report) 
 		return &DispatchError{Path: cx.header, Problem: "CustomAllreduce::allreduce, compiled as the build compiles it, " + summarize(problems, 3),
 			Remedy: "every call the Python gates admit must launch exactly one kernel of a non-empty grid, or throw, and a kernel arpatch knows must get the call's type, world size, buffers, rank and size: give those PCIe-only calls a kernel at every size, or keep the gates closed there"}
 	}
+	if err := cx.prove(reqs, results); err != nil {
+		return err
+	}
 	if unknown := cx.unknownKernels(reqs, results); len(unknown) > 0 {
 		rep.Notes = append(rep.Notes, fmt.Sprintf("%s launches %s where the gates admit custom allreduce; arpatch knows %s neither from upstream (cross_device_reduce_1stage and _2stage) nor from the pcie series (pcie_push_*), so what it computes was not checked",
 			cx.header, strings.Join(unknown, ", "), textfmt.Word(len(unknown), "it", "them")))
@@ -258,4 +261,96 @@ func runText(run cxxRunOf) string {
 			run.Grid[0], run.Grid[1], run.Grid[2], run.Block[0], run.Block[1], run.Block[2])
 	}
 	return strings.TrimSpace(run.Kind + " " + run.What)
+}
+
+// prove runs the path proof (irproof.go) at every construction reqs made:
+// with world_size_ and full_nvlink_ as its constructor set them, every
+// path of allreduce<T> to a return must pass a launch, whatever else the
+// code tests (the size, a counter, the pointers, the environment).
+func (cx *cxxJudge) prove(reqs []requirement, results map[string]cxxResult) error {
+	m, err := judgeIR(cx.bin)
+	if err != nil {
+		return err
+	}
+	if fn, at := m.fieldWrite(treeRel); fn != "" {
+		return &DispatchError{Path: cx.header, Problem: fmt.Sprintf("%s (%s) changes CustomAllreduce's world_size_ or full_nvlink_, or hands its address on, after the constructor set it; the gate judge takes both members as the constructor left them", demangled(fn), orUnknown(at)),
+			Remedy: "set world_size_ and full_nvlink_ in the constructor only, and read them elsewhere"}
+	}
+	done := map[[2]int]bool{}
+	var problems []string
+	for _, r := range reqs {
+		for _, rank := range ranksOf(r) {
+			res, ok := results[scenarioKey(scenarioOf(r, rank, cx.names))]
+			if !ok || res.Init != "" {
+				continue
+			}
+			pair := [2]int{res.WorldField, res.NVLinkField}
+			if done[pair] {
+				continue
+			}
+			done[pair] = true
+			got, err := m.prove(pair[0], pair[1], treeRel)
+			if err != nil {
+				return err
+			}
+			// One problem a path: the element types whose path is the same
+			// are named together.
+			var order []string
+			types := map[string][]string{}
+			for _, e := range proofEntries {
+				pr := got[e.DType]
+				if !pr.Returns {
+					continue
+				}
+				through := "no line of the tree on the way"
+				if len(pr.At) > 0 {
+					through = "the path through " + linesText(pr.At)
+				}
+				if _, ok := types[through]; !ok {
+					order = append(order, through)
+				}
+				types[through] = append(types[through], e.DType)
+			}
+			for _, through := range order {
+				problems = append(problems, fmt.Sprintf("at %s (rank %d%s; world_size_ %d, full_nvlink_ %d as constructed), allreduce<%s> can return without a launch or a throw at some size, whatever the sizes the judge called at: %s",
+					r.where(), rank, nvlText(r.NVL), pair[0], pair[1], strings.Join(types[through], ", "), through))
+			}
+		}
+	}
+	if len(problems) > 0 {
+		return &DispatchError{Path: cx.header, Problem: "CustomAllreduce::allreduce, compiled as the build compiles it, " + summarize(problems, 3),
+			Remedy: "every path of the dispatch where the Python gates admit a call must launch a kernel or throw, whatever the size, the pointers, a counter or the environment say: make the paths that skip the launch throw instead, or keep the gates closed there"}
+	}
+	return nil
+}
+
+func orUnknown(at string) string {
+	if at == "" {
+		return "line unknown"
+	}
+	return at
+}
+
+// linesText writes file:line locations with each file named once in a
+// run: "a.cuh:48, 54, 84 and b.h:3".
+func linesText(at []string) string {
+	var b strings.Builder
+	file := ""
+	for i, l := range at {
+		f, line, ok := strings.Cut(l, ":")
+		switch {
+		case i == 0:
+		case i == len(at)-1:
+			b.WriteString(" and ")
+		default:
+			b.WriteString(", ")
+		}
+		if ok && f == file {
+			b.WriteString(line)
+		} else {
+			b.WriteString(l)
+		}
+		file = f
+	}
+	return b.String()
 }

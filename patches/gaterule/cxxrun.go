@@ -58,6 +58,11 @@ type cxxResult struct {
 	Scenario cxxScenario
 	Init     string
 	Runs     map[string][]cxxRunOf
+	// WorldField and NVLinkField are the members world_size_ and
+	// full_nvlink_ (0 or 1) as the constructor set them, -1 where the
+	// class has no such member: the values the path proof folds their
+	// loads to (irproof.go).
+	WorldField, NVLinkField int
 }
 
 // cxxReport is a whole run of the judge driver. Stopped is "crash",
@@ -200,6 +205,8 @@ func parseReport(out []byte, scs []cxxScenario) (*cxxReport, error) {
 		var line struct {
 			Scenario *int              `json:"scenario"`
 			Init     string            `json:"init"`
+			World    *int              `json:"world_size"`
+			NVLink   *int              `json:"full_nvlink"`
 			What     string            `json:"what"`
 			Mode     string            `json:"mode"`
 			DType    string            `json:"dtype"`
@@ -223,12 +230,15 @@ func parseReport(out []byte, scs []cxxScenario) (*cxxReport, error) {
 			id := *line.Scenario
 			r := byID[id]
 			if r == nil {
-				rep.Results = append(rep.Results, cxxResult{Scenario: scs[id], Runs: map[string][]cxxRunOf{}})
+				rep.Results = append(rep.Results, cxxResult{Scenario: scs[id], Runs: map[string][]cxxRunOf{}, WorldField: -1, NVLinkField: -1})
 				r = &rep.Results[len(rep.Results)-1]
 				byID[id] = r
 			}
 			if line.Init == "throw" {
 				r.Init = line.What
+			}
+			if line.World != nil && line.NVLink != nil {
+				r.WorldField, r.NVLinkField = *line.World, *line.NVLink
 			}
 			if line.Mode != "" {
 				runs, err := parseRuns(line.Runs, line.Mode, line.DType)

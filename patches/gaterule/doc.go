@@ -58,6 +58,23 @@
 //     call's element type and world size and get the call's output (and
 //     input), rank and size (the launch's recorded arguments); another
 //     kernel is named in Report.Notes, what it computes not checked.
+//   - The path proof (irproof.go) then covers every size, not only the
+//     ones called: on the same translation unit's LLVM IR (at -O1, with
+//     line tables, kept beside the judge), every path of allreduce<T>
+//     from the driver's entries (arpatch_judge_allreduce_*) to a return
+//     must pass a launch (a call of the stub runtime's launch recorders,
+//     or of a function that launches on every path to its return),
+//     whatever its conditions test: the size, a call counter, the
+//     pointers, the time, the environment. Only loads of world_size_ and
+//     full_nvlink_ are folded, to the values the driver read after each
+//     construction (so a constructor that changes them is followed);
+//     every other branch is taken both ways. A throw out of the function,
+//     or a call that does not return, ends a path; a throw caught inside
+//     and then a return does not. A function that runs on a constructed
+//     CustomAllreduce (its members and their callees, constructors left
+//     out) and stores to those members, or hands their address on, is
+//     refused, since the folded values would then be wrong. A refusal
+//     names the tree's lines on the path.
 //   - The push kernels (push.go) the dispatch launches where the gates
 //     admit a call run on the CPU (package kernelsim: every CUDA thread a
 //     host thread, every rank a set of blocks) at sizes from each range
@@ -96,11 +113,16 @@
 // are upstream's); a dispatch that tests the compiler or the toolkit's
 // version (__clang__, __GNUC__, CUDART_VERSION, __CUDACC_VER_MAJOR__:
 // refused, the real host compiler is g++ under the host's nvcc, the
-// judge's clang with CUDA 12.8's macros); code that behaves otherwise after more calls than the judge
-// makes, at another time, on other hardware than the stubs describe, or
-// for variables or values it does not drive; environment listings by
-// upstream's own files at import, which are taken not to act on the
-// judge's variables.
+// judge's clang with CUDA 12.8's macros); the grid, block and arguments
+// of a launch at sizes the judge does not call at (the proof asks only
+// that a launch happens, the sampling judge checks what it launches), and
+// code that launches otherwise after more calls than the judge makes, at
+// another time, on other hardware than the stubs describe, or for
+// variables or values it does not drive; a member changed through an
+// address the compiled code does not form as the member's (a cast of
+// `this`), which the proof's folding takes as unchanged; environment
+// listings by upstream's own files at import, which are taken not to act
+// on the judge's variables.
 //
 // It does not know arpatch's patch engine; package patches applies the
 // rule (patches.CheckResult) to the result of a series.

@@ -18,7 +18,8 @@
 // the same under capture).
 //
 // Output (stdout), one JSON object a line:
-//   {"scenario":ID,"init":"ok"} or {"scenario":ID,"init":"throw","what":W}
+//   {"scenario":ID,"init":"ok","world_size":W,"full_nvlink":N} (the
+//     members as the constructor set them, -1 where the class has none) or {"scenario":ID,"init":"throw","what":W}
 //   {"scenario":ID,"mode":"eager"|"graph","dtype":D,"runs":[RUN...]}
 //     RUN is [FROM,TO,KIND,...]: the sizes FROM..TO (bytes, of those
 //     asked) that did the same: ["one",KERNEL] exactly one launch of a
@@ -130,20 +131,22 @@ cudaError_t cudaSetupArgument(const void* arg, size_t size, size_t) {
   pending_params.emplace_back(static_cast<const char*>(arg), size);
   return cudaSuccess;
 }
-cudaError_t cudaLaunch(const void* fn) {
+__attribute__((noinline)) cudaError_t cudaLaunch(const void* fn) {
   cudaError_t e = record(fn, pending_grid, pending_block, std::move(pending_params));
   pending_params.clear();
   return e;
 }
+// The four launches above and below stay calls (noinline): the path proof
+// (irproof.go) reads a call of one of them in the compiled IR as a launch.
 // The explicit launches pass their arguments' addresses without sizes:
 // they are not checked (explicit_params leaves them empty).
-cudaError_t cudaLaunchKernel(const void* fn, dim3 grid, dim3 block, void**, size_t, cudaStream_t) {
+__attribute__((noinline)) cudaError_t cudaLaunchKernel(const void* fn, dim3 grid, dim3 block, void**, size_t, cudaStream_t) {
   return record(fn, grid, block, {});
 }
-cudaError_t cudaLaunchCooperativeKernel(const void* fn, dim3 grid, dim3 block, void**, size_t, cudaStream_t) {
+__attribute__((noinline)) cudaError_t cudaLaunchCooperativeKernel(const void* fn, dim3 grid, dim3 block, void**, size_t, cudaStream_t) {
   return record(fn, grid, block, {});
 }
-cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* c, const void* fn, void**) {
+__attribute__((noinline)) cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* c, const void* fn, void**) {
   return record(fn, c->gridDim, c->blockDim, {});
 }
 cudaError_t cudaGetLastError(void) {
@@ -389,6 +392,54 @@ const char* type_name() {
   return "__nv_bfloat16";
 }
 
+}  // namespace
+
+// The entries the path proof (irproof.go) starts from: allreduce<T> as
+// all_reduce calls it, one extern "C" name a type, kept as calls.
+extern "C" {
+__attribute__((noinline)) void arpatch_judge_allreduce_float(sglang::CustomAllreduce* ca, float* in, float* out, int n) {
+  ca->allreduce<float>(reinterpret_cast<cudaStream_t>(0x1000), in, out, n);
+}
+__attribute__((noinline)) void arpatch_judge_allreduce_half(sglang::CustomAllreduce* ca, half* in, half* out, int n) {
+  ca->allreduce<half>(reinterpret_cast<cudaStream_t>(0x1000), in, out, n);
+}
+__attribute__((noinline)) void arpatch_judge_allreduce_bfloat16(sglang::CustomAllreduce* ca, nv_bfloat16* in,
+                                                                nv_bfloat16* out, int n) {
+  ca->allreduce<nv_bfloat16>(reinterpret_cast<cudaStream_t>(0x1000), in, out, n);
+}
+}
+
+namespace {
+
+// world_of and nvlink_of read the members the dispatch tests, where the
+// class has them (else -1): the driver reports what the constructor set,
+// and the path proof folds each load of them to that value. The functions
+// arpatch_field_world_size and arpatch_field_full_nvlink are where the
+// proof learns how the compiled code addresses each member.
+template <typename C>
+auto world_of(C* c, int) -> decltype(int(c->world_size_)) { return c->world_size_; }
+template <typename C>
+int world_of(C*, long) { return -1; }
+template <typename C>
+auto nvlink_of(C* c, int) -> decltype(int(c->full_nvlink_)) { return c->full_nvlink_ ? 1 : 0; }
+template <typename C>
+int nvlink_of(C*, long) { return -1; }
+
+}  // namespace
+
+extern "C" {
+__attribute__((noinline)) int arpatch_field_world_size(sglang::CustomAllreduce* c) { return world_of(c, 0); }
+__attribute__((noinline)) int arpatch_field_full_nvlink(sglang::CustomAllreduce* c) { return nvlink_of(c, 0); }
+}
+
+namespace {
+
+void judge_call(sglang::CustomAllreduce* ca, float* in, float* out, int n) { arpatch_judge_allreduce_float(ca, in, out, n); }
+void judge_call(sglang::CustomAllreduce* ca, half* in, half* out, int n) { arpatch_judge_allreduce_half(ca, in, out, n); }
+void judge_call(sglang::CustomAllreduce* ca, nv_bfloat16* in, nv_bfloat16* out, int n) {
+  arpatch_judge_allreduce_bfloat16(ca, in, out, n);
+}
+
 template <typename T>
 void calls(sglang::CustomAllreduce* ca, int id, int rank, int ws, T* input, T* output, const std::vector<size_t>& sizes,
            const char* dtype) {
@@ -408,7 +459,7 @@ void calls(sglang::CustomAllreduce* ca, int id, int rank, int ws, T* input, T* o
     bool threw = false;
     std::string what;
     try {
-      ca->allreduce<T>(reinterpret_cast<cudaStream_t>(0x1000), input, output, static_cast<int>(bytes / sizeof(T)));
+      judge_call(ca, input, output, static_cast<int>(bytes / sizeof(T)));
     } catch (const std::exception& e) {
       threw = true;
       what = e.what();
@@ -463,7 +514,8 @@ void scenario(int id, int ws, int rank, bool nvl, size_t cap, unsigned mask, con
     std::printf("{\"scenario\":%d,\"init\":\"throw\",\"what\":\"an exception that is not a std::exception\"}\n", id);
     return;
   }
-  std::printf("{\"scenario\":%d,\"init\":\"ok\"}\n", id);
+  std::printf("{\"scenario\":%d,\"init\":\"ok\",\"world_size\":%d,\"full_nvlink\":%d}\n", id,
+              arpatch_field_world_size(ca), arpatch_field_full_nvlink(ca));
   for (int graph = 0; graph < 2; graph++) {
     capturing = graph != 0;
     const unsigned bits = mask >> (3 * graph);

@@ -1,0 +1,357 @@
+package gaterule
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"strings"
+
+	"github.com/ianlancetaylor/demangle"
+)
+
+// The path proof: on the LLVM IR the judge keeps beside its binary (the
+// dispatch compiled as the build compiles it, at -O1, with line tables),
+// every path from an entry (cxx/judge.cu's arpatch_judge_allreduce_*,
+// allreduce<T> as all_reduce calls it) to a return must pass a launch,
+// whatever the conditions on the way test. The sampling judge calls the
+// dispatch at chosen sizes; the proof covers every size, call count,
+// pointer and variable the code may test, because it does not evaluate
+// them: a branch on anything but the members the constructor set
+// (world_size_ and full_nvlink_, folded to the values the driver
+// reported) is taken both ways.
+//
+// A launch is a call of one of the stub runtime's launch recorders
+// (launchFuncs), or of a function the tree defines that launches on
+// every path to its return (a kernel's host stub, a helper), at the same
+// member values. A path that throws out of the function, or ends in
+// `unreachable` (a call that does not return: a throw, abort), is not a
+// return. A throw caught inside the dispatch and followed by a return is
+// a return.
+//
+// What the proof does not see: the launch's grid and arguments (the
+// sampling judge checks those at its sizes), members other than the two
+// it folds (their loads are unknown, which can only widen the paths), and
+// a member changed through a pointer the compiled code does not address
+// as the member (refused where it does: fieldWrite).
+
+// launchFuncs are the stub runtime's functions that record a launch
+// (cxx/judge.cu, noinline there so that each stays a call).
+var launchFuncs = []string{"cudaLaunch", "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel"}
+
+// proofEntries are the functions the proof starts from, one an element
+// type (cxx/judge.cu).
+var proofEntries = []struct{ Func, DType string }{
+	{"arpatch_judge_allreduce_float", "float32"},
+	{"arpatch_judge_allreduce_half", "float16"},
+	{"arpatch_judge_allreduce_bfloat16", "bfloat16"},
+}
+
+// fieldProbes are the functions whose one member address tells the proof
+// how the compiled code addresses world_size_ and full_nvlink_.
+const (
+	probeWorld  = "arpatch_field_world_size"
+	probeNVLink = "arpatch_field_full_nvlink"
+)
+
+// proofOf is the proof's verdict on one entry at one pair of member
+// values: Returns is false when every path to a return launches; else
+// Path is the blocks of one path that does not, Fn the function.
+type proofOf struct {
+	Returns bool
+	Fn      string
+	Path    []string
+	At      []string // the source lines of the path's decisions and its return
+}
+
+type prover struct {
+	m       *irModule
+	fields  irFields
+	memo    map[string]int     // function: 0 working, 1 launches on every path, 2 not
+	proofs  map[string]proofOf // function: its proof, where it does not launch
+	geps    map[string]string  // the function being folded: gepKeys
+	treeRel func(string) string
+}
+
+// prove runs the proof of every entry with world_size_ and full_nvlink_
+// as given (fields from keys); it returns each entry's result.
+func (m *irModule) prove(world, nvlink int, treeRel func(string) string) (map[string]proofOf, error) {
+	fields := irFields{}
+	if k := m.probeKey(probeWorld); k != "" && world >= 0 {
+		fields[k] = uint64(world)
+	}
+	if k := m.probeKey(probeNVLink); k != "" && nvlink >= 0 {
+		fields[k] = uint64(nvlink)
+	}
+	p := &prover{m: m, fields: fields, memo: map[string]int{}, treeRel: treeRel}
+	out := map[string]proofOf{}
+	for _, e := range proofEntries {
+		f := m.Funcs[e.Func]
+		if f == nil {
+			return nil, fmt.Errorf("the judge's IR has no %s: the proof's entry is missing", e.Func)
+		}
+		out[e.DType] = p.run(f)
+	}
+	return out, nil
+}
+
+// launches reports whether every path of f to a return passes a launch.
+func (p *prover) launches(name string) bool {
+	if slices.Contains(launchFuncs, name) {
+		return true
+	}
+	f := p.m.Funcs[name]
+	if f == nil {
+		return false
+	}
+	switch p.memo[name] {
+	case 1:
+		return true
+	case 2:
+		return false
+	}
+	if _, working := p.memo[name]; working {
+		return false // recursion: not known to launch
+	}
+	p.memo[name] = 0
+	r := p.run(f)
+	if r.Returns {
+		p.memo[name] = 2
+		if p.proofs == nil {
+			p.proofs = map[string]proofOf{}
+		}
+		p.proofs[name] = r
+	} else {
+		p.memo[name] = 1
+	}
+	return !r.Returns
+}
+
+// run proves f: it returns the first path (breadth first) from f's entry
+// to a return that passes no launch, if any.
+func (p *prover) run(f *irFunc) proofOf {
+	saved := p.geps
+	p.geps = gepKeys(f)
+	ex, _ := p.fold(f)
+	p.geps = saved
+	entry := f.Blocks[0].Name
+	parent := map[string]string{entry: ""}
+	todo := []string{entry}
+	for len(todo) > 0 {
+		name := todo[0]
+		todo = todo[1:]
+		b := f.block(name)
+		if b == nil || len(b.Insts) == 0 {
+			continue
+		}
+		launched := false
+		for _, in := range b.Insts[:len(b.Insts)-1] {
+			if in.Op == "call" && p.launches(in.callee()) {
+				launched = true
+				break
+			}
+		}
+		if launched {
+			continue
+		}
+		term := b.Insts[len(b.Insts)-1]
+		if term.Op == "ret" {
+			path := []string{}
+			for at := name; at != ""; at = parent[at] {
+				path = append([]string{at}, path...)
+			}
+			return proofOf{Returns: true, Fn: f.Name, Path: path, At: p.where(f, path)}
+		}
+		next := p.successorsOf(b, ex)
+		if term.Op == "invoke" {
+			c := term.callee()
+			if slices.Contains(launchFuncs, c) {
+				continue
+			}
+			if ls := term.labels(); len(ls) == 2 && p.launches(c) {
+				// It launched where it returns: only its unwind edge goes on.
+				next = nil
+				if ex[[2]string{name, ls[1]}] {
+					next = []string{ls[1]}
+				}
+			}
+		}
+		for _, s := range next {
+			if _, ok := parent[s]; !ok {
+				parent[s] = name
+				todo = append(todo, s)
+			}
+		}
+	}
+	return proofOf{Fn: f.Name}
+}
+
+// successorsOf are b's executable successors, in its terminator's order.
+func (p *prover) successorsOf(b *irBlock, ex edges) []string {
+	var out []string
+	for _, s := range b.Insts[len(b.Insts)-1].labels() {
+		if ex[[2]string{b.Name, s}] && !slices.Contains(out, s) {
+			out = append(out, s)
+		}
+	}
+	return out
+}
+
+var (
+	metaLineRe  = regexp.MustCompile(`line: ([0-9]+)`)
+	metaScopeRe = regexp.MustCompile(`scope: (![0-9]+)`)
+	metaFileRe  = regexp.MustCompile(`file: (![0-9]+)`)
+	metaInlRe   = regexp.MustCompile(`inlinedAt: (![0-9]+)`)
+	metaNameRe  = regexp.MustCompile(`filename: "((?:[^"\\]|\\.)*)"`)
+)
+
+// where are the tree's source lines of path's decisions (its blocks'
+// conditional branches and switches) and of its return, each once, in
+// order, with those of the calls on the way that return without a
+// launch (a helper, allreduce<T> itself where it is not inlined).
+func (p *prover) where(f *irFunc, path []string) []string {
+	var out []string
+	for _, name := range path {
+		b := f.block(name)
+		for _, in := range b.Insts {
+			if r, ok := p.proofs[in.callee()]; ok {
+				for _, l := range r.At {
+					if !slices.Contains(out, l) {
+						out = append(out, l)
+					}
+				}
+			}
+		}
+		term := b.Insts[len(b.Insts)-1]
+		if (term.Op == "br" && len(term.labels()) == 2) || term.Op == "switch" || term.Op == "ret" {
+			if l := p.line(term.Dbg); l != "" && !slices.Contains(out, l) {
+				out = append(out, l)
+			}
+		}
+	}
+	return out
+}
+
+// line is the tree file and line of a !DILocation, or of the first
+// location it was inlined at that is in the tree; "" when none is.
+func (p *prover) line(loc string) string {
+	for depth := 0; loc != "" && depth < 16; depth++ {
+		node := p.m.Meta[loc]
+		ln := metaLineRe.FindStringSubmatch(node)
+		sc := metaScopeRe.FindStringSubmatch(node)
+		if ln != nil && sc != nil {
+			if file := p.fileOf(sc[1]); file != "" {
+				return file + ":" + ln[1]
+			}
+		}
+		inl := metaInlRe.FindStringSubmatch(node)
+		if inl == nil {
+			return ""
+		}
+		loc = inl[1]
+	}
+	return ""
+}
+
+// fileOf is the tree-relative file of a scope, "" when it is not the
+// tree's (the judge's own files, system headers).
+func (p *prover) fileOf(scope string) string {
+	fm := metaFileRe.FindStringSubmatch(p.m.Meta[scope])
+	if fm == nil {
+		return ""
+	}
+	nm := metaNameRe.FindStringSubmatch(p.m.Meta[fm[1]])
+	if nm == nil || p.treeRel == nil {
+		return ""
+	}
+	return p.treeRel(nm[1])
+}
+
+// ctorRe names CustomAllreduce's constructors, which set the folded
+// members.
+var ctorRe = regexp.MustCompile(`CustomAllreduceC[12]E`)
+
+// mutators are the functions that run on a constructed CustomAllreduce:
+// the proof's entries, CustomAllreduce's other members (register_buffer
+// and the rest), and every function they call, constructors left out.
+func (m *irModule) mutators() []string {
+	seen := map[string]bool{}
+	var todo []string
+	for n := range m.Funcs {
+		if !ctorRe.MatchString(n) && strings.Contains(n, "CustomAllreduce") {
+			todo = append(todo, n)
+		}
+	}
+	for _, e := range proofEntries {
+		todo = append(todo, e.Func)
+	}
+	for len(todo) > 0 {
+		n := todo[0]
+		todo = todo[1:]
+		f := m.Funcs[n]
+		if seen[n] || f == nil || ctorRe.MatchString(n) {
+			continue
+		}
+		seen[n] = true
+		for _, b := range f.Blocks {
+			for _, in := range b.Insts {
+				if c := in.callee(); c != "" {
+					todo = append(todo, c)
+				}
+			}
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// fieldWrite returns a function that runs on a constructed
+// CustomAllreduce (mutators) whose code uses the address of a folded
+// member for anything but a load (a store, a call, a cast), and where: a
+// dispatch that changes world_size_ or full_nvlink_ after the
+// constructor would make the folded values wrong.
+func (m *irModule) fieldWrite(treeRel func(string) string) (fn, at string) {
+	keys := map[string]bool{}
+	for _, pr := range []string{probeWorld, probeNVLink} {
+		if k := m.probeKey(pr); k != "" {
+			keys[k] = true
+		}
+	}
+	if len(keys) == 0 {
+		return "", ""
+	}
+	p := &prover{m: m, treeRel: treeRel}
+	for _, n := range m.mutators() {
+		f := m.Funcs[n]
+		for def, k := range gepKeys(f) {
+			if !keys[k] {
+				continue
+			}
+			tok := regexp.MustCompile(regexp.QuoteMeta(def) + `([ ,)]|$)`)
+			for _, b := range f.Blocks {
+				for _, in := range b.Insts {
+					if in.Def == def || !tok.MatchString(in.Text) {
+						continue
+					}
+					if mm := loadRe.FindStringSubmatch(in.Text); mm != nil && mm[2] == def && strings.Count(in.Text, def) == 1 {
+						continue
+					}
+					return n, p.line(in.Dbg)
+				}
+			}
+		}
+	}
+	return "", ""
+}
+
+// demangled is a C++ function's name as its source spells it, without
+// its parameters (sglang::CustomAllreduce::allreduce<float>), or name.
+func demangled(name string) string {
+	if d, err := demangle.ToString(name, demangle.NoParams); err == nil {
+		return d
+	}
+	return name
+}
