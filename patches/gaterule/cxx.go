@@ -53,13 +53,6 @@ func Clang() (string, error) {
 	return "", ErrNoClang
 }
 
-// compilerMacros are macros that name the compiler or the toolkit. The
-// real build's host compiler is g++ under nvcc, of whatever CUDA the host
-// has; the judge's is clang with CUDA 12.8's version macros, so a
-// dispatch that tests one would be judged as another build than the real
-// one compiles.
-var compilerMacros = regexp.MustCompile(`\b(__clang__|__clang_major__|__clang_minor__|__clang_patchlevel__|__clang_version__|__llvm__|__CUDA__|__GNUC__|__GNUC_MINOR__|__GNUC_PATCHLEVEL__|__GNUG__|__VERSION__|__INTEL_COMPILER|__NVCOMPILER|__NVCC_DIAG_PRAGMA_SUPPORT__|__CUDACC_VER_MAJOR__|__CUDACC_VER_MINOR__|__CUDACC_VER_BUILD__|CUDART_VERSION|CUDA_VERSION|__CUDA_API_VERSION|__CUDA_ARCH_LIST__)\b`)
-
 // cxxFlags are the judge's compile flags: clang's CUDA host pass without
 // CUDA's headers (arpatch's stubs stand in), the build's own C++ standard
 // and definitions (sglkernel.CUDAFlags: -DNDEBUG and the rest), nvcc's
@@ -136,28 +129,14 @@ func gather(read Reader, header string, dirs []string) (cxxSource, error) {
 	return src, nil
 }
 
-// compilerMacro returns the first compiler-naming macro the source's
-// files mention, and where, or "".
-func (s cxxSource) compilerMacro() (string, string) {
-	var paths []string
-	for p := range s.Files {
-		paths = append(paths, p)
-	}
-	sort.Strings(paths)
-	for _, p := range paths {
-		if loc := compilerMacros.FindIndex(s.Files[p]); loc != nil {
-			line := bytes.Count(s.Files[p][:loc[0]], []byte("\n")) + 1
-			return string(s.Files[p][loc[0]:loc[1]]), fmt.Sprintf("%s:%d", p, line)
-		}
-	}
-	return "", ""
-}
-
 // key is the content hash of everything a build reads: the compiler, its
 // flags, the judge's own files and the tree's.
 func (s cxxSource) key(cc, version string) string {
 	h := sha256.New()
-	fmt.Fprintf(h, "gate-judge-v3\x00%s\x00%s\x00%s\x00%s\x00", cc, version, strings.Join(cxxFlags(), " "), s.Header)
+	fmt.Fprintf(h, "gate-judge-v5\x00%s\x00%s\x00%s\x00%s\x00", cc, version, strings.Join(cxxFlags(), " "), s.Header)
+	for _, v := range buildVariants {
+		fmt.Fprintf(h, "%s\x00", strings.Join(v.Flags, " "))
+	}
 	ents, _ := cxxFS.ReadDir("cxx")
 	for _, e := range ents {
 		b, _ := cxxFS.ReadFile("cxx/" + e.Name())
@@ -229,7 +208,7 @@ func buildJudge(ctx context.Context, src cxxSource) (string, error) {
 	}
 	dir := filepath.Join(cacheDir(), key[:32])
 	bin := filepath.Join(dir, "judge")
-	if binstore.Verified(bin) && binstore.Verified(filepath.Join(dir, irFile)) {
+	if binstore.Verified(bin) && binstore.Verified(filepath.Join(dir, irFile)) && binstore.Verified(filepath.Join(dir, variantsFile)) {
 		builds[key] = bin
 		return bin, nil
 	}
@@ -297,6 +276,9 @@ func compile(ctx context.Context, cc string, src cxxSource, dir string) error {
 	for _, d := range append(slices.Clone(src.Dirs), path.Dir(src.Header)) {
 		args = append(args, "-I", filepath.Join(tree, filepath.FromSlash(d)))
 	}
+	// The preprocessor's variants read prelude.h as text: a precompiled
+	// header holds the judge's own macros.
+	textArgs := append(slices.Clone(args), "-include", "prelude.h", filepath.Join(stubs, "judge.cu"))
 	args = append(args, pch...)
 	args = append(args, filepath.Join(stubs, "judge.cu"))
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
@@ -331,6 +313,13 @@ func compile(ctx context.Context, cc string, src cxxSource, dir string) error {
 		return err
 	}
 	if err := os.WriteFile(filepath.Join(work, irFile), gz.Bytes(), 0o644); err != nil {
+		return err
+	}
+	finding, err := compareVariants(ctx, cc, textArgs, work, src)
+	if err != nil {
+		return err
+	}
+	if err := os.WriteFile(filepath.Join(work, variantsFile), []byte(finding), 0o644); err != nil {
 		return err
 	}
 	return install(work, dir)
@@ -434,14 +423,14 @@ func treeRel(name string) string {
 	return ""
 }
 
-// install moves work's judge and its IR, each with its sha256 beside
-// it, into dir.
+// install moves work's judge, its IR and its variants' finding, each
+// with its sha256 beside it, into dir.
 func install(work, dir string) error {
 	final := filepath.Join(work, "out")
 	if err := os.Mkdir(final, 0o755); err != nil {
 		return err
 	}
-	for _, f := range []string{"judge", irFile} {
+	for _, f := range []string{"judge", irFile, variantsFile} {
 		if err := os.Rename(filepath.Join(work, f), filepath.Join(final, f)); err != nil {
 			return err
 		}

@@ -4,6 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"os"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strings"
@@ -18,9 +20,8 @@ type cxxJudge struct {
 	src      cxxSource
 	bin      string
 	buildErr error
-	macro    string // a compiler-naming macro the source tests, and where
-	macroAt  string
-	cmake    string // a CMake file the series changes
+	variant  string // where the tree preprocesses otherwise under a build variant (variants.go), or ""
+	blind    *blindFile // a file of the series the judge cannot follow (blindChanged)
 	names    []string
 }
 
@@ -32,11 +33,17 @@ func prepareCxx(ctx context.Context, in Input, header string, rep *Report) (*cxx
 	if err != nil {
 		return nil, err
 	}
-	cx := &cxxJudge{header: header, src: src, cmake: cmakeChanged(in)}
-	cx.macro, cx.macroAt = src.compilerMacro()
+	cx := &cxxJudge{header: header, src: src, blind: blindChanged(in, header)}
 	cx.bin, cx.buildErr = buildJudge(ctx, src)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
+	}
+	if cx.bin != "" {
+		b, err := os.ReadFile(filepath.Join(filepath.Dir(cx.bin), variantsFile))
+		if err != nil {
+			return nil, err
+		}
+		cx.variant = string(b)
 	}
 	return cx, nil
 }
@@ -69,12 +76,12 @@ func (cx *cxxJudge) check(ctx context.Context, reqs []requirement, rep *Report) 
 		return nil
 	case cx.buildErr != nil:
 		return &DispatchError{Path: cx.header, Problem: cx.buildErr.Error(), Remedy: "the gate rule judges the dispatch by compiling it as the real build does (clang's CUDA host pass, the build's definitions, arpatch's stub CUDA headers); make it compile, or report a CUDA name the stubs lack"}
-	case cx.cmake != "":
-		return &DispatchError{Path: cx.cmake, Problem: "the series changes a CMake file, which sets the build's compiler definitions; the gate judge compiles CustomAllreduce::allreduce with upstream's (sglkernel.CUDAFlags: -DNDEBUG and the rest) and cannot follow a changed build",
-			Remedy: "keep build changes out of a series that admits custom allreduce on PCIe, or put them in a series of their own"}
-	case cx.macro != "":
-		return &DispatchError{Path: cx.header, Problem: fmt.Sprintf("it tests %s (%s), which names the compiler or the toolkit: the real build's host compiler is g++ under nvcc, of the host's CUDA, the judge's is clang with CUDA 12.8's version macros, so the judge would compile another dispatch than the build does", cx.macro, cx.macroAt),
-			Remedy: "test the feature itself (__CUDA_ARCH__ in device code, __cplusplus), not the compiler or the toolkit's version"}
+	case cx.blind != nil:
+		return &DispatchError{Path: cx.blind.Path, Problem: cx.blind.Why,
+			Remedy: "keep changes to the build, to the headers the judge restates and to the allreduce's binding out of a series that admits custom allreduce on PCIe, or put them in a series of their own"}
+	case cx.variant != "":
+		return &DispatchError{Path: cx.header, Problem: cx.variant + ": the judge compiles one build (clang's CUDA host pass, CUDA 12.8's macros, sgl-kernel's default definitions), so it would judge another dispatch than a real build compiles",
+			Remedy: "make the dispatch and the files it includes the same program whatever the host compiler, the CUDA toolkit and sgl-kernel's build options: test a feature itself (__CUDA_ARCH__ in device code, __cplusplus), not the compiler, the toolkit's version or a build option"}
 	}
 	maxCap := uint64(defaultCap)
 	for _, r := range reqs {

@@ -102,18 +102,25 @@
 // imported or constructed under the judge, the gates of a series that
 // changes SGLang's Python side (or carries the gate tags) are taken as
 // open at every world size, and those of any other as upstream's, closed;
-// the notes say which.
+// the notes say which. So are the gates of a series that changes a file
+// Python loads but the judge does not follow (Input.unfollowedPython: a
+// compiled module, bytecode, a sitecustomize or a .pth file), whatever
+// the judge found.
 //
 // What it cannot check: upstream's pull kernels' sums (inline PTX: a GPU
 // checks them, `arpatch bench allreduce`), those of a kernel it does not
 // know, and the push kernels' above 256 KiB or under the GPU's weaker
 // memory ordering; what the tree's custom_all_reduce.cu (torch-bound)
-// and include/utils.h (restated in cxx/utils.h) do; a series that changes
-// a CMake file (refused wherever the gates admit a call: the definitions
-// are upstream's); a dispatch that tests the compiler or the toolkit's
-// version (__clang__, __GNUC__, CUDART_VERSION, __CUDACC_VER_MAJOR__:
-// refused, the real host compiler is g++ under the host's nvcc, the
-// judge's clang with CUDA 12.8's macros); the grid, block and arguments
+// and include/utils.h (restated in cxx/utils.h) do, so a series that
+// changes either, the op registration, sgl-kernel's Python wrapper of
+// all_reduce, a CMake file or the project's pyproject, setup or build
+// script is refused wherever the gates admit a call (blindChanged); the
+// builds the judge's one compile is not: where the tree's files
+// preprocess otherwise under another host compiler (g++ under nvcc),
+// another CUDA toolkit or sgl-kernel's build options, however the test
+// is spelt (a token paste, __has_builtin, __has_include), the tree is
+// refused (variants.go: the variants' preprocessor output of the tree's
+// lines against the judge's); the grid, block and arguments
 // of a launch at sizes the judge does not call at (the proof asks only
 // that a launch happens, the sampling judge checks what it launches), and
 // code that launches otherwise after more calls than the judge makes, at

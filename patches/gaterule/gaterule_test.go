@@ -121,7 +121,7 @@ func TestJudgeSeesWhatTheCompilerSees(t *testing.T) {
 		{"host code reads device memory", patchedElse, "", "    if (!full_nvlink_) { volatile char c = *reinterpret_cast<char*>(input); (void)c; }\n",
 			"stopped the judge (crash) in scenario"},
 		{"a test of the compiler", upstream, "", pcieSW("#ifdef __clang__", launchAll, "#endif"),
-			"it tests __clang__ (" + cuhPath + ":"},
+			cuhPath + ":86 preprocesses otherwise under another host compiler (g++ under nvcc"},
 		{"does not compile", pcie("  KL(ngpus, no_such_kernel);"), "", "", "does not compile " + cuhPath + "|no_such_kernel"},
 		{"a known kernel for another world size", pcie("  KL(8, cross_device_reduce_2stage);"), "", "",
 			"at world size 4, no variable set (rank 0, without full NVLink; the Python gates admit it up to 8388608 bytes), eager float32 allreduce of 16-8388608 bytes launches sglang::cross_device_reduce_2stage<float, 8> instantiated for <float, 8> where the call is <float, 4>"},
@@ -130,7 +130,7 @@ func TestJudgeSeesWhatTheCompilerSees(t *testing.T) {
 		{"a known kernel into another buffer", pcie("  KL_ARGS(ngpus, cross_device_reduce_2stage, input, size);"), "", klArgs,
 			"launches sglang::cross_device_reduce_2stage<float, 4> with another output than the call's"},
 		{"a test of the toolkit's version", upstream, "", pcieSW("#if CUDART_VERSION >= 13000", launchAll, "#endif"),
-			"it tests CUDART_VERSION (" + cuhPath + ":|the judge's is clang with CUDA 12.8's version macros"},
+			"preprocesses otherwise under another CUDA toolkit (CUDA 13.0|the judge compiles one build (clang's CUDA host pass, CUDA 12.8's macros"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { refused(t, judgeBranch(t, tc.branch, tc.top, tc.sw), tc.want) })
 	}
@@ -190,6 +190,34 @@ func TestJudgeRefusesAChangedBuild(t *testing.T) {
 	refused(t, err, "")
 }
 
+// The other files the allreduce path goes through that the judge does
+// not compile or run, each refused by name where the gates admit a call;
+// another kernel's file of the same project passes.
+func TestJudgeRefusesWhatItCannotFollow(t *testing.T) {
+	for _, tc := range []struct{ path, want string }{
+		{"sgl-kernel/pyproject.toml", "the series changes pyproject.toml, which sets how sgl-kernel is built"},
+		{"sgl-kernel/setup.py", "the series changes setup.py, which sets how sgl-kernel is built"},
+		{"sgl-kernel/cmake/utils.cmake", "the series changes a CMake file"},
+		{"sgl-kernel/include/utils.h", "the series changes include/utils.h, which the dispatch's translation unit includes; the gate judge compiles with its own restatement of it"},
+		{"sgl-kernel/include/sgl_kernel_ops.h", "the series changes include/sgl_kernel_ops.h"},
+		{"sgl-kernel/csrc/allreduce/custom_all_reduce.cu", "the series changes sgl-kernel/csrc/allreduce/custom_all_reduce.cu, on the way from SGLang's all_reduce to CustomAllreduce::allreduce"},
+		{"sgl-kernel/csrc/common_extension.cc", "the series changes sgl-kernel/csrc/common_extension.cc, on the way"},
+		{"sgl-kernel/python/sgl_kernel/allreduce.py", "the series changes sgl-kernel/python/sgl_kernel/allreduce.py, on the way"},
+		{"sgl-kernel/csrc/moe/moe_align_kernel.cu", ""},
+		{"sgl-kernel/README.md", ""},
+	} {
+		t.Run(tc.path, func(t *testing.T) {
+			tr := pyTree(fixture(patchedElse), open...).with(tc.path, "// changed\n")
+			_, err := judge(t, tr.input(gatePy, tc.path))
+			want := tc.want
+			if want != "" {
+				want = "in " + tc.path + " as patched, " + want + "|or put them in a series of their own"
+			}
+			refused(t, err, want)
+		})
+	}
+}
+
 func TestCheckFindsTheDispatchWhereTheTreeKeepsIt(t *testing.T) {
 	eraC := "python/sglang/kernels/aot/csrc/allreduce/custom_all_reduce.cuh"
 	move := func(tr tree, to string) tree {
@@ -233,8 +261,9 @@ func TestWorldSizes(t *testing.T) {
 }
 
 // FuzzJudgeDispatch: what the judge reads of a header without compiling
-// it (its includes, literals, compiler macros, whether it holds the
-// dispatch) and of the driver's report takes any bytes without panicking.
+// it (its includes, literals, whether it holds the dispatch), of the
+// driver's report, of LLVM IR and of preprocessor output takes any bytes
+// without panicking.
 func FuzzJudgeDispatch(f *testing.F) {
 	f.Add(fixture(upstream))
 	f.Add(fixture(patchedElse))
@@ -250,8 +279,9 @@ func FuzzJudgeDispatch(f *testing.F) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		s.compilerMacro()
 		headerLiterals(s)
+		parseIR(string(src))
+		treeLines(src, "/w")
 		holdsDispatch(src)
 		_, _ = parseReport(src, []cxxScenario{{WS: 4}}) // any verdict: the fuzz looks for panics
 	})
@@ -266,5 +296,31 @@ func TestJudgeNotesAnUnknownKernel(t *testing.T) {
 	if len(rep.Notes) != 1 || !strings.Contains(rep.Notes[0], cuhPath+" launches sglang::noop<__half, 4>, sglang::noop<__half, 6>") ||
 		!strings.Contains(rep.Notes[0], "arpatch knows them neither from upstream") {
 		t.Errorf("notes = %q", rep.Notes)
+	}
+}
+
+// Builds the judge's one compile is not: each test of the compiler, the
+// toolkit or a build option that makes the tree another program under
+// some real build is refused by what it preprocesses to, however it is
+// spelt; one that changes nothing passes.
+func TestJudgeComparesBuildVariants(t *testing.T) {
+	const compiler = "preprocesses otherwise under another host compiler"
+	const toolkit = "preprocesses otherwise under another CUDA toolkit"
+	const options = "preprocesses otherwise under sgl-kernel's build options"
+	for _, tc := range []struct {
+		name, top, sw, want string
+	}{
+		{"__clang__ spelt by a token paste", "#define ARP_CAT(a, b) a##b\n",
+			"#if !ARP_CAT(__cl, ang__)\n    if (!full_nvlink_) return;\n#endif\n", compiler},
+		{"a clang builtin tested", "", "#if __has_builtin(__builtin_readcyclecounter)\n    if (!full_nvlink_) return;\n#endif\n", compiler},
+		{"__GNUC__'s version tested", "", "#if __GNUC__ >= 13\n    if (!full_nvlink_) return;\n#endif\n", compiler},
+		{"a toolkit header that the stubs lack", "", "#if __has_include(<cuda_fp8.h>)\n    if (!full_nvlink_) return;\n#endif\n", toolkit},
+		{"nvcc's version", "", "#if __CUDACC_VER_MAJOR__ >= 13\n    if (!full_nvlink_) return;\n#endif\n", toolkit},
+		{"a definition sgl-kernel's CMake adds by option", "", "#ifdef FLASHINFER_ENABLE_BF16\n    if (!full_nvlink_) return;\n#endif\n", options},
+		{"the C++ ABI", "", "#if _GLIBCXX_USE_CXX11_ABI == 0\n    if (!full_nvlink_) return;\n#endif\n", options},
+		{"a test of the compiler with the same code on both sides", "", "#ifdef __clang__\n    (void)0;\n#else\n    (void)0;\n#endif\n", ""},
+		{"a definition no build makes", "", "#ifdef ARPATCH_NEVER_DEFINED\n    if (!full_nvlink_) return;\n#endif\n", ""},
+	} {
+		t.Run(tc.name, func(t *testing.T) { refused(t, judgeBranch(t, patchedElse, tc.top, tc.sw), tc.want) })
 	}
 }

@@ -44,6 +44,9 @@ const maxScenarios = 64
 // themselves do wrong. Where the Python judge cannot run it falls back on
 // what the series touches (Input.touchesGates), and says so in rep.Notes.
 func requirements(ctx context.Context, in Input, cxxNames []string, rep *Report) ([]requirement, error) {
+	if p := in.unfollowedPython(); p != "" {
+		return fallback(in, cxxNames, "the series changes "+p+", which Python loads but the gate judge does not follow (a compiled module, bytecode, a sitecustomize or a .pth file)", rep), nil
+	}
 	if !hasSGLang(in) {
 		if !in.touchesGates() {
 			return nil, nil

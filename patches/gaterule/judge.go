@@ -160,15 +160,56 @@ func hasSGLang(in Input) bool {
 	return false
 }
 
-// cmakeChanged returns a CMake file of the series, if any: it sets the
-// build's definitions, which the judge takes from upstream.
-func cmakeChanged(in Input) string {
+// blindFile is a file of the series that shapes what the real build
+// runs where the gate judge cannot follow it, and why.
+type blindFile struct {
+	Path, Why string
+}
+
+// blindChanged returns the first file of the series (in.Changed) that
+// the gate judge does not compile or run although the allreduce path
+// goes through it, if any:
+//   - a CMake file anywhere, or the dispatch project's pyproject, setup
+//     or build script: they set the build's definitions, flags and
+//     sources, which the judge takes from upstream (sglkernel.CUDAFlags);
+//   - the project's include/utils.h and include/sgl_kernel_ops.h, which
+//     the judge restates (cxx/utils.h) instead of compiling the tree's;
+//   - the dispatch's torch binding (custom_all_reduce.cu beside it, with
+//     init_custom_ar and all_reduce), the op registration
+//     (csrc/common_extension*.cc) and sgl-kernel's Python wrapper
+//     (sgl_kernel/allreduce.py, sgl_kernel/__init__.py): the judge calls
+//     allreduce as upstream's all_reduce does, and stubs the binding.
+//
+// Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cu@84118acf50b3 (init_custom_ar, all_reduce),
+// sgl-kernel/csrc/common_extension.cc@84118acf50b3 (m.def("all_reduce")),
+// sgl-kernel/python/sgl_kernel/allreduce.py@84118acf50b3 (all_reduce).
+func blindChanged(in Input, header string) *blindFile {
+	proj := ""
+	if dirs := projectDirs(header); len(dirs) > 0 {
+		proj = path.Dir(dirs[0])
+	}
+	under := func(p string) (string, bool) {
+		if proj == "" {
+			return "", false
+		}
+		return strings.CutPrefix(p, proj+"/")
+	}
 	for _, p := range in.Changed {
-		if b := path.Base(p); b == "CMakeLists.txt" || strings.HasSuffix(b, ".cmake") {
-			return p
+		b := path.Base(p)
+		rel, inProj := under(p)
+		switch {
+		case b == "CMakeLists.txt" || strings.HasSuffix(b, ".cmake"):
+			return &blindFile{p, "the series changes a CMake file, which sets the build's compiler definitions; the gate judge compiles CustomAllreduce::allreduce with upstream's (sglkernel.CUDAFlags: -DNDEBUG and the rest) and cannot follow a changed build"}
+		case inProj && !strings.Contains(rel, "/") && (strings.HasPrefix(b, "pyproject") && strings.HasSuffix(b, ".toml") || b == "setup.py" || b == "setup.cfg" || b == "build.sh" || b == "Makefile"):
+			return &blindFile{p, "the series changes " + b + ", which sets how sgl-kernel is built (its CMake definitions and flags); the gate judge compiles CustomAllreduce::allreduce with upstream's (sglkernel.CUDAFlags) and cannot follow a changed build"}
+		case inProj && (rel == "include/utils.h" || rel == "include/sgl_kernel_ops.h"):
+			return &blindFile{p, "the series changes " + rel + ", which the dispatch's translation unit includes; the gate judge compiles with its own restatement of it (patches/gaterule/cxx/utils.h), not the tree's, so it cannot follow the change"}
+		case p == path.Join(path.Dir(header), "custom_all_reduce.cu") || inProj && strings.HasPrefix(rel, "csrc/common_extension") && strings.HasSuffix(b, ".cc"),
+			strings.HasSuffix(p, "/sgl_kernel/allreduce.py") || strings.HasSuffix(p, "/sgl_kernel/__init__.py"):
+			return &blindFile{p, "the series changes " + p + ", on the way from SGLang's all_reduce to CustomAllreduce::allreduce (its torch binding, its op registration or sgl-kernel's Python wrapper); the gate judge calls allreduce as upstream's all_reduce does and stubs the binding, so it cannot follow the change"}
 		}
 	}
-	return ""
+	return nil
 }
 
 // summarize joins the first few problems, in the order found, and

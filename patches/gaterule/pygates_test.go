@@ -126,3 +126,30 @@ func TestJudgeSaysWhatItDidNotCheck(t *testing.T) {
 		t.Errorf("refused without a compiler: %v", err)
 	}
 }
+
+// Files Python loads that the Python judge does not follow (it reads the
+// tree's .py sources): with one in the series the gates are taken as open
+// at every world size, so upstream's dispatch is refused and the patched
+// one passes, with a note naming the file.
+func TestJudgeTakesUnfollowedPythonAsOpen(t *testing.T) {
+	for _, p := range []string{
+		"python/sitecustomize.py",
+		"python/usercustomize.py",
+		"python/sglang.pth",
+		gatesDir + "custom_all_reduce.cpython-311-x86_64-linux-gnu.so",
+		gatesDir + "__pycache__/custom_all_reduce.cpython-311.pyc",
+	} {
+		t.Run(p, func(t *testing.T) {
+			_, err := judge(t, pyTree(fixture(upstream)).with(p, "x").input(p))
+			refused(t, err, "the Python gates taken as open|launches no kernel")
+			rep, err := judge(t, pyTree(fixture(patchedElse)).with(p, "x").input(p))
+			refused(t, err, "")
+			if len(rep.Notes) == 0 || !strings.Contains(rep.Notes[0], "the series changes "+p+", which Python loads but the gate judge does not follow") {
+				t.Errorf("notes = %q", rep.Notes)
+			}
+		})
+	}
+	// A .py beside the gates is followed: upstream's gates stay closed.
+	_, err := judge(t, pyTree(fixture(upstream)).with(gatesDir+"other.py", "x = 1\n").input(gatesDir+"other.py"))
+	refused(t, err, "")
+}

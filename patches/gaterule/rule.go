@@ -87,7 +87,7 @@ type Input struct {
 // import) or says it opens the gates: where the Python judge cannot run,
 // the gates of such a series are taken as open.
 func (in Input) touchesGates() bool {
-	if in.Declared {
+	if in.Declared || in.unfollowedPython() != "" {
 		return true
 	}
 	for _, p := range in.Changed {
@@ -144,4 +144,25 @@ func (e *DispatchError) Error() string {
 		msg += "; " + e.Remedy
 	}
 	return msg
+}
+
+// unfollowedPython returns a file of the series that Python loads but the
+// Python judge does not follow (it reads the tree's .py sources), if any:
+// a compiled module (.so, .pyd: Python's finder takes an extension module
+// before the .py of the same name), bytecode (.pyc, .pyo: a pyc built with
+// an unchecked hash is taken without looking at its source), a
+// sitecustomize or usercustomize (run at interpreter start from any
+// sys.path entry) and a .pth file (run from a site directory).
+func (in Input) unfollowedPython() string {
+	for _, p := range in.Changed {
+		b := path.Base(p)
+		switch path.Ext(b) {
+		case ".so", ".pyd", ".pyc", ".pyo", ".pth":
+			return p
+		}
+		if b == "sitecustomize.py" || b == "usercustomize.py" {
+			return p
+		}
+	}
+	return ""
 }

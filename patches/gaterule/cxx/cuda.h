@@ -3,9 +3,12 @@
 #pragma once
 #include "cuda_runtime.h"
 typedef unsigned long long CUdeviceptr;
-typedef int CUresult;
+#ifndef CUDA_VERSION
+#define CUDA_VERSION 12080
+#endif
+// An enum, as CUDA's own (cuda.h: enum cudaError_enum).
+typedef enum cudaError_enum { CUDA_SUCCESS = 0, CUDA_ERROR_INVALID_VALUE = 1 } CUresult;
 typedef int CUdevice;
-#define CUDA_SUCCESS 0
 enum CUpointer_attribute {
   CU_POINTER_ATTRIBUTE_CONTEXT = 1,
   CU_POINTER_ATTRIBUTE_MEMORY_TYPE = 2,

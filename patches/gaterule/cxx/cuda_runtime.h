@@ -80,14 +80,21 @@ __device__ T atomicAdd_system(T*, T);
 template <typename T>
 __device__ T atomicCAS_system(T*, T, T);
 
-typedef int cudaError_t;
-enum : int {
+// The toolkit's version as CUDA 12.8's headers give it (a build variant
+// of the judge gives another: variants.go).
+#ifndef CUDART_VERSION
+#define CUDART_VERSION 12080
+#endif
+// An enum, as CUDA's own (driver_types.h: enum cudaError), so that a
+// dispatch that asks the type's traits sees what the real build sees.
+enum cudaError {
   cudaSuccess = 0,
   cudaErrorInvalidValue = 1,
   cudaErrorMemoryAllocation = 2,
   cudaErrorInvalidConfiguration = 9,
   cudaErrorNotSupported = 801,
 };
+typedef enum cudaError cudaError_t;
 typedef struct CUstream_st* cudaStream_t;
 typedef struct CUevent_st* cudaEvent_t;
 struct cudaIpcMemHandle_t {

@@ -259,11 +259,11 @@ CUresult cuPointerGetAttribute(void* data, CUpointer_attribute attribute, CUdevi
     } else if (attribute == CU_POINTER_ATTRIBUTE_RANGE_SIZE) {
       *static_cast<size_t*>(data) = a.size;
     } else {
-      return 1;
+      return CUDA_ERROR_INVALID_VALUE;
     }
     return CUDA_SUCCESS;
   }
-  return 1;
+  return CUDA_ERROR_INVALID_VALUE;
 }
 }
 
