@@ -20,7 +20,7 @@ type cxxJudge struct {
 	src      cxxSource
 	bin      string
 	buildErr error
-	variant  string // where the tree preprocesses otherwise under a build variant (variants.go), or ""
+	variant  string     // where the tree preprocesses otherwise under a build variant (variants.go), or ""
 	blind    *blindFile // a file of the series the judge cannot follow (blindChanged)
 	names    []string
 }
