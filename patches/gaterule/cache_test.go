@@ -1,9 +1,13 @@
 package gaterule
 
 import (
+	"fmt"
+	"os"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
+	"time"
 )
 
 // freshAnswers gives the test an empty store of Python answers (on disk
@@ -182,5 +186,38 @@ func BenchmarkJudgeKept(b *testing.B) {
 			}
 			b.ReportMetric(float64(reads.Load())/float64(b.N), "gate-reads/op")
 		})
+	}
+}
+
+// pruneBuilds keeps the newest keepBuilds judges, the one just built, and
+// every one this process answers from (builds), however old: pruning one
+// of those made later calls read a judge that was gone.
+func TestPruneKeepsHeldBuilds(t *testing.T) {
+	dir := t.TempDir()
+	var paths []string
+	for i := 0; i < keepBuilds+5; i++ {
+		p := filepath.Join(dir, fmt.Sprintf("%032d", i))
+		if err := os.Mkdir(p, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		at := time.Now().Add(time.Duration(i-keepBuilds-5) * time.Minute)
+		if err := os.Chtimes(p, at, at); err != nil {
+			t.Fatal(err)
+		}
+		paths = append(paths, p)
+	}
+	buildMu.Lock()
+	saved := builds
+	builds = map[string]string{"held": filepath.Join(paths[1], "judge")}
+	pruneBuilds(paths[len(paths)-1])
+	builds = saved
+	buildMu.Unlock()
+	for i, p := range paths {
+		_, err := os.Stat(p)
+		kept := err == nil
+		want := i >= 5 || i == 1
+		if kept != want {
+			t.Errorf("entry %d (of %d, oldest first): kept %v, want %v", i, len(paths), kept, want)
+		}
 	}
 }

@@ -204,7 +204,10 @@ func buildJudge(ctx context.Context, src cxxSource) (string, error) {
 	}
 	key := src.key(cc, versionOf[cc])
 	if bin, ok := builds[key]; ok {
-		return bin, nil
+		if _, err := os.Stat(filepath.Join(filepath.Dir(bin), variantsFile)); err == nil {
+			return bin, nil
+		}
+		delete(builds, key) // removed since (another process's prune): build again
 	}
 	dir := filepath.Join(cacheDir(), key[:32])
 	bin := filepath.Join(dir, "judge")
@@ -225,7 +228,8 @@ func buildJudge(ctx context.Context, src cxxSource) (string, error) {
 const keepBuilds = 128
 
 // pruneBuilds removes the oldest compiled judges beyond keepBuilds, never
-// keep (the one just built).
+// keep (the one just built) or one this process has built or found (the
+// builds it answers from). Its caller holds buildMu.
 func pruneBuilds(keep string) {
 	ents, err := os.ReadDir(filepath.Dir(keep))
 	if err != nil {
@@ -235,18 +239,22 @@ func pruneBuilds(keep string) {
 		path string
 		at   time.Time
 	}
-	var builds []entry
+	var entries []entry
 	for _, e := range ents {
 		if info, err := e.Info(); err == nil && e.IsDir() && len(e.Name()) == 32 {
-			builds = append(builds, entry{filepath.Join(filepath.Dir(keep), e.Name()), info.ModTime()})
+			entries = append(entries, entry{filepath.Join(filepath.Dir(keep), e.Name()), info.ModTime()})
 		}
 	}
-	if len(builds) <= keepBuilds {
+	if len(entries) <= keepBuilds {
 		return
 	}
-	sort.Slice(builds, func(i, j int) bool { return builds[i].at.Before(builds[j].at) })
-	for _, b := range builds[:len(builds)-keepBuilds] {
-		if b.path != keep {
+	sort.Slice(entries, func(i, j int) bool { return entries[i].at.Before(entries[j].at) })
+	held := map[string]bool{}
+	for _, bin := range builds {
+		held[filepath.Dir(bin)] = true
+	}
+	for _, b := range entries[:len(entries)-keepBuilds] {
+		if b.path != keep && !held[b.path] {
 			_ = os.RemoveAll(b.path) // the cache's oldest entry
 		}
 	}
