@@ -180,9 +180,9 @@ type blindFile struct {
 //     (sgl_kernel/allreduce.py, sgl_kernel/__init__.py): the judge calls
 //     allreduce as upstream's all_reduce does, and stubs the binding.
 //
-// Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cu@84118acf50b3 (init_custom_ar, all_reduce),
-// sgl-kernel/csrc/common_extension.cc@84118acf50b3 (m.def("all_reduce")),
-// sgl-kernel/python/sgl_kernel/allreduce.py@84118acf50b3 (all_reduce).
+// Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cu@84118acf50b3 (init_custom_ar, all_reduce)
+// Upstream: sgl-kernel/csrc/common_extension.cc@84118acf50b3 (TORCH_LIBRARY_FRAGMENT: all_reduce)
+// Upstream: sgl-kernel/python/sgl_kernel/allreduce.py@84118acf50b3 (all_reduce)
 func blindChanged(in Input, header string) *blindFile {
 	proj := ""
 	if dirs := projectDirs(header); len(dirs) > 0 {

@@ -33,9 +33,8 @@ type buildVariant struct {
 // sgl-kernel's options are those its CMake adds by option (BF16 and FP8
 // on by default), by CUDA version (NVFP4 from 12.8) and for its targets,
 // and the C++ ABI torch may ask for; the toolkit is CUDA 13.0.
-// Upstream: sgl-kernel/CMakeLists.txt@84118acf50b3 (SGL_KERNEL_ENABLE_BF16,
-// SGL_KERNEL_ENABLE_FP8, ENABLE_NVFP4, target_compile_definitions, _GLIBCXX_USE_CXX11_ABI),
-// also python/sglang/kernels/aot/CMakeLists.txt@0bda0b168ad5.
+// Upstream: sgl-kernel/CMakeLists.txt@84118acf50b3 (SGL_KERNEL_ENABLE_BF16, SGL_KERNEL_ENABLE_FP8, ENABLE_NVFP4, target_compile_definitions)
+// Upstream: python/sglang/kernels/aot/CMakeLists.txt@0bda0b168ad5 (SGL_KERNEL_ENABLE_BF16, SGL_KERNEL_ENABLE_FP8, ENABLE_NVFP4, target_compile_definitions)
 var buildVariants = []buildVariant{
 	{"another host compiler (g++ under nvcc: no __clang__ or clang's version macros, __GNUC__ 13, clang's feature tests __has_builtin, __has_feature, __has_attribute and the rest answering 0)", []string{
 		"-U__clang__", "-U__clang_major__", "-U__clang_minor__", "-U__clang_patchlevel__", "-U__clang_version__", "-U__llvm__", "-U__CUDA__",
