@@ -327,6 +327,12 @@ func compile(ctx context.Context, cc string, src cxxSource, dir string) error {
 	if err != nil {
 		return err
 	}
+	if finding == "" {
+		irArgs := append(slices.Clone(args[:len(args)-1]), "-gline-tables-only", args[len(args)-1])
+		if finding, err = comparePaths(ctx, cc, irArgs, work, text); err != nil {
+			return err
+		}
+	}
 	if err := os.WriteFile(filepath.Join(work, variantsFile), []byte(finding), 0o644); err != nil {
 		return err
 	}

@@ -33,7 +33,7 @@ func prepareCxx(ctx context.Context, in Input, header string, rep *Report) (*cxx
 	if err != nil {
 		return nil, err
 	}
-	cx := &cxxJudge{header: header, src: src, blind: blindChanged(in, header)}
+	cx := &cxxJudge{header: header, src: src, blind: blindChanged(in, header, src.Files)}
 	cx.bin, cx.buildErr = buildJudge(ctx, src)
 	if ctx.Err() != nil {
 		return nil, ctx.Err()
@@ -279,9 +279,13 @@ func (cx *cxxJudge) prove(reqs []requirement, results map[string]cxxResult) erro
 	if err != nil {
 		return err
 	}
-	if fn, at := m.fieldWrite(treeRel); fn != "" {
-		return &DispatchError{Path: cx.header, Problem: fmt.Sprintf("%s (%s) changes CustomAllreduce's world_size_ or full_nvlink_, or hands its address on, after the constructor set it; the gate judge takes both members as the constructor left them", demangled(fn), orUnknown(at)),
+	if fn, at, how := m.fieldWrite(treeRel); fn != "" {
+		return &DispatchError{Path: cx.header, Problem: fmt.Sprintf("%s (%s) %s; the gate judge takes both members as the constructor left them", demangled(fn), orUnknown(at), how),
 			Remedy: "set world_size_ and full_nvlink_ in the constructor only, and read them elsewhere"}
+	}
+	if fn, c, at := m.deviceWrite(treeRel); fn != "" {
+		return &DispatchError{Path: cx.header, Problem: fmt.Sprintf("%s (%s), which CustomAllreduce::allreduce runs, calls %s: it writes device memory besides the kernel, and may overwrite the sum the kernel writes", demangled(fn), orUnknown(at), c),
+			Remedy: "let the kernel write the output, and keep copies and memsets out of the dispatch (register_buffer and the constructor may make them)"}
 	}
 	done := map[[2]int]bool{}
 	var problems []string

@@ -101,6 +101,8 @@ func TestJudgeSeesWhatTheCompilerSees(t *testing.T) {
 		{"a grid of 0 below 4 KiB", pcie("  KL_GRID(ngpus, cross_device_reduce_2stage, bytes < 4096 ? 0 : blocks);"),
 			"", "#define KL_GRID(ngpus, name, g) name<T, ngpus><<<g, threads, 0, stream>>>(ptrs, sg_, self_sg_, output, rank_, size);\n",
 			"eager float32 allreduce of 16-4080 bytes launches sglang::cross_device_reduce_2stage<float, 4> with grid (0,1,1) and block (512,1,1), which runs nothing"},
+		{"a launch on another stream than the call's", pcie("  cross_device_reduce_2stage<T, ngpus><<<blocks, threads, 0, reinterpret_cast<cudaStream_t>(0x2000)>>>(ptrs, sg_, self_sg_, output, rank_, size);"), "", "",
+			"launches sglang::cross_device_reduce_2stage<float, 4> on another stream than the call's"},
 		{"a block of 0", pcie("  cross_device_reduce_2stage<T, ngpus><<<blocks, 0, 0, stream>>>(ptrs, sg_, self_sg_, output, rank_, size);"), "", "",
 			"with grid (1,1,1) and block (0,1,1)"},
 		{"a macro that renames the kernel to nothing", pcie("  KL(ngpus, cross_device_reduce_2stage);"), "", "#undef KL\n#define KL(ngpus, name) (void)0;\n",
@@ -191,8 +193,10 @@ func TestJudgeRefusesAChangedBuild(t *testing.T) {
 }
 
 // The other files the allreduce path goes through that the judge does
-// not compile or run, each refused by name where the gates admit a call;
-// another kernel's file of the same project passes.
+// not compile or run, each refused by name where the gates admit a call,
+// another C++ source of the library among them (it links with the
+// dispatch: a strong definition replaces a weak one); a file outside the
+// library passes.
 func TestJudgeRefusesWhatItCannotFollow(t *testing.T) {
 	for _, tc := range []struct{ path, want string }{
 		{"sgl-kernel/pyproject.toml", "the series changes pyproject.toml, which sets how sgl-kernel is built"},
@@ -203,7 +207,9 @@ func TestJudgeRefusesWhatItCannotFollow(t *testing.T) {
 		{"sgl-kernel/csrc/allreduce/custom_all_reduce.cu", "the series changes sgl-kernel/csrc/allreduce/custom_all_reduce.cu, on the way from SGLang's all_reduce to CustomAllreduce::allreduce"},
 		{"sgl-kernel/csrc/common_extension.cc", "the series changes sgl-kernel/csrc/common_extension.cc, on the way"},
 		{"sgl-kernel/python/sgl_kernel/allreduce.py", "the series changes sgl-kernel/python/sgl_kernel/allreduce.py, on the way"},
-		{"sgl-kernel/csrc/moe/moe_align_kernel.cu", ""},
+		{"sgl-kernel/csrc/moe/moe_align_kernel.cu", "the series changes sgl-kernel/csrc/moe/moe_align_kernel.cu, a source of the library the dispatch links into, which the gate judge does not compile"},
+		{"sgl-kernel/csrc/elementwise/activation.cu", "the series changes sgl-kernel/csrc/elementwise/activation.cu, a source of the library the dispatch links into"},
+		{"sgl-kernel/benchmark/bench_allreduce.py", ""},
 		{"sgl-kernel/README.md", ""},
 	} {
 		t.Run(tc.path, func(t *testing.T) {
@@ -307,6 +313,7 @@ func TestJudgeComparesBuildVariants(t *testing.T) {
 	const compiler = "preprocesses otherwise under another host compiler"
 	const toolkit = "preprocesses otherwise under another CUDA toolkit"
 	const options = "preprocesses otherwise under sgl-kernel's build options"
+	const unreadable = "tests the value of a macro made unreadable under the compiler and toolkit versions the judge does not try"
 	for _, tc := range []struct {
 		name, top, sw, want string
 	}{
@@ -316,8 +323,17 @@ func TestJudgeComparesBuildVariants(t *testing.T) {
 		{"__GNUC__'s version tested", "", "#if __GNUC__ >= 13\n    if (!full_nvlink_) return;\n#endif\n", compiler},
 		{"a toolkit header that the stubs lack", "", "#if __has_include(<cuda_fp8.h>)\n    if (!full_nvlink_) return;\n#endif\n", toolkit},
 		{"nvcc's version", "", "#if __CUDACC_VER_MAJOR__ >= 13\n    if (!full_nvlink_) return;\n#endif\n", toolkit},
+		// Versions the variants do not set: the adversary's g++ 12 and CUDA
+		// 12.9.
+		{"one g++ version", "", "#if defined(__GNUC__) && !defined(__clang__) && __GNUC__ < 13\n    if (!full_nvlink_) return;\n#endif\n", unreadable},
+		{"one CUDA minor version", "", "#if __CUDACC_VER_MAJOR__ == 12 && __CUDACC_VER_MINOR__ == 9\n    if (!full_nvlink_) return;\n#endif\n", unreadable},
 		{"a definition sgl-kernel's CMake adds by option", "", "#ifdef FLASHINFER_ENABLE_BF16\n    if (!full_nvlink_) return;\n#endif\n", options},
 		{"the C++ ABI", "", "#if _GLIBCXX_USE_CXX11_ABI == 0\n    if (!full_nvlink_) return;\n#endif\n", options},
+		// The judge's path has a dot in ".build-" and the header's name; a
+		// checkout such as ~/sglang has only the latter.
+		{"the path the judge compiles the tree from", "constexpr int dots(const char* s) { return *s ? (*s == '.') + dots(s + 1) : 0; }\n",
+			"    if constexpr (dots(__FILE__) == 1) { if (!full_nvlink_) return; }\n", "compiles otherwise from another checkout path (its code depends on __FILE__ or __BASE_FILE__)"},
+		{"the date of the build", "", "    if (!full_nvlink_ && __DATE__[9] == '3') return;\n", "preprocesses otherwise under another time of the build"},
 		{"a test of the compiler with the same code on both sides", "", "#ifdef __clang__\n    (void)0;\n#else\n    (void)0;\n#endif\n", ""},
 		{"a definition no build makes", "", "#ifdef ARPATCH_NEVER_DEFINED\n    if (!full_nvlink_) return;\n#endif\n", ""},
 	} {

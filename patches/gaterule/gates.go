@@ -61,12 +61,15 @@ func requirements(ctx context.Context, in Input, cxxNames []string, rep *Report)
 	if plan.Changed == nil {
 		plan.Changed = []string{}
 	}
-	py, err := judgePython(ctx, in, plan)
+	py, seen, err := judgePython(ctx, in, plan)
 	if err != nil {
 		if ctx.Err() != nil {
 			return nil, ctx.Err()
 		}
 		return fallback(in, cxxNames, "the Python gates were not run ("+err.Error()+")", rep), nil
+	}
+	if p := unreadPython(in, seen); p != "" {
+		return fallback(in, cxxNames, "the series changes "+p+", which the Python gates' imports did not read: SGLang's server may import it before the gates decide (a module that replaces a gate function, say), so the gate judge cannot follow it", rep), nil
 	}
 	if why := unjudged(py.Scenarios[0]); why != "" {
 		return fallback(in, cxxNames, why, rep), nil
@@ -276,4 +279,19 @@ func admittedText(adm []bool) string {
 		return "none"
 	}
 	return strings.Join(s, ", ") + " bytes"
+}
+
+// unreadPython returns a Python file of the series under python/ that
+// the Python judge did not read (seen: its reads), if any. The judge
+// imports the gate modules and what they import; the server imports much
+// more before the gates decide, and any of it may replace a gate.
+func unreadPython(in Input, seen map[string]string) string {
+	for _, p := range in.Changed {
+		if strings.HasPrefix(p, "python/") && strings.HasSuffix(p, ".py") {
+			if _, ok := seen[p]; !ok {
+				return p
+			}
+		}
+	}
+	return ""
 }

@@ -267,8 +267,8 @@ func (p *prover) fileOf(scope string) string {
 }
 
 // ctorRe names CustomAllreduce's constructors, which set the folded
-// members.
-var ctorRe = regexp.MustCompile(`CustomAllreduceC[12]E`)
+// members, and the driver's arpatch_construct, where they are inlined.
+var ctorRe = regexp.MustCompile(`CustomAllreduceC[12]E|^arpatch_construct$`)
 
 // mutators are the functions that run on a constructed CustomAllreduce:
 // the proof's entries, CustomAllreduce's other members (register_buffer
@@ -308,43 +308,133 @@ func (m *irModule) mutators() []string {
 	return out
 }
 
-// fieldWrite returns a function that runs on a constructed
-// CustomAllreduce (mutators) whose code uses the address of a folded
-// member for anything but a load (a store, a call, a cast), and where: a
-// dispatch that changes world_size_ or full_nvlink_ after the
-// constructor would make the folded values wrong.
-func (m *irModule) fieldWrite(treeRel func(string) string) (fn, at string) {
+// fieldWrite returns a function whose code may change world_size_ or
+// full_nvlink_ after the constructor set them, and where, and how: a
+// function that runs on a constructed CustomAllreduce (mutators) and
+// uses the address of a folded member for anything but a load (a store,
+// a call, a cast), or writes the object through a cast of its own address
+// (a byte offset the compiled code does not form as a member's); or a
+// constructor that uses a folded member's address for anything but a
+// load or a store into it (it hands the address on, for a later write).
+// Any of these would make the values the proof folds wrong.
+func (m *irModule) fieldWrite(treeRel func(string) string) (fn, at, how string) {
 	keys := map[string]bool{}
+	class := ""
 	for _, pr := range []string{probeWorld, probeNVLink} {
 		if k := m.probeKey(pr); k != "" {
 			keys[k] = true
+			class, _, _ = strings.Cut(k, "|")
 		}
 	}
 	if len(keys) == 0 {
-		return "", ""
+		return "", "", ""
 	}
 	p := &prover{m: m, treeRel: treeRel}
 	for _, n := range m.mutators() {
-		f := m.Funcs[n]
-		for def, k := range gepKeys(f) {
-			if !keys[k] {
-				continue
+		if in, ok := fieldUse(m.Funcs[n], keys, false); ok {
+			return n, p.line(in.Dbg), "changes CustomAllreduce's world_size_ or full_nvlink_, or hands its address on, after the constructor set it"
+		}
+		if in, ok := rawWrite(m.Funcs[n], class); ok {
+			return n, p.line(in.Dbg), "writes CustomAllreduce through a cast of its own address, which may change world_size_ or full_nvlink_ after the constructor set it"
+		}
+	}
+	var ctors []string
+	for n := range m.Funcs {
+		if ctorRe.MatchString(n) {
+			ctors = append(ctors, n)
+		}
+	}
+	slices.Sort(ctors)
+	for _, n := range ctors {
+		if in, ok := fieldUse(m.Funcs[n], keys, true); ok {
+			return n, p.line(in.Dbg), "hands the address of world_size_ or full_nvlink_ on in the constructor, so that later code may change it"
+		}
+	}
+	return "", "", ""
+}
+
+var storeRe = regexp.MustCompile(`^store (?:atomic )?(?:volatile )?\S+ ([^ ,]+), (?:\S+\*|ptr) (%[^ ,]+)`)
+
+// fieldUse returns the first instruction of f that uses the address of a
+// member of keys for anything but a load from it (or, with stores, a
+// store into it).
+func fieldUse(f *irFunc, keys map[string]bool, stores bool) (irInst, bool) {
+	for def, k := range gepKeys(f) {
+		if !keys[k] {
+			continue
+		}
+		tok := regexp.MustCompile(regexp.QuoteMeta(def) + `([ ,)]|$)`)
+		for _, b := range f.Blocks {
+			for _, in := range b.Insts {
+				uses := len(tok.FindAllString(in.Text, -1))
+				if in.Def == def || uses == 0 {
+					continue
+				}
+				if uses == 1 {
+					if mm := loadRe.FindStringSubmatch(in.Text); mm != nil && mm[2] == def {
+						continue
+					}
+					if mm := storeRe.FindStringSubmatch(in.Text); stores && mm != nil && mm[2] == def {
+						continue
+					}
+				}
+				return in, true
 			}
-			tok := regexp.MustCompile(regexp.QuoteMeta(def) + `([ ,)]|$)`)
-			for _, b := range f.Blocks {
-				for _, in := range b.Insts {
-					if in.Def == def || !tok.MatchString(in.Text) {
-						continue
+		}
+	}
+	return irInst{}, false
+}
+
+var irOperandRe = regexp.MustCompile(`%(?:"(?:[^"\\]|\\.)*"|[-a-zA-Z$._0-9]+)`)
+
+// rawWrite returns the first instruction of f that stores through, or
+// hands to a call, an address computed from a cast of a pointer to class
+// (the object's own address as bytes or another type), if any.
+func rawWrite(f *irFunc, class string) (irInst, bool) {
+	if class == "" {
+		return irInst{}, false
+	}
+	seed := regexp.MustCompile(`^(?:bitcast|ptrtoint) ` + regexp.QuoteMeta(class) + `\* `)
+	raw := map[string]bool{}
+	for changed := true; changed; {
+		changed = false
+		for _, b := range f.Blocks {
+			for _, in := range b.Insts {
+				if in.Def == "" || raw[in.Def] {
+					continue
+				}
+				derived := seed.MatchString(in.Text)
+				switch in.Op {
+				case "bitcast", "getelementptr", "ptrtoint", "inttoptr", "add", "sub", "or", "and", "xor", "select", "phi":
+					for _, o := range irOperandRe.FindAllString(in.Text, -1) {
+						derived = derived || raw[o]
 					}
-					if mm := loadRe.FindStringSubmatch(in.Text); mm != nil && mm[2] == def && strings.Count(in.Text, def) == 1 {
-						continue
-					}
-					return n, p.line(in.Dbg)
+				}
+				if derived {
+					raw[in.Def] = true
+					changed = true
 				}
 			}
 		}
 	}
-	return "", ""
+	for _, b := range f.Blocks {
+		for _, in := range b.Insts {
+			if mm := storeRe.FindStringSubmatch(in.Text); mm != nil && raw[mm[2]] {
+				return in, true
+			}
+			if in.Op == "call" || in.Op == "invoke" {
+				if strings.HasPrefix(in.callee(), "llvm.lifetime") || strings.HasPrefix(in.callee(), "llvm.dbg") {
+					continue
+				}
+				for _, o := range irOperandRe.FindAllString(in.Text, -1) {
+					if raw[o] {
+						return in, true
+					}
+				}
+			}
+		}
+	}
+	return irInst{}, false
 }
 
 // demangled is a C++ function's name as its source spells it, without
@@ -354,4 +444,57 @@ func demangled(name string) string {
 		return d
 	}
 	return name
+}
+
+// deviceWriters are the stub runtime's calls that write device memory
+// besides a kernel: a dispatch that calls one may overwrite the kernel's
+// output (a copy of the input over the sum, a memset).
+var deviceWriters = regexp.MustCompile(`^(cudaMemcpy|cudaMemset|cuMemcpy|cuMemset|cuMemsetD)`)
+
+// reachable are the functions the proof's entries call, directly or
+// through others, each once, sorted.
+func (m *irModule) reachable() []string {
+	seen := map[string]bool{}
+	var todo []string
+	for _, e := range proofEntries {
+		todo = append(todo, e.Func)
+	}
+	for len(todo) > 0 {
+		n := todo[0]
+		todo = todo[1:]
+		f := m.Funcs[n]
+		if seen[n] || f == nil {
+			continue
+		}
+		seen[n] = true
+		for _, b := range f.Blocks {
+			for _, in := range b.Insts {
+				if c := in.callee(); c != "" {
+					todo = append(todo, c)
+				}
+			}
+		}
+	}
+	out := make([]string, 0, len(seen))
+	for n := range seen {
+		out = append(out, n)
+	}
+	slices.Sort(out)
+	return out
+}
+
+// deviceWrite returns a function the dispatch runs that writes device
+// memory besides a kernel (deviceWriters), what it calls, and where.
+func (m *irModule) deviceWrite(treeRel func(string) string) (fn, callee, at string) {
+	p := &prover{m: m, treeRel: treeRel}
+	for _, n := range m.reachable() {
+		for _, b := range m.Funcs[n].Blocks {
+			for _, in := range b.Insts {
+				if c := in.callee(); deviceWriters.MatchString(c) {
+					return n, c, p.line(in.Dbg)
+				}
+			}
+		}
+	}
+	return "", "", ""
 }

@@ -38,11 +38,30 @@ func TestJudgeProvesEveryPath(t *testing.T) {
 			"changes CustomAllreduce's world_size_ or full_nvlink_, or hands its address on, after the constructor set it"},
 		{"full_nvlink_ handed out by reference", "__attribute__((noinline)) inline void touch(bool& b, long bytes) { b = " + hashed + "; }\n", "    touch(full_nvlink_, bytes);\n",
 			"changes CustomAllreduce's world_size_ or full_nvlink_"},
+		// The adversary's a1 and a2b: the address kept by the constructor,
+		// and a write through a cast of this at a run-time offset.
+		{"the member's address kept by the constructor", "", "",
+			"hands the address of world_size_ or full_nvlink_ on in the constructor"},
+		{"a write through a cast of this", "", "    static volatile size_t off = sizeof(int);\n    if (!full_nvlink_ && " + hashed + ") *reinterpret_cast<int*>(reinterpret_cast<char*>(this) + off) = 3;\n",
+			"writes CustomAllreduce through a cast of its own address"},
 		{"full_nvlink_ written by an inlined helper", "inline void touch(bool& b, long bytes) { if (" + hashed + ") b = true; }\n", "    touch(full_nvlink_, bytes);\n",
 			"changes CustomAllreduce's world_size_ or full_nvlink_"},
 		{"the world size tested again, launching", "", "    if (!full_nvlink_ && world_size_ > 8) return;\n", ""},
+		// The kernel's sum overwritten: a copy or a memset in the dispatch.
+		{"the input copied over the output after the launch", "", "    struct Copy { T* o; T* i; size_t n; cudaStream_t s; ~Copy() { if (o) CHECK_CUDA_SUCCESS(cudaMemcpyAsync(o, i, n, cudaMemcpyDeviceToDevice, s)); } } copy{full_nvlink_ ? nullptr : output, input, size_t(size) * 16, stream};\n",
+			"calls cudaMemcpyAsync: it writes device memory besides the kernel"},
+		{"the output zeroed at a hashed size", "", "    if (!full_nvlink_ && " + hashed + ") CHECK_CUDA_SUCCESS(cudaMemsetAsync(output, 0, 16, stream));\n",
+			"calls cudaMemsetAsync: it writes device memory besides the kernel"},
 	} {
-		t.Run(tc.name, func(t *testing.T) { refused(t, judgeBranch(t, patchedElse, tc.top, tc.sw), tc.want) })
+		t.Run(tc.name, func(t *testing.T) {
+			if strings.HasPrefix(tc.name, "the member's address kept") {
+				src := strings.Replace(string(fixture(patchedElse)), "  RankData* d_rank_data_base_;\n", "  RankData* d_rank_data_base_;\n  int* alias_ = &world_size_;\n", 1)
+				_, err := judge(t, pyTree([]byte(src), open...).input(gatePy))
+				refused(t, err, tc.want)
+				return
+			}
+			refused(t, judgeBranch(t, patchedElse, tc.top, tc.sw), tc.want)
+		})
 	}
 }
 
@@ -207,7 +226,7 @@ define void @_ZN6sglang15CustomAllreduceC2Ev(%"class.sglang::CustomAllreduce"* %
 	if k := m.probeKey(probeNVLink); k != "" {
 		t.Errorf("probeKey of a missing probe = %q, want none", k)
 	}
-	fn, at := m.fieldWrite(treeRel)
+	fn, at, _ := m.fieldWrite(treeRel)
 	if fn != "f" || at != "sgl-kernel/a.cuh:9" {
 		t.Errorf("fieldWrite = %q at %q, want f (called by a member) at sgl-kernel/a.cuh:9 (the constructor's store, and main's, allowed)", fn, at)
 	}

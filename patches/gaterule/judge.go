@@ -178,12 +178,16 @@ type blindFile struct {
 //     init_custom_ar and all_reduce), the op registration
 //     (csrc/common_extension*.cc) and sgl-kernel's Python wrapper
 //     (sgl_kernel/allreduce.py, sgl_kernel/__init__.py): the judge calls
-//     allreduce as upstream's all_reduce does, and stubs the binding.
+//     allreduce as upstream's all_reduce does, and stubs the binding;
+//   - any other C, C++ or CUDA file of the project that the judge did not
+//     compile (compiled: the files gather read): it links into the same
+//     library, where its definitions can replace the dispatch's weak ones
+//     and its static initializers run before any call.
 //
 // Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cu@84118acf50b3 (init_custom_ar, all_reduce)
 // Upstream: sgl-kernel/csrc/common_extension.cc@84118acf50b3 (TORCH_LIBRARY_FRAGMENT: all_reduce)
 // Upstream: sgl-kernel/python/sgl_kernel/allreduce.py@84118acf50b3 (all_reduce)
-func blindChanged(in Input, header string) *blindFile {
+func blindChanged(in Input, header string, compiled map[string][]byte) *blindFile {
 	proj := ""
 	if dirs := projectDirs(header); len(dirs) > 0 {
 		proj = path.Dir(dirs[0])
@@ -207,9 +211,21 @@ func blindChanged(in Input, header string) *blindFile {
 		case p == path.Join(path.Dir(header), "custom_all_reduce.cu") || inProj && strings.HasPrefix(rel, "csrc/common_extension") && strings.HasSuffix(b, ".cc"),
 			strings.HasSuffix(p, "/sgl_kernel/allreduce.py") || strings.HasSuffix(p, "/sgl_kernel/__init__.py"):
 			return &blindFile{p, "the series changes " + p + ", on the way from SGLang's all_reduce to CustomAllreduce::allreduce (its torch binding, its op registration or sgl-kernel's Python wrapper); the gate judge calls allreduce as upstream's all_reduce does and stubs the binding, so it cannot follow the change"}
+		case inProj && cSource(b) && compiled[p] == nil:
+			return &blindFile{p, "the series changes " + p + ", a source of the library the dispatch links into, which the gate judge does not compile: its definitions can replace the dispatch's weak ones and its static initializers run before any call"}
 		}
 	}
 	return nil
+}
+
+// cSource reports whether a file name is C, C++ or CUDA source or a
+// header of one.
+func cSource(name string) bool {
+	switch path.Ext(name) {
+	case ".c", ".cc", ".cpp", ".cxx", ".cu", ".cuh", ".h", ".hh", ".hpp", ".hxx", ".inl", ".hip":
+		return true
+	}
+	return false
 }
 
 // summarize joins the first few problems, in the order found, and

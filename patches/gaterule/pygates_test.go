@@ -149,7 +149,26 @@ func TestJudgeTakesUnfollowedPythonAsOpen(t *testing.T) {
 			}
 		})
 	}
-	// A .py beside the gates is followed: upstream's gates stay closed.
-	_, err := judge(t, pyTree(fixture(upstream)).with(gatesDir+"other.py", "x = 1\n").input(gatesDir+"other.py"))
+	// A changed .py the gates' imports do not read (the adversary's p6: a
+	// module the server imports first replaces a gate function) takes them
+	// as open too; one they read is followed, and upstream's stay closed.
+	const runner = "python/sglang/srt/model_executor/model_runner.py"
+	_, err := judge(t, pyTree(fixture(upstream)).with(runner, "import sglang.srt.distributed.device_communicators.custom_all_reduce as c\nc.CustomAllreduce.should_custom_ar = lambda self, inp: True\n").input(runner))
+	refused(t, err, "the Python gates taken as open|launches no kernel")
+	rep, err := judge(t, pyTree(fixture(patchedElse)).with(runner, "x = 1\n").input(runner))
 	refused(t, err, "")
+	if len(rep.Notes) == 0 || !strings.Contains(rep.Notes[0], "the series changes "+runner+", which the Python gates' imports did not read") {
+		t.Errorf("notes = %q", rep.Notes)
+	}
+	_, err = judge(t, pyTree(fixture(upstream), [2]string{"return n <= self.max_size", "return n <= self.max_size  # read"}).input(gatePy))
+	refused(t, err, "")
+}
+
+// A variable read as bytes (os.environb, the adversary's p5) is driven
+// like one read through os.environ.
+func TestJudgeDrivesEnvironb(t *testing.T) {
+	forcedB := [2]string{"if world_size > 2 and not full_nvlink:  # GATE1", `if world_size > 2 and not full_nvlink and __import__("os").environb.get(b"SGLANG_FORCE_CUSTOM_AR_PCIE") != b"1":  # GATE1`}
+	forcedB2 := [2]string{"if self.world_size == 2 or self.full_nvlink:  # GATE2", `if self.world_size == 2 or self.full_nvlink or __import__("os").environb.get(b"SGLANG_FORCE_CUSTOM_AR_PCIE") == b"1":  # GATE2`}
+	_, err := judge(t, pyTree(fixture(upstream), forcedB, forcedB2).input(gatePy, utilsPy))
+	refused(t, err, "at world size 4, SGLANG_FORCE_CUSTOM_AR_PCIE=1 (rank 0, without full NVLink|launches no kernel")
 }

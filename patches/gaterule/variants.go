@@ -27,6 +27,9 @@ import (
 type buildVariant struct {
 	Name  string   // what the variant is, for the refusal
 	Flags []string // the macro changes to the judge's flags (cxxFlags)
+	// Unreadable: the variant makes macros unreadable in #if, so only an
+	// error in a tree file counts (one in a system header is expected).
+	Unreadable bool
 }
 
 // buildVariants are the variants the judge compares. The definitions of
@@ -42,19 +45,29 @@ var buildVariants = []buildVariant{
 		"-U__VERSION__", `-D__VERSION__="13.3.0"`, "-D__GNUG__=13",
 		"-D__has_builtin(x)=0", "-D__has_feature(x)=0", "-D__has_extension(x)=0", "-D__has_attribute(x)=0",
 		"-D__has_cpp_attribute(x)=0", "-D__has_declspec_attribute(x)=0", "-D__is_identifier(x)=1", "-D__NVCC_DIAG_PRAGMA_SUPPORT__",
-	}},
+	}, false},
 	{"another CUDA toolkit (CUDA 13.0: __CUDACC_VER_MAJOR__ 13, CUDART_VERSION and CUDA_VERSION 13000, nvcc's __CUDA_ARCH_LIST__, and the headers a toolkit has, each __has_include true)", []string{
 		"-U__CUDACC_VER_MAJOR__", "-D__CUDACC_VER_MAJOR__=13", "-U__CUDACC_VER_MINOR__", "-D__CUDACC_VER_MINOR__=0",
 		"-U__CUDACC_VER_BUILD__", "-D__CUDACC_VER_BUILD__=88", "-DCUDART_VERSION=13000", "-DCUDA_VERSION=13000", "-D__CUDA_API_VERSION=13000",
 		"-D__CUDA_ARCH_LIST__=800,890,900,1000,1030,1200",
-	}},
+	}, false},
+	{"another time of the build (another __DATE__, __TIME__ and __TIMESTAMP__)", []string{
+		`-D__DATE__="Jan  1 2031"`, `-D__TIME__="00:00:00"`, `-D__TIMESTAMP__="Wed Jan  1 00:00:00 2031"`,
+	}, false},
+	{"the compiler and toolkit versions the judge does not try (g++ 9 to 14, CUDA 12.4 to 13.x: each version macro made unreadable in #if, so that a test of its value stands out)", []string{
+		"-U__GNUC__", "-D__GNUC__=(", "-U__GNUC_MINOR__", "-D__GNUC_MINOR__=(", "-U__GNUC_PATCHLEVEL__", "-D__GNUC_PATCHLEVEL__=(", "-D__GNUG__=(",
+		"-U__clang_major__", "-D__clang_major__=(", "-U__clang_minor__", "-D__clang_minor__=(", "-U__clang_patchlevel__", "-D__clang_patchlevel__=(",
+		"-U__CUDACC_VER_MAJOR__", "-D__CUDACC_VER_MAJOR__=(", "-U__CUDACC_VER_MINOR__", "-D__CUDACC_VER_MINOR__=(", "-U__CUDACC_VER_BUILD__", "-D__CUDACC_VER_BUILD__=(",
+		"-DCUDART_VERSION=(", "-DCUDA_VERSION=(", "-D__CUDA_API_VERSION=(",
+		"-ferror-limit=0", // the system headers err on every test of __GNUC__: all of them, then the tree's
+	}, true},
 	{"sgl-kernel's build options (FLASHINFER_ENABLE_BF16, FLASHINFER_ENABLE_FP8 and its E4M3 and E5M2, ENABLE_NVFP4=1, FLASHATTENTION_DISABLE_BACKWARD, _DROPOUT and _UNEVEN_K, CUTLASS_ENABLE_GDC_FOR_SM90, CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED, torch's extension definitions, the old C++ ABI)", []string{
 		"-DFLASHINFER_ENABLE_BF16", "-DFLASHINFER_ENABLE_FP8", "-DFLASHINFER_ENABLE_FP8_E4M3", "-DFLASHINFER_ENABLE_FP8_E5M2", "-DENABLE_NVFP4=1",
 		"-DFLASHATTENTION_DISABLE_BACKWARD", "-DFLASHATTENTION_DISABLE_DROPOUT", "-DFLASHATTENTION_DISABLE_UNEVEN_K",
 		"-DCUTLASS_ENABLE_GDC_FOR_SM90", "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED",
 		"-DTORCH_EXTENSION_NAME=common_ops", "-DTORCH_API_INCLUDE_EXTENSION_H", "-DPy_LIMITED_API=0x03090000",
 		"-U_GLIBCXX_USE_CXX11_ABI", "-D_GLIBCXX_USE_CXX11_ABI=0",
-	}},
+	}, false},
 }
 
 // hasIncludeRe finds the headers a file asks __has_include about: the
@@ -101,9 +114,16 @@ func compareVariants(ctx context.Context, cc string, args []string, work string,
 		}
 		got, err := preprocess(ctx, cc, args, flags, work)
 		if err != nil {
-			if at := treeErrorLine(err.Error(), work); at != "" {
-				return fmt.Sprintf("%s does not preprocess under %s: %s", at, v.Name, firstLine(err.Error())), nil
+			if at := treeErrorLine(err.Error()); at != "" {
+				verb := "does not preprocess under"
+				if v.Unreadable {
+					verb = "tests the value of a macro made unreadable under"
+				}
+				return fmt.Sprintf("%s %s %s", at, verb, v.Name), nil
 			}
+			continue
+		}
+		if v.Unreadable {
 			continue
 		}
 		if at := firstDifference(base, got); at != "" {
@@ -124,7 +144,9 @@ func preprocess(ctx context.Context, cc string, args, extra []string, work strin
 	cmd.Stderr = &stderr
 	out, err := cmd.Output()
 	if err != nil {
-		return nil, fmt.Errorf("%v: %s", err, errorLines(stderr.String(), work, 4))
+		// Every message, tree paths made relative: treeErrorLine looks
+		// for the first in a tree file.
+		return nil, fmt.Errorf("%v: %s", err, strings.ReplaceAll(stderr.String(), filepath.Join(work, "tree")+"/", ""))
 	}
 	return treeLines(out, work), nil
 }
@@ -195,12 +217,84 @@ func firstDifference(a, b map[string][]srcLine) string {
 var errLocRe = regexp.MustCompile(`(?m)^([^\s:]+):([0-9]+):[0-9]+: (?:fatal )?error:`)
 
 // treeErrorLine is the tree file and line of the first error in a
-// preprocessor's message (errorLines already made tree paths relative),
-// or "" when the first error is not in the tree.
-func treeErrorLine(msg, work string) string {
-	m := errLocRe.FindStringSubmatch(msg)
-	if m == nil || strings.HasPrefix(m[1], "/") || strings.HasPrefix(m[1], "judge stubs") || strings.HasPrefix(m[1], "<") {
-		return ""
+// preprocessor's messages that is in a tree file (preprocess made their
+// paths relative; the system's and the judge's stay absolute), or "".
+func treeErrorLine(msg string) string {
+	for _, m := range errLocRe.FindAllStringSubmatch(msg, -1) {
+		if !strings.HasPrefix(m[1], "/") && !strings.HasPrefix(m[1], "<") {
+			return m[1] + ":" + m[2]
+		}
 	}
-	return m[1] + ":" + m[2]
+	return ""
+}
+
+// comparePaths compiles the translation unit (args, as compile builds
+// them) to LLVM IR again with the tree and the driver at other paths of
+// the same length, as __FILE__ and __BASE_FILE__ name them
+// (-fmacro-prefix-map), and returns the first function whose code differs
+// from base's (the IR compile writes), or "": the real build compiles
+// the tree from another directory, so a dispatch whose code depends on
+// the path would be judged as another program. String constants are
+// left out of the comparison (a message that names the file is the same
+// code), and so is metadata.
+func comparePaths(ctx context.Context, cc string, args []string, work string, base []byte) (string, error) {
+	tree := filepath.Join(work, "tree") + "/"
+	stubs := filepath.Dir(args[len(args)-1]) + "/"
+	n := len(cxxFlags())
+	flags := []string{"-fmacro-prefix-map=" + tree + "=" + samePathLength(tree), "-fmacro-prefix-map=" + stubs + "=" + samePathLength(stubs)}
+	full := append(append(slices.Clone(args[:n]), flags...), args[n:]...)
+	out := filepath.Join(work, "judge-path.ll")
+	full = append(full, "-S", "-emit-llvm", "-o", out)
+	if msg, err := exec.CommandContext(ctx, cc, full...).CombinedOutput(); err != nil {
+		return "", fmt.Errorf("compiling the gate judge from another path: %v: %s", err, errorLines(string(msg), work, 4))
+	}
+	alt, err := os.ReadFile(out)
+	if err != nil {
+		return "", err
+	}
+	a, b := irCode(base), irCode(alt)
+	for name, code := range a {
+		if b[name] != code {
+			return fmt.Sprintf("%s compiles otherwise from another checkout path (its code depends on __FILE__ or __BASE_FILE__)", demangled(name)), nil
+		}
+	}
+	return "", nil
+}
+
+// samePathLength is a path as long as p, of other letters: the same
+// string lengths in the code, other contents.
+func samePathLength(p string) string {
+	b := []byte(p)
+	for i, c := range b {
+		if c != '/' {
+			b[i] = 'q'
+		}
+	}
+	return string(b)
+}
+
+var irMetaRefRe = regexp.MustCompile(`, ![a-z.]+ ![0-9]+|![0-9]+`)
+
+// irCode is each function's body in ir, metadata references dropped.
+func irCode(ir []byte) map[string]string {
+	out := map[string]string{}
+	name := ""
+	var body strings.Builder
+	for _, l := range strings.Split(string(ir), "\n") {
+		switch {
+		case strings.HasPrefix(l, "define "):
+			name = ""
+			if m := irDefineRe.FindStringSubmatch(l); m != nil {
+				name = strings.Trim(m[1], `"`)
+			}
+			body.Reset()
+		case l == "}" && name != "":
+			out[name] = body.String()
+			name = ""
+		case name != "":
+			body.WriteString(irMetaRefRe.ReplaceAllString(l, ""))
+			body.WriteString("\n")
+		}
+	}
+	return out
 }

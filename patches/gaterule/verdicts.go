@@ -132,7 +132,7 @@ func store(key string) *planStore {
 }
 
 // lookupVerdict returns a kept answer for the tree, or nil.
-func lookupVerdict(key string, files *treeFiles) *pyReport {
+func lookupVerdict(key string, files *treeFiles) (*pyReport, map[string]string) {
 	st := store(key)
 	pyMemory.Lock()
 	sets := slices.Clone(st.sets)
@@ -163,9 +163,9 @@ func lookupVerdict(key string, files *treeFiles) *pyReport {
 			continue
 		}
 		keep(key, s, h, c)
-		return c.Rep
+		return c.Rep, c.Seen
 	}
-	return nil
+	return nil, nil
 }
 
 // sameReads reports whether seen holds exactly paths, each answered as
@@ -283,21 +283,21 @@ func newestFirst(dir string) []string {
 }
 
 // judgePython runs the Python judge on the tree, or answers from what
-// was kept.
-func judgePython(ctx context.Context, in Input, plan pyPlan) (*pyReport, error) {
+// was kept; with the answer, every path of the tree the judge read.
+func judgePython(ctx context.Context, in Input, plan pyPlan) (*pyReport, map[string]string, error) {
 	py, err := python3()
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	key := planKey(plan, py)
 	files := &treeFiles{read: in.Read, isDir: in.IsDir, blobID: in.BlobID, seen: map[string]string{}}
-	if rep := lookupVerdict(key, files); rep != nil {
-		return rep, nil
+	if rep, seen := lookupVerdict(key, files); rep != nil {
+		return rep, seen, nil
 	}
 	rep, err := runPython(ctx, files, plan)
 	if err != nil {
-		return nil, err
+		return nil, nil, err
 	}
 	storeVerdict(key, &pyCached{Seen: files.seen, Rep: rep})
-	return rep, nil
+	return rep, files.seen, nil
 }

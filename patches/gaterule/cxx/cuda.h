@@ -1,6 +1,7 @@
 // arpatch gate judge: the CUDA driver API names custom_all_reduce.cuh
 // uses; judge.cu answers cuPointerGetAttribute from its allocations.
 #pragma once
+#define __cuda_cuda_h__
 #include "cuda_runtime.h"
 typedef unsigned long long CUdeviceptr;
 #ifndef CUDA_VERSION

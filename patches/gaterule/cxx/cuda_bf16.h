@@ -1,8 +1,12 @@
 // arpatch gate judge: nv_bfloat16, as types (see cuda_fp16.h).
 #pragma once
+#define __CUDA_BF16_H__
+#define __CUDA_BF16_HPP__
 #include "cuda_fp16.h"
 struct __nv_bfloat16 {
   unsigned short x;
+  __nv_bfloat16() = default;
+  __host__ __device__ constexpr __nv_bfloat16(unsigned short v) : x(v) {}
 };
 struct __nv_bfloat162 {
   __nv_bfloat16 x, y;

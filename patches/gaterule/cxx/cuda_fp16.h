@@ -1,9 +1,15 @@
 // arpatch gate judge: half, as types; its arithmetic is device code, which
 // the host pass parses and never builds.
 #pragma once
+// CUDA's include guards, which a dispatch may test.
+#define __CUDA_FP16_H__
+#define __CUDA_FP16_HPP__
 #include "cuda_runtime.h"
+// Not an aggregate, as CUDA's is not (it has constructors).
 struct __half {
   unsigned short x;
+  __half() = default;
+  __host__ __device__ constexpr __half(unsigned short v) : x(v) {}
 };
 struct __half2 {
   __half x, y;

@@ -5,6 +5,14 @@
 // built. Kernel launches (<<<...>>>) lower to cudaConfigureCall and
 // cudaLaunch (clang's launch API when it knows no CUDA version).
 #pragma once
+// CUDA's include guards of cuda_runtime.h and the headers it includes,
+// which a dispatch may test.
+#define __CUDA_RUNTIME_H__
+#define __CUDA_RUNTIME_API_H__
+#define __DRIVER_TYPES_H__
+#define __VECTOR_TYPES_H__
+#define __HOST_DEFINES_H__
+#define __DEVICE_TYPES_H__
 #include <stdlib.h>
 #include <string.h>
 
@@ -194,6 +202,19 @@ cudaError_t cudaFuncSetAttribute(const void*, cudaFuncAttribute, int);
 cudaError_t cudaFuncGetAttributes(cudaFuncAttributes*, const void*);
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int*, const void*, int, size_t);
 cudaError_t cudaEventCreate(cudaEvent_t*);
+cudaError_t cudaEventCreateWithFlags(cudaEvent_t*, unsigned);
+#define cudaStreamDefault 0x00
+#define cudaStreamNonBlocking 0x01
+#define cudaEventDefault 0x00
+#define cudaEventDisableTiming 0x02
+#define cudaEventInterprocess 0x04
+// Streams a dispatch may make: each a new handle, never the call's, so a
+// launch on one is seen as on another stream (cxx/judge.cu).
+cudaError_t cudaStreamCreate(cudaStream_t*);
+cudaError_t cudaStreamCreateWithFlags(cudaStream_t*, unsigned);
+cudaError_t cudaStreamCreateWithPriority(cudaStream_t*, unsigned, int);
+cudaError_t cudaStreamDestroy(cudaStream_t);
+cudaError_t cudaDeviceGetStreamPriorityRange(int*, int*);
 cudaError_t cudaEventRecord(cudaEvent_t, cudaStream_t);
 cudaError_t cudaEventDestroy(cudaEvent_t);
 cudaError_t cudaStreamWaitEvent(cudaStream_t, cudaEvent_t, unsigned);

@@ -17,6 +17,7 @@ import importlib.machinery
 import io
 import json
 import os
+import posix
 import shutil
 import stat
 import sys
@@ -259,6 +260,50 @@ class Environ(dict):
         return dict(dict.items(self))
 
 
+class EnvironB(object):
+    """os.environb (and posix.environ) as bytes views of the one Environ,
+    so that a variable read as bytes is noted and driven like any other."""
+
+    def __init__(self, env):
+        self.env = env
+
+    @staticmethod
+    def _s(k):
+        return k.decode("utf-8", "surrogateescape") if isinstance(k, bytes) else k
+
+    @staticmethod
+    def _b(v):
+        return v.encode("utf-8", "surrogateescape") if isinstance(v, str) else v
+
+    def __getitem__(self, k):
+        return self._b(self.env[self._s(k)])
+
+    def get(self, k, d=None):
+        v = self.env.get(self._s(k))
+        return d if v is None else self._b(v)
+
+    def __contains__(self, k):
+        return self._s(k) in self.env
+
+    def keys(self):
+        return [self._b(k) for k in self.env.keys()]
+
+    def items(self):
+        return [(self._b(k), self._b(v)) for k, v in self.env.items()]
+
+    def values(self):
+        return [self._b(v) for v in self.env.values()]
+
+    def __iter__(self):
+        return iter(self.keys())
+
+    def __len__(self):
+        return len(self.env)
+
+    def copy(self):
+        return dict(self.items())
+
+
 def seed_home(home):
     for ws in (2, 4, 6, 8):
         d = os.path.join(home, ".cache", "sglang")
@@ -277,6 +322,8 @@ def main():
     install_tree_fs()
     env = Environ()
     os.environ = env
+    os.environb = EnvironB(env)
+    posix.environ = os.environb
     os.getenv = lambda k, d=None: env.get(k, d)
     sys.meta_path.insert(0, TreeFinder())
     sys.meta_path.append(stubs.StubFinder())
