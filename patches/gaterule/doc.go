@@ -12,7 +12,7 @@
 //     that shadows a gate module counts, and so does every package
 //     __init__ on the way. torch, torch.distributed, NVML, sgl-kernel's
 //     binding, libcudart and the rest are stubs that answer as a PCIe-only
-//     host of 2, 4, 6 and 8 GPUs does (no NVLink, P2P everywhere, two CPU
+//     host of 2 to 8 GPUs does (no NVLink, P2P everywhere, two CPU
 //     sockets); each rank is a thread and the collectives meet. It
 //     constructs the class parallel_state would (dispatch_custom_allreduce
 //     where the tree has it) on every rank and asks should_custom_ar about

@@ -2,6 +2,7 @@ package gaterule
 
 import (
 	"errors"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -171,4 +172,25 @@ func TestJudgeDrivesEnvironb(t *testing.T) {
 	forcedB2 := [2]string{"if self.world_size == 2 or self.full_nvlink:  # GATE2", `if self.world_size == 2 or self.full_nvlink or __import__("os").environb.get(b"SGLANG_FORCE_CUSTOM_AR_PCIE") == b"1":  # GATE2`}
 	_, err := judge(t, pyTree(fixture(upstream), forcedB, forcedB2).input(gatePy, utilsPy))
 	refused(t, err, "at world size 4, SGLANG_FORCE_CUSTOM_AR_PCIE=1 (rank 0, without full NVLink|launches no kernel")
+}
+
+// World sizes upstream does not support: gates widened to admit 3, 5 and
+// 7 GPUs hand those calls to the dispatch, which must launch or throw
+// there too (the fixture's switch throws: accepted); one that returns at
+// world size 3 is refused there.
+func TestJudgeRunsEveryWorldSize(t *testing.T) {
+	widen := [2]string{"_SUPPORTED_WORLD_SIZES = [2, 4, 6, 8]", "_SUPPORTED_WORLD_SIZES = [2, 3, 4, 5, 6, 7, 8]"}
+	rep, err := judge(t, pyTree(fixture(patchedElse), openGate1, openGate2, widen).input(gatePy, utilsPy))
+	refused(t, err, "")
+	for _, ws := range []string{"world size 3,", "world size 5,", "world size 7,"} {
+		if !slices.ContainsFunc(rep.Admitted, func(a string) bool { return strings.HasPrefix(a, ws) }) {
+			t.Errorf("admitted %q: no %s", rep.Admitted, ws)
+		}
+	}
+	sw := "    if (world_size_ == 3) return;\n"
+	_, err = judge(t, pyTree(header(patchedElse, "", sw), openGate1, openGate2, widen).input(gatePy, utilsPy))
+	refused(t, err, "at world size 3, no variable set (rank 0, without full NVLink|launches no kernel")
+	// Upstream's list: 3 is not admitted, and the same return passes.
+	_, err = judge(t, pyTree(header(patchedElse, "", sw), openGate1, openGate2).input(gatePy, utilsPy))
+	refused(t, err, "")
 }

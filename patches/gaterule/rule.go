@@ -7,8 +7,6 @@ import (
 	"regexp"
 	"slices"
 	"strings"
-
-	"github.com/arpatch/arpatch/internal/bounds"
 )
 
 // Tags a series' patches may carry in series.toml (`provides`).
@@ -38,10 +36,13 @@ var DispatchPaths = []string{
 }
 
 // WorldSizes are the world sizes the judge runs the gates and the
-// dispatch at: bounds.WorldSizes, those custom allreduce supports.
+// dispatch at: every one from 2 to 8 GPUs a host has, not only those
+// upstream's custom allreduce supports (bounds.WorldSizes): a series may
+// widen what the gates admit, and where they admit 3, 5 or 7 the dispatch
+// must launch or throw there too.
 // Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cuh@84118acf50b3
-// (CustomAllreduce::allreduce: REDUCE_CASE(2), (4), (6), (8)).
-var WorldSizes = slices.Clone(bounds.WorldSizes)
+// (CustomAllreduce::allreduce: REDUCE_CASE(2), (4), (6), (8), else a throw).
+var WorldSizes = []int{2, 3, 4, 5, 6, 7, 8}
 
 // IsGateFile reports whether p is one of GateFiles.
 func IsGateFile(p string) bool { return slices.Contains(GateFiles, p) }

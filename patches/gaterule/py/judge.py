@@ -304,8 +304,8 @@ class EnvironB(object):
         return dict(self.items())
 
 
-def seed_home(home):
-    for ws in (2, 4, 6, 8):
+def seed_home(home, sizes):
+    for ws in sizes:
         d = os.path.join(home, ".cache", "sglang")
         os.makedirs(d, exist_ok=True)
         ids = ",".join(str(i) for i in range(ws))
@@ -317,7 +317,7 @@ def main():
     plan = json.load(sys.stdin)
     sys.stdout = sys.stderr  # the tree's prints never reach arpatch
     home = tempfile.mkdtemp(prefix="arpatch-gate-judge-")
-    seed_home(home)
+    seed_home(home, plan["ws"])
     stubs.install_host()
     install_tree_fs()
     env = Environ()
