@@ -72,9 +72,14 @@
 //     or a call that does not return, ends a path; a throw caught inside
 //     and then a return does not. A function that runs on a constructed
 //     CustomAllreduce (its members and their callees, constructors left
-//     out) and stores to those members, or hands their address on, is
-//     refused, since the folded values would then be wrong. A refusal
-//     names the tree's lines on the path.
+//     out) and stores to those members, hands their address on, or writes
+//     the object through a cast of its own address is refused, and so is
+//     a constructor that hands a member's address on: the folded values
+//     would then be wrong. So is a dispatch that copies or sets device
+//     memory (cudaMemcpy*, cudaMemset* on any path: it may overwrite the
+//     kernel's sum). A refusal names the tree's lines on the path.
+//   - The launch's stream must be the call's: a kernel on a stream of its
+//     own races the work around it, and a CUDA graph never captures it.
 //   - The push kernels (push.go) the dispatch launches where the gates
 //     admit a call run on the CPU (package kernelsim: every CUDA thread a
 //     host thread, every rank a set of blocks) at sizes from each range
@@ -107,27 +112,40 @@
 // compiled module, bytecode, a sitecustomize or a .pth file), whatever
 // the judge found.
 //
+// Refused wherever the gates admit a call, because the judge cannot follow
+// them: a series that changes the tree's custom_all_reduce.cu
+// (torch-bound), include/utils.h (restated in cxx/utils.h), the op
+// registration, sgl-kernel's Python wrapper of all_reduce, any other C,
+// C++ or CUDA file of the library, a CMake file or the project's
+// pyproject, setup or build script (blindChanged); and a tree the
+// judge's one compile is not the real build of (variants.go): files that
+// preprocess otherwise under another host compiler (g++ under nvcc),
+// another CUDA toolkit, another time of the build or sgl-kernel's build
+// options, however the test is spelt (a token paste, __has_builtin,
+// __has_include); a test of the value of any compiler or toolkit version
+// macro (each made unreadable in #if); code that compiles otherwise from
+// another checkout path (__FILE__). A changed .py under python/ that the
+// gates' imports do not read takes the gates as open at every world size
+// (the server imports it before they decide).
+//
 // What it cannot check: upstream's pull kernels' sums (inline PTX: a GPU
 // checks them, `arpatch bench allreduce`), those of a kernel it does not
-// know, and the push kernels' above 256 KiB or under the GPU's weaker
-// memory ordering; what the tree's custom_all_reduce.cu (torch-bound)
-// and include/utils.h (restated in cxx/utils.h) do, so a series that
-// changes either, the op registration, sgl-kernel's Python wrapper of
-// all_reduce, a CMake file or the project's pyproject, setup or build
-// script is refused wherever the gates admit a call (blindChanged); the
-// builds the judge's one compile is not: where the tree's files
-// preprocess otherwise under another host compiler (g++ under nvcc),
-// another CUDA toolkit or sgl-kernel's build options, however the test
-// is spelt (a token paste, __has_builtin, __has_include), the tree is
-// refused (variants.go: the variants' preprocessor output of the tree's
-// lines against the judge's); the grid, block and arguments
-// of a launch at sizes the judge does not call at (the proof asks only
-// that a launch happens, the sampling judge checks what it launches), and
+// know (noted, not refused), and the push kernels' above 256 KiB or under
+// the GPU's weaker memory ordering; the grid, block and arguments of a
+// launch at sizes the judge does not call at (the proof asks only that a
+// launch happens; the sampling judge checks what it launches, so a size
+// of 0 handed to the kernel at one size it does not call at passes);
 // code that launches otherwise after more calls than the judge makes, at
-// another time, on other hardware than the stubs describe, or for
-// variables or values it does not drive; a member changed through an
-// address the compiled code does not form as the member's (a cast of
-// `this`), which the proof's folding takes as unchanged; environment
+// another time, on other hardware than the stubs describe (the stubs
+// declare the CUDA names upstream uses and some more: a test of a trait
+// or of the existence of one they lack can still tell them apart from
+// CUDA's headers), or for variables or values it does not drive;
+// another host architecture (__aarch64__) and another libstdc++
+// (_GLIBCXX_RELEASE, which its own headers define); members of
+// CustomAllreduce the driver never calls (register_graph_buffers and the
+// rest: not emitted, so not checked for writes to the folded members);
+// Python gates that decide on what the stubs answer (an SM count) or that
+// catch sgl-kernel's exception and return the input; environment
 // listings by upstream's own files at import, which are taken not to act
 // on the judge's variables.
 //
