@@ -286,9 +286,9 @@ func compile(ctx context.Context, cc string, src cxxSource, dir string) error {
 	}
 	// The preprocessor's variants read prelude.h as text: a precompiled
 	// header holds the judge's own macros.
-	textArgs := append(slices.Clone(args), "-include", "prelude.h", filepath.Join(stubs, "judge.cu"))
+	textArgs := append(slices.Clone(args), "-include", "prelude.h", filepath.Join(stubs, driverName))
 	args = append(args, pch...)
-	args = append(args, filepath.Join(stubs, "judge.cu"))
+	args = append(args, filepath.Join(stubs, driverName))
 	ctx, cancel := context.WithTimeout(ctx, 5*time.Minute)
 	defer cancel()
 	link := append(slices.Clone(args), "-x", "none", "-o", filepath.Join(work, "judge"), "-rdynamic", "-ldl")
@@ -338,6 +338,11 @@ func compile(ctx context.Context, cc string, src cxxSource, dir string) error {
 	}
 	return install(work, dir)
 }
+
+// driverName is the name cxx/judge.cu is compiled under: the binding's
+// (the real translation unit), so that __BASE_FILE__ names the same file.
+// Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cu@84118acf50b3 (all_reduce)
+const driverName = "custom_all_reduce.cu"
 
 // irFile, beside a compiled judge, is its translation unit as LLVM IR
 // (clang -S -emit-llvm with the judge's flags), gzipped: about 1 MB of
@@ -496,6 +501,7 @@ func prepared(ctx context.Context, cc string) (string, []string, error) {
 		files[e.Name()] = b
 		fmt.Fprintf(h, "%s\x00%d\x00%s", e.Name(), len(b), b)
 	}
+	files[driverName] = files["judge.cu"]
 	fmt.Fprintf(h, "%s\x00%s\x00%s", cc, versionOf[cc], strings.Join(cxxFlags(), " "))
 	dir := filepath.Join(cacheDir(), "stubs-"+hex.EncodeToString(h.Sum(nil))[:16])
 	if _, err := os.Stat(filepath.Join(dir, "prelude.h")); err != nil {

@@ -78,8 +78,13 @@
 //     would then be wrong. So is a dispatch that copies or sets device
 //     memory (cudaMemcpy*, cudaMemset* on any path: it may overwrite the
 //     kernel's sum). A refusal names the tree's lines on the path.
-//   - The launch's stream must be the call's: a kernel on a stream of its
-//     own races the work around it, and a CUDA graph never captures it.
+//   - The launch's stream must be the call's (a kernel on a stream of its
+//     own races the work around it, and a CUDA graph never captures it),
+//     and its dynamic shared memory at most 227 KiB (more, and the launch
+//     fails with nothing run). The driver is compiled as the binding's
+//     custom_all_reduce.cu and calls allreduce<T> with an int64_t size,
+//     as the binding passes out.numel(), so the overload the real build
+//     picks is the one judged.
 //   - The push kernels (push.go) the dispatch launches where the gates
 //     admit a call run on the CPU (package kernelsim: every CUDA thread a
 //     host thread, every rank a set of blocks) at sizes from each range
@@ -124,7 +129,9 @@
 // options, however the test is spelt (a token paste, __has_builtin,
 // __has_include); a test of the value of any compiler or toolkit version
 // macro (each made unreadable in #if); code that compiles otherwise from
-// another checkout path (__FILE__). A changed .py under python/ that the
+// another checkout path (__FILE__: a second compile from a path of one
+// directory of the same length); a function or a variable the dispatch
+// names that copies or sets device memory (a call through a pointer). A changed .py under python/ that the
 // gates' imports do not read takes the gates as open at every world size
 // (the server imports it before they decide).
 //

@@ -103,6 +103,8 @@ func TestJudgeSeesWhatTheCompilerSees(t *testing.T) {
 			"eager float32 allreduce of 16-4080 bytes launches sglang::cross_device_reduce_2stage<float, 4> with grid (0,1,1) and block (512,1,1), which runs nothing"},
 		{"a launch on another stream than the call's", pcie("  cross_device_reduce_2stage<T, ngpus><<<blocks, threads, 0, reinterpret_cast<cudaStream_t>(0x2000)>>>(ptrs, sg_, self_sg_, output, rank_, size);"), "", "",
 			"launches sglang::cross_device_reduce_2stage<float, 4> on another stream than the call's"},
+		{"more dynamic shared memory than a block may have", pcie("  cross_device_reduce_2stage<T, ngpus><<<blocks, threads, 1 << 20, stream>>>(ptrs, sg_, self_sg_, output, rank_, size);"), "", "",
+			"with 1048576 bytes of dynamic shared memory, over the 232448 a block may have"},
 		{"a block of 0", pcie("  cross_device_reduce_2stage<T, ngpus><<<blocks, 0, 0, stream>>>(ptrs, sg_, self_sg_, output, rank_, size);"), "", "",
 			"with grid (1,1,1) and block (0,1,1)"},
 		{"a macro that renames the kernel to nothing", pcie("  KL(ngpus, cross_device_reduce_2stage);"), "", "#undef KL\n#define KL(ngpus, name) (void)0;\n",
@@ -334,6 +336,14 @@ func TestJudgeComparesBuildVariants(t *testing.T) {
 		{"the path the judge compiles the tree from", "constexpr int dots(const char* s) { return *s ? (*s == '.') + dots(s + 1) : 0; }\n",
 			"    if constexpr (dots(__FILE__) == 1) { if (!full_nvlink_) return; }\n", "compiles otherwise from another checkout path (its code depends on __FILE__ or __BASE_FILE__)"},
 		{"the date of the build", "", "    if (!full_nvlink_ && __DATE__[9] == '3') return;\n", "preprocesses otherwise under another time of the build"},
+		// The third round's g1 and t1: g++'s ABI version, and torch's
+		// macros, defined before the dispatch in the real translation unit.
+		{"g++'s ABI version", "", "#if __GXX_ABI_VERSION >= 1011\n    if (!full_nvlink_) return;\n#endif\n", compiler},
+		{"a macro of torch's headers", "", "#if defined(C10_LIKELY)\n    if (!full_nvlink_) return;\n#endif\n", options},
+		// f1: a path component's length; the other compile's path has
+		// one component.
+		{"the length of the path's first component", "constexpr int first(const char* s, int n = 0) { return s[n + 1] == '/' || s[n + 1] == 0 ? n : first(s, n + 1); }\n",
+			"    if constexpr (first(__FILE__) < 40) { if (!full_nvlink_) return; }\n", "compiles otherwise from another checkout path"},
 		{"a test of the compiler with the same code on both sides", "", "#ifdef __clang__\n    (void)0;\n#else\n    (void)0;\n#endif\n", ""},
 		{"a definition no build makes", "", "#ifdef ARPATCH_NEVER_DEFINED\n    if (!full_nvlink_) return;\n#endif\n", ""},
 	} {

@@ -38,6 +38,9 @@ func (f *irFunc) block(name string) *irBlock {
 type irModule struct {
 	Funcs map[string]*irFunc
 	Meta  map[string]string // !N: the node's text
+	// Globals are the module's global variables, by name: each one's
+	// definition line (its initializer may name functions).
+	Globals map[string]string
 }
 
 var (
@@ -53,7 +56,7 @@ var (
 // define ... { to }, labels, instructions (an invoke's `to label` line and
 // a switch's or a landingpad's lines joined to theirs), and metadata.
 func parseIR(text string) *irModule {
-	m := &irModule{Funcs: map[string]*irFunc{}, Meta: map[string]string{}}
+	m := &irModule{Funcs: map[string]*irFunc{}, Meta: map[string]string{}, Globals: map[string]string{}}
 	var fn *irFunc
 	var cur *irBlock
 	open := false // inside a switch's [ ... ]
@@ -65,6 +68,10 @@ func parseIR(text string) *irModule {
 				m.Funcs[fn.Name] = fn
 			} else if mm := irMetaRe.FindStringSubmatch(line); mm != nil {
 				m.Meta[mm[1]] = mm[2]
+			} else if strings.HasPrefix(line, "@") {
+				if mm := irGlobalRe.FindStringSubmatch(line); mm != nil {
+					m.Globals[strings.Trim(mm[1], `"`)] = line
+				}
 			}
 			continue
 		}

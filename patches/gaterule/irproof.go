@@ -451,8 +451,8 @@ func demangled(name string) string {
 // output (a copy of the input over the sum, a memset).
 var deviceWriters = regexp.MustCompile(`^(cudaMemcpy|cudaMemset|cuMemcpy|cuMemset|cuMemsetD)`)
 
-// reachable are the functions the proof's entries call, directly or
-// through others, each once, sorted.
+// reachable are the functions the proof's entries call or name (take
+// the address of), directly or through others, each once, sorted.
 func (m *irModule) reachable() []string {
 	seen := map[string]bool{}
 	var todo []string
@@ -462,24 +462,41 @@ func (m *irModule) reachable() []string {
 	for len(todo) > 0 {
 		n := todo[0]
 		todo = todo[1:]
-		f := m.Funcs[n]
-		if seen[n] || f == nil {
+		if seen[n] {
 			continue
 		}
-		seen[n] = true
-		for _, b := range f.Blocks {
-			for _, in := range b.Insts {
-				if c := in.callee(); c != "" {
-					todo = append(todo, c)
+		// Every function and variable named, called or not: a function
+		// whose address is taken, or kept in a variable, may be called
+		// through it.
+		if f := m.Funcs[n]; f != nil {
+			seen[n] = true
+			for _, b := range f.Blocks {
+				for _, in := range b.Insts {
+					todo = append(todo, globalsNamed(in.Text)...)
 				}
 			}
+		} else if g, ok := m.Globals[n]; ok {
+			seen[n] = true
+			_, init, _ := strings.Cut(g, " = ")
+			todo = append(todo, globalsNamed(init)...)
 		}
 	}
 	out := make([]string, 0, len(seen))
 	for n := range seen {
-		out = append(out, n)
+		if m.Funcs[n] != nil {
+			out = append(out, n)
+		}
 	}
 	slices.Sort(out)
+	return out
+}
+
+// globalsNamed are the functions and variables a text of IR names.
+func globalsNamed(text string) []string {
+	var out []string
+	for _, g := range irGlobalRe.FindAllStringSubmatch(text, -1) {
+		out = append(out, strings.Trim(g[1], `"`))
+	}
 	return out
 }
 
@@ -490,8 +507,19 @@ func (m *irModule) deviceWrite(treeRel func(string) string) (fn, callee, at stri
 	for _, n := range m.reachable() {
 		for _, b := range m.Funcs[n].Blocks {
 			for _, in := range b.Insts {
-				if c := in.callee(); deviceWriters.MatchString(c) {
-					return n, c, p.line(in.Dbg)
+				// Called, or its address taken (a call through a pointer),
+				// here or in a variable this names.
+				names := globalsNamed(in.Text)
+				for _, g := range names {
+					if v, ok := m.Globals[g]; ok {
+						_, init, _ := strings.Cut(v, " = ")
+						names = append(names, globalsNamed(init)...)
+					}
+				}
+				for _, c := range names {
+					if deviceWriters.MatchString(c) {
+						return n, c, p.line(in.Dbg)
+					}
 				}
 			}
 		}

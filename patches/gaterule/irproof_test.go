@@ -50,6 +50,8 @@ func TestJudgeProvesEveryPath(t *testing.T) {
 		// The kernel's sum overwritten: a copy or a memset in the dispatch.
 		{"the input copied over the output after the launch", "", "    struct Copy { T* o; T* i; size_t n; cudaStream_t s; ~Copy() { if (o) CHECK_CUDA_SUCCESS(cudaMemcpyAsync(o, i, n, cudaMemcpyDeviceToDevice, s)); } } copy{full_nvlink_ ? nullptr : output, input, size_t(size) * 16, stream};\n",
 			"calls cudaMemcpyAsync: it writes device memory besides the kernel"},
+		{"a copy through a function pointer", "", "    static auto volatile cp = &cudaMemcpyAsync;\n    if (!full_nvlink_ && " + hashed + ") cp(output, input, 16, cudaMemcpyDeviceToDevice, stream);\n",
+			"calls cudaMemcpyAsync: it writes device memory besides the kernel"},
 		{"the output zeroed at a hashed size", "", "    if (!full_nvlink_ && " + hashed + ") CHECK_CUDA_SUCCESS(cudaMemsetAsync(output, 0, 16, stream));\n",
 			"calls cudaMemsetAsync: it writes device memory besides the kernel"},
 	} {
@@ -236,4 +238,21 @@ define void @_ZN6sglang15CustomAllreduceC2Ev(%"class.sglang::CustomAllreduce"* %
 	if !slices.Contains(launchFuncs, "cudaLaunch") {
 		t.Error("cudaLaunch is not a launch")
 	}
+}
+
+// The binding calls allreduce with out.numel(), an int64_t; the driver
+// does too, so an overload for sizes that are not int (the third round's
+// o1), which the real binding picks, is the one judged.
+func TestJudgeCallsAsTheBindingDoes(t *testing.T) {
+	const at = "  template <typename T>\n  void allreduce(cudaStream_t stream, T* input, T* output, int size,"
+	overload := "  template <typename T, typename S, typename = std::enable_if_t<!std::is_same_v<S, int>>>\n" +
+		"  void allreduce(cudaStream_t stream, T* input, T* output, S size) {\n" +
+		"    if (!full_nvlink_ && world_size_ > 2) return;\n    allreduce<T>(stream, input, output, int(size));\n  }\n"
+	src := string(fixture(patchedElse))
+	if !strings.Contains(src, at) {
+		t.Fatal("the fixture's allreduce moved")
+	}
+	src = strings.Replace(src, at, overload+at, 1)
+	_, err := judge(t, pyTree([]byte(src), open...).input(gatePy))
+	refused(t, err, "at world size 4, no variable set (rank 0, without full NVLink|launches no kernel")
 }

@@ -42,7 +42,7 @@ var buildVariants = []buildVariant{
 	{"another host compiler (g++ under nvcc: no __clang__ or clang's version macros, __GNUC__ 13, clang's feature tests __has_builtin, __has_feature, __has_attribute and the rest answering 0)", []string{
 		"-U__clang__", "-U__clang_major__", "-U__clang_minor__", "-U__clang_patchlevel__", "-U__clang_version__", "-U__llvm__", "-U__CUDA__",
 		"-U__GNUC__", "-D__GNUC__=13", "-U__GNUC_MINOR__", "-D__GNUC_MINOR__=3", "-U__GNUC_PATCHLEVEL__", "-D__GNUC_PATCHLEVEL__=0",
-		"-U__VERSION__", `-D__VERSION__="13.3.0"`, "-D__GNUG__=13",
+		"-U__VERSION__", `-D__VERSION__="13.3.0"`, "-D__GNUG__=13", "-U__GXX_ABI_VERSION", "-D__GXX_ABI_VERSION=1018",
 		"-D__has_builtin(x)=0", "-D__has_feature(x)=0", "-D__has_extension(x)=0", "-D__has_attribute(x)=0",
 		"-D__has_cpp_attribute(x)=0", "-D__has_declspec_attribute(x)=0", "-D__is_identifier(x)=1", "-D__NVCC_DIAG_PRAGMA_SUPPORT__",
 	}, false},
@@ -58,14 +58,18 @@ var buildVariants = []buildVariant{
 		"-U__GNUC__", "-D__GNUC__=(", "-U__GNUC_MINOR__", "-D__GNUC_MINOR__=(", "-U__GNUC_PATCHLEVEL__", "-D__GNUC_PATCHLEVEL__=(", "-D__GNUG__=(",
 		"-U__clang_major__", "-D__clang_major__=(", "-U__clang_minor__", "-D__clang_minor__=(", "-U__clang_patchlevel__", "-D__clang_patchlevel__=(",
 		"-U__CUDACC_VER_MAJOR__", "-D__CUDACC_VER_MAJOR__=(", "-U__CUDACC_VER_MINOR__", "-D__CUDACC_VER_MINOR__=(", "-U__CUDACC_VER_BUILD__", "-D__CUDACC_VER_BUILD__=(",
-		"-DCUDART_VERSION=(", "-DCUDA_VERSION=(", "-D__CUDA_API_VERSION=(",
+		"-DCUDART_VERSION=(", "-DCUDA_VERSION=(", "-D__CUDA_API_VERSION=(", "-U__GXX_ABI_VERSION", "-D__GXX_ABI_VERSION=(",
 		"-ferror-limit=0", // the system headers err on every test of __GNUC__: all of them, then the tree's
 	}, true},
-	{"sgl-kernel's build options (FLASHINFER_ENABLE_BF16, FLASHINFER_ENABLE_FP8 and its E4M3 and E5M2, ENABLE_NVFP4=1, FLASHATTENTION_DISABLE_BACKWARD, _DROPOUT and _UNEVEN_K, CUTLASS_ENABLE_GDC_FOR_SM90, CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED, torch's extension definitions, the old C++ ABI)", []string{
+	{"sgl-kernel's build options (FLASHINFER_ENABLE_BF16, FLASHINFER_ENABLE_FP8 and its E4M3 and E5M2, ENABLE_NVFP4=1, FLASHATTENTION_DISABLE_BACKWARD, _DROPOUT and _UNEVEN_K, CUTLASS_ENABLE_GDC_FOR_SM90, CUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED, torch's extension definitions and the macros of its headers, the old C++ ABI)", []string{
 		"-DFLASHINFER_ENABLE_BF16", "-DFLASHINFER_ENABLE_FP8", "-DFLASHINFER_ENABLE_FP8_E4M3", "-DFLASHINFER_ENABLE_FP8_E5M2", "-DENABLE_NVFP4=1",
 		"-DFLASHATTENTION_DISABLE_BACKWARD", "-DFLASHATTENTION_DISABLE_DROPOUT", "-DFLASHATTENTION_DISABLE_UNEVEN_K",
 		"-DCUTLASS_ENABLE_GDC_FOR_SM90", "-DCUTE_SM90_EXTENDED_MMA_SHAPES_ENABLED",
 		"-DTORCH_EXTENSION_NAME=common_ops", "-DTORCH_API_INCLUDE_EXTENSION_H", "-DPy_LIMITED_API=0x03090000",
+		// What torch's headers, which the binding includes before the
+		// dispatch, define (c10/macros, ATen's dispatch).
+		"-DC10_LIKELY(x)=(x)", "-DC10_UNLIKELY(x)=(x)", "-DC10_MACROS_MACROS_H_", "-DAT_DISPATCH_SWITCH(...)=",
+		"-DC10_CUDA_KERNEL_LAUNCH_CHECK()=", "-DTORCH_VERSION_MAJOR=2", "-DTORCH_VERSION_MINOR=9", "-DC10_HOST_DEVICE=",
 		"-U_GLIBCXX_USE_CXX11_ABI", "-D_GLIBCXX_USE_CXX11_ABI=0",
 	}, false},
 }
@@ -261,16 +265,14 @@ func comparePaths(ctx context.Context, cc string, args []string, work string, ba
 	return "", nil
 }
 
-// samePathLength is a path as long as p, of other letters: the same
-// string lengths in the code, other contents.
+// samePathLength is a path as long as p, of one directory of other
+// letters ("/qqq.../"): the same string lengths in the code, other
+// contents, other components.
 func samePathLength(p string) string {
-	b := []byte(p)
-	for i, c := range b {
-		if c != '/' {
-			b[i] = 'q'
-		}
+	if len(p) < 3 {
+		return p
 	}
-	return string(b)
+	return "/" + strings.Repeat("q", len(p)-2) + "/"
 }
 
 var irMetaRefRe = regexp.MustCompile(`, ![a-z.]+ ![0-9]+|![0-9]+`)

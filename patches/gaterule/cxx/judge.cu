@@ -52,14 +52,19 @@ struct Launch {
   const void* fn;
   std::vector<std::string> params;
   cudaStream_t stream;
+  size_t shared;  // dynamic shared memory, bytes
 };
 
 std::vector<Launch> launches;
 // The stream every call is made on (the entries below).
 const cudaStream_t kCallStream = reinterpret_cast<cudaStream_t>(0x1000);
+// The most dynamic shared memory a block may have on any GPU arpatch
+// builds for (227 KiB: sm_90, sm_100); sm_120 has less.
+const size_t kMaxShared = 232448;
 std::vector<std::string> pending_params;
 dim3 pending_grid, pending_block;
 cudaStream_t pending_stream = nullptr;
+size_t pending_shared = 0;
 // Copies and memsets made (cudaMemcpy*, cudaMemset*).
 volatile unsigned long device_writes = 0;
 cudaError_t last_error = cudaSuccess;
@@ -107,8 +112,9 @@ bool valid_dims(dim3 d, unsigned max_x, unsigned max_yz) {
   return d.x > 0 && d.y > 0 && d.z > 0 && d.x <= max_x && d.y <= max_yz && d.z <= max_yz;
 }
 
-cudaError_t record(const void* fn, dim3 grid, dim3 block, std::vector<std::string> params, cudaStream_t stream) {
-  launches.push_back({grid, block, fn, std::move(params), stream});
+cudaError_t record(const void* fn, dim3 grid, dim3 block, std::vector<std::string> params, cudaStream_t stream,
+                   size_t shared) {
+  launches.push_back({grid, block, fn, std::move(params), stream, shared});
   const bool ok = valid_dims(grid, 0x7fffffffu, 65535) && valid_dims(block, 1024, 1024) &&
                   uint64_t(block.x) * block.y * block.z <= 1024;
   if (!ok) last_error = cudaErrorInvalidConfiguration;
@@ -128,10 +134,11 @@ char* getenv(const char* name) noexcept {
 }
 char* secure_getenv(const char* name) noexcept { return getenv(name); }
 
-cudaError_t cudaConfigureCall(dim3 grid, dim3 block, size_t, cudaStream_t stream) {
+cudaError_t cudaConfigureCall(dim3 grid, dim3 block, size_t shared, cudaStream_t stream) {
   pending_grid = grid;
   pending_block = block;
   pending_stream = stream;
+  pending_shared = shared;
   return cudaSuccess;
 }
 cudaError_t cudaSetupArgument(const void* arg, size_t size, size_t) {
@@ -139,7 +146,7 @@ cudaError_t cudaSetupArgument(const void* arg, size_t size, size_t) {
   return cudaSuccess;
 }
 __attribute__((noinline)) cudaError_t cudaLaunch(const void* fn) {
-  cudaError_t e = record(fn, pending_grid, pending_block, std::move(pending_params), pending_stream);
+  cudaError_t e = record(fn, pending_grid, pending_block, std::move(pending_params), pending_stream, pending_shared);
   pending_params.clear();
   return e;
 }
@@ -147,14 +154,14 @@ __attribute__((noinline)) cudaError_t cudaLaunch(const void* fn) {
 // (irproof.go) reads a call of one of them in the compiled IR as a launch.
 // The explicit launches pass their arguments' addresses without sizes:
 // they are not checked (explicit_params leaves them empty).
-__attribute__((noinline)) cudaError_t cudaLaunchKernel(const void* fn, dim3 grid, dim3 block, void**, size_t, cudaStream_t stream) {
-  return record(fn, grid, block, {}, stream);
+__attribute__((noinline)) cudaError_t cudaLaunchKernel(const void* fn, dim3 grid, dim3 block, void**, size_t shared, cudaStream_t stream) {
+  return record(fn, grid, block, {}, stream, shared);
 }
-__attribute__((noinline)) cudaError_t cudaLaunchCooperativeKernel(const void* fn, dim3 grid, dim3 block, void**, size_t, cudaStream_t stream) {
-  return record(fn, grid, block, {}, stream);
+__attribute__((noinline)) cudaError_t cudaLaunchCooperativeKernel(const void* fn, dim3 grid, dim3 block, void**, size_t shared, cudaStream_t stream) {
+  return record(fn, grid, block, {}, stream, shared);
 }
 __attribute__((noinline)) cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* c, const void* fn, void**) {
-  return record(fn, c->gridDim, c->blockDim, {}, c->stream);
+  return record(fn, c->gridDim, c->blockDim, {}, c->stream, c->dynamicSmemBytes);
 }
 cudaError_t cudaGetLastError(void) {
   cudaError_t e = last_error;
@@ -414,6 +421,12 @@ std::string outcome(bool threw, const std::string& what, const Expect& e) {
     // On another stream than the call's, the kernel races the work around
     // it, and a CUDA graph being captured never records it.
     if (l.stream != kCallStream) return "\"wrong\"," + quote(name) + "," + quote("on another stream than the call's");
+    // More dynamic shared memory than a block may have (227 KiB on the
+    // largest GPUs): the launch fails, and nothing runs.
+    if (l.shared > kMaxShared) {
+      return "\"wrong\"," + quote(name) + "," +
+             quote("with " + std::to_string(l.shared) + " bytes of dynamic shared memory, over the 232448 a block may have");
+    }
     const std::string fault = kernel_fault(l, name, e);
     if (!fault.empty()) return "\"wrong\"," + quote(name) + "," + quote(fault);
     return "\"one\"," + quote(name);
@@ -434,16 +447,19 @@ const char* type_name() {
 }  // namespace
 
 // The entries the path proof (irproof.go) starts from: allreduce<T> as
-// all_reduce calls it, one extern "C" name a type, kept as calls.
+// all_reduce calls it (the size as out.numel(), an int64_t, so that the
+// overload the binding picks is the one called), one extern "C" name a
+// type, kept as calls.
+// Upstream: sgl-kernel/csrc/allreduce/custom_all_reduce.cu@84118acf50b3 (all_reduce)
 extern "C" {
-__attribute__((noinline)) void arpatch_judge_allreduce_float(sglang::CustomAllreduce* ca, float* in, float* out, int n) {
+__attribute__((noinline)) void arpatch_judge_allreduce_float(sglang::CustomAllreduce* ca, float* in, float* out, int64_t n) {
   ca->allreduce<float>(kCallStream, in, out, n);
 }
-__attribute__((noinline)) void arpatch_judge_allreduce_half(sglang::CustomAllreduce* ca, half* in, half* out, int n) {
+__attribute__((noinline)) void arpatch_judge_allreduce_half(sglang::CustomAllreduce* ca, half* in, half* out, int64_t n) {
   ca->allreduce<half>(kCallStream, in, out, n);
 }
 __attribute__((noinline)) void arpatch_judge_allreduce_bfloat16(sglang::CustomAllreduce* ca, nv_bfloat16* in,
-                                                                nv_bfloat16* out, int n) {
+                                                                nv_bfloat16* out, int64_t n) {
   ca->allreduce<nv_bfloat16>(kCallStream, in, out, n);
 }
 }
@@ -480,9 +496,9 @@ __attribute__((noinline)) int arpatch_field_full_nvlink(sglang::CustomAllreduce*
 
 namespace {
 
-void judge_call(sglang::CustomAllreduce* ca, float* in, float* out, int n) { arpatch_judge_allreduce_float(ca, in, out, n); }
-void judge_call(sglang::CustomAllreduce* ca, half* in, half* out, int n) { arpatch_judge_allreduce_half(ca, in, out, n); }
-void judge_call(sglang::CustomAllreduce* ca, nv_bfloat16* in, nv_bfloat16* out, int n) {
+void judge_call(sglang::CustomAllreduce* ca, float* in, float* out, int64_t n) { arpatch_judge_allreduce_float(ca, in, out, n); }
+void judge_call(sglang::CustomAllreduce* ca, half* in, half* out, int64_t n) { arpatch_judge_allreduce_half(ca, in, out, n); }
+void judge_call(sglang::CustomAllreduce* ca, nv_bfloat16* in, nv_bfloat16* out, int64_t n) {
   arpatch_judge_allreduce_bfloat16(ca, in, out, n);
 }
 
@@ -505,7 +521,7 @@ void calls(sglang::CustomAllreduce* ca, int id, int rank, int ws, T* input, T* o
     bool threw = false;
     std::string what;
     try {
-      judge_call(ca, input, output, static_cast<int>(bytes / sizeof(T)));
+      judge_call(ca, input, output, static_cast<int64_t>(bytes / sizeof(T)));
     } catch (const std::exception& e) {
       threw = true;
       what = e.what();
