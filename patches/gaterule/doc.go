@@ -151,10 +151,16 @@
 // (_GLIBCXX_RELEASE, which its own headers define); members of
 // CustomAllreduce the driver never calls (register_graph_buffers and the
 // rest: not emitted, so not checked for writes to the folded members);
-// Python gates that decide on what the stubs answer (an SM count) or that
-// catch sgl-kernel's exception and return the input; environment
-// listings by upstream's own files at import, which are taken not to act
-// on the judge's variables.
+// a member changed through an address computed from another member (a
+// byte offset from it), or set by the constructor from what differs
+// between the judge's process and the server's (a weak symbol CPython
+// defines); the arguments of an explicit cudaLaunchKernel (recorded
+// without their sizes); a __has_include whose header is named through a
+// macro; Python gates that decide on what the stubs answer (an SM count),
+// on the thread they run in (the judge's ranks are threads, the server's
+// processes), or that catch sgl-kernel's exception and return the input;
+// environment listings by upstream's own files at import, which are
+// taken not to act on the judge's variables.
 //
 // It does not know arpatch's patch engine; package patches applies the
 // rule (patches.CheckResult) to the result of a series.
