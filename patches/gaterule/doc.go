@@ -84,7 +84,10 @@
 //     fails with nothing run). The driver is compiled as the binding's
 //     custom_all_reduce.cu and calls allreduce<T> with an int64_t size,
 //     as the binding passes out.numel(), so the overload the real build
-//     picks is the one judged.
+//     picks is the one judged. An explicit launch (cudaLaunchKernel of the
+//     kernel itself, cudaLaunchKernelEx) is checked as a <<<...>>> one
+//     is; a kernel arpatch knows launched by its address alone is
+//     refused, since its arguments come without their types.
 //   - The push kernels (push.go) the dispatch launches where the gates
 //     admit a call run on the CPU (package kernelsim: every CUDA thread a
 //     host thread, every rank a set of blocks) at sizes from each range
@@ -154,8 +157,7 @@
 // a member changed through an address computed from another member (a
 // byte offset from it), or set by the constructor from what differs
 // between the judge's process and the server's (a weak symbol CPython
-// defines); the arguments of an explicit cudaLaunchKernel (recorded
-// without their sizes); a __has_include whose header is named through a
+// defines); a __has_include whose header is named through a
 // macro; Python gates that decide on what the stubs answer (an SM count),
 // on the thread they run in (the judge's ranks are threads, the server's
 // processes), or that catch sgl-kernel's exception and return the input;

@@ -60,7 +60,16 @@ func TestJudgeDispatch(t *testing.T) {
 		{"a return before the launch", pcie("  return;", "  KL(ngpus, cross_device_reduce_1stage);"), "", "launches no kernel"},
 		{"a comment that looks like a fix", with(upstream, "} else if (full_nvlink_) {", "} else if (full_nvlink_) { /* } else { */"), "", "launches no kernel"},
 		{"a return after the launch", pcie("  KL(ngpus, cross_device_reduce_2stage);", "  return;"), "", ""},
-		{"an explicit cudaLaunchKernel", pcie("  void* args[] = {&ptrs};", "  CHECK_CUDA_SUCCESS(cudaLaunchKernel(cross_device_reduce_2stage<T, ngpus>, dim3(blocks), dim3(threads), args, 0, stream));"), "", ""},
+		{"an explicit cudaLaunchKernel", pcie("  void* args[] = {&ptrs, &sg_, &self_sg_, &output, &rank_, &size};", "  CHECK_CUDA_SUCCESS(cudaLaunchKernel(cross_device_reduce_2stage<T, ngpus>, dim3(blocks), dim3(threads), args, 0, stream));"), "", ""},
+		// The third round's e1: its arguments are checked as a <<<...>>>
+		// launch's are.
+		{"a known kernel launched by its address alone", pcie("  void* args[] = {&ptrs, &sg_, &self_sg_, &output, &rank_, &size};", "  CHECK_CUDA_SUCCESS(cudaLaunchKernel(reinterpret_cast<const void*>(cross_device_reduce_2stage<T, ngpus>), dim3(blocks), dim3(threads), args, 0, stream));"), "",
+			"launches sglang::cross_device_reduce_2stage<float, 4> by its address alone, so that its arguments cannot be checked"},
+		{"cudaLaunchKernelEx", pcie("  cudaLaunchConfig_t cfg{dim3(blocks), dim3(threads), 0, stream, nullptr, 0};", "  CHECK_CUDA_SUCCESS(cudaLaunchKernelEx(&cfg, cross_device_reduce_2stage<T, ngpus>, ptrs, sg_, self_sg_, output, rank_, size));"), "", ""},
+		{"cudaLaunchKernelEx with half the size", pcie("  cudaLaunchConfig_t cfg{dim3(blocks), dim3(threads), 0, stream, nullptr, 0};", "  CHECK_CUDA_SUCCESS(cudaLaunchKernelEx(&cfg, cross_device_reduce_2stage<T, ngpus>, ptrs, sg_, self_sg_, output, rank_, size / 2));"), "",
+			"launches sglang::cross_device_reduce_2stage<float, 4> with a size of 0 packed elements where the call has 1"},
+		{"an explicit cudaLaunchKernel with a size of 0", pcie("  int zero = 0;", "  void* args[] = {&ptrs, &sg_, &self_sg_, &output, &rank_, &zero};", "  CHECK_CUDA_SUCCESS(cudaLaunchKernel(cross_device_reduce_2stage<T, ngpus>, dim3(blocks), dim3(threads), args, 0, stream));"), "",
+			"launches sglang::cross_device_reduce_2stage<float, 4> with a size of 0 packed elements where the call has 1"},
 	} {
 		t.Run(tc.name, func(t *testing.T) { refused(t, judgeBranch(t, tc.branch, tc.top, ""), tc.want) })
 	}

@@ -36,7 +36,7 @@ import (
 
 // launchFuncs are the stub runtime's functions that record a launch
 // (cxx/judge.cu, noinline there so that each stays a call).
-var launchFuncs = []string{"cudaLaunch", "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel"}
+var launchFuncs = []string{"cudaLaunch", "cudaLaunchKernel", "cudaLaunchKernelExC", "cudaLaunchCooperativeKernel", "arpatch_record_explicit"}
 
 // proofEntries are the functions the proof starts from, one an element
 // type (cxx/judge.cu).

@@ -232,9 +232,22 @@ template <typename F>
 cudaError_t cudaOccupancyMaxActiveBlocksPerMultiprocessor(int* n, F* func, int block, size_t shared) {
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(n, reinterpret_cast<const void*>(func), block, shared);
 }
+// The explicit launches' recorder (cxx/judge.cu): each argument's bytes,
+// N of them, by the kernel's parameter types, so that they are checked as
+// a <<<...>>> launch's are.
+extern "C" cudaError_t arpatch_record_explicit(const void* func, dim3 grid, dim3 block, size_t shared,
+                                               cudaStream_t stream, int n, const void* const* data,
+                                               const size_t* sizes);
 template <typename F>
 cudaError_t cudaLaunchKernel(F* func, dim3 grid, dim3 block, void** args, size_t shared = 0, cudaStream_t stream = 0) {
   return cudaLaunchKernel(reinterpret_cast<const void*>(func), grid, block, args, shared, stream);
+}
+template <typename... A>
+cudaError_t cudaLaunchKernel(void (*func)(A...), dim3 grid, dim3 block, void** args, size_t shared = 0,
+                             cudaStream_t stream = 0) {
+  const size_t sizes[sizeof...(A) + 1] = {sizeof(A)..., 0};
+  return arpatch_record_explicit(reinterpret_cast<const void*>(func), grid, block, shared, stream,
+                                 static_cast<int>(sizeof...(A)), args, sizes);
 }
 template <typename F>
 cudaError_t cudaLaunchCooperativeKernel(
@@ -242,9 +255,16 @@ cudaError_t cudaLaunchCooperativeKernel(
   return cudaLaunchCooperativeKernel(reinterpret_cast<const void*>(func), grid, block, args, shared, stream);
 }
 // As CUDA's own: the arguments are converted to the kernel's parameter
-// types and passed by address.
+// types and passed by address (here to the recorder, with their sizes).
+template <typename... ExpTypes>
+cudaError_t arpatch_launch_ex(const cudaLaunchConfig_t* config, void (*kernel)(ExpTypes...), ExpTypes... conv) {
+  const void* data[sizeof...(ExpTypes) + 1] = {static_cast<const void*>(&conv)..., nullptr};
+  const size_t sizes[sizeof...(ExpTypes) + 1] = {sizeof(ExpTypes)..., 0};
+  return arpatch_record_explicit(reinterpret_cast<const void*>(kernel), config->gridDim, config->blockDim,
+                                 config->dynamicSmemBytes, config->stream, static_cast<int>(sizeof...(ExpTypes)), data,
+                                 sizes);
+}
 template <typename... ExpTypes, typename... ActTypes>
 cudaError_t cudaLaunchKernelEx(const cudaLaunchConfig_t* config, void (*kernel)(ExpTypes...), ActTypes&&... args) {
-  void* pArgs[sizeof...(ExpTypes) + 1] = {nullptr};
-  return cudaLaunchKernelExC(config, reinterpret_cast<const void*>(kernel), pArgs);
+  return arpatch_launch_ex<ExpTypes...>(config, kernel, static_cast<ActTypes&&>(args)...);
 }

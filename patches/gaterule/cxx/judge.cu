@@ -152,8 +152,9 @@ __attribute__((noinline)) cudaError_t cudaLaunch(const void* fn) {
 }
 // The four launches above and below stay calls (noinline): the path proof
 // (irproof.go) reads a call of one of them in the compiled IR as a launch.
-// The explicit launches pass their arguments' addresses without sizes:
-// they are not checked (explicit_params leaves them empty).
+// The explicit launches of a kernel's address alone pass their arguments'
+// addresses without sizes: those are not checked; the typed overloads in
+// cuda_runtime.h record through arpatch_record_explicit, sizes and all.
 __attribute__((noinline)) cudaError_t cudaLaunchKernel(const void* fn, dim3 grid, dim3 block, void**, size_t shared, cudaStream_t stream) {
   return record(fn, grid, block, {}, stream, shared);
 }
@@ -162,6 +163,13 @@ __attribute__((noinline)) cudaError_t cudaLaunchCooperativeKernel(const void* fn
 }
 __attribute__((noinline)) cudaError_t cudaLaunchKernelExC(const cudaLaunchConfig_t* c, const void* fn, void**) {
   return record(fn, c->gridDim, c->blockDim, {}, c->stream, c->dynamicSmemBytes);
+}
+__attribute__((noinline)) cudaError_t arpatch_record_explicit(const void* fn, dim3 grid, dim3 block, size_t shared,
+                                                                cudaStream_t stream, int n, const void* const* data,
+                                                                const size_t* sizes) {
+  std::vector<std::string> params;
+  for (int i = 0; i < n; i++) params.emplace_back(static_cast<const char*>(data[i]), sizes[i]);
+  return record(fn, grid, block, std::move(params), stream, shared);
 }
 cudaError_t cudaGetLastError(void) {
   cudaError_t e = last_error;
@@ -390,7 +398,10 @@ std::string kernel_fault(const Launch& l, const std::string& name, const Expect&
     const std::string args = name.substr(prefix.size(), name.size() - prefix.size() - 1);
     const std::string want = std::string(e.type) + ", " + std::to_string(e.ws);
     if (args != want) return "instantiated for <" + args + "> where the call is <" + want + ">";
-    if (l.params.empty()) return "";  // an explicit launch: arguments not recorded
+    // A kernel arpatch knows, launched by its address alone
+    // (cudaLaunchKernel with a const void*): its arguments come without
+    // their types, so what it gets cannot be checked.
+    if (l.params.empty()) return "by its address alone, so that its arguments cannot be checked (launch it with <<<...>>>, or cudaLaunchKernel with the kernel itself)";
     const int n = static_cast<int>(l.params.size());
     if (f.input >= 0 && (f.input >= n || !param_is(l.params[f.input], e.input))) return "with another input than the call's";
     if (f.output >= n || !param_is(l.params[f.output], e.output)) return "with another output than the call's";
