@@ -205,15 +205,15 @@ var gepRe = regexp.MustCompile(`^getelementptr (?:inbounds )?(.+)$`)
 
 // gepKey is the member a getelementptr instruction addresses:
 // "TYPE|i32 1" for `getelementptr inbounds TYPE, TYPE* %0, i64 0, i32 1`,
-// its base value, or "" when an index is not a constant.
-func gepKey(text string) (key, base string) {
+// or "" when an index is not a constant.
+func gepKey(text string) string {
 	mm := gepRe.FindStringSubmatch(text)
 	if mm == nil {
-		return "", ""
+		return ""
 	}
 	parts := strings.Split(mm[1], ", ")
 	if len(parts) < 3 {
-		return "", ""
+		return ""
 	}
 	var idx []string
 	for _, p := range parts[2:] {
@@ -222,15 +222,14 @@ func gepKey(text string) (key, base string) {
 		}
 		f := strings.Fields(p)
 		if len(f) != 2 || !isIntLit(f[1]) {
-			return "", ""
+			return ""
 		}
 		idx = append(idx, p)
 	}
 	if len(idx) < 2 {
-		return "", ""
+		return ""
 	}
-	bf := strings.Fields(parts[1])
-	return parts[0] + "|" + strings.Join(idx[1:], ","), bf[len(bf)-1]
+	return parts[0] + "|" + strings.Join(idx[1:], ",")
 }
 
 func isIntLit(s string) bool {
@@ -248,7 +247,7 @@ func (m *irModule) probeKey(probe string) string {
 	for _, b := range f.Blocks {
 		for _, in := range b.Insts {
 			if in.Op == "getelementptr" {
-				k, _ := gepKey(in.Text)
+				k := gepKey(in.Text)
 				return k
 			}
 		}
@@ -263,7 +262,7 @@ func gepKeys(f *irFunc) map[string]string {
 	for _, b := range f.Blocks {
 		for _, in := range b.Insts {
 			if in.Op == "getelementptr" && in.Def != "" {
-				if k, _ := gepKey(in.Text); k != "" {
+				if k := gepKey(in.Text); k != "" {
 					out[in.Def] = k
 				}
 			}

@@ -272,40 +272,19 @@ var ctorRe = regexp.MustCompile(`CustomAllreduceC[12]E|^arpatch_construct$`)
 
 // mutators are the functions that run on a constructed CustomAllreduce:
 // the proof's entries, CustomAllreduce's other members (register_buffer
-// and the rest), and every function they call, constructors left out.
+// and the rest), and every function they call or name, constructors left
+// out.
 func (m *irModule) mutators() []string {
-	seen := map[string]bool{}
-	var todo []string
+	var roots []string
 	for n := range m.Funcs {
-		if !ctorRe.MatchString(n) && strings.Contains(n, "CustomAllreduce") {
-			todo = append(todo, n)
+		if strings.Contains(n, "CustomAllreduce") {
+			roots = append(roots, n)
 		}
 	}
 	for _, e := range proofEntries {
-		todo = append(todo, e.Func)
+		roots = append(roots, e.Func)
 	}
-	for len(todo) > 0 {
-		n := todo[0]
-		todo = todo[1:]
-		f := m.Funcs[n]
-		if seen[n] || f == nil || ctorRe.MatchString(n) {
-			continue
-		}
-		seen[n] = true
-		for _, b := range f.Blocks {
-			for _, in := range b.Insts {
-				if c := in.callee(); c != "" {
-					todo = append(todo, c)
-				}
-			}
-		}
-	}
-	out := make([]string, 0, len(seen))
-	for n := range seen {
-		out = append(out, n)
-	}
-	slices.Sort(out)
-	return out
+	return m.reach(roots, ctorRe.MatchString)
 }
 
 // fieldWrite returns a function whose code may change world_size_ or
@@ -454,20 +433,26 @@ var deviceWriters = regexp.MustCompile(`^(cudaMemcpy|cudaMemset|cuMemcpy|cuMemse
 // reachable are the functions the proof's entries call or name (take
 // the address of), directly or through others, each once, sorted.
 func (m *irModule) reachable() []string {
-	seen := map[string]bool{}
-	var todo []string
+	var roots []string
 	for _, e := range proofEntries {
-		todo = append(todo, e.Func)
+		roots = append(roots, e.Func)
 	}
+	return m.reach(roots, func(string) bool { return false })
+}
+
+// reach is the functions roots lead to, sorted, each once, skip's left
+// out (and not followed): every function and variable a function names,
+// called or not, since one whose address is taken, or kept in a
+// variable, may be called through it.
+func (m *irModule) reach(roots []string, skip func(string) bool) []string {
+	seen := map[string]bool{}
+	todo := slices.Clone(roots)
 	for len(todo) > 0 {
 		n := todo[0]
 		todo = todo[1:]
-		if seen[n] {
+		if seen[n] || skip(n) {
 			continue
 		}
-		// Every function and variable named, called or not: a function
-		// whose address is taken, or kept in a variable, may be called
-		// through it.
 		if f := m.Funcs[n]; f != nil {
 			seen[n] = true
 			for _, b := range f.Blocks {
@@ -481,7 +466,7 @@ func (m *irModule) reachable() []string {
 			todo = append(todo, globalsNamed(init)...)
 		}
 	}
-	out := make([]string, 0, len(seen))
+	var out []string
 	for n := range seen {
 		if m.Funcs[n] != nil {
 			out = append(out, n)

@@ -67,6 +67,18 @@ func TestJudgeProvesEveryPath(t *testing.T) {
 	}
 }
 
+// wsBranch launches only above world size 2.
+const wsBranch = `  %3 = getelementptr inbounds %class.C, %class.C* %0, i64 0, i32 1
+  %4 = load i32, i32* %3, align 4
+  %5 = icmp sgt i32 %4, 2
+  br i1 %5, label %6, label %7
+6:
+  call void @launch()
+  br label %7
+7:
+  ret void
+`
+
 // TestProveIR holds the proof to hand-written IR of the shapes clang
 // prints: the entry block unlabelled or labelled, folded members, a
 // phi over a loop, a switch, an invoke of a launching helper whose
@@ -105,26 +117,8 @@ define void @launch() {
 	}{
 		{"a launch on the only path", entry("  call void @launch()\n  ret void\n"), 4, 0, false, ""},
 		{"no launch", entry("  ret void\n"), 4, 0, true, "%2"},
-		{"a branch on the world size, folded", entry(`  %3 = getelementptr inbounds %class.C, %class.C* %0, i64 0, i32 1
-  %4 = load i32, i32* %3, align 4
-  %5 = icmp sgt i32 %4, 2
-  br i1 %5, label %6, label %7
-6:
-  call void @launch()
-  br label %7
-7:
-  ret void
-`), 4, 0, false, ""},
-		{"the same at world size 2", entry(`  %3 = getelementptr inbounds %class.C, %class.C* %0, i64 0, i32 1
-  %4 = load i32, i32* %3, align 4
-  %5 = icmp sgt i32 %4, 2
-  br i1 %5, label %6, label %7
-6:
-  call void @launch()
-  br label %7
-7:
-  ret void
-`), 2, 0, true, "%7"},
+		{"a branch on the world size, folded", entry(wsBranch), 4, 0, false, ""},
+		{"the same at world size 2", entry(wsBranch), 2, 0, true, "%7"},
 		{"a branch on the size, both ways", entry(`  %3 = icmp ult i32 %1, 77
   br i1 %3, label %4, label %5
 4:
